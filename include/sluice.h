@@ -1,0 +1,249 @@
+/* sluice.h -- in-process rate limiting for C.
+ *
+ * sluice decides "may this request go now?" inside the process, exactly to a
+ * written contract (docs/CONTRACT.md mirrors it), in nanoseconds, with no
+ * server.  Six algorithms share one API:
+ *
+ *   fixed-window    LIMIT permits per aligned window [kW, (k+1)W)
+ *   sliding-log     exact sliding window over admitted requests
+ *   sliding-wheel   sliding window over a ring of slots (timing wheel)
+ *   sliding-approx  two-window estimate prev*(1-f) + cur
+ *   token-bucket    GCRA: capacity `burst`, refilled at LIMIT/PERIOD
+ *   leaky-bucket    water drains at LIMIT/PERIOD; shaper (reports a wait)
+ *                   or meter (`nodelay`)
+ *
+ * A limiter is described by a spec string, `ALGORITHM LIMIT/PERIOD [OPT...]`,
+ * e.g. "token-bucket 100/s burst=20" (grammar in README.md).
+ *
+ * Conventions
+ *  - Time is uint64_t nanoseconds on a monotonic axis.  Functions named
+ *    `_at` take it from the caller (any value 0 .. 2^63-1); the others read
+ *    CLOCK_MONOTONIC.  A time earlier than the latest one a limiter has seen
+ *    is treated as that latest time.
+ *  - Decisions return bool.  Everything else that can fail returns int: 0 on
+ *    success or a negative SLUICE_E* code (see sluice_strerror()).
+ *    Constructors return NULL and write a one-line reason, naming the
+ *    offending token, into a caller buffer.
+ *  - Objects are opaque; `_free(NULL)` is a no-op.
+ *  - No function allocates on the decision path, except sliding-log and
+ *    sliding-wheel, whose memory grows with the requests admitted in the
+ *    window (see each algorithm's notes in README.md); if that allocation
+ *    fails the request is refused, never admitted unrecorded.
+ *
+ * Thread-safety: every function except `_new`, `_free` and
+ * sluice_set_allocator() may be called from any number of threads at once on
+ * the same object with no lock held by the caller; the decisions are then
+ * exactly those of the contract for some order of the concurrent calls.
+ * In this version each limiter serialises its decisions with a short
+ * internal lock (a few dozen instructions long).
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_VERSION_MAJOR 0
+#define SLUICE_VERSION_MINOR 1
+#define SLUICE_VERSION_PATCH 0
+#define SLUICE_VERSION_STRING "0.1.0"
+
+/* Limits of the spec grammar.  LIMIT is 1 .. SLUICE_MAX_LIMIT permits per
+ * PERIOD; PERIOD is 1 ns .. SLUICE_MAX_PERIOD_NS (100 years of 365 days).
+ * For the buckets, the time to fill (burst or capacity times PERIOD/LIMIT)
+ * is also at most SLUICE_MAX_PERIOD_NS, so that every wait fits an int64. */
+#define SLUICE_MAX_LIMIT 1000000000000ULL         /* 10^12 */
+#define SLUICE_MAX_PERIOD_NS 3153600000000000000ULL /* 36500 d */
+
+/* Negative error codes.  One sign convention throughout: 0 is success. */
+enum {
+    SLUICE_OK = 0,
+    SLUICE_EINVAL = -1,  /* a bad argument or spec */
+    SLUICE_ENOMEM = -2,  /* an allocation failed */
+    SLUICE_ERANGE = -3,  /* a number outside what the grammar accepts */
+    SLUICE_EFULL = -4,   /* a table holds max_keys keys, none reclaimable */
+    SLUICE_ENOSPC = -5   /* an output buffer is too small */
+};
+
+/* A static, human-readable description of an error code ("unknown error"
+ * for a code this version does not know).  Thread-safe. */
+const char *sluice_strerror(int code);
+
+/* The library's version, SLUICE_VERSION_STRING of the build.  Thread-safe. */
+const char *sluice_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                                */
+
+/* The functions the library uses for its own memory.  realloc_fn may be
+ * NULL, in which case malloc_fn + copy + free_fn is used. */
+typedef struct sluice_allocator {
+    void *(*malloc_fn)(size_t size);
+    void *(*realloc_fn)(void *ptr, size_t size);
+    void (*free_fn)(void *ptr);
+} sluice_allocator;
+
+/* Install `a` (copied) as the library's allocator, or libc's when `a` is
+ * NULL; returns the previous one.  Not thread-safe: call it before any
+ * sluice object exists, and free every object with the allocator that made
+ * it.  Used by the tests to fail the Nth allocation. */
+sluice_allocator sluice_set_allocator(const sluice_allocator *a);
+
+/* ------------------------------------------------------------------------ */
+/* Clock                                                                     */
+
+/* CLOCK_MONOTONIC now, in nanoseconds (about 20 ns through the vDSO).
+ * Thread-safe. */
+uint64_t sluice_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Limiters                                                                  */
+
+typedef struct sluice_limiter sluice_limiter; /* opaque */
+
+/* The details of one decision.
+ *  allowed         true if the permits were granted.
+ *  wait_ns         for an allowed request of the leaky-bucket shaper, the
+ *                  time it must wait before it proceeds (its turn in the
+ *                  constant-rate output); 0 otherwise.
+ *  remaining       whole permits a request at the same instant could still
+ *                  get after this decision (rounded down).
+ *  retry_after_ns  for a refusal, the least wait (rounded up to a whole ns,
+ *                  so a client never retries too early) after which the same
+ *                  request, with no other traffic, is allowed; -1 when no
+ *                  wait can help (permits exceed what the limiter can ever
+ *                  grant); 0 for an allowed request. */
+typedef struct sluice_result {
+    bool allowed;
+    uint64_t wait_ns;
+    uint64_t remaining;
+    int64_t retry_after_ns;
+} sluice_result;
+
+/* Counters of one limiter, since it was made.  A probe (permits = 0) counts
+ * in `probes` only. */
+typedef struct sluice_stats {
+    uint64_t requests_allowed;
+    uint64_t requests_denied;
+    uint64_t permits_allowed;  /* saturates at UINT64_MAX */
+    uint64_t permits_denied;   /* saturates at UINT64_MAX */
+    uint64_t probes;
+} sluice_stats;
+
+/* Make a limiter from a spec such as "sliding-wheel 100/s slots=100".
+ * Returns NULL when the spec is refused or memory runs out; then, when
+ * errlen > 0, `err` receives a NUL-terminated one-line reason naming the
+ * offending token (e.g. `unknown option "burts=5"`).  The caller owns the
+ * result and frees it with sluice_limiter_free().  Thread-safe (it touches no
+ * shared state other than the allocator). */
+sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen);
+
+/* Free a limiter and everything it holds.  NULL is a no-op.  No other call
+ * may be using `lim` at the same time. */
+void sluice_limiter_free(sluice_limiter *lim);
+
+/* Ask for `permits` at time `now_ns` (nanoseconds on the caller's monotonic
+ * axis; an earlier time than the limiter has already seen counts as that
+ * time).  Returns true and takes the permits, or returns false and takes
+ * nothing.  permits = 0 is a probe: always true, takes nothing, and fills
+ * `res` with the limiter's state at now_ns.  When `res` is not NULL it
+ * receives the decision's details (see sluice_result).  Thread-safe. */
+bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits,
+                           uint64_t now_ns, sluice_result *res);
+
+/* sluice_try_acquire_at() at sluice_now_ns(), without details. */
+bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits);
+
+/* Block until `permits` are granted and return true, or return false at
+ * once, consuming nothing, when they cannot be granted within `timeout_ns`
+ * (with no other traffic: a refusal whose retry_after_ns exceeds the time
+ * left, or is -1).  For the leaky-bucket shaper, the wait_ns of the grant is
+ * slept before returning and counts against the timeout.  UINT64_MAX means
+ * no timeout.  Sleeps with nanosleep on CLOCK_MONOTONIC; competing threads
+ * may take permits first, in which case it waits again within the same
+ * deadline.  Thread-safe. */
+bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns);
+
+/* Copy the limiter's counters into `out`.  Each counter is exact; the set is
+ * read without stopping the limiter, so under concurrent decisions the
+ * counters may come from slightly different instants.  Thread-safe. */
+void sluice_limiter_stats(const sluice_limiter *lim, sluice_stats *out);
+
+/* Write the limiter's canonical spec into buf (NUL-terminated): the
+ * algorithm, LIMIT/PERIOD with the period in its largest whole unit, and the
+ * options that differ from their defaults, in a fixed order.  Parsing the
+ * result makes an identical limiter, and formatting that gives the same
+ * string.  Returns the length of the spec (excluding the NUL), or
+ * SLUICE_ENOSPC when buflen is too small (buf then holds a truncated,
+ * NUL-terminated prefix if buflen > 0).  64 bytes always suffice.
+ * Thread-safe. */
+int sluice_spec_format(const sluice_limiter *lim, char *buf, size_t buflen);
+
+/* Check a spec without keeping a limiter: 0 if it would be accepted, else a
+ * negative code with the reason in err (as sluice_limiter_new).  When `canon`
+ * is not NULL and the spec is valid, the canonical form is written there as
+ * by sluice_spec_format().  Thread-safe. */
+int sluice_spec_check(const char *spec, char *canon, size_t canonlen,
+                      char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* Tables: one limiter per key                                               */
+
+typedef struct sluice_table sluice_table; /* opaque */
+
+/* Counters of a table. */
+typedef struct sluice_table_stats {
+    uint64_t keys;       /* keys held now */
+    uint64_t reclaimed;  /* keys dropped because their limiter was at rest */
+    uint64_t refused;    /* requests refused because the table was full */
+    sluice_stats decisions; /* over all keys, as sluice_stats */
+} sluice_table_stats;
+
+/* The longest key a table accepts, in bytes. */
+#define SLUICE_MAX_KEY_BYTES 65536
+
+/* Make a table whose keys each get a limiter built from `spec`.  At most
+ * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more.
+ * A key whose limiter is back at rest (full bucket, empty window, no water)
+ * carries no information and is dropped when room is needed, without
+ * changing any decision.  When max_keys keys are held and none is at rest, a
+ * request for a new key is refused (see sluice_table_try_acquire_at), never
+ * admitted: this policy never admits more than the contract would.  Returns NULL with a reason in `err`
+ * on a bad spec, a bad max_keys or no memory.  Thread-safe. */
+sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
+                               size_t errlen);
+
+/* Free a table and every limiter in it.  NULL is a no-op.  No other call may
+ * be using `t` at the same time. */
+void sluice_table_free(sluice_table *t);
+
+/* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
+ * 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is 0).  A key seen
+ * for the first time gets a fresh limiter.  Returns false, takes nothing and
+ * sets res->retry_after_ns = -1 when the key is longer than
+ * SLUICE_MAX_KEY_BYTES, when the table is full of keys not at rest, or when
+ * memory runs out; sluice_table_last_error() tells which.  Thread-safe. */
+bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
+                                 size_t keylen, uint64_t permits,
+                                 uint64_t now_ns, sluice_result *res);
+
+/* The reason for the calling thread's last refusal by
+ * sluice_table_try_acquire_at() that was not a limiter's decision: 0 when
+ * the last call on this thread was decided by the key's limiter, else
+ * SLUICE_EINVAL (key too long), SLUICE_EFULL or SLUICE_ENOMEM.
+ * Thread-safe (thread-local). */
+int sluice_table_last_error(void);
+
+/* Copy the table's counters into `out`.  Thread-safe. */
+void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_H */
