@@ -1,0 +1,336 @@
+/* replay.c -- `sluice replay`: decide a trace, print one CSV row a request
+ * (CONTRACT.md section 4).
+ *
+ * The whole input is read first and validated in one pass, so a malformed
+ * line is reported (line number, problem, exit status 2) before any output
+ * is written; a second pass decides every request in file order through one
+ * sluice_table (one limiter per key) and writes the rows through a large
+ * buffer with hand-rolled integer formatting: a million-line trace takes
+ * well under a second.
+ *
+ * Input rules: lines end in LF; a CR before the LF is dropped.  Blank lines
+ * and lines starting with '#' are skipped; the first other line is a header
+ * and is skipped when it starts with a letter.  A request line is
+ * time_ns[,key[,permits]]: time_ns decimal 0 .. 2^63-1, key any bytes but
+ * comma, CR and LF, permits decimal 0 .. 2^64-1 (absent: 1).  time_ns and
+ * permits are echoed as given.
+ */
+#include "cli.h"
+
+#include <sluice.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char replay_usage[] =
+    "usage: sluice replay --limit 'SPEC' [--max-keys N] [--stats] < TRACE > DECISIONS\n"
+    "\n"
+    "Decides every request of TRACE, in file order, with one limiter per key built\n"
+    "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
+    "\n"
+    "TRACE: one request a line, `time_ns[,key[,permits]]`.\n"
+    "  time_ns   decimal nanoseconds, 0 .. 9223372036854775807 (2^63-1)\n"
+    "  key       any bytes but comma, CR and LF; absent = the empty key\n"
+    "  permits   decimal, >= 0 (0 is a probe); absent = 1\n"
+    "  Blank lines and lines starting with # are skipped; a first line starting\n"
+    "  with a letter is a header and is skipped.  CRLF line ends are accepted.\n"
+    "\n"
+    "DECISIONS: CSV with the header\n"
+    "  time_ns,key,permits,allowed,wait_ns,remaining,retry_after_ns\n"
+    "  allowed         1 or 0\n"
+    "  wait_ns         the leaky-bucket shaper's wait before proceeding; else 0\n"
+    "  remaining       whole permits a request at the same instant could still get\n"
+    "  retry_after_ns  for a refusal, the least wait after which the same request\n"
+    "                  passes (-1: never); 0 when allowed\n"
+    "\n"
+    "Options:\n"
+    "  --limit SPEC    the limit, e.g. 'token-bucket 100/s burst=20' (required)\n"
+    "  --max-keys N    hold at most N keys at once (default 4294967296); when N keys\n"
+    "                  are all in use, a request for a new key is refused\n"
+    "  --stats         print the table's counters to stderr at the end\n"
+    "\n"
+    "Exit status: 0 on success; 2 on a bad SPEC, a bad option or a malformed line\n"
+    "(one line on stderr naming the line number and the problem; no output).\n";
+
+typedef struct req {
+    const char *t;   /* time_ns as given */
+    const char *key;
+    const char *p;   /* permits as given, or NULL */
+    uint32_t tn, kn, pn;
+    uint64_t time_ns, permits;
+} req;
+
+static bool parse_dec(const char *s, size_t n, uint64_t max, uint64_t *out)
+{
+    if (n == 0) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (max - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static int bad_line(size_t line, const char *what, const char *tok, size_t n)
+{
+    if (tok)
+        fprintf(stderr, "sluice replay: line %zu: %s \"%.*s\"\n", line, what,
+                (int)(n > 64 ? 64 : n), tok);
+    else
+        fprintf(stderr, "sluice replay: line %zu: %s\n", line, what);
+    return 2;
+}
+
+/* Parse one line [s, s+n) (no LF, CR already dropped) into r.  Returns 0,
+ * or 2 after a message. */
+static int parse_line(const char *s, size_t n, size_t line, req *r)
+{
+    const char *c1 = memchr(s, ',', n);
+    const char *end = s + n;
+    const char *c2 = c1 ? memchr(c1 + 1, ',', (size_t)(end - c1 - 1)) : NULL;
+    if (c2 && memchr(c2 + 1, ',', (size_t)(end - c2 - 1)))
+        return bad_line(line, "too many fields (expected time_ns[,key[,permits]]):", s, n);
+    if (memchr(s, '\r', n)) return bad_line(line, "stray carriage return", NULL, 0);
+    r->t = s;
+    r->tn = (uint32_t)((c1 ? c1 : end) - s);
+    if (r->tn == 0) return bad_line(line, "missing time_ns", NULL, 0);
+    if (!parse_dec(s, r->tn, (uint64_t)INT64_MAX, &r->time_ns)) {
+        bool digits = true;
+        for (size_t i = 0; i < r->tn; i++) digits &= s[i] >= '0' && s[i] <= '9';
+        return bad_line(line, digits ? "time_ns out of range (0 .. 2^63-1):"
+                                     : "bad time_ns (expected decimal nanoseconds):",
+                        s, r->tn);
+    }
+    r->key = c1 ? c1 + 1 : s + r->tn;
+    r->kn = (uint32_t)(c1 ? (c2 ? c2 : end) - (c1 + 1) : 0);
+    if (r->kn > SLUICE_MAX_KEY_BYTES)
+        return bad_line(line, "key longer than 65536 bytes", NULL, 0);
+    r->p = NULL;
+    r->pn = 0;
+    r->permits = 1;
+    if (c2) {
+        r->p = c2 + 1;
+        r->pn = (uint32_t)(end - r->p);
+        if (!parse_dec(r->p, r->pn, UINT64_MAX, &r->permits)) {
+            bool digits = r->pn > 0;
+            for (size_t i = 0; i < r->pn; i++) digits &= r->p[i] >= '0' && r->p[i] <= '9';
+            return bad_line(line, r->pn == 0 ? "empty permits field"
+                                  : digits   ? "permits out of range (0 .. 2^64-1):"
+                                             : "bad permits (expected a decimal integer >= 0):",
+                            r->pn ? r->p : NULL, r->pn);
+        }
+    }
+    return 0;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+typedef struct out {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} out;
+
+static void out_flush(out *o)
+{
+    if (o->len && fwrite(o->buf, 1, o->len, stdout) != o->len) o->failed = true;
+    o->len = 0;
+}
+
+static void out_put(out *o, const char *s, size_t n)
+{
+    if (o->len + n > o->cap) out_flush(o);
+    if (n > o->cap) {
+        if (fwrite(s, 1, n, stdout) != n) o->failed = true;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+static void out_u64(out *o, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    out_put(o, tmp + i, sizeof tmp - i);
+}
+
+static void out_i64(out *o, int64_t v)
+{
+    if (v < 0) {
+        out_put(o, "-", 1);
+        out_u64(o, (uint64_t)0 - (uint64_t)v);
+    } else {
+        out_u64(o, (uint64_t)v);
+    }
+}
+
+/* ---- input -------------------------------------------------------------- */
+
+static char *read_all(FILE *f, size_t *len)
+{
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                return NULL;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int sluice_cli_replay(int argc, char **argv)
+{
+    const char *spec = NULL;
+    uint64_t max_keys = (uint64_t)1 << 32;
+    bool stats = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(replay_usage, stdout);
+            return 0;
+        } else if (strcmp(a, "--limit") == 0 && i + 1 < argc) {
+            spec = argv[++i];
+        } else if (strncmp(a, "--limit=", 8) == 0) {
+            spec = a + 8;
+        } else if ((strcmp(a, "--max-keys") == 0 && i + 1 < argc) || strncmp(a, "--max-keys=", 11) == 0) {
+            const char *v = a[10] == '=' ? a + 11 : argv[++i];
+            if (!parse_dec(v, strlen(v), (uint64_t)1 << 32, &max_keys) || max_keys == 0) {
+                fprintf(stderr, "sluice replay: bad --max-keys \"%s\": expected 1 .. 4294967296\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "--stats") == 0) {
+            stats = true;
+        } else {
+            fprintf(stderr, "sluice replay: unknown or incomplete argument \"%s\" (try sluice replay --help)\n", a);
+            return 2;
+        }
+    }
+    if (!spec) {
+        fprintf(stderr, "sluice replay: missing --limit SPEC (try sluice replay --help)\n");
+        return 2;
+    }
+    char err[256];
+    sluice_table *t = sluice_table_new(spec, (size_t)max_keys, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "sluice replay: bad --limit: %s\n", err);
+        return 2;
+    }
+
+    size_t len = 0;
+    char *in = read_all(stdin, &len);
+    if (!in) {
+        fprintf(stderr, "sluice replay: cannot read the trace from stdin\n");
+        sluice_table_free(t);
+        return 1;
+    }
+
+    /* pass 1: split and validate */
+    size_t nreq = 0, cap = 1024;
+    req *reqs = malloc(cap * sizeof *reqs);
+    int rc = reqs ? 0 : 1;
+    bool header_possible = true;
+    size_t line = 0;
+    for (size_t pos = 0; rc == 0 && pos < len;) {
+        line++;
+        const char *s = in + pos;
+        const char *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + 1;
+        if (n && s[n - 1] == '\r') n--;
+        if (n == 0 || s[0] == '#') continue;
+        if (header_possible) {
+            header_possible = false;
+            if ((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')) continue;
+        }
+        if (nreq == cap) {
+            req *r = realloc(reqs, cap * 2 * sizeof *reqs);
+            if (!r) {
+                rc = 1;
+                break;
+            }
+            reqs = r;
+            cap *= 2;
+        }
+        rc = parse_line(s, n, line, &reqs[nreq]);
+        nreq++;
+    }
+    if (rc == 1) fprintf(stderr, "sluice replay: out of memory\n");
+
+    /* pass 2: decide and print */
+    if (rc == 0) {
+        out o = {malloc(1 << 20), 0, 1 << 20, false};
+        if (!o.buf) {
+            fprintf(stderr, "sluice replay: out of memory\n");
+            rc = 1;
+        } else {
+            static const char head[] = "time_ns,key,permits,allowed,wait_ns,remaining,retry_after_ns\n";
+            out_put(&o, head, sizeof head - 1);
+            for (size_t i = 0; i < nreq; i++) {
+                const req *r = &reqs[i];
+                sluice_result res;
+                bool ok = sluice_table_try_acquire_at(t, r->key, r->kn, r->permits, r->time_ns, &res);
+                out_put(&o, r->t, r->tn);
+                out_put(&o, ",", 1);
+                out_put(&o, r->key, r->kn);
+                out_put(&o, ",", 1);
+                if (r->p) out_put(&o, r->p, r->pn);
+                else out_put(&o, "1", 1);
+                out_put(&o, ok ? ",1," : ",0,", 3);
+                out_u64(&o, res.wait_ns);
+                out_put(&o, ",", 1);
+                out_u64(&o, res.remaining);
+                out_put(&o, ",", 1);
+                out_i64(&o, res.retry_after_ns);
+                out_put(&o, "\n", 1);
+            }
+            out_flush(&o);
+            if (fflush(stdout) != 0 || o.failed) {
+                fprintf(stderr, "sluice replay: cannot write the decisions\n");
+                rc = 1;
+            }
+            free(o.buf);
+        }
+    }
+    if (rc == 0 && stats) {
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        fprintf(stderr,
+                "keys=%llu reclaimed=%llu refused=%llu requests_allowed=%llu requests_denied=%llu "
+                "permits_allowed=%llu permits_denied=%llu probes=%llu\n",
+                (unsigned long long)st.keys, (unsigned long long)st.reclaimed,
+                (unsigned long long)st.refused, (unsigned long long)st.decisions.requests_allowed,
+                (unsigned long long)st.decisions.requests_denied,
+                (unsigned long long)st.decisions.permits_allowed,
+                (unsigned long long)st.decisions.permits_denied,
+                (unsigned long long)st.decisions.probes);
+    }
+    free(reqs);
+    free(in);
+    sluice_table_free(t);
+    return rc;
+}

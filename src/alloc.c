@@ -1,0 +1,48 @@
+/* alloc.c -- the library's allocator hook (as hiredis's): every allocation
+ * the library makes goes through these, so the tests can fail the Nth. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static sluice_allocator g_alloc = {malloc, realloc, free};
+
+sluice_allocator sluice_set_allocator(const sluice_allocator *a)
+{
+    sluice_allocator old = g_alloc;
+    if (a && a->malloc_fn && a->free_fn) {
+        g_alloc = *a;
+    } else {
+        g_alloc.malloc_fn = malloc;
+        g_alloc.realloc_fn = realloc;
+        g_alloc.free_fn = free;
+    }
+    return old;
+}
+
+void *sluice__malloc(size_t n) { return g_alloc.malloc_fn(n ? n : 1); }
+
+void *sluice__calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = sluice__malloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+void *sluice__realloc(void *p, size_t old_n, size_t n)
+{
+    if (g_alloc.realloc_fn) return g_alloc.realloc_fn(p, n ? n : 1);
+    void *q = sluice__malloc(n);
+    if (!q) return NULL;
+    if (p) {
+        memcpy(q, p, old_n < n ? old_n : n);
+        g_alloc.free_fn(p);
+    }
+    return q;
+}
+
+void sluice__free(void *p)
+{
+    if (p) g_alloc.free_fn(p);
+}

@@ -1,0 +1,44 @@
+/* fixed_window.c -- the fixed window counter.
+ *
+ * Contract (CONTRACT.md 3.1): windows are [kW, (k+1)W) on the time axis,
+ * aligned to 0; a request for p is allowed iff the permits admitted in the
+ * window of t, plus p, <= L.
+ *
+ * The seed article's counter restarts its window at the first request after
+ * the old one expired, so its windows drift with the traffic; here the
+ * window is t / W, the same for every limiter and every run.
+ *
+ * State: the window index and the permits admitted in it (<= L).  An idle
+ * gap of any length is one division.
+ *
+ *   remaining       L - count
+ *   retry_after_ns  (k+1)W - t, the start of the next window, for p <= L;
+ *                   -1 for p > L.
+ */
+#include "internal.h"
+
+bool sluice__fixed_window_decide(const sluice__profile *pf, sluice__state *st,
+                                 uint64_t t, uint64_t p, uint64_t max_wait,
+                                 sluice_result *res)
+{
+    (void)max_wait;
+    uint64_t k = t / pf->period_ns;
+    st->t_last = t;
+    if (k != st->u.fw.window) {
+        st->u.fw.window = k;
+        st->u.fw.count = 0;
+    }
+    uint64_t room = pf->limit - st->u.fw.count;
+    if (p > room)
+        return sluice__deny(res, room,
+                            p > pf->limit ? -1 : (int64_t)(pf->period_ns - t % pf->period_ns));
+    st->u.fw.count += p;
+    return sluice__allow(res, room - p, 0);
+}
+
+uint64_t sluice__fixed_window_rest_at(const sluice__profile *pf,
+                                      const sluice__state *st)
+{
+    if (st->u.fw.count == 0) return st->t_last;
+    return (st->u.fw.window + 1) * pf->period_ns; /* <= t_last + W: no overflow */
+}

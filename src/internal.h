@@ -1,0 +1,168 @@
+/* internal.h -- what the library's source files share, and nothing else.
+ *
+ * A limiter is split as DPDK's rte_meter splits it: a profile (the parsed
+ * spec: algorithm, LIMIT, PERIOD, options), immutable after _new and shared
+ * by every limiter a table makes, and a small per-limiter state that the
+ * algorithm's decide function moves forward.  Each algorithm provides
+ *
+ *   init      make a state at rest (the state of a limiter never used);
+ *   decide    clamp the time to the latest seen, move the state to it,
+ *             answer one request, and take the permits when allowed;
+ *   rest_at   the earliest time from which the state is back at rest with
+ *             no further traffic (a table may then drop it);
+ *   fini      release what the state holds.
+ *
+ * Arithmetic is integer-only.  Rates are kept as the exact pair
+ * (LIMIT, PERIOD); products that can exceed 64 bits use u128.
+ */
+#ifndef SLUICE_INTERNAL_H
+#define SLUICE_INTERNAL_H
+
+#include "sluice.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+__extension__ typedef unsigned __int128 u128;
+
+#define SLUICE__INTERNAL __attribute__((visibility("hidden")))
+
+typedef enum sluice__alg {
+    SLUICE__FIXED_WINDOW,
+    SLUICE__SLIDING_LOG,
+    SLUICE__SLIDING_WHEEL,
+    SLUICE__SLIDING_APPROX,
+    SLUICE__TOKEN_BUCKET,
+    SLUICE__LEAKY_BUCKET,
+    SLUICE__ALG_COUNT
+} sluice__alg;
+
+/* The parsed spec.  All fields are set by sluice__spec_parse(). */
+typedef struct sluice__profile {
+    sluice__alg alg;
+    uint64_t limit;     /* L, permits per period, 1 .. 10^12 */
+    uint64_t period_ns; /* W, 1 .. SLUICE_MAX_PERIOD_NS */
+    uint64_t capacity;  /* burst (token), capacity (leaky), L otherwise */
+    uint64_t slots;     /* sliding-wheel: N; sliding-log: W; else 0 */
+    uint64_t tick_ns;   /* sliding-wheel: W/N; sliding-log: 1; else 0 */
+    bool nodelay;       /* leaky-bucket meter */
+    /* derived, for the hot path */
+    u128 cap_scaled;    /* capacity * W: a full bucket in units of 1/W permit */
+    uint64_t max_entries; /* window log: min(slots, L) */
+} sluice__profile;
+
+/* One entry of a window log: the permits admitted in one slot. `cum` is the
+ * running total of permits admitted up to and including this slot, modulo
+ * 2^64 (only differences of at most L are ever taken). */
+typedef struct sluice__log_entry {
+    uint64_t slot; /* absolute slot number: t / tick */
+    uint64_t cum;
+} sluice__log_entry;
+
+typedef struct sluice__log {
+    sluice__log_entry *e; /* ring of `cap` entries, NULL until first use */
+    uint32_t cap;         /* a power of two, or 0 */
+    uint32_t head;        /* index of the oldest entry */
+    uint32_t len;         /* entries in the ring */
+    uint64_t base;        /* cum of the last entry retired (0 at start) */
+} sluice__log;
+
+/* Per-limiter state.  t_last is the latest time the limiter has seen. */
+typedef struct sluice__state {
+    uint64_t t_last;
+    union {
+        struct { uint64_t window, count; } fw;          /* fixed-window */
+        struct { uint64_t window, cur, prev; } sa;      /* sliding-approx */
+        struct { u128 tokens; } tb;  /* tokens * W, 0 .. burst * W */
+        struct { u128 water; } lb;   /* water * W, 0 .. capacity * W */
+        sluice__log log;             /* sliding-log, sliding-wheel */
+    } u;
+} sluice__state;
+
+/* Parse `spec` into `pf`.  Returns 0, or a negative code with a one-line
+ * reason in err. */
+SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
+                                        char *err, size_t errlen);
+SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
+                                         size_t buflen);
+
+/* The algorithm dispatch; see the head comment.  decide() never reads `res`
+ * fields before writing them; `max_wait` bounds the shaper's wait: a grant
+ * whose wait_ns would exceed it is not taken, and reported as a refusal with
+ * retry_after_ns = -1 and wait_ns set to the wait it would have had. */
+SLUICE__INTERNAL void sluice__state_init(const sluice__profile *pf,
+                                         sluice__state *st);
+SLUICE__INTERNAL void sluice__state_fini(const sluice__profile *pf,
+                                         sluice__state *st);
+SLUICE__INTERNAL bool sluice__decide(const sluice__profile *pf,
+                                     sluice__state *st, uint64_t now_ns,
+                                     uint64_t permits, uint64_t max_wait,
+                                     sluice_result *res);
+SLUICE__INTERNAL uint64_t sluice__rest_at(const sluice__profile *pf,
+                                          const sluice__state *st);
+
+/* Per algorithm (one source file each). */
+#define SLUICE__DECL_ALG(name)                                                 \
+    SLUICE__INTERNAL bool sluice__##name##_decide(                             \
+        const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,  \
+        uint64_t max_wait, sluice_result *res);                                \
+    SLUICE__INTERNAL uint64_t sluice__##name##_rest_at(                        \
+        const sluice__profile *pf, const sluice__state *st)
+SLUICE__DECL_ALG(fixed_window);
+SLUICE__DECL_ALG(window_log);
+SLUICE__DECL_ALG(sliding_approx);
+SLUICE__DECL_ALG(token_bucket);
+SLUICE__DECL_ALG(leaky_bucket);
+SLUICE__INTERNAL void sluice__window_log_fini(sluice__log *log);
+
+/* Decision counters, shared by limiters and tables: relaxed atomics, so
+ * reading them never takes a lock. */
+typedef struct sluice__counters {
+    _Atomic uint64_t requests_allowed, requests_denied;
+    _Atomic uint64_t permits_allowed, permits_denied, probes;
+} sluice__counters;
+SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
+                                    bool allowed);
+SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
+                                            sluice_stats *out);
+
+/* Allocation through the installed hooks. */
+SLUICE__INTERNAL void *sluice__malloc(size_t n);
+SLUICE__INTERNAL void *sluice__calloc(size_t n, size_t size);
+SLUICE__INTERNAL void *sluice__realloc(void *p, size_t old_n, size_t n);
+SLUICE__INTERNAL void sluice__free(void *p);
+
+/* Write a formatted one-line message into err (errlen may be 0). */
+SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
+                                   ...) __attribute__((format(printf, 3, 4)));
+
+/* Small exact helpers. */
+static inline uint64_t sluice__min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t sluice__max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline u128 sluice__ceil_div(u128 a, u128 b) { return a / b + (a % b != 0); }
+/* a - b, or 0 when b > a */
+static inline u128 sluice__sub_sat(u128 a, u128 b) { return a > b ? a - b : 0; }
+
+/* A result for a refusal that no wait can help. */
+static inline bool sluice__deny(sluice_result *res, uint64_t remaining,
+                                int64_t retry_after_ns)
+{
+    res->allowed = false;
+    res->wait_ns = 0;
+    res->remaining = remaining;
+    res->retry_after_ns = retry_after_ns;
+    return false;
+}
+static inline bool sluice__allow(sluice_result *res, uint64_t remaining,
+                                 uint64_t wait_ns)
+{
+    res->allowed = true;
+    res->wait_ns = wait_ns;
+    res->remaining = remaining;
+    res->retry_after_ns = 0;
+    return true;
+}
+
+#endif /* SLUICE_INTERNAL_H */

@@ -1,0 +1,77 @@
+/* sliding_approx.c -- the two-window estimate of a sliding window.
+ *
+ * Contract (CONTRACT.md 3.4): k = floor(t/W), f = (t - kW)/W,
+ * est = prev*(1 - f) + cur, with cur and prev the permits admitted in
+ * windows k and k-1; a request for p is allowed iff est + p <= L.
+ *
+ * Multiplying by W keeps it exact in integers: with r = t - kW,
+ *
+ *     E = est * W = prev*(W - r) + cur*W,   allowed iff E + p*W <= L*W.
+ *
+ * prev, cur <= L <= 10^12 and W < 2^62, so u128 holds every product.
+ * Memory: three words.  The estimate assumes the previous window's requests
+ * were spread evenly; it can admit up to ~2L in a W-long interval that
+ * straddles a window edge after an uneven previous window (README).
+ *
+ *   remaining       floor((L*W - E) / W)
+ *   retry_after_ns  the least d with E(t+d) + p*W <= L*W, found in closed
+ *                   form in this window, else the next, else the one after
+ *                   (where est = 0); -1 for p > L.
+ */
+#include "internal.h"
+
+/* Move the state to window k. */
+static void roll(sluice__state *st, uint64_t k)
+{
+    if (k == st->u.sa.window) return;
+    st->u.sa.prev = (k == st->u.sa.window + 1) ? st->u.sa.cur : 0;
+    st->u.sa.cur = 0;
+    st->u.sa.window = k;
+}
+
+/* The least offset r' in [0, W] into a window with previous count `prev`
+ * and current count `cur` at which p more permits fit; W if none fits
+ * before the window ends. */
+static uint64_t first_fit(uint64_t W, uint64_t L, uint64_t prev, uint64_t cur,
+                          uint64_t p)
+{
+    if (cur + p > L) return W;                   /* cur never shrinks in a window */
+    if (prev == 0) return 0;
+    /* prev*(W - r') <= (L - cur - p)*W  <=>  r' >= W - floor((L-cur-p)W/prev) */
+    u128 q = (u128)(L - cur - p) * W / prev;
+    return q >= W ? 0 : W - (uint64_t)q;
+}
+
+bool sluice__sliding_approx_decide(const sluice__profile *pf, sluice__state *st,
+                                   uint64_t t, uint64_t p, uint64_t max_wait,
+                                   sluice_result *res)
+{
+    (void)max_wait;
+    const uint64_t W = pf->period_ns, L = pf->limit;
+    st->t_last = t;
+    roll(st, t / W);
+    const uint64_t r = t % W;
+    const u128 lw = (u128)L * W;
+    u128 e = (u128)st->u.sa.prev * (W - r) + (u128)st->u.sa.cur * W;
+
+    if (p <= L && e + (u128)p * W <= lw) {
+        st->u.sa.cur += p;
+        return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
+    }
+    uint64_t remaining = (uint64_t)((lw - e) / W);
+    if (p > L) return sluice__deny(res, remaining, -1);
+    uint64_t at = first_fit(W, L, st->u.sa.prev, st->u.sa.cur, p);
+    if (at < W) return sluice__deny(res, remaining, (int64_t)(at - r));
+    /* next window: prev' = cur, cur' = 0; the one after always fits */
+    at = first_fit(W, L, st->u.sa.cur, 0, p);
+    return sluice__deny(res, remaining, (int64_t)(W - r + at));
+}
+
+uint64_t sluice__sliding_approx_rest_at(const sluice__profile *pf,
+                                        const sluice__state *st)
+{
+    uint64_t k = st->u.sa.window;
+    if (st->u.sa.cur) return (k + 2) * pf->period_ns;
+    if (st->u.sa.prev) return (k + 1) * pf->period_ns;
+    return st->t_last;
+}

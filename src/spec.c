@@ -1,0 +1,272 @@
+/* spec.c -- the limit-spec grammar (CONTRACT.md section 2), parsed once.
+ *
+ *     ALGORITHM LIMIT/PERIOD [OPTION ...]
+ *     PERIOD  = [N]UNIT, UNIT in ns us ms s m min h d   (m = min = minute)
+ *     OPTION  = burst=B | capacity=C | slots=N | nodelay
+ *
+ * Tokens are separated by spaces or tabs.  Every number is plain decimal
+ * digits (no sign, no exponent), checked for overflow while it is read.
+ * Every refusal names the offending token, as nginx's limit_req does
+ * (`invalid rate "..."`), so the hot path never parses or validates.
+ *
+ * Range: LIMIT 1 .. 10^12; PERIOD 1 ns .. SLUICE_MAX_PERIOD_NS (36500 d).
+ * Any rate in that range is exact (the algorithms keep (LIMIT, PERIOD) as
+ * integers), so no rate is refused for being too fast or too slow; the
+ * buckets also refuse a burst or capacity that would take longer than
+ * SLUICE_MAX_PERIOD_NS to refill or drain, which keeps every wait within
+ * an int64.
+ *
+ * Default sliding-wheel slots: 1-ms slots when PERIOD is a whole number of
+ * milliseconds, else 1-µs slots when a whole number of microseconds, else
+ * 1-ns slots.  Memory follows the traffic, not N (window_log.c).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const alg_names[SLUICE__ALG_COUNT] = {
+    "fixed-window", "sliding-log", "sliding-wheel",
+    "sliding-approx", "token-bucket", "leaky-bucket",
+};
+
+static const struct unit {
+    const char *name;
+    uint64_t ns;
+} units[] = { /* largest first: the formatter picks the first that divides */
+    {"d", 86400000000000ULL}, {"h", 3600000000000ULL}, {"min", 60000000000ULL},
+    {"s", 1000000000ULL},     {"ms", 1000000ULL},      {"us", 1000ULL},
+    {"ns", 1ULL},             {"m", 60000000000ULL}, /* parse-only alias */
+};
+#define N_UNITS (sizeof units / sizeof units[0])
+#define N_FORMAT_UNITS 7
+
+static bool is_space(char c) { return c == ' ' || c == '\t'; }
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Parse digits [s, s+n) as a u64; false if empty, not all digits, or
+ * overflowing. */
+static bool parse_u64(const char *s, size_t n, uint64_t *out)
+{
+    if (n == 0) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(s[i])) return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool tok_eq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+static uint64_t default_tick(uint64_t w)
+{
+    if (w % 1000000 == 0) return 1000000;
+    if (w % 1000 == 0) return 1000;
+    return 1;
+}
+
+/* Token display: at most 48 bytes of it, so a message stays one short line. */
+#define TOK(s, n) (int)((n) > 48 ? 48 : (n)), (s)
+
+static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
+                      size_t errlen)
+{
+    const char *slash = memchr(s, '/', n);
+    if (!slash) {
+        sluice__errf(err, errlen, "bad rate \"%.*s\": expected LIMIT/PERIOD, e.g. 100/s", TOK(s, n));
+        return SLUICE_EINVAL;
+    }
+    size_t ln = (size_t)(slash - s);
+    uint64_t limit = 0;
+    bool digits = parse_u64(s, ln, &limit);
+    if (!digits || limit < 1 || limit > SLUICE_MAX_LIMIT) {
+        sluice__errf(err, errlen, "bad limit \"%.*s\" in \"%.*s\": expected a whole number from 1 to 10^12",
+                     TOK(s, ln), TOK(s, n));
+        return digits ? SLUICE_ERANGE : SLUICE_EINVAL;
+    }
+    const char *p = slash + 1;
+    size_t pn = n - ln - 1, dn = 0;
+    while (dn < pn && is_digit(p[dn])) dn++;
+    uint64_t count = 1;
+    if (dn && !parse_u64(p, dn, &count)) count = 0; /* overflow: range error below */
+    const struct unit *u = NULL;
+    for (size_t i = 0; i < N_UNITS; i++)
+        if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
+    if (!u || (dn && count == 0)) {
+        sluice__errf(err, errlen, "bad period \"%.*s\" in \"%.*s\": expected [N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d",
+                     TOK(p, pn), TOK(s, n));
+        return SLUICE_EINVAL;
+    }
+    if (count > SLUICE_MAX_PERIOD_NS / u->ns) {
+        sluice__errf(err, errlen, "bad period \"%.*s\": longer than 36500d", TOK(p, pn));
+        return SLUICE_ERANGE;
+    }
+    pf->limit = limit;
+    pf->period_ns = count * u->ns;
+    return 0;
+}
+
+enum { OPT_BURST, OPT_CAPACITY, OPT_SLOTS, OPT_NODELAY, OPT_COUNT };
+static const char *const opt_names[OPT_COUNT] = {"burst", "capacity", "slots", "nodelay"};
+
+static bool opt_belongs(int opt, sluice__alg alg)
+{
+    switch (opt) {
+    case OPT_BURST: return alg == SLUICE__TOKEN_BUCKET;
+    case OPT_CAPACITY: return alg == SLUICE__LEAKY_BUCKET;
+    case OPT_SLOTS: return alg == SLUICE__SLIDING_WHEEL;
+    case OPT_NODELAY: return alg == SLUICE__LEAKY_BUCKET;
+    default: return false;
+    }
+}
+
+int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
+                       size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!spec) {
+        sluice__errf(err, errlen, "no spec (NULL)");
+        return SLUICE_EINVAL;
+    }
+    memset(pf, 0, sizeof *pf);
+    const char *s = spec;
+    int ntok = 0, rc;
+    bool seen[OPT_COUNT] = {false};
+    uint64_t optval[OPT_COUNT] = {0};
+    for (;;) {
+        while (is_space(*s)) s++;
+        if (!*s) break;
+        const char *tok = s;
+        while (*s && !is_space(*s)) s++;
+        size_t n = (size_t)(s - tok);
+        if (ntok == 0) {
+            int a = -1;
+            for (int i = 0; i < SLUICE__ALG_COUNT; i++)
+                if (tok_eq(tok, n, alg_names[i])) a = i;
+            if (a < 0) {
+                sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected fixed-window, sliding-log, sliding-wheel, sliding-approx, token-bucket or leaky-bucket",
+                             TOK(tok, n));
+                return SLUICE_EINVAL;
+            }
+            pf->alg = (sluice__alg)a;
+        } else if (ntok == 1) {
+            if ((rc = parse_rate(tok, n, pf, err, errlen)) != 0) return rc;
+        } else {
+            const char *eq = memchr(tok, '=', n);
+            size_t nn = eq ? (size_t)(eq - tok) : n;
+            int o = -1;
+            for (int i = 0; i < OPT_COUNT; i++)
+                if (tok_eq(tok, nn, opt_names[i])) o = i;
+            if (o < 0) {
+                sluice__errf(err, errlen, "unknown option \"%.*s\"", TOK(tok, n));
+                return SLUICE_EINVAL;
+            }
+            if (!opt_belongs(o, pf->alg)) {
+                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s", TOK(tok, n), alg_names[pf->alg]);
+                return SLUICE_EINVAL;
+            }
+            if (seen[o]) {
+                sluice__errf(err, errlen, "duplicate option \"%.*s\"", TOK(tok, n));
+                return SLUICE_EINVAL;
+            }
+            seen[o] = true;
+            if (o == OPT_NODELAY) {
+                if (eq) {
+                    sluice__errf(err, errlen, "option \"%.*s\" takes no value: write nodelay", TOK(tok, n));
+                    return SLUICE_EINVAL;
+                }
+            } else if (!eq || !parse_u64(eq + 1, n - nn - 1, &optval[o]) || optval[o] == 0) {
+                sluice__errf(err, errlen, "bad option \"%.*s\": expected %s=N with N a whole number >= 1",
+                             TOK(tok, n), opt_names[o]);
+                return SLUICE_EINVAL;
+            }
+        }
+        ntok++;
+    }
+    if (ntok == 0) {
+        sluice__errf(err, errlen, "empty spec: expected ALGORITHM LIMIT/PERIOD [OPTION ...]");
+        return SLUICE_EINVAL;
+    }
+    if (ntok == 1) {
+        sluice__errf(err, errlen, "missing LIMIT/PERIOD after \"%s\"", alg_names[pf->alg]);
+        return SLUICE_EINVAL;
+    }
+
+    const uint64_t L = pf->limit, W = pf->period_ns;
+    pf->capacity = L;
+    pf->nodelay = seen[OPT_NODELAY];
+    switch (pf->alg) {
+    case SLUICE__TOKEN_BUCKET:
+    case SLUICE__LEAKY_BUCKET: {
+        int o = pf->alg == SLUICE__TOKEN_BUCKET ? OPT_BURST : OPT_CAPACITY;
+        if (seen[o]) pf->capacity = optval[o];
+        /* time to fill = capacity * W / L must fit SLUICE_MAX_PERIOD_NS */
+        if ((u128)pf->capacity * W > (u128)SLUICE_MAX_PERIOD_NS * L) {
+            sluice__errf(err, errlen, "%s=%llu too large: the bucket would take longer than 36500d to %s at %llu per %llu ns",
+                         opt_names[o], (unsigned long long)pf->capacity,
+                         o == OPT_BURST ? "refill" : "drain",
+                         (unsigned long long)L, (unsigned long long)W);
+            return SLUICE_ERANGE;
+        }
+        pf->cap_scaled = (u128)pf->capacity * W;
+        break;
+    }
+    case SLUICE__SLIDING_WHEEL: {
+        uint64_t n = seen[OPT_SLOTS] ? optval[OPT_SLOTS] : W / default_tick(W);
+        if (n > W || W % n != 0) {
+            sluice__errf(err, errlen, "bad option \"slots=%llu\": PERIOD (%llu ns) / slots must be a whole number of ns >= 1",
+                         (unsigned long long)n, (unsigned long long)W);
+            return SLUICE_EINVAL;
+        }
+        pf->slots = n;
+        pf->tick_ns = W / n;
+        pf->max_entries = sluice__min_u64(n, L);
+        break;
+    }
+    case SLUICE__SLIDING_LOG:
+        pf->slots = W;
+        pf->tick_ns = 1;
+        pf->max_entries = sluice__min_u64(W, L);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    const struct unit *u = &units[N_FORMAT_UNITS - 1];
+    for (size_t i = 0; i < N_FORMAT_UNITS; i++)
+        if (pf->period_ns % units[i].ns == 0) {
+            u = &units[i];
+            break;
+        }
+    char count[24] = "";
+    uint64_t c = pf->period_ns / u->ns;
+    if (c != 1) snprintf(count, sizeof count, "%llu", (unsigned long long)c);
+    char opts[64] = "";
+    if (pf->alg == SLUICE__TOKEN_BUCKET && pf->capacity != pf->limit)
+        snprintf(opts, sizeof opts, " burst=%llu", (unsigned long long)pf->capacity);
+    if (pf->alg == SLUICE__LEAKY_BUCKET) {
+        if (pf->capacity != pf->limit)
+            snprintf(opts, sizeof opts, " capacity=%llu%s", (unsigned long long)pf->capacity,
+                     pf->nodelay ? " nodelay" : "");
+        else if (pf->nodelay)
+            snprintf(opts, sizeof opts, " nodelay");
+    }
+    if (pf->alg == SLUICE__SLIDING_WHEEL && pf->slots != pf->period_ns / default_tick(pf->period_ns))
+        snprintf(opts, sizeof opts, " slots=%llu", (unsigned long long)pf->slots);
+    int n = snprintf(buf, buflen, "%s %llu/%s%s%s", alg_names[pf->alg],
+                     (unsigned long long)pf->limit, count, u->name, opts);
+    if (n < 0) return SLUICE_EINVAL;
+    if ((size_t)n >= buflen) return SLUICE_ENOSPC;
+    return n;
+}

@@ -1,0 +1,133 @@
+/* window_log.c -- the exact sliding window, over slots: sliding-wheel and
+ * sliding-log.
+ *
+ * Contract (CONTRACT.md 3.3): with N slots of tick = W/N ns and
+ * slot(t) = floor(t / tick), a request for p is allowed iff the permits
+ * admitted with slot(t) - N < slot(t_i) <= slot(t), plus p, <= L.
+ * The exact sliding log (3.2: t - W < t_i <= t) is the same rule with
+ * tick = 1 ns and N = W, so one engine serves both.
+ *
+ * The seed article's wheel sums every slot on every request and, after an
+ * idle gap, walks every elapsed tick.  Here the ring holds only the slots
+ * that admitted something, oldest first, each with the running total of
+ * permits up to it (`cum`, modulo 2^64):
+ *
+ *     in the window = cum(newest) - cum(last retired)        O(1)
+ *
+ * Slots leave from the front when they fall out of the window; each entry
+ * is pushed once and popped once, so a decision costs O(1) amortised,
+ * whatever N is and however long the limiter was idle (a gap longer than
+ * the window empties the ring in one step).  A refusal's retry_after is a
+ * binary search over the ring for the oldest slot whose expiry leaves room:
+ * O(log entries).
+ *
+ * Memory: at most min(N, L) entries of 16 bytes (every entry holds at least
+ * one permit of at most L, in a distinct slot of the window).  The ring
+ * starts empty and doubles when full, so a limiter costs what its traffic
+ * needs.  If that growth fails, the request is refused (never admitted
+ * unrecorded) with retry_after_ns = -1.
+ *
+ *   remaining       L - in the window
+ *   retry_after_ns  (slot_j + N) * tick - t for the oldest entry j such that
+ *                   the entries after it, plus p, fit; -1 for p > L.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+#define RING_MIN 4u
+
+static inline sluice__log_entry *at(const sluice__log *lg, uint32_t i)
+{
+    return &lg->e[(lg->head + i) & (lg->cap - 1)];
+}
+
+/* Drop the entries whose slot no longer counts at slot s: slot <= s - N. */
+static void retire(sluice__log *lg, uint64_t s, uint64_t n)
+{
+    if (lg->len == 0 || s < n) return;
+    uint64_t out = s - n; /* slots <= out are outside (s - N, s] */
+    if (at(lg, lg->len - 1)->slot <= out) { /* the whole window expired */
+        lg->base = at(lg, lg->len - 1)->cum;
+        lg->len = 0;
+        lg->head = 0;
+        return;
+    }
+    while (lg->e[lg->head].slot <= out) {
+        lg->base = lg->e[lg->head].cum;
+        lg->head = (lg->head + 1) & (lg->cap - 1);
+        lg->len--;
+    }
+}
+
+static bool grow(sluice__log *lg, uint64_t max_entries)
+{
+    uint64_t want = lg->cap ? (uint64_t)lg->cap * 2 : RING_MIN;
+    /* the ring never holds more than max_entries = min(N, L) entries, so
+     * a full ring of that size cannot happen; a ring past 2^31 entries is
+     * refused rather than allowed to wrap its 32-bit indexes */
+    (void)max_entries;
+    if (want > ((uint64_t)1 << 31)) return false;
+    sluice__log_entry *e = sluice__malloc((size_t)want * sizeof *e);
+    if (!e) return false;
+    for (uint32_t i = 0; i < lg->len; i++) e[i] = *at(lg, i);
+    sluice__free(lg->e);
+    lg->e = e;
+    lg->cap = (uint32_t)want;
+    lg->head = 0;
+    return true;
+}
+
+bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
+                               uint64_t t, uint64_t p, uint64_t max_wait,
+                               sluice_result *res)
+{
+    (void)max_wait;
+    sluice__log *lg = &st->u.log;
+    const uint64_t n = pf->slots, L = pf->limit;
+    const uint64_t s = t / pf->tick_ns;
+    st->t_last = t;
+    retire(lg, s, n);
+
+    uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
+    uint64_t used = newest - lg->base;
+    uint64_t room = L - used;
+    if (p == 0) return sluice__allow(res, room, 0);
+    if (p > room) {
+        if (p > L) return sluice__deny(res, room, -1);
+        /* the oldest j with newest - cum_j <= L - p: binary search */
+        uint32_t lo = 0, hi = lg->len - 1;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (newest - at(lg, mid)->cum <= L - p) hi = mid;
+            else lo = mid + 1;
+        }
+        uint64_t expiry = (at(lg, lo)->slot + n) * pf->tick_ns;
+        return sluice__deny(res, room, (int64_t)(expiry - t));
+    }
+    if (lg->len && at(lg, lg->len - 1)->slot == s) {
+        at(lg, lg->len - 1)->cum += p;
+    } else {
+        if (lg->len == lg->cap && !grow(lg, pf->max_entries))
+            return sluice__deny(res, room, -1);
+        sluice__log_entry *e = at(lg, lg->len);
+        e->slot = s;
+        e->cum = newest + p;
+        lg->len++;
+    }
+    return sluice__allow(res, room - p, 0);
+}
+
+uint64_t sluice__window_log_rest_at(const sluice__profile *pf,
+                                    const sluice__state *st)
+{
+    const sluice__log *lg = &st->u.log;
+    if (lg->len == 0) return st->t_last;
+    return (at(lg, lg->len - 1)->slot + pf->slots) * pf->tick_ns;
+}
+
+void sluice__window_log_fini(sluice__log *lg)
+{
+    sluice__free(lg->e);
+    memset(lg, 0, sizeof *lg);
+}
