@@ -56,7 +56,8 @@ extern "C" {
 /* Limits of the spec grammar.  LIMIT is 1 .. SLUICE_MAX_LIMIT permits per
  * PERIOD; PERIOD is 1 ns .. SLUICE_MAX_PERIOD_NS (100 years of 365 days).
  * For the buckets, the time to fill (burst or capacity times PERIOD/LIMIT)
- * is also at most SLUICE_MAX_PERIOD_NS, so that every wait fits an int64. */
+ * is at most 2^63-1 ns (about 292 years), so that every wait fits an
+ * int64.  Times passed to the `_at` functions above 2^63-1 count as 2^63-1. */
 #define SLUICE_MAX_LIMIT 1000000000000ULL         /* 10^12 */
 #define SLUICE_MAX_PERIOD_NS 3153600000000000000ULL /* 36500 d */
 

@@ -18,7 +18,7 @@
  *   wait_ns         ceil(Y / L)                  (shaper only)
  *   remaining       floor((C*W - Y) / W)
  *   retry_after_ns  ceil((Y + p*W - C*W) / L) for p <= C; -1 for p > C.
- * The parser bounds C*W/L by SLUICE_MAX_PERIOD_NS: every wait fits an int64.
+ * The parser bounds C*W/L by 2^63-1 ns: every wait fits an int64.
  */
 #include "internal.h"
 

@@ -14,7 +14,7 @@
  * integers), so no rate is refused for being too fast or too slow; the
  * buckets also refuse a burst or capacity that would take longer than
  * SLUICE_MAX_PERIOD_NS to refill or drain, which keeps every wait within
- * an int64.
+ * an int64 (time to fill at most 2^63-1 ns, about 292 years).
  *
  * Default sliding-wheel slots: 1-ms slots when PERIOD is a whole number of
  * milliseconds, else 1-µs slots when a whole number of microseconds, else
@@ -95,7 +95,7 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     size_t pn = n - ln - 1, dn = 0;
     while (dn < pn && is_digit(p[dn])) dn++;
     uint64_t count = 1;
-    if (dn && !parse_u64(p, dn, &count)) count = 0; /* overflow: range error below */
+    if (dn && !parse_u64(p, dn, &count)) count = UINT64_MAX; /* overflow: too long */
     const struct unit *u = NULL;
     for (size_t i = 0; i < N_UNITS; i++)
         if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
@@ -207,9 +207,9 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
     case SLUICE__LEAKY_BUCKET: {
         int o = pf->alg == SLUICE__TOKEN_BUCKET ? OPT_BURST : OPT_CAPACITY;
         if (seen[o]) pf->capacity = optval[o];
-        /* time to fill = capacity * W / L must fit SLUICE_MAX_PERIOD_NS */
-        if ((u128)pf->capacity * W > (u128)SLUICE_MAX_PERIOD_NS * L) {
-            sluice__errf(err, errlen, "%s=%llu too large: the bucket would take longer than 36500d to %s at %llu per %llu ns",
+        /* time to fill = capacity * W / L must fit an int64 (292 years) */
+        if ((u128)pf->capacity * W > (u128)INT64_MAX * L) {
+            sluice__errf(err, errlen, "%s=%llu too large: the bucket would take longer than 2^63 ns to %s at %llu per %llu ns",
                          opt_names[o], (unsigned long long)pf->capacity,
                          o == OPT_BURST ? "refill" : "drain",
                          (unsigned long long)L, (unsigned long long)W);

@@ -14,7 +14,7 @@
  * rate (3/s, 7/10s, 1/d, 10^9/s): nothing is rounded, so nothing drifts.
  * Bounds: (t - t')*L < 2^63 * 10^12 < 2^103 and B*W <= 2^62 * 2^62, so a
  * u128 holds every sum.  The spec parser ensures B*W/L (the time to fill the
- * bucket) is at most SLUICE_MAX_PERIOD_NS, so every wait fits an int64.
+ * bucket) is at most 2^63-1 ns, so every wait fits an int64.
  *
  *   remaining       floor(X / W)
  *   retry_after_ns  ceil((p*W - X) / L) for p <= B; -1 for p > B.
