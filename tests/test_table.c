@@ -1,0 +1,163 @@
+/* test_table.c -- per-key limiters: independence of keys, key lengths, the
+ * max_keys bound with reclamation of keys at rest and refusal of new keys
+ * when every held key is in use, counters. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <sluice.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEC 1000000000ULL
+
+static sluice_table *mk(const char *spec, size_t max_keys)
+{
+    char err[256];
+    sluice_table *t = sluice_table_new(spec, max_keys, err, sizeof err);
+    if (!t) fail_msg("%s: %s", spec, err);
+    return t;
+}
+
+static bool ask(sluice_table *t, const char *key, uint64_t p, uint64_t now, sluice_result *r)
+{
+    return sluice_table_try_acquire_at(t, key, strlen(key), p, now, r);
+}
+
+static void test_keys_independent(void **state)
+{
+    (void)state;
+    sluice_table *t = mk("fixed-window 3/s", 100);
+    sluice_result r;
+    for (int i = 0; i < 3; i++) {
+        assert_true(ask(t, "a", 1, SEC, &r));
+        assert_true(ask(t, "b", 1, SEC, &r));
+    }
+    assert_false(ask(t, "a", 1, SEC, &r));
+    assert_int_equal(sluice_table_last_error(), 0); /* the limiter said no */
+    assert_false(ask(t, "b", 1, SEC, &r));
+    assert_true(ask(t, "", 1, SEC, &r));            /* the empty key */
+    assert_true(sluice_table_try_acquire_at(t, NULL, 0, 1, SEC, &r)); /* same key */
+    assert_int_equal(r.remaining, 1);
+    /* keys differ by bytes, not by C string: embedded NUL */
+    assert_true(sluice_table_try_acquire_at(t, "a\0x", 3, 3, SEC, &r));
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.keys, 4);
+    assert_int_equal(st.decisions.requests_allowed, 9);
+    assert_int_equal(st.decisions.requests_denied, 2);
+    sluice_table_free(t);
+}
+
+static void test_key_length(void **state)
+{
+    (void)state;
+    sluice_table *t = mk("token-bucket 1/s", 10);
+    char *big = calloc(SLUICE_MAX_KEY_BYTES + 1, 1);
+    assert_non_null(big);
+    sluice_result r;
+    assert_true(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
+    assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
+    assert_int_equal(sluice_table_last_error(), 0);
+    /* one byte longer: refused with a reason, never unlimited */
+    assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES + 1, 1, 0, &r));
+    assert_int_equal(sluice_table_last_error(), SLUICE_EINVAL);
+    assert_int_equal(r.retry_after_ns, -1);
+    assert_false(sluice_table_try_acquire_at(t, NULL, 5, 1, 0, &r));
+    assert_int_equal(sluice_table_last_error(), SLUICE_EINVAL);
+    free(big);
+    sluice_table_free(t);
+}
+
+/* max_keys = 2: a third key is refused while both are in use, gets room as
+ * soon as one is at rest, and the one reclaimed loses nothing. */
+static void test_full_table(void **state)
+{
+    (void)state;
+    sluice_table *t = mk("token-bucket 10/s burst=2", 2);
+    sluice_result r;
+    assert_true(ask(t, "a", 2, 0, &r));            /* a full again at 200 ms */
+    assert_true(ask(t, "b", 1, 50000000, &r));     /* b full again at 150 ms */
+    assert_false(ask(t, "c", 1, 100000000, &r));
+    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_int_equal(r.retry_after_ns, 50000000); /* when b comes to rest */
+    assert_true(ask(t, "c", 1, 150000000, &r));    /* b reclaimed */
+    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(r.remaining, 1);
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.keys, 2);
+    assert_int_equal(st.reclaimed, 1);
+    assert_int_equal(st.refused, 1);
+    /* b comes back as a full bucket, exactly as if it had been kept: but
+     * the table is full of a and c, both in use until 200/250 ms */
+    assert_false(ask(t, "b", 2, 160000000, &r));
+    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_true(ask(t, "b", 2, 200000000, &r)); /* a at rest: reclaimed */
+    assert_int_equal(r.remaining, 0);
+    /* a was at rest: its new limiter starts full, as the old one was */
+    assert_true(ask(t, "a", 2, 260000000, &r));
+    sluice_table_free(t);
+}
+
+/* Many keys, each compared with its own limiter: the table changes no
+ * decision while there is room. */
+static void test_many_keys_match_limiters(void **state)
+{
+    (void)state;
+    enum { KEYS = 2000, STEPS = 60000 };
+    static const char *const specs[] = {
+        "sliding-wheel 5/s slots=10", "token-bucket 3/s burst=4", "sliding-approx 4/s",
+        "leaky-bucket 2/s capacity=3", "sliding-log 3/s", "fixed-window 4/s",
+    };
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        sluice_table *t = mk(specs[si], KEYS);
+        sluice_limiter **ls = calloc(KEYS, sizeof *ls);
+        assert_non_null(ls);
+        uint64_t x = 88172645463325252ULL, now = 0;
+        for (int i = 0; i < STEPS; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            unsigned k = (unsigned)(x % KEYS);
+            now += (x >> 40) % 3000000;
+            uint64_t p = (x >> 20) % 3;
+            char key[16];
+            snprintf(key, sizeof key, "k%u", k);
+            if (!ls[k]) ls[k] = sluice_limiter_new(specs[si], NULL, 0);
+            sluice_result a, b;
+            bool ta = ask(t, key, p, now, &a);
+            bool tb = sluice_try_acquire_at(ls[k], p, now, &b);
+            assert_int_equal(ta, tb);
+            assert_int_equal(a.remaining, b.remaining);
+            assert_int_equal(a.retry_after_ns, b.retry_after_ns);
+            assert_int_equal(a.wait_ns, b.wait_ns);
+        }
+        for (int k = 0; k < KEYS; k++) sluice_limiter_free(ls[k]);
+        free(ls);
+        sluice_table_free(t);
+    }
+}
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    char err[128];
+    assert_null(sluice_table_new("token-bucket 1/s", 0, err, sizeof err));
+    assert_non_null(strstr(err, "max_keys"));
+    assert_null(sluice_table_new("token-bucket 0/s", 10, err, sizeof err));
+    assert_non_null(strstr(err, "\"0\""));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys_independent),
+        cmocka_unit_test(test_key_length),
+        cmocka_unit_test(test_full_table),
+        cmocka_unit_test(test_many_keys_match_limiters),
+        cmocka_unit_test(test_bad_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
