@@ -48,6 +48,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; what this header declares
+ * is its exported interface. */
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
+
 #define SLUICE_VERSION_MAJOR 0
 #define SLUICE_VERSION_MINOR 1
 #define SLUICE_VERSION_PATCH 0
@@ -242,6 +248,10 @@ int sluice_table_last_error(void);
 
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
