@@ -81,6 +81,15 @@ enum {
  * for a code this version does not know).  Thread-safe. */
 const char *sluice_strerror(int code);
 
+/* Why the calling thread's last decision refused without the contract
+ * saying so: 0 when the last decision was the algorithm's own (allowed or
+ * refused), SLUICE_ENOMEM when sliding-log or sliding-wheel could not grow
+ * its ring to record the request (it is refused with retry_after_ns = -1
+ * rather than admitted unrecorded), and for tables also SLUICE_EINVAL (key
+ * too long) and SLUICE_EFULL (every held key in use).  Thread-local; set by
+ * every try_acquire call.  Thread-safe. */
+int sluice_last_error(void);
+
 /* The library's version, SLUICE_VERSION_STRING of the build.  Thread-safe. */
 const char *sluice_version(void);
 
@@ -181,14 +190,17 @@ bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns);
  * counters may come from slightly different instants.  Thread-safe. */
 void sluice_limiter_stats(const sluice_limiter *lim, sluice_stats *out);
 
+/* The longest canonical spec sluice_spec_format() writes, with its NUL. */
+#define SLUICE_SPEC_MAX 128
+
 /* Write the limiter's canonical spec into buf (NUL-terminated): the
  * algorithm, LIMIT/PERIOD with the period in its largest whole unit, and the
  * options that differ from their defaults, in a fixed order.  Parsing the
  * result makes an identical limiter, and formatting that gives the same
  * string.  Returns the length of the spec (excluding the NUL), or
  * SLUICE_ENOSPC when buflen is too small (buf then holds a truncated,
- * NUL-terminated prefix if buflen > 0).  64 bytes always suffice.
- * Thread-safe. */
+ * NUL-terminated prefix if buflen > 0).  SLUICE_SPEC_MAX bytes always
+ * suffice.  Thread-safe. */
 int sluice_spec_format(const sluice_limiter *lim, char *buf, size_t buflen);
 
 /* Check a spec without keeping a limiter: 0 if it would be accepted, else a
@@ -231,18 +243,19 @@ void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
  * 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is 0).  A key seen
- * for the first time gets a fresh limiter.  Returns false, takes nothing and
- * sets res->retry_after_ns = -1 when the key is longer than
- * SLUICE_MAX_KEY_BYTES, when the table is full of keys not at rest, or when
- * memory runs out; sluice_table_last_error() tells which.  Thread-safe. */
+ * for the first time gets a fresh limiter.  Returns false and takes nothing,
+ * with sluice_table_last_error() telling why, when the key is longer than
+ * SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when memory
+ * runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table holds
+ * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is the time
+ * until the first held key comes to rest).  Thread-safe. */
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
                                  size_t keylen, uint64_t permits,
                                  uint64_t now_ns, sluice_result *res);
 
-/* The reason for the calling thread's last refusal by
- * sluice_table_try_acquire_at() that was not a limiter's decision: 0 when
- * the last call on this thread was decided by the key's limiter, else
- * SLUICE_EINVAL (key too long), SLUICE_EFULL or SLUICE_ENOMEM.
+/* The same as sluice_last_error(), under the name the table's documentation
+ * uses: 0 when the calling thread's last call was decided by the key's
+ * limiter, else SLUICE_EINVAL (key too long), SLUICE_EFULL or SLUICE_ENOMEM.
  * Thread-safe (thread-local). */
 int sluice_table_last_error(void);
 

@@ -134,6 +134,10 @@ SLUICE__INTERNAL void *sluice__calloc(size_t n, size_t size);
 SLUICE__INTERNAL void *sluice__realloc(void *p, size_t old_n, size_t n);
 SLUICE__INTERNAL void sluice__free(void *p);
 
+/* The calling thread's reason for a refusal that was not the contract's
+ * decision (sluice_last_error()); 0 resets it. */
+SLUICE__INTERNAL void sluice__set_error(int code);
+
 /* Write a formatted one-line message into err (errlen may be 0). */
 SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
                                    ...) __attribute__((format(printf, 3, 4)));

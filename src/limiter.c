@@ -137,6 +137,7 @@ void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
 static bool decide_locked(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                           uint64_t max_wait, sluice_result *res)
 {
+    sluice__set_error(0);
     pthread_mutex_lock(&lim->mu);
     bool ok = sluice__decide(&lim->pf, &lim->st, now_ns, permits, max_wait, res);
     pthread_mutex_unlock(&lim->mu);

@@ -209,7 +209,7 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         if (seen[o]) pf->capacity = optval[o];
         /* time to fill = capacity * W / L must fit an int64 (292 years) */
         if ((u128)pf->capacity * W > (u128)INT64_MAX * L) {
-            sluice__errf(err, errlen, "%s=%llu too large: the bucket would take longer than 2^63 ns to %s at %llu per %llu ns",
+            sluice__errf(err, errlen, "\"%s=%llu\" too large: the bucket would take longer than 2^63 ns to %s at %llu per %llu ns",
                          opt_names[o], (unsigned long long)pf->capacity,
                          o == OPT_BURST ? "refill" : "drain",
                          (unsigned long long)L, (unsigned long long)W);

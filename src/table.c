@@ -53,10 +53,6 @@ struct sluice_table {
     sluice__counters counters;
 };
 
-static _Thread_local int last_error;
-
-int sluice_table_last_error(void) { return last_error; }
-
 static uint64_t hash_key(uint64_t seed, const unsigned char *k, size_t n)
 {
     uint64_t h = 14695981039346656037ULL ^ seed;
@@ -171,7 +167,8 @@ static entry **find(sluice_table *t, uint64_t h, const void *key, size_t keylen)
     entry **pp = &t->buckets[h & (t->nbuckets - 1)];
     for (; *pp; pp = &(*pp)->next) {
         entry *e = *pp;
-        if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
+        if (e->hash == h && e->keylen == keylen &&
+            (keylen == 0 || memcmp(e->key, key, keylen) == 0))
             return pp;
     }
     return pp;
@@ -221,7 +218,7 @@ static entry *insert(sluice_table *t, entry **slot, uint64_t h, const void *key,
         entry *oldest = t->heap[0];
         if (oldest->rest_at > now) {
             t->refused++;
-            last_error = SLUICE_EFULL;
+            sluice__set_error(SLUICE_EFULL);
             uint64_t d = oldest->rest_at - now;
             sluice__deny(res, 0, d > INT64_MAX ? INT64_MAX : (int64_t)d);
             return NULL;
@@ -252,7 +249,7 @@ static entry *insert(sluice_table *t, entry **slot, uint64_t h, const void *key,
     if (t->count > t->nbuckets) rehash(t);
     return e;
 oom:
-    last_error = SLUICE_ENOMEM;
+    sluice__set_error(SLUICE_ENOMEM);
     sluice__deny(res, 0, -1);
     return NULL;
 }
@@ -264,12 +261,12 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     sluice_result scratch;
     if (!res) res = &scratch;
     if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
-        last_error = SLUICE_EINVAL;
+        sluice__set_error(SLUICE_EINVAL);
         sluice__deny(res, 0, -1);
         sluice__count(&t->counters, permits, false);
         return false;
     }
-    last_error = 0;
+    sluice__set_error(0);
     uint64_t h = hash_key(t->seed, key, keylen);
     pthread_mutex_lock(&t->mu);
     if (now_ns > t->t_max) t->t_max = now_ns;

@@ -108,8 +108,10 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     if (lg->len && at(lg, lg->len - 1)->slot == s) {
         at(lg, lg->len - 1)->cum += p;
     } else {
-        if (lg->len == lg->cap && !grow(lg, pf->max_entries))
+        if (lg->len == lg->cap && !grow(lg, pf->max_entries)) {
+            sluice__set_error(SLUICE_ENOMEM);
             return sluice__deny(res, room, -1);
+        }
         sluice__log_entry *e = at(lg, lg->len);
         e->slot = s;
         e->cum = newest + p;

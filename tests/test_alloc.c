@@ -1,0 +1,675 @@
+/* test_alloc.c -- running out of memory, as SQLite tests it: fail the Nth
+ * allocation, for N = 0, 1, 2, ... until the call succeeds.
+ *
+ * A counting allocator is installed with sluice_set_allocator().  Every
+ * block it hands out carries a header with a magic number, so a block the
+ * library frees with the wrong allocator (or twice) is caught at once, and
+ * `live` counts the blocks not yet freed.  Four variants: the Nth allocation
+ * fails alone ("once") or with every later one ("from N on"), each with a
+ * realloc_fn and with realloc_fn = NULL.
+ *
+ *  - every constructor (sluice_limiter_new for each algorithm,
+ *    sluice_table_new) fails cleanly: NULL, a one-line message, nothing
+ *    left allocated; once it succeeds, the object works and frees back to
+ *    zero live blocks;
+ *  - sluice_table_try_acquire_at() for a new key: refused with
+ *    sluice_table_last_error() == SLUICE_ENOMEM and retry_after_ns = -1,
+ *    nothing taken (the key's later first grant sees a full limiter), and
+ *    nothing leaked once the table is freed;
+ *  - sliding-log and sliding-wheel, whose memory grows on the decision
+ *    path: with allocations failing, a request is refused rather than
+ *    admitted unrecorded (never more than the contract admits), and after
+ *    the allocator recovers every decision is exactly the contract's
+ *    (checked against a plain list of the admitted requests).
+ *
+ * Each test restores libc's allocator in its teardown.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#define MAX_N 10000 /* no constructor needs this many allocations */
+
+/* ------------------------------------------------------------------------ */
+/* The counting, failing allocator                                           */
+
+#define MAGIC_LIVE 0x51ce0a11c0ffee11ULL
+#define MAGIC_DEAD 0xdeadb10cULL
+
+typedef union hdr {
+    struct {
+        uint64_t magic;
+        size_t size;
+    } h;
+    max_align_t align;
+} hdr;
+
+static struct {
+    long calls;      /* malloc_fn and realloc_fn calls since the last arm() */
+    long fail_at;    /* the call that fails; -1: none */
+    bool persistent; /* ... and every later call too */
+    long failures;   /* calls failed since the last arm() */
+    long live;       /* blocks handed out and not freed */
+} A = {0, -1, false, 0, 0};
+
+static bool fail_now(void)
+{
+    long i = A.calls++;
+    if (A.fail_at >= 0 && (i == A.fail_at || (A.persistent && i > A.fail_at))) {
+        A.failures++;
+        return true;
+    }
+    return false;
+}
+
+static hdr *header_of(void *p)
+{
+    hdr *h = (hdr *)p - 1;
+    if (h->h.magic != MAGIC_LIVE) {
+        fprintf(stderr, "test_alloc: %p was not allocated by the test allocator "
+                        "(or was freed already)\n", p);
+        abort();
+    }
+    return h;
+}
+
+static void *t_malloc(size_t n)
+{
+    if (fail_now()) return NULL;
+    hdr *h = malloc(sizeof *h + n);
+    if (!h) return NULL;
+    h->h.magic = MAGIC_LIVE;
+    h->h.size = n;
+    A.live++;
+    return h + 1;
+}
+
+static void *t_realloc(void *p, size_t n)
+{
+    if (!p) return t_malloc(n);
+    hdr *old = header_of(p);
+    if (fail_now()) return NULL;
+    hdr *h = realloc(old, sizeof *h + n);
+    if (!h) return NULL;
+    h->h.size = n;
+    return h + 1;
+}
+
+static void t_free(void *p)
+{
+    if (!p) return;
+    hdr *h = header_of(p);
+    h->h.magic = MAGIC_DEAD;
+    A.live--;
+    free(h);
+}
+
+enum { WITH_REALLOC, WITHOUT_REALLOC };
+
+static void install(int variant)
+{
+    sluice_allocator a = {t_malloc, variant == WITH_REALLOC ? t_realloc : NULL, t_free};
+    A.calls = 0;
+    A.fail_at = -1;
+    A.failures = 0;
+    A.live = 0;
+    sluice_set_allocator(&a);
+    /* the hook returns what is installed: installing again gives ours back */
+    sluice_allocator back = sluice_set_allocator(&a);
+    assert_true(back.malloc_fn == t_malloc);
+    assert_true(back.free_fn == t_free);
+}
+
+/* Fail the allocation call `n` from now on (alone, or with every later one
+ * when persistent); n < 0 disarms. */
+static void arm(long n, bool persistent)
+{
+    A.calls = 0;
+    A.failures = 0;
+    A.fail_at = n;
+    A.persistent = persistent;
+}
+
+/* The object a test is working on, freed by the teardown when a failed
+ * check ends the test early (so a failure does not also report a leak). */
+static sluice_table *g_table;
+static sluice_limiter *g_lim;
+
+static int restore_allocator(void **state)
+{
+    (void)state;
+    A.fail_at = -1;
+    sluice_table_free(g_table);
+    sluice_limiter_free(g_lim);
+    g_table = NULL;
+    g_lim = NULL;
+    sluice_set_allocator(NULL);
+    A.fail_at = -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Constructors                                                              */
+
+struct alg_spec {
+    const char *spec;
+    uint64_t first_remaining; /* remaining after one permit from rest */
+};
+
+static const struct alg_spec alg_specs[] = {
+    {"fixed-window 10/s", 9},
+    {"sliding-log 10/s", 9},
+    {"sliding-wheel 10/s", 9},
+    {"sliding-wheel 10/s slots=10", 9},
+    {"sliding-approx 10/s", 9},
+    {"token-bucket 10/s", 9},
+    {"token-bucket 10/s burst=5", 4},
+    {"leaky-bucket 10/s", 9},
+    {"leaky-bucket 10/s capacity=5 nodelay", 4},
+};
+
+static void check_message(const char *what, const char *spec, long n,
+                          const char *err, size_t errlen)
+{
+    if (!memchr(err, '\0', errlen))
+        fail_msg("%s(\"%s\") failing allocation %ld: message not NUL-terminated", what, spec, n);
+    if (err[0] == '\0')
+        fail_msg("%s(\"%s\") failing allocation %ld: no message", what, spec, n);
+    if (strchr(err, '\n'))
+        fail_msg("%s(\"%s\") failing allocation %ld: message not one line", what, spec, n);
+}
+
+static void check_no_leak(const char *what, const char *spec, long n)
+{
+    if (A.live != 0)
+        fail_msg("%s(\"%s\") failing allocation %ld: %ld blocks leaked", what,
+                 spec, n, A.live);
+}
+
+static void limiter_new_loop(int variant, bool persistent)
+{
+    for (size_t s = 0; s < COUNT(alg_specs); s++) {
+        const char *spec = alg_specs[s].spec;
+        install(variant);
+        long n;
+        for (n = 0; n < MAX_N; n++) {
+            char err[256];
+            memset(err, 'Z', sizeof err);
+            arm(n, persistent);
+            sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
+            long failures = A.failures;
+            arm(-1, false);
+            if (!lim) {
+                if (failures == 0)
+                    fail_msg("sluice_limiter_new(\"%s\") failed with no failed allocation: %s", spec, err);
+                check_message("sluice_limiter_new", spec, n, err, sizeof err);
+                check_no_leak("sluice_limiter_new", spec, n);
+                continue;
+            }
+            sluice_result r;
+            g_lim = lim;
+            assert_true(sluice_try_acquire_at(lim, 1, 1000, &r));
+            assert_int_equal(r.remaining, alg_specs[s].first_remaining);
+            sluice_limiter_free(lim);
+            g_lim = NULL;
+            check_no_leak("sluice_limiter_new + free", spec, n);
+            if (failures == 0) break;
+        }
+        if (n == MAX_N) fail_msg("sluice_limiter_new(\"%s\") never succeeded", spec);
+        restore_allocator(NULL);
+    }
+}
+
+static void test_limiter_new_once(void **state)
+{
+    (void)state;
+    limiter_new_loop(WITH_REALLOC, false);
+}
+
+static void test_limiter_new_from_n(void **state)
+{
+    (void)state;
+    limiter_new_loop(WITH_REALLOC, true);
+}
+
+static void test_limiter_new_no_realloc(void **state)
+{
+    (void)state;
+    limiter_new_loop(WITHOUT_REALLOC, false);
+    limiter_new_loop(WITHOUT_REALLOC, true);
+}
+
+static void table_new_loop(int variant, bool persistent)
+{
+    static const size_t max_keys[] = {1, 16, 1000, 100000};
+    for (size_t s = 0; s < COUNT(alg_specs); s++) {
+        for (size_t m = 0; m < COUNT(max_keys); m++) {
+            const char *spec = alg_specs[s].spec;
+            install(variant);
+            long n;
+            for (n = 0; n < MAX_N; n++) {
+                char err[256];
+                memset(err, 'Z', sizeof err);
+                arm(n, persistent);
+                sluice_table *t = sluice_table_new(spec, max_keys[m], err, sizeof err);
+                long failures = A.failures;
+                arm(-1, false);
+                if (!t) {
+                    if (failures == 0)
+                        fail_msg("sluice_table_new(\"%s\", %zu) failed with no failed "
+                                 "allocation: %s", spec, max_keys[m], err);
+                    check_message("sluice_table_new", spec, n, err, sizeof err);
+                    check_no_leak("sluice_table_new", spec, n);
+                    continue;
+                }
+                sluice_result r;
+                g_table = t;
+                assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, 1000, &r));
+                assert_int_equal(r.remaining, alg_specs[s].first_remaining);
+                sluice_table_free(t);
+                g_table = NULL;
+                check_no_leak("sluice_table_new + free", spec, n);
+                if (failures == 0) break;
+            }
+            if (n == MAX_N) fail_msg("sluice_table_new(\"%s\") never succeeded", spec);
+            restore_allocator(NULL);
+        }
+    }
+}
+
+static void test_table_new(void **state)
+{
+    (void)state;
+    table_new_loop(WITH_REALLOC, false);
+    table_new_loop(WITH_REALLOC, true);
+}
+
+static void test_table_new_no_realloc(void **state)
+{
+    (void)state;
+    table_new_loop(WITHOUT_REALLOC, false);
+    table_new_loop(WITHOUT_REALLOC, true);
+}
+
+/* sluice_spec_check makes nothing to keep: it may fail with SLUICE_ENOMEM
+ * but never leaks. */
+static void test_spec_check(void **state)
+{
+    (void)state;
+    for (size_t s = 0; s < COUNT(alg_specs); s++) {
+        install(WITH_REALLOC);
+        long n;
+        for (n = 0; n < MAX_N; n++) {
+            char canon[64], err[256];
+            arm(n, true);
+            int rc = sluice_spec_check(alg_specs[s].spec, canon, sizeof canon, err, sizeof err);
+            long failures = A.failures;
+            arm(-1, false);
+            check_no_leak("sluice_spec_check", alg_specs[s].spec, n);
+            if (rc == 0 && failures == 0) break;
+            if (rc != 0 && rc != SLUICE_ENOMEM)
+                fail_msg("sluice_spec_check(\"%s\") = %d", alg_specs[s].spec, rc);
+            if (rc == 0) continue;
+        }
+        restore_allocator(NULL);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* A table's new keys                                                        */
+
+#define TABLE_KEYS 70 /* enough new keys to make a table grow */
+
+static void table_key_loop(int variant, bool persistent)
+{
+    for (size_t s = 0; s < COUNT(alg_specs); s++) {
+        const char *spec = alg_specs[s].spec;
+        const uint64_t now = 5000000000ULL;
+        install(variant);
+        sluice_table *t = g_table = sluice_table_new(spec, 1000, NULL, 0);
+        assert_non_null(t);
+        long total_failures = 0;
+        for (int k = 0; k < TABLE_KEYS; k++) {
+            char key[32];
+            int keylen = snprintf(key, sizeof key, "key-%d", k);
+            long n;
+            for (n = 0; n < MAX_N; n++) {
+                sluice_result r;
+                memset(&r, 0x5a, sizeof r);
+                arm(n, persistent);
+                bool ok = sluice_table_try_acquire_at(t, key, (size_t)keylen, 1, now, &r);
+                int le = sluice_table_last_error();
+                long failures = A.failures;
+                arm(-1, false);
+                total_failures += failures;
+                if (!ok) {
+                    if (failures == 0)
+                        fail_msg("\"%s\" key %d: refused with no failed allocation "
+                                 "(last_error %d)", spec, k, le);
+                    if (le != SLUICE_ENOMEM)
+                        fail_msg("\"%s\" key %d, failing allocation %ld: last_error %d, "
+                                 "want SLUICE_ENOMEM", spec, k, n, le);
+                    assert_false(r.allowed);
+                    if (r.retry_after_ns != -1)
+                        fail_msg("\"%s\" key %d, failing allocation %ld: retry_after_ns "
+                                 "%lld, want -1", spec, k, n, (long long)r.retry_after_ns);
+                    continue;
+                }
+                assert_int_equal(le, 0);
+                assert_true(r.allowed);
+                /* nothing was taken by the refused attempts */
+                if (r.remaining != alg_specs[s].first_remaining)
+                    fail_msg("\"%s\" key %d: remaining %llu after %ld refused attempts, "
+                             "want %llu", spec, k, (unsigned long long)r.remaining, n,
+                             (unsigned long long)alg_specs[s].first_remaining);
+                if (failures == 0) break;
+            }
+            if (n == MAX_N) fail_msg("\"%s\": key %d never admitted", spec, k);
+        }
+        /* every key holds exactly one permit */
+        for (int k = 0; k < TABLE_KEYS; k++) {
+            char key[32];
+            int keylen = snprintf(key, sizeof key, "key-%d", k);
+            sluice_result r;
+            assert_true(sluice_table_try_acquire_at(t, key, (size_t)keylen, 0, now, &r));
+            assert_int_equal(r.remaining, alg_specs[s].first_remaining);
+        }
+        sluice_table_free(t);
+        g_table = NULL;
+        if (A.live != 0) fail_msg("\"%s\": %ld blocks leaked by the table", spec, A.live);
+        if (total_failures == 0) fail_msg("\"%s\": no allocation was ever failed", spec);
+        restore_allocator(NULL);
+    }
+}
+
+static void test_table_new_key(void **state)
+{
+    (void)state;
+    table_key_loop(WITH_REALLOC, false);
+    table_key_loop(WITH_REALLOC, true);
+}
+
+static void test_table_new_key_no_realloc(void **state)
+{
+    (void)state;
+    table_key_loop(WITHOUT_REALLOC, false);
+    table_key_loop(WITHOUT_REALLOC, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decision-path memory: sliding-log and sliding-wheel                       */
+
+/* The contract's window rule over a plain list of admitted requests. */
+#define MAX_EVENTS 20000
+
+typedef struct model {
+    uint64_t limit, period_ns, tick_ns, slots; /* sliding-log: tick 1, slots W */
+    uint64_t t_last;
+    size_t first; /* events before it no longer count (time only advances) */
+    size_t n;
+    uint64_t t[MAX_EVENTS], p[MAX_EVENTS];
+} model;
+
+static model M;
+
+static void model_init(uint64_t limit, uint64_t period_ns, uint64_t slots)
+{
+    memset(&M, 0, sizeof M);
+    M.limit = limit;
+    M.period_ns = period_ns;
+    M.slots = slots;
+    M.tick_ns = period_ns / slots;
+}
+
+/* Does a request admitted at ti still count at time t >= ti?  (3.3; with
+ * tick 1 ns and N = W this is 3.2's t - W < ti <= t.) */
+static bool model_counts(uint64_t ti, uint64_t t)
+{
+    uint64_t s = t / M.tick_ns, si = ti / M.tick_ns;
+    return si <= s && si + M.slots > s;
+}
+
+/* The permits counted at time t (t never less than any earlier call's). */
+static uint64_t model_used(uint64_t t)
+{
+    while (M.first < M.n && !model_counts(M.t[M.first], t)) M.first++;
+    uint64_t sum = 0;
+    for (size_t i = M.first; i < M.n; i++) {
+        assert_true(model_counts(M.t[i], t));
+        sum += M.p[i];
+    }
+    return sum;
+}
+
+/* The least wait after which p is allowed with no other traffic: the
+ * counted requests leave oldest slot first; find the first instant at which
+ * enough have left. */
+static int64_t model_retry(uint64_t t, uint64_t p)
+{
+    if (p > M.limit) return -1;
+    uint64_t used = model_used(t);
+    if (used + p <= M.limit) return 0;
+    uint64_t dropped = 0;
+    for (size_t i = M.first; i < M.n; i++) {
+        uint64_t slot = M.t[i] / M.tick_ns;
+        dropped += M.p[i];
+        if (i + 1 < M.n && M.t[i + 1] / M.tick_ns == slot) continue;
+        if (used - dropped + p <= M.limit) return (int64_t)((slot + M.slots) * M.tick_ns - t);
+    }
+    fail_msg("model: no retry time found");
+    return -1;
+}
+
+static void model_admit(uint64_t t, uint64_t p)
+{
+    assert_true(M.n < MAX_EVENTS);
+    M.t[M.n] = t;
+    M.p[M.n] = p;
+    M.n++;
+}
+
+/* One request; returns whether the library admitted it.  `may_oom`: the
+ * library may refuse a request the model allows (only when an allocation
+ * failed during the call). */
+static bool decide_and_check(sluice_limiter *lim, const char *spec, uint64_t t,
+                             uint64_t p, bool *oom_refusal)
+{
+    if (t < M.t_last) t = M.t_last;
+    M.t_last = t;
+    uint64_t used = model_used(t);
+    bool want = p == 0 || used + p <= M.limit;
+    long failures_before = A.failures;
+    sluice_result r;
+    memset(&r, 0x5a, sizeof r);
+    bool got = sluice_try_acquire_at(lim, p, t, &r);
+    bool failed_alloc = A.failures != failures_before;
+    *oom_refusal = false;
+
+    if (got != r.allowed) fail_msg("\"%s\" t=%llu: return value and res->allowed differ", spec, (unsigned long long)t);
+    if (got && !want)
+        fail_msg("\"%s\" t=%llu p=%llu: admitted beyond the limit (used %llu of %llu)",
+                 spec, (unsigned long long)t, (unsigned long long)p,
+                 (unsigned long long)used, (unsigned long long)M.limit);
+    if (!got && want) {
+        if (!failed_alloc)
+            fail_msg("\"%s\" t=%llu p=%llu: refused with room (used %llu of %llu) and no "
+                     "failed allocation", spec, (unsigned long long)t, (unsigned long long)p,
+                     (unsigned long long)used, (unsigned long long)M.limit);
+        *oom_refusal = true;
+        /* nothing was taken: the state is what it was */
+        if (r.remaining != M.limit - used)
+            fail_msg("\"%s\" t=%llu: remaining %llu after a refusal for memory, want %llu",
+                     spec, (unsigned long long)t, (unsigned long long)r.remaining,
+                     (unsigned long long)(M.limit - used));
+        return false;
+    }
+    if (got && p > 0) model_admit(t, p);
+    uint64_t rem = M.limit - model_used(t);
+    if (r.remaining != rem)
+        fail_msg("\"%s\" t=%llu p=%llu %s: remaining %llu, want %llu", spec,
+                 (unsigned long long)t, (unsigned long long)p, got ? "allowed" : "denied",
+                 (unsigned long long)r.remaining, (unsigned long long)rem);
+    int64_t retry = got ? 0 : model_retry(t, p);
+    if (r.retry_after_ns != retry)
+        fail_msg("\"%s\" t=%llu p=%llu %s: retry_after_ns %lld, want %lld", spec,
+                 (unsigned long long)t, (unsigned long long)p, got ? "allowed" : "denied",
+                 (long long)r.retry_after_ns, (long long)retry);
+    if (r.wait_ns != 0) fail_msg("\"%s\": wait_ns %llu, want 0", spec, (unsigned long long)r.wait_ns);
+    return got;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+struct window_spec {
+    const char *spec;
+    uint64_t limit, period_ns, slots;
+};
+
+static const struct window_spec window_specs[] = {
+    {"sliding-log 1000/s", 1000, 1000000000ULL, 1000000000ULL},
+    {"sliding-log 50/10ms", 50, 10000000ULL, 10000000ULL},
+    {"sliding-wheel 1000/s", 1000, 1000000000ULL, 1000},
+    {"sliding-wheel 1000/s slots=10", 1000, 1000000000ULL, 10},
+    {"sliding-wheel 300/d", 300, 86400000000000ULL, 86400000ULL},
+};
+
+/* persistent: once the allocator starts failing, it fails every call until
+ * it recovers; else single allocations fail now and then. */
+static void window_oom(int variant, bool persistent)
+{
+    for (size_t s = 0; s < COUNT(window_specs); s++) {
+        const struct window_spec *w = &window_specs[s];
+        install(variant);
+        sluice_limiter *lim = g_lim = sluice_limiter_new(w->spec, NULL, 0);
+        assert_non_null(lim);
+        model_init(w->limit, w->period_ns, w->slots);
+        /* small steps: many requests, each in its own slot, in one window */
+        uint64_t step = w->period_ns / 1000 < w->period_ns / w->slots
+                            ? w->period_ns / w->slots
+                            : w->period_ns / 1000;
+        uint64_t seed = 0x2545f4914f6cdd1dULL + s, t = 7 * w->period_ns + 3;
+        bool oom;
+        long oom_refusals = 0;
+
+        /* 1: a few requests with memory */
+        for (int i = 0; i < 3; i++) {
+            decide_and_check(lim, w->spec, t, 1, &oom);
+            t += step;
+        }
+        /* 2: allocations fail */
+        long live_before = A.live;
+        if (persistent) arm(0, true);
+        for (int i = 0; i < 300; i++) {
+            uint64_t r = rng_next(&seed);
+            if (!persistent && i % 5 == 0) arm(0, false); /* the next one fails */
+            decide_and_check(lim, w->spec, t, 1 + r % 3, &oom);
+            oom_refusals += oom;
+            if (!persistent) arm(-1, false);
+            t += step * (1 + r % 2);
+        }
+        arm(-1, false);
+        if (persistent && A.live > live_before)
+            fail_msg("\"%s\": memory grew while every allocation failed", w->spec);
+        /* 3: recovered: every decision is the contract's, over several
+         * windows, with the history the library actually admitted */
+        for (int i = 0; i < 4000; i++) {
+            uint64_t r = rng_next(&seed);
+            uint64_t p = r % 4;
+            if (r % 97 == 0) p = w->limit + 1;
+            if (r % 89 == 0) p = w->limit;
+            decide_and_check(lim, w->spec, t, p, &oom);
+            assert_false(oom);
+            t += (step * (r % 2048)) / 1024;
+        }
+        print_message("%s (%s, %s): %ld requests refused for memory\n", w->spec,
+                      variant == WITH_REALLOC ? "realloc" : "no realloc",
+                      persistent ? "failing from N on" : "failing once", oom_refusals);
+        sluice_limiter_free(lim);
+        g_lim = NULL;
+        if (A.live != 0) fail_msg("\"%s\": %ld blocks leaked", w->spec, A.live);
+        restore_allocator(NULL);
+    }
+}
+
+static void test_window_oom_persistent(void **state)
+{
+    (void)state;
+    window_oom(WITH_REALLOC, true);
+    window_oom(WITHOUT_REALLOC, true);
+}
+
+static void test_window_oom_once(void **state)
+{
+    (void)state;
+    window_oom(WITH_REALLOC, false);
+    window_oom(WITHOUT_REALLOC, false);
+}
+
+/* A limiter whose first admission already finds no memory: refused, and the
+ * limiter is still at rest once memory is back. */
+static void test_window_oom_first_request(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"sliding-log 10/s", "sliding-wheel 10/s",
+                                        "sliding-wheel 10/s slots=10"};
+    for (size_t s = 0; s < COUNT(specs); s++) {
+        install(WITH_REALLOC);
+        sluice_limiter *lim = g_lim = sluice_limiter_new(specs[s], NULL, 0);
+        assert_non_null(lim);
+        arm(0, true);
+        sluice_result r;
+        bool got = sluice_try_acquire_at(lim, 1, 1000, &r);
+        long failures = A.failures;
+        arm(-1, false);
+        if (got) {
+            /* the library had the memory already: fine, but then it counts */
+            assert_int_equal(failures, 0);
+            assert_int_equal(r.remaining, 9);
+        } else {
+            assert_true(failures > 0);
+            assert_false(r.allowed);
+            assert_int_equal(r.remaining, 10);
+            assert_true(sluice_try_acquire_at(lim, 10, 1000, &r));
+            assert_int_equal(r.remaining, 0);
+            assert_false(sluice_try_acquire_at(lim, 1, 1000, &r));
+        }
+        sluice_limiter_free(lim);
+        g_lim = NULL;
+        assert_int_equal(A.live, 0);
+        restore_allocator(NULL);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_limiter_new_once, restore_allocator),
+        cmocka_unit_test_teardown(test_limiter_new_from_n, restore_allocator),
+        cmocka_unit_test_teardown(test_limiter_new_no_realloc, restore_allocator),
+        cmocka_unit_test_teardown(test_table_new, restore_allocator),
+        cmocka_unit_test_teardown(test_table_new_no_realloc, restore_allocator),
+        cmocka_unit_test_teardown(test_spec_check, restore_allocator),
+        cmocka_unit_test_teardown(test_table_new_key, restore_allocator),
+        cmocka_unit_test_teardown(test_table_new_key_no_realloc, restore_allocator),
+        cmocka_unit_test_teardown(test_window_oom_persistent, restore_allocator),
+        cmocka_unit_test_teardown(test_window_oom_once, restore_allocator),
+        cmocka_unit_test_teardown(test_window_oom_first_request, restore_allocator),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
