@@ -39,31 +39,8 @@ step() { printf '\n=== %s\n' "$*"; }
 
 # ---------------------------------------------------------------- tools --
 
-missing=()
-command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-command -v make >/dev/null 2>&1 || missing+=(make)
-command -v gcc >/dev/null 2>&1 || missing+=(gcc)
-if ! dpkg-query -W -f='${Status}' libcmocka-dev 2>/dev/null | grep -q 'install ok installed' &&
-    [ ! -f /usr/include/cmocka.h ] && [ ! -f /usr/local/include/cmocka.h ]; then
-    missing+=(libcmocka-dev)
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-    step "installing ${missing[*]}"
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        if command -v sudo >/dev/null 2>&1; then
-            sudo=(sudo)
-        else
-            echo "run.sh: need ${missing[*]}, and not root and no sudo" >&2
-            exit 1
-        fi
-    fi
-    apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
-    if ! "${apt[@]}" install -y --no-install-recommends "${missing[@]}"; then
-        "${apt[@]}" update
-        "${apt[@]}" install -y --no-install-recommends "${missing[@]}"
-    fi
-fi
+step "dependencies (scripts/deps.sh)"
+bash scripts/deps.sh
 
 # ------------------------------------------------------------- sanitizers --
 

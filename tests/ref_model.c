@@ -1,0 +1,459 @@
+/* ref_model.c -- the reference model of CONTRACT.md section 3 (see
+ * ref_model.h for what it is and why it looks the way it does).
+ *
+ * State of every model:
+ *  - `latest`: the latest time seen; every call counts, and an earlier time
+ *    is treated as `latest` (contract section 1).
+ *  - the windows: the list of admitted events (time, permits), in order of
+ *    admission.  Because times are clamped, the list is sorted by time, so
+ *    "the permits admitted with lo <= t_i <= hi" is a difference of two
+ *    running totals found by bisection.  With `literal` set it is instead a
+ *    linear scan over an unpruned list, which the self-tests compare against.
+ *  - the buckets: the level (tokens for 3.5, water for 3.6) times W, which is
+ *    always an integer because every change is p (times W) or dt * L / W
+ *    (times W); kept with the time it was last brought up to date.
+ *
+ * Pruning: before each decision at time t, events that no rule can count at
+ * t or any later time are dropped (older than the current window, the
+ * window's tail, the wheel's oldest slot, or the previous window).
+ */
+#include "ref_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__extension__ typedef unsigned __int128 u128;
+
+typedef struct ref_event {
+    uint64_t t;       /* the (clamped) time it was admitted at */
+    uint64_t permits; /* how many permits it was granted */
+    u128 cum;         /* permits of this and every earlier event, since
+                         the model was made */
+} ref_event;
+
+struct ref_model {
+    ref_params p; /* capacity resolved: never 0 */
+    bool seen;    /* any call yet? */
+    uint64_t latest;
+
+    /* windows */
+    ref_event *ev;
+    size_t head; /* first event still held */
+    size_t n;    /* one past the last event */
+    size_t cap;
+    u128 base; /* `cum` of everything before ev[head] */
+
+    /* buckets */
+    bool started;    /* the first request has been seen */
+    u128 level;      /* tokens * W (token bucket) or water * W (leaky) */
+    uint64_t t_prev; /* time `level` is valid at */
+};
+
+static void ref_die(const char *what)
+{
+    fprintf(stderr, "ref_model: %s\n", what);
+    abort();
+}
+
+const char *ref_alg_name(ref_alg alg)
+{
+    switch (alg) {
+    case REF_FIXED_WINDOW: return "fixed-window";
+    case REF_SLIDING_LOG: return "sliding-log";
+    case REF_SLIDING_WHEEL: return "sliding-wheel";
+    case REF_SLIDING_APPROX: return "sliding-approx";
+    case REF_TOKEN_BUCKET: return "token-bucket";
+    case REF_LEAKY_BUCKET: return "leaky-bucket";
+    }
+    return "?";
+}
+
+static bool is_bucket(const ref_model *m)
+{
+    return m->p.alg == REF_TOKEN_BUCKET || m->p.alg == REF_LEAKY_BUCKET;
+}
+
+ref_model *ref_model_new(const ref_params *params)
+{
+    if (params == NULL || params->limit == 0 || params->period_ns == 0)
+        return NULL;
+    if (params->alg == REF_SLIDING_WHEEL &&
+        (params->slots == 0 || params->period_ns % params->slots != 0))
+        return NULL;
+    ref_model *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return NULL;
+    m->p = *params;
+    if (m->p.capacity == 0)
+        m->p.capacity = m->p.limit;
+    return m;
+}
+
+void ref_model_free(ref_model *m)
+{
+    if (m == NULL)
+        return;
+    free(m->ev);
+    free(m);
+}
+
+uint64_t ref_model_latest(const ref_model *m) { return m->latest; }
+size_t ref_model_events(const ref_model *m) { return m->n - m->head; }
+const ref_params *ref_model_params(const ref_model *m) { return &m->p; }
+
+uint64_t ref_model_max_grant(const ref_model *m)
+{
+    return is_bucket(m) ? m->p.capacity : m->p.limit;
+}
+
+/* ---- the event list --------------------------------------------------- */
+
+/* The running total of the permits of every event before index i. */
+static u128 cum_before(const ref_model *m, size_t i)
+{
+    return i == m->head ? m->base : m->ev[i - 1].cum;
+}
+
+/* The first held index whose time is >= t (or > t when `after`). */
+static size_t bisect(const ref_model *m, uint64_t t, bool after)
+{
+    size_t lo = m->head, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        bool left = after ? m->ev[mid].t <= t : m->ev[mid].t < t;
+        if (left)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The permits of the admitted events with lo <= t_i <= hi. */
+static u128 sum_in(const ref_model *m, uint64_t lo, uint64_t hi)
+{
+    if (lo > hi)
+        return 0;
+    if (m->p.literal) {
+        u128 s = 0;
+        for (size_t i = m->head; i < m->n; i++)
+            if (m->ev[i].t >= lo && m->ev[i].t <= hi)
+                s += m->ev[i].permits;
+        return s;
+    }
+    size_t a = bisect(m, lo, false);
+    size_t b = bisect(m, hi, true);
+    return cum_before(m, b) - cum_before(m, a);
+}
+
+static void add_event(ref_model *m, uint64_t t, uint64_t permits)
+{
+    if (m->n == m->cap) {
+        if (m->head > 0 && m->head * 2 >= m->n) {
+            /* compact: slide the held events to the front */
+            memmove(m->ev, m->ev + m->head, (m->n - m->head) * sizeof *m->ev);
+            m->n -= m->head;
+            m->head = 0;
+        } else {
+            size_t ncap = m->cap ? m->cap * 2 : 64;
+            ref_event *nev = realloc(m->ev, ncap * sizeof *nev);
+            if (nev == NULL)
+                ref_die("out of memory");
+            m->ev = nev;
+            m->cap = ncap;
+        }
+    }
+    if (m->n > m->head && m->ev[m->n - 1].t > t)
+        ref_die("events out of order");
+    ref_event *e = &m->ev[m->n];
+    e->t = t;
+    e->permits = permits;
+    e->cum = cum_before(m, m->n) + permits;
+    m->n++;
+}
+
+/* The first time whose events can still count at t or later (see each
+ * rule below for the window it counts). */
+static uint64_t horizon(const ref_model *m, uint64_t t)
+{
+    uint64_t w = m->p.period_ns;
+    switch (m->p.alg) {
+    case REF_FIXED_WINDOW:
+        return t / w * w;
+    case REF_SLIDING_LOG:
+        return t >= w ? t - w + 1 : 0;
+    case REF_SLIDING_WHEEL: {
+        uint64_t tick = w / m->p.slots;
+        uint64_t s = t / tick;
+        return s + 1 > m->p.slots ? (s + 1 - m->p.slots) * tick : 0;
+    }
+    case REF_SLIDING_APPROX: {
+        uint64_t k = t / w;
+        return k >= 1 ? (k - 1) * w : 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static void prune(ref_model *m, uint64_t t)
+{
+    if (m->p.literal || is_bucket(m))
+        return;
+    uint64_t h = horizon(m, t);
+    while (m->head < m->n && m->ev[m->head].t < h) {
+        m->base = m->ev[m->head].cum;
+        m->head++;
+    }
+    if (m->head == m->n) {
+        m->head = m->n = 0;
+    }
+}
+
+/* ---- the rules of section 3 --------------------------------------------- */
+/* Each takes a time t >= latest (so every admitted event is at or before t)
+ * and tells whether p permits would be granted at t. */
+
+/* 3.1: the permits admitted in the window [kW, (k+1)W) of t, plus p, <= L. */
+static bool fixed_window_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    uint64_t w = m->p.period_ns;
+    uint64_t k = t / w;
+    u128 in_window = sum_in(m, k * w, t);
+    return in_window + p <= m->p.limit;
+}
+
+/* 3.2: the permits admitted with t - W < t_i <= t, plus p, <= L. */
+static bool sliding_log_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    uint64_t w = m->p.period_ns;
+    uint64_t lo = t >= w ? t - w + 1 : 0; /* t_i > t - W, t_i >= 0 */
+    u128 in_window = sum_in(m, lo, t);
+    return in_window + p <= m->p.limit;
+}
+
+/* 3.3: slot(x) = floor(x / tick); the permits admitted with
+ * slot(t) - N < slot(t_i) <= slot(t), plus p, <= L.  slot(t_i) >= s - N + 1
+ * is t_i >= (s - N + 1) * tick. */
+static bool sliding_wheel_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    uint64_t n = m->p.slots;
+    uint64_t tick = m->p.period_ns / n;
+    uint64_t s = t / tick;
+    uint64_t lo = s + 1 > n ? (s + 1 - n) * tick : 0;
+    u128 in_window = sum_in(m, lo, t);
+    return in_window + p <= m->p.limit;
+}
+
+/* 3.4: k = floor(t/W), r = t - kW (so f = r/W); cur, prev = the permits of
+ * windows k and k-1; est = prev*(1 - f) + cur; allowed iff est + p <= L,
+ * i.e. (times W) prev*(W - r) + cur*W + p*W <= L*W. */
+static void approx_counts(const ref_model *m, uint64_t t, u128 *prev,
+                          u128 *cur, uint64_t *r)
+{
+    uint64_t w = m->p.period_ns;
+    uint64_t k = t / w;
+    *r = t - k * w;
+    *cur = sum_in(m, k * w, t);
+    *prev = k >= 1 ? sum_in(m, (k - 1) * w, k * w - 1) : 0;
+}
+
+static bool sliding_approx_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    u128 w = m->p.period_ns;
+    u128 prev, cur;
+    uint64_t r;
+    approx_counts(m, t, &prev, &cur, &r);
+    u128 lhs = prev * (w - r) + cur * w + (u128)p * w;
+    return lhs <= (u128)m->p.limit * w;
+}
+
+/* 3.5: tokens(t) = min(B, tokens(t_prev) + (t - t_prev) * L/W); the bucket
+ * is full at the first request.  Times W: min(B*W, level + dt*L). */
+static u128 tokens_times_w(const ref_model *m, uint64_t t)
+{
+    u128 full = (u128)m->p.capacity * m->p.period_ns;
+    if (!m->started)
+        return full;
+    u128 v = m->level + (u128)(t - m->t_prev) * m->p.limit;
+    return v < full ? v : full;
+}
+
+static bool token_bucket_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    return tokens_times_w(m, t) >= (u128)p * m->p.period_ns;
+}
+
+/* 3.6: water(t) = max(0, water(t_prev) - (t - t_prev) * L/W).
+ * Times W: max(0, level - dt*L). */
+static u128 water_times_w(const ref_model *m, uint64_t t)
+{
+    if (!m->started)
+        return 0;
+    u128 drained = (u128)(t - m->t_prev) * m->p.limit;
+    return m->level > drained ? m->level - drained : 0;
+}
+
+static bool leaky_bucket_allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    u128 w = m->p.period_ns;
+    return water_times_w(m, t) + (u128)p * w <= (u128)m->p.capacity * w;
+}
+
+static bool allows(const ref_model *m, uint64_t t, uint64_t p)
+{
+    if (t < m->latest)
+        ref_die("rule evaluated before the latest time");
+    if (p == 0)
+        return true; /* a probe is always allowed */
+    switch (m->p.alg) {
+    case REF_FIXED_WINDOW: return fixed_window_allows(m, t, p);
+    case REF_SLIDING_LOG: return sliding_log_allows(m, t, p);
+    case REF_SLIDING_WHEEL: return sliding_wheel_allows(m, t, p);
+    case REF_SLIDING_APPROX: return sliding_approx_allows(m, t, p);
+    case REF_TOKEN_BUCKET: return token_bucket_allows(m, t, p);
+    case REF_LEAKY_BUCKET: return leaky_bucket_allows(m, t, p);
+    }
+    return false;
+}
+
+/* ---- the searches ------------------------------------------------------ */
+
+/* remaining: the largest k <= max_grant that a request at t would get. */
+static uint64_t search_remaining(const ref_model *m, uint64_t t)
+{
+    uint64_t lo = 0, hi = ref_model_max_grant(m);
+    if (allows(m, t, hi))
+        return hi;
+    /* allows(lo) and not allows(hi) */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (allows(m, t, mid))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* retry_after: the least integer d >= 0 with the same request allowed at
+ * t + d and no other traffic; -1 if p exceeds what can ever be granted. */
+static int64_t search_retry(const ref_model *m, uint64_t t, uint64_t p)
+{
+    if (p > ref_model_max_grant(m))
+        return -1;
+    if (allows(m, t, p))
+        return 0;
+    uint64_t lo = 0, hi = 1; /* not allowed at t + lo */
+    for (;;) {
+        if (t > UINT64_MAX - hi)
+            ref_die("retry search ran past 2^64 ns");
+        if (allows(m, t + hi, p))
+            break;
+        lo = hi;
+        if (hi >= (UINT64_C(1) << 63))
+            ref_die("retry search found no wait below 2^63 ns");
+        hi *= 2;
+    }
+    /* not allowed at t + lo, allowed at t + hi */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (allows(m, t + mid, p))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    if (hi > (uint64_t)INT64_MAX)
+        ref_die("retry wait does not fit int64");
+    return (int64_t)hi;
+}
+
+/* ---- decisions --------------------------------------------------------- */
+
+static uint64_t clamp_time(const ref_model *m, uint64_t t)
+{
+    return m->seen && t < m->latest ? m->latest : t;
+}
+
+bool ref_model_would_allow(const ref_model *m, uint64_t permits, uint64_t at_ns)
+{
+    return allows(m, clamp_time(m, at_ns), permits);
+}
+
+bool ref_model_at_rest(const ref_model *m, uint64_t at_ns)
+{
+    uint64_t t = clamp_time(m, at_ns);
+    uint64_t w = m->p.period_ns;
+    switch (m->p.alg) {
+    case REF_FIXED_WINDOW:
+    case REF_SLIDING_LOG:
+    case REF_SLIDING_WHEEL:
+        /* nothing counts now, so nothing will count later */
+        return sum_in(m, horizon(m, t), t) == 0;
+    case REF_SLIDING_APPROX: {
+        uint64_t k = t / w;
+        return sum_in(m, k >= 1 ? (k - 1) * w : 0, t) == 0;
+    }
+    case REF_TOKEN_BUCKET:
+        return tokens_times_w(m, t) == (u128)m->p.capacity * w;
+    case REF_LEAKY_BUCKET:
+        return water_times_w(m, t) == 0;
+    }
+    return false;
+}
+
+bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
+                      ref_result *res)
+{
+    uint64_t t = clamp_time(m, now_ns);
+    m->seen = true;
+    m->latest = t;
+
+    if (is_bucket(m)) {
+        /* bring the level up to t; the bucket is full (or dry) at the first
+         * request */
+        if (!m->started) {
+            m->level = m->p.alg == REF_TOKEN_BUCKET
+                           ? (u128)m->p.capacity * m->p.period_ns
+                           : 0;
+            m->started = true;
+        } else {
+            m->level = m->p.alg == REF_TOKEN_BUCKET ? tokens_times_w(m, t)
+                                                    : water_times_w(m, t);
+        }
+        m->t_prev = t;
+    } else {
+        prune(m, t);
+    }
+
+    ref_result r = {false, 0, 0, 0};
+    r.allowed = permits == 0 || allows(m, t, permits);
+    if (r.allowed && permits > 0) {
+        u128 pw = (u128)permits * m->p.period_ns;
+        switch (m->p.alg) {
+        case REF_TOKEN_BUCKET:
+            m->level -= pw;
+            break;
+        case REF_LEAKY_BUCKET:
+            if (!m->p.nodelay) {
+                /* wait = water(t) / r, rounded up; water*W / (L/W) / W */
+                u128 l = m->p.limit;
+                u128 wait = (m->level + l - 1) / l;
+                if (wait > UINT64_MAX)
+                    ref_die("shaper wait does not fit uint64");
+                r.wait_ns = (uint64_t)wait;
+            }
+            m->level += pw;
+            break;
+        default:
+            add_event(m, t, permits);
+            break;
+        }
+    }
+    r.remaining = search_remaining(m, t);
+    r.retry_after_ns = r.allowed ? 0 : search_retry(m, t, permits);
+    if (res != NULL)
+        *res = r;
+    return r.allowed;
+}

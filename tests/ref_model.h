@@ -1,0 +1,107 @@
+/* ref_model.h -- an independent reference model of CONTRACT.md section 3.
+ *
+ * This is the tests' oracle, not a second implementation of the library.  It
+ * is written to be obviously faithful to the contract text and deliberately
+ * unlike a production design:
+ *
+ *  - every admitted request is kept as a (time, permits) event in a plain
+ *    list, and each window rule is evaluated literally as "the sum of the
+ *    permits of the admitted requests whose time lies in the interval";
+ *  - the buckets hold tokens / water as an exact rational with denominator
+ *    PERIOD (the level times W is always an integer), in unsigned __int128,
+ *    compared by cross-multiplication; no floating point anywhere;
+ *  - `remaining` is found by searching for the largest k that a request at
+ *    the same instant would be granted, and `retry_after_ns` by searching
+ *    for the least integer wait d after which the same request would be
+ *    granted with no other traffic, both with the model's own "would this be
+ *    allowed" predicate.  Nothing is solved in closed form.
+ *
+ * The model takes its parameters directly; it never parses a spec.
+ *
+ * Time: a time earlier than the latest one the model has seen (every call
+ * counts, probes and refusals included) is treated as that latest time.
+ * Times up to 2^63-1 are supported; the searches evaluate instants up to
+ * 2^63-1 + 2^63, which still fit a uint64_t.
+ *
+ * Not thread-safe; one model per limiter (or per key of a table).
+ */
+#ifndef SLUICE_REF_MODEL_H
+#define SLUICE_REF_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum ref_alg {
+    REF_FIXED_WINDOW,   /* 3.1 */
+    REF_SLIDING_LOG,    /* 3.2 */
+    REF_SLIDING_WHEEL,  /* 3.3 */
+    REF_SLIDING_APPROX, /* 3.4 */
+    REF_TOKEN_BUCKET,   /* 3.5 */
+    REF_LEAKY_BUCKET    /* 3.6 */
+} ref_alg;
+
+typedef struct ref_params {
+    ref_alg alg;
+    uint64_t limit;     /* L: permits per period, >= 1 */
+    uint64_t period_ns; /* W: the period in ns, >= 1 */
+    uint64_t capacity;  /* token-bucket burst B / leaky-bucket capacity C;
+                           0 means the default, L */
+    uint64_t slots;     /* sliding-wheel N; must divide W (0 is refused) */
+    bool nodelay;       /* leaky-bucket: meter (wait_ns always 0) */
+    bool literal;       /* self-check mode: never prune the event list and
+                           sum it with a linear scan (slow) */
+} ref_params;
+
+/* The same fields as sluice_result, so the model does not depend on the
+ * library's header. */
+typedef struct ref_result {
+    bool allowed;
+    uint64_t wait_ns;
+    uint64_t remaining;
+    int64_t retry_after_ns;
+} ref_result;
+
+typedef struct ref_model ref_model;
+
+/* A fresh model (nothing admitted, bucket full, no water), or NULL when the
+ * parameters are not usable (zero limit or period, slots not dividing W) or
+ * memory runs out.  Free it with ref_model_free(). */
+ref_model *ref_model_new(const ref_params *params);
+
+/* Free a model; NULL is a no-op. */
+void ref_model_free(ref_model *m);
+
+/* Decide a request for `permits` at `now_ns`, update the model, and fill
+ * `res` (may be NULL).  Returns res->allowed. */
+bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
+                      ref_result *res);
+
+/* Would a request for `permits` at `at_ns` be allowed, given what has been
+ * admitted so far and no other traffic?  `at_ns` earlier than the latest
+ * time seen counts as that time.  Changes nothing. */
+bool ref_model_would_allow(const ref_model *m, uint64_t permits,
+                           uint64_t at_ns);
+
+/* Is the model back at rest at `at_ns` (empty window, full bucket, no
+ * water): would a fresh model decide every later request the same way,
+ * provided no later request is earlier than `at_ns`?  Changes nothing. */
+bool ref_model_at_rest(const ref_model *m, uint64_t at_ns);
+
+/* The most permits one request can ever be granted: L for the windows,
+ * B for the token bucket, C for the leaky bucket. */
+uint64_t ref_model_max_grant(const ref_model *m);
+
+/* The latest time the model has seen (0 before the first call). */
+uint64_t ref_model_latest(const ref_model *m);
+
+/* How many admitted events the model currently keeps in its list. */
+size_t ref_model_events(const ref_model *m);
+
+/* The parameters the model was made with (capacity resolved to its value). */
+const ref_params *ref_model_params(const ref_model *m);
+
+/* "fixed-window", "sliding-log", ... */
+const char *ref_alg_name(ref_alg alg);
+
+#endif /* SLUICE_REF_MODEL_H */
