@@ -19,7 +19,7 @@ const char *sluice_strerror(int code)
 
 const char *sluice_version(void) { return SLUICE_VERSION_STRING; }
 
-static _Thread_local int tl_error;
+static _Thread_local int tl_error __attribute__((tls_model("initial-exec")));
 
 void sluice__set_error(int code) { tl_error = code; }
 

@@ -8,8 +8,10 @@
  * the old one expired, so its windows drift with the traffic; here the
  * window is t / W, the same for every limiter and every run.
  *
- * State: the window index and the permits admitted in it (<= L).  An idle
- * gap of any length is one division.
+ * State: the window index and the permits admitted in it (<= L); the index
+ * is t / W by a precomputed multiply-and-shift (divide.h).  An idle gap of
+ * any length is one such division.  Packed for lock-free updates, the state
+ * is (latest time, count): the index is the latest time's.
  *
  *   remaining       L - count
  *   retry_after_ns  (k+1)W - t, the start of the next window, for p <= L;
@@ -22,18 +24,19 @@ bool sluice__fixed_window_decide(const sluice__profile *pf, sluice__state *st,
                                  sluice_result *res)
 {
     (void)max_wait;
-    uint64_t k = t / pf->period_ns;
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
     st->t_last = t;
     if (k != st->u.fw.window) {
         st->u.fw.window = k;
         st->u.fw.count = 0;
     }
-    uint64_t room = pf->limit - st->u.fw.count;
-    if (p > room)
-        return sluice__deny(res, room,
-                            p > pf->limit ? -1 : (int64_t)(pf->period_ns - t % pf->period_ns));
-    st->u.fw.count += p;
-    return sluice__allow(res, room - p, 0);
+    const uint64_t room = pf->limit - st->u.fw.count;
+    const bool ok = p <= room;
+    if (ok) st->u.fw.count += p;
+    if (!res) return ok;
+    if (ok) return sluice__allow(res, room - p, 0);
+    return sluice__deny(res, room,
+                        p > pf->limit ? -1 : (int64_t)((k + 1) * pf->period_ns - t));
 }
 
 uint64_t sluice__fixed_window_rest_at(const sluice__profile *pf,

@@ -25,6 +25,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "divide.h"
+
 __extension__ typedef unsigned __int128 u128;
 
 #define SLUICE__INTERNAL __attribute__((visibility("hidden")))
@@ -40,8 +42,14 @@ typedef enum sluice__alg {
 } sluice__alg;
 
 /* The parsed spec.  All fields are set by sluice__spec_parse(). */
+typedef enum sluice__clock {
+    SLUICE__CLOCK_MONOTONIC, /* CLOCK_MONOTONIC, ns resolution (default) */
+    SLUICE__CLOCK_COARSE     /* CLOCK_MONOTONIC_COARSE, ~1-4 ms resolution */
+} sluice__clock;
+
 typedef struct sluice__profile {
     sluice__alg alg;
+    sluice__clock clock; /* what the live API reads */
     uint64_t limit;     /* L, permits per period, 1 .. 10^12 */
     uint64_t period_ns; /* W, 1 .. SLUICE_MAX_PERIOD_NS */
     uint64_t capacity;  /* burst (token), capacity (leaky), L otherwise */
@@ -49,8 +57,13 @@ typedef struct sluice__profile {
     uint64_t tick_ns;   /* sliding-wheel: W/N; sliding-log: 1; else 0 */
     bool nodelay;       /* leaky-bucket meter */
     /* derived, for the hot path */
-    u128 cap_scaled;    /* capacity * W: a full bucket in units of 1/W permit */
+    sluice__div div_w;    /* t / W */
+    sluice__div div_tick; /* t / tick (window log) */
+    uint64_t rl, rw;      /* buckets: L/g and W/g with g = gcd(L, W) */
+    u128 cap_scaled;      /* buckets: capacity * rw, a full bucket in units
+                           * of 1/rw permit */
     uint64_t max_entries; /* window log: min(slots, L) */
+    bool packed;          /* the state fits one 128-bit word (limiter.c) */
 } sluice__profile;
 
 /* One entry of a window log: the permits admitted in one slot. `cum` is the
@@ -75,8 +88,8 @@ typedef struct sluice__state {
     union {
         struct { uint64_t window, count; } fw;          /* fixed-window */
         struct { uint64_t window, cur, prev; } sa;      /* sliding-approx */
-        struct { u128 tokens; } tb;  /* tokens * W, 0 .. burst * W */
-        struct { u128 water; } lb;   /* water * W, 0 .. capacity * W */
+        struct { u128 tokens; } tb;  /* tokens * rw, 0 .. cap_scaled */
+        struct { u128 water; } lb;   /* water * rw, 0 .. cap_scaled */
         sluice__log log;             /* sliding-log, sliding-wheel */
     } u;
 } sluice__state;
@@ -88,8 +101,9 @@ SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
 SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
                                          size_t buflen);
 
-/* The algorithm dispatch; see the head comment.  decide() never reads `res`
- * fields before writing them; `max_wait` bounds the shaper's wait: a grant
+/* The algorithm dispatch; see the head comment.  decide() fills `res` when
+ * it is not NULL (the details cost divisions that a bare yes/no does not
+ * need) and never reads it; `max_wait` bounds the shaper's wait: a grant
  * whose wait_ns would exceed it is not taken, and reported as a refusal with
  * retry_after_ns = -1 and wait_ns set to the wait it would have had. */
 SLUICE__INTERNAL void sluice__state_init(const sluice__profile *pf,
@@ -117,16 +131,25 @@ SLUICE__DECL_ALG(token_bucket);
 SLUICE__DECL_ALG(leaky_bucket);
 SLUICE__INTERNAL void sluice__window_log_fini(sluice__log *log);
 
-/* Decision counters, shared by limiters and tables: relaxed atomics, so
- * reading them never takes a lock. */
-typedef struct sluice__counters {
-    _Atomic uint64_t requests_allowed, requests_denied;
+/* Decision counters, shared by limiters and tables.  Striped: each thread
+ * adds to its own 64-byte stripe (relaxed atomics), so counting never makes
+ * two threads contend for a cache line beyond the state they decide on;
+ * reading sums the stripes. */
+#define SLUICE__STRIPES 8
+typedef struct sluice__stripe {
+    _Alignas(64) _Atomic uint64_t requests_allowed, requests_denied;
     _Atomic uint64_t permits_allowed, permits_denied, probes;
+} sluice__stripe;
+typedef struct sluice__counters {
+    sluice__stripe s[SLUICE__STRIPES];
 } sluice__counters;
 SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
                                     bool allowed);
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
+
+/* The live clock a profile asks for. */
+SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
 
 /* Allocation through the installed hooks. */
 SLUICE__INTERNAL void *sluice__malloc(size_t n);
@@ -149,7 +172,18 @@ static inline u128 sluice__ceil_div(u128 a, u128 b) { return a / b + (a % b != 0
 /* a - b, or 0 when b > a */
 static inline u128 sluice__sub_sat(u128 a, u128 b) { return a > b ? a - b : 0; }
 
-/* A result for a refusal that no wait can help. */
+/* a / b for b >= 1, with a 64-bit division when a fits 64 bits. */
+static inline u128 sluice__div128(u128 a, uint64_t b)
+{
+    return (a >> 64) == 0 ? (u128)((uint64_t)a / b) : a / b;
+}
+static inline u128 sluice__ceil_div64(u128 a, uint64_t b)
+{
+    return (a >> 64) == 0 ? (u128)((uint64_t)a / b + ((uint64_t)a % b != 0))
+                          : sluice__ceil_div(a, b);
+}
+
+/* Fill a result (res not NULL). */
 static inline bool sluice__deny(sluice_result *res, uint64_t remaining,
                                 int64_t retry_after_ns)
 {

@@ -1,14 +1,31 @@
-/* limiter.c -- the public limiter: a profile, a state, a lock, counters.
+/* limiter.c -- the public limiter: a profile, a state, counters.
  *
  * Every decision goes through sluice__decide(), which clamps the time to
  * the latest the state has seen (CONTRACT.md section 1) and hands the
  * request to the algorithm; tables (table.c) call the same function on
  * their per-key states, so the two can never disagree.
  *
- * Concurrency, in this version: a per-limiter mutex around the decision (a
- * few dozen instructions: no allocation except the sliding logs' rare ring
- * growth, no system call).  The counters are atomics, updated with relaxed
- * increments after the decision, so reading them never takes the lock.
+ * Concurrency.  When the profile says the state packs into 128 bits
+ * (fixed-window always; token-bucket and leaky-bucket when burst*W/gcd(L,W)
+ * < 2^64, which every practical spec meets; sliding-approx when L < 2^32),
+ * the state lives in one 16-byte word -- the latest time in the low half,
+ * the algorithm's count in the high half -- and a decision is
+ *
+ *     read both halves (plain 64-bit loads; a torn pair only fails the CAS)
+ *     unpack, decide with the same code as the locked path, pack
+ *     compare-and-swap the 16 bytes (cmpxchg16b); on failure retry with the
+ *     value the CAS returned -- someone else made progress.
+ *
+ * No mutex, no spin lock, no allocation: lock-free, and linearisable at the
+ * successful CAS, so the decisions are exactly the contract's for the order
+ * of the CASes, with any timestamps (a stale, earlier time is clamped to
+ * the latest inside the loop).  The word has a cache line of its own.
+ *
+ * Otherwise -- sliding-log and sliding-wheel, whose ring cannot be swapped
+ * in one instruction, the rare unpackable specs, and machines without a
+ * 16-byte CAS -- a mutex guards the state for a few dozen instructions.
+ *
+ * The counters are striped per thread (internal.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -19,9 +36,22 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__x86_64__) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+#define HAVE_CAS128 1
+#else
+#define HAVE_CAS128 0
+#endif
+
+typedef union word {
+    u128 w;
+    uint64_t h[2]; /* little-endian: h[0] is the low half */
+} word;
+
 struct sluice_limiter {
-    sluice__profile pf;
-    pthread_mutex_t mu;
+    _Alignas(64) word packed; /* lock-free state, alone on its cache line */
+    _Alignas(64) sluice__profile pf;
+    bool lockfree;
+    pthread_mutex_t mu; /* the locked path */
     sluice__state st;
     sluice__counters counters;
 };
@@ -61,7 +91,7 @@ bool sluice__decide(const sluice__profile *pf, sluice__state *st,
     case SLUICE__LEAKY_BUCKET:
         return sluice__leaky_bucket_decide(pf, st, t, permits, max_wait, res);
     default:
-        return sluice__deny(res, 0, -1);
+        return res ? sluice__deny(res, 0, -1) : false;
     }
 }
 
@@ -78,24 +108,135 @@ uint64_t sluice__rest_at(const sluice__profile *pf, const sluice__state *st)
     }
 }
 
+/* ---- the packed word ---------------------------------------------------- */
+
+static void unpack(const sluice__profile *pf, uint64_t lo, uint64_t hi,
+                   sluice__state *st)
+{
+    st->t_last = lo;
+    switch (pf->alg) {
+    case SLUICE__FIXED_WINDOW:
+        st->u.fw.window = sluice__div_q(&pf->div_w, lo);
+        st->u.fw.count = hi;
+        break;
+    case SLUICE__SLIDING_APPROX:
+        st->u.sa.window = sluice__div_q(&pf->div_w, lo);
+        st->u.sa.cur = hi >> 32;
+        st->u.sa.prev = hi & 0xffffffffu;
+        break;
+    case SLUICE__TOKEN_BUCKET: st->u.tb.tokens = hi; break;
+    case SLUICE__LEAKY_BUCKET: st->u.lb.water = hi; break;
+    default: break;
+    }
+}
+
+static uint64_t pack_hi(const sluice__profile *pf, const sluice__state *st)
+{
+    switch (pf->alg) {
+    case SLUICE__FIXED_WINDOW: return st->u.fw.count;
+    case SLUICE__SLIDING_APPROX: return st->u.sa.cur << 32 | st->u.sa.prev;
+    case SLUICE__TOKEN_BUCKET: return (uint64_t)st->u.tb.tokens;
+    case SLUICE__LEAKY_BUCKET: return (uint64_t)st->u.lb.water;
+    default: return 0;
+    }
+}
+
+static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo; }
+
+#if HAVE_CAS128
+static bool decide_lockfree(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
+                            uint64_t max_wait, sluice_result *res)
+{
+    const sluice__profile *pf = &lim->pf;
+    uint64_t lo = __atomic_load_n(&lim->packed.h[0], __ATOMIC_RELAXED);
+    uint64_t hi = __atomic_load_n(&lim->packed.h[1], __ATOMIC_RELAXED);
+    u128 old = mkword(lo, hi);
+    for (;;) {
+        sluice__state st;
+        unpack(pf, (uint64_t)old, (uint64_t)(old >> 64), &st);
+        bool ok = sluice__decide(pf, &st, now_ns, permits, max_wait, res);
+        u128 new = mkword(st.t_last, pack_hi(pf, &st));
+        u128 cur = __sync_val_compare_and_swap(&lim->packed.w, old, new);
+        if (cur == old) return ok;
+        old = cur;
+    }
+}
+#endif
+
+/* ---- counters ----------------------------------------------------------- */
+
+static _Atomic unsigned next_stripe;
+static _Thread_local unsigned my_stripe /* 0: not yet assigned */
+    __attribute__((tls_model("initial-exec")));
+
+static sluice__stripe *stripe_of(sluice__counters *c)
+{
+    unsigned s = my_stripe;
+    if (s == 0) my_stripe = s = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) + 1;
+    return &c->s[(s - 1) % SLUICE__STRIPES];
+}
+
+static void add_sat(_Atomic uint64_t *a, uint64_t v)
+{
+    uint64_t old = atomic_load_explicit(a, memory_order_relaxed), sum;
+    do {
+        sum = old + v < old ? UINT64_MAX : old + v;
+    } while (!atomic_compare_exchange_weak_explicit(a, &old, sum, memory_order_relaxed,
+                                                    memory_order_relaxed));
+}
+
+void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
+{
+    sluice__stripe *s = stripe_of(c);
+    if (permits == 0) {
+        atomic_fetch_add_explicit(&s->probes, 1, memory_order_relaxed);
+    } else if (allowed) {
+        atomic_fetch_add_explicit(&s->requests_allowed, 1, memory_order_relaxed);
+        add_sat(&s->permits_allowed, permits);
+    } else {
+        atomic_fetch_add_explicit(&s->requests_denied, 1, memory_order_relaxed);
+        add_sat(&s->permits_denied, permits);
+    }
+}
+
+static uint64_t sum_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < SLUICE__STRIPES; i++) {
+        sluice__stripe *s = (sluice__stripe *)&c->s[i]; /* loads only */
+        out->requests_allowed += atomic_load_explicit(&s->requests_allowed, memory_order_relaxed);
+        out->requests_denied += atomic_load_explicit(&s->requests_denied, memory_order_relaxed);
+        out->probes += atomic_load_explicit(&s->probes, memory_order_relaxed);
+        out->permits_allowed = sum_sat(out->permits_allowed,
+                                       atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
+        out->permits_denied = sum_sat(out->permits_denied,
+                                      atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
+    }
+}
+
 /* ---- public API --------------------------------------------------------- */
 
 sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
 {
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
-    sluice_limiter *lim = sluice__calloc(1, sizeof *lim);
+    sluice_limiter *lim = sluice__malloc(sizeof *lim);
     if (!lim) {
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
+    memset(lim, 0, sizeof *lim);
     if (pthread_mutex_init(&lim->mu, NULL) != 0) {
         sluice__free(lim);
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
     lim->pf = pf;
+    lim->lockfree = HAVE_CAS128 && pf.packed;
     sluice__state_init(&lim->pf, &lim->st);
+    lim->packed.w = mkword(lim->st.t_last, pack_hi(&lim->pf, &lim->st));
     return lim;
 }
 
@@ -107,39 +248,20 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__free(lim);
 }
 
-void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
-{
-    if (permits == 0) {
-        atomic_fetch_add_explicit(&c->probes, 1, memory_order_relaxed);
-        return;
-    }
-    _Atomic uint64_t *req = allowed ? &c->requests_allowed : &c->requests_denied;
-    _Atomic uint64_t *per = allowed ? &c->permits_allowed : &c->permits_denied;
-    atomic_fetch_add_explicit(req, 1, memory_order_relaxed);
-    /* saturating add: a permits counter stops at UINT64_MAX */
-    uint64_t old = atomic_load_explicit(per, memory_order_relaxed), sum;
-    do {
-        sum = old + permits < old ? UINT64_MAX : old + permits;
-    } while (!atomic_compare_exchange_weak_explicit(per, &old, sum, memory_order_relaxed,
-                                                    memory_order_relaxed));
-}
-
-void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
-{
-    sluice__counters *m = (sluice__counters *)c; /* loads only */
-    out->requests_allowed = atomic_load_explicit(&m->requests_allowed, memory_order_relaxed);
-    out->requests_denied = atomic_load_explicit(&m->requests_denied, memory_order_relaxed);
-    out->permits_allowed = atomic_load_explicit(&m->permits_allowed, memory_order_relaxed);
-    out->permits_denied = atomic_load_explicit(&m->permits_denied, memory_order_relaxed);
-    out->probes = atomic_load_explicit(&m->probes, memory_order_relaxed);
-}
-
-static bool decide_locked(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
+static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                           uint64_t max_wait, sluice_result *res)
 {
+    bool ok;
     sluice__set_error(0);
+#if HAVE_CAS128
+    if (lim->lockfree) {
+        ok = decide_lockfree(lim, permits, now_ns, max_wait, res);
+        sluice__count(&lim->counters, permits, ok);
+        return ok;
+    }
+#endif
     pthread_mutex_lock(&lim->mu);
-    bool ok = sluice__decide(&lim->pf, &lim->st, now_ns, permits, max_wait, res);
+    ok = sluice__decide(&lim->pf, &lim->st, now_ns, permits, max_wait, res);
     pthread_mutex_unlock(&lim->mu);
     sluice__count(&lim->counters, permits, ok);
     return ok;
@@ -148,14 +270,12 @@ static bool decide_locked(sluice_limiter *lim, uint64_t permits, uint64_t now_ns
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    sluice_result scratch;
-    return decide_locked(lim, permits, now_ns, UINT64_MAX, res ? res : &scratch);
+    return decide(lim, permits, now_ns, UINT64_MAX, res);
 }
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
-    sluice_result scratch;
-    return decide_locked(lim, permits, sluice_now_ns(), UINT64_MAX, &scratch);
+    return decide(lim, permits, sluice__clock_now(lim->pf.clock), UINT64_MAX, NULL);
 }
 
 static void sleep_ns(uint64_t ns)
@@ -167,13 +287,13 @@ static void sleep_ns(uint64_t ns)
 
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
 {
-    uint64_t start = sluice_now_ns();
+    uint64_t start = sluice__clock_now(lim->pf.clock);
     uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
     for (;;) {
-        uint64_t now = sluice_now_ns();
+        uint64_t now = sluice__clock_now(lim->pf.clock);
         uint64_t left = now < deadline ? deadline - now : 0;
         sluice_result r;
-        if (decide_locked(lim, permits, now, left, &r)) {
+        if (decide(lim, permits, now, left, &r)) {
             if (r.wait_ns) sleep_ns(r.wait_ns);
             return true;
         }

@@ -9,6 +9,8 @@
  *     E = est * W = prev*(W - r) + cur*W,   allowed iff E + p*W <= L*W.
  *
  * prev, cur <= L <= 10^12 and W < 2^62, so u128 holds every product.
+ * When L < 2^32, cur and prev pack with the latest time into one 128-bit
+ * word (limiter.c: lock-free); the window index is the latest time's.
  * Memory: three words.  The estimate assumes the previous window's requests
  * were spread evenly; it can admit up to ~2L in a W-long interval that
  * straddles a window edge after an uneven previous window (README).
@@ -48,16 +50,16 @@ bool sluice__sliding_approx_decide(const sluice__profile *pf, sluice__state *st,
 {
     (void)max_wait;
     const uint64_t W = pf->period_ns, L = pf->limit;
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
     st->t_last = t;
-    roll(st, t / W);
-    const uint64_t r = t % W;
+    roll(st, k);
+    const uint64_t r = t - k * W;
     const u128 lw = (u128)L * W;
-    u128 e = (u128)st->u.sa.prev * (W - r) + (u128)st->u.sa.cur * W;
-
-    if (p <= L && e + (u128)p * W <= lw) {
-        st->u.sa.cur += p;
-        return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
-    }
+    const u128 e = (u128)st->u.sa.prev * (W - r) + (u128)st->u.sa.cur * W;
+    const bool ok = p <= L && e + (u128)p * W <= lw;
+    if (ok) st->u.sa.cur += p;
+    if (!res) return ok;
+    if (ok) return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
     uint64_t remaining = (uint64_t)((lw - e) / W);
     if (p > L) return sluice__deny(res, remaining, -1);
     uint64_t at = first_fit(W, L, st->u.sa.prev, st->u.sa.cur, p);

@@ -3,6 +3,7 @@
  *     ALGORITHM LIMIT/PERIOD [OPTION ...]
  *     PERIOD  = [N]UNIT, UNIT in ns us ms s m min h d   (m = min = minute)
  *     OPTION  = burst=B | capacity=C | slots=N | nodelay
+ *             | clock=monotonic | clock=coarse   (any algorithm)
  *
  * Tokens are separated by spaces or tabs.  Every number is plain decimal
  * digits (no sign, no exponent), checked for overflow while it is read.
@@ -65,6 +66,16 @@ static bool tok_eq(const char *s, size_t n, const char *lit)
     return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 static uint64_t default_tick(uint64_t w)
 {
     if (w % 1000000 == 0) return 1000000;
@@ -113,8 +124,8 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     return 0;
 }
 
-enum { OPT_BURST, OPT_CAPACITY, OPT_SLOTS, OPT_NODELAY, OPT_COUNT };
-static const char *const opt_names[OPT_COUNT] = {"burst", "capacity", "slots", "nodelay"};
+enum { OPT_BURST, OPT_CAPACITY, OPT_SLOTS, OPT_NODELAY, OPT_CLOCK, OPT_COUNT };
+static const char *const opt_names[OPT_COUNT] = {"burst", "capacity", "slots", "nodelay", "clock"};
 
 static bool opt_belongs(int opt, sluice__alg alg)
 {
@@ -123,6 +134,7 @@ static bool opt_belongs(int opt, sluice__alg alg)
     case OPT_CAPACITY: return alg == SLUICE__LEAKY_BUCKET;
     case OPT_SLOTS: return alg == SLUICE__SLIDING_WHEEL;
     case OPT_NODELAY: return alg == SLUICE__LEAKY_BUCKET;
+    case OPT_CLOCK: return true;
     default: return false;
     }
 }
@@ -182,6 +194,15 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                     sluice__errf(err, errlen, "option \"%.*s\" takes no value: write nodelay", TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
+            } else if (o == OPT_CLOCK) {
+                size_t vn = eq ? n - nn - 1 : 0;
+                if (eq && tok_eq(eq + 1, vn, "coarse")) {
+                    pf->clock = SLUICE__CLOCK_COARSE;
+                } else if (!eq || !tok_eq(eq + 1, vn, "monotonic")) {
+                    sluice__errf(err, errlen, "bad option \"%.*s\": expected clock=monotonic or clock=coarse",
+                                 TOK(tok, n));
+                    return SLUICE_EINVAL;
+                }
             } else if (!eq || !parse_u64(eq + 1, n - nn - 1, &optval[o]) || optval[o] == 0) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected %s=N with N a whole number >= 1",
                              TOK(tok, n), opt_names[o]);
@@ -202,6 +223,7 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
     const uint64_t L = pf->limit, W = pf->period_ns;
     pf->capacity = L;
     pf->nodelay = seen[OPT_NODELAY];
+    pf->div_w = sluice__div_make(W);
     switch (pf->alg) {
     case SLUICE__TOKEN_BUCKET:
     case SLUICE__LEAKY_BUCKET: {
@@ -215,7 +237,11 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                          (unsigned long long)L, (unsigned long long)W);
             return SLUICE_ERANGE;
         }
-        pf->cap_scaled = (u128)pf->capacity * W;
+        uint64_t g = gcd(L, W);
+        pf->rl = L / g;
+        pf->rw = W / g;
+        pf->cap_scaled = (u128)pf->capacity * pf->rw;
+        pf->packed = (pf->cap_scaled >> 64) == 0;
         break;
     }
     case SLUICE__SLIDING_WHEEL: {
@@ -227,13 +253,21 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         }
         pf->slots = n;
         pf->tick_ns = W / n;
+        pf->div_tick = sluice__div_make(pf->tick_ns);
         pf->max_entries = sluice__min_u64(n, L);
         break;
     }
     case SLUICE__SLIDING_LOG:
         pf->slots = W;
         pf->tick_ns = 1;
+        pf->div_tick = sluice__div_make(1);
         pf->max_entries = sluice__min_u64(W, L);
+        break;
+    case SLUICE__FIXED_WINDOW:
+        pf->packed = true;
+        break;
+    case SLUICE__SLIDING_APPROX:
+        pf->packed = L < ((uint64_t)1 << 32);
         break;
     default:
         break;
@@ -264,8 +298,9 @@ int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
     }
     if (pf->alg == SLUICE__SLIDING_WHEEL && pf->slots != pf->period_ns / default_tick(pf->period_ns))
         snprintf(opts, sizeof opts, " slots=%llu", (unsigned long long)pf->slots);
-    int n = snprintf(buf, buflen, "%s %llu/%s%s%s", alg_names[pf->alg],
-                     (unsigned long long)pf->limit, count, u->name, opts);
+    int n = snprintf(buf, buflen, "%s %llu/%s%s%s%s", alg_names[pf->alg],
+                     (unsigned long long)pf->limit, count, u->name, opts,
+                     pf->clock == SLUICE__CLOCK_COARSE ? " clock=coarse" : "");
     if (n < 0) return SLUICE_EINVAL;
     if ((size_t)n >= buflen) return SLUICE_ENOSPC;
     return n;

@@ -85,15 +85,16 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     (void)max_wait;
     sluice__log *lg = &st->u.log;
     const uint64_t n = pf->slots, L = pf->limit;
-    const uint64_t s = t / pf->tick_ns;
+    const uint64_t s = sluice__div_q(&pf->div_tick, t);
     st->t_last = t;
     retire(lg, s, n);
 
     uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
     uint64_t used = newest - lg->base;
     uint64_t room = L - used;
-    if (p == 0) return sluice__allow(res, room, 0);
+    if (p == 0) return res ? sluice__allow(res, room, 0) : true;
     if (p > room) {
+        if (!res) return false;
         if (p > L) return sluice__deny(res, room, -1);
         /* the oldest j with newest - cum_j <= L - p: binary search */
         uint32_t lo = 0, hi = lg->len - 1;
@@ -110,14 +111,14 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     } else {
         if (lg->len == lg->cap && !grow(lg, pf->max_entries)) {
             sluice__set_error(SLUICE_ENOMEM);
-            return sluice__deny(res, room, -1);
+            return res ? sluice__deny(res, room, -1) : false;
         }
         sluice__log_entry *e = at(lg, lg->len);
         e->slot = s;
         e->cum = newest + p;
         lg->len++;
     }
-    return sluice__allow(res, room - p, 0);
+    return res ? sluice__allow(res, room - p, 0) : true;
 }
 
 uint64_t sluice__window_log_rest_at(const sluice__profile *pf,
