@@ -131,11 +131,13 @@ SLUICE__DECL_ALG(token_bucket);
 SLUICE__DECL_ALG(leaky_bucket);
 SLUICE__INTERNAL void sluice__window_log_fini(sluice__log *log);
 
-/* Decision counters, shared by limiters and tables.  Striped: each thread
- * adds to its own 64-byte stripe (relaxed atomics), so counting never makes
- * two threads contend for a cache line beyond the state they decide on;
- * reading sums the stripes. */
-#define SLUICE__STRIPES 8
+/* Decision counters, shared by limiters and tables.  Striped: a thread
+ * owns one of the first SLUICE__STRIPES - 1 stripes for its lifetime
+ * (counters.c) and adds to it with plain loads and stores -- no locked
+ * instruction, no cache line shared with another thread; threads beyond
+ * those share the last stripe, with atomic read-modify-writes.  Reading
+ * sums the stripes. */
+#define SLUICE__STRIPES 16
 typedef struct sluice__stripe {
     _Alignas(64) _Atomic uint64_t requests_allowed, requests_denied;
     _Atomic uint64_t permits_allowed, permits_denied, probes;

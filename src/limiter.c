@@ -25,7 +25,7 @@
  * in one instruction, the rare unpackable specs, and machines without a
  * 16-byte CAS -- a mutex guards the state for a few dozen instructions.
  *
- * The counters are striped per thread (internal.h).
+ * The counters are striped per thread (counters.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -162,59 +162,6 @@ static bool decide_lockfree(sluice_limiter *lim, uint64_t permits, uint64_t now_
     }
 }
 #endif
-
-/* ---- counters ----------------------------------------------------------- */
-
-static _Atomic unsigned next_stripe;
-static _Thread_local unsigned my_stripe /* 0: not yet assigned */
-    __attribute__((tls_model("initial-exec")));
-
-static sluice__stripe *stripe_of(sluice__counters *c)
-{
-    unsigned s = my_stripe;
-    if (s == 0) my_stripe = s = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) + 1;
-    return &c->s[(s - 1) % SLUICE__STRIPES];
-}
-
-static void add_sat(_Atomic uint64_t *a, uint64_t v)
-{
-    uint64_t old = atomic_load_explicit(a, memory_order_relaxed), sum;
-    do {
-        sum = old + v < old ? UINT64_MAX : old + v;
-    } while (!atomic_compare_exchange_weak_explicit(a, &old, sum, memory_order_relaxed,
-                                                    memory_order_relaxed));
-}
-
-void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
-{
-    sluice__stripe *s = stripe_of(c);
-    if (permits == 0) {
-        atomic_fetch_add_explicit(&s->probes, 1, memory_order_relaxed);
-    } else if (allowed) {
-        atomic_fetch_add_explicit(&s->requests_allowed, 1, memory_order_relaxed);
-        add_sat(&s->permits_allowed, permits);
-    } else {
-        atomic_fetch_add_explicit(&s->requests_denied, 1, memory_order_relaxed);
-        add_sat(&s->permits_denied, permits);
-    }
-}
-
-static uint64_t sum_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
-
-void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < SLUICE__STRIPES; i++) {
-        sluice__stripe *s = (sluice__stripe *)&c->s[i]; /* loads only */
-        out->requests_allowed += atomic_load_explicit(&s->requests_allowed, memory_order_relaxed);
-        out->requests_denied += atomic_load_explicit(&s->requests_denied, memory_order_relaxed);
-        out->probes += atomic_load_explicit(&s->probes, memory_order_relaxed);
-        out->permits_allowed = sum_sat(out->permits_allowed,
-                                       atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
-        out->permits_denied = sum_sat(out->permits_denied,
-                                      atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
-    }
-}
 
 /* ---- public API --------------------------------------------------------- */
 
