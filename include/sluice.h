@@ -13,7 +13,9 @@
  *                   or meter (`nodelay`)
  *
  * A limiter is described by a spec string, `ALGORITHM LIMIT/PERIOD [OPT...]`,
- * e.g. "token-bucket 100/s burst=20" (grammar in README.md).
+ * e.g. "token-bucket 100/s burst=20" (grammar in README.md).  Besides the
+ * contract's options, every algorithm takes `clock=monotonic` (default) or
+ * `clock=coarse`, the clock its live functions read (see Clocks below).
  *
  * Conventions
  *  - Time is uint64_t nanoseconds on a monotonic axis.  Functions named
@@ -33,9 +35,30 @@
  * Thread-safety: every function except `_new`, `_free` and
  * sluice_set_allocator() may be called from any number of threads at once on
  * the same object with no lock held by the caller; the decisions are then
- * exactly those of the contract for some order of the concurrent calls.
- * In this version each limiter serialises its decisions with a short
- * internal lock (a few dozen instructions long).
+ * exactly those of the contract for some order of the concurrent calls (no
+ * over-admission, no lost permits), also when threads pass slightly
+ * out-of-order timestamps.  Per algorithm, on x86-64 (which has a 16-byte
+ * compare-and-swap):
+ *
+ *   fixed-window, token-bucket, leaky-bucket, sliding-approx
+ *       lock-free: one compare-and-swap loop on a 16-byte word (latest time,
+ *       count); no mutex, no spin lock, no allocation.  A failed CAS means
+ *       another thread's decision went in.  (token-bucket and leaky-bucket
+ *       need burst * PERIOD / gcd(LIMIT, PERIOD) < 2^64, sliding-approx
+ *       LIMIT < 2^32, which every practical spec meets; beyond, and on other
+ *       machines, they take the short lock below.)
+ *   sliding-log, sliding-wheel
+ *       a mutex around a critical section of a few dozen instructions (the
+ *       ring of slots cannot be swapped in one instruction).
+ *
+ * The statistics are exact under any concurrency and cost no locked
+ * instruction: each thread counts in a cache line of its own.
+ *
+ * Clocks: the live functions read CLOCK_MONOTONIC (ns resolution, about
+ * 20-30 ns through the vDSO), or, for a limiter made with the spec option
+ * `clock=coarse`, CLOCK_MONOTONIC_COARSE (the same axis at the kernel tick,
+ * 1-4 ms resolution, about 5 ns): decisions are then those of the contract
+ * at a time up to one tick late.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
