@@ -97,7 +97,12 @@ enum {
     SLUICE_ENOMEM = -2,  /* an allocation failed */
     SLUICE_ERANGE = -3,  /* a number outside what the grammar accepts */
     SLUICE_EFULL = -4,   /* a table holds max_keys keys, none reclaimable */
-    SLUICE_ENOSPC = -5   /* an output buffer is too small */
+    SLUICE_ENOSPC = -5,    /* an output buffer is too small */
+    SLUICE_ENOENT = -6,    /* no such timer, reservation or key */
+    SLUICE_EBUSY = -7,     /* the object is in use (e.g. a timer firing) */
+    SLUICE_ETIMEDOUT = -8, /* a deadline passed */
+    SLUICE_EBACKEND = -9,  /* the backend (Redis) failed or is unreachable */
+    SLUICE_ECANCELED = -10 /* cancelled */
 };
 
 /* A static, human-readable description of an error code ("unknown error"

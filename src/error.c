@@ -13,6 +13,11 @@ const char *sluice_strerror(int code)
     case SLUICE_ERANGE: return "number out of range";
     case SLUICE_EFULL: return "table full: every key is in use";
     case SLUICE_ENOSPC: return "buffer too small";
+    case SLUICE_ENOENT: return "no such object";
+    case SLUICE_EBUSY: return "busy";
+    case SLUICE_ETIMEDOUT: return "timed out";
+    case SLUICE_EBACKEND: return "backend error";
+    case SLUICE_ECANCELED: return "cancelled";
     default: return "unknown error";
     }
 }

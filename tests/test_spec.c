@@ -527,7 +527,9 @@ static void test_strerror(void **state)
 {
     (void)state;
     static const int codes[] = {SLUICE_OK, SLUICE_EINVAL, SLUICE_ENOMEM,
-                                SLUICE_ERANGE, SLUICE_EFULL, SLUICE_ENOSPC};
+                                SLUICE_ERANGE, SLUICE_EFULL, SLUICE_ENOSPC,
+                                SLUICE_ENOENT, SLUICE_EBUSY, SLUICE_ETIMEDOUT,
+                                SLUICE_EBACKEND, SLUICE_ECANCELED};
     for (size_t i = 0; i < COUNT(codes); i++) {
         const char *m = sluice_strerror(codes[i]);
         assert_non_null(m);
@@ -539,7 +541,7 @@ static void test_strerror(void **state)
             if (strcmp(m, sluice_strerror(codes[j])) == 0)
                 fail_msg("codes %d and %d share the message \"%s\"", codes[i], codes[j], m);
     }
-    static const int unknown[] = {SLUICE_ENOSPC - 1, -99, 1, 42, INT_MIN, INT_MAX};
+    static const int unknown[] = {SLUICE_ECANCELED - 1, -99, 1, 42, INT_MIN, INT_MAX};
     for (size_t i = 0; i < COUNT(unknown); i++) {
         const char *m = sluice_strerror(unknown[i]);
         assert_non_null(m);
