@@ -95,7 +95,8 @@ if [ $tsan -eq 1 ]; then
         n=$(ctest --test-dir "$root/build-tsan" -N -L concurrency | sed -n "s/^Total Tests: *//p" || true)
         if [ "${n:-0}" -gt 0 ]; then
             step "test build-tsan (thread): $n tests labelled concurrency"
-            ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -L concurrency ||
+            SLUICE_STRESS_SCALE=${SLUICE_STRESS_SCALE:-0.1} \
+                ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -L concurrency ||
                 failed+=("concurrency tests in build-tsan/")
         else
             step "build-tsan: no test is labelled concurrency; nothing to run"
