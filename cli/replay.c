@@ -47,8 +47,9 @@ static const char replay_usage[] =
     "\n"
     "Options:\n"
     "  --limit SPEC    the limit, e.g. 'token-bucket 100/s burst=20' (required)\n"
-    "  --max-keys N    hold at most N keys at once (default 4294967296); when N keys\n"
-    "                  are all in use, a request for a new key is refused\n"
+    "  --max-keys N    hold at most N keys at once, 1 .. 4294967296 (default\n"
+    "                  10000000); keys at rest are dropped as needed, and when N\n"
+    "                  keys are all in use a request for a new key is refused\n"
     "  --stats         print the table's counters to stderr at the end\n"
     "\n"
     "Exit status: 0 on success; 2 on a bad SPEC, a bad option or a malformed line\n"
@@ -206,7 +207,7 @@ static char *read_all(FILE *f, size_t *len)
 int sluice_cli_replay(int argc, char **argv)
 {
     const char *spec = NULL;
-    uint64_t max_keys = (uint64_t)1 << 32;
+    uint64_t max_keys = 10000000;
     bool stats = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -320,10 +321,10 @@ int sluice_cli_replay(int argc, char **argv)
         sluice_table_stats st;
         sluice_table_stats_get(t, &st);
         fprintf(stderr,
-                "keys=%llu reclaimed=%llu refused=%llu requests_allowed=%llu requests_denied=%llu "
-                "permits_allowed=%llu permits_denied=%llu probes=%llu\n",
+                "keys=%llu reclaimed=%llu evicted=%llu refused=%llu requests_allowed=%llu "
+                "requests_denied=%llu permits_allowed=%llu permits_denied=%llu probes=%llu\n",
                 (unsigned long long)st.keys, (unsigned long long)st.reclaimed,
-                (unsigned long long)st.refused, (unsigned long long)st.decisions.requests_allowed,
+                (unsigned long long)st.evicted, (unsigned long long)st.refused, (unsigned long long)st.decisions.requests_allowed,
                 (unsigned long long)st.decisions.requests_denied,
                 (unsigned long long)st.decisions.permits_allowed,
                 (unsigned long long)st.decisions.permits_denied,

@@ -247,23 +247,46 @@ typedef struct sluice_table sluice_table; /* opaque */
 typedef struct sluice_table_stats {
     uint64_t keys;       /* keys held now */
     uint64_t reclaimed;  /* keys dropped because their limiter was at rest */
+    uint64_t evicted;    /* keys dropped while in use (SLUICE_TABLE_EVICT_LRU) */
     uint64_t refused;    /* requests refused because the table was full */
     sluice_stats decisions; /* over all keys, as sluice_stats */
 } sluice_table_stats;
 
-/* The longest key a table accepts, in bytes. */
+/* The longest key a table accepts, in bytes.  Keys of up to 16 bytes (an
+ * IPv6 address, two 64-bit ids) are stored inline; longer ones cost one
+ * allocation of their length. */
 #define SLUICE_MAX_KEY_BYTES 65536
 
+/* Flags for sluice_table_new_ex(). */
+#define SLUICE_TABLE_EVICT_LRU 1u /* when full of keys in use, drop the least
+                                   * recently used one (sampled) instead of
+                                   * refusing the new key */
+
 /* Make a table whose keys each get a limiter built from `spec`.  At most
- * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more.
- * A key whose limiter is back at rest (full bucket, empty window, no water)
- * carries no information and is dropped when room is needed, without
- * changing any decision.  When max_keys keys are held and none is at rest, a
- * request for a new key is refused (see sluice_table_try_acquire_at), never
- * admitted: this policy never admits more than the contract would.  Returns NULL with a reason in `err`
- * on a bad spec, a bad max_keys or no memory.  Thread-safe. */
+ * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more
+ * and never grows its memory past what max_keys keys need (bytes per key in
+ * README.md).  A key whose limiter is back at rest (full bucket, empty
+ * window, no water) carries no information: it is reclaimed without
+ * changing any decision, by a sweeper that follows the keys' rest times in
+ * a timing wheel, a few keys per call, and on demand when room is needed.
+ * When max_keys keys are held and none is at rest, a request for a new key
+ * is refused (see sluice_table_try_acquire_at): this default policy never
+ * admits more than the contract would.  Keys are hashed with SipHash-1-3
+ * under a random per-table seed, so chosen keys cannot flood one bucket.
+ * Returns NULL with a reason in `err` on a bad spec, a bad max_keys or no
+ * memory.  Thread-safe. */
 sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
                                size_t errlen);
+
+/* sluice_table_new() with flags: SLUICE_TABLE_EVICT_LRU makes a full table
+ * drop the least recently used key (the oldest latest-request time among a
+ * sample of 8 held keys, as Redis's allkeys-lru) instead of refusing.  An
+ * evicted key that was not at rest loses its state: its next request starts
+ * a fresh limiter (full bucket, empty window), so that key may then get up
+ * to one more burst than the contract allows; keys never evicted keep the
+ * contract exactly.  Thread-safe. */
+sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys,
+                                  unsigned flags, char *err, size_t errlen);
 
 /* Free a table and every limiter in it.  NULL is a no-op.  No other call may
  * be using `t` at the same time. */
@@ -275,8 +298,11 @@ void sluice_table_free(sluice_table *t);
  * with sluice_table_last_error() telling why, when the key is longer than
  * SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when memory
  * runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table holds
- * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is the time
- * until the first held key comes to rest).  Thread-safe. */
+ * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is when the
+ * first held key is expected to come to rest, to within about a
+ * millisecond, or -1 if unknown).  Decisions for different keys run in
+ * parallel (the table is sharded); decisions for one key are exactly the
+ * contract's for some order of the calls.  Thread-safe. */
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
                                  size_t keylen, uint64_t permits,
                                  uint64_t now_ns, sluice_result *res);

@@ -25,6 +25,9 @@ void *sluice__malloc(size_t n) { return g_alloc.malloc_fn(n ? n : 1); }
 void *sluice__calloc(size_t n, size_t size)
 {
     if (size && n > SIZE_MAX / size) return NULL;
+    /* libc's calloc maps fresh zero pages for large blocks without touching
+     * them: a table sized for millions of keys costs only what it uses */
+    if (g_alloc.malloc_fn == malloc) return calloc(n ? n : 1, size ? size : 1);
     void *p = sluice__malloc(n * size);
     if (p) memset(p, 0, n * size);
     return p;

@@ -150,6 +150,22 @@ SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 
+/* SipHash-1-3 of data under the 128-bit key (siphash.c). */
+SLUICE__INTERNAL uint64_t sluice__siphash13(const uint64_t key[2], const void *data,
+                                            size_t len);
+
+/* 16 unpredictable bytes from getrandom() (or /dev/urandom; as a last
+ * resort, clocks and addresses).  Never fails. */
+SLUICE__INTERNAL void sluice__random_seed(uint64_t out[2]);
+
+/* The packed 16-byte form of a state whose profile has `packed` set: the
+ * latest time and one 64-bit count (limiter.c uses it for its lock-free
+ * word, table.c to store 16 bytes per key). */
+SLUICE__INTERNAL void sluice__state_pack(const sluice__profile *pf,
+                                         const sluice__state *st, uint64_t out[2]);
+SLUICE__INTERNAL void sluice__state_unpack(const sluice__profile *pf,
+                                           const uint64_t in[2], sluice__state *st);
+
 /* The live clock a profile asks for. */
 SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
 

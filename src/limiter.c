@@ -110,9 +110,10 @@ uint64_t sluice__rest_at(const sluice__profile *pf, const sluice__state *st)
 
 /* ---- the packed word ---------------------------------------------------- */
 
-static void unpack(const sluice__profile *pf, uint64_t lo, uint64_t hi,
-                   sluice__state *st)
+void sluice__state_unpack(const sluice__profile *pf, const uint64_t in[2],
+                          sluice__state *st)
 {
+    const uint64_t lo = in[0], hi = in[1];
     st->t_last = lo;
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
@@ -130,14 +131,16 @@ static void unpack(const sluice__profile *pf, uint64_t lo, uint64_t hi,
     }
 }
 
-static uint64_t pack_hi(const sluice__profile *pf, const sluice__state *st)
+void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
+                        uint64_t out[2])
 {
+    out[0] = st->t_last;
     switch (pf->alg) {
-    case SLUICE__FIXED_WINDOW: return st->u.fw.count;
-    case SLUICE__SLIDING_APPROX: return st->u.sa.cur << 32 | st->u.sa.prev;
-    case SLUICE__TOKEN_BUCKET: return (uint64_t)st->u.tb.tokens;
-    case SLUICE__LEAKY_BUCKET: return (uint64_t)st->u.lb.water;
-    default: return 0;
+    case SLUICE__FIXED_WINDOW: out[1] = st->u.fw.count; break;
+    case SLUICE__SLIDING_APPROX: out[1] = st->u.sa.cur << 32 | st->u.sa.prev; break;
+    case SLUICE__TOKEN_BUCKET: out[1] = (uint64_t)st->u.tb.tokens; break;
+    case SLUICE__LEAKY_BUCKET: out[1] = (uint64_t)st->u.lb.water; break;
+    default: out[1] = 0; break;
     }
 }
 
@@ -153,9 +156,11 @@ static bool decide_lockfree(sluice_limiter *lim, uint64_t permits, uint64_t now_
     u128 old = mkword(lo, hi);
     for (;;) {
         sluice__state st;
-        unpack(pf, (uint64_t)old, (uint64_t)(old >> 64), &st);
+        uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
+        sluice__state_unpack(pf, w, &st);
         bool ok = sluice__decide(pf, &st, now_ns, permits, max_wait, res);
-        u128 new = mkword(st.t_last, pack_hi(pf, &st));
+        sluice__state_pack(pf, &st, w);
+        u128 new = mkword(w[0], w[1]);
         u128 cur = __sync_val_compare_and_swap(&lim->packed.w, old, new);
         if (cur == old) return ok;
         old = cur;
@@ -183,7 +188,9 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     lim->pf = pf;
     lim->lockfree = HAVE_CAS128 && pf.packed;
     sluice__state_init(&lim->pf, &lim->st);
-    lim->packed.w = mkword(lim->st.t_last, pack_hi(&lim->pf, &lim->st));
+    uint64_t w[2];
+    sluice__state_pack(&lim->pf, &lim->st, w);
+    lim->packed.w = mkword(w[0], w[1]);
     return lim;
 }
 

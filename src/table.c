@@ -1,114 +1,529 @@
-/* table.c -- one limiter per key, in bounded memory.
+/* table.c -- one limiter per key, for millions of keys in bounded memory.
  *
- * Layout: a chained hash table of entries {hash, key, state} over one shared
- * profile (the parsed spec), so a key costs its state plus its key bytes,
- * not a whole limiter.  Keys are any bytes, 0 .. SLUICE_MAX_KEY_BYTES long.
+ * Layout.  The profile (parsed spec) is shared; each key costs an entry in
+ * a slab and a slot in an open-addressing index, in one of S shards (S a
+ * power of two up to 64, one mutex each; the shard is the hash's top bits):
  *
- * Bounded memory: at most max_keys entries exist.  Each entry's "rest time"
- * (sluice__rest_at: when its limiter is back at rest with no more traffic)
- * is kept in a binary min-heap.  When a new key arrives and the table is
- * full, the entry with the earliest rest time is dropped if that time has
- * come (its limiter is at rest: dropping it changes no decision); if not,
- * every held key is in use and the new key is refused (SLUICE_EFULL, with
- * retry_after_ns = when the first held key comes to rest).  Refusing never
- * admits more than the contract would.
+ *   index slot  8 bytes   tag (32 low bits of the hash) << 32 | entry + 1;
+ *                         0 = empty.  Linear probing kept in Robin Hood
+ *                         order, so a miss stops at the first slot that is
+ *                         closer to its home than the probe is; removal
+ *                         shifts the run back (no tombstones, no rehash).
+ *                         Load factor at most 0.8.
+ *   entry      48 bytes   key length and wheel links (16), the key inline
+ *                         when <= 16 bytes, else a pointer to a copy (16),
+ *                         and the state in its packed 16-byte form (the
+ *                         latest time and one count: limiter.c).  States
+ *                         that do not pack (sliding-log and sliding-wheel,
+ *                         whose rings live on the heap, and rare extreme
+ *                         specs) take a whole sluice__state: 80 bytes.
  *
- * Time: the table's clock for reclaiming is the latest time any request has
- * shown it.  A key dropped at rest loses its own latest time; a later
- * request for that key with an older time than the one it had seen starts
- * a fresh limiter at the older time.  This only matters to callers whose
- * times run backwards across a reclamation.
+ * so a token-bucket key with a 16-byte key costs 48 + 8/0.8 = 58 bytes.
+ * Index and slab are sized for max_keys when the table is made (with a
+ * margin per shard for an uneven spread: 6 standard deviations) and come
+ * from calloc, so pages are touched only as keys arrive; the table never
+ * allocates more, whatever keys arrive.
  *
- * Concurrency, in this version: one mutex around lookup and decision.
- * The hash is seeded FNV-1a; a keyed hash against flooding comes with the
- * sharded table.
+ * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table.
+ *
+ * Reclaiming keys at rest.  A key whose limiter is at rest (sluice__rest_at
+ * has passed) carries no information and can go.  Each shard files its
+ * entries in a hierarchical timing wheel of 8 levels x 64 slots over ticks
+ * of 2^20 ns (about 1 ms):
+ *
+ *   level  slot width      reach            level  slot width   reach
+ *     0    1 tick (1 ms)   67 ms              4    4.8 h        12.7 d
+ *     1    67 ms           4.3 s              5    12.7 d       2.2 y
+ *     2    4.3 s           4.6 min            6    2.2 y        143 y
+ *     3    4.6 min         4.9 h              7    143 y        9100 y
+ *
+ * (2^63 ns is 2^43 ticks, inside the 48 bits of the eight levels: nothing
+ * is ever beyond the last level.)  An entry is filed at the time it would
+ * come to rest; a later admission moves that time on without touching the
+ * wheel (the hot path does no wheel work).  When the wheel reaches the
+ * entry, it is reclaimed if at rest, else re-filed at its current rest
+ * time -- each re-filing is paid for by the admissions that caused it.
+ * Every call on a shard advances its wheel to the call's time, handling at
+ * most SWEEP_BUDGET entries; occupancy bitmaps let the wheel jump over empty
+ * slots, so an idle gap of years costs a few steps.  Since an entry is never
+ * filed later than its real rest time, advancing the wheel to `now` (and
+ * looking through the current tick's slot) finds every key at rest: when a
+ * new key finds the table full, the table does that, first in the key's
+ * shard and then in the others, before it refuses.  No operation scans the
+ * table.
+ *
+ * Time: each shard's clock for reclaiming is the latest time any request
+ * showed it.  A key dropped at rest loses its own latest time: a later
+ * request for it with an earlier time than that key had seen starts a fresh
+ * limiter at the earlier time, which can admit earlier than the contract
+ * would.  This needs callers whose times run backwards across the rest of a
+ * key, and is the price of holding nothing for keys at rest.
+ *
+ * When full of keys in use: refuse the new key (default; counted), or, with
+ * SLUICE_TABLE_EVICT_LRU, drop the entry with the oldest latest time among
+ * LRU_SAMPLES sampled in the key's shard (Redis's approximated LRU).
  */
 #include "internal.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#define INLINE_KEY 16
+#define LEVELS 8
+#define SLOTS 64
+#define TICK_SHIFT 20
+#define SWEEP_BUDGET 8
+#define LRU_SAMPLES 8
+
 typedef struct entry {
-    struct entry *next; /* hash chain */
-    uint64_t hash;
-    uint64_t rest_at;   /* heap key */
-    uint32_t heap_i;    /* index in the heap */
-    uint32_t keylen;
-    sluice__state st;
-    unsigned char key[]; /* keylen bytes */
+    uint32_t meta;  /* key length (17 bits) | wheel list code << 17 */
+    uint32_t next;  /* wheel list or free list: entry + 1, 0 = none */
+    uint32_t prev;  /* wheel list: entry + 1, 0 = head */
+    uint32_t tag;   /* the hash's low 32 bits: finds the index slot */
+    union {
+        unsigned char in[INLINE_KEY];
+        unsigned char *ext;
+    } key;
+    /* the state follows, at offset 32: 16 bytes packed, else a sluice__state */
 } entry;
+
+#define META_LEN(m) ((m) & 0x1ffffu)
+#define META_WHERE(m) ((m) >> 17) /* 0: in no list; else level * SLOTS + slot + 1 */
+
+typedef struct shard {
+    pthread_mutex_t mu;
+    uint32_t cap;        /* index slots */
+    uint32_t ecap;       /* entries */
+    uint32_t count;      /* entries in use */
+    uint32_t bump;       /* entries [0, bump) have been handed out */
+    uint32_t free_head;  /* free list: entry + 1 */
+    uint64_t *index;
+    unsigned char *slab;
+    uint64_t now;        /* latest time a request showed this shard */
+    uint64_t cur;        /* wheel: the first tick not wholly handled */
+    uint64_t occupied[LEVELS];
+    uint32_t heads[LEVELS][SLOTS];
+    uint64_t rng;
+    bool mu_ok;
+    _Atomic uint64_t due; /* wheel_next_event(), readable without the lock */
+} shard;
 
 struct sluice_table {
     sluice__profile pf;
-    pthread_mutex_t mu;
+    unsigned flags;
     size_t max_keys;
-    size_t count;
-    size_t nbuckets; /* a power of two */
-    entry **buckets;
-    entry **heap;    /* count entries, min rest_at first; capacity heap_cap */
-    size_t heap_cap;
-    uint64_t seed;
-    uint64_t t_max;  /* latest time any request showed */
-    uint64_t reclaimed, refused;
+    size_t stride;       /* bytes per entry */
+    unsigned shard_bits;
+    unsigned nshards;
+    uint64_t seed[2];
+    shard *shards;
+    _Atomic size_t keys;
+    _Atomic uint64_t reclaimed, evicted, refused;
     sluice__counters counters;
 };
 
-static uint64_t hash_key(uint64_t seed, const unsigned char *k, size_t n)
+/* ---- entries ------------------------------------------------------------ */
+
+static inline entry *ent(const sluice_table *t, const shard *s, uint32_t i)
 {
-    uint64_t h = 14695981039346656037ULL ^ seed;
-    for (size_t i = 0; i < n; i++) {
-        h ^= k[i];
-        h *= 1099511628211ULL;
+    return (entry *)(s->slab + (size_t)i * t->stride);
+}
+
+static inline void *ent_state(entry *e) { return (unsigned char *)e + sizeof(entry); }
+
+static inline const unsigned char *ent_key(const entry *e)
+{
+    return META_LEN(e->meta) <= INLINE_KEY ? e->key.in : e->key.ext;
+}
+
+static void load_state(const sluice_table *t, entry *e, sluice__state *st)
+{
+    if (t->pf.packed) {
+        uint64_t w[2];
+        memcpy(w, ent_state(e), sizeof w);
+        sluice__state_unpack(&t->pf, w, st);
+    } else {
+        memcpy(st, ent_state(e), sizeof *st);
     }
-    h ^= h >> 29; /* spread the low bits used for the bucket index */
-    h *= 0xbf58476d1ce4e5b9ULL;
-    return h ^ (h >> 32);
 }
 
-/* ---- heap of rest times ------------------------------------------------- */
-
-static void heap_set(sluice_table *t, size_t i, entry *e)
+static void store_state(const sluice_table *t, entry *e, const sluice__state *st)
 {
-    t->heap[i] = e;
-    e->heap_i = (uint32_t)i;
-}
-
-static void heap_up(sluice_table *t, size_t i)
-{
-    entry *e = t->heap[i];
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (t->heap[parent]->rest_at <= e->rest_at) break;
-        heap_set(t, i, t->heap[parent]);
-        i = parent;
+    if (t->pf.packed) {
+        uint64_t w[2];
+        sluice__state_pack(&t->pf, st, w);
+        memcpy(ent_state(e), w, sizeof w);
+    } else {
+        memcpy(ent_state(e), st, sizeof *st);
     }
-    heap_set(t, i, e);
 }
 
-static void heap_down(sluice_table *t, size_t i)
+static uint64_t ent_rest_at(const sluice_table *t, entry *e)
 {
-    entry *e = t->heap[i];
+    sluice__state st;
+    load_state(t, e, &st);
+    return sluice__rest_at(&t->pf, &st);
+}
+
+static uint64_t ent_t_last(const sluice_table *t, entry *e)
+{
+    uint64_t w[2];
+    if (t->pf.packed) {
+        memcpy(w, ent_state(e), sizeof w);
+        return w[0];
+    }
+    return ((sluice__state *)ent_state(e))->t_last;
+}
+
+/* ---- index -------------------------------------------------------------- */
+
+static inline uint32_t home_of(const shard *s, uint32_t tag)
+{
+    return (uint32_t)(((uint64_t)tag * s->cap) >> 32);
+}
+
+static inline uint32_t dist_of(const shard *s, uint64_t v, uint32_t i)
+{
+    uint32_t h = home_of(s, (uint32_t)(v >> 32));
+    return i >= h ? i - h : i + s->cap - h;
+}
+
+/* The index slot holding `key`, or UINT32_MAX. */
+static uint32_t find(const sluice_table *t, const shard *s, uint32_t tag,
+                     const void *key, size_t keylen)
+{
+    uint32_t i = home_of(s, tag);
+    for (uint32_t d = 0;; d++) {
+        uint64_t v = s->index[i];
+        if (v == 0 || dist_of(s, v, i) < d) return UINT32_MAX;
+        if ((uint32_t)(v >> 32) == tag) {
+            entry *e = ent(t, s, (uint32_t)v - 1);
+            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0))
+                return i;
+        }
+        if (++i == s->cap) i = 0;
+    }
+}
+
+static void index_insert(shard *s, uint64_t v)
+{
+    uint32_t i = home_of(s, (uint32_t)(v >> 32));
+    for (uint32_t d = 0;; d++) {
+        uint64_t w = s->index[i];
+        if (w == 0) {
+            s->index[i] = v;
+            return;
+        }
+        uint32_t wd = dist_of(s, w, i);
+        if (wd < d) { /* Robin Hood: the richer one moves on */
+            s->index[i] = v;
+            v = w;
+            d = wd;
+        }
+        if (++i == s->cap) i = 0;
+    }
+}
+
+static void index_remove(shard *s, uint64_t v)
+{
+    uint32_t i = home_of(s, (uint32_t)(v >> 32));
+    while (s->index[i] != v)
+        if (++i == s->cap) i = 0;
+    for (;;) { /* shift the run back over the hole */
+        uint32_t j = i + 1 == s->cap ? 0 : i + 1;
+        uint64_t w = s->index[j];
+        if (w == 0 || dist_of(s, w, j) == 0) break;
+        s->index[i] = w;
+        i = j;
+    }
+    s->index[i] = 0;
+}
+
+/* ---- the wheel ---------------------------------------------------------- */
+
+static void wheel_unlink(const sluice_table *t, shard *s, uint32_t i)
+{
+    entry *e = ent(t, s, i);
+    uint32_t where = META_WHERE(e->meta);
+    if (!where) return;
+    unsigned lvl = (where - 1) / SLOTS, slot = (where - 1) % SLOTS;
+    if (e->prev) ent(t, s, e->prev - 1)->next = e->next;
+    else s->heads[lvl][slot] = e->next;
+    if (e->next) ent(t, s, e->next - 1)->prev = e->prev;
+    if (!s->heads[lvl][slot]) s->occupied[lvl] &= ~((uint64_t)1 << slot);
+    e->meta = META_LEN(e->meta);
+    e->next = e->prev = 0;
+}
+
+/* The list (level * SLOTS + slot) that holds time `rest` (ns). */
+static unsigned list_for(const shard *s, uint64_t rest)
+{
+    uint64_t rt = rest >> TICK_SHIFT;
+    if (rt < s->cur) rt = s->cur;
+    unsigned lvl = 0;
+    while (lvl + 1 < LEVELS && (rt >> (6 * (lvl + 1))) != (s->cur >> (6 * (lvl + 1)))) lvl++;
+    return lvl * SLOTS + ((unsigned)(rt >> (6 * lvl)) & (SLOTS - 1));
+}
+
+/* File entry i at time `rest` (ns). */
+static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t rest)
+{
+    unsigned code = list_for(s, rest);
+    unsigned lvl = code / SLOTS, slot = code % SLOTS;
+    entry *e = ent(t, s, i);
+    e->meta = META_LEN(e->meta) | ((uint32_t)(lvl * SLOTS + slot + 1) << 17);
+    e->prev = 0;
+    e->next = s->heads[lvl][slot];
+    if (e->next) ent(t, s, e->next - 1)->prev = i + 1;
+    s->heads[lvl][slot] = i + 1;
+    s->occupied[lvl] |= (uint64_t)1 << slot;
+}
+
+/* The first tick >= cur at which some slot becomes current, or UINT64_MAX;
+ * *code receives that slot's list (level * SLOTS + slot). */
+static uint64_t wheel_next_event_at(const shard *s, unsigned *code)
+{
+    uint64_t best = UINT64_MAX;
+    for (unsigned lvl = 0; lvl < LEVELS; lvl++) {
+        uint64_t occ = s->occupied[lvl];
+        if (!occ) continue;
+        unsigned pos = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
+        uint64_t ahead = occ >> pos; /* slots before pos are empty (passed) */
+        if (!ahead) continue;
+        unsigned slot = pos + (unsigned)__builtin_ctzll(ahead);
+        uint64_t tick;
+        if (slot == pos) {
+            tick = s->cur;
+        } else {
+            unsigned hi = 6 * (lvl + 1);
+            uint64_t base = hi >= 64 ? 0 : (s->cur >> hi) << hi;
+            tick = base | ((uint64_t)slot << (6 * lvl));
+        }
+        if (tick < best) {
+            best = tick;
+            *code = lvl * SLOTS + slot;
+        }
+    }
+    return best;
+}
+
+static uint64_t wheel_next_event(const shard *s)
+{
+    unsigned code;
+    return wheel_next_event_at(s, &code);
+}
+
+static void publish_due(shard *s)
+{
+    atomic_store_explicit(&s->due, wheel_next_event(s), memory_order_relaxed);
+}
+
+/* The earliest time (ns) at which an entry of the shard comes to rest, or
+ * UINT64_MAX if none; entries filed too early on the way are filed again
+ * (ordinary wheel upkeep).  After at most `budget` visits it settles for a
+ * lower bound: the start of the earliest slot. */
+static uint64_t wheel_first_rest(const sluice_table *t, shard *s, uint32_t budget)
+{
     for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= t->count) break;
-        if (c + 1 < t->count && t->heap[c + 1]->rest_at < t->heap[c]->rest_at) c++;
-        if (e->rest_at <= t->heap[c]->rest_at) break;
-        heap_set(t, i, t->heap[c]);
-        i = c;
+        unsigned code;
+        uint64_t ev = wheel_next_event_at(s, &code);
+        if (ev == UINT64_MAX) return UINT64_MAX;
+        unsigned lvl = code / SLOTS, slot = code % SLOTS;
+        uint64_t best = UINT64_MAX;
+        for (uint32_t n = s->heads[lvl][slot]; n;) {
+            uint32_t i = n - 1;
+            n = ent(t, s, i)->next;
+            if (budget-- == 0) return ev << TICK_SHIFT;
+            uint64_t rest = ent_rest_at(t, ent(t, s, i));
+            if (list_for(s, rest) == code) {
+                if (rest < best) best = rest;
+            } else { /* it rests later than its slot: move it on */
+                wheel_unlink(t, s, i);
+                wheel_file(t, s, i, rest);
+            }
+        }
+        if (best != UINT64_MAX) return best;
     }
-    heap_set(t, i, e);
 }
 
-static void heap_fix(sluice_table *t, entry *e)
+static void drop_entry(sluice_table *t, shard *s, uint32_t i);
+
+/* Handle one entry of a slot that has become due at tick cur: reclaim it if
+ * at rest by `now`, else file it again.  Returns true if reclaimed. */
+static bool wheel_visit(sluice_table *t, shard *s, uint32_t i, uint64_t now)
 {
-    heap_up(t, e->heap_i);
-    heap_down(t, e->heap_i);
+    wheel_unlink(t, s, i);
+    uint64_t rest = ent_rest_at(t, ent(t, s, i));
+    if (rest <= now) {
+        drop_entry(t, s, i);
+        atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
+        return true;
+    }
+    wheel_file(t, s, i, rest);
+    return false;
+}
+
+/* Advance the wheel so that every tick before tick(now) is handled, doing
+ * at most *budget entry visits (UINT32_MAX: no limit).  Returns the number
+ * of entries reclaimed. */
+static uint32_t wheel_advance(sluice_table *t, shard *s, uint64_t now, uint32_t *budget)
+{
+    const uint64_t target = now >> TICK_SHIFT;
+    uint32_t freed = 0;
+    while (s->cur < target && *budget) {
+        uint64_t ev = wheel_next_event(s);
+        if (ev >= target) {
+            s->cur = target;
+            break;
+        }
+        s->cur = ev;
+        /* cascade the higher levels' current slots, highest first */
+        for (unsigned lvl = LEVELS - 1; lvl >= 1 && *budget; lvl--) {
+            unsigned slot = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
+            while (s->heads[lvl][slot] && *budget) {
+                uint32_t i = s->heads[lvl][slot] - 1;
+                if (*budget != UINT32_MAX) (*budget)--;
+                freed += wheel_visit(t, s, i, now);
+            }
+        }
+        /* the level-0 slot of tick cur < target: every entry in it is due */
+        unsigned slot0 = (unsigned)s->cur & (SLOTS - 1);
+        while (s->heads[0][slot0] && *budget) {
+            uint32_t i = s->heads[0][slot0] - 1;
+            if (*budget != UINT32_MAX) (*budget)--;
+            freed += wheel_visit(t, s, i, now);
+        }
+        if (!s->heads[0][slot0] && *budget) s->cur++;
+    }
+    return freed;
+}
+
+/* Every key of the shard at rest by `now`, reclaimed: the wheel advanced to
+ * now, then the current tick's slots looked through. */
+static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
+{
+    uint32_t unlimited = UINT32_MAX;
+    uint32_t freed = wheel_advance(t, s, now, &unlimited);
+    if (s->cur != now >> TICK_SHIFT) return freed;
+    for (unsigned lvl = LEVELS - 1; lvl >= 1; lvl--) { /* cascade into tick cur */
+        unsigned slot = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
+        while (s->heads[lvl][slot]) freed += wheel_visit(t, s, s->heads[lvl][slot] - 1, now);
+    }
+    unsigned slot0 = (unsigned)s->cur & (SLOTS - 1);
+    for (uint32_t n = s->heads[0][slot0]; n;) {
+        uint32_t i = n - 1;
+        n = ent(t, s, i)->next;
+        if (ent_rest_at(t, ent(t, s, i)) <= now) {
+            wheel_unlink(t, s, i);
+            drop_entry(t, s, i);
+            atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
+            freed++;
+        }
+    }
+    return freed;
+}
+
+/* ---- entry life --------------------------------------------------------- */
+
+static void drop_entry(sluice_table *t, shard *s, uint32_t i)
+{
+    entry *e = ent(t, s, i);
+    wheel_unlink(t, s, i);
+    index_remove(s, (uint64_t)e->tag << 32 | (i + 1));
+    if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
+    if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
+    e->meta = 0;
+    e->next = s->free_head;
+    s->free_head = i + 1;
+    s->count--;
+    atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+}
+
+/* A new entry for key, in the index (the caller has reserved a key in
+ * t->keys); returns the entry number, or UINT32_MAX with the error set. */
+static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *key,
+                          size_t keylen)
+{
+    unsigned char *copy = NULL;
+    if (keylen > INLINE_KEY) {
+        copy = sluice__malloc(keylen);
+        if (!copy) {
+            sluice__set_error(SLUICE_ENOMEM);
+            return UINT32_MAX;
+        }
+        memcpy(copy, key, keylen);
+    }
+    uint32_t i;
+    if (s->free_head) {
+        i = s->free_head - 1;
+        s->free_head = ent(t, s, i)->next;
+    } else {
+        i = s->bump++;
+    }
+    entry *e = ent(t, s, i);
+    memset(e, 0, t->stride);
+    e->meta = (uint32_t)keylen;
+    e->tag = tag;
+    if (copy) e->key.ext = copy;
+    else if (keylen) memcpy(e->key.in, key, keylen);
+    sluice__state st;
+    sluice__state_init(&t->pf, &st);
+    store_state(t, e, &st);
+    index_insert(s, (uint64_t)tag << 32 | (i + 1));
+    s->count++;
+    return i;
+}
+
+/* Evict the least recently used of a sample of the shard's entries. */
+static bool evict_one(sluice_table *t, shard *s)
+{
+    if (s->count == 0) return false;
+    uint32_t best = UINT32_MAX;
+    uint64_t best_t = UINT64_MAX;
+    for (int k = 0; k < LRU_SAMPLES; k++) {
+        s->rng ^= s->rng << 13;
+        s->rng ^= s->rng >> 7;
+        s->rng ^= s->rng << 17;
+        uint32_t i = (uint32_t)(((s->rng >> 32) * s->cap) >> 32);
+        while (s->index[i] == 0)
+            if (++i == s->cap) i = 0;
+        uint32_t e = (uint32_t)s->index[i] - 1;
+        uint64_t tl = ent_t_last(t, ent(t, s, e));
+        if (tl < best_t) {
+            best_t = tl;
+            best = e;
+        }
+    }
+    drop_entry(t, s, best);
+    atomic_fetch_add_explicit(&t->evicted, 1, memory_order_relaxed);
+    return true;
 }
 
 /* ---- construction ------------------------------------------------------- */
 
-sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
-                               size_t errlen)
+static void free_shards(sluice_table *t)
+{
+    for (unsigned k = 0; k < t->nshards; k++) {
+        shard *s = &t->shards[k];
+        if (s->slab) {
+            for (uint32_t i = 0; i < s->bump; i++) { /* in use = in the wheel */
+                entry *e = ent(t, s, i);
+                if (!META_WHERE(e->meta)) continue;
+                if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
+                if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
+            }
+        }
+        sluice__free(s->index);
+        sluice__free(s->slab);
+        if (s->mu_ok) pthread_mutex_destroy(&s->mu);
+    }
+    sluice__free(t->shards);
+}
+
+sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys, unsigned flags,
+                                  char *err, size_t errlen)
 {
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
@@ -116,184 +531,207 @@ sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
         sluice__errf(err, errlen, "bad max_keys %zu: expected 1 .. 2^32", max_keys);
         return NULL;
     }
+    if (flags & ~SLUICE_TABLE_EVICT_LRU) {
+        sluice__errf(err, errlen, "bad flags 0x%x", flags);
+        return NULL;
+    }
     sluice_table *t = sluice__calloc(1, sizeof *t);
     if (!t) goto oom;
     t->pf = pf;
+    t->flags = flags;
     t->max_keys = max_keys;
-    t->nbuckets = 16;
-    t->buckets = sluice__calloc(t->nbuckets, sizeof *t->buckets);
-    t->heap_cap = 16;
-    t->heap = sluice__calloc(t->heap_cap, sizeof *t->heap);
-    if (!t->buckets || !t->heap) goto oom;
-    if (pthread_mutex_init(&t->mu, NULL) != 0) {
-        sluice__free(t->buckets);
-        sluice__free(t->heap);
-        sluice__free(t);
-        sluice__errf(err, errlen, "cannot create a mutex");
-        return NULL;
+    /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
+     * state 16-byte aligned */
+    t->stride = sizeof(entry) + (pf.packed ? 16 : sizeof(sluice__state));
+    /* one shard per 4096 keys, up to 64 */
+    while (t->shard_bits < 6 && ((size_t)4096 << t->shard_bits) < max_keys) t->shard_bits++;
+    t->nshards = 1u << t->shard_bits;
+    sluice__random_seed(t->seed);
+    t->shards = sluice__calloc(t->nshards, sizeof *t->shards);
+    if (!t->shards) goto oom;
+    double per = (double)max_keys / t->nshards;
+    uint64_t ecap = t->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
+    if (ecap > max_keys) ecap = max_keys;
+    uint64_t cap = ecap + ecap / 4 + 1; /* load factor <= 0.8 */
+    for (unsigned k = 0; k < t->nshards; k++) {
+        shard *s = &t->shards[k];
+        s->ecap = (uint32_t)(ecap > UINT32_MAX - 1 ? UINT32_MAX - 1 : ecap);
+        s->cap = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
+        s->index = sluice__calloc(s->cap, sizeof *s->index);
+        s->slab = sluice__calloc(s->ecap, t->stride);
+        s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
+        atomic_store_explicit(&s->due, UINT64_MAX, memory_order_relaxed);
+        if (!s->index || !s->slab) goto oom;
+        if (pthread_mutex_init(&s->mu, NULL) != 0) goto oom;
+        s->mu_ok = true;
     }
-    t->seed = (uint64_t)(uintptr_t)t ^ sluice_now_ns();
     return t;
 oom:
     if (t) {
-        sluice__free(t->buckets);
-        sluice__free(t->heap);
+        if (t->shards) free_shards(t);
         sluice__free(t);
     }
     sluice__errf(err, errlen, "out of memory");
     return NULL;
 }
 
-static void entry_free(sluice_table *t, entry *e)
+sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err, size_t errlen)
 {
-    sluice__state_fini(&t->pf, &e->st);
-    sluice__free(e);
+    return sluice_table_new_ex(spec, max_keys, 0, err, errlen);
 }
 
 void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
-    for (size_t i = 0; i < t->count; i++) entry_free(t, t->heap[i]);
-    sluice__free(t->buckets);
-    sluice__free(t->heap);
-    pthread_mutex_destroy(&t->mu);
+    free_shards(t);
     sluice__free(t);
 }
 
-/* ---- lookup, insert, reclaim -------------------------------------------- */
+/* ---- decisions ---------------------------------------------------------- */
 
-static entry **find(sluice_table *t, uint64_t h, const void *key, size_t keylen)
+/* Take one of the table's max_keys places. */
+static bool reserve(sluice_table *t)
 {
-    entry **pp = &t->buckets[h & (t->nbuckets - 1)];
-    for (; *pp; pp = &(*pp)->next) {
-        entry *e = *pp;
-        if (e->hash == h && e->keylen == keylen &&
-            (keylen == 0 || memcmp(e->key, key, keylen) == 0))
-            return pp;
-    }
-    return pp;
+    size_t k = atomic_load_explicit(&t->keys, memory_order_relaxed);
+    do {
+        if (k >= t->max_keys) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&t->keys, &k, k + 1, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return true;
 }
 
-/* Double the bucket array; on failure keep the old one (chains get longer,
- * nothing is lost). */
-static void rehash(sluice_table *t)
+/* Room for one more key in shard s (locked): reclaim keys at rest (in s,
+ * then, unlocking s, in the other shards), or evict as the policy says.
+ * Returns true with a place reserved in t->keys, or false with *retry set.
+ * *relocked tells that s was unlocked on the way (the caller must look the
+ * key up again). */
+static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
+                      bool *relocked)
 {
-    size_t n = t->nbuckets * 2;
-    entry **b = sluice__calloc(n, sizeof *b);
-    if (!b) return;
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        entry *e = t->buckets[i];
-        while (e) {
-            entry *next = e->next;
-            e->next = b[e->hash & (n - 1)];
-            b[e->hash & (n - 1)] = e;
-            e = next;
+    *relocked = false;
+    if (s->count < s->ecap && reserve(t)) return true;
+    sweep_all(t, s, now);
+    publish_due(s);
+    if (s->count < s->ecap && reserve(t)) return true;
+    if (s->count < s->ecap && t->nshards > 1) { /* the room may be elsewhere */
+        pthread_mutex_unlock(&s->mu);
+        bool got = false;
+        for (unsigned k = 0; k < t->nshards && !got; k++) {
+            shard *o = &t->shards[k];
+            /* a shard whose wheel has nothing due by now has nothing at rest */
+            if (o == s || atomic_load_explicit(&o->due, memory_order_relaxed) > (now >> TICK_SHIFT))
+                continue;
+            pthread_mutex_lock(&o->mu);
+            if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
+            publish_due(o);
+            pthread_mutex_unlock(&o->mu);
+        }
+        pthread_mutex_lock(&s->mu);
+        *relocked = true;
+        if (got) return true;
+    }
+    if ((t->flags & SLUICE_TABLE_EVICT_LRU) && evict_one(t, s) && reserve(t)) {
+        publish_due(s);
+        return true;
+    }
+    /* refused: when is the first held key expected at rest?  Exactly, for
+     * one shard; else the earliest shard's next wheel slot, a lower bound */
+    uint64_t first = UINT64_MAX;
+    if (t->nshards == 1) {
+        first = wheel_first_rest(t, s, 256);
+        publish_due(s);
+    } else {
+        for (unsigned k = 0; k < t->nshards; k++) {
+            uint64_t d = atomic_load_explicit(&t->shards[k].due, memory_order_relaxed);
+            if (d != UINT64_MAX && (d << TICK_SHIFT) < first) first = d << TICK_SHIFT;
         }
     }
-    sluice__free(t->buckets);
-    t->buckets = b;
-    t->nbuckets = n;
-}
-
-/* Remove the heap's root (the earliest rest time) from the table. */
-static void drop_root(sluice_table *t)
-{
-    entry *e = t->heap[0];
-    entry **pp = find(t, e->hash, e->key, e->keylen);
-    *pp = e->next;
-    t->count--;
-    if (t->count) {
-        heap_set(t, 0, t->heap[t->count]);
-        heap_down(t, 0);
-    }
-    entry_free(t, e);
-    t->reclaimed++;
-}
-
-/* A new entry for key, linked at *slot, or NULL with last_error set. */
-static entry *insert(sluice_table *t, entry **slot, uint64_t h, const void *key,
-                     size_t keylen, uint64_t now, sluice_result *res)
-{
-    if (t->count == t->max_keys) {
-        entry *oldest = t->heap[0];
-        if (oldest->rest_at > now) {
-            t->refused++;
-            sluice__set_error(SLUICE_EFULL);
-            uint64_t d = oldest->rest_at - now;
-            sluice__deny(res, 0, d > INT64_MAX ? INT64_MAX : (int64_t)d);
-            return NULL;
-        }
-        drop_root(t);
-        slot = find(t, h, key, keylen); /* the chain may have changed */
-    }
-    if (t->count == t->heap_cap) {
-        size_t cap = t->heap_cap * 2;
-        entry **hp = sluice__realloc(t->heap, t->heap_cap * sizeof *hp, cap * sizeof *hp);
-        if (!hp) goto oom;
-        t->heap = hp;
-        t->heap_cap = cap;
-    }
-    entry *e = sluice__malloc(sizeof *e + keylen);
-    if (!e) goto oom;
-    memset(e, 0, sizeof *e);
-    e->hash = h;
-    e->keylen = (uint32_t)keylen;
-    if (keylen) memcpy(e->key, key, keylen);
-    sluice__state_init(&t->pf, &e->st);
-    e->next = NULL;
-    *slot = e;
-    e->rest_at = 0; /* sifted to its place after the decision */
-    t->heap[t->count] = e;
-    t->count++;
-    heap_up(t, t->count - 1);
-    if (t->count > t->nbuckets) rehash(t);
-    return e;
-oom:
-    sluice__set_error(SLUICE_ENOMEM);
-    sluice__deny(res, 0, -1);
-    return NULL;
+    *retry = first == UINT64_MAX ? -1 : first > now ? (int64_t)sluice__min_u64(first - now, INT64_MAX) : 1;
+    return false;
 }
 
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
-                                 uint64_t permits, uint64_t now_ns,
-                                 sluice_result *res)
+                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
-    sluice_result scratch;
-    if (!res) res = &scratch;
+    sluice__set_error(0);
     if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
         sluice__set_error(SLUICE_EINVAL);
-        sluice__deny(res, 0, -1);
+        if (res) sluice__deny(res, 0, -1);
         sluice__count(&t->counters, permits, false);
         return false;
     }
-    sluice__set_error(0);
-    uint64_t h = hash_key(t->seed, key, keylen);
-    pthread_mutex_lock(&t->mu);
-    if (now_ns > t->t_max) t->t_max = now_ns;
-    entry **slot = find(t, h, key, keylen);
-    entry *e = *slot;
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint32_t tag = (uint32_t)h;
+    shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     bool ok = false;
-    if (!e) e = insert(t, slot, h, key, keylen, t->t_max, res);
-    if (e) {
-        ok = sluice__decide(&t->pf, &e->st, now_ns, permits, UINT64_MAX, res);
-        uint64_t r = sluice__rest_at(&t->pf, &e->st);
-        if (r != e->rest_at) {
-            e->rest_at = r;
-            heap_fix(t, e);
-        }
+
+    pthread_mutex_lock(&s->mu);
+    if (now_ns > s->now) s->now = now_ns;
+    if ((s->now >> TICK_SHIFT) > s->cur) {
+        uint32_t budget = SWEEP_BUDGET;
+        wheel_advance(t, s, s->now, &budget);
+        publish_due(s);
     }
-    pthread_mutex_unlock(&t->mu);
+    for (;;) {
+        uint32_t slot = find(t, s, tag, key, keylen);
+        uint32_t i;
+        bool fresh = false;
+        if (slot != UINT32_MAX) {
+            i = (uint32_t)s->index[slot] - 1;
+        } else {
+            int64_t retry = -1;
+            bool relocked;
+            bool room = make_room(t, s, s->now, &retry, &relocked);
+            if (relocked && (slot = find(t, s, tag, key, keylen)) != UINT32_MAX) {
+                /* another thread made the key while s was unlocked */
+                if (room) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+                continue;
+            }
+            if (room && s->count >= s->ecap) { /* filled up while unlocked */
+                atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+                room = false;
+            }
+            if (!room) {
+                atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
+                sluice__set_error(SLUICE_EFULL);
+                if (res) sluice__deny(res, 0, retry);
+                break;
+            }
+            i = new_entry(t, s, tag, key, keylen);
+            if (i == UINT32_MAX) {
+                atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+                if (res) sluice__deny(res, 0, -1);
+                break;
+            }
+            fresh = true;
+        }
+        entry *e = ent(t, s, i);
+        if (t->pf.packed) {
+            sluice__state st;
+            load_state(t, e, &st);
+            ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+            store_state(t, e, &st);
+        } else {
+            ok = sluice__decide(&t->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
+        }
+        if (fresh) {
+            wheel_file(t, s, i, ent_rest_at(t, e));
+            publish_due(s);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&s->mu);
     sluice__count(&t->counters, permits, ok);
     return ok;
 }
 
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
-    sluice_table *m = (sluice_table *)t;
-    pthread_mutex_lock(&m->mu);
-    out->keys = m->count;
-    out->reclaimed = m->reclaimed;
-    out->refused = m->refused;
-    pthread_mutex_unlock(&m->mu);
+    sluice_table *m = (sluice_table *)t; /* loads only */
+    out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
+    out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
+    out->evicted = atomic_load_explicit(&m->evicted, memory_order_relaxed);
+    out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
     sluice__counters_read(&t->counters, &out->decisions);
 }

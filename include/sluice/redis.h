@@ -1,0 +1,299 @@
+/* sluice/redis.h -- one limit across many machines: a Redis tier for sluice.
+ *
+ * libsluice-redis (`-lsluice-redis -lsluice -lhiredis -lpthread -lm`) is an
+ * optional library beside the core: the core keeps zero dependencies, and
+ * hiredis is linked only here.  It keeps one rate limit per key in Redis,
+ * shared by every process pointed at the same Redis, and puts sluice's
+ * local limiters in front of it.  The design, the guarantees and the
+ * measurements are in docs/redis.md; this header is the reference.
+ *
+ * The global tier
+ *   Two algorithms run as Lua scripts, atomically, with EVALSHA (answered by
+ *   EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
+ *   or a failover to a server that never saw the script costs no error):
+ *
+ *     token-bucket LIMIT/PERIOD [burst=B]     CONTRACT.md 3.5 (GCRA)
+ *     sliding-approx LIMIT/PERIOD             CONTRACT.md 3.4
+ *
+ *   Each decides exactly as the contract says for the requests in the order
+ *   Redis ran them, at the time of Redis's clock (the TIME command, never a
+ *   client's: clients whose clocks disagree by any amount share one limit
+ *   correctly).  That clock is read in microseconds and quantized to a
+ *   `quantum` (sluice_redis_limits): 1 us for every common spec, coarser
+ *   only when the spec's numbers would not otherwise stay exact in Lua's
+ *   doubles (below 2^53); a spec that cannot be made exact with a quantum
+ *   of at most 1 s is refused by sluice_redis_new() with a reason.  A time
+ *   earlier than the latest one a key has seen (Redis's clock stepped back,
+ *   or a failover to a server whose clock is behind) counts as that latest
+ *   time, as the contract says.  One Redis key per limiter key,
+ *   `PREFIX{KEY}:SPECID` (a Redis Cluster hash tag around the key, SPECID 8
+ *   hex digits naming the spec), a hash with a TTL: a key at rest is deleted
+ *   and an idle key expires when it would be back at rest.
+ *
+ * The local tier
+ *   With lease_max = 0 (the default) every decision is one round trip: the
+ *   decisions are exactly the contract's, in Redis's order.  With
+ *   lease_max > 0 a process takes a batch of permits (a lease) from Redis
+ *   in one round trip and spends it locally; a refusal from Redis is
+ *   remembered until its retry_after_ns passes, and requests that Redis
+ *   would certainly refuse are then refused without a round trip.  A lease
+ *   lives at most lease_ttl; its unspent permits are then dropped, never
+ *   returned.  The permits a process holds in leases are what the global
+ *   limit can be exceeded by: per key, at most
+ *       P * lease_cap (token-bucket: also at most ceil(LIMIT * lease_ttl / PERIOD))
+ *   over any interval, P the number of processes (docs/redis.md derives it;
+ *   sluice_redis_limits() reports it for P = expected_processes).  An
+ *   optional local limiter in front (local_spec) refuses a process's own
+ *   excess without asking Redis.
+ *
+ * Failures
+ *   Every call has a deadline of command_timeout_ms from its start,
+ *   covering everything it does (waiting for a pooled connection,
+ *   connecting, the NOSCRIPT retry, the I/O): no call blocks longer because
+ *   Redis is slow, frozen or gone.  A connection that failed (I/O error,
+ *   timeout, protocol error) is closed and never reused.  After
+ *   circuit_threshold consecutive failures the circuit opens: calls stop
+ *   touching the network for a backoff (retry_min_ms, doubling to
+ *   retry_max_ms, with jitter), then one call at a time probes Redis.
+ *   While Redis cannot decide, the limiter's policy does: fail closed
+ *   (refuse), fail open (admit), or fail local (a sluice limiter of
+ *   LIMIT / expected_processes per PERIOD in this process).  Every error is
+ *   counted (sluice_redis_stats).
+ *
+ * Conventions are the core's (sluice.h): uint64_t nanoseconds, decisions
+ * return bool, other calls 0 or a negative SLUICE_E* code, `_free(NULL)` is
+ * a no-op.  Thread-safety: every function except sluice_redis_new() and
+ * sluice_redis_free() may be called from any number of threads at once on
+ * the same object.  SIGPIPE is never raised by this library (it sends with
+ * MSG_NOSIGNAL).
+ */
+#ifndef SLUICE_REDIS_H
+#define SLUICE_REDIS_H
+
+#include <sluice.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
+
+typedef struct sluice_redis sluice_redis; /* opaque */
+
+/* What a limiter does when Redis cannot decide (unreachable, timed out,
+ * circuit open, an error reply). */
+enum {
+    SLUICE_REDIS_FAIL_CLOSED = 0, /* refuse (the default): never admits more */
+    SLUICE_REDIS_FAIL_OPEN = 1,   /* admit */
+    SLUICE_REDIS_FAIL_LOCAL = 2   /* decide with a local limiter of LIMIT /
+                                   * expected_processes per PERIOD (burst
+                                   * likewise divided; at least 1) */
+};
+
+/* Configuration.  Fill it with sluice_redis_config_init() and change what
+ * you need; sluice_redis_new() copies it (the strings too). */
+typedef struct sluice_redis_config {
+    const char *host;            /* Redis address; default "127.0.0.1".  A
+                                    numeric address is never looked up; a
+                                    name is resolved by getaddrinfo, which no
+                                    timeout bounds */
+    int port;                    /* default 6379 */
+    uint32_t connect_timeout_ms; /* bound on one TCP connect, 1 .. 600000;
+                                    default 100 (also cut to the call's
+                                    deadline) */
+    uint32_t command_timeout_ms; /* the deadline of one call, 1 .. 600000;
+                                    default 50 */
+    int policy;                  /* SLUICE_REDIS_FAIL_*; default CLOSED */
+    uint32_t expected_processes; /* P, processes expected to share the
+                                    limit, 1 .. 10^6; default 1.  Sizes the
+                                    FAIL_LOCAL limiter and the lease cap */
+    const char *key_prefix;      /* Redis key prefix; default "sluice:";
+                                    at most 256 bytes, no '{' or '}' */
+    uint32_t lease_max;          /* 0 (default): one round trip per
+                                    decision, exactly the contract.  > 0:
+                                    the most permits one lease may carry
+                                    (the effective cap is also at most
+                                    LIMIT / (100 * expected_processes), at
+                                    least 1; see sluice_redis_limits) */
+    uint32_t lease_ttl_ms;       /* a lease's lifetime; 0 (default):
+                                    min(PERIOD / 100, 100 ms), at least
+                                    1 ms */
+    const char *local_spec;      /* NULL (default): none.  Else a sluice
+                                    spec for a per-key limiter in this
+                                    process that every request passes
+                                    first (it takes its permits even when
+                                    Redis then refuses) */
+    size_t max_keys;             /* keys the local tier holds (leases,
+                                    remembered refusals, local limiters);
+                                    default 65536.  Dropping one only costs
+                                    a round trip */
+    uint32_t pool_size;          /* connections, 1 .. 1024; default 8.  A
+                                    call waits (within its deadline) for a
+                                    free one */
+    uint32_t circuit_threshold;  /* consecutive failures that open the
+                                    circuit, >= 1; default 3 */
+    uint32_t retry_min_ms;       /* first backoff of an open circuit; 10 */
+    uint32_t retry_max_ms;       /* longest backoff; default 1000 */
+    /* The local monotonic clock, in ns (leases' lifetimes, remembered
+     * refusals, the FAIL_LOCAL and local_spec limiters, deadlines are NOT
+     * affected: they always use CLOCK_MONOTONIC).  NULL: sluice_now_ns().
+     * For tests; it is never sent to Redis. */
+    uint64_t (*clock_fn)(void *arg);
+    void *clock_arg;
+} sluice_redis_config;
+
+/* Fill `cfg` with the defaults above.  Thread-safe. */
+void sluice_redis_config_init(sluice_redis_config *cfg);
+
+/* Make a Redis-backed limiter from a spec (token-bucket or sliding-approx,
+ * any options of the core's grammar; clock=coarse applies to the local
+ * limiters only) and a configuration (NULL: the defaults).  Does not
+ * connect: the first call that needs Redis does (see sluice_redis_ping).
+ * Returns NULL when the spec or the configuration is refused, or memory
+ * runs out, with a one-line reason in `err` (NUL-terminated when
+ * errlen > 0), e.g. `algorithm "sliding-log" has no Redis script (use
+ * token-bucket or sliding-approx)`.  The caller frees it with
+ * sluice_redis_free().  Thread-safe. */
+sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
+                               char *err, size_t errlen);
+
+/* Close every connection and free the limiter.  NULL is a no-op.  No other
+ * call may be using `r`. */
+void sluice_redis_free(sluice_redis *r);
+
+/* Which tier made a decision. */
+enum {
+    SLUICE_REDIS_SRC_REDIS = 0,  /* a round trip: Redis's script decided */
+    SLUICE_REDIS_SRC_LEASE = 1,  /* admitted from this process's lease */
+    SLUICE_REDIS_SRC_CACHE = 2,  /* refused: Redis refused a request at least
+                                    as large less than its retry_after_ns
+                                    ago */
+    SLUICE_REDIS_SRC_LOCAL = 3,  /* refused by the local_spec limiter */
+    SLUICE_REDIS_SRC_POLICY = 4  /* Redis could not decide; the failure
+                                    policy did (info.error says why) */
+};
+
+/* The details of a decision beyond sluice_result. */
+typedef struct sluice_redis_info {
+    int source;              /* SLUICE_REDIS_SRC_* */
+    int error;               /* SRC_POLICY: SLUICE_ETIMEDOUT (the deadline
+                                passed) or SLUICE_EBACKEND (no connection,
+                                circuit open, I/O or reply error); else 0 */
+    uint64_t server_time_ns; /* SRC_REDIS: the time at which Redis decided,
+                                ns since the Unix epoch on Redis's clock,
+                                a multiple of the quantum; else 0 */
+    uint64_t granted;        /* SRC_REDIS: permits Redis granted (the
+                                request's, plus a lease's); else 0 */
+} sluice_redis_info;
+
+/* Ask for `permits` on `key` (keylen bytes, any bytes, at most
+ * SLUICE_MAX_KEY_BYTES; NULL when keylen is 0).  Returns true when granted.
+ * `res` (may be NULL) gets the details:
+ *   - SRC_REDIS: exactly the contract's, at info.server_time_ns: remaining
+ *     (permits a request at that instant could still get, the lease just
+ *     granted included) and retry_after_ns (-1: permits exceed the burst,
+ *     or LIMIT for sliding-approx);
+ *   - SRC_LEASE: remaining = the permits left in this process's lease;
+ *   - SRC_CACHE: retry_after_ns = the time left until the remembered
+ *     refusal's retry_after_ns (-1 if it was -1), remaining 0;
+ *   - SRC_LOCAL: the local_spec limiter's result;
+ *   - SRC_POLICY: fail closed: refused, retry_after_ns = the time until
+ *     the circuit lets a call try Redis again (at least 1 ms), remaining 0;
+ *     fail open: admitted, remaining 0; fail local: the local limiter's.
+ * permits = 0 is a probe: always true; with lease_max = 0 it asks Redis
+ * for the state (remaining), else it answers from the local tier.
+ * Never blocks longer than command_timeout_ms.  Thread-safe. */
+bool sluice_redis_try_acquire(sluice_redis *r, const void *key, size_t keylen,
+                              uint64_t permits, sluice_result *res);
+
+/* sluice_redis_try_acquire(), also filling `info` (may be NULL). */
+bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
+                                 size_t keylen, uint64_t permits,
+                                 sluice_result *res, sluice_redis_info *info);
+
+/* Connect if needed and send PING, within command_timeout_ms: 0 when Redis
+ * answered, else SLUICE_ETIMEDOUT or SLUICE_EBACKEND (counted like any
+ * call's error, and subject to the circuit).  Thread-safe. */
+int sluice_redis_ping(sluice_redis *r);
+
+/* Write the Redis key name of `key` (binary: `PREFIX{KEY}:SPECID`) into
+ * buf.  Returns its length, or SLUICE_ENOSPC when buflen is too small (it
+ * needs keylen + strlen(prefix) + 12 bytes with the NUL).  Thread-safe. */
+int sluice_redis_key_name(const sluice_redis *r, const void *key,
+                          size_t keylen, char *buf, size_t buflen);
+
+/* The numbers a limiter derived from its spec and configuration. */
+typedef struct sluice_redis_limits {
+    uint64_t quantum_ns;    /* resolution of Redis's clock as the scripts
+                               use it: 1000 (1 us) for every common spec */
+    uint64_t lease_cap;     /* the most permits in one lease; 0 when
+                               lease_max = 0 */
+    uint64_t lease_ttl_ns;  /* a lease's lifetime (0 when lease_max = 0) */
+    uint64_t overadmit_bound; /* per key, with P = expected_processes: the
+                                 most permits by which the processes
+                                 together can exceed the contract's limit
+                                 over any interval (0 when lease_max = 0) */
+    char local_fallback_spec[SLUICE_SPEC_MAX]; /* the FAIL_LOCAL limiter */
+} sluice_redis_limits;
+
+/* Fill `out`.  Thread-safe. */
+void sluice_redis_limits_get(const sluice_redis *r, sluice_redis_limits *out);
+
+/* Counters since the limiter was made; each is exact, the set is read
+ * without stopping the limiter. */
+typedef struct sluice_redis_stats {
+    uint64_t allowed, denied;  /* decisions (probes count as allowed) */
+    uint64_t by_redis;         /* decided by a round trip */
+    uint64_t by_lease;         /* admitted from a lease */
+    uint64_t by_cache;         /* refused from a remembered refusal */
+    uint64_t by_local;         /* refused by the local_spec limiter */
+    uint64_t by_policy;        /* decided by the failure policy */
+    uint64_t round_trips;      /* script calls sent (EVALSHA or EVAL) */
+    uint64_t leases;           /* grants that carried permits to keep */
+    uint64_t lease_permits;    /* permits kept from grants */
+    uint64_t lease_dropped;    /* lease permits dropped unspent (expired,
+                                  replaced or evicted) */
+    /* backend errors, by kind; each failed call counts once */
+    uint64_t err_connect;      /* connect failed or timed out */
+    uint64_t err_timeout;      /* the deadline passed during a command */
+    uint64_t err_io;           /* the connection broke (reset, EOF) */
+    uint64_t err_protocol;     /* an unparsable or unexpected reply */
+    uint64_t err_reply;        /* an error reply (not NOSCRIPT), e.g.
+                                  READONLY, OOM, LOADING, BUSY */
+    uint64_t err_pool;         /* no free connection before the deadline */
+    uint64_t err_circuit;      /* refused to try: the circuit was open */
+    uint64_t noscript;         /* NOSCRIPT replies, answered by EVAL */
+    uint64_t connects;         /* connections made */
+    uint64_t reconnects;       /* ... after the first */
+    uint64_t discarded;        /* connections closed after a failure */
+    uint64_t circuit_opens;    /* times the circuit opened */
+    uint64_t circuit_closes;   /* times it closed again */
+    int circuit_open;          /* 1 while open or probing, else 0 */
+} sluice_redis_stats;
+
+/* Copy the counters into `out`.  Thread-safe. */
+void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out);
+
+/* The Lua source of a script: 0 token-bucket, 1 sliding-approx; NULL for
+ * another index.  Static storage.  Thread-safe. */
+const char *sluice_redis_script_source(int which);
+
+/* The SHA1 of that script as 40 lowercase hex digits (what SCRIPT LOAD
+ * returns), NULL for another index.  Thread-safe. */
+const char *sluice_redis_script_sha(int which);
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_REDIS_H */

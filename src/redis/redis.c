@@ -1,0 +1,780 @@
+/* redis.c -- the Redis tier's public API: two tiers and a failure policy.
+ *
+ * A decision goes through, in order:
+ *
+ *   1. the local_spec limiter (a sluice_table), when configured: a refusal
+ *      there ends it (SRC_LOCAL);
+ *   2. with leases (lease_max > 0), this process's entry for the key, under
+ *      its stripe's mutex: a live lease with enough permits admits
+ *      (SRC_LEASE); a remembered refusal of a request at most as large that
+ *      has not yet reached its retry time refuses (SRC_CACHE);
+ *   3. a round trip: the key's script decides, exactly as the contract says,
+ *      at Redis's time (SRC_REDIS); with leases it may grant more than
+ *      asked, and the surplus becomes the entry's new lease;
+ *   4. if Redis cannot decide by the deadline: the policy (SRC_POLICY).
+ *
+ * Leases.  One thread per process and key fetches a lease at a time (the
+ * entry's `fetching` flag); it drops what is left of the old lease when it
+ * sends, so a process never holds more than lease_cap permits of a key,
+ * whether in its pool or in flight (other threads meanwhile ask Redis for
+ * their own permits only).  The lease's lifetime counts from the send, which
+ * is before Redis granted it.  Its size adapts: `want` (the surplus asked
+ * for) starts at 1, doubles when a lease is used up within half its
+ * lifetime, halves when one expires more than half unspent; it never
+ * exceeds lease_cap.
+ *
+ * Remembered refusals.  Redis's retry_after_ns for a refused request of p
+ * permits is the least wait after which it could pass with no other
+ * traffic; other traffic only delays it, and a larger request waits at
+ * least as long.  So until send time + retry_after_ns (the send precedes
+ * Redis's decision) every request of p or more permits is refused here,
+ * exactly as Redis would have refused it, without a round trip.
+ *
+ * Local tables: 64 stripes, each an open-addressing table under one mutex,
+ * holding at most ceil(max_keys / 64) entries; when a stripe is full, the
+ * entries with no live lease, refusal or fetch are dropped (and if that
+ * frees too little, all but the fetching ones): dropping an entry only
+ * drops permits (fewer admissions, never more) and costs a round trip.
+ */
+#define _GNU_SOURCE
+#include "redis_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SR_STRIPES 64
+#define MS 1000000ULL
+
+typedef struct sr_entry {
+    uint64_t hash; /* 0: an empty slot */
+    char *key;
+    uint32_t keylen;
+    bool fetching;
+    uint64_t lease_left, lease_exp, lease_t0, lease_size;
+    uint64_t want;
+    uint64_t deny_p, deny_until; /* deny_p = 0: nothing remembered */
+} sr_entry;
+
+typedef struct sr_stripe {
+    _Alignas(64) pthread_mutex_t mu;
+    sr_entry *e;
+    uint32_t cap, count;
+    uint64_t allowed, denied, by_lease, by_cache, leases, lease_permits, lease_dropped;
+} sr_stripe;
+
+struct sluice_redis {
+    sr_params pp;
+    sr_conn conn;
+    int policy;
+    uint32_t procs;
+    char *prefix;
+    size_t prefixlen;
+    char specid[9];
+    uint64_t cmd_timeout_ns;
+    uint64_t lease_cap, lease_ttl_ns;
+    uint64_t refresh_ns; /* least time between asking a dry Redis again */
+    _Atomic uint64_t rtt_ns; /* round-trip time, a moving average */
+    uint32_t stripe_limit;
+    uint64_t hash_seed;
+    sluice_table *front, *fallback;
+    char fallback_spec[SLUICE_SPEC_MAX];
+    uint64_t (*clock_fn)(void *);
+    void *clock_arg;
+    /* the script arguments that do not change: q_us, then a b cap or wt L */
+    char sarg[4][24];
+    size_t sarglen[4];
+    int nsarg;
+    _Atomic uint64_t allowed, denied, by_redis, by_local, by_policy;
+    sr_stripe stripes[SR_STRIPES];
+};
+
+static void add(_Atomic uint64_t *c) { atomic_fetch_add_explicit(c, 1, memory_order_relaxed); }
+static uint64_t rd(const _Atomic uint64_t *c) { return atomic_load_explicit(c, memory_order_relaxed); }
+
+static uint64_t local_now(const sluice_redis *r)
+{
+    return r->clock_fn ? r->clock_fn(r->clock_arg) : sluice_now_ns();
+}
+
+__attribute__((format(printf, 3, 4))) static void errf(char *err, size_t errlen,
+                                                      const char *fmt, ...)
+{
+    if (!errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- configuration -------------------------------------------------------- */
+
+void sluice_redis_config_init(sluice_redis_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->host = "127.0.0.1";
+    cfg->port = 6379;
+    cfg->connect_timeout_ms = 100;
+    cfg->command_timeout_ms = 50;
+    cfg->policy = SLUICE_REDIS_FAIL_CLOSED;
+    cfg->expected_processes = 1;
+    cfg->key_prefix = "sluice:";
+    cfg->lease_max = 0;
+    cfg->lease_ttl_ms = 0;
+    cfg->local_spec = NULL;
+    cfg->max_keys = 65536;
+    cfg->pool_size = 8;
+    cfg->circuit_threshold = 3;
+    cfg->retry_min_ms = 10;
+    cfg->retry_max_ms = 1000;
+}
+
+static int check_config(const sluice_redis_config *c, char *err, size_t errlen)
+{
+#define BAD(msg, v)                                                                            \
+    do {                                                                                       \
+        errf(err, errlen, msg, (unsigned long long)(v));                                       \
+        return SLUICE_EINVAL;                                                                  \
+    } while (0)
+    if (!c->host || !*c->host) {
+        errf(err, errlen, "%s", "no Redis host");
+        return SLUICE_EINVAL;
+    }
+    if (c->port < 1 || c->port > 65535) BAD("bad Redis port %llu", (unsigned)c->port);
+    if (c->connect_timeout_ms < 1 || c->connect_timeout_ms > 600000)
+        BAD("bad connect_timeout_ms %llu (1 .. 600000)", c->connect_timeout_ms);
+    if (c->command_timeout_ms < 1 || c->command_timeout_ms > 600000)
+        BAD("bad command_timeout_ms %llu (1 .. 600000)", c->command_timeout_ms);
+    if (c->policy < SLUICE_REDIS_FAIL_CLOSED || c->policy > SLUICE_REDIS_FAIL_LOCAL)
+    {
+        errf(err, errlen, "bad policy %d (SLUICE_REDIS_FAIL_CLOSED, _OPEN or _LOCAL)", c->policy);
+        return SLUICE_EINVAL;
+    }
+    if (c->expected_processes < 1 || c->expected_processes > 1000000)
+        BAD("bad expected_processes %llu (1 .. 1000000)", c->expected_processes);
+    if (!c->key_prefix || strlen(c->key_prefix) > 256 || strpbrk(c->key_prefix, "{}")) {
+        errf(err, errlen, "bad key_prefix \"%s\" (at most 256 bytes, no '{' or '}')",
+             c->key_prefix ? c->key_prefix : "(null)");
+        return SLUICE_EINVAL;
+    }
+    if (c->max_keys < 1) BAD("bad max_keys %llu (>= 1)", c->max_keys);
+    if (c->pool_size < 1 || c->pool_size > 1024) BAD("bad pool_size %llu (1 .. 1024)", c->pool_size);
+    if (c->circuit_threshold < 1) BAD("bad circuit_threshold %llu (>= 1)", c->circuit_threshold);
+    if (c->retry_min_ms < 1 || c->retry_max_ms < c->retry_min_ms)
+        BAD("bad retry_min_ms %llu (1 .. retry_max_ms)", c->retry_min_ms);
+    if (c->lease_ttl_ms > 3600000) BAD("bad lease_ttl_ms %llu (0 .. 3600000)", c->lease_ttl_ms);
+    return 0;
+#undef BAD
+}
+
+/* The FAIL_LOCAL spec: LIMIT / P per PERIOD, exactly when it can be said
+ * (L/P permits per W == L permits per P*W), else rounded down; burst / P,
+ * at least 1. */
+static int fallback_spec(const sr_params *pp, uint32_t P, bool coarse, char *out, size_t n)
+{
+    const char *ck = coarse ? " clock=coarse" : "";
+    if (P == 1) {
+        int k = snprintf(out, n, "%s%s", pp->canon, ck);
+        if (k < 0 || (size_t)k >= n) return SLUICE_ENOSPC;
+        return sluice_spec_check(out, NULL, 0, NULL, 0);
+    }
+    uint64_t L = pp->limit, W = pp->period_ns;
+    if (pp->script == SR_SCRIPT_TB) {
+        uint64_t b = pp->capacity / P ? pp->capacity / P : 1;
+        if (L % P == 0)
+            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)(L / P),
+                     (unsigned long long)W, (unsigned long long)b, ck);
+        else if (W <= SLUICE_MAX_PERIOD_NS / P)
+            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)L,
+                     (unsigned long long)(W * P), (unsigned long long)b, ck);
+        else
+            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s",
+                     (unsigned long long)(L / P ? L / P : 1), (unsigned long long)W,
+                     (unsigned long long)b, ck);
+    } else {
+        snprintf(out, n, "sliding-approx %llu/%lluns%s", (unsigned long long)(L / P ? L / P : 1),
+                 (unsigned long long)W, ck);
+    }
+    char canon[SLUICE_SPEC_MAX];
+    int rc = sluice_spec_check(out, canon, sizeof canon, NULL, 0);
+    if (rc == 0) snprintf(out, n, "%s", canon);
+    return rc;
+}
+
+static uint32_t fnv32(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg, char *err,
+                               size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    sluice_redis_config defaults;
+    if (!cfg) {
+        sluice_redis_config_init(&defaults);
+        cfg = &defaults;
+    }
+    if (!spec) {
+        errf(err, errlen, "%s", "no spec");
+        return NULL;
+    }
+    if (check_config(cfg, err, errlen) != 0) return NULL;
+    sluice_redis *r = calloc(1, sizeof *r);
+    if (!r) {
+        errf(err, errlen, "%s", "out of memory");
+        return NULL;
+    }
+    if (sluice__redis_params(spec, &r->pp, err, errlen) != 0) {
+        free(r);
+        return NULL;
+    }
+    bool coarse = strstr(spec, "clock=coarse") != NULL;
+    r->policy = cfg->policy;
+    r->procs = cfg->expected_processes;
+    r->cmd_timeout_ns = (uint64_t)cfg->command_timeout_ms * MS;
+    r->clock_fn = cfg->clock_fn;
+    r->clock_arg = cfg->clock_arg;
+    snprintf(r->specid, sizeof r->specid, "%08x", (unsigned)fnv32(r->pp.canon));
+    r->prefixlen = strlen(cfg->key_prefix);
+    r->prefix = malloc(r->prefixlen + 1);
+    r->hash_seed = 1469598103934665603ULL ^ (sluice_now_ns() * 0x9E3779B97F4A7C15ULL);
+    for (int i = 0; i < SR_STRIPES; i++) pthread_mutex_init(&r->stripes[i].mu, NULL);
+    uint64_t cap_spec = r->pp.capacity, L = r->pp.limit, W = r->pp.period_ns;
+    if (cfg->lease_max > 0) {
+        uint64_t c = L / (100ULL * r->procs);
+        if (c > cfg->lease_max) c = cfg->lease_max;
+        if (c > cap_spec) c = cap_spec;
+        r->lease_cap = c ? c : 1;
+        uint64_t ttl = cfg->lease_ttl_ms ? (uint64_t)cfg->lease_ttl_ms * MS : W / 100;
+        if (!cfg->lease_ttl_ms && ttl > 100 * MS) ttl = 100 * MS;
+        r->lease_ttl_ns = ttl < MS ? MS : ttl;
+        r->refresh_ns = r->lease_ttl_ns / 2;
+    }
+    uint64_t mk = cfg->max_keys > (size_t)UINT32_MAX ? UINT32_MAX : cfg->max_keys;
+    r->stripe_limit = (uint32_t)((mk + SR_STRIPES - 1) / SR_STRIPES);
+    if (r->stripe_limit < 4) r->stripe_limit = 4;
+    if (!r->prefix) goto oom;
+    memcpy(r->prefix, cfg->key_prefix, r->prefixlen + 1);
+    if (cfg->local_spec) {
+        r->front = sluice_table_new(cfg->local_spec, cfg->max_keys, err, errlen);
+        if (!r->front) {
+            char why[200];
+            snprintf(why, sizeof why, "%s", err);
+            if (errlen) snprintf(err, errlen, "local_spec: %s", why);
+            goto fail;
+        }
+    }
+    if (fallback_spec(&r->pp, r->procs, coarse, r->fallback_spec, sizeof r->fallback_spec) != 0) {
+        errf(err, errlen, "cannot divide \"%s\" among the expected processes", r->pp.canon);
+        goto fail;
+    }
+    if (r->policy == SLUICE_REDIS_FAIL_LOCAL) {
+        r->fallback = sluice_table_new(r->fallback_spec, cfg->max_keys, err, errlen);
+        if (!r->fallback) goto fail;
+    }
+    /* static script arguments */
+    uint64_t q_us = r->pp.quantum_ns / 1000;
+    uint64_t v[3];
+    if (r->pp.script == SR_SCRIPT_TB) {
+        v[0] = r->pp.a, v[1] = r->pp.b, v[2] = r->pp.cap;
+        r->nsarg = 4;
+    } else {
+        v[0] = r->pp.wt, v[1] = r->pp.limit;
+        r->nsarg = 3;
+    }
+    snprintf(r->sarg[0], sizeof r->sarg[0], "%llu", (unsigned long long)q_us);
+    for (int i = 1; i < r->nsarg; i++)
+        snprintf(r->sarg[i], sizeof r->sarg[i], "%llu", (unsigned long long)v[i - 1]);
+    for (int i = 0; i < r->nsarg; i++) r->sarglen[i] = strlen(r->sarg[i]);
+    if (sluice__conn_init(&r->conn, cfg->host, cfg->port, cfg->pool_size,
+                          (uint64_t)cfg->connect_timeout_ms * MS, cfg->circuit_threshold,
+                          (uint64_t)cfg->retry_min_ms * MS, (uint64_t)cfg->retry_max_ms * MS) != 0)
+        goto oom;
+    return r;
+oom:
+    errf(err, errlen, "%s", "out of memory");
+fail:
+    sluice_table_free(r->front);
+    sluice_table_free(r->fallback);
+    for (int i = 0; i < SR_STRIPES; i++) pthread_mutex_destroy(&r->stripes[i].mu);
+    free(r->prefix);
+    free(r);
+    return NULL;
+}
+
+void sluice_redis_free(sluice_redis *r)
+{
+    if (!r) return;
+    sluice__conn_fini(&r->conn);
+    for (int i = 0; i < SR_STRIPES; i++) {
+        sr_stripe *s = &r->stripes[i];
+        for (uint32_t j = 0; j < s->cap; j++)
+            if (s->e[j].hash) free(s->e[j].key);
+        free(s->e);
+        pthread_mutex_destroy(&s->mu);
+    }
+    sluice_table_free(r->front);
+    sluice_table_free(r->fallback);
+    free(r->prefix);
+    free(r);
+}
+
+void sluice_redis_limits_get(const sluice_redis *r, sluice_redis_limits *out)
+{
+    memset(out, 0, sizeof *out);
+    out->quantum_ns = r->pp.quantum_ns;
+    out->lease_cap = r->lease_cap;
+    out->lease_ttl_ns = r->lease_ttl_ns;
+    if (r->lease_cap) {
+        uint64_t b = (uint64_t)r->procs * r->lease_cap;
+        if (r->pp.script == SR_SCRIPT_TB) {
+            sr_u128 t = ((sr_u128)r->pp.limit * r->lease_ttl_ns + r->pp.period_ns - 1) / r->pp.period_ns;
+            if (t < b) b = (uint64_t)t;
+        }
+        out->overadmit_bound = b;
+    }
+    snprintf(out->local_fallback_spec, sizeof out->local_fallback_spec, "%s", r->fallback_spec);
+}
+
+int sluice_redis_key_name(const sluice_redis *r, const void *key, size_t keylen, char *buf,
+                          size_t buflen)
+{
+    size_t n = r->prefixlen + 1 + keylen + 2 + 8;
+    if (n + 1 > buflen || n > INT32_MAX) return SLUICE_ENOSPC;
+    char *p = buf;
+    memcpy(p, r->prefix, r->prefixlen), p += r->prefixlen;
+    *p++ = '{';
+    if (keylen) memcpy(p, key, keylen), p += keylen;
+    *p++ = '}';
+    *p++ = ':';
+    memcpy(p, r->specid, 8), p += 8;
+    *p = '\0';
+    return (int)n;
+}
+
+/* ---- one round trip ------------------------------------------------------- */
+
+/* The least offset r' in [0, W] into a window with counts prev, cur at which
+ * p more permits fit (sliding_approx.c's rule, in ns); W if none. */
+static uint64_t first_fit(uint64_t W, uint64_t L, uint64_t prev, uint64_t cur, uint64_t p)
+{
+    if (cur + p > L) return W;
+    if (prev == 0) return 0;
+    sr_u128 q = (sr_u128)(L - cur - p) * W / prev;
+    return q >= W ? 0 : W - (uint64_t)q;
+}
+
+typedef struct sr_outcome {
+    bool ok;
+    uint64_t granted;
+    uint64_t remaining;     /* the contract's, at Redis's time, after the grant */
+    int64_t retry_after_ns; /* the contract's */
+    uint64_t retry1_ns;     /* after the decision: the least wait before a
+                               request for 1 permit could pass */
+    uint64_t server_ns;
+} sr_outcome;
+
+/* Ask Redis for p permits (and up to `want` >= p when leasing).  Returns 0
+ * with *o filled, or a negative code (the error was counted). */
+static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_t p,
+                        uint64_t want, uint64_t deadline, sr_outcome *o, uint64_t *retry_at)
+{
+    char kbuf[512];
+    size_t kcap = r->prefixlen + keylen + 16;
+    char *kname = kcap <= sizeof kbuf ? kbuf : malloc(kcap);
+    if (!kname) return SLUICE_ENOMEM;
+    int kl = sluice_redis_key_name(r, key, keylen, kname, kcap);
+
+    const sr_params *pp = &r->pp;
+    uint64_t need = p > pp->capacity ? pp->capacity + 1 : p;
+    if (want < need) want = need;
+    if (want > pp->capacity) want = need > pp->capacity ? need : pp->capacity;
+    char nbuf[2][24];
+    snprintf(nbuf[0], sizeof nbuf[0], "%llu", (unsigned long long)need);
+    snprintf(nbuf[1], sizeof nbuf[1], "%llu", (unsigned long long)want);
+    const char *args[6];
+    size_t lens[6];
+    int n = 0;
+    for (int i = 0; i < r->nsarg; i++) args[n] = r->sarg[i], lens[n++] = r->sarglen[i];
+    args[n] = nbuf[0], lens[n++] = strlen(nbuf[0]);
+    args[n] = nbuf[1], lens[n++] = strlen(nbuf[1]);
+    long long v[SR_SA_FIELDS];
+    int nout = pp->script == SR_SCRIPT_TB ? SR_TB_FIELDS : SR_SA_FIELDS;
+    uint64_t t0 = sluice_now_ns();
+    int rc = sluice__conn_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n, deadline,
+                               v, nout, retry_at);
+    if (kname != kbuf) free(kname);
+    if (rc != 0) return rc;
+    uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
+    atomic_store_explicit(&r->rtt_ns, avg ? avg - avg / 8 + el / 8 : el, memory_order_relaxed);
+    for (int i = 0; i < nout; i++)
+        if (v[i] < 0) return SLUICE_EBACKEND;
+    const uint64_t q = pp->quantum_ns;
+    o->ok = v[0] == 1;
+    o->granted = (uint64_t)v[1];
+    if (o->ok ? (o->granted < need || o->granted > want) : o->granted != 0) return SLUICE_EBACKEND;
+    if (pp->script == SR_SCRIPT_TB) {
+        uint64_t x = (uint64_t)v[2];
+        if (x > pp->cap) return SLUICE_EBACKEND;
+        o->server_ns = (uint64_t)v[3] * q;
+        o->remaining = x / pp->b;
+        o->retry1_ns = x >= pp->b ? 0
+                                  : (uint64_t)((((sr_u128)(pp->b - x)) * q + pp->a - 1) / pp->a);
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > pp->capacity) o->retry_after_ns = -1;
+        else {
+            sr_u128 d = ((sr_u128)p * pp->b - x) * q;
+            o->retry_after_ns = (int64_t)((d + pp->a - 1) / pp->a);
+        }
+    } else {
+        uint64_t rt = (uint64_t)v[2], cur = (uint64_t)v[3], prev = (uint64_t)v[4];
+        uint64_t wt = pp->wt, L = pp->limit;
+        if (rt >= wt || cur > L || prev > L) return SLUICE_EBACKEND;
+        o->server_ns = (uint64_t)v[5] * q;
+        sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
+        o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
+        uint64_t W = pp->period_ns, rr = rt * q;
+        if (o->remaining) o->retry1_ns = 0;
+        else {
+            uint64_t at = first_fit(W, L, prev, cur, 1);
+            o->retry1_ns = at < W ? at - rr : W - rr + first_fit(W, L, cur, 0, 1);
+        }
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > L) o->retry_after_ns = -1;
+        else {
+            uint64_t at = first_fit(W, L, prev, cur, p);
+            o->retry_after_ns = at < W ? (int64_t)(at - rr)
+                                       : (int64_t)(W - rr + first_fit(W, L, cur, 0, p));
+        }
+    }
+    return 0;
+}
+
+/* ---- the failure policy ------------------------------------------------------ */
+
+static bool by_policy(sluice_redis *r, const void *key, size_t keylen, uint64_t p, uint64_t now,
+                      int error, uint64_t retry_at, sluice_result *res, sluice_redis_info *info)
+{
+    add(&r->by_policy);
+    info->source = SLUICE_REDIS_SRC_POLICY;
+    info->error = error;
+    bool ok;
+    if (r->policy == SLUICE_REDIS_FAIL_OPEN) {
+        ok = true;
+        *res = (sluice_result){.allowed = true};
+    } else if (r->policy == SLUICE_REDIS_FAIL_LOCAL) {
+        ok = sluice_table_try_acquire_at(r->fallback, key, keylen, p, now, res);
+    } else {
+        uint64_t m = sluice_now_ns();
+        uint64_t wait = retry_at > m ? retry_at - m : r->conn.retry_min_ns;
+        if (wait < MS) wait = MS;
+        ok = p == 0;
+        *res = (sluice_result){.allowed = ok, .retry_after_ns = ok ? 0 : (int64_t)wait};
+    }
+    add(ok ? &r->allowed : &r->denied);
+    return ok;
+}
+
+/* ---- the local tier's entries ---------------------------------------------- */
+
+static uint64_t hash_key(const sluice_redis *r, const void *key, size_t n)
+{
+    uint64_t h = r->hash_seed;
+    const unsigned char *p = key;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 32;
+    return h | 1; /* 0 marks an empty slot */
+}
+
+static sr_entry *find(sr_stripe *s, uint64_t h, const void *key, size_t keylen)
+{
+    if (!s->cap) return NULL;
+    uint32_t mask = s->cap - 1;
+    for (uint32_t i = (uint32_t)(h >> 6) & mask, n = 0; n < s->cap; i = (i + 1) & mask, n++) {
+        sr_entry *e = &s->e[i];
+        if (!e->hash) return NULL;
+        if (e->hash == h && e->keylen == keylen && (keylen == 0 || memcmp(e->key, key, keylen) == 0))
+            return e;
+    }
+    return NULL;
+}
+
+static bool live(const sr_entry *e, uint64_t now)
+{
+    return e->fetching || (e->lease_left && now < e->lease_exp) ||
+           (e->deny_p && now < e->deny_until);
+}
+
+/* Rebuild the stripe's table with capacity `cap`, keeping the entries that
+ * `keep` selects (mode 0: all; 1: live ones; 2: fetching ones). */
+static bool rebuild(sr_stripe *s, uint32_t cap, int mode, uint64_t now)
+{
+    sr_entry *ne = calloc(cap, sizeof *ne);
+    if (!ne) return false;
+    uint32_t count = 0;
+    for (uint32_t j = 0; j < s->cap; j++) {
+        sr_entry *e = &s->e[j];
+        if (!e->hash) continue;
+        bool keep = mode == 0 || (mode == 1 ? live(e, now) : e->fetching);
+        if (!keep) {
+            if (e->lease_left) s->lease_dropped += e->lease_left;
+            free(e->key);
+            continue;
+        }
+        uint32_t i = (uint32_t)(e->hash >> 6) & (cap - 1);
+        while (ne[i].hash) i = (i + 1) & (cap - 1);
+        ne[i] = *e;
+        count++;
+    }
+    free(s->e);
+    s->e = ne;
+    s->cap = cap;
+    s->count = count;
+    return true;
+}
+
+static sr_entry *find_or_add(sluice_redis *r, sr_stripe *s, uint64_t h, const void *key,
+                             size_t keylen, uint64_t now)
+{
+    sr_entry *e = find(s, h, key, keylen);
+    if (e) return e;
+    if (s->count >= r->stripe_limit) {
+        if (!rebuild(s, s->cap, 1, now)) return NULL;
+        if (s->count >= r->stripe_limit - r->stripe_limit / 4 && !rebuild(s, s->cap, 2, now))
+            return NULL;
+        if (s->count >= r->stripe_limit) return NULL; /* every entry is fetching */
+    }
+    if ((s->count + 1) * 2 > s->cap) {
+        uint32_t nc = s->cap ? s->cap * 2 : 16;
+        if (!rebuild(s, nc, 0, now)) return NULL;
+    }
+    char *k = malloc(keylen ? keylen : 1);
+    if (!k) return NULL;
+    if (keylen) memcpy(k, key, keylen);
+    uint32_t i = (uint32_t)(h >> 6) & (s->cap - 1);
+    while (s->e[i].hash) i = (i + 1) & (s->cap - 1);
+    e = &s->e[i];
+    memset(e, 0, sizeof *e);
+    e->hash = h;
+    e->key = k;
+    e->keylen = (uint32_t)keylen;
+    e->want = 1;
+    s->count++;
+    return e;
+}
+
+/* Expire the entry's lease if its time is up, adapting `want`. */
+static void expire_lease(const sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t now)
+{
+    (void)r;
+    if (e->lease_left && now >= e->lease_exp) {
+        if (e->lease_left * 2 > e->lease_size && e->want > 1) e->want /= 2;
+        s->lease_dropped += e->lease_left;
+        e->lease_left = 0;
+    }
+}
+
+/* ---- decisions ------------------------------------------------------------- */
+
+static void fill_redis(sluice_result *res, sluice_redis_info *info, const sr_outcome *o,
+                       uint64_t keep)
+{
+    info->source = SLUICE_REDIS_SRC_REDIS;
+    info->server_time_ns = o->server_ns;
+    info->granted = o->granted;
+    res->allowed = o->ok;
+    res->wait_ns = 0;
+    res->remaining = o->remaining + keep;
+    res->retry_after_ns = o->retry_after_ns;
+}
+
+bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen,
+                                 uint64_t permits, sluice_result *res, sluice_redis_info *info)
+{
+    sluice_result rtmp;
+    sluice_redis_info itmp;
+    if (!res) res = &rtmp;
+    if (!info) info = &itmp;
+    memset(info, 0, sizeof *info);
+    const uint64_t start = sluice_now_ns();
+    const uint64_t deadline = start + r->cmd_timeout_ns;
+    if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
+        *res = (sluice_result){.allowed = false, .retry_after_ns = -1};
+        info->source = SLUICE_REDIS_SRC_LOCAL;
+        info->error = SLUICE_EINVAL;
+        add(&r->denied);
+        add(&r->by_local);
+        return false;
+    }
+    const uint64_t now = local_now(r);
+    if (r->front && !sluice_table_try_acquire_at(r->front, key, keylen, permits, now, res)) {
+        info->source = SLUICE_REDIS_SRC_LOCAL;
+        add(&r->by_local);
+        add(&r->denied);
+        return false;
+    }
+    uint64_t retry_at = 0;
+    sr_outcome o;
+    if (r->lease_cap == 0) { /* exact: one round trip */
+        int rc = redis_decide(r, key, keylen, permits, permits, deadline, &o, &retry_at);
+        if (rc != 0) return by_policy(r, key, keylen, permits, now, rc, retry_at, res, info);
+        fill_redis(res, info, &o, 0);
+        add(&r->by_redis);
+        add(o.ok ? &r->allowed : &r->denied);
+        return o.ok;
+    }
+
+    /* two tiers */
+    const uint64_t h = hash_key(r, key, keylen);
+    sr_stripe *s = &r->stripes[h & (SR_STRIPES - 1)];
+    pthread_mutex_lock(&s->mu);
+    sr_entry *e = find_or_add(r, s, h, key, keylen, now);
+    uint64_t want = permits;
+    bool fetching = false;
+    if (e) {
+        expire_lease(r, s, e, now);
+        if (e->lease_left >= permits) {
+            e->lease_left -= permits;
+            if (permits && e->lease_left == 0 && now - e->lease_t0 < r->lease_ttl_ns / 2) {
+                e->want = e->want * 2 > r->lease_cap ? r->lease_cap : e->want * 2;
+            }
+            *res = (sluice_result){.allowed = true, .remaining = e->lease_left};
+            info->source = SLUICE_REDIS_SRC_LEASE;
+            s->by_lease++;
+            s->allowed++;
+            pthread_mutex_unlock(&s->mu);
+            return true;
+        }
+        if (e->deny_p && permits >= e->deny_p && now < e->deny_until) {
+            *res = (sluice_result){
+                .allowed = false,
+                .remaining = 0,
+                .retry_after_ns = e->deny_until == UINT64_MAX ? -1 : (int64_t)(e->deny_until - now)};
+            info->source = SLUICE_REDIS_SRC_CACHE;
+            s->by_cache++;
+            s->denied++;
+            pthread_mutex_unlock(&s->mu);
+            return false;
+        }
+        if (e->fetching) {
+            /* another thread is bringing a lease: refuse rather than queue
+             * a second round trip (the lease size adapts so that this is
+             * rare while Redis has permits) */
+            uint64_t rtt = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
+            *res = (sluice_result){.allowed = false,
+                                   .retry_after_ns = (int64_t)(rtt > 1000 ? rtt : 1000)};
+            info->source = SLUICE_REDIS_SRC_CACHE;
+            s->by_cache++;
+            s->denied++;
+            pthread_mutex_unlock(&s->mu);
+            return false;
+        }
+        fetching = e->fetching = true;
+        if (e->lease_left) { /* too small for this request: replaced */
+            s->lease_dropped += e->lease_left;
+            e->lease_left = 0;
+        }
+        want = permits + e->want;
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    int rc = redis_decide(r, key, keylen, permits, want, deadline, &o, &retry_at);
+
+    pthread_mutex_lock(&s->mu);
+    e = find(s, h, key, keylen);
+    if (e && fetching) e->fetching = false;
+    if (rc != 0) {
+        pthread_mutex_unlock(&s->mu);
+        return by_policy(r, key, keylen, permits, now, rc, retry_at, res, info);
+    }
+    uint64_t keep = 0;
+    if (o.ok) {
+        keep = o.granted - permits;
+        if (keep > r->lease_cap) keep = r->lease_cap;
+        if (e && fetching) {
+            if (keep) {
+                e->lease_left = keep;
+                e->lease_size = keep;
+                e->lease_t0 = now;
+                e->lease_exp = now + r->lease_ttl_ns;
+                s->leases++;
+                s->lease_permits += keep;
+            }
+            e->deny_p = 0;
+            if (o.retry1_ns > 0) { /* Redis ran dry: let it refill */
+                e->deny_p = 1;
+                e->deny_until = now + (o.retry1_ns > r->refresh_ns ? o.retry1_ns : r->refresh_ns);
+            }
+        } else if (keep) {
+            s->lease_dropped += keep;
+            keep = 0;
+        }
+    } else if (e) {
+        uint64_t wait = (uint64_t)o.retry_after_ns;
+        if (wait < r->refresh_ns) wait = r->refresh_ns;
+        e->deny_p = permits;
+        e->deny_until = o.retry_after_ns < 0 ? UINT64_MAX : now + wait;
+    }
+    pthread_mutex_unlock(&s->mu);
+    fill_redis(res, info, &o, keep);
+    add(&r->by_redis);
+    add(o.ok ? &r->allowed : &r->denied);
+    return o.ok;
+}
+
+bool sluice_redis_try_acquire(sluice_redis *r, const void *key, size_t keylen, uint64_t permits,
+                              sluice_result *res)
+{
+    return sluice_redis_try_acquire_ex(r, key, keylen, permits, res, NULL);
+}
+
+int sluice_redis_ping(sluice_redis *r)
+{
+    uint64_t retry_at;
+    return sluice__conn_ping(&r->conn, sluice_now_ns() + r->cmd_timeout_ns, &retry_at);
+}
+
+void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    sluice_redis *m = (sluice_redis *)r; /* the stripes' mutexes */
+    for (int i = 0; i < SR_STRIPES; i++) {
+        sr_stripe *s = &m->stripes[i];
+        pthread_mutex_lock(&s->mu);
+        out->allowed += s->allowed;
+        out->denied += s->denied;
+        out->by_lease += s->by_lease;
+        out->by_cache += s->by_cache;
+        out->leases += s->leases;
+        out->lease_permits += s->lease_permits;
+        out->lease_dropped += s->lease_dropped;
+        pthread_mutex_unlock(&s->mu);
+    }
+    out->allowed += rd(&r->allowed);
+    out->denied += rd(&r->denied);
+    out->by_redis = rd(&r->by_redis);
+    out->by_local = rd(&r->by_local);
+    out->by_policy = rd(&r->by_policy);
+    const sr_conn *c = &r->conn;
+    out->round_trips = rd(&c->round_trips);
+    out->err_connect = rd(&c->err_connect);
+    out->err_timeout = rd(&c->err_timeout);
+    out->err_io = rd(&c->err_io);
+    out->err_protocol = rd(&c->err_protocol);
+    out->err_reply = rd(&c->err_reply);
+    out->err_pool = rd(&c->err_pool);
+    out->err_circuit = rd(&c->err_circuit);
+    out->noscript = rd(&c->noscript);
+    out->connects = rd(&c->connects);
+    out->reconnects = rd(&c->reconnects);
+    out->discarded = rd(&c->discarded);
+    out->circuit_opens = rd(&c->circuit_opens);
+    out->circuit_closes = rd(&c->circuit_closes);
+    out->circuit_open = sluice__conn_circuit_open(&m->conn);
+}

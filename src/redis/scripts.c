@@ -1,0 +1,317 @@
+/* scripts.c -- the global tier's algorithms as Lua scripts, and the
+ * arithmetic that keeps them exact.
+ *
+ * Both scripts run atomically in Redis (EVALSHA), read the server's clock
+ * with TIME and never a client's, and decide exactly as CONTRACT.md section
+ * 3 says at that time.  Lua 5.1 numbers are IEEE doubles, exact for integers
+ * below 2^53; the parameters below are chosen (and specs refused) so that
+ * every value a script stores or compares stays there:
+ *
+ * Time.  TIME gives (seconds, microseconds); us = s * 10^6 + u is about
+ * 1.8e15 today, below 2^53 (9.007e15) until the year 2255.  The scripts
+ * count in ticks of a quantum q (q_us microseconds): now = floor(us / q_us).
+ * q is the smallest of 1 us, 10 us, ..., 1 s that makes the numbers below
+ * fit; for every common spec it is 1 us.  In ns the decision time is
+ * now * q, and the decisions are exactly the contract's at that time.
+ *
+ * token-bucket (3.5), B = burst.  With g = gcd(q*L, W), the rate is
+ * a/b = (q*L/g) / (W/g) permits per tick, in lowest terms, and the level is
+ * kept as x = tokens * b, an integer in 0 .. cap = B*b:
+ *
+ *     x(now) = min(cap, x + (now - t) * a)       allowed iff p*b <= x
+ *
+ * Needs a < 2^53 and (B+1)*b < 2^53 (p is clamped to B+1 by the client: a
+ * larger request is refused all the same).  (now - t) * a may exceed 2^53
+ * after a long idle time, but it is only compared with cap - x < 2^53, and
+ * rounding is monotonic: a product at or above an exact bound rounds to at
+ * or above it, one below 2^53 is exact.  So the comparison is exact, and
+ * the sum is formed only when it is below cap.
+ *
+ * sliding-approx (3.4).  q must divide W; wt = W / q ticks.  With k the
+ * window of now and r = now - k*wt, E = prev*(wt - r) + cur*wt is the
+ * estimate times wt and a request is allowed iff E + p*wt <= L*wt.  E <= L*wt
+ * always, p <= L+1 (clamped), so (2L+1)*wt < 2^53 suffices.
+ *
+ * Divisions: floor(n / d) in doubles can be off by one near an integer; the
+ * scripts' divmod() corrects the quotient with the exact remainder.
+ *
+ * Storage: one hash per key, fields x,t (token-bucket) or k,c,p,t
+ * (sliding-approx), t the latest tick the key has seen (an earlier TIME
+ * counts as t: the contract's "time never goes backwards").  Values are
+ * written with %.0f (no exponent, no lost digit).  A key at rest (full
+ * bucket; empty windows) is deleted; otherwise its TTL is the time until
+ * it would be at rest, plus 1 ms, measured from the real TIME (which is the
+ * base of PEXPIRE), so a key never vanishes before it carries no
+ * information.
+ *
+ * Lease: ARGV `want` >= `need`: when need permits are allowed, the script
+ * grants min(want, what is available) >= need, all in the same atomic step;
+ * the reply's `granted` says how many.
+ */
+#include "redis_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the scripts ------------------------------------------------------ */
+
+#define SR_LUA_DIVMOD                                                          \
+    "local function divmod(n, d)\n"                                            \
+    "  local q = math.floor(n / d)\n"                                          \
+    "  local r = n - q * d\n"                                                  \
+    "  if r < 0 then q = q - 1; r = r + d\n"                                   \
+    "  elseif r >= d then q = q + 1; r = r - d end\n"                          \
+    "  return q, r\n"                                                          \
+    "end\n"
+
+/* KEYS[1]; ARGV: q_us, a, b, cap, need, want.
+ * Reply: {ok, granted, x, now}. */
+static const char tb_lua[] =
+    "-- sluice token-bucket (CONTRACT.md 3.5) on Redis's clock\n"
+    SR_LUA_DIVMOD
+    "local q_us, a, b, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local need, want = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local tm = redis.call('TIME')\n"
+    "local real = divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us)\n"
+    "local st = redis.call('HMGET', KEYS[1], 'x', 't')\n"
+    "local x, t = tonumber(st[1]), tonumber(st[2])\n"
+    "local now = real\n"
+    "if x == nil or t == nil or x > cap or x < 0 then x = cap; t = now end\n"
+    "if now < t then now = t end\n"
+    "if (now - t) * a >= cap - x then x = cap else x = x + (now - t) * a end\n"
+    "local ok, g = 0, 0\n"
+    "if need * b <= x then\n"
+    "  ok = 1; g = need\n"
+    "  if want > need then\n"
+    "    local avail = divmod(x, b)\n"
+    "    if avail < want then g = avail else g = want end\n"
+    "  end\n"
+    "  x = x - g * b\n"
+    "end\n"
+    "if x >= cap then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x), 't', string.format('%.0f', now))\n"
+    "  local full = math.ceil((cap - x) / a) + (now - real)\n"
+    "  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.ceil(full * q_us / 1000) + 1))\n"
+    "end\n"
+    "return {ok, g, x, now}\n";
+
+/* KEYS[1]; ARGV: q_us, wt, L, need, want.
+ * Reply: {ok, granted, r, cur, prev, now}. */
+static const char sa_lua[] =
+    "-- sluice sliding-approx (CONTRACT.md 3.4) on Redis's clock\n"
+    SR_LUA_DIVMOD
+    "local q_us, wt, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "local tm = redis.call('TIME')\n"
+    "local real = divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us)\n"
+    "local st = redis.call('HMGET', KEYS[1], 'k', 'c', 'p', 't')\n"
+    "local k0, cur, prev, t = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])\n"
+    "local now = real\n"
+    "if k0 == nil or cur == nil or prev == nil or t == nil then k0 = -2; cur = 0; prev = 0; t = now end\n"
+    "if now < t then now = t end\n"
+    "local k, r = divmod(now, wt)\n"
+    "if k ~= k0 then\n"
+    "  if k == k0 + 1 then prev = cur else prev = 0 end\n"
+    "  cur = 0\n"
+    "end\n"
+    "local lw = L * wt\n"
+    "local e = prev * (wt - r) + cur * wt\n"
+    "local ok, g = 0, 0\n"
+    "if need <= L and e + need * wt <= lw then\n"
+    "  ok = 1; g = need\n"
+    "  if want > need then\n"
+    "    local avail = divmod(lw - e, wt)\n"
+    "    if avail < want then g = avail else g = want end\n"
+    "  end\n"
+    "  cur = cur + g\n"
+    "end\n"
+    "if cur == 0 and prev == 0 then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'k', string.format('%.0f', k), 'c', string.format('%.0f', cur),\n"
+    "             'p', string.format('%.0f', prev), 't', string.format('%.0f', now))\n"
+    "  local rest = wt - r\n"
+    "  if cur > 0 then rest = rest + wt end\n"
+    "  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.ceil((rest + now - real) * q_us / 1000) + 1))\n"
+    "end\n"
+    "return {ok, g, r, cur, prev, now}\n";
+
+static const char *const sources[2] = {tb_lua, sa_lua};
+static char shas[2][41];
+static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
+
+static void compute_shas(void)
+{
+    for (int i = 0; i < 2; i++) sluice__sha1_hex(sources[i], strlen(sources[i]), shas[i]);
+}
+
+const char *sluice_redis_script_source(int which)
+{
+    return which == 0 || which == 1 ? sources[which] : NULL;
+}
+
+const char *sluice_redis_script_sha(int which)
+{
+    if (which != 0 && which != 1) return NULL;
+    pthread_once(&sha_once, compute_shas);
+    return shas[which];
+}
+
+/* ---- SHA1 (FIPS 180-4), for EVALSHA ------------------------------------ */
+
+static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) f = (b & c) | (~b & d), k = 0x5A827999u;
+        else if (i < 40) f = b ^ c ^ d, k = 0x6ED9EBA1u;
+        else if (i < 60) f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDCu;
+        else f = b ^ c ^ d, k = 0xCA62C1D6u;
+        uint32_t tmp = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(b, 30), b = a, a = tmp;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+void sluice__sha1_hex(const void *data, size_t len, char out[41])
+{
+    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
+    const unsigned char *p = data;
+    size_t n = len;
+    for (; n >= 64; n -= 64, p += 64) sha1_block(h, p);
+    unsigned char tail[128] = {0};
+    memcpy(tail, p, n);
+    tail[n] = 0x80;
+    size_t tl = n + 1 + 8 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++) tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha1_block(h, tail);
+    if (tl == 128) sha1_block(h, tail + 64);
+    for (int i = 0; i < 5; i++) snprintf(out + 8 * i, 9, "%08x", (unsigned)h[i]);
+}
+
+/* ---- spec -> script parameters ------------------------------------------ */
+
+static sr_u128 gcd128(sr_u128 x, sr_u128 y)
+{
+    while (y) {
+        sr_u128 t = x % y;
+        x = y;
+        y = t;
+    }
+    return x;
+}
+
+/* Parse the canonical form that sluice_spec_check() writes:
+ * "ALG L/[N]UNIT[ burst=B][ ...][ clock=coarse]". */
+static int parse_canon(const char *canon, char *alg, size_t alglen, uint64_t *L,
+                       uint64_t *W, uint64_t *B)
+{
+    static const struct { const char *name; uint64_t ns; } units[] = {
+        {"d", 86400000000000ULL}, {"h", 3600000000000ULL}, {"min", 60000000000ULL},
+        {"s", 1000000000ULL},     {"ms", 1000000ULL},      {"us", 1000ULL},
+        {"ns", 1ULL},
+    };
+    const char *sp = strchr(canon, ' ');
+    if (!sp || (size_t)(sp - canon) >= alglen) return -1;
+    memcpy(alg, canon, (size_t)(sp - canon));
+    alg[sp - canon] = '\0';
+    const char *s = sp + 1;
+    uint64_t l = 0, n = 0;
+    while (*s >= '0' && *s <= '9') l = l * 10 + (uint64_t)(*s++ - '0');
+    if (*s++ != '/') return -1;
+    bool have_n = false;
+    while (*s >= '0' && *s <= '9') n = n * 10 + (uint64_t)(*s++ - '0'), have_n = true;
+    if (!have_n) n = 1;
+    size_t ul = strcspn(s, " ");
+    uint64_t w = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strlen(units[i].name) == ul && memcmp(units[i].name, s, ul) == 0) w = n * units[i].ns;
+    if (w == 0) return -1;
+    *L = l;
+    *W = w;
+    *B = l;
+    const char *bu = strstr(s, " burst=");
+    if (bu) {
+        uint64_t b = 0;
+        for (bu += 7; *bu >= '0' && *bu <= '9'; bu++) b = b * 10 + (uint64_t)(*bu - '0');
+        *B = b;
+    }
+    return 0;
+}
+
+int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t errlen)
+{
+    char canon[SLUICE_SPEC_MAX];
+    memset(out, 0, sizeof *out);
+    int rc = sluice_spec_check(spec, canon, sizeof canon, err, errlen);
+    if (rc != 0) return rc;
+    char *coarse = strstr(canon, " clock=coarse");
+    if (coarse) *coarse = '\0';
+    char alg[32];
+    uint64_t L, W, B;
+    if (parse_canon(canon, alg, sizeof alg, &L, &W, &B) != 0) {
+        if (errlen) snprintf(err, errlen, "cannot read the canonical spec \"%s\"", canon);
+        return SLUICE_EINVAL;
+    }
+    memcpy(out->canon, canon, sizeof canon);
+    out->limit = L;
+    out->period_ns = W;
+    if (strcmp(alg, "token-bucket") == 0) {
+        out->script = SR_SCRIPT_TB;
+        out->capacity = B;
+    } else if (strcmp(alg, "sliding-approx") == 0) {
+        out->script = SR_SCRIPT_SA;
+        out->capacity = L;
+    } else {
+        if (errlen)
+            snprintf(err, errlen,
+                     "algorithm \"%s\" has no Redis script (use token-bucket or sliding-approx)",
+                     alg);
+        return SLUICE_EINVAL;
+    }
+    for (uint64_t q = 1000; q <= 1000000000ULL; q *= 10) {
+        if (out->script == SR_SCRIPT_TB) {
+            sr_u128 ql = (sr_u128)q * L;
+            sr_u128 g = gcd128(ql, W);
+            sr_u128 a = ql / g, b = W / g;
+            if (a >= SR_TWO53 || b >= SR_TWO53 || (sr_u128)(B + 1) * b >= SR_TWO53) continue;
+            out->quantum_ns = q;
+            out->a = (uint64_t)a;
+            out->b = (uint64_t)b;
+            out->cap = (uint64_t)(B * b);
+            return 0;
+        }
+        if (W % q != 0) break; /* a larger q cannot divide W either */
+        uint64_t wt = W / q;
+        if ((sr_u128)(2 * L + 1) * wt >= SR_TWO53) continue;
+        out->quantum_ns = q;
+        out->wt = wt;
+        return 0;
+    }
+    if (errlen) {
+        if (out->script == SR_SCRIPT_TB)
+            snprintf(err, errlen,
+                     "spec \"%s\" is out of the Redis tier's exact range: (burst+1) * PERIOD / "
+                     "gcd(LIMIT * q, PERIOD) must stay below 2^53 for some clock quantum q "
+                     "of 1 us .. 1 s (docs/redis.md)",
+                     canon);
+        else
+            snprintf(err, errlen,
+                     "spec \"%s\" is out of the Redis tier's exact range: PERIOD must be a "
+                     "whole number of microseconds and (2*LIMIT+1) * PERIOD/q below 2^53 "
+                     "for some clock quantum q of 1 us .. 1 s dividing PERIOD (docs/redis.md)",
+                     canon);
+    }
+    return SLUICE_ERANGE;
+}
