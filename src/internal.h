@@ -150,9 +150,24 @@ SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 
-/* SipHash-1-3 of data under the 128-bit key (siphash.c). */
+/* SipHash-1-3 of data under the 128-bit key (siphash.c); and SipHash-c-d,
+ * for the tests. */
 SLUICE__INTERNAL uint64_t sluice__siphash13(const uint64_t key[2], const void *data,
                                             size_t len);
+SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
+                                             const void *data, size_t len);
+
+/* Table internals for the tests and benchmarks (table.c): a table with a
+ * given seed instead of a random one; the slots a lookup of key probes
+ * (found or not); the bytes the table has allocated (index, slab, shards;
+ * long keys and rings not included) and the seed. */
+SLUICE__INTERNAL sluice_table *sluice__table_new_seeded(const char *spec, size_t max_keys,
+                                                        unsigned flags, const uint64_t seed[2],
+                                                        char *err, size_t errlen);
+SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *key,
+                                                  size_t keylen);
+SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
+SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
 
 /* 16 unpredictable bytes from getrandom() (or /dev/urandom; as a last
  * resort, clocks and addresses).  Never fails. */

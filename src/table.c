@@ -522,8 +522,8 @@ static void free_shards(sluice_table *t)
     sluice__free(t->shards);
 }
 
-sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys, unsigned flags,
-                                  char *err, size_t errlen)
+static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags,
+                               const uint64_t *seed, char *err, size_t errlen)
 {
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
@@ -546,7 +546,12 @@ sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys, unsigned fl
     /* one shard per 4096 keys, up to 64 */
     while (t->shard_bits < 6 && ((size_t)4096 << t->shard_bits) < max_keys) t->shard_bits++;
     t->nshards = 1u << t->shard_bits;
-    sluice__random_seed(t->seed);
+    if (seed) {
+        t->seed[0] = seed[0];
+        t->seed[1] = seed[1];
+    } else {
+        sluice__random_seed(t->seed);
+    }
     t->shards = sluice__calloc(t->nshards, sizeof *t->shards);
     if (!t->shards) goto oom;
     double per = (double)max_keys / t->nshards;
@@ -575,9 +580,56 @@ oom:
     return NULL;
 }
 
+sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys, unsigned flags,
+                                  char *err, size_t errlen)
+{
+    return table_new(spec, max_keys, flags, NULL, err, errlen);
+}
+
 sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err, size_t errlen)
 {
-    return sluice_table_new_ex(spec, max_keys, 0, err, errlen);
+    return table_new(spec, max_keys, 0, NULL, err, errlen);
+}
+
+sluice_table *sluice__table_new_seeded(const char *spec, size_t max_keys, unsigned flags,
+                                       const uint64_t seed[2], char *err, size_t errlen)
+{
+    return table_new(spec, max_keys, flags, seed, err, errlen);
+}
+
+void sluice__table_seed(const sluice_table *t, uint64_t seed[2])
+{
+    seed[0] = t->seed[0];
+    seed[1] = t->seed[1];
+}
+
+size_t sluice__table_bytes(const sluice_table *t)
+{
+    size_t n = sizeof *t + t->nshards * sizeof(shard);
+    for (unsigned k = 0; k < t->nshards; k++)
+        n += (size_t)t->shards[k].cap * sizeof(uint64_t) + (size_t)t->shards[k].ecap * t->stride;
+    return n;
+}
+
+uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen)
+{
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint32_t tag = (uint32_t)h;
+    shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+    pthread_mutex_lock(&s->mu);
+    uint32_t i = home_of(s, tag), n = 1;
+    for (uint32_t d = 0;; d++, n++) {
+        uint64_t v = s->index[i];
+        if (v == 0 || dist_of(s, v, i) < d) break;
+        if ((uint32_t)(v >> 32) == tag) {
+            entry *e = ent(t, s, (uint32_t)v - 1);
+            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0))
+                break;
+        }
+        if (++i == s->cap) i = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void sluice_table_free(sluice_table *t)
