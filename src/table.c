@@ -190,21 +190,32 @@ static inline uint32_t dist_of(const shard *s, uint64_t v, uint32_t i)
     return i >= h ? i - h : i + s->cap - h;
 }
 
-/* The index slot holding `key`, or UINT32_MAX. */
-static uint32_t find(const sluice_table *t, const shard *s, uint32_t tag,
-                     const void *key, size_t keylen)
+/* The index slot holding `key`, or UINT32_MAX; *probes (if not NULL)
+ * receives the slots looked at. */
+static uint32_t find_probes(const sluice_table *t, const shard *s, uint32_t tag,
+                            const void *key, size_t keylen, uint32_t *probes)
 {
-    uint32_t i = home_of(s, tag);
-    for (uint32_t d = 0;; d++) {
+    uint32_t i = home_of(s, tag), found = UINT32_MAX, d = 0;
+    for (;; d++) {
         uint64_t v = s->index[i];
-        if (v == 0 || dist_of(s, v, i) < d) return UINT32_MAX;
+        if (v == 0 || dist_of(s, v, i) < d) break;
         if ((uint32_t)(v >> 32) == tag) {
             entry *e = ent(t, s, (uint32_t)v - 1);
-            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0))
-                return i;
+            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0)) {
+                found = i;
+                break;
+            }
         }
         if (++i == s->cap) i = 0;
     }
+    if (probes) *probes = d + 1;
+    return found;
+}
+
+static inline uint32_t find(const sluice_table *t, const shard *s, uint32_t tag,
+                            const void *key, size_t keylen)
+{
+    return find_probes(t, s, tag, key, keylen, NULL);
 }
 
 static void index_insert(shard *s, uint64_t v)
@@ -616,18 +627,9 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+    uint32_t n;
     pthread_mutex_lock(&s->mu);
-    uint32_t i = home_of(s, tag), n = 1;
-    for (uint32_t d = 0;; d++, n++) {
-        uint64_t v = s->index[i];
-        if (v == 0 || dist_of(s, v, i) < d) break;
-        if ((uint32_t)(v >> 32) == tag) {
-            entry *e = ent(t, s, (uint32_t)v - 1);
-            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0))
-                break;
-        }
-        if (++i == s->cap) i = 0;
-    }
+    find_probes(t, s, tag, key, keylen, &n);
     pthread_mutex_unlock(&s->mu);
     return n;
 }
