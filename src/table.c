@@ -2,7 +2,8 @@
  *
  * Layout.  The profile (parsed spec) is shared; each key costs an entry in
  * a slab and a slot in an open-addressing index, in one of S shards (S a
- * power of two up to 64, one mutex each; the shard is the hash's top bits):
+ * power of two up to 64, one short lock each -- sluice__spin, held for the
+ * lookup and the decision; the shard is the hash's top bits):
  *
  *   index slot  8 bytes   tag (32 low bits of the hash) << 32 | entry + 1;
  *                         0 = empty.  Linear probing kept in Robin Hood
@@ -93,7 +94,7 @@ typedef struct entry {
 #define META_WHERE(m) ((m) >> 17) /* 0: in no list; else level * SLOTS + slot + 1 */
 
 typedef struct shard {
-    pthread_mutex_t mu;
+    sluice__spin mu;
     uint32_t cap;        /* index slots */
     uint32_t ecap;       /* entries */
     uint32_t count;      /* entries in use */
@@ -106,7 +107,6 @@ typedef struct shard {
     uint64_t occupied[LEVELS];
     uint32_t heads[LEVELS][SLOTS];
     uint64_t rng;
-    bool mu_ok;
     _Atomic uint64_t due; /* wheel_next_event(), readable without the lock */
 } shard;
 
@@ -528,7 +528,6 @@ static void free_shards(sluice_table *t)
         }
         sluice__free(s->index);
         sluice__free(s->slab);
-        if (s->mu_ok) pthread_mutex_destroy(&s->mu);
     }
     sluice__free(t->shards);
 }
@@ -578,8 +577,6 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
         atomic_store_explicit(&s->due, UINT64_MAX, memory_order_relaxed);
         if (!s->index || !s->slab) goto oom;
-        if (pthread_mutex_init(&s->mu, NULL) != 0) goto oom;
-        s->mu_ok = true;
     }
     return t;
 oom:
@@ -628,9 +625,9 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     const uint32_t tag = (uint32_t)h;
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     uint32_t n;
-    pthread_mutex_lock(&s->mu);
+    sluice__spin_lock(&s->mu);
     find_probes(t, s, tag, key, keylen, &n);
-    pthread_mutex_unlock(&s->mu);
+    sluice__spin_unlock(&s->mu);
     return n;
 }
 
@@ -668,19 +665,19 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
     publish_due(s);
     if (s->count < s->ecap && reserve(t)) return true;
     if (s->count < s->ecap && t->nshards > 1) { /* the room may be elsewhere */
-        pthread_mutex_unlock(&s->mu);
+        sluice__spin_unlock(&s->mu);
         bool got = false;
         for (unsigned k = 0; k < t->nshards && !got; k++) {
             shard *o = &t->shards[k];
             /* a shard whose wheel has nothing due by now has nothing at rest */
             if (o == s || atomic_load_explicit(&o->due, memory_order_relaxed) > (now >> TICK_SHIFT))
                 continue;
-            pthread_mutex_lock(&o->mu);
+            sluice__spin_lock(&o->mu);
             if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
             publish_due(o);
-            pthread_mutex_unlock(&o->mu);
+            sluice__spin_unlock(&o->mu);
         }
-        pthread_mutex_lock(&s->mu);
+        sluice__spin_lock(&s->mu);
         *relocked = true;
         if (got) return true;
     }
@@ -720,7 +717,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     bool ok = false;
 
-    pthread_mutex_lock(&s->mu);
+    sluice__spin_lock(&s->mu);
     if (now_ns > s->now) s->now = now_ns;
     if ((s->now >> TICK_SHIFT) > s->cur) {
         uint32_t budget = SWEEP_BUDGET;
@@ -775,7 +772,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
         }
         break;
     }
-    pthread_mutex_unlock(&s->mu);
+    sluice__spin_unlock(&s->mu);
     sluice__count(&t->counters, permits, ok);
     return ok;
 }

@@ -1,0 +1,456 @@
+/* bench_decide.c -- the cost of one decision, per algorithm, against a floor.
+ *
+ * For every algorithm it times single-threaded decisions of 1 permit on one
+ * limiter, four ways:
+ *
+ *   caller time, allowed   sluice_try_acquire_at(), spec "ALG 1000000000/s"
+ *                          (sliding-log: "ALG 1000000/ms", the same rate over
+ *                          a 1-ms window, to bound its memory), time advanced
+ *                          1 us per decision: every decision is an admission
+ *                          (the log then holds 1000 entries, the wheel's 1000
+ *                          slots of 1 ms are all in use)
+ *   caller time, denied    sluice_try_acquire_at(), spec "ALG 1/d", time
+ *                          advanced 1 ns per decision; after the first
+ *                          request every decision is a refusal
+ *   live clock, allowed    sluice_try_acquire() (reads CLOCK_MONOTONIC), the
+ *                          same specs: the loop cannot reach 10^9/s
+ *   live clock, denied     sluice_try_acquire(), spec "ALG 1/d"
+ *
+ * `res` is NULL in the _at calls, as the live form has no details either.
+ *
+ * The floor, measured in the same process and interleaved with the rest:
+ *   clock+CAS  clock_gettime(CLOCK_MONOTONIC) and one 64-bit compare-and-swap
+ *              (a GCRA-style max(word, now) + 1): the least a lock-free live
+ *              decision can cost;
+ *   CAS        the compare-and-swap alone: the least a caller-time decision
+ *              can cost.
+ * Caller-time cells are divided by the CAS floor, live-clock cells by the
+ * clock+CAS floor.  Two reference rows are printed beside them and used for
+ * no ratio: a 16-byte CAS (where the compiler has one) and an uncontended
+ * mutex lock + unlock, the primitives of the library's lock-free and locked
+ * limiters.
+ *
+ * Each measurement is repeated (--runs, default 11) over --iters decisions
+ * (default 2*10^6); runs of all measurements are interleaved round-robin so
+ * that drift of the machine hits them alike; the table shows the median.
+ * Every decision's result is counted and the count is checked against the
+ * path (all allowed / all denied) and published through a volatile sink, so
+ * the compiler cannot drop the loop; calls into libsluice.a are opaque to
+ * it anyway.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <pthread.h>
+
+#include <sluice.h>
+
+#define BENCH_DENY_LIMIT "1/d"
+#define BENCH_ALLOW_STEP_NS 1000u
+#define BENCH_DENY_STEP_NS 1u
+#define BENCH_T0_NS 1000000000ULL
+
+/* The allowed path runs at 10^9/s over a 1-s window, so that the
+ * sliding-wheel has its default 1000 slots of 1 ms (as in "ALG 100/s");
+ * sliding-log keeps one entry per distinct admission time in the window, so
+ * it gets the same rate over a 1-ms window to bound its memory. */
+#define BENCH_ALLOW_LIMIT "1000000000/s"
+#define BENCH_ALLOW_LIMIT_LOG "1000000/ms"
+
+static const struct {
+    const char *name;   /* algorithm as printed */
+    const char *algo;   /* spec: algo + " " + LIMIT + opts */
+    const char *opts;
+    const char *allow_limit;
+} bench_algos[] = {
+    {"fixed-window", "fixed-window", "", BENCH_ALLOW_LIMIT},
+    {"sliding-log", "sliding-log", "", BENCH_ALLOW_LIMIT_LOG},
+    {"sliding-wheel", "sliding-wheel", "", BENCH_ALLOW_LIMIT},
+    {"sliding-approx", "sliding-approx", "", BENCH_ALLOW_LIMIT},
+    {"token-bucket", "token-bucket", "", BENCH_ALLOW_LIMIT},
+    {"leaky-bucket", "leaky-bucket", "", BENCH_ALLOW_LIMIT},
+    {"leaky-bucket nodelay", "leaky-bucket", " nodelay", BENCH_ALLOW_LIMIT},
+};
+#define BENCH_NALGOS (sizeof bench_algos / sizeof bench_algos[0])
+
+enum { COL_AT_ALLOW, COL_AT_DENY, COL_LIVE_ALLOW, COL_LIVE_DENY, NCOLS };
+static const char *const bench_col_names[NCOLS] = {
+    "allowed", "denied", "allowed", "denied"};
+
+/* The floors, and two reference points that are not used for ratios: a
+ * 16-byte CAS (what the library's lock-free limiters do once per decision,
+ * when the compiler has it) and an uncontended mutex lock + unlock (what its
+ * locked limiters do). */
+enum { FLOOR_CLOCK_CAS, FLOOR_CAS, FLOOR_CAS128, FLOOR_MUTEX, NFLOORS };
+
+#if defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+#define BENCH_HAVE_CAS128 1
+__extension__ typedef unsigned __int128 bench_u128;
+static _Alignas(64) bench_u128 bench_word128;
+#else
+#define BENCH_HAVE_CAS128 0
+#endif
+
+/* One timed thing: a floor or a (limiter, path). */
+typedef struct bench_meas {
+    int floor;              /* FLOOR_* or -1 for a decision */
+    bool live, expect_allow;
+    sluice_limiter *lim;
+    uint64_t now_ns, step_ns; /* caller time cursor */
+    uint64_t wrong;         /* decisions against expect_allow */
+    double *ns;             /* per run, ns per decision */
+} bench_meas;
+
+static volatile uint64_t bench_sink;
+static uint64_t bench_word; /* the floor's CAS target */
+static pthread_mutex_t bench_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t bench_guarded; /* under bench_mu */
+
+static uint64_t bench_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* iters of clock read + CAS; returns the successful CASes. */
+static uint64_t bench_floor_clock_cas(uint64_t iters)
+{
+    uint64_t ok = 0;
+    uint64_t cur = __atomic_load_n(&bench_word, __ATOMIC_RELAXED);
+    for (uint64_t i = 0; i < iters; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        uint64_t want = (cur > now ? cur : now) + 1;
+        if (__atomic_compare_exchange_n(&bench_word, &cur, want, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            cur = want;
+            ok++;
+        }
+    }
+    return ok;
+}
+
+/* iters of CAS alone; returns the successful CASes. */
+static uint64_t bench_floor_cas(uint64_t iters)
+{
+    uint64_t ok = 0;
+    uint64_t cur = __atomic_load_n(&bench_word, __ATOMIC_RELAXED);
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t want = cur + 1;
+        if (__atomic_compare_exchange_n(&bench_word, &cur, want, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            cur = want;
+            ok++;
+        }
+    }
+    return ok;
+}
+
+/* iters of 16-byte CAS alone; returns the successful CASes. */
+static uint64_t bench_floor_cas128(uint64_t iters)
+{
+    uint64_t ok = 0;
+#if BENCH_HAVE_CAS128
+    bench_u128 cur = bench_word128;
+    for (uint64_t i = 0; i < iters; i++) {
+        bench_u128 seen = __sync_val_compare_and_swap(&bench_word128, cur, cur + 1);
+        if (seen == cur) {
+            cur++;
+            ok++;
+        } else {
+            cur = seen;
+        }
+    }
+#else
+    (void)iters;
+#endif
+    return ok;
+}
+
+/* iters of an uncontended mutex lock, increment, unlock. */
+static uint64_t bench_floor_mutex(uint64_t iters)
+{
+    for (uint64_t i = 0; i < iters; i++) {
+        pthread_mutex_lock(&bench_mu);
+        bench_guarded++;
+        pthread_mutex_unlock(&bench_mu);
+    }
+    return iters;
+}
+
+static uint64_t bench_floor(int floor, uint64_t iters)
+{
+    switch (floor) {
+    case FLOOR_CLOCK_CAS: return bench_floor_clock_cas(iters);
+    case FLOOR_CAS: return bench_floor_cas(iters);
+    case FLOOR_CAS128: return bench_floor_cas128(iters);
+    default: return bench_floor_mutex(iters);
+    }
+}
+
+static uint64_t bench_at(sluice_limiter *lim, uint64_t *now_ns, uint64_t step_ns,
+                         uint64_t iters)
+{
+    uint64_t allowed = 0, t = *now_ns;
+    for (uint64_t i = 0; i < iters; i++) {
+        allowed += sluice_try_acquire_at(lim, 1, t, NULL);
+        t += step_ns;
+    }
+    *now_ns = t;
+    return allowed;
+}
+
+static uint64_t bench_live(sluice_limiter *lim, uint64_t iters)
+{
+    uint64_t allowed = 0;
+    for (uint64_t i = 0; i < iters; i++)
+        allowed += sluice_try_acquire(lim, 1);
+    return allowed;
+}
+
+/* Run m once over iters; returns ns per iteration. */
+static double bench_once(bench_meas *m, uint64_t iters)
+{
+    uint64_t n;
+    uint64_t t0 = bench_clock_ns();
+    if (m->floor >= 0)
+        n = bench_floor(m->floor, iters);
+    else if (m->live)
+        n = bench_live(m->lim, iters);
+    else
+        n = bench_at(m->lim, &m->now_ns, m->step_ns, iters);
+    uint64_t t1 = bench_clock_ns();
+    if (m->floor < 0)
+        m->wrong += m->expect_allow ? iters - n : n;
+    bench_sink += n;
+    return (double)(t1 - t0) / (double)iters;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[n] (sorts v). */
+static double bench_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int bench_parse_u64(const char *opt, const char *s, uint64_t lo,
+                           uint64_t hi, uint64_t *out)
+{
+    char *end;
+    if (s == NULL) {
+        fprintf(stderr, "bench_decide: %s needs a value\n", opt);
+        return -1;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo ||
+        v > hi) {
+        fprintf(stderr, "bench_decide: %s \"%s\": want an integer %" PRIu64
+                        " .. %" PRIu64 "\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void bench_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: bench_decide [--runs N] [--iters N] [--only ALGORITHM]\n"
+            "  --runs N     repetitions of each measurement (default 11)\n"
+            "  --iters N    decisions per repetition (default 2000000)\n"
+            "  --only S     only the algorithms whose name contains S\n"
+            "Prints the median ns per decision of each algorithm, allowed and\n"
+            "denied, with caller time and the live clock, and its ratio to a\n"
+            "floor (a 64-bit CAS; a CLOCK_MONOTONIC read plus a 64-bit CAS).\n");
+}
+
+static sluice_limiter *bench_limiter(size_t a, const char *limit)
+{
+    char spec[128], err[256];
+    snprintf(spec, sizeof spec, "%s %s%s", bench_algos[a].algo, limit,
+             bench_algos[a].opts);
+    sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
+    if (lim == NULL)
+        fprintf(stderr, "bench_decide: spec \"%s\" refused: %s\n", spec, err);
+    return lim;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t runs = 11, iters = 2000000;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            bench_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--runs") == 0) {
+            i++;
+            if (bench_parse_u64(a, i < argc ? argv[i] : NULL, 1, 10000,
+                                &runs) != 0)
+                return 2;
+        } else if (strcmp(a, "--iters") == 0) {
+            i++;
+            if (bench_parse_u64(a, i < argc ? argv[i] : NULL, 1,
+                                UINT64_C(10000000000), &iters) != 0)
+                return 2;
+        } else if (strcmp(a, "--only") == 0) {
+            if (++i >= argc) {
+                fprintf(stderr, "bench_decide: --only needs a value\n");
+                return 2;
+            }
+            only = argv[i];
+        } else {
+            fprintf(stderr, "bench_decide: unknown argument \"%s\" (try --help)\n", a);
+            return 2;
+        }
+    }
+
+    /* Build every measurement: the floors, then NCOLS per algorithm. */
+    bench_meas meas[NFLOORS + BENCH_NALGOS * NCOLS];
+    bool used[BENCH_NALGOS];
+    size_t nmeas = 0;
+    int status = 0;
+    memset(meas, 0, sizeof meas);
+    for (int f = 0; f < NFLOORS; f++)
+        meas[nmeas++].floor = f;
+    bool have_cas128 = BENCH_HAVE_CAS128;
+    for (size_t a = 0; a < BENCH_NALGOS; a++) {
+        used[a] = only == NULL || strstr(bench_algos[a].name, only) != NULL;
+        for (int c = 0; c < NCOLS; c++) {
+            bench_meas *m = &meas[nmeas++];
+            m->floor = -1;
+            if (!used[a])
+                continue;
+            m->live = c == COL_LIVE_ALLOW || c == COL_LIVE_DENY;
+            m->expect_allow = c == COL_AT_ALLOW || c == COL_LIVE_ALLOW;
+            m->step_ns = m->expect_allow ? BENCH_ALLOW_STEP_NS : BENCH_DENY_STEP_NS;
+            m->now_ns = BENCH_T0_NS;
+            m->lim = bench_limiter(a, m->expect_allow ? bench_algos[a].allow_limit
+                                                      : BENCH_DENY_LIMIT);
+            if (m->lim == NULL) {
+                status = 1;
+                continue;
+            }
+        }
+    }
+    for (size_t k = 0; k < nmeas; k++)
+        meas[k].ns = calloc(runs, sizeof(double));
+    for (size_t k = 0; k < nmeas; k++)
+        if (meas[k].ns == NULL) {
+            fprintf(stderr, "bench_decide: out of memory\n");
+            return 1;
+        }
+
+    /* Warm up: the first request of each limiter (the one admission of the
+     * denied path) and a tenth of a run, untimed and unchecked. */
+    uint64_t warm = iters / 10 + 1;
+    for (size_t k = 0; k < nmeas; k++) {
+        bench_meas *m = &meas[k];
+        if (m->floor >= 0) {
+            bench_sink += bench_floor(m->floor, warm);
+        } else if (m->lim != NULL) {
+            bench_sink += m->live ? bench_live(m->lim, warm)
+                                  : bench_at(m->lim, &m->now_ns, m->step_ns, warm);
+        }
+    }
+
+    for (uint64_t r = 0; r < runs; r++)
+        for (size_t k = 0; k < nmeas; k++)
+            if (meas[k].floor >= 0 || meas[k].lim != NULL)
+                meas[k].ns[r] = bench_once(&meas[k], iters);
+
+    /* Spread of the runs: the worst (max - min) / median over all cells. */
+    double worst_spread = 0, med[NFLOORS + BENCH_NALGOS * NCOLS];
+    for (size_t k = 0; k < nmeas; k++) {
+        if (meas[k].floor < 0 && meas[k].lim == NULL)
+            continue;
+        med[k] = bench_median(meas[k].ns, runs);
+        double spread = med[k] > 0 ? (meas[k].ns[runs - 1] - meas[k].ns[0]) / med[k] : 0;
+        if (spread > worst_spread)
+            worst_spread = spread;
+    }
+    double floor_lc = med[FLOOR_CLOCK_CAS], floor_cas = med[FLOOR_CAS];
+
+    printf("bench_decide: sluice %s, 1 thread, %" PRIu64 " runs x %" PRIu64
+           " decisions; median ns per decision\n\n",
+           sluice_version(), runs, iters);
+    printf("floor  clock+CAS  CLOCK_MONOTONIC read + 64-bit CAS  %7.2f ns\n",
+           floor_lc);
+    printf("floor  CAS        64-bit compare-and-swap alone      %7.2f ns\n",
+           floor_cas);
+    if (have_cas128)
+        printf("ref    CAS128     16-byte compare-and-swap alone     %7.2f ns\n",
+               med[FLOOR_CAS128]);
+    printf("ref    mutex      uncontended lock + unlock          %7.2f ns\n\n",
+           med[FLOOR_MUTEX]);
+    printf("%-21s %-31s %s\n", "", "caller time (_at) / CAS floor",
+           "live clock / clock+CAS floor");
+    printf("%-21s", "algorithm");
+    for (int c = 0; c < NCOLS; c++)
+        printf(c + 1 < NCOLS ? " %-15s" : " %s", bench_col_names[c]);
+    printf("\n");
+    bool any_wrong = false;
+    for (size_t a = 0; a < BENCH_NALGOS; a++) {
+        if (!used[a])
+            continue;
+        printf("%-21s", bench_algos[a].name);
+        for (int c = 0; c < NCOLS; c++) {
+            size_t k = NFLOORS + a * NCOLS + (size_t)c;
+            const bench_meas *m = &meas[k];
+            char cell[48];
+            if (m->lim == NULL) {
+                snprintf(cell, sizeof cell, "refused");
+            } else {
+                double fl = m->live ? floor_lc : floor_cas;
+                snprintf(cell, sizeof cell, "%6.1f (%4.1fx)%s", med[k],
+                         fl > 0 ? med[k] / fl : 0.0, m->wrong ? "!" : "");
+                any_wrong |= m->wrong != 0;
+            }
+            printf(c + 1 < NCOLS ? " %-15s" : " %s", cell);
+        }
+        printf("\n");
+    }
+    printf("\nallowed: \"ALG %s\" (sliding-log: %s), caller time +%u ns "
+           "per decision;\ndenied: \"ALG %s\" after its first request, caller "
+           "time +%u ns per decision.\nWorst run spread (max-min)/median over "
+           "all cells: %.0f%%.\n",
+           BENCH_ALLOW_LIMIT, BENCH_ALLOW_LIMIT_LOG, BENCH_ALLOW_STEP_NS,
+           BENCH_DENY_LIMIT, BENCH_DENY_STEP_NS, worst_spread * 100);
+    if (any_wrong) {
+        printf("! some decisions went against the path (allowed where denial "
+               "was expected or vice versa):\n");
+        for (size_t a = 0; a < BENCH_NALGOS; a++)
+            for (int c = 0; c < NCOLS; c++) {
+                const bench_meas *m = &meas[NFLOORS + a * NCOLS + (size_t)c];
+                if (m->wrong)
+                    printf("!   %s, %s %s: %" PRIu64 " of %" PRIu64 "\n",
+                           bench_algos[a].name, m->live ? "live" : "caller time",
+                           bench_col_names[c], m->wrong, runs * iters);
+            }
+        status = 1;
+    }
+
+    for (size_t k = 0; k < nmeas; k++) {
+        sluice_limiter_free(meas[k].lim);
+        free(meas[k].ns);
+    }
+    return status;
+}
