@@ -81,9 +81,10 @@ static const struct {
 };
 #define BENCH_NALGOS (sizeof bench_algos / sizeof bench_algos[0])
 
-enum { COL_AT_ALLOW, COL_AT_DENY, COL_LIVE_ALLOW, COL_LIVE_DENY, NCOLS };
+enum { COL_AT_ALLOW, COL_AT_DENY, COL_LIVE_ALLOW, COL_LIVE_DENY, COL_COARSE_ALLOW,
+       COL_COARSE_DENY, NCOLS };
 static const char *const bench_col_names[NCOLS] = {
-    "allowed", "denied", "allowed", "denied"};
+    "allowed", "denied", "allowed", "denied", "allowed", "denied"};
 
 /* The floors, and two reference points that are not used for ratios: a
  * 16-byte CAS (what the library's lock-free limiters do once per decision,
@@ -121,23 +122,28 @@ static uint64_t bench_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* iters of clock read + CAS; returns the successful CASes. */
-static uint64_t bench_floor_clock_cas(uint64_t iters)
+/* iters of clock read + CAS on *word; returns the successful CASes. */
+static uint64_t bench_clock_cas_on(uint64_t *word, uint64_t iters)
 {
     uint64_t ok = 0;
-    uint64_t cur = __atomic_load_n(&bench_word, __ATOMIC_RELAXED);
+    uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
     for (uint64_t i = 0; i < iters; i++) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
         uint64_t want = (cur > now ? cur : now) + 1;
-        if (__atomic_compare_exchange_n(&bench_word, &cur, want, false,
+        if (__atomic_compare_exchange_n(word, &cur, want, false,
                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             cur = want;
             ok++;
         }
     }
     return ok;
+}
+
+static uint64_t bench_floor_clock_cas(uint64_t iters)
+{
+    return bench_clock_cas_on(&bench_word, iters);
 }
 
 /* iters of CAS alone; returns the successful CASes. */
@@ -236,6 +242,45 @@ static double bench_once(bench_meas *m, uint64_t iters)
     return (double)(t1 - t0) / (double)iters;
 }
 
+/* Two threads at once, started together: on limiters l[0] and l[1] (which
+ * may be the same) with the live clock, or, when l[0] is NULL, the
+ * clock+CAS floor on words w[0] and w[1] (which may be the same).  Returns
+ * the wall time per decision over both threads (ns). */
+typedef struct bench_thr {
+    sluice_limiter *lim;
+    uint64_t *word;
+    uint64_t iters, n;
+    pthread_barrier_t *bar;
+} bench_thr;
+
+static void *bench_thr_run(void *p)
+{
+    bench_thr *a = p;
+    pthread_barrier_wait(a->bar);
+    a->n = a->lim ? bench_live(a->lim, a->iters) : bench_clock_cas_on(a->word, a->iters);
+    return NULL;
+}
+
+static _Alignas(64) uint64_t bench_words[2][8]; /* a cache line each */
+
+static double bench_two(sluice_limiter *l0, sluice_limiter *l1, uint64_t *w0, uint64_t *w1,
+                        uint64_t iters, uint64_t *allowed)
+{
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 3);
+    bench_thr a[2] = {{l0, w0, iters, 0, &bar}, {l1, w1, iters, 0, &bar}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, bench_thr_run, &a[k]);
+    pthread_barrier_wait(&bar);
+    uint64_t t0 = bench_clock_ns();
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    uint64_t t1 = bench_clock_ns();
+    pthread_barrier_destroy(&bar);
+    if (allowed) *allowed = a[0].n + a[1].n;
+    bench_sink += a[0].n + a[1].n;
+    return (double)(t1 - t0) / (double)(2 * iters);
+}
+
 static int bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -281,11 +326,11 @@ static void bench_usage(FILE *out)
             "floor (a 64-bit CAS; a CLOCK_MONOTONIC read plus a 64-bit CAS).\n");
 }
 
-static sluice_limiter *bench_limiter(size_t a, const char *limit)
+static sluice_limiter *bench_limiter(size_t a, const char *limit, bool coarse)
 {
     char spec[128], err[256];
-    snprintf(spec, sizeof spec, "%s %s%s", bench_algos[a].algo, limit,
-             bench_algos[a].opts);
+    snprintf(spec, sizeof spec, "%s %s%s%s", bench_algos[a].algo, limit,
+             bench_algos[a].opts, coarse ? " clock=coarse" : "");
     sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
     if (lim == NULL)
         fprintf(stderr, "bench_decide: spec \"%s\" refused: %s\n", spec, err);
@@ -339,12 +384,13 @@ int main(int argc, char **argv)
             m->floor = -1;
             if (!used[a])
                 continue;
-            m->live = c == COL_LIVE_ALLOW || c == COL_LIVE_DENY;
-            m->expect_allow = c == COL_AT_ALLOW || c == COL_LIVE_ALLOW;
+            m->live = c != COL_AT_ALLOW && c != COL_AT_DENY;
+            m->expect_allow = c == COL_AT_ALLOW || c == COL_LIVE_ALLOW || c == COL_COARSE_ALLOW;
             m->step_ns = m->expect_allow ? BENCH_ALLOW_STEP_NS : BENCH_DENY_STEP_NS;
             m->now_ns = BENCH_T0_NS;
             m->lim = bench_limiter(a, m->expect_allow ? bench_algos[a].allow_limit
-                                                      : BENCH_DENY_LIMIT);
+                                                      : BENCH_DENY_LIMIT,
+                                   c == COL_COARSE_ALLOW || c == COL_COARSE_DENY);
             if (m->lim == NULL) {
                 status = 1;
                 continue;
@@ -401,8 +447,8 @@ int main(int argc, char **argv)
                med[FLOOR_CAS128]);
     printf("ref    mutex      uncontended lock + unlock          %7.2f ns\n\n",
            med[FLOOR_MUTEX]);
-    printf("%-21s %-31s %s\n", "", "caller time (_at) / CAS floor",
-           "live clock / clock+CAS floor");
+    printf("%-21s %-31s %-31s %s\n", "", "caller time (_at) / CAS floor",
+           "live clock / clock+CAS floor", "clock=coarse / clock+CAS floor");
     printf("%-21s", "algorithm");
     for (int c = 0; c < NCOLS; c++)
         printf(c + 1 < NCOLS ? " %-15s" : " %s", bench_col_names[c]);
@@ -447,6 +493,59 @@ int main(int argc, char **argv)
             }
         status = 1;
     }
+
+    /* Two threads, live clock, allowed path: on one limiter (contended)
+     * and on a limiter each; floors: clock+CAS on one word and on a word
+     * each.  Aggregate wall time per decision. */
+    enum { T_FLOOR_SHARED, T_FLOOR_OWN, T_FIRST_ALG };
+    size_t nt = T_FIRST_ALG + 2 * BENCH_NALGOS;
+    double *tns = calloc(nt * runs, sizeof *tns);
+    sluice_limiter *tl[BENCH_NALGOS][3] = {{NULL}};
+    uint64_t titers = iters / 2 + 1;
+    for (size_t a = 0; a < BENCH_NALGOS; a++)
+        for (int k = 0; k < 3 && used[a]; k++)
+            tl[a][k] = bench_limiter(a, bench_algos[a].allow_limit, false);
+    for (uint64_t r = 0; tns && r < runs; r++) {
+        tns[T_FLOOR_SHARED * runs + r] =
+            bench_two(NULL, NULL, bench_words[0], bench_words[0], titers, NULL);
+        tns[T_FLOOR_OWN * runs + r] =
+            bench_two(NULL, NULL, bench_words[0], bench_words[1], titers, NULL);
+        for (size_t a = 0; a < BENCH_NALGOS; a++) {
+            if (!tl[a][0] || !tl[a][1] || !tl[a][2]) continue;
+            uint64_t ok = 0;
+            tns[(T_FIRST_ALG + 2 * a) * runs + r] =
+                bench_two(tl[a][0], tl[a][0], NULL, NULL, titers, &ok);
+            if (ok != 2 * titers) any_wrong = true, status = 1;
+            tns[(T_FIRST_ALG + 2 * a + 1) * runs + r] =
+                bench_two(tl[a][1], tl[a][2], NULL, NULL, titers, &ok);
+            if (ok != 2 * titers) any_wrong = true, status = 1;
+        }
+    }
+    if (tns) {
+        double fs = bench_median(tns + T_FLOOR_SHARED * runs, runs);
+        double fo = bench_median(tns + T_FLOOR_OWN * runs, runs);
+        printf("\n2 threads, live clock, allowed path: wall ns per decision over both "
+               "threads\n(median of %" PRIu64 " runs of 2 x %" PRIu64 "; ratio to the "
+               "floor with the same sharing)\n\n", runs, titers);
+        printf("floor  clock+CAS on one shared word    %7.2f ns\n", fs);
+        printf("floor  clock+CAS on a word each        %7.2f ns\n\n", fo);
+        printf("%-21s %-16s %-22s %s\n", "algorithm", "1 thread", "2 threads, one limiter",
+               "2 threads, a limiter each");
+        for (size_t a = 0; a < BENCH_NALGOS; a++) {
+            if (!used[a] || !tl[a][0] || !tl[a][1] || !tl[a][2]) continue;
+            double one = med[NFLOORS + a * NCOLS + COL_LIVE_ALLOW];
+            double sh = bench_median(tns + (T_FIRST_ALG + 2 * a) * runs, runs);
+            double ow = bench_median(tns + (T_FIRST_ALG + 2 * a + 1) * runs, runs);
+            char c1[32], c2[32];
+            snprintf(c1, sizeof c1, "%6.1f (%4.1fx)", sh, sh / fs);
+            snprintf(c2, sizeof c2, "%6.1f (%4.1fx)", ow, ow / fo);
+            printf("%-21s %6.1f ns        %-22s %s\n", bench_algos[a].name, one, c1, c2);
+        }
+        if (any_wrong) printf("! a threaded run refused on the allowed path\n");
+    }
+    for (size_t a = 0; a < BENCH_NALGOS; a++)
+        for (int k = 0; k < 3; k++) sluice_limiter_free(tl[a][k]);
+    free(tns);
 
     for (size_t k = 0; k < nmeas; k++) {
         sluice_limiter_free(meas[k].lim);
