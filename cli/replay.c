@@ -25,7 +25,8 @@
 #include <string.h>
 
 static const char replay_usage[] =
-    "usage: sluice replay --limit 'SPEC' [--max-keys N] [--stats] < TRACE > DECISIONS\n"
+    "usage: sluice replay --limit 'SPEC' [--max-keys N] [--evict-lru] [--stats]\n"
+    "                     < TRACE > DECISIONS\n"
     "\n"
     "Decides every request of TRACE, in file order, with one limiter per key built\n"
     "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
@@ -50,6 +51,8 @@ static const char replay_usage[] =
     "  --max-keys N    hold at most N keys at once, 1 .. 4294967296 (default\n"
     "                  10000000); keys at rest are dropped as needed, and when N\n"
     "                  keys are all in use a request for a new key is refused\n"
+    "  --evict-lru     when N keys are all in use, drop the least recently used\n"
+    "                  one (sampled) for the new key instead of refusing it\n"
     "  --stats         print the table's counters to stderr at the end\n"
     "\n"
     "Exit status: 0 on success; 2 on a bad SPEC, a bad option or a malformed line\n"
@@ -209,6 +212,7 @@ int sluice_cli_replay(int argc, char **argv)
     const char *spec = NULL;
     uint64_t max_keys = 10000000;
     bool stats = false;
+    unsigned flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -226,6 +230,8 @@ int sluice_cli_replay(int argc, char **argv)
             }
         } else if (strcmp(a, "--stats") == 0) {
             stats = true;
+        } else if (strcmp(a, "--evict-lru") == 0) {
+            flags |= SLUICE_TABLE_EVICT_LRU;
         } else {
             fprintf(stderr, "sluice replay: unknown or incomplete argument \"%s\" (try sluice replay --help)\n", a);
             return 2;
@@ -236,7 +242,7 @@ int sluice_cli_replay(int argc, char **argv)
         return 2;
     }
     char err[256];
-    sluice_table *t = sluice_table_new(spec, (size_t)max_keys, err, sizeof err);
+    sluice_table *t = sluice_table_new_ex(spec, (size_t)max_keys, flags, err, sizeof err);
     if (!t) {
         fprintf(stderr, "sluice replay: bad --limit: %s\n", err);
         return 2;
