@@ -88,8 +88,10 @@ typedef struct sluice__state {
     union {
         struct { uint64_t window, count; } fw;          /* fixed-window */
         struct { uint64_t window, cur, prev; } sa;      /* sliding-approx */
-        struct { u128 tokens; } tb;  /* tokens * rw, 0 .. cap_scaled */
-        struct { u128 water; } lb;   /* water * rw, 0 .. cap_scaled */
+        struct { u128 deficit; } bk; /* token-bucket and leaky-bucket: the
+                                      * tokens missing (= the water), * rw;
+                                      * above cap_scaled when in debt to
+                                      * reservations */
         sluice__log log;             /* sliding-log, sliding-wheel */
     } u;
 } sluice__state;
@@ -130,6 +132,18 @@ SLUICE__DECL_ALG(sliding_approx);
 SLUICE__DECL_ALG(token_bucket);
 SLUICE__DECL_ALG(leaky_bucket);
 SLUICE__INTERNAL void sluice__window_log_fini(sluice__log *log);
+
+/* The bucket machine (token_bucket.c), shared by both buckets. */
+SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st,
+                                            uint64_t t, uint64_t p, uint64_t max_wait,
+                                            bool shaper, sluice_result *res);
+SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st,
+                                             uint64_t t, uint64_t p, uint64_t max_wait,
+                                             bool shaper, sluice_result *res);
+SLUICE__INTERNAL void sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
+                                               uint64_t t, uint64_t p);
+SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
+                                                 const sluice__state *st);
 
 /* Decision counters, shared by limiters and tables.  Striped: a thread
  * owns one of the first SLUICE__STRIPES - 1 stripes for its lifetime

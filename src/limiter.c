@@ -60,8 +60,8 @@ struct sluice_limiter {
 
 void sluice__state_init(const sluice__profile *pf, sluice__state *st)
 {
+    (void)pf; /* every algorithm's state at rest is all zeros */
     memset(st, 0, sizeof *st);
-    if (pf->alg == SLUICE__TOKEN_BUCKET) st->u.tb.tokens = pf->cap_scaled;
 }
 
 void sluice__state_fini(const sluice__profile *pf, sluice__state *st)
@@ -125,8 +125,8 @@ void sluice__state_unpack(const sluice__profile *pf, const uint64_t in[2],
         st->u.sa.cur = hi >> 32;
         st->u.sa.prev = hi & 0xffffffffu;
         break;
-    case SLUICE__TOKEN_BUCKET: st->u.tb.tokens = hi; break;
-    case SLUICE__LEAKY_BUCKET: st->u.lb.water = hi; break;
+    case SLUICE__TOKEN_BUCKET:
+    case SLUICE__LEAKY_BUCKET: st->u.bk.deficit = hi; break;
     default: break;
     }
 }
@@ -138,8 +138,8 @@ void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW: out[1] = st->u.fw.count; break;
     case SLUICE__SLIDING_APPROX: out[1] = st->u.sa.cur << 32 | st->u.sa.prev; break;
-    case SLUICE__TOKEN_BUCKET: out[1] = (uint64_t)st->u.tb.tokens; break;
-    case SLUICE__LEAKY_BUCKET: out[1] = (uint64_t)st->u.lb.water; break;
+    case SLUICE__TOKEN_BUCKET:
+    case SLUICE__LEAKY_BUCKET: out[1] = (uint64_t)st->u.bk.deficit; break;
     default: out[1] = 0; break;
     }
 }

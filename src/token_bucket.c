@@ -1,51 +1,127 @@
-/* token_bucket.c -- token bucket, the GCRA of the contract, exact.
+/* token_bucket.c -- the bucket machine: token bucket (GCRA) and leaky
+ * bucket, exact, with reservations.
  *
  * Contract (CONTRACT.md 3.5): rate r = L/W permits per ns, capacity B,
  * full at the first request; tokens(t) = min(B, tokens(t') + (t - t')r);
  * a request for p is allowed iff tokens(t) >= p, and then takes p.
+ * And 3.6: water(t) = max(0, water(t') - (t - t')r); allowed iff
+ * water(t) + p <= C, and then adds p.
  *
- * This is GCRA in disguise: with emission interval T = W/L and theoretical
- * arrival time TAT, tokens(t) = B - (max(TAT, t) - t)/T.  We keep the token
- * count instead of TAT, scaled so that it is an integer.  With g = gcd(L, W),
- * rl = L/g and rw = W/g (the rate in lowest terms, rl/rw per ns):
+ * The two are one machine: the water is the tokens missing from a full
+ * bucket (water = B - tokens), which is also GCRA's theoretical arrival
+ * time seen from now, (TAT - t) * r.  We keep that deficit, scaled so that
+ * it is an integer.  With g = gcd(L, W), rl = L/g and rw = W/g (the rate in
+ * lowest terms, rl/rw per ns) and full = B * rw:
  *
- *     X = tokens * rw,  0 <= X <= B*rw,  X(t) = min(B*rw, X(t') + (t-t')*rl)
+ *     D = deficit * rw >= 0,    D(t) = max(0, D(t') - (t - t')*rl)
+ *     allowed iff D(t) + p*rw <= full, and then D += p*rw
  *
- * Every quantity is then an integer and the decision is exact, whatever the
- * rate (3/s, 7/10s, 1/d, 10^9/s): nothing is rounded, so nothing drifts.
- * Bounds: (t - t')*rl < 2^63 * 10^12 < 2^103 and B*rw <= 2^63 * L (the
- * parser bounds the time to fill the bucket, B*rw/rl, by 2^63-1 ns), so a
- * u128 holds every sum and every wait fits an int64.  When B*rw < 2^64 --
- * every practical spec: 100/s, 3/s, 1/d, 10^12/d -- the state packs into one
- * 128-bit word with the latest time, and limiter.c updates it lock-free.
+ * Every quantity is an integer and the decision is exact whatever the rate
+ * (3/s, 7/10s, 1/d, 10^9/s): nothing is rounded, so nothing drifts.  Bounds:
+ * (t - t')*rl < 2^63 * 10^12 < 2^103 and full <= 2^63 * L (the parser bounds
+ * the time to fill, full/rl, by 2^63-1 ns), so a u128 holds every sum and
+ * every wait fits an int64.  When full < 2^64 -- every practical spec:
+ * 100/s, 3/s, 1/d, 10^12/d -- D fits 64 bits and the state packs into one
+ * 128-bit word with the latest time (limiter.c: lock-free).
  *
- *   remaining       floor(X / rw)
- *   retry_after_ns  ceil((p*rw - X) / rl) for p <= B; -1 for p > B.
+ *   remaining       floor((full - D) / rw)
+ *   retry_after_ns  ceil((D + p*rw - full) / rl) for p <= B; -1 for p > B
+ *   wait_ns         the leaky shaper: ceil(D / rl), the water before the
+ *                   request, so admitted requests leave at the rate r
+ *
+ * Reservations (sluice_reserve): a request may take permits that are not
+ * there yet, putting the bucket in debt (D > full), and is told to wait
+ * ceil((D + p*rw - full) / rl) before it uses them -- x/time/rate's Reserve.
+ * Cancelling before that time gives the p*rw back: D -= p*rw.  If nothing
+ * was reserved after it, the bucket is then exactly as if the reservation
+ * had never been made (the deficit only ever decays linearly while it is
+ * positive); if something was, that later reservation keeps its longer
+ * wait, so cancelling never lets more through than the contract would.
  */
 #include "internal.h"
+
+static inline u128 drain(const sluice__profile *pf, const sluice__state *st, uint64_t t)
+{
+    return sluice__sub_sat(st->u.bk.deficit, (u128)(t - st->t_last) * pf->rl);
+}
+
+bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                           uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
+{
+    const u128 full = pf->cap_scaled;
+    u128 d = drain(pf, st, t);
+    st->t_last = t;
+    const u128 add = (u128)p * pf->rw; /* p > B implies add > full */
+    bool ok = d <= full && add <= full - d;
+    uint64_t wait = 0;
+    if (ok && shaper && p != 0) {
+        wait = (uint64_t)sluice__ceil_div64(d, pf->rl);
+        ok = wait <= max_wait;
+    }
+    st->u.bk.deficit = ok ? d + add : d;
+    if (!res) return ok;
+    const u128 dd = st->u.bk.deficit;
+    uint64_t remaining = dd < full ? (uint64_t)sluice__div128(full - dd, pf->rw) : 0;
+    if (ok) return sluice__allow(res, remaining, wait);
+    if (wait > max_wait) { /* sluice_acquire: the wait exceeds the time left */
+        sluice__deny(res, remaining, -1);
+        res->wait_ns = wait;
+        return false;
+    }
+    if (p > pf->capacity) return sluice__deny(res, remaining, -1);
+    return sluice__deny(res, remaining, (int64_t)sluice__ceil_div64(d + add - full, pf->rl));
+}
+
+bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                            uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
+{
+    const u128 full = pf->cap_scaled;
+    u128 d = drain(pf, st, t);
+    st->t_last = t;
+    const u128 add = (u128)p * pf->rw;
+    u128 over = d + add > full ? d + add - full : 0;
+    u128 w = sluice__ceil_div64(over, pf->rl);
+    if (shaper && p != 0) {
+        u128 ws = sluice__ceil_div64(d, pf->rl);
+        if (ws > w) w = ws;
+    }
+    /* a reservation never waits beyond max_wait, nor beyond what the state
+     * can hold: the deficit must stay below 2^64 where it is packed, and
+     * every wait within an int64 */
+    u128 limit = pf->packed ? (u128)UINT64_MAX : (u128)1 << 120;
+    bool ok = p <= pf->capacity && w <= max_wait && w <= (u128)INT64_MAX && d + add <= limit;
+    st->u.bk.deficit = ok ? d + add : d;
+    if (!res) return ok;
+    const u128 dd = st->u.bk.deficit;
+    uint64_t remaining = dd < full ? (uint64_t)sluice__div128(full - dd, pf->rw) : 0;
+    if (ok) return sluice__allow(res, remaining, (uint64_t)w);
+    sluice__deny(res, remaining, -1);
+    if (p <= pf->capacity) res->wait_ns = w > (u128)UINT64_MAX ? UINT64_MAX : (uint64_t)w;
+    return false;
+}
+
+void sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                              uint64_t p)
+{
+    u128 d = drain(pf, st, t);
+    st->t_last = t;
+    st->u.bk.deficit = sluice__sub_sat(d, (u128)p * pf->rw);
+}
+
+uint64_t sluice__bucket_rest_at(const sluice__profile *pf, const sluice__state *st)
+{
+    return st->t_last + (uint64_t)sluice__ceil_div64(st->u.bk.deficit, pf->rl);
+}
 
 bool sluice__token_bucket_decide(const sluice__profile *pf, sluice__state *st,
                                  uint64_t t, uint64_t p, uint64_t max_wait,
                                  sluice_result *res)
 {
-    (void)max_wait;
-    u128 x = st->u.tb.tokens + (u128)(t - st->t_last) * pf->rl;
-    if (x > pf->cap_scaled) x = pf->cap_scaled;
-    st->t_last = t;
-    const u128 need = (u128)p * pf->rw; /* p > B implies need > cap_scaled >= x */
-    const bool ok = x >= need;
-    if (ok) x -= need;
-    st->u.tb.tokens = x;
-    if (!res) return ok;
-    uint64_t remaining = (uint64_t)sluice__div128(x, pf->rw);
-    if (ok) return sluice__allow(res, remaining, 0);
-    if (p > pf->capacity) return sluice__deny(res, remaining, -1);
-    return sluice__deny(res, remaining, (int64_t)sluice__ceil_div64(need - x, pf->rl));
+    return sluice__bucket_decide(pf, st, t, p, max_wait, false, res);
 }
 
 uint64_t sluice__token_bucket_rest_at(const sluice__profile *pf,
                                       const sluice__state *st)
 {
-    u128 missing = pf->cap_scaled - st->u.tb.tokens;
-    return st->t_last + (uint64_t)sluice__ceil_div64(missing, pf->rl);
+    return sluice__bucket_rest_at(pf, st);
 }

@@ -65,7 +65,10 @@
  *
  * Memory.  Timers are 48-byte nodes in chunks of 1024, addressed by a 32-bit
  * index (chunk << 10 | slot in chunk); lists link indices, so a node has no
- * pointers but the callback and its argument.  An id is the index and the
+ * pointers but the callback and its argument.  A chunk is nodes only; its
+ * bookkeeping (use count, free list, partial-list links) sits in a dense
+ * array beside the chunk table, so cancelling a cold timer touches the
+ * node and its two list neighbours and nothing else that is cold.  An id is the index and the
  * node's 32-bit generation, bumped when the node is freed, so a stale id
  * never matches a reused node.  Each chunk keeps its own free list and use
  * count; chunks with free nodes are on a `partial` list from which nodes
@@ -79,10 +82,11 @@
  * survive chunk release through gen_floor: a new chunk's nodes start above
  * every generation a released chunk used.
  *
- *   per pending timer: 48 bytes (node) + 24 / 1024 (chunk header)
- *                      + 8 / 1024 (table entry)  ~= 48.03 bytes
+ *   per pending timer: 48 bytes (node) + 28.1 / 1024 (table entry,
+ *                      bitmap bit, bookkeeping)  ~= 48.03 bytes
  *   fixed: the wheel (~8.5 KiB: 515 list heads, 512 slot minima, 8
- *          occupancy words) and chunk 0 (48 KiB).
+ *          occupancy words), the table for 16 chunks (0.6 KiB) and chunk 0
+ *          (48 KiB).
  *
  * Locking.  One mutex guards the wheel; it is released around each callback,
  * so callbacks may call any function of the wheel.  `firing` holds the id of
@@ -125,26 +129,33 @@ _Static_assert(SPAN_BITS < 64, "levels must leave room for the overflow");
 _Static_assert(SLUICE_WHEEL_MAX_TIMERS <= ((uint64_t)1 << 31),
                "node indices must stay below NIL");
 
+/* What a cascade reads (next, due) and what unlinking writes (next, prev)
+ * come first: 16 bytes that never straddle a cache line (nodes are 48 bytes
+ * from a 16-byte aligned chunk), so walking a list costs one line per node. */
 typedef struct wnode {
     uint32_t next, prev;  /* list links, NIL at the ends; next: free list */
+    uint64_t due;         /* due tick: ceil(deadline_ns / tick_ns) */
+    uint64_t deadline_ns; /* as scheduled */
+    sluice_timer_fn fn;
+    void *arg;
     uint32_t gen;         /* generation, >= 1; bumped when freed */
     uint16_t where;       /* the list the node is on, or W_FREE */
     uint16_t unused;
-    uint64_t deadline_ns; /* as scheduled */
-    uint64_t due;         /* due tick: ceil(deadline_ns / tick_ns) */
-    sluice_timer_fn fn;
-    void *arg;
 } wnode;
 _Static_assert(sizeof(wnode) == 48, "a node is 48 bytes");
 
 typedef struct wchunk {
+    wnode n[CHUNK_NODES];
+} wchunk;
+
+/* A chunk's bookkeeping, kept in a dense array beside the chunk table rather
+ * than in the chunk: freeing a cold node then touches no other cold line. */
+typedef struct wmeta {
     uint32_t used;       /* nodes in use */
     uint32_t free_head;  /* first free node (wheel index), NIL if none */
     uint32_t prev, next; /* on the partial list (chunk numbers) */
     uint32_t max_gen;    /* the largest generation any node has had */
-    uint32_t unused;
-    wnode n[CHUNK_NODES];
-} wchunk;
+} wmeta;
 
 typedef struct wlist {
     uint32_t head, tail;
@@ -167,9 +178,10 @@ struct sluice_wheel {
     bool advancing;
     sluice_timer_id firing; /* the id whose callback runs, or 0 */
 
-    /* slab */
-    wchunk **chunks;       /* [ccap]; NULL for a free number */
+    /* slab: one block holds chunks[ccap], cfree[ccap / 64], meta[ccap] */
+    wchunk **chunks;       /* NULL for a free number */
     uint64_t *cfree;       /* bit c: chunk number c is free */
+    wmeta *meta;
     uint32_t ccap;         /* entries in chunks[] */
     uint32_t cmax;         /* chunk numbers ever needed: ceil(max / 1024) */
     uint32_t chi;          /* 1 + the highest number in use */
@@ -241,28 +253,32 @@ static inline void unlock(const sluice_wheel *w)
 /* ------------------------------------------------------------------------ */
 /* Slab                                                                      */
 
-/* Replace the chunk table by one of `ncap` entries (>= chi).  On failure the
- * old table stays and SLUICE_ENOMEM is returned. */
+/* Replace the chunk table by one of `ncap` entries (>= chi), in one block:
+ * the chunk pointers, the free-number bitmap, the chunks' bookkeeping.  On
+ * failure the old table stays and SLUICE_ENOMEM is returned. */
 static int table_resize(sluice_wheel *w, uint32_t ncap)
 {
     size_t nwords = ((size_t)ncap + 63) / 64;
-    wchunk **t = sluice__malloc((size_t)ncap * sizeof *t);
-    uint64_t *m = sluice__malloc(nwords * sizeof *m);
-    if (!t || !m) {
-        sluice__free(t);
-        sluice__free(m);
-        return SLUICE_ENOMEM;
-    }
+    size_t bytes = (size_t)ncap * sizeof(wchunk *) + nwords * sizeof(uint64_t) +
+                   (size_t)ncap * sizeof(wmeta);
+    char *blk = sluice__malloc(bytes);
+    if (!blk) return SLUICE_ENOMEM;
+    wchunk **t = (wchunk **)blk;
+    uint64_t *m = (uint64_t *)(blk + (size_t)ncap * sizeof *t);
+    wmeta *meta = (wmeta *)(m + nwords);
     uint32_t keep = w->ccap < ncap ? w->ccap : ncap;
-    if (keep) memcpy(t, w->chunks, keep * sizeof *t);
+    if (keep) {
+        memcpy(t, w->chunks, keep * sizeof *t);
+        memcpy(meta, w->meta, keep * sizeof *meta);
+    }
     for (uint32_t c = keep; c < ncap; c++) t[c] = NULL;
     memset(m, 0, nwords * sizeof *m);
     for (uint32_t c = 0; c < ncap; c++)
         if (!t[c]) m[c / 64] |= (uint64_t)1 << (c % 64);
     sluice__free(w->chunks);
-    sluice__free(w->cfree);
     w->chunks = t;
     w->cfree = m;
+    w->meta = meta;
     w->ccap = ncap;
     w->chint = 0;
     return 0;
@@ -306,11 +322,7 @@ static uint32_t chunk_new(sluice_wheel *w)
         ch->n[k].where = W_FREE;
         ch->n[k].unused = 0;
     }
-    ch->used = 0;
-    ch->free_head = base;
-    ch->prev = ch->next = NIL;
-    ch->max_gen = gen;
-    ch->unused = 0;
+    w->meta[c] = (wmeta){0, base, NIL, NIL, gen};
     w->chunks[c] = ch;
     w->cfree[c / 64] &= ~((uint64_t)1 << (c % 64));
     if (c + 1 > w->chi) w->chi = c + 1;
@@ -319,9 +331,8 @@ static uint32_t chunk_new(sluice_wheel *w)
 
 static void chunk_release(sluice_wheel *w, uint32_t c)
 {
-    wchunk *ch = w->chunks[c];
-    if (ch->max_gen > w->gen_floor) w->gen_floor = ch->max_gen;
-    sluice__free(ch);
+    if (w->meta[c].max_gen > w->gen_floor) w->gen_floor = w->meta[c].max_gen;
+    sluice__free(w->chunks[c]);
     w->chunks[c] = NULL;
     w->cfree[c / 64] |= (uint64_t)1 << (c % 64);
     if (c / 64 < w->chint) w->chint = c / 64;
@@ -336,19 +347,19 @@ static void chunk_release(sluice_wheel *w, uint32_t c)
 
 static void partial_push(sluice_wheel *w, uint32_t c)
 {
-    wchunk *ch = w->chunks[c];
-    ch->prev = NIL;
-    ch->next = w->partial;
-    if (w->partial != NIL) w->chunks[w->partial]->prev = c;
+    wmeta *m = &w->meta[c];
+    m->prev = NIL;
+    m->next = w->partial;
+    if (w->partial != NIL) w->meta[w->partial].prev = c;
     w->partial = c;
 }
 
 static void partial_remove(sluice_wheel *w, uint32_t c)
 {
-    wchunk *ch = w->chunks[c];
-    if (ch->prev != NIL) w->chunks[ch->prev]->next = ch->next;
-    else w->partial = ch->next;
-    if (ch->next != NIL) w->chunks[ch->next]->prev = ch->prev;
+    wmeta *m = &w->meta[c];
+    if (m->prev != NIL) w->meta[m->prev].next = m->next;
+    else w->partial = m->next;
+    if (m->next != NIL) w->meta[m->next].prev = m->prev;
 }
 
 /* A free node's index, or NIL when memory runs out. */
@@ -365,10 +376,10 @@ static uint32_t node_alloc(sluice_wheel *w)
         }
         partial_push(w, c);
     }
-    wchunk *ch = w->chunks[c];
-    uint32_t i = ch->free_head;
-    ch->free_head = ch->n[i & CHUNK_MASK].next;
-    if (++ch->used == CHUNK_NODES) partial_remove(w, c);
+    wmeta *m = &w->meta[c];
+    uint32_t i = m->free_head;
+    m->free_head = w->chunks[c]->n[i & CHUNK_MASK].next;
+    if (++m->used == CHUNK_NODES) partial_remove(w, c);
     return i;
 }
 
@@ -376,14 +387,14 @@ static uint32_t node_alloc(sluice_wheel *w)
 static void node_free(sluice_wheel *w, uint32_t i, wnode *n)
 {
     uint32_t c = i >> CHUNK_BITS;
-    wchunk *ch = w->chunks[c];
+    wmeta *m = &w->meta[c];
     if (++n->gen == 0) n->gen = 1;
-    if (n->gen > ch->max_gen) ch->max_gen = n->gen;
+    if (n->gen > m->max_gen) m->max_gen = n->gen;
     n->where = W_FREE;
-    n->next = ch->free_head;
-    ch->free_head = i;
-    if (ch->used-- == CHUNK_NODES) partial_push(w, c);
-    if (ch->used == 0) {
+    n->next = m->free_head;
+    m->free_head = i;
+    if (m->used-- == CHUNK_NODES) partial_push(w, c);
+    if (m->used == 0) {
         partial_remove(w, c);
         if (w->spare == NIL) {
             w->spare = c;
@@ -670,7 +681,6 @@ fail:
     if (ctl) pthread_mutex_destroy(&w->ctl);
     if (mu) pthread_mutex_destroy(&w->mu);
     sluice__free(w->chunks);
-    sluice__free(w->cfree);
     sluice__free(w);
 nomem:
     sluice__errf(err, errlen, "out of memory");
@@ -683,7 +693,6 @@ void sluice_wheel_free(sluice_wheel *w)
     sluice_wheel_stop(w);
     for (uint32_t c = 0; c < w->ccap; c++) sluice__free(w->chunks[c]);
     sluice__free(w->chunks);
-    sluice__free(w->cfree);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->ctl);
     pthread_mutex_destroy(&w->mu);
