@@ -205,13 +205,65 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits);
 
 /* Block until `permits` are granted and return true, or return false at
  * once, consuming nothing, when they cannot be granted within `timeout_ns`
- * (with no other traffic: a refusal whose retry_after_ns exceeds the time
- * left, or is -1).  For the leaky-bucket shaper, the wait_ns of the grant is
- * slept before returning and counts against the timeout.  UINT64_MAX means
- * no timeout.  Sleeps with nanosleep on CLOCK_MONOTONIC; competing threads
- * may take permits first, in which case it waits again within the same
- * deadline.  Thread-safe. */
+ * (with no other traffic).  token-bucket and leaky-bucket book the permits
+ * at once with a wait that fits the timeout (as x/time/rate's Wait: see
+ * sluice_reserve_at) and sleep it -- concurrent callers are served in the
+ * order they booked; the windows sleep each refusal's retry_after_ns and ask
+ * again, within the same deadline.  The shaper's wait_ns is slept before
+ * returning and counts against the timeout.  UINT64_MAX: no timeout.
+ * Sleeps on CLOCK_MONOTONIC.  Thread-safe. */
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns);
+
+/* A cancellation handle for blocking acquires: any number of
+ * sluice_acquire_ex() calls may wait on one; sluice_canceller_cancel() wakes
+ * them all (they return false, sluice_last_error() == SLUICE_ECANCELED, and
+ * a bucket's booked permits are given back), and every later acquire with
+ * it fails at once.  _new returns NULL when out of memory.  _free: no call
+ * may be using it.  The others are thread-safe. */
+typedef struct sluice_canceller sluice_canceller;
+sluice_canceller *sluice_canceller_new(void);
+void sluice_canceller_free(sluice_canceller *c);
+void sluice_canceller_cancel(sluice_canceller *c);
+bool sluice_canceller_cancelled(sluice_canceller *c);
+
+/* sluice_acquire(), interruptible by `c` (may be NULL).  On false,
+ * sluice_last_error() says why: SLUICE_ETIMEDOUT (cannot be granted within
+ * the timeout) or SLUICE_ECANCELED.  Thread-safe. */
+bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
+                       sluice_canceller *c);
+
+/* A reservation: permits taken now, to be used at `at_ns`.  Filled by
+ * sluice_reserve_at(); the caller owns it; `state` is private. */
+typedef struct sluice_reservation {
+    uint64_t permits; /* permits taken (0 if refused) */
+    uint64_t wait_ns; /* how long to wait before using them */
+    uint64_t at_ns;   /* when they may be used: the reserving time + wait_ns */
+    uint32_t state;   /* private */
+} sluice_reservation;
+
+/* Take `permits` now, to be used after a wait -- x/time/rate's Reserve.
+ * token-bucket and leaky-bucket may go into debt: the permits are booked
+ * even if the bucket does not hold them yet, and rv->wait_ns says when they
+ * are there (for the shaper, at least its wait_ns); later requests see the
+ * debt, so the long-run rate is the contract's.  The reservation is refused
+ * (false, nothing taken) when permits exceed the burst/capacity or the wait
+ * would exceed `max_wait_ns`.  The window algorithms cannot book the future:
+ * for them this is sluice_try_acquire_at() (wait 0).  `rv` and `res` may be
+ * NULL.  Counts as a request in the statistics.  Thread-safe (lock-free
+ * where the limiter is). */
+bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
+                       uint64_t max_wait_ns, sluice_reservation *rv, sluice_result *res);
+
+/* Give back a reservation's permits before their time (now_ns < at_ns):
+ * token-bucket and leaky-bucket only.  If nothing was reserved or admitted
+ * after it, the limiter is then exactly as if it had never been made; if
+ * something was, that later request keeps its longer wait, so cancelling
+ * never lets more through than the contract would.  Returns 0 when the
+ * permits were given back, SLUICE_ENOENT when the reservation was already
+ * cancelled or its time has come (the permits count as used), SLUICE_EINVAL
+ * for another algorithm or a reservation never made.  Thread-safe. */
+int sluice_reservation_cancel_at(sluice_limiter *lim, sluice_reservation *rv,
+                                 uint64_t now_ns);
 
 /* Copy the limiter's counters into `out`.  Each counter is exact; the set is
  * read without stopping the limiter, so under concurrent decisions the

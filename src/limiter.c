@@ -146,9 +146,27 @@ void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
 
 static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo; }
 
+/* What a call does to a state: decide (try_acquire, acquire), reserve, or
+ * give a reservation's permits back.  *t_eff receives the time the state
+ * saw (the call's time, clamped to the latest). */
+enum op { OP_DECIDE, OP_RESERVE, OP_GIVE_BACK };
+
+static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op op,
+                         uint64_t now_ns, uint64_t permits, uint64_t max_wait,
+                         sluice_result *res)
+{
+    if (op == OP_DECIDE) return sluice__decide(pf, st, now_ns, permits, max_wait, res);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    uint64_t t = now_ns > st->t_last ? now_ns : st->t_last;
+    bool shaper = pf->alg == SLUICE__LEAKY_BUCKET && !pf->nodelay;
+    if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, shaper, res);
+    sluice__bucket_give_back(pf, st, t, permits);
+    return true;
+}
+
 #if HAVE_CAS128
-static bool decide_lockfree(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
-                            uint64_t max_wait, sluice_result *res)
+static bool decide_lockfree(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+                            uint64_t max_wait, sluice_result *res, uint64_t *t_eff)
 {
     const sluice__profile *pf = &lim->pf;
     uint64_t lo = __atomic_load_n(&lim->packed.h[0], __ATOMIC_RELAXED);
@@ -158,11 +176,14 @@ static bool decide_lockfree(sluice_limiter *lim, uint64_t permits, uint64_t now_
         sluice__state st;
         uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
         sluice__state_unpack(pf, w, &st);
-        bool ok = sluice__decide(pf, &st, now_ns, permits, max_wait, res);
+        bool ok = apply(pf, &st, op, now_ns, permits, max_wait, res);
         sluice__state_pack(pf, &st, w);
         u128 new = mkword(w[0], w[1]);
         u128 cur = __sync_val_compare_and_swap(&lim->packed.w, old, new);
-        if (cur == old) return ok;
+        if (cur == old) {
+            *t_eff = st.t_last;
+            return ok;
+        }
         old = cur;
     }
 }
@@ -202,23 +223,31 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__free(lim);
 }
 
+static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+                       uint64_t max_wait, sluice_result *res, uint64_t *t_eff)
+{
+    bool ok;
+#if HAVE_CAS128
+    if (lim->lockfree) {
+        ok = decide_lockfree(lim, op, permits, now_ns, max_wait, res, t_eff);
+    } else
+#endif
+    {
+        pthread_mutex_lock(&lim->mu);
+        ok = apply(&lim->pf, &lim->st, op, now_ns, permits, max_wait, res);
+        *t_eff = lim->st.t_last;
+        pthread_mutex_unlock(&lim->mu);
+    }
+    if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
+    return ok;
+}
+
 static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                           uint64_t max_wait, sluice_result *res)
 {
-    bool ok;
+    uint64_t t;
     sluice__set_error(0);
-#if HAVE_CAS128
-    if (lim->lockfree) {
-        ok = decide_lockfree(lim, permits, now_ns, max_wait, res);
-        sluice__count(&lim->counters, permits, ok);
-        return ok;
-    }
-#endif
-    pthread_mutex_lock(&lim->mu);
-    ok = sluice__decide(&lim->pf, &lim->st, now_ns, permits, max_wait, res);
-    pthread_mutex_unlock(&lim->mu);
-    sluice__count(&lim->counters, permits, ok);
-    return ok;
+    return run(lim, OP_DECIDE, permits, now_ns, max_wait, res, &t);
 }
 
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
@@ -232,29 +261,163 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
     return decide(lim, permits, sluice__clock_now(lim->pf.clock), UINT64_MAX, NULL);
 }
 
-static void sleep_ns(uint64_t ns)
+static bool is_bucket(const sluice_limiter *lim)
 {
-    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    return lim->pf.alg == SLUICE__TOKEN_BUCKET || lim->pf.alg == SLUICE__LEAKY_BUCKET;
+}
+
+enum { RV_NONE, RV_ACTIVE, RV_FINAL };
+
+bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
+                       uint64_t max_wait_ns, sluice_reservation *rv, sluice_result *res)
+{
+    sluice_result r;
+    uint64_t t;
+    sluice__set_error(0);
+    bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, &r, &t)
+                             : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, &r, &t);
+    if (res) *res = r;
+    if (rv) {
+        rv->permits = ok ? permits : 0;
+        rv->wait_ns = ok ? r.wait_ns : 0;
+        rv->at_ns = ok ? t + r.wait_ns : 0;
+        rv->state = ok && is_bucket(lim) && permits ? RV_ACTIVE : RV_FINAL;
+    }
+    return ok;
+}
+
+int sluice_reservation_cancel_at(sluice_limiter *lim, sluice_reservation *rv, uint64_t now_ns)
+{
+    if (!rv || rv->state == RV_NONE) return SLUICE_EINVAL;
+    if (!is_bucket(lim)) return SLUICE_EINVAL;
+    if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
+    rv->state = RV_FINAL;
+    if (now_ns >= rv->at_ns) return SLUICE_ENOENT; /* its time came: used */
+    uint64_t t;
+    run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, NULL, &t);
+    return t >= rv->at_ns ? SLUICE_ENOENT : 0;
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+struct sluice_canceller {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    bool cancelled;
+};
+
+sluice_canceller *sluice_canceller_new(void)
+{
+    sluice_canceller *c = sluice__calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) goto fail;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) goto fail;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        pthread_cond_destroy(&c->cv);
+        goto fail;
+    }
+    return c;
+fail:
+    sluice__free(c);
+    return NULL;
+}
+
+void sluice_canceller_free(sluice_canceller *c)
+{
+    if (!c) return;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    sluice__free(c);
+}
+
+void sluice_canceller_cancel(sluice_canceller *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->cancelled = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool sluice_canceller_cancelled(sluice_canceller *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool v = c->cancelled;
+    pthread_mutex_unlock(&c->mu);
+    return v;
+}
+
+/* Sleep until CLOCK_MONOTONIC reaches `until`; false if c was cancelled
+ * first.  `now` and `until` are on the limiter's clock, which may be the
+ * coarse one: the same axis. */
+static bool sleep_until(uint64_t until, sluice_canceller *c)
+{
+    if (!c) {
+        for (;;) {
+            uint64_t now = sluice_now_ns();
+            if (now >= until) return true;
+            uint64_t ns = until - now;
+            struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+            nanosleep(&ts, NULL); /* EINTR: loop and sleep what is left */
+        }
+    }
+    struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+    pthread_mutex_lock(&c->mu);
+    while (!c->cancelled && sluice_now_ns() < until)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) break;
+    bool ok = !c->cancelled;
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
+                       sluice_canceller *c)
+{
+    const sluice__clock clk = lim->pf.clock;
+    uint64_t start = sluice__clock_now(clk);
+    uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
+    sluice__set_error(0);
+    for (;;) {
+        if (c && sluice_canceller_cancelled(c)) {
+            sluice__set_error(SLUICE_ECANCELED);
+            return false;
+        }
+        uint64_t now = sluice__clock_now(clk);
+        uint64_t left = now < deadline ? deadline - now : 0;
+        if (is_bucket(lim)) {
+            /* x/time/rate's Wait: book the permits now, with a wait that
+             * fits the time left, or take nothing and return at once */
+            sluice_reservation rv;
+            sluice_result r;
+            if (!sluice_reserve_at(lim, permits, now, left, &rv, &r)) {
+                sluice__set_error(SLUICE_ETIMEDOUT);
+                return false;
+            }
+            if (rv.wait_ns == 0 || sleep_until(rv.at_ns, c)) return true;
+            sluice_reservation_cancel_at(lim, &rv, sluice__clock_now(clk));
+            sluice__set_error(SLUICE_ECANCELED);
+            return false;
+        }
+        sluice_result r;
+        if (decide(lim, permits, now, left, &r)) return true;
+        /* -1: never; or more than the time left */
+        if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) {
+            sluice__set_error(SLUICE_ETIMEDOUT);
+            return false;
+        }
+        if (!sleep_until(now + (uint64_t)r.retry_after_ns, c)) {
+            sluice__set_error(SLUICE_ECANCELED);
+            return false;
+        }
     }
 }
 
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
 {
-    uint64_t start = sluice__clock_now(lim->pf.clock);
-    uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
-    for (;;) {
-        uint64_t now = sluice__clock_now(lim->pf.clock);
-        uint64_t left = now < deadline ? deadline - now : 0;
-        sluice_result r;
-        if (decide(lim, permits, now, left, &r)) {
-            if (r.wait_ns) sleep_ns(r.wait_ns);
-            return true;
-        }
-        /* -1: never (or the shaper's wait exceeds what is left) */
-        if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) return false;
-        sleep_ns((uint64_t)r.retry_after_ns);
-    }
+    return sluice_acquire_ex(lim, permits, timeout_ns, NULL);
 }
 
 void sluice_limiter_stats(const sluice_limiter *lim, sluice_stats *out)

@@ -34,17 +34,24 @@
  *   With lease_max = 0 (the default) every decision is one round trip: the
  *   decisions are exactly the contract's, in Redis's order.  With
  *   lease_max > 0 a process takes a batch of permits (a lease) from Redis
- *   in one round trip and spends it locally; a refusal from Redis is
- *   remembered until its retry_after_ns passes, and requests that Redis
- *   would certainly refuse are then refused without a round trip.  A lease
- *   lives at most lease_ttl; its unspent permits are then dropped, never
- *   returned.  The permits a process holds in leases are what the global
- *   limit can be exceeded by: per key, at most
+ *   in the same round trip as a request and spends it locally; the lease
+ *   size adapts to the observed rate (doubling when a lease is used up
+ *   within half its lifetime, halving when one expires mostly unspent) and
+ *   never exceeds lease_cap.  A lease lives at most lease_ttl; its unspent
+ *   permits are then dropped, never returned.  When Redis refuses (or runs
+ *   dry granting a lease), this process refuses that key locally, without a
+ *   round trip, for max(Redis's retry_after_ns, lease_ttl / 2): Redis would
+ *   have refused the same request for retry_after_ns; beyond that, what the
+ *   process does not take stays in Redis and the next lease collects it.
+ *   So the two-tier mode trades the exactness of single decisions for
+ *   round trips, and never admits more than the bound below.  The permits
+ *   processes hold in leases are what the global limit can be exceeded by:
+ *   per key, over any interval, at most
  *       P * lease_cap (token-bucket: also at most ceil(LIMIT * lease_ttl / PERIOD))
- *   over any interval, P the number of processes (docs/redis.md derives it;
- *   sluice_redis_limits() reports it for P = expected_processes).  An
- *   optional local limiter in front (local_spec) refuses a process's own
- *   excess without asking Redis.
+ *   P the number of processes (limiters) sharing the key (docs/redis.md
+ *   derives it; sluice_redis_limits() reports it for P =
+ *   expected_processes).  An optional local limiter in front (local_spec)
+ *   refuses a process's own excess without asking Redis.
  *
  * Failures
  *   Every call has a deadline of command_timeout_ms from its start,
@@ -140,10 +147,12 @@ typedef struct sluice_redis_config {
                                     circuit, >= 1; default 3 */
     uint32_t retry_min_ms;       /* first backoff of an open circuit; 10 */
     uint32_t retry_max_ms;       /* longest backoff; default 1000 */
-    /* The local monotonic clock, in ns (leases' lifetimes, remembered
-     * refusals, the FAIL_LOCAL and local_spec limiters, deadlines are NOT
-     * affected: they always use CLOCK_MONOTONIC).  NULL: sluice_now_ns().
-     * For tests; it is never sent to Redis. */
+    /* The local clock, in ns, of the local tier: leases' lifetimes,
+     * remembered refusals, the local_spec and FAIL_LOCAL limiters.  NULL:
+     * sluice_now_ns().  Never sent to Redis; deadlines always use
+     * CLOCK_MONOTONIC.  For tests.  (A clock running slow makes leases live
+     * longer in real time: the P * lease_cap bound still holds, the
+     * token-bucket TTL bound does not.) */
     uint64_t (*clock_fn)(void *arg);
     void *clock_arg;
 } sluice_redis_config;
@@ -171,9 +180,13 @@ void sluice_redis_free(sluice_redis *r);
 enum {
     SLUICE_REDIS_SRC_REDIS = 0,  /* a round trip: Redis's script decided */
     SLUICE_REDIS_SRC_LEASE = 1,  /* admitted from this process's lease */
-    SLUICE_REDIS_SRC_CACHE = 2,  /* refused: Redis refused a request at least
-                                    as large less than its retry_after_ns
-                                    ago */
+    SLUICE_REDIS_SRC_CACHE = 2,  /* refused without a round trip (leases
+                                    only): Redis refused a request at least
+                                    as large less than max(its
+                                    retry_after_ns, lease_ttl / 2) ago, or
+                                    ran dry granting the last lease, or
+                                    another thread of this limiter is
+                                    fetching a lease for the key */
     SLUICE_REDIS_SRC_LOCAL = 3,  /* refused by the local_spec limiter */
     SLUICE_REDIS_SRC_POLICY = 4  /* Redis could not decide; the failure
                                     policy did (info.error says why) */
@@ -193,15 +206,18 @@ typedef struct sluice_redis_info {
 } sluice_redis_info;
 
 /* Ask for `permits` on `key` (keylen bytes, any bytes, at most
- * SLUICE_MAX_KEY_BYTES; NULL when keylen is 0).  Returns true when granted.
+ * SLUICE_MAX_KEY_BYTES; NULL when keylen is 0; a longer key is refused with
+ * info.error = SLUICE_EINVAL and retry_after_ns = -1).  Returns true when
+ * granted.
  * `res` (may be NULL) gets the details:
  *   - SRC_REDIS: exactly the contract's, at info.server_time_ns: remaining
  *     (permits a request at that instant could still get, the lease just
  *     granted included) and retry_after_ns (-1: permits exceed the burst,
  *     or LIMIT for sliding-approx);
  *   - SRC_LEASE: remaining = the permits left in this process's lease;
- *   - SRC_CACHE: retry_after_ns = the time left until the remembered
- *     refusal's retry_after_ns (-1 if it was -1), remaining 0;
+ *   - SRC_CACHE: retry_after_ns = the time left until this process asks
+ *     Redis again (-1: the request exceeds the burst, or LIMIT), remaining
+ *     0;
  *   - SRC_LOCAL: the local_spec limiter's result;
  *   - SRC_POLICY: fail closed: refused, retry_after_ns = the time until
  *     the circuit lets a call try Redis again (at least 1 ms), remaining 0;

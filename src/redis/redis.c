@@ -13,22 +13,31 @@
  *      asked, and the surplus becomes the entry's new lease;
  *   4. if Redis cannot decide by the deadline: the policy (SRC_POLICY).
  *
- * Leases.  One thread per process and key fetches a lease at a time (the
+ * Leases.  One thread per limiter and key fetches a lease at a time (the
  * entry's `fetching` flag); it drops what is left of the old lease when it
- * sends, so a process never holds more than lease_cap permits of a key,
- * whether in its pool or in flight (other threads meanwhile ask Redis for
- * their own permits only).  The lease's lifetime counts from the send, which
- * is before Redis granted it.  Its size adapts: `want` (the surplus asked
- * for) starts at 1, doubles when a lease is used up within half its
- * lifetime, halves when one expires more than half unspent; it never
- * exceeds lease_cap.
+ * sends, so a limiter never holds more than lease_cap permits of a key,
+ * whether in its pool or in flight.  Other threads that find the pool empty
+ * meanwhile are refused at once (SRC_CACHE, retry_after_ns = the round-trip
+ * time) rather than queueing round trips; the lease size adapts so that
+ * this is rare while Redis has permits.  The lease's lifetime counts from
+ * the send, which precedes Redis's grant.  Its size: `want` (the surplus
+ * asked for) starts at 1, doubles when a lease is used up within half its
+ * lifetime, halves when one expires more than half unspent; the surplus
+ * kept never exceeds lease_cap.
  *
  * Remembered refusals.  Redis's retry_after_ns for a refused request of p
  * permits is the least wait after which it could pass with no other
  * traffic; other traffic only delays it, and a larger request waits at
  * least as long.  So until send time + retry_after_ns (the send precedes
- * Redis's decision) every request of p or more permits is refused here,
- * exactly as Redis would have refused it, without a round trip.
+ * Redis's decision) every request of p or more permits would be refused by
+ * Redis too.  The entry refuses them for max(retry_after_ns, lease_ttl/2)
+ * (refresh_ns): past retry_after_ns this may refuse what Redis would grant,
+ * but what is not taken stays in Redis (up to the burst) for the next
+ * lease, so the global rate is kept while a process under an exhausted
+ * limit asks Redis at most every lease_ttl/2.  A grant that leaves Redis
+ * with less than one permit ("dry") is remembered the same way, for any
+ * request, for max(the wait for one permit, lease_ttl/2), once the lease is
+ * spent.
  *
  * Local tables: 64 stripes, each an open-addressing table under one mutex,
  * holding at most ceil(max_keys / 64) entries; when a stripe is full, the
@@ -412,14 +421,14 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
     atomic_store_explicit(&r->rtt_ns, avg ? avg - avg / 8 + el / 8 : el, memory_order_relaxed);
     for (int i = 0; i < nout; i++)
-        if (v[i] < 0) return SLUICE_EBACKEND;
+        if (v[i] < 0) goto bad_reply;
     const uint64_t q = pp->quantum_ns;
     o->ok = v[0] == 1;
     o->granted = (uint64_t)v[1];
-    if (o->ok ? (o->granted < need || o->granted > want) : o->granted != 0) return SLUICE_EBACKEND;
+    if (o->ok ? (o->granted < need || o->granted > want) : o->granted != 0) goto bad_reply;
     if (pp->script == SR_SCRIPT_TB) {
         uint64_t x = (uint64_t)v[2];
-        if (x > pp->cap) return SLUICE_EBACKEND;
+        if (x > pp->cap) goto bad_reply;
         o->server_ns = (uint64_t)v[3] * q;
         o->remaining = x / pp->b;
         o->retry1_ns = x >= pp->b ? 0
@@ -433,7 +442,7 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     } else {
         uint64_t rt = (uint64_t)v[2], cur = (uint64_t)v[3], prev = (uint64_t)v[4];
         uint64_t wt = pp->wt, L = pp->limit;
-        if (rt >= wt || cur > L || prev > L) return SLUICE_EBACKEND;
+        if (rt >= wt || cur > L || prev > L) goto bad_reply;
         o->server_ns = (uint64_t)v[5] * q;
         sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
         o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
@@ -452,6 +461,9 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
         }
     }
     return 0;
+bad_reply: /* a reply no script of ours writes: someone else's key? */
+    atomic_fetch_add_explicit(&r->conn.err_protocol, 1, memory_order_relaxed);
+    return SLUICE_EBACKEND;
 }
 
 /* ---- the failure policy ------------------------------------------------------ */
