@@ -1,0 +1,296 @@
+/* test_reserve.c -- reservations and cancellable waiting.
+ *
+ * The reference for a cancelled reservation is a twin limiter that never
+ * made it: "a cancelled reservation leaves the limiter as if it had never
+ * been made, when nothing was reserved after it" is checked decision by
+ * decision against the twin; with later reservations, the limiter must
+ * never be more permissive than the twin.  Expected waits are worked out
+ * from the contract's token arithmetic in exact rationals (cross
+ * multiplication), independently of the library's deficit form. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <sluice.h>
+#include <string.h>
+#include <time.h>
+
+#define SEC 1000000000ULL
+
+static sluice_limiter *mk(const char *spec)
+{
+    char err[256];
+    sluice_limiter *l = sluice_limiter_new(spec, err, sizeof err);
+    if (!l) fail_msg("%s: %s", spec, err);
+    return l;
+}
+
+/* ceil(p / r) for r = L/W permits per ns: the ns to earn p tokens. */
+static uint64_t ns_for(uint64_t p, uint64_t L, uint64_t W)
+{
+    __extension__ unsigned __int128 num = (unsigned __int128)p * W;
+    return (uint64_t)((num + L - 1) / L);
+}
+
+/* A reservation beyond the tokens waits for them, exactly; the debt is
+ * seen by later requests; the long-run rate is kept. */
+static void test_reserve_wait(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 3/s burst=2");
+    sluice_reservation rv;
+    sluice_result r;
+    const uint64_t t0 = 10 * SEC;
+    assert_true(sluice_reserve_at(l, 2, t0, 0, &rv, &r)); /* the burst, at once */
+    assert_int_equal(rv.wait_ns, 0);
+    assert_int_equal(rv.at_ns, t0);
+    /* 1 more: wait for one token at 3/s: ceil(1e9/3) */
+    assert_false(sluice_reserve_at(l, 1, t0, ns_for(1, 3, SEC) - 1, &rv, &r));
+    assert_int_equal(rv.permits, 0);
+    assert_true(sluice_reserve_at(l, 1, t0, UINT64_MAX, &rv, &r));
+    assert_int_equal(rv.wait_ns, ns_for(1, 3, SEC));
+    /* and 2 more behind it: three tokens' time from t0 */
+    assert_true(sluice_reserve_at(l, 2, t0, UINT64_MAX, &rv, &r));
+    assert_int_equal(rv.wait_ns, ns_for(3, 3, SEC));
+    /* a plain request sees the debt: nothing until the debt is paid and one
+     * token more is earned */
+    assert_false(sluice_try_acquire_at(l, 1, t0 + ns_for(3, 3, SEC), &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(ns_for(4, 3, SEC) - ns_for(3, 3, SEC)));
+    assert_true(sluice_try_acquire_at(l, 1, t0 + ns_for(4, 3, SEC), &r));
+    /* more than the burst can never be booked */
+    assert_false(sluice_reserve_at(l, 3, t0 + 100 * SEC, UINT64_MAX, &rv, &r));
+    assert_int_equal(r.retry_after_ns, -1);
+    sluice_limiter_free(l);
+}
+
+/* Cancelled before its time, with nothing after it: the limiter decides
+ * exactly as a twin that never reserved, for every later request. */
+static void test_cancel_exact(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "token-bucket 3/s burst=2", "token-bucket 7/10s", "token-bucket 1000000000/s burst=5",
+        "leaky-bucket 3/s capacity=2 nodelay", "leaky-bucket 5/s capacity=3",
+    };
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        for (int rep = 0; rep < 300; rep++) {
+            sluice_limiter *a = mk(specs[si]), *b = mk(specs[si]);
+            uint64_t t = (uint64_t)rep * 977 * SEC;
+            /* a common history */
+            for (int k = 0; k < 6; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                t += x % (SEC / 2);
+                uint64_t p = x >> 60 & 1 ? 1 : 2;
+                sluice_result ra, rb;
+                assert_int_equal(sluice_try_acquire_at(a, p, t, &ra),
+                                 sluice_try_acquire_at(b, p, t, &rb));
+            }
+            /* a reserves; b does not; a cancels before its time */
+            sluice_reservation rv;
+            sluice_result r;
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            bool ok = sluice_reserve_at(a, 1 + (x & 1), t, UINT64_MAX, &rv, &r);
+            if (!ok || rv.wait_ns < 2) {
+                sluice_limiter_free(a);
+                sluice_limiter_free(b);
+                continue;
+            }
+            uint64_t tc = t + (x >> 20) % rv.wait_ns;
+            if (tc >= rv.at_ns) tc = rv.at_ns - 1;
+            assert_int_equal(sluice_reservation_cancel_at(a, &rv, tc), 0);
+            assert_int_equal(sluice_reservation_cancel_at(a, &rv, tc), SLUICE_ENOENT);
+            /* b must have seen time tc too (a's clamp moved to tc) */
+            sluice_result rb0;
+            sluice_try_acquire_at(b, 0, tc, &rb0);
+            for (int k = 0; k < 20; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                uint64_t tt = tc + x % (2 * SEC);
+                if (k % 5 == 0) tt = tc; /* also at the cancel instant */
+                uint64_t p = x >> 61;
+                sluice_result ra, rb;
+                bool oa = sluice_try_acquire_at(a, p, tt, &ra);
+                bool ob = sluice_try_acquire_at(b, p, tt, &rb);
+                if (oa != ob || ra.remaining != rb.remaining || ra.retry_after_ns != rb.retry_after_ns ||
+                    ra.wait_ns != rb.wait_ns)
+                    fail_msg("%s rep %d step %d: with cancelled reservation %d/%llu/%lld/%llu, "
+                             "twin %d/%llu/%lld/%llu",
+                             specs[si], rep, k, oa, (unsigned long long)ra.remaining,
+                             (long long)ra.retry_after_ns, (unsigned long long)ra.wait_ns, ob,
+                             (unsigned long long)rb.remaining, (long long)rb.retry_after_ns,
+                             (unsigned long long)rb.wait_ns);
+                t = tt;
+            }
+            sluice_limiter_free(a);
+            sluice_limiter_free(b);
+        }
+    }
+}
+
+/* Cancelled after a later reservation: never more permissive than a twin
+ * that never made the first one (x/time/rate issues 56924, 69419). */
+static void test_cancel_with_later(void **state)
+{
+    (void)state;
+    uint64_t x = 12345;
+    for (int rep = 0; rep < 2000; rep++) {
+        sluice_limiter *a = mk("token-bucket 4/s burst=3"), *b = mk("token-bucket 4/s burst=3");
+        uint64_t t = SEC;
+        sluice_reservation r1, r2;
+        sluice_result r;
+        assert_true(sluice_reserve_at(a, 3, t, UINT64_MAX, &r1, &r)); /* the burst */
+        assert_true(sluice_reserve_at(b, 3, t, UINT64_MAX, NULL, &r));
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint64_t p1 = 1 + x % 3, p2 = 1 + (x >> 8) % 3;
+        assert_true(sluice_reserve_at(a, p1, t, UINT64_MAX, &r1, &r)); /* a only */
+        assert_true(sluice_reserve_at(a, p2, t, UINT64_MAX, &r2, &r)); /* both */
+        assert_true(sluice_reserve_at(b, p2, t, UINT64_MAX, NULL, &r));
+        uint64_t tc = t + (x >> 16) % (r1.wait_ns + 1);
+        int rc = sluice_reservation_cancel_at(a, &r1, tc);
+        assert_true(rc == 0 || (rc == SLUICE_ENOENT && tc >= r1.at_ns));
+        for (uint64_t tt = tc; tt < tc + 3 * SEC; tt += SEC / 16) {
+            sluice_result ra, rb;
+            sluice_try_acquire_at(a, 0, tt, &ra);
+            sluice_try_acquire_at(b, 0, tt, &rb);
+            if (ra.remaining > rb.remaining)
+                fail_msg("rep %d: at %llu a has %llu permits, its twin %llu", rep,
+                         (unsigned long long)tt, (unsigned long long)ra.remaining,
+                         (unsigned long long)rb.remaining);
+        }
+        sluice_limiter_free(a);
+        sluice_limiter_free(b);
+    }
+}
+
+static void test_cancel_rules(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 1/s burst=1");
+    sluice_reservation rv;
+    memset(&rv, 0, sizeof rv);
+    assert_int_equal(sluice_reservation_cancel_at(l, &rv, 0), SLUICE_EINVAL); /* never made */
+    assert_true(sluice_reserve_at(l, 1, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(l, &rv, SEC), SLUICE_ENOENT); /* used at once */
+    assert_true(sluice_reserve_at(l, 1, SEC, 5 * SEC, &rv, NULL));
+    assert_int_equal(rv.at_ns, 2 * SEC);
+    assert_int_equal(sluice_reservation_cancel_at(l, &rv, 2 * SEC), SLUICE_ENOENT); /* its time */
+    sluice_limiter_free(l);
+
+    /* the windows cannot book the future: reserve is try, cancel refused */
+    l = mk("sliding-log 2/s");
+    sluice_result r;
+    assert_true(sluice_reserve_at(l, 2, SEC, UINT64_MAX, &rv, &r));
+    assert_int_equal(rv.wait_ns, 0);
+    assert_int_equal(sluice_reservation_cancel_at(l, &rv, SEC), SLUICE_EINVAL);
+    assert_false(sluice_reserve_at(l, 1, SEC, UINT64_MAX, &rv, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+    sluice_limiter_free(l);
+}
+
+/* A blocked acquire wakes on cancel, returns false with ECANCELED, and its
+ * booked permits are given back. */
+struct waiter {
+    sluice_limiter *l;
+    sluice_canceller *c;
+    bool ok;
+    int err;
+    uint64_t took_ns;
+};
+
+static void *wait_run(void *arg)
+{
+    struct waiter *w = arg;
+    uint64_t t0 = sluice_now_ns();
+    w->ok = sluice_acquire_ex(w->l, 1, 60 * SEC, w->c);
+    w->err = sluice_last_error();
+    w->took_ns = sluice_now_ns() - t0;
+    return NULL;
+}
+
+static void test_acquire_cancel(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 1/min burst=1");
+    sluice_canceller *c = sluice_canceller_new();
+    assert_non_null(c);
+    assert_true(sluice_acquire_ex(l, 1, 0, c)); /* the one token */
+    struct waiter w = {l, c, true, 0, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_run, &w), 0);
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL); /* let it book and sleep (it would sleep 60 s) */
+    sluice_canceller_cancel(c);
+    pthread_join(th, NULL);
+    assert_false(w.ok);
+    assert_int_equal(w.err, SLUICE_ECANCELED);
+    assert_true(w.took_ns < 30 * SEC);
+    /* the booked permit came back: the next token is due a minute after the
+     * first, not two */
+    sluice_result r;
+    assert_false(sluice_try_acquire_at(l, 1, sluice_now_ns(), &r));
+    assert_true(r.retry_after_ns <= (int64_t)(60 * SEC));
+    /* a cancelled canceller fails every later acquire at once */
+    assert_false(sluice_acquire_ex(l, 1, UINT64_MAX, c));
+    assert_int_equal(sluice_last_error(), SLUICE_ECANCELED);
+    sluice_canceller_free(c);
+    sluice_canceller_free(NULL);
+    sluice_limiter_free(l);
+}
+
+/* Several threads acquiring at once with a timeout: those that cannot be
+ * served in time return at once, the others in FIFO booking order; the
+ * total granted is what the bucket can give in the timeout. */
+static void *acq_run(void *arg)
+{
+    struct waiter *w = arg;
+    uint64_t t0 = sluice_now_ns();
+    w->ok = sluice_acquire(w->l, 1, 100000000); /* 100 ms */
+    w->err = sluice_last_error();
+    w->took_ns = sluice_now_ns() - t0;
+    return NULL;
+}
+
+static void test_acquire_threads(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 50/s burst=1"); /* one per 20 ms */
+    enum { N = 12 };
+    struct waiter w[N];
+    pthread_t th[N];
+    for (int k = 0; k < N; k++) {
+        w[k] = (struct waiter){l, NULL, false, 0, 0};
+        assert_int_equal(pthread_create(&th[k], NULL, acq_run, &w[k]), 0);
+    }
+    int granted = 0;
+    for (int k = 0; k < N; k++) {
+        pthread_join(th[k], NULL);
+        if (w[k].ok) {
+            granted++;
+            assert_true(w[k].took_ns < 400000000); /* 100 ms + scheduling */
+        } else {
+            assert_int_equal(w[k].err, SLUICE_ETIMEDOUT);
+            assert_true(w[k].took_ns < 100000000); /* refused without sleeping it out */
+        }
+    }
+    /* the first at once and one per 20 ms within 100 ms: 6, give or take
+     * the threads' start times */
+    assert_true(granted >= 5 && granted <= 7);
+    sluice_limiter_free(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reserve_wait),
+        cmocka_unit_test(test_cancel_exact),
+        cmocka_unit_test(test_cancel_with_later),
+        cmocka_unit_test(test_cancel_rules),
+        cmocka_unit_test(test_acquire_cancel),
+        cmocka_unit_test(test_acquire_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
