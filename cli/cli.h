@@ -7,5 +7,6 @@
  * bad input (after a one-line message on stderr), 1 on other failures. */
 int sluice_cli_replay(int argc, char **argv);
 int sluice_cli_demo(int argc, char **argv);
+int sluice_cli_hammer(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static const char usage[] =
     "  replay --limit SPEC [--max-keys N]   decide a trace read from stdin, print CSV\n"
     "  demo                                 the boundary-burst scenario through every algorithm\n"
     "  spec SPEC                            check a spec and print its canonical form\n"
+    "  hammer --limit SPEC [--redis URL] ...  load and soak: decide as fast as possible\n"
+    "                                       for a while (sluice hammer --help)\n"
     "  --help, -h                           this text\n"
     "  --version                            the library version\n"
     "\n"
@@ -60,6 +62,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "replay") == 0) return sluice_cli_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0) return sluice_cli_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "spec") == 0) return cmd_spec(argc - 1, argv + 1);
+    if (strcmp(cmd, "hammer") == 0) return sluice_cli_hammer(argc - 1, argv + 1);
     fprintf(stderr, "sluice: unknown command \"%s\" (try sluice --help)\n", cmd);
     return 2;
 }

@@ -72,9 +72,10 @@
  * node's 32-bit generation, bumped when the node is freed, so a stale id
  * never matches a reused node.  Each chunk keeps its own free list and use
  * count; chunks with free nodes are on a `partial` list from which nodes
- * are taken (LIFO: the most recently freed node, warm in cache), so no
- * allocation happens while the pending count stays below its high-water
- * mark.  A chunk that becomes entirely free is returned to the allocator,
+ * are taken (LIFO: the most recently freed node, warm in cache), so a
+ * chunk is allocated only when every chunk held is full: at most one
+ * allocation per 1024 schedules.  A chunk that becomes entirely free is
+ * returned to the allocator,
  * except one spare (the lowest-numbered, so that chunk 0, made by _new, is
  * the one kept): with no timers pending, the wheel holds exactly what
  * _new allocated.  New chunks take the lowest free number and the chunk
@@ -89,7 +90,9 @@
  *          (48 KiB).
  *
  * Locking.  One mutex guards the wheel; it is released around each callback,
- * so callbacks may call any function of the wheel.  `firing` holds the id of
+ * so callbacks may call any function of the wheel, and every 256 timers
+ * while advance() re-files a coarse slot (see cascade()), so that no call
+ * waits long behind a big slot.  `firing` holds the id of
  * the callback running (its node is already free), for cancel()'s EBUSY.
  * advance() calls are serialised by the `advancing` flag: a second caller
  * raises `target` and returns, and the running call goes on to it.  The
@@ -494,24 +497,25 @@ static inline uint32_t next_event(const sluice_wheel *w, uint64_t *tick)
 }
 
 /* Empty list li (cur is now its event tick): what is due goes to the batch,
- * the rest is filed again, now on a finer level. */
+ * the rest is filed again, now on a finer level.  The list is taken from its
+ * head one node at a time, and the lock is released every CASCADE_STEP
+ * nodes, so that a slot of many timers does not hold up other threads; in
+ * between, li is an ordinary list (its timers can be cancelled) that no new
+ * timer can join (those go to slots after cur's digit). */
+#define CASCADE_STEP 256
 static void cascade(sluice_wheel *w, uint32_t li)
 {
     wlist *l = &w->lists[li];
-    uint32_t i = l->head;
-    l->head = l->tail = NIL;
-    if (li < NSLOTS) {
-        w->occ[li / SLOTS] &= ~((uint64_t)1 << (li % SLOTS));
-        w->smin[li] = UINT64_MAX;
-    } else {
-        w->ovf_min = UINT64_MAX;
-    }
-    while (i != NIL) {
+    for (unsigned k = 1; l->head != NIL; k++) {
+        uint32_t i = l->head;
         wnode *n = node(w, i);
-        uint32_t next = n->next;
+        list_unlink(w, n);
         if (n->due <= w->cur) list_append(w, L_BATCH, i, n);
         else file(w, i, n);
-        i = next;
+        if (k % CASCADE_STEP == 0 && l->head != NIL) {
+            unlock(w);
+            lock(w);
+        }
     }
 }
 

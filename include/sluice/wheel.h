@@ -6,9 +6,10 @@
  *
  * A wheel holds timers, each a deadline (uint64_t nanoseconds on the
  * caller's monotonic axis), a callback and a pointer.  Scheduling and
- * cancelling cost O(1) and allocate nothing once the wheel's slab of timer
- * nodes has grown to the peak number of pending timers; the slab gives
- * memory back when timers go away.
+ * cancelling cost O(1); timers live in a slab of 48-byte nodes that grows a
+ * chunk of 1024 at a time and gives chunks back as they empty, so memory
+ * follows the number pending and returns to its starting size when none
+ * is.
  *
  * When timers fire.  Time is cut into ticks of tick_ns (default 1 ms).  A
  * timer's due time is its deadline rounded up to a multiple of tick_ns
@@ -40,6 +41,7 @@
  * Thread-safety: unless stated otherwise, every function may be called from
  * any thread at any time, also from inside a callback; the wheel protects
  * itself with an internal mutex, held for a few dozen instructions per call
+ * (advance(): per timer moved or fired, released every 256 timers moved)
  * and never while a callback runs.
  */
 #ifndef SLUICE_WHEEL_H
@@ -56,7 +58,9 @@ typedef struct sluice_wheel sluice_wheel; /* opaque */
  * timer has fired or been cancelled, the id is stale and every call with it
  * returns SLUICE_ENOENT, even after its memory holds a new timer (ids carry a
  * 32-bit generation; a stale id could only be mistaken for a new one after
- * its node has been reused 2^32 times). */
+ * its node has been reused 2^32 times).  An id means something only to the
+ * wheel that made it: given to another wheel, it may name one of that
+ * wheel's timers. */
 typedef uint64_t sluice_timer_id;
 
 /* A timer's callback: `arg` as given to sluice_wheel_schedule(), the timer's
@@ -87,8 +91,9 @@ typedef void (*sluice_timer_fn)(void *arg, sluice_timer_id id, uint64_t now_ns);
  * costs nothing until timers are scheduled.  A wheel driven by its own
  * thread should start at sluice_now_ns().
  *
- * Allocates about 8.5 KiB for the wheel and 48 KiB for the first chunk of
- * 1024 timer nodes.  Returns NULL when an argument is refused or memory (or
+ * Allocates about 9 KiB for the wheel and 48 KiB for the first chunk of 1024
+ * timer nodes; the wheel holds exactly that again whenever no timer is
+ * pending.  Returns NULL when an argument is refused or memory (or
  * a mutex) cannot be had; then, when errlen > 0, `err` receives a
  * NUL-terminated one-line reason naming the offending argument.  The caller
  * owns the wheel and frees it with sluice_wheel_free().  Thread-safe. */
@@ -112,9 +117,11 @@ void sluice_wheel_free(sluice_wheel *w);
  *   SLUICE_EINVAL  w or fn is NULL;
  *   SLUICE_EFULL   max_timers timers are pending already;
  *   SLUICE_ENOMEM  the slab had to grow by a chunk and the allocation failed.
- * O(1); allocates only when the pending count reaches a new high (one chunk
- * of 1024 nodes at a time).  When the wheel's own thread sleeps past the new
- * deadline, it is woken.
+ * O(1).  Allocates only when every chunk of nodes the wheel holds is in full
+ * use: then one chunk of 1024 (48 KiB), so at most once per 1024 schedules;
+ * chunks that become entirely unused are given back (one is kept as a
+ * spare).  When the wheel's own thread sleeps past the new deadline, it is
+ * woken.
  *
  * Order (see sluice_wheel_advance()): timers fire by deadline, timers of
  * equal deadline in the order they were scheduled.
@@ -147,7 +154,7 @@ int sluice_wheel_reschedule(sluice_wheel *w, sluice_timer_id id,
  *                  as the caller (a callback cancelling its own id): it is
  *                  too late to stop it, and the id is stale once it returns;
  *   SLUICE_ENOENT  it has fired, was cancelled already, or never existed
- *                  (including id 0 and ids of another wheel);
+ *                  (including id 0);
  *   SLUICE_EINVAL  w is NULL.
  * Cancelling is always safe, whatever the id.  O(1); allocates nothing, and
  * may free a chunk of the slab that became entirely unused.  Thread-safe. */
