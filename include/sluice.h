@@ -368,6 +368,55 @@ int sluice_table_last_error(void);
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
 
+/* ------------------------------------------------------------------------ */
+/* Timers: the hierarchical timing wheel                                     */
+
+#include "sluice/wheel.h"
+
+/* ------------------------------------------------------------------------ */
+/* Asynchronous acquire, through a timing wheel                              */
+
+/* The callback of an asynchronous acquire: `arg` as given, the request's id,
+ * and the wheel's time when it fired. */
+typedef void (*sluice_grant_fn)(void *arg, uint64_t id, uint64_t now_ns);
+
+/* Ask for `permits` at `now_ns` without blocking: `fn(arg, id, now)` runs
+ * from sluice_wheel_advance() on `w` (or the wheel's own thread) once the
+ * permits are granted -- in FIFO order per limiter.  token-bucket and
+ * leaky-bucket book the permits at once (as sluice_reserve_at, going into
+ * debt if need be) and fire when they are there: for the leaky-bucket
+ * shaper, at its wait_ns, so its requests are released at the constant
+ * rate, each within one tick of the wheel of its contract time.  The windows
+ * queue: the head asks at each retry_after_ns, the others wait their turn.
+ * Returns 0 and the request's id in *id (may be NULL), or: SLUICE_EFULL when
+ * the limiter's queue holds its maximum (sluice_limiter_set_queue_max;
+ * default 4096) or the wheel is full; SLUICE_ERANGE when `permits` can never
+ * be granted; SLUICE_ENOMEM; SLUICE_EINVAL for a NULL argument.  Deadlines
+ * are on `now_ns`'s axis: the wheel must be driven on the same clock.  Free
+ * the limiter only after its requests have fired or been cancelled, and
+ * never before the wheel.  Thread-safe. */
+int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
+                            uint64_t now_ns, sluice_grant_fn fn, void *arg, uint64_t *id);
+
+/* sluice_acquire_async_at() at sluice_now_ns() (for a wheel driven on that
+ * clock, e.g. by sluice_wheel_start()). */
+int sluice_acquire_async(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
+                         sluice_grant_fn fn, void *arg, uint64_t *id);
+
+/* Cancel the asynchronous request `id` of `lim`: 0 when it will never call
+ * back (a bucket's booked permits are given back, as
+ * sluice_reservation_cancel_at; a window's head that was already granted
+ * keeps its permits taken); SLUICE_EBUSY when its callback is running or
+ * about to; SLUICE_ENOENT when it has called back already or never existed.
+ * May be called from any callback.  Thread-safe. */
+int sluice_async_cancel_at(sluice_limiter *lim, uint64_t id, uint64_t now_ns);
+int sluice_async_cancel(sluice_limiter *lim, uint64_t id);
+
+/* The bound of the limiter's queue of asynchronous requests (>= 1; default
+ * 4096), and the number queued now.  Thread-safe. */
+int sluice_limiter_set_queue_max(sluice_limiter *lim, uint32_t max);
+size_t sluice_limiter_queued(sluice_limiter *lim);
+
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop
 #endif

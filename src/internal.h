@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -194,6 +195,21 @@ SLUICE__INTERNAL void sluice__state_pack(const sluice__profile *pf,
                                          const sluice__state *st, uint64_t out[2]);
 SLUICE__INTERNAL void sluice__state_unpack(const sluice__profile *pf,
                                            const uint64_t in[2], sluice__state *st);
+
+/* The queue of a limiter's asynchronous acquires (async.c); embedded in
+ * every limiter, initialised by sluice__aqueue_init. */
+struct sluice__areq;
+typedef struct sluice__aqueue {
+    pthread_mutex_t mu;
+    struct sluice__areq *head, *tail; /* FIFO */
+    uint32_t len, max;
+    uint64_t next_id;
+} sluice__aqueue;
+SLUICE__INTERNAL int sluice__aqueue_init(sluice__aqueue *q);
+SLUICE__INTERNAL void sluice__aqueue_fini(sluice__aqueue *q);
+SLUICE__INTERNAL sluice__aqueue *sluice__limiter_aqueue(sluice_limiter *lim);
+SLUICE__INTERNAL bool sluice__limiter_is_bucket(const sluice_limiter *lim);
+SLUICE__INTERNAL uint64_t sluice__limiter_capacity(const sluice_limiter *lim);
 
 /* The live clock a profile asks for. */
 SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);

@@ -53,8 +53,11 @@ struct sluice_limiter {
     bool lockfree;
     pthread_mutex_t mu; /* the locked path */
     sluice__state st;
+    sluice__aqueue aq; /* async.c */
     sluice__counters counters;
 };
+
+sluice__aqueue *sluice__limiter_aqueue(sluice_limiter *lim) { return &lim->aq; }
 
 /* ---- dispatch ----------------------------------------------------------- */
 
@@ -206,6 +209,12 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
+    if (sluice__aqueue_init(&lim->aq) != 0) {
+        pthread_mutex_destroy(&lim->mu);
+        sluice__free(lim);
+        sluice__errf(err, errlen, "cannot create a mutex");
+        return NULL;
+    }
     lim->pf = pf;
     lim->lockfree = HAVE_CAS128 && pf.packed;
     sluice__state_init(&lim->pf, &lim->st);
@@ -219,6 +228,7 @@ void sluice_limiter_free(sluice_limiter *lim)
 {
     if (!lim) return;
     sluice__state_fini(&lim->pf, &lim->st);
+    sluice__aqueue_fini(&lim->aq);
     pthread_mutex_destroy(&lim->mu);
     sluice__free(lim);
 }
@@ -265,6 +275,10 @@ static bool is_bucket(const sluice_limiter *lim)
 {
     return lim->pf.alg == SLUICE__TOKEN_BUCKET || lim->pf.alg == SLUICE__LEAKY_BUCKET;
 }
+
+bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim); }
+
+uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return lim->pf.capacity; }
 
 enum { RV_NONE, RV_ACTIVE, RV_FINAL };
 
