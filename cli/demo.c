@@ -168,6 +168,59 @@ static void demo_verdict(const demo_row *row, char *buf, size_t len)
     }
 }
 
+/* The shaper through the timing wheel: a burst of DEMO_SHAPE_N requests at
+ * one instant, each made with sluice_acquire_async_at(), and a wheel of 1-ms
+ * ticks advanced by hand every 0.1 ms of simulated time: the callbacks are
+ * the moments the requests are let go. */
+#define DEMO_SHAPE_N 12u
+#define DEMO_SHAPE_SPEC "leaky-bucket 100/s capacity=12"
+
+typedef struct demo_grants {
+    size_t n;
+    uint64_t at[DEMO_SHAPE_N];
+} demo_grants;
+
+static void demo_on_grant(void *arg, uint64_t id, uint64_t now_ns)
+{
+    (void)id;
+    demo_grants *g = arg;
+    if (g->n < DEMO_SHAPE_N) g->at[g->n++] = now_ns;
+}
+
+static int demo_shaper(void)
+{
+    char err[256];
+    const uint64_t t0 = 1000 * DEMO_MS_NS;
+    sluice_limiter *lim = sluice_limiter_new(DEMO_SHAPE_SPEC, err, sizeof err);
+    sluice_wheel *w = sluice_wheel_new(DEMO_MS_NS, 1024, t0, err, sizeof err);
+    if (!lim || !w) {
+        fprintf(stderr, "sluice demo: %s\n", err);
+        sluice_limiter_free(lim);
+        sluice_wheel_free(w);
+        return 1;
+    }
+    demo_grants g = {0, {0}};
+    for (unsigned k = 0; k < DEMO_SHAPE_N; k++)
+        if (sluice_acquire_async_at(lim, w, 1, t0, demo_on_grant, &g, NULL) != 0) {
+            fprintf(stderr, "sluice demo: async acquire refused\n");
+            sluice_wheel_free(w);
+            sluice_limiter_free(lim);
+            return 1;
+        }
+    for (uint64_t t = t0; g.n < DEMO_SHAPE_N && t < t0 + 2000 * DEMO_MS_NS; t += DEMO_MS_NS / 10)
+        sluice_wheel_advance(w, t);
+    printf("\nThe shaper through the timing wheel: %u requests at once into \"%s\",\n"
+           "each asked with sluice_acquire_async(); a wheel of 1-ms ticks lets them go at\n",
+           DEMO_SHAPE_N, DEMO_SHAPE_SPEC);
+    for (size_t k = 0; k < g.n; k++)
+        printf("%s+%.0f ms", k ? ", " : "  ", (double)(g.at[k] - t0) / (double)DEMO_MS_NS);
+    printf("\n  one every 10 ms, the constant 100/s, each within a tick\n"
+           "  of its contract wait_ns.\n");
+    sluice_wheel_free(w);
+    sluice_limiter_free(lim);
+    return g.n == DEMO_SHAPE_N ? 0 : 1;
+}
+
 int sluice_cli_demo(int argc, char **argv)
 {
     /* argv[0] is the subcommand's name. */
@@ -211,5 +264,5 @@ int sluice_cli_demo(int argc, char **argv)
            "the leaky-bucket\n"
            "  shaper over the times the requests proceed (t + wait_ns), not "
            "their arrivals.\n");
-    return 0;
+    return demo_shaper();
 }
