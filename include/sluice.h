@@ -332,7 +332,9 @@ sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
 
 /* sluice_table_new() with flags: SLUICE_TABLE_EVICT_LRU makes a full table
  * drop the least recently used key (the oldest latest-request time among a
- * sample of 8 held keys, as Redis's allkeys-lru) instead of refusing.  An
+ * sample of 8 held keys of the new key's shard, as Redis's allkeys-lru)
+ * instead of refusing (a new key is still refused if its shard holds no key
+ * at all while the others fill the table).  An
  * evicted key that was not at rest loses its state: its next request starts
  * a fresh limiter (full bucket, empty window), so that key may then get up
  * to one more burst than the contract allows; keys never evicted keep the
@@ -350,9 +352,11 @@ void sluice_table_free(sluice_table *t);
  * with sluice_table_last_error() telling why, when the key is longer than
  * SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when memory
  * runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table holds
- * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is when the
- * first held key is expected to come to rest, to within about a
- * millisecond, or -1 if unknown).  Decisions for different keys run in
+ * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is a lower
+ * bound on the time until the first held key comes to rest -- the next time
+ * the table's timing wheel looks at a key, exact for tables of up to 4096
+ * keys when the key's wheel slot is small -- so a client retrying then is
+ * never late, and may be refused again with a new estimate; -1 if unknown).  Decisions for different keys run in
  * parallel (the table is sharded); decisions for one key are exactly the
  * contract's for some order of the calls.  Thread-safe. */
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key,

@@ -438,7 +438,16 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
 
 /* ---- entry life --------------------------------------------------------- */
 
+static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place);
+
 static void drop_entry(sluice_table *t, shard *s, uint32_t i)
+{
+    drop_entry_keep(t, s, i, false);
+}
+
+/* Drop entry i; with keep_place, its place in t->keys passes to the caller
+ * (no other thread can take it in between). */
+static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place)
 {
     entry *e = ent(t, s, i);
     wheel_unlink(t, s, i);
@@ -449,7 +458,7 @@ static void drop_entry(sluice_table *t, shard *s, uint32_t i)
     e->next = s->free_head;
     s->free_head = i + 1;
     s->count--;
-    atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+    if (!keep_place) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
 }
 
 /* A new entry for key, in the index (the caller has reserved a key in
@@ -487,7 +496,8 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *k
     return i;
 }
 
-/* Evict the least recently used of a sample of the shard's entries. */
+/* Evict the least recently used of a sample of the shard's entries; its
+ * place in t->keys passes to the caller. */
 static bool evict_one(sluice_table *t, shard *s)
 {
     if (s->count == 0) return false;
@@ -507,7 +517,7 @@ static bool evict_one(sluice_table *t, shard *s)
             best = e;
         }
     }
-    drop_entry(t, s, best);
+    drop_entry_keep(t, s, best, true);
     atomic_fetch_add_explicit(&t->evicted, 1, memory_order_relaxed);
     return true;
 }
@@ -681,7 +691,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
         *relocked = true;
         if (got) return true;
     }
-    if ((t->flags & SLUICE_TABLE_EVICT_LRU) && evict_one(t, s) && reserve(t)) {
+    if ((t->flags & SLUICE_TABLE_EVICT_LRU) && evict_one(t, s)) { /* its place is ours */
         publish_due(s);
         return true;
     }

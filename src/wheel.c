@@ -25,13 +25,17 @@
  *   overflow             beyond    (none: 2^64 ns is   (one list, re-filed
  *                                   584 years)          per 2^48 ticks)
  *
- * A timer thus sits on level k only if it is due within the current aligned
- * block of 64^(k+1) ticks; a delay below 64^k ticks always lands on a level
- * < k.  Firing precision is one tick at every level, unlike Linux's wheel
- * since 4.8, which fires coarse timers late: when `cur` reaches the start of
- * an occupied slot of level k >= 1, the slot is emptied and each of its
- * timers re-filed by the same rule, now on a level < k (or fired, if due
- * then).  A timer is re-filed at most once per level on its way down.
+ * A timer thus sits on level k when it is due within the current aligned
+ * block of 64^(k+1) ticks but not within that of 64^k.  Blocks, not delays,
+ * decide: a timer due 1 tick after the end of the current 64^(k+1) block
+ * sits on level k + 1, in the slot that starts at its due tick, and fires
+ * straight from there when that slot is reached.
+ *
+ * Firing precision is one tick at every level, unlike Linux's wheel since
+ * 4.8, which fires coarse timers late: when `cur` reaches the start of an
+ * occupied slot of level k >= 1, the slot is emptied and each of its timers
+ * re-filed by the same rule, now on a level < k (or fired, if due then).  A
+ * timer is re-filed at most once per level on its way down.
  *
  * Beyond the last level.  A timer whose e differs from cur above bit 48 (only
  * possible when tick_ns < 2^16 ns, since ticks then count past 2^48 within
@@ -58,30 +62,30 @@
  * there, kept on insertion and not raised by a cancel (a lower bound, exact
  * unless the slot's earliest timer was cancelled).
  *
- * Timers already due when scheduled (e <= cur), and those re-filed at the
- * tick they are due, go on the `due` list, which advance() fires first;
- * while advance() runs, new ones wait there for the next call, so a callback
- * re-scheduling itself for "now" cannot keep one call going forever.
+ * Timers already due when scheduled (e <= cur) go on the `due` list, which
+ * advance() fires first; while advance() runs, new ones wait there for the
+ * next call, so a callback re-scheduling itself for "now" cannot keep one
+ * call going forever.  Timers found due while a slot is re-filed go straight
+ * to the batch being fired.
  *
  * Memory.  Timers are 48-byte nodes in chunks of 1024, addressed by a 32-bit
  * index (chunk << 10 | slot in chunk); lists link indices, so a node has no
- * pointers but the callback and its argument.  A chunk is nodes only; its
- * bookkeeping (use count, free list, partial-list links) sits in a dense
- * array beside the chunk table, so cancelling a cold timer touches the
- * node and its two list neighbours and nothing else that is cold.  An id is the index and the
+ * pointers but the callback and its argument.  An id is the index and the
  * node's 32-bit generation, bumped when the node is freed, so a stale id
- * never matches a reused node.  Each chunk keeps its own free list and use
- * count; chunks with free nodes are on a `partial` list from which nodes
- * are taken (LIFO: the most recently freed node, warm in cache), so a
- * chunk is allocated only when every chunk held is full: at most one
- * allocation per 1024 schedules.  A chunk that becomes entirely free is
- * returned to the allocator,
- * except one spare (the lowest-numbered, so that chunk 0, made by _new, is
- * the one kept): with no timers pending, the wheel holds exactly what
- * _new allocated.  New chunks take the lowest free number and the chunk
- * table shrinks when its upper three quarters are unused.  Generations
- * survive chunk release through gen_floor: a new chunk's nodes start above
- * every generation a released chunk used.
+ * never matches a reused node.  A chunk is nodes only; its bookkeeping (use
+ * count, free list, partial-list links) sits in a dense array beside the
+ * chunk table, so cancelling a cold timer touches the node and its two list
+ * neighbours and nothing else that is cold.  Chunks with free nodes are on
+ * a `partial` list from which nodes are taken (LIFO: the most recently
+ * freed node, warm in cache), so a chunk is allocated only when every chunk
+ * held is full: at most one allocation per 1024 schedules.  A chunk that
+ * becomes entirely free is returned to the allocator, except one spare (the
+ * lowest-numbered, so that chunk 0, made by _new, is the one kept): with no
+ * timers pending, the wheel holds exactly what _new allocated.  New chunks
+ * take the lowest free number, and the chunk table shrinks when its upper
+ * three quarters are unused.  Generations survive chunk release through
+ * gen_floor: a new chunk's nodes start above every generation a released
+ * chunk used.
  *
  *   per pending timer: 48 bytes (node) + 28.1 / 1024 (table entry,
  *                      bitmap bit, bookkeeping)  ~= 48.03 bytes
@@ -92,8 +96,8 @@
  * Locking.  One mutex guards the wheel; it is released around each callback,
  * so callbacks may call any function of the wheel, and every 256 timers
  * while advance() re-files a coarse slot (see cascade()), so that no call
- * waits long behind a big slot.  `firing` holds the id of
- * the callback running (its node is already free), for cancel()'s EBUSY.
+ * waits long behind a big slot.  `firing` holds the id of the callback
+ * running (its node is already free), for cancel()'s EBUSY.
  * advance() calls are serialised by the `advancing` flag: a second caller
  * raises `target` and returns, and the running call goes on to it.  The
  * optional thread sleeps on a condition variable bound to CLOCK_MONOTONIC
@@ -497,15 +501,30 @@ static inline uint32_t next_event(const sluice_wheel *w, uint64_t *tick)
 }
 
 /* Empty list li (cur is now its event tick): what is due goes to the batch,
- * the rest is filed again, now on a finer level.  The list is taken from its
+ * the rest is filed again, now on a finer level.  A slot is taken from its
  * head one node at a time, and the lock is released every CASCADE_STEP
  * nodes, so that a slot of many timers does not hold up other threads; in
  * between, li is an ordinary list (its timers can be cancelled) that no new
- * timer can join (those go to slots after cur's digit). */
+ * timer can join (those go to slots after cur's digit).  The overflow list
+ * may take back some of its own timers, so it is detached first and
+ * re-filed in one go (it is rare: only ticks under 2^16 ns reach it). */
 #define CASCADE_STEP 256
 static void cascade(sluice_wheel *w, uint32_t li)
 {
     wlist *l = &w->lists[li];
+    if (li == L_OVERFLOW) {
+        uint32_t i = l->head;
+        l->head = l->tail = NIL;
+        w->ovf_min = UINT64_MAX;
+        while (i != NIL) {
+            wnode *n = node(w, i);
+            uint32_t next = n->next;
+            if (n->due <= w->cur) list_append(w, L_BATCH, i, n);
+            else file(w, i, n);
+            i = next;
+        }
+        return;
+    }
     for (unsigned k = 1; l->head != NIL; k++) {
         uint32_t i = l->head;
         wnode *n = node(w, i);
