@@ -11,7 +11,7 @@ const char *sluice_strerror(int code)
     case SLUICE_EINVAL: return "invalid argument";
     case SLUICE_ENOMEM: return "out of memory";
     case SLUICE_ERANGE: return "number out of range";
-    case SLUICE_EFULL: return "table full: every key is in use";
+    case SLUICE_EFULL: return "full: a bound is reached (max_keys, max_timers, queue)";
     case SLUICE_ENOSPC: return "buffer too small";
     case SLUICE_ENOENT: return "no such object";
     case SLUICE_EBUSY: return "busy";
