@@ -45,6 +45,28 @@ void *sluice__realloc(void *p, size_t old_n, size_t n)
     return q;
 }
 
+/* A zeroed block aligned to a cache line (for structs with _Alignas(64)):
+ * over-allocate through the hook, round up, and keep the hook's pointer
+ * just before the block. */
+void *sluice__calloc64(size_t n)
+{
+    if (n > SIZE_MAX - 64) return NULL;
+    unsigned char *raw = sluice__malloc(n + 64);
+    if (!raw) return NULL;
+    unsigned char *p = (unsigned char *)(((uintptr_t)raw + 64) & ~(uintptr_t)63);
+    memcpy(p - sizeof raw, &raw, sizeof raw); /* p - raw >= 16: room for it */
+    memset(p, 0, n);
+    return p;
+}
+
+void sluice__free64(void *p)
+{
+    if (!p) return;
+    unsigned char *raw;
+    memcpy(&raw, (unsigned char *)p - sizeof raw, sizeof raw);
+    sluice__free(raw);
+}
+
 void sluice__free(void *p)
 {
     if (p) g_alloc.free_fn(p);

@@ -238,6 +238,8 @@ SLUICE__INTERNAL void *sluice__malloc(size_t n);
 SLUICE__INTERNAL void *sluice__calloc(size_t n, size_t size);
 SLUICE__INTERNAL void *sluice__realloc(void *p, size_t old_n, size_t n);
 SLUICE__INTERNAL void sluice__free(void *p);
+SLUICE__INTERNAL void *sluice__calloc64(size_t n); /* zeroed, 64-byte aligned */
+SLUICE__INTERNAL void sluice__free64(void *p);
 
 /* The calling thread's reason for a refusal that was not the contract's
  * decision (sluice_last_error()); 0 resets it. */

@@ -198,20 +198,19 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
 {
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
-    sluice_limiter *lim = sluice__malloc(sizeof *lim);
+    sluice_limiter *lim = sluice__calloc64(sizeof *lim);
     if (!lim) {
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
-    memset(lim, 0, sizeof *lim);
     if (pthread_mutex_init(&lim->mu, NULL) != 0) {
-        sluice__free(lim);
+        sluice__free64(lim);
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
     if (sluice__aqueue_init(&lim->aq) != 0) {
         pthread_mutex_destroy(&lim->mu);
-        sluice__free(lim);
+        sluice__free64(lim);
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
@@ -230,7 +229,7 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__state_fini(&lim->pf, &lim->st);
     sluice__aqueue_fini(&lim->aq);
     pthread_mutex_destroy(&lim->mu);
-    sluice__free(lim);
+    sluice__free64(lim);
 }
 
 static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,

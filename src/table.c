@@ -107,7 +107,13 @@ typedef struct shard {
     uint64_t occupied[LEVELS];
     uint32_t heads[LEVELS][SLOTS];
     uint64_t rng;
-    _Atomic uint64_t due; /* wheel_next_event(), readable without the lock */
+    /* The earliest rest time (ns) of the entries in the current tick's
+     * level-0 slot, a lower bound (admissions only move rest times on); 0
+     * when unknown.  It spares looking through that slot again while
+     * nothing in it can be at rest yet. */
+    uint64_t cur_min;
+    _Atomic uint64_t due; /* earliest time (ns) a key may be at rest, a lower
+                           * bound readable without the lock */
 } shard;
 
 struct sluice_table {
@@ -283,6 +289,7 @@ static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t res
 {
     unsigned code = list_for(s, rest);
     unsigned lvl = code / SLOTS, slot = code % SLOTS;
+    if (code == ((unsigned)s->cur & (SLOTS - 1)) && s->cur_min > rest) s->cur_min = rest;
     entry *e = ent(t, s, i);
     e->meta = META_LEN(e->meta) | ((uint32_t)(lvl * SLOTS + slot + 1) << 17);
     e->prev = 0;
@@ -328,7 +335,17 @@ static uint64_t wheel_next_event(const shard *s)
 
 static void publish_due(shard *s)
 {
-    atomic_store_explicit(&s->due, wheel_next_event(s), memory_order_relaxed);
+    unsigned code;
+    uint64_t ev = wheel_next_event_at(s, &code);
+    uint64_t due = ev == UINT64_MAX ? UINT64_MAX : ev << TICK_SHIFT;
+    /* only the current tick's own slot has a sharper bound */
+    if (ev == s->cur && code == ((unsigned)s->cur & (SLOTS - 1)) && s->cur_min > due) {
+        bool cascade_due = false; /* higher slots becoming current now */
+        for (unsigned lvl = 1; lvl < LEVELS; lvl++)
+            cascade_due |= s->heads[lvl][(s->cur >> (6 * lvl)) & (SLOTS - 1)] != 0;
+        if (!cascade_due) due = s->cur_min;
+    }
+    atomic_store_explicit(&s->due, due, memory_order_relaxed);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
@@ -387,9 +404,11 @@ static uint32_t wheel_advance(sluice_table *t, shard *s, uint64_t now, uint32_t 
         uint64_t ev = wheel_next_event(s);
         if (ev >= target) {
             s->cur = target;
+            s->cur_min = 0;
             break;
         }
         s->cur = ev;
+        s->cur_min = 0;
         /* cascade the higher levels' current slots, highest first */
         for (unsigned lvl = LEVELS - 1; lvl >= 1 && *budget; lvl--) {
             unsigned slot = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
@@ -406,7 +425,10 @@ static uint32_t wheel_advance(sluice_table *t, shard *s, uint64_t now, uint32_t 
             if (*budget != UINT32_MAX) (*budget)--;
             freed += wheel_visit(t, s, i, now);
         }
-        if (!s->heads[0][slot0] && *budget) s->cur++;
+        if (!s->heads[0][slot0] && *budget) {
+            s->cur++;
+            s->cur_min = 0;
+        }
     }
     return freed;
 }
@@ -423,16 +445,27 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
         while (s->heads[lvl][slot]) freed += wheel_visit(t, s, s->heads[lvl][slot] - 1, now);
     }
     unsigned slot0 = (unsigned)s->cur & (SLOTS - 1);
+    if (s->cur_min > now) return freed; /* nothing there is at rest yet */
+    uint64_t min = UINT64_MAX;
     for (uint32_t n = s->heads[0][slot0]; n;) {
         uint32_t i = n - 1;
         n = ent(t, s, i)->next;
-        if (ent_rest_at(t, ent(t, s, i)) <= now) {
+        uint64_t rest = ent_rest_at(t, ent(t, s, i));
+        if (rest <= now) {
             wheel_unlink(t, s, i);
             drop_entry(t, s, i);
             atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
             freed++;
+        } else if ((rest >> TICK_SHIFT) > s->cur) { /* rests later: move it on, so
+                                                     * the slot's bound stays below
+                                                     * every later slot's start */
+            wheel_unlink(t, s, i);
+            wheel_file(t, s, i, rest);
+        } else if (rest < min) {
+            min = rest;
         }
     }
+    s->cur_min = min;
     return freed;
 }
 
@@ -555,7 +588,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         sluice__errf(err, errlen, "bad flags 0x%x", flags);
         return NULL;
     }
-    sluice_table *t = sluice__calloc(1, sizeof *t);
+    sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
     t->pf = pf;
     t->flags = flags;
@@ -592,7 +625,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
 oom:
     if (t) {
         if (t->shards) free_shards(t);
-        sluice__free(t);
+        sluice__free64(t);
     }
     sluice__errf(err, errlen, "out of memory");
     return NULL;
@@ -645,7 +678,7 @@ void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
     free_shards(t);
-    sluice__free(t);
+    sluice__free64(t);
 }
 
 /* ---- decisions ---------------------------------------------------------- */
@@ -680,8 +713,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
         for (unsigned k = 0; k < t->nshards && !got; k++) {
             shard *o = &t->shards[k];
             /* a shard whose wheel has nothing due by now has nothing at rest */
-            if (o == s || atomic_load_explicit(&o->due, memory_order_relaxed) > (now >> TICK_SHIFT))
-                continue;
+            if (o == s || atomic_load_explicit(&o->due, memory_order_relaxed) > now) continue;
             sluice__spin_lock(&o->mu);
             if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
             publish_due(o);
@@ -704,7 +736,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
     } else {
         for (unsigned k = 0; k < t->nshards; k++) {
             uint64_t d = atomic_load_explicit(&t->shards[k].due, memory_order_relaxed);
-            if (d != UINT64_MAX && (d << TICK_SHIFT) < first) first = d << TICK_SHIFT;
+            if (d < first) first = d;
         }
     }
     *retry = first == UINT64_MAX ? -1 : first > now ? (int64_t)sluice__min_u64(first - now, INT64_MAX) : 1;
