@@ -354,7 +354,7 @@ void sluice_table_free(sluice_table *t);
  * runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table holds
  * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is a lower
  * bound on the time until the first held key comes to rest -- the next time
- * the table's timing wheel looks at a key, exact for tables of up to 4096
+ * the table's timing wheel looks at a key, exact for tables of up to 256
  * keys when the key's wheel slot is small -- so a client retrying then is
  * never late, and may be refused again with a new estimate; -1 if unknown).  Decisions for different keys run in
  * parallel (the table is sharded); decisions for one key are exactly the

@@ -139,11 +139,6 @@ static inline entry *ent(const sluice_table *t, const shard *s, uint32_t i)
 
 static inline void *ent_state(entry *e) { return (unsigned char *)e + sizeof(entry); }
 
-static inline const unsigned char *ent_key(const entry *e)
-{
-    return META_LEN(e->meta) <= INLINE_KEY ? e->key.in : e->key.ext;
-}
-
 static void load_state(const sluice_table *t, entry *e, sluice__state *st)
 {
     if (t->pf.packed) {
@@ -196,6 +191,23 @@ static inline uint32_t dist_of(const shard *s, uint64_t v, uint32_t i)
     return i >= h ? i - h : i + s->cap - h;
 }
 
+/* Whether entry e holds `key`: inline keys compared in 8-byte words (the
+ * common case of an address or an id, without a call to memcmp). */
+static inline bool key_eq(const entry *e, const void *key, size_t keylen)
+{
+    if (META_LEN(e->meta) != keylen) return false;
+    if (keylen > INLINE_KEY) return memcmp(e->key.ext, key, keylen) == 0;
+    unsigned char a[INLINE_KEY] = {0}, b[INLINE_KEY] = {0};
+    memcpy(a, e->key.in, keylen);
+    memcpy(b, key, keylen);
+    uint64_t a0, a1, b0, b1;
+    memcpy(&a0, a, 8);
+    memcpy(&a1, a + 8, 8);
+    memcpy(&b0, b, 8);
+    memcpy(&b1, b + 8, 8);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
+
 /* The index slot holding `key`, or UINT32_MAX; *probes (if not NULL)
  * receives the slots looked at. */
 static uint32_t find_probes(const sluice_table *t, const shard *s, uint32_t tag,
@@ -207,7 +219,7 @@ static uint32_t find_probes(const sluice_table *t, const shard *s, uint32_t tag,
         if (v == 0 || dist_of(s, v, i) < d) break;
         if ((uint32_t)(v >> 32) == tag) {
             entry *e = ent(t, s, (uint32_t)v - 1);
-            if (META_LEN(e->meta) == keylen && (keylen == 0 || memcmp(ent_key(e), key, keylen) == 0)) {
+            if (key_eq(e, key, keylen)) {
                 found = i;
                 break;
             }
@@ -596,8 +608,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
     t->stride = sizeof(entry) + (pf.packed ? 16 : sizeof(sluice__state));
-    /* one shard per 4096 keys, up to 64 */
-    while (t->shard_bits < 6 && ((size_t)4096 << t->shard_bits) < max_keys) t->shard_bits++;
+    /* one shard per 256 keys, up to 64 */
+    while (t->shard_bits < 6 && ((size_t)256 << t->shard_bits) < max_keys) t->shard_bits++;
     t->nshards = 1u << t->shard_bits;
     if (seed) {
         t->seed[0] = seed[0];
