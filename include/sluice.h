@@ -1,8 +1,9 @@
 /* sluice.h -- in-process rate limiting for C.
  *
  * sluice decides "may this request go now?" inside the process, exactly to a
- * written contract (docs/CONTRACT.md mirrors it), in nanoseconds, with no
- * server.  Six algorithms share one API:
+ * written contract (the interface contract, CONTRACT.md; README.md states
+ * each rule in plain words), in nanoseconds, with no server.  Six
+ * algorithms share one API:
  *
  *   fixed-window    LIMIT permits per aligned window [kW, (k+1)W)
  *   sliding-log     exact sliding window over admitted requests
@@ -27,9 +28,10 @@
  *    Constructors return NULL and write a one-line reason, naming the
  *    offending token, into a caller buffer.
  *  - Objects are opaque; `_free(NULL)` is a no-op.
- *  - No function allocates on the decision path, except sliding-log and
- *    sliding-wheel, whose memory grows with the requests admitted in the
- *    window (see each algorithm's notes in README.md); if that allocation
+ *  - No decision allocates, except: sliding-log and sliding-wheel, whose
+ *    ring grows with the requests admitted in the window (README.md); a
+ *    table's first request for a key longer than 16 bytes (a copy of the
+ *    key); an asynchronous acquire (its queue node).  If that allocation
  *    fails the request is refused, never admitted unrecorded.
  *
  * Thread-safety: every function except `_new`, `_free` and
