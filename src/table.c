@@ -197,6 +197,7 @@ static inline bool key_eq(const entry *e, const void *key, size_t keylen)
 {
     if (META_LEN(e->meta) != keylen) return false;
     if (keylen > INLINE_KEY) return memcmp(e->key.ext, key, keylen) == 0;
+    if (keylen == 0) return true;
     unsigned char a[INLINE_KEY] = {0}, b[INLINE_KEY] = {0};
     memcpy(a, e->key.in, keylen);
     memcpy(b, key, keylen);
@@ -766,6 +767,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
