@@ -63,7 +63,6 @@ typedef struct sluice__profile {
     uint64_t rl, rw;      /* buckets: L/g and W/g with g = gcd(L, W) */
     u128 cap_scaled;      /* buckets: capacity * rw, a full bucket in units
                            * of 1/rw permit */
-    uint64_t max_entries; /* window log: min(slots, L) */
     bool packed;          /* the state fits one 128-bit word (limiter.c) */
 } sluice__profile;
 

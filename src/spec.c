@@ -254,14 +254,12 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         pf->slots = n;
         pf->tick_ns = W / n;
         pf->div_tick = sluice__div_make(pf->tick_ns);
-        pf->max_entries = sluice__min_u64(n, L);
         break;
     }
     case SLUICE__SLIDING_LOG:
         pf->slots = W;
         pf->tick_ns = 1;
         pf->div_tick = sluice__div_make(1);
-        pf->max_entries = sluice__min_u64(W, L);
         break;
     case SLUICE__FIXED_WINDOW:
         pf->packed = true;

@@ -60,13 +60,13 @@ static void retire(sluice__log *lg, uint64_t s, uint64_t n)
     }
 }
 
-static bool grow(sluice__log *lg, uint64_t max_entries)
+static bool grow(sluice__log *lg)
 {
     uint64_t want = lg->cap ? (uint64_t)lg->cap * 2 : RING_MIN;
-    /* the ring never holds more than max_entries = min(N, L) entries, so
-     * a full ring of that size cannot happen; a ring past 2^31 entries is
-     * refused rather than allowed to wrap its 32-bit indexes */
-    (void)max_entries;
+    /* the ring never holds more than min(N, L) entries (each holds at least
+     * one permit, in a distinct slot of the window), so it stops growing by
+     * itself; a ring past 2^31 entries is refused rather than allowed to
+     * wrap its 32-bit indexes */
     if (want > ((uint64_t)1 << 31)) return false;
     sluice__log_entry *e = sluice__malloc((size_t)want * sizeof *e);
     if (!e) return false;
@@ -109,7 +109,7 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     if (lg->len && at(lg, lg->len - 1)->slot == s) {
         at(lg, lg->len - 1)->cum += p;
     } else {
-        if (lg->len == lg->cap && !grow(lg, pf->max_entries)) {
+        if (lg->len == lg->cap && !grow(lg)) {
             sluice__set_error(SLUICE_ENOMEM);
             return res ? sluice__deny(res, room, -1) : false;
         }
