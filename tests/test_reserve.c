@@ -21,6 +21,8 @@
 
 #define SEC 1000000000ULL
 
+__extension__ typedef unsigned __int128 u128;
+
 static sluice_limiter *mk(const char *spec)
 {
     char err[256];
@@ -32,7 +34,7 @@ static sluice_limiter *mk(const char *spec)
 /* ceil(p / r) for r = L/W permits per ns: the ns to earn p tokens. */
 static uint64_t ns_for(uint64_t p, uint64_t L, uint64_t W)
 {
-    __extension__ unsigned __int128 num = (unsigned __int128)p * W;
+    u128 num = (unsigned __int128)p * W;
     return (uint64_t)((num + L - 1) / L);
 }
 
@@ -65,6 +67,63 @@ static void test_reserve_wait(void **state)
     assert_false(sluice_reserve_at(l, 3, t0 + 100 * SEC, UINT64_MAX, &rv, &r));
     assert_int_equal(r.retry_after_ns, -1);
     sluice_limiter_free(l);
+}
+
+/* Reservations against an independent formulation: ITU-T's virtual
+ * scheduling algorithm for GCRA, with the theoretical arrival time TAT kept
+ * exactly in units of 1/L ns (T = W/L is then the integer W).  A request for
+ * p at t may go at  at = max(t, max(TAT, t) - (B - p)T)  and moves
+ * TAT to max(TAT, t) + pT.  A plain try is allowed iff at == t.  The
+ * library keeps a scaled deficit instead; every wait and decision must
+ * agree, over random sequences of reservations and tries, with debts. */
+static void test_reserve_vsa(void **state)
+{
+    (void)state;
+    static const struct { const char *spec; uint64_t L, W, B; } cases[] = {
+        {"token-bucket 3/s burst=2", 3, SEC, 2},
+        {"token-bucket 7/10s", 7, 10 * SEC, 7},
+        {"token-bucket 1000/s burst=10", 1000, SEC, 10},
+        {"token-bucket 700000000/s burst=3", 700000000, SEC, 3},
+        {"leaky-bucket 5/250ms capacity=4 nodelay", 5, 250000000, 4},
+    };
+    uint64_t x = 0x243f6a8885a308d3ULL;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint64_t L = cases[ci].L, W = cases[ci].W, B = cases[ci].B;
+        for (int rep = 0; rep < 200; rep++) {
+            sluice_limiter *l = mk(cases[ci].spec);
+            u128 tat = 0; /* units of 1/L ns */
+            uint64_t t = (uint64_t)rep * 1000003;
+            for (int k = 0; k < 60; k++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                t += (x >> 40) % (2 * W / L + 1); /* about two emission intervals */
+                uint64_t p = 1 + (x >> 8) % B;
+                u128 tl = (u128)t * L;
+                u128 base = tat > tl ? tat : tl;
+                u128 slack = (u128)(B - p) * W;
+                u128 at = base > tl + slack ? base - slack : tl;
+                uint64_t wait = (uint64_t)((at - tl + L - 1) / L);
+                sluice_result r;
+                if (x >> 63) { /* a reservation, any wait */
+                    sluice_reservation rv;
+                    assert_true(sluice_reserve_at(l, p, t, UINT64_MAX, &rv, &r));
+                    if (rv.wait_ns != wait)
+                        fail_msg("%s rep %d step %d: reserve %llu at %llu waits %llu, VSA %llu",
+                                 cases[ci].spec, rep, k, (unsigned long long)p,
+                                 (unsigned long long)t, (unsigned long long)rv.wait_ns,
+                                 (unsigned long long)wait);
+                    tat = base + (u128)p * W;
+                } else { /* a plain try */
+                    bool ok = sluice_try_acquire_at(l, p, t, &r);
+                    if (ok != (at == tl))
+                        fail_msg("%s rep %d step %d: try %llu at %llu: %d, VSA %d", cases[ci].spec,
+                                 rep, k, (unsigned long long)p, (unsigned long long)t, ok, at == tl);
+                    if (ok) tat = base + (u128)p * W;
+                    else assert_int_equal(r.retry_after_ns, (int64_t)wait);
+                }
+            }
+            sluice_limiter_free(l);
+        }
+    }
 }
 
 /* Cancelled before its time, with nothing after it: the limiter decides
@@ -293,6 +352,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_wait),
+        cmocka_unit_test(test_reserve_vsa),
         cmocka_unit_test(test_cancel_exact),
         cmocka_unit_test(test_cancel_with_later),
         cmocka_unit_test(test_cancel_rules),
