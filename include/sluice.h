@@ -127,7 +127,8 @@ const char *sluice_version(void);
 /* Allocation                                                                */
 
 /* The functions the library uses for its own memory.  realloc_fn may be
- * NULL, in which case malloc_fn + copy + free_fn is used. */
+ * NULL: this version never resizes a block (it allocates anew and frees),
+ * so it is not called; it is kept for later versions. */
 typedef struct sluice_allocator {
     void *(*malloc_fn)(size_t size);
     void *(*realloc_fn)(void *ptr, size_t size);

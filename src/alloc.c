@@ -33,15 +33,6 @@ void *sluice__calloc(size_t n, size_t size)
     return p;
 }
 
-void *sluice__realloc(void *p, size_t old_n, size_t n)
-{
-    if (g_alloc.realloc_fn) return g_alloc.realloc_fn(p, n ? n : 1);
-    void *q = sluice__malloc(n);
-    if (!q) return NULL;
-    if (p) {
-        memcpy(q, p, old_n < n ? old_n : n);
-        g_alloc.free_fn(p);
-    }
     return q;
 }
 

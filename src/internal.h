@@ -235,7 +235,6 @@ static inline void sluice__spin_unlock(sluice__spin *l)
 /* Allocation through the installed hooks. */
 SLUICE__INTERNAL void *sluice__malloc(size_t n);
 SLUICE__INTERNAL void *sluice__calloc(size_t n, size_t size);
-SLUICE__INTERNAL void *sluice__realloc(void *p, size_t old_n, size_t n);
 SLUICE__INTERNAL void sluice__free(void *p);
 SLUICE__INTERNAL void *sluice__calloc64(size_t n); /* zeroed, 64-byte aligned */
 SLUICE__INTERNAL void sluice__free64(void *p);
@@ -250,7 +249,6 @@ SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
 
 /* Small exact helpers. */
 static inline uint64_t sluice__min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-static inline uint64_t sluice__max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static inline u128 sluice__ceil_div(u128 a, u128 b) { return a / b + (a % b != 0); }
 /* a - b, or 0 when b > a */
 static inline u128 sluice__sub_sat(u128 a, u128 b) { return a > b ? a - b : 0; }
