@@ -33,9 +33,6 @@ void *sluice__calloc(size_t n, size_t size)
     return p;
 }
 
-    return q;
-}
-
 /* A zeroed block aligned to a cache line (for structs with _Alignas(64)):
  * over-allocate through the hook, round up, and keep the hook's pointer
  * just before the block. */
