@@ -21,8 +21,10 @@
  * Conventions
  *  - Time is uint64_t nanoseconds on a monotonic axis.  Functions named
  *    `_at` take it from the caller (any value 0 .. 2^63-1); the others read
- *    CLOCK_MONOTONIC.  A time earlier than the latest one a limiter has seen
- *    is treated as that latest time.
+ *    CLOCK_MONOTONIC.  Only an admission (a request for p >= 1 permits that
+ *    is allowed) changes a limiter: a refusal or a probe is a pure read of
+ *    its state, its time included.  A time earlier than the latest
+ *    admission is treated as that time.
  *  - Decisions return bool.  Everything else that can fail returns int: 0 on
  *    success or a negative SLUICE_E* code (see sluice_strerror()).
  *    Constructors return NULL and write a one-line reason, naming the
@@ -43,9 +45,11 @@
  * compare-and-swap):
  *
  *   fixed-window, token-bucket, leaky-bucket, sliding-approx
- *       lock-free: one compare-and-swap loop on a 16-byte word (latest time,
- *       count); no mutex, no spin lock, no allocation.  A failed CAS means
- *       another thread's decision went in.  (token-bucket and leaky-bucket
+ *       lock-free: a 16-byte word (latest admission's time, count).  A
+ *       refusal or a probe reads it with plain loads and writes nothing; an
+ *       admission commits with one compare-and-swap loop, where a failed CAS
+ *       means another thread's admission went in.  No mutex, no spin lock,
+ *       no allocation.  (token-bucket and leaky-bucket
  *       need burst * PERIOD / gcd(LIMIT, PERIOD) < 2^64, sliding-approx
  *       LIMIT < 2^32, which every practical spec meets; beyond, and on other
  *       machines, they take the short lock below.)
@@ -195,7 +199,7 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen);
 void sluice_limiter_free(sluice_limiter *lim);
 
 /* Ask for `permits` at time `now_ns` (nanoseconds on the caller's monotonic
- * axis; an earlier time than the limiter has already seen counts as that
+ * axis; a time earlier than the limiter's latest admission counts as that
  * time).  Returns true and takes the permits, or returns false and takes
  * nothing.  permits = 0 is a probe: always true, takes nothing, and fills
  * `res` with the limiter's state at now_ns.  When `res` is not NULL it
@@ -236,12 +240,16 @@ bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_n
                        sluice_canceller *c);
 
 /* A reservation: permits taken now, to be used at `at_ns`.  Filled by
- * sluice_reserve_at(); the caller owns it; `state` is private. */
+ * sluice_reserve_at(); the caller owns it.  It carries the limiter that
+ * made it, so it can only ever be cancelled there; it must not be used
+ * after that limiter is freed.  `limiter` and `state` are private. */
 typedef struct sluice_reservation {
     uint64_t permits; /* permits taken (0 if refused) */
     uint64_t wait_ns; /* how long to wait before using them */
-    uint64_t at_ns;   /* when they may be used: the reserving time + wait_ns */
-    uint32_t state;   /* private */
+    uint64_t at_ns;   /* when they may be used: the reserving time + wait_ns,
+                       * never past 2^63-1 */
+    sluice_limiter *limiter; /* private: the limiter that made it */
+    uint32_t state;          /* private */
 } sluice_reservation;
 
 /* Take `permits` now, to be used after a wait -- x/time/rate's Reserve.
@@ -249,24 +257,28 @@ typedef struct sluice_reservation {
  * even if the bucket does not hold them yet, and rv->wait_ns says when they
  * are there (for the shaper, at least its wait_ns); later requests see the
  * debt, so the long-run rate is the contract's.  The reservation is refused
- * (false, nothing taken) when permits exceed the burst/capacity or the wait
- * would exceed `max_wait_ns`.  The window algorithms cannot book the future:
- * for them this is sluice_try_acquire_at() (wait 0).  `rv` and `res` may be
- * NULL.  Counts as a request in the statistics.  Thread-safe (lock-free
- * where the limiter is). */
+ * (false, nothing taken) when permits exceed the burst/capacity, when the
+ * wait would exceed `max_wait_ns` or end past 2^63-1 ns, or when the debt
+ * would take more than 2^63-1 ns to repay (so every later wait and
+ * retry_after_ns fits an int64).  The window algorithms cannot book the
+ * future: for them this is sluice_try_acquire_at() (wait 0).  `rv` and `res`
+ * may be NULL.  Counts as a request in the statistics.  Thread-safe
+ * (lock-free where the limiter is). */
 bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait_ns, sluice_reservation *rv, sluice_result *res);
 
-/* Give back a reservation's permits before their time (now_ns < at_ns):
- * token-bucket and leaky-bucket only.  If nothing was reserved or admitted
- * after it, the limiter is then exactly as if it had never been made; if
- * something was, that later request keeps its longer wait, so cancelling
- * never lets more through than the contract would.  Returns 0 when the
- * permits were given back, SLUICE_ENOENT when the reservation was already
- * cancelled or its time has come (the permits count as used), SLUICE_EINVAL
- * for another algorithm or a reservation never made.  Thread-safe. */
-int sluice_reservation_cancel_at(sluice_limiter *lim, sluice_reservation *rv,
-                                 uint64_t now_ns);
+/* Give back a reservation's permits before their time, on the limiter that
+ * made it: token-bucket and leaky-bucket only.  now_ns is clamped to the
+ * limiter's latest admission first; the permits go back only if that time
+ * is before rv->at_ns.  If nothing was reserved or admitted after it, the
+ * limiter is then exactly as if it had never been made; if something was,
+ * that later request keeps its longer wait, so cancelling never lets more
+ * through than the contract would.  Returns 0 when the permits were given
+ * back; SLUICE_ENOENT, with nothing given back, when the reservation was
+ * already cancelled or its time has come (the permits count as used);
+ * SLUICE_EINVAL for another algorithm or a reservation never made.
+ * Thread-safe. */
+int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);
 
 /* Copy the limiter's counters into `out`.  Each counter is exact; the set is
  * read without stopping the limiter, so under concurrent decisions the

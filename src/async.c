@@ -153,7 +153,7 @@ int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permi
     }
     rc = sluice_wheel_schedule(w, deadline, on_fire, r, &r->timer);
     if (rc != 0) {
-        if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(lim, &r->rv, now_ns);
+        if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(&r->rv, now_ns);
         sluice__free(r);
         goto out;
     }
@@ -189,7 +189,7 @@ int sluice_async_cancel_at(sluice_limiter *lim, uint64_t id, uint64_t now_ns)
         if (rc == 0) {
             bool was_head = q->head == r;
             unlink_req(q, r);
-            if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(lim, &r->rv, now_ns);
+            if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(&r->rv, now_ns);
             if (was_head) promote(q, now_ns);
             sluice__free(r);
         }

@@ -25,14 +25,14 @@ bool sluice__fixed_window_decide(const sluice__profile *pf, sluice__state *st,
 {
     (void)max_wait;
     const uint64_t k = sluice__div_q(&pf->div_w, t);
-    st->t_last = t;
-    if (k != st->u.fw.window) {
-        st->u.fw.window = k;
-        st->u.fw.count = 0;
-    }
-    const uint64_t room = pf->limit - st->u.fw.count;
+    const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
+    const uint64_t room = pf->limit - count;
     const bool ok = p <= room;
-    if (ok) st->u.fw.count += p;
+    if (ok && p) { /* only an admission writes */
+        st->t_last = t;
+        st->u.fw.window = k;
+        st->u.fw.count = count + p;
+    }
     if (!res) return ok;
     if (ok) return sluice__allow(res, room - p, 0);
     return sluice__deny(res, room,

@@ -119,7 +119,18 @@ SLUICE__INTERNAL bool sluice__decide(const sluice__profile *pf,
 SLUICE__INTERNAL uint64_t sluice__rest_at(const sluice__profile *pf,
                                           const sluice__state *st);
 
-/* Per algorithm (one source file each). */
+/* The time a request is decided at: now_ns, clamped to the latest
+ * admission (t_last) and to the end of the time axis, 2^63-1 -- so no
+ * algorithm can overflow adding a period to a time. */
+static inline uint64_t sluice__clamp_time(const sluice__state *st, uint64_t now_ns)
+{
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    return now_ns > st->t_last ? now_ns : st->t_last;
+}
+
+/* Per algorithm (one source file each).  decide() is given the clamped
+ * time and writes the state only when it admits (allowed, p >= 1): a
+ * refusal or a probe is a pure read of it. */
 #define SLUICE__DECL_ALG(name)                                                 \
     SLUICE__INTERNAL bool sluice__##name##_decide(                             \
         const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,  \
@@ -140,8 +151,8 @@ SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__s
 SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st,
                                              uint64_t t, uint64_t p, uint64_t max_wait,
                                              bool shaper, sluice_result *res);
-SLUICE__INTERNAL void sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
-                                               uint64_t t, uint64_t p);
+SLUICE__INTERNAL bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
+                                               uint64_t t, uint64_t p, uint64_t at_ns);
 SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
                                                  const sluice__state *st);
 

@@ -77,10 +77,7 @@ bool sluice__decide(const sluice__profile *pf, sluice__state *st,
                     uint64_t now_ns, uint64_t permits, uint64_t max_wait,
                     sluice_result *res)
 {
-    /* the contract's time axis ends at 2^63-1: later times saturate there,
-     * so no algorithm can overflow adding a period to a time */
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    uint64_t t = now_ns > st->t_last ? now_ns : st->t_last;
+    const uint64_t t = sluice__clamp_time(st, now_ns);
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
         return sluice__fixed_window_decide(pf, st, t, permits, max_wait, res);
@@ -150,43 +147,64 @@ void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
 static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo; }
 
 /* What a call does to a state: decide (try_acquire, acquire), reserve, or
- * give a reservation's permits back.  *t_eff receives the time the state
- * saw (the call's time, clamped to the latest). */
+ * give a reservation's permits back (at_ns: the reservation's time; the
+ * permits go back only if the clamped time is before it).  *t_eff receives
+ * the time the call was decided at: now_ns clamped to the latest
+ * admission, and to 2^63-1. */
 enum op { OP_DECIDE, OP_RESERVE, OP_GIVE_BACK };
 
 static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op op,
                          uint64_t now_ns, uint64_t permits, uint64_t max_wait,
-                         sluice_result *res)
+                         uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
-    if (op == OP_DECIDE) return sluice__decide(pf, st, now_ns, permits, max_wait, res);
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    uint64_t t = now_ns > st->t_last ? now_ns : st->t_last;
+    uint64_t t = sluice__clamp_time(st, now_ns);
+    *t_eff = t;
+    if (op == OP_DECIDE) return sluice__decide(pf, st, t, permits, max_wait, res);
     bool shaper = pf->alg == SLUICE__LEAKY_BUCKET && !pf->nodelay;
     if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, shaper, res);
-    sluice__bucket_give_back(pf, st, t, permits);
-    return true;
+    return sluice__bucket_give_back(pf, st, t, permits, at_ns);
 }
 
 #if HAVE_CAS128
+/* A consistent snapshot of the 16-byte word without writing it.  The time
+ * half only grows (every write stores the clamped time, which is >= the
+ * one it replaces), so if two loads of it around the load of the count
+ * half agree, every write that landed in between left the time unchanged,
+ * and the count half that was read sat in the word beside exactly that
+ * time at the instant it was loaded: the pair is the word's value at that
+ * instant.  (Each half is an aligned 8-byte load, atomic on x86-64, and
+ * cmpxchg16b writes all 16 bytes at once; the acquire loads keep the three
+ * in program order.)  Retried only when a write moved the time: some other
+ * decision admitted, so the loop is lock-free. */
+static inline u128 load_word(const word *pw)
+{
+    for (;;) {
+        uint64_t lo = __atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE);
+        uint64_t hi = __atomic_load_n(&pw->h[1], __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE) == lo) return mkword(lo, hi);
+    }
+}
+
+/* Lock-free: decide on a snapshot; a refusal or a probe leaves the state as
+ * it was and returns with no write at all (linearised at the snapshot);
+ * anything else commits with one compare-and-swap, retried from the value
+ * the CAS saw (linearised at the successful CAS). */
 static bool decide_lockfree(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                            uint64_t max_wait, sluice_result *res, uint64_t *t_eff)
+                            uint64_t max_wait, uint64_t at_ns, sluice_result *res,
+                            uint64_t *t_eff)
 {
     const sluice__profile *pf = &lim->pf;
-    uint64_t lo = __atomic_load_n(&lim->packed.h[0], __ATOMIC_RELAXED);
-    uint64_t hi = __atomic_load_n(&lim->packed.h[1], __ATOMIC_RELAXED);
-    u128 old = mkword(lo, hi);
+    u128 old = load_word(&lim->packed);
     for (;;) {
         sluice__state st;
         uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
         sluice__state_unpack(pf, w, &st);
-        bool ok = apply(pf, &st, op, now_ns, permits, max_wait, res);
+        bool ok = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
         sluice__state_pack(pf, &st, w);
         u128 new = mkword(w[0], w[1]);
+        if (new == old) return ok; /* nothing to write */
         u128 cur = __sync_val_compare_and_swap(&lim->packed.w, old, new);
-        if (cur == old) {
-            *t_eff = st.t_last;
-            return ok;
-        }
+        if (cur == old) return ok;
         old = cur;
     }
 }
@@ -233,18 +251,17 @@ void sluice_limiter_free(sluice_limiter *lim)
 }
 
 static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                       uint64_t max_wait, sluice_result *res, uint64_t *t_eff)
+                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
 #if HAVE_CAS128
     if (lim->lockfree) {
-        ok = decide_lockfree(lim, op, permits, now_ns, max_wait, res, t_eff);
+        ok = decide_lockfree(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
     } else
 #endif
     {
         pthread_mutex_lock(&lim->mu);
-        ok = apply(&lim->pf, &lim->st, op, now_ns, permits, max_wait, res);
-        *t_eff = lim->st.t_last;
+        ok = apply(&lim->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
         pthread_mutex_unlock(&lim->mu);
     }
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
@@ -256,7 +273,7 @@ static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns
 {
     uint64_t t;
     sluice__set_error(0);
-    return run(lim, OP_DECIDE, permits, now_ns, max_wait, res, &t);
+    return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
 }
 
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
@@ -287,28 +304,32 @@ bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
     sluice_result r;
     uint64_t t;
     sluice__set_error(0);
-    bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, &r, &t)
-                             : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, &r, &t);
+    bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, 0, &r, &t)
+                             : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, &r, &t);
     if (res) *res = r;
     if (rv) {
         rv->permits = ok ? permits : 0;
         rv->wait_ns = ok ? r.wait_ns : 0;
-        rv->at_ns = ok ? t + r.wait_ns : 0;
+        rv->at_ns = ok ? t + r.wait_ns : 0; /* <= 2^63-1: the reserve bounds it */
+        rv->limiter = lim;
         rv->state = ok && is_bucket(lim) && permits ? RV_ACTIVE : RV_FINAL;
     }
     return ok;
 }
 
-int sluice_reservation_cancel_at(sluice_limiter *lim, sluice_reservation *rv, uint64_t now_ns)
+int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns)
 {
-    if (!rv || rv->state == RV_NONE) return SLUICE_EINVAL;
+    if (!rv || rv->state == RV_NONE || !rv->limiter) return SLUICE_EINVAL;
+    sluice_limiter *lim = rv->limiter;
     if (!is_bucket(lim)) return SLUICE_EINVAL;
     if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
     rv->state = RV_FINAL;
-    if (now_ns >= rv->at_ns) return SLUICE_ENOENT; /* its time came: used */
+    /* whether the permits go back is decided inside the update, at the
+     * clamped time: a stale now_ns cannot give back what a later admission
+     * already counted on */
     uint64_t t;
-    run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, NULL, &t);
-    return t >= rv->at_ns ? SLUICE_ENOENT : 0;
+    return run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, rv->at_ns, NULL, &t) ? 0
+                                                                              : SLUICE_ENOENT;
 }
 
 /* ---- waiting ------------------------------------------------------------ */
@@ -410,7 +431,7 @@ bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_n
                 return false;
             }
             if (rv.wait_ns == 0 || sleep_until(rv.at_ns, c)) return true;
-            sluice_reservation_cancel_at(lim, &rv, sluice__clock_now(clk));
+            sluice_reservation_cancel_at(&rv, sluice__clock_now(clk));
             sluice__set_error(SLUICE_ECANCELED);
             return false;
         }

@@ -51,21 +51,26 @@ bool sluice__sliding_approx_decide(const sluice__profile *pf, sluice__state *st,
     (void)max_wait;
     const uint64_t W = pf->period_ns, L = pf->limit;
     const uint64_t k = sluice__div_q(&pf->div_w, t);
-    st->t_last = t;
-    roll(st, k);
+    sluice__state v = *st; /* the state seen from t; written back only on
+                            * an admission */
+    roll(&v, k);
     const uint64_t r = t - k * W;
     const u128 lw = (u128)L * W;
-    const u128 e = (u128)st->u.sa.prev * (W - r) + (u128)st->u.sa.cur * W;
+    const u128 e = (u128)v.u.sa.prev * (W - r) + (u128)v.u.sa.cur * W;
     const bool ok = p <= L && e + (u128)p * W <= lw;
-    if (ok) st->u.sa.cur += p;
+    if (ok && p) {
+        v.t_last = t;
+        v.u.sa.cur += p;
+        *st = v;
+    }
     if (!res) return ok;
     if (ok) return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
     uint64_t remaining = (uint64_t)((lw - e) / W);
     if (p > L) return sluice__deny(res, remaining, -1);
-    uint64_t at = first_fit(W, L, st->u.sa.prev, st->u.sa.cur, p);
+    uint64_t at = first_fit(W, L, v.u.sa.prev, v.u.sa.cur, p);
     if (at < W) return sluice__deny(res, remaining, (int64_t)(at - r));
     /* next window: prev' = cur, cur' = 0; the one after always fits */
-    at = first_fit(W, L, st->u.sa.cur, 0, p);
+    at = first_fit(W, L, v.u.sa.cur, 0, p);
     return sluice__deny(res, remaining, (int64_t)(W - r + at));
 }
 

@@ -786,6 +786,14 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
         bool fresh = false;
         if (slot != UINT32_MAX) {
             i = (uint32_t)s->index[slot] - 1;
+        } else if (permits == 0 || permits > t->pf.capacity) {
+            /* a fresh limiter admits exactly 1 .. capacity permits (L for
+             * the windows): this request is a probe or a refusal, which
+             * changes nothing, so the key is not made */
+            sluice__state st;
+            sluice__state_init(&t->pf, &st);
+            ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+            break;
         } else {
             int64_t retry = -1;
             bool relocked;
@@ -818,7 +826,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
             sluice__state st;
             load_state(t, e, &st);
             ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
-            store_state(t, e, &st);
+            if (ok && permits) store_state(t, e, &st); /* only an admission writes */
         } else {
             ok = sluice__decide(&t->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
         }

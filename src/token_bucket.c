@@ -45,22 +45,33 @@ static inline u128 drain(const sluice__profile *pf, const sluice__state *st, uin
     return sluice__sub_sat(st->u.bk.deficit, (u128)(t - st->t_last) * pf->rl);
 }
 
+/* A wait in ns as an int64: saturated, although the bound on the debt
+ * (sluice__bucket_reserve) keeps every wait below 2^63 already. */
+static inline int64_t wait_i64(u128 w)
+{
+    return w > (u128)INT64_MAX ? INT64_MAX : (int64_t)w;
+}
+
 bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_t t,
                            uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
 {
     const u128 full = pf->cap_scaled;
-    u128 d = drain(pf, st, t);
-    st->t_last = t;
+    const u128 d = drain(pf, st, t);
     const u128 add = (u128)p * pf->rw; /* p > B implies add > full */
-    bool ok = d <= full && add <= full - d;
+    /* a probe is always allowed, also while reservations keep the bucket
+     * in debt (d > full) */
+    bool ok = p == 0 || (d <= full && add <= full - d);
     uint64_t wait = 0;
     if (ok && shaper && p != 0) {
         wait = (uint64_t)sluice__ceil_div64(d, pf->rl);
         ok = wait <= max_wait;
     }
-    st->u.bk.deficit = ok ? d + add : d;
+    if (ok && p) { /* only an admission writes */
+        st->t_last = t;
+        st->u.bk.deficit = d + add;
+    }
     if (!res) return ok;
-    const u128 dd = st->u.bk.deficit;
+    const u128 dd = ok ? d + add : d;
     uint64_t remaining = dd < full ? (uint64_t)sluice__div128(full - dd, pf->rw) : 0;
     if (ok) return sluice__allow(res, remaining, wait);
     if (wait > max_wait) { /* sluice_acquire: the wait exceeds the time left */
@@ -69,15 +80,14 @@ bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_
         return false;
     }
     if (p > pf->capacity) return sluice__deny(res, remaining, -1);
-    return sluice__deny(res, remaining, (int64_t)sluice__ceil_div64(d + add - full, pf->rl));
+    return sluice__deny(res, remaining, wait_i64(sluice__ceil_div64(d + add - full, pf->rl)));
 }
 
 bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64_t t,
                             uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
 {
     const u128 full = pf->cap_scaled;
-    u128 d = drain(pf, st, t);
-    st->t_last = t;
+    const u128 d = drain(pf, st, t);
     const u128 add = (u128)p * pf->rw;
     u128 over = d + add > full ? d + add - full : 0;
     u128 w = sluice__ceil_div64(over, pf->rl);
@@ -85,14 +95,22 @@ bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64
         u128 ws = sluice__ceil_div64(d, pf->rl);
         if (ws > w) w = ws;
     }
-    /* a reservation never waits beyond max_wait, nor beyond what the state
-     * can hold: the deficit must stay below 2^64 where it is packed, and
-     * every wait within an int64 */
-    u128 limit = pf->packed ? (u128)UINT64_MAX : (u128)1 << 120;
-    bool ok = p <= pf->capacity && w <= max_wait && w <= (u128)INT64_MAX && d + add <= limit;
-    st->u.bk.deficit = ok ? d + add : d;
+    /* A reservation never waits beyond max_wait, nor past the end of the
+     * time axis (t + w <= 2^63-1, so at_ns is a time).  The debt is bounded
+     * too: the bucket must come back to rest within 2^63-1 ns,
+     * ceil((d + add) / rl) <= INT64_MAX, so that every later wait and
+     * retry_after_ns (both at most that) fits an int64; and the deficit
+     * stays below 2^64 where it is packed. */
+    const u128 dmax = (u128)INT64_MAX * pf->rl;
+    const u128 limit = pf->packed && dmax > (u128)UINT64_MAX ? (u128)UINT64_MAX : dmax;
+    bool ok = p <= pf->capacity && w <= max_wait && w <= (u128)((uint64_t)INT64_MAX - t) &&
+              d + add <= limit;
+    if (ok && p) {
+        st->t_last = t;
+        st->u.bk.deficit = d + add;
+    }
     if (!res) return ok;
-    const u128 dd = st->u.bk.deficit;
+    const u128 dd = ok ? d + add : d;
     uint64_t remaining = dd < full ? (uint64_t)sluice__div128(full - dd, pf->rw) : 0;
     if (ok) return sluice__allow(res, remaining, (uint64_t)w);
     sluice__deny(res, remaining, -1);
@@ -100,12 +118,16 @@ bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64
     return false;
 }
 
-void sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st, uint64_t t,
-                              uint64_t p)
+bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                              uint64_t p, uint64_t at_ns)
 {
+    /* the permits' time has come (t is the clamped time, so a stale call
+     * cannot give back permits that later admissions already counted on) */
+    if (t >= at_ns) return false;
     u128 d = drain(pf, st, t);
     st->t_last = t;
     st->u.bk.deficit = sluice__sub_sat(d, (u128)p * pf->rw);
+    return true;
 }
 
 uint64_t sluice__bucket_rest_at(const sluice__profile *pf, const sluice__state *st)

@@ -42,32 +42,38 @@ static inline sluice__log_entry *at(const sluice__log *lg, uint32_t i)
     return &lg->e[(lg->head + i) & (lg->cap - 1)];
 }
 
-/* Drop the entries whose slot no longer counts at slot s: slot <= s - N. */
+/* Drop from `lg` (a copy of the header: the entries themselves are never
+ * written here) the entries whose slot no longer counts at slot s: slot <=
+ * s - N.  The ring is sorted by slot, so the cut is found by a short scan
+ * and then bisection: O(log entries) for a read that is not kept, O(1)
+ * amortised for an admission (which keeps it). */
 static void retire(sluice__log *lg, uint64_t s, uint64_t n)
 {
     if (lg->len == 0 || s < n) return;
-    uint64_t out = s - n; /* slots <= out are outside (s - N, s] */
-    if (at(lg, lg->len - 1)->slot <= out) { /* the whole window expired */
-        lg->base = at(lg, lg->len - 1)->cum;
-        lg->len = 0;
-        lg->head = 0;
-        return;
+    const uint64_t out = s - n; /* slots <= out are outside (s - N, s] */
+    if (at(lg, 0)->slot > out) return;
+    uint32_t k; /* the number of entries to drop: slot(k-1) <= out < slot(k) */
+    if (at(lg, lg->len - 1)->slot <= out) {
+        k = lg->len; /* the whole window expired */
+    } else {
+        uint32_t lo = 1, hi = lg->len - 1; /* slot(lo-1) <= out < slot(hi) */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (at(lg, mid)->slot <= out) lo = mid + 1;
+            else hi = mid;
+        }
+        k = lo;
     }
-    while (lg->e[lg->head].slot <= out) {
-        lg->base = lg->e[lg->head].cum;
-        lg->head = (lg->head + 1) & (lg->cap - 1);
-        lg->len--;
-    }
+    lg->base = at(lg, k - 1)->cum;
+    lg->head = (lg->head + k) & (lg->cap - 1);
+    lg->len -= k;
+    if (lg->len == 0) lg->head = 0;
 }
 
-static bool grow(sluice__log *lg)
+/* Move the ring to a new allocation of `want` entries (>= len, a power of
+ * two >= RING_MIN).  False, with the ring unchanged, when memory runs out. */
+static bool resize(sluice__log *lg, uint64_t want)
 {
-    uint64_t want = lg->cap ? (uint64_t)lg->cap * 2 : RING_MIN;
-    /* the ring never holds more than min(N, L) entries (each holds at least
-     * one permit, in a distinct slot of the window), so it stops growing by
-     * itself; a ring past 2^31 entries is refused rather than allowed to
-     * wrap its 32-bit indexes */
-    if (want > ((uint64_t)1 << 31)) return false;
     sluice__log_entry *e = sluice__malloc((size_t)want * sizeof *e);
     if (!e) return false;
     for (uint32_t i = 0; i < lg->len; i++) e[i] = *at(lg, i);
@@ -78,15 +84,38 @@ static bool grow(sluice__log *lg)
     return true;
 }
 
+static bool grow(sluice__log *lg)
+{
+    uint64_t want = lg->cap ? (uint64_t)lg->cap * 2 : RING_MIN;
+    /* the ring never holds more than min(N, L) entries (each holds at least
+     * one permit, in a distinct slot of the window), so it stops growing by
+     * itself; a ring past 2^31 entries is refused rather than allowed to
+     * wrap its 32-bit indexes */
+    if (want > ((uint64_t)1 << 31)) return false;
+    return resize(lg, want);
+}
+
+/* After a burst the window may empty again: a ring at most a quarter full
+ * is halved (or freed when empty and past RING_MIN), so memory follows the
+ * traffic of the window.  Halving at a quarter keeps every entry's copies,
+ * growing and shrinking, O(1) amortised.  A failed allocation keeps the
+ * larger ring. */
+static void shrink(sluice__log *lg)
+{
+    if (lg->cap <= RING_MIN * 4 || lg->len > lg->cap / 4) return;
+    (void)resize(lg, lg->cap / 2);
+}
+
 bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
                                uint64_t t, uint64_t p, uint64_t max_wait,
                                sluice_result *res)
 {
     (void)max_wait;
-    sluice__log *lg = &st->u.log;
     const uint64_t n = pf->slots, L = pf->limit;
     const uint64_t s = sluice__div_q(&pf->div_tick, t);
-    st->t_last = t;
+    sluice__log v = st->u.log; /* the header seen from t: written back only
+                                * on an admission */
+    sluice__log *lg = &v;
     retire(lg, s, n);
 
     uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
@@ -111,13 +140,18 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     } else {
         if (lg->len == lg->cap && !grow(lg)) {
             sluice__set_error(SLUICE_ENOMEM);
+            /* nothing is kept, not even the retiring: at a time before t
+             * (but after the latest admission) those entries still count */
             return res ? sluice__deny(res, room, -1) : false;
         }
         sluice__log_entry *e = at(lg, lg->len);
         e->slot = s;
         e->cum = newest + p;
         lg->len++;
+        shrink(lg);
     }
+    st->t_last = t;
+    st->u.log = v;
     return res ? sluice__allow(res, room - p, 0) : true;
 }
 

@@ -2,8 +2,10 @@
  * ref_model.h for what it is and why it looks the way it does).
  *
  * State of every model:
- *  - `latest`: the latest time seen; every call counts, and an earlier time
- *    is treated as `latest` (contract section 1).
+ *  - `latest`: the latest time at which something was admitted; an earlier
+ *    time is treated as `latest`.  Only an admission changes the model: a
+ *    refusal or a probe is decided on the state as it is and leaves it,
+ *    time included, untouched (docs/decisions.md, section 1).
  *  - the windows: the list of admitted events (time, permits), in order of
  *    admission.  Because times are clamped, the list is sorted by time, so
  *    "the permits admitted with lo <= t_i <= hi" is a difference of two
@@ -13,7 +15,7 @@
  *    always an integer because every change is p (times W) or dt * L / W
  *    (times W); kept with the time it was last brought up to date.
  *
- * Pruning: before each decision at time t, events that no rule can count at
+ * Pruning: before each admission at time t, events that no rule can count at
  * t or any later time are dropped (older than the current window, the
  * window's tail, the wheel's oldest slot, or the previous window).
  */
@@ -407,29 +409,30 @@ bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
                       ref_result *res)
 {
     uint64_t t = clamp_time(m, now_ns);
-    m->seen = true;
-    m->latest = t;
 
-    if (is_bucket(m)) {
-        /* bring the level up to t; the bucket is full (or dry) at the first
-         * request */
-        if (!m->started) {
-            m->level = m->p.alg == REF_TOKEN_BUCKET
-                           ? (u128)m->p.capacity * m->p.period_ns
-                           : 0;
-            m->started = true;
-        } else {
-            m->level = m->p.alg == REF_TOKEN_BUCKET ? tokens_times_w(m, t)
-                                                    : water_times_w(m, t);
-        }
-        m->t_prev = t;
-    } else {
-        prune(m, t);
-    }
-
+    /* decide on the state as it is: a refusal or a probe changes nothing,
+     * its time included (section 1) */
     ref_result r = {false, 0, 0, 0};
     r.allowed = permits == 0 || allows(m, t, permits);
     if (r.allowed && permits > 0) {
+        if (is_bucket(m)) {
+            /* bring the level up to t; the bucket is full (or dry) until the
+             * first admission */
+            if (!m->started) {
+                m->level = m->p.alg == REF_TOKEN_BUCKET
+                               ? (u128)m->p.capacity * m->p.period_ns
+                               : 0;
+                m->started = true;
+            } else {
+                m->level = m->p.alg == REF_TOKEN_BUCKET ? tokens_times_w(m, t)
+                                                        : water_times_w(m, t);
+            }
+            m->t_prev = t;
+        } else {
+            prune(m, t);
+        }
+        m->seen = true;
+        m->latest = t;
         u128 pw = (u128)permits * m->p.period_ns;
         switch (m->p.alg) {
         case REF_TOKEN_BUCKET:

@@ -1,4 +1,5 @@
-/* ref_model.h -- an independent reference model of CONTRACT.md section 3.
+/* ref_model.h -- an independent reference model of the decision rules
+ * (docs/decisions.md).
  *
  * This is the tests' oracle, not a second implementation of the library.  It
  * is written to be obviously faithful to the contract text and deliberately
@@ -18,8 +19,9 @@
  *
  * The model takes its parameters directly; it never parses a spec.
  *
- * Time: a time earlier than the latest one the model has seen (every call
- * counts, probes and refusals included) is treated as that latest time.
+ * Time: a time earlier than the latest admission (a request with p >= 1
+ * that was allowed) is treated as that latest time.  Refusals and probes
+ * change nothing, their time included.
  * Times up to 2^63-1 are supported; the searches evaluate instants up to
  * 2^63-1 + 2^63, which still fit a uint64_t.
  *
@@ -92,7 +94,8 @@ bool ref_model_at_rest(const ref_model *m, uint64_t at_ns);
  * B for the token bucket, C for the leaky bucket. */
 uint64_t ref_model_max_grant(const ref_model *m);
 
-/* The latest time the model has seen (0 before the first call). */
+/* The latest time at which the model admitted permits (0 before the first
+ * admission). */
 uint64_t ref_model_latest(const ref_model *m);
 
 /* How many admitted events the model currently keeps in its list. */

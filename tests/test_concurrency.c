@@ -597,8 +597,10 @@ static const unsigned thread_counts[] = {2, 4, 16};
 typedef struct frozen_ctx {
     const cfg *c;
     sluice_limiter *lim;
-    uint64_t t;     /* the instant; the limiter has seen it already */
+    uint64_t t;     /* the instant; the limiter has admitted at it already
+                     * (else t_old == t and early == 1) */
     uint64_t t_old; /* an earlier time some calls pass (clamped to t) */
+    uint64_t early; /* calls pass up to early - 1 ns before t (clamped) */
     size_t calls;   /* per thread; rec has room for stride */
     size_t stride;
     bool unit;      /* permits 0..1, else 0..3 */
@@ -627,7 +629,7 @@ static void frozen_job(void *vc, unsigned self, size_t rep)
         uint64_t t = c->t;
         busy += atomic_load_explicit(&c->running, memory_order_relaxed) > 1;
         switch ((r >> 8) & 7) {
-        case 0: t = c->t - (r >> 16) % 1000; break; /* a little earlier */
+        case 0: t = c->t - (r >> 16) % c->early; break; /* a little earlier */
         case 1: t = c->t_old; break;                /* much earlier */
         default: break;
         }
@@ -664,10 +666,14 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
         serial_call(&c, l, m, p, th);
         taken += p;
     }
-    /* the limiter sees the instant: every thread's call is then at it */
+    /* the limiter admits at the instant (only an admission moves its
+     * clock), so that every thread's call, earlier ones too, is at it; when
+     * nothing fits at t, the threads call at t only */
     ref_result e;
-    ref_model_decide(m, 0, t, &e);
     sluice_result r;
+    bool at_t = ref_model_would_allow(m, 1, t);
+    if (at_t) serial_call(&c, l, m, 1, t);
+    ref_model_decide(m, 0, t, &e);
     assert_true(sluice_try_acquire_at(l, 0, t, &r));
     if (r.remaining != e.remaining)
         fail_msg("%s: probe at %llu: remaining %llu, model %llu", c.spec, ULL(t),
@@ -680,7 +686,8 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
     fc->c = &c;
     fc->lim = l;
     fc->t = t;
-    fc->t_old = t - rng_range(&rs, 1000, 2 * W);
+    fc->t_old = at_t ? t - rng_range(&rs, 1000, 2 * W) : t;
+    fc->early = at_t ? 1000 : 1;
     fc->calls = (2 * room0 + 16) / pl->n + 4;
     assert_true(fc->calls <= fc->stride);
     fc->unit = unit;

@@ -425,7 +425,9 @@ static unsigned run_trace(const tcase *c, uint64_t seed, size_t steps, int start
         /* retry_after honoured exactly: the same request one ns early must
          * fail, on time must pass (no other traffic in between) */
         if (!e.allowed && e.retry_after_ns > 0 && rng_below(&r, 1000) < 400) {
-            uint64_t te = ref_model_latest(m);
+            /* the refusal's effective time: its own, clamped to the latest
+             * admission (a refusal does not move the clock) */
+            uint64_t te = req > ref_model_latest(m) ? req : ref_model_latest(m);
             uint64_t ra = (uint64_t)e.retry_after_ns;
             if (ra <= TMAX - te) {
                 if (!both(&d, &s, m, te + ra - 1, p, &e, &g)) {

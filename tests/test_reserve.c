@@ -161,8 +161,8 @@ static void test_cancel_exact(void **state)
             }
             uint64_t tc = t + (x >> 20) % rv.wait_ns;
             if (tc >= rv.at_ns) tc = rv.at_ns - 1;
-            assert_int_equal(sluice_reservation_cancel_at(a, &rv, tc), 0);
-            assert_int_equal(sluice_reservation_cancel_at(a, &rv, tc), SLUICE_ENOENT);
+            assert_int_equal(sluice_reservation_cancel_at(&rv, tc), 0);
+            assert_int_equal(sluice_reservation_cancel_at(&rv, tc), SLUICE_ENOENT);
             /* b must have seen time tc too (a's clamp moved to tc) */
             sluice_result rb0;
             sluice_try_acquire_at(b, 0, tc, &rb0);
@@ -209,7 +209,7 @@ static void test_cancel_with_later(void **state)
         assert_true(sluice_reserve_at(a, p2, t, UINT64_MAX, &r2, &r)); /* both */
         assert_true(sluice_reserve_at(b, p2, t, UINT64_MAX, NULL, &r));
         uint64_t tc = t + (x >> 16) % (r1.wait_ns + 1);
-        int rc = sluice_reservation_cancel_at(a, &r1, tc);
+        int rc = sluice_reservation_cancel_at(&r1, tc);
         assert_true(rc == 0 || (rc == SLUICE_ENOENT && tc >= r1.at_ns));
         for (uint64_t tt = tc; tt < tc + 3 * SEC; tt += SEC / 16) {
             sluice_result ra, rb;
@@ -231,12 +231,12 @@ static void test_cancel_rules(void **state)
     sluice_limiter *l = mk("token-bucket 1/s burst=1");
     sluice_reservation rv;
     memset(&rv, 0, sizeof rv);
-    assert_int_equal(sluice_reservation_cancel_at(l, &rv, 0), SLUICE_EINVAL); /* never made */
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_EINVAL); /* never made */
     assert_true(sluice_reserve_at(l, 1, SEC, 0, &rv, NULL));
-    assert_int_equal(sluice_reservation_cancel_at(l, &rv, SEC), SLUICE_ENOENT); /* used at once */
+    assert_int_equal(sluice_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT); /* used at once */
     assert_true(sluice_reserve_at(l, 1, SEC, 5 * SEC, &rv, NULL));
     assert_int_equal(rv.at_ns, 2 * SEC);
-    assert_int_equal(sluice_reservation_cancel_at(l, &rv, 2 * SEC), SLUICE_ENOENT); /* its time */
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 2 * SEC), SLUICE_ENOENT); /* its time */
     sluice_limiter_free(l);
 
     /* the windows cannot book the future: reserve is try, cancel refused */
@@ -244,7 +244,7 @@ static void test_cancel_rules(void **state)
     sluice_result r;
     assert_true(sluice_reserve_at(l, 2, SEC, UINT64_MAX, &rv, &r));
     assert_int_equal(rv.wait_ns, 0);
-    assert_int_equal(sluice_reservation_cancel_at(l, &rv, SEC), SLUICE_EINVAL);
+    assert_int_equal(sluice_reservation_cancel_at(&rv, SEC), SLUICE_EINVAL);
     assert_false(sluice_reserve_at(l, 1, SEC, UINT64_MAX, &rv, &r));
     assert_int_equal(r.retry_after_ns, (int64_t)SEC);
     sluice_limiter_free(l);
@@ -348,6 +348,135 @@ static void test_acquire_threads(void **state)
     sluice_limiter_free(l);
 }
 
+/* Regression (issue 9, defect 1): a reservation carries its limiter, so it
+ * can only give its permits back there; cancelling it never hands them to
+ * another limiter. */
+static void test_cancel_bound_to_limiter(void **state)
+{
+    (void)state;
+    sluice_limiter *a = mk("token-bucket 1/s burst=1"), *b = mk("token-bucket 1/s burst=1");
+    sluice_reservation rv;
+    assert_true(sluice_try_acquire_at(a, 1, 0, NULL));
+    assert_true(sluice_reserve_at(a, 1, 0, UINT64_MAX, &rv, NULL)); /* used at 1 s */
+    assert_ptr_equal(rv.limiter, a);
+    assert_int_equal(rv.at_ns, SEC);
+    assert_true(sluice_try_acquire_at(b, 1, 0, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), 0);
+    /* b gained nothing: still one permit at one instant with burst=1 */
+    assert_false(sluice_try_acquire_at(b, 1, 0, NULL));
+    /* a got its permit back: its bucket is as if the reservation never was */
+    sluice_result r;
+    assert_false(sluice_try_acquire_at(a, 1, 0, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+    assert_true(sluice_try_acquire_at(a, 1, SEC, NULL));
+    sluice_limiter_free(a);
+    sluice_limiter_free(b);
+}
+
+/* Regression (defect 2): a stale cancel, whose time is clamped to a later
+ * admission past the reservation's time, reports SLUICE_ENOENT and gives
+ * nothing back. */
+static void test_cancel_stale(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 1/s burst=1");
+    sluice_reservation rv;
+    assert_true(sluice_try_acquire_at(l, 1, 0, NULL));
+    assert_true(sluice_reserve_at(l, 1, 0, UINT64_MAX, &rv, NULL));
+    assert_int_equal(rv.at_ns, SEC);
+    assert_true(sluice_try_acquire_at(l, 1, 2 * SEC, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_ENOENT);
+    /* one permit at 2 s with burst=1, not two */
+    assert_false(sluice_try_acquire_at(l, 1, 2 * SEC, NULL));
+    sluice_limiter_free(l);
+}
+
+/* Regression (defect 3): however deep reservations put a bucket in debt,
+ * retry_after_ns is -1 or a positive wait that fits an int64; the debt is
+ * bounded so that the bucket comes back to rest within 2^63-1 ns. */
+static void test_debt_bounded(void **state)
+{
+    (void)state;
+    const uint64_t day = 86400 * SEC, W = 36500 * day;
+    sluice_limiter *l = mk("token-bucket 1/36500d burst=2");
+    sluice_reservation rv;
+    unsigned booked = 0;
+    for (int i = 0; i < 4; i++) {
+        if (sluice_reserve_at(l, 1, 0, UINT64_MAX, &rv, NULL)) {
+            booked++;
+            assert_true(rv.at_ns <= (uint64_t)INT64_MAX);
+        }
+    }
+    /* 2 from the burst; a third would be repaid at W = 3.15e18 ns, but the
+     * bucket would then be full again only at 3W = 9.46e18 ns > 2^63-1, and
+     * a later request for the whole burst would be told to wait that long:
+     * refused, as is the fourth */
+    assert_int_equal(booked, 2);
+    sluice_result r;
+    assert_false(sluice_try_acquire_at(l, 2, 0, &r));
+    assert_true(r.retry_after_ns > 0);
+    assert_int_equal(r.retry_after_ns, (int64_t)(2 * W)); /* empty: 2 tokens */
+    assert_false(sluice_reserve_at(l, 1, 0, UINT64_MAX, &rv, NULL));
+    /* at the edge: a debt that is repaid, and the bucket full, exactly at
+     * 2^63-1 is accepted */
+    sluice_limiter *e = mk("token-bucket 1/3074457345618258602ns burst=2");
+    for (int i = 0; i < 3; i++) assert_true(sluice_reserve_at(e, 1, 0, UINT64_MAX, &rv, NULL));
+    assert_false(sluice_reserve_at(e, 1, 0, UINT64_MAX, &rv, NULL));
+    assert_false(sluice_try_acquire_at(e, 2, 0, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(3 * 3074457345618258602ULL)); /* 2^63-2 */
+    sluice_limiter_free(e);
+    assert_false(sluice_try_acquire_at(l, 3, 0, &r));
+    assert_int_equal(r.retry_after_ns, -1);
+    sluice_limiter_free(l);
+}
+
+/* Regression (defect 4): a probe is allowed while the bucket is in debt,
+ * for both buckets, and changes nothing. */
+static void test_probe_in_debt(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"leaky-bucket 1/s capacity=1",
+                                        "leaky-bucket 1/s capacity=1 nodelay",
+                                        "token-bucket 1/s burst=1"};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        sluice_limiter *l = mk(specs[k]);
+        assert_true(sluice_reserve_at(l, 1, 0, UINT64_MAX, NULL, NULL));
+        assert_true(sluice_reserve_at(l, 1, 0, UINT64_MAX, NULL, NULL));
+        sluice_result r;
+        assert_true(sluice_try_acquire_at(l, 0, 0, &r));
+        assert_true(r.allowed);
+        assert_int_equal(r.remaining, 0);
+        assert_int_equal(r.wait_ns, 0);
+        assert_int_equal(r.retry_after_ns, 0);
+        /* the debt of one permit is repaid at 1 s, the bucket back at 2 s */
+        assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
+        assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+        sluice_limiter_free(l);
+    }
+}
+
+/* Regression (defect 11): a reservation's at_ns never passes 2^63-1, the
+ * end of the time axis: one that would is refused. */
+static void test_reserve_at_end_of_time(void **state)
+{
+    (void)state;
+    const uint64_t end = (uint64_t)INT64_MAX;
+    sluice_limiter *l = mk("token-bucket 1/d burst=1");
+    sluice_reservation rv;
+    assert_true(sluice_reserve_at(l, 1, end - SEC, UINT64_MAX, &rv, NULL));
+    assert_int_equal(rv.at_ns, end - SEC);
+    assert_false(sluice_reserve_at(l, 1, end - SEC, UINT64_MAX, &rv, NULL));
+    assert_int_equal(rv.permits, 0);
+    /* times past the axis count as 2^63-1 */
+    assert_false(sluice_reserve_at(l, 1, UINT64_MAX, UINT64_MAX, &rv, NULL));
+    sluice_limiter *s = mk("leaky-bucket 1/s capacity=5");
+    assert_true(sluice_reserve_at(s, 1, end - 1, UINT64_MAX, &rv, NULL));
+    assert_int_equal(rv.at_ns, end - 1); /* the shaper: no water yet */
+    assert_false(sluice_reserve_at(s, 1, end - 1, UINT64_MAX, &rv, NULL)); /* would wait 1 s */
+    sluice_limiter_free(l);
+    sluice_limiter_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,6 +487,11 @@ int main(void)
         cmocka_unit_test(test_cancel_rules),
         cmocka_unit_test(test_acquire_cancel),
         cmocka_unit_test(test_acquire_threads),
+        cmocka_unit_test(test_cancel_bound_to_limiter),
+        cmocka_unit_test(test_cancel_stale),
+        cmocka_unit_test(test_debt_bounded),
+        cmocka_unit_test(test_probe_in_debt),
+        cmocka_unit_test(test_reserve_at_end_of_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
