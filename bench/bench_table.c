@@ -594,10 +594,11 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
     for (uint64_t i = 0; i < o->flood; i++) {
         now += fr->step_ns;
         bt_key k = bt_flood_key(i);
-        if (sluice_table_try_acquire_at(t, &k, sizeof k, 1, now, NULL)) {
+        sluice_result fres;
+        if (sluice_table_try_acquire_at(t, &k, sizeof k, 1, now, &fres)) {
             fr->flood_allowed++;
         } else {
-            int e = sluice_table_last_error();
+            int e = fres.error;
             if (e == SLUICE_EFULL)
                 fr->flood_full++;
             else if (e != 0)
@@ -613,7 +614,7 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
                 bt_key hk = bt_key_of(j);
                 sluice_result a, b;
                 bool oa = sluice_table_try_acquire_at(t, &hk, sizeof hk, 1, now, &a);
-                int e = sluice_table_last_error();
+                int e = a.error;
                 bool ob = sluice_try_acquire_at(lim[j], 1, now, &b);
                 fr->tracked_decisions++;
                 fr->tracked_allowed += ob;

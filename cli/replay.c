@@ -242,7 +242,7 @@ int sluice_cli_replay(int argc, char **argv)
         return 2;
     }
     char err[256];
-    sluice_table *t = sluice_table_new_ex(spec, (size_t)max_keys, flags, err, sizeof err);
+    sluice_table *t = sluice_table_new_flags(spec, (size_t)max_keys, flags, err, sizeof err);
     if (!t) {
         fprintf(stderr, "sluice replay: bad --limit: %s\n", err);
         return 2;

@@ -115,15 +115,6 @@ enum {
  * for a code this version does not know).  Thread-safe. */
 const char *sluice_strerror(int code);
 
-/* Why the calling thread's last decision refused without the contract
- * saying so: 0 when the last decision was the algorithm's own (allowed or
- * refused), SLUICE_ENOMEM when sliding-log or sliding-wheel could not grow
- * its ring to record the request (it is refused with retry_after_ns = -1
- * rather than admitted unrecorded), and for tables also SLUICE_EINVAL (key
- * too long) and SLUICE_EFULL (every held key in use).  Thread-local; set by
- * every try_acquire call.  Thread-safe. */
-int sluice_last_error(void);
-
 /* The library's version, SLUICE_VERSION_STRING of the build.  Thread-safe. */
 const char *sluice_version(void);
 
@@ -168,12 +159,23 @@ typedef struct sluice_limiter sluice_limiter; /* opaque */
  *                  so a client never retries too early) after which the same
  *                  request, with no other traffic, is allowed; -1 when no
  *                  wait can help (permits exceed what the limiter can ever
- *                  grant); 0 for an allowed request. */
+ *                  grant); 0 for an allowed request.
+ *  error           0 when the algorithm decided; otherwise the request was
+ *                  refused (retry_after_ns = -1) for a reason of its own:
+ *                  SLUICE_ENOMEM (sliding-log or sliding-wheel could not
+ *                  grow its ring to record the request: refused rather than
+ *                  admitted unrecorded; a table could not copy a long key),
+ *                  SLUICE_EINVAL (a table's key too long) or SLUICE_EFULL (a
+ *                  table holds max_keys keys, none at rest).
+ * The struct may grow at its end in a later minor version; the reserved
+ * words are zero. */
 typedef struct sluice_result {
     bool allowed;
     uint64_t wait_ns;
     uint64_t remaining;
     int64_t retry_after_ns;
+    int32_t error;
+    uint32_t reserved_[3];
 } sluice_result;
 
 /* Counters of one limiter, since it was made.  A probe (permits = 0) counts
@@ -222,10 +224,10 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits);
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns);
 
 /* A cancellation handle for blocking acquires: any number of
- * sluice_acquire_ex() calls may wait on one; sluice_canceller_cancel() wakes
- * them all (they return false, sluice_last_error() == SLUICE_ECANCELED, and
- * a bucket's booked permits are given back), and every later acquire with
- * it fails at once.  _new returns NULL when out of memory.  _free: no call
+ * sluice_acquire_cancellable() calls may wait on one;
+ * sluice_canceller_cancel() wakes them all (they return SLUICE_ECANCELED,
+ * and a bucket's booked permits are given back), and every later acquire
+ * with it fails at once.  _new returns NULL when out of memory.  _free: no call
  * may be using it.  The others are thread-safe. */
 typedef struct sluice_canceller sluice_canceller;
 sluice_canceller *sluice_canceller_new(void);
@@ -233,11 +235,13 @@ void sluice_canceller_free(sluice_canceller *c);
 void sluice_canceller_cancel(sluice_canceller *c);
 bool sluice_canceller_cancelled(sluice_canceller *c);
 
-/* sluice_acquire(), interruptible by `c` (may be NULL).  On false,
- * sluice_last_error() says why: SLUICE_ETIMEDOUT (cannot be granted within
- * the timeout) or SLUICE_ECANCELED.  Thread-safe. */
-bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
-                       sluice_canceller *c);
+/* sluice_acquire(), interruptible by `c` (may be NULL).  Returns 0 when
+ * the permits were granted, else SLUICE_ETIMEDOUT (they cannot be granted
+ * within the timeout; nothing taken), SLUICE_ECANCELED (nothing taken, or a
+ * bucket's booking given back) or SLUICE_ENOMEM (sliding-log or
+ * sliding-wheel could not grow its ring).  Thread-safe. */
+int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
+                               sluice_canceller *c);
 
 /* A reservation: permits taken now, to be used at `at_ns`.  Filled by
  * sluice_reserve_at(); the caller owns it.  It carries the limiter that
@@ -283,7 +287,7 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);
 /* Copy the limiter's counters into `out`.  Each counter is exact; the set is
  * read without stopping the limiter, so under concurrent decisions the
  * counters may come from slightly different instants.  Thread-safe. */
-void sluice_limiter_stats(const sluice_limiter *lim, sluice_stats *out);
+void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out);
 
 /* The longest canonical spec sluice_spec_format() writes, with its NUL. */
 #define SLUICE_SPEC_MAX 128
@@ -324,7 +328,7 @@ typedef struct sluice_table_stats {
  * allocation of their length. */
 #define SLUICE_MAX_KEY_BYTES 65536
 
-/* Flags for sluice_table_new_ex(). */
+/* Flags for sluice_table_new_flags(). */
 #define SLUICE_TABLE_EVICT_LRU 1u /* when full of keys in use, drop the least
                                    * recently used one (sampled) instead of
                                    * refusing the new key */
@@ -354,7 +358,7 @@ sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
  * a fresh limiter (full bucket, empty window), so that key may then get up
  * to one more burst than the contract allows; keys never evicted keep the
  * contract exactly.  Thread-safe. */
-sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys,
+sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
                                   unsigned flags, char *err, size_t errlen);
 
 /* Free a table and every limiter in it.  NULL is a no-op.  No other call may
@@ -363,26 +367,22 @@ void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
  * 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is 0).  A key seen
- * for the first time gets a fresh limiter.  Returns false and takes nothing,
- * with sluice_table_last_error() telling why, when the key is longer than
- * SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when memory
- * runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table holds
- * max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is a lower
+ * for the first time gets a fresh limiter (a probe, or a request no fresh
+ * limiter could admit, is decided without making the key).  Returns false
+ * and takes nothing, with res->error telling why, when the key is longer
+ * than SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when
+ * memory runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table
+ * holds max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is a lower
  * bound on the time until the first held key comes to rest -- the next time
  * the table's timing wheel looks at a key, exact for tables of up to 256
  * keys when the key's wheel slot is small -- so a client retrying then is
- * never late, and may be refused again with a new estimate; -1 if unknown).  Decisions for different keys run in
- * parallel (the table is sharded); decisions for one key are exactly the
- * contract's for some order of the calls.  Thread-safe. */
+ * never late, and may be refused again with a new estimate; -1 if
+ * unknown).  Decisions for different keys run in parallel (the table is
+ * sharded); decisions for one key are exactly the contract's for some order
+ * of the calls.  Thread-safe. */
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
                                  size_t keylen, uint64_t permits,
                                  uint64_t now_ns, sluice_result *res);
-
-/* The same as sluice_last_error(), under the name the table's documentation
- * uses: 0 when the calling thread's last call was decided by the key's
- * limiter, else SLUICE_EINVAL (key too long), SLUICE_EFULL or SLUICE_ENOMEM.
- * Thread-safe (thread-local). */
-int sluice_table_last_error(void);
 
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);

@@ -24,14 +24,6 @@ const char *sluice_strerror(int code)
 
 const char *sluice_version(void) { return SLUICE_VERSION_STRING; }
 
-static _Thread_local int tl_error __attribute__((tls_model("initial-exec")));
-
-void sluice__set_error(int code) { tl_error = code; }
-
-int sluice_last_error(void) { return tl_error; }
-
-int sluice_table_last_error(void) { return tl_error; }
-
 void sluice__errf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0) return;

@@ -250,10 +250,6 @@ SLUICE__INTERNAL void sluice__free(void *p);
 SLUICE__INTERNAL void *sluice__calloc64(size_t n); /* zeroed, 64-byte aligned */
 SLUICE__INTERNAL void sluice__free64(void *p);
 
-/* The calling thread's reason for a refusal that was not the contract's
- * decision (sluice_last_error()); 0 resets it. */
-SLUICE__INTERNAL void sluice__set_error(int code);
-
 /* Write a formatted one-line message into err (errlen may be 0). */
 SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
                                    ...) __attribute__((format(printf, 3, 4)));
@@ -279,19 +275,20 @@ static inline u128 sluice__ceil_div64(u128 a, uint64_t b)
 static inline bool sluice__deny(sluice_result *res, uint64_t remaining,
                                 int64_t retry_after_ns)
 {
-    res->allowed = false;
-    res->wait_ns = 0;
-    res->remaining = remaining;
-    res->retry_after_ns = retry_after_ns;
+    *res = (sluice_result){.allowed = false, .remaining = remaining,
+                           .retry_after_ns = retry_after_ns};
+    return false;
+}
+/* A refusal the algorithm did not decide (res->error says why). */
+static inline bool sluice__fail(sluice_result *res, int code)
+{
+    *res = (sluice_result){.allowed = false, .retry_after_ns = -1, .error = code};
     return false;
 }
 static inline bool sluice__allow(sluice_result *res, uint64_t remaining,
                                  uint64_t wait_ns)
 {
-    res->allowed = true;
-    res->wait_ns = wait_ns;
-    res->remaining = remaining;
-    res->retry_after_ns = 0;
+    *res = (sluice_result){.allowed = true, .wait_ns = wait_ns, .remaining = remaining};
     return true;
 }
 

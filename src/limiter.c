@@ -272,7 +272,6 @@ static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns
                           uint64_t max_wait, sluice_result *res)
 {
     uint64_t t;
-    sluice__set_error(0);
     return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
 }
 
@@ -303,7 +302,6 @@ bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
 {
     sluice_result r;
     uint64_t t;
-    sluice__set_error(0);
     bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, 0, &r, &t)
                              : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, &r, &t);
     if (res) *res = r;
@@ -407,18 +405,14 @@ static bool sleep_until(uint64_t until, sluice_canceller *c)
     return ok;
 }
 
-bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
-                       sluice_canceller *c)
+int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
+                               sluice_canceller *c)
 {
     const sluice__clock clk = lim->pf.clock;
     uint64_t start = sluice__clock_now(clk);
     uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
-    sluice__set_error(0);
     for (;;) {
-        if (c && sluice_canceller_cancelled(c)) {
-            sluice__set_error(SLUICE_ECANCELED);
-            return false;
-        }
+        if (c && sluice_canceller_cancelled(c)) return SLUICE_ECANCELED;
         uint64_t now = sluice__clock_now(clk);
         uint64_t left = now < deadline ? deadline - now : 0;
         if (is_bucket(lim)) {
@@ -426,35 +420,26 @@ bool sluice_acquire_ex(sluice_limiter *lim, uint64_t permits, uint64_t timeout_n
              * fits the time left, or take nothing and return at once */
             sluice_reservation rv;
             sluice_result r;
-            if (!sluice_reserve_at(lim, permits, now, left, &rv, &r)) {
-                sluice__set_error(SLUICE_ETIMEDOUT);
-                return false;
-            }
-            if (rv.wait_ns == 0 || sleep_until(rv.at_ns, c)) return true;
+            if (!sluice_reserve_at(lim, permits, now, left, &rv, &r)) return SLUICE_ETIMEDOUT;
+            if (rv.wait_ns == 0 || sleep_until(rv.at_ns, c)) return 0;
             sluice_reservation_cancel_at(&rv, sluice__clock_now(clk));
-            sluice__set_error(SLUICE_ECANCELED);
-            return false;
+            return SLUICE_ECANCELED;
         }
         sluice_result r;
-        if (decide(lim, permits, now, left, &r)) return true;
+        if (decide(lim, permits, now, left, &r)) return 0;
+        if (r.error) return r.error; /* sliding-log, sliding-wheel: no memory */
         /* -1: never; or more than the time left */
-        if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) {
-            sluice__set_error(SLUICE_ETIMEDOUT);
-            return false;
-        }
-        if (!sleep_until(now + (uint64_t)r.retry_after_ns, c)) {
-            sluice__set_error(SLUICE_ECANCELED);
-            return false;
-        }
+        if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) return SLUICE_ETIMEDOUT;
+        if (!sleep_until(now + (uint64_t)r.retry_after_ns, c)) return SLUICE_ECANCELED;
     }
 }
 
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
 {
-    return sluice_acquire_ex(lim, permits, timeout_ns, NULL);
+    return sluice_acquire_cancellable(lim, permits, timeout_ns, NULL) == 0;
 }
 
-void sluice_limiter_stats(const sluice_limiter *lim, sluice_stats *out)
+void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out)
 {
     sluice__counters_read(&lim->counters, out);
 }

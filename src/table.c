@@ -508,17 +508,14 @@ static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_pla
 }
 
 /* A new entry for key, in the index (the caller has reserved a key in
- * t->keys); returns the entry number, or UINT32_MAX with the error set. */
+ * t->keys); returns the entry number, or UINT32_MAX when memory runs out. */
 static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *key,
                           size_t keylen)
 {
     unsigned char *copy = NULL;
     if (keylen > INLINE_KEY) {
         copy = sluice__malloc(keylen);
-        if (!copy) {
-            sluice__set_error(SLUICE_ENOMEM);
-            return UINT32_MAX;
-        }
+        if (!copy) return UINT32_MAX;
         memcpy(copy, key, keylen);
     }
     uint32_t i;
@@ -644,7 +641,7 @@ oom:
     return NULL;
 }
 
-sluice_table *sluice_table_new_ex(const char *spec, size_t max_keys, unsigned flags,
+sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys, unsigned flags,
                                   char *err, size_t errlen)
 {
     return table_new(spec, max_keys, flags, NULL, err, errlen);
@@ -759,10 +756,8 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
                                  uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
-    sluice__set_error(0);
     if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
-        sluice__set_error(SLUICE_EINVAL);
-        if (res) sluice__deny(res, 0, -1);
+        if (res) sluice__fail(res, SLUICE_EINVAL);
         sluice__count(&t->counters, permits, false);
         return false;
     }
@@ -809,14 +804,16 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
             }
             if (!room) {
                 atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
-                sluice__set_error(SLUICE_EFULL);
-                if (res) sluice__deny(res, 0, retry);
+                if (res) {
+                    sluice__deny(res, 0, retry);
+                    res->error = SLUICE_EFULL;
+                }
                 break;
             }
             i = new_entry(t, s, tag, key, keylen);
             if (i == UINT32_MAX) {
                 atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
-                if (res) sluice__deny(res, 0, -1);
+                if (res) sluice__fail(res, SLUICE_ENOMEM);
                 break;
             }
             fresh = true;

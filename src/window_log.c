@@ -139,10 +139,13 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
         at(lg, lg->len - 1)->cum += p;
     } else {
         if (lg->len == lg->cap && !grow(lg)) {
-            sluice__set_error(SLUICE_ENOMEM);
             /* nothing is kept, not even the retiring: at a time before t
              * (but after the latest admission) those entries still count */
-            return res ? sluice__deny(res, room, -1) : false;
+            if (res) {
+                sluice__deny(res, room, -1);
+                res->error = SLUICE_ENOMEM;
+            }
+            return false;
         }
         sluice__log_entry *e = at(lg, lg->len);
         e->slot = s;

@@ -13,7 +13,7 @@
  *    left allocated; once it succeeds, the object works and frees back to
  *    zero live blocks;
  *  - sluice_table_try_acquire_at() for a new key: refused with
- *    sluice_table_last_error() == SLUICE_ENOMEM and retry_after_ns = -1,
+ *    res->error == SLUICE_ENOMEM and retry_after_ns = -1,
  *    nothing taken (the key's later first grant sees a full limiter), and
  *    nothing leaked once the table is freed;
  *  - sliding-log and sliding-wheel, whose memory grows on the decision
@@ -349,7 +349,7 @@ static void table_key_loop(int variant, bool persistent)
                 memset(&r, 0x5a, sizeof r);
                 arm(n, persistent);
                 bool ok = sluice_table_try_acquire_at(t, key, (size_t)keylen, 1, now, &r);
-                int le = sluice_table_last_error();
+                int le = r.error;
                 long failures = A.failures;
                 arm(-1, false);
                 total_failures += failures;

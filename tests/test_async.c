@@ -140,7 +140,7 @@ static void test_window_fifo(void **state)
         for (int k = 0; k < 5; k++) assert_int_equal(lg.tag[k], k);
         /* never more than the limit in any window */
         sluice_stats st;
-        sluice_limiter_stats(l, &st);
+        sluice_limiter_stats_get(l, &st);
         assert_int_equal(st.permits_allowed, 5);
         if (si == 0) { /* fixed-window: 2 at once, 2 at 1 s, 1 at 2 s */
             assert_true(lg.at[1] <= t0 + TICK);

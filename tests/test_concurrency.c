@@ -242,9 +242,8 @@ static void check_one(terr *e, const cfg *c, uint64_t p, uint64_t t, bool ok,
                       const sluice_result *r)
 {
     const bool shaper = c->v->alg == REF_LEAKY_BUCKET && !c->v->nodelay;
-    if (sluice_last_error() != 0)
-        terr_add(e, "%s: p=%llu t=%llu: sluice_last_error %d", c->spec, ULL(p), ULL(t),
-                 sluice_last_error());
+    if (r->error != 0)
+        terr_add(e, "%s: p=%llu t=%llu: error %d", c->spec, ULL(p), ULL(t), r->error);
     if (ok != r->allowed) terr_add(e, "%s: return value %d but res.allowed %d", c->spec, ok, r->allowed);
     if (r->remaining > c->cap)
         terr_add(e, "%s: p=%llu: remaining %llu > %llu", c->spec, ULL(p), ULL(r->remaining),
@@ -680,7 +679,7 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
                  ULL(r.remaining), ULL(e.remaining));
     const uint64_t room0 = e.remaining;
     sluice_stats before, after;
-    sluice_limiter_stats(l, &before);
+    sluice_limiter_stats_get(l, &before);
 
     /* enough calls that the demand exceeds the room */
     fc->c = &c;
@@ -718,7 +717,7 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
         fail_msg("%s, %u threads: admitted %llu permits of %llu asked at one instant with room "
                  "%llu (%llu refusals): permits were lost",
                  c.spec, pl->n, ULL(tl.perm_ok), ULL(requested), ULL(room0), ULL(tl.req_no));
-    sluice_limiter_stats(l, &after);
+    sluice_limiter_stats_get(l, &after);
     check_stats(c.spec, &before, &after, &tl);
 
     char why[640];
@@ -975,7 +974,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
     sluice_result r;
     if (!sluice_try_acquire_at(l, 1, t0, &r)) fail_msg("%s: the first request was refused", c.spec);
     sluice_stats before, after;
-    sluice_limiter_stats(l, &before);
+    sluice_limiter_stats_get(l, &before);
 
     mc->c = &c;
     mc->lim = l;
@@ -1000,7 +999,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
         sum->calls += mc->calls;
         assert_true(mc->t_max[k] <= T);
     }
-    sluice_limiter_stats(l, &after);
+    sluice_limiter_stats_get(l, &after);
     check_stats(c.spec, &before, &after, &tl);
 
     const uint64_t A = 1 + tl.perm_ok;
@@ -1028,7 +1027,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
                  c.spec, n, unit ? "unit" : "mixed", ULL(t0), ULL(T), ULL(A), ULL(drained),
                  ULL(b.lo_drained), ULL(b.hi_drained));
     sluice_stats fin;
-    sluice_limiter_stats(l, &fin);
+    sluice_limiter_stats_get(l, &fin);
     tl.req_ok += drained, tl.perm_ok += drained, tl.req_no++, tl.perm_no++;
     check_stats(c.spec, &before, &fin, &tl);
     sluice_limiter_free(l);
@@ -1326,7 +1325,7 @@ static void test_one_of_sixteen(void **state)
                 fail_msg("%s, repetition %zu: %u of %d threads admitted, expected exactly 1", spec,
                          done + k, admitted, ONE_THREADS);
             sluice_stats st;
-            sluice_limiter_stats(oc->lim[k], &st);
+            sluice_limiter_stats_get(oc->lim[k], &st);
             if (st.requests_allowed != 1 || st.requests_denied != ONE_THREADS - 1 ||
                 st.permits_allowed != 1 || st.permits_denied != ONE_THREADS - 1 || st.probes != 0)
                 fail_msg("%s, repetition %zu: counters allowed %llu denied %llu", spec, done + k,
@@ -1378,9 +1377,9 @@ static void table_job(void *vc, unsigned self, size_t rep)
         int kl = snprintf(kb, sizeof kb, "key%u", key);
         sluice_result res;
         bool ok = sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, p, t, &res);
-        if (sluice_table_last_error() != 0)
+        if (res.error != 0)
             terr_add(&c->err[self], "key %u: sluice_table_last_error %d", key,
-                     sluice_table_last_error());
+                     res.error);
         check_one(&c->err[self], c->c, p, t, ok, &res);
         out[i] = (call_rec){.t = t, .p = p, .wait_ns = res.wait_ns, .remaining = res.remaining,
                             .retry = res.retry_after_ns, .thread = self, .idx = (uint32_t)i,

@@ -59,7 +59,7 @@ static void test_probe(void **state)
         assert_true(sluice_try_acquire_at(l, 6, SEC, &r));
         assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
         sluice_stats st;
-        sluice_limiter_stats(l, &st);
+        sluice_limiter_stats_get(l, &st);
         assert_int_equal(st.probes, 4);
         assert_int_equal(st.requests_allowed, 2);
         assert_int_equal(st.requests_denied, 1);
@@ -166,7 +166,7 @@ static void test_too_many_permits(void **state)
         assert_false(sluice_try_acquire_at(l, UINT64_MAX, SEC, &r));
         assert_int_equal(r.retry_after_ns, -1);
         sluice_stats st;
-        sluice_limiter_stats(l, &st);
+        sluice_limiter_stats_get(l, &st);
         assert_int_equal(st.permits_denied, UINT64_MAX); /* saturated */
         assert_int_equal(st.requests_denied, 2);
         sluice_limiter_free(l);
@@ -214,7 +214,7 @@ static void test_acquire(void **state)
     assert_true(sluice_acquire(l, 1, 2 * SEC));
     assert_true(sluice_now_ns() - t0 >= 150000000);
     sluice_stats st;
-    sluice_limiter_stats(l, &st);
+    sluice_limiter_stats_get(l, &st);
     assert_int_equal(st.permits_allowed, 2);
     sluice_limiter_free(l);
 
@@ -267,7 +267,7 @@ static void test_threads_frozen_time(void **state)
             }
             assert_int_equal(total, 1000);
             sluice_stats st;
-            sluice_limiter_stats(l, &st);
+            sluice_limiter_stats_get(l, &st);
             assert_int_equal(st.requests_allowed, 1000);
             assert_int_equal(st.requests_denied, 7000);
             sluice_limiter_free(l);

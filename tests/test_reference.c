@@ -930,8 +930,8 @@ static unsigned table_trace(const tcase *c, uint64_t seed, size_t nkeys,
             report(&d, t, ref_model_latest(key->m), p, &e, &g,
                    ok != g.allowed ? "return value differs from res->allowed" : NULL);
             if (!ok && g.retry_after_ns == -1 && e.retry_after_ns != -1)
-                fprintf(stderr, "  sluice_table_last_error() = %d (%s)\n",
-                        sluice_table_last_error(), sluice_strerror(sluice_table_last_error()));
+                fprintf(stderr, "  g.error = %d (%s)\n",
+                        g.error, sluice_strerror(g.error));
             bad++;
         }
         key->remaining = e.remaining;
@@ -1006,26 +1006,26 @@ static void test_table_full(void **state)
     assert_non_null(tab);
     sluice_result res;
     assert_true(sluice_table_try_acquire_at(tab, "a", 1, 1, 0, &res));
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(res.error, 0);
     assert_true(sluice_table_try_acquire_at(tab, "b", 1, 1, 10, &res));
     /* "c" finds two keys, neither at rest until one day after it was used:
      * "a" is first, at DAY */
     memset(&res, 0x5a, sizeof res);
     assert_false(sluice_table_try_acquire_at(tab, "c", 1, 1, 20, &res));
     assert_false(res.allowed);
-    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_int_equal(res.error, SLUICE_EFULL);
     assert_int_equal(res.retry_after_ns, (int64_t)(DAY - 20));
     /* a held key is still decided by its limiter */
     assert_false(sluice_table_try_acquire_at(tab, "a", 1, 1, 30, &res));
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(res.error, 0);
     assert_int_equal(res.retry_after_ns, (int64_t)(DAY - 30));
     /* retry_after of the refusal honoured exactly */
     assert_false(sluice_table_try_acquire_at(tab, "c", 1, 1, DAY - 1, &res));
-    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_int_equal(res.error, SLUICE_EFULL);
     assert_int_equal(res.retry_after_ns, 1);
     /* at DAY "a" is full again: "c" takes its place */
     assert_true(sluice_table_try_acquire_at(tab, "c", 1, 1, DAY, &res));
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(res.error, 0);
     assert_int_equal(res.remaining, 0);
     /* "b" was not dropped: still empty until DAY + 10 */
     assert_false(sluice_table_try_acquire_at(tab, "b", 1, 1, DAY + 9, &res));

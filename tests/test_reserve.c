@@ -265,8 +265,8 @@ static void *wait_run(void *arg)
 {
     struct waiter *w = arg;
     uint64_t t0 = sluice_now_ns();
-    w->ok = sluice_acquire_ex(w->l, 1, 60 * SEC, w->c);
-    w->err = sluice_last_error();
+    w->err = sluice_acquire_cancellable(w->l, 1, 60 * SEC, w->c);
+    w->ok = w->err == 0;
     w->took_ns = sluice_now_ns() - t0;
     return NULL;
 }
@@ -277,7 +277,7 @@ static void test_acquire_cancel(void **state)
     sluice_limiter *l = mk("token-bucket 1/min burst=1");
     sluice_canceller *c = sluice_canceller_new();
     assert_non_null(c);
-    assert_true(sluice_acquire_ex(l, 1, 0, c)); /* the one token */
+    assert_int_equal(sluice_acquire_cancellable(l, 1, 0, c), 0); /* the one token */
     struct waiter w = {l, c, true, 0, 0, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, wait_run, &w), 0);
@@ -294,8 +294,7 @@ static void test_acquire_cancel(void **state)
     assert_false(sluice_try_acquire_at(l, 1, sluice_now_ns(), &r));
     assert_true(r.retry_after_ns <= (int64_t)(60 * SEC));
     /* a cancelled canceller fails every later acquire at once */
-    assert_false(sluice_acquire_ex(l, 1, UINT64_MAX, c));
-    assert_int_equal(sluice_last_error(), SLUICE_ECANCELED);
+    assert_int_equal(sluice_acquire_cancellable(l, 1, UINT64_MAX, c), SLUICE_ECANCELED);
     sluice_canceller_free(c);
     sluice_canceller_free(NULL);
     sluice_limiter_free(l);
@@ -308,8 +307,8 @@ static void *acq_run(void *arg)
 {
     struct waiter *w = arg;
     w->start_ns = sluice_now_ns();
-    w->ok = sluice_acquire(w->l, 1, 100000000); /* 100 ms */
-    w->err = sluice_last_error();
+    w->err = sluice_acquire_cancellable(w->l, 1, 100000000, NULL); /* 100 ms */
+    w->ok = w->err == 0;
     w->end_ns = sluice_now_ns();
     w->took_ns = w->end_ns - w->start_ns;
     return NULL;

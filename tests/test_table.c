@@ -37,7 +37,7 @@ static void test_keys_independent(void **state)
         assert_true(ask(t, "b", 1, SEC, &r));
     }
     assert_false(ask(t, "a", 1, SEC, &r));
-    assert_int_equal(sluice_table_last_error(), 0); /* the limiter said no */
+    assert_int_equal(r.error, 0); /* the limiter said no */
     assert_false(ask(t, "b", 1, SEC, &r));
     assert_true(ask(t, "", 1, SEC, &r));            /* the empty key */
     assert_true(sluice_table_try_acquire_at(t, NULL, 0, 1, SEC, &r)); /* same key */
@@ -61,13 +61,13 @@ static void test_key_length(void **state)
     sluice_result r;
     assert_true(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
     assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(r.error, 0);
     /* one byte longer: refused with a reason, never unlimited */
     assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES + 1, 1, 0, &r));
-    assert_int_equal(sluice_table_last_error(), SLUICE_EINVAL);
+    assert_int_equal(r.error, SLUICE_EINVAL);
     assert_int_equal(r.retry_after_ns, -1);
     assert_false(sluice_table_try_acquire_at(t, NULL, 5, 1, 0, &r));
-    assert_int_equal(sluice_table_last_error(), SLUICE_EINVAL);
+    assert_int_equal(r.error, SLUICE_EINVAL);
     free(big);
     sluice_table_free(t);
 }
@@ -82,10 +82,10 @@ static void test_full_table(void **state)
     assert_true(ask(t, "a", 2, 0, &r));            /* a full again at 200 ms */
     assert_true(ask(t, "b", 1, 50000000, &r));     /* b full again at 150 ms */
     assert_false(ask(t, "c", 1, 100000000, &r));
-    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_int_equal(r.error, SLUICE_EFULL);
     assert_int_equal(r.retry_after_ns, 50000000); /* when b comes to rest */
     assert_true(ask(t, "c", 1, 150000000, &r));    /* b reclaimed */
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(r.error, 0);
     assert_int_equal(r.remaining, 1);
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
@@ -95,7 +95,7 @@ static void test_full_table(void **state)
     /* b comes back as a full bucket, exactly as if it had been kept: but
      * the table is full of a and c, both in use until 200/250 ms */
     assert_false(ask(t, "b", 2, 160000000, &r));
-    assert_int_equal(sluice_table_last_error(), SLUICE_EFULL);
+    assert_int_equal(r.error, SLUICE_EFULL);
     assert_true(ask(t, "b", 2, 200000000, &r)); /* a at rest: reclaimed */
     assert_int_equal(r.remaining, 0);
     /* a was at rest: its new limiter starts full, as the old one was */

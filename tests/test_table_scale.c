@@ -166,7 +166,7 @@ static bool ask(sluice_table *t, uint64_t id, uint64_t salt, uint64_t p, uint64_
 static sluice_table *mk_table(const char *spec, size_t max_keys, unsigned flags)
 {
     char err[256];
-    sluice_table *t = sluice_table_new_ex(spec, max_keys, flags, err, sizeof err);
+    sluice_table *t = sluice_table_new_flags(spec, max_keys, flags, err, sizeof err);
     if (!t) fail_msg("%s: %s", spec, err);
     return t;
 }
@@ -437,9 +437,9 @@ static void probe_keys(sluice_table *t, const key16 *keys, size_t n, probe_figur
         if (held[i]) {
             out->admitted++;
         } else {
-            if (sluice_table_last_error() != SLUICE_EFULL)
+            if (r.error != SLUICE_EFULL)
                 fail_msg("key %zu refused with error %d, expected EFULL", i,
-                         sluice_table_last_error());
+                         r.error);
             out->refused++;
         }
     }
@@ -548,7 +548,7 @@ static double rss_per_key(const char *spec, size_t n, size_t keylen)
         sluice_result r;
         if (!sluice_table_try_acquire_at(t, kb, keylen, 1, SEC, &r))
             fail_msg("%s: key %llu of %zu refused (error %d)", spec, ULL(i), n,
-                     sluice_table_last_error());
+                     r.error);
     }
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
@@ -627,9 +627,9 @@ static void test_flood_bounded(void **state)
         if (i % held_every == 0) { /* each held key every 10 ms: never at rest */
             const unsigned h = (unsigned)((i / held_every) % HELD);
             bool ok = ask(t, h, held_salt, 1, now, &r);
-            if (sluice_table_last_error() != 0)
+            if (r.error != 0)
                 fail_msg("held key %u at step %llu: error %d", h, ULL(i),
-                         sluice_table_last_error());
+                         r.error);
             sluice_result lr;
             bool lok = sluice_try_acquire_at(lim[h], 1, now, &lr);
             ref_result e = {lok, lr.wait_ns, lr.remaining, lr.retry_after_ns};
@@ -642,15 +642,15 @@ static void test_flood_bounded(void **state)
         }
         if (ask(t, i, flood_salt, 1, now, &r)) {
             admitted++;
-            if (sluice_table_last_error() != 0 || r.remaining != 4)
+            if (r.error != 0 || r.remaining != 4)
                 fail_msg("flood key %llu: admitted with error %d, remaining %llu", ULL(i),
-                         sluice_table_last_error(), ULL(r.remaining));
+                         r.error, ULL(r.remaining));
         } else {
             refused++;
-            if (sluice_table_last_error() != SLUICE_EFULL || r.retry_after_ns < 1 ||
+            if (r.error != SLUICE_EFULL || r.retry_after_ns < 1 ||
                 r.retry_after_ns > (int64_t)(200 * MSEC))
                 fail_msg("flood key %llu: refused with error %d, retry %lld", ULL(i),
-                         sluice_table_last_error(), (long long)r.retry_after_ns);
+                         r.error, (long long)r.retry_after_ns);
             if (!rss_full) {
                 rss_full = rss_bytes();
                 first_full = i;
@@ -817,9 +817,9 @@ static uint64_t rotate(const variant *v, size_t n, size_t steps, uint64_t seed)
         sluice_result r;
         ref_result e;
         bool ok = ask(t, l->id, salt, p, now, &r);
-        if (sluice_table_last_error() != 0)
+        if (r.error != 0)
             fail_msg("%s, step %zu: error %d (retry %lld) with at most max_keys keys in use", what,
-                     i, sluice_table_last_error(), (long long)r.retry_after_ns);
+                     i, r.error, (long long)r.retry_after_ns);
         ref_model_decide(l->m, p, now, &e);
         expect_same(what, i, ok, &r, &e);
         if (i % 64 == 0) {
@@ -933,9 +933,9 @@ static void full_case(size_t n, uint64_t spread, bool exact)
     for (;;) {
         bool ok = ask(t, n + 1, salt, 1, now, &r);
         probes++;
-        if (ok || sluice_table_last_error() != SLUICE_EFULL)
+        if (ok || r.error != SLUICE_EFULL)
             fail_msg("max_keys %zu: the key one too many: allowed %d, error %d", n, ok,
-                     sluice_table_last_error());
+                     r.error);
         const uint64_t wait = first - now;
         /* strict: exact for one shard, else within two ticks (about 2 ms) */
         const uint64_t got = r.retry_after_ns > 0 ? (uint64_t)r.retry_after_ns : 0;
@@ -957,9 +957,9 @@ static void full_case(size_t n, uint64_t spread, bool exact)
     sluice_table_stats before, after;
     sluice_table_stats_get(t, &before);
     bool ok = ask(t, n + 1, salt, 1, now, &r);
-    if (!ok || sluice_table_last_error() != 0)
+    if (!ok || r.error != 0)
         fail_msg("max_keys %zu: refused (error %d) when key %zu rests", n,
-                 sluice_table_last_error(), first_i);
+                 r.error, first_i);
     sluice_table_stats_get(t, &after);
     assert_true(after.reclaimed > before.reclaimed);
     assert_true(after.keys <= n);
@@ -969,7 +969,7 @@ static void full_case(size_t n, uint64_t spread, bool exact)
         bool pok = ask(t, i, salt, 0, now, &r);
         ref_model_decide(refs[i], 0, now, &e);
         expect_same("held key after the new one", i, pok, &r, &e);
-        assert_int_equal(sluice_table_last_error(), 0);
+        assert_int_equal(r.error, 0);
     }
     printf("[ scale    ]   max_keys %6zu (%u shard%s): %zu refusals before the first rest; "
            "retry_after_ns %s, worst error %llu ns (%.1f%% of the wait)\n",
@@ -1016,7 +1016,7 @@ static size_t lru_trial(const uint64_t *seed)
     assert_int_equal(st.evicted, 0);
     /* the new key: admitted, fresh */
     assert_true(ask(t, N, salt, 1, t_new, &r));
-    assert_int_equal(sluice_table_last_error(), 0);
+    assert_int_equal(r.error, 0);
     assert_int_equal(r.remaining, 2);
     sluice_table_stats_get(t, &st);
     assert_int_equal(st.evicted, 1);
@@ -1027,7 +1027,7 @@ static size_t lru_trial(const uint64_t *seed)
     size_t victim = N;
     for (size_t i = 0; i < N && victim == N; i++) {
         assert_true(ask(t, i, salt, 0, t_new, &r));
-        assert_int_equal(sluice_table_last_error(), 0);
+        assert_int_equal(r.error, 0);
         if (r.remaining == 3) victim = i;
         else assert_int_equal(r.remaining, 0);
     }
@@ -1157,7 +1157,7 @@ static void *own_main(void *arg)
             sluice_result r;
             ref_result e;
             const bool ok = ask(c->tab, id, c->salt, p, now, &r);
-            const int le = sluice_table_last_error();
+            const int le = r.error;
             const bool rok = kref_decide(&w->refs[j], c->rate, p, now, &e);
             if (p == 0) {
                 w->probes++;
@@ -1356,7 +1356,7 @@ static void *sh_main(void *arg)
             const uint64_t now = SH_BASE + ph * SH_PHASE + k * 1009;
             sluice_result r;
             const bool ok = ask(c->tab, k, salt, 1, now, &r);
-            const int le = sluice_table_last_error();
+            const int le = r.error;
             if (le != 0) terr_add(&w->err, "phase %u key %u: error %d", ph, k, le);
             if (ok) {
                 w->allowed++;
