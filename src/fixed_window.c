@@ -19,9 +19,10 @@
  */
 #include "internal.h"
 
-bool sluice__fixed_window_decide(const sluice__profile *pf, sluice__state *st,
-                                 uint64_t t, uint64_t p, uint64_t max_wait,
-                                 sluice_result *res)
+#include <stdio.h>
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
 {
     (void)max_wait;
     const uint64_t k = sluice__div_q(&pf->div_w, t);
@@ -39,9 +40,47 @@ bool sluice__fixed_window_decide(const sluice__profile *pf, sluice__state *st,
                         p > pf->limit ? -1 : (int64_t)((k + 1) * pf->period_ns - t));
 }
 
-uint64_t sluice__fixed_window_rest_at(const sluice__profile *pf,
-                                      const sluice__state *st)
+static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
 {
     if (st->u.fw.count == 0) return st->t_last;
     return (st->u.fw.window + 1) * pf->period_ns; /* <= t_last + W: no overflow */
 }
+
+static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
+{
+    (void)o, (void)err, (void)errlen;
+    pf->packed = true; /* count <= L < 2^64 */
+    return 0;
+}
+
+static int format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    (void)pf;
+    return snprintf(buf, buflen, "%s", "");
+}
+
+/* Packed: (latest admission's time, count); the window is the time's. */
+static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
+{
+    (void)pf;
+    out[0] = st->t_last;
+    out[1] = st->u.fw.count;
+}
+
+static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__state *st)
+{
+    st->t_last = in[0];
+    st->u.fw.window = sluice__div_q(&pf->div_w, in[0]);
+    st->u.fw.count = in[1];
+}
+
+const sluice__alg_ops sluice__fixed_window_ops = {
+    .name = "fixed-window",
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = setup,
+    .format = format,
+    .decide = decide,
+    .rest_at = rest_at,
+    .pack = pack,
+    .unpack = unpack,
+};

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "divide.h"
 
@@ -48,22 +49,27 @@ typedef enum sluice__clock {
     SLUICE__CLOCK_COARSE     /* CLOCK_MONOTONIC_COARSE, ~1-4 ms resolution */
 } sluice__clock;
 
+struct sluice__alg_ops;
+
 typedef struct sluice__profile {
     sluice__alg alg;
+    const struct sluice__alg_ops *ops; /* the algorithm's row (below) */
     sluice__clock clock; /* what the live API reads */
     uint64_t limit;     /* L, permits per period, 1 .. 10^12 */
     uint64_t period_ns; /* W, 1 .. SLUICE_MAX_PERIOD_NS */
-    uint64_t capacity;  /* burst (token), capacity (leaky), L otherwise */
+    uint64_t capacity;  /* burst (token), capacity (leaky), L otherwise: the
+                         * most permits one request can ever get */
     uint64_t slots;     /* sliding-wheel: N; sliding-log: W; else 0 */
     uint64_t tick_ns;   /* sliding-wheel: W/N; sliding-log: 1; else 0 */
     bool nodelay;       /* leaky-bucket meter */
+    bool shaper;        /* leaky-bucket without nodelay: reports a wait */
     /* derived, for the hot path */
     sluice__div div_w;    /* t / W */
     sluice__div div_tick; /* t / tick (window log) */
     uint64_t rl, rw;      /* buckets: L/g and W/g with g = gcd(L, W) */
     u128 cap_scaled;      /* buckets: capacity * rw, a full bucket in units
                            * of 1/rw permit */
-    bool packed;          /* the state fits one 128-bit word (limiter.c) */
+    bool packed;          /* the state fits one 128-bit word (ops->pack) */
 } sluice__profile;
 
 /* One entry of a window log: the permits admitted in one slot. `cum` is the
@@ -103,21 +109,66 @@ SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
 SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
                                          size_t buflen);
 
-/* The algorithm dispatch; see the head comment.  decide() fills `res` when
- * it is not NULL (the details cost divisions that a bare yes/no does not
- * need) and never reads it; `max_wait` bounds the shaper's wait: a grant
- * whose wait_ns would exceed it is not taken, and reported as a refusal with
- * retry_after_ns = -1 and wait_ns set to the wait it would have had. */
-SLUICE__INTERNAL void sluice__state_init(const sluice__profile *pf,
-                                         sluice__state *st);
-SLUICE__INTERNAL void sluice__state_fini(const sluice__profile *pf,
-                                         sluice__state *st);
-SLUICE__INTERNAL bool sluice__decide(const sluice__profile *pf,
-                                     sluice__state *st, uint64_t now_ns,
-                                     uint64_t permits, uint64_t max_wait,
-                                     sluice_result *res);
-SLUICE__INTERNAL uint64_t sluice__rest_at(const sluice__profile *pf,
-                                          const sluice__state *st);
+/* The options of the spec grammar, as the parser hands them to an
+ * algorithm's setup: which were given, and their values. */
+enum {
+    SLUICE__OPT_BURST,
+    SLUICE__OPT_CAPACITY,
+    SLUICE__OPT_SLOTS,
+    SLUICE__OPT_NODELAY,
+    SLUICE__OPT_CLOCK, /* every algorithm's */
+    SLUICE__OPT_COUNT
+};
+#define SLUICE__OPT(o) (1u << (o))
+typedef struct sluice__opts {
+    bool seen[SLUICE__OPT_COUNT];
+    uint64_t val[SLUICE__OPT_COUNT];
+} sluice__opts;
+
+/* One algorithm: a row of operations (one source file each; the table of
+ * rows is in spec.c).  Adding an algorithm is one file and one row.
+ *
+ *   setup     derive the profile's fields from L, W and the options, and
+ *             check them; 0 or a negative code with a one-line reason
+ *   format    append the options that differ from their defaults to buf
+ *   decide    answer one request at t (already clamped, see
+ *             sluice__clamp_time) and write the state only when it admits
+ *             (allowed, p >= 1): a refusal or a probe is a pure read.
+ *             Fills res when it is not NULL (the details cost divisions a
+ *             bare yes/no does not need).  `max_wait` bounds the shaper's
+ *             wait: a grant whose wait_ns would exceed it is not taken, and
+ *             reported as a refusal with retry_after_ns = -1 and wait_ns set
+ *             to the wait it would have had
+ *   rest_at   the earliest time from which the state is back at rest with
+ *             no further traffic (a table may then drop it)
+ *   pack,     the packed 16-byte form, for profiles with `packed` set: the
+ *   unpack    latest admission's time and one 64-bit count (limiter.c's
+ *             lock-free word; table.c's 16 bytes per key); NULL when the
+ *             algorithm never packs
+ *   fini      release what the state holds; NULL when it holds nothing
+ *   bucket    books the future: reservations, debt, give-back
+ *
+ * Every algorithm's state at rest is all zeros. */
+typedef struct sluice__alg_ops {
+    const char *name;
+    unsigned options; /* SLUICE__OPT() of the options that belong */
+    int (*setup)(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen);
+    int (*format)(const sluice__profile *pf, char *buf, size_t buflen);
+    bool (*decide)(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res);
+    uint64_t (*rest_at)(const sluice__profile *pf, const sluice__state *st);
+    void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
+    void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
+    void (*fini)(sluice__state *st);
+    bool bucket;
+} sluice__alg_ops;
+
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__fixed_window_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_log_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_wheel_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_approx_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__token_bucket_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__leaky_bucket_ops;
 
 /* The time a request is decided at: now_ns, clamped to the latest
  * admission (t_last) and to the end of the time axis, 2^63-1 -- so no
@@ -128,33 +179,55 @@ static inline uint64_t sluice__clamp_time(const sluice__state *st, uint64_t now_
     return now_ns > st->t_last ? now_ns : st->t_last;
 }
 
-/* Per algorithm (one source file each).  decide() is given the clamped
- * time and writes the state only when it admits (allowed, p >= 1): a
- * refusal or a probe is a pure read of it. */
-#define SLUICE__DECL_ALG(name)                                                 \
-    SLUICE__INTERNAL bool sluice__##name##_decide(                             \
-        const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,  \
-        uint64_t max_wait, sluice_result *res);                                \
-    SLUICE__INTERNAL uint64_t sluice__##name##_rest_at(                        \
-        const sluice__profile *pf, const sluice__state *st)
-SLUICE__DECL_ALG(fixed_window);
-SLUICE__DECL_ALG(window_log);
-SLUICE__DECL_ALG(sliding_approx);
-SLUICE__DECL_ALG(token_bucket);
-SLUICE__DECL_ALG(leaky_bucket);
-SLUICE__INTERNAL void sluice__window_log_fini(sluice__log *log);
+/* The dispatch, through the profile's row. */
+static inline void sluice__state_init(const sluice__profile *pf, sluice__state *st)
+{
+    (void)pf;
+    memset(st, 0, sizeof *st);
+}
+static inline void sluice__state_fini(const sluice__profile *pf, sluice__state *st)
+{
+    if (pf->ops->fini) pf->ops->fini(st);
+}
+/* Clamp the time (sluice__clamp_time) and decide. */
+static inline bool sluice__decide(const sluice__profile *pf, sluice__state *st,
+                                  uint64_t now_ns, uint64_t permits, uint64_t max_wait,
+                                  sluice_result *res)
+{
+    return pf->ops->decide(pf, st, sluice__clamp_time(st, now_ns), permits, max_wait, res);
+}
+static inline uint64_t sluice__rest_at(const sluice__profile *pf, const sluice__state *st)
+{
+    return pf->ops->rest_at(pf, st);
+}
+static inline void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
+                                      uint64_t out[2])
+{
+    pf->ops->pack(pf, st, out);
+}
+static inline void sluice__state_unpack(const sluice__profile *pf, const uint64_t in[2],
+                                        sluice__state *st)
+{
+    pf->ops->unpack(pf, in, st);
+}
 
 /* The bucket machine (token_bucket.c), shared by both buckets. */
 SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st,
                                             uint64_t t, uint64_t p, uint64_t max_wait,
-                                            bool shaper, sluice_result *res);
+                                            sluice_result *res);
 SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st,
                                              uint64_t t, uint64_t p, uint64_t max_wait,
-                                             bool shaper, sluice_result *res);
+                                             sluice_result *res);
 SLUICE__INTERNAL bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
                                                uint64_t t, uint64_t p, uint64_t at_ns);
 SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
                                                  const sluice__state *st);
+SLUICE__INTERNAL int sluice__bucket_setup(sluice__profile *pf, const sluice__opts *o,
+                                          char *err, size_t errlen);
+SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluice__state *st,
+                                          uint64_t out[2]);
+SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
+                                            sluice__state *st);
 
 /* Decision counters, shared by limiters and tables.  Striped: a thread
  * owns one of the first SLUICE__STRIPES - 1 stripes for its lifetime
@@ -197,14 +270,6 @@ SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]
 /* 16 unpredictable bytes from getrandom() (or /dev/urandom; as a last
  * resort, clocks and addresses).  Never fails. */
 SLUICE__INTERNAL void sluice__random_seed(uint64_t out[2]);
-
-/* The packed 16-byte form of a state whose profile has `packed` set: the
- * latest time and one 64-bit count (limiter.c uses it for its lock-free
- * word, table.c to store 16 bytes per key). */
-SLUICE__INTERNAL void sluice__state_pack(const sluice__profile *pf,
-                                         const sluice__state *st, uint64_t out[2]);
-SLUICE__INTERNAL void sluice__state_unpack(const sluice__profile *pf,
-                                           const uint64_t in[2], sluice__state *st);
 
 /* The queue of a limiter's asynchronous acquires (async.c); embedded in
  * every limiter, initialised by sluice__aqueue_init. */
@@ -255,6 +320,15 @@ SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
                                    ...) __attribute__((format(printf, 3, 4)));
 
 /* Small exact helpers. */
+static inline uint64_t sluice__gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
 static inline uint64_t sluice__min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static inline u128 sluice__ceil_div(u128 a, u128 b) { return a / b + (a % b != 0); }
 /* a - b, or 0 when b > a */

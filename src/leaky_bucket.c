@@ -16,15 +16,25 @@
  */
 #include "internal.h"
 
-bool sluice__leaky_bucket_decide(const sluice__profile *pf, sluice__state *st,
-                                 uint64_t t, uint64_t p, uint64_t max_wait,
-                                 sluice_result *res)
+#include <stdio.h>
+
+static int format(const sluice__profile *pf, char *buf, size_t buflen)
 {
-    return sluice__bucket_decide(pf, st, t, p, max_wait, !pf->nodelay, res);
+    char cap[40] = "";
+    if (pf->capacity != pf->limit)
+        snprintf(cap, sizeof cap, " capacity=%llu", (unsigned long long)pf->capacity);
+    return snprintf(buf, buflen, "%s%s", cap, pf->nodelay ? " nodelay" : "");
 }
 
-uint64_t sluice__leaky_bucket_rest_at(const sluice__profile *pf,
-                                      const sluice__state *st)
-{
-    return sluice__bucket_rest_at(pf, st);
-}
+const sluice__alg_ops sluice__leaky_bucket_ops = {
+    .name = "leaky-bucket",
+    .options = SLUICE__OPT(SLUICE__OPT_CAPACITY) | SLUICE__OPT(SLUICE__OPT_NODELAY) |
+               SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = sluice__bucket_setup,
+    .format = format,
+    .decide = sluice__bucket_decide, /* the shaper's wait: pf->shaper */
+    .rest_at = sluice__bucket_rest_at,
+    .pack = sluice__bucket_pack,
+    .unpack = sluice__bucket_unpack,
+    .bucket = true,
+};

@@ -1,25 +1,31 @@
 /* limiter.c -- the public limiter: a profile, a state, counters.
  *
- * Every decision goes through sluice__decide(), which clamps the time to
- * the latest the state has seen (CONTRACT.md section 1) and hands the
- * request to the algorithm; tables (table.c) call the same function on
- * their per-key states, so the two can never disagree.
+ * Every decision goes through sluice__decide() (internal.h), which clamps
+ * the time to the latest admission (docs/decisions.md, section 1) and
+ * hands the request to the algorithm's row of operations; tables (table.c)
+ * call the same function on their per-key states, so the two can never
+ * disagree.  Only an admission writes: an algorithm's decide leaves the
+ * state untouched when it refuses or answers a probe.
  *
  * Concurrency.  When the profile says the state packs into 128 bits
  * (fixed-window always; token-bucket and leaky-bucket when burst*W/gcd(L,W)
  * < 2^64, which every practical spec meets; sliding-approx when L < 2^32),
- * the state lives in one 16-byte word -- the latest time in the low half,
- * the algorithm's count in the high half -- and a decision is
+ * the state lives in one 16-byte word -- the latest admission's time in
+ * the low half, the algorithm's count in the high half -- and a decision is
  *
- *     read both halves (plain 64-bit loads; a torn pair only fails the CAS)
+ *     read the word without writing it (load_word: two loads of the time
+ *     half around one of the count half; proof at load_word)
  *     unpack, decide with the same code as the locked path, pack
- *     compare-and-swap the 16 bytes (cmpxchg16b); on failure retry with the
- *     value the CAS returned -- someone else made progress.
+ *     nothing changed (a refusal, a probe): return -- no store, no CAS
+ *     else compare-and-swap the 16 bytes (cmpxchg16b); on failure retry
+ *     with the value the CAS returned -- someone else admitted.
  *
- * No mutex, no spin lock, no allocation: lock-free, and linearisable at the
- * successful CAS, so the decisions are exactly the contract's for the order
- * of the CASes, with any timestamps (a stale, earlier time is clamped to
- * the latest inside the loop).  The word has a cache line of its own.
+ * No mutex, no spin lock, no allocation: lock-free, linearisable at the
+ * snapshot for a refusal and at the successful CAS for an admission, so
+ * the decisions are exactly the contract's for that order, with any
+ * timestamps (a stale, earlier time is clamped inside the loop).  The word
+ * has a cache line of its own, which under overload only ever is read, so
+ * threads refusing on one limiter share it without moving it.
  *
  * Otherwise -- sliding-log and sliding-wheel, whose ring cannot be swapped
  * in one instruction, the rare unpackable specs, and machines without a
@@ -59,90 +65,7 @@ struct sluice_limiter {
 
 sluice__aqueue *sluice__limiter_aqueue(sluice_limiter *lim) { return &lim->aq; }
 
-/* ---- dispatch ----------------------------------------------------------- */
-
-void sluice__state_init(const sluice__profile *pf, sluice__state *st)
-{
-    (void)pf; /* every algorithm's state at rest is all zeros */
-    memset(st, 0, sizeof *st);
-}
-
-void sluice__state_fini(const sluice__profile *pf, sluice__state *st)
-{
-    if (pf->alg == SLUICE__SLIDING_LOG || pf->alg == SLUICE__SLIDING_WHEEL)
-        sluice__window_log_fini(&st->u.log);
-}
-
-bool sluice__decide(const sluice__profile *pf, sluice__state *st,
-                    uint64_t now_ns, uint64_t permits, uint64_t max_wait,
-                    sluice_result *res)
-{
-    const uint64_t t = sluice__clamp_time(st, now_ns);
-    switch (pf->alg) {
-    case SLUICE__FIXED_WINDOW:
-        return sluice__fixed_window_decide(pf, st, t, permits, max_wait, res);
-    case SLUICE__SLIDING_LOG:
-    case SLUICE__SLIDING_WHEEL:
-        return sluice__window_log_decide(pf, st, t, permits, max_wait, res);
-    case SLUICE__SLIDING_APPROX:
-        return sluice__sliding_approx_decide(pf, st, t, permits, max_wait, res);
-    case SLUICE__TOKEN_BUCKET:
-        return sluice__token_bucket_decide(pf, st, t, permits, max_wait, res);
-    case SLUICE__LEAKY_BUCKET:
-        return sluice__leaky_bucket_decide(pf, st, t, permits, max_wait, res);
-    default:
-        return res ? sluice__deny(res, 0, -1) : false;
-    }
-}
-
-uint64_t sluice__rest_at(const sluice__profile *pf, const sluice__state *st)
-{
-    switch (pf->alg) {
-    case SLUICE__FIXED_WINDOW: return sluice__fixed_window_rest_at(pf, st);
-    case SLUICE__SLIDING_LOG:
-    case SLUICE__SLIDING_WHEEL: return sluice__window_log_rest_at(pf, st);
-    case SLUICE__SLIDING_APPROX: return sluice__sliding_approx_rest_at(pf, st);
-    case SLUICE__TOKEN_BUCKET: return sluice__token_bucket_rest_at(pf, st);
-    case SLUICE__LEAKY_BUCKET: return sluice__leaky_bucket_rest_at(pf, st);
-    default: return st->t_last;
-    }
-}
-
 /* ---- the packed word ---------------------------------------------------- */
-
-void sluice__state_unpack(const sluice__profile *pf, const uint64_t in[2],
-                          sluice__state *st)
-{
-    const uint64_t lo = in[0], hi = in[1];
-    st->t_last = lo;
-    switch (pf->alg) {
-    case SLUICE__FIXED_WINDOW:
-        st->u.fw.window = sluice__div_q(&pf->div_w, lo);
-        st->u.fw.count = hi;
-        break;
-    case SLUICE__SLIDING_APPROX:
-        st->u.sa.window = sluice__div_q(&pf->div_w, lo);
-        st->u.sa.cur = hi >> 32;
-        st->u.sa.prev = hi & 0xffffffffu;
-        break;
-    case SLUICE__TOKEN_BUCKET:
-    case SLUICE__LEAKY_BUCKET: st->u.bk.deficit = hi; break;
-    default: break;
-    }
-}
-
-void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
-                        uint64_t out[2])
-{
-    out[0] = st->t_last;
-    switch (pf->alg) {
-    case SLUICE__FIXED_WINDOW: out[1] = st->u.fw.count; break;
-    case SLUICE__SLIDING_APPROX: out[1] = st->u.sa.cur << 32 | st->u.sa.prev; break;
-    case SLUICE__TOKEN_BUCKET:
-    case SLUICE__LEAKY_BUCKET: out[1] = (uint64_t)st->u.bk.deficit; break;
-    default: out[1] = 0; break;
-    }
-}
 
 static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo; }
 
@@ -160,8 +83,7 @@ static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op o
     uint64_t t = sluice__clamp_time(st, now_ns);
     *t_eff = t;
     if (op == OP_DECIDE) return sluice__decide(pf, st, t, permits, max_wait, res);
-    bool shaper = pf->alg == SLUICE__LEAKY_BUCKET && !pf->nodelay;
-    if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, shaper, res);
+    if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, res);
     return sluice__bucket_give_back(pf, st, t, permits, at_ns);
 }
 
@@ -235,9 +157,11 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     lim->pf = pf;
     lim->lockfree = HAVE_CAS128 && pf.packed;
     sluice__state_init(&lim->pf, &lim->st);
-    uint64_t w[2];
-    sluice__state_pack(&lim->pf, &lim->st, w);
-    lim->packed.w = mkword(w[0], w[1]);
+    if (pf.packed) {
+        uint64_t w[2];
+        sluice__state_pack(&lim->pf, &lim->st, w);
+        lim->packed.w = mkword(w[0], w[1]);
+    }
     return lim;
 }
 
@@ -286,10 +210,7 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
     return decide(lim, permits, sluice__clock_now(lim->pf.clock), UINT64_MAX, NULL);
 }
 
-static bool is_bucket(const sluice_limiter *lim)
-{
-    return lim->pf.alg == SLUICE__TOKEN_BUCKET || lim->pf.alg == SLUICE__LEAKY_BUCKET;
-}
+static bool is_bucket(const sluice_limiter *lim) { return lim->pf.ops->bucket; }
 
 bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim); }
 

@@ -22,6 +22,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 /* Move the state to window k. */
 static void roll(sluice__state *st, uint64_t k)
 {
@@ -44,9 +46,8 @@ static uint64_t first_fit(uint64_t W, uint64_t L, uint64_t prev, uint64_t cur,
     return q >= W ? 0 : W - (uint64_t)q;
 }
 
-bool sluice__sliding_approx_decide(const sluice__profile *pf, sluice__state *st,
-                                   uint64_t t, uint64_t p, uint64_t max_wait,
-                                   sluice_result *res)
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
 {
     (void)max_wait;
     const uint64_t W = pf->period_ns, L = pf->limit;
@@ -74,11 +75,51 @@ bool sluice__sliding_approx_decide(const sluice__profile *pf, sluice__state *st,
     return sluice__deny(res, remaining, (int64_t)(W - r + at));
 }
 
-uint64_t sluice__sliding_approx_rest_at(const sluice__profile *pf,
-                                        const sluice__state *st)
+static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
 {
     uint64_t k = st->u.sa.window;
     if (st->u.sa.cur) return (k + 2) * pf->period_ns;
     if (st->u.sa.prev) return (k + 1) * pf->period_ns;
     return st->t_last;
 }
+
+static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
+{
+    (void)o, (void)err, (void)errlen;
+    pf->packed = pf->limit < ((uint64_t)1 << 32); /* cur and prev in 32 bits each */
+    return 0;
+}
+
+static int format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    (void)pf;
+    return snprintf(buf, buflen, "%s", "");
+}
+
+/* Packed: (latest admission's time, cur << 32 | prev); the window is the
+ * time's. */
+static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
+{
+    (void)pf;
+    out[0] = st->t_last;
+    out[1] = st->u.sa.cur << 32 | st->u.sa.prev;
+}
+
+static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__state *st)
+{
+    st->t_last = in[0];
+    st->u.sa.window = sluice__div_q(&pf->div_w, in[0]);
+    st->u.sa.cur = in[1] >> 32;
+    st->u.sa.prev = in[1] & 0xffffffffu;
+}
+
+const sluice__alg_ops sluice__sliding_approx_ops = {
+    .name = "sliding-approx",
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = setup,
+    .format = format,
+    .decide = decide,
+    .rest_at = rest_at,
+    .pack = pack,
+    .unpack = unpack,
+};

@@ -26,9 +26,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const alg_names[SLUICE__ALG_COUNT] = {
-    "fixed-window", "sliding-log", "sliding-wheel",
-    "sliding-approx", "token-bucket", "leaky-bucket",
+/* The algorithms, one row each (indexed by sluice__alg). */
+static const sluice__alg_ops *const algs[SLUICE__ALG_COUNT] = {
+    [SLUICE__FIXED_WINDOW] = &sluice__fixed_window_ops,
+    [SLUICE__SLIDING_LOG] = &sluice__sliding_log_ops,
+    [SLUICE__SLIDING_WHEEL] = &sluice__sliding_wheel_ops,
+    [SLUICE__SLIDING_APPROX] = &sluice__sliding_approx_ops,
+    [SLUICE__TOKEN_BUCKET] = &sluice__token_bucket_ops,
+    [SLUICE__LEAKY_BUCKET] = &sluice__leaky_bucket_ops,
 };
 
 static const struct unit {
@@ -64,23 +69,6 @@ static bool parse_u64(const char *s, size_t n, uint64_t *out)
 static bool tok_eq(const char *s, size_t n, const char *lit)
 {
     return strlen(lit) == n && memcmp(s, lit, n) == 0;
-}
-
-static uint64_t gcd(uint64_t a, uint64_t b)
-{
-    while (b) {
-        uint64_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-static uint64_t default_tick(uint64_t w)
-{
-    if (w % 1000000 == 0) return 1000000;
-    if (w % 1000 == 0) return 1000;
-    return 1;
 }
 
 /* Token display: at most 48 bytes of it, so a message stays one short line. */
@@ -124,20 +112,11 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     return 0;
 }
 
-enum { OPT_BURST, OPT_CAPACITY, OPT_SLOTS, OPT_NODELAY, OPT_CLOCK, OPT_COUNT };
-static const char *const opt_names[OPT_COUNT] = {"burst", "capacity", "slots", "nodelay", "clock"};
-
-static bool opt_belongs(int opt, sluice__alg alg)
-{
-    switch (opt) {
-    case OPT_BURST: return alg == SLUICE__TOKEN_BUCKET;
-    case OPT_CAPACITY: return alg == SLUICE__LEAKY_BUCKET;
-    case OPT_SLOTS: return alg == SLUICE__SLIDING_WHEEL;
-    case OPT_NODELAY: return alg == SLUICE__LEAKY_BUCKET;
-    case OPT_CLOCK: return true;
-    default: return false;
-    }
-}
+static const char *const opt_names[SLUICE__OPT_COUNT] = {
+    [SLUICE__OPT_BURST] = "burst",     [SLUICE__OPT_CAPACITY] = "capacity",
+    [SLUICE__OPT_SLOTS] = "slots",     [SLUICE__OPT_NODELAY] = "nodelay",
+    [SLUICE__OPT_CLOCK] = "clock",
+};
 
 int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                        size_t errlen)
@@ -150,8 +129,9 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
     memset(pf, 0, sizeof *pf);
     const char *s = spec;
     int ntok = 0, rc;
-    bool seen[OPT_COUNT] = {false};
-    uint64_t optval[OPT_COUNT] = {0};
+    sluice__opts opts = {{false}, {0}};
+    bool *const seen = opts.seen;
+    uint64_t *const optval = opts.val;
     for (;;) {
         while (is_space(*s)) s++;
         if (!*s) break;
@@ -161,27 +141,28 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         if (ntok == 0) {
             int a = -1;
             for (int i = 0; i < SLUICE__ALG_COUNT; i++)
-                if (tok_eq(tok, n, alg_names[i])) a = i;
+                if (tok_eq(tok, n, algs[i]->name)) a = i;
             if (a < 0) {
                 sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected fixed-window, sliding-log, sliding-wheel, sliding-approx, token-bucket or leaky-bucket",
                              TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             pf->alg = (sluice__alg)a;
+            pf->ops = algs[a];
         } else if (ntok == 1) {
             if ((rc = parse_rate(tok, n, pf, err, errlen)) != 0) return rc;
         } else {
             const char *eq = memchr(tok, '=', n);
             size_t nn = eq ? (size_t)(eq - tok) : n;
             int o = -1;
-            for (int i = 0; i < OPT_COUNT; i++)
+            for (int i = 0; i < SLUICE__OPT_COUNT; i++)
                 if (tok_eq(tok, nn, opt_names[i])) o = i;
             if (o < 0) {
                 sluice__errf(err, errlen, "unknown option \"%.*s\"", TOK(tok, n));
                 return SLUICE_EINVAL;
             }
-            if (!opt_belongs(o, pf->alg)) {
-                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s", TOK(tok, n), alg_names[pf->alg]);
+            if (!(pf->ops->options & SLUICE__OPT(o))) {
+                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s", TOK(tok, n), pf->ops->name);
                 return SLUICE_EINVAL;
             }
             if (seen[o]) {
@@ -189,12 +170,12 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                 return SLUICE_EINVAL;
             }
             seen[o] = true;
-            if (o == OPT_NODELAY) {
+            if (o == SLUICE__OPT_NODELAY) {
                 if (eq) {
                     sluice__errf(err, errlen, "option \"%.*s\" takes no value: write nodelay", TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
-            } else if (o == OPT_CLOCK) {
+            } else if (o == SLUICE__OPT_CLOCK) {
                 size_t vn = eq ? n - nn - 1 : 0;
                 if (eq && tok_eq(eq + 1, vn, "coarse")) {
                     pf->clock = SLUICE__CLOCK_COARSE;
@@ -216,61 +197,13 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         return SLUICE_EINVAL;
     }
     if (ntok == 1) {
-        sluice__errf(err, errlen, "missing LIMIT/PERIOD after \"%s\"", alg_names[pf->alg]);
+        sluice__errf(err, errlen, "missing LIMIT/PERIOD after \"%s\"", pf->ops->name);
         return SLUICE_EINVAL;
     }
 
-    const uint64_t L = pf->limit, W = pf->period_ns;
-    pf->capacity = L;
-    pf->nodelay = seen[OPT_NODELAY];
-    pf->div_w = sluice__div_make(W);
-    switch (pf->alg) {
-    case SLUICE__TOKEN_BUCKET:
-    case SLUICE__LEAKY_BUCKET: {
-        int o = pf->alg == SLUICE__TOKEN_BUCKET ? OPT_BURST : OPT_CAPACITY;
-        if (seen[o]) pf->capacity = optval[o];
-        /* time to fill = capacity * W / L must fit an int64 (292 years) */
-        if ((u128)pf->capacity * W > (u128)INT64_MAX * L) {
-            sluice__errf(err, errlen, "\"%s=%llu\" too large: the bucket would take longer than 2^63 ns to %s at %llu per %llu ns",
-                         opt_names[o], (unsigned long long)pf->capacity,
-                         o == OPT_BURST ? "refill" : "drain",
-                         (unsigned long long)L, (unsigned long long)W);
-            return SLUICE_ERANGE;
-        }
-        uint64_t g = gcd(L, W);
-        pf->rl = L / g;
-        pf->rw = W / g;
-        pf->cap_scaled = (u128)pf->capacity * pf->rw;
-        pf->packed = (pf->cap_scaled >> 64) == 0;
-        break;
-    }
-    case SLUICE__SLIDING_WHEEL: {
-        uint64_t n = seen[OPT_SLOTS] ? optval[OPT_SLOTS] : W / default_tick(W);
-        if (n > W || W % n != 0) {
-            sluice__errf(err, errlen, "bad option \"slots=%llu\": PERIOD (%llu ns) / slots must be a whole number of ns >= 1",
-                         (unsigned long long)n, (unsigned long long)W);
-            return SLUICE_EINVAL;
-        }
-        pf->slots = n;
-        pf->tick_ns = W / n;
-        pf->div_tick = sluice__div_make(pf->tick_ns);
-        break;
-    }
-    case SLUICE__SLIDING_LOG:
-        pf->slots = W;
-        pf->tick_ns = 1;
-        pf->div_tick = sluice__div_make(1);
-        break;
-    case SLUICE__FIXED_WINDOW:
-        pf->packed = true;
-        break;
-    case SLUICE__SLIDING_APPROX:
-        pf->packed = L < ((uint64_t)1 << 32);
-        break;
-    default:
-        break;
-    }
-    return 0;
+    pf->capacity = pf->limit;
+    pf->div_w = sluice__div_make(pf->period_ns);
+    return pf->ops->setup(pf, &opts, err, errlen);
 }
 
 int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
@@ -284,19 +217,9 @@ int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
     char count[24] = "";
     uint64_t c = pf->period_ns / u->ns;
     if (c != 1) snprintf(count, sizeof count, "%llu", (unsigned long long)c);
-    char opts[64] = "";
-    if (pf->alg == SLUICE__TOKEN_BUCKET && pf->capacity != pf->limit)
-        snprintf(opts, sizeof opts, " burst=%llu", (unsigned long long)pf->capacity);
-    if (pf->alg == SLUICE__LEAKY_BUCKET) {
-        if (pf->capacity != pf->limit)
-            snprintf(opts, sizeof opts, " capacity=%llu%s", (unsigned long long)pf->capacity,
-                     pf->nodelay ? " nodelay" : "");
-        else if (pf->nodelay)
-            snprintf(opts, sizeof opts, " nodelay");
-    }
-    if (pf->alg == SLUICE__SLIDING_WHEEL && pf->slots != pf->period_ns / default_tick(pf->period_ns))
-        snprintf(opts, sizeof opts, " slots=%llu", (unsigned long long)pf->slots);
-    int n = snprintf(buf, buflen, "%s %llu/%s%s%s%s", alg_names[pf->alg],
+    char opts[64];
+    if (pf->ops->format(pf, opts, sizeof opts) < 0) return SLUICE_EINVAL;
+    int n = snprintf(buf, buflen, "%s %llu/%s%s%s%s", pf->ops->name,
                      (unsigned long long)pf->limit, count, u->name, opts,
                      pf->clock == SLUICE__CLOCK_COARSE ? " clock=coarse" : "");
     if (n < 0) return SLUICE_EINVAL;

@@ -40,6 +40,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 static inline u128 drain(const sluice__profile *pf, const sluice__state *st, uint64_t t)
 {
     return sluice__sub_sat(st->u.bk.deficit, (u128)(t - st->t_last) * pf->rl);
@@ -53,7 +55,7 @@ static inline int64_t wait_i64(u128 w)
 }
 
 bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_t t,
-                           uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
+                           uint64_t p, uint64_t max_wait, sluice_result *res)
 {
     const u128 full = pf->cap_scaled;
     const u128 d = drain(pf, st, t);
@@ -62,7 +64,7 @@ bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_
      * in debt (d > full) */
     bool ok = p == 0 || (d <= full && add <= full - d);
     uint64_t wait = 0;
-    if (ok && shaper && p != 0) {
+    if (ok && pf->shaper && p != 0) {
         wait = (uint64_t)sluice__ceil_div64(d, pf->rl);
         ok = wait <= max_wait;
     }
@@ -84,14 +86,14 @@ bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_
 }
 
 bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64_t t,
-                            uint64_t p, uint64_t max_wait, bool shaper, sluice_result *res)
+                            uint64_t p, uint64_t max_wait, sluice_result *res)
 {
     const u128 full = pf->cap_scaled;
     const u128 d = drain(pf, st, t);
     const u128 add = (u128)p * pf->rw;
     u128 over = d + add > full ? d + add - full : 0;
     u128 w = sluice__ceil_div64(over, pf->rl);
-    if (shaper && p != 0) {
+    if (pf->shaper && p != 0) {
         u128 ws = sluice__ceil_div64(d, pf->rl);
         if (ws > w) w = ws;
     }
@@ -135,15 +137,62 @@ uint64_t sluice__bucket_rest_at(const sluice__profile *pf, const sluice__state *
     return st->t_last + (uint64_t)sluice__ceil_div64(st->u.bk.deficit, pf->rl);
 }
 
-bool sluice__token_bucket_decide(const sluice__profile *pf, sluice__state *st,
-                                 uint64_t t, uint64_t p, uint64_t max_wait,
-                                 sluice_result *res)
+/* The buckets' options: burst (token-bucket) or capacity (leaky-bucket),
+ * whichever belongs to the algorithm; default LIMIT. */
+int sluice__bucket_setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
 {
-    return sluice__bucket_decide(pf, st, t, p, max_wait, false, res);
+    const uint64_t L = pf->limit, W = pf->period_ns;
+    const int k = pf->ops->options & SLUICE__OPT(SLUICE__OPT_BURST) ? SLUICE__OPT_BURST
+                                                                     : SLUICE__OPT_CAPACITY;
+    if (o->seen[k]) pf->capacity = o->val[k];
+    pf->nodelay = o->seen[SLUICE__OPT_NODELAY];
+    pf->shaper = k == SLUICE__OPT_CAPACITY && !pf->nodelay;
+    /* time to fill = capacity * W / L must fit an int64 (292 years) */
+    if ((u128)pf->capacity * W > (u128)INT64_MAX * L) {
+        sluice__errf(err, errlen,
+                     "\"%s=%llu\" too large: the bucket would take longer than 2^63 ns to %s at %llu per %llu ns",
+                     k == SLUICE__OPT_BURST ? "burst" : "capacity", (unsigned long long)pf->capacity,
+                     k == SLUICE__OPT_BURST ? "refill" : "drain", (unsigned long long)L,
+                     (unsigned long long)W);
+        return SLUICE_ERANGE;
+    }
+    const uint64_t g = sluice__gcd(L, W);
+    pf->rl = L / g;
+    pf->rw = W / g;
+    pf->cap_scaled = (u128)pf->capacity * pf->rw;
+    pf->packed = (pf->cap_scaled >> 64) == 0;
+    return 0;
 }
 
-uint64_t sluice__token_bucket_rest_at(const sluice__profile *pf,
-                                      const sluice__state *st)
+/* Packed: (latest admission's time, deficit), for deficits below 2^64. */
+void sluice__bucket_pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
 {
-    return sluice__bucket_rest_at(pf, st);
+    (void)pf;
+    out[0] = st->t_last;
+    out[1] = (uint64_t)st->u.bk.deficit;
 }
+
+void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], sluice__state *st)
+{
+    (void)pf;
+    st->t_last = in[0];
+    st->u.bk.deficit = in[1];
+}
+
+static int format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    if (pf->capacity == pf->limit) return snprintf(buf, buflen, "%s", "");
+    return snprintf(buf, buflen, " burst=%llu", (unsigned long long)pf->capacity);
+}
+
+const sluice__alg_ops sluice__token_bucket_ops = {
+    .name = "token-bucket",
+    .options = SLUICE__OPT(SLUICE__OPT_BURST) | SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = sluice__bucket_setup,
+    .format = format,
+    .decide = sluice__bucket_decide,
+    .rest_at = sluice__bucket_rest_at,
+    .pack = sluice__bucket_pack,
+    .unpack = sluice__bucket_unpack,
+    .bucket = true,
+};

@@ -33,6 +33,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define RING_MIN 4u
@@ -106,9 +107,8 @@ static void shrink(sluice__log *lg)
     (void)resize(lg, lg->cap / 2);
 }
 
-bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
-                               uint64_t t, uint64_t p, uint64_t max_wait,
-                               sluice_result *res)
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
 {
     (void)max_wait;
     const uint64_t n = pf->slots, L = pf->limit;
@@ -158,16 +158,86 @@ bool sluice__window_log_decide(const sluice__profile *pf, sluice__state *st,
     return res ? sluice__allow(res, room - p, 0) : true;
 }
 
-uint64_t sluice__window_log_rest_at(const sluice__profile *pf,
-                                    const sluice__state *st)
+static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
 {
     const sluice__log *lg = &st->u.log;
     if (lg->len == 0) return st->t_last;
     return (at(lg, lg->len - 1)->slot + pf->slots) * pf->tick_ns;
 }
 
-void sluice__window_log_fini(sluice__log *lg)
+static void fini(sluice__state *st)
 {
+    sluice__log *lg = &st->u.log;
     sluice__free(lg->e);
     memset(lg, 0, sizeof *lg);
 }
+
+/* The default sliding-wheel slot: 1 ms when PERIOD is a whole number of
+ * milliseconds, else 1 us when a whole number of microseconds, else 1 ns.
+ * Memory follows the traffic, not N. */
+static uint64_t default_tick(uint64_t w)
+{
+    if (w % 1000000 == 0) return 1000000;
+    if (w % 1000 == 0) return 1000;
+    return 1;
+}
+
+static int wheel_setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
+{
+    const uint64_t W = pf->period_ns;
+    const uint64_t n = o->seen[SLUICE__OPT_SLOTS] ? o->val[SLUICE__OPT_SLOTS] : W / default_tick(W);
+    if (n > W || W % n != 0) {
+        sluice__errf(err, errlen,
+                     "bad option \"slots=%llu\": PERIOD (%llu ns) / slots must be a whole number of ns >= 1",
+                     (unsigned long long)n, (unsigned long long)W);
+        return SLUICE_EINVAL;
+    }
+    pf->slots = n;
+    pf->tick_ns = W / n;
+    pf->div_tick = sluice__div_make(pf->tick_ns);
+    return 0;
+}
+
+static int wheel_format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    if (pf->slots == pf->period_ns / default_tick(pf->period_ns))
+        return snprintf(buf, buflen, "%s", "");
+    return snprintf(buf, buflen, " slots=%llu", (unsigned long long)pf->slots);
+}
+
+/* sliding-log: the wheel with 1-ns slots, N = W. */
+static int log_setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
+{
+    (void)o, (void)err, (void)errlen;
+    pf->slots = pf->period_ns;
+    pf->tick_ns = 1;
+    pf->div_tick = sluice__div_make(1);
+    return 0;
+}
+
+static int log_format(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    (void)pf;
+    return snprintf(buf, buflen, "%s", "");
+}
+
+/* The ring cannot be packed into 16 bytes: a mutex guards it (limiter.c). */
+const sluice__alg_ops sluice__sliding_wheel_ops = {
+    .name = "sliding-wheel",
+    .options = SLUICE__OPT(SLUICE__OPT_SLOTS) | SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = wheel_setup,
+    .format = wheel_format,
+    .decide = decide,
+    .rest_at = rest_at,
+    .fini = fini,
+};
+
+const sluice__alg_ops sluice__sliding_log_ops = {
+    .name = "sliding-log",
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = log_setup,
+    .format = log_format,
+    .decide = decide,
+    .rest_at = rest_at,
+    .fini = fini,
+};
