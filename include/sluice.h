@@ -384,6 +384,12 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
                                  size_t keylen, uint64_t permits,
                                  uint64_t now_ns, sluice_result *res);
 
+/* sluice_table_try_acquire_at() at the clock the table's spec names:
+ * CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE for `clock=coarse` (see Clocks
+ * above).  `res` may be NULL.  Thread-safe. */
+bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
+                              uint64_t permits, sluice_result *res);
+
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
 

@@ -24,11 +24,31 @@ const char *sluice_strerror(int code)
 
 const char *sluice_version(void) { return SLUICE_VERSION_STRING; }
 
+/* The message is formatted, then copied with every control byte (and DEL)
+ * written as \xNN, so that a reason is always one printable line whatever
+ * bytes the offending token held. */
 void sluice__errf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0) return;
+    char raw[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    if (n < 0) raw[0] = '\0';
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)raw; *p; p++) {
+        if (*p >= 0x20 && *p != 0x7f) {
+            if (o + 1 >= errlen) break;
+            err[o++] = (char)*p;
+        } else {
+            if (o + 4 >= errlen) break;
+            err[o++] = '\\';
+            err[o++] = 'x';
+            err[o++] = hex[*p >> 4];
+            err[o++] = hex[*p & 15];
+        }
+    }
+    err[o] = '\0';
 }

@@ -838,6 +838,13 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     return ok;
 }
 
+bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
+                              uint64_t permits, sluice_result *res)
+{
+    return sluice_table_try_acquire_at(t, key, keylen, permits,
+                                       sluice__clock_now(t->pf.clock), res);
+}
+
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
     sluice_table *m = (sluice_table *)t; /* loads only */

@@ -550,6 +550,30 @@ static void test_strerror(void **state)
     assert_string_equal(sluice_version(), SLUICE_VERSION_STRING);
 }
 
+/* Regression (issue 9, defect 10): a reason is always one printable line:
+ * control bytes of the offending token are written as \xNN. */
+static void test_err_control_bytes(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"token-bucket 10/s\nburst=5", "token\r-bucket 1/s",
+                                        "token-bucket 1/s burst=\x01\x7f", "fixed-window 1/\ts\x1b[2J"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char err[256];
+        assert_int_not_equal(sluice_spec_check(specs[i], NULL, 0, err, sizeof err), 0);
+        assert_true(strlen(err) > 0);
+        for (const char *p = err; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+                fail_msg("spec %zu: control byte 0x%02x in \"%s\"", i, (unsigned char)*p, err);
+    }
+    char err[256];
+    assert_null(sluice_limiter_new("token-bucket 1/s\nburst=2", err, sizeof err));
+    assert_string_equal(err, "bad period \"s\\x0aburst=2\" in \"1/s\\x0aburst=2\": expected [N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d");
+    /* truncation never splits an escape */
+    char small[8];
+    assert_null(sluice_limiter_new("\n\n\n\n", small, sizeof small));
+    assert_true(strlen(small) < sizeof small);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -562,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_format_small_buffers),
         cmocka_unit_test(test_format_max_suffices),
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_err_control_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_table.c -- per-key limiters: independence of keys, key lengths, the
  * max_keys bound with reclamation of keys at rest and refusal of new keys
  * when every held key is in use, counters. */
+#define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <cmocka.h>
 
 #include <sluice.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +152,39 @@ static void test_bad_args(void **state)
     assert_non_null(strstr(err, "\"0\""));
 }
 
+/* Regression (issue 9, defect 9): a table honours clock=coarse in its live
+ * function.  A 1/d bucket admits at the live time; a refusal at time c then
+ * says retry after exactly (admission + 1 d) - c.  When the coarse clock
+ * reads the same c before and after the call (it moves once per tick), the
+ * admission was at exactly c on the coarse clock -- the fine clock would
+ * have put it later. */
+static void test_live_clock_coarse(void **state)
+{
+    (void)state;
+    const uint64_t day = 86400ULL * 1000000000ULL;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char err[256];
+        sluice_table *t = sluice_table_new("token-bucket 1/d burst=1 clock=coarse", 4, err,
+                                           sizeof err);
+        assert_non_null(t);
+        struct timespec b, a;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &b);
+        sluice_result r;
+        assert_true(sluice_table_try_acquire(t, "k", 1, 1, &r));
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &a);
+        const uint64_t cb = (uint64_t)b.tv_sec * 1000000000u + (uint64_t)b.tv_nsec;
+        const uint64_t ca = (uint64_t)a.tv_sec * 1000000000u + (uint64_t)a.tv_nsec;
+        if (cb == ca) {
+            assert_false(sluice_table_try_acquire_at(t, "k", 1, 1, ca, &r));
+            assert_int_equal(r.retry_after_ns, (int64_t)day);
+            sluice_table_free(t);
+            return;
+        }
+        sluice_table_free(t);
+    }
+    fail_msg("the coarse clock moved during each of 100 calls");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +193,7 @@ int main(void)
         cmocka_unit_test(test_full_table),
         cmocka_unit_test(test_many_keys_match_limiters),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_live_clock_coarse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
