@@ -18,6 +18,7 @@
 #include "cli.h"
 
 #include <sluice.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@
 
 static const char replay_usage[] =
     "usage: sluice replay --limit 'SPEC' [--max-keys N] [--evict-lru] [--stats]\n"
-    "                     < TRACE > DECISIONS\n"
+    "                     [--metrics FILE] < TRACE > DECISIONS\n"
     "\n"
     "Decides every request of TRACE, in file order, with one limiter per key built\n"
     "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
@@ -54,9 +55,15 @@ static const char replay_usage[] =
     "  --evict-lru     when N keys are all in use, drop the least recently used\n"
     "                  one (sampled) for the new key instead of refusing it\n"
     "  --stats         print the table's counters to stderr at the end\n"
+    "  --metrics FILE  after the replay, write the counters of what was decided\n"
+    "                  to FILE in the Prometheus text format (0.0.4): requests\n"
+    "                  and permits by decision, probes, keys held, reclaimed,\n"
+    "                  evicted and refused (docs/metrics.md); the `limit` label\n"
+    "                  is the canonical form of SPEC\n"
     "\n"
-    "Exit status: 0 on success; 2 on a bad SPEC, a bad option or a malformed line\n"
-    "(one line on stderr naming the line number and the problem; no output).\n";
+    "Exit status: 0 on success; 2 on a bad SPEC, a bad option, a --metrics FILE\n"
+    "that cannot be opened for writing, or a malformed line (one line on stderr\n"
+    "naming the line number and the problem; no output).\n";
 
 typedef struct req {
     const char *t;   /* time_ns as given */
@@ -207,12 +214,65 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
+/* The metrics of the replay: one series set per limit, the `limit` label
+ * being the canonical form of its spec (suffixed with " #N", N its position
+ * from 1, if an earlier limit has the same form).  Returns 0, or 1 after a
+ * message. */
+static int write_metrics(FILE *f, const char *path, sluice_table *const *tables,
+                         const char *const *specs, size_t n)
+{
+    sluice_metrics *m = sluice_metrics_new();
+    int rc = m ? 0 : SLUICE_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        char canon[SLUICE_SPEC_MAX + 24];
+        if (sluice_spec_check(specs[i], canon, SLUICE_SPEC_MAX, NULL, 0) != 0)
+            snprintf(canon, SLUICE_SPEC_MAX, "limit%zu", i);
+        rc = sluice_metrics_add_table(m, canon, tables[i]);
+        if (rc == SLUICE_EINVAL) { /* the same canonical spec twice */
+            size_t cl = strlen(canon);
+            snprintf(canon + cl, sizeof canon - cl, " #%zu", i + 1);
+            rc = sluice_metrics_add_table(m, canon, tables[i]);
+        }
+    }
+    if (rc == 0) rc = sluice_cli_metrics_dump(m, f, path);
+    else fprintf(stderr, "sluice replay: --metrics: %s\n", sluice_strerror(rc));
+    sluice_metrics_free(m);
+    return rc == 0 ? 0 : 1;
+}
+
+int sluice_cli_metrics_dump(const sluice_metrics *m, FILE *f, const char *path)
+{
+    size_t need = 0;
+    int rc = sluice_metrics_write(m, NULL, 0, &need);
+    char *buf = NULL;
+    /* objects may be added meanwhile (not here, but the function is
+     * general): retry with the length the last attempt asked for */
+    for (int tries = 0; rc == SLUICE_ENOSPC && tries < 8; tries++) {
+        free(buf);
+        buf = need < SIZE_MAX ? malloc(need + 1) : NULL;
+        if (!buf) {
+            rc = SLUICE_ENOMEM;
+            break;
+        }
+        rc = sluice_metrics_write(m, buf, need + 1, &need);
+    }
+    if (rc == 0 && (fwrite(buf, 1, need, f) != need || fflush(f) != 0)) {
+        fprintf(stderr, "sluice: cannot write metrics file \"%s\": %s\n", path, strerror(errno));
+        free(buf);
+        return 1;
+    }
+    if (rc != 0) fprintf(stderr, "sluice: metrics: %s\n", sluice_strerror(rc));
+    free(buf);
+    return rc == 0 ? 0 : 1;
+}
+
 int sluice_cli_replay(int argc, char **argv)
 {
     const char *spec = NULL;
     uint64_t max_keys = 10000000;
     bool stats = false;
     unsigned flags = 0;
+    const char *metrics_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -230,6 +290,10 @@ int sluice_cli_replay(int argc, char **argv)
             }
         } else if (strcmp(a, "--stats") == 0) {
             stats = true;
+        } else if (strcmp(a, "--metrics") == 0 && i + 1 < argc) {
+            metrics_path = argv[++i];
+        } else if (strncmp(a, "--metrics=", 10) == 0) {
+            metrics_path = a + 10;
         } else if (strcmp(a, "--evict-lru") == 0) {
             flags |= SLUICE_TABLE_EVICT_LRU;
         } else {
@@ -248,10 +312,22 @@ int sluice_cli_replay(int argc, char **argv)
         return 2;
     }
 
+    FILE *metrics_file = NULL;
+    if (metrics_path) {
+        metrics_file = *metrics_path ? fopen(metrics_path, "w") : NULL;
+        if (!metrics_file) {
+            fprintf(stderr, "sluice replay: cannot open --metrics file \"%s\": %s\n", metrics_path,
+                    *metrics_path ? strerror(errno) : "empty name");
+            sluice_table_free(t);
+            return 2;
+        }
+    }
+
     size_t len = 0;
     char *in = read_all(stdin, &len);
     if (!in) {
         fprintf(stderr, "sluice replay: cannot read the trace from stdin\n");
+        if (metrics_file) fclose(metrics_file);
         sluice_table_free(t);
         return 1;
     }
@@ -335,6 +411,15 @@ int sluice_cli_replay(int argc, char **argv)
                 (unsigned long long)st.decisions.permits_allowed,
                 (unsigned long long)st.decisions.permits_denied,
                 (unsigned long long)st.decisions.probes);
+    }
+    if (metrics_file) {
+        int mrc = rc == 0 ? write_metrics(metrics_file, metrics_path, &t, &spec, 1) : 0;
+        if (fclose(metrics_file) != 0 && mrc == 0 && rc == 0) {
+            fprintf(stderr, "sluice replay: cannot write --metrics file \"%s\": %s\n",
+                    metrics_path, strerror(errno));
+            mrc = 1;
+        }
+        if (rc == 0) rc = mrc;
     }
     free(reqs);
     free(in);

@@ -442,6 +442,9 @@ int sluice_async_cancel(sluice_limiter *lim, uint64_t id);
 int sluice_limiter_set_queue_max(sluice_limiter *lim, uint32_t max);
 size_t sluice_limiter_queued(sluice_limiter *lim);
 
+/* Metrics: the counters above in the Prometheus text format */
+#include "sluice/metrics.h"
+
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop
 #endif

@@ -1,0 +1,121 @@
+/* sluice/metrics.h -- the library's counters in the Prometheus text format.
+ *
+ * A registry (sluice_metrics) holds named limiters, tables and timing
+ * wheels; sluice_metrics_write() renders every counter they keep into a
+ * caller's buffer in the Prometheus text exposition format, version 0.0.4,
+ * ready to be served at /metrics or written to a file for node_exporter's
+ * textfile collector.  Every series, its type, labels and meaning are listed
+ * in docs/metrics.md; in short:
+ *
+ *   sluice_requests_total{limit,decision}   counter, decision allowed|denied
+ *   sluice_permits_total{limit,decision}    counter
+ *   sluice_probes_total{limit}              counter
+ *   sluice_table_keys{limit}                gauge
+ *   sluice_table_keys_reclaimed_total{limit}  counter
+ *   sluice_table_keys_evicted_total{limit}    counter
+ *   sluice_table_keys_refused_total{limit}    counter
+ *   sluice_wheel_timers_pending{wheel}      gauge
+ *
+ * The `limit` label is the name a limiter or table was added under; the
+ * `wheel` label a wheel's.  Series are per object, never per key, so the
+ * exposition's size depends only on how many objects were added.
+ *
+ * The registry refers to the objects, it does not own them: remove an object
+ * (sluice_metrics_remove) or free the registry before freeing the object.
+ *
+ * Included by sluice.h; it may also be included on its own (C or C++), and
+ * then brings in sluice.h for the objects' types and the error codes.
+ */
+#ifndef SLUICE_METRICS_H
+#define SLUICE_METRICS_H
+
+#include <stddef.h>
+
+#include "../sluice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
+
+typedef struct sluice_metrics sluice_metrics; /* opaque */
+
+/* The longest name an object can be added under, in bytes. */
+#define SLUICE_METRICS_NAME_MAX 256
+
+/* Make an empty registry.  Returns NULL when memory runs out.  The caller
+ * owns it and frees it with sluice_metrics_free().  Thread-safe. */
+sluice_metrics *sluice_metrics_new(void);
+
+/* Free the registry and its copies of the names; the objects it refers to
+ * are left alone.  NULL is a no-op.  No other call may be using `m`. */
+void sluice_metrics_free(sluice_metrics *m);
+
+/* Add a limiter, a table or a timing wheel under `name`, which becomes the
+ * value of its series' `limit` label (limiters and tables) or `wheel` label
+ * (wheels).  The name is copied; it is 1 .. SLUICE_METRICS_NAME_MAX bytes of
+ * valid UTF-8 with no control character other than tab and newline (a
+ * carriage return would split the line for some parsers).  Backslash,
+ * double quote and newline are escaped in the output as the format asks.
+ * Limiters and tables share one set of names (their series share the
+ * `limit` label); wheels have their own.  `obj` must stay valid until it is
+ * removed or the registry is freed.
+ * Returns 0, or
+ *   SLUICE_EINVAL  m, obj or name NULL; a name empty, too long, not UTF-8
+ *                  or with a control character; a name already used, or
+ *                  an object already added;
+ *   SLUICE_ENOMEM  out of memory (nothing added).
+ * Thread-safe, also while sluice_metrics_write() runs. */
+int sluice_metrics_add_limiter(sluice_metrics *m, const char *name,
+                               const sluice_limiter *lim);
+int sluice_metrics_add_table(sluice_metrics *m, const char *name,
+                             const sluice_table *t);
+int sluice_metrics_add_wheel(sluice_metrics *m, const char *name,
+                             const sluice_wheel *w);
+
+/* Stop exposing `obj` (a limiter, table or wheel added before).  When it
+ * returns, no sluice_metrics_write() touches obj any more: it may be freed.
+ * Returns 0, SLUICE_ENOENT when obj is not in the registry, SLUICE_EINVAL
+ * for a NULL argument.  Thread-safe, also while sluice_metrics_write()
+ * runs. */
+int sluice_metrics_remove(sluice_metrics *m, const void *obj);
+
+/* The number of objects in the registry.  Thread-safe. */
+size_t sluice_metrics_count(const sluice_metrics *m);
+
+/* Render the exposition into buf (len bytes), as snprintf does: when the
+ * whole exposition and its NUL fit, buf holds it and 0 is returned; when
+ * not, buf holds the longest prefix of whole lines that fits, NUL-terminated
+ * (if len > 0), and SLUICE_ENOSPC is returned.  Either way *needed (may be
+ * NULL) receives the length of the whole exposition, excluding the NUL:
+ * a buffer of *needed + 1 bytes holds it, unless objects are added in the
+ * meantime.  buf may be NULL when len is 0 (a size query).  An empty
+ * registry renders as the empty string.
+ *
+ * Families come in a fixed order, each with its # HELP and # TYPE line once,
+ * followed by one line per object (objects in the order they were added);
+ * a family with no object is left out.  Values are exact decimal integers.
+ *
+ * It does not allocate and never holds a lock across the whole write: each
+ * object's counters are read with its statistics getter under the
+ * registry's lock for that object only, while decisions go on.  Each value
+ * is exact; values of different series may come from slightly different
+ * instants.  An object added or removed during the write may appear in some
+ * families only.
+ * Returns 0, SLUICE_ENOSPC, or SLUICE_EINVAL when m is NULL or buf is NULL
+ * with len > 0.  Thread-safe: any number of threads may write at once. */
+int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len,
+                         size_t *needed);
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_METRICS_H */
