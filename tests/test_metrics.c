@@ -1,0 +1,837 @@
+/* test_metrics.c -- sluice_metrics: the Prometheus text exposition.
+ *
+ *  - the exact text of a small registry (a limiter, a table, a wheel),
+ *    whose decisions the test states first from the contract (so the
+ *    expected numbers come from the rules, not from the counters);
+ *  - counter values equal to the decisions the test made: random traffic
+ *    on limiters and tables, tallied by the test from each call's answer,
+ *    read back from the exposition by a small parser written here;
+ *  - a short buffer, at every length from 0 to the whole plus one: the
+ *    length needed is reported, the buffer holds the longest prefix of
+ *    whole lines that fits, NUL-terminated, and nothing is written past it;
+ *  - names: escaping of backslash, double quote and newline; UTF-8 kept as
+ *    is; every refused name (empty, too long, invalid UTF-8, control
+ *    characters), duplicate names and objects, NULL arguments;
+ *  - remove: the object leaves every family, its place is reused, an
+ *    unknown object is SLUICE_ENOENT;
+ *  - every allocation failure of _new and _add (nothing added, nothing
+ *    leaked);
+ *  - threads deciding, writing and adding/removing at once: every
+ *    exposition parses, counters never go down, and the last one is exact.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <sluice.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEC 1000000000ULL
+
+/* The whole exposition, in a buffer of the test's (freed by the caller). */
+static char *render(const sluice_metrics *m)
+{
+    size_t need = 0;
+    assert_int_equal(sluice_metrics_write(m, NULL, 0, &need), SLUICE_ENOSPC);
+    char *buf = malloc(need + 1);
+    assert_non_null(buf);
+    size_t again = 0;
+    assert_int_equal(sluice_metrics_write(m, buf, need + 1, &again), 0);
+    assert_int_equal(again, need);
+    assert_int_equal(strlen(buf), need);
+    return buf;
+}
+
+/* ---- a reader for the exposition, independent of metrics.c ------------- */
+
+/* The value of the sample line that starts with `prefix` followed by a
+ * space (e.g. `sluice_probes_total{limit="a"}`); fails the test if there
+ * is not exactly one such line or it is not a decimal integer. */
+static uint64_t sample(const char *text, const char *prefix)
+{
+    size_t pl = strlen(prefix);
+    const char *found = NULL;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl); /* every line ends in LF */
+        if ((size_t)(nl - line) > pl && memcmp(line, prefix, pl) == 0 && line[pl] == ' ') {
+            if (found) fail_msg("two lines for %s", prefix);
+            found = line + pl + 1;
+        }
+        line = nl + 1;
+    }
+    if (!found) fail_msg("no line for %s in:\n%s", prefix, text);
+    uint64_t v = 0;
+    const char *p = found;
+    do {
+        if (*p < '0' || *p > '9') fail_msg("bad value for %s", prefix);
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+    } while (*p != '\n');
+    return v;
+}
+
+static uint64_t sample_l(const char *text, const char *metric, const char *limit,
+                         const char *decision)
+{
+    char prefix[512];
+    if (decision)
+        snprintf(prefix, sizeof prefix, "%s{limit=\"%s\",decision=\"%s\"}", metric, limit, decision);
+    else
+        snprintf(prefix, sizeof prefix, "%s{limit=\"%s\"}", metric, limit);
+    return sample(text, prefix);
+}
+
+static bool has_line_with(const char *text, const char *needle)
+{
+    return strstr(text, needle) != NULL;
+}
+
+/* The exposition's grammar, as the 0.0.4 format states it, for what we
+ * write: comment lines `# HELP name text` / `# TYPE name counter|gauge`,
+ * once per family and before its samples; sample lines
+ * `name{label="value"[,label="value"]} integer`, with a family's samples
+ * together, its name the family's (no samples of an undeclared family). */
+static void check_grammar(const char *text)
+{
+    char family[128] = "";
+    char seen[64][128];
+    size_t nseen = 0;
+    bool typed = false;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        size_t n = (size_t)(nl - line);
+        char l[1024];
+        assert_true(n < sizeof l);
+        memcpy(l, line, n);
+        l[n] = '\0';
+        if (strncmp(l, "# HELP ", 7) == 0) {
+            const char *name = l + 7;
+            const char *sp = strchr(name, ' ');
+            assert_non_null(sp);
+            assert_true(sp[1] != '\0');
+            size_t nl2 = (size_t)(sp - name);
+            for (size_t i = 0; i < nseen; i++)
+                if (strlen(seen[i]) == nl2 && memcmp(seen[i], name, nl2) == 0)
+                    fail_msg("family %.*s twice", (int)nl2, name);
+            memcpy(family, name, nl2);
+            family[nl2] = '\0';
+            assert_true(nseen < 64);
+            strcpy(seen[nseen++], family);
+            typed = false;
+        } else if (strncmp(l, "# TYPE ", 7) == 0) {
+            char want_c[200], want_g[200];
+            snprintf(want_c, sizeof want_c, "# TYPE %s counter", family);
+            snprintf(want_g, sizeof want_g, "# TYPE %s gauge", family);
+            assert_true(strcmp(l, want_c) == 0 || strcmp(l, want_g) == 0);
+            /* counters end in _total, gauges do not */
+            size_t fl = strlen(family);
+            bool total = fl > 6 && strcmp(family + fl - 6, "_total") == 0;
+            assert_int_equal(total, strcmp(l, want_c) == 0);
+            typed = true;
+        } else {
+            assert_true(typed);
+            size_t fl = strlen(family);
+            assert_memory_equal(l, family, fl);
+            assert_int_equal(l[fl], '{');
+            const char *p = l + fl + 1;
+            for (;;) { /* label="value" */
+                while ((*p >= 'a' && *p <= 'z') || *p == '_') p++;
+                assert_int_equal(*p++, '=');
+                assert_int_equal(*p++, '"');
+                while (*p != '"') {
+                    assert_true(*p != '\0');
+                    if (*p == '\\') {
+                        p++;
+                        assert_true(*p == '\\' || *p == '"' || *p == 'n');
+                    }
+                    p++;
+                }
+                p++;
+                if (*p == ',') {
+                    p++;
+                    continue;
+                }
+                assert_int_equal(*p++, '}');
+                break;
+            }
+            assert_int_equal(*p++, ' ');
+            assert_true(*p >= '0' && *p <= '9');
+            while (*p >= '0' && *p <= '9') p++;
+            assert_int_equal(*p, '\0');
+        }
+        line = nl + 1;
+    }
+}
+
+/* ---- exact text ---------------------------------------------------------- */
+
+static void timer_cb(void *arg, sluice_timer_id id, uint64_t now_ns)
+{
+    (void)arg, (void)id, (void)now_ns;
+}
+
+static void test_exact_text(void **state)
+{
+    (void)state;
+    char err[128];
+    /* fixed-window 3/s: three single permits in [0, 1 s) pass, the fourth
+     * and a request for 2 do not; a probe passes and counts apart */
+    sluice_limiter *lim = sluice_limiter_new("fixed-window 3/s", err, sizeof err);
+    assert_non_null(lim);
+    assert_true(sluice_try_acquire_at(lim, 1, 0, NULL));
+    assert_true(sluice_try_acquire_at(lim, 1, 1, NULL));
+    assert_true(sluice_try_acquire_at(lim, 1, 2, NULL));
+    assert_false(sluice_try_acquire_at(lim, 1, 3, NULL));
+    assert_false(sluice_try_acquire_at(lim, 2, 4, NULL));
+    assert_true(sluice_try_acquire_at(lim, 0, 5, NULL));
+    /* token-bucket 1/s per key: "a" passes then is refused, "b" passes
+     * with 1 permit; "c" asks 3 > burst 1: refused */
+    sluice_table *t = sluice_table_new("token-bucket 1/s", 100, err, sizeof err);
+    assert_non_null(t);
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, 0, NULL));
+    assert_false(sluice_table_try_acquire_at(t, "a", 1, 1, 1, NULL));
+    assert_true(sluice_table_try_acquire_at(t, "b", 1, 1, 2, NULL));
+    assert_false(sluice_table_try_acquire_at(t, "c", 1, 3, 3, NULL));
+    /* a wheel with two timers pending */
+    sluice_wheel *w = sluice_wheel_new(0, 16, 0, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(sluice_wheel_schedule(w, SEC, timer_cb, NULL, NULL), 0);
+    assert_int_equal(sluice_wheel_schedule(w, 2 * SEC, timer_cb, NULL, NULL), 0);
+
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "api", lim), 0);
+    assert_int_equal(sluice_metrics_add_table(m, "per-ip", t), 0);
+    assert_int_equal(sluice_metrics_add_wheel(m, "timers", w), 0);
+    assert_int_equal(sluice_metrics_count(m), 3);
+
+    static const char want[] =
+        "# HELP sluice_requests_total Requests decided, by limit and decision (probes count as allowed).\n"
+        "# TYPE sluice_requests_total counter\n"
+        "sluice_requests_total{limit=\"api\",decision=\"allowed\"} 4\n"
+        "sluice_requests_total{limit=\"api\",decision=\"denied\"} 2\n"
+        "sluice_requests_total{limit=\"per-ip\",decision=\"allowed\"} 2\n"
+        "sluice_requests_total{limit=\"per-ip\",decision=\"denied\"} 2\n"
+        "# HELP sluice_permits_total Permits asked for by the requests decided, by limit and decision.\n"
+        "# TYPE sluice_permits_total counter\n"
+        "sluice_permits_total{limit=\"api\",decision=\"allowed\"} 3\n"
+        "sluice_permits_total{limit=\"api\",decision=\"denied\"} 3\n"
+        "sluice_permits_total{limit=\"per-ip\",decision=\"allowed\"} 2\n"
+        "sluice_permits_total{limit=\"per-ip\",decision=\"denied\"} 4\n"
+        "# HELP sluice_probes_total Probes (requests for 0 permits, always allowed, changing nothing) among the requests.\n"
+        "# TYPE sluice_probes_total counter\n"
+        "sluice_probes_total{limit=\"api\"} 1\n"
+        "sluice_probes_total{limit=\"per-ip\"} 0\n"
+        "# HELP sluice_table_keys Keys the table holds now.\n"
+        "# TYPE sluice_table_keys gauge\n"
+        "sluice_table_keys{limit=\"per-ip\"} 2\n"
+        "# HELP sluice_table_keys_reclaimed_total Keys dropped because their limiter was back at rest (no decision changes).\n"
+        "# TYPE sluice_table_keys_reclaimed_total counter\n"
+        "sluice_table_keys_reclaimed_total{limit=\"per-ip\"} 0\n"
+        "# HELP sluice_table_keys_evicted_total Keys dropped while in use to make room (evict-lru tables only).\n"
+        "# TYPE sluice_table_keys_evicted_total counter\n"
+        "sluice_table_keys_evicted_total{limit=\"per-ip\"} 0\n"
+        "# HELP sluice_table_keys_refused_total Requests for a new key refused because the table was full of keys in use (also counted as denied requests).\n"
+        "# TYPE sluice_table_keys_refused_total counter\n"
+        "sluice_table_keys_refused_total{limit=\"per-ip\"} 0\n"
+        "# HELP sluice_wheel_timers_pending Timers scheduled and not yet fired or cancelled.\n"
+        "# TYPE sluice_wheel_timers_pending gauge\n"
+        "sluice_wheel_timers_pending{wheel=\"timers\"} 2\n";
+    char *got = render(m);
+    assert_string_equal(got, want);
+    check_grammar(got);
+    free(got);
+
+    /* the wheel fires one timer: the gauge follows */
+    assert_int_equal(sluice_wheel_advance(w, SEC), 1);
+    got = render(m);
+    assert_true(has_line_with(got, "sluice_wheel_timers_pending{wheel=\"timers\"} 1\n"));
+    free(got);
+
+    sluice_metrics_free(m);
+    sluice_wheel_free(w);
+    sluice_table_free(t);
+    sluice_limiter_free(lim);
+}
+
+/* An empty registry renders as the empty string; a wheel alone as its
+ * family only; a limiter alone as no table family. */
+static void test_empty_and_partial(void **state)
+{
+    (void)state;
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    size_t need = 99;
+    assert_int_equal(sluice_metrics_write(m, NULL, 0, &need), SLUICE_ENOSPC);
+    assert_int_equal(need, 0);
+    char one[1] = {'x'};
+    assert_int_equal(sluice_metrics_write(m, one, 1, &need), 0);
+    assert_int_equal(one[0], '\0');
+    assert_int_equal(sluice_metrics_write(m, one, 1, NULL), 0);
+
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("token-bucket 5/s", err, sizeof err);
+    assert_non_null(lim);
+    assert_int_equal(sluice_metrics_add_limiter(m, "x", lim), 0);
+    char *got = render(m);
+    assert_null(strstr(got, "sluice_table"));
+    assert_null(strstr(got, "sluice_wheel"));
+    assert_int_equal(sample_l(got, "sluice_requests_total", "x", "allowed"), 0);
+    check_grammar(got);
+    free(got);
+    sluice_metrics_free(m);
+    sluice_limiter_free(lim);
+}
+
+/* ---- counters equal to the decisions ------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(void)
+{
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+typedef struct tally {
+    uint64_t req_ok, req_no, perm_ok, perm_no, probes;
+} tally;
+
+static void count(tally *ty, uint64_t permits, bool ok)
+{
+    if (permits == 0) {
+        assert_true(ok);
+        ty->probes++;
+        ty->req_ok++; /* a probe is an allowed request */
+    } else if (ok) {
+        ty->req_ok++;
+        ty->perm_ok += permits;
+    } else {
+        ty->req_no++;
+        ty->perm_no += permits;
+    }
+}
+
+static void check_tally(const char *text, const char *name, const tally *ty)
+{
+    assert_int_equal(sample_l(text, "sluice_requests_total", name, "allowed"), ty->req_ok);
+    assert_int_equal(sample_l(text, "sluice_requests_total", name, "denied"), ty->req_no);
+    assert_int_equal(sample_l(text, "sluice_permits_total", name, "allowed"), ty->perm_ok);
+    assert_int_equal(sample_l(text, "sluice_permits_total", name, "denied"), ty->perm_no);
+    assert_int_equal(sample_l(text, "sluice_probes_total", name, NULL), ty->probes);
+}
+
+static void test_counts_match_decisions(void **state)
+{
+    (void)state;
+    static const char *specs[] = {"fixed-window 10/s", "sliding-log 5/100ms",
+                                  "sliding-wheel 20/s slots=10", "sliding-approx 7/s",
+                                  "token-bucket 3/s burst=6", "leaky-bucket 4/s nodelay"};
+    enum { NS = sizeof specs / sizeof specs[0] };
+    char err[128];
+    sluice_limiter *lims[NS];
+    sluice_table *tabs[NS];
+    tally tl[NS], tt[NS];
+    uint64_t refused_full[NS];
+    memset(tl, 0, sizeof tl);
+    memset(tt, 0, sizeof tt);
+    memset(refused_full, 0, sizeof refused_full);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    char names[2 * NS][32];
+    for (int i = 0; i < NS; i++) {
+        lims[i] = sluice_limiter_new(specs[i], err, sizeof err);
+        assert_non_null(lims[i]);
+        tabs[i] = sluice_table_new(specs[i], 8, err, sizeof err); /* small: fills */
+        assert_non_null(tabs[i]);
+        snprintf(names[i], sizeof names[i], "lim%d", i);
+        snprintf(names[NS + i], sizeof names[NS + i], "tab%d", i);
+        assert_int_equal(sluice_metrics_add_limiter(m, names[i], lims[i]), 0);
+        assert_int_equal(sluice_metrics_add_table(m, names[NS + i], tabs[i]), 0);
+    }
+    uint64_t now = 0;
+    for (int step = 0; step < 20000; step++) {
+        now += rnd() % (20 * 1000 * 1000); /* 0 .. 20 ms */
+        int i = (int)(rnd() % NS);
+        uint64_t permits = rnd() % 4; /* 0 (probe) .. 3 */
+        if (rnd() % 50 == 0) permits = 100; /* beyond every capacity */
+        bool ok = sluice_try_acquire_at(lims[i], permits, now, NULL);
+        count(&tl[i], permits, ok);
+        char key[8];
+        int kl = snprintf(key, sizeof key, "k%u", (unsigned)(rnd() % 20));
+        ok = sluice_table_try_acquire_at(tabs[i], key, (size_t)kl, permits, now, NULL);
+        if (!ok && sluice_table_last_error() == SLUICE_EFULL) refused_full[i]++;
+        count(&tt[i], permits, ok);
+    }
+    char *text = render(m);
+    check_grammar(text);
+    uint64_t any_full = 0;
+    for (int i = 0; i < NS; i++) {
+        check_tally(text, names[i], &tl[i]);
+        check_tally(text, names[NS + i], &tt[i]);
+        assert_int_equal(sample_l(text, "sluice_table_keys_refused_total", names[NS + i], NULL),
+                         refused_full[i]);
+        assert_true(sample_l(text, "sluice_table_keys", names[NS + i], NULL) <= 8);
+        sluice_table_stats st;
+        sluice_table_stats_get(tabs[i], &st);
+        assert_int_equal(sample_l(text, "sluice_table_keys", names[NS + i], NULL), st.keys);
+        assert_int_equal(sample_l(text, "sluice_table_keys_reclaimed_total", names[NS + i], NULL),
+                         st.reclaimed);
+        assert_int_equal(sample_l(text, "sluice_table_keys_evicted_total", names[NS + i], NULL), 0);
+        any_full += refused_full[i];
+    }
+    assert_true(any_full > 0); /* the traffic did fill some table */
+    free(text);
+    sluice_metrics_free(m);
+    for (int i = 0; i < NS; i++) {
+        sluice_limiter_free(lims[i]);
+        sluice_table_free(tabs[i]);
+    }
+}
+
+/* An evict-lru table counts its evictions. */
+static void test_evictions(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_table *t = sluice_table_new_ex("token-bucket 1/h", 1, SLUICE_TABLE_EVICT_LRU, err,
+                                          sizeof err);
+    assert_non_null(t);
+    /* one key held at a time, none ever at rest within the hour: every new
+     * key evicts the previous one */
+    for (unsigned i = 0; i < 5; i++) {
+        char k = (char)('a' + i);
+        assert_true(sluice_table_try_acquire_at(t, &k, 1, 1, i, NULL));
+    }
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_table(m, "lru", t), 0);
+    char *text = render(m);
+    assert_int_equal(sample_l(text, "sluice_table_keys_evicted_total", "lru", NULL), 4);
+    assert_int_equal(sample_l(text, "sluice_table_keys", "lru", NULL), 1);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "lru", "allowed"), 5);
+    free(text);
+    sluice_metrics_free(m);
+    sluice_table_free(t);
+}
+
+/* ---- short buffers ------------------------------------------------------- */
+
+static void test_short_buffer(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *a = sluice_limiter_new("token-bucket 2/s", err, sizeof err);
+    sluice_table *t = sluice_table_new("fixed-window 1/s", 10, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(t);
+    for (uint64_t i = 0; i < 5; i++) {
+        sluice_try_acquire_at(a, 1, i, NULL);
+        sluice_table_try_acquire_at(t, "k", 1, 1, i, NULL);
+    }
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "a \"quoted\" name", a), 0);
+    assert_int_equal(sluice_metrics_add_table(m, "t", t), 0);
+    char *full = render(m);
+    size_t whole = strlen(full);
+    assert_true(whole > 100);
+
+    enum { GUARD = 16 };
+    char *buf = malloc(whole + 1 + GUARD);
+    assert_non_null(buf);
+    for (size_t len = 0; len <= whole + 1; len++) {
+        memset(buf, 'Z', whole + 1 + GUARD);
+        size_t need = 0;
+        int rc = sluice_metrics_write(m, len ? buf : NULL, len, &need);
+        assert_int_equal(need, whole);
+        for (size_t i = len; i < whole + 1 + GUARD; i++) assert_int_equal(buf[i], 'Z');
+        if (len == whole + 1) {
+            assert_int_equal(rc, 0);
+            assert_string_equal(buf, full);
+            continue;
+        }
+        assert_int_equal(rc, SLUICE_ENOSPC);
+        if (len == 0) continue;
+        /* the reference: the longest prefix of whole lines of at most
+         * len - 1 bytes */
+        size_t k = len - 1;
+        while (k > 0 && full[k - 1] != '\n') k--;
+        assert_int_equal(strlen(buf), k);
+        assert_memory_equal(buf, full, k);
+    }
+    /* a NULL `needed` is fine */
+    assert_int_equal(sluice_metrics_write(m, buf, 10, NULL), SLUICE_ENOSPC);
+    assert_int_equal(buf[0], '\0'); /* the first line is longer than 9 bytes */
+    free(buf);
+    free(full);
+    sluice_metrics_free(m);
+    sluice_table_free(t);
+    sluice_limiter_free(a);
+}
+
+/* ---- names ---------------------------------------------------------------- */
+
+static void test_escaping(void **state)
+{
+    (void)state;
+    char err[128];
+    static const struct {
+        const char *name, *escaped;
+    } cases[] = {
+        {"plain", "plain"},
+        {"quo\"te", "quo\\\"te"},
+        {"back\\slash", "back\\\\slash"},
+        {"new\nline", "new\\nline"},
+        {"\\n is not a newline", "\\\\n is not a newline"},
+        {"\"\\\n", "\\\"\\\\\\n"},
+        {"tab\there", "tab\there"},
+        {"token-bucket 100/s burst=20", "token-bucket 100/s burst=20"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa6", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\xa6"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    sluice_limiter *lims[N];
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    for (size_t i = 0; i < N; i++) {
+        lims[i] = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+        assert_non_null(lims[i]);
+        for (size_t j = 0; j <= i; j++) sluice_try_acquire_at(lims[i], 1, 0, NULL);
+        assert_int_equal(sluice_metrics_add_limiter(m, cases[i].name, lims[i]), 0);
+    }
+    char *text = render(m);
+    check_grammar(text);
+    for (size_t i = 0; i < N; i++) {
+        /* limiter i allowed 1 and denied i */
+        assert_int_equal(sample_l(text, "sluice_requests_total", cases[i].escaped, "allowed"), 1);
+        assert_int_equal(sample_l(text, "sluice_requests_total", cases[i].escaped, "denied"), i);
+    }
+    /* no raw newline inside a label: every line starts with '#' or 's' */
+    for (const char *p = text; *p; p = strchr(p, '\n') + 1) assert_true(*p == '#' || *p == 's');
+    free(text);
+    sluice_metrics_free(m);
+    for (size_t i = 0; i < N; i++) sluice_limiter_free(lims[i]);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_limiter *lim2 = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_table *t = sluice_table_new("fixed-window 1/s", 4, err, sizeof err);
+    sluice_wheel *w = sluice_wheel_new(0, 4, 0, err, sizeof err);
+    assert_non_null(lim);
+    assert_non_null(lim2);
+    assert_non_null(t);
+    assert_non_null(w);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+
+    /* NULLs */
+    assert_int_equal(sluice_metrics_add_limiter(NULL, "a", lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_limiter(m, NULL, lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_limiter(m, "a", NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_table(m, "a", NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_wheel(m, "a", NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_remove(NULL, lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_remove(m, NULL), SLUICE_EINVAL);
+    char buf[8];
+    size_t need = 7;
+    assert_int_equal(sluice_metrics_write(NULL, buf, sizeof buf, &need), SLUICE_EINVAL);
+    assert_int_equal(need, 7); /* untouched */
+    assert_int_equal(sluice_metrics_write(m, NULL, 1, &need), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_count(NULL), 0);
+    sluice_metrics_free(NULL);
+
+    /* names refused */
+    char long_name[SLUICE_METRICS_NAME_MAX + 2];
+    memset(long_name, 'n', sizeof long_name);
+    long_name[SLUICE_METRICS_NAME_MAX + 1] = '\0'; /* 257 bytes */
+    static const char *bad[] = {
+        "",
+        "cr\rhere",
+        "ctl\x01",
+        "esc\x1b[0m",
+        "del\x7f",
+        "\xff",                 /* never in UTF-8 */
+        "\xc0\x80",             /* overlong NUL */
+        "\xe0\x80\xaf",         /* overlong '/' */
+        "\xed\xa0\x80",         /* a surrogate */
+        "\xf4\x90\x80\x80",     /* past U+10FFFF */
+        "\xe2\x82",             /* truncated */
+        "\xc3 ",                /* a lead byte then ASCII */
+        "\x80",                 /* a lone continuation byte */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sluice_metrics_add_limiter(m, bad[i], lim), SLUICE_EINVAL);
+        assert_int_equal(sluice_metrics_add_wheel(m, bad[i], w), SLUICE_EINVAL);
+    }
+    assert_int_equal(sluice_metrics_add_limiter(m, long_name, lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_count(m), 0);
+    long_name[SLUICE_METRICS_NAME_MAX] = '\0'; /* 256 bytes: the longest */
+    assert_int_equal(sluice_metrics_add_limiter(m, long_name, lim), 0);
+    assert_int_equal(sluice_metrics_remove(m, lim), 0);
+
+    /* duplicates: a name of the `limit` label once over limiters and
+     * tables; an object once; wheels have their own names */
+    assert_int_equal(sluice_metrics_add_limiter(m, "x", lim), 0);
+    assert_int_equal(sluice_metrics_add_limiter(m, "x", lim2), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_table(m, "x", t), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_limiter(m, "y", lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_wheel(m, "x", w), 0);
+    assert_int_equal(sluice_metrics_add_wheel(m, "z", w), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_table(m, "y", t), 0);
+    /* names differing only in what escaping would merge are different */
+    assert_int_equal(sluice_metrics_add_limiter(m, "a\\nb", lim2), 0);
+    sluice_limiter *lim3 = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    assert_non_null(lim3);
+    assert_int_equal(sluice_metrics_add_limiter(m, "a\nb", lim3), 0);
+    assert_int_equal(sluice_metrics_count(m), 5);
+
+    /* remove: unknown objects, twice */
+    int local;
+    assert_int_equal(sluice_metrics_remove(m, &local), SLUICE_ENOENT);
+    assert_int_equal(sluice_metrics_remove(m, lim), 0);
+    assert_int_equal(sluice_metrics_remove(m, lim), SLUICE_ENOENT);
+    assert_int_equal(sluice_metrics_count(m), 4);
+
+    sluice_metrics_free(m);
+    sluice_limiter_free(lim3);
+    sluice_wheel_free(w);
+    sluice_table_free(t);
+    sluice_limiter_free(lim2);
+    sluice_limiter_free(lim);
+}
+
+static void test_remove(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *a = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_limiter *b = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_table *c = sluice_table_new("fixed-window 1/s", 4, err, sizeof err);
+    sluice_limiter *d = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_non_null(d);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "a", a), 0);
+    assert_int_equal(sluice_metrics_add_limiter(m, "b", b), 0);
+    assert_int_equal(sluice_metrics_add_table(m, "c", c), 0);
+    assert_int_equal(sluice_metrics_remove(m, b), 0);
+    sluice_limiter_free(b); /* the registry no longer refers to it */
+    char *text = render(m);
+    assert_null(strstr(text, "\"b\""));
+    assert_non_null(strstr(text, "{limit=\"a\",decision=\"allowed\"} 0\n"
+                                 "sluice_requests_total{limit=\"a\",decision=\"denied\"} 0\n"
+                                 "sluice_requests_total{limit=\"c\""));
+    free(text);
+    /* the name is free again, and the new object takes the emptied place */
+    assert_int_equal(sluice_metrics_add_limiter(m, "b", d), 0);
+    text = render(m);
+    assert_non_null(strstr(text, "{limit=\"a\",decision=\"denied\"} 0\n"
+                                 "sluice_requests_total{limit=\"b\",decision=\"allowed\"} 0\n"));
+    check_grammar(text);
+    free(text);
+    /* removing the only table drops the table families */
+    assert_int_equal(sluice_metrics_remove(m, c), 0);
+    text = render(m);
+    assert_null(strstr(text, "sluice_table"));
+    free(text);
+    sluice_metrics_free(m);
+    sluice_limiter_free(d);
+    sluice_table_free(c);
+    sluice_limiter_free(a);
+}
+
+/* ---- allocation failures -------------------------------------------------- */
+
+static long alloc_calls, alloc_fail_at = -1, alloc_live;
+
+static void *t_malloc(size_t n)
+{
+    if (alloc_calls++ == alloc_fail_at) return NULL;
+    void *p = malloc(n);
+    if (p) alloc_live++;
+    return p;
+}
+
+static void *t_realloc(void *p, size_t n)
+{
+    (void)p, (void)n;
+    fail_msg("realloc is never called");
+    return NULL;
+}
+
+static void t_free(void *p)
+{
+    if (p) alloc_live--;
+    free(p);
+}
+
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    sluice_allocator a = {t_malloc, t_realloc, t_free};
+    sluice_set_allocator(&a);
+    /* _new then 20 adds (the array grows past 8 and 16): fail each
+     * allocation in turn until the whole sequence passes */
+    int fake[20];
+    char name[8];
+    bool done = false;
+    for (long n = 0; !done; n++) {
+        alloc_calls = 0;
+        alloc_fail_at = n;
+        alloc_live = 0;
+        sluice_metrics *m = sluice_metrics_new();
+        if (!m) {
+            assert_int_equal(alloc_live, 0);
+            continue;
+        }
+        int added = 0, rc = 0;
+        for (int i = 0; i < 20; i++) {
+            snprintf(name, sizeof name, "w%d", i);
+            /* the registry never dereferences an object it is not asked to
+             * write: any distinct pointers will do here */
+            rc = sluice_metrics_add_wheel(m, name, (const sluice_wheel *)&fake[i]);
+            if (rc == SLUICE_ENOMEM) continue;
+            assert_int_equal(rc, 0);
+            added++;
+        }
+        assert_int_equal(sluice_metrics_count(m), (size_t)added);
+        done = added == 20 && alloc_calls <= n;
+        /* a failed add left nothing behind: a retry succeeds */
+        if (added < 20) {
+            alloc_fail_at = -1;
+            for (int i = 0; i < 20; i++) {
+                snprintf(name, sizeof name, "w%d", i);
+                rc = sluice_metrics_add_wheel(m, name, (const sluice_wheel *)&fake[i]);
+                assert_true(rc == 0 || rc == SLUICE_EINVAL);
+            }
+            assert_int_equal(sluice_metrics_count(m), 20);
+        }
+        sluice_metrics_free(m);
+        assert_int_equal(alloc_live, 0);
+        assert_true(n < 1000);
+    }
+    sluice_set_allocator(NULL);
+}
+
+/* ---- concurrency ---------------------------------------------------------- */
+
+typedef struct shared {
+    sluice_limiter *lim;
+    sluice_table *tab;
+    sluice_metrics *m;
+    atomic_bool stop;
+    atomic_uint_fast64_t decided_ok, decided_no;
+} shared;
+
+static void *decider(void *arg)
+{
+    shared *s = arg;
+    uint64_t ok = 0, no = 0;
+    for (uint64_t i = 0; i < 200000; i++) {
+        bool r = sluice_try_acquire_at(s->lim, 1, i * 1000, NULL);
+        char k = (char)('a' + i % 7);
+        bool r2 = sluice_table_try_acquire_at(s->tab, &k, 1, 1, i * 1000, NULL);
+        ok += r + r2;
+        no += !r + !r2;
+    }
+    atomic_fetch_add(&s->decided_ok, ok);
+    atomic_fetch_add(&s->decided_no, no);
+    return NULL;
+}
+
+static void *churner(void *arg)
+{
+    shared *s = arg;
+    char err[64];
+    while (!atomic_load(&s->stop)) {
+        sluice_limiter *l = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+        assert_non_null(l);
+        assert_int_equal(sluice_metrics_add_limiter(s->m, "churn", l), 0);
+        assert_int_equal(sluice_metrics_remove(s->m, l), 0);
+        sluice_limiter_free(l); /* safe: remove waited for any writer */
+    }
+    return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+    (void)state;
+    char err[128];
+    shared s;
+    memset(&s, 0, sizeof s);
+    s.lim = sluice_limiter_new("token-bucket 1000/s", err, sizeof err);
+    s.tab = sluice_table_new("fixed-window 100/s", 64, err, sizeof err);
+    s.m = sluice_metrics_new();
+    assert_non_null(s.lim);
+    assert_non_null(s.tab);
+    assert_non_null(s.m);
+    assert_int_equal(sluice_metrics_add_limiter(s.m, "lim", s.lim), 0);
+    assert_int_equal(sluice_metrics_add_table(s.m, "tab", s.tab), 0);
+    pthread_t d[2], c;
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&d[i], NULL, decider, &s), 0);
+    assert_int_equal(pthread_create(&c, NULL, churner, &s), 0);
+    static char buf[1 << 16];
+    uint64_t last = 0;
+    for (int i = 0; i < 300; i++) {
+        size_t need;
+        assert_int_equal(sluice_metrics_write(s.m, buf, sizeof buf, &need), 0);
+        check_grammar(buf);
+        uint64_t v = sample_l(buf, "sluice_requests_total", "lim", "allowed") +
+                     sample_l(buf, "sluice_requests_total", "lim", "denied");
+        assert_true(v >= last); /* a counter never goes down */
+        last = v;
+    }
+    for (int i = 0; i < 2; i++) pthread_join(d[i], NULL);
+    atomic_store(&s.stop, true);
+    pthread_join(c, NULL);
+    char *text = render(s.m);
+    uint64_t ok = sample_l(text, "sluice_requests_total", "lim", "allowed") +
+                  sample_l(text, "sluice_requests_total", "tab", "allowed");
+    uint64_t no = sample_l(text, "sluice_requests_total", "lim", "denied") +
+                  sample_l(text, "sluice_requests_total", "tab", "denied");
+    assert_int_equal(ok, atomic_load(&s.decided_ok));
+    assert_int_equal(no, atomic_load(&s.decided_no));
+    assert_int_equal(ok + no, 2 * 2 * 200000);
+    free(text);
+    sluice_metrics_free(s.m);
+    sluice_table_free(s.tab);
+    sluice_limiter_free(s.lim);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact_text),
+        cmocka_unit_test(test_empty_and_partial),
+        cmocka_unit_test(test_counts_match_decisions),
+        cmocka_unit_test(test_evictions),
+        cmocka_unit_test(test_short_buffer),
+        cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_remove),
+        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_concurrent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
