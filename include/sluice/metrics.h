@@ -8,8 +8,9 @@
  * in docs/metrics.md; in short:
  *
  *   sluice_requests_total{limit,decision}   counter, decision allowed|denied
+ *                                           (a probe counts as allowed)
  *   sluice_permits_total{limit,decision}    counter
- *   sluice_probes_total{limit}              counter
+ *   sluice_probes_total{limit}              counter (probes among requests)
  *   sluice_table_keys{limit}                gauge
  *   sluice_table_keys_reclaimed_total{limit}  counter
  *   sluice_table_keys_evicted_total{limit}    counter
@@ -96,7 +97,8 @@ size_t sluice_metrics_count(const sluice_metrics *m);
  * registry renders as the empty string.
  *
  * Families come in a fixed order, each with its # HELP and # TYPE line once,
- * followed by one line per object (objects in the order they were added);
+ * followed by one line per object, in registry order (the order objects
+ * were added, a removed object's place going to the next one added);
  * a family with no object is left out.  Values are exact decimal integers.
  *
  * It does not allocate and never holds a lock across the whole write: each
