@@ -339,7 +339,7 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 {
     switch (e->k) {
     case K_LIMITER:
-        sluice_limiter_stats((const sluice_limiter *)e->obj, &s->d);
+        sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
         break;
     case K_TABLE:
         sluice_table_stats_get((const sluice_table *)e->obj, &s->t);

@@ -373,8 +373,9 @@ static void test_counts_match_decisions(void **state)
         count(&tl[i], permits, ok);
         char key[8];
         int kl = snprintf(key, sizeof key, "k%u", (unsigned)(rnd() % 20));
-        ok = sluice_table_try_acquire_at(tabs[i], key, (size_t)kl, permits, now, NULL);
-        if (!ok && sluice_table_last_error() == SLUICE_EFULL) refused_full[i]++;
+        sluice_result res;
+        ok = sluice_table_try_acquire_at(tabs[i], key, (size_t)kl, permits, now, &res);
+        if (!ok && res.error == SLUICE_EFULL) refused_full[i]++;
         count(&tt[i], permits, ok);
     }
     char *text = render(m);
@@ -408,7 +409,7 @@ static void test_evictions(void **state)
 {
     (void)state;
     char err[128];
-    sluice_table *t = sluice_table_new_ex("token-bucket 1/h", 1, SLUICE_TABLE_EVICT_LRU, err,
+    sluice_table *t = sluice_table_new_flags("token-bucket 1/h", 1, SLUICE_TABLE_EVICT_LRU, err,
                                           sizeof err);
     assert_non_null(t);
     /* one key held at a time, none ever at rest within the hour: every new
