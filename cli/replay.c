@@ -14,6 +14,11 @@
  * time_ns[,key[,permits]]: time_ns decimal 0 .. 2^63-1, key any bytes but
  * comma, CR and LF, permits decimal 0 .. 2^64-1 (absent: 1).  time_ns and
  * permits are echoed as given.
+ *
+ * --metrics FILE: FILE is opened before anything is read, so a bad path
+ * costs no work; after the replay the table is put in a sluice_metrics
+ * registry under its canonical spec and the exposition written to FILE
+ * (docs/metrics.md).
  */
 #include "cli.h"
 
