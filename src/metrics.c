@@ -288,6 +288,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 /* What one object contributes to the families. */
 typedef struct snapshot {
     sluice_stats d;          /* limiters and tables */
+    uint64_t queued;         /* limiters */
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
 } snapshot;
@@ -296,6 +297,7 @@ typedef enum family_id {
     F_REQUESTS,
     F_PERMITS,
     F_PROBES,
+    F_ASYNC_QUEUED,
     F_TABLE_KEYS,
     F_TABLE_RECLAIMED,
     F_TABLE_EVICTED,
@@ -321,6 +323,8 @@ static const family families[] = {
     {F_PROBES, "sluice_probes_total", "counter",
      "Probes (requests for 0 permits, always allowed, changing nothing) among the requests.",
      KB(K_LIMITER) | KB(K_TABLE)},
+    {F_ASYNC_QUEUED, "sluice_async_queued", "gauge",
+     "Asynchronous acquires queued on the limiter, waiting for their permits.", KB(K_LIMITER)},
     {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
@@ -339,7 +343,10 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 {
     switch (e->k) {
     case K_LIMITER:
-        sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
+        if (f == F_ASYNC_QUEUED) /* the getter takes the queue's lock: a cast, not a write */
+            s->queued = sluice_limiter_queued((sluice_limiter *)(uintptr_t)e->obj);
+        else
+            sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
         break;
     case K_TABLE:
         sluice_table_stats_get((const sluice_table *)e->obj, &s->t);
@@ -366,6 +373,7 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
         series(c, f->name, label, e, "denied", s->d.permits_denied);
         break;
     case F_PROBES: series(c, f->name, label, e, NULL, s->d.probes); break;
+    case F_ASYNC_QUEUED: series(c, f->name, label, e, NULL, s->queued); break;
     case F_TABLE_KEYS: series(c, f->name, label, e, NULL, s->t.keys); break;
     case F_TABLE_RECLAIMED: series(c, f->name, label, e, NULL, s->t.reclaimed); break;
     case F_TABLE_EVICTED: series(c, f->name, label, e, NULL, s->t.evicted); break;

@@ -2,7 +2,9 @@
  *
  *  - the exact text of a small registry (a limiter, a table, a wheel),
  *    whose decisions the test states first from the contract (so the
- *    expected numbers come from the rules, not from the counters);
+ *    expected numbers come from the rules, not from the counters); the
+ *    gauges of asynchronous acquires queued and timers pending, rising and
+ *    falling;
  *  - counter values equal to the decisions the test made: random traffic
  *    on limiters and tables, tallied by the test from each call's answer,
  *    read back from the exposition by a small parser written here;
@@ -234,6 +236,9 @@ static void test_exact_text(void **state)
         "# TYPE sluice_probes_total counter\n"
         "sluice_probes_total{limit=\"api\"} 1\n"
         "sluice_probes_total{limit=\"per-ip\"} 0\n"
+        "# HELP sluice_async_queued Asynchronous acquires queued on the limiter, waiting for their permits.\n"
+        "# TYPE sluice_async_queued gauge\n"
+        "sluice_async_queued{limit=\"api\"} 0\n"
         "# HELP sluice_table_keys Keys the table holds now.\n"
         "# TYPE sluice_table_keys gauge\n"
         "sluice_table_keys{limit=\"per-ip\"} 2\n"
@@ -263,6 +268,46 @@ static void test_exact_text(void **state)
     sluice_metrics_free(m);
     sluice_wheel_free(w);
     sluice_table_free(t);
+    sluice_limiter_free(lim);
+}
+
+/* Asynchronous acquires waiting on an exhausted window show in the queue
+ * gauge, their timer in the wheel's; when the window turns they are granted
+ * one a second and the gauges fall. */
+static void grant_cb(void *arg, uint64_t id, uint64_t now_ns)
+{
+    (void)id, (void)now_ns;
+    ++*(int *)arg;
+}
+
+static void test_async_gauges(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_wheel *w = sluice_wheel_new(0, 64, 0, err, sizeof err);
+    assert_non_null(lim);
+    assert_non_null(w);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "one", lim), 0);
+    assert_int_equal(sluice_metrics_add_wheel(m, "w", w), 0);
+    assert_true(sluice_try_acquire_at(lim, 1, 0, NULL));
+    int granted = 0;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sluice_acquire_async_at(lim, w, 1, 1, grant_cb, &granted, NULL), 0);
+    char *text = render(m);
+    assert_int_equal(sample_l(text, "sluice_async_queued", "one", NULL), 3);
+    assert_true(sample(text, "sluice_wheel_timers_pending{wheel=\"w\"}") >= 1);
+    free(text);
+    for (uint64_t t = SEC; t <= 3 * SEC; t += SEC) sluice_wheel_advance(w, t);
+    assert_int_equal(granted, 3);
+    text = render(m);
+    assert_int_equal(sample_l(text, "sluice_async_queued", "one", NULL), 0);
+    assert_int_equal(sample(text, "sluice_wheel_timers_pending{wheel=\"w\"}"), 0);
+    free(text);
+    sluice_metrics_free(m);
+    sluice_wheel_free(w);
     sluice_limiter_free(lim);
 }
 
@@ -825,6 +870,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_text),
         cmocka_unit_test(test_empty_and_partial),
+        cmocka_unit_test(test_async_gauges),
         cmocka_unit_test(test_counts_match_decisions),
         cmocka_unit_test(test_evictions),
         cmocka_unit_test(test_short_buffer),

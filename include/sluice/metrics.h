@@ -11,6 +11,7 @@
  *                                           (a probe counts as allowed)
  *   sluice_permits_total{limit,decision}    counter
  *   sluice_probes_total{limit}              counter (probes among requests)
+ *   sluice_async_queued{limit}              gauge (limiters)
  *   sluice_table_keys{limit}                gauge
  *   sluice_table_keys_reclaimed_total{limit}  counter
  *   sluice_table_keys_evicted_total{limit}    counter
