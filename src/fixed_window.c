@@ -19,8 +19,6 @@
  */
 #include "internal.h"
 
-#include <stdio.h>
-
 static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
                    uint64_t max_wait, sluice_result *res)
 {
@@ -53,12 +51,6 @@ static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t e
     return 0;
 }
 
-static int format(const sluice__profile *pf, char *buf, size_t buflen)
-{
-    (void)pf;
-    return snprintf(buf, buflen, "%s", "");
-}
-
 /* Packed: (latest admission's time, count); the window is the time's. */
 static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
 {
@@ -78,7 +70,7 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .name = "fixed-window",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
     .setup = setup,
-    .format = format,
+    .format = sluice__format_no_options,
     .decide = decide,
     .rest_at = rest_at,
     .pack = pack,

@@ -163,6 +163,10 @@ typedef struct sluice__alg_ops {
     bool bucket;
 } sluice__alg_ops;
 
+/* The format of a row whose algorithm has no options of its own. */
+SLUICE__INTERNAL int sluice__format_no_options(const sluice__profile *pf, char *buf,
+                                               size_t buflen);
+
 SLUICE__INTERNAL extern const sluice__alg_ops sluice__fixed_window_ops;
 SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_log_ops;
 SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_wheel_ops;

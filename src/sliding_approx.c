@@ -22,8 +22,6 @@
  */
 #include "internal.h"
 
-#include <stdio.h>
-
 /* Move the state to window k. */
 static void roll(sluice__state *st, uint64_t k)
 {
@@ -90,12 +88,6 @@ static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t e
     return 0;
 }
 
-static int format(const sluice__profile *pf, char *buf, size_t buflen)
-{
-    (void)pf;
-    return snprintf(buf, buflen, "%s", "");
-}
-
 /* Packed: (latest admission's time, cur << 32 | prev); the window is the
  * time's. */
 static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
@@ -117,7 +109,7 @@ const sluice__alg_ops sluice__sliding_approx_ops = {
     .name = "sliding-approx",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
     .setup = setup,
-    .format = format,
+    .format = sluice__format_no_options,
     .decide = decide,
     .rest_at = rest_at,
     .pack = pack,

@@ -206,6 +206,13 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
     return pf->ops->setup(pf, &opts, err, errlen);
 }
 
+int sluice__format_no_options(const sluice__profile *pf, char *buf, size_t buflen)
+{
+    (void)pf;
+    if (buflen) buf[0] = '\0';
+    return 0;
+}
+
 int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
 {
     const struct unit *u = &units[N_FORMAT_UNITS - 1];

@@ -215,12 +215,6 @@ static int log_setup(sluice__profile *pf, const sluice__opts *o, char *err, size
     return 0;
 }
 
-static int log_format(const sluice__profile *pf, char *buf, size_t buflen)
-{
-    (void)pf;
-    return snprintf(buf, buflen, "%s", "");
-}
-
 /* The ring cannot be packed into 16 bytes: a mutex guards it (limiter.c). */
 const sluice__alg_ops sluice__sliding_wheel_ops = {
     .name = "sliding-wheel",
@@ -236,7 +230,7 @@ const sluice__alg_ops sluice__sliding_log_ops = {
     .name = "sliding-log",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
     .setup = log_setup,
-    .format = log_format,
+    .format = sluice__format_no_options,
     .decide = decide,
     .rest_at = rest_at,
     .fini = fini,
