@@ -36,9 +36,12 @@
  *    key); an asynchronous acquire (its queue node).  If that allocation
  *    fails the request is refused, never admitted unrecorded.
  *
- * Thread-safety: every function except `_new`, `_free` and
- * sluice_set_allocator() may be called from any number of threads at once on
- * the same object with no lock held by the caller; the decisions are then
+ * Thread-safety: constructors (`_new`) may be called from any number of
+ * threads at once (each makes an object of its own).  `_free` must not run
+ * while any other call uses the same object, and sluice_set_allocator()
+ * only before any object exists.  Every other function may be called from
+ * any number of threads at once on the same object with no lock held by
+ * the caller; the decisions are then
  * exactly those of the contract for some order of the concurrent calls (no
  * over-admission, no lost permits), also when threads pass slightly
  * out-of-order timestamps.  Per algorithm, on x86-64 (which has a 16-byte
