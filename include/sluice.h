@@ -121,20 +121,41 @@ const char *sluice_version(void);
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                                */
 
-/* The functions the library uses for its own memory.  realloc_fn may be
- * NULL: this version never resizes a block (it allocates anew and frees),
- * so it is not called; it is kept for later versions. */
+/* The functions the library uses for its own memory (the core's and
+ * libsluice-redis's; hiredis's own allocations are not included).
+ *  malloc_fn  as malloc(): a block of `size` bytes, or NULL.
+ *  calloc_fn  as calloc(): `count` * `size` zeroed bytes (the product is
+ *             checked for overflow by the library), or NULL.  The library
+ *             zeroes nothing itself: a table sized for millions of keys
+ *             asks for tens of MB at creation, and a calloc that maps fresh
+ *             zero pages (as glibc's does for large blocks) keeps them
+ *             untouched, so the table costs only what its keys use.
+ *  free_fn    as free(); never called with NULL.
+ * Blocks must be aligned as malloc's are (for any type, max_align_t).
+ *  reserved   must be NULL.  Later versions may give these slots a meaning
+ *             (e.g. an aligned allocation, or a context pointer passed to
+ *             the functions), with NULL meaning what this version does, so
+ *             the struct keeps its size and a caller built for an older
+ *             version keeps working.
+ * Set it with designated initializers, which leave `reserved` NULL:
+ *     sluice_allocator a = {.malloc_fn = m, .calloc_fn = c, .free_fn = f}; */
 typedef struct sluice_allocator {
     void *(*malloc_fn)(size_t size);
-    void *(*realloc_fn)(void *ptr, size_t size);
+    void *(*calloc_fn)(size_t count, size_t size);
     void (*free_fn)(void *ptr);
+    void *reserved[4];
 } sluice_allocator;
 
 /* Install `a` (copied) as the library's allocator, or libc's when `a` is
- * NULL; returns the previous one.  Not thread-safe: call it before any
- * sluice object exists, and free every object with the allocator that made
- * it.  Used by the tests to fail the Nth allocation. */
-sluice_allocator sluice_set_allocator(const sluice_allocator *a);
+ * NULL.  Returns 0, or SLUICE_EINVAL (nothing changed) when a function is
+ * NULL or a reserved slot is not.  Not thread-safe: call it before any sluice
+ * object exists, and free every object with the allocator that made it.
+ * Used by the tests to fail the Nth allocation. */
+int sluice_set_allocator(const sluice_allocator *a);
+
+/* Copy the installed allocator (libc's by default) into `out`.  Thread-safe
+ * while no sluice_set_allocator() call runs. */
+void sluice_get_allocator(sluice_allocator *out);
 
 /* ------------------------------------------------------------------------ */
 /* Clock                                                                     */
