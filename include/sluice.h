@@ -331,6 +331,69 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen,
                       char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------ */
+/* A parsed spec, read-only                                                  */
+
+/* The algorithms, as sluice_spec_info reports them. */
+enum {
+    SLUICE_ALG_FIXED_WINDOW = 0,
+    SLUICE_ALG_SLIDING_LOG = 1,
+    SLUICE_ALG_SLIDING_WHEEL = 2,
+    SLUICE_ALG_SLIDING_APPROX = 3,
+    SLUICE_ALG_TOKEN_BUCKET = 4,
+    SLUICE_ALG_LEAKY_BUCKET = 5
+};
+
+/* The clocks of the spec option `clock=` (see Clocks above). */
+enum {
+    SLUICE_CLOCK_MONOTONIC = 0, /* clock=monotonic, the default */
+    SLUICE_CLOCK_COARSE = 1     /* clock=coarse */
+};
+
+/* What a spec says, after parsing: every value as the limiter uses it,
+ * defaults filled in.  For programs that build on a spec (another store, a
+ * configuration report) without reading its text again.
+ *  algorithm  SLUICE_ALG_*.
+ *  clock      SLUICE_CLOCK_*.
+ *  limit      LIMIT, permits per period, 1 .. SLUICE_MAX_LIMIT.
+ *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS.
+ *  capacity   the most permits a request can get at once: burst= for
+ *             token-bucket, capacity= for leaky-bucket (LIMIT when not
+ *             given), LIMIT for the other algorithms.
+ *  slots      sliding-wheel: the ring's slots (slots=, or the default of
+ *             1-ms, else 1-us, else 1-ns slots); each slot is
+ *             period_ns / slots ns, a whole number.  0 for the others.
+ *  nodelay    leaky-bucket: true for the meter (nodelay), false for the
+ *             shaper.  false for the others.
+ *  reserved   zero; later versions may fill them (a new option), so the
+ *             struct keeps its size. */
+typedef struct sluice_spec_info {
+    int algorithm;
+    int clock;
+    uint64_t limit;
+    uint64_t period_ns;
+    uint64_t capacity;
+    uint64_t slots;
+    bool nodelay;
+    uint64_t reserved[4];
+} sluice_spec_info;
+
+/* Parse `spec` into `out` without making a limiter.  Returns 0, or a
+ * negative code with a one-line reason in err, as sluice_spec_check() (out
+ * is then zeroed).  Formatting a limiter made from the spec and parsing that
+ * gives the same info.  Thread-safe. */
+int sluice_spec_parse(const char *spec, sluice_spec_info *out, char *err,
+                      size_t errlen);
+
+/* The parsed spec of a limiter (as sluice_spec_parse() of the spec it was
+ * made from).  Thread-safe. */
+void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out);
+
+/* The spec name of algorithm `alg` ("token-bucket" for
+ * SLUICE_ALG_TOKEN_BUCKET), a static string; NULL for a value that is not
+ * an algorithm.  Thread-safe. */
+const char *sluice_algorithm_name(int alg);
+
+/* ------------------------------------------------------------------------ */
 /* Tables: one limiter per key                                               */
 
 typedef struct sluice_table sluice_table; /* opaque */

@@ -109,6 +109,9 @@ SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
                                         char *err, size_t errlen);
 SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
                                          size_t buflen);
+/* The public, read-only view of a profile (sluice_spec_info). */
+SLUICE__INTERNAL void sluice__spec_info(const sluice__profile *pf,
+                                        sluice_spec_info *out);
 
 /* The options of the spec grammar, as the parser hands them to an
  * algorithm's setup: which were given, and their values. */
