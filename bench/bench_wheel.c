@@ -133,6 +133,14 @@ static void *count_malloc(size_t n)
     return h + 1;
 }
 
+static void *count_calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = count_malloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
 static void count_free(void *p)
 {
     if (!p) return;
@@ -380,8 +388,8 @@ static double per(uint64_t ns, size_t ops) { return ops ? (double)ns / (double)o
 
 static void run_wheel(const cfg *c, uint64_t seed, uint64_t *deadlines, uint64_t *ids, double *out)
 {
-    sluice_allocator a = {count_malloc, NULL, count_free};
-    sluice_set_allocator(&a);
+    sluice_allocator a = {.malloc_fn = count_malloc, .calloc_fn = count_calloc, .free_fn = count_free};
+    if (sluice_set_allocator(&a) != 0) die("sluice_set_allocator");
     trim();
     size_t rss0 = rss_bytes();
     char err[128];

@@ -124,20 +124,41 @@ const char *sluice_version(void);
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                                */
 
-/* The functions the library uses for its own memory.  realloc_fn may be
- * NULL: this version never resizes a block (it allocates anew and frees),
- * so it is not called; it is kept for later versions. */
+/* The functions the library uses for its own memory (the core's and
+ * libsluice-redis's; hiredis's own allocations are not included).
+ *  malloc_fn  as malloc(): a block of `size` bytes, or NULL.
+ *  calloc_fn  as calloc(): `count` * `size` zeroed bytes (the product is
+ *             checked for overflow by the library), or NULL.  The library
+ *             zeroes nothing itself: a table sized for millions of keys
+ *             asks for tens of MB at creation, and a calloc that maps fresh
+ *             zero pages (as glibc's does for large blocks) keeps them
+ *             untouched, so the table costs only what its keys use.
+ *  free_fn    as free(); never called with NULL.
+ * Blocks must be aligned as malloc's are (for any type, max_align_t).
+ *  reserved   must be NULL.  Later versions may give these slots a meaning
+ *             (e.g. an aligned allocation, or a context pointer passed to
+ *             the functions), with NULL meaning what this version does, so
+ *             the struct keeps its size and a caller built for an older
+ *             version keeps working.
+ * Set it with designated initializers, which leave `reserved` NULL:
+ *     sluice_allocator a = {.malloc_fn = m, .calloc_fn = c, .free_fn = f}; */
 typedef struct sluice_allocator {
     void *(*malloc_fn)(size_t size);
-    void *(*realloc_fn)(void *ptr, size_t size);
+    void *(*calloc_fn)(size_t count, size_t size);
     void (*free_fn)(void *ptr);
+    void *reserved[4];
 } sluice_allocator;
 
 /* Install `a` (copied) as the library's allocator, or libc's when `a` is
- * NULL; returns the previous one.  Not thread-safe: call it before any
- * sluice object exists, and free every object with the allocator that made
- * it.  Used by the tests to fail the Nth allocation. */
-sluice_allocator sluice_set_allocator(const sluice_allocator *a);
+ * NULL.  Returns 0, or SLUICE_EINVAL (nothing changed) when a function is
+ * NULL or a reserved slot is not.  Not thread-safe: call it before any sluice
+ * object exists, and free every object with the allocator that made it.
+ * Used by the tests to fail the Nth allocation. */
+int sluice_set_allocator(const sluice_allocator *a);
+
+/* Copy the installed allocator (libc's by default) into `out`.  Thread-safe
+ * while no sluice_set_allocator() call runs. */
+void sluice_get_allocator(sluice_allocator *out);
 
 /* ------------------------------------------------------------------------ */
 /* Clock                                                                     */
@@ -311,6 +332,69 @@ int sluice_spec_format(const sluice_limiter *lim, char *buf, size_t buflen);
  * by sluice_spec_format().  Thread-safe. */
 int sluice_spec_check(const char *spec, char *canon, size_t canonlen,
                       char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------ */
+/* A parsed spec, read-only                                                  */
+
+/* The algorithms, as sluice_spec_info reports them. */
+enum {
+    SLUICE_ALG_FIXED_WINDOW = 0,
+    SLUICE_ALG_SLIDING_LOG = 1,
+    SLUICE_ALG_SLIDING_WHEEL = 2,
+    SLUICE_ALG_SLIDING_APPROX = 3,
+    SLUICE_ALG_TOKEN_BUCKET = 4,
+    SLUICE_ALG_LEAKY_BUCKET = 5
+};
+
+/* The clocks of the spec option `clock=` (see Clocks above). */
+enum {
+    SLUICE_CLOCK_MONOTONIC = 0, /* clock=monotonic, the default */
+    SLUICE_CLOCK_COARSE = 1     /* clock=coarse */
+};
+
+/* What a spec says, after parsing: every value as the limiter uses it,
+ * defaults filled in.  For programs that build on a spec (another store, a
+ * configuration report) without reading its text again.
+ *  algorithm  SLUICE_ALG_*.
+ *  clock      SLUICE_CLOCK_*.
+ *  limit      LIMIT, permits per period, 1 .. SLUICE_MAX_LIMIT.
+ *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS.
+ *  capacity   the most permits a request can get at once: burst= for
+ *             token-bucket, capacity= for leaky-bucket (LIMIT when not
+ *             given), LIMIT for the other algorithms.
+ *  slots      sliding-wheel: the ring's slots (slots=, or the default of
+ *             1-ms, else 1-us, else 1-ns slots); each slot is
+ *             period_ns / slots ns, a whole number.  0 for the others.
+ *  nodelay    leaky-bucket: true for the meter (nodelay), false for the
+ *             shaper.  false for the others.
+ *  reserved   zero; later versions may fill them (a new option), so the
+ *             struct keeps its size. */
+typedef struct sluice_spec_info {
+    int algorithm;
+    int clock;
+    uint64_t limit;
+    uint64_t period_ns;
+    uint64_t capacity;
+    uint64_t slots;
+    bool nodelay;
+    uint64_t reserved[4];
+} sluice_spec_info;
+
+/* Parse `spec` into `out` without making a limiter.  Returns 0, or a
+ * negative code with a one-line reason in err, as sluice_spec_check() (out
+ * is then zeroed).  Formatting a limiter made from the spec and parsing that
+ * gives the same info.  Thread-safe. */
+int sluice_spec_parse(const char *spec, sluice_spec_info *out, char *err,
+                      size_t errlen);
+
+/* The parsed spec of a limiter (as sluice_spec_parse() of the spec it was
+ * made from).  Thread-safe. */
+void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out);
+
+/* The spec name of algorithm `alg` ("token-bucket" for
+ * SLUICE_ALG_TOKEN_BUCKET), a static string; NULL for a value that is not
+ * an algorithm.  Thread-safe. */
+const char *sluice_algorithm_name(int alg);
 
 /* ------------------------------------------------------------------------ */
 /* Tables: one limiter per key                                               */

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "divide.h"
+#include "shared.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -108,6 +109,9 @@ SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
                                         char *err, size_t errlen);
 SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
                                          size_t buflen);
+/* The public, read-only view of a profile (sluice_spec_info). */
+SLUICE__INTERNAL void sluice__spec_info(const sluice__profile *pf,
+                                        sluice_spec_info *out);
 
 /* The options of the spec grammar, as the parser hands them to an
  * algorithm's setup: which were given, and their values. */
@@ -252,10 +256,8 @@ SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 
-/* SipHash-1-3 of data under the 128-bit key (siphash.c); and SipHash-c-d,
- * for the tests. */
-SLUICE__INTERNAL uint64_t sluice__siphash13(const uint64_t key[2], const void *data,
-                                            size_t len);
+/* SipHash-1-3 (sluice__siphash13) is in shared.h; SipHash-c-d, for the
+ * tests. */
 SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
                                              const void *data, size_t len);
 
@@ -270,10 +272,6 @@ SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *k
                                                   size_t keylen);
 SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
 SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
-
-/* 16 unpredictable bytes from getrandom() (or /dev/urandom; as a last
- * resort, clocks and addresses).  Never fails. */
-SLUICE__INTERNAL void sluice__random_seed(uint64_t out[2]);
 
 /* The queue of a limiter's asynchronous acquires (async.c); embedded in
  * every limiter, initialised by sluice__aqueue_init. */
@@ -312,12 +310,8 @@ static inline void sluice__spin_unlock(sluice__spin *l)
     atomic_store_explicit(&l->locked, 0, memory_order_release);
 }
 
-/* Allocation through the installed hooks. */
-SLUICE__INTERNAL void *sluice__malloc(size_t n);
-SLUICE__INTERNAL void *sluice__calloc(size_t n, size_t size);
-SLUICE__INTERNAL void sluice__free(void *p);
-SLUICE__INTERNAL void *sluice__calloc64(size_t n); /* zeroed, 64-byte aligned */
-SLUICE__INTERNAL void sluice__free64(void *p);
+/* Allocation through the installed hooks, the seed source and SipHash-1-3:
+ * shared.h (libsluice-redis calls them too). */
 
 /* Write a formatted one-line message into err (errlen may be 0). */
 SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,

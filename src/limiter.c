@@ -382,3 +382,8 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
     }
     return 0;
 }
+
+void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out)
+{
+    sluice__spec_info(&lim->pf, out);
+}

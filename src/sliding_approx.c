@@ -18,9 +18,11 @@
  *   remaining       floor((L*W - E) / W)
  *   retry_after_ns  the least d with E(t+d) + p*W <= L*W, found in closed
  *                   form in this window, else the next, else the one after
- *                   (where est = 0); -1 for p > L.
+ *                   (where est = 0); -1 for p > L.  The rule is in
+ *                   sliding_approx.h, shared with the Redis tier.
  */
 #include "internal.h"
+#include "sliding_approx.h"
 
 /* Move the state to window k. */
 static void roll(sluice__state *st, uint64_t k)
@@ -29,19 +31,6 @@ static void roll(sluice__state *st, uint64_t k)
     st->u.sa.prev = (k == st->u.sa.window + 1) ? st->u.sa.cur : 0;
     st->u.sa.cur = 0;
     st->u.sa.window = k;
-}
-
-/* The least offset r' in [0, W] into a window with previous count `prev`
- * and current count `cur` at which p more permits fit; W if none fits
- * before the window ends. */
-static uint64_t first_fit(uint64_t W, uint64_t L, uint64_t prev, uint64_t cur,
-                          uint64_t p)
-{
-    if (cur + p > L) return W;                   /* cur never shrinks in a window */
-    if (prev == 0) return 0;
-    /* prev*(W - r') <= (L - cur - p)*W  <=>  r' >= W - floor((L-cur-p)W/prev) */
-    u128 q = (u128)(L - cur - p) * W / prev;
-    return q >= W ? 0 : W - (uint64_t)q;
 }
 
 static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
@@ -66,11 +55,9 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     if (ok) return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
     uint64_t remaining = (uint64_t)((lw - e) / W);
     if (p > L) return sluice__deny(res, remaining, -1);
-    uint64_t at = first_fit(W, L, v.u.sa.prev, v.u.sa.cur, p);
-    if (at < W) return sluice__deny(res, remaining, (int64_t)(at - r));
-    /* next window: prev' = cur, cur' = 0; the one after always fits */
-    at = first_fit(W, L, v.u.sa.cur, 0, p);
-    return sluice__deny(res, remaining, (int64_t)(W - r + at));
+    /* at most 2W - r < 2^63: W <= SLUICE_MAX_PERIOD_NS */
+    return sluice__deny(res, remaining,
+                        (int64_t)sluice__approx_wait_ns(W, L, v.u.sa.prev, v.u.sa.cur, r, p));
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)

@@ -233,3 +233,46 @@ int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
     if ((size_t)n >= buflen) return SLUICE_ENOSPC;
     return n;
 }
+
+/* ---- the read-only view of a parsed spec (sluice_spec_info) ------------- */
+
+_Static_assert(SLUICE_ALG_FIXED_WINDOW == (int)SLUICE__FIXED_WINDOW &&
+                   SLUICE_ALG_SLIDING_LOG == (int)SLUICE__SLIDING_LOG &&
+                   SLUICE_ALG_SLIDING_WHEEL == (int)SLUICE__SLIDING_WHEEL &&
+                   SLUICE_ALG_SLIDING_APPROX == (int)SLUICE__SLIDING_APPROX &&
+                   SLUICE_ALG_TOKEN_BUCKET == (int)SLUICE__TOKEN_BUCKET &&
+                   SLUICE_ALG_LEAKY_BUCKET == (int)SLUICE__LEAKY_BUCKET &&
+                   SLUICE__ALG_COUNT == 6,
+               "the public algorithm numbers are the profile's");
+
+/* The profile's fields as the public view names them: only what the spec
+ * says (or defaults), none of the derived hot-path values; sliding-log's
+ * internal slots (1-ns ticks) are not a spec option, so it reports 0. */
+void sluice__spec_info(const sluice__profile *pf, sluice_spec_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->algorithm = (int)pf->alg;
+    out->clock = pf->clock == SLUICE__CLOCK_COARSE ? SLUICE_CLOCK_COARSE : SLUICE_CLOCK_MONOTONIC;
+    out->limit = pf->limit;
+    out->period_ns = pf->period_ns;
+    out->capacity = pf->capacity;
+    out->slots = pf->alg == SLUICE__SLIDING_WHEEL ? pf->slots : 0;
+    out->nodelay = pf->alg == SLUICE__LEAKY_BUCKET && pf->nodelay;
+}
+
+int sluice_spec_parse(const char *spec, sluice_spec_info *out, char *err, size_t errlen)
+{
+    sluice__profile pf;
+    int rc = sluice__spec_parse(spec, &pf, err, errlen);
+    if (rc != 0) {
+        memset(out, 0, sizeof *out);
+        return rc;
+    }
+    sluice__spec_info(&pf, out);
+    return 0;
+}
+
+const char *sluice_algorithm_name(int alg)
+{
+    return alg >= 0 && alg < SLUICE__ALG_COUNT ? algs[alg]->name : NULL;
+}

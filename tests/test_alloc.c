@@ -4,9 +4,9 @@
  * A counting allocator is installed with sluice_set_allocator().  Every
  * block it hands out carries a header with a magic number, so a block the
  * library frees with the wrong allocator (or twice) is caught at once, and
- * `live` counts the blocks not yet freed.  Four variants: the Nth allocation
- * fails alone ("once") or with every later one ("from N on"), each with a
- * realloc_fn and with realloc_fn = NULL.
+ * `live` counts the blocks not yet freed.  Two variants: the Nth allocation
+ * (malloc_fn or calloc_fn) fails alone ("once") or with every later one
+ * ("from N on").
  *
  *  - every constructor (sluice_limiter_new for each algorithm,
  *    sluice_table_new) fails cleanly: NULL, a one-line message, nothing
@@ -20,7 +20,10 @@
  *    path: with allocations failing, a request is refused rather than
  *    admitted unrecorded (never more than the contract admits), and after
  *    the allocator recovers every decision is exactly the contract's
- *    (checked against a plain list of the admitted requests).
+ *    (checked against a plain list of the admitted requests);
+ *  - a table sized for 10^6 keys, made through the hook, leaves its pages
+ *    untouched (the library asks the hook's calloc_fn, never zeroes memory
+ *    itself), and sluice_set_allocator() refuses an incomplete allocator.
  *
  * Each test restores libc's allocator in its teardown.
  */
@@ -34,6 +37,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "sluice.h"
 
@@ -55,12 +62,13 @@ typedef union hdr {
 } hdr;
 
 static struct {
-    long calls;      /* malloc_fn and realloc_fn calls since the last arm() */
+    long calls;      /* allocation calls since the last arm() */
     long fail_at;    /* the call that fails; -1: none */
     bool persistent; /* ... and every later call too */
     long failures;   /* calls failed since the last arm() */
     long live;       /* blocks handed out and not freed */
-} A = {0, -1, false, 0, 0};
+    size_t bytes;    /* bytes asked for since the last install() */
+} A = {0, -1, false, 0, 0, 0};
 
 static bool fail_now(void)
 {
@@ -91,17 +99,22 @@ static void *t_malloc(size_t n)
     h->h.magic = MAGIC_LIVE;
     h->h.size = n;
     A.live++;
+    A.bytes += n;
     return h + 1;
 }
 
-static void *t_realloc(void *p, size_t n)
+/* Zeroed by libc's calloc over header and block together, so a large block
+ * stays untouched but for the header's page. */
+static void *t_calloc(size_t n, size_t size)
 {
-    if (!p) return t_malloc(n);
-    hdr *old = header_of(p);
     if (fail_now()) return NULL;
-    hdr *h = realloc(old, sizeof *h + n);
+    if (size && n > (SIZE_MAX - sizeof(hdr)) / size) return NULL;
+    hdr *h = calloc(1, sizeof *h + n * size);
     if (!h) return NULL;
-    h->h.size = n;
+    h->h.magic = MAGIC_LIVE;
+    h->h.size = n * size;
+    A.live++;
+    A.bytes += n * size;
     return h + 1;
 }
 
@@ -114,19 +127,19 @@ static void t_free(void *p)
     free(h);
 }
 
-enum { WITH_REALLOC, WITHOUT_REALLOC };
-
-static void install(int variant)
+static void install(void)
 {
-    sluice_allocator a = {t_malloc, variant == WITH_REALLOC ? t_realloc : NULL, t_free};
+    sluice_allocator a = {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free};
     A.calls = 0;
     A.fail_at = -1;
     A.failures = 0;
     A.live = 0;
-    sluice_set_allocator(&a);
-    /* the hook returns what is installed: installing again gives ours back */
-    sluice_allocator back = sluice_set_allocator(&a);
+    A.bytes = 0;
+    assert_int_equal(sluice_set_allocator(&a), 0);
+    sluice_allocator back;
+    sluice_get_allocator(&back);
     assert_true(back.malloc_fn == t_malloc);
+    assert_true(back.calloc_fn == t_calloc);
     assert_true(back.free_fn == t_free);
 }
 
@@ -196,11 +209,11 @@ static void check_no_leak(const char *what, const char *spec, long n)
                  spec, n, A.live);
 }
 
-static void limiter_new_loop(int variant, bool persistent)
+static void limiter_new_loop(bool persistent)
 {
     for (size_t s = 0; s < COUNT(alg_specs); s++) {
         const char *spec = alg_specs[s].spec;
-        install(variant);
+        install();
         long n;
         for (n = 0; n < MAX_N; n++) {
             char err[256];
@@ -233,29 +246,22 @@ static void limiter_new_loop(int variant, bool persistent)
 static void test_limiter_new_once(void **state)
 {
     (void)state;
-    limiter_new_loop(WITH_REALLOC, false);
+    limiter_new_loop(false);
 }
 
 static void test_limiter_new_from_n(void **state)
 {
     (void)state;
-    limiter_new_loop(WITH_REALLOC, true);
+    limiter_new_loop(true);
 }
 
-static void test_limiter_new_no_realloc(void **state)
-{
-    (void)state;
-    limiter_new_loop(WITHOUT_REALLOC, false);
-    limiter_new_loop(WITHOUT_REALLOC, true);
-}
-
-static void table_new_loop(int variant, bool persistent)
+static void table_new_loop(bool persistent)
 {
     static const size_t max_keys[] = {1, 16, 1000, 100000};
     for (size_t s = 0; s < COUNT(alg_specs); s++) {
         for (size_t m = 0; m < COUNT(max_keys); m++) {
             const char *spec = alg_specs[s].spec;
-            install(variant);
+            install();
             long n;
             for (n = 0; n < MAX_N; n++) {
                 char err[256];
@@ -290,15 +296,8 @@ static void table_new_loop(int variant, bool persistent)
 static void test_table_new(void **state)
 {
     (void)state;
-    table_new_loop(WITH_REALLOC, false);
-    table_new_loop(WITH_REALLOC, true);
-}
-
-static void test_table_new_no_realloc(void **state)
-{
-    (void)state;
-    table_new_loop(WITHOUT_REALLOC, false);
-    table_new_loop(WITHOUT_REALLOC, true);
+    table_new_loop(false);
+    table_new_loop(true);
 }
 
 /* sluice_spec_check makes nothing to keep: it may fail with SLUICE_ENOMEM
@@ -307,7 +306,7 @@ static void test_spec_check(void **state)
 {
     (void)state;
     for (size_t s = 0; s < COUNT(alg_specs); s++) {
-        install(WITH_REALLOC);
+        install();
         long n;
         for (n = 0; n < MAX_N; n++) {
             char canon[64], err[256];
@@ -331,12 +330,12 @@ static void test_spec_check(void **state)
 #define TABLE_KEYS 70 /* new keys, each longer than the 16 bytes kept inline:
                        * the key copy is the allocation a new key makes */
 
-static void table_key_loop(int variant, bool persistent)
+static void table_key_loop(bool persistent)
 {
     for (size_t s = 0; s < COUNT(alg_specs); s++) {
         const char *spec = alg_specs[s].spec;
         const uint64_t now = 5000000000ULL;
-        install(variant);
+        install();
         sluice_table *t = g_table = sluice_table_new(spec, 1000, NULL, 0);
         assert_non_null(t);
         long total_failures = 0;
@@ -396,15 +395,8 @@ static void table_key_loop(int variant, bool persistent)
 static void test_table_new_key(void **state)
 {
     (void)state;
-    table_key_loop(WITH_REALLOC, false);
-    table_key_loop(WITH_REALLOC, true);
-}
-
-static void test_table_new_key_no_realloc(void **state)
-{
-    (void)state;
-    table_key_loop(WITHOUT_REALLOC, false);
-    table_key_loop(WITHOUT_REALLOC, true);
+    table_key_loop(false);
+    table_key_loop(true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -552,11 +544,11 @@ static const struct window_spec window_specs[] = {
 
 /* persistent: once the allocator starts failing, it fails every call until
  * it recovers; else single allocations fail now and then. */
-static void window_oom(int variant, bool persistent)
+static void window_oom(bool persistent)
 {
     for (size_t s = 0; s < COUNT(window_specs); s++) {
         const struct window_spec *w = &window_specs[s];
-        install(variant);
+        install();
         sluice_limiter *lim = g_lim = sluice_limiter_new(w->spec, NULL, 0);
         assert_non_null(lim);
         model_init(w->limit, w->period_ns, w->slots);
@@ -598,8 +590,7 @@ static void window_oom(int variant, bool persistent)
             assert_false(oom);
             t += (step * (r % 2048)) / 1024;
         }
-        print_message("%s (%s, %s): %ld requests refused for memory\n", w->spec,
-                      variant == WITH_REALLOC ? "realloc" : "no realloc",
+        print_message("%s (%s): %ld requests refused for memory\n", w->spec,
                       persistent ? "failing from N on" : "failing once", oom_refusals);
         sluice_limiter_free(lim);
         g_lim = NULL;
@@ -611,15 +602,13 @@ static void window_oom(int variant, bool persistent)
 static void test_window_oom_persistent(void **state)
 {
     (void)state;
-    window_oom(WITH_REALLOC, true);
-    window_oom(WITHOUT_REALLOC, true);
+    window_oom(true);
 }
 
 static void test_window_oom_once(void **state)
 {
     (void)state;
-    window_oom(WITH_REALLOC, false);
-    window_oom(WITHOUT_REALLOC, false);
+    window_oom(false);
 }
 
 /* A limiter whose first admission already finds no memory: refused, and the
@@ -630,7 +619,7 @@ static void test_window_oom_first_request(void **state)
     static const char *const specs[] = {"sliding-log 10/s", "sliding-wheel 10/s",
                                         "sliding-wheel 10/s slots=10"};
     for (size_t s = 0; s < COUNT(specs); s++) {
-        install(WITH_REALLOC);
+        install();
         sluice_limiter *lim = g_lim = sluice_limiter_new(specs[s], NULL, 0);
         assert_non_null(lim);
         arm(0, true);
@@ -657,20 +646,112 @@ static void test_window_oom_first_request(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* A hook does not make a table touch its memory                             */
+
+/* Resident set size from /proc/self/statm, in bytes (0 if unknown). */
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long vsz = 0, res = 0;
+    if (fscanf(f, "%lu %lu", &vsz, &res) != 2) res = 0;
+    fclose(f);
+    long pg = sysconf(_SC_PAGESIZE);
+    return (size_t)res * (size_t)(pg > 0 ? pg : 4096);
+}
+
+/* A table sized for 10^6 keys allocates tens of MB up front (its index and
+ * slab) but, with libc's calloc, the pages stay untouched until keys arrive.
+ * Through a hook it must stay so: the resident set grows by far less than
+ * what the table asked the hook for (the counting allocator's A.bytes, an
+ * independent measure of the table's size).  A library that zeroes its
+ * blocks itself (malloc + memset) makes them all resident. */
+static void test_table_untouched_pages(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"token-bucket 10/s", "sliding-log 10/s"};
+#ifdef M_MMAP_THRESHOLD
+    /* glibc raises its mmap threshold as large blocks are freed, and then
+     * serves them from recycled heap memory, which its calloc must clear:
+     * keep it fixed, so every large block is fresh zero pages. */
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+#endif
+    for (size_t s = 0; s < COUNT(specs); s++) {
+        install();
+        size_t before = rss_bytes();
+        if (before == 0) skip();
+        sluice_table *t = g_table = sluice_table_new(specs[s], 1000000, NULL, 0);
+        assert_non_null(t);
+        size_t after = rss_bytes(), asked = A.bytes;
+        size_t grew = after > before ? after - before : 0;
+        print_message("%s, 10^6 keys: %zu bytes allocated through the hook, RSS +%zu\n",
+                      specs[s], asked, grew);
+        if (asked < 16 * 1000000)
+            fail_msg("\"%s\": only %zu bytes allocated for 10^6 keys", specs[s], asked);
+        if (grew > asked / 16)
+            fail_msg("\"%s\": the table's creation made %zu of its %zu bytes resident",
+                     specs[s], grew, asked);
+        /* the table works, and its pages come in as keys do */
+        sluice_result r;
+        assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, 1000, &r));
+        assert_int_equal(r.remaining, 9);
+        sluice_table_free(t);
+        g_table = NULL;
+        assert_int_equal(A.live, 0);
+        restore_allocator(NULL);
+    }
+}
+
+/* An allocator with a function missing, or a reserved slot set (by a caller
+ * built for a later version), is refused and changes nothing; NULL restores
+ * libc's. */
+static void test_set_allocator_refuses(void **state)
+{
+    (void)state;
+    install();
+    static int marker;
+    const sluice_allocator bad[] = {
+        {.calloc_fn = t_calloc, .free_fn = t_free},
+        {.malloc_fn = t_malloc, .free_fn = t_free},
+        {.malloc_fn = t_malloc, .calloc_fn = t_calloc},
+        {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free, .reserved = {&marker}},
+        {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free,
+         .reserved = {NULL, NULL, NULL, &marker}},
+    };
+    for (size_t i = 0; i < COUNT(bad); i++) {
+        if (sluice_set_allocator(&bad[i]) != SLUICE_EINVAL) fail_msg("allocator %zu accepted", i);
+        sluice_allocator now;
+        sluice_get_allocator(&now);
+        assert_true(now.malloc_fn == t_malloc && now.calloc_fn == t_calloc && now.free_fn == t_free);
+    }
+    /* still ours: a limiter is made through it */
+    sluice_limiter *lim = g_lim = sluice_limiter_new("token-bucket 1/s", NULL, 0);
+    assert_non_null(lim);
+    assert_true(A.live > 0);
+    sluice_limiter_free(lim);
+    g_lim = NULL;
+    assert_int_equal(A.live, 0);
+    assert_int_equal(sluice_set_allocator(NULL), 0);
+    sluice_allocator now;
+    sluice_get_allocator(&now);
+    assert_true(now.malloc_fn == malloc && now.calloc_fn == calloc && now.free_fn == free);
+    for (size_t i = 0; i < COUNT(now.reserved); i++) assert_null(now.reserved[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_limiter_new_once, restore_allocator),
         cmocka_unit_test_teardown(test_limiter_new_from_n, restore_allocator),
-        cmocka_unit_test_teardown(test_limiter_new_no_realloc, restore_allocator),
         cmocka_unit_test_teardown(test_table_new, restore_allocator),
-        cmocka_unit_test_teardown(test_table_new_no_realloc, restore_allocator),
         cmocka_unit_test_teardown(test_spec_check, restore_allocator),
         cmocka_unit_test_teardown(test_table_new_key, restore_allocator),
-        cmocka_unit_test_teardown(test_table_new_key_no_realloc, restore_allocator),
         cmocka_unit_test_teardown(test_window_oom_persistent, restore_allocator),
         cmocka_unit_test_teardown(test_window_oom_once, restore_allocator),
         cmocka_unit_test_teardown(test_window_oom_first_request, restore_allocator),
+        cmocka_unit_test_teardown(test_table_untouched_pages, restore_allocator),
+        cmocka_unit_test_teardown(test_set_allocator_refuses, restore_allocator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,13 @@
  *    written beyond errlen, errlen 0 with err NULL is fine;
  *  - sluice_spec_format() with a buffer too small: SLUICE_ENOSPC and a
  *    NUL-terminated prefix, nothing written beyond buflen;
- *  - sluice_strerror() for every code and for unknown ones.
+ *  - sluice_strerror() for every code and for unknown ones;
+ *  - the parsed view (sluice_spec_parse(), sluice_limiter_spec_get()): for
+ *    every algorithm and option, the values written out by hand in a table
+ *    (defaults filled in), the same from a limiter and from the canonical
+ *    form; a bad spec is refused with the same code and message as
+ *    sluice_spec_check() and a zeroed view; sluice_algorithm_name() for
+ *    every algorithm and for values that are none.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -574,6 +580,153 @@ static void test_err_control_bytes(void **state)
     assert_true(strlen(small) < sizeof small);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The parsed view                                                           */
+
+#define S_ 1000000000ULL
+#define MS_ 1000000ULL
+
+struct info_case {
+    const char *spec;
+    int algorithm, clock;
+    uint64_t limit, period_ns, capacity, slots;
+    bool nodelay;
+};
+
+/* The expected values, worked out by hand from the grammar (README.md):
+ * capacity is burst=/capacity= or LIMIT; sliding-wheel's default slots are
+ * 1 ms when PERIOD is whole ms, else 1 us when whole us, else 1 ns. */
+static const struct info_case info_cases[] = {
+    {"fixed-window 100/s", SLUICE_ALG_FIXED_WINDOW, SLUICE_CLOCK_MONOTONIC, 100, S_, 100, 0, false},
+    {"fixed-window 1/36500d clock=coarse", SLUICE_ALG_FIXED_WINDOW, SLUICE_CLOCK_COARSE, 1,
+     36500ULL * 86400 * S_, 1, 0, false},
+    {"sliding-log 5/10ms", SLUICE_ALG_SLIDING_LOG, SLUICE_CLOCK_MONOTONIC, 5, 10 * MS_, 5, 0, false},
+    {"sliding-log\t7/3us  clock=monotonic", SLUICE_ALG_SLIDING_LOG, SLUICE_CLOCK_MONOTONIC, 7, 3000,
+     7, 0, false},
+    {"sliding-wheel 100/s", SLUICE_ALG_SLIDING_WHEEL, SLUICE_CLOCK_MONOTONIC, 100, S_, 100, 1000, false},
+    {"sliding-wheel 100/m slots=60", SLUICE_ALG_SLIDING_WHEEL, SLUICE_CLOCK_MONOTONIC, 100, 60 * S_,
+     100, 60, false},
+    {"sliding-wheel 3/1500us", SLUICE_ALG_SLIDING_WHEEL, SLUICE_CLOCK_MONOTONIC, 3, 1500000, 3, 1500,
+     false},
+    {"sliding-wheel 3/1501ns clock=coarse", SLUICE_ALG_SLIDING_WHEEL, SLUICE_CLOCK_COARSE, 3, 1501, 3,
+     1501, false},
+    {"sliding-wheel 10/h slots=3600", SLUICE_ALG_SLIDING_WHEEL, SLUICE_CLOCK_MONOTONIC, 10,
+     3600 * S_, 10, 3600, false},
+    {"sliding-approx 1000000000000/min", SLUICE_ALG_SLIDING_APPROX, SLUICE_CLOCK_MONOTONIC,
+     1000000000000ULL, 60 * S_, 1000000000000ULL, 0, false},
+    {"token-bucket 10/s", SLUICE_ALG_TOKEN_BUCKET, SLUICE_CLOCK_MONOTONIC, 10, S_, 10, 0, false},
+    {"token-bucket 10/s burst=1", SLUICE_ALG_TOKEN_BUCKET, SLUICE_CLOCK_MONOTONIC, 10, S_, 1, 0, false},
+    {"token-bucket 1/d burst=365 clock=coarse", SLUICE_ALG_TOKEN_BUCKET, SLUICE_CLOCK_COARSE, 1,
+     86400 * S_, 365, 0, false},
+    {"leaky-bucket 50/2s", SLUICE_ALG_LEAKY_BUCKET, SLUICE_CLOCK_MONOTONIC, 50, 2 * S_, 50, 0, false},
+    {"leaky-bucket 50/s capacity=5", SLUICE_ALG_LEAKY_BUCKET, SLUICE_CLOCK_MONOTONIC, 50, S_, 5, 0,
+     false},
+    {"leaky-bucket 50/s nodelay", SLUICE_ALG_LEAKY_BUCKET, SLUICE_CLOCK_MONOTONIC, 50, S_, 50, 0, true},
+    {"leaky-bucket 50/s nodelay capacity=80 clock=coarse", SLUICE_ALG_LEAKY_BUCKET,
+     SLUICE_CLOCK_COARSE, 50, S_, 80, 0, true},
+};
+
+static void check_info(const char *how, const struct info_case *c, const sluice_spec_info *in)
+{
+    if (in->algorithm != c->algorithm || in->clock != c->clock || in->limit != c->limit ||
+        in->period_ns != c->period_ns || in->capacity != c->capacity || in->slots != c->slots ||
+        in->nodelay != c->nodelay)
+        fail_msg("%s \"%s\": got alg %d clock %d limit %llu period %llu capacity %llu slots "
+                 "%llu nodelay %d; want %d %d %llu %llu %llu %llu %d", how, c->spec,
+                 in->algorithm, in->clock, (unsigned long long)in->limit,
+                 (unsigned long long)in->period_ns, (unsigned long long)in->capacity,
+                 (unsigned long long)in->slots, in->nodelay, c->algorithm, c->clock,
+                 (unsigned long long)c->limit, (unsigned long long)c->period_ns,
+                 (unsigned long long)c->capacity, (unsigned long long)c->slots, c->nodelay);
+    for (size_t i = 0; i < sizeof in->reserved / sizeof in->reserved[0]; i++)
+        if (in->reserved[i]) fail_msg("%s \"%s\": reserved[%zu] = %llu", how, c->spec, i,
+                                      (unsigned long long)in->reserved[i]);
+}
+
+static void test_spec_info(void **state)
+{
+    (void)state;
+    bool seen_alg[6] = {false};
+    for (size_t i = 0; i < sizeof info_cases / sizeof info_cases[0]; i++) {
+        const struct info_case *c = &info_cases[i];
+        sluice_spec_info in;
+        char err[128];
+        memset(&in, 0x5a, sizeof in);
+        int rc = sluice_spec_parse(c->spec, &in, err, sizeof err);
+        if (rc != 0) fail_msg("sluice_spec_parse(\"%s\") = %d: %s", c->spec, rc, err);
+        check_info("sluice_spec_parse", c, &in);
+        seen_alg[c->algorithm] = true;
+
+        sluice_limiter *lim = sluice_limiter_new(c->spec, err, sizeof err);
+        assert_non_null(lim);
+        memset(&in, 0x5a, sizeof in);
+        sluice_limiter_spec_get(lim, &in);
+        check_info("sluice_limiter_spec_get", c, &in);
+
+        /* the canonical form says the same */
+        char canon[SLUICE_SPEC_MAX];
+        assert_true(sluice_spec_format(lim, canon, sizeof canon) > 0);
+        memset(&in, 0x5a, sizeof in);
+        assert_int_equal(sluice_spec_parse(canon, &in, NULL, 0), 0);
+        check_info("sluice_spec_parse(canonical form)", c, &in);
+        assert_string_equal(sluice_algorithm_name(in.algorithm),
+                            c->spec[0] == 'f' ? "fixed-window"
+                            : c->spec[0] == 't' ? "token-bucket"
+                            : c->spec[0] == 'l' ? "leaky-bucket"
+                            : strncmp(c->spec, "sliding-log", 11) == 0 ? "sliding-log"
+                            : strncmp(c->spec, "sliding-wheel", 13) == 0 ? "sliding-wheel"
+                                                                          : "sliding-approx");
+        sluice_limiter_free(lim);
+    }
+    for (int a = 0; a < 6; a++) assert_true(seen_alg[a]);
+}
+
+static void test_spec_info_bad(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        NULL, "", "token-bucket", "token-bucket 0/s", "token-bucket 10/s burst=0",
+        "sliding-wheel 10/s slots=7", "fixed-window 10/s burst=3", "leaky-bucket 1/s nodelay=1",
+        "token-bucket 10/s clock=fast", "token-bucket 10/s\nburst=2",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sluice_spec_info in, zero;
+        memset(&in, 0x5a, sizeof in);
+        memset(&zero, 0, sizeof zero);
+        char err[128], err2[128];
+        int rc = sluice_spec_parse(bad[i], &in, err, sizeof err);
+        int rc2 = sluice_spec_check(bad[i], NULL, 0, err2, sizeof err2);
+        if (rc >= 0) fail_msg("sluice_spec_parse(\"%s\") accepted", bad[i] ? bad[i] : "(null)");
+        assert_int_equal(rc, rc2);
+        assert_string_equal(err, err2);
+        assert_true(err[0] != '\0');
+        assert_memory_equal(&in, &zero, sizeof in);
+    }
+}
+
+static void test_algorithm_name(void **state)
+{
+    (void)state;
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_FIXED_WINDOW), "fixed-window");
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_SLIDING_LOG), "sliding-log");
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_SLIDING_WHEEL), "sliding-wheel");
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_SLIDING_APPROX), "sliding-approx");
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_TOKEN_BUCKET), "token-bucket");
+    assert_string_equal(sluice_algorithm_name(SLUICE_ALG_LEAKY_BUCKET), "leaky-bucket");
+    assert_null(sluice_algorithm_name(-1));
+    assert_null(sluice_algorithm_name(6));
+    assert_null(sluice_algorithm_name(INT_MAX));
+    assert_null(sluice_algorithm_name(INT_MIN));
+    /* each name is a spec's first word */
+    for (int a = 0; a < 6; a++) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "%s 1/s", sluice_algorithm_name(a));
+        sluice_spec_info in;
+        assert_int_equal(sluice_spec_parse(spec, &in, NULL, 0), 0);
+        assert_int_equal(in.algorithm, a);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -587,6 +740,9 @@ int main(void)
         cmocka_unit_test(test_format_max_suffices),
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_err_control_bytes),
+        cmocka_unit_test(test_spec_info),
+        cmocka_unit_test(test_spec_info_bad),
+        cmocka_unit_test(test_algorithm_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

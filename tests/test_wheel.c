@@ -171,15 +171,23 @@ static void c_free(void *p)
     free(h);
 }
 
+static void *c_calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = c_malloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
 static void counting_on(void)
 {
-    sluice_allocator a = {c_malloc, NULL, c_free};
+    sluice_allocator a = {.malloc_fn = c_malloc, .calloc_fn = c_calloc, .free_fn = c_free};
     A.calls = 0;
     A.fail_at = -1;
     A.persistent = false;
     A.live = 0;
     A.live_bytes = 0;
-    sluice_set_allocator(&a);
+    assert_int_equal(sluice_set_allocator(&a), 0);
 }
 
 static void arm(long fail_at, bool persistent)

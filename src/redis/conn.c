@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -52,9 +51,9 @@ int sluice__conn_init(sr_conn *c, const char *host, int port, uint32_t pool_size
 {
     memset(c, 0, sizeof *c);
     size_t hl = strlen(host);
-    c->host = malloc(hl + 1);
-    c->slots = calloc(pool_size, sizeof *c->slots);
-    c->free_ix = calloc(pool_size, sizeof *c->free_ix);
+    c->host = sluice__malloc(hl + 1);
+    c->slots = sluice__calloc(pool_size, sizeof *c->slots);
+    c->free_ix = sluice__calloc(pool_size, sizeof *c->free_ix);
     if (!c->host || !c->slots || !c->free_ix) goto oom;
     memcpy(c->host, host, hl + 1);
     c->port = port;
@@ -76,9 +75,9 @@ int sluice__conn_init(sr_conn *c, const char *host, int port, uint32_t pool_size
     pthread_mutex_init(&c->circ_mu, NULL);
     return 0;
 oom:
-    free(c->host);
-    free(c->slots);
-    free(c->free_ix);
+    sluice__free(c->host);
+    sluice__free(c->slots);
+    sluice__free(c->free_ix);
     memset(c, 0, sizeof *c);
     return SLUICE_ENOMEM;
 }
@@ -91,9 +90,9 @@ void sluice__conn_fini(sr_conn *c)
     pthread_cond_destroy(&c->pool_cv);
     pthread_mutex_destroy(&c->pool_mu);
     pthread_mutex_destroy(&c->circ_mu);
-    free(c->host);
-    free(c->slots);
-    free(c->free_ix);
+    sluice__free(c->host);
+    sluice__free(c->slots);
+    sluice__free(c->free_ix);
     memset(c, 0, sizeof *c);
 }
 
@@ -316,12 +315,12 @@ static int roundtrip(redisContext *ctx, int argc, const char *const *argv,
     size_t need = 32;
     for (int i = 0; i < argc; i++) need += lens[i] + 32;
     char stackbuf[2048];
-    char *buf = need <= sizeof stackbuf ? stackbuf : malloc(need);
+    char *buf = need <= sizeof stackbuf ? stackbuf : sluice__malloc(need);
     if (!buf) return IO_BROKEN;
     char *p = buf + sprintf(buf, "*%d\r\n", argc);
     for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], lens[i]);
     int rc = send_all(ctx, buf, (size_t)(p - buf), deadline);
-    if (buf != stackbuf) free(buf);
+    if (buf != stackbuf) sluice__free(buf);
     if (rc != IO_OK) return rc;
     return read_reply(ctx, out, deadline);
 }

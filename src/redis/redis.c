@@ -44,13 +44,18 @@
  * entries with no live lease, refusal or fetch are dropped (and if that
  * frees too little, all but the fetching ones): dropping an entry only
  * drops permits (fewer admissions, never more) and costs a round trip.
+ * Keys are hashed with SipHash-1-3 under a random per-limiter seed, as the
+ * core's tables hash (clients choose the keys; without the seed they cannot
+ * pick ones that collide).  Every block is allocated through the core's
+ * hook (src/shared.h); the limiter itself is cache-line aligned, for its
+ * stripes.
  */
 #define _GNU_SOURCE
 #include "redis_internal.h"
+#include "../sliding_approx.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define SR_STRIPES 64
@@ -86,7 +91,7 @@ struct sluice_redis {
     uint64_t refresh_ns; /* least time between asking a dry Redis again */
     _Atomic uint64_t rtt_ns; /* round-trip time, a moving average */
     uint32_t stripe_limit;
-    uint64_t hash_seed;
+    uint64_t hash_seed[2]; /* the local tables' SipHash key */
     sluice_table *front, *fallback;
     char fallback_spec[SLUICE_SPEC_MAX];
     uint64_t (*clock_fn)(void *);
@@ -179,38 +184,24 @@ static int check_config(const sluice_redis_config *c, char *err, size_t errlen)
 
 /* The FAIL_LOCAL spec: LIMIT / P per PERIOD, exactly when it can be said
  * (L/P permits per W == L permits per P*W), else rounded down; burst / P,
- * at least 1. */
-static int fallback_spec(const sr_params *pp, uint32_t P, bool coarse, char *out, size_t n)
+ * at least 1; the spec's clock. */
+static int fallback_spec(const sr_params *pp, uint32_t P, char *out, size_t n)
 {
-    const char *ck = coarse ? " clock=coarse" : "";
-    if (P == 1) {
-        int k = snprintf(out, n, "%s%s", pp->canon, ck);
-        if (k < 0 || (size_t)k >= n) return SLUICE_ENOSPC;
-        return sluice_spec_check(out, NULL, 0, NULL, 0);
+    uint64_t L = pp->limit, W = pp->period_ns, B = pp->capacity;
+    if (P > 1 && pp->script == SR_SCRIPT_TB) {
+        B = B / P ? B / P : 1;
+        if (L % P == 0) L /= P;
+        else if (W <= SLUICE_MAX_PERIOD_NS / P) W *= P;
+        else L = L / P ? L / P : 1;
+    } else if (P > 1) {
+        L = L / P ? L / P : 1;
     }
-    uint64_t L = pp->limit, W = pp->period_ns;
-    if (pp->script == SR_SCRIPT_TB) {
-        uint64_t b = pp->capacity / P ? pp->capacity / P : 1;
-        if (L % P == 0)
-            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)(L / P),
-                     (unsigned long long)W, (unsigned long long)b, ck);
-        else if (W <= SLUICE_MAX_PERIOD_NS / P)
-            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)L,
-                     (unsigned long long)(W * P), (unsigned long long)b, ck);
-        else
-            snprintf(out, n, "token-bucket %llu/%lluns burst=%llu%s",
-                     (unsigned long long)(L / P ? L / P : 1), (unsigned long long)W,
-                     (unsigned long long)b, ck);
-    } else {
-        snprintf(out, n, "sliding-approx %llu/%lluns%s", (unsigned long long)(L / P ? L / P : 1),
-                 (unsigned long long)W, ck);
-    }
-    char canon[SLUICE_SPEC_MAX];
-    int rc = sluice_spec_check(out, canon, sizeof canon, NULL, 0);
-    if (rc == 0) snprintf(out, n, "%s", canon);
-    return rc;
+    return sluice__redis_spec(pp->script, L, W, B, pp->coarse, out, n);
 }
 
+/* SPECID: 8 hex digits naming the spec in the Redis key.  Not the local
+ * tables' hash: it must be the same in every process and every version
+ * that shares the keys, so it is unkeyed (FNV-1a of the canonical spec). */
 static uint32_t fnv32(const char *s)
 {
     uint32_t h = 2166136261u;
@@ -232,16 +223,15 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
         return NULL;
     }
     if (check_config(cfg, err, errlen) != 0) return NULL;
-    sluice_redis *r = calloc(1, sizeof *r);
+    sluice_redis *r = sluice__calloc64(sizeof *r); /* _Alignas(64) stripes */
     if (!r) {
         errf(err, errlen, "%s", "out of memory");
         return NULL;
     }
     if (sluice__redis_params(spec, &r->pp, err, errlen) != 0) {
-        free(r);
+        sluice__free64(r);
         return NULL;
     }
-    bool coarse = strstr(spec, "clock=coarse") != NULL;
     r->policy = cfg->policy;
     r->procs = cfg->expected_processes;
     r->cmd_timeout_ns = (uint64_t)cfg->command_timeout_ms * MS;
@@ -249,8 +239,8 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
     r->clock_arg = cfg->clock_arg;
     snprintf(r->specid, sizeof r->specid, "%08x", (unsigned)fnv32(r->pp.canon));
     r->prefixlen = strlen(cfg->key_prefix);
-    r->prefix = malloc(r->prefixlen + 1);
-    r->hash_seed = 1469598103934665603ULL ^ (sluice_now_ns() * 0x9E3779B97F4A7C15ULL);
+    r->prefix = sluice__malloc(r->prefixlen + 1);
+    sluice__random_seed(r->hash_seed);
     for (int i = 0; i < SR_STRIPES; i++) pthread_mutex_init(&r->stripes[i].mu, NULL);
     uint64_t cap_spec = r->pp.capacity, L = r->pp.limit, W = r->pp.period_ns;
     if (cfg->lease_max > 0) {
@@ -277,7 +267,7 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
             goto fail;
         }
     }
-    if (fallback_spec(&r->pp, r->procs, coarse, r->fallback_spec, sizeof r->fallback_spec) != 0) {
+    if (fallback_spec(&r->pp, r->procs, r->fallback_spec, sizeof r->fallback_spec) != 0) {
         errf(err, errlen, "cannot divide \"%s\" among the expected processes", r->pp.canon);
         goto fail;
     }
@@ -310,8 +300,8 @@ fail:
     sluice_table_free(r->front);
     sluice_table_free(r->fallback);
     for (int i = 0; i < SR_STRIPES; i++) pthread_mutex_destroy(&r->stripes[i].mu);
-    free(r->prefix);
-    free(r);
+    sluice__free(r->prefix);
+    sluice__free64(r);
     return NULL;
 }
 
@@ -322,14 +312,14 @@ void sluice_redis_free(sluice_redis *r)
     for (int i = 0; i < SR_STRIPES; i++) {
         sr_stripe *s = &r->stripes[i];
         for (uint32_t j = 0; j < s->cap; j++)
-            if (s->e[j].hash) free(s->e[j].key);
-        free(s->e);
+            if (s->e[j].hash) sluice__free(s->e[j].key);
+        sluice__free(s->e);
         pthread_mutex_destroy(&s->mu);
     }
     sluice_table_free(r->front);
     sluice_table_free(r->fallback);
-    free(r->prefix);
-    free(r);
+    sluice__free(r->prefix);
+    sluice__free64(r);
 }
 
 void sluice_redis_limits_get(const sluice_redis *r, sluice_redis_limits *out)
@@ -367,16 +357,6 @@ int sluice_redis_key_name(const sluice_redis *r, const void *key, size_t keylen,
 
 /* ---- one round trip ------------------------------------------------------- */
 
-/* The least offset r' in [0, W] into a window with counts prev, cur at which
- * p more permits fit (sliding_approx.c's rule, in ns); W if none. */
-static uint64_t first_fit(uint64_t W, uint64_t L, uint64_t prev, uint64_t cur, uint64_t p)
-{
-    if (cur + p > L) return W;
-    if (prev == 0) return 0;
-    sr_u128 q = (sr_u128)(L - cur - p) * W / prev;
-    return q >= W ? 0 : W - (uint64_t)q;
-}
-
 typedef struct sr_outcome {
     bool ok;
     uint64_t granted;
@@ -394,7 +374,7 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
 {
     char kbuf[512];
     size_t kcap = r->prefixlen + keylen + 16;
-    char *kname = kcap <= sizeof kbuf ? kbuf : malloc(kcap);
+    char *kname = kcap <= sizeof kbuf ? kbuf : sluice__malloc(kcap);
     if (!kname) return SLUICE_ENOMEM;
     int kl = sluice_redis_key_name(r, key, keylen, kname, kcap);
 
@@ -416,7 +396,7 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     uint64_t t0 = sluice_now_ns();
     int rc = sluice__conn_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n, deadline,
                                v, nout, retry_at);
-    if (kname != kbuf) free(kname);
+    if (kname != kbuf) sluice__free(kname);
     if (rc != 0) return rc;
     uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
     atomic_store_explicit(&r->rtt_ns, avg ? avg - avg / 8 + el / 8 : el, memory_order_relaxed);
@@ -447,18 +427,12 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
         sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
         o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
         uint64_t W = pp->period_ns, rr = rt * q;
-        if (o->remaining) o->retry1_ns = 0;
-        else {
-            uint64_t at = first_fit(W, L, prev, cur, 1);
-            o->retry1_ns = at < W ? at - rr : W - rr + first_fit(W, L, cur, 0, 1);
-        }
+        /* the core's rule (sliding_approx.h), at Redis's offset rr; each
+         * wait is at most 2W - rr < 2^63 */
+        o->retry1_ns = o->remaining ? 0 : sluice__approx_wait_ns(W, L, prev, cur, rr, 1);
         if (o->ok) o->retry_after_ns = 0;
         else if (p > L) o->retry_after_ns = -1;
-        else {
-            uint64_t at = first_fit(W, L, prev, cur, p);
-            o->retry_after_ns = at < W ? (int64_t)(at - rr)
-                                       : (int64_t)(W - rr + first_fit(W, L, cur, 0, p));
-        }
+        else o->retry_after_ns = (int64_t)sluice__approx_wait_ns(W, L, prev, cur, rr, p);
     }
     return 0;
 bad_reply: /* a reply no script of ours writes: someone else's key? */
@@ -493,15 +467,13 @@ static bool by_policy(sluice_redis *r, const void *key, size_t keylen, uint64_t 
 
 /* ---- the local tier's entries ---------------------------------------------- */
 
+/* SipHash-1-3 under the limiter's random seed, as the core's tables hash:
+ * keys come from clients, and without the seed they cannot be chosen to
+ * collide in one stripe's probe run.  The low 6 bits pick the stripe, the
+ * rest the slot. */
 static uint64_t hash_key(const sluice_redis *r, const void *key, size_t n)
 {
-    uint64_t h = r->hash_seed;
-    const unsigned char *p = key;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ULL;
-    h ^= h >> 32;
-    return h | 1; /* 0 marks an empty slot */
+    return sluice__siphash13(r->hash_seed, n ? key : "", n) | 1; /* 0: an empty slot */
 }
 
 static sr_entry *find(sr_stripe *s, uint64_t h, const void *key, size_t keylen)
@@ -527,7 +499,7 @@ static bool live(const sr_entry *e, uint64_t now)
  * `keep` selects (mode 0: all; 1: live ones; 2: fetching ones). */
 static bool rebuild(sr_stripe *s, uint32_t cap, int mode, uint64_t now)
 {
-    sr_entry *ne = calloc(cap, sizeof *ne);
+    sr_entry *ne = sluice__calloc(cap, sizeof *ne);
     if (!ne) return false;
     uint32_t count = 0;
     for (uint32_t j = 0; j < s->cap; j++) {
@@ -536,7 +508,7 @@ static bool rebuild(sr_stripe *s, uint32_t cap, int mode, uint64_t now)
         bool keep = mode == 0 || (mode == 1 ? live(e, now) : e->fetching);
         if (!keep) {
             if (e->lease_left) s->lease_dropped += e->lease_left;
-            free(e->key);
+            sluice__free(e->key);
             continue;
         }
         uint32_t i = (uint32_t)(e->hash >> 6) & (cap - 1);
@@ -544,7 +516,7 @@ static bool rebuild(sr_stripe *s, uint32_t cap, int mode, uint64_t now)
         ne[i] = *e;
         count++;
     }
-    free(s->e);
+    sluice__free(s->e);
     s->e = ne;
     s->cap = cap;
     s->count = count;
@@ -566,7 +538,7 @@ static sr_entry *find_or_add(sluice_redis *r, sr_stripe *s, uint64_t h, const vo
         uint32_t nc = s->cap ? s->cap * 2 : 16;
         if (!rebuild(s, nc, 0, now)) return NULL;
     }
-    char *k = malloc(keylen ? keylen : 1);
+    char *k = sluice__malloc(keylen);
     if (!k) return NULL;
     if (keylen) memcpy(k, key, keylen);
     uint32_t i = (uint32_t)(h >> 6) & (s->cap - 1);

@@ -16,6 +16,8 @@
 #include <sluice.h>
 #include <sluice/redis.h>
 
+#include "../shared.h" /* the core's allocator hook, SipHash, seeds */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -42,7 +44,10 @@ typedef struct sr_params {
     uint64_t a, b, cap;
     /* sliding-approx: the window in ticks */
     uint64_t wt;
-    char canon[SLUICE_SPEC_MAX]; /* canonical spec, without clock=coarse */
+    bool coarse;         /* the spec says clock=coarse (for the local tier) */
+    char canon[SLUICE_SPEC_MAX]; /* canonical spec, without clock=coarse: it
+                                  * names the Redis keys (SPECID), so it is
+                                  * the same for every clock */
 } sr_params;
 
 /* Parse and check `spec` for the Redis tier: the algorithm must have a
@@ -50,6 +55,12 @@ typedef struct sr_params {
  * below 2^53.  Returns 0 or a negative code with a reason in err. */
 SR_INTERNAL int sluice__redis_params(const char *spec, sr_params *out,
                                      char *err, size_t errlen);
+
+/* The canonical spec of script `script` (SR_SCRIPT_*) for LIMIT L per W ns,
+ * burst B (token-bucket only), with clock=coarse when `coarse`, into
+ * out[n].  0, or a negative code when the spec is refused or does not fit. */
+SR_INTERNAL int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t B,
+                                   bool coarse, char *out, size_t n);
 
 /* Reply fields of the scripts. */
 #define SR_TB_FIELDS 4 /* ok, granted, x, now */

@@ -212,73 +212,51 @@ static sr_u128 gcd128(sr_u128 x, sr_u128 y)
     return x;
 }
 
-/* Parse the canonical form that sluice_spec_check() writes:
- * "ALG L/[N]UNIT[ burst=B][ ...][ clock=coarse]". */
-static int parse_canon(const char *canon, char *alg, size_t alglen, uint64_t *L,
-                       uint64_t *W, uint64_t *B)
+int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t B, bool coarse, char *out,
+                       size_t n)
 {
-    static const struct { const char *name; uint64_t ns; } units[] = {
-        {"d", 86400000000000ULL}, {"h", 3600000000000ULL}, {"min", 60000000000ULL},
-        {"s", 1000000000ULL},     {"ms", 1000000ULL},      {"us", 1000ULL},
-        {"ns", 1ULL},
-    };
-    const char *sp = strchr(canon, ' ');
-    if (!sp || (size_t)(sp - canon) >= alglen) return -1;
-    memcpy(alg, canon, (size_t)(sp - canon));
-    alg[sp - canon] = '\0';
-    const char *s = sp + 1;
-    uint64_t l = 0, n = 0;
-    while (*s >= '0' && *s <= '9') l = l * 10 + (uint64_t)(*s++ - '0');
-    if (*s++ != '/') return -1;
-    bool have_n = false;
-    while (*s >= '0' && *s <= '9') n = n * 10 + (uint64_t)(*s++ - '0'), have_n = true;
-    if (!have_n) n = 1;
-    size_t ul = strcspn(s, " ");
-    uint64_t w = 0;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strlen(units[i].name) == ul && memcmp(units[i].name, s, ul) == 0) w = n * units[i].ns;
-    if (w == 0) return -1;
-    *L = l;
-    *W = w;
-    *B = l;
-    const char *bu = strstr(s, " burst=");
-    if (bu) {
-        uint64_t b = 0;
-        for (bu += 7; *bu >= '0' && *bu <= '9'; bu++) b = b * 10 + (uint64_t)(*bu - '0');
-        *B = b;
-    }
+    char text[SLUICE_SPEC_MAX];
+    if (script == SR_SCRIPT_TB)
+        snprintf(text, sizeof text, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)L,
+                 (unsigned long long)W, (unsigned long long)B, coarse ? " clock=coarse" : "");
+    else
+        snprintf(text, sizeof text, "sliding-approx %llu/%lluns%s", (unsigned long long)L,
+                 (unsigned long long)W, coarse ? " clock=coarse" : "");
+    char canon[SLUICE_SPEC_MAX];
+    int rc = sluice_spec_check(text, canon, sizeof canon, NULL, 0);
+    if (rc != 0) return rc;
+    if (strlen(canon) >= n) return SLUICE_ENOSPC;
+    memcpy(out, canon, strlen(canon) + 1);
     return 0;
 }
 
 int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t errlen)
 {
-    char canon[SLUICE_SPEC_MAX];
     memset(out, 0, sizeof *out);
-    int rc = sluice_spec_check(spec, canon, sizeof canon, err, errlen);
+    sluice_spec_info in;
+    int rc = sluice_spec_parse(spec, &in, err, errlen);
     if (rc != 0) return rc;
-    char *coarse = strstr(canon, " clock=coarse");
-    if (coarse) *coarse = '\0';
-    char alg[32];
-    uint64_t L, W, B;
-    if (parse_canon(canon, alg, sizeof alg, &L, &W, &B) != 0) {
-        if (errlen) snprintf(err, errlen, "cannot read the canonical spec \"%s\"", canon);
-        return SLUICE_EINVAL;
-    }
-    memcpy(out->canon, canon, sizeof canon);
-    out->limit = L;
-    out->period_ns = W;
-    if (strcmp(alg, "token-bucket") == 0) {
+    if (in.algorithm == SLUICE_ALG_TOKEN_BUCKET) {
         out->script = SR_SCRIPT_TB;
-        out->capacity = B;
-    } else if (strcmp(alg, "sliding-approx") == 0) {
+    } else if (in.algorithm == SLUICE_ALG_SLIDING_APPROX) {
         out->script = SR_SCRIPT_SA;
-        out->capacity = L;
     } else {
         if (errlen)
             snprintf(err, errlen,
                      "algorithm \"%s\" has no Redis script (use token-bucket or sliding-approx)",
-                     alg);
+                     sluice_algorithm_name(in.algorithm));
         return SLUICE_EINVAL;
+    }
+    const uint64_t L = in.limit, W = in.period_ns, B = in.capacity;
+    out->limit = L;
+    out->period_ns = W;
+    out->capacity = B;
+    out->coarse = in.clock == SLUICE_CLOCK_COARSE;
+    rc = sluice__redis_spec(out->script, L, W, B, false, out->canon, sizeof out->canon);
+    if (rc != 0) {
+        /* cannot happen: the parsed values are a spec's */
+        if (errlen) snprintf(err, errlen, "cannot write the spec's canonical form (%d)", rc);
+        return rc;
     }
     for (uint64_t q = 1000; q <= 1000000000ULL; q *= 10) {
         if (out->script == SR_SCRIPT_TB) {
@@ -289,7 +267,7 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
             out->quantum_ns = q;
             out->a = (uint64_t)a;
             out->b = (uint64_t)b;
-            out->cap = (uint64_t)(B * b);
+            out->cap = (uint64_t)(B * b); /* < 2^53: checked above */
             return 0;
         }
         if (W % q != 0) break; /* a larger q cannot divide W either */
@@ -305,13 +283,13 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
                      "spec \"%s\" is out of the Redis tier's exact range: (burst+1) * PERIOD / "
                      "gcd(LIMIT * q, PERIOD) must stay below 2^53 for some clock quantum q "
                      "of 1 us .. 1 s (docs/redis.md)",
-                     canon);
+                     out->canon);
         else
             snprintf(err, errlen,
                      "spec \"%s\" is out of the Redis tier's exact range: PERIOD must be a "
                      "whole number of microseconds and (2*LIMIT+1) * PERIOD/q below 2^53 "
                      "for some clock quantum q of 1 us .. 1 s dividing PERIOD (docs/redis.md)",
-                     canon);
+                     out->canon);
     }
     return SLUICE_ERANGE;
 }

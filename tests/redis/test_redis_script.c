@@ -6,7 +6,10 @@
  * compared field by field with tests/ref_model.c fed the same requests at
  * the same times.  Also: the SHA1s against SCRIPT LOAD, the spec range and
  * its edges near 2^53, TTLs and at-rest deletion, a clock that steps back,
- * key names and hash tags, configuration errors.
+ * key names and hash tags, configuration errors; key names that depend on
+ * the spec's meaning only (not its spelling or clock) and are those of
+ * earlier versions; the FAIL_LOCAL spec for each clock; every allocation of
+ * the tier through sluice_set_allocator()'s hook, and each one failing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 
 #include <sluice.h>
 #include <sluice/redis.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,6 +368,207 @@ static void test_keys(void **state)
     sluice_redis_free(r);
 }
 
+/* The SPECID of a Redis key is FNV-1a (32 bits, offset basis 2166136261,
+ * prime 16777619) of the canonical spec without its clock: written out here
+ * from the published definition, so a change of the key names (which would
+ * split one limit in two while processes of two versions share a Redis)
+ * fails this test. */
+static uint32_t fnv1a32(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static void test_spec_names(void **state)
+{
+    (void)state;
+    static const struct { const char *spec, *canon; } c[] = {
+        {"token-bucket 10/s", "token-bucket 10/s"},
+        {"token-bucket  10/1000ms burst=10", "token-bucket 10/s"},
+        {"token-bucket 10/s clock=coarse", "token-bucket 10/s"},
+        {"token-bucket 10/s burst=5 clock=monotonic", "token-bucket 10/s burst=5"},
+        {"token-bucket 7/90s burst=3 clock=coarse", "token-bucket 7/90s burst=3"},
+        {"sliding-approx 100/60s", "sliding-approx 100/min"},
+        {"sliding-approx 100/m clock=coarse", "sliding-approx 100/min"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        sluice_redis *r = sluice_redis_new(c[i].spec, NULL, NULL, 0);
+        assert_non_null(r);
+        char got[128], want[128];
+        assert_true(sluice_redis_key_name(r, "k", 1, got, sizeof got) > 0);
+        snprintf(want, sizeof want, "sluice:{k}:%08x", (unsigned)fnv1a32(c[i].canon));
+        if (strcmp(got, want) != 0)
+            fail_msg("\"%s\": key name %s, want %s", c[i].spec, got, want);
+        sluice_redis_free(r);
+    }
+}
+
+/* The FAIL_LOCAL spec: LIMIT / P per PERIOD (exact when it can be said),
+ * burst / P, and the spec's clock. */
+static void test_fallback_specs(void **state)
+{
+    (void)state;
+    static const struct { const char *spec; uint32_t procs; const char *want; } c[] = {
+        {"token-bucket 10/s burst=4", 1, "token-bucket 10/s burst=4"},
+        {"token-bucket 10/s burst=4", 2, "token-bucket 5/s burst=2"},
+        {"token-bucket 10/s", 3, "token-bucket 10/3s burst=3"},
+        {"token-bucket 10/s burst=2", 4, "token-bucket 10/4s burst=1"},
+        {"token-bucket 10/s clock=coarse", 1, "token-bucket 10/s clock=coarse"},
+        {"token-bucket 10/s clock=coarse", 5, "token-bucket 2/s clock=coarse"},
+        {"token-bucket 10/s burst=5 clock=coarse", 2, "token-bucket 5/s burst=2 clock=coarse"},
+        {"sliding-approx 10/s", 1, "sliding-approx 10/s"},
+        {"sliding-approx 10/s", 4, "sliding-approx 2/s"},
+        {"sliding-approx 10/s", 20, "sliding-approx 1/s"},
+        {"sliding-approx 10/s clock=coarse", 2, "sliding-approx 5/s clock=coarse"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        sluice_redis_config cfg;
+        sluice_redis_config_init(&cfg);
+        cfg.expected_processes = c[i].procs;
+        char err[256];
+        sluice_redis *r = sluice_redis_new(c[i].spec, &cfg, err, sizeof err);
+        if (!r) fail_msg("\"%s\": %s", c[i].spec, err);
+        sluice_redis_limits lim;
+        sluice_redis_limits_get(r, &lim);
+        if (strcmp(lim.local_fallback_spec, c[i].want) != 0)
+            fail_msg("\"%s\", %u processes: fallback \"%s\", want \"%s\"", c[i].spec,
+                     (unsigned)c[i].procs, lim.local_fallback_spec, c[i].want);
+        sluice_redis_free(r);
+    }
+}
+
+/* A counting allocator that fails the Nth call, as tests/test_alloc.c's. */
+#define TA_MAGIC 0x7265646973ULL
+typedef union ta_hdr {
+    struct {
+        uint64_t magic;
+    } h;
+    max_align_t align;
+} ta_hdr;
+
+static struct {
+    long calls, fail_at, failures, live;
+} TA = {0, -1, 0, 0};
+
+static bool ta_fail(void)
+{
+    long i = TA.calls++;
+    if (TA.fail_at >= 0 && i == TA.fail_at) {
+        TA.failures++;
+        return true;
+    }
+    return false;
+}
+
+static void *ta_malloc(size_t n)
+{
+    if (ta_fail()) return NULL;
+    ta_hdr *h = malloc(sizeof *h + n);
+    if (!h) return NULL;
+    h->h.magic = TA_MAGIC;
+    TA.live++;
+    return h + 1;
+}
+
+static void *ta_calloc(size_t n, size_t size)
+{
+    if (ta_fail()) return NULL;
+    if (size && n > (SIZE_MAX - sizeof(ta_hdr)) / size) return NULL;
+    ta_hdr *h = calloc(1, sizeof *h + n * size);
+    if (!h) return NULL;
+    h->h.magic = TA_MAGIC;
+    TA.live++;
+    return h + 1;
+}
+
+static void ta_free(void *p)
+{
+    ta_hdr *h = (ta_hdr *)p - 1;
+    if (h->h.magic != TA_MAGIC) {
+        fprintf(stderr, "test_redis_script: %p freed but not allocated by the hook\n", p);
+        abort();
+    }
+    h->h.magic = 0;
+    TA.live--;
+    free(h);
+}
+
+/* Every block the tier allocates comes from the hook and goes back to it
+ * (ta_free aborts on a block it did not hand out: a libc malloc'd block
+ * freed through the hook); sluice_redis_new fails cleanly at each
+ * allocation, with a message and nothing left allocated. */
+static void test_allocator(void **state)
+{
+    (void)state;
+    sluice_allocator a = {.malloc_fn = ta_malloc, .calloc_fn = ta_calloc, .free_fn = ta_free};
+    assert_int_equal(sluice_set_allocator(&a), 0);
+    sluice_redis_config cfg;
+    sluice_redis_config_init(&cfg);
+    cfg.port = g_srv.port;
+    cfg.key_prefix = "alloc:";
+    cfg.command_timeout_ms = 2000;
+    cfg.lease_max = 100;
+    /* with no local table, every block is the tier's own: the limiter,
+     * its connection pool, and one key copy per key it holds a lease for */
+    sluice_redis *r0 = sluice_redis_new("token-bucket 100000/s", &cfg, NULL, 0);
+    assert_non_null(r0);
+    long own = TA.live;
+    if (own < 3) fail_msg("sluice_redis_new made %ld blocks through the hook", own);
+    for (int k = 0; k < 20; k++) {
+        char key[16];
+        int kl = snprintf(key, sizeof key, "own-%d", k);
+        sluice_result res;
+        assert_true(sluice_redis_try_acquire(r0, key, (size_t)kl, 1, &res));
+    }
+    if (TA.live < own + 20) fail_msg("20 keys added %ld blocks, want >= 20", TA.live - own);
+    sluice_redis_free(r0);
+    assert_int_equal(TA.live, 0);
+    cfg.max_keys = 64;
+    cfg.local_spec = "token-bucket 1000/s";
+    cfg.policy = SLUICE_REDIS_FAIL_LOCAL;
+    long n;
+    for (n = 0; n < 10000; n++) {
+        TA.calls = 0;
+        TA.failures = 0;
+        TA.fail_at = n;
+        char err[256] = "";
+        sluice_redis *r = sluice_redis_new("token-bucket 100000/s", &cfg, err, sizeof err);
+        TA.fail_at = -1;
+        if (!r) {
+            if (TA.failures == 0) fail_msg("refused with no failed allocation: %s", err);
+            if (err[0] == '\0' || strchr(err, '\n')) fail_msg("allocation %ld: bad message", n);
+            if (TA.live != 0) fail_msg("allocation %ld: %ld blocks leaked", n, TA.live);
+            continue;
+        }
+        /* two tiers: entries, key copies and their stripes' tables, through
+         * the hook; long keys make the key name's buffer too */
+        sluice_result res;
+        for (int k = 0; k < 200; k++) {
+            char key[700];
+            int kl = snprintf(key, sizeof key, "key-%d", k);
+            if (k % 50 == 0) {
+                memset(key + kl, 'x', 600);
+                kl += 600;
+            }
+            sluice_redis_try_acquire(r, key, (size_t)kl, 1, &res);
+            sluice_redis_try_acquire(r, key, (size_t)kl, 1, &res);
+        }
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        assert_true(st.by_lease > 0);
+        assert_true(TA.live > 0);
+        sluice_redis_free(r);
+        if (TA.live != 0) fail_msg("%ld blocks leaked by sluice_redis_free", TA.live);
+        if (TA.failures == 0) break;
+    }
+    if (n < 3) fail_msg("sluice_redis_new made only %ld allocations", n);
+    assert_int_equal(sluice_set_allocator(NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +580,9 @@ int main(void)
         cmocka_unit_test(test_ttl_and_rest),
         cmocka_unit_test(test_clock_back),
         cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_spec_names),
+        cmocka_unit_test(test_fallback_specs),
+        cmocka_unit_test(test_allocator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
