@@ -1,5 +1,5 @@
 /* hammer.c -- `sluice hammer`: make as many decisions as possible for a
- * while, locally, through Redis, or both, and report (CONTRACT.md 4b).
+ * while, locally, through Redis, or both, and report (docs/decisions.md 4b).
  *
  * Each of --threads threads loops until the duration is over: pick the next
  * of --keys keys (round robin, each thread from its own offset), time one

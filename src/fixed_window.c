@@ -1,10 +1,10 @@
 /* fixed_window.c -- the fixed window counter.
  *
- * Contract (CONTRACT.md 3.1): windows are [kW, (k+1)W) on the time axis,
+ * Contract (docs/decisions.md 3.1): windows are [kW, (k+1)W) on the time axis,
  * aligned to 0; a request for p is allowed iff the permits admitted in the
  * window of t, plus p, <= L.
  *
- * The seed article's counter restarts its window at the first request after
+ * The textbook counter restarts its window at the first request after
  * the old one expired, so its windows drift with the traffic; here the
  * window is t / W, the same for every limiter and every run.
  *

@@ -1,6 +1,6 @@
 /* leaky_bucket.c -- leaky bucket, as a shaper or (nodelay) as a meter.
  *
- * Contract (CONTRACT.md 3.6): rate r = L/W, volume C; the water drains
+ * Contract (docs/decisions.md 3.6): rate r = L/W, volume C; the water drains
  * continuously and never below 0: water(t) = max(0, water(t') - (t - t')r).
  * A request for p is allowed iff water(t) + p <= C, and then adds p.  The
  * shaper makes an allowed request wait water(t)/r (the level before it was
@@ -11,7 +11,7 @@
  * machine in token_bucket.c (its head comment has the arithmetic); here is
  * only what the shaper adds: the wait.
  *
- * Note the seed article's `water + 1 < capacity`, which grants one permit
+ * Note the textbook sample's `water + 1 < capacity`, which grants one permit
  * fewer than the capacity: the test here is `<=`.
  */
 #include "internal.h"

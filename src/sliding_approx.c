@@ -1,6 +1,6 @@
 /* sliding_approx.c -- the two-window estimate of a sliding window.
  *
- * Contract (CONTRACT.md 3.4): k = floor(t/W), f = (t - kW)/W,
+ * Contract (docs/decisions.md 3.4): k = floor(t/W), f = (t - kW)/W,
  * est = prev*(1 - f) + cur, with cur and prev the permits admitted in
  * windows k and k-1; a request for p is allowed iff est + p <= L.
  *

@@ -1,4 +1,4 @@
-/* spec.c -- the limit-spec grammar (CONTRACT.md section 2), parsed once.
+/* spec.c -- the limit-spec grammar (docs/decisions.md section 2), parsed once.
  *
  *     ALGORITHM LIMIT/PERIOD [OPTION ...]
  *     PERIOD  = [N]UNIT, UNIT in ns us ms s m min h d   (m = min = minute)

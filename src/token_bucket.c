@@ -1,7 +1,7 @@
 /* token_bucket.c -- the bucket machine: token bucket (GCRA) and leaky
  * bucket, exact, with reservations.
  *
- * Contract (CONTRACT.md 3.5): rate r = L/W permits per ns, capacity B,
+ * Contract (docs/decisions.md 3.5): rate r = L/W permits per ns, capacity B,
  * full at the first request; tokens(t) = min(B, tokens(t') + (t - t')r);
  * a request for p is allowed iff tokens(t) >= p, and then takes p.
  * And 3.6: water(t) = max(0, water(t') - (t - t')r); allowed iff

@@ -1,13 +1,13 @@
 /* window_log.c -- the exact sliding window, over slots: sliding-wheel and
  * sliding-log.
  *
- * Contract (CONTRACT.md 3.3): with N slots of tick = W/N ns and
+ * Contract (docs/decisions.md 3.3): with N slots of tick = W/N ns and
  * slot(t) = floor(t / tick), a request for p is allowed iff the permits
  * admitted with slot(t) - N < slot(t_i) <= slot(t), plus p, <= L.
  * The exact sliding log (3.2: t - W < t_i <= t) is the same rule with
  * tick = 1 ns and N = W, so one engine serves both.
  *
- * The seed article's wheel sums every slot on every request and, after an
+ * The textbook wheel sums every slot on every request and, after an
  * idle gap, walks every elapsed tick.  Here the ring holds only the slots
  * that admitted something, oldest first, each with the running total of
  * permits up to it (`cum`, modulo 2^64):

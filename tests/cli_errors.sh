@@ -3,7 +3,7 @@
 #
 #   tests/cli_errors.sh PATH/TO/sluice
 #
-# CONTRACT.md sections 2 and 4: a bad --limit spec or a malformed trace line
+# docs/decisions.md sections 2 and 4: a bad --limit spec or a malformed trace line
 # makes `sluice replay` print a message on stderr and exit with status 2; the
 # message names the offending token (spec) or the line number (trace).  The
 # checks match the token, not the whole wording: a token counts as named when

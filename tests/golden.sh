@@ -68,7 +68,7 @@ for trace in "${traces[@]}"; do
         continue
     fi
 
-    # Keys never contain a comma (CONTRACT.md section 4), so cutting on
+    # Keys never contain a comma (docs/decisions.md section 4), so cutting on
     # commas keeps exactly the contract's seven columns.
     cut -d, -f1-7 <"$tmp/$name.out" >"$tmp/$name.got"
     if diff -u --label "$name.expected" --label "$name.actual (columns 1-7)" \

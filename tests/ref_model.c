@@ -1,4 +1,4 @@
-/* ref_model.c -- the reference model of CONTRACT.md section 3 (see
+/* ref_model.c -- the reference model of docs/decisions.md section 3 (see
  * ref_model.h for what it is and why it looks the way it does).
  *
  * State of every model:

@@ -1,5 +1,5 @@
 /* test_concurrency.c -- many threads on one limiter (and on one table):
- * the decisions must stay exactly those of CONTRACT.md section 3 for some
+ * the decisions must stay exactly those of docs/decisions.md section 3 for some
  * order of the concurrent calls (section 5): no over-admission, no lost
  * permits, slightly out-of-order timestamps clamped to the latest.
  *

@@ -2,7 +2,7 @@
  * clamp, statistics, extremes of time, blocking acquire, several threads.
  * The decision rules themselves are checked against the reference model in
  * test_reference.c; here the expected values are worked out by hand from
- * CONTRACT.md. */
+ * docs/decisions.md. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* test_spec.c -- the limit-spec grammar (CONTRACT.md section 2) through the
+/* test_spec.c -- the limit-spec grammar (docs/decisions.md section 2) through the
  * public API: sluice_spec_check(), sluice_limiter_new(), sluice_table_new(),
  * sluice_spec_format() and sluice_strerror().
  *

@@ -12,8 +12,8 @@
  *   EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
  *   or a failover to a server that never saw the script costs no error):
  *
- *     token-bucket LIMIT/PERIOD [burst=B]     CONTRACT.md 3.5 (GCRA)
- *     sliding-approx LIMIT/PERIOD             CONTRACT.md 3.4
+ *     token-bucket LIMIT/PERIOD [burst=B]     docs/decisions.md 3.5 (GCRA)
+ *     sliding-approx LIMIT/PERIOD             docs/decisions.md 3.4
  *
  *   Each decides exactly as the contract says for the requests in the order
  *   Redis ran them, at the time of Redis's clock (the TIME command, never a

@@ -2,7 +2,7 @@
  * arithmetic that keeps them exact.
  *
  * Both scripts run atomically in Redis (EVALSHA), read the server's clock
- * with TIME and never a client's, and decide exactly as CONTRACT.md section
+ * with TIME and never a client's, and decide exactly as docs/decisions.md section
  * 3 says at that time.  Lua 5.1 numbers are IEEE doubles, exact for integers
  * below 2^53; the parameters below are chosen (and specs refused) so that
  * every value a script stores or compares stays there:
@@ -67,7 +67,7 @@
 /* KEYS[1]; ARGV: q_us, a, b, cap, need, want.
  * Reply: {ok, granted, x, now}. */
 static const char tb_lua[] =
-    "-- sluice token-bucket (CONTRACT.md 3.5) on Redis's clock\n"
+    "-- sluice token-bucket (docs/decisions.md 3.5) on Redis's clock\n"
     SR_LUA_DIVMOD
     "local q_us, a, b, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "local need, want = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
@@ -100,7 +100,7 @@ static const char tb_lua[] =
 /* KEYS[1]; ARGV: q_us, wt, L, need, want.
  * Reply: {ok, granted, r, cur, prev, now}. */
 static const char sa_lua[] =
-    "-- sluice sliding-approx (CONTRACT.md 3.4) on Redis's clock\n"
+    "-- sluice sliding-approx (docs/decisions.md 3.4) on Redis's clock\n"
     SR_LUA_DIVMOD
     "local q_us, wt, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])\n"

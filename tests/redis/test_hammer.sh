@@ -4,7 +4,7 @@
 #   tests/redis/test_hammer.sh SLUICE_BINARY [REDIS_SERVER]
 #
 # Starts redis-server on a free loopback port (no persistence), killed on
-# exit (trap); checks the output contract (CONTRACT.md 4b), that four
+# exit (trap); checks the output contract (docs/decisions.md 4b), that four
 # processes share one global limit within the documented bound, that a dead
 # or frozen Redis never makes hammer run past its duration plus its timeouts,
 # and the policies.  Prints `N passed, N failed`.
