@@ -107,6 +107,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "wheel.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -208,6 +209,8 @@ struct sluice_wheel {
 
     wlist lists[NLISTS];
     uint64_t smin[NSLOTS]; /* levels >= 1: <= every due tick in the slot */
+
+    sluice__wheel_binding *bound; /* objects told of the free (wheel.h) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -710,10 +713,46 @@ nomem:
     return NULL;
 }
 
+/* ---- bindings (wheel.h) ------------------------------------------------ */
+
+void sluice__wheel_bind(sluice_wheel *w, sluice__wheel_binding *b)
+{
+    lock(w);
+    b->prev = NULL;
+    b->next = w->bound;
+    if (w->bound) w->bound->prev = b;
+    w->bound = b;
+    unlock(w);
+}
+
+void sluice__wheel_unbind(sluice_wheel *w, sluice__wheel_binding *b)
+{
+    lock(w);
+    if (b->prev) b->prev->next = b->next;
+    else w->bound = b->next;
+    if (b->next) b->next->prev = b->prev;
+    b->next = b->prev = NULL;
+    unlock(w);
+}
+
+/* Tell every bound object that the wheel ends (its thread has stopped; no
+ * other call may be in progress), with no lock held. */
+static void unbind_all(sluice_wheel *w)
+{
+    while (w->bound) {
+        sluice__wheel_binding *b = w->bound;
+        w->bound = b->next;
+        if (w->bound) w->bound->prev = NULL;
+        b->next = b->prev = NULL;
+        b->on_free(b);
+    }
+}
+
 void sluice_wheel_free(sluice_wheel *w)
 {
     if (!w) return;
     sluice_wheel_stop(w);
+    unbind_all(w);
     for (uint32_t c = 0; c < w->ccap; c++) sluice__free(w->chunks[c]);
     sluice__free(w->chunks);
     pthread_cond_destroy(&w->cv);
