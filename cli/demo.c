@@ -169,7 +169,7 @@ static void demo_verdict(const demo_row *row, char *buf, size_t len)
 }
 
 /* The shaper through the timing wheel: a burst of DEMO_SHAPE_N requests at
- * one instant, each made with sluice_acquire_async_at(), and a wheel of 1-ms
+ * one instant, each made with sluice_queue_acquire_at(), and a wheel of 1-ms
  * ticks advanced by hand every 0.1 ms of simulated time: the callbacks are
  * the moments the requests are let go. */
 #define DEMO_SHAPE_N 12u
@@ -192,30 +192,31 @@ static int demo_shaper(void)
     char err[256];
     const uint64_t t0 = 1000 * DEMO_MS_NS;
     sluice_limiter *lim = sluice_limiter_new(DEMO_SHAPE_SPEC, err, sizeof err);
-    sluice_wheel *w = sluice_wheel_new(DEMO_MS_NS, 1024, t0, err, sizeof err);
-    if (!lim || !w) {
-        fprintf(stderr, "sluice demo: %s\n", err);
-        sluice_limiter_free(lim);
+    sluice_wheel *w = lim ? sluice_wheel_new(DEMO_MS_NS, 1024, t0, err, sizeof err) : NULL;
+    sluice_queue *q = w ? sluice_queue_new(lim, w, DEMO_SHAPE_N, err, sizeof err) : NULL;
+    int rc = q ? 0 : 1;
+    if (!q) fprintf(stderr, "sluice demo: %s\n", err);
+    demo_grants g = {0, {0}};
+    for (unsigned k = 0; rc == 0 && k < DEMO_SHAPE_N; k++) {
+        rc = sluice_queue_acquire_at(q, 1, t0, demo_on_grant, &g, NULL);
+        if (rc != 0) fprintf(stderr, "sluice demo: queued acquire refused: %s\n", sluice_strerror(rc));
+    }
+    if (rc != 0) {
+        sluice_queue_free(q);
         sluice_wheel_free(w);
+        sluice_limiter_free(lim);
         return 1;
     }
-    demo_grants g = {0, {0}};
-    for (unsigned k = 0; k < DEMO_SHAPE_N; k++)
-        if (sluice_acquire_async_at(lim, w, 1, t0, demo_on_grant, &g, NULL) != 0) {
-            fprintf(stderr, "sluice demo: async acquire refused\n");
-            sluice_wheel_free(w);
-            sluice_limiter_free(lim);
-            return 1;
-        }
     for (uint64_t t = t0; g.n < DEMO_SHAPE_N && t < t0 + 2000 * DEMO_MS_NS; t += DEMO_MS_NS / 10)
         sluice_wheel_advance(w, t);
     printf("\nThe shaper through the timing wheel: %u requests at once into \"%s\",\n"
-           "each asked with sluice_acquire_async(); a wheel of 1-ms ticks lets them go at\n",
+           "each asked through a sluice_queue; a wheel of 1-ms ticks lets them go at\n",
            DEMO_SHAPE_N, DEMO_SHAPE_SPEC);
     for (size_t k = 0; k < g.n; k++)
         printf("%s+%.0f ms", k ? ", " : "  ", (double)(g.at[k] - t0) / (double)DEMO_MS_NS);
     printf("\n  one every 10 ms, the constant 100/s, each within a tick\n"
            "  of its contract wait_ns.\n");
+    sluice_queue_free(q);
     sluice_wheel_free(w);
     sluice_limiter_free(lim);
     return g.n == DEMO_SHAPE_N ? 0 : 1;

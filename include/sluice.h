@@ -488,46 +488,86 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
 /* ------------------------------------------------------------------------ */
 /* Asynchronous acquire, through a timing wheel                              */
 
+/* A queue of asynchronous acquires: requests for permits of ONE limiter that
+ * do not block a thread but call back, from ONE timing wheel, once the
+ * permits are granted -- in FIFO order per queue.  token-bucket and
+ * leaky-bucket book the permits when the request is made (as
+ * sluice_reserve_at, going into debt if need be) and call back when they
+ * are there: for the leaky-bucket shaper, at its wait_ns, so its requests
+ * are released at the constant rate, each within one tick of the wheel of
+ * its contract time.  The windows wait in line: the head asks at each
+ * retry_after_ns, the others wait their turn.  Deadlines are on the axis of
+ * the `now_ns` given: the wheel must be driven on the same clock.
+ *
+ * Lifetimes: the queue, its limiter and its wheel may be freed in any
+ * order.  The queue holds the limiter: after sluice_limiter_free() the
+ * queue goes on using it, and its memory goes with the queue.  Freeing the
+ * wheel first drops the queue's pending requests without calling them (a
+ * bucket's booked permits stay taken, as a reservation never cancelled);
+ * the queue then refuses new requests with SLUICE_ECANCELED and has only
+ * sluice_queue_free() left to call.  Several queues may share a limiter or
+ * a wheel; a limiter shared with other callers or queues still decides
+ * exactly, but FIFO order holds within each queue only. */
+typedef struct sluice_queue sluice_queue; /* opaque */
+
 /* The callback of an asynchronous acquire: `arg` as given, the request's id,
- * and the wheel's time when it fired. */
+ * and the wheel's time when it fired.  It runs on the thread that advances
+ * the wheel (sluice_wheel_advance(), or the wheel's own thread) with no lock
+ * of the queue or the wheel held, and may make and cancel requests on any
+ * queue, but must not free its own queue or its wheel. */
 typedef void (*sluice_grant_fn)(void *arg, uint64_t id, uint64_t now_ns);
 
+/* Make a queue of at most `max` pending requests (0: the default, 4096) for
+ * `lim`, called back from `w`.  Takes a reference on `lim` and binds to
+ * `w`; owns neither.  Returns NULL with a one-line reason in `err` (when
+ * errlen > 0) when lim or w is NULL or memory (or a mutex) cannot be had.
+ * Allocates 176 bytes (x86-64), and one node of 104 bytes per pending
+ * request.  Must not run at the same time as sluice_wheel_free(w).
+ * Thread-safe otherwise. */
+sluice_queue *sluice_queue_new(sluice_limiter *lim, sluice_wheel *w, uint32_t max,
+                               char *err, size_t errlen);
+
+/* Cancel every pending request (none calls back; a bucket's booked permits
+ * stay taken: give them back first with sluice_queue_cancel_at() if the
+ * limiter lives on), wait for a callback of the queue running on another
+ * thread to return, let go of the limiter and the wheel, and free the queue.
+ * No callback of the queue runs after it returns.  NULL is a no-op.  No
+ * other call on `q` may be in progress (callbacks excepted) or follow; it
+ * must not be called from one of the queue's own callbacks, nor at the same
+ * time as sluice_wheel_free() of its wheel. */
+void sluice_queue_free(sluice_queue *q);
+
 /* Ask for `permits` at `now_ns` without blocking: `fn(arg, id, now)` runs
- * from sluice_wheel_advance() on `w` (or the wheel's own thread) once the
- * permits are granted -- in FIFO order per limiter.  token-bucket and
- * leaky-bucket book the permits at once (as sluice_reserve_at, going into
- * debt if need be) and fire when they are there: for the leaky-bucket
- * shaper, at its wait_ns, so its requests are released at the constant
- * rate, each within one tick of the wheel of its contract time.  The windows
- * queue: the head asks at each retry_after_ns, the others wait their turn.
- * Returns 0 and the request's id in *id (may be NULL), or: SLUICE_EFULL when
- * the limiter's queue holds its maximum (sluice_limiter_set_queue_max;
- * default 4096) or the wheel is full; SLUICE_ERANGE when `permits` can never
- * be granted; SLUICE_ENOMEM; SLUICE_EINVAL for a NULL argument.  Deadlines
- * are on `now_ns`'s axis: the wheel must be driven on the same clock.  Free
- * the limiter only after its requests have fired or been cancelled, and
- * never before the wheel.  Thread-safe. */
-int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
-                            uint64_t now_ns, sluice_grant_fn fn, void *arg, uint64_t *id);
+ * once they are granted (see above).  Returns 0 and the request's id (>= 1,
+ * unique within the queue) in *id (may be NULL), or, with nothing queued
+ * and nothing taken:
+ *   SLUICE_EFULL      the queue holds `max` requests, or the wheel is full;
+ *   SLUICE_ERANGE     `permits` can never be granted (more than the
+ *                     capacity; for a bucket, also a wait past 2^63 ns);
+ *   SLUICE_ECANCELED  the queue's wheel has been freed;
+ *   SLUICE_ENOMEM;
+ *   SLUICE_EINVAL     q or fn is NULL.
+ * May be called from any callback.  Thread-safe. */
+int sluice_queue_acquire_at(sluice_queue *q, uint64_t permits, uint64_t now_ns,
+                            sluice_grant_fn fn, void *arg, uint64_t *id);
 
-/* sluice_acquire_async_at() at sluice_now_ns() (for a wheel driven on that
- * clock, e.g. by sluice_wheel_start()). */
-int sluice_acquire_async(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
-                         sluice_grant_fn fn, void *arg, uint64_t *id);
+/* sluice_queue_acquire_at() at sluice_now_ns() (for a wheel driven on that
+ * clock, e.g. by sluice_wheel_start()).  Thread-safe. */
+int sluice_queue_acquire(sluice_queue *q, uint64_t permits, sluice_grant_fn fn, void *arg,
+                         uint64_t *id);
 
-/* Cancel the asynchronous request `id` of `lim`: 0 when it will never call
+/* Cancel the request `id` of `q` at `now_ns`: 0 when it will never call
  * back (a bucket's booked permits are given back, as
  * sluice_reservation_cancel_at; a window's head that was already granted
  * keeps its permits taken); SLUICE_EBUSY when its callback is running or
- * about to; SLUICE_ENOENT when it has called back already or never existed.
- * May be called from any callback.  Thread-safe. */
-int sluice_async_cancel_at(sluice_limiter *lim, uint64_t id, uint64_t now_ns);
-int sluice_async_cancel(sluice_limiter *lim, uint64_t id);
+ * about to; SLUICE_ENOENT when it has called back already, was cancelled,
+ * was dropped with the wheel, or never existed; SLUICE_EINVAL when q is
+ * NULL.  May be called from any callback.  Thread-safe. */
+int sluice_queue_cancel_at(sluice_queue *q, uint64_t id, uint64_t now_ns);
+int sluice_queue_cancel(sluice_queue *q, uint64_t id); /* at sluice_now_ns() */
 
-/* The bound of the limiter's queue of asynchronous requests (>= 1; default
- * 4096), and the number queued now.  Thread-safe. */
-int sluice_limiter_set_queue_max(sluice_limiter *lim, uint32_t max);
-size_t sluice_limiter_queued(sluice_limiter *lim);
+/* The number of requests pending in `q` (0 for NULL).  Thread-safe. */
+size_t sluice_queue_len(sluice_queue *q);
 
 /* Metrics: the counters above in the Prometheus text format */
 #include "sluice/metrics.h"

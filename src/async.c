@@ -1,9 +1,11 @@
-/* async.c -- acquiring without blocking a thread: a callback when the
- * permits are granted, driven by a timing wheel (wheel.c).
+/* async.c -- acquiring without blocking a thread: a queue (sluice_queue)
+ * bound to one limiter and one timing wheel (wheel.c) calls back when the
+ * permits are granted.
  *
- * Each request is a node in its limiter's FIFO queue (bounded: past the
- * bound a request is refused at once with SLUICE_EFULL) and one timer in
- * the caller's wheel.
+ * Each request is a node in the queue's FIFO list (bounded: past the bound
+ * a request is refused at once with SLUICE_EFULL) and one timer in the
+ * wheel.  The limiter knows nothing of queues: a queue only asks it for
+ * decisions, reservations and give-backs, as any caller would.
  *
  *   token-bucket, leaky-bucket   the permits are booked when the request is
  *       made (sluice_reserve_at: the bucket may go into debt), and the timer
@@ -19,18 +21,40 @@
  *       the next becomes head and asks at the next advance.  A request that
  *       could pass now still waits behind earlier ones (FIFO).
  *
- * The queue's lock is never held while a callback runs, and the wheel calls
- * back with none of its locks held, so callbacks may make and cancel
- * requests freely.
+ * Lifetimes: any order of freeing the queue, its limiter and its wheel is
+ * safe.
+ *   - The queue holds a reference on the limiter (sluice__limiter_retain):
+ *     a limiter freed first stays in memory, still deciding for the queue,
+ *     until the queue lets it go.
+ *   - The queue is bound to the wheel (wheel.h): a wheel freed first tells
+ *     the queue, which drops its requests (their timers go with the wheel;
+ *     no callback runs) and refuses new ones with SLUICE_ECANCELED; it never
+ *     touches the wheel again.
+ *   - A queue freed first cancels its timers, waits for any of its
+ *     callbacks running on another thread (the wheel's own, say) to return,
+ *     unbinds from the wheel and drops its reference on the limiter.  To
+ *     make that wait possible, a firing timer whose queue is closing leaves
+ *     its request to sluice_queue_free() (which sees SLUICE_EBUSY from the
+ *     wheel until the callback has returned), and a grant's callback, run
+ *     outside the lock, is counted in `inflight`.
+ *
+ * The queue's lock is never held while a user callback runs, and the wheel
+ * calls back with none of its locks held, so callbacks may make and cancel
+ * requests freely.  Lock order: the queue's, then the wheel's.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "wheel.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
 #include <string.h>
 
-struct sluice__areq {
-    struct sluice__areq *next, *prev;
-    sluice_limiter *lim;
-    sluice_wheel *w;
+typedef struct areq areq;
+struct areq {
+    areq *next, *prev;
+    sluice_queue *q;
     sluice_grant_fn fn;
     void *arg;
     uint64_t permits, id;
@@ -38,29 +62,25 @@ struct sluice__areq {
     sluice_reservation rv; /* buckets */
     bool granted;          /* the permits are taken; the callback is due */
 };
-typedef struct sluice__areq areq;
+
+struct sluice_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t idle;      /* inflight fell to 0 while closing */
+    sluice_limiter *lim;      /* a reference of our own */
+    sluice_wheel *w;          /* NULL once the wheel has been freed */
+    sluice__wheel_binding bind;
+    bool bucket;              /* lim books the future (reservations) */
+    bool closing;             /* sluice_queue_free() has begun */
+    areq *head, *tail;        /* FIFO */
+    uint32_t len, max;
+    uint32_t inflight;        /* grant callbacks running outside mu */
+    uint64_t next_id;
+};
 
 #define QUEUE_DEFAULT_MAX 4096u
 #define PARKED UINT64_MAX
 
-int sluice__aqueue_init(sluice__aqueue *q)
-{
-    memset(q, 0, sizeof *q);
-    q->max = QUEUE_DEFAULT_MAX;
-    return pthread_mutex_init(&q->mu, NULL) == 0 ? 0 : SLUICE_ENOMEM;
-}
-
-void sluice__aqueue_fini(sluice__aqueue *q)
-{
-    for (areq *r = q->head, *n; r; r = n) { /* requests never fired: drop */
-        n = r->next;
-        sluice_wheel_cancel(r->w, r->timer);
-        sluice__free(r);
-    }
-    pthread_mutex_destroy(&q->mu);
-}
-
-static void unlink_req(sluice__aqueue *q, areq *r)
+static void unlink_req(sluice_queue *q, areq *r)
 {
     if (r->prev) r->prev->next = r->next;
     else q->head = r->next;
@@ -70,27 +90,30 @@ static void unlink_req(sluice__aqueue *q, areq *r)
 }
 
 /* The windows: the new head asks at the next advance. */
-static void promote(sluice__aqueue *q, uint64_t now)
+static void promote(sluice_queue *q, uint64_t now)
 {
     areq *h = q->head;
-    if (h && !sluice__limiter_is_bucket(h->lim) && !h->granted)
-        sluice_wheel_reschedule(h->w, h->timer, now);
+    if (h && !q->bucket && !h->granted) sluice_wheel_reschedule(q->w, h->timer, now);
 }
 
 static void on_fire(void *arg, sluice_timer_id id, uint64_t now)
 {
     (void)id;
     areq *r = arg;
-    sluice__aqueue *q = sluice__limiter_aqueue(r->lim);
+    sluice_queue *q = r->q;
     pthread_mutex_lock(&q->mu);
+    if (q->closing) { /* sluice_queue_free() owns r and waits for us */
+        pthread_mutex_unlock(&q->mu);
+        return;
+    }
     if (!r->granted) { /* a window's head asks */
         sluice_result res;
-        if (!sluice_try_acquire_at(r->lim, r->permits, now, &res)) {
+        if (!sluice_try_acquire_at(q->lim, r->permits, now, &res)) {
             uint64_t at = now + (res.retry_after_ns > 0 ? (uint64_t)res.retry_after_ns : 1);
             /* its own node was just freed by the firing, so this cannot
              * meet a full wheel; if memory fails, ask again next advance */
-            if (sluice_wheel_schedule(r->w, at, on_fire, r, &r->timer) != 0)
-                sluice_wheel_schedule(r->w, now, on_fire, r, &r->timer);
+            if (sluice_wheel_schedule(q->w, at, on_fire, r, &r->timer) != 0)
+                sluice_wheel_schedule(q->w, now, on_fire, r, &r->timer);
             pthread_mutex_unlock(&q->mu);
             return;
         }
@@ -98,18 +121,103 @@ static void on_fire(void *arg, sluice_timer_id id, uint64_t now)
     }
     unlink_req(q, r);
     promote(q, now);
+    q->inflight++;
     pthread_mutex_unlock(&q->mu);
     r->fn(r->arg, r->id, now);
     sluice__free(r);
+    pthread_mutex_lock(&q->mu);
+    if (--q->inflight == 0 && q->closing) pthread_cond_broadcast(&q->idle);
+    pthread_mutex_unlock(&q->mu);
 }
 
-int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
-                            uint64_t now_ns, sluice_grant_fn fn, void *arg, uint64_t *id)
+/* The wheel is being freed (its thread has stopped, no call is in
+ * progress): drop the requests, whose timers go with it, and let it go. */
+static void on_wheel_free(sluice__wheel_binding *b)
 {
-    if (!lim || !w || !fn) return SLUICE_EINVAL;
-    sluice__aqueue *q = sluice__limiter_aqueue(lim);
+    sluice_queue *q = (sluice_queue *)(void *)((char *)b - offsetof(sluice_queue, bind));
     pthread_mutex_lock(&q->mu);
+    areq *r = q->head;
+    q->head = q->tail = NULL;
+    q->len = 0;
+    q->w = NULL;
+    pthread_mutex_unlock(&q->mu);
+    for (areq *n; r; r = n) {
+        n = r->next;
+        sluice__free(r);
+    }
+}
+
+sluice_queue *sluice_queue_new(sluice_limiter *lim, sluice_wheel *w, uint32_t max,
+                               char *err, size_t errlen)
+{
+    if (!lim || !w) {
+        sluice__errf(err, errlen, "%s is NULL", !lim ? "the limiter" : "the wheel");
+        return NULL;
+    }
+    sluice_queue *q = sluice__calloc(1, sizeof *q);
+    if (!q) {
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (pthread_mutex_init(&q->mu, NULL) != 0) {
+        sluice__free(q);
+        sluice__errf(err, errlen, "cannot create a mutex");
+        return NULL;
+    }
+    if (pthread_cond_init(&q->idle, NULL) != 0) {
+        pthread_mutex_destroy(&q->mu);
+        sluice__free(q);
+        sluice__errf(err, errlen, "cannot create a condition variable");
+        return NULL;
+    }
+    q->max = max ? max : QUEUE_DEFAULT_MAX;
+    q->lim = lim;
+    q->bucket = sluice__limiter_is_bucket(lim);
+    sluice__limiter_retain(lim);
+    q->w = w;
+    q->bind.on_free = on_wheel_free;
+    sluice__wheel_bind(w, &q->bind);
+    return q;
+}
+
+void sluice_queue_free(sluice_queue *q)
+{
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    q->closing = true;
+    areq *r = q->head;
+    q->head = q->tail = NULL;
+    q->len = 0;
+    sluice_wheel *w = q->w;
+    pthread_mutex_unlock(&q->mu);
+    for (areq *n; r; r = n) {
+        n = r->next;
+        /* EBUSY: its timer fired and on_fire is about to see `closing` and
+         * return; the id is stale (ENOENT) once it has */
+        while (sluice_wheel_cancel(w, r->timer) == SLUICE_EBUSY) sched_yield();
+        sluice__free(r);
+    }
+    pthread_mutex_lock(&q->mu);
+    while (q->inflight > 0) pthread_cond_wait(&q->idle, &q->mu);
+    pthread_mutex_unlock(&q->mu);
+    if (w) sluice__wheel_unbind(w, &q->bind);
+    sluice_limiter_free(q->lim); /* our reference */
+    pthread_cond_destroy(&q->idle);
+    pthread_mutex_destroy(&q->mu);
+    sluice__free(q);
+}
+
+int sluice_queue_acquire_at(sluice_queue *q, uint64_t permits, uint64_t now_ns,
+                            sluice_grant_fn fn, void *arg, uint64_t *id)
+{
+    if (!q || !fn) return SLUICE_EINVAL;
+    pthread_mutex_lock(&q->mu);
+    sluice_limiter *lim = q->lim;
     int rc = 0;
+    if (!q->w || q->closing) {
+        rc = SLUICE_ECANCELED;
+        goto out;
+    }
     if (q->len >= q->max) {
         rc = SLUICE_EFULL;
         goto out;
@@ -119,14 +227,13 @@ int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permi
         rc = SLUICE_ENOMEM;
         goto out;
     }
-    r->lim = lim;
-    r->w = w;
+    r->q = q;
     r->fn = fn;
     r->arg = arg;
     r->permits = permits;
     uint64_t deadline;
     sluice_result res;
-    if (sluice__limiter_is_bucket(lim)) {
+    if (q->bucket) {
         if (!sluice_reserve_at(lim, permits, now_ns, (uint64_t)INT64_MAX, &r->rv, &res)) {
             sluice__free(r);
             rc = SLUICE_ERANGE; /* more than the bucket holds, or a wait past 2^63 ns */
@@ -151,9 +258,9 @@ int sluice_acquire_async_at(sluice_limiter *lim, sluice_wheel *w, uint64_t permi
     } else {
         deadline = now_ns + (uint64_t)res.retry_after_ns;
     }
-    rc = sluice_wheel_schedule(w, deadline, on_fire, r, &r->timer);
+    rc = sluice_wheel_schedule(q->w, deadline, on_fire, r, &r->timer);
     if (rc != 0) {
-        if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(&r->rv, now_ns);
+        if (q->bucket) sluice_reservation_cancel_at(&r->rv, now_ns);
         sluice__free(r);
         goto out;
     }
@@ -169,27 +276,26 @@ out:
     return rc;
 }
 
-int sluice_acquire_async(sluice_limiter *lim, sluice_wheel *w, uint64_t permits,
-                         sluice_grant_fn fn, void *arg, uint64_t *id)
+int sluice_queue_acquire(sluice_queue *q, uint64_t permits, sluice_grant_fn fn, void *arg,
+                         uint64_t *id)
 {
-    return sluice_acquire_async_at(lim, w, permits, sluice_now_ns(), fn, arg, id);
+    return sluice_queue_acquire_at(q, permits, sluice_now_ns(), fn, arg, id);
 }
 
-int sluice_async_cancel_at(sluice_limiter *lim, uint64_t id, uint64_t now_ns)
+int sluice_queue_cancel_at(sluice_queue *q, uint64_t id, uint64_t now_ns)
 {
-    if (!lim) return SLUICE_EINVAL;
-    sluice__aqueue *q = sluice__limiter_aqueue(lim);
+    if (!q) return SLUICE_EINVAL;
     pthread_mutex_lock(&q->mu);
     areq *r = q->head;
     while (r && r->id != id) r = r->next;
     int rc = SLUICE_ENOENT;
     if (r) {
-        rc = sluice_wheel_cancel(r->w, r->timer);
+        rc = sluice_wheel_cancel(q->w, r->timer);
         if (rc == SLUICE_ENOENT) rc = SLUICE_EBUSY; /* fired: its callback waits for us */
         if (rc == 0) {
             bool was_head = q->head == r;
             unlink_req(q, r);
-            if (sluice__limiter_is_bucket(lim)) sluice_reservation_cancel_at(&r->rv, now_ns);
+            if (q->bucket) sluice_reservation_cancel_at(&r->rv, now_ns);
             if (was_head) promote(q, now_ns);
             sluice__free(r);
         }
@@ -198,24 +304,14 @@ int sluice_async_cancel_at(sluice_limiter *lim, uint64_t id, uint64_t now_ns)
     return rc;
 }
 
-int sluice_async_cancel(sluice_limiter *lim, uint64_t id)
+int sluice_queue_cancel(sluice_queue *q, uint64_t id)
 {
-    return sluice_async_cancel_at(lim, id, sluice_now_ns());
+    return sluice_queue_cancel_at(q, id, sluice_now_ns());
 }
 
-int sluice_limiter_set_queue_max(sluice_limiter *lim, uint32_t max)
+size_t sluice_queue_len(sluice_queue *q)
 {
-    if (!lim || max == 0) return SLUICE_EINVAL;
-    sluice__aqueue *q = sluice__limiter_aqueue(lim);
-    pthread_mutex_lock(&q->mu);
-    q->max = max;
-    pthread_mutex_unlock(&q->mu);
-    return 0;
-}
-
-size_t sluice_limiter_queued(sluice_limiter *lim)
-{
-    sluice__aqueue *q = sluice__limiter_aqueue(lim);
+    if (!q) return 0;
     pthread_mutex_lock(&q->mu);
     size_t n = q->len;
     pthread_mutex_unlock(&q->mu);

@@ -273,20 +273,15 @@ SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *k
 SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
 SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
 
-/* The queue of a limiter's asynchronous acquires (async.c); embedded in
- * every limiter, initialised by sluice__aqueue_init. */
-struct sluice__areq;
-typedef struct sluice__aqueue {
-    pthread_mutex_t mu;
-    struct sluice__areq *head, *tail; /* FIFO */
-    uint32_t len, max;
-    uint64_t next_id;
-} sluice__aqueue;
-SLUICE__INTERNAL int sluice__aqueue_init(sluice__aqueue *q);
-SLUICE__INTERNAL void sluice__aqueue_fini(sluice__aqueue *q);
-SLUICE__INTERNAL sluice__aqueue *sluice__limiter_aqueue(sluice_limiter *lim);
+/* What a limiter tells the modules built on it (limiter.c): whether it is
+ * a bucket (reservations book the future), its capacity, and a reference
+ * count: sluice__limiter_retain() takes a reference that a later
+ * sluice_limiter_free() gives back; the limiter's memory goes with the last
+ * one, so an object holding a limiter (an asynchronous queue, async.c) stays
+ * safe whichever of the two its user frees first. */
 SLUICE__INTERNAL bool sluice__limiter_is_bucket(const sluice_limiter *lim);
 SLUICE__INTERNAL uint64_t sluice__limiter_capacity(const sluice_limiter *lim);
+SLUICE__INTERNAL void sluice__limiter_retain(sluice_limiter *lim);
 
 /* The live clock a profile asks for. */
 SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);

@@ -59,11 +59,10 @@ struct sluice_limiter {
     bool lockfree;
     pthread_mutex_t mu; /* the locked path */
     sluice__state st;
-    sluice__aqueue aq; /* async.c */
+    _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
     sluice__counters counters;
 };
 
-sluice__aqueue *sluice__limiter_aqueue(sluice_limiter *lim) { return &lim->aq; }
 
 /* ---- the packed word ---------------------------------------------------- */
 
@@ -148,12 +147,7 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
-    if (sluice__aqueue_init(&lim->aq) != 0) {
-        pthread_mutex_destroy(&lim->mu);
-        sluice__free64(lim);
-        sluice__errf(err, errlen, "cannot create a mutex");
-        return NULL;
-    }
+    atomic_init(&lim->refs, 1);
     lim->pf = pf;
     lim->lockfree = HAVE_CAS128 && pf.packed;
     sluice__state_init(&lim->pf, &lim->st);
@@ -168,8 +162,8 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
 void sluice_limiter_free(sluice_limiter *lim)
 {
     if (!lim) return;
+    if (atomic_fetch_sub_explicit(&lim->refs, 1, memory_order_acq_rel) != 1) return;
     sluice__state_fini(&lim->pf, &lim->st);
-    sluice__aqueue_fini(&lim->aq);
     pthread_mutex_destroy(&lim->mu);
     sluice__free64(lim);
 }
@@ -215,6 +209,11 @@ static bool is_bucket(const sluice_limiter *lim) { return lim->pf.ops->bucket; }
 bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim); }
 
 uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return lim->pf.capacity; }
+
+void sluice__limiter_retain(sluice_limiter *lim)
+{
+    atomic_fetch_add_explicit(&lim->refs, 1, memory_order_relaxed);
+}
 
 enum { RV_NONE, RV_ACTIVE, RV_FINAL };
 

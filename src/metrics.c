@@ -28,7 +28,7 @@
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE } kind;
 
 typedef struct entry {
     kind k;
@@ -129,7 +129,8 @@ static void escape(char *dst, const char *name)
     *dst = '\0';
 }
 
-/* Limiters and tables share the `limit` label's names; wheels have theirs. */
+/* Limiters and tables share the `limit` label's names; wheels and queues
+ * have theirs. */
 static bool same_space(kind a, kind b)
 {
     return a == b || ((a == K_LIMITER || a == K_TABLE) && (b == K_LIMITER || b == K_TABLE));
@@ -196,6 +197,11 @@ int sluice_metrics_add_table(sluice_metrics *m, const char *name, const sluice_t
 int sluice_metrics_add_wheel(sluice_metrics *m, const char *name, const sluice_wheel *w)
 {
     return add(m, name, w, K_WHEEL);
+}
+
+int sluice_metrics_add_queue(sluice_metrics *m, const char *name, const sluice_queue *q)
+{
+    return add(m, name, q, K_QUEUE);
 }
 
 int sluice_metrics_remove(sluice_metrics *m, const void *obj)
@@ -288,7 +294,7 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 /* What one object contributes to the families. */
 typedef struct snapshot {
     sluice_stats d;          /* limiters and tables */
-    uint64_t queued;         /* limiters */
+    uint64_t queued;         /* queues */
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
 } snapshot;
@@ -324,7 +330,7 @@ static const family families[] = {
      "Probes (requests for 0 permits, always allowed, changing nothing) among the requests.",
      KB(K_LIMITER) | KB(K_TABLE)},
     {F_ASYNC_QUEUED, "sluice_async_queued", "gauge",
-     "Asynchronous acquires queued on the limiter, waiting for their permits.", KB(K_LIMITER)},
+     "Asynchronous acquires waiting in the queue for their permits.", KB(K_QUEUE)},
     {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
@@ -343,10 +349,7 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 {
     switch (e->k) {
     case K_LIMITER:
-        if (f == F_ASYNC_QUEUED) /* the getter takes the queue's lock: a cast, not a write */
-            s->queued = sluice_limiter_queued((sluice_limiter *)(uintptr_t)e->obj);
-        else
-            sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
+        sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
         break;
     case K_TABLE:
         sluice_table_stats_get((const sluice_table *)e->obj, &s->t);
@@ -355,6 +358,10 @@ static void read_object(const entry *e, family_id f, snapshot *s)
     case K_WHEEL:
         if (f == F_WHEEL_PENDING) s->pending = sluice_wheel_pending((const sluice_wheel *)e->obj);
         break;
+    case K_QUEUE:
+        if (f == F_ASYNC_QUEUED) /* the getter takes the queue's lock: a cast, not a write */
+            s->queued = sluice_queue_len((sluice_queue *)(uintptr_t)e->obj);
+        break;
     case K_NONE:
         break;
     }
@@ -362,7 +369,7 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 
 static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
 {
-    const char *label = e->k == K_WHEEL ? "wheel" : "limit";
+    const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
     switch (f->id) {
     case F_REQUESTS:
         series(c, f->name, label, e, "allowed", sat_add(s->d.requests_allowed, s->d.probes));

@@ -211,13 +211,17 @@ static void test_exact_text(void **state)
     assert_non_null(w);
     assert_int_equal(sluice_wheel_schedule(w, SEC, timer_cb, NULL, NULL), 0);
     assert_int_equal(sluice_wheel_schedule(w, 2 * SEC, timer_cb, NULL, NULL), 0);
+    /* an empty queue of asynchronous acquires on the limiter */
+    sluice_queue *q = sluice_queue_new(lim, w, 0, err, sizeof err);
+    assert_non_null(q);
 
     sluice_metrics *m = sluice_metrics_new();
     assert_non_null(m);
     assert_int_equal(sluice_metrics_add_limiter(m, "api", lim), 0);
     assert_int_equal(sluice_metrics_add_table(m, "per-ip", t), 0);
     assert_int_equal(sluice_metrics_add_wheel(m, "timers", w), 0);
-    assert_int_equal(sluice_metrics_count(m), 3);
+    assert_int_equal(sluice_metrics_add_queue(m, "api", q), 0); /* a name space of its own */
+    assert_int_equal(sluice_metrics_count(m), 4);
 
     static const char want[] =
         "# HELP sluice_requests_total Requests decided, by limit and decision (probes count as allowed).\n"
@@ -236,9 +240,9 @@ static void test_exact_text(void **state)
         "# TYPE sluice_probes_total counter\n"
         "sluice_probes_total{limit=\"api\"} 1\n"
         "sluice_probes_total{limit=\"per-ip\"} 0\n"
-        "# HELP sluice_async_queued Asynchronous acquires queued on the limiter, waiting for their permits.\n"
+        "# HELP sluice_async_queued Asynchronous acquires waiting in the queue for their permits.\n"
         "# TYPE sluice_async_queued gauge\n"
-        "sluice_async_queued{limit=\"api\"} 0\n"
+        "sluice_async_queued{queue=\"api\"} 0\n"
         "# HELP sluice_table_keys Keys the table holds now.\n"
         "# TYPE sluice_table_keys gauge\n"
         "sluice_table_keys{limit=\"per-ip\"} 2\n"
@@ -266,6 +270,7 @@ static void test_exact_text(void **state)
     free(got);
 
     sluice_metrics_free(m);
+    sluice_queue_free(q);
     sluice_wheel_free(w);
     sluice_table_free(t);
     sluice_limiter_free(lim);
@@ -288,25 +293,29 @@ static void test_async_gauges(void **state)
     sluice_wheel *w = sluice_wheel_new(0, 64, 0, err, sizeof err);
     assert_non_null(lim);
     assert_non_null(w);
+    sluice_queue *q = sluice_queue_new(lim, w, 0, err, sizeof err);
+    assert_non_null(q);
     sluice_metrics *m = sluice_metrics_new();
     assert_non_null(m);
     assert_int_equal(sluice_metrics_add_limiter(m, "one", lim), 0);
     assert_int_equal(sluice_metrics_add_wheel(m, "w", w), 0);
+    assert_int_equal(sluice_metrics_add_queue(m, "one", q), 0);
     assert_true(sluice_try_acquire_at(lim, 1, 0, NULL));
     int granted = 0;
     for (int i = 0; i < 3; i++)
-        assert_int_equal(sluice_acquire_async_at(lim, w, 1, 1, grant_cb, &granted, NULL), 0);
+        assert_int_equal(sluice_queue_acquire_at(q, 1, 1, grant_cb, &granted, NULL), 0);
     char *text = render(m);
-    assert_int_equal(sample_l(text, "sluice_async_queued", "one", NULL), 3);
+    assert_int_equal(sample(text, "sluice_async_queued{queue=\"one\"}"), 3);
     assert_true(sample(text, "sluice_wheel_timers_pending{wheel=\"w\"}") >= 1);
     free(text);
     for (uint64_t t = SEC; t <= 3 * SEC; t += SEC) sluice_wheel_advance(w, t);
     assert_int_equal(granted, 3);
     text = render(m);
-    assert_int_equal(sample_l(text, "sluice_async_queued", "one", NULL), 0);
+    assert_int_equal(sample(text, "sluice_async_queued{queue=\"one\"}"), 0);
     assert_int_equal(sample(text, "sluice_wheel_timers_pending{wheel=\"w\"}"), 0);
     free(text);
     sluice_metrics_free(m);
+    sluice_queue_free(q);
     sluice_wheel_free(w);
     sluice_limiter_free(lim);
 }
@@ -594,6 +603,7 @@ static void test_bad_arguments(void **state)
     assert_int_equal(sluice_metrics_add_limiter(m, "a", NULL), SLUICE_EINVAL);
     assert_int_equal(sluice_metrics_add_table(m, "a", NULL), SLUICE_EINVAL);
     assert_int_equal(sluice_metrics_add_wheel(m, "a", NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_queue(m, "a", NULL), SLUICE_EINVAL);
     assert_int_equal(sluice_metrics_remove(NULL, lim), SLUICE_EINVAL);
     assert_int_equal(sluice_metrics_remove(m, NULL), SLUICE_EINVAL);
     char buf[8];

@@ -1,7 +1,7 @@
 /* sluice/metrics.h -- the library's counters in the Prometheus text format.
  *
- * A registry (sluice_metrics) holds named limiters, tables and timing
- * wheels; sluice_metrics_write() renders every counter they keep into a
+ * A registry (sluice_metrics) holds named limiters, tables, timing wheels
+ * and asynchronous queues; sluice_metrics_write() renders every counter they keep into a
  * caller's buffer in the Prometheus text exposition format, version 0.0.4,
  * ready to be served at /metrics or written to a file for node_exporter's
  * textfile collector.  Every series, its type, labels and meaning are listed
@@ -11,7 +11,7 @@
  *                                           (a probe counts as allowed)
  *   sluice_permits_total{limit,decision}    counter
  *   sluice_probes_total{limit}              counter (probes among requests)
- *   sluice_async_queued{limit}              gauge (limiters)
+ *   sluice_async_queued{queue}              gauge
  *   sluice_table_keys{limit}                gauge
  *   sluice_table_keys_reclaimed_total{limit}  counter
  *   sluice_table_keys_evicted_total{limit}    counter
@@ -19,7 +19,7 @@
  *   sluice_wheel_timers_pending{wheel}      gauge
  *
  * The `limit` label is the name a limiter or table was added under; the
- * `wheel` label a wheel's.  Series are per object, never per key, so the
+ * `wheel` label a wheel's, the `queue` label a queue's.  Series are per object, never per key, so the
  * exposition's size depends only on how many objects were added.
  *
  * The registry refers to the objects, it does not own them: remove an object
@@ -56,14 +56,15 @@ sluice_metrics *sluice_metrics_new(void);
  * are left alone.  NULL is a no-op.  No other call may be using `m`. */
 void sluice_metrics_free(sluice_metrics *m);
 
-/* Add a limiter, a table or a timing wheel under `name`, which becomes the
- * value of its series' `limit` label (limiters and tables) or `wheel` label
- * (wheels).  The name is copied; it is 1 .. SLUICE_METRICS_NAME_MAX bytes of
+/* Add a limiter, a table, a timing wheel or an asynchronous queue under
+ * `name`, which becomes the value of its series' `limit` label (limiters and
+ * tables), `wheel` label (wheels) or `queue` label (queues).  The name is copied; it is 1 .. SLUICE_METRICS_NAME_MAX bytes of
  * valid UTF-8 with no control character other than tab and newline (a
  * carriage return would split the line for some parsers).  Backslash,
  * double quote and newline are escaped in the output as the format asks.
  * Limiters and tables share one set of names (their series share the
- * `limit` label); wheels have their own.  `obj` must stay valid until it is
+ * `limit` label); wheels and queues have their own.  `obj` must stay valid
+ * until it is
  * removed or the registry is freed.
  * Returns 0, or
  *   SLUICE_EINVAL  m, obj or name NULL; a name empty, too long, not UTF-8
@@ -77,8 +78,10 @@ int sluice_metrics_add_table(sluice_metrics *m, const char *name,
                              const sluice_table *t);
 int sluice_metrics_add_wheel(sluice_metrics *m, const char *name,
                              const sluice_wheel *w);
+int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
+                             const sluice_queue *q);
 
-/* Stop exposing `obj` (a limiter, table or wheel added before).  When it
+/* Stop exposing `obj` (a limiter, table, wheel or queue added before).  When it
  * returns, no sluice_metrics_write() touches obj any more: it may be freed.
  * Returns 0, SLUICE_ENOENT when obj is not in the registry, SLUICE_EINVAL
  * for a NULL argument.  Thread-safe, also while sluice_metrics_write()
