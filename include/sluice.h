@@ -221,7 +221,9 @@ typedef struct sluice_stats {
 sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen);
 
 /* Free a limiter and everything it holds.  NULL is a no-op.  No other call
- * may be using `lim` at the same time. */
+ * may be using `lim` at the same time, and none may follow -- except by the
+ * asynchronous queues made on it (sluice_queue_new), which keep it in memory
+ * and go on using it until the last of them is freed. */
 void sluice_limiter_free(sluice_limiter *lim);
 
 /* Ask for `permits` at time `now_ns` (nanoseconds on the caller's monotonic
