@@ -531,6 +531,7 @@ size_t sluice_limiter_queued(sluice_limiter *lim);
 
 /* Metrics: the counters above in the Prometheus text format */
 #include "sluice/metrics.h"
+#include "sluice/http.h"
 
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop
