@@ -348,6 +348,17 @@ static void test_legacy(void **state)
           "RateLimit: \"api\";r=100\r\n"
           "X-RateLimit-Limit: 100\r\nX-RateLimit-Remaining: 100\r\nX-RateLimit-Reset: 0\r\n");
     sluice_limiter_free(lim);
+
+    /* the sample in docs/http-headers.md */
+    lim = mk("token-bucket 10/min burst=5");
+    pol(&p, "api", "token-bucket 10/min burst=5");
+    take(lim, 5, 0);
+    block(&p, lim, 1, 0, "k", 1, SLUICE_HTTP_LEGACY, false,
+          "RateLimit-Policy: \"api\";q=10;w=60;sluice-burst=5;pk=:aw==:\r\n"
+          "RateLimit: \"api\";r=0;t=6;pk=:aw==:\r\n"
+          "Retry-After: 6\r\n"
+          "X-RateLimit-Limit: 10\r\nX-RateLimit-Remaining: 0\r\nX-RateLimit-Reset: 6\r\n");
+    sluice_limiter_free(lim);
 }
 
 /* ---- edge cases --------------------------------------------------------- */
