@@ -1,10 +1,10 @@
 /* http.c -- a decision as the RateLimit header fields of
  * draft-ietf-httpapi-ratelimit-headers-10 (docs/http-headers.md).
  *
- * A policy is made once from a spec (parsed here with the library's own
- * parser, so a limiter's canonical spec and a table's spec give the same
- * answer) and keeps what the fields need: q and w, the burst, and which
- * bound applies to t.  Formatting a decision is then integer arithmetic and
+ * A policy is made once from a parsed spec (sluice_spec_parse() of a
+ * table's spec, or sluice_limiter_spec_get() of a limiter: the same answer
+ * for the same limit) and keeps what the fields need: q and w, the burst,
+ * and which bound applies to t.  Formatting a decision is then integer arithmetic and
  * byte copies, no allocation, no lock.
  *
  * q and w: the draft wants w a whole number of seconds >= 1.  With
@@ -120,6 +120,26 @@ static bool name_ok(const char *name)
     return true;
 }
 
+/* Fill p from a parsed spec (the name already checked). */
+static void policy_set(sluice_http_policy *p, const char *name, const sluice_spec_info *in)
+{
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, name, strlen(name) + 1);
+    p->limit = in->limit;
+    p->period_ns = in->period_ns;
+    p->burst = in->capacity;
+    p->window_s = ceil_s(in->period_ns); /* >= 1, as PERIOD >= 1 ns */
+    u128 q = (u128)in->limit * p->window_s * NS_PER_S / in->period_ns;
+    p->quota = q > SLUICE_HTTP_INT_MAX ? SLUICE_HTTP_INT_MAX : (uint64_t)q;
+    switch (in->algorithm) {
+    case SLUICE_ALG_FIXED_WINDOW: p->kind_ = KIND_FIXED; break;
+    case SLUICE_ALG_SLIDING_APPROX: p->kind_ = KIND_APPROX; break;
+    case SLUICE_ALG_TOKEN_BUCKET:
+    case SLUICE_ALG_LEAKY_BUCKET: p->kind_ = KIND_BUCKET; break;
+    default: p->kind_ = KIND_SLIDING; break; /* sliding-log, sliding-wheel */
+    }
+}
+
 int sluice_http_policy_init(sluice_http_policy *p, const char *name, const char *spec,
                             char *err, size_t errlen)
 {
@@ -134,36 +154,21 @@ int sluice_http_policy_init(sluice_http_policy *p, const char *name, const char 
                      SLUICE_HTTP_NAME_MAX);
         return SLUICE_EINVAL;
     }
-    sluice__profile pf;
-    int rc = sluice__spec_parse(spec, &pf, err, errlen);
+    sluice_spec_info in;
+    int rc = sluice_spec_parse(spec, &in, err, errlen);
     if (rc != 0) return rc;
-
-    memset(p, 0, sizeof *p);
-    memcpy(p->name, name, strlen(name) + 1);
-    p->limit = pf.limit;
-    p->period_ns = pf.period_ns;
-    p->burst = pf.capacity;
-    p->window_s = ceil_s(pf.period_ns); /* >= 1, as PERIOD >= 1 ns */
-    u128 q = (u128)pf.limit * p->window_s * NS_PER_S / pf.period_ns;
-    p->quota = q > SLUICE_HTTP_INT_MAX ? SLUICE_HTTP_INT_MAX : (uint64_t)q;
-    switch (pf.alg) {
-    case SLUICE__FIXED_WINDOW: p->kind_ = KIND_FIXED; break;
-    case SLUICE__SLIDING_APPROX: p->kind_ = KIND_APPROX; break;
-    case SLUICE__TOKEN_BUCKET:
-    case SLUICE__LEAKY_BUCKET: p->kind_ = KIND_BUCKET; break;
-    default: p->kind_ = KIND_SLIDING; break;
-    }
+    policy_set(p, name, &in);
     return 0;
 }
 
 int sluice_http_policy_from_limiter(sluice_http_policy *p, const char *name,
                                     const sluice_limiter *lim)
 {
-    if (!lim) return SLUICE_EINVAL;
-    char spec[SLUICE_SPEC_MAX];
-    int n = sluice_spec_format(lim, spec, sizeof spec);
-    if (n < 0) return n;
-    return sluice_http_policy_init(p, name, spec, NULL, 0);
+    if (!p || !name || !lim || !name_ok(name)) return SLUICE_EINVAL;
+    sluice_spec_info in;
+    sluice_limiter_spec_get(lim, &in);
+    policy_set(p, name, &in);
+    return 0;
 }
 
 /* ---- one decision ------------------------------------------------------- */

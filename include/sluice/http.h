@@ -111,8 +111,8 @@ typedef struct sluice_http_policy {
 int sluice_http_policy_init(sluice_http_policy *p, const char *name, const char *spec,
                             char *err, size_t errlen);
 
-/* The same for the limit of a limiter (its canonical spec).  Returns 0, or
- * SLUICE_EINVAL for a NULL argument or a bad name. */
+/* The same for the limit of a limiter (sluice_limiter_spec_get).  Returns
+ * 0, or SLUICE_EINVAL for a NULL argument or a bad name. */
 int sluice_http_policy_from_limiter(sluice_http_policy *p, const char *name,
                                     const sluice_limiter *lim);
 
