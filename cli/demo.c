@@ -16,6 +16,10 @@
  * (exact: a two-pointer scan over the admitted times, window [s, s + 1 s)),
  * and the longest wait_ns.  For the leaky-bucket shaper a request proceeds
  * at t + wait_ns, so its "in any second" count is over those times.
+ *
+ * With --svg FILE the same times are drawn (svg.c): one lane per algorithm,
+ * the requests let through in the second before each instant, against the
+ * limit.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -66,12 +70,16 @@ typedef struct demo_row {
 static void demo_usage(FILE *out)
 {
     fprintf(out,
-            "usage: sluice demo [--help]\n"
+            "usage: sluice demo [--svg FILE] [--help]\n"
             "\n"
             "Runs the fixed window's \"boundary burst\" through every algorithm at\n"
             "100/s: 100 requests in [0.990 s, 1.000 s), 100 in [1.000 s, 1.010 s),\n"
             "then 300/s for 5 s from 2.000 s, on simulated time (no sleeping), and\n"
-            "prints what each algorithm admitted.\n");
+            "prints what each algorithm admitted.\n"
+            "\n"
+            "  --svg FILE   also draw it: one lane per algorithm, the requests\n"
+            "               admitted in the second before each instant, against\n"
+            "               the limit (an SVG picture, written to FILE)\n");
 }
 
 /* The arrival times of the scenario, increasing, into t[DEMO_TOTAL]. */
@@ -136,6 +144,54 @@ static int demo_run(const char *spec, const uint64_t *t, uint64_t *proceed,
     sluice_limiter_free(lim);
     demo_scan(proceed, row->admitted, row);
     return 0;
+}
+
+/* A short line for the picture, from the numbers alone. */
+static void demo_note(const demo_row *row, char *buf, size_t len)
+{
+    const double ms = (double)DEMO_MS_NS;
+    if (row->max_wait_ns > 0)
+        snprintf(buf, len, "smooths the burst: one every %.0f ms or more, up to %.0f ms late",
+                 (double)row->min_gap_ns / ms, (double)row->max_wait_ns / ms);
+    else if (row->max_in_window > DEMO_LIMIT && row->max_window_from < DEMO_EDGE_END_NS)
+        snprintf(buf, len, "%zu through within 20 ms at the window edge: %.1f\u00d7 the limit",
+                 row->edge_admitted, (double)row->max_in_window / DEMO_LIMIT);
+    else if (row->max_in_window > DEMO_LIMIT)
+        snprintf(buf, len, "%zu in the second from %.0f s: the whole burst, then the rate",
+                 row->max_in_window, (double)row->max_window_from / (double)DEMO_SEC_NS);
+    else
+        snprintf(buf, len, "never more than %zu in any second", row->max_in_window);
+}
+
+/* Draw what every algorithm let through (svg.c) into `path`. */
+static int demo_svg(FILE *f, const char *path, const uint64_t *t,
+                    uint64_t (*proceed)[DEMO_TOTAL], const demo_row *rows)
+{
+    sluice_cli_lane offered = {"requests offered", NULL, t, DEMO_TOTAL};
+    sluice_cli_lane lanes[DEMO_NSPECS];
+    char notes[DEMO_NSPECS][120];
+    for (size_t s = 0; s < DEMO_NSPECS; s++) {
+        demo_note(&rows[s], notes[s], sizeof notes[s]);
+        lanes[s] = (sluice_cli_lane){demo_specs[s], notes[s], proceed[s], rows[s].admitted};
+    }
+    const sluice_cli_svg svg = {
+        .title = "The boundary burst at 100/s, through every algorithm",
+        .subtitle = "100 requests in the last 10 ms of a second, 100 in the first 10 ms "
+                    "of the next, then 300/s for 5 s (sluice demo)",
+        .legend = "Each lane: requests let through in the second before each instant "
+                  "(the shaper: when they leave). Dashed: the limit, 100. Red: above it.",
+        .limit = DEMO_LIMIT,
+        .window_ns = DEMO_SEC_NS,
+        .t_end_ns = 9 * DEMO_SEC_NS,
+        .mark_from_ns = DEMO_EDGE_START_NS,
+        .mark_to_ns = DEMO_EDGE_END_NS,
+        .mark_label = "edge burst",
+        .note_at_ns = DEMO_EDGE_END_NS + 60 * DEMO_MS_NS,
+        .offered = &offered,
+        .lanes = lanes,
+        .nlanes = DEMO_NSPECS,
+    };
+    return sluice_cli_svg_write(&svg, f, path);
 }
 
 /* One line, written from the numbers alone. */
@@ -224,23 +280,47 @@ static int demo_shaper(void)
 
 int sluice_cli_demo(int argc, char **argv)
 {
+    const char *svg_path = NULL;
     /* argv[0] is the subcommand's name. */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             demo_usage(stdout);
             return 0;
         }
+        if (strcmp(argv[i], "--svg") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+                fprintf(stderr, "sluice demo: --svg needs a FILE (try --help)\n");
+                return 2;
+            }
+            svg_path = argv[++i];
+            continue;
+        }
         fprintf(stderr, "sluice demo: unknown argument \"%s\" (try --help)\n",
                 argv[i]);
         return 2;
     }
 
-    static uint64_t t[DEMO_TOTAL], proceed[DEMO_TOTAL];
+    FILE *svg = NULL; /* opened first: a bad FILE stops the demo before it prints */
+    if (svg_path != NULL && (svg = fopen(svg_path, "w")) == NULL) {
+        fprintf(stderr, "sluice demo: cannot open \"%s\" for writing\n", svg_path);
+        return 2;
+    }
+    static uint64_t t[DEMO_TOTAL], proceed[DEMO_NSPECS][DEMO_TOTAL];
     demo_row rows[DEMO_NSPECS];
     demo_scenario(t);
     for (size_t s = 0; s < DEMO_NSPECS; s++)
-        if (demo_run(demo_specs[s], t, proceed, &rows[s]) != 0)
+        if (demo_run(demo_specs[s], t, proceed[s], &rows[s]) != 0) {
+            if (svg) fclose(svg);
             return 1;
+        }
+    if (svg != NULL) {
+        int rc = demo_svg(svg, svg_path, t, proceed, rows);
+        if (fclose(svg) != 0 && rc == 0) {
+            fprintf(stderr, "sluice demo: cannot write \"%s\"\n", svg_path);
+            rc = 1;
+        }
+        if (rc != 0) return rc;
+    }
 
     printf("Boundary burst at %u/s: %u requests in [0.990 s, 1.000 s), %u in "
            "[1.000 s, 1.010 s),\n"

@@ -573,6 +573,7 @@ size_t sluice_queue_len(sluice_queue *q);
 
 /* Metrics: the counters above in the Prometheus text format */
 #include "sluice/metrics.h"
+#include "sluice/http.h"
 
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop

@@ -40,7 +40,7 @@ step() { printf '\n=== %s\n' "$*"; }
 # ---------------------------------------------------------------- tools --
 
 step "dependencies (scripts/deps.sh)"
-bash scripts/deps.sh libhiredis-dev redis-server prometheus python3-prometheus-client
+bash scripts/deps.sh libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils
 
 # ------------------------------------------------------------- sanitizers --
 
