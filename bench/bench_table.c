@@ -3,7 +3,7 @@
  *
  * Build (the lead adds these lines to bench/CMakeLists.txt, beside
  * bench_decide).  The benchmark reads two library internals through
- * src/internal.h -- sluice__table_bytes() and sluice__table_new_seeded() --
+ * src/table.h -- sluice__table_bytes() and sluice__table_new_seeded() --
  * so, unlike bench_decide, it also gets src/ on its include path; the hidden
  * symbols link fine from the static library:
  *
@@ -83,7 +83,7 @@
 
 #include <sluice.h>
 
-#include "internal.h" /* sluice__table_bytes, sluice__table_new_seeded */
+#include "table.h" /* sluice__table_bytes, sluice__table_new_seeded */
 
 #define BT_DEFAULT_SPEC "token-bucket 100/s"
 #define BT_T0_NS 1000000000ULL /* caller time of the first request */

@@ -44,6 +44,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "limiter.h"
 #include "wheel.h"
 
 #include <pthread.h>

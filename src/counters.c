@@ -16,10 +16,9 @@
  * the set may mix instants while decisions run.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "counters.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -63,22 +62,6 @@ static unsigned choose_slot(void)
     }
     my_slot = slot + 1;
     return slot;
-}
-
-void sluice__spin_wait(sluice__spin *l)
-{
-    for (unsigned n = 0;; n++) {
-        if (!atomic_load_explicit(&l->locked, memory_order_relaxed) &&
-            !atomic_exchange_explicit(&l->locked, 1, memory_order_acquire))
-            return;
-        if (n < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            sched_yield();
-        }
-    }
 }
 
 static inline uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }

@@ -237,73 +237,8 @@ SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluic
 SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
                                             sluice__state *st);
 
-/* Decision counters, shared by limiters and tables.  Striped: a thread
- * owns one of the first SLUICE__STRIPES - 1 stripes for its lifetime
- * (counters.c) and adds to it with plain loads and stores -- no locked
- * instruction, no cache line shared with another thread; threads beyond
- * those share the last stripe, with atomic read-modify-writes.  Reading
- * sums the stripes. */
-#define SLUICE__STRIPES 16
-typedef struct sluice__stripe {
-    _Alignas(64) _Atomic uint64_t requests_allowed, requests_denied;
-    _Atomic uint64_t permits_allowed, permits_denied, probes;
-} sluice__stripe;
-typedef struct sluice__counters {
-    sluice__stripe s[SLUICE__STRIPES];
-} sluice__counters;
-SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
-                                    bool allowed);
-SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
-                                            sluice_stats *out);
-
-/* SipHash-1-3 (sluice__siphash13) is in shared.h; SipHash-c-d, for the
- * tests. */
-SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
-                                             const void *data, size_t len);
-
-/* Table internals for the tests and benchmarks (table.c): a table with a
- * given seed instead of a random one; the slots a lookup of key probes
- * (found or not); the bytes the table has allocated (index, slab, shards;
- * long keys and rings not included) and the seed. */
-SLUICE__INTERNAL sluice_table *sluice__table_new_seeded(const char *spec, size_t max_keys,
-                                                        unsigned flags, const uint64_t seed[2],
-                                                        char *err, size_t errlen);
-SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *key,
-                                                  size_t keylen);
-SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
-SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
-
-/* What a limiter tells the modules built on it (limiter.c): whether it is
- * a bucket (reservations book the future), its capacity, and a reference
- * count: sluice__limiter_retain() takes a reference that a later
- * sluice_limiter_free() gives back; the limiter's memory goes with the last
- * one, so an object holding a limiter (an asynchronous queue, async.c) stays
- * safe whichever of the two its user frees first. */
-SLUICE__INTERNAL bool sluice__limiter_is_bucket(const sluice_limiter *lim);
-SLUICE__INTERNAL uint64_t sluice__limiter_capacity(const sluice_limiter *lim);
-SLUICE__INTERNAL void sluice__limiter_retain(sluice_limiter *lim);
-
 /* The live clock a profile asks for. */
 SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
-
-/* A short lock for critical sections of a few dozen instructions: test
- * and test-and-set, spinning a little, then yielding the CPU (so a holder
- * preempted on a busy machine is not spun on for a whole time slice).
- * Uncontended, lock + unlock is one exchange and one store: about a third
- * of a pthread mutex's cost. */
-typedef struct sluice__spin {
-    _Atomic int locked;
-} sluice__spin;
-SLUICE__INTERNAL void sluice__spin_wait(sluice__spin *l);
-static inline void sluice__spin_lock(sluice__spin *l)
-{
-    if (!atomic_exchange_explicit(&l->locked, 1, memory_order_acquire)) return;
-    sluice__spin_wait(l);
-}
-static inline void sluice__spin_unlock(sluice__spin *l)
-{
-    atomic_store_explicit(&l->locked, 0, memory_order_release);
-}
 
 /* Allocation through the installed hooks, the seed source and SipHash-1-3:
  * shared.h (libsluice-redis calls them too). */

@@ -35,6 +35,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "counters.h"
+#include "limiter.h"
 
 #include <errno.h>
 #include <pthread.h>

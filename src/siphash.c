@@ -11,7 +11,7 @@
  * 2-4.  Written from the paper's description; the tests check the same
  * code with 2-4 rounds against the paper's test vector (test_table_scale.c).
  */
-#include "internal.h"
+#include "table.h"
 
 #include <string.h>
 

@@ -65,6 +65,9 @@
  * LRU_SAMPLES sampled in the key's shard (Redis's approximated LRU).
  */
 #include "internal.h"
+#include "counters.h"
+#include "spin.h"
+#include "table.h"
 
 #include <math.h>
 #include <pthread.h>

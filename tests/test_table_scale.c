@@ -81,7 +81,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "table.h"
 #include "ref_model.h"
 
 /* Resident-memory figures are asserted only without a sanitizer (shadow

@@ -1,0 +1,26 @@
+/* table.h -- the table's internals that the tests and benchmarks reach
+ * (table.c), and SipHash-c-d (siphash.c), which the tests check against
+ * SipHash's published vectors. */
+#ifndef SLUICE_TABLE_H
+#define SLUICE_TABLE_H
+
+#include "internal.h"
+
+/* Table internals for the tests and benchmarks (table.c): a table with a
+ * given seed instead of a random one; the slots a lookup of key probes
+ * (found or not); the bytes the table has allocated (index, slab, shards;
+ * long keys and rings not included) and the seed. */
+SLUICE__INTERNAL sluice_table *sluice__table_new_seeded(const char *spec, size_t max_keys,
+                                                        unsigned flags, const uint64_t seed[2],
+                                                        char *err, size_t errlen);
+SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *key,
+                                                  size_t keylen);
+SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
+SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
+
+/* SipHash-1-3 (sluice__siphash13) is in shared.h; SipHash-c-d, for the
+ * tests. */
+SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
+                                             const void *data, size_t len);
+
+#endif /* SLUICE_TABLE_H */
