@@ -1,19 +1,19 @@
-/* internal.h -- what the library's source files share, and nothing else.
+/* internal.h -- the algorithm core that the library's source files share.
  *
  * A limiter is split as DPDK's rte_meter splits it: a profile (the parsed
  * spec: algorithm, LIMIT, PERIOD, options), immutable after _new and shared
  * by every limiter a table makes, and a small per-limiter state that the
- * algorithm's decide function moves forward.  Each algorithm provides
- *
- *   init      make a state at rest (the state of a limiter never used);
- *   decide    clamp the time to the latest seen, move the state to it,
- *             answer one request, and take the permits when allowed;
- *   rest_at   the earliest time from which the state is back at rest with
- *             no further traffic (a table may then drop it);
- *   fini      release what the state holds.
+ * algorithm's decide function moves forward.  Each algorithm is one row of
+ * operations (sluice__alg_ops, below; one source file each, the table of
+ * rows in spec.c): setup, format, decide, rest_at, pack, unpack, fini.
+ * Only an admission writes a state (docs/decisions.md, section 1).
  *
  * Arithmetic is integer-only.  Rates are kept as the exact pair
  * (LIMIT, PERIOD); products that can exceed 64 bits use u128.
+ *
+ * The other modules own their internal headers: counters.h, spin.h,
+ * table.h, limiter.h, wheel.h, sliding_approx.h; shared.h holds what
+ * libsluice-redis calls too.
  */
 #ifndef SLUICE_INTERNAL_H
 #define SLUICE_INTERNAL_H
