@@ -315,7 +315,7 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);
  * counters may come from slightly different instants.  Thread-safe. */
 void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out);
 
-/* The longest canonical spec sluice_spec_format() writes, with its NUL. */
+/* The longest canonical spec sluice_limiter_spec_format() writes, with its NUL. */
 #define SLUICE_SPEC_MAX 128
 
 /* Write the limiter's canonical spec into buf (NUL-terminated): the
@@ -326,12 +326,12 @@ void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out);
  * SLUICE_ENOSPC when buflen is too small (buf then holds a truncated,
  * NUL-terminated prefix if buflen > 0).  SLUICE_SPEC_MAX bytes always
  * suffice.  Thread-safe. */
-int sluice_spec_format(const sluice_limiter *lim, char *buf, size_t buflen);
+int sluice_limiter_spec_format(const sluice_limiter *lim, char *buf, size_t buflen);
 
 /* Check a spec without keeping a limiter: 0 if it would be accepted, else a
  * negative code with the reason in err (as sluice_limiter_new).  When `canon`
  * is not NULL and the spec is valid, the canonical form is written there as
- * by sluice_spec_format().  Thread-safe. */
+ * by sluice_limiter_spec_format().  Thread-safe. */
 int sluice_spec_check(const char *spec, char *canon, size_t canonlen,
                       char *err, size_t errlen);
 

@@ -366,7 +366,7 @@ void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out)
     sluice__counters_read(&lim->counters, out);
 }
 
-int sluice_spec_format(const sluice_limiter *lim, char *buf, size_t buflen)
+int sluice_limiter_spec_format(const sluice_limiter *lim, char *buf, size_t buflen)
 {
     return sluice__spec_format(&lim->pf, buf, buflen);
 }

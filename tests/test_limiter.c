@@ -189,11 +189,11 @@ static void test_format_roundtrip(void **state)
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         sluice_limiter *l = mk(specs[i][0]);
         char buf[64], buf2[64];
-        int n = sluice_spec_format(l, buf, sizeof buf);
+        int n = sluice_limiter_spec_format(l, buf, sizeof buf);
         assert_int_equal(n, (int)strlen(specs[i][1]));
         assert_string_equal(buf, specs[i][1]);
         sluice_limiter *l2 = mk(buf);
-        assert_int_equal(sluice_spec_format(l2, buf2, sizeof buf2), n);
+        assert_int_equal(sluice_limiter_spec_format(l2, buf2, sizeof buf2), n);
         assert_string_equal(buf, buf2);
         sluice_limiter_free(l);
         sluice_limiter_free(l2);

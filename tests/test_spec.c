@@ -1,6 +1,6 @@
 /* test_spec.c -- the limit-spec grammar (docs/decisions.md section 2) through the
  * public API: sluice_spec_check(), sluice_limiter_new(), sluice_table_new(),
- * sluice_spec_format() and sluice_strerror().
+ * sluice_limiter_spec_format() and sluice_strerror().
  *
  *  - good specs: each is accepted, its canonical form is the one in the
  *    table (period in its largest whole unit, count omitted when 1, options
@@ -11,7 +11,7 @@
  *    message that names the offending token;
  *  - the error buffer: NUL-terminated whatever errlen (1, 2, 5), never
  *    written beyond errlen, errlen 0 with err NULL is fine;
- *  - sluice_spec_format() with a buffer too small: SLUICE_ENOSPC and a
+ *  - sluice_limiter_spec_format() with a buffer too small: SLUICE_ENOSPC and a
  *    NUL-terminated prefix, nothing written beyond buflen;
  *  - sluice_strerror() for every code and for unknown ones;
  *  - the parsed view (sluice_spec_parse(), sluice_limiter_spec_get()): for
@@ -303,15 +303,15 @@ static void test_good_specs_roundtrip(void **state)
         char err[256] = "", f1[64], f2[64], c2[64];
         sluice_limiter *a = sluice_limiter_new(g->spec, err, sizeof err);
         if (!a) fail_msg("sluice_limiter_new(\"%s\") failed: %s", g->spec, err);
-        int n1 = sluice_spec_format(a, f1, sizeof f1);
-        if (n1 < 0) fail_msg("sluice_spec_format for \"%s\" failed: %d", g->spec, n1);
+        int n1 = sluice_limiter_spec_format(a, f1, sizeof f1);
+        if (n1 < 0) fail_msg("sluice_limiter_spec_format for \"%s\" failed: %d", g->spec, n1);
         assert_int_equal((size_t)n1, strlen(f1));
         if (strcmp(f1, g->canon) != 0)
             fail_msg("spec \"%s\": formatted \"%s\", want \"%s\"", g->spec, f1, g->canon);
 
         sluice_limiter *b = sluice_limiter_new(f1, err, sizeof err);
         if (!b) fail_msg("canonical spec \"%s\" refused: %s", f1, err);
-        int n2 = sluice_spec_format(b, f2, sizeof f2);
+        int n2 = sluice_limiter_spec_format(b, f2, sizeof f2);
         assert_int_equal(n2, n1);
         assert_string_equal(f2, f1);
         assert_int_equal(sluice_spec_check(f1, c2, sizeof c2, err, sizeof err), 0);
@@ -451,7 +451,7 @@ static void test_err_tiny_buffers(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* sluice_spec_format with small buffers                                    */
+/* sluice_limiter_spec_format with small buffers                                    */
 
 static void test_format_small_buffers(void **state)
 {
@@ -464,12 +464,12 @@ static void test_format_small_buffers(void **state)
         char buf[80];
         for (size_t bl = 0; bl <= len + 1; bl++) {
             memset(buf, CANARY, sizeof buf);
-            int rc = sluice_spec_format(lim, buf, bl);
+            int rc = sluice_limiter_spec_format(lim, buf, bl);
             if (bl <= len) {
                 if (rc != SLUICE_ENOSPC)
-                    fail_msg("sluice_spec_format(\"%s\", %zu bytes) = %d, want SLUICE_ENOSPC",
+                    fail_msg("sluice_limiter_spec_format(\"%s\", %zu bytes) = %d, want SLUICE_ENOSPC",
                              canon, bl, rc);
-                if (bl > 0) check_truncated("sluice_spec_format", buf, sizeof buf, bl, canon);
+                if (bl > 0) check_truncated("sluice_limiter_spec_format", buf, sizeof buf, bl, canon);
                 else assert_int_equal(buf[0], CANARY);
             } else {
                 assert_int_equal(rc, (int)len);
@@ -511,12 +511,12 @@ static void test_format_max_suffices(void **state)
         char buf[SLUICE_SPEC_MAX], big[256], canon[256], err[256] = "";
         sluice_limiter *lim = sluice_limiter_new(longest[i], err, sizeof err);
         if (!lim) fail_msg("\"%s\" refused: %s", longest[i], err);
-        int n = sluice_spec_format(lim, big, sizeof big);
+        int n = sluice_limiter_spec_format(lim, big, sizeof big);
         assert_true(n > 0);
         assert_string_equal(big, longest[i]);
         assert_int_equal(sluice_spec_check(longest[i], canon, sizeof canon, err, sizeof err), 0);
         assert_string_equal(canon, longest[i]);
-        int rc = sluice_spec_format(lim, buf, sizeof buf);
+        int rc = sluice_limiter_spec_format(lim, buf, sizeof buf);
         sluice_limiter_free(lim);
         if (rc < 0) {
             print_message("\"%s\" (%d bytes): SLUICE_SPEC_MAX bytes did not suffice (%d)\n", longest[i], n, rc);
@@ -665,7 +665,7 @@ static void test_spec_info(void **state)
 
         /* the canonical form says the same */
         char canon[SLUICE_SPEC_MAX];
-        assert_true(sluice_spec_format(lim, canon, sizeof canon) > 0);
+        assert_true(sluice_limiter_spec_format(lim, canon, sizeof canon) > 0);
         memset(&in, 0x5a, sizeof in);
         assert_int_equal(sluice_spec_parse(canon, &in, NULL, 0), 0);
         check_info("sluice_spec_parse(canonical form)", c, &in);
