@@ -108,20 +108,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
 #include "wheel.h"
+#include "wheel_core.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
-#define LEVELS SLUICE_WHEEL_LEVELS
-#define BITS SLUICE_WHEEL_SLOT_BITS
-#define SLOTS (1u << BITS)
-#define SPAN_BITS (LEVELS * BITS) /* 48: ticks the levels cover */
-#define NSLOTS (LEVELS * SLOTS)   /* 512 */
+#define NSLOTS SLUICE__WCORE_LISTS /* 512 */
 
-/* List numbers: the slots, then three more lists. */
-#define L_OVERFLOW NSLOTS       /* beyond the last level */
+/* List numbers: the core's slots and its beyond list, then two more. */
+#define L_OVERFLOW SLUICE__WCORE_BEYOND /* beyond the last level */
 #define L_DUE (NSLOTS + 1)      /* due already, fired at the next advance */
 #define L_BATCH (NSLOTS + 2)    /* being fired by the running advance */
 #define NLISTS (NSLOTS + 3)
@@ -133,7 +130,10 @@
 #define NIL UINT32_MAX
 #define TABLE_MIN 16u /* chunk table entries kept at least */
 
-_Static_assert(SPAN_BITS < 64, "levels must leave room for the overflow");
+_Static_assert(SLUICE_WHEEL_LEVELS == SLUICE__WCORE_LEVELS &&
+               SLUICE_WHEEL_SLOT_BITS == SLUICE__WCORE_BITS,
+               "the public constants describe the core");
+_Static_assert(L_OVERFLOW == NSLOTS, "list numbers follow the core's");
 _Static_assert(SLUICE_WHEEL_MAX_TIMERS <= ((uint64_t)1 << 31),
                "node indices must stay below NIL");
 
@@ -176,13 +176,12 @@ struct sluice_wheel {
     uint64_t tick_ns;
     uint64_t max_tick;     /* UINT64_MAX / tick_ns: larger ticks saturate */
     sluice__div tdiv;      /* t / tick_ns */
-    uint64_t cur;          /* the wheel's tick: nothing due <= cur is filed */
+    sluice__wcore core;    /* core.cur, the wheel's tick: nothing due <=
+                            * core.cur is filed on the levels */
     uint64_t now_ns;       /* the latest time seen */
     uint64_t target;       /* the tick the running advance() goes to */
     size_t max_timers;
     _Atomic size_t pending;
-    uint64_t occ[LEVELS];  /* bit s of occ[k]: slot s of level k not empty */
-    uint64_t ovf_min;      /* <= every due tick on the overflow list */
     bool advancing;
     sluice_timer_id firing; /* the id whose callback runs, or 0 */
 
@@ -451,13 +450,9 @@ static inline void list_unlink(sluice_wheel *w, wnode *n)
     else node(w, n->prev)->next = n->next;
     if (n->next == NIL) l->tail = n->prev;
     else node(w, n->next)->prev = n->prev;
-    if (l->head == NIL) {
-        if (li < NSLOTS) {
-            w->occ[li / SLOTS] &= ~((uint64_t)1 << (li % SLOTS));
-            w->smin[li] = UINT64_MAX;
-        } else if (li == L_OVERFLOW) {
-            w->ovf_min = UINT64_MAX;
-        }
+    if (l->head == NIL && li <= L_OVERFLOW) {
+        sluice__wcore_vacate(&w->core, li);
+        if (li < NSLOTS) w->smin[li] = UINT64_MAX;
     }
 }
 
@@ -465,42 +460,14 @@ static inline void list_unlink(sluice_wheel *w, wnode *n)
 static inline void file(sluice_wheel *w, uint32_t i, wnode *n)
 {
     uint64_t due = n->due;
-    if (due <= w->cur) {
+    if (due <= w->core.cur) {
         list_append(w, L_DUE, i, n);
         return;
     }
-    unsigned lv = (unsigned)(63 - __builtin_clzll(due ^ w->cur)) / BITS;
-    if (lv >= LEVELS) {
-        list_append(w, L_OVERFLOW, i, n);
-        if (due < w->ovf_min) w->ovf_min = due;
-        return;
-    }
-    unsigned s = (unsigned)(due >> (lv * BITS)) & (SLOTS - 1);
-    unsigned li = lv * SLOTS + s;
+    uint32_t li = sluice__wcore_list(&w->core, due);
     list_append(w, li, i, n);
-    w->occ[lv] |= (uint64_t)1 << s;
-    if (due < w->smin[li]) w->smin[li] = due;
-}
-
-/* The next event after cur: the tick at which a level-0 slot is due, a
- * coarser slot must be re-filed, or the overflow list must be.  Returns the
- * list number, or NIL when no timer is filed. */
-static inline uint32_t next_event(const sluice_wheel *w, uint64_t *tick)
-{
-    for (unsigned lv = 0; lv < LEVELS; lv++) {
-        if (w->occ[lv]) {
-            unsigned s = (unsigned)__builtin_ctzll(w->occ[lv]);
-            unsigned sh = lv * BITS;
-            uint64_t above = ~(((uint64_t)1 << (sh + BITS)) - 1);
-            *tick = (w->cur & above) | ((uint64_t)s << sh);
-            return lv * SLOTS + s;
-        }
-    }
-    if (w->lists[L_OVERFLOW].head != NIL) {
-        *tick = w->ovf_min & ~(((uint64_t)1 << SPAN_BITS) - 1);
-        return L_OVERFLOW;
-    }
-    return NIL;
+    sluice__wcore_occupy(&w->core, li, due);
+    if (li < NSLOTS && due < w->smin[li]) w->smin[li] = due;
 }
 
 /* Empty list li (cur is now its event tick): what is due goes to the batch,
@@ -518,11 +485,11 @@ static void cascade(sluice_wheel *w, uint32_t li)
     if (li == L_OVERFLOW) {
         uint32_t i = l->head;
         l->head = l->tail = NIL;
-        w->ovf_min = UINT64_MAX;
+        sluice__wcore_vacate(&w->core, li);
         while (i != NIL) {
             wnode *n = node(w, i);
             uint32_t next = n->next;
-            if (n->due <= w->cur) list_append(w, L_BATCH, i, n);
+            if (n->due <= w->core.cur) list_append(w, L_BATCH, i, n);
             else file(w, i, n);
             i = next;
         }
@@ -532,7 +499,7 @@ static void cascade(sluice_wheel *w, uint32_t li)
         uint32_t i = l->head;
         wnode *n = node(w, i);
         list_unlink(w, n);
-        if (n->due <= w->cur) list_append(w, L_BATCH, i, n);
+        if (n->due <= w->core.cur) list_append(w, L_BATCH, i, n);
         else file(w, i, n);
         if (k % CASCADE_STEP == 0 && l->head != NIL) {
             unlock(w);
@@ -628,23 +595,19 @@ static uint64_t next_deadline_locked(const sluice_wheel *w)
 {
     if (w->lists[L_DUE].head != NIL || w->lists[L_BATCH].head != NIL)
         return w->now_ns;
-    for (unsigned lv = 0; lv < LEVELS; lv++) {
-        if (w->occ[lv]) {
-            unsigned s = (unsigned)__builtin_ctzll(w->occ[lv]);
-            uint64_t due = lv == 0 ? (w->cur & ~(uint64_t)(SLOTS - 1)) | s
-                                   : w->smin[lv * SLOTS + s];
-            return tick_ns_of(w, due);
-        }
-    }
-    if (w->lists[L_OVERFLOW].head != NIL) return tick_ns_of(w, w->ovf_min);
-    return UINT64_MAX;
+    uint64_t e;
+    uint32_t li = sluice__wcore_next(&w->core, &e);
+    if (li == SLUICE__WCORE_NONE) return UINT64_MAX;
+    /* level 0: exact; above: the slot's least due tick; beyond: its bound */
+    if (li == L_OVERFLOW) return tick_ns_of(w, w->core.beyond_min);
+    return tick_ns_of(w, sluice__wcore_level(li) == 0 ? e : w->smin[li]);
 }
 
 /* Wake the wheel's thread if it sleeps past the due time of node n. */
 static inline void wake_for(sluice_wheel *w, const wnode *n)
 {
     if (w->thr_wake == 0) return;
-    uint64_t t = n->due <= w->cur ? w->now_ns : tick_ns_of(w, n->due);
+    uint64_t t = n->due <= w->core.cur ? w->now_ns : tick_ns_of(w, n->due);
     if (t < w->thr_wake) pthread_cond_signal(&w->cv);
 }
 
@@ -672,10 +635,10 @@ sluice_wheel *sluice_wheel_new(uint64_t tick_ns, size_t max_timers,
     w->max_tick = UINT64_MAX / tick_ns;
     w->tdiv = sluice__div_make(tick_ns);
     w->now_ns = now_ns;
-    w->cur = w->target = tick_of(w, now_ns);
+    w->target = tick_of(w, now_ns);
     w->max_timers = max_timers;
     atomic_init(&w->pending, 0);
-    w->ovf_min = UINT64_MAX;
+    sluice__wcore_init(&w->core, w->target);
     w->firing = 0;
     w->cmax = (uint32_t)(((uint64_t)max_timers + CHUNK_NODES - 1) / CHUNK_NODES);
     w->partial = w->spare = NIL;
@@ -856,13 +819,11 @@ size_t sluice_wheel_advance(sluice_wheel *w, uint64_t now_ns)
         fired += batch_fire(w);
     }
     for (;;) {
-        uint64_t e;
-        uint32_t li = next_event(w, &e);
-        if (li == NIL || e > w->target) {
-            if (w->target > w->cur) w->cur = w->target;
+        uint32_t li = sluice__wcore_step(&w->core, w->target);
+        if (li == SLUICE__WCORE_NONE) {
+            if (w->target > w->core.cur) w->core.cur = w->target;
             break;
         }
-        w->cur = e;
         cascade(w, li);
         if (w->lists[L_BATCH].head != NIL) fired += batch_fire(w);
     }
