@@ -30,7 +30,9 @@
  * Reclaiming keys at rest.  A key whose limiter is at rest (sluice__rest_at
  * has passed) carries no information and can go.  Each shard files its
  * entries in a hierarchical timing wheel of 8 levels x 64 slots over ticks
- * of 2^20 ns (about 1 ms):
+ * of 2^20 ns (about 1 ms), an instance of the core the timer wheel uses
+ * too (src/wheel_core.h: where a tick is filed, which slot comes next),
+ * with lists of its own: 4-byte links in the entry, under the shard lock.
  *
  *   level  slot width      reach            level  slot width   reach
  *     0    1 tick (1 ms)   67 ms              4    4.8 h        12.7 d
@@ -68,6 +70,7 @@
 #include "counters.h"
 #include "spin.h"
 #include "table.h"
+#include "wheel_core.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -75,8 +78,7 @@
 #include <string.h>
 
 #define INLINE_KEY 16
-#define LEVELS 8
-#define SLOTS 64
+#define SLOTS SLUICE__WCORE_SLOTS
 #define TICK_SHIFT 20
 #define SWEEP_BUDGET 8
 #define LRU_SAMPLES 8
@@ -94,7 +96,8 @@ typedef struct entry {
 } entry;
 
 #define META_LEN(m) ((m) & 0x1ffffu)
-#define META_WHERE(m) ((m) >> 17) /* 0: in no list; else level * SLOTS + slot + 1 */
+#define META_WHERE(m) ((m) >> 17) /* 0: in no list; else the wheel's list + 1 */
+_Static_assert(SLUICE__WCORE_LISTS < (1u << 15), "a list number fits in meta");
 
 typedef struct shard {
     sluice__spin mu;
@@ -106,9 +109,11 @@ typedef struct shard {
     uint64_t *index;
     unsigned char *slab;
     uint64_t now;        /* latest time a request showed this shard */
-    uint64_t cur;        /* wheel: the first tick not wholly handled */
-    uint64_t occupied[LEVELS];
-    uint32_t heads[LEVELS][SLOTS];
+    /* The reclaiming wheel: wheel.cur is the first tick not wholly handled
+     * (its level-0 slot holds the keys coming to rest within it); heads[]
+     * are its lists, entry + 1, 0 = empty. */
+    sluice__wcore wheel;
+    uint32_t heads[SLUICE__WCORE_LISTS];
     uint64_t rng;
     /* The earliest rest time (ns) of the entries in the current tick's
      * level-0 slot, a lower bound (admissions only move rest times on); 0
@@ -276,91 +281,59 @@ static void index_remove(shard *s, uint64_t v)
 
 /* ---- the wheel ---------------------------------------------------------- */
 
+/* The wheel's level choice, occupancy words, event search and cascade step
+ * are src/wheel_core.h; here are its lists and what a visit does.  Ticks
+ * are rest >> TICK_SHIFT <= 2^44, and cur < 2^43 (times are at most
+ * 2^63 - 1): a tick never lies beyond the last level. */
+
 static void wheel_unlink(const sluice_table *t, shard *s, uint32_t i)
 {
     entry *e = ent(t, s, i);
     uint32_t where = META_WHERE(e->meta);
     if (!where) return;
-    unsigned lvl = (where - 1) / SLOTS, slot = (where - 1) % SLOTS;
+    uint32_t li = where - 1;
     if (e->prev) ent(t, s, e->prev - 1)->next = e->next;
-    else s->heads[lvl][slot] = e->next;
+    else s->heads[li] = e->next;
     if (e->next) ent(t, s, e->next - 1)->prev = e->prev;
-    if (!s->heads[lvl][slot]) s->occupied[lvl] &= ~((uint64_t)1 << slot);
+    if (!s->heads[li]) sluice__wcore_vacate(&s->wheel, li);
     e->meta = META_LEN(e->meta);
     e->next = e->prev = 0;
 }
 
-/* The list (level * SLOTS + slot) that holds time `rest` (ns). */
-static unsigned list_for(const shard *s, uint64_t rest)
+/* The list that holds time `rest` (ns). */
+static inline uint32_t list_for(const shard *s, uint64_t rest)
 {
-    uint64_t rt = rest >> TICK_SHIFT;
-    if (rt < s->cur) rt = s->cur;
-    unsigned lvl = 0;
-    while (lvl + 1 < LEVELS && (rt >> (6 * (lvl + 1))) != (s->cur >> (6 * (lvl + 1)))) lvl++;
-    return lvl * SLOTS + ((unsigned)(rt >> (6 * lvl)) & (SLOTS - 1));
+    return sluice__wcore_list(&s->wheel, rest >> TICK_SHIFT);
+}
+
+/* Whether list li is the level-0 slot of the current tick. */
+static inline bool list_is_cur(const shard *s, uint32_t li)
+{
+    return li == ((uint32_t)s->wheel.cur & (SLOTS - 1));
 }
 
 /* File entry i at time `rest` (ns). */
 static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t rest)
 {
-    unsigned code = list_for(s, rest);
-    unsigned lvl = code / SLOTS, slot = code % SLOTS;
-    if (code == ((unsigned)s->cur & (SLOTS - 1)) && s->cur_min > rest) s->cur_min = rest;
+    uint32_t li = list_for(s, rest);
+    if (list_is_cur(s, li) && s->cur_min > rest) s->cur_min = rest;
     entry *e = ent(t, s, i);
-    e->meta = META_LEN(e->meta) | ((uint32_t)(lvl * SLOTS + slot + 1) << 17);
+    e->meta = META_LEN(e->meta) | ((li + 1) << 17);
     e->prev = 0;
-    e->next = s->heads[lvl][slot];
+    e->next = s->heads[li];
     if (e->next) ent(t, s, e->next - 1)->prev = i + 1;
-    s->heads[lvl][slot] = i + 1;
-    s->occupied[lvl] |= (uint64_t)1 << slot;
-}
-
-/* The first tick >= cur at which some slot becomes current, or UINT64_MAX;
- * *code receives that slot's list (level * SLOTS + slot). */
-static uint64_t wheel_next_event_at(const shard *s, unsigned *code)
-{
-    uint64_t best = UINT64_MAX;
-    for (unsigned lvl = 0; lvl < LEVELS; lvl++) {
-        uint64_t occ = s->occupied[lvl];
-        if (!occ) continue;
-        unsigned pos = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
-        uint64_t ahead = occ >> pos; /* slots before pos are empty (passed) */
-        if (!ahead) continue;
-        unsigned slot = pos + (unsigned)__builtin_ctzll(ahead);
-        uint64_t tick;
-        if (slot == pos) {
-            tick = s->cur;
-        } else {
-            unsigned hi = 6 * (lvl + 1);
-            uint64_t base = hi >= 64 ? 0 : (s->cur >> hi) << hi;
-            tick = base | ((uint64_t)slot << (6 * lvl));
-        }
-        if (tick < best) {
-            best = tick;
-            *code = lvl * SLOTS + slot;
-        }
-    }
-    return best;
-}
-
-static uint64_t wheel_next_event(const shard *s)
-{
-    unsigned code;
-    return wheel_next_event_at(s, &code);
+    else sluice__wcore_occupy(&s->wheel, li, rest >> TICK_SHIFT);
+    s->heads[li] = i + 1;
 }
 
 static void publish_due(shard *s)
 {
-    unsigned code;
-    uint64_t ev = wheel_next_event_at(s, &code);
-    uint64_t due = ev == UINT64_MAX ? UINT64_MAX : ev << TICK_SHIFT;
-    /* only the current tick's own slot has a sharper bound */
-    if (ev == s->cur && code == ((unsigned)s->cur & (SLOTS - 1)) && s->cur_min > due) {
-        bool cascade_due = false; /* higher slots becoming current now */
-        for (unsigned lvl = 1; lvl < LEVELS; lvl++)
-            cascade_due |= s->heads[lvl][(s->cur >> (6 * lvl)) & (SLOTS - 1)] != 0;
-        if (!cascade_due) due = s->cur_min;
-    }
+    uint64_t ev;
+    uint32_t li = sluice__wcore_next(&s->wheel, &ev);
+    uint64_t due = li == SLUICE__WCORE_NONE ? UINT64_MAX : ev << TICK_SHIFT;
+    /* only the current tick's own slot has a sharper bound (a cascade
+     * pending at cur would come first, as the core orders ties) */
+    if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
     atomic_store_explicit(&s->due, due, memory_order_relaxed);
 }
 
@@ -371,17 +344,16 @@ static void publish_due(shard *s)
 static uint64_t wheel_first_rest(const sluice_table *t, shard *s, uint32_t budget)
 {
     for (;;) {
-        unsigned code;
-        uint64_t ev = wheel_next_event_at(s, &code);
-        if (ev == UINT64_MAX) return UINT64_MAX;
-        unsigned lvl = code / SLOTS, slot = code % SLOTS;
+        uint64_t ev;
+        uint32_t li = sluice__wcore_next(&s->wheel, &ev);
+        if (li == SLUICE__WCORE_NONE) return UINT64_MAX;
         uint64_t best = UINT64_MAX;
-        for (uint32_t n = s->heads[lvl][slot]; n;) {
+        for (uint32_t n = s->heads[li]; n;) {
             uint32_t i = n - 1;
             n = ent(t, s, i)->next;
             if (budget-- == 0) return ev << TICK_SHIFT;
             uint64_t rest = ent_rest_at(t, ent(t, s, i));
-            if (list_for(s, rest) == code) {
+            if (list_for(s, rest) == li) {
                 if (rest < best) best = rest;
             } else { /* it rests later than its slot: move it on */
                 wheel_unlink(t, s, i);
@@ -411,39 +383,27 @@ static bool wheel_visit(sluice_table *t, shard *s, uint32_t i, uint64_t now)
 
 /* Advance the wheel so that every tick before tick(now) is handled, doing
  * at most *budget entry visits (UINT32_MAX: no limit).  Returns the number
- * of entries reclaimed. */
+ * of entries reclaimed.  Each step empties one list at a tick < tick(now):
+ * a coarse slot (its entries go down to finer levels, or are reclaimed),
+ * or a tick's level-0 slot, whose entries have all come to rest by now
+ * unless an admission moved them on (then they are filed later).  A step
+ * cut short by the budget is taken up again by the next call. */
 static uint32_t wheel_advance(sluice_table *t, shard *s, uint64_t now, uint32_t *budget)
 {
     const uint64_t target = now >> TICK_SHIFT;
     uint32_t freed = 0;
-    while (s->cur < target && *budget) {
-        uint64_t ev = wheel_next_event(s);
-        if (ev >= target) {
-            s->cur = target;
+    while (s->wheel.cur < target && *budget) {
+        uint64_t was = s->wheel.cur;
+        uint32_t li = sluice__wcore_step(&s->wheel, target - 1);
+        if (li == SLUICE__WCORE_NONE) {
+            s->wheel.cur = target;
             s->cur_min = 0;
             break;
         }
-        s->cur = ev;
-        s->cur_min = 0;
-        /* cascade the higher levels' current slots, highest first */
-        for (unsigned lvl = LEVELS - 1; lvl >= 1 && *budget; lvl--) {
-            unsigned slot = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
-            while (s->heads[lvl][slot] && *budget) {
-                uint32_t i = s->heads[lvl][slot] - 1;
-                if (*budget != UINT32_MAX) (*budget)--;
-                freed += wheel_visit(t, s, i, now);
-            }
-        }
-        /* the level-0 slot of tick cur < target: every entry in it is due */
-        unsigned slot0 = (unsigned)s->cur & (SLOTS - 1);
-        while (s->heads[0][slot0] && *budget) {
-            uint32_t i = s->heads[0][slot0] - 1;
+        if (s->wheel.cur != was) s->cur_min = 0;
+        while (s->heads[li] && *budget) {
             if (*budget != UINT32_MAX) (*budget)--;
-            freed += wheel_visit(t, s, i, now);
-        }
-        if (!s->heads[0][slot0] && *budget) {
-            s->cur++;
-            s->cur_min = 0;
+            freed += wheel_visit(t, s, s->heads[li] - 1, now);
         }
     }
     return freed;
@@ -455,15 +415,17 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
 {
     uint32_t unlimited = UINT32_MAX;
     uint32_t freed = wheel_advance(t, s, now, &unlimited);
-    if (s->cur != now >> TICK_SHIFT) return freed;
-    for (unsigned lvl = LEVELS - 1; lvl >= 1; lvl--) { /* cascade into tick cur */
-        unsigned slot = (unsigned)(s->cur >> (6 * lvl)) & (SLOTS - 1);
-        while (s->heads[lvl][slot]) freed += wheel_visit(t, s, s->heads[lvl][slot] - 1, now);
+    const uint64_t cur = s->wheel.cur;
+    if (cur != now >> TICK_SHIFT) return freed;
+    uint32_t li;
+    while ((li = sluice__wcore_step(&s->wheel, cur)) != SLUICE__WCORE_NONE &&
+           sluice__wcore_level(li) >= 1) { /* cascade into tick cur */
+        while (s->heads[li]) freed += wheel_visit(t, s, s->heads[li] - 1, now);
     }
-    unsigned slot0 = (unsigned)s->cur & (SLOTS - 1);
+    const uint32_t slot0 = (uint32_t)cur & (SLOTS - 1);
     if (s->cur_min > now) return freed; /* nothing there is at rest yet */
     uint64_t min = UINT64_MAX;
-    for (uint32_t n = s->heads[0][slot0]; n;) {
+    for (uint32_t n = s->heads[slot0]; n;) {
         uint32_t i = n - 1;
         n = ent(t, s, i)->next;
         uint64_t rest = ent_rest_at(t, ent(t, s, i));
@@ -472,9 +434,9 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
             drop_entry(t, s, i);
             atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
             freed++;
-        } else if ((rest >> TICK_SHIFT) > s->cur) { /* rests later: move it on, so
-                                                     * the slot's bound stays below
-                                                     * every later slot's start */
+        } else if ((rest >> TICK_SHIFT) > cur) { /* rests later: move it on, so
+                                                  * the slot's bound stays below
+                                                  * every later slot's start */
             wheel_unlink(t, s, i);
             wheel_file(t, s, i, rest);
         } else if (rest < min) {
@@ -632,6 +594,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         s->slab = sluice__calloc(s->ecap, t->stride);
         s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
         atomic_store_explicit(&s->due, UINT64_MAX, memory_order_relaxed);
+        sluice__wcore_init(&s->wheel, 0);
         if (!s->index || !s->slab) goto oom;
     }
     return t;
@@ -773,7 +736,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
 
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) s->now = now_ns;
-    if ((s->now >> TICK_SHIFT) > s->cur) {
+    if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
         uint32_t budget = SWEEP_BUDGET;
         wheel_advance(t, s, s->now, &budget);
         publish_due(s);
