@@ -6,6 +6,11 @@
  * floor(now / tick_ns) >= e, hence now >= e * tick_ns >= deadline: never
  * early, and at most one tick late.
  *
+ * The level choice, the occupancy words, the next-event search and the
+ * cascade step are the core this wheel shares with the tables' reclaimer
+ * (src/wheel_core.h); this file holds the timers, their lists, the order of
+ * firing and the locking.
+ *
  * Levels.  Write a tick in base 64: digit k is bits [6k, 6k+6).  A pending
  * timer (e > cur) is filed on the level of the most significant digit in
  * which e and cur differ, in the slot numbered by e's digit there, as
