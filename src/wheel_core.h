@@ -52,10 +52,11 @@
  * 64^(k+1) that holds all of level k -- so the lowest non-empty level gives
  * the next event: O(levels), no loop over ticks, an idle gap of years costs
  * nothing.  One exception: a caller may stop half way through a cascade
- * (the table does, to bound the work of one call); the slot being emptied,
- * on some level k >= 1, then starts exactly at cur and comes first.  Ties at
- * cur go to the higher level, so a cascade finishes before the items it
- * brings down to cur are handled.
+ * (the table does, to bound the work of one call), or move cur onto the
+ * first tick of a slot without handling that tick yet; the slot, on some
+ * level k >= 1 or the beyond list, then starts exactly at cur and comes
+ * first.  Ties at cur go to the higher level, so a cascade finishes before
+ * the items it brings down to cur are handled.
  *
  * sluice__wcore_step() is the cascade step: it moves cur to the next event
  * if that is at or before a given tick and returns the list to empty.
@@ -71,7 +72,7 @@
  * lower levels or later slots).
  *
  * Every function is static inline, O(1) or O(levels); the state is 72
- * bytes (cur and 8 occupancy words) plus 8 for the beyond list's bound.
+ * bytes (cur and 8 occupancy words) plus 16 for the beyond list.
  */
 #ifndef SLUICE_WHEEL_CORE_H
 #define SLUICE_WHEEL_CORE_H
@@ -93,8 +94,8 @@ _Static_assert(SLUICE__WCORE_SPAN_BITS < 64, "the levels leave room beyond them"
 typedef struct sluice__wcore {
     uint64_t cur;                        /* the current tick */
     uint64_t occ[SLUICE__WCORE_LEVELS];  /* bit s of occ[k]: list 64k+s non-empty */
-    uint64_t beyond_min;                 /* <= every tick on the beyond list;
-                                          * UINT64_MAX when it is empty */
+    uint64_t beyond_min;                 /* <= every tick on the beyond list */
+    bool beyond;                         /* the beyond list is not empty */
 } sluice__wcore;
 
 static inline void sluice__wcore_init(sluice__wcore *c, uint64_t cur)
@@ -102,6 +103,7 @@ static inline void sluice__wcore_init(sluice__wcore *c, uint64_t cur)
     c->cur = cur;
     for (unsigned k = 0; k < SLUICE__WCORE_LEVELS; k++) c->occ[k] = 0;
     c->beyond_min = UINT64_MAX;
+    c->beyond = false;
 }
 
 static inline unsigned sluice__wcore_level(uint32_t list)
@@ -126,18 +128,21 @@ static inline void sluice__wcore_occupy(sluice__wcore *c, uint32_t list, uint64_
 {
     if (list < SLUICE__WCORE_LISTS) {
         c->occ[list / SLUICE__WCORE_SLOTS] |= (uint64_t)1 << (list % SLUICE__WCORE_SLOTS);
-    } else if (e < c->beyond_min) {
-        c->beyond_min = e;
+    } else {
+        if (e < c->beyond_min) c->beyond_min = e;
+        c->beyond = true;
     }
 }
 
 /* List `list` has become empty. */
 static inline void sluice__wcore_vacate(sluice__wcore *c, uint32_t list)
 {
-    if (list < SLUICE__WCORE_LISTS)
+    if (list < SLUICE__WCORE_LISTS) {
         c->occ[list / SLUICE__WCORE_SLOTS] &= ~((uint64_t)1 << (list % SLUICE__WCORE_SLOTS));
-    else
+    } else {
         c->beyond_min = UINT64_MAX;
+        c->beyond = false;
+    }
 }
 
 /* The first tick of a slot, relative to cur: the tick at which it is due. */
@@ -150,9 +155,17 @@ static inline uint64_t sluice__wcore_slot_tick(const sluice__wcore *c, uint32_t 
 }
 
 /* The earliest event: returns its list and stores its tick (>= cur) in
- * *tick, or returns SLUICE__WCORE_NONE when every list is empty. */
+ * *tick, or returns SLUICE__WCORE_NONE (and *tick = UINT64_MAX) when every
+ * list is empty. */
 static inline uint32_t sluice__wcore_next(const sluice__wcore *c, uint64_t *tick)
 {
+    const uint64_t span_mask = ((uint64_t)1 << SLUICE__WCORE_SPAN_BITS) - 1;
+    /* cur may stop on the beyond list's event (a caller's advance to a
+     * tick it does not handle yet): that re-filing comes first */
+    if (c->beyond && (c->beyond_min & ~span_mask) <= c->cur) {
+        *tick = c->cur;
+        return SLUICE__WCORE_BEYOND;
+    }
     for (unsigned k = 0; k < SLUICE__WCORE_LEVELS; k++) {
         if (!c->occ[k]) continue;
         uint32_t list = k * SLUICE__WCORE_SLOTS + (uint32_t)__builtin_ctzll(c->occ[k]);
@@ -167,11 +180,11 @@ static inline uint32_t sluice__wcore_next(const sluice__wcore *c, uint64_t *tick
         *tick = sluice__wcore_slot_tick(c, list);
         return list;
     }
-    if (c->beyond_min != UINT64_MAX) {
-        uint64_t b = c->beyond_min & ~(((uint64_t)1 << SLUICE__WCORE_SPAN_BITS) - 1);
-        *tick = b > c->cur ? b : c->cur;
+    if (c->beyond) {
+        *tick = c->beyond_min & ~span_mask;
         return SLUICE__WCORE_BEYOND;
     }
+    *tick = UINT64_MAX;
     return SLUICE__WCORE_NONE;
 }
 
