@@ -99,24 +99,9 @@ extern "C" {
 #define SLUICE_MAX_LIMIT 1000000000000ULL         /* 10^12 */
 #define SLUICE_MAX_PERIOD_NS 3153600000000000000ULL /* 36500 d */
 
-/* Negative error codes.  One sign convention throughout: 0 is success. */
-enum {
-    SLUICE_OK = 0,
-    SLUICE_EINVAL = -1,  /* a bad argument or spec */
-    SLUICE_ENOMEM = -2,  /* an allocation failed */
-    SLUICE_ERANGE = -3,  /* a number outside what the grammar accepts */
-    SLUICE_EFULL = -4,   /* a table holds max_keys keys, none reclaimable */
-    SLUICE_ENOSPC = -5,    /* an output buffer is too small */
-    SLUICE_ENOENT = -6,    /* no such timer, reservation or key */
-    SLUICE_EBUSY = -7,     /* the object is in use (e.g. a timer firing) */
-    SLUICE_ETIMEDOUT = -8, /* a deadline passed */
-    SLUICE_EBACKEND = -9,  /* the backend (Redis) failed or is unreachable */
-    SLUICE_ECANCELED = -10 /* cancelled */
-};
-
-/* A static, human-readable description of an error code ("unknown error"
- * for a code this version does not know).  Thread-safe. */
-const char *sluice_strerror(int code);
+/* The negative error codes SLUICE_OK .. SLUICE_ECANCELED and
+ * sluice_strerror(): one sign convention throughout, 0 is success. */
+#include "sluice/errors.h"
 
 /* The library's version, SLUICE_VERSION_STRING of the build.  Thread-safe. */
 const char *sluice_version(void);

@@ -1,8 +1,8 @@
 /* sluice/wheel.h -- timers: a hierarchical timing wheel.
  *
- * Included by sluice.h (after its error codes); not meant to be included on
- * its own.  The design, with the table of levels, granularity and reach, is
- * the head comment of src/wheel.c.
+ * Included by sluice.h; it can also be included on its own (its error codes
+ * are those of sluice/errors.h).  The design, with the table of levels,
+ * granularity and reach, is the head comment of src/wheel.c.
  *
  * A wheel holds timers, each a deadline (uint64_t nanoseconds on the
  * caller's monotonic axis), a callback and a pointer.  Scheduling and
@@ -50,6 +50,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden visibility; what this header declares
+ * is part of its exported interface. */
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
 
 typedef struct sluice_wheel sluice_wheel; /* opaque */
 
@@ -222,5 +234,13 @@ int sluice_wheel_start(sluice_wheel *w);
  * thread is joined by the next sluice_wheel_start() or sluice_wheel_free()).
  * Thread-safe. */
 void sluice_wheel_stop(sluice_wheel *w);
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SLUICE_WHEEL_H */
