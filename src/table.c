@@ -315,14 +315,13 @@ static inline bool list_is_cur(const shard *s, uint32_t li)
 /* File entry i at time `rest` (ns). */
 static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t rest)
 {
-    uint32_t li = list_for(s, rest);
+    uint32_t li = sluice__wcore_file(&s->wheel, rest >> TICK_SHIFT);
     if (list_is_cur(s, li) && s->cur_min > rest) s->cur_min = rest;
     entry *e = ent(t, s, i);
     e->meta = META_LEN(e->meta) | ((li + 1) << 17);
     e->prev = 0;
     e->next = s->heads[li];
     if (e->next) ent(t, s, e->next - 1)->prev = i + 1;
-    else sluice__wcore_occupy(&s->wheel, li, rest >> TICK_SHIFT);
     s->heads[li] = i + 1;
 }
 

@@ -212,7 +212,8 @@ struct sluice_wheel {
     uint64_t thr_wake;     /* sleeping until this time; 0: not sleeping */
 
     wlist lists[NLISTS];
-    uint64_t smin[NSLOTS]; /* levels >= 1: <= every due tick in the slot */
+    uint64_t smin[NSLOTS + 1]; /* levels >= 1: <= every due tick in the slot
+                                * (smin[L_OVERFLOW]: unused, spares a test) */
 
     sluice__wheel_binding *bound; /* objects told of the free (wheel.h) */
 };
@@ -457,7 +458,7 @@ static inline void list_unlink(sluice_wheel *w, wnode *n)
     else node(w, n->next)->prev = n->prev;
     if (l->head == NIL && li <= L_OVERFLOW) {
         sluice__wcore_vacate(&w->core, li);
-        if (li < NSLOTS) w->smin[li] = UINT64_MAX;
+        w->smin[li] = UINT64_MAX;
     }
 }
 
@@ -469,10 +470,9 @@ static inline void file(sluice_wheel *w, uint32_t i, wnode *n)
         list_append(w, L_DUE, i, n);
         return;
     }
-    uint32_t li = sluice__wcore_list(&w->core, due);
+    uint32_t li = sluice__wcore_file(&w->core, due);
     list_append(w, li, i, n);
-    sluice__wcore_occupy(&w->core, li, due);
-    if (li < NSLOTS && due < w->smin[li]) w->smin[li] = due;
+    if (due < w->smin[li]) w->smin[li] = due;
 }
 
 /* Empty list li (cur is now its event tick): what is due goes to the batch,
@@ -649,7 +649,7 @@ sluice_wheel *sluice_wheel_new(uint64_t tick_ns, size_t max_timers,
     w->partial = w->spare = NIL;
     w->thr_state = THR_IDLE;
     for (unsigned k = 0; k < NLISTS; k++) w->lists[k].head = w->lists[k].tail = NIL;
-    for (unsigned k = 0; k < NSLOTS; k++) w->smin[k] = UINT64_MAX;
+    for (unsigned k = 0; k <= NSLOTS; k++) w->smin[k] = UINT64_MAX;
 
     pthread_condattr_t ca;
     bool mu = false, ctl = false, cv = false;

@@ -6,7 +6,7 @@
  * decides where a tick is filed and which list must be looked at next; it
  * never sees a timer.  The caller keeps one list per list number, linked
  * however suits it, and tells the core when a list gains its first item
- * (sluice__wcore_occupy) or loses its last (sluice__wcore_vacate) -- the
+ * (sluice__wcore_file) or loses its last (sluice__wcore_vacate) -- the
  * same split as an intrusive container, taken one step further: the core
  * holds no links at all, so each user keeps its own link size, its own
  * list discipline and its own locking (the core has none).
@@ -64,7 +64,7 @@
  *
  *     while ((li = sluice__wcore_step(c, last)) != SLUICE__WCORE_NONE)
  *         empty list li: each item due (its tick <= c->cur) is handled,
- *         every other one filed again at sluice__wcore_list(c, tick);
+ *         every other one filed again by sluice__wcore_file(c, tick);
  *     then c->cur = last, if later.
  *
  * A list being emptied is an ordinary list: items may be unlinked from it
@@ -115,23 +115,31 @@ static inline unsigned sluice__wcore_level(uint32_t list)
  * cur): 64 * level + slot, or SLUICE__WCORE_BEYOND. */
 static inline uint32_t sluice__wcore_list(const sluice__wcore *c, uint64_t e)
 {
-    if (e < c->cur) e = c->cur;
-    unsigned k = (unsigned)(63 - __builtin_clzll((e ^ c->cur) | 1)) / SLUICE__WCORE_BITS;
+    if (e <= c->cur) return (uint32_t)c->cur & (SLUICE__WCORE_SLOTS - 1);
+    unsigned k = (unsigned)(63 - __builtin_clzll(e ^ c->cur)) / SLUICE__WCORE_BITS;
     if (k >= SLUICE__WCORE_LEVELS) return SLUICE__WCORE_BEYOND;
     return k * SLUICE__WCORE_SLOTS +
            ((unsigned)(e >> (k * SLUICE__WCORE_BITS)) & (SLUICE__WCORE_SLOTS - 1));
 }
 
-/* List `list` holds an item of tick e (the caller has just linked it there;
- * e is only read for the beyond list's bound). */
-static inline void sluice__wcore_occupy(sluice__wcore *c, uint32_t list, uint64_t e)
+/* File an item of tick e: returns the list it goes on (as
+ * sluice__wcore_list()), which the caller links it into, and marks that
+ * list occupied. */
+static inline uint32_t sluice__wcore_file(sluice__wcore *c, uint64_t e)
 {
-    if (list < SLUICE__WCORE_LISTS) {
-        c->occ[list / SLUICE__WCORE_SLOTS] |= (uint64_t)1 << (list % SLUICE__WCORE_SLOTS);
-    } else {
+    if (e <= c->cur) {
+        c->occ[0] |= (uint64_t)1 << (c->cur & (SLUICE__WCORE_SLOTS - 1));
+        return (uint32_t)c->cur & (SLUICE__WCORE_SLOTS - 1);
+    }
+    unsigned k = (unsigned)(63 - __builtin_clzll(e ^ c->cur)) / SLUICE__WCORE_BITS;
+    if (k >= SLUICE__WCORE_LEVELS) {
         if (e < c->beyond_min) c->beyond_min = e;
         c->beyond = true;
+        return SLUICE__WCORE_BEYOND;
     }
+    unsigned slot = (unsigned)(e >> (k * SLUICE__WCORE_BITS)) & (SLUICE__WCORE_SLOTS - 1);
+    c->occ[k] |= (uint64_t)1 << slot;
+    return k * SLUICE__WCORE_SLOTS + slot;
 }
 
 /* List `list` has become empty. */
@@ -169,12 +177,20 @@ static inline uint32_t sluice__wcore_next(const sluice__wcore *c, uint64_t *tick
     for (unsigned k = 0; k < SLUICE__WCORE_LEVELS; k++) {
         if (!c->occ[k]) continue;
         uint32_t list = k * SLUICE__WCORE_SLOTS + (uint32_t)__builtin_ctzll(c->occ[k]);
-        /* A cascade left half done on a higher level starts at cur. */
-        for (unsigned j = SLUICE__WCORE_LEVELS - 1; j > k; j--) {
-            unsigned pos = (unsigned)(c->cur >> (j * SLUICE__WCORE_BITS)) & (SLUICE__WCORE_SLOTS - 1);
-            if (c->occ[j] >> pos & 1) {
-                *tick = c->cur;
-                return j * SLUICE__WCORE_SLOTS + pos;
+        /* A cascade left half done (or not begun) on a higher level j
+         * starts at cur, which then ends in j zero digits: rare, and
+         * cheap to rule out. */
+        if ((c->cur & (SLUICE__WCORE_SLOTS - 1)) == 0) {
+            unsigned top = c->cur ? (unsigned)__builtin_ctzll(c->cur) / SLUICE__WCORE_BITS
+                                  : SLUICE__WCORE_LEVELS - 1;
+            if (top > SLUICE__WCORE_LEVELS - 1) top = SLUICE__WCORE_LEVELS - 1;
+            for (unsigned j = top; j > k; j--) {
+                unsigned pos = (unsigned)(c->cur >> (j * SLUICE__WCORE_BITS)) &
+                               (SLUICE__WCORE_SLOTS - 1);
+                if (c->occ[j] >> pos & 1) {
+                    *tick = c->cur;
+                    return j * SLUICE__WCORE_SLOTS + pos;
+                }
             }
         }
         *tick = sluice__wcore_slot_tick(c, list);

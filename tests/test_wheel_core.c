@@ -105,11 +105,12 @@ static bool list_empty(const harness *h, uint32_t li)
 static void file(harness *h, unsigned i)
 {
     item *x = &h->it[i];
-    uint32_t li = sluice__wcore_list(&h->c, x->e);
+    uint32_t want = sluice__wcore_list(&h->c, x->e);
+    uint32_t li = sluice__wcore_file(&h->c, x->e);
     assert_int_equal(li, ref_list(h->c.cur, x->e));
+    assert_int_equal(li, want);
     x->list = li;
     h->cnt[li]++;
-    sluice__wcore_occupy(&h->c, li, x->e);
 }
 
 static void unlink_item(harness *h, unsigned i)
