@@ -5,11 +5,12 @@
  * 4-byte links inside a key's entry, under the shard's lock).  The core
  * decides where a tick is filed and which list must be looked at next; it
  * never sees a timer.  The caller keeps one list per list number, linked
- * however suits it, and tells the core when a list gains its first item
- * (sluice__wcore_file) or loses its last (sluice__wcore_vacate) -- the
- * same split as an intrusive container, taken one step further: the core
- * holds no links at all, so each user keeps its own link size, its own
- * list discipline and its own locking (the core has none).
+ * however suits it; it files each item through sluice__wcore_file(), which
+ * picks the list and marks it occupied, and says when a list loses its last
+ * item (sluice__wcore_vacate()) -- the split of an intrusive container,
+ * taken one step further: the core holds no links at all, so each user
+ * keeps its own link size, its own list discipline and its own locking
+ * (the core has none).
  *
  * Ticks and levels.  Time is a count of ticks (the caller picks the unit).
  * Write a tick in base 64: digit k is bits [6k, 6k+6).  The wheel has a
@@ -70,6 +71,16 @@
  * A list being emptied is an ordinary list: items may be unlinked from it
  * meanwhile, and nothing new can be filed there (new ticks >= cur go to
  * lower levels or later slots).
+ *
+ * The two users drive it in the two ways it allows.  wheel.c files only
+ * ticks after cur (a timer due already goes on a list of its own), steps
+ * to every event <= the tick of `now`, and fires what is due as soon as
+ * cur reaches it.  table.c files ticks >= cur, so the level-0 slot of cur
+ * collects the keys coming to rest within the current tick; it steps only
+ * to events before the tick of `now` (a tick is handled once wholly past),
+ * at most a budget of keys per call, and looks through the current tick's
+ * slot when it must know every key at rest.  tests/test_wheel_core.c
+ * drives the core both ways against a reference.
  *
  * Every function is static inline, O(1) or O(levels); the state is 72
  * bytes (cur and 8 occupancy words) plus 16 for the beyond list.
