@@ -406,6 +406,11 @@ typedef struct sluice_table_stats {
 #define SLUICE_TABLE_EVICT_LRU 1u /* when full of keys in use, drop the least
                                    * recently used one (sampled) instead of
                                    * refusing the new key */
+#define SLUICE_TABLE_RECLAIM_WHEN_FULL 2u /* drop keys at rest only when room
+                                   * is needed, not as calls go by: until the
+                                   * table fills, decisions are exact even for
+                                   * times out of order across keys (see
+                                   * sluice_table_new_flags) */
 
 /* Make a table whose keys each get a limiter built from `spec`.  At most
  * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more
@@ -423,15 +428,27 @@ typedef struct sluice_table_stats {
 sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
                                size_t errlen);
 
-/* sluice_table_new() with flags: SLUICE_TABLE_EVICT_LRU makes a full table
- * drop the least recently used key (the oldest latest-request time among a
- * sample of 8 held keys of the new key's shard, as Redis's allkeys-lru)
- * instead of refusing (a new key is still refused if its shard holds no key
- * at all while the others fill the table).  An
- * evicted key that was not at rest loses its state: its next request starts
- * a fresh limiter (full bucket, empty window), so that key may then get up
- * to one more burst than the contract allows; keys never evicted keep the
- * contract exactly.  Thread-safe. */
+/* sluice_table_new() with flags (0 or an OR of):
+ *
+ *  SLUICE_TABLE_EVICT_LRU: a full table drops the least recently used key
+ *  (the oldest latest-admission time among a sample of 8 held keys of the
+ *  new key's shard, as Redis's allkeys-lru) instead of refusing (a new key
+ *  is still refused if its shard holds no key at all while the others fill
+ *  the table).  An evicted key that was not at rest loses its state: its
+ *  next request starts a fresh limiter (full bucket, empty window), so that
+ *  key may then get up to one more burst than the contract allows; keys
+ *  never evicted keep the contract exactly.
+ *
+ *  SLUICE_TABLE_RECLAIM_WHEN_FULL: keys at rest are dropped only when a
+ *  shard needs room for a new key, not by the sweep that calls otherwise
+ *  make as time goes by.  A table reclaims by its own clock, the latest
+ *  time any call showed it; a key whose own requests run behind that clock
+ *  (callers whose times are out of order across keys, such as a trace that
+ *  interleaves keys) can then look at rest when it is not, and lose its
+ *  state.  With this flag that can only happen once the table fills; the
+ *  price is that held keys stay counted until then.
+ *
+ * Thread-safe. */
 sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
                                   unsigned flags, char *err, size_t errlen);
 

@@ -558,7 +558,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         sluice__errf(err, errlen, "bad max_keys %zu: expected 1 .. 2^32", max_keys);
         return NULL;
     }
-    if (flags & ~SLUICE_TABLE_EVICT_LRU) {
+    if (flags & ~(SLUICE_TABLE_EVICT_LRU | SLUICE_TABLE_RECLAIM_WHEN_FULL)) {
         sluice__errf(err, errlen, "bad flags 0x%x", flags);
         return NULL;
     }
@@ -735,7 +735,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
 
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) s->now = now_ns;
-    if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
+    if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur) {
         uint32_t budget = SWEEP_BUDGET;
         wheel_advance(t, s, s->now, &budget);
         publish_due(s);

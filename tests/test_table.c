@@ -185,6 +185,51 @@ static void test_live_clock_coarse(void **state)
     fail_msg("the coarse clock moved during each of 100 calls");
 }
 
+/* Times out of order across keys: key "a" admitted at 0, key "b" at 5 s,
+ * then "a" at 0.5 s.  A 1/s bucket with burst 1 holds no token for "a" at
+ * 0.5 s.  A table that sweeps by its own clock (5 s by then) has dropped
+ * "a" as at rest and starts it fresh (the documented limitation); one made
+ * with SLUICE_TABLE_RECLAIM_WHEN_FULL keeps "a" and is exact. */
+static void test_reclaim_when_full(void **state)
+{
+    (void)state;
+    for (int flag = 0; flag <= 1; flag++) {
+        char err[256];
+        sluice_table *t = sluice_table_new_flags("token-bucket 1/s burst=1", 8,
+                                                 flag ? SLUICE_TABLE_RECLAIM_WHEN_FULL : 0, err,
+                                                 sizeof err);
+        assert_non_null(t);
+        sluice_result r;
+        assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, 0, &r));
+        for (uint64_t i = 1; i <= 20; i++) /* time goes by, for "b" */
+            assert_true(sluice_table_try_acquire_at(t, "b", 1, 1, 5 * SEC + i * SEC, &r));
+        bool ok = sluice_table_try_acquire_at(t, "a", 1, 1, SEC / 2, &r);
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        if (flag) {
+            assert_false(ok); /* exact: half a token */
+            assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
+            assert_int_equal(st.reclaimed, 0);
+            assert_int_equal(st.keys, 2);
+        } else {
+            assert_true(ok); /* "a" was reclaimed at the table's clock */
+            assert_true(st.reclaimed >= 1);
+        }
+        sluice_table_free(t);
+    }
+    /* when full, the flag's table still reclaims keys at rest to make room */
+    char err[256];
+    sluice_table *t = sluice_table_new_flags("token-bucket 1/s burst=1", 1,
+                                             SLUICE_TABLE_RECLAIM_WHEN_FULL, err, sizeof err);
+    assert_non_null(t);
+    sluice_result r;
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, 0, &r));
+    assert_false(sluice_table_try_acquire_at(t, "b", 1, 1, SEC / 2, &r)); /* "a" in use */
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_true(sluice_table_try_acquire_at(t, "b", 1, 1, 2 * SEC, &r)); /* "a" at rest */
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_many_keys_match_limiters),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_live_clock_coarse),
+        cmocka_unit_test(test_reclaim_when_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
