@@ -8,6 +8,10 @@
  * buffer with hand-rolled integer formatting: a million-line trace takes
  * well under a second.
  *
+ * Several --limit flags: one table per SPEC, and each request is decided
+ * against its key in every table at once with sluice_composite_try_acquire_at
+ * (all or nothing: a refusal by one limit charges none).
+ *
  * Input rules: lines end in LF; a CR before the LF is dropped.  Blank lines
  * and lines starting with '#' are skipped; the first other line is a header
  * and is skipped when it starts with a letter.  A request line is
@@ -31,11 +35,18 @@
 #include <string.h>
 
 static const char replay_usage[] =
-    "usage: sluice replay --limit 'SPEC' [--max-keys N] [--evict-lru] [--stats]\n"
-    "                     [--metrics FILE] < TRACE > DECISIONS\n"
+    "usage: sluice replay --limit 'SPEC' [--limit 'SPEC' ...] [--max-keys N]\n"
+    "                     [--evict-lru] [--stats] [--metrics FILE] < TRACE > DECISIONS\n"
     "\n"
     "Decides every request of TRACE, in file order, with one limiter per key built\n"
     "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
+    "\n"
+    "With several --limit flags each key has one limiter per SPEC, and every\n"
+    "request is decided by all of them at once: allowed iff every limit allows it,\n"
+    "and only then charged to every limit (a refusal by one charges none).  The\n"
+    "row then combines them: wait_ns the largest, remaining the smallest (a limit\n"
+    "that would have allowed a refused request counts without its permits),\n"
+    "retry_after_ns the largest of the refusing limits' (-1 if any is -1).\n"
     "\n"
     "TRACE: one request a line, `time_ns[,key[,permits]]`.\n"
     "  time_ns   decimal nanoseconds, 0 .. 9223372036854775807 (2^63-1)\n"
@@ -53,13 +64,14 @@ static const char replay_usage[] =
     "                  passes (-1: never); 0 when allowed\n"
     "\n"
     "Options:\n"
-    "  --limit SPEC    the limit, e.g. 'token-bucket 100/s burst=20' (required)\n"
-    "  --max-keys N    hold at most N keys at once, 1 .. 4294967296 (default\n"
+    "  --limit SPEC    a limit, e.g. 'token-bucket 100/s burst=20' (required; up\n"
+    "                  to 16, all applied to every request)\n"
+    "  --max-keys N    hold at most N keys at once per limit, 1 .. 4294967296 (default\n"
     "                  10000000); keys at rest are dropped as needed, and when N\n"
     "                  keys are all in use a request for a new key is refused\n"
     "  --evict-lru     when N keys are all in use, drop the least recently used\n"
     "                  one (sampled) for the new key instead of refusing it\n"
-    "  --stats         print the table's counters to stderr at the end\n"
+    "  --stats         print the counters to stderr at the end (a line per limit)\n"
     "  --metrics FILE  after the replay, write the counters of what was decided\n"
     "                  to FILE in the Prometheus text format (0.0.4): requests\n"
     "                  and permits by decision, probes, keys held, reclaimed,\n"
@@ -273,7 +285,8 @@ int sluice_cli_metrics_dump(const sluice_metrics *m, FILE *f, const char *path)
 
 int sluice_cli_replay(int argc, char **argv)
 {
-    const char *spec = NULL;
+    const char *specs[SLUICE_COMPOSITE_MAX];
+    size_t nspec = 0;
     uint64_t max_keys = 10000000;
     bool stats = false;
     unsigned flags = 0;
@@ -283,10 +296,12 @@ int sluice_cli_replay(int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(replay_usage, stdout);
             return 0;
-        } else if (strcmp(a, "--limit") == 0 && i + 1 < argc) {
-            spec = argv[++i];
-        } else if (strncmp(a, "--limit=", 8) == 0) {
-            spec = a + 8;
+        } else if ((strcmp(a, "--limit") == 0 && i + 1 < argc) || strncmp(a, "--limit=", 8) == 0) {
+            if (nspec == SLUICE_COMPOSITE_MAX) {
+                fprintf(stderr, "sluice replay: too many --limit flags (at most %d)\n", SLUICE_COMPOSITE_MAX);
+                return 2;
+            }
+            specs[nspec++] = a[7] == '=' ? a + 8 : argv[++i];
         } else if ((strcmp(a, "--max-keys") == 0 && i + 1 < argc) || strncmp(a, "--max-keys=", 11) == 0) {
             const char *v = a[10] == '=' ? a + 11 : argv[++i];
             if (!parse_dec(v, strlen(v), (uint64_t)1 << 32, &max_keys) || max_keys == 0) {
@@ -306,16 +321,22 @@ int sluice_cli_replay(int argc, char **argv)
             return 2;
         }
     }
-    if (!spec) {
+    if (nspec == 0) {
         fprintf(stderr, "sluice replay: missing --limit SPEC (try sluice replay --help)\n");
         return 2;
     }
     char err[256];
-    sluice_table *t = sluice_table_new_flags(spec, (size_t)max_keys, flags, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "sluice replay: bad --limit: %s\n", err);
-        return 2;
+    sluice_table *tabs[SLUICE_COMPOSITE_MAX];
+    for (size_t k = 0; k < nspec; k++) {
+        tabs[k] = sluice_table_new_flags(specs[k], (size_t)max_keys, flags, err, sizeof err);
+        if (!tabs[k]) {
+            if (nspec == 1) fprintf(stderr, "sluice replay: bad --limit: %s\n", err);
+            else fprintf(stderr, "sluice replay: bad --limit \"%s\": %s\n", specs[k], err);
+            while (k-- > 0) sluice_table_free(tabs[k]);
+            return 2;
+        }
     }
+    sluice_table *t = tabs[0];
 
     FILE *metrics_file = NULL;
     if (metrics_path) {
@@ -323,7 +344,7 @@ int sluice_cli_replay(int argc, char **argv)
         if (!metrics_file) {
             fprintf(stderr, "sluice replay: cannot open --metrics file \"%s\": %s\n", metrics_path,
                     *metrics_path ? strerror(errno) : "empty name");
-            sluice_table_free(t);
+            for (size_t k = 0; k < nspec; k++) sluice_table_free(tabs[k]);
             return 2;
         }
     }
@@ -333,7 +354,7 @@ int sluice_cli_replay(int argc, char **argv)
     if (!in) {
         fprintf(stderr, "sluice replay: cannot read the trace from stdin\n");
         if (metrics_file) fclose(metrics_file);
-        sluice_table_free(t);
+        for (size_t k = 0; k < nspec; k++) sluice_table_free(tabs[k]);
         return 1;
     }
 
@@ -381,7 +402,14 @@ int sluice_cli_replay(int argc, char **argv)
             for (size_t i = 0; i < nreq; i++) {
                 const req *r = &reqs[i];
                 sluice_result res;
-                bool ok = sluice_table_try_acquire_at(t, r->key, r->kn, r->permits, r->time_ns, &res);
+                bool ok;
+                if (nspec == 1) {
+                    ok = sluice_table_try_acquire_at(t, r->key, r->kn, r->permits, r->time_ns, &res);
+                } else {
+                    sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
+                    for (size_t k = 0; k < nspec; k++) refs[k] = sluice_ref_key(tabs[k], r->key, r->kn);
+                    ok = sluice_composite_try_acquire_at(refs, nspec, r->permits, r->time_ns, &res, NULL);
+                }
                 out_put(&o, r->t, r->tn);
                 out_put(&o, ",", 1);
                 out_put(&o, r->key, r->kn);
@@ -404,9 +432,10 @@ int sluice_cli_replay(int argc, char **argv)
             free(o.buf);
         }
     }
-    if (rc == 0 && stats) {
+    for (size_t k = 0; rc == 0 && stats && k < nspec; k++) {
         sluice_table_stats st;
-        sluice_table_stats_get(t, &st);
+        sluice_table_stats_get(tabs[k], &st);
+        if (nspec > 1) fprintf(stderr, "limit=%zu ", k + 1);
         fprintf(stderr,
                 "keys=%llu reclaimed=%llu evicted=%llu refused=%llu requests_allowed=%llu "
                 "requests_denied=%llu permits_allowed=%llu permits_denied=%llu probes=%llu\n",
@@ -418,7 +447,7 @@ int sluice_cli_replay(int argc, char **argv)
                 (unsigned long long)st.decisions.probes);
     }
     if (metrics_file) {
-        int mrc = rc == 0 ? write_metrics(metrics_file, metrics_path, &t, &spec, 1) : 0;
+        int mrc = rc == 0 ? write_metrics(metrics_file, metrics_path, tabs, specs, nspec) : 0;
         if (fclose(metrics_file) != 0 && mrc == 0 && rc == 0) {
             fprintf(stderr, "sluice replay: cannot write --metrics file \"%s\": %s\n",
                     metrics_path, strerror(errno));
@@ -428,6 +457,6 @@ int sluice_cli_replay(int argc, char **argv)
     }
     free(reqs);
     free(in);
-    sluice_table_free(t);
+    for (size_t k = 0; k < nspec; k++) sluice_table_free(tabs[k]);
     return rc;
 }

@@ -60,6 +60,10 @@
  *       a mutex around a critical section of a few dozen instructions (the
  *       ring of slots cannot be swapped in one instruction).
  *
+ * A composite decision (sluice_composite_try_acquire_at) or a change of
+ * spec (sluice_limiter_reconfigure_at) holds a lock-free limiter's word for
+ * a few dozen instructions; decisions on that limiter wait for it meanwhile.
+ *
  * The statistics are exact under any concurrency and cost no locked
  * instruction: each thread counts in a cache line of its own.
  *
@@ -483,6 +487,144 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Composite decisions: one request against several limits                   */
+
+/* One limit of a composite decision: a limiter, or the key of a table.
+ * Make one with sluice_ref_limiter() or sluice_ref_key(); the referenced
+ * objects (and the key bytes) need only live for the call. */
+typedef struct sluice_limit_ref {
+    sluice_limiter *limiter; /* the limiter, or NULL for a table key */
+    sluice_table *table;     /* with limiter NULL: the table ... */
+    const void *key;         /* ... and the key (may be NULL when keylen is 0) */
+    size_t keylen;
+} sluice_limit_ref;
+
+static inline sluice_limit_ref sluice_ref_limiter(sluice_limiter *lim)
+{
+    sluice_limit_ref r = {lim, NULL, NULL, 0};
+    return r;
+}
+
+static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, size_t keylen)
+{
+    sluice_limit_ref r = {NULL, t, key, keylen};
+    return r;
+}
+
+/* The most limits one composite decision takes. */
+#define SLUICE_COMPOSITE_MAX 16
+
+/* Ask for `permits` at `now_ns` against the `n` limits refs[0..n-1] at once
+ * (1 <= n <= SLUICE_COMPOSITE_MAX) -- per client AND per route AND global,
+ * or 10/s AND 1000/h.  All or nothing: the request is allowed iff every
+ * limit allows it, and only then are the permits taken from every limit; a
+ * refusal by one limit takes nothing from any.  Returns true when allowed.
+ *
+ * `res` (may be NULL) receives the combination:
+ *   allowed         every limit allowed;
+ *   wait_ns         the largest of the limits' (the leaky-bucket shaper's
+ *                   wait); 0 when refused;
+ *   remaining       the smallest of the limits' remaining; when refused,
+ *                   a limit that would have allowed reports its remaining
+ *                   without this request's permits (as a probe would);
+ *   retry_after_ns  the largest of the refusing limits' values, -1 if any
+ *                   of them is -1; 0 when allowed.  (It is each refusing
+ *                   limit's own wait, with no other traffic: after it the
+ *                   request may still be refused by another limit.)
+ *   error           the first non-zero error of a limit, in refs order
+ *                   (SLUICE_ENOMEM, SLUICE_EFULL, SLUICE_EINVAL for a table
+ *                   key as sluice_table_try_acquire_at), or SLUICE_EINVAL for
+ *                   a bad call: n out of range, a ref naming neither or both
+ *                   a limiter and a table, or the same limiter (or the same
+ *                   key of one table) twice.  A bad call decides nothing.
+ * `per_limit` (may be NULL; n entries, in refs order) receives each
+ * limit's own answer: `allowed` tells whether that limit allowed the
+ * request; when the composite is refused nothing was taken from it, and its
+ * remaining is without the permits and its wait_ns 0.
+ *
+ * A table key seen for the first time gets a fresh limiter only when the
+ * whole request is allowed.  permits = 0 is a probe of every limit.  Each
+ * limiter's and table's statistics count the request as allowed or denied
+ * by the composite.
+ *
+ * Concurrency.  Every limit's decisions are exactly the contract's for one
+ * order of all calls (single and composite), the same order for every
+ * limit: no over-admission anywhere, and no permit lost to a refusal
+ * elsewhere.  How (README.md, "Several limits on one request"):
+ *  - limiters only, all lock-free (see the head of this file): the call
+ *    decides on snapshots of their 16-byte words, writing nothing.  A
+ *    refusal or a probe reads the words again and, if none moved, returns
+ *    with no write at all (all held their snapshots at one instant).  An
+ *    admission freezes every word but the last with a compare-and-swap from
+ *    its snapshot (the top bit of the word's time half marks it held),
+ *    swaps the last from its snapshot to its new value (the instant the
+ *    call takes effect), then stores the held words' new values; a failed
+ *    CAS unfreezes, unchanged, what it froze and starts over.  It never
+ *    waits while it holds a word.
+ *  - otherwise (table keys, limiters in the locked path): every limit is
+ *    held -- a frozen word, a limiter's mutex, a key's shard lock -- in one
+ *    global order (by address), so no two calls can wait for each other in
+ *    a cycle; then decided, committed to all or none, and released.
+ * A decision on a limiter whose word is held waits for the release (a
+ * spin, then yielding the CPU): while composites run, single decisions on
+ * their limiters are not lock-free.  Cost: as many compare-and-swaps as
+ * the separate decisions, plus bookkeeping -- three lock-free limiters
+ * about 3.2-3.7x one decision, three table keys about 3.9x
+ * (docs/benchmarks.md).  Thread-safe. */
+bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n,
+                                     uint64_t permits, uint64_t now_ns,
+                                     sluice_result *res, sluice_result *per_limit);
+
+/* ------------------------------------------------------------------------ */
+/* Changing a limit while it runs                                            */
+
+/* Change the spec of a running limiter at `now_ns`, keeping what it has
+ * admitted (README.md, "Changing a limit while it runs"): the windows keep
+ * their admitted permits at their admission times and decide from now_ns
+ * on with the new LIMIT and PERIOD (fixed-window: the count of the window
+ * of now_ns); token-bucket keeps its tokens, capped at the new burst, and
+ * refills at the new rate; leaky-bucket keeps its water and drains at the
+ * new rate.  Nothing is admitted that neither the old spec before the
+ * change nor the new one after it would admit.  now_ns is clamped to the
+ * latest admission, and becomes the limiter's time: a later request with an
+ * earlier time counts as now_ns, under the new spec.
+ *
+ * The algorithm must stay the same, and sliding-wheel's slot width
+ * (PERIOD/slots) too (a change of `slots` with PERIOD in proportion is
+ * fine): both would need times the state does not keep.  Options may
+ * change (burst, capacity, nodelay, clock).
+ *
+ * Returns 0, or a negative code with a one-line reason naming the offending
+ * token in err (NUL-terminated when errlen > 0): SLUICE_EINVAL or
+ * SLUICE_ERANGE for a bad spec or a refused change, SLUICE_ENOMEM.  On an
+ * error nothing changes.
+ *
+ * Thread-safe: decisions may run at the same time; each is decided wholly
+ * under the old spec or wholly under the new one.  Reconfigurations of one
+ * limiter are serialised by its mutex; a lock-free limiter's state word is
+ * frozen for the few instructions of the change.  Memory: each change
+ * keeps the previous configuration (about 256 bytes) until the limiter is
+ * freed, since a decision may still be reading it. */
+int sluice_limiter_reconfigure_at(sluice_limiter *lim, const char *spec, uint64_t now_ns,
+                                  char *err, size_t errlen);
+
+/* sluice_limiter_reconfigure_at() at the limiter's clock's now. */
+int sluice_limiter_reconfigure(sluice_limiter *lim, const char *spec, char *err,
+                               size_t errlen);
+
+/* The common single-knob changes, as golang.org/x/time/rate's SetLimitAt
+ * and SetBurstAt: the current spec with only LIMIT/PERIOD (`limit` permits
+ * per `period_ns` ns; every option, the burst and capacity included, stays
+ * as it is; sliding-wheel keeps its slot width), or only the burst
+ * (token-bucket) or capacity (leaky-bucket), changed as by
+ * sluice_limiter_reconfigure_at().  Returns as it; set_burst on another
+ * algorithm is SLUICE_EINVAL.  Thread-safe. */
+int sluice_limiter_set_limit_at(sluice_limiter *lim, uint64_t limit, uint64_t period_ns,
+                                uint64_t now_ns, char *err, size_t errlen);
+int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t now_ns,
+                                char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------ */
 /* Timers: the hierarchical timing wheel                                     */

@@ -25,7 +25,8 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     (void)max_wait;
     const uint64_t k = sluice__div_q(&pf->div_w, t);
     const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
-    const uint64_t room = pf->limit - count;
+    /* count may exceed L after a reconfiguration lowered it */
+    const uint64_t room = count < pf->limit ? pf->limit - count : 0;
     const bool ok = p <= room;
     if (ok && p) { /* only an admission writes */
         st->t_last = t;
@@ -66,6 +67,17 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
     st->u.fw.count = in[1];
 }
 
+/* A change of spec at t: the permits admitted in the old window of t count
+ * in the new window of t (reconfigure.c). */
+static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t)
+{
+    const uint64_t count =
+        st->u.fw.window == sluice__div_q(&from->div_w, t) ? st->u.fw.count : 0;
+    st->u.fw.window = sluice__div_q(&to->div_w, t);
+    st->u.fw.count = count;
+}
+
 const sluice__alg_ops sluice__fixed_window_ops = {
     .name = "fixed-window",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
@@ -75,4 +87,5 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .rest_at = rest_at,
     .pack = pack,
     .unpack = unpack,
+    .carry = carry,
 };

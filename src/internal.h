@@ -152,6 +152,21 @@ typedef struct sluice__opts {
  *   fini      release what the state holds; NULL when it holds nothing
  *   bucket    books the future: reservations, debt, give-back
  *
+ * For composite decisions (composite.c), where one limit must be decided
+ * before it is known whether the permits are taken:
+ *   judge     decide at t without writing the state or anything it points
+ *             to; NULL when the state is self-contained (then the decision
+ *             is made on a copy, and the copy is stored to commit)
+ *   reserve   make sure that an admission on this state cannot fail (room
+ *             in a ring); false when memory runs out; NULL: cannot fail
+ * For a change of spec (reconfigure.c):
+ *   recheck   whether profile `to` may replace `from` (same algorithm);
+ *             0 or a negative code with a reason; NULL: any may
+ *   carry     turn a state of `from` into one of `to` at time t (clamped
+ *             already); NULL: the state stays as it is
+ *   fits      whether a state packs into 16 bytes under its (packed)
+ *             profile; NULL: always
+ *
  * Every algorithm's state at rest is all zeros. */
 typedef struct sluice__alg_ops {
     const char *name;
@@ -165,6 +180,14 @@ typedef struct sluice__alg_ops {
     void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
     void (*fini)(sluice__state *st);
     bool bucket;
+    bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
+                  sluice_result *res);
+    bool (*reserve)(sluice__state *st);
+    int (*recheck)(const sluice__profile *from, const sluice__profile *to, char *err,
+                   size_t errlen);
+    void (*carry)(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t);
+    bool (*fits)(const sluice__profile *pf, const sluice__state *st);
 } sluice__alg_ops;
 
 /* The format of a row whose algorithm has no options of its own. */
@@ -236,6 +259,10 @@ SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluic
                                           uint64_t out[2]);
 SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
                                             sluice__state *st);
+SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
+                                           const sluice__profile *to, sluice__state *st,
+                                           uint64_t t, bool cap);
+SLUICE__INTERNAL bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st);
 
 /* The live clock a profile asks for. */
 SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);

@@ -26,6 +26,12 @@ static int format(const sluice__profile *pf, char *buf, size_t buflen)
     return snprintf(buf, buflen, "%s%s", cap, pf->nodelay ? " nodelay" : "");
 }
 
+static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t)
+{
+    sluice__bucket_carry(from, to, st, t, false); /* the water is kept */
+}
+
 const sluice__alg_ops sluice__leaky_bucket_ops = {
     .name = "leaky-bucket",
     .options = SLUICE__OPT(SLUICE__OPT_CAPACITY) | SLUICE__OPT(SLUICE__OPT_NODELAY) |
@@ -37,4 +43,6 @@ const sluice__alg_ops sluice__leaky_bucket_ops = {
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
     .bucket = true,
+    .carry = carry,
+    .fits = sluice__bucket_fits,
 };

@@ -31,12 +31,24 @@
  * in one instruction, the rare unpackable specs, and machines without a
  * 16-byte CAS -- a mutex guards the state for a few dozen instructions.
  *
+ * Configurations.  The profile and the packed word live in a configuration
+ * that the limiter reaches through one pointer.  A change of spec
+ * (reconfigure.c) freezes the old word for ever, converts its state and
+ * publishes a new configuration with a new word, so a decision that read
+ * the old configuration can never commit on it; old configurations are
+ * kept until the limiter is freed.  The time half of the word is at most
+ * 2^63-1; its top bit marks the word held (by a composite decision,
+ * composite.c, or a change): every CAS on it then fails and decisions wait
+ * for the release.
+ *
  * The counters are striped per thread (counters.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
 #include "counters.h"
 #include "limiter.h"
+#include "composite.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,15 +67,37 @@ typedef union word {
     uint64_t h[2]; /* little-endian: h[0] is the low half */
 } word;
 
-struct sluice_limiter {
+/* The time half of a packed word is at most 2^63-1; its top bit marks the
+ * word frozen: held by a composite decision or a reconfiguration (see the
+ * head comment).  A frozen word is never a value a decision expects, so
+ * every compare-and-swap on it fails until it is released. */
+#define FROZEN ((uint64_t)1 << 63)
+
+/* One configuration of a limiter: its profile, whether it decides
+ * lock-free, and (if so) the packed state word it decides on.  Immutable
+ * but for the word.  A reconfiguration publishes a new one and leaves the
+ * old word frozen for ever; retired configurations are kept, linked by
+ * `older`, until the limiter is freed. */
+typedef struct cfg {
     _Alignas(64) word packed; /* lock-free state, alone on its cache line */
     _Alignas(64) sluice__profile pf;
     bool lockfree;
-    pthread_mutex_t mu; /* the locked path */
-    sluice__state st;
+    struct cfg *older;
+} cfg;
+
+struct sluice_limiter {
+    _Atomic(cfg *) cur;  /* the current configuration */
+    const sluice__alg_ops *ops; /* the algorithm's row: never changes */
+    pthread_mutex_t mu;  /* the locked path; serialises reconfigurations */
+    sluice__state st;    /* the locked path's state */
     _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
     sluice__counters counters;
 };
+
+static inline cfg *cur_cfg(const sluice_limiter *lim)
+{
+    return atomic_load_explicit(&((sluice_limiter *)lim)->cur, memory_order_acquire);
+}
 
 
 /* ---- the packed word ---------------------------------------------------- */
@@ -89,49 +123,95 @@ static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op o
 }
 
 #if HAVE_CAS128
-/* A consistent snapshot of the 16-byte word without writing it.  The time
- * half only grows (every write stores the clamped time, which is >= the
- * one it replaces), so if two loads of it around the load of the count
- * half agree, every write that landed in between left the time unchanged,
- * and the count half that was read sat in the word beside exactly that
- * time at the instant it was loaded: the pair is the word's value at that
- * instant.  (Each half is an aligned 8-byte load, atomic on x86-64, and
- * cmpxchg16b writes all 16 bytes at once; the acquire loads keep the three
- * in program order.)  Retried only when a write moved the time: some other
- * decision admitted, so the loop is lock-free. */
-static inline u128 load_word(const word *pw)
+/* A consistent snapshot of the 16-byte word without writing it, or false
+ * when the word is frozen.  The time half only grows but for the frozen
+ * bit (every write stores the clamped time, which is >= the one it
+ * replaces; a holder of the frozen word writes the count half before it
+ * clears the bit, with release order), so if two loads of it around the
+ * load of the count half agree and are not frozen, the pair read is a
+ * value the word held at an instant between the loads.  (Each half is an
+ * aligned 8-byte load, atomic on x86-64, and cmpxchg16b writes all 16
+ * bytes at once; the acquire loads keep the three in program order.)
+ * Retried only when a write moved the time: some other decision admitted,
+ * so the loop is lock-free. */
+static inline bool load_word(const word *pw, u128 *out)
 {
     for (;;) {
         uint64_t lo = __atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE);
+        if (lo & FROZEN) return false;
         uint64_t hi = __atomic_load_n(&pw->h[1], __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE) == lo) return mkword(lo, hi);
+        if (__atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE) == lo) {
+            *out = mkword(lo, hi);
+            return true;
+        }
+    }
+}
+
+/* Wait while c's word is frozen; returns the configuration to use next:
+ * c once its word is released, or the new one a reconfiguration
+ * published. */
+static cfg *wait_frozen(sluice_limiter *lim, cfg *c)
+{
+    for (unsigned n = 0;; n++) {
+        cfg *now = cur_cfg(lim);
+        if (now != c) return now;
+        if (!(__atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) & FROZEN)) return c;
+        sluice__backoff(n);
     }
 }
 
 /* Lock-free: decide on a snapshot; a refusal or a probe leaves the state as
  * it was and returns with no write at all (linearised at the snapshot);
  * anything else commits with one compare-and-swap, retried from the value
- * the CAS saw (linearised at the successful CAS). */
-static bool decide_lockfree(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                            uint64_t max_wait, uint64_t at_ns, sluice_result *res,
-                            uint64_t *t_eff)
+ * the CAS saw (linearised at the successful CAS).  A frozen word is waited
+ * for (held for a few dozen instructions by a composite decision or a
+ * reconfiguration).  Returns false, deciding nothing, when the limiter has
+ * moved to the locked path (*c then holds its configuration). */
+static bool decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits,
+                            uint64_t now_ns, uint64_t max_wait, uint64_t at_ns,
+                            sluice_result *res, uint64_t *t_eff, bool *ok)
 {
-    const sluice__profile *pf = &lim->pf;
-    u128 old = load_word(&lim->packed);
+    cfg *c = *pc;
+    u128 old;
     for (;;) {
-        sluice__state st;
-        uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
-        sluice__state_unpack(pf, w, &st);
-        bool ok = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-        sluice__state_pack(pf, &st, w);
-        u128 new = mkword(w[0], w[1]);
-        if (new == old) return ok; /* nothing to write */
-        u128 cur = __sync_val_compare_and_swap(&lim->packed.w, old, new);
-        if (cur == old) return ok;
-        old = cur;
+        while (!load_word(&c->packed, &old)) {
+            c = wait_frozen(lim, c);
+            if (!c->lockfree) {
+                *pc = c;
+                return false;
+            }
+        }
+        const sluice__profile *pf = &c->pf;
+        for (;;) {
+            sluice__state st;
+            uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
+            sluice__state_unpack(pf, w, &st);
+            bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+            sluice__state_pack(pf, &st, w);
+            u128 new = mkword(w[0], w[1]);
+            if (new != old) {
+                u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
+                if (cur != old) {
+                    old = cur;
+                    if ((uint64_t)old & FROZEN) break; /* held: wait, start over */
+                    continue;
+                }
+            }
+            *ok = r;
+            return true;
+        }
     }
 }
 #endif
+
+static void cfg_free_all(cfg *c)
+{
+    while (c) {
+        cfg *o = c->older;
+        sluice__free64(c);
+        c = o;
+    }
+}
 
 /* ---- public API --------------------------------------------------------- */
 
@@ -140,24 +220,29 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
     sluice_limiter *lim = sluice__calloc64(sizeof *lim);
-    if (!lim) {
+    cfg *c = lim ? sluice__calloc64(sizeof *c) : NULL;
+    if (!c) {
+        sluice__free64(lim);
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
     if (pthread_mutex_init(&lim->mu, NULL) != 0) {
+        sluice__free64(c);
         sluice__free64(lim);
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
     }
     atomic_init(&lim->refs, 1);
-    lim->pf = pf;
-    lim->lockfree = HAVE_CAS128 && pf.packed;
-    sluice__state_init(&lim->pf, &lim->st);
+    c->pf = pf;
+    c->lockfree = HAVE_CAS128 && pf.packed;
+    lim->ops = pf.ops;
+    sluice__state_init(&c->pf, &lim->st);
     if (pf.packed) {
         uint64_t w[2];
-        sluice__state_pack(&lim->pf, &lim->st, w);
-        lim->packed.w = mkword(w[0], w[1]);
+        sluice__state_pack(&c->pf, &lim->st, w);
+        c->packed.w = mkword(w[0], w[1]);
     }
+    atomic_init(&lim->cur, c);
     return lim;
 }
 
@@ -165,8 +250,10 @@ void sluice_limiter_free(sluice_limiter *lim)
 {
     if (!lim) return;
     if (atomic_fetch_sub_explicit(&lim->refs, 1, memory_order_acq_rel) != 1) return;
-    sluice__state_fini(&lim->pf, &lim->st);
+    cfg *c = atomic_load_explicit(&lim->cur, memory_order_relaxed);
+    if (!c->lockfree) sluice__state_fini(&c->pf, &lim->st);
     pthread_mutex_destroy(&lim->mu);
+    cfg_free_all(c);
     sluice__free64(lim);
 }
 
@@ -174,14 +261,15 @@ static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64
                        uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
+    cfg *c = cur_cfg(lim);
 #if HAVE_CAS128
-    if (lim->lockfree) {
-        ok = decide_lockfree(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
-    } else
+    if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
+                                         t_eff, &ok))
 #endif
     {
         pthread_mutex_lock(&lim->mu);
-        ok = apply(&lim->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+        c = cur_cfg(lim); /* stable while mu is held */
+        ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
         pthread_mutex_unlock(&lim->mu);
     }
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
@@ -203,14 +291,14 @@ bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_n
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
-    return decide(lim, permits, sluice__clock_now(lim->pf.clock), UINT64_MAX, NULL);
+    return decide(lim, permits, sluice__clock_now(cur_cfg(lim)->pf.clock), UINT64_MAX, NULL);
 }
 
-static bool is_bucket(const sluice_limiter *lim) { return lim->pf.ops->bucket; }
+static bool is_bucket(const sluice_limiter *lim) { return lim->ops->bucket; }
 
 bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim); }
 
-uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return lim->pf.capacity; }
+uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return cur_cfg(lim)->pf.capacity; }
 
 void sluice__limiter_retain(sluice_limiter *lim)
 {
@@ -330,7 +418,7 @@ static bool sleep_until(uint64_t until, sluice_canceller *c)
 int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
                                sluice_canceller *c)
 {
-    const sluice__clock clk = lim->pf.clock;
+    const sluice__clock clk = cur_cfg(lim)->pf.clock;
     uint64_t start = sluice__clock_now(clk);
     uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
     for (;;) {
@@ -368,7 +456,7 @@ void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out)
 
 int sluice_limiter_spec_format(const sluice_limiter *lim, char *buf, size_t buflen)
 {
-    return sluice__spec_format(&lim->pf, buf, buflen);
+    return sluice__spec_format(&cur_cfg(lim)->pf, buf, buflen);
 }
 
 int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
@@ -384,7 +472,286 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
     return 0;
 }
 
+/* ---- composite decisions (composite.c) ---------------------------------- */
+
+bool sluice__judge(const sluice__profile *pf, const sluice__state *st, sluice__state *tmp,
+                   uint64_t now_ns, uint64_t permits, sluice_result *res)
+{
+    if (pf->ops->judge) return pf->ops->judge(pf, st, sluice__clamp_time(st, now_ns), permits, res);
+    *tmp = *st;
+    return sluice__decide(pf, tmp, now_ns, permits, UINT64_MAX, res);
+}
+
+/* A composite holds a lock-free limiter by freezing its word (a CAS from a
+ * snapshot to the snapshot with the frozen bit), so that no other decision
+ * can commit, or decide on it, until the release; a limiter in the locked
+ * path by its mutex. */
+void sluice__limiter_hold(sluice__part *part)
+{
+    sluice_limiter *lim = part->lim;
+    cfg *c = cur_cfg(lim);
+#if HAVE_CAS128
+    while (c->lockfree) {
+        u128 v;
+        if (!load_word(&c->packed, &v)) {
+            c = wait_frozen(lim, c);
+            continue;
+        }
+        if (__sync_bool_compare_and_swap(&c->packed.w, v, v | FROZEN)) {
+            uint64_t w[2] = {(uint64_t)v, (uint64_t)(v >> 64)};
+            sluice__state_unpack(&c->pf, w, &part->base);
+            part->lockfree = true;
+            part->snap = v;
+            part->where = c;
+            part->pf = &c->pf;
+            part->st = &part->base;
+            return;
+        }
+    }
+#endif
+    pthread_mutex_lock(&lim->mu);
+    c = cur_cfg(lim); /* stable while mu is held; never lock-free again */
+    part->lockfree = false;
+    part->where = c;
+    part->pf = &c->pf;
+    part->st = &lim->st;
+}
+
+void sluice__limiter_release(sluice__part *part, bool commit)
+{
+    cfg *c = part->where;
+#if HAVE_CAS128
+    if (part->lockfree) {
+        /* the count half first, then the time half without the frozen bit
+         * (release): a reader that sees the bit clear sees the new count */
+        uint64_t w[2] = {(uint64_t)part->snap, (uint64_t)(part->snap >> 64)};
+        if (commit) {
+            sluice__state_pack(&c->pf, &part->tmp, w);
+            __atomic_store_n(&c->packed.h[1], w[1], __ATOMIC_RELEASE);
+        }
+        __atomic_store_n(&c->packed.h[0], w[0], __ATOMIC_RELEASE);
+        return;
+    }
+#endif
+    if (commit && !c->pf.ops->judge) part->lim->st = part->tmp;
+    pthread_mutex_unlock(&part->lim->mu);
+}
+
+void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok)
+{
+    sluice__count(&lim->counters, permits, ok);
+}
+
+/* ---- reconfiguration ---------------------------------------------------- */
+
+/* Change the limiter to the profile `npf` at now_ns, or to the current
+ * profile with one knob changed (npf NULL: limit/period when period_ns is
+ * not 0, else burst). */
+static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
+                       uint64_t period_ns, uint64_t burst, uint64_t now_ns, char *err,
+                       size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!lim) {
+        sluice__errf(err, errlen, "no limiter (NULL)");
+        return SLUICE_EINVAL;
+    }
+    cfg *nc = sluice__calloc64(sizeof *nc);
+    if (!nc) {
+        sluice__errf(err, errlen, "out of memory");
+        return SLUICE_ENOMEM;
+    }
+    pthread_mutex_lock(&lim->mu);
+    cfg *c = cur_cfg(lim);
+    int rc;
+    char buf[SLUICE_SPEC_MAX];
+    if (!spec) { /* one knob: the current spec with it changed */
+        sluice__profile k = c->pf;
+        if (period_ns) {
+            k.limit = limit;
+            k.period_ns = period_ns;
+            if (k.alg == SLUICE__SLIDING_WHEEL) k.slots = period_ns / c->pf.tick_ns;
+            if (!k.ops->bucket) k.capacity = limit;
+        } else {
+            k.capacity = burst;
+        }
+        rc = sluice__spec_format(&k, buf, sizeof buf);
+        spec = buf;
+        if (rc < 0) {
+            sluice__errf(err, errlen, "cannot format the new spec");
+            goto out;
+        }
+    }
+    if ((rc = sluice__spec_parse(spec, &nc->pf, err, errlen)) != 0) goto out;
+    if ((rc = sluice__reconfigure_check(&c->pf, &nc->pf, err, errlen)) != 0) goto out;
+    sluice__state st;
+#if HAVE_CAS128
+    if (c->lockfree) { /* freeze the word for ever: no decision commits on it again */
+        u128 v;
+        for (unsigned n = 0;; n++) {
+            if (load_word(&c->packed, &v) &&
+                __sync_bool_compare_and_swap(&c->packed.w, v, v | FROZEN))
+                break;
+            sluice__backoff(n); /* a composite holds it */
+        }
+        uint64_t w[2] = {(uint64_t)v, (uint64_t)(v >> 64)};
+        sluice__state_unpack(&c->pf, w, &st);
+    } else
+#endif
+    {
+        st = lim->st;
+        /* room for what the change may add to a ring (window_log.c) */
+        if (nc->pf.ops->reserve && !nc->pf.ops->reserve(&st)) {
+            sluice__errf(err, errlen, "out of memory");
+            rc = SLUICE_ENOMEM;
+            goto out;
+        }
+    }
+    sluice__reconfigure_state(&c->pf, &nc->pf, &st, now_ns);
+    nc->lockfree = c->lockfree && sluice__state_packable(&nc->pf, &st);
+    if (nc->lockfree) {
+        uint64_t w[2];
+        sluice__state_pack(&nc->pf, &st, w);
+        nc->packed.w = mkword(w[0], w[1]);
+    } else {
+        lim->st = st;
+    }
+    nc->older = c;
+    atomic_store_explicit(&lim->cur, nc, memory_order_release);
+    nc = NULL;
+out:
+    pthread_mutex_unlock(&lim->mu);
+    sluice__free64(nc);
+    return rc;
+}
+
+int sluice_limiter_reconfigure_at(sluice_limiter *lim, const char *spec, uint64_t now_ns,
+                                  char *err, size_t errlen)
+{
+    if (!spec) {
+        if (err && errlen) err[0] = '\0';
+        sluice__errf(err, errlen, "no spec (NULL)");
+        return SLUICE_EINVAL;
+    }
+    return reconfigure(lim, spec, 0, 0, 0, now_ns, err, errlen);
+}
+
+int sluice_limiter_reconfigure(sluice_limiter *lim, const char *spec, char *err, size_t errlen)
+{
+    uint64_t now = lim ? sluice__clock_now(cur_cfg(lim)->pf.clock) : 0;
+    return sluice_limiter_reconfigure_at(lim, spec, now, err, errlen);
+}
+
+int sluice_limiter_set_limit_at(sluice_limiter *lim, uint64_t limit, uint64_t period_ns,
+                                uint64_t now_ns, char *err, size_t errlen)
+{
+    if (limit == 0 || period_ns == 0) {
+        if (err && errlen) err[0] = '\0';
+        sluice__errf(err, errlen, "bad %s 0: expected a whole number >= 1",
+                     limit == 0 ? "limit" : "period_ns");
+        return SLUICE_EINVAL;
+    }
+    return reconfigure(lim, NULL, limit, period_ns, 0, now_ns, err, errlen);
+}
+
+int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t now_ns,
+                                char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (lim && !is_bucket(lim)) {
+        sluice__errf(err, errlen, "burst applies to token-bucket and leaky-bucket only");
+        return SLUICE_EINVAL;
+    }
+    if (burst == 0) {
+        sluice__errf(err, errlen, "bad burst 0: expected a whole number >= 1");
+        return SLUICE_EINVAL;
+    }
+    return reconfigure(lim, NULL, 0, 0, burst, now_ns, err, errlen);
+}
+
+/* The composite fast path, when every part is a lock-free limiter: decide
+ * on snapshots, writing nothing; a refusal (or a probe) is validated by
+ * reading every word again -- each unchanged means each held its snapshot
+ * from its first read to its second, so all held them at once between the
+ * last first read and the first second read, and the call is linearised
+ * there with no write at all.  An admission freezes the words but the last
+ * (in `ord` order) with a CAS from the snapshot, and swaps the last from
+ * its snapshot to its new value: that CAS is the linearisation point, all
+ * others being held at their snapshots.  The frozen words then get their
+ * new values.  A CAS that fails (another admission got in) unfreezes what
+ * was frozen, unchanged, and starts over; nothing is ever waited for while
+ * a word is held.  Returns 1 (admitted), 0 (not: refused, or a probe), or
+ * -1 when some limiter takes the locked path (the caller holds them
+ * instead).  Fills parts[i].ok, and parts[i].r when `details`. */
+int sluice__limiters_decide(sluice__part *parts, const size_t *ord, size_t n, uint64_t permits,
+                            uint64_t now_ns, bool details)
+{
+#if HAVE_CAS128
+    cfg *cs[SLUICE_COMPOSITE_MAX];
+    for (;;) {
+        bool all = true, again = false;
+        size_t seen = n;
+        for (size_t i = 0; i < n; i++) {
+            sluice__part *pt = &parts[i];
+            cfg *c = cur_cfg(pt->lim);
+            if (!c->lockfree) return -1;
+            if (!load_word(&c->packed, &pt->snap)) {
+                wait_frozen(pt->lim, c);
+                again = true;
+                break;
+            }
+            cs[i] = c;
+            uint64_t w[2] = {(uint64_t)pt->snap, (uint64_t)(pt->snap >> 64)};
+            sluice__state_unpack(&c->pf, w, &pt->tmp);
+            pt->ok = sluice__decide(&c->pf, &pt->tmp, now_ns, permits, UINT64_MAX,
+                                    details ? &pt->r : NULL);
+            all &= pt->ok;
+            if (!pt->ok && !details) { /* no need to look further */
+                seen = i + 1;
+                break;
+            }
+        }
+        if (again) continue;
+        if (!all || permits == 0) { /* validate: every word still at its snapshot */
+            for (size_t i = 0; i < seen && !again; i++) {
+                u128 v;
+                again = !load_word(&cs[i]->packed, &v) || v != parts[i].snap;
+            }
+            if (again) continue;
+            return 0;
+        }
+        size_t k = 0; /* freeze all but the last */
+        for (; k + 1 < n; k++) {
+            const sluice__part *pt = &parts[ord[k]];
+            if (!__sync_bool_compare_and_swap(&cs[ord[k]]->packed.w, pt->snap, pt->snap | FROZEN))
+                break;
+        }
+        if (k + 1 == n) {
+            const sluice__part *pt = &parts[ord[k]];
+            uint64_t w[2];
+            sluice__state_pack(&cs[ord[k]]->pf, &pt->tmp, w);
+            if (__sync_bool_compare_and_swap(&cs[ord[k]]->packed.w, pt->snap, mkword(w[0], w[1]))) {
+                for (size_t j = 0; j < k; j++) { /* publish the held ones */
+                    const sluice__part *q = &parts[ord[j]];
+                    word *pw = &cs[ord[j]]->packed;
+                    sluice__state_pack(&cs[ord[j]]->pf, &q->tmp, w);
+                    __atomic_store_n(&pw->h[1], w[1], __ATOMIC_RELEASE);
+                    __atomic_store_n(&pw->h[0], w[0], __ATOMIC_RELEASE);
+                }
+                return 1;
+            }
+        }
+        for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
+            __atomic_store_n(&cs[ord[j]]->packed.h[0], (uint64_t)parts[ord[j]].snap,
+                             __ATOMIC_RELEASE);
+    }
+#else
+    (void)parts, (void)ord, (void)n, (void)permits, (void)now_ns, (void)details;
+    return -1;
+#endif
+}
+
 void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out)
 {
-    sluice__spec_info(&lim->pf, out);
+    sluice__spec_info(&cur_cfg(lim)->pf, out);
 }

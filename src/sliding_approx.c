@@ -45,15 +45,18 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     const uint64_t r = t - k * W;
     const u128 lw = (u128)L * W;
     const u128 e = (u128)v.u.sa.prev * (W - r) + (u128)v.u.sa.cur * W;
-    const bool ok = p <= L && e + (u128)p * W <= lw;
+    /* a probe is always allowed, also above the limit (after a
+     * reconfiguration lowered it) */
+    const bool ok = p == 0 || (p <= L && e + (u128)p * W <= lw);
     if (ok && p) {
         v.t_last = t;
         v.u.sa.cur += p;
         *st = v;
     }
     if (!res) return ok;
-    if (ok) return sluice__allow(res, (uint64_t)((lw - e - (u128)p * W) / W), 0);
-    uint64_t remaining = (uint64_t)((lw - e) / W);
+    if (ok) return sluice__allow(res, e < lw ? (uint64_t)((lw - e - (u128)p * W) / W) : 0, 0);
+    /* e may exceed L*W after a reconfiguration lowered L */
+    uint64_t remaining = e < lw ? (uint64_t)((lw - e) / W) : 0;
     if (p > L) return sluice__deny(res, remaining, -1);
     /* at most 2W - r < 2^63: W <= SLUICE_MAX_PERIOD_NS */
     return sluice__deny(res, remaining,
@@ -92,6 +95,62 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
     st->u.sa.prev = in[1] & 0xffffffffu;
 }
 
+/* The newest window (of length w) that an instant <= last can be in, seen
+ * from window k: 1 for k, 2 for k - 1, 0 for older. */
+static int place(uint64_t last, uint64_t w, uint64_t k)
+{
+    const uint64_t j = last / w;
+    return j == k ? 1 : j + 1 == k ? 2 : 0;
+}
+
+/* A change of spec at t (reconfigure.c): the counts keep no times, only
+ * windows, so each is placed in the newest new window that any of its
+ * admissions can lie in -- the current window's are at most the latest
+ * admission, the previous window's before its end.  A permit counted in a
+ * later window than its own never weighs less in an estimate from t on, so
+ * the new estimate is never below the one of the real times; with an
+ * unchanged PERIOD it is exact. */
+static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t)
+{
+    const uint64_t k = st->u.sa.window, k2 = sluice__div_q(&to->div_w, t);
+    uint64_t cur = 0, prev = 0;
+    if (st->u.sa.cur) {
+        int w = place(st->t_last, to->period_ns, k2);
+        if (w == 1) cur += st->u.sa.cur;
+        else if (w == 2) prev += st->u.sa.cur;
+    }
+    if (st->u.sa.prev && k > 0) {
+        int w = place(k * from->period_ns - 1, to->period_ns, k2);
+        if (w == 1) cur += st->u.sa.prev;
+        else if (w == 2) prev += st->u.sa.prev;
+    }
+    /* The windows before k - 1 are forgotten.  When a longer new window
+     * reaches back to them, each counts as full (at most L: an admission
+     * needs cur + p <= L), placed in the newest new window its end is in. */
+    if (k >= 2) { /* the first old window that overlaps new window k2 - 1 */
+        const uint64_t first = k2 ? (uint64_t)((u128)(k2 - 1) * to->period_ns / from->period_ns) : 0;
+        if (first <= k - 2) {
+            const u128 x = (u128)from->limit * (k - 1 - first);
+            const uint64_t add = x > UINT64_MAX / 4 ? UINT64_MAX / 4 : (uint64_t)x;
+            int w = place((k - 1) * from->period_ns - 1, to->period_ns, k2);
+            if (w == 1) cur += add;
+            else if (w == 2) prev += add;
+        }
+    }
+    st->u.sa.window = k2;
+    st->u.sa.cur = cur;
+    st->u.sa.prev = prev;
+}
+
+/* Carried counts may pass 2^32 (two windows in one): then the limiter
+ * leaves the packed word. */
+static bool fits(const sluice__profile *pf, const sluice__state *st)
+{
+    (void)pf;
+    return st->u.sa.cur < ((uint64_t)1 << 32) && st->u.sa.prev < ((uint64_t)1 << 32);
+}
+
 const sluice__alg_ops sluice__sliding_approx_ops = {
     .name = "sliding-approx",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
@@ -101,4 +160,6 @@ const sluice__alg_ops sluice__sliding_approx_ops = {
     .rest_at = rest_at,
     .pack = pack,
     .unpack = unpack,
+    .carry = carry,
+    .fits = fits,
 };

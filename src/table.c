@@ -71,6 +71,7 @@
 #include "spin.h"
 #include "table.h"
 #include "wheel_core.h"
+#include "composite.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -818,4 +819,136 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
     out->evicted = atomic_load_explicit(&m->evicted, memory_order_relaxed);
     out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
     sluice__counters_read(&t->counters, &out->decisions);
+}
+
+/* ---- composite decisions (composite.c) ---------------------------------- */
+
+static inline shard *shard_for(const sluice_table *t, uint64_t h)
+{
+    return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+}
+
+void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, uint64_t *hash)
+{
+    if (!key) key = "";
+    *hash = sluice__siphash13(t->seed, key, keylen);
+    return shard_for(t, *hash);
+}
+
+void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
+{
+    shard *s = sh;
+    sluice__spin_lock(&s->mu);
+    if (now_ns > s->now) s->now = now_ns;
+    if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
+        uint32_t budget = SWEEP_BUDGET;
+        wheel_advance(t, s, s->now, &budget);
+        publish_due(s);
+    }
+}
+
+void sluice__table_unlock(sluice_table *t, void *sh)
+{
+    (void)t;
+    sluice__spin_unlock(&((shard *)sh)->mu);
+}
+
+void sluice__table_find(sluice__part *part)
+{
+    sluice_table *t = part->t;
+    shard *s = shard_for(t, part->hash);
+    const void *key = part->key ? part->key : "";
+    uint32_t slot = find(t, s, (uint32_t)part->hash, key, part->keylen);
+    part->pf = &t->pf;
+    part->where = s;
+    part->created = false;
+    if (slot == UINT32_MAX) {
+        part->entry = UINT32_MAX;
+        sluice__state_init(&t->pf, &part->base);
+        part->st = &part->base;
+        return;
+    }
+    part->entry = (uint32_t)s->index[slot] - 1;
+    entry *e = ent(t, s, part->entry);
+    if (t->pf.packed) {
+        load_state(t, e, &part->base);
+        part->st = &part->base;
+    } else {
+        part->st = ent_state(e);
+    }
+}
+
+int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
+{
+    sluice_table *t = part->t;
+    shard *s = part->where;
+    bool room = s->count < s->ecap && reserve(t);
+    if (!room && alone) { /* keys at rest in this shard, then the policy */
+        sweep_all(t, s, s->now);
+        publish_due(s);
+        room = s->count < s->ecap && reserve(t);
+        if (!room && (t->flags & SLUICE_TABLE_EVICT_LRU) && evict_one(t, s)) {
+            publish_due(s);
+            room = true;
+        }
+    }
+    if (!room) {
+        uint64_t first = UINT64_MAX;
+        for (unsigned k = 0; k < t->nshards; k++) {
+            uint64_t d = atomic_load_explicit(&t->shards[k].due, memory_order_relaxed);
+            if (d < first) first = d;
+        }
+        *retry = first == UINT64_MAX ? -1
+                 : first > s->now    ? (int64_t)sluice__min_u64(first - s->now, INT64_MAX)
+                                     : 1;
+        return SLUICE_EFULL;
+    }
+    uint32_t i = new_entry(t, s, (uint32_t)part->hash, part->key ? part->key : "", part->keylen);
+    if (i == UINT32_MAX) {
+        atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+        *retry = -1;
+        return SLUICE_ENOMEM;
+    }
+    part->entry = i;
+    part->created = true;
+    if (!t->pf.packed) part->st = ent_state(ent(t, s, i));
+    return 0;
+}
+
+void sluice__table_store(sluice__part *part)
+{
+    sluice_table *t = part->t;
+    shard *s = part->where;
+    entry *e = ent(t, s, part->entry);
+    if (t->pf.packed) store_state(t, e, &part->tmp);
+    else if (!t->pf.ops->judge) memcpy(ent_state(e), &part->tmp, sizeof part->tmp);
+    if (part->created) {
+        wheel_file(t, s, part->entry, ent_rest_at(t, e));
+        publish_due(s);
+    }
+}
+
+void sluice__table_unmake(sluice__part *part)
+{
+    drop_entry(part->t, part->where, part->entry);
+    part->entry = UINT32_MAX;
+    part->created = false;
+}
+
+void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
+{
+    for (unsigned k = 0; k < t->nshards; k++) {
+        shard *o = &t->shards[k];
+        if (atomic_load_explicit(&o->due, memory_order_relaxed) > now_ns) continue;
+        sluice__spin_lock(&o->mu);
+        sweep_all(t, o, now_ns > o->now ? now_ns : o->now);
+        publish_due(o);
+        sluice__spin_unlock(&o->mu);
+    }
+}
+
+void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
+{
+    sluice__count(&t->counters, permits, ok);
+    if (full) atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
 }

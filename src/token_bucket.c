@@ -179,6 +179,50 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
     st->u.bk.deficit = in[1];
 }
 
+/* ceil(x * to / from), saturated at max. */
+static u128 rescale(u128 x, uint64_t from, uint64_t to, u128 max)
+{
+    const u128 q = x / from, r = x % from;
+    if (q > max / to) return max;
+    const u128 v = q * to + sluice__ceil_div(r * to, from);
+    return v > max ? max : v;
+}
+
+/* A change of spec at t (reconfigure.c).  The level at t by the old rate,
+ * in the new unit 1/rw' (rounded up: towards less room), cut to what
+ * drains within 2^63-1 ns at the new rate.  token-bucket (`cap`): the
+ * tokens, capped at the new burst -- tokens missing from it are
+ * B' - min(B', B - d/rw), i.e. (B'*rw + d - B*rw)/rw when positive.
+ * leaky-bucket: the water, kept whole (above the new capacity it refuses
+ * until it has drained). */
+void sluice__bucket_carry(const sluice__profile *from, const sluice__profile *to,
+                          sluice__state *st, uint64_t t, bool cap)
+{
+    const u128 d = drain(from, st, t);
+    const u128 max = (u128)INT64_MAX * to->rl;
+    if (!cap) {
+        st->u.bk.deficit = rescale(d, from->rw, to->rw, max);
+        return;
+    }
+    const u128 have = (u128)to->capacity * from->rw + d; /* < 2^127 */
+    st->u.bk.deficit =
+        have > from->cap_scaled ? rescale(have - from->cap_scaled, from->rw, to->rw, max) : 0;
+}
+
+static void token_carry(const sluice__profile *from, const sluice__profile *to,
+                        sluice__state *st, uint64_t t)
+{
+    sluice__bucket_carry(from, to, st, t, true);
+}
+
+/* A carried level may not fit 64 bits: then the limiter leaves the packed
+ * word. */
+bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st)
+{
+    (void)pf;
+    return (st->u.bk.deficit >> 64) == 0;
+}
+
 static int format(const sluice__profile *pf, char *buf, size_t buflen)
 {
     if (pf->capacity == pf->limit) return snprintf(buf, buflen, "%s", "");
@@ -195,4 +239,6 @@ const sluice__alg_ops sluice__token_bucket_ops = {
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
     .bucket = true,
+    .carry = token_carry,
+    .fits = sluice__bucket_fits,
 };

@@ -107,20 +107,16 @@ static void shrink(sluice__log *lg)
     (void)resize(lg, lg->cap / 2);
 }
 
-static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
-                   uint64_t max_wait, sluice_result *res)
+/* The decision at t on the header *lg (already retired to t): fills res
+ * and returns whether p permits fit.  Writes nothing. */
+static bool measure(const sluice__profile *pf, const sluice__log *lg, uint64_t t,
+                    uint64_t p, sluice_result *res)
 {
-    (void)max_wait;
     const uint64_t n = pf->slots, L = pf->limit;
-    const uint64_t s = sluice__div_q(&pf->div_tick, t);
-    sluice__log v = st->u.log; /* the header seen from t: written back only
-                                * on an admission */
-    sluice__log *lg = &v;
-    retire(lg, s, n);
-
-    uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
-    uint64_t used = newest - lg->base;
-    uint64_t room = L - used;
+    const uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
+    const uint64_t used = newest - lg->base;
+    /* used may exceed L after a reconfiguration lowered it */
+    const uint64_t room = used < L ? L - used : 0;
     if (p == 0) return res ? sluice__allow(res, room, 0) : true;
     if (p > room) {
         if (!res) return false;
@@ -135,6 +131,37 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
         uint64_t expiry = (at(lg, lo)->slot + n) * pf->tick_ns;
         return sluice__deny(res, room, (int64_t)(expiry - t));
     }
+    return res ? sluice__allow(res, room - p, 0) : true;
+}
+
+/* The decision, writing nothing (a composite's first phase). */
+static bool judge(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
+                  sluice_result *res)
+{
+    sluice__log v = st->u.log; /* a copy of the header: the ring is only read */
+    retire(&v, sluice__div_q(&pf->div_tick, t), pf->slots);
+    return measure(pf, &v, t, p, res);
+}
+
+/* Room in the ring for one more entry, so that the next admission cannot
+ * fail (a composite's second phase); the entries stay as they are. */
+static bool reserve(sluice__state *st)
+{
+    sluice__log *lg = &st->u.log;
+    return lg->len < lg->cap || grow(lg);
+}
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    const uint64_t s = sluice__div_q(&pf->div_tick, t);
+    sluice__log v = st->u.log; /* the header seen from t: written back only
+                                * on an admission */
+    sluice__log *lg = &v;
+    retire(lg, s, pf->slots);
+    if (p == 0 || !measure(pf, lg, t, p, NULL)) return measure(pf, lg, t, p, res);
+    const uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
     if (lg->len && at(lg, lg->len - 1)->slot == s) {
         at(lg, lg->len - 1)->cum += p;
     } else {
@@ -142,7 +169,8 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
             /* nothing is kept, not even the retiring: at a time before t
              * (but after the latest admission) those entries still count */
             if (res) {
-                sluice__deny(res, room, -1);
+                measure(pf, lg, t, 0, res);
+                sluice__deny(res, res->remaining, -1);
                 res->error = SLUICE_ENOMEM;
             }
             return false;
@@ -155,7 +183,7 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     }
     st->t_last = t;
     st->u.log = v;
-    return res ? sluice__allow(res, room - p, 0) : true;
+    return res ? measure(pf, lg, t, 0, res) && sluice__allow(res, res->remaining, 0) : true;
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
@@ -215,6 +243,54 @@ static int log_setup(sluice__profile *pf, const sluice__opts *o, char *err, size
     return 0;
 }
 
+/* A change of spec keeps the ring's admissions at their slots
+ * (reconfigure.c).  The ring no longer holds admissions that had left the
+ * old window at a later admission; a longer new window may reach back to
+ * them.  They all lie at or before slot r = slot(t_last) - N (and before
+ * the oldest held entry), and any N consecutive slots held at most L of
+ * them, so one entry at slot r standing for min(L * ceil(span / N), all
+ * retired permits) -- span the slots of the new window at t up to r --
+ * never counts less than they would, in any window from t on, and leaves
+ * the window no earlier than they would: nothing is admitted that the
+ * whole history would refuse.  (The bound counts them under the old
+ * LIMIT: admissions made under an earlier, larger one may be undercounted
+ * after several changes.)  reserve() has made room for the entry. */
+static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t)
+{
+    sluice__log *lg = &st->u.log;
+    const uint64_t n1 = from->slots, n2 = to->slots;
+    const uint64_t last = sluice__div_q(&from->div_tick, st->t_last);
+    if (n2 <= n1 || lg->base == 0 || last < n1) return; /* nothing retired can count */
+    uint64_t r = last - n1;
+    if (lg->len && at(lg, 0)->slot <= r) {
+        if (at(lg, 0)->slot == 0) return;
+        r = at(lg, 0)->slot - 1;
+    }
+    const uint64_t s = sluice__div_q(&to->div_tick, t);
+    if (s >= n2 && r <= s - n2) return; /* out of every window from t on */
+    const uint64_t span = s >= n2 ? r - (s - n2) : r + 1;
+    const u128 bound = (u128)from->limit * (span / n1 + (span % n1 != 0));
+    const uint64_t x = bound < lg->base ? (uint64_t)bound : lg->base;
+    if (lg->len == lg->cap) return; /* no room (reserve failed): cannot happen */
+    lg->head = (lg->head + lg->cap - 1) & (lg->cap - 1);
+    at(lg, 0)->slot = r;
+    at(lg, 0)->cum = lg->base;
+    lg->len++;
+    lg->base -= x;
+}
+
+/* The slot width must stay: the ring's slots would mean other instants. */
+static int wheel_recheck(const sluice__profile *from, const sluice__profile *to, char *err,
+                         size_t errlen)
+{
+    if (from->tick_ns == to->tick_ns) return 0;
+    sluice__errf(err, errlen,
+                 "cannot change the slot width of a running sliding-wheel (%llu ns) to %llu ns: keep PERIOD/slots",
+                 (unsigned long long)from->tick_ns, (unsigned long long)to->tick_ns);
+    return SLUICE_EINVAL;
+}
+
 /* The ring cannot be packed into 16 bytes: a mutex guards it (limiter.c). */
 const sluice__alg_ops sluice__sliding_wheel_ops = {
     .name = "sliding-wheel",
@@ -224,6 +300,10 @@ const sluice__alg_ops sluice__sliding_wheel_ops = {
     .decide = decide,
     .rest_at = rest_at,
     .fini = fini,
+    .judge = judge,
+    .reserve = reserve,
+    .recheck = wheel_recheck,
+    .carry = carry,
 };
 
 const sluice__alg_ops sluice__sliding_log_ops = {
@@ -234,4 +314,7 @@ const sluice__alg_ops sluice__sliding_log_ops = {
     .decide = decide,
     .rest_at = rest_at,
     .fini = fini,
+    .judge = judge,
+    .reserve = reserve,
+    .carry = carry,
 };

@@ -1,0 +1,236 @@
+/* composite.c -- one request decided against several limits, all or
+ * nothing.
+ *
+ * Rule (docs/decisions.md, 3.7): allowed iff every
+ * limit allows; then, and only then, charged to every limit.  The result
+ * combines the limits' answers: the largest wait_ns, the smallest
+ * remaining (a limit that would have allowed a refused request reports its
+ * remaining without the permits), the largest retry_after_ns of the
+ * refusing limits (-1 if any is -1).
+ *
+ * Limiters only, all lock-free: sluice__limiters_decide (limiter.c) decides
+ * on snapshots without holding anything; a refusal is validated by reading
+ * the words again and writes nothing; an admission freezes all words but
+ * the last from their snapshots and swaps the last (see there).
+ *
+ * Otherwise, two-phase locking in one global order.  Every limit is held
+ * before anything is decided, in the order of the address of what holds it
+ * (the limiter, or the table's shard; two keys of one shard share its
+ * lock), so two composites can never wait for each other in a cycle:
+ *
+ *   hold     a lock-free limiter: freeze its 16-byte word with one CAS
+ *            (limiter.c: the top bit of the time half marks it held; single
+ *            decisions, which never hold anything while they wait, wait
+ *            for it); a limiter in the locked path: its mutex; a table
+ *            key: its shard's spin lock.
+ *   judge    decide every limit on its held state, writing nothing
+ *            (sluice__judge: on a copy; the window logs measure their ring).
+ *   prepare  if all allow: make the entries of new table keys and room in
+ *            the window logs' rings -- the only steps that can fail; a
+ *            failure undoes the entries made (nobody saw them) and refuses.
+ *   commit   store every new state (a window log decides on its real
+ *            state, which cannot fail any more).
+ *   release  in reverse order: a frozen word gets its new count half, then
+ *            its time half without the bit (release order).
+ *
+ * Every limit's state is held from before its decision to after its
+ * commit, so the composite is linearisable at the moment all are held, and
+ * every limit sees the same order of calls.  A refusal writes nothing but
+ * the holds themselves.
+ *
+ * New table keys: a full shard is swept for keys at rest (and the policy
+ * may evict) only when no other part of the call holds an entry of that
+ * shard; keys at rest in other shards are reclaimed with nothing held, and
+ * the call is then tried once more.
+ */
+#include "internal.h"
+#include "composite.h"
+
+#include <string.h>
+
+static bool same_key(const sluice__part *a, const sluice__part *b)
+{
+    if (a->t != b->t || a->where != b->where) return false;
+    if (a->entry != UINT32_MAX || b->entry != UINT32_MAX) return a->entry == b->entry;
+    return a->keylen == b->keylen && (a->keylen == 0 || memcmp(a->key, b->key, a->keylen) == 0);
+}
+
+static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
+{
+    if (res) sluice__fail(res, SLUICE_EINVAL);
+    if (per_limit)
+        for (size_t i = 0; i < n && i < SLUICE_COMPOSITE_MAX; i++) sluice__fail(&per_limit[i], SLUICE_EINVAL);
+    return false;
+}
+
+/* One attempt: hold, judge, prepare, commit, release.  Returns whether the
+ * permits were taken; *efull_retry when a new key found its table full
+ * while another part of the call held the shard, or other shards may hold
+ * keys at rest; -1 on a duplicate key (nothing decided). */
+static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t permits,
+                   uint64_t now, bool details, bool *efull, bool *any_ok)
+{
+    for (size_t k = 0; k < n; k++) { /* hold, in the global order */
+        sluice__part *pt = &parts[ord[k]];
+        if (!pt->first_of_lock) continue;
+        if (pt->lim) sluice__limiter_hold(pt);
+        else sluice__table_lock(pt->t, (void *)pt->order, now);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!parts[i].lim) sluice__table_find(&parts[i]);
+
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (!parts[i].lim && !parts[j].lim && same_key(&parts[i], &parts[j])) rc = -1;
+
+    bool all = rc == 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        sluice__part *pt = &parts[i];
+        pt->ok = sluice__judge(pt->pf, pt->st, &pt->tmp, now, permits, details ? &pt->r : NULL);
+        all &= pt->ok;
+    }
+    bool commit = all && permits > 0;
+    *efull = false;
+    *any_ok = all;
+    if (commit) { /* prepare: the steps that can fail */
+        for (size_t i = 0; i < n && commit; i++) {
+            sluice__part *pt = &parts[i];
+            if (!pt->lim && pt->entry == UINT32_MAX) {
+                bool alone = true;
+                for (size_t j = 0; j < n; j++)
+                    if (j != i && !parts[j].lim && parts[j].where == pt->where) alone = false;
+                int64_t retry = -1;
+                int e = sluice__table_make(pt, alone, &retry);
+                if (e != 0) {
+                    sluice__deny(&pt->r, 0, retry);
+                    pt->r.error = e;
+                    pt->ok = false;
+                    commit = false;
+                    *efull = e == SLUICE_EFULL;
+                    break;
+                }
+            }
+            if (pt->pf->ops->reserve && !pt->pf->ops->reserve(pt->st)) {
+                sluice__judge(pt->pf, pt->st, &pt->tmp, now, 0, &pt->r);
+                sluice__deny(&pt->r, pt->r.remaining, -1);
+                pt->r.error = SLUICE_ENOMEM;
+                pt->ok = false;
+                commit = false;
+            }
+        }
+        if (!commit)
+            for (size_t i = 0; i < n; i++)
+                if (parts[i].created) sluice__table_unmake(&parts[i]);
+    }
+    if (commit) {
+        for (size_t i = 0; i < n; i++) {
+            sluice__part *pt = &parts[i];
+            if (pt->pf->ops->judge) /* judged in place: now take the permits */
+                sluice__decide(pt->pf, pt->st, now, permits, UINT64_MAX, details ? &pt->r : NULL);
+            if (!pt->lim) sluice__table_store(pt);
+        }
+    }
+    for (size_t k = n; k-- > 0;) { /* release, in reverse order */
+        sluice__part *pt = &parts[ord[k]];
+        if (!pt->first_of_lock) continue;
+        if (pt->lim) sluice__limiter_release(pt, commit);
+        else sluice__table_unlock(pt->t, (void *)pt->order);
+    }
+    if (rc) return rc;
+    return commit;
+}
+
+bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                                     uint64_t now_ns, sluice_result *res,
+                                     sluice_result *per_limit)
+{
+    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    sluice__part parts[SLUICE_COMPOSITE_MAX];
+    size_t ord[SLUICE_COMPOSITE_MAX];
+    for (size_t i = 0; i < n; i++) {
+        const sluice_limit_ref *r = &refs[i];
+        sluice__part *pt = &parts[i]; /* not zeroed: every field is set before use */
+        pt->created = false;
+        if (res || per_limit) pt->r = (sluice_result){0};
+        else pt->r.error = 0; /* read for the table's count of refusals */
+        if ((r->limiter != NULL) == (r->table != NULL)) return bad_call(n, res, per_limit);
+        if (r->limiter) {
+            pt->lim = r->limiter;
+            pt->t = NULL;
+            pt->order = r->limiter;
+        } else {
+            pt->lim = NULL;
+            if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen))
+                return bad_call(n, res, per_limit);
+            pt->t = r->table;
+            pt->key = r->key;
+            pt->keylen = r->keylen;
+            pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
+        }
+        /* insertion sort by lock address */
+        size_t k = i;
+        while (k > 0 && (uintptr_t)parts[ord[k - 1]].order > (uintptr_t)pt->order) {
+            ord[k] = ord[k - 1];
+            k--;
+        }
+        ord[k] = i;
+    }
+    for (size_t k = 0; k < n; k++) {
+        sluice__part *pt = &parts[ord[k]];
+        pt->first_of_lock = k == 0 || parts[ord[k - 1]].order != pt->order;
+        if (!pt->first_of_lock && pt->lim) return bad_call(n, res, per_limit); /* a limiter twice */
+    }
+
+    bool efull = false, all = false, only_limiters = true;
+    const bool details = res || per_limit;
+    for (size_t i = 0; i < n; i++) only_limiters &= parts[i].lim != NULL;
+    int got = -1;
+    if (only_limiters) {
+        got = sluice__limiters_decide(parts, ord, n, permits, now_ns, details);
+        if (got >= 0) {
+            all = true;
+            for (size_t i = 0; i < n && all; i++) all = parts[i].ok;
+        }
+    }
+    if (got < 0) got = attempt(parts, ord, n, permits, now_ns, details, &efull, &all);
+    if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
+        for (size_t i = 0; i < n; i++)
+            if (!parts[i].lim) sluice__table_reclaim(parts[i].t, now_ns);
+        got = attempt(parts, ord, n, permits, now_ns, details, &efull, &all);
+    }
+    if (got < 0) return bad_call(n, res, per_limit);
+    const bool ok = got == 1 || (all && permits == 0);
+
+    for (size_t i = 0; i < n; i++) {
+        if (parts[i].lim) sluice__limiter_count(parts[i].lim, permits, ok);
+        else sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
+    }
+    if (!details) return ok;
+    sluice_result c = {.allowed = ok};
+    c.remaining = UINT64_MAX;
+    int64_t retry = 0;
+    bool never = false;
+    for (size_t i = 0; i < n; i++) {
+        sluice_result r = parts[i].r;
+        if (!ok && parts[i].ok) { /* would have allowed: nothing was taken */
+            r.remaining += permits;
+            r.wait_ns = 0;
+        }
+        if (r.remaining < c.remaining) c.remaining = r.remaining;
+        if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
+        if (!parts[i].ok) {
+            if (r.retry_after_ns < 0) never = true;
+            else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
+            if (!c.error) c.error = r.error;
+        }
+        if (per_limit) per_limit[i] = r;
+    }
+    if (!ok) {
+        c.wait_ns = 0;
+        c.retry_after_ns = never ? -1 : retry;
+    }
+    if (res) *res = c;
+    return ok;
+}

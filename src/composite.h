@@ -1,0 +1,89 @@
+/* composite.h -- what composite decisions (composite.c) need from the
+ * limiter (limiter.c) and the table (table.c): one limit held, decided,
+ * committed or not, released.  And reconfiguration's generic part
+ * (reconfigure.c), which limiter.c calls. */
+#ifndef SLUICE_COMPOSITE_H
+#define SLUICE_COMPOSITE_H
+
+#include "internal.h"
+
+/* Decide a request on *st without writing *st or anything it points to
+ * (the row's judge, or sluice__decide on *tmp, a copy, which then holds the
+ * state after the admission, ready to be stored).  limiter.c. */
+SLUICE__INTERNAL bool sluice__judge(const sluice__profile *pf, const sluice__state *st,
+                                    sluice__state *tmp, uint64_t now_ns, uint64_t permits,
+                                    sluice_result *res);
+
+/* reconfigure.c: whether `to` may replace `from` on a running limiter (0,
+ * or a negative code with the reason in err); the state of a limiter of
+ * profile `from`, changed at now_ns into one of profile `to` (README.md,
+ * "Changing a limit while it runs"); whether a state fits the packed word
+ * of its profile. */
+SLUICE__INTERNAL int sluice__reconfigure_check(const sluice__profile *from,
+                                               const sluice__profile *to, char *err,
+                                               size_t errlen);
+SLUICE__INTERNAL void sluice__reconfigure_state(const sluice__profile *from,
+                                                const sluice__profile *to,
+                                                sluice__state *st, uint64_t now_ns);
+SLUICE__INTERNAL bool sluice__state_packable(const sluice__profile *pf,
+                                             const sluice__state *st);
+
+/* One limit of a composite decision, as composite.c holds it.  The limiter
+ * and table modules fill the middle part when they hold it. */
+typedef struct sluice__part {
+    /* the request */
+    sluice_limiter *lim;      /* or NULL for a table key */
+    sluice_table *t;
+    const void *key;
+    size_t keylen;
+    uint64_t hash;
+    const void *order;        /* lock order: the limiter, or the key's shard */
+    bool first_of_lock;       /* the first part of its lock (shards are shared) */
+    /* held */
+    const sluice__profile *pf;
+    sluice__state *st;        /* the state to decide on */
+    sluice__state base;       /* limiter, lock-free: the word's state */
+    sluice__state tmp;        /* a copy, or the state after the admission */
+    void *where;              /* limiter: its configuration; table: its shard */
+    uint32_t entry;           /* table: the key's entry, UINT32_MAX when absent */
+    bool lockfree;            /* limiter: a frozen word is held, not the mutex */
+    bool created;             /* table: the entry was made for this request */
+    u128 snap;                /* limiter: the frozen word's value */
+    /* the decision */
+    bool ok;
+    sluice_result r;
+} sluice__part;
+
+/* limiter.c: hold a limiter for a composite (its mutex, or its frozen
+ * word), fill pf and st; release it, storing part->tmp first if `commit`
+ * and the state is not on the heap.  A limiter in the locked path commits
+ * a window log by deciding on its real state before the release. */
+SLUICE__INTERNAL void sluice__limiter_hold(sluice__part *part);
+SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
+SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
+/* limiter.c: the whole composite when every part is a limiter, without
+ * holding anything while deciding (1 admitted, 0 not, -1: some limiter takes
+ * the locked path, use the general one). */
+SLUICE__INTERNAL int sluice__limiters_decide(sluice__part *parts, const size_t *ord, size_t n,
+                                             uint64_t permits, uint64_t now_ns, bool details);
+
+/* table.c: the shard of a key (composite lock order), locking a shard and
+ * its upkeep at now_ns; looking a key up in its locked shard (fills pf, st,
+ * entry); making the key's entry when an admission needs it (0, or
+ * SLUICE_EFULL with *retry set, or SLUICE_ENOMEM; `alone`: no other part
+ * holds an entry of the shard, so keys at rest may be reclaimed and the
+ * policy may evict); storing part->tmp into
+ * the entry; undoing a made entry; reclaiming keys at rest in every shard
+ * (with no lock held); counting (`full`: refused for want of room). */
+SLUICE__INTERNAL void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen,
+                                              uint64_t *hash);
+SLUICE__INTERNAL void sluice__table_lock(sluice_table *t, void *shard, uint64_t now_ns);
+SLUICE__INTERNAL void sluice__table_unlock(sluice_table *t, void *shard);
+SLUICE__INTERNAL void sluice__table_find(sluice__part *part);
+SLUICE__INTERNAL int sluice__table_make(sluice__part *part, bool alone, int64_t *retry);
+SLUICE__INTERNAL void sluice__table_store(sluice__part *part);
+SLUICE__INTERNAL void sluice__table_unmake(sluice__part *part);
+SLUICE__INTERNAL void sluice__table_reclaim(sluice_table *t, uint64_t now_ns);
+SLUICE__INTERNAL void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full);
+
+#endif /* SLUICE_COMPOSITE_H */

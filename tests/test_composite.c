@@ -1,0 +1,645 @@
+/* test_composite.c -- one request against several limits at once
+ * (sluice_composite_try_acquire_at; README.md, "Several limits on one
+ * request").
+ *
+ * The oracle is the reference model (ref_model.h), one model per limit, and
+ * the composite rule written out here from its text: allowed iff every
+ * model would allow; then every model decides the request; otherwise a
+ * model that would allow is probed (its remaining without the permits) and
+ * a refusing one decides (a refusal changes nothing).  The combination:
+ * the largest wait_ns, the smallest remaining, the largest retry_after_ns
+ * of the refusers (-1 if any is -1).
+ *
+ *   test_random_traces   random traces over 1..4 limits of every algorithm
+ *                        variant, as limiters and as keys of tables: every
+ *                        field of the combined result and of each limit's
+ *                        result, exactly.
+ *   test_all_or_nothing  a refusal by one limit takes nothing from another;
+ *                        a new table key is made only by an admission.
+ *   test_bad_calls       n of 0 and 17, refs naming neither or both, the
+ *                        same limiter or key twice: SLUICE_EINVAL, nothing
+ *                        decided.
+ *   test_threads         4 threads, each asking a shared limit A together
+ *                        with one of two limits B0/B1 (limiters of both
+ *                        paths, and table keys), all at one instant: the
+ *                        admissions on A and on each B are the contract's
+ *                        for ONE order -- each admission's remaining is
+ *                        distinct on every limit it touched, the orders of
+ *                        A and of each B agree, every refusal fits into
+ *                        that order, and the counts are exact.
+ *   test_threads_reconfigure  3 threads of composites while another thread
+ *                        changes one limit's spec back and forth.
+ *
+ * SLUICE_TEST_SEED sets the random seed (printed); SLUICE_STRESS_SCALE
+ * scales the repetitions.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice.h>
+
+#include "ref_model.h"
+
+#define SEC 1000000000ULL
+#define ULL(x) ((unsigned long long)(x))
+
+static uint64_t g_seed;
+static double g_scale = 1.0;
+
+static size_t scaled(double base)
+{
+    double v = base * g_scale;
+    return v < 1.0 ? 1 : (size_t)(v + 0.5);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
+
+/* ---- a random limit: its spec and the model's parameters ---------------- */
+
+typedef struct limit {
+    char spec[128];
+    ref_params p;
+    ref_model *m;
+    sluice_limiter *lim;   /* or */
+    sluice_table *tab;
+    char key[24];
+} limit;
+
+static void limit_random(limit *l, uint64_t *rs)
+{
+    static const char *const names[] = {"fixed-window", "sliding-log", "sliding-wheel",
+                                        "sliding-approx", "token-bucket", "leaky-bucket"};
+    memset(l, 0, sizeof *l);
+    int v = (int)rng_below(rs, 7); /* 6: leaky-bucket nodelay */
+    ref_alg a = v == 6 ? REF_LEAKY_BUCKET : (ref_alg)v;
+    static const uint64_t periods[] = {1000, 997, 1000000, 60};
+    uint64_t W = periods[rng_below(rs, 4)], L = 1 + rng_below(rs, 6);
+    l->p = (ref_params){.alg = a, .limit = L, .period_ns = W, .nodelay = v == 6};
+    int n = snprintf(l->spec, sizeof l->spec, "%s %llu/%lluns", names[a], ULL(L), ULL(W));
+    if (a == REF_TOKEN_BUCKET || a == REF_LEAKY_BUCKET) {
+        l->p.capacity = 1 + rng_below(rs, 8);
+        n += snprintf(l->spec + n, sizeof l->spec - (size_t)n, " %s=%llu",
+                      a == REF_TOKEN_BUCKET ? "burst" : "capacity", ULL(l->p.capacity));
+        if (v == 6) snprintf(l->spec + n, sizeof l->spec - (size_t)n, " nodelay");
+    }
+    if (a == REF_SLIDING_WHEEL) {
+        static const uint64_t div[] = {1, 2, 4, 5, 10};
+        uint64_t N = W % 10 == 0 ? div[rng_below(rs, 5)] : 1;
+        l->p.slots = N;
+        snprintf(l->spec + n, sizeof l->spec - (size_t)n, " slots=%llu", ULL(N));
+    }
+    l->m = ref_model_new(&l->p);
+    assert_non_null(l->m);
+}
+
+static sluice_limit_ref limit_ref(const limit *l)
+{
+    return l->lim ? sluice_ref_limiter(l->lim) : sluice_ref_key(l->tab, l->key, strlen(l->key));
+}
+
+/* The composite rule on the models: fills want (combined) and per[]. */
+static bool model_composite(limit *ls, size_t n, uint64_t p, uint64_t t, ref_result *want,
+                            ref_result *per)
+{
+    bool all = true;
+    for (size_t i = 0; i < n; i++) all &= ref_model_would_allow(ls[i].m, p, t);
+    for (size_t i = 0; i < n; i++) {
+        if (all || !ref_model_would_allow(ls[i].m, p, t)) {
+            bool ok = ref_model_decide(ls[i].m, p, t, &per[i]);
+            assert_true(ok == all);
+        } else { /* would allow: nothing is taken; its remaining as a probe */
+            ref_model_decide(ls[i].m, 0, t, &per[i]);
+            per[i].allowed = true;
+        }
+    }
+    *want = (ref_result){.allowed = all, .remaining = UINT64_MAX};
+    bool never = false;
+    for (size_t i = 0; i < n; i++) {
+        if (per[i].remaining < want->remaining) want->remaining = per[i].remaining;
+        if (all && per[i].wait_ns > want->wait_ns) want->wait_ns = per[i].wait_ns;
+        if (!per[i].allowed) {
+            if (per[i].retry_after_ns < 0) never = true;
+            else if (per[i].retry_after_ns > want->retry_after_ns)
+                want->retry_after_ns = per[i].retry_after_ns;
+        }
+    }
+    if (never) want->retry_after_ns = -1;
+    return all;
+}
+
+static void expect_same(const char *what, const ref_result *w, const sluice_result *g,
+                        const limit *ls, size_t n, uint64_t p, uint64_t t, size_t step)
+{
+    if (w->allowed == g->allowed && w->wait_ns == g->wait_ns && w->remaining == g->remaining &&
+        w->retry_after_ns == g->retry_after_ns && g->error == 0)
+        return;
+    fprintf(stderr, "seed %llu step %zu: %s differs at t=%llu p=%llu\n", ULL(g_seed), step, what,
+            ULL(t), ULL(p));
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, "  limit %zu: %s%s\n", i, ls[i].spec, ls[i].tab ? " (table key)" : "");
+    fprintf(stderr, "  want allowed=%d wait=%llu remaining=%llu retry=%lld\n", w->allowed,
+            ULL(w->wait_ns), ULL(w->remaining), (long long)w->retry_after_ns);
+    fprintf(stderr, "  got  allowed=%d wait=%llu remaining=%llu retry=%lld error=%d\n",
+            g->allowed, ULL(g->wait_ns), ULL(g->remaining), (long long)g->retry_after_ns,
+            g->error);
+    fail();
+}
+
+static void test_random_traces(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0xc0;
+    const size_t trials = scaled(400);
+    char err[256];
+    for (size_t trial = 0; trial < trials; trial++) {
+        size_t n = 1 + rng_below(&rs, 4);
+        bool tables = rng_below(&rs, 2);
+        limit ls[4];
+        for (size_t i = 0; i < n; i++) {
+            limit_random(&ls[i], &rs);
+            if (tables && rng_below(&rs, 2)) {
+                if (i > 0 && ls[i - 1].tab && rng_below(&rs, 2)) { /* same table, other key */
+                    ref_model_free(ls[i].m);
+                    char key[24];
+                    snprintf(key, sizeof key, "k%zu", i);
+                    ls[i] = ls[i - 1];
+                    ls[i].m = ref_model_new(&ls[i].p);
+                    memcpy(ls[i].key, key, sizeof key);
+                    continue;
+                }
+                ls[i].tab = sluice_table_new(ls[i].spec, 4 + rng_below(&rs, 4), err, sizeof err);
+                if (!ls[i].tab) fprintf(stderr, "%s: %s\n", ls[i].spec, err);
+                assert_non_null(ls[i].tab);
+                snprintf(ls[i].key, sizeof ls[i].key, "k%zu", i);
+            } else {
+                ls[i].lim = sluice_limiter_new(ls[i].spec, err, sizeof err);
+                if (!ls[i].lim) fprintf(stderr, "%s: %s\n", ls[i].spec, err);
+                assert_non_null(ls[i].lim);
+            }
+        }
+        sluice_limit_ref refs[4];
+        for (size_t i = 0; i < n; i++) refs[i] = limit_ref(&ls[i]);
+        uint64_t t = rng_below(&rs, 3000);
+        for (size_t step = 0; step < 60; step++) {
+            /* times move on; limiter-only trials also go back a little
+             * (clamped to each limit's latest admission).  Table keys keep
+             * time monotonic: a key dropped at rest forgets its latest time. */
+            uint64_t W = ls[rng_below(&rs, n)].p.period_ns;
+            t += rng_below(&rs, W / 2 + 2);
+            uint64_t at = t;
+            if (!tables && rng_below(&rs, 5) == 0) at = t > W ? t - rng_below(&rs, W) : 0;
+            uint64_t p = rng_below(&rs, 10) == 0 ? 0 : 1 + rng_below(&rs, 4);
+            if (rng_below(&rs, 30) == 0) p = 9; /* beyond every limit: -1 */
+            ref_result want, per[4];
+            model_composite(ls, n, p, at, &want, per);
+            sluice_result got, gper[4];
+            bool ok = sluice_composite_try_acquire_at(refs, n, p, at, &got, gper);
+            assert_true(ok == got.allowed);
+            expect_same("the composite", &want, &got, ls, n, p, at, step);
+            for (size_t i = 0; i < n; i++) {
+                char what[32];
+                snprintf(what, sizeof what, "limit %zu", i);
+                expect_same(what, &per[i], &gper[i], ls, n, p, at, step);
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            ref_model_free(ls[i].m);
+            sluice_limiter_free(ls[i].lim);
+            if (ls[i].tab && !(i + 1 < n && ls[i + 1].tab == ls[i].tab)) sluice_table_free(ls[i].tab);
+        }
+    }
+}
+
+/* The bare yes/no path (res and per_limit NULL) decides as the detailed one:
+ * two identical sets of limiters, one asked each way. */
+static void test_bare_equals_detailed(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0xba;
+    char err[256];
+    for (size_t trial = 0; trial < scaled(200); trial++) {
+        size_t n = 2 + rng_below(&rs, 3);
+        limit ls[4];
+        sluice_limiter *a[4], *b[4];
+        sluice_limit_ref ra[4], rb[4];
+        for (size_t i = 0; i < n; i++) {
+            limit_random(&ls[i], &rs);
+            a[i] = sluice_limiter_new(ls[i].spec, err, sizeof err);
+            b[i] = sluice_limiter_new(ls[i].spec, err, sizeof err);
+            assert_non_null(a[i]);
+            assert_non_null(b[i]);
+            ra[i] = sluice_ref_limiter(a[i]);
+            rb[i] = sluice_ref_limiter(b[i]);
+        }
+        uint64_t t = 0;
+        for (size_t step = 0; step < 60; step++) {
+            t += rng_below(&rs, ls[0].p.period_ns / 2 + 2);
+            uint64_t p = rng_below(&rs, 4);
+            sluice_result r;
+            bool x = sluice_composite_try_acquire_at(ra, n, p, t, &r, NULL);
+            bool y = sluice_composite_try_acquire_at(rb, n, p, t, NULL, NULL);
+            assert_true(x == y);
+        }
+        for (size_t i = 0; i < n; i++) {
+            ref_model_free(ls[i].m);
+            sluice_limiter_free(a[i]);
+            sluice_limiter_free(b[i]);
+        }
+    }
+}
+
+static sluice_limiter *mk(const char *spec)
+{
+    char err[256];
+    sluice_limiter *l = sluice_limiter_new(spec, err, sizeof err);
+    if (!l) fprintf(stderr, "%s: %s\n", spec, err);
+    assert_non_null(l);
+    return l;
+}
+
+static uint64_t remaining_of(sluice_limiter *l, uint64_t t)
+{
+    sluice_result r;
+    assert_true(sluice_try_acquire_at(l, 0, t, &r));
+    return r.remaining;
+}
+
+static void test_all_or_nothing(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"token-bucket 5/s", "fixed-window 5/s", "sliding-log 5/s",
+                                        "sliding-wheel 5/s slots=5", "sliding-approx 5/s",
+                                        "leaky-bucket 5/s"};
+    for (size_t i = 0; i < 6; i++) {
+        sluice_limiter *a = mk(specs[i]);
+        sluice_limiter *b = mk("fixed-window 2/s");
+        sluice_limit_ref refs[2] = {sluice_ref_limiter(a), sluice_ref_limiter(b)};
+        sluice_result r, per[2];
+        assert_true(sluice_composite_try_acquire_at(refs, 2, 2, SEC, &r, per));
+        assert_int_equal(r.remaining, 0); /* b: 0 left */
+        assert_int_equal(per[0].remaining, 3);
+        /* b refuses: a keeps its 3 */
+        assert_false(sluice_composite_try_acquire_at(refs, 2, 1, SEC + 1, &r, per));
+        assert_true(per[0].allowed);
+        assert_int_equal(per[0].remaining, 3);
+        assert_false(per[1].allowed);
+        assert_int_equal(r.retry_after_ns, SEC - 1);
+        assert_int_equal(remaining_of(a, SEC + 1), 3);
+        sluice_stats st;
+        sluice_limiter_stats_get(a, &st);
+        assert_int_equal(st.requests_allowed, 1);
+        assert_int_equal(st.requests_denied, 1);
+        assert_int_equal(st.permits_allowed, 2);
+        sluice_limiter_free(a);
+        sluice_limiter_free(b);
+    }
+    /* a table key is made only when the whole request is admitted */
+    char err[256];
+    sluice_table *t = sluice_table_new("token-bucket 5/s", 10, err, sizeof err);
+    assert_non_null(t);
+    sluice_limiter *b = mk("fixed-window 1/d");
+    sluice_limit_ref refs[2] = {sluice_ref_key(t, "client", 6), sluice_ref_limiter(b)};
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 1, 0, NULL, NULL));
+    sluice_table_stats ts;
+    sluice_table_stats_get(t, &ts);
+    assert_int_equal(ts.keys, 1);
+    refs[0] = sluice_ref_key(t, "other", 5);
+    sluice_result r;
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, 1, &r, NULL));
+    sluice_table_stats_get(t, &ts);
+    assert_int_equal(ts.keys, 1);
+    assert_int_equal(r.remaining, 0);
+    /* a full table refuses the new key with SLUICE_EFULL, takes nothing */
+    sluice_table *full = sluice_table_new("fixed-window 1/d", 1, err, sizeof err);
+    sluice_limiter *c = mk("token-bucket 5/s");
+    assert_true(sluice_table_try_acquire_at(full, "x", 1, 1, 0, NULL));
+    sluice_limit_ref r2[2] = {sluice_ref_limiter(c), sluice_ref_key(full, "y", 1)};
+    assert_false(sluice_composite_try_acquire_at(r2, 2, 1, 5, &r, NULL));
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_int_equal(remaining_of(c, 5), 5);
+    assert_false(sluice_composite_try_acquire_at(r2, 2, 1, 6, NULL, NULL)); /* bare */
+    sluice_table_stats_get(full, &ts);
+    assert_int_equal(ts.refused, 2);
+    assert_int_equal(ts.keys, 1);
+    sluice_limiter_free(c);
+    sluice_table_free(full);
+    sluice_limiter_free(b);
+    sluice_table_free(t);
+}
+
+static void expect_bad(const sluice_limit_ref *refs, size_t n, sluice_limiter *watch)
+{
+    sluice_result r, per[SLUICE_COMPOSITE_MAX + 1];
+    uint64_t before = watch ? remaining_of(watch, 10) : 0;
+    assert_false(sluice_composite_try_acquire_at(refs, n, 1, 10, &r, per));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_int_equal(r.retry_after_ns, -1);
+    if (watch) assert_int_equal(remaining_of(watch, 10), before);
+}
+
+static void test_bad_calls(void **state)
+{
+    (void)state;
+    sluice_limiter *a = mk("token-bucket 5/s");
+    char err[256];
+    sluice_table *t = sluice_table_new("token-bucket 5/s", 10, err, sizeof err);
+    assert_non_null(t);
+    sluice_limit_ref refs[SLUICE_COMPOSITE_MAX + 1];
+    for (size_t i = 0; i <= SLUICE_COMPOSITE_MAX; i++) refs[i] = sluice_ref_limiter(a);
+    expect_bad(refs, 0, a);
+    expect_bad(NULL, 1, a);
+    sluice_limiter *many[SLUICE_COMPOSITE_MAX + 1];
+    for (size_t i = 0; i <= SLUICE_COMPOSITE_MAX; i++) refs[i] = sluice_ref_limiter(many[i] = mk("fixed-window 5/s"));
+    expect_bad(refs, SLUICE_COMPOSITE_MAX + 1, many[0]);
+    sluice_result r;
+    assert_true(sluice_composite_try_acquire_at(refs, SLUICE_COMPOSITE_MAX, 1, 10, &r, NULL));
+    assert_int_equal(r.remaining, 4);
+    for (size_t i = 0; i <= SLUICE_COMPOSITE_MAX; i++) sluice_limiter_free(many[i]);
+    refs[0] = sluice_ref_limiter(a);
+    refs[1] = sluice_ref_limiter(a); /* the same limiter twice */
+    expect_bad(refs, 2, a);
+    refs[1] = (sluice_limit_ref){a, t, "k", 1}; /* both */
+    expect_bad(refs, 2, a);
+    refs[1] = (sluice_limit_ref){NULL, NULL, "k", 1}; /* neither */
+    expect_bad(refs, 2, a);
+    refs[1] = sluice_ref_key(t, NULL, 3); /* NULL key with a length */
+    expect_bad(refs, 2, a);
+    refs[1] = sluice_ref_key(t, "key", 3);
+    refs[2] = sluice_ref_key(t, "key", 3); /* the same key twice, new */
+    expect_bad(refs, 3, a);
+    assert_true(sluice_table_try_acquire_at(t, "key", 3, 1, 10, NULL));
+    expect_bad(refs, 3, a); /* ... and held */
+    sluice_table_stats ts;
+    sluice_table_stats_get(t, &ts);
+    assert_int_equal(ts.keys, 1);
+    refs[2] = sluice_ref_key(t, "kez", 3); /* two keys of one table: fine */
+    assert_true(sluice_composite_try_acquire_at(refs, 3, 1, 10, &r, NULL));
+    assert_int_equal(r.remaining, 3); /* "key": 5 - 2 */
+    sluice_limiter_free(a);
+    sluice_table_free(t);
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+#define THREADS 4
+#define CALLS 400
+
+typedef struct rec {
+    bool ok;
+    unsigned b;                /* which B */
+    sluice_result a_r, b_r;    /* per-limit results */
+} rec;
+
+typedef struct tctx {
+    sluice_limit_ref a, b[2];
+    uint64_t t;
+    rec recs[THREADS][CALLS];
+    _Atomic unsigned go;
+} tctx;
+
+typedef struct targ {
+    tctx *c;
+    unsigned self;
+} targ;
+
+static void *worker(void *v)
+{
+    targ *ta = v;
+    tctx *c = ta->c;
+    atomic_fetch_add(&c->go, 1);
+    while (atomic_load(&c->go) < THREADS) {
+    }
+    for (unsigned k = 0; k < CALLS; k++) {
+        unsigned b = (ta->self + k) & 1;
+        sluice_limit_ref refs[2] = {c->a, c->b[b]};
+        if (k & 2) { /* either order in the array */
+            refs[0] = c->b[b];
+            refs[1] = c->a;
+        }
+        sluice_result per[2];
+        rec *r = &c->recs[ta->self][k];
+        r->ok = sluice_composite_try_acquire_at(refs, 2, 1, c->t, NULL, per);
+        r->b = b;
+        r->a_r = per[k & 2 ? 1 : 0];
+        r->b_r = per[k & 2 ? 0 : 1];
+    }
+    return NULL;
+}
+
+static uint64_t probe_remaining(const sluice_limit_ref *r, uint64_t t)
+{
+    sluice_result res;
+    sluice_composite_try_acquire_at(r, 1, 0, t, &res, NULL);
+    return res.remaining;
+}
+
+/* One run at a frozen instant: A has room la, each B room lb. */
+static void threads_run(const char *aspec, const char *bspec, bool btable, uint64_t la,
+                        uint64_t lb)
+{
+    char err[256];
+    tctx *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    sluice_limiter *a = mk(aspec), *bl[2] = {NULL, NULL};
+    sluice_table *bt = NULL;
+    c->a = sluice_ref_limiter(a);
+    if (btable) {
+        bt = sluice_table_new(bspec, 16, err, sizeof err);
+        assert_non_null(bt);
+        c->b[0] = sluice_ref_key(bt, "b0", 2);
+        c->b[1] = sluice_ref_key(bt, "b1", 2);
+    } else {
+        for (int i = 0; i < 2; i++) c->b[i] = sluice_ref_limiter(bl[i] = mk(bspec));
+    }
+    c->t = 5 * SEC;
+    pthread_t th[THREADS];
+    targ ta[THREADS];
+    for (unsigned i = 0; i < THREADS; i++) {
+        ta[i] = (targ){c, i};
+        assert_int_equal(pthread_create(&th[i], NULL, worker, &ta[i]), 0);
+    }
+    for (unsigned i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+
+    /* the admissions: distinct remaining on A; on each B, distinct and in
+     * the same order as on A (one common order) */
+    static bool seen_a[THREADS * CALLS + 1];
+    memset(seen_a, 0, sizeof seen_a);
+    uint64_t n_ok = 0, n_b[2] = {0, 0};
+    uint64_t b_at_a[2][THREADS * CALLS + 1]; /* B's remaining by A's remaining */
+    uint64_t last_a[2] = {UINT64_MAX, UINT64_MAX}; /* A's remaining after B's last admission */
+    for (int j = 0; j < 2; j++)
+        for (size_t x = 0; x <= THREADS * CALLS; x++) b_at_a[j][x] = UINT64_MAX;
+    for (unsigned i = 0; i < THREADS; i++)
+        for (unsigned k = 0; k < CALLS; k++) {
+            const rec *r = &c->recs[i][k];
+            if (!r->ok) continue;
+            n_ok++;
+            n_b[r->b]++;
+            assert_true(r->a_r.remaining < la);
+            assert_false(seen_a[r->a_r.remaining]); /* A: one order */
+            seen_a[r->a_r.remaining] = true;
+            b_at_a[r->b][r->a_r.remaining] = r->b_r.remaining;
+        }
+    assert_true(n_ok <= la);
+    for (int j = 0; j < 2; j++) {
+        assert_true(n_b[j] <= lb);
+        /* walking A's order (remaining descending), B_j's remaining must
+         * descend one by one from lb - 1 */
+        uint64_t expect = lb;
+        for (uint64_t x = la; x-- > 0;) {
+            if (b_at_a[j][x] == UINT64_MAX) continue;
+            assert_int_equal(b_at_a[j][x], expect - 1);
+            expect--;
+            last_a[j] = x;
+        }
+        assert_int_equal(expect, lb - n_b[j]);
+    }
+    /* A's admissions are la-1 .. la-n_ok: a prefix of the order */
+    for (uint64_t x = la - n_ok; x < la; x++) assert_true(seen_a[x]);
+    /* the refusals fit in the order: refused by B_j means B_j was full, so
+     * after B_j's last admission, and A had what it reports */
+    for (unsigned i = 0; i < THREADS; i++)
+        for (unsigned k = 0; k < CALLS; k++) {
+            const rec *r = &c->recs[i][k];
+            if (r->ok) continue;
+            assert_true(!r->a_r.allowed || !r->b_r.allowed);
+            if (!r->b_r.allowed) {
+                assert_int_equal(r->b_r.remaining, 0);
+                assert_int_equal(n_b[r->b], lb);
+                if (r->a_r.allowed) assert_true(r->a_r.remaining <= last_a[r->b]);
+            }
+            if (!r->a_r.allowed) assert_int_equal(r->a_r.remaining, 0);
+            assert_true(r->a_r.remaining >= la - n_ok);
+        }
+    /* no permit lost: every limit holds exactly what was admitted, and one
+     * of them is full (every thread went on until refused) */
+    assert_int_equal(probe_remaining(&c->a, c->t), la - n_ok);
+    for (int j = 0; j < 2; j++) assert_int_equal(probe_remaining(&c->b[j], c->t), lb - n_b[j]);
+    assert_true(n_ok == la || (n_b[0] == lb && n_b[1] == lb));
+    sluice_stats st;
+    sluice_limiter_stats_get(a, &st);
+    assert_int_equal(st.requests_allowed, n_ok);
+    assert_int_equal(st.requests_allowed + st.requests_denied, THREADS * CALLS);
+    sluice_limiter_free(a);
+    sluice_limiter_free(bl[0]);
+    sluice_limiter_free(bl[1]);
+    sluice_table_free(bt);
+    free(c);
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *a, *b;
+        bool btable;
+        uint64_t la, lb;
+    } cases[] = {
+        {"fixed-window 1000/d", "token-bucket 600/d", false, 1000, 600},  /* A runs out */
+        {"token-bucket 1500/d", "fixed-window 300/d", false, 1500, 300},  /* the Bs run out */
+        {"sliding-log 700/d", "token-bucket 400/d", false, 700, 400},     /* A locked */
+        {"token-bucket 900/d", "sliding-wheel 500/d", false, 900, 500},   /* Bs locked */
+        {"fixed-window 800/d", "token-bucket 500/d", true, 800, 500},     /* Bs table keys */
+        {"sliding-approx 1000/d", "sliding-log 450/d", true, 1000, 450},
+    };
+    size_t reps = scaled(10);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (size_t r = 0; r < reps; r++)
+            threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb);
+}
+
+/* Composites while the spec of one of their limiters changes back and
+ * forth: at one instant a window keeps its count, so the admissions never
+ * exceed the larger limit and both limits hold exactly what was taken. */
+typedef struct rctx {
+    sluice_limit_ref refs[2];
+    uint64_t t;
+    _Atomic bool stop;
+    _Atomic uint64_t admitted;
+    _Atomic unsigned ready;
+} rctx;
+
+static void *rworker(void *v)
+{
+    rctx *c = v;
+    atomic_fetch_add(&c->ready, 1);
+    uint64_t n = 0;
+    for (unsigned k = 0; k < 200000 && (k < 300 || !atomic_load(&c->stop)); k++) {
+        sluice_limit_ref refs[2] = {c->refs[k & 1], c->refs[!(k & 1)]};
+        n += sluice_composite_try_acquire_at(refs, 2, 1, c->t, NULL, NULL);
+    }
+    atomic_fetch_add(&c->admitted, n);
+    return NULL;
+}
+
+static void test_threads_reconfigure(void **state)
+{
+    (void)state;
+    static const char *const alt[][3] = {
+        {"fixed-window 300/d", "fixed-window 500/d", "fixed-window 700/d"},
+        {"sliding-log 300/d", "sliding-log 500/d", "sliding-log 700/d"},
+    };
+    for (size_t rep = 0; rep < scaled(4); rep++)
+        for (size_t k = 0; k < 2; k++) {
+            rctx c = {.t = 7 * SEC};
+            sluice_limiter *a = mk(alt[k][0]), *b = mk("token-bucket 1000/d");
+            c.refs[0] = sluice_ref_limiter(a);
+            c.refs[1] = sluice_ref_limiter(b);
+            atomic_init(&c.stop, false);
+            atomic_init(&c.admitted, 0);
+            atomic_init(&c.ready, 0);
+            pthread_t th[3];
+            for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, rworker, &c), 0);
+            while (atomic_load(&c.ready) < 3) {
+            }
+            char err[256];
+            for (int i = 0; i < 200; i++)
+                assert_int_equal(sluice_limiter_reconfigure_at(a, alt[k][i & 1], c.t, err, sizeof err), 0);
+            atomic_store(&c.stop, true);
+            for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+            assert_int_equal(sluice_limiter_reconfigure_at(a, alt[k][2], c.t, err, sizeof err), 0);
+            uint64_t n = atomic_load(&c.admitted);
+            assert_true(n <= 500);
+            assert_int_equal(remaining_of(a, c.t), 700 - n);
+            assert_int_equal(remaining_of(b, c.t), 1000 - n);
+            sluice_limiter_free(a);
+            sluice_limiter_free(b);
+        }
+}
+
+int main(void)
+{
+    const char *s = getenv("SLUICE_TEST_SEED");
+    g_seed = s ? strtoull(s, NULL, 10) : sluice_now_ns();
+    const char *sc = getenv("SLUICE_STRESS_SCALE");
+    if (sc) g_scale = strtod(sc, NULL);
+    printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_traces),
+        cmocka_unit_test(test_bare_equals_detailed),
+        cmocka_unit_test(test_all_or_nothing),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_reconfigure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,672 @@
+/* test_reconfigure.c -- changing a running limiter's spec
+ * (sluice_limiter_reconfigure_at, set_limit_at, set_burst_at; README.md,
+ * "Changing a limit while it runs").
+ *
+ *   test_exact_cases    per algorithm, decisions worked out by hand from
+ *                       the rule (the working is in the comments).
+ *   test_random_traces  every algorithm variant, random specs before and
+ *                       after a change at a random time: before it, every
+ *                       field equals the reference model of the old spec;
+ *                       after it, every admission is one the rule allows,
+ *                       checked by a checker written here from the rule's
+ *                       text over the whole list of admissions (windows:
+ *                       allowed iff, where the admissions a log still holds
+ *                       decide it; where a longer new window reaches back
+ *                       to ones it forgot, never admitting what the whole
+ *                       history would refuse; sliding-approx: never above
+ *                       the estimate of the admissions' real times, and
+ *                       exactly when PERIOD stays; buckets: an exact
+ *                       rational bucket started at the change, never
+ *                       admitting what it would not).
+ *   test_bad_changes    a bad spec, another algorithm, another slot width,
+ *                       NULLs, set_burst on a window: an error naming the
+ *                       token, and the limiter decides exactly as a twin
+ *                       that was never touched.
+ *   test_knobs          set_limit_at and set_burst_at.
+ *   test_out_of_memory  a change whose allocation fails: SLUICE_ENOMEM, and
+ *                       the limiter decides as its twin.
+ *   test_threads        4 threads deciding while another reconfigures back
+ *                       and forth (run under TSan): admissions never exceed
+ *                       the largest limit, and the count is kept exactly.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice.h>
+
+#include "ref_model.h"
+
+#define SEC 1000000000ULL
+#define MS 1000000ULL
+#define ULL(x) ((unsigned long long)(x))
+typedef unsigned __int128 u128;
+
+static uint64_t g_seed;
+static double g_scale = 1.0;
+
+static size_t scaled(double base)
+{
+    double v = base * g_scale;
+    return v < 1.0 ? 1 : (size_t)(v + 0.5);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
+
+static sluice_limiter *mk(const char *spec)
+{
+    char err[256];
+    sluice_limiter *l = sluice_limiter_new(spec, err, sizeof err);
+    if (!l) fprintf(stderr, "%s: %s\n", spec, err);
+    assert_non_null(l);
+    return l;
+}
+
+static void reconf(sluice_limiter *l, const char *spec, uint64_t t)
+{
+    char err[256];
+    int rc = sluice_limiter_reconfigure_at(l, spec, t, err, sizeof err);
+    if (rc) fprintf(stderr, "%s: %s\n", spec, err);
+    assert_int_equal(rc, 0);
+}
+
+/* decide and check (allowed, remaining, retry_after) */
+static void ask(sluice_limiter *l, uint64_t p, uint64_t t, bool ok, uint64_t remaining,
+                int64_t retry)
+{
+    sluice_result r;
+    bool got = sluice_try_acquire_at(l, p, t, &r);
+    if (got != ok || r.remaining != remaining || r.retry_after_ns != retry)
+        fprintf(stderr, "at %llu p=%llu: want %d rem %llu retry %lld, got %d rem %llu retry %lld\n",
+                ULL(t), ULL(p), ok, ULL(remaining), (long long)retry, got, ULL(r.remaining),
+                (long long)r.retry_after_ns);
+    assert_true(got == ok);
+    assert_int_equal(r.remaining, remaining);
+    assert_int_equal(r.retry_after_ns, retry);
+}
+
+static void test_exact_cases(void **state)
+{
+    (void)state;
+    /* fixed-window 5/s: 3 admitted at 0.1 s.  At 0.2 s to 4/s: the window's
+     * count 3 stays, 1 left; 2 more at 0.3 s refused until the window ends
+     * (0.7 s); 1 fits.  At 0.5 s to 10/2s: the count (4) of the window of
+     * 0.5 s moves to the new window [0, 2 s): 6 left, also at 1.5 s (same
+     * new window); at 2 s a fresh window: 10. */
+    sluice_limiter *l = mk("fixed-window 5/s");
+    ask(l, 3, 100 * MS, true, 2, 0);
+    reconf(l, "fixed-window 4/s", 200 * MS);
+    ask(l, 0, 200 * MS, true, 1, 0);
+    ask(l, 2, 300 * MS, false, 1, 700 * MS);
+    ask(l, 1, 300 * MS, true, 0, 0);
+    reconf(l, "fixed-window 10/2s", 500 * MS);
+    ask(l, 0, 1500 * MS, true, 6, 0);
+    ask(l, 7, 1500 * MS, false, 6, 500 * MS);
+    ask(l, 0, 2 * SEC, true, 10, 0);
+    /* lowered below the count: nothing left, the count still counts */
+    ask(l, 10, 2 * SEC, true, 0, 0);
+    reconf(l, "fixed-window 3/2s", 2 * SEC + 1);
+    ask(l, 1, 3 * SEC, false, 0, SEC);
+    /* the change's time becomes the limiter's: a later request with an
+     * earlier time is decided at it (4 s is in window 2 of 2 s: fresh) */
+    reconf(l, "fixed-window 3/2s", 4 * SEC);
+    ask(l, 1, 3 * SEC, true, 2, 0);
+    sluice_limiter_free(l);
+
+    /* sliding-log 4/s: admitted at 0, 0.25 s, 0.5 s.  At 0.6 s to 2/s: the 3
+     * in (−0.4 s, 0.6 s] exceed 2: nothing left; 1 permit needs the window
+     * to hold at most 1, i.e. the admissions of 0 and 0.25 s gone: at
+     * 1.25 s, 0.65 s on.  At 0.7 s to 4/2s: all 3 in the 2-s window: 1 left. */
+    l = mk("sliding-log 4/s");
+    ask(l, 1, 0, true, 3, 0);
+    ask(l, 1, 250 * MS, true, 2, 0);
+    ask(l, 1, 500 * MS, true, 1, 0);
+    reconf(l, "sliding-log 2/s", 600 * MS);
+    ask(l, 1, 600 * MS, false, 0, 650 * MS);
+    reconf(l, "sliding-log 4/2s", 700 * MS);
+    ask(l, 0, 700 * MS, true, 1, 0);
+    ask(l, 2, 700 * MS, false, 1, 1300 * MS); /* the 0-s admission leaves at 2 s */
+    sluice_limiter_free(l);
+
+    /* sliding-log 2/s: 2 at 0, 2 at 1 s (the first two leave the log).  At
+     * 1.5 s to 3/2s: the window (-0.5 s, 1.5 s] holds all 4 -- the log
+     * stands in for the two it forgot (at most 2 per old window) -- so
+     * nothing is left, and 1 permit waits for the admissions of 0 to leave
+     * at 2 s. */
+    l = mk("sliding-log 2/s");
+    ask(l, 2, 0, true, 0, 0);
+    ask(l, 2, SEC, true, 0, 0);
+    reconf(l, "sliding-log 3/2s", 1500 * MS);
+    ask(l, 1, 1500 * MS, false, 0, 500 * MS);
+    ask(l, 0, 2 * SEC, true, 1, 0);
+    sluice_limiter_free(l);
+
+    /* sliding-wheel 10/s slots=10 (100-ms slots): 6 at 0.05 s (slot 0).
+     * To 20/2s slots=20 (same slots) at 0.5 s: 14 left, and at 1.5 s the
+     * admission of slot 0 still counts (window of 20 slots).  At 2 s gone. */
+    l = mk("sliding-wheel 10/s slots=10");
+    ask(l, 6, 50 * MS, true, 4, 0);
+    reconf(l, "sliding-wheel 20/2s slots=20", 500 * MS);
+    ask(l, 0, 1500 * MS, true, 14, 0);
+    ask(l, 0, 2 * SEC, true, 20, 0);
+    sluice_limiter_free(l);
+
+    /* sliding-approx 10/s: 6 at 0.5 s.  Same spec at 1.2 s: exact, window 1,
+     * prev 6, f = 0.2: est 4.8, 5 left.  Then 20/2s at 1.3 s: the 6 (of the
+     * 1-s window 0, latest admission 0.5 s) fall in the new window 0
+     * [0, 2 s): cur 6, est 6, 14 left; at 2.5 s: prev 6, f = 1/4, est 4.5,
+     * 15 left. */
+    l = mk("sliding-approx 10/s");
+    ask(l, 6, 500 * MS, true, 4, 0);
+    reconf(l, "sliding-approx 10/s", 1200 * MS);
+    ask(l, 0, 1200 * MS, true, 5, 0);
+    reconf(l, "sliding-approx 20/2s", 1300 * MS);
+    ask(l, 0, 1300 * MS, true, 14, 0);
+    ask(l, 0, 2500 * MS, true, 15, 0);
+    sluice_limiter_free(l);
+
+    /* token-bucket 10/s (burst 10): take 4 at 0: 6 tokens.  burst=3 at 0:
+     * min(3, 6) = 3.  Take 3 at 0: empty.  At 0.1 s to 1/s burst=20: the
+     * old rate gave 1 token by then (capped at 3: 1), then 1/s: at 1.1 s 2
+     * tokens; 3 more need 1 s. */
+    l = mk("token-bucket 10/s");
+    ask(l, 4, 0, true, 6, 0);
+    reconf(l, "token-bucket 10/s burst=3", 0);
+    ask(l, 0, 0, true, 3, 0);
+    ask(l, 3, 0, true, 0, 0);
+    reconf(l, "token-bucket 1/s burst=20", 100 * MS);
+    ask(l, 0, 100 * MS, true, 1, 0);
+    ask(l, 3, 1100 * MS, false, 2, SEC);
+    ask(l, 2, 1100 * MS, true, 0, 0);
+    sluice_limiter_free(l);
+
+    /* leaky-bucket 10/s capacity=5 nodelay: 5 at 0.  At 0.1 s to 1/s
+     * capacity=2: water(0.1 s) = 4 is kept, above the new capacity: 1 permit
+     * needs water <= 1, 3 s at 1/s.  The shaper: water 1 at 3.1 s, 1 more
+     * waits 1 s. */
+    l = mk("leaky-bucket 10/s capacity=5 nodelay");
+    ask(l, 5, 0, true, 0, 0);
+    reconf(l, "leaky-bucket 1/s capacity=2 nodelay", 100 * MS);
+    ask(l, 1, 100 * MS, false, 0, 3 * SEC);
+    reconf(l, "leaky-bucket 1/s capacity=2", 100 * MS);
+    sluice_result r;
+    assert_true(sluice_try_acquire_at(l, 1, 3100 * MS, &r));
+    assert_int_equal(r.wait_ns, SEC);
+    assert_int_equal(r.remaining, 0);
+    sluice_limiter_free(l);
+
+    /* lock-free to locked: token-bucket 3 per 10^18 ns packs (burst*W <
+     * 2^64); burst=20 does not: the limiter moves to its locked path and
+     * keeps its tokens (3 - 2 = 1, capped at 20: 1). */
+    l = mk("token-bucket 3/1000000000000000000ns");
+    ask(l, 2, 0, true, 1, 0);
+    reconf(l, "token-bucket 3/1000000000000000000ns burst=20", 0);
+    ask(l, 0, 0, true, 1, 0);
+    ask(l, 1, 0, true, 0, 0);
+    reconf(l, "token-bucket 3/1000000000000000000ns", 0); /* and stays exact */
+    ask(l, 1, 0, false, 0, 333333333333333334LL);
+    sluice_limiter_free(l);
+}
+
+/* ---- random traces against checkers written from the rule --------------- */
+
+typedef struct adm {
+    uint64_t t, p;
+} adm;
+
+typedef struct spec {
+    ref_params p;
+    char s[128];
+} spec;
+
+static void spec_make(spec *sp, ref_alg a, bool nodelay, uint64_t L, uint64_t W, uint64_t cap,
+                      uint64_t slots)
+{
+    static const char *const names[] = {"fixed-window", "sliding-log", "sliding-wheel",
+                                        "sliding-approx", "token-bucket", "leaky-bucket"};
+    sp->p = (ref_params){.alg = a, .limit = L, .period_ns = W, .capacity = cap, .slots = slots,
+                         .nodelay = nodelay};
+    int n = snprintf(sp->s, sizeof sp->s, "%s %llu/%lluns", names[a], ULL(L), ULL(W));
+    if (a == REF_TOKEN_BUCKET) snprintf(sp->s + n, sizeof sp->s - (size_t)n, " burst=%llu", ULL(cap));
+    if (a == REF_LEAKY_BUCKET)
+        snprintf(sp->s + n, sizeof sp->s - (size_t)n, " capacity=%llu%s", ULL(cap),
+                 nodelay ? " nodelay" : "");
+    if (a == REF_SLIDING_WHEEL) snprintf(sp->s + n, sizeof sp->s - (size_t)n, " slots=%llu", ULL(slots));
+}
+
+/* sum of permits admitted at times in [lo, hi] */
+static uint64_t sum_in(const adm *h, size_t n, uint64_t lo, uint64_t hi)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        if (h[i].t >= lo && h[i].t <= hi) s += h[i].p;
+    return s;
+}
+
+/* A bucket on exact rationals: level in units of 1/D permit. */
+typedef struct rbucket {
+    u128 level; /* tokens (token-bucket) or water (leaky-bucket), * D */
+    uint64_t t;
+} rbucket;
+
+static void rb_move(rbucket *b, const ref_params *p, uint64_t D, uint64_t t, bool token)
+{
+    u128 d = (u128)(t - b->t) * p->limit * (D / p->period_ns);
+    if (token) {
+        u128 cap = (u128)p->capacity * D;
+        b->level = b->level + d > cap ? cap : b->level + d;
+    } else {
+        b->level = b->level > d ? b->level - d : 0;
+    }
+    b->t = t;
+}
+
+static void one_trace(uint64_t *rs, int variant)
+{
+    ref_alg a = variant == 6 ? REF_LEAKY_BUCKET : (ref_alg)variant;
+    bool nodelay = variant == 6;
+    static const uint64_t periods[] = {1000, 2000, 500, 3000};
+    uint64_t W1 = periods[rng_below(rs, 4)], W2 = periods[rng_below(rs, 4)];
+    if (a == REF_SLIDING_APPROX && rng_below(rs, 3) == 0) W2 = W1;
+    uint64_t L1 = 1 + rng_below(rs, 8), L2 = 1 + rng_below(rs, 8);
+    uint64_t C1 = 1 + rng_below(rs, 8), C2 = 1 + rng_below(rs, 8);
+    uint64_t N1 = 0, N2 = 0;
+    if (a == REF_SLIDING_WHEEL) { /* tick 100 or 250 ns, kept */
+        uint64_t tick = rng_below(rs, 2) ? 100 : 250;
+        if (W1 % tick) W1 = 1000;
+        if (W2 % tick) W2 = 1000;
+        N1 = W1 / tick;
+        N2 = W2 / tick;
+    }
+    bool bucket = a == REF_TOKEN_BUCKET || a == REF_LEAKY_BUCKET;
+    spec s1, s2;
+    spec_make(&s1, a, nodelay, L1, W1, bucket ? C1 : 0, N1);
+    spec_make(&s2, a, nodelay, L2, W2, bucket ? C2 : 0, N2);
+    sluice_limiter *l = mk(s1.s);
+    ref_model *m = ref_model_new(&s1.p);
+    assert_non_null(m);
+    adm hist[200];
+    size_t nh = 0;
+    uint64_t t = rng_below(rs, 5000), latest = 0;
+    size_t steps_before = rng_below(rs, 30), steps_after = 40;
+    for (size_t k = 0; k < steps_before; k++) {
+        t += rng_below(rs, W1 / 3 + 1);
+        uint64_t p = rng_below(rs, 4);
+        ref_result w;
+        sluice_result g;
+        bool ok = sluice_try_acquire_at(l, p, t, &g);
+        assert_true(ref_model_decide(m, p, t, &w) == ok);
+        assert_int_equal(g.remaining, w.remaining);
+        assert_int_equal(g.retry_after_ns, w.retry_after_ns);
+        assert_int_equal(g.wait_ns, w.wait_ns);
+        if (ok && p) {
+            hist[nh++] = (adm){t > latest ? t : latest, p};
+            if (t > latest) latest = t;
+        }
+    }
+    /* the change, at a time that may be before the latest admission */
+    uint64_t tc = t + rng_below(rs, W1);
+    if (rng_below(rs, 4) == 0 && latest > 10) tc = latest - rng_below(rs, 10);
+    reconf(l, s2.s, tc);
+    const uint64_t T = tc > latest ? tc : latest; /* the change's time */
+    /* the checkers' state at T */
+    uint64_t fw_carry = 0;
+    if (a == REF_FIXED_WINDOW) fw_carry = sum_in(hist, nh, T / W1 * W1, T);
+    const uint64_t D = W1 * W2;
+    rbucket rb = {0, 0};
+    if (bucket) {
+        /* replay the old bucket over the admissions (time from the first
+         * request: a token bucket starts full, a leaky one empty) */
+        bool token = a == REF_TOKEN_BUCKET;
+        rb.level = token ? (u128)C1 * D : 0;
+        rb.t = nh ? hist[0].t : T;
+        for (size_t i = 0; i < nh; i++) {
+            rb_move(&rb, &s1.p, D, hist[i].t, token);
+            u128 pd = (u128)hist[i].p * D;
+            if (token) rb.level -= pd;
+            else rb.level += pd;
+        }
+        rb_move(&rb, &s1.p, D, T, token);
+        if (token && rb.level > (u128)C2 * D) rb.level = (u128)C2 * D;
+    }
+    size_t nh_before = nh;
+    uint64_t now = T;
+    for (size_t k = 0; k < steps_after; k++) {
+        now += rng_below(rs, W2 / 3 + 1);
+        uint64_t at = rng_below(rs, 6) == 0 && now > W2 ? now - rng_below(rs, W2) : now;
+        uint64_t p = rng_below(rs, 4);
+        sluice_result g;
+        bool ok = sluice_try_acquire_at(l, p, at, &g);
+        uint64_t s = at > latest ? at : latest; /* clamped: latest >= T below */
+        if (s < T) s = T;
+        bool want; /* the checker's answer; NULL-ish for one-sided checks */
+        bool exact = true;
+        switch (a) {
+        case REF_SLIDING_LOG:
+        case REF_SLIDING_WHEEL: {
+            uint64_t tick = a == REF_SLIDING_LOG ? 1 : W2 / N2;
+            uint64_t N = a == REF_SLIDING_LOG ? W2 : N2;
+            uint64_t sl = s / tick;
+            uint64_t lo = sl >= N ? (sl - N + 1) * tick : 0;
+            const uint64_t N1w = a == REF_SLIDING_LOG ? W1 : N1;
+            want = sum_in(hist, nh, lo, s) + p <= L2; /* the whole history */
+            /* what the log forgot lies at or before slot(latest) - N1, and
+             * so does what stands in for it (a bound): exact once the
+             * window has passed that slot, else never admitting more */
+            if (nh_before) {
+                uint64_t last = hist[nh_before - 1].t / tick;
+                exact = last < N1w || (sl >= N && sl - N >= last - N1w);
+            }
+            break;
+        }
+        case REF_FIXED_WINDOW: {
+            uint64_t k2 = s / W2;
+            uint64_t c = (k2 == T / W2 ? fw_carry : 0) + sum_in(hist + nh_before, nh - nh_before, k2 * W2, s);
+            want = c + p <= L2;
+            break;
+        }
+        case REF_SLIDING_APPROX: {
+            /* the whole history; the counts forgot the windows before the
+             * last two, and stand in for them as full when a longer window
+             * reaches back: never admitting more */
+            uint64_t k2 = s / W2, r = s - k2 * W2;
+            uint64_t cur = sum_in(hist, nh, k2 * W2, s);
+            uint64_t prev = k2 ? sum_in(hist, nh, (k2 - 1) * W2, k2 * W2 - 1) : 0;
+            u128 e = (u128)prev * (W2 - r) + (u128)cur * W2;
+            want = e + (u128)p * W2 <= (u128)L2 * W2;
+            exact = W1 == W2;
+            break;
+        }
+        default: {
+            bool token = a == REF_TOKEN_BUCKET;
+            rbucket b = rb;
+            rb_move(&b, &s2.p, D, s, token);
+            u128 pd = (u128)p * D;
+            want = token ? b.level >= pd : b.level + pd <= (u128)C2 * D;
+            exact = false; /* the level is rounded at the change, towards less */
+            if (ok && p) rb = b;
+            if (ok && p) {
+                if (token) rb.level -= pd;
+                else rb.level += pd;
+            }
+            break;
+        }
+        }
+        if (p == 0) want = true;
+        if (ok && !want)
+            fprintf(stderr, "seed %llu: %s -> %s at %llu: admitted %llu at %llu (clamped %llu) against the rule\n",
+                    ULL(g_seed), s1.s, s2.s, ULL(tc), ULL(p), ULL(at), ULL(s));
+        assert_false(ok && !want);
+        if (exact && ok != want)
+            fprintf(stderr, "seed %llu: %s -> %s at %llu: refused %llu at %llu (clamped %llu)\n",
+                    ULL(g_seed), s1.s, s2.s, ULL(tc), ULL(p), ULL(at), ULL(s));
+        if (exact) assert_true(ok == want);
+        if (ok && p) {
+            hist[nh++] = (adm){s, p};
+            latest = s;
+        }
+    }
+    ref_model_free(m);
+    sluice_limiter_free(l);
+}
+
+static void test_random_traces(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x7ec;
+    for (size_t rep = 0; rep < scaled(300); rep++)
+        for (int v = 0; v < 7; v++) one_trace(&rs, v);
+}
+
+/* ---- bad changes --------------------------------------------------------- */
+
+/* l and twin must decide alike from here on (l had a refused change) */
+static void expect_twins(sluice_limiter *l, sluice_limiter *twin, uint64_t t0)
+{
+    char a[SLUICE_SPEC_MAX], b[SLUICE_SPEC_MAX];
+    assert_true(sluice_limiter_spec_format(l, a, sizeof a) > 0);
+    assert_true(sluice_limiter_spec_format(twin, b, sizeof b) > 0);
+    assert_string_equal(a, b);
+    for (uint64_t k = 0; k < 30; k++) {
+        sluice_result x, y;
+        uint64_t t = t0 + k * 37 * MS;
+        bool ox = sluice_try_acquire_at(l, k % 3, t, &x);
+        bool oy = sluice_try_acquire_at(twin, k % 3, t, &y);
+        assert_true(ox == oy);
+        assert_int_equal(x.remaining, y.remaining);
+        assert_int_equal(x.retry_after_ns, y.retry_after_ns);
+    }
+}
+
+static void bad(const char *from, const char *to, const char *token, int code)
+{
+    sluice_limiter *l = mk(from), *twin = mk(from);
+    assert_true(sluice_try_acquire_at(l, 2, 10 * MS, NULL));
+    assert_true(sluice_try_acquire_at(twin, 2, 10 * MS, NULL));
+    char err[256];
+    int rc = sluice_limiter_reconfigure_at(l, to, 20 * MS, err, sizeof err);
+    if (rc != code || !strstr(err, token))
+        fprintf(stderr, "%s -> %s: rc %d, err \"%s\" (want %d naming %s)\n", from, to ? to : "NULL",
+                rc, err, code, token);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err, token));
+    expect_twins(l, twin, 5 * MS); /* also: the refused change's time was not kept */
+    sluice_limiter_free(l);
+    sluice_limiter_free(twin);
+}
+
+static void test_bad_changes(void **state)
+{
+    (void)state;
+    bad("token-bucket 5/s", "token-bucket 0/s", "\"0/s\"", SLUICE_ERANGE);
+    bad("token-bucket 5/s", "token-bucket 5/s burts=2", "\"burts=2\"", SLUICE_EINVAL);
+    bad("token-bucket 5/s", "token-bucket 5/s junk", "\"junk\"", SLUICE_EINVAL);
+    bad("token-bucket 5/s", "tokenbucket 5/s", "\"tokenbucket\"", SLUICE_EINVAL);
+    bad("token-bucket 5/s", "", "empty", SLUICE_EINVAL);
+    bad("token-bucket 5/s", NULL, "NULL", SLUICE_EINVAL);
+    bad("token-bucket 5/s", "leaky-bucket 5/s", "\"leaky-bucket\"", SLUICE_EINVAL);
+    bad("fixed-window 5/s", "sliding-log 5/s", "algorithm", SLUICE_EINVAL);
+    bad("sliding-log 5/s", "sliding-wheel 5/s", "\"sliding-wheel\"", SLUICE_EINVAL);
+    bad("sliding-wheel 5/s slots=10", "sliding-wheel 5/s slots=5", "slot width", SLUICE_EINVAL);
+    bad("sliding-wheel 5/s", "sliding-wheel 5/1500us", "slot width", SLUICE_EINVAL);
+    bad("fixed-window 5/s", "fixed-window 5/s nodelay", "\"nodelay\"", SLUICE_EINVAL);
+    char err[64];
+    assert_int_equal(sluice_limiter_reconfigure_at(NULL, "fixed-window 1/s", 0, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "NULL"));
+    /* err may be NULL or short */
+    sluice_limiter *l = mk("fixed-window 5/s");
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window x/s", 0, NULL, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window x/s", 0, err, 4), SLUICE_EINVAL);
+    assert_int_equal(strlen(err), 3);
+    /* knobs: set_burst on a window; zeros */
+    assert_int_equal(sluice_limiter_set_burst_at(l, 5, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "burst"));
+    assert_int_equal(sluice_limiter_set_limit_at(l, 0, SEC, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_int_equal(sluice_limiter_set_limit_at(l, 5, 0, 0, err, sizeof err), SLUICE_EINVAL);
+    sluice_limiter *twin = mk("fixed-window 5/s");
+    expect_twins(l, twin, 0);
+    sluice_limiter_free(l);
+    sluice_limiter_free(twin);
+}
+
+/* Out of memory: each change allocates its new configuration; when that
+ * fails, SLUICE_ENOMEM and nothing changes. */
+static bool g_fail;
+static void *f_malloc(size_t n) { return g_fail ? NULL : malloc(n); }
+static void *f_calloc(size_t n, size_t size) { return g_fail ? NULL : calloc(n, size); }
+
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    const sluice_allocator a = {.malloc_fn = f_malloc, .calloc_fn = f_calloc, .free_fn = free};
+    assert_int_equal(sluice_set_allocator(&a), 0);
+    static const char *const specs[][2] = {
+        {"token-bucket 5/s", "token-bucket 9/s burst=2"},
+        {"sliding-log 5/s", "sliding-log 2/s"},
+    };
+    for (int k = 0; k < 2; k++) {
+        sluice_limiter *l = mk(specs[k][0]), *twin = mk(specs[k][0]);
+        assert_true(sluice_try_acquire_at(l, 2, 10 * MS, NULL));
+        assert_true(sluice_try_acquire_at(twin, 2, 10 * MS, NULL));
+        char err[128];
+        g_fail = true;
+        assert_int_equal(sluice_limiter_reconfigure_at(l, specs[k][1], 20 * MS, err, sizeof err),
+                         SLUICE_ENOMEM);
+        assert_int_equal(sluice_limiter_set_limit_at(l, 1, SEC, 20 * MS, err, sizeof err),
+                         SLUICE_ENOMEM);
+        g_fail = false;
+        assert_non_null(strstr(err, "memory"));
+        expect_twins(l, twin, 5 * MS);
+        sluice_limiter_free(l);
+        sluice_limiter_free(twin);
+    }
+    assert_int_equal(sluice_set_allocator(NULL), 0);
+}
+
+static void test_knobs(void **state)
+{
+    (void)state;
+    char err[256], buf[SLUICE_SPEC_MAX];
+    /* token-bucket 10/s burst=4: take 4 at 0; SetLimit to 1/s at 0.5 s: the
+     * old rate refilled 4 (capped at 4); burst kept */
+    sluice_limiter *l = mk("token-bucket 10/s burst=4");
+    ask(l, 4, 0, true, 0, 0);
+    assert_int_equal(sluice_limiter_set_limit_at(l, 1, SEC, 200 * MS, err, sizeof err), 0);
+    assert_true(sluice_limiter_spec_format(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "token-bucket 1/s burst=4");
+    ask(l, 0, 200 * MS, true, 2, 0);           /* 0.2 s at 10/s: 2 tokens */
+    ask(l, 3, 200 * MS, false, 2, SEC);        /* then 1/s */
+    assert_int_equal(sluice_limiter_set_burst_at(l, 1, 200 * MS, err, sizeof err), 0);
+    assert_true(sluice_limiter_spec_format(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "token-bucket 1/s"); /* burst = LIMIT: the default */
+    ask(l, 0, 200 * MS, true, 1, 0);
+    assert_int_equal(sluice_limiter_set_burst_at(l, 0, 0, err, sizeof err), SLUICE_EINVAL);
+    sluice_limiter_free(l);
+    /* sliding-wheel keeps its slot width: 10/s slots=10 -> 30 per 3 s */
+    l = mk("sliding-wheel 10/s slots=10");
+    assert_int_equal(sluice_limiter_set_limit_at(l, 30, 3 * SEC, 0, err, sizeof err), 0);
+    assert_true(sluice_limiter_spec_format(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "sliding-wheel 30/3s slots=30");
+    assert_int_equal(sluice_limiter_set_limit_at(l, 30, 3 * SEC + 50 * MS, 0, err, sizeof err),
+                     SLUICE_EINVAL); /* not a whole number of 100-ms slots */
+    sluice_limiter_free(l);
+    /* leaky-bucket: burst is the capacity, nodelay kept */
+    l = mk("leaky-bucket 5/s nodelay");
+    assert_int_equal(sluice_limiter_set_burst_at(l, 9, 0, err, sizeof err), 0);
+    assert_true(sluice_limiter_spec_format(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "leaky-bucket 5/s capacity=9 nodelay");
+    assert_int_equal(sluice_limiter_set_limit_at(l, 2, MS, 0, err, sizeof err), 0);
+    assert_true(sluice_limiter_spec_format(l, buf, sizeof buf) > 0);
+    assert_string_equal(buf, "leaky-bucket 2/ms capacity=9 nodelay");
+    sluice_limiter_free(l);
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+#define THREADS 4
+
+typedef struct tctx {
+    sluice_limiter *l;
+    const char *a, *b;
+    uint64_t t;
+    _Atomic bool stop;
+    _Atomic uint64_t admitted;
+    _Atomic unsigned ready;
+} tctx;
+
+static void *decider(void *v)
+{
+    tctx *c = v;
+    atomic_fetch_add(&c->ready, 1);
+    uint64_t n = 0;
+    for (unsigned k = 0; !atomic_load(&c->stop) || k < 200; k++) {
+        sluice_result r;
+        if (sluice_try_acquire_at(c->l, 1, c->t, &r)) n++;
+        if (k > 100000) break;
+    }
+    atomic_fetch_add(&c->admitted, n);
+    return NULL;
+}
+
+static void threads_case(const char *a, const char *b, const char *last, uint64_t max_admit,
+                         uint64_t final_room, bool count_kept)
+{
+    tctx c = {.a = a, .b = b, .t = 10 * SEC};
+    c.l = mk(a);
+    atomic_init(&c.stop, false);
+    atomic_init(&c.admitted, 0);
+    atomic_init(&c.ready, 0);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, decider, &c), 0);
+    while (atomic_load(&c.ready) < THREADS) {
+    }
+    for (int k = 0; k < 200; k++) reconf(c.l, k & 1 ? a : b, c.t);
+    atomic_store(&c.stop, true);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    reconf(c.l, last, c.t);
+    uint64_t n = atomic_load(&c.admitted);
+    assert_true(n <= max_admit);
+    sluice_result r;
+    assert_true(sluice_try_acquire_at(c.l, 0, c.t, &r));
+    if (count_kept) assert_int_equal(r.remaining, n >= final_room ? 0 : final_room - n);
+    else assert_true(r.remaining <= final_room);
+    sluice_stats st;
+    sluice_limiter_stats_get(c.l, &st);
+    assert_int_equal(st.requests_allowed, n);
+    sluice_limiter_free(c.l);
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    for (size_t rep = 0; rep < scaled(5); rep++) {
+        /* windows keep the count: at one instant, never more than the
+         * larger limit, and the final limit sees exactly what was taken */
+        threads_case("fixed-window 300/d", "fixed-window 500/d", "fixed-window 700/d", 500, 700, true);
+        threads_case("sliding-log 300/d", "sliding-log 500/d", "sliding-log 700/d", 500, 700, true);
+        threads_case("sliding-approx 300/d", "sliding-approx 500/d", "sliding-approx 700/d", 500, 700, true);
+        /* buckets: tokens only ever shrink at one instant */
+        threads_case("token-bucket 500/d", "token-bucket 500/d burst=300", "token-bucket 500/d", 500,
+                     500, false);
+        /* lock-free <-> locked (burst=20 does not pack) */
+        threads_case("token-bucket 3/1000000000000000000ns", "token-bucket 3/1000000000000000000ns burst=20",
+                     "token-bucket 3/1000000000000000000ns", 20, 3, false);
+    }
+}
+
+int main(void)
+{
+    const char *s = getenv("SLUICE_TEST_SEED");
+    g_seed = s ? strtoull(s, NULL, 10) : sluice_now_ns();
+    const char *sc = getenv("SLUICE_STRESS_SCALE");
+    if (sc) g_scale = strtod(sc, NULL);
+    printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact_cases),
+        cmocka_unit_test(test_random_traces),
+        cmocka_unit_test(test_bad_changes),
+        cmocka_unit_test(test_knobs),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
