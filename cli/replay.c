@@ -326,6 +326,21 @@ int sluice_cli_replay(int argc, char **argv)
         return 2;
     }
     char err[256];
+    for (size_t k = 0; k < nspec; k++) {
+        /* the clock option chooses what the live functions read; a replay
+         * reads none, so asking for one is a mistake worth naming */
+        sluice_spec_info info;
+        if (sluice_spec_parse(specs[k], &info, err, sizeof err) == 0 &&
+            info.clock != SLUICE_CLOCK_MONOTONIC) {
+            fprintf(stderr, "sluice replay: bad --limit \"%s\": clock=coarse has no effect here: "
+                            "a replay takes every time from the trace\n", specs[k]);
+            return 2;
+        }
+    }
+    /* the trace may interleave keys out of time order: keys at rest are
+     * dropped only when a table needs room, so every decision is exact
+     * until then (sluice_table_new_flags) */
+    flags |= SLUICE_TABLE_RECLAIM_WHEN_FULL;
     sluice_table *tabs[SLUICE_COMPOSITE_MAX];
     for (size_t k = 0; k < nspec; k++) {
         tabs[k] = sluice_table_new_flags(specs[k], (size_t)max_keys, flags, err, sizeof err);

@@ -200,6 +200,8 @@ spec_error "empty spec" '' '' 'sub:empty' 'sub:missing'
 spec_error "blank spec" '   ' '   ' '' 'sub:empty' 'sub:missing'
 
 input=''
+input=''
+expect_fail "clock=coarse in a replay (no clock is read)" 'sub:clock=coarse' -- replay --limit 'token-bucket 1/s clock=coarse'
 expect_fail "usage, missing --limit" 'sub:--limit' -- replay
 expect_fail "usage, --limit without a value" 'sub:--limit' -- replay --limit
 expect_fail "usage, unknown flag" 'sub:--bogus' -- replay --limit "$SPEC" --bogus
@@ -246,6 +248,9 @@ expect_ok "keys with spaces and other bytes" \
 expect_ok "no newline after the last line" $'1,a,1\n2,a,1' '1,a,1,1,0,9,0' '2,a,1,1,0,8,0'
 expect_ok "time 0 and 2^63-1" $'0,a,1\n9223372036854775807,b,1\n9223372036854775807,a,1\n' \
     '0,a,1,1,0,9,0' '9223372036854775807,b,1,1,0,9,0' '9223372036854775807,a,1,1,0,9,0'
+expect_ok "keys out of time order (a key is not dropped by another key's later time)" \
+    $'0,a,10\n5000000000,b,1\n500000000,a,1\n' \
+    '0,a,10,1,0,0,0' '5000000000,b,1,1,0,9,0' '500000000,a,1,0,0,0,500000000'
 expect_ok "a probe (permits 0)" $'1,a,0\n' '1,a,0,1,0,10,0'
 expect_ok "permits beyond the limit, 2^64-1" $'1,a,11\n2,a,18446744073709551615\n' \
     '1,a,11,0,0,10,-1' '2,a,18446744073709551615,0,0,10,-1'
