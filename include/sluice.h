@@ -489,6 +489,104 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
 
 /* ------------------------------------------------------------------------ */
+/* Key operations on tables: remove, reset, peek, scan                       */
+/*                                                                          */
+/* For operators and tests.  Each takes the key's shard lock for the time of
+ * a lookup (scan: of a bounded walk), so all are thread-safe with each other
+ * and with concurrent decisions, and each is atomic with respect to the
+ * decisions on the key it touches.  Keys are as for
+ * sluice_table_try_acquire_at(): 0 .. SLUICE_MAX_KEY_BYTES bytes, key may
+ * be NULL when keylen is 0; the key bytes need only live for the call. */
+
+/* What a table holds for one key.
+ *  last_ns  the latest time the key's limiter has seen (its latest
+ *           admission's time: an earlier request counts as this time).
+ *  rest_ns  the earliest time from which the limiter is back at rest with
+ *           no further traffic (full bucket, empty window, no water):
+ *           from then on the key decides as a fresh one, and the table may
+ *           drop it (reclaiming).
+ * Both are 0 for a key the table does not hold. */
+typedef struct sluice_key_state {
+    uint64_t last_ns;
+    uint64_t rest_ns;
+} sluice_key_state;
+
+/* Drop `key` and its state: the next request for it starts a fresh limiter
+ * (full bucket, empty window), and its place counts no more against
+ * max_keys.  Returns 0 when the key was held, SLUICE_ENOENT when it was not
+ * (nothing changes), SLUICE_EINVAL for a NULL table, a key longer than
+ * SLUICE_MAX_KEY_BYTES or a NULL key with keylen > 0 (nothing changes).
+ * Counted in no counter of sluice_table_stats but `keys`.  Thread-safe. */
+int sluice_table_remove(sluice_table *t, const void *key, size_t keylen);
+
+/* Put `key`'s limiter back at rest.  A limiter at rest carries no
+ * information, and a table holds no key at rest longer than its sweep
+ * takes: so a reset drops the key exactly as sluice_table_remove() does
+ * (every later decision is the same as after a remove).  It differs only in
+ * its answer: 0 whether or not the key was held (a key not held is at rest
+ * already), so a reset is idempotent.  SLUICE_EINVAL for the bad arguments
+ * of sluice_table_remove() (nothing changes).  Thread-safe. */
+int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
+
+/* Look at `key` without making it or writing anything (a pure read: the
+ * key's state, the table's clock, its wheel and its counters are left as
+ * they are).  `res` (may be NULL) receives what sluice_table_try_acquire_at()
+ * for `permits` at `now_ns` would answer (allowed, remaining,
+ * retry_after_ns, wait_ns), without taking anything; permits = 0 gives the
+ * key's state at now_ns as a probe does.  `state` (may be NULL) receives
+ * the key's sluice_key_state.  Returns 0 when the table holds the key;
+ * SLUICE_ENOENT when it does not: then `res` is what a fresh limiter would
+ * answer (a first request for the key gets exactly that, unless the table
+ * is full: SLUICE_EFULL) and `state` is zeroed; SLUICE_EINVAL for the bad
+ * arguments of sluice_table_remove() (res->error = SLUICE_EINVAL).  A held
+ * key that has come to rest by now_ns is answered from its state, which is
+ * then a fresh limiter's answer too (unless now_ns is earlier than its
+ * last_ns: the table's reclaiming would then start it afresh at now_ns; see
+ * sluice_table_new_flags).  Thread-safe; the answer is the key's state at
+ * one instant between the call and its return. */
+int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen,
+                         uint64_t permits, uint64_t now_ns, sluice_result *res,
+                         sluice_key_state *state);
+
+/* Called by sluice_table_scan() for each key it meets: the key's bytes
+ * (keylen of them, a copy valid only during the call), its state, and the
+ * caller's `arg`.  No lock is held during the call: it may call any
+ * function on the table, sluice_table_remove() on the key included.
+ * Returns 0 to go on, anything else to stop the scan there. */
+typedef int (*sluice_table_scan_fn)(const void *key, size_t keylen,
+                                    const sluice_key_state *state, void *arg);
+
+/* One step of a scan over the table's keys, as Redis's SCAN: start with
+ * cursor 0 and pass each call the cursor the last one stored in
+ * *next_cursor, until it stores 0.  Each call looks at no more than `count`
+ * places of the table (a place: one entry of a shard's slab, held or free,
+ * or a shard's never-used rest, skipped in one step) and calls `fn` for each
+ * held key among them, in the calling thread.  Guarantees, whatever
+ * decisions, inserts, removals, reclaiming and evictions run meanwhile:
+ *  - every key held for the whole scan is given to fn at least once ("held
+ *    for the whole scan": the table holds it at the first call and is never
+ *    without it until the last; a key dropped -- removed, reset, reclaimed
+ *    at rest or evicted -- and made again counts as a new key);
+ *  - a key is given at most once per time it was made, so a table that
+ *    nothing changes gives each key exactly once;
+ *  - a key made or dropped during the scan may or may not be given.
+ * The cursor names a place in the table (shard << 32 | entry), not a key:
+ * keys keep their entry while held (the index moves, the entries never), so
+ * a walk over the entries in order meets each held one (the proof is in
+ * src/table.c).  A cursor stays valid for the table's life and is worth
+ * nothing on another table.  A full scan costs about H / count + S calls,
+ * H the most keys the table has held at once and S its shards (up to 64).
+ * Returns 0; or fn's nonzero return (the scan
+ * stopped after that key: *next_cursor resumes after it); SLUICE_EINVAL for
+ * a NULL t, fn or next_cursor, count = 0, or a cursor no call on this table
+ * could have stored (nothing is called, *next_cursor is left as it is);
+ * SLUICE_ENOMEM when a key longer
+ * than 256 bytes could not be copied (*next_cursor resumes at that key).
+ * Thread-safe. */
+int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
+                      sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor);
+
+/* ------------------------------------------------------------------------ */
 /* Composite decisions: one request against several limits                   */
 
 /* One limit of a composite decision: a limiter, or the key of a table.

@@ -52,8 +52,9 @@
  * filed later than its real rest time, advancing the wheel to `now` (and
  * looking through the current tick's slot) finds every key at rest: when a
  * new key finds the table full, the table does that, first in the key's
- * shard and then in the others, before it refuses.  No operation scans the
- * table.
+ * shard and then in the others, before it refuses.  No decision scans the
+ * table; sluice_table_scan walks it a bounded step per call (key operations,
+ * at the end of this file).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
  * showed it.  A key dropped at rest loses its own latest time: a later
@@ -951,4 +952,195 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
 {
     sluice__count(&t->counters, permits, ok);
     if (full) atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
+}
+
+/* ---- key operations: remove, reset, peek, scan -------------------------- */
+
+/* Whether (key, keylen) is a key the table accepts. */
+static inline bool key_ok(const void *key, size_t keylen)
+{
+    return keylen <= SLUICE_MAX_KEY_BYTES && (key || !keylen);
+}
+
+/* Lock the shard of key and find its entry: returns the entry number, or
+ * UINT32_MAX when the key is not held (the shard stays locked either way). */
+static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard **sp)
+{
+    if (!key) key = ""; /* keylen is 0 */
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    shard *s = shard_for(t, h);
+    sluice__spin_lock(&s->mu);
+    *sp = s;
+    uint32_t slot = find(t, s, (uint32_t)h, key, keylen);
+    return slot == UINT32_MAX ? UINT32_MAX : (uint32_t)s->index[slot] - 1;
+}
+
+int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+{
+    if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    shard *s;
+    uint32_t i = lock_find(t, key, keylen, &s);
+    if (i != UINT32_MAX) {
+        drop_entry(t, s, i); /* out of the wheel and the index, place freed */
+        publish_due(s);
+    }
+    sluice__spin_unlock(&s->mu);
+    return i == UINT32_MAX ? SLUICE_ENOENT : 0;
+}
+
+int sluice_table_reset(sluice_table *t, const void *key, size_t keylen)
+{
+    int rc = sluice_table_remove(t, key, keylen);
+    return rc == SLUICE_ENOENT ? 0 : rc; /* a key not held is at rest already */
+}
+
+/* What entry e holds, for the caller (shard locked). */
+static void key_state_of(const sluice_table *t, entry *e, sluice_key_state *out)
+{
+    sluice__state st;
+    if (t->pf.packed) load_state(t, e, &st);
+    else memcpy(&st, ent_state(e), sizeof st); /* the ring is only read */
+    out->last_ns = st.t_last;
+    out->rest_ns = sluice__rest_at(&t->pf, &st);
+}
+
+int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    if (!t || !key_ok(key, keylen)) {
+        if (res) sluice__fail(res, SLUICE_EINVAL);
+        if (state) memset(state, 0, sizeof *state);
+        return SLUICE_EINVAL;
+    }
+    sluice_result r;
+    sluice__state fresh, tmp;
+    shard *s;
+    uint32_t i = lock_find(t, key, keylen, &s);
+    if (i == UINT32_MAX) {
+        sluice__spin_unlock(&s->mu);
+        /* what a fresh limiter would answer: decided on a fresh state of
+         * our own, which nothing stores */
+        sluice__state_init(&t->pf, &fresh);
+        sluice__judge(&t->pf, &fresh, &tmp, now_ns, permits, &r);
+        if (state) memset(state, 0, sizeof *state);
+        if (res) *res = r;
+        return SLUICE_ENOENT;
+    }
+    entry *e = ent(t, s, i);
+    sluice__state held;
+    const sluice__state *st = &held;
+    if (t->pf.packed) load_state(t, e, &held);
+    else st = ent_state(e);
+    /* judged without writing: on a copy, or in place by the window logs'
+     * judge, which only reads their ring */
+    sluice__judge(&t->pf, st, &tmp, now_ns, permits, &r);
+    if (state) key_state_of(t, e, state);
+    sluice__spin_unlock(&s->mu);
+    if (res) *res = r;
+    return 0;
+}
+
+/* The scan.  Its cursor is a place, not a key: shard k << 32 | entry
+ * number i, the next place to look at; 0 both starts and ends a scan.  A
+ * call walks the places in increasing order (k, then i), each shard's
+ * entries 0 .. bump - 1 under the shard's lock, and reports each held one.
+ *
+ * Why a key held for the whole scan is reported (the index is no good as a
+ * cursor: a backward-shift removal moves index words from places not yet
+ * looked at to places already looked at, and a Robin Hood insertion moves
+ * them forward past the cursor and back; Redis's reverse-binary cursor
+ * answers rehashing, which is not the problem here):
+ *  1. The key's shard is fixed (the hash's top bits) and so is its entry
+ *     while it is held: only new_entry binds an entry number to a key and
+ *     only drop_entry (removal, reset, reclaiming, eviction) frees it;
+ *     index_insert and index_remove move index words, never entries.
+ *  2. The scan looks at every place (k, i) once, in order, from cursor 0 to
+ *     the end: a call resumes exactly where the last stopped, and it moves
+ *     past place (k, i) only after looking at it under shard k's lock --
+ *     except places i >= bump, skipped together; but bump never decreases,
+ *     and an entry handed out lies below it, so a place skipped held no key
+ *     at that instant.
+ *  3. So the key's place (k, e) is looked at, at an instant within the
+ *     scan when the key is held, in entry e (1): it is reported.  Every
+ *     held entry is in a wheel list whenever its shard is unlocked (made
+ *     and filed in one locked step, dropped and unlinked in one), and a
+ *     free entry never is: META_WHERE tells them apart.
+ * Each place is looked at once per scan, so a key is reported at most once
+ * per time it was made, and exactly once when nothing changes.  The work of
+ * a call is at most `count` places; the callback runs unlocked, on a copy
+ * of the key (on the stack up to SCAN_INLINE bytes, else in a buffer made
+ * with the shard unlocked, after which the place is looked at again). */
+#define CURSOR(k, i) ((uint64_t)(k) << 32 | (i))
+#define SCAN_INLINE 256 /* keys up to this long are copied to the stack */
+
+int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                               sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                               size_t *visited)
+{
+    if (visited) *visited = 0;
+    if (!t || !fn || !next_cursor || count == 0) return SLUICE_EINVAL;
+    uint64_t k = cursor >> 32;
+    uint32_t i = (uint32_t)cursor;
+    if (k >= t->nshards || i > t->shards[k].ecap) return SLUICE_EINVAL;
+    unsigned char stackbuf[SCAN_INLINE];
+    unsigned char *buf = stackbuf, *heap = NULL;
+    size_t bufcap = sizeof stackbuf, work = 0;
+    int rc = 0;
+    while (k < t->nshards && work < count && rc == 0) {
+        shard *s = &t->shards[k];
+        sluice__spin_lock(&s->mu);
+        if (i >= s->bump) { /* entries from bump on were never handed out:
+                             * the rest of the shard is one step */
+            sluice__spin_unlock(&s->mu);
+            work++;
+            k++;
+            i = 0;
+            continue;
+        }
+        sluice_key_state ks;
+        size_t len = 0;
+        bool found = false, longer = false;
+        for (const uint32_t end = s->bump; i < end && work < count;) {
+            entry *e = ent(t, s, i);
+            if (!META_WHERE(e->meta)) { /* free: a held entry is always filed */
+                work++;
+                i++;
+                continue;
+            }
+            len = META_LEN(e->meta);
+            if (len > bufcap) { /* a bigger buffer first, made unlocked */
+                longer = true;
+                break;
+            }
+            memcpy(buf, len > INLINE_KEY ? e->key.ext : e->key.in, len);
+            key_state_of(t, e, &ks);
+            work++;
+            i++;
+            found = true;
+            break;
+        }
+        sluice__spin_unlock(&s->mu);
+        if (found) {
+            rc = fn(buf, len, &ks, arg); /* no lock held: fn may call the table */
+        } else if (longer) { /* then look at entry i again */
+            unsigned char *nb = sluice__malloc(len);
+            if (!nb) {
+                rc = SLUICE_ENOMEM;
+                break;
+            }
+            sluice__free(heap);
+            buf = heap = nb;
+            bufcap = len;
+        }
+    }
+    sluice__free(heap);
+    *next_cursor = k >= t->nshards ? 0 : CURSOR(k, i);
+    if (visited) *visited = work;
+    return rc;
+}
+
+int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
+                      void *arg, uint64_t *next_cursor)
+{
+    return sluice__table_scan_counted(t, cursor, count, fn, arg, next_cursor, NULL);
 }

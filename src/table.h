@@ -17,6 +17,11 @@ SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *k
                                                   size_t keylen);
 SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
 SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
+/* sluice_table_scan(), also storing in *visited (if not NULL) the places
+ * the call looked at (its work, at most count). */
+SLUICE__INTERNAL int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                                                sluice_table_scan_fn fn, void *arg,
+                                                uint64_t *next_cursor, size_t *visited);
 
 /* SipHash-1-3 (sluice__siphash13) is in shared.h; SipHash-c-d, for the
  * tests. */
