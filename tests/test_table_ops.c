@@ -31,10 +31,14 @@
  *                        and move time on (so the wheel reclaims the churn
  *                        keys at rest, and removals shift the index back)
  *                        while the main thread scans with random small
- *                        counts: every stable key (held throughout) is
- *                        given in every full scan, every key given is one
- *                        that was made (the copy is whole), each call's work
- *                        is at most its count.  Run under TSan too.
+ *                        counts, in a full one-shard table (index load 0.8)
+ *                        and in one of 16 shards: every stable key (held
+ *                        throughout) is given exactly once in every full
+ *                        scan, every key given is one that was made (the
+ *                        copy is whole), each call's work is at most its
+ *                        count.  A cursor over index slots instead of
+ *                        entries fails it at once (keys missed and given
+ *                        twice).  Run under TSan too.
  *
  * SLUICE_TEST_SEED sets the random seed (printed); SLUICE_STRESS_SCALE
  * scales the repetitions.
@@ -522,13 +526,14 @@ static void test_scan_quiet(void **state)
  * 0 and is at rest only at 1 s; a churn key takes 1 permit and is at rest
  * 1 ms later.  Every time stays below 0.9 s, so the stable keys are held
  * throughout while the wheel reclaims churn keys as time moves on. */
-#define STABLE 600
+#define STABLE_MAX 600
 #define CHURN_SPACE 4000
 
 typedef struct churn_arg {
     sluice_table *t;
     uint64_t seed;
     _Atomic bool *stop;
+    uint64_t space; /* churn keys 0 .. space - 1 */
     _Atomic size_t made, removed;
 } churn_arg;
 
@@ -555,7 +560,7 @@ static void *churn(void *p)
     uint64_t rs = a->seed, now = 0;
     char buf[64];
     while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
-        uint64_t n = rng_below(&rs, CHURN_SPACE);
+        uint64_t n = rng_below(&rs, a->space);
         size_t len = churn_key(buf, sizeof buf, n);
         if (rng_below(&rs, 3) == 0) {
             if (sluice_table_remove(a->t, buf, len) == 0) atomic_fetch_add(&a->removed, 1);
@@ -570,8 +575,8 @@ static void *churn(void *p)
 }
 
 typedef struct conc_seen {
-    unsigned hits[STABLE];
-    size_t churn;
+    unsigned hits[STABLE_MAX];
+    size_t stable, churn;
 } conc_seen;
 
 static int conc_cb(const void *key, size_t keylen, const sluice_key_state *ks, void *arg)
@@ -583,7 +588,7 @@ static int conc_cb(const void *key, size_t keylen, const sluice_key_state *ks, v
     buf[keylen] = 0;
     unsigned long long n;
     if (sscanf(buf, "s:%llu:", &n) == 1) {
-        assert_true(n < STABLE);
+        assert_true(n < c->stable);
         assert_int_equal(stable_key(want, sizeof want, (size_t)n), keylen);
         assert_memory_equal(want, buf, keylen);
         assert_int_equal(ks->last_ns, 0);
@@ -600,12 +605,13 @@ static int conc_cb(const void *key, size_t keylen, const sluice_key_state *ks, v
     return 0;
 }
 
-static void test_scan_concurrent(void **state)
+/* `stable` stable keys in a table of max_keys, churn keys from `space`;
+ * the scanner yields after every call, or every 16th. */
+static void scan_concurrent(size_t max_keys, size_t stable, uint64_t space, bool yield_each)
 {
-    (void)state;
-    sluice_table *t = mk("token-bucket 1000/s burst=1000", 4096);
+    sluice_table *t = mk("token-bucket 1000/s burst=1000", max_keys);
     char buf[400];
-    for (size_t i = 0; i < STABLE; i++) {
+    for (size_t i = 0; i < stable; i++) {
         size_t len = stable_key(buf, sizeof buf, i);
         assert_true(sluice_table_try_acquire_at(t, buf, len, 1000, 0, NULL));
     }
@@ -616,6 +622,7 @@ static void test_scan_concurrent(void **state)
         ca[i].t = t;
         ca[i].seed = g_seed + 17 * (uint64_t)(i + 1);
         ca[i].stop = &stop;
+        ca[i].space = space;
         atomic_init(&ca[i].made, 0);
         atomic_init(&ca[i].removed, 0);
         assert_int_equal(pthread_create(&th[i], NULL, churn, &ca[i]), 0);
@@ -634,14 +641,17 @@ static void test_scan_concurrent(void **state)
             atomic_load(&ca[0].removed) + atomic_load(&ca[1].removed) >= removed0 + scaled(1000))
             break;
         memset(&c, 0, sizeof c);
+        c.stable = stable;
         uint64_t cur = 0;
         do {
-            size_t count = 1 + rng_below(&rs, 16), visited;
+            size_t count = 1 + rng_below(&rs, 8), visited;
             assert_int_equal(sluice__table_scan_counted(t, cur, count, conc_cb, &c, &cur, &visited),
                              0);
             assert_true(visited <= count);
+            if (yield_each || rng_below(&rs, 16) == 0)
+                sched_yield(); /* let the churn move the index between calls */
         } while (cur != 0);
-        for (size_t i = 0; i < STABLE; i++) {
+        for (size_t i = 0; i < stable; i++) {
             if (c.hits[i] != 1) fail_msg("scan %zu: stable key %zu given %u times", scan, i, c.hits[i]);
         }
         churn_seen += c.churn;
@@ -652,21 +662,30 @@ static void test_scan_concurrent(void **state)
     sluice_table_stats_get(t, &st);
     const size_t made = atomic_load(&ca[0].made) + atomic_load(&ca[1].made);
     const size_t removed = atomic_load(&ca[0].removed) + atomic_load(&ca[1].removed);
-    printf("scan under churn: %zu scans, %zu churn keys given; during the scans %zu made, "
+    printf("scan under churn (%zu keys): %zu scans, %zu churn keys given; during the scans %zu made, "
            "%zu removed; %llu reclaimed in all\n",
-           scan, churn_seen, made - made0, removed - removed0, ULL(st.reclaimed));
+           max_keys, scan, churn_seen, made - made0, removed - removed0, ULL(st.reclaimed));
     /* the churn did churn during the scans: removals and reclaiming */
     assert_true(removed > removed0);
     assert_true(made > made0);
     assert_true(st.reclaimed > 0);
     /* the stable keys are all still held, their state untouched */
-    for (size_t i = 0; i < STABLE; i++) {
+    for (size_t i = 0; i < stable; i++) {
         size_t len = stable_key(buf, sizeof buf, i);
         sluice_result r;
         assert_int_equal(sluice_table_peek_at(t, buf, len, 0, 900 * MS, &r, NULL), 0);
         assert_int_equal(r.remaining, 900);
     }
     sluice_table_free(t);
+}
+
+static void test_scan_concurrent(void **state)
+{
+    (void)state;
+    /* one shard kept full (index load 0.8: long Robin Hood runs, many
+     * backward shifts), then 16 shards at a lower load */
+    scan_concurrent(256, 128, 1000, true);
+    scan_concurrent(4096, STABLE_MAX, CHURN_SPACE, false);
 }
 
 int main(void)
