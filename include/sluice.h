@@ -537,7 +537,8 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
  * the key's sluice_key_state.  Returns 0 when the table holds the key;
  * SLUICE_ENOENT when it does not: then `res` is what a fresh limiter would
  * answer (a first request for the key gets exactly that, unless the table
- * is full: SLUICE_EFULL) and `state` is zeroed; SLUICE_EINVAL for the bad
+ * is full, SLUICE_EFULL, or a long key cannot be copied, SLUICE_ENOMEM) and
+ * `state` is zeroed; SLUICE_EINVAL for the bad
  * arguments of sluice_table_remove() (res->error = SLUICE_EINVAL).  A held
  * key that has come to rest by now_ns is answered from its state, which is
  * then a fresh limiter's answer too (unless now_ns is earlier than its
