@@ -1012,7 +1012,7 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
         if (state) memset(state, 0, sizeof *state);
         return SLUICE_EINVAL;
     }
-    sluice_result r;
+    sluice_result r = {0};
     sluice__state fresh, tmp;
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
