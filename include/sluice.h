@@ -488,6 +488,60 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
 
+/* ---- the keys refused most ---- */
+
+/* The most key bytes a sketch keeps, and the most counters per shard. */
+#define SLUICE_TOP_KEY_MAX 256
+#define SLUICE_TOP_COUNTERS_MAX 65536
+
+/* One key of sluice_table_top_refused(). */
+typedef struct sluice_top_entry {
+    uint64_t count;  /* refusals counted for the key: at least its true
+                      * number (since the sketch was set), at most that plus
+                      * `error` */
+    uint64_t error;  /* the most `count` can exceed the true number */
+    size_t keylen;   /* bytes in key[], 0 .. the sketch's max_key_bytes */
+    bool truncated;  /* the key was longer than max_key_bytes: key[] holds
+                      * its first max_key_bytes bytes, and every key with
+                      * those first bytes is counted under this entry */
+    unsigned char key[SLUICE_TOP_KEY_MAX]; /* the key's bytes (not
+                      * NUL-terminated) */
+} sluice_top_entry;
+
+/* Count, from now on, which keys the table refuses and how often, in a
+ * bounded heavy-hitters sketch (Space-Saving): `counters` counters
+ * (1 .. SLUICE_TOP_COUNTERS_MAX) for each of the table's shards (1 shard
+ * for max_keys <= 256, then one per 256 keys up to 64), keys kept to their
+ * first `max_key_bytes` bytes (1 .. SLUICE_TOP_KEY_MAX; a longer key counts
+ * as its prefix, marked truncated).  Off by default: a table without it
+ * does no work for it.  Every request the table answers false (the
+ * algorithm's refusal, SLUICE_EFULL, SLUICE_EINVAL for a key too long,
+ * SLUICE_ENOMEM), by sluice_table_try_acquire(_at) or as a part of a
+ * refused composite decision, counts once for its key.
+ *
+ * All the memory is allocated here, never later: per shard, about
+ * 64 + counters * (36 + max_key_bytes) + 8..16 * counters bytes (16 counters
+ * of 64-byte keys: under 2 KiB a shard).  A refusal then costs one more
+ * short lock (the sketch's own, per shard) and O(log counters) steps.
+ *
+ * Error bound (docs/metrics.md): with N refusals counted and m = counters,
+ * each reported count exceeds the key's true refusals by at most its
+ * `error`, which is at most N/m; every key refused more than N/m times is
+ * in the sketch, so it is among the top `max` read when fewer than `max`
+ * keys have been counted more.
+ * Returns 0, or SLUICE_EINVAL (t NULL, a bound out of range, or a sketch
+ * already set), SLUICE_ENOMEM (nothing changed).  Thread-safe: it may be
+ * called while decisions run (refusals before it are not counted). */
+int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes);
+
+/* The at most `max` keys the table refused most, most first (ties in the
+ * order of the key bytes), copied into out[0 .. *n).  The entries are read
+ * one shard at a time while decisions go on; nothing is allocated.
+ * Returns 0, SLUICE_ENOENT (no sketch: see sluice_table_set_top; *n = 0),
+ * or SLUICE_EINVAL (t or n NULL, or out NULL with max > 0).  Thread-safe. */
+int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size_t max,
+                             size_t *n);
+
 /* ------------------------------------------------------------------------ */
 /* Key operations on tables: remove, reset, peek, scan                       */
 /*                                                                          */

@@ -206,6 +206,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     for (size_t i = 0; i < n; i++) {
         if (parts[i].lim) sluice__limiter_count(parts[i].lim, permits, ok);
         else sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
+        if (!ok && !parts[i].lim) sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
     if (!details) return ok;
     sluice_result c = {.allowed = ok};

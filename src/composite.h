@@ -85,5 +85,10 @@ SLUICE__INTERNAL void sluice__table_store(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_unmake(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_reclaim(sluice_table *t, uint64_t now_ns);
 SLUICE__INTERNAL void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full);
+/* table.c: count a refusal of `key` in the table's sketch of the keys
+ * refused most, if it has one; h is the key's hash under the table's seed
+ * (0: unknown, computed).  Takes no shard lock. */
+SLUICE__INTERNAL void sluice__table_note(sluice_table *t, const void *key, size_t keylen,
+                                         uint64_t h);
 
 #endif /* SLUICE_COMPOSITE_H */

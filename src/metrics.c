@@ -297,6 +297,8 @@ typedef struct snapshot {
     uint64_t queued;         /* queues */
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
+    size_t ntop;             /* tables with a sketch: the keys refused most */
+    sluice_top_entry top[SLUICE_METRICS_TOP_KEYS];
 } snapshot;
 
 typedef enum family_id {
@@ -308,6 +310,8 @@ typedef enum family_id {
     F_TABLE_RECLAIMED,
     F_TABLE_EVICTED,
     F_TABLE_REFUSED,
+    F_TOP_REQUESTS,
+    F_TOP_ERROR,
     F_WHEEL_PENDING
 } family_id;
 
@@ -341,6 +345,14 @@ static const family families[] = {
      "Requests for a new key refused because the table was full of keys in use "
      "(also counted as denied requests).",
      KB(K_TABLE)},
+    {F_TOP_REQUESTS, "sluice_table_refused_key_requests", "gauge",
+     "Requests refused for the key, as estimated by the table's sketch of the keys "
+     "refused most (at least the true number, at most that plus the error series); "
+     "the top keys only.",
+     KB(K_TABLE)},
+    {F_TOP_ERROR, "sluice_table_refused_key_error", "gauge",
+     "The most sluice_table_refused_key_requests can exceed the key's true refusals.",
+     KB(K_TABLE)},
     {F_WHEEL_PENDING, "sluice_wheel_timers_pending", "gauge",
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
 };
@@ -354,6 +366,10 @@ static void read_object(const entry *e, family_id f, snapshot *s)
     case K_TABLE:
         sluice_table_stats_get((const sluice_table *)e->obj, &s->t);
         s->d = s->t.decisions;
+        if ((f == F_TOP_REQUESTS || f == F_TOP_ERROR) &&
+            sluice_table_top_refused((const sluice_table *)e->obj, s->top,
+                                     SLUICE_METRICS_TOP_KEYS, &s->ntop) != 0)
+            s->ntop = 0;
         break;
     case K_WHEEL:
         if (f == F_WHEEL_PENDING) s->pending = sluice_wheel_pending((const sluice_wheel *)e->obj);
@@ -365,6 +381,51 @@ static void read_object(const entry *e, family_id f, snapshot *s)
     case K_NONE:
         break;
     }
+}
+
+/* A key as a label value: the key's bytes with every backslash doubled,
+ * every byte that is not part of printable UTF-8 (invalid sequences,
+ * control characters) written as \xNN, and `\...` after a truncated key;
+ * then escaped as the format asks (backslash and double quote).  Distinct
+ * keys give distinct values: a backslash of the value is always followed by
+ * a backslash, an x or three dots. */
+static void put_key(cursor *c, const sluice_top_entry *t)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *k = t->key;
+    for (size_t i = 0; i < t->keylen;) {
+        unsigned b = k[i];
+        size_t l = b < 0x20 || b == 0x7F ? 0 : utf8_len(k + i, t->keylen - i);
+        if (l == 0) {
+            char x[6] = {'\\', '\\', 'x', hex[b >> 4], hex[b & 15], 0};
+            put(c, x, 5);
+            i++;
+        } else if (b == '\\') {
+            put(c, "\\\\\\\\", 4);
+            i++;
+        } else if (b == '"') {
+            put(c, "\\\"", 2);
+            i++;
+        } else {
+            put(c, (const char *)k + i, l);
+            i += l;
+        }
+    }
+    if (t->truncated) put(c, "\\\\...", 5);
+}
+
+/* One line of the keys refused most: NAME{limit="...",key="..."} VALUE */
+static void key_series(cursor *c, const char *metric, const entry *e,
+                       const sluice_top_entry *t, uint64_t value)
+{
+    puts_(c, metric);
+    put(c, "{limit=\"", 8);
+    put(c, e->name, e->namelen);
+    put(c, "\",key=\"", 7);
+    put_key(c, t);
+    put(c, "\"} ", 3);
+    put_u64(c, value);
+    end_line(c);
 }
 
 static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
@@ -385,6 +446,12 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
     case F_TABLE_RECLAIMED: series(c, f->name, label, e, NULL, s->t.reclaimed); break;
     case F_TABLE_EVICTED: series(c, f->name, label, e, NULL, s->t.evicted); break;
     case F_TABLE_REFUSED: series(c, f->name, label, e, NULL, s->t.refused); break;
+    case F_TOP_REQUESTS:
+        for (size_t i = 0; i < s->ntop; i++) key_series(c, f->name, e, &s->top[i], s->top[i].count);
+        break;
+    case F_TOP_ERROR:
+        for (size_t i = 0; i < s->ntop; i++) key_series(c, f->name, e, &s->top[i], s->top[i].error);
+        break;
     case F_WHEEL_PENDING: series(c, f->name, label, e, NULL, s->pending); break;
     }
 }
@@ -404,7 +471,15 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
                 break;
             }
             const entry *e = &m->v[i];
-            if (f->kinds & KB(e->k)) {
+            snapshot s;
+            bool lines = (f->kinds & KB(e->k)) != 0;
+            if (lines) {
+                memset(&s, 0, offsetof(snapshot, top));
+                read_object(e, f->id, &s);
+                /* the keys refused most: only tables with a sketch and a key */
+                if (f->id == F_TOP_REQUESTS || f->id == F_TOP_ERROR) lines = s.ntop > 0;
+            }
+            if (lines) {
                 if (!head) {
                     head = true;
                     puts_(&c, "# HELP ");
@@ -418,9 +493,6 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
                     puts_(&c, f->type);
                     end_line(&c);
                 }
-                snapshot s;
-                memset(&s, 0, sizeof s);
-                read_object(e, f->id, &s);
                 write_object(&c, f, e, &s);
             }
             pthread_mutex_unlock(&mm->mu);

@@ -71,6 +71,7 @@
 #include "counters.h"
 #include "spin.h"
 #include "table.h"
+#include "topk.h"
 #include "wheel_core.h"
 #include "composite.h"
 
@@ -138,6 +139,7 @@ struct sluice_table {
     _Atomic size_t keys;
     _Atomic uint64_t reclaimed, evicted, refused;
     sluice__counters counters;
+    _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
 };
 
 /* ---- entries ------------------------------------------------------------ */
@@ -655,6 +657,7 @@ void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
     free_shards(t);
+    sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
     sluice__free64(t);
 }
 
@@ -726,6 +729,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         sluice__count(&t->counters, permits, false);
+        if (key) sluice__table_note(t, key, keylen, 0);
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
@@ -802,6 +806,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     sluice__spin_unlock(&s->mu);
     sluice__count(&t->counters, permits, ok);
+    if (!ok) sluice__table_note(t, key, keylen, h);
     return ok;
 }
 
@@ -820,6 +825,46 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
     out->evicted = atomic_load_explicit(&m->evicted, memory_order_relaxed);
     out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
     sluice__counters_read(&t->counters, &out->decisions);
+}
+
+/* ---- the keys refused most (topk.c) -------------------------------------- */
+
+int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes)
+{
+    if (!t || atomic_load_explicit(&t->top, memory_order_acquire)) return SLUICE_EINVAL;
+    if (counters < 1 || counters > SLUICE_TOP_COUNTERS_MAX || max_key_bytes < 1 ||
+        max_key_bytes > SLUICE_TOP_KEY_MAX)
+        return SLUICE_EINVAL;
+    sluice__topk *k = sluice__topk_new(t->shard_bits, counters, max_key_bytes, t->seed);
+    if (!k) return SLUICE_ENOMEM;
+    sluice__topk *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&t->top, &none, k, memory_order_release,
+                                                 memory_order_relaxed)) {
+        sluice__topk_free(k); /* another thread set one first */
+        return SLUICE_EINVAL;
+    }
+    return 0;
+}
+
+int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size_t max, size_t *n)
+{
+    if (n) *n = 0;
+    if (!t || !n || (!out && max > 0)) return SLUICE_EINVAL;
+    sluice__topk *k = atomic_load_explicit(&((sluice_table *)t)->top, memory_order_acquire);
+    if (!k) return SLUICE_ENOENT;
+    sluice__topk_read(k, out, max, n);
+    return 0;
+}
+
+void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_t h)
+{
+    sluice__topk *k = atomic_load_explicit(&t->top, memory_order_acquire);
+    if (!k) return;
+    if (!key) key = "";
+    /* h = 0: the caller has no hash (a key too long for the table, whose
+     * sketch hashes only its prefix); a real hash of 0 is computed again */
+    if (h == 0 && keylen <= SLUICE_TOP_KEY_MAX) h = sluice__siphash13(t->seed, key, keylen);
+    sluice__topk_note(k, key, keylen, h);
 }
 
 /* ---- composite decisions (composite.c) ---------------------------------- */

@@ -16,11 +16,19 @@
  *   sluice_table_keys_reclaimed_total{limit}  counter
  *   sluice_table_keys_evicted_total{limit}    counter
  *   sluice_table_keys_refused_total{limit}    counter
+ *   sluice_table_refused_key_requests{limit,key}  gauge, estimated
+ *   sluice_table_refused_key_error{limit,key}     gauge, its error bound
+ *       (tables with a sketch, sluice_table_set_top: the
+ *       SLUICE_METRICS_TOP_KEYS keys refused most)
  *   sluice_wheel_timers_pending{wheel}      gauge
  *
  * The `limit` label is the name a limiter or table was added under; the
  * `wheel` label a wheel's, the `queue` label a queue's.  Series are per object, never per key, so the
- * exposition's size depends only on how many objects were added.
+ * exposition's size depends only on how many objects were added -- except
+ * the keys refused most, at most SLUICE_METRICS_TOP_KEYS per table, whose
+ * `key` label is the key with backslashes doubled, bytes that are not
+ * printable UTF-8 written as \xNN (two hex digits) and `\...` after a
+ * key the sketch truncated (docs/metrics.md).
  *
  * The registry refers to the objects, it does not own them: remove an object
  * (sluice_metrics_remove) or free the registry before freeing the object.
@@ -44,6 +52,9 @@ extern "C" {
 #endif
 
 typedef struct sluice_metrics sluice_metrics; /* opaque */
+
+/* The most keys refused most that a table exposes (the top of its sketch). */
+#define SLUICE_METRICS_TOP_KEYS 10
 
 /* The longest name an object can be added under, in bytes. */
 #define SLUICE_METRICS_NAME_MAX 256

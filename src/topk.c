@@ -1,0 +1,323 @@
+/* topk.c -- the keys a table refuses most: Space-Saving heavy hitters
+ * (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent and
+ * top-k elements in data streams", ICDT 2005).
+ *
+ * The algorithm.  m counters, each (key, count, error).  A key already
+ * counted adds 1 to its count.  A new key takes a free counter (count 1,
+ * error 0), or, when all m are taken, the counter with the least count c:
+ * the old key is forgotten and the new one gets count c + 1, error c.  With
+ * N keys counted so far:
+ *
+ *   - the counts sum to N, so the least count is at most N/m;
+ *   - a counted key's count is at least its true number f and at most
+ *     f + error, with error <= least count <= N/m (its error is the least
+ *     count when it came in, and the least count never decreases);
+ *   - a key with f > N/m is counted: if it were not, the counter it last
+ *     held was taken when the least count was >= its count, yet its count
+ *     was >= f > N/m >= the least count ever is.
+ *
+ * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
+ * by the same top bits of the same hash), each with its own spin lock, so
+ * refusals of keys in different shards never meet, and the lock a refusal
+ * takes is as contended as the shard lock it has just left.  A refusal may
+ * be counted with or without the shard lock (composite decisions count
+ * after unlocking); the sketch's lock is a leaf: nothing else is taken
+ * under it.  Per sketch, allocated when the sketch is made and never again:
+ *
+ *   ctr[m]     hash, count, error, stored length (and a truncation bit),
+ *              the counter's place in the heap;
+ *   keys       m * max_key_bytes bytes: the stored key bytes;
+ *   heap[m]    the counters in a binary min-heap by count (the least at
+ *              heap[0]): a count + 1 sifts down, log2(m) steps at most;
+ *   index      2m .. 4m slots (a power of two), linear probing on the hash:
+ *              counter + 1, 0 = empty; removal shifts the run back.
+ *
+ * so a sketch costs 64 + m * (36 + max_key_bytes) + 4 * slots bytes.
+ *
+ * Keys longer than max_key_bytes are kept to their first max_key_bytes
+ * bytes and marked truncated: every key with the same first bytes is
+ * counted as one (it is the prefix that is reported).  Such a prefix is
+ * hashed apart (SipHash of the prefix), so it has one sketch whatever the
+ * shard of each full key, and a truncated prefix never merges with an
+ * untruncated key of the same bytes.
+ *
+ * Merged on read.  Every key (or prefix) is in exactly one sketch, so the
+ * top keys of the table are the top of the union, and each entry's bound
+ * is its sketch's: count - error <= f <= count, error <= N_s/m where N_s
+ * is the refusals counted by that sketch, N_s <= N.  Hence for the table:
+ * each count exceeds the truth by at most N/m, and every key refused more
+ * than N/m times is reported (when `max` is large enough to reach it).
+ */
+#include "internal.h"
+#include "spin.h"
+#include "topk.h"
+
+#include <stdalign.h>
+#include <string.h>
+
+#define TRUNC_BIT 0x80000000u
+#define TRUNC_MIX 0x9e3779b97f4a7c15ULL
+
+typedef struct ctr {
+    uint64_t hash;
+    uint64_t count;
+    uint64_t err;
+    uint32_t len; /* stored bytes | TRUNC_BIT when the key was longer */
+    uint32_t pos; /* place in heap[] */
+} ctr;
+
+typedef struct sketch {
+    alignas(64) sluice__spin mu;
+    uint32_t used;   /* counters taken: ctr[0, used) */
+    uint32_t mask;   /* index slots - 1 */
+    uint64_t total;  /* refusals counted (N_s), saturating */
+    ctr *c;
+    uint32_t *heap;
+    uint32_t *index;
+    unsigned char *keys;
+} sketch;
+
+struct sluice__topk {
+    unsigned bits;  /* 2^bits sketches */
+    uint32_t m;
+    uint32_t maxb;
+    uint64_t seed[2];
+    void *mem;      /* every sketch's arrays, one block */
+    size_t bytes;
+    sketch *s;      /* 2^bits, cache-line aligned */
+};
+
+static size_t slots_for(uint32_t m)
+{
+    size_t n = 1;
+    while (n < (size_t)m * 2) n <<= 1;
+    return n;
+}
+
+sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_key_bytes,
+                               const uint64_t seed[2])
+{
+    if (counters < 1 || counters > SLUICE_TOP_COUNTERS_MAX || max_key_bytes < 1 ||
+        max_key_bytes > SLUICE_TOP_KEY_MAX || shard_bits > 16)
+        return NULL;
+    sluice__topk *k = sluice__calloc(1, sizeof *k);
+    if (!k) return NULL;
+    size_t ns = (size_t)1 << shard_bits, m = counters, slots = slots_for((uint32_t)m);
+    /* per sketch: ctr (8-aligned), heap, index, keys -- all sizes below
+     * 2^30, so no sum can overflow */
+    size_t per = m * sizeof(ctr) + m * sizeof(uint32_t) + slots * sizeof(uint32_t) + m * max_key_bytes;
+    per = (per + 7) & ~(size_t)7;
+    k->bits = shard_bits;
+    k->m = (uint32_t)m;
+    k->maxb = (uint32_t)max_key_bytes;
+    k->seed[0] = seed[0];
+    k->seed[1] = seed[1];
+    k->s = sluice__calloc64(ns * sizeof(sketch));
+    k->mem = sluice__calloc(ns, per);
+    if (!k->s || !k->mem) {
+        sluice__topk_free(k);
+        return NULL;
+    }
+    k->bytes = sizeof *k + ns * sizeof(sketch) + ns * per;
+    unsigned char *p = k->mem;
+    for (size_t i = 0; i < ns; i++, p += per) {
+        sketch *s = &k->s[i];
+        s->mask = (uint32_t)(slots - 1);
+        s->c = (ctr *)(void *)p;
+        s->heap = (uint32_t *)(void *)(p + m * sizeof(ctr));
+        s->index = s->heap + m;
+        s->keys = (unsigned char *)(s->index + slots);
+    }
+    return k;
+}
+
+void sluice__topk_free(sluice__topk *k)
+{
+    if (!k) return;
+    sluice__free64(k->s);
+    sluice__free(k->mem);
+    sluice__free(k);
+}
+
+size_t sluice__topk_bytes(const sluice__topk *k) { return k->bytes; }
+
+/* ---- one sketch ---------------------------------------------------------- */
+
+static inline unsigned char *key_of(const sluice__topk *k, const sketch *s, uint32_t i)
+{
+    return s->keys + (size_t)i * k->maxb;
+}
+
+static void heap_swap(sketch *s, uint32_t a, uint32_t b)
+{
+    uint32_t x = s->heap[a], y = s->heap[b];
+    s->heap[a] = y;
+    s->heap[b] = x;
+    s->c[y].pos = a;
+    s->c[x].pos = b;
+}
+
+/* Move the counter at heap place i down until no child counts less. */
+static void sift_down(sketch *s, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, least = i;
+        if (l < s->used && s->c[s->heap[l]].count < s->c[s->heap[least]].count) least = l;
+        if (r < s->used && s->c[s->heap[r]].count < s->c[s->heap[least]].count) least = r;
+        if (least == i) return;
+        heap_swap(s, i, least);
+        i = least;
+    }
+}
+
+static void sift_up(sketch *s, uint32_t i)
+{
+    while (i > 0) {
+        uint32_t up = (i - 1) / 2;
+        if (s->c[s->heap[up]].count <= s->c[s->heap[i]].count) return;
+        heap_swap(s, i, up);
+        i = up;
+    }
+}
+
+/* The counter holding (h, key, len), or UINT32_MAX. */
+static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const void *key,
+                       uint32_t len)
+{
+    uint32_t stored = len & ~TRUNC_BIT;
+    for (uint32_t j = (uint32_t)h & s->mask;; j = (j + 1) & s->mask) {
+        uint32_t v = s->index[j];
+        if (v == 0) return UINT32_MAX;
+        const ctr *c = &s->c[v - 1];
+        if (c->hash == h && c->len == len && memcmp(key_of(k, s, v - 1), key, stored) == 0)
+            return v - 1;
+    }
+}
+
+static void index_add(sketch *s, uint32_t i)
+{
+    uint32_t j = (uint32_t)s->c[i].hash & s->mask;
+    while (s->index[j]) j = (j + 1) & s->mask;
+    s->index[j] = i + 1;
+}
+
+/* Remove counter i from the index, shifting back the entries of the run
+ * after it that probed past its slot (linear probing needs no tombstone). */
+static void index_remove(sketch *s, uint32_t i)
+{
+    uint32_t hole = (uint32_t)s->c[i].hash & s->mask;
+    while (s->index[hole] != i + 1) hole = (hole + 1) & s->mask;
+    for (uint32_t j = (hole + 1) & s->mask; s->index[j]; j = (j + 1) & s->mask) {
+        uint32_t home = (uint32_t)s->c[s->index[j] - 1].hash & s->mask;
+        /* the entry at j may fill the hole unless its home lies cyclically
+         * in (hole, j] */
+        bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (stays) continue;
+        s->index[hole] = s->index[j];
+        hole = j;
+    }
+    s->index[hole] = 0;
+}
+
+static inline uint64_t inc_sat(uint64_t v) { return v == UINT64_MAX ? v : v + 1; }
+
+static void note_one(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len)
+{
+    uint32_t stored = len & ~TRUNC_BIT;
+    s->total = inc_sat(s->total);
+    uint32_t i = lookup(k, s, h, key, len);
+    if (i != UINT32_MAX) {
+        s->c[i].count = inc_sat(s->c[i].count);
+        sift_down(s, s->c[i].pos);
+        return;
+    }
+    uint64_t count = 1, err = 0;
+    if (s->used < k->m) {
+        i = s->used++;
+        s->heap[i] = i;
+        s->c[i].pos = i;
+    } else { /* take the least counter */
+        i = s->heap[0];
+        index_remove(s, i);
+        err = s->c[i].count;
+        count = inc_sat(err);
+    }
+    s->c[i].hash = h;
+    s->c[i].len = len;
+    s->c[i].count = count;
+    s->c[i].err = err;
+    memcpy(key_of(k, s, i), key, stored);
+    index_add(s, i);
+    if (err == 0) sift_up(s, s->c[i].pos); /* a new counter of count 1 */
+    else sift_down(s, s->c[i].pos);
+}
+
+void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t h)
+{
+    uint32_t len = (uint32_t)keylen;
+    if (keylen > k->maxb) { /* the prefix is the key: hashed apart */
+        len = k->maxb | TRUNC_BIT;
+        h = sluice__siphash13(k->seed, key, k->maxb) ^ TRUNC_MIX;
+    }
+    sketch *s = &k->s[k->bits ? h >> (64 - k->bits) : 0];
+    sluice__spin_lock(&s->mu);
+    note_one(k, s, h, key, len);
+    sluice__spin_unlock(&s->mu);
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+/* Whether a ranks before b: more refusals, then key bytes, then shorter,
+ * then untruncated. */
+static bool before(uint64_t ca, const unsigned char *ka, size_t la, bool ta,
+                   const sluice_top_entry *b)
+{
+    if (ca != b->count) return ca > b->count;
+    size_t n = la < b->keylen ? la : b->keylen;
+    int c = n ? memcmp(ka, b->key, n) : 0;
+    if (c) return c < 0;
+    if (la != b->keylen) return la < b->keylen;
+    return !ta && b->truncated;
+}
+
+void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max, size_t *n)
+{
+    size_t have = 0;
+    for (size_t si = 0; si < ((size_t)1 << k->bits); si++) {
+        sketch *s = &k->s[si];
+        sluice__spin_lock(&s->mu);
+        for (uint32_t i = 0; i < s->used; i++) {
+            const ctr *c = &s->c[i];
+            const unsigned char *key = key_of(k, s, i);
+            size_t len = c->len & ~TRUNC_BIT;
+            bool trunc = (c->len & TRUNC_BIT) != 0;
+            /* the place among the `have` kept, sorted; past max: not kept */
+            size_t at = have;
+            while (at > 0 && before(c->count, key, len, trunc, &out[at - 1])) at--;
+            if (at >= max) continue;
+            size_t last = have < max ? have : max - 1;
+            memmove(&out[at + 1], &out[at], (last - at) * sizeof *out);
+            sluice_top_entry *e = &out[at];
+            e->count = c->count;
+            e->error = c->err;
+            e->keylen = len;
+            e->truncated = trunc;
+            memcpy(e->key, key, len);
+            if (have < max) have++;
+        }
+        sluice__spin_unlock(&s->mu);
+    }
+    *n = have;
+}
+
+uint64_t sluice__topk_total(sluice__topk *k)
+{
+    uint64_t sum = 0;
+    for (size_t si = 0; si < ((size_t)1 << k->bits); si++) {
+        sketch *s = &k->s[si];
+        sluice__spin_lock(&s->mu);
+        sum = s->total > UINT64_MAX - sum ? UINT64_MAX : sum + s->total;
+        sluice__spin_unlock(&s->mu);
+    }
+    return sum;
+}

@@ -1,0 +1,36 @@
+/* topk.h -- the sketch of the keys a table refuses most (topk.c): Space-
+ * Saving heavy hitters, one sketch per table shard, each under a spin lock
+ * of its own. */
+#ifndef SLUICE_TOPK_H
+#define SLUICE_TOPK_H
+
+#include "internal.h"
+
+typedef struct sluice__topk sluice__topk;
+
+/* Make the sketches of a table of 2^shard_bits shards: `counters` counters
+ * each (1 .. SLUICE_TOP_COUNTERS_MAX), keys kept to their first
+ * `max_key_bytes` bytes (1 .. SLUICE_TOP_KEY_MAX); `seed` is the table's
+ * hash seed (copied).  All the memory it will ever use is allocated here.
+ * Returns NULL when memory runs out. */
+SLUICE__INTERNAL sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters,
+                                                size_t max_key_bytes, const uint64_t seed[2]);
+/* NULL is a no-op.  No other call may be using k. */
+SLUICE__INTERNAL void sluice__topk_free(sluice__topk *k);
+
+/* Count one refusal of `key` (keylen bytes; key not NULL), whose table hash
+ * (SipHash-1-3 under the table's seed) is h.  Never allocates.  Thread-safe. */
+SLUICE__INTERNAL void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen,
+                                        uint64_t h);
+
+/* The `max` keys counted most, most first (ties by key bytes), into out;
+ * *n receives how many.  Thread-safe. */
+SLUICE__INTERNAL void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max,
+                                        size_t *n);
+
+/* Refusals counted in all (N, saturating), and the bytes the sketches hold
+ * (for the tests). */
+SLUICE__INTERNAL uint64_t sluice__topk_total(sluice__topk *k);
+SLUICE__INTERNAL size_t sluice__topk_bytes(const sluice__topk *k);
+
+#endif /* SLUICE_TOPK_H */
