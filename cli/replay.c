@@ -23,6 +23,11 @@
  * costs no work; after the replay the table is put in a sluice_metrics
  * registry under its canonical spec and the exposition written to FILE
  * (docs/metrics.md).
+ *
+ * --top N: each table gets a sketch of the keys refused most before the
+ * first decision (sluice_table_set_top: 4N counters a shard, at least 64,
+ * keys kept to 128 bytes); after the replay the N keys refused most are
+ * printed to stderr, after --stats, so stdout stays the decisions CSV.
  */
 #include "cli.h"
 
@@ -36,7 +41,8 @@
 
 static const char replay_usage[] =
     "usage: sluice replay --limit 'SPEC' [--limit 'SPEC' ...] [--max-keys N]\n"
-    "                     [--evict-lru] [--stats] [--metrics FILE] < TRACE > DECISIONS\n"
+    "                     [--evict-lru] [--stats] [--metrics FILE] [--top N]\n"
+    "                     < TRACE > DECISIONS\n"
     "\n"
     "Decides every request of TRACE, in file order, with one limiter per key built\n"
     "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
@@ -76,7 +82,16 @@ static const char replay_usage[] =
     "                  to FILE in the Prometheus text format (0.0.4): requests\n"
     "                  and permits by decision, probes, keys held, reclaimed,\n"
     "                  evicted and refused (docs/metrics.md); the `limit` label\n"
-    "                  is the canonical form of SPEC\n"
+    "                  is the canonical form of SPEC; with --top, the keys\n"
+    "                  refused most are there too\n"
+    "  --top N         after the replay, print to stderr the N keys (1 .. 1000)\n"
+    "                  refused most, per limit, most first, one a line:\n"
+    "                    [limit=K ]top=RANK count=C error=E key=KEY\n"
+    "                  C is estimated (a heavy-hitters sketch): at least the true\n"
+    "                  refusals, at most C + E; KEY is the key's bytes with\n"
+    "                  backslash doubled and any byte outside printable ASCII\n"
+    "                  written \\xNN; a key longer than 128 bytes counts as its\n"
+    "                  first 128, followed by \\...  (README.md)\n"
     "\n"
     "Exit status: 0 on success; 2 on a bad SPEC, a bad option, a --metrics FILE\n"
     "that cannot be opened for writing, or a malformed line (one line on stderr\n"
@@ -231,6 +246,35 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
+/* --top: the n keys each table refused most, to stderr.  Returns 0, or 1
+ * after a message. */
+static int print_top(sluice_table *const *tables, size_t ntab, size_t n)
+{
+    sluice_top_entry *top = malloc(n * sizeof *top);
+    if (!top) {
+        fprintf(stderr, "sluice replay: out of memory\n");
+        return 1;
+    }
+    for (size_t k = 0; k < ntab; k++) {
+        size_t got = 0;
+        if (sluice_table_top_refused(tables[k], top, n, &got) != 0) got = 0;
+        for (size_t i = 0; i < got; i++) {
+            if (ntab > 1) fprintf(stderr, "limit=%zu ", k + 1);
+            fprintf(stderr, "top=%zu count=%llu error=%llu key=", i + 1,
+                    (unsigned long long)top[i].count, (unsigned long long)top[i].error);
+            for (size_t j = 0; j < top[i].keylen; j++) {
+                unsigned char b = top[i].key[j];
+                if (b == '\\') fputs("\\\\", stderr);
+                else if (b >= 0x20 && b < 0x7F) fputc(b, stderr);
+                else fprintf(stderr, "\\x%02x", b);
+            }
+            fputs(top[i].truncated ? "\\...\n" : "\n", stderr);
+        }
+    }
+    free(top);
+    return 0;
+}
+
 /* The metrics of the replay: one series set per limit, the `limit` label
  * being the canonical form of its spec (suffixed with " #N", N its position
  * from 1, if an earlier limit has the same form).  Returns 0, or 1 after a
@@ -291,6 +335,7 @@ int sluice_cli_replay(int argc, char **argv)
     bool stats = false;
     unsigned flags = 0;
     const char *metrics_path = NULL;
+    uint64_t top = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -314,6 +359,12 @@ int sluice_cli_replay(int argc, char **argv)
             metrics_path = argv[++i];
         } else if (strncmp(a, "--metrics=", 10) == 0) {
             metrics_path = a + 10;
+        } else if ((strcmp(a, "--top") == 0 && i + 1 < argc) || strncmp(a, "--top=", 6) == 0) {
+            const char *v = a[5] == '=' ? a + 6 : argv[++i];
+            if (!parse_dec(v, strlen(v), 1000, &top) || top == 0) {
+                fprintf(stderr, "sluice replay: bad --top \"%s\": expected 1 .. 1000\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--evict-lru") == 0) {
             flags |= SLUICE_TABLE_EVICT_LRU;
         } else {
@@ -349,6 +400,12 @@ int sluice_cli_replay(int argc, char **argv)
             else fprintf(stderr, "sluice replay: bad --limit \"%s\": %s\n", specs[k], err);
             while (k-- > 0) sluice_table_free(tabs[k]);
             return 2;
+        }
+        int trc = top ? sluice_table_set_top(tabs[k], top * 4 < 64 ? 64 : (size_t)top * 4, 128) : 0;
+        if (trc != 0) {
+            fprintf(stderr, "sluice replay: --top: %s\n", sluice_strerror(trc));
+            for (size_t j = 0; j <= k; j++) sluice_table_free(tabs[j]);
+            return 1;
         }
     }
     sluice_table *t = tabs[0];
@@ -461,6 +518,7 @@ int sluice_cli_replay(int argc, char **argv)
                 (unsigned long long)st.decisions.permits_denied,
                 (unsigned long long)st.decisions.probes);
     }
+    if (rc == 0 && top) rc = print_top(tabs, nspec, (size_t)top);
     if (metrics_file) {
         int mrc = rc == 0 ? write_metrics(metrics_file, metrics_path, tabs, specs, nspec) : 0;
         if (fclose(metrics_file) != 0 && mrc == 0 && rc == 0) {
