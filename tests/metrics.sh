@@ -14,6 +14,14 @@
 #    evicted and refused equal what --stats prints;
 #  - with two --limit flags (when the CLI takes several), one series set
 #    per limit, each counting every request of the trace once;
+#  - --top N: keys that need escaping (double quote, backslash, a byte
+#    that is not UTF-8, a tab, UTF-8, a key longer than the sketch keeps)
+#    pass promtool; each key label is the key as docs/metrics.md says
+#    (backslash doubled, \xNN for bytes that are not printable UTF-8, \...
+#    after a truncated key), rebuilt here from the rule; every exposed count
+#    is within its error of the refusals in the decisions CSV; the top N
+#    lines on stderr are exact (fewer keys than counters); stdout is the
+#    same CSV as without --top; --top 0, x or 1001: exit status 2;
 #  - a FILE that cannot be opened: exit status 2, the file named on stderr,
 #    nothing on stdout; --metrics without FILE: exit status 2.
 #
@@ -214,6 +222,112 @@ else
     bad "two limits" "replay failed: $(head -c 300 "$tmp/err")"
 fi
 
+# ---- the keys refused most ------------------------------------------------------
+
+# keys: plain, a double quote, a backslash, byte 0xff, a tab, UTF-8, and
+# 200 bytes (kept to 128); rates so every one is refused some
+awk 'BEGIN {
+    srand(17); print "time_ns,key,permits"
+    long = ""; for (i = 0; i < 200; i++) long = long "L"
+    k[0] = "hot"; k[1] = "q\"uote"; k[2] = "back\\slash"; k[3] = "bad\377byte"
+    k[4] = "tab\there"; k[5] = "\303\251t\303\251"; k[6] = long; k[7] = "cold"
+    t = 0
+    for (i = 0; i < 4000; i++) {
+        t += 250000; r = rand()
+        j = r < 0.35 ? 0 : r < 0.5 ? 1 : r < 0.6 ? 2 : r < 0.7 ? 3 : r < 0.78 ? 4 : r < 0.86 ? 5 : r < 0.94 ? 6 : 7
+        printf "%d,%s,1\n", t, k[j]
+    }
+}' >"$tmp/ktrace"
+if "$bin" replay --limit "token-bucket 20/s burst=4" --top 5 --metrics "$tmp/k.prom" \
+    <"$tmp/ktrace" >"$tmp/kout" 2>"$tmp/kerr" &&
+    "$bin" replay --limit "token-bucket 20/s burst=4" <"$tmp/ktrace" >"$tmp/kout0" 2>/dev/null; then
+    if ! promtool check metrics <"$tmp/k.prom" >"$tmp/lint" 2>&1 || [ -s "$tmp/lint" ]; then
+        bad "--top: promtool check metrics" "$(head -c 600 "$tmp/lint")"
+    else
+        ok "--top: promtool check metrics (keys that need escaping)"
+    fi
+    if cmp -s "$tmp/kout" "$tmp/kout0"; then
+        ok "--top: stdout the same CSV"
+    else
+        bad "--top: stdout" "differs from a run without --top"
+    fi
+    if "$py" - "$tmp/k.prom" "$tmp/kout" "$tmp/kerr" >"$tmp/py" 2>&1 <<'EOF'; then
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+
+def label_of(key, keep=128):
+    """the key label docs/metrics.md defines, written here from the rule"""
+    out, b, i = [], key[:keep], 0
+    while i < len(b):
+        c = b[i]
+        n = 1 if c < 0x80 else 2 if 0xC2 <= c <= 0xDF else 3 if 0xE0 <= c <= 0xEF else 4 if 0xF0 <= c <= 0xF4 else 0
+        try:
+            ch = b[i:i + n].decode("utf-8") if n else None
+        except UnicodeDecodeError:
+            ch = None
+        if ch is None or c < 0x20 or c == 0x7F:
+            out.append("\\x%02x" % c)
+            i += 1
+        elif ch == "\\":
+            out.append("\\\\")
+            i += 1
+        else:
+            out.append(ch)
+            i += n
+    return "".join(out) + ("\\..." if len(key) > keep else "")
+
+def cli_of(key, keep=128):
+    s = "".join("\\\\" if c == 0x5C else chr(c) if 0x20 <= c < 0x7F else "\\x%02x" % c
+                for c in key[:keep])
+    return s + ("\\..." if len(key) > keep else "")
+
+prom, decisions, err = sys.argv[1:4]
+refused = {}
+with open(decisions, "rb") as f:
+    next(f)
+    for line in f:
+        t, key, p, allowed = line.rstrip(b"\n").split(b",")[:4]
+        if allowed == b"0":
+            refused[key] = refused.get(key, 0) + 1
+want = {label_of(k): v for k, v in refused.items()}
+got, errs = {}, {}
+for fam in text_string_to_metric_families(open(prom, encoding="utf-8").read()):
+    for s in fam.samples:
+        if s.name == "sluice_table_refused_key_requests":
+            got[s.labels["key"]] = s.value
+        elif s.name == "sluice_table_refused_key_error":
+            errs[s.labels["key"]] = s.value
+if len(want) != 8 or len(got) != 8:
+    sys.exit("keys refused: %d in the CSV, %d exposed" % (len(want), len(got)))
+for k, v in want.items():
+    if k not in got:
+        sys.exit("key label %r not exposed (have %r)" % (k, sorted(got)))
+    if not (got[k] - errs[k] <= v <= got[k]):
+        sys.exit("%r: exposed %d (error %d), refused %d" % (k, got[k], errs[k], v))
+top = sorted(refused.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+lines = open(err, "rb").read().decode("ascii").splitlines()
+exp = ["top=%d count=%d error=0 key=%s" % (i + 1, v, cli_of(k)) for i, (k, v) in enumerate(top)]
+if lines != exp:
+    sys.exit("stderr:\n%s\nexpected:\n%s" % ("\n".join(lines), "\n".join(exp)))
+print("%d keys, top %s" % (len(want), [v for k, v in top]))
+EOF
+        ok "--top: key labels and counts ($(cat "$tmp/py"))"
+    else
+        bad "--top: values" "$(tail -n 4 "$tmp/py")"
+    fi
+else
+    bad "--top" "replay failed: $(head -c 300 "$tmp/kerr")"
+fi
+for v in 0 x 1001; do
+    "$bin" replay --limit "fixed-window 1/s" --top "$v" <"$tmp/ktrace" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -qF -- "--top" "$tmp/err" && [ ! -s "$tmp/out" ]; then
+        ok "--top $v: exit 2"
+    else
+        bad "--top $v" "exit $rc, stderr: $(head -c 200 "$tmp/err")"
+    fi
+done
+
 # ---- errors -------------------------------------------------------------------
 
 trace 5 10 >"$tmp/trace"
@@ -236,6 +350,11 @@ if "$bin" replay --help | grep -qF -- "--metrics FILE"; then
     ok "replay --help documents --metrics"
 else
     bad "replay --help" "no --metrics FILE"
+fi
+if "$bin" replay --help | grep -qF -- "--top N"; then
+    ok "replay --help documents --top"
+else
+    bad "replay --help" "no --top N"
 fi
 
 echo "$pass passed, $fail failed"
