@@ -59,6 +59,9 @@
  *    and its slowest stretch of 10^5 flood keys.  The flood runs first, so
  *    that ru_maxrss is its own.
  *
+ * 4. --refusals, alone: the cost of a refusal by the algorithm with and
+ *    without the sketch of the keys refused most (bt_refusals below).
+ *
  * It ends with one table of the issue's targets, met or missed.  Targets
  * are for reading (timings depend on the machine); the exit status is 1 only
  * when a check of correctness fails: a changed decision, more keys held than
@@ -712,11 +715,111 @@ static int bt_parse_sizes(const char *s, bt_opts *o)
     return o->nsizes ? 0 : -1;
 }
 
+/* ---- --refusals: the cost of a refusal, with and without the sketch ----- */
+
+/* Tables of N keys under "fixed-window 1/h", each key filled with its one
+ * permit, so that every later request is refused by the algorithm (the
+ * refusal path the sketch adds to).  Two tables per N, one with a sketch of
+ * the keys refused most (sluice_table_set_top(t, 64, 16): the 16-byte keys
+ * whole), one without; 1 and 2 threads, each its own uniform key sequence
+ * over the N keys (N = 1: both threads refuse one hot key).  The runs of
+ * the two tables alternate; medians of --runs repetitions (after one warm-up)
+ * of --iters refusals per thread. */
+static int bt_refusals(const bt_opts *o)
+{
+    static const uint64_t sizes[] = {1, 1000, 1000000};
+    printf("bench_table --refusals: spec \"fixed-window 1/h\", every key holding its one "
+           "permit,\n16-byte keys, uniform; %" PRIu64 " runs x %" PRIu64
+           " refusals per thread; median ns per refusal\n\n", o->runs, o->iters);
+    printf("%-5s %3s %12s %8s %12s %8s %9s\n", "keys", "thr", "off ns", "(cpu)", "sketch ns",
+           "(cpu)", "on/off");
+    int status = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        uint64_t n = sizes[si];
+        char err[256], nb[32];
+        sluice_table *t[2];
+        for (int on = 0; on < 2; on++) {
+            t[on] = sluice_table_new("fixed-window 1/h", (size_t)n, err, sizeof err);
+            if (!t[on] || (on && sluice_table_set_top(t[on], 64, 16) != 0)) {
+                fprintf(stderr, "bench_table: --refusals: %s\n", t[on] ? "set_top" : err);
+                return 1;
+            }
+            for (uint64_t r = 0; r < n; r++) {
+                bt_key k = bt_key_of(r);
+                if (!sluice_table_try_acquire_at(t[on], &k, sizeof k, 1, BT_T0_NS, NULL)) {
+                    fprintf(stderr, "bench_table: --refusals: a key was not admitted\n");
+                    return 1;
+                }
+            }
+        }
+        bt_key *keys[BT_MAX_THREADS];
+        for (int th = 0; th < BT_MAX_THREADS; th++) {
+            keys[th] = bt_xmalloc(o->iters * sizeof *keys[th]);
+            uint64_t rng = 0xfeed0000u + (uint64_t)th * 7919u + n;
+            for (uint64_t i = 0; i < o->iters; i++) keys[th][i] = bt_key_of(bt_below(&rng, n));
+        }
+        for (int nt = 1; nt <= BT_MAX_THREADS; nt++) {
+            double *v[4];
+            for (int q = 0; q < 4; q++) v[q] = bt_xmalloc(o->runs * sizeof(double));
+            uint64_t now = BT_T0_NS + 1;
+            for (uint64_t r = 0; r <= o->runs; r++) {
+                for (int on = 0; on < 2; on++) {
+                    bt_job jobs[BT_MAX_THREADS];
+                    pthread_t tids[BT_MAX_THREADS];
+                    pthread_barrier_t bar;
+                    for (int th = 0; th < nt; th++)
+                        jobs[th] = (bt_job){.t = t[on], .keys = keys[th], .n = (size_t)o->iters,
+                                            .now = now, .start = nt > 1 ? &bar : NULL};
+                    if (nt == 1) {
+                        bt_job_main(&jobs[0]);
+                    } else {
+                        pthread_barrier_init(&bar, NULL, (unsigned)nt);
+                        for (int th = 0; th < nt; th++)
+                            if (pthread_create(&tids[th], NULL, bt_job_main, &jobs[th]) != 0) {
+                                fprintf(stderr, "bench_table: pthread_create failed\n");
+                                exit(1);
+                            }
+                        for (int th = 0; th < nt; th++) pthread_join(tids[th], NULL);
+                        pthread_barrier_destroy(&bar);
+                    }
+                    double ns = 0, cpu = 0;
+                    for (int th = 0; th < nt; th++) {
+                        if (jobs[th].result != 0) status = 1; /* all must be refused */
+                        ns += (double)(jobs[th].t_end - jobs[th].t_begin) / (double)o->iters;
+                        cpu += (double)(jobs[th].cpu_end - jobs[th].cpu_begin) / (double)o->iters;
+                    }
+                    if (r > 0) {
+                        v[on * 2][r - 1] = ns / nt;
+                        v[on * 2 + 1][r - 1] = cpu / nt;
+                    }
+                }
+                now += o->iters * BT_STEP_NS;
+            }
+            double med[4];
+            for (int q = 0; q < 4; q++) med[q] = bt_median(v[q], (size_t)o->runs);
+            printf("%-5s %3d %12.1f %8.1f %12.1f %8.1f %8.2fx\n", bt_count(n, nb, sizeof nb), nt,
+                   med[0], med[1], med[2], med[3], med[0] > 0 ? med[2] / med[0] : 0.0);
+            for (int q = 0; q < 4; q++) free(v[q]);
+        }
+        sluice_top_entry top[1];
+        size_t got = 0;
+        sluice_table_top_refused(t[1], top, 1, &got);
+        if (got != 1 || top[0].count == 0) status = 1; /* the sketch did count */
+        for (int th = 0; th < BT_MAX_THREADS; th++) free(keys[th]);
+        sluice_table_free(t[0]);
+        sluice_table_free(t[1]);
+    }
+    printf("\n2 threads: ns per refusal per thread.  on/off: sketch / no sketch (wall).\n"
+           "exit status %d\n", status);
+    return status;
+}
+
 static void bt_usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_table [--quick] [--runs N] [--iters N] [--keys N,N,...]\n"
             "                   [--flood N] [--flood-keys N] [--spec SPEC]\n"
+            "       bench_table --refusals [--runs N] [--iters N]\n"
             "  --runs N     repetitions of each measurement (default 7)\n"
             "  --iters N    decisions per repetition and thread (default 2000000)\n"
             "  --flood N    unique keys of the flood (default 100000000; 0: no flood)\n"
@@ -724,6 +827,8 @@ static void bt_usage(FILE *out)
             "               (default 1000000)\n"
             "  --keys LIST  live key counts (default 1000,1000000,10000000)\n"
             "  --spec S     the tables' spec (default \"" BT_DEFAULT_SPEC "\")\n"
+            "  --refusals   only the cost of a refusal with and without the sketch\n"
+            "               of the keys refused most (sluice_table_set_top)\n"
             "  --quick      a smoke run of every part: --runs 3 --iters 200000\n"
             "               --keys 1000,1000000 --flood 3000000 --flood-keys 100000\n"
             "Prints the median ns per decision at each key count, uniform and\n"
@@ -740,6 +845,7 @@ int main(int argc, char **argv)
     bt_opts o = {.runs = 7, .iters = 2000000, .flood = 100000000, .flood_keys = 1000000,
                  .sizes = {1000, 1000000, 10000000}, .nsizes = 3,
                  .spec = BT_DEFAULT_SPEC};
+    bool refusals = false;
     bool quick = false, runs_set = false, iters_set = false, flood_set = false,
          keys_set = false, flood_keys_set = false;
     for (int i = 1; i < argc; i++) {
@@ -750,6 +856,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--quick") == 0) {
             quick = true;
+        } else if (strcmp(a, "--refusals") == 0) {
+            refusals = true;
         } else if (strcmp(a, "--runs") == 0) {
             if (bt_parse_u64(a, v, 1, 1000, &o.runs) != 0)
                 return 2;
@@ -802,6 +910,7 @@ int main(int argc, char **argv)
             o.nsizes = 2;
         }
     }
+    if (refusals) return bt_refusals(&o);
     bt_page = sysconf(_SC_PAGESIZE);
     if (bt_page <= 0)
         bt_page = 4096;
