@@ -25,14 +25,24 @@
  * under it.  Per sketch, allocated when the sketch is made and never again:
  *
  *   ctr[m]     hash, count, error, stored length (and a truncation bit),
- *              the counter's place in the heap;
+ *              the counter's place in ord[] and its run;
  *   keys       m * max_key_bytes bytes: the stored key bytes;
- *   heap[m]    the counters in a binary min-heap by count (the least at
- *              heap[0]): a count + 1 sifts down, log2(m) steps at most;
+ *   ord[m]     the counters sorted by count, least first, in runs of equal
+ *              counts (the Stream-Summary of the paper, as an array);
+ *   end[m]     per run (a pool of m, with a free stack free[m]): the place
+ *              in ord[] of its last counter;
  *   index      2m .. 4m slots (a power of two), linear probing on the hash:
  *              counter + 1, 0 = empty; removal shifts the run back.
  *
- * so a sketch costs 64 + m * (36 + max_key_bytes) + 4 * slots bytes.
+ * so a sketch costs 64 + m * (52 + max_key_bytes) + 4 * slots bytes.
+ *
+ * Every step is O(1), with no search: counts only ever grow by 1, so a
+ * counter of count c that grows swaps places with the last counter of its
+ * run (ord[end]) and, now last of the c's, becomes the first of the c + 1's
+ * (joining that run when the next counter has c + 1, else starting one).
+ * The counters start at count 0 in one run, unkeyed: "take a free counter"
+ * and "take the least counter" are then one step -- take the last counter
+ * of the first run (a count of 0 was free: error 0) and grow it.
  *
  * Keys longer than max_key_bytes are kept to their first max_key_bytes
  * bytes and marked truncated: every key with the same first bytes is
@@ -60,19 +70,23 @@
 
 typedef struct ctr {
     uint64_t hash;
-    uint64_t count;
+    uint64_t count; /* 0: free (no key, not in the index) */
     uint64_t err;
-    uint32_t len; /* stored bytes | TRUNC_BIT when the key was longer */
-    uint32_t pos; /* place in heap[] */
+    uint32_t len;   /* stored bytes | TRUNC_BIT when the key was longer */
+    uint32_t pos;   /* place in ord[] */
+    uint32_t run;   /* its run: end[run] is the run's last place in ord[] */
+    uint32_t pad;
 } ctr;
 
 typedef struct sketch {
     alignas(64) sluice__spin mu;
-    uint32_t used;   /* counters taken: ctr[0, used) */
+    uint32_t nfree;  /* runs on the free stack */
     uint32_t mask;   /* index slots - 1 */
     uint64_t total;  /* refusals counted (N_s), saturating */
     ctr *c;
-    uint32_t *heap;
+    uint32_t *ord;
+    uint32_t *end;
+    uint32_t *free;
     uint32_t *index;
     unsigned char *keys;
 } sketch;
@@ -103,9 +117,10 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
     sluice__topk *k = sluice__calloc(1, sizeof *k);
     if (!k) return NULL;
     size_t ns = (size_t)1 << shard_bits, m = counters, slots = slots_for((uint32_t)m);
-    /* per sketch: ctr (8-aligned), heap, index, keys -- all sizes below
+    /* per sketch: ctr (8-aligned), ord, end, free, index, keys -- all sizes below
      * 2^30, so no sum can overflow */
-    size_t per = m * sizeof(ctr) + m * sizeof(uint32_t) + slots * sizeof(uint32_t) + m * max_key_bytes;
+    size_t per = m * sizeof(ctr) + 3 * m * sizeof(uint32_t) + slots * sizeof(uint32_t) +
+                 m * max_key_bytes;
     per = (per + 7) & ~(size_t)7;
     k->bits = shard_bits;
     k->m = (uint32_t)m;
@@ -124,9 +139,20 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         sketch *s = &k->s[i];
         s->mask = (uint32_t)(slots - 1);
         s->c = (ctr *)(void *)p;
-        s->heap = (uint32_t *)(void *)(p + m * sizeof(ctr));
-        s->index = s->heap + m;
+        s->ord = (uint32_t *)(void *)(p + m * sizeof(ctr));
+        s->end = s->ord + m;
+        s->free = s->end + m;
+        s->index = s->free + m;
         s->keys = (unsigned char *)(s->index + slots);
+        /* every counter free, count 0, in run 0; runs 1 .. m-1 free */
+        for (uint32_t c = 0; c < m; c++) {
+            s->ord[c] = c;
+            s->c[c].pos = c;
+            s->c[c].run = 0;
+        }
+        s->end[0] = (uint32_t)m - 1;
+        s->nfree = (uint32_t)m - 1;
+        for (uint32_t r = 1; r < m; r++) s->free[r - 1] = r;
     }
     return k;
 }
@@ -148,35 +174,25 @@ static inline unsigned char *key_of(const sluice__topk *k, const sketch *s, uint
     return s->keys + (size_t)i * k->maxb;
 }
 
-static void heap_swap(sketch *s, uint32_t a, uint32_t b)
+/* Counter i (of count c, c < UINT64_MAX) grows to c + 1: it swaps places
+ * with the last of its run, leaves that run (freed when empty) and joins
+ * the run of c + 1 that follows, or starts one. */
+static void grow(const sluice__topk *k, sketch *s, uint32_t i)
 {
-    uint32_t x = s->heap[a], y = s->heap[b];
-    s->heap[a] = y;
-    s->heap[b] = x;
-    s->c[y].pos = a;
-    s->c[x].pos = b;
-}
-
-/* Move the counter at heap place i down until no child counts less. */
-static void sift_down(sketch *s, uint32_t i)
-{
-    for (;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, least = i;
-        if (l < s->used && s->c[s->heap[l]].count < s->c[s->heap[least]].count) least = l;
-        if (r < s->used && s->c[s->heap[r]].count < s->c[s->heap[least]].count) least = r;
-        if (least == i) return;
-        heap_swap(s, i, least);
-        i = least;
-    }
-}
-
-static void sift_up(sketch *s, uint32_t i)
-{
-    while (i > 0) {
-        uint32_t up = (i - 1) / 2;
-        if (s->c[s->heap[up]].count <= s->c[s->heap[i]].count) return;
-        heap_swap(s, i, up);
-        i = up;
+    ctr *a = &s->c[i];
+    uint32_t run = a->run, e = s->end[run], j = s->ord[e];
+    s->ord[a->pos] = j;
+    s->c[j].pos = a->pos;
+    s->ord[e] = i;
+    a->pos = e;
+    if (e == 0 || s->c[s->ord[e - 1]].run != run) s->free[s->nfree++] = run; /* empty */
+    else s->end[run] = e - 1;
+    a->count++;
+    if (e + 1 < k->m && s->c[s->ord[e + 1]].count == a->count) {
+        a->run = s->c[s->ord[e + 1]].run;
+    } else {
+        a->run = s->free[--s->nfree];
+        s->end[a->run] = e;
     }
 }
 
@@ -219,37 +235,21 @@ static void index_remove(sketch *s, uint32_t i)
     s->index[hole] = 0;
 }
 
-static inline uint64_t inc_sat(uint64_t v) { return v == UINT64_MAX ? v : v + 1; }
-
 static void note_one(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len)
 {
-    uint32_t stored = len & ~TRUNC_BIT;
-    s->total = inc_sat(s->total);
+    if (s->total < UINT64_MAX) s->total++;
     uint32_t i = lookup(k, s, h, key, len);
-    if (i != UINT32_MAX) {
-        s->c[i].count = inc_sat(s->c[i].count);
-        sift_down(s, s->c[i].pos);
-        return;
+    if (i == UINT32_MAX) { /* the last counter of the least run: free or the least */
+        i = s->ord[s->end[s->c[s->ord[0]].run]];
+        ctr *c = &s->c[i];
+        if (c->count > 0) index_remove(s, i);
+        c->hash = h;
+        c->len = len;
+        c->err = c->count;
+        memcpy(key_of(k, s, i), key, len & ~TRUNC_BIT);
+        index_add(s, i);
     }
-    uint64_t count = 1, err = 0;
-    if (s->used < k->m) {
-        i = s->used++;
-        s->heap[i] = i;
-        s->c[i].pos = i;
-    } else { /* take the least counter */
-        i = s->heap[0];
-        index_remove(s, i);
-        err = s->c[i].count;
-        count = inc_sat(err);
-    }
-    s->c[i].hash = h;
-    s->c[i].len = len;
-    s->c[i].count = count;
-    s->c[i].err = err;
-    memcpy(key_of(k, s, i), key, stored);
-    index_add(s, i);
-    if (err == 0) sift_up(s, s->c[i].pos); /* a new counter of count 1 */
-    else sift_down(s, s->c[i].pos);
+    if (s->c[i].count < UINT64_MAX) grow(k, s, i); /* saturates: stays put */
 }
 
 void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t h)
@@ -286,8 +286,9 @@ void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max, size_
     for (size_t si = 0; si < ((size_t)1 << k->bits); si++) {
         sketch *s = &k->s[si];
         sluice__spin_lock(&s->mu);
-        for (uint32_t i = 0; i < s->used; i++) {
+        for (uint32_t i = 0; i < k->m; i++) {
             const ctr *c = &s->c[i];
+            if (c->count == 0) continue; /* free */
             const unsigned char *key = key_of(k, s, i);
             size_t len = c->len & ~TRUNC_BIT;
             bool trunc = (c->len & TRUNC_BIT) != 0;
