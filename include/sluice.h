@@ -520,9 +520,10 @@ typedef struct sluice_top_entry {
  * refused composite decision, counts once for its key.
  *
  * All the memory is allocated here, never later: per shard, about
- * 64 + counters * (36 + max_key_bytes) + 8..16 * counters bytes (16 counters
- * of 64-byte keys: under 2 KiB a shard).  A refusal then costs one more
- * short lock (the sketch's own, per shard) and O(log counters) steps.
+ * 64 + counters * (52 + max_key_bytes) + 8..16 * counters bytes (16 counters
+ * of 64-byte keys: about 2 KiB a shard).  A refusal then costs one more
+ * short lock (the sketch's own, per shard) and O(1) steps; admissions
+ * nothing (docs/benchmarks.md has the figures).
  *
  * Error bound (docs/metrics.md): with N refusals counted and m = counters,
  * each reported count exceeds the key's true refusals by at most its
