@@ -520,7 +520,7 @@ typedef struct sluice_top_entry {
  * refused composite decision, counts once for its key.
  *
  * All the memory is allocated here, never later: per shard, about
- * 64 + counters * (52 + max_key_bytes) + 8..16 * counters bytes (16 counters
+ * 64 + counters * (52 + max_key_bytes) + 16..32 * counters bytes (16 counters
  * of 64-byte keys: about 2 KiB a shard).  A refusal then costs one more
  * short lock (the sketch's own, per shard) and O(1) steps; admissions
  * nothing (docs/benchmarks.md has the figures).

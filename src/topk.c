@@ -31,10 +31,12 @@
  *              counts (the Stream-Summary of the paper, as an array);
  *   end[m]     per run (a pool of m, with a free stack free[m]): the place
  *              in ord[] of its last counter;
- *   index      2m .. 4m slots (a power of two), linear probing on the hash:
- *              counter + 1, 0 = empty; removal shifts the run back.
+ *   index      2m .. 4m slots (a power of two) of 8 bytes, linear probing
+ *              on the hash: the hash's low 32 bits and counter + 1, 0 =
+ *              empty (a probe looks at no counter until the 32 bits match);
+ *              removal shifts the run back.
  *
- * so a sketch costs 64 + m * (52 + max_key_bytes) + 4 * slots bytes.
+ * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes.
  *
  * Every step is O(1), with no search: counts only ever grow by 1, so a
  * counter of count c that grows swaps places with the last counter of its
@@ -87,7 +89,7 @@ typedef struct sketch {
     uint32_t *ord;
     uint32_t *end;
     uint32_t *free;
-    uint32_t *index;
+    uint64_t *index; /* the hash's low 32 bits << 32 | counter + 1; 0 = empty */
     unsigned char *keys;
 } sketch;
 
@@ -119,7 +121,7 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
     size_t ns = (size_t)1 << shard_bits, m = counters, slots = slots_for((uint32_t)m);
     /* per sketch: ctr (8-aligned), ord, end, free, index, keys -- all sizes below
      * 2^30, so no sum can overflow */
-    size_t per = m * sizeof(ctr) + 3 * m * sizeof(uint32_t) + slots * sizeof(uint32_t) +
+    size_t per = m * sizeof(ctr) + slots * sizeof(uint64_t) + 3 * m * sizeof(uint32_t) +
                  m * max_key_bytes;
     per = (per + 7) & ~(size_t)7;
     k->bits = shard_bits;
@@ -139,11 +141,11 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         sketch *s = &k->s[i];
         s->mask = (uint32_t)(slots - 1);
         s->c = (ctr *)(void *)p;
-        s->ord = (uint32_t *)(void *)(p + m * sizeof(ctr));
+        s->index = (uint64_t *)(void *)(p + m * sizeof(ctr));
+        s->ord = (uint32_t *)(s->index + slots);
         s->end = s->ord + m;
         s->free = s->end + m;
-        s->index = s->free + m;
-        s->keys = (unsigned char *)(s->index + slots);
+        s->keys = (unsigned char *)(s->free + m);
         /* every counter free, count 0, in run 0; runs 1 .. m-1 free */
         for (uint32_t c = 0; c < m; c++) {
             s->ord[c] = c;
@@ -202,29 +204,36 @@ static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const
 {
     uint32_t stored = len & ~TRUNC_BIT;
     for (uint32_t j = (uint32_t)h & s->mask;; j = (j + 1) & s->mask) {
-        uint32_t v = s->index[j];
+        uint64_t v = s->index[j];
         if (v == 0) return UINT32_MAX;
-        const ctr *c = &s->c[v - 1];
-        if (c->hash == h && c->len == len && memcmp(key_of(k, s, v - 1), key, stored) == 0)
-            return v - 1;
+        if ((uint32_t)(v >> 32) != (uint32_t)h) continue;
+        uint32_t i = (uint32_t)v - 1;
+        const ctr *c = &s->c[i];
+        if (c->hash == h && c->len == len && memcmp(key_of(k, s, i), key, stored) == 0) return i;
     }
+}
+
+static inline uint64_t slot_of(const sketch *s, uint32_t i)
+{
+    return (uint64_t)(uint32_t)s->c[i].hash << 32 | (i + 1);
 }
 
 static void index_add(sketch *s, uint32_t i)
 {
     uint32_t j = (uint32_t)s->c[i].hash & s->mask;
     while (s->index[j]) j = (j + 1) & s->mask;
-    s->index[j] = i + 1;
+    s->index[j] = slot_of(s, i);
 }
 
 /* Remove counter i from the index, shifting back the entries of the run
  * after it that probed past its slot (linear probing needs no tombstone). */
 static void index_remove(sketch *s, uint32_t i)
 {
+    const uint64_t v = slot_of(s, i);
     uint32_t hole = (uint32_t)s->c[i].hash & s->mask;
-    while (s->index[hole] != i + 1) hole = (hole + 1) & s->mask;
+    while (s->index[hole] != v) hole = (hole + 1) & s->mask;
     for (uint32_t j = (hole + 1) & s->mask; s->index[j]; j = (j + 1) & s->mask) {
-        uint32_t home = (uint32_t)s->c[s->index[j] - 1].hash & s->mask;
+        uint32_t home = (uint32_t)(s->index[j] >> 32) & s->mask;
         /* the entry at j may fill the hole unless its home lies cyclically
          * in (hole, j] */
         bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
