@@ -723,23 +723,17 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
     return false;
 }
 
-bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
-                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+/* The decision of one request on shard s, which the caller has locked (and
+ * finds locked again on return: make_room may unlock it on the way).  The
+ * key (not NULL; keylen <= SLUICE_MAX_KEY_BYTES) has the hash's low 32 bits
+ * `tag`, and now_ns <= INT64_MAX.  This is the whole of a decision but the
+ * lock and the counters: the single call and the burst both come here, so
+ * a burst decides exactly as separate calls would. */
+static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *key,
+                          size_t keylen, uint64_t permits, uint64_t now_ns,
+                          sluice_result *res)
 {
-    if (keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen)) {
-        if (res) sluice__fail(res, SLUICE_EINVAL);
-        sluice__count(&t->counters, permits, false);
-        if (key) sluice__table_note(t, key, keylen, 0);
-        return false;
-    }
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
-    const uint32_t tag = (uint32_t)h;
-    shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     bool ok = false;
-
-    sluice__spin_lock(&s->mu);
     if (now_ns > s->now) s->now = now_ns;
     if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur) {
         uint32_t budget = SWEEP_BUDGET;
@@ -804,6 +798,35 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
         }
         break;
     }
+    return ok;
+}
+
+static inline shard *shard_for(const sluice_table *t, uint64_t h)
+{
+    return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+}
+
+/* Whether a table refuses `key` of keylen bytes outright (SLUICE_EINVAL). */
+static inline bool bad_key(const void *key, size_t keylen)
+{
+    return keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen);
+}
+
+bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
+                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+    if (bad_key(key, keylen)) {
+        if (res) sluice__fail(res, SLUICE_EINVAL);
+        sluice__count(&t->counters, permits, false);
+        if (key) sluice__table_note(t, key, keylen, 0);
+        return false;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    shard *s = shard_for(t, h);
+    sluice__spin_lock(&s->mu);
+    bool ok = decide_locked(t, s, (uint32_t)h, key, keylen, permits, now_ns, res);
     sluice__spin_unlock(&s->mu);
     sluice__count(&t->counters, permits, ok);
     if (!ok) sluice__table_note(t, key, keylen, h);
@@ -868,11 +891,6 @@ void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_
 }
 
 /* ---- composite decisions (composite.c) ---------------------------------- */
-
-static inline shard *shard_for(const sluice_table *t, uint64_t h)
-{
-    return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
-}
 
 void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, uint64_t *hash)
 {
