@@ -479,6 +479,40 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
                                  size_t keylen, uint64_t permits,
                                  uint64_t now_ns, sluice_result *res);
 
+/* Decide n requests on one table at now_ns: exactly as n calls of
+ * sluice_table_try_acquire_at() in index order.  keys[i] has keylens[i]
+ * bytes; permits may be NULL (1 each); results[i] receives decision i.
+ * Returns how many were allowed.
+ *
+ * Request i is sluice_table_try_acquire_at(t, keys[i], keylens[i],
+ * permits ? permits[i] : 1, now_ns, &results[i]), with all its rules: a
+ * key may repeat within a burst (each occurrence is decided after the ones
+ * before it, and sees what they took), keys[i] may be NULL when keylens[i]
+ * is 0 (the empty key, as ""), a probe or a request no fresh limiter could
+ * admit does not make its key, and the table's counters count every
+ * request.  A request that cannot be decided is refused on its own, with
+ * the reason in results[i].error and the others decided as usual:
+ * SLUICE_EINVAL (keys[i] longer than SLUICE_MAX_KEY_BYTES, or NULL with
+ * keylens[i] > 0; also every request when keys or keylens is NULL),
+ * SLUICE_EFULL or SLUICE_ENOMEM (as for one call).  n = 0 does nothing and
+ * returns 0 (the arrays may then be NULL).  results may be NULL when only
+ * the count is wanted; otherwise keys, keylens, results (and permits, when
+ * not NULL) hold n elements each, and results must not overlap the others.
+ *
+ * Faster than n calls: every key is hashed first and the table's memory for
+ * all of them fetched at once, so the cache misses of a burst overlap (as
+ * DPDK's rte_hash_lookup_bulk); README.md and docs/benchmarks.md give the
+ * cost.  Thread-safe, as the single call: other threads may decide on the
+ * same table meanwhile, and their calls may come between the burst's
+ * requests (a burst is not one atomic step); no lock is held between calls
+ * and none longer than a few requests on one shard. */
+size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n,
+                                         const void *const keys[],
+                                         const size_t keylens[],
+                                         const uint64_t permits[],
+                                         uint64_t now_ns,
+                                         sluice_result results[]);
+
 /* sluice_table_try_acquire_at() at the clock the table's spec names:
  * CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE for `clock=coarse` (see Clocks
  * above).  `res` may be NULL.  Thread-safe. */

@@ -840,6 +840,97 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                                        sluice__clock_now(t->pf.clock), res);
 }
 
+/* ---- bursts ------------------------------------------------------------- */
+
+/* A burst is decided in chunks of BURST_CHUNK requests, in three passes, as
+ * DPDK's bulk hash lookup: (1) hash every key and prefetch its home index
+ * slot; (2) under the shard lock, read each key's probe run (now mostly in
+ * cache) for the first slot whose tag matches and prefetch that entry --
+ * keys are not compared, as that would wait for the entry; the entry is a
+ * hint, nothing is kept once the lock is let go; (3) decide each request in
+ * index order with decide_locked(), as the single call does.  The misses of
+ * passes 1 and 2 overlap, up to the core's outstanding misses, instead of
+ * following one another as they do from call to call.  Consecutive requests
+ * on one shard share one hold of its lock (at most a chunk): in one thread
+ * that is the same sequence of steps on the shard, and to other threads it
+ * is one of the orders separate calls could have had. */
+#define BURST_CHUNK 32
+
+/* Pass 2's hint: the entry a lookup of tag would most likely reach, or NULL
+ * (s locked). */
+static const entry *entry_hint(const sluice_table *t, const shard *s, uint32_t tag)
+{
+    uint32_t i = home_of(s, tag);
+    for (uint32_t d = 0;; d++) {
+        uint64_t v = s->index[i];
+        if (v == 0 || dist_of(s, v, i) < d) return NULL;
+        if ((uint32_t)(v >> 32) == tag) return ent(t, s, (uint32_t)v - 1);
+        if (++i == s->cap) i = 0;
+    }
+}
+
+size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],
+                                         const size_t keylens[], const uint64_t permits[],
+                                         uint64_t now_ns, sluice_result results[])
+{
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    size_t allowed = 0;
+    for (size_t base = 0; base < n; base += BURST_CHUNK) {
+        const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
+        uint64_t hash[BURST_CHUNK];
+        shard *sh[BURST_CHUNK]; /* NULL: a bad key (SLUICE_EINVAL) */
+        for (size_t k = 0; k < m; k++) { /* 1: hash, prefetch the home slot */
+            const size_t i = base + k;
+            if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
+                sh[k] = NULL;
+                continue;
+            }
+            const void *key = keys[i] ? keys[i] : "";
+            hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
+            sh[k] = shard_for(t, hash[k]);
+            __builtin_prefetch(&sh[k]->index[home_of(sh[k], (uint32_t)hash[k])]);
+        }
+        shard *held = NULL;
+        for (size_t k = 0; k < m; k++) { /* 2: prefetch the likely entry */
+            if (!sh[k]) continue;
+            if (sh[k] != held) {
+                if (held) sluice__spin_unlock(&held->mu);
+                held = sh[k];
+                sluice__spin_lock(&held->mu);
+            }
+            const entry *e = entry_hint(t, held, (uint32_t)hash[k]);
+            if (e) {
+                __builtin_prefetch(e);
+                __builtin_prefetch((const unsigned char *)e + t->stride - 1);
+            }
+        }
+        if (held) sluice__spin_unlock(&held->mu);
+        held = NULL;
+        for (size_t k = 0; k < m; k++) { /* 3: decide, in index order */
+            const size_t i = base + k;
+            const uint64_t p = permits ? permits[i] : 1;
+            sluice_result *res = results ? &results[i] : NULL;
+            bool ok;
+            if (!sh[k]) {
+                if (res) sluice__fail(res, SLUICE_EINVAL);
+                ok = false;
+            } else {
+                if (sh[k] != held) {
+                    if (held) sluice__spin_unlock(&held->mu);
+                    held = sh[k];
+                    sluice__spin_lock(&held->mu);
+                }
+                ok = decide_locked(t, held, (uint32_t)hash[k], keys[i] ? keys[i] : "",
+                                   keylens[i], p, now_ns, res);
+            }
+            sluice__count(&t->counters, p, ok);
+            allowed += ok;
+        }
+        if (held) sluice__spin_unlock(&held->mu);
+    }
+    return allowed;
+}
+
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
     sluice_table *m = (sluice_table *)t; /* loads only */
