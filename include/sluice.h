@@ -501,7 +501,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
  *
  * Faster than n calls: every key is hashed first and the table's memory for
  * all of them fetched at once, so the cache misses of a burst overlap (as
- * DPDK's rte_hash_lookup_bulk); README.md and docs/benchmarks.md give the
+ * DPDK's rte_hash_lookup_bulk); docs/benchmarks.md gives the
  * cost.  Thread-safe, as the single call: other threads may decide on the
  * same table meanwhile, and their calls may come between the burst's
  * requests (a burst is not one atomic step); no lock is held between calls

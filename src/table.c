@@ -844,16 +844,20 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 
 /* A burst is decided in chunks of BURST_CHUNK requests, in three passes, as
  * DPDK's bulk hash lookup: (1) hash every key and prefetch its home index
- * slot; (2) under the shard lock, read each key's probe run (now mostly in
- * cache) for the first slot whose tag matches and prefetch that entry --
+ * slot; (2) under the shard lock, read each key's probe run (by now mostly
+ * in cache) for the first slot whose tag matches and prefetch that entry --
  * keys are not compared, as that would wait for the entry; the entry is a
  * hint, nothing is kept once the lock is let go; (3) decide each request in
  * index order with decide_locked(), as the single call does.  The misses of
  * passes 1 and 2 overlap, up to the core's outstanding misses, instead of
- * following one another as they do from call to call.  Consecutive requests
- * on one shard share one hold of its lock (at most a chunk): in one thread
- * that is the same sequence of steps on the shard, and to other threads it
- * is one of the orders separate calls could have had. */
+ * following one another as they do from call to call; pass 3 then runs on
+ * lines in cache.  (A rolling pipeline, prefetching a fixed distance ahead
+ * of each decision, measured slower here: its prefetches stall the decisions
+ * when the fill buffers are full.)  Consecutive requests on one shard share
+ * one hold of its lock, at most a chunk: in one thread that is the same
+ * sequence of steps on the shard, and to other threads it is one of the
+ * orders separate calls could have had.  Nothing is held from one pass to
+ * the next, so the burst takes one lock at a time, as a single call does. */
 #define BURST_CHUNK 32
 
 /* Pass 2's hint: the entry a lookup of tag would most likely reach, or NULL
