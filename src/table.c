@@ -859,6 +859,10 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * orders separate calls could have had.  Nothing is held from one pass to
  * the next, so the burst takes one lock at a time, as a single call does. */
 #define BURST_CHUNK 32
+/* Tables of at most this many bytes (index and entries; about 17,000 keys)
+ * skip pass 2: their lines stay in a core's cache anyway, and the pass
+ * would cost a lock per request for nothing. */
+#define BURST_HINT_BYTES ((size_t)1 << 20)
 
 /* Pass 2's hint: the entry a lookup of tag would most likely reach, or NULL
  * (s locked). */
@@ -878,6 +882,9 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                          uint64_t now_ns, sluice_result results[])
 {
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const shard *s0 = &t->shards[0];
+    const bool hint = (size_t)t->nshards * (s0->cap * sizeof(uint64_t) + s0->ecap * t->stride) >
+                      BURST_HINT_BYTES;
     size_t allowed = 0;
     for (size_t base = 0; base < n; base += BURST_CHUNK) {
         const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
@@ -895,7 +902,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             __builtin_prefetch(&sh[k]->index[home_of(sh[k], (uint32_t)hash[k])]);
         }
         shard *held = NULL;
-        for (size_t k = 0; k < m; k++) { /* 2: prefetch the likely entry */
+        for (size_t k = 0; k < m && hint; k++) { /* 2: prefetch the likely entry */
             if (!sh[k]) continue;
             if (sh[k] != held) {
                 if (held) sluice__spin_unlock(&held->mu);
