@@ -495,17 +495,20 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
  * SLUICE_EINVAL (keys[i] longer than SLUICE_MAX_KEY_BYTES, or NULL with
  * keylens[i] > 0; also every request when keys or keylens is NULL),
  * SLUICE_EFULL or SLUICE_ENOMEM (as for one call).  n = 0 does nothing and
- * returns 0 (the arrays may then be NULL).  results may be NULL when only
- * the count is wanted; otherwise keys, keylens, results (and permits, when
- * not NULL) hold n elements each, and results must not overlap the others.
+ * returns 0 (the arrays may then be NULL).  Otherwise keys and keylens (and
+ * permits and results, when not NULL) hold n elements each; results may be
+ * NULL when only the count is wanted, and must not overlap the others.  The
+ * burst reads the arrays and the key bytes, writes only results, and keeps
+ * no pointer after it returns.
  *
- * Faster than n calls: every key is hashed first and the table's memory for
- * all of them fetched at once, so the cache misses of a burst overlap (as
- * DPDK's rte_hash_lookup_bulk); docs/benchmarks.md gives the
- * cost.  Thread-safe, as the single call: other threads may decide on the
- * same table meanwhile, and their calls may come between the burst's
- * requests (a burst is not one atomic step); no lock is held between calls
- * and none longer than a few requests on one shard. */
+ * Faster than n calls on tables larger than the CPU's caches: every key is
+ * hashed first and the table's memory for all of them fetched at once, so
+ * the cache misses of a burst overlap (as DPDK's rte_hash_lookup_bulk);
+ * docs/benchmarks.md gives the cost.  Thread-safe, as the single call:
+ * other threads may decide on the same table meanwhile, and their calls may
+ * come between the burst's requests (a burst is not one atomic step).  It
+ * holds one shard lock at a time, as the single call does, for at most 32
+ * consecutive requests of that shard. */
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n,
                                          const void *const keys[],
                                          const size_t keylens[],
