@@ -553,8 +553,9 @@ typedef struct sluice_top_entry {
  * as its prefix, marked truncated).  Off by default: a table without it
  * does no work for it.  Every request the table answers false (the
  * algorithm's refusal, SLUICE_EFULL, SLUICE_EINVAL for a key too long,
- * SLUICE_ENOMEM), by sluice_table_try_acquire(_at) or as a part of a
- * refused composite decision, counts once for its key.
+ * SLUICE_ENOMEM), by sluice_table_try_acquire(_at), in a burst
+ * (sluice_table_try_acquire_burst_at) or as a part of a refused composite
+ * decision, counts once for its key.
  *
  * All the memory is allocated here, never later: per shard, about
  * 64 + counters * (52 + max_key_bytes) + 16..32 * counters bytes (16 counters

@@ -936,6 +936,11 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             }
             sluice__count(&t->counters, p, ok);
             allowed += ok;
+            if (!ok && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
+                if (held) sluice__spin_unlock(&held->mu);
+                held = NULL;
+                sluice__table_note(t, keys[i], keylens[i], sh[k] ? hash[k] : 0);
+            }
         }
         if (held) sluice__spin_unlock(&held->mu);
     }
