@@ -14,9 +14,10 @@
  *                        permits NULL or random 0 .. capacity + 1 (probes,
  *                        and requests no fresh limiter admits), time moving
  *                        on between bursts so that keys come to rest and are
- *                        reclaimed: every result field, the count and the
- *                        counters equal the twin's; every decision equals
- *                        the reference's.
+ *                        reclaimed: every result field, the count, the
+ *                        counters and (when set) the sketch of the keys
+ *                        refused most equal the twin's; every decision
+ *                        equals the reference's.
  *   test_repeating       every algorithm: bursts of 64 over 3 keys.
  *   test_colliding       every algorithm: 300 keys of 24 .. 40 bytes, all in
  *                        one shard and with homes in 1/16 of it (found by
@@ -37,7 +38,8 @@
  *                        on the same 64 keys, in phases at one instant each:
  *                        per key and phase exactly min(limit, requests)
  *                        admitted, every burst's count equal to its allowed
- *                        results, and the counters equal to the sums.
+ *                        results, and the counters and the sketch of the
+ *                        keys refused most equal to the sums.
  *
  * Environment: SLUICE_STRESS_SCALE multiplies the phases of test_threads
  * (0.1 under ThreadSanitizer); SLUICE_TEST_SEED the random seed (default:
@@ -656,6 +658,9 @@ static void threads_run(const char *spec, uint64_t limit, size_t max_keys)
     size_t phases = (size_t)(200 * g_scale);
     if (phases < 10) phases = 10;
     sluice_table *t = mk_seeded(spec, max_keys, 0, (const uint64_t[2]){g_seed, 7});
+    /* the keys refused most, counted by every thread: 16 counters a shard
+     * hold all 64 keys, so the counts are exact */
+    assert_int_equal(sluice_table_set_top(t, 16, 24), 0);
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, TH_THREADS);
     th_arg args[TH_THREADS];
@@ -700,6 +705,15 @@ static void threads_run(const char *spec, uint64_t limit, size_t max_keys)
     assert_int_equal(st.refused, 0);
     assert_true(st.keys <= TH_KEYS);
     assert_int_equal(total, (uint64_t)phases * TH_THREADS * TH_REQS);
+    static sluice_top_entry top[TH_KEYS + 1];
+    size_t ntop;
+    assert_int_equal(sluice_table_top_refused(t, top, TH_KEYS + 1, &ntop), 0);
+    uint64_t noted = 0;
+    for (size_t i = 0; i < ntop; i++) {
+        assert_int_equal(top[i].error, 0);
+        noted += top[i].count;
+    }
+    assert_int_equal(noted, total - allowed);
     sluice_table_free(t);
 }
 
