@@ -28,8 +28,10 @@ static _Atomic uint32_t slots_taken; /* bit i: slot i owned */
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t key;
 static bool key_ok;
-/* 0: not yet chosen; else slot + 1 */
-static _Thread_local unsigned my_slot __attribute__((tls_model("initial-exec")));
+/* 0: not yet chosen; else slot + 1.  The default TLS model, never
+ * initial-exec: libsluice.so must stay loadable by dlopen() (no STATIC_TLS);
+ * tests/tls_model.sh checks it. */
+static _Thread_local unsigned my_slot;
 
 static void release_slot(void *v)
 {
