@@ -94,6 +94,9 @@ extern "C" {
 #define SLUICE_VERSION_MINOR 1
 #define SLUICE_VERSION_PATCH 0
 #define SLUICE_VERSION_STRING "0.1.0"
+/* One comparable number: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is 100). */
+#define SLUICE_VERSION_NUMBER \
+    (SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH)
 
 /* Limits of the spec grammar.  LIMIT is 1 .. SLUICE_MAX_LIMIT permits per
  * PERIOD; PERIOD is 1 ns .. SLUICE_MAX_PERIOD_NS (100 years of 365 days).
@@ -109,6 +112,11 @@ extern "C" {
 
 /* The library's version, SLUICE_VERSION_STRING of the build.  Thread-safe. */
 const char *sluice_version(void);
+
+/* The library's version as SLUICE_VERSION_NUMBER of the build: compare it
+ * with the header's SLUICE_VERSION_NUMBER to detect a program running
+ * against another libsluice than it was compiled with.  Thread-safe. */
+int sluice_version_number(void);
 
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                                */

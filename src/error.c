@@ -24,6 +24,8 @@ const char *sluice_strerror(int code)
 
 const char *sluice_version(void) { return SLUICE_VERSION_STRING; }
 
+int sluice_version_number(void) { return SLUICE_VERSION_NUMBER; }
+
 /* The message is formatted, then copied with every control byte (and DEL)
  * written as \xNN, so that a reason is always one printable line whatever
  * bytes the offending token held. */
