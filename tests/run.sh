@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # run.sh -- build sluice and run every test: the one test command.
 #
-#   bash tests/run.sh              build/ (RelWithDebInfo), then ctest
+#   bash tests/run.sh              build/ (gcc, the default RelWithDebInfo),
+#                                  then ctest there
+#   bash tests/run.sh --release    ... and build-release/ (gcc Release, -O3),
+#                                  then ctest there
+#   bash tests/run.sh --clang      ... and build-clang/ (clang Release), then
+#                                  ctest there
 #   bash tests/run.sh --sanitize   ... and build-asan/ (address,undefined,
 #                                  Debug, no benchmarks), then ctest there
 #   bash tests/run.sh --tsan       ... and build-tsan/ (thread), then the
-#                                  tests labelled `concurrency` (if any)
+#                                  tests labelled `concurrency`
+#   bash tests/run.sh --ci         all of the above, as CI runs it
 #
+# Every build uses -DSLUICE_WERROR=ON: a warning fails it.  The tests of a
+# plain build include `downstream` (tests/downstream/run.sh: install, then
+# find_package, pkg-config shared and static, add_subdirectory).
 # Installs what the tests need when it is missing (cmake, make, gcc,
-# libcmocka-dev, with apt-get; `apt-get update` only if a first install
-# fails; through sudo when not root).  Exits non-zero on any failure.
+# pkg-config, libcmocka-dev, libhiredis-dev, redis-server, prometheus and
+# python3-prometheus-client for the metrics test, libxml2-utils for the svg
+# test, and clang for --clang, with apt-get; `apt-get update` only if a first install fails;
+# through sudo when not root).  Exits non-zero on any failure.
 # Environment: JOBS (default 2) for the build and ctest parallelism.
 set -euo pipefail
 
@@ -18,18 +29,23 @@ root=$(cd "$here/.." && pwd)
 cd "$root"
 jobs=${JOBS:-2}
 
+release=0
+clang=0
 sanitize=0
 tsan=0
 for arg in "$@"; do
     case $arg in
+    --release) release=1 ;;
+    --clang) clang=1 ;;
     --sanitize) sanitize=1 ;;
     --tsan) tsan=1 ;;
+    --ci) release=1 clang=1 sanitize=1 tsan=1 ;;
     -h | --help)
-        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
-        echo "run.sh: unknown argument '$arg' (want --sanitize, --tsan)" >&2
+        echo "run.sh: unknown argument '$arg' (want --release, --clang, --sanitize, --tsan, --ci)" >&2
         exit 2
         ;;
     esac
@@ -40,7 +56,9 @@ step() { printf '\n=== %s\n' "$*"; }
 # ---------------------------------------------------------------- tools --
 
 step "dependencies (scripts/deps.sh)"
-bash scripts/deps.sh libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils
+extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils)
+[ $clang -eq 1 ] && extra+=(clang)
+bash scripts/deps.sh "${extra[@]}"
 
 # ------------------------------------------------------------- sanitizers --
 
@@ -55,42 +73,52 @@ export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1${T
 # everything; the exit status is 1 if any stage failed.
 failed=()
 
-# build DIR CMAKE_ARGS...: configure and build one tree.
+# build DIR CMAKE_ARGS...: configure and build one tree, warnings as errors.
+# CC in the environment picks the compiler of a new tree.
 build() {
     local dir=$1
     shift
-    step "configure $dir $*"
-    cmake -S "$root" -B "$root/$dir" "$@" || return 1
+    step "configure $dir ${CC:+CC=$CC }$* -DSLUICE_WERROR=ON"
+    cmake -S "$root" -B "$root/$dir" "$@" -DSLUICE_WERROR=ON || return 1
     step "build $dir"
     cmake --build "$root/$dir" -j"$jobs"
 }
 
-# ---------------------------------------------------------------- release --
+# build_and_test DIR CMAKE_ARGS...: that, then every test of the tree.
+build_and_test() {
+    local dir=$1
+    if build "$@"; then
+        step "test $dir"
+        ctest --test-dir "$root/$dir" --output-on-failure -j"$jobs" || failed+=("tests in $dir/")
+    else
+        failed+=("$dir/")
+    fi
+}
 
-if build build; then
-    step "test build"
-    ctest --test-dir "$root/build" --output-on-failure -j"$jobs" || failed+=("tests in build/")
-else
-    failed+=("build/")
+# ---------------------------------------------------------------- default --
+
+build_and_test build
+
+# ---------------------------------------------------- gcc Release, clang --
+
+if [ $release -eq 1 ]; then
+    CC=gcc build_and_test build-release -DCMAKE_BUILD_TYPE=Release
+fi
+if [ $clang -eq 1 ]; then
+    CC=clang build_and_test build-clang -DCMAKE_BUILD_TYPE=Release
 fi
 
 # -------------------------------------------------------------- ASan+UBSan --
 
 if [ $sanitize -eq 1 ]; then
-    if build build-asan -DSLUICE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug \
-        -DSLUICE_BUILD_BENCH=OFF; then
-        step "test build-asan (address, undefined)"
-        ctest --test-dir "$root/build-asan" --output-on-failure -j"$jobs" ||
-            failed+=("tests in build-asan/")
-    else
-        failed+=("build-asan/")
-    fi
+    CC=gcc build_and_test build-asan -DSLUICE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug \
+        -DSLUICE_BUILD_BENCH=OFF
 fi
 
 # ------------------------------------------------------------------- TSan --
 
 if [ $tsan -eq 1 ]; then
-    if build build-tsan -DSLUICE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug \
+    if CC=gcc build build-tsan -DSLUICE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug \
         -DSLUICE_BUILD_BENCH=OFF; then
         n=$(ctest --test-dir "$root/build-tsan" -N -L concurrency | sed -n "s/^Total Tests: *//p" || true)
         if [ "${n:-0}" -gt 0 ]; then
