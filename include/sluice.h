@@ -94,7 +94,8 @@ extern "C" {
 #define SLUICE_VERSION_MINOR 1
 #define SLUICE_VERSION_PATCH 0
 #define SLUICE_VERSION_STRING "0.1.0"
-/* One comparable number: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is 100). */
+/* One comparable number: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100; MINOR and PATCH stay below 100). */
 #define SLUICE_VERSION_NUMBER \
     (SLUICE_VERSION_MAJOR * 10000 + SLUICE_VERSION_MINOR * 100 + SLUICE_VERSION_PATCH)
 
