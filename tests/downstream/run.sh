@@ -6,7 +6,8 @@
 #     installed with DESTDIR into a temporary directory.  The installed tree
 #     is checked: headers (sluice/redis.h only with the Redis tier), both
 #     libraries, the CMake package and the pkg-config files, whose prefix
-#     must resolve to where they were installed.
+#     must resolve to where they were installed.  A second build without
+#     the Redis tier must install none of its files.
 #  2. examples/hello.c is built and run four ways: find_package(sluice)
 #     (shared and static targets), pkg-config shared, pkg-config static
 #     (--static, the archives only) and add_subdirectory() of the source tree
@@ -90,6 +91,17 @@ for f in $redis_files; do
         [ ! -e "$usr/$f" ] || fail "installed without the Redis tier: /usr/$f"
     fi
 done
+step "without the Redis tier (-DSLUICE_REDIS=OFF): no sluice/redis.h, no sluice-redis.pc"
+run "$tmp/noredis-configure.log" cmake -S "$src" -B "$tmp/noredis" -DCMAKE_BUILD_TYPE=Debug \
+    -DSLUICE_REDIS=OFF -DSLUICE_BUILD_CLI=OFF -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_BENCH=OFF \
+    -DSLUICE_BUILD_EXAMPLES=OFF
+run "$tmp/noredis-build.log" cmake --build "$tmp/noredis" -j"$jobs"
+run "$tmp/noredis-install.log" cmake --install "$tmp/noredis" --prefix "$tmp/noredis-root"
+[ -e "$tmp/noredis-root/include/sluice.h" ] || fail "-DSLUICE_REDIS=OFF: sluice.h not installed"
+for f in $(cd "$tmp/noredis-root" && find . -name 'redis.h' -o -name '*sluice-redis*' -o -name 'sluiceRedis*'); do
+    fail "-DSLUICE_REDIS=OFF installed $f"
+done
+
 readelf -dW "$lib/libsluice.so" | grep -q "Library soname: \[$soname\]" ||
     fail "libsluice.so's SONAME is not $soname"
 
