@@ -19,8 +19,9 @@
 # Installs what the tests need when it is missing (cmake, make, gcc,
 # pkg-config, libcmocka-dev, libhiredis-dev, redis-server, prometheus and
 # python3-prometheus-client for the metrics test, libxml2-utils for the svg
-# test, and clang for --clang, with apt-get; `apt-get update` only if a first install fails;
-# through sudo when not root).  Exits non-zero on any failure.
+# test, and clang for --clang, with apt-get; `apt-get update` only if a
+# first install fails; through sudo when not root).  Exits non-zero on any
+# failure.
 # Environment: JOBS (default 2) for the build and ctest parallelism.
 set -euo pipefail
 
@@ -41,7 +42,7 @@ for arg in "$@"; do
     --tsan) tsan=1 ;;
     --ci) release=1 clang=1 sanitize=1 tsan=1 ;;
     -h | --help)
-        sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
