@@ -42,7 +42,7 @@ for arg in "$@"; do
     --tsan) tsan=1 ;;
     --ci) release=1 clang=1 sanitize=1 tsan=1 ;;
     -h | --help)
-        sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
