@@ -91,9 +91,9 @@ extern "C" {
 #endif
 
 #define SLUICE_VERSION_MAJOR 0
-#define SLUICE_VERSION_MINOR 1
+#define SLUICE_VERSION_MINOR 2
 #define SLUICE_VERSION_PATCH 0
-#define SLUICE_VERSION_STRING "0.1.0"
+#define SLUICE_VERSION_STRING "0.2.0"
 /* One comparable number: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
  * 100; MINOR and PATCH stay below 100). */
 #define SLUICE_VERSION_NUMBER \
