@@ -208,6 +208,7 @@ typedef struct sluice_stats {
     uint64_t permits_allowed;  /* saturates at UINT64_MAX */
     uint64_t permits_denied;   /* saturates at UINT64_MAX */
     uint64_t probes;
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_stats;
 
 /* Make a limiter from a spec such as "sliding-wheel 100/s slots=100".
@@ -408,6 +409,7 @@ typedef struct sluice_table_stats {
     uint64_t evicted;    /* keys dropped while in use (SLUICE_TABLE_EVICT_LRU) */
     uint64_t refused;    /* requests refused because the table was full */
     sluice_stats decisions; /* over all keys, as sluice_stats */
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_table_stats;
 
 /* The longest key a table accepts, in bytes.  Keys of up to 16 bytes (an
@@ -552,6 +554,7 @@ typedef struct sluice_top_entry {
                       * those first bytes is counted under this entry */
     unsigned char key[SLUICE_TOP_KEY_MAX]; /* the key's bytes (not
                       * NUL-terminated) */
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_top_entry;
 
 /* Count, from now on, which keys the table refuses and how often, in a
@@ -611,6 +614,7 @@ int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size
 typedef struct sluice_key_state {
     uint64_t last_ns;
     uint64_t rest_ns;
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_key_state;
 
 /* Drop `key` and its state: the next request for it starts a fresh limiter
@@ -700,17 +704,18 @@ typedef struct sluice_limit_ref {
     sluice_table *table;     /* with limiter NULL: the table ... */
     const void *key;         /* ... and the key (may be NULL when keylen is 0) */
     size_t keylen;
+    void *reserved_[2]; /* NULL: room to grow (sluice_ref_limiter, sluice_ref_key set it) */
 } sluice_limit_ref;
 
 static inline sluice_limit_ref sluice_ref_limiter(sluice_limiter *lim)
 {
-    sluice_limit_ref r = {lim, NULL, NULL, 0};
+    sluice_limit_ref r = {lim, NULL, NULL, 0, {NULL, NULL}};
     return r;
 }
 
 static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, size_t keylen)
 {
-    sluice_limit_ref r = {NULL, t, key, keylen};
+    sluice_limit_ref r = {NULL, t, key, keylen, {NULL, NULL}};
     return r;
 }
 

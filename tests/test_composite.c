@@ -377,9 +377,9 @@ static void test_bad_calls(void **state)
     refs[0] = sluice_ref_limiter(a);
     refs[1] = sluice_ref_limiter(a); /* the same limiter twice */
     expect_bad(refs, 2, a);
-    refs[1] = (sluice_limit_ref){a, t, "k", 1}; /* both */
+    refs[1] = (sluice_limit_ref){.limiter = a, .table = t, .key = "k", .keylen = 1}; /* both */
     expect_bad(refs, 2, a);
-    refs[1] = (sluice_limit_ref){NULL, NULL, "k", 1}; /* neither */
+    refs[1] = (sluice_limit_ref){.key = "k", .keylen = 1}; /* neither */
     expect_bad(refs, 2, a);
     refs[1] = sluice_ref_key(t, NULL, 3); /* NULL key with a length */
     expect_bad(refs, 2, a);

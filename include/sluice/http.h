@@ -123,6 +123,7 @@ typedef struct sluice_http_state {
     uint64_t remaining;    /* r, at most SLUICE_HTTP_INT_MAX */
     int64_t reset_s;       /* t, seconds; -1: left out (r is the burst) */
     int64_t retry_after_s;
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_http_state;
 
 /* Fill `out` for the decision `res` that the limit of `p` made at `now_ns`

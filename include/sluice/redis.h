@@ -155,6 +155,7 @@ typedef struct sluice_redis_config {
      * token-bucket TTL bound does not.) */
     uint64_t (*clock_fn)(void *arg);
     void *clock_arg;
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_config;
 
 /* Fill `cfg` with the defaults above.  Thread-safe. */
@@ -203,6 +204,7 @@ typedef struct sluice_redis_info {
                                 a multiple of the quantum; else 0 */
     uint64_t granted;        /* SRC_REDIS: permits Redis granted (the
                                 request's, plus a lease's); else 0 */
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_info;
 
 /* Ask for `permits` on `key` (keylen bytes, any bytes, at most
@@ -256,6 +258,7 @@ typedef struct sluice_redis_limits {
                                  together can exceed the contract's limit
                                  over any interval (0 when lease_max = 0) */
     char local_fallback_spec[SLUICE_SPEC_MAX]; /* the FAIL_LOCAL limiter */
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_limits;
 
 /* Fill `out`.  Thread-safe. */
@@ -291,6 +294,7 @@ typedef struct sluice_redis_stats {
     uint64_t circuit_opens;    /* times the circuit opened */
     uint64_t circuit_closes;   /* times it closed again */
     int circuit_open;          /* 1 while open or probing, else 0 */
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_stats;
 
 /* Copy the counters into `out`.  Thread-safe. */
