@@ -43,4 +43,32 @@ typedef struct sluice_cli_svg {
  * after a message on stderr. */
 int sluice_cli_svg_write(const sluice_cli_svg *s, FILE *f, const char *path);
 
+/* One request of a `sluice replay` trace, pointing into the trace's text:
+ * time_ns and permits as given (for echoing) and as numbers; key (kn
+ * bytes, no comma, CR or LF); p is NULL when the permits field is absent
+ * (permits is then 1). */
+typedef struct sluice_cli_req {
+    const char *t;   /* time_ns as given, tn bytes */
+    const char *key; /* kn bytes */
+    const char *p;   /* permits as given (pn bytes), or NULL */
+    uint32_t tn, kn, pn;
+    uint64_t time_ns, permits;
+} sluice_cli_req;
+
+/* A parsed trace: n requests in file order, in an array from malloc that
+ * the caller frees (free(reqs)), also after an error. */
+typedef struct sluice_cli_trace {
+    sluice_cli_req *reqs;
+    size_t n;
+} sluice_cli_trace;
+
+/* Split and validate a whole trace [in, in+len) by the rules in replay.c
+ * (no output; the requests point into `in`).  Returns 0; 2 for a malformed
+ * line, with a one-line message in err ("line N: problem \"token\"", bytes
+ * that are not printable ASCII written as \xHH); 1 when out of memory.  On
+ * 1 or 2, tr->n is 0.  Used by `sluice replay` and by the fuzzer
+ * tests/fuzz/fuzz_replay.c. */
+int sluice_cli_replay_parse(const char *in, size_t len, sluice_cli_trace *tr, char *err,
+                            size_t errlen);
+
 #endif

@@ -97,13 +97,7 @@ static const char replay_usage[] =
     "that cannot be opened for writing, or a malformed line (one line on stderr\n"
     "naming the line number and the problem; no output).\n";
 
-typedef struct req {
-    const char *t;   /* time_ns as given */
-    const char *key;
-    const char *p;   /* permits as given, or NULL */
-    uint32_t tn, kn, pn;
-    uint64_t time_ns, permits;
-} req;
+typedef sluice_cli_req req;
 
 static bool parse_dec(const char *s, size_t n, uint64_t max, uint64_t *out)
 {
@@ -119,40 +113,63 @@ static bool parse_dec(const char *s, size_t n, uint64_t max, uint64_t *out)
     return true;
 }
 
-static int bad_line(size_t line, const char *what, const char *tok, size_t n)
+/* The message for a malformed line, into err: one line, the token quoted
+ * (at most 64 bytes of it, each byte that is not printable ASCII written as
+ * \xHH).  Returns 2. */
+static int bad_line(char *err, size_t errlen, size_t line, const char *what,
+                    const char *tok, size_t n)
 {
-    if (tok)
-        fprintf(stderr, "sluice replay: line %zu: %s \"%.*s\"\n", line, what,
-                (int)(n > 64 ? 64 : n), tok);
-    else
-        fprintf(stderr, "sluice replay: line %zu: %s\n", line, what);
+    if (errlen == 0) return 2;
+    int w = snprintf(err, errlen, "line %zu: %s", line, what);
+    size_t len = w < 0 ? 0 : (size_t)w < errlen ? (size_t)w : errlen - 1;
+    if (tok) {
+        char q[64 * 4 + 4];
+        size_t k = 0;
+        q[k++] = ' ';
+        q[k++] = '"';
+        for (size_t i = 0; i < n && i < 64; i++) {
+            unsigned char c = (unsigned char)tok[i];
+            if (c >= 0x20 && c < 0x7f) {
+                q[k++] = (char)c;
+            } else {
+                static const char hex[] = "0123456789abcdef";
+                q[k++] = '\\';
+                q[k++] = 'x';
+                q[k++] = hex[c >> 4];
+                q[k++] = hex[c & 15];
+            }
+        }
+        q[k++] = '"';
+        for (size_t i = 0; i < k && len + 1 < errlen; i++) err[len++] = q[i];
+        err[len] = '\0';
+    }
     return 2;
 }
 
 /* Parse one line [s, s+n) (no LF, CR already dropped) into r.  Returns 0,
- * or 2 after a message. */
-static int parse_line(const char *s, size_t n, size_t line, req *r)
+ * or 2 with a message in err. */
+static int parse_line(const char *s, size_t n, size_t line, req *r, char *err, size_t errlen)
 {
     const char *c1 = memchr(s, ',', n);
     const char *end = s + n;
     const char *c2 = c1 ? memchr(c1 + 1, ',', (size_t)(end - c1 - 1)) : NULL;
     if (c2 && memchr(c2 + 1, ',', (size_t)(end - c2 - 1)))
-        return bad_line(line, "too many fields (expected time_ns[,key[,permits]]):", s, n);
-    if (memchr(s, '\r', n)) return bad_line(line, "stray carriage return", NULL, 0);
+        return bad_line(err, errlen, line, "too many fields (expected time_ns[,key[,permits]]):", s, n);
+    if (memchr(s, '\r', n)) return bad_line(err, errlen, line, "stray carriage return", NULL, 0);
     r->t = s;
     r->tn = (uint32_t)((c1 ? c1 : end) - s);
-    if (r->tn == 0) return bad_line(line, "missing time_ns", NULL, 0);
+    if (r->tn == 0) return bad_line(err, errlen, line, "missing time_ns", NULL, 0);
     if (!parse_dec(s, r->tn, (uint64_t)INT64_MAX, &r->time_ns)) {
         bool digits = true;
         for (size_t i = 0; i < r->tn; i++) digits &= s[i] >= '0' && s[i] <= '9';
-        return bad_line(line, digits ? "time_ns out of range (0 .. 2^63-1):"
+        return bad_line(err, errlen, line, digits ? "time_ns out of range (0 .. 2^63-1):"
                                      : "bad time_ns (expected decimal nanoseconds):",
                         s, r->tn);
     }
     r->key = c1 ? c1 + 1 : s + r->tn;
     r->kn = (uint32_t)(c1 ? (c2 ? c2 : end) - (c1 + 1) : 0);
     if (r->kn > SLUICE_MAX_KEY_BYTES)
-        return bad_line(line, "key longer than 65536 bytes", NULL, 0);
+        return bad_line(err, errlen, line, "key longer than 65536 bytes", NULL, 0);
     r->p = NULL;
     r->pn = 0;
     r->permits = 1;
@@ -162,13 +179,52 @@ static int parse_line(const char *s, size_t n, size_t line, req *r)
         if (!parse_dec(r->p, r->pn, UINT64_MAX, &r->permits)) {
             bool digits = r->pn > 0;
             for (size_t i = 0; i < r->pn; i++) digits &= r->p[i] >= '0' && r->p[i] <= '9';
-            return bad_line(line, r->pn == 0 ? "empty permits field"
+            return bad_line(err, errlen, line, r->pn == 0 ? "empty permits field"
                                   : digits   ? "permits out of range (0 .. 2^64-1):"
                                              : "bad permits (expected a decimal integer >= 0):",
                             r->pn ? r->p : NULL, r->pn);
         }
     }
     return 0;
+}
+
+int sluice_cli_replay_parse(const char *in, size_t len, sluice_cli_trace *tr, char *err,
+                            size_t errlen)
+{
+    size_t nreq = 0, cap = 1024;
+    req *reqs = malloc(cap * sizeof *reqs);
+    int rc = reqs ? 0 : 1;
+    bool header_possible = true;
+    size_t line = 0;
+    if (errlen) err[0] = '\0';
+    for (size_t pos = 0; rc == 0 && pos < len;) {
+        line++;
+        const char *s = in + pos;
+        const char *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + 1;
+        if (n && s[n - 1] == '\r') n--;
+        if (n == 0 || s[0] == '#') continue;
+        if (header_possible) {
+            header_possible = false;
+            if ((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')) continue;
+        }
+        if (nreq == cap) {
+            req *r = realloc(reqs, cap * 2 * sizeof *reqs);
+            if (!r) {
+                rc = 1;
+                break;
+            }
+            reqs = r;
+            cap *= 2;
+        }
+        rc = parse_line(s, n, line, &reqs[nreq], err, errlen);
+        nreq++;
+    }
+    if (rc == 1 && errlen) snprintf(err, errlen, "out of memory");
+    tr->reqs = reqs;
+    tr->n = rc == 0 ? nreq : 0;
+    return rc;
 }
 
 /* ---- output ------------------------------------------------------------- */
@@ -431,36 +487,13 @@ int sluice_cli_replay(int argc, char **argv)
     }
 
     /* pass 1: split and validate */
-    size_t nreq = 0, cap = 1024;
-    req *reqs = malloc(cap * sizeof *reqs);
-    int rc = reqs ? 0 : 1;
-    bool header_possible = true;
-    size_t line = 0;
-    for (size_t pos = 0; rc == 0 && pos < len;) {
-        line++;
-        const char *s = in + pos;
-        const char *nl = memchr(s, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - s) : len - pos;
-        pos += n + 1;
-        if (n && s[n - 1] == '\r') n--;
-        if (n == 0 || s[0] == '#') continue;
-        if (header_possible) {
-            header_possible = false;
-            if ((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')) continue;
-        }
-        if (nreq == cap) {
-            req *r = realloc(reqs, cap * 2 * sizeof *reqs);
-            if (!r) {
-                rc = 1;
-                break;
-            }
-            reqs = r;
-            cap *= 2;
-        }
-        rc = parse_line(s, n, line, &reqs[nreq]);
-        nreq++;
-    }
+    sluice_cli_trace tr;
+    char msg[512];
+    int rc = sluice_cli_replay_parse(in, len, &tr, msg, sizeof msg);
+    if (rc == 2) fprintf(stderr, "sluice replay: %s\n", msg);
     if (rc == 1) fprintf(stderr, "sluice replay: out of memory\n");
+    size_t nreq = tr.n;
+    req *reqs = tr.reqs;
 
     /* pass 2: decide and print */
     if (rc == 0) {
