@@ -1,0 +1,748 @@
+/* fuzz_api.c -- fuzz the decision API against the reference model.
+ *
+ * The input is a small program: a header that makes two limiters and one
+ * table (any of the six algorithms, the leaky bucket as shaper or meter,
+ * rates from 1/ns to 10^12 per century, burst/capacity/slots options, a
+ * table of 1 .. 8 keys with or without SLUICE_TABLE_EVICT_LRU, keys from 0
+ * bytes to one byte over SLUICE_MAX_KEY_BYTES), then a stream of commands:
+ * try_acquire, reserve, cancel a reservation (on its own limiter or on the
+ * other), table requests, probes, statistics checks.  Times come from the
+ * input: bursts at one instant, window and slot edges, exactly a refusal's
+ * retry_after_ns and one ns before, idle gaps of years, times earlier than
+ * the last, 2^63-1 and beyond.
+ *
+ * Checked, decision by decision:
+ *  - every field of sluice_result against tests/ref_model.c (one model per
+ *    limiter and per table key), while the model can follow the limiter;
+ *  - always: the return value equals res.allowed; allowed => retry_after_ns
+ *    0; refused => retry_after_ns -1 or > 0; a probe (permits 0) is
+ *    allowed (a table may refuse it only for its own reason: key too long,
+ *    table full); permits above what the limiter can ever grant are refused
+ *    with -1; remaining never exceeds that maximum; wait_ns is 0 except for
+ *    the leaky-bucket shaper;
+ *  - a reservation on the wrong limiter is refused; a cancel that returns
+ *    non-zero changes nothing (a probe before and after it answers the
+ *    same, and the model keeps agreeing);
+ *  - a table: a key longer than SLUICE_MAX_KEY_BYTES is refused
+ *    (SLUICE_EINVAL, -1); "full" (SLUICE_EFULL) only when max_keys keys not
+ *    at rest are held and the key is not one of them; never more than
+ *    max_keys keys held;
+ *  - the statistics (sluice_limiter_stats, sluice_table_stats_get) equal
+ *    the counts of what was observed.
+ *
+ * Where the model cannot follow.  The model has no reservations: a
+ * reservation that books permits the bucket does not hold yet (debt), a
+ * cancel that gives permits back, and a table eviction (which resets a key
+ * we cannot name) put that limiter or key out of sync.  Out of sync, only
+ * the invariants above are checked, and the harness keeps an upper bound of
+ * the time the limiter is back at rest (full bucket, no water, empty
+ * window): for a bucket, max(bound, t) + ceil(p * W / L) per admission
+ * (GCRA's theoretical arrival time, rounded up), for a window t + 2W.  A
+ * request at or after that bound finds the limiter at rest: a fresh model
+ * takes over there, and the limiter's later requests are given times no
+ * earlier than that point (the fresh model has no history to clamp to).
+ *
+ * The contract's time rule (docs: only an admission moves a limiter's time;
+ * a refusal or a probe is a pure read) is assumed of both the library and
+ * the model; the harness never relies on a refusal moving time.
+ */
+#include <sluice.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "ref_model.h"
+
+__extension__ typedef unsigned __int128 u128;
+
+#define TMAX ((uint64_t)INT64_MAX)
+#define MAXOPS 600
+#define NKEYS 8
+#define NRV 8
+#define LONGKEY (SLUICE_MAX_KEY_BYTES + 1)
+
+/* The library's names for what may be renamed: the limiter's statistics and
+ * why a table refused. */
+#define LIMITER_STATS(lim, out) sluice_limiter_stats((lim), (out))
+#define TABLE_ERROR(res) sluice_table_last_error()
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* ---- limiter configurations -------------------------------------------- */
+
+typedef struct rate {
+    const char *text;
+    uint64_t limit, period_ns;
+} rate;
+
+#define SEC UINT64_C(1000000000)
+#define DAY (86400 * SEC)
+static const rate RATES[] = {
+    {"10/s", 10, SEC},
+    {"3/s", 3, SEC},
+    {"7/10s", 7, 10 * SEC},
+    {"1/d", 1, DAY},
+    {"5/250ms", 5, 250000000},
+    {"2/3ns", 2, 3},
+    {"1/ns", 1, 1},
+    {"3/7us", 3, 7000},
+    {"1000000000/s", 1000000000, SEC},
+    {"100/m", 100, 60 * SEC},
+    {"1000000000000/36500d", UINT64_C(1000000000000), 36500 * DAY},
+    {"36500/36500d", 36500, 36500 * DAY},
+    {"1/36500d", 1, 36500 * DAY},
+    {"1000000000000/d", UINT64_C(1000000000000), DAY},
+    {"4/4ns", 4, 4},
+    {"60/min", 60, 60 * SEC},
+};
+#define NRATES (sizeof RATES / sizeof RATES[0])
+
+static const uint64_t CAPACITIES[] = {1, 2, 3, 5, 16, 1000, 1000000, UINT64_C(1) << 40};
+static const uint64_t SLOTS[] = {1, 2, 3, 4, 5, 7, 10, 64};
+
+typedef struct config {
+    char spec[160];
+    ref_params p; /* capacity 0: the default */
+    uint64_t max_grant;
+    bool bucket, shaper;
+} config;
+
+static const ref_alg ALGS[7] = {REF_FIXED_WINDOW,   REF_SLIDING_LOG,  REF_SLIDING_WHEEL,
+                                REF_SLIDING_APPROX, REF_TOKEN_BUCKET, REF_LEAKY_BUCKET,
+                                REF_LEAKY_BUCKET};
+
+static void config_write(config *c)
+{
+    const ref_params *p = &c->p;
+    int n = snprintf(c->spec, sizeof c->spec, "%s %llu/%lluns", ref_alg_name(p->alg),
+                     (unsigned long long)p->limit, (unsigned long long)p->period_ns);
+    if (p->capacity)
+        n += snprintf(c->spec + n, sizeof c->spec - (size_t)n, " %s=%llu",
+                      p->alg == REF_TOKEN_BUCKET ? "burst" : "capacity",
+                      (unsigned long long)p->capacity);
+    if (p->alg == REF_SLIDING_WHEEL)
+        n += snprintf(c->spec + n, sizeof c->spec - (size_t)n, " slots=%llu",
+                      (unsigned long long)p->slots);
+    if (p->nodelay) snprintf(c->spec + n, sizeof c->spec - (size_t)n, " nodelay");
+    c->bucket = p->alg == REF_TOKEN_BUCKET || p->alg == REF_LEAKY_BUCKET;
+    c->shaper = p->alg == REF_LEAKY_BUCKET && !p->nodelay;
+    c->max_grant = c->bucket ? (p->capacity ? p->capacity : p->limit) : p->limit;
+}
+
+/* Four header bytes: algorithm, rate, capacity, slots.  The spec is written
+ * with the period in ns (the parser's units are fuzz_spec's business). */
+static config config_from(fuzz_in *in)
+{
+    config c;
+    memset(&c, 0, sizeof c);
+    uint8_t a = fuzz_u8(in), r = fuzz_u8(in), cap = fuzz_u8(in), sl = fuzz_u8(in);
+    c.p.alg = ALGS[a % 7];
+    c.p.nodelay = a % 7 == 6;
+    const rate *rt = &RATES[r % NRATES];
+    c.p.limit = rt->limit;
+    c.p.period_ns = rt->period_ns;
+    if ((c.p.alg == REF_TOKEN_BUCKET || c.p.alg == REF_LEAKY_BUCKET) && cap % 3 != 0)
+        c.p.capacity = CAPACITIES[(cap / 3) % 8];
+    if (c.p.alg == REF_SLIDING_WHEEL) {
+        c.p.slots = SLOTS[sl % 8];
+        if (c.p.period_ns % c.p.slots != 0) c.p.slots = 1;
+    }
+    config_write(&c);
+    return c;
+}
+
+/* ---- a subject: a limiter or a table key, with its model --------------- */
+
+typedef struct stats {
+    uint64_t allowed, denied, pallowed, pdenied, probes;
+} stats;
+
+static void stats_add(stats *s, uint64_t p, bool ok)
+{
+    if (p == 0) s->probes++;
+    else if (ok) s->allowed++, s->pallowed = sat_add(s->pallowed, p);
+    else s->denied++, s->pdenied = sat_add(s->pdenied, p);
+}
+
+static void stats_check(const stats *want, const sluice_stats *got, const char *what)
+{
+    FUZZ_CHECK(got->requests_allowed == want->allowed && got->requests_denied == want->denied &&
+                   got->permits_allowed == want->pallowed && got->permits_denied == want->pdenied &&
+                   got->probes == want->probes,
+               "%s statistics: allowed %llu/%llu denied %llu/%llu permits allowed %llu/%llu "
+               "denied %llu/%llu probes %llu/%llu (library/observed)",
+               what, (unsigned long long)got->requests_allowed, (unsigned long long)want->allowed,
+               (unsigned long long)got->requests_denied, (unsigned long long)want->denied,
+               (unsigned long long)got->permits_allowed, (unsigned long long)want->pallowed,
+               (unsigned long long)got->permits_denied, (unsigned long long)want->pdenied,
+               (unsigned long long)got->probes, (unsigned long long)want->probes);
+}
+
+typedef struct subject {
+    const config *c;
+    ref_model *m;       /* NULL: not yet made (a key never asked) */
+    bool synced;        /* the model follows the limiter */
+    uint64_t rest;      /* out of sync: the limiter is at rest at or after this */
+    uint64_t floor;     /* times given are at least this (after a resync) */
+    uint64_t max_adm;   /* the latest time given with an admission */
+    uint64_t max_any;   /* the latest time given */
+    uint64_t cur;       /* the input's current time for this subject */
+    uint64_t remaining; /* the last decision's remaining */
+    uint64_t last_p;    /* the last refusal: permits, time, retry */
+    uint64_t last_t;
+    int64_t last_retry;
+    stats st;
+} subject;
+
+static void subject_init(subject *s, const config *c)
+{
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    s->synced = true;
+    s->remaining = c->max_grant;
+}
+
+static ref_model *model_new(const config *c)
+{
+    ref_model *m = ref_model_new(&c->p);
+    FUZZ_CHECK(m != NULL, "ref_model_new refused %s", c->spec);
+    return m;
+}
+
+/* ceil(p * W / L), saturated */
+static uint64_t drain_time(const config *c, uint64_t p)
+{
+    u128 v = ((u128)p * c->p.period_ns + c->p.limit - 1) / c->p.limit;
+    return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
+}
+
+/* Put s out of sync: from now on only the invariants are checked until it
+ * is at rest.  The model's own state comes to rest by its latest time plus
+ * the time to drain a full bucket, or two windows. */
+static void unsync(subject *s)
+{
+    if (!s->synced) return;
+    s->synced = false;
+    uint64_t base = s->m ? ref_model_latest(s->m) : 0;
+    base = max64(base, s->max_adm);
+    s->rest = s->c->bucket ? sat_add(base, drain_time(s->c, s->c->max_grant))
+                           : sat_add(base, sat_add(s->c->p.period_ns, s->c->p.period_ns));
+}
+
+/* Out of sync: account an admission of p at (given) time t. */
+static void track_admission(subject *s, uint64_t t, uint64_t p)
+{
+    uint64_t ta = max64(t, s->max_adm);
+    if (s->c->bucket)
+        s->rest = sat_add(max64(s->rest, ta), drain_time(s->c, p));
+    else
+        s->rest = max64(s->rest, sat_add(ta, sat_add(s->c->p.period_ns, s->c->p.period_ns)));
+}
+
+/* The time to give for input time t: at least the floor; at or after the
+ * rest bound an out-of-sync subject gets a fresh model. */
+static uint64_t subject_time(subject *s, uint64_t t)
+{
+    uint64_t tc = min64(t, TMAX);
+    if (tc < s->floor) tc = s->floor;
+    if (!s->synced && tc >= s->rest) {
+        /* at rest: a fresh model; a limiter may have seen times up to
+         * max_any, which then is the new floor */
+        ref_model_free(s->m);
+        s->m = model_new(s->c);
+        s->synced = true;
+        s->floor = max64(tc, min64(s->max_any, TMAX));
+        tc = s->floor;
+        s->remaining = s->c->max_grant;
+    }
+    s->max_any = max64(s->max_any, tc);
+    return t > TMAX && tc == TMAX ? t : tc; /* beyond 2^63-1 counts as 2^63-1 */
+}
+
+/* ---- checks ------------------------------------------------------------ */
+
+enum kind { K_TRY, K_RESERVE, K_TABLE };
+
+static void check_invariants(const subject *s, enum kind k, bool ok, const sluice_result *r,
+                             uint64_t p, int table_err)
+{
+    const char *spec = s->c->spec;
+    FUZZ_CHECK(ok == r->allowed, "%s: return %d, res.allowed %d", spec, ok, r->allowed);
+    if (ok) {
+        FUZZ_CHECK(r->retry_after_ns == 0, "%s: allowed p=%llu with retry_after_ns %lld", spec,
+                   (unsigned long long)p, (long long)r->retry_after_ns);
+    } else {
+        FUZZ_CHECK(r->retry_after_ns == -1 || r->retry_after_ns > 0,
+                   "%s: refused p=%llu with retry_after_ns %lld", spec, (unsigned long long)p,
+                   (long long)r->retry_after_ns);
+    }
+    if (k == K_TABLE && table_err != 0) return; /* refused by the table, not the key */
+    if (p == 0)
+        FUZZ_CHECK(ok, "%s: probe refused (retry %lld)", spec, (long long)r->retry_after_ns);
+    if (p > s->c->max_grant)
+        FUZZ_CHECK(!ok && r->retry_after_ns == -1,
+                   "%s: p=%llu above the maximum %llu: allowed=%d retry %lld", spec,
+                   (unsigned long long)p, (unsigned long long)s->c->max_grant, ok,
+                   (long long)r->retry_after_ns);
+    FUZZ_CHECK(r->remaining <= s->c->max_grant, "%s: remaining %llu above the maximum %llu", spec,
+               (unsigned long long)r->remaining, (unsigned long long)s->c->max_grant);
+    if (k != K_RESERVE && (!ok || !s->c->shaper))
+        FUZZ_CHECK(r->wait_ns == 0, "%s: wait_ns %llu (allowed=%d)", spec,
+                   (unsigned long long)r->wait_ns, ok);
+}
+
+static void check_same(const subject *s, const ref_result *e, const sluice_result *g, uint64_t p,
+                       uint64_t t)
+{
+    FUZZ_CHECK(e->allowed == g->allowed && e->wait_ns == g->wait_ns &&
+                   e->remaining == g->remaining && e->retry_after_ns == g->retry_after_ns,
+               "%s: p=%llu t=%llu (model latest %llu): model allowed=%d wait=%llu remaining=%llu "
+               "retry=%lld, library allowed=%d wait=%llu remaining=%llu retry=%lld",
+               s->c->spec, (unsigned long long)p, (unsigned long long)t,
+               (unsigned long long)ref_model_latest(s->m), e->allowed,
+               (unsigned long long)e->wait_ns, (unsigned long long)e->remaining,
+               (long long)e->retry_after_ns, g->allowed, (unsigned long long)g->wait_ns,
+               (unsigned long long)g->remaining, (long long)g->retry_after_ns);
+}
+
+/* After a decision of the subject's own limiter at given time t. */
+static void note(subject *s, uint64_t t, uint64_t p, bool ok, const sluice_result *r)
+{
+    if (ok && p > 0) {
+        if (!s->synced) track_admission(s, min64(t, TMAX), p);
+        s->max_adm = max64(s->max_adm, min64(t, TMAX));
+    }
+    s->remaining = r->remaining;
+    if (!ok && r->retry_after_ns > 0) {
+        s->last_p = p;
+        s->last_t = s->synced ? max64(min64(t, TMAX), ref_model_latest(s->m)) : min64(t, TMAX);
+        s->last_retry = r->retry_after_ns;
+    }
+}
+
+/* A decision the model follows: decide it there too and compare. */
+static void follow(subject *s, uint64_t t, uint64_t p, const sluice_result *g)
+{
+    if (!s->m) s->m = model_new(s->c);
+    ref_result e;
+    ref_model_decide(s->m, p, min64(t, TMAX), &e);
+    check_same(s, &e, g, p, t);
+}
+
+/* ---- the input's choices ---------------------------------------------- */
+
+static uint64_t pick_time(fuzz_in *in, subject *s)
+{
+    const config *c = s->c;
+    uint64_t w = c->p.period_ns, t = s->cur;
+    uint64_t spacing = max64(1, w / c->p.limit);
+    uint64_t tick = c->p.alg == REF_SLIDING_WHEEL ? w / c->p.slots : w;
+    uint8_t mode = fuzz_u8(in);
+    switch (mode % 16) {
+    case 0: case 1: case 2: case 3: break; /* the same instant */
+    case 4: case 5: case 6: t = sat_add(t, fuzz_u64(in) % (2 * spacing + 1)); break;
+    case 7: t = sat_add(t, fuzz_u64(in) % (w + 1)); break;
+    case 8: { /* a window or slot edge, or one ns either side */
+        uint8_t b = fuzz_u8(in);
+        uint64_t g = b & 1 ? tick : w;
+        uint64_t e = sat_add(t / g * g, g);
+        t = (b >> 1) % 3 == 0 ? e - 1 : (b >> 1) % 3 == 1 ? e : sat_add(e, 1);
+        break;
+    }
+    case 9: t = sat_add(t, 1 + (fuzz_u64(in) >> (fuzz_u8(in) % 64))); break;
+    case 10: { /* earlier than the last */
+        uint64_t back = 1 + fuzz_u64(in) % sat_add(w, w);
+        return t > back ? t - back : 0;
+    }
+    case 11: /* the last refusal's retry_after_ns, or one ns before */
+        if (s->last_retry > 0) {
+            uint64_t e = sat_add(s->last_t, (uint64_t)s->last_retry);
+            return fuzz_u8(in) & 1 ? e : e - 1;
+        }
+        break;
+    case 12: t = TMAX - fuzz_u8(in) % 4; break;
+    case 13: return fuzz_u64(in); /* anything, beyond 2^63-1 too */
+    default: t = sat_add(t, fuzz_u8(in)); break;
+    }
+    s->cur = min64(t, TMAX);
+    return t;
+}
+
+static uint64_t pick_permits(fuzz_in *in, const subject *s)
+{
+    uint64_t mg = s->c->max_grant;
+    switch (fuzz_u8(in) % 16) {
+    case 0: return 0;
+    case 6: return s->remaining;
+    case 7: return sat_add(s->remaining, 1);
+    case 8: return mg;
+    case 9: return sat_add(mg, 1);
+    case 10: return 1 + fuzz_u8(in) % min64(mg, 16);
+    case 11: return UINT64_MAX;
+    case 12: return UINT64_C(1) << 63;
+    case 13: return fuzz_u64(in) % sat_add(sat_add(mg, mg), 1);
+    case 14: return s->last_p;
+    default: return 1;
+    }
+}
+
+static uint64_t pick_max_wait(fuzz_in *in, const subject *s)
+{
+    switch (fuzz_u8(in) % 4) {
+    case 0: return UINT64_MAX;
+    case 1: return 0;
+    case 2: return fuzz_u64(in) % sat_add(sat_add(s->c->p.period_ns, s->c->p.period_ns), 1);
+    default: return fuzz_u64(in);
+    }
+}
+
+/* ---- limiters ----------------------------------------------------------- */
+
+typedef struct lim {
+    config c;
+    sluice_limiter *lim;
+    subject s;
+} lim;
+
+static void lim_make(lim *l, fuzz_in *in)
+{
+    char err[256];
+    l->c = config_from(in);
+    l->lim = sluice_limiter_new(l->c.spec, err, sizeof err);
+    if (!l->lim && l->c.p.capacity) { /* e.g. a bucket that takes > 2^63 ns to fill */
+        l->c.p.capacity = 0;
+        config_write(&l->c);
+        l->lim = sluice_limiter_new(l->c.spec, err, sizeof err);
+    }
+    FUZZ_CHECK(l->lim != NULL, "spec \"%s\" refused: %s", l->c.spec, err);
+    subject_init(&l->s, &l->c);
+    l->s.m = model_new(&l->c);
+}
+
+static void lim_try(lim *l, fuzz_in *in)
+{
+    subject *s = &l->s;
+    uint64_t t = subject_time(s, pick_time(in, s));
+    uint64_t p = pick_permits(in, s);
+    sluice_result r;
+    memset(&r, 0x5a, sizeof r);
+    bool ok = sluice_try_acquire_at(l->lim, p, t, &r);
+    stats_add(&s->st, p, ok);
+    check_invariants(s, K_TRY, ok, &r, p, 0);
+    if (s->synced) follow(s, t, p, &r);
+    note(s, t, p, ok, &r);
+}
+
+/* A probe at the latest time this limiter was given: what a cancel that
+ * reports failure must not change. */
+static sluice_result lim_probe(lim *l)
+{
+    subject *s = &l->s;
+    uint64_t t = max64(s->max_any, s->floor);
+    sluice_result r;
+    bool ok = sluice_try_acquire_at(l->lim, 0, t, &r);
+    stats_add(&s->st, 0, ok);
+    check_invariants(s, K_TRY, ok, &r, 0, 0);
+    if (s->synced) follow(s, t, 0, &r);
+    return r;
+}
+
+typedef struct held_rv {
+    sluice_reservation r;
+    int owner; /* -1: free slot */
+} held_rv;
+
+static void lim_reserve(lim *ls, int i, held_rv *rvs, fuzz_in *in)
+{
+    lim *l = &ls[i];
+    subject *s = &l->s;
+    uint64_t t = subject_time(s, pick_time(in, s));
+    uint64_t p = pick_permits(in, s);
+    uint64_t mw = pick_max_wait(in, s);
+    bool would = s->synced && ref_model_would_allow(s->m, p, min64(t, TMAX));
+    sluice_reservation rv;
+    sluice_result r;
+    memset(&r, 0x5a, sizeof r);
+    bool ok = sluice_reserve_at(l->lim, p, t, mw, &rv, &r);
+    stats_add(&s->st, p, ok);
+    check_invariants(s, K_RESERVE, ok, &r, p, 0);
+    if (ok) {
+        FUZZ_CHECK(rv.permits == p && rv.wait_ns == r.wait_ns && rv.wait_ns <= mw,
+                   "%s: reservation of %llu: permits %llu wait %llu (res %llu, max %llu)",
+                   l->c.spec, (unsigned long long)p, (unsigned long long)rv.permits,
+                   (unsigned long long)rv.wait_ns, (unsigned long long)r.wait_ns,
+                   (unsigned long long)mw);
+        FUZZ_CHECK(rv.at_ns >= min64(t, TMAX) || p == 0, "%s: reservation at %llu before %llu",
+                   l->c.spec, (unsigned long long)rv.at_ns, (unsigned long long)t);
+        FUZZ_CHECK(rv.at_ns <= TMAX, "%s: reservation at %llu, past 2^63-1", l->c.spec,
+                   (unsigned long long)rv.at_ns);
+    } else {
+        FUZZ_CHECK(rv.permits == 0, "%s: refused reservation holds %llu permits", l->c.spec,
+                   (unsigned long long)rv.permits);
+    }
+    if (!l->c.bucket) {
+        /* the windows cannot book the future: a reservation is a try */
+        FUZZ_CHECK(!ok || rv.wait_ns == 0, "%s: window reservation waits %llu", l->c.spec,
+                   (unsigned long long)rv.wait_ns);
+        if (s->synced) follow(s, t, p, &r);
+    } else if (p == 0) {
+        if (s->synced) follow(s, t, 0, &r);
+    } else if (ok && would && s->synced) {
+        /* the bucket holds the permits: an admission (the shaper's wait is
+         * the model's) */
+        follow(s, t, p, &r);
+        if (!l->c.shaper)
+            FUZZ_CHECK(rv.wait_ns == 0, "%s: reservation the bucket holds waits %llu",
+                       l->c.spec, (unsigned long long)rv.wait_ns);
+    } else if (ok) {
+        /* booked into debt (or out of sync already) */
+        FUZZ_CHECK(!s->synced || rv.wait_ns > 0, "%s: debt reservation with no wait", l->c.spec);
+        unsync(s);
+    } else {
+        /* refused: nothing taken */
+        FUZZ_CHECK(r.retry_after_ns == -1, "%s: refused reservation with retry %lld", l->c.spec,
+                   (long long)r.retry_after_ns);
+        if (s->synced && !l->c.shaper)
+            FUZZ_CHECK(!would, "%s: reservation of %llu refused, the bucket holds them",
+                       l->c.spec, (unsigned long long)p);
+    }
+    note(s, t, p, ok, &r);
+    if (ok && p > 0 && l->c.bucket) {
+        uint8_t k = fuzz_u8(in) % NRV;
+        rvs[k].r = rv;
+        rvs[k].owner = i;
+    }
+}
+
+static bool same_result(const sluice_result *a, const sluice_result *b)
+{
+    return a->allowed == b->allowed && a->wait_ns == b->wait_ns && a->remaining == b->remaining &&
+           a->retry_after_ns == b->retry_after_ns;
+}
+
+static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
+{
+    held_rv *v = &rvs[fuzz_u8(in) % NRV];
+    if (v->owner < 0) return;
+    uint8_t b = fuzz_u8(in);
+    int target = b & 1 ? 1 - v->owner : v->owner;
+    lim *l = &ls[target];
+    subject *s = &l->s;
+    uint64_t t;
+    switch ((b >> 1) % 4) {
+    case 0: t = v->r.at_ns - (v->r.at_ns > 0); break;
+    case 1: t = v->r.at_ns; break;
+    case 2: t = fuzz_u64(in) % sat_add(v->r.at_ns, 1); break;
+    default: t = pick_time(in, s); break;
+    }
+    t = subject_time(s, t);
+    sluice_result before = lim_probe(l);
+    int rc = sluice_reservation_cancel_at(l->lim, &v->r, t);
+    FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT || rc == SLUICE_EINVAL, "%s: cancel returned %d",
+               l->c.spec, rc);
+    if (target != v->owner)
+        FUZZ_CHECK(rc != 0, "%s: a reservation of the other limiter (%s) was cancelled here",
+                   l->c.spec, ls[v->owner].c.spec);
+    if (rc == 0) {
+        FUZZ_CHECK(l->c.bucket, "%s: cancelled on a window", l->c.spec);
+        unsync(s); /* permits given back: the model has no such step */
+        s->remaining = l->c.max_grant;
+    } else {
+        sluice_result after = lim_probe(l);
+        FUZZ_CHECK(same_result(&before, &after),
+                   "%s: cancel at %llu returned %d but changed the limiter: probe remaining "
+                   "%llu -> %llu, retry %lld -> %lld",
+                   l->c.spec, (unsigned long long)t, rc, (unsigned long long)before.remaining,
+                   (unsigned long long)after.remaining, (long long)before.retry_after_ns,
+                   (long long)after.retry_after_ns);
+    }
+    if (fuzz_u8(in) & 1) v->owner = -1; /* else it may be cancelled again */
+}
+
+static void lim_check_stats(lim *l)
+{
+    sluice_stats got;
+    LIMITER_STATS(l->lim, &got);
+    stats_check(&l->s.st, &got, l->c.spec);
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+typedef struct table {
+    config c;
+    sluice_table *t;
+    size_t max_keys;
+    bool lru;
+    uint64_t now; /* the latest time given to the table */
+    unsigned char *key[NKEYS];
+    size_t keylen[NKEYS];
+    int alias[NKEYS]; /* the first key of the same bytes */
+    subject ks[NKEYS];
+    stats st;
+    uint64_t evicted;
+} table;
+
+static void table_make(table *tb, fuzz_in *in)
+{
+    char err[256];
+    memset(tb, 0, sizeof *tb);
+    tb->c = config_from(in);
+    uint8_t b = fuzz_u8(in);
+    tb->max_keys = 1 + b % NKEYS;
+    tb->lru = (b >> 3) & 1;
+    unsigned flags = tb->lru ? SLUICE_TABLE_EVICT_LRU : 0;
+    tb->t = sluice_table_new_ex(tb->c.spec, tb->max_keys, flags, err, sizeof err);
+    if (!tb->t && tb->c.p.capacity) {
+        tb->c.p.capacity = 0;
+        config_write(&tb->c);
+        tb->t = sluice_table_new_ex(tb->c.spec, tb->max_keys, flags, err, sizeof err);
+    }
+    FUZZ_CHECK(tb->t != NULL, "table \"%s\" refused: %s", tb->c.spec, err);
+    /* keys: lengths from the input; key k's bytes are k and the input's */
+    for (int k = 0; k < NKEYS; k++) {
+        uint8_t l = fuzz_u8(in);
+        size_t len = l < 200 ? l % 40 : l < 250 ? 17 + l : l == 250 ? SLUICE_MAX_KEY_BYTES : LONGKEY;
+        tb->key[k] = malloc(len ? len : 1);
+        FUZZ_CHECK(tb->key[k] != NULL, "out of memory");
+        for (size_t j = 0; j < len; j++) tb->key[k][j] = (unsigned char)(k * 31 + j % 7);
+        if (len) tb->key[k][0] = (unsigned char)k; /* keys differ unless empty */
+        tb->keylen[k] = len;
+        subject_init(&tb->ks[k], &tb->c);
+    }
+    /* keys differ in their first byte; empty keys are one key */
+    for (int k = 0; k < NKEYS; k++) {
+        tb->alias[k] = k;
+        for (int j = 0; j < k; j++)
+            if (tb->keylen[k] == 0 && tb->keylen[j] == 0 && tb->alias[k] == k) tb->alias[k] = j;
+    }
+}
+
+static void table_free(table *tb)
+{
+    sluice_table_free(tb->t);
+    for (int k = 0; k < NKEYS; k++) {
+        free(tb->key[k]);
+        ref_model_free(tb->ks[k].m);
+    }
+}
+
+/* Is key k, as far as the harness knows, holding state at time t (not at
+ * rest)?  -1: unknown (out of sync). */
+static int key_busy(const table *tb, int k, uint64_t t)
+{
+    const subject *s = &tb->ks[k];
+    if (!s->synced) return t >= s->rest ? 0 : -1;
+    return s->m && !ref_model_at_rest(s->m, t);
+}
+
+static void table_req(table *tb, fuzz_in *in)
+{
+    int k = tb->alias[fuzz_u8(in) % NKEYS];
+    subject *s = &tb->ks[k];
+    uint64_t t = pick_time(in, s);
+    /* a key at rest may have been dropped with its latest time, after
+     * which an earlier time starts afresh (table.c): keep such keys'
+     * times at or after the table's latest */
+    if (key_busy(tb, k, tb->now) != 1 && t < tb->now) t = tb->now;
+    t = subject_time(s, t);
+    uint64_t p = pick_permits(in, s);
+    sluice_result r;
+    memset(&r, 0x5a, sizeof r);
+    bool ok = sluice_table_try_acquire_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k],
+                                          p, t, &r);
+    int err = TABLE_ERROR(&r);
+    uint64_t tc = min64(t, TMAX);
+    tb->now = max64(tb->now, tc);
+    stats_add(&tb->st, p, ok);
+    stats_add(&s->st, p, ok);
+    check_invariants(s, K_TABLE, ok, &r, p, err);
+    if (tb->keylen[k] > SLUICE_MAX_KEY_BYTES) {
+        FUZZ_CHECK(!ok && err == SLUICE_EINVAL && r.retry_after_ns == -1,
+                   "key of %zu bytes: allowed=%d error %d retry %lld", tb->keylen[k], ok, err,
+                   (long long)r.retry_after_ns);
+        return;
+    }
+    FUZZ_CHECK(err == 0 || err == SLUICE_EFULL, "%s: table error %d", tb->c.spec, err);
+    if (err == SLUICE_EFULL) {
+        FUZZ_CHECK(!ok, "full and allowed");
+        FUZZ_CHECK(key_busy(tb, k, tb->now) != 1, "%s: a held key (#%d) refused as new",
+                   tb->c.spec, k);
+        size_t busy = 0;
+        bool unknown = false;
+        for (int j = 0; j < NKEYS; j++) {
+            if (j == k) continue;
+            int b = key_busy(tb, j, tb->now);
+            busy += b == 1;
+            unknown |= b < 0;
+        }
+        FUZZ_CHECK(unknown || busy >= tb->max_keys,
+                   "%s: table of max_keys %zu refused key #%d as full with %zu keys not at rest",
+                   tb->c.spec, tb->max_keys, k, busy);
+        return; /* nothing decided */
+    }
+    if (s->synced) follow(s, t, p, &r);
+    note(s, t, p, ok, &r);
+
+    sluice_table_stats ts;
+    sluice_table_stats_get(tb->t, &ts);
+    FUZZ_CHECK(ts.keys <= tb->max_keys, "%llu keys held, max_keys %zu",
+               (unsigned long long)ts.keys, tb->max_keys);
+    if (ts.evicted != tb->evicted) {
+        FUZZ_CHECK(tb->lru && ts.evicted == tb->evicted + 1, "evicted %llu -> %llu (lru %d)",
+                   (unsigned long long)tb->evicted, (unsigned long long)ts.evicted, tb->lru);
+        tb->evicted = ts.evicted;
+        /* some other key lost its state; we cannot tell which */
+        for (int j = 0; j < NKEYS; j++)
+            if (j != k && key_busy(tb, j, tb->now) != 0) unsync(&tb->ks[j]);
+    }
+}
+
+static void table_check_stats(table *tb)
+{
+    sluice_table_stats ts;
+    sluice_table_stats_get(tb->t, &ts);
+    stats_check(&tb->st, &ts.decisions, tb->c.spec);
+}
+
+/* ---- the program -------------------------------------------------------- */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_in in = {data, size};
+    lim ls[2];
+    lim_make(&ls[0], &in);
+    lim_make(&ls[1], &in);
+    table tb;
+    table_make(&tb, &in);
+    held_rv rvs[NRV];
+    for (int i = 0; i < NRV; i++) rvs[i].owner = -1;
+
+    for (int op = 0; op < MAXOPS && in.n > 0; op++) {
+        uint8_t c = fuzz_u8(&in);
+        int i = (c >> 7) & 1;
+        switch (c % 8) {
+        case 0: case 1: lim_try(&ls[i], &in); break;
+        case 2: lim_reserve(ls, i, rvs, &in); break;
+        case 3: lim_cancel(ls, rvs, &in); break;
+        case 4: case 5: table_req(&tb, &in); break;
+        case 6: lim_probe(&ls[i]); break;
+        default:
+            lim_check_stats(&ls[i]);
+            table_check_stats(&tb);
+            break;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        lim_check_stats(&ls[i]);
+        sluice_limiter_free(ls[i].lim);
+        ref_model_free(ls[i].s.m);
+    }
+    table_check_stats(&tb);
+    table_free(&tb);
+    return 0;
+}

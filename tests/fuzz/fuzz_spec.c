@@ -1,0 +1,128 @@
+/* fuzz_spec.c -- fuzz the spec parser through the public API.
+ *
+ * The input (up to 1 KiB, cut at its first NUL) is a spec string.  For
+ * every input:
+ *  - sluice_spec_check() and sluice_limiter_new() agree: both accept it, or
+ *    both refuse it with the same message;
+ *  - a refusal's message is non-empty, NUL-terminated inside the buffer and
+ *    one line (no control byte: a spec with a newline or an escape must not
+ *    carry it into the message); with short buffers (1 .. 40 bytes, from
+ *    malloc, so ASan sees an overrun) it is a NUL-terminated prefix;
+ *  - an accepted spec's canonical form is shorter than SLUICE_SPEC_MAX, one
+ *    line, equal to sluice_spec_format() of the limiter, and a fixed point:
+ *    parsing it gives the same canonical form (format -> parse -> format);
+ *  - sluice_spec_format() into every short buffer returns SLUICE_ENOSPC with
+ *    a NUL-terminated prefix, and into length + 1 bytes succeeds;
+ *  - the limiter answers a probe (permits 0: allowed, retry 0) and one
+ *    request at time 0 (allowed with retry 0, or refused with retry -1 or
+ *    > 0).
+ */
+#include <sluice.h>
+#include <string.h>
+
+#include "fuzz.h"
+
+#define MAXSPEC 1024
+
+static void check_message(const char *what, const char *spec, const char *err,
+                          size_t errlen)
+{
+    size_t n = fuzz_strnlen(err, errlen);
+    FUZZ_CHECK(n < errlen, "%s: message not NUL-terminated (spec \"%s\")", what, spec);
+    FUZZ_CHECK(n > 0, "%s: empty message for a refused spec \"%s\"", what, spec);
+    FUZZ_CHECK(fuzz_one_line(err, n), "%s: message has a control byte: \"%s\"", what, err);
+}
+
+/* The message into a malloc'd buffer of exactly errlen bytes. */
+static void short_messages(const char *spec, const char *full)
+{
+    static const size_t lens[] = {1, 2, 7, 16, 40};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        size_t len = lens[i];
+        char *e = malloc(len);
+        FUZZ_CHECK(e != NULL, "out of memory");
+        memset(e, 'X', len);
+        int rc = sluice_spec_check(spec, NULL, 0, e, len);
+        FUZZ_CHECK(rc < 0, "refused spec accepted with a short message buffer");
+        size_t n = fuzz_strnlen(e, len);
+        FUZZ_CHECK(n < len, "message overruns a %zu-byte buffer", len);
+        FUZZ_CHECK(strncmp(e, full, n) == 0 && (n == len - 1 || full[n] == '\0'),
+                   "short message \"%s\" is not a prefix of \"%s\"", e, full);
+        free(e);
+    }
+}
+
+static void check_format(const sluice_limiter *lim, const char *canon)
+{
+    size_t len = strlen(canon);
+    for (size_t k = 0; k <= len + 1; k++) {
+        char *b = k ? malloc(k) : NULL;
+        FUZZ_CHECK(k == 0 || b != NULL, "out of memory");
+        int rc = sluice_spec_format(lim, b, k);
+        if (k <= len) {
+            FUZZ_CHECK(rc == SLUICE_ENOSPC, "format into %zu bytes for \"%s\": %d", k, canon, rc);
+            if (k) FUZZ_CHECK(fuzz_strnlen(b, k) == k - 1 && strncmp(b, canon, k - 1) == 0,
+                              "truncated format is not a prefix of \"%s\"", canon);
+        } else {
+            FUZZ_CHECK(rc >= 0 && (size_t)rc == len && strcmp(b, canon) == 0,
+                       "format into %zu bytes: %d \"%s\", expected \"%s\"", k, rc, b, canon);
+        }
+        free(b);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char spec[MAXSPEC + 1];
+    size_t n = size < MAXSPEC ? size : MAXSPEC;
+    memcpy(spec, data, n);
+    spec[n] = '\0';
+
+    char canon[SLUICE_SPEC_MAX + 64], err[512], err2[512];
+    memset(canon, 0, sizeof canon);
+    int rc = sluice_spec_check(spec, canon, sizeof canon, err, sizeof err);
+    sluice_limiter *lim = sluice_limiter_new(spec, err2, sizeof err2);
+    if (rc != 0) {
+        FUZZ_CHECK(rc == SLUICE_EINVAL || rc == SLUICE_ERANGE, "spec_check returned %d", rc);
+        FUZZ_CHECK(lim == NULL, "spec_check refused \"%s\" (%s), limiter_new accepted it", spec, err);
+        check_message("spec_check", spec, err, sizeof err);
+        check_message("limiter_new", spec, err2, sizeof err2);
+        FUZZ_CHECK(strcmp(err, err2) == 0, "two messages for one spec: \"%s\" and \"%s\"", err, err2);
+        short_messages(spec, err);
+        return 0;
+    }
+    FUZZ_CHECK(lim != NULL, "spec_check accepted \"%s\", limiter_new refused it: %s", spec, err2);
+    size_t cl = fuzz_strnlen(canon, sizeof canon);
+    FUZZ_CHECK(cl > 0 && cl < SLUICE_SPEC_MAX, "canonical form of length %zu", cl);
+    FUZZ_CHECK(fuzz_one_line(canon, cl), "canonical form has a control byte");
+
+    char f1[SLUICE_SPEC_MAX];
+    int fl = sluice_spec_format(lim, f1, sizeof f1);
+    FUZZ_CHECK(fl == (int)cl && strcmp(f1, canon) == 0,
+               "format \"%s\" differs from spec_check's \"%s\"", f1, canon);
+    check_format(lim, canon);
+
+    /* format -> parse -> format */
+    char canon2[SLUICE_SPEC_MAX + 64];
+    rc = sluice_spec_check(canon, canon2, sizeof canon2, err, sizeof err);
+    FUZZ_CHECK(rc == 0, "canonical form \"%s\" of \"%s\" is refused: %s", canon, spec, err);
+    FUZZ_CHECK(strcmp(canon, canon2) == 0, "not a fixed point: \"%s\" -> \"%s\" -> \"%s\"", spec,
+               canon, canon2);
+    sluice_limiter *lim2 = sluice_limiter_new(canon, err, sizeof err);
+    FUZZ_CHECK(lim2 != NULL, "canonical form refused by limiter_new: %s", err);
+    char f2[SLUICE_SPEC_MAX];
+    FUZZ_CHECK(sluice_spec_format(lim2, f2, sizeof f2) == (int)cl && strcmp(f2, canon) == 0,
+               "format of the reparsed limiter \"%s\" differs from \"%s\"", f2, canon);
+    sluice_limiter_free(lim2);
+
+    /* the limiter works */
+    sluice_result r;
+    bool ok = sluice_try_acquire_at(lim, 0, 0, &r);
+    FUZZ_CHECK(ok && r.allowed && r.retry_after_ns == 0, "probe refused on \"%s\"", canon);
+    ok = sluice_try_acquire_at(lim, 1, 0, &r);
+    FUZZ_CHECK(ok == r.allowed, "return value differs from res.allowed");
+    FUZZ_CHECK(ok ? r.retry_after_ns == 0 : r.retry_after_ns == -1 || r.retry_after_ns > 0,
+               "allowed=%d with retry_after_ns=%lld", ok, (long long)r.retry_after_ns);
+    sluice_limiter_free(lim);
+    return 0;
+}
