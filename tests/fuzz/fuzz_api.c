@@ -5,8 +5,7 @@
  * rates from 1/ns to 10^12 per century, burst/capacity/slots options, a
  * table of 1 .. 8 keys with or without SLUICE_TABLE_EVICT_LRU, keys from 0
  * bytes to one byte over SLUICE_MAX_KEY_BYTES), then a stream of commands:
- * try_acquire, reserve, cancel a reservation (on its own limiter or on the
- * other), table requests, probes, statistics checks.  Times come from the
+ * try_acquire, reserve, cancel a reservation, table requests, probes, statistics checks.  Times come from the
  * input: bursts at one instant, window and slot edges, exactly a refusal's
  * retry_after_ns and one ns before, idle gaps of years, times earlier than
  * the last, 2^63-1 and beyond.
@@ -20,9 +19,10 @@
  *    table full); permits above what the limiter can ever grant are refused
  *    with -1; remaining never exceeds that maximum; wait_ns is 0 except for
  *    the leaky-bucket shaper;
- *  - a reservation on the wrong limiter is refused; a cancel that returns
- *    non-zero changes nothing (a probe before and after it answers the
- *    same, and the model keeps agreeing);
+ *  - a cancel gives permits back (0) only before the reservation's time,
+ *    and one that returns SLUICE_ENOENT changes nothing (a probe before and
+ *    after it answers the same, and the model keeps agreeing); a second
+ *    cancel of the same reservation returns SLUICE_ENOENT;
  *  - a table: a key longer than SLUICE_MAX_KEY_BYTES is refused
  *    (SLUICE_EINVAL, -1); "full" (SLUICE_EFULL) only when max_keys keys not
  *    at rest are held and the key is not one of them; never more than
@@ -47,6 +47,7 @@
  * the model; the harness never relies on a refusal moving time.
  */
 #include <sluice.h>
+#include <stdarg.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -64,6 +65,31 @@ __extension__ typedef unsigned __int128 u128;
  * why a table refused. */
 #define LIMITER_STATS(lim, out) sluice_limiter_stats((lim), (out))
 #define TABLE_ERROR(res) sluice_table_last_error()
+
+/* FUZZ_TRACE=1 in the environment: print every call and its result to
+ * stderr (to read a crash's input as a program). */
+static int g_trace = -1;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void trace(const char *fmt, ...)
+{
+    if (g_trace < 0) g_trace = getenv("FUZZ_TRACE") != NULL;
+    if (!g_trace) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static void trace_result(const char *call, const char *spec, uint64_t p, uint64_t t, bool ok,
+                         const sluice_result *r)
+{
+    trace("%s(\"%s\", p=%llu, t=%llu) -> allowed=%d wait=%llu remaining=%llu retry=%lld\n", call,
+          spec, (unsigned long long)p, (unsigned long long)t, ok, (unsigned long long)r->wait_ns,
+          (unsigned long long)r->remaining, (long long)r->retry_after_ns);
+}
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
 {
@@ -282,7 +308,10 @@ static void check_invariants(const subject *s, enum kind k, bool ok, const sluic
                    (long long)r->retry_after_ns);
     }
     if (k == K_TABLE && table_err != 0) return; /* refused by the table, not the key */
-    if (p == 0)
+    /* a reservation of 0 permits is not a probe: in debt it waits for the
+     * debt to be repaid, and max_wait may refuse that (x/time/rate's
+     * ReserveN(0) does the same) */
+    if (p == 0 && k != K_RESERVE)
         FUZZ_CHECK(ok, "%s: probe refused (retry %lld)", spec, (long long)r->retry_after_ns);
     if (p > s->c->max_grant)
         FUZZ_CHECK(!ok && r->retry_after_ns == -1,
@@ -432,6 +461,7 @@ static void lim_try(lim *l, fuzz_in *in)
     sluice_result r;
     memset(&r, 0x5a, sizeof r);
     bool ok = sluice_try_acquire_at(l->lim, p, t, &r);
+    trace_result("try_acquire_at", l->c.spec, p, t, ok, &r);
     stats_add(&s->st, p, ok);
     check_invariants(s, K_TRY, ok, &r, p, 0);
     if (s->synced) follow(s, t, p, &r);
@@ -446,6 +476,7 @@ static sluice_result lim_probe(lim *l)
     uint64_t t = max64(s->max_any, s->floor);
     sluice_result r;
     bool ok = sluice_try_acquire_at(l->lim, 0, t, &r);
+    trace_result("probe", l->c.spec, 0, t, ok, &r);
     stats_add(&s->st, 0, ok);
     check_invariants(s, K_TRY, ok, &r, 0, 0);
     if (s->synced) follow(s, t, 0, &r);
@@ -465,10 +496,22 @@ static void lim_reserve(lim *ls, int i, held_rv *rvs, fuzz_in *in)
     uint64_t p = pick_permits(in, s);
     uint64_t mw = pick_max_wait(in, s);
     bool would = s->synced && ref_model_would_allow(s->m, p, min64(t, TMAX));
+    /* a bucket that does not hold the permits: the model's retry_after_ns
+     * for them is the reservation's wait (a refusal is a pure read of the
+     * model) */
+    ref_result pre;
+    bool have_pre = s->synced && l->c.bucket && p > 0 && !would && p <= l->c.max_grant;
+    uint64_t teff = s->synced ? max64(min64(t, TMAX), ref_model_latest(s->m)) : 0;
+    if (have_pre) {
+        FUZZ_CHECK(!ref_model_decide(s->m, p, min64(t, TMAX), &pre), "model allowed what it would not");
+        FUZZ_CHECK(pre.retry_after_ns > 0, "model retry %lld", (long long)pre.retry_after_ns);
+    }
     sluice_reservation rv;
     sluice_result r;
     memset(&r, 0x5a, sizeof r);
     bool ok = sluice_reserve_at(l->lim, p, t, mw, &rv, &r);
+    trace("max_wait=%llu at=%llu ", (unsigned long long)mw, (unsigned long long)rv.at_ns);
+    trace_result("reserve_at", l->c.spec, p, t, ok, &r);
     stats_add(&s->st, p, ok);
     check_invariants(s, K_RESERVE, ok, &r, p, 0);
     if (ok) {
@@ -502,6 +545,17 @@ static void lim_reserve(lim *ls, int i, held_rv *rvs, fuzz_in *in)
     } else if (ok) {
         /* booked into debt (or out of sync already) */
         FUZZ_CHECK(!s->synced || rv.wait_ns > 0, "%s: debt reservation with no wait", l->c.spec);
+        if (have_pre) {
+            /* the wait is the time until the bucket holds the permits (and,
+             * for the shaper, at least its turn in the output) */
+            uint64_t want = (uint64_t)pre.retry_after_ns;
+            FUZZ_CHECK(l->c.shaper ? rv.wait_ns >= want : rv.wait_ns == want,
+                       "%s: reservation of %llu at %llu waits %llu, the model's retry_after is %llu",
+                       l->c.spec, (unsigned long long)p, (unsigned long long)teff,
+                       (unsigned long long)rv.wait_ns, (unsigned long long)want);
+            FUZZ_CHECK(r.remaining == 0, "%s: remaining %llu with the bucket in debt", l->c.spec,
+                       (unsigned long long)r.remaining);
+        }
         unsync(s);
     } else {
         /* refused: nothing taken */
@@ -510,6 +564,18 @@ static void lim_reserve(lim *ls, int i, held_rv *rvs, fuzz_in *in)
         if (s->synced && !l->c.shaper)
             FUZZ_CHECK(!would, "%s: reservation of %llu refused, the bucket holds them",
                        l->c.spec, (unsigned long long)p);
+        if (have_pre && !l->c.shaper) {
+            /* refused only for the documented reasons: the wait exceeds
+             * max_wait or ends past 2^63-1, or the debt would take more
+             * than 2^63-1 ns to repay (the wait plus refilling the whole
+             * bucket, rounded up here) */
+            uint64_t w = (uint64_t)pre.retry_after_ns;
+            FUZZ_CHECK(w > mw || w > TMAX - teff ||
+                           sat_add(w, drain_time(&l->c, l->c.max_grant)) >= TMAX,
+                       "%s: reservation of %llu at %llu refused; its wait %llu fits max_wait %llu",
+                       l->c.spec, (unsigned long long)p, (unsigned long long)teff,
+                       (unsigned long long)w, (unsigned long long)mw);
+        }
     }
     note(s, t, p, ok, &r);
     if (ok && p > 0 && l->c.bucket) {
@@ -529,12 +595,11 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
 {
     held_rv *v = &rvs[fuzz_u8(in) % NRV];
     if (v->owner < 0) return;
-    uint8_t b = fuzz_u8(in);
-    int target = b & 1 ? 1 - v->owner : v->owner;
-    lim *l = &ls[target];
+    lim *l = &ls[v->owner];
     subject *s = &l->s;
+    uint8_t b = fuzz_u8(in);
     uint64_t t;
-    switch ((b >> 1) % 4) {
+    switch (b % 4) {
     case 0: t = v->r.at_ns - (v->r.at_ns > 0); break;
     case 1: t = v->r.at_ns; break;
     case 2: t = fuzz_u64(in) % sat_add(v->r.at_ns, 1); break;
@@ -542,14 +607,13 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
     }
     t = subject_time(s, t);
     sluice_result before = lim_probe(l);
-    int rc = sluice_reservation_cancel_at(l->lim, &v->r, t);
-    FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT || rc == SLUICE_EINVAL, "%s: cancel returned %d",
-               l->c.spec, rc);
-    if (target != v->owner)
-        FUZZ_CHECK(rc != 0, "%s: a reservation of the other limiter (%s) was cancelled here",
-                   l->c.spec, ls[v->owner].c.spec);
+    int rc = sluice_reservation_cancel_at(&v->r, t);
+    trace("cancel_at(\"%s\" reservation of %llu at %llu, t=%llu) -> %d\n", l->c.spec,
+          (unsigned long long)v->r.permits, (unsigned long long)v->r.at_ns, (unsigned long long)t, rc);
+    FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "%s: cancel returned %d", l->c.spec, rc);
     if (rc == 0) {
-        FUZZ_CHECK(l->c.bucket, "%s: cancelled on a window", l->c.spec);
+        FUZZ_CHECK(t < v->r.at_ns, "%s: cancelled at %llu, its time %llu had come", l->c.spec,
+                   (unsigned long long)t, (unsigned long long)v->r.at_ns);
         unsync(s); /* permits given back: the model has no such step */
         s->remaining = l->c.max_grant;
     } else {
@@ -561,7 +625,10 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
                    (unsigned long long)after.remaining, (long long)before.retry_after_ns,
                    (long long)after.retry_after_ns);
     }
-    if (fuzz_u8(in) & 1) v->owner = -1; /* else it may be cancelled again */
+    /* once cancelled, or its time come, it is final */
+    rc = sluice_reservation_cancel_at(&v->r, t);
+    FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a second cancel returned %d", l->c.spec, rc);
+    v->owner = -1;
 }
 
 static void lim_check_stats(lim *l)
@@ -603,13 +670,13 @@ static void table_make(table *tb, fuzz_in *in)
         tb->t = sluice_table_new_ex(tb->c.spec, tb->max_keys, flags, err, sizeof err);
     }
     FUZZ_CHECK(tb->t != NULL, "table \"%s\" refused: %s", tb->c.spec, err);
-    /* keys: lengths from the input; key k's bytes are k and the input's */
+    /* keys: lengths from the input; key k is byte k, then 'a' + k */
     for (int k = 0; k < NKEYS; k++) {
         uint8_t l = fuzz_u8(in);
         size_t len = l < 200 ? l % 40 : l < 250 ? 17 + l : l == 250 ? SLUICE_MAX_KEY_BYTES : LONGKEY;
         tb->key[k] = malloc(len ? len : 1);
         FUZZ_CHECK(tb->key[k] != NULL, "out of memory");
-        for (size_t j = 0; j < len; j++) tb->key[k][j] = (unsigned char)(k * 31 + j % 7);
+        memset(tb->key[k], 'a' + k, len);
         if (len) tb->key[k][0] = (unsigned char)k; /* keys differ unless empty */
         tb->keylen[k] = len;
         subject_init(&tb->ks[k], &tb->c);
@@ -656,6 +723,9 @@ static void table_req(table *tb, fuzz_in *in)
     bool ok = sluice_table_try_acquire_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k],
                                           p, t, &r);
     int err = TABLE_ERROR(&r);
+    trace("table key #%d (%zu bytes) max_keys=%zu lru=%d error=%d ", k, tb->keylen[k], tb->max_keys,
+          tb->lru, err);
+    trace_result("table_try_acquire_at", tb->c.spec, p, t, ok, &r);
     uint64_t tc = min64(t, TMAX);
     tb->now = max64(tb->now, tc);
     stats_add(&tb->st, p, ok);
