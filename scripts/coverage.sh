@@ -26,7 +26,7 @@ out=$build/coverage
 
 case ${1:-} in
 -h | --help)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac

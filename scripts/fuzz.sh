@@ -29,7 +29,7 @@ all=(fuzz_spec fuzz_replay fuzz_api)
 
 case ${1:-} in
 -h | --help)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac

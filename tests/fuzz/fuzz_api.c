@@ -27,7 +27,7 @@
  *    (SLUICE_EINVAL, -1); "full" (SLUICE_EFULL) only when max_keys keys not
  *    at rest are held and the key is not one of them; never more than
  *    max_keys keys held;
- *  - the statistics (sluice_limiter_stats, sluice_table_stats_get) equal
+ *  - the statistics (sluice_limiter_stats_get, sluice_table_stats_get) equal
  *    the counts of what was observed.
  *
  * Where the model cannot follow.  The model has no reservations: a
@@ -61,10 +61,6 @@ __extension__ typedef unsigned __int128 u128;
 #define NRV 8
 #define LONGKEY (SLUICE_MAX_KEY_BYTES + 1)
 
-/* The library's names for what may be renamed: the limiter's statistics and
- * why a table refused. */
-#define LIMITER_STATS(lim, out) sluice_limiter_stats((lim), (out))
-#define TABLE_ERROR(res) sluice_table_last_error()
 
 /* FUZZ_TRACE=1 in the environment: print every call and its result to
  * stderr (to read a crash's input as a program). */
@@ -299,6 +295,11 @@ static void check_invariants(const subject *s, enum kind k, bool ok, const sluic
 {
     const char *spec = s->c->spec;
     FUZZ_CHECK(ok == r->allowed, "%s: return %d, res.allowed %d", spec, ok, r->allowed);
+    FUZZ_CHECK(r->reserved_[0] == 0 && r->reserved_[1] == 0 && r->reserved_[2] == 0,
+               "%s: reserved words of the result not zero", spec);
+    if (k != K_TABLE)
+        FUZZ_CHECK(r->error == 0, "%s: error %d from a limiter", spec, (int)r->error);
+    if (ok) FUZZ_CHECK(r->error == 0, "%s: allowed with error %d", spec, (int)r->error);
     if (ok) {
         FUZZ_CHECK(r->retry_after_ns == 0, "%s: allowed p=%llu with retry_after_ns %lld", spec,
                    (unsigned long long)p, (long long)r->retry_after_ns);
@@ -634,7 +635,7 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
 static void lim_check_stats(lim *l)
 {
     sluice_stats got;
-    LIMITER_STATS(l->lim, &got);
+    sluice_limiter_stats_get(l->lim, &got);
     stats_check(&l->s.st, &got, l->c.spec);
 }
 
@@ -663,11 +664,11 @@ static void table_make(table *tb, fuzz_in *in)
     tb->max_keys = 1 + b % NKEYS;
     tb->lru = (b >> 3) & 1;
     unsigned flags = tb->lru ? SLUICE_TABLE_EVICT_LRU : 0;
-    tb->t = sluice_table_new_ex(tb->c.spec, tb->max_keys, flags, err, sizeof err);
+    tb->t = sluice_table_new_flags(tb->c.spec, tb->max_keys, flags, err, sizeof err);
     if (!tb->t && tb->c.p.capacity) {
         tb->c.p.capacity = 0;
         config_write(&tb->c);
-        tb->t = sluice_table_new_ex(tb->c.spec, tb->max_keys, flags, err, sizeof err);
+        tb->t = sluice_table_new_flags(tb->c.spec, tb->max_keys, flags, err, sizeof err);
     }
     FUZZ_CHECK(tb->t != NULL, "table \"%s\" refused: %s", tb->c.spec, err);
     /* keys: lengths from the input; key k is byte k, then 'a' + k */
@@ -722,7 +723,7 @@ static void table_req(table *tb, fuzz_in *in)
     memset(&r, 0x5a, sizeof r);
     bool ok = sluice_table_try_acquire_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k],
                                           p, t, &r);
-    int err = TABLE_ERROR(&r);
+    int err = r.error;
     trace("table key #%d (%zu bytes) max_keys=%zu lru=%d error=%d ", k, tb->keylen[k], tb->max_keys,
           tb->lru, err);
     trace_result("table_try_acquire_at", tb->c.spec, p, t, ok, &r);

@@ -108,7 +108,7 @@ static void decide(const sluice_cli_trace *tr)
         const sluice_cli_req *r = &tr->reqs[i];
         sluice_result res;
         bool ok = sluice_table_try_acquire_at(t, r->key, r->kn, r->permits, r->time_ns, &res);
-        int e = sluice_table_last_error();
+        int e = res.error;
         FUZZ_CHECK(ok == res.allowed, "return value differs from res.allowed");
         if (ok) FUZZ_CHECK(res.retry_after_ns == 0, "allowed with retry %lld", (long long)res.retry_after_ns);
         else FUZZ_CHECK(res.retry_after_ns == -1 || res.retry_after_ns > 0,
