@@ -3,8 +3,8 @@
 #
 #   bash scripts/coverage.sh
 #
-# Builds with gcc --coverage (Debug, -O0) in build-cov/, runs the whole
-# ctest suite there (the threaded stress tests at SLUICE_STRESS_SCALE=0.1;
+# Builds with gcc --coverage (Debug, -O0, counters updated atomically for
+# the threaded tests) in build-cov/, runs the whole ctest suite there (the threaded stress tests at SLUICE_STRESS_SCALE=0.1;
 # the Redis tier's tests when hiredis and redis-server are installed), then
 # writes with gcovr:
 #   build-cov/coverage/index.html     line and branch report, per file
@@ -35,7 +35,7 @@ bash scripts/deps.sh gcovr gcc
 
 printf '\n=== build %s\n' "$build"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_FLAGS="--coverage -O0" -DCMAKE_EXE_LINKER_FLAGS=--coverage \
+    -DCMAKE_C_FLAGS="--coverage -O0 -fprofile-update=atomic" -DCMAKE_EXE_LINKER_FLAGS=--coverage \
     -DCMAKE_SHARED_LINKER_FLAGS=--coverage -DSLUICE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j"$jobs"
 
@@ -51,8 +51,9 @@ printf '\n=== report %s\n' "$out"
 rm -rf "$out"
 mkdir -p "$out"
 # gcov reads the objects of the build; --filter keeps the library's sources
+# (and not CMake's compiler probe)
 common=(--root "$root" --object-directory "$build" --filter "$root/src/"
-    --exclude-unreachable-branches)
+    --exclude-unreachable-branches --exclude-directories '.*/CMakeFiles/[0-9][0-9.]*')
 gcovr "${common[@]}" --json "$out/coverage.json" >/dev/null
 gcovr --add-tracefile "$out/coverage.json" --root "$root" \
     --html-details "$out/index.html" --html-title "sluice: coverage of src/" >/dev/null
