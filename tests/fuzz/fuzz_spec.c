@@ -10,10 +10,15 @@
  *    malloc, so ASan sees an overrun) it is a NUL-terminated prefix that
  *    fills the buffer or stops short of an escape (\xNN) that does not fit;
  *  - an accepted spec's canonical form is shorter than SLUICE_SPEC_MAX, one
- *    line, equal to sluice_spec_format() of the limiter, and a fixed point:
+ *    line, equal to sluice_limiter_spec_format() of the limiter, and a fixed point:
  *    parsing it gives the same canonical form (format -> parse -> format);
- *  - sluice_spec_format() into every short buffer returns SLUICE_ENOSPC with
+ *  - sluice_limiter_spec_format() into every short buffer returns SLUICE_ENOSPC with
  *    a NUL-terminated prefix, and into length + 1 bytes succeeds;
+ *  - sluice_spec_parse() agrees with sluice_spec_check() (same result, same
+ *    message, a zeroed output on refusal), and the structured view is the
+ *    same from the spec, from its canonical form and from the limiter
+ *    (sluice_limiter_spec_get), with every field inside the grammar's
+ *    bounds and the reserved words zero;
  *  - the limiter answers a probe (permits 0: allowed, retry 0) and one
  *    request at time 0 (allowed with retry 0, or refused with retry -1 or
  *    > 0).
@@ -62,7 +67,7 @@ static void check_format(const sluice_limiter *lim, const char *canon)
     for (size_t k = 0; k <= len + 1; k++) {
         char *b = k ? malloc(k) : NULL;
         FUZZ_CHECK(k == 0 || b != NULL, "out of memory");
-        int rc = sluice_spec_format(lim, b, k);
+        int rc = sluice_limiter_spec_format(lim, b, k);
         if (k <= len) {
             FUZZ_CHECK(rc == SLUICE_ENOSPC, "format into %zu bytes for \"%s\": %d", k, canon, rc);
             if (k) FUZZ_CHECK(fuzz_strnlen(b, k) == k - 1 && strncmp(b, canon, k - 1) == 0,
@@ -72,6 +77,43 @@ static void check_format(const sluice_limiter *lim, const char *canon)
                        "format into %zu bytes: %d \"%s\", expected \"%s\"", k, rc, b, canon);
         }
         free(b);
+    }
+}
+
+static bool same_info(const sluice_spec_info *a, const sluice_spec_info *b)
+{
+    return a->algorithm == b->algorithm && a->clock == b->clock && a->limit == b->limit &&
+           a->period_ns == b->period_ns && a->capacity == b->capacity && a->slots == b->slots &&
+           a->nodelay == b->nodelay &&
+           memcmp(a->reserved, b->reserved, sizeof a->reserved) == 0;
+}
+
+static void check_info(const sluice_spec_info *i, const char *canon)
+{
+    bool bucket = i->algorithm == SLUICE_ALG_TOKEN_BUCKET || i->algorithm == SLUICE_ALG_LEAKY_BUCKET;
+    FUZZ_CHECK(i->algorithm >= SLUICE_ALG_FIXED_WINDOW && i->algorithm <= SLUICE_ALG_LEAKY_BUCKET &&
+                   (i->clock == SLUICE_CLOCK_MONOTONIC || i->clock == SLUICE_CLOCK_COARSE),
+               "\"%s\": algorithm %d clock %d", canon, i->algorithm, i->clock);
+    FUZZ_CHECK(i->limit >= 1 && i->limit <= SLUICE_MAX_LIMIT && i->period_ns >= 1 &&
+                   i->period_ns <= SLUICE_MAX_PERIOD_NS,
+               "\"%s\": limit %llu period %llu outside the grammar", canon,
+               (unsigned long long)i->limit, (unsigned long long)i->period_ns);
+    FUZZ_CHECK(i->capacity >= 1 && (bucket || i->capacity == i->limit),
+               "\"%s\": capacity %llu", canon, (unsigned long long)i->capacity);
+    FUZZ_CHECK(i->algorithm == SLUICE_ALG_SLIDING_WHEEL
+                   ? i->slots >= 1 && i->period_ns % i->slots == 0
+                   : i->slots == 0,
+               "\"%s\": slots %llu", canon, (unsigned long long)i->slots);
+    FUZZ_CHECK(!i->nodelay || i->algorithm == SLUICE_ALG_LEAKY_BUCKET, "\"%s\": nodelay", canon);
+    FUZZ_CHECK(i->reserved[0] == 0 && i->reserved[1] == 0 && i->reserved[2] == 0 &&
+                   i->reserved[3] == 0,
+               "\"%s\": reserved words not zero", canon);
+    /* a bucket fills within 2^63-1 ns */
+    if (bucket) {
+        __extension__ unsigned __int128 fill =
+            (unsigned __int128)i->capacity * i->period_ns / i->limit;
+        FUZZ_CHECK(fill <= (unsigned __int128)INT64_MAX, "\"%s\": takes over 2^63-1 ns to fill",
+                   canon);
     }
 }
 
@@ -86,7 +128,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(canon, 0, sizeof canon);
     int rc = sluice_spec_check(spec, canon, sizeof canon, err, sizeof err);
     sluice_limiter *lim = sluice_limiter_new(spec, err2, sizeof err2);
+    sluice_spec_info info;
+    char err3[512];
+    memset(&info, 0x5a, sizeof info);
+    int rc3 = sluice_spec_parse(spec, &info, err3, sizeof err3);
+    FUZZ_CHECK(rc3 == rc, "spec_parse returned %d, spec_check %d", rc3, rc);
     if (rc != 0) {
+        static const sluice_spec_info zero;
+        FUZZ_CHECK(memcmp(&info, &zero, sizeof info) == 0, "spec_parse left its output set");
+        FUZZ_CHECK(strcmp(err, err3) == 0, "spec_parse's message \"%s\" differs: \"%s\"", err3, err);
         FUZZ_CHECK(rc == SLUICE_EINVAL || rc == SLUICE_ERANGE, "spec_check returned %d", rc);
         FUZZ_CHECK(lim == NULL, "spec_check refused \"%s\" (%s), limiter_new accepted it", spec, err);
         check_message("spec_check", spec, err, sizeof err);
@@ -101,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(fuzz_one_line(canon, cl), "canonical form has a control byte");
 
     char f1[SLUICE_SPEC_MAX];
-    int fl = sluice_spec_format(lim, f1, sizeof f1);
+    int fl = sluice_limiter_spec_format(lim, f1, sizeof f1);
     FUZZ_CHECK(fl == (int)cl && strcmp(f1, canon) == 0,
                "format \"%s\" differs from spec_check's \"%s\"", f1, canon);
     check_format(lim, canon);
@@ -115,8 +165,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sluice_limiter *lim2 = sluice_limiter_new(canon, err, sizeof err);
     FUZZ_CHECK(lim2 != NULL, "canonical form refused by limiter_new: %s", err);
     char f2[SLUICE_SPEC_MAX];
-    FUZZ_CHECK(sluice_spec_format(lim2, f2, sizeof f2) == (int)cl && strcmp(f2, canon) == 0,
+    FUZZ_CHECK(sluice_limiter_spec_format(lim2, f2, sizeof f2) == (int)cl && strcmp(f2, canon) == 0,
                "format of the reparsed limiter \"%s\" differs from \"%s\"", f2, canon);
+    /* the structured view: the same from the spec, its canonical form and
+     * the limiter, and within the grammar's bounds */
+    sluice_spec_info i2, i3;
+    FUZZ_CHECK(sluice_spec_parse(canon, &i2, err, sizeof err) == 0, "canonical form refused");
+    sluice_limiter_spec_get(lim2, &i3);
+    FUZZ_CHECK(same_info(&info, &i2) && same_info(&info, &i3),
+               "spec info differs between \"%s\", its canonical form and its limiter", spec);
+    check_info(&info, canon);
     sluice_limiter_free(lim2);
 
     /* the limiter works */
