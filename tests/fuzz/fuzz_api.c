@@ -27,6 +27,11 @@
  *    (SLUICE_EINVAL, -1); "full" (SLUICE_EFULL) only when max_keys keys not
  *    at rest are held and the key is not one of them; never more than
  *    max_keys keys held;
+ *  - sluice_table_remove / _reset: 0 for a key in use, SLUICE_ENOENT (remove)
+ *    for a key never made; the key then starts afresh; sluice_table_peek_at
+ *    answers as the model would (refusals, probes, keys at rest), reports
+ *    the model's latest admission and first instant at rest, and counts in
+ *    no statistic;
  *  - the statistics (sluice_limiter_stats_get, sluice_table_stats_get) equal
  *    the counts of what was observed.
  *
@@ -708,6 +713,14 @@ static int key_busy(const table *tb, int k, uint64_t t)
     return s->m && !ref_model_at_rest(s->m, t);
 }
 
+/* A key's time, as table_req gives it: a key that may have been dropped at
+ * rest gets no time earlier than the table's latest. */
+static uint64_t key_time(table *tb, int k, uint64_t t)
+{
+    if (key_busy(tb, k, tb->now) != 1 && t < tb->now) t = tb->now;
+    return t;
+}
+
 static void table_req(table *tb, fuzz_in *in)
 {
     int k = tb->alias[fuzz_u8(in) % NKEYS];
@@ -716,8 +729,7 @@ static void table_req(table *tb, fuzz_in *in)
     /* a key at rest may have been dropped with its latest time, after
      * which an earlier time starts afresh (table.c): keep such keys'
      * times at or after the table's latest */
-    if (key_busy(tb, k, tb->now) != 1 && t < tb->now) t = tb->now;
-    t = subject_time(s, t);
+    t = subject_time(s, key_time(tb, k, t));
     uint64_t p = pick_permits(in, s);
     sluice_result r;
     memset(&r, 0x5a, sizeof r);
@@ -773,6 +785,96 @@ static void table_req(table *tb, fuzz_in *in)
     }
 }
 
+/* sluice_table_remove or _reset: the key starts afresh. */
+static void table_drop(table *tb, fuzz_in *in)
+{
+    int k = tb->alias[fuzz_u8(in) % NKEYS];
+    subject *s = &tb->ks[k];
+    bool reset = fuzz_u8(in) & 1;
+    const void *key = tb->keylen[k] ? tb->key[k] : NULL;
+    int busy = key_busy(tb, k, tb->now);
+    int rc = reset ? sluice_table_reset(tb->t, key, tb->keylen[k])
+                   : sluice_table_remove(tb->t, key, tb->keylen[k]);
+    trace("table %s key #%d -> %d\n", reset ? "reset" : "remove", k, rc);
+    if (tb->keylen[k] > SLUICE_MAX_KEY_BYTES) {
+        FUZZ_CHECK(rc == SLUICE_EINVAL, "%s of a key of %zu bytes: %d", reset ? "reset" : "remove",
+                   tb->keylen[k], rc);
+        return;
+    }
+    if (reset) FUZZ_CHECK(rc == 0, "%s: reset of key #%d: %d", tb->c.spec, k, rc);
+    else if (busy == 1) FUZZ_CHECK(rc == 0, "%s: remove of held key #%d: %d", tb->c.spec, k, rc);
+    else if (!s->m && s->synced) FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: remove of key #%d never made: %d",
+                                            tb->c.spec, k, rc);
+    else FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "%s: remove of key #%d: %d", tb->c.spec, k, rc);
+    /* a fresh limiter from now on */
+    ref_model_free(s->m);
+    s->m = NULL;
+    s->synced = true;
+    s->max_adm = 0;
+    s->remaining = tb->c.max_grant;
+}
+
+/* sluice_table_peek_at: what a request would get, changing nothing. */
+static void table_peek(table *tb, fuzz_in *in)
+{
+    int k = tb->alias[fuzz_u8(in) % NKEYS];
+    subject *s = &tb->ks[k];
+    uint64_t t = subject_time(s, key_time(tb, k, pick_time(in, s)));
+    uint64_t p = pick_permits(in, s);
+    const void *key = tb->keylen[k] ? tb->key[k] : NULL;
+    int busy = key_busy(tb, k, tb->now);
+    sluice_result r;
+    sluice_key_state ks;
+    memset(&r, 0x5a, sizeof r);
+    memset(&ks, 0x5a, sizeof ks);
+    int rc = sluice_table_peek_at(tb->t, key, tb->keylen[k], p, t, &r, &ks);
+    trace("table peek key #%d -> %d last=%llu rest=%llu ", k, rc, (unsigned long long)ks.last_ns,
+          (unsigned long long)ks.rest_ns);
+    trace_result("table_peek_at", tb->c.spec, p, t, r.allowed, &r);
+    if (tb->keylen[k] > SLUICE_MAX_KEY_BYTES) {
+        FUZZ_CHECK(rc == SLUICE_EINVAL && r.error == SLUICE_EINVAL && !r.allowed,
+                   "peek of a key of %zu bytes: %d, error %d", tb->keylen[k], rc, (int)r.error);
+        return;
+    }
+    FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "%s: peek returned %d", tb->c.spec, rc);
+    FUZZ_CHECK(rc == 0 || (ks.last_ns == 0 && ks.rest_ns == 0), "%s: peek of a key not held: state set",
+               tb->c.spec);
+    if (busy == 1) FUZZ_CHECK(rc == 0, "%s: peek of held key #%d: %d", tb->c.spec, k, rc);
+    check_invariants(s, K_TRY, r.allowed, &r, p, 0);
+    if (!s->synced) return;
+    /* the model's answer; a refusal or a probe is a pure read of it, an
+     * admission is asked of a fresh copy when the key has no history */
+    if (!s->m) s->m = model_new(s->c);
+    uint64_t tc = min64(t, TMAX);
+    bool would = ref_model_would_allow(s->m, p, tc);
+    FUZZ_CHECK(r.allowed == would, "%s: peek of key #%d p=%llu t=%llu: allowed %d, the model %d",
+               tb->c.spec, k, (unsigned long long)p, (unsigned long long)t, r.allowed, would);
+    if (!would || p == 0) {
+        ref_result e;
+        ref_model_decide(s->m, p, tc, &e);
+        check_same(s, &e, &r, p, t);
+    } else if (ref_model_latest(s->m) <= tc && ref_model_at_rest(s->m, tc)) {
+        /* at rest: a fresh limiter's answer, asked of a fresh model */
+        ref_model *m = model_new(s->c);
+        ref_result e;
+        ref_model_decide(m, p, tc, &e);
+        ref_model_free(m);
+        FUZZ_CHECK(e.allowed == r.allowed && e.wait_ns == r.wait_ns && e.remaining == r.remaining &&
+                       e.retry_after_ns == r.retry_after_ns,
+                   "%s: peek of fresh key #%d differs from a fresh model", tb->c.spec, k);
+    }
+    if (rc == 0 && busy == 1) {
+        /* its state: the latest admission, and the first instant at rest */
+        FUZZ_CHECK(ks.last_ns == ref_model_latest(s->m), "%s: key #%d last_ns %llu, model %llu",
+                   tb->c.spec, k, (unsigned long long)ks.last_ns,
+                   (unsigned long long)ref_model_latest(s->m));
+        FUZZ_CHECK(ks.rest_ns >= ks.last_ns && ref_model_at_rest(s->m, ks.rest_ns) &&
+                       (ks.rest_ns == ks.last_ns || !ref_model_at_rest(s->m, ks.rest_ns - 1)),
+                   "%s: key #%d rest_ns %llu is not the model's first instant at rest", tb->c.spec, k,
+                   (unsigned long long)ks.rest_ns);
+    }
+}
+
 static void table_check_stats(table *tb)
 {
     sluice_table_stats ts;
@@ -800,7 +902,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 0: case 1: lim_try(&ls[i], &in); break;
         case 2: lim_reserve(ls, i, rvs, &in); break;
         case 3: lim_cancel(ls, rvs, &in); break;
-        case 4: case 5: table_req(&tb, &in); break;
+        case 4: table_req(&tb, &in); break;
+        case 5:
+            switch (c >> 3 & 3) {
+            case 0: table_drop(&tb, &in); break;
+            case 1: table_peek(&tb, &in); break;
+            default: table_req(&tb, &in); break;
+            }
+            break;
         case 6: lim_probe(&ls[i]); break;
         default:
             lim_check_stats(&ls[i]);
