@@ -183,7 +183,9 @@ typedef struct sluice_limiter sluice_limiter; /* opaque */
  *                  wait can help (permits exceed what the limiter can ever
  *                  grant); 0 for an allowed request.
  *  error           0 when the algorithm decided; otherwise the request was
- *                  refused (retry_after_ns = -1) for a reason of its own:
+ *                  refused for a reason of its own (retry_after_ns = -1,
+ *                  but for SLUICE_EFULL a lower bound: see
+ *                  sluice_table_try_acquire_at):
  *                  SLUICE_ENOMEM (sliding-log or sliding-wheel could not
  *                  grow its ring to record the request: refused rather than
  *                  admitted unrecorded; a table could not copy a long key),
@@ -290,7 +292,9 @@ typedef struct sluice_reservation {
  * wait would exceed `max_wait_ns` or end past 2^63-1 ns, or when the debt
  * would take more than 2^63-1 ns to repay (so every later wait and
  * retry_after_ns fits an int64).  The window algorithms cannot book the
- * future: for them this is sluice_try_acquire_at() (wait 0).  `rv` and `res`
+ * future: for them this is sluice_try_acquire_at() (wait 0).  permits = 0
+ * is a probe, as for sluice_try_acquire_at(): always allowed, waits for
+ * nothing, even while the bucket is in debt.  `rv` and `res`
  * may be NULL.  Counts as a request in the statistics.  Thread-safe
  * (lock-free where the limiter is). */
 bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,

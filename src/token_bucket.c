@@ -88,6 +88,9 @@ bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st, uint64_
 bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st, uint64_t t,
                             uint64_t p, uint64_t max_wait, sluice_result *res)
 {
+    /* reserving 0 permits is a probe: allowed, waits for nothing, changes
+     * nothing -- also while the bucket is in debt */
+    if (p == 0) return sluice__bucket_decide(pf, st, t, 0, max_wait, res);
     const u128 full = pf->cap_scaled;
     const u128 d = drain(pf, st, t);
     const u128 add = (u128)p * pf->rw;

@@ -447,6 +447,12 @@ static void test_probe_in_debt(void **state)
         assert_int_equal(r.remaining, 0);
         assert_int_equal(r.wait_ns, 0);
         assert_int_equal(r.retry_after_ns, 0);
+        /* reserving 0 permits is a probe too, whatever max_wait */
+        sluice_reservation rv;
+        assert_true(sluice_reserve_at(l, 0, 0, 0, &rv, &r));
+        assert_int_equal(rv.permits, 0);
+        assert_int_equal(rv.wait_ns, 0);
+        assert_int_equal(r.retry_after_ns, 0);
         /* the debt of one permit is repaid at 1 s, the bucket back at 2 s */
         assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
         assert_int_equal(r.retry_after_ns, (int64_t)SEC);

@@ -314,10 +314,8 @@ static void check_invariants(const subject *s, enum kind k, bool ok, const sluic
                    (long long)r->retry_after_ns);
     }
     if (k == K_TABLE && table_err != 0) return; /* refused by the table, not the key */
-    /* a reservation of 0 permits is not a probe: in debt it waits for the
-     * debt to be repaid, and max_wait may refuse that (x/time/rate's
-     * ReserveN(0) does the same) */
-    if (p == 0 && k != K_RESERVE)
+    /* a probe, a reservation of 0 permits included, is always allowed */
+    if (p == 0)
         FUZZ_CHECK(ok, "%s: probe refused (retry %lld)", spec, (long long)r->retry_after_ns);
     if (p > s->c->max_grant)
         FUZZ_CHECK(!ok && r->retry_after_ns == -1,
