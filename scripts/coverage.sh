@@ -35,7 +35,7 @@ bash scripts/deps.sh gcovr gcc
 
 printf '\n=== build %s\n' "$build"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_FLAGS="--coverage -O0 -fprofile-update=atomic" -DCMAKE_EXE_LINKER_FLAGS=--coverage \
+    -DCMAKE_C_FLAGS="--coverage -O0 -fprofile-update=atomic -DSLUICE_COVERAGE=1" -DCMAKE_EXE_LINKER_FLAGS=--coverage \
     -DCMAKE_SHARED_LINKER_FLAGS=--coverage -DSLUICE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j"$jobs"
 

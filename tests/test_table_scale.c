@@ -85,8 +85,10 @@
 #include "ref_model.h"
 
 /* Resident-memory figures are asserted only without a sanitizer (shadow
- * memory and quarantines distort them); they are printed in any case. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+ * memory and quarantines distort them) and outside coverage builds
+ * (scripts/coverage.sh defines SLUICE_COVERAGE: gcov's counters share the
+ * pages); they are printed in any case. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(SLUICE_COVERAGE)
 #define SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
