@@ -1,7 +1,7 @@
 /* test_alloc.c -- running out of memory, as SQLite tests it: fail the Nth
  * allocation, for N = 0, 1, 2, ... until the call succeeds.
  *
- * A counting allocator is installed with sluice_set_allocator().  Every
+ * The counting allocator of tests/testutil.h is installed.  Every
  * block it hands out carries a header with a magic number, so a block the
  * library frees with the wrong allocator (or twice) is caught at once, and
  * `live` counts the blocks not yet freed.  Two variants: the Nth allocation
@@ -37,120 +37,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
 #include "sluice.h"
+#include "testutil.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_N 10000 /* no constructor needs this many allocations */
 
 /* ------------------------------------------------------------------------ */
-/* The counting, failing allocator                                           */
-
-#define MAGIC_LIVE 0x51ce0a11c0ffee11ULL
-#define MAGIC_DEAD 0xdeadb10cULL
-
-typedef union hdr {
-    struct {
-        uint64_t magic;
-        size_t size;
-    } h;
-    max_align_t align;
-} hdr;
-
-static struct {
-    long calls;      /* allocation calls since the last arm() */
-    long fail_at;    /* the call that fails; -1: none */
-    bool persistent; /* ... and every later call too */
-    long failures;   /* calls failed since the last arm() */
-    long live;       /* blocks handed out and not freed */
-    size_t bytes;    /* bytes asked for since the last install() */
-} A = {0, -1, false, 0, 0, 0};
-
-static bool fail_now(void)
-{
-    long i = A.calls++;
-    if (A.fail_at >= 0 && (i == A.fail_at || (A.persistent && i > A.fail_at))) {
-        A.failures++;
-        return true;
-    }
-    return false;
-}
-
-static hdr *header_of(void *p)
-{
-    hdr *h = (hdr *)p - 1;
-    if (h->h.magic != MAGIC_LIVE) {
-        fprintf(stderr, "test_alloc: %p was not allocated by the test allocator "
-                        "(or was freed already)\n", p);
-        abort();
-    }
-    return h;
-}
-
-static void *t_malloc(size_t n)
-{
-    if (fail_now()) return NULL;
-    hdr *h = malloc(sizeof *h + n);
-    if (!h) return NULL;
-    h->h.magic = MAGIC_LIVE;
-    h->h.size = n;
-    A.live++;
-    A.bytes += n;
-    return h + 1;
-}
-
-/* Zeroed by libc's calloc over header and block together, so a large block
- * stays untouched but for the header's page. */
-static void *t_calloc(size_t n, size_t size)
-{
-    if (fail_now()) return NULL;
-    if (size && n > (SIZE_MAX - sizeof(hdr)) / size) return NULL;
-    hdr *h = calloc(1, sizeof *h + n * size);
-    if (!h) return NULL;
-    h->h.magic = MAGIC_LIVE;
-    h->h.size = n * size;
-    A.live++;
-    A.bytes += n * size;
-    return h + 1;
-}
-
-static void t_free(void *p)
-{
-    if (!p) return;
-    hdr *h = header_of(p);
-    h->h.magic = MAGIC_DEAD;
-    A.live--;
-    free(h);
-}
+/* The counting, failing allocator (tests/testutil.h)                        */
 
 static void install(void)
 {
-    sluice_allocator a = {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free};
-    A.calls = 0;
-    A.fail_at = -1;
-    A.failures = 0;
-    A.live = 0;
-    A.bytes = 0;
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0);
     sluice_allocator back;
     sluice_get_allocator(&back);
-    assert_true(back.malloc_fn == t_malloc);
-    assert_true(back.calloc_fn == t_calloc);
-    assert_true(back.free_fn == t_free);
-}
-
-/* Fail the allocation call `n` from now on (alone, or with every later one
- * when persistent); n < 0 disarms. */
-static void arm(long n, bool persistent)
-{
-    A.calls = 0;
-    A.failures = 0;
-    A.fail_at = n;
-    A.persistent = persistent;
+    assert_true(back.malloc_fn == tu_malloc);
+    assert_true(back.calloc_fn == tu_calloc);
+    assert_true(back.free_fn == tu_free);
 }
 
 /* The object a test is working on, freed by the teardown when a failed
@@ -161,13 +68,12 @@ static sluice_limiter *g_lim;
 static int restore_allocator(void **state)
 {
     (void)state;
-    A.fail_at = -1;
+    tu_alloc_disarm();
     sluice_table_free(g_table);
     sluice_limiter_free(g_lim);
     g_table = NULL;
     g_lim = NULL;
-    sluice_set_allocator(NULL);
-    A.fail_at = -1;
+    tu_alloc_uninstall();
     return 0;
 }
 
@@ -204,9 +110,9 @@ static void check_message(const char *what, const char *spec, long n,
 
 static void check_no_leak(const char *what, const char *spec, long n)
 {
-    if (A.live != 0)
+    if (tu_alloc_live() != 0)
         fail_msg("%s(\"%s\") failing allocation %ld: %ld blocks leaked", what,
-                 spec, n, A.live);
+                 spec, n, tu_alloc_live());
 }
 
 static void limiter_new_loop(bool persistent)
@@ -218,10 +124,10 @@ static void limiter_new_loop(bool persistent)
         for (n = 0; n < MAX_N; n++) {
             char err[256];
             memset(err, 'Z', sizeof err);
-            arm(n, persistent);
+            tu_alloc_arm(n, persistent);
             sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
-            long failures = A.failures;
-            arm(-1, false);
+            long failures = tu_alloc_failures();
+            tu_alloc_arm(-1, false);
             if (!lim) {
                 if (failures == 0)
                     fail_msg("sluice_limiter_new(\"%s\") failed with no failed allocation: %s", spec, err);
@@ -266,10 +172,10 @@ static void table_new_loop(bool persistent)
             for (n = 0; n < MAX_N; n++) {
                 char err[256];
                 memset(err, 'Z', sizeof err);
-                arm(n, persistent);
+                tu_alloc_arm(n, persistent);
                 sluice_table *t = sluice_table_new(spec, max_keys[m], err, sizeof err);
-                long failures = A.failures;
-                arm(-1, false);
+                long failures = tu_alloc_failures();
+                tu_alloc_arm(-1, false);
                 if (!t) {
                     if (failures == 0)
                         fail_msg("sluice_table_new(\"%s\", %zu) failed with no failed "
@@ -310,10 +216,10 @@ static void test_spec_check(void **state)
         long n;
         for (n = 0; n < MAX_N; n++) {
             char canon[64], err[256];
-            arm(n, true);
+            tu_alloc_arm(n, true);
             int rc = sluice_spec_check(alg_specs[s].spec, canon, sizeof canon, err, sizeof err);
-            long failures = A.failures;
-            arm(-1, false);
+            long failures = tu_alloc_failures();
+            tu_alloc_arm(-1, false);
             check_no_leak("sluice_spec_check", alg_specs[s].spec, n);
             if (rc == 0 && failures == 0) break;
             if (rc != 0 && rc != SLUICE_ENOMEM)
@@ -346,11 +252,11 @@ static void table_key_loop(bool persistent)
             for (n = 0; n < MAX_N; n++) {
                 sluice_result r;
                 memset(&r, 0x5a, sizeof r);
-                arm(n, persistent);
+                tu_alloc_arm(n, persistent);
                 bool ok = sluice_table_try_acquire_at(t, key, (size_t)keylen, 1, now, &r);
                 int le = r.error;
-                long failures = A.failures;
-                arm(-1, false);
+                long failures = tu_alloc_failures();
+                tu_alloc_arm(-1, false);
                 total_failures += failures;
                 if (!ok) {
                     if (failures == 0)
@@ -386,7 +292,7 @@ static void table_key_loop(bool persistent)
         }
         sluice_table_free(t);
         g_table = NULL;
-        if (A.live != 0) fail_msg("\"%s\": %ld blocks leaked by the table", spec, A.live);
+        if (tu_alloc_live() != 0) fail_msg("\"%s\": %ld blocks leaked by the table", spec, tu_alloc_live());
         if (total_failures == 0) fail_msg("\"%s\": no allocation was ever failed", spec);
         restore_allocator(NULL);
     }
@@ -481,11 +387,11 @@ static bool decide_and_check(sluice_limiter *lim, const char *spec, uint64_t t,
     M.t_last = t;
     uint64_t used = model_used(t);
     bool want = p == 0 || used + p <= M.limit;
-    long failures_before = A.failures;
+    long failures_before = tu_alloc_failures();
     sluice_result r;
     memset(&r, 0x5a, sizeof r);
     bool got = sluice_try_acquire_at(lim, p, t, &r);
-    bool failed_alloc = A.failures != failures_before;
+    bool failed_alloc = tu_alloc_failures() != failures_before;
     *oom_refusal = false;
 
     if (got != r.allowed) fail_msg("\"%s\" t=%llu: return value and res->allowed differ", spec, (unsigned long long)t);
@@ -519,14 +425,6 @@ static bool decide_and_check(sluice_limiter *lim, const char *spec, uint64_t t,
                  (long long)r.retry_after_ns, (long long)retry);
     if (r.wait_ns != 0) fail_msg("\"%s\": wait_ns %llu, want 0", spec, (unsigned long long)r.wait_ns);
     return got;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
 }
 
 struct window_spec {
@@ -566,23 +464,23 @@ static void window_oom(bool persistent)
             t += step;
         }
         /* 2: allocations fail */
-        long live_before = A.live;
-        if (persistent) arm(0, true);
+        long live_before = tu_alloc_live();
+        if (persistent) tu_alloc_arm(0, true);
         for (int i = 0; i < 300; i++) {
-            uint64_t r = rng_next(&seed);
-            if (!persistent && i % 5 == 0) arm(0, false); /* the next one fails */
+            uint64_t r = tu_xorshift64(&seed);
+            if (!persistent && i % 5 == 0) tu_alloc_arm(0, false); /* the next one fails */
             decide_and_check(lim, w->spec, t, 1 + r % 3, &oom);
             oom_refusals += oom;
-            if (!persistent) arm(-1, false);
+            if (!persistent) tu_alloc_arm(-1, false);
             t += step * (1 + r % 2);
         }
-        arm(-1, false);
-        if (persistent && A.live > live_before)
+        tu_alloc_arm(-1, false);
+        if (persistent && tu_alloc_live() > live_before)
             fail_msg("\"%s\": memory grew while every allocation failed", w->spec);
         /* 3: recovered: every decision is the contract's, over several
          * windows, with the history the library actually admitted */
         for (int i = 0; i < 4000; i++) {
-            uint64_t r = rng_next(&seed);
+            uint64_t r = tu_xorshift64(&seed);
             uint64_t p = r % 4;
             if (r % 97 == 0) p = w->limit + 1;
             if (r % 89 == 0) p = w->limit;
@@ -594,7 +492,7 @@ static void window_oom(bool persistent)
                       persistent ? "failing from N on" : "failing once", oom_refusals);
         sluice_limiter_free(lim);
         g_lim = NULL;
-        if (A.live != 0) fail_msg("\"%s\": %ld blocks leaked", w->spec, A.live);
+        if (tu_alloc_live() != 0) fail_msg("\"%s\": %ld blocks leaked", w->spec, tu_alloc_live());
         restore_allocator(NULL);
     }
 }
@@ -622,11 +520,11 @@ static void test_window_oom_first_request(void **state)
         install();
         sluice_limiter *lim = g_lim = sluice_limiter_new(specs[s], NULL, 0);
         assert_non_null(lim);
-        arm(0, true);
+        tu_alloc_arm(0, true);
         sluice_result r;
         bool got = sluice_try_acquire_at(lim, 1, 1000, &r);
-        long failures = A.failures;
-        arm(-1, false);
+        long failures = tu_alloc_failures();
+        tu_alloc_arm(-1, false);
         if (got) {
             /* the library had the memory already: fine, but then it counts */
             assert_int_equal(failures, 0);
@@ -641,7 +539,7 @@ static void test_window_oom_first_request(void **state)
         }
         sluice_limiter_free(lim);
         g_lim = NULL;
-        assert_int_equal(A.live, 0);
+        assert_int_equal(tu_alloc_live(), 0);
         restore_allocator(NULL);
     }
 }
@@ -649,22 +547,10 @@ static void test_window_oom_first_request(void **state)
 /* ------------------------------------------------------------------------ */
 /* A hook does not make a table touch its memory                             */
 
-/* Resident set size from /proc/self/statm, in bytes (0 if unknown). */
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long vsz = 0, res = 0;
-    if (fscanf(f, "%lu %lu", &vsz, &res) != 2) res = 0;
-    fclose(f);
-    long pg = sysconf(_SC_PAGESIZE);
-    return (size_t)res * (size_t)(pg > 0 ? pg : 4096);
-}
-
 /* A table sized for 10^6 keys allocates tens of MB up front (its index and
  * slab) but, with libc's calloc, the pages stay untouched until keys arrive.
  * Through a hook it must stay so: the resident set grows by far less than
- * what the table asked the hook for (the counting allocator's A.bytes, an
+ * what the table asked the hook for (tu_alloc_bytes(), an
  * independent measure of the table's size).  A library that zeroes its
  * blocks itself (malloc + memset) makes them all resident. */
 static void test_table_untouched_pages(void **state)
@@ -679,11 +565,11 @@ static void test_table_untouched_pages(void **state)
 #endif
     for (size_t s = 0; s < COUNT(specs); s++) {
         install();
-        size_t before = rss_bytes();
+        size_t before = tu_rss_bytes();
         if (before == 0) skip();
         sluice_table *t = g_table = sluice_table_new(specs[s], 1000000, NULL, 0);
         assert_non_null(t);
-        size_t after = rss_bytes(), asked = A.bytes;
+        size_t after = tu_rss_bytes(), asked = tu_alloc_bytes();
         size_t grew = after > before ? after - before : 0;
         print_message("%s, 10^6 keys: %zu bytes allocated through the hook, RSS +%zu\n",
                       specs[s], asked, grew);
@@ -698,7 +584,7 @@ static void test_table_untouched_pages(void **state)
         assert_int_equal(r.remaining, 9);
         sluice_table_free(t);
         g_table = NULL;
-        assert_int_equal(A.live, 0);
+        assert_int_equal(tu_alloc_live(), 0);
         restore_allocator(NULL);
     }
 }
@@ -712,26 +598,26 @@ static void test_set_allocator_refuses(void **state)
     install();
     static int marker;
     const sluice_allocator bad[] = {
-        {.calloc_fn = t_calloc, .free_fn = t_free},
-        {.malloc_fn = t_malloc, .free_fn = t_free},
-        {.malloc_fn = t_malloc, .calloc_fn = t_calloc},
-        {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free, .reserved = {&marker}},
-        {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free,
+        {.calloc_fn = tu_calloc, .free_fn = tu_free},
+        {.malloc_fn = tu_malloc, .free_fn = tu_free},
+        {.malloc_fn = tu_malloc, .calloc_fn = tu_calloc},
+        {.malloc_fn = tu_malloc, .calloc_fn = tu_calloc, .free_fn = tu_free, .reserved = {&marker}},
+        {.malloc_fn = tu_malloc, .calloc_fn = tu_calloc, .free_fn = tu_free,
          .reserved = {NULL, NULL, NULL, &marker}},
     };
     for (size_t i = 0; i < COUNT(bad); i++) {
         if (sluice_set_allocator(&bad[i]) != SLUICE_EINVAL) fail_msg("allocator %zu accepted", i);
         sluice_allocator now;
         sluice_get_allocator(&now);
-        assert_true(now.malloc_fn == t_malloc && now.calloc_fn == t_calloc && now.free_fn == t_free);
+        assert_true(now.malloc_fn == tu_malloc && now.calloc_fn == tu_calloc && now.free_fn == tu_free);
     }
     /* still ours: a limiter is made through it */
     sluice_limiter *lim = g_lim = sluice_limiter_new("token-bucket 1/s", NULL, 0);
     assert_non_null(lim);
-    assert_true(A.live > 0);
+    assert_true(tu_alloc_live() > 0);
     sluice_limiter_free(lim);
     g_lim = NULL;
-    assert_int_equal(A.live, 0);
+    assert_int_equal(tu_alloc_live(), 0);
     assert_int_equal(sluice_set_allocator(NULL), 0);
     sluice_allocator now;
     sluice_get_allocator(&now);

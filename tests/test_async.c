@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 #define MS 1000000ULL
 #define SEC 1000000000ULL
 #define TICK MS
@@ -259,70 +261,42 @@ static void test_bad_args(void **state)
     sluice_limiter_free(l);
 }
 
-/* An allocator that fails the Nth call from now on (and counts what is
- * live), to check that a failed allocation takes nothing and leaks nothing. */
-static long alloc_calls, alloc_fail_at = -1, alloc_live;
-
-static void *failing_malloc(size_t n)
-{
-    if (alloc_calls++ == alloc_fail_at) return NULL;
-    void *p = malloc(n);
-    if (p) alloc_live++;
-    return p;
-}
-
-static void *failing_calloc(size_t n, size_t size)
-{
-    if (alloc_calls++ == alloc_fail_at) return NULL;
-    void *p = calloc(n, size);
-    if (p) alloc_live++;
-    return p;
-}
-
-static void counting_free(void *p)
-{
-    if (p) alloc_live--;
-    free(p);
-}
-
+/* The test allocator (tests/testutil.h) fails the Nth call from now on and
+ * counts what is live, to check that a failed allocation takes nothing and
+ * leaks nothing. */
 static void test_out_of_memory(void **state)
 {
     (void)state;
-    sluice_allocator old, a = {.malloc_fn = failing_malloc, .calloc_fn = failing_calloc,
-                               .free_fn = counting_free};
-    sluice_get_allocator(&old);
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0);
     sluice_limiter *l = mk("token-bucket 1/s burst=1");
     sluice_wheel *w = wheel(0);
     /* sluice_queue_new: fail each of its allocations in turn */
     sluice_queue *q = NULL;
     for (long n = 0; !q; n++) {
         assert_true(n < 10);
-        long live = alloc_live;
+        long live = tu_alloc_live();
         char err[128];
-        alloc_calls = 0;
-        alloc_fail_at = n;
+        tu_alloc_arm(n, false);
         q = sluice_queue_new(l, w, 0, err, sizeof err);
-        alloc_fail_at = -1;
+        tu_alloc_disarm();
         if (!q) {
             assert_string_equal(err, "out of memory");
-            assert_int_equal(alloc_live, live);
+            assert_int_equal(tu_alloc_live(), live);
         }
     }
     /* an acquire whose node cannot be had: refused, nothing booked */
     log_t lg = {0};
     struct ctx c = {&lg, 0, q, 0, 0};
-    alloc_calls = 0;
-    alloc_fail_at = 0;
+    tu_alloc_arm(0, false);
     assert_int_equal(sluice_queue_acquire_at(q, 1, 0, on_grant, &c, NULL), SLUICE_ENOMEM);
-    alloc_fail_at = -1;
+    tu_alloc_disarm();
     assert_int_equal(sluice_queue_len(q), 0);
     assert_true(sluice_try_acquire_at(l, 1, 0, NULL)); /* the token is there */
     sluice_queue_free(q);
     sluice_wheel_free(w);
     sluice_limiter_free(l);
-    assert_int_equal(alloc_live, 0);
-    assert_int_equal(sluice_set_allocator(&old), 0);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 /* Cancelling: never calls back, gives a bucket's permits back (the next

@@ -71,6 +71,7 @@
 #include <sluice.h>
 
 #include "ref_model.h"
+#include "testutil.h"
 
 #define SEC 1000000000ULL
 #define MAX_THREADS 16
@@ -88,30 +89,20 @@ static size_t scaled(double base)
 
 static double secs_since(uint64_t t0) { return (double)(sluice_now_ns() - t0) / 1e9; }
 
-/* ---- random numbers (splitmix64; one state per thread) ------------------ */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
+/* ---- random numbers (splitmix64, tests/testutil.h; one state per thread) */
 
 /* uniform in [lo, hi] */
 static uint64_t rng_range(uint64_t *s, uint64_t lo, uint64_t hi)
 {
-    return lo + rng_below(s, hi - lo + 1);
+    return lo + tu_splitmix64_below(s, hi - lo + 1);
 }
 
 /* A seed for (test, repetition, thread). */
 static uint64_t seed_for(uint64_t test, uint64_t rep, uint64_t thread)
 {
     uint64_t s = g_seed ^ (test * 0x100000001b3ULL);
-    s ^= rng_next(&s) + rep * 0x9e3779b97f4a7c15ULL;
-    s ^= rng_next(&s) + thread * 0xc2b2ae3d27d4eb4fULL;
+    s ^= tu_splitmix64(&s) + rep * 0x9e3779b97f4a7c15ULL;
+    s ^= tu_splitmix64(&s) + thread * 0xc2b2ae3d27d4eb4fULL;
     return s;
 }
 
@@ -183,9 +174,9 @@ static void cfg_random(cfg *c, const variant *v, uint64_t *rs, uint64_t lmin, ui
     static const uint64_t pow10[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
     uint64_t limit = rng_range(rs, lmin, lmax);
     uint64_t cap = rng_range(rs, cmin, cmax);
-    uint64_t w = rng_range(rs, 1000, 9999) * pow10[rng_below(rs, 8)];
-    if (w < wmin) w = wmin + rng_below(rs, wmin);
-    if (w > wmax) w = wmax - rng_below(rs, wmax / 2);
+    uint64_t w = rng_range(rs, 1000, 9999) * pow10[tu_splitmix64_below(rs, 8)];
+    if (w < wmin) w = wmin + tu_splitmix64_below(rs, wmin);
+    if (w > wmax) w = wmax - tu_splitmix64_below(rs, wmax / 2);
     if (w < limit) w = limit;
     uint64_t slots = 0;
     if (v->alg == REF_SLIDING_WHEEL) {
@@ -211,24 +202,9 @@ static ref_model *mk_ref(const cfg *c)
     return m;
 }
 
-/* ---- errors seen by worker threads (cmocka is only used from main) ------ */
+/* ---- errors seen by worker threads (tu_errs, tests/testutil.h) ---------- */
 
-typedef struct terr {
-    unsigned n;
-    char msg[320];
-} terr;
-
-static void terr_add(terr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void terr_add(terr *e, const char *fmt, ...)
-{
-    if (e->n++ > 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-}
-
-static void terr_check(const terr *e, unsigned n, const char *what)
+static void terr_check(const tu_errs *e, unsigned n, const char *what)
 {
     for (unsigned i = 0; i < n; i++)
         if (e[i].n) fail_msg("%s: thread %u: %u bad results; first: %s", what, i, e[i].n, e[i].msg);
@@ -238,35 +214,35 @@ static void terr_check(const terr *e, unsigned n, const char *what)
  * interleaving: a probe is allowed with no wait; an allowed request has no
  * retry and at most cap - p left; a refused one has retry > 0 (-1 only when
  * p > cap) and fewer than p left; only the leaky-bucket shaper waits. */
-static void check_one(terr *e, const cfg *c, uint64_t p, uint64_t t, bool ok,
+static void check_one(tu_errs *e, const cfg *c, uint64_t p, uint64_t t, bool ok,
                       const sluice_result *r)
 {
     const bool shaper = c->v->alg == REF_LEAKY_BUCKET && !c->v->nodelay;
     if (r->error != 0)
-        terr_add(e, "%s: p=%llu t=%llu: error %d", c->spec, ULL(p), ULL(t), r->error);
-    if (ok != r->allowed) terr_add(e, "%s: return value %d but res.allowed %d", c->spec, ok, r->allowed);
+        tu_errs_add(e, "%s: p=%llu t=%llu: error %d", c->spec, ULL(p), ULL(t), r->error);
+    if (ok != r->allowed) tu_errs_add(e, "%s: return value %d but res.allowed %d", c->spec, ok, r->allowed);
     if (r->remaining > c->cap)
-        terr_add(e, "%s: p=%llu: remaining %llu > %llu", c->spec, ULL(p), ULL(r->remaining),
+        tu_errs_add(e, "%s: p=%llu: remaining %llu > %llu", c->spec, ULL(p), ULL(r->remaining),
                  ULL(c->cap));
     if (p == 0) {
         if (!ok || r->wait_ns != 0 || r->retry_after_ns != 0)
-            terr_add(e, "%s: probe: allowed %d wait %llu retry %lld", c->spec, ok, ULL(r->wait_ns),
+            tu_errs_add(e, "%s: probe: allowed %d wait %llu retry %lld", c->spec, ok, ULL(r->wait_ns),
                      (long long)r->retry_after_ns);
     } else if (ok && p > c->cap) {
-        terr_add(e, "%s: allowed p=%llu > %llu, more than it can ever grant", c->spec, ULL(p),
+        tu_errs_add(e, "%s: allowed p=%llu > %llu, more than it can ever grant", c->spec, ULL(p),
                  ULL(c->cap));
     } else if (ok) {
         /* water before <= C - p, and the wait is that over the rate */
         uint64_t wmax = shaper ? ((c->cap - p) * c->period_ns + c->limit - 1) / c->limit : 0;
         if (r->retry_after_ns != 0 || r->remaining > c->cap - p || r->wait_ns > wmax)
-            terr_add(e, "%s: allowed p=%llu t=%llu: remaining %llu retry %lld wait %llu", c->spec,
+            tu_errs_add(e, "%s: allowed p=%llu t=%llu: remaining %llu retry %lld wait %llu", c->spec,
                      ULL(p), ULL(t), ULL(r->remaining), (long long)r->retry_after_ns,
                      ULL(r->wait_ns));
     } else {
         bool never = p > c->cap;
         if (r->remaining >= p || r->wait_ns != 0 || (never ? r->retry_after_ns != -1
                                                             : r->retry_after_ns <= 0))
-            terr_add(e, "%s: refused p=%llu t=%llu: remaining %llu retry %lld wait %llu", c->spec,
+            tu_errs_add(e, "%s: refused p=%llu t=%llu: remaining %llu retry %lld wait %llu", c->spec,
                      ULL(p), ULL(t), ULL(r->remaining), (long long)r->retry_after_ns,
                      ULL(r->wait_ns));
     }
@@ -610,7 +586,7 @@ typedef struct frozen_ctx {
     _Atomic unsigned running; /* threads inside their calls */
     uint64_t busy[MAX_THREADS]; /* calls made while another thread ran */
     uint64_t busy_total, calls_total;
-    terr err[MAX_THREADS];
+    tu_errs err[MAX_THREADS];
 } frozen_ctx;
 
 static void frozen_job(void *vc, unsigned self, size_t rep)
@@ -623,7 +599,7 @@ static void frozen_job(void *vc, unsigned self, size_t rep)
     gate(&c->arrive, c->nthreads, 200000);
     atomic_fetch_add(&c->running, 1);
     for (size_t i = 0; i < c->calls; i++) {
-        uint64_t r = rng_next(&rs);
+        uint64_t r = tu_splitmix64(&rs);
         uint64_t p = (r & 7) == 0 ? 0 : c->unit ? 1 : 1 + (r >> 3) % 3;
         uint64_t t = c->t;
         busy += atomic_load_explicit(&c->running, memory_order_relaxed) > 1;
@@ -657,11 +633,11 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
 
     /* history: up to 40 serial calls at times in [t - 2W, t], in random
      * order (so some are clamped), taking up to about half the room */
-    unsigned h = (unsigned)rng_below(&rs, 41);
+    unsigned h = (unsigned)tu_splitmix64_below(&rs, 41);
     uint64_t taken = 0;
     for (unsigned i = 0; i < h && taken < c.cap / 2; i++) {
-        uint64_t p = rng_below(&rs, 4);
-        uint64_t th = t - rng_below(&rs, 2 * W + 1);
+        uint64_t p = tu_splitmix64_below(&rs, 4);
+        uint64_t th = t - tu_splitmix64_below(&rs, 2 * W + 1);
         serial_call(&c, l, m, p, th);
         taken += p;
     }
@@ -690,7 +666,7 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
     fc->calls = (2 * room0 + 16) / pl->n + 4;
     assert_true(fc->calls <= fc->stride);
     fc->unit = unit;
-    fc->seed = rng_next(&rs);
+    fc->seed = tu_splitmix64(&rs);
     fc->nthreads = pl->n;
     atomic_store(&fc->arrive, 0);
     memset(fc->err, 0, sizeof fc->err);
@@ -777,7 +753,7 @@ typedef struct moving_ctx {
     _Atomic unsigned arrive;  /* gate() */
     _Atomic unsigned running; /* threads inside their calls */
     uint64_t busy[MAX_THREADS];
-    terr err[MAX_THREADS];
+    tu_errs err[MAX_THREADS];
 } moving_ctx;
 
 #define STALE_RING 32
@@ -805,7 +781,7 @@ static void moving_job(void *vc, unsigned self, size_t rep)
     gate(&c->arrive, c->nthreads, 200000);
     atomic_fetch_add(&c->running, 1);
     for (size_t i = 0; i < c->calls; i++) {
-        uint64_t r = rng_next(&rs);
+        uint64_t r = tu_splitmix64(&rs);
         busy += atomic_load_explicit(&c->running, memory_order_relaxed) > 1;
         uint64_t p = (r & 7) == 0 ? 0 : c->unit ? 1 : 1 + (r >> 3) % 3;
         uint64_t t;
@@ -967,7 +943,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
     /* S: see moving_bounds() */
     uint64_t S = v->alg == REF_SLIDING_APPROX ? W / (2 * n * L * (L + 1)) : W / (4 * n * L);
     assert_true(S >= 1);
-    uint64_t t0 = rng_below(&rs, UINT64_C(1) << 62);
+    uint64_t t0 = tu_splitmix64_below(&rs, UINT64_C(1) << 62);
     if (v->alg == REF_FIXED_WINDOW || v->alg == REF_SLIDING_APPROX) t0 -= t0 % W;
 
     sluice_limiter *l = mk(c.spec);
@@ -982,7 +958,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
     mc->step_max = S;
     mc->calls = calls_total / n;
     mc->unit = unit;
-    mc->seed = rng_next(&rs);
+    mc->seed = tu_splitmix64(&rs);
     mc->nthreads = n;
     atomic_store(&mc->arrive, 0);
     memset(mc->err, 0, sizeof mc->err);
@@ -1183,19 +1159,19 @@ static void test_linearizable(void **state)
         /* 0..3 serial calls before, then 12 at scattered times in
          * [base, base + 2W] and permits 0..3 (some above the capacity) */
         uint64_t hist_t[3], hist_p[3];
-        unsigned nhist = (unsigned)rng_below(&rs, 4);
+        unsigned nhist = (unsigned)tu_splitmix64_below(&rs, 4);
         for (unsigned i = 0; i < nhist; i++) {
-            hist_t[i] = base - rng_below(&rs, 2 * W);
-            hist_p[i] = rng_below(&rs, 4);
+            hist_t[i] = base - tu_splitmix64_below(&rs, 2 * W);
+            hist_p[i] = tu_splitmix64_below(&rs, 4);
             sluice_try_acquire_at(l, hist_p[i], hist_t[i], NULL);
         }
         for (unsigned k = 0; k < 2; k++)
             for (unsigned i = 0; i < LIN_CALLS; i++)
-                lc->calls[k][i] = (lin_call){.t = base + rng_below(&rs, 2 * W + 1),
-                                             .p = rng_below(&rs, 4)};
+                lc->calls[k][i] = (lin_call){.t = base + tu_splitmix64_below(&rs, 2 * W + 1),
+                                             .p = tu_splitmix64_below(&rs, 4)};
         lc->lim = l;
-        lc->delay[0] = (unsigned)rng_below(&rs, 64);
-        lc->delay[1] = (unsigned)rng_below(&rs, 64);
+        lc->delay[0] = (unsigned)tu_splitmix64_below(&rs, 64);
+        lc->delay[1] = (unsigned)tu_splitmix64_below(&rs, 64);
         atomic_store(&lc->arrive, 0);
         pool_run(pl, lin_job, lc, 1, false);
 
@@ -1292,9 +1268,9 @@ static void test_one_of_sixteen(void **state)
             oc->lim[k] = mk(specs[(done + k) % nspecs]);
             /* one instant, well inside a window; a quarter of the threads
              * pass a time up to 1 us earlier */
-            uint64_t t = rng_below(&rs, UINT64_C(1) << 33) * SEC + 1000 + rng_below(&rs, SEC / 2);
+            uint64_t t = tu_splitmix64_below(&rs, UINT64_C(1) << 33) * SEC + 1000 + tu_splitmix64_below(&rs, SEC / 2);
             for (unsigned i = 0; i < ONE_THREADS; i++)
-                oc->t[k][i] = rng_below(&rs, 4) == 0 ? t - rng_below(&rs, 1001) : t;
+                oc->t[k][i] = tu_splitmix64_below(&rs, 4) == 0 ? t - tu_splitmix64_below(&rs, 1001) : t;
             atomic_store(&oc->arrive[k], 0);
             atomic_store(&oc->seq[k], 0);
         }
@@ -1354,7 +1330,7 @@ typedef struct table_ctx {
     size_t calls;             /* per thread */
     uint64_t seed;
     call_rec *rec;            /* TAB_THREADS * calls */
-    terr err[TAB_THREADS];
+    tu_errs err[TAB_THREADS];
 } table_ctx;
 
 /* Every key is at the same instant in a phase.  (With an instant of its
@@ -1378,7 +1354,7 @@ static void table_job(void *vc, unsigned self, size_t rep)
     uint64_t rs = seed_for(7, c->seed, self);
     call_rec *out = c->rec + (size_t)self * c->calls;
     for (size_t i = 0; i < c->calls; i++) {
-        uint64_t r = rng_next(&rs);
+        uint64_t r = tu_splitmix64(&rs);
         uint32_t key = (uint32_t)((r >> 32) % TAB_KEYS);
         uint64_t p = (r & 7) == 0 ? 0 : 1 + (r >> 3) % 3;
         uint64_t t = key_time(c, key);
@@ -1387,7 +1363,7 @@ static void table_job(void *vc, unsigned self, size_t rep)
         sluice_result res;
         bool ok = sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, p, t, &res);
         if (res.error != 0)
-            terr_add(&c->err[self], "key %u: sluice_table_last_error %d", key,
+            tu_errs_add(&c->err[self], "key %u: sluice_table_last_error %d", key,
                      res.error);
         check_one(&c->err[self], c->c, p, t, ok, &res);
         out[i] = (call_rec){.t = t, .p = p, .wait_ns = res.wait_ns, .remaining = res.remaining,
@@ -1430,7 +1406,7 @@ static void test_table_frozen(void **state)
             assert_true(tc->calls <= calls_max);
             for (unsigned ph = 0; ph < TAB_PHASES; ph++) {
                 tc->phase_off = ph * (SEC / 3 + 7);
-                tc->seed = rng_next(&rs);
+                tc->seed = tu_splitmix64(&rs);
                 memset(tc->err, 0, sizeof tc->err);
                 pool_run(pl, table_job, tc, 1, false);
                 terr_check(tc->err, TAB_THREADS, "table");

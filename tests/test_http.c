@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 #define SEC 1000000000ULL
 #define MS 1000000ULL
 
@@ -505,13 +507,7 @@ static void test_base64(void **state)
 /* ---- t and Retry-After against the limiter ------------------------------ */
 
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rnd(void)
-{
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
-}
+static uint64_t rnd(void) { return tu_xorshift64(&rnd_state); }
 
 /* Random traffic on a limiter; after each decision, on a copy of the
  * traffic so far (a second limiter fed the same admissions):

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 #define SEC 1000000000ULL
 static const char *const all_specs[] = {
     "fixed-window 10/s",   "sliding-log 10/s",  "sliding-wheel 10/s",
@@ -278,35 +280,6 @@ static void test_threads_frozen_time(void **state)
 
 /* ---- the window log's ring follows the traffic (issue 9, defect 11) ---- */
 
-/* Live bytes through the library's allocator: each block carries its size
- * in a 16-byte header. */
-static _Atomic size_t live_bytes;
-
-static void *cnt_malloc(size_t n)
-{
-    size_t *b = malloc(n + 16);
-    if (!b) return NULL;
-    b[0] = n;
-    live_bytes += n;
-    return (char *)b + 16;
-}
-
-static void *cnt_calloc(size_t n, size_t size)
-{
-    if (size && n > SIZE_MAX / size - 16) return NULL;
-    void *p = cnt_malloc(n * size);
-    if (p) memset(p, 0, n * size);
-    return p;
-}
-
-static void cnt_free(void *p)
-{
-    if (!p) return;
-    size_t *b = (size_t *)((char *)p - 16);
-    live_bytes -= b[0];
-    free(b);
-}
-
 /* 2^17 admissions at distinct instants of one window grow the ring to 2^17
  * entries of 16 bytes (2 MiB); once they have left the window, the ring is
  * halved at each admission while at most a quarter full, so a few dozen
@@ -314,26 +287,23 @@ static void cnt_free(void *p)
 static void test_log_ring_shrinks(void **state)
 {
     (void)state;
-    sluice_allocator old, a = {.malloc_fn = cnt_malloc, .calloc_fn = cnt_calloc,
-                               .free_fn = cnt_free};
-    sluice_get_allocator(&old);
-    assert_int_equal(sluice_set_allocator(&a), 0);
-    const size_t base = live_bytes;
+    assert_int_equal(tu_alloc_install(), 0); /* counts the live bytes */
+    const size_t base = tu_alloc_live_bytes();
     sluice_limiter *l = mk("sliding-log 1000000/s");
-    const size_t made = live_bytes - base;
+    const size_t made = tu_alloc_live_bytes() - base;
     enum { N = 1 << 17 };
     for (uint64_t i = 0; i < N; i++) assert_true(sluice_try_acquire_at(l, 1, i, NULL));
-    const size_t full = live_bytes - base - made;
+    const size_t full = tu_alloc_live_bytes() - base - made;
     assert_true(full >= (size_t)N * 16);
     /* the window has passed: every admission starts a new slot */
     for (uint64_t i = 0; i < 40; i++) assert_true(sluice_try_acquire_at(l, 1, 2 * SEC + i, NULL));
-    const size_t after = live_bytes - base - made;
+    const size_t after = tu_alloc_live_bytes() - base - made;
     if (after > 64 * 16)
         fail_msg("ring still holds %zu bytes after the window emptied (%zu at its peak)", after,
                  full);
     sluice_limiter_free(l);
-    assert_int_equal(live_bytes, base);
-    assert_int_equal(sluice_set_allocator(&old), 0);
+    assert_int_equal(tu_alloc_live_bytes(), base);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 int main(void)

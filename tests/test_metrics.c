@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 #define SEC 1000000000ULL
 
 /* The whole exposition, in a buffer of the test's (freed by the caller). */
@@ -352,14 +354,7 @@ static void test_empty_and_partial(void **state)
 /* ---- counters equal to the decisions ------------------------------------ */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rnd(void)
-{
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
+static uint64_t rnd(void) { return tu_xorshift64(&rng_state); }
 
 typedef struct tally {
     uint64_t req_ok, req_no, perm_ok, perm_no, probes;
@@ -719,47 +714,23 @@ static void test_remove(void **state)
 
 /* ---- allocation failures -------------------------------------------------- */
 
-static long alloc_calls, alloc_fail_at = -1, alloc_live;
-
-static void *t_malloc(size_t n)
-{
-    if (alloc_calls++ == alloc_fail_at) return NULL;
-    void *p = malloc(n);
-    if (p) alloc_live++;
-    return p;
-}
-
-static void *t_calloc(size_t n, size_t size)
-{
-    if (alloc_calls++ == alloc_fail_at) return NULL;
-    void *p = calloc(n, size);
-    if (p) alloc_live++;
-    return p;
-}
-
-static void t_free(void *p)
-{
-    if (p) alloc_live--;
-    free(p);
-}
-
+/* The test allocator (tests/testutil.h) fails the Nth call and counts the
+ * live blocks. */
 static void test_alloc_failures(void **state)
 {
     (void)state;
-    sluice_allocator a = {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free};
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0);
     /* _new then 20 adds (the array grows past 8 and 16): fail each
      * allocation in turn until the whole sequence passes */
     int fake[20];
     char name[8];
     bool done = false;
     for (long n = 0; !done; n++) {
-        alloc_calls = 0;
-        alloc_fail_at = n;
-        alloc_live = 0;
+        tu_alloc_arm(n, false);
+        const long live0 = tu_alloc_live();
         sluice_metrics *m = sluice_metrics_new();
         if (!m) {
-            assert_int_equal(alloc_live, 0);
+            assert_int_equal(tu_alloc_live() - live0, 0);
             continue;
         }
         int added = 0, rc = 0;
@@ -773,10 +744,10 @@ static void test_alloc_failures(void **state)
             added++;
         }
         assert_int_equal(sluice_metrics_count(m), (size_t)added);
-        done = added == 20 && alloc_calls <= n;
+        done = added == 20 && tu_alloc_calls() <= n;
         /* a failed add left nothing behind: a retry succeeds */
         if (added < 20) {
-            alloc_fail_at = -1;
+            tu_alloc_disarm();
             for (int i = 0; i < 20; i++) {
                 snprintf(name, sizeof name, "w%d", i);
                 rc = sluice_metrics_add_wheel(m, name, (const sluice_wheel *)&fake[i]);
@@ -785,10 +756,10 @@ static void test_alloc_failures(void **state)
             assert_int_equal(sluice_metrics_count(m), 20);
         }
         sluice_metrics_free(m);
-        assert_int_equal(alloc_live, 0);
+        assert_int_equal(tu_alloc_live() - live0, 0);
         assert_true(n < 1000);
     }
-    sluice_set_allocator(NULL);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 /* ---- concurrency ---------------------------------------------------------- */

@@ -37,6 +37,7 @@
 
 #include "ref_model.h"
 #include "sluice.h"
+#include "testutil.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -54,13 +55,7 @@ typedef struct rng {
     uint64_t s;
 } rng;
 
-static uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(rng *r) { return tu_splitmix64(&r->s); }
 
 /* uniform in [0, n); 0 when n is 0 */
 static uint64_t rng_below(rng *r, uint64_t n)

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "testutil.h"
+
 #define SEC 1000000000ULL
 
 __extension__ typedef unsigned __int128 u128;
@@ -94,7 +96,7 @@ static void test_reserve_vsa(void **state)
             u128 tat = 0; /* units of 1/L ns */
             uint64_t t = (uint64_t)rep * 1000003;
             for (int k = 0; k < 60; k++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                tu_xorshift64(&x);
                 t += (x >> 40) % (2 * W / L + 1); /* about two emission intervals */
                 uint64_t p = 1 + (x >> 8) % B;
                 u128 tl = (u128)t * L;
@@ -142,7 +144,7 @@ static void test_cancel_exact(void **state)
             uint64_t t = (uint64_t)rep * 977 * SEC;
             /* a common history */
             for (int k = 0; k < 6; k++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                tu_xorshift64(&x);
                 t += x % (SEC / 2);
                 uint64_t p = x >> 60 & 1 ? 1 : 2;
                 sluice_result ra, rb;
@@ -152,7 +154,7 @@ static void test_cancel_exact(void **state)
             /* a reserves; b does not; a cancels before its time */
             sluice_reservation rv;
             sluice_result r;
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            tu_xorshift64(&x);
             bool ok = sluice_reserve_at(a, 1 + (x & 1), t, UINT64_MAX, &rv, &r);
             if (!ok || rv.wait_ns < 2) {
                 sluice_limiter_free(a);
@@ -167,7 +169,7 @@ static void test_cancel_exact(void **state)
             sluice_result rb0;
             sluice_try_acquire_at(b, 0, tc, &rb0);
             for (int k = 0; k < 20; k++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                tu_xorshift64(&x);
                 uint64_t tt = tc + x % (2 * SEC);
                 if (k % 5 == 0) tt = tc; /* also at the cancel instant */
                 uint64_t p = x >> 61;
@@ -203,7 +205,7 @@ static void test_cancel_with_later(void **state)
         sluice_result r;
         assert_true(sluice_reserve_at(a, 3, t, UINT64_MAX, &r1, &r)); /* the burst */
         assert_true(sluice_reserve_at(b, 3, t, UINT64_MAX, NULL, &r));
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        tu_xorshift64(&x);
         uint64_t p1 = 1 + x % 3, p2 = 1 + (x >> 8) % 3;
         assert_true(sluice_reserve_at(a, p1, t, UINT64_MAX, &r1, &r)); /* a only */
         assert_true(sluice_reserve_at(a, p2, t, UINT64_MAX, &r2, &r)); /* both */
@@ -281,8 +283,7 @@ static void test_acquire_cancel(void **state)
     struct waiter w = {l, c, true, 0, 0, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, wait_run, &w), 0);
-    struct timespec ts = {0, 50000000};
-    nanosleep(&ts, NULL); /* let it book and sleep (it would sleep 60 s) */
+    tu_sleep_ns(50000000); /* let it book and sleep (it would sleep 60 s) */
     sluice_canceller_cancel(c);
     pthread_join(th, NULL);
     assert_false(w.ok);

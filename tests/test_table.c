@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 #define SEC 1000000000ULL
 
 static sluice_table *mk(const char *spec, size_t max_keys)
@@ -121,7 +123,7 @@ static void test_many_keys_match_limiters(void **state)
         assert_non_null(ls);
         uint64_t x = 88172645463325252ULL, now = 0;
         for (int i = 0; i < STEPS; i++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            tu_xorshift64(&x);
             unsigned k = (unsigned)(x % KEYS);
             now += (x >> 40) % 3000000;
             uint64_t p = (x >> 20) % 3;

@@ -83,19 +83,15 @@
 
 #include "table.h"
 #include "ref_model.h"
+#include "testutil.h"
 
-/* Resident-memory figures are asserted only without a sanitizer (shadow
- * memory and quarantines distort them) and outside coverage builds
- * (scripts/coverage.sh defines SLUICE_COVERAGE: gcov's counters share the
- * pages); they are printed in any case. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(SLUICE_COVERAGE)
+/* Resident-memory figures are asserted only without a sanitizer
+ * (TU_SANITIZED: shadow memory and quarantines distort them) and outside
+ * coverage builds (scripts/coverage.sh defines SLUICE_COVERAGE: gcov's
+ * counters share the pages); they are printed in any case. */
+#if TU_SANITIZED || defined(SLUICE_COVERAGE)
 #define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
+#else
 #define SANITIZED 0
 #endif
 
@@ -113,16 +109,6 @@ static double secs_since(uint64_t t0) { return (double)(sluice_now_ns() - t0) / 
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* splitmix64 */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 /* A count scaled by SLUICE_STRESS_SCALE, at least `min`. */
 static size_t scaled(double base, size_t min)
@@ -138,18 +124,6 @@ static size_t shrunk(double base, size_t min)
 {
     double v = g_scale < 1.0 ? base * g_scale : base;
     return v < (double)min ? min : (size_t)(v + 0.5);
-}
-
-/* Resident set size from /proc/self/statm, in bytes (0 if unknown). */
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long vsz = 0, res = 0;
-    if (fscanf(f, "%lu %lu", &vsz, &res) != 2) res = 0;
-    fclose(f);
-    long pg = sysconf(_SC_PAGESIZE);
-    return (size_t)res * (size_t)(pg > 0 ? pg : 4096);
 }
 
 /* The tests' keys: 16 bytes (stored inline by the table), an id and a salt
@@ -245,22 +219,6 @@ static uint64_t ref_rest_time(const ref_model *m, uint64_t from)
         else lo = mid;
     }
     return hi;
-}
-
-/* Errors seen by worker threads (cmocka is used from the main thread only). */
-typedef struct terr {
-    unsigned n;
-    char msg[320];
-} terr;
-
-static void terr_add(terr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void terr_add(terr *e, const char *fmt, ...)
-{
-    if (e->n++ > 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
 }
 
 /* ---- 1. SipHash --------------------------------------------------------- */
@@ -485,7 +443,7 @@ static void test_hash_flooding(void **state)
     }
     const double brute_s = secs_since(t0);
     uint64_t rs = g_seed ^ 0x600d;
-    for (size_t i = 0; i < nkeys; i++) good[i] = (key16){rng_next(&rs), 0x600d600d600d600dULL};
+    for (size_t i = 0; i < nkeys; i++) good[i] = (key16){tu_splitmix64(&rs), 0x600d600d600d600dULL};
 
     probe_figures kb, kg, rb, rg;
     sluice_table *t = mk_seeded(spec, maxk, 0, known_seed);
@@ -541,7 +499,7 @@ static void test_hash_flooding(void **state)
  * and return the growth of the resident set per key. */
 static double rss_per_key(const char *spec, size_t n, size_t keylen)
 {
-    size_t before = rss_bytes();
+    size_t before = tu_rss_bytes();
     sluice_table *t = mk_table(spec, n, 0);
     unsigned char kb[64] = {0};
     assert_true(keylen >= sizeof(uint64_t) && keylen <= sizeof kb);
@@ -555,7 +513,7 @@ static double rss_per_key(const char *spec, size_t n, size_t keylen)
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
     assert_int_equal(st.keys, n);
-    size_t after = rss_bytes();
+    size_t after = tu_rss_bytes();
     sluice_table_free(t);
     return after > before ? (double)(after - before) / (double)n : 0.0;
 }
@@ -610,7 +568,7 @@ static void test_flood_bounded(void **state)
     const ref_params rp = {.alg = REF_TOKEN_BUCKET, .limit = 5, .period_ns = SEC, .capacity = 5};
     const uint64_t held_salt = 0x4e1d4e1d4e1d4e1dULL, flood_salt = 0xf10df10df10df10dULL;
     const uint64_t t0 = sluice_now_ns();
-    const size_t rss_start = rss_bytes();
+    const size_t rss_start = tu_rss_bytes();
     sluice_table *t = mk_table(spec, maxk, 0);
     sluice_limiter *lim[HELD];
     ref_model *ref[HELD];
@@ -654,7 +612,7 @@ static void test_flood_bounded(void **state)
                 fail_msg("flood key %llu: refused with error %d, retry %lld", ULL(i),
                          r.error, (long long)r.retry_after_ns);
             if (!rss_full) {
-                rss_full = rss_bytes();
+                rss_full = tu_rss_bytes();
                 first_full = i;
             }
         }
@@ -667,7 +625,7 @@ static void test_flood_bounded(void **state)
             last_reclaimed = st.reclaimed;
         }
     }
-    const size_t rss_end = rss_bytes();
+    const size_t rss_end = tu_rss_bytes();
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
     printf("[ scale    ] flood: %zu unique keys %llu ns apart through max_keys %zu (+%d held keys "
@@ -770,8 +728,8 @@ static uint64_t rotate(const variant *v, size_t n, size_t steps, uint64_t seed)
     char what[128];
     snprintf(what, sizeof what, "%s, max_keys %zu", v->spec, n);
     for (size_t i = 0; i < steps; i++) {
-        const uint64_t next = now + rng_below(&rs, 2 * mean_dt + 1);
-        const uint64_t x = rng_next(&rs);
+        const uint64_t next = now + tu_splitmix64_below(&rs, 2 * mean_dt + 1);
+        const uint64_t x = tu_splitmix64(&rs);
         lane *l;
         bool replaced = false;
         if (heap.n && ln[heap.lane[0]].rest <= next) {
@@ -789,7 +747,7 @@ static uint64_t rotate(const variant *v, size_t n, size_t steps, uint64_t seed)
             }
         } else {
             now = next;
-            l = &ln[rng_below(&rs, n)];
+            l = &ln[tu_splitmix64_below(&rs, n)];
             if (l->retiring) continue;
             if (l->m && x % 16 == 0) { /* retire the key: no more requests */
                 l->retiring = true;
@@ -1061,7 +1019,7 @@ static void test_evict_lru(void **state)
     uint64_t rs = 0x1eu, sum = 0;
     unsigned older_than_median = 0, oldest_30 = 0;
     for (unsigned k = 0; k < TRIALS; k++) {
-        uint64_t seed[2] = {rng_next(&rs), rng_next(&rs)};
+        uint64_t seed[2] = {tu_splitmix64(&rs), tu_splitmix64(&rs)};
         size_t v = lru_trial(seed);
         sum += v;
         older_than_median += v < 500;
@@ -1122,7 +1080,7 @@ typedef struct own_worker {
     kref *refs;
     uint64_t allowed, denied, permits_allowed, permits_denied, probes;
     uint64_t ref_allowed, efull;
-    terr err;
+    tu_errs err;
 } own_worker;
 
 struct own_ctx {
@@ -1148,7 +1106,7 @@ static void *own_main(void *arg)
         const uint64_t now = OWN_BASE + ep * OWN_EPOCH;
         const size_t hot0 = (size_t)((uint64_t)ep * np / OWN_EPOCHS);
         for (size_t i = 0; i < c->per_epoch; i++) {
-            const uint64_t x = rng_next(&rs);
+            const uint64_t x = tu_splitmix64(&rs);
             /* half in a window that moves through the keys (keys asked
              * again soon: refusals), half anywhere (mostly fresh keys) */
             const size_t j = (x & 1) ? (hot0 + (size_t)((x >> 8) % hot)) % np
@@ -1173,7 +1131,7 @@ static void *own_main(void *arg)
             if (!c->evict) {
                 if (le != 0 || ok != rok || r.allowed != ok || r.remaining != e.remaining ||
                     r.retry_after_ns != e.retry_after_ns || r.wait_ns != 0)
-                    terr_add(&w->err,
+                    tu_errs_add(&w->err,
                              "key %llu, p %llu, epoch %u: table (%d, remaining %llu, retry %lld, "
                              "error %d), reference (%d, %llu, %lld)",
                              ULL(id), ULL(p), ep, ok, ULL(r.remaining), (long long)r.retry_after_ns,
@@ -1183,12 +1141,12 @@ static void *own_main(void *arg)
                 if (le == SLUICE_EFULL) {
                     w->efull++;
                     if (ok || r.retry_after_ns == 0)
-                        terr_add(&w->err, "key %llu: EFULL with allowed %d, retry %lld", ULL(id),
+                        tu_errs_add(&w->err, "key %llu: EFULL with allowed %d, retry %lld", ULL(id),
                                  ok, (long long)r.retry_after_ns);
                 } else if (le != 0) {
-                    terr_add(&w->err, "key %llu: error %d", ULL(id), le);
+                    tu_errs_add(&w->err, "key %llu: error %d", ULL(id), le);
                 } else if (ok && r.remaining >= OWN_B) {
-                    terr_add(&w->err, "key %llu: allowed with remaining %llu", ULL(id),
+                    tu_errs_add(&w->err, "key %llu: allowed with remaining %llu", ULL(id),
                              ULL(r.remaining));
                 }
             }
@@ -1235,8 +1193,7 @@ static void run_owned(bool evict)
         polls++;
         if (st.keys > max_seen) max_seen = st.keys;
         over += st.keys > max_keys;
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
+        tu_sleep_ns(200000);
     }
     for (unsigned k = 0; k < NTHREADS; k++) pthread_join(c->w[k].th, NULL);
     for (unsigned k = 0; k < NTHREADS; k++)
@@ -1325,7 +1282,7 @@ typedef struct sh_worker {
     uint32_t admitted[SH_KEYS];
     uint32_t rem_mask[SH_KEYS]; /* bit r: an admitted request left remaining r */
     uint64_t allowed, denied;
-    terr err;
+    tu_errs err;
 } sh_worker;
 
 struct sh_ctx {
@@ -1348,7 +1305,7 @@ static void *sh_main(void *arg)
         memset(w->rem_mask, 0, sizeof w->rem_mask);
         for (uint32_t i = 0; i < SH_KEYS * SH_REPEAT; i++) order[i] = i % SH_KEYS;
         for (uint32_t i = SH_KEYS * SH_REPEAT - 1; i > 0; i--) {
-            uint32_t k = (uint32_t)rng_below(&rs, i + 1), tmp = order[i];
+            uint32_t k = (uint32_t)tu_splitmix64_below(&rs, i + 1), tmp = order[i];
             order[i] = order[k];
             order[k] = tmp;
         }
@@ -1359,19 +1316,19 @@ static void *sh_main(void *arg)
             sluice_result r;
             const bool ok = ask(c->tab, k, salt, 1, now, &r);
             const int le = r.error;
-            if (le != 0) terr_add(&w->err, "phase %u key %u: error %d", ph, k, le);
+            if (le != 0) tu_errs_add(&w->err, "phase %u key %u: error %d", ph, k, le);
             if (ok) {
                 w->allowed++;
                 w->admitted[k]++;
                 if (r.remaining >= SH_B || (w->rem_mask[k] >> r.remaining & 1))
-                    terr_add(&w->err, "phase %u key %u: admitted with remaining %llu twice or more",
+                    tu_errs_add(&w->err, "phase %u key %u: admitted with remaining %llu twice or more",
                              ph, k, ULL(r.remaining));
                 else w->rem_mask[k] |= 1u << r.remaining;
             } else {
                 w->denied++;
                 /* empty at that instant: one token is 1/8 s away */
                 if (r.remaining != 0 || r.retry_after_ns != (int64_t)(SEC / SH_B))
-                    terr_add(&w->err, "phase %u key %u: refused with remaining %llu, retry %lld",
+                    tu_errs_add(&w->err, "phase %u key %u: refused with remaining %llu, retry %lld",
                              ph, k, ULL(r.remaining), (long long)r.retry_after_ns);
             }
         }

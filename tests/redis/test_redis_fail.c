@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "redis_server.h"
+#include "testutil.h"
 
 #define MSEC 1000000ULL
 #define SEC 1000000000ULL
@@ -38,12 +38,6 @@
 /* A loaded 2-core CI machine can deschedule a thread for a while; a call
  * past its deadline by more than this fails the test. */
 #define SLACK_NS (300 * MSEC) /* a hang would be seconds: the bound still tells */
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / SEC), (long)(ns % SEC)};
-    nanosleep(&ts, NULL);
-}
 
 static sluice_redis *mk(const char *spec, int port, int policy, uint32_t lease_max)
 {
@@ -97,7 +91,7 @@ static void *decide_loop(void *arg)
         while (d > m && !atomic_compare_exchange_weak(&u->c->max_ns, &m, d)) {
         }
         if (d > TIMEOUT_MS * MSEC + SLACK_NS) atomic_fetch_add(&u->c->over, 1);
-        sleep_ns(200 * 1000); /* 5000 calls/s per thread at most */
+        tu_sleep_ns(200 * 1000); /* 5000 calls/s per thread at most */
     }
     return NULL;
 }
@@ -154,7 +148,7 @@ static uint64_t recovery_ns(sluice_redis *r, uint64_t since)
 {
     for (int i = 0; i < 2000; i++) { /* at most ~10 s */
         if (sluice_redis_ping(r) == 0) return test_now_ns() - since;
-        sleep_ns(5 * MSEC);
+        tu_sleep_ns(5 * MSEC);
     }
     fail_msg("no recovery within 10 s");
     return 0;
@@ -170,15 +164,15 @@ static void kill_restart(int policy, const char *name)
     counts c;
     runner u;
     start(&u, r, &c, 2, "k");
-    sleep_ns(400 * MSEC);
+    tu_sleep_ns(400 * MSEC);
     test_redis_kill(&srv);
     atomic_store(&u.phase, PH_DOWN);
-    sleep_ns(800 * MSEC);
+    tu_sleep_ns(800 * MSEC);
     assert_int_equal(test_redis_start(&srv, srv.port), 0);
     uint64_t t_up = test_now_ns();
     uint64_t rec = recovery_ns(r, t_up);
     atomic_store(&u.phase, PH_AFTER);
-    sleep_ns(400 * MSEC);
+    tu_sleep_ns(400 * MSEC);
     finish(&u);
     char what[64];
     snprintf(what, sizeof what, "SIGKILL+restart, %s", name);
@@ -241,14 +235,14 @@ static void test_sigstop(void **state)
     counts c;
     runner u;
     start(&u, r, &c, 3, "s");
-    sleep_ns(300 * MSEC);
+    tu_sleep_ns(300 * MSEC);
     test_redis_freeze(&srv);
     atomic_store(&u.phase, PH_DOWN);
-    sleep_ns(1200 * MSEC);
+    tu_sleep_ns(1200 * MSEC);
     test_redis_thaw(&srv);
     uint64_t rec = recovery_ns(r, test_now_ns());
     atomic_store(&u.phase, PH_AFTER);
-    sleep_ns(300 * MSEC);
+    tu_sleep_ns(300 * MSEC);
     finish(&u);
     print_stats("SIGSTOP 1.2 s", r, &c);
     fprintf(stderr, "# SIGSTOP: back to Redis %.1f ms after SIGCONT\n", (double)rec / 1e6);
@@ -278,12 +272,12 @@ static void test_script_flush(void **state)
     counts c;
     runner u;
     start(&u, r, &c, 4, "f");
-    sleep_ns(300 * MSEC);
+    tu_sleep_ns(300 * MSEC);
     for (int i = 0; i < 3; i++) {
         const char *argv[] = {"SCRIPT", "FLUSH"};
         char buf[64];
         assert_int_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 2, argv), 0);
-        sleep_ns(200 * MSEC);
+        tu_sleep_ns(200 * MSEC);
     }
     finish(&u);
     print_stats("SCRIPT FLUSH x3", r, &c);
@@ -401,7 +395,7 @@ static void test_connect_timeout(void **state)
         fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         connect(fill[i], (struct sockaddr *)&a, sizeof a);
     }
-    sleep_ns(50 * MSEC);
+    tu_sleep_ns(50 * MSEC);
     sluice_redis *r = mk("token-bucket 10/s", ntohs(a.sin_port), SLUICE_REDIS_FAIL_CLOSED, 0);
     uint64_t worst = 0;
     for (int i = 0; i < 5; i++) {
@@ -434,14 +428,14 @@ static void test_kill_two_tier(void **state)
     counts c;
     runner u;
     start(&u, r, &c, 2, "t");
-    sleep_ns(300 * MSEC);
+    tu_sleep_ns(300 * MSEC);
     test_redis_kill(&srv);
     atomic_store(&u.phase, PH_DOWN);
-    sleep_ns(500 * MSEC);
+    tu_sleep_ns(500 * MSEC);
     assert_int_equal(test_redis_start(&srv, srv.port), 0);
     uint64_t rec = recovery_ns(r, test_now_ns());
     atomic_store(&u.phase, PH_AFTER);
-    sleep_ns(300 * MSEC);
+    tu_sleep_ns(300 * MSEC);
     finish(&u);
     print_stats("two-tier SIGKILL+restart", r, &c);
     fprintf(stderr, "# two-tier: back to Redis %.1f ms after the restart\n", (double)rec / 1e6);

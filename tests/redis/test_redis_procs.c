@@ -33,10 +33,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "redis_server.h"
+#include "testutil.h"
 
 #define MSEC 1000000ULL
 #define SEC 1000000000ULL
@@ -56,12 +56,6 @@ static int teardown(void **state)
     (void)state;
     test_redis_stop(&g_srv);
     return 0;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / SEC), (long)(ns % SEC)};
-    nanosleep(&ts, NULL);
 }
 
 typedef struct shared {
@@ -112,7 +106,7 @@ static void child(const scenario *sc, int me, shared *sh, uint64_t t_start)
     sluice_redis *r = sluice_redis_new(sc->spec, &cfg, err, sizeof err);
     if (!r) _exit(3);
     sluice_redis_ping(r);
-    while (test_now_ns() < t_start) sleep_ns(100000);
+    while (test_now_ns() < t_start) tu_sleep_ns(100000);
     uint64_t end = t_start + sc->dur_ns;
     for (uint64_t i = 0, now = test_now_ns(); now < end && i < (1ULL << 36); i++) {
         sluice_redis_info info;
@@ -162,7 +156,7 @@ static void run(const scenario *sc, outcome *o, uint64_t L, uint64_t W, uint64_t
                 waitpid(pids[i], &status, 0);
                 fail_msg("child %d hung", i);
             }
-            sleep_ns(10 * MSEC);
+            tu_sleep_ns(10 * MSEC);
         }
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }

@@ -24,9 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "redis_server.h"
+#include "testutil.h"
 #include "ref_model.h"
 
 static test_redis g_srv;
@@ -58,19 +58,7 @@ static sluice_redis *mk(const char *spec, const char *prefix)
 }
 
 static uint64_t rng_state = 88172645463325252ULL;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
-    nanosleep(&ts, NULL);
-}
+static uint64_t rnd(void) { return tu_xorshift64(&rng_state); }
 
 /* Run n requests on one key with permits drawn from 0 .. maxp and pauses of
  * up to max_sleep_ns, comparing every decision with the model. */
@@ -100,7 +88,7 @@ static void against_model(const char *spec, ref_params rp, int n, uint64_t maxp,
                      want.allowed, (unsigned long long)want.remaining,
                      (long long)want.retry_after_ns);
         if (p) ok ? allowed++ : denied++;
-        if (max_sleep_ns && rnd() % 4 == 0) sleep_ns(rnd() % max_sleep_ns);
+        if (max_sleep_ns && rnd() % 4 == 0) tu_sleep_ns(rnd() % max_sleep_ns);
     }
     sluice_redis_stats st;
     sluice_redis_stats_get(r, &st);
@@ -190,7 +178,7 @@ static void test_edges_2_53(void **state)
         assert_int_equal(ok, want.allowed);
         assert_int_equal(got.remaining, want.remaining);
         assert_int_equal(got.retry_after_ns, want.retry_after_ns);
-        sleep_ns(1500 * 1000);
+        tu_sleep_ns(1500 * 1000);
     }
     ref_model_free(m);
     sluice_redis_free(r);
@@ -294,7 +282,7 @@ static void test_ttl_and_rest(void **state)
     assert_true(sluice_redis_try_acquire(r, "a", 1, 3, &res));
     long long t = pttl(name, (size_t)n);
     assert_true(t > 250 && t <= 302);
-    sleep_ns(350 * MSEC);
+    tu_sleep_ns(350 * MSEC);
     assert_int_equal(pttl(name, (size_t)n), -2); /* expired: at rest */
     assert_true(sluice_redis_try_acquire(r, "a", 1, 5, &res));
     assert_int_equal(res.remaining, 0);
@@ -441,71 +429,14 @@ static void test_fallback_specs(void **state)
     }
 }
 
-/* A counting allocator that fails the Nth call, as tests/test_alloc.c's. */
-#define TA_MAGIC 0x7265646973ULL
-typedef union ta_hdr {
-    struct {
-        uint64_t magic;
-    } h;
-    max_align_t align;
-} ta_hdr;
-
-static struct {
-    long calls, fail_at, failures, live;
-} TA = {0, -1, 0, 0};
-
-static bool ta_fail(void)
-{
-    long i = TA.calls++;
-    if (TA.fail_at >= 0 && i == TA.fail_at) {
-        TA.failures++;
-        return true;
-    }
-    return false;
-}
-
-static void *ta_malloc(size_t n)
-{
-    if (ta_fail()) return NULL;
-    ta_hdr *h = malloc(sizeof *h + n);
-    if (!h) return NULL;
-    h->h.magic = TA_MAGIC;
-    TA.live++;
-    return h + 1;
-}
-
-static void *ta_calloc(size_t n, size_t size)
-{
-    if (ta_fail()) return NULL;
-    if (size && n > (SIZE_MAX - sizeof(ta_hdr)) / size) return NULL;
-    ta_hdr *h = calloc(1, sizeof *h + n * size);
-    if (!h) return NULL;
-    h->h.magic = TA_MAGIC;
-    TA.live++;
-    return h + 1;
-}
-
-static void ta_free(void *p)
-{
-    ta_hdr *h = (ta_hdr *)p - 1;
-    if (h->h.magic != TA_MAGIC) {
-        fprintf(stderr, "test_redis_script: %p freed but not allocated by the hook\n", p);
-        abort();
-    }
-    h->h.magic = 0;
-    TA.live--;
-    free(h);
-}
-
 /* Every block the tier allocates comes from the hook and goes back to it
- * (ta_free aborts on a block it did not hand out: a libc malloc'd block
- * freed through the hook); sluice_redis_new fails cleanly at each
+ * (the test allocator of tests/testutil.h aborts on a block it did not
+ * hand out: a libc malloc'd block freed through the hook); sluice_redis_new fails cleanly at each
  * allocation, with a message and nothing left allocated. */
 static void test_allocator(void **state)
 {
     (void)state;
-    sluice_allocator a = {.malloc_fn = ta_malloc, .calloc_fn = ta_calloc, .free_fn = ta_free};
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0);
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
     cfg.port = g_srv.port;
@@ -516,7 +447,7 @@ static void test_allocator(void **state)
      * its connection pool, and one key copy per key it holds a lease for */
     sluice_redis *r0 = sluice_redis_new("token-bucket 100000/s", &cfg, NULL, 0);
     assert_non_null(r0);
-    long own = TA.live;
+    long own = tu_alloc_live();
     if (own < 3) fail_msg("sluice_redis_new made %ld blocks through the hook", own);
     for (int k = 0; k < 20; k++) {
         char key[16];
@@ -524,24 +455,23 @@ static void test_allocator(void **state)
         sluice_result res;
         assert_true(sluice_redis_try_acquire(r0, key, (size_t)kl, 1, &res));
     }
-    if (TA.live < own + 20) fail_msg("20 keys added %ld blocks, want >= 20", TA.live - own);
+    if (tu_alloc_live() < own + 20)
+        fail_msg("20 keys added %ld blocks, want >= 20", tu_alloc_live() - own);
     sluice_redis_free(r0);
-    assert_int_equal(TA.live, 0);
+    assert_int_equal(tu_alloc_live(), 0);
     cfg.max_keys = 64;
     cfg.local_spec = "token-bucket 1000/s";
     cfg.policy = SLUICE_REDIS_FAIL_LOCAL;
     long n;
     for (n = 0; n < 10000; n++) {
-        TA.calls = 0;
-        TA.failures = 0;
-        TA.fail_at = n;
+        tu_alloc_arm(n, false);
         char err[256] = "";
         sluice_redis *r = sluice_redis_new("token-bucket 100000/s", &cfg, err, sizeof err);
-        TA.fail_at = -1;
+        tu_alloc_disarm();
         if (!r) {
-            if (TA.failures == 0) fail_msg("refused with no failed allocation: %s", err);
+            if (tu_alloc_failures() == 0) fail_msg("refused with no failed allocation: %s", err);
             if (err[0] == '\0' || strchr(err, '\n')) fail_msg("allocation %ld: bad message", n);
-            if (TA.live != 0) fail_msg("allocation %ld: %ld blocks leaked", n, TA.live);
+            if (tu_alloc_live() != 0) fail_msg("allocation %ld: %ld blocks leaked", n, tu_alloc_live());
             continue;
         }
         /* two tiers: entries, key copies and their stripes' tables, through
@@ -560,13 +490,13 @@ static void test_allocator(void **state)
         sluice_redis_stats st;
         sluice_redis_stats_get(r, &st);
         assert_true(st.by_lease > 0);
-        assert_true(TA.live > 0);
+        assert_true(tu_alloc_live() > 0);
         sluice_redis_free(r);
-        if (TA.live != 0) fail_msg("%ld blocks leaked by sluice_redis_free", TA.live);
-        if (TA.failures == 0) break;
+        if (tu_alloc_live() != 0) fail_msg("%ld blocks leaked by sluice_redis_free", tu_alloc_live());
+        if (tu_alloc_failures() == 0) break;
     }
     if (n < 3) fail_msg("sluice_redis_new made only %ld allocations", n);
-    assert_int_equal(sluice_set_allocator(NULL), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 int main(void)
