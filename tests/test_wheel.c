@@ -55,32 +55,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
+#include "testutil.h"
 
 #define MS 1000000ULL
 #define SEC 1000000000ULL
@@ -129,78 +108,14 @@ static sluice_timer_id sched(sluice_wheel *w, uint64_t deadline, int *tag)
 }
 
 /* ------------------------------------------------------------------------ */
-/* A counting allocator that can fail the Nth call                           */
+/* The counting allocator that can fail the Nth call (tests/testutil.h)      */
 
-#define MAGIC 0x77686565ULL
-typedef union hdr {
-    struct {
-        uint64_t magic;
-        size_t size;
-    } h;
-    max_align_t align;
-} hdr;
-
-static struct {
-    long calls, fail_at;
-    bool persistent;
-    long live;
-    size_t live_bytes;
-} A = {0, -1, false, 0, 0};
-
-static void *c_malloc(size_t n)
-{
-    long i = A.calls++;
-    if (A.fail_at >= 0 && (i == A.fail_at || (A.persistent && i > A.fail_at))) return NULL;
-    hdr *h = malloc(sizeof *h + n);
-    if (!h) return NULL;
-    h->h.magic = MAGIC;
-    h->h.size = n;
-    A.live++;
-    A.live_bytes += n;
-    return h + 1;
-}
-
-static void c_free(void *p)
-{
-    if (!p) return;
-    hdr *h = (hdr *)p - 1;
-    assert_true(h->h.magic == MAGIC);
-    h->h.magic = 0;
-    A.live--;
-    A.live_bytes -= h->h.size;
-    free(h);
-}
-
-static void *c_calloc(size_t n, size_t size)
-{
-    if (size && n > SIZE_MAX / size) return NULL;
-    void *p = c_malloc(n * size);
-    if (p) memset(p, 0, n * size);
-    return p;
-}
-
-static void counting_on(void)
-{
-    sluice_allocator a = {.malloc_fn = c_malloc, .calloc_fn = c_calloc, .free_fn = c_free};
-    A.calls = 0;
-    A.fail_at = -1;
-    A.persistent = false;
-    A.live = 0;
-    A.live_bytes = 0;
-    assert_int_equal(sluice_set_allocator(&a), 0);
-}
-
-static void arm(long fail_at, bool persistent)
-{
-    A.calls = 0;
-    A.fail_at = fail_at;
-    A.persistent = persistent;
-}
+static void counting_on(void) { assert_int_equal(tu_alloc_install(), 0); }
 
 static int teardown(void **state)
 {
     (void)state;
-    sluice_set_allocator(NULL);
+    tu_alloc_uninstall();
     return 0;
 }
 
@@ -802,7 +717,7 @@ static void test_alloc_new(void **state)
         long n;
         for (n = 0; n < 100; n++) {
             char err[64] = "";
-            arm(n, persistent);
+            tu_alloc_arm(n, persistent);
             sluice_wheel *w = sluice_wheel_new(0, 100000, 0, err, sizeof err);
             if (w) {
                 int a = 1;
@@ -810,11 +725,11 @@ static void test_alloc_new(void **state)
                 sched(w, 5, &a);
                 assert_int_equal(sluice_wheel_advance(w, MS), 1);
                 sluice_wheel_free(w);
-                assert_int_equal(A.live, 0);
+                assert_int_equal(tu_alloc_live(), 0);
                 break;
             }
             assert_string_equal(err, "out of memory");
-            assert_int_equal(A.live, 0);
+            assert_int_equal(tu_alloc_live(), 0);
         }
         assert_true(n > 0 && n < 100);
     }
@@ -825,7 +740,7 @@ static void test_alloc_growth(void **state)
     (void)state;
     counting_on();
     sluice_wheel *w = mk(MS, 100000, 0);
-    size_t base = A.live_bytes;
+    size_t base = tu_alloc_live_bytes();
     int a = 1;
     static sluice_timer_id ids[40000];
     size_t n = 0;
@@ -835,7 +750,7 @@ static void test_alloc_growth(void **state)
     long failures = 0;
     while (n < COUNT(ids)) {
         for (long k = 0;; k++) {
-            arm(k, false);
+            tu_alloc_arm(k, false);
             int rc = sluice_wheel_schedule(w, (uint64_t)(n % 5000) * MS, cb_log, &a, &ids[n]);
             if (rc == 0) break;
             assert_int_equal(rc, SLUICE_ENOMEM);
@@ -848,13 +763,13 @@ static void test_alloc_growth(void **state)
     }
     assert_true(failures >= 39 + 2); /* each new chunk, the table twice */
     /* and with every allocation failing, no schedule past a full chunk */
-    arm(0, true);
+    tu_alloc_arm(0, true);
     size_t ok = 0;
     int rc;
     while ((rc = sluice_wheel_schedule(w, 7 * MS, cb_log, &a, NULL)) == 0) ok++;
     assert_int_equal(rc, SLUICE_ENOMEM);
     assert_true(ok < 1024);
-    arm(-1, false);
+    tu_alloc_arm(-1, false);
     /* everything still works */
     log_reset();
     for (size_t i = 0; i < n; i += 2) assert_int_equal(sluice_wheel_cancel(w, ids[i]), 0);
@@ -865,9 +780,9 @@ static void test_alloc_growth(void **state)
     }
     assert_int_equal(fired, n / 2 + ok);
     assert_int_equal(sluice_wheel_pending(w), 0);
-    assert_int_equal(A.live_bytes, base); /* back to what _new allocated */
+    assert_int_equal(tu_alloc_live_bytes(), base); /* back to what _new allocated */
     sluice_wheel_free(w);
-    assert_int_equal(A.live, 0);
+    assert_int_equal(tu_alloc_live(), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -902,13 +817,7 @@ static struct {
     size_t fired_total;
 } M;
 
-static uint64_t rnd(void)
-{
-    M.rng ^= M.rng << 13;
-    M.rng ^= M.rng >> 7;
-    M.rng ^= M.rng << 17;
-    return M.rng;
-}
+static uint64_t rnd(void) { return tu_xorshift64(&M.rng); }
 
 static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
 
@@ -1133,16 +1042,6 @@ static void test_reference(void **state)
 /* ------------------------------------------------------------------------ */
 /* 10^7 timers, 99% cancelled: memory and pending count                      */
 
-static size_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    unsigned long size = 0, res = 0;
-    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
-    fclose(f);
-    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static size_t heap_in_use(void)
 {
 #if defined(__GLIBC__)
@@ -1171,33 +1070,33 @@ static void test_churn_memory(void **state)
 {
     (void)state;
     /* 10 bursts: 10^7 timers (3 under TSan, whose mutexes are slow) */
-    enum { BURST = 1000000, ROUNDS = UNDER_TSAN ? 3 : 10 };
+    enum { BURST = 1000000, ROUNDS = TU_UNDER_TSAN ? 3 : 10 };
     sluice_timer_id *ids = malloc(BURST * sizeof *ids);
     assert_non_null(ids);
     memset(ids, 0, BURST * sizeof *ids); /* resident before the baseline */
     counting_on();
     trim();
-    size_t rss0 = rss_bytes(), heap0 = heap_in_use();
+    size_t rss0 = tu_rss_bytes(), heap0 = heap_in_use();
     sluice_wheel *w = mk(MS, 2 * BURST, 0);
-    size_t base = A.live_bytes, peak = 0, rss_peak = 0;
+    size_t base = tu_alloc_live_bytes(), peak = 0, rss_peak = 0;
     uint64_t rng = 88172645463325252ULL, now = 0;
     size_t pending = 0, kept_total = 0;
     churn_fired = 0;
     for (int round = 0; round < ROUNDS; round++) {
         /* a burst: 10^6 timers due 1..2 s from now */
         for (size_t i = 0; i < BURST; i++) {
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            tu_xorshift64(&rng);
             assert_int_equal(sluice_wheel_schedule(w, now + SEC + rng % SEC, cb_count, NULL, &ids[i]), 0);
             pending++;
             if (i % 100000 == 0) assert_int_equal(sluice_wheel_pending(w), pending);
         }
         assert_int_equal(sluice_wheel_pending(w), pending);
-        if (A.live_bytes > peak) peak = A.live_bytes;
-        size_t r = rss_bytes();
+        if (tu_alloc_live_bytes() > peak) peak = tu_alloc_live_bytes();
+        size_t r = tu_rss_bytes();
         if (r > rss_peak) rss_peak = r;
         /* cancel 99% of them in random order (keep every id with i % 100 == 0) */
         for (size_t i = BURST - 1; i > 0; i--) { /* shuffle */
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            tu_xorshift64(&rng);
             size_t j = rng % (i + 1);
             sluice_timer_id t = ids[i];
             ids[i] = ids[j], ids[j] = t;
@@ -1224,33 +1123,27 @@ static void test_churn_memory(void **state)
         pending = 0;
         assert_int_equal(churn_fired, kept_total);
         assert_int_equal(sluice_wheel_pending(w), 0);
-        assert_int_equal(A.live_bytes, base); /* exactly what _new allocated */
+        assert_int_equal(tu_alloc_live_bytes(), base); /* exactly what _new allocated */
     }
     trim();
-    size_t rss1 = rss_bytes(), heap1 = heap_in_use();
+    size_t rss1 = tu_rss_bytes(), heap1 = heap_in_use();
     print_message("  [churn] %d x %d timers, 99%% cancelled: wheel bytes %zu -> peak %zu -> %zu; "
                   "heap in use %zu -> %zu; RSS %zu KiB -> peak %zu KiB -> %zu KiB\n",
-                  ROUNDS, BURST, base, peak, A.live_bytes, heap0, heap1, rss0 >> 10,
+                  ROUNDS, BURST, base, peak, tu_alloc_live_bytes(), heap0, heap1, rss0 >> 10,
                   rss_peak >> 10, rss1 >> 10);
     assert_true(peak > (size_t)BURST * 48); /* it did hold them */
-    if (!UNDER_SANITIZER) {
+    if (!TU_SANITIZED) {
         assert_true(heap1 <= heap0 + base + 65536);
         /* RSS back within 4 MiB of the baseline, from a peak 48 MB above */
         if (rss0 && rss_peak > rss0 + (32u << 20)) assert_true(rss1 < rss0 + (4u << 20));
     }
     sluice_wheel_free(w);
-    assert_int_equal(A.live, 0);
+    assert_int_equal(tu_alloc_live(), 0);
     free(ids);
 }
 
 /* ------------------------------------------------------------------------ */
 /* The real clock and threads                                                */
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / SEC), (long)(ns % SEC)};
-    nanosleep(&ts, NULL);
-}
 
 typedef struct rt {
     uint64_t deadline;
@@ -1279,7 +1172,7 @@ static uint64_t real_clock_once(sluice_wheel *w, rt *r, int n)
         atomic_store(&r[i].at, 0);
         assert_int_equal(sluice_wheel_schedule(w, r[i].deadline, cb_rt, &r[i], NULL), 0);
     }
-    while (atomic_load(&rt_fired) < n && sluice_now_ns() - t0 < 5 * SEC) sleep_ns(MS);
+    while (atomic_load(&rt_fired) < n && sluice_now_ns() - t0 < 5 * SEC) tu_sleep_ns(MS);
     if (atomic_load(&rt_fired) != n) return UINT64_MAX;
     uint64_t worst = 0;
     for (int i = 0; i < n; i++) {
@@ -1302,7 +1195,7 @@ static void test_real_clock(void **state)
     sluice_wheel *w = mk(tick, 100, sluice_now_ns());
     assert_int_equal(sluice_wheel_start(w), 0);
     assert_int_equal(sluice_wheel_start(w), SLUICE_EBUSY);
-    sleep_ns(5 * MS); /* the thread sleeps with nothing pending */
+    tu_sleep_ns(5 * MS); /* the thread sleeps with nothing pending */
     uint64_t worst = UINT64_MAX;
     for (int attempt = 1; attempt <= 3; attempt++) {
         worst = real_clock_once(w, r, N);
@@ -1318,12 +1211,12 @@ static void test_real_clock(void **state)
     /* stopped: nothing fires */
     atomic_store(&rt_fired, 0);
     assert_int_equal(sluice_wheel_schedule(w, sluice_now_ns() + MS, cb_rt, &r[0], NULL), 0);
-    sleep_ns(20 * MS);
+    tu_sleep_ns(20 * MS);
     assert_int_equal(atomic_load(&rt_fired), 0);
     /* restarted: it fires at once, being late */
     assert_int_equal(sluice_wheel_start(w), 0);
     uint64_t t1 = sluice_now_ns();
-    while (atomic_load(&rt_fired) < 1 && sluice_now_ns() - t1 < 5 * SEC) sleep_ns(MS);
+    while (atomic_load(&rt_fired) < 1 && sluice_now_ns() - t1 < 5 * SEC) tu_sleep_ns(MS);
     assert_int_equal(atomic_load(&rt_fired), 1);
     sluice_wheel_free(w); /* stops the thread */
 }
@@ -1348,17 +1241,17 @@ static void test_thread_stop_from_callback(void **state)
     atomic_store(&stop_rc, 1);
     uint64_t t0 = sluice_now_ns();
     assert_int_equal(sluice_wheel_schedule(w, t0 + MS, cb_stop, w, NULL), 0);
-    while (atomic_load(&rt_fired) < 1 && sluice_now_ns() - t0 < 5 * SEC) sleep_ns(MS);
+    while (atomic_load(&rt_fired) < 1 && sluice_now_ns() - t0 < 5 * SEC) tu_sleep_ns(MS);
     assert_int_equal(atomic_load(&rt_fired), 1);
     assert_int_equal(atomic_load(&stop_rc), SLUICE_EBUSY);
     /* the thread exited: a new timer does not fire until start() */
     static rt r1;
     assert_int_equal(sluice_wheel_schedule(w, sluice_now_ns(), cb_rt, &r1, NULL), 0);
-    sleep_ns(20 * MS);
+    tu_sleep_ns(20 * MS);
     assert_int_equal(atomic_load(&rt_fired), 1);
     assert_int_equal(sluice_wheel_start(w), 0); /* joins the old thread */
     t0 = sluice_now_ns();
-    while (atomic_load(&rt_fired) < 2 && sluice_now_ns() - t0 < 5 * SEC) sleep_ns(MS);
+    while (atomic_load(&rt_fired) < 2 && sluice_now_ns() - t0 < 5 * SEC) tu_sleep_ns(MS);
     assert_int_equal(atomic_load(&rt_fired), 2);
     sluice_wheel_stop(w);
     sluice_wheel_free(w);
@@ -1370,7 +1263,7 @@ static void cb_block(void *arg, sluice_timer_id id, uint64_t now)
 {
     (void)arg, (void)id, (void)now;
     atomic_store(&gate, 1);
-    while (atomic_load(&gate) != 2) sleep_ns(100000);
+    while (atomic_load(&gate) != 2) tu_sleep_ns(100000);
 }
 
 static void *advance_thread(void *p)
@@ -1390,7 +1283,7 @@ static void test_cancel_firing_elsewhere(void **state)
     assert_int_equal(sluice_wheel_schedule(w, 5 * MS, cb_log, &a, &id2), 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, advance_thread, w), 0);
-    while (atomic_load(&gate) != 1) sleep_ns(100000);
+    while (atomic_load(&gate) != 1) tu_sleep_ns(100000);
     /* id is firing on the other thread, id2 is due but not fired yet */
     assert_int_equal(sluice_wheel_cancel(w, id), SLUICE_EBUSY);
     assert_int_equal(sluice_wheel_reschedule(w, id, 0), SLUICE_EBUSY);
@@ -1448,7 +1341,7 @@ static void *ct_worker(void *p)
     CHECK(ids != NULL);
     uint64_t rng = 0x1234567ULL + (uint64_t)a->k;
     for (int i = 0; i < CT_TIMERS; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        tu_xorshift64(&rng);
         uint64_t d = sluice_now_ns() + rng % (5 * MS);
         CHECK(sluice_wheel_schedule(a->w, d, cb_ct, &ct[a->k][i], &ids[i]) == 0);
         if (i >= 7 && (rng >> 20) % 2) { /* cancel an earlier one */
@@ -1486,7 +1379,7 @@ static void test_threads(void **state)
     }
     long want = (long)CT_THREADS * CT_TIMERS - cancelled;
     uint64_t t0 = sluice_now_ns();
-    while (atomic_load(&ct_fired) < want && sluice_now_ns() - t0 < 10 * SEC) sleep_ns(MS);
+    while (atomic_load(&ct_fired) < want && sluice_now_ns() - t0 < 10 * SEC) tu_sleep_ns(MS);
     assert_int_equal(atomic_load(&ct_fired), want);
     assert_int_equal(sluice_wheel_pending(w), 0);
     sluice_wheel_free(w);

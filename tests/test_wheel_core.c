@@ -37,6 +37,7 @@
 #include <cmocka.h>
 
 #include "wheel_core.h"
+#include "testutil.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -67,14 +68,7 @@ typedef struct harness {
     uint64_t rng;
 } harness;
 
-static uint64_t rnd(harness *h)
-{
-    h->rng += 0x9e3779b97f4a7c15ULL; /* splitmix64 */
-    uint64_t z = h->rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(harness *h) { return tu_splitmix64(&h->rng); }
 
 /* The reference rule, written as a loop over digits: the level is the
  * highest base-64 digit in which e and cur differ; 8 or more: beyond. */
