@@ -1455,15 +1455,9 @@ static void test_table_frozen(void **state)
 
 int main(void)
 {
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc && *sc) {
-        char *end;
-        double v = strtod(sc, &end);
-        if (end != sc && v > 0 && v < 1e6) g_scale = v;
-    }
+    g_scale = tu_env_scale(1.0);
     cpus_init();
-    const char *sd = getenv("SLUICE_TEST_SEED");
-    g_seed = sd && *sd ? strtoull(sd, NULL, 0) : sluice_now_ns();
+    g_seed = tu_env_seed();
     printf("[ conc     ] SLUICE_STRESS_SCALE=%g SLUICE_TEST_SEED=%llu, %u cores\n", g_scale,
            ULL(g_seed), g_ncpu);
     fflush(stdout);

@@ -1401,16 +1401,10 @@ static void test_threads_shared(void **state)
 
 int main(void)
 {
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc && *sc) {
-        char *end;
-        double v = strtod(sc, &end);
-        if (end != sc && v > 0 && v < 1e6) g_scale = v;
-    }
+    g_scale = tu_env_scale(1.0);
     const char *st = getenv("SLUICE_TEST_STRICT_RETRY");
     g_strict_retry = st && *st && strcmp(st, "0") != 0;
-    const char *sd = getenv("SLUICE_TEST_SEED");
-    g_seed = sd && *sd ? strtoull(sd, NULL, 0) : sluice_now_ns();
+    g_seed = tu_env_seed();
     printf("[ scale    ] SLUICE_STRESS_SCALE=%g SLUICE_TEST_SEED=%llu%s\n", g_scale, ULL(g_seed),
            g_strict_retry ? " SLUICE_TEST_STRICT_RETRY=1" : "");
     fflush(stdout);

@@ -40,6 +40,26 @@ void tu_sleep_ns(uint64_t ns)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The stress tests' environment                                             */
+
+double tu_env_scale(double deflt)
+{
+    const char *sc = getenv("SLUICE_STRESS_SCALE");
+    if (sc && *sc) {
+        char *end;
+        double v = strtod(sc, &end);
+        if (end != sc && v > 0 && v < 1e6) return v;
+    }
+    return deflt;
+}
+
+uint64_t tu_env_seed(void)
+{
+    const char *sd = getenv("SLUICE_TEST_SEED");
+    return sd && *sd ? strtoull(sd, NULL, 0) : sluice_now_ns();
+}
+
+/* ------------------------------------------------------------------------ */
 /* Random numbers                                                            */
 
 uint64_t tu_xorshift64(uint64_t *state)

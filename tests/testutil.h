@@ -57,6 +57,20 @@ size_t tu_rss_bytes(void);
 void tu_sleep_ns(uint64_t ns);
 
 /* ------------------------------------------------------------------------ */
+/* The stress tests' environment                                             */
+
+/* SLUICE_STRESS_SCALE, the factor on a stress test's keys and phases: its
+ * value when it is a number in (0, 1e6), else `deflt` (unset, empty, or
+ * not such a number).  Call it from the main thread, before any other. */
+double tu_env_scale(double deflt);
+
+/* SLUICE_TEST_SEED, a random seed (decimal, or 0x... hex, as strtoull
+ * reads it), or the monotonic clock's nanoseconds when it is unset or
+ * empty: print the seed, so a failing run can be repeated.  Call it from
+ * the main thread, before any other. */
+uint64_t tu_env_seed(void);
+
+/* ------------------------------------------------------------------------ */
 /* Seeded random numbers (deterministic: the same seed, the same sequence)  */
 
 /* Marsaglia's xorshift64 (13, 7, 17): advances *state and returns the new

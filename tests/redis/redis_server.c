@@ -227,3 +227,18 @@ int test_redis_cmd(const test_redis *s, long long *ival, char *buf, size_t bufle
     redisFree(c);
     return rc;
 }
+
+test_redis test_redis_shared;
+
+int test_redis_group_setup(void **state)
+{
+    (void)state;
+    return test_redis_start(&test_redis_shared, 0);
+}
+
+int test_redis_group_teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&test_redis_shared);
+    return 0;
+}

@@ -39,6 +39,14 @@ void test_redis_thaw(test_redis *s);
 int test_redis_cmd(const test_redis *s, long long *ival, char *buf, size_t buflen,
                    int argc, const char **argv);
 
+/* One server shared by every test of a file, started once for the group:
+ * cmocka_run_group_tests(tests, test_redis_group_setup,
+ * test_redis_group_teardown).  The setup returns test_redis_start()'s
+ * answer (a failure fails the whole group); the teardown stops it. */
+extern test_redis test_redis_shared;
+int test_redis_group_setup(void **state);
+int test_redis_group_teardown(void **state);
+
 /* The path of the redis-server executable in use. */
 const char *test_redis_server_path(void);
 

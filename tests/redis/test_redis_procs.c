@@ -43,21 +43,6 @@
 #define MAX_MS 20000
 #define NPROC 4
 
-static test_redis g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return test_redis_start(&g_srv, 0);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&g_srv);
-    return 0;
-}
-
 typedef struct shared {
     _Atomic uint64_t per_ms[MAX_MS];
     _Atomic uint64_t allowed[NPROC], denied[NPROC], errors[NPROC], round_trips[NPROC];
@@ -95,7 +80,7 @@ static void child(const scenario *sc, int me, shared *sh, uint64_t t_start)
     }
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.lease_max = sc->lease_max;
     cfg.expected_processes = NPROC;
     cfg.key_prefix = sc->prefix;
@@ -293,7 +278,7 @@ static void test_threads(void **state)
     (void)state;
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.lease_max = 1000;
     cfg.key_prefix = "threads:";
     cfg.command_timeout_ms = 1000;
@@ -335,7 +320,7 @@ static sluice_redis *mk_fake(const char *spec, uint32_t lease_max, const char *p
 {
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.lease_max = lease_max;
     cfg.key_prefix = prefix;
     cfg.command_timeout_ms = 1000;
@@ -432,7 +417,7 @@ static void test_local_front(void **state)
     (void)state;
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.key_prefix = "front:";
     cfg.local_spec = "token-bucket 10/s burst=3";
     cfg.command_timeout_ms = 1000;
@@ -465,5 +450,5 @@ int main(void)
         cmocka_unit_test(test_skewed_clocks),
         cmocka_unit_test(test_four_procs_sliding),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

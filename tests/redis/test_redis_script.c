@@ -29,26 +29,11 @@
 #include "testutil.h"
 #include "ref_model.h"
 
-static test_redis g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return test_redis_start(&g_srv, 0);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&g_srv);
-    return 0;
-}
-
 static sluice_redis *mk(const char *spec, const char *prefix)
 {
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.key_prefix = prefix;
     cfg.command_timeout_ms = 2000;
     char err[256];
@@ -249,7 +234,7 @@ static void test_script_sha(void **state)
     for (int i = 0; i < 2; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", sluice_redis_script_source(i)};
         char sha[64];
-        assert_int_equal(test_redis_cmd(&g_srv, NULL, sha, sizeof sha, 3, argv), 0);
+        assert_int_equal(test_redis_cmd(&test_redis_shared, NULL, sha, sizeof sha, 3, argv), 0);
         assert_string_equal(sha, sluice_redis_script_sha(i));
     }
     assert_null(sluice_redis_script_source(2));
@@ -261,7 +246,7 @@ static long long pttl(const char *key, size_t keylen)
     (void)keylen;
     const char *argv[] = {"PTTL", key};
     long long v = -3;
-    if (test_redis_cmd(&g_srv, &v, NULL, 0, 2, argv) != 0) return -4;
+    if (test_redis_cmd(&test_redis_shared, &v, NULL, 0, 2, argv) != 0) return -4;
     return v;
 }
 
@@ -311,7 +296,7 @@ static void test_clock_back(void **state)
     char tbuf[32];
     snprintf(tbuf, sizeof tbuf, "%llu", (unsigned long long)t_us);
     const char *argv[] = {"HSET", name, "t", tbuf, "x", "0"};
-    assert_int_equal(test_redis_cmd(&g_srv, NULL, NULL, 0, 6, argv), 0);
+    assert_int_equal(test_redis_cmd(&test_redis_shared, NULL, NULL, 0, 6, argv), 0);
     assert_false(sluice_redis_try_acquire_ex(r, "k", 1, 1, &res, &info));
     assert_int_equal(info.server_time_ns, t_us * 1000); /* clamped to the latest */
     assert_int_equal(res.retry_after_ns, 100 * MSEC);
@@ -439,7 +424,7 @@ static void test_allocator(void **state)
     assert_int_equal(tu_alloc_install(), 0);
     sluice_redis_config cfg;
     sluice_redis_config_init(&cfg);
-    cfg.port = g_srv.port;
+    cfg.port = test_redis_shared.port;
     cfg.key_prefix = "alloc:";
     cfg.command_timeout_ms = 2000;
     cfg.lease_max = 100;
@@ -514,5 +499,5 @@ int main(void)
         cmocka_unit_test(test_fallback_specs),
         cmocka_unit_test(test_allocator),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
