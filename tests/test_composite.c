@@ -50,6 +50,7 @@
 #include <sluice.h>
 
 #include "ref_model.h"
+#include "testutil.h"
 
 #define SEC 1000000000ULL
 #define ULL(x) ((unsigned long long)(x))
@@ -62,16 +63,6 @@ static size_t scaled(double base)
     double v = base * g_scale;
     return v < 1.0 ? 1 : (size_t)(v + 0.5);
 }
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 /* ---- a random limit: its spec and the model's parameters ---------------- */
 
@@ -89,21 +80,21 @@ static void limit_random(limit *l, uint64_t *rs)
     static const char *const names[] = {"fixed-window", "sliding-log", "sliding-wheel",
                                         "sliding-approx", "token-bucket", "leaky-bucket"};
     memset(l, 0, sizeof *l);
-    int v = (int)rng_below(rs, 7); /* 6: leaky-bucket nodelay */
+    int v = (int)tu_splitmix64_below(rs, 7); /* 6: leaky-bucket nodelay */
     ref_alg a = v == 6 ? REF_LEAKY_BUCKET : (ref_alg)v;
     static const uint64_t periods[] = {1000, 997, 1000000, 60};
-    uint64_t W = periods[rng_below(rs, 4)], L = 1 + rng_below(rs, 6);
+    uint64_t W = periods[tu_splitmix64_below(rs, 4)], L = 1 + tu_splitmix64_below(rs, 6);
     l->p = (ref_params){.alg = a, .limit = L, .period_ns = W, .nodelay = v == 6};
     int n = snprintf(l->spec, sizeof l->spec, "%s %llu/%lluns", names[a], ULL(L), ULL(W));
     if (a == REF_TOKEN_BUCKET || a == REF_LEAKY_BUCKET) {
-        l->p.capacity = 1 + rng_below(rs, 8);
+        l->p.capacity = 1 + tu_splitmix64_below(rs, 8);
         n += snprintf(l->spec + n, sizeof l->spec - (size_t)n, " %s=%llu",
                       a == REF_TOKEN_BUCKET ? "burst" : "capacity", ULL(l->p.capacity));
         if (v == 6) snprintf(l->spec + n, sizeof l->spec - (size_t)n, " nodelay");
     }
     if (a == REF_SLIDING_WHEEL) {
         static const uint64_t div[] = {1, 2, 4, 5, 10};
-        uint64_t N = W % 10 == 0 ? div[rng_below(rs, 5)] : 1;
+        uint64_t N = W % 10 == 0 ? div[tu_splitmix64_below(rs, 5)] : 1;
         l->p.slots = N;
         snprintf(l->spec + n, sizeof l->spec - (size_t)n, " slots=%llu", ULL(N));
     }
@@ -171,13 +162,13 @@ static void test_random_traces(void **state)
     const size_t trials = scaled(400);
     char err[256];
     for (size_t trial = 0; trial < trials; trial++) {
-        size_t n = 1 + rng_below(&rs, 4);
-        bool tables = rng_below(&rs, 2);
+        size_t n = 1 + tu_splitmix64_below(&rs, 4);
+        bool tables = tu_splitmix64_below(&rs, 2);
         limit ls[4];
         for (size_t i = 0; i < n; i++) {
             limit_random(&ls[i], &rs);
-            if (tables && rng_below(&rs, 2)) {
-                if (i > 0 && ls[i - 1].tab && rng_below(&rs, 2)) { /* same table, other key */
+            if (tables && tu_splitmix64_below(&rs, 2)) {
+                if (i > 0 && ls[i - 1].tab && tu_splitmix64_below(&rs, 2)) { /* same table, other key */
                     ref_model_free(ls[i].m);
                     char key[24];
                     snprintf(key, sizeof key, "k%zu", i);
@@ -186,7 +177,7 @@ static void test_random_traces(void **state)
                     memcpy(ls[i].key, key, sizeof key);
                     continue;
                 }
-                ls[i].tab = sluice_table_new(ls[i].spec, 4 + rng_below(&rs, 4), err, sizeof err);
+                ls[i].tab = sluice_table_new(ls[i].spec, 4 + tu_splitmix64_below(&rs, 4), err, sizeof err);
                 if (!ls[i].tab) fprintf(stderr, "%s: %s\n", ls[i].spec, err);
                 assert_non_null(ls[i].tab);
                 snprintf(ls[i].key, sizeof ls[i].key, "k%zu", i);
@@ -198,17 +189,17 @@ static void test_random_traces(void **state)
         }
         sluice_limit_ref refs[4];
         for (size_t i = 0; i < n; i++) refs[i] = limit_ref(&ls[i]);
-        uint64_t t = rng_below(&rs, 3000);
+        uint64_t t = tu_splitmix64_below(&rs, 3000);
         for (size_t step = 0; step < 60; step++) {
             /* times move on; limiter-only trials also go back a little
              * (clamped to each limit's latest admission).  Table keys keep
              * time monotonic: a key dropped at rest forgets its latest time. */
-            uint64_t W = ls[rng_below(&rs, n)].p.period_ns;
-            t += rng_below(&rs, W / 2 + 2);
+            uint64_t W = ls[tu_splitmix64_below(&rs, n)].p.period_ns;
+            t += tu_splitmix64_below(&rs, W / 2 + 2);
             uint64_t at = t;
-            if (!tables && rng_below(&rs, 5) == 0) at = t > W ? t - rng_below(&rs, W) : 0;
-            uint64_t p = rng_below(&rs, 10) == 0 ? 0 : 1 + rng_below(&rs, 4);
-            if (rng_below(&rs, 30) == 0) p = 9; /* beyond every limit: -1 */
+            if (!tables && tu_splitmix64_below(&rs, 5) == 0) at = t > W ? t - tu_splitmix64_below(&rs, W) : 0;
+            uint64_t p = tu_splitmix64_below(&rs, 10) == 0 ? 0 : 1 + tu_splitmix64_below(&rs, 4);
+            if (tu_splitmix64_below(&rs, 30) == 0) p = 9; /* beyond every limit: -1 */
             ref_result want, per[4];
             model_composite(ls, n, p, at, &want, per);
             sluice_result got, gper[4];
@@ -237,7 +228,7 @@ static void test_bare_equals_detailed(void **state)
     uint64_t rs = g_seed ^ 0xba;
     char err[256];
     for (size_t trial = 0; trial < scaled(200); trial++) {
-        size_t n = 2 + rng_below(&rs, 3);
+        size_t n = 2 + tu_splitmix64_below(&rs, 3);
         limit ls[4];
         sluice_limiter *a[4], *b[4];
         sluice_limit_ref ra[4], rb[4];
@@ -252,8 +243,8 @@ static void test_bare_equals_detailed(void **state)
         }
         uint64_t t = 0;
         for (size_t step = 0; step < 60; step++) {
-            t += rng_below(&rs, ls[0].p.period_ns / 2 + 2);
-            uint64_t p = rng_below(&rs, 4);
+            t += tu_splitmix64_below(&rs, ls[0].p.period_ns / 2 + 2);
+            uint64_t p = tu_splitmix64_below(&rs, 4);
             sluice_result r;
             bool x = sluice_composite_try_acquire_at(ra, n, p, t, &r, NULL);
             bool y = sluice_composite_try_acquire_at(rb, n, p, t, NULL, NULL);
@@ -628,10 +619,8 @@ static void test_threads_reconfigure(void **state)
 
 int main(void)
 {
-    const char *s = getenv("SLUICE_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : sluice_now_ns();
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc) g_scale = strtod(sc, NULL);
+    g_seed = tu_env_seed();
+    g_scale = tu_env_scale(1.0);
     printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_traces),

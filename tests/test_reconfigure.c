@@ -46,6 +46,7 @@
 #include <sluice.h>
 
 #include "ref_model.h"
+#include "testutil.h"
 
 #define SEC 1000000000ULL
 #define MS 1000000ULL
@@ -60,16 +61,6 @@ static size_t scaled(double base)
     double v = base * g_scale;
     return v < 1.0 ? 1 : (size_t)(v + 0.5);
 }
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 static sluice_limiter *mk(const char *spec)
 {
@@ -284,13 +275,13 @@ static void one_trace(uint64_t *rs, int variant)
     ref_alg a = variant == 6 ? REF_LEAKY_BUCKET : (ref_alg)variant;
     bool nodelay = variant == 6;
     static const uint64_t periods[] = {1000, 2000, 500, 3000};
-    uint64_t W1 = periods[rng_below(rs, 4)], W2 = periods[rng_below(rs, 4)];
-    if (a == REF_SLIDING_APPROX && rng_below(rs, 3) == 0) W2 = W1;
-    uint64_t L1 = 1 + rng_below(rs, 8), L2 = 1 + rng_below(rs, 8);
-    uint64_t C1 = 1 + rng_below(rs, 8), C2 = 1 + rng_below(rs, 8);
+    uint64_t W1 = periods[tu_splitmix64_below(rs, 4)], W2 = periods[tu_splitmix64_below(rs, 4)];
+    if (a == REF_SLIDING_APPROX && tu_splitmix64_below(rs, 3) == 0) W2 = W1;
+    uint64_t L1 = 1 + tu_splitmix64_below(rs, 8), L2 = 1 + tu_splitmix64_below(rs, 8);
+    uint64_t C1 = 1 + tu_splitmix64_below(rs, 8), C2 = 1 + tu_splitmix64_below(rs, 8);
     uint64_t N1 = 0, N2 = 0;
     if (a == REF_SLIDING_WHEEL) { /* tick 100 or 250 ns, kept */
-        uint64_t tick = rng_below(rs, 2) ? 100 : 250;
+        uint64_t tick = tu_splitmix64_below(rs, 2) ? 100 : 250;
         if (W1 % tick) W1 = 1000;
         if (W2 % tick) W2 = 1000;
         N1 = W1 / tick;
@@ -305,11 +296,11 @@ static void one_trace(uint64_t *rs, int variant)
     assert_non_null(m);
     adm hist[200];
     size_t nh = 0;
-    uint64_t t = rng_below(rs, 5000), latest = 0;
-    size_t steps_before = rng_below(rs, 30), steps_after = 40;
+    uint64_t t = tu_splitmix64_below(rs, 5000), latest = 0;
+    size_t steps_before = tu_splitmix64_below(rs, 30), steps_after = 40;
     for (size_t k = 0; k < steps_before; k++) {
-        t += rng_below(rs, W1 / 3 + 1);
-        uint64_t p = rng_below(rs, 4);
+        t += tu_splitmix64_below(rs, W1 / 3 + 1);
+        uint64_t p = tu_splitmix64_below(rs, 4);
         ref_result w;
         sluice_result g;
         bool ok = sluice_try_acquire_at(l, p, t, &g);
@@ -323,8 +314,8 @@ static void one_trace(uint64_t *rs, int variant)
         }
     }
     /* the change, at a time that may be before the latest admission */
-    uint64_t tc = t + rng_below(rs, W1);
-    if (rng_below(rs, 4) == 0 && latest > 10) tc = latest - rng_below(rs, 10);
+    uint64_t tc = t + tu_splitmix64_below(rs, W1);
+    if (tu_splitmix64_below(rs, 4) == 0 && latest > 10) tc = latest - tu_splitmix64_below(rs, 10);
     reconf(l, s2.s, tc);
     const uint64_t T = tc > latest ? tc : latest; /* the change's time */
     /* the checkers' state at T */
@@ -350,9 +341,9 @@ static void one_trace(uint64_t *rs, int variant)
     size_t nh_before = nh;
     uint64_t now = T;
     for (size_t k = 0; k < steps_after; k++) {
-        now += rng_below(rs, W2 / 3 + 1);
-        uint64_t at = rng_below(rs, 6) == 0 && now > W2 ? now - rng_below(rs, W2) : now;
-        uint64_t p = rng_below(rs, 4);
+        now += tu_splitmix64_below(rs, W2 / 3 + 1);
+        uint64_t at = tu_splitmix64_below(rs, 6) == 0 && now > W2 ? now - tu_splitmix64_below(rs, W2) : now;
+        uint64_t p = tu_splitmix64_below(rs, 4);
         sluice_result g;
         bool ok = sluice_try_acquire_at(l, p, at, &g);
         uint64_t s = at > latest ? at : latest; /* clamped: latest >= T below */
@@ -509,16 +500,12 @@ static void test_bad_changes(void **state)
 }
 
 /* Out of memory: each change allocates its new configuration; when that
- * fails, SLUICE_ENOMEM and nothing changes. */
-static bool g_fail;
-static void *f_malloc(size_t n) { return g_fail ? NULL : malloc(n); }
-static void *f_calloc(size_t n, size_t size) { return g_fail ? NULL : calloc(n, size); }
-
+ * fails (the test allocator of tests/testutil.h failing every call),
+ * SLUICE_ENOMEM and nothing changes. */
 static void test_out_of_memory(void **state)
 {
     (void)state;
-    const sluice_allocator a = {.malloc_fn = f_malloc, .calloc_fn = f_calloc, .free_fn = free};
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0);
     static const char *const specs[][2] = {
         {"token-bucket 5/s", "token-bucket 9/s burst=2"},
         {"sliding-log 5/s", "sliding-log 2/s"},
@@ -528,18 +515,18 @@ static void test_out_of_memory(void **state)
         assert_true(sluice_try_acquire_at(l, 2, 10 * MS, NULL));
         assert_true(sluice_try_acquire_at(twin, 2, 10 * MS, NULL));
         char err[128];
-        g_fail = true;
+        tu_alloc_arm(0, true);
         assert_int_equal(sluice_limiter_reconfigure_at(l, specs[k][1], 20 * MS, err, sizeof err),
                          SLUICE_ENOMEM);
         assert_int_equal(sluice_limiter_set_limit_at(l, 1, SEC, 20 * MS, err, sizeof err),
                          SLUICE_ENOMEM);
-        g_fail = false;
+        tu_alloc_disarm();
         assert_non_null(strstr(err, "memory"));
         expect_twins(l, twin, 5 * MS);
         sluice_limiter_free(l);
         sluice_limiter_free(twin);
     }
-    assert_int_equal(sluice_set_allocator(NULL), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 static void test_knobs(void **state)
@@ -655,10 +642,8 @@ static void test_threads(void **state)
 
 int main(void)
 {
-    const char *s = getenv("SLUICE_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : sluice_now_ns();
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc) g_scale = strtod(sc, NULL);
+    g_seed = tu_env_seed();
+    g_scale = tu_env_scale(1.0);
     printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_cases),
