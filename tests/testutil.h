@@ -1,6 +1,7 @@
 /* testutil.h -- the helpers the tests share: the resident set, a counting
- * and failing allocator for the library's hook, seeded random numbers, a
- * sleep, errors from worker threads, and whether a sanitizer is on.
+ * and failing allocator for the library's hook, seeded random numbers, the
+ * stress tests' environment (scale, seed), a sleep, errors from worker
+ * threads, and whether a sanitizer is on.
  *
  * Built once as the static library sluice_testutil (tests/CMakeLists.txt)
  * and linked into every test that needs it.  Starting a private
