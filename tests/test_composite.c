@@ -58,12 +58,6 @@
 static uint64_t g_seed;
 static double g_scale = 1.0;
 
-static size_t scaled(double base)
-{
-    double v = base * g_scale;
-    return v < 1.0 ? 1 : (size_t)(v + 0.5);
-}
-
 /* ---- a random limit: its spec and the model's parameters ---------------- */
 
 typedef struct limit {
@@ -159,7 +153,7 @@ static void test_random_traces(void **state)
 {
     (void)state;
     uint64_t rs = g_seed ^ 0xc0;
-    const size_t trials = scaled(400);
+    const size_t trials = tu_scaled(400, g_scale);
     char err[256];
     for (size_t trial = 0; trial < trials; trial++) {
         size_t n = 1 + tu_splitmix64_below(&rs, 4);
@@ -227,7 +221,7 @@ static void test_bare_equals_detailed(void **state)
     (void)state;
     uint64_t rs = g_seed ^ 0xba;
     char err[256];
-    for (size_t trial = 0; trial < scaled(200); trial++) {
+    for (size_t trial = 0; trial < tu_scaled(200, g_scale); trial++) {
         size_t n = 2 + tu_splitmix64_below(&rs, 3);
         limit ls[4];
         sluice_limiter *a[4], *b[4];
@@ -552,7 +546,7 @@ static void test_threads(void **state)
         {"fixed-window 800/d", "token-bucket 500/d", true, 800, 500},     /* Bs table keys */
         {"sliding-approx 1000/d", "sliding-log 450/d", true, 1000, 450},
     };
-    size_t reps = scaled(10);
+    size_t reps = tu_scaled(10, g_scale);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (size_t r = 0; r < reps; r++)
             threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb);
@@ -589,7 +583,7 @@ static void test_threads_reconfigure(void **state)
         {"fixed-window 300/d", "fixed-window 500/d", "fixed-window 700/d"},
         {"sliding-log 300/d", "sliding-log 500/d", "sliding-log 700/d"},
     };
-    for (size_t rep = 0; rep < scaled(4); rep++)
+    for (size_t rep = 0; rep < tu_scaled(4, g_scale); rep++)
         for (size_t k = 0; k < 2; k++) {
             rctx c = {.t = 7 * SEC};
             sluice_limiter *a = mk(alt[k][0]), *b = mk("token-bucket 1000/d");

@@ -80,13 +80,6 @@
 static double g_scale = 1.0;
 static uint64_t g_seed;
 
-/* A repetition count scaled by SLUICE_STRESS_SCALE, at least 1. */
-static size_t scaled(double base)
-{
-    double v = base * g_scale;
-    return v < 1.0 ? 1 : (size_t)(v + 0.5);
-}
-
 static double secs_since(uint64_t t0) { return (double)(sluice_now_ns() - t0) / 1e9; }
 
 /* ---- random numbers (splitmix64, tests/testutil.h; one state per thread) */
@@ -713,7 +706,7 @@ static void frozen_rep(pool *pl, frozen_ctx *fc, const variant *v, uint64_t rep,
 static void test_frozen_time(void **state)
 {
     (void)state;
-    const size_t reps = scaled(150);
+    const size_t reps = tu_scaled(150, g_scale);
     uint64_t t0 = sluice_now_ns();
     frozen_ctx *fc = calloc(1, sizeof *fc);
     assert_non_null(fc);
@@ -1015,7 +1008,7 @@ static void moving_rep(pool *pl, moving_ctx *mc, const variant *v, uint64_t rep,
 static void test_moving_time(void **state)
 {
     (void)state;
-    const size_t reps = scaled(40);
+    const size_t reps = tu_scaled(40, g_scale);
     const size_t calls_total = 24000;
     uint64_t t0 = sluice_now_ns();
     moving_ctx *mc = calloc(1, sizeof *mc);
@@ -1142,7 +1135,7 @@ static void lin_dfs(lin_search *s, unsigned i, unsigned j)
 static void test_linearizable(void **state)
 {
     (void)state;
-    const size_t reps = scaled(60000);
+    const size_t reps = tu_scaled(60000, g_scale);
     uint64_t t0 = sluice_now_ns();
     pool *pl = pool_new(2);
     lin_ctx *lc = calloc(1, sizeof *lc);
@@ -1255,7 +1248,7 @@ static void test_one_of_sixteen(void **state)
         "leaky-bucket 1/s capacity=1 nodelay",
     };
     const size_t nspecs = sizeof specs / sizeof specs[0];
-    const size_t reps = scaled(100000);
+    const size_t reps = tu_scaled(100000, g_scale);
     uint64_t t0 = sluice_now_ns();
     pool *pl = pool_new(ONE_THREADS);
     one_ctx *oc = calloc(1, sizeof *oc);
@@ -1375,7 +1368,7 @@ static void table_job(void *vc, unsigned self, size_t rep)
 static void test_table_frozen(void **state)
 {
     (void)state;
-    const size_t rounds = scaled(4);
+    const size_t rounds = tu_scaled(4, g_scale);
     uint64_t t0 = sluice_now_ns();
     pool *pl = pool_new(TAB_THREADS);
     table_ctx *tc = calloc(1, sizeof *tc);

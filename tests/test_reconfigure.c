@@ -56,12 +56,6 @@ typedef unsigned __int128 u128;
 static uint64_t g_seed;
 static double g_scale = 1.0;
 
-static size_t scaled(double base)
-{
-    double v = base * g_scale;
-    return v < 1.0 ? 1 : (size_t)(v + 0.5);
-}
-
 static sluice_limiter *mk(const char *spec)
 {
     char err[256];
@@ -423,7 +417,7 @@ static void test_random_traces(void **state)
 {
     (void)state;
     uint64_t rs = g_seed ^ 0x7ec;
-    for (size_t rep = 0; rep < scaled(300); rep++)
+    for (size_t rep = 0; rep < tu_scaled(300, g_scale); rep++)
         for (int v = 0; v < 7; v++) one_trace(&rs, v);
 }
 
@@ -625,7 +619,7 @@ static void threads_case(const char *a, const char *b, const char *last, uint64_
 static void test_threads(void **state)
 {
     (void)state;
-    for (size_t rep = 0; rep < scaled(5); rep++) {
+    for (size_t rep = 0; rep < tu_scaled(5, g_scale); rep++) {
         /* windows keep the count: at one instant, never more than the
          * larger limit, and the final limit sees exactly what was taken */
         threads_case("fixed-window 300/d", "fixed-window 500/d", "fixed-window 700/d", 500, 700, true);

@@ -60,6 +60,7 @@
 
 #include "table.h"
 #include "ref_model.h"
+#include "testutil.h"
 
 #define SEC 1000000000ULL
 #define MS 1000000ULL
@@ -67,22 +68,6 @@
 
 static uint64_t g_seed;
 static double g_scale = 1.0;
-
-static size_t scaled(double base)
-{
-    double v = base * g_scale;
-    return v < 1.0 ? 1 : (size_t)(v + 0.5);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 static sluice_table *mk(const char *spec, size_t max_keys)
 {
@@ -305,19 +290,19 @@ static void test_peek_traces(void **state)
                                             "a much longer key, well past the inline sixteen"};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         const variant *va = &variants[v];
-        for (size_t round = 0; round < scaled(4); round++) {
+        for (size_t round = 0; round < tu_scaled(4, g_scale); round++) {
             sluice_table *t = mk(va->spec, 64), *twin = mk(va->spec, 64);
             ref_model *m[NKEYS];
             bool made[NKEYS] = {false};
             for (int k = 0; k < NKEYS; k++) assert_non_null(m[k] = ref_model_new(&va->p));
-            uint64_t now = rng_below(&rs, 5000);
+            uint64_t now = tu_splitmix64_below(&rs, 5000);
             const uint64_t cap = ref_model_max_grant(m[0]);
-            for (size_t step = 0; step < scaled(1500); step++) {
-                int k = (int)rng_below(&rs, NKEYS);
+            for (size_t step = 0; step < tu_scaled(1500, g_scale); step++) {
+                int k = (int)tu_splitmix64_below(&rs, NKEYS);
                 const char *key = keys[k];
                 size_t kl = strlen(key);
-                if (rng_below(&rs, 40) == 0) { /* remove (or reset) it from both */
-                    int rc = rng_below(&rs, 2) ? sluice_table_remove(t, key, kl)
+                if (tu_splitmix64_below(&rs, 40) == 0) { /* remove (or reset) it from both */
+                    int rc = tu_splitmix64_below(&rs, 2) ? sluice_table_remove(t, key, kl)
                                                : sluice_table_reset(t, key, kl);
                     int rc2 = sluice_table_remove(twin, key, kl);
                     assert_true(rc == 0 || rc == SLUICE_ENOENT);
@@ -330,8 +315,8 @@ static void test_peek_traces(void **state)
                     made[k] = false;
                     continue;
                 }
-                now += rng_below(&rs, 4) == 0 ? 0 : rng_below(&rs, 700);
-                uint64_t p = rng_below(&rs, cap + 2); /* probes .. beyond capacity */
+                now += tu_splitmix64_below(&rs, 4) == 0 ? 0 : tu_splitmix64_below(&rs, 700);
+                uint64_t p = tu_splitmix64_below(&rs, cap + 2); /* probes .. beyond capacity */
                 sluice_result pr, tr, ar;
                 sluice_key_state ks;
                 memset(&pr, 0x55, sizeof pr);
@@ -560,15 +545,15 @@ static void *churn(void *p)
     uint64_t rs = a->seed, now = 0;
     char buf[64];
     while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
-        uint64_t n = rng_below(&rs, a->space);
+        uint64_t n = tu_splitmix64_below(&rs, a->space);
         size_t len = churn_key(buf, sizeof buf, n);
-        if (rng_below(&rs, 3) == 0) {
+        if (tu_splitmix64_below(&rs, 3) == 0) {
             if (sluice_table_remove(a->t, buf, len) == 0) atomic_fetch_add(&a->removed, 1);
         } else {
             if (sluice_table_try_acquire_at(a->t, buf, len, 1, now, NULL))
                 atomic_fetch_add(&a->made, 1);
         }
-        now += rng_below(&rs, 3000); /* ~1.5 us a call: the wheel moves */
+        now += tu_splitmix64_below(&rs, 3000); /* ~1.5 us a call: the wheel moves */
         if (now > 900 * MS) now = 900 * MS;
     }
     return NULL;
@@ -636,19 +621,21 @@ static void scan_concurrent(size_t max_keys, size_t stable, uint64_t space, bool
     static conc_seen c;
     size_t churn_seen = 0, scan;
     for (scan = 0; scan < 20000; scan++) {
-        if (scan >= scaled(12) &&
-            atomic_load(&ca[0].made) + atomic_load(&ca[1].made) >= made0 + scaled(3000) &&
-            atomic_load(&ca[0].removed) + atomic_load(&ca[1].removed) >= removed0 + scaled(1000))
+        if (scan >= tu_scaled(12, g_scale) &&
+            atomic_load(&ca[0].made) + atomic_load(&ca[1].made) >=
+                made0 + tu_scaled(3000, g_scale) &&
+            atomic_load(&ca[0].removed) + atomic_load(&ca[1].removed) >=
+                removed0 + tu_scaled(1000, g_scale))
             break;
         memset(&c, 0, sizeof c);
         c.stable = stable;
         uint64_t cur = 0;
         do {
-            size_t count = 1 + rng_below(&rs, 8), visited;
+            size_t count = 1 + tu_splitmix64_below(&rs, 8), visited;
             assert_int_equal(sluice__table_scan_counted(t, cur, count, conc_cb, &c, &cur, &visited),
                              0);
             assert_true(visited <= count);
-            if (yield_each || rng_below(&rs, 16) == 0)
+            if (yield_each || tu_splitmix64_below(&rs, 16) == 0)
                 sched_yield(); /* let the churn move the index between calls */
         } while (cur != 0);
         for (size_t i = 0; i < stable; i++) {
@@ -690,10 +677,8 @@ static void test_scan_concurrent(void **state)
 
 int main(void)
 {
-    const char *s = getenv("SLUICE_TEST_SEED");
-    g_seed = s ? strtoull(s, NULL, 10) : sluice_now_ns();
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc) g_scale = strtod(sc, NULL);
+    g_seed = tu_env_seed();
+    g_scale = tu_env_scale(1.0);
     printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remove),

@@ -53,6 +53,12 @@ double tu_env_scale(double deflt)
     return deflt;
 }
 
+size_t tu_scaled(double base, double scale)
+{
+    double v = base * scale;
+    return v < 1.0 ? 1 : (size_t)(v + 0.5);
+}
+
 uint64_t tu_env_seed(void)
 {
     const char *sd = getenv("SLUICE_TEST_SEED");

@@ -65,6 +65,10 @@ void tu_sleep_ns(uint64_t ns);
  * not such a number).  Call it from the main thread, before any other. */
 double tu_env_scale(double deflt);
 
+/* round(base * scale), at least 1: a repetition count under
+ * SLUICE_STRESS_SCALE. */
+size_t tu_scaled(double base, double scale);
+
 /* SLUICE_TEST_SEED, a random seed (decimal, or 0x... hex, as strtoull
  * reads it), or the monotonic clock's nanoseconds when it is unset or
  * empty: print the seed, so a failing run can be repeated.  Call it from
