@@ -60,6 +60,7 @@
 
 #include "table.h"
 #include "ref_model.h"
+#include "testutil.h"
 
 #define SEC 1000000000ULL
 #define ULL(x) ((unsigned long long)(x))
@@ -67,16 +68,6 @@
 
 static double g_scale = 1.0;
 static uint64_t g_seed;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? rng_next(s) % n : 0; }
 
 /* One configuration per algorithm variant: the spec for the library and
  * the same numbers for the reference model. */
@@ -125,7 +116,7 @@ static void pool_init(void)
     static const size_t lens[4] = {8, 16, 17, 40};
     for (uint64_t id = 0; id < POOL_KEYS; id++) {
         uint64_t s = id * 7919 + 1;
-        for (size_t b = 0; b < KEY_MAX; b++) g_pool[id][b] = (unsigned char)rng_next(&s);
+        for (size_t b = 0; b < KEY_MAX; b++) g_pool[id][b] = (unsigned char)tu_splitmix64(&s);
         memcpy(g_pool[id], &id, sizeof id);
         g_len[id] = id == 0 ? 0 : id == 1 ? 1 : lens[id % 4];
     }
@@ -316,7 +307,7 @@ static void test_hand(void **state)
 static void random_run(const variant *v, size_t max_keys, const uint32_t *ids, size_t nids,
                        size_t bursts, size_t maxn, uint64_t rs)
 {
-    const uint64_t seed[2] = {rng_next(&rs), rng_next(&rs)};
+    const uint64_t seed[2] = {tu_splitmix64(&rs), tu_splitmix64(&rs)};
     sluice_table *a = mk_seeded(v->spec, max_keys, 0, seed);
     sluice_table *t = mk_seeded(v->spec, max_keys, 0, seed);
     if (rs & 1) set_tops(a, t);
@@ -325,19 +316,19 @@ static void random_run(const variant *v, size_t max_keys, const uint32_t *ids, s
     burst b;
     char what[160];
     for (size_t k = 0; k < bursts; k++) {
-        b.n = (size_t)rng_below(&rs, maxn + 1);
-        b.use_permits = rng_below(&rs, 2);
+        b.n = (size_t)tu_splitmix64_below(&rs, maxn + 1);
+        b.use_permits = tu_splitmix64_below(&rs, 2);
         for (size_t i = 0; i < b.n; i++) {
-            burst_set(&b, i, ids[rng_below(&rs, nids)], rng_below(&rs, 2));
-            uint64_t x = rng_below(&rs, 16);
+            burst_set(&b, i, ids[tu_splitmix64_below(&rs, nids)], tu_splitmix64_below(&rs, 2));
+            uint64_t x = tu_splitmix64_below(&rs, 16);
             /* mostly 1 .. cap, some probes and some over capacity */
-            b.permits[i] = x == 0 ? 0 : x == 1 ? v->cap + 1 : 1 + rng_below(&rs, v->cap);
+            b.permits[i] = x == 0 ? 0 : x == 1 ? v->cap + 1 : 1 + tu_splitmix64_below(&rs, v->cap);
         }
         snprintf(what, sizeof what, "%s, burst %zu of %zu", v->spec, k, b.n);
         check_burst(what, a, t, &r, &b, now, NULL);
         /* the same instant again, a little later, or long enough to rest */
-        uint64_t x = rng_below(&rs, 8);
-        now += x == 0 ? 0 : x < 7 ? rng_below(&rs, SEC / 4) : 3 * SEC;
+        uint64_t x = tu_splitmix64_below(&rs, 8);
+        now += x == 0 ? 0 : x < 7 ? tu_splitmix64_below(&rs, SEC / 4) : 3 * SEC;
     }
     refs_free(&r);
     sluice_table_free(a);
@@ -380,7 +371,7 @@ static void test_colliding(void **state)
     for (uint64_t c = 0; found < NCOLL; c++) {
         uint32_t id = 2048 + (uint32_t)found;
         size_t len = 24 + (size_t)(c % 17);
-        for (size_t b = 0; b < len; b++) g_pool[id][b] = (unsigned char)rng_next(&rs);
+        for (size_t b = 0; b < len; b++) g_pool[id][b] = (unsigned char)tu_splitmix64(&rs);
         memcpy(g_pool[id], &c, sizeof c);
         uint64_t h = sluice__siphash13(seed, g_pool[id], len);
         if ((h >> 58) != 0 || ((uint32_t)h >> 28) != 0) continue;
@@ -396,15 +387,15 @@ static void test_colliding(void **state)
         burst b;
         char what[160];
         for (size_t k = 0; k < 120; k++) {
-            b.n = 1 + (size_t)rng_below(&rs, MAXN);
+            b.n = 1 + (size_t)tu_splitmix64_below(&rs, MAXN);
             b.use_permits = k % 2;
             for (size_t i = 0; i < b.n; i++) {
-                burst_set(&b, i, ids[rng_below(&rs, NCOLL)], false);
-                b.permits[i] = rng_below(&rs, variants[v].cap + 2);
+                burst_set(&b, i, ids[tu_splitmix64_below(&rs, NCOLL)], false);
+                b.permits[i] = tu_splitmix64_below(&rs, variants[v].cap + 2);
             }
             snprintf(what, sizeof what, "%s, colliding burst %zu", variants[v].spec, k);
             check_burst(what, a, t, &r, &b, now, NULL);
-            now += rng_below(&rs, SEC / 3);
+            now += tu_splitmix64_below(&rs, SEC / 3);
             for (size_t i = 0; i < NCOLL; i++) { /* the longest run met */
                 uint32_t pl = sluice__table_probe_len(a, g_pool[ids[i]], g_len[ids[i]]);
                 if (pl > longest) longest = pl;
@@ -436,9 +427,9 @@ static void full_run(const char *spec, size_t max_keys, unsigned flags, uint64_t
     sluice_result out[MAXN];
     const size_t universe = max_keys * 3 / 2 < POOL_KEYS ? max_keys * 3 / 2 : POOL_KEYS;
     for (size_t k = 0; k < 200; k++) {
-        b.n = 1 + (size_t)rng_below(&rs, MAXN);
+        b.n = 1 + (size_t)tu_splitmix64_below(&rs, MAXN);
         b.use_permits = false;
-        for (size_t i = 0; i < b.n; i++) burst_set(&b, i, (uint32_t)rng_below(&rs, universe), true);
+        for (size_t i = 0; i < b.n; i++) burst_set(&b, i, (uint32_t)tu_splitmix64_below(&rs, universe), true);
         snprintf(what, sizeof what, "%s, %zu keys, flags %u, burst %zu", spec, max_keys, flags, k);
         check_burst(what, a, t, NULL, &b, now, out);
         for (size_t i = 0; i < b.n; i++) {
@@ -554,17 +545,10 @@ static void test_bad_input(void **state)
 
 /* ---- out of memory ------------------------------------------------------ */
 
-static bool g_fail_malloc;
-
-static void *t_malloc(size_t n) { return g_fail_malloc ? NULL : malloc(n); }
-static void *t_calloc(size_t n, size_t size) { return g_fail_malloc ? NULL : calloc(n, size); }
-static void t_free(void *p) { free(p); }
-
 static void test_out_of_memory(void **state)
 {
     (void)state;
-    const sluice_allocator al = {.malloc_fn = t_malloc, .calloc_fn = t_calloc, .free_fn = t_free};
-    assert_int_equal(sluice_set_allocator(&al), 0);
+    assert_int_equal(tu_alloc_install(), 0); /* tests/testutil.h */
     const uint64_t seed[2] = {5, 6};
     sluice_table *a = mk_seeded("token-bucket 5/s", 1000, 0, seed);
     sluice_table *t = mk_seeded("token-bucket 5/s", 1000, 0, seed);
@@ -576,10 +560,10 @@ static void test_out_of_memory(void **state)
     burst_set(&warm, 0, 6, false);
     burst_set(&warm, 1, 7, false);
     check_burst("warm", a, t, NULL, &warm, SEC, NULL);
-    g_fail_malloc = true;
+    tu_alloc_arm(0, true); /* every allocation fails */
     sluice_result out[MAXN];
     check_burst("out of memory", a, t, NULL, &b, SEC, out);
-    g_fail_malloc = false;
+    tu_alloc_disarm();
     size_t enomem = 0;
     for (size_t i = 0; i < b.n; i++) {
         uint32_t id = b.ids[i];
@@ -598,7 +582,7 @@ static void test_out_of_memory(void **state)
     for (size_t i = 0; i < b.n; i++) assert_int_equal(out[i].error, 0);
     sluice_table_free(a);
     sluice_table_free(t);
-    assert_int_equal(sluice_set_allocator(NULL), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -629,10 +613,10 @@ static void *th_main(void *p)
         const uint64_t now = (ph + 1) * 2 * SEC; /* one instant per phase */
         uint32_t *asked = a->asked + ph * TH_KEYS, *adm = a->admitted + ph * TH_KEYS;
         for (size_t done = 0; done < TH_REQS;) {
-            size_t n = a->who < 2 ? 1 + (size_t)rng_below(&rs, 40) : 1;
+            size_t n = a->who < 2 ? 1 + (size_t)tu_splitmix64_below(&rs, 40) : 1;
             if (n > TH_REQS - done) n = TH_REQS - done;
             b.n = n;
-            for (size_t i = 0; i < n; i++) burst_set(&b, i, (uint32_t)rng_below(&rs, TH_KEYS), true);
+            for (size_t i = 0; i < n; i++) burst_set(&b, i, (uint32_t)tu_splitmix64_below(&rs, TH_KEYS), true);
             if (a->who < 2) {
                 size_t got = sluice_table_try_acquire_burst_at(a->t, n, b.keys, b.lens, NULL,
                                                                now, r);
@@ -727,14 +711,8 @@ static void test_threads(void **state)
 
 int main(void)
 {
-    const char *sc = getenv("SLUICE_STRESS_SCALE");
-    if (sc && *sc) {
-        char *end;
-        double v = strtod(sc, &end);
-        if (end != sc && v > 0 && v < 1e6) g_scale = v;
-    }
-    const char *sd = getenv("SLUICE_TEST_SEED");
-    g_seed = sd && *sd ? strtoull(sd, NULL, 0) : sluice_now_ns();
+    g_scale = tu_env_scale(1.0);
+    g_seed = tu_env_seed();
     printf("[ burst    ] SLUICE_STRESS_SCALE=%g SLUICE_TEST_SEED=%llu\n", g_scale, ULL(g_seed));
     fflush(stdout);
     pool_init();

@@ -43,19 +43,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testutil.h"
+
 /* A spec under which a request for 2 permits is always refused (2 is past
  * the capacity), without making the key: refusals that change nothing. */
 #define SPEC "fixed-window 1/s"
 #define NO 2
 
 static uint64_t rng_state = 0x853c49e6748fea9bULL;
-static uint64_t rnd(void) /* splitmix64 */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return tu_splitmix64(&rng_state); }
 
 static size_t key_name(char *buf, size_t i) { return (size_t)sprintf(buf, "key-%zu", i); }
 
@@ -260,42 +256,25 @@ static void test_adversarial(void **st)
 
 /* ---- memory ---------------------------------------------------------------- */
 
-static atomic_long allocs;
-static atomic_long fail_at; /* fail the allocation with this number (from 1); 0: none */
-static void *c_malloc(size_t n)
-{
-    long k = atomic_fetch_add(&allocs, 1) + 1;
-    return k == atomic_load(&fail_at) ? NULL : malloc(n);
-}
-static void *c_calloc(size_t n, size_t s)
-{
-    long k = atomic_fetch_add(&allocs, 1) + 1;
-    return k == atomic_load(&fail_at) ? NULL : calloc(n, s);
-}
-static void c_free(void *p) { free(p); }
-
 static void test_memory_fixed(void **st)
 {
     (void)st;
-    sluice_allocator a = {.malloc_fn = c_malloc, .calloc_fn = c_calloc, .free_fn = c_free};
-    assert_int_equal(sluice_set_allocator(&a), 0);
+    assert_int_equal(tu_alloc_install(), 0); /* counts and fails (tests/testutil.h) */
     char err[128];
     sluice_table *t = sluice_table_new(SPEC, 100000, err, sizeof err); /* 64 shards */
     assert_non_null(t);
-    long before = atomic_load(&allocs);
     /* every failure of set_top: ENOMEM, and no sketch */
     for (long k = 1;; k++) {
-        atomic_store(&fail_at, before + k);
+        tu_alloc_arm(k - 1, false); /* its k-th allocation fails */
         int rc = sluice_table_set_top(t, 32, 64);
-        atomic_store(&fail_at, 0);
+        tu_alloc_disarm();
         if (rc == 0) break;
         assert_int_equal(rc, SLUICE_ENOMEM);
         size_t n;
         assert_int_equal(sluice_table_top_refused(t, NULL, 0, &n), SLUICE_ENOENT);
-        before = atomic_load(&allocs);
         assert_true(k < 20);
     }
-    long after_set = atomic_load(&allocs);
+    tu_alloc_arm(-1, false); /* count the allocations from here */
     unsigned char key[300];
     sluice_top_entry out[20];
     size_t n;
@@ -307,9 +286,9 @@ static void test_memory_fixed(void **st)
     }
     assert_int_equal(sluice_table_top_refused(t, out, 20, &n), 0);
     assert_int_equal(n, 20);
-    assert_int_equal(atomic_load(&allocs), after_set);
+    assert_int_equal(tu_alloc_calls(), 0);
     sluice_table_free(t);
-    assert_int_equal(sluice_set_allocator(NULL), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
 /* ---- truncation --------------------------------------------------------------- */
