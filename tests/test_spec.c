@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "testutil.h"
 
 #define CANARY 'Z'
 
@@ -239,15 +240,6 @@ static void check_one_line(const char *spec, const char *msg)
     if (strchr(msg, '\n')) fail_msg("spec \"%s\": message is not one line: \"%s\"", spec, msg);
 }
 
-/* A tiny deterministic generator for request sequences. */
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* Drive two limiters with the same requests and compare every decision. */
 static void check_same_decisions(const char *a_spec, sluice_limiter *a,
                                  sluice_limiter *b)
@@ -257,7 +249,7 @@ static void check_same_decisions(const char *a_spec, sluice_limiter *a,
                                      10000000000000000ULL};
     uint64_t s = 0x9e3779b97f4a7c15ULL, t = 1000;
     for (int i = 0; i < 300; i++) {
-        uint64_t r = rng_next(&s);
+        uint64_t r = tu_xorshift64(&s);
         t += steps[r % COUNT(steps)] * ((r >> 8) % 3);
         uint64_t p = (r >> 16) % 4;
         if ((r >> 24) % 50 == 0) p = 1000000; /* sometimes more than fits */
