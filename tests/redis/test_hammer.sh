@@ -95,6 +95,9 @@ else bad "global: $line"; fi
 # ---- four processes, one global limit ----------------------------------------
 # token-bucket 5000/s burst=100, P = 4: lease cap = 5000/(100*4) = 12, the
 # documented bound is min(4*12, ceil(5000 * 10 ms / 1 s)) = 48.
+# The limit is over the union of the four runs, which a loaded machine can
+# stagger: from before the first start to after the last exit.
+span_start=$(date +%s%N)
 for i in 1 2 3 4; do
     "$sluice" hammer --limit 'token-bucket 5000/s burst=100' --redis "$url" --tier both \
         --processes 4 --duration 2s --timeout 2000 --prefix four: >"$tmp/p$i" 2>&1 &
@@ -112,6 +115,8 @@ for i in 1 2 3 4; do
     [ "$e" -gt "$maxe" ] && maxe=$e
     [ "$(field errors "$line")" = 0 ] || okp=0
 done
+span=$(($(date +%s%N) - span_start))
+[ "$span" -gt "$maxe" ] && maxe=$span
 limit=$((100 + 5000 * maxe / 1000000000 + 48 + 4))
 if [ $okp -eq 1 ] && [ $sum -le $limit ] && [ $sum -ge 5000 ]; then
     ok "4 processes: allowed $sum <= $limit (B + r*T + bound + in flight)"
