@@ -1,5 +1,5 @@
 /* replay.c -- `sluice replay`: decide a trace, print one CSV row a request
- * (CONTRACT.md section 4).
+ * (docs/decisions.md section 4).
  *
  * The whole input is read first and validated in one pass, so a malformed
  * line is reported (line number, problem, exit status 2) before any output

@@ -1,8 +1,8 @@
 /* sluice.h -- in-process rate limiting for C.
  *
  * sluice decides "may this request go now?" inside the process, exactly to a
- * written contract (the interface contract, CONTRACT.md; README.md states
- * each rule in plain words), in nanoseconds, with no server.  Six
+ * written contract (docs/decisions.md states each rule), in nanoseconds,
+ * with no server.  Six
  * algorithms share one API:
  *
  *   fixed-window    LIMIT permits per aligned window [kW, (k+1)W)
