@@ -342,6 +342,38 @@ static void test_cancel(void **state)
     sluice_limiter_free(l);
 }
 
+/* Cancelling a window queue's head: the next request becomes the head and
+ * asks at the next advance (else it would stay parked for ever). */
+static void test_cancel_window_head(void **state)
+{
+    (void)state;
+    const uint64_t t0 = 500 * MS;
+    sluice_limiter *l = mk("fixed-window 1/s");
+    sluice_wheel *w = wheel(t0);
+    sluice_queue *q = queue(l, w, 0);
+    log_t lg = {0};
+    struct ctx c[3];
+    uint64_t id[3];
+    for (int k = 0; k < 3; k++) {
+        c[k] = (struct ctx){&lg, k, q, 0, 0};
+        assert_int_equal(sluice_queue_acquire_at(q, 1, t0, on_grant, &c[k], &id[k]), 0);
+    }
+    run(w, t0, t0 + 10 * MS, MS); /* 0 granted; 1 is the head, refused until 1 s */
+    assert_int_equal(lg.n, 1);
+    assert_int_equal(sluice_queue_len(q), 2);
+    assert_int_equal(sluice_queue_cancel_at(q, id[1], t0 + 10 * MS), 0);
+    assert_int_equal(sluice_queue_cancel_at(q, id[1], t0 + 10 * MS), SLUICE_ENOENT);
+    assert_int_equal(sluice_queue_len(q), 1);
+    run(w, t0 + 11 * MS, 3 * SEC, MS);
+    assert_int_equal(lg.n, 2);
+    assert_int_equal(lg.tag[1], 2);
+    assert_true(lg.at[1] >= SEC && lg.at[1] <= SEC + 2 * TICK);
+    assert_int_equal(sluice_queue_len(q), 0);
+    sluice_queue_free(q);
+    sluice_wheel_free(w);
+    sluice_limiter_free(l);
+}
+
 /* Every order of freeing the queue, its limiter and its wheel, with
  * requests pending: for a bucket (requests booked ahead) and a window (a
  * head asking, others parked).  Nothing is touched after it is freed (ASan
@@ -503,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_window_fifo),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cancel_window_head),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_free_orders),

@@ -677,6 +677,14 @@ static void test_bad_arguments(void **state)
     assert_int_equal(sluice_http_policy_init(&p, "x", NULL, NULL, 0), SLUICE_EINVAL);
     assert_memory_equal(&p, &keep, sizeof p);
     assert_int_equal(sluice_http_policy_from_limiter(&p, "x", NULL), SLUICE_EINVAL);
+    sluice_limiter *lim = mk("fixed-window 1/s");
+    assert_int_equal(sluice_http_policy_from_limiter(NULL, "x", lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_http_policy_from_limiter(&p, NULL, lim), SLUICE_EINVAL);
+    assert_int_equal(sluice_http_policy_from_limiter(&p, "", lim), SLUICE_EINVAL);
+    sluice_limiter_free(lim);
+    /* no error buffer, but a length: nothing is written through NULL */
+    assert_int_equal(sluice_http_policy_init(&p, "x", NULL, NULL, 16), SLUICE_EINVAL);
+    assert_memory_equal(&p, &keep, sizeof p);
 
     sluice_result r = {0};
     r.allowed = true;
@@ -695,6 +703,12 @@ static void test_bad_arguments(void **state)
                      SLUICE_EINVAL);
     assert_int_equal(sluice_http_ratelimit_value(&keep, &r, 0, NULL, 3, buf, sizeof buf, &len),
                      SLUICE_EINVAL);
+    assert_int_equal(sluice_http_ratelimit_value(NULL, &r, 0, NULL, 0, buf, sizeof buf, &len),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_http_ratelimit_value(&keep, &r, 0, NULL, 0, NULL, 5, &len),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_http_ratelimit_value(&keep, &r, 0, NULL, 0, buf, sizeof buf, NULL),
+                     SLUICE_EINVAL);
     assert_int_equal(sluice_http_headers(&keep, &r, 0, NULL, 0, 4, buf, sizeof buf, &need),
                      SLUICE_EINVAL);
     assert_int_equal(sluice_http_headers(&keep, NULL, 0, NULL, 0, 0, buf, sizeof buf, &need),
@@ -707,6 +721,9 @@ static void test_bad_arguments(void **state)
     assert_int_equal(len, 0);
     assert_int_equal(need, 7);
     assert_string_equal(buf, "unchanged");
+    /* needed may be NULL: the block is written all the same */
+    assert_int_equal(sluice_http_headers(&keep, &r, 0, NULL, 0, 0, buf, sizeof buf, NULL), 0);
+    assert_string_equal(buf, "RateLimit-Policy: \"ok\";q=1;w=1\r\nRateLimit: \"ok\";r=0;t=1\r\n");
 }
 
 int main(void)

@@ -229,6 +229,19 @@ static void test_acquire(void **state)
     assert_true(sluice_acquire(l, 1, SEC));
     assert_true(sluice_now_ns() - t0 >= 5000000);
     sluice_limiter_free(l);
+
+    /* a window: refuses at once when the retry is past the timeout or never,
+     * sleeps the retry when it fits (here at most one 100 ms window) */
+    l = mk("fixed-window 1/100ms");
+    assert_true(sluice_acquire(l, 1, 0));
+    t0 = sluice_now_ns();
+    assert_false(sluice_acquire(l, 2, UINT64_MAX)); /* more than the limit */
+    assert_true(sluice_acquire(l, 1, SEC));
+    assert_true(sluice_now_ns() - t0 < 500000000);
+    assert_false(sluice_acquire(l, 1, 0)); /* granted at the window's start: used up */
+    sluice_limiter_stats_get(l, &st);
+    assert_int_equal(st.permits_allowed, 2);
+    sluice_limiter_free(l);
 }
 
 /* Several threads on one limiter at a frozen time: exactly LIMIT admitted. */

@@ -234,6 +234,7 @@ static void test_cancel_rules(void **state)
     sluice_reservation rv;
     memset(&rv, 0, sizeof rv);
     assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_EINVAL); /* never made */
+    assert_int_equal(sluice_reservation_cancel_at(NULL, 0), SLUICE_EINVAL);
     assert_true(sluice_reserve_at(l, 1, SEC, 0, &rv, NULL));
     assert_int_equal(sluice_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT); /* used at once */
     assert_true(sluice_reserve_at(l, 1, SEC, 5 * SEC, &rv, NULL));
