@@ -197,6 +197,13 @@ static void test_live_clock_coarse(void **state)
 static void test_reclaim_when_full(void **state)
 {
     (void)state;
+    {
+        char err[256] = "";
+        /* a flag bit no version defines: refused, with the reason */
+        assert_null(sluice_table_new_flags("token-bucket 1/s burst=1", 8, 0x40000000u, err,
+                                           sizeof err));
+        assert_non_null(strstr(err, "flags"));
+    }
     for (int flag = 0; flag <= 1; flag++) {
         char err[256];
         sluice_table *t = sluice_table_new_flags("token-bucket 1/s burst=1", 8,

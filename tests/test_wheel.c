@@ -168,6 +168,7 @@ static void test_bad_args(void **state)
     w = mk(0, 10, 0);
     assert_int_equal(sluice_wheel_schedule(w, 1, NULL, NULL, &id), SLUICE_EINVAL);
     assert_int_equal(sluice_wheel_cancel(w, 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_wheel_reschedule(w, 0, 1), SLUICE_ENOENT);
     assert_int_equal(sluice_wheel_cancel(w, 1), SLUICE_ENOENT);          /* generation 0 */
     assert_int_equal(sluice_wheel_cancel(w, (1ULL << 32) | 1), SLUICE_ENOENT); /* free node */
     assert_int_equal(sluice_wheel_cancel(w, UINT64_MAX), SLUICE_ENOENT);  /* no such chunk */
