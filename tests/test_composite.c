@@ -368,6 +368,12 @@ static void test_bad_calls(void **state)
     expect_bad(refs, 2, a);
     refs[1] = sluice_ref_key(t, NULL, 3); /* NULL key with a length */
     expect_bad(refs, 2, a);
+    refs[1] = sluice_ref_key(t, "k", SLUICE_MAX_KEY_BYTES + 1); /* too long (never read) */
+    expect_bad(refs, 2, a);
+    /* a bad call with no result to fill: still refused, nothing taken */
+    uint64_t before = remaining_of(a, 10);
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, 10, NULL, NULL));
+    assert_int_equal(remaining_of(a, 10), before);
     refs[1] = sluice_ref_key(t, "key", 3);
     refs[2] = sluice_ref_key(t, "key", 3); /* the same key twice, new */
     expect_bad(refs, 3, a);

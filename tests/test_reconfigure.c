@@ -477,9 +477,17 @@ static void test_bad_changes(void **state)
     assert_int_equal(sluice_limiter_reconfigure_at(NULL, "fixed-window 1/s", 0, err, sizeof err),
                      SLUICE_EINVAL);
     assert_non_null(strstr(err, "NULL"));
+    assert_int_equal(sluice_limiter_reconfigure(NULL, "fixed-window 1/s", err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_limiter_set_burst_at(NULL, 5, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "NULL"));
     /* err may be NULL or short */
     sluice_limiter *l = mk("fixed-window 5/s");
     assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window x/s", 0, NULL, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window x/s", 0, NULL, 8), SLUICE_EINVAL);
+    strcpy(err, "kept");
+    assert_int_equal(sluice_limiter_set_limit_at(l, 0, SEC, 0, err, 0), SLUICE_EINVAL);
+    assert_string_equal(err, "kept"); /* errlen 0: not written */
     assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window x/s", 0, err, 4), SLUICE_EINVAL);
     assert_int_equal(strlen(err), 3);
     /* knobs: set_burst on a window; zeros */

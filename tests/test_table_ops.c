@@ -215,6 +215,9 @@ static void test_bad_args(void **state)
                      SLUICE_EINVAL);
     assert_int_equal(r.error, SLUICE_EINVAL);
     assert_int_equal(sluice_table_peek_at(t, NULL, 4, 1, SEC, NULL, NULL), SLUICE_EINVAL);
+    /* no result, no state: the answer is the return code alone */
+    assert_int_equal(sluice_table_peek_at(t, "absent", 6, 1, SEC, NULL, NULL), SLUICE_ENOENT);
+    assert_int_equal(sluice_table_peek_at(t, "held", 4, 1, SEC, NULL, NULL), 0);
 
     /* nothing lost: both keys held with their state */
     assert_int_equal(keys_held(t), 2);
