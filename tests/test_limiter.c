@@ -230,6 +230,13 @@ static void test_acquire(void **state)
     assert_true(sluice_now_ns() - t0 >= 5000000);
     sluice_limiter_free(l);
 
+    /* sluice_try_acquire reads the limiter's clock: one token an hour */
+    l = mk("token-bucket 1/h burst=1");
+    assert_true(sluice_try_acquire(l, 1));
+    assert_false(sluice_try_acquire(l, 1));
+    assert_true(sluice_try_acquire(l, 0)); /* a probe */
+    sluice_limiter_free(l);
+
     /* a window: refuses at once when the retry is past the timeout or never,
      * sleeps the retry when it fits (here at most one 100 ms window) */
     l = mk("fixed-window 1/100ms");
