@@ -16,7 +16,7 @@
 #include <sluice.h>
 #include <sluice/redis.h>
 
-#include "../shared.h" /* the core's allocator hook, SipHash, seeds */
+#include "shared.h" /* src/shared.h: the core's allocator hook, SipHash, seeds */
 
 #include <pthread.h>
 #include <stdatomic.h>
