@@ -84,7 +84,6 @@ typedef struct sketch {
     alignas(64) sluice__spin mu;
     uint32_t nfree;  /* runs on the free stack */
     uint32_t mask;   /* index slots - 1 */
-    uint64_t total;  /* refusals counted (N_s), saturating */
     ctr *c;
     uint32_t *ord;
     uint32_t *end;
@@ -99,7 +98,6 @@ struct sluice__topk {
     uint32_t maxb;
     uint64_t seed[2];
     void *mem;      /* every sketch's arrays, one block */
-    size_t bytes;
     sketch *s;      /* 2^bits, cache-line aligned */
 };
 
@@ -135,7 +133,6 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         sluice__topk_free(k);
         return NULL;
     }
-    k->bytes = sizeof *k + ns * sizeof(sketch) + ns * per;
     unsigned char *p = k->mem;
     for (size_t i = 0; i < ns; i++, p += per) {
         sketch *s = &k->s[i];
@@ -166,8 +163,6 @@ void sluice__topk_free(sluice__topk *k)
     sluice__free(k->mem);
     sluice__free(k);
 }
-
-size_t sluice__topk_bytes(const sluice__topk *k) { return k->bytes; }
 
 /* ---- one sketch ---------------------------------------------------------- */
 
@@ -246,7 +241,6 @@ static void index_remove(sketch *s, uint32_t i)
 
 static void note_one(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len)
 {
-    if (s->total < UINT64_MAX) s->total++;
     uint32_t i = lookup(k, s, h, key, len);
     if (i == UINT32_MAX) { /* the last counter of the least run: free or the least */
         i = s->ord[s->end[s->c[s->ord[0]].run]];
@@ -320,14 +314,3 @@ void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max, size_
     *n = have;
 }
 
-uint64_t sluice__topk_total(sluice__topk *k)
-{
-    uint64_t sum = 0;
-    for (size_t si = 0; si < ((size_t)1 << k->bits); si++) {
-        sketch *s = &k->s[si];
-        sluice__spin_lock(&s->mu);
-        sum = s->total > UINT64_MAX - sum ? UINT64_MAX : sum + s->total;
-        sluice__spin_unlock(&s->mu);
-    }
-    return sum;
-}

@@ -28,9 +28,4 @@ SLUICE__INTERNAL void sluice__topk_note(sluice__topk *k, const void *key, size_t
 SLUICE__INTERNAL void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max,
                                         size_t *n);
 
-/* Refusals counted in all (N, saturating), and the bytes the sketches hold
- * (for the tests). */
-SLUICE__INTERNAL uint64_t sluice__topk_total(sluice__topk *k);
-SLUICE__INTERNAL size_t sluice__topk_bytes(const sluice__topk *k);
-
 #endif /* SLUICE_TOPK_H */
