@@ -1,0 +1,242 @@
+"""Tests of the Python binding (python3 -m unittest).
+
+The decisions are checked against references that do not come from the
+library: the contract's worked examples in tests/golden (each trace names
+its spec; the .expected file holds the decisions, computed from the written
+rules), and small cases worked out by hand in the comments.  Time is
+injected through now_ns, never slept, except in the one test of the
+blocking acquire.
+"""
+
+import os
+import sys
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import sluice  # noqa: E402
+
+GOLDEN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tests", "golden"))
+S = 1_000_000_000
+
+
+def golden_cases():
+    for name in sorted(os.listdir(GOLDEN)):
+        if not name.endswith(".trace"):
+            continue
+        with open(os.path.join(GOLDEN, name), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        spec = lines[0].split("# spec:", 1)[1].strip()
+        with open(os.path.join(GOLDEN, name[:-6] + ".expected"), encoding="utf-8") as f:
+            expected = f.read().splitlines()[1:]
+        yield name, spec, lines, expected
+
+
+class Golden(unittest.TestCase):
+    def test_golden_traces(self):
+        """Every worked example of the contract, through a Table (each key
+        its own limiter, as `sluice replay` does)."""
+        seen = 0
+        for name, spec, lines, expected in golden_cases():
+            seen += 1
+            with self.subTest(trace=name), sluice.Table(spec, 1 << 16, reclaim_when_full=True) as t:
+                got = []
+                for line in lines:
+                    if not line or line.startswith("#") or line[0].isalpha():
+                        continue
+                    parts = line.split(",")
+                    now = int(parts[0])
+                    key = parts[1] if len(parts) > 1 else ""
+                    permits = int(parts[2]) if len(parts) > 2 and parts[2] != "" else 1
+                    r = t.decide(key, permits, now)
+                    got.append(f"{now},{key},{permits},{int(r.allowed)},{r.wait_ns},"
+                               f"{r.remaining},{r.retry_after_ns}")
+                self.assertEqual([e.split(",")[:7] for e in expected],
+                                 [g.split(",") for g in got])
+        self.assertGreaterEqual(seen, 6)
+
+
+class LimiterTest(unittest.TestCase):
+    def test_token_bucket_by_hand(self):
+        # token-bucket 10/s burst=5: 5 tokens at t=0, one back every 100 ms.
+        with sluice.Limiter("token-bucket 10/s burst=5") as lim:
+            for i in range(5):
+                r = lim.decide(1, 0)
+                self.assertTrue(r.allowed)
+                self.assertEqual(r.remaining, 4 - i)
+            r = lim.decide(1, 0)
+            self.assertFalse(r.allowed)
+            self.assertEqual(r.retry_after_ns, 100_000_000)
+            self.assertFalse(lim.try_acquire(1, 99_999_999))
+            self.assertTrue(lim.try_acquire(1, 100_000_000))
+            # more than the burst can never be granted
+            self.assertEqual(lim.decide(6, 10 * S).retry_after_ns, -1)
+            st = lim.stats()
+            self.assertEqual((st.requests_allowed, st.requests_denied), (6, 3))
+            self.assertEqual((st.permits_allowed, st.permits_denied), (6, 8))
+
+    def test_probe_changes_nothing(self):
+        with sluice.Limiter("fixed-window 3/s") as lim:
+            self.assertTrue(lim.try_acquire(2, 0))
+            p = lim.decide(0, 500_000_000)
+            self.assertTrue(p.allowed)
+            self.assertEqual(p.remaining, 1)
+            self.assertEqual(lim.stats().probes, 1)
+            self.assertTrue(lim.try_acquire(1, 600_000_000))
+            self.assertFalse(lim.try_acquire(1, 700_000_000))
+            # the next window starts at 1 s
+            self.assertTrue(lim.try_acquire(3, S))
+
+    def test_spec_and_reconfigure(self):
+        with sluice.Limiter("token-bucket 10/s burst=10") as lim:
+            self.assertEqual(lim.spec, "token-bucket 10/s")
+            for _ in range(10):
+                self.assertTrue(lim.try_acquire(1, 0))
+            # At 1 s the bucket holds 10 again; the new spec caps it at its
+            # burst of 4 and refills at 2/s.
+            lim.reconfigure("token-bucket 2/s burst=4", S)
+            self.assertEqual(lim.spec, "token-bucket 2/s burst=4")
+            self.assertTrue(lim.try_acquire(4, S))
+            r = lim.decide(1, S)
+            self.assertFalse(r.allowed)
+            self.assertEqual(r.retry_after_ns, 500_000_000)
+            lim.set_limit(4, S, S)
+            self.assertEqual(lim.decide(1, S).retry_after_ns, 250_000_000)
+            lim.set_burst(8, S)
+            self.assertEqual(lim.spec, "token-bucket 4/s burst=8")
+
+    def test_bad_specs_name_the_token(self):
+        for spec, token in [("token-bucket 10/s burts=5", "burts=5"),
+                            ("leaky-buckt 1/s", "leaky-buckt"),
+                            ("fixed-window 0/s", "0")]:
+            with self.subTest(spec=spec):
+                with self.assertRaises(sluice.SpecError) as cm:
+                    sluice.Limiter(spec)
+                self.assertIn(token, str(cm.exception))
+                self.assertIsInstance(cm.exception, ValueError)
+                self.assertLess(cm.exception.code, 0)
+        with self.assertRaises(TypeError):
+            sluice.Limiter(b"token-bucket 1/s")
+
+    def test_bad_reconfigure_changes_nothing(self):
+        with sluice.Limiter("token-bucket 10/s") as lim:
+            with self.assertRaises(sluice.SpecError) as cm:
+                lim.reconfigure("fixed-window 10/s", 0)
+            self.assertIn("fixed-window", str(cm.exception))
+            self.assertEqual(lim.spec, "token-bucket 10/s")
+        with sluice.Limiter("fixed-window 1/s") as fw:
+            with self.assertRaises(sluice.SluiceError):
+                fw.set_burst(5, 0)  # no burst to set on a window
+            self.assertEqual(fw.spec, "fixed-window 1/s")
+
+    def test_bad_arguments(self):
+        lim = sluice.Limiter("fixed-window 1/s")
+        with self.assertRaises(ValueError):
+            lim.decide(-1, 0)
+        with self.assertRaises(TypeError):
+            lim.decide(1.5, 0)
+        with self.assertRaises(ValueError):
+            lim.decide(1, 1 << 64)
+        lim.close()
+        lim.close()  # idempotent
+        with self.assertRaises(sluice.SluiceError):
+            lim.try_acquire(1, 0)
+
+    def test_threads_admit_exactly_the_limit(self):
+        # 4 threads, 1000 requests each, all at t=1 s: exactly 500 admitted.
+        with sluice.Limiter("sliding-log 500/s") as lim:
+            counts = []
+
+            def run():
+                counts.append(sum(lim.try_acquire(1, S) for _ in range(1000)))
+
+            ts = [threading.Thread(target=run) for _ in range(4)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            self.assertEqual(sum(counts), 500)
+            self.assertEqual(lim.stats().requests_denied, 3500)
+
+    def test_blocking_acquire(self):
+        with sluice.Limiter("token-bucket 1000/s burst=1") as lim:
+            self.assertTrue(lim.acquire(1, timeout=1.0))
+            # 10 more permits than the burst can hold: never
+            self.assertFalse(lim.acquire(2, timeout=0.001))
+
+
+class TableTest(unittest.TestCase):
+    def test_keys_are_separate(self):
+        with sluice.Table("fixed-window 2/s", 100) as t:
+            self.assertTrue(t.try_acquire("a", 2, 0))
+            self.assertFalse(t.try_acquire("a", 1, 0))
+            self.assertTrue(t.try_acquire(b"b", 1, 0))
+            self.assertTrue(t.try_acquire("\u00e9", 1, 0))
+            self.assertFalse(t.try_acquire("\u00e9".encode(), 2, 0))  # same key, UTF-8
+            st = t.stats()
+            self.assertEqual(st.keys, 3)
+            self.assertEqual(st.decisions.requests_denied, 2)
+
+    def test_key_operations(self):
+        with sluice.Table("token-bucket 1/s burst=2", 100) as t:
+            self.assertTrue(t.try_acquire("k", 2, 0))
+            r, st = t.peek("k", 1, 0)
+            self.assertFalse(r.allowed)
+            self.assertEqual(r.retry_after_ns, S)
+            self.assertEqual(st.last_ns, 0)
+            self.assertEqual(st.rest_ns, 2 * S)
+            r, st = t.peek("other", 1, 0)
+            self.assertTrue(r.allowed)
+            self.assertIsNone(st)
+            self.assertEqual(t.stats().keys, 1)  # peek made nothing
+            self.assertEqual(sorted(k for k, _ in t.keys()), [b"k"])
+            self.assertTrue(t.remove("k"))
+            self.assertFalse(t.remove("k"))
+            t.reset("k")
+            self.assertTrue(t.try_acquire("k", 2, 0))
+
+    def test_scan_sees_every_key(self):
+        with sluice.Table("token-bucket 1/s", 10_000) as t:
+            want = {f"key-{i}".encode() for i in range(3000)}
+            for k in want:
+                self.assertTrue(t.try_acquire(k, 1, 0))
+            got = [k for k, _ in t.keys(count=100)]
+            self.assertEqual(set(got), want)
+            self.assertEqual(len(got), len(want))
+
+    def test_full_table_and_long_key(self):
+        with sluice.Table("token-bucket 1/s", 1) as t:
+            self.assertTrue(t.try_acquire("a", 1, 0))
+            r = t.decide("b", 1, 0)
+            self.assertFalse(r.allowed)
+            self.assertEqual(r.error, sluice.EFULL)
+            r = t.decide(b"x" * 65537, 1, 0)
+            self.assertEqual(r.error, sluice.EINVAL)
+            self.assertEqual(t.stats().refused, 1)
+        with self.assertRaises(ValueError):
+            sluice.Table("token-bucket 1/s", 0)
+        with self.assertRaises(TypeError):
+            sluice.Table("token-bucket 1/s", 10).decide(17)
+
+
+class FunctionsTest(unittest.TestCase):
+    def test_check_and_parse(self):
+        self.assertEqual(sluice.check_spec("token-bucket 60/1m"), "token-bucket 60/min")
+        info = sluice.parse_spec("leaky-bucket 10/s capacity=5 nodelay")
+        self.assertEqual((info.algorithm, info.limit, info.period_ns, info.capacity, info.nodelay),
+                         ("leaky-bucket", 10, S, 5, True))
+        with self.assertRaises(sluice.SpecError) as cm:
+            sluice.check_spec("token-bucket 10/parsec")
+        self.assertIn("parsec", str(cm.exception))
+
+    def test_clock_and_version(self):
+        a = sluice.now_ns()
+        b = sluice.now_ns()
+        self.assertLessEqual(a, b)
+        self.assertRegex(sluice.version(), r"^\d+\.\d+\.\d+")
+        self.assertTrue(os.path.exists(sluice.library_path()))
+
+
+if __name__ == "__main__":
+    unittest.main()
