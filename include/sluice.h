@@ -270,6 +270,49 @@ bool sluice_canceller_cancelled(sluice_canceller *c);
 int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
                                sluice_canceller *c);
 
+/* Wait histograms.  Every blocking acquire that is granted records its
+ * wait, and so does every asynchronous acquire (sluice_queue_acquire_at)
+ * whose callback runs, in one of SLUICE_WAIT_BUCKETS + 1 buckets of fixed
+ * bounds: bucket i (0 .. SLUICE_WAIT_BUCKETS - 1) counts the waits w with
+ * bound(i-1) < w <= bound(i), bound(i) = sluice_wait_bucket_bound_ns(i):
+ *   100 us, 250 us, 500 us, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms,
+ *   100 ms, 250 ms, 500 ms, 1 s, 2.5 s, 5 s, 10 s
+ * and the last bucket counts the waits above 10 s.  A wait of 0 (granted
+ * at once) counts in bucket 0.  Blocking: from the call to the grant, on
+ * the limiter's clock (a bucket's booked time, or the later time the sleep
+ * ended; a window's admitting decision).  Asynchronous: from the request's
+ * now_ns to the wheel's time passed to its callback.  The acquires that end
+ * without permits are counted apart, never in the histogram. */
+#define SLUICE_WAIT_BUCKETS 16
+
+typedef struct sluice_wait_stats {
+    uint64_t buckets[SLUICE_WAIT_BUCKETS + 1]; /* per bucket, not cumulative */
+    uint64_t count;     /* waits recorded: the sum of `buckets` */
+    uint64_t sum_ns;    /* their sum, saturating at UINT64_MAX */
+    uint64_t timed_out; /* blocking: SLUICE_ETIMEDOUT returned (mostly at
+                           once: the wait would not fit); queues: 0 */
+    uint64_t cancelled; /* blocking: SLUICE_ECANCELED returned; queues:
+                           requests cancelled (sluice_queue_cancel_at
+                           returned 0) */
+    uint64_t failed;    /* blocking: another error (SLUICE_ENOMEM);
+                           queues: requests refused at once (any error but
+                           SLUICE_EINVAL: nothing queued) */
+    uint64_t dropped;   /* queues: pending requests dropped because the
+                           wheel was freed; blocking: 0 */
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
+} sluice_wait_stats;
+
+/* The upper bound of wait bucket i in ns (the list above), UINT64_MAX for
+ * i >= SLUICE_WAIT_BUCKETS (the last bucket has none).  Thread-safe. */
+uint64_t sluice_wait_bucket_bound_ns(unsigned i);
+
+/* Copy the wait histogram of the limiter's blocking acquires
+ * (sluice_acquire, sluice_acquire_cancellable) into `out`.  Counted per
+ * thread without a lock (as sluice_limiter_stats_get's counters); each
+ * bucket is exact, and `count` is the sum of the buckets read.
+ * Thread-safe. */
+void sluice_limiter_wait_stats_get(const sluice_limiter *lim, sluice_wait_stats *out);
+
 /* A reservation: permits taken now, to be used at `at_ns`.  Filled by
  * sluice_reserve_at(); the caller owns it.  It carries the limiter that
  * made it, so it can only ever be cancelled there; it must not be used
@@ -877,7 +920,7 @@ typedef void (*sluice_grant_fn)(void *arg, uint64_t id, uint64_t now_ns);
  * `lim`, called back from `w`.  Takes a reference on `lim` and binds to
  * `w`; owns neither.  Returns NULL with a one-line reason in `err` (when
  * errlen > 0) when lim or w is NULL or memory (or a mutex) cannot be had.
- * Allocates 176 bytes (x86-64), and one node of 104 bytes per pending
+ * Allocates 392 bytes (x86-64), and one node of 120 bytes per pending
  * request.  Must not run at the same time as sluice_wheel_free(w).
  * Thread-safe otherwise. */
 sluice_queue *sluice_queue_new(sluice_limiter *lim, sluice_wheel *w, uint32_t max,
@@ -924,6 +967,13 @@ int sluice_queue_cancel(sluice_queue *q, uint64_t id); /* at sluice_now_ns() */
 
 /* The number of requests pending in `q` (0 for NULL).  Thread-safe. */
 size_t sluice_queue_len(sluice_queue *q);
+
+/* Copy the wait histogram of the queue's asynchronous acquires (see
+ * sluice_wait_stats: from the request's now_ns to the callback's time) and
+ * its cancelled, refused and dropped requests into `out` (all zero for a
+ * NULL q).  Counted under the queue's lock, which every queue call takes
+ * anyway; this takes it for a copy.  Thread-safe. */
+void sluice_queue_wait_stats_get(sluice_queue *q, sluice_wait_stats *out);
 
 /* Metrics: the counters above in the Prometheus text format */
 #include "sluice/metrics.h"

@@ -38,12 +38,18 @@
  *     wheel until the callback has returned), and a grant's callback, run
  *     outside the lock, is counted in `inflight`.
  *
+ * Waits: each request keeps its now_ns; when its callback is due, the wait
+ * (the wheel's time minus that, 0 if earlier) goes into the queue's
+ * histogram (sluice_wait_stats), as do cancellations, refusals and drops:
+ * plain counters under the queue's lock, which those paths hold anyway.
+ *
  * The queue's lock is never held while a user callback runs, and the wheel
  * calls back with none of its locks held, so callbacks may make and cancel
  * requests freely.  Lock order: the queue's, then the wheel's.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "counters.h"
 #include "limiter.h"
 #include "wheel.h"
 
@@ -59,6 +65,7 @@ struct areq {
     sluice_grant_fn fn;
     void *arg;
     uint64_t permits, id;
+    uint64_t t0; /* the request's now_ns */
     sluice_timer_id timer;
     sluice_reservation rv; /* buckets */
     bool granted;          /* the permits are taken; the callback is due */
@@ -76,6 +83,7 @@ struct sluice_queue {
     uint32_t len, max;
     uint32_t inflight;        /* grant callbacks running outside mu */
     uint64_t next_id;
+    sluice_wait_stats waits;  /* under mu */
 };
 
 #define QUEUE_DEFAULT_MAX 4096u
@@ -122,6 +130,10 @@ static void on_fire(void *arg, sluice_timer_id id, uint64_t now)
     }
     unlink_req(q, r);
     promote(q, now);
+    uint64_t wait = now > r->t0 ? now - r->t0 : 0;
+    q->waits.buckets[sluice__wait_bucket(wait)]++;
+    q->waits.count++;
+    q->waits.sum_ns = wait > UINT64_MAX - q->waits.sum_ns ? UINT64_MAX : q->waits.sum_ns + wait;
     q->inflight++;
     pthread_mutex_unlock(&q->mu);
     r->fn(r->arg, r->id, now);
@@ -138,6 +150,7 @@ static void on_wheel_free(sluice__wheel_binding *b)
     sluice_queue *q = (sluice_queue *)(void *)((char *)b - offsetof(sluice_queue, bind));
     pthread_mutex_lock(&q->mu);
     areq *r = q->head;
+    q->waits.dropped += q->len;
     q->head = q->tail = NULL;
     q->len = 0;
     q->w = NULL;
@@ -232,6 +245,7 @@ int sluice_queue_acquire_at(sluice_queue *q, uint64_t permits, uint64_t now_ns,
     r->fn = fn;
     r->arg = arg;
     r->permits = permits;
+    r->t0 = now_ns;
     uint64_t deadline;
     sluice_result res;
     if (q->bucket) {
@@ -273,6 +287,7 @@ int sluice_queue_acquire_at(sluice_queue *q, uint64_t permits, uint64_t now_ns,
     q->len++;
     if (id) *id = r->id;
 out:
+    if (rc != 0) q->waits.failed++;
     pthread_mutex_unlock(&q->mu);
     return rc;
 }
@@ -299,6 +314,7 @@ int sluice_queue_cancel_at(sluice_queue *q, uint64_t id, uint64_t now_ns)
             if (q->bucket) sluice_reservation_cancel_at(&r->rv, now_ns);
             if (was_head) promote(q, now_ns);
             sluice__free(r);
+            q->waits.cancelled++;
         }
     }
     pthread_mutex_unlock(&q->mu);
@@ -317,4 +333,15 @@ size_t sluice_queue_len(sluice_queue *q)
     size_t n = q->len;
     pthread_mutex_unlock(&q->mu);
     return n;
+}
+
+void sluice_queue_wait_stats_get(sluice_queue *q, sluice_wait_stats *out)
+{
+    if (!q) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    pthread_mutex_lock(&q->mu);
+    *out = q->waits;
+    pthread_mutex_unlock(&q->mu);
 }

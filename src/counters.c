@@ -14,6 +14,11 @@
  *
  * A reader sums the stripes with relaxed loads: each counter is exact, and
  * the set may mix instants while decisions run.
+ *
+ * The wait histograms of blocking acquires use the same slots: a stripe per
+ * slot holds one counter per bucket (not cumulative: a wait is one add)
+ * and the sum; the bucket is found by a binary search over the 16 integer
+ * bounds in ns, so placement is exact, with no floating point.
  */
 #define _GNU_SOURCE
 #include "counters.h"
@@ -113,4 +118,61 @@ void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
         out->permits_denied = sat_add(out->permits_denied,
                                       atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
     }
+}
+
+/* ---- wait histograms ------------------------------------------------------ */
+
+/* The bounds of sluice_wait_stats's buckets, in ns: 1-2.5-5 steps from
+ * 100 us to 10 s (docs/metrics.md). */
+static const uint64_t wait_bounds_ns[SLUICE_WAIT_BUCKETS] = {
+    100000,    250000,    500000,    1000000,    2500000,    5000000,
+    10000000,  25000000,  50000000,  100000000,  250000000,  500000000,
+    1000000000, 2500000000, 5000000000, 10000000000};
+
+uint64_t sluice_wait_bucket_bound_ns(unsigned i)
+{
+    return i < SLUICE_WAIT_BUCKETS ? wait_bounds_ns[i] : UINT64_MAX;
+}
+
+unsigned sluice__wait_bucket(uint64_t wait_ns)
+{
+    unsigned lo = 0, hi = SLUICE_WAIT_BUCKETS; /* the first bound >= wait */
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (wait_bounds_ns[mid] < wait_ns) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void sluice__waits_count(sluice__waits *w, int rc, uint64_t wait_ns)
+{
+    unsigned slot = my_slot ? my_slot - 1 : choose_slot();
+    sluice__wait_stripe *s = &w->s[slot];
+    _Atomic uint64_t *c = rc == 0                   ? &s->n[sluice__wait_bucket(wait_ns)]
+                          : rc == SLUICE_ETIMEDOUT ? &s->timed_out
+                          : rc == SLUICE_ECANCELED ? &s->cancelled
+                                                   : &s->failed;
+    if (slot != SHARED) {
+        own_add(c, 1);
+        if (rc == 0) own_add(&s->sum_ns, wait_ns);
+    } else {
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+        if (rc == 0) shared_add(&s->sum_ns, wait_ns);
+    }
+}
+
+void sluice__waits_read(const sluice__waits *w, sluice_wait_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < SLUICE__STRIPES; i++) {
+        sluice__wait_stripe *s = (sluice__wait_stripe *)&w->s[i]; /* loads only */
+        for (int b = 0; b <= SLUICE_WAIT_BUCKETS; b++)
+            out->buckets[b] += atomic_load_explicit(&s->n[b], memory_order_relaxed);
+        out->sum_ns = sat_add(out->sum_ns, atomic_load_explicit(&s->sum_ns, memory_order_relaxed));
+        out->timed_out += atomic_load_explicit(&s->timed_out, memory_order_relaxed);
+        out->cancelled += atomic_load_explicit(&s->cancelled, memory_order_relaxed);
+        out->failed += atomic_load_explicit(&s->failed, memory_order_relaxed);
+    }
+    for (int b = 0; b <= SLUICE_WAIT_BUCKETS; b++) out->count += out->buckets[b];
 }

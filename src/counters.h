@@ -24,4 +24,23 @@ SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 
+/* Wait histograms (sluice_wait_stats): the bucket of a wait, and a striped
+ * histogram for the blocking acquires of a limiter, written like the
+ * decision counters (a thread's own stripe, plain loads and stores; the
+ * shared last stripe with atomic read-modify-writes).  Bucket counts are
+ * per bucket, not cumulative, so a wait is one increment. */
+SLUICE__INTERNAL unsigned sluice__wait_bucket(uint64_t wait_ns);
+typedef struct sluice__wait_stripe {
+    _Alignas(64) _Atomic uint64_t n[SLUICE_WAIT_BUCKETS + 1];
+    _Atomic uint64_t sum_ns, timed_out, cancelled, failed;
+} sluice__wait_stripe;
+typedef struct sluice__waits {
+    sluice__wait_stripe s[SLUICE__STRIPES];
+} sluice__waits;
+/* Count the end of a blocking acquire: rc 0 records `wait_ns` in the
+ * histogram, SLUICE_ETIMEDOUT / SLUICE_ECANCELED / another code count in
+ * timed_out / cancelled / failed. */
+SLUICE__INTERNAL void sluice__waits_count(sluice__waits *w, int rc, uint64_t wait_ns);
+SLUICE__INTERNAL void sluice__waits_read(const sluice__waits *w, sluice_wait_stats *out);
+
 #endif /* SLUICE_COUNTERS_H */

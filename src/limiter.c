@@ -41,7 +41,9 @@
  * composite.c, or a change): every CAS on it then fails and decisions wait
  * for the release.
  *
- * The counters are striped per thread (counters.c).
+ * The counters are striped per thread (counters.c), and so is the wait
+ * histogram of the blocking acquires: each records, once it returns, its
+ * wait from the call to the grant on the limiter's clock, or how it failed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -92,6 +94,7 @@ struct sluice_limiter {
     sluice__state st;    /* the locked path's state */
     _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
     sluice__counters counters;
+    sluice__waits waits; /* blocking acquires (counters.h) */
 };
 
 static inline cfg *cur_cfg(const sluice_limiter *lim)
@@ -415,11 +418,12 @@ static bool sleep_until(uint64_t until, sluice_canceller *c)
     return ok;
 }
 
-int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
-                               sluice_canceller *c)
+/* The blocking acquire from `start` on clock `clk`; on success *granted
+ * is the time of the grant: a bucket's booked time, or the later time its
+ * sleep ended; a window's admitting decision. */
+static int acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns, sluice_canceller *c,
+                   sluice__clock clk, uint64_t start, uint64_t *granted)
 {
-    const sluice__clock clk = cur_cfg(lim)->pf.clock;
-    uint64_t start = sluice__clock_now(clk);
     uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
     for (;;) {
         if (c && sluice_canceller_cancelled(c)) return SLUICE_ECANCELED;
@@ -431,17 +435,38 @@ int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t t
             sluice_reservation rv;
             sluice_result r;
             if (!sluice_reserve_at(lim, permits, now, left, &rv, &r)) return SLUICE_ETIMEDOUT;
-            if (rv.wait_ns == 0 || sleep_until(rv.at_ns, c)) return 0;
+            if (rv.wait_ns == 0) {
+                *granted = now;
+                return 0;
+            }
+            if (sleep_until(rv.at_ns, c)) {
+                uint64_t end = sluice__clock_now(clk); /* a coarse clock may lag */
+                *granted = end > rv.at_ns ? end : rv.at_ns;
+                return 0;
+            }
             sluice_reservation_cancel_at(&rv, sluice__clock_now(clk));
             return SLUICE_ECANCELED;
         }
         sluice_result r;
-        if (decide(lim, permits, now, left, &r)) return 0;
+        if (decide(lim, permits, now, left, &r)) {
+            *granted = now;
+            return 0;
+        }
         if (r.error) return r.error; /* sliding-log, sliding-wheel: no memory */
         /* -1: never; or more than the time left */
         if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) return SLUICE_ETIMEDOUT;
         if (!sleep_until(now + (uint64_t)r.retry_after_ns, c)) return SLUICE_ECANCELED;
     }
+}
+
+int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
+                               sluice_canceller *c)
+{
+    const sluice__clock clk = cur_cfg(lim)->pf.clock;
+    uint64_t start = sluice__clock_now(clk), granted = start;
+    int rc = acquire(lim, permits, timeout_ns, c, clk, start, &granted);
+    sluice__waits_count(&lim->waits, rc, granted > start ? granted - start : 0);
+    return rc;
 }
 
 bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
@@ -452,6 +477,11 @@ bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
 void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out)
 {
     sluice__counters_read(&lim->counters, out);
+}
+
+void sluice_limiter_wait_stats_get(const sluice_limiter *lim, sluice_wait_stats *out)
+{
+    sluice__waits_read(&lim->waits, out);
 }
 
 int sluice_limiter_spec_format(const sluice_limiter *lim, char *buf, size_t buflen)

@@ -22,17 +22,33 @@
  *
  * Names are escaped once, when added (backslash, double quote and newline,
  * as the format's label values require), and stored escaped.
+ *
+ * Wait histograms: the objects keep a count per bucket; the write sums
+ * them into the cumulative `le` buckets the format wants, and _count is the
+ * +Inf bucket, so the lines of one histogram always agree with each other.
+ * _sum is integer nanoseconds written as decimal seconds, exactly.
+ *
+ * Sources (objects of other libraries, metrics.h) are entries of kind
+ * K_SOURCE with a pointer to their static description; the registry keeps
+ * the distinct descriptions in the order first added (never removed, at
+ * most SLUICE_METRICS_SOURCES_MAX) and, after the core's families, walks
+ * each one's families as it walks its own, calling the source back for one
+ * object and one family at a time under that object's lock.  Its samples go
+ * through the same cursor; the family's HELP and TYPE go out before the
+ * first.  The core so knows nothing of what it writes (libsluice-redis
+ * links libsluice, never the other way).
  */
 #include "internal.h"
 
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE } kind;
 
 typedef struct entry {
     kind k;
     const void *obj;
+    const sluice_metrics_source *src; /* K_SOURCE */
     char *name;     /* escaped, NUL-terminated */
     size_t namelen; /* escaped length */
 } entry;
@@ -43,6 +59,8 @@ struct sluice_metrics {
     size_t n;   /* slots in use or emptied; v[n..cap) never used */
     size_t cap;
     size_t count; /* objects registered */
+    const sluice_metrics_source *srcs[SLUICE_METRICS_SOURCES_MAX]; /* first added first */
+    size_t nsrcs;
 };
 
 /* ---- the registry ------------------------------------------------------- */
@@ -129,14 +147,17 @@ static void escape(char *dst, const char *name)
     *dst = '\0';
 }
 
-/* Limiters and tables share the `limit` label's names; wheels and queues
- * have theirs. */
-static bool same_space(kind a, kind b)
+/* Limiters and tables share the `limit` label's names; wheels, queues and
+ * the objects of each source have theirs. */
+static bool same_space(const entry *e, kind b, const sluice_metrics_source *src)
 {
+    kind a = e->k;
+    if (a == K_SOURCE || b == K_SOURCE) return a == b && e->src == src;
     return a == b || ((a == K_LIMITER || a == K_TABLE) && (b == K_LIMITER || b == K_TABLE));
 }
 
-static int add(sluice_metrics *m, const char *name, const void *obj, kind k)
+static int add(sluice_metrics *m, const char *name, const void *obj, kind k,
+               const sluice_metrics_source *src)
 {
     if (!m || !name || !obj) return SLUICE_EINVAL;
     size_t elen = escaped_len(name);
@@ -155,10 +176,22 @@ static int add(sluice_metrics *m, const char *name, const void *obj, kind k)
             continue;
         }
         if (e->obj == obj ||
-            (same_space(e->k, k) && e->namelen == elen && memcmp(e->name, esc, elen) == 0)) {
+            (same_space(e, k, src) && e->namelen == elen && memcmp(e->name, esc, elen) == 0)) {
             rc = SLUICE_EINVAL;
             break;
         }
+    }
+    size_t si = 0;
+    while (src && rc == 0 && si < m->nsrcs && m->srcs[si] != src) si++;
+    if (src && rc == 0 && si == m->nsrcs) { /* a new source */
+        for (size_t j = 0; j < m->nsrcs && rc == 0; j++)
+            for (size_t a = 0; a < m->srcs[j]->nfamilies && rc == 0; a++)
+                for (size_t b = 0; b < src->nfamilies; b++)
+                    if (strcmp(m->srcs[j]->families[a].name, src->families[b].name) == 0) {
+                        rc = SLUICE_EINVAL; /* another source's family */
+                        break;
+                    }
+        if (rc == 0 && m->nsrcs == SLUICE_METRICS_SOURCES_MAX) rc = SLUICE_EFULL;
     }
     if (rc == 0 && slot == m->cap) {
         /* grow: a new array, copied (the allocator hook has no realloc) */
@@ -174,7 +207,8 @@ static int add(sluice_metrics *m, const char *name, const void *obj, kind k)
         }
     }
     if (rc == 0) {
-        m->v[slot] = (entry){k, obj, esc, elen};
+        if (src && si == m->nsrcs) m->srcs[m->nsrcs++] = src;
+        m->v[slot] = (entry){k, obj, src, esc, elen};
         if (slot == m->n) m->n++;
         m->count++;
         esc = NULL;
@@ -186,22 +220,69 @@ static int add(sluice_metrics *m, const char *name, const void *obj, kind k)
 
 int sluice_metrics_add_limiter(sluice_metrics *m, const char *name, const sluice_limiter *lim)
 {
-    return add(m, name, lim, K_LIMITER);
+    return add(m, name, lim, K_LIMITER, NULL);
 }
 
 int sluice_metrics_add_table(sluice_metrics *m, const char *name, const sluice_table *t)
 {
-    return add(m, name, t, K_TABLE);
+    return add(m, name, t, K_TABLE, NULL);
 }
 
 int sluice_metrics_add_wheel(sluice_metrics *m, const char *name, const sluice_wheel *w)
 {
-    return add(m, name, w, K_WHEEL);
+    return add(m, name, w, K_WHEEL, NULL);
 }
 
 int sluice_metrics_add_queue(sluice_metrics *m, const char *name, const sluice_queue *q)
 {
-    return add(m, name, q, K_QUEUE);
+    return add(m, name, q, K_QUEUE, NULL);
+}
+
+/* A label name a source may use: [a-zA-Z_][a-zA-Z0-9_]*, at most 64
+ * bytes, not reserved (a leading "__") and not "le" (the histograms'). */
+static bool label_ok(const char *s)
+{
+    if (!s || !*s || (s[0] == '_' && s[1] == '_') || strcmp(s, "le") == 0) return false;
+    for (size_t i = 0; s[i]; i++) {
+        char ch = s[i];
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
+        if (i >= 64 || !(alpha || (i > 0 && ch >= '0' && ch <= '9'))) return false;
+    }
+    return true;
+}
+
+static bool core_family(const char *name); /* below, with the families */
+
+static bool source_ok(const sluice_metrics_source *src)
+{
+    if (!src->write || !src->families || src->nfamilies < 1 || src->nfamilies > 64 ||
+        !label_ok(src->label))
+        return false;
+    for (size_t i = 0; i < src->nfamilies; i++) {
+        const sluice_metrics_family *f = &src->families[i];
+        if (!f->name || !f->type || !f->help || !*f->help) return false;
+        size_t n = strlen(f->name);
+        if (n <= 7 || n > 128 || memcmp(f->name, "sluice_", 7) != 0 || core_family(f->name))
+            return false;
+        for (size_t j = 7; j < n; j++) {
+            char ch = f->name[j];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+        }
+        bool total = n > 13 && strcmp(f->name + n - 6, "_total") == 0;
+        if (strcmp(f->type, "counter") == 0 ? !total : strcmp(f->type, "gauge") != 0) return false;
+        for (const char *h = f->help; *h; h++)
+            if (*h < 0x20 || *h > 0x7E || *h == '\\') return false;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(src->families[j].name, f->name) == 0) return false;
+    }
+    return true;
+}
+
+int sluice_metrics_add_source(sluice_metrics *m, const char *name, const void *obj,
+                              const sluice_metrics_source *src)
+{
+    if (!src || !source_ok(src)) return SLUICE_EINVAL;
+    return add(m, name, obj, K_SOURCE, src);
 }
 
 int sluice_metrics_remove(sluice_metrics *m, const void *obj)
@@ -213,7 +294,7 @@ int sluice_metrics_remove(sluice_metrics *m, const void *obj)
         entry *e = &m->v[i];
         if (e->k != K_NONE && e->obj == obj) {
             name = e->name;
-            *e = (entry){K_NONE, NULL, NULL, 0};
+            *e = (entry){K_NONE, NULL, NULL, NULL, 0};
             m->count--;
             break;
         }
@@ -297,6 +378,7 @@ typedef struct snapshot {
     uint64_t queued;         /* queues */
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
+    sluice_wait_stats w;     /* limiters (blocking), queues (asynchronous) */
     size_t ntop;             /* tables with a sketch: the keys refused most */
     sluice_top_entry top[SLUICE_METRICS_TOP_KEYS];
 } snapshot;
@@ -305,7 +387,11 @@ typedef enum family_id {
     F_REQUESTS,
     F_PERMITS,
     F_PROBES,
+    F_ACQUIRE_WAIT,
+    F_ACQUIRE_FAILED,
     F_ASYNC_QUEUED,
+    F_ASYNC_WAIT,
+    F_ASYNC_FAILED,
     F_TABLE_KEYS,
     F_TABLE_RECLAIMED,
     F_TABLE_EVICTED,
@@ -333,8 +419,17 @@ static const family families[] = {
     {F_PROBES, "sluice_probes_total", "counter",
      "Probes (requests for 0 permits, always allowed, changing nothing) among the requests.",
      KB(K_LIMITER) | KB(K_TABLE)},
+    {F_ACQUIRE_WAIT, "sluice_acquire_wait_seconds", "histogram",
+     "Waits of the blocking acquires granted, from the call to the grant.", KB(K_LIMITER)},
+    {F_ACQUIRE_FAILED, "sluice_acquire_failed_total", "counter",
+     "Blocking acquires that returned without their permits, by reason.", KB(K_LIMITER)},
     {F_ASYNC_QUEUED, "sluice_async_queued", "gauge",
      "Asynchronous acquires waiting in the queue for their permits.", KB(K_QUEUE)},
+    {F_ASYNC_WAIT, "sluice_async_wait_seconds", "histogram",
+     "Waits of the asynchronous acquires called back, from the request to the callback.",
+     KB(K_QUEUE)},
+    {F_ASYNC_FAILED, "sluice_async_failed_total", "counter",
+     "Asynchronous acquires that ended without their permits, by reason.", KB(K_QUEUE)},
     {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
@@ -357,11 +452,23 @@ static const family families[] = {
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
 };
 
+static bool core_family(const char *name)
+{
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        size_t n = strlen(families[i].name);
+        if (strncmp(name, families[i].name, n) == 0) return true; /* its _bucket etc. too */
+    }
+    return false;
+}
+
 static void read_object(const entry *e, family_id f, snapshot *s)
 {
     switch (e->k) {
     case K_LIMITER:
-        sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
+        if (f == F_ACQUIRE_WAIT || f == F_ACQUIRE_FAILED)
+            sluice_limiter_wait_stats_get((const sluice_limiter *)e->obj, &s->w);
+        else
+            sluice_limiter_stats_get((const sluice_limiter *)e->obj, &s->d);
         break;
     case K_TABLE:
         sluice_table_stats_get((const sluice_table *)e->obj, &s->t);
@@ -375,9 +482,11 @@ static void read_object(const entry *e, family_id f, snapshot *s)
         if (f == F_WHEEL_PENDING) s->pending = sluice_wheel_pending((const sluice_wheel *)e->obj);
         break;
     case K_QUEUE:
-        if (f == F_ASYNC_QUEUED) /* the getter takes the queue's lock: a cast, not a write */
-            s->queued = sluice_queue_len((sluice_queue *)(uintptr_t)e->obj);
+        /* the getters take the queue's lock: a cast, not a write */
+        if (f == F_ASYNC_QUEUED) s->queued = sluice_queue_len((sluice_queue *)(uintptr_t)e->obj);
+        else sluice_queue_wait_stats_get((sluice_queue *)(uintptr_t)e->obj, &s->w);
         break;
+    case K_SOURCE:
     case K_NONE:
         break;
     }
@@ -428,6 +537,74 @@ static void key_series(cursor *c, const char *metric, const entry *e,
     end_line(c);
 }
 
+/* ns as decimal seconds, exactly: S, or S.F with F the nanoseconds, its
+ * trailing zeros dropped. */
+static void put_seconds(cursor *c, uint64_t ns)
+{
+    put_u64(c, ns / 1000000000u);
+    uint64_t f = ns % 1000000000u;
+    if (!f) return;
+    char tmp[10];
+    tmp[0] = '.';
+    for (int i = 9; i >= 1; i--, f /= 10) tmp[i] = (char)('0' + f % 10);
+    size_t n = 10;
+    while (tmp[n - 1] == '0') n--;
+    put(c, tmp, n);
+}
+
+/* The le values of the buckets (sluice_wait_bucket_bound_ns), in seconds. */
+static const char *const le_text[SLUICE_WAIT_BUCKETS + 1] = {
+    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+    "0.1",    "0.25",    "0.5",    "1",     "2.5",    "5",     "10",   "+Inf"};
+
+/* The lines of one histogram: NAME_bucket{LABEL="..",le=".."} (cumulative),
+ * NAME_sum, NAME_count (the +Inf bucket). */
+static void histogram(cursor *c, const char *metric, const char *label, const entry *e,
+                      const sluice_wait_stats *w)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i <= SLUICE_WAIT_BUCKETS; i++) {
+        cum += w->buckets[i];
+        puts_(c, metric);
+        put(c, "_bucket{", 8);
+        puts_(c, label);
+        put(c, "=\"", 2);
+        put(c, e->name, e->namelen);
+        put(c, "\",le=\"", 6);
+        puts_(c, le_text[i]);
+        put(c, "\"} ", 3);
+        put_u64(c, cum);
+        end_line(c);
+    }
+    for (int i = 0; i < 2; i++) {
+        puts_(c, metric);
+        puts_(c, i ? "_count{" : "_sum{");
+        puts_(c, label);
+        put(c, "=\"", 2);
+        put(c, e->name, e->namelen);
+        put(c, "\"} ", 3);
+        if (i) put_u64(c, cum);
+        else put_seconds(c, w->sum_ns);
+        end_line(c);
+    }
+}
+
+/* One line of a counter by reason: NAME{LABEL="..",reason="R"} VALUE */
+static void reason_series(cursor *c, const char *metric, const char *label, const entry *e,
+                          const char *reason, uint64_t value)
+{
+    puts_(c, metric);
+    put(c, "{", 1);
+    puts_(c, label);
+    put(c, "=\"", 2);
+    put(c, e->name, e->namelen);
+    put(c, "\",reason=\"", 10);
+    puts_(c, reason);
+    put(c, "\"} ", 3);
+    put_u64(c, value);
+    end_line(c);
+}
+
 static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
 {
     const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
@@ -441,6 +618,18 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
         series(c, f->name, label, e, "denied", s->d.permits_denied);
         break;
     case F_PROBES: series(c, f->name, label, e, NULL, s->d.probes); break;
+    case F_ACQUIRE_WAIT:
+    case F_ASYNC_WAIT: histogram(c, f->name, label, e, &s->w); break;
+    case F_ACQUIRE_FAILED:
+        reason_series(c, f->name, label, e, "timeout", s->w.timed_out);
+        reason_series(c, f->name, label, e, "cancelled", s->w.cancelled);
+        reason_series(c, f->name, label, e, "error", s->w.failed);
+        break;
+    case F_ASYNC_FAILED:
+        reason_series(c, f->name, label, e, "cancelled", s->w.cancelled);
+        reason_series(c, f->name, label, e, "refused", s->w.failed);
+        reason_series(c, f->name, label, e, "dropped", s->w.dropped);
+        break;
     case F_ASYNC_QUEUED: series(c, f->name, label, e, NULL, s->queued); break;
     case F_TABLE_KEYS: series(c, f->name, label, e, NULL, s->t.keys); break;
     case F_TABLE_RECLAIMED: series(c, f->name, label, e, NULL, s->t.reclaimed); break;
@@ -454,6 +643,66 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
         break;
     case F_WHEEL_PENDING: series(c, f->name, label, e, NULL, s->pending); break;
     }
+}
+
+static void family_head(cursor *c, const char *name, const char *type, const char *help)
+{
+    puts_(c, "# HELP ");
+    puts_(c, name);
+    put(c, " ", 1);
+    puts_(c, help);
+    end_line(c);
+    puts_(c, "# TYPE ");
+    puts_(c, name);
+    put(c, " ", 1);
+    puts_(c, type);
+    end_line(c);
+}
+
+/* ---- sources ---------------------------------------------------------------- */
+
+struct sluice_metrics_out {
+    cursor *c;
+    const entry *e;                  /* the object being written */
+    const sluice_metrics_family *f;  /* the family being written */
+    bool *head;                      /* its HELP and TYPE are out */
+};
+
+void sluice_metrics_sample(sluice_metrics_out *out, const char *key, const char *val,
+                           uint64_t value)
+{
+    if (!out) return;
+    const char *label = out->e->src->label;
+    if (key && (!val || !label_ok(key) || strcmp(key, label) == 0)) return;
+    if (key) { /* the value: valid UTF-8 */
+        const unsigned char *v = (const unsigned char *)val;
+        size_t n = strlen(val);
+        for (size_t i = 0, l; i < n; i += l)
+            if ((l = utf8_len(v + i, n - i)) == 0) return;
+    }
+    if (!*out->head) {
+        *out->head = true;
+        family_head(out->c, out->f->name, out->f->type, out->f->help);
+    }
+    cursor *c = out->c;
+    puts_(c, out->f->name);
+    put(c, "{", 1);
+    puts_(c, label);
+    put(c, "=\"", 2);
+    put(c, out->e->name, out->e->namelen);
+    if (key) {
+        put(c, "\",", 2);
+        puts_(c, key);
+        put(c, "=\"", 2);
+        for (const char *p = val; *p; p++) {
+            if (*p == '\\' || *p == '"') put(c, "\\", 1);
+            if (*p == '\n') put(c, "\\n", 2);
+            else put(c, p, 1);
+        }
+    }
+    put(c, "\"} ", 3);
+    put_u64(c, value);
+    end_line(c);
 }
 
 int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t *needed)
@@ -482,20 +731,33 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
             if (lines) {
                 if (!head) {
                     head = true;
-                    puts_(&c, "# HELP ");
-                    puts_(&c, f->name);
-                    put(&c, " ", 1);
-                    puts_(&c, f->help);
-                    end_line(&c);
-                    puts_(&c, "# TYPE ");
-                    puts_(&c, f->name);
-                    put(&c, " ", 1);
-                    puts_(&c, f->type);
-                    end_line(&c);
+                    family_head(&c, f->name, f->type, f->help);
                 }
                 write_object(&c, f, e, &s);
             }
             pthread_mutex_unlock(&mm->mu);
+        }
+    }
+    for (size_t si = 0;; si++) { /* the sources' families */
+        pthread_mutex_lock(&mm->mu);
+        const sluice_metrics_source *src = si < m->nsrcs ? m->srcs[si] : NULL;
+        pthread_mutex_unlock(&mm->mu);
+        if (!src) break;
+        for (size_t fi = 0; fi < src->nfamilies; fi++) {
+            bool head = false;
+            for (size_t i = 0;; i++) {
+                pthread_mutex_lock(&mm->mu);
+                if (i >= m->n) {
+                    pthread_mutex_unlock(&mm->mu);
+                    break;
+                }
+                const entry *e = &m->v[i];
+                if (e->k == K_SOURCE && e->src == src) {
+                    sluice_metrics_out o = {&c, e, &src->families[fi], &head};
+                    src->write(e->obj, fi, &o);
+                }
+                pthread_mutex_unlock(&mm->mu);
+            }
         }
     }
     if (needed) *needed = c.pos;

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "testutil.h"
 
@@ -102,16 +103,18 @@ static bool has_line_with(const char *text, const char *needle)
 }
 
 /* The exposition's grammar, as the 0.0.4 format states it, for what we
- * write: comment lines `# HELP name text` / `# TYPE name counter|gauge`,
- * once per family and before its samples; sample lines
- * `name{label="value"[,label="value"]} integer`, with a family's samples
- * together, its name the family's (no samples of an undeclared family). */
+ * write: comment lines `# HELP name text` / `# TYPE name
+ * counter|gauge|histogram`, once per family and before its samples; sample
+ * lines `name{label="value"[,label="value"]} integer`, with a family's
+ * samples together, its name the family's (no samples of an undeclared
+ * family); a histogram's samples are name_bucket (with an `le` label),
+ * name_sum (a decimal number) and name_count. */
 static void check_grammar(const char *text)
 {
     char family[128] = "";
     char seen[64][128];
     size_t nseen = 0;
-    bool typed = false;
+    bool typed = false, hist = false;
     for (const char *line = text; *line;) {
         const char *nl = strchr(line, '\n');
         assert_non_null(nl);
@@ -135,22 +138,37 @@ static void check_grammar(const char *text)
             strcpy(seen[nseen++], family);
             typed = false;
         } else if (strncmp(l, "# TYPE ", 7) == 0) {
-            char want_c[200], want_g[200];
+            char want_c[200], want_g[200], want_h[200];
             snprintf(want_c, sizeof want_c, "# TYPE %s counter", family);
             snprintf(want_g, sizeof want_g, "# TYPE %s gauge", family);
-            assert_true(strcmp(l, want_c) == 0 || strcmp(l, want_g) == 0);
-            /* counters end in _total, gauges do not */
+            snprintf(want_h, sizeof want_h, "# TYPE %s histogram", family);
+            hist = strcmp(l, want_h) == 0;
+            assert_true(strcmp(l, want_c) == 0 || strcmp(l, want_g) == 0 || hist);
+            /* counters end in _total, gauges and histograms do not; the
+             * histograms are in seconds */
             size_t fl = strlen(family);
             bool total = fl > 6 && strcmp(family + fl - 6, "_total") == 0;
             assert_int_equal(total, strcmp(l, want_c) == 0);
+            if (hist) assert_string_equal(family + fl - 8, "_seconds");
             typed = true;
         } else {
             assert_true(typed);
             size_t fl = strlen(family);
             assert_memory_equal(l, family, fl);
+            bool bucket = false, sum = false;
+            if (hist) {
+                bucket = strncmp(l + fl, "_bucket{", 8) == 0;
+                sum = strncmp(l + fl, "_sum{", 5) == 0;
+                if (bucket) fl += 7;
+                else if (sum) fl += 4;
+                else if (strncmp(l + fl, "_count{", 7) == 0) fl += 6;
+                else fail_msg("a histogram's sample without a suffix: %s", l);
+            }
             assert_int_equal(l[fl], '{');
             const char *p = l + fl + 1;
+            bool le = false;
             for (;;) { /* label="value" */
+                if (strncmp(p, "le=", 3) == 0) le = true;
                 while ((*p >= 'a' && *p <= 'z') || *p == '_') p++;
                 assert_int_equal(*p++, '=');
                 assert_int_equal(*p++, '"');
@@ -170,14 +188,78 @@ static void check_grammar(const char *text)
                 assert_int_equal(*p++, '}');
                 break;
             }
+            assert_int_equal(le, bucket);
             assert_int_equal(*p++, ' ');
             assert_true(*p >= '0' && *p <= '9');
             while (*p >= '0' && *p <= '9') p++;
+            if (sum && *p == '.') { /* seconds: digits after the point, no trailing 0 */
+                p++;
+                assert_true(*p >= '0' && *p <= '9');
+                while (*p >= '0' && *p <= '9') p++;
+                assert_true(p[-1] != '0');
+            }
             assert_int_equal(*p, '\0');
         }
         line = nl + 1;
     }
 }
+
+/* ---- wait histograms, as docs/metrics.md states them ---------------------- */
+
+/* The bucket bounds in seconds, as written in `le`, and in ns. */
+static const char *const LE[17] = {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+                                   "0.01",   "0.025",   "0.05",   "0.1",   "0.25",   "0.5",
+                                   "1",      "2.5",     "5",      "10",    "+Inf"};
+
+/* Append to `out` the lines of histogram `family` for object `name`
+ * (label `label`) with `per[i]` waits in bucket i (not cumulative) and the
+ * sum `sum` as written (decimal seconds); then its failure counter
+ * `family`'s _failed_total with three reasons and values. */
+static void want_hist(char *out, size_t cap, const char *family, const char *label,
+                      const char *name, const uint64_t per[17], const char *sum)
+{
+    size_t n = strlen(out);
+    uint64_t cum = 0;
+    for (int i = 0; i < 17; i++) {
+        cum += per ? per[i] : 0;
+        n += (size_t)snprintf(out + n, cap - n, "%s_bucket{%s=\"%s\",le=\"%s\"} %" PRIu64 "\n",
+                              family, label, name, LE[i], cum);
+    }
+    n += (size_t)snprintf(out + n, cap - n, "%s_sum{%s=\"%s\"} %s\n", family, label, name, sum);
+    n += (size_t)snprintf(out + n, cap - n, "%s_count{%s=\"%s\"} %" PRIu64 "\n", family, label,
+                          name, cum);
+    assert_true(n < cap);
+}
+
+static void want_reasons(char *out, size_t cap, const char *family, const char *label,
+                         const char *name, const char *const reasons[3], const uint64_t v[3])
+{
+    size_t n = strlen(out);
+    for (int i = 0; i < 3; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s{%s=\"%s\",reason=\"%s\"} %" PRIu64 "\n",
+                              family, label, name, reasons[i], v ? v[i] : 0);
+    assert_true(n < cap);
+}
+
+static const char *const BLOCKING_REASONS[3] = {"timeout", "cancelled", "error"};
+static const char *const ASYNC_REASONS[3] = {"cancelled", "refused", "dropped"};
+
+#define HIST_HEAD_BLOCKING                                                                         \
+    "# HELP sluice_acquire_wait_seconds Waits of the blocking acquires granted, from the call to " \
+    "the grant.\n"                                                                                 \
+    "# TYPE sluice_acquire_wait_seconds histogram\n"
+#define FAILED_HEAD_BLOCKING                                                                       \
+    "# HELP sluice_acquire_failed_total Blocking acquires that returned without their permits, "   \
+    "by reason.\n"                                                                                 \
+    "# TYPE sluice_acquire_failed_total counter\n"
+#define HIST_HEAD_ASYNC                                                                            \
+    "# HELP sluice_async_wait_seconds Waits of the asynchronous acquires called back, from the "   \
+    "request to the callback.\n"                                                                   \
+    "# TYPE sluice_async_wait_seconds histogram\n"
+#define FAILED_HEAD_ASYNC                                                                          \
+    "# HELP sluice_async_failed_total Asynchronous acquires that ended without their permits, by " \
+    "reason.\n"                                                                                    \
+    "# TYPE sluice_async_failed_total counter\n"
 
 /* ---- exact text ---------------------------------------------------------- */
 
@@ -225,7 +307,8 @@ static void test_exact_text(void **state)
     assert_int_equal(sluice_metrics_add_queue(m, "api", q), 0); /* a name space of its own */
     assert_int_equal(sluice_metrics_count(m), 4);
 
-    static const char want[] =
+    static char want[16384];
+    strcpy(want,
         "# HELP sluice_requests_total Requests decided, by limit and decision (probes count as allowed).\n"
         "# TYPE sluice_requests_total counter\n"
         "sluice_requests_total{limit=\"api\",decision=\"allowed\"} 4\n"
@@ -242,9 +325,19 @@ static void test_exact_text(void **state)
         "# TYPE sluice_probes_total counter\n"
         "sluice_probes_total{limit=\"api\"} 1\n"
         "sluice_probes_total{limit=\"per-ip\"} 0\n"
+        HIST_HEAD_BLOCKING);
+    want_hist(want, sizeof want, "sluice_acquire_wait_seconds", "limit", "api", NULL, "0");
+    strcat(want, FAILED_HEAD_BLOCKING);
+    want_reasons(want, sizeof want, "sluice_acquire_failed_total", "limit", "api", BLOCKING_REASONS, NULL);
+    strcat(want,
         "# HELP sluice_async_queued Asynchronous acquires waiting in the queue for their permits.\n"
         "# TYPE sluice_async_queued gauge\n"
         "sluice_async_queued{queue=\"api\"} 0\n"
+        HIST_HEAD_ASYNC);
+    want_hist(want, sizeof want, "sluice_async_wait_seconds", "queue", "api", NULL, "0");
+    strcat(want, FAILED_HEAD_ASYNC);
+    want_reasons(want, sizeof want, "sluice_async_failed_total", "queue", "api", ASYNC_REASONS, NULL);
+    strcat(want,
         "# HELP sluice_table_keys Keys the table holds now.\n"
         "# TYPE sluice_table_keys gauge\n"
         "sluice_table_keys{limit=\"per-ip\"} 2\n"
@@ -259,7 +352,7 @@ static void test_exact_text(void **state)
         "sluice_table_keys_refused_total{limit=\"per-ip\"} 0\n"
         "# HELP sluice_wheel_timers_pending Timers scheduled and not yet fired or cancelled.\n"
         "# TYPE sluice_wheel_timers_pending gauge\n"
-        "sluice_wheel_timers_pending{wheel=\"timers\"} 2\n";
+        "sluice_wheel_timers_pending{wheel=\"timers\"} 2\n");
     char *got = render(m);
     assert_string_equal(got, want);
     check_grammar(got);
@@ -802,6 +895,327 @@ static void *churner(void *arg)
     return NULL;
 }
 
+/* ---- wait histograms ------------------------------------------------------ */
+
+/* The bucket bounds in ns, from docs/metrics.md (1-2.5-5 from 100 us). */
+static const uint64_t LE_NS[16] = {100000,    250000,    500000,     1000000,    2500000,
+                                   5000000,   10000000,  25000000,   50000000,   100000000,
+                                   250000000, 500000000, 1000000000, 2500000000, 5000000000,
+                                   10000000000};
+
+/* The bucket of a wait, by a linear walk (the library searches). */
+static int bucket_of(uint64_t ns)
+{
+    int i = 0;
+    while (i < 16 && ns > LE_NS[i]) i++;
+    return i;
+}
+
+/* ns as decimal seconds, without trailing zeros (the test's own format) */
+static void seconds_text(char *out, size_t cap, uint64_t ns)
+{
+    int n = snprintf(out, cap, "%" PRIu64 ".%09" PRIu64, (uint64_t)(ns / SEC), (uint64_t)(ns % SEC));
+    while (n > 0 && out[n - 1] == '0') out[--n] = '\0';
+    if (n > 0 && out[n - 1] == '.') out[--n] = '\0';
+}
+
+static void check_tools(const char *text)
+{
+    char msg[512];
+    int rc = tu_check_exposition(text, msg, sizeof msg);
+    if (rc == 2) fprintf(stderr, "# not checked with the Prometheus tools: %s\n", msg);
+    else if (rc != 0) fail_msg("%s\n%s", msg, text);
+}
+
+static int grants;
+static uint64_t last_grant_ns;
+static void count_grant(void *arg, uint64_t id, uint64_t now_ns)
+{
+    (void)arg, (void)id;
+    grants++;
+    last_grant_ns = now_ns;
+}
+
+/* Asynchronous acquires on an injected clock: each wait is exactly the
+ * wheel's time of the advance that calls back minus the request's now_ns,
+ * so the test chooses them, on both sides of every bucket bound; then the
+ * booked waits of a bucket, a window's parked requests, cancellations,
+ * refusals and drops. */
+static void test_async_wait_histogram(void **state)
+{
+    (void)state;
+    char err[128];
+    /* grants at once: the wait is the advance's time minus the request's */
+    sluice_limiter *lim = sluice_limiter_new("token-bucket 1000000/s burst=1000000", err, sizeof err);
+    sluice_wheel *w = sluice_wheel_new(1, 64, 0, err, sizeof err);
+    assert_non_null(lim);
+    assert_non_null(w);
+    sluice_queue *q = sluice_queue_new(lim, w, 2, err, sizeof err);
+    assert_non_null(q);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_queue(m, "q", q), 0);
+    assert_int_equal(sluice_metrics_add_limiter(m, "lim", lim), 0);
+
+    static const uint64_t waits[] = {0,          1,           99999,       100000,     100001,
+                                     250000,     250001,      999999,      1000000,    7000000,
+                                     99999999,   100000000,   1000000000,  2500000001, 9999999999,
+                                     10000000000, 10000000001, 3600 * SEC, 0};
+    const size_t nw = sizeof waits / sizeof waits[0];
+    uint64_t per[17] = {0}, sum = 0, t = 5 * SEC;
+    assert_int_equal(sluice_wheel_advance(w, t), 0);
+    grants = 0;
+    for (size_t i = 0; i < nw; i++) {
+        assert_int_equal(sluice_queue_acquire_at(q, 1, t, count_grant, NULL, NULL), 0);
+        t += waits[i];
+        assert_int_equal(sluice_wheel_advance(w, t), 1);
+        assert_int_equal(last_grant_ns, t);
+        per[bucket_of(waits[i])]++;
+        sum += waits[i];
+    }
+    assert_int_equal(grants, (int)nw);
+
+    /* a bucket books: three requests at t for 1 permit each on a bucket of
+     * 10/s, burst 1: due at t, t + 100 ms, t + 200 ms; advanced at t + 50
+     * ms (the first, waited 50 ms) and t + 300 ms (the others, 300 ms) */
+    sluice_limiter *tb = sluice_limiter_new("token-bucket 10/s burst=1", err, sizeof err);
+    assert_non_null(tb);
+    sluice_queue *qb = sluice_queue_new(tb, w, 0, err, sizeof err);
+    assert_non_null(qb);
+    assert_int_equal(sluice_metrics_add_queue(m, "booked", qb), 0);
+    uint64_t tb0 = t;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sluice_queue_acquire_at(qb, 1, tb0, count_grant, NULL, NULL), 0);
+    assert_int_equal(sluice_wheel_advance(w, tb0 + 50000000), 1);
+    assert_int_equal(sluice_wheel_advance(w, tb0 + 300000000), 2);
+    t = tb0 + 300000000;
+    uint64_t per_b[17] = {0};
+    per_b[bucket_of(50000000)]++;
+    per_b[bucket_of(300000000)] += 2;
+    uint64_t sum_b = 50000000 + 2 * 300000000ull;
+
+    /* refusals, a cancellation and drops on q (bound 2) */
+    uint64_t id1, id2;
+    assert_int_equal(sluice_queue_acquire_at(q, 2000000, t, count_grant, NULL, NULL), SLUICE_ERANGE);
+    assert_int_equal(sluice_queue_acquire_at(q, 1, t, count_grant, NULL, &id1), 0);
+    assert_int_equal(sluice_queue_acquire_at(q, 1, t, count_grant, NULL, &id2), 0);
+    assert_int_equal(sluice_queue_acquire_at(q, 1, t, count_grant, NULL, NULL), SLUICE_EFULL);
+    assert_int_equal(sluice_queue_acquire_at(NULL, 1, t, count_grant, NULL, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_queue_acquire_at(q, 1, t, NULL, NULL, NULL), SLUICE_EINVAL); /* not counted */
+    assert_int_equal(sluice_queue_cancel_at(q, id1, t), 0);
+    assert_int_equal(sluice_queue_cancel_at(q, id1, t), SLUICE_ENOENT); /* once */
+
+    char sumtext[64], sumtext_b[64];
+    seconds_text(sumtext, sizeof sumtext, sum);
+    seconds_text(sumtext_b, sizeof sumtext_b, sum_b);
+    static char want[8192];
+    static const uint64_t reasons_q[3] = {1, 2, 0}, reasons_b[3] = {0, 0, 0};
+    want[0] = '\0';
+    strcat(want, HIST_HEAD_ASYNC);
+    want_hist(want, sizeof want, "sluice_async_wait_seconds", "queue", "q", per, sumtext);
+    want_hist(want, sizeof want, "sluice_async_wait_seconds", "queue", "booked", per_b, sumtext_b);
+    strcat(want, FAILED_HEAD_ASYNC);
+    want_reasons(want, sizeof want, "sluice_async_failed_total", "queue", "q", ASYNC_REASONS, reasons_q);
+    want_reasons(want, sizeof want, "sluice_async_failed_total", "queue", "booked", ASYNC_REASONS,
+                 reasons_b);
+    char *got = render(m);
+    check_grammar(got);
+    const char *from = strstr(got, "# HELP sluice_async_wait_seconds");
+    const char *to = strstr(got, "# HELP sluice_table"); /* none: the wheel's then */
+    if (!to) to = strstr(got, "# HELP sluice_wheel");
+    assert_non_null(from);
+    if (to) assert_int_equal((size_t)(to - from), strlen(want));
+    assert_memory_equal(from, want, strlen(want));
+    /* the limiter's blocking histogram is there, empty */
+    assert_int_equal(sample(got, "sluice_acquire_wait_seconds_count{limit=\"lim\"}"), 0);
+    assert_true(has_line_with(got, "sluice_acquire_wait_seconds_sum{limit=\"lim\"} 0\n"));
+    check_tools(got);
+    free(got);
+
+    /* the public getter agrees */
+    sluice_wait_stats ws;
+    sluice_queue_wait_stats_get(q, &ws);
+    assert_int_equal(ws.count, nw);
+    assert_int_equal(ws.sum_ns, sum);
+    for (int i = 0; i < 17; i++) assert_int_equal(ws.buckets[i], per[i]);
+    assert_int_equal(ws.cancelled, 1);
+    assert_int_equal(ws.failed, 2);
+    assert_int_equal(ws.dropped, 0);
+    assert_int_equal(ws.timed_out, 0);
+    sluice_queue_wait_stats_get(NULL, &ws);
+    assert_int_equal(ws.count, 0);
+    for (unsigned i = 0; i < 16; i++) assert_int_equal(sluice_wait_bucket_bound_ns(i), LE_NS[i]);
+    assert_int_equal(sluice_wait_bucket_bound_ns(16), UINT64_MAX);
+
+    /* the wheel goes first: q's pending request (id2) is dropped */
+    (void)id2;
+    assert_int_equal(sluice_metrics_remove(m, qb), 0);
+    sluice_queue_free(qb);
+    sluice_wheel_free(w);
+    sluice_queue_wait_stats_get(q, &ws);
+    assert_int_equal(ws.dropped, 1);
+    got = render(m);
+    assert_int_equal(sample(got, "sluice_async_failed_total{queue=\"q\",reason=\"dropped\"}"), 1);
+    assert_int_equal(sample(got, "sluice_async_failed_total{queue=\"q\",reason=\"refused\"}"), 2);
+    assert_int_equal(sluice_queue_acquire_at(q, 1, t, count_grant, NULL, NULL), SLUICE_ECANCELED);
+    free(got);
+    got = render(m);
+    assert_int_equal(sample(got, "sluice_async_failed_total{queue=\"q\",reason=\"refused\"}"), 3);
+    free(got);
+
+    sluice_metrics_free(m);
+    sluice_queue_free(q);
+    sluice_limiter_free(tb);
+    sluice_limiter_free(lim);
+}
+
+/* A window's parked requests: the head asks at each refusal's retry time,
+ * the others wait behind it; each wait runs to the advance that grants it. */
+static void test_async_wait_window(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_wheel *w = sluice_wheel_new(1, 64, 0, err, sizeof err);
+    assert_non_null(lim);
+    assert_non_null(w);
+    sluice_queue *q = sluice_queue_new(lim, w, 0, err, sizeof err);
+    assert_non_null(q);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_queue(m, "win", q), 0);
+    /* the window [0, 1 s) is used; three requests at 400 ms */
+    assert_true(sluice_try_acquire_at(lim, 1, 0, NULL));
+    grants = 0;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sluice_queue_acquire_at(q, 1, 400000000, count_grant, NULL, NULL), 0);
+    /* 1 s: the head is granted (waited 600 ms); 2 s, 3 s: the others
+     * (1.6 s, 2.6 s), each window granting one */
+    for (uint64_t s2 = 1; s2 <= 3; s2++) {
+        sluice_wheel_advance(w, s2 * SEC);
+        sluice_wheel_advance(w, s2 * SEC); /* the new head asks at the next advance */
+    }
+    assert_int_equal(grants, 3);
+    uint64_t per[17] = {0};
+    per[bucket_of(600000000)]++;
+    per[bucket_of(1600000000)]++;
+    per[bucket_of(2600000000)]++;
+    static char want[4096];
+    want[0] = '\0';
+    strcat(want, HIST_HEAD_ASYNC);
+    want_hist(want, sizeof want, "sluice_async_wait_seconds", "queue", "win", per, "4.8");
+    char *got = render(m);
+    check_grammar(got);
+    assert_non_null(strstr(got, want));
+    check_tools(got);
+    free(got);
+    sluice_metrics_free(m);
+    sluice_queue_free(q);
+    sluice_wheel_free(w);
+    sluice_limiter_free(lim);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* Blocking acquires sleep for real (there is no _at form): short waits,
+ * placed with generous bounds.  token-bucket 1 per 150 ms, burst 1: the
+ * first acquire is granted at once, the second after about 150 ms (never
+ * less than 100 ms, since both calls follow each other within 50 ms on any
+ * sane machine; under 250 ms unless the sleep overruns by 100 ms); a third
+ * with a 1 ms timeout cannot be had (timeout); a cancelled canceller
+ * (cancelled). */
+static void test_blocking_wait_histogram(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("token-bucket 1/150ms", err, sizeof err);
+    assert_non_null(lim);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "blk", lim), 0);
+    uint64_t t0 = mono_ns();
+    assert_true(sluice_acquire(lim, 1, UINT64_MAX));
+    uint64_t t1 = mono_ns();
+    assert_true(sluice_acquire(lim, 1, UINT64_MAX));
+    uint64_t t2 = mono_ns();
+    assert_false(sluice_acquire(lim, 1, 1000000)); /* 1 ms: not enough */
+    sluice_canceller *c = sluice_canceller_new();
+    assert_non_null(c);
+    sluice_canceller_cancel(c);
+    assert_int_equal(sluice_acquire_cancellable(lim, 1, UINT64_MAX, c), SLUICE_ECANCELED);
+    sluice_canceller_free(c);
+    /* more than the burst: never, at once */
+    assert_int_equal(sluice_acquire_cancellable(lim, 2, UINT64_MAX, NULL), SLUICE_ETIMEDOUT);
+
+    char *got = render(m);
+    check_grammar(got);
+    uint64_t first = t1 - t0, second = t2 - t1; /* what each call took, at least its wait */
+    assert_int_equal(sample(got, "sluice_acquire_wait_seconds_count{limit=\"blk\"}"), 2);
+    assert_int_equal(sample(got, "sluice_acquire_wait_seconds_bucket{limit=\"blk\",le=\"+Inf\"}"), 2);
+    /* the first in a bucket at or below what the call took, and at most 10
+     * ms; the second in (0.1, 0.25] */
+    uint64_t b_first = sample(got, "sluice_acquire_wait_seconds_bucket{limit=\"blk\",le=\"0.01\"}");
+    uint64_t b_01 = sample(got, "sluice_acquire_wait_seconds_bucket{limit=\"blk\",le=\"0.1\"}");
+    uint64_t b_025 = sample(got, "sluice_acquire_wait_seconds_bucket{limit=\"blk\",le=\"0.25\"}");
+    if (first < 10000000) assert_int_equal(b_first, 1);
+    if (second < 250000000) {
+        assert_int_equal(b_01, 1);
+        assert_int_equal(b_025, 2);
+    }
+    sluice_wait_stats ws;
+    sluice_limiter_wait_stats_get(lim, &ws);
+    assert_true(ws.sum_ns >= 100000000 && ws.sum_ns <= first + second);
+    assert_int_equal(sample(got, "sluice_acquire_failed_total{limit=\"blk\",reason=\"timeout\"}"), 2);
+    assert_int_equal(sample(got, "sluice_acquire_failed_total{limit=\"blk\",reason=\"cancelled\"}"), 1);
+    assert_int_equal(sample(got, "sluice_acquire_failed_total{limit=\"blk\",reason=\"error\"}"), 0);
+    assert_int_equal(ws.timed_out, 2);
+    assert_int_equal(ws.cancelled, 1);
+    assert_int_equal(ws.count, 2);
+    check_tools(got);
+    free(got);
+    sluice_metrics_free(m);
+    sluice_limiter_free(lim);
+}
+
+/* Blocking acquires from several threads: every granted one counted once,
+ * whichever stripe it went to. */
+typedef struct blk_arg {
+    sluice_limiter *lim;
+    int n;
+} blk_arg;
+
+static void *blk_thread(void *p)
+{
+    blk_arg *a = p;
+    for (int i = 0; i < a->n; i++) sluice_acquire(a->lim, 1, UINT64_MAX);
+    return NULL;
+}
+
+static void test_blocking_wait_threads(void **state)
+{
+    (void)state;
+    char err[128];
+    /* a bucket that never runs dry: every wait is (about) 0 */
+    sluice_limiter *lim = sluice_limiter_new("token-bucket 1000000000/s burst=1000000000", err, sizeof err);
+    assert_non_null(lim);
+    pthread_t th[20];
+    blk_arg a = {lim, 2000};
+    for (int i = 0; i < 20; i++) assert_int_equal(pthread_create(&th[i], NULL, blk_thread, &a), 0);
+    for (int i = 0; i < 20; i++) pthread_join(th[i], NULL);
+    sluice_wait_stats ws;
+    sluice_limiter_wait_stats_get(lim, &ws);
+    assert_int_equal(ws.count, 20 * 2000);
+    uint64_t sum = 0;
+    for (int i = 0; i < 17; i++) sum += ws.buckets[i];
+    assert_int_equal(sum, 20 * 2000);
+    sluice_limiter_free(lim);
+}
+
 static void test_concurrent(void **state)
 {
     (void)state;
@@ -861,6 +1275,10 @@ int main(void)
         cmocka_unit_test(test_remove),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_async_wait_histogram),
+        cmocka_unit_test(test_async_wait_window),
+        cmocka_unit_test(test_blocking_wait_histogram),
+        cmocka_unit_test(test_blocking_wait_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

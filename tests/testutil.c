@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,3 +222,96 @@ long tu_alloc_failures(void) { return atomic_load(&g_failures); }
 long tu_alloc_live(void) { return atomic_load(&g_live); }
 size_t tu_alloc_live_bytes(void) { return atomic_load(&g_live_bytes); }
 size_t tu_alloc_bytes(void) { return atomic_load(&g_bytes); }
+
+/* ------------------------------------------------------------------------ */
+/* Prometheus tools                                                          */
+
+/* Run `cmd` through the shell; its output (at most cap - 1 bytes kept) in
+ * out; returns its exit status, or -1. */
+static int run_capture(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    int ch;
+    while ((ch = fgetc(p)) != EOF)
+        if (n + 1 < cap) out[n++] = (char)ch;
+    out[n] = '\0';
+    int st = pclose(p);
+    return st == -1 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+}
+
+static const char tu_py_parse[] =
+    "import sys\n"
+    "from prometheus_client.parser import text_string_to_metric_families as f\n"
+    "for fam in f(open(sys.argv[1], encoding='utf-8').read()):\n"
+    "    for s in fam.samples:\n"
+    "        print(s.name, repr(float(s.value)))\n";
+
+int tu_check_exposition(const char *text, char *msg, size_t msglen)
+{
+    static char out[1 << 20];
+    char path[] = "/tmp/sluice-expo.XXXXXX", cmd[512];
+    int rc = 1;
+    if (system("command -v promtool >/dev/null 2>&1") != 0) {
+        snprintf(msg, msglen, "promtool not found (Debian package prometheus)");
+        return 2;
+    }
+    if (system("/usr/bin/python3 -c 'import prometheus_client.parser' >/dev/null 2>&1") != 0) {
+        snprintf(msg, msglen, "python3-prometheus-client not found");
+        return 2;
+    }
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(msg, msglen, "mkstemp failed");
+        return 1;
+    }
+    size_t len = strlen(text);
+    bool wrote = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    if (!wrote) {
+        snprintf(msg, msglen, "cannot write %s", path);
+        goto out;
+    }
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
+    int st = run_capture(cmd, out, sizeof out);
+    if (st != 0 || out[0]) {
+        snprintf(msg, msglen, "promtool check metrics (status %d): %.300s", st, out);
+        goto out;
+    }
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"$(cat <<'EOF'\n%sEOF\n)\" %s 2>&1", tu_py_parse,
+             path);
+    st = run_capture(cmd, out, sizeof out);
+    if (st != 0) {
+        snprintf(msg, msglen, "the Python parser (status %d): %.300s", st, out);
+        goto out;
+    }
+    /* the samples of the text, in order, against the parser's lines */
+    const char *py = out;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        if (!nl) break;
+        if (*line != '#') {
+            size_t nlen = strcspn(line, "{ ");
+            const char *val = memchr(line, ' ', (size_t)(nl - line));
+            const char *pnl = strchr(py, '\n');
+            const char *psp = pnl ? memchr(py, ' ', (size_t)(pnl - py)) : NULL;
+            if (!val || !psp || (size_t)(psp - py) != nlen || memcmp(py, line, nlen) != 0 ||
+                strtod(val + 1, NULL) != strtod(psp + 1, NULL)) {
+                snprintf(msg, msglen, "the Python parser reads %.80s as %.80s", line,
+                         pnl ? py : "(nothing)");
+                goto out;
+            }
+            py = pnl + 1;
+        }
+        line = nl + 1;
+    }
+    if (*py) {
+        snprintf(msg, msglen, "the Python parser reads more samples: %.80s", py);
+        goto out;
+    }
+    rc = 0;
+out:
+    unlink(path);
+    return rc;
+}

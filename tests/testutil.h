@@ -160,4 +160,17 @@ long tu_alloc_live(void);
 size_t tu_alloc_live_bytes(void);
 size_t tu_alloc_bytes(void);
 
+/* ------------------------------------------------------------------------ */
+/* Prometheus tools                                                          */
+
+/* Check an exposition with the tools operators use: `promtool check
+ * metrics` must accept it with no complaint (exit status 0, nothing
+ * printed), and python3-prometheus-client's parser must read it back with
+ * the same samples, in order: each sample line's metric name and value
+ * (compared as doubles) as the parser reports them.  Returns 0 when both
+ * pass, 1 with a one-line reason in msg when one fails, 2 when promtool or
+ * the Python client is missing (msg says which: the caller says so and
+ * goes on).  Runs the tools as child processes on a temporary file. */
+int tu_check_exposition(const char *text, char *msg, size_t msglen);
+
 #endif

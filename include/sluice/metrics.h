@@ -11,7 +11,14 @@
  *                                           (a probe counts as allowed)
  *   sluice_permits_total{limit,decision}    counter
  *   sluice_probes_total{limit}              counter (probes among requests)
+ *   sluice_acquire_wait_seconds{limit}      histogram: the waits of the
+ *                                           blocking acquires granted
+ *   sluice_acquire_failed_total{limit,reason}  counter, reason
+ *                                           timeout|cancelled|error
  *   sluice_async_queued{queue}              gauge
+ *   sluice_async_wait_seconds{queue}        histogram: request to callback
+ *   sluice_async_failed_total{queue,reason} counter, reason
+ *                                           cancelled|refused|dropped
  *   sluice_table_keys{limit}                gauge
  *   sluice_table_keys_reclaimed_total{limit}  counter
  *   sluice_table_keys_evicted_total{limit}    counter
@@ -21,6 +28,13 @@
  *       (tables with a sketch, sluice_table_set_top: the
  *       SLUICE_METRICS_TOP_KEYS keys refused most)
  *   sluice_wheel_timers_pending{wheel}      gauge
+ *   then the families of sources: objects of other libraries, added through
+ *   sluice_metrics_add_source (the Redis tier's sluice_metrics_add_redis,
+ *   in sluice/redis.h)
+ *
+ * The histograms' buckets are sluice_wait_stats's (sluice.h): le = 0.0001,
+ * 0.00025, 0.0005, 0.001, ... 5, 10 and +Inf seconds, cumulative as the
+ * format says; _sum is written in seconds with up to 9 decimals (exact).
  *
  * The `limit` label is the name a limiter or table was added under; the
  * `wheel` label a wheel's, the `queue` label a queue's.  Series are per object, never per key, so the
@@ -101,6 +115,64 @@ int sluice_metrics_remove(sluice_metrics *m, const void *obj);
 
 /* The number of objects in the registry.  Thread-safe. */
 size_t sluice_metrics_count(const sluice_metrics *m);
+
+/* ---- sources: series of objects the core does not know ------------------
+ *
+ * A library built on sluice (libsluice-redis) exposes its objects through
+ * this interface, so the core never depends on it: it describes its
+ * families once, in a static sluice_metrics_source, and its write callback
+ * emits an object's samples of one family with sluice_metrics_sample().
+ * The registry writes each family's HELP and TYPE lines before its first
+ * sample (a family with no sample is left out), after the core's families,
+ * the sources in the order they were first added. */
+
+typedef struct sluice_metrics_family {
+    const char *name; /* sluice_[a-z0-9_]+, not a family of the core's nor
+                         of another source; counters end in _total */
+    const char *type; /* "counter" or "gauge" */
+    const char *help; /* one line: printable ASCII, no backslash */
+} sluice_metrics_family;
+
+/* Where a source's write callback emits its samples (opaque). */
+typedef struct sluice_metrics_out sluice_metrics_out;
+
+typedef struct sluice_metrics_source {
+    const char *label;                     /* the label that names an
+                                              object, e.g. "limit":
+                                              [a-z_][a-z0-9_]*, not "le" */
+    const sluice_metrics_family *families; /* nfamilies of them */
+    size_t nfamilies;                      /* 1 .. 64 */
+    /* Emit obj's samples of families[family] with sluice_metrics_sample().
+     * Called during sluice_metrics_write() with the registry's lock held
+     * for this object only: it must not call the registry, and should only
+     * read counters (no blocking I/O).  Any number of writes may call it
+     * at once. */
+    void (*write)(const void *obj, size_t family, sluice_metrics_out *out);
+} sluice_metrics_source;
+
+/* The most distinct sources (sluice_metrics_source objects) one registry
+ * holds. */
+#define SLUICE_METRICS_SOURCES_MAX 8
+
+/* Add `obj` under `name` (the value of src->label; the rules of names as
+ * above), written by `src`, which must stay valid (static storage) as long
+ * as the registry.  Objects of one source share one set of names.
+ * Returns 0, or SLUICE_EINVAL (a NULL argument, a bad name, a name already
+ * used by this source, an object already added, or a bad source: label,
+ * family name or type, help, no families or no write), SLUICE_EFULL
+ * (SLUICE_METRICS_SOURCES_MAX other sources already added), SLUICE_ENOMEM.
+ * Thread-safe, also while sluice_metrics_write() runs. */
+int sluice_metrics_add_source(sluice_metrics *m, const char *name, const void *obj,
+                              const sluice_metrics_source *src);
+
+/* Emit one sample of the family being written, for the object being
+ * written: `FAMILY{LABEL="NAME"} value`, or with a second label
+ * `FAMILY{LABEL="NAME",key="val"} value` when key is not NULL (key:
+ * [a-z_][a-z0-9_]*, not "le" nor the source's label; val: UTF-8, escaped
+ * here).  A sample with a bad key, or a NULL out, is left out.  Only
+ * from a source's write callback. */
+void sluice_metrics_sample(sluice_metrics_out *out, const char *key, const char *val,
+                           uint64_t value);
 
 /* Render the exposition into buf (len bytes), as snprintf does: when the
  * whole exposition and its NUL fit, buf holds it and 0 is returned; when
