@@ -294,11 +294,51 @@ typedef struct sluice_redis_stats {
     uint64_t circuit_opens;    /* times the circuit opened */
     uint64_t circuit_closes;   /* times it closed again */
     int circuit_open;          /* 1 while open or probing, else 0 */
+    int circuit_state;         /* SLUICE_REDIS_CIRCUIT_* */
     uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_stats;
 
+/* The circuit's states (sluice_redis_stats.circuit_state; the gauge
+ * sluice_redis_circuit_state). */
+enum {
+    SLUICE_REDIS_CIRCUIT_CLOSED = 0,   /* calls go to Redis */
+    SLUICE_REDIS_CIRCUIT_OPEN = 1,     /* circuit_threshold consecutive
+                                          failures: calls fail at once
+                                          (err_circuit) until the backoff
+                                          ends; the next call probes */
+    SLUICE_REDIS_CIRCUIT_HALF_OPEN = 2 /* one call is probing Redis: its
+                                          success closes the circuit, its
+                                          failure opens it again with the
+                                          backoff doubled */
+};
+
 /* Copy the counters into `out`.  Thread-safe. */
 void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out);
+
+/* Expose the limiter in a metrics registry (sluice/metrics.h) under `name`,
+ * the value of its series' `limit` label: the families below, written by
+ * libsluice-redis through the registry's source interface
+ * (sluice_metrics_add_source), so the core library never links this one.
+ * Read with sluice_redis_stats_get() on each write: every value exact.
+ *
+ *   sluice_redis_requests_total{limit,decision}  allowed | denied
+ *   sluice_redis_round_trips_total{limit}        script calls sent
+ *   sluice_redis_fallbacks_total{limit}          decided by the failure
+ *                                                policy (Redis could not)
+ *   sluice_redis_errors_total{limit,kind}        connect | timeout | io |
+ *                                  protocol | reply | pool | circuit
+ *   sluice_redis_leases_total{limit}             leases taken
+ *   sluice_redis_lease_permits_total{limit,outcome}  taken | dropped
+ *                                  (unspent: leases are never returned)
+ *   sluice_redis_circuit_state{limit}            gauge, SLUICE_REDIS_CIRCUIT_*
+ *   sluice_redis_circuit_opens_total{limit}      times it opened
+ *
+ * docs/metrics.md and docs/redis.md say more.  Remove it with
+ * sluice_metrics_remove(m, r) before freeing r.  Returns
+ * sluice_metrics_add_source()'s answer: 0, SLUICE_EINVAL (NULL argument,
+ * bad or used name, r already added), SLUICE_EFULL, SLUICE_ENOMEM.
+ * Thread-safe. */
+int sluice_metrics_add_redis(sluice_metrics *m, const char *name, const sluice_redis *r);
 
 /* The Lua source of a script: 0 token-bucket, 1 sliding-approx; NULL for
  * another index.  Static storage.  Thread-safe. */

@@ -198,12 +198,14 @@ static void report(sr_conn *c, bool ok, int g, uint64_t *retry_at)
     pthread_mutex_unlock(&c->circ_mu);
 }
 
-int sluice__conn_circuit_open(sr_conn *c)
+int sluice__conn_circuit_state(sr_conn *c)
 {
     pthread_mutex_lock(&c->circ_mu);
-    int o = c->open ? 1 : 0;
+    int st = !c->open     ? SLUICE_REDIS_CIRCUIT_CLOSED
+             : c->probing ? SLUICE_REDIS_CIRCUIT_HALF_OPEN
+                          : SLUICE_REDIS_CIRCUIT_OPEN;
     pthread_mutex_unlock(&c->circ_mu);
-    return o;
+    return st;
 }
 
 /* ---- I/O with a deadline ------------------------------------------------ */

@@ -760,5 +760,6 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out)
     out->discarded = rd(&c->discarded);
     out->circuit_opens = rd(&c->circuit_opens);
     out->circuit_closes = rd(&c->circuit_closes);
-    out->circuit_open = sluice__conn_circuit_open(&m->conn);
+    out->circuit_state = sluice__conn_circuit_state(&m->conn);
+    out->circuit_open = out->circuit_state != SLUICE_REDIS_CIRCUIT_CLOSED;
 }

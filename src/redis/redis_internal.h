@@ -9,6 +9,8 @@
  *               send with MSG_NOSIGNAL, poll until the deadline)
  *   redis.c     the public API: configuration, the local tier (leases,
  *               remembered refusals, local limiters), policies, counters
+ *   metrics.c   the tier's series in a metrics registry, through the
+ *               core's source interface (sluice_metrics_add_redis)
  */
 #ifndef SLUICE_REDIS_INTERNAL_H
 #define SLUICE_REDIS_INTERNAL_H
@@ -127,7 +129,9 @@ SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *key,
 SR_INTERNAL int sluice__conn_ping(sr_conn *c, uint64_t deadline,
                                   uint64_t *retry_at);
 
-/* 1 while the circuit is open or probing. */
-SR_INTERNAL int sluice__conn_circuit_open(sr_conn *c);
+/* The circuit's state: SLUICE_REDIS_CIRCUIT_CLOSED, _OPEN (calls fail at
+ * once; the first after the backoff probes) or _HALF_OPEN (a probe is in
+ * flight). */
+SR_INTERNAL int sluice__conn_circuit_state(sr_conn *c);
 
 #endif /* SLUICE_REDIS_INTERNAL_H */
