@@ -1216,6 +1216,163 @@ static void test_blocking_wait_threads(void **state)
     sluice_limiter_free(lim);
 }
 
+/* ---- sources --------------------------------------------------------------- */
+
+/* A source of the test's: an object is an array of three counters. */
+static const sluice_metrics_family src_fams[] = {
+    {"sluice_test_things_total", "counter", "Things, by colour."},
+    {"sluice_test_level", "gauge", "A level."},
+    {"sluice_test_never_total", "counter", "A family with no sample: left out."},
+};
+
+static void src_write(const void *obj, size_t family, sluice_metrics_out *out)
+{
+    const uint64_t *v = obj;
+    if (family == 0) {
+        sluice_metrics_sample(out, "colour", "red", v[0]);
+        sluice_metrics_sample(out, "colour", "a\"b\\c\nd", v[1]); /* escaped */
+        sluice_metrics_sample(out, "colour", "\xff", 7);          /* not UTF-8: left out */
+        sluice_metrics_sample(out, "le", "x", 7);                 /* reserved: left out */
+        sluice_metrics_sample(out, "thing", "x", 7);              /* the object's label */
+        sluice_metrics_sample(out, "9x", "x", 7);                 /* not a label name */
+        sluice_metrics_sample(out, "colour", NULL, 7);            /* no value */
+    } else if (family == 1) {
+        sluice_metrics_sample(out, NULL, NULL, v[2]);
+    }
+    sluice_metrics_sample(NULL, NULL, NULL, 1); /* ignored */
+}
+
+static const sluice_metrics_source test_src = {"thing", src_fams, 3, src_write};
+
+static void test_sources(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_limiter *lim = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    assert_non_null(lim);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    uint64_t a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+    assert_int_equal(sluice_metrics_add_source(m, "a", a, &test_src), 0);
+    assert_int_equal(sluice_metrics_add_limiter(m, "a", lim), 0); /* another name space */
+    assert_int_equal(sluice_metrics_add_source(m, "a", b, &test_src), SLUICE_EINVAL); /* used */
+    assert_int_equal(sluice_metrics_add_source(m, "b", a, &test_src), SLUICE_EINVAL); /* added */
+    assert_int_equal(sluice_metrics_add_source(m, "b", b, &test_src), 0);
+    assert_int_equal(sluice_metrics_add_source(NULL, "c", b + 1, &test_src), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_source(m, NULL, b + 1, &test_src), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_source(m, "c", NULL, &test_src), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_add_source(m, "c", b + 1, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_count(m), 3);
+
+    char *got = render(m);
+    check_grammar(got);
+    const char *from = strstr(got, "# HELP sluice_test_things_total");
+    assert_non_null(from);
+    assert_non_null(strstr(got, "sluice_requests_total{limit=\"a\""));
+    assert_true(strstr(got, "sluice_requests_total{limit=\"a\"") < from); /* the core's first */
+    assert_string_equal(from,
+                        "# HELP sluice_test_things_total Things, by colour.\n"
+                        "# TYPE sluice_test_things_total counter\n"
+                        "sluice_test_things_total{thing=\"a\",colour=\"red\"} 1\n"
+                        "sluice_test_things_total{thing=\"a\",colour=\"a\\\"b\\\\c\\nd\"} 2\n"
+                        "sluice_test_things_total{thing=\"b\",colour=\"red\"} 10\n"
+                        "sluice_test_things_total{thing=\"b\",colour=\"a\\\"b\\\\c\\nd\"} 20\n"
+                        "# HELP sluice_test_level A level.\n"
+                        "# TYPE sluice_test_level gauge\n"
+                        "sluice_test_level{thing=\"a\"} 3\n"
+                        "sluice_test_level{thing=\"b\"} 30\n");
+    check_tools(got);
+    free(got);
+
+    /* a short buffer cuts the sources' lines whole too */
+    size_t need;
+    assert_int_equal(sluice_metrics_write(m, NULL, 0, &need), SLUICE_ENOSPC);
+    char *small = malloc(need);
+    assert_non_null(small);
+    assert_int_equal(sluice_metrics_write(m, small, need, NULL), SLUICE_ENOSPC);
+    size_t sl = strlen(small);
+    assert_true(sl > 0 && sl < need && small[sl - 1] == '\n');
+    assert_non_null(strstr(small, "sluice_test_level{thing=\"a\"} 3\n"));
+    assert_null(strstr(small, "sluice_test_level{thing=\"b\"}"));
+    free(small);
+
+    /* removed: its lines go; the other's stay */
+    assert_int_equal(sluice_metrics_remove(m, a), 0);
+    got = render(m);
+    assert_null(strstr(got, "thing=\"a\""));
+    assert_non_null(strstr(got, "sluice_test_level{thing=\"b\"} 30\n"));
+    free(got);
+    assert_int_equal(sluice_metrics_remove(m, b), 0);
+    got = render(m);
+    assert_null(strstr(got, "sluice_test_"));
+    free(got);
+
+    /* bad sources: each refused, nothing added */
+    sluice_metrics_family f[2];
+    sluice_metrics_source bad;
+    static const struct {
+        const char *label, *name, *type, *help;
+    } cases[] = {
+        {"thing", "sluice_requests_total", "counter", "a core family"},
+        {"thing", "sluice_acquire_wait_seconds_bucket", "counter", "a core family's line"},
+        {"thing", "other_total", "counter", "no sluice_ prefix"},
+        {"thing", "sluice_", "counter", "no name after the prefix"},
+        {"thing", "sluice_Things_total", "counter", "upper case"},
+        {"thing", "sluice_x-y_total", "counter", "a dash"},
+        {"thing", "sluice_things", "counter", "a counter without _total"},
+        {"thing", "sluice_things_total", "histogram", "a type we do not write"},
+        {"thing", "sluice_things_total", "counter", "a \\ backslash"},
+        {"thing", "sluice_things_total", "counter", "a\nnewline"},
+        {"thing", "sluice_things_total", "counter", ""},
+        {"le", "sluice_things_total", "counter", "the histograms' label"},
+        {"__x", "sluice_things_total", "counter", "a reserved label"},
+        {"1x", "sluice_things_total", "counter", "a label starting with a digit"},
+        {"", "sluice_things_total", "counter", "an empty label"},
+        {"a b", "sluice_things_total", "counter", "a space in the label"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        f[0] = (sluice_metrics_family){cases[i].name, cases[i].type, cases[i].help};
+        bad = (sluice_metrics_source){cases[i].label, f, 1, src_write};
+        if (sluice_metrics_add_source(m, "x", a, &bad) != SLUICE_EINVAL)
+            fail_msg("case %zu (%s) accepted", i, cases[i].help);
+    }
+    f[0] = (sluice_metrics_family){"sluice_x_total", "counter", "x"};
+    f[1] = f[0];
+    bad = (sluice_metrics_source){"thing", f, 2, src_write}; /* twice the same family */
+    assert_int_equal(sluice_metrics_add_source(m, "x", a, &bad), SLUICE_EINVAL);
+    bad = (sluice_metrics_source){"thing", f, 0, src_write}; /* no family */
+    assert_int_equal(sluice_metrics_add_source(m, "x", a, &bad), SLUICE_EINVAL);
+    bad = (sluice_metrics_source){"thing", f, 1, NULL}; /* no write */
+    assert_int_equal(sluice_metrics_add_source(m, "x", a, &bad), SLUICE_EINVAL);
+    bad = (sluice_metrics_source){"thing", NULL, 1, src_write};
+    assert_int_equal(sluice_metrics_add_source(m, "x", a, &bad), SLUICE_EINVAL);
+    /* another source may not reuse test_src's families */
+    bad = (sluice_metrics_source){"thing", src_fams + 1, 1, src_write};
+    assert_int_equal(sluice_metrics_add_source(m, "x", a, &bad), SLUICE_EINVAL);
+    assert_int_equal(sluice_metrics_count(m), 1);
+
+    /* at most SLUICE_METRICS_SOURCES_MAX distinct sources (test_src is one) */
+    static sluice_metrics_family many_f[SLUICE_METRICS_SOURCES_MAX + 1];
+    static sluice_metrics_source many[SLUICE_METRICS_SOURCES_MAX + 1];
+    static char names[SLUICE_METRICS_SOURCES_MAX + 1][32];
+    static uint64_t objs[SLUICE_METRICS_SOURCES_MAX + 1][3];
+    for (int i = 0; i <= SLUICE_METRICS_SOURCES_MAX; i++) {
+        snprintf(names[i], sizeof names[i], "sluice_many%d_total", i);
+        many_f[i] = (sluice_metrics_family){names[i], "counter", "many"};
+        many[i] = (sluice_metrics_source){"thing", &many_f[i], 1, src_write};
+        int rc = sluice_metrics_add_source(m, "o", objs[i], &many[i]);
+        assert_int_equal(rc, i < SLUICE_METRICS_SOURCES_MAX - 1 ? 0 : SLUICE_EFULL);
+    }
+    /* a source already known still takes objects */
+    assert_int_equal(sluice_metrics_add_source(m, "c", a, &test_src), 0);
+    got = render(m);
+    check_grammar(got);
+    free(got);
+
+    sluice_metrics_free(m);
+    sluice_limiter_free(lim);
+}
+
 static void test_concurrent(void **state)
 {
     (void)state;
@@ -1279,6 +1436,7 @@ int main(void)
         cmocka_unit_test(test_async_wait_window),
         cmocka_unit_test(test_blocking_wait_histogram),
         cmocka_unit_test(test_blocking_wait_threads),
+        cmocka_unit_test(test_sources),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
