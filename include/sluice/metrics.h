@@ -1,7 +1,8 @@
 /* sluice/metrics.h -- the library's counters in the Prometheus text format.
  *
- * A registry (sluice_metrics) holds named limiters, tables, timing wheels
- * and asynchronous queues; sluice_metrics_write() renders every counter they keep into a
+ * A registry (sluice_metrics) holds named limiters, tables, timing wheels,
+ * asynchronous queues and the objects of other libraries (sources: the
+ * Redis tier); sluice_metrics_write() renders every counter they keep into a
  * caller's buffer in the Prometheus text exposition format, version 0.0.4,
  * ready to be served at /metrics or written to a file for node_exporter's
  * textfile collector.  Every series, its type, labels and meaning are listed
@@ -106,7 +107,8 @@ int sluice_metrics_add_wheel(sluice_metrics *m, const char *name,
 int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
                              const sluice_queue *q);
 
-/* Stop exposing `obj` (a limiter, table, wheel or queue added before).  When it
+/* Stop exposing `obj` (a limiter, table, wheel, queue or source's object
+ * added before).  When it
  * returns, no sluice_metrics_write() touches obj any more: it may be freed.
  * Returns 0, SLUICE_ENOENT when obj is not in the registry, SLUICE_EINVAL
  * for a NULL argument.  Thread-safe, also while sluice_metrics_write()
