@@ -740,6 +740,75 @@ typedef int (*sluice_table_scan_fn)(const void *key, size_t keylen,
 int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
                       sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor);
 
+/* ---- tables shared between processes ---- */
+
+/* A table can live in memory that several processes map (nginx workers,
+ * gunicorn, PHP-FPM): every process decides on the same keys, so N
+ * processes share one limit, not N.  The handle is a sluice_table, process
+ * local: sluice_table_try_acquire(_at), _burst_at (one call per request),
+ * _peek_at, _remove, _reset, _scan, _stats_get and the metrics registry
+ * work on it as on any table, across processes (a decision is exactly the
+ * contract's for some order of every process's calls; stats count every
+ * process's decisions).  Not yet on a shared table: composite references
+ * (sluice_ref_key: SLUICE_EINVAL), sluice_table_set_top (SLUICE_EINVAL).
+ *
+ * The region holds no pointers and is never reallocated: keys of up to
+ * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table; a longer
+ * key is refused with SLUICE_EINVAL) live in it.  sliding-log and
+ * sliding-wheel keep a ring of up to min(N, L) entries per key (N the
+ * window's slots: PERIOD in ns for sliding-log), reserved for every key:
+ * min(N, L) must be below 65536 (1 MiB a key), else the spec is refused.
+ * Keys at rest are reclaimed when a new key needs room; when none is at
+ * rest, the policy of the flags (0: refuse with SLUICE_EFULL;
+ * SLUICE_TABLE_EVICT_LRU: evict) applies as in sluice_table_new_flags().
+ *
+ * A process killed at any instruction (SIGKILL) blocks no other for long --
+ * the next process that needs its lock takes it over within microseconds of
+ * noticing, and repairs the counts -- and loses at most the decision it was
+ * making; no other key is touched.  Every process must see the others'
+ * process ids (one pid namespace).  The design and the proof are in
+ * src/region_table.c. */
+
+/* The bytes a region for this table needs (a multiple of nothing in
+ * particular; map at least this much), or 0 with a one-line reason in err
+ * for a bad spec, max_keys (1 .. 2^32), max_key_bytes, or a ring bound
+ * too large.  Thread-safe. */
+size_t sluice_table_region_size(const char *spec, size_t max_keys,
+                                size_t max_key_bytes, char *err,
+                                size_t errlen);
+
+/* Place a table in caller memory of `size` bytes at `region` (64-byte
+ * aligned; shared by the processes, e.g. nginx's shared zone or an
+ * anonymous MAP_SHARED mapping made before fork).  A zeroed region is
+ * initialised once, however many processes race to attach; an initialised
+ * one is attached.  Refused (NULL, reason in err) when the region holds a
+ * table of another spec, max_keys, max_key_bytes, flags or layout version,
+ * when size is below sluice_table_region_size(), or when the region is
+ * neither zeroed nor a table.  flags: 0 or SLUICE_TABLE_EVICT_LRU
+ * (SLUICE_TABLE_RECLAIM_WHEN_FULL is accepted: it is how a shared table
+ * always reclaims).  The handle is process local: free it with
+ * sluice_table_free(), which leaves the region alone (the caller unmaps
+ * it).  A child forked after attaching may use the parent's handle.
+ * Thread-safe. */
+sluice_table *sluice_table_attach(void *region, size_t size, const char *spec,
+                                  size_t max_keys, size_t max_key_bytes,
+                                  unsigned flags, char *err, size_t errlen);
+
+/* A table in a named region that unrelated processes create or attach:
+ * `path` "/name" (one slash, at the start) is a POSIX shared memory object
+ * (shm_open; gone at reboot), anything else a file (mode 0600 when made).
+ * The first process sizes it; then as sluice_table_attach().  The handle
+ * owns its mapping: sluice_table_free() unmaps it, the object stays (see
+ * sluice_table_unlink).  Thread-safe. */
+sluice_table *sluice_table_open(const char *path, const char *spec,
+                                size_t max_keys, size_t max_key_bytes,
+                                unsigned flags, char *err, size_t errlen);
+
+/* Remove the name of a region made by sluice_table_open() (shm_unlink or
+ * unlink); processes that have it open keep using it.  Returns 0,
+ * SLUICE_ENOENT when there is no such name, SLUICE_EINVAL otherwise. */
+int sluice_table_unlink(const char *path);
+
 /* ------------------------------------------------------------------------ */
 /* Composite decisions: one request against several limits                   */
 

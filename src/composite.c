@@ -45,6 +45,7 @@
  */
 #include "internal.h"
 #include "composite.h"
+#include "region_table.h"
 
 #include <string.h>
 
@@ -162,7 +163,8 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
             pt->order = r->limiter;
         } else {
             pt->lim = NULL;
-            if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen))
+            if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen) ||
+                sluice__table_is_region(r->table)) /* not yet: README */
                 return bad_call(n, res, per_limit);
             pt->t = r->table;
             pt->key = r->key;

@@ -86,6 +86,9 @@ typedef struct sluice__log {
     uint32_t cap;         /* a power of two, or 0 */
     uint32_t head;        /* index of the oldest entry */
     uint32_t len;         /* entries in the ring */
+    uint32_t fixed;       /* 1: e is caller memory of cap entries, never
+                           * grown, shrunk or freed (a shared table's ring,
+                           * region_table.c); 0: the heap's */
     uint64_t base;        /* cum of the last entry retired (0 at start) */
 } sluice__log;
 

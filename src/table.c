@@ -74,6 +74,7 @@
 #include "topk.h"
 #include "wheel_core.h"
 #include "composite.h"
+#include "region_table.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -140,6 +141,7 @@ struct sluice_table {
     _Atomic uint64_t reclaimed, evicted, refused;
     sluice__counters counters;
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
+    sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
 };
 
 /* ---- entries ------------------------------------------------------------ */
@@ -653,9 +655,24 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     return n;
 }
 
+sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size_t max_keys,
+                                sluice__rtable *r)
+{
+    sluice_table *t = sluice__calloc64(sizeof *t);
+    if (!t) return NULL;
+    t->pf = *pf;
+    t->flags = flags;
+    t->max_keys = max_keys;
+    t->region = r;
+    return t;
+}
+
+bool sluice__table_is_region(const sluice_table *t) { return t->region != NULL; }
+
 void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
+    sluice__rtable_close(t->region);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
     sluice__free64(t);
@@ -815,6 +832,7 @@ static inline bool bad_key(const void *key, size_t keylen)
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
                                  uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
+    if (t->region) return sluice__rtable_try_acquire_at(t->region, key, keylen, permits, now_ns, res);
     if (bad_key(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         sluice__count(&t->counters, permits, false);
@@ -881,6 +899,19 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                          const size_t keylens[], const uint64_t permits[],
                                          uint64_t now_ns, sluice_result results[])
 {
+    if (t->region) { /* one call each */
+        size_t allowed = 0;
+        for (size_t i = 0; i < n; i++) {
+            sluice_result *res = results ? &results[i] : NULL;
+            if (!keys || !keylens) {
+                if (res) sluice__fail(res, SLUICE_EINVAL);
+                continue;
+            }
+            allowed += sluice__rtable_try_acquire_at(t->region, keys[i], keylens[i],
+                                                     permits ? permits[i] : 1, now_ns, res);
+        }
+        return allowed;
+    }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     const shard *s0 = &t->shards[0];
     const bool hint = (size_t)t->nshards * (s0->cap * sizeof(uint64_t) + s0->ecap * t->stride) >
@@ -949,6 +980,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
 
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
+    if (t->region) return sluice__rtable_stats_get(t->region, out);
     sluice_table *m = (sluice_table *)t; /* loads only */
     out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
@@ -961,7 +993,7 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 
 int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes)
 {
-    if (!t || atomic_load_explicit(&t->top, memory_order_acquire)) return SLUICE_EINVAL;
+    if (!t || t->region || atomic_load_explicit(&t->top, memory_order_acquire)) return SLUICE_EINVAL;
     if (counters < 1 || counters > SLUICE_TOP_COUNTERS_MAX || max_key_bytes < 1 ||
         max_key_bytes > SLUICE_TOP_KEY_MAX)
         return SLUICE_EINVAL;
@@ -1147,6 +1179,7 @@ static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
+    if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
@@ -1177,6 +1210,8 @@ static void key_state_of(const sluice_table *t, entry *e, sluice_key_state *out)
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
+    if (t && t->region)
+        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
     if (!t || !key_ok(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         if (state) memset(state, 0, sizeof *state);
@@ -1247,6 +1282,8 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
 {
+    if (t && t->region)
+        return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
     if (visited) *visited = 0;
     if (!t || !fn || !next_cursor || count == 0) return SLUICE_EINVAL;
     uint64_t k = cursor >> 32;

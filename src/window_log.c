@@ -87,6 +87,7 @@ static bool resize(sluice__log *lg, uint64_t want)
 
 static bool grow(sluice__log *lg)
 {
+    if (lg->fixed) return false; /* sized for its bound: never full */
     uint64_t want = lg->cap ? (uint64_t)lg->cap * 2 : RING_MIN;
     /* the ring never holds more than min(N, L) entries (each holds at least
      * one permit, in a distinct slot of the window), so it stops growing by
@@ -103,7 +104,7 @@ static bool grow(sluice__log *lg)
  * larger ring. */
 static void shrink(sluice__log *lg)
 {
-    if (lg->cap <= RING_MIN * 4 || lg->len > lg->cap / 4) return;
+    if (lg->fixed || lg->cap <= RING_MIN * 4 || lg->len > lg->cap / 4) return;
     (void)resize(lg, lg->cap / 2);
 }
 
@@ -196,7 +197,7 @@ static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
 static void fini(sluice__state *st)
 {
     sluice__log *lg = &st->u.log;
-    sluice__free(lg->e);
+    if (!lg->fixed) sluice__free(lg->e);
     memset(lg, 0, sizeof *lg);
 }
 

@@ -1,0 +1,1110 @@
+/* region_table.c -- a table in memory that several processes share.
+ *
+ * nginx workers, gunicorn, PHP-FPM: N processes with a table each get N
+ * times the limit.  This table lives in a region the caller maps into every
+ * process (nginx's shared zone, mapped before fork; or a named region,
+ * shm_open or a file, that unrelated processes attach), and every process
+ * decides on the same keys.  The algorithms are the library's rows
+ * (internal.h) on the same states as everywhere else; what is here is the
+ * placement, the locking and the crash argument.
+ *
+ * Layout: no pointers, only offsets from the region's start (each process
+ * maps it at its own address); nothing is allocated after creation.
+ *
+ *   header   512 bytes   init word, magic, layout version, the canonical
+ *                        spec, max_keys, max_key_bytes, flags, the sizes
+ *                        below, the SipHash seed, the count of keys
+ *   shards   128 bytes   S of them (one per 256 keys, up to 64): a lock
+ *                        word, the count of keys, a lower bound on the
+ *                        earliest rest time, the latest time seen, the
+ *                        decision counters
+ *   slots    stride      S x cap of them; shard k's are a linear-probing
+ *                        array of cap = ecap * 4/3 + 1 slots for at most
+ *                        ecap keys (load <= 0.75; ecap = max_keys / S plus
+ *                        6 standard deviations of a random spread, as
+ *                        table.c), the key's home ((tag * cap) >> 32) and
+ *                        shard (the top bits) from its SipHash-1-3 under
+ *                        the region's seed, so chosen keys cannot flood a
+ *                        probe run in any process
+ *
+ *   slot:  0  header word   kind (empty, live, tombstone) | the active copy
+ *                           (0/1) | key length | tag (hash's low 32 bits)
+ *          8  (unused)
+ *         16  copy 0, copy 1 the state, twice: 16 bytes each when it packs
+ *                           (limiter.c's 16-byte form), the ring's header
+ *                           (32 bytes: t_last, base, head, len) for the
+ *                           window logs, else a whole sluice__state (48)
+ *          .  key           max_key_bytes, rounded up to 16
+ *          .  ring          sliding-log and sliding-wheel: ring_cap
+ *                           entries of 16 bytes, ring_cap the power of two
+ *                           above min(N, L) (window_log.c: at most min(N,
+ *                           L) entries are ever held), at most 65536
+ *
+ * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
+ * about 90 bytes a key all-in; a sliding-log 100/s key 2 KiB more.
+ *
+ * Locking.  Each shard has one lock word: 0, or its holder's identity (pid
+ * and the low 31 bits of the process's start time, from /proc).  A
+ * decision locks its key's shard, looks the key up, decides, unlocks: as
+ * the in-process table's shard spin lock, one compare-and-swap and one
+ * store.  A waiter spins 64 pauses, then yields the CPU; from then on, each
+ * round it asks whether the holder still lives (kill(pid, 0) answering
+ * ESRCH; every 16th round also a start time that differs: the pid was
+ * reused), and takes the lock from a dead holder with a compare-and-swap,
+ * so two waiters cannot both take it.  Bound: a waiter waits for a live holder's critical section
+ * (one decision: a lookup of at most cap slots and the algorithm's O(log
+ * ring) work; or, when a key needs room, one sweep of the shard's cap
+ * slots), plus what the scheduler keeps the holder off a CPU; on a dead
+ * holder, for at most 64 pauses and one yield after it died, plus one
+ * kill() (16 yields and a read of /proc if its pid was reused meanwhile).  A holder stopped for ever (SIGSTOP, a
+ * debugger) stalls its shard as any lock would.  Every process must see the
+ * others' pids: one pid namespace.
+ *
+ * Crash argument (a process killed by SIGKILL at any instruction).  What a
+ * process writes into the region, and why every prefix of it is a valid
+ * table:
+ *
+ *  1. A decision on a held key writes the inactive copy of its state, then
+ *     flips the active bit of the slot's header word: one aligned 8-byte
+ *     store (release order).  Killed before the flip, the key keeps its old
+ *     state (the decision is lost); after it, the new.  Nothing else reads
+ *     the inactive copy.  The window logs also write their ring: a new
+ *     entry past the held ones (the ring's capacity exceeds the most it
+ *     holds, so that place is outside what the old header covers), or the
+ *     newest entry's running total in place (one 8-byte store); killed
+ *     before the flip, the old header then counts that admission's permits
+ *     (the lost decision was charged, never under-counted).
+ *  2. A new key: its bytes and its first state (copy 0) are written into a
+ *     slot whose header says empty or tombstone, then the header is stored
+ *     live: one store.  Before it, nothing reads those bytes.
+ *  3. Dropping a key (remove, reclaiming, eviction) stores its header as a
+ *     tombstone, then turns tombstones back into empty slots from the
+ *     dropped one backwards while the slot after is empty: each of those
+ *     stores leaves a valid probe array (a tombstone followed by an empty
+ *     slot ends every probe that reaches it, as an empty slot does).  No
+ *     key ever moves (no Robin Hood shifting, whose half-done shift could
+ *     not be told from a finished one).
+ *  4. Counts: the shard's count of keys and decision counters are written
+ *     after the store they count; the region's count of keys (max_keys) is
+ *     taken before a new key is stored and given back after a key is
+ *     dropped.  A kill between can leave them off by one.
+ *
+ * So a killed process leaves its shard's lock held and, at worst, its own
+ * decision lost and the counts off.  The waiter that takes the lock from
+ * the dead holder repairs the shard before using it: counts the live slots
+ * again, and forgets the rest-time bound (it sweeps at its next need).
+ * Then, with no lock held, it locks every shard in order (repairing any
+ * other that a dead process holds) and sets the region's count of keys to
+ * the sum of the shards' counts, exact again since nothing changes them
+ * while every shard is held.  Keys other than the one being decided are
+ * never written by a decision, so no other key is touched; the key being
+ * decided keeps its last complete state.
+ *
+ * Initialisation: the header's init word goes 0 (a zeroed region) -> busy
+ * (holder's identity; a compare-and-swap, so one process wins) -> ready,
+ * after every field and shard is written.  Others wait (bounded as above);
+ * if the initialiser dies, a waiter takes the word from it and initialises
+ * again (only the header and the shards are written: idempotent on a zeroed
+ * region).  Attaching to a ready region compares magic, layout version,
+ * the canonical spec, max_keys, max_key_bytes, the policy and the size, and
+ * refuses any difference with a message naming both values.
+ *
+ * Reclaiming keys at rest: lazily, when a new key finds its shard (or the
+ * table) full: the shard's slots are swept for keys whose rest time has
+ * passed, unless its lower bound on the earliest rest time (kept by every
+ * new key; admissions only move rest times later) says none can be; the
+ * other shards are swept too (one at a time, nothing held) before a refusal.
+ * Then the policy: refuse (SLUICE_EFULL, with a lower bound on the wait), or
+ * with SLUICE_TABLE_EVICT_LRU drop the oldest of 8 sampled keys of the
+ * shard.  As SLUICE_TABLE_RECLAIM_WHEN_FULL in table.c: held keys at rest
+ * stay counted until room is needed.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "composite.h"
+#include "region_table.h"
+#include "spin.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC 0x656c626174756c73ULL /* "slutable" */
+#define VERSION 1u
+#define HEAD_BYTES 512
+#define RING_MAX 65536u /* ring entries per key */
+#define LRU_SAMPLES 8
+#define NONE UINT32_MAX
+
+#define INIT_READY 1u
+#define BUSY ((uint64_t)1 << 63)
+
+/* A slot's header word. */
+enum { K_EMPTY = 0, K_LIVE = 1, K_TOMB = 2 };
+#define H_KIND(h) ((unsigned)((h) & 3u))
+#define H_ACTIVE(h) ((unsigned)((h) >> 2 & 1u))
+#define H_LEN(h) ((uint32_t)((h) >> 3 & 0x1fffffu))
+#define H_TAG(h) ((uint32_t)((h) >> 32))
+#define H_LIVE(tag, len, act) \
+    ((uint64_t)(tag) << 32 | (uint64_t)(len) << 3 | (uint64_t)(act) << 2 | K_LIVE)
+
+typedef struct rhead {
+    _Atomic uint64_t init; /* 0 zeroed, BUSY | owner, INIT_READY */
+    uint64_t magic;
+    uint32_t version, flags;
+    uint64_t need; /* bytes the layout takes */
+    uint64_t max_keys, max_key_bytes;
+    uint64_t seed[2];
+    uint32_t nshards, cap, ecap, stride;
+    uint32_t cb, ring_cap;
+    char spec[SLUICE_SPEC_MAX];
+    _Alignas(64) _Atomic uint64_t keys; /* keys held, <= max_keys */
+} rhead;
+_Static_assert(sizeof(rhead) <= HEAD_BYTES, "the header fits its bytes");
+_Static_assert(offsetof(rhead, keys) == 256, "where tests/test_region_table.c finds it");
+
+typedef struct rshard {
+    _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
+    _Atomic uint64_t count;             /* live slots */
+    _Atomic uint64_t due; /* <= the earliest rest time of the live keys */
+    uint64_t now;         /* the latest time a request showed the shard */
+    uint64_t rng;
+    _Atomic uint64_t allowed, denied, pallowed, pdenied, probes;
+    _Atomic uint64_t reclaimed, evicted, refused;
+} rshard;
+_Static_assert(sizeof(rshard) == 128, "two cache lines a shard");
+
+/* The ring's header, as a copy holds it. */
+typedef struct rring {
+    uint64_t t_last, base;
+    uint32_t head, len;
+    uint64_t pad_;
+} rring;
+
+/* Everything the arguments decide, computed alike by every process. */
+typedef struct layout {
+    sluice__profile pf;
+    bool ring;
+    uint64_t max_keys, max_key_bytes;
+    uint32_t nshards, shard_bits, cap, ecap, cb, ring_cap;
+    size_t stride, key_off, ring_off, slots_off, need;
+    char spec[SLUICE_SPEC_MAX];
+} layout;
+
+struct sluice__rtable {
+    layout L;
+    unsigned flags;
+    rhead *h;
+    rshard *sh;
+    unsigned char *slots;
+    void *map; /* sluice_table_open's mapping, unmapped on close */
+    size_t map_len;
+};
+
+/* ---- who we are, and whether a holder lives ----------------------------- */
+
+/* The start time of process pid (clock ticks since boot, /proc/PID/stat's
+ * 22nd field), or 0 when it cannot be read. */
+static uint64_t proc_start(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command may hold spaces and ')' */
+    if (!p) return 0;
+    p++;
+    for (int field = 3; field < 22; field++) { /* skip to field 22 */
+        p = strchr(p + 1, ' ');
+        if (!p) return 0;
+    }
+    return strtoull(p + 1, NULL, 10);
+}
+
+static _Atomic uint64_t self_id; /* 0 until asked, and again in a child */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void forget_self(void) { atomic_store_explicit(&self_id, 0, memory_order_relaxed); }
+static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, forget_self); }
+
+static inline uint64_t id_of(pid_t pid, uint64_t start)
+{
+    return (start & 0x7fffffffu) << 32 | (uint32_t)pid;
+}
+
+/* This process's identity for lock words: pid | low start-time bits << 32. */
+static uint64_t self(void)
+{
+    uint64_t v = atomic_load_explicit(&self_id, memory_order_relaxed);
+    if (v) return v;
+    pthread_once(&atfork_once, register_atfork);
+    pid_t pid = getpid();
+    v = id_of(pid, proc_start(pid));
+    atomic_store_explicit(&self_id, v, memory_order_relaxed);
+    return v;
+}
+
+/* Whether the process with identity id is gone: no such pid, or (when
+ * `reuse`, as the /proc read costs more) a pid now another process's. */
+static bool gone(uint64_t id, bool reuse)
+{
+    pid_t pid = (pid_t)(uint32_t)id;
+    if (pid <= 0) return true; /* no process has it */
+    if (pid == getpid()) return false;
+    if (kill(pid, 0) == -1 && errno == ESRCH) return true;
+    uint64_t start = id >> 32;
+    if (start == 0 || !reuse) return false;
+    uint64_t now = proc_start(pid);
+    return now != 0 && (now & 0x7fffffffu) != start; /* the pid was reused */
+}
+
+/* Take lock word *w for id me.  Returns true when it was taken from a dead
+ * holder (the caller repairs what it guards).  Bound: head comment. */
+static bool lock_word(_Atomic uint64_t *w, uint64_t me)
+{
+    uint64_t v = 0;
+    if (atomic_compare_exchange_strong_explicit(w, &v, me, memory_order_acquire,
+                                                memory_order_relaxed))
+        return false;
+    for (unsigned n = 0;; n++) {
+        v = atomic_load_explicit(w, memory_order_relaxed);
+        if (v == 0) {
+            if (atomic_compare_exchange_weak_explicit(w, &v, me, memory_order_acquire,
+                                                      memory_order_relaxed))
+                return false;
+            continue;
+        }
+        if (n >= 64 && gone(v, (n & 15) == 15) &&
+            atomic_compare_exchange_strong_explicit(w, &v, me, memory_order_acquire,
+                                                    memory_order_relaxed))
+            return true;
+        sluice__backoff(n);
+    }
+}
+
+/* ---- layout ------------------------------------------------------------- */
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, layout *L,
+                       char *err, size_t errlen)
+{
+    memset(L, 0, sizeof *L);
+    if (sluice__spec_parse(spec, &L->pf, err, errlen) != 0) return SLUICE_EINVAL;
+    if (max_keys < 1 || max_keys > ((size_t)1 << 32)) {
+        sluice__errf(err, errlen, "bad max_keys %zu: expected 1 .. 2^32", max_keys);
+        return SLUICE_EINVAL;
+    }
+    if (max_key_bytes > SLUICE_MAX_KEY_BYTES) {
+        sluice__errf(err, errlen, "bad max_key_bytes %zu: expected 0 .. %d", max_key_bytes,
+                     SLUICE_MAX_KEY_BYTES);
+        return SLUICE_EINVAL;
+    }
+    const sluice__profile *pf = &L->pf;
+    L->max_keys = max_keys;
+    L->max_key_bytes = max_key_bytes;
+    L->ring = pf->alg == SLUICE__SLIDING_LOG || pf->alg == SLUICE__SLIDING_WHEEL;
+    if (L->ring) {
+        const uint64_t bound = sluice__min_u64(pf->slots, pf->limit);
+        if (bound >= RING_MAX) {
+            sluice__errf(err, errlen,
+                         "%s keeps up to min(N, L) = %llu ring entries per key; a shared table "
+                         "holds at most %u (1 MiB per key): lower LIMIT or slots",
+                         pf->ops->name, (unsigned long long)bound, RING_MAX - 1);
+            return SLUICE_EINVAL;
+        }
+        uint32_t c = 4;
+        while (c < bound + 1) c *= 2; /* room beyond the most held: crash argument 1 */
+        L->ring_cap = c;
+        L->cb = sizeof(rring);
+    } else {
+        L->cb = pf->packed ? 16 : (uint32_t)round16(sizeof(sluice__state));
+    }
+    L->key_off = 16 + 2 * (size_t)L->cb;
+    L->ring_off = L->key_off + round16(max_key_bytes);
+    L->stride = L->ring_off + (size_t)L->ring_cap * sizeof(sluice__log_entry);
+    while (L->shard_bits < 6 && ((size_t)256 << L->shard_bits) < max_keys) L->shard_bits++;
+    L->nshards = 1u << L->shard_bits;
+    double per = (double)max_keys / L->nshards;
+    uint64_t ecap = L->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
+    if (ecap > max_keys) ecap = max_keys;
+    L->ecap = (uint32_t)ecap;
+    L->cap = (uint32_t)(ecap + ecap / 3 + 1);
+    L->slots_off = HEAD_BYTES + (size_t)L->nshards * sizeof(rshard);
+    const u128 need = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride;
+    if (need > ((u128)1 << 46)) {
+        sluice__errf(err, errlen,
+                     "a region for %zu keys of %zu bytes under \"%s\" would take more than 64 TiB",
+                     max_keys, max_key_bytes, spec);
+        return SLUICE_EINVAL;
+    }
+    L->need = (size_t)need;
+    if (sluice__spec_format(pf, L->spec, sizeof L->spec) < 0) {
+        sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
+        return SLUICE_EINVAL;
+    }
+    return 0;
+}
+
+size_t sluice_table_region_size(const char *spec, size_t max_keys, size_t max_key_bytes,
+                                char *err, size_t errlen)
+{
+    layout L;
+    if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return 0;
+    return L.need;
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+static inline unsigned char *slot_at(const sluice__rtable *r, uint32_t k, uint32_t i)
+{
+    return r->slots + ((size_t)k * r->L.cap + i) * r->L.stride;
+}
+static inline _Atomic uint64_t *hdr_of(unsigned char *s) { return (_Atomic uint64_t *)s; }
+static inline uint64_t hdr_get(unsigned char *s)
+{
+    return atomic_load_explicit(hdr_of(s), memory_order_acquire);
+}
+static inline void hdr_set(unsigned char *s, uint64_t v)
+{
+    atomic_store_explicit(hdr_of(s), v, memory_order_release);
+}
+static inline unsigned char *copy_of(const sluice__rtable *r, unsigned char *s, unsigned c)
+{
+    return s + 16 + (size_t)c * r->L.cb;
+}
+
+/* A fresh state for slot s (the window logs' ring is s's). */
+static void state_fresh(const sluice__rtable *r, unsigned char *s, sluice__state *st)
+{
+    sluice__state_init(&r->L.pf, st);
+    if (r->L.ring) {
+        st->u.log.e = (sluice__log_entry *)(void *)(s + r->L.ring_off);
+        st->u.log.cap = r->L.ring_cap;
+        st->u.log.fixed = 1;
+    }
+}
+
+/* The state of slot s, whose header word is h. */
+static void state_load(const sluice__rtable *r, unsigned char *s, uint64_t h, sluice__state *st)
+{
+    const unsigned char *c = copy_of(r, s, H_ACTIVE(h));
+    if (r->L.pf.packed) {
+        uint64_t w[2];
+        memcpy(w, c, sizeof w);
+        sluice__state_unpack(&r->L.pf, w, st);
+    } else if (r->L.ring) {
+        rring g;
+        memcpy(&g, c, sizeof g);
+        state_fresh(r, s, st);
+        st->t_last = g.t_last;
+        st->u.log.base = g.base;
+        st->u.log.head = g.head;
+        st->u.log.len = g.len;
+    } else {
+        memcpy(st, c, sizeof *st);
+    }
+}
+
+/* Write st into copy c of slot s (not the active one). */
+static void state_write(const sluice__rtable *r, unsigned char *s, unsigned c,
+                        const sluice__state *st)
+{
+    unsigned char *d = copy_of(r, s, c);
+    if (r->L.pf.packed) {
+        uint64_t w[2];
+        sluice__state_pack(&r->L.pf, st, w);
+        memcpy(d, w, sizeof w);
+    } else if (r->L.ring) {
+        rring g = {.t_last = st->t_last, .base = st->u.log.base, .head = st->u.log.head,
+                   .len = st->u.log.len};
+        memcpy(d, &g, sizeof g);
+    } else {
+        memcpy(d, st, sizeof *st);
+    }
+}
+
+/* Commit st to slot s (header h): the inactive copy, then the flip. */
+static void state_commit(const sluice__rtable *r, unsigned char *s, uint64_t h,
+                         const sluice__state *st)
+{
+    state_write(r, s, H_ACTIVE(h) ^ 1u, st);
+    hdr_set(s, h ^ (1u << 2));
+}
+
+static inline void bump(_Atomic uint64_t *c, uint64_t n) /* shard locked */
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* ---- shards ------------------------------------------------------------- */
+
+/* Recount a shard taken from a dead holder (locked). */
+static void repair(sluice__rtable *r, uint32_t k)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < r->L.cap; i++) n += H_KIND(hdr_get(slot_at(r, k, i))) == K_LIVE;
+    atomic_store_explicit(&r->sh[k].count, n, memory_order_relaxed);
+    atomic_store_explicit(&r->sh[k].due, 0, memory_order_relaxed); /* unknown */
+}
+
+/* Lock shard k; *stolen is set when a dead holder's lock was taken. */
+static void shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
+{
+    if (lock_word(&r->sh[k].lock, self())) {
+        repair(r, k);
+        *stolen = true;
+    }
+}
+
+static void shard_unlock(sluice__rtable *r, uint32_t k)
+{
+    atomic_store_explicit(&r->sh[k].lock, 0, memory_order_release);
+}
+
+/* After a repair: the region's count of keys, from the shards' (every
+ * shard held, nothing held on entry). */
+static void resync(sluice__rtable *r)
+{
+    bool stolen = false;
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        shard_lock(r, k, &stolen);
+        n += atomic_load_explicit(&r->sh[k].count, memory_order_relaxed);
+    }
+    atomic_store_explicit(&r->h->keys, n, memory_order_relaxed);
+    for (uint32_t k = r->L.nshards; k-- > 0;) shard_unlock(r, k);
+}
+
+static inline uint32_t shard_of(const sluice__rtable *r, uint64_t hash)
+{
+    return r->L.shard_bits ? (uint32_t)(hash >> (64 - r->L.shard_bits)) : 0;
+}
+
+/* The slot holding key in shard k (locked), or NONE; *freep receives the
+ * first reusable slot of the probe (a tombstone, or the empty slot that
+ * ended it), NONE when there is none. */
+static uint32_t find(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                     size_t keylen, uint32_t *freep)
+{
+    const uint32_t cap = r->L.cap;
+    uint32_t i = (uint32_t)(((uint64_t)tag * cap) >> 32), fr = NONE;
+    for (uint32_t d = 0; d < cap; d++) {
+        unsigned char *s = slot_at(r, k, i);
+        const uint64_t h = hdr_get(s);
+        const unsigned kind = H_KIND(h);
+        if (kind == K_EMPTY) {
+            if (fr == NONE) fr = i;
+            break;
+        }
+        if (kind == K_TOMB) {
+            if (fr == NONE) fr = i;
+        } else if (H_TAG(h) == tag && H_LEN(h) == keylen &&
+                   (keylen == 0 || memcmp(s + r->L.key_off, key, keylen) == 0)) {
+            *freep = fr;
+            return i;
+        }
+        if (++i == cap) i = 0;
+    }
+    *freep = fr;
+    return NONE;
+}
+
+/* Drop the key of slot i of shard k (locked): crash argument 3. */
+static void drop(sluice__rtable *r, uint32_t k, uint32_t i)
+{
+    const uint32_t cap = r->L.cap;
+    hdr_set(slot_at(r, k, i), K_TOMB);
+    bump(&r->sh[k].count, (uint64_t)-1);
+    atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
+    if (H_KIND(hdr_get(slot_at(r, k, i + 1 == cap ? 0 : i + 1))) != K_EMPTY) return;
+    for (uint32_t n = 0, j = i; n < cap && H_KIND(hdr_get(slot_at(r, k, j))) == K_TOMB; n++) {
+        hdr_set(slot_at(r, k, j), K_EMPTY);
+        j = j ? j - 1 : cap - 1;
+    }
+}
+
+/* Drop every key of shard k (locked) at rest by now; the shard's bound on
+ * the earliest rest time becomes exact.  Returns the keys dropped. */
+static uint32_t sweep(sluice__rtable *r, uint32_t k, uint64_t now)
+{
+    uint32_t freed = 0;
+    uint64_t first = UINT64_MAX;
+    for (uint32_t i = 0; i < r->L.cap; i++) {
+        unsigned char *s = slot_at(r, k, i);
+        const uint64_t h = hdr_get(s);
+        if (H_KIND(h) != K_LIVE) continue;
+        sluice__state st;
+        state_load(r, s, h, &st);
+        const uint64_t rest = sluice__rest_at(&r->L.pf, &st);
+        if (rest <= now) {
+            drop(r, k, i);
+            bump(&r->sh[k].reclaimed, 1);
+            freed++;
+        } else if (rest < first) {
+            first = rest;
+        }
+    }
+    atomic_store_explicit(&r->sh[k].due, first, memory_order_relaxed);
+    return freed;
+}
+
+/* Drop the least recently admitted of LRU_SAMPLES sampled keys of shard k
+ * (locked, holding at least one key). */
+static void evict_one(sluice__rtable *r, uint32_t k)
+{
+    rshard *sh = &r->sh[k];
+    const uint32_t cap = r->L.cap;
+    uint32_t best = NONE;
+    uint64_t best_t = UINT64_MAX;
+    for (int n = 0; n < LRU_SAMPLES; n++) {
+        sh->rng ^= sh->rng << 13;
+        sh->rng ^= sh->rng >> 7;
+        sh->rng ^= sh->rng << 17;
+        uint32_t i = (uint32_t)(((sh->rng >> 32) * cap) >> 32);
+        for (uint32_t d = 0; d < cap; d++, i = i + 1 == cap ? 0 : i + 1) {
+            unsigned char *s = slot_at(r, k, i);
+            const uint64_t h = hdr_get(s);
+            if (H_KIND(h) != K_LIVE) continue;
+            sluice__state st;
+            state_load(r, s, h, &st);
+            if (st.t_last < best_t || best == NONE) {
+                best_t = st.t_last;
+                best = i;
+            }
+            break;
+        }
+    }
+    if (best == NONE) return;
+    drop(r, k, best);
+    bump(&sh->evicted, 1);
+}
+
+/* Take one of the region's max_keys places. */
+static bool reserve(sluice__rtable *r)
+{
+    uint64_t n = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
+    do {
+        if (n >= r->L.max_keys) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&r->h->keys, &n, n + 1,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return true;
+}
+
+/* Room for a new key in shard k (locked) at time now: a place reserved. */
+static bool make_room(sluice__rtable *r, uint32_t k, uint64_t now)
+{
+    rshard *sh = &r->sh[k];
+    const uint64_t count = atomic_load_explicit(&sh->count, memory_order_relaxed);
+    if (count < r->L.ecap && reserve(r)) return true;
+    if (atomic_load_explicit(&sh->due, memory_order_relaxed) <= now && sweep(r, k, now) &&
+        atomic_load_explicit(&sh->count, memory_order_relaxed) < r->L.ecap && reserve(r))
+        return true;
+    if ((r->flags & SLUICE_TABLE_EVICT_LRU) && atomic_load_explicit(&sh->count, memory_order_relaxed)) {
+        evict_one(r, k);
+        if (atomic_load_explicit(&sh->count, memory_order_relaxed) < r->L.ecap && reserve(r))
+            return true;
+    }
+    return false;
+}
+
+/* A lower bound on the wait until some held key comes to rest, or -1. */
+static int64_t full_retry(const sluice__rtable *r, uint64_t now)
+{
+    uint64_t first = UINT64_MAX;
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        uint64_t d = atomic_load_explicit(&r->sh[k].due, memory_order_relaxed);
+        if (d < first) first = d;
+    }
+    if (first == UINT64_MAX) return -1;
+    return first > now ? (int64_t)sluice__min_u64(first - now, INT64_MAX) : 1;
+}
+
+/* Sweep the shards other than k, one at a time, for keys at rest by now
+ * (nothing held on entry).  Returns whether any was dropped. */
+static bool reclaim_others(sluice__rtable *r, uint32_t k, uint64_t now, bool *stolen)
+{
+    bool any = false;
+    for (uint32_t o = 0; o < r->L.nshards; o++) {
+        if (o == k || atomic_load_explicit(&r->sh[o].due, memory_order_relaxed) > now) continue;
+        shard_lock(r, o, stolen);
+        any |= sweep(r, o, now > r->sh[o].now ? now : r->sh[o].now) > 0;
+        shard_unlock(r, o);
+    }
+    return any;
+}
+
+/* ---- decisions ---------------------------------------------------------- */
+
+static inline bool key_ok(const sluice__rtable *r, const void *key, size_t keylen)
+{
+    return keylen <= r->L.max_key_bytes && (key || !keylen);
+}
+
+/* One decision in shard k (locked).  *full: refused for want of room. */
+static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                          size_t keylen, uint64_t permits, uint64_t now, sluice_result *res,
+                          bool *full)
+{
+    rshard *sh = &r->sh[k];
+    const sluice__profile *pf = &r->L.pf;
+    *full = false;
+    if (now > sh->now) sh->now = now;
+    uint32_t fr;
+    uint32_t i = find(r, k, tag, key, keylen, &fr);
+    sluice__state st;
+    if (i != NONE) {
+        unsigned char *s = slot_at(r, k, i);
+        const uint64_t h = hdr_get(s);
+        state_load(r, s, h, &st);
+        bool ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
+        if (ok && permits) state_commit(r, s, h, &st); /* only an admission writes */
+        return ok;
+    }
+    if (permits == 0 || permits > pf->capacity) { /* a fresh limiter's probe or refusal */
+        sluice__state_init(pf, &st);
+        return sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
+    }
+    if (!make_room(r, k, sh->now)) {
+        *full = true;
+        if (res) {
+            sluice__deny(res, 0, full_retry(r, sh->now));
+            res->error = SLUICE_EFULL;
+        }
+        return false;
+    }
+    (void)find(r, k, tag, key, keylen, &fr); /* room may have moved the first free slot */
+    unsigned char *s = slot_at(r, k, fr);    /* fr exists: count < ecap < cap */
+    state_fresh(r, s, &st);
+    if (!sluice__decide(pf, &st, now, permits, UINT64_MAX, res)) { /* cannot happen */
+        atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
+        return false;
+    }
+    if (keylen) memcpy(s + r->L.key_off, key, keylen);
+    state_write(r, s, 0, &st);
+    hdr_set(s, H_LIVE(tag, keylen, 0)); /* published: crash argument 2 */
+    bump(&sh->count, 1);
+    const uint64_t rest = sluice__rest_at(pf, &st);
+    if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
+        atomic_store_explicit(&sh->due, rest, memory_order_relaxed);
+    return true;
+}
+
+static void count_decision(rshard *sh, uint64_t permits, bool ok, bool full)
+{
+    if (permits == 0) bump(&sh->probes, 1);
+    else if (ok) bump(&sh->allowed, 1);
+    else bump(&sh->denied, 1);
+    if (permits) {
+        _Atomic uint64_t *c = ok ? &sh->pallowed : &sh->pdenied;
+        uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+        atomic_store_explicit(c, v + permits < v ? UINT64_MAX : v + permits, memory_order_relaxed);
+    }
+    if (full) bump(&sh->refused, 1);
+}
+
+bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
+                                   uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+    if (!key_ok(r, key, keylen)) {
+        if (res) sluice__fail(res, SLUICE_EINVAL);
+        return false;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (!key) key = "";
+    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    const uint32_t k = shard_of(r, hash);
+    bool stolen = false, full;
+    shard_lock(r, k, &stolen);
+    bool ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &full);
+    if (full) { /* keys at rest elsewhere may make room: once more */
+        const uint64_t now = r->sh[k].now;
+        shard_unlock(r, k);
+        if (r->L.nshards > 1 && reclaim_others(r, k, now, &stolen)) {
+            shard_lock(r, k, &stolen);
+            ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &full);
+        } else {
+            shard_lock(r, k, &stolen);
+        }
+    }
+    count_decision(&r->sh[k], permits, ok, full);
+    shard_unlock(r, k);
+    if (stolen) resync(r);
+    return ok;
+}
+
+int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
+{
+    if (!key_ok(r, key, keylen)) return SLUICE_EINVAL;
+    if (!key) key = "";
+    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    const uint32_t k = shard_of(r, hash);
+    bool stolen = false;
+    uint32_t fr;
+    shard_lock(r, k, &stolen);
+    uint32_t i = find(r, k, (uint32_t)hash, key, keylen, &fr);
+    if (i != NONE) drop(r, k, i);
+    shard_unlock(r, k);
+    if (stolen) resync(r);
+    return i == NONE ? SLUICE_ENOENT : 0;
+}
+
+int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t permits,
+                           uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    if (!key_ok(r, key, keylen)) {
+        if (res) sluice__fail(res, SLUICE_EINVAL);
+        if (state) memset(state, 0, sizeof *state);
+        return SLUICE_EINVAL;
+    }
+    if (!key) key = "";
+    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    const uint32_t k = shard_of(r, hash);
+    bool stolen = false;
+    uint32_t fr;
+    sluice_result out = {0};
+    sluice__state st, tmp;
+    shard_lock(r, k, &stolen);
+    uint32_t i = find(r, k, (uint32_t)hash, key, keylen, &fr);
+    if (i == NONE) {
+        shard_unlock(r, k);
+        sluice__state_init(&r->L.pf, &st);
+        sluice__judge(&r->L.pf, &st, &tmp, now_ns, permits, &out);
+        if (state) memset(state, 0, sizeof *state);
+    } else {
+        unsigned char *s = slot_at(r, k, i);
+        state_load(r, s, hdr_get(s), &st);
+        /* judged without writing: on a copy, or by the window logs' judge,
+         * which only reads the ring */
+        sluice__judge(&r->L.pf, &st, &tmp, now_ns, permits, &out);
+        if (state) {
+            state->last_ns = st.t_last;
+            state->rest_ns = sluice__rest_at(&r->L.pf, &st);
+        }
+        shard_unlock(r, k);
+    }
+    if (stolen) resync(r);
+    if (res) *res = out;
+    return i == NONE ? SLUICE_ENOENT : 0;
+}
+
+void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->keys = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        rshard *sh = &r->sh[k];
+#define RD(f) atomic_load_explicit(&sh->f, memory_order_relaxed)
+        out->reclaimed += RD(reclaimed);
+        out->evicted += RD(evicted);
+        out->refused += RD(refused);
+        out->decisions.requests_allowed += RD(allowed);
+        out->decisions.requests_denied += RD(denied);
+        out->decisions.probes += RD(probes);
+        uint64_t a = out->decisions.permits_allowed, d = out->decisions.permits_denied;
+        out->decisions.permits_allowed = a + RD(pallowed) < a ? UINT64_MAX : a + RD(pallowed);
+        out->decisions.permits_denied = d + RD(pdenied) < d ? UINT64_MAX : d + RD(pdenied);
+#undef RD
+    }
+}
+
+/* The scan: the cursor is shard k << 32 | slot i, the next place to look
+ * at; 0 starts and ends a scan.  Keys never move while held (no shifting),
+ * so a key held for the whole scan is met at its slot, once. */
+int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
+                        sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                        size_t *visited)
+{
+    if (visited) *visited = 0;
+    if (!fn || !next_cursor || count == 0) return SLUICE_EINVAL;
+    uint64_t k = cursor >> 32;
+    uint32_t i = (uint32_t)cursor;
+    if (k >= r->L.nshards || i >= r->L.cap) return SLUICE_EINVAL;
+    unsigned char *buf = sluice__malloc(r->L.max_key_bytes);
+    if (!buf) return SLUICE_ENOMEM;
+    size_t work = 0;
+    int rc = 0;
+    bool stolen = false;
+    while (k < r->L.nshards && work < count && rc == 0) {
+        sluice_key_state ks;
+        size_t len = 0;
+        bool found = false;
+        shard_lock(r, (uint32_t)k, &stolen);
+        while (i < r->L.cap && work < count && !found) {
+            unsigned char *s = slot_at(r, (uint32_t)k, i);
+            const uint64_t h = hdr_get(s);
+            work++;
+            i++;
+            if (H_KIND(h) != K_LIVE) continue;
+            sluice__state st;
+            state_load(r, s, h, &st);
+            len = H_LEN(h);
+            memcpy(buf, s + r->L.key_off, len);
+            ks.last_ns = st.t_last;
+            ks.rest_ns = sluice__rest_at(&r->L.pf, &st);
+            found = true;
+        }
+        shard_unlock(r, (uint32_t)k);
+        if (i == r->L.cap) {
+            k++;
+            i = 0;
+        }
+        if (found) rc = fn(buf, len, &ks, arg); /* unlocked: fn may call the table */
+    }
+    sluice__free(buf);
+    if (stolen) resync(r);
+    *next_cursor = k >= r->L.nshards ? 0 : (k << 32 | i);
+    if (visited) *visited = work;
+    return rc;
+}
+
+/* ---- attaching ---------------------------------------------------------- */
+
+/* Write the header and the shards of a zeroed region (init word held). */
+static void initialise(void *region, const layout *L, unsigned flags)
+{
+    rhead *h = region;
+    h->magic = MAGIC;
+    h->version = VERSION;
+    h->flags = flags;
+    h->need = L->need;
+    h->max_keys = L->max_keys;
+    h->max_key_bytes = L->max_key_bytes;
+    sluice__random_seed(h->seed);
+    h->nshards = L->nshards;
+    h->cap = L->cap;
+    h->ecap = L->ecap;
+    h->stride = (uint32_t)L->stride;
+    h->cb = L->cb;
+    h->ring_cap = L->ring_cap;
+    memcpy(h->spec, L->spec, sizeof h->spec);
+    atomic_store_explicit(&h->keys, 0, memory_order_relaxed);
+    rshard *sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
+    for (uint32_t k = 0; k < L->nshards; k++) {
+        memset(&sh[k], 0, sizeof sh[k]);
+        atomic_store_explicit(&sh[k].due, UINT64_MAX, memory_order_relaxed);
+        sh[k].rng = h->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
+    }
+}
+
+/* The difference between an initialised header and the layout, as a
+ * message; 0 when they agree. */
+static int check_header(const rhead *h, const layout *L, unsigned flags, size_t size,
+                        char *err, size_t errlen)
+{
+    if (h->magic != MAGIC) {
+        sluice__errf(err, errlen, "the region does not hold a sluice table (bad magic)");
+        return SLUICE_EINVAL;
+    }
+    if (h->version != VERSION) {
+        sluice__errf(err, errlen,
+                     "the region holds a table of layout version %u; this library reads version %u",
+                     h->version, VERSION);
+        return SLUICE_EINVAL;
+    }
+    char spec[SLUICE_SPEC_MAX];
+    memcpy(spec, h->spec, sizeof spec);
+    spec[sizeof spec - 1] = 0;
+    if (strcmp(spec, L->spec) != 0) {
+        sluice__errf(err, errlen, "the region holds a table of spec \"%s\", not \"%s\"", spec,
+                     L->spec);
+        return SLUICE_EINVAL;
+    }
+    if (h->max_keys != L->max_keys || h->max_key_bytes != L->max_key_bytes) {
+        sluice__errf(err, errlen,
+                     "the region holds a table of max_keys %llu and max_key_bytes %llu, not %llu and %llu",
+                     (unsigned long long)h->max_keys, (unsigned long long)h->max_key_bytes,
+                     (unsigned long long)L->max_keys, (unsigned long long)L->max_key_bytes);
+        return SLUICE_EINVAL;
+    }
+    if (h->flags != flags) {
+        sluice__errf(err, errlen, "the region's table %s when full, not %s",
+                     h->flags ? "evicts (evict-lru)" : "refuses",
+                     flags ? "evicts (evict-lru)" : "refuses");
+        return SLUICE_EINVAL;
+    }
+    if (h->need != L->need || h->nshards != L->nshards || h->cap != L->cap ||
+        h->stride != L->stride || h->ring_cap != L->ring_cap) {
+        sluice__errf(err, errlen, "the region's layout (%llu bytes) differs from this one's (%zu)",
+                     (unsigned long long)h->need, L->need);
+        return SLUICE_EINVAL;
+    }
+    if (size < L->need) {
+        sluice__errf(err, errlen, "a region of %zu bytes is too small: this table needs %zu",
+                     size, L->need);
+        return SLUICE_EINVAL;
+    }
+    return 0;
+}
+
+static sluice_table *attach(void *region, size_t size, const char *spec, size_t max_keys,
+                            size_t max_key_bytes, unsigned flags, void *map, size_t map_len,
+                            char *err, size_t errlen)
+{
+    layout L;
+    if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return NULL;
+    if (flags & ~(SLUICE_TABLE_EVICT_LRU | SLUICE_TABLE_RECLAIM_WHEN_FULL)) {
+        sluice__errf(err, errlen, "bad flags 0x%x", flags);
+        return NULL;
+    }
+    flags &= SLUICE_TABLE_EVICT_LRU; /* a region table always reclaims when full */
+    if (!region || ((uintptr_t)region & 63) != 0) {
+        sluice__errf(err, errlen, "the region must be 64-byte aligned (a mapping is)");
+        return NULL;
+    }
+    if (size < L.need) {
+        if (size >= HEAD_BYTES &&
+            atomic_load_explicit(&((rhead *)region)->init, memory_order_acquire) == INIT_READY)
+            (void)check_header(region, &L, flags, size, err, errlen); /* names what differs */
+        else
+            sluice__errf(err, errlen, "a region of %zu bytes is too small: this table needs %zu",
+                         size, L.need);
+        return NULL;
+    }
+    rhead *h = region;
+    const uint64_t me = self();
+    for (unsigned n = 0;; n++) {
+        uint64_t v = atomic_load_explicit(&h->init, memory_order_acquire);
+        if (v == INIT_READY) break;
+        if (v != 0 && !(v & BUSY)) {
+            sluice__errf(err, errlen, "the region is neither zeroed nor a sluice table");
+            return NULL;
+        }
+        bool mine = false;
+        if (v == 0) /* a zeroed region: one process wins the right to initialise */
+            mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
+                                                           memory_order_acquire,
+                                                           memory_order_relaxed);
+        else if (n >= 64 && gone(v & ~BUSY, (n & 15) == 15)) /* its initialiser died */
+            mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
+                                                           memory_order_acquire,
+                                                           memory_order_relaxed);
+        if (mine) {
+            initialise(region, &L, flags);
+            atomic_store_explicit(&h->init, INIT_READY, memory_order_release);
+            break;
+        }
+        sluice__backoff(n);
+    }
+    if (check_header(h, &L, flags, size, err, errlen) != 0) return NULL;
+    sluice__rtable *r = sluice__calloc64(sizeof *r);
+    if (!r) goto oom;
+    r->L = L;
+    r->flags = flags;
+    r->h = h;
+    r->sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
+    r->slots = (unsigned char *)region + L.slots_off;
+    sluice_table *t = sluice__table_wrap(&L.pf, flags, max_keys, r);
+    if (!t) goto oom;
+    r->map = map;
+    r->map_len = map_len;
+    return t;
+oom:
+    sluice__free64(r);
+    sluice__errf(err, errlen, "out of memory");
+    return NULL;
+}
+
+sluice_table *sluice_table_attach(void *region, size_t size, const char *spec, size_t max_keys,
+                                  size_t max_key_bytes, unsigned flags, char *err,
+                                  size_t errlen)
+{
+    return attach(region, size, spec, max_keys, max_key_bytes, flags, NULL, 0, err, errlen);
+}
+
+void sluice__rtable_close(sluice__rtable *r)
+{
+    if (!r) return;
+    if (r->map) munmap(r->map, r->map_len);
+    sluice__free64(r);
+}
+
+/* "/name" (one slash, at the start) is a POSIX shared memory object. */
+static bool is_shm_name(const char *path)
+{
+    return path[0] == '/' && path[1] != 0 && strchr(path + 1, '/') == NULL;
+}
+
+sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_keys,
+                                size_t max_key_bytes, unsigned flags, char *err, size_t errlen)
+{
+    if (!path || !*path) {
+        sluice__errf(err, errlen, "no path");
+        return NULL;
+    }
+    layout L;
+    if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return NULL;
+    const bool shm = is_shm_name(path);
+    int fd = shm ? shm_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
+                 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        sluice__errf(err, errlen, "cannot open %s \"%s\": %s", shm ? "shared memory" : "file",
+                     path, strerror(errno));
+        return NULL;
+    }
+    /* the size is set once, by whoever finds the object empty; the lock
+     * (released by the kernel if its holder dies) keeps two from racing */
+    struct stat sb;
+    void *map = MAP_FAILED;
+    size_t len = 0;
+    int e = 0;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            e = errno;
+            break;
+        }
+    if (!e && fstat(fd, &sb) != 0) e = errno;
+    if (!e && sb.st_size == 0 && ftruncate(fd, (off_t)L.need) != 0) e = errno;
+    if (!e && sb.st_size == 0) sb.st_size = (off_t)L.need;
+    (void)flock(fd, LOCK_UN);
+    if (e) {
+        sluice__errf(err, errlen, "cannot size \"%s\": %s", path, strerror(e));
+        close(fd);
+        return NULL;
+    }
+    len = (size_t)sb.st_size;
+    if ((off_t)len != sb.st_size || len < HEAD_BYTES) {
+        sluice__errf(err, errlen, "\"%s\" has %lld bytes; this table needs %zu", path,
+                     (long long)sb.st_size, L.need);
+        close(fd);
+        return NULL;
+    }
+    map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    e = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        sluice__errf(err, errlen, "cannot map \"%s\": %s", path, strerror(e));
+        return NULL;
+    }
+    sluice_table *t = attach(map, len, spec, max_keys, max_key_bytes, flags, map, len, err, errlen);
+    if (!t) {
+        munmap(map, len);
+        /* name the object in the reason */
+        if (err && errlen) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", err);
+            sluice__errf(err, errlen, "\"%s\": %s", path, why);
+        }
+    }
+    return t;
+}
+
+int sluice_table_unlink(const char *path)
+{
+    if (!path || !*path) return SLUICE_EINVAL;
+    int rc = is_shm_name(path) ? shm_unlink(path) : unlink(path);
+    if (rc == 0) return 0;
+    return errno == ENOENT ? SLUICE_ENOENT : SLUICE_EINVAL;
+}
