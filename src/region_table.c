@@ -261,7 +261,7 @@ static bool gone(uint64_t id, bool reuse)
 {
     pid_t pid = (pid_t)(uint32_t)id;
     if (pid <= 0) return true; /* no process has it */
-    if (pid == getpid()) return false;
+    if (pid == getpid()) return (id >> 32) != (self() >> 32); /* us, or our pid reused */
     if (kill(pid, 0) == -1 && errno == ESRCH) return true;
     uint64_t start = id >> 32;
     if (start == 0 || !reuse) return false;
@@ -603,8 +603,10 @@ static bool reserve(sluice__rtable *r)
     return true;
 }
 
-/* Room for a new key in shard k (locked) at time now: a place reserved. */
-static bool make_room(sluice__rtable *r, uint32_t k, uint64_t now)
+/* Room for a new key in shard k (locked) at time now: a place reserved.
+ * Evicts (as the flags say) only when `evict`: after the other shards were
+ * swept. */
+static bool make_room(sluice__rtable *r, uint32_t k, uint64_t now, bool evict)
 {
     rshard *sh = &r->sh[k];
     const uint64_t count = atomic_load_explicit(&sh->count, memory_order_relaxed);
@@ -612,7 +614,8 @@ static bool make_room(sluice__rtable *r, uint32_t k, uint64_t now)
     if (atomic_load_explicit(&sh->due, memory_order_relaxed) <= now && sweep(r, k, now) &&
         atomic_load_explicit(&sh->count, memory_order_relaxed) < r->L.ecap && reserve(r))
         return true;
-    if ((r->flags & SLUICE_TABLE_EVICT_LRU) && atomic_load_explicit(&sh->count, memory_order_relaxed)) {
+    if (evict && (r->flags & SLUICE_TABLE_EVICT_LRU) &&
+        atomic_load_explicit(&sh->count, memory_order_relaxed)) {
         evict_one(r, k);
         if (atomic_load_explicit(&sh->count, memory_order_relaxed) < r->L.ecap && reserve(r))
             return true;
@@ -633,17 +636,15 @@ static int64_t full_retry(const sluice__rtable *r, uint64_t now)
 }
 
 /* Sweep the shards other than k, one at a time, for keys at rest by now
- * (nothing held on entry).  Returns whether any was dropped. */
-static bool reclaim_others(sluice__rtable *r, uint32_t k, uint64_t now, bool *stolen)
+ * (nothing held on entry). */
+static void reclaim_others(sluice__rtable *r, uint32_t k, uint64_t now, bool *stolen)
 {
-    bool any = false;
     for (uint32_t o = 0; o < r->L.nshards; o++) {
         if (o == k || atomic_load_explicit(&r->sh[o].due, memory_order_relaxed) > now) continue;
         shard_lock(r, o, stolen);
-        any |= sweep(r, o, now > r->sh[o].now ? now : r->sh[o].now) > 0;
+        (void)sweep(r, o, now > r->sh[o].now ? now : r->sh[o].now);
         shard_unlock(r, o);
     }
-    return any;
 }
 
 /* ---- decisions ---------------------------------------------------------- */
@@ -653,10 +654,11 @@ static inline bool key_ok(const sluice__rtable *r, const void *key, size_t keyle
     return keylen <= r->L.max_key_bytes && (key || !keylen);
 }
 
-/* One decision in shard k (locked).  *full: refused for want of room. */
+/* One decision in shard k (locked).  *full: refused for want of room;
+ * `evict`: the policy may evict (make_room). */
 static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
                           size_t keylen, uint64_t permits, uint64_t now, sluice_result *res,
-                          bool *full)
+                          bool evict, bool *full)
 {
     rshard *sh = &r->sh[k];
     const sluice__profile *pf = &r->L.pf;
@@ -677,7 +679,7 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
         sluice__state_init(pf, &st);
         return sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
     }
-    if (!make_room(r, k, sh->now)) {
+    if (!make_room(r, k, sh->now, evict)) {
         *full = true;
         if (res) {
             sluice__deny(res, 0, full_retry(r, sh->now));
@@ -727,17 +729,19 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false, full;
+    const bool evict = (r->flags & SLUICE_TABLE_EVICT_LRU) != 0;
     shard_lock(r, k, &stolen);
-    bool ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &full);
-    if (full) { /* keys at rest elsewhere may make room: once more */
+    bool ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res,
+                            evict && r->L.nshards == 1, &full);
+    if (full && (r->L.nshards > 1 || stolen)) {
+        /* keys at rest elsewhere may make room, else the policy: once more */
         const uint64_t now = r->sh[k].now;
         shard_unlock(r, k);
-        if (r->L.nshards > 1 && reclaim_others(r, k, now, &stolen)) {
-            shard_lock(r, k, &stolen);
-            ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &full);
-        } else {
-            shard_lock(r, k, &stolen);
-        }
+        if (stolen) resync(r); /* a count a dead process left too high */
+        stolen = false;
+        if (r->L.nshards > 1) reclaim_others(r, k, now, &stolen);
+        shard_lock(r, k, &stolen);
+        ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, evict, &full);
     }
     count_decision(&r->sh[k], permits, ok, full);
     shard_unlock(r, k);

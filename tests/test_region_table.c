@@ -652,6 +652,66 @@ static void test_table_functions(void **state)
     munmap(reg, n);
 }
 
+/* Several shards: max_keys holds across them, keys at rest in any shard
+ * make room, evict-lru evicts only when none is at rest; the metrics
+ * registry reads a region table's counters. */
+static void test_many_shards(void **state)
+{
+    (void)state;
+    enum { N = 1000 }; /* 4 shards */
+    const char *spec = "token-bucket 1/h";
+    char err[256];
+    for (int evict = 0; evict < 2; evict++) {
+        const unsigned flags = evict ? SLUICE_TABLE_EVICT_LRU : 0;
+        size_t n = sluice_table_region_size(spec, N, 8, err, sizeof err);
+        void *reg = shared_map(n);
+        sluice_table *t = attach_ok(reg, n, spec, N, 8, flags);
+        sluice_result r;
+        char key[16];
+        for (int i = 0; i < N; i++) {
+            snprintf(key, sizeof key, "k%d", i);
+            assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 1, SEC + (uint64_t)i, &r));
+        }
+        /* full of keys in use */
+        bool ok = sluice_table_try_acquire_at(t, "new", 3, 1, 2 * SEC, &r);
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        if (evict) {
+            assert_true(ok);
+            assert_int_equal(st.evicted, 1);
+        } else {
+            assert_false(ok);
+            assert_int_equal(r.error, SLUICE_EFULL);
+            assert_true(r.retry_after_ns > 0);
+            assert_int_equal(st.refused, 1);
+        }
+        assert_int_equal(st.keys, N);
+        /* an hour on, every old key is at rest: new keys get in, whichever
+         * shard they hash to, and nothing is evicted */
+        for (int i = 0; i < 50; i++) {
+            snprintf(key, sizeof key, "late%d", i);
+            assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 1, 3602 * SEC, &r));
+        }
+        sluice_table_stats_get(t, &st);
+        assert_int_equal(st.evicted, (uint64_t)evict);
+        assert_true(st.reclaimed >= 50);
+        assert_true(st.keys <= N);
+        /* the registry reads it */
+        sluice_metrics *m = sluice_metrics_new();
+        assert_non_null(m);
+        assert_int_equal(sluice_metrics_add_table(m, "shared", t), 0);
+        char buf[8192];
+        assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+        char line[128];
+        snprintf(line, sizeof line, "sluice_table_keys{limit=\"shared\"} %llu",
+                 (unsigned long long)st.keys);
+        if (!strstr(buf, line)) fail_msg("no \"%s\" in:\n%s", line, buf);
+        sluice_metrics_free(m);
+        sluice_table_free(t);
+        munmap(reg, n);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -663,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_fork_and_kill),
         cmocka_unit_test(test_named_regions),
         cmocka_unit_test(test_table_functions),
+        cmocka_unit_test(test_many_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
