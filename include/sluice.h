@@ -766,7 +766,10 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * the next process that needs its lock takes it over within microseconds of
  * noticing, and repairs the counts -- and loses at most the decision it was
  * making; no other key is touched.  Every process must see the others'
- * process ids (one pid namespace).  The design and the proof are in
+ * process ids (one pid namespace).  Times: every process must pass times
+ * on one axis -- sluice_table_try_acquire() reads CLOCK_MONOTONIC, which
+ * all processes of one boot share; a region made in another boot (a file
+ * that outlived a reboot) is refused.  The design and the proof are in
  * src/region_table.c. */
 
 /* The bytes a region for this table needs (a multiple of nothing in
@@ -783,6 +786,7 @@ size_t sluice_table_region_size(const char *spec, size_t max_keys,
  * initialised once, however many processes race to attach; an initialised
  * one is attached.  Refused (NULL, reason in err) when the region holds a
  * table of another spec, max_keys, max_key_bytes, flags or layout version,
+ * or was made in another boot,
  * when size is below sluice_table_region_size(), or when the region is
  * neither zeroed nor a table.  flags: 0 or SLUICE_TABLE_EVICT_LRU
  * (SLUICE_TABLE_RECLAIM_WHEN_FULL is accepted: it is how a shared table

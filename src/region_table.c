@@ -13,7 +13,8 @@
  *
  *   header   512 bytes   init word, magic, layout version, the canonical
  *                        spec, max_keys, max_key_bytes, flags, the sizes
- *                        below, the SipHash seed, the count of keys
+ *                        below, the SipHash seed, the boot id, the count
+ *                        of keys
  *   shards   128 bytes   S of them (one per 256 keys, up to 64): a lock
  *                        word, the count of keys, a lower bound on the
  *                        earliest rest time, the latest time seen, the
@@ -107,7 +108,9 @@
  * again (only the header and the shards are written: idempotent on a zeroed
  * region).  Attaching to a ready region compares magic, layout version,
  * the canonical spec, max_keys, max_key_bytes, the policy and the size, and
- * refuses any difference with a message naming both values.
+ * refuses any difference with a message naming both values; and the boot
+ * id: a file outlives a reboot, the monotonic clock its times are on does
+ * not.
  *
  * Reclaiming keys at rest: lazily, when a new key finds its shard (or the
  * table) full: the shard's slots are swept for keys whose rest time has
@@ -165,10 +168,12 @@ typedef struct rhead {
     uint32_t nshards, cap, ecap, stride;
     uint32_t cb, ring_cap;
     char spec[SLUICE_SPEC_MAX];
+    char boot[40]; /* the kernel's boot id when made ("" if unknown) */
     _Alignas(64) _Atomic uint64_t keys; /* keys held, <= max_keys */
 } rhead;
 _Static_assert(sizeof(rhead) <= HEAD_BYTES, "the header fits its bytes");
-_Static_assert(offsetof(rhead, keys) == 256, "where tests/test_region_table.c finds it");
+_Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216,
+               "where tests/test_region_table.c finds them");
 
 typedef struct rshard {
     _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
@@ -291,6 +296,20 @@ static bool lock_word(_Atomic uint64_t *w, uint64_t me)
             return true;
         sluice__backoff(n);
     }
+}
+
+/* The kernel's boot id (/proc/sys/kernel/random/boot_id), or "". */
+static void boot_id(char out[40])
+{
+    memset(out, 0, 40);
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, out, 39);
+    close(fd);
+    if (n <= 0) n = 0;
+    out[n] = 0;
+    char *nl = strchr(out, '\n');
+    if (nl) *nl = 0;
 }
 
 /* ---- layout ------------------------------------------------------------- */
@@ -894,6 +913,7 @@ static void initialise(void *region, const layout *L, unsigned flags)
     h->cb = L->cb;
     h->ring_cap = L->ring_cap;
     memcpy(h->spec, L->spec, sizeof h->spec);
+    boot_id(h->boot);
     atomic_store_explicit(&h->keys, 0, memory_order_relaxed);
     rshard *sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     for (uint32_t k = 0; k < L->nshards; k++) {
@@ -916,6 +936,16 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
         sluice__errf(err, errlen,
                      "the region holds a table of layout version %u; this library reads version %u",
                      h->version, VERSION);
+        return SLUICE_EINVAL;
+    }
+    char boot[40], now[40];
+    memcpy(boot, h->boot, sizeof boot);
+    boot[sizeof boot - 1] = 0;
+    boot_id(now);
+    if (boot[0] && now[0] && strcmp(boot, now) != 0) {
+        sluice__errf(err, errlen,
+                     "the region was made in another boot (%s), its times on that boot's "
+                     "monotonic clock: unlink it and start afresh", boot);
         return SLUICE_EINVAL;
     }
     char spec[SLUICE_SPEC_MAX];

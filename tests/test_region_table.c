@@ -190,6 +190,11 @@ static void test_attach_refusals(void **state)
     *version = was + 1;
     refused(reg, n, spec, 100, 32, 0, "layout version", NULL);
     *version = was;
+    /* made in another boot: its times are on another clock */
+    char *boot = (char *)reg + 216;
+    boot[0] ^= 1;
+    refused(reg, n, spec, 100, 32, 0, "another boot", NULL);
+    boot[0] ^= 1;
     t = attach_ok(reg, n, spec, 100, 32, 0);
     assert_false(sluice_table_try_acquire_at(t, "a", 1, 1, SEC, &r)); /* the state stayed */
     sluice_table_free(t);
