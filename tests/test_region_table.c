@@ -80,24 +80,32 @@ static const pair PAIRS[] = {
 };
 
 /* Random requests on 6 keys through a region table of 8 keys, every answer
- * against one reference model per key; times move forward (keys at rest are
- * reclaimed as they go, which changes no answer). */
+ * against one reference model per key; then on 10 keys through a table of
+ * 6, where keys come to rest and are reclaimed to make room (which changes
+ * no answer) and a new key finding every held key in use is refused
+ * (SLUICE_EFULL: neither the table nor the model admits it).  Times move
+ * forward. */
 static void test_exact_every_algorithm(void **state)
 {
     (void)state;
     uint64_t rng = tu_env_seed();
-    for (size_t a = 0; a < sizeof PAIRS / sizeof PAIRS[0]; a++) {
+    for (size_t a = 0; a < 2 * sizeof PAIRS / sizeof PAIRS[0]; a++) {
+        const size_t pi = a % (sizeof PAIRS / sizeof PAIRS[0]);
+        const bool tight = a >= sizeof PAIRS / sizeof PAIRS[0];
+        const int nkeys = tight ? 10 : 6;
+        const size_t max_keys = tight ? 6 : 8;
         char err[256];
-        size_t n = sluice_table_region_size(PAIRS[a].spec, 8, 16, err, sizeof err);
-        if (!n) fail_msg("%s: %s", PAIRS[a].spec, err);
+        size_t n = sluice_table_region_size(PAIRS[pi].spec, max_keys, 16, err, sizeof err);
+        if (!n) fail_msg("%s: %s", PAIRS[pi].spec, err);
         void *reg = shared_map(n);
-        sluice_table *t = attach_ok(reg, n, PAIRS[a].spec, 8, 16, 0);
-        ref_model *m[6];
-        for (int k = 0; k < 6; k++) assert_non_null(m[k] = ref_model_new(&PAIRS[a].p));
-        const uint64_t big = PAIRS[a].p.limit > 100 ? PAIRS[a].p.limit / 3 : 3;
+        sluice_table *t = attach_ok(reg, n, PAIRS[pi].spec, max_keys, 16, 0);
+        ref_model *m[10];
+        uint64_t efull = 0;
+        for (int k = 0; k < nkeys; k++) assert_non_null(m[k] = ref_model_new(&PAIRS[pi].p));
+        const uint64_t big = PAIRS[pi].p.limit > 100 ? PAIRS[pi].p.limit / 3 : 3;
         uint64_t now = 5 * SEC;
         for (int i = 0; i < 4000; i++) {
-            const int k = (int)tu_splitmix64_below(&rng, 6);
+            const int k = (int)tu_splitmix64_below(&rng, (uint64_t)nkeys);
             char key[16];
             snprintf(key, sizeof key, "key-%d", k);
             uint64_t p = tu_splitmix64_below(&rng, big + 1);
@@ -105,12 +113,17 @@ static void test_exact_every_algorithm(void **state)
             sluice_result r;
             ref_result e;
             bool got = sluice_table_try_acquire_at(t, key, strlen(key), p, now, &r);
+            if (tight && r.error == SLUICE_EFULL) { /* refused for want of room */
+                assert_false(got);
+                efull++;
+                continue;
+            }
             bool want = ref_model_decide(m[k], p, now, &e);
             if (got != want || r.remaining != e.remaining || r.retry_after_ns != e.retry_after_ns ||
                 r.wait_ns != e.wait_ns || r.error != 0)
                 fail_msg("%s, request %d (key %d, %llu permits at %llu): got %d rem %llu retry %lld "
                          "wait %llu err %d, want %d rem %llu retry %lld wait %llu",
-                         PAIRS[a].spec, i, k, (unsigned long long)p, (unsigned long long)now, got,
+                         PAIRS[pi].spec, i, k, (unsigned long long)p, (unsigned long long)now, got,
                          (unsigned long long)r.remaining, (long long)r.retry_after_ns,
                          (unsigned long long)r.wait_ns, r.error, want,
                          (unsigned long long)e.remaining, (long long)e.retry_after_ns,
@@ -124,11 +137,18 @@ static void test_exact_every_algorithm(void **state)
         }
         sluice_table_stats st;
         sluice_table_stats_get(t, &st);
-        assert_true(st.keys <= 6);
+        assert_true(st.keys <= max_keys);
         assert_int_equal(st.decisions.requests_allowed + st.decisions.requests_denied +
                              st.decisions.probes,
                          4000);
-        for (int k = 0; k < 6; k++) ref_model_free(m[k]);
+        assert_int_equal(st.refused, efull);
+        if (tight) { /* the case happened (keys of an hour's window never rest here) */
+            assert_true(st.reclaimed > 0 || PAIRS[pi].p.period_ns > SEC);
+            print_message("  %s, 10 keys in 6: %llu reclaimed, %llu refused for room\n",
+                          PAIRS[pi].spec, (unsigned long long)st.reclaimed,
+                          (unsigned long long)efull);
+        }
+        for (int k = 0; k < nkeys; k++) ref_model_free(m[k]);
         sluice_table_free(t);
         munmap(reg, n);
     }
