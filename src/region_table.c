@@ -50,14 +50,16 @@
  * the in-process table's shard spin lock, one compare-and-swap and one
  * store.  A waiter spins 64 pauses, then yields the CPU; from then on, each
  * round it asks whether the holder still lives (kill(pid, 0) answering
- * ESRCH; every 16th round also a start time that differs: the pid was
- * reused), and takes the lock from a dead holder with a compare-and-swap,
- * so two waiters cannot both take it.  Bound: a waiter waits for a live holder's critical section
+ * ESRCH; every 4th round also /proc/PID/stat: a zombie -- killed, not yet
+ * reaped by its parent -- or a start time that differs, the pid reused),
+ * and takes the lock from a dead holder with a compare-and-swap, so two
+ * waiters cannot both take it.  Bound: a waiter waits for a live holder's critical section
  * (one decision: a lookup of at most cap slots and the algorithm's O(log
  * ring) work; or, when a key needs room, one sweep of the shard's cap
  * slots), plus what the scheduler keeps the holder off a CPU; on a dead
  * holder, for at most 64 pauses and one yield after it died, plus one
- * kill() (16 yields and a read of /proc if its pid was reused meanwhile).  A holder stopped for ever (SIGSTOP, a
+ * kill() (4 yields and a read of /proc while it is a zombie or its pid was
+ * reused).  A holder stopped for ever (SIGSTOP, a
  * debugger) stalls its shard as any lock would.  Every process must see the
  * others' pids: one pid namespace.
  *
@@ -216,9 +218,11 @@ struct sluice__rtable {
 /* ---- who we are, and whether a holder lives ----------------------------- */
 
 /* The start time of process pid (clock ticks since boot, /proc/PID/stat's
- * 22nd field), or 0 when it cannot be read. */
-static uint64_t proc_start(pid_t pid)
+ * 22nd field), or 0 when it cannot be read; *state (if not NULL) receives
+ * its state letter (field 3: 'Z' a zombie, 'X' dead), or 0. */
+static uint64_t proc_start(pid_t pid, char *state)
 {
+    if (state) *state = 0;
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -230,6 +234,7 @@ static uint64_t proc_start(pid_t pid)
     char *p = strrchr(buf, ')'); /* the command may hold spaces and ')' */
     if (!p) return 0;
     p++;
+    if (state && p[0] == ' ') *state = p[1];
     for (int field = 3; field < 22; field++) { /* skip to field 22 */
         p = strchr(p + 1, ' ');
         if (!p) return 0;
@@ -255,23 +260,26 @@ static uint64_t self(void)
     if (v) return v;
     pthread_once(&atfork_once, register_atfork);
     pid_t pid = getpid();
-    v = id_of(pid, proc_start(pid));
+    v = id_of(pid, proc_start(pid, NULL));
     atomic_store_explicit(&self_id, v, memory_order_relaxed);
     return v;
 }
 
 /* Whether the process with identity id is gone: no such pid, or (when
- * `reuse`, as the /proc read costs more) a pid now another process's. */
-static bool gone(uint64_t id, bool reuse)
+ * `look`, as the /proc read costs more) a zombie -- killed, not yet reaped
+ * by its parent, which kill() still finds -- or a pid now another
+ * process's. */
+static bool gone(uint64_t id, bool look)
 {
     pid_t pid = (pid_t)(uint32_t)id;
     if (pid <= 0) return true; /* no process has it */
     if (pid == getpid()) return (id >> 32) != (self() >> 32); /* us, or our pid reused */
     if (kill(pid, 0) == -1 && errno == ESRCH) return true;
-    uint64_t start = id >> 32;
-    if (start == 0 || !reuse) return false;
-    uint64_t now = proc_start(pid);
-    return now != 0 && (now & 0x7fffffffu) != start; /* the pid was reused */
+    if (!look) return false;
+    char state;
+    uint64_t start = id >> 32, now = proc_start(pid, &state);
+    if (state == 'Z' || state == 'X') return true;
+    return start != 0 && now != 0 && (now & 0x7fffffffu) != start; /* the pid was reused */
 }
 
 /* Take lock word *w for id me.  Returns true when it was taken from a dead
@@ -290,7 +298,7 @@ static bool lock_word(_Atomic uint64_t *w, uint64_t me)
                 return false;
             continue;
         }
-        if (n >= 64 && gone(v, (n & 15) == 15) &&
+        if (n >= 64 && gone(v, (n & 3) == 3) &&
             atomic_compare_exchange_strong_explicit(w, &v, me, memory_order_acquire,
                                                     memory_order_relaxed))
             return true;
@@ -739,15 +747,19 @@ static void count_decision(rshard *sh, uint64_t permits, bool ok, bool full)
 bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
                                    uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
-    if (!key_ok(r, key, keylen)) {
+    bool stolen = false, full;
+    if (!key_ok(r, key, keylen)) { /* refused, and counted as a refusal */
         if (res) sluice__fail(res, SLUICE_EINVAL);
+        shard_lock(r, 0, &stolen);
+        count_decision(&r->sh[0], permits, false, false);
+        shard_unlock(r, 0);
+        if (stolen) resync(r);
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = "";
     const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
     const uint32_t k = shard_of(r, hash);
-    bool stolen = false, full;
     const bool evict = (r->flags & SLUICE_TABLE_EVICT_LRU) != 0;
     shard_lock(r, k, &stolen);
     bool ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res,
@@ -1021,7 +1033,7 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
             mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
                                                            memory_order_acquire,
                                                            memory_order_relaxed);
-        else if (n >= 64 && gone(v & ~BUSY, (n & 15) == 15)) /* its initialiser died */
+        else if (n >= 64 && gone(v & ~BUSY, (n & 3) == 3)) /* its initialiser died */
             mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
                                                            memory_order_acquire,
                                                            memory_order_relaxed);
