@@ -51,6 +51,7 @@ __all__ = [
     "SpecInfo",
     "Limiter",
     "Table",
+    "SharedTable",
     "check_spec",
     "parse_spec",
     "now_ns",
@@ -182,6 +183,10 @@ _tab_remove = _fn("sluice_table_remove", ctypes.c_int, _void_p, _char_p, _size)
 _tab_reset = _fn("sluice_table_reset", ctypes.c_int, _void_p, _char_p, _size)
 _tab_peek = _fn("sluice_table_peek_at", ctypes.c_int, _void_p, _char_p, _size, _u64, _u64, _R,
                 ctypes.POINTER(_KeyState))
+
+_tab_open = _fn("sluice_table_open", _void_p, _char_p, _char_p, _size, _size, ctypes.c_uint,
+                _char_p, _size)
+_tab_unlink = _fn("sluice_table_unlink", ctypes.c_int, _char_p)
 
 _SCAN_FN = ctypes.CFUNCTYPE(ctypes.c_int, _void_p, _size, ctypes.POINTER(_KeyState), _void_p)
 _tab_scan = _fn("sluice_table_scan", ctypes.c_int, _void_p, _u64, _size, _SCAN_FN, _void_p,
@@ -586,3 +591,41 @@ class Table(_Handle):
         s = _TableStats()
         _tab_stats(self._handle(), ctypes.byref(s))
         return TableStats(s.keys, s.reclaimed, s.evicted, s.refused, _stats(s.decisions))
+
+
+class SharedTable(Table):
+    """A table that several processes share (gunicorn workers, a
+    ``multiprocessing`` pool): every process that opens ``path`` with the
+    same spec, ``max_keys``, ``max_key_bytes`` and policy decides on the
+    same keys, so they share one limit, not one each.  ``path`` "/name" (one
+    slash, at the start) is a POSIX shared memory object, anything else a
+    file; the first process makes it.  Keys are at most ``max_key_bytes``
+    long (a longer one is refused with ``sluice.EINVAL``).  Opening with
+    another spec or size raises ``SluiceError`` naming both.  A process
+    killed while deciding blocks no other (README.md, "Tables shared between
+    processes").  Each process opens its own: a handle does not cross a
+    fork or a pickle.  Everything else is as ``Table``."""
+
+    def __init__(self, path: str, spec: str, max_keys: int, *, max_key_bytes: int = 64,
+                 evict_lru: bool = False) -> None:
+        if not isinstance(max_keys, int) or max_keys < 1:
+            raise ValueError(f"sluice: max_keys must be a positive int, not {max_keys!r}")
+        if not isinstance(max_key_bytes, int) or max_key_bytes < 0:
+            raise ValueError(f"sluice: max_key_bytes must be an int >= 0, not {max_key_bytes!r}")
+        err = ctypes.create_string_buffer(_ERRLEN)
+        h = _tab_open(path.encode(), _spec_bytes(spec), max_keys, max_key_bytes,
+                      _TABLE_EVICT_LRU if evict_lru else 0, err, len(err))
+        if not h:
+            raise _error(EINVAL if err.value else ENOMEM, err)
+        _Handle.__init__(self, h)
+
+    @staticmethod
+    def unlink(path: str) -> bool:
+        """Remove the name (processes that have it open keep using it):
+        True if it existed."""
+        rc = _tab_unlink(path.encode())
+        if rc == ENOENT:
+            return False
+        if rc != 0:
+            raise _error(rc)
+        return True

@@ -220,6 +220,59 @@ class TableTest(unittest.TestCase):
             sluice.Table("token-bucket 1/s", 10).decide(17)
 
 
+def _shared_worker(path, spec, tries, out):
+    """One process of SharedTableTest: opens the table by name, asks
+    `tries` times at one instant, reports what it was granted."""
+    with sluice.SharedTable(path, spec, 16) as t:
+        out.put(sum(t.try_acquire("k", 1, now_ns=7 * S) for _ in range(tries)))
+
+
+class SharedTableTest(unittest.TestCase):
+    def setUp(self):
+        self.path = f"/sluice-py-{os.getpid()}"
+        sluice.SharedTable.unlink(self.path)
+
+    def tearDown(self):
+        sluice.SharedTable.unlink(self.path)
+
+    def test_four_processes_share_one_limit(self):
+        """4 processes from multiprocessing, 300 requests each at one
+        instant, on one key of a 1000/h window: exactly 1000 granted in all
+        (one limit, not four)."""
+        import multiprocessing
+        spec = "fixed-window 1000/1h"
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_shared_worker, args=(self.path, spec, 300, out))
+                 for _ in range(4)]
+        for p in procs:
+            p.start()
+        got = sum(out.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(60)
+            self.assertEqual(p.exitcode, 0)
+        self.assertEqual(got, 1000)
+        with sluice.SharedTable(self.path, spec, 16) as t:
+            self.assertEqual(t.stats().decisions.requests_allowed, 1000)
+            self.assertEqual(t.stats().decisions.requests_denied, 200)
+
+    def test_refusals(self):
+        """Another spec is refused naming both; a key longer than
+        max_key_bytes is refused, not left unlimited."""
+        with sluice.SharedTable(self.path, "token-bucket 5/s", 8, max_key_bytes=4) as t:
+            with self.assertRaises(sluice.SluiceError) as cm:
+                sluice.SharedTable(self.path, "token-bucket 6/s", 8, max_key_bytes=4)
+            self.assertIn("token-bucket 5/s", cm.exception.message)
+            self.assertIn("token-bucket 6/s", cm.exception.message)
+            r = t.decide("12345", now_ns=S)
+            self.assertFalse(r.allowed)
+            self.assertEqual(r.error, sluice.EINVAL)
+            self.assertTrue(t.try_acquire("1234", 5, now_ns=S))
+            self.assertFalse(t.try_acquire("1234", 1, now_ns=S))
+        self.assertTrue(sluice.SharedTable.unlink(self.path))
+        self.assertFalse(sluice.SharedTable.unlink(self.path))
+
+
 class FunctionsTest(unittest.TestCase):
     def test_check_and_parse(self):
         self.assertEqual(sluice.check_spec("token-bucket 60/1m"), "token-bucket 60/min")
