@@ -16,16 +16,24 @@
  * clock and in thread CPU time (which leaves out descheduling), the ratio
  * region / in-process and the issue's target (<= 1.2x), met or MISSED.  One
  * thread: the cost of a decision, not of contention between processes.
+ *
+ * With --procs P (P >= 2): P forked processes on the region table against
+ * P threads on the in-process table, each deciding D times over the same
+ * N keys (its own sequence), all started together; printed: the total
+ * decisions per second of each (the median of R runs) and their ratio.
  */
 #define _GNU_SOURCE
 #include <sluice.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct key16 {
     uint64_t w[2];
@@ -67,7 +75,54 @@ static void br_run(sluice_table *t, const key16 *keys, const uint32_t *seq, size
     *cpu = (double)(c1 - c0) / (double)d;
 }
 
-static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d)
+/* ---- several deciders at once ---- */
+
+typedef struct br_job {
+    sluice_table *t;
+    const key16 *keys;
+    uint32_t *seq;
+    size_t d;
+} br_job;
+
+static void *br_thread(void *arg)
+{
+    br_job *j = arg;
+    uint64_t now = 2000000000u, ok = 0;
+    for (size_t i = 0; i < j->d; i++)
+        ok += sluice_table_try_acquire_at(j->t, &j->keys[j->seq[i]], sizeof(key16), 1, ++now, NULL);
+    br_sink += ok;
+    return NULL;
+}
+
+/* Decisions per second of P deciders: threads on `local`, or (procs) forked
+ * processes on `shared`. */
+static double br_many(sluice_table *t, bool procs, unsigned p, const key16 *keys,
+                      uint32_t *const *seqs, size_t d)
+{
+    br_job jobs[64];
+    pthread_t th[64];
+    pid_t kids[64];
+    const uint64_t w0 = br_clock(CLOCK_MONOTONIC);
+    for (unsigned i = 0; i < p; i++) {
+        jobs[i] = (br_job){.t = t, .keys = keys, .seq = seqs[i], .d = d};
+        if (!procs) {
+            if (pthread_create(&th[i], NULL, br_thread, &jobs[i]) != 0) return 0;
+        } else if ((kids[i] = fork()) == 0) {
+            br_thread(&jobs[i]);
+            _exit(0);
+        } else if (kids[i] < 0) {
+            return 0;
+        }
+    }
+    for (unsigned i = 0; i < p; i++) {
+        if (!procs) pthread_join(th[i], NULL);
+        else waitpid(kids[i], NULL, 0);
+    }
+    const uint64_t w1 = br_clock(CLOCK_MONOTONIC);
+    return (double)p * (double)d / ((double)(w1 - w0) / 1e9);
+}
+
+static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigned procs)
 {
     char err[256];
     sluice_table *local = sluice_table_new(spec, n, err, sizeof err);
@@ -107,6 +162,31 @@ static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d)
         }
     }
     for (size_t i = 0; i < d; i++) seq[i] = (uint32_t)(br_mix(rng++) % n);
+    if (procs >= 2) {
+        uint32_t *seqs[64];
+        double *tl = wl, *tr = wr; /* decisions per second, per run */
+        for (unsigned i = 0; i < procs; i++) {
+            if (!(seqs[i] = malloc(d * sizeof *seqs[i]))) {
+                fprintf(stderr, "bench_region: out of memory\n");
+                return 1;
+            }
+            for (size_t j = 0; j < d; j++) seqs[i][j] = (uint32_t)(br_mix(rng++) % n);
+        }
+        for (unsigned r = 0; r < runs; r++) {
+            tl[r] = br_many(local, false, procs, keys, seqs, d);
+            tr[r] = br_many(shared, true, procs, keys, seqs, d);
+            if (tl[r] <= 0 || tr[r] <= 0) {
+                fprintf(stderr, "bench_region: cannot start %u deciders\n", procs);
+                return 1;
+            }
+        }
+        qsort(tl, runs, sizeof *tl, br_cmp);
+        qsort(tr, runs, sizeof *tr, br_cmp);
+        printf("%10" PRIu64 "  %9u  %14.0f  %14.0f  %6.2fx\n", n, procs, tl[runs / 2],
+               tr[runs / 2], tl[runs / 2] / tr[runs / 2]);
+        for (unsigned i = 0; i < procs; i++) free(seqs[i]);
+        goto done;
+    }
     uint64_t now_l = now, now_r = now;
     br_run(local, keys, seq, d, &now_l, &wl[0], &cl[0]); /* warm both */
     br_run(shared, keys, seq, d, &now_r, &wr[0], &cr[0]);
@@ -122,6 +202,7 @@ static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d)
     printf("%10" PRIu64 "  %9.1f %9.1f  %9.1f %9.1f  %6.2fx %6.2fx  %8.1f  %s\n", n, ml, mcl, mr,
            mcr, mr / ml, mcr / mcl, (double)size / (double)n,
            mcr / mcl <= 1.2 ? "met" : "MISSED");
+done:
     sluice_table_free(local);
     sluice_table_free(shared);
     munmap(reg, size);
@@ -138,34 +219,40 @@ int main(int argc, char **argv)
 {
     const char *spec = "token-bucket 100/s";
     char keylist[256] = "1000,100000";
-    unsigned runs = 7;
+    unsigned runs = 7, procs = 1;
     size_t d = 200000;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--spec") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) snprintf(keylist, sizeof keylist, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--decisions") && i + 1 < argc) d = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--procs") && i + 1 < argc) procs = (unsigned)strtoul(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench_region [--keys N[,N...]] [--runs R] [--decisions D] [--spec SPEC]\n");
+            fprintf(stderr, "usage: bench_region [--keys N[,N...]] [--runs R] [--decisions D] "
+                            "[--procs P] [--spec SPEC]\n");
             return 2;
         }
     }
-    if (runs < 1 || d < 1) {
-        fprintf(stderr, "bench_region: --runs and --decisions must be >= 1\n");
+    if (runs < 1 || d < 1 || procs < 1 || procs > 64) {
+        fprintf(stderr, "bench_region: --runs and --decisions must be >= 1, --procs 1 .. 64\n");
         return 2;
     }
-    printf("bench_region: sluice %s, spec \"%s\", 16-byte keys drawn uniformly, 1 thread, "
-           "median of %u runs of %zu decisions\n",
-           sluice_version(), spec, runs, d);
-    printf("%10s  %9s %9s  %9s %9s  %7s %7s  %8s  %s\n", "keys", "local ns", "(cpu)", "region ns",
-           "(cpu)", "ratio", "(cpu)", "B/key", "target <= 1.2x (cpu)");
+    printf("bench_region: sluice %s, spec \"%s\", 16-byte keys drawn uniformly, %u decider%s, "
+           "median of %u runs of %zu decisions each\n",
+           sluice_version(), spec, procs, procs > 1 ? "s" : "", runs, d);
+    if (procs >= 2)
+        printf("%10s  %9s  %14s  %14s  %7s\n", "keys", "deciders", "threads dec/s",
+               "processes dec/s", "ratio");
+    else
+        printf("%10s  %9s %9s  %9s %9s  %7s %7s  %8s  %s\n", "keys", "local ns", "(cpu)",
+               "region ns", "(cpu)", "ratio", "(cpu)", "B/key", "target <= 1.2x (cpu)");
     for (char *p = strtok(keylist, ","); p; p = strtok(NULL, ",")) {
         uint64_t n = strtoull(p, NULL, 10);
         if (n < 1) {
             fprintf(stderr, "bench_region: bad key count \"%s\"\n", p);
             return 2;
         }
-        if (br_one(spec, n, runs, d)) return 1;
+        if (br_one(spec, n, runs, d, procs)) return 1;
     }
     return 0;
 }
