@@ -422,9 +422,9 @@ static void kill_loop(const char *spec, uint64_t limit, bool fixed_time, uint64_
     }
     unsigned kills = 0, held = 0;
     uint64_t recover = 0; /* the parent's longest peek of every key after a kill */
-    /* run_ns and 50 kills, or 4 run_ns at most (a loaded machine forks slowly) */
-    const uint64_t start = mono_ns();
-    for (uint64_t el = 0; (el < run_ns || kills < 50) && el < 4 * run_ns; el = mono_ns() - start) {
+    /* run_ns and 50 kills, or 8 s at most (a loaded machine forks slowly) */
+    const uint64_t start = mono_ns(), cap = run_ns > 8 * SEC ? run_ns : 8 * SEC;
+    for (uint64_t el = 0; (el < run_ns || kills < 50) && el < cap; el = mono_ns() - start) {
         tu_sleep_ns((1 + tu_splitmix64_below(&rng, 5)) * 1000000); /* 1-5 ms */
         int i = (int)tu_splitmix64_below(&rng, WORKERS);
         kill(w[i], SIGKILL);
