@@ -61,7 +61,8 @@
  * kill() (4 yields and a read of /proc while it is a zombie or its pid was
  * reused).  A holder stopped for ever (SIGSTOP, a
  * debugger) stalls its shard as any lock would.  Every process must see the
- * others' pids: one pid namespace.
+ * others' pids: one pid namespace, and /proc mounted (without it only
+ * kill() tells, so a zombie's lock waits for its parent to reap it).
  *
  * Crash argument (a process killed by SIGKILL at any instruction).  What a
  * process writes into the region, and why every prefix of it is a valid
