@@ -1,0 +1,651 @@
+/* sluice_module.c -- sluice's algorithms inside Redis: the module sluice.so.
+ *
+ *     redis-server --loadmodule build/sluice.so [testclock]
+ *
+ *     SLUICE.ACQUIRE  key spec [permits]      -> [allowed, remaining, retry_after_ms, wait_ms]
+ *     SLUICE.PEEK     key spec [permits]      -> the same, changing nothing
+ *     SLUICE.THROTTLE key max_burst count period [quantity]
+ *                                             -> redis-cell's CL.THROTTLE reply
+ *     SLUICE.RESET    key                     -> 1 if a state was deleted, else 0
+ *
+ * Every decision is the core's: the spec goes through sluice__spec_parse
+ * once (a small cache maps spec text to its parsed profile) and each
+ * request through sluice__decide on the key's state, so the module and
+ * the library can never disagree (docs/decisions.md, section 3).  Time is
+ * the server's wall clock, CLOCK_REALTIME in ns, so a state stays
+ * meaningful across a restart, on a replica and after a failover; a clock
+ * that steps back counts as the latest admission's time (section 1).
+ *
+ * State.  One plain Redis string per key, so RDB, AOF, AOF rewrite and
+ * replication need nothing of the module:
+ *
+ *     'S' 'L' version(1) algorithm  spec id (u32, FNV-1a of the canonical spec)
+ *     then, little-endian:
+ *       fixed-window    t_last u64, count u64
+ *       sliding-approx  t_last u64, cur u64, prev u64
+ *       token-/leaky-   t_last u64, deficit u64 [, deficit's high u64 when
+ *       bucket          it does not fit 64 bits]
+ *       sliding-log,    t_last u64, then per slot that admitted something in
+ *       sliding-wheel   the window, oldest first: varint slot gap, varint
+ *                       permits (the first gap counts back from slot(t_last))
+ *
+ * A state is read back only after it is checked to be one that the
+ * algorithm itself could have written for that spec (counts within LIMIT,
+ * slots inside the window, ...); anything else is refused with an error
+ * and left alone.  The rings of the windows are bounded: a spec whose
+ * window could hold more than RING_MAX slots (min(LIMIT, slots) for
+ * sliding-wheel, LIMIT for sliding-log) is refused, so a value is at most
+ * about 80 KiB and a decision reads at most RING_MAX entries.
+ *
+ * Only an admission writes.  It stores the new state and gives the key an
+ * absolute expiry at the instant the state is back at rest (rest_at,
+ * rounded up to the ms), then replicates the result, never the command:
+ * `SET key <state> PXAT <ms>` goes to the replicas and the AOF, so no
+ * replica ever decides with its own clock.  A refusal or a PEEK writes and
+ * replicates nothing.  RESET deletes and replicates `DEL key`.
+ *
+ * The module API is reached by name: Debian ships no redismodule.h, so the
+ * few functions used are declared below and fetched through the GetApi
+ * function that is the first word of the load context.
+ *
+ * Test clock.  Loaded with the argument `testclock`, the commands accept a
+ * trailing `AT time_ns` that replaces the clock; such an admission gets no
+ * expiry (its times are not the server's).  Without the argument AT is an
+ * error: production servers cannot be fed a time.
+ *
+ * Single-threaded: Redis runs every module command on its main thread, so
+ * the cache and the serialisation buffer need no lock.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* ---- the module API, declared here ------------------------------------- */
+
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleString RedisModuleString;
+typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+#define RM_OK 0
+#define RM_ERR 1
+#define RM_APIVER_1 1
+#define RM_READ (1 << 0)
+#define RM_WRITE (1 << 1)
+#define RM_KEYTYPE_EMPTY 0
+#define RM_KEYTYPE_STRING 1
+#define RM_NO_EXPIRE (-1LL)
+#define RM_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+static struct {
+    int (*GetApi)(const char *name, void *out);
+    int (*IsModuleNameBusy)(const char *name);
+    void (*SetModuleAttribs)(RedisModuleCtx *ctx, const char *name, int ver, int apiver);
+    int (*CreateCommand)(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc f,
+                         const char *flags, int firstkey, int lastkey, int keystep);
+    RedisModuleKey *(*OpenKey)(RedisModuleCtx *ctx, RedisModuleString *name, int mode);
+    void (*CloseKey)(RedisModuleKey *key);
+    int (*KeyType)(RedisModuleKey *key);
+    char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
+    int (*StringTruncate)(RedisModuleKey *key, size_t len);
+    int (*DeleteKey)(RedisModuleKey *key);
+    int (*SetExpire)(RedisModuleKey *key, long long ms);
+    int (*SetAbsExpire)(RedisModuleKey *key, long long unix_ms);
+    const char *(*StringPtrLen)(const RedisModuleString *s, size_t *len);
+    int (*StringToLongLong)(const RedisModuleString *s, long long *out);
+    int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
+    int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long v);
+    int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
+    int (*WrongArity)(RedisModuleCtx *ctx);
+    int (*Replicate)(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...);
+    void (*Log)(RedisModuleCtx *ctx, const char *level, const char *fmt, ...);
+} rm;
+
+/* Fetch one function by its name; false when this Redis lacks it. */
+static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) == RM_OK; }
+
+/* ---- configuration ----------------------------------------------------- */
+
+#define RING_MAX 4096       /* slots a window's state may hold */
+#define SPEC_MAX 256        /* bytes of spec text */
+#define CACHE_SLOTS 256     /* parsed specs kept (direct-mapped) */
+#define HDR 8               /* 'S' 'L' version algorithm id[4] */
+#define VERSION 1
+#define VARINT_MAX 10
+#define VALUE_MAX (HDR + 8 + RING_MAX * 2 * VARINT_MAX)
+
+static bool g_testclock; /* AT time_ns accepted */
+
+/* ---- the spec cache ---------------------------------------------------- */
+
+typedef struct spec_entry {
+    char text[SPEC_MAX + 1]; /* the spec as the client sent it */
+    size_t len;
+    bool used;
+    uint32_t id; /* FNV-1a of the canonical spec: the state's owner */
+    sluice__profile pf;
+} spec_entry;
+
+static spec_entry g_cache[CACHE_SLOTS];
+
+static uint32_t fnv1a(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The entry for spec text s[0..n), parsed and checked once; NULL with a
+ * reason in err when the spec is refused (refusals are not cached). */
+static const spec_entry *spec_get(const char *s, size_t n, char *err, size_t errlen)
+{
+    spec_entry *e = &g_cache[fnv1a(s, n) % CACHE_SLOTS];
+    if (e->used && e->len == n && memcmp(e->text, s, n) == 0) return e;
+    if (n > SPEC_MAX || memchr(s, '\0', n)) {
+        snprintf(err, errlen, "spec longer than %d bytes or with a NUL byte", SPEC_MAX);
+        return NULL;
+    }
+    spec_entry fresh;
+    memcpy(fresh.text, s, n);
+    fresh.text[n] = '\0';
+    fresh.len = n;
+    if (sluice__spec_parse(fresh.text, &fresh.pf, err, errlen) != 0) return NULL;
+    const sluice__profile *pf = &fresh.pf;
+    if (pf->alg == SLUICE__SLIDING_LOG || pf->alg == SLUICE__SLIDING_WHEEL) {
+        const uint64_t most = sluice__min_u64(pf->limit, pf->slots);
+        if (most > RING_MAX) {
+            snprintf(err, errlen,
+                     "%s: a window may hold %llu slots, more than the module's %d (use fewer permits or slots=N with N <= %d)",
+                     pf->ops->name, (unsigned long long)most, RING_MAX, RING_MAX);
+            return NULL;
+        }
+    }
+    /* the id ignores clock=: the module always reads the server's clock */
+    sluice__profile canon = fresh.pf;
+    canon.clock = SLUICE__CLOCK_MONOTONIC;
+    char buf[SPEC_MAX + 64];
+    int k = sluice__spec_format(&canon, buf, sizeof buf);
+    if (k < 0) {
+        snprintf(err, errlen, "spec cannot be formatted");
+        return NULL;
+    }
+    fresh.id = fnv1a(buf, (size_t)k);
+    fresh.used = true;
+    *e = fresh;
+    return e;
+}
+
+/* ---- serialisation ----------------------------------------------------- */
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static size_t put_varint(unsigned char *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (unsigned char)v;
+    return n;
+}
+
+/* A varint from p[*at..end); false when truncated or longer than 64 bits. */
+static bool get_varint(const unsigned char *p, size_t end, size_t *at, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64 && *at < end; shift += 7) {
+        unsigned char b = p[(*at)++];
+        if (shift == 63 && b > 1) return false;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline sluice__log_entry *ring_at(const sluice__log *lg, uint32_t i)
+{
+    return &lg->e[(lg->head + i) & (lg->cap - 1)];
+}
+
+/* Write the state of spec e into out (VALUE_MAX bytes); its length. */
+static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned char *out)
+{
+    const sluice__profile *pf = &e->pf;
+    out[0] = 'S', out[1] = 'L', out[2] = VERSION, out[3] = (unsigned char)pf->alg;
+    out[4] = (unsigned char)e->id, out[5] = (unsigned char)(e->id >> 8);
+    out[6] = (unsigned char)(e->id >> 16), out[7] = (unsigned char)(e->id >> 24);
+    size_t n = HDR;
+    put64(out + n, st->t_last), n += 8;
+    switch (pf->alg) {
+    case SLUICE__FIXED_WINDOW:
+        put64(out + n, st->u.fw.count), n += 8;
+        break;
+    case SLUICE__SLIDING_APPROX:
+        put64(out + n, st->u.sa.cur), n += 8;
+        put64(out + n, st->u.sa.prev), n += 8;
+        break;
+    case SLUICE__TOKEN_BUCKET:
+    case SLUICE__LEAKY_BUCKET:
+        put64(out + n, (uint64_t)st->u.bk.deficit), n += 8;
+        if (st->u.bk.deficit >> 64) put64(out + n, (uint64_t)(st->u.bk.deficit >> 64)), n += 8;
+        break;
+    case SLUICE__SLIDING_LOG:
+    case SLUICE__SLIDING_WHEEL: {
+        const sluice__log *lg = &st->u.log;
+        uint64_t prev_slot = sluice__div_q(&pf->div_tick, st->t_last);
+        uint64_t prev_cum = lg->base;
+        for (uint32_t i = 0; i < lg->len; i++) {
+            const sluice__log_entry *x = ring_at(lg, i);
+            /* the first gap counts back from slot(t_last), the others forward */
+            n += put_varint(out + n, i == 0 ? prev_slot - x->slot : x->slot - prev_slot);
+            n += put_varint(out + n, x->cum - prev_cum);
+            prev_slot = x->slot;
+            prev_cum = x->cum;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return n;
+}
+
+typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_OTHER_SPEC, LOAD_CORRUPT, LOAD_NOMEM } load_rc;
+
+/* Whether v[0..n) starts like a sluice state. */
+static bool is_state(const unsigned char *v, size_t n)
+{
+    return n >= HDR + 8 && v[0] == 'S' && v[1] == 'L' && v[2] == VERSION &&
+           v[3] < SLUICE__ALG_COUNT;
+}
+
+/* Read the state of spec e from v[0..n) into *st (zeroed first; a ring is
+ * allocated for the windows: sluice__state_fini releases it).  Checks that
+ * it is a state this algorithm could have written under this spec. */
+static load_rc state_load(const spec_entry *e, const unsigned char *v, size_t n,
+                          sluice__state *st)
+{
+    const sluice__profile *pf = &e->pf;
+    memset(st, 0, sizeof *st);
+    if (!is_state(v, n)) return LOAD_FOREIGN;
+    const uint32_t id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 |
+                        (uint32_t)v[7] << 24;
+    if (v[3] != (unsigned char)pf->alg || id != e->id) return LOAD_OTHER_SPEC;
+    const uint64_t t = get64(v + HDR);
+    if (t > (uint64_t)INT64_MAX) return LOAD_CORRUPT;
+    st->t_last = t;
+    const unsigned char *b = v + HDR + 8;
+    const size_t bn = n - HDR - 8;
+    switch (pf->alg) {
+    case SLUICE__FIXED_WINDOW:
+        if (bn != 8) return LOAD_CORRUPT;
+        st->u.fw.window = sluice__div_q(&pf->div_w, t);
+        st->u.fw.count = get64(b);
+        return st->u.fw.count <= pf->limit ? LOAD_OK : LOAD_CORRUPT;
+    case SLUICE__SLIDING_APPROX:
+        if (bn != 16) return LOAD_CORRUPT;
+        st->u.sa.window = sluice__div_q(&pf->div_w, t);
+        st->u.sa.cur = get64(b);
+        st->u.sa.prev = get64(b + 8);
+        return st->u.sa.cur <= pf->limit && st->u.sa.prev <= pf->limit ? LOAD_OK : LOAD_CORRUPT;
+    case SLUICE__TOKEN_BUCKET:
+    case SLUICE__LEAKY_BUCKET:
+        if (bn != 8 && bn != 16) return LOAD_CORRUPT;
+        st->u.bk.deficit = get64(b);
+        if (bn == 16) {
+            const uint64_t hi = get64(b + 8);
+            if (hi == 0) return LOAD_CORRUPT; /* not the form we write */
+            st->u.bk.deficit |= (u128)hi << 64;
+        }
+        return st->u.bk.deficit <= pf->cap_scaled ? LOAD_OK : LOAD_CORRUPT;
+    case SLUICE__SLIDING_LOG:
+    case SLUICE__SLIDING_WHEEL:
+        break;
+    default:
+        return LOAD_CORRUPT;
+    }
+    /* the windows: decode into a small array first, then the ring */
+    static sluice__log_entry tmp[RING_MAX];
+    const uint64_t s_last = sluice__div_q(&pf->div_tick, t);
+    uint64_t slot = s_last, cum = 0;
+    uint32_t len = 0;
+    size_t at = 0;
+    while (at < bn) {
+        uint64_t gap, permits;
+        if (len == RING_MAX || !get_varint(b, bn, &at, &gap) || !get_varint(b, bn, &at, &permits))
+            return LOAD_CORRUPT;
+        if (len == 0) {
+            if (gap >= pf->slots || gap > slot) return LOAD_CORRUPT; /* inside the window */
+            slot -= gap;
+        } else {
+            if (gap == 0 || gap > s_last - slot) return LOAD_CORRUPT; /* increasing, <= s_last */
+            slot += gap;
+        }
+        if (permits == 0 || permits > pf->limit - cum) return LOAD_CORRUPT; /* sum <= L */
+        cum += permits;
+        tmp[len].slot = slot;
+        tmp[len].cum = cum;
+        len++;
+    }
+    if (len == 0) return LOAD_OK;
+    uint32_t cap = 4;
+    while (cap < len) cap *= 2;
+    sluice__log_entry *ring = sluice__malloc((size_t)cap * sizeof *ring);
+    if (!ring) return LOAD_NOMEM;
+    memcpy(ring, tmp, (size_t)len * sizeof *ring);
+    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = 0};
+    return LOAD_OK;
+}
+
+/* ---- replies and arguments --------------------------------------------- */
+
+static int reply_errf(RedisModuleCtx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int reply_errf(RedisModuleCtx *ctx, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return rm.ReplyWithError(ctx, buf);
+}
+
+/* A whole number >= 0 (and <= max). */
+static bool arg_u64(const RedisModuleString *s, uint64_t max, uint64_t *out)
+{
+    long long v;
+    if (rm.StringToLongLong(s, &v) != RM_OK || v < 0 || (unsigned long long)v > max) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+static bool arg_is(const RedisModuleString *s, const char *word)
+{
+    size_t n;
+    const char *p = rm.StringPtrLen(s, &n);
+    return n == strlen(word) && strncasecmp(p, word, n) == 0;
+}
+
+/* Strip a trailing `AT time_ns` from argv[0..*argc).  1: taken (time in
+ * *at), 0: none, -1: an error was replied. */
+static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, uint64_t *at)
+{
+    if (*argc < 2 || !arg_is(argv[*argc - 2], "AT")) return 0;
+    if (!g_testclock) {
+        rm.ReplyWithError(ctx, "ERR sluice: AT needs the module loaded with the testclock argument");
+        return -1;
+    }
+    if (!arg_u64(argv[*argc - 1], (uint64_t)INT64_MAX, at)) {
+        rm.ReplyWithError(ctx, "ERR sluice: AT wants a time in ns from 0 to 2^63-1");
+        return -1;
+    }
+    *argc -= 2;
+    return 1;
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ceil(ns / unit) for ns >= 0; -1 stays -1. */
+static long long ceil_units(int64_t ns, uint64_t unit)
+{
+    if (ns < 0) return -1;
+    return (long long)((uint64_t)ns / unit + ((uint64_t)ns % unit != 0));
+}
+
+/* ---- the decision ------------------------------------------------------ */
+
+typedef enum mode { M_ACQUIRE, M_PEEK, M_THROTTLE } mode;
+
+static unsigned char g_value[VALUE_MAX];
+
+/* Decide `permits` on key `name` under spec e at now_ns (the clock unless
+ * `fixed`), write and replicate an admission (not for PEEK), and reply. */
+static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_entry *e,
+                      uint64_t permits, uint64_t now_ns, bool fixed, mode m)
+{
+    const sluice__profile *pf = &e->pf;
+    RedisModuleKey *key = rm.OpenKey(ctx, name, m == M_PEEK ? RM_READ : RM_READ | RM_WRITE);
+    const int type = rm.KeyType(key);
+    sluice__state st;
+    memset(&st, 0, sizeof st);
+    size_t old_len = 0;
+    if (type == RM_KEYTYPE_STRING) {
+        const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
+        switch (state_load(e, v, old_len, &st)) {
+        case LOAD_OK:
+            break;
+        case LOAD_FOREIGN:
+            rm.CloseKey(key);
+            return rm.ReplyWithError(ctx, "ERR sluice: the key holds a string that is not a sluice state");
+        case LOAD_OTHER_SPEC:
+            rm.CloseKey(key);
+            return rm.ReplyWithError(ctx, "ERR sluice: the key holds the state of another spec (SLUICE.RESET it, or use another key)");
+        case LOAD_CORRUPT:
+            rm.CloseKey(key);
+            return rm.ReplyWithError(ctx, "ERR sluice: the key holds a damaged sluice state");
+        case LOAD_NOMEM:
+            rm.CloseKey(key);
+            return rm.ReplyWithError(ctx, "ERR sluice: out of memory");
+        }
+    } else if (type != RM_KEYTYPE_EMPTY) {
+        rm.CloseKey(key);
+        return rm.ReplyWithError(ctx, RM_WRONGTYPE);
+    }
+
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    sluice_result r;
+    const bool ok = sluice__decide(pf, &st, now_ns, permits, UINT64_MAX, &r);
+    if (r.error) {
+        sluice__state_fini(pf, &st);
+        rm.CloseKey(key);
+        return rm.ReplyWithError(ctx, "ERR sluice: out of memory");
+    }
+    const uint64_t rest = sluice__rest_at(pf, &st);
+    if (ok && permits > 0 && m != M_PEEK) {
+        const size_t n = state_store(e, &st, g_value);
+        char *dst = NULL;
+        size_t have = 0;
+        if (type == RM_KEYTYPE_STRING && old_len == n) dst = rm.StringDMA(key, &have, RM_WRITE);
+        else if (rm.StringTruncate(key, n) == RM_OK) dst = rm.StringDMA(key, &have, RM_WRITE);
+        if (!dst || have != n) {
+            sluice__state_fini(pf, &st);
+            rm.CloseKey(key);
+            return rm.ReplyWithError(ctx, "ERR sluice: cannot write the key");
+        }
+        memcpy(dst, g_value, n);
+        if (fixed) {
+            rm.SetExpire(key, RM_NO_EXPIRE);
+            rm.Replicate(ctx, "SET", "sb", name, (const char *)g_value, n);
+        } else {
+            /* at rest from `rest` on: the key may go then (rounded up) */
+            const long long ms = (long long)(rest / 1000000u + (rest % 1000000u != 0));
+            rm.SetAbsExpire(key, ms);
+            rm.Replicate(ctx, "SET", "sbcl", name, (const char *)g_value, n, "PXAT", ms);
+        }
+    }
+    sluice__state_fini(pf, &st);
+    rm.CloseKey(key);
+
+    if (m == M_THROTTLE) {
+        /* redis-cell's reply: limited, limit, remaining, retry_after s (-1
+         * when allowed or never), reset_after s (until the bucket is full) */
+        rm.ReplyWithArray(ctx, 5);
+        rm.ReplyWithLongLong(ctx, ok ? 0 : 1);
+        rm.ReplyWithLongLong(ctx, (long long)pf->capacity);
+        rm.ReplyWithLongLong(ctx, (long long)r.remaining);
+        rm.ReplyWithLongLong(ctx, ok ? -1 : ceil_units(r.retry_after_ns, 1000000000u));
+        rm.ReplyWithLongLong(ctx, ceil_units(rest > t ? (int64_t)(rest - t) : 0, 1000000000u));
+        return RM_OK;
+    }
+    rm.ReplyWithArray(ctx, 4);
+    rm.ReplyWithLongLong(ctx, ok ? 1 : 0);
+    rm.ReplyWithLongLong(ctx, (long long)r.remaining);
+    rm.ReplyWithLongLong(ctx, ok ? 0 : ceil_units(r.retry_after_ns, 1000000u));
+    rm.ReplyWithLongLong(ctx, r.wait_ns > (uint64_t)INT64_MAX ? -1
+                                                              : ceil_units((int64_t)r.wait_ns, 1000000u));
+    return RM_OK;
+}
+
+/* ---- the commands ------------------------------------------------------ */
+
+/* SLUICE.ACQUIRE key spec [permits] [AT ns] and SLUICE.PEEK (same args). */
+static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, mode m)
+{
+    uint64_t at = 0;
+    const int has_at = take_at(ctx, argv, &argc, &at);
+    if (has_at < 0) return RM_OK;
+    if (argc != 3 && argc != 4) return rm.WrongArity(ctx);
+    uint64_t permits = 1;
+    if (argc == 4 && !arg_u64(argv[3], UINT64_MAX, &permits))
+        return rm.ReplyWithError(ctx, "ERR sluice: permits must be a whole number >= 0");
+    size_t n;
+    const char *s = rm.StringPtrLen(argv[2], &n);
+    char err[256];
+    const spec_entry *e = spec_get(s, n, err, sizeof err);
+    if (!e) return reply_errf(ctx, "ERR sluice: bad spec: %s", err);
+    return decide_key(ctx, argv[1], e, permits, has_at ? at : realtime_ns(), has_at, m);
+}
+
+static int cmd_acquire(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_decide(ctx, argv, argc, M_ACQUIRE);
+}
+
+static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_decide(ctx, argv, argc, M_PEEK);
+}
+
+/* SLUICE.THROTTLE key max_burst count period [quantity] [AT ns]: a token
+ * bucket of max_burst + 1 permits refilled at count per period seconds,
+ * i.e. the spec "token-bucket COUNT/PERIODs burst=MAX_BURST+1". */
+static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    uint64_t at = 0;
+    const int has_at = take_at(ctx, argv, &argc, &at);
+    if (has_at < 0) return RM_OK;
+    if (argc != 5 && argc != 6) return rm.WrongArity(ctx);
+    uint64_t max_burst, count, period, quantity = 1;
+    if (!arg_u64(argv[2], (uint64_t)INT64_MAX - 1, &max_burst))
+        return rm.ReplyWithError(ctx, "ERR sluice: max_burst must be a whole number >= 0");
+    if (!arg_u64(argv[3], UINT64_MAX, &count) || count == 0)
+        return rm.ReplyWithError(ctx, "ERR sluice: count must be a whole number >= 1");
+    if (!arg_u64(argv[4], UINT64_MAX, &period) || period == 0)
+        return rm.ReplyWithError(ctx, "ERR sluice: period must be a whole number of seconds >= 1");
+    if (argc == 6 && !arg_u64(argv[5], UINT64_MAX, &quantity))
+        return rm.ReplyWithError(ctx, "ERR sluice: quantity must be a whole number >= 0");
+    char spec[128];
+    int n = snprintf(spec, sizeof spec, "token-bucket %llu/%llus burst=%llu",
+                     (unsigned long long)count, (unsigned long long)period,
+                     (unsigned long long)max_burst + 1);
+    char err[256];
+    const spec_entry *e = spec_get(spec, (size_t)n, err, sizeof err);
+    if (!e) return reply_errf(ctx, "ERR sluice: bad rate: %s", err);
+    return decide_key(ctx, argv[1], e, quantity, has_at ? at : realtime_ns(), has_at, M_THROTTLE);
+}
+
+/* SLUICE.RESET key: delete a sluice state (another kind of value is an
+ * error and stays). */
+static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 2) return rm.WrongArity(ctx);
+    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
+    const int type = rm.KeyType(key);
+    if (type == RM_KEYTYPE_EMPTY) {
+        rm.CloseKey(key);
+        return rm.ReplyWithLongLong(ctx, 0);
+    }
+    size_t n = 0;
+    const unsigned char *v =
+        type == RM_KEYTYPE_STRING ? (const unsigned char *)rm.StringDMA(key, &n, RM_READ) : NULL;
+    if (!v || !is_state(v, n)) {
+        rm.CloseKey(key);
+        return rm.ReplyWithError(ctx, type == RM_KEYTYPE_STRING
+                                          ? "ERR sluice: the key holds a string that is not a sluice state"
+                                          : RM_WRONGTYPE);
+    }
+    rm.DeleteKey(key);
+    rm.CloseKey(key);
+    rm.Replicate(ctx, "DEL", "s", argv[1]);
+    return rm.ReplyWithLongLong(ctx, 1);
+}
+
+/* ---- loading ----------------------------------------------------------- */
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+    __attribute__((visibility("default")));
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    memcpy(&rm.GetApi, ctx, sizeof rm.GetApi); /* the context's first word */
+    if (!rm.GetApi) return RM_ERR;
+    if (!api("RedisModule_SetModuleAttribs", &rm.SetModuleAttribs) ||
+        !api("RedisModule_CreateCommand", &rm.CreateCommand) ||
+        !api("RedisModule_OpenKey", &rm.OpenKey) || !api("RedisModule_CloseKey", &rm.CloseKey) ||
+        !api("RedisModule_KeyType", &rm.KeyType) || !api("RedisModule_StringDMA", &rm.StringDMA) ||
+        !api("RedisModule_StringTruncate", &rm.StringTruncate) ||
+        !api("RedisModule_DeleteKey", &rm.DeleteKey) ||
+        !api("RedisModule_SetExpire", &rm.SetExpire) ||
+        !api("RedisModule_StringPtrLen", &rm.StringPtrLen) ||
+        !api("RedisModule_StringToLongLong", &rm.StringToLongLong) ||
+        !api("RedisModule_ReplyWithArray", &rm.ReplyWithArray) ||
+        !api("RedisModule_ReplyWithLongLong", &rm.ReplyWithLongLong) ||
+        !api("RedisModule_ReplyWithError", &rm.ReplyWithError) ||
+        !api("RedisModule_WrongArity", &rm.WrongArity) ||
+        !api("RedisModule_Replicate", &rm.Replicate) || !api("RedisModule_Log", &rm.Log))
+        return RM_ERR;
+    if (api("RedisModule_IsModuleNameBusy", &rm.IsModuleNameBusy) && rm.IsModuleNameBusy("sluice"))
+        return RM_ERR;
+    rm.SetModuleAttribs(ctx, "sluice", SLUICE_VERSION_NUMBER, RM_APIVER_1);
+    /* SET ... PXAT and an absolute expiry: Redis >= 6.2.2 */
+    if (!api("RedisModule_SetAbsExpire", &rm.SetAbsExpire)) {
+        rm.Log(ctx, "warning", "sluice: this Redis has no RedisModule_SetAbsExpire (6.2.2 or later is needed)");
+        return RM_ERR;
+    }
+    g_testclock = false;
+    for (int i = 0; i < argc; i++) {
+        if (arg_is(argv[i], "testclock")) {
+            g_testclock = true;
+        } else {
+            size_t n;
+            const char *s = rm.StringPtrLen(argv[i], &n);
+            rm.Log(ctx, "warning", "sluice: unknown module argument \"%.*s\" (the only one is testclock)",
+                   (int)(n > 64 ? 64 : n), s);
+            return RM_ERR;
+        }
+    }
+    if (rm.CreateCommand(ctx, "sluice.acquire", cmd_acquire, "write deny-oom", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.peek", cmd_peek, "readonly fast", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.throttle", cmd_throttle, "write deny-oom", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.reset", cmd_reset, "write", 1, 1, 1) != RM_OK)
+        return RM_ERR;
+    if (g_testclock)
+        rm.Log(ctx, "warning", "sluice: testclock: the commands accept AT time_ns (for tests only)");
+    return RM_OK;
+}
