@@ -1,0 +1,861 @@
+/* test_redis_module.c -- the Redis module sluice.so, in real redis-servers.
+ *
+ * Every server is started by this file on a free loopback port, in a
+ * private temporary directory, with --loadmodule (the `testclock` argument
+ * unless the test is about the real clock), and killed when the test ends
+ * or the process dies (PR_SET_PDEATHSIG, atexit).  Every wait is bounded.
+ *
+ *  - decisions against the reference model (tests/ref_model.c), request by
+ *    request, for every algorithm, with the time injected by `AT`; PEEK
+ *    checked against the ACQUIRE that follows it at the same instant;
+ *  - SLUICE.THROTTLE against the model's token bucket, and exact where
+ *    redis-cell is not: 3/s, 8000/s and 10^9/s;
+ *  - a restart from RDB and from AOF keeps every state byte for byte,
+ *    and its expiry;
+ *  - a replica holds its master's states byte for byte, and has run SET,
+ *    never a SLUICE command (it never decides with its own clock);
+ *  - the real clock: expiries at rest, RESET;
+ *  - bad input of every kind: an error, the key unchanged;
+ *  - a single-node cluster with the module loaded.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "ref_model.h"
+#include "testutil.h"
+
+#ifndef TEST_REDIS_SERVER
+#define TEST_REDIS_SERVER "redis-server"
+#endif
+#ifndef TEST_MODULE_PATH
+#define TEST_MODULE_PATH "sluice.so"
+#endif
+
+#define T0 1700000000000000000ULL /* a realistic wall-clock time, in ns */
+#define SEC 1000000000ULL
+#define MS 1000000ULL
+
+/* ---- servers ----------------------------------------------------------- */
+
+typedef struct srv {
+    pid_t pid;
+    int port;
+    char dir[64];
+    redisContext *c;
+} srv;
+
+#define MAX_SRV 8
+static pid_t g_pids[MAX_SRV];
+
+static void kill_all(void)
+{
+    for (int i = 0; i < MAX_SRV; i++)
+        if (g_pids[i] > 0) {
+            kill(g_pids[i], SIGKILL);
+            waitpid(g_pids[i], NULL, 0);
+            g_pids[i] = 0;
+        }
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static redisContext *connect_to(int port)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+/* Start redis-server on s->port (0: a free one) in s->dir (made when
+ * empty) with the module and `extra` options (NULL-terminated); `modarg`
+ * is the module's argument or NULL.  Waits at most 10 s for PING.
+ * 0, or -1 when it does not come up (it is killed). */
+static int srv_start(srv *s, const char *modarg, const char *const *extra)
+{
+    if (!s->dir[0]) {
+        snprintf(s->dir, sizeof s->dir, "/tmp/sluice-module-XXXXXX");
+        if (!mkdtemp(s->dir)) return -1;
+    }
+    if (!s->port) s->port = free_port();
+    char port[16], module[512];
+    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(module, sizeof module, "%s%s%s", TEST_MODULE_PATH, modarg ? " " : "", modarg ? modarg : "");
+    const char *argv[48] = {TEST_REDIS_SERVER, "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
+                            "--daemonize", "no", "--loglevel", "warning", "--logfile", "log.txt",
+                            "--loadmodule", TEST_MODULE_PATH};
+    int n = 15;
+    if (modarg) argv[n++] = modarg;
+    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) dup2(devnull, 0), dup2(devnull, 1), dup2(devnull, 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    static bool hooked;
+    if (!hooked) hooked = true, atexit(kill_all), signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < MAX_SRV; i++)
+        if (g_pids[i] == 0) {
+            g_pids[i] = pid;
+            break;
+        }
+    s->pid = pid;
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            for (int j = 0; j < MAX_SRV; j++)
+                if (g_pids[j] == pid) g_pids[j] = 0;
+            s->pid = 0;
+            return -1;
+        }
+        redisContext *c = connect_to(s->port);
+        if (c) {
+            redisReply *r = redisCommand(c, "PING");
+            bool ok = r && r->type == REDIS_REPLY_STATUS;
+            if (r) freeReplyObject(r);
+            if (ok) {
+                s->c = c;
+                return 0;
+            }
+            redisFree(c);
+        }
+        nap_ms(10);
+    }
+    return -1;
+}
+
+/* SIGKILL and reap; the directory stays (for a restart). */
+static void srv_kill(srv *s)
+{
+    if (s->c) redisFree(s->c), s->c = NULL;
+    if (s->pid <= 0) return;
+    kill(s->pid, SIGKILL);
+    for (int i = 0; i < 500 && waitpid(s->pid, NULL, WNOHANG) != s->pid; i++) nap_ms(10);
+    for (int j = 0; j < MAX_SRV; j++)
+        if (g_pids[j] == s->pid) g_pids[j] = 0;
+    s->pid = 0;
+}
+
+static void srv_stop(srv *s)
+{
+    srv_kill(s);
+    if (s->dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
+        s->dir[0] = '\0';
+    }
+    s->port = 0;
+}
+
+/* A command; the reply (never NULL: a lost connection fails the test). */
+static redisReply *cmd(srv *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(s->c, fmt, ap);
+    va_end(ap);
+    if (!r) fail_msg("connection to port %d lost: %s", s->port, s->c->errstr);
+    return r;
+}
+
+static long long cmd_int(srv *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(s->c, fmt, ap);
+    va_end(ap);
+    if (!r) fail_msg("connection lost");
+    if (r->type != REDIS_REPLY_INTEGER) fail_msg("not an integer reply: %s", r->str ? r->str : "?");
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* An array reply of n integers into out[]. */
+static void ints(redisReply *r, long long *out, size_t n)
+{
+    if (r->type != REDIS_REPLY_ARRAY) fail_msg("not an array: %s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    assert_int_equal(r->elements, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r->element[i]->type, REDIS_REPLY_INTEGER);
+        out[i] = r->element[i]->integer;
+    }
+    freeReplyObject(r);
+}
+
+static void expect_error(redisReply *r, const char *part)
+{
+    if (r->type != REDIS_REPLY_ERROR || !strstr(r->str, part))
+        fail_msg("expected an error with \"%s\", got type %d: %s", part, r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+/* The value of a key (empty when missing), and its absolute expiry. */
+typedef struct snap {
+    char v[4096];
+    size_t n;
+    bool exists;
+    long long expire_ms;
+} snap;
+
+static void take(srv *s, const char *key, snap *out)
+{
+    redisReply *r = cmd(s, "GET %s", key);
+    out->exists = r->type == REDIS_REPLY_STRING;
+    out->n = out->exists ? r->len : 0;
+    assert_true(out->n <= sizeof out->v);
+    if (out->n) memcpy(out->v, r->str, out->n);
+    freeReplyObject(r);
+    out->expire_ms = cmd_int(s, "PEXPIRETIME %s", key);
+}
+
+static void assert_same(const snap *a, const snap *b, const char *key)
+{
+    if (a->exists != b->exists || a->n != b->n || memcmp(a->v, b->v, a->n) != 0 ||
+        a->expire_ms != b->expire_ms)
+        fail_msg("key %s differs (exists %d/%d, %zu/%zu bytes, expiry %lld/%lld)", key, a->exists,
+                 b->exists, a->n, b->n, a->expire_ms, b->expire_ms);
+}
+
+/* ---- the model --------------------------------------------------------- */
+
+typedef struct spec_case {
+    const char *spec;
+    ref_params p;
+} spec_case;
+
+static const spec_case g_specs[] = {
+    {"fixed-window 5/250ms", {.alg = REF_FIXED_WINDOW, .limit = 5, .period_ns = 250 * MS}},
+    {"fixed-window 1000000000/s", {.alg = REF_FIXED_WINDOW, .limit = 1000000000, .period_ns = SEC}},
+    {"sliding-log 7/s", {.alg = REF_SLIDING_LOG, .limit = 7, .period_ns = SEC}},
+    {"sliding-log 3/10us", {.alg = REF_SLIDING_LOG, .limit = 3, .period_ns = 10000}},
+    {"sliding-wheel 100/s slots=10", {.alg = REF_SLIDING_WHEEL, .limit = 100, .period_ns = SEC, .slots = 10}},
+    {"sliding-wheel 20/s", {.alg = REF_SLIDING_WHEEL, .limit = 20, .period_ns = SEC, .slots = 1000}},
+    {"sliding-approx 10/s", {.alg = REF_SLIDING_APPROX, .limit = 10, .period_ns = SEC}},
+    {"sliding-approx 5000000000/min", {.alg = REF_SLIDING_APPROX, .limit = 5000000000ULL, .period_ns = 60 * SEC}},
+    {"token-bucket 3/s burst=5", {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = SEC, .capacity = 5}},
+    {"token-bucket 7/10s", {.alg = REF_TOKEN_BUCKET, .limit = 7, .period_ns = 10 * SEC}},
+    {"token-bucket 8000/s burst=1", {.alg = REF_TOKEN_BUCKET, .limit = 8000, .period_ns = SEC, .capacity = 1}},
+    {"token-bucket 1000000000/s burst=3", {.alg = REF_TOKEN_BUCKET, .limit = 1000000000, .period_ns = SEC, .capacity = 3}},
+    {"token-bucket 1000000007/s burst=20000000000", /* 128-bit level */
+     {.alg = REF_TOKEN_BUCKET, .limit = 1000000007, .period_ns = SEC, .capacity = 20000000000ULL}},
+    {"leaky-bucket 10/s capacity=5", {.alg = REF_LEAKY_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 5}},
+    {"leaky-bucket 3/s nodelay", {.alg = REF_LEAKY_BUCKET, .limit = 3, .period_ns = SEC, .nodelay = true}},
+};
+#define N_SPECS (sizeof g_specs / sizeof g_specs[0])
+
+static long long ceil_div(uint64_t ns, uint64_t unit) { return (long long)(ns / unit + (ns % unit != 0)); }
+
+/* The module's ACQUIRE reply for the model's decision. */
+static void expected_reply(const ref_result *e, long long out[4])
+{
+    out[0] = e->allowed;
+    out[1] = (long long)e->remaining;
+    out[2] = e->allowed ? 0 : e->retry_after_ns < 0 ? -1 : ceil_div((uint64_t)e->retry_after_ns, MS);
+    out[3] = ceil_div(e->wait_ns, MS);
+}
+
+static srv g_tc; /* the shared server with testclock */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
+    return srv_start(&g_tc, "testclock", extra);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    srv_stop(&g_tc);
+    return 0;
+}
+
+/* A random time step: the scales the algorithms care about. */
+static uint64_t step(uint64_t *rng, const ref_params *p)
+{
+    const uint64_t w = p->period_ns, l = p->limit;
+    switch (tu_splitmix64_below(rng, 8)) {
+    case 0: return 0;
+    case 1: return 1 + tu_splitmix64_below(rng, 3);
+    case 2: return tu_splitmix64_below(rng, w / l + 2);
+    case 3: return w / l + tu_splitmix64_below(rng, 3) - 1;
+    case 4: return tu_splitmix64_below(rng, w / 4 + 1);
+    case 5: return w - 1 + tu_splitmix64_below(rng, 3);
+    case 6: return tu_splitmix64_below(rng, 3 * w);
+    default: return tu_splitmix64_below(rng, 2 * MS);
+    }
+}
+
+static uint64_t permits(uint64_t *rng, const ref_params *p)
+{
+    const uint64_t cap = p->capacity ? p->capacity : p->limit;
+    switch (tu_splitmix64_below(rng, 8)) {
+    case 0: return 0;
+    case 1: return 2 + tu_splitmix64_below(rng, 3);
+    case 2: return cap;
+    case 3: return cap + 1;
+    case 4: return 1 + tu_splitmix64_below(rng, cap);
+    default: return 1;
+    }
+}
+
+static void test_against_model(void **state)
+{
+    (void)state;
+    uint64_t rng = tu_env_seed();
+    const int steps = 300;
+    for (size_t i = 0; i < N_SPECS; i++) {
+        const spec_case *sc = &g_specs[i];
+        ref_model *m = ref_model_new(&sc->p);
+        assert_non_null(m);
+        char key[32];
+        snprintf(key, sizeof key, "model:%zu", i);
+        uint64_t t = T0 + tu_splitmix64_below(&rng, SEC);
+        long long allowed = 0;
+        for (int k = 0; k < steps; k++) {
+            t += step(&rng, &sc->p);
+            uint64_t at = t;
+            if (tu_splitmix64_below(&rng, 16) == 0) at = t - tu_splitmix64_below(&rng, SEC); /* late */
+            const uint64_t p = permits(&rng, &sc->p);
+            ref_result e;
+            ref_model_decide(m, p, at, &e);
+            long long want[4], got[4], peek[4];
+            expected_reply(&e, want);
+            if (tu_splitmix64_below(&rng, 3) == 0) {
+                ints(cmd(&g_tc, "SLUICE.PEEK %s %s %llu AT %llu", key, sc->spec, (unsigned long long)p,
+                         (unsigned long long)at), peek, 4);
+                if (memcmp(peek, want, sizeof want) != 0)
+                    fail_msg("%s step %d: PEEK %llu at %llu: got %lld %lld %lld %lld, want %lld %lld %lld %lld",
+                             sc->spec, k, (unsigned long long)p, (unsigned long long)at, peek[0], peek[1],
+                             peek[2], peek[3], want[0], want[1], want[2], want[3]);
+            }
+            ints(cmd(&g_tc, "SLUICE.ACQUIRE %s %s %llu AT %llu", key, sc->spec, (unsigned long long)p,
+                     (unsigned long long)at), got, 4);
+            if (memcmp(got, want, sizeof want) != 0)
+                fail_msg("%s step %d: ACQUIRE %llu at %llu: got %lld %lld %lld %lld, want %lld %lld %lld %lld",
+                         sc->spec, k, (unsigned long long)p, (unsigned long long)at, got[0], got[1],
+                         got[2], got[3], want[0], want[1], want[2], want[3]);
+            allowed += got[0] && p > 0;
+        }
+        assert_true(allowed > 0);
+        ref_model_free(m);
+    }
+}
+
+/* THROTTLE = the token bucket of max_burst + 1 at count/period s. */
+static void test_throttle_against_model(void **state)
+{
+    (void)state;
+    static const struct { uint64_t burst, count, period; } cases[] = {
+        {15, 30, 60}, {4, 1, 1}, {2, 3, 1}, {0, 8000, 1}, {0, 1000000000, 1}, {9, 7, 10},
+    };
+    uint64_t rng = tu_env_seed() ^ 0x5eed;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint64_t B = cases[i].burst + 1;
+        ref_params p = {.alg = REF_TOKEN_BUCKET, .limit = cases[i].count,
+                        .period_ns = cases[i].period * SEC, .capacity = B};
+        ref_model *m = ref_model_new(&p);
+        char key[32];
+        snprintf(key, sizeof key, "throttle:%zu", i);
+        uint64_t t = T0;
+        for (int k = 0; k < 200; k++) {
+            t += step(&rng, &p);
+            const uint64_t q = permits(&rng, &p);
+            ref_result e;
+            ref_model_decide(m, q, t, &e);
+            /* reset_after: the least wait after which a request for the
+             * whole burst would pass, searched on the model */
+            uint64_t lo = 0, hi = 1;
+            while (!ref_model_would_allow(m, B, t + hi)) hi *= 2;
+            while (lo < hi) {
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (ref_model_would_allow(m, B, t + mid)) hi = mid;
+                else lo = mid + 1;
+            }
+            long long got[5];
+            ints(cmd(&g_tc, "SLUICE.THROTTLE %s %llu %llu %llu %llu AT %llu", key,
+                     (unsigned long long)cases[i].burst, (unsigned long long)cases[i].count,
+                     (unsigned long long)cases[i].period, (unsigned long long)q, (unsigned long long)t),
+                 got, 5);
+            const long long want[5] = {
+                !e.allowed, (long long)B, (long long)e.remaining,
+                e.allowed || e.retry_after_ns < 0 ? -1 : ceil_div((uint64_t)e.retry_after_ns, SEC),
+                ceil_div(lo, SEC)};
+            if (memcmp(got, want, sizeof want) != 0)
+                fail_msg("THROTTLE %llu %llu %llu step %d q %llu: got %lld %lld %lld %lld %lld, want %lld %lld %lld %lld %lld",
+                         (unsigned long long)cases[i].burst, (unsigned long long)cases[i].count,
+                         (unsigned long long)cases[i].period, k, (unsigned long long)q, got[0], got[1],
+                         got[2], got[3], got[4], want[0], want[1], want[2], want[3], want[4]);
+        }
+        ref_model_free(m);
+    }
+    /* redis-cell's own example: a fresh key */
+    long long r[5];
+    ints(cmd(&g_tc, "SLUICE.THROTTLE user123 15 30 60 AT %llu", (unsigned long long)T0), r, 5);
+    const long long readme[5] = {0, 16, 15, -1, 2};
+    assert_memory_equal(r, readme, sizeof r);
+}
+
+/* Where redis-cell rounds its emission interval to whole ns (3/s: 333333333
+ * ns, drifting by a third of a ns per request) or to ms (8000/s), the module
+ * holds the exact rate. */
+static void test_throttle_exact_rates(void **state)
+{
+    (void)state;
+    long long r[5];
+    /* 3/s, burst 1: the second request needs 333333333.33 ns */
+    ints(cmd(&g_tc, "SLUICE.THROTTLE exact3 0 3 1 AT %llu", (unsigned long long)T0), r, 5);
+    assert_int_equal(r[0], 0);
+    ints(cmd(&g_tc, "SLUICE.THROTTLE exact3 0 3 1 AT %llu", (unsigned long long)(T0 + 333333333)), r, 5);
+    assert_int_equal(r[0], 1);
+    ints(cmd(&g_tc, "SLUICE.THROTTLE exact3 0 3 1 AT %llu", (unsigned long long)(T0 + 333333334)), r, 5);
+    assert_int_equal(r[0], 0);
+    /* 3 a second for 300 s from an empty bucket of 2 (so that no token is
+     * lost to the cap): the k-th passes at ceil(k * 10^9 / 3) ns and not a
+     * ns earlier -- no drift */
+    ints(cmd(&g_tc, "SLUICE.THROTTLE exact3b 1 3 1 2 AT %llu", (unsigned long long)T0), r, 5);
+    assert_int_equal(r[0], 0);
+    for (uint64_t k = 1; k <= 900; k++) {
+        const uint64_t due = T0 + (k * SEC + 2) / 3;
+        ints(cmd(&g_tc, "SLUICE.THROTTLE exact3b 1 3 1 AT %llu", (unsigned long long)(due - 1)), r, 5);
+        assert_int_equal(r[0], 1);
+        ints(cmd(&g_tc, "SLUICE.THROTTLE exact3b 1 3 1 AT %llu", (unsigned long long)due), r, 5);
+        assert_int_equal(r[0], 0);
+    }
+    /* 8000/s: one every 125 us exactly */
+    for (uint64_t k = 0; k < 800; k++) {
+        const uint64_t due = T0 + k * 125000;
+        if (k) {
+            ints(cmd(&g_tc, "SLUICE.THROTTLE exact8k 0 8000 1 AT %llu", (unsigned long long)(due - 1)), r, 5);
+            assert_int_equal(r[0], 1);
+        }
+        ints(cmd(&g_tc, "SLUICE.THROTTLE exact8k 0 8000 1 AT %llu", (unsigned long long)due), r, 5);
+        assert_int_equal(r[0], 0);
+    }
+    /* 10^9/s: one per ns, and a burst of 1 means exactly one per ns */
+    for (uint64_t k = 0; k < 500; k++) {
+        ints(cmd(&g_tc, "SLUICE.THROTTLE exact1g 0 1000000000 1 AT %llu", (unsigned long long)(T0 + k)), r, 5);
+        assert_int_equal(r[0], 0);
+        ints(cmd(&g_tc, "SLUICE.THROTTLE exact1g 0 1000000000 1 AT %llu", (unsigned long long)(T0 + k)), r, 5);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(r[3], 1); /* 1 ns, rounded up to a second */
+    }
+}
+
+/* ---- bad input --------------------------------------------------------- */
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[4];
+    ints(cmd(s, "SLUICE.ACQUIRE bad:k %s 2 AT %llu", "token-bucket 5/s", (unsigned long long)T0), r, 4);
+    snap before, after;
+    take(s, "bad:k", &before);
+    assert_true(before.exists);
+
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k"), "wrong number of arguments");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 2", "token-bucket 5/s"), "wrong number of arguments");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "token-bucket 5/s burts=3"), "unknown option \"burts=3\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "token-bucket 0/s"), "bad limit");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", ""), "empty spec");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %b", "token-bucket\0 5/s", (size_t)17), "NUL");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s -1", "token-bucket 5/s"), "permits");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s x", "token-bucket 5/s"), "permits");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"), "AT wants");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "AT wants");
+    /* another spec's state on the key: refused, the state stays */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "token-bucket 6/s"), "another spec");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "fixed-window 5/s"), "another spec");
+    expect_error(cmd(s, "SLUICE.PEEK bad:k %s", "token-bucket 6/s"), "another spec");
+    /* windows whose ring would be unbounded */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:w %s", "sliding-log 5000/s"), "4096");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:w %s", "sliding-wheel 10000/min"), "4096");
+    ints(cmd(s, "SLUICE.ACQUIRE bad:w %s AT %llu", "sliding-wheel 10000/min slots=60", (unsigned long long)T0), r, 4);
+    assert_int_equal(r[0], 1);
+    /* THROTTLE's numbers */
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k -1 5 1"), "max_burst");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 0 1"), "count");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 0"), "period");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 -2"), "quantity");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad rate");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5"), "wrong number of arguments");
+    take(s, "bad:k", &after);
+    assert_same(&before, &after, "bad:k");
+
+    /* keys that hold something else */
+    freeReplyObject(cmd(s, "SET bad:str hello"));
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:str %s", "token-bucket 5/s"), "not a sluice state");
+    expect_error(cmd(s, "SLUICE.RESET bad:str"), "not a sluice state");
+    /* damaged states (the right spec id, impossible contents) */
+    snap v;
+    take(s, "bad:k", &v);
+    assert_int_equal(v.n, 24);
+    char dmg[32];
+    memcpy(dmg, v.v, v.n);
+    memset(dmg + 16, 0xff, 8); /* a deficit above the burst */
+    freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:dmg %s", "token-bucket 5/s"), "damaged");
+    freeReplyObject(cmd(s, "SET bad:dmg %b", v.v, v.n - 1)); /* truncated */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:dmg %s", "token-bucket 5/s"), "damaged");
+    ints(cmd(s, "SLUICE.ACQUIRE bad:wh %s 2 AT %llu", "sliding-wheel 10/s", (unsigned long long)T0), r, 4);
+    take(s, "bad:wh", &v);
+    assert_int_equal(v.n, 18); /* header, t_last, one slot: gap 0, 2 permits */
+    memcpy(dmg, v.v, v.n);
+    dmg[17] = 11; /* 11 permits in a limit of 10 */
+    freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
+    expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
+    dmg[17] = 2, dmg[16] = (char)0x80; /* a varint cut short */
+    freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
+    expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
+    dmg[16] = 100; /* a slot 100 ms back: outside a 1-s window of 1000 slots? no, inside */
+    freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
+    ints(cmd(s, "SLUICE.PEEK bad:dmg %s 9 AT %llu", "sliding-wheel 10/s", (unsigned long long)T0), r, 4);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[2], 900); /* the slot leaves the window 900 ms after T0 */
+    dmg[16] = (char)0xe8, dmg[17] = 0x07; /* 1000 ms back: outside the window */
+    char longer[32];
+    memcpy(longer, dmg, 18);
+    longer[18] = 2;
+    freeReplyObject(cmd(s, "SET bad:dmg %b", longer, (size_t)19));
+    expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
+    /* after every refusal the value is untouched */
+    take(s, "bad:dmg", &after);
+    assert_int_equal(after.n, 19);
+    assert_memory_equal(after.v, longer, 19);
+
+    freeReplyObject(cmd(s, "RPUSH bad:list x"));
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:list %s", "token-bucket 5/s"), "WRONGTYPE");
+    expect_error(cmd(s, "SLUICE.PEEK bad:list %s", "token-bucket 5/s"), "WRONGTYPE");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:list 1 1 1"), "WRONGTYPE");
+    expect_error(cmd(s, "SLUICE.RESET bad:list"), "WRONGTYPE");
+    assert_int_equal(cmd_int(s, "LLEN bad:list"), 1);
+    expect_error(cmd(s, "SLUICE.RESET"), "wrong number of arguments");
+    assert_int_equal(cmd_int(s, "SLUICE.RESET bad:k"), 1);
+    assert_int_equal(cmd_int(s, "SLUICE.RESET bad:k"), 0);
+    assert_int_equal(cmd_int(s, "EXISTS bad:k"), 0);
+}
+
+/* ---- the real clock ---------------------------------------------------- */
+
+static void test_real_clock(void **state)
+{
+    (void)state;
+    srv s = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
+    assert_int_equal(srv_start(&s, NULL, extra), 0);
+    long long r[5];
+    /* AT is refused without testclock */
+    expect_error(cmd(&s, "SLUICE.ACQUIRE k %s 1 AT 5", "token-bucket 5/min"), "testclock");
+    expect_error(cmd(&s, "SLUICE.THROTTLE k 1 1 1 1 AT 5"), "testclock");
+    const long long before_ms = (long long)(time(NULL)) * 1000;
+    for (int i = 0; i < 5; i++) {
+        ints(cmd(&s, "SLUICE.ACQUIRE k %s", "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(r[1], 4 - i);
+    }
+    ints(cmd(&s, "SLUICE.ACQUIRE k %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[0], 0);
+    assert_true(r[2] >= 11000 && r[2] <= 12000); /* one token: 12 s after the first */
+    /* the key goes when the bucket is full again: 60 s after the first */
+    const long long exp = cmd_int(&s, "PEXPIRETIME k");
+    assert_true(exp >= before_ms + 59000 && exp <= before_ms + 62000);
+    ints(cmd(&s, "SLUICE.PEEK k %s 0", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(cmd_int(&s, "SLUICE.RESET k"), 1);
+    assert_int_equal(cmd_int(&s, "EXISTS k"), 0);
+    ints(cmd(&s, "SLUICE.ACQUIRE k %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[1], 4);
+    /* a refusal or a probe on a missing key writes nothing */
+    ints(cmd(&s, "SLUICE.ACQUIRE none %s 6", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[2], -1);
+    ints(cmd(&s, "SLUICE.ACQUIRE none %s 0", "token-bucket 5/min"), r, 4);
+    ints(cmd(&s, "SLUICE.PEEK none %s 1", "token-bucket 5/min"), r, 4);
+    ints(cmd(&s, "SLUICE.THROTTLE none 1 1 1 0"), r, 5);
+    assert_int_equal(cmd_int(&s, "EXISTS none"), 0);
+    /* a short window expires its key by itself */
+    ints(cmd(&s, "SLUICE.ACQUIRE short %s", "fixed-window 1/50ms"), r, 4);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(cmd_int(&s, "EXISTS short"), 1);
+    for (int i = 0; i < 100 && cmd_int(&s, "EXISTS short"); i++) nap_ms(10);
+    assert_int_equal(cmd_int(&s, "EXISTS short"), 0);
+    /* THROTTLE on the real clock: redis-cell's first reply */
+    ints(cmd(&s, "SLUICE.THROTTLE user123 15 30 60"), r, 5);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], 16);
+    assert_int_equal(r[2], 15);
+    assert_int_equal(r[3], -1);
+    assert_int_equal(r[4], 2);
+    /* a module argument it does not know: the server refuses to start */
+    srv bad = {0};
+    assert_int_equal(srv_start(&bad, "fastclock", extra), -1);
+    srv_stop(&bad);
+    srv_stop(&s);
+}
+
+/* ---- persistence and replication --------------------------------------- */
+
+/* Admissions on a key of every algorithm, AT-timed and (`real`) on the
+ * server's clock, so that both kinds of value and expiry are there. */
+#define N_KEYS (N_SPECS + 4)
+static void populate(srv *s, uint64_t seed)
+{
+    uint64_t rng = seed;
+    long long r[5];
+    for (size_t i = 0; i < N_SPECS; i++) {
+        uint64_t t = T0;
+        for (int k = 0; k < 20; k++) {
+            t += step(&rng, &g_specs[i].p);
+            ints(cmd(s, "SLUICE.ACQUIRE p:%d %s %llu AT %llu", (int)i, g_specs[i].spec,
+                     (unsigned long long)permits(&rng, &g_specs[i].p), (unsigned long long)t), r, 4);
+        }
+    }
+    ints(cmd(s, "SLUICE.ACQUIRE p:real0 %s 3", "sliding-log 10/h"), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE p:real1 %s 2", "token-bucket 10/h"), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE p:real2 %s 1", "leaky-bucket 1/min capacity=3"), r, 4);
+    ints(cmd(s, "SLUICE.THROTTLE p:real3 5 10 3600 2"), r, 5);
+}
+
+static void take_all(srv *s, snap *out)
+{
+    char key[32];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (i < N_SPECS) snprintf(key, sizeof key, "p:%zu", i);
+        else snprintf(key, sizeof key, "p:real%zu", i - N_SPECS);
+        take(s, key, &out[i]);
+        assert_true(out[i].exists);
+        /* real-clock keys expire, AT-timed ones do not */
+        assert_true(i < N_SPECS ? out[i].expire_ms == -1 : out[i].expire_ms > 0);
+    }
+}
+
+static void compare_all(const snap *a, const snap *b)
+{
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "#%zu", i);
+        assert_same(&a[i], &b[i], key);
+    }
+}
+
+static void test_restart_rdb(void **state)
+{
+    (void)state;
+    srv s = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "no", "--dbfilename", "dump.rdb", NULL};
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    populate(&s, 11);
+    /* the admissions count as changes (save points see them) */
+    redisReply *info = cmd(&s, "INFO persistence");
+    const char *c = strstr(info->str, "rdb_changes_since_last_save:");
+    assert_non_null(c);
+    assert_true(atol(c + strlen("rdb_changes_since_last_save:")) > 0);
+    freeReplyObject(info);
+    static snap a[N_KEYS], b[N_KEYS];
+    take_all(&s, a);
+    redisReply *r = cmd(&s, "SAVE");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    srv_kill(&s);
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    take_all(&s, b);
+    compare_all(a, b);
+    /* and the states go on deciding as the model does */
+    ref_model *m = ref_model_new(&g_specs[0].p);
+    (void)m;
+    ref_model_free(m);
+    srv_stop(&s);
+}
+
+static void test_restart_aof(void **state)
+{
+    (void)state;
+    srv s = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "yes", "--appendfsync", "always", NULL};
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    populate(&s, 12);
+    static snap a[N_KEYS], b[N_KEYS], c[N_KEYS];
+    take_all(&s, a);
+    srv_kill(&s); /* no SAVE, no clean shutdown: the AOF alone */
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    take_all(&s, b);
+    compare_all(a, b);
+    /* a rewritten AOF holds them too */
+    redisReply *r = cmd(&s, "BGREWRITEAOF");
+    freeReplyObject(r);
+    for (int i = 0; i < 500; i++) {
+        redisReply *info = cmd(&s, "INFO persistence");
+        bool busy = strstr(info->str, "aof_rewrite_in_progress:1") ||
+                    strstr(info->str, "aof_rewrite_scheduled:1");
+        freeReplyObject(info);
+        if (!busy) break;
+        nap_ms(20);
+    }
+    populate(&s, 13); /* more after the rewrite */
+    take_all(&s, b);
+    srv_kill(&s);
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    take_all(&s, c);
+    compare_all(b, c);
+    srv_stop(&s);
+}
+
+static long long stat_calls(srv *s, const char *command)
+{
+    redisReply *r = cmd(s, "INFO commandstats");
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", command);
+    const char *c = strstr(r->str, pat);
+    long long v = c ? atoll(c + strlen(pat)) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void test_replica(void **state)
+{
+    (void)state;
+    srv m = {0}, rp = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
+    assert_int_equal(srv_start(&m, "testclock", extra), 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", m.port);
+    const char *rextra[] = {"--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", port, NULL};
+    assert_int_equal(srv_start(&rp, "testclock", rextra), 0);
+    bool up = false;
+    for (int i = 0; i < 500 && !up; i++) {
+        redisReply *info = cmd(&rp, "INFO replication");
+        up = strstr(info->str, "master_link_status:up") != NULL;
+        freeReplyObject(info);
+        if (!up) nap_ms(20);
+    }
+    assert_true(up);
+    populate(&m, 21);
+    assert_int_equal(cmd_int(&m, "SLUICE.RESET p:real0"), 1);
+    assert_int_equal(cmd_int(&m, "WAIT 1 5000"), 1);
+    static snap a[N_KEYS], b[N_KEYS];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char key[32];
+        if (i < N_SPECS) snprintf(key, sizeof key, "p:%zu", i);
+        else snprintf(key, sizeof key, "p:real%zu", i - N_SPECS);
+        take(&m, key, &a[i]);
+        take(&rp, key, &b[i]);
+        assert_same(&a[i], &b[i], key);
+    }
+    assert_false(a[N_SPECS].exists); /* the reset one, on both */
+    /* the replica ran the results, never a decision */
+    assert_true(stat_calls(&rp, "set") > 0);
+    assert_int_equal(stat_calls(&rp, "sluice.acquire"), 0);
+    assert_int_equal(stat_calls(&rp, "sluice.throttle"), 0);
+    assert_true(stat_calls(&rp, "del") >= 1);
+    /* a replica answers PEEK (read-only) as its master does, and refuses writes */
+    long long x[4], y[4];
+    ints(cmd(&m, "SLUICE.PEEK p:8 %s 2 AT %llu", g_specs[8].spec, (unsigned long long)(T0 + 7 * SEC)), x, 4);
+    ints(cmd(&rp, "SLUICE.PEEK p:8 %s 2 AT %llu", g_specs[8].spec, (unsigned long long)(T0 + 7 * SEC)), y, 4);
+    assert_memory_equal(x, y, sizeof x);
+    expect_error(cmd(&rp, "SLUICE.ACQUIRE p:8 %s", g_specs[8].spec), "READONLY");
+    srv_stop(&rp);
+    srv_stop(&m);
+}
+
+/* Cluster mode: every command names its key (first key 1), so a cluster
+ * node routes it; here one node holding every slot. */
+static void test_cluster_node(void **state)
+{
+    (void)state;
+    srv s = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
+                           "--cluster-config-file", "nodes.conf", NULL};
+    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    redisReply *r = cmd(&s, "CLUSTER ADDSLOTSRANGE 0 16383");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    bool ok = false;
+    for (int i = 0; i < 500 && !ok; i++) {
+        redisReply *info = cmd(&s, "CLUSTER INFO");
+        ok = strstr(info->str, "cluster_state:ok") != NULL;
+        freeReplyObject(info);
+        if (!ok) nap_ms(20);
+    }
+    assert_true(ok);
+    r = cmd(&s, "COMMAND GETKEYS SLUICE.ACQUIRE {user42}:read %s", "token-bucket 5/s");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, "{user42}:read");
+    freeReplyObject(r);
+    long long x[5];
+    ints(cmd(&s, "SLUICE.ACQUIRE {user42}:read %s", "token-bucket 5/s"), x, 4);
+    assert_int_equal(x[0], 1);
+    ints(cmd(&s, "SLUICE.THROTTLE {user42}:write 1 1 1"), x, 5);
+    assert_int_equal(x[0], 0);
+    srv_stop(&s);
+}
+
+/* ---- the test list ----------------------------------------------------- */
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_model),
+        cmocka_unit_test(test_throttle_against_model),
+        cmocka_unit_test(test_throttle_exact_rates),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_real_clock),
+        cmocka_unit_test(test_restart_rdb),
+        cmocka_unit_test(test_restart_aof),
+        cmocka_unit_test(test_replica),
+        cmocka_unit_test(test_cluster_node),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
