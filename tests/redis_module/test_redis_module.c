@@ -42,12 +42,10 @@
 
 #include <hiredis/hiredis.h>
 
+#include "module_server.h"
 #include "ref_model.h"
 #include "testutil.h"
 
-#ifndef TEST_REDIS_SERVER
-#define TEST_REDIS_SERVER "redis-server"
-#endif
 #ifndef TEST_MODULE_PATH
 #define TEST_MODULE_PATH "sluice.so"
 #endif
@@ -55,147 +53,6 @@
 #define T0 1700000000000000000ULL /* a realistic wall-clock time, in ns */
 #define SEC 1000000000ULL
 #define MS 1000000ULL
-
-/* ---- servers ----------------------------------------------------------- */
-
-typedef struct srv {
-    pid_t pid;
-    int port;
-    char dir[64];
-    redisContext *c;
-} srv;
-
-#define MAX_SRV 8
-static pid_t g_pids[MAX_SRV];
-
-static void kill_all(void)
-{
-    for (int i = 0; i < MAX_SRV; i++)
-        if (g_pids[i] > 0) {
-            kill(g_pids[i], SIGKILL);
-            waitpid(g_pids[i], NULL, 0);
-            g_pids[i] = 0;
-        }
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static redisContext *connect_to(int port)
-{
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!c || c->err) {
-        if (c) redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
-}
-
-/* Start redis-server on s->port (0: a free one) in s->dir (made when
- * empty) with the module and `extra` options (NULL-terminated); `modarg`
- * is the module's argument or NULL.  Waits at most 10 s for PING.
- * 0, or -1 when it does not come up (it is killed). */
-static int srv_start(srv *s, const char *modarg, const char *const *extra)
-{
-    if (!s->dir[0]) {
-        snprintf(s->dir, sizeof s->dir, "/tmp/sluice-module-XXXXXX");
-        if (!mkdtemp(s->dir)) return -1;
-    }
-    if (!s->port) s->port = free_port();
-    char port[16], module[512];
-    snprintf(port, sizeof port, "%d", s->port);
-    snprintf(module, sizeof module, "%s%s%s", TEST_MODULE_PATH, modarg ? " " : "", modarg ? modarg : "");
-    const char *argv[48] = {TEST_REDIS_SERVER, "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
-                            "--daemonize", "no", "--loglevel", "warning", "--logfile", "log.txt",
-                            "--loadmodule", TEST_MODULE_PATH};
-    int n = 15;
-    if (modarg) argv[n++] = modarg;
-    for (int i = 0; extra && extra[i] && n < 46; i++) argv[n++] = extra[i];
-    argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) dup2(devnull, 0), dup2(devnull, 1), dup2(devnull, 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    static bool hooked;
-    if (!hooked) hooked = true, atexit(kill_all), signal(SIGPIPE, SIG_IGN);
-    for (int i = 0; i < MAX_SRV; i++)
-        if (g_pids[i] == 0) {
-            g_pids[i] = pid;
-            break;
-        }
-    s->pid = pid;
-    for (int i = 0; i < 1000; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid) {
-            for (int j = 0; j < MAX_SRV; j++)
-                if (g_pids[j] == pid) g_pids[j] = 0;
-            s->pid = 0;
-            return -1;
-        }
-        redisContext *c = connect_to(s->port);
-        if (c) {
-            redisReply *r = redisCommand(c, "PING");
-            bool ok = r && r->type == REDIS_REPLY_STATUS;
-            if (r) freeReplyObject(r);
-            if (ok) {
-                s->c = c;
-                return 0;
-            }
-            redisFree(c);
-        }
-        nap_ms(10);
-    }
-    return -1;
-}
-
-/* SIGKILL and reap; the directory stays (for a restart). */
-static void srv_kill(srv *s)
-{
-    if (s->c) redisFree(s->c), s->c = NULL;
-    if (s->pid <= 0) return;
-    kill(s->pid, SIGKILL);
-    for (int i = 0; i < 500 && waitpid(s->pid, NULL, WNOHANG) != s->pid; i++) nap_ms(10);
-    for (int j = 0; j < MAX_SRV; j++)
-        if (g_pids[j] == s->pid) g_pids[j] = 0;
-    s->pid = 0;
-}
-
-static void srv_stop(srv *s)
-{
-    srv_kill(s);
-    if (s->dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->dir);
-        s->dir[0] = '\0';
-    }
-    s->port = 0;
-}
 
 /* A command; the reply (never NULL: a lost connection fails the test). */
 static redisReply *cmd(srv *s, const char *fmt, ...)
@@ -311,7 +168,7 @@ static int group_setup(void **state)
 {
     (void)state;
     const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
-    return srv_start(&g_tc, "testclock", extra);
+    return srv_start(&g_tc, TEST_MODULE_PATH, "testclock", extra);
 }
 
 static int group_teardown(void **state)
@@ -594,7 +451,7 @@ static void test_real_clock(void **state)
     (void)state;
     srv s = {0};
     const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
-    assert_int_equal(srv_start(&s, NULL, extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, NULL, extra), 0);
     long long r[5];
     /* AT is refused without testclock */
     expect_error(cmd(&s, "SLUICE.ACQUIRE k %s 1 AT 5", "token-bucket 5/min"), "testclock");
@@ -629,7 +486,7 @@ static void test_real_clock(void **state)
     ints(cmd(&s, "SLUICE.ACQUIRE short %s", "fixed-window 1/50ms"), r, 4);
     assert_int_equal(r[0], 1);
     assert_int_equal(cmd_int(&s, "EXISTS short"), 1);
-    for (int i = 0; i < 100 && cmd_int(&s, "EXISTS short"); i++) nap_ms(10);
+    for (int i = 0; i < 100 && cmd_int(&s, "EXISTS short"); i++) srv_nap_ms(10);
     assert_int_equal(cmd_int(&s, "EXISTS short"), 0);
     /* THROTTLE on the real clock: redis-cell's first reply */
     ints(cmd(&s, "SLUICE.THROTTLE user123 15 30 60"), r, 5);
@@ -640,7 +497,7 @@ static void test_real_clock(void **state)
     assert_int_equal(r[4], 2);
     /* a module argument it does not know: the server refuses to start */
     srv bad = {0};
-    assert_int_equal(srv_start(&bad, "fastclock", extra), -1);
+    assert_int_equal(srv_start(&bad, TEST_MODULE_PATH, "fastclock", extra), -1);
     srv_stop(&bad);
     srv_stop(&s);
 }
@@ -695,7 +552,7 @@ static void test_restart_rdb(void **state)
     (void)state;
     srv s = {0};
     const char *extra[] = {"--save", "", "--appendonly", "no", "--dbfilename", "dump.rdb", NULL};
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     populate(&s, 11);
     /* the admissions count as changes (save points see them) */
     redisReply *info = cmd(&s, "INFO persistence");
@@ -709,13 +566,9 @@ static void test_restart_rdb(void **state)
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
     srv_kill(&s);
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     take_all(&s, b);
     compare_all(a, b);
-    /* and the states go on deciding as the model does */
-    ref_model *m = ref_model_new(&g_specs[0].p);
-    (void)m;
-    ref_model_free(m);
     srv_stop(&s);
 }
 
@@ -724,12 +577,12 @@ static void test_restart_aof(void **state)
     (void)state;
     srv s = {0};
     const char *extra[] = {"--save", "", "--appendonly", "yes", "--appendfsync", "always", NULL};
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     populate(&s, 12);
     static snap a[N_KEYS], b[N_KEYS], c[N_KEYS];
     take_all(&s, a);
     srv_kill(&s); /* no SAVE, no clean shutdown: the AOF alone */
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     take_all(&s, b);
     compare_all(a, b);
     /* a rewritten AOF holds them too */
@@ -741,12 +594,12 @@ static void test_restart_aof(void **state)
                     strstr(info->str, "aof_rewrite_scheduled:1");
         freeReplyObject(info);
         if (!busy) break;
-        nap_ms(20);
+        srv_nap_ms(20);
     }
     populate(&s, 13); /* more after the rewrite */
     take_all(&s, b);
     srv_kill(&s);
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     take_all(&s, c);
     compare_all(b, c);
     srv_stop(&s);
@@ -768,17 +621,17 @@ static void test_replica(void **state)
     (void)state;
     srv m = {0}, rp = {0};
     const char *extra[] = {"--save", "", "--appendonly", "no", NULL};
-    assert_int_equal(srv_start(&m, "testclock", extra), 0);
+    assert_int_equal(srv_start(&m, TEST_MODULE_PATH, "testclock", extra), 0);
     char port[16];
     snprintf(port, sizeof port, "%d", m.port);
     const char *rextra[] = {"--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", port, NULL};
-    assert_int_equal(srv_start(&rp, "testclock", rextra), 0);
+    assert_int_equal(srv_start(&rp, TEST_MODULE_PATH, "testclock", rextra), 0);
     bool up = false;
     for (int i = 0; i < 500 && !up; i++) {
         redisReply *info = cmd(&rp, "INFO replication");
         up = strstr(info->str, "master_link_status:up") != NULL;
         freeReplyObject(info);
-        if (!up) nap_ms(20);
+        if (!up) srv_nap_ms(20);
     }
     assert_true(up);
     populate(&m, 21);
@@ -817,7 +670,9 @@ static void test_cluster_node(void **state)
     srv s = {0};
     const char *extra[] = {"--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
                            "--cluster-config-file", "nodes.conf", NULL};
-    assert_int_equal(srv_start(&s, "testclock", extra), 0);
+    s.port = srv_free_port(55000); /* its bus listens on port + 10000 */
+    assert_true(s.port > 0);
+    assert_int_equal(srv_start(&s, TEST_MODULE_PATH, "testclock", extra), 0);
     redisReply *r = cmd(&s, "CLUSTER ADDSLOTSRANGE 0 16383");
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
@@ -826,7 +681,7 @@ static void test_cluster_node(void **state)
         redisReply *info = cmd(&s, "CLUSTER INFO");
         ok = strstr(info->str, "cluster_state:ok") != NULL;
         freeReplyObject(info);
-        if (!ok) nap_ms(20);
+        if (!ok) srv_nap_ms(20);
     }
     assert_true(ok);
     r = cmd(&s, "COMMAND GETKEYS SLUICE.ACQUIRE {user42}:read %s", "token-bucket 5/s");
