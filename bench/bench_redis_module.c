@@ -19,10 +19,14 @@
  * The Lua arguments are the script's (q_us, a, b, cap, need, want) for that
  * spec at q = 1 us, as libsluice-redis sends them with lease_max = 0 (one
  * decision per round trip).  Each command is checked once by hand before
- * it is timed.  The table gives redis-benchmark's requests/s and p50, and
- * the module's ratio to Lua (target >= 2).
+ * it is timed.  The table gives redis-benchmark's requests/s and p50, the
+ * server's own time per call (usec_per_call of INFO commandstats, reset
+ * before each run: what the command costs Redis's one thread, and so what
+ * bounds its throughput, little disturbed by a loaded client machine), and
+ * the module's ratios to Lua (target >= 2).
  *
  *   build/bench/bench_redis_module [-n N] [--module PATH]
+ *   build/bench/bench_redis_module --print-script    (the Lua script, for SCRIPT LOAD)
  *
  * Environment: SLUICE_REDIS_SERVER, SLUICE_REDIS_BENCHMARK override the
  * programs CMake found.  Loopback only; the server is killed at the end.
@@ -49,7 +53,24 @@
 
 typedef struct result {
     double rps, p50_ms;
+    double usec_per_call; /* the server's own time per call (INFO commandstats) */
 } result;
+
+/* cmdstat_<name>:...,usec_per_call=X from INFO commandstats; 0 if absent. */
+static double usec_per_call(redisContext *c, const char *name)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    double v = 0;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "cmdstat_%s:", name);
+        const char *l = strstr(r->str, pat);
+        const char *u = l ? strstr(l, "usec_per_call=") : NULL;
+        if (u) v = atof(u + strlen("usec_per_call="));
+    }
+    if (r) freeReplyObject(r);
+    return v;
+}
 
 /* Run redis-benchmark with `args` (NULL-terminated) and read its CSV row. */
 static int run_bench(int port, long n, int conns, long keyspace, const char *const *args,
@@ -160,8 +181,11 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n = atol(argv[++i]);
         else if (strcmp(argv[i], "--module") == 0 && i + 1 < argc) module = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_redis_module [-n N] [--module PATH]\n");
+        else if (strcmp(argv[i], "--print-script") == 0) {
+            fputs(sluice_redis_script_source(0), stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "usage: bench_redis_module [-n N] [--module PATH] | --print-script\n");
             return 2;
         }
     }
@@ -197,47 +221,55 @@ int main(int argc, char **argv)
     }
 
     static const struct {
-        const char *label, *spec;
+        const char *label, *spec, *stat;
         int which; /* index into cmds */
         long keys;
         bool lua;
     } rows[] = {
-        {"PING", "-", 0, 0, false},
-        {"Lua EVALSHA (libsluice-redis script)", "token-bucket 100/s, 1 hot key", 1, 0, true},
-        {"SLUICE.ACQUIRE", "token-bucket 100/s, 1 hot key", 2, 0, false},
-        {"SLUICE.THROTTLE 99 100 1", "token-bucket 100/s, 1 hot key", 3, 0, false},
-        {"Lua EVALSHA (libsluice-redis script)", "token-bucket 10^9/s, 10^5 keys", 4, 100000, true},
-        {"SLUICE.ACQUIRE", "token-bucket 10^9/s, 10^5 keys", 5, 100000, false},
+        {"PING", "-", "ping", 0, 0, false},
+        {"Lua EVALSHA (libsluice-redis script)", "token-bucket 100/s, 1 hot key", "evalsha", 1, 0, true},
+        {"SLUICE.ACQUIRE", "token-bucket 100/s, 1 hot key", "sluice.acquire", 2, 0, false},
+        {"SLUICE.THROTTLE 99 100 1", "token-bucket 100/s, 1 hot key", "sluice.throttle", 3, 0, false},
+        {"Lua EVALSHA (libsluice-redis script)", "token-bucket 10^9/s, 10^5 keys", "evalsha", 4, 100000, true},
+        {"SLUICE.ACQUIRE", "token-bucket 10^9/s, 10^5 keys", "sluice.acquire", 5, 100000, false},
     };
     const char *const *cmds[] = {ping, lua_hot, mod_hot, thr_hot, lua_all, mod_all};
     const int conns[2] = {1, 50};
     result res[2][6];
     printf("redis-benchmark -n %ld, one redis-server on loopback, module %s\n\n", n, module);
-    printf("| command | limit, keys | conns | requests/s | p50 ms | vs Lua |\n");
-    printf("|---|---|---:|---:|---:|---:|\n");
+    printf("| command | limit, keys | conns | requests/s | p50 ms | vs Lua | server us/call | vs Lua |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     int failed = 0;
     for (int ci = 0; ci < 2; ci++) {
         for (int i = 0; i < 6; i++) {
+            freeReplyObject(redisCommand(s.c, "CONFIG RESETSTAT"));
             if (run_bench(s.port, n, conns[ci], rows[i].keys, cmds[rows[i].which], &res[ci][i]) != 0) {
                 fprintf(stderr, "bench_redis_module: redis-benchmark failed for %s\n", rows[i].label);
                 failed = 1;
-                res[ci][i] = (result){0, 0};
+                res[ci][i] = (result){0, 0, 0};
             }
+            res[ci][i].usec_per_call = usec_per_call(s.c, rows[i].stat);
             const int lua = i <= 3 ? 1 : 4;
-            char ratio[32] = "";
+            char ratio[32] = "", sratio[32] = "";
             if (i >= 2 && i != 4 && res[ci][lua].rps > 0)
                 snprintf(ratio, sizeof ratio, "%.2fx", res[ci][i].rps / res[ci][lua].rps);
-            printf("| %s | %s | %d | %.0f | %.3f | %s |\n", rows[i].label, rows[i].spec, conns[ci],
-                   res[ci][i].rps, res[ci][i].p50_ms, ratio);
+            if (i >= 2 && i != 4 && res[ci][i].usec_per_call > 0)
+                snprintf(sratio, sizeof sratio, "%.1fx",
+                         res[ci][lua].usec_per_call / res[ci][i].usec_per_call);
+            printf("| %s | %s | %d | %.0f | %.3f | %s | %.2f | %s |\n", rows[i].label, rows[i].spec,
+                   conns[ci], res[ci][i].rps, res[ci][i].p50_ms, ratio, res[ci][i].usec_per_call, sratio);
         }
     }
     printf("\n");
     for (int ci = 0; ci < 2; ci++) {
         const double hot = res[ci][1].rps > 0 ? res[ci][2].rps / res[ci][1].rps : 0;
         const double all = res[ci][4].rps > 0 ? res[ci][5].rps / res[ci][4].rps : 0;
-        printf("%2d conns: module/Lua %.2fx (hot key, refusals), %.2fx (admissions); "
-               "target >= 2x; module at %.0f%% of PING\n",
-               conns[ci], hot, all, res[ci][0].rps > 0 ? 100 * res[ci][2].rps / res[ci][0].rps : 0);
+        const double shot = res[ci][2].usec_per_call > 0 ? res[ci][1].usec_per_call / res[ci][2].usec_per_call : 0;
+        const double sall = res[ci][5].usec_per_call > 0 ? res[ci][4].usec_per_call / res[ci][5].usec_per_call : 0;
+        printf("%2d conns: module/Lua requests/s %.2fx (hot key, refusals), %.2fx (admissions), "
+               "target >= 2x; server time per call Lua/module %.1fx, %.1fx; module at %.0f%% of PING\n",
+               conns[ci], hot, all, shot, sall,
+               res[ci][0].rps > 0 ? 100 * res[ci][2].rps / res[ci][0].rps : 0);
     }
     srv_stop(&s);
     return failed;
