@@ -20,7 +20,7 @@
  * replication need nothing of the module:
  *
  *     'S' 'L' version(1) algorithm  spec id (u32, FNV-1a of the canonical spec)
- *     then, little-endian:
+ *     spec length (1 byte), the canonical spec; then, little-endian:
  *       fixed-window    t_last u64, count u64
  *       sliding-approx  t_last u64, cur u64, prev u64
  *       token-/leaky-   t_last u64, deficit u64 [, deficit's high u64 when
@@ -29,20 +29,27 @@
  *       sliding-wheel   the window, oldest first: varint slot gap, varint
  *                       permits (the first gap counts back from slot(t_last))
  *
- * A state is read back only after it is checked to be one that the
- * algorithm itself could have written for that spec (counts within LIMIT,
- * slots inside the window, ...); anything else is refused with an error
- * and left alone.  The rings of the windows are bounded: a spec whose
- * window could hold more than RING_MAX slots (min(LIMIT, slots) for
- * sliding-wheel, LIMIT for sliding-log) is refused, so a value is at most
- * about 80 KiB and a decision reads at most RING_MAX entries.
+ * A state is read back only after it is checked to be well-formed for its
+ * spec (bounded counts, slots strictly increasing inside the window, ...):
+ * anything else is refused with an error and left alone.  The rings of the
+ * windows are bounded: a spec whose window could hold more than RING_MAX
+ * slots (min(LIMIT, slots) for sliding-wheel, LIMIT for sliding-log) is
+ * refused, so a value is at most about 80 KiB and a decision reads at most
+ * RING_MAX + 1 entries.
  *
- * Only an admission writes.  It stores the new state and gives the key an
- * absolute expiry at the instant the state is back at rest (rest_at,
- * rounded up to the ms), then replicates the result, never the command:
- * `SET key <state> PXAT <ms>` goes to the replicas and the AOF, so no
- * replica ever decides with its own clock.  A refusal or a PEEK writes and
- * replicates nothing.  RESET deletes and replicates `DEL key`.
+ * A key is bound to its algorithm.  A request with another spec of the same
+ * algorithm changes the key's limit as a running limiter's changes
+ * (docs/decisions.md 3.8, the core's reconfiguration: tokens kept and
+ * capped, windows keep their admissions), at that request's time; that is
+ * stored even when the request is refused, so the change happens once.
+ * redis-cell's users change THROTTLE's numbers on the fly in this way.
+ *
+ * Only an admission (or such a change) writes.  It stores the new state and
+ * gives the key an absolute expiry at the instant the state is back at rest
+ * (rest_at, rounded up to the ms), then replicates the result, never the
+ * command: `SET key <state> PXAT <ms>` goes to the replicas and the AOF, so
+ * no replica ever decides with its own clock.  A refusal or a PEEK writes
+ * and replicates nothing.  RESET deletes and replicates `DEL key`.
  *
  * The module API is reached by name: Debian ships no redismodule.h, so the
  * few functions used are declared below and fetched through the GetApi
@@ -58,6 +65,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "composite.h" /* sluice__reconfigure_check, _state */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -115,10 +123,13 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
 #define RING_MAX 4096       /* slots a window's state may hold */
 #define SPEC_MAX 256        /* bytes of spec text */
 #define CACHE_SLOTS 256     /* parsed specs kept (direct-mapped) */
-#define HDR 8               /* 'S' 'L' version algorithm id[4] */
+#define HDR 9               /* 'S' 'L' version algorithm id[4] speclen */
+#define CANON_MAX 255       /* bytes of a canonical spec in a value */
 #define VERSION 1
 #define VARINT_MAX 10
-#define VALUE_MAX (HDR + 8 + RING_MAX * 2 * VARINT_MAX)
+/* a ring read back may hold one entry more than RING_MAX: the one a change
+ * of spec adds (docs/decisions.md 3.8) before the next admission */
+#define VALUE_MAX (HDR + CANON_MAX + 8 + (RING_MAX + 1) * 2 * VARINT_MAX)
 
 static bool g_testclock; /* AT time_ns accepted */
 
@@ -129,6 +140,8 @@ typedef struct spec_entry {
     size_t len;
     bool used;
     uint32_t id; /* FNV-1a of the canonical spec: the state's owner */
+    char canon[CANON_MAX + 1]; /* the canonical spec (no clock=), stored in values */
+    size_t canon_len;
     sluice__profile pf;
 } spec_entry;
 
@@ -169,13 +182,13 @@ static const spec_entry *spec_get(const char *s, size_t n, char *err, size_t err
     /* the id ignores clock=: the module always reads the server's clock */
     sluice__profile canon = fresh.pf;
     canon.clock = SLUICE__CLOCK_MONOTONIC;
-    char buf[SPEC_MAX + 64];
-    int k = sluice__spec_format(&canon, buf, sizeof buf);
+    int k = sluice__spec_format(&canon, fresh.canon, sizeof fresh.canon);
     if (k < 0) {
-        snprintf(err, errlen, "spec cannot be formatted");
+        snprintf(err, errlen, "spec too long once formatted");
         return NULL;
     }
-    fresh.id = fnv1a(buf, (size_t)k);
+    fresh.canon_len = (size_t)k;
+    fresh.id = fnv1a(fresh.canon, fresh.canon_len);
     fresh.used = true;
     *e = fresh;
     return e;
@@ -234,7 +247,9 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
     out[0] = 'S', out[1] = 'L', out[2] = VERSION, out[3] = (unsigned char)pf->alg;
     out[4] = (unsigned char)e->id, out[5] = (unsigned char)(e->id >> 8);
     out[6] = (unsigned char)(e->id >> 16), out[7] = (unsigned char)(e->id >> 24);
-    size_t n = HDR;
+    out[8] = (unsigned char)e->canon_len;
+    memcpy(out + HDR, e->canon, e->canon_len);
+    size_t n = HDR + e->canon_len;
     put64(out + n, st->t_last), n += 8;
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
@@ -270,44 +285,64 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
     return n;
 }
 
-typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_OTHER_SPEC, LOAD_CORRUPT, LOAD_NOMEM } load_rc;
+typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_CORRUPT, LOAD_NOMEM } load_rc;
 
-/* Whether v[0..n) starts like a sluice state. */
-static bool is_state(const unsigned char *v, size_t n)
+/* A value's header: the spec that wrote it, and the state's bytes. */
+typedef struct value_hdr {
+    unsigned alg;
+    uint32_t id;
+    const char *canon; /* the canonical spec, canon_len bytes, no NUL */
+    size_t canon_len;
+    const unsigned char *body; /* t_last and the algorithm's fields */
+    size_t body_len;
+} value_hdr;
+
+/* Whether v[0..n) is laid out as a sluice state; fills *h. */
+static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
 {
-    return n >= HDR + 8 && v[0] == 'S' && v[1] == 'L' && v[2] == VERSION &&
-           v[3] < SLUICE__ALG_COUNT;
+    if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION || v[3] >= SLUICE__ALG_COUNT)
+        return false;
+    const size_t cl = v[8];
+    if (cl == 0 || n < HDR + cl + 8) return false;
+    h->alg = v[3];
+    h->id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 | (uint32_t)v[7] << 24;
+    h->canon = (const char *)v + HDR;
+    h->canon_len = cl;
+    h->body = v + HDR + cl;
+    h->body_len = n - HDR - cl;
+    return true;
 }
 
-/* Read the state of spec e from v[0..n) into *st (zeroed first; a ring is
- * allocated for the windows: sluice__state_fini releases it).  Checks that
- * it is a state this algorithm could have written under this spec. */
-static load_rc state_load(const spec_entry *e, const unsigned char *v, size_t n,
-                          sluice__state *st)
+/* Read a state of profile pf from body b[0..bn) into *st (zeroed first; a
+ * ring is allocated for the windows: sluice__state_fini releases it).
+ * Checks that it is well-formed -- what the algorithm could have left after
+ * an admission or a change of spec under pf, within the bounds the core's
+ * arithmetic relies on; anything else is LOAD_CORRUPT. */
+static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size_t bn,
+                         sluice__state *st)
 {
-    const sluice__profile *pf = &e->pf;
     memset(st, 0, sizeof *st);
-    if (!is_state(v, n)) return LOAD_FOREIGN;
-    const uint32_t id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 |
-                        (uint32_t)v[7] << 24;
-    if (v[3] != (unsigned char)pf->alg || id != e->id) return LOAD_OTHER_SPEC;
-    const uint64_t t = get64(v + HDR);
+    const uint64_t t = get64(b);
     if (t > (uint64_t)INT64_MAX) return LOAD_CORRUPT;
     st->t_last = t;
-    const unsigned char *b = v + HDR + 8;
-    const size_t bn = n - HDR - 8;
+    b += 8, bn -= 8;
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
         if (bn != 8) return LOAD_CORRUPT;
         st->u.fw.window = sluice__div_q(&pf->div_w, t);
         st->u.fw.count = get64(b);
-        return st->u.fw.count <= pf->limit ? LOAD_OK : LOAD_CORRUPT;
+        /* at most LIMIT after an admission; a change of spec keeps an
+         * earlier LIMIT's count */
+        return st->u.fw.count <= SLUICE_MAX_LIMIT ? LOAD_OK : LOAD_CORRUPT;
     case SLUICE__SLIDING_APPROX:
         if (bn != 16) return LOAD_CORRUPT;
         st->u.sa.window = sluice__div_q(&pf->div_w, t);
         st->u.sa.cur = get64(b);
         st->u.sa.prev = get64(b + 8);
-        return st->u.sa.cur <= pf->limit && st->u.sa.prev <= pf->limit ? LOAD_OK : LOAD_CORRUPT;
+        /* within L after an admission; a change of spec may place up to
+         * 2^62 in either (sliding_approx.c, carry) */
+        return st->u.sa.cur <= UINT64_MAX / 2 && st->u.sa.prev <= UINT64_MAX / 2 ? LOAD_OK
+                                                                                 : LOAD_CORRUPT;
     case SLUICE__TOKEN_BUCKET:
     case SLUICE__LEAKY_BUCKET:
         if (bn != 8 && bn != 16) return LOAD_CORRUPT;
@@ -317,7 +352,10 @@ static load_rc state_load(const spec_entry *e, const unsigned char *v, size_t n,
             if (hi == 0) return LOAD_CORRUPT; /* not the form we write */
             st->u.bk.deficit |= (u128)hi << 64;
         }
-        return st->u.bk.deficit <= pf->cap_scaled ? LOAD_OK : LOAD_CORRUPT;
+        /* at most full after an admission; a change of spec may leave
+         * more (water above a lowered capacity), never more than drains
+         * in 2^63-1 ns */
+        return st->u.bk.deficit <= (u128)INT64_MAX * pf->rl ? LOAD_OK : LOAD_CORRUPT;
     case SLUICE__SLIDING_LOG:
     case SLUICE__SLIDING_WHEEL:
         break;
@@ -325,14 +363,15 @@ static load_rc state_load(const spec_entry *e, const unsigned char *v, size_t n,
         return LOAD_CORRUPT;
     }
     /* the windows: decode into a small array first, then the ring */
-    static sluice__log_entry tmp[RING_MAX];
+    static sluice__log_entry tmp[RING_MAX + 1];
     const uint64_t s_last = sluice__div_q(&pf->div_tick, t);
     uint64_t slot = s_last, cum = 0;
     uint32_t len = 0;
     size_t at = 0;
     while (at < bn) {
         uint64_t gap, permits;
-        if (len == RING_MAX || !get_varint(b, bn, &at, &gap) || !get_varint(b, bn, &at, &permits))
+        if (len == RING_MAX + 1 || !get_varint(b, bn, &at, &gap) ||
+            !get_varint(b, bn, &at, &permits))
             return LOAD_CORRUPT;
         if (len == 0) {
             if (gap >= pf->slots || gap > slot) return LOAD_CORRUPT; /* inside the window */
@@ -341,7 +380,10 @@ static load_rc state_load(const spec_entry *e, const unsigned char *v, size_t n,
             if (gap == 0 || gap > s_last - slot) return LOAD_CORRUPT; /* increasing, <= s_last */
             slot += gap;
         }
-        if (permits == 0 || permits > pf->limit - cum) return LOAD_CORRUPT; /* sum <= L */
+        /* the window's sum is at most L after an admission; a change of
+         * spec may add one entry standing for more (window_log.c, carry);
+         * below 2^63 keeps every difference of running totals exact */
+        if (permits == 0 || permits > ((uint64_t)1 << 63) - cum) return LOAD_CORRUPT;
         cum += permits;
         tmp[len].slot = slot;
         tmp[len].cum = cum;
@@ -422,6 +464,57 @@ static long long ceil_units(int64_t ns, uint64_t unit)
 
 typedef enum mode { M_ACQUIRE, M_PEEK, M_THROTTLE } mode;
 
+/* The state of spec e from the value v[0..n), in *st.  A state written
+ * under another spec of the same algorithm is carried to e at now_ns by the
+ * rules of a change of limit (docs/decisions.md 3.8; the core's
+ * reconfiguration), and *changed is set: the caller stores it even when it
+ * admits nothing, so the change happens once, at that instant, and a
+ * retry_after reported under the new spec holds.  NULL, or why not (with a
+ * detail in why). */
+static const char *read_state(const spec_entry *e, const unsigned char *v, size_t n,
+                              uint64_t now_ns, sluice__state *st, bool *changed, char *why,
+                              size_t whylen)
+{
+    *changed = false;
+    const sluice__profile *pf = &e->pf;
+    memset(st, 0, sizeof *st);
+    value_hdr h;
+    if (!parse_header(v, n, &h)) return "the key holds a string that is not a sluice state";
+    if (h.alg != (unsigned)pf->alg) {
+        snprintf(why, whylen, "%s", sluice_algorithm_name((int)h.alg));
+        return "the key holds the state of another algorithm; SLUICE.RESET it or use another key";
+    }
+    load_rc rc;
+    if (h.canon_len == e->canon_len && memcmp(h.canon, e->canon, h.canon_len) == 0) {
+        if (h.id != e->id) return "the key holds a damaged sluice state";
+        rc = load_body(pf, h.body, h.body_len, st);
+    } else {
+        /* another spec of this algorithm: parse the one stored (rare; not
+         * through the cache, which holds e) */
+        char text[CANON_MAX + 1];
+        memcpy(text, h.canon, h.canon_len);
+        text[h.canon_len] = '\0';
+        sluice__profile from;
+        char err[256];
+        if (fnv1a(text, h.canon_len) != h.id || sluice__spec_parse(text, &from, err, sizeof err) != 0 ||
+            from.alg != pf->alg)
+            return "the key holds a damaged sluice state";
+        rc = load_body(&from, h.body, h.body_len, st);
+        if (rc == LOAD_OK) {
+            if (sluice__reconfigure_check(&from, pf, why, whylen) != 0) {
+                sluice__state_fini(pf, st);
+                return "the key holds the state of a spec it cannot change to";
+            }
+            /* room for the entry a window's carry may add */
+            if (pf->ops->reserve && !pf->ops->reserve(st)) rc = LOAD_NOMEM;
+            else sluice__reconfigure_state(&from, pf, st, now_ns), *changed = true;
+        }
+    }
+    if (rc == LOAD_OK) return NULL;
+    sluice__state_fini(pf, st);
+    return rc == LOAD_NOMEM ? "out of memory" : "the key holds a damaged sluice state";
+}
+
 static unsigned char g_value[VALUE_MAX];
 
 /* Decide `permits` on key `name` under spec e at now_ns (the clock unless
@@ -435,23 +528,15 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     sluice__state st;
     memset(&st, 0, sizeof st);
     size_t old_len = 0;
+    bool changed = false;
     if (type == RM_KEYTYPE_STRING) {
         const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
-        switch (state_load(e, v, old_len, &st)) {
-        case LOAD_OK:
-            break;
-        case LOAD_FOREIGN:
+        char why[256] = "";
+        const char *fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+        if (fail) {
             rm.CloseKey(key);
-            return rm.ReplyWithError(ctx, "ERR sluice: the key holds a string that is not a sluice state");
-        case LOAD_OTHER_SPEC:
-            rm.CloseKey(key);
-            return rm.ReplyWithError(ctx, "ERR sluice: the key holds the state of another spec (SLUICE.RESET it, or use another key)");
-        case LOAD_CORRUPT:
-            rm.CloseKey(key);
-            return rm.ReplyWithError(ctx, "ERR sluice: the key holds a damaged sluice state");
-        case LOAD_NOMEM:
-            rm.CloseKey(key);
-            return rm.ReplyWithError(ctx, "ERR sluice: out of memory");
+            return reply_errf(ctx, "ERR sluice: %s%s%s%s", fail, why[0] ? " (" : "", why,
+                              why[0] ? ")" : "");
         }
     } else if (type != RM_KEYTYPE_EMPTY) {
         rm.CloseKey(key);
@@ -467,7 +552,12 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
         return rm.ReplyWithError(ctx, "ERR sluice: out of memory");
     }
     const uint64_t rest = sluice__rest_at(pf, &st);
-    if (ok && permits > 0 && m != M_PEEK) {
+    const bool admitted = ok && permits > 0;
+    if (m != M_PEEK && changed && !admitted && rest <= t) {
+        /* changed to a state at rest: as good as no key */
+        rm.DeleteKey(key);
+        rm.Replicate(ctx, "DEL", "s", name);
+    } else if (m != M_PEEK && (admitted || changed)) {
         const size_t n = state_store(e, &st, g_value);
         char *dst = NULL;
         size_t have = 0;
@@ -584,7 +674,8 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     size_t n = 0;
     const unsigned char *v =
         type == RM_KEYTYPE_STRING ? (const unsigned char *)rm.StringDMA(key, &n, RM_READ) : NULL;
-    if (!v || !is_state(v, n)) {
+    value_hdr h;
+    if (!v || !parse_header(v, n, &h)) {
         rm.CloseKey(key);
         return rm.ReplyWithError(ctx, type == RM_KEYTYPE_STRING
                                           ? "ERR sluice: the key holds a string that is not a sluice state"

@@ -372,10 +372,10 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s x", "token-bucket 5/s"), "permits");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"), "AT wants");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "AT wants");
-    /* another spec's state on the key: refused, the state stays */
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "token-bucket 6/s"), "another spec");
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "fixed-window 5/s"), "another spec");
-    expect_error(cmd(s, "SLUICE.PEEK bad:k %s", "token-bucket 6/s"), "another spec");
+    /* another algorithm's state on the key: refused, the state stays */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "leaky-bucket 5/s"), "another algorithm");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "fixed-window 5/s"), "another algorithm");
+    expect_error(cmd(s, "SLUICE.PEEK bad:k %s", "sliding-log 5/s"), "another algorithm");
     /* windows whose ring would be unbounded */
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:w %s", "sliding-log 5000/s"), "4096");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:w %s", "sliding-wheel 10000/min"), "4096");
@@ -398,39 +398,44 @@ static void test_bad_input(void **state)
     /* damaged states (the right spec id, impossible contents) */
     snap v;
     take(s, "bad:k", &v);
-    assert_int_equal(v.n, 24);
-    char dmg[32];
+    assert_int_equal(v.n, 9 + strlen("token-bucket 5/s") + 16); /* header, spec, t_last, level */
+    char dmg[128];
     memcpy(dmg, v.v, v.n);
-    memset(dmg + 16, 0xff, 8); /* a deficit above the burst */
+    memset(dmg + v.n - 8, 0xff, 8); /* a deficit above the burst */
     freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:dmg %s", "token-bucket 5/s"), "damaged");
     freeReplyObject(cmd(s, "SET bad:dmg %b", v.v, v.n - 1)); /* truncated */
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:dmg %s", "token-bucket 5/s"), "damaged");
     ints(cmd(s, "SLUICE.ACQUIRE bad:wh %s 2 AT %llu", "sliding-wheel 10/s", (unsigned long long)T0), r, 4);
     take(s, "bad:wh", &v);
-    assert_int_equal(v.n, 18); /* header, t_last, one slot: gap 0, 2 permits */
+    /* header, spec, t_last, one slot: gap 0, 2 permits */
+    assert_int_equal(v.n, 9 + strlen("sliding-wheel 10/s") + 8 + 2);
+    const size_t g = v.n - 2; /* the gap; the permits follow */
     memcpy(dmg, v.v, v.n);
-    dmg[17] = 11; /* 11 permits in a limit of 10 */
+    dmg[g + 1] = 0; /* a slot that admitted nothing */
     freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
     expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
-    dmg[17] = 2, dmg[16] = (char)0x80; /* a varint cut short */
+    dmg[g + 1] = 2, dmg[g] = (char)0x80; /* a varint cut short */
     freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
     expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
-    dmg[16] = 100; /* a slot 100 ms back: outside a 1-s window of 1000 slots? no, inside */
+    dmg[g] = 100; /* a slot 100 ms back: inside the 1-s window */
     freeReplyObject(cmd(s, "SET bad:dmg %b", dmg, v.n));
     ints(cmd(s, "SLUICE.PEEK bad:dmg %s 9 AT %llu", "sliding-wheel 10/s", (unsigned long long)T0), r, 4);
     assert_int_equal(r[0], 0);
     assert_int_equal(r[2], 900); /* the slot leaves the window 900 ms after T0 */
-    dmg[16] = (char)0xe8, dmg[17] = 0x07; /* 1000 ms back: outside the window */
-    char longer[32];
-    memcpy(longer, dmg, 18);
-    longer[18] = 2;
-    freeReplyObject(cmd(s, "SET bad:dmg %b", longer, (size_t)19));
+    dmg[g] = (char)0xe8, dmg[g + 1] = 0x07; /* 1000 ms back: outside the window */
+    char longer[128];
+    memcpy(longer, dmg, v.n);
+    longer[v.n] = 2;
+    freeReplyObject(cmd(s, "SET bad:dmg %b", longer, v.n + 1));
     expect_error(cmd(s, "SLUICE.PEEK bad:dmg %s", "sliding-wheel 10/s"), "damaged");
+    dmg[9] ^= 1; /* the stored spec no longer matches its id */
+    freeReplyObject(cmd(s, "SET bad:dmg2 %b", dmg, v.n));
+    expect_error(cmd(s, "SLUICE.PEEK bad:dmg2 %s", "sliding-wheel 20/s"), "damaged");
     /* after every refusal the value is untouched */
     take(s, "bad:dmg", &after);
-    assert_int_equal(after.n, 19);
-    assert_memory_equal(after.v, longer, 19);
+    assert_int_equal(after.n, v.n + 1);
+    assert_memory_equal(after.v, longer, v.n + 1);
 
     freeReplyObject(cmd(s, "RPUSH bad:list x"));
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:list %s", "token-bucket 5/s"), "WRONGTYPE");
@@ -442,6 +447,83 @@ static void test_bad_input(void **state)
     assert_int_equal(cmd_int(s, "SLUICE.RESET bad:k"), 1);
     assert_int_equal(cmd_int(s, "SLUICE.RESET bad:k"), 0);
     assert_int_equal(cmd_int(s, "EXISTS bad:k"), 0);
+}
+
+/* ---- a change of spec ------------------------------------------------- */
+
+/* A key keeps its admissions when its spec changes within an algorithm
+ * (docs/decisions.md 3.8), so THROTTLE's parameters can change on the fly as
+ * redis-cell's can.  Expected values worked out from the rule by hand. */
+static void test_change_of_spec(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[5];
+#define AT(d) (unsigned long long)(T0 + (d))
+    /* token bucket 1/s, burst 5, emptied at T0 */
+    ints(cmd(s, "SLUICE.THROTTLE cfg:thr 4 1 1 5 AT %llu", AT(0)), r, 5);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[2], 0);
+    /* 2 s later under burst 10: the 2 tokens stay */
+    ints(cmd(s, "SLUICE.THROTTLE cfg:thr 9 1 1 3 AT %llu", AT(2 * SEC)), r, 5);
+    const long long a[5] = {1, 10, 2, 1, 8}; /* limited, 10, 2 left, 1 s, 8 s to full */
+    assert_memory_equal(r, a, sizeof a);
+    ints(cmd(s, "SLUICE.THROTTLE cfg:thr 9 1 1 2 AT %llu", AT(2 * SEC)), r, 5);
+    const long long b[5] = {0, 10, 0, -1, 10};
+    assert_memory_equal(r, b, sizeof b);
+    /* 100 s later the bucket of 10 is full; under burst 3 it holds 3 */
+    ints(cmd(s, "SLUICE.THROTTLE cfg:thr 2 1 1 0 AT %llu", AT(100 * SEC)), r, 5);
+    const long long c[5] = {0, 3, 3, -1, 0};
+    assert_memory_equal(r, c, sizeof c);
+    ints(cmd(s, "SLUICE.THROTTLE cfg:thr 2 1 1 1 AT %llu", AT(100 * SEC)), r, 5);
+    const long long d[5] = {0, 3, 2, -1, 1};
+    assert_memory_equal(r, d, sizeof d);
+
+    /* a faster rate from a quarter token: the next token in 3/4 / 4 s */
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:tb %s 2 AT %llu", "token-bucket 1/s burst=2", AT(0)), r, 4);
+    assert_int_equal(r[0], 1);
+    snap v0, v1;
+    take(s, "cfg:tb", &v0);
+    ints(cmd(s, "SLUICE.PEEK cfg:tb %s 1 AT %llu", "token-bucket 4/s burst=2", AT(250 * MS)), r, 4);
+    take(s, "cfg:tb", &v1);
+    assert_same(&v0, &v1, "cfg:tb"); /* a PEEK changes nothing */
+    /* the change happens at the first request under the new spec, refused
+     * or not, so that its retry_after holds */
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:tb %s 1 AT %llu", "token-bucket 4/s burst=2", AT(250 * MS)), r, 4);
+    const long long e[4] = {0, 0, 188, 0}; /* 187.5 ms, rounded up */
+    assert_memory_equal(r, e, sizeof e);
+    take(s, "cfg:tb", &v1);
+    assert_non_null(memmem(v1.v, v1.n, "token-bucket 4/s burst=2", 24));
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:tb %s 1 AT %llu", "token-bucket 4/s burst=2", AT(437500 * 1000 - 1)), r, 4);
+    assert_int_equal(r[0], 0);
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:tb %s 1 AT %llu", "token-bucket 4/s burst=2", AT(437500 * 1000)), r, 4);
+    assert_int_equal(r[0], 1);
+    /* a change to a state at rest leaves no key */
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:tb %s 0 AT %llu", "token-bucket 1/s burst=1", AT(10 * SEC)), r, 4);
+    assert_int_equal(cmd_int(s, "EXISTS cfg:tb"), 0);
+
+    /* a fixed window keeps its count in the same window */
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:fw %s 5 AT %llu", "fixed-window 5/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:fw %s 1 AT %llu", "fixed-window 8/s", AT(1 * MS)), r, 4);
+    const long long f[4] = {1, 2, 0, 0};
+    assert_memory_equal(r, f, sizeof f);
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:fw %s 3 AT %llu", "fixed-window 8/s", AT(2 * MS)), r, 4);
+    const long long g[4] = {0, 2, 998, 0};
+    assert_memory_equal(r, g, sizeof g);
+
+    /* a sliding wheel keeps its slots, but not under another slot width */
+    ints(cmd(s, "SLUICE.ACQUIRE cfg:sw %s 6 AT %llu", "sliding-wheel 10/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.PEEK cfg:sw %s 6 AT %llu", "sliding-wheel 12/s", AT(1 * MS)), r, 4);
+    const long long h[4] = {1, 0, 0, 0};
+    assert_memory_equal(r, h, sizeof h);
+    ints(cmd(s, "SLUICE.PEEK cfg:sw %s 7 AT %llu", "sliding-wheel 12/s", AT(1 * MS)), r, 4);
+    const long long i[4] = {0, 6, 999, 0};
+    assert_memory_equal(r, i, sizeof i);
+    expect_error(cmd(s, "SLUICE.ACQUIRE cfg:sw %s 1 AT %llu", "sliding-wheel 10/s slots=10", AT(2 * MS)),
+                 "cannot change the slot width");
+    expect_error(cmd(s, "SLUICE.ACQUIRE cfg:sw %s 1 AT %llu", "sliding-log 10/s", AT(2 * MS)),
+                 "another algorithm");
+#undef AT
 }
 
 /* ---- the real clock ---------------------------------------------------- */
@@ -706,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_throttle_against_model),
         cmocka_unit_test(test_throttle_exact_rates),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
         cmocka_unit_test(test_restart_aof),
