@@ -582,20 +582,22 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     sluice__state_fini(pf, &st);
     rm.CloseKey(key);
 
+    /* a burst may pass 2^63 permits (at more than one per ns) */
+    const long long remaining = r.remaining > (uint64_t)INT64_MAX ? INT64_MAX : (long long)r.remaining;
     if (m == M_THROTTLE) {
         /* redis-cell's reply: limited, limit, remaining, retry_after s (-1
          * when allowed or never), reset_after s (until the bucket is full) */
         rm.ReplyWithArray(ctx, 5);
         rm.ReplyWithLongLong(ctx, ok ? 0 : 1);
         rm.ReplyWithLongLong(ctx, (long long)pf->capacity);
-        rm.ReplyWithLongLong(ctx, (long long)r.remaining);
+        rm.ReplyWithLongLong(ctx, remaining);
         rm.ReplyWithLongLong(ctx, ok ? -1 : ceil_units(r.retry_after_ns, 1000000000u));
         rm.ReplyWithLongLong(ctx, ceil_units(rest > t ? (int64_t)(rest - t) : 0, 1000000000u));
         return RM_OK;
     }
     rm.ReplyWithArray(ctx, 4);
     rm.ReplyWithLongLong(ctx, ok ? 1 : 0);
-    rm.ReplyWithLongLong(ctx, (long long)r.remaining);
+    rm.ReplyWithLongLong(ctx, remaining);
     rm.ReplyWithLongLong(ctx, ok ? 0 : ceil_units(r.retry_after_ns, 1000000u));
     rm.ReplyWithLongLong(ctx, r.wait_ns > (uint64_t)INT64_MAX ? -1
                                                               : ceil_units((int64_t)r.wait_ns, 1000000u));
