@@ -729,6 +729,27 @@ static void test_replica(void **state)
         assert_same(&a[i], &b[i], key);
     }
     assert_false(a[N_SPECS].exists); /* the reset one, on both */
+    /* inside MULTI/EXEC and inside a script, the result is replicated too */
+    freeReplyObject(cmd(&m, "MULTI"));
+    freeReplyObject(cmd(&m, "SLUICE.ACQUIRE p:multi %s 2", "token-bucket 10/h"));
+    freeReplyObject(cmd(&m, "SLUICE.THROTTLE p:multi2 5 10 3600 2"));
+    redisReply *rr = cmd(&m, "EXEC");
+    assert_int_equal(rr->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rr->elements, 2);
+    freeReplyObject(rr);
+    rr = cmd(&m, "EVAL %s 1 p:lua", "return redis.call('SLUICE.ACQUIRE', KEYS[1], 'sliding-log 5/h', 3)");
+    assert_int_equal(rr->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rr->element[0]->integer, 1);
+    freeReplyObject(rr);
+    assert_int_equal(cmd_int(&m, "WAIT 1 5000"), 1);
+    static const char *const more[] = {"p:multi", "p:multi2", "p:lua"};
+    for (size_t i = 0; i < 3; i++) {
+        snap sm, sr;
+        take(&m, more[i], &sm);
+        take(&rp, more[i], &sr);
+        assert_true(sm.exists && sm.expire_ms > 0);
+        assert_same(&sm, &sr, more[i]);
+    }
     /* the replica ran the results, never a decision */
     assert_true(stat_calls(&rp, "set") > 0);
     assert_int_equal(stat_calls(&rp, "sluice.acquire"), 0);
