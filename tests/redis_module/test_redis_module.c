@@ -449,6 +449,58 @@ static void test_bad_input(void **state)
     assert_int_equal(cmd_int(s, "EXISTS bad:k"), 0);
 }
 
+/* Values of every algorithm with random bytes changed, cut or appended:
+ * each request gets a decision or an error, and the server lives on. */
+static void test_mutated_states(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    uint64_t rng = tu_env_seed() ^ 0x6d757461;
+    long long r[4];
+    int errors = 0, answers = 0;
+    for (size_t i = 0; i < N_SPECS; i++) {
+        uint64_t t = T0;
+        for (int k = 0; k < 8; k++) {
+            t += step(&rng, &g_specs[i].p);
+            ints(cmd(s, "SLUICE.ACQUIRE mut:src %s %llu AT %llu", g_specs[i].spec,
+                     (unsigned long long)(1 + tu_splitmix64_below(&rng, 2)), (unsigned long long)t), r, 4);
+        }
+        snap v;
+        take(s, "mut:src", &v);
+        assert_true(v.exists);
+        for (int k = 0; k < 60; k++) {
+            char m[sizeof v.v + 8];
+            size_t n = v.n;
+            memcpy(m, v.v, n);
+            const int flips = 1 + (int)tu_splitmix64_below(&rng, 3);
+            for (int f = 0; f < flips; f++) {
+                const size_t at = tu_splitmix64_below(&rng, n);
+                switch (tu_splitmix64_below(&rng, 4)) {
+                case 0: m[at] ^= (char)(1u << tu_splitmix64_below(&rng, 8)); break;
+                case 1: m[at] = (char)tu_splitmix64_below(&rng, 256); break;
+                case 2: n = at + 1; break; /* cut */
+                default: m[n] = (char)tu_splitmix64_below(&rng, 256), n++; break; /* append */
+                }
+                if (n > sizeof v.v) n = sizeof v.v;
+            }
+            freeReplyObject(cmd(s, "SET mut:k %b", m, n));
+            redisReply *x = cmd(s, "SLUICE.ACQUIRE mut:k %s %llu AT %llu", g_specs[i].spec,
+                                (unsigned long long)tu_splitmix64_below(&rng, 3),
+                                (unsigned long long)(t + tu_splitmix64_below(&rng, 2 * SEC)));
+            if (x->type == REDIS_REPLY_ERROR) errors++;
+            else if (x->type == REDIS_REPLY_ARRAY && x->elements == 4) answers++;
+            else fail_msg("%s: unexpected reply type %d", g_specs[i].spec, x->type);
+            freeReplyObject(x);
+        }
+        assert_int_equal(cmd_int(s, "SLUICE.RESET mut:src"), 1);
+    }
+    redisReply *x = cmd(s, "PING");
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    assert_true(errors > 0);
+    assert_true(answers > 0);
+}
+
 /* ---- a change of spec ------------------------------------------------- */
 
 /* A key keeps its admissions when its spec changes within an algorithm
@@ -809,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_throttle_against_model),
         cmocka_unit_test(test_throttle_exact_rates),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_mutated_states),
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
