@@ -523,7 +523,9 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
                       uint64_t permits, uint64_t now_ns, bool fixed, mode m)
 {
     const sluice__profile *pf = &e->pf;
-    RedisModuleKey *key = rm.OpenKey(ctx, name, m == M_PEEK ? RM_READ : RM_READ | RM_WRITE);
+    /* opened for reading: a refusal touches nothing (no WATCH is broken,
+     * no client-side cache invalidated); reopened to write */
+    RedisModuleKey *key = rm.OpenKey(ctx, name, RM_READ);
     const int type = rm.KeyType(key);
     sluice__state st;
     memset(&st, 0, sizeof st);
@@ -553,11 +555,16 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     }
     const uint64_t rest = sluice__rest_at(pf, &st);
     const bool admitted = ok && permits > 0;
-    if (m != M_PEEK && changed && !admitted && rest <= t) {
+    const bool write = m != M_PEEK && (admitted || changed);
+    if (write) {
+        rm.CloseKey(key);
+        key = rm.OpenKey(ctx, name, RM_READ | RM_WRITE);
+    }
+    if (write && changed && !admitted && rest <= t) {
         /* changed to a state at rest: as good as no key */
         rm.DeleteKey(key);
         rm.Replicate(ctx, "DEL", "s", name);
-    } else if (m != M_PEEK && (admitted || changed)) {
+    } else if (write) {
         const size_t n = state_store(e, &st, g_value);
         char *dst = NULL;
         size_t have = 0;

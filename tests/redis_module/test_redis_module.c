@@ -616,6 +616,24 @@ static void test_real_clock(void **state)
     ints(cmd(&s, "SLUICE.PEEK none %s 1", "token-bucket 5/min"), r, 4);
     ints(cmd(&s, "SLUICE.THROTTLE none 1 1 1 0"), r, 5);
     assert_int_equal(cmd_int(&s, "EXISTS none"), 0);
+    /* a refusal touches nothing: a transaction WATCHing the key goes
+     * through; an admission breaks it */
+    redisContext *other = srv_connect(s.port);
+    assert_non_null(other);
+    for (int admit = 0; admit < 2; admit++) {
+        freeReplyObject(cmd(&s, "WATCH k"));
+        redisReply *o = redisCommand(other, "SLUICE.ACQUIRE k %s %d", "token-bucket 5/min", admit ? 1 : 9);
+        assert_non_null(o);
+        assert_int_equal(o->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(o->element[0]->integer, admit);
+        freeReplyObject(o);
+        freeReplyObject(cmd(&s, "MULTI"));
+        freeReplyObject(cmd(&s, "PING"));
+        o = cmd(&s, "EXEC");
+        assert_int_equal(o->type, admit ? REDIS_REPLY_NIL : REDIS_REPLY_ARRAY);
+        freeReplyObject(o);
+    }
+    redisFree(other);
     /* a short window expires its key by itself */
     ints(cmd(&s, "SLUICE.ACQUIRE short %s", "fixed-window 1/50ms"), r, 4);
     assert_int_equal(r[0], 1);
