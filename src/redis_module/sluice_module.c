@@ -547,7 +547,8 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
 static unsigned char g_value[VALUE_MAX];
 
 /* Decide `permits` on key `name` under spec e at now_ns (the clock unless
- * `fixed`), write and replicate an admission (not for PEEK), and reply. */
+ * `fixed`), write and replicate an admission or a change of spec (not for
+ * PEEK), and reply. */
 static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_entry *e,
                       uint64_t permits, uint64_t now_ns, bool fixed, mode m)
 {
