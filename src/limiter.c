@@ -30,6 +30,10 @@
  * Otherwise -- sliding-log and sliding-wheel, whose ring cannot be swapped
  * in one instruction, the rare unpackable specs, and machines without a
  * 16-byte CAS -- a mutex guards the state for a few dozen instructions.
+ * The window logs are still refused without it: their writers publish the
+ * ring's header under a sequence counter, which refusals and probes read
+ * and recheck, writing nothing (window_log.c, proof in its head comment);
+ * a read that would admit decides again under the mutex.
  *
  * Configurations.  The profile and the packed word live in a configuration
  * that the limiter reaches through one pointer.  A change of spec
@@ -51,6 +55,7 @@
 #include "limiter.h"
 #include "composite.h"
 #include "spin.h"
+#include "window_log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -92,6 +97,8 @@ struct sluice_limiter {
     const sluice__alg_ops *ops; /* the algorithm's row: never changes */
     pthread_mutex_t mu;  /* the locked path; serialises reconfigurations */
     sluice__state st;    /* the locked path's state */
+    sluice__logpub *pub; /* sliding-log, sliding-wheel: st's log as refusals
+                          * read it without mu (window_log.c); else NULL */
     _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
     sluice__counters counters;
     sluice__waits waits; /* blocking acquires (counters.h) */
@@ -240,6 +247,15 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     c->lockfree = HAVE_CAS128 && pf.packed;
     lim->ops = pf.ops;
     sluice__state_init(&c->pf, &lim->st);
+    if (pf.alg == SLUICE__SLIDING_LOG || pf.alg == SLUICE__SLIDING_WHEEL) {
+        if (!(lim->pub = sluice__log_pub_new(&c->pf))) {
+            pthread_mutex_destroy(&lim->mu);
+            sluice__free64(c);
+            sluice__free64(lim);
+            sluice__errf(err, errlen, "out of memory");
+            return NULL;
+        }
+    }
     if (pf.packed) {
         uint64_t w[2];
         sluice__state_pack(&c->pf, &lim->st, w);
@@ -255,6 +271,7 @@ void sluice_limiter_free(sluice_limiter *lim)
     if (atomic_fetch_sub_explicit(&lim->refs, 1, memory_order_acq_rel) != 1) return;
     cfg *c = atomic_load_explicit(&lim->cur, memory_order_relaxed);
     if (!c->lockfree) sluice__state_fini(&c->pf, &lim->st);
+    sluice__free64(lim->pub);
     pthread_mutex_destroy(&lim->mu);
     cfg_free_all(c);
     sluice__free64(lim);
@@ -263,16 +280,21 @@ void sluice_limiter_free(sluice_limiter *lim)
 static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
-    bool ok;
+    bool ok = false;
     cfg *c = cur_cfg(lim);
+    bool done = false;
 #if HAVE_CAS128
-    if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
-                                         t_eff, &ok))
+    done = c->lockfree &&
+           decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res, t_eff, &ok);
 #endif
-    {
+    /* a window log: refusals and probes read (window_log.h) */
+    if (!done && lim->pub) done = sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok);
+    if (!done) {
         pthread_mutex_lock(&lim->mu);
         c = cur_cfg(lim); /* stable while mu is held */
+        if (lim->pub) sluice__log_begin(lim->pub);
         ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+        if (lim->pub) sluice__log_end(lim->pub, &lim->st, NULL, ok && permits);
         pthread_mutex_unlock(&lim->mu);
     }
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
@@ -541,6 +563,7 @@ void sluice__limiter_hold(sluice__part *part)
 #endif
     pthread_mutex_lock(&lim->mu);
     c = cur_cfg(lim); /* stable while mu is held; never lock-free again */
+    if (lim->pub) sluice__log_begin(lim->pub); /* ends at the release */
     part->lockfree = false;
     part->where = c;
     part->pf = &c->pf;
@@ -564,6 +587,7 @@ void sluice__limiter_release(sluice__part *part, bool commit)
     }
 #endif
     if (commit && !c->pf.ops->judge) part->lim->st = part->tmp;
+    if (part->lim->pub) sluice__log_end(part->lim->pub, &part->lim->st, NULL, commit);
     pthread_mutex_unlock(&part->lim->mu);
 }
 
@@ -629,11 +653,13 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
     } else
 #endif
     {
+        if (lim->pub) sluice__log_begin(lim->pub); /* ends at out */
         st = lim->st;
         /* room for what the change may add to a ring (window_log.c) */
         if (nc->pf.ops->reserve && !nc->pf.ops->reserve(&st)) {
             sluice__errf(err, errlen, "out of memory");
             rc = SLUICE_ENOMEM;
+            if (lim->pub) sluice__log_end(lim->pub, &lim->st, NULL, false);
             goto out;
         }
     }
@@ -648,6 +674,7 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
     }
     nc->older = c;
     atomic_store_explicit(&lim->cur, nc, memory_order_release);
+    if (lim->pub) sluice__log_end(lim->pub, &lim->st, &nc->pf, true);
     nc = NULL;
 out:
     pthread_mutex_unlock(&lim->mu);

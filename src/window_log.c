@@ -31,7 +31,8 @@
  *   retry_after_ns  (slot_j + N) * tick - t for the oldest entry j such that
  *                   the entries after it, plus p, fit; -1 for p > L.
  */
-#include "internal.h"
+#include "window_log.h"
+#include "spin.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -199,6 +200,135 @@ static void fini(sluice__state *st)
     sluice__log *lg = &st->u.log;
     if (!lg->fixed) sluice__free(lg->e);
     memset(lg, 0, sizeof *lg);
+}
+
+/* ---- a limiter's log, read without its lock (window_log.h) -------------- */
+
+/* How many times a read starts over on a changed or odd sequence before
+ * the caller takes the mutex. */
+#define READ_TRIES 16
+#define FRONT SLUICE__LOG_FRONT
+
+sluice__logpub *sluice__log_pub_new(const sluice__profile *pf)
+{
+    sluice__logpub *pub = sluice__calloc64(sizeof *pub);
+    if (pub) atomic_store_explicit(&pub->pf, pf, memory_order_release);
+    return pub;
+}
+
+void sluice__log_begin(sluice__logpub *pub)
+{
+    pub->open = atomic_load_explicit(&pub->seq, memory_order_relaxed); /* even */
+    atomic_store_explicit(&pub->seq, pub->open + 1, memory_order_relaxed);
+}
+
+void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice__profile *pf,
+                     bool wrote)
+{
+    if (!wrote && !pf) { /* nothing the summary shows has changed */
+        atomic_store_explicit(&pub->seq, pub->open, memory_order_release);
+        return;
+    }
+    const sluice__log *lg = &st->u.log;
+    const uint32_t m = lg->len < FRONT ? lg->len : FRONT;
+    for (uint32_t i = 0; i < m; i++) {
+        atomic_store_explicit(&pub->front[i].slot, at(lg, i)->slot, memory_order_release);
+        atomic_store_explicit(&pub->front[i].cum, at(lg, i)->cum, memory_order_release);
+    }
+    if (lg->len) {
+        atomic_store_explicit(&pub->newest_slot, at(lg, lg->len - 1)->slot, memory_order_release);
+        atomic_store_explicit(&pub->newest_cum, at(lg, lg->len - 1)->cum, memory_order_release);
+    }
+    atomic_store_explicit(&pub->len, lg->len, memory_order_release);
+    atomic_store_explicit(&pub->base, lg->base, memory_order_release);
+    atomic_store_explicit(&pub->t_last, st->t_last, memory_order_release);
+    if (pf) atomic_store_explicit(&pub->pf, pf, memory_order_release);
+    atomic_store_explicit(&pub->seq, pub->open + 2, memory_order_release);
+}
+
+/* The published entry i < min(len, FRONT). */
+static inline uint64_t front_slot(const sluice__logpub *pub, uint32_t i)
+{
+    return atomic_load_explicit(&pub->front[i].slot, memory_order_acquire);
+}
+static inline uint64_t front_cum(const sluice__logpub *pub, uint32_t i)
+{
+    return atomic_load_explicit(&pub->front[i].cum, memory_order_acquire);
+}
+
+/* retire() and measure() on the summary, or -1 (the mutex decides): 0
+ * refused, 1 a probe's answer, 2 an admission. */
+static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
+                     sluice_result *res, uint64_t *t_eff)
+{
+    const sluice__profile *pf = atomic_load_explicit(&pub->pf, memory_order_acquire);
+    const uint64_t n = pf->slots, L = pf->limit;
+    uint64_t t = atomic_load_explicit(&pub->t_last, memory_order_acquire);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (now_ns > t) t = now_ns;
+    const uint32_t len = atomic_load_explicit(&pub->len, memory_order_acquire);
+    const uint32_t m = len < FRONT ? len : FRONT;
+    const uint64_t base = atomic_load_explicit(&pub->base, memory_order_acquire);
+    const uint64_t newest = len ? atomic_load_explicit(&pub->newest_cum, memory_order_acquire)
+                                : base;
+    /* retire: k entries leave, the oldest first */
+    uint32_t k = 0;
+    const uint64_t s = sluice__div_q(&pf->div_tick, t);
+    if (len && s >= n) {
+        const uint64_t out = s - n;
+        if (atomic_load_explicit(&pub->newest_slot, memory_order_acquire) <= out) {
+            k = len;
+        } else {
+            while (k < m && front_slot(pub, k) <= out) k++;
+            if (k == m && m < len) return -1; /* the cut is past the front */
+        }
+    }
+    const uint64_t cut = k == len ? newest : k ? front_cum(pub, k - 1) : base;
+    const uint64_t used = newest - cut;
+    const uint64_t room = used < L ? L - used : 0;
+    *t_eff = t;
+    if (p == 0) {
+        if (res) sluice__allow(res, room, 0);
+        return 1;
+    }
+    if (p <= room) return 2;
+    if (!res) return 0;
+    if (p > L) {
+        sluice__deny(res, room, -1);
+        return 0;
+    }
+    /* the oldest j >= k with newest - cum_j <= L - p (the newest always
+     * is one) */
+    uint32_t j = k;
+    while (j < m && newest - front_cum(pub, j) > L - p) j++;
+    uint64_t slot;
+    if (j < m) slot = front_slot(pub, j);
+    else if (len - 1 == m) slot = atomic_load_explicit(&pub->newest_slot, memory_order_acquire);
+    else return -1; /* past the front */
+    sluice__deny(res, room, (int64_t)((slot + n) * pf->tick_ns - t));
+    return 0;
+}
+
+bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
+                      sluice_result *res, uint64_t *t_eff, bool *ok)
+{
+    for (unsigned i = 0; i < READ_TRIES; i++) {
+        const uint64_t s1 = atomic_load_explicit(&pub->seq, memory_order_acquire);
+        if (s1 & 1) { /* a writer is at work, for a few dozen instructions */
+            sluice__backoff(i);
+            continue;
+        }
+        sluice_result r;
+        uint64_t t;
+        const int v = read_once(pub, now_ns, p, res ? &r : NULL, &t);
+        if (v < 0 || v == 2) return false; /* the mutex decides */
+        if (atomic_load_explicit(&pub->seq, memory_order_relaxed) != s1) continue;
+        if (res) *res = r;
+        *t_eff = t;
+        *ok = v == 1;
+        return true;
+    }
+    return false;
 }
 
 /* The default sliding-wheel slot: 1 ms when PERIOD is a whole number of

@@ -1,0 +1,55 @@
+/* window_log.h -- what a limiter (limiter.c) needs to refuse on a window
+ * log (sliding-log, sliding-wheel; window_log.c) without taking its lock:
+ * a published summary of its log under a sequence counter.  The proof of
+ * the read is in window_log.c's head comment. */
+#ifndef SLUICE_WINDOW_LOG_H
+#define SLUICE_WINDOW_LOG_H
+
+#include "internal.h"
+
+/* How many of the log's oldest entries are published. */
+#define SLUICE__LOG_FRONT 8
+
+/* A limiter's window log as lock-free readers see it: its header, its
+ * newest entry and its SLUICE__LOG_FRONT oldest entries -- never the ring
+ * itself, which its writer may move or free at any time.  Written only by
+ * the holder of the limiter's mutex, between sluice__log_begin() and
+ * sluice__log_end(); every field but `open` is atomic.  216 bytes, fixed. */
+typedef struct sluice__logpub {
+    _Atomic uint64_t seq; /* even: stable; odd: a writer is changing the log */
+    _Atomic(const sluice__profile *) pf; /* the limiter's current profile */
+    _Atomic uint64_t t_last;
+    _Atomic uint64_t base;        /* the log's base */
+    _Atomic uint64_t newest_slot; /* the newest entry's (when len > 0) */
+    _Atomic uint64_t newest_cum;
+    _Atomic uint32_t len;         /* the ring's */
+    struct {
+        _Atomic uint64_t slot, cum;
+    } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries */
+    uint64_t open; /* the writer's own: seq before sluice__log_begin() */
+} sluice__logpub;
+
+/* A new publication of the (empty, at rest) log of profile pf, or NULL
+ * when memory runs out; freed by sluice__free64(). */
+SLUICE__INTERNAL sluice__logpub *sluice__log_pub_new(const sluice__profile *pf);
+
+/* Decide p permits at now_ns from the publication, writing nothing.  True
+ * when that settles it -- a refusal or a probe (p == 0) --, with *ok, *res
+ * (when not NULL) and *t_eff (the clamped time) filled exactly as the
+ * locked decision would fill them; false when the caller must decide under
+ * the mutex: the read would admit, it needs more than the published
+ * entries (window_log.c says when), or writers kept changing the log. */
+SLUICE__INTERNAL bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
+                                       sluice_result *res, uint64_t *t_eff, bool *ok);
+
+/* Under the mutex, around anything that may change the state's log
+ * (a decision, a composite's hold and release, a reconfiguration): begin
+ * makes the sequence odd; end publishes the state `st` (and the profile
+ * `pf`, when not NULL) and makes the sequence even again -- back to its
+ * value before begin when nothing was written (`wrote` false, pf NULL and
+ * the header unchanged), so a refusal leaves it as it found it. */
+SLUICE__INTERNAL void sluice__log_begin(sluice__logpub *pub);
+SLUICE__INTERNAL void sluice__log_end(sluice__logpub *pub, const sluice__state *st,
+                                      const sluice__profile *pf, bool wrote);
+
+#endif /* SLUICE_WINDOW_LOG_H */
