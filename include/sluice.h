@@ -57,8 +57,13 @@
  *       LIMIT < 2^32, which every practical spec meets; beyond, and on other
  *       machines, they take the short lock below.)
  *   sliding-log, sliding-wheel
- *       a mutex around a critical section of a few dozen instructions (the
- *       ring of slots cannot be swapped in one instruction).
+ *       admissions take a mutex around a critical section of a few dozen
+ *       instructions (the ring of slots cannot be swapped in one
+ *       instruction) and publish a summary of the window under a sequence
+ *       counter; a refusal or a probe reads that summary with plain loads
+ *       and writes nothing (a refusal of more than 8 permits, or a probe,
+ *       after more than 8 slots left the window unseen by an admission,
+ *       may take the mutex).
  *
  * A composite decision (sluice_composite_try_acquire_at) or a change of
  * spec (sluice_limiter_reconfigure_at) holds a lock-free limiter's word for

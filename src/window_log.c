@@ -30,6 +30,58 @@
  *   remaining       L - in the window
  *   retry_after_ns  (slot_j + N) * tick - t for the oldest entry j such that
  *                   the entries after it, plus p, fit; -1 for p > L.
+ *
+ * A limiter's refusals write nothing (window_log.h).  The limiter's
+ * mutex guards its ring, and each holder that may change it brackets the
+ * change with a sequence counter: odd while it works, then even, after it
+ * has published a summary of the log (sluice__logpub): t_last, base, len,
+ * the newest entry and the FRONT = 8 oldest, and the profile.  Refusals
+ * and probes read the summary, never the ring (which the writer may move,
+ * shrink or free at any time, so nothing a reader touches is ever freed
+ * under it, and memory still follows the traffic), and recheck:
+ *
+ *   writer (mu held)                 reader
+ *   W1 seq := q + 1   (relaxed)      R1 s1 := seq (acquire); odd: again
+ *   W2 fields := ...  (release)      R2 fields    (acquire, any order)
+ *   W3 seq := q + 2   (release)      R3 s2 := seq (relaxed); s2 != s1: again
+ *      or q, if it wrote nothing
+ *
+ * Claim: when s2 == s1 every field R2 read is the value it had after the
+ * last section that ended before R1, so the reader decided on one state,
+ * which the log held from R1 to R3; the call is linearised at R1.
+ * Proof.  Writers hold mu, so sections run one after another, and seq's
+ * values, in its modification order, only grow -- but for a section that
+ * wrote nothing, which returns it to the value before its own W1.  (a) R1
+ * reads s1 from some W3 (or the zero of creation); that store is a release
+ * read by an acquire, so every W2 of that section and of all earlier ones
+ * happens before R2: no R2 load can read a value older than those.  (b)
+ * Suppose an R2 load reads a value that a later section X stored.  X's W2
+ * is a release read by an acquire, and X's W1 comes before it in X, so W1
+ * happens before R3, and R3 reads W1's value q + 1 or a later one.  Every
+ * value after X's W1 in the order is > q (X wrote, so it ends at q + 2;
+ * sections that write nothing go back to a value >= q + 2), and s1 <= q
+ * (R1 read a value from before X's W1).  So s2 > s1, and the read starts
+ * over.  Hence a read that passes R3 saw exactly the state after the
+ * section R1 read from.  (Each field is one aligned 8-byte or 4-byte atomic
+ * access; on x86-64 every access above is a plain move: no write, no
+ * locked instruction, no fence.)  A read that fails is retried 16 times
+ * (with a pause while seq is odd), then the mutex decides.
+ *
+ * What the summary settles, exactly as retire() and measure() on the ring
+ * (entries numbered from the oldest published, u0 = what the window held
+ * at the last write, each entry at least one permit): the cut at t, when
+ * k entries have left, is found among the published ones unless k >= FRONT
+ * while some entry stays; then the read gives up to the mutex.  A refusal
+ * of p <= FRONT permits never does, when u0 <= L: k entries leaving free
+ * k permits, so it has u0 - k + p > L, k < p.  Its retry needs the oldest
+ * j whose leaving makes room: the entries before j free fewer than
+ * u0 + p - L permits, so j < p, published too.  So every refusal of at
+ * most 8 permits and every probe while fewer than 8 entries (or all) have
+ * left since the last write is a pure read; the rest -- larger requests
+ * after many entries left, a window over-full after a LIMIT was lowered
+ * -- may take the mutex.  A read that would admit decides again under the
+ * mutex.  Publishing adds to an admission up to 20 stores to the three
+ * lines of the summary.
  */
 #include "window_log.h"
 #include "spin.h"
