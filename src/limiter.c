@@ -325,6 +325,35 @@ bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim
 
 uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return cur_cfg(lim)->pf.capacity; }
 
+void sluice__limiter_raw(sluice_limiter *lim, uint64_t out[6])
+{
+    memset(out, 0, 6 * sizeof *out);
+    cfg *c = cur_cfg(lim);
+#if HAVE_CAS128
+    u128 v;
+    if (c->lockfree && load_word(&c->packed, &v)) {
+        out[0] = (uint64_t)v;
+        out[1] = (uint64_t)(v >> 64);
+        return;
+    }
+#endif
+    pthread_mutex_lock(&lim->mu);
+    const sluice__state *st = &lim->st;
+    if (lim->pub) {
+        const sluice__log *lg = &st->u.log;
+        out[0] = atomic_load_explicit(&lim->pub->seq, memory_order_relaxed);
+        out[1] = lim->pub->sections;
+        out[2] = st->t_last;
+        out[3] = lg->len;
+        out[4] = lg->base;
+        out[5] = lg->len ? lg->e[(lg->head + lg->len - 1) & (lg->cap - 1)].cum : 0;
+    } else {
+        out[2] = st->t_last;
+        memcpy(&out[3], &st->u, 2 * sizeof(uint64_t));
+    }
+    pthread_mutex_unlock(&lim->mu);
+}
+
 void sluice__limiter_retain(sluice_limiter *lim)
 {
     atomic_fetch_add_explicit(&lim->refs, 1, memory_order_relaxed);

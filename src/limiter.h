@@ -14,4 +14,12 @@ SLUICE__INTERNAL bool sluice__limiter_is_bucket(const sluice_limiter *lim);
 SLUICE__INTERNAL uint64_t sluice__limiter_capacity(const sluice_limiter *lim);
 SLUICE__INTERNAL void sluice__limiter_retain(sluice_limiter *lim);
 
+/* For the tests: the limiter's state as raw words, to check that a call
+ * changed nothing.  A lock-free limiter: its packed word (out[0] the time
+ * half, out[1] the count half), the rest 0.  A window log: out[0] the
+ * sequence its refusals read, out[1] how many times its writers took the
+ * mutex, out[2..5] t_last, len, base and the newest entry's cum.  Else
+ * t_last and the state's next two words.  Takes the mutex. */
+SLUICE__INTERNAL void sluice__limiter_raw(sluice_limiter *lim, uint64_t out[6]);
+
 #endif /* SLUICE_LIMITER_H */

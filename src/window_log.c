@@ -270,6 +270,7 @@ sluice__logpub *sluice__log_pub_new(const sluice__profile *pf)
 
 void sluice__log_begin(sluice__logpub *pub)
 {
+    pub->sections++;
     pub->open = atomic_load_explicit(&pub->seq, memory_order_relaxed); /* even */
     atomic_store_explicit(&pub->seq, pub->open + 1, memory_order_relaxed);
 }

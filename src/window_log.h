@@ -14,7 +14,8 @@
  * newest entry and its SLUICE__LOG_FRONT oldest entries -- never the ring
  * itself, which its writer may move or free at any time.  Written only by
  * the holder of the limiter's mutex, between sluice__log_begin() and
- * sluice__log_end(); every field but `open` is atomic.  216 bytes, fixed. */
+ * sluice__log_end(); every field but the writer's own is atomic.  Three
+ * cache lines. */
 typedef struct sluice__logpub {
     _Atomic uint64_t seq; /* even: stable; odd: a writer is changing the log */
     _Atomic(const sluice__profile *) pf; /* the limiter's current profile */
@@ -26,7 +27,9 @@ typedef struct sluice__logpub {
     struct {
         _Atomic uint64_t slot, cum;
     } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries */
-    uint64_t open; /* the writer's own: seq before sluice__log_begin() */
+    /* the writer's own */
+    uint64_t open;     /* seq before sluice__log_begin() */
+    uint64_t sections; /* how many sluice__log_begin() (tests read it) */
 } sluice__logpub;
 
 /* A new publication of the (empty, at rest) log of profile pf, or NULL

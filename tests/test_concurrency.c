@@ -1446,6 +1446,179 @@ static void test_table_frozen(void **state)
            runs, TAB_THREADS, TAB_KEYS, TAB_PHASES, calls_done, secs_since(t0));
 }
 
+/* ---- the window logs over a long run: refusals read, admissions lock ---- */
+
+/* sliding-log and sliding-wheel refuse and answer probes without their
+ * mutex, from a summary of the log that admissions publish under a
+ * sequence counter (src/window_log.c).  One limiter of each, with 2 and 4
+ * threads, through a run of many rounds: time moves between rounds by
+ * random gaps (the same instant again, a little, a fraction of the window,
+ * more than the window), so entries leave the window before, between and
+ * during the rounds; in each round the threads call at one instant --
+ * admitting until the window is full, then refusing.  Three rounds in four
+ * ask 0..3 permits, sometimes 9..12 (more than the summary's 8 published
+ * entries settle) and sometimes more than LIMIT, with results: the round
+ * must be linearizable against the model (chain_check, which also leaves
+ * the model at the state after the round).  The fourth asks 1 permit
+ * without results (the bare yes/no path): exactly min(room, calls) are
+ * admitted, and no thread is admitted after it was refused (at one
+ * instant the room only shrinks); the model then takes them as one
+ * admission at the instant.  The counters must match the run's tallies. */
+typedef struct logrun_ctx {
+    const cfg *c;
+    sluice_limiter *lim;
+    uint64_t t, t_old, early;
+    size_t calls, stride;
+    uint64_t seed;
+    unsigned nthreads;
+    bool blind; /* unit permits, no results */
+    call_rec *rec;
+    _Atomic unsigned arrive;
+    tu_errs err[MAX_THREADS];
+} logrun_ctx;
+
+static void logrun_job(void *vc, unsigned self, size_t rep)
+{
+    (void)rep;
+    logrun_ctx *c = vc;
+    uint64_t rs = seed_for(9, c->seed, self);
+    call_rec *out = c->rec + (size_t)self * c->stride;
+    gate(&c->arrive, c->nthreads, 200000);
+    for (size_t i = 0; i < c->calls; i++) {
+        uint64_t r = tu_splitmix64(&rs);
+        uint64_t p = 1;
+        if (!c->blind) switch (r & 31) {
+            case 0: case 1: case 2: case 3: p = 0; break;
+            case 4: case 5: p = 9 + (r >> 5) % 4; break;
+            case 6: p = c->c->limit + 1; break;
+            case 7: case 8: case 9: p = 2 + (r >> 5) % 2; break;
+            default: break;
+            }
+        uint64_t t = c->t;
+        if (((r >> 8) & 7) == 0) t = c->t - (r >> 16) % c->early;
+        else if (((r >> 8) & 7) == 1) t = c->t_old;
+        sluice_result res = {0};
+        bool ok = sluice_try_acquire_at(c->lim, p, t, c->blind ? NULL : &res);
+        if (!c->blind) check_one(&c->err[self], c->c, p, t, ok, &res);
+        out[i] = (call_rec){.t = t, .p = p, .wait_ns = res.wait_ns, .remaining = res.remaining,
+                            .retry = res.retry_after_ns, .thread = self, .idx = (uint32_t)i,
+                            .allowed = ok};
+    }
+}
+
+static void test_window_log_run(void **state)
+{
+    (void)state;
+    const size_t rounds = tu_scaled(400, g_scale);
+    uint64_t t0 = sluice_now_ns();
+    static const unsigned nth[] = {2, 4};
+    logrun_ctx *lc = calloc(1, sizeof *lc);
+    assert_non_null(lc);
+    lc->stride = (2 * 200 + 16) / 2 + 4;
+    lc->rec = calloc(MAX_THREADS * lc->stride, sizeof *lc->rec);
+    assert_non_null(lc->rec);
+    size_t calls = 0, refused = 0, admitted = 0;
+    for (size_t ti = 0; ti < sizeof nth / sizeof nth[0]; ti++) {
+        pool *pl = pool_new(nth[ti]);
+        for (size_t vi = 1; vi <= 2; vi++) { /* sliding-log, sliding-wheel */
+            const variant *v = &variants[vi];
+            assert_true(v->alg == REF_SLIDING_LOG || v->alg == REF_SLIDING_WHEEL);
+            uint64_t rs = seed_for(9, ti, vi);
+            cfg c;
+            cfg_random(&c, v, &rs, 10, 200, 4, 200, 1000, 10 * SEC);
+            sluice_limiter *l = mk(c.spec);
+            ref_model *m = mk_ref(&c);
+            const uint64_t W = c.period_ns;
+            uint64_t t = rng_range(&rs, 4 * W + 1000, UINT64_C(1) << 61);
+            tally tl = {0};
+            for (size_t round = 0; round < rounds; round++) {
+                switch (tu_splitmix64_below(&rs, 8)) { /* how far time moves */
+                case 0: break;
+                case 1: t += 1 + tu_splitmix64_below(&rs, W / 64 + 1); break;
+                case 2: t += W / 2 + tu_splitmix64_below(&rs, W); break;
+                case 3: t += W + tu_splitmix64_below(&rs, 2 * W); break;
+                default: t += 1 + tu_splitmix64_below(&rs, W / 8 + 1); break;
+                }
+                /* half the rounds start with a serial admission at t (then
+                 * earlier times are clamped to it); the others call at t
+                 * only, so their first calls read a summary from before t */
+                bool at_t = (tu_splitmix64(&rs) & 1) && ref_model_would_allow(m, 1, t);
+                if (at_t) {
+                    serial_call(&c, l, m, 1, t);
+                    tally_add(&tl, 1, true);
+                }
+                ref_result e;
+                ref_model_decide(m, 0, t, &e);
+                const uint64_t room0 = e.remaining;
+                lc->c = &c;
+                lc->lim = l;
+                lc->t = t;
+                lc->t_old = at_t ? t - rng_range(&rs, 1, 2 * W) : t;
+                lc->early = at_t ? 1000 : 1;
+                lc->blind = tu_splitmix64_below(&rs, 4) == 0;
+                lc->calls = (2 * room0 + 16) / pl->n + 4;
+                assert_true(lc->calls <= lc->stride);
+                lc->seed = tu_splitmix64(&rs);
+                lc->nthreads = pl->n;
+                atomic_store(&lc->arrive, 0);
+                memset(lc->err, 0, sizeof lc->err);
+                pool_run(pl, logrun_job, lc, 1, false);
+                terr_check(lc->err, pl->n, "window log run");
+                /* compact: thread-major, program order */
+                size_t n = 0;
+                uint64_t round_perm = 0;
+                for (unsigned k = 0; k < pl->n; k++)
+                    for (size_t i = 0; i < lc->calls; i++) {
+                        call_rec *x = &lc->rec[(size_t)k * lc->stride + i];
+                        tally_add(&tl, x->p, x->allowed);
+                        if (x->allowed && x->p) admitted++, round_perm += x->p;
+                        refused += !x->allowed;
+                        if (lc->blind && i > 0 && x->allowed && !x[-1].allowed)
+                            fail_msg("%s, %u threads, round %zu at %llu: thread %u admitted after "
+                                     "it was refused, at one instant",
+                                     c.spec, pl->n, round, ULL(t), k);
+                        lc->rec[n++] = *x;
+                    }
+                calls += n;
+                char why[640];
+                if (!lc->blind) {
+                    if (!chain_check(m, room0, lc->rec, n, why, sizeof why))
+                        fail_msg("%s, %u threads, round %zu at %llu: not linearizable: %s",
+                                 c.spec, pl->n, round, ULL(t), why);
+                } else {
+                    const uint64_t want = room0 < n ? room0 : n;
+                    if (round_perm != want)
+                        fail_msg("%s, %u threads, round %zu at %llu: %zu calls of 1 with room "
+                                 "%llu admitted %llu",
+                                 c.spec, pl->n, round, ULL(t), n, ULL(room0), ULL(round_perm));
+                    ref_result a;
+                    if (round_perm && !ref_model_decide(m, round_perm, t, &a))
+                        fail_msg("%s: the model refuses the round's %llu permits", c.spec,
+                                 ULL(round_perm));
+                }
+                sluice_result r;
+                assert_true(sluice_try_acquire_at(l, 0, t, &r));
+                if (r.remaining != room0 - round_perm)
+                    fail_msg("%s, round %zu: %llu remain after the round, expected %llu - %llu",
+                             c.spec, round, ULL(r.remaining), ULL(room0), ULL(round_perm));
+                tally_add(&tl, 0, true);
+            }
+            sluice_stats st;
+            sluice_limiter_stats_get(l, &st);
+            const sluice_stats zero = {0};
+            check_stats(c.spec, &zero, &st, &tl);
+            ref_model_free(m);
+            sluice_limiter_free(l);
+        }
+        pool_free(pl);
+    }
+    free(lc->rec);
+    free(lc);
+    printf("[ conc     ] window logs: %zu rounds x 2 algorithms x 2 thread counts, %zu calls "
+           "(%zu admitted, %zu refused), %.2f s\n",
+           rounds, calls, admitted, refused, secs_since(t0));
+}
+
 int main(void)
 {
     g_scale = tu_env_scale(1.0);
@@ -1460,6 +1633,7 @@ int main(void)
         cmocka_unit_test(test_linearizable),
         cmocka_unit_test(test_one_of_sixteen),
         cmocka_unit_test(test_table_frozen),
+        cmocka_unit_test(test_window_log_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
