@@ -1530,14 +1530,41 @@ static void test_window_log_run(void **state)
             ref_model *m = mk_ref(&c);
             const uint64_t W = c.period_ns;
             uint64_t t = rng_range(&rs, 4 * W + 1000, UINT64_C(1) << 61);
+            const uint64_t tick = c.slots ? W / c.slots : 1;
+            uint64_t hist[64]; /* the instants of the rounds that admitted */
+            size_t nh = 0;
             tally tl = {0};
             for (size_t round = 0; round < rounds; round++) {
+                /* the instant the oldest admission still in the window
+                 * leaves it (slot + N ticks), or just before the next one */
+                uint64_t h = t;
+                for (size_t i = nh > 64 ? nh - 64 : 0; i < nh; i++)
+                    if ((hist[i % 64] / tick + W / tick) * tick > t) {
+                        h = (hist[i % 64] / tick + W / tick) * tick;
+                        break;
+                    }
                 switch (tu_splitmix64_below(&rs, 8)) { /* how far time moves */
                 case 0: break;
                 case 1: t += 1 + tu_splitmix64_below(&rs, W / 64 + 1); break;
                 case 2: t += W / 2 + tu_splitmix64_below(&rs, W); break;
                 case 3: t += W + tu_splitmix64_below(&rs, 2 * W); break;
+                case 4: case 5: /* when the oldest leaves, or 1 ns before */
+                    t = h - (h > t && (tu_splitmix64(&rs) & 3) == 0);
+                    break;
                 default: t += 1 + tu_splitmix64_below(&rs, W / 8 + 1); break;
+                }
+
+                /* a serial probe or refusal first, read from the summary
+                 * the last admission left: checked field by field */
+                ref_result pr;
+                ref_model_decide(m, 0, t, &pr);
+                const uint64_t q = pr.remaining + 1 + tu_splitmix64_below(&rs, 12);
+                if (tu_splitmix64(&rs) & 1) {
+                    serial_call(&c, l, m, 0, t);
+                    tally_add(&tl, 0, true);
+                } else if (q <= c.limit) {
+                    serial_call(&c, l, m, q, t);
+                    tally_add(&tl, q, false);
                 }
                 /* half the rounds start with a serial admission at t (then
                  * earlier times are clamped to it); the others call at t
@@ -1556,7 +1583,10 @@ static void test_window_log_run(void **state)
                 lc->t_old = at_t ? t - rng_range(&rs, 1, 2 * W) : t;
                 lc->early = at_t ? 1000 : 1;
                 lc->blind = tu_splitmix64_below(&rs, 4) == 0;
+                /* half the rounds ask more than the room, the others
+                 * less, so that the window holds many slots' entries */
                 lc->calls = (2 * room0 + 16) / pl->n + 4;
+                if (tu_splitmix64(&rs) & 1) lc->calls = 1 + tu_splitmix64_below(&rs, room0 / 4 / pl->n + 1);
                 assert_true(lc->calls <= lc->stride);
                 lc->seed = tu_splitmix64(&rs);
                 lc->nthreads = pl->n;
@@ -1596,6 +1626,7 @@ static void test_window_log_run(void **state)
                         fail_msg("%s: the model refuses the round's %llu permits", c.spec,
                                  ULL(round_perm));
                 }
+                if (at_t || round_perm) hist[nh++ % 64] = t;
                 sluice_result r;
                 assert_true(sluice_try_acquire_at(l, 0, t, &r));
                 if (r.remaining != room0 - round_perm)
