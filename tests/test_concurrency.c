@@ -70,6 +70,7 @@
 
 #include <sluice.h>
 
+#include "limiter.h" /* sluice__limiter_raw */
 #include "ref_model.h"
 #include "testutil.h"
 
@@ -1650,6 +1651,102 @@ static void test_window_log_run(void **state)
            rounds, calls, admitted, refused, secs_since(t0));
 }
 
+/* ---- a refusal changes nothing ------------------------------------------ */
+
+/* For every algorithm: after the limiter is full, refusals (at the
+ * instant, later, earlier; with and without a result; more than LIMIT) and
+ * probes (now, and long after) leave its raw state exactly as it was
+ * (sluice__limiter_raw, src/limiter.h: the packed word of the lock-free
+ * ones; the window logs' sequence, their count of mutex sections, t_last,
+ * length, base and newest cum) -- the window logs did not even take their
+ * mutex -- while the counters count every call.  An admission then changes
+ * it (the window logs: sequence + 2, one section).  And a window log's
+ * refusal that the summary cannot settle (a retry past its 8 entries) takes
+ * the mutex but leaves the sequence as it found it. */
+static void test_refusal_writes_nothing(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "fixed-window 5/s",          "sliding-log 5/s",    "sliding-wheel 5/s slots=10",
+        "sliding-approx 5/s",        "token-bucket 5/s",   "leaky-bucket 5/s nodelay",
+        "leaky-bucket 5/s",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        const bool wlog = strncmp(specs[i], "sliding-log", 11) == 0 ||
+                          strncmp(specs[i], "sliding-wheel", 13) == 0;
+        sluice_limiter *l = mk(specs[i]);
+        const uint64_t t = 10 * SEC;
+        for (uint64_t k = 0; k < 5; k++)
+            if (!sluice_try_acquire_at(l, 1, t + k * 1000, NULL))
+                fail_msg("%s: admission %llu refused", specs[i], ULL(k));
+        const uint64_t t1 = t + 5000;
+        uint64_t before[6], after[6];
+        sluice_stats s0, s1;
+        sluice__limiter_raw(l, before);
+        sluice_limiter_stats_get(l, &s0);
+        static const struct {
+            uint64_t p, dt; /* dt: ns after t1, or UINT64_MAX for t */
+            bool res, ok;
+        } calls[] = {
+            {1, 0, true, false},       {1, 0, false, false},     {1, 1, true, false},
+            {1, 1000, false, false},   {1, UINT64_MAX, true, false}, {3, 7, true, false},
+            {6, 0, true, false},       {6, 0, false, false},     {0, 0, true, true},
+            {0, 0, false, true},       {0, 30 * SEC, true, true}, {0, UINT64_MAX, true, true},
+        };
+        uint64_t refusals = 0, probes = 0;
+        for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
+            const uint64_t at = calls[k].dt == UINT64_MAX ? t : t1 + calls[k].dt;
+            sluice_result r;
+            bool ok = sluice_try_acquire_at(l, calls[k].p, at, calls[k].res ? &r : NULL);
+            if (ok != calls[k].ok)
+                fail_msg("%s: p=%llu at %llu: allowed %d", specs[i], ULL(calls[k].p), ULL(at), ok);
+            refusals += !ok;
+            probes += calls[k].p == 0;
+            sluice__limiter_raw(l, after);
+            if (memcmp(before, after, sizeof before) != 0)
+                fail_msg("%s: p=%llu at %llu (%s) changed the state: %llx %llx %llx %llx -> "
+                         "%llx %llx %llx %llx",
+                         specs[i], ULL(calls[k].p), ULL(at), ok ? "allowed" : "refused",
+                         ULL(before[0]), ULL(before[1]), ULL(before[2]), ULL(before[3]),
+                         ULL(after[0]), ULL(after[1]), ULL(after[2]), ULL(after[3]));
+        }
+        sluice_limiter_stats_get(l, &s1);
+        if (s1.requests_denied - s0.requests_denied != refusals ||
+            s1.probes - s0.probes != probes || s1.requests_allowed != s0.requests_allowed)
+            fail_msg("%s: counters: denied +%llu probes +%llu allowed +%llu, expected +%llu +%llu +0",
+                     specs[i], ULL(s1.requests_denied - s0.requests_denied),
+                     ULL(s1.probes - s0.probes), ULL(s1.requests_allowed - s0.requests_allowed),
+                     ULL(refusals), ULL(probes));
+        assert_true(sluice_try_acquire_at(l, 1, t1 + 30 * SEC, NULL));
+        sluice__limiter_raw(l, after);
+        if (memcmp(before, after, sizeof before) == 0)
+            fail_msg("%s: an admission left the raw state as it was", specs[i]);
+        if (wlog && (after[0] != before[0] + 2 || after[1] != before[1] + 1))
+            fail_msg("%s: an admission moved the sequence %llu -> %llu, sections %llu -> %llu",
+                     specs[i], ULL(before[0]), ULL(after[0]), ULL(before[1]), ULL(after[1]));
+        sluice_limiter_free(l);
+    }
+
+    /* a window log's refusal past the summary: 20 entries, then 9 permits
+     * asked with a result (the retry is the 9th entry's expiry) */
+    sluice_limiter *l = mk("sliding-log 20/s");
+    for (uint64_t k = 0; k < 20; k++) assert_true(sluice_try_acquire_at(l, 1, SEC + k, NULL));
+    uint64_t before[6], after[6];
+    sluice__limiter_raw(l, before);
+    assert_false(sluice_try_acquire_at(l, 9, SEC + 20, NULL)); /* settled by the summary */
+    sluice__limiter_raw(l, after);
+    assert_memory_equal(before, after, sizeof before);
+    sluice_result r;
+    assert_false(sluice_try_acquire_at(l, 9, SEC + 20, &r));
+    assert_int_equal(r.retry_after_ns, 2 * SEC + 8 - (SEC + 20));
+    sluice__limiter_raw(l, after);
+    if (after[0] != before[0] || after[1] != before[1] + 1 ||
+        memcmp(before + 2, after + 2, 4 * sizeof *before) != 0)
+        fail_msg("the mutex-taking refusal: sequence %llu -> %llu, sections %llu -> %llu",
+                 ULL(before[0]), ULL(after[0]), ULL(before[1]), ULL(after[1]));
+    sluice_limiter_free(l);
+}
+
 int main(void)
 {
     g_scale = tu_env_scale(1.0);
@@ -1665,6 +1762,7 @@ int main(void)
         cmocka_unit_test(test_one_of_sixteen),
         cmocka_unit_test(test_table_frozen),
         cmocka_unit_test(test_window_log_run),
+        cmocka_unit_test(test_refusal_writes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
