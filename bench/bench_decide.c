@@ -21,14 +21,28 @@
  * The floor, measured in the same process and interleaved with the rest:
  *   clock+CAS  clock_gettime(CLOCK_MONOTONIC) and one 64-bit compare-and-swap
  *              (a GCRA-style max(word, now) + 1): the least a lock-free live
- *              decision can cost;
+ *              admission can cost;
+ *   clock+2ld  clock_gettime(CLOCK_MONOTONIC) and two loads of a shared
+ *              16-byte word, compared with the time: the least a live
+ *              refusal can cost (it must read the time and the state);
+ *   coarse+2ld the same with CLOCK_MONOTONIC_COARSE (clock=coarse);
  *   CAS        the compare-and-swap alone: the least a caller-time decision
  *              can cost.
- * Caller-time cells are divided by the CAS floor, live-clock cells by the
- * clock+CAS floor.  Two reference rows are printed beside them and used for
+ * Caller-time cells are divided by the CAS floor, live-clock admissions by
+ * clock+CAS, live refusals by clock+2ld (coarse: coarse+2ld).  Two reference rows are printed beside them and used for
  * no ratio: a 16-byte CAS (where the compiler has one) and an uncontended
  * mutex lock + unlock, the primitives of the library's lock-free and locked
  * limiters.
+ *
+ * Then two threads: refusing on one limiter per algorithm (live clock,
+ * "ALG 1/d"), each thread's cost against its one-thread cost measured in
+ * the same run (target: <= 1.15x, so that the pair does >= 1.75x the work
+ * of one), beside the floor of two threads doing clock+2ld on one shared
+ * word; and admitting (live clock), against clock+CAS on one shared word
+ * and on a word each.  Each thread times its own loop (wall and CPU time);
+ * "overlap" is the two threads' CPU time over the pair's wall time (2.0:
+ * they ran side by side all along; on a loaded machine less, and the
+ * two-thread figures mean less).
  *
  * Each measurement is repeated (--runs, default 11) over --iters decisions
  * (default 2*10^6); runs of all measurements are interleaved round-robin so
@@ -90,7 +104,8 @@ static const char *const bench_col_names[NCOLS] = {
  * 16-byte CAS (what the library's lock-free limiters do once per decision,
  * when the compiler has it) and an uncontended mutex lock + unlock (what its
  * locked limiters do). */
-enum { FLOOR_CLOCK_CAS, FLOOR_CAS, FLOOR_CAS128, FLOOR_MUTEX, NFLOORS };
+enum { FLOOR_CLOCK_CAS, FLOOR_CAS, FLOOR_CAS128, FLOOR_MUTEX, FLOOR_CLOCK_LOADS,
+       FLOOR_COARSE_LOADS, NFLOORS };
 
 #if defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
 #define BENCH_HAVE_CAS128 1
@@ -144,6 +159,27 @@ static uint64_t bench_clock_cas_on(uint64_t *word, uint64_t iters)
 static uint64_t bench_floor_clock_cas(uint64_t iters)
 {
     return bench_clock_cas_on(&bench_word, iters);
+}
+
+/* The state a refusal reads: a 16-byte word, its time half and count half
+ * (no thread writes it while the floor runs). */
+static _Alignas(64) uint64_t bench_state[2] = {1, 1};
+
+/* iters of a clock read + two loads of *w, compared with the time (the
+ * least a live refusal can do: read the time, read the state, decide);
+ * returns how many compared "refuse" (all of them). */
+static uint64_t bench_clock_loads_on(const uint64_t *w, clockid_t clk, uint64_t iters)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < iters; i++) {
+        struct timespec ts;
+        clock_gettime(clk, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        uint64_t lo = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE);
+        uint64_t hi = __atomic_load_n(&w[1], __ATOMIC_ACQUIRE);
+        n += now - lo >= hi; /* always: the state says refuse */
+    }
+    return n;
 }
 
 /* iters of CAS alone; returns the successful CASes. */
@@ -200,6 +236,9 @@ static uint64_t bench_floor(int floor, uint64_t iters)
     case FLOOR_CLOCK_CAS: return bench_floor_clock_cas(iters);
     case FLOOR_CAS: return bench_floor_cas(iters);
     case FLOOR_CAS128: return bench_floor_cas128(iters);
+    case FLOOR_CLOCK_LOADS: return bench_clock_loads_on(bench_state, CLOCK_MONOTONIC, iters);
+    case FLOOR_COARSE_LOADS:
+        return bench_clock_loads_on(bench_state, CLOCK_MONOTONIC_COARSE, iters);
     default: return bench_floor_mutex(iters);
     }
 }
@@ -243,42 +282,74 @@ static double bench_once(bench_meas *m, uint64_t iters)
 }
 
 /* Two threads at once, started together: on limiters l[0] and l[1] (which
- * may be the same) with the live clock, or, when l[0] is NULL, the
- * clock+CAS floor on words w[0] and w[1] (which may be the same).  Returns
- * the wall time per decision over both threads (ns). */
+ * may be the same) with the live clock, or, when l[0] is NULL, a floor on
+ * words w[0] and w[1] (which may be the same): clock+CAS, or clock+2ld
+ * when `loads`.  Returns the wall time per decision over both threads
+ * (ns); *each (when not NULL) receives the slower thread's own wall time
+ * per decision, *overlap the two threads' CPU time over the pair's wall
+ * time. */
 typedef struct bench_thr {
     sluice_limiter *lim;
     uint64_t *word;
+    bool loads;
     uint64_t iters, n;
     pthread_barrier_t *bar;
+    uint64_t t0, t1, cpu; /* this thread's loop: wall start, end; CPU ns */
 } bench_thr;
+
+static uint64_t bench_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *bench_thr_run(void *p)
 {
     bench_thr *a = p;
     pthread_barrier_wait(a->bar);
-    a->n = a->lim ? bench_live(a->lim, a->iters) : bench_clock_cas_on(a->word, a->iters);
+    uint64_t c0 = bench_cpu_ns();
+    a->t0 = bench_clock_ns();
+    a->n = a->lim     ? bench_live(a->lim, a->iters)
+           : a->loads ? bench_clock_loads_on(a->word, CLOCK_MONOTONIC, a->iters)
+                      : bench_clock_cas_on(a->word, a->iters);
+    a->t1 = bench_clock_ns();
+    a->cpu = bench_cpu_ns() - c0;
     return NULL;
 }
 
 static _Alignas(64) uint64_t bench_words[2][8]; /* a cache line each */
 
-static double bench_two(sluice_limiter *l0, sluice_limiter *l1, uint64_t *w0, uint64_t *w1,
-                        uint64_t iters, uint64_t *allowed)
+static double bench_two_ex(sluice_limiter *l0, sluice_limiter *l1, uint64_t *w0, uint64_t *w1,
+                           bool loads, uint64_t iters, uint64_t *allowed, double *each,
+                           double *overlap)
 {
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, 3);
-    bench_thr a[2] = {{l0, w0, iters, 0, &bar}, {l1, w1, iters, 0, &bar}};
+    bench_thr a[2] = {{l0, w0, loads, iters, 0, &bar, 0, 0, 0},
+                      {l1, w1, loads, iters, 0, &bar, 0, 0, 0}};
     pthread_t th[2];
     for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, bench_thr_run, &a[k]);
     pthread_barrier_wait(&bar);
-    uint64_t t0 = bench_clock_ns();
     for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
-    uint64_t t1 = bench_clock_ns();
     pthread_barrier_destroy(&bar);
+    uint64_t t0 = a[0].t0 < a[1].t0 ? a[0].t0 : a[1].t0;
+    uint64_t t1 = a[0].t1 > a[1].t1 ? a[0].t1 : a[1].t1;
     if (allowed) *allowed = a[0].n + a[1].n;
     bench_sink += a[0].n + a[1].n;
+    if (each) {
+        uint64_t w = a[0].t1 - a[0].t0 > a[1].t1 - a[1].t0 ? a[0].t1 - a[0].t0
+                                                            : a[1].t1 - a[1].t0;
+        *each = (double)w / (double)iters;
+    }
+    if (overlap) *overlap = t1 > t0 ? (double)(a[0].cpu + a[1].cpu) / (double)(t1 - t0) : 0;
     return (double)(t1 - t0) / (double)(2 * iters);
+}
+
+static double bench_two(sluice_limiter *l0, sluice_limiter *l1, uint64_t *w0, uint64_t *w1,
+                        uint64_t iters, uint64_t *allowed)
+{
+    return bench_two_ex(l0, l1, w0, w1, false, iters, allowed, NULL, NULL);
 }
 
 static int bench_cmp_double(const void *a, const void *b)
@@ -434,6 +505,7 @@ int main(int argc, char **argv)
             worst_spread = spread;
     }
     double floor_lc = med[FLOOR_CLOCK_CAS], floor_cas = med[FLOOR_CAS];
+    double floor_l2 = med[FLOOR_CLOCK_LOADS], floor_c2 = med[FLOOR_COARSE_LOADS];
 
     printf("bench_decide: sluice %s, 1 thread, %" PRIu64 " runs x %" PRIu64
            " decisions; median ns per decision\n\n",
@@ -445,10 +517,14 @@ int main(int argc, char **argv)
     if (have_cas128)
         printf("ref    CAS128     16-byte compare-and-swap alone     %7.2f ns\n",
                med[FLOOR_CAS128]);
+    printf("floor  clock+2ld  CLOCK_MONOTONIC read + 2 loads     %7.2f ns\n",
+           floor_l2);
+    printf("floor  coarse+2ld CLOCK_MONOTONIC_COARSE + 2 loads   %7.2f ns\n",
+           floor_c2);
     printf("ref    mutex      uncontended lock + unlock          %7.2f ns\n\n",
            med[FLOOR_MUTEX]);
     printf("%-21s %-31s %-31s %s\n", "", "caller time (_at) / CAS floor",
-           "live clock / clock+CAS floor", "clock=coarse / clock+CAS floor");
+           "live / clock+CAS, clock+2ld", "coarse / clock+CAS, coarse+2ld");
     printf("%-21s", "algorithm");
     for (int c = 0; c < NCOLS; c++)
         printf(c + 1 < NCOLS ? " %-15s" : " %s", bench_col_names[c]);
@@ -465,7 +541,9 @@ int main(int argc, char **argv)
             if (m->lim == NULL) {
                 snprintf(cell, sizeof cell, "refused");
             } else {
-                double fl = m->live ? floor_lc : floor_cas;
+                double fl = !m->live ? floor_cas
+                            : m->expect_allow ? floor_lc
+                            : c == COL_LIVE_DENY ? floor_l2 : floor_c2;
                 snprintf(cell, sizeof cell, "%6.1f (%4.1fx)%s", med[k],
                          fl > 0 ? med[k] / fl : 0.0, m->wrong ? "!" : "");
                 any_wrong |= m->wrong != 0;
@@ -480,6 +558,14 @@ int main(int argc, char **argv)
            "all cells: %.0f%%.\n",
            BENCH_ALLOW_LIMIT, BENCH_ALLOW_LIMIT_LOG, BENCH_ALLOW_STEP_NS,
            BENCH_DENY_LIMIT, BENCH_DENY_STEP_NS, worst_spread * 100);
+    printf("\nrefusal with the live clock / clock+2ld (target <= 1.15x):");
+    for (size_t a = 0; a < BENCH_NALGOS; a++) {
+        const bench_meas *m = &meas[NFLOORS + a * NCOLS + COL_LIVE_DENY];
+        if (!used[a] || m->lim == NULL) continue;
+        double r = floor_l2 > 0 ? med[NFLOORS + a * NCOLS + COL_LIVE_DENY] / floor_l2 : 0;
+        printf("\n  %-21s %5.2fx %s", bench_algos[a].name, r, r <= 1.15 ? "met" : "MISSED");
+    }
+    printf("\n");
     if (any_wrong) {
         printf("! some decisions went against the path (allowed where denial "
                "was expected or vice versa):\n");
@@ -492,6 +578,60 @@ int main(int argc, char **argv)
                            bench_col_names[c], m->wrong, runs * iters);
             }
         status = 1;
+    }
+
+    /* Two threads refusing on one limiter (live clock), per algorithm, and
+     * the floor: two threads doing clock+2ld on one shared word.  Each run
+     * times, back to back, one thread alone and then two together on the
+     * same limiter (or word), so the ratio compares like with like. */
+    {
+        uint64_t diters = iters / 2 + 1;
+        size_t nd = 1 + BENCH_NALGOS;
+        double *one = calloc(nd * runs, sizeof *one), *each = calloc(nd * runs, sizeof *each);
+        double *wall = calloc(nd * runs, sizeof *wall), *ovl = calloc(nd * runs, sizeof *ovl);
+        sluice_limiter *dl[BENCH_NALGOS] = {NULL};
+        for (size_t a = 0; a < BENCH_NALGOS; a++)
+            if (used[a] && (dl[a] = bench_limiter(a, BENCH_DENY_LIMIT, false)) != NULL)
+                bench_sink += sluice_try_acquire(dl[a], 1); /* the one admission */
+        bool dwrong = false;
+        for (uint64_t r = 0; one && each && wall && ovl && r < runs; r++)
+            for (size_t k = 0; k < nd; k++) {
+                sluice_limiter *l = k ? dl[k - 1] : NULL;
+                if (k && !l) continue;
+                uint64_t t0 = bench_clock_ns();
+                uint64_t n = l ? bench_live(l, diters)
+                               : bench_clock_loads_on(bench_state, CLOCK_MONOTONIC, diters);
+                one[k * runs + r] = (double)(bench_clock_ns() - t0) / (double)diters;
+                uint64_t ok = 0;
+                wall[k * runs + r] = bench_two_ex(l, l, bench_state, bench_state, true, diters,
+                                                  &ok, &each[k * runs + r], &ovl[k * runs + r]);
+                if (l && (n != 0 || ok != 0)) dwrong = true, status = 1;
+                bench_sink += n;
+            }
+        if (one && each && wall && ovl) {
+            printf("\n2 threads refusing on one limiter, live clock: each thread's own ns per "
+                   "decision\nagainst one thread alone on the same limiter, timed back to back "
+                   "(target <= 1.15x);\npair = the work the two do together over one thread's "
+                   "(target >= 1.75x); overlap = CPU time of\nthe two over the pair's wall "
+                   "time (2.0: side by side all along). Median of %" PRIu64 " runs of 2 x %" PRIu64
+                   ".\n\n", runs, diters);
+            printf("%-21s %-10s %-20s %-8s %s\n", "", "1 thread", "each of 2 (ratio)", "pair",
+                   "overlap");
+            for (size_t k = 0; k < nd; k++) {
+                if (k && !dl[k - 1]) continue;
+                double o = bench_median(one + k * runs, runs);
+                double e = bench_median(each + k * runs, runs);
+                double w = bench_median(wall + k * runs, runs);
+                double v = bench_median(ovl + k * runs, runs);
+                printf("%-21s %6.1f ns  %6.1f ns (%4.2fx)%s  %5.2fx%s  %4.2f\n",
+                       k ? bench_algos[k - 1].name : "floor clock+2ld", o, e, e / o,
+                       k && e / o > 1.15 ? "!" : " ", o / w, k && o / w < 1.75 ? "!" : " ", v);
+            }
+            printf("(! a target missed)\n");
+            if (dwrong) printf("! a refusal path admitted\n");
+        }
+        for (size_t a = 0; a < BENCH_NALGOS; a++) sluice_limiter_free(dl[a]);
+        free(one), free(each), free(wall), free(ovl);
     }
 
     /* Two threads, live clock, allowed path: on one limiter (contended)
