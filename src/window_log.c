@@ -80,8 +80,9 @@
  * left since the last write is a pure read; the rest -- larger requests
  * after many entries left, a window over-full after a LIMIT was lowered
  * -- may take the mutex.  A read that would admit decides again under the
- * mutex.  Publishing adds to an admission up to 20 stores to the three
- * lines of the summary.
+ * mutex.  Publishing adds to an admission about a dozen stores to the
+ * three lines of the summary: the front is a ring of its own (front_at),
+ * so an admission that retires k entries writes k + 1 of them, not 8.
  */
 #include "window_log.h"
 #include "spin.h"
@@ -275,6 +276,16 @@ void sluice__log_begin(sluice__logpub *pub)
     atomic_store_explicit(&pub->seq, pub->open + 1, memory_order_relaxed);
 }
 
+/* The published entry i < min(len, FRONT), the front starting at fa. */
+static inline uint64_t front_slot(const sluice__logpub *pub, uint64_t fa, uint32_t i)
+{
+    return atomic_load_explicit(&pub->front[(fa + i) % FRONT].slot, memory_order_acquire);
+}
+static inline uint64_t front_cum(const sluice__logpub *pub, uint64_t fa, uint32_t i)
+{
+    return atomic_load_explicit(&pub->front[(fa + i) % FRONT].cum, memory_order_acquire);
+}
+
 void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice__profile *pf,
                      bool wrote)
 {
@@ -284,10 +295,33 @@ void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice_
     }
     const sluice__log *lg = &st->u.log;
     const uint32_t m = lg->len < FRONT ? lg->len : FRONT;
-    for (uint32_t i = 0; i < m; i++) {
-        atomic_store_explicit(&pub->front[i].slot, at(lg, i)->slot, memory_order_release);
-        atomic_store_explicit(&pub->front[i].cum, at(lg, i)->cum, memory_order_release);
+    const uint32_t pm = pub->ring_len < FRONT ? pub->ring_len : FRONT;
+    uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_relaxed);
+    /* Since the last publication the ring has only retired its oldest
+     * entries and added to its newest (whose cum may have grown), unless
+     * it moved (a new allocation) or a change of spec put an entry in
+     * front: then the front is written anew.  Else the published entries
+     * older than the oldest one now are dropped (front_at moves past
+     * them), the others stay where they are but the last (it may be the
+     * newest), which is written again with the entries that come into
+     * view. */
+    uint32_t keep = 0;
+    if (!pf && lg->e == pub->ring && lg->len && pm) {
+        const uint64_t first = at(lg, 0)->slot;
+        uint32_t k = 0;
+        while (k < pm && front_slot(pub, fa, k) < first) k++;
+        if (k < pm || pub->ring_len == pm) keep = pm - k;
+        fa += k;
     }
+    for (uint32_t i = keep ? keep - 1 : 0; i < m; i++) {
+        atomic_store_explicit(&pub->front[(fa + i) % FRONT].slot, at(lg, i)->slot,
+                              memory_order_release);
+        atomic_store_explicit(&pub->front[(fa + i) % FRONT].cum, at(lg, i)->cum,
+                              memory_order_release);
+    }
+    atomic_store_explicit(&pub->front_at, fa, memory_order_release);
+    pub->ring = lg->e;
+    pub->ring_len = lg->len;
     if (lg->len) {
         atomic_store_explicit(&pub->newest_slot, at(lg, lg->len - 1)->slot, memory_order_release);
         atomic_store_explicit(&pub->newest_cum, at(lg, lg->len - 1)->cum, memory_order_release);
@@ -297,16 +331,6 @@ void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice_
     atomic_store_explicit(&pub->t_last, st->t_last, memory_order_release);
     if (pf) atomic_store_explicit(&pub->pf, pf, memory_order_release);
     atomic_store_explicit(&pub->seq, pub->open + 2, memory_order_release);
-}
-
-/* The published entry i < min(len, FRONT). */
-static inline uint64_t front_slot(const sluice__logpub *pub, uint32_t i)
-{
-    return atomic_load_explicit(&pub->front[i].slot, memory_order_acquire);
-}
-static inline uint64_t front_cum(const sluice__logpub *pub, uint32_t i)
-{
-    return atomic_load_explicit(&pub->front[i].cum, memory_order_acquire);
 }
 
 /* retire() and measure() on the summary, or -1 (the mutex decides): 0
@@ -324,6 +348,7 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
     const uint64_t base = atomic_load_explicit(&pub->base, memory_order_acquire);
     const uint64_t newest = len ? atomic_load_explicit(&pub->newest_cum, memory_order_acquire)
                                 : base;
+    const uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_acquire);
     /* retire: k entries leave, the oldest first */
     uint32_t k = 0;
     const uint64_t s = sluice__div_q(&pf->div_tick, t);
@@ -332,11 +357,11 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
         if (atomic_load_explicit(&pub->newest_slot, memory_order_acquire) <= out) {
             k = len;
         } else {
-            while (k < m && front_slot(pub, k) <= out) k++;
+            while (k < m && front_slot(pub, fa, k) <= out) k++;
             if (k == m && m < len) return -1; /* the cut is past the front */
         }
     }
-    const uint64_t cut = k == len ? newest : k ? front_cum(pub, k - 1) : base;
+    const uint64_t cut = k == len ? newest : k ? front_cum(pub, fa, k - 1) : base;
     const uint64_t used = newest - cut;
     const uint64_t room = used < L ? L - used : 0;
     *t_eff = t;
@@ -353,9 +378,9 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
     /* the oldest j >= k with newest - cum_j <= L - p (the newest always
      * is one) */
     uint32_t j = k;
-    while (j < m && newest - front_cum(pub, j) > L - p) j++;
+    while (j < m && newest - front_cum(pub, fa, j) > L - p) j++;
     uint64_t slot;
-    if (j < m) slot = front_slot(pub, j);
+    if (j < m) slot = front_slot(pub, fa, j);
     else if (len - 1 == m) slot = atomic_load_explicit(&pub->newest_slot, memory_order_acquire);
     else return -1; /* past the front */
     sluice__deny(res, room, (int64_t)((slot + n) * pf->tick_ns - t));

@@ -24,12 +24,16 @@ typedef struct sluice__logpub {
     _Atomic uint64_t newest_slot; /* the newest entry's (when len > 0) */
     _Atomic uint64_t newest_cum;
     _Atomic uint32_t len;         /* the ring's */
+    _Atomic uint64_t front_at;    /* where the oldest entry is in front[] */
     struct {
         _Atomic uint64_t slot, cum;
-    } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries */
+    } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries, the
+                                   * i-th at (front_at + i) % FRONT */
     /* the writer's own */
     uint64_t open;     /* seq before sluice__log_begin() */
     uint64_t sections; /* how many sluice__log_begin() (tests read it) */
+    const sluice__log_entry *ring; /* the ring and its length at the last */
+    uint32_t ring_len;             /* publication */
 } sluice__logpub;
 
 /* A new publication of the (empty, at rest) log of profile pf, or NULL
