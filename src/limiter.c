@@ -277,26 +277,32 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__free64(lim);
 }
 
+/* The locked path (and the window logs' lock-free read before it). */
+static bool run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+{
+    bool ok;
+    /* a window log: refusals and probes read (window_log.h) */
+    if (lim->pub && sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok)) return ok;
+    pthread_mutex_lock(&lim->mu);
+    cfg *c = cur_cfg(lim); /* stable while mu is held */
+    if (lim->pub) sluice__log_begin(lim->pub);
+    ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+    if (lim->pub) sluice__log_end(lim->pub, &lim->st, NULL, ok && permits);
+    pthread_mutex_unlock(&lim->mu);
+    return ok;
+}
+
 static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
-    bool ok = false;
-    cfg *c = cur_cfg(lim);
-    bool done = false;
+    bool ok;
 #if HAVE_CAS128
-    done = c->lockfree &&
-           decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res, t_eff, &ok);
+    cfg *c = cur_cfg(lim);
+    if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
+                                         t_eff, &ok))
 #endif
-    /* a window log: refusals and probes read (window_log.h) */
-    if (!done && lim->pub) done = sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok);
-    if (!done) {
-        pthread_mutex_lock(&lim->mu);
-        c = cur_cfg(lim); /* stable while mu is held */
-        if (lim->pub) sluice__log_begin(lim->pub);
-        ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-        if (lim->pub) sluice__log_end(lim->pub, &lim->st, NULL, ok && permits);
-        pthread_mutex_unlock(&lim->mu);
-    }
+        ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
     return ok;
 }
