@@ -334,8 +334,8 @@ uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return cur_cfg(li
 void sluice__limiter_raw(sluice_limiter *lim, uint64_t out[6])
 {
     memset(out, 0, 6 * sizeof *out);
-    cfg *c = cur_cfg(lim);
 #if HAVE_CAS128
+    cfg *c = cur_cfg(lim);
     u128 v;
     if (c->lockfree && load_word(&c->packed, &v)) {
         out[0] = (uint64_t)v;
