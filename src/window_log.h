@@ -14,8 +14,8 @@
  * newest entry and its SLUICE__LOG_FRONT oldest entries -- never the ring
  * itself, which its writer may move or free at any time.  Written only by
  * the holder of the limiter's mutex, between sluice__log_begin() and
- * sluice__log_end(); every field but the writer's own is atomic.  Three
- * cache lines. */
+ * sluice__log_end(); every field but the writer's own is atomic.  Readers
+ * touch three cache lines; the writer's own fields are on a fourth. */
 typedef struct sluice__logpub {
     _Atomic uint64_t seq; /* even: stable; odd: a writer is changing the log */
     _Atomic(const sluice__profile *) pf; /* the limiter's current profile */
@@ -29,8 +29,8 @@ typedef struct sluice__logpub {
         _Atomic uint64_t slot, cum;
     } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries, the
                                    * i-th at (front_at + i) % FRONT */
-    /* the writer's own */
-    uint64_t open;     /* seq before sluice__log_begin() */
+    /* the writer's own (a line of their own: 192 bytes above) */
+    _Alignas(64) uint64_t open;     /* seq before sluice__log_begin() */
     uint64_t sections; /* how many sluice__log_begin() (tests read it) */
     const sluice__log_entry *ring; /* the ring and its length at the last */
     uint32_t ring_len;             /* publication */
