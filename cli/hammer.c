@@ -61,6 +61,9 @@ static const char hammer_usage[] =
     "  --timeout MS          deadline of one decision through Redis (default 50)\n"
     "  --connect-timeout MS  (default 100)\n"
     "  --prefix STR          Redis key prefix (default sluice:hammer:)\n"
+    "  --user NAME           AUTH as this ACL user (needs --password)\n"
+    "  --password PW         AUTH with this password (or SLUICE_REDIS_PASSWORD)\n"
+    "  --cluster M           auto (default: find out), on or off\n"
     "\n"
     "Exit status: 0 after the run, 2 on bad usage.\n";
 
@@ -240,6 +243,7 @@ int sluice_cli_hammer(int argc, char **argv)
 {
     const char *limit = NULL, *url = NULL, *tier_s = NULL, *policy_s = "closed";
     const char *local = NULL, *prefix = "sluice:hammer:";
+    const char *user = NULL, *password = getenv("SLUICE_REDIS_PASSWORD"), *cluster_s = "auto";
     uint64_t threads = 1, nkeys = 1, duration = 1000000000ULL, permits = 1, lease = 10000;
     uint64_t procs = 1, timeout_ms = 50, connect_ms = 100;
     bool lease_set = false;
@@ -257,6 +261,9 @@ int sluice_cli_hammer(int argc, char **argv)
         else if (strcmp(a, "--policy") == 0) policy_s = v;
         else if (strcmp(a, "--local") == 0) local = v;
         else if (strcmp(a, "--prefix") == 0) prefix = v;
+        else if (strcmp(a, "--user") == 0) user = v;
+        else if (strcmp(a, "--password") == 0) password = v;
+        else if (strcmp(a, "--cluster") == 0) cluster_s = v;
         else if (strcmp(a, "--threads") == 0) {
             if (!parse_u64(v, 1, MAX_THREADS, &threads)) return usage_error("bad --threads \"%s\" (1 .. 256)", v);
         } else if (strcmp(a, "--keys") == 0) {
@@ -311,6 +318,12 @@ int sluice_cli_hammer(int argc, char **argv)
         cfg.max_keys = nkeys;
         cfg.pool_size = (uint32_t)threads;
         cfg.lease_max = tier == TIER_BOTH ? (uint32_t)lease : 0;
+        cfg.username = user;
+        cfg.password = password && *password ? password : NULL;
+        if (strcmp(cluster_s, "auto") == 0) cfg.cluster = SLUICE_REDIS_CLUSTER_AUTO;
+        else if (strcmp(cluster_s, "on") == 0) cfg.cluster = SLUICE_REDIS_CLUSTER_ON;
+        else if (strcmp(cluster_s, "off") == 0) cfg.cluster = SLUICE_REDIS_CLUSTER_OFF;
+        else return usage_error("bad --cluster \"%s\" (auto, on or off)", cluster_s);
         (void)lease_set;
         if (strcmp(policy_s, "closed") == 0) cfg.policy = SLUICE_REDIS_FAIL_CLOSED;
         else if (strcmp(policy_s, "open") == 0) cfg.policy = SLUICE_REDIS_FAIL_OPEN;
@@ -328,6 +341,9 @@ int sluice_cli_hammer(int argc, char **argv)
 #else
         (void)lease_set;
         (void)policy_s;
+        (void)user;
+        (void)password;
+        (void)cluster_s;
         (void)local;
         (void)prefix;
         (void)procs;
@@ -383,7 +399,9 @@ int sluice_cli_hammer(int argc, char **argv)
         printf(" round_trips=%llu by_redis=%llu by_lease=%llu by_cache=%llu by_local=%llu "
                "by_policy=%llu leases=%llu lease_permits=%llu lease_dropped=%llu "
                "err_connect=%llu err_timeout=%llu err_io=%llu err_reply=%llu err_circuit=%llu "
-               "noscript=%llu connects=%llu reconnects=%llu circuit_opens=%llu",
+               "noscript=%llu connects=%llu reconnects=%llu circuit_opens=%llu "
+               "cluster=%d nodes=%u moved=%llu ask=%llu tryagain=%llu clusterdown=%llu "
+               "slot_refreshes=%llu",
                (unsigned long long)st.round_trips, (unsigned long long)st.by_redis,
                (unsigned long long)st.by_lease, (unsigned long long)st.by_cache,
                (unsigned long long)st.by_local, (unsigned long long)st.by_policy,
@@ -392,7 +410,10 @@ int sluice_cli_hammer(int argc, char **argv)
                (unsigned long long)st.err_timeout, (unsigned long long)st.err_io,
                (unsigned long long)st.err_reply, (unsigned long long)st.err_circuit,
                (unsigned long long)st.noscript, (unsigned long long)st.connects,
-               (unsigned long long)st.reconnects, (unsigned long long)st.circuit_opens);
+               (unsigned long long)st.reconnects, (unsigned long long)st.circuit_opens,
+               st.cluster, (unsigned)st.nodes, (unsigned long long)st.moved,
+               (unsigned long long)st.ask, (unsigned long long)st.tryagain,
+               (unsigned long long)st.clusterdown, (unsigned long long)st.slot_refreshes);
         sluice_redis_free(j.redis);
     }
 #endif

@@ -67,6 +67,25 @@
  *   LIMIT / expected_processes per PERIOD in this process).  Every error is
  *   counted (sluice_redis_stats).
  *
+ * Redis Cluster
+ *   `host:port` may name any node of a Redis Cluster (cluster = AUTO, the
+ *   default, finds out with CLUSTER SLOTS on the first call).  The library
+ *   keeps the slot map (CRC16 of the key's hash tag, 16384 slots), a pool
+ *   and a circuit per node, opened lazily, and follows the cluster's
+ *   answers within the call's deadline: MOVED updates the map (and
+ *   refreshes it, at most every 100 ms) and retries on the node named; ASK
+ *   sends ASKING and the script to the node named; TRYAGAIN and CLUSTERDOWN
+ *   are retried after 1, 2, 4 .. 16 ms; a node that cannot be reached
+ *   refreshes the map and the call tries the node it now names (a
+ *   failover).  At most 5 MOVED/ASK per call (SLUICE_REDIS_MAX_REDIRECTS);
+ *   more fail the call (err_reply).  Each script touches one key, so every
+ *   call is a one-slot call.  docs/redis.md has the failover bound.
+ *
+ * Authentication
+ *   With `password` set, every new connection (to every node) first sends
+ *   AUTH password, or AUTH username password (an ACL user).  A refusal
+ *   counts as err_reply and fails the call.
+ *
  * Conventions are the core's (sluice.h): uint64_t nanoseconds, decisions
  * return bool, other calls 0 or a negative SLUICE_E* code, `_free(NULL)` is
  * a no-op.  Thread-safety: every function except sluice_redis_new() and
@@ -102,6 +121,21 @@ enum {
                                    * expected_processes per PERIOD (burst
                                    * likewise divided; at least 1) */
 };
+
+/* How the configured address is taken (sluice_redis_config.cluster). */
+enum {
+    SLUICE_REDIS_CLUSTER_AUTO = 0, /* ask it CLUSTER SLOTS on the first call:
+                                      a cluster node, or a single server
+                                      ("cluster support disabled"); a MOVED
+                                      reply also means a cluster */
+    SLUICE_REDIS_CLUSTER_OFF = 1,  /* a single server: never CLUSTER SLOTS,
+                                      a MOVED is an error reply */
+    SLUICE_REDIS_CLUSTER_ON = 2    /* a cluster: a server that says it is not
+                                      one fails every call (err_reply) */
+};
+
+/* The most MOVED and ASK answers one call follows. */
+#define SLUICE_REDIS_MAX_REDIRECTS 5
 
 /* Configuration.  Fill it with sluice_redis_config_init() and change what
  * you need; sluice_redis_new() copies it (the strings too). */
@@ -155,6 +189,13 @@ typedef struct sluice_redis_config {
      * token-bucket TTL bound does not.) */
     uint64_t (*clock_fn)(void *arg);
     void *clock_arg;
+    const char *username;        /* NULL (default): none.  An ACL user,
+                                    with password: AUTH username password.
+                                    At most 1024 bytes, no space */
+    const char *password;        /* NULL (default): no AUTH.  Else sent with
+                                    AUTH on every new connection; at most
+                                    1024 bytes */
+    int cluster;                 /* SLUICE_REDIS_CLUSTER_*; default AUTO */
     uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_config;
 
@@ -293,8 +334,21 @@ typedef struct sluice_redis_stats {
     uint64_t discarded;        /* connections closed after a failure */
     uint64_t circuit_opens;    /* times the circuit opened */
     uint64_t circuit_closes;   /* times it closed again */
-    int circuit_open;          /* 1 while open or probing, else 0 */
-    int circuit_state;         /* SLUICE_REDIS_CIRCUIT_* */
+    int circuit_open;          /* 1 while open or probing (a cluster: some
+                                  node's), else 0 */
+    int circuit_state;         /* SLUICE_REDIS_CIRCUIT_* (a cluster: OPEN
+                                  if some node's is, else HALF_OPEN if
+                                  some node's is, else CLOSED) */
+    /* Redis Cluster (all 0 for a single server) */
+    uint64_t moved;            /* MOVED answers followed */
+    uint64_t ask;              /* ASK answers followed */
+    uint64_t tryagain;         /* TRYAGAIN answers (retried) */
+    uint64_t clusterdown;      /* CLUSTERDOWN answers (retried) */
+    uint64_t slot_refreshes;   /* CLUSTER SLOTS sent (also the first, that
+                                  finds out whether it is a cluster) */
+    int cluster;               /* 1 once the server is known to be a
+                                  cluster node */
+    uint32_t nodes;            /* nodes known (the configured one too) */
     uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_stats;
 
@@ -339,6 +393,13 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out);
  * bad or used name, r already added), SLUICE_EFULL, SLUICE_ENOMEM.
  * Thread-safe. */
 int sluice_metrics_add_redis(sluice_metrics *m, const char *name, const sluice_redis *r);
+
+/* The Redis Cluster slot (0 .. 16383) of a Redis key name (len bytes,
+ * e.g. from sluice_redis_key_name): CRC16/XMODEM mod 16384 of the key's
+ * hash tag (the bytes between its first '{' and the next '}', when there
+ * is at least one), else of the whole key; what CLUSTER KEYSLOT answers.
+ * Thread-safe. */
+unsigned sluice_redis_key_slot(const void *key, size_t len);
 
 /* The Lua source of a script: 0 token-bucket, 1 sliding-approx; NULL for
  * another index.  Static storage.  Thread-safe. */

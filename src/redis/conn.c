@@ -45,11 +45,14 @@
 
 static uint64_t mono_ns(void) { return sluice_now_ns(); }
 
-int sluice__conn_init(sr_conn *c, const char *host, int port, uint32_t pool_size,
-                      uint64_t connect_timeout_ns, uint32_t threshold,
-                      uint64_t retry_min_ns, uint64_t retry_max_ns)
+int sluice__conn_init(sr_conn *c, const char *host, int port, const sr_conn_cfg *cfg,
+                      sr_counters *ct)
 {
     memset(c, 0, sizeof *c);
+    const uint32_t pool_size = cfg->pool_size;
+    c->ct = ct;
+    c->user = cfg->user;
+    c->pass = cfg->pass;
     size_t hl = strlen(host);
     c->host = sluice__malloc(hl + 1);
     c->slots = sluice__calloc(pool_size, sizeof *c->slots);
@@ -57,11 +60,11 @@ int sluice__conn_init(sr_conn *c, const char *host, int port, uint32_t pool_size
     if (!c->host || !c->slots || !c->free_ix) goto oom;
     memcpy(c->host, host, hl + 1);
     c->port = port;
-    c->connect_timeout_ns = connect_timeout_ns;
-    c->threshold = threshold;
-    c->retry_min_ns = retry_min_ns;
-    c->retry_max_ns = retry_max_ns;
-    c->backoff_ns = retry_min_ns;
+    c->connect_timeout_ns = cfg->connect_timeout_ns;
+    c->threshold = cfg->threshold;
+    c->retry_min_ns = cfg->retry_min_ns;
+    c->retry_max_ns = cfg->retry_max_ns;
+    c->backoff_ns = cfg->retry_min_ns;
     c->nslots = c->nfree = pool_size;
     for (uint32_t i = 0; i < pool_size; i++) c->free_ix[i] = pool_size - 1 - i;
     c->rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)c ^ mono_ns();
@@ -71,8 +74,15 @@ int sluice__conn_init(sr_conn *c, const char *host, int port, uint32_t pool_size
     int e1 = pthread_cond_init(&c->pool_cv, &ca);
     pthread_condattr_destroy(&ca);
     if (e1 != 0) goto oom;
-    pthread_mutex_init(&c->pool_mu, NULL);
-    pthread_mutex_init(&c->circ_mu, NULL);
+    if (pthread_mutex_init(&c->pool_mu, NULL) != 0) {
+        pthread_cond_destroy(&c->pool_cv);
+        goto oom;
+    }
+    if (pthread_mutex_init(&c->circ_mu, NULL) != 0) {
+        pthread_mutex_destroy(&c->pool_mu);
+        pthread_cond_destroy(&c->pool_cv);
+        goto oom;
+    }
     return 0;
 oom:
     sluice__free(c->host);
@@ -133,7 +143,7 @@ static void discard(sr_conn *c, sr_slot *s)
     if (s->ctx) {
         redisFree(s->ctx);
         s->ctx = NULL;
-        add(&c->discarded);
+        add(&c->ct->discarded);
     }
 }
 
@@ -177,7 +187,7 @@ static void report(sr_conn *c, bool ok, int g, uint64_t *retry_at)
             c->open = false;
             c->probing = false;
             c->backoff_ns = c->retry_min_ns;
-            add(&c->circuit_closes);
+            add(&c->ct->circuit_closes);
         }
     } else {
         if (c->failures < UINT32_MAX) c->failures++;
@@ -191,7 +201,7 @@ static void report(sr_conn *c, bool ok, int g, uint64_t *retry_at)
             c->epoch++;
             c->open_until = now + jitter(c, c->backoff_ns);
             c->backoff_ns = c->backoff_ns > c->retry_max_ns / 2 ? c->retry_max_ns : 2 * c->backoff_ns;
-            add(&c->circuit_opens);
+            add(&c->ct->circuit_opens);
         }
         if (retry_at) *retry_at = c->open ? c->open_until : 0;
     }
@@ -228,7 +238,27 @@ static int wait_fd(int fd, short events, uint64_t deadline)
     return 0;
 }
 
-enum { IO_OK = 0, IO_TIMEOUT, IO_BROKEN, IO_PROTOCOL };
+enum { IO_OK = 0, IO_TIMEOUT, IO_BROKEN, IO_PROTOCOL, IO_AUTH };
+
+static int roundtrip(redisContext *ctx, int argc, const char *const *argv,
+                     const size_t *lens, uint64_t deadline, redisReply **out);
+
+/* AUTH [user] pass on a new context: IO_OK, an I/O code, or IO_AUTH when
+ * the server refused. */
+static int auth(sr_conn *c, redisContext *ctx, uint64_t deadline)
+{
+    const char *argv[3] = {"AUTH"};
+    size_t lens[3] = {4};
+    int argc = 1;
+    if (c->user) argv[argc] = c->user, lens[argc++] = strlen(c->user);
+    argv[argc] = c->pass, lens[argc++] = strlen(c->pass);
+    redisReply *rep = NULL;
+    int io = roundtrip(ctx, argc, argv, lens, deadline, &rep);
+    if (io != IO_OK) return io;
+    bool ok = rep->type == REDIS_REPLY_STATUS && rep->len == 2 && memcmp(rep->str, "OK", 2) == 0;
+    freeReplyObject(rep);
+    return ok ? IO_OK : IO_AUTH;
+}
 
 static int connect_slot(sr_conn *c, sr_slot *s, uint64_t deadline, uint64_t epoch)
 {
@@ -248,14 +278,21 @@ static int connect_slot(sr_conn *c, sr_slot *s, uint64_t deadline, uint64_t epoc
         redisFree(ctx);
         return w == 0 ? IO_TIMEOUT : IO_BROKEN;
     }
+    if (c->pass) {
+        int a = auth(c, ctx, deadline);
+        if (a != IO_OK) {
+            redisFree(ctx);
+            return a;
+        }
+    }
     s->ctx = ctx;
     s->epoch = epoch;
-    add(&c->connects);
+    add(&c->ct->connects);
     pthread_mutex_lock(&c->circ_mu);
     bool again = c->ever_connected;
     c->ever_connected = true;
     pthread_mutex_unlock(&c->circ_mu);
-    if (again) add(&c->reconnects);
+    if (again) add(&c->ct->reconnects);
     return IO_OK;
 }
 
@@ -310,21 +347,44 @@ static int read_reply(redisContext *ctx, redisReply **out, uint64_t deadline)
     return IO_TIMEOUT;
 }
 
-/* Send argv as one command and read its reply. */
-static int roundtrip(redisContext *ctx, int argc, const char *const *argv,
-                     const size_t *lens, uint64_t deadline, redisReply **out)
+/* Send argv as one command and read its reply; with `asking`, send ASKING
+ * first in the same write and check its +OK. */
+static int roundtrip2(redisContext *ctx, int argc, const char *const *argv,
+                      const size_t *lens, uint64_t deadline, redisReply **out, bool asking)
 {
-    size_t need = 32;
+    static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+    size_t need = 32 + sizeof asking_cmd;
     for (int i = 0; i < argc; i++) need += lens[i] + 32;
     char stackbuf[2048];
     char *buf = need <= sizeof stackbuf ? stackbuf : sluice__malloc(need);
     if (!buf) return IO_BROKEN;
-    char *p = buf + sprintf(buf, "*%d\r\n", argc);
+    char *p = buf;
+    if (asking) {
+        memcpy(p, asking_cmd, sizeof asking_cmd - 1);
+        p += sizeof asking_cmd - 1;
+    }
+    p += sprintf(p, "*%d\r\n", argc);
     for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], lens[i]);
     int rc = send_all(ctx, buf, (size_t)(p - buf), deadline);
     if (buf != stackbuf) sluice__free(buf);
     if (rc != IO_OK) return rc;
+    if (asking) {
+        redisReply *a = NULL;
+        rc = read_reply(ctx, &a, deadline);
+        if (rc != IO_OK) return rc;
+        bool ok = a->type == REDIS_REPLY_STATUS;
+        freeReplyObject(a);
+        if (!ok) return IO_PROTOCOL; /* the stream is still in step, but
+                                       ASKING refused means a confused
+                                       server: start afresh */
+    }
     return read_reply(ctx, out, deadline);
+}
+
+static int roundtrip(redisContext *ctx, int argc, const char *const *argv,
+                     const size_t *lens, uint64_t deadline, redisReply **out)
+{
+    return roundtrip2(ctx, argc, argv, lens, deadline, out, false);
 }
 
 static bool starts(const redisReply *r, const char *prefix)
@@ -341,21 +401,21 @@ static int begin(sr_conn *c, uint64_t deadline, sr_slot **slot, int *g, uint64_t
     *retry_at = 0;
     sr_slot *s = pool_get(c, deadline);
     if (!s) {
-        add(&c->err_pool);
+        add(&c->ct->err_pool);
         return SLUICE_ETIMEDOUT;
     }
     uint64_t epoch;
     *g = gate(c, mono_ns(), retry_at, &epoch);
     if (*g == GATE_REJECT) {
         pool_put(c, s);
-        add(&c->err_circuit);
+        add(&c->ct->err_circuit);
         return SLUICE_EBACKEND;
     }
     if (s->ctx && (s->epoch != epoch || *g == GATE_PROBE)) discard(c, s);
     if (!s->ctx) {
         int rc = connect_slot(c, s, deadline, epoch);
         if (rc != IO_OK) {
-            add(&c->err_connect);
+            add(rc == IO_AUTH ? &c->ct->err_reply : &c->ct->err_connect);
             report(c, false, *g, retry_at);
             pool_put(c, s);
             return mono_ns() >= deadline ? SLUICE_ETIMEDOUT : SLUICE_EBACKEND;
@@ -368,18 +428,58 @@ static int begin(sr_conn *c, uint64_t deadline, sr_slot **slot, int *g, uint64_t
 /* Count an I/O failure, discard the context, release the slot. */
 static int fail_io(sr_conn *c, sr_slot *s, int io, int g, uint64_t *retry_at)
 {
-    if (io == IO_TIMEOUT) add(&c->err_timeout);
-    else if (io == IO_PROTOCOL) add(&c->err_protocol);
-    else add(&c->err_io);
+    if (io == IO_TIMEOUT) add(&c->ct->err_timeout);
+    else if (io == IO_PROTOCOL) add(&c->ct->err_protocol);
+    else add(&c->ct->err_io);
     discard(c, s);
     report(c, false, g, retry_at);
     pool_put(c, s);
     return io == IO_TIMEOUT ? SLUICE_ETIMEDOUT : SLUICE_EBACKEND;
 }
 
+/* "MOVED 3999 127.0.0.1:6381", "ASK ...", "TRYAGAIN ...", "CLUSTERDOWN
+ * ...": fill rd and return true; any other reply: false.  A MOVED or ASK
+ * whose slot or address does not parse is not a redirect (an error reply). */
+static bool parse_redirect(const redisReply *rep, sr_redirect *rd)
+{
+    if (rep->type != REDIS_REPLY_ERROR) return false;
+    rd->slot = -1;
+    rd->port = 0;
+    rd->host[0] = '\0';
+    if (starts(rep, "TRYAGAIN")) return rd->kind = SR_RD_TRYAGAIN, true;
+    if (starts(rep, "CLUSTERDOWN")) return rd->kind = SR_RD_CLUSTERDOWN, true;
+    const char *p;
+    if (starts(rep, "MOVED ")) rd->kind = SR_RD_MOVED, p = rep->str + 6;
+    else if (starts(rep, "ASK ")) rd->kind = SR_RD_ASK, p = rep->str + 4;
+    else return false;
+    const char *end = rep->str + rep->len;
+    long slot = 0;
+    int digits = 0;
+    for (; p < end && *p >= '0' && *p <= '9' && digits < 6; p++, digits++) slot = slot * 10 + (*p - '0');
+    if (!digits || slot >= SR_NSLOTS || p >= end || *p != ' ') return false;
+    p++;
+    const char *colon = NULL; /* the last ':' (an IPv6 address has several) */
+    for (const char *q = p; q < end; q++)
+        if (*q == ':') colon = q;
+    if (!colon || colon == p || (size_t)(colon - p) >= SR_HOST_MAX) return false;
+    long port = 0;
+    digits = 0;
+    for (const char *q = colon + 1; q < end; q++, digits++) {
+        if (*q < '0' || *q > '9' || digits >= 5) return false;
+        port = port * 10 + (*q - '0');
+    }
+    if (!digits || port < 1 || port > 65535) return false;
+    memcpy(rd->host, p, (size_t)(colon - p));
+    rd->host[colon - p] = '\0';
+    rd->slot = (int)slot;
+    rd->port = (int)port;
+    return true;
+}
+
 int sluice__conn_eval(sr_conn *c, int which, const char *key, size_t keylen,
                       const char *const *args, const size_t *arglens, int nargs,
-                      uint64_t deadline, long long *out, int nout, uint64_t *retry_at)
+                      uint64_t deadline, long long *out, int nout, uint64_t *retry_at,
+                      bool asking, sr_redirect *rd)
 {
     sr_slot *s;
     int g;
@@ -398,34 +498,36 @@ int sluice__conn_eval(sr_conn *c, int which, const char *key, size_t keylen,
     for (int i = 0; i < nargs; i++) argv[4 + i] = args[i], lens[4 + i] = arglens[i];
 
     redisReply *rep = NULL;
-    add(&c->round_trips);
-    int io = roundtrip(s->ctx, nargs + 4, argv, lens, deadline, &rep);
+    add(&c->ct->round_trips);
+    int io = roundtrip2(s->ctx, nargs + 4, argv, lens, deadline, &rep, asking);
     if (io == IO_OK && starts(rep, "NOSCRIPT")) {
         freeReplyObject(rep);
         rep = NULL;
-        add(&c->noscript);
+        add(&c->ct->noscript);
         const char *src = sluice_redis_script_source(which);
         argv[0] = "EVAL", lens[0] = 4;
         argv[1] = src, lens[1] = strlen(src);
-        add(&c->round_trips);
-        io = roundtrip(s->ctx, nargs + 4, argv, lens, deadline, &rep);
+        add(&c->ct->round_trips);
+        io = roundtrip2(s->ctx, nargs + 4, argv, lens, deadline, &rep, asking);
     }
     if (io != IO_OK) return fail_io(c, s, io, g, retry_at);
 
     int result = 0;
-    if (rep->type == REDIS_REPLY_ERROR) {
-        add(&c->err_reply);
+    if (rd && parse_redirect(rep, rd)) {
+        result = SR_REDIRECTED; /* the node answered: the circuit sees a success */
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+        add(&c->ct->err_reply);
         if (starts(rep, "READONLY") || starts(rep, "LOADING") || starts(rep, "MASTERDOWN"))
             discard(c, s);
         result = SLUICE_EBACKEND;
     } else if (rep->type != REDIS_REPLY_ARRAY || (int)rep->elements != nout) {
-        add(&c->err_protocol);
+        add(&c->ct->err_protocol);
         discard(c, s);
         result = SLUICE_EBACKEND;
     } else {
         for (int i = 0; i < nout; i++) {
             if (rep->element[i]->type != REDIS_REPLY_INTEGER) {
-                add(&c->err_protocol);
+                add(&c->ct->err_protocol);
                 discard(c, s);
                 result = SLUICE_EBACKEND;
                 break;
@@ -434,9 +536,26 @@ int sluice__conn_eval(sr_conn *c, int which, const char *key, size_t keylen,
         }
     }
     freeReplyObject(rep);
-    report(c, result == 0, g, retry_at);
+    report(c, result >= 0, g, retry_at);
     pool_put(c, s);
     return result;
+}
+
+int sluice__conn_command(sr_conn *c, int argc, const char *const *argv, const size_t *lens,
+                         uint64_t deadline, void **reply, uint64_t *retry_at)
+{
+    *reply = NULL;
+    sr_slot *s;
+    int g;
+    int rc = begin(c, deadline, &s, &g, retry_at);
+    if (rc != 0) return rc;
+    redisReply *rep = NULL;
+    int io = roundtrip(s->ctx, argc, argv, lens, deadline, &rep);
+    if (io != IO_OK) return fail_io(c, s, io, g, retry_at);
+    report(c, true, g, retry_at);
+    pool_put(c, s);
+    *reply = rep;
+    return 0;
 }
 
 int sluice__conn_ping(sr_conn *c, uint64_t deadline, uint64_t *retry_at)
@@ -448,15 +567,15 @@ int sluice__conn_ping(sr_conn *c, uint64_t deadline, uint64_t *retry_at)
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
     redisReply *rep = NULL;
-    add(&c->round_trips);
+    add(&c->ct->round_trips);
     int io = roundtrip(s->ctx, 1, argv, lens, deadline, &rep);
     if (io != IO_OK) return fail_io(c, s, io, g, retry_at);
     int result = 0;
     if (rep->type == REDIS_REPLY_ERROR) {
-        add(&c->err_reply);
+        add(&c->ct->err_reply);
         result = SLUICE_EBACKEND;
     } else if (rep->type != REDIS_REPLY_STATUS) {
-        add(&c->err_protocol);
+        add(&c->ct->err_protocol);
         discard(c, s);
         result = SLUICE_EBACKEND;
     }

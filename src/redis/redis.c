@@ -80,7 +80,7 @@ typedef struct sr_stripe {
 
 struct sluice_redis {
     sr_params pp;
-    sr_conn conn;
+    sr_cluster conn; /* the server, or the cluster's nodes */
     int policy;
     uint32_t procs;
     char *prefix;
@@ -178,6 +178,19 @@ static int check_config(const sluice_redis_config *c, char *err, size_t errlen)
     if (c->retry_min_ms < 1 || c->retry_max_ms < c->retry_min_ms)
         BAD("bad retry_min_ms %llu (1 .. retry_max_ms)", c->retry_min_ms);
     if (c->lease_ttl_ms > 3600000) BAD("bad lease_ttl_ms %llu (0 .. 3600000)", c->lease_ttl_ms);
+    if (c->cluster < SLUICE_REDIS_CLUSTER_AUTO || c->cluster > SLUICE_REDIS_CLUSTER_ON) {
+        errf(err, errlen, "bad cluster %d (SLUICE_REDIS_CLUSTER_AUTO, _OFF or _ON)", c->cluster);
+        return SLUICE_EINVAL;
+    }
+    if (c->username && !c->password) {
+        errf(err, errlen, "%s", "a username needs a password");
+        return SLUICE_EINVAL;
+    }
+    if ((c->username && (strlen(c->username) > 1024 || strpbrk(c->username, " \r\n"))) ||
+        (c->password && strlen(c->password) > 1024)) {
+        errf(err, errlen, "%s", "bad username or password (at most 1024 bytes; no space in a username)");
+        return SLUICE_EINVAL;
+    }
     return 0;
 #undef BAD
 }
@@ -289,10 +302,14 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
     for (int i = 1; i < r->nsarg; i++)
         snprintf(r->sarg[i], sizeof r->sarg[i], "%llu", (unsigned long long)v[i - 1]);
     for (int i = 0; i < r->nsarg; i++) r->sarglen[i] = strlen(r->sarg[i]);
-    if (sluice__conn_init(&r->conn, cfg->host, cfg->port, cfg->pool_size,
-                          (uint64_t)cfg->connect_timeout_ms * MS, cfg->circuit_threshold,
-                          (uint64_t)cfg->retry_min_ms * MS, (uint64_t)cfg->retry_max_ms * MS) != 0)
-        goto oom;
+    sr_conn_cfg cc = {.pool_size = cfg->pool_size,
+                      .connect_timeout_ns = (uint64_t)cfg->connect_timeout_ms * MS,
+                      .threshold = cfg->circuit_threshold,
+                      .retry_min_ns = (uint64_t)cfg->retry_min_ms * MS,
+                      .retry_max_ns = (uint64_t)cfg->retry_max_ms * MS,
+                      .user = cfg->username,
+                      .pass = cfg->password};
+    if (sluice__cluster_init(&r->conn, cfg->host, cfg->port, &cc, cfg->cluster) != 0) goto oom;
     return r;
 oom:
     errf(err, errlen, "%s", "out of memory");
@@ -308,7 +325,7 @@ fail:
 void sluice_redis_free(sluice_redis *r)
 {
     if (!r) return;
-    sluice__conn_fini(&r->conn);
+    sluice__cluster_fini(&r->conn);
     for (int i = 0; i < SR_STRIPES; i++) {
         sr_stripe *s = &r->stripes[i];
         for (uint32_t j = 0; j < s->cap; j++)
@@ -394,8 +411,8 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     long long v[SR_SA_FIELDS];
     int nout = pp->script == SR_SCRIPT_TB ? SR_TB_FIELDS : SR_SA_FIELDS;
     uint64_t t0 = sluice_now_ns();
-    int rc = sluice__conn_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n, deadline,
-                               v, nout, retry_at);
+    int rc = sluice__cluster_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n,
+                                  deadline, v, nout, retry_at);
     if (kname != kbuf) sluice__free(kname);
     if (rc != 0) return rc;
     uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
@@ -436,7 +453,7 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     }
     return 0;
 bad_reply: /* a reply no script of ours writes: someone else's key? */
-    atomic_fetch_add_explicit(&r->conn.err_protocol, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->conn.ct.err_protocol, 1, memory_order_relaxed);
     return SLUICE_EBACKEND;
 }
 
@@ -456,7 +473,7 @@ static bool by_policy(sluice_redis *r, const void *key, size_t keylen, uint64_t 
         ok = sluice_table_try_acquire_at(r->fallback, key, keylen, p, now, res);
     } else {
         uint64_t m = sluice_now_ns();
-        uint64_t wait = retry_at > m ? retry_at - m : r->conn.retry_min_ns;
+        uint64_t wait = retry_at > m ? retry_at - m : r->conn.cfg.retry_min_ns;
         if (wait < MS) wait = MS;
         ok = p == 0;
         *res = (sluice_result){.allowed = ok, .retry_after_ns = ok ? 0 : (int64_t)wait};
@@ -721,7 +738,7 @@ bool sluice_redis_try_acquire(sluice_redis *r, const void *key, size_t keylen, u
 int sluice_redis_ping(sluice_redis *r)
 {
     uint64_t retry_at;
-    return sluice__conn_ping(&r->conn, sluice_now_ns() + r->cmd_timeout_ns, &retry_at);
+    return sluice__cluster_ping(&r->conn, sluice_now_ns() + r->cmd_timeout_ns, &retry_at);
 }
 
 void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out)
@@ -745,7 +762,7 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out)
     out->by_redis = rd(&r->by_redis);
     out->by_local = rd(&r->by_local);
     out->by_policy = rd(&r->by_policy);
-    const sr_conn *c = &r->conn;
+    const sr_counters *c = &r->conn.ct;
     out->round_trips = rd(&c->round_trips);
     out->err_connect = rd(&c->err_connect);
     out->err_timeout = rd(&c->err_timeout);
@@ -760,6 +777,13 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out)
     out->discarded = rd(&c->discarded);
     out->circuit_opens = rd(&c->circuit_opens);
     out->circuit_closes = rd(&c->circuit_closes);
-    out->circuit_state = sluice__conn_circuit_state(&m->conn);
+    out->moved = rd(&c->moved);
+    out->ask = rd(&c->ask);
+    out->tryagain = rd(&c->tryagain);
+    out->clusterdown = rd(&c->clusterdown);
+    out->slot_refreshes = rd(&c->refreshes);
+    out->cluster = atomic_load(&m->conn.mode) == SR_MODE_CLUSTER;
+    out->nodes = atomic_load(&m->conn.nnodes);
+    out->circuit_state = sluice__cluster_circuit_state(&m->conn);
     out->circuit_open = out->circuit_state != SLUICE_REDIS_CIRCUIT_CLOSED;
 }

@@ -7,6 +7,9 @@
  *   conn.c      the connection pool, the circuit breaker and one script
  *               call with a deadline (non-blocking hiredis contexts, our own
  *               send with MSG_NOSIGNAL, poll until the deadline)
+ *   cluster.c   Redis Cluster: key slots (CRC16, hash tags), the slot map
+ *               from CLUSTER SLOTS, one pool per node, MOVED/ASK/TRYAGAIN/
+ *               CLUSTERDOWN; a single server is the one-node case
  *   redis.c     the public API: configuration, the local tier (leases,
  *               remembered refusals, local limiters), policies, counters
  *   metrics.c   the tier's series in a metrics registry, through the
@@ -73,14 +76,26 @@ SR_INTERNAL void sluice__sha1_hex(const void *data, size_t len, char out[41]);
 
 /* ---- connections ------------------------------------------------------ */
 
+/* The counters of a limiter's connections, shared by every node's pool. */
+typedef struct sr_counters {
+    _Atomic uint64_t round_trips, noscript, connects, reconnects, discarded;
+    _Atomic uint64_t err_connect, err_timeout, err_io, err_protocol,
+        err_reply, err_pool, err_circuit, circuit_opens, circuit_closes;
+    _Atomic uint64_t moved, ask, tryagain, clusterdown, refreshes;
+} sr_counters;
+
 typedef struct sr_slot {
     void *ctx;      /* redisContext *, or NULL */
     uint64_t epoch; /* the circuit epoch it was made in */
 } sr_slot;
 
+/* One server: a pool of connections and its circuit. */
 typedef struct sr_conn {
     char *host;
     int port;
+    const char *user, *pass; /* AUTH after each connect (owned by the
+                                cluster); pass NULL: none */
+    sr_counters *ct;
     uint64_t connect_timeout_ns;
     uint32_t threshold;
     uint64_t retry_min_ns, retry_max_ns;
@@ -101,29 +116,56 @@ typedef struct sr_conn {
     uint64_t epoch;      /* bumped when the circuit opens */
     uint64_t rng;
     bool ever_connected;
-
-    _Atomic uint64_t round_trips, noscript, connects, reconnects, discarded;
-    _Atomic uint64_t err_connect, err_timeout, err_io, err_protocol,
-        err_reply, err_pool, err_circuit, circuit_opens, circuit_closes;
 } sr_conn;
 
+/* The connection parameters every node's pool is made with. */
+typedef struct sr_conn_cfg {
+    uint32_t pool_size;
+    uint64_t connect_timeout_ns;
+    uint32_t threshold;
+    uint64_t retry_min_ns, retry_max_ns;
+    const char *user, *pass;
+} sr_conn_cfg;
+
 SR_INTERNAL int sluice__conn_init(sr_conn *c, const char *host, int port,
-                                  uint32_t pool_size, uint64_t connect_timeout_ns,
-                                  uint32_t threshold, uint64_t retry_min_ns,
-                                  uint64_t retry_max_ns);
+                                  const sr_conn_cfg *cfg, sr_counters *ct);
 SR_INTERNAL void sluice__conn_fini(sr_conn *c);
 
+/* A cluster's answer instead of a script's reply (sluice__conn_eval with a
+ * non-NULL `rd`). */
+enum { SR_RD_MOVED = 1, SR_RD_ASK, SR_RD_TRYAGAIN, SR_RD_CLUSTERDOWN };
+#define SR_REDIRECTED 1 /* sluice__conn_eval's positive answer */
+#define SR_HOST_MAX 256
+typedef struct sr_redirect {
+    int kind;   /* SR_RD_* */
+    int slot;   /* MOVED, ASK: the slot; else -1 */
+    int port;   /* MOVED, ASK: the node named */
+    char host[SR_HOST_MAX];
+} sr_redirect;
+
 /* Run script `which` on one key with `nargs` arguments, by EVALSHA (EVAL
- * after NOSCRIPT), before `deadline` (CLOCK_MONOTONIC ns).  On success
- * returns 0 with the reply's integers in out[0 .. nout-1].  Else returns
- * SLUICE_ETIMEDOUT or SLUICE_EBACKEND, having counted the error, and sets
- * *retry_at to the earliest time the circuit lets a call try again (0 when
- * it is closed). */
+ * after NOSCRIPT), before `deadline` (CLOCK_MONOTONIC ns); with `asking`,
+ * each command is preceded by ASKING in the same write.  On success
+ * returns 0 with the reply's integers in out[0 .. nout-1].  When `rd` is
+ * not NULL, a MOVED, ASK, TRYAGAIN or CLUSTERDOWN reply returns
+ * SR_REDIRECTED with `rd` filled (the node answered: not a failure of the
+ * circuit, nothing counted).  Else returns SLUICE_ETIMEDOUT or
+ * SLUICE_EBACKEND, having counted the error, and sets *retry_at to the
+ * earliest time the circuit lets a call try again (0 when it is closed). */
 SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *key,
                                   size_t keylen, const char *const *args,
                                   const size_t *arglens, int nargs,
                                   uint64_t deadline, long long *out, int nout,
-                                  uint64_t *retry_at);
+                                  uint64_t *retry_at, bool asking,
+                                  sr_redirect *rd);
+
+/* Send one command (argv, at most 16 words) and return its reply (a
+ * redisReply *, the caller frees it with freeReplyObject) in *reply: 0, or
+ * SLUICE_ETIMEDOUT / SLUICE_EBACKEND for an I/O failure (counted).  An
+ * error reply is returned as a reply, not counted. */
+SR_INTERNAL int sluice__conn_command(sr_conn *c, int argc, const char *const *argv,
+                                     const size_t *lens, uint64_t deadline,
+                                     void **reply, uint64_t *retry_at);
 
 /* PING before `deadline`: 0, SLUICE_ETIMEDOUT or SLUICE_EBACKEND. */
 SR_INTERNAL int sluice__conn_ping(sr_conn *c, uint64_t deadline,
@@ -133,5 +175,57 @@ SR_INTERNAL int sluice__conn_ping(sr_conn *c, uint64_t deadline,
  * once; the first after the backoff probes) or _HALF_OPEN (a probe is in
  * flight). */
 SR_INTERNAL int sluice__conn_circuit_state(sr_conn *c);
+
+/* ---- cluster (cluster.c) ------------------------------------------------ */
+
+#define SR_NSLOTS 16384
+#define SR_MAX_NODES 512
+#define SR_MAX_REDIRECTS 5          /* MOVED + ASK answers followed per call */
+#define SR_REFRESH_MIN_NS 100000000ULL /* CLUSTER SLOTS at most every 100 ms */
+
+enum { SR_MODE_UNKNOWN = 0, SR_MODE_SINGLE, SR_MODE_CLUSTER };
+
+typedef struct sr_node {
+    sr_conn conn;
+} sr_node;
+
+typedef struct sr_cluster {
+    sr_conn_cfg cfg;     /* for every node's pool; user, pass owned here */
+    sr_counters ct;
+    int want;            /* SLUICE_REDIS_CLUSTER_* */
+    _Atomic int mode;    /* SR_MODE_* */
+    pthread_mutex_t nodes_mu;  /* adding nodes */
+    _Atomic(sr_node *) nodes[SR_MAX_NODES]; /* never removed before _fini */
+    _Atomic uint32_t nnodes;   /* nodes[0] is the configured one */
+    pthread_mutex_t refresh_mu; /* one CLUSTER SLOTS at a time */
+    _Atomic uint64_t last_refresh; /* CLOCK_MONOTONIC ns */
+    uint32_t refresh_from;     /* rotates the node asked (refresh_mu) */
+    _Atomic uint16_t slot_node[SR_NSLOTS]; /* node index + 1; 0: unknown */
+    uint16_t scratch[SR_NSLOTS];           /* refresh_mu */
+} sr_cluster;
+
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0, no reflection), the
+ * Redis Cluster key hash. */
+SR_INTERNAL uint16_t sluice__crc16(const void *data, size_t len);
+
+SR_INTERNAL int sluice__cluster_init(sr_cluster *cl, const char *host, int port,
+                                     const sr_conn_cfg *cfg, int want);
+SR_INTERNAL void sluice__cluster_fini(sr_cluster *cl);
+
+/* sluice__conn_eval on the node that serves `key`, following the cluster's
+ * answers within `deadline`: 0 or SLUICE_ETIMEDOUT / SLUICE_EBACKEND. */
+SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *key,
+                                     size_t keylen, const char *const *args,
+                                     const size_t *arglens, int nargs,
+                                     uint64_t deadline, long long *out, int nout,
+                                     uint64_t *retry_at);
+
+/* PING the server (cluster: the first node that answers). */
+SR_INTERNAL int sluice__cluster_ping(sr_cluster *cl, uint64_t deadline,
+                                     uint64_t *retry_at);
+
+/* The worst circuit state of the nodes: OPEN if some node's is open, else
+ * HALF_OPEN if some node's is probing, else CLOSED. */
+SR_INTERNAL int sluice__cluster_circuit_state(sr_cluster *cl);
 
 #endif /* SLUICE_REDIS_INTERNAL_H */
