@@ -1,0 +1,645 @@
+/* test_redis_cluster.c -- the Redis tier on Redis Cluster, and AUTH.
+ *
+ * Always (ctest test_redis_cluster):
+ *   - key slots: CRC16/XMODEM against the specification's check value
+ *     (CRC16("123456789") = 0x31C3) and against slots that Redis's
+ *     CLUSTER KEYSLOT gives for well-known keys; the hash-tag rules with
+ *     the specification's own examples;
+ *   - AUTH on a private single server: requirepass, an ACL user, a wrong
+ *     password, and the configuration checks;
+ *   - a single server in AUTO mode is taken as one (one CLUSTER SLOTS,
+ *     then nothing changes), and refused in ON mode.
+ *
+ * With SLUICE_TEST_CLUSTER="PORT:PID,PORT:PID,..." (six nodes of a running
+ * cluster, 3 masters and 3 replicas on 127.0.0.1; tests/redis/
+ * test_cluster.sh starts one and sets it; without it these are skipped):
+ *   - CLUSTER KEYSLOT on the live cluster is the independent reference for
+ *     2000 random binary keys and every key name the tier writes;
+ *   - spread: 300 keys land on every master, each exactly where CLUSTER
+ *     SLOTS says its slot lives, each at its exact limit;
+ *   - migration by hand (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT
+ *     NODE): ASK and MOVED followed, the key's state carried, no permit
+ *     granted twice;
+ *   - failover: the seed master is SIGKILLed under 4 threads; every call
+ *     returns within its deadline, decisions resume on the promoted
+ *     replica, and the over-admission is measured on Redis's clock (the
+ *     grants' server times) against B + L*T/W over every interval.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sluice.h>
+#include <sluice/redis.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redis_server.h"
+#include "testutil.h"
+
+#define MSEC 1000000ULL
+#define SEC 1000000000ULL
+#define SLACK_NS (300 * MSEC) /* a loaded 2-core machine descheduling a thread */
+
+/* ---- key slots ------------------------------------------------------------ */
+
+static void test_crc16(void **state)
+{
+    (void)state;
+    /* the check value of CRC-16/XMODEM, as the cluster specification
+     * states it */
+    assert_int_equal(sluice_redis_key_slot("123456789", 9), 0x31C3 & 16383);
+    /* CLUSTER KEYSLOT answers of Redis for these keys */
+    assert_int_equal(sluice_redis_key_slot("foo", 3), 12182);
+    assert_int_equal(sluice_redis_key_slot("bar", 3), 5061);
+    assert_int_equal(sluice_redis_key_slot("", 0), 0);
+    assert_int_equal(sluice_redis_key_slot(NULL, 0), 0);
+    /* the specification's hash-tag examples */
+    unsigned u = sluice_redis_key_slot("user1000", 8);
+    assert_int_equal(sluice_redis_key_slot("{user1000}.following", 20), u);
+    assert_int_equal(sluice_redis_key_slot("{user1000}.followers", 20), u);
+    /* "foo{}{bar}": the first {} is empty, so the whole key is hashed */
+    assert_int_not_equal(sluice_redis_key_slot("foo{}{bar}", 10), sluice_redis_key_slot("bar", 3));
+    /* "foo{{bar}}zap": the tag is "{bar" */
+    assert_int_equal(sluice_redis_key_slot("foo{{bar}}zap", 13), sluice_redis_key_slot("{bar", 4));
+    /* "foo{bar}{zap}": the tag is "bar" */
+    assert_int_equal(sluice_redis_key_slot("foo{bar}{zap}", 13), sluice_redis_key_slot("bar", 3));
+    /* "{" alone, and "}" before "{": no tag */
+    unsigned a = sluice_redis_key_slot("a{b", 3);
+    assert_true(a < 16384);
+    assert_int_not_equal(sluice_redis_key_slot("}x{", 3), sluice_redis_key_slot("x", 1));
+}
+
+/* ---- AUTH on one server ------------------------------------------------------ */
+
+static sluice_redis *mk(const char *spec, int port, const char *user, const char *pass, int cluster,
+                        uint32_t timeout_ms)
+{
+    sluice_redis_config cfg;
+    sluice_redis_config_init(&cfg);
+    cfg.port = port;
+    cfg.username = user;
+    cfg.password = pass;
+    cfg.cluster = cluster;
+    cfg.command_timeout_ms = timeout_ms;
+    cfg.connect_timeout_ms = timeout_ms;
+    cfg.retry_min_ms = 10;
+    cfg.retry_max_ms = 100;
+    cfg.pool_size = 4;
+    cfg.key_prefix = "sluice:test:";
+    char err[256];
+    sluice_redis *r = sluice_redis_new(spec, &cfg, err, sizeof err);
+    if (!r) fail_msg("%s: %s", spec, err);
+    return r;
+}
+
+static void test_auth_single(void **state)
+{
+    (void)state;
+    test_redis srv;
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    char buf[128];
+    const char *rp[] = {"CONFIG", "SET", "requirepass", "s3cret"};
+    assert_int_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 4, rp), 0);
+    sluice_redis_info info;
+    sluice_result res;
+
+    /* no password: NOAUTH, the policy decides, counted as err_reply */
+    sluice_redis *r = mk("token-bucket 10/s", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 500);
+    assert_false(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    assert_true(st.err_reply >= 1);
+    sluice_redis_free(r);
+
+    /* the right password */
+    r = mk("token-bucket 10/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    assert_int_equal(sluice_redis_ping(r), 0);
+    for (int i = 0; i < 10; i++) {
+        assert_true(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    }
+    assert_false(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.cluster, 0);
+    assert_int_equal(st.slot_refreshes, 1);
+    assert_int_equal(st.err_reply + st.err_io + st.err_connect, 0);
+    sluice_redis_free(r);
+
+    /* a wrong password: refused at connect, err_reply, the circuit opens */
+    r = mk("token-bucket 10/s", srv.port, NULL, "wrong", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    for (int i = 0; i < 5; i++) {
+        uint64_t t0 = test_now_ns();
+        assert_false(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+        assert_true(test_now_ns() - t0 < 500 * MSEC + SLACK_NS);
+    }
+    sluice_redis_stats_get(r, &st);
+    assert_true(st.err_reply >= 3);
+    assert_int_equal(st.connects, 0);
+    assert_int_equal(st.circuit_opens, 1);
+    sluice_redis_free(r);
+
+    /* an ACL user: made with the admin password through a raw connection */
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, (struct timeval){2, 0});
+    assert_true(c && !c->err);
+    redisReply *rep = redisCommand(c, "AUTH s3cret");
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    rep = redisCommand(c, "ACL SETUSER limiter on >pw-2 ~sluice:* +@all");
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    redisFree(c);
+    r = mk("token-bucket 3/s", srv.port, "limiter", "pw-2", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    for (int i = 0; i < 3; i++) assert_true(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
+    assert_false(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    sluice_redis_free(r);
+    /* the same user with the admin's password: refused */
+    r = mk("token-bucket 3/s", srv.port, "limiter", "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    assert_false(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+    sluice_redis_free(r);
+
+    /* ON: a single server is refused, every call */
+    r = mk("token-bucket 3/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_ON, 500);
+    assert_false(sluice_redis_try_acquire_ex(r, "c", 1, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+    assert_int_equal(info.error, SLUICE_EBACKEND);
+    assert_int_not_equal(sluice_redis_ping(r), 0);
+    sluice_redis_free(r);
+    /* OFF: no CLUSTER SLOTS at all */
+    r = mk("token-bucket 3/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_OFF, 500);
+    assert_true(sluice_redis_try_acquire_ex(r, "c", 1, 1, &res, &info));
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.slot_refreshes, 0);
+    assert_int_equal(st.round_trips, 1 + st.noscript);
+    sluice_redis_free(r);
+    test_redis_stop(&srv);
+}
+
+static void test_config_checks(void **state)
+{
+    (void)state;
+    sluice_redis_config cfg;
+    char err[256];
+    sluice_redis_config_init(&cfg);
+    assert_int_equal(cfg.cluster, SLUICE_REDIS_CLUSTER_AUTO);
+    assert_null(cfg.password);
+    cfg.username = "u";
+    assert_null(sluice_redis_new("token-bucket 1/s", &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "username needs a password"));
+    cfg.password = "p";
+    cfg.username = "with space";
+    assert_null(sluice_redis_new("token-bucket 1/s", &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "username"));
+    cfg.username = NULL;
+    cfg.cluster = 7;
+    assert_null(sluice_redis_new("token-bucket 1/s", &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "bad cluster 7"));
+    cfg.cluster = SLUICE_REDIS_CLUSTER_ON;
+    sluice_redis *r = sluice_redis_new("token-bucket 1/s", &cfg, err, sizeof err);
+    assert_non_null(r);
+    sluice_redis_free(r);
+}
+
+/* ---- the live cluster ---------------------------------------------------------- */
+
+#define NNODES 6
+static int g_port[NNODES];
+static pid_t g_pid[NNODES];
+static int g_n;
+
+static bool have_cluster(void)
+{
+    if (g_n) return g_n == NNODES;
+    const char *e = getenv("SLUICE_TEST_CLUSTER");
+    if (!e) return false;
+    for (const char *p = e; *p && g_n < NNODES;) {
+        int port, pid, used;
+        if (sscanf(p, "%d:%d%n", &port, &pid, &used) != 2) break;
+        g_port[g_n] = port;
+        g_pid[g_n++] = (pid_t)pid;
+        p += used;
+        if (*p == ',') p++;
+    }
+    return g_n == NNODES;
+}
+
+static bool alive(int i) { return g_pid[i] > 0 && kill(g_pid[i], 0) == 0; }
+
+static redisContext *node(int port)
+{
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){2, 0});
+    if (!c || c->err) fail_msg("cannot connect to 127.0.0.1:%d", port);
+    redisSetTimeout(c, (struct timeval){2, 0});
+    return c;
+}
+
+/* One command on a fresh connection; the reply, which the caller frees. */
+/* (hiredis's format: %b is a binary string and its length) */
+static redisReply *cmd(int port, const char *fmt, ...)
+{
+    redisContext *c = node(port);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    redisFree(c);
+    if (!r) fail_msg("no reply from %d", port);
+    return r;
+}
+
+static void ok_status(redisReply *r)
+{
+    if (r->type != REDIS_REPLY_STATUS) fail_msg("reply: %s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    freeReplyObject(r);
+}
+
+/* A live node's port (for asking the cluster). */
+static int any_port(void)
+{
+    for (int i = 0; i < g_n; i++)
+        if (alive(i)) return g_port[i];
+    fail_msg("no live node");
+    return 0;
+}
+
+/* The port of the master that serves `slot`, from CLUSTER SLOTS. */
+static int owner(int slot)
+{
+    redisReply *r = cmd(any_port(), "CLUSTER SLOTS");
+    int port = -1;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        if (slot >= e->element[0]->integer && slot <= e->element[1]->integer)
+            port = (int)e->element[2]->element[1]->integer;
+    }
+    freeReplyObject(r);
+    return port;
+}
+
+static int masters(int *ports)
+{
+    redisReply *r = cmd(any_port(), "CLUSTER SLOTS");
+    int n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        int p = (int)r->element[i]->element[2]->element[1]->integer;
+        bool seen = false;
+        for (int j = 0; j < n; j++) seen |= ports[j] == p;
+        if (!seen && n < NNODES) ports[n++] = p;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+static long long keyslot_live(const char *k, size_t n)
+{
+    redisReply *r = cmd(any_port(), "CLUSTER KEYSLOT %b", k, n);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static void test_keyslot_live(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    uint64_t rng = tu_env_seed();
+    redisContext *c = node(any_port());
+    char k[40];
+    for (int i = 0; i < 2000; i++) {
+        size_t n = (size_t)tu_splitmix64_below(&rng, sizeof k);
+        for (size_t j = 0; j < n; j++) {
+            uint64_t x = tu_splitmix64(&rng);
+            /* braces often, so that tags of every shape occur */
+            k[j] = (x & 3) == 0 ? "{}"[(x >> 2) & 1] : (char)(x >> 8);
+        }
+        redisReply *r = redisCommand(c, "CLUSTER KEYSLOT %b", k, n);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(sluice_redis_key_slot(k, n), r->integer);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    /* the tier's own key names: PREFIX{KEY}:SPECID, with braces in KEY */
+    sluice_redis *r = mk("token-bucket 1/s", g_port[0], NULL, NULL, 0, 500);
+    const char *keys[] = {"", "a", "{", "}", "{}", "x}y", "a{b}c", "user:42"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char name[128];
+        int n = sluice_redis_key_name(r, keys[i], strlen(keys[i]), name, sizeof name);
+        assert_true(n > 0);
+        assert_int_equal(sluice_redis_key_slot(name, (size_t)n), keyslot_live(name, (size_t)n));
+    }
+    sluice_redis_free(r);
+}
+
+/* Keys land on every master, each where the cluster says, at its limit. */
+static void test_spread(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    sluice_redis *r = mk("token-bucket 3/1h", g_port[1], NULL, NULL, 0, 1000);
+    int mp[NNODES], nm = masters(mp);
+    assert_int_equal(nm, 3);
+    int per[NNODES] = {0};
+    for (int i = 0; i < 300; i++) {
+        char key[32], name[128];
+        int kl = snprintf(key, sizeof key, "spread-%d", i);
+        sluice_redis_info info;
+        sluice_result res;
+        for (int j = 0; j < 3; j++) {
+            assert_true(sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info));
+            assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+        }
+        assert_false(sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+        int n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+        int port = owner((int)keyslot_live(name, (size_t)n));
+        redisReply *e = cmd(port, "EXISTS %b", name, (size_t)n);
+        assert_int_equal(e->integer, 1);
+        freeReplyObject(e);
+        for (int m = 0; m < nm; m++) per[m] += mp[m] == port;
+    }
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    fprintf(stderr, "# spread: %d / %d / %d keys on the masters %d %d %d; nodes %u, moved %llu, "
+                    "refreshes %llu\n",
+            per[0], per[1], per[2], mp[0], mp[1], mp[2], st.nodes,
+            (unsigned long long)st.moved, (unsigned long long)st.slot_refreshes);
+    for (int m = 0; m < nm; m++) assert_true(per[m] > 0);
+    assert_int_equal(st.cluster, 1);
+    assert_true(st.nodes >= 3);
+    assert_int_equal(st.err_reply + st.err_io + st.err_connect + st.err_timeout, 0);
+    assert_int_equal(st.by_policy, 0);
+    sluice_redis_free(r);
+}
+
+static void myid(int port, char id[64])
+{
+    redisReply *r = cmd(port, "CLUSTER MYID");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    snprintf(id, 64, "%s", r->str);
+    freeReplyObject(r);
+}
+
+/* A key whose tier name lands in `slot` (about 16384 tries). */
+static int key_in_slot(sluice_redis *r, const char *stem, int slot, char *key, size_t keycap)
+{
+    for (int i = 0; i < 1000000; i++) {
+        char name[128];
+        int kl = snprintf(key, keycap, "%s%d", stem, i);
+        int n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+        if ((int)sluice_redis_key_slot(name, (size_t)n) == slot) return kl;
+    }
+    fail_msg("no key in slot %d", slot);
+    return 0;
+}
+
+static bool take(sluice_redis *r, const char *k, int kl)
+{
+    sluice_redis_info info;
+    sluice_result res;
+    bool ok = sluice_redis_try_acquire_ex(r, k, (size_t)kl, 1, &res, &info);
+    if (info.source != SLUICE_REDIS_SRC_REDIS) fail_msg("source %d error %d", info.source, info.error);
+    return ok;
+}
+
+/* Migration by hand: ASK while the slot is migrating, MOVED after. */
+static void test_migrate_ask_moved(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    sluice_redis *r = mk("token-bucket 1/1h burst=5", g_port[0], NULL, NULL, 0, 1000);
+    char a[32], b[32], name[128];
+    int al = snprintf(a, sizeof a, "migrating-a");
+    int n = sluice_redis_key_name(r, a, (size_t)al, name, sizeof name);
+    int slot = (int)sluice_redis_key_slot(name, (size_t)n);
+    int bl = key_in_slot(r, "migrating-b", slot, b, sizeof b);
+    int src = owner(slot), mp[NNODES], nm = masters(mp), dst = -1;
+    for (int m = 0; m < nm; m++)
+        if (mp[m] != src) dst = mp[m];
+    assert_true(src > 0 && dst > 0);
+    char src_id[64], dst_id[64];
+    myid(src, src_id);
+    myid(dst, dst_id);
+
+    assert_true(take(r, a, al));
+    assert_true(take(r, a, al)); /* a: 3 left, on src */
+    ok_status(cmd(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, src_id));
+    ok_status(cmd(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst_id));
+    sluice_redis_stats st;
+    assert_true(take(r, a, al)); /* still on src: served there, 2 left */
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.ask, 0);
+    assert_true(take(r, b, bl)); /* not on src: ASK, made on dst */
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.ask, 1);
+    /* move a's state to dst */
+    redisReply *m = cmd(src, "MIGRATE 127.0.0.1 %d %s 0 5000 KEYS %b", dst, "", name,
+                        (size_t)n);
+    ok_status(m);
+    assert_true(take(r, a, al));
+    assert_true(take(r, a, al));
+    assert_false(take(r, a, al)); /* the state came along: 5 in all */
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.ask, 4);
+    assert_int_equal(st.moved, 0);
+    /* the slot is dst's: the destination first, then every master */
+    ok_status(cmd(dst, "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    ok_status(cmd(src, "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    for (int i = 0; i < nm; i++)
+        if (mp[i] != src && mp[i] != dst) ok_status(cmd(mp[i], "CLUSTER SETSLOT %d NODE %s", slot, dst_id));
+    assert_false(take(r, a, al)); /* MOVED, and still empty */
+    for (int i = 0; i < 4; i++) assert_true(take(r, b, bl));
+    assert_false(take(r, b, bl));
+    sluice_redis_stats_get(r, &st);
+    fprintf(stderr, "# migration of slot %d from %d to %d: ask %llu, moved %llu, refreshes %llu\n",
+            slot, src, dst, (unsigned long long)st.ask, (unsigned long long)st.moved,
+            (unsigned long long)st.slot_refreshes);
+    assert_int_equal(st.moved, 1);
+    assert_int_equal(st.ask, 4);
+    assert_int_equal(st.err_reply + st.err_io + st.err_connect + st.err_timeout, 0);
+    assert_int_equal(owner(slot), dst);
+    sluice_redis_free(r);
+}
+
+/* ---- failover -------------------------------------------------------------------- */
+
+#define FO_KEYS 4
+#define FO_THREADS 4
+#define FO_MAXG 200000
+#define FO_TIMEOUT_MS 100
+
+typedef struct fo_grant {
+    uint64_t server_ns;
+} fo_grant;
+
+typedef struct fo_run {
+    sluice_redis *r;
+    char keys[FO_KEYS][32];
+    int keylen[FO_KEYS];
+    _Atomic bool stop;
+    _Atomic uint64_t kill_ns;   /* when the master was killed; 0 before */
+    _Atomic uint64_t resume_ns; /* first Redis decision after the kill */
+    _Atomic uint64_t max_ns, late, calls, policy;
+    /* grants by key, on Redis's clock */
+    pthread_mutex_t mu;
+    fo_grant *g[FO_KEYS];
+    size_t ng[FO_KEYS];
+} fo_run;
+
+static void *fo_loop(void *arg)
+{
+    fo_run *u = arg;
+    unsigned k = 0;
+    for (int i = 0; i < 10000000 && !atomic_load(&u->stop); i++) {
+        k = (k + 1) % FO_KEYS;
+        sluice_redis_info info;
+        sluice_result res;
+        uint64_t t0 = test_now_ns();
+        bool ok = sluice_redis_try_acquire_ex(u->r, u->keys[k], (size_t)u->keylen[k], 1, &res, &info);
+        uint64_t t1 = test_now_ns(), d = t1 - t0;
+        atomic_fetch_add(&u->calls, 1);
+        uint64_t m = atomic_load(&u->max_ns);
+        while (d > m && !atomic_compare_exchange_weak(&u->max_ns, &m, d)) {
+        }
+        if (d > FO_TIMEOUT_MS * MSEC + SLACK_NS) atomic_fetch_add(&u->late, 1);
+        if (info.source == SLUICE_REDIS_SRC_POLICY) atomic_fetch_add(&u->policy, 1);
+        uint64_t kill_ns = atomic_load(&u->kill_ns), zero = 0;
+        if (info.source == SLUICE_REDIS_SRC_REDIS && kill_ns && t0 > kill_ns)
+            atomic_compare_exchange_strong(&u->resume_ns, &zero, t1);
+        if (ok && info.source == SLUICE_REDIS_SRC_REDIS) {
+            pthread_mutex_lock(&u->mu);
+            if (u->ng[k] < FO_MAXG) u->g[k][u->ng[k]++].server_ns = info.server_time_ns;
+            pthread_mutex_unlock(&u->mu);
+        }
+    }
+    return NULL;
+}
+
+static int cmp_grant(const void *a, const void *b)
+{
+    uint64_t x = ((const fo_grant *)a)->server_ns, y = ((const fo_grant *)b)->server_ns;
+    return x < y ? -1 : x > y;
+}
+
+/* max over intervals [t_i, t_j] of (grants in it) - (B + L * (t_j - t_i) / W):
+ * with f(j) = j - L*t_j/W, it is max over i <= j of f(j) - f(i) + 1 - B. */
+static double max_excess(fo_grant *g, size_t n, double B, double L, double W_ns)
+{
+    if (n == 0) return -B;
+    qsort(g, n, sizeof *g, cmp_grant);
+    double best = -1e300, minf = 1e300;
+    for (size_t j = 0; j < n; j++) {
+        double f = (double)j - L * (double)(g[j].server_ns - g[0].server_ns) / W_ns;
+        if (f < minf) minf = f;
+        if (f - minf + 1 - B > best) best = f - minf + 1 - B;
+    }
+    return best;
+}
+
+static void test_failover(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    /* the victim: the master the limiter is configured with (the seed) */
+    int mp[NNODES], nm = masters(mp);
+    assert_int_equal(nm, 3);
+    int victim = -1;
+    for (int i = 0; i < g_n; i++)
+        if (g_port[i] == mp[0]) victim = i;
+    assert_true(victim >= 0);
+    const double B = 20, L = 200, W = 1e9;
+    fo_run *u = calloc(1, sizeof *u);
+    assert_non_null(u);
+    pthread_mutex_init(&u->mu, NULL);
+    u->r = mk("token-bucket 200/s burst=20", g_port[victim], NULL, NULL, 0, FO_TIMEOUT_MS);
+    /* keys the victim serves */
+    int slots_found = 0;
+    for (int i = 0; i < 100000 && slots_found < FO_KEYS; i++) {
+        char key[32], name[128];
+        int kl = snprintf(key, sizeof key, "failover-%d", i);
+        int n = sluice_redis_key_name(u->r, key, (size_t)kl, name, sizeof name);
+        if (owner((int)sluice_redis_key_slot(name, (size_t)n)) != g_port[victim]) continue;
+        memcpy(u->keys[slots_found], key, (size_t)kl + 1);
+        u->keylen[slots_found++] = kl;
+    }
+    assert_int_equal(slots_found, FO_KEYS);
+    for (int k = 0; k < FO_KEYS; k++) assert_non_null(u->g[k] = calloc(FO_MAXG, sizeof(fo_grant)));
+    pthread_t th[FO_THREADS];
+    for (int i = 0; i < FO_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, fo_loop, u), 0);
+    tu_sleep_ns(1500 * MSEC);
+    uint64_t t_kill = test_now_ns();
+    atomic_store(&u->kill_ns, t_kill);
+    assert_int_equal(kill(g_pid[victim], SIGKILL), 0);
+    /* the test script reaps it; wait (bounded) for decisions to come back */
+    for (int i = 0; i < 300 && !atomic_load(&u->resume_ns); i++) tu_sleep_ns(50 * MSEC);
+    tu_sleep_ns(1500 * MSEC);
+    atomic_store(&u->stop, true);
+    for (int i = 0; i < FO_THREADS; i++) pthread_join(th[i], NULL);
+    uint64_t resume = atomic_load(&u->resume_ns);
+    sluice_redis_stats st;
+    sluice_redis_stats_get(u->r, &st);
+    double worst = -1e300;
+    size_t total = 0;
+    for (int k = 0; k < FO_KEYS; k++) {
+        double e = max_excess(u->g[k], u->ng[k], B, L, W);
+        if (e > worst) worst = e;
+        total += u->ng[k];
+    }
+    char name[128];
+    int n = sluice_redis_key_name(u->r, u->keys[0], (size_t)u->keylen[0], name, sizeof name);
+    int now_owner = owner((int)sluice_redis_key_slot(name, (size_t)n));
+    fprintf(stderr,
+            "# failover: master %d killed; decisions back on %d after %.0f ms; %llu calls, "
+            "longest %.1f ms (deadline %d ms), %llu by the policy; grants %zu; over-admission "
+            "(max over intervals and keys of grants - B - L*T/W, Redis's clock) %.2f permits; "
+            "moved %llu, refreshes %llu, clusterdown %llu, err_connect %llu, err_circuit %llu\n",
+            g_port[victim], now_owner, resume ? (double)(resume - t_kill) / 1e6 : -1.0,
+            (unsigned long long)atomic_load(&u->calls), (double)atomic_load(&u->max_ns) / 1e6,
+            FO_TIMEOUT_MS, (unsigned long long)atomic_load(&u->policy), total, worst,
+            (unsigned long long)st.moved, (unsigned long long)st.slot_refreshes,
+            (unsigned long long)st.clusterdown, (unsigned long long)st.err_connect,
+            (unsigned long long)st.err_circuit);
+    assert_int_equal(atomic_load(&u->late), 0);
+    assert_true(resume > 0);
+    assert_true(now_owner > 0 && now_owner != g_port[victim]);
+    /* the documented bound: the grants the replica missed, at most one
+     * burst plus the rate over the replication lag (taken as 1 s here) */
+    assert_true(worst <= B + L * 1.0);
+    sluice_redis_free(u->r);
+    for (int k = 0; k < FO_KEYS; k++) free(u->g[k]);
+    pthread_mutex_destroy(&u->mu);
+    free(u);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc16),
+        cmocka_unit_test(test_config_checks),
+        cmocka_unit_test(test_auth_single),
+        cmocka_unit_test(test_keyslot_live),
+        cmocka_unit_test(test_spread),
+        cmocka_unit_test(test_migrate_ask_moved),
+        cmocka_unit_test(test_failover),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
