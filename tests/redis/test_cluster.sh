@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# test_cluster.sh -- the Redis tier against a real Redis Cluster on loopback.
+#
+#   tests/redis/test_cluster.sh SLUICE TEST_REDIS_CLUSTER [REDIS_SERVER] [REDIS_CLI]
+#
+# Starts six `redis-server --cluster-enabled yes` on free loopback ports
+# (each in its own temporary directory, cluster-node-timeout 1000 ms, no
+# persistence), joins them with `redis-cli --cluster create --cluster-replicas
+# 1` (3 masters, 3 replicas), waits (bounded) for cluster_state:ok and the
+# replicas' links, and kills them all on exit (trap).  Then:
+#   1. TEST_REDIS_CLUSTER's live tests (key slots, spread, ASK/MOVED, a
+#      failover with its over-admission measured; it kills one master);
+#   2. spread: 4 `sluice hammer --tier global` processes pointed at one
+#      node, 64 keys: no errors, every key within its limit (sum);
+#   3. two tiers (leases) from 4 processes on one key, as on one server;
+#   4. resharding: `redis-cli --cluster reshard` moves slots holding hammered
+#      keys while 4 processes hammer: no errors, no over-admission, MOVED seen;
+#   5. failover: a master SIGKILLed under 4 processes: every call within its
+#      deadline, its replica promoted, decisions back on it, the sum within
+#      the limit plus the documented failover bound;
+#   6. AUTH: requirepass and masterauth set on every node, then an ACL
+#      user: without the password every call fails (closed), with it, or
+#      as the user, no errors.
+# Every wait is bounded.  Prints `N passed, N failed`.
+set -uo pipefail
+
+sluice=${1:?usage: test_cluster.sh SLUICE TEST_REDIS_CLUSTER [REDIS_SERVER] [REDIS_CLI]}
+ctest_bin=${2:?usage: test_cluster.sh SLUICE TEST_REDIS_CLUSTER [REDIS_SERVER] [REDIS_CLI]}
+redis_server=${3:-redis-server}
+redis_cli=${4:-redis-cli}
+for b in "$redis_server" "$redis_cli"; do
+    command -v "$b" >/dev/null 2>&1 || [ -x "$b" ] || {
+        echo "test_cluster: $b not found (apt-get install redis-server)" >&2
+        exit 1
+    }
+done
+t_start=$(date +%s%N)
+tmp=$(mktemp -d)
+ports=()
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+cli() { local p=$1; shift; timeout 10 "$redis_cli" -h 127.0.0.1 -p "$p" ${REDISCLI_AUTH:+--no-auth-warning} "$@"; }
+field() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
+last_line() { tail -n 1 "$1"; }
+contract_line() { grep -Eq '^allowed=[0-9]+ denied=[0-9]+ errors=[0-9]+ elapsed_ns=[0-9]+( [a-z_0-9]+=[0-9.]+)*$' <<<"$1"; }
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# ---- the cluster ---------------------------------------------------------------
+# A node's port P and its cluster bus port P+10000 must both be free.
+start_node() {
+    local port
+    for _ in $(seq 1 20); do
+        port=$((20000 + RANDOM % 30000))
+        port_free "$port" && port_free $((port + 10000)) || continue
+        mkdir -p "$tmp/n$port"
+        (cd "$tmp/n$port" && exec "$redis_server" --port "$port" --bind 127.0.0.1 \
+            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000 \
+            --save "" --appendonly no --dir "$tmp/n$port" --daemonize no \
+            --loglevel warning --logfile "$tmp/n$port/log") &
+        local pid=$!
+        for _ in $(seq 1 100); do # at most 10 s
+            if [ "$(cli "$port" ping 2>/dev/null)" = PONG ]; then
+                ports+=("$port")
+                pids+=("$pid")
+                return 0
+            fi
+            alive "$pid" || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    echo "test_cluster: could not start $redis_server" >&2
+    exit 1
+}
+
+# every live node says cluster_state:ok and every live replica's link is up
+# (at most $1 tenths of a second)
+wait_ok() {
+    local tries=$1
+    for _ in $(seq 1 "$tries"); do
+        local good=1
+        for i in "${!ports[@]}"; do
+            alive "${pids[i]}" || continue
+            cli "${ports[i]}" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { good=0; break; }
+            local rep
+            rep=$(cli "${ports[i]}" info replication 2>/dev/null)
+            if grep -q '^role:slave' <<<"$rep"; then
+                grep -q '^master_link_status:up' <<<"$rep" || { good=0; break; }
+            fi
+        done
+        [ $good -eq 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# the port of the master serving slot $1, asked of live node $2
+owner_of_slot() {
+    cli "$2" cluster slots | awk -v s="$1" '
+        NR % 1 == 0 { a[NR] = $0 }
+        END {
+            # CLUSTER SLOTS, one value a line: lo, hi, master host, port, id, ...
+            for (i = 1; i <= NR; i++)
+                if (a[i] ~ /^[0-9]+$/ && a[i+1] ~ /^[0-9]+$/ && a[i+2] ~ /\./ && a[i] + 0 <= s && s <= a[i+1] + 0) {
+                    print a[i+3]; exit
+                }
+        }'
+}
+
+# a live node's port
+any_live() { for i in "${!ports[@]}"; do alive "${pids[i]}" && { echo "${ports[i]}"; return; }; done; }
+pid_of_port() { for i in "${!ports[@]}"; do [ "${ports[i]}" = "$1" ] && echo "${pids[i]}"; done; }
+node_id() { cli "$1" cluster myid; }
+role_of() { cli "$1" role | head -n 1; }
+
+for _ in 1 2 3 4 5 6; do start_node; done
+addrs=()
+for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+if ! timeout 60 "$redis_cli" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+    >"$tmp/create.log" 2>&1; then
+    cat "$tmp/create.log"
+    echo "test_cluster: redis-cli --cluster create failed" >&2
+    exit 1
+fi
+if wait_ok 300; then
+    t=$(( ($(date +%s%N) - t_start) / 1000000 ))
+    ok "cluster of 6 nodes (${ports[*]}) ok after ${t} ms"
+else
+    bad "cluster_state:ok within 30 s"
+    exit 1
+fi
+
+# ---- 1. the C tests on the live cluster ------------------------------------------------
+env_nodes=""
+for i in "${!ports[@]}"; do env_nodes="$env_nodes${env_nodes:+,}${ports[i]}:${pids[i]}"; done
+if SLUICE_TEST_CLUSTER=$env_nodes timeout 120 "$ctest_bin" >"$tmp/c.log" 2>&1; then
+    ok "test_redis_cluster on the live cluster: $(grep -c '^\[       OK' "$tmp/c.log") passed"
+    grep '^#' "$tmp/c.log"
+else
+    bad "test_redis_cluster on the live cluster"
+    cat "$tmp/c.log"
+fi
+# it SIGKILLed one master: reap it, and wait for the cluster to settle
+for p in "${pids[@]}"; do alive "$p" || wait "$p" 2>/dev/null; done
+wait_ok 200 || bad "cluster ok again after the first failover"
+seed=$(any_live)
+
+# ---- 2. spread: 4 processes, one node, 64 keys --------------------------------------------
+# token-bucket 20/s burst=5 per key, demand far above it: the sum over the
+# keys stays within K * (B + L * span) plus the requests in flight.
+run4() { # run4 NAME ARGS...: four hammers at once; sets sum, maxe, maxns, okp, errs, moved, ask
+    local name=$1
+    shift
+    local i
+    local -a hp
+    span_start=$(date +%s%N)
+    for i in 1 2 3 4; do
+        "$sluice" hammer "$@" >"$tmp/$name.$i" 2>&1 &
+        hp[i]=$!
+    done
+    sum=0 maxns=0 okp=1 errs=0 moved=0 ask=0
+    for i in 1 2 3 4; do
+        wait "${hp[i]}" || okp=0
+        local line
+        line=$(last_line "$tmp/$name.$i")
+        contract_line "$line" || { okp=0; continue; }
+        sum=$((sum + $(field allowed "$line")))
+        errs=$((errs + $(field errors "$line")))
+        moved=$((moved + $(field moved "$line")))
+        ask=$((ask + $(field ask "$line")))
+        local m
+        m=$(field max_ns "$line")
+        [ "$m" -gt "$maxns" ] && maxns=$m
+        [ "$(field cluster "$line")" = 1 ] || okp=0
+    done
+    span=$(($(date +%s%N) - span_start))
+}
+keys=64
+run4 spread --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys $keys --threads 2 --duration 2s --timeout 1000 --prefix spread:
+limit=$((keys * 5 + keys * 20 * span / 1000000000 + 8))
+if [ $okp -eq 1 ] && [ $errs -eq 0 ] && [ $sum -le $limit ] && [ $sum -ge $((keys * 20)) ]; then
+    ok "spread: 4 processes at node $seed, $keys keys: allowed $sum <= $limit, no errors"
+else
+    bad "spread: allowed $sum, limit $limit, errors $errs"
+    cat "$tmp"/spread.?
+fi
+# every master holds some of them (they live until refilled: 250 ms at most)
+masters=$(cli "$seed" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && NF > 8 { split($2, a, "[:@]"); print a[2] }')
+n_masters=$(wc -w <<<"$masters")
+[ "$n_masters" -eq 3 ] && ok "3 masters serving slots: $(echo $masters)" || bad "masters: $masters"
+
+# ---- 3. two tiers from 4 processes -------------------------------------------------------
+# as tests/redis/test_hammer.sh on one server: lease cap 12, bound 48
+run4 both --limit 'token-bucket 5000/s burst=100' --redis "redis://127.0.0.1:$seed" --tier both \
+    --processes 4 --duration 2s --timeout 2000 --prefix both:
+limit=$((100 + 5000 * span / 1000000000 + 48 + 4))
+if [ $okp -eq 1 ] && [ $errs -eq 0 ] && [ $sum -le $limit ] && [ $sum -ge 5000 ]; then
+    ok "two tiers, 4 processes: allowed $sum <= $limit"
+else
+    bad "two tiers: allowed $sum, limit $limit, errors $errs"
+    cat "$tmp"/both.?
+fi
+
+# ---- 4. resharding under load ---------------------------------------------------------------
+# The hammered keys are PREFIX{kN}:SPECID: their slot is KEYSLOT kN.
+# redis-cli moves a source's lowest slots first: pick the key kN with the
+# fewest slots of its master at or below its own, and move that many to
+# another master (every slot a master owns up to kN's), while 4 processes
+# hammer.
+cli "$seed" cluster slots >"$tmp/slots"
+# owned_upto SLOT: "MASTERPORT COUNT", the master of SLOT and how many of its
+# slots are <= SLOT
+owned_upto() {
+    awk -v s="$1" '{ a[NR] = $0 } END {
+        for (i = 1; i <= NR; i++)
+            if (a[i] ~ /^[0-9]+$/ && a[i+1] ~ /^[0-9]+$/ && a[i+2] ~ /\./ && a[i] + 0 <= s && s <= a[i+1] + 0) p = a[i+3]
+        n = 0
+        for (i = 1; i <= NR; i++)
+            if (a[i] ~ /^[0-9]+$/ && a[i+1] ~ /^[0-9]+$/ && a[i+2] ~ /\./ && a[i+3] == p && a[i] + 0 <= s) {
+                hi = a[i+1] + 0 < s ? a[i+1] + 0 : s
+                n += hi - a[i] + 1
+            }
+        print p, n }' "$tmp/slots"
+}
+nslots=99999
+for i in $(seq 0 $((keys - 1))); do
+    s=$(cli "$seed" cluster keyslot "k$i")
+    read -r p n <<<"$(owned_upto "$s")"
+    if [ "$n" -lt "$nslots" ]; then nslots=$n; slot0=$s; src=$p; fi
+done
+dst=""
+for m in $masters; do [ "$m" != "$src" ] && dst=$m; done
+(
+    sleep 1
+    timeout 60 "$redis_cli" --cluster reshard "127.0.0.1:$src" --cluster-from "$(node_id "$src")" \
+        --cluster-to "$(node_id "$dst")" --cluster-slots "$nslots" --cluster-yes >"$tmp/reshard.log" 2>&1
+    echo $? >"$tmp/reshard.rc"
+) &
+rs=$!
+run4 reshard --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys $keys --threads 2 --duration 5s --timeout 1000 --prefix reshard:
+wait $rs
+limit=$((keys * 5 + keys * 20 * span / 1000000000 + 8))
+new_owner=$(owner_of_slot "$slot0" "$seed")
+if [ "$(cat "$tmp/reshard.rc")" = 0 ] && [ "$new_owner" = "$dst" ] && [ $okp -eq 1 ] &&
+    [ $errs -eq 0 ] && [ $sum -le $limit ] && [ $moved -gt 0 ]; then
+    ok "resharding $nslots slots $src -> $dst under 4 processes: allowed $sum <= $limit, no errors, moved $moved, ask $ask"
+else
+    bad "resharding: rc $(cat "$tmp/reshard.rc"), slot $slot0 now on $new_owner (want $dst), allowed $sum, limit $limit, errors $errs, moved $moved, ask $ask"
+    tail -5 "$tmp/reshard.log"
+    cat "$tmp"/reshard.?
+fi
+wait_ok 100 || bad "cluster ok after resharding"
+
+# ---- 5. failover under hammer ------------------------------------------------------------------
+# A master with a live replica, other than the seed: SIGKILL it 2 s into a
+# 7-s run.  Each call has a 100-ms deadline.
+victim=""
+for m in $masters; do
+    [ "$m" = "$seed" ] && continue
+    id=$(node_id "$m")
+    cli "$seed" cluster nodes | awk -v id="$id" '$4 == id && $3 ~ /slave/ && $3 !~ /fail/' | grep -q . && victim=$m
+done
+if [ -z "$victim" ]; then
+    bad "failover: no master with a live replica"
+else
+    vpid=$(pid_of_port "$victim")
+    (sleep 2; kill -9 "$vpid") &
+    killer=$!
+    t0=$(now_ms)
+    run4 failover --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+        --keys 16 --threads 2 --duration 7s --timeout 100 --connect-timeout 100 --prefix failover:
+    t=$(($(now_ms) - t0))
+    wait $killer
+    wait "$vpid" 2>/dev/null
+    # documented failover bound: at most one burst per key (16 * 5), plus the
+    # requests in flight
+    limit=$((16 * 5 + 16 * 20 * span / 1000000000 + 16 * 5 + 8))
+    promoted=""
+    for i in "${!ports[@]}"; do
+        p=${ports[i]}
+        [ "$p" = "$victim" ] && continue
+        alive "${pids[i]}" || continue
+        [ "$(role_of "$p")" = master ] || continue
+        grep -qw "$p" <<<"$masters" || promoted=$p
+    done
+    if [ $okp -eq 1 ] && [ $maxns -lt 400000000 ] && [ $sum -le $limit ] && [ -n "$promoted" ] && [ $t -lt 12000 ]; then
+        ok "failover of $victim under 4 processes: ${t} ms, longest call $((maxns / 1000000)) ms (deadline 100), allowed $sum <= $limit, policy decided $errs, replica $promoted promoted"
+    else
+        bad "failover of $victim: ${t} ms, longest $maxns ns, allowed $sum, limit $limit, errors $errs, promoted '$promoted'"
+        cat "$tmp"/failover.?
+    fi
+    wait_ok 100 || bad "cluster ok after the second failover"
+    # decisions are back, on the new master: a fresh run, no errors
+    "$sluice" hammer --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+        --keys 16 --duration 1s --timeout 1000 --prefix after: >"$tmp/after" 2>&1
+    line=$(last_line "$tmp/after")
+    if contract_line "$line" && [ "$(field errors "$line")" = 0 ] && [ "$(field allowed "$line")" -ge 16 ]; then
+        ok "after the failover: $(field allowed "$line") allowed, no errors"
+    else bad "after the failover: $line"; fi
+fi
+
+# ---- 6. AUTH ---------------------------------------------------------------------------------
+for i in "${!ports[@]}"; do
+    alive "${pids[i]}" || continue
+    cli "${ports[i]}" config set masterauth 'cl-pw' >/dev/null
+    cli "${ports[i]}" acl setuser limiter on '>limiter-pw' '~sluice:*' '+@all' >/dev/null
+    cli "${ports[i]}" config set requirepass 'cl-pw' >/dev/null
+done
+export REDISCLI_AUTH=cl-pw
+wait_ok 50 || bad "cluster ok with requirepass"
+"$sluice" hammer --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys 16 --duration 500ms --timeout 200 --prefix noauth: >"$tmp/noauth" 2>&1
+line=$(last_line "$tmp/noauth")
+if contract_line "$line" && [ "$(field allowed "$line")" = 0 ] && [ "$(field errors "$line")" -gt 0 ]; then
+    ok "requirepass, no password: every call refused by the policy"
+else bad "requirepass, no password: $line"; fi
+"$sluice" hammer --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys 16 --duration 1s --timeout 1000 --password cl-pw --prefix auth: >"$tmp/auth" 2>&1
+line=$(last_line "$tmp/auth")
+if contract_line "$line" && [ "$(field errors "$line")" = 0 ] && [ "$(field cluster "$line")" = 1 ] &&
+    [ "$(field allowed "$line")" -ge 16 ] && [ "$(field allowed "$line")" -le $((16 * 5 + 16 * 20 * 2)) ]; then
+    ok "requirepass + masterauth, --password: $(field allowed "$line") allowed on $(field nodes "$line") nodes, no errors"
+else bad "requirepass, --password: $line"; fi
+"$sluice" hammer --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys 16 --duration 1s --timeout 1000 --user limiter --password limiter-pw --prefix sluice:acl: >"$tmp/acl" 2>&1
+line=$(last_line "$tmp/acl")
+if contract_line "$line" && [ "$(field errors "$line")" = 0 ] && [ "$(field allowed "$line")" -ge 16 ]; then
+    ok "ACL user: $(field allowed "$line") allowed, no errors"
+else bad "ACL user: $line"; fi
+"$sluice" hammer --limit 'token-bucket 20/s burst=5' --redis "redis://127.0.0.1:$seed" --tier global \
+    --keys 4 --duration 300ms --timeout 200 --user limiter --password limiter-pw --prefix other: >"$tmp/acl2" 2>&1
+line=$(last_line "$tmp/acl2")
+if contract_line "$line" && [ "$(field allowed "$line")" = 0 ] && [ "$(field errors "$line")" -gt 0 ]; then
+    ok "ACL user outside its key pattern: refused by the policy"
+else bad "ACL user outside ~sluice:*: $line"; fi
+
+echo "$passed passed, $failed failed ($(( ($(date +%s%N) - t_start) / 1000000 )) ms)"
+[ $failed -eq 0 ]
