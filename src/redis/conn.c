@@ -1,5 +1,6 @@
-/* conn.c -- connections to Redis: a pool, a circuit breaker, and one script
- * call that never outlives its deadline.
+/* conn.c -- connections to one Redis server: a pool, a circuit breaker,
+ * and one script call that never outlives its deadline.  (A cluster is one
+ * of these per node: cluster.c.)
  *
  * Deadlines.  A call gets one deadline (CLOCK_MONOTONIC ns) and everything
  * it does is cut to it: waiting for a free pooled connection
@@ -23,6 +24,17 @@
  * after a failover) the same call is sent once more as EVAL with the body,
  * which also caches it.  So SCRIPT FLUSH costs one extra round trip per
  * connection and no error.
+ *
+ * AUTH.  With a password configured, a new connection sends AUTH [user]
+ * password (within the same deadline) before it joins the pool; a refusal
+ * frees it, counts as err_reply and as a failure of the circuit.
+ *
+ * Cluster answers.  The cluster layer asks for MOVED, ASK, TRYAGAIN and
+ * CLUSTERDOWN to come back to it parsed (sr_redirect) instead of as errors:
+ * the node answered, so the circuit counts a success.  For ASK it sets
+ * `asking`: ASKING and the script go in one write, and ASKING's +OK is read
+ * first (also before the EVAL that answers a NOSCRIPT, since ASKING lasts
+ * one command).
  *
  * Circuit.  circuit_threshold consecutive failed calls open it: calls then
  * fail at once (err_circuit) without touching the network until

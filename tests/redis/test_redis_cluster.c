@@ -116,7 +116,7 @@ static void test_auth_single(void **state)
     sluice_result res;
 
     /* no password: NOAUTH, the policy decides, counted as err_reply */
-    sluice_redis *r = mk("token-bucket 10/s", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 500);
+    sluice_redis *r = mk("token-bucket 10/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 500);
     assert_false(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
     assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
     sluice_redis_stats st;
@@ -125,7 +125,7 @@ static void test_auth_single(void **state)
     sluice_redis_free(r);
 
     /* the right password */
-    r = mk("token-bucket 10/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    r = mk("token-bucket 10/1h", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
     assert_int_equal(sluice_redis_ping(r), 0);
     for (int i = 0; i < 10; i++) {
         assert_true(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
@@ -140,7 +140,7 @@ static void test_auth_single(void **state)
     sluice_redis_free(r);
 
     /* a wrong password: refused at connect, err_reply, the circuit opens */
-    r = mk("token-bucket 10/s", srv.port, NULL, "wrong", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    r = mk("token-bucket 10/1h", srv.port, NULL, "wrong", SLUICE_REDIS_CLUSTER_AUTO, 500);
     for (int i = 0; i < 5; i++) {
         uint64_t t0 = test_now_ns();
         assert_false(sluice_redis_try_acquire_ex(r, "a", 1, 1, &res, &info));
@@ -165,26 +165,26 @@ static void test_auth_single(void **state)
     assert_int_equal(rep->type, REDIS_REPLY_STATUS);
     freeReplyObject(rep);
     redisFree(c);
-    r = mk("token-bucket 3/s", srv.port, "limiter", "pw-2", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    r = mk("token-bucket 3/1h", srv.port, "limiter", "pw-2", SLUICE_REDIS_CLUSTER_AUTO, 500);
     for (int i = 0; i < 3; i++) assert_true(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
     assert_false(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
     assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
     sluice_redis_free(r);
     /* the same user with the admin's password: refused */
-    r = mk("token-bucket 3/s", srv.port, "limiter", "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    r = mk("token-bucket 3/1h", srv.port, "limiter", "s3cret", SLUICE_REDIS_CLUSTER_AUTO, 500);
     assert_false(sluice_redis_try_acquire_ex(r, "b", 1, 1, &res, &info));
     assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
     sluice_redis_free(r);
 
     /* ON: a single server is refused, every call */
-    r = mk("token-bucket 3/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_ON, 500);
+    r = mk("token-bucket 3/1h", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_ON, 500);
     assert_false(sluice_redis_try_acquire_ex(r, "c", 1, 1, &res, &info));
     assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
     assert_int_equal(info.error, SLUICE_EBACKEND);
     assert_int_not_equal(sluice_redis_ping(r), 0);
     sluice_redis_free(r);
     /* OFF: no CLUSTER SLOTS at all */
-    r = mk("token-bucket 3/s", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_OFF, 500);
+    r = mk("token-bucket 3/1h", srv.port, NULL, "s3cret", SLUICE_REDIS_CLUSTER_OFF, 500);
     assert_true(sluice_redis_try_acquire_ex(r, "c", 1, 1, &res, &info));
     sluice_redis_stats_get(r, &st);
     assert_int_equal(st.slot_refreshes, 0);
@@ -498,7 +498,8 @@ typedef struct fo_run {
     _Atomic bool stop;
     _Atomic uint64_t kill_ns;   /* when the master was killed; 0 before */
     _Atomic uint64_t resume_ns; /* first Redis decision after the kill */
-    _Atomic uint64_t max_ns, late, calls, policy;
+    _Atomic uint64_t max_ns, calls, policy;
+    _Atomic uint64_t max_sched_ns; /* the longest a 1-ms sleep overslept */
     /* grants by key, on Redis's clock */
     pthread_mutex_t mu;
     fo_grant *g[FO_KEYS];
@@ -520,8 +521,11 @@ static void *fo_loop(void *arg)
         uint64_t m = atomic_load(&u->max_ns);
         while (d > m && !atomic_compare_exchange_weak(&u->max_ns, &m, d)) {
         }
-        if (d > FO_TIMEOUT_MS * MSEC + SLACK_NS) atomic_fetch_add(&u->late, 1);
-        if (info.source == SLUICE_REDIS_SRC_POLICY) atomic_fetch_add(&u->policy, 1);
+        if (info.source == SLUICE_REDIS_SRC_POLICY) {
+            atomic_fetch_add(&u->policy, 1);
+            /* an open circuit fails at once: do not spin the 2 cores */
+            tu_sleep_ns(100000);
+        }
         uint64_t kill_ns = atomic_load(&u->kill_ns), zero = 0;
         if (info.source == SLUICE_REDIS_SRC_REDIS && kill_ns && t0 > kill_ns)
             atomic_compare_exchange_strong(&u->resume_ns, &zero, t1);
@@ -530,6 +534,21 @@ static void *fo_loop(void *arg)
             if (u->ng[k] < FO_MAXG) u->g[k][u->ng[k]++].server_ns = info.server_time_ns;
             pthread_mutex_unlock(&u->mu);
         }
+    }
+    return NULL;
+}
+
+/* How late the scheduler wakes a sleeping thread: a call that took longer
+ * than its deadline by more than this (plus SLACK_NS) was not descheduled,
+ * it waited. */
+static void *fo_monitor(void *arg)
+{
+    fo_run *u = arg;
+    for (int i = 0; i < 100000 && !atomic_load(&u->stop); i++) {
+        uint64_t t0 = test_now_ns();
+        tu_sleep_ns(MSEC);
+        uint64_t late = test_now_ns() - t0 - MSEC;
+        if (late > atomic_load(&u->max_sched_ns)) atomic_store(&u->max_sched_ns, late);
     }
     return NULL;
 }
@@ -583,7 +602,8 @@ static void test_failover(void **state)
     }
     assert_int_equal(slots_found, FO_KEYS);
     for (int k = 0; k < FO_KEYS; k++) assert_non_null(u->g[k] = calloc(FO_MAXG, sizeof(fo_grant)));
-    pthread_t th[FO_THREADS];
+    pthread_t th[FO_THREADS], mon;
+    assert_int_equal(pthread_create(&mon, NULL, fo_monitor, u), 0);
     for (int i = 0; i < FO_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, fo_loop, u), 0);
     tu_sleep_ns(1500 * MSEC);
     uint64_t t_kill = test_now_ns();
@@ -594,6 +614,7 @@ static void test_failover(void **state)
     tu_sleep_ns(1500 * MSEC);
     atomic_store(&u->stop, true);
     for (int i = 0; i < FO_THREADS; i++) pthread_join(th[i], NULL);
+    pthread_join(mon, NULL);
     uint64_t resume = atomic_load(&u->resume_ns);
     sluice_redis_stats st;
     sluice_redis_stats_get(u->r, &st);
@@ -609,16 +630,18 @@ static void test_failover(void **state)
     int now_owner = owner((int)sluice_redis_key_slot(name, (size_t)n));
     fprintf(stderr,
             "# failover: master %d killed; decisions back on %d after %.0f ms; %llu calls, "
-            "longest %.1f ms (deadline %d ms), %llu by the policy; grants %zu; over-admission "
+            "longest %.1f ms (deadline %d ms; a 1-ms sleep overslept by up to %.1f ms), %llu by the policy; grants %zu; over-admission "
             "(max over intervals and keys of grants - B - L*T/W, Redis's clock) %.2f permits; "
             "moved %llu, refreshes %llu, clusterdown %llu, err_connect %llu, err_circuit %llu\n",
             g_port[victim], now_owner, resume ? (double)(resume - t_kill) / 1e6 : -1.0,
             (unsigned long long)atomic_load(&u->calls), (double)atomic_load(&u->max_ns) / 1e6,
-            FO_TIMEOUT_MS, (unsigned long long)atomic_load(&u->policy), total, worst,
+            FO_TIMEOUT_MS, (double)atomic_load(&u->max_sched_ns) / 1e6,
+            (unsigned long long)atomic_load(&u->policy), total, worst,
             (unsigned long long)st.moved, (unsigned long long)st.slot_refreshes,
             (unsigned long long)st.clusterdown, (unsigned long long)st.err_connect,
             (unsigned long long)st.err_circuit);
-    assert_int_equal(atomic_load(&u->late), 0);
+    assert_true(atomic_load(&u->max_ns) <=
+                FO_TIMEOUT_MS * MSEC + SLACK_NS + atomic_load(&u->max_sched_ns));
     assert_true(resume > 0);
     assert_true(now_owner > 0 && now_owner != g_port[victim]);
     /* the documented bound: the grants the replica missed, at most one
