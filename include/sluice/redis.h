@@ -140,7 +140,8 @@ enum {
 /* Configuration.  Fill it with sluice_redis_config_init() and change what
  * you need; sluice_redis_new() copies it (the strings too). */
 typedef struct sluice_redis_config {
-    const char *host;            /* Redis address; default "127.0.0.1".  A
+    const char *host;            /* Redis address (of a cluster: any node);
+                                    default "127.0.0.1".  A
                                     numeric address is never looked up; a
                                     name is resolved by getaddrinfo, which no
                                     timeout bounds */

@@ -265,7 +265,7 @@ static void refresh(sr_cluster *cl, uint64_t deadline)
 {
     uint64_t now = sluice_now_ns();
     uint64_t last = atomic_load_explicit(&cl->last_refresh, memory_order_relaxed);
-    if (last && now - last < SR_REFRESH_MIN_NS) return;
+    if (now >= deadline || (last && now - last < SR_REFRESH_MIN_NS)) return;
     if (pthread_mutex_trylock(&cl->refresh_mu) != 0) return;
     last = atomic_load_explicit(&cl->last_refresh, memory_order_relaxed);
     if (!last || now - last >= SR_REFRESH_MIN_NS) {
@@ -287,11 +287,12 @@ static void refresh(sr_cluster *cl, uint64_t deadline)
 }
 
 /* The first call in AUTO or ON mode: find out what the seed is.  0 when
- * the mode is known (or another thread is finding out: this call goes to
- * the seed, and a MOVED will tell), else the error of this call. */
+ * the mode is known, or when another thread is finding out (this call then
+ * takes the cluster path with an unknown map: the seed either decides, or
+ * redirects), else the error of this call. */
 static int discover(sr_cluster *cl, uint64_t deadline, uint64_t *retry_at)
 {
-    if (pthread_mutex_lock(&cl->refresh_mu) != 0) return 0;
+    if (pthread_mutex_trylock(&cl->refresh_mu) != 0) return 0;
     int rc = 0;
     if (atomic_load(&cl->mode) == SR_MODE_UNKNOWN) {
         rc = ask_slots(cl, 0, deadline, retry_at);
@@ -350,8 +351,9 @@ int sluice__cluster_eval(sr_cluster *cl, int which, const char *key, size_t keyl
     uint64_t pause_ns = 1000000;
     sr_redirect rd;
     /* bounded: each turn is a redirect (at most SR_MAX_REDIRECTS), a failed
-     * node retried elsewhere (at most 2), or a pause (the deadline) */
-    for (int turn = 0; turn < 64; turn++) {
+     * node retried elsewhere (at most 2), or a pause (the deadline; and the
+     * count: 4096 pauses of at most 16 ms outlast a 60-s deadline) */
+    for (int turn = 0; turn < 4096; turn++) {
         int rc = sluice__conn_eval(&node_at(cl, ix)->conn, which, key, keylen, args, arglens,
                                    nargs, deadline, out, nout, retry_at, asking, &rd);
         if (rc == 0) return 0;
