@@ -180,7 +180,7 @@ SR_INTERNAL int sluice__conn_circuit_state(sr_conn *c);
 
 #define SR_NSLOTS 16384
 #define SR_MAX_NODES 512
-#define SR_MAX_REDIRECTS 5          /* MOVED + ASK answers followed per call */
+#define SR_MAX_REDIRECTS SLUICE_REDIS_MAX_REDIRECTS /* MOVED + ASK followed per call */
 #define SR_REFRESH_MIN_NS 100000000ULL /* CLUSTER SLOTS at most every 100 ms */
 
 enum { SR_MODE_UNKNOWN = 0, SR_MODE_SINGLE, SR_MODE_CLUSTER };

@@ -8,7 +8,10 @@
  *   - AUTH on a private single server: requirepass, an ACL user, a wrong
  *     password, and the configuration checks;
  *   - a single server in AUTO mode is taken as one (one CLUSTER SLOTS,
- *     then nothing changes), and refused in ON mode.
+ *     then nothing changes), and refused in ON mode;
+ *   - against a fake node (a thread speaking RESP): MOVED and ASK for ever
+ *     stop after SLUICE_REDIS_MAX_REDIRECTS, TRYAGAIN and CLUSTERDOWN for
+ *     ever stop at the deadline, malformed redirects are error replies.
  *
  * With SLUICE_TEST_CLUSTER="PORT:PID,PORT:PID,..." (six nodes of a running
  * cluster, 3 masters and 3 replicas on 127.0.0.1; tests/redis/
@@ -32,6 +35,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sluice.h>
@@ -40,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -216,6 +223,197 @@ static void test_config_checks(void **state)
     sluice_redis *r = sluice_redis_new("token-bucket 1/s", &cfg, err, sizeof err);
     assert_non_null(r);
     sluice_redis_free(r);
+}
+
+/* ---- a fake cluster node: redirects that a real cluster never loops ---------- */
+
+/* A thread serving RESP on 127.0.0.1: CLUSTER (SLOTS) answers that it owns
+ * every slot, ASKING +OK, PING +PONG, and every EVALSHA/EVAL the scenario's
+ * error line (with %d for its own port).  It counts what it was sent. */
+typedef struct fake {
+    int lfd, port;
+    const char *answer; /* e.g. "-MOVED 42 127.0.0.1:%d" */
+    _Atomic bool stop;
+    _Atomic int evals, askings, slots;
+    pthread_t th;
+} fake;
+
+/* Parse one RESP array of bulk strings at buf[0..n): its length in bytes
+ * and its first word (upper case) in cmd, or 0 when incomplete. */
+static size_t parse_cmd(const char *buf, size_t n, char *cmd, size_t cmdlen)
+{
+    size_t i = 0;
+    if (n < 4 || buf[0] != '*') return 0;
+    long argc = strtol(buf + 1, NULL, 10);
+    const char *e = memchr(buf, '\n', n);
+    if (!e) return 0;
+    i = (size_t)(e - buf) + 1;
+    cmd[0] = '\0';
+    for (long a = 0; a < argc; a++) {
+        if (i >= n || buf[i] != '$') return 0;
+        long len = strtol(buf + i + 1, NULL, 10);
+        e = memchr(buf + i, '\n', n - i);
+        if (!e) return 0;
+        i = (size_t)(e - buf) + 1;
+        if (i + (size_t)len + 2 > n) return 0;
+        if (a == 0) {
+            size_t k = (size_t)len < cmdlen - 1 ? (size_t)len : cmdlen - 1;
+            for (size_t j = 0; j < k; j++) cmd[j] = (char)(buf[i + j] & ~0x20);
+            cmd[k] = '\0';
+        }
+        i += (size_t)len + 2;
+    }
+    return i;
+}
+
+static void *fake_loop(void *arg)
+{
+    fake *f = arg;
+    enum { MAXC = 16 };
+    struct pollfd p[MAXC + 1];
+    static char buf[MAXC][1 << 16];
+    size_t have[MAXC] = {0};
+    int nc = 0;
+    p[0] = (struct pollfd){.fd = f->lfd, .events = POLLIN};
+    for (int iter = 0; iter < 100000 && !atomic_load(&f->stop); iter++) {
+        if (poll(p, (nfds_t)(nc + 1), 10) <= 0) continue;
+        if ((p[0].revents & POLLIN) && nc < MAXC) {
+            int c = accept(f->lfd, NULL, NULL);
+            if (c >= 0) {
+                p[1 + nc] = (struct pollfd){.fd = c, .events = POLLIN};
+                have[nc++] = 0;
+            }
+        }
+        for (int i = 0; i < nc; i++) {
+            if (p[1 + i].fd < 0 || !(p[1 + i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t r = read(p[1 + i].fd, buf[i] + have[i], sizeof buf[i] - have[i]);
+            if (r <= 0) {
+                close(p[1 + i].fd);
+                p[1 + i].fd = -1;
+                continue;
+            }
+            have[i] += (size_t)r;
+            char cmd[16], out[256];
+            size_t used;
+            while ((used = parse_cmd(buf[i], have[i], cmd, sizeof cmd)) > 0) {
+                int k;
+                if (strcmp(cmd, "CLUSTER") == 0) {
+                    atomic_fetch_add(&f->slots, 1);
+                    k = snprintf(out, sizeof out,
+                                 "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
+                } else if (strcmp(cmd, "ASKING") == 0) {
+                    atomic_fetch_add(&f->askings, 1);
+                    k = snprintf(out, sizeof out, "+OK\r\n");
+                } else if (strcmp(cmd, "PING") == 0) {
+                    k = snprintf(out, sizeof out, "+PONG\r\n");
+                } else {
+                    atomic_fetch_add(&f->evals, 1);
+                    /* the answer, its "%d" (if any) replaced by our port */
+                    const char *d = strstr(f->answer, "%d");
+                    int pre = d ? (int)(d - f->answer) : (int)strlen(f->answer);
+                    k = snprintf(out, sizeof out, "%.*s", pre, f->answer);
+                    if (d) k += snprintf(out + k, sizeof out - (size_t)k, "%d%s", f->port, d + 2);
+                    k += snprintf(out + k, sizeof out - (size_t)k, "\r\n");
+                }
+                if (write(p[1 + i].fd, out, (size_t)k) != k) break;
+                memmove(buf[i], buf[i] + used, have[i] - used);
+                have[i] -= used;
+            }
+        }
+    }
+    for (int i = 0; i < nc; i++)
+        if (p[1 + i].fd >= 0) close(p[1 + i].fd);
+    return NULL;
+}
+
+static void fake_start(fake *f, const char *answer)
+{
+    memset(f, 0, sizeof *f);
+    f->answer = answer;
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(f->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->lfd, 16), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->th, NULL, fake_loop, f), 0);
+}
+
+static void fake_stop(fake *f)
+{
+    atomic_store(&f->stop, true);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+}
+
+/* One call against a fake node answering `answer`; its details. */
+static void fake_call(const char *answer, uint32_t timeout_ms, fake *f, sluice_redis_info *info,
+                      sluice_redis_stats *st, uint64_t *took)
+{
+    fake_start(f, answer);
+    sluice_redis *r = mk("token-bucket 10/s", f->port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, timeout_ms);
+    sluice_result res;
+    uint64_t t0 = test_now_ns();
+    assert_false(sluice_redis_try_acquire_ex(r, "k", 1, 1, &res, info));
+    *took = test_now_ns() - t0;
+    sluice_redis_stats_get(r, st);
+    sluice_redis_free(r);
+    fake_stop(f);
+}
+
+static void test_redirect_limits(void **state)
+{
+    (void)state;
+    fake f;
+    sluice_redis_info info;
+    sluice_redis_stats st;
+    uint64_t took;
+
+    /* MOVED for ever: 5 followed, the 6th fails the call */
+    fake_call("-MOVED 42 127.0.0.1:%d", 1000, &f, &info, &st, &took);
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+    assert_int_equal(info.error, SLUICE_EBACKEND);
+    assert_int_equal(st.cluster, 1);
+    assert_int_equal(st.moved, SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(atomic_load(&f.evals), SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(st.err_reply, 1);
+    assert_int_equal(st.circuit_opens, 0); /* the node answered every time */
+
+    /* ASK for ever: ASKING before each command after the first */
+    fake_call("-ASK 42 127.0.0.1:%d", 1000, &f, &info, &st, &took);
+    assert_int_equal(info.error, SLUICE_EBACKEND);
+    assert_int_equal(st.ask, SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(atomic_load(&f.askings), SLUICE_REDIS_MAX_REDIRECTS);
+    assert_int_equal(st.moved, 0);
+
+    /* TRYAGAIN for ever: retried after 1, 2, 4, 8, 16, 16 .. ms until the
+     * 80-ms deadline, then ETIMEDOUT */
+    fake_call("-TRYAGAIN Multiple keys request during rehashing of slot", 80, &f, &info, &st, &took);
+    assert_int_equal(info.error, SLUICE_ETIMEDOUT);
+    assert_true(took >= 80 * MSEC && took < 80 * MSEC + SLACK_NS);
+    assert_true(st.tryagain >= 3 && st.tryagain <= 12);
+    assert_int_equal(atomic_load(&f.evals), (int)st.tryagain);
+    assert_int_equal(st.err_timeout, 1);
+
+    /* CLUSTERDOWN: the same */
+    fake_call("-CLUSTERDOWN The cluster is down", 80, &f, &info, &st, &took);
+    assert_int_equal(info.error, SLUICE_ETIMEDOUT);
+    assert_true(took >= 80 * MSEC && took < 80 * MSEC + SLACK_NS);
+    assert_true(st.clusterdown >= 3 && st.clusterdown <= 12);
+
+    /* MOVED and ASK that do not parse are plain error replies */
+    const char *bad[] = {"-MOVED 42 127.0.0.1:70000", "-MOVED 16384 127.0.0.1:%d", "-MOVED x 127.0.0.1:%d",
+                         "-ASK 42 nocolon", "-MOVED 42 :%d"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fake_call(bad[i], 1000, &f, &info, &st, &took);
+        assert_int_equal(info.error, SLUICE_EBACKEND);
+        assert_int_equal(st.moved + st.ask, 0);
+        assert_int_equal(st.err_reply, 1);
+        assert_int_equal(atomic_load(&f.evals), 1);
+    }
 }
 
 /* ---- the live cluster ---------------------------------------------------------- */
@@ -659,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_crc16),
         cmocka_unit_test(test_config_checks),
         cmocka_unit_test(test_auth_single),
+        cmocka_unit_test(test_redirect_limits),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
         cmocka_unit_test(test_migrate_ask_moved),
