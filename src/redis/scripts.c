@@ -44,6 +44,10 @@
  * base of PEXPIRE), so a key never vanishes before it carries no
  * information.
  *
+ * Keys: each script reads and writes KEYS[1] and nothing else, so on a
+ * Redis Cluster every call is a one-slot call (the key name's hash tag
+ * picks the slot; cluster.c) and needs no multi-key hash tags.
+ *
  * Lease: ARGV `want` >= `need`: when need permits are allowed, the script
  * grants min(want, what is available) >= need, all in the same atomic step;
  * the reply's `granted` says how many.
