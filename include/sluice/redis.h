@@ -345,8 +345,8 @@ typedef struct sluice_redis_stats {
     uint64_t ask;              /* ASK answers followed */
     uint64_t tryagain;         /* TRYAGAIN answers (retried) */
     uint64_t clusterdown;      /* CLUSTERDOWN answers (retried) */
-    uint64_t slot_refreshes;   /* CLUSTER SLOTS sent (also the first, that
-                                  finds out whether it is a cluster) */
+    uint64_t slot_refreshes;   /* CLUSTER SLOTS answered (also the first,
+                                  that finds out whether it is a cluster) */
     int cluster;               /* 1 once the server is known to be a
                                   cluster node */
     uint32_t nodes;            /* nodes known (the configured one too) */

@@ -242,9 +242,9 @@ static int ask_slots(sr_cluster *cl, uint32_t ix, uint64_t deadline, uint64_t *r
     static const char *const argv[2] = {"CLUSTER", "SLOTS"};
     static const size_t lens[2] = {7, 5};
     void *v = NULL;
-    add(&cl->ct.refreshes);
     int rc = sluice__conn_command(&node_at(cl, ix)->conn, 2, argv, lens, deadline, &v, retry_at);
     if (rc != 0) return rc;
+    add(&cl->ct.refreshes); /* answered (an error reply too) */
     redisReply *rep = v;
     if (not_cluster(rep)) rc = 1;
     else if (apply_slots(cl, rep, ix) == 0) {
