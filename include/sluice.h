@@ -957,6 +957,61 @@ int sluice_limiter_set_limit_at(sluice_limiter *lim, uint64_t limit, uint64_t pe
 int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t now_ns,
                                 char *err, size_t errlen);
 
+/* Change the spec of every key of a table at `now_ns`, as
+ * sluice_limiter_reconfigure_at() changes one limiter's: each key keeps
+ * what it has admitted and decides from now_ns on under the new spec,
+ * exactly as if it had been reconfigured at now_ns (clamped to that key's
+ * latest admission, which becomes its time).  Keys made later start under
+ * the new spec.  Same rules and errors as sluice_limiter_reconfigure_at():
+ * the algorithm must stay, and sliding-wheel's slot width; a bad spec is
+ * refused naming its token (SLUICE_EINVAL, SLUICE_ERANGE); SLUICE_ENOMEM;
+ * SLUICE_EINVAL too for a spec whose state does not fit the 16 bytes each
+ * key of a table made with a packed spec has (a token-bucket or
+ * leaky-bucket whose burst * PERIOD/gcd(LIMIT, PERIOD) reaches 2^64,
+ * sliding-approx with LIMIT >= 2^32: make a new table); SLUICE_ERANGE after
+ * 2^32 - 2 changes.  On an error nothing changes.
+ *
+ * Cost: no key is visited.  The call makes the new configuration and links
+ * it after the current one (O(1), under a mutex that only changes take;
+ * no shard lock): it returns in microseconds for any number of keys, and
+ * no decision waits for it.  Each key, the next time anything holds it
+ * (a decision, peek, scan, the reclaiming of keys at rest), first applies
+ * every change it missed, in order, each at its time -- a few dozen ns per
+ * change missed.  Overrides (sluice_table_override_set_at) keep their own
+ * spec.
+ *
+ * Keys at rest: a change that makes keys come to rest later is followed;
+ * one that makes them rest sooner is seen when the table next looks at
+ * them, at their old rest time (until then a full table may refuse a new
+ * key that could have taken such a key's place).  A table with the
+ * SLUICE_TABLE_RECLAIM_WHEN_FULL flag reclaims only when full anyway.
+ *
+ * States cut to 16 bytes: a change that carries more than a packed state
+ * holds (sliding-approx counts of 2^32 or more, a leaky-bucket's water
+ * beyond 2^64 units) keeps the most that fits, above the new limit: the
+ * key refuses as it would, only its recovery may come a little sooner.
+ *
+ * Thread-safe: decisions on any key may run meanwhile, each wholly under
+ * one spec; changes of one table are serialised.  Memory: each change
+ * keeps a configuration (about 200 bytes) until the table is freed, since a
+ * key may still be under it. */
+int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_ns,
+                                char *err, size_t errlen);
+
+/* sluice_table_reconfigure_at() at the clock of the table's current spec. */
+int sluice_table_reconfigure(sluice_table *t, const char *spec, char *err, size_t errlen);
+
+/* The single knobs for a whole table, as sluice_limiter_set_limit_at() and
+ * sluice_limiter_set_burst_at(): the current spec with only LIMIT/PERIOD,
+ * or only a bucket's burst/capacity, changed as by
+ * sluice_table_reconfigure_at().  Same errors (SLUICE_EINVAL for a limit,
+ * period or burst of 0, and for set_burst on a window algorithm).
+ * Thread-safe. */
+int sluice_table_set_limit_at(sluice_table *t, uint64_t limit, uint64_t period_ns,
+                              uint64_t now_ns, char *err, size_t errlen);
+int sluice_table_set_burst_at(sluice_table *t, uint64_t burst, uint64_t now_ns, char *err,
+                              size_t errlen);
+
 /* ------------------------------------------------------------------------ */
 /* Timers: the hierarchical timing wheel                                     */
 

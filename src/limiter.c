@@ -655,21 +655,12 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
     int rc;
     char buf[SLUICE_SPEC_MAX];
     if (!spec) { /* one knob: the current spec with it changed */
-        sluice__profile k = c->pf;
-        if (period_ns) {
-            k.limit = limit;
-            k.period_ns = period_ns;
-            if (k.alg == SLUICE__SLIDING_WHEEL) k.slots = period_ns / c->pf.tick_ns;
-            if (!k.ops->bucket) k.capacity = limit;
-        } else {
-            k.capacity = burst;
-        }
-        rc = sluice__spec_format(&k, buf, sizeof buf);
+        rc = period_ns ? sluice__reconfigure_knob(&c->pf, SLUICE__KNOB_LIMIT, limit, period_ns,
+                                                  buf, sizeof buf, err, errlen)
+                       : sluice__reconfigure_knob(&c->pf, SLUICE__KNOB_BURST, burst, 0, buf,
+                                                  sizeof buf, err, errlen);
         spec = buf;
-        if (rc < 0) {
-            sluice__errf(err, errlen, "cannot format the new spec");
-            goto out;
-        }
+        if (rc < 0) goto out;
     }
     if ((rc = sluice__spec_parse(spec, &nc->pf, err, errlen)) != 0) goto out;
     if ((rc = sluice__reconfigure_check(&c->pf, &nc->pf, err, errlen)) != 0) goto out;

@@ -68,3 +68,47 @@ bool sluice__state_packable(const sluice__profile *pf, const sluice__state *st)
 {
     return pf->packed && (!pf->ops->fits || pf->ops->fits(pf, st));
 }
+
+int sluice__reconfigure_knob(const sluice__profile *cur, int knob, uint64_t a, uint64_t b,
+                             char *buf, size_t buflen, char *err, size_t errlen)
+{
+    sluice__profile k = *cur;
+    if (knob == SLUICE__KNOB_LIMIT) {
+        if (a == 0 || b == 0) {
+            sluice__errf(err, errlen, "bad %s 0: expected a whole number >= 1",
+                         a == 0 ? "limit" : "period_ns");
+            return SLUICE_EINVAL;
+        }
+        k.limit = a;
+        k.period_ns = b;
+        if (k.alg == SLUICE__SLIDING_WHEEL) k.slots = b / cur->tick_ns;
+        if (!k.ops->bucket) k.capacity = a;
+    } else {
+        if (!k.ops->bucket) {
+            sluice__errf(err, errlen, "burst applies to token-bucket and leaky-bucket only");
+            return SLUICE_EINVAL;
+        }
+        if (a == 0) {
+            sluice__errf(err, errlen, "bad burst 0: expected a whole number >= 1");
+            return SLUICE_EINVAL;
+        }
+        k.capacity = a;
+    }
+    if (sluice__spec_format(&k, buf, buflen) < 0) {
+        sluice__errf(err, errlen, "cannot format the new spec");
+        return SLUICE_EINVAL;
+    }
+    return 0;
+}
+
+void sluice__reconfigure_fit(const sluice__profile *pf, sluice__state *st)
+{
+    if (sluice__state_packable(pf, st)) return;
+    if (pf->ops->bucket) { /* above the (packed) full bucket: refuses as long */
+        st->u.bk.deficit = UINT64_MAX;
+    } else if (pf->alg == SLUICE__SLIDING_APPROX) {
+        const uint64_t top = ((uint64_t)1 << 32) - 1; /* above the (packed) L */
+        if (st->u.sa.cur > top) st->u.sa.cur = top;
+        if (st->u.sa.prev > top) st->u.sa.prev = top;
+    }
+}

@@ -11,10 +11,13 @@
  *                         closer to its home than the probe is; removal
  *                         shifts the run back (no tombstones, no rehash).
  *                         Load factor at most 0.8.
- *   entry      48 bytes   key length and wheel links (16), the key inline
- *                         when <= 16 bytes, else a pointer to a copy (16),
- *                         and the state in its packed 16-byte form (the
- *                         latest time and one count: limiter.c).  States
+ *   entry      48 bytes   key length, wheel links and the number of the
+ *                         configuration the state is under (16: below), the
+ *                         key inline when <= 16 bytes, else a pointer to a
+ *                         copy (16), and the state in its packed 16-byte
+ *                         form (the latest time and one count: limiter.c).
+ *                         The hash's tag is not kept: removal hashes the
+ *                         key again to find its index slot.  States
  *                         that do not pack (sliding-log and sliding-wheel,
  *                         whose rings live on the heap, and rare extreme
  *                         specs) take a whole sluice__state: 80 bytes.
@@ -66,6 +69,20 @@
  * When full of keys in use: refuse the new key (default; counted), or, with
  * SLUICE_TABLE_EVICT_LRU, drop the entry with the oldest latest time among
  * LRU_SAMPLES sampled in the key's shard (Redis's approximated LRU).
+ *
+ * Configurations (changing the spec of every key, reconfigure.c's rule;
+ * at the end of this file).  The table's spec is a chain of
+ * configurations: a profile, the time of the change that made it, and a
+ * link to the one that replaced it.  Each is numbered (an id, found again
+ * through a segmented array that never moves); an entry keeps the id its
+ * state is under.  A change makes a configuration and links it in: no key
+ * is touched.  Whoever next holds an entry under its shard lock (decision,
+ * peek, scan, the reclaiming wheel) first carries its state over each change
+ * it missed, in order, each at that change's time clamped to the key's
+ * latest admission -- exactly what the change would have done to it then,
+ * since only an admission moves a state and every admission catches up
+ * first.  A new key starts under the newest configuration.  Configurations
+ * are kept until the table is freed (a decision may be reading one).
  */
 #include "internal.h"
 #include "counters.h"
@@ -91,7 +108,7 @@ typedef struct entry {
     uint32_t meta;  /* key length (17 bits) | wheel list code << 17 */
     uint32_t next;  /* wheel list or free list: entry + 1, 0 = none */
     uint32_t prev;  /* wheel list: entry + 1, 0 = head */
-    uint32_t tag;   /* the hash's low 32 bits: finds the index slot */
+    uint32_t cfg;   /* the id of the configuration the state is under */
     union {
         unsigned char in[INLINE_KEY];
         unsigned char *ext;
@@ -128,8 +145,20 @@ typedef struct shard {
                            * bound readable without the lock */
 } shard;
 
+/* One configuration of the table's spec (the end of this file). */
+typedef struct tcfg {
+    sluice__profile pf;           /* first: &c->pf leads back to c */
+    uint64_t at;                  /* the time (ns) of the change that made it */
+    _Atomic(struct tcfg *) newer; /* the configuration that replaced it */
+    uint32_t id;
+    struct tcfg *made;            /* the one made before it (the free) */
+} tcfg;
+
+#define CFG_SEGS 32 /* segment j holds ids 2^j - 1 .. 2^(j+1) - 2 */
+
 struct sluice_table {
-    sluice__profile pf;
+    sluice__profile pf; /* the first spec: its algorithm and whether states pack */
+    _Atomic(tcfg *) cur; /* the newest configuration */
     unsigned flags;
     size_t max_keys;
     size_t stride;       /* bytes per entry */
@@ -142,7 +171,19 @@ struct sluice_table {
     sluice__counters counters;
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
+    /* configurations: by id, the newest made, and the lock of changes */
+    _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
+    tcfg *made;
+    uint32_t ncfg;
+    pthread_mutex_t cfg_mu;
 };
+
+static const tcfg *ent_cfg(sluice_table *t, shard *s, uint32_t i);
+static const tcfg *cur_cfg(const sluice_table *t);
+static tcfg *cfg_of_id(const sluice_table *t, uint32_t id);
+static int cfg_init(sluice_table *t);
+static void cfg_free(sluice_table *t);
+static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
 
 /* ---- entries ------------------------------------------------------------ */
 
@@ -153,33 +194,36 @@ static inline entry *ent(const sluice_table *t, const shard *s, uint32_t i)
 
 static inline void *ent_state(entry *e) { return (unsigned char *)e + sizeof(entry); }
 
-static void load_state(const sluice_table *t, entry *e, sluice__state *st)
+/* The state of e, under its configuration's profile pf. */
+static void load_state(const sluice_table *t, const sluice__profile *pf, entry *e,
+                       sluice__state *st)
 {
     if (t->pf.packed) {
         uint64_t w[2];
         memcpy(w, ent_state(e), sizeof w);
-        sluice__state_unpack(&t->pf, w, st);
+        sluice__state_unpack(pf, w, st);
     } else {
         memcpy(st, ent_state(e), sizeof *st);
     }
 }
 
-static void store_state(const sluice_table *t, entry *e, const sluice__state *st)
+static void store_state(const sluice_table *t, const sluice__profile *pf, entry *e,
+                        const sluice__state *st)
 {
     if (t->pf.packed) {
         uint64_t w[2];
-        sluice__state_pack(&t->pf, st, w);
+        sluice__state_pack(pf, st, w);
         memcpy(ent_state(e), w, sizeof w);
     } else {
         memcpy(ent_state(e), st, sizeof *st);
     }
 }
 
-static uint64_t ent_rest_at(const sluice_table *t, entry *e)
+/* When entry i comes to rest (rest_of, at the end: under the configuration
+ * that applies to it). */
+static uint64_t ent_rest_at(sluice_table *t, shard *s, uint32_t i)
 {
-    sluice__state st;
-    load_state(t, e, &st);
-    return sluice__rest_at(&t->pf, &st);
+    return rest_of(t, s, i);
 }
 
 static uint64_t ent_t_last(const sluice_table *t, entry *e)
@@ -346,7 +390,7 @@ static void publish_due(shard *s)
  * UINT64_MAX if none; entries filed too early on the way are filed again
  * (ordinary wheel upkeep).  After at most `budget` visits it settles for a
  * lower bound: the start of the earliest slot. */
-static uint64_t wheel_first_rest(const sluice_table *t, shard *s, uint32_t budget)
+static uint64_t wheel_first_rest(sluice_table *t, shard *s, uint32_t budget)
 {
     for (;;) {
         uint64_t ev;
@@ -357,7 +401,7 @@ static uint64_t wheel_first_rest(const sluice_table *t, shard *s, uint32_t budge
             uint32_t i = n - 1;
             n = ent(t, s, i)->next;
             if (budget-- == 0) return ev << TICK_SHIFT;
-            uint64_t rest = ent_rest_at(t, ent(t, s, i));
+            uint64_t rest = ent_rest_at(t, s, i);
             if (list_for(s, rest) == li) {
                 if (rest < best) best = rest;
             } else { /* it rests later than its slot: move it on */
@@ -376,7 +420,7 @@ static void drop_entry(sluice_table *t, shard *s, uint32_t i);
 static bool wheel_visit(sluice_table *t, shard *s, uint32_t i, uint64_t now)
 {
     wheel_unlink(t, s, i);
-    uint64_t rest = ent_rest_at(t, ent(t, s, i));
+    uint64_t rest = ent_rest_at(t, s, i);
     if (rest <= now) {
         drop_entry(t, s, i);
         atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
@@ -433,7 +477,7 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
     for (uint32_t n = s->heads[slot0]; n;) {
         uint32_t i = n - 1;
         n = ent(t, s, i)->next;
-        uint64_t rest = ent_rest_at(t, ent(t, s, i));
+        uint64_t rest = ent_rest_at(t, s, i);
         if (rest <= now) {
             wheel_unlink(t, s, i);
             drop_entry(t, s, i);
@@ -467,7 +511,10 @@ static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_pla
 {
     entry *e = ent(t, s, i);
     wheel_unlink(t, s, i);
-    index_remove(s, (uint64_t)e->tag << 32 | (i + 1));
+    const size_t len = META_LEN(e->meta);
+    const uint32_t tag =
+        (uint32_t)sluice__siphash13(t->seed, len > INLINE_KEY ? e->key.ext : e->key.in, len);
+    index_remove(s, (uint64_t)tag << 32 | (i + 1));
     if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
     if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
     e->meta = 0;
@@ -480,7 +527,7 @@ static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_pla
 /* A new entry for key, in the index (the caller has reserved a key in
  * t->keys); returns the entry number, or UINT32_MAX when memory runs out. */
 static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *key,
-                          size_t keylen)
+                          size_t keylen, const tcfg *c)
 {
     unsigned char *copy = NULL;
     if (keylen > INLINE_KEY) {
@@ -498,12 +545,12 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *k
     entry *e = ent(t, s, i);
     memset(e, 0, t->stride);
     e->meta = (uint32_t)keylen;
-    e->tag = tag;
+    e->cfg = c->id;
     if (copy) e->key.ext = copy;
     else if (keylen) memcpy(e->key.in, key, keylen);
     sluice__state st;
-    sluice__state_init(&t->pf, &st);
-    store_state(t, e, &st);
+    sluice__state_init(&c->pf, &st);
+    store_state(t, &c->pf, e, &st);
     index_insert(s, (uint64_t)tag << 32 | (i + 1));
     s->count++;
     return i;
@@ -571,6 +618,12 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
     t->pf = pf;
+    if (cfg_init(t) != 0) {
+        cfg_free(t);
+        sluice__free64(t);
+        t = NULL;
+        goto oom;
+    }
     t->flags = flags;
     t->max_keys = max_keys;
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
@@ -606,6 +659,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
 oom:
     if (t) {
         if (t->shards) free_shards(t);
+        cfg_free(t);
+        pthread_mutex_destroy(&t->cfg_mu);
         sluice__free64(t);
     }
     sluice__errf(err, errlen, "out of memory");
@@ -661,6 +716,11 @@ sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) return NULL;
     t->pf = *pf;
+    if (cfg_init(t) != 0) { /* its spec, for the clock the live calls read */
+        cfg_free(t);
+        sluice__free64(t);
+        return NULL;
+    }
     t->flags = flags;
     t->max_keys = max_keys;
     t->region = r;
@@ -675,6 +735,8 @@ void sluice_table_free(sluice_table *t)
     sluice__rtable_close(t->region);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
+    cfg_free(t);
+    pthread_mutex_destroy(&t->cfg_mu);
     sluice__free64(t);
 }
 
@@ -761,15 +823,20 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
         uint32_t slot = find(t, s, tag, key, keylen);
         uint32_t i;
         bool fresh = false;
+        const tcfg *c;
         if (slot != UINT32_MAX) {
             i = (uint32_t)s->index[slot] - 1;
-        } else if (permits == 0 || permits > t->pf.capacity) {
+            if (!(c = ent_cfg(t, s, i))) { /* no memory to carry a ring over */
+                if (res) sluice__fail(res, SLUICE_ENOMEM);
+                break;
+            }
+        } else if (c = cur_cfg(t), permits == 0 || permits > c->pf.capacity) {
             /* a fresh limiter admits exactly 1 .. capacity permits (L for
              * the windows): this request is a probe or a refusal, which
              * changes nothing, so the key is not made */
             sluice__state st;
-            sluice__state_init(&t->pf, &st);
-            ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+            sluice__state_init(&c->pf, &st);
+            ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
             break;
         } else {
             int64_t retry = -1;
@@ -792,7 +859,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
                 }
                 break;
             }
-            i = new_entry(t, s, tag, key, keylen);
+            i = new_entry(t, s, tag, key, keylen, c);
             if (i == UINT32_MAX) {
                 atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
                 if (res) sluice__fail(res, SLUICE_ENOMEM);
@@ -803,14 +870,14 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
         entry *e = ent(t, s, i);
         if (t->pf.packed) {
             sluice__state st;
-            load_state(t, e, &st);
-            ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
-            if (ok && permits) store_state(t, e, &st); /* only an admission writes */
+            load_state(t, &c->pf, e, &st);
+            ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
+            if (ok && permits) store_state(t, &c->pf, e, &st); /* only an admission writes */
         } else {
-            ok = sluice__decide(&t->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
+            ok = sluice__decide(&c->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
         }
         if (fresh) {
-            wheel_file(t, s, i, ent_rest_at(t, e));
+            wheel_file(t, s, i, ent_rest_at(t, s, i));
             publish_due(s);
         }
         break;
@@ -855,7 +922,7 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                               uint64_t permits, sluice_result *res)
 {
     return sluice_table_try_acquire_at(t, key, keylen, permits,
-                                       sluice__clock_now(t->pf.clock), res);
+                                       sluice__clock_now(cur_cfg(t)->pf.clock), res);
 }
 
 /* ---- bursts ------------------------------------------------------------- */
@@ -1062,19 +1129,24 @@ void sluice__table_find(sluice__part *part)
     shard *s = shard_for(t, part->hash);
     const void *key = part->key ? part->key : "";
     uint32_t slot = find(t, s, (uint32_t)part->hash, key, part->keylen);
-    part->pf = &t->pf;
+    const tcfg *c = cur_cfg(t);
+    part->pf = &c->pf;
     part->where = s;
     part->created = false;
     if (slot == UINT32_MAX) {
         part->entry = UINT32_MAX;
-        sluice__state_init(&t->pf, &part->base);
+        sluice__state_init(&c->pf, &part->base);
         part->st = &part->base;
         return;
     }
     part->entry = (uint32_t)s->index[slot] - 1;
+    /* carried over the changes it missed; when memory for a ring runs out,
+     * decided under the configuration it reached (the next call retries) */
+    const tcfg *ec = ent_cfg(t, s, part->entry);
+    part->pf = ec ? &ec->pf : &cfg_of_id(t, ent(t, s, part->entry)->cfg)->pf;
     entry *e = ent(t, s, part->entry);
     if (t->pf.packed) {
-        load_state(t, e, &part->base);
+        load_state(t, part->pf, e, &part->base);
         part->st = &part->base;
     } else {
         part->st = ent_state(e);
@@ -1106,7 +1178,8 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
                                      : 1;
         return SLUICE_EFULL;
     }
-    uint32_t i = new_entry(t, s, (uint32_t)part->hash, part->key ? part->key : "", part->keylen);
+    uint32_t i = new_entry(t, s, (uint32_t)part->hash, part->key ? part->key : "", part->keylen,
+                           (const tcfg *)part->pf); /* the pf of sluice__table_find */
     if (i == UINT32_MAX) {
         atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
         *retry = -1;
@@ -1123,10 +1196,10 @@ void sluice__table_store(sluice__part *part)
     sluice_table *t = part->t;
     shard *s = part->where;
     entry *e = ent(t, s, part->entry);
-    if (t->pf.packed) store_state(t, e, &part->tmp);
+    if (t->pf.packed) store_state(t, part->pf, e, &part->tmp);
     else if (!t->pf.ops->judge) memcpy(ent_state(e), &part->tmp, sizeof part->tmp);
     if (part->created) {
-        wheel_file(t, s, part->entry, ent_rest_at(t, e));
+        wheel_file(t, s, part->entry, ent_rest_at(t, s, part->entry));
         publish_due(s);
     }
 }
@@ -1197,14 +1270,12 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen)
     return rc == SLUICE_ENOENT ? 0 : rc; /* a key not held is at rest already */
 }
 
-/* What entry e holds, for the caller (shard locked). */
-static void key_state_of(const sluice_table *t, entry *e, sluice_key_state *out)
+/* What entry i holds, for the caller (shard locked): under the
+ * configuration that applies to it (rest_of). */
+static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state *out)
 {
-    sluice__state st;
-    if (t->pf.packed) load_state(t, e, &st);
-    else memcpy(&st, ent_state(e), sizeof st); /* the ring is only read */
-    out->last_ns = st.t_last;
-    out->rest_ns = sluice__rest_at(&t->pf, &st);
+    out->rest_ns = rest_of(t, s, i);
+    out->last_ns = ent_t_last(t, ent(t, s, i));
 }
 
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
@@ -1222,11 +1293,12 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i == UINT32_MAX) {
+        const tcfg *c = cur_cfg(t);
         sluice__spin_unlock(&s->mu);
         /* what a fresh limiter would answer: decided on a fresh state of
          * our own, which nothing stores */
-        sluice__state_init(&t->pf, &fresh);
-        sluice__judge(&t->pf, &fresh, &tmp, now_ns, permits, &r);
+        sluice__state_init(&c->pf, &fresh);
+        sluice__judge(&c->pf, &fresh, &tmp, now_ns, permits, &r);
         if (state) memset(state, 0, sizeof *state);
         if (res) *res = r;
         return SLUICE_ENOENT;
@@ -1234,12 +1306,21 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     entry *e = ent(t, s, i);
     sluice__state held;
     const sluice__state *st = &held;
-    if (t->pf.packed) load_state(t, e, &held);
+    /* the changes it missed are carried over first (what its next decision
+     * would do; nothing else changes) */
+    const tcfg *c = ent_cfg(t, s, i);
+    if (!c) {
+        sluice__spin_unlock(&s->mu);
+        if (res) sluice__fail(res, SLUICE_ENOMEM);
+        if (state) memset(state, 0, sizeof *state);
+        return SLUICE_ENOMEM;
+    }
+    if (t->pf.packed) load_state(t, &c->pf, e, &held);
     else st = ent_state(e);
     /* judged without writing: on a copy, or in place by the window logs'
      * judge, which only reads their ring */
-    sluice__judge(&t->pf, st, &tmp, now_ns, permits, &r);
-    if (state) key_state_of(t, e, state);
+    sluice__judge(&c->pf, st, &tmp, now_ns, permits, &r);
+    if (state) key_state_of(t, s, i, state);
     sluice__spin_unlock(&s->mu);
     if (res) *res = r;
     return 0;
@@ -1320,7 +1401,7 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                 break;
             }
             memcpy(buf, len > INLINE_KEY ? e->key.ext : e->key.in, len);
-            key_state_of(t, e, &ks);
+            key_state_of(t, s, i, &ks);
             work++;
             i++;
             found = true;
@@ -1350,4 +1431,200 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_tab
                       void *arg, uint64_t *next_cursor)
 {
     return sluice__table_scan_counted(t, cursor, count, fn, arg, next_cursor, NULL);
+}
+
+/* ---- configurations: changing the spec of every key --------------------- */
+
+/* The configuration numbered id (made and published before any entry could
+ * hold its number). */
+static tcfg *cfg_of_id(const sluice_table *t, uint32_t id)
+{
+    sluice_table *m = (sluice_table *)t; /* loads only */
+    const uint64_t v = (uint64_t)id + 1;
+    const unsigned j = 63u - (unsigned)__builtin_clzll(v);
+    _Atomic(tcfg *) *seg = atomic_load_explicit(&m->cfgs[j], memory_order_acquire);
+    return atomic_load_explicit(&seg[v - ((uint64_t)1 << j)], memory_order_acquire);
+}
+
+static const tcfg *cur_cfg(const sluice_table *t)
+{
+    return atomic_load_explicit(&((sluice_table *)t)->cur, memory_order_acquire);
+}
+
+/* Number c and make it findable (t->cfg_mu held, or the table not yet
+ * shared); false when out of memory or numbers. */
+static bool cfg_add(sluice_table *t, tcfg *c)
+{
+    if (t->ncfg >= UINT32_MAX - 1) return false;
+    const uint64_t v = (uint64_t)t->ncfg + 1;
+    const unsigned j = 63u - (unsigned)__builtin_clzll(v);
+    _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
+    if (!seg) {
+        seg = sluice__calloc((size_t)1 << j, sizeof *seg);
+        if (!seg) return false;
+        atomic_store_explicit(&t->cfgs[j], seg, memory_order_release);
+    }
+    c->id = t->ncfg++;
+    c->made = t->made;
+    t->made = c;
+    atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], c, memory_order_release);
+    return true;
+}
+
+/* The first configuration: the spec the table was made with. */
+static int cfg_init(sluice_table *t)
+{
+    tcfg *c = sluice__calloc(1, sizeof *c);
+    if (!c) return SLUICE_ENOMEM;
+    c->pf = t->pf;
+    if (!cfg_add(t, c)) {
+        sluice__free(c);
+        return SLUICE_ENOMEM;
+    }
+    atomic_store_explicit(&t->cur, c, memory_order_relaxed);
+    if (pthread_mutex_init(&t->cfg_mu, NULL) != 0) return SLUICE_ENOMEM;
+    return 0;
+}
+
+static void cfg_free(sluice_table *t)
+{
+    for (tcfg *c = t->made, *n; c; c = n) {
+        n = c->made;
+        sluice__free(c);
+    }
+    for (unsigned j = 0; j < CFG_SEGS; j++)
+        sluice__free((void *)atomic_load_explicit(&t->cfgs[j], memory_order_relaxed));
+}
+
+/* Carry entry e's state from configuration c over each change after it, in
+ * order, each at its time (clamped to the key's latest admission:
+ * reconfigure.c, the same carry-over a single limiter makes).  Returns the
+ * newest, or NULL when a window log's ring cannot grow (the entry stays at
+ * the configuration it reached). */
+static const tcfg *catch_up(sluice_table *t, entry *e, const tcfg *c, const tcfg *n)
+{
+    do {
+        sluice__state st, *sp = &st;
+        if (t->pf.packed) load_state(t, &c->pf, e, &st);
+        else sp = ent_state(e);
+        if (n->pf.ops->reserve && !n->pf.ops->reserve(sp)) return NULL;
+        sluice__reconfigure_state(&c->pf, &n->pf, sp, n->at);
+        if (t->pf.packed) {
+            sluice__reconfigure_fit(&n->pf, &st); /* the entry keeps 16 bytes */
+            store_state(t, &n->pf, e, &st);
+        }
+        e->cfg = n->id;
+        c = n;
+    } while ((n = atomic_load_explicit(&((tcfg *)c)->newer, memory_order_acquire)));
+    return c;
+}
+
+/* The configuration entry i decides under (shard s locked), its state
+ * carried over the changes it missed first; NULL when memory runs out. */
+static const tcfg *ent_cfg(sluice_table *t, shard *s, uint32_t i)
+{
+    entry *e = ent(t, s, i);
+    const tcfg *c = cur_cfg(t);
+    if (e->cfg == c->id) return c; /* the common case: under the newest */
+    c = cfg_of_id(t, e->cfg);
+    const tcfg *n = atomic_load_explicit(&((tcfg *)c)->newer, memory_order_acquire);
+    return n ? catch_up(t, e, c, n) : c;
+}
+
+/* When entry i comes to rest under the configuration that applies to it
+ * (shard locked).  An entry that could not be carried over (no memory for
+ * its ring) is taken to rest a second after the shard's time: the wheel
+ * looks at it again then, and never drops it unconverted. */
+static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i)
+{
+    const tcfg *c = ent_cfg(t, s, i);
+    if (!c) return sluice__min_u64(s->now, (uint64_t)INT64_MAX - ((uint64_t)1 << 30)) + ((uint64_t)1 << 30);
+    entry *e = ent(t, s, i);
+    if (!t->pf.packed) return sluice__rest_at(&c->pf, ent_state(e));
+    sluice__state st;
+    load_state(t, &c->pf, e, &st);
+    return sluice__rest_at(&c->pf, &st);
+}
+
+/* Change the table's spec at now_ns to `spec`, or (spec NULL) to the
+ * current one with one knob changed (sluice__reconfigure_knob). */
+static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64_t a,
+                             uint64_t b, uint64_t now_ns, char *err, size_t errlen)
+{
+    if (!t || t->region) {
+        sluice__errf(err, errlen, t ? "a table in a shared region keeps the spec it was made with"
+                                    : "no table (NULL)");
+        return SLUICE_EINVAL;
+    }
+    tcfg *nc = sluice__calloc(1, sizeof *nc);
+    if (!nc) {
+        sluice__errf(err, errlen, "out of memory");
+        return SLUICE_ENOMEM;
+    }
+    pthread_mutex_lock(&t->cfg_mu);
+    tcfg *c = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    char buf[SLUICE_SPEC_MAX];
+    int rc = 0;
+    if (!spec) {
+        if ((rc = sluice__reconfigure_knob(&c->pf, knob, a, b, buf, sizeof buf, err, errlen)) !=
+            0)
+            goto out;
+        spec = buf;
+    }
+    if ((rc = sluice__spec_parse(spec, &nc->pf, err, errlen)) != 0) goto out;
+    if ((rc = sluice__reconfigure_check(&c->pf, &nc->pf, err, errlen)) != 0) goto out;
+    if (t->pf.packed && !nc->pf.packed) {
+        sluice__errf(err, errlen,
+                     "\"%s\" needs more than the 16 bytes of state each key of this table has: make a new table",
+                     spec);
+        rc = SLUICE_EINVAL;
+        goto out;
+    }
+    if (!cfg_add(t, nc)) {
+        sluice__errf(err, errlen, t->ncfg >= UINT32_MAX - 1 ? "too many changes (2^32 - 1)"
+                                                            : "out of memory");
+        rc = t->ncfg >= UINT32_MAX - 1 ? SLUICE_ERANGE : SLUICE_ENOMEM;
+        goto out;
+    }
+    nc->at = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+    /* nc is whole before anyone can reach it: through c (entries catching
+     * up), then as the newest (keys made from now on) */
+    atomic_store_explicit(&c->newer, nc, memory_order_release);
+    atomic_store_explicit(&t->cur, nc, memory_order_release);
+    nc = NULL;
+out:
+    pthread_mutex_unlock(&t->cfg_mu);
+    sluice__free(nc);
+    return rc;
+}
+
+int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_ns, char *err,
+                                size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!spec) {
+        sluice__errf(err, errlen, "no spec (NULL)");
+        return SLUICE_EINVAL;
+    }
+    return table_reconfigure(t, spec, 0, 0, 0, now_ns, err, errlen);
+}
+
+int sluice_table_reconfigure(sluice_table *t, const char *spec, char *err, size_t errlen)
+{
+    uint64_t now = t ? sluice__clock_now(cur_cfg(t)->pf.clock) : 0;
+    return sluice_table_reconfigure_at(t, spec, now, err, errlen);
+}
+
+int sluice_table_set_limit_at(sluice_table *t, uint64_t limit, uint64_t period_ns,
+                              uint64_t now_ns, char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    return table_reconfigure(t, NULL, SLUICE__KNOB_LIMIT, limit, period_ns, now_ns, err, errlen);
+}
+
+int sluice_table_set_burst_at(sluice_table *t, uint64_t burst, uint64_t now_ns, char *err,
+                              size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    return table_reconfigure(t, NULL, SLUICE__KNOB_BURST, burst, 0, now_ns, err, errlen);
 }
