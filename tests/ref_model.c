@@ -460,3 +460,52 @@ bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
         *res = r;
     return r.allowed;
 }
+
+/* ---- 3.8: changing the parameters -------------------------------------- */
+
+bool ref_model_reconfigure(ref_model *m, const ref_params *params, uint64_t at_ns)
+{
+    ref_params np = *params;
+    if (np.alg != m->p.alg || np.limit == 0 || np.period_ns == 0)
+        return false;
+    if (np.capacity == 0)
+        np.capacity = np.limit;
+    if (np.alg == REF_SLIDING_WHEEL &&
+        (np.slots == 0 || np.period_ns % np.slots != 0 ||
+         np.period_ns / np.slots != m->p.period_ns / m->p.slots))
+        return false;
+    if (is_bucket(m) && np.period_ns % m->p.period_ns != 0)
+        return false;
+    np.literal = m->p.literal;
+    const uint64_t t = m->seen && at_ns < m->latest ? m->latest : at_ns;
+    switch (np.alg) {
+    case REF_FIXED_WINDOW: {
+        uint64_t w = m->p.period_ns;
+        u128 count = sum_in(m, t / w * w, t);
+        m->head = m->n = 0;
+        m->base = 0;
+        if (count > 0)
+            add_event(m, t, (uint64_t)count);
+        break;
+    }
+    case REF_TOKEN_BUCKET:
+    case REF_LEAKY_BUCKET:
+        if (m->started) {
+            const u128 k = np.period_ns / m->p.period_ns; /* level * W -> * W' */
+            u128 level = np.alg == REF_TOKEN_BUCKET ? tokens_times_w(m, t) : water_times_w(m, t);
+            level *= k;
+            u128 full = (u128)np.capacity * np.period_ns;
+            if (np.alg == REF_TOKEN_BUCKET && level > full)
+                level = full; /* capped at the new burst */
+            m->level = level;
+            m->t_prev = t;
+        } /* else full (empty) of the new burst (capacity) */
+        break;
+    default: /* the events stay where they are */
+        break;
+    }
+    m->p = np;
+    m->seen = true;
+    m->latest = t;
+    return true;
+}

@@ -79,6 +79,25 @@ void ref_model_free(ref_model *m);
 bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
                       ref_result *res);
 
+/* Change the model's parameters at `at_ns`, keeping what it has admitted
+ * (docs/decisions.md, section 3.8: "Changing a limit while it runs").  The
+ * change's time t is at_ns, or the latest admission if that is later, and
+ * becomes the model's latest time (a later request with an earlier time
+ * counts as t).  Per rule:
+ *   windows (sliding-log, sliding-wheel, sliding-approx)  every admitted
+ *       event stays at its time; from t on the rule is the new one.  A
+ *       model that prunes has forgotten events older than its old window:
+ *       for a longer new window make it with `literal` set.
+ *   fixed-window  the permits admitted in the old window of t count in the
+ *       new window of t (one event at t).
+ *   token-bucket  tokens(t) by the old rate, capped at the new burst.
+ *   leaky-bucket  water(t) by the old rate, kept.
+ * The buckets keep their level times PERIOD: the new PERIOD must be a
+ * multiple of the old one (no rounding, as the rule has none).  The
+ * algorithm (and sliding-wheel's slot width) must stay.  Returns false,
+ * changing nothing, when any of this does not hold. */
+bool ref_model_reconfigure(ref_model *m, const ref_params *params, uint64_t at_ns);
+
 /* Would a request for `permits` at `at_ns` be allowed, given what has been
  * admitted so far and no other traffic?  `at_ns` earlier than the latest
  * time seen counts as that time.  Changes nothing. */

@@ -264,7 +264,56 @@ static void rb_move(rbucket *b, const ref_params *p, uint64_t D, uint64_t t, boo
     b->t = t;
 }
 
-static void one_trace(uint64_t *rs, int variant)
+/* What a trace runs on: a limiter, or one key of a table of several
+ * (sluice_table_reconfigure_at changes them all). */
+typedef struct tgt {
+    sluice_limiter *l;
+    sluice_table *t;
+    uint64_t noise; /* the other keys' requests */
+} tgt;
+
+static void tgt_new(tgt *g, const char *sp, bool table)
+{
+    *g = (tgt){.noise = 0x5eed};
+    if (!table) {
+        g->l = mk(sp);
+        return;
+    }
+    char err[256];
+    g->t = sluice_table_new_flags(sp, 64, SLUICE_TABLE_RECLAIM_WHEN_FULL, err, sizeof err);
+    if (!g->t) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_non_null(g->t);
+}
+
+static bool tgt_decide(tgt *g, uint64_t p, uint64_t t, sluice_result *r)
+{
+    if (g->l) return sluice_try_acquire_at(g->l, p, t, r);
+    char other[8];
+    snprintf(other, sizeof other, "n%u", (unsigned)tu_splitmix64_below(&g->noise, 16));
+    sluice_table_try_acquire_at(g->t, other, strlen(other), tu_splitmix64_below(&g->noise, 3),
+                                t, NULL);
+    return sluice_table_try_acquire_at(g->t, "trace", 5, p, t, r);
+}
+
+static void tgt_reconf(tgt *g, const char *sp, uint64_t t)
+{
+    if (g->l) {
+        reconf(g->l, sp, t);
+        return;
+    }
+    char err[256];
+    int rc = sluice_table_reconfigure_at(g->t, sp, t, err, sizeof err);
+    if (rc) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_int_equal(rc, 0);
+}
+
+static void tgt_free(tgt *g)
+{
+    sluice_limiter_free(g->l);
+    sluice_table_free(g->t);
+}
+
+static void one_trace(uint64_t *rs, int variant, bool table)
 {
     ref_alg a = variant == 6 ? REF_LEAKY_BUCKET : (ref_alg)variant;
     bool nodelay = variant == 6;
@@ -285,7 +334,8 @@ static void one_trace(uint64_t *rs, int variant)
     spec s1, s2;
     spec_make(&s1, a, nodelay, L1, W1, bucket ? C1 : 0, N1);
     spec_make(&s2, a, nodelay, L2, W2, bucket ? C2 : 0, N2);
-    sluice_limiter *l = mk(s1.s);
+    tgt l;
+    tgt_new(&l, s1.s, table);
     ref_model *m = ref_model_new(&s1.p);
     assert_non_null(m);
     adm hist[200];
@@ -297,7 +347,7 @@ static void one_trace(uint64_t *rs, int variant)
         uint64_t p = tu_splitmix64_below(rs, 4);
         ref_result w;
         sluice_result g;
-        bool ok = sluice_try_acquire_at(l, p, t, &g);
+        bool ok = tgt_decide(&l, p, t, &g);
         assert_true(ref_model_decide(m, p, t, &w) == ok);
         assert_int_equal(g.remaining, w.remaining);
         assert_int_equal(g.retry_after_ns, w.retry_after_ns);
@@ -310,8 +360,11 @@ static void one_trace(uint64_t *rs, int variant)
     /* the change, at a time that may be before the latest admission */
     uint64_t tc = t + tu_splitmix64_below(rs, W1);
     if (tu_splitmix64_below(rs, 4) == 0 && latest > 10) tc = latest - tu_splitmix64_below(rs, 10);
-    reconf(l, s2.s, tc);
-    const uint64_t T = tc > latest ? tc : latest; /* the change's time */
+    tgt_reconf(&l, s2.s, tc);
+    const uint64_t Tc = tc > latest ? tc : latest; /* the change's time */
+    /* a key a table does not hold (nothing admitted) is made when it
+     * comes, fresh under the new spec: no change's time clamps it */
+    const uint64_t T = table && nh == 0 ? 0 : Tc;
     /* the checkers' state at T */
     uint64_t fw_carry = 0;
     if (a == REF_FIXED_WINDOW) fw_carry = sum_in(hist, nh, T / W1 * W1, T);
@@ -331,15 +384,16 @@ static void one_trace(uint64_t *rs, int variant)
         }
         rb_move(&rb, &s1.p, D, T, token);
         if (token && rb.level > (u128)C2 * D) rb.level = (u128)C2 * D;
+        if (table && nh == 0) rb.level = token ? (u128)C2 * D : 0; /* fresh */
     }
     size_t nh_before = nh;
-    uint64_t now = T;
+    uint64_t now = Tc;
     for (size_t k = 0; k < steps_after; k++) {
         now += tu_splitmix64_below(rs, W2 / 3 + 1);
         uint64_t at = tu_splitmix64_below(rs, 6) == 0 && now > W2 ? now - tu_splitmix64_below(rs, W2) : now;
         uint64_t p = tu_splitmix64_below(rs, 4);
         sluice_result g;
-        bool ok = sluice_try_acquire_at(l, p, at, &g);
+        bool ok = tgt_decide(&l, p, at, &g);
         uint64_t s = at > latest ? at : latest; /* clamped: latest >= T below */
         if (s < T) s = T;
         bool want; /* the checker's answer; NULL-ish for one-sided checks */
@@ -410,7 +464,7 @@ static void one_trace(uint64_t *rs, int variant)
         }
     }
     ref_model_free(m);
-    sluice_limiter_free(l);
+    tgt_free(&l);
 }
 
 static void test_random_traces(void **state)
@@ -418,7 +472,17 @@ static void test_random_traces(void **state)
     (void)state;
     uint64_t rs = g_seed ^ 0x7ec;
     for (size_t rep = 0; rep < tu_scaled(300, g_scale); rep++)
-        for (int v = 0; v < 7; v++) one_trace(&rs, v);
+        for (int v = 0; v < 7; v++) one_trace(&rs, v, false);
+}
+
+/* The same property for one key of a table whose spec changes
+ * (sluice_table_reconfigure_at), among other keys that decide meanwhile. */
+static void test_table_random_traces(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x7ab1e;
+    for (size_t rep = 0; rep < tu_scaled(300, g_scale); rep++)
+        for (int v = 0; v < 7; v++) one_trace(&rs, v, true);
 }
 
 /* ---- bad changes --------------------------------------------------------- */
@@ -650,6 +714,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_cases),
         cmocka_unit_test(test_random_traces),
+        cmocka_unit_test(test_table_random_traces),
         cmocka_unit_test(test_bad_changes),
         cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_out_of_memory),
