@@ -688,7 +688,9 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
 
 /* Look at `key` without making it or writing anything (a pure read: the
  * key's state, the table's clock, its wheel and its counters are left as
- * they are).  `res` (may be NULL) receives what sluice_table_try_acquire_at()
+ * they are -- but for one step its next decision would take first: a key
+ * that missed changes of the table's spec, sluice_table_reconfigure_at(),
+ * is carried over them, which is the same state in the new spec's terms).  `res` (may be NULL) receives what sluice_table_try_acquire_at()
  * for `permits` at `now_ns` would answer (allowed, remaining,
  * retry_after_ns, wait_ns), without taking anything; permits = 0 gives the
  * key's state at now_ns as a probe does.  `state` (may be NULL) receives
@@ -697,7 +699,10 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
  * answer (a first request for the key gets exactly that, unless the table
  * is full, SLUICE_EFULL, or a long key cannot be copied, SLUICE_ENOMEM) and
  * `state` is zeroed; SLUICE_EINVAL for the bad
- * arguments of sluice_table_remove() (res->error = SLUICE_EINVAL).  A held
+ * arguments of sluice_table_remove() (res->error = SLUICE_EINVAL);
+ * SLUICE_ENOMEM (res->error too, `state` zeroed) when carrying a
+ * sliding-log or sliding-wheel key over a change needs a larger ring and
+ * memory runs out.  A held
  * key that has come to rest by now_ns is answered from its state, which is
  * then a fresh limiter's answer too (unless now_ns is earlier than its
  * last_ns: the table's reclaiming would then start it afresh at now_ns; see
@@ -984,7 +989,10 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * one that makes them rest sooner is seen when the table next looks at
  * them, at their old rest time (until then a full table may refuse a new
  * key that could have taken such a key's place).  A table with the
- * SLUICE_TABLE_RECLAIM_WHEN_FULL flag reclaims only when full anyway.
+ * SLUICE_TABLE_RECLAIM_WHEN_FULL flag reclaims only when full anyway.  A
+ * key the table no longer holds (reclaimed at rest before the change) comes
+ * back fresh under the new spec: a longer window does not see its
+ * admissions older than the old window.
  *
  * States cut to 16 bytes: a change that carries more than a packed state
  * holds (sliding-approx counts of 2^32 or more, a leaky-bucket's water

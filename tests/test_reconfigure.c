@@ -28,6 +28,27 @@
  *   test_threads        4 threads deciding while another reconfigures back
  *                       and forth (run under TSan): admissions never exceed
  *                       the largest limit, and the count is kept exactly.
+ *
+ * Tables (sluice_table_reconfigure_at, set_limit_at, set_burst_at):
+ *   test_table_random_traces  test_random_traces' property on one key of a
+ *                       table among others.
+ *   test_table_exact    300 keys, three changes (some keys touched between
+ *                       them, some missing all three): every field of every
+ *                       decision and peek equals the reference model
+ *                       changed at the same times (ref_model_reconfigure,
+ *                       written from the rule's text), and each key's rest
+ *                       time is one at which the model is at rest.
+ *   test_table_rest     keys that rest later under the new spec are not
+ *                       reclaimed at their old rest time (wheel, full table).
+ *   test_table_million  10^6 keys reconfigured: the time is printed (the
+ *                       bound asserted is generous), then keys sampled.
+ *   test_table_bad_changes  bad specs, NULLs, knobs of 0, a state too big
+ *                       for the table's 16 bytes, no memory: the error
+ *                       names the token, and the table decides as its twin.
+ *   test_table_knobs    a key and a limiter changed alike decide alike.
+ *   test_table_threads  4 threads deciding, peeking and scanning while the
+ *                       spec changes back and forth (TSan): no key admits
+ *                       more than the larger limit; the count is kept.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -42,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sluice.h>
 
@@ -485,6 +507,229 @@ static void test_table_random_traces(void **state)
         for (int v = 0; v < 7; v++) one_trace(&rs, v, true);
 }
 
+/* ---- a table of many keys against the reference model ------------------ */
+
+/* The next spec of a chain of changes, chosen so that the library is exact
+ * (README.md, "Changing a limit while it runs"): the logs' windows never
+ * grow (nothing they forgot comes back into a window), sliding-wheel keeps
+ * its 100-ns slots, sliding-approx keeps PERIOD, the buckets' new rate is in
+ * lowest terms over a PERIOD that is a multiple of the old one (the carried
+ * level is a whole number of the new unit: no rounding). */
+static void next_spec(uint64_t *rs, ref_alg a, bool nodelay, const spec *from, spec *to)
+{
+    static const uint64_t periods[] = {500, 1000, 2000, 3000};
+    static const uint64_t coprime[] = {1, 3, 7, 9, 11, 13};
+    uint64_t W = from ? from->p.period_ns : 1000, L = 1 + tu_splitmix64_below(rs, 8);
+    uint64_t C = 1 + tu_splitmix64_below(rs, 8), N = 0;
+    switch (a) {
+    case REF_FIXED_WINDOW: W = periods[tu_splitmix64_below(rs, 4)]; break;
+    case REF_SLIDING_LOG:
+    case REF_SLIDING_WHEEL:
+        do W = periods[tu_splitmix64_below(rs, 4)];
+        while (from && W > from->p.period_ns);
+        if (!from) W = 3000;
+        if (a == REF_SLIDING_WHEEL) N = W / 100;
+        break;
+    case REF_SLIDING_APPROX: break;
+    default:
+        if (from) W *= 1 + tu_splitmix64_below(rs, 2);
+        L = coprime[tu_splitmix64_below(rs, 6)];
+        break;
+    }
+    bool bucket = a == REF_TOKEN_BUCKET || a == REF_LEAKY_BUCKET;
+    spec_make(to, a, nodelay, L, W, bucket ? C : 0, N);
+}
+
+#define TKEYS 300
+
+static void table_exact(uint64_t *rs, int variant)
+{
+    const ref_alg a = variant == 6 ? REF_LEAKY_BUCKET : (ref_alg)variant;
+    const bool nodelay = variant == 6;
+    spec sp;
+    next_spec(rs, a, nodelay, NULL, &sp);
+    char err[256];
+    sluice_table *t = sluice_table_new_flags(sp.s, 4 * TKEYS, SLUICE_TABLE_RECLAIM_WHEN_FULL, err,
+                                             sizeof err);
+    assert_non_null(t);
+    ref_model *m[TKEYS];
+    bool held[TKEYS] = {false}; /* the table holds the key: it admitted */
+    for (int k = 0; k < TKEYS; k++) assert_non_null(m[k] = ref_model_new(&sp.p));
+    uint64_t now = 1000;
+    for (int phase = 0; phase < 4; phase++) {
+        const uint64_t W = sp.p.period_ns;
+        for (int step = 0; step < 1500; step++) {
+            /* keys k % 4 > phase sit out: they miss up to three changes */
+            int k = (int)tu_splitmix64_below(rs, TKEYS);
+            if (k % 4 > phase) continue;
+            char key[16];
+            snprintf(key, sizeof key, "key-%d", k);
+            now += tu_splitmix64_below(rs, W / 20 + 1);
+            uint64_t at = tu_splitmix64_below(rs, 6) == 0 && now > W ? now - tu_splitmix64_below(rs, W) : now;
+            uint64_t p = tu_splitmix64_below(rs, 4);
+            if (tu_splitmix64_below(rs, 8) == 0) { /* peek: as the model would answer */
+                sluice_result r;
+                sluice_key_state ks;
+                int rc = sluice_table_peek_at(t, key, strlen(key), p, at, &r, &ks);
+                assert_int_equal(rc, held[k] ? 0 : SLUICE_ENOENT);
+                assert_true(r.allowed == ref_model_would_allow(m[k], p, at));
+                if (held[k]) assert_int_equal(ks.last_ns, ref_model_latest(m[k]));
+                continue;
+            }
+            sluice_result g;
+            ref_result w;
+            bool ok = sluice_table_try_acquire_at(t, key, strlen(key), p, at, &g);
+            bool want = ref_model_decide(m[k], p, at, &w);
+            if (ok != want || g.remaining != w.remaining || g.retry_after_ns != w.retry_after_ns ||
+                g.wait_ns != w.wait_ns)
+                fprintf(stderr,
+                        "seed %llu: %s phase %d %s p=%llu at %llu: got %d rem %llu retry %lld wait %llu, "
+                        "want %d rem %llu retry %lld wait %llu\n",
+                        ULL(g_seed), sp.s, phase, key, ULL(p), ULL(at), ok, ULL(g.remaining),
+                        (long long)g.retry_after_ns, ULL(g.wait_ns), want, ULL(w.remaining),
+                        (long long)w.retry_after_ns, ULL(w.wait_ns));
+            assert_true(ok == want);
+            assert_int_equal(g.remaining, w.remaining);
+            assert_int_equal(g.retry_after_ns, w.retry_after_ns);
+            assert_int_equal(g.wait_ns, w.wait_ns);
+            if (ok && p) held[k] = true;
+        }
+        if (phase == 3) break;
+        /* the change: at a time that may be before some keys' latest
+         * admission (those are changed at their latest admission) */
+        spec nx;
+        next_spec(rs, a, nodelay, &sp, &nx);
+        uint64_t tc = tu_splitmix64_below(rs, 3) == 0 ? now - tu_splitmix64_below(rs, W) : now + tu_splitmix64_below(rs, W);
+        int rc = sluice_table_reconfigure_at(t, nx.s, tc, err, sizeof err);
+        if (rc) fprintf(stderr, "%s -> %s: %s\n", sp.s, nx.s, err);
+        assert_int_equal(rc, 0);
+        for (int k = 0; k < TKEYS; k++) {
+            if (held[k]) { /* a held key is changed */
+                assert_true(ref_model_reconfigure(m[k], &nx.p, tc));
+            } else { /* a key not held is made fresh, under the new spec */
+                ref_model_free(m[k]);
+                assert_non_null(m[k] = ref_model_new(&nx.p));
+            }
+        }
+        sp = nx;
+    }
+    /* the scan sees each held key's state under the spec that applies to
+     * it: its latest time, and a rest time at which the model is at rest */
+    for (int k = 0; k < TKEYS; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "key-%d", k);
+        sluice_key_state ks;
+        int rc = sluice_table_peek_at(t, key, strlen(key), 0, 0, NULL, &ks);
+        assert_int_equal(rc, held[k] ? 0 : SLUICE_ENOENT);
+        if (!held[k]) continue;
+        assert_int_equal(ks.last_ns, ref_model_latest(m[k]));
+        if (!ref_model_at_rest(m[k], ks.rest_ns))
+            fprintf(stderr, "seed %llu: %s %s: rest %llu, the model is not at rest then\n",
+                    ULL(g_seed), sp.s, key, ULL(ks.rest_ns));
+        assert_true(ref_model_at_rest(m[k], ks.rest_ns));
+    }
+    for (int k = 0; k < TKEYS; k++) ref_model_free(m[k]);
+    sluice_table_free(t);
+}
+
+/* Every key of a table, reconfigured three times (some keys touched between
+ * the changes, some missing all three), decides exactly as the reference
+ * model changed at the same times (ref_model_reconfigure, from the rule's
+ * text): every field of every decision, peek's answer and the key's
+ * latest time, and a rest time at which the model is at rest. */
+static void test_table_exact(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x7ab1e5;
+    for (size_t rep = 0; rep < tu_scaled(4, g_scale); rep++)
+        for (int v = 0; v < 7; v++) table_exact(&rs, v);
+}
+
+/* Rest times depend on the spec: keys that rest later under a new spec are
+ * not reclaimed at their old rest time, neither by the wheel nor when a new
+ * key finds the table full; they go once at rest under the new spec. */
+static void test_table_rest(void **state)
+{
+    (void)state;
+    char err[256], key[16];
+    sluice_table *t = sluice_table_new("token-bucket 10/s", 100, err, sizeof err);
+    assert_non_null(t);
+    for (int k = 0; k < 100; k++) { /* empty: at rest at 1 s */
+        snprintf(key, sizeof key, "k%d", k);
+        assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 10, 0, NULL));
+    }
+    /* at 0.5 s: 5 tokens, refilled at 1/s, full at 5.5 s */
+    assert_int_equal(sluice_table_reconfigure_at(t, "token-bucket 1/s burst=10", SEC / 2, err, sizeof err), 0);
+    sluice_result r;
+    for (uint64_t at = 2 * SEC; at <= 5 * SEC; at += SEC) { /* the wheel passes 1 s; full */
+        assert_false(sluice_table_try_acquire_at(t, "new", 3, 1, at, &r));
+        assert_int_equal(r.error, SLUICE_EFULL);
+    }
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.reclaimed, 0);
+    assert_int_equal(st.keys, 100);
+    sluice_key_state ks;
+    assert_int_equal(sluice_table_peek_at(t, "k7", 2, 0, 5 * SEC, &r, &ks), 0);
+    assert_int_equal(ks.rest_ns, 5 * SEC + SEC / 2);
+    assert_int_equal(r.remaining, 9); /* 5 + 4.5 */
+    /* at 5.5 s they are at rest under the new spec: a new key takes a place */
+    assert_true(sluice_table_try_acquire_at(t, "new", 3, 1, 5 * SEC + SEC / 2, &r));
+    sluice_table_stats_get(t, &st);
+    assert_true(st.reclaimed >= 1);
+    sluice_table_free(t);
+
+    /* a slower spec of windows: sliding-log 5/s -> 5/3s at 0.5 s; each key
+     * admitted at 0.1 s rests at 3.1 s now, not 1.1 s */
+    t = sluice_table_new("sliding-log 5/s", 10, err, sizeof err);
+    assert_non_null(t);
+    for (int k = 0; k < 10; k++) {
+        snprintf(key, sizeof key, "k%d", k);
+        assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 5, SEC / 10, NULL));
+    }
+    assert_int_equal(sluice_table_reconfigure_at(t, "sliding-log 5/3s", SEC / 2, err, sizeof err), 0);
+    assert_false(sluice_table_try_acquire_at(t, "new", 3, 1, 2 * SEC, &r));
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_false(sluice_table_try_acquire_at(t, "k3", 2, 1, 2 * SEC, &r)); /* still held: 5 in 3 s */
+    assert_int_equal(r.error, 0);
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC + SEC / 10));
+    assert_true(sluice_table_try_acquire_at(t, "new", 3, 1, 3 * SEC + SEC / 10, &r));
+    sluice_table_free(t);
+}
+
+/* 10^6 keys: the change visits none of them, so it takes about as long as
+ * for one key.  The bound asserted is generous (a loaded machine); the
+ * figure is printed.  Each key then decides under the new spec. */
+static void test_table_million(void **state)
+{
+    (void)state;
+    const uint32_t n = 1000000;
+    char err[256];
+    sluice_table *t = sluice_table_new("token-bucket 10/s", n, err, sizeof err);
+    assert_non_null(t);
+    for (uint32_t k = 0; k < n; k++) /* each takes 4 of 10 at 0 */
+        assert_true(sluice_table_try_acquire_at(t, &k, sizeof k, 4, 0, NULL));
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = sluice_table_reconfigure_at(t, "token-bucket 1/s burst=8", 100 * MS, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    assert_int_equal(rc, 0);
+    const uint64_t ns = (uint64_t)(b.tv_sec - a.tv_sec) * SEC + (uint64_t)b.tv_nsec - (uint64_t)a.tv_nsec;
+    printf("reconfiguring a table of %u keys took %llu ns\n", n, ULL(ns));
+    assert_true(ns < 50 * MS);
+    /* at 0.1 s each key has 6 + 1 = 7 tokens (capped at 8), then 1/s */
+    uint64_t rs = g_seed ^ 0x1e6;
+    for (int i = 0; i < 2000; i++) {
+        uint32_t k = (uint32_t)tu_splitmix64_below(&rs, n);
+        sluice_result r;
+        assert_true(sluice_table_try_acquire_at(t, &k, sizeof k, 0, 100 * MS, &r));
+        assert_int_equal(r.remaining, 7);
+        assert_false(sluice_table_try_acquire_at(t, &k, sizeof k, 8, 100 * MS, &r));
+        assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+    }
+    sluice_table_free(t);
+}
+
 /* ---- bad changes --------------------------------------------------------- */
 
 /* l and twin must decide alike from here on (l had a refused change) */
@@ -563,6 +808,130 @@ static void test_bad_changes(void **state)
     expect_twins(l, twin, 0);
     sluice_limiter_free(l);
     sluice_limiter_free(twin);
+}
+
+/* A table and its twin decide alike on several keys (the table had a
+ * refused change). */
+static void expect_table_twins(sluice_table *t, sluice_table *twin, uint64_t t0)
+{
+    for (uint64_t k = 0; k < 30; k++) {
+        sluice_result x, y;
+        const char *key = k % 2 ? "a" : "b";
+        uint64_t at = t0 + k * 37 * MS;
+        bool ox = sluice_table_try_acquire_at(t, key, 1, k % 3, at, &x);
+        bool oy = sluice_table_try_acquire_at(twin, key, 1, k % 3, at, &y);
+        assert_true(ox == oy);
+        assert_int_equal(x.remaining, y.remaining);
+        assert_int_equal(x.retry_after_ns, y.retry_after_ns);
+    }
+}
+
+static void tbad(const char *from, const char *to, const char *token, int code)
+{
+    char err[256];
+    sluice_table *t = sluice_table_new(from, 16, err, sizeof err);
+    sluice_table *twin = sluice_table_new(from, 16, err, sizeof err);
+    assert_non_null(t);
+    assert_non_null(twin);
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 2, 10 * MS, NULL));
+    assert_true(sluice_table_try_acquire_at(twin, "a", 1, 2, 10 * MS, NULL));
+    int rc = sluice_table_reconfigure_at(t, to, 20 * MS, err, sizeof err);
+    if (rc != code || !strstr(err, token))
+        fprintf(stderr, "table %s -> %s: rc %d, err \"%s\" (want %d naming %s)\n", from,
+                to ? to : "NULL", rc, err, code, token);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err, token));
+    expect_table_twins(t, twin, 5 * MS); /* the refused change's time was not kept */
+    sluice_table_free(t);
+    sluice_table_free(twin);
+}
+
+/* Bad changes of a table's spec: an error naming the token, and every key
+ * decides as in a twin table never touched. */
+static void test_table_bad_changes(void **state)
+{
+    (void)state;
+    tbad("token-bucket 5/s", "token-bucket 0/s", "\"0/s\"", SLUICE_ERANGE);
+    tbad("token-bucket 5/s", "token-bucket 5/s burts=2", "\"burts=2\"", SLUICE_EINVAL);
+    tbad("token-bucket 5/s", "tokenbucket 5/s", "\"tokenbucket\"", SLUICE_EINVAL);
+    tbad("token-bucket 5/s", "", "empty", SLUICE_EINVAL);
+    tbad("token-bucket 5/s", NULL, "NULL", SLUICE_EINVAL);
+    tbad("token-bucket 5/s", "leaky-bucket 5/s", "\"leaky-bucket\"", SLUICE_EINVAL);
+    tbad("fixed-window 5/s", "sliding-log 5/s", "algorithm", SLUICE_EINVAL);
+    tbad("sliding-wheel 5/s slots=10", "sliding-wheel 5/s slots=5", "slot width", SLUICE_EINVAL);
+    /* a packed table's keys have 16 bytes: a spec whose state needs more */
+    tbad("token-bucket 3/1000000000000000000ns", "token-bucket 3/1000000000000000000ns burst=20",
+         "16 bytes", SLUICE_EINVAL);
+    char err[64];
+    assert_int_equal(sluice_table_reconfigure_at(NULL, "fixed-window 1/s", 0, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "NULL"));
+    assert_int_equal(sluice_table_reconfigure(NULL, "fixed-window 1/s", err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_table_set_burst_at(NULL, 5, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_set_limit_at(NULL, 5, SEC, 0, err, sizeof err), SLUICE_EINVAL);
+    sluice_table *t = sluice_table_new("fixed-window 5/s", 16, err, sizeof err);
+    sluice_table *twin = sluice_table_new("fixed-window 5/s", 16, err, sizeof err);
+    assert_int_equal(sluice_table_reconfigure_at(t, "fixed-window x/s", 0, NULL, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_set_burst_at(t, 5, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "burst"));
+    assert_int_equal(sluice_table_set_limit_at(t, 0, SEC, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "limit"));
+    assert_int_equal(sluice_table_set_limit_at(t, 5, 0, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "period_ns"));
+    expect_table_twins(t, twin, 0);
+    sluice_table_free(t);
+    sluice_table_free(twin);
+    /* out of memory for the new configuration: nothing changes */
+    assert_int_equal(tu_alloc_install(), 0);
+    t = sluice_table_new("token-bucket 5/s", 16, err, sizeof err);
+    twin = sluice_table_new("token-bucket 5/s", 16, err, sizeof err);
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 2, 10 * MS, NULL));
+    assert_true(sluice_table_try_acquire_at(twin, "a", 1, 2, 10 * MS, NULL));
+    tu_alloc_arm(0, true);
+    assert_int_equal(sluice_table_reconfigure_at(t, "token-bucket 9/s", 20 * MS, err, sizeof err),
+                     SLUICE_ENOMEM);
+    tu_alloc_disarm();
+    assert_non_null(strstr(err, "memory"));
+    expect_table_twins(t, twin, 5 * MS);
+    sluice_table_free(t);
+    sluice_table_free(twin);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
+/* The table's knobs are the limiter's: a key of a table and a limiter,
+ * changed alike, decide alike. */
+static void test_table_knobs(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char *const specs[] = {"token-bucket 10/s burst=4", "leaky-bucket 5/s capacity=3",
+                                        "sliding-wheel 10/s slots=10", "fixed-window 7/s"};
+    for (int k = 0; k < 4; k++) {
+        sluice_table *t = sluice_table_new(specs[k], 16, err, sizeof err);
+        sluice_limiter *l = mk(specs[k]);
+        bool bucket = k < 2;
+        for (uint64_t i = 0; i < 40; i++) {
+            uint64_t at = i * 71 * MS;
+            if (i == 10) {
+                assert_int_equal(sluice_table_set_limit_at(t, 30, 3 * SEC, at, err, sizeof err), 0);
+                assert_int_equal(sluice_limiter_set_limit_at(l, 30, 3 * SEC, at, err, sizeof err), 0);
+            }
+            if (i == 20 && bucket) {
+                assert_int_equal(sluice_table_set_burst_at(t, 2, at, err, sizeof err), 0);
+                assert_int_equal(sluice_limiter_set_burst_at(l, 2, at, err, sizeof err), 0);
+            }
+            sluice_result x, y;
+            bool ox = sluice_table_try_acquire_at(t, "key", 3, i % 4, at, &x);
+            bool oy = sluice_try_acquire_at(l, i % 4, at, &y);
+            assert_true(ox == oy);
+            assert_int_equal(x.remaining, y.remaining);
+            assert_int_equal(x.retry_after_ns, y.retry_after_ns);
+            assert_int_equal(x.wait_ns, y.wait_ns);
+        }
+        sluice_table_free(t);
+        sluice_limiter_free(l);
+    }
 }
 
 /* Out of memory: each change allocates its new configuration; when that
@@ -706,6 +1075,100 @@ static void test_threads(void **state)
     }
 }
 
+/* A table: 4 threads deciding on 32 keys (and peeking, and scanning) while
+ * the main thread changes the spec back and forth.  Every change carries
+ * each key's count over (one window, one instant), so no key ever admits
+ * more than the larger limit, and a last change sees exactly what each key
+ * took. */
+#define TTKEYS 32
+
+typedef struct ttctx {
+    sluice_table *t;
+    uint64_t at;
+    _Atomic bool stop;
+    _Atomic unsigned ready;
+    _Atomic uint64_t admitted[TTKEYS];
+} ttctx;
+
+static int scan_nop(const void *key, size_t keylen, const sluice_key_state *st, void *arg)
+{
+    (void)key;
+    (void)keylen;
+    (void)st;
+    (void)arg;
+    return 0;
+}
+
+static void *table_decider(void *v)
+{
+    ttctx *c = v;
+    uint64_t rs = g_seed ^ (uint64_t)(uintptr_t)&rs;
+    uint64_t mine[TTKEYS] = {0};
+    uint64_t cursor = 0;
+    atomic_fetch_add(&c->ready, 1);
+    for (unsigned k = 0; !atomic_load(&c->stop) || k < 500; k++) {
+        unsigned key = (unsigned)tu_splitmix64_below(&rs, TTKEYS);
+        switch (tu_splitmix64_below(&rs, 8)) {
+        case 0:
+            sluice_table_peek_at(c->t, &key, sizeof key, 1, c->at, NULL, NULL);
+            break;
+        case 1:
+            sluice_table_scan(c->t, cursor, 4, scan_nop, NULL, &cursor);
+            break;
+        default:
+            if (sluice_table_try_acquire_at(c->t, &key, sizeof key, 1, c->at, NULL)) mine[key]++;
+        }
+        if (k > 200000) break;
+    }
+    for (int i = 0; i < TTKEYS; i++) atomic_fetch_add(&c->admitted[i], mine[i]);
+    return NULL;
+}
+
+static void table_threads_case(const char *a, const char *b, const char *last, uint64_t max_admit,
+                               uint64_t final_room)
+{
+    char err[256];
+    ttctx c = {.at = 10 * SEC};
+    c.t = sluice_table_new(a, 4 * TTKEYS, err, sizeof err);
+    assert_non_null(c.t);
+    atomic_init(&c.stop, false);
+    atomic_init(&c.ready, 0);
+    for (int i = 0; i < TTKEYS; i++) atomic_init(&c.admitted[i], 0);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, table_decider, &c), 0);
+    while (atomic_load(&c.ready) < THREADS) {
+    }
+    for (int k = 0; k < 300; k++)
+        assert_int_equal(sluice_table_reconfigure_at(c.t, k & 1 ? a : b, c.at, err, sizeof err), 0);
+    atomic_store(&c.stop, true);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    assert_int_equal(sluice_table_reconfigure_at(c.t, last, c.at, err, sizeof err), 0);
+    uint64_t total = 0;
+    for (unsigned key = 0; key < TTKEYS; key++) {
+        uint64_t n = atomic_load(&c.admitted[key]);
+        total += n;
+        assert_true(n <= max_admit);
+        sluice_result r;
+        sluice_table_peek_at(c.t, &key, sizeof key, 0, c.at, &r, NULL);
+        assert_int_equal(r.remaining, n >= final_room ? 0 : final_room - n);
+    }
+    sluice_table_stats st;
+    sluice_table_stats_get(c.t, &st);
+    assert_int_equal(st.decisions.requests_allowed, total);
+    sluice_table_free(c.t);
+}
+
+static void test_table_threads(void **state)
+{
+    (void)state;
+    for (size_t rep = 0; rep < tu_scaled(3, g_scale); rep++) {
+        table_threads_case("fixed-window 30/d", "fixed-window 50/2d", "fixed-window 70/d", 50, 70);
+        table_threads_case("sliding-log 30/d", "sliding-log 50/d", "sliding-log 70/d", 50, 70);
+        table_threads_case("sliding-approx 30/d", "sliding-approx 50/d", "sliding-approx 70/d", 50, 70);
+    }
+}
+
 int main(void)
 {
     g_seed = tu_env_seed();
@@ -715,6 +1178,12 @@ int main(void)
         cmocka_unit_test(test_exact_cases),
         cmocka_unit_test(test_random_traces),
         cmocka_unit_test(test_table_random_traces),
+        cmocka_unit_test(test_table_exact),
+        cmocka_unit_test(test_table_rest),
+        cmocka_unit_test(test_table_million),
+        cmocka_unit_test(test_table_bad_changes),
+        cmocka_unit_test(test_table_knobs),
+        cmocka_unit_test(test_table_threads),
         cmocka_unit_test(test_bad_changes),
         cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_out_of_memory),
