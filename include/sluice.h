@@ -1021,6 +1021,69 @@ int sluice_table_set_burst_at(sluice_table *t, uint64_t burst, uint64_t now_ns, 
                               size_t errlen);
 
 /* ------------------------------------------------------------------------ */
+/* Per-key overrides                                                          */
+
+/* Some keys of a table may have a spec of their own (an override): a table
+ * of "token-bucket 10/s" where "premium-42" gets "token-bucket 1000/s".
+ * The override's spec must keep the table's algorithm (and sliding-wheel's
+ * slot width), as a change of spec must (sluice_table_reconfigure_at).  A
+ * key under an override decides, peeks (its answers and rest time are the
+ * override's) and is scanned under it; changes of the table's spec pass it
+ * by.  Setting, changing or removing an override at now_ns carries the
+ * key's state over as a change of spec does: what it has admitted stays,
+ * and it decides from now_ns (clamped to its latest admission) under the
+ * new spec -- the override's, or after a removal the table's.  The
+ * override belongs to the key, not to its entry: it stays when the key is
+ * reclaimed at rest, removed or reset (sluice_table_remove), and a key
+ * made again finds it.
+ *
+ * Overrides are kept apart from the keys: an array per shard, sorted by
+ * hash, searched only where a key's entry is made, and only in a shard that
+ * has overrides.  A key without an override pays nothing when it decides.
+ * Their number is bounded: SLUICE_TABLE_OVERRIDES_DEFAULT per table unless
+ * sluice_table_set_max_overrides() says otherwise.  Memory: about 32 bytes
+ * plus the key's length per override held, and about 200 bytes per set or
+ * change, kept until the table is freed (a key may be under it). */
+#define SLUICE_TABLE_OVERRIDES_DEFAULT 1024
+#define SLUICE_TABLE_OVERRIDES_MAX (1u << 20)
+
+/* Set the most overrides the table may hold: 0 .. SLUICE_TABLE_OVERRIDES_MAX,
+ * and not below the number held now.  Returns 0 or SLUICE_EINVAL.
+ * Thread-safe. */
+int sluice_table_set_max_overrides(sluice_table *t, size_t max);
+
+/* Give `key` (keylen bytes, as for sluice_table_try_acquire_at) the spec
+ * `spec` from now_ns on, or change the spec of its override.  A key the
+ * table holds is carried over at once; one it does not hold starts under
+ * the override when it comes.  Returns 0, or a negative code with a
+ * one-line reason naming the offending token in err (NUL-terminated when
+ * errlen > 0): SLUICE_EINVAL for a NULL table or spec, a bad key, a bad
+ * spec, another algorithm or slot width, or a spec whose state does not fit
+ * the table's 16 bytes per key; SLUICE_ERANGE for a number out of range;
+ * SLUICE_EFULL when the table holds its most overrides already and key has
+ * none; SLUICE_ENOMEM.  On an error nothing changes.  Thread-safe: the
+ * key's decisions are each wholly under the old spec or the new. */
+int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
+                                 const char *spec, uint64_t now_ns, char *err, size_t errlen);
+
+/* Remove key's override at now_ns: a key the table holds is carried over
+ * to the table's current spec.  Returns 0, SLUICE_ENOENT when key has no
+ * override, SLUICE_EINVAL for a NULL table or a bad key, SLUICE_ENOMEM
+ * (nothing changes).  Thread-safe. */
+int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                                    uint64_t now_ns);
+
+/* The number of overrides the table holds (0 for NULL).  Thread-safe. */
+size_t sluice_table_override_count(const sluice_table *t);
+
+/* The spec of key's override, in the form sluice_limiter_spec_format() writes,
+ * into spec (speclen bytes; SLUICE_SPEC_MAX always suffice).  Returns 0,
+ * SLUICE_ENOENT when key has none, SLUICE_ENOSPC when speclen is too
+ * small, SLUICE_EINVAL for a NULL table or a bad key.  Thread-safe. */
+int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                              size_t speclen);
+
+/* ------------------------------------------------------------------------ */
 /* Timers: the hierarchical timing wheel                                     */
 
 #include "sluice/wheel.h"

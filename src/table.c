@@ -83,6 +83,10 @@
  * since only an admission moves a state and every admission catches up
  * first.  A new key starts under the newest configuration.  Configurations
  * are kept until the table is freed (a decision may be reading one).
+ *
+ * Per-key overrides (the end of this file) are configurations of single
+ * keys, kept per shard apart from the entries and looked up only where an
+ * entry is made; an entry under one holds its id as it would a change's.
  */
 #include "internal.h"
 #include "counters.h"
@@ -143,6 +147,10 @@ typedef struct shard {
     uint64_t cur_min;
     _Atomic uint64_t due; /* earliest time (ns) a key may be at rest, a lower
                            * bound readable without the lock */
+    /* The overrides of this shard's keys (the end of this file), sorted by
+     * tag: read under the lock, changed under it and the table's cfg_mu. */
+    struct ovr *ovr;
+    uint32_t novr, ovrcap;
 } shard;
 
 /* One configuration of the table's spec (the end of this file). */
@@ -175,7 +183,9 @@ struct sluice_table {
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
     tcfg *made;
     uint32_t ncfg;
-    pthread_mutex_t cfg_mu;
+    pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
+    _Atomic size_t novr;    /* overrides held */
+    size_t max_ovr;         /* at most (cfg_mu) */
 };
 
 static const tcfg *ent_cfg(sluice_table *t, shard *s, uint32_t i);
@@ -184,6 +194,9 @@ static tcfg *cfg_of_id(const sluice_table *t, uint32_t id);
 static int cfg_init(sluice_table *t);
 static void cfg_free(sluice_table *t);
 static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
+static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
+                           size_t keylen);
+static void ovr_free_all(sluice_table *t);
 
 /* ---- entries ------------------------------------------------------------ */
 
@@ -735,6 +748,7 @@ void sluice_table_free(sluice_table *t)
     sluice__rtable_close(t->region);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
+    ovr_free_all(t);
     cfg_free(t);
     pthread_mutex_destroy(&t->cfg_mu);
     sluice__free64(t);
@@ -830,7 +844,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
                 if (res) sluice__fail(res, SLUICE_ENOMEM);
                 break;
             }
-        } else if (c = cur_cfg(t), permits == 0 || permits > c->pf.capacity) {
+        } else if (c = key_cfg(t, s, tag, key, keylen), permits == 0 || permits > c->pf.capacity) {
             /* a fresh limiter admits exactly 1 .. capacity permits (L for
              * the windows): this request is a probe or a refusal, which
              * changes nothing, so the key is not made */
@@ -1129,7 +1143,8 @@ void sluice__table_find(sluice__part *part)
     shard *s = shard_for(t, part->hash);
     const void *key = part->key ? part->key : "";
     uint32_t slot = find(t, s, (uint32_t)part->hash, key, part->keylen);
-    const tcfg *c = cur_cfg(t);
+    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->keylen)
+                                       : cur_cfg(t);
     part->pf = &c->pf;
     part->where = s;
     part->created = false;
@@ -1293,7 +1308,10 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i == UINT32_MAX) {
-        const tcfg *c = cur_cfg(t);
+        const void *k = key ? key : "";
+        const tcfg *c = s->novr ? key_cfg(t, s, (uint32_t)sluice__siphash13(t->seed, k, keylen), k,
+                                          keylen)
+                                : cur_cfg(t);
         sluice__spin_unlock(&s->mu);
         /* what a fresh limiter would answer: decided on a fresh state of
          * our own, which nothing stores */
@@ -1482,6 +1500,7 @@ static int cfg_init(sluice_table *t)
         return SLUICE_ENOMEM;
     }
     atomic_store_explicit(&t->cur, c, memory_order_relaxed);
+    t->max_ovr = SLUICE_TABLE_OVERRIDES_DEFAULT;
     if (pthread_mutex_init(&t->cfg_mu, NULL) != 0) return SLUICE_ENOMEM;
     return 0;
 }
@@ -1496,6 +1515,24 @@ static void cfg_free(sluice_table *t)
         sluice__free((void *)atomic_load_explicit(&t->cfgs[j], memory_order_relaxed));
 }
 
+/* Carry entry e's state from configuration c to n at time `at` (clamped to
+ * the key's latest admission: reconfigure.c).  False when a window log's
+ * ring cannot grow (nothing changes). */
+static bool carry(sluice_table *t, entry *e, const tcfg *c, const tcfg *n, uint64_t at)
+{
+    sluice__state st, *sp = &st;
+    if (t->pf.packed) load_state(t, &c->pf, e, &st);
+    else sp = ent_state(e);
+    if (n->pf.ops->reserve && !n->pf.ops->reserve(sp)) return false;
+    sluice__reconfigure_state(&c->pf, &n->pf, sp, at);
+    if (t->pf.packed) {
+        sluice__reconfigure_fit(&n->pf, &st); /* the entry keeps 16 bytes */
+        store_state(t, &n->pf, e, &st);
+    }
+    e->cfg = n->id;
+    return true;
+}
+
 /* Carry entry e's state from configuration c over each change after it, in
  * order, each at its time (clamped to the key's latest admission:
  * reconfigure.c, the same carry-over a single limiter makes).  Returns the
@@ -1504,16 +1541,7 @@ static void cfg_free(sluice_table *t)
 static const tcfg *catch_up(sluice_table *t, entry *e, const tcfg *c, const tcfg *n)
 {
     do {
-        sluice__state st, *sp = &st;
-        if (t->pf.packed) load_state(t, &c->pf, e, &st);
-        else sp = ent_state(e);
-        if (n->pf.ops->reserve && !n->pf.ops->reserve(sp)) return NULL;
-        sluice__reconfigure_state(&c->pf, &n->pf, sp, n->at);
-        if (t->pf.packed) {
-            sluice__reconfigure_fit(&n->pf, &st); /* the entry keeps 16 bytes */
-            store_state(t, &n->pf, e, &st);
-        }
-        e->cfg = n->id;
+        if (!carry(t, e, c, n, n->at)) return NULL;
         c = n;
     } while ((n = atomic_load_explicit(&((tcfg *)c)->newer, memory_order_acquire)));
     return c;
@@ -1627,4 +1655,241 @@ int sluice_table_set_burst_at(sluice_table *t, uint64_t burst, uint64_t now_ns, 
 {
     if (err && errlen) err[0] = '\0';
     return table_reconfigure(t, NULL, SLUICE__KNOB_BURST, burst, 0, now_ns, err, errlen);
+}
+
+/* ---- per-key overrides -------------------------------------------------- */
+
+/* An override: a key of the table under a spec of its own.  Each shard
+ * keeps the overrides of its keys in an array sorted by tag, apart from
+ * the entries: a key without one pays nothing when it decides; the array is
+ * searched only where a key's entry is made (and where a request for a key
+ * not held is answered), and only in a shard that has overrides.  An entry
+ * under an override holds the override's configuration as its own; that
+ * configuration is never linked to a newer one, so changes of the table's
+ * spec pass it by.  Setting, changing or removing an override carries a
+ * held entry over at once (one key, under its shard lock); a key not held
+ * finds its override when its entry is made again. */
+typedef struct ovr {
+    uint32_t tag;
+    uint32_t keylen;
+    unsigned char *key; /* a copy, NULL when keylen is 0 */
+    tcfg *cfg;          /* the override's spec */
+} ovr;
+
+/* The override of key in shard s (locked, or cfg_mu held), or NULL; *pos
+ * receives where one would be inserted. */
+static ovr *ovr_find(const shard *s, uint32_t tag, const void *key, size_t keylen, uint32_t *pos)
+{
+    uint32_t lo = 0, hi = s->novr;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (s->ovr[mid].tag < tag) lo = mid + 1;
+        else hi = mid;
+    }
+    if (pos) *pos = lo;
+    for (uint32_t i = lo; i < s->novr && s->ovr[i].tag == tag; i++)
+        if (s->ovr[i].keylen == keylen && (keylen == 0 || memcmp(s->ovr[i].key, key, keylen) == 0))
+            return &s->ovr[i];
+    return NULL;
+}
+
+/* The configuration a new entry of key starts under (shard locked): its
+ * override's, else the newest of the table. */
+static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
+                           size_t keylen)
+{
+    if (s->novr) {
+        const ovr *o = ovr_find(s, tag, key, keylen, NULL);
+        if (o) return o->cfg;
+    }
+    return cur_cfg(t);
+}
+
+static void ovr_free_all(sluice_table *t)
+{
+    for (unsigned k = 0; k < t->nshards; k++) {
+        shard *s = &t->shards[k];
+        for (uint32_t i = 0; i < s->novr; i++) sluice__free(s->ovr[i].key);
+        sluice__free(s->ovr);
+    }
+}
+
+/* Carry held entry i (shard s locked) to configuration n at `at`, and file
+ * it at its new rest time.  False when memory runs out (nothing changes). */
+static bool carry_held(sluice_table *t, shard *s, uint32_t i, const tcfg *n, uint64_t at)
+{
+    const tcfg *c = ent_cfg(t, s, i);
+    if (!c || !carry(t, ent(t, s, i), c, n, at)) return false;
+    wheel_unlink(t, s, i);
+    wheel_file(t, s, i, rest_of(t, s, i));
+    publish_due(s);
+    return true;
+}
+
+int sluice_table_set_max_overrides(sluice_table *t, size_t max)
+{
+    if (!t || t->region || max > SLUICE_TABLE_OVERRIDES_MAX) return SLUICE_EINVAL;
+    pthread_mutex_lock(&t->cfg_mu);
+    int rc = max < atomic_load_explicit(&t->novr, memory_order_relaxed) ? SLUICE_EINVAL : 0;
+    if (rc == 0) t->max_ovr = max;
+    pthread_mutex_unlock(&t->cfg_mu);
+    return rc;
+}
+
+size_t sluice_table_override_count(const sluice_table *t)
+{
+    return t ? atomic_load_explicit(&((sluice_table *)t)->novr, memory_order_relaxed) : 0;
+}
+
+int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
+                                 const char *spec, uint64_t now_ns, char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!t || t->region || !spec || !key_ok(key, keylen)) {
+        sluice__errf(err, errlen,
+                     !t          ? "no table (NULL)"
+                     : t->region ? "a table in a shared region has no overrides"
+                     : !spec     ? "no spec (NULL)"
+                                 : "bad key: NULL with a length, or longer than %d bytes",
+                     SLUICE_MAX_KEY_BYTES);
+        return SLUICE_EINVAL;
+    }
+    if (!key) key = "";
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint32_t tag = (uint32_t)h;
+    shard *s = shard_for(t, h);
+    tcfg *nc = sluice__calloc(1, sizeof *nc);
+    if (!nc) {
+        sluice__errf(err, errlen, "out of memory");
+        return SLUICE_ENOMEM;
+    }
+    int rc = sluice__spec_parse(spec, &nc->pf, err, errlen);
+    if (rc != 0) {
+        sluice__free(nc);
+        return rc;
+    }
+    unsigned char *copy = NULL;
+    ovr *arr = NULL, *old = NULL;
+    uint32_t newcap = 0;
+    pthread_mutex_lock(&t->cfg_mu); /* the overrides change only under it */
+    const tcfg *base = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    if ((rc = sluice__reconfigure_check(&base->pf, &nc->pf, err, errlen)) != 0) goto out;
+    if (t->pf.packed && !nc->pf.packed) {
+        sluice__errf(err, errlen,
+                     "\"%s\" needs more than the 16 bytes of state each key of this table has",
+                     spec);
+        rc = SLUICE_EINVAL;
+        goto out;
+    }
+    uint32_t pos;
+    ovr *o = ovr_find(s, tag, key, keylen, &pos);
+    if (!o) {
+        if (atomic_load_explicit(&t->novr, memory_order_relaxed) >= t->max_ovr) {
+            sluice__errf(err, errlen,
+                         "too many overrides (%zu): remove one, or raise the bound with sluice_table_set_max_overrides",
+                         t->max_ovr);
+            rc = SLUICE_EFULL;
+            goto out;
+        }
+        if (keylen && !(copy = sluice__malloc(keylen))) goto oom;
+        if (keylen) memcpy(copy, key, keylen);
+        if (s->novr == s->ovrcap) {
+            newcap = s->ovrcap ? 2 * s->ovrcap : 4;
+            if (!(arr = sluice__calloc(newcap, sizeof *arr))) goto oom;
+        }
+    }
+    if (!cfg_add(t, nc)) goto oom;
+    nc->at = now_ns;
+    tcfg *const made = nc;
+    nc = NULL; /* the table's now, whatever follows */
+    sluice__spin_lock(&s->mu);
+    uint32_t slot = find(t, s, tag, key, keylen);
+    if (slot != UINT32_MAX && !carry_held(t, s, (uint32_t)s->index[slot] - 1, made, now_ns)) {
+        sluice__spin_unlock(&s->mu);
+        goto oom; /* a ring could not grow: the key stays as it was */
+    }
+    if (o) {
+        o->cfg = made;
+    } else {
+        if (arr) {
+            if (s->novr) memcpy(arr, s->ovr, s->novr * sizeof *arr);
+            old = s->ovr;
+            s->ovr = arr;
+            s->ovrcap = newcap;
+            arr = NULL;
+        }
+        memmove(&s->ovr[pos + 1], &s->ovr[pos], (s->novr - pos) * sizeof *s->ovr);
+        s->ovr[pos] = (ovr){.tag = tag, .keylen = (uint32_t)keylen, .key = copy, .cfg = made};
+        s->novr++;
+        copy = NULL;
+        atomic_fetch_add_explicit(&t->novr, 1, memory_order_relaxed);
+    }
+    sluice__spin_unlock(&s->mu);
+    goto out;
+oom:
+    sluice__errf(err, errlen, "out of memory");
+    rc = SLUICE_ENOMEM;
+out:
+    pthread_mutex_unlock(&t->cfg_mu);
+    sluice__free(nc);
+    sluice__free(copy);
+    sluice__free(arr);
+    sluice__free(old);
+    return rc;
+}
+
+int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                                    uint64_t now_ns)
+{
+    if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    if (!key) key = "";
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint32_t tag = (uint32_t)h;
+    shard *s = shard_for(t, h);
+    int rc = 0;
+    unsigned char *copy = NULL;
+    pthread_mutex_lock(&t->cfg_mu);
+    uint32_t pos;
+    ovr *o = ovr_find(s, tag, key, keylen, &pos);
+    if (!o) {
+        rc = SLUICE_ENOENT;
+    } else {
+        const tcfg *base = atomic_load_explicit(&t->cur, memory_order_relaxed);
+        sluice__spin_lock(&s->mu);
+        uint32_t slot = find(t, s, tag, key, keylen);
+        if (slot != UINT32_MAX && !carry_held(t, s, (uint32_t)s->index[slot] - 1, base, now_ns)) {
+            rc = SLUICE_ENOMEM; /* a ring could not grow: nothing changes */
+        } else {
+            copy = o->key;
+            memmove(o, o + 1, (s->novr - pos - 1) * sizeof *o);
+            s->novr--;
+            atomic_fetch_sub_explicit(&t->novr, 1, memory_order_relaxed);
+        }
+        sluice__spin_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&t->cfg_mu);
+    sluice__free(copy);
+    return rc;
+}
+
+int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                              size_t speclen)
+{
+    if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
+    if (!key) key = "";
+    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    shard *s = shard_for(t, h);
+    sluice__spin_lock(&s->mu);
+    const ovr *o = s->novr ? ovr_find(s, (uint32_t)h, key, keylen, NULL) : NULL;
+    const tcfg *c = o ? o->cfg : NULL;
+    sluice__spin_unlock(&s->mu); /* configurations live as long as the table */
+    if (!c) return SLUICE_ENOENT;
+    char buf[SLUICE_SPEC_MAX];
+    int n = sluice__spec_format(&c->pf, buf, sizeof buf);
+    if (n < 0) return SLUICE_EINVAL;
+    if ((size_t)n >= speclen) return SLUICE_ENOSPC;
+    memcpy(spec, buf, (size_t)n + 1);
+    return 0;
 }
