@@ -746,9 +746,9 @@ void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
     sluice__rtable_close(t->region);
+    ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
-    ovr_free_all(t);
     cfg_free(t);
     pthread_mutex_destroy(&t->cfg_mu);
     sluice__free64(t);
