@@ -1029,7 +1029,9 @@ int sluice_table_set_burst_at(sluice_table *t, uint64_t burst, uint64_t now_ns, 
  * slot width), as a change of spec must (sluice_table_reconfigure_at).  A
  * key under an override decides, peeks (its answers and rest time are the
  * override's) and is scanned under it; changes of the table's spec pass it
- * by.  Setting, changing or removing an override at now_ns carries the
+ * by (the live sluice_table_try_acquire() reads the clock of the table's
+ * spec, not an override's clock= option).  Setting, changing or removing
+ * an override at now_ns carries the
  * key's state over as a change of spec does: what it has admitted stays,
  * and it decides from now_ns (clamped to its latest admission) under the
  * new spec -- the override's, or after a removal the table's.  The
