@@ -974,7 +974,9 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * key of a table made with a packed spec has (a token-bucket or
  * leaky-bucket whose burst * PERIOD/gcd(LIMIT, PERIOD) reaches 2^64,
  * sliding-approx with LIMIT >= 2^32: make a new table); SLUICE_ERANGE after
- * 2^32 - 2 changes.  On an error nothing changes.
+ * 2^32 - 2 changes; SLUICE_EINVAL for a table in a shared region
+ * (sluice_table_attach, sluice_table_open), which keeps the spec it was
+ * made with.  On an error nothing changes.
  *
  * Cost: no key is visited.  The call makes the new configuration and links
  * it after the current one (O(1), under a mutex that only changes take;
@@ -1063,7 +1065,8 @@ int sluice_table_set_max_overrides(sluice_table *t, size_t max);
  * spec, another algorithm or slot width, or a spec whose state does not fit
  * the table's 16 bytes per key; SLUICE_ERANGE for a number out of range;
  * SLUICE_EFULL when the table holds its most overrides already and key has
- * none; SLUICE_ENOMEM.  On an error nothing changes.  Thread-safe: the
+ * none; SLUICE_ENOMEM.  A table in a shared region has no overrides: the
+ * override calls refuse it with SLUICE_EINVAL.  On an error nothing changes.  Thread-safe: the
  * key's decisions are each wholly under the old spec or the new. */
 int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
                                  const char *spec, uint64_t now_ns, char *err, size_t errlen);
