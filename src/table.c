@@ -1851,8 +1851,7 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
     int rc = 0;
     unsigned char *copy = NULL;
     pthread_mutex_lock(&t->cfg_mu);
-    uint32_t pos;
-    ovr *o = ovr_find(s, tag, key, keylen, &pos);
+    ovr *o = ovr_find(s, tag, key, keylen, NULL);
     if (!o) {
         rc = SLUICE_ENOENT;
     } else {
@@ -1863,7 +1862,8 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
             rc = SLUICE_ENOMEM; /* a ring could not grow: nothing changes */
         } else {
             copy = o->key;
-            memmove(o, o + 1, (s->novr - pos - 1) * sizeof *o);
+            const size_t at = (size_t)(o - s->ovr); /* pos or after: tags may be equal */
+            memmove(o, o + 1, (s->novr - at - 1) * sizeof *o);
             s->novr--;
             atomic_fetch_sub_explicit(&t->novr, 1, memory_order_relaxed);
         }

@@ -13,6 +13,9 @@
  *                       carry-over), for keys with and without overrides.
  *   test_reclaimed      a key reclaimed at rest, and one removed, find
  *                       their override again when they come back.
+ *   test_equal_tags     two keys whose hashes share the 32 bits the
+ *                       overrides are sorted by: each found and removed on
+ *                       its own.
  *   test_bad_calls      bounds (SLUICE_EFULL, the setter), a bad spec,
  *                       another algorithm or slot width, NULLs, long keys,
  *                       a state too big for the table, a short buffer, no
@@ -41,6 +44,7 @@
 #include <sluice.h>
 
 #include "ref_model.h"
+#include "table.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -282,6 +286,70 @@ static void test_reclaimed(void **state)
     sluice_table_free(t);
 }
 
+/* ---- keys whose hashes share their low 32 bits ---------------------------- */
+
+typedef struct tagged {
+    uint32_t tag, n;
+} tagged;
+
+static int by_tag(const void *a, const void *b)
+{
+    const tagged *x = a, *y = b;
+    return x->tag < y->tag ? -1 : x->tag > y->tag ? 1 : x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* The shard's array of overrides is sorted by the hash's low 32 bits (the
+ * tag); keys with equal tags are told apart by their bytes.  Two such keys
+ * (found by the birthday bound among 2^18 keys under the table's seed) and
+ * a third: each set, found and removed on its own. */
+static void test_equal_tags(void **state)
+{
+    (void)state;
+    sluice_table *t = mk("fixed-window 2/s", 16, 0); /* one shard */
+    uint64_t seed[2];
+    sluice__table_seed(t, seed);
+    const uint32_t n = 1u << 18;
+    tagged *v = malloc(n * sizeof *v);
+    assert_non_null(v);
+    for (uint32_t i = 0; i < n; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof key, "u%u", i);
+        v[i] = (tagged){(uint32_t)sluice__siphash13(seed, key, (size_t)len), i};
+    }
+    qsort(v, n, sizeof *v, by_tag);
+    uint32_t a = UINT32_MAX, b = 0;
+    for (uint32_t i = 1; i < n && a == UINT32_MAX; i++)
+        if (v[i].tag == v[i - 1].tag) {
+            a = v[i - 1].n;
+            b = v[i].n;
+        }
+    free(v);
+    assert_true(a != UINT32_MAX); /* about 8 pairs expected */
+    char ka[16], kb[16], spec[SLUICE_SPEC_MAX];
+    snprintf(ka, sizeof ka, "u%u", a);
+    snprintf(kb, sizeof kb, "u%u", b);
+    set(t, ka, "fixed-window 5/s", 0);
+    set(t, "other", "fixed-window 6/s", 0);
+    set(t, kb, "fixed-window 7/s", 0);
+    ask(t, ka, 5, 0, true, 0, 0);
+    ask(t, kb, 7, 0, true, 0, 0);
+    for (int k = 0; k < 2; k++) { /* remove the first (then the second) */
+        const char *gone = k == 0 ? ka : kb, *kept = k == 0 ? kb : ka;
+        assert_int_equal(sluice_table_override_remove_at(t, gone, strlen(gone), 0), 0);
+        assert_int_equal(sluice_table_override_get(t, gone, strlen(gone), spec, sizeof spec), SLUICE_ENOENT);
+        if (k == 0) {
+            assert_int_equal(sluice_table_override_get(t, kept, strlen(kept), spec, sizeof spec), 0);
+            assert_string_equal(spec, "fixed-window 7/s");
+        }
+        assert_int_equal(sluice_table_override_get(t, "other", 5, spec, sizeof spec), 0);
+        assert_string_equal(spec, "fixed-window 6/s");
+    }
+    /* removed ka at 0 carried 5 admitted into a window of 2: refused */
+    ask(t, ka, 1, 0, false, 0, (int64_t)SEC);
+    assert_int_equal(sluice_table_override_count(t), 1);
+    sluice_table_free(t);
+}
+
 /* ---- bad calls -------------------------------------------------------------- */
 
 /* t and twin decide alike on the keys a, b and premium */
@@ -516,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_premium),
         cmocka_unit_test(test_against_model),
         cmocka_unit_test(test_reclaimed),
+        cmocka_unit_test(test_equal_tags),
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_threads),
     };
