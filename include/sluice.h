@@ -759,8 +759,10 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * _peek_at, _remove, _reset, _scan, _stats_get and the metrics registry
  * work on it as on any table, across processes (a decision is exactly the
  * contract's for some order of every process's calls; stats count every
- * process's decisions).  Not yet on a shared table: composite references
- * (sluice_ref_key: SLUICE_EINVAL), sluice_table_set_top (SLUICE_EINVAL).
+ * process's decisions).  Its keys may be limits of a composite decision
+ * (sluice_ref_key; sluice_composite_try_acquire_at says how), all or
+ * nothing across processes.  Not yet on a shared table: sluice_table_set_top
+ * (SLUICE_EINVAL).
  *
  * The region holds no pointers and is never reallocated: keys of up to
  * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table; a longer
@@ -903,6 +905,24 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  *    held -- a frozen word, a limiter's mutex, a key's shard lock -- in one
  *    global order (by address), so no two calls can wait for each other in
  *    a cycle; then decided, committed to all or none, and released.
+ *  - keys of tables shared between processes (sluice_table_attach/open;
+ *    mixed freely with limiters, in-process tables and other regions): their
+ *    shard locks are taken first, in an order every process computes alike
+ *    -- by the region's identity (the random seed in its header), then the
+ *    shard -- and the process's own limits after them, by address; so no
+ *    two calls in any processes wait for each other in a cycle.  Two handles
+ *    of one region are one table (the same key through both is a bad
+ *    call).  A lock whose holder died (while holding one shard or several)
+ *    is taken over and its shard repaired, as a single decision does; the
+ *    region's count of keys is recounted once the call holds nothing.
+ *    A new key is made only by an admission; a region full of keys in use
+ *    refuses (SLUICE_EFULL) and charges nothing.  Each table counts the
+ *    request in its statistics.  A process killed during the call: the
+ *    request may be charged to some of its region keys and not others (each
+ *    key's new state is stored with one flip, key after key) -- at most
+ *    that one request's permits lost on some of its limits, as if it had
+ *    been admitted and never served; never an admission beyond any limit,
+ *    and no other key is touched.
  * A decision on a limiter whose word is held waits for the release (a
  * spin, then yielding the CPU): while composites run, single decisions on
  * their limiters are not lock-free.  Cost: as many compare-and-swaps as

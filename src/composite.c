@@ -16,13 +16,18 @@
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it
  * (the limiter, or the table's shard; two keys of one shard share its
- * lock), so two composites can never wait for each other in a cycle:
+ * lock), so two composites can never wait for each other in a cycle.  Keys
+ * of tables shared between processes come first, ordered by (region
+ * identity, shard), which every process computes alike whatever address it
+ * maps the region at (region_table.c, "Composite decisions"):
  *
  *   hold     a lock-free limiter: freeze its 16-byte word with one CAS
  *            (limiter.c: the top bit of the time half marks it held; single
  *            decisions, which never hold anything while they wait, wait
  *            for it); a limiter in the locked path: its mutex; a table
- *            key: its shard's spin lock.
+ *            key: its shard's spin lock; a region key: its shard's lock word
+ *            (taken over from a dead holder and repaired; the region's count
+ *            of keys resynchronised once nothing is held).
  *   judge    decide every limit on its held state, writing nothing
  *            (sluice__judge: on a copy; the window logs measure their ring).
  *   prepare  if all allow: make the entries of new table keys and room in
@@ -49,9 +54,28 @@
 
 #include <string.h>
 
+/* The global lock order: keys of region tables first, by (region identity,
+ * shard) -- alike in every process, whatever address each maps a region
+ * at -- then the process's own limits by address.  0: the same lock. */
+static int lock_cmp(const sluice__part *a, const sluice__part *b)
+{
+    if ((a->rt != NULL) != (b->rt != NULL)) return a->rt ? -1 : 1;
+    if (a->rt) {
+        if (a->rid[0] != b->rid[0]) return a->rid[0] < b->rid[0] ? -1 : 1;
+        if (a->rid[1] != b->rid[1]) return a->rid[1] < b->rid[1] ? -1 : 1;
+        return a->rk < b->rk ? -1 : a->rk > b->rk;
+    }
+    const uintptr_t x = (uintptr_t)a->order, y = (uintptr_t)b->order;
+    return x < y ? -1 : x > y;
+}
+
 static bool same_key(const sluice__part *a, const sluice__part *b)
 {
-    if (a->t != b->t || a->where != b->where) return false;
+    if (a->rt || b->rt) { /* two handles of one region are one table */
+        if (!a->rt || !b->rt || lock_cmp(a, b) != 0) return false;
+    } else if (a->t != b->t || a->where != b->where) {
+        return false;
+    }
     if (a->entry != UINT32_MAX || b->entry != UINT32_MAX) return a->entry == b->entry;
     return a->keylen == b->keylen && (a->keylen == 0 || memcmp(a->key, b->key, a->keylen) == 0);
 }
@@ -69,16 +93,19 @@ static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
  * while another part of the call held the shard, or other shards may hold
  * keys at rest; -1 on a duplicate key (nothing decided). */
 static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t permits,
-                   uint64_t now, bool details, bool *efull, bool *any_ok)
+                   uint64_t now, bool details, bool last, bool *efull, bool *any_ok)
 {
     for (size_t k = 0; k < n; k++) { /* hold, in the global order */
         sluice__part *pt = &parts[ord[k]];
         if (!pt->first_of_lock) continue;
         if (pt->lim) sluice__limiter_hold(pt);
+        else if (pt->rt) sluice__rtable_lock(pt->rt, pt->rk, now, &pt->stolen);
         else sluice__table_lock(pt->t, (void *)pt->order, now);
     }
-    for (size_t i = 0; i < n; i++)
-        if (!parts[i].lim) sluice__table_find(&parts[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (parts[i].rt) sluice__rtable_find(&parts[i]);
+        else if (!parts[i].lim) sluice__table_find(&parts[i]);
+    }
 
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
@@ -100,9 +127,12 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
             if (!pt->lim && pt->entry == UINT32_MAX) {
                 bool alone = true;
                 for (size_t j = 0; j < n; j++)
-                    if (j != i && !parts[j].lim && parts[j].where == pt->where) alone = false;
+                    if (j != i && !parts[j].lim && lock_cmp(&parts[j], pt) == 0) alone = false;
                 int64_t retry = -1;
-                int e = sluice__table_make(pt, alone, &retry);
+                /* a region evicts only after its other shards were swept,
+                 * as its single decisions do (or when it has one shard) */
+                int e = pt->rt ? sluice__rtable_make(pt, alone, last, &retry)
+                               : sluice__table_make(pt, alone, &retry);
                 if (e != 0) {
                     sluice__deny(&pt->r, 0, retry);
                     pt->r.error = e;
@@ -121,25 +151,53 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
             }
         }
         if (!commit)
-            for (size_t i = 0; i < n; i++)
-                if (parts[i].created) sluice__table_unmake(&parts[i]);
+            for (size_t i = 0; i < n; i++) {
+                if (!parts[i].created) continue;
+                if (parts[i].rt) sluice__rtable_unmake(&parts[i]);
+                else sluice__table_unmake(&parts[i]);
+            }
     }
     if (commit) {
         for (size_t i = 0; i < n; i++) {
             sluice__part *pt = &parts[i];
             if (pt->pf->ops->judge) /* judged in place: now take the permits */
                 sluice__decide(pt->pf, pt->st, now, permits, UINT64_MAX, details ? &pt->r : NULL);
-            if (!pt->lim) sluice__table_store(pt);
+            if (pt->rt) sluice__rtable_store(pt);
+            else if (!pt->lim) sluice__table_store(pt);
         }
+    }
+    if (rc == 0 && (last || commit || !*efull)) { /* the final answer: a region
+                                                  * counts under its lock */
+        const bool ok = commit || (all && permits == 0);
+        for (size_t i = 0; i < n; i++)
+            if (parts[i].rt)
+                sluice__rtable_count(&parts[i], permits, ok,
+                                     !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
     }
     for (size_t k = n; k-- > 0;) { /* release, in reverse order */
         sluice__part *pt = &parts[ord[k]];
         if (!pt->first_of_lock) continue;
         if (pt->lim) sluice__limiter_release(pt, commit);
+        else if (pt->rt) sluice__rtable_unlock(pt->rt, pt->rk);
         else sluice__table_unlock(pt->t, (void *)pt->order);
     }
     if (rc) return rc;
     return commit;
+}
+
+/* After a dead holder's shard was taken over (and repaired) by this call:
+ * the region's count of keys, exact again -- with nothing held, as
+ * region_table.c's resync locks every shard of the region. */
+static void resync_stolen(sluice__part *parts, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].stolen) {
+            sluice__rtable_resync(parts[i].rt);
+            for (size_t j = i; j < n; j++) /* once per region */
+                if (parts[j].rt && parts[j].rid[0] == parts[i].rid[0] &&
+                    parts[j].rid[1] == parts[i].rid[1])
+                    parts[j].stolen = false;
+        }
 }
 
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
@@ -154,6 +212,8 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         const sluice_limit_ref *r = &refs[i];
         sluice__part *pt = &parts[i]; /* not zeroed: every field is set before use */
         pt->created = false;
+        pt->rt = NULL;
+        pt->stolen = false;
         if (res || per_limit) pt->r = (sluice_result){0};
         else pt->r.error = 0; /* read for the table's count of refusals */
         if ((r->limiter != NULL) == (r->table != NULL)) return bad_call(n, res, per_limit);
@@ -163,17 +223,23 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
             pt->order = r->limiter;
         } else {
             pt->lim = NULL;
-            if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen) ||
-                sluice__table_is_region(r->table)) /* not yet: README */
-                return bad_call(n, res, per_limit);
             pt->t = r->table;
             pt->key = r->key;
             pt->keylen = r->keylen;
-            pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
+            if ((pt->rt = sluice__table_region(r->table)) != NULL) {
+                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen))
+                    return bad_call(n, res, per_limit);
+                pt->order = NULL;
+                pt->rk = sluice__rtable_shard_of(pt->rt, r->key, r->keylen, &pt->hash, pt->rid);
+            } else {
+                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen))
+                    return bad_call(n, res, per_limit);
+                pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
+            }
         }
-        /* insertion sort by lock address */
+        /* insertion sort in the global lock order */
         size_t k = i;
-        while (k > 0 && (uintptr_t)parts[ord[k - 1]].order > (uintptr_t)pt->order) {
+        while (k > 0 && lock_cmp(&parts[ord[k - 1]], pt) > 0) {
             ord[k] = ord[k - 1];
             k--;
         }
@@ -181,7 +247,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     }
     for (size_t k = 0; k < n; k++) {
         sluice__part *pt = &parts[ord[k]];
-        pt->first_of_lock = k == 0 || parts[ord[k - 1]].order != pt->order;
+        pt->first_of_lock = k == 0 || lock_cmp(&parts[ord[k - 1]], pt) != 0;
         if (!pt->first_of_lock && pt->lim) return bad_call(n, res, per_limit); /* a limiter twice */
     }
 
@@ -196,19 +262,25 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
             for (size_t i = 0; i < n && all; i++) all = parts[i].ok;
         }
     }
-    if (got < 0) got = attempt(parts, ord, n, permits, now_ns, details, &efull, &all);
+    if (got < 0) got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
     if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
-        for (size_t i = 0; i < n; i++)
-            if (!parts[i].lim) sluice__table_reclaim(parts[i].t, now_ns);
-        got = attempt(parts, ord, n, permits, now_ns, details, &efull, &all);
+        resync_stolen(parts, n);
+        for (size_t i = 0; i < n; i++) {
+            if (parts[i].rt) sluice__rtable_reclaim(parts[i].rt, now_ns);
+            else if (!parts[i].lim) sluice__table_reclaim(parts[i].t, now_ns);
+        }
+        got = attempt(parts, ord, n, permits, now_ns, details, true, &efull, &all);
     }
+    resync_stolen(parts, n);
     if (got < 0) return bad_call(n, res, per_limit);
     const bool ok = got == 1 || (all && permits == 0);
 
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* a region's were counted under its lock */
         if (parts[i].lim) sluice__limiter_count(parts[i].lim, permits, ok);
-        else sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
-        if (!ok && !parts[i].lim) sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
+        else if (!parts[i].rt)
+            sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
+        if (!ok && !parts[i].lim && !parts[i].rt)
+            sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
     if (!details) return ok;
     sluice_result c = {.allowed = ok};

@@ -52,6 +52,10 @@ typedef struct sluice__part {
     size_t keylen;
     uint64_t hash;
     const void *order;        /* lock order: the limiter, or the key's shard */
+    struct sluice__rtable *rt; /* a key of a table in a shared region, or NULL */
+    uint64_t rid[2];          /* rt: the region's identity (its random seed) */
+    uint32_t rk;              /* rt: the key's shard */
+    bool stolen;              /* rt: a dead holder's lock was taken (resync) */
     bool first_of_lock;       /* the first part of its lock (shards are shared) */
     /* held */
     const sluice__profile *pf;

@@ -115,6 +115,36 @@
  * id: a file outlives a reboot, the monotonic clock its times are on does
  * not.
  *
+ * Composite decisions (composite.c holds, judges, commits, releases; the
+ * functions are near the end).  A composite holds the shard locks of its
+ * region keys first, ordered by (region identity, shard) -- the identity is
+ * the 128-bit random seed in the header, the same in every process however
+ * it maps the region, so every process takes shard locks in one order and
+ * no cycle of waiters can form across processes; then its in-process limits
+ * by address (a region lock is never awaited while an in-process one is
+ * held, so threads waiting on each other inside one process cannot close a
+ * cycle through the region either).  Then, with every limit held: the
+ * keys are found and judged on copies (the window logs measure their ring
+ * without writing); if every limit allows, new keys are made -- each
+ * published at once with a fresh state (crash argument 2: a key at rest) --
+ * then each key's decided state is committed as a single decision commits
+ * it (crash argument 1); if any step refuses, the made keys are dropped
+ * (crash argument 3).  Room for a new key: the shard is swept only when no
+ * other part of the call holds it, and the policy evicts only after the
+ * other shards were swept with nothing held, as for single decisions.
+ *
+ * Dead holders during a composite: each shard lock it waits for is taken
+ * over from a dead holder and repaired as above, whatever else the call
+ * holds (a repair touches only that shard); the region's count of keys is
+ * resynchronised after the call has released everything (resync takes
+ * every shard, so it must hold nothing).  A composite killed while holding
+ * several shard locks leaves each to be taken over alone.  Killed during
+ * its commit, it leaves the keys before the kill charged and the rest not,
+ * each key whole (one flip each): that one request's permits lost on some
+ * of its limits -- a request charged and never served, never an admission
+ * the contract would refuse -- plus, at worst, a fresh key it made (at
+ * rest: reclaimable) and the counts that the repair sets right.
+ *
  * Reclaiming keys at rest: lazily, when a new key finds its shard (or the
  * table) full: the shard's slots are swept for keys whose rest time has
  * passed, unless its lower bound on the earliest rest time (kept by every
@@ -780,6 +810,118 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     if (stolen) resync(r);
     return ok;
 }
+
+/* ---- composite decisions (composite.c) ---------------------------------- */
+
+bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key, size_t keylen)
+{
+    return key_ok(r, key, keylen);
+}
+
+uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key, size_t keylen,
+                                 uint64_t *hash, uint64_t id[2])
+{
+    if (!key) key = "";
+    *hash = sluice__siphash13(r->h->seed, key, keylen);
+    id[0] = r->h->seed[0];
+    id[1] = r->h->seed[1];
+    return shard_of(r, *hash);
+}
+
+void sluice__rtable_lock(sluice__rtable *r, uint32_t k, uint64_t now_ns, bool *stolen)
+{
+    shard_lock(r, k, stolen);
+    if (now_ns > r->sh[k].now) r->sh[k].now = now_ns;
+}
+
+void sluice__rtable_unlock(sluice__rtable *r, uint32_t k) { shard_unlock(r, k); }
+
+void sluice__rtable_find(sluice__part *pt)
+{
+    sluice__rtable *r = pt->rt;
+    const uint32_t k = pt->rk;
+    uint32_t fr;
+    const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->key ? pt->key : "", pt->keylen, &fr);
+    pt->pf = &r->L.pf;
+    pt->where = &r->sh[k];
+    pt->created = false;
+    pt->st = &pt->base;
+    if (i == NONE) {
+        pt->entry = UINT32_MAX;
+        sluice__state_init(&r->L.pf, &pt->base);
+        return;
+    }
+    pt->entry = i;
+    unsigned char *s = slot_at(r, k, i);
+    state_load(r, s, hdr_get(s), &pt->base); /* a window log's ring stays in the slot */
+}
+
+/* The key is published at once with a fresh state (crash argument 2: a key
+ * at rest, which a killed caller leaves reclaimable); the decided state is
+ * committed over it by sluice__rtable_store, or the key dropped again. */
+int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry)
+{
+    sluice__rtable *r = pt->rt;
+    const uint32_t k = pt->rk;
+    rshard *sh = &r->sh[k];
+    const bool room =
+        alone ? make_room(r, k, sh->now, evict || r->L.nshards == 1)
+              : atomic_load_explicit(&sh->count, memory_order_relaxed) < r->L.ecap && reserve(r);
+    if (!room) {
+        *retry = full_retry(r, sh->now);
+        return SLUICE_EFULL;
+    }
+    const void *key = pt->key ? pt->key : "";
+    const uint32_t tag = (uint32_t)pt->hash;
+    uint32_t fr;
+    (void)find(r, k, tag, key, pt->keylen, &fr); /* room may have moved the first free slot */
+    unsigned char *s = slot_at(r, k, fr);        /* fr exists: count < ecap < cap */
+    state_fresh(r, s, &pt->base);
+    if (pt->keylen) memcpy(s + r->L.key_off, key, pt->keylen);
+    state_write(r, s, 0, &pt->base);
+    hdr_set(s, H_LIVE(tag, pt->keylen, 0));
+    bump(&sh->count, 1);
+    pt->entry = fr;
+    pt->created = true;
+    pt->st = &pt->base;
+    return 0;
+}
+
+void sluice__rtable_store(sluice__part *pt)
+{
+    sluice__rtable *r = pt->rt;
+    unsigned char *s = slot_at(r, pt->rk, pt->entry);
+    /* a window log was decided on its real state (the ring in the slot) */
+    const sluice__state *st = r->L.pf.ops->judge ? pt->st : &pt->tmp;
+    state_commit(r, s, hdr_get(s), st); /* crash argument 1 */
+    if (pt->created) {
+        rshard *sh = &r->sh[pt->rk];
+        const uint64_t rest = sluice__rest_at(&r->L.pf, st);
+        if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
+            atomic_store_explicit(&sh->due, rest, memory_order_relaxed);
+    }
+}
+
+void sluice__rtable_unmake(sluice__part *pt)
+{
+    drop(pt->rt, pt->rk, pt->entry);
+    pt->entry = UINT32_MAX;
+    pt->created = false;
+}
+
+void sluice__rtable_count(sluice__part *pt, uint64_t permits, bool ok, bool full)
+{
+    count_decision(&pt->rt->sh[pt->rk], permits, ok, full);
+}
+
+void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns)
+{
+    bool stolen = false;
+    reclaim_others(r, NONE, now_ns, &stolen);
+    if (stolen) resync(r);
+}
+
+void sluice__rtable_resync(sluice__rtable *r) { resync(r); }
 
 int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
 {

@@ -740,7 +740,7 @@ sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size
     return t;
 }
 
-bool sluice__table_is_region(const sluice_table *t) { return t->region != NULL; }
+sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; }
 
 void sluice_table_free(sluice_table *t)
 {

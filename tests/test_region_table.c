@@ -5,7 +5,9 @@
  * processes sharing one limit exactly; processes killed with SIGKILL at
  * random while deciding, after which every key's state agrees with what
  * the survivors were told and nothing waited past the bound; named regions
- * (shm_open and a file); the table functions on a region. */
+ * (shm_open and a file); the table functions on a region; composite
+ * decisions over region keys against reference models, across four
+ * processes, and through two dead holders' locks. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -579,6 +581,318 @@ static void test_dead_holder(void **state)
     munmap(reg, n);
 }
 
+/* ---- composite decisions ------------------------------------------------- */
+
+/* The composite rule on reference models (one per limit), written out from
+ * its text: allowed iff every model would allow; then every model decides
+ * the request.  Otherwise a model that would allow answers as a probe (its
+ * remaining without the permits, nothing taken) and a refusing one decides
+ * (a refusal changes nothing).  The combination: the smallest remaining,
+ * the largest wait (0 when refused), the largest retry of the refusers (-1
+ * if any is -1). */
+static bool model_composite(ref_model **m, size_t n, uint64_t p, uint64_t t, ref_result *want,
+                            ref_result *per)
+{
+    bool all = true;
+    for (size_t i = 0; i < n; i++) all &= ref_model_would_allow(m[i], p, t);
+    bool never = false;
+    *want = (ref_result){.allowed = all, .remaining = UINT64_MAX};
+    for (size_t i = 0; i < n; i++) {
+        if (all || !ref_model_would_allow(m[i], p, t)) {
+            ref_model_decide(m[i], p, t, &per[i]);
+        } else {
+            ref_model_decide(m[i], 0, t, &per[i]);
+            per[i].allowed = true;
+        }
+        if (per[i].remaining < want->remaining) want->remaining = per[i].remaining;
+        if (all && per[i].wait_ns > want->wait_ns) want->wait_ns = per[i].wait_ns;
+        if (!per[i].allowed) {
+            if (per[i].retry_after_ns < 0) never = true;
+            else if (per[i].retry_after_ns > want->retry_after_ns)
+                want->retry_after_ns = per[i].retry_after_ns;
+        }
+    }
+    if (never) want->retry_after_ns = -1;
+    return all;
+}
+
+static bool same_answer(const ref_result *w, const sluice_result *g)
+{
+    return w->allowed == g->allowed && w->wait_ns == g->wait_ns &&
+           w->remaining == g->remaining && w->retry_after_ns == g->retry_after_ns &&
+           g->error == 0;
+}
+
+/* Random composites over keys of three region tables -- per client
+ * (sliding-log, through two handles of its region, so the ring lives in the
+ * region), per route (token-bucket, 3 keys held at most for 5 routes: new
+ * routes are refused for room while all 3 are in use), global
+ * (sliding-wheel) -- and an in-process leaky-bucket, 1 to 4 of them per
+ * request in a random order: every field of the combined answer and of
+ * each limit's, against one reference model per limit and the rule above.
+ * A refusal for room (SLUICE_EFULL) must charge nothing: no model decides,
+ * and every later answer still agrees.  The same key through both handles
+ * is a bad call. */
+static void test_composite_exact(void **state)
+{
+    (void)state;
+    static const pair CP[] = {
+        {"sliding-log 5/s", {.alg = REF_SLIDING_LOG, .limit = 5, .period_ns = SEC}},
+        {"token-bucket 3/s burst=4",
+         {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = SEC, .capacity = 4}},
+        {"sliding-wheel 8/s slots=4",
+         {.alg = REF_SLIDING_WHEEL, .limit = 8, .period_ns = SEC, .slots = 4}},
+        {"leaky-bucket 4/s capacity=3 nodelay",
+         {.alg = REF_LEAKY_BUCKET, .limit = 4, .period_ns = SEC, .capacity = 3, .nodelay = true}},
+    };
+    static const size_t max_keys[3] = {8, 3, 2};
+    uint64_t rng = tu_env_seed();
+    char err[256];
+    void *reg[3];
+    size_t sz[3];
+    sluice_table *t[3];
+    for (int i = 0; i < 3; i++) {
+        sz[i] = sluice_table_region_size(CP[i].spec, max_keys[i], 16, err, sizeof err);
+        if (!sz[i]) fail_msg("%s: %s", CP[i].spec, err);
+        reg[i] = shared_map(sz[i]);
+        t[i] = attach_ok(reg[i], sz[i], CP[i].spec, max_keys[i], 16, 0);
+    }
+    sluice_table *t0b = attach_ok(reg[0], sz[0], CP[0].spec, max_keys[0], 16, 0);
+    sluice_limiter *lim = sluice_limiter_new(CP[3].spec, err, sizeof err);
+    assert_non_null(lim);
+    ref_model *client[4], *route[5], *global, *local;
+    for (int i = 0; i < 4; i++) assert_non_null(client[i] = ref_model_new(&CP[0].p));
+    for (int i = 0; i < 5; i++) assert_non_null(route[i] = ref_model_new(&CP[1].p));
+    assert_non_null(global = ref_model_new(&CP[2].p));
+    assert_non_null(local = ref_model_new(&CP[3].p));
+
+    /* the same key through two handles of one region: a bad call */
+    sluice_limit_ref dup[2] = {sluice_ref_key(t[0], "c0", 2), sluice_ref_key(t0b, "c0", 2)};
+    sluice_result r;
+    assert_false(sluice_composite_try_acquire_at(dup, 2, 1, SEC, &r, NULL));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+
+    uint64_t now = 3 * SEC, efull = 0, allowed = 0, refused = 0;
+    for (int step = 0; step < 6000; step++) {
+        now += tu_splitmix64_below(&rng, step % 300 < 5 ? 2 * SEC : SEC / 10);
+        const uint64_t p = tu_splitmix64_below(&rng, 4);
+        const int c = (int)tu_splitmix64_below(&rng, 4), ro = (int)tu_splitmix64_below(&rng, 5);
+        char ck[8], rk[8];
+        snprintf(ck, sizeof ck, "c%d", c);
+        snprintf(rk, sizeof rk, "route%d", ro);
+        sluice_limit_ref all[4] = {
+            sluice_ref_key(tu_splitmix64_below(&rng, 2) ? t0b : t[0], ck, strlen(ck)),
+            sluice_ref_key(t[1], rk, strlen(rk)), sluice_ref_key(t[2], "g", 1),
+            sluice_ref_limiter(lim)};
+        ref_model *allm[4] = {client[c], route[ro], global, local};
+        sluice_limit_ref refs[4];
+        ref_model *m[4];
+        size_t n = 0;
+        const unsigned mask = 1 + (unsigned)tu_splitmix64_below(&rng, 15);
+        for (int i = 0; i < 4; i++)
+            if (mask >> i & 1) {
+                refs[n] = all[i];
+                m[n++] = allm[i];
+            }
+        for (size_t i = n; i > 1; i--) { /* a random order of the refs */
+            size_t j = (size_t)tu_splitmix64_below(&rng, i);
+            sluice_limit_ref x = refs[i - 1];
+            refs[i - 1] = refs[j];
+            refs[j] = x;
+            ref_model *y = m[i - 1];
+            m[i - 1] = m[j];
+            m[j] = y;
+        }
+        sluice_result got, per[4];
+        const bool ok = sluice_composite_try_acquire_at(refs, n, p, now, &got, per);
+        if (got.error == SLUICE_EFULL) { /* no room for a new route: nothing charged */
+            assert_false(ok);
+            bool would = true;
+            for (size_t i = 0; i < n; i++) would &= ref_model_would_allow(m[i], p, now);
+            assert_true(would); /* only an admission makes a key */
+            efull++;
+            continue;
+        }
+        ref_result want, wper[4];
+        model_composite(m, n, p, now, &want, wper);
+        bool same = same_answer(&want, &got);
+        for (size_t i = 0; i < n; i++) same &= same_answer(&wper[i], &per[i]);
+        if (!same)
+            fail_msg("step %d (%zu limits, mask %u, %llu permits at %llu): got %d rem %llu retry "
+                     "%lld err %d, want %d rem %llu retry %lld",
+                     step, n, mask, (unsigned long long)p, (unsigned long long)now, ok,
+                     (unsigned long long)got.remaining, (long long)got.retry_after_ns, got.error,
+                     want.allowed, (unsigned long long)want.remaining,
+                     (long long)want.retry_after_ns);
+        allowed += ok && p;
+        refused += !ok;
+    }
+    print_message("  %llu admitted, %llu refused by a limit, %llu refused for room\n",
+                  (unsigned long long)allowed, (unsigned long long)refused,
+                  (unsigned long long)efull);
+    assert_true(allowed > 100 && refused > 100 && efull > 0);
+    /* every region decision was counted once, by its table */
+    sluice_table_stats st;
+    sluice_table_stats_get(t[1], &st);
+    assert_true(st.refused == efull);
+    for (int i = 0; i < 4; i++) ref_model_free(client[i]);
+    for (int i = 0; i < 5; i++) ref_model_free(route[i]);
+    ref_model_free(global);
+    ref_model_free(local);
+    sluice_limiter_free(lim);
+    sluice_table_free(t0b);
+    for (int i = 0; i < 3; i++) {
+        sluice_table_free(t[i]);
+        munmap(reg[i], sz[i]);
+    }
+}
+
+/* Four processes, each deciding composites of one request at one instant
+ * (nothing refills) until its first refusal: a client key (clients 0 and
+ * 1, two processes each; 600 each), a route key shared by all
+ * (1000), a global key (4000), each in its own region, and a limiter of the
+ * process's own (700).  Whatever the interleaving, the route runs out: 1000
+ * admissions in all; and every limit charged exactly the admissions that
+ * named it -- a refusal by one charged no other, across processes.  Then
+ * every process's next request is refused. */
+static void test_composite_four_processes(void **state)
+{
+    (void)state;
+    enum { KIDS = 4 };
+    static const char *const specs[3] = {"sliding-log 600/1h", "fixed-window 1000/1h",
+                                         "token-bucket 4000/1h"};
+    static const uint64_t cap[3] = {600, 1000, 4000};
+    char err[256];
+    void *reg[3];
+    size_t sz[3];
+    sluice_table *t[3];
+    for (int i = 0; i < 3; i++) {
+        sz[i] = sluice_table_region_size(specs[i], 16, 16, err, sizeof err);
+        if (!sz[i]) fail_msg("%s: %s", specs[i], err);
+        reg[i] = shared_map(sz[i]);
+        t[i] = attach_ok(reg[i], sz[i], specs[i], 16, 16, 0);
+    }
+    _Atomic uint64_t *sh = shared_map(4096); /* [0] go; [1 + k] process k's admissions */
+    const uint64_t now = 9 * SEC;
+    pid_t kids[KIDS];
+    for (int k = 0; k < KIDS; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] == 0) {
+            sluice_limiter *own = sluice_limiter_new("token-bucket 700/1h", NULL, 0);
+            if (!own) _exit(2);
+            const char *ck = k % 2 ? "client1" : "client0";
+            sluice_limit_ref refs[4] = {sluice_ref_limiter(own), sluice_ref_key(t[2], "g", 1),
+                                        sluice_ref_key(t[0], ck, 7),
+                                        sluice_ref_key(t[1], "route", 5)};
+            while (!atomic_load(&sh[0])) {
+            }
+            uint64_t mine = 0;
+            while (sluice_composite_try_acquire_at(refs, 4, 1, now, NULL, NULL)) mine++;
+            sluice_result r;
+            if (sluice_composite_try_acquire_at(refs, 4, 1, now, &r, NULL)) _exit(3);
+            if (!sluice_try_acquire_at(own, 0, now, &r) || r.remaining != 700 - mine) _exit(4);
+            atomic_store(&sh[1 + k], mine);
+            _exit(0);
+        }
+    }
+    atomic_store(&sh[0], 1);
+    for (int k = 0; k < KIDS; k++) {
+        int ws;
+        assert_int_equal(waitpid(kids[k], &ws, 0), kids[k]);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+            fail_msg("process %d: status %d", k, ws);
+    }
+    const uint64_t a[4] = {sh[1], sh[2], sh[3], sh[4]};
+    const uint64_t total = a[0] + a[1] + a[2] + a[3];
+    print_message("  admissions per process: %llu %llu %llu %llu\n", (unsigned long long)a[0],
+                  (unsigned long long)a[1], (unsigned long long)a[2], (unsigned long long)a[3]);
+    assert_int_equal(total, cap[1]);
+    assert_true(a[0] + a[2] <= cap[0]);
+    sluice_result r;
+    /* what each key was charged: its capacity less what a probe says remains */
+    assert_int_equal(sluice_table_peek_at(t[0], "client0", 7, 0, now, &r, NULL), 0);
+    assert_int_equal(cap[0] - r.remaining, a[0] + a[2]);
+    assert_int_equal(sluice_table_peek_at(t[0], "client1", 7, 0, now, &r, NULL), 0);
+    assert_int_equal(cap[0] - r.remaining, a[1] + a[3]);
+    assert_int_equal(sluice_table_peek_at(t[1], "route", 5, 0, now, &r, NULL), 0);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sluice_table_peek_at(t[2], "g", 1, 0, now, &r, NULL), 0);
+    assert_int_equal(cap[2] - r.remaining, total);
+    sluice_table_stats st;
+    sluice_table_stats_get(t[2], &st);
+    assert_int_equal(st.decisions.requests_allowed, total);
+    assert_int_equal(st.decisions.requests_denied, 2 * KIDS);
+    for (int i = 0; i < 3; i++) {
+        sluice_table_free(t[i]);
+        munmap(reg[i], sz[i]);
+    }
+    munmap(sh, 4096);
+}
+
+/* A process killed in the middle of a composite, holding the shard locks
+ * of two regions, after it committed the first key and before the second:
+ * the next composite takes both locks over (within the bound), repairs
+ * both shards, and decides exactly as the models say when the lost request
+ * was charged to the first key only -- the most a kill can lose is that
+ * request's permits on some of its limits.  (The lock words sit after each
+ * region's 512-byte header, as test_dead_holder says.) */
+static void test_composite_dead_holder(void **state)
+{
+    (void)state;
+    const char *spec = "fixed-window 10/s";
+    const ref_params rp = {.alg = REF_FIXED_WINDOW, .limit = 10, .period_ns = SEC};
+    char err[256];
+    size_t n = sluice_table_region_size(spec, 16, 8, err, sizeof err);
+    char *ra = shared_map(n), *rb = shared_map(n);
+    sluice_table *a = attach_ok(ra, n, spec, 16, 8, 0), *b = attach_ok(rb, n, spec, 16, 8, 0);
+    ref_model *ma = ref_model_new(&rp), *mb = ref_model_new(&rp);
+    sluice_limit_ref refs[2] = {sluice_ref_key(a, "k", 1), sluice_ref_key(b, "k", 1)};
+    ref_model *m[2] = {ma, mb};
+    sluice_result r, per[2];
+    ref_result want, wper[2];
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 3, SEC, &r, per));
+    model_composite(m, 2, 3, SEC, &want, wper);
+    assert_true(same_answer(&want, &r));
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        /* a composite for 4 permits: both locks held, a's key committed ... */
+        sluice_table_try_acquire_at(a, "k", 1, 4, SEC, NULL);
+        atomic_store((_Atomic uint64_t *)(ra + 512), (uint64_t)getpid());
+        atomic_store((_Atomic uint64_t *)(rb + 512), (uint64_t)getpid());
+        raise(SIGKILL); /* ... and killed before b's */
+    }
+    int ws;
+    assert_int_equal(waitpid(kid, &ws, 0), kid);
+    assert_true(WIFSIGNALED(ws));
+    ref_model_decide(ma, 4, SEC, NULL); /* the lost request, charged to a only */
+    const uint64_t t0 = mono_ns();
+    for (uint64_t p = 1; p <= 4; p++) {
+        const bool ok = sluice_composite_try_acquire_at(refs, 2, p, SEC + p, &r, per);
+        model_composite(m, 2, p, SEC + p, &want, wper);
+        if (!same_answer(&want, &r) || !same_answer(&wper[0], &per[0]) ||
+            !same_answer(&wper[1], &per[1]))
+            fail_msg("after the kill, %llu permits: got %d rem %llu, want %d rem %llu",
+                     (unsigned long long)p, ok, (unsigned long long)r.remaining, want.allowed,
+                     (unsigned long long)want.remaining);
+    }
+    const uint64_t dt = mono_ns() - t0;
+    assert_true(dt < RECOVER_BOUND_NS);
+    assert_int_equal(atomic_load((_Atomic uint64_t *)(ra + 512)), 0);
+    assert_int_equal(atomic_load((_Atomic uint64_t *)(rb + 512)), 0);
+    sluice_table_stats st;
+    sluice_table_stats_get(a, &st);
+    assert_int_equal(st.keys, 1);
+    print_message("  took over two dead holders' locks in one composite in %.3f ms\n", dt / 1e6);
+    ref_model_free(ma);
+    ref_model_free(mb);
+    sluice_table_free(a);
+    sluice_table_free(b);
+    munmap(ra, n);
+    munmap(rb, n);
+}
+
 /* ---- named regions ------------------------------------------------------ */
 
 static void named(const char *path)
@@ -706,9 +1020,12 @@ static void test_table_functions(void **state)
     assert_int_equal(st.decisions.requests_denied, 6);
     /* not on a region table yet */
     assert_int_equal(sluice_table_set_top(t, 16, 16), SLUICE_EINVAL);
-    sluice_limit_ref ref = sluice_ref_key(t, "a", 1);
+    /* a composite takes its keys (test_composite_*), not a key too long */
+    sluice_limit_ref ref = sluice_ref_key(t, "123456789", 9);
     assert_false(sluice_composite_try_acquire_at(&ref, 1, 1, 3 * SEC, &r, NULL));
     assert_int_equal(r.error, SLUICE_EINVAL);
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.decisions.requests_denied, 6); /* a bad call decides nothing */
     sluice_table_free(t);
     munmap(reg, n);
 
@@ -803,6 +1120,9 @@ int main(void)
         cmocka_unit_test(test_named_regions),
         cmocka_unit_test(test_table_functions),
         cmocka_unit_test(test_many_shards),
+        cmocka_unit_test(test_composite_exact),
+        cmocka_unit_test(test_composite_four_processes),
+        cmocka_unit_test(test_composite_dead_holder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
