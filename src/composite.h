@@ -55,6 +55,7 @@ typedef struct sluice__part {
     struct sluice__rtable *rt; /* a key of a table in a shared region, or NULL */
     uint64_t rid[2];          /* rt: the region's identity (its random seed) */
     uint32_t rk;              /* rt: the key's shard */
+    uint64_t repoch;          /* rt: the configuration decided under */
     bool stolen;              /* rt: a dead holder's lock was taken (resync) */
     bool first_of_lock;       /* the first part of its lock (shards are shared) */
     /* held */

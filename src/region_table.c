@@ -173,7 +173,9 @@
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 1u
+#define VERSION 2u
+#define CFG_K 8u /* configurations the region remembers (a power of two) */
+#define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
 #define RING_MAX 65536u /* ring entries per key */
 #define LRU_SAMPLES 8
@@ -203,8 +205,29 @@ typedef struct rhead {
     char spec[SLUICE_SPEC_MAX];
     char boot[40]; /* the kernel's boot id when made ("" if unknown) */
     _Alignas(64) _Atomic uint64_t keys; /* keys held, <= max_keys */
+    /* configurations: read-mostly, written only by changes of spec */
+    _Alignas(64) _Atomic uint64_t epoch; /* the current configuration's number */
+    _Atomic uint64_t cfg_lock;           /* 0, or a changer's identity */
+    uint64_t floor; /* every key is under a configuration >= floor (cfg_lock) */
+    uint64_t cfg_off; /* where the ring of configurations starts */
 } rhead;
 _Static_assert(sizeof(rhead) <= HEAD_BYTES, "the header fits its bytes");
+
+/* One remembered configuration, at cfg_off + (epoch % CFG_K) * its size:
+ * the spec (canonical) from `at` on.  Written before `epoch` publishes it. */
+typedef struct rcfg {
+    uint64_t epoch;
+    uint64_t at;
+    char spec[SLUICE_SPEC_MAX];
+} rcfg;
+
+/* A handle's parsed copy of a remembered configuration: `tag` is its epoch
+ * + 1 once filled (0: empty). */
+typedef struct rprof {
+    _Atomic uint64_t tag;
+    uint64_t at;
+    sluice__profile pf;
+} rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216,
                "where tests/test_region_table.c finds them");
 
@@ -232,12 +255,14 @@ typedef struct layout {
     bool ring;
     uint64_t max_keys, max_key_bytes;
     uint32_t nshards, shard_bits, cap, ecap, cb, ring_cap;
-    size_t stride, key_off, ring_off, slots_off, need;
+    size_t stride, key_off, ring_off, slots_off, cfg_off, need;
     char spec[SLUICE_SPEC_MAX];
 } layout;
 
 struct sluice__rtable {
-    layout L;
+    layout L; /* from the spec the region was made with (its origin) */
+    rprof prof[CFG_K];
+    pthread_mutex_t prof_mu; /* fills prof[] */
     unsigned flags;
     rhead *h;
     rshard *sh;
@@ -400,7 +425,8 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
     L->ecap = (uint32_t)ecap;
     L->cap = (uint32_t)(ecap + ecap / 3 + 1);
     L->slots_off = HEAD_BYTES + (size_t)L->nshards * sizeof(rshard);
-    const u128 need = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride;
+    const u128 need = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride +
+                      (u128)CFG_K * sizeof(rcfg);
     if (need > ((u128)1 << 46)) {
         sluice__errf(err, errlen,
                      "a region for %zu keys of %zu bytes under \"%s\" would take more than 64 TiB",
@@ -408,6 +434,7 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
         return SLUICE_EINVAL;
     }
     L->need = (size_t)need;
+    L->cfg_off = L->need - (size_t)CFG_K * sizeof(rcfg);
     if (sluice__spec_format(pf, L->spec, sizeof L->spec) < 0) {
         sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
         return SLUICE_EINVAL;
@@ -443,10 +470,11 @@ static inline unsigned char *copy_of(const sluice__rtable *r, unsigned char *s, 
     return s + 16 + (size_t)c * r->L.cb;
 }
 
-/* A fresh state for slot s (the window logs' ring is s's). */
-static void state_fresh(const sluice__rtable *r, unsigned char *s, sluice__state *st)
+/* A fresh state of profile pf for slot s (the window logs' ring is s's). */
+static void state_fresh(const sluice__rtable *r, const sluice__profile *pf, unsigned char *s,
+                        sluice__state *st)
 {
-    sluice__state_init(&r->L.pf, st);
+    sluice__state_init(pf, st);
     if (r->L.ring) {
         st->u.log.e = (sluice__log_entry *)(void *)(s + r->L.ring_off);
         st->u.log.cap = r->L.ring_cap;
@@ -454,18 +482,28 @@ static void state_fresh(const sluice__rtable *r, unsigned char *s, sluice__state
     }
 }
 
-/* The state of slot s, whose header word is h. */
-static void state_load(const sluice__rtable *r, unsigned char *s, uint64_t h, sluice__state *st)
+/* The configuration a copy of slot s is under: the second word holds copy
+ * 0's epoch in its low half, copy 1's in its high half. */
+static inline uint32_t slot_epoch(const unsigned char *s, unsigned c)
+{
+    uint32_t e;
+    memcpy(&e, s + 8 + 4 * c, sizeof e);
+    return e;
+}
+
+/* The state of slot s, whose header word is h, under its profile pf. */
+static void state_load(const sluice__rtable *r, const sluice__profile *pf, unsigned char *s,
+                       uint64_t h, sluice__state *st)
 {
     const unsigned char *c = copy_of(r, s, H_ACTIVE(h));
-    if (r->L.pf.packed) {
+    if (r->L.pf.packed) { /* the layout's form: 16 bytes a copy */
         uint64_t w[2];
         memcpy(w, c, sizeof w);
-        sluice__state_unpack(&r->L.pf, w, st);
+        sluice__state_unpack(pf, w, st);
     } else if (r->L.ring) {
         rring g;
         memcpy(&g, c, sizeof g);
-        state_fresh(r, s, st);
+        state_fresh(r, pf, s, st);
         st->t_last = g.t_last;
         st->u.log.base = g.base;
         st->u.log.head = g.head;
@@ -475,14 +513,15 @@ static void state_load(const sluice__rtable *r, unsigned char *s, uint64_t h, sl
     }
 }
 
-/* Write st into copy c of slot s (not the active one). */
-static void state_write(const sluice__rtable *r, unsigned char *s, unsigned c,
-                        const sluice__state *st)
+/* Write st, of profile pf and configuration epoch, into copy c of slot s
+ * (not the active one). */
+static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsigned char *s,
+                        unsigned c, const sluice__state *st, uint32_t epoch)
 {
     unsigned char *d = copy_of(r, s, c);
     if (r->L.pf.packed) {
         uint64_t w[2];
-        sluice__state_pack(&r->L.pf, st, w);
+        sluice__state_pack(pf, st, w);
         memcpy(d, w, sizeof w);
     } else if (r->L.ring) {
         rring g = {.t_last = st->t_last, .base = st->u.log.base, .head = st->u.log.head,
@@ -491,14 +530,95 @@ static void state_write(const sluice__rtable *r, unsigned char *s, unsigned c,
     } else {
         memcpy(d, st, sizeof *st);
     }
+    memcpy(s + 8 + 4 * c, &epoch, sizeof epoch);
 }
 
-/* Commit st to slot s (header h): the inactive copy, then the flip. */
-static void state_commit(const sluice__rtable *r, unsigned char *s, uint64_t h,
-                         const sluice__state *st)
+/* Commit st to slot s (header h): the inactive copy and its epoch, then
+ * the flip.  Returns the new header word. */
+static uint64_t state_commit(const sluice__rtable *r, const sluice__profile *pf,
+                             unsigned char *s, uint64_t h, const sluice__state *st,
+                             uint32_t epoch)
 {
-    state_write(r, s, H_ACTIVE(h) ^ 1u, st);
+    state_write(r, pf, s, H_ACTIVE(h) ^ 1u, st, epoch);
     hdr_set(s, h ^ (1u << 2));
+    return h ^ (1u << 2);
+}
+
+/* ---- configurations ----------------------------------------------------- */
+
+static inline rcfg *cfg_at(const sluice__rtable *r, uint64_t epoch)
+{
+    return (rcfg *)(void *)((unsigned char *)r->h + r->L.cfg_off) + (epoch & (CFG_K - 1));
+}
+
+/* The current configuration's number: one load of a word only changes
+ * write. */
+static inline uint64_t epoch_now(const sluice__rtable *r)
+{
+    return atomic_load_explicit(&r->h->epoch, memory_order_acquire);
+}
+
+/* This handle's parsed configuration `epoch` (one the region remembers:
+ * between its floor and its epoch; a caller holding a shard lock, or the
+ * changes' lock, keeps it remembered), parsed from the region the first
+ * time.  A change publishes the epoch after writing the configuration, and
+ * an entry is only written again CFG_K changes later, once no key and no
+ * holder of a shard lock can be under it any more (the floor). */
+static const rprof *prof(sluice__rtable *r, uint64_t epoch)
+{
+    rprof *p = &r->prof[epoch & (CFG_K - 1)];
+    if (atomic_load_explicit(&p->tag, memory_order_acquire) == epoch + 1) return p;
+    pthread_mutex_lock(&r->prof_mu);
+    if (atomic_load_explicit(&p->tag, memory_order_relaxed) != epoch + 1) {
+        const rcfg *c = cfg_at(r, epoch);
+        char spec[SLUICE_SPEC_MAX];
+        memcpy(spec, c->spec, sizeof spec);
+        spec[sizeof spec - 1] = 0;
+        /* written by a change that parsed it: it parses (a region written
+         * by hand that does not is decided under the origin's spec) */
+        if (sluice__spec_parse(spec, &p->pf, NULL, 0) != 0 || p->pf.ops != r->L.pf.ops)
+            p->pf = r->L.pf;
+        p->at = c->at;
+        atomic_store_explicit(&p->tag, epoch + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&r->prof_mu);
+    return p;
+}
+
+/* Carry st, under configuration `from`, over every change up to `to`, in
+ * order, each at its time (reconfigure.c: clamped to the key's latest
+ * admission); returns the profile it ends under. */
+static const sluice__profile *carry_over(sluice__rtable *r, sluice__state *st, uint64_t from,
+                                         uint64_t to)
+{
+    const sluice__profile *pf = &prof(r, from)->pf;
+    for (uint64_t e = from + 1; e <= to; e++) {
+        const rprof *n = prof(r, e);
+        if (n->pf.ops->reserve) (void)n->pf.ops->reserve(st); /* a fixed ring: room or not */
+        sluice__reconfigure_state(pf, &n->pf, st, n->at);
+        if (r->L.pf.packed) sluice__reconfigure_fit(&n->pf, st); /* 16 bytes a copy */
+        pf = &n->pf;
+    }
+    return pf;
+}
+
+/* The state of slot i of shard k (locked), header *hp, under the current
+ * configuration `epoch`: a key under an older one is first carried over
+ * the changes it missed, and that committed (crash argument 1).  Returns
+ * the profile to decide under; *hp follows the commit. */
+static const sluice__profile *key_load(sluice__rtable *r, unsigned char *s, uint64_t *hp,
+                                       sluice__state *st, uint64_t epoch)
+{
+    const uint32_t e = slot_epoch(s, H_ACTIVE(*hp));
+    if (e == epoch) {
+        const sluice__profile *pf = &prof(r, epoch)->pf;
+        state_load(r, pf, s, *hp, st);
+        return pf;
+    }
+    state_load(r, &prof(r, e)->pf, s, *hp, st);
+    const sluice__profile *pf = carry_over(r, st, e, epoch);
+    *hp = state_commit(r, pf, s, *hp, st, (uint32_t)epoch);
+    return pf;
 }
 
 static inline void bump(_Atomic uint64_t *c, uint64_t n) /* shard locked */
@@ -600,13 +720,14 @@ static uint32_t sweep(sluice__rtable *r, uint32_t k, uint64_t now)
 {
     uint32_t freed = 0;
     uint64_t first = UINT64_MAX;
+    const uint64_t epoch = epoch_now(r);
     for (uint32_t i = 0; i < r->L.cap; i++) {
         unsigned char *s = slot_at(r, k, i);
-        const uint64_t h = hdr_get(s);
+        uint64_t h = hdr_get(s);
         if (H_KIND(h) != K_LIVE) continue;
         sluice__state st;
-        state_load(r, s, h, &st);
-        const uint64_t rest = sluice__rest_at(&r->L.pf, &st);
+        const sluice__profile *pf = key_load(r, s, &h, &st, epoch);
+        const uint64_t rest = sluice__rest_at(pf, &st);
         if (rest <= now) {
             drop(r, k, i);
             bump(&r->sh[k].reclaimed, 1);
@@ -634,10 +755,10 @@ static void evict_one(sluice__rtable *r, uint32_t k)
         uint32_t i = (uint32_t)(((sh->rng >> 32) * cap) >> 32);
         for (uint32_t d = 0; d < cap; d++, i = i + 1 == cap ? 0 : i + 1) {
             unsigned char *s = slot_at(r, k, i);
-            const uint64_t h = hdr_get(s);
+            uint64_t h = hdr_get(s);
             if (H_KIND(h) != K_LIVE) continue;
             sluice__state st;
-            state_load(r, s, h, &st);
+            (void)key_load(r, s, &h, &st, epoch_now(r));
             if (st.t_last < best_t || best == NONE) {
                 best_t = st.t_last;
                 best = i;
@@ -719,7 +840,8 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
                           bool evict, bool *full)
 {
     rshard *sh = &r->sh[k];
-    const sluice__profile *pf = &r->L.pf;
+    const uint64_t epoch = epoch_now(r); /* with the shard held: prof() */
+    const sluice__profile *pf;
     *full = false;
     if (now > sh->now) sh->now = now;
     uint32_t fr;
@@ -727,12 +849,13 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
     sluice__state st;
     if (i != NONE) {
         unsigned char *s = slot_at(r, k, i);
-        const uint64_t h = hdr_get(s);
-        state_load(r, s, h, &st);
+        uint64_t h = hdr_get(s);
+        pf = key_load(r, s, &h, &st, epoch);
         bool ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
-        if (ok && permits) state_commit(r, s, h, &st); /* only an admission writes */
+        if (ok && permits) state_commit(r, pf, s, h, &st, (uint32_t)epoch); /* only an admission writes */
         return ok;
     }
+    pf = &prof(r, epoch)->pf;
     if (permits == 0 || permits > pf->capacity) { /* a fresh limiter's probe or refusal */
         sluice__state_init(pf, &st);
         return sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
@@ -747,13 +870,13 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
     }
     (void)find(r, k, tag, key, keylen, &fr); /* room may have moved the first free slot */
     unsigned char *s = slot_at(r, k, fr);    /* fr exists: count < ecap < cap */
-    state_fresh(r, s, &st);
+    state_fresh(r, pf, s, &st);
     if (!sluice__decide(pf, &st, now, permits, UINT64_MAX, res)) { /* cannot happen */
         atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
         return false;
     }
     if (keylen) memcpy(s + r->L.key_off, key, keylen);
-    state_write(r, s, 0, &st);
+    state_write(r, pf, s, 0, &st, (uint32_t)epoch);
     hdr_set(s, H_LIVE(tag, keylen, 0)); /* published: crash argument 2 */
     bump(&sh->count, 1);
     const uint64_t rest = sluice__rest_at(pf, &st);
@@ -842,18 +965,21 @@ void sluice__rtable_find(sluice__part *pt)
     const uint32_t k = pt->rk;
     uint32_t fr;
     const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->key ? pt->key : "", pt->keylen, &fr);
-    pt->pf = &r->L.pf;
+    pt->repoch = epoch_now(r); /* with the shard held: prof() */
     pt->where = &r->sh[k];
     pt->created = false;
     pt->st = &pt->base;
     if (i == NONE) {
         pt->entry = UINT32_MAX;
-        sluice__state_init(&r->L.pf, &pt->base);
+        pt->pf = &prof(r, pt->repoch)->pf;
+        sluice__state_init(pt->pf, &pt->base);
         return;
     }
     pt->entry = i;
     unsigned char *s = slot_at(r, k, i);
-    state_load(r, s, hdr_get(s), &pt->base); /* a window log's ring stays in the slot */
+    uint64_t h = hdr_get(s);
+    /* a window log's ring stays in the slot */
+    pt->pf = key_load(r, s, &h, &pt->base, pt->repoch);
 }
 
 /* The key is published at once with a fresh state (crash argument 2: a key
@@ -876,9 +1002,9 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
     uint32_t fr;
     (void)find(r, k, tag, key, pt->keylen, &fr); /* room may have moved the first free slot */
     unsigned char *s = slot_at(r, k, fr);        /* fr exists: count < ecap < cap */
-    state_fresh(r, s, &pt->base);
+    state_fresh(r, pt->pf, s, &pt->base);
     if (pt->keylen) memcpy(s + r->L.key_off, key, pt->keylen);
-    state_write(r, s, 0, &pt->base);
+    state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
     hdr_set(s, H_LIVE(tag, pt->keylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;
@@ -893,10 +1019,10 @@ void sluice__rtable_store(sluice__part *pt)
     unsigned char *s = slot_at(r, pt->rk, pt->entry);
     /* a window log was decided on its real state (the ring in the slot) */
     const sluice__state *st = r->L.pf.ops->judge ? pt->st : &pt->tmp;
-    state_commit(r, s, hdr_get(s), st); /* crash argument 1 */
+    state_commit(r, pt->pf, s, hdr_get(s), st, (uint32_t)pt->repoch); /* crash argument 1 */
     if (pt->created) {
         rshard *sh = &r->sh[pt->rk];
-        const uint64_t rest = sluice__rest_at(&r->L.pf, st);
+        const uint64_t rest = sluice__rest_at(pt->pf, st);
         if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
             atomic_store_explicit(&sh->due, rest, memory_order_relaxed);
     }
@@ -956,20 +1082,23 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     sluice__state st, tmp;
     shard_lock(r, k, &stolen);
     uint32_t i = find(r, k, (uint32_t)hash, key, keylen, &fr);
+    const uint64_t epoch = epoch_now(r); /* with the shard held: prof() */
     if (i == NONE) {
+        const sluice__profile pf = prof(r, epoch)->pf; /* a copy: used unlocked */
         shard_unlock(r, k);
-        sluice__state_init(&r->L.pf, &st);
-        sluice__judge(&r->L.pf, &st, &tmp, now_ns, permits, &out);
+        sluice__state_init(&pf, &st);
+        sluice__judge(&pf, &st, &tmp, now_ns, permits, &out);
         if (state) memset(state, 0, sizeof *state);
     } else {
         unsigned char *s = slot_at(r, k, i);
-        state_load(r, s, hdr_get(s), &st);
+        uint64_t h = hdr_get(s);
+        const sluice__profile *pf = key_load(r, s, &h, &st, epoch);
         /* judged without writing: on a copy, or by the window logs' judge,
          * which only reads the ring */
-        sluice__judge(&r->L.pf, &st, &tmp, now_ns, permits, &out);
+        sluice__judge(pf, &st, &tmp, now_ns, permits, &out);
         if (state) {
             state->last_ns = st.t_last;
-            state->rest_ns = sluice__rest_at(&r->L.pf, &st);
+            state->rest_ns = sluice__rest_at(pf, &st);
         }
         shard_unlock(r, k);
     }
@@ -1022,16 +1151,16 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
         shard_lock(r, (uint32_t)k, &stolen);
         while (i < r->L.cap && work < count && !found) {
             unsigned char *s = slot_at(r, (uint32_t)k, i);
-            const uint64_t h = hdr_get(s);
+            uint64_t h = hdr_get(s);
             work++;
             i++;
             if (H_KIND(h) != K_LIVE) continue;
             sluice__state st;
-            state_load(r, s, h, &st);
+            const sluice__profile *pf = key_load(r, s, &h, &st, epoch_now(r));
             len = H_LEN(h);
             memcpy(buf, s + r->L.key_off, len);
             ks.last_ns = st.t_last;
-            ks.rest_ns = sluice__rest_at(&r->L.pf, &st);
+            ks.rest_ns = sluice__rest_at(pf, &st);
             found = true;
         }
         shard_unlock(r, (uint32_t)k);
@@ -1045,6 +1174,106 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
     if (stolen) resync(r);
     *next_cursor = k >= r->L.nshards ? 0 : (k << 32 | i);
     if (visited) *visited = work;
+    return rc;
+}
+
+/* ---- changing the spec -------------------------------------------------- */
+
+/* Carry every key of every shard over to configuration `epoch` (the
+ * changes' lock held; nothing else).  After it, every key is under epoch. */
+static void bring_forward(sluice__rtable *r, uint64_t epoch, bool *stolen)
+{
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        shard_lock(r, k, stolen);
+        for (uint32_t i = 0; i < r->L.cap; i++) {
+            unsigned char *s = slot_at(r, k, i);
+            uint64_t h = hdr_get(s);
+            if (H_KIND(h) != K_LIVE || slot_epoch(s, H_ACTIVE(h)) == epoch) continue;
+            sluice__state st;
+            (void)key_load(r, s, &h, &st, epoch);
+        }
+        shard_unlock(r, k);
+    }
+}
+
+void sluice__rtable_profile(sluice__rtable *r, sluice__profile *out)
+{
+    bool stolen = false; /* a shard held keeps the cache entry (prof) */
+    shard_lock(r, 0, &stolen);
+    *out = prof(r, epoch_now(r))->pf;
+    shard_unlock(r, 0);
+    if (stolen) resync(r);
+}
+
+int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, uint64_t now_ns,
+                                  char *err, size_t errlen)
+{
+    if (err && errlen) err[0] = '\0';
+    if (!r || !spec) {
+        sluice__errf(err, errlen, "no %s (NULL)", r ? "spec" : "table");
+        return SLUICE_EINVAL;
+    }
+    sluice__profile to;
+    int rc = sluice__spec_parse(spec, &to, err, errlen);
+    if (rc != 0) return rc;
+    char canon[SLUICE_SPEC_MAX] = "";
+    if (sluice__spec_format(&to, canon, sizeof canon) < 0) {
+        sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
+        return SLUICE_EINVAL;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    rhead *h = r->h;
+    bool stolen = false;
+    (void)lock_word(&h->cfg_lock, self()); /* a dead changer published nothing, or all */
+    const uint64_t epoch = atomic_load_explicit(&h->epoch, memory_order_relaxed);
+    const sluice__profile *cur = &prof(r, epoch)->pf;
+    if ((rc = sluice__reconfigure_check(cur, &to, err, errlen)) != 0) goto out;
+    if (r->L.pf.packed && !to.packed) {
+        sluice__errf(err, errlen,
+                     "\"%s\" needs more than the 16 bytes of state each key of this region has: "
+                     "make a new region", canon);
+        rc = SLUICE_EINVAL;
+        goto out;
+    }
+    if (r->L.ring) {
+        const uint64_t bound = sluice__min_u64(to.slots, to.limit);
+        if (bound > r->L.ring_cap - 2) {
+            sluice__errf(err, errlen,
+                         "%s keeps up to min(N, L) = %llu ring entries per key; this region's "
+                         "rings hold %u (made for \"%s\"), so min(N, L) may be at most %u: "
+                         "make a new region",
+                         to.ops->name, (unsigned long long)bound, r->L.ring_cap, r->L.spec,
+                         r->L.ring_cap - 2);
+            rc = SLUICE_EINVAL;
+            goto out;
+        }
+    }
+    if (epoch >= EPOCH_MAX) {
+        sluice__errf(err, errlen, "too many changes of spec (%u): make a new region", EPOCH_MAX);
+        rc = SLUICE_ERANGE;
+        goto out;
+    }
+    /* the new configuration takes the place of epoch + 1 - CFG_K: no key
+     * may still be under that one */
+    if (epoch + 1 >= CFG_K && h->floor <= epoch + 1 - CFG_K) {
+        bring_forward(r, epoch, &stolen);
+        h->floor = epoch;
+    }
+    rcfg *c = cfg_at(r, epoch + 1);
+    c->epoch = epoch + 1;
+    c->at = now_ns;
+    memcpy(c->spec, canon, sizeof c->spec);
+    atomic_store_explicit(&h->epoch, epoch + 1, memory_order_release); /* published */
+    /* keys may come to rest sooner under the new spec: every shard's lower
+     * bound on its rest times is unknown again */
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        shard_lock(r, k, &stolen);
+        atomic_store_explicit(&r->sh[k].due, 0, memory_order_relaxed);
+        shard_unlock(r, k);
+    }
+out:
+    atomic_store_explicit(&h->cfg_lock, 0, memory_order_release);
+    if (stolen) resync(r);
     return rc;
 }
 
@@ -1070,6 +1299,13 @@ static void initialise(void *region, const layout *L, unsigned flags)
     memcpy(h->spec, L->spec, sizeof h->spec);
     boot_id(h->boot);
     atomic_store_explicit(&h->keys, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->epoch, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->cfg_lock, 0, memory_order_relaxed);
+    h->floor = 0;
+    h->cfg_off = L->cfg_off;
+    rcfg *c = (rcfg *)(void *)((unsigned char *)region + L->cfg_off);
+    memset(c, 0, CFG_K * sizeof *c);
+    memcpy(c[0].spec, L->spec, sizeof c[0].spec);
     rshard *sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     for (uint32_t k = 0; k < L->nshards; k++) {
         memset(&sh[k], 0, sizeof sh[k]);
@@ -1080,8 +1316,26 @@ static void initialise(void *region, const layout *L, unsigned flags)
 
 /* The difference between an initialised header and the layout, as a
  * message; 0 when they agree. */
+/* The region's current spec (as the latest change, if any, made it) into
+ * out; its origin's when the configurations lie beyond `size`. */
+static void current_spec(const rhead *h, size_t size, char out[SLUICE_SPEC_MAX])
+{
+    const char *src = h->spec;
+    if (h->cfg_off >= HEAD_BYTES && h->cfg_off <= size && size - h->cfg_off >= CFG_K * sizeof(rcfg)) {
+        const rcfg *c = (const rcfg *)(const void *)((const unsigned char *)h + h->cfg_off);
+        /* an entry is written again only CFG_K changes later */
+        src = c[atomic_load_explicit(&((rhead *)h)->epoch, memory_order_acquire) & (CFG_K - 1)].spec;
+    }
+    memcpy(out, src, SLUICE_SPEC_MAX);
+    out[SLUICE_SPEC_MAX - 1] = 0;
+}
+
+/* The difference between an initialised header and the layout L of the
+ * caller's arguments, as a message; 0 when they agree.  The caller's spec
+ * must be the region's current one; the layout is the one of the spec the
+ * region was made with (its origin; into *O), which a change of spec keeps. */
 static int check_header(const rhead *h, const layout *L, unsigned flags, size_t size,
-                        char *err, size_t errlen)
+                        layout *O, char *err, size_t errlen)
 {
     if (h->magic != MAGIC) {
         sluice__errf(err, errlen, "the region does not hold a sluice table (bad magic)");
@@ -1104,13 +1358,21 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
         return SLUICE_EINVAL;
     }
     char spec[SLUICE_SPEC_MAX];
-    memcpy(spec, h->spec, sizeof spec);
-    spec[sizeof spec - 1] = 0;
+    current_spec(h, size, spec);
     if (strcmp(spec, L->spec) != 0) {
         sluice__errf(err, errlen, "the region holds a table of spec \"%s\", not \"%s\"", spec,
                      L->spec);
         return SLUICE_EINVAL;
     }
+    memcpy(spec, h->spec, sizeof spec);
+    spec[sizeof spec - 1] = 0;
+    if (make_layout(spec, L->max_keys, L->max_key_bytes, O, NULL, 0) != 0 ||
+        O->pf.ops != L->pf.ops) {
+        sluice__errf(err, errlen, "the region's table was made with spec \"%s\", which this "
+                     "library cannot take for \"%s\"", spec, L->spec);
+        return SLUICE_EINVAL;
+    }
+    L = O; /* the layout: the origin's */
     if (h->max_keys != L->max_keys || h->max_key_bytes != L->max_key_bytes) {
         sluice__errf(err, errlen,
                      "the region holds a table of max_keys %llu and max_key_bytes %llu, not %llu and %llu",
@@ -1153,16 +1415,13 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
         sluice__errf(err, errlen, "the region must be 64-byte aligned (a mapping is)");
         return NULL;
     }
-    if (size < L.need) {
-        if (size >= HEAD_BYTES &&
-            atomic_load_explicit(&((rhead *)region)->init, memory_order_acquire) == INIT_READY)
-            (void)check_header(region, &L, flags, size, err, errlen); /* names what differs */
-        else
-            sluice__errf(err, errlen, "a region of %zu bytes is too small: this table needs %zu",
-                         size, L.need);
+    if (size < HEAD_BYTES) {
+        sluice__errf(err, errlen, "a region of %zu bytes is too small: this table needs %zu",
+                     size, L.need);
         return NULL;
     }
     rhead *h = region;
+    layout O; /* the layout of the spec the region was made with */
     const uint64_t me = self();
     for (unsigned n = 0;; n++) {
         uint64_t v = atomic_load_explicit(&h->init, memory_order_acquire);
@@ -1172,6 +1431,11 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
             return NULL;
         }
         bool mine = false;
+        if (size < L.need) { /* ours to make, and too small for it */
+            sluice__errf(err, errlen, "a region of %zu bytes is too small: this table needs %zu",
+                         size, L.need);
+            return NULL;
+        }
         if (v == 0) /* a zeroed region: one process wins the right to initialise */
             mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
                                                            memory_order_acquire,
@@ -1187,16 +1451,24 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
         }
         sluice__backoff(n);
     }
-    if (check_header(h, &L, flags, size, err, errlen) != 0) return NULL;
+    if (check_header(h, &L, flags, size, &O, err, errlen) != 0) return NULL;
     sluice__rtable *r = sluice__calloc64(sizeof *r);
     if (!r) goto oom;
-    r->L = L;
+    if (pthread_mutex_init(&r->prof_mu, NULL) != 0) {
+        sluice__free64(r);
+        r = NULL;
+        goto oom;
+    }
+    r->L = O;
     r->flags = flags;
     r->h = h;
     r->sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
-    r->slots = (unsigned char *)region + L.slots_off;
+    r->slots = (unsigned char *)region + O.slots_off;
     sluice_table *t = sluice__table_wrap(&L.pf, flags, max_keys, r);
-    if (!t) goto oom;
+    if (!t) {
+        pthread_mutex_destroy(&r->prof_mu);
+        goto oom;
+    }
     r->map = map;
     r->map_len = map_len;
     return t;
@@ -1217,6 +1489,7 @@ void sluice__rtable_close(sluice__rtable *r)
 {
     if (!r) return;
     if (r->map) munmap(r->map, r->map_len);
+    pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }
 

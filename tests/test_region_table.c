@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ref_model.h"
+#include "region_table.h" /* sluice__rtable_reconfigure_at, until the public call takes regions */
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -893,6 +894,243 @@ static void test_composite_dead_holder(void **state)
     munmap(rb, n);
 }
 
+/* ---- changing the spec --------------------------------------------------- */
+
+/* A change of a region's spec through one handle, while another process
+ * holds a handle with the old spec parsed (it decided under it): that
+ * process's next decision is under the new spec, and every answer after
+ * the change is the reference model's after its 3.8 change at that time
+ * (ref_model_reconfigure), for keys decided before and after it, keys
+ * first met after it, on every algorithm.  (A window may shrink or keep its
+ * length: a longer one reaching back to admissions the ring had retired is
+ * bounded, not exact -- docs/decisions.md 3.8; and sliding-approx keeps its
+ * PERIOD, where its change is exact.)  The ring of sliding-log grows its L
+ * up to what the region's rings hold. */
+typedef struct change {
+    const char *from, *to;
+    ref_params pf, pt;
+} change;
+
+static const change CHANGES[] = {
+    {"fixed-window 5/s", "fixed-window 8/2s",
+     {.alg = REF_FIXED_WINDOW, .limit = 5, .period_ns = SEC},
+     {.alg = REF_FIXED_WINDOW, .limit = 8, .period_ns = 2 * SEC}},
+    {"sliding-log 5/2s", "sliding-log 6/s", /* ring of 8 entries: min(N, L) + 2 = 8 */
+     {.alg = REF_SLIDING_LOG, .limit = 5, .period_ns = 2 * SEC},
+     {.alg = REF_SLIDING_LOG, .limit = 6, .period_ns = SEC}},
+    {"sliding-wheel 10/2s slots=20", "sliding-wheel 12/s slots=10",
+     {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = 2 * SEC, .slots = 20},
+     {.alg = REF_SLIDING_WHEEL, .limit = 12, .period_ns = SEC, .slots = 10}},
+    {"sliding-approx 6/s", "sliding-approx 4/s",
+     {.alg = REF_SLIDING_APPROX, .limit = 6, .period_ns = SEC},
+     {.alg = REF_SLIDING_APPROX, .limit = 4, .period_ns = SEC}},
+    {"token-bucket 4/s burst=6", "token-bucket 6/2s burst=3",
+     {.alg = REF_TOKEN_BUCKET, .limit = 4, .period_ns = SEC, .capacity = 6},
+     {.alg = REF_TOKEN_BUCKET, .limit = 6, .period_ns = 2 * SEC, .capacity = 3}},
+    {"leaky-bucket 3/s capacity=5", "leaky-bucket 8/2s capacity=2",
+     {.alg = REF_LEAKY_BUCKET, .limit = 3, .period_ns = SEC, .capacity = 5},
+     {.alg = REF_LEAKY_BUCKET, .limit = 8, .period_ns = 2 * SEC, .capacity = 2}},
+};
+
+#define RKEYS 5
+
+/* Random requests on RKEYS keys between times *now and end, each against
+ * its key's model; returns false (with the difference on stderr) at the
+ * first answer that differs. */
+static bool trace(sluice_table *t, ref_model **m, uint64_t *rng, uint64_t *now, uint64_t end,
+                  int keys, const char *what)
+{
+    while (*now < end) {
+        *now += 1 + tu_splitmix64_below(rng, SEC / 6);
+        const int k = (int)tu_splitmix64_below(rng, (uint64_t)keys);
+        const uint64_t p = tu_splitmix64_below(rng, 4);
+        char key[8];
+        snprintf(key, sizeof key, "k%d", k);
+        sluice_result r;
+        ref_result e;
+        const bool got = sluice_table_try_acquire_at(t, key, strlen(key), p, *now, &r);
+        const bool want = ref_model_decide(m[k], p, *now, &e);
+        if (got != want || r.remaining != e.remaining || r.retry_after_ns != e.retry_after_ns ||
+            r.wait_ns != e.wait_ns || r.error != 0) {
+            fprintf(stderr, "%s: key %d, %llu permits at %llu: got %d rem %llu retry %lld wait %llu "
+                    "err %d, want %d rem %llu retry %lld wait %llu\n", what, k,
+                    (unsigned long long)p, (unsigned long long)*now, got,
+                    (unsigned long long)r.remaining, (long long)r.retry_after_ns,
+                    (unsigned long long)r.wait_ns, r.error, want, (unsigned long long)e.remaining,
+                    (long long)e.retry_after_ns, (unsigned long long)e.wait_ns);
+            return false;
+        }
+    }
+    return true;
+}
+
+static int reconf(sluice_table *t, const char *spec, uint64_t at, char *err, size_t errlen)
+{
+    return sluice__rtable_reconfigure_at(sluice__table_region(t), spec, at, err, errlen);
+}
+
+static void test_reconfigure_other_process(void **state)
+{
+    (void)state;
+    uint64_t rng = tu_env_seed();
+    for (size_t c = 0; c < sizeof CHANGES / sizeof CHANGES[0]; c++) {
+        const change *ch = &CHANGES[c];
+        char err[256];
+        size_t n = sluice_table_region_size(ch->from, 8, 8, err, sizeof err);
+        if (!n) fail_msg("%s: %s", ch->from, err);
+        void *reg = shared_map(n);
+        _Atomic int *flag = shared_map(4096);
+        sluice_table *t = attach_ok(reg, n, ch->from, 8, 8, 0);
+        ref_model *m[RKEYS];
+        for (int k = 0; k < RKEYS; k++) assert_non_null(m[k] = ref_model_new(&ch->pf));
+        uint64_t now = 10 * SEC;
+        if (!trace(t, m, &rng, &now, 14 * SEC, RKEYS - 1, ch->from)) fail(); /* key 4 unmet */
+        pid_t kid = fork();
+        assert_true(kid >= 0);
+        if (kid == 0) {
+            /* its own handle, the old spec parsed and decided under */
+            sluice_table *u = sluice_table_attach(reg, n, ch->from, 8, 8, 0, NULL, 0);
+            if (!u || !sluice_table_try_acquire_at(u, "k0", 2, 0, now, NULL)) _exit(2);
+            atomic_store(flag, 1);
+            while (atomic_load(flag) != 2) {
+            }
+            const uint64_t at = now + SEC / 3;
+            for (int k = 0; k < RKEYS; k++)
+                if (!ref_model_reconfigure(m[k], &ch->pt, at)) _exit(3);
+            now = at;
+            _exit(trace(u, m, &rng, &now, now + 6 * SEC, RKEYS, ch->to) ? 0 : 1);
+        }
+        while (atomic_load(flag) != 1) {
+        }
+        assert_int_equal(reconf(t, ch->to, now + SEC / 3, err, sizeof err), 0);
+        atomic_store(flag, 2);
+        int ws;
+        assert_int_equal(waitpid(kid, &ws, 0), kid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+            fail_msg("%s -> %s: the other process's answers differ (status %d)", ch->from, ch->to,
+                     ws);
+        /* a handle attaches with the current spec, not the old one */
+        sluice_table *v = attach_ok(reg, n, ch->to, 8, 8, 0);
+        char why[256] = "";
+        assert_null(sluice_table_attach(reg, n, ch->from, 8, 8, 0, why, sizeof why));
+        assert_non_null(strstr(why, "not"));
+        sluice_table_free(v);
+        for (int k = 0; k < RKEYS; k++) ref_model_free(m[k]);
+        sluice_table_free(t);
+        munmap(flag, 4096);
+        munmap(reg, n);
+    }
+}
+
+/* Many changes (three times the configurations a region remembers) among
+ * three specs of hour-long periods, some keys decided between every two,
+ * others left alone (and not at rest) across all of them:
+ * each key carries over every change it missed, in order, each at its
+ * time, exactly as the model changed at every one -- also the keys older
+ * than the oldest configuration remembered, which the change that would
+ * forget theirs brought forward first.  Bucket and window specs alike; the
+ * buckets' LIMITs are prime to PERIOD, so every spec counts in the same
+ * unit (1/PERIOD permit) and the carry-over has no rounding to do
+ * (reconfigure.c rounds a level towards less room when units differ). */
+static void test_reconfigure_many(void **state)
+{
+    (void)state;
+    uint64_t rng = tu_env_seed();
+    static const struct {
+        const char *spec[3];
+        ref_params p[3];
+    } cases[] = {
+        {{"token-bucket 7/1h burst=6", "token-bucket 11/1h burst=2", "token-bucket 13/1h burst=9"},
+         {{.alg = REF_TOKEN_BUCKET, .limit = 7, .period_ns = 3600 * SEC, .capacity = 6},
+          {.alg = REF_TOKEN_BUCKET, .limit = 11, .period_ns = 3600 * SEC, .capacity = 2},
+          {.alg = REF_TOKEN_BUCKET, .limit = 13, .period_ns = 3600 * SEC, .capacity = 9}}},
+        {{"sliding-wheel 9/1h slots=60", "sliding-wheel 4/1h slots=60", "sliding-wheel 6/1h slots=60"},
+         {{.alg = REF_SLIDING_WHEEL, .limit = 9, .period_ns = 3600 * SEC, .slots = 60},
+          {.alg = REF_SLIDING_WHEEL, .limit = 4, .period_ns = 3600 * SEC, .slots = 60},
+          {.alg = REF_SLIDING_WHEEL, .limit = 6, .period_ns = 3600 * SEC, .slots = 60}}},
+        {{"fixed-window 7/1h", "fixed-window 3/30min", "fixed-window 12/2h"},
+         {{.alg = REF_FIXED_WINDOW, .limit = 7, .period_ns = 3600 * SEC},
+          {.alg = REF_FIXED_WINDOW, .limit = 3, .period_ns = 1800 * SEC},
+          {.alg = REF_FIXED_WINDOW, .limit = 12, .period_ns = 7200 * SEC}}},
+        {{"leaky-bucket 7/1h capacity=8", "leaky-bucket 11/1h capacity=3", "leaky-bucket 13/1h capacity=5 nodelay"},
+         {{.alg = REF_LEAKY_BUCKET, .limit = 7, .period_ns = 3600 * SEC, .capacity = 8},
+          {.alg = REF_LEAKY_BUCKET, .limit = 11, .period_ns = 3600 * SEC, .capacity = 3},
+          {.alg = REF_LEAKY_BUCKET, .limit = 13, .period_ns = 3600 * SEC, .capacity = 5, .nodelay = true}}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char err[256];
+        size_t n = sluice_table_region_size(cases[c].spec[0], 8, 8, err, sizeof err);
+        void *reg = shared_map(n);
+        sluice_table *t = attach_ok(reg, n, cases[c].spec[0], 8, 8, 0);
+        ref_model *m[RKEYS];
+        for (int k = 0; k < RKEYS; k++) assert_non_null(m[k] = ref_model_new(&cases[c].p[0]));
+        uint64_t now = 5 * SEC;
+        /* every key admitted once; keys 3 and 4 then left alone */
+        if (!trace(t, m, &rng, &now, 7 * SEC, RKEYS, cases[c].spec[0])) fail();
+        for (int i = 1; i <= 24; i++) {
+            const uint64_t at = now + tu_splitmix64_below(&rng, SEC / 4);
+            if (reconf(t, cases[c].spec[i % 3], at, err, sizeof err) != 0)
+                fail_msg("%s: %s", cases[c].spec[i % 3], err);
+            for (int k = 0; k < RKEYS; k++)
+                assert_true(ref_model_reconfigure(m[k], &cases[c].p[i % 3], at));
+            now = at;
+            if (!trace(t, m, &rng, &now, now + SEC / 2, 3, cases[c].spec[i % 3])) fail();
+        }
+        /* keys 3 and 4, 24 changes later */
+        if (!trace(t, m, &rng, &now, now + 3 * SEC, RKEYS, "after 24 changes")) fail();
+        for (int k = 0; k < RKEYS; k++) ref_model_free(m[k]);
+        sluice_table_free(t);
+        munmap(reg, n);
+    }
+}
+
+/* Changes refused, each with its reason, and nothing changed: the keys
+ * decide as their models (never changed) say, and the region attaches with
+ * its spec only. */
+static void test_reconfigure_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *from, *to, *why;
+        ref_params p;
+    } cases[] = {
+        {"sliding-log 5/2s", "sliding-log 7/2s", "min(N, L) = 7",
+         {.alg = REF_SLIDING_LOG, .limit = 5, .period_ns = 2 * SEC}},
+        {"sliding-log 5/2s", "fixed-window 5/2s", "algorithm",
+         {.alg = REF_SLIDING_LOG, .limit = 5, .period_ns = 2 * SEC}},
+        {"sliding-wheel 10/2s slots=20", "sliding-wheel 10/2s slots=10", "slot width",
+         {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = 2 * SEC, .slots = 20}},
+        {"sliding-approx 6/s", "sliding-approx 5000000000/1h", "16 bytes",
+         {.alg = REF_SLIDING_APPROX, .limit = 6, .period_ns = SEC}},
+        {"token-bucket 4/s burst=6", "token-bucket 4/s burts=6", "burts",
+         {.alg = REF_TOKEN_BUCKET, .limit = 4, .period_ns = SEC, .capacity = 6}},
+        {"token-bucket 4/s burst=6", NULL, "NULL",
+         {.alg = REF_TOKEN_BUCKET, .limit = 4, .period_ns = SEC, .capacity = 6}},
+    };
+    uint64_t rng = tu_env_seed();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char err[256];
+        size_t n = sluice_table_region_size(cases[c].from, 8, 8, err, sizeof err);
+        void *reg = shared_map(n);
+        sluice_table *t = attach_ok(reg, n, cases[c].from, 8, 8, 0);
+        ref_model *m[RKEYS];
+        for (int k = 0; k < RKEYS; k++) assert_non_null(m[k] = ref_model_new(&cases[c].p));
+        uint64_t now = 5 * SEC;
+        if (!trace(t, m, &rng, &now, 7 * SEC, RKEYS, cases[c].from)) fail();
+        err[0] = 0;
+        const int rc = reconf(t, cases[c].to, now, err, sizeof err);
+        if (rc != SLUICE_EINVAL || !strstr(err, cases[c].why))
+            fail_msg("%s -> %s: %d \"%s\", want SLUICE_EINVAL naming \"%s\"", cases[c].from,
+                     cases[c].to ? cases[c].to : "NULL", rc, err, cases[c].why);
+        if (!trace(t, m, &rng, &now, now + 3 * SEC, RKEYS, "after a refused change")) fail();
+        sluice_table *u = attach_ok(reg, n, cases[c].from, 8, 8, 0);
+        sluice_table_free(u);
+        for (int k = 0; k < RKEYS; k++) ref_model_free(m[k]);
+        sluice_table_free(t);
+        munmap(reg, n);
+    }
+}
+
 /* ---- named regions ------------------------------------------------------ */
 
 static void named(const char *path)
@@ -1123,6 +1361,9 @@ int main(void)
         cmocka_unit_test(test_composite_exact),
         cmocka_unit_test(test_composite_four_processes),
         cmocka_unit_test(test_composite_dead_holder),
+        cmocka_unit_test(test_reconfigure_other_process),
+        cmocka_unit_test(test_reconfigure_many),
+        cmocka_unit_test(test_reconfigure_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
