@@ -782,7 +782,19 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * on one axis -- sluice_table_try_acquire() reads CLOCK_MONOTONIC, which
  * all processes of one boot share; a region made in another boot (a file
  * that outlived a reboot) is refused.  The design and the proof are in
- * src/region_table.c. */
+ * src/region_table.c.
+ *
+ * Changing the spec of a shared table (same algorithm, as for a limiter;
+ * README.md, "Changing a limit while it runs") changes it for every
+ * process: the region keeps the current configuration, and every handle,
+ * in any process, decides under it from its next decision on (one load of
+ * a word that only changes write); each key carries over the changes it
+ * missed, each at its time, when next held.  The region must hold the new
+ * spec: a packed spec's keys stay 16 bytes (a spec that needs more is
+ * refused), and for sliding-log and sliding-wheel min(N, L) + 2 must fit
+ * the ring each key got for the spec the region was made with (refused
+ * otherwise, naming the bound).  Handles attached later must give the
+ * current spec. */
 
 /* The bytes a region for this table needs (a multiple of nothing in
  * particular; map at least this much), or 0 with a one-line reason in err
@@ -797,7 +809,9 @@ size_t sluice_table_region_size(const char *spec, size_t max_keys,
  * anonymous MAP_SHARED mapping made before fork).  A zeroed region is
  * initialised once, however many processes race to attach; an initialised
  * one is attached.  Refused (NULL, reason in err) when the region holds a
- * table of another spec, max_keys, max_key_bytes, flags or layout version,
+ * table of another spec (its current one: after a change of spec, the new
+ * spec attaches and the old is refused), max_keys, max_key_bytes, flags or
+ * layout version,
  * or was made in another boot,
  * when size is below sluice_table_region_size(), or when the region is
  * neither zeroed nor a table.  flags: 0 or SLUICE_TABLE_EVICT_LRU

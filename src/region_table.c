@@ -11,10 +11,14 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version, the canonical
- *                        spec, max_keys, max_key_bytes, flags, the sizes
- *                        below, the SipHash seed, the boot id, the count
- *                        of keys
+ *   header   512 bytes   init word, magic, layout version (2), the
+ *                        canonical spec it was made with (its origin:
+ *                        the layout's), max_keys, max_key_bytes, flags,
+ *                        the sizes below, the SipHash seed, the boot id,
+ *                        the count of keys; on a line of their own, the
+ *                        current configuration's epoch, the changes' lock
+ *                        word and floor (below), where the configurations
+ *                        lie
  *   shards   128 bytes   S of them (one per 256 keys, up to 64): a lock
  *                        word, the count of keys, a lower bound on the
  *                        earliest rest time, the latest time seen, the
@@ -30,7 +34,8 @@
  *
  *   slot:  0  header word   kind (empty, live, tombstone) | the active copy
  *                           (0/1) | key length | tag (hash's low 32 bits)
- *          8  (unused)
+ *          8  epochs        the configuration each copy's state is under
+ *                           (32 bits each: copy 0's low, copy 1's high)
  *         16  copy 0, copy 1 the state, twice: 16 bytes each when it packs
  *                           (limiter.c's 16-byte form), the ring's header
  *                           (32 bytes: t_last, base, head, len) for the
@@ -40,6 +45,9 @@
  *                           entries of 16 bytes, ring_cap the power of two
  *                           above min(N, L) (window_log.c: at most min(N,
  *                           L) entries are ever held), at most 65536
+ *   configs  144 bytes   CFG_K = 8 of them, after the slots: the last
+ *                        configurations (epoch, time of the change, the
+ *                        canonical spec), epoch e at e % CFG_K
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
  * about 90 bytes a key all-in; a sliding-log 100/s key 2 KiB more.
@@ -108,9 +116,10 @@
  * (holder's identity; a compare-and-swap, so one process wins) -> ready,
  * after every field and shard is written.  Others wait (bounded as above);
  * if the initialiser dies, a waiter takes the word from it and initialises
- * again (only the header and the shards are written: idempotent on a zeroed
- * region).  Attaching to a ready region compares magic, layout version,
- * the canonical spec, max_keys, max_key_bytes, the policy and the size, and
+ * again (only the header, the shards and the configurations are written:
+ * idempotent on a zeroed region).  Attaching to a ready region compares
+ * magic, layout version, the current canonical spec (below), max_keys,
+ * max_key_bytes, the policy and the size, and
  * refuses any difference with a message naming both values; and the boot
  * id: a file outlives a reboot, the monotonic clock its times are on does
  * not.
@@ -144,6 +153,56 @@
  * of its limits -- a request charged and never served, never an admission
  * the contract would refuse -- plus, at worst, a fresh key it made (at
  * rest: reclaimable) and the counts that the repair sets right.
+ *
+ * Changing the spec (sluice__rtable_reconfigure_at; reconfigure.c's rule,
+ * docs/decisions.md 3.8).  The region is the source of truth: processes
+ * hold handles, each with the profiles it parsed, and a change made
+ * through any handle must reach all of them -- nginx's old workers keep
+ * deciding on the same region during a graceful reload.  So the region
+ * keeps the configuration: epoch E (the number of changes so far) and the
+ * last CFG_K configurations with the time of each change.  A change, under
+ * the changes' lock word (taken over from a dead changer like a shard
+ * lock): parses and checks the new spec against the current one (the same
+ * algorithm and the checks of reconfigure.c; a packed origin's 16-byte
+ * copies must still hold it; a window log's min(N', L') + 2 must fit the
+ * rings the region was made with: one entry a carry-over may add for
+ * retired permits, one an admission writes past the held ones), writes
+ * configuration E + 1 in its place, then publishes it by storing the
+ * epoch (release), then forgets every shard's rest-time bound (rest times
+ * may come sooner).  Nothing else is visited.
+ *
+ * Every decision loads the epoch once (acquire; a word only changes
+ * write, so it stays in every core's cache) after locking its shard, and
+ * finds the handle's parsed profile of that epoch (a tag check; parsed from
+ * the region the first time, under a handle mutex).  A key whose copy says
+ * an older epoch e first carries its state over every change after e, in
+ * order, each at its time (sluice__reconfigure_state: the carry-over a
+ * single limiter makes, clamped to the key's latest admission), and
+ * commits that (crash argument 1: one flip; killed before it, the key is
+ * carried again next time, the same way).  New keys start under E.  So
+ * every key is decided exactly as if each change had been applied to it at
+ * its time, in every process.
+ *
+ * Forgetting: configuration E + 1 takes the place of E + 1 - CFG_K.  The
+ * header's floor is a lower bound on every key's epoch; when it would be
+ * forgotten (floor <= E + 1 - CFG_K), the change first brings every key of
+ * every shard forward to E (one shard locked at a time) and sets floor = E.
+ * So a key's epochs, and those of any decision holding a shard lock, are
+ * always remembered -- exactly, at the cost of one pass over the slots
+ * every CFG_K - 1 changes; a handle's parsed profile of epoch e is
+ * replaced (by e + CFG_K) only once no shard holder can be under e.
+ * Epochs are 32-bit per copy: a region takes 2^32 - 2 changes.  A ring
+ * full after several changes that each lengthen the window (no admission
+ * between) merges its two oldest entries before a carry-over (the older
+ * permits then count at the later slot: never fewer counted).
+ *
+ * Attaching compares the caller's spec with the region's CURRENT one (so a
+ * process started after a change -- nginx after a reload -- attaches with
+ * the new spec, and one with the old spec is refused, naming both), and the
+ * sizes with the layout of the spec the region was made with.  A changer
+ * killed after publishing leaves the rest-time bounds as they were: a full
+ * region may refuse a new key that a sweep would have made room for, until
+ * those keys' old rest times pass.
  *
  * Reclaiming keys at rest: lazily, when a new key finds its shard (or the
  * table) full: the shard's slots are swept for keys whose rest time has
@@ -594,7 +653,17 @@ static const sluice__profile *carry_over(sluice__rtable *r, sluice__state *st, u
     const sluice__profile *pf = &prof(r, from)->pf;
     for (uint64_t e = from + 1; e <= to; e++) {
         const rprof *n = prof(r, e);
-        if (n->pf.ops->reserve) (void)n->pf.ops->reserve(st); /* a fixed ring: room or not */
+        sluice__log *lg = &st->u.log;
+        if (r->L.ring && lg->len == lg->cap) {
+            /* room for the entry a longer window may add for the permits
+             * the ring retired (window_log.c), in a ring that cannot grow:
+             * the oldest entry is merged into the next -- its permits then
+             * count at the later slot, leaving the window later: never
+             * fewer counted (only after several changes that each lengthen
+             * the window, with no admission between, can a ring be full) */
+            lg->head = (lg->head + 1) & (lg->cap - 1);
+            lg->len--;
+        }
         sluice__reconfigure_state(pf, &n->pf, st, n->at);
         if (r->L.pf.packed) sluice__reconfigure_fit(&n->pf, st); /* 16 bytes a copy */
         pf = &n->pf;
