@@ -935,8 +935,8 @@ static const change CHANGES[] = {
 #define RKEYS 5
 
 /* Random requests on RKEYS keys between times *now and end, each against
- * its key's model; returns false (with the difference on stderr) at the
- * first answer that differs. */
+ * its key's model, half of them as composites of the one key; returns false
+ * (with the difference on stderr) at the first answer that differs. */
 static bool trace(sluice_table *t, ref_model **m, uint64_t *rng, uint64_t *now, uint64_t end,
                   int keys, const char *what)
 {
@@ -948,7 +948,11 @@ static bool trace(sluice_table *t, ref_model **m, uint64_t *rng, uint64_t *now, 
         snprintf(key, sizeof key, "k%d", k);
         sluice_result r;
         ref_result e;
-        const bool got = sluice_table_try_acquire_at(t, key, strlen(key), p, *now, &r);
+        /* every other request a composite of this one key: the same answer */
+        const sluice_limit_ref ref = sluice_ref_key(t, key, strlen(key));
+        const bool got = tu_splitmix64_below(rng, 2)
+                             ? sluice_composite_try_acquire_at(&ref, 1, p, *now, &r, NULL)
+                             : sluice_table_try_acquire_at(t, key, strlen(key), p, *now, &r);
         const bool want = ref_model_decide(m[k], p, *now, &e);
         if (got != want || r.remaining != e.remaining || r.retry_after_ns != e.retry_after_ns ||
             r.wait_ns != e.wait_ns || r.error != 0) {
