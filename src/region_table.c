@@ -287,7 +287,8 @@ typedef struct rprof {
     uint64_t at;
     sluice__profile pf;
 } rprof;
-_Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216,
+_Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
+                   offsetof(rhead, cfg_lock) == 328,
                "where tests/test_region_table.c finds them");
 
 typedef struct rshard {

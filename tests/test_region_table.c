@@ -1088,6 +1088,43 @@ static void test_reconfigure_many(void **state)
     }
 }
 
+/* A process killed while changing the spec, holding the changes' lock
+ * (the word at 328 bytes into the header): the next change takes the lock
+ * over within the bound and is made; every key then decides under it. */
+static void test_reconfigure_dead_changer(void **state)
+{
+    (void)state;
+    const ref_params p0 = {.alg = REF_FIXED_WINDOW, .limit = 5, .period_ns = SEC};
+    const ref_params p1 = {.alg = REF_FIXED_WINDOW, .limit = 9, .period_ns = SEC};
+    char err[256];
+    size_t n = sluice_table_region_size("fixed-window 5/s", 8, 8, err, sizeof err);
+    char *reg = shared_map(n);
+    sluice_table *t = attach_ok(reg, n, "fixed-window 5/s", 8, 8, 0);
+    ref_model *m[RKEYS];
+    for (int k = 0; k < RKEYS; k++) assert_non_null(m[k] = ref_model_new(&p0));
+    uint64_t rng = tu_env_seed(), now = 5 * SEC;
+    if (!trace(t, m, &rng, &now, 7 * SEC, RKEYS, "before")) fail();
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        atomic_store((_Atomic uint64_t *)(reg + 328), (uint64_t)getpid());
+        raise(SIGKILL);
+    }
+    int ws;
+    assert_int_equal(waitpid(kid, &ws, 0), kid);
+    const uint64_t t0 = mono_ns();
+    if (reconf(t, "fixed-window 9/s", now, err, sizeof err) != 0) fail_msg("%s", err);
+    const uint64_t dt = mono_ns() - t0;
+    assert_true(dt < RECOVER_BOUND_NS);
+    assert_int_equal(atomic_load((_Atomic uint64_t *)(reg + 328)), 0);
+    for (int k = 0; k < RKEYS; k++) assert_true(ref_model_reconfigure(m[k], &p1, now));
+    if (!trace(t, m, &rng, &now, now + 3 * SEC, RKEYS, "after")) fail();
+    print_message("  took over a dead changer's lock in %.3f ms\n", dt / 1e6);
+    for (int k = 0; k < RKEYS; k++) ref_model_free(m[k]);
+    sluice_table_free(t);
+    munmap(reg, n);
+}
+
 /* Changes refused, each with its reason, and nothing changed: the keys
  * decide as their models (never changed) say, and the region attaches with
  * its spec only. */
@@ -1368,6 +1405,7 @@ int main(void)
         cmocka_unit_test(test_reconfigure_other_process),
         cmocka_unit_test(test_reconfigure_many),
         cmocka_unit_test(test_reconfigure_refused),
+        cmocka_unit_test(test_reconfigure_dead_changer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
