@@ -1125,6 +1125,66 @@ static void test_reconfigure_dead_changer(void **state)
     munmap(reg, n);
 }
 
+/* Three processes deciding on four keys at one instant while a fourth
+ * changes the spec 24 times between fixed-window 100/1h and 200/1h (three
+ * times the configurations a region remembers: keys are brought forward
+ * while others decide), ending at 200: the count of the window carries
+ * over every change (3.8), so once the changes are done and the deciders
+ * have tried again, each key has admitted exactly 200 -- never more, in
+ * whatever interleaving. */
+static void test_reconfigure_while_deciding(void **state)
+{
+    (void)state;
+    enum { DECIDERS = 3, KEYS4 = 4 };
+    char err[256];
+    const char *spec[2] = {"fixed-window 200/1h", "fixed-window 100/1h"};
+    size_t n = sluice_table_region_size(spec[1], 16, 8, err, sizeof err);
+    char *reg = shared_map(n);
+    _Atomic uint64_t *sh = shared_map(4096); /* [0] go, [1] changes done, [2 + k] key k */
+    sluice_table *t = attach_ok(reg, n, spec[1], 16, 8, 0);
+    const uint64_t now = 9 * SEC;
+    pid_t kids[DECIDERS];
+    for (int d = 0; d < DECIDERS; d++) {
+        kids[d] = fork();
+        assert_true(kids[d] >= 0);
+        if (kids[d] == 0) {
+            while (!atomic_load(&sh[0])) {
+            }
+            uint64_t rng = (uint64_t)d + 1, got[KEYS4] = {0};
+            for (int after = 0; after < 400;) {
+                if (atomic_load(&sh[1])) after++;
+                const int k = (int)tu_splitmix64_below(&rng, KEYS4);
+                char key[4] = {'k', (char)('0' + k), 0, 0};
+                got[k] += sluice_table_try_acquire_at(t, key, 2, 1, now, NULL);
+            }
+            for (int k = 0; k < KEYS4; k++) atomic_fetch_add(&sh[2 + k], got[k]);
+            _exit(0);
+        }
+    }
+    atomic_store(&sh[0], 1);
+    for (int i = 1; i <= 24; i++)
+        if (reconf(t, spec[i % 2], now, err, sizeof err) != 0) fail_msg("%s", err);
+    atomic_store(&sh[1], 1);
+    for (int d = 0; d < DECIDERS; d++) {
+        int ws;
+        assert_int_equal(waitpid(kids[d], &ws, 0), kids[d]);
+        assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    }
+    for (int k = 0; k < KEYS4; k++) {
+        /* a key met only after the changes could take 200 more: each is */
+        char key[4] = {'k', (char)('0' + k), 0, 0};
+        sluice_result r;
+        assert_int_equal(sluice_table_peek_at(t, key, 2, 0, now, &r, NULL), 0);
+        if (atomic_load(&sh[2 + k]) != 200 || r.remaining != 0)
+            fail_msg("key %d: %llu admitted, %llu remaining; want 200 and 0", k,
+                     (unsigned long long)atomic_load(&sh[2 + k]),
+                     (unsigned long long)r.remaining);
+    }
+    sluice_table_free(t);
+    munmap(sh, 4096);
+    munmap(reg, n);
+}
+
 /* Changes refused, each with its reason, and nothing changed: the keys
  * decide as their models (never changed) say, and the region attaches with
  * its spec only. */
@@ -1406,6 +1466,7 @@ int main(void)
         cmocka_unit_test(test_reconfigure_many),
         cmocka_unit_test(test_reconfigure_refused),
         cmocka_unit_test(test_reconfigure_dead_changer),
+        cmocka_unit_test(test_reconfigure_while_deciding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
