@@ -762,7 +762,7 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * process's decisions).  Its keys may be limits of a composite decision
  * (sluice_ref_key; sluice_composite_try_acquire_at says how), all or
  * nothing across processes.  Not yet on a shared table: sluice_table_set_top
- * (SLUICE_EINVAL).
+ * and the per-key overrides (SLUICE_EINVAL).
  *
  * The region holds no pointers and is never reallocated: keys of up to
  * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table; a longer
@@ -784,9 +784,10 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * that outlived a reboot) is refused.  The design and the proof are in
  * src/region_table.c.
  *
- * Changing the spec of a shared table (same algorithm, as for a limiter;
- * README.md, "Changing a limit while it runs") changes it for every
- * process: the region keeps the current configuration, and every handle,
+ * Changing the spec of a shared table (sluice_table_reconfigure_at,
+ * sluice_table_set_limit_at, sluice_table_set_burst_at; same algorithm, as
+ * for a limiter; README.md, "Changing a limit while it runs") changes it
+ * for every process: the region keeps the current configuration, and every handle,
  * in any process, decides under it from its next decision on (one load of
  * a word that only changes write); each key carries over the changes it
  * missed, each at its time, when next held.  The region must hold the new
@@ -1008,9 +1009,17 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * key of a table made with a packed spec has (a token-bucket or
  * leaky-bucket whose burst * PERIOD/gcd(LIMIT, PERIOD) reaches 2^64,
  * sliding-approx with LIMIT >= 2^32: make a new table); SLUICE_ERANGE after
- * 2^32 - 2 changes; SLUICE_EINVAL for a table in a shared region
- * (sluice_table_attach, sluice_table_open), which keeps the spec it was
- * made with.  On an error nothing changes.
+ * 2^32 - 2 changes.  On an error nothing changes.
+ *
+ * A table in a shared region (sluice_table_attach, sluice_table_open): the
+ * change is made in the region, for every process and every handle (each
+ * notices it at its next decision; "tables shared between processes"
+ * above), with one more refusal (SLUICE_EINVAL, naming the bound): for
+ * sliding-log and sliding-wheel, min(N, L) + 2 must fit the ring each key
+ * got for the spec the region was made with.  Its cost there: the region remembers its last
+ * 8 configurations; every 7th change first carries every key over (one
+ * pass over the region's slots, one shard locked at a time), so no key is
+ * ever under a configuration the region forgot.
  *
  * Cost: no key is visited.  The call makes the new configuration and links
  * it after the current one (O(1), under a mutex that only changes take;

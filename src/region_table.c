@@ -1266,37 +1266,41 @@ static void bring_forward(sluice__rtable *r, uint64_t epoch, bool *stolen)
     }
 }
 
-void sluice__rtable_profile(sluice__rtable *r, sluice__profile *out)
+/* The new spec's profile and canonical text: `spec`, or (spec NULL) the
+ * current profile `cur` with one knob changed. */
+static int new_spec(const sluice__profile *cur, const char *spec, int knob, uint64_t a,
+                    uint64_t b, sluice__profile *to, char canon[SLUICE_SPEC_MAX], char *err,
+                    size_t errlen)
 {
-    bool stolen = false; /* a shard held keeps the cache entry (prof) */
-    shard_lock(r, 0, &stolen);
-    *out = prof(r, epoch_now(r))->pf;
-    shard_unlock(r, 0);
-    if (stolen) resync(r);
-}
-
-int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, uint64_t now_ns,
-                                  char *err, size_t errlen)
-{
-    if (err && errlen) err[0] = '\0';
-    if (!r || !spec) {
-        sluice__errf(err, errlen, "no %s (NULL)", r ? "spec" : "table");
-        return SLUICE_EINVAL;
+    char buf[SLUICE_SPEC_MAX];
+    int rc;
+    if (!spec) {
+        if ((rc = sluice__reconfigure_knob(cur, knob, a, b, buf, sizeof buf, err, errlen)) != 0)
+            return rc;
+        spec = buf;
     }
-    sluice__profile to;
-    int rc = sluice__spec_parse(spec, &to, err, errlen);
-    if (rc != 0) return rc;
-    char canon[SLUICE_SPEC_MAX] = "";
-    if (sluice__spec_format(&to, canon, sizeof canon) < 0) {
+    if ((rc = sluice__spec_parse(spec, to, err, errlen)) != 0) return rc;
+    memset(canon, 0, SLUICE_SPEC_MAX);
+    if (sluice__spec_format(to, canon, SLUICE_SPEC_MAX) < 0) {
         sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
         return SLUICE_EINVAL;
     }
+    return 0;
+}
+
+int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, int knob, uint64_t a,
+                                  uint64_t b, uint64_t now_ns, char *err, size_t errlen)
+{
+    sluice__profile to;
+    char canon[SLUICE_SPEC_MAX];
+    int rc;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     rhead *h = r->h;
     bool stolen = false;
     (void)lock_word(&h->cfg_lock, self()); /* a dead changer published nothing, or all */
     const uint64_t epoch = atomic_load_explicit(&h->epoch, memory_order_relaxed);
     const sluice__profile *cur = &prof(r, epoch)->pf;
+    if ((rc = new_spec(cur, spec, knob, a, b, &to, canon, err, errlen)) != 0) goto out;
     if ((rc = sluice__reconfigure_check(cur, &to, err, errlen)) != 0) goto out;
     if (r->L.pf.packed && !to.packed) {
         sluice__errf(err, errlen,

@@ -61,12 +61,13 @@ SLUICE__INTERNAL void sluice__rtable_count(struct sluice__part *part, uint64_t p
 SLUICE__INTERNAL void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns);
 SLUICE__INTERNAL void sluice__rtable_resync(sluice__rtable *r);
 
-/* region_table.c: change the region's spec at now_ns, as
- * sluice_limiter_reconfigure_at() changes a limiter's, for every process
- * (region_table.c, "Changing the spec"); 0 or a negative code with the
- * reason in err, nothing changed.  The current profile, for the knobs. */
-SLUICE__INTERNAL int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec,
-                                                   uint64_t now_ns, char *err, size_t errlen);
-SLUICE__INTERNAL void sluice__rtable_profile(sluice__rtable *r, sluice__profile *out);
+/* region_table.c: change the region's spec at now_ns to `spec`, or (spec
+ * NULL) to its current one with one knob changed (sluice__reconfigure_knob:
+ * knob, a, b), for every process (region_table.c, "Changing the spec"); 0
+ * or a negative code with the reason in err, nothing changed.  table.c's
+ * sluice_table_reconfigure_at, set_limit_at and set_burst_at call it. */
+SLUICE__INTERNAL int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, int knob,
+                                                   uint64_t a, uint64_t b, uint64_t now_ns,
+                                                   char *err, size_t errlen);
 
 #endif /* SLUICE_REGION_TABLE_H */

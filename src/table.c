@@ -1579,11 +1579,12 @@ static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i)
 static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64_t a,
                              uint64_t b, uint64_t now_ns, char *err, size_t errlen)
 {
-    if (!t || t->region) {
-        sluice__errf(err, errlen, t ? "a table in a shared region keeps the spec it was made with"
-                                    : "no table (NULL)");
+    if (!t) {
+        sluice__errf(err, errlen, "no table (NULL)");
         return SLUICE_EINVAL;
     }
+    if (t->region) /* the region keeps the configuration, for every process */
+        return sluice__rtable_reconfigure_at(t->region, spec, knob, a, b, now_ns, err, errlen);
     tcfg *nc = sluice__calloc(1, sizeof *nc);
     if (!nc) {
         sluice__errf(err, errlen, "out of memory");

@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "ref_model.h"
-#include "region_table.h" /* sluice__rtable_reconfigure_at, until the public call takes regions */
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -970,7 +969,7 @@ static bool trace(sluice_table *t, ref_model **m, uint64_t *rng, uint64_t *now, 
 
 static int reconf(sluice_table *t, const char *spec, uint64_t at, char *err, size_t errlen)
 {
-    return sluice__rtable_reconfigure_at(sluice__table_region(t), spec, at, err, errlen);
+    return sluice_table_reconfigure_at(t, spec, at, err, errlen);
 }
 
 static void test_reconfigure_other_process(void **state)
@@ -1183,6 +1182,60 @@ static void test_reconfigure_while_deciding(void **state)
     sluice_table_free(t);
     munmap(sh, 4096);
     munmap(reg, n);
+}
+
+/* The single knobs on a region: set_limit_at keeps the burst, set_burst_at
+ * the rate, each seen by a handle of another process at its next decision
+ * (the fork) exactly as the model changed alike; set_burst_at on a window
+ * and a limit of 0 are refused, changing nothing. */
+static void test_reconfigure_knobs(void **state)
+{
+    (void)state;
+    const ref_params p0 = {.alg = REF_TOKEN_BUCKET, .limit = 7, .period_ns = 3600 * SEC, .capacity = 6};
+    const ref_params p1 = {.alg = REF_TOKEN_BUCKET, .limit = 11, .period_ns = 3600 * SEC, .capacity = 6};
+    const ref_params p2 = {.alg = REF_TOKEN_BUCKET, .limit = 11, .period_ns = 3600 * SEC, .capacity = 2};
+    char err[256];
+    size_t n = sluice_table_region_size("token-bucket 7/1h burst=6", 8, 8, err, sizeof err);
+    char *reg = shared_map(n);
+    sluice_table *t = attach_ok(reg, n, "token-bucket 7/1h burst=6", 8, 8, 0);
+    ref_model *m[RKEYS];
+    for (int k = 0; k < RKEYS; k++) assert_non_null(m[k] = ref_model_new(&p0));
+    uint64_t rng = tu_env_seed(), now = 5 * SEC;
+    if (!trace(t, m, &rng, &now, 7 * SEC, RKEYS, "before")) fail();
+    assert_int_equal(sluice_table_set_limit_at(t, 0, 3600 * SEC, now, err, sizeof err), SLUICE_EINVAL);
+    if (!trace(t, m, &rng, &now, now + SEC, RKEYS, "after a refused knob")) fail();
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        sluice_table *u = sluice_table_attach(reg, n, "token-bucket 7/1h burst=6", 8, 8, 0, NULL, 0);
+        if (!u) _exit(2);
+        if (!trace(u, m, &rng, &now, now + SEC, RKEYS, "old spec")) _exit(1);
+        if (sluice_table_set_limit_at(t, 11, 3600 * SEC, now, NULL, 0) != 0) _exit(3);
+        for (int k = 0; k < RKEYS; k++) ref_model_reconfigure(m[k], &p1, now);
+        if (!trace(u, m, &rng, &now, now + 2 * SEC, RKEYS, "set_limit_at")) _exit(1);
+        if (sluice_table_set_burst_at(t, 2, now, NULL, 0) != 0) _exit(3);
+        for (int k = 0; k < RKEYS; k++) ref_model_reconfigure(m[k], &p2, now);
+        _exit(trace(u, m, &rng, &now, now + 2 * SEC, RKEYS, "set_burst_at") ? 0 : 1);
+    }
+    int ws;
+    assert_int_equal(waitpid(kid, &ws, 0), kid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    /* the region attaches with the current spec */
+    sluice_table *v = attach_ok(reg, n, "token-bucket 11/1h burst=2", 8, 8, 0);
+    sluice_table_free(v);
+    sluice_table_free(t);
+    munmap(reg, n);
+    /* set_burst_at on a window: refused */
+    n = sluice_table_region_size("sliding-log 5/s", 8, 8, err, sizeof err);
+    reg = shared_map(n);
+    t = attach_ok(reg, n, "sliding-log 5/s", 8, 8, 0);
+    assert_int_equal(sluice_table_set_burst_at(t, 3, SEC, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "burst"));
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 5, SEC, NULL));
+    assert_false(sluice_table_try_acquire_at(t, "a", 1, 1, SEC, NULL));
+    sluice_table_free(t);
+    munmap(reg, n);
+    for (int k = 0; k < RKEYS; k++) ref_model_free(m[k]);
 }
 
 /* Changes refused, each with its reason, and nothing changed: the keys
@@ -1466,6 +1519,7 @@ int main(void)
         cmocka_unit_test(test_reconfigure_many),
         cmocka_unit_test(test_reconfigure_refused),
         cmocka_unit_test(test_reconfigure_dead_changer),
+        cmocka_unit_test(test_reconfigure_knobs),
         cmocka_unit_test(test_reconfigure_while_deciding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
