@@ -19,7 +19,9 @@
 # Installs what the tests need when it is missing (cmake, make, gcc,
 # pkg-config, libcmocka-dev, libhiredis-dev, redis-server, prometheus and
 # python3-prometheus-client for the metrics test, libxml2-utils for the svg
-# test, and clang for --clang, with apt-get; `apt-get update` only if a
+# test, nginx-dev, libpcre2-dev, nginx-light and curl for the nginx module
+# (built in build/ only: -DSLUICE_NGINX=ON) and its test, and clang for
+# --clang, with apt-get; `apt-get update` only if a
 # first install fails; through sudo when not root).  Exits non-zero on any
 # failure.
 # Environment: JOBS (default 2) for the build and ctest parallelism.
@@ -57,7 +59,8 @@ step() { printf '\n=== %s\n' "$*"; }
 # ---------------------------------------------------------------- tools --
 
 step "dependencies (scripts/deps.sh)"
-extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils)
+extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils
+    nginx-dev libpcre2-dev nginx-light curl)
 [ $clang -eq 1 ] && extra+=(clang)
 bash scripts/deps.sh "${extra[@]}"
 
@@ -98,7 +101,7 @@ build_and_test() {
 
 # ---------------------------------------------------------------- default --
 
-build_and_test build
+build_and_test build -DSLUICE_NGINX=ON
 
 # ---------------------------------------------------- gcc Release, clang --
 

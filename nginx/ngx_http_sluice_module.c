@@ -1,0 +1,841 @@
+/* ngx_http_sluice_module.c -- sluice's limits in nginx, shared by the workers.
+ *
+ * Directives (README.md, "nginx"):
+ *
+ *   sluice_zone NAME key=$variable spec="SPEC" max_keys=N
+ *               [max_key_bytes=N] [policy=refuse|evict-lru];      http
+ *   sluice NAME [shadow];                          http, server, location
+ *   sluice_status CODE;                            (default 429)
+ *   sluice_headers on|off;                         (default off)
+ *   sluice_metrics;                                location: the exposition
+ *
+ * A zone is one sluice table placed in an nginx shared memory zone: nginx
+ * maps its zones before it forks the workers, so every worker decides on
+ * the same keys (sluice_table_attach: the region holds offsets only, and a
+ * worker killed at any instruction blocks no other).  The zone's memory is
+ * the table's region (sluice_table_region_size) plus the slab pool nginx
+ * puts at the head of every zone; the region is the pool's one allocation,
+ * and the pool's `data` remembers it, so a reload that keeps the zone
+ * (same name, same size) attaches to the same region and keeps every
+ * key's state.  A reload that changes the spec but not the size
+ * reconfigures the table at the reload's time (sluice_table_reconfigure_at:
+ * the carry-over of a changed limit); another size is a new zone.
+ *
+ * The decision runs in the preaccess phase, as limit_req's: every `sluice`
+ * of the location (inherited as a whole from the enclosing level when the
+ * location has none) whose key is not empty is one limit, and the enforced
+ * ones form one composite decision: all or nothing, so a refusal by one
+ * zone charges no other.  Shadow limits decide and count but never refuse
+ * (a dry run): they are charged when the request is admitted and they
+ * would admit it, and a request they would refuse is logged.  A refusal
+ * answers sluice_status; an admission by a leaky-bucket shaper with a wait
+ * holds the request on a timer for that wait (bounded by the bucket's
+ * capacity: capacity x PERIOD/LIMIT at most), as limit_req's delay does.
+ * A request is decided once, whatever internal redirects follow.
+ *
+ * sluice_headers on adds the RateLimit-Policy and RateLimit fields of the
+ * IETF draft, one item per enforced limit, and Retry-After on a refusal
+ * (include/sluice/http.h formats them).
+ */
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sluice.h>
+#include <sluice/http.h>
+#include <sluice/metrics.h>
+
+#define SLUICE_NGX_ERRLEN 256
+#define SLUICE_NGX_DEFAULT_KEY_BYTES 64
+#define SLUICE_NGX_FIELD_MAX 4096
+
+typedef struct {
+    ngx_str_t                 name;
+    ngx_http_complex_value_t  key;
+    char                     *spec;          /* NUL-terminated */
+    size_t                    max_keys;
+    size_t                    max_key_bytes;
+    unsigned                  flags;
+    size_t                    region_size;
+    ngx_shm_zone_t           *shm_zone;
+    sluice_table             *table;         /* this process's handle */
+    sluice_http_policy        policy;
+} ngx_http_sluice_zone_t;
+
+typedef struct {
+    ngx_array_t               zones;         /* of ngx_http_sluice_zone_t * */
+    sluice_metrics           *metrics;       /* per process, from init_process */
+} ngx_http_sluice_main_conf_t;
+
+typedef struct {
+    ngx_http_sluice_zone_t   *zone;
+    ngx_flag_t                shadow;
+} ngx_http_sluice_limit_t;
+
+typedef struct {
+    ngx_array_t              *limits;        /* of ngx_http_sluice_limit_t */
+    ngx_uint_t                status;
+    ngx_flag_t                headers;
+} ngx_http_sluice_loc_conf_t;
+
+typedef struct {
+    ngx_uint_t                decided;
+} ngx_http_sluice_ctx_t;
+
+static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf);
+static void *ngx_http_sluice_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_sluice_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static char *ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_sluice_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_sluice_init_process(ngx_cycle_t *cycle);
+static void ngx_http_sluice_exit_process(ngx_cycle_t *cycle);
+
+static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
+    ngx_conf_check_num_bounds, 400, 599
+};
+
+static ngx_command_t ngx_http_sluice_commands[] = {
+    { ngx_string("sluice_zone"),
+      NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE,
+      ngx_http_sluice_zone,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("sluice"),
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12,
+      ngx_http_sluice_limit,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("sluice_status"),
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sluice_loc_conf_t, status),
+      &ngx_http_sluice_status_bounds },
+
+    { ngx_string("sluice_headers"),
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sluice_loc_conf_t, headers),
+      NULL },
+
+    { ngx_string("sluice_metrics"),
+      NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+      ngx_http_sluice_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+static ngx_http_module_t ngx_http_sluice_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_sluice_init,                  /* postconfiguration */
+    ngx_http_sluice_create_main_conf,      /* create main configuration */
+    NULL,                                  /* init main configuration */
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+    ngx_http_sluice_create_loc_conf,       /* create location configuration */
+    ngx_http_sluice_merge_loc_conf         /* merge location configuration */
+};
+
+ngx_module_t ngx_http_sluice_module = {
+    NGX_MODULE_V1,
+    &ngx_http_sluice_module_ctx,           /* module context */
+    ngx_http_sluice_commands,              /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_sluice_init_process,          /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_sluice_exit_process,          /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+/* ---- configuration ---------------------------------------------------- */
+
+static void *
+ngx_http_sluice_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_sluice_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
+
+    if (mcf == NULL) {
+        return NULL;
+    }
+    if (ngx_array_init(&mcf->zones, cf->pool, 4, sizeof(ngx_http_sluice_zone_t *)) != NGX_OK) {
+        return NULL;
+    }
+    return mcf;
+}
+
+static void *
+ngx_http_sluice_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_sluice_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof(*lcf));
+
+    if (lcf == NULL) {
+        return NULL;
+    }
+    lcf->limits = NGX_CONF_UNSET_PTR;
+    lcf->status = NGX_CONF_UNSET_UINT;
+    lcf->headers = NGX_CONF_UNSET;
+    return lcf;
+}
+
+static char *
+ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_sluice_loc_conf_t *prev = parent;
+    ngx_http_sluice_loc_conf_t *conf = child;
+
+    (void) cf;
+    /* the limits are inherited as a whole, as limit_req's are */
+    ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
+    ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
+    ngx_conf_merge_value(conf->headers, prev->headers, 0);
+    return NGX_CONF_OK;
+}
+
+/* The region of a zone: made once, kept across reloads that keep the zone. */
+static ngx_int_t
+ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_sluice_zone_t *z = shm_zone->data;
+    ngx_http_sluice_zone_t *oz = data;
+    ngx_slab_pool_t *shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    char err[SLUICE_NGX_ERRLEN];
+    void *region;
+
+    if (oz != NULL || shm_zone->shm.exists) {
+        region = shpool->data;
+    } else {
+        region = ngx_slab_calloc(shpool, z->region_size);
+        if (region == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "sluice_zone \"%V\": no room for %uz bytes in its shared memory",
+                          &z->name, z->region_size);
+            return NGX_ERROR;
+        }
+        shpool->data = region;
+    }
+
+    z->table = sluice_table_attach(region, z->region_size, z->spec, z->max_keys,
+                                   z->max_key_bytes, z->flags, err, sizeof err);
+    if (z->table == NULL && oz != NULL) {
+        /* The spec changed but the size did not: attach with the old spec,
+         * then change it at this reload's time, carrying the state over. */
+        z->table = sluice_table_attach(region, z->region_size, oz->spec, oz->max_keys,
+                                       oz->max_key_bytes, oz->flags, err, sizeof err);
+        if (z->table != NULL
+            && sluice_table_reconfigure_at(z->table, z->spec, sluice_now_ns(), err, sizeof err)
+                   != 0)
+        {
+            sluice_table_free(z->table);
+            z->table = NULL;
+        }
+    }
+    if (z->table == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "sluice_zone \"%V\": %s",
+                      &z->name, err);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
+static void
+ngx_http_sluice_free_zone(void *data)
+{
+    ngx_http_sluice_zone_t *z = data;
+
+    sluice_table_free(z->table); /* the handle; the region stays */
+    z->table = NULL;
+}
+
+/* nginx splits `spec="token-bucket 10/s burst=5"` at its spaces (a quote
+ * only quotes at the start of an argument): join value[*i] and the
+ * arguments after it, one space apart, up to the one that ends the quote.
+ * `"spec=token-bucket 10/s"` (quoted whole) comes in one piece. */
+static char *
+ngx_http_sluice_join_spec(ngx_conf_t *cf, ngx_str_t *value, ngx_uint_t n, ngx_uint_t *i,
+                          ngx_str_t *out)
+{
+    ngx_str_t first = value[*i];
+    size_t len, k;
+    ngx_uint_t j;
+    u_char *p;
+
+    first.data += 5; /* "spec=" */
+    first.len -= 5;
+    if (first.len == 0 || first.data[0] != '"') {
+        *out = first;
+        return NGX_CONF_OK;
+    }
+    len = 0;
+    for (j = *i; j < n; j++) {
+        len += value[j].len + 1;
+        if (value[j].len > 0 && value[j].data[value[j].len - 1] == '"'
+            && !(j == *i && value[j].len == 6))
+        {
+            break;
+        }
+    }
+    if (j == n) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "unterminated quote in \"%V\"", &value[*i]);
+        return NGX_CONF_ERROR;
+    }
+    p = ngx_pnalloc(cf->pool, len);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    out->data = p;
+    p = ngx_cpymem(p, first.data + 1, first.len - 1);
+    for (k = *i + 1; k <= j; k++) {
+        *p++ = ' ';
+        p = ngx_cpymem(p, value[k].data, value[k].len);
+    }
+    out->len = (size_t) (p - out->data) - 1; /* drop the closing quote */
+    *i = j;
+    return NGX_CONF_OK;
+}
+
+static char *
+ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_sluice_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
+    ngx_http_sluice_zone_t *z, **slot;
+    ngx_http_compile_complex_value_t ccv;
+    ngx_str_t *value = cf->args->elts, spec = ngx_null_string, key = ngx_null_string;
+    ngx_uint_t i, n = cf->args->nelts;
+    ngx_int_t num;
+    char err[SLUICE_NGX_ERRLEN], name[SLUICE_HTTP_NAME_MAX + 1];
+    ngx_pool_cleanup_t *cln;
+    size_t size, pages;
+
+    (void) cmd;
+    (void) conf;
+    z = ngx_pcalloc(cf->pool, sizeof(*z));
+    if (z == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    z->name = value[1];
+    z->max_key_bytes = SLUICE_NGX_DEFAULT_KEY_BYTES;
+    if (z->name.len == 0 || z->name.len > SLUICE_HTTP_NAME_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sluice_zone: the name must have 1 to %d bytes", SLUICE_HTTP_NAME_MAX);
+        return NGX_CONF_ERROR;
+    }
+    for (slot = mcf->zones.elts, i = 0; i < mcf->zones.nelts; i++) {
+        if (slot[i]->name.len == z->name.len
+            && ngx_strncmp(slot[i]->name.data, z->name.data, z->name.len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate sluice_zone \"%V\"", &z->name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    for (i = 2; i < n; i++) {
+        if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+            key.data = value[i].data + 4;
+            key.len = value[i].len - 4;
+        } else if (ngx_strncmp(value[i].data, "spec=", 5) == 0) {
+            if (ngx_http_sluice_join_spec(cf, value, n, &i, &spec) != NGX_CONF_OK) {
+                return NGX_CONF_ERROR;
+            }
+        } else if (ngx_strncmp(value[i].data, "max_keys=", 9) == 0) {
+            num = ngx_atoi(value[i].data + 9, value[i].len - 9);
+            if (num == NGX_ERROR || num < 1 || (uint64_t) num > 4294967296ULL) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": 1 .. 2^32 keys", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+            z->max_keys = (size_t) num;
+        } else if (ngx_strncmp(value[i].data, "max_key_bytes=", 14) == 0) {
+            num = ngx_atoi(value[i].data + 14, value[i].len - 14);
+            if (num == NGX_ERROR || num < 1 || num > SLUICE_MAX_KEY_BYTES) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": 1 .. %d bytes",
+                                   &value[i], SLUICE_MAX_KEY_BYTES);
+                return NGX_CONF_ERROR;
+            }
+            z->max_key_bytes = (size_t) num;
+        } else if (value[i].len == 13 && ngx_strncmp(value[i].data, "policy=refuse", 13) == 0) {
+            z->flags &= ~SLUICE_TABLE_EVICT_LRU;
+        } else if (value[i].len == 16 && ngx_strncmp(value[i].data, "policy=evict-lru", 16) == 0) {
+            z->flags |= SLUICE_TABLE_EVICT_LRU;
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    if (key.len == 0 || spec.len == 0 || z->max_keys == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"sluice_zone %V\" needs key=, spec= and max_keys=", &z->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = &key;
+    ccv.complex_value = &z->key;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    z->spec = ngx_pnalloc(cf->pool, spec.len + 1);
+    if (z->spec == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    ngx_memcpy(z->spec, spec.data, spec.len);
+    z->spec[spec.len] = '\0';
+
+    /* nginx -t names the token: the spec, then the region it needs. */
+    ngx_memcpy(name, z->name.data, z->name.len);
+    name[z->name.len] = '\0';
+    if (sluice_http_policy_init(&z->policy, name, z->spec, err, sizeof err) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": spec \"%s\": %s",
+                           &z->name, z->spec, err);
+        return NGX_CONF_ERROR;
+    }
+    z->region_size = sluice_table_region_size(z->spec, z->max_keys, z->max_key_bytes,
+                                              err, sizeof err);
+    if (z->region_size == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": %s", &z->name, err);
+        return NGX_CONF_ERROR;
+    }
+
+    /* The slab pool's own pages and page descriptors, then the region. */
+    pages = z->region_size / ngx_pagesize + 1;
+    size = 8 * ngx_pagesize + pages * (ngx_pagesize + 64);
+    z->shm_zone = ngx_shared_memory_add(cf, &z->name, size, &ngx_http_sluice_module);
+    if (z->shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    if (z->shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "shared memory \"%V\" is already used", &z->name);
+        return NGX_CONF_ERROR;
+    }
+    z->shm_zone->init = ngx_http_sluice_init_zone;
+    z->shm_zone->data = z;
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    cln->handler = ngx_http_sluice_free_zone;
+    cln->data = z;
+
+    slot = ngx_array_push(&mcf->zones);
+    if (slot == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    *slot = z;
+    return NGX_CONF_OK;
+}
+
+static char *
+ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_sluice_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
+    ngx_http_sluice_loc_conf_t *lcf = conf;
+    ngx_http_sluice_zone_t **zones = mcf->zones.elts, *z = NULL;
+    ngx_http_sluice_limit_t *limit, *limits;
+    ngx_str_t *value = cf->args->elts;
+    ngx_uint_t i;
+    ngx_flag_t shadow = 0;
+
+    (void) cmd;
+    if (cf->args->nelts == 3) {
+        if (value[2].len != 6 || ngx_strncmp(value[2].data, "shadow", 6) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+        shadow = 1;
+    }
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        if (zones[i]->name.len == value[1].len
+            && ngx_strncmp(zones[i]->name.data, value[1].data, value[1].len) == 0)
+        {
+            z = zones[i];
+        }
+    }
+    if (z == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "unknown sluice_zone \"%V\" (declare it first, at the http level)",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+    if (lcf->limits == NGX_CONF_UNSET_PTR) {
+        lcf->limits = ngx_array_create(cf->pool, 2, sizeof(ngx_http_sluice_limit_t));
+        if (lcf->limits == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+    limits = lcf->limits->elts;
+    for (i = 0; i < lcf->limits->nelts; i++) {
+        if (limits[i].zone == z) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate sluice \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    if (lcf->limits->nelts >= SLUICE_COMPOSITE_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "at most %d sluice limits in one place",
+                           SLUICE_COMPOSITE_MAX);
+        return NGX_CONF_ERROR;
+    }
+    limit = ngx_array_push(lcf->limits);
+    if (limit == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    limit->zone = z;
+    limit->shadow = shadow;
+    return NGX_CONF_OK;
+}
+
+/* ---- the decision ----------------------------------------------------- */
+
+/* Append `name: value` to the response's headers. */
+static ngx_int_t
+ngx_http_sluice_add_header(ngx_http_request_t *r, const char *name, const char *value, size_t len)
+{
+    ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+    u_char *v;
+
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    v = ngx_pnalloc(r->pool, len);
+    if (v == NULL) {
+        h->hash = 0;
+        return NGX_ERROR;
+    }
+    ngx_memcpy(v, value, len);
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value.data = v;
+    h->value.len = len;
+#if defined(nginx_version) && nginx_version >= 1023000
+    h->next = NULL;
+#endif
+    return NGX_OK;
+}
+
+static ngx_int_t
+ngx_http_sluice_headers(ngx_http_request_t *r, ngx_http_sluice_zone_t **zones,
+                        const sluice_result *per, ngx_uint_t n, const sluice_result *res,
+                        uint64_t now)
+{
+    char buf[SLUICE_NGX_FIELD_MAX], num[32];
+    size_t len = 0;
+    ngx_uint_t i;
+    int64_t retry = -1;
+    sluice_http_state st;
+
+    for (i = 0; i < n; i++) {
+        (void) sluice_http_policy_value(&zones[i]->policy, NULL, 0, buf, sizeof buf, &len);
+    }
+    if (len < sizeof buf && ngx_http_sluice_add_header(r, "RateLimit-Policy", buf, len) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    len = 0;
+    for (i = 0; i < n; i++) {
+        (void) sluice_http_ratelimit_value(&zones[i]->policy, &per[i], now, NULL, 0, buf,
+                                           sizeof buf, &len);
+        if (!res->allowed && !per[i].allowed
+            && sluice_http_state_get(&zones[i]->policy, &per[i], now, &st) == 0
+            && st.retry_after_s > retry)
+        {
+            retry = st.retry_after_s;
+        }
+    }
+    if (len < sizeof buf && ngx_http_sluice_add_header(r, "RateLimit", buf, len) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    if (!res->allowed && retry >= 0) {
+        len = (size_t) (ngx_snprintf((u_char *) num, sizeof num, "%L", retry) - (u_char *) num);
+        if (ngx_http_sluice_add_header(r, "Retry-After", num, len) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+    return NGX_OK;
+}
+
+static void
+ngx_http_sluice_delay(ngx_http_request_t *r)
+{
+    ngx_event_t *wev = r->connection->write;
+
+    if (wev->delayed) {
+        /* woken by a write event before the timer: wait on */
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+        return;
+    }
+    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+static ngx_int_t
+ngx_http_sluice_handler(ngx_http_request_t *r)
+{
+    ngx_http_sluice_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
+    ngx_http_sluice_limit_t *limits;
+    ngx_http_sluice_ctx_t *ctx;
+    ngx_http_sluice_zone_t *ez[SLUICE_COMPOSITE_MAX], *sz[SLUICE_COMPOSITE_MAX];
+    sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
+    ngx_str_t skeys[SLUICE_COMPOSITE_MAX], key;
+    sluice_result res, per[SLUICE_COMPOSITE_MAX], sres;
+    ngx_uint_t i, ne = 0, ns = 0;
+    uint64_t now;
+    ngx_msec_t delay;
+
+    if (lcf->limits == NULL || lcf->limits->nelts == 0) {
+        return NGX_DECLINED;
+    }
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_sluice_module);
+    if (ctx != NULL) {
+        return NGX_DECLINED; /* decided already (a delay ended, a redirect) */
+    }
+    ctx = ngx_pcalloc(r->main->pool, sizeof(*ctx));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    ngx_http_set_ctx(r->main, ctx, ngx_http_sluice_module);
+    ctx->decided = 1;
+
+    limits = lcf->limits->elts;
+    for (i = 0; i < lcf->limits->nelts; i++) {
+        ngx_http_sluice_zone_t *z = limits[i].zone;
+
+        if (ngx_http_complex_value(r, &z->key, &key) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        if (key.len == 0) {
+            continue; /* an empty key is not limited */
+        }
+        if (key.len > z->max_key_bytes) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "sluice zone \"%V\": the key has %uz bytes, more than max_key_bytes=%uz:"
+                          " not limited", &z->name, key.len, z->max_key_bytes);
+            continue;
+        }
+        if (limits[i].shadow) {
+            sz[ns] = z;
+            skeys[ns++] = key;
+        } else {
+            ez[ne] = z;
+            refs[ne++] = sluice_ref_key(z->table, key.data, key.len);
+        }
+    }
+    if (ne + ns == 0) {
+        return NGX_DECLINED;
+    }
+
+    now = sluice_now_ns();
+    ngx_memzero(&res, sizeof(res));
+    res.allowed = 1;
+    if (ne == 1) {
+        (void) sluice_table_try_acquire_at(refs[0].table, refs[0].key, refs[0].keylen, 1, now,
+                                           &res);
+        per[0] = res;
+    } else if (ne > 1) {
+        (void) sluice_composite_try_acquire_at(refs, ne, 1, now, &res, per);
+    }
+
+    /* shadow limits: charged only with an admission they would make */
+    for (i = 0; i < ns; i++) {
+        if (res.allowed) {
+            (void) sluice_table_try_acquire_at(sz[i]->table, skeys[i].data, skeys[i].len, 1, now,
+                                               &sres);
+        } else {
+            (void) sluice_table_peek_at(sz[i]->table, skeys[i].data, skeys[i].len, 1, now, &sres,
+                                        NULL);
+        }
+        if (!sres.allowed) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "sluice zone \"%V\" would refuse the request (shadow)", &sz[i]->name);
+        }
+    }
+    if (ne == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (lcf->headers && ngx_http_sluice_headers(r, ez, per, ne, &res, now) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    if (!res.allowed) {
+        for (i = 0; i < ne && per[i].allowed; i++) {
+        }
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "sluice: limiting requests by zone \"%V\"%s",
+                      &ez[i < ne ? i : 0]->name,
+                      res.error == SLUICE_EFULL ? " (zone full of keys in use)" : "");
+        return (ngx_int_t) lcf->status;
+    }
+    if (res.wait_ns == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* a leaky-bucket shaper: hold the request for its turn */
+    delay = (ngx_msec_t) ((res.wait_ns + 999999) / 1000000);
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_sluice_delay;
+    r->connection->write->delayed = 1;
+    ngx_add_timer(r->connection->write, delay);
+    return NGX_AGAIN;
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+static ngx_int_t
+ngx_http_sluice_metrics_handler(ngx_http_request_t *r)
+{
+    ngx_http_sluice_main_conf_t *mcf = ngx_http_get_module_main_conf(r, ngx_http_sluice_module);
+    ngx_buf_t *b;
+    ngx_chain_t out;
+    ngx_int_t rc;
+    size_t need = 0, cap = 16384;
+    u_char *p = NULL;
+    int wr;
+
+    if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+    if (mcf->metrics == NULL) {
+        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+    for (int tries = 0; tries < 4; tries++) {
+        p = ngx_pnalloc(r->pool, cap);
+        if (p == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        wr = sluice_metrics_write(mcf->metrics, (char *) p, cap, &need);
+        if (wr == 0) {
+            break;
+        }
+        if (wr != SLUICE_ENOSPC) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        cap = need + 4096; /* the counters may grow between the calls */
+        p = NULL;
+    }
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = (off_t) need;
+    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    b->pos = p;
+    b->last = p + need;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+    out.buf = b;
+    out.next = NULL;
+    return ngx_http_output_filter(r, &out);
+}
+
+static char *
+ngx_http_sluice_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t *clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    (void) cmd;
+    (void) conf;
+    clcf->handler = ngx_http_sluice_metrics_handler;
+    return NGX_CONF_OK;
+}
+
+/* ---- life ----------------------------------------------------------------- */
+
+static ngx_int_t
+ngx_http_sluice_init(ngx_conf_t *cf)
+{
+    ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+    *h = ngx_http_sluice_handler;
+    return NGX_OK;
+}
+
+/* Each worker exposes every zone; the counters live in the zones, so every
+ * worker shows the same numbers. */
+static ngx_int_t
+ngx_http_sluice_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_sluice_main_conf_t *mcf;
+    ngx_http_sluice_zone_t **zones;
+    char name[SLUICE_HTTP_NAME_MAX + 1];
+    ngx_uint_t i;
+
+    if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module) == NULL) {
+        return NGX_OK; /* no http block */
+    }
+    mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_sluice_module);
+    if (mcf == NULL || mcf->zones.nelts == 0) {
+        return NGX_OK;
+    }
+    mcf->metrics = sluice_metrics_new();
+    if (mcf->metrics == NULL) {
+        return NGX_ERROR;
+    }
+    zones = mcf->zones.elts;
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        ngx_memcpy(name, zones[i]->name.data, zones[i]->name.len);
+        name[zones[i]->name.len] = '\0';
+        if (sluice_metrics_add_table(mcf->metrics, name, zones[i]->table) != 0) {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                          "sluice: cannot expose zone \"%V\" in the metrics", &zones[i]->name);
+        }
+    }
+    return NGX_OK;
+}
+
+static void
+ngx_http_sluice_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_sluice_main_conf_t *mcf;
+
+    if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module) == NULL) {
+        return;
+    }
+    mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_sluice_module);
+    if (mcf != NULL && mcf->metrics != NULL) {
+        sluice_metrics_free(mcf->metrics);
+        mcf->metrics = NULL;
+    }
+}

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# test_nginx.sh -- ngx_http_sluice_module in Debian's real nginx.
+#
+#   tests/nginx/test_nginx.sh PATH/TO/ngx_http_sluice_module.so
+#
+# Starts nginx (`nginx -p DIR -c CONF -e LOG`, unprivileged paths under a
+# temporary DIR) on a free loopback port, runs each check, and stops it.
+# The load comes from tests/nginx/load.py (stdlib Python, keep-alive
+# connections).  Every wait is bounded.  Checks:
+#   1. `nginx -t` refuses a bad spec and names the token; also a missing
+#      parameter, an unknown zone, a bad policy.
+#   2. With 2 and with 4 workers, clients hammering one key of
+#      `token-bucket 10/s burst=5` get 5 + 10 per second of 200s across all
+#      the workers together (within one token at each end of the run: the
+#      run's span as the client sees it bounds the server's).
+#   3. A refusal is a 429 with RateLimit-Policy, RateLimit and Retry-After;
+#      an empty key is not limited; `shadow` never refuses; a composite of
+#      two zones charges neither when one refuses.
+#   4. /metrics passes `promtool check metrics`, and its counts are the
+#      decisions the clients saw, summed over the workers.
+#   5. `nginx -s reload` keeps a zone's state; a reload that changes the
+#      spec (same algorithm) carries the state over; one that changes the
+#      algorithm is refused and the old configuration goes on.
+#   6. A worker killed with SIGKILL under load is replaced by the master,
+#      the limit still holds, and no request hangs.
+# Exit 77 (skipped) when nginx or python3 cannot be found.
+set -u
+
+so=${1:?usage: test_nginx.sh MODULE.so}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$nginx_bin" ] || { echo "test_nginx: no nginx binary (apt-get install nginx-light)"; exit 77; }
+command -v python3 >/dev/null || { echo "test_nginx: no python3"; exit 77; }
+[ -f "$so" ] || { echo "test_nginx: $so not built"; exit 1; }
+so=$(cd "$(dirname "$so")" && pwd)/$(basename "$so")
+promtool=$(command -v promtool || true)
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/sluice-nginx.XXXXXX")
+chmod 755 "$dir"
+mkdir -p "$dir/html" "$dir/logs"
+echo ok >"$dir/html/index.html"
+chmod -R a+rX "$dir"
+
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+base="http://127.0.0.1:$port"
+
+# conf WORKERS ZONE_LINES... : write nginx.conf with the zones given.
+conf() {
+    local workers=$1
+    shift
+    {
+        echo "load_module $so;"
+        echo "worker_processes $workers;"
+        echo "pid $dir/nginx.pid;"
+        echo "error_log $dir/logs/error.log info;"
+        echo "events { worker_connections 1024; }"
+        echo "http {"
+        echo "  access_log off;"
+        for t in client_body proxy fastcgi uwsgi scgi; do echo "  ${t}_temp_path $dir/tmp_$t;"; done
+        for z in "$@"; do echo "  $z"; done
+        cat <<EOF
+  map \$http_x_key \$hkey { default \$http_x_key; }
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    sluice_headers on;
+    location / { sluice one; }
+    location /two/ { alias $dir/html/; sluice one; sluice two; }
+    location /shadow/ { alias $dir/html/; sluice one shadow; }
+    location /hdr/ { alias $dir/html/; sluice byhdr; }
+    location = /metrics { sluice_metrics; }
+  }
+}
+EOF
+    } >"$dir/nginx.conf"
+}
+
+ngx() { "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" "$@"; }
+
+# the master's children, sorted; nothing when no master runs
+workers() {
+    local m
+    m=$(cat "$dir/nginx.pid" 2>/dev/null) || return 0
+    [ "${m:-0}" -gt 1 ] 2>/dev/null || return 0
+    pgrep -P "$m" 2>/dev/null | sort
+}
+
+start() {
+    rm -f "$dir/nginx.pid"
+    ngx || return 1
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "$base/metrics" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+stop() {
+    local pid
+    pid=$(cat "$dir/nginx.pid" 2>/dev/null) || return 0
+    ngx -s stop 2>/dev/null
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null
+    pkill -9 -P "$pid" 2>/dev/null
+}
+trap 'stop; rm -rf "$dir"' EXIT
+
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+
+# load THREADS SECONDS [URL]: run load.py, print its JSON.
+load() { python3 "$here/load.py" "${3:-$base/index.html}" "$1" "$2"; }
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+
+zones_std=(
+    'sluice_zone one key=$binary_remote_addr spec="token-bucket 10/s burst=5" max_keys=1000;'
+    'sluice_zone two key=$binary_remote_addr spec="fixed-window 2/1h" max_keys=1000;'
+    'sluice_zone byhdr key=$hkey spec="token-bucket 1/h burst=1" max_keys=100 policy=evict-lru;'
+)
+
+# ---- 1. nginx -t ---------------------------------------------------------
+check_t() { # SPEC_LINE EXPECTED_TEXT
+    conf 1 "$1" 'sluice_zone two key=$uri spec="fixed-window 1/s" max_keys=10;' \
+        'sluice_zone byhdr key=$uri spec="fixed-window 1/s" max_keys=10;'
+    local out
+    out=$(ngx -t 2>&1)
+    if [ $? -ne 0 ] && grep -qF -- "$2" <<<"$out"; then
+        pass "nginx -t refuses: $2"
+    else
+        fail "nginx -t on '$1': want failure naming '$2', got: $out"
+    fi
+}
+check_t 'sluice_zone one key=$uri spec="token-bucket 10/s burts=5" max_keys=10;' 'burts=5'
+check_t 'sluice_zone one key=$uri spec="token-buckit 10/s" max_keys=10;' 'token-buckit'
+check_t 'sluice_zone one key=$uri spec="token-bucket 10/s" max_keys=0;' 'max_keys=0'
+check_t 'sluice_zone one key=$uri max_keys=10;' 'needs key=, spec= and max_keys='
+check_t 'sluice_zone one key=$uri spec="token-bucket 10/s" max_keys=10 policy=lru;' 'policy=lru'
+check_t 'sluice_zone one key=$uri spec="token-bucket 10/s max_keys=10;' 'unterminated quote'
+conf 1 "${zones_std[@]}"
+if ngx -t >/dev/null 2>&1; then pass "nginx -t accepts the test configuration"; else
+    fail "nginx -t on the test configuration: $(ngx -t 2>&1)"; fi
+
+# ---- 2. exact across workers ----------------------------------------------
+for w in 2 4; do
+    conf "$w" "${zones_std[@]}"
+    if ! start; then fail "nginx with $w workers did not start: $(tail -5 "$dir/logs/error.log")"; continue; fi
+    n=$(workers | wc -l)
+    [ "$n" -eq "$w" ] || fail "$w workers wanted, $n running"
+    out=$(load 16 2.5)
+    ok=$(jget 'd["counts"].get("200",0)' <<<"$out")
+    span=$(jget 'd["last"]-d["first"]' <<<"$out")
+    errs=$(jget 'd["counts"].get("error",0)' <<<"$out")
+    # The server's decisions all fall within the client's span; with the
+    # clients always asking, the bucket is never left to fill: 5 + 10/s.
+    lo=$(python3 -c "import math; print(5 + max(0, math.floor(10*($span - 0.25))))")
+    hi=$(python3 -c "import math; print(5 + math.floor(10*$span) + 1)")
+    if [ "$ok" -ge "$lo" ] && [ "$ok" -le "$hi" ] && [ "$errs" -eq 0 ]; then
+        pass "$w workers: $ok admitted in ${span}s (want $lo..$hi), $(jget 'd["counts"]' <<<"$out")"
+    else
+        fail "$w workers: $ok admitted in ${span}s, want $lo..$hi; $out"
+    fi
+    # ---- 4. metrics, summed over the workers
+    m=$(curl -s "$base/metrics")
+    allowed=$(awk '/^sluice_requests_total\{limit="one",decision="allowed"\}/ {print $2}' <<<"$m")
+    denied=$(awk '/^sluice_requests_total\{limit="one",decision="denied"\}/ {print $2}' <<<"$m")
+    if [ "$allowed" = "$ok" ] && [ "$denied" = "$(jget 'd["counts"].get("429",0)' <<<"$out")" ]; then
+        pass "$w workers: /metrics counts what the clients saw ($allowed allowed, $denied denied)"
+    else
+        fail "$w workers: /metrics says $allowed allowed, $denied denied; clients saw $out"
+    fi
+    if [ -n "$promtool" ]; then
+        if perr=$("$promtool" check metrics <<<"$m" 2>&1); then pass "promtool check metrics"; else
+            fail "promtool check metrics: $perr"; fi
+    fi
+    stop
+done
+
+# ---- 3. headers, empty key, shadow, composite -------------------------------
+conf 2 "${zones_std[@]}"
+start || fail "nginx did not start"
+for _ in $(seq 6); do code "$base/index.html" >/dev/null; done
+h=$(curl -s -D - -o /dev/null "$base/index.html")
+if grep -q '^HTTP/1.1 429' <<<"$h" && grep -q '^RateLimit-Policy: "one";q=10;w=1;sluice-burst=5' <<<"$h" &&
+    grep -q '^RateLimit: "one";r=0;t=1' <<<"$h" && grep -q '^Retry-After: 1' <<<"$h"; then
+    pass "429 with RateLimit-Policy, RateLimit and Retry-After"
+else
+    fail "refusal headers: $h"
+fi
+# an empty key is not limited: no X-Key header -> $hkey is empty
+c=""; for _ in $(seq 5); do c="$c$(code "$base/hdr/index.html")"; done
+[ "$c" = "200200200200200" ] && pass "an empty key is not limited" || fail "empty key: $c"
+c="$(code -H 'X-Key: a' "$base/hdr/index.html")$(code -H 'X-Key: a' "$base/hdr/index.html")"
+[ "$c" = "200429" ] && pass "a header key is limited" || fail "header key: $c"
+# shadow: zone one is exhausted, yet /shadow/ is served
+c="$(code "$base/shadow/index.html")"
+[ "$c" = "200" ] && grep -q 'would refuse the request (shadow)' "$dir/logs/error.log" &&
+    pass "shadow never refuses, and logs what it would do" || fail "shadow: $c"
+stop
+# composite: `two` allows 2 an hour; `one` refuses once its burst is gone,
+# and then `two` must not be charged.
+conf 1 "${zones_std[@]}"
+start || fail "nginx did not start"
+c=""; for _ in $(seq 8); do c="$c $(code "$base/two/index.html")"; done
+m=$(curl -s "$base/metrics")
+two_ok=$(awk '/^sluice_requests_total\{limit="two",decision="allowed"\}/ {print $2}' <<<"$m")
+# 2 admitted by both; then `two` refuses (one still had tokens): nothing
+# taken from `one` either, so `one` admitted exactly 2 as well.
+one_ok=$(awk '/^sluice_requests_total\{limit="one",decision="allowed"\}/ {print $2}' <<<"$m")
+[ "$c" = " 200 200 429 429 429 429 429 429" ] && [ "$two_ok" = 2 ] && [ "$one_ok" = 2 ] &&
+    pass "composite: all or nothing across two zones" || fail "composite: codes$c, one=$one_ok two=$two_ok"
+stop
+
+# ---- 5. reload -----------------------------------------------------------
+reload_wait() { # wait for the old workers to go and new ones to serve
+    local old
+    old=$(workers)
+    ngx -s reload 2>>"$dir/logs/reload.log" || return 1
+    for _ in $(seq 200); do
+        if [ -z "$(comm -12 <(echo "$old") <(workers))" ]; then return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
+zr=('sluice_zone one key=$binary_remote_addr spec="token-bucket 1/h burst=3" max_keys=1000;'
+    'sluice_zone two key=$uri spec="fixed-window 1/s" max_keys=10;'
+    'sluice_zone byhdr key=$uri spec="fixed-window 1/s" max_keys=10;')
+conf 2 "${zr[@]}"
+start || fail "nginx did not start"
+c=""; for _ in $(seq 4); do c="$c$(code "$base/index.html")"; done
+[ "$c" = "200200200429" ] || fail "before reload: $c"
+reload_wait || fail "reload (same spec) did not complete"
+c=$(code "$base/index.html")
+[ "$c" = "429" ] && pass "a reload keeps the zone's state" || fail "after reload: $c (state lost?)"
+# change the spec: 1/h burst=3 -> 1/h burst=5; the bucket is empty and
+# stays so (tokens carried over, capped at the new burst): still 429.
+zr[0]='sluice_zone one key=$binary_remote_addr spec="token-bucket 1/h burst=5" max_keys=1000;'
+conf 2 "${zr[@]}"
+reload_wait || fail "reload (changed spec) did not complete"
+c=$(code "$base/index.html")
+h=$(curl -s -D - -o /dev/null "$base/index.html")
+[ "$c" = "429" ] && grep -q 'sluice-burst=5' <<<"$h" &&
+    pass "a reload with a changed spec carries the state over" || fail "changed spec: $c $h"
+# another algorithm: the reload is refused, the running one goes on
+zr[0]='sluice_zone one key=$binary_remote_addr spec="fixed-window 100/s" max_keys=1000;'
+conf 2 "${zr[@]}"
+ngx -s reload 2>/dev/null
+sleep 1
+c=$(code "$base/index.html")
+[ "$c" = "429" ] && grep -q 'sluice_zone "one"' "$dir/logs/error.log" &&
+    pass "a reload changing the algorithm is refused; the old zone goes on" ||
+    fail "algorithm change: $c; $(grep sluice_zone "$dir/logs/error.log" | tail -2)"
+stop
+
+# ---- 6. a worker killed under load ------------------------------------------
+conf 2 "${zones_std[@]}"
+start || fail "nginx did not start"
+load 16 3 >"$dir/kill.json" &
+lp=$!
+sleep 1
+victim=$(workers | head -1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait "$lp"
+out=$(cat "$dir/kill.json")
+ok=$(jget 'd["counts"].get("200",0)' <<<"$out")
+span=$(jget 'd["last"]-d["first"]' <<<"$out")
+slow=$(jget 'd["slowest"]' <<<"$out")
+hi=$(python3 -c "import math; print(5 + math.floor(10*$span) + 2)")
+sleep 0.5
+n=$(workers | wc -l)
+if [ "$n" -eq 2 ] && ! workers | grep -qx "$victim" && [ "$ok" -le "$hi" ] &&
+    python3 -c "import sys; sys.exit(0 if $slow < 5 else 1)"; then
+    pass "a killed worker is replaced; $ok admitted in ${span}s (at most $hi); slowest request ${slow}s"
+else
+    fail "kill: $n workers (victim $victim), $ok admitted (at most $hi), slowest ${slow}s; $out"
+fi
+stop
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]
