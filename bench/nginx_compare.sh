@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# nginx_compare.sh -- ngx_http_sluice_module beside nginx's limit_req, in
+# Debian's nginx on loopback, load from wrk (Debian package wrk).
+#
+#   bench/nginx_compare.sh build/nginx/ngx_http_sluice_module.so [SECONDS]
+#
+# Prints two markdown tables (docs/nginx.md keeps them):
+#  1. Requests per second, wrk -t2 -c50 for SECONDS (default 10) against a
+#     3-byte static file, 2 workers: no limit; limit_req; sluice (a
+#     token bucket), each with a limit never reached (every request
+#     decided and admitted), then with 10/s (nearly every request refused).
+#  2. Exactness over 30 s at 3/s, 10/s and 1000/s, one key, wrk hammering
+#     with 2 threads and 50 connections: the 200s counted against the
+#     most the limit allows in that time -- burst + rate x 30 s for
+#     limit_req (burst=5 nodelay) and the token bucket (burst=5); for the
+#     sliding window (sliding-log L/s), L per second of the run plus the
+#     first second's L.
+# The machine is shared: read the figures as ratios within one run.
+set -euo pipefail
+so=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+secs=${2:-10}
+command -v wrk >/dev/null || { echo "nginx_compare: needs wrk (apt-get install wrk)" >&2; exit 1; }
+dir=$(mktemp -d /tmp/sluice-ngxbench.XXXXXX)
+chmod 755 "$dir"
+mkdir -p "$dir/html" "$dir/logs"
+echo ok >"$dir/html/index.html"
+chmod -R a+rX "$dir"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ngx() { nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" "$@"; }
+stop() { ngx -s stop 2>/dev/null || true; sleep 0.5; }
+trap 'stop; rm -rf "$dir"' EXIT
+
+# conf HTTP_LINE LOCATION_LINE
+conf() {
+    cat >"$dir/nginx.conf" <<EOF
+load_module $so;
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/b; proxy_temp_path $dir/p; fastcgi_temp_path $dir/f;
+  uwsgi_temp_path $dir/u; scgi_temp_path $dir/s;
+  limit_req_log_level info;
+  $1
+  server { listen 127.0.0.1:$port; root $dir/html; location / { $2 } }
+}
+EOF
+}
+
+# run SECONDS -> "requests_per_s ok_count"
+run() {
+    ngx
+    sleep 0.3
+    local out total non
+    out=$(wrk -t2 -c50 -d"$1"s "http://127.0.0.1:$port/index.html")
+    stop
+    total=$(awk '/requests in/ {print $1}' <<<"$out")
+    non=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+    echo "$(awk '/Requests\/sec/ {print $2}' <<<"$out") $((total - ${non:-0}))"
+}
+
+echo "| configuration | requests/s, limit never reached | requests/s, 10/s (refusing) |"
+echo "|---|---:|---:|"
+conf "" ""
+read -r none _ < <(run "$secs")
+echo "| no limit | $none | - |"
+conf 'limit_req_zone $binary_remote_addr zone=z:10m rate=100000000r/s;' 'limit_req zone=z burst=5 nodelay;'
+read -r a _ < <(run "$secs")
+conf 'limit_req_zone $binary_remote_addr zone=z:10m rate=10r/s;' 'limit_req zone=z burst=5 nodelay;'
+read -r b _ < <(run "$secs")
+echo "| limit_req | $a | $b |"
+conf 'sluice_zone z key=$binary_remote_addr spec="token-bucket 1000000000/s burst=5" max_keys=100000;' 'sluice z;'
+read -r a _ < <(run "$secs")
+conf 'sluice_zone z key=$binary_remote_addr spec="token-bucket 10/s burst=5" max_keys=100000;' 'sluice z;'
+read -r b _ < <(run "$secs")
+echo "| sluice token-bucket | $a | $b |"
+conf 'sluice_zone z key=$binary_remote_addr spec="sliding-log 1000000000/s" max_keys=1000;' 'sluice z;'
+read -r a _ < <(run "$secs")
+conf 'sluice_zone z key=$binary_remote_addr spec="sliding-log 10/s" max_keys=1000;' 'sluice z;'
+read -r b _ < <(run "$secs")
+echo "| sluice sliding-log | $a | $b |"
+echo
+echo "| limit, 30 s, one key | limit_req (burst=5 nodelay) | sluice token-bucket (burst=5) | sluice sliding-log | most allowed (bucket / window) |"
+echo "|---|---:|---:|---:|---:|"
+for r in 3 10 1000; do
+    conf "limit_req_zone \$binary_remote_addr zone=z:10m rate=${r}r/s;" 'limit_req zone=z burst=5 nodelay;'
+    read -r _ lr < <(run 30)
+    conf "sluice_zone z key=\$binary_remote_addr spec=\"token-bucket $r/s burst=5\" max_keys=1000;" 'sluice z;'
+    read -r _ tb < <(run 30)
+    conf "sluice_zone z key=\$binary_remote_addr spec=\"sliding-log $r/s\" max_keys=100;" 'sluice z;'
+    read -r _ sl < <(run 30)
+    echo "| $r/s | $lr | $tb | $sl | $((5 + 30 * r)) / $((31 * r)) |"
+done
