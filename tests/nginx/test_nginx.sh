@@ -72,6 +72,7 @@ conf() {
     location /two/ { alias $dir/html/; sluice one; sluice two; }
     location /shadow/ { alias $dir/html/; sluice slow shadow; }
     location /hdr/ { alias $dir/html/; sluice byhdr; }
+    location /shape/ { alias $dir/html/; sluice shape; }
     location = /metrics { sluice_metrics; }
   }
 }
@@ -123,13 +124,15 @@ zones_std=(
     'sluice_zone two key=$binary_remote_addr spec="fixed-window 2/1h" max_keys=1000;'
     'sluice_zone byhdr key=$hkey spec="token-bucket 1/h burst=1" max_keys=100 policy=evict-lru;'
     'sluice_zone slow key=$binary_remote_addr spec="token-bucket 1/h burst=1" max_keys=100;'
+    'sluice_zone shape key=$binary_remote_addr spec="leaky-bucket 10/s capacity=5" max_keys=100;'
 )
 
 # ---- 1. nginx -t ---------------------------------------------------------
 check_t() { # SPEC_LINE EXPECTED_TEXT
     conf 1 "$1" 'sluice_zone two key=$uri spec="fixed-window 1/s" max_keys=10;' \
         'sluice_zone byhdr key=$uri spec="fixed-window 1/s" max_keys=10;' \
-        'sluice_zone slow key=$uri spec="fixed-window 1/s" max_keys=10;'
+        'sluice_zone slow key=$uri spec="fixed-window 1/s" max_keys=10;' \
+        'sluice_zone shape key=$uri spec="fixed-window 1/s" max_keys=10;'
     local out
     out=$(ngx -t 2>&1)
     if [ $? -ne 0 ] && grep -qF -- "$2" <<<"$out"; then
@@ -206,6 +209,21 @@ c="$(code -H 'X-Key: a' "$base/hdr/index.html")$(code -H 'X-Key: a' "$base/hdr/i
 c="$(code "$base/shadow/index.html")$(code "$base/shadow/index.html")"
 [ "$c" = "200200" ] && grep -q 'would refuse the request (shadow)' "$dir/logs/error.log" &&
     pass "shadow never refuses, and logs what it would do" || fail "shadow: $c"
+# a leaky-bucket shaper holds requests for their turn: 4 in a row, one
+# every 100 ms, take at least 300 ms, all served; 12 at once overflow its
+# capacity of 5 (about 100 ms drains one), so some are refused.
+t0=$(date +%s%N)
+c=""; for _ in $(seq 4); do c="$c$(code "$base/shape/index.html")"; done
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$c" = "200200200200" ] && [ "$ms" -ge 290 ] && [ "$ms" -lt 5000 ] &&
+    pass "the shaper delays: 4 requests in ${ms} ms" || fail "shaper: $c in ${ms} ms"
+sleep 1
+out=$(python3 "$here/load.py" "$base/shape/index.html" 12 5 12)
+s200=$(jget 'd["counts"].get("200",0)' <<<"$out")
+s429=$(jget 'd["counts"].get("429",0)' <<<"$out")
+[ "$s429" -ge 1 ] && [ "$s200" -ge 5 ] && [ $((s200 + s429)) -eq 12 ] &&
+    pass "the shaper refuses past its capacity: $s200 served, $s429 refused" ||
+    fail "shaper burst: $out"
 stop
 # composite: `two` allows 2 an hour; `one` refuses once its burst is gone,
 # and then `two` must not be charged.
@@ -235,7 +253,8 @@ reload_wait() { # wait for the old workers to go and new ones to serve
 zr=('sluice_zone one key=$binary_remote_addr spec="token-bucket 1/h burst=3" max_keys=1000;'
     'sluice_zone two key=$uri spec="fixed-window 1/s" max_keys=10;'
     'sluice_zone byhdr key=$uri spec="fixed-window 1/s" max_keys=10;'
-    'sluice_zone slow key=$uri spec="fixed-window 1/s" max_keys=10;')
+    'sluice_zone slow key=$uri spec="fixed-window 1/s" max_keys=10;'
+    'sluice_zone shape key=$uri spec="fixed-window 1/s" max_keys=10;')
 conf 2 "${zr[@]}"
 start || fail "nginx did not start"
 c=""; for _ in $(seq 4); do c="$c$(code "$base/index.html")"; done
