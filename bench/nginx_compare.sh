@@ -93,3 +93,20 @@ for r in 3 10 1000; do
     read -r _ sl < <(run 30)
     echo "| $r/s | $lr | $tb | $sl | $((5 + 30 * r)) / $((31 * r)) |"
 done
+echo
+lib=$(dirname "$so")/../libsluice.so
+echo "| bytes per key, 10^5 keys | limit_req | sluice token-bucket | sluice sliding-log 10/s |"
+echo "|---|---:|---:|---:|"
+python3 - "$lib" <<'PY'
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+f = lib.sluice_table_region_size
+f.restype = ctypes.c_size_t
+f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+n = 100000
+tb = f(b"token-bucket 10/s burst=5", n, 16, None, 0) / n
+sl = f(b"sliding-log 10/s", n, 16, None, 0) / n
+# limit_req: 64-byte states for a 4-byte $binary_remote_addr key on x86-64
+# (nginx's documentation of limit_req_zone), in its slab.
+print(f"| 16-byte keys | 64 (documented) | {tb:.0f} | {sl:.0f} |")
+PY
