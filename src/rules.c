@@ -729,8 +729,8 @@ static int assign_ids(sluice_rules *rs, const version *old, const parsed *p, int
     return 0;
 }
 
-/* What a reload does with one rule. */
-typedef enum plan { P_NEW, P_CARRY, P_RECONF } plan;
+/* What a reload does with one rule (P_NOMEM: it could not be found out). */
+typedef enum plan { P_NEW, P_CARRY, P_RECONF, P_NOMEM } plan;
 
 static bool same_overrides(const pdef *a, const pdef *b)
 {
@@ -753,27 +753,26 @@ static plan plan_for(const pdef *from, const pdef *to)
         sluice_limiter *s = sluice_limiter_new(from->spec, NULL, 0);
         int rc = s ? sluice_limiter_reconfigure_at(s, to->spec, 0, NULL, 0) : SLUICE_ENOMEM;
         sluice_limiter_free(s);
-        return rc == 0 ? P_RECONF : P_NEW;
+        return rc == 0 ? P_RECONF : rc == SLUICE_ENOMEM ? P_NOMEM : P_NEW;
     }
     if (from->max_keys != to->max_keys || from->evict != to->evict) return P_NEW;
     if (strcmp(from->spec, to->spec) == 0 && same_overrides(from, to)) return P_CARRY;
     return P_NEW; /* a table's spec and overrides cannot change in place here */
 }
 
-/* Make the limit of a new (or fresh) rule.  0 or an error with err. */
+/* Make the limit of a new (or fresh) rule.  0, or SLUICE_ENOMEM (the spec
+ * and max_keys were checked by the parser, so nothing else can fail). */
 static int make_limit(rule *r, unsigned flags, char *err, size_t errlen)
 {
-    char why[256];
     const pdef *d = &r->d;
     if (d->global) {
-        r->lim = sluice_limiter_new(d->spec, why, sizeof why);
-        if (!r->lim) return bad(err, errlen, d->line, "cannot make the rule", d->name, strlen(d->name), why);
-        return 0;
+        r->lim = sluice_limiter_new(d->spec, NULL, 0);
+        return r->lim ? 0 : SLUICE_ENOMEM;
     }
     unsigned tf = (d->evict ? SLUICE_TABLE_EVICT_LRU : 0) |
                   (flags & SLUICE_RULES_RECLAIM_WHEN_FULL ? SLUICE_TABLE_RECLAIM_WHEN_FULL : 0);
-    r->tab = sluice_table_new_flags(d->spec, (size_t)d->max_keys, tf, why, sizeof why);
-    if (!r->tab) return bad(err, errlen, d->line, "cannot make the rule", d->name, strlen(d->name), why);
+    r->tab = sluice_table_new_flags(d->spec, (size_t)d->max_keys, tf, NULL, 0);
+    if (!r->tab) return SLUICE_ENOMEM;
     if (d->nov) {
         /* per-key overrides need the table's override calls */
         sluice_table_free(r->tab);
@@ -824,7 +823,10 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
         const rule *o = old && (size_t)r->id < old->nids ? old->by_id[r->id] : NULL;
         plans[i] = plan_for(o ? &o->d : NULL, &r->d);
         fallback[i] = NULL;
-        if (plans[i] == P_NEW) {
+        if (plans[i] == P_NOMEM) {
+            plans[i] = P_CARRY; /* nothing made, nothing to free */
+            rc = SLUICE_ENOMEM;
+        } else if (plans[i] == P_NEW) {
             rc = make_limit(r, rs->flags, err, errlen);
         } else {
             r->lim = o->lim;
@@ -836,7 +838,13 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
         }
     }
     if (rc != 0) {
-        if (rc == SLUICE_ENOMEM) sluice__errf(err, errlen, "out of memory");
+        if (rc == SLUICE_ENOMEM) {
+            if (v && v->n && plans[v->n - 1] == P_NEW)
+                bad(err, errlen, v->r[v->n - 1].d.line, "out of memory making the rule",
+                    v->r[v->n - 1].d.name, strlen(v->r[v->n - 1].d.name), NULL);
+            else
+                sluice__errf(err, errlen, "out of memory");
+        }
         for (size_t i = 0; v && i < v->n; i++) {
             if (plans[i] == P_NEW) {
                 sluice_limiter_free(v->r[i].lim);
