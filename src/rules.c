@@ -729,8 +729,33 @@ static int assign_ids(sluice_rules *rs, const version *old, const parsed *p, int
     return 0;
 }
 
+/* The table calls this file needs for key rules' overrides and in-place
+ * changes (sluice_table_override_set_at, _remove_at,
+ * sluice_table_reconfigure_at).  While the library lacks them, a key rule
+ * with overrides is refused and a changed key rule starts fresh. */
+#ifndef SLUICE__RULES_TABLE_RECONF
+#define SLUICE__RULES_TABLE_RECONF 0
+#endif
+#ifndef SLUICE__RULES_TABLE_OVERRIDES
+#define SLUICE__RULES_TABLE_OVERRIDES 0
+#endif
+
 /* What a reload does with one rule (P_NOMEM: it could not be found out). */
 typedef enum plan { P_NEW, P_CARRY, P_RECONF, P_NOMEM } plan;
+
+/* A rule's limit: a limiter (global rule) or a table (key rule). */
+typedef struct limit {
+    sluice_limiter *lim;
+    sluice_table *tab;
+} limit;
+
+static void limit_free(limit *l)
+{
+    sluice_limiter_free(l->lim);
+    sluice_table_free(l->tab);
+    l->lim = NULL;
+    l->tab = NULL;
+}
 
 static bool same_overrides(const pdef *a, const pdef *b)
 {
@@ -742,53 +767,117 @@ static bool same_overrides(const pdef *a, const pdef *b)
     return true;
 }
 
-static plan plan_for(const pdef *from, const pdef *to)
+/* Set d's overrides on a fresh table at now_ns.  0 or a negative code, with
+ * err naming the override's line and key. */
+static int set_overrides(sluice_table *t, const pdef *d, uint64_t now_ns, char *err, size_t errlen)
 {
-    if (!from || from->global != to->global) return P_NEW;
-    if (to->global) {
-        if (strcmp(from->spec, to->spec) == 0) return P_CARRY;
-        /* can the limiter carry its state into the new spec?  Ask a
-         * scratch limiter of the old spec (the checks depend on the specs
-         * only); if not, the rule starts fresh */
-        sluice_limiter *s = sluice_limiter_new(from->spec, NULL, 0);
-        int rc = s ? sluice_limiter_reconfigure_at(s, to->spec, 0, NULL, 0) : SLUICE_ENOMEM;
-        sluice_limiter_free(s);
-        return rc == 0 ? P_RECONF : rc == SLUICE_ENOMEM ? P_NOMEM : P_NEW;
+#if SLUICE__RULES_TABLE_OVERRIDES
+    for (size_t i = 0; i < d->nov; i++) {
+        const pover *o = &d->ov[i];
+        char why[256];
+        int rc = sluice_table_override_set_at(t, o->key, o->keylen, o->spec, now_ns, why, sizeof why);
+        if (rc == SLUICE_ENOMEM) return rc;
+        if (rc) return bad(err, errlen, o->line, "bad override for key", (const char *)o->key,
+                           o->keylen, why);
     }
-    if (from->max_keys != to->max_keys || from->evict != to->evict) return P_NEW;
-    if (strcmp(from->spec, to->spec) == 0 && same_overrides(from, to)) return P_CARRY;
-    return P_NEW; /* a table's spec and overrides cannot change in place here */
+    return 0;
+#else
+    (void)t;
+    (void)now_ns;
+    if (d->nov == 0) return 0;
+    return bad(err, errlen, d->ov[0].line,
+               "overrides are not supported by this version of the library, for key",
+               (const char *)d->ov[0].key, d->ov[0].keylen, NULL);
+#endif
 }
 
-/* Make the limit of a new (or fresh) rule.  0, or SLUICE_ENOMEM (the spec
- * and max_keys were checked by the parser, so nothing else can fail). */
-static int make_limit(rule *r, unsigned flags, char *err, size_t errlen)
+/* Change a running rule's limit from `from` to `to` at now_ns, in place
+ * (same scope; for key rules the same max_keys and policy): a global
+ * rule's limiter is reconfigured; a key rule's table gets the new spec and
+ * the overrides' differences.  0 or a negative code (SLUICE_EINVAL: this
+ * change cannot carry the state; SLUICE_ENOMEM). */
+static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
 {
-    const pdef *d = &r->d;
+    if (to->global) return sluice_limiter_reconfigure_at(l->lim, to->spec, now_ns, NULL, 0);
+#if SLUICE__RULES_TABLE_RECONF
+    int rc = 0;
+    if (strcmp(from->spec, to->spec) != 0)
+        rc = sluice_table_reconfigure_at(l->tab, to->spec, now_ns, NULL, 0);
+#if SLUICE__RULES_TABLE_OVERRIDES
+    /* both lists are sorted by key: walk them together */
+    size_t i = 0, j = 0;
+    while (rc == 0 && (i < from->nov || j < to->nov)) {
+        const pover *a = i < from->nov ? &from->ov[i] : NULL, *b = j < to->nov ? &to->ov[j] : NULL;
+        int c = !a ? 1 : !b ? -1 : cmp_key(a->key, a->keylen, b->key, b->keylen);
+        if (c < 0) {
+            rc = sluice_table_override_remove_at(l->tab, a->key, a->keylen, now_ns);
+            if (rc == SLUICE_ENOENT) rc = 0;
+            i++;
+        } else {
+            if (c > 0 || strcmp(a->spec, b->spec) != 0)
+                rc = sluice_table_override_set_at(l->tab, b->key, b->keylen, b->spec, now_ns, NULL, 0);
+            if (c == 0) i++;
+            j++;
+        }
+    }
+#else
+    if (rc == 0 && !same_overrides(from, to)) rc = SLUICE_EINVAL;
+#endif
+    return rc;
+#else
+    (void)from;
+    (void)l;
+    (void)now_ns;
+    return SLUICE_EINVAL; /* a key rule starts fresh */
+#endif
+}
+
+/* Make the limit of a new (or fresh) rule, with its overrides.  0,
+ * SLUICE_ENOMEM, or SLUICE_EINVAL for an override the table refuses (err
+ * names it); the spec and max_keys were checked by the parser. */
+static int make_limit(const pdef *d, unsigned flags, limit *l, char *err, size_t errlen)
+{
+    l->lim = NULL;
+    l->tab = NULL;
     if (d->global) {
-        r->lim = sluice_limiter_new(d->spec, NULL, 0);
-        return r->lim ? 0 : SLUICE_ENOMEM;
+        l->lim = sluice_limiter_new(d->spec, NULL, 0);
+        return l->lim ? 0 : SLUICE_ENOMEM;
     }
     unsigned tf = (d->evict ? SLUICE_TABLE_EVICT_LRU : 0) |
                   (flags & SLUICE_RULES_RECLAIM_WHEN_FULL ? SLUICE_TABLE_RECLAIM_WHEN_FULL : 0);
-    r->tab = sluice_table_new_flags(d->spec, (size_t)d->max_keys, tf, NULL, 0);
-    if (!r->tab) return SLUICE_ENOMEM;
-    if (d->nov) {
-        /* per-key overrides need the table's override calls */
-        sluice_table_free(r->tab);
-        r->tab = NULL;
-        return bad(err, errlen, d->ov[0].line, "overrides are not supported yet, for key",
-                   (const char *)d->ov[0].key, d->ov[0].keylen, NULL);
-    }
-    return 0;
+    l->tab = sluice_table_new_flags(d->spec, (size_t)d->max_keys, tf, NULL, 0);
+    if (!l->tab) return SLUICE_ENOMEM;
+    int rc = set_overrides(l->tab, d, 0, err, errlen);
+    if (rc) limit_free(l);
+    return rc;
+}
+
+/* What to do with a rule defined as `from` in the running set and as `to`
+ * in the new text.  A change in place is tried first on a scratch limit
+ * made from `from` (the checks depend on the specs only, not the state):
+ * if it is refused the rule starts fresh. */
+static plan plan_for(const pdef *from, const pdef *to)
+{
+    if (!from || from->global != to->global) return P_NEW;
+    if (!to->global && (from->max_keys != to->max_keys || from->evict != to->evict)) return P_NEW;
+    if (strcmp(from->spec, to->spec) == 0 && same_overrides(from, to)) return P_CARRY;
+    pdef small = *from;
+    small.max_keys = 1; /* a scratch table need not hold keys */
+    small.evict = false;
+    limit s;
+    int rc = make_limit(&small, 0, &s, NULL, 0);
+    if (rc == 0) rc = change(from, to, &s, 0);
+    limit_free(&s);
+    return rc == 0 ? P_RECONF : rc == SLUICE_ENOMEM ? P_NOMEM : P_NEW;
 }
 
 /* Build the version of p over `old` (NULL for the first).  Takes p's
- * definitions (p is left empty).  Fills plans[] and fallback[] (limiters
- * made for P_RECONF rules, used if the change fails in the gate).  Returns
- * 0 or an error (err set; everything made is freed). */
+ * definitions (p is left empty).  Fills plans[] and spare[] (for each
+ * P_RECONF rule a fresh limit, taken if the change fails at the switch --
+ * out of memory -- so that nothing can fail there).  Returns 0 or an error
+ * (err set; everything made is freed). */
 static int build(sluice_rules *rs, const version *old, parsed *p, version **out, plan *plans,
-                 sluice_limiter **fallback, char *err, size_t errlen)
+                 limit *spare, char *err, size_t errlen)
 {
     *out = NULL;
     int32_t *ids = p->n ? sluice__calloc(p->n, sizeof *ids) : NULL;
@@ -822,19 +911,19 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
         v->by_id[r->id] = r;
         const rule *o = old && (size_t)r->id < old->nids ? old->by_id[r->id] : NULL;
         plans[i] = plan_for(o ? &o->d : NULL, &r->d);
-        fallback[i] = NULL;
+        spare[i] = (limit){NULL, NULL};
         if (plans[i] == P_NOMEM) {
             plans[i] = P_CARRY; /* nothing made, nothing to free */
             rc = SLUICE_ENOMEM;
         } else if (plans[i] == P_NEW) {
-            rc = make_limit(r, rs->flags, err, errlen);
+            limit l;
+            rc = make_limit(&r->d, rs->flags, &l, err, errlen);
+            r->lim = l.lim;
+            r->tab = l.tab;
         } else {
             r->lim = o->lim;
             r->tab = o->tab;
-            if (plans[i] == P_RECONF) {
-                fallback[i] = sluice_limiter_new(r->d.spec, NULL, 0);
-                if (!fallback[i]) rc = SLUICE_ENOMEM;
-            }
+            if (plans[i] == P_RECONF) rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
         }
     }
     if (rc != 0) {
@@ -850,7 +939,7 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
                 sluice_limiter_free(v->r[i].lim);
                 sluice_table_free(v->r[i].tab);
             }
-            sluice_limiter_free(fallback[i]);
+            limit_free(&spare[i]);
         }
         version_free(v);
         v = NULL;
@@ -895,7 +984,7 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
     rs->flags = flags;
     size_t n = p.n ? p.n : 1;
     plan *plans = sluice__calloc(n, sizeof *plans);
-    sluice_limiter **fb = sluice__calloc(n, sizeof *fb);
+    limit *fb = sluice__calloc(n, sizeof *fb);
     version *v = NULL;
     int rc = plans && fb ? build(rs, NULL, &p, &v, plans, fb, err, errlen) : SLUICE_ENOMEM;
     if (rc == SLUICE_ENOMEM && (!plans || !fb)) {
@@ -950,7 +1039,7 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
     version *old = rs->v, *v = NULL;
     size_t n = p.n ? p.n : 1;
     plan *plans = sluice__calloc(n, sizeof *plans);
-    sluice_limiter **fb = sluice__calloc(n, sizeof *fb);
+    limit *fb = sluice__calloc(n, sizeof *fb);
     if (!plans || !fb) {
         parsed_free(&p);
         sluice__errf(err, errlen, "out of memory");
@@ -967,11 +1056,14 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
             for (size_t i = 0; i < v->n; i++) {
                 if (plans[i] != P_RECONF) continue;
                 rule *r = &v->r[i];
-                if (sluice_limiter_reconfigure_at(r->lim, r->d.spec, now_ns, NULL, 0) != 0) {
+                limit l = {r->lim, r->tab};
+                if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) != 0) {
                     /* out of memory in the change (the scratch took it):
-                     * the rule starts fresh; the old limiter goes below */
-                    r->lim = fb[i];
-                    fb[i] = NULL;
+                     * the rule starts fresh with its spare; the old limit
+                     * goes below */
+                    r->lim = fb[i].lim;
+                    r->tab = fb[i].tab;
+                    fb[i] = (limit){NULL, NULL};
                     plans[i] = P_NEW;
                 }
             }
@@ -988,7 +1080,7 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
             if (!nr || nr->lim != o->lim) sluice_limiter_free(o->lim);
             if (!nr || nr->tab != o->tab) sluice_table_free(o->tab);
         }
-        for (size_t i = 0; i < v->n; i++) sluice_limiter_free(fb[i]);
+        for (size_t i = 0; i < v->n; i++) limit_free(&fb[i]);
         version_free(old);
     }
     pthread_mutex_unlock(&rs->mu);
