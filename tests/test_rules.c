@@ -555,6 +555,33 @@ static void test_reload_carry(void **state)
     sluice_rules_free(rs);
 }
 
+/* A key rule whose spec changes (same max_keys and policy): its table
+ * cannot change in place yet, so it starts fresh, as a change of algorithm
+ * does. */
+static void test_reload_table(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule k key \"fixed-window 5/s\" max_keys=10\n"
+                          "rule b key \"token-bucket 4/s burst=4\" max_keys=10\n");
+    int32_t k = id_of(rs, "k"), b = id_of(rs, "b");
+    sluice_rule_key req[2] = {{k, "a", 1}, {b, "a", 1}};
+    sluice_result res;
+    sluice_rule_outcome o[2];
+    assert_true(sluice_rules_decide_at(rs, req, 2, 3, 100, &res, o));
+    char err[256];
+    const char *next = "rule k key \"fixed-window 6/s\" max_keys=10\n"
+                       "rule b key \"fixed-window 4/s\" max_keys=10\n";
+    assert_int_equal(sluice_rules_reload_at(rs, next, strlen(next), 200, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, req, 2, 0, 300, &res, o));
+    assert_int_equal(o[0].res.remaining, 6); /* a table cannot change in place yet: fresh */
+    assert_int_equal(o[1].res.remaining, 4); /* another algorithm: fresh */
+    /* key b of k was never used: it starts under the new spec */
+    sluice_rule_key kb = {k, "b", 1};
+    assert_true(sluice_rules_decide_at(rs, &kb, 1, 6, 300, &res, o));
+    assert_false(sluice_rules_decide_at(rs, &kb, 1, 1, 300, &res, o));
+    sluice_rules_free(rs);
+}
+
 /* Every bad text: the reload refuses it with its line and token, and the
  * rule set stays exactly as it was: same rules, same state. */
 static void test_reload_bad(void **state)
@@ -594,15 +621,18 @@ static void test_reload_bad(void **state)
 
 /* 4 threads decide while the main thread reloads between versions that a
  * decision can tell apart; no decision may see a mix.
- *   A: x = fixed-window 100/s global, y = fixed-window 200/s key, w present
- *   B: x = fixed-window 101/s global, y = fixed-window 201/s key, no w
- * x changes in place (the gate), y starts fresh (a new table), w comes and
- * goes.  A probe of x, y, w then sees (100, 200, w) or (101, 201, absent).
+ *   A: x = fixed-window 100/s global, y = fixed-window 200/s key,
+ *      v = fixed-window 300/s key, w present
+ *   B: x = fixed-window 101/s global, y = fixed-window 201/s key with
+ *      another max_keys, v = fixed-window 301/s key, no w
+ * x and v change in place (the gate), y starts fresh (a new table), w
+ * comes and goes.  A probe of x, y, v, w then sees (100, 200, 300, w) or
+ * (101, 201, 301, absent).
  * Half the threads also take permits from a rule "z" kept unchanged, whose
  * count must equal what they were granted. */
 typedef struct worker {
     sluice_rules *rs;
-    int32_t x, y, w, z;
+    int32_t x, y, w, z, v;
     _Atomic int *stop;
     unsigned idx;
     uint64_t granted, decided;
@@ -616,23 +646,23 @@ static void *work(void *arg)
     while (!atomic_load(wk->stop)) {
         char key[8];
         snprintf(key, sizeof key, "k%u", (unsigned)tu_splitmix64_below(&rng, 4));
-        sluice_rule_key req[4] = {{wk->x, NULL, 0}, {wk->y, key, strlen(key)}, {wk->w, NULL, 0},
-                                  {wk->z, key, strlen(key)}};
-        sluice_rule_outcome o[4];
+        sluice_rule_key req[5] = {{wk->x, NULL, 0}, {wk->y, key, strlen(key)}, {wk->w, NULL, 0},
+                                  {wk->v, key, strlen(key)}, {wk->z, key, strlen(key)}};
+        sluice_rule_outcome o[5];
         sluice_result res;
         bool take = wk->idx % 2 == 1;
         /* a probe of x, y, w (and z), or a request of 1 permit on z only */
         if (take) {
-            if (sluice_rules_decide_at(wk->rs, &req[3], 1, 1, 0, &res, o)) wk->granted++;
+            if (sluice_rules_decide_at(wk->rs, &req[4], 1, 1, 0, &res, o)) wk->granted++;
         }
-        sluice_rules_decide_at(wk->rs, req, 3, 0, 0, &res, o);
-        uint64_t rx = o[0].res.remaining, ry = o[1].res.remaining;
+        sluice_rules_decide_at(wk->rs, req, 4, 0, 0, &res, o);
+        uint64_t rx = o[0].res.remaining, ry = o[1].res.remaining, rv = o[3].res.remaining;
         bool absent = o[2].decision == SLUICE_RULE_ABSENT;
-        bool va = rx == 100 && ry == 200 && !absent && o[2].res.remaining == 7;
-        bool vb = rx == 101 && ry == 201 && absent;
+        bool va = rx == 100 && ry == 200 && rv == 300 && !absent && o[2].res.remaining == 7;
+        bool vb = rx == 101 && ry == 201 && rv == 301 && absent;
         if (!va && !vb)
-            tu_errs_add(&wk->errs, "mixed versions: x=%llu y=%llu w %s", ULL(rx), ULL(ry),
-                        absent ? "absent" : "present");
+            tu_errs_add(&wk->errs, "mixed versions: x=%llu y=%llu v=%llu w %s", ULL(rx), ULL(ry),
+                        ULL(rv), absent ? "absent" : "present");
         wk->decided++;
     }
     return NULL;
@@ -644,16 +674,19 @@ static void test_reload_threads(void **state)
     static const char A[] = "rule x global \"fixed-window 100/s\"\n"
                             "rule y key \"fixed-window 200/s\"\n"
                             "rule w global \"fixed-window 7/s\"\n"
-                            "rule z key \"fixed-window 1000000/d\"\n";
+                            "rule z key \"fixed-window 1000000/d\"\n"
+                            "rule v key \"fixed-window 300/s\"\n";
     static const char B[] = "rule z key \"fixed-window 1000000/d\"\n"
                             "rule y key \"fixed-window 201/s\" max_keys=1000\n"
-                            "rule x global \"fixed-window 101/s\"\n";
+                            "rule x global \"fixed-window 101/s\"\n"
+                            "rule v key \"fixed-window 301/s\"\n";
     sluice_rules *rs = mk(A);
     _Atomic int stop = 0;
     worker wk[4];
     pthread_t th[4];
     for (unsigned i = 0; i < 4; i++) {
-        wk[i] = (worker){rs, id_of(rs, "x"), id_of(rs, "y"), id_of(rs, "w"), id_of(rs, "z"), &stop, i, 0, 0, {0, ""}};
+        wk[i] = (worker){rs, id_of(rs, "x"), id_of(rs, "y"), id_of(rs, "w"), id_of(rs, "z"),
+                         id_of(rs, "v"), &stop, i, 0, 0, {0, ""}};
         assert_int_equal(pthread_create(&th[i], NULL, work, &wk[i]), 0);
     }
     size_t reloads = tu_scaled(400, tu_env_scale(1));
@@ -794,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_shadow),
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_reload_carry),
+        cmocka_unit_test(test_reload_table),
         cmocka_unit_test(test_reload_bad),
         cmocka_unit_test(test_reload_threads),
         cmocka_unit_test(test_metrics),
