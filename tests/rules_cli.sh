@@ -130,6 +130,32 @@ else
     echo "skip promtool check metrics (promtool not installed)"
 fi
 
+# the exposition parsed back: every rule's four counters equal --stats
+py=""
+for p in /usr/bin/python3 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import prometheus_client.parser' >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -n "$py" ]; then
+    if "$py" - "$tmp/m.prom" "$tmp/err" <<'PY'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+got = {}
+for fam in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for s in fam.samples:
+        if s.name == "sluice_rule_requests_total":
+            got[(s.labels["rule"], s.labels["decision"])] = int(s.value)
+want = {}
+for line in open(sys.argv[2]):
+    kv = dict(f.split("=", 1) for f in line.split())
+    for d in ("allowed", "denied", "denied_shadow", "denied_elsewhere"):
+        want[(kv["rule"], d)] = int(kv[d])
+sys.exit(0 if got == want else 1)
+PY
+    then ok "metrics parsed back: the counters of --stats"; else ko "metrics parsed back"; fi
+else
+    echo "skip the parse round trip (python3-prometheus-client not installed)"
+fi
+
 # badtrace TRACE LINE TOKEN
 badtrace() {
     printf '%b' "$1" >"$tmp/t2"
