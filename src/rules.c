@@ -490,6 +490,20 @@ static int override_line(parsed *p, word *t, int n, size_t line, char *err, size
     o.line = line;
     int rc = take_spec(&t[3], line, o.spec, err, errlen);
     if (rc) return rc;
+    /* a key of a table keeps the table's algorithm and slot width */
+    sluice_spec_info ri, oi;
+    if (sluice_spec_parse(d->spec, &ri, NULL, 0) == 0 && sluice_spec_parse(o.spec, &oi, NULL, 0) == 0) {
+        char more[160];
+        if (ri.algorithm != oi.algorithm) {
+            snprintf(more, sizeof more, "the rule's algorithm is %s", sluice_algorithm_name(ri.algorithm));
+            return bad(err, errlen, line, "override with another algorithm", t[3].val, t[3].len, more);
+        }
+        if (ri.slots && ri.period_ns / ri.slots != oi.period_ns / oi.slots) {
+            snprintf(more, sizeof more, "the rule's slots are %llu ns wide",
+                     (unsigned long long)(ri.period_ns / ri.slots));
+            return bad(err, errlen, line, "override with another slot width", t[3].val, t[3].len, more);
+        }
+    }
     /* sorted insert; a key given twice is refused */
     size_t lo = 0, hi = d->nov;
     while (lo < hi) {

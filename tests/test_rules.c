@@ -151,6 +151,8 @@ static const bad_case bad_cases[] = {
     {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/x\"\n", 2, "2/x"},
     {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/s\" extra\n", 2, "extra"},
     {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/s\"\noverride x \"k\" \"fixed-window 3/s\"\n", 3, "\"k\""},
+    {"rule x key \"fixed-window 1/s\"\noverride x k \"token-bucket 2/s\"\n", 2, "token-bucket 2/s"},
+    {"rule x key \"sliding-wheel 10/s slots=10\"\noverride x k \"sliding-wheel 10/s slots=5\"\n", 2, "sliding-wheel 10/s slots=5"},
     {"rule x key \"fixed-window 1/s\"\n\"rule\" y key \"fixed-window 1/s\"\n", 2, "\"rule\""},
     {"rule x key \"fixed-window 1/s\"\r\nrule y\rkey \"fixed-window 1/s\"\n", 2, NULL},
     {"rule x key \"fixed-window 1/s\" a b c d e f g h i j k l m n\n", 1, "m n"},
