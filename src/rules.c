@@ -200,9 +200,9 @@ static void shared_add(_Atomic uint64_t *c, uint64_t v)
     }
 }
 
-static void rctr_count(rctr *c, int decision, uint64_t permits)
+/* Count on stripe s, the calling thread's (enter's token / 2). */
+static void rctr_count(rctr *c, unsigned s, int decision, uint64_t permits)
 {
-    unsigned s = sluice__counter_stripe();
     rctr_stripe *st = &c->s[s];
     if (s != SLUICE__STRIPES - 1) {
         own_add(&st->req[decision], 1);
@@ -1255,7 +1255,12 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
     }
     sluice_result all;
     bool ok;
-    if (ne) {
+    if (ne == 1) { /* a composite of one limit is that limit's decision */
+        ok = refs[0].limiter ? sluice_try_acquire_at(refs[0].limiter, permits, now_ns, &all)
+                             : sluice_table_try_acquire_at(refs[0].table, refs[0].key, refs[0].keylen,
+                                                           permits, now_ns, &all);
+        per[0] = all;
+    } else if (ne) {
         ok = sluice_composite_try_acquire_at(refs, ne, permits, now_ns, &all, per);
     } else {
         ok = true;
@@ -1285,7 +1290,7 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
                 o.decision = SLUICE_RULE_DENIED_ELSEWHERE;
             }
         }
-        if (r) rctr_count(r->ctr, o.decision, permits);
+        if (r) rctr_count(r->ctr, tok / 2, o.decision, permits);
         if (per_rule) per_rule[i] = o;
     }
     leave(rs, tok);
