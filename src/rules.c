@@ -743,17 +743,6 @@ static int assign_ids(sluice_rules *rs, const version *old, const parsed *p, int
     return 0;
 }
 
-/* The table calls this file needs for key rules' overrides and in-place
- * changes (sluice_table_override_set_at, _remove_at,
- * sluice_table_reconfigure_at).  While the library lacks them, a key rule
- * with overrides is refused and a changed key rule starts fresh. */
-#ifndef SLUICE__RULES_TABLE_RECONF
-#define SLUICE__RULES_TABLE_RECONF 0
-#endif
-#ifndef SLUICE__RULES_TABLE_OVERRIDES
-#define SLUICE__RULES_TABLE_OVERRIDES 0
-#endif
-
 /* What a reload does with one rule (P_NOMEM: it could not be found out). */
 typedef enum plan { P_NEW, P_CARRY, P_RECONF, P_NOMEM } plan;
 
@@ -785,7 +774,6 @@ static bool same_overrides(const pdef *a, const pdef *b)
  * err naming the override's line and key. */
 static int set_overrides(sluice_table *t, const pdef *d, uint64_t now_ns, char *err, size_t errlen)
 {
-#if SLUICE__RULES_TABLE_OVERRIDES
     for (size_t i = 0; i < d->nov; i++) {
         const pover *o = &d->ov[i];
         char why[256];
@@ -795,14 +783,6 @@ static int set_overrides(sluice_table *t, const pdef *d, uint64_t now_ns, char *
                            o->keylen, why);
     }
     return 0;
-#else
-    (void)t;
-    (void)now_ns;
-    if (d->nov == 0) return 0;
-    return bad(err, errlen, d->ov[0].line,
-               "overrides are not supported by this version of the library, for key",
-               (const char *)d->ov[0].key, d->ov[0].keylen, NULL);
-#endif
 }
 
 /* Change a running rule's limit from `from` to `to` at now_ns, in place
@@ -813,11 +793,9 @@ static int set_overrides(sluice_table *t, const pdef *d, uint64_t now_ns, char *
 static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
 {
     if (to->global) return sluice_limiter_reconfigure_at(l->lim, to->spec, now_ns, NULL, 0);
-#if SLUICE__RULES_TABLE_RECONF
     int rc = 0;
     if (strcmp(from->spec, to->spec) != 0)
         rc = sluice_table_reconfigure_at(l->tab, to->spec, now_ns, NULL, 0);
-#if SLUICE__RULES_TABLE_OVERRIDES
     /* both lists are sorted by key: walk them together */
     size_t i = 0, j = 0;
     while (rc == 0 && (i < from->nov || j < to->nov)) {
@@ -834,16 +812,7 @@ static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
             j++;
         }
     }
-#else
-    if (rc == 0 && !same_overrides(from, to)) rc = SLUICE_EINVAL;
-#endif
     return rc;
-#else
-    (void)from;
-    (void)l;
-    (void)now_ns;
-    return SLUICE_EINVAL; /* a key rule starts fresh */
-#endif
 }
 
 /* Make the limit of a new (or fresh) rule, with its overrides.  0,

@@ -75,7 +75,9 @@ typedef struct sluice_rules sluice_rules; /* opaque */
  *     line 7: unknown rule "per-clent"
  * `flags`: 0 or SLUICE_RULES_RECLAIM_WHEN_FULL.  Each global rule gets a
  * sluice_limiter, each key rule a sluice_table (made with
- * SLUICE_TABLE_EVICT_LRU for policy=evict-lru) and its overrides.  The
+ * SLUICE_TABLE_EVICT_LRU for policy=evict-lru) and its overrides
+ * (sluice_table_override_set_at; an override must keep its rule's
+ * algorithm and sliding-wheel slot width, which the parser checks).  The
  * caller owns the result (sluice_rules_free).  Thread-safe. */
 sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, char *err,
                                size_t errlen);
@@ -108,12 +110,14 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
  *  - a rule whose scope, spec, max_keys, policy and overrides all stay
  *    keeps its limiter or table as it is (all its state); a change of the
  *    shadow flag alone is such a rule too;
- *  - a rule whose spec changes and whose limit can carry its state keeps
- *    it: a global rule's limiter is changed with
- *    sluice_limiter_reconfigure_at(now_ns), which keeps what it has
- *    admitted (README.md, "Changing a limit while it runs"); a key rule's
- *    table starts fresh (see README.md, "Rule files": a table's spec and
- *    overrides cannot be changed in place in this version);
+ *  - a rule whose spec or overrides change and whose limit can carry its
+ *    state keeps it (README.md, "Changing a limit while it runs"): a
+ *    global rule's limiter is changed with
+ *    sluice_limiter_reconfigure_at(now_ns); a key rule's table with
+ *    sluice_table_reconfigure_at(now_ns) when its spec changes, and
+ *    sluice_table_override_set_at / _remove_at(now_ns) for each override
+ *    added, changed or removed (a key losing its override goes back to the
+ *    rule's spec, keeping its state);
  *  - a change of algorithm, of sliding-wheel's slot width, of scope, of
  *    max_keys or of the policy starts the rule fresh (a new limiter or
  *    table, as for a new rule);
@@ -122,7 +126,7 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
  *  - a rule that is gone is freed once no decision uses it (before the
  *    call returns).
  * Decisions running meanwhile: those that changes in place touch (a
- * reconfigured limiter) are held back for the moment of the switch (each
+ * reconfigured limiter or table) are held back for the moment of the switch (each
  * waits, spinning then yielding the CPU, until the new set is published:
  * a few microseconds plus the changes themselves); when nothing changes in
  * place the switch is one pointer swap and no decision waits.  The call
