@@ -796,20 +796,25 @@ static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
     int rc = 0;
     if (strcmp(from->spec, to->spec) != 0)
         rc = sluice_table_reconfigure_at(l->tab, to->spec, now_ns, NULL, 0);
-    /* both lists are sorted by key: walk them together */
-    size_t i = 0, j = 0;
-    while (rc == 0 && (i < from->nov || j < to->nov)) {
-        const pover *a = i < from->nov ? &from->ov[i] : NULL, *b = j < to->nov ? &to->ov[j] : NULL;
-        int c = !a ? 1 : !b ? -1 : cmp_key(a->key, a->keylen, b->key, b->keylen);
-        if (c < 0) {
-            rc = sluice_table_override_remove_at(l->tab, a->key, a->keylen, now_ns);
-            if (rc == SLUICE_ENOENT) rc = 0;
-            i++;
-        } else {
-            if (c > 0 || strcmp(a->spec, b->spec) != 0)
-                rc = sluice_table_override_set_at(l->tab, b->key, b->keylen, b->spec, now_ns, NULL, 0);
-            if (c == 0) i++;
-            j++;
+    /* both lists are sorted by key: walk them together, twice -- the
+     * removals first, so that a full set of overrides can swap keys */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t i = 0, j = 0;
+        while (rc == 0 && (i < from->nov || j < to->nov)) {
+            const pover *a = i < from->nov ? &from->ov[i] : NULL;
+            const pover *b = j < to->nov ? &to->ov[j] : NULL;
+            int c = !a ? 1 : !b ? -1 : cmp_key(a->key, a->keylen, b->key, b->keylen);
+            if (c < 0) {
+                if (pass == 0) rc = sluice_table_override_remove_at(l->tab, a->key, a->keylen, now_ns);
+                if (rc == SLUICE_ENOENT) rc = 0;
+                i++;
+            } else {
+                if (pass == 1 && (c > 0 || strcmp(a->spec, b->spec) != 0))
+                    rc = sluice_table_override_set_at(l->tab, b->key, b->keylen, b->spec, now_ns,
+                                                      NULL, 0);
+                if (c == 0) i++;
+                j++;
+            }
         }
     }
     return rc;

@@ -636,6 +636,45 @@ static void test_overrides(void **state)
     sluice_rules_free(rs);
 }
 
+/* A rule with the most overrides swaps one key for another in a reload:
+ * the table never holds more than its bound, and the rule is changed in
+ * place (its keys keep their state), not started fresh. */
+static void test_overrides_full(void **state)
+{
+    (void)state;
+    size_t cap = 64 + (size_t)SLUICE_RULE_OVERRIDES_MAX * 48;
+    char *t1 = malloc(cap), *t2 = malloc(cap);
+    assert_non_null(t1);
+    assert_non_null(t2);
+    size_t n1 = (size_t)snprintf(t1, cap, "rule k key \"fixed-window 5/s\"\n");
+    size_t n2 = (size_t)snprintf(t2, cap, "rule k key \"fixed-window 5/s\"\n");
+    n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k a-new \"fixed-window 7/s\"\n");
+    for (int i = 0; i < SLUICE_RULE_OVERRIDES_MAX; i++) {
+        n1 += (size_t)snprintf(t1 + n1, cap - n1, "override k o%04d \"fixed-window 6/s\"\n", i);
+        if (i < SLUICE_RULE_OVERRIDES_MAX - 1)
+            n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k o%04d \"fixed-window 6/s\"\n", i);
+    }
+    char err[256];
+    sluice_rules *rs = sluice_rules_new(t1, n1, 0, err, sizeof err);
+    if (!rs) fail_msg("%s", err);
+    sluice_rule_key k1 = {id_of(rs, "k"), "o0001", 5}, kn = {id_of(rs, "k"), "a-new", 5};
+    sluice_result res;
+    assert_true(sluice_rules_decide_at(rs, &k1, 1, 2, 0, &res, NULL));
+    assert_int_equal(res.remaining, 4);
+    assert_int_equal(sluice_rules_reload_at(rs, t2, n2, 1, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, &k1, 1, 0, 1, &res, NULL));
+    assert_int_equal(res.remaining, 4); /* kept */
+    assert_true(sluice_rules_decide_at(rs, &kn, 1, 0, 1, &res, NULL));
+    assert_int_equal(res.remaining, 7);
+    /* one more than the bound is refused by the parser */
+    n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k z \"fixed-window 6/s\"\n");
+    assert_int_equal(sluice_rules_reload_at(rs, t2, n2, 1, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "too many overrides"));
+    sluice_rules_free(rs);
+    free(t1);
+    free(t2);
+}
+
 /* Every bad text: the reload refuses it with its line and token, and the
  * rule set stays exactly as it was: same rules, same state. */
 static void test_reload_bad(void **state)
@@ -894,6 +933,7 @@ int main(void)
         cmocka_unit_test(test_reload_carry),
         cmocka_unit_test(test_reload_table),
         cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_overrides_full),
         cmocka_unit_test(test_reload_bad),
         cmocka_unit_test(test_reload_threads),
         cmocka_unit_test(test_metrics),
