@@ -125,11 +125,16 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
  *    stays; a new name gets a new id and zeroed counters;
  *  - a rule that is gone is freed once no decision uses it (before the
  *    call returns).
- * Decisions running meanwhile: those that changes in place touch (a
- * reconfigured limiter or table) are held back for the moment of the switch (each
- * waits, spinning then yielding the CPU, until the new set is published:
- * a few microseconds plus the changes themselves); when nothing changes in
- * place the switch is one pointer swap and no decision waits.  The call
+ * Decisions running meanwhile: when some rule changes in place (a
+ * reconfigured limiter or table, overrides set or removed), the decisions
+ * on the set that arrive during the switch wait for it (spinning, then
+ * yielding the CPU, until the new set is published: a few microseconds
+ * plus the changes themselves, each O(1) per rule and override changed);
+ * when nothing changes in place the switch is one pointer swap and no
+ * decision waits.  For each change in place the reload first makes a spare
+ * fresh limit of the new definition (for a key rule, a table of max_keys:
+ * address space, its pages untouched), taken if the change runs out of
+ * memory at the switch, and freed after it.  The call
  * itself waits until no decision still uses the old set.  Reloads of one
  * rule set are serialised (a mutex).  Thread-safe, but must not be called
  * from a thread that is inside a decision on the same set.
