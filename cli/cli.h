@@ -13,6 +13,7 @@
 int sluice_cli_replay(int argc, char **argv);
 int sluice_cli_demo(int argc, char **argv);
 int sluice_cli_hammer(int argc, char **argv);
+int sluice_cli_check(int argc, char **argv);
 
 /* Write m's exposition to f (opened by the caller as `path`, which names it
  * in messages).  Returns 0, or 1 after a message on stderr. */
@@ -53,6 +54,7 @@ typedef struct sluice_cli_req {
     const char *p;   /* permits as given (pn bytes), or NULL */
     uint32_t tn, kn, pn;
     uint64_t time_ns, permits;
+    size_t line; /* its line number in the trace, from 1 */
 } sluice_cli_req;
 
 /* A parsed trace: n requests in file order, in an array from malloc that

@@ -13,6 +13,9 @@ static const char usage[] =
     "commands:\n"
     "  replay --limit SPEC [--max-keys N]   decide a trace read from stdin, print CSV\n"
     "  demo                                 the boundary-burst scenario through every algorithm\n"
+    "  replay --rules FILE                  decide a trace by a rule file's rules\n"
+    "  check FILE                           check a rule file: exit 0 if good, 2 naming the\n"
+    "                                       line and the token if not (sluice check --help)\n"
     "  spec SPEC                            check a spec and print its canonical form\n"
     "  hammer --limit SPEC [--redis URL] ...  load and soak: decide as fast as possible\n"
     "                                       for a while (sluice hammer --help)\n"
@@ -63,6 +66,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "demo") == 0) return sluice_cli_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "spec") == 0) return cmd_spec(argc - 1, argv + 1);
     if (strcmp(cmd, "hammer") == 0) return sluice_cli_hammer(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0) return sluice_cli_check(argc - 1, argv + 1);
     fprintf(stderr, "sluice: unknown command \"%s\" (try sluice --help)\n", cmd);
     return 2;
 }

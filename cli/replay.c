@@ -32,6 +32,7 @@
 #include "cli.h"
 
 #include <sluice.h>
+#include <sluice/rules.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -43,6 +44,7 @@ static const char replay_usage[] =
     "usage: sluice replay --limit 'SPEC' [--limit 'SPEC' ...] [--max-keys N]\n"
     "                     [--evict-lru] [--stats] [--metrics FILE] [--top N]\n"
     "                     < TRACE > DECISIONS\n"
+    "       sluice replay --rules FILE [--stats] [--metrics FILE] < TRACE > DECISIONS\n"
     "\n"
     "Decides every request of TRACE, in file order, with one limiter per key built\n"
     "from SPEC (see sluice --help), at the times the trace gives (no clock is read).\n"
@@ -92,6 +94,18 @@ static const char replay_usage[] =
     "                  backslash doubled and any byte outside printable ASCII\n"
     "                  written \\xNN; a key longer than 128 bytes counts as its\n"
     "                  first 128, followed by \\...  (README.md)\n"
+    "\n"
+    "--rules FILE: decide by the rules of a rule file (README.md, \"Rule files\")\n"
+    "  instead of --limit.  The trace's key field names the rules and keys of the\n"
+    "  request: `time_ns,RULE=KEY[;RULE=KEY...][,permits]` (RULE alone: the empty\n"
+    "  key; a global rule ignores its key; KEY any bytes but , ; CR and LF; at most\n"
+    "  16 rules a request).  Each request is decided by its enforcing rules as one\n"
+    "  composite, then by its shadow rules (which never refuse).  The rows are the\n"
+    "  same, the key column echoing the field; a request naming only shadow rules\n"
+    "  has remaining 18446744073709551615.  --stats prints a line per rule:\n"
+    "    rule=NAME shadow=0|1 allowed=A denied=D denied_shadow=S denied_elsewhere=E\n"
+    "  --metrics writes the rule set's series (ruleset label: FILE).  An unknown\n"
+    "  rule, an empty list or a rule named twice in a line: exit status 2.\n"
     "\n"
     "Exit status: 0 on success; 2 on a bad SPEC, a bad option, a --metrics FILE\n"
     "that cannot be opened for writing, or a malformed line (one line on stderr\n"
@@ -219,6 +233,7 @@ int sluice_cli_replay_parse(const char *in, size_t len, sluice_cli_trace *tr, ch
             cap *= 2;
         }
         rc = parse_line(s, n, line, &reqs[nreq], err, errlen);
+        reqs[nreq].line = line;
         nreq++;
     }
     if (rc == 1 && errlen) snprintf(err, errlen, "out of memory");
@@ -271,6 +286,24 @@ static void out_i64(out *o, int64_t v)
     } else {
         out_u64(o, (uint64_t)v);
     }
+}
+
+/* One decision row: time_ns,key,permits,allowed,wait_ns,remaining,retry_after_ns */
+static void out_row(out *o, const req *r, bool ok, const sluice_result *res)
+{
+    out_put(o, r->t, r->tn);
+    out_put(o, ",", 1);
+    out_put(o, r->key, r->kn);
+    out_put(o, ",", 1);
+    if (r->p) out_put(o, r->p, r->pn);
+    else out_put(o, "1", 1);
+    out_put(o, ok ? ",1," : ",0,", 3);
+    out_u64(o, res->wait_ns);
+    out_put(o, ",", 1);
+    out_u64(o, res->remaining);
+    out_put(o, ",", 1);
+    out_i64(o, res->retry_after_ns);
+    out_put(o, "\n", 1);
 }
 
 /* ---- input -------------------------------------------------------------- */
@@ -383,6 +416,191 @@ int sluice_cli_metrics_dump(const sluice_metrics *m, FILE *f, const char *path)
     return rc == 0 ? 0 : 1;
 }
 
+/* ---- --rules ------------------------------------------------------------ */
+
+/* The rules and keys of every request, resolved: request i names
+ * keys[first[i] .. first[i] + count[i]).  Returns 0, or 2 after a message
+ * naming the line and the token, or 1 when out of memory. */
+static int resolve_rules(sluice_rules *rs, const req *reqs, size_t nreq, sluice_rule_key **keys_out,
+                         size_t **first_out)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < nreq; i++) {
+        total += 1;
+        for (size_t j = 0; j < reqs[i].kn; j++) total += reqs[i].key[j] == ';';
+    }
+    size_t nr = sluice_rules_count(rs);
+    sluice_rule_key *keys = malloc((total ? total : 1) * sizeof *keys);
+    size_t *first = malloc((nreq + 1) * sizeof *first);
+    bool *global = calloc(nr ? nr : 1, sizeof *global);
+    if (!keys || !first || !global) {
+        free(keys);
+        free(first);
+        free(global);
+        fprintf(stderr, "sluice replay: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < nr; i++) {
+        sluice_rule_info info;
+        if (sluice_rules_info(rs, i, &info) == 0 && info.id >= 0 && (size_t)info.id < nr)
+            global[info.id] = info.global;
+    }
+    char msg[512];
+    int rc = 0;
+    size_t k = 0;
+    for (size_t i = 0; rc == 0 && i < nreq; i++) {
+        const req *r = &reqs[i];
+        first[i] = k;
+        if (r->kn == 0) {
+            rc = bad_line(msg, sizeof msg, r->line,
+                          "no rule named (expected time_ns,RULE=KEY[;RULE=KEY...][,permits])", NULL, 0);
+            break;
+        }
+        const char *s = r->key, *end = r->key + r->kn;
+        size_t count = 0;
+        while (rc == 0) {
+            const char *semi = memchr(s, ';', (size_t)(end - s));
+            const char *ie = semi ? semi : end;
+            const char *eq = memchr(s, '=', (size_t)(ie - s));
+            const char *ne = eq ? eq : ie;
+            char name[SLUICE_RULE_NAME_MAX + 1];
+            size_t nl = (size_t)(ne - s);
+            int32_t id = SLUICE_ENOENT;
+            if (nl > 0 && nl <= SLUICE_RULE_NAME_MAX) {
+                memcpy(name, s, nl);
+                name[nl] = '\0';
+                id = sluice_rules_find(rs, name);
+            }
+            if (ie == s) {
+                rc = bad_line(msg, sizeof msg, r->line, "empty item in the rule list:", r->key, r->kn);
+            } else if (id < 0 || (size_t)id >= nr) {
+                rc = bad_line(msg, sizeof msg, r->line, "unknown rule", s, nl);
+            } else if (++count > SLUICE_COMPOSITE_MAX) {
+                rc = bad_line(msg, sizeof msg, r->line, "more than 16 rules in one request:", r->key, r->kn);
+            } else {
+                sluice_rule_key rk = {id, eq ? eq + 1 : NULL, eq ? (size_t)(ie - eq - 1) : 0};
+                for (size_t j = first[i]; j < k; j++)
+                    if (keys[j].rule == id && (global[id] || (keys[j].keylen == rk.keylen &&
+                                                             (rk.keylen == 0 || memcmp(keys[j].key, rk.key, rk.keylen) == 0))))
+                        rc = bad_line(msg, sizeof msg, r->line,
+                                      global[id] ? "global rule named twice:" : "rule and key named twice:",
+                                      s, (size_t)(ie - s));
+                keys[k++] = rk;
+            }
+            if (!semi) break;
+            s = semi + 1;
+        }
+    }
+    first[nreq] = k;
+    free(global);
+    if (rc) {
+        fprintf(stderr, "sluice replay: %s\n", msg);
+        free(keys);
+        free(first);
+        return rc;
+    }
+    *keys_out = keys;
+    *first_out = first;
+    return 0;
+}
+
+static int replay_rules(const char *path, bool stats, const char *metrics_path)
+{
+    char err[512];
+    /* the trace may interleave keys out of time order (see --limit) */
+    sluice_rules *rs = sluice_rules_new_file(path, SLUICE_RULES_RECLAIM_WHEN_FULL, err, sizeof err);
+    if (!rs) {
+        fprintf(stderr, "sluice replay: bad --rules file \"%s\": %s\n", path, err);
+        return 2;
+    }
+    FILE *metrics_file = NULL;
+    if (metrics_path) {
+        metrics_file = *metrics_path ? fopen(metrics_path, "w") : NULL;
+        if (!metrics_file) {
+            fprintf(stderr, "sluice replay: cannot open --metrics file \"%s\": %s\n", metrics_path,
+                    *metrics_path ? strerror(errno) : "empty name");
+            sluice_rules_free(rs);
+            return 2;
+        }
+    }
+    size_t len = 0;
+    char *in = read_all(stdin, &len);
+    int rc = 0;
+    sluice_cli_trace tr = {NULL, 0};
+    sluice_rule_key *keys = NULL;
+    size_t *first = NULL;
+    if (!in) {
+        fprintf(stderr, "sluice replay: cannot read the trace from stdin\n");
+        rc = 1;
+    } else {
+        char msg[512];
+        rc = sluice_cli_replay_parse(in, len, &tr, msg, sizeof msg);
+        if (rc == 2) fprintf(stderr, "sluice replay: %s\n", msg);
+        if (rc == 1) fprintf(stderr, "sluice replay: out of memory\n");
+    }
+    if (rc == 0) rc = resolve_rules(rs, tr.reqs, tr.n, &keys, &first);
+    if (rc == 0) {
+        out o = {malloc(1 << 20), 0, 1 << 20, false};
+        if (!o.buf) {
+            fprintf(stderr, "sluice replay: out of memory\n");
+            rc = 1;
+        } else {
+            static const char head[] = "time_ns,key,permits,allowed,wait_ns,remaining,retry_after_ns\n";
+            out_put(&o, head, sizeof head - 1);
+            for (size_t i = 0; i < tr.n; i++) {
+                const req *r = &tr.reqs[i];
+                sluice_result res;
+                bool ok = sluice_rules_decide_at(rs, keys + first[i], first[i + 1] - first[i],
+                                                 r->permits, r->time_ns, &res, NULL);
+                out_row(&o, r, ok, &res);
+            }
+            out_flush(&o);
+            if (fflush(stdout) != 0 || o.failed) {
+                fprintf(stderr, "sluice replay: cannot write the decisions\n");
+                rc = 1;
+            }
+            free(o.buf);
+        }
+    }
+    for (size_t i = 0; rc == 0 && stats && i < sluice_rules_count(rs); i++) {
+        sluice_rule_info info;
+        if (sluice_rules_info(rs, i, &info) != 0) break;
+        fprintf(stderr, "rule=%s shadow=%d allowed=%llu denied=%llu denied_shadow=%llu denied_elsewhere=%llu\n",
+                info.name, info.shadow ? 1 : 0,
+                (unsigned long long)info.stats.requests[SLUICE_RULE_ALLOWED],
+                (unsigned long long)info.stats.requests[SLUICE_RULE_DENIED],
+                (unsigned long long)info.stats.requests[SLUICE_RULE_DENIED_SHADOW],
+                (unsigned long long)info.stats.requests[SLUICE_RULE_DENIED_ELSEWHERE]);
+    }
+    if (metrics_file) {
+        int mrc = 0;
+        if (rc == 0) {
+            sluice_metrics *m = sluice_metrics_new();
+            int arc = m ? sluice_metrics_add_rules(m, path, rs) : SLUICE_ENOMEM;
+            if (arc == SLUICE_EINVAL) arc = sluice_metrics_add_rules(m, "rules", rs); /* a name the format refuses */
+            if (arc == 0) {
+                mrc = sluice_cli_metrics_dump(m, metrics_file, metrics_path);
+            } else {
+                fprintf(stderr, "sluice replay: --metrics: %s\n", sluice_strerror(arc));
+                mrc = 1;
+            }
+            sluice_metrics_free(m);
+        }
+        if (fclose(metrics_file) != 0 && mrc == 0 && rc == 0) {
+            fprintf(stderr, "sluice replay: cannot write --metrics file \"%s\": %s\n", metrics_path,
+                    strerror(errno));
+            mrc = 1;
+        }
+        if (rc == 0) rc = mrc;
+    }
+    free(keys);
+    free(first);
+    free(tr.reqs);
+    free(in);
+    sluice_rules_free(rs);
+    return rc;
+}
+
 int sluice_cli_replay(int argc, char **argv)
 {
     const char *specs[SLUICE_COMPOSITE_MAX];
@@ -391,6 +609,8 @@ int sluice_cli_replay(int argc, char **argv)
     bool stats = false;
     unsigned flags = 0;
     const char *metrics_path = NULL;
+    const char *rules_path = NULL;
+    bool limit_opts = false; /* --max-keys, --evict-lru or --top given */
     uint64_t top = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -403,7 +623,10 @@ int sluice_cli_replay(int argc, char **argv)
                 return 2;
             }
             specs[nspec++] = a[7] == '=' ? a + 8 : argv[++i];
+        } else if ((strcmp(a, "--rules") == 0 && i + 1 < argc) || strncmp(a, "--rules=", 8) == 0) {
+            rules_path = a[7] == '=' ? a + 8 : argv[++i];
         } else if ((strcmp(a, "--max-keys") == 0 && i + 1 < argc) || strncmp(a, "--max-keys=", 11) == 0) {
+            limit_opts = true;
             const char *v = a[10] == '=' ? a + 11 : argv[++i];
             if (!parse_dec(v, strlen(v), (uint64_t)1 << 32, &max_keys) || max_keys == 0) {
                 fprintf(stderr, "sluice replay: bad --max-keys \"%s\": expected 1 .. 4294967296\n", v);
@@ -417,16 +640,26 @@ int sluice_cli_replay(int argc, char **argv)
             metrics_path = a + 10;
         } else if ((strcmp(a, "--top") == 0 && i + 1 < argc) || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : argv[++i];
+            limit_opts = true;
             if (!parse_dec(v, strlen(v), 1000, &top) || top == 0) {
                 fprintf(stderr, "sluice replay: bad --top \"%s\": expected 1 .. 1000\n", v);
                 return 2;
             }
         } else if (strcmp(a, "--evict-lru") == 0) {
+            limit_opts = true;
             flags |= SLUICE_TABLE_EVICT_LRU;
         } else {
             fprintf(stderr, "sluice replay: unknown or incomplete argument \"%s\" (try sluice replay --help)\n", a);
             return 2;
         }
+    }
+    if (rules_path) {
+        if (nspec || limit_opts) {
+            fprintf(stderr, "sluice replay: --rules takes the limits, max_keys and policies from "
+                            "its file: not with --limit, --max-keys, --evict-lru or --top\n");
+            return 2;
+        }
+        return replay_rules(rules_path, stats, metrics_path);
     }
     if (nspec == 0) {
         fprintf(stderr, "sluice replay: missing --limit SPEC (try sluice replay --help)\n");
@@ -515,19 +748,7 @@ int sluice_cli_replay(int argc, char **argv)
                     for (size_t k = 0; k < nspec; k++) refs[k] = sluice_ref_key(tabs[k], r->key, r->kn);
                     ok = sluice_composite_try_acquire_at(refs, nspec, r->permits, r->time_ns, &res, NULL);
                 }
-                out_put(&o, r->t, r->tn);
-                out_put(&o, ",", 1);
-                out_put(&o, r->key, r->kn);
-                out_put(&o, ",", 1);
-                if (r->p) out_put(&o, r->p, r->pn);
-                else out_put(&o, "1", 1);
-                out_put(&o, ok ? ",1," : ",0,", 3);
-                out_u64(&o, res.wait_ns);
-                out_put(&o, ",", 1);
-                out_u64(&o, res.remaining);
-                out_put(&o, ",", 1);
-                out_i64(&o, res.retry_after_ns);
-                out_put(&o, "\n", 1);
+                out_row(&o, r, ok, &res);
             }
             out_flush(&o);
             if (fflush(stdout) != 0 || o.failed) {

@@ -88,9 +88,11 @@ static void shared_add(_Atomic uint64_t *c, uint64_t v)
     }
 }
 
+unsigned sluice__counter_stripe(void) { return my_slot ? my_slot - 1 : choose_slot(); }
+
 void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
 {
-    unsigned slot = my_slot ? my_slot - 1 : choose_slot();
+    unsigned slot = sluice__counter_stripe();
     sluice__stripe *s = &c->s[slot];
     _Atomic uint64_t *req = permits == 0 ? &s->probes
                           : allowed      ? &s->requests_allowed

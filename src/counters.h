@@ -19,6 +19,11 @@ typedef struct sluice__stripe {
 typedef struct sluice__counters {
     sluice__stripe s[SLUICE__STRIPES];
 } sluice__counters;
+/* The stripe the calling thread counts in, chosen at its first call: below
+ * SLUICE__STRIPES - 1 it is the thread's own (plain stores are exact);
+ * SLUICE__STRIPES - 1 is shared (atomic read-modify-writes).  For other
+ * striped counters (rules.c). */
+SLUICE__INTERNAL unsigned sluice__counter_stripe(void);
 SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
                                     bool allowed);
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,

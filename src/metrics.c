@@ -39,11 +39,12 @@
  * links libsluice, never the other way).
  */
 #include "internal.h"
+#include "rules.h"
 
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES } kind;
 
 typedef struct entry {
     kind k;
@@ -285,6 +286,11 @@ int sluice_metrics_add_source(sluice_metrics *m, const char *name, const void *o
     return add(m, name, obj, K_SOURCE, src);
 }
 
+int sluice_metrics_add_rules(sluice_metrics *m, const char *name, const sluice_rules *rs)
+{
+    return add(m, name, rs, K_RULES, NULL);
+}
+
 int sluice_metrics_remove(sluice_metrics *m, const void *obj)
 {
     if (!m || !obj) return SLUICE_EINVAL;
@@ -398,7 +404,11 @@ typedef enum family_id {
     F_TABLE_REFUSED,
     F_TOP_REQUESTS,
     F_TOP_ERROR,
-    F_WHEEL_PENDING
+    F_WHEEL_PENDING,
+    F_RULE_REQUESTS,
+    F_RULE_PERMITS,
+    F_RULE_SHADOW,
+    F_RULES_LOADS
 } family_id;
 
 typedef struct family {
@@ -450,6 +460,20 @@ static const family families[] = {
      KB(K_TABLE)},
     {F_WHEEL_PENDING, "sluice_wheel_timers_pending", "gauge",
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
+    {F_RULE_REQUESTS, "sluice_rule_requests_total", "counter",
+     "Requests decided by a rule set, per rule and outcome: allowed, denied (by this rule), "
+     "denied_shadow (a shadow rule would have refused; let through), denied_elsewhere "
+     "(refused by another rule; nothing taken here).",
+     KB(K_RULES)},
+    {F_RULE_PERMITS, "sluice_rule_permits_total", "counter",
+     "Permits asked for by the requests of sluice_rule_requests_total, per rule and outcome.",
+     KB(K_RULES)},
+    {F_RULE_SHADOW, "sluice_rule_shadow", "gauge",
+     "1 for a shadow rule (decided and counted, never refusing), 0 for an enforcing one.",
+     KB(K_RULES)},
+    {F_RULES_LOADS, "sluice_rules_loads_total", "counter",
+     "Times the rule set was loaded: its first load and every reload that took effect.",
+     KB(K_RULES)},
 };
 
 static bool core_family(const char *name)
@@ -487,6 +511,7 @@ static void read_object(const entry *e, family_id f, snapshot *s)
         else sluice_queue_wait_stats_get((sluice_queue *)(uintptr_t)e->obj, &s->w);
         break;
     case K_SOURCE:
+    case K_RULES: /* written rule by rule (write_rules) */
     case K_NONE:
         break;
     }
@@ -605,8 +630,66 @@ static void reason_series(cursor *c, const char *metric, const char *label, cons
     end_line(c);
 }
 
+/* The series of a rule set, one set of lines per rule of its current
+ * version: NAME{ruleset="...",rule="..."[,decision="D"]} VALUE.  Rule names
+ * need no escaping (letters, digits, _ - . :). */
+typedef struct rules_out {
+    cursor *c;
+    const family *f;
+    const entry *e;
+} rules_out;
+
+static void rule_series(const rules_out *o, const char *rule, const char *decision, uint64_t value)
+{
+    cursor *c = o->c;
+    puts_(c, o->f->name);
+    put(c, "{ruleset=\"", 10);
+    put(c, o->e->name, o->e->namelen);
+    put(c, "\",rule=\"", 8);
+    puts_(c, rule);
+    if (decision) {
+        put(c, "\",decision=\"", 12);
+        puts_(c, decision);
+    }
+    put(c, "\"} ", 3);
+    put_u64(c, value);
+    end_line(c);
+}
+
+static void write_rule(void *arg, const char *name, bool shadow, const sluice_rule_stats *st)
+{
+    static const char *const decisions[4] = {"allowed", "denied", "denied_shadow",
+                                             "denied_elsewhere"};
+    const rules_out *o = arg;
+    switch (o->f->id) {
+    case F_RULE_REQUESTS:
+        for (int d = 0; d < 4; d++) rule_series(o, name, decisions[d], st->requests[d]);
+        break;
+    case F_RULE_PERMITS:
+        for (int d = 0; d < 4; d++) rule_series(o, name, decisions[d], st->permits[d]);
+        break;
+    case F_RULE_SHADOW: rule_series(o, name, NULL, shadow ? 1 : 0); break;
+    default: break;
+    }
+}
+
+static void write_rules(cursor *c, const family *f, const entry *e)
+{
+    const sluice_rules *rs = e->obj;
+    if (f->id == F_RULES_LOADS) {
+        series(c, f->name, "ruleset", e, NULL, sluice_rules_generation(rs));
+        return;
+    }
+    rules_out o = {c, f, e};
+    sluice__rules_each(rs, write_rule, &o);
+}
+
 static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
 {
+    if (e->k == K_RULES) {
+        write_rules(c, f, e);
+        return;
+    }
     const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
     switch (f->id) {
     case F_REQUESTS:
@@ -642,6 +725,10 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
         for (size_t i = 0; i < s->ntop; i++) key_series(c, f->name, e, &s->top[i], s->top[i].error);
         break;
     case F_WHEEL_PENDING: series(c, f->name, label, e, NULL, s->pending); break;
+    case F_RULE_REQUESTS:
+    case F_RULE_PERMITS:
+    case F_RULE_SHADOW:
+    case F_RULES_LOADS: break; /* write_rules */
     }
 }
 
@@ -722,6 +809,8 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
             const entry *e = &m->v[i];
             snapshot s;
             bool lines = (f->kinds & KB(e->k)) != 0;
+            if (lines && e->k == K_RULES && f->id != F_RULES_LOADS)
+                lines = sluice_rules_count((const sluice_rules *)e->obj) > 0;
             if (lines) {
                 memset(&s, 0, offsetof(snapshot, top));
                 read_object(e, f->id, &s);

@@ -29,6 +29,9 @@
  *       (tables with a sketch, sluice_table_set_top: the
  *       SLUICE_METRICS_TOP_KEYS keys refused most)
  *   sluice_wheel_timers_pending{wheel}      gauge
+ *   sluice_rule_requests_total{ruleset,rule,decision}, sluice_rule_permits_total,
+ *   sluice_rule_shadow, sluice_rules_loads_total  (rule sets:
+ *                                           sluice_metrics_add_rules)
  *   then the families of sources: objects of other libraries, added through
  *   sluice_metrics_add_source (the Redis tier's sluice_metrics_add_redis,
  *   in sluice/redis.h)
@@ -106,6 +109,25 @@ int sluice_metrics_add_wheel(sluice_metrics *m, const char *name,
                              const sluice_wheel *w);
 int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
                              const sluice_queue *q);
+
+/* Add a rule set (sluice/rules.h) under `name`, the value of its series'
+ * `ruleset` label; rule sets have their own set of names.  Each rule of the
+ * set's current version gets its series, labelled `rule` with the rule's
+ * name (so a reload that adds or removes rules adds or removes series):
+ *
+ *   sluice_rule_requests_total{ruleset,rule,decision}  counter
+ *   sluice_rule_permits_total{ruleset,rule,decision}   counter
+ *       decision: allowed, denied (refused by this rule), denied_shadow (a
+ *       shadow rule would have refused; the request went through),
+ *       denied_elsewhere (refused by another rule; nothing taken here)
+ *   sluice_rule_shadow{ruleset,rule}                    gauge, 1 or 0
+ *   sluice_rules_loads_total{ruleset}                   counter, loads
+ *
+ * The set's limiters and tables are not added (add them by hand for their
+ * own series).  Returns and thread-safety as sluice_metrics_add_limiter();
+ * the set must stay valid until removed or the registry freed. */
+typedef struct sluice_rules sluice_rules;
+int sluice_metrics_add_rules(sluice_metrics *m, const char *name, const sluice_rules *rs);
 
 /* Stop exposing `obj` (a limiter, table, wheel, queue or source's object
  * added before).  When it

@@ -1,0 +1,313 @@
+/* sluice/rules.h -- rule sets: named limits from a text file, decided as one
+ * composite per request, reloaded atomically while decisions run.
+ *
+ * A rule set holds named rules.  A rule is a limit spec (the grammar of
+ * sluice.h), a scope -- `global` (one limiter for every request) or `key`
+ * (a table: one limiter per key, at most max_keys keys, a full-table
+ * policy) -- per-key overrides (another spec for some keys of a key rule)
+ * and a `shadow` flag.  A request names the rules and keys it is subject to
+ * and is decided against all of them at once, all or nothing, as
+ * sluice_composite_try_acquire_at() decides (README.md, "Several limits on
+ * one request").  A shadow rule is a dry run (nginx's limit_req_dry_run,
+ * envoy's shadow_mode): it is decided and counted, but never refuses.
+ *
+ * The file format (README.md, "Rule files", has a complete example): one
+ * directive a line, words separated by blanks, `#` to the end of the line a
+ * comment, specs in double quotes.
+ *
+ *     rule NAME global "SPEC" [shadow]
+ *     rule NAME key "SPEC" [max_keys=N] [policy=refuse|evict-lru] [shadow]
+ *     override NAME KEY "SPEC"
+ *
+ * A reload replaces the whole set while other threads decide; each decision
+ * uses exactly one set, the old or the new.  Rules whose name stays keep
+ * their state and counters (README.md says how a changed spec carries it).
+ *
+ * Included by nothing: include it beside (or instead of) sluice.h; it
+ * brings in sluice.h for sluice_result and the error codes.  C or C++.
+ */
+#ifndef SLUICE_RULES_H
+#define SLUICE_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../sluice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
+
+typedef struct sluice_rules sluice_rules; /* opaque */
+
+/* Bounds of a rule file.  A rule name is 1 .. SLUICE_RULE_NAME_MAX bytes of
+ * ASCII letters, digits and `_ - . :`, starting with a letter or a digit.
+ * A file holds at most SLUICE_RULES_MAX rules and each key rule at most
+ * SLUICE_RULE_OVERRIDES_MAX overrides.  A rule set knows at most
+ * SLUICE_RULES_NAMES_MAX distinct rule names over its life (every name any
+ * of its loads defined: a name keeps its id for good, see
+ * sluice_rules_find). */
+#define SLUICE_RULE_NAME_MAX 64
+#define SLUICE_RULES_MAX 1024
+#define SLUICE_RULE_OVERRIDES_MAX 1024
+#define SLUICE_RULES_NAMES_MAX 65536
+
+/* The default max_keys of a key rule. */
+#define SLUICE_RULE_DEFAULT_MAX_KEYS 100000
+
+/* Flags for sluice_rules_new(). */
+#define SLUICE_RULES_RECLAIM_WHEN_FULL 1u /* every key rule's table is made
+                                   * with SLUICE_TABLE_RECLAIM_WHEN_FULL (for
+                                   * callers whose times are out of order
+                                   * across keys, such as a replayed trace) */
+
+/* Make a rule set from the text [text, text + len) (no NUL needed; a NUL
+ * byte inside is an error).  Returns NULL when the text is refused or
+ * memory runs out; then, when errlen > 0, `err` receives a NUL-terminated
+ * one-line reason that starts with the line number and quotes the
+ * offending token, e.g.
+ *     line 3: bad spec "token-bucket 10/s burts=5": unknown option "burts=5"
+ *     line 7: unknown rule "per-clent"
+ * `flags`: 0 or SLUICE_RULES_RECLAIM_WHEN_FULL.  Each global rule gets a
+ * sluice_limiter, each key rule a sluice_table (made with
+ * SLUICE_TABLE_EVICT_LRU for policy=evict-lru) and its overrides
+ * (sluice_table_override_set_at; an override must keep its rule's
+ * algorithm and sliding-wheel slot width, which the parser checks).  The
+ * caller owns the result (sluice_rules_free).  Thread-safe. */
+sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, char *err,
+                               size_t errlen);
+
+/* sluice_rules_new() on the contents of the file `path`.  A file that
+ * cannot be read is refused with its name and the system's reason in err.
+ * Thread-safe. */
+sluice_rules *sluice_rules_new_file(const char *path, unsigned flags, char *err,
+                                    size_t errlen);
+
+/* Free the rule set and every limiter and table it made.  NULL is a no-op.
+ * No other call may be using `rs` (nor a metrics registry holding it: see
+ * sluice_metrics_add_rules). */
+void sluice_rules_free(sluice_rules *rs);
+
+/* Check a rule file's text without making anything: 0 when
+ * sluice_rules_new() would accept its syntax, specs and options (it may
+ * still run out of memory), else SLUICE_EINVAL with the reason in err, as
+ * sluice_rules_new() writes it.  `nrules` and `noverrides` (may be NULL)
+ * receive the counts of a good text.  Thread-safe.  `sluice check FILE`
+ * uses it. */
+int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
+                       char *err, size_t errlen);
+
+/* Replace the rule set's rules with those of `text` at `now_ns`, while
+ * other threads decide.  Atomic: every decision uses the old set or the
+ * new one as a whole, never a mix; a text refused (err as for
+ * sluice_rules_new, return SLUICE_EINVAL) or memory running out
+ * (SLUICE_ENOMEM) changes nothing.  Per rule, by name:
+ *  - a rule whose scope, spec, max_keys, policy and overrides all stay
+ *    keeps its limiter or table as it is (all its state); a change of the
+ *    shadow flag alone is such a rule too;
+ *  - a rule whose spec or overrides change and whose limit can carry its
+ *    state keeps it (README.md, "Changing a limit while it runs"): a
+ *    global rule's limiter is changed with
+ *    sluice_limiter_reconfigure_at(now_ns); a key rule's table with
+ *    sluice_table_reconfigure_at(now_ns) when its spec changes, and
+ *    sluice_table_override_set_at / _remove_at(now_ns) for each override
+ *    added, changed or removed (a key losing its override goes back to the
+ *    rule's spec, keeping its state);
+ *  - a change of algorithm, of sliding-wheel's slot width, of scope, of
+ *    max_keys or of the policy starts the rule fresh (a new limiter or
+ *    table, as for a new rule);
+ *  - every rule keeps its counters (sluice_rules_stats) while its name
+ *    stays; a new name gets a new id and zeroed counters;
+ *  - a rule that is gone is freed once no decision uses it (before the
+ *    call returns).
+ * Decisions running meanwhile: when some rule changes in place (a
+ * reconfigured limiter or table, overrides set or removed), the decisions
+ * on the set that arrive during the switch wait for it (spinning, then
+ * yielding the CPU, until the new set is published: a few microseconds
+ * plus the changes themselves, each O(1) per rule and override changed);
+ * when nothing changes in place the switch is one pointer swap and no
+ * decision waits.  For each change in place the reload first makes a spare
+ * fresh limit of the new definition (for a key rule, a table of max_keys:
+ * address space, its pages untouched), taken if the change runs out of
+ * memory at the switch, and freed after it.  The call
+ * itself waits until no decision still uses the old set.  Reloads of one
+ * rule set are serialised (a mutex).  Thread-safe, but must not be called
+ * from a thread that is inside a decision on the same set.
+ * Returns 0, SLUICE_EINVAL (a bad text or a NULL rs; nothing changed) or
+ * SLUICE_ENOMEM (nothing changed). */
+int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
+                           char *err, size_t errlen);
+
+/* sluice_rules_reload_at() on the contents of `path`; a file that cannot be
+ * read is SLUICE_EINVAL with its name in err (nothing changed). */
+int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns,
+                                char *err, size_t errlen);
+
+/* The id of the rule named `name` (NUL-terminated): >= 0, valid for the
+ * rule set's life -- a name keeps its id across reloads, also while a
+ * reload has taken it away and after it comes back.  SLUICE_ENOENT when no
+ * load of this set ever defined the name; SLUICE_EINVAL for NULL
+ * arguments.  Resolve names once and decide by id.  Thread-safe. */
+int32_t sluice_rules_find(const sluice_rules *rs, const char *name);
+
+/* One limit of a request: the rule's id (sluice_rules_find) and the key
+ * (keylen bytes, 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is
+ * 0).  A global rule ignores the key.  The key bytes need only live for the
+ * call. */
+typedef struct sluice_rule_key {
+    int32_t rule;
+    const void *key;
+    size_t keylen;
+} sluice_rule_key;
+
+/* What one rule did with a request (sluice_rule_outcome.decision, and the
+ * four counters of sluice_rule_stats). */
+enum {
+    SLUICE_RULE_ALLOWED = 0,          /* allowed and charged */
+    SLUICE_RULE_DENIED = 1,           /* refused by this rule (among others
+                                       * perhaps); nothing charged anywhere */
+    SLUICE_RULE_DENIED_SHADOW = 2,    /* a shadow rule that would have refused
+                                       * a request the other rules allowed; the
+                                       * request went through, the shadow rule
+                                       * was charged nothing */
+    SLUICE_RULE_DENIED_ELSEWHERE = 3, /* the request was refused by another
+                                       * rule: nothing charged here (an
+                                       * enforcing rule that would have allowed
+                                       * it, or a shadow rule, not decided) */
+    SLUICE_RULE_ABSENT = 4            /* the id names no rule of the current
+                                       * set (a reload removed it): skipped,
+                                       * not counted */
+};
+
+/* One rule's answer to a request, in sluice_rules_decide_at's per_rule.
+ *  decision  SLUICE_RULE_*.
+ *  shadow    the rule is a shadow rule.
+ *  res       the rule's own answer, as sluice_composite_try_acquire_at's
+ *            per_limit (for DENIED_ELSEWHERE: allowed true and the
+ *            remaining without the permits for an enforcing rule that
+ *            would have allowed; all zero for an undecided shadow rule;
+ *            for ABSENT all zero). */
+typedef struct sluice_rule_outcome {
+    int decision;
+    bool shadow;
+    sluice_result res;
+} sluice_rule_outcome;
+
+/* Decide a request for `permits` at `now_ns` against the n rules of
+ * req[0..n-1] (1 <= n <= SLUICE_COMPOSITE_MAX), in the rule set as it is
+ * at the call (one set for the whole decision, even while a reload runs).
+ *
+ * The enforcing (non-shadow) rules are one composite: the request is
+ * allowed iff each of them allows it, and only then charged to each; a
+ * refusal by one charges none (README.md, "Several limits on one
+ * request").  Then, only when the request was allowed, each shadow rule is
+ * asked on its own: it is charged when it would admit the request (so its
+ * state follows the traffic the service really lets through, as it would
+ * if it were enforced last) and counts DENIED_SHADOW, charging nothing,
+ * when it would refuse.  A shadow rule never makes a request refused.
+ * When the request was refused, no shadow rule is decided or charged (each
+ * counts DENIED_ELSEWHERE).  The shadow rules are decided after the
+ * composite, not inside it: between the two, other threads' decisions may
+ * come, and each shadow limit still decides exactly for one order of its
+ * own calls.
+ *
+ * Returns true when allowed.  `res` (may be NULL) receives the combination
+ * of the enforcing rules as sluice_composite_try_acquire_at() gives it
+ * (wait_ns the largest, remaining the smallest, retry_after_ns the largest
+ * of the refusing rules', -1 if any is -1; error the first limit's error);
+ * with no enforcing rule in the request (only shadow or absent ones) it is
+ * allowed with remaining UINT64_MAX.  `per_rule` (may be NULL; n entries,
+ * in req order) receives each rule's outcome.
+ *
+ * A bad call decides nothing, counts nothing and returns false with
+ * res->error = SLUICE_EINVAL: rs or req NULL, n out of range, an id that
+ * no load ever gave, a key longer than SLUICE_MAX_KEY_BYTES (or NULL with
+ * keylen > 0), or the same global rule (or the same key of one key rule)
+ * twice.  An id whose rule the current set does not hold is skipped
+ * (outcome SLUICE_RULE_ABSENT): after a reload that removed a rule,
+ * requests naming it are no longer limited by it.
+ *
+ * Each rule's counters count the request once, with its outcome (a probe,
+ * permits = 0, is allowed everywhere and counts as allowed with 0
+ * permits).  Concurrency: as sluice_composite_try_acquire_at() for the
+ * enforcing rules; the rule set itself costs each decision two atomic
+ * additions on a cache line of the calling thread's own (a reader count,
+ * so that a reload knows when the old set is no longer used) and the
+ * per-rule counters plain stores on that thread's stripe.  Thread-safe. */
+bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
+                            uint64_t permits, uint64_t now_ns, sluice_result *res,
+                            sluice_rule_outcome *per_rule);
+
+/* sluice_rules_decide_at() at sluice_now_ns() (CLOCK_MONOTONIC).  Thread-safe. */
+bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n,
+                         uint64_t permits, sluice_result *res, sluice_rule_outcome *per_rule);
+
+/* The counters of one rule, since its name first appeared in the set: the
+ * requests (and their permits) by outcome, SLUICE_RULE_ALLOWED ..
+ * SLUICE_RULE_DENIED_ELSEWHERE.  Exact under any concurrency (striped per
+ * thread as sluice_stats are); read while decisions run, the four may come
+ * from slightly different instants.  Permits saturate at UINT64_MAX. */
+typedef struct sluice_rule_stats {
+    uint64_t requests[4];
+    uint64_t permits[4];
+    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
+} sluice_rule_stats;
+
+/* What the current set says of one rule.
+ *  name       the rule's name, NUL-terminated.
+ *  id         as sluice_rules_find.
+ *  global     true for a global rule, false for a key rule.
+ *  shadow     a shadow rule.
+ *  spec       the canonical spec (as sluice_spec_check writes it).
+ *  max_keys   a key rule's max_keys (0 for a global rule).
+ *  evict_lru  a key rule's policy is evict-lru.
+ *  overrides  a key rule's overrides.
+ *  line       the line of the file that defined it.
+ *  stats      its counters. */
+typedef struct sluice_rule_info {
+    char name[SLUICE_RULE_NAME_MAX + 1];
+    int32_t id;
+    bool global;
+    bool shadow;
+    char spec[SLUICE_SPEC_MAX];
+    uint64_t max_keys;
+    bool evict_lru;
+    size_t overrides;
+    size_t line;
+    sluice_rule_stats stats;
+    uint64_t reserved_[4];
+} sluice_rule_info;
+
+/* The number of rules in the current set (0 for NULL).  Thread-safe. */
+size_t sluice_rules_count(const sluice_rules *rs);
+
+/* How many times the set was loaded: 1 after sluice_rules_new(), plus one
+ * per successful reload (0 for NULL).  Thread-safe. */
+uint64_t sluice_rules_generation(const sluice_rules *rs);
+
+/* Describe the rule at `index` (0 .. sluice_rules_count - 1, in file order)
+ * of the current set into *out.  Returns 0, SLUICE_ENOENT past the last
+ * rule, SLUICE_EINVAL for NULL arguments.  A reload between two calls may
+ * change what an index names.  Thread-safe. */
+int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *out);
+
+/* The counters of the rule `id` (whether or not the current set holds it:
+ * a removed rule's counters stay readable, frozen).  Returns 0,
+ * SLUICE_ENOENT for an id no load gave, SLUICE_EINVAL for NULL arguments.
+ * Thread-safe. */
+int sluice_rules_stats(const sluice_rules *rs, int32_t id, sluice_rule_stats *out);
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_RULES_H */

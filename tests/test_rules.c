@@ -1,0 +1,943 @@
+/* test_rules.c -- rule sets (sluice/rules.h): the file format and its
+ * errors, decisions through rules against the reference model, shadow
+ * rules, reloads (state carried, bad texts changing nothing, 4 threads
+ * deciding meanwhile with no mix of versions), counters, metrics, bad
+ * calls and allocation failures.
+ *
+ * The oracle is the reference model (ref_model.h): one model per rule and
+ * key, the composite rule and the shadow rule applied to the models here
+ * (all enforcing models would allow -> all are charged; then each shadow
+ * model decides alone), never the library's answers.
+ */
+#define _GNU_SOURCE /* mkstemp */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <sluice.h>
+#include <sluice/rules.h>
+
+#include "ref_model.h"
+#include "testutil.h"
+
+#define ULL(x) ((unsigned long long)(x))
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+static sluice_rules *mk(const char *text)
+{
+    char err[512];
+    sluice_rules *rs = sluice_rules_new(text, strlen(text), 0, err, sizeof err);
+    if (!rs) fail_msg("sluice_rules_new: %s", err);
+    return rs;
+}
+
+static int32_t id_of(const sluice_rules *rs, const char *name)
+{
+    int32_t id = sluice_rules_find(rs, name);
+    assert_true(id >= 0);
+    return id;
+}
+
+/* ---- the format ---------------------------------------------------------- */
+
+static void test_parse_good(void **state)
+{
+    (void)state;
+    const char *text =
+        "# a complete file\n"
+        "rule per-client  key    \"token-bucket 10/s burst=20\"  max_keys=1000 policy=refuse\r\n"
+        "\n"
+        "\trule global    global \"sliding-wheel 100000/1m\"   # all traffic\n"
+        "rule per-route   key \"fixed-window 500/1s\" shadow max_keys=7 policy=evict-lru\n"
+        "rule hourly key \"fixed-window 1000/h\"\n"
+        "rule a.b:c_d-9 global \"leaky-bucket 5/s capacity=2 nodelay\" shadow\n";
+    char err[256] = "x";
+    size_t nr = 0, no = 9;
+    assert_int_equal(sluice_rules_check(text, strlen(text), &nr, &no, err, sizeof err), 0);
+    assert_int_equal(nr, 5);
+    assert_int_equal(no, 0);
+    sluice_rules *rs = mk(text);
+    assert_int_equal(sluice_rules_count(rs), 5);
+    assert_int_equal(sluice_rules_generation(rs), 1);
+    sluice_rule_info in;
+    struct {
+        const char *name, *spec;
+        bool global, shadow, evict;
+        uint64_t max_keys;
+        size_t line;
+    } want[] = {
+        {"per-client", "token-bucket 10/s burst=20", false, false, false, 1000, 2},
+        {"global", "sliding-wheel 100000/min", true, false, false, 0, 4},
+        {"per-route", "fixed-window 500/s", false, true, true, 7, 5},
+        {"hourly", "fixed-window 1000/h", false, false, false, SLUICE_RULE_DEFAULT_MAX_KEYS, 6},
+        {"a.b:c_d-9", "leaky-bucket 5/s capacity=2 nodelay", true, true, false, 0, 7},
+    };
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(sluice_rules_info(rs, i, &in), 0);
+        assert_string_equal(in.name, want[i].name);
+        assert_string_equal(in.spec, want[i].spec);
+        assert_int_equal(in.global, want[i].global);
+        assert_int_equal(in.shadow, want[i].shadow);
+        assert_int_equal(in.evict_lru, want[i].evict);
+        assert_int_equal(in.max_keys, want[i].max_keys);
+        assert_int_equal(in.line, want[i].line);
+        assert_int_equal(in.id, (int32_t)i);
+        assert_int_equal(sluice_rules_find(rs, want[i].name), (int32_t)i);
+    }
+    assert_int_equal(sluice_rules_info(rs, 5, &in), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_find(rs, "nope"), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_find(rs, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_find(NULL, "global"), SLUICE_EINVAL);
+    sluice_rules_free(rs);
+
+    /* empty texts are good: no rules */
+    rs = sluice_rules_new("", 0, 0, err, sizeof err);
+    assert_non_null(rs);
+    assert_int_equal(sluice_rules_count(rs), 0);
+    sluice_rules_free(rs);
+    rs = sluice_rules_new(NULL, 0, 0, err, sizeof err);
+    assert_non_null(rs);
+    sluice_rules_free(rs);
+    sluice_rules_free(NULL);
+}
+
+/* Each bad text: its line and the token the message must quote. */
+typedef struct bad_case {
+    const char *text;
+    int line;
+    const char *token; /* quoted in the message; NULL: only the line */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {"rul x key \"fixed-window 1/s\"\n", 1, "rul"},
+    {"# c\nrule x key \"fixed-window 1/s\" burts=5\n", 2, "burts=5"},
+    {"rule x key \"fixed-window 1/s burts=5\"\n", 1, "burts=5"},
+    {"rule x key \"token-bucket 0/s\"\n", 1, "0"},
+    {"rule x key fixed-window 1/s\n", 1, "fixed-window"},
+    {"rule x zone \"fixed-window 1/s\"\n", 1, "zone"},
+    {"rule x! key \"fixed-window 1/s\"\n", 1, "x!"},
+    {"rule -x key \"fixed-window 1/s\"\n", 1, "-x"},
+    {"rule x key\n", 1, "x"},
+    {"rule x\n", 1, "x"},
+    {"rule\n", 1, NULL},
+    {"rule x key \"fixed-window 1/s\n", 1, "\"fixed-window 1/s"},
+    {"rule x key \"fixed-window 1/s\"shadow\n", 1, "\"fixed-window 1/s\"shadow"},
+    {"rule x key \"fixed-window 1/s\" sha\"dow\n", 1, "sha\"dow"},
+    {"rule x key \"fixed-\\q\"\n", 1, "\"fixed-\\q\""},
+    {"rule x global \"fixed-window 1/s\" max_keys=5\n", 1, "max_keys=5"},
+    {"rule x global \"fixed-window 1/s\" policy=refuse\n", 1, "policy=refuse"},
+    {"rule x key \"fixed-window 1/s\" max_keys=0\n", 1, "max_keys=0"},
+    {"rule x key \"fixed-window 1/s\" max_keys=4294967297\n", 1, "max_keys=4294967297"},
+    {"rule x key \"fixed-window 1/s\" max_keys=1e3\n", 1, "max_keys=1e3"},
+    {"rule x key \"fixed-window 1/s\" policy=drop\n", 1, "policy=drop"},
+    {"rule x key \"fixed-window 1/s\" shadow shadow\n", 1, "shadow"},
+    {"rule x key \"fixed-window 1/s\" max_keys=2 max_keys=3\n", 1, "max_keys=3"},
+    {"rule x key \"fixed-window 1/s\"\nrule y key \"fixed-window 1/s\"\n\nrule x global \"fixed-window 2/s\"\n", 4, "x"},
+    {"rule x key \"fixed-window 1/s\" \"shadow\"\n", 1, "\"shadow\""},
+    {"override x k \"fixed-window 1/s\"\n", 1, "x"},
+    {"rule x global \"fixed-window 1/s\"\noverride x k \"fixed-window 2/s\"\n", 2, "x"},
+    {"rule x key \"fixed-window 1/s\"\noverride x\n", 2, "x"},
+    {"rule x key \"fixed-window 1/s\"\noverride x k\n", 2, "k"},
+    {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/x\"\n", 2, "2/x"},
+    {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/s\" extra\n", 2, "extra"},
+    {"rule x key \"fixed-window 1/s\"\noverride x k \"fixed-window 2/s\"\noverride x \"k\" \"fixed-window 3/s\"\n", 3, "\"k\""},
+    {"rule x key \"fixed-window 1/s\"\noverride x k \"token-bucket 2/s\"\n", 2, "token-bucket 2/s"},
+    {"rule x key \"sliding-wheel 10/s slots=10\"\noverride x k \"sliding-wheel 10/s slots=5\"\n", 2, "sliding-wheel 10/s slots=5"},
+    {"rule x key \"fixed-window 1/s\"\n\"rule\" y key \"fixed-window 1/s\"\n", 2, "\"rule\""},
+    {"rule x key \"fixed-window 1/s\"\r\nrule y\rkey \"fixed-window 1/s\"\n", 2, NULL},
+    {"rule x key \"fixed-window 1/s\" a b c d e f g h i j k l m n\n", 1, "m n"},
+};
+
+static const char *find_token(const char *err, const char *token)
+{
+    char q[160];
+    snprintf(q, sizeof q, "\"%s\"", token);
+    /* the message escapes nothing printable: a token with a quote inside
+     * is quoted as is */
+    return strstr(err, q) ? err : strstr(err, token);
+}
+
+static void check_bad_message(const bad_case *c, const char *err)
+{
+    char want[32];
+    snprintf(want, sizeof want, "line %d: ", c->line);
+    if (strncmp(err, want, strlen(want)) != 0) fail_msg("\"%s\": message \"%s\" does not start with \"%s\"", c->text, err, want);
+    if (c->token && !find_token(err, c->token))
+        fail_msg("\"%s\": message \"%s\" does not name \"%s\"", c->text, err, c->token);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *c = &bad_cases[i];
+        char err[512] = "";
+        assert_null(sluice_rules_new(c->text, strlen(c->text), 0, err, sizeof err));
+        check_bad_message(c, err);
+        char err2[512] = "";
+        assert_int_equal(sluice_rules_check(c->text, strlen(c->text), NULL, NULL, err2, sizeof err2),
+                         SLUICE_EINVAL);
+        assert_string_equal(err, err2);
+        /* a tiny buffer is NUL-terminated, a zero-length one untouched */
+        char small[8];
+        assert_null(sluice_rules_new(c->text, strlen(c->text), 0, small, sizeof small));
+        assert_true(strlen(small) < sizeof small);
+        assert_null(sluice_rules_new(c->text, strlen(c->text), 0, NULL, 0));
+    }
+    /* a NUL byte inside the text */
+    char err[256];
+    assert_null(sluice_rules_new("rule x key \"fixed-window 1/s\"\n\0", 31, 0, err, sizeof err));
+    assert_non_null(strstr(err, "line 2"));
+    /* unknown flags */
+    assert_null(sluice_rules_new("", 0, 8, err, sizeof err));
+    /* a key too long, in an override */
+    size_t kl = SLUICE_MAX_KEY_BYTES + 1;
+    char *t = malloc(kl + 100);
+    assert_non_null(t);
+    int n = sprintf(t, "rule x key \"fixed-window 1/s\"\noverride x ");
+    memset(t + n, 'k', kl);
+    n += (int)kl;
+    n += sprintf(t + n, " \"fixed-window 2/s\"\n");
+    assert_null(sluice_rules_new(t, (size_t)n, 0, err, sizeof err));
+    assert_non_null(strstr(err, "line 2: override key longer"));
+    free(t);
+    /* too many rules */
+    size_t cap = (SLUICE_RULES_MAX + 1) * 48;
+    char *many = malloc(cap);
+    assert_non_null(many);
+    size_t len = 0;
+    for (int i = 0; i <= SLUICE_RULES_MAX; i++)
+        len += (size_t)snprintf(many + len, cap - len, "rule r%d global \"fixed-window 1/s\"\n", i);
+    assert_null(sluice_rules_new(many, len, 0, err, sizeof err));
+    assert_non_null(strstr(err, "line 1025: too many rules"));
+    assert_non_null(strstr(err, "\"r1024\""));
+    free(many);
+    /* files */
+    assert_null(sluice_rules_new_file("/nonexistent/rules.conf", 0, err, sizeof err));
+    assert_non_null(strstr(err, "/nonexistent/rules.conf"));
+    assert_null(sluice_rules_new_file(NULL, 0, err, sizeof err));
+}
+
+static void test_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sluice-rules-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "rule g global \"fixed-window 2/s\"\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char err[256];
+    sluice_rules *rs = sluice_rules_new_file(path, 0, err, sizeof err);
+    assert_non_null(rs);
+    sluice_rule_key rk = {id_of(rs, "g"), NULL, 0};
+    assert_true(sluice_rules_decide_at(rs, &rk, 1, 2, 0, NULL, NULL));
+    assert_false(sluice_rules_decide_at(rs, &rk, 1, 1, 1, NULL, NULL));
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("rule g global \"fixed-window 3/s\"\n", f);
+    fclose(f);
+    assert_int_equal(sluice_rules_reload_file_at(rs, path, 2, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, &rk, 1, 1, 3, NULL, NULL)); /* 2 kept, 3rd fits */
+    assert_false(sluice_rules_decide_at(rs, &rk, 1, 1, 4, NULL, NULL));
+    unlink(path);
+    assert_int_equal(sluice_rules_reload_file_at(rs, path, 5, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, path));
+    assert_int_equal(sluice_rules_generation(rs), 2);
+    assert_int_equal(sluice_rules_reload_file_at(NULL, path, 5, err, sizeof err), SLUICE_EINVAL);
+    sluice_rules_free(rs);
+}
+
+/* ---- decisions against the model ------------------------------------------ */
+
+typedef struct mrule {
+    const char *name;
+    bool global, shadow;
+    ref_params p;
+    const char *spec;
+} mrule;
+
+static const mrule mrules[] = {
+    {"client", false, false, {.alg = REF_TOKEN_BUCKET, .limit = 5, .period_ns = SEC, .capacity = 3}, "token-bucket 5/s burst=3"},
+    {"all", true, false, {.alg = REF_FIXED_WINDOW, .limit = 20, .period_ns = SEC}, "fixed-window 20/s"},
+    {"route", false, true, {.alg = REF_SLIDING_LOG, .limit = 4, .period_ns = SEC}, "sliding-log 4/s"},
+    {"shaper", false, false, {.alg = REF_LEAKY_BUCKET, .limit = 3, .period_ns = SEC, .capacity = 2}, "leaky-bucket 3/s capacity=2"},
+    {"wheel", true, true, {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = SEC, .slots = 10}, "sliding-wheel 10/s slots=10"},
+    {"approx", false, false, {.alg = REF_SLIDING_APPROX, .limit = 6, .period_ns = SEC / 2}, "sliding-approx 6/500ms"},
+};
+#define NMR (sizeof mrules / sizeof mrules[0])
+#define NKEYS 3
+
+static void test_model(void **state)
+{
+    (void)state;
+    char text[2048];
+    size_t len = 0;
+    for (size_t i = 0; i < NMR; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "rule %s %s \"%s\"%s\n", mrules[i].name,
+                                mrules[i].global ? "global" : "key", mrules[i].spec,
+                                mrules[i].shadow ? " shadow" : "");
+    /* key "key-one" of rule "client" has an override */
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "override client key-one \"token-bucket 7/2s burst=5\"\n");
+    const ref_params over = {.alg = REF_TOKEN_BUCKET, .limit = 7, .period_ns = 2 * SEC, .capacity = 5};
+    sluice_rules *rs = mk(text);
+    int32_t ids[NMR];
+    ref_model *m[NMR][NKEYS];
+    uint64_t counts[NMR][4] = {{0}}, pcounts[NMR][4] = {{0}};
+    for (size_t i = 0; i < NMR; i++) {
+        ids[i] = id_of(rs, mrules[i].name);
+        for (size_t k = 0; k < NKEYS; k++) {
+            m[i][k] = ref_model_new(i == 0 && k == 1 ? &over : &mrules[i].p);
+            assert_non_null(m[i][k]);
+        }
+    }
+    uint64_t seed = tu_env_seed(), rng = seed;
+    uint64_t t = 5 * SEC;
+    static const char *const keys[NKEYS] = {"k0", "key-one", ""};
+    size_t steps = tu_scaled(20000, tu_env_scale(1));
+    for (size_t step = 0; step < steps; step++) {
+        t += tu_splitmix64_below(&rng, 4) == 0 ? tu_splitmix64_below(&rng, 400 * MS) : tu_splitmix64_below(&rng, 20 * MS);
+        uint64_t p = tu_splitmix64_below(&rng, 8) == 0 ? 0 : 1 + tu_splitmix64_below(&rng, 3);
+        /* a random non-empty subset of the rules, in a random order */
+        size_t which[NMR], n = 0;
+        for (size_t i = 0; i < NMR; i++)
+            if (tu_splitmix64_below(&rng, 2)) which[n++] = i;
+        if (n == 0) which[n++] = (size_t)tu_splitmix64_below(&rng, NMR);
+        for (size_t i = n; i > 1; i--) {
+            size_t j = (size_t)tu_splitmix64_below(&rng, i);
+            size_t x = which[i - 1];
+            which[i - 1] = which[j];
+            which[j] = x;
+        }
+        sluice_rule_key req[NMR];
+        size_t kidx[NMR];
+        for (size_t j = 0; j < n; j++) {
+            size_t r = which[j];
+            kidx[j] = mrules[r].global ? 0 : (size_t)tu_splitmix64_below(&rng, NKEYS);
+            const char *k = keys[kidx[j]];
+            req[j] = (sluice_rule_key){ids[r], k, strlen(k)};
+        }
+        /* the model */
+        bool all = true;
+        for (size_t j = 0; j < n; j++)
+            if (!mrules[which[j]].shadow) all &= ref_model_would_allow(m[which[j]][kidx[j]], p, t);
+        ref_result per[NMR];
+        int dec[NMR];
+        ref_result want = {.allowed = all, .remaining = UINT64_MAX};
+        bool never = false;
+        for (size_t j = 0; j < n; j++) {
+            ref_model *mm = m[which[j]][kidx[j]];
+            memset(&per[j], 0, sizeof per[j]);
+            if (mrules[which[j]].shadow) {
+                if (all) dec[j] = ref_model_decide(mm, p, t, &per[j]) ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED_SHADOW;
+                else dec[j] = SLUICE_RULE_DENIED_ELSEWHERE;
+                continue;
+            }
+            if (all || !ref_model_would_allow(mm, p, t)) {
+                bool ok = ref_model_decide(mm, p, t, &per[j]);
+                assert_true(ok == all);
+                dec[j] = all ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED;
+            } else {
+                ref_model_decide(mm, 0, t, &per[j]);
+                per[j].allowed = true;
+                dec[j] = SLUICE_RULE_DENIED_ELSEWHERE;
+            }
+            if (per[j].remaining < want.remaining) want.remaining = per[j].remaining;
+            if (all && per[j].wait_ns > want.wait_ns) want.wait_ns = per[j].wait_ns;
+            if (!per[j].allowed) {
+                if (per[j].retry_after_ns < 0) never = true;
+                else if (per[j].retry_after_ns > want.retry_after_ns) want.retry_after_ns = per[j].retry_after_ns;
+            }
+        }
+        if (never) want.retry_after_ns = -1;
+        /* the library */
+        sluice_result res;
+        sluice_rule_outcome out[NMR];
+        bool ok = sluice_rules_decide_at(rs, req, n, p, t, &res, out);
+        if (ok != want.allowed || res.remaining != want.remaining || res.wait_ns != want.wait_ns ||
+            res.retry_after_ns != want.retry_after_ns || res.error != 0)
+            fail_msg("seed %llu step %zu t=%llu p=%llu: got allowed=%d remaining=%llu wait=%llu "
+                     "retry=%lld error=%d, want %d %llu %llu %lld",
+                     ULL(seed), step, ULL(t), ULL(p), ok, ULL(res.remaining), ULL(res.wait_ns),
+                     (long long)res.retry_after_ns, res.error, want.allowed, ULL(want.remaining),
+                     ULL(want.wait_ns), (long long)want.retry_after_ns);
+        for (size_t j = 0; j < n; j++) {
+            size_t r = which[j];
+            counts[r][dec[j]]++;
+            pcounts[r][dec[j]] += p;
+            if (out[j].decision != dec[j] || out[j].shadow != mrules[r].shadow)
+                fail_msg("seed %llu step %zu rule %s: decision %d, want %d", ULL(seed), step,
+                         mrules[r].name, out[j].decision, dec[j]);
+            if (dec[j] == SLUICE_RULE_DENIED_ELSEWHERE && mrules[r].shadow) continue;
+            if (out[j].res.allowed != per[j].allowed || out[j].res.remaining != per[j].remaining ||
+                out[j].res.retry_after_ns != per[j].retry_after_ns || out[j].res.wait_ns != per[j].wait_ns)
+                fail_msg("seed %llu step %zu rule %s: got %d %llu %lld %llu, want %d %llu %lld %llu",
+                         ULL(seed), step, mrules[r].name, out[j].res.allowed, ULL(out[j].res.remaining),
+                         (long long)out[j].res.retry_after_ns, ULL(out[j].res.wait_ns), per[j].allowed,
+                         ULL(per[j].remaining), (long long)per[j].retry_after_ns, ULL(per[j].wait_ns));
+        }
+    }
+    for (size_t i = 0; i < NMR; i++) {
+        sluice_rule_stats st;
+        assert_int_equal(sluice_rules_stats(rs, ids[i], &st), 0);
+        for (int d = 0; d < 4; d++) {
+            assert_int_equal(st.requests[d], counts[i][d]);
+            assert_int_equal(st.permits[d], pcounts[i][d]);
+        }
+        for (size_t k = 0; k < NKEYS; k++) ref_model_free(m[i][k]);
+    }
+    /* every outcome was seen */
+    assert_true(counts[0][SLUICE_RULE_DENIED] > 0 && counts[0][SLUICE_RULE_DENIED_ELSEWHERE] > 0);
+    assert_true(counts[2][SLUICE_RULE_DENIED_SHADOW] > 0 && counts[2][SLUICE_RULE_ALLOWED] > 0);
+    sluice_rule_stats none;
+    assert_int_equal(sluice_rules_stats(rs, 99, &none), SLUICE_ENOENT);
+    sluice_rules_free(rs);
+}
+
+/* A shadow rule never refuses; it is charged only what it would admit of
+ * what the enforcing rules let through. */
+static void test_shadow(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule e global \"fixed-window 3/s\"\n"
+                          "rule s global \"fixed-window 2/s\" shadow\n");
+    int32_t e = id_of(rs, "e"), s = id_of(rs, "s");
+    sluice_rule_key req[2] = {{e, NULL, 0}, {s, NULL, 0}};
+    sluice_rule_outcome o[2];
+    sluice_result res;
+    /* 1, 2: both allow */
+    for (int i = 0; i < 2; i++) {
+        assert_true(sluice_rules_decide_at(rs, req, 2, 1, 10, &res, o));
+        assert_int_equal(o[1].decision, SLUICE_RULE_ALLOWED);
+        assert_int_equal(res.remaining, (uint64_t)(3 - 1 - i)); /* the shadow's is not in it */
+    }
+    /* 3: the shadow rule would refuse; the request goes through */
+    assert_true(sluice_rules_decide_at(rs, req, 2, 1, 10, &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_ALLOWED);
+    assert_int_equal(o[1].decision, SLUICE_RULE_DENIED_SHADOW);
+    assert_true(o[1].shadow);
+    assert_false(o[1].res.allowed);
+    assert_int_equal(o[1].res.retry_after_ns, (int64_t)(SEC - 10));
+    /* 4: the enforcing rule refuses: the shadow one is not decided */
+    assert_false(sluice_rules_decide_at(rs, req, 2, 1, 10, &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED);
+    assert_int_equal(o[1].decision, SLUICE_RULE_DENIED_ELSEWHERE);
+    /* next window: the shadow rule had been charged 2, not 3 (the refusal
+     * charged it nothing): a request for 2 fits it exactly */
+    req[0].rule = s;
+    assert_true(sluice_rules_decide_at(rs, req, 1, 2, SEC, &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_ALLOWED);
+    assert_int_equal(res.remaining, UINT64_MAX); /* no enforcing rule */
+    assert_true(sluice_rules_decide_at(rs, req, 1, 1, SEC, &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED_SHADOW);
+    sluice_rule_stats st;
+    assert_int_equal(sluice_rules_stats(rs, s, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 3);
+    assert_int_equal(st.permits[SLUICE_RULE_ALLOWED], 4);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED_SHADOW], 2);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED_ELSEWHERE], 1);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED], 0);
+    assert_int_equal(sluice_rules_stats(rs, e, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 3);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED], 1);
+    sluice_rules_free(rs);
+}
+
+static void test_bad_calls(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule g global \"fixed-window 3/s\"\nrule k key \"fixed-window 3/s\"\n");
+    int32_t g = id_of(rs, "g"), k = id_of(rs, "k");
+    sluice_result res;
+    sluice_rule_outcome o[SLUICE_COMPOSITE_MAX + 1];
+    char big[1];
+    sluice_rule_key many[SLUICE_COMPOSITE_MAX + 1];
+    for (int i = 0; i <= SLUICE_COMPOSITE_MAX; i++) many[i] = (sluice_rule_key){k, big, 0};
+    struct {
+        const sluice_rule_key *req;
+        size_t n;
+    } calls[] = {
+        {NULL, 1},
+        {(sluice_rule_key[]){{g, NULL, 0}}, 0},
+        {many, SLUICE_COMPOSITE_MAX + 1},
+        {(sluice_rule_key[]){{7, NULL, 0}}, 1},
+        {(sluice_rule_key[]){{-1, NULL, 0}}, 1},
+        {(sluice_rule_key[]){{g, NULL, 0}, {g, "x", 1}}, 2},
+        {(sluice_rule_key[]){{k, "a", 1}, {k, "a", 1}}, 2},
+        {(sluice_rule_key[]){{k, NULL, 3}}, 1},
+        {(sluice_rule_key[]){{k, big, SLUICE_MAX_KEY_BYTES + 1}}, 1},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        memset(&res, 0x55, sizeof res);
+        assert_false(sluice_rules_decide_at(rs, calls[i].req, calls[i].n, 1, 0, &res, o));
+        assert_int_equal(res.error, SLUICE_EINVAL);
+        assert_false(sluice_rules_decide_at(rs, calls[i].req, calls[i].n, 1, 0, NULL, NULL));
+    }
+    assert_false(sluice_rules_decide_at(NULL, many, 1, 1, 0, &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    /* nothing was decided or counted */
+    sluice_rule_stats st;
+    for (int32_t id = 0; id < 2; id++) {
+        assert_int_equal(sluice_rules_stats(rs, id, &st), 0);
+        for (int d = 0; d < 4; d++) assert_int_equal(st.requests[d], 0);
+    }
+    /* two keys of one key rule are fine */
+    sluice_rule_key two[2] = {{k, "a", 1}, {k, "b", 1}};
+    assert_true(sluice_rules_decide_at(rs, two, 2, 3, 0, &res, o));
+    assert_false(sluice_rules_decide_at(rs, two, 2, 1, 0, &res, o));
+    assert_true(sluice_rules_decide(rs, two, 1, 0, &res, o)); /* a probe, live clock */
+    assert_int_equal(sluice_rules_stats(NULL, 0, &st), SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_info(rs, 0, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_count(NULL), 0);
+    assert_int_equal(sluice_rules_generation(NULL), 0);
+    sluice_rules_free(rs);
+}
+
+/* ---- reloads ------------------------------------------------------------- */
+
+static void test_reload_carry(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule keep key \"fixed-window 5/s\"\n"
+                          "rule grow global \"fixed-window 5/s\"\n"
+                          "rule algo global \"fixed-window 5/s\"\n"
+                          "rule scope global \"fixed-window 5/s\"\n"
+                          "rule gone global \"fixed-window 5/s\"\n"
+                          "rule sh key \"fixed-window 5/s\"\n");
+    int32_t keep = id_of(rs, "keep"), grow = id_of(rs, "grow"), algo = id_of(rs, "algo"),
+            scope = id_of(rs, "scope"), gone = id_of(rs, "gone"), sh = id_of(rs, "sh");
+    sluice_rule_key all[6] = {{keep, "a", 1}, {grow, NULL, 0}, {algo, NULL, 0},
+                              {scope, "a", 1}, {gone, NULL, 0}, {sh, "a", 1}};
+    sluice_result res;
+    sluice_rule_outcome o[7];
+    assert_true(sluice_rules_decide_at(rs, all, 6, 3, 100, &res, o)); /* each has 3 of 5 */
+    char err[256];
+    const char *next = "rule sh key \"fixed-window 5/s\" shadow\n" /* shadow alone: kept */
+                       "rule keep key \"fixed-window 5/s\"\n"
+                       "rule grow global \"fixed-window 6/s\"\n"   /* reconfigured: keeps 3 */
+                       "rule algo global \"token-bucket 5/s\"\n"   /* fresh */
+                       "rule scope key \"fixed-window 5/s\"\n"     /* fresh */
+                       "rule new global \"fixed-window 1/s\"\n";
+    assert_int_equal(sluice_rules_reload_at(rs, next, strlen(next), 200, err, sizeof err), 0);
+    assert_int_equal(sluice_rules_generation(rs), 2);
+    assert_int_equal(sluice_rules_count(rs), 6);
+    assert_int_equal(sluice_rules_find(rs, "gone"), gone); /* the id stays */
+    int32_t nw = id_of(rs, "new");
+    assert_int_equal(nw, 6);
+    /* what each has left, by a probe */
+    assert_true(sluice_rules_decide_at(rs, all, 6, 0, 300, &res, o));
+    assert_int_equal(o[0].res.remaining, 2); /* keep */
+    assert_int_equal(o[1].res.remaining, 3); /* grow: 6 - 3 */
+    assert_int_equal(o[2].res.remaining, 5); /* algo: a fresh bucket */
+    assert_int_equal(o[3].res.remaining, 5); /* scope: fresh */
+    assert_int_equal(o[4].decision, SLUICE_RULE_ABSENT);
+    assert_int_equal(o[5].res.remaining, 2); /* sh: same table */
+    assert_true(o[5].shadow);
+    /* a removed rule's counters stay, frozen; a returning name goes on */
+    sluice_rule_stats st;
+    assert_int_equal(sluice_rules_stats(rs, gone, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 1);
+    const char *back = "rule gone global \"fixed-window 5/s\"\n";
+    assert_int_equal(sluice_rules_reload_at(rs, back, strlen(back), 400, err, sizeof err), 0);
+    assert_int_equal(sluice_rules_count(rs), 1);
+    sluice_rule_key g1 = {gone, NULL, 0};
+    assert_true(sluice_rules_decide_at(rs, &g1, 1, 5, 500, &res, o)); /* fresh: 5 fit */
+    assert_int_equal(sluice_rules_stats(rs, gone, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 2);
+    /* the rules that vanished no longer count */
+    assert_true(sluice_rules_decide_at(rs, all, 1, 1, 500, &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_ABSENT);
+    sluice_rules_free(rs);
+}
+
+/* A key rule whose spec changes (same max_keys and policy) keeps every
+ * key's state, changed as sluice_table_reconfigure_at changes it; a change
+ * of algorithm starts it fresh. */
+static void test_reload_table(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule k key \"fixed-window 5/s\" max_keys=10\n"
+                          "rule b key \"token-bucket 4/s burst=4\" max_keys=10\n");
+    int32_t k = id_of(rs, "k"), b = id_of(rs, "b");
+    sluice_rule_key req[2] = {{k, "a", 1}, {b, "a", 1}};
+    sluice_result res;
+    sluice_rule_outcome o[2];
+    assert_true(sluice_rules_decide_at(rs, req, 2, 3, 100, &res, o));
+    char err[256];
+    const char *next = "rule k key \"fixed-window 6/s\" max_keys=10\n"
+                       "rule b key \"fixed-window 4/s\" max_keys=10\n";
+    assert_int_equal(sluice_rules_reload_at(rs, next, strlen(next), 200, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, req, 2, 0, 300, &res, o));
+    assert_int_equal(o[0].res.remaining, 3); /* 6 - the 3 kept */
+    assert_int_equal(o[1].res.remaining, 4); /* another algorithm: fresh */
+    /* key b of k was never used: it starts under the new spec */
+    sluice_rule_key kb = {k, "b", 1};
+    assert_true(sluice_rules_decide_at(rs, &kb, 1, 6, 300, &res, o));
+    assert_false(sluice_rules_decide_at(rs, &kb, 1, 1, 300, &res, o));
+    sluice_rules_free(rs);
+}
+
+/* Overrides: made with the rule, and changed, added and removed by a
+ * reload, each key carried over as a change of spec carries it. */
+static void test_overrides(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule k key \"token-bucket 2/s\"\n"
+                          "override k premium \"token-bucket 10/s\"\n"
+                          "override k \"with space\\x00\" \"token-bucket 3/s\"\n");
+    int32_t k = id_of(rs, "k");
+    sluice_rule_key prem = {k, "premium", 7}, plain = {k, "x", 1}, sp = {k, "with space\0", 11};
+    sluice_result res;
+    sluice_rule_info in;
+    assert_int_equal(sluice_rules_info(rs, 0, &in), 0);
+    assert_int_equal(in.overrides, 2);
+    assert_true(sluice_rules_decide_at(rs, &prem, 1, 4, 0, &res, NULL));
+    assert_int_equal(res.remaining, 6);
+    assert_false(sluice_rules_decide_at(rs, &plain, 1, 3, 0, &res, NULL)); /* 2 at most */
+    assert_true(sluice_rules_decide_at(rs, &plain, 1, 1, 0, &res, NULL));
+    assert_true(sluice_rules_decide_at(rs, &sp, 1, 3, 0, &res, NULL));
+    char err[256];
+    const char *next = "rule k key \"token-bucket 2/s\"\n"
+                       "override k premium \"token-bucket 20/s\"\n" /* changed: keeps 6 */
+                       "override k x \"token-bucket 5/s\"\n";       /* new: keeps 1 */
+    /* "with space\0" lost its override: carried to 2/s, its 0 tokens kept */
+    assert_int_equal(sluice_rules_reload_at(rs, next, strlen(next), 0, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, &prem, 1, 0, 0, &res, NULL));
+    assert_int_equal(res.remaining, 6);
+    assert_true(sluice_rules_decide_at(rs, &plain, 1, 0, 0, &res, NULL));
+    assert_int_equal(res.remaining, 1);
+    assert_true(sluice_rules_decide_at(rs, &sp, 1, 0, 0, &res, NULL));
+    assert_int_equal(res.remaining, 0);
+    /* later: premium refills at 20/s, x at 5/s up to 5, the other at 2/s */
+    assert_true(sluice_rules_decide_at(rs, &prem, 1, 0, SEC, &res, NULL));
+    assert_int_equal(res.remaining, 20);
+    assert_true(sluice_rules_decide_at(rs, &plain, 1, 0, SEC, &res, NULL));
+    assert_int_equal(res.remaining, 5);
+    assert_true(sluice_rules_decide_at(rs, &sp, 1, 0, SEC, &res, NULL));
+    assert_int_equal(res.remaining, 2);
+    /* an override the table refuses in a reload (none here: the parser
+     * checks algorithm and slot width) -- and one the parser refuses */
+    const char *bad = "rule k key \"token-bucket 2/s\"\noverride k x \"fixed-window 5/s\"\n";
+    assert_int_equal(sluice_rules_reload_at(rs, bad, strlen(bad), SEC, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "line 2: "));
+    assert_true(sluice_rules_decide_at(rs, &plain, 1, 0, SEC, &res, NULL));
+    assert_int_equal(res.remaining, 5); /* unchanged */
+    sluice_rules_free(rs);
+}
+
+/* A rule with the most overrides swaps one key for another in a reload:
+ * the table never holds more than its bound, and the rule is changed in
+ * place (its keys keep their state), not started fresh. */
+static void test_overrides_full(void **state)
+{
+    (void)state;
+    size_t cap = 64 + (size_t)SLUICE_RULE_OVERRIDES_MAX * 48;
+    char *t1 = malloc(cap), *t2 = malloc(cap);
+    assert_non_null(t1);
+    assert_non_null(t2);
+    size_t n1 = (size_t)snprintf(t1, cap, "rule k key \"fixed-window 5/s\"\n");
+    size_t n2 = (size_t)snprintf(t2, cap, "rule k key \"fixed-window 5/s\"\n");
+    n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k a-new \"fixed-window 7/s\"\n");
+    for (int i = 0; i < SLUICE_RULE_OVERRIDES_MAX; i++) {
+        n1 += (size_t)snprintf(t1 + n1, cap - n1, "override k o%04d \"fixed-window 6/s\"\n", i);
+        if (i < SLUICE_RULE_OVERRIDES_MAX - 1)
+            n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k o%04d \"fixed-window 6/s\"\n", i);
+    }
+    char err[256];
+    sluice_rules *rs = sluice_rules_new(t1, n1, 0, err, sizeof err);
+    if (!rs) fail_msg("%s", err);
+    sluice_rule_key k1 = {id_of(rs, "k"), "o0001", 5}, kn = {id_of(rs, "k"), "a-new", 5};
+    sluice_result res;
+    assert_true(sluice_rules_decide_at(rs, &k1, 1, 2, 0, &res, NULL));
+    assert_int_equal(res.remaining, 4);
+    assert_int_equal(sluice_rules_reload_at(rs, t2, n2, 1, err, sizeof err), 0);
+    assert_true(sluice_rules_decide_at(rs, &k1, 1, 0, 1, &res, NULL));
+    assert_int_equal(res.remaining, 4); /* kept */
+    assert_true(sluice_rules_decide_at(rs, &kn, 1, 0, 1, &res, NULL));
+    assert_int_equal(res.remaining, 7);
+    /* one more than the bound is refused by the parser */
+    n2 += (size_t)snprintf(t2 + n2, cap - n2, "override k z \"fixed-window 6/s\"\n");
+    assert_int_equal(sluice_rules_reload_at(rs, t2, n2, 1, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, "too many overrides"));
+    sluice_rules_free(rs);
+    free(t1);
+    free(t2);
+}
+
+/* Every bad text: the reload refuses it with its line and token, and the
+ * rule set stays exactly as it was: same rules, same state. */
+static void test_reload_bad(void **state)
+{
+    (void)state;
+    const char *text = "rule a global \"fixed-window 5/s\"\nrule b key \"token-bucket 4/s\"\n";
+    sluice_rules *rs = mk(text), *twin = mk(text);
+    int32_t a = id_of(rs, "a"), b = id_of(rs, "b");
+    sluice_rule_key req[2] = {{a, NULL, 0}, {b, "k", 1}};
+    assert_true(sluice_rules_decide_at(rs, req, 2, 2, 0, NULL, NULL));
+    assert_true(sluice_rules_decide_at(twin, req, 2, 2, 0, NULL, NULL));
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        char err[512] = "";
+        const bad_case *c = &bad_cases[i];
+        assert_int_equal(sluice_rules_reload_at(rs, c->text, strlen(c->text), 10, err, sizeof err),
+                         SLUICE_EINVAL);
+        check_bad_message(c, err);
+    }
+    assert_int_equal(sluice_rules_reload_at(NULL, text, strlen(text), 0, NULL, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_generation(rs), 1);
+    assert_int_equal(sluice_rules_count(rs), 2);
+    sluice_rule_info in;
+    assert_int_equal(sluice_rules_info(rs, 0, &in), 0);
+    assert_string_equal(in.spec, "fixed-window 5/s");
+    /* the same decisions as the twin that was never reloaded */
+    for (uint64_t t = 1; t < 3 * SEC; t += 37 * MS) {
+        sluice_result r1, r2;
+        bool o1 = sluice_rules_decide_at(rs, req, 2, 1, t, &r1, NULL);
+        bool o2 = sluice_rules_decide_at(twin, req, 2, 1, t, &r2, NULL);
+        assert_int_equal(o1, o2);
+        assert_int_equal(r1.remaining, r2.remaining);
+        assert_int_equal(r1.retry_after_ns, r2.retry_after_ns);
+    }
+    sluice_rules_free(rs);
+    sluice_rules_free(twin);
+}
+
+/* 4 threads decide while the main thread reloads between versions that a
+ * decision can tell apart; no decision may see a mix.
+ *   A: x = fixed-window 100/s global, y = fixed-window 200/s key,
+ *      v = fixed-window 300/s key (k0: 400/s), w present
+ *   B: x = fixed-window 101/s global, y = fixed-window 201/s key with
+ *      another max_keys, v = fixed-window 301/s key (k0: 401/s), no w
+ * x and v change in place (the gate), y starts fresh (a new table), w
+ * comes and goes.  A probe of x, y, v, w then sees (100, 200, 300 or 400,
+ * w) or (101, 201, 301 or 401, absent).
+ * Half the threads also take permits from a rule "z" kept unchanged, whose
+ * count must equal what they were granted. */
+typedef struct worker {
+    sluice_rules *rs;
+    int32_t x, y, w, z, v;
+    _Atomic int *stop;
+    unsigned idx;
+    uint64_t granted, decided;
+    tu_errs errs;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *wk = arg;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (wk->idx + 1);
+    while (!atomic_load(wk->stop)) {
+        char key[8];
+        snprintf(key, sizeof key, "k%u", (unsigned)tu_splitmix64_below(&rng, 4));
+        sluice_rule_key req[5] = {{wk->x, NULL, 0}, {wk->y, key, strlen(key)}, {wk->w, NULL, 0},
+                                  {wk->v, key, strlen(key)}, {wk->z, key, strlen(key)}};
+        sluice_rule_outcome o[5];
+        sluice_result res;
+        bool take = wk->idx % 2 == 1;
+        /* a probe of x, y, w (and z), or a request of 1 permit on z only */
+        if (take) {
+            if (sluice_rules_decide_at(wk->rs, &req[4], 1, 1, 0, &res, o)) wk->granted++;
+        }
+        sluice_rules_decide_at(wk->rs, req, 4, 0, 0, &res, o);
+        uint64_t rx = o[0].res.remaining, ry = o[1].res.remaining, rv = o[3].res.remaining;
+        bool absent = o[2].decision == SLUICE_RULE_ABSENT;
+        uint64_t va_v = key[1] == '0' ? 400 : 300; /* k0 has an override */
+        bool va = rx == 100 && ry == 200 && rv == va_v && !absent && o[2].res.remaining == 7;
+        bool vb = rx == 101 && ry == 201 && rv == va_v + 1 && absent;
+        if (!va && !vb)
+            tu_errs_add(&wk->errs, "mixed versions: x=%llu y=%llu v=%llu w %s", ULL(rx), ULL(ry),
+                        ULL(rv), absent ? "absent" : "present");
+        wk->decided++;
+    }
+    return NULL;
+}
+
+static void test_reload_threads(void **state)
+{
+    (void)state;
+    static const char A[] = "rule x global \"fixed-window 100/s\"\n"
+                            "rule y key \"fixed-window 200/s\"\n"
+                            "rule w global \"fixed-window 7/s\"\n"
+                            "rule z key \"fixed-window 1000000/d\"\n"
+                            "rule v key \"fixed-window 300/s\"\n"
+                            "override v k0 \"fixed-window 400/s\"\n";
+    static const char B[] = "rule z key \"fixed-window 1000000/d\"\n"
+                            "rule y key \"fixed-window 201/s\" max_keys=1000\n"
+                            "rule x global \"fixed-window 101/s\"\n"
+                            "rule v key \"fixed-window 301/s\"\n"
+                            "override v k0 \"fixed-window 401/s\"\n";
+    sluice_rules *rs = mk(A);
+    _Atomic int stop = 0;
+    worker wk[4];
+    pthread_t th[4];
+    for (unsigned i = 0; i < 4; i++) {
+        wk[i] = (worker){rs, id_of(rs, "x"), id_of(rs, "y"), id_of(rs, "w"), id_of(rs, "z"),
+                         id_of(rs, "v"), &stop, i, 0, 0, {0, ""}};
+        assert_int_equal(pthread_create(&th[i], NULL, work, &wk[i]), 0);
+    }
+    size_t reloads = tu_scaled(400, tu_env_scale(1));
+    char err[256];
+    for (size_t i = 0; i < reloads; i++) {
+        const char *t = i % 2 ? A : B;
+        assert_int_equal(sluice_rules_reload_at(rs, t, strlen(t), 0, err, sizeof err), 0);
+        if (i % 50 == 0) /* a bad text now and then: nothing changes */
+            assert_int_equal(sluice_rules_reload_at(rs, "rule x", 6, 0, err, sizeof err), SLUICE_EINVAL);
+    }
+    atomic_store(&stop, 1);
+    uint64_t granted = 0, decided = 0;
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        if (wk[i].errs.n) fail_msg("thread %u: %u bad results, first: %s", i, wk[i].errs.n, wk[i].errs.msg);
+        granted += wk[i].granted;
+        decided += wk[i].decided;
+    }
+    assert_int_equal(sluice_rules_generation(rs), 1 + reloads);
+    assert_true(decided > 0);
+    /* z was carried through every reload: its counter is what was granted,
+     * and its table holds it (a probe of each key tells the sum) */
+    sluice_rule_stats st;
+    assert_int_equal(sluice_rules_stats(rs, id_of(rs, "z"), &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], granted);
+    uint64_t used = 0;
+    for (int k = 0; k < 4; k++) {
+        char key[8];
+        snprintf(key, sizeof key, "k%d", k);
+        sluice_rule_key rk = {id_of(rs, "z"), key, strlen(key)};
+        sluice_result res;
+        assert_true(sluice_rules_decide_at(rs, &rk, 1, 0, 0, &res, NULL));
+        used += 1000000 - res.remaining;
+    }
+    assert_int_equal(used, granted);
+    sluice_rules_free(rs);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+static void test_metrics(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule e global \"fixed-window 1/s\"\nrule s key \"fixed-window 1/s\" shadow\n");
+    sluice_rule_key req[2] = {{id_of(rs, "e"), NULL, 0}, {id_of(rs, "s"), "k", 1}};
+    assert_true(sluice_rules_decide_at(rs, req, 2, 1, 0, NULL, NULL));
+    assert_false(sluice_rules_decide_at(rs, req, 2, 2, 0, NULL, NULL));
+    assert_true(sluice_rules_decide_at(rs, &req[1], 1, 1, 0, NULL, NULL));
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_rules(m, "api\"v1", rs), 0);
+    assert_int_equal(sluice_metrics_add_rules(m, "api\"v1", rs), SLUICE_EINVAL);
+    char buf[8192];
+    size_t need = 0;
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, &need), 0);
+    static const char *const want[] = {
+        "# TYPE sluice_rule_requests_total counter\n",
+        "sluice_rule_requests_total{ruleset=\"api\\\"v1\",rule=\"e\",decision=\"allowed\"} 1\n",
+        "sluice_rule_requests_total{ruleset=\"api\\\"v1\",rule=\"e\",decision=\"denied\"} 1\n",
+        "sluice_rule_requests_total{ruleset=\"api\\\"v1\",rule=\"s\",decision=\"allowed\"} 1\n",
+        "sluice_rule_requests_total{ruleset=\"api\\\"v1\",rule=\"s\",decision=\"denied_shadow\"} 1\n",
+        "sluice_rule_requests_total{ruleset=\"api\\\"v1\",rule=\"s\",decision=\"denied_elsewhere\"} 1\n",
+        "sluice_rule_permits_total{ruleset=\"api\\\"v1\",rule=\"e\",decision=\"denied\"} 2\n",
+        "sluice_rule_shadow{ruleset=\"api\\\"v1\",rule=\"s\"} 1\n",
+        "sluice_rule_shadow{ruleset=\"api\\\"v1\",rule=\"e\"} 0\n",
+        "sluice_rules_loads_total{ruleset=\"api\\\"v1\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(buf, want[i])) fail_msg("no line %s in:\n%s", want[i], buf);
+    /* promtool and the Python client's parser accept it */
+    char msg[256];
+    int crc = tu_check_exposition(buf, msg, sizeof msg);
+    if (crc == 1) fail_msg("exposition refused: %s", msg);
+    if (crc == 2) print_message("promtool or the Python client missing (%s): not checked\n", msg);
+    /* a reload to no rules: the per-rule families go */
+    char err[128];
+    assert_int_equal(sluice_rules_reload_at(rs, "", 0, 1, err, sizeof err), 0);
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, &need), 0);
+    assert_null(strstr(buf, "sluice_rule_requests_total"));
+    assert_non_null(strstr(buf, "sluice_rules_loads_total{ruleset=\"api\\\"v1\"} 2\n"));
+    assert_int_equal(sluice_metrics_remove(m, rs), 0);
+    sluice_metrics_free(m);
+    sluice_rules_free(rs);
+}
+
+/* ---- allocation failures ------------------------------------------------- */
+
+static void test_oom(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    const char *text = "rule a global \"fixed-window 5/s\"\nrule b key \"token-bucket 4/s\" max_keys=64\n"
+                       "override b p \"token-bucket 8/s\"\noverride b q \"token-bucket 9/s\"\n";
+    const char *next = "rule a global \"fixed-window 6/s\"\nrule c key \"token-bucket 4/s\" max_keys=64\n"
+                       "rule b key \"token-bucket 5/s\" max_keys=64\n"
+                       "override b p \"token-bucket 7/s\"\noverride b r \"token-bucket 9/s\"\n";
+    char err[256];
+    long fails = 0;
+    for (long n = 0;; n++) {
+        tu_alloc_arm(n, false);
+        sluice_rules *rs = sluice_rules_new(text, strlen(text), 0, err, sizeof err);
+        tu_alloc_disarm();
+        if (rs) {
+            sluice_rules_free(rs);
+            break;
+        }
+        fails++;
+        assert_int_equal(tu_alloc_live(), 0);
+    }
+    assert_true(fails > 3);
+    for (long n = 0;; n++) {
+        sluice_rules *rs = sluice_rules_new(text, strlen(text), 0, err, sizeof err);
+        assert_non_null(rs);
+        sluice_rule_key rk = {0, NULL, 0};
+        assert_true(sluice_rules_decide_at(rs, &rk, 1, 3, 0, NULL, NULL));
+        tu_alloc_arm(n, false);
+        int rc = sluice_rules_reload_at(rs, next, strlen(next), 1, err, sizeof err);
+        tu_alloc_disarm();
+        sluice_rule_info in;
+        assert_int_equal(sluice_rules_info(rs, 0, &in), 0);
+        if (rc == 0) {
+            assert_string_equal(in.spec, "fixed-window 6/s");
+            sluice_rules_free(rs);
+            break;
+        }
+        assert_int_equal(rc, SLUICE_ENOMEM);
+        /* nothing changed */
+        assert_int_equal(sluice_rules_generation(rs), 1);
+        assert_string_equal(in.spec, "fixed-window 5/s");
+        sluice_result res;
+        assert_true(sluice_rules_decide_at(rs, &rk, 1, 0, 2, &res, NULL));
+        assert_int_equal(res.remaining, 2);
+        sluice_rules_free(rs);
+    }
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_good),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_file),
+        cmocka_unit_test(test_model),
+        cmocka_unit_test(test_shadow),
+        cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_reload_carry),
+        cmocka_unit_test(test_reload_table),
+        cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_overrides_full),
+        cmocka_unit_test(test_reload_bad),
+        cmocka_unit_test(test_reload_threads),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_oom),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
