@@ -45,7 +45,10 @@ for b in "$redis_server" "$redis_cli"; do
 done
 t_start=$(date +%s%N)
 node_args=()
-[ -n "$module" ] && node_args=(--loadmodule "$module")
+if [ -n "$module" ]; then
+    module=$(cd "$(dirname "$module")" && pwd)/$(basename "$module") # nodes run in their own directories
+    node_args=(--loadmodule "$module")
+fi
 # shellcheck source=tests/redis/cluster_harness.sh
 . "$(dirname "$0")/cluster_harness.sh"
 
