@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_cluster.sh -- the Redis tiers on Redis Cluster, and the module
-# against the Lua scripts: the figures of docs/redis.md ("Benchmarks:
-# cluster, module, two tiers"), as markdown tables with the commands that
+# against the Lua scripts: the figures of docs/redis.md ("Benchmarks
+# on Redis Cluster"), as markdown tables with the commands that
 # made them.
 #
 #   bench/bench_cluster.sh [--build DIR] [--seconds S] [--procs P] [-n N]

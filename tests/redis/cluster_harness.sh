@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # redis_server, redis_cli, node_args: set by the caller
 # cluster_harness.sh -- a Redis Cluster on loopback, for the scripts that
 # source it (tests/redis/test_cluster.sh, bench/bench_cluster.sh): the one
 # place that starts and stops cluster nodes.
