@@ -387,6 +387,11 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out);
  *                                  (unspent: leases are never returned)
  *   sluice_redis_circuit_state{limit}            gauge, SLUICE_REDIS_CIRCUIT_*
  *   sluice_redis_circuit_opens_total{limit}      times it opened
+ *   sluice_redis_cluster_mode{limit}             gauge, 1 once a cluster
+ *   sluice_redis_cluster_nodes{limit}            gauge, nodes known
+ *   sluice_redis_cluster_redirects_total{limit,kind}  moved | ask
+ *   sluice_redis_cluster_retries_total{limit,reason}  tryagain | clusterdown
+ *   sluice_redis_cluster_slot_refreshes_total{limit}  CLUSTER SLOTS answered
  *
  * docs/metrics.md and docs/redis.md say more.  Remove it with
  * sluice_metrics_remove(m, r) before freeing r.  Returns

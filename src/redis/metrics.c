@@ -12,6 +12,8 @@
  * The values are sluice_redis_stats_get()'s, read once per family: its
  * atomics and the stripes' counters (each stripe's mutex held for a few
  * loads), so every value is exact and a write never waits on Redis.
+ * The cluster families are written for a single server too (mode 0, one
+ * node, no redirects), so a dashboard needs no second shape.
  */
 #include "redis_internal.h"
 
@@ -24,6 +26,11 @@ enum {
     RF_LEASE_PERMITS,
     RF_CIRCUIT_STATE,
     RF_CIRCUIT_OPENS,
+    RF_CLUSTER_MODE,
+    RF_CLUSTER_NODES,
+    RF_CLUSTER_REDIRECTS,
+    RF_CLUSTER_RETRIES,
+    RF_CLUSTER_REFRESHES,
     RF_N
 };
 
@@ -46,6 +53,19 @@ static const sluice_metrics_family families[RF_N] = {
                           "flight)."},
     [RF_CIRCUIT_OPENS] = {"sluice_redis_circuit_opens_total", "counter",
                           "Times the circuit breaker opened."},
+    [RF_CLUSTER_MODE] = {"sluice_redis_cluster_mode", "gauge",
+                         "1 once the server is known to be a Redis Cluster node, else 0."},
+    [RF_CLUSTER_NODES] = {"sluice_redis_cluster_nodes", "gauge",
+                          "Redis nodes known: the configured one, and in a cluster every node "
+                          "CLUSTER SLOTS or a redirect named."},
+    [RF_CLUSTER_REDIRECTS] = {"sluice_redis_cluster_redirects_total", "counter",
+                              "Cluster redirects followed, by kind (MOVED, ASK)."},
+    [RF_CLUSTER_RETRIES] = {"sluice_redis_cluster_retries_total", "counter",
+                            "TRYAGAIN and CLUSTERDOWN answers, each retried within the "
+                            "call's deadline."},
+    [RF_CLUSTER_REFRESHES] = {"sluice_redis_cluster_slot_refreshes_total", "counter",
+                              "CLUSTER SLOTS answered (the first, which finds out whether "
+                              "the server is a cluster, too)."},
 };
 
 static void write_family(const void *obj, size_t family, sluice_metrics_out *out)
@@ -77,6 +97,17 @@ static void write_family(const void *obj, size_t family, sluice_metrics_out *out
         sluice_metrics_sample(out, NULL, NULL, (uint64_t)st.circuit_state);
         break;
     case RF_CIRCUIT_OPENS: sluice_metrics_sample(out, NULL, NULL, st.circuit_opens); break;
+    case RF_CLUSTER_MODE: sluice_metrics_sample(out, NULL, NULL, st.cluster ? 1 : 0); break;
+    case RF_CLUSTER_NODES: sluice_metrics_sample(out, NULL, NULL, st.nodes); break;
+    case RF_CLUSTER_REDIRECTS:
+        sluice_metrics_sample(out, "kind", "moved", st.moved);
+        sluice_metrics_sample(out, "kind", "ask", st.ask);
+        break;
+    case RF_CLUSTER_RETRIES:
+        sluice_metrics_sample(out, "reason", "tryagain", st.tryagain);
+        sluice_metrics_sample(out, "reason", "clusterdown", st.clusterdown);
+        break;
+    case RF_CLUSTER_REFRESHES: sluice_metrics_sample(out, NULL, NULL, st.slot_refreshes); break;
     default: break;
     }
 }

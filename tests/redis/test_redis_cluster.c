@@ -23,6 +23,9 @@
  *   - migration by hand (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT
  *     NODE): ASK and MOVED followed, the key's state carried, no permit
  *     granted twice;
+ *   - the cluster series of the exposition (sluice_metrics_add_redis),
+ *     checked with promtool: the redirects and retries the fake node and
+ *     the migration caused, the mode, the nodes CLUSTER SLOTS names;
  *   - failover: the seed master is SIGKILLed under 4 threads; every call
  *     returns within its deadline, decisions resume on the promoted
  *     replica, and the over-admission is measured on Redis's clock (the
@@ -225,6 +228,52 @@ static void test_config_checks(void **state)
     sluice_redis_free(r);
 }
 
+/* ---- the cluster series (sluice_metrics_add_redis) ------------------------------ */
+
+/* The value of the one exposition line `series VALUE` of limiter `r`,
+ * rendered afresh, after `promtool check metrics` (when installed). */
+static uint64_t series(const sluice_redis *r, const char *name)
+{
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_redis(m, "cl", r), 0);
+    size_t need = 0;
+    assert_int_equal(sluice_metrics_write(m, NULL, 0, &need), SLUICE_ENOSPC);
+    char *text = malloc(need + 1);
+    assert_non_null(text);
+    assert_int_equal(sluice_metrics_write(m, text, need + 1, NULL), 0);
+    char msg[512];
+    int rc = tu_check_exposition(text, msg, sizeof msg);
+    if (rc != 0 && rc != 2) fail_msg("%s\n%s", msg, text);
+    char want[160];
+    int wl = snprintf(want, sizeof want, "%s", name);
+    assert_true(wl > 0 && (size_t)wl < sizeof want - 1);
+    want[wl++] = ' ';
+    want[wl] = '\0';
+    const char *hit = NULL;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (strncmp(line, want, (size_t)wl) == 0) {
+            if (hit) fail_msg("two lines for %s", want);
+            hit = line + wl;
+        }
+        line = nl + 1;
+    }
+    if (!hit) fail_msg("no line for %s in\n%s", want, text);
+    char *end;
+    unsigned long long v = strtoull(hit, &end, 10);
+    if (end == hit || *end != '\n') fail_msg("bad value for %s", want);
+    sluice_metrics_free(m);
+    free(text);
+    return v;
+}
+#define REDIRECTS(kind) "sluice_redis_cluster_redirects_total{limit=\"cl\",kind=\"" kind "\"}"
+#define RETRIES(why) "sluice_redis_cluster_retries_total{limit=\"cl\",reason=\"" why "\"}"
+#define REFRESHES "sluice_redis_cluster_slot_refreshes_total{limit=\"cl\"}"
+#define MODE "sluice_redis_cluster_mode{limit=\"cl\"}"
+#define NODES "sluice_redis_cluster_nodes{limit=\"cl\"}"
+
 /* ---- a fake cluster node: redirects that a real cluster never loops ---------- */
 
 /* A thread serving RESP on 127.0.0.1: CLUSTER (SLOTS) answers that it owns
@@ -350,6 +399,8 @@ static void fake_stop(fake *f)
 }
 
 /* One call against a fake node answering `answer`; its details. */
+static uint64_t fake_series[5]; /* the last fake_call's moved, ask, tryagain, clusterdown, mode */
+
 static void fake_call(const char *answer, uint32_t timeout_ms, fake *f, sluice_redis_info *info,
                       sluice_redis_stats *st, uint64_t *took)
 {
@@ -360,6 +411,11 @@ static void fake_call(const char *answer, uint32_t timeout_ms, fake *f, sluice_r
     assert_false(sluice_redis_try_acquire_ex(r, "k", 1, 1, &res, info));
     *took = test_now_ns() - t0;
     sluice_redis_stats_get(r, st);
+    fake_series[0] = series(r, REDIRECTS("moved"));
+    fake_series[1] = series(r, REDIRECTS("ask"));
+    fake_series[2] = series(r, RETRIES("tryagain"));
+    fake_series[3] = series(r, RETRIES("clusterdown"));
+    fake_series[4] = series(r, MODE);
     sluice_redis_free(r);
     fake_stop(f);
 }
@@ -381,6 +437,9 @@ static void test_redirect_limits(void **state)
     assert_int_equal(atomic_load(&f.evals), SLUICE_REDIS_MAX_REDIRECTS + 1);
     assert_int_equal(st.err_reply, 1);
     assert_int_equal(st.circuit_opens, 0); /* the node answered every time */
+    assert_int_equal(fake_series[0], SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(fake_series[1], 0);
+    assert_int_equal(fake_series[4], 1);
 
     /* ASK for ever: ASKING before each command after the first */
     fake_call("-ASK 42 127.0.0.1:%d", 1000, &f, &info, &st, &took);
@@ -388,6 +447,8 @@ static void test_redirect_limits(void **state)
     assert_int_equal(st.ask, SLUICE_REDIS_MAX_REDIRECTS + 1);
     assert_int_equal(atomic_load(&f.askings), SLUICE_REDIS_MAX_REDIRECTS);
     assert_int_equal(st.moved, 0);
+    assert_int_equal(fake_series[1], SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(fake_series[0], 0);
 
     /* TRYAGAIN for ever: retried after 1, 2, 4, 8, 16, 16 .. ms until the
      * 300-ms deadline, then ETIMEDOUT: answers at 0, 1, 3, 7, 15, 31,
@@ -399,12 +460,16 @@ static void test_redirect_limits(void **state)
     assert_true(st.tryagain >= 2 && st.tryagain <= 22);
     assert_int_equal(atomic_load(&f.evals), (int)st.tryagain);
     assert_int_equal(st.err_timeout, 1);
+    assert_int_equal(fake_series[2], (uint64_t)atomic_load(&f.evals)); /* answers sent */
+    assert_int_equal(fake_series[3], 0);
 
     /* CLUSTERDOWN: the same */
     fake_call("-CLUSTERDOWN The cluster is down", 300, &f, &info, &st, &took);
     assert_int_equal(info.error, SLUICE_ETIMEDOUT);
     assert_true(took >= 300 * MSEC && took < 300 * MSEC + SLACK_NS);
     assert_true(st.clusterdown >= 2 && st.clusterdown <= 22);
+    assert_int_equal(fake_series[3], (uint64_t)atomic_load(&f.evals));
+    assert_int_equal(fake_series[2], 0);
 
     /* MOVED and ASK that do not parse are plain error replies */
     const char *bad[] = {"-MOVED 42 127.0.0.1:70000", "-MOVED 16384 127.0.0.1:%d", "-MOVED x 127.0.0.1:%d",
@@ -677,6 +742,16 @@ static void test_migrate_ask_moved(void **state)
     assert_int_equal(st.ask, 4);
     assert_int_equal(st.err_reply + st.err_io + st.err_connect + st.err_timeout, 0);
     assert_int_equal(owner(slot), dst);
+    /* the same in the exposition: the redirects this test caused; the
+     * nodes are the configured one and the masters CLUSTER SLOTS names */
+    assert_int_equal(series(r, REDIRECTS("moved")), 1);
+    assert_int_equal(series(r, REDIRECTS("ask")), 4);
+    assert_int_equal(series(r, RETRIES("tryagain")) + series(r, RETRIES("clusterdown")), 0);
+    assert_int_equal(series(r, MODE), 1);
+    bool first_is_master = false;
+    for (int i = 0; i < nm; i++) first_is_master |= mp[i] == g_port[0];
+    assert_int_equal(series(r, NODES), (uint64_t)nm + !first_is_master);
+    assert_true(series(r, REFRESHES) >= 1);
     sluice_redis_free(r);
 }
 

@@ -18,6 +18,10 @@
  *  - two-tier mode with the local clock injected: leases taken, spent,
  *    grown, expired (their unspent permits dropped), as the adaptation rule
  *    says.
+ *  - the cluster families on a single server: mode 0, one node, no
+ *    redirects or retries, one CLUSTER SLOTS answered (AUTO mode asks it
+ *    once); test_redis_cluster checks them on a fake node and on the live
+ *    cluster.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -102,6 +106,9 @@ typedef struct want {
     uint64_t allowed, denied, round_trips, fallbacks;
     uint64_t err_connect, err_timeout, err_io, err_protocol, err_reply, err_pool, err_circuit;
     uint64_t leases, lease_taken, lease_dropped, circuit_state, circuit_opens;
+    /* the cluster families, on a single server: mode 0, one node, no
+     * redirects or retries; refreshes: the one CLUSTER SLOTS of AUTO mode */
+    uint64_t refreshes;
 } want;
 
 static void check(const char *text, const char *name, const want *w)
@@ -131,6 +138,14 @@ static void check(const char *text, const char *name, const want *w)
                      w->lease_dropped);
     assert_int_equal(S("sluice_redis_circuit_state{limit=\"%s\"}"), w->circuit_state);
     assert_int_equal(S("sluice_redis_circuit_opens_total{limit=\"%s\"}"), w->circuit_opens);
+    assert_int_equal(S("sluice_redis_cluster_mode{limit=\"%s\"}"), 0);
+    assert_int_equal(S("sluice_redis_cluster_nodes{limit=\"%s\"}"), 1);
+    assert_int_equal(S("sluice_redis_cluster_redirects_total{limit=\"%s\",kind=\"moved\"}"), 0);
+    assert_int_equal(S("sluice_redis_cluster_redirects_total{limit=\"%s\",kind=\"ask\"}"), 0);
+    assert_int_equal(S("sluice_redis_cluster_retries_total{limit=\"%s\",reason=\"tryagain\"}"), 0);
+    assert_int_equal(S("sluice_redis_cluster_retries_total{limit=\"%s\",reason=\"clusterdown\"}"),
+                     0);
+    assert_int_equal(S("sluice_redis_cluster_slot_refreshes_total{limit=\"%s\"}"), w->refreshes);
 #undef S
 }
 
@@ -183,6 +198,7 @@ static void test_kill(void **state)
         assert_int_equal(decide(r, "k", 1, SLUICE_REDIS_SRC_REDIS), i < 3);
     assert_true(decide(r, "k", 0, SLUICE_REDIS_SRC_REDIS));
     w.allowed = 4, w.denied = 2, w.round_trips = 6 + 1;
+    w.refreshes = 1; /* AUTO: one CLUSTER SLOTS, answered "cluster support disabled" */
     text = render(m);
     check(text, "global", &w);
     free(text);
@@ -253,7 +269,7 @@ static void test_half_open(void **state)
     assert_non_null(m);
     assert_int_equal(sluice_metrics_add_redis(m, "frozen", r), 0);
     assert_true(decide(r, "h", 1, SLUICE_REDIS_SRC_REDIS));
-    want w = {.allowed = 1, .round_trips = 2}; /* NOSCRIPT, then EVAL */
+    want w = {.allowed = 1, .round_trips = 2, .refreshes = 1}; /* NOSCRIPT, then EVAL */
     char *text = render(m);
     check(text, "frozen", &w);
     free(text);
@@ -351,7 +367,7 @@ static void test_leases(void **state)
     assert_true(decide(r, "L", 1, SLUICE_REDIS_SRC_LEASE));
     /* 3: a round trip asks 1 + 2, keeps 2 */
     assert_true(decide(r, "L", 1, SLUICE_REDIS_SRC_REDIS));
-    want w = {.allowed = 3, .round_trips = 3, .leases = 2, .lease_taken = 3};
+    want w = {.allowed = 3, .round_trips = 3, .leases = 2, .lease_taken = 3, .refreshes = 1};
     char *text = render(m);
     check(text, "leased", &w);
     free(text);
