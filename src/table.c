@@ -108,21 +108,32 @@
 #define SWEEP_BUDGET 8
 #define LRU_SAMPLES 8
 
+typedef union ekey {
+    unsigned char in[INLINE_KEY];
+    unsigned char *ext;
+    uint64_t w[2]; /* how the optimistic read reads it */
+} ekey;
+
 typedef struct entry {
     uint32_t meta;  /* key length (17 bits) | wheel list code << 17 */
     uint32_t next;  /* wheel list or free list: entry + 1, 0 = none */
     uint32_t prev;  /* wheel list: entry + 1, 0 = head */
     uint32_t cfg;   /* the id of the configuration the state is under */
-    union {
-        unsigned char in[INLINE_KEY];
-        unsigned char *ext;
-    } key;
+    ekey key;
     /* the state follows, at offset 32: 16 bytes packed, else a sluice__state */
 } entry;
 
 #define META_LEN(m) ((m) & 0x1ffffu)
 #define META_WHERE(m) ((m) >> 17) /* 0: in no list; else the wheel's list + 1 */
 _Static_assert(SLUICE__WCORE_LISTS < (1u << 15), "a list number fits in meta");
+
+/* What the optimistic read (head comment) reads -- index slots, an entry's
+ * meta, key words and packed state words, a shard's count and now -- is
+ * stored by the lock's holder with PUT and loaded without the lock with
+ * GET, always with the field's own size: atomic, release and acquire (plain
+ * moves on x86-64).  The holder reads them plainly: only holders store. */
+#define PUT(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define GET(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
 typedef struct shard {
     sluice__spin mu;
@@ -175,8 +186,10 @@ struct sluice_table {
     uint64_t seed[2];
     shard *shards;
     _Atomic size_t keys;
-    _Atomic uint64_t reclaimed, evicted, refused;
+    _Atomic uint64_t reclaimed, evicted;
     sluice__counters counters;
+    sluice__counters full; /* requests refused for want of room: the
+                            * refused statistic, striped (its denials) */
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
     /* configurations: by id, the newest made, and the lock of changes */
@@ -224,9 +237,10 @@ static void store_state(const sluice_table *t, const sluice__profile *pf, entry 
                         const sluice__state *st)
 {
     if (t->pf.packed) {
-        uint64_t w[2];
+        uint64_t w[2], *to = ent_state(e);
         sluice__state_pack(pf, st, w);
-        memcpy(ent_state(e), w, sizeof w);
+        PUT(&to[0], w[0]);
+        PUT(&to[1], w[1]);
     } else {
         memcpy(ent_state(e), st, sizeof *st);
     }
@@ -314,12 +328,12 @@ static void index_insert(shard *s, uint64_t v)
     for (uint32_t d = 0;; d++) {
         uint64_t w = s->index[i];
         if (w == 0) {
-            s->index[i] = v;
+            PUT(&s->index[i], v);
             return;
         }
         uint32_t wd = dist_of(s, w, i);
         if (wd < d) { /* Robin Hood: the richer one moves on */
-            s->index[i] = v;
+            PUT(&s->index[i], v);
             v = w;
             d = wd;
         }
@@ -336,10 +350,10 @@ static void index_remove(shard *s, uint64_t v)
         uint32_t j = i + 1 == s->cap ? 0 : i + 1;
         uint64_t w = s->index[j];
         if (w == 0 || dist_of(s, w, j) == 0) break;
-        s->index[i] = w;
+        PUT(&s->index[i], w);
         i = j;
     }
-    s->index[i] = 0;
+    PUT(&s->index[i], 0);
 }
 
 /* ---- the wheel ---------------------------------------------------------- */
@@ -359,7 +373,7 @@ static void wheel_unlink(const sluice_table *t, shard *s, uint32_t i)
     else s->heads[li] = e->next;
     if (e->next) ent(t, s, e->next - 1)->prev = e->prev;
     if (!s->heads[li]) sluice__wcore_vacate(&s->wheel, li);
-    e->meta = META_LEN(e->meta);
+    PUT(&e->meta, META_LEN(e->meta));
     e->next = e->prev = 0;
 }
 
@@ -381,7 +395,7 @@ static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t res
     uint32_t li = sluice__wcore_file(&s->wheel, rest >> TICK_SHIFT);
     if (list_is_cur(s, li) && s->cur_min > rest) s->cur_min = rest;
     entry *e = ent(t, s, i);
-    e->meta = META_LEN(e->meta) | ((li + 1) << 17);
+    PUT(&e->meta, META_LEN(e->meta) | ((li + 1) << 17));
     e->prev = 0;
     e->next = s->heads[li];
     if (e->next) ent(t, s, e->next - 1)->prev = i + 1;
@@ -396,7 +410,7 @@ static void publish_due(shard *s)
     /* only the current tick's own slot has a sharper bound (a cascade
      * pending at cur would come first, as the core orders ties) */
     if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
-    atomic_store_explicit(&s->due, due, memory_order_relaxed);
+    atomic_store_explicit(&s->due, due, memory_order_release);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
@@ -530,10 +544,10 @@ static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_pla
     index_remove(s, (uint64_t)tag << 32 | (i + 1));
     if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
     if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
-    e->meta = 0;
+    PUT(&e->meta, 0);
     e->next = s->free_head;
     s->free_head = i + 1;
-    s->count--;
+    PUT(&s->count, s->count - 1);
     if (!keep_place) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
 }
 
@@ -556,16 +570,22 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *k
         i = s->bump++;
     }
     entry *e = ent(t, s, i);
-    memset(e, 0, t->stride);
-    e->meta = (uint32_t)keylen;
-    e->cfg = c->id;
-    if (copy) e->key.ext = copy;
-    else if (keylen) memcpy(e->key.in, key, keylen);
+    /* field by field, with PUT for what the optimistic read reads (no
+     * memset over it); the state is stored whole below */
+    e->next = e->prev = 0;
+    PUT(&e->cfg, c->id);
+    PUT(&e->meta, (uint32_t)keylen);
+    ekey k;
+    memset(&k, 0, sizeof k); /* zero-padded */
+    if (copy) k.ext = copy;
+    else if (keylen) memcpy(k.in, key, keylen);
+    PUT(&e->key.w[0], k.w[0]);
+    PUT(&e->key.w[1], k.w[1]);
     sluice__state st;
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
     index_insert(s, (uint64_t)tag << 32 | (i + 1));
-    s->count++;
+    PUT(&s->count, s->count + 1);
     return i;
 }
 
@@ -816,6 +836,136 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
     return false;
 }
 
+/* ---- the optimistic read (head comment) --------------------------------- */
+
+/* Reads without the lock tried (a holder met, or a change seen) before the
+ * caller takes the lock. */
+#define READ_TRIES 16
+
+/* Whether a request for a key that shard s does not hold (1 <= permits <=
+ * capacity) is refused for want of room, decided without writing: the
+ * locked path (make_room) could find no room -- the table is full, every
+ * shard it would sweep has nothing due by its time, and the policy does not
+ * evict.  *retry receives the hint the locked path would give (from the
+ * same lower bounds; where it would first have moved a wheel on, its bound
+ * may be the later one).  False: let the locked path decide.  One shard
+ * alone is left to it: its hint is exact, from a look through the wheel. */
+static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry)
+{
+    if ((t->flags & SLUICE_TABLE_EVICT_LRU) || t->nshards == 1) return false;
+    const uint64_t sn = GET(&s->now);
+    const uint64_t now = now_ns > sn ? now_ns : sn; /* s->now, had we locked */
+    const bool shard_full = GET(&s->count) >= s->ecap;
+    if (!shard_full && atomic_load_explicit(&t->keys, memory_order_relaxed) < t->max_keys)
+        return false;
+    uint64_t first = UINT64_MAX;
+    for (unsigned k = 0; k < t->nshards; k++) {
+        shard *o = &t->shards[k];
+        const uint64_t d = atomic_load_explicit(&o->due, memory_order_acquire);
+        /* make_room sweeps s, and the others only when s has room */
+        if (d <= now && (o == s || !shard_full)) return false;
+        if (d < first) first = d;
+    }
+    *retry = first == UINT64_MAX ? -1
+             : first > now       ? (int64_t)sluice__min_u64(first - now, INT64_MAX)
+                                 : 1;
+    return true;
+}
+
+enum { READ_DONE, READ_LOCK, READ_TORN };
+
+/* One read of the decision of a request (packed state, key <= INLINE_KEY
+ * bytes; k: the key zero-padded, as new_entry stores it): find() and the
+ * state, made of GET loads, and the decision on a copy.  READ_DONE with *ok
+ * (and *res, *full: refused for want of room) for a refusal or a probe;
+ * READ_LOCK for what only the lock may decide (an admission, a new key);
+ * READ_TORN for a probe run with no end, which only loads that mix states
+ * can show.  Each load is a value a holder stored, so an entry number is
+ * one of the slab's and the decision is on values of the packed ranges. */
+static int read_once(sluice_table *t, shard *s, uint32_t tag, const ekey *k, size_t keylen,
+                     uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok,
+                     bool *full)
+{
+    uint32_t i = home_of(s, tag), at = UINT32_MAX, d = 0;
+    for (; d < s->cap; d++) {
+        const uint64_t w = GET(&s->index[i]);
+        if (w == 0 || dist_of(s, w, i) < d) break;
+        if ((uint32_t)(w >> 32) == tag) {
+            entry *e = ent(t, s, (uint32_t)w - 1);
+            if (META_LEN(GET(&e->meta)) == keylen && GET(&e->key.w[0]) == k->w[0] &&
+                GET(&e->key.w[1]) == k->w[1]) {
+                at = (uint32_t)w - 1;
+                break;
+            }
+        }
+        if (++i == s->cap) i = 0;
+    }
+    if (d == s->cap) return READ_TORN;
+    sluice__state st;
+    *full = false;
+    if (at != UINT32_MAX) {
+        uint64_t *sw = ent_state(ent(t, s, at));
+        const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+        sluice__state_unpack(&t->pf, w, &st);
+        *ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+        return *ok && permits ? READ_LOCK : READ_DONE; /* only an admission writes */
+    }
+    if (permits == 0 || permits > t->pf.capacity) { /* as decide_locked: no key made */
+        sluice__state_init(&t->pf, &st);
+        *ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+        return READ_DONE;
+    }
+    int64_t retry;
+    if (!full_read(t, s, now_ns, &retry)) return READ_LOCK;
+    *ok = false;
+    *full = true;
+    if (res) {
+        sluice__deny(res, 0, retry);
+        res->error = SLUICE_EFULL;
+    }
+    return READ_DONE;
+}
+
+/* Whether requests for key are read at all: packed states, inline keys. */
+static inline bool readable(const sluice_table *t, size_t keylen)
+{
+    return t->pf.packed && keylen <= INLINE_KEY;
+}
+
+static inline void pad_key(ekey *k, const void *key, size_t keylen)
+{
+    memset(k, 0, sizeof *k);
+    if (keylen) memcpy(k->in, key, keylen);
+}
+
+/* The decision of one request on shard s (unlocked), made without writing
+ * anything shared: READ_DONE with *ok (and *res) when it is a refusal or a
+ * probe, read consistently (the proof is in the head comment); READ_LOCK
+ * when the caller must decide under the lock (an admission, a new key, a
+ * request that is not readable()); READ_TORN when READ_TRIES reads met a
+ * holder or a change: then under the lock, refusals and probes first. */
+static int decide_read(sluice_table *t, shard *s, uint32_t tag, const void *key, size_t keylen,
+                       uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok)
+{
+    if (!readable(t, keylen)) return READ_LOCK;
+    ekey k;
+    pad_key(&k, key, keylen);
+    for (unsigned n = 0; n < READ_TRIES; n++) {
+        const uint64_t v = sluice__spin_read_begin(&s->mu);
+        if (v & 1) { /* held: wait without writing */
+            sluice__backoff(n);
+            continue;
+        }
+        bool full;
+        const int rc = read_once(t, s, tag, &k, keylen, permits, now_ns, res, ok, &full);
+        if (rc == READ_LOCK) return READ_LOCK;
+        if (rc == READ_TORN || !sluice__spin_read_valid(&s->mu, v)) continue;
+        if (full) sluice__count(&t->full, 1, false);
+        return READ_DONE;
+    }
+    return READ_TORN;
+}
+
 /* The decision of one request on shard s, which the caller has locked (and
  * finds locked again on return: make_room may unlock it on the way).  The
  * key (not NULL; keylen <= SLUICE_MAX_KEY_BYTES) has the hash's low 32 bits
@@ -824,10 +974,19 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
  * a burst decides exactly as separate calls would. */
 static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *key,
                           size_t keylen, uint64_t permits, uint64_t now_ns,
-                          sluice_result *res)
+                          sluice_result *res, bool read_first)
 {
     bool ok = false;
-    if (now_ns > s->now) s->now = now_ns;
+    if (read_first) { /* a refusal or a probe moves nothing, as if read */
+        ekey k;
+        bool full;
+        pad_key(&k, key, keylen);
+        if (read_once(t, s, tag, &k, keylen, permits, now_ns, res, &ok, &full) == READ_DONE) {
+            if (full) sluice__count(&t->full, 1, false);
+            return ok;
+        }
+    }
+    if (now_ns > s->now) PUT(&s->now, now_ns);
     if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur) {
         uint32_t budget = SWEEP_BUDGET;
         wheel_advance(t, s, s->now, &budget);
@@ -866,7 +1025,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
                 room = false;
             }
             if (!room) {
-                atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
+                sluice__count(&t->full, 1, false);
                 if (res) {
                     sluice__deny(res, 0, retry);
                     res->error = SLUICE_EFULL;
@@ -924,9 +1083,14 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
     shard *s = shard_for(t, h);
-    sluice__spin_lock(&s->mu);
-    bool ok = decide_locked(t, s, (uint32_t)h, key, keylen, permits, now_ns, res);
-    sluice__spin_unlock(&s->mu);
+    bool ok;
+    const int rc = decide_read(t, s, (uint32_t)h, key, keylen, permits, now_ns, res, &ok);
+    if (rc != READ_DONE) {
+        sluice__spin_lock(&s->mu);
+        ok = decide_locked(t, s, (uint32_t)h, key, keylen, permits, now_ns, res,
+                           rc == READ_TORN);
+        sluice__spin_unlock(&s->mu);
+    }
     sluice__count(&t->counters, permits, ok);
     if (!ok) sluice__table_note(t, key, keylen, h);
     return ok;
@@ -943,11 +1107,12 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 
 /* A burst is decided in chunks of BURST_CHUNK requests, in three passes, as
  * DPDK's bulk hash lookup: (1) hash every key and prefetch its home index
- * slot; (2) under the shard lock, read each key's probe run (by now mostly
- * in cache) for the first slot whose tag matches and prefetch that entry --
- * keys are not compared, as that would wait for the entry; the entry is a
- * hint, nothing is kept once the lock is let go; (3) decide each request in
- * index order with decide_locked(), as the single call does.  The misses of
+ * slot; (2) without the lock (GET loads, as the optimistic read), read each
+ * key's probe run (by now mostly in cache) for the first slot whose tag
+ * matches and prefetch that entry -- keys are not compared, as that would
+ * wait for the entry; the entry is a hint, which a holder may make wrong at
+ * any time, and nothing is kept; (3) decide each request in index order as
+ * the single call does: decide_read(), else decide_locked().  The misses of
  * passes 1 and 2 overlap, up to the core's outstanding misses, instead of
  * following one another as they do from call to call; pass 3 then runs on
  * lines in cache.  (A rolling pipeline, prefetching a fixed distance ahead
@@ -955,25 +1120,27 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * when the fill buffers are full.)  Consecutive requests on one shard share
  * one hold of its lock, at most a chunk: in one thread that is the same
  * sequence of steps on the shard, and to other threads it is one of the
- * orders separate calls could have had.  Nothing is held from one pass to
- * the next, so the burst takes one lock at a time, as a single call does. */
+ * orders separate calls could have had (a request on the shard held is
+ * decided under that hold, not read).  Nothing is held from one pass to the
+ * next, so the burst takes one lock at a time, as a single call does. */
 #define BURST_CHUNK 32
 /* Tables of at most this many bytes (index and entries; about 17,000 keys)
  * skip pass 2: their lines stay in a core's cache anyway, and the pass
- * would cost a lock per request for nothing. */
+ * would cost a probe per request for nothing. */
 #define BURST_HINT_BYTES ((size_t)1 << 20)
 
 /* Pass 2's hint: the entry a lookup of tag would most likely reach, or NULL
- * (s locked). */
-static const entry *entry_hint(const sluice_table *t, const shard *s, uint32_t tag)
+ * (s unlocked: the loads may mix states, hence the bound). */
+static const entry *entry_hint(const sluice_table *t, shard *s, uint32_t tag)
 {
     uint32_t i = home_of(s, tag);
-    for (uint32_t d = 0;; d++) {
-        uint64_t v = s->index[i];
+    for (uint32_t d = 0; d < s->cap; d++) {
+        uint64_t v = GET(&s->index[i]);
         if (v == 0 || dist_of(s, v, i) < d) return NULL;
         if ((uint32_t)(v >> 32) == tag) return ent(t, s, (uint32_t)v - 1);
         if (++i == s->cap) i = 0;
     }
+    return NULL;
 }
 
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],
@@ -1013,22 +1180,15 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             sh[k] = shard_for(t, hash[k]);
             __builtin_prefetch(&sh[k]->index[home_of(sh[k], (uint32_t)hash[k])]);
         }
-        shard *held = NULL;
         for (size_t k = 0; k < m && hint; k++) { /* 2: prefetch the likely entry */
             if (!sh[k]) continue;
-            if (sh[k] != held) {
-                if (held) sluice__spin_unlock(&held->mu);
-                held = sh[k];
-                sluice__spin_lock(&held->mu);
-            }
-            const entry *e = entry_hint(t, held, (uint32_t)hash[k]);
+            const entry *e = entry_hint(t, sh[k], (uint32_t)hash[k]);
             if (e) {
                 __builtin_prefetch(e);
                 __builtin_prefetch((const unsigned char *)e + t->stride - 1);
             }
         }
-        if (held) sluice__spin_unlock(&held->mu);
-        held = NULL;
+        shard *held = NULL;
         for (size_t k = 0; k < m; k++) { /* 3: decide, in index order */
             const size_t i = base + k;
             const uint64_t p = permits ? permits[i] : 1;
@@ -1038,13 +1198,20 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                 if (res) sluice__fail(res, SLUICE_EINVAL);
                 ok = false;
             } else {
-                if (sh[k] != held) {
-                    if (held) sluice__spin_unlock(&held->mu);
-                    held = sh[k];
-                    sluice__spin_lock(&held->mu);
+                const void *key = keys[i] ? keys[i] : "";
+                /* on the shard held, read under the hold: as decide_read */
+                const int rc = sh[k] == held ? (readable(t, keylens[i]) ? READ_TORN : READ_LOCK)
+                                             : decide_read(t, sh[k], (uint32_t)hash[k], key,
+                                                           keylens[i], p, now_ns, res, &ok);
+                if (rc != READ_DONE) {
+                    if (sh[k] != held) {
+                        if (held) sluice__spin_unlock(&held->mu);
+                        held = sh[k];
+                        sluice__spin_lock(&held->mu);
+                    }
+                    ok = decide_locked(t, held, (uint32_t)hash[k], key, keylens[i], p, now_ns,
+                                       res, rc == READ_TORN);
                 }
-                ok = decide_locked(t, held, (uint32_t)hash[k], keys[i] ? keys[i] : "",
-                                   keylens[i], p, now_ns, res);
             }
             sluice__count(&t->counters, p, ok);
             allowed += ok;
@@ -1066,7 +1233,9 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
     out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
     out->evicted = atomic_load_explicit(&m->evicted, memory_order_relaxed);
-    out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
+    sluice_stats full;
+    sluice__counters_read(&m->full, &full);
+    out->refused = full.requests_denied;
     sluice__counters_read(&t->counters, &out->decisions);
 }
 
@@ -1123,7 +1292,7 @@ void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
 {
     shard *s = sh;
     sluice__spin_lock(&s->mu);
-    if (now_ns > s->now) s->now = now_ns;
+    if (now_ns > s->now) PUT(&s->now, now_ns);
     if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
         uint32_t budget = SWEEP_BUDGET;
         wheel_advance(t, s, s->now, &budget);
@@ -1241,7 +1410,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
 {
     sluice__count(&t->counters, permits, ok);
-    if (full) atomic_fetch_add_explicit(&t->refused, 1, memory_order_relaxed);
+    if (full) sluice__count(&t->full, 1, false);
 }
 
 /* ---- key operations: remove, reset, peek, scan -------------------------- */
