@@ -3,7 +3,9 @@
  * Layout.  The profile (parsed spec) is shared; each key costs an entry in
  * a slab and a slot in an open-addressing index, in one of S shards (S a
  * power of two up to 64, one short lock each -- sluice__spin, held for the
- * lookup and the decision; the shard is the hash's top bits):
+ * lookup and the decision of whatever may write, and also the shard's
+ * sequence count, which refusals read instead: below; the shard is the
+ * hash's top bits):
  *
  *   index slot  8 bytes   tag (32 low bits of the hash) << 32 | entry + 1;
  *                         0 = empty.  Linear probing kept in Robin Hood
@@ -49,8 +51,8 @@
  * wheel (the hot path does no wheel work).  When the wheel reaches the
  * entry, it is reclaimed if at rest, else re-filed at its current rest
  * time -- each re-filing is paid for by the admissions that caused it.
- * Every call on a shard advances its wheel to the call's time, handling at
- * most SWEEP_BUDGET entries; occupancy bitmaps let the wheel jump over empty
+ * Every locked call on a shard advances its wheel to the call's time,
+ * handling at most SWEEP_BUDGET entries; occupancy bitmaps let the wheel jump over empty
  * slots, so an idle gap of years costs a few steps.  Since an entry is never
  * filed later than its real rest time, advancing the wheel to `now` (and
  * looking through the current tick's slot) finds every key at rest: when a
@@ -60,7 +62,8 @@
  * at the end of this file).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
- * showed it.  A key dropped at rest loses its own latest time: a later
+ * decided under its lock showed it (refusals and probes read: they move
+ * nothing, their time included).  A key dropped at rest loses its own latest time: a later
  * request for it with an earlier time than that key had seen starts a fresh
  * limiter at the earlier time, which can admit earlier than the contract
  * would.  This needs callers whose times run backwards across the rest of a
@@ -87,6 +90,59 @@
  * Per-key overrides (the end of this file) are configurations of single
  * keys, kept per shard apart from the entries and looked up only where an
  * entry is made; an entry under one holds its id as it would a change's.
+ *
+ * Refusals and probes write nothing shared (docs/decisions.md, section 1:
+ * only an admission changes a limiter).  A decision is first read, without
+ * the lock (decide_read): no store, no CAS, no locked instruction -- not the
+ * lock, not the shard's `now`, not the wheel, not a shared counter (the
+ * statistics are striped per thread, counters.h; the refused-keys sketch,
+ * when it is on, is the one thing a refusal writes).  If the read finds a
+ * refusal or a probe it is the answer; anything else (an admission, a key
+ * to make) is decided again under the lock, as before.  The lock word is a
+ * sequence (spin.h): odd while held, 2 more after each hold.  The read:
+ *
+ *   v = the sequence (acquire); odd: a holder runs -- wait, read it again
+ *   the probe run of the key's index slots, each candidate entry's meta
+ *     (key length) and two key words, the two words of its packed state;
+ *     for a key absent and a new key that would need room, the shard's
+ *     count and now, and every shard's `due` (full_read)
+ *   decide on a copy of the state (the algorithm's decide, unchanged)
+ *   the sequence again (after the loads): still v -- the answer, if it is
+ *     a refusal or a probe; else read again (at most READ_TRIES times, then
+ *     the lock)
+ *
+ * Why an answer given is one the locked path would have given at an
+ * instant of the read: (1) every field read so -- index slots, meta, key
+ * words, state words, count, now -- is stored by a holder only, with an
+ * atomic release store of the field's own size (PUT), and loaded with an
+ * atomic acquire load of the same size (GET); no store overlaps another
+ * field's bytes (new_entry stores field by field, no memset), so no load
+ * tears within a field and there is no data race.  (2) v even was stored by
+ * the last hold's unlock (release), so every store of the holds before it
+ * is visible to the loads after it.  (3) If a load saw a store of a hold
+ * that began after v, that store (release) is after the hold's lock (the
+ * bit-set that made the sequence odd), and the acquire load synchronises
+ * with it: the bit-set happens before the recheck, which then reads an odd
+ * value or a later one, never v.  So if the recheck reads v, every load
+ * read the value the shard held from v's hold to the recheck: one state of
+ * the shard, unchanged for the whole read, whatever order the loads ran in
+ * -- a consistent snapshot, and the decision on it is the locked path's at
+ * that instant (with no upkeep: the wheel and `now` only reclaim keys at
+ * rest, which decide as fresh keys do).  (4) A read that mixed states is
+ * never acted on (the recheck fails), and cannot go wrong before it: each
+ * load is a value a holder stored, so an index slot names an entry of the
+ * slab, a probe run is cut at `cap` slots, and the state is two halves in
+ * the ranges the packed form allows, on which decide is total (no key is
+ * ever dereferenced: only keys of at most 16 bytes, compared as words).
+ * The other shards' `due` are read as the locked path reads them, without
+ * their locks: lower bounds, each true when read.
+ *
+ * Keys longer than 16 bytes (their copy may be freed under the reader),
+ * states that do not pack, and so the sliding-log and sliding-wheel keys
+ * (rings that a holder may reallocate or free: reading them would need safe
+ * reclamation) keep the locked path for every decision.  So does a new key
+ * on a one-shard table that is full: its exact retry hint comes from a look
+ * through the wheel, which refiles entries.
  */
 #include "internal.h"
 #include "counters.h"
@@ -728,6 +784,23 @@ size_t sluice__table_bytes(const sluice_table *t)
     size_t n = sizeof *t + t->nshards * sizeof(shard);
     for (unsigned k = 0; k < t->nshards; k++)
         n += (size_t)t->shards[k].cap * sizeof(uint64_t) + (size_t)t->shards[k].ecap * t->stride;
+    return n;
+}
+
+size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap)
+{
+    size_t n = 0;
+    for (unsigned k = 0; k < t->nshards; k++) {
+        const shard *s = &t->shards[k];
+        const size_t ni = (size_t)s->cap * sizeof(uint64_t), ne = (size_t)s->ecap * t->stride;
+        if (buf && n + sizeof *s + ni + ne <= cap) {
+            unsigned char *b = (unsigned char *)buf + n;
+            memcpy(b, s, sizeof *s);
+            memcpy(b + sizeof *s, s->index, ni);
+            memcpy(b + sizeof *s + ni, s->slab, ne);
+        }
+        n += sizeof *s + ni + ne;
+    }
     return n;
 }
 

@@ -17,6 +17,11 @@ SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *k
                                                   size_t keylen);
 SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
 SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
+/* A copy of every shard -- its struct (the lock's sequence word, its clock
+ * and wheel included), its index and its entries -- into buf, if it has
+ * cap bytes; returns the bytes the copy takes.  For the tests that a
+ * refusal or a probe writes nothing (call it with no decision running). */
+SLUICE__INTERNAL size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap);
 /* sluice_table_scan(), also storing in *visited (if not NULL) the places
  * the call looked at (its work, at most count). */
 SLUICE__INTERNAL int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,

@@ -40,6 +40,12 @@
  *                         per key the same chain check as (a) (so admitted <=
  *                         what the key's limiter has at that instant), and
  *                         the table's counters match the threads' tallies.
+ *   test_table_hot_key    3 threads on one key of a table (the rest of it
+ *                         held by other keys), mixing admissions (p = 1),
+ *                         refusals that read (p = 1 once empty, p = cap + 1)
+ *                         and probes, many phases: per phase the chain check,
+ *                         and the admitted count is exactly the contract's:
+ *                         min(room at the instant, unit requests).
  *
  * Environment:
  *   SLUICE_STRESS_SCALE   multiplies every repetition count (default 1.0;
@@ -1322,6 +1328,7 @@ typedef struct table_ctx {
     sluice_table *tab;
     uint64_t base, phase_off; /* the keys' instant: base + phase_off */
     size_t calls;             /* per thread */
+    uint32_t keys;            /* keys asked for: TAB_KEYS, or 1 (hot key) */
     uint64_t seed;
     call_rec *rec;            /* TAB_THREADS * calls */
     tu_errs err[TAB_THREADS];
@@ -1349,8 +1356,10 @@ static void table_job(void *vc, unsigned self, size_t rep)
     call_rec *out = c->rec + (size_t)self * c->calls;
     for (size_t i = 0; i < c->calls; i++) {
         uint64_t r = tu_splitmix64(&rs);
-        uint32_t key = (uint32_t)((r >> 32) % TAB_KEYS);
+        uint32_t key = (uint32_t)((r >> 32) % c->keys);
         uint64_t p = (r & 7) == 0 ? 0 : 1 + (r >> 3) % 3;
+        if (c->keys == 1) /* unit permits, probes, and requests never granted */
+            p = (r & 7) == 0 ? 0 : (r & 7) == 1 ? c->c->cap + 1 : 1;
         uint64_t t = key_time(c, key);
         char kb[16];
         int kl = snprintf(kb, sizeof kb, "key%u", key);
@@ -1397,6 +1406,7 @@ static void test_table_frozen(void **state)
             tc->tab = tab;
             tc->base = rng_range(&rs, SEC, UINT64_C(1) << 62);
             tc->calls = TAB_KEYS * (2 * c.cap + 4) / TAB_THREADS;
+            tc->keys = TAB_KEYS;
             assert_true(tc->calls <= calls_max);
             for (unsigned ph = 0; ph < TAB_PHASES; ph++) {
                 tc->phase_off = ph * (SEC / 3 + 7);
@@ -1747,6 +1757,90 @@ static void test_refusal_writes_nothing(void **state)
     sluice_limiter_free(l);
 }
 
+/* ---- tables: 3 threads on one hot key ------------------------------------ */
+
+#define HOT_THREADS 3
+#define HOT_PHASES 12
+#define HOT_CALLS 300 /* per thread and phase */
+#define HOT_OTHERS 300 /* other keys held in the table */
+
+static void test_table_hot_key(void **state)
+{
+    (void)state;
+    const size_t rounds = tu_scaled(3, g_scale) + 1;
+    uint64_t t0 = sluice_now_ns();
+    pool *pl = pool_new(HOT_THREADS);
+    table_ctx *tc = calloc(1, sizeof *tc);
+    assert_non_null(tc);
+    tc->rec = calloc(HOT_THREADS * HOT_CALLS, sizeof *tc->rec);
+    assert_non_null(tc->rec);
+    size_t runs = 0, calls_done = 0, admitted_all = 0;
+    for (size_t round = 0; round < rounds; round++)
+        for (size_t vi = 0; vi < N_VARIANTS; vi++, runs++) {
+            uint64_t rs = seed_for(9, runs, 0);
+            const variant *v = &variants[vi];
+            cfg c;
+            cfg_make(&c, v, rng_range(&rs, 3, 8), SEC, rng_range(&rs, 4, 8), 10);
+            char err[256];
+            sluice_table *tab = sluice_table_new(c.spec, 2 * HOT_OTHERS, err, sizeof err);
+            if (!tab) fail_msg("%s: %s", c.spec, err);
+            ref_model *ref = mk_ref(&c);
+            tally all = {0};
+            tc->c = &c;
+            tc->tab = tab;
+            tc->base = rng_range(&rs, SEC, UINT64_C(1) << 62);
+            tc->calls = HOT_CALLS;
+            tc->keys = 1;
+            /* other keys in the hot key's shards, so that the index has runs */
+            for (uint32_t k = 0; k < HOT_OTHERS; k++) {
+                char kb[24];
+                int kl = snprintf(kb, sizeof kb, "other%u", k);
+                sluice_table_try_acquire_at(tab, kb, (size_t)kl, 1, tc->base, NULL);
+                tally_add(&all, 1, true);
+            }
+            for (unsigned ph = 0; ph < HOT_PHASES; ph++) {
+                tc->phase_off = ph * (SEC / 5 + 7);
+                tc->seed = tu_splitmix64(&rs);
+                memset(tc->err, 0, sizeof tc->err);
+                pool_run(pl, table_job, tc, 1, false);
+                terr_check(tc->err, HOT_THREADS, "hot key");
+                const size_t n = HOT_THREADS * tc->calls;
+                size_t units = 0, admitted = 0;
+                for (size_t i = 0; i < n; i++) {
+                    tally_add(&all, tc->rec[i].p, tc->rec[i].allowed);
+                    units += tc->rec[i].p == 1;
+                    admitted += tc->rec[i].allowed && tc->rec[i].p > 0;
+                }
+                ref_result e;
+                ref_model_decide(ref, 0, key_time(tc, 0), &e);
+                const uint64_t room0 = e.remaining;
+                if (admitted != (room0 < units ? room0 : units))
+                    fail_msg("%s hot key, phase %u: %zu admitted, the contract admits %llu", c.spec,
+                             ph, admitted, ULL(room0 < units ? room0 : units));
+                char why[640];
+                if (!chain_check(ref, room0, tc->rec, n, why, sizeof why))
+                    fail_msg("%s hot key, phase %u: not linearizable: %s", c.spec, ph, why);
+                /* the model now holds the calls replayed in a valid order:
+                 * the key's state for the next phase */
+                calls_done += n;
+                admitted_all += admitted;
+            }
+            sluice_table_stats ts;
+            sluice_table_stats_get(tab, &ts);
+            const sluice_stats zero = {0};
+            check_stats(c.spec, &zero, &ts.decisions, &all);
+            if (ts.refused != 0) fail_msg("%s hot key: %llu refused as full", c.spec, ULL(ts.refused));
+            ref_model_free(ref);
+            sluice_table_free(tab);
+        }
+    pool_free(pl);
+    free(tc->rec);
+    free(tc);
+    printf("[ conc     ] table hot key: %zu runs (%d threads, %d phases), %zu calls, %zu admitted, "
+           "%.2f s\n",
+           runs, HOT_THREADS, HOT_PHASES, calls_done, admitted_all, secs_since(t0));
+}
+
 int main(void)
 {
     g_scale = tu_env_scale(1.0);
@@ -1763,6 +1857,7 @@ int main(void)
         cmocka_unit_test(test_table_frozen),
         cmocka_unit_test(test_window_log_run),
         cmocka_unit_test(test_refusal_writes_nothing),
+        cmocka_unit_test(test_table_hot_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

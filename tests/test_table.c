@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "table.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -241,6 +242,91 @@ static void test_reclaim_when_full(void **state)
     sluice_table_free(t);
 }
 
+/* Refusals and probes write nothing: the shards -- lock word (a sequence
+ * that every hold moves), clock, wheel, index, entries -- are bit for bit
+ * what they were, through single calls and bursts, for a held key refused,
+ * a held key probed, requests no limiter grants, and a flood of new keys
+ * against a full table; and the refusals are counted. */
+static unsigned char *image(const sluice_table *t, size_t *n)
+{
+    *n = sluice__table_image(t, NULL, 0);
+    unsigned char *b = malloc(*n);
+    assert_non_null(b);
+    assert_int_equal(sluice__table_image(t, b, *n), *n);
+    return b;
+}
+
+static void test_refusal_writes_nothing(void **state)
+{
+    (void)state;
+    const char *specs[] = {"token-bucket 1/s burst=3", "fixed-window 3/s",
+                           "sliding-approx 3/s", "leaky-bucket 1/s capacity=3"};
+    for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+        const size_t max = 1000; /* 4 shards */
+        sluice_table *t = mk(specs[si], max);
+        sluice_result r;
+        char kb[32];
+        for (size_t i = 0; i + 1 < max; i++) {
+            snprintf(kb, sizeof kb, "k%zu", i);
+            assert_true(ask(t, kb, 1, SEC, &r));
+        }
+        for (int i = 0; i < 3; i++) assert_true(ask(t, "hot", 1, SEC, &r));
+        sluice_table_stats before;
+        sluice_table_stats_get(t, &before);
+        assert_int_equal(before.keys, max);
+        size_t n0, n1;
+        unsigned char *a = image(t, &n0);
+        const uint64_t now = SEC + 10 * 1000 * 1000; /* 10 ms on: nothing at rest */
+        uint64_t denied = 0, probes = 0;
+        for (int i = 0; i < 5; i++, denied++) {
+            assert_false(ask(t, "hot", 1, now + (uint64_t)i, &r));
+            assert_int_equal(r.error, 0);
+            assert_true(r.retry_after_ns > 0);
+        }
+        assert_false(ask(t, "hot", 4, now, &r)); /* more than it can ever grant */
+        assert_int_equal(r.retry_after_ns, -1);
+        denied++;
+        assert_true(ask(t, "hot", 0, now, &r)); /* probes */
+        assert_true(ask(t, "k7", 0, now, &r));
+        assert_true(ask(t, "absent", 0, now, &r));
+        probes += 3;
+        assert_false(ask(t, "absent", 4, now, &r));
+        assert_int_equal(r.error, 0);
+        denied++;
+        for (int i = 0; i < 200; i++, denied++) { /* a flood of new keys */
+            snprintf(kb, sizeof kb, "flood%d", i);
+            assert_false(ask(t, kb, 1, now, &r));
+            assert_int_equal(r.error, SLUICE_EFULL);
+            assert_true(r.retry_after_ns > 0);
+        }
+        const void *keys[4] = {"hot", "flood-a", "hot", "k9"};
+        const size_t lens[4] = {3, 7, 3, 2};
+        const uint64_t perm[4] = {1, 1, 0, 0};
+        sluice_result rs[4];
+        assert_int_equal(sluice_table_try_acquire_burst_at(t, 4, keys, lens, perm, now, rs), 2);
+        assert_int_equal(rs[1].error, SLUICE_EFULL);
+        denied += 2;
+        probes += 2;
+        unsigned char *b = image(t, &n1);
+        assert_int_equal(n0, n1);
+        if (memcmp(a, b, n0) != 0) fail_msg("%s: a refusal or a probe wrote the table", specs[si]);
+        sluice_table_stats after;
+        sluice_table_stats_get(t, &after);
+        assert_int_equal(after.refused - before.refused, 201);
+        assert_int_equal(after.decisions.requests_denied - before.decisions.requests_denied, denied);
+        assert_int_equal(after.decisions.probes - before.decisions.probes, probes);
+        assert_int_equal(after.decisions.requests_allowed, before.decisions.requests_allowed);
+        free(b);
+        /* an admission does write (the check can fail) */
+        assert_true(ask(t, "hot", 1, SEC + 3 * SEC, &r));
+        b = image(t, &n1);
+        assert_true(memcmp(a, b, n0) != 0);
+        free(a);
+        free(b);
+        sluice_table_free(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_live_clock_coarse),
         cmocka_unit_test(test_reclaim_when_full),
+        cmocka_unit_test(test_refusal_writes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
