@@ -1047,6 +1047,250 @@ static int bt_refusals(const bt_opts *o)
     return status;
 }
 
+/* ---- --overload: the overload path (refusals that read) ------------------ */
+
+/* The three figures of the overload path, in one run, each against its
+ * floor or its reference measured in the same process, interleaved run by
+ * run, medians of --runs repetitions (after one warm-up) of --iters
+ * operations per thread:
+ *  (a) hot key: 1 and 2 threads refusing one key of a table ("fixed-window
+ *      1/h", 1000 keys, 16-byte keys, the key holding its one permit): each
+ *      thread's ns per refusal with 2 threads over the 1-thread ns (goal
+ *      <= 1.15x).  Floor: 1 and 2 threads each loading one shared word per
+ *      iteration (a read-shared cache line).
+ *  (b) flood: a table of --flood-keys (default 10^6) 8-byte keys, full, every
+ *      key held ("token-bucket 1/h burst=1000000": each admitted once, at
+ *      rest only an hour later), then unique keys never seen, each asking
+ *      once (refused as full), against a normal decision: one request of a
+ *      held key drawn uniformly (admitted) -- ns per flood key / ns per
+ *      normal decision (goal <= 1.5x).  The refusals must all be counted as
+ *      full and the held keys stay exactly --flood-keys.
+ *  (c) the same normal decision (10^6 uniform 8-byte keys, one call per
+ *      key) against the floor of bt_run_floor: one dependent random 8-byte
+ *      load per decision over an array of the table's size (goal <= 1.3x:
+ *      one miss per decision). */
+#define BT_TARGET_HOT_RATIO 1.15
+#define BT_TARGET_FLOOD_RATIO 1.5
+#define BT_TARGET_MISS_RATIO 1.3
+
+typedef struct bt_ojob {
+    int kind;                 /* 0: table decisions; 1: bt_run_floor; 2: shared loads */
+    sluice_table *t;
+    const uint64_t *keys;     /* 8-byte keys, or NULL: the one key `hot` */
+    const bt_key *hot;
+    const uint64_t *arr, *pos;
+    const volatile uint64_t *shared;
+    size_t n;
+    uint64_t now;
+    pthread_barrier_t *start;
+    uint64_t t_begin, t_end, cpu_begin, cpu_end, result;
+} bt_ojob;
+
+static void *bt_ojob_main(void *arg)
+{
+    bt_ojob *j = arg;
+    if (j->start != NULL) pthread_barrier_wait(j->start);
+    j->cpu_begin = bt_cpu_ns();
+    j->t_begin = bt_clock_ns();
+    uint64_t r = 0, now = j->now;
+    if (j->kind == 1) {
+        r = bt_run_floor(j->arr, j->pos, j->n);
+    } else if (j->kind == 2) {
+        for (size_t i = 0; i < j->n; i++) r += j->shared[0];
+    } else if (j->keys == NULL) {
+        for (size_t i = 0; i < j->n; i++, now += BT_STEP_NS)
+            r += sluice_table_try_acquire_at(j->t, j->hot, sizeof *j->hot, 1, now, NULL);
+    } else {
+        for (size_t i = 0; i < j->n; i++, now += BT_STEP_NS)
+            r += sluice_table_try_acquire_at(j->t, &j->keys[i], sizeof j->keys[i], 1, now, NULL);
+    }
+    j->t_end = bt_clock_ns();
+    j->cpu_end = bt_cpu_ns();
+    j->result = r;
+    return NULL;
+}
+
+/* Run nt copies of job (nt <= BT_MAX_THREADS); returns the mean ns per
+ * operation per thread (wall clock; *cpu: thread CPU time); *result sums
+ * the threads' results. */
+static double bt_orun(const bt_ojob *job, int nt, uint64_t *result, double *cpu)
+{
+    bt_ojob jobs[BT_MAX_THREADS];
+    pthread_t tids[BT_MAX_THREADS];
+    pthread_barrier_t bar;
+    for (int th = 0; th < nt; th++) {
+        jobs[th] = *job;
+        jobs[th].start = nt > 1 ? &bar : NULL;
+    }
+    if (nt == 1) {
+        bt_ojob_main(&jobs[0]);
+    } else {
+        pthread_barrier_init(&bar, NULL, (unsigned)nt);
+        for (int th = 0; th < nt; th++)
+            if (pthread_create(&tids[th], NULL, bt_ojob_main, &jobs[th]) != 0) {
+                fprintf(stderr, "bench_table: pthread_create failed\n");
+                exit(1);
+            }
+        for (int th = 0; th < nt; th++) pthread_join(tids[th], NULL);
+        pthread_barrier_destroy(&bar);
+    }
+    double ns = 0, c = 0;
+    *result = 0;
+    for (int th = 0; th < nt; th++) {
+        ns += (double)(jobs[th].t_end - jobs[th].t_begin) / (double)job->n;
+        c += (double)(jobs[th].cpu_end - jobs[th].cpu_begin) / (double)job->n;
+        *result += jobs[th].result;
+    }
+    *cpu = c / nt;
+    return ns / nt;
+}
+
+static int bt_overload(const bt_opts *o)
+{
+    const size_t runs = (size_t)o->runs, n = (size_t)o->iters, nk = (size_t)o->flood_keys;
+    char err[256], nb[32];
+    int status = 0;
+    printf("bench_table --overload: %zu runs x %zu operations per thread, medians; "
+           "floors interleaved\n\n", runs, n);
+
+    /* (a) one hot key */
+    sluice_table *hot = sluice_table_new("fixed-window 1/h", 1000, err, sizeof err);
+    if (!hot) {
+        fprintf(stderr, "bench_table: --overload: %s\n", err);
+        return 1;
+    }
+    for (uint64_t r = 0; r < 1000; r++) {
+        bt_key k = bt_key_of(r);
+        sluice_table_try_acquire_at(hot, &k, sizeof k, 1, BT_T0_NS, NULL);
+    }
+    const bt_key hk = bt_key_of(7);
+    static volatile uint64_t shared_word = 1;
+    double *v[8]; /* wall, then cpu: floor 1t, floor 2t, table 1t, table 2t */
+    for (int q = 0; q < 8; q++) v[q] = bt_xmalloc(runs * sizeof(double));
+    uint64_t now = BT_T0_NS + 1;
+    for (size_t r = 0; r <= runs; r++) {
+        uint64_t res;
+        double c[4], m[4];
+        bt_ojob fl = {.kind = 2, .shared = &shared_word, .n = n};
+        bt_ojob tb = {.kind = 0, .t = hot, .hot = &hk, .n = n, .now = now};
+        m[0] = bt_orun(&fl, 1, &res, &c[0]);
+        m[2] = bt_orun(&tb, 1, &res, &c[2]);
+        if (res != 0) status = 1; /* every one refused */
+        m[1] = bt_orun(&fl, 2, &res, &c[1]);
+        m[3] = bt_orun(&tb, 2, &res, &c[3]);
+        if (res != 0) status = 1;
+        if (r > 0)
+            for (int q = 0; q < 4; q++) {
+                v[q][r - 1] = m[q];
+                v[4 + q][r - 1] = c[q];
+            }
+        now += n * BT_STEP_NS;
+    }
+    double hm[8];
+    for (int q = 0; q < 8; q++) hm[q] = bt_median(v[q], runs);
+    sluice_table_stats hs;
+    sluice_table_stats_get(hot, &hs);
+    sluice_table_free(hot);
+
+    /* (b), (c): a full table of nk 8-byte keys, every one held */
+    sluice_table *t = sluice_table_new("token-bucket 1/h burst=1000000", nk, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "bench_table: --overload: %s\n", err);
+        return 1;
+    }
+    for (uint64_t k = 0; k < nk; k++)
+        if (!sluice_table_try_acquire_at(t, &k, sizeof k, 1, BT_T0_NS, NULL)) {
+            fprintf(stderr, "bench_table: --overload: a held key was refused\n");
+            return 1;
+        }
+    const size_t bytes = sluice__table_bytes(t), words = bytes / sizeof(uint64_t);
+    uint64_t *arr = bt_xmalloc(words * sizeof *arr);
+    for (size_t i = 0; i < words; i++) arr[i] = UINT64_MAX;
+    uint64_t *held = bt_xmalloc(n * sizeof *held), *pos = bt_xmalloc(n * sizeof *pos);
+    uint64_t *flood = bt_xmalloc(n * sizeof *flood);
+    uint64_t rng = 0x0be410adULL ^ nk, next_flood = nk;
+    for (size_t i = 0; i < n; i++) {
+        held[i] = bt_below(&rng, nk);
+        pos[i] = bt_mix(held[i]) % words;
+    }
+    sluice_table_stats before;
+    sluice_table_stats_get(t, &before);
+    double *w[6]; /* wall, then cpu: floor, normal, flood */
+    for (int q = 0; q < 6; q++) w[q] = bt_xmalloc(runs * sizeof(double));
+    now = BT_T0_NS + 1;
+    uint64_t flood_asked = 0, normal_allowed = 0, normal_asked = 0;
+    for (size_t r = 0; r <= runs; r++) {
+        for (size_t i = 0; i < n; i++) flood[i] = next_flood++; /* never seen */
+        uint64_t res;
+        double m[3], c[3];
+        bt_ojob fl = {.kind = 1, .arr = arr, .pos = pos, .n = n};
+        bt_ojob nd = {.kind = 0, .t = t, .keys = held, .n = n, .now = now};
+        bt_ojob fd = {.kind = 0, .t = t, .keys = flood, .n = n, .now = now + n};
+        m[0] = bt_orun(&fl, 1, &res, &c[0]);
+        bt_sink += res;
+        m[1] = bt_orun(&nd, 1, &res, &c[1]);
+        normal_allowed += res;
+        normal_asked += n;
+        m[2] = bt_orun(&fd, 1, &res, &c[2]);
+        if (res != 0) status = 1; /* the flood is refused */
+        flood_asked += n;
+        if (r > 0)
+            for (int q = 0; q < 3; q++) {
+                w[q][r - 1] = m[q];
+                w[3 + q][r - 1] = c[q];
+            }
+        now += 2 * n * BT_STEP_NS;
+    }
+    double fm[6];
+    for (int q = 0; q < 6; q++) fm[q] = bt_median(w[q], runs);
+    sluice_table_stats after;
+    sluice_table_stats_get(t, &after);
+    if (after.keys != nk || after.refused - before.refused != flood_asked ||
+        normal_allowed != normal_asked)
+        status = 1;
+
+    printf("(a) one hot key of a table (fixed-window 1/h, 16-byte key holding its permit), "
+           "ns per refusal per thread\n");
+    printf("    %-34s %9s %7s %9s %7s %7s %7s\n", "", "1 thread", "(cpu)", "2 threads", "(cpu)",
+           "2t/1t", "(cpu)");
+    printf("    %-34s %9.1f %7.1f %9.1f %7.1f %6.2fx %6.2fx\n", "refusal", hm[2], hm[6], hm[3],
+           hm[7], hm[3] / hm[2], hm[7] / hm[6]);
+    printf("    %-34s %9.1f %7.1f %9.1f %7.1f %6.2fx %6.2fx\n", "floor: a load of one shared word",
+           hm[0], hm[4], hm[1], hm[5], hm[1] / hm[0], hm[5] / hm[4]);
+    printf("    refused: %" PRIu64 ", allowed %" PRIu64 "\n\n", hs.decisions.requests_denied,
+           hs.decisions.requests_allowed);
+    printf("(b), (c) a full table of %s 8-byte keys, every key held "
+           "(token-bucket 1/h burst=1000000), 1 thread\n", bt_count(nk, nb, sizeof nb));
+    printf("    %-52s %8.1f ns (cpu %.1f)\n",
+           "floor: one dependent random load over the table's size", fm[0], fm[3]);
+    printf("    %-52s %8.1f ns (cpu %.1f)  %5.2fx the floor (cpu %.2fx)\n",
+           "normal decision (held key, uniform, admitted)", fm[1], fm[4], fm[1] / fm[0],
+           fm[4] / fm[3]);
+    printf("    %-52s %8.1f ns (cpu %.1f)  %5.2fx a normal decision (cpu %.2fx)\n",
+           "flood key (unique, refused as full)", fm[2], fm[5], fm[2] / fm[1], fm[5] / fm[4]);
+    printf("    keys held %" PRIu64 " (of %zu); refused as full %" PRIu64 " of %" PRIu64
+           " flood keys; normal allowed %" PRIu64 " of %" PRIu64 "\n\n",
+           after.keys, nk, after.refused - before.refused, flood_asked, normal_allowed,
+           normal_asked);
+    printf("%-60s %-8s %-9s %s\n", "target (issue 10)", "goal", "measured", "");
+    printf("%-60s <= %4.2fx %6.2fx   %s\n", "(a) 2 threads refusing on one hot key, per thread",
+           BT_TARGET_HOT_RATIO, hm[3] / hm[2], bt_met(hm[3] / hm[2] <= BT_TARGET_HOT_RATIO));
+    printf("%-60s <= %4.2fx %6.2fx   %s\n", "(b) flood key vs a normal decision, full table",
+           BT_TARGET_FLOOD_RATIO, fm[2] / fm[1], bt_met(fm[2] / fm[1] <= BT_TARGET_FLOOD_RATIO));
+    printf("%-60s <= %4.2fx %6.2fx   %s\n", "(c) decision vs one dependent random load",
+           BT_TARGET_MISS_RATIO, fm[1] / fm[0], bt_met(fm[1] / fm[0] <= BT_TARGET_MISS_RATIO));
+    printf("(ratios of the wall-clock medians; on a loaded machine the (cpu) ones are the steadier)\n"
+           "\nexit status %d\n", status);
+    for (int q = 0; q < 8; q++) free(v[q]);
+    for (int q = 0; q < 6; q++) free(w[q]);
+    free(arr);
+    free(held);
+    free(pos);
+    free(flood);
+    sluice_table_free(t);
+    return status;
+}
+
 static void bt_usage(FILE *out)
 {
     fprintf(out,
@@ -1054,6 +1298,7 @@ static void bt_usage(FILE *out)
             "                   [--flood N] [--flood-keys N] [--spec SPEC]\n"
             "       bench_table --refusals [--runs N] [--iters N]\n"
             "       bench_table --burst [--burst-keys N] [--runs N] [--iters N] [--spec SPEC]\n"
+            "       bench_table --overload [--runs N] [--iters N] [--flood-keys N]\n"
             "  --runs N     repetitions of each measurement (default 7)\n"
             "  --iters N    decisions per repetition and thread (default 2000000)\n"
             "  --flood N    unique keys of the flood (default 100000000; 0: no flood)\n"
@@ -1067,6 +1312,10 @@ static void bt_usage(FILE *out)
             "               single calls and the floor \"independent random loads each\n"
             "               followed by a locked add\" (default --iters 1000000)\n"
             "  --burst-keys N  live keys of --burst (default 1000000)\n"
+            "  --overload   only the overload path: 2 threads refusing one hot key\n"
+            "               against 1, a flood of unique keys against a full table of\n"
+            "               --flood-keys against a normal decision, and that decision\n"
+            "               against one dependent random load (default --iters 1000000)\n"
             "  --quick      a smoke run of every part: --runs 3 --iters 200000\n"
             "               --keys 1000,1000000 --flood 3000000 --flood-keys 100000\n"
             "Prints the median ns per decision at each key count, uniform and\n"
@@ -1082,7 +1331,7 @@ int main(int argc, char **argv)
                  .burst_keys = 1000000,
                  .sizes = {1000, 1000000, 10000000}, .nsizes = 3,
                  .spec = BT_DEFAULT_SPEC};
-    bool refusals = false;
+    bool refusals = false, overload = false;
     bool quick = false, runs_set = false, iters_set = false, flood_set = false,
          keys_set = false, flood_keys_set = false;
     for (int i = 1; i < argc; i++) {
@@ -1097,6 +1346,8 @@ int main(int argc, char **argv)
             refusals = true;
         } else if (strcmp(a, "--burst") == 0) {
             o.burst = true;
+        } else if (strcmp(a, "--overload") == 0) {
+            overload = true;
         } else if (strcmp(a, "--burst-keys") == 0) {
             if (bt_parse_u64(a, v, 1, UINT64_C(100000000), &o.burst_keys) != 0)
                 return 2;
@@ -1154,6 +1405,11 @@ int main(int argc, char **argv)
         }
     }
     if (refusals) return bt_refusals(&o);
+    if (overload) {
+        if (!iters_set) o.iters = quick ? 200000 : 1000000;
+        if (!flood_keys_set) o.flood_keys = 1000000;
+        return bt_overload(&o);
+    }
     if (o.burst) {
         if (!iters_set)
             o.iters = quick ? 200000 : 1000000;
