@@ -93,7 +93,7 @@
  *
  * Refusals and probes write nothing shared (docs/decisions.md, section 1:
  * only an admission changes a limiter).  A decision is first read, without
- * the lock (decide_read): no store, no CAS, no locked instruction -- not the
+ * the lock (decide_read; sluice_table_peek_at reads the same way): no store, no CAS, no locked instruction -- not the
  * lock, not the shard's `now`, not the wheel, not a shared counter (the
  * statistics are striped per thread, counters.h; the refused-keys sketch,
  * when it is on, is the one thing a refusal writes).  If the read finds a
@@ -947,39 +947,53 @@ static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry
 
 enum { READ_DONE, READ_LOCK, READ_TORN };
 
+/* find() for the optimistic read (k: the key zero-padded, as new_entry
+ * stores it; keylen <= INLINE_KEY), on GET loads that may mix states: the
+ * entry number, UINT32_MAX when absent, or RUN_TORN for a probe run with no
+ * end, which only a mix can show.  Each load is a value a holder stored, so
+ * an entry number is one of the slab's. */
+#define RUN_TORN (UINT32_MAX - 1) /* entry numbers are below ecap < 2^32 - 1 */
+static uint32_t read_find(sluice_table *t, shard *s, uint32_t tag, const ekey *k, size_t keylen)
+{
+    uint32_t i = home_of(s, tag);
+    for (uint32_t d = 0; d < s->cap; d++) {
+        const uint64_t w = GET(&s->index[i]);
+        if (w == 0 || dist_of(s, w, i) < d) return UINT32_MAX;
+        if ((uint32_t)(w >> 32) == tag) {
+            entry *e = ent(t, s, (uint32_t)w - 1);
+            if (META_LEN(GET(&e->meta)) == keylen && GET(&e->key.w[0]) == k->w[0] &&
+                GET(&e->key.w[1]) == k->w[1])
+                return (uint32_t)w - 1;
+        }
+        if (++i == s->cap) i = 0;
+    }
+    return RUN_TORN;
+}
+
+/* The packed state of entry i, from GET loads. */
+static void read_state(sluice_table *t, shard *s, uint32_t i, sluice__state *st)
+{
+    uint64_t *sw = ent_state(ent(t, s, i));
+    const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+    sluice__state_unpack(&t->pf, w, st);
+}
+
 /* One read of the decision of a request (packed state, key <= INLINE_KEY
- * bytes; k: the key zero-padded, as new_entry stores it): find() and the
- * state, made of GET loads, and the decision on a copy.  READ_DONE with *ok
- * (and *res, *full: refused for want of room) for a refusal or a probe;
- * READ_LOCK for what only the lock may decide (an admission, a new key);
- * READ_TORN for a probe run with no end, which only loads that mix states
- * can show.  Each load is a value a holder stored, so an entry number is
- * one of the slab's and the decision is on values of the packed ranges. */
+ * bytes, k as for read_find): the lookup and the state, made of GET loads,
+ * and the decision on a copy.  READ_DONE with *ok (and *res, *full: refused
+ * for want of room) for a refusal or a probe; READ_LOCK for what only the
+ * lock may decide (an admission, a new key); READ_TORN for a torn run.
+ * The decision is on two halves in the ranges of the packed form. */
 static int read_once(sluice_table *t, shard *s, uint32_t tag, const ekey *k, size_t keylen,
                      uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok,
                      bool *full)
 {
-    uint32_t i = home_of(s, tag), at = UINT32_MAX, d = 0;
-    for (; d < s->cap; d++) {
-        const uint64_t w = GET(&s->index[i]);
-        if (w == 0 || dist_of(s, w, i) < d) break;
-        if ((uint32_t)(w >> 32) == tag) {
-            entry *e = ent(t, s, (uint32_t)w - 1);
-            if (META_LEN(GET(&e->meta)) == keylen && GET(&e->key.w[0]) == k->w[0] &&
-                GET(&e->key.w[1]) == k->w[1]) {
-                at = (uint32_t)w - 1;
-                break;
-            }
-        }
-        if (++i == s->cap) i = 0;
-    }
-    if (d == s->cap) return READ_TORN;
+    const uint32_t at = read_find(t, s, tag, k, keylen);
+    if (at == RUN_TORN) return READ_TORN;
     sluice__state st;
     *full = false;
     if (at != UINT32_MAX) {
-        uint64_t *sw = ent_state(ent(t, s, at));
-        const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
-        sluice__state_unpack(&t->pf, w, &st);
+        read_state(t, s, at, &st);
         *ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
         return *ok && permits ? READ_LOCK : READ_DONE; /* only an admission writes */
     }
@@ -1548,6 +1562,34 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     sluice_result r = {0};
     sluice__state fresh, tmp;
     shard *s;
+    if (readable(t, keylen)) { /* a probe: read as decide_read reads */
+        if (!key) key = "";
+        const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+        s = shard_for(t, h);
+        ekey k;
+        pad_key(&k, key, keylen);
+        for (unsigned n = 0; n < READ_TRIES; n++) {
+            const uint64_t v = sluice__spin_read_begin(&s->mu);
+            if (v & 1) {
+                sluice__backoff(n);
+                continue;
+            }
+            const uint32_t at = read_find(t, s, (uint32_t)h, &k, keylen);
+            if (at == RUN_TORN) continue;
+            if (at != UINT32_MAX) read_state(t, s, at, &fresh);
+            else sluice__state_init(&t->pf, &fresh);
+            sluice__judge(&t->pf, &fresh, &tmp, now_ns, permits, &r);
+            if (!sluice__spin_read_valid(&s->mu, v)) continue;
+            if (state && at != UINT32_MAX) {
+                state->last_ns = fresh.t_last;
+                state->rest_ns = sluice__rest_at(&t->pf, &fresh);
+            } else if (state) {
+                memset(state, 0, sizeof *state);
+            }
+            if (res) *res = r;
+            return at == UINT32_MAX ? SLUICE_ENOENT : 0;
+        }
+    }
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i == UINT32_MAX) {
         const void *k = key ? key : "";

@@ -244,7 +244,7 @@ static void test_reclaim_when_full(void **state)
 
 /* Refusals and probes write nothing: the shards -- lock word (a sequence
  * that every hold moves), clock, wheel, index, entries -- are bit for bit
- * what they were, through single calls and bursts, for a held key refused,
+ * what they were, through single calls, bursts and peeks, for a held key refused,
  * a held key probed, requests no limiter grants, and a flood of new keys
  * against a full table; and the refusals are counted. */
 static unsigned char *image(const sluice_table *t, size_t *n)
@@ -299,6 +299,12 @@ static void test_refusal_writes_nothing(void **state)
             assert_int_equal(r.error, SLUICE_EFULL);
             assert_true(r.retry_after_ns > 0);
         }
+        sluice_key_state ks;
+        assert_int_equal(sluice_table_peek_at(t, "hot", 3, 1, now, &r, &ks), 0);
+        assert_false(r.allowed);
+        assert_int_equal(ks.last_ns, SEC);
+        assert_int_equal(sluice_table_peek_at(t, "nope", 4, 1, now, &r, &ks), SLUICE_ENOENT);
+        assert_true(r.allowed);
         const void *keys[4] = {"hot", "flood-a", "hot", "k9"};
         const size_t lens[4] = {3, 7, 3, 2};
         const uint64_t perm[4] = {1, 1, 0, 0};
