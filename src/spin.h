@@ -19,21 +19,40 @@
  * centuries).  A reader that must not write -- table.c's refusals -- reads
  * without the lock: sluice__spin_read_begin(), then its loads, then
  * sluice__spin_read_valid() with the value begun with.  The pair says
- * whether no holder ran in between, under two rules: every store a holder
- * makes to what such readers read is an atomic store with release order,
- * and every such load of the reader is an atomic load with acquire order.
- * (Then a reader's load that sees a holder's store synchronises with it,
- * so the hold's start -- the bit-set, before the store -- happens before
- * the reader's recheck, which reads that odd value or a later one.)  On
- * x86-64 both are plain moves: the reader writes nothing. */
+ * whether no holder ran in between, under one rule: every store a holder
+ * makes to what such readers read, and every such load of a reader, is an
+ * atomic access of order SLUICE__SEQ_STORE / SLUICE__SEQ_LOAD.  Those are
+ * relaxed, ordered by a release fence the lock takes after its bit-set and
+ * an acquire fence the recheck takes before its load: if a reader's load
+ * sees a holder's store, the fences synchronise, so the hold's start (the
+ * bit-set) happens before the recheck, which then reads that odd value or a
+ * later one, never the value begun with.  ThreadSanitizer does not model
+ * fences, so under it each store is a release and each load an acquire
+ * instead, which gives the same edge access by access.  On x86-64 all of it
+ * is plain moves: the reader writes nothing. */
+#if defined(__SANITIZE_THREAD__)
+#define SLUICE__SEQ_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE__SEQ_TSAN 1
+#endif
+#endif
+#ifndef SLUICE__SEQ_TSAN
+#define SLUICE__SEQ_TSAN 0
+#endif
+#define SLUICE__SEQ_STORE (SLUICE__SEQ_TSAN ? __ATOMIC_RELEASE : __ATOMIC_RELAXED)
+#define SLUICE__SEQ_LOAD (SLUICE__SEQ_TSAN ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED)
+
 typedef struct sluice__spin {
     _Atomic uint64_t seq; /* even: free; odd: held */
 } sluice__spin;
 SLUICE__INTERNAL void sluice__spin_wait(sluice__spin *l);
 static inline void sluice__spin_lock(sluice__spin *l)
 {
-    if (!(atomic_fetch_or_explicit(&l->seq, 1, memory_order_acquire) & 1)) return;
-    sluice__spin_wait(l);
+    if (atomic_fetch_or_explicit(&l->seq, 1, memory_order_acquire) & 1) sluice__spin_wait(l);
+#if !SLUICE__SEQ_TSAN
+    atomic_thread_fence(memory_order_release); /* the bit-set before the hold's stores */
+#endif
 }
 static inline void sluice__spin_unlock(sluice__spin *l)
 {
@@ -50,6 +69,9 @@ static inline uint64_t sluice__spin_read_begin(const sluice__spin *l)
 /* Whether no holder has run since sluice__spin_read_begin() returned v (even). */
 static inline bool sluice__spin_read_valid(const sluice__spin *l, uint64_t v)
 {
+#if !SLUICE__SEQ_TSAN
+    atomic_thread_fence(memory_order_acquire); /* the reader's loads before the recheck */
+#endif
     return atomic_load_explicit(&((sluice__spin *)l)->seq, memory_order_relaxed) == v;
 }
 

@@ -114,16 +114,18 @@
  * Why an answer given is one the locked path would have given at an
  * instant of the read: (1) every field read so -- index slots, meta, key
  * words, state words, count, now -- is stored by a holder only, with an
- * atomic release store of the field's own size (PUT), and loaded with an
- * atomic acquire load of the same size (GET); no store overlaps another
- * field's bytes (new_entry stores field by field, no memset), so no load
- * tears within a field and there is no data race.  (2) v even was stored by
- * the last hold's unlock (release), so every store of the holds before it
- * is visible to the loads after it.  (3) If a load saw a store of a hold
- * that began after v, that store (release) is after the hold's lock (the
- * bit-set that made the sequence odd), and the acquire load synchronises
- * with it: the bit-set happens before the recheck, which then reads an odd
- * value or a later one, never v.  So if the recheck reads v, every load
+ * atomic store of the field's own size (PUT), and loaded with an atomic
+ * load of the same size (GET); no store overlaps another field's bytes
+ * (new_entry stores field by field, no memset), so no load tears within a
+ * field and there is no data race.  (2) v even was stored by the last
+ * hold's unlock (release; read with acquire), so every store of the holds
+ * before it is visible to the loads after it.  (3) If a load saw a store of
+ * a hold that began after v, that store follows the hold's lock (the
+ * bit-set that made the sequence odd, then a release fence), and the load
+ * precedes the recheck's acquire fence: the fences synchronise, so the
+ * bit-set happens before the recheck, which then reads an odd value or a
+ * later one, never v (spin.h; under ThreadSanitizer the stores and loads
+ * carry release and acquire themselves).  So if the recheck reads v, every load
  * read the value the shard held from v's hold to the recheck: one state of
  * the shard, unchanged for the whole read, whatever order the loads ran in
  * -- a consistent snapshot, and the decision on it is the locked path's at
@@ -184,12 +186,13 @@ typedef struct entry {
 _Static_assert(SLUICE__WCORE_LISTS < (1u << 15), "a list number fits in meta");
 
 /* What the optimistic read (head comment) reads -- index slots, an entry's
- * meta, key words and packed state words, a shard's count and now -- is
- * stored by the lock's holder with PUT and loaded without the lock with
- * GET, always with the field's own size: atomic, release and acquire (plain
- * moves on x86-64).  The holder reads them plainly: only holders store. */
-#define PUT(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define GET(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+ * meta, key words and packed state words, a shard's count, now and due --
+ * is stored by the lock's holder with PUT and loaded without the lock with
+ * GET, always with the field's own size: atomic, of the seqlock's orders
+ * (spin.h; plain moves on x86-64).  The holder reads them plainly: only
+ * holders store. */
+#define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
+#define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
 typedef struct shard {
     sluice__spin mu;
@@ -466,7 +469,7 @@ static void publish_due(shard *s)
     /* only the current tick's own slot has a sharper bound (a cascade
      * pending at cur would come first, as the core orders ties) */
     if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
-    atomic_store_explicit(&s->due, due, memory_order_release);
+    atomic_store_explicit(&s->due, due, (memory_order)SLUICE__SEQ_STORE);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
@@ -934,7 +937,7 @@ static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry
     uint64_t first = UINT64_MAX;
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
-        const uint64_t d = atomic_load_explicit(&o->due, memory_order_acquire);
+        const uint64_t d = atomic_load_explicit(&o->due, (memory_order)SLUICE__SEQ_LOAD);
         /* make_room sweeps s, and the others only when s has room */
         if (d <= now && (o == s || !shard_full)) return false;
         if (d < first) first = d;
