@@ -66,6 +66,10 @@
  *    same keys by single calls and against the floor "independent random
  *    loads each followed by a locked add, over an array of the table's
  *    size" (bt_burst_part has the details), interleaved, medians.
+ * 6. The overload path (--overload, alone): 2 threads refusing one hot key
+ *    against 1; a flood of unique keys against a full table of 10^6 keys
+ *    against a normal decision; that decision against one dependent random
+ *    load (bt_overload has the details), interleaved, medians.
  *
  * It ends with one table of the issue's targets, met or missed.  Targets
  * are for reading (timings depend on the machine); the exit status is 1 only
