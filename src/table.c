@@ -62,8 +62,8 @@
  * at the end of this file).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
- * decided under its lock showed it (refusals and probes read: they move
- * nothing, their time included).  A key dropped at rest loses its own latest time: a later
+ * decided under its lock showed it (refusals and probes move nothing, their
+ * time included).  A key dropped at rest loses its own latest time: a later
  * request for it with an earlier time than that key had seen starts a fresh
  * limiter at the earlier time, which can admit earlier than the contract
  * would.  This needs callers whose times run backwards across the rest of a
@@ -93,13 +93,17 @@
  *
  * Refusals and probes write nothing shared (docs/decisions.md, section 1:
  * only an admission changes a limiter).  A decision is first read, without
- * the lock (decide_read; sluice_table_peek_at reads the same way): no store, no CAS, no locked instruction -- not the
- * lock, not the shard's `now`, not the wheel, not a shared counter (the
- * statistics are striped per thread, counters.h; the refused-keys sketch,
- * when it is on, is the one thing a refusal writes).  If the read finds a
- * refusal or a probe it is the answer; anything else (an admission, a key
- * to make) is decided again under the lock, as before.  The lock word is a
- * sequence (spin.h): odd while held, 2 more after each hold.  The read:
+ * the lock (decide_read; sluice_table_peek_at reads the same way): no
+ * store, no CAS, no locked instruction -- not the lock, not the shard's
+ * `now`, not the wheel, not a shared counter (the statistics are striped
+ * per thread, counters.h; the refused-keys sketch, when it is on, is the one
+ * thing a refusal writes).  If the read finds a refusal or a probe it is the
+ * answer; anything else (an admission, a key to make) is decided again under
+ * the lock, as before.  (Under the lock -- a burst's request on the shard it
+ * holds, or a read that met holders READ_TRIES times -- a refusal or a probe
+ * is still decided first, with no upkeep: it moves nothing but the lock.)
+ * The lock word is a sequence (spin.h): odd while held, 2 more after each
+ * hold.  The read:
  *
  *   v = the sequence (acquire); odd: a holder runs -- wait, read it again
  *   the probe run of the key's index slots, each candidate entry's meta
@@ -125,8 +129,8 @@
  * precedes the recheck's acquire fence: the fences synchronise, so the
  * bit-set happens before the recheck, which then reads an odd value or a
  * later one, never v (spin.h; under ThreadSanitizer the stores and loads
- * carry release and acquire themselves).  So if the recheck reads v, every load
- * read the value the shard held from v's hold to the recheck: one state of
+ * carry release and acquire themselves).  So if the recheck reads v, every
+ * load read the value the shard held from v's hold to the recheck: one state of
  * the shard, unchanged for the whole read, whatever order the loads ran in
  * -- a consistent snapshot, and the decision on it is the locked path's at
  * that instant (with no upkeep: the wheel and `now` only reclaim keys at

@@ -319,7 +319,8 @@ static void test_refusal_writes_nothing(void **state)
         sluice_table_stats after;
         sluice_table_stats_get(t, &after);
         assert_int_equal(after.refused - before.refused, 201);
-        assert_int_equal(after.decisions.requests_denied - before.decisions.requests_denied, denied);
+        assert_int_equal(after.decisions.requests_denied - before.decisions.requests_denied,
+                         denied);
         assert_int_equal(after.decisions.probes - before.decisions.probes, probes);
         assert_int_equal(after.decisions.requests_allowed, before.decisions.requests_allowed);
         free(b);
