@@ -107,7 +107,8 @@
  *
  *   v = the sequence (acquire); odd: a holder runs -- wait, read it again
  *   the probe run of the key's index slots, each candidate entry's meta
- *     (key length) and two key words, the two words of its packed state;
+ *     (key length) and two key words, the entry's configuration id and
+ *     the two words of its packed state;
  *     for a key absent and a new key that would need room, the shard's
  *     count and now, and every shard's `due` (full_read)
  *   decide on a copy of the state (the algorithm's decide, unchanged)
@@ -117,7 +118,7 @@
  *
  * Why an answer given is one the locked path would have given at an
  * instant of the read: (1) every field read so -- index slots, meta, key
- * words, state words, count, now -- is stored by a holder only, with an
+ * words, configuration id, state words, count, now, overrides -- is stored by a holder only, with an
  * atomic store of the field's own size (PUT), and loaded with an atomic
  * load of the same size (GET); no store overlaps another field's bytes
  * (new_entry stores field by field, no memset), so no load tears within a
@@ -148,7 +149,12 @@
  * (rings that a holder may reallocate or free: reading them would need safe
  * reclamation) keep the locked path for every decision.  So does a new key
  * on a one-shard table that is full: its exact retry hint comes from a look
- * through the wheel, which refiles entries.
+ * through the wheel, which refiles entries; a new key of a shard that has
+ * overrides (their array is looked up under the lock); and a key whose
+ * configuration has a newer one: its first decision after a change of spec
+ * carries its state over under the lock, and its refusals read again from
+ * then on.  Configurations are read through their ids and never freed
+ * while the table lives (read_cfg).
  */
 #include "internal.h"
 #include "counters.h"
@@ -978,11 +984,33 @@ static uint32_t read_find(sluice_table *t, shard *s, uint32_t tag, const ekey *k
 }
 
 /* The packed state of entry i, from GET loads. */
-static void read_state(sluice_table *t, shard *s, uint32_t i, sluice__state *st)
+static void read_state(sluice_table *t, const sluice__profile *pf, shard *s, uint32_t i,
+                       sluice__state *st)
 {
     uint64_t *sw = ent_state(ent(t, s, i));
     const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
-    sluice__state_unpack(&t->pf, w, st);
+    sluice__state_unpack(pf, w, st);
+}
+
+/* The configuration that entry `at` of shard s (its id read with GET), or a
+ * new key of s (at = UINT32_MAX), decides under, for the optimistic read;
+ * NULL when the lock must decide: the entry missed a change of spec (the
+ * lock carries it over first), the shard has overrides (looked up under the
+ * lock), or a read that mixed states names no published configuration.
+ * Configurations are never freed while the table lives. */
+static const tcfg *read_cfg(sluice_table *t, shard *s, uint32_t at)
+{
+    const tcfg *c = cur_cfg(t);
+    if (at == UINT32_MAX) return GET(&s->novr) ? NULL : c;
+    const uint32_t id = GET(&ent(t, s, at)->cfg);
+    if (id != c->id) { /* cfg_of_id, wary of a mixed read */
+        const uint64_t v = (uint64_t)id + 1;
+        const unsigned j = 63u - (unsigned)__builtin_clzll(v);
+        _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_acquire);
+        c = seg ? atomic_load_explicit(&seg[v - ((uint64_t)1 << j)], memory_order_acquire) : NULL;
+        if (!c) return NULL;
+    }
+    return atomic_load_explicit(&((tcfg *)c)->newer, memory_order_acquire) ? NULL : c;
 }
 
 /* One read of the decision of a request (packed state, key <= INLINE_KEY
@@ -999,14 +1027,16 @@ static int read_once(sluice_table *t, shard *s, uint32_t tag, const ekey *k, siz
     if (at == RUN_TORN) return READ_TORN;
     sluice__state st;
     *full = false;
+    const tcfg *c = read_cfg(t, s, at);
+    if (!c) return READ_LOCK;
     if (at != UINT32_MAX) {
-        read_state(t, s, at, &st);
-        *ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+        read_state(t, &c->pf, s, at, &st);
+        *ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
         return *ok && permits ? READ_LOCK : READ_DONE; /* only an admission writes */
     }
-    if (permits == 0 || permits > t->pf.capacity) { /* as decide_locked: no key made */
-        sluice__state_init(&t->pf, &st);
-        *ok = sluice__decide(&t->pf, &st, now_ns, permits, UINT64_MAX, res);
+    if (permits == 0 || permits > c->pf.capacity) { /* as decide_locked: no key made */
+        sluice__state_init(&c->pf, &st);
+        *ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
         return READ_DONE;
     }
     int64_t retry;
@@ -1583,13 +1613,15 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
             }
             const uint32_t at = read_find(t, s, (uint32_t)h, &k, keylen);
             if (at == RUN_TORN) continue;
-            if (at != UINT32_MAX) read_state(t, s, at, &fresh);
-            else sluice__state_init(&t->pf, &fresh);
-            sluice__judge(&t->pf, &fresh, &tmp, now_ns, permits, &r);
+            const tcfg *c = read_cfg(t, s, at);
+            if (!c) break; /* the lock's */
+            if (at != UINT32_MAX) read_state(t, &c->pf, s, at, &fresh);
+            else sluice__state_init(&c->pf, &fresh);
+            sluice__judge(&c->pf, &fresh, &tmp, now_ns, permits, &r);
             if (!sluice__spin_read_valid(&s->mu, v)) continue;
             if (state && at != UINT32_MAX) {
                 state->last_ns = fresh.t_last;
-                state->rest_ns = sluice__rest_at(&t->pf, &fresh);
+                state->rest_ns = sluice__rest_at(&c->pf, &fresh);
             } else if (state) {
                 memset(state, 0, sizeof *state);
             }
@@ -1820,7 +1852,7 @@ static bool carry(sluice_table *t, entry *e, const tcfg *c, const tcfg *n, uint6
         sluice__reconfigure_fit(&n->pf, &st); /* the entry keeps 16 bytes */
         store_state(t, &n->pf, e, &st);
     }
-    e->cfg = n->id;
+    PUT(&e->cfg, n->id);
     return true;
 }
 
@@ -2113,7 +2145,7 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
         }
         memmove(&s->ovr[pos + 1], &s->ovr[pos], (s->novr - pos) * sizeof *s->ovr);
         s->ovr[pos] = (ovr){.tag = tag, .keylen = (uint32_t)keylen, .key = copy, .cfg = made};
-        s->novr++;
+        PUT(&s->novr, s->novr + 1);
         copy = NULL;
         atomic_fetch_add_explicit(&t->novr, 1, memory_order_relaxed);
     }
@@ -2156,7 +2188,7 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
             copy = o->key;
             const size_t at = (size_t)(o - s->ovr); /* pos or after: tags may be equal */
             memmove(o, o + 1, (s->novr - at - 1) * sizeof *o);
-            s->novr--;
+            PUT(&s->novr, s->novr - 1);
             atomic_fetch_sub_explicit(&t->novr, 1, memory_order_relaxed);
         }
         sluice__spin_unlock(&s->mu);

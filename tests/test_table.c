@@ -334,6 +334,36 @@ static void test_refusal_writes_nothing(void **state)
     }
 }
 
+/* After a change of spec a held key's first decision carries its state
+ * over under the lock (that writes); from then on its refusals read again,
+ * under the new spec. */
+static void test_refusal_after_reconfigure(void **state)
+{
+    (void)state;
+    sluice_table *t = mk("fixed-window 3/h", 1000);
+    sluice_result r;
+    for (int i = 0; i < 3; i++) assert_true(ask(t, "hot", 1, SEC, &r));
+    assert_false(ask(t, "hot", 1, SEC + 1, &r));
+    char err[128];
+    assert_int_equal(sluice_table_reconfigure_at(t, "fixed-window 5/h", SEC + 2, err, sizeof err), 0);
+    size_t n0, n1, n2;
+    unsigned char *a = image(t, &n0);
+    assert_true(ask(t, "hot", 1, SEC + 3, &r)); /* 5 now: carried over, admitted */
+    assert_true(ask(t, "hot", 1, SEC + 4, &r));
+    unsigned char *b = image(t, &n1);
+    assert_true(memcmp(a, b, n0) != 0);
+    assert_false(ask(t, "hot", 1, SEC + 5, &r)); /* 5 of 5: refused, read */
+    assert_int_equal(r.remaining, 0);
+    assert_true(ask(t, "hot", 0, SEC + 5, &r));
+    unsigned char *c = image(t, &n2);
+    assert_int_equal(n1, n2);
+    if (memcmp(b, c, n1) != 0) fail_msg("a refusal after the change wrote the table");
+    free(a);
+    free(b);
+    free(c);
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_live_clock_coarse),
         cmocka_unit_test(test_reclaim_when_full),
         cmocka_unit_test(test_refusal_writes_nothing),
+        cmocka_unit_test(test_refusal_after_reconfigure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
