@@ -152,6 +152,12 @@ typedef struct sluice__opts {
  *   unpack    latest admission's time and one 64-bit count (limiter.c's
  *             lock-free word; table.c's 16 bytes per key); NULL when the
  *             algorithm never packs
+ *   decide_packed
+ *             the lock-free path's decision in one call: unpack w, clamp
+ *             now_ns (sluice__clamp_time), decide, pack into out -- exactly
+ *             unpack, sluice__decide and pack in a row, which it replaces
+ *             (one indirect call instead of three; the algorithm may take
+ *             a cheaper road to the same answer); NULL when never packed
  *   fini      release what the state holds; NULL when it holds nothing
  *   bucket    books the future: reservations, debt, give-back
  *
@@ -181,6 +187,8 @@ typedef struct sluice__alg_ops {
     uint64_t (*rest_at)(const sluice__profile *pf, const sluice__state *st);
     void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
     void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
+    bool (*decide_packed)(const sluice__profile *pf, const uint64_t w[2], uint64_t now_ns,
+                          uint64_t p, uint64_t max_wait, sluice_result *res, uint64_t out[2]);
     void (*fini)(sluice__state *st);
     bool bucket;
     bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
@@ -262,6 +270,10 @@ SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluic
                                           uint64_t out[2]);
 SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
                                             sluice__state *st);
+SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
+                                                   const uint64_t w[2], uint64_t now_ns,
+                                                   uint64_t p, uint64_t max_wait,
+                                                   sluice_result *res, uint64_t out[2]);
 SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            const sluice__profile *to, sluice__state *st,
                                            uint64_t t, bool cap);

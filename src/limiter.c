@@ -177,9 +177,9 @@ static cfg *wait_frozen(sluice_limiter *lim, cfg *c)
  * for (held for a few dozen instructions by a composite decision or a
  * reconfiguration).  Returns false, deciding nothing, when the limiter has
  * moved to the locked path (*c then holds its configuration). */
-static bool decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits,
-                            uint64_t now_ns, uint64_t max_wait, uint64_t at_ns,
-                            sluice_result *res, uint64_t *t_eff, bool *ok)
+static inline __attribute__((always_inline)) bool
+decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
+                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok)
 {
     cfg *c = *pc;
     u128 old;
@@ -193,12 +193,20 @@ static bool decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t 
         }
         const sluice__profile *pf = &c->pf;
         for (;;) {
-            sluice__state st;
-            uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
-            sluice__state_unpack(pf, w, &st);
-            bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-            sluice__state_pack(pf, &st, w);
-            u128 new = mkword(w[0], w[1]);
+            const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
+            uint64_t nw[2];
+            bool r;
+            if (op == OP_DECIDE) { /* the algorithm's one-call form */
+                sluice__state tl = {.t_last = w[0]};
+                *t_eff = sluice__clamp_time(&tl, now_ns);
+                r = pf->ops->decide_packed(pf, w, now_ns, permits, max_wait, res, nw);
+            } else {
+                sluice__state st;
+                sluice__state_unpack(pf, w, &st);
+                r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+                sluice__state_pack(pf, &st, nw);
+            }
+            u128 new = mkword(nw[0], nw[1]);
             if (new != old) {
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {

@@ -182,6 +182,44 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
     st->u.bk.deficit = in[1];
 }
 
+/* The lock-free path (limiter.c), for packed profiles, where full and the
+ * deficit are below 2^64: the drain, the request and the test in 64-bit
+ * arithmetic, which give the u128 machine's answer -- a drain that
+ * overflows 64 bits exceeds any deficit (d = 0, as the saturated
+ * subtraction gives), a request p*rw that overflows is above full.  A
+ * decision without details that is not a shaper's grant (whose wait needs
+ * a division) ends here: a refusal or a probe hands the word back, an
+ * admission packs (t, d + p*rw <= full).  The rest goes to the machine. */
+bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2],
+                                  uint64_t now_ns, uint64_t p, uint64_t max_wait,
+                                  sluice_result *res, uint64_t out[2])
+{
+    sluice__state st;
+    st.t_last = w[0];
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    const uint64_t full = (uint64_t)pf->cap_scaled;
+    uint64_t drained, add;
+    const uint64_t d =
+        __builtin_mul_overflow(t - w[0], pf->rl, &drained) || drained >= w[1] ? 0
+                                                                                : w[1] - drained;
+    const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
+                               add <= full - d);
+    if (!res && !(ok && p && pf->shaper)) {
+        if (ok && p) {
+            out[0] = t;
+            out[1] = d + add;
+        } else {
+            out[0] = w[0];
+            out[1] = w[1];
+        }
+        return ok;
+    }
+    sluice__bucket_unpack(pf, w, &st);
+    const bool r = sluice__bucket_decide(pf, &st, t, p, max_wait, res);
+    sluice__bucket_pack(pf, &st, out);
+    return r;
+}
+
 /* ceil(x * to / from), saturated at max. */
 static u128 rescale(u128 x, uint64_t from, uint64_t to, u128 max)
 {
@@ -241,6 +279,7 @@ const sluice__alg_ops sluice__token_bucket_ops = {
     .rest_at = sluice__bucket_rest_at,
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
+    .decide_packed = sluice__bucket_decide_packed,
     .bucket = true,
     .carry = token_carry,
     .fits = sluice__bucket_fits,
