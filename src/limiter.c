@@ -170,43 +170,69 @@ static cfg *wait_frozen(sluice_limiter *lim, cfg *c)
     }
 }
 
+/* One decision on the snapshot `old`: the word it leaves in *new (== old
+ * when nothing was written: a refusal, a probe). */
+static inline __attribute__((always_inline)) bool
+step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t now_ns,
+     uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, u128 *new)
+{
+    const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
+    uint64_t nw[2];
+    bool r;
+    if (op == OP_DECIDE) { /* the algorithm's one-call form */
+        sluice__state tl = {.t_last = w[0]};
+        *t_eff = sluice__clamp_time(&tl, now_ns);
+        r = pf->ops->decide_packed(pf, w, now_ns, permits, max_wait, res, nw);
+    } else {
+        sluice__state st;
+        sluice__state_unpack(pf, w, &st);
+        r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+        sluice__state_pack(pf, &st, nw);
+    }
+    *new = mkword(nw[0], nw[1]);
+    return r;
+}
+
 /* Lock-free: decide on a snapshot; a refusal or a probe leaves the state as
  * it was and returns with no write at all (linearised at the snapshot);
  * anything else commits with one compare-and-swap, retried from the value
  * the CAS saw (linearised at the successful CAS).  A frozen word is waited
  * for (held for a few dozen instructions by a composite decision or a
  * reconfiguration).  Returns false, deciding nothing, when the limiter has
- * moved to the locked path (*c then holds its configuration). */
-static inline __attribute__((always_inline)) bool
-decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
-                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok)
+ * moved to the locked path (*c then holds its configuration).
+ *
+ * decide_lockfree is the path of a refusal, inlined into its caller: one
+ * snapshot, one decision, nothing to write.  Everything else -- a commit,
+ * a retry, a frozen word -- continues out of line in lockfree_loop, from
+ * the snapshot and decision already made (`first`, when not NULL). */
+static __attribute__((noinline)) bool
+lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
+              uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok,
+              const u128 *first, u128 first_new, bool first_r)
 {
     cfg *c = *pc;
-    u128 old;
+    u128 old = first ? *first : 0;
     for (;;) {
-        while (!load_word(&c->packed, &old)) {
-            c = wait_frozen(lim, c);
-            if (!c->lockfree) {
-                *pc = c;
-                return false;
+        if (!first) {
+            while (!load_word(&c->packed, &old)) {
+                c = wait_frozen(lim, c);
+                if (!c->lockfree) {
+                    *pc = c;
+                    return false;
+                }
             }
         }
         const sluice__profile *pf = &c->pf;
         for (;;) {
-            const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
-            uint64_t nw[2];
+            u128 new;
             bool r;
-            if (op == OP_DECIDE) { /* the algorithm's one-call form */
-                sluice__state tl = {.t_last = w[0]};
-                *t_eff = sluice__clamp_time(&tl, now_ns);
-                r = pf->ops->decide_packed(pf, w, now_ns, permits, max_wait, res, nw);
+            if (first) {
+                new = first_new;
+                r = first_r;
+                first = NULL;
             } else {
-                sluice__state st;
-                sluice__state_unpack(pf, w, &st);
-                r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-                sluice__state_pack(pf, &st, nw);
+                r = step(pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
             }
-            u128 new = mkword(nw[0], nw[1]);
             if (new != old) {
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
@@ -219,6 +245,22 @@ decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uin
             return true;
         }
     }
+}
+
+static inline __attribute__((always_inline)) bool
+decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
+                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok)
+{
+    u128 old, new;
+    if (!load_word(&(*pc)->packed, &old))
+        return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
+                             NULL, 0, false);
+    bool r = step(&(*pc)->pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
+    if (new != old)
+        return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
+                             &old, new, r);
+    *ok = r;
+    return true;
 }
 #endif
 
@@ -285,13 +327,12 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__free64(lim);
 }
 
-/* The locked path (and the window logs' lock-free read before it). */
-static bool run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+/* The locked path (run tries the window logs' lock-free read first). */
+static __attribute__((noinline)) bool run_locked(sluice_limiter *lim, enum op op,
+                                                 uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
-    /* a window log: refusals and probes read (window_log.h) */
-    if (lim->pub && sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok)) return ok;
     pthread_mutex_lock(&lim->mu);
     cfg *c = cur_cfg(lim); /* stable while mu is held */
     if (lim->pub) sluice__log_begin(lim->pub);
@@ -301,7 +342,7 @@ static bool run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64
     return ok;
 }
 
-static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+static inline __attribute__((always_inline)) bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
@@ -310,7 +351,9 @@ static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64
     if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
                                          t_eff, &ok))
 #endif
-        ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
+        /* a window log: refusals and probes read (window_log.h) */
+        if (!lim->pub || !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok))
+            ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
     return ok;
 }

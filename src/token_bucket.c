@@ -190,6 +190,20 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
  * decision without details that is not a shaper's grant (whose wait needs
  * a division) ends here: a refusal or a probe hands the word back, an
  * admission packs (t, d + p*rw <= full).  The rest goes to the machine. */
+/* The machine on the unpacked word (t already clamped); out of line, so
+ * that the 64-bit path saves no registers. */
+static __attribute__((noinline)) bool decide_packed_slow(const sluice__profile *pf,
+                                                         const uint64_t w[2], uint64_t t,
+                                                         uint64_t p, uint64_t max_wait,
+                                                         sluice_result *res, uint64_t out[2])
+{
+    sluice__state st;
+    sluice__bucket_unpack(pf, w, &st);
+    const bool r = sluice__bucket_decide(pf, &st, t, p, max_wait, res);
+    sluice__bucket_pack(pf, &st, out);
+    return r;
+}
+
 bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2],
                                   uint64_t now_ns, uint64_t p, uint64_t max_wait,
                                   sluice_result *res, uint64_t out[2])
@@ -214,10 +228,7 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2]
         }
         return ok;
     }
-    sluice__bucket_unpack(pf, w, &st);
-    const bool r = sluice__bucket_decide(pf, &st, t, p, max_wait, res);
-    sluice__bucket_pack(pf, &st, out);
-    return r;
+    return decide_packed_slow(pf, w, t, p, max_wait, res, out);
 }
 
 /* ceil(x * to / from), saturated at max. */
