@@ -218,15 +218,36 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2]
                                                                                 : w[1] - drained;
     const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
                                add <= full - d);
-    if (!res && !(ok && p && pf->shaper)) {
-        if (ok && p) {
+    if (!ok) {
+        if (res) {
+            /* the machine's details, in 64 bits: remaining (full - d)/rw;
+             * retry_after ceil((d + add - full)/rl), add <= full for
+             * p <= B; a sum past 2^64 (deep debt) goes to the machine */
+            uint64_t over;
+            if (p <= pf->capacity && d > full && __builtin_add_overflow(d - full, add, &over))
+                return decide_packed_slow(pf, w, t, p, max_wait, res, out);
+            const uint64_t remaining = d < full ? (full - d) / pf->rw : 0;
+            if (p > pf->capacity) {
+                sluice__deny(res, remaining, -1);
+            } else {
+                if (d <= full) over = add - (full - d); /* add > full - d: refused */
+                const uint64_t q = over / pf->rl + (over % pf->rl != 0);
+                sluice__deny(res, remaining, q > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)q);
+            }
+        }
+        out[0] = w[0];
+        out[1] = w[1];
+        return false;
+    }
+    if (!res && !(p && pf->shaper)) {
+        if (p) {
             out[0] = t;
             out[1] = d + add;
         } else {
             out[0] = w[0];
             out[1] = w[1];
         }
-        return ok;
+        return true;
     }
     return decide_packed_slow(pf, w, t, p, max_wait, res, out);
 }
