@@ -328,9 +328,9 @@ void sluice_limiter_free(sluice_limiter *lim)
 }
 
 /* The locked path (run tries the window logs' lock-free read first). */
-static __attribute__((noinline)) bool run_locked(sluice_limiter *lim, enum op op,
-                                                 uint64_t permits, uint64_t now_ns,
-                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+static __attribute__((noinline)) bool
+run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+           uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
     pthread_mutex_lock(&lim->mu);
@@ -342,8 +342,10 @@ static __attribute__((noinline)) bool run_locked(sluice_limiter *lim, enum op op
     return ok;
 }
 
-static inline __attribute__((always_inline)) bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+/* Inlined into each caller, so that `op` is a constant there. */
+static inline __attribute__((always_inline)) bool
+run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t max_wait,
+    uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
 #if HAVE_CAS128
