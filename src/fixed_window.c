@@ -76,17 +76,17 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
 /* unpack, clamp, decide, pack, with one division instead of two: the
  * latest admission (<= t) is in t's window k iff it is not before the
  * window's start kW.  A refusal or a probe hands the word back as it was. */
-static bool decide_packed(const sluice__profile *pf, const uint64_t w[2], uint64_t now_ns,
-                          uint64_t p, uint64_t max_wait, sluice_result *res, uint64_t out[2])
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
-    (void)max_wait;
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
+    uint64_t *out = q->out;
     sluice__state st;
     st.t_last = w[0];
     const uint64_t t = sluice__clamp_time(&st, now_ns);
     const uint64_t k = sluice__div_q(&pf->div_w, t);
     st.u.fw.window = k;
     st.u.fw.count = w[0] >= k * pf->period_ns ? w[1] : 0; /* kW <= t: no overflow */
-    const bool ok = decide_k(pf, &st, t, k, p, res);
+    const bool ok = decide_k(pf, &st, t, k, p, q->res);
     if (ok && p) {
         pack(pf, &st, out);
     } else {

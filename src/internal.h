@@ -132,6 +132,18 @@ typedef struct sluice__opts {
     uint64_t val[SLUICE__OPT_COUNT];
 } sluice__opts;
 
+/* A decision on a packed word (ops->decide_packed): the word, the request,
+ * and the word the decision leaves (out == w: nothing to write).  In memory
+ * rather than in arguments, so that the caller keeps no registers across
+ * the call. */
+typedef struct sluice__packed_req {
+    uint64_t w[2];   /* the snapshot: (latest admission's time, count) */
+    uint64_t now_ns; /* not yet clamped */
+    uint64_t p, max_wait;
+    sluice_result *res; /* may be NULL */
+    uint64_t out[2];    /* set by decide_packed */
+} sluice__packed_req;
+
 /* One algorithm: a row of operations (one source file each; the table of
  * rows is in spec.c).  Adding an algorithm is one file and one row.
  *
@@ -153,8 +165,9 @@ typedef struct sluice__opts {
  *             lock-free word; table.c's 16 bytes per key); NULL when the
  *             algorithm never packs
  *   decide_packed
- *             the lock-free path's decision in one call: unpack w, clamp
- *             now_ns (sluice__clamp_time), decide, pack into out -- exactly
+ *             the lock-free path's decision in one call, on a request
+ *             (sluice__packed_req, below): unpack w, clamp now_ns
+ *             (sluice__clamp_time), decide, pack into out -- exactly
  *             unpack, sluice__decide and pack in a row, which it replaces
  *             (one indirect call instead of three; the algorithm may take
  *             a cheaper road to the same answer); NULL when never packed
@@ -187,8 +200,7 @@ typedef struct sluice__alg_ops {
     uint64_t (*rest_at)(const sluice__profile *pf, const sluice__state *st);
     void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
     void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
-    bool (*decide_packed)(const sluice__profile *pf, const uint64_t w[2], uint64_t now_ns,
-                          uint64_t p, uint64_t max_wait, sluice_result *res, uint64_t out[2]);
+    bool (*decide_packed)(const sluice__profile *pf, struct sluice__packed_req *q);
     void (*fini)(sluice__state *st);
     bool bucket;
     bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
@@ -271,9 +283,7 @@ SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluic
 SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
                                             sluice__state *st);
 SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
-                                                   const uint64_t w[2], uint64_t now_ns,
-                                                   uint64_t p, uint64_t max_wait,
-                                                   sluice_result *res, uint64_t out[2]);
+                                                   sluice__packed_req *q);
 SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            const sluice__profile *to, sluice__state *st,
                                            uint64_t t, bool cap);

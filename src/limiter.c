@@ -177,18 +177,20 @@ step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t
      uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, u128 *new)
 {
     const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
-    uint64_t nw[2];
-    bool r;
     if (op == OP_DECIDE) { /* the algorithm's one-call form */
         sluice__state tl = {.t_last = w[0]};
         *t_eff = sluice__clamp_time(&tl, now_ns);
-        r = pf->ops->decide_packed(pf, w, now_ns, permits, max_wait, res, nw);
-    } else {
-        sluice__state st;
-        sluice__state_unpack(pf, w, &st);
-        r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-        sluice__state_pack(pf, &st, nw);
+        sluice__packed_req q = {.w = {w[0], w[1]}, .now_ns = now_ns, .p = permits,
+                                .max_wait = max_wait, .res = res};
+        const bool r = pf->ops->decide_packed(pf, &q);
+        *new = mkword(q.out[0], q.out[1]);
+        return r;
     }
+    uint64_t nw[2];
+    sluice__state st;
+    sluice__state_unpack(pf, w, &st);
+    const bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+    sluice__state_pack(pf, &st, nw);
     *new = mkword(nw[0], nw[1]);
     return r;
 }
@@ -360,22 +362,81 @@ run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t
     return ok;
 }
 
-static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
-                          uint64_t max_wait, sluice_result *res)
+static __attribute__((noinline)) bool decide(sluice_limiter *lim, uint64_t permits,
+                                             uint64_t now_ns, uint64_t max_wait,
+                                             sluice_result *res)
 {
     uint64_t t;
     return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
 }
 
+#if HAVE_CAS128
+/* decide_fast after a decision that writes: commit it (lockfree_loop),
+ * else decide on the locked path, and count. */
+static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
+                                                    const sluice__packed_req *q, bool r)
+{
+    const u128 old = mkword(q->w[0], q->w[1]);
+    uint64_t t;
+    bool ok;
+    if (!lockfree_loop(lim, &c, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, &ok,
+                       &old, mkword(q->out[0], q->out[1]), r)) {
+        if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok))
+            ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t);
+    }
+    sluice__count(&lim->counters, q->p, ok);
+    return ok;
+}
+#endif
+
+#if HAVE_CAS128
+/* A window log's decision: refusals read (window_log.h), as in run. */
+static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t permits,
+                                                 uint64_t now_ns, sluice_result *res)
+{
+    uint64_t t;
+    bool ok;
+    if (!sluice__log_read(lim->pub, now_ns, permits, res, &t, &ok))
+        ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
+    sluice__count(&lim->counters, permits, ok);
+    return ok;
+}
+#endif
+
+/* A decision from the public calls, shaped for the refusal: one snapshot,
+ * the algorithm's decide_packed on a request in memory, and -- nothing to
+ * write -- the count; after the call only lim and the request are needed,
+ * so it saves next to no registers.  Everything else continues out of line
+ * (decide_resume; decide for a frozen word and the locked path, but for
+ * the window logs' read, which comes first as in run). */
+static inline __attribute__((always_inline)) bool
+decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+#if HAVE_CAS128
+    cfg *c = cur_cfg(lim);
+    u128 old;
+    if (c->lockfree && load_word(&c->packed, &old)) {
+        sluice__packed_req q = {.w = {(uint64_t)old, (uint64_t)(old >> 64)}, .now_ns = now_ns,
+                                .p = permits, .max_wait = UINT64_MAX, .res = res};
+        const bool r = c->pf.ops->decide_packed(&c->pf, &q);
+        if (q.out[0] != q.w[0] || q.out[1] != q.w[1]) return decide_resume(lim, c, &q, r);
+        sluice__count(&lim->counters, q.p, r);
+        return r;
+    }
+    if (!c->lockfree && lim->pub) return decide_log(lim, permits, now_ns, res);
+#endif
+    return decide(lim, permits, now_ns, UINT64_MAX, res);
+}
+
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    return decide(lim, permits, now_ns, UINT64_MAX, res);
+    return decide_fast(lim, permits, now_ns, res);
 }
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
-    return decide(lim, permits, sluice__clock_now(cur_cfg(lim)->pf.clock), UINT64_MAX, NULL);
+    return decide_fast(lim, permits, sluice__clock_now(cur_cfg(lim)->pf.clock), NULL);
 }
 
 static bool is_bucket(const sluice_limiter *lim) { return lim->ops->bucket; }

@@ -106,10 +106,10 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
  * window k - 1 iff not before (k-1)W; else any index that is neither
  * (k - 2, modulo 2^64) makes roll() forget both counts, as the true one
  * would.  A refusal or a probe hands the word back as it was. */
-static bool decide_packed(const sluice__profile *pf, const uint64_t w[2], uint64_t now_ns,
-                          uint64_t p, uint64_t max_wait, sluice_result *res, uint64_t out[2])
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
-    (void)max_wait;
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
+    uint64_t *out = q->out;
     sluice__state st;
     st.t_last = w[0];
     const uint64_t t = sluice__clamp_time(&st, now_ns);
@@ -119,7 +119,7 @@ static bool decide_packed(const sluice__profile *pf, const uint64_t w[2], uint64
     st.u.sa.window = w[0] >= kw ? k : k && w[0] >= kw - W ? k - 1 : k - 2;
     st.u.sa.cur = w[1] >> 32;
     st.u.sa.prev = w[1] & 0xffffffffu;
-    const bool ok = decide_k(pf, &st, t, k, p, res);
+    const bool ok = decide_k(pf, &st, t, k, p, q->res);
     if (ok && p) {
         pack(pf, &st, out);
     } else {

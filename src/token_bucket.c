@@ -204,10 +204,11 @@ static __attribute__((noinline)) bool decide_packed_slow(const sluice__profile *
     return r;
 }
 
-bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2],
-                                  uint64_t now_ns, uint64_t p, uint64_t max_wait,
-                                  sluice_result *res, uint64_t out[2])
+bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p, max_wait = q->max_wait;
+    uint64_t *out = q->out;
+    sluice_result *res = q->res;
     sluice__state st;
     st.t_last = w[0];
     const uint64_t t = sluice__clamp_time(&st, now_ns);
@@ -231,8 +232,8 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, const uint64_t w[2]
                 sluice__deny(res, remaining, -1);
             } else {
                 if (d <= full) over = add - (full - d); /* add > full - d: refused */
-                const uint64_t q = over / pf->rl + (over % pf->rl != 0);
-                sluice__deny(res, remaining, q > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)q);
+                const uint64_t n = over / pf->rl + (over % pf->rl != 0);
+                sluice__deny(res, remaining, n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n);
             }
         }
         out[0] = w[0];
