@@ -20,8 +20,9 @@
 #include "internal.h"
 
 /* Decide at t, whose window is k. */
-static inline bool decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t,
-                            uint64_t k, uint64_t p, sluice_result *res)
+static inline __attribute__((always_inline)) bool
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+         sluice_result *res)
 {
     const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
     /* count may exceed L after a reconfiguration lowered it */

@@ -34,8 +34,9 @@ static void roll(sluice__state *st, uint64_t k)
 }
 
 /* Decide at t, whose window is k. */
-static inline bool decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t,
-                            uint64_t k, uint64_t p, sluice_result *res)
+static inline __attribute__((always_inline)) bool
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+         sluice_result *res)
 {
     const uint64_t W = pf->period_ns, L = pf->limit;
     sluice__state v = *st; /* the state seen from t; written back only on
