@@ -187,70 +187,65 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
  * arithmetic, which give the u128 machine's answer -- a drain that
  * overflows 64 bits exceeds any deficit (d = 0, as the saturated
  * subtraction gives), a request p*rw that overflows is above full.  A
- * decision without details that is not a shaper's grant (whose wait needs
- * a division) ends here: a refusal or a probe hands the word back, an
- * admission packs (t, d + p*rw <= full).  The rest goes to the machine. */
-/* The machine on the unpacked word (t already clamped); out of line, so
- * that the 64-bit path saves no registers. */
+ * refusal hands the word back (its details, when asked for, in 64 bits
+ * too: refusal_details); a decision without details that is not a
+ * shaper's grant (whose wait needs a division) ends here as well: a probe
+ * hands the word back, an admission packs (t, d + p*rw <= full).  The
+ * rest goes to the machine: decide_packed_slow, on the unpacked word (t
+ * already clamped), out of line so that the 64-bit path saves no
+ * registers. */
 static __attribute__((noinline)) bool decide_packed_slow(const sluice__profile *pf,
-                                                         const uint64_t w[2], uint64_t t,
-                                                         uint64_t p, uint64_t max_wait,
-                                                         sluice_result *res, uint64_t out[2])
+                                                         sluice__packed_req *q, uint64_t t)
 {
     sluice__state st;
-    sluice__bucket_unpack(pf, w, &st);
-    const bool r = sluice__bucket_decide(pf, &st, t, p, max_wait, res);
-    sluice__bucket_pack(pf, &st, out);
+    sluice__bucket_unpack(pf, q->w, &st);
+    const bool r = sluice__bucket_decide(pf, &st, t, q->p, q->max_wait, q->res);
+    sluice__bucket_pack(pf, &st, q->out);
     return r;
+}
+
+/* A refusal's details (q->res not NULL) at the drained deficit d, in 64
+ * bits: remaining (full - d)/rw; retry_after ceil((d + p*rw - full)/rl),
+ * p*rw <= full for p <= B; a sum past 2^64 (deep debt) goes to the
+ * machine.  Out of line, so that a bare refusal saves no registers. */
+static __attribute__((noinline)) bool refusal_details(const sluice__profile *pf,
+                                                      sluice__packed_req *q, uint64_t t,
+                                                      uint64_t d)
+{
+    const uint64_t full = (uint64_t)pf->cap_scaled, p = q->p;
+    const uint64_t add = p * pf->rw; /* used only for p <= B: no overflow */
+    uint64_t over;
+    if (p <= pf->capacity && d > full && __builtin_add_overflow(d - full, add, &over))
+        return decide_packed_slow(pf, q, t);
+    const uint64_t remaining = d < full ? (full - d) / pf->rw : 0;
+    if (p > pf->capacity) return sluice__deny(q->res, remaining, -1);
+    if (d <= full) over = add - (full - d); /* add > full - d: refused */
+    const uint64_t n = over / pf->rl + (over % pf->rl != 0);
+    return sluice__deny(q->res, remaining, n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n);
 }
 
 bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
-    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p, max_wait = q->max_wait;
-    uint64_t *out = q->out;
-    sluice_result *res = q->res;
-    sluice__state st;
-    st.t_last = w[0];
-    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    const uint64_t t_last = q->w[0], deficit = q->w[1], p = q->p;
+    const uint64_t now = q->now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : q->now_ns;
+    const uint64_t t = now > t_last ? now : t_last; /* sluice__clamp_time */
     const uint64_t full = (uint64_t)pf->cap_scaled;
     uint64_t drained, add;
     const uint64_t d =
-        __builtin_mul_overflow(t - w[0], pf->rl, &drained) || drained >= w[1] ? 0
-                                                                                : w[1] - drained;
+        __builtin_mul_overflow(t - t_last, pf->rl, &drained) || drained >= deficit
+            ? 0
+            : deficit - drained;
     const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
                                add <= full - d);
     if (!ok) {
-        if (res) {
-            /* the machine's details, in 64 bits: remaining (full - d)/rw;
-             * retry_after ceil((d + add - full)/rl), add <= full for
-             * p <= B; a sum past 2^64 (deep debt) goes to the machine */
-            uint64_t over;
-            if (p <= pf->capacity && d > full && __builtin_add_overflow(d - full, add, &over))
-                return decide_packed_slow(pf, w, t, p, max_wait, res, out);
-            const uint64_t remaining = d < full ? (full - d) / pf->rw : 0;
-            if (p > pf->capacity) {
-                sluice__deny(res, remaining, -1);
-            } else {
-                if (d <= full) over = add - (full - d); /* add > full - d: refused */
-                const uint64_t n = over / pf->rl + (over % pf->rl != 0);
-                sluice__deny(res, remaining, n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n);
-            }
-        }
-        out[0] = w[0];
-        out[1] = w[1];
-        return false;
+        q->out[0] = t_last;
+        q->out[1] = deficit;
+        return q->res ? refusal_details(pf, q, t, d) : false;
     }
-    if (!res && !(p && pf->shaper)) {
-        if (p) {
-            out[0] = t;
-            out[1] = d + add;
-        } else {
-            out[0] = w[0];
-            out[1] = w[1];
-        }
-        return true;
-    }
-    return decide_packed_slow(pf, w, t, p, max_wait, res, out);
+    if (q->res || (p && pf->shaper)) return decide_packed_slow(pf, q, t);
+    q->out[0] = p ? t : t_last;
+    q->out[1] = p ? d + add : deficit;
+    return true;
 }
 
 /* ceil(x * to / from), saturated at max. */
