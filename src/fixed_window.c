@@ -76,7 +76,7 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
 
 /* unpack, clamp, decide, pack, with one division instead of two: the
  * latest admission (<= t) is in t's window k iff it is not before the
- * window's start kW.  A refusal or a probe hands the word back as it was. */
+ * window's start kW.  A refusal or a probe leaves out as the caller set it: w. */
 static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
     const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
@@ -88,12 +88,7 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
     st.u.fw.window = k;
     st.u.fw.count = w[0] >= k * pf->period_ns ? w[1] : 0; /* kW <= t: no overflow */
     const bool ok = decide_k(pf, &st, t, k, p, q->res);
-    if (ok && p) {
-        pack(pf, &st, out);
-    } else {
-        out[0] = w[0];
-        out[1] = w[1];
-    }
+    if (ok && p) pack(pf, &st, out); /* else out is w already */
     return ok;
 }
 

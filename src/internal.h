@@ -135,13 +135,18 @@ typedef struct sluice__opts {
 /* A decision on a packed word (ops->decide_packed): the word, the request,
  * and the word the decision leaves (out == w: nothing to write).  In memory
  * rather than in arguments, so that the caller keeps no registers across
- * the call. */
+ * the call.  The caller sets out = w; decide_packed writes out only when
+ * the decision writes (an admission), so that it never copies w -- which
+ * a compiler would do with one 16-byte load of what the caller stored as
+ * two 8-byte halves, a load that store forwarding cannot serve (a stall of
+ * a dozen cycles on every refusal). */
 typedef struct sluice__packed_req {
     uint64_t w[2];   /* the snapshot: (latest admission's time, count) */
     uint64_t now_ns; /* not yet clamped */
     uint64_t p, max_wait;
     sluice_result *res; /* may be NULL */
-    uint64_t out[2];    /* set by decide_packed */
+    uint64_t out[2];    /* w, set by the caller; decide_packed writes it
+                         * when it admits */
 } sluice__packed_req;
 
 /* One algorithm: a row of operations (one source file each; the table of
@@ -166,7 +171,7 @@ typedef struct sluice__packed_req {
  *             algorithm never packs
  *   decide_packed
  *             the lock-free path's decision in one call, on a request
- *             (sluice__packed_req, below): unpack w, clamp now_ns
+ *             (sluice__packed_req, above): unpack w, clamp now_ns
  *             (sluice__clamp_time), decide, pack into out -- exactly
  *             unpack, sluice__decide and pack in a row, which it replaces
  *             (one indirect call instead of three; the algorithm may take

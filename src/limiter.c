@@ -181,7 +181,7 @@ step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t
         sluice__state tl = {.t_last = w[0]};
         *t_eff = sluice__clamp_time(&tl, now_ns);
         sluice__packed_req q = {.w = {w[0], w[1]}, .now_ns = now_ns, .p = permits,
-                                .max_wait = max_wait, .res = res};
+                                .max_wait = max_wait, .res = res, .out = {w[0], w[1]}};
         const bool r = pf->ops->decide_packed(pf, &q);
         *new = mkword(q.out[0], q.out[1]);
         return r;
@@ -416,8 +416,9 @@ decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_resul
     cfg *c = cur_cfg(lim);
     u128 old;
     if (c->lockfree && load_word(&c->packed, &old)) {
-        sluice__packed_req q = {.w = {(uint64_t)old, (uint64_t)(old >> 64)}, .now_ns = now_ns,
-                                .p = permits, .max_wait = UINT64_MAX, .res = res};
+        const uint64_t lo = (uint64_t)old, hi = (uint64_t)(old >> 64);
+        sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                .max_wait = UINT64_MAX, .res = res, .out = {lo, hi}};
         const bool r = c->pf.ops->decide_packed(&c->pf, &q);
         if (q.out[0] != q.w[0] || q.out[1] != q.w[1]) return decide_resume(lim, c, &q, r);
         sluice__count(&lim->counters, q.p, r);

@@ -106,7 +106,7 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
  * latest admission (<= t) is in t's window k iff it is not before kW, in
  * window k - 1 iff not before (k-1)W; else any index that is neither
  * (k - 2, modulo 2^64) makes roll() forget both counts, as the true one
- * would.  A refusal or a probe hands the word back as it was. */
+ * would.  A refusal or a probe leaves out as the caller set it: w. */
 static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 {
     const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
@@ -121,12 +121,7 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
     st.u.sa.cur = w[1] >> 32;
     st.u.sa.prev = w[1] & 0xffffffffu;
     const bool ok = decide_k(pf, &st, t, k, p, q->res);
-    if (ok && p) {
-        pack(pf, &st, out);
-    } else {
-        out[0] = w[0];
-        out[1] = w[1];
-    }
+    if (ok && p) pack(pf, &st, out); /* else out is w already */
     return ok;
 }
 

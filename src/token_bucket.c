@@ -187,10 +187,10 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
  * arithmetic, which give the u128 machine's answer -- a drain that
  * overflows 64 bits exceeds any deficit (d = 0, as the saturated
  * subtraction gives), a request p*rw that overflows is above full.  A
- * refusal hands the word back (its details, when asked for, in 64 bits
+ * refusal leaves the word as it was (its details, when asked for, in 64 bits
  * too: refusal_details); a decision without details that is not a
  * shaper's grant (whose wait needs a division) ends here as well: a probe
- * hands the word back, an admission packs (t, d + p*rw <= full).  The
+ * leaves it too, an admission packs (t, d + p*rw <= full).  The
  * rest goes to the machine: decide_packed_slow, on the unpacked word (t
  * already clamped), out of line so that the 64-bit path saves no
  * registers. */
@@ -237,14 +237,12 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req 
             : deficit - drained;
     const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
                                add <= full - d);
-    if (!ok) {
-        q->out[0] = t_last;
-        q->out[1] = deficit;
-        return q->res ? refusal_details(pf, q, t, d) : false;
-    }
+    if (!ok) return q->res ? refusal_details(pf, q, t, d) : false; /* out is w */
     if (q->res || (p && pf->shaper)) return decide_packed_slow(pf, q, t);
-    q->out[0] = p ? t : t_last;
-    q->out[1] = p ? d + add : deficit;
+    if (p) {
+        q->out[0] = t;
+        q->out[1] = d + add;
+    }
     return true;
 }
 
