@@ -371,16 +371,16 @@ static __attribute__((noinline)) bool decide(sluice_limiter *lim, uint64_t permi
 }
 
 #if HAVE_CAS128
-/* decide_fast after a decision that writes: commit it (lockfree_loop),
- * else decide on the locked path, and count. */
+/* decide_fast when its compare-and-swap failed (someone else admitted, or
+ * the word is frozen): decide again from a new snapshot (lockfree_loop),
+ * else on the locked path, and count. */
 static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
-                                                    const sluice__packed_req *q, bool r)
+                                                    const sluice__packed_req *q)
 {
-    const u128 old = mkword(q->w[0], q->w[1]);
     uint64_t t;
     bool ok;
     if (!lockfree_loop(lim, &c, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, &ok,
-                       &old, mkword(q->out[0], q->out[1]), r)) {
+                       NULL, 0, false)) {
         if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok))
             ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t);
     }
@@ -406,9 +406,11 @@ static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t p
 /* A decision from the public calls, shaped for the refusal: one snapshot,
  * the algorithm's decide_packed on a request in memory, and -- nothing to
  * write -- the count; after the call only lim and the request are needed,
- * so it saves next to no registers.  Everything else continues out of line
- * (decide_resume; decide for a frozen word and the locked path, but for
- * the window logs' read, which comes first as in run). */
+ * so it saves next to no registers.  An admission commits with one
+ * compare-and-swap here too.  Everything else continues out of line
+ * (decide_resume after a failed compare-and-swap; decide for a frozen word
+ * and the locked path, but for the window logs' read, which comes first
+ * as in run). */
 static inline __attribute__((always_inline)) bool
 decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
@@ -420,7 +422,10 @@ decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_resul
         sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
                                 .max_wait = UINT64_MAX, .res = res, .out = {lo, hi}};
         const bool r = c->pf.ops->decide_packed(&c->pf, &q);
-        if (q.out[0] != q.w[0] || q.out[1] != q.w[1]) return decide_resume(lim, c, &q, r);
+        if ((q.out[0] != q.w[0] || q.out[1] != q.w[1]) &&
+            !__sync_bool_compare_and_swap(&c->packed.w, mkword(q.w[0], q.w[1]),
+                                          mkword(q.out[0], q.out[1])))
+            return decide_resume(lim, c, &q);
         sluice__count(&lim->counters, q.p, r);
         return r;
     }
