@@ -15,7 +15,9 @@
  *
  *     read the word without writing it (load_word: two loads of the time
  *     half around one of the count half; proof at load_word)
- *     unpack, decide with the same code as the locked path, pack
+ *     unpack, decide, pack: for a decision, in one call of the
+ *     algorithm's decide_packed (internal.h), which gives the locked
+ *     path's answer; for a reservation or a give-back, its three steps
  *     nothing changed (a refusal, a probe): return -- no store, no CAS
  *     else compare-and-swap the 16 bytes (cmpxchg16b); on failure retry
  *     with the value the CAS returned -- someone else admitted.
@@ -44,6 +46,11 @@
  * 2^63-1; its top bit marks the word held (by a composite decision,
  * composite.c, or a change): every CAS on it then fails and decisions wait
  * for the release.
+ *
+ * The public decisions (decide_fast) are shaped for the refusal, the
+ * overload's common case: the snapshot, the call and the count inline in
+ * the caller, an admission's compare-and-swap too; retries, frozen words
+ * and the locked path out of line.
  *
  * The counters are striped per thread (counters.c), and so is the wait
  * histogram of the blocking acquires: each records, once it returns, its
