@@ -36,7 +36,7 @@ static bool key_ok;
 /* 0: not yet chosen; else slot + 1.  The default TLS model, never
  * initial-exec: libsluice.so must stay loadable by dlopen() (no STATIC_TLS);
  * tests/tls_model.sh checks it. */
-static _Thread_local unsigned my_slot;
+_Thread_local unsigned sluice__my_slot;
 
 static void release_slot(void *v)
 {
@@ -67,30 +67,27 @@ static unsigned choose_slot(void)
             }
         }
     }
-    my_slot = slot + 1;
+    sluice__my_slot = slot + 1;
     return slot;
 }
 
-static inline uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
-
-/* Owner-only update: no other thread writes this stripe. */
-static inline void own_add(_Atomic uint64_t *c, uint64_t v)
-{
-    atomic_store_explicit(c, sat_add(atomic_load_explicit(c, memory_order_relaxed), v),
-                          memory_order_relaxed);
-}
 
 static void shared_add(_Atomic uint64_t *c, uint64_t v)
 {
     uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(c, &old, sat_add(old, v), memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while (!atomic_compare_exchange_weak_explicit(c, &old, sluice__sat_add(old, v),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
     }
 }
 
-unsigned sluice__counter_stripe(void) { return my_slot ? my_slot - 1 : choose_slot(); }
+unsigned sluice__counter_stripe(void)
+{
+    return sluice__my_slot ? sluice__my_slot - 1 : choose_slot();
+}
 
-void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
+/* sluice__count (counters.h) for a thread's first call and for the shared
+ * stripe. */
+void sluice__count_slow(sluice__counters *c, uint64_t permits, bool allowed)
 {
     unsigned slot = sluice__counter_stripe();
     sluice__stripe *s = &c->s[slot];
@@ -99,8 +96,8 @@ void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
                                          : &s->requests_denied;
     _Atomic uint64_t *per = allowed ? &s->permits_allowed : &s->permits_denied;
     if (slot != SHARED) {
-        own_add(req, 1);
-        if (permits) own_add(per, permits);
+        sluice__own_add(req, 1);
+        if (permits) sluice__own_add(per, permits);
     } else {
         atomic_fetch_add_explicit(req, 1, memory_order_relaxed);
         if (permits) shared_add(per, permits);
@@ -115,10 +112,10 @@ void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
         out->requests_allowed += atomic_load_explicit(&s->requests_allowed, memory_order_relaxed);
         out->requests_denied += atomic_load_explicit(&s->requests_denied, memory_order_relaxed);
         out->probes += atomic_load_explicit(&s->probes, memory_order_relaxed);
-        out->permits_allowed = sat_add(out->permits_allowed,
-                                       atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
-        out->permits_denied = sat_add(out->permits_denied,
-                                      atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
+        out->permits_allowed = sluice__sat_add(
+            out->permits_allowed, atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
+        out->permits_denied = sluice__sat_add(
+            out->permits_denied, atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
     }
 }
 
@@ -149,15 +146,15 @@ unsigned sluice__wait_bucket(uint64_t wait_ns)
 
 void sluice__waits_count(sluice__waits *w, int rc, uint64_t wait_ns)
 {
-    unsigned slot = my_slot ? my_slot - 1 : choose_slot();
+    unsigned slot = sluice__my_slot ? sluice__my_slot - 1 : choose_slot();
     sluice__wait_stripe *s = &w->s[slot];
     _Atomic uint64_t *c = rc == 0                   ? &s->n[sluice__wait_bucket(wait_ns)]
                           : rc == SLUICE_ETIMEDOUT ? &s->timed_out
                           : rc == SLUICE_ECANCELED ? &s->cancelled
                                                    : &s->failed;
     if (slot != SHARED) {
-        own_add(c, 1);
-        if (rc == 0) own_add(&s->sum_ns, wait_ns);
+        sluice__own_add(c, 1);
+        if (rc == 0) sluice__own_add(&s->sum_ns, wait_ns);
     } else {
         atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
         if (rc == 0) shared_add(&s->sum_ns, wait_ns);
@@ -171,7 +168,8 @@ void sluice__waits_read(const sluice__waits *w, sluice_wait_stats *out)
         sluice__wait_stripe *s = (sluice__wait_stripe *)&w->s[i]; /* loads only */
         for (int b = 0; b <= SLUICE_WAIT_BUCKETS; b++)
             out->buckets[b] += atomic_load_explicit(&s->n[b], memory_order_relaxed);
-        out->sum_ns = sat_add(out->sum_ns, atomic_load_explicit(&s->sum_ns, memory_order_relaxed));
+        out->sum_ns = sluice__sat_add(out->sum_ns,
+                                      atomic_load_explicit(&s->sum_ns, memory_order_relaxed));
         out->timed_out += atomic_load_explicit(&s->timed_out, memory_order_relaxed);
         out->cancelled += atomic_load_explicit(&s->cancelled, memory_order_relaxed);
         out->failed += atomic_load_explicit(&s->failed, memory_order_relaxed);

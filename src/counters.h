@@ -24,8 +24,37 @@ typedef struct sluice__counters {
  * SLUICE__STRIPES - 1 is shared (atomic read-modify-writes).  For other
  * striped counters (rules.c). */
 SLUICE__INTERNAL unsigned sluice__counter_stripe(void);
-SLUICE__INTERNAL void sluice__count(sluice__counters *c, uint64_t permits,
-                                    bool allowed);
+/* Count one decision.  Inline: a thread that owns its stripe adds with two
+ * plain loads and stores; its first call and the shared stripe go to
+ * sluice__count_slow.  sluice__my_slot is the thread's slot + 1, 0 until
+ * chosen (counters.c). */
+SLUICE__INTERNAL extern _Thread_local unsigned sluice__my_slot;
+SLUICE__INTERNAL void sluice__count_slow(sluice__counters *c, uint64_t permits,
+                                         bool allowed);
+static inline uint64_t sluice__sat_add(uint64_t a, uint64_t b)
+{
+    return a + b < a ? UINT64_MAX : a + b;
+}
+/* Owner-only update: no other thread writes this stripe. */
+static inline void sluice__own_add(_Atomic uint64_t *c, uint64_t v)
+{
+    atomic_store_explicit(c, sluice__sat_add(atomic_load_explicit(c, memory_order_relaxed), v),
+                          memory_order_relaxed);
+}
+static inline void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
+{
+    const unsigned slot = sluice__my_slot - 1; /* UINT_MAX when not chosen */
+    if (slot >= SLUICE__STRIPES - 1) {
+        sluice__count_slow(c, permits, allowed);
+        return;
+    }
+    sluice__stripe *s = &c->s[slot];
+    sluice__own_add(permits == 0 ? &s->probes
+                    : allowed    ? &s->requests_allowed
+                                 : &s->requests_denied,
+                    1);
+    if (permits) sluice__own_add(allowed ? &s->permits_allowed : &s->permits_denied, permits);
+}
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 

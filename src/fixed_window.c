@@ -19,11 +19,11 @@
  */
 #include "internal.h"
 
-static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
-                   uint64_t max_wait, sluice_result *res)
+/* Decide at t, whose window is k. */
+static inline __attribute__((always_inline)) bool
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+         sluice_result *res)
 {
-    (void)max_wait;
-    const uint64_t k = sluice__div_q(&pf->div_w, t);
     const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
     /* count may exceed L after a reconfiguration lowered it */
     const uint64_t room = count < pf->limit ? pf->limit - count : 0;
@@ -37,6 +37,13 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     if (ok) return sluice__allow(res, room - p, 0);
     return sluice__deny(res, room,
                         p > pf->limit ? -1 : (int64_t)((k + 1) * pf->period_ns - t));
+}
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    return decide_k(pf, st, t, sluice__div_q(&pf->div_w, t), p, res);
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
@@ -67,6 +74,24 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
     st->u.fw.count = in[1];
 }
 
+/* unpack, clamp, decide, pack, with one division instead of two: the
+ * latest admission (<= t) is in t's window k iff it is not before the
+ * window's start kW.  A refusal or a probe leaves out as the caller set it: w. */
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+{
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
+    uint64_t *out = q->out;
+    sluice__state st;
+    st.t_last = w[0];
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
+    st.u.fw.window = k;
+    st.u.fw.count = w[0] >= k * pf->period_ns ? w[1] : 0; /* kW <= t: no overflow */
+    const bool ok = decide_k(pf, &st, t, k, p, q->res);
+    if (ok && p) pack(pf, &st, out); /* else out is w already */
+    return ok;
+}
+
 /* A change of spec at t: the permits admitted in the old window of t count
  * in the new window of t (reconfigure.c). */
 static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
@@ -87,5 +112,6 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .rest_at = rest_at,
     .pack = pack,
     .unpack = unpack,
+    .decide_packed = decide_packed,
     .carry = carry,
 };

@@ -132,6 +132,23 @@ typedef struct sluice__opts {
     uint64_t val[SLUICE__OPT_COUNT];
 } sluice__opts;
 
+/* A decision on a packed word (ops->decide_packed): the word, the request,
+ * and the word the decision leaves (out == w: nothing to write).  In memory
+ * rather than in arguments, so that the caller keeps no registers across
+ * the call.  The caller sets out = w; decide_packed writes out only when
+ * the decision writes (an admission), so that it never copies w -- which
+ * a compiler would do with one 16-byte load of what the caller stored as
+ * two 8-byte halves, a load that store forwarding cannot serve (a stall of
+ * a dozen cycles on every refusal). */
+typedef struct sluice__packed_req {
+    uint64_t w[2];   /* the snapshot: (latest admission's time, count) */
+    uint64_t now_ns; /* not yet clamped */
+    uint64_t p, max_wait;
+    sluice_result *res; /* may be NULL */
+    uint64_t out[2];    /* w, set by the caller; decide_packed writes it
+                         * when it admits */
+} sluice__packed_req;
+
 /* One algorithm: a row of operations (one source file each; the table of
  * rows is in spec.c).  Adding an algorithm is one file and one row.
  *
@@ -152,6 +169,13 @@ typedef struct sluice__opts {
  *   unpack    latest admission's time and one 64-bit count (limiter.c's
  *             lock-free word; table.c's 16 bytes per key); NULL when the
  *             algorithm never packs
+ *   decide_packed
+ *             the lock-free path's decision in one call, on a request
+ *             (sluice__packed_req, above): unpack w, clamp now_ns
+ *             (sluice__clamp_time), decide, pack into out -- exactly
+ *             unpack, sluice__decide and pack in a row, which it replaces
+ *             (one indirect call instead of three; the algorithm may take
+ *             a cheaper road to the same answer); NULL when never packed
  *   fini      release what the state holds; NULL when it holds nothing
  *   bucket    books the future: reservations, debt, give-back
  *
@@ -181,6 +205,7 @@ typedef struct sluice__alg_ops {
     uint64_t (*rest_at)(const sluice__profile *pf, const sluice__state *st);
     void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
     void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
+    bool (*decide_packed)(const sluice__profile *pf, struct sluice__packed_req *q);
     void (*fini)(sluice__state *st);
     bool bucket;
     bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
@@ -262,6 +287,8 @@ SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluic
                                           uint64_t out[2]);
 SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
                                             sluice__state *st);
+SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
+                                                   sluice__packed_req *q);
 SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            const sluice__profile *to, sluice__state *st,
                                            uint64_t t, bool cap);

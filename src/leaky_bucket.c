@@ -42,6 +42,7 @@ const sluice__alg_ops sluice__leaky_bucket_ops = {
     .rest_at = sluice__bucket_rest_at,
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
+    .decide_packed = sluice__bucket_decide_packed,
     .bucket = true,
     .carry = carry,
     .fits = sluice__bucket_fits,

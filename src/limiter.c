@@ -15,7 +15,9 @@
  *
  *     read the word without writing it (load_word: two loads of the time
  *     half around one of the count half; proof at load_word)
- *     unpack, decide with the same code as the locked path, pack
+ *     unpack, decide, pack: for a decision, in one call of the
+ *     algorithm's decide_packed (internal.h), which gives the locked
+ *     path's answer; for a reservation or a give-back, its three steps
  *     nothing changed (a refusal, a probe): return -- no store, no CAS
  *     else compare-and-swap the 16 bytes (cmpxchg16b); on failure retry
  *     with the value the CAS returned -- someone else admitted.
@@ -44,6 +46,11 @@
  * 2^63-1; its top bit marks the word held (by a composite decision,
  * composite.c, or a change): every CAS on it then fails and decisions wait
  * for the release.
+ *
+ * The public decisions (decide_fast) are shaped for the refusal, the
+ * overload's common case: the snapshot, the call and the count inline in
+ * the caller, an admission's compare-and-swap too; retries, frozen words
+ * and the locked path out of line.
  *
  * The counters are striped per thread (counters.c), and so is the wait
  * histogram of the blocking acquires: each records, once it returns, its
@@ -170,35 +177,71 @@ static cfg *wait_frozen(sluice_limiter *lim, cfg *c)
     }
 }
 
+/* One decision on the snapshot `old`: the word it leaves in *new (== old
+ * when nothing was written: a refusal, a probe). */
+static inline __attribute__((always_inline)) bool
+step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t now_ns,
+     uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, u128 *new)
+{
+    const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
+    if (op == OP_DECIDE) { /* the algorithm's one-call form */
+        sluice__state tl = {.t_last = w[0]};
+        *t_eff = sluice__clamp_time(&tl, now_ns);
+        sluice__packed_req q = {.w = {w[0], w[1]}, .now_ns = now_ns, .p = permits,
+                                .max_wait = max_wait, .res = res, .out = {w[0], w[1]}};
+        const bool r = pf->ops->decide_packed(pf, &q);
+        *new = mkword(q.out[0], q.out[1]);
+        return r;
+    }
+    uint64_t nw[2];
+    sluice__state st;
+    sluice__state_unpack(pf, w, &st);
+    const bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+    sluice__state_pack(pf, &st, nw);
+    *new = mkword(nw[0], nw[1]);
+    return r;
+}
+
 /* Lock-free: decide on a snapshot; a refusal or a probe leaves the state as
  * it was and returns with no write at all (linearised at the snapshot);
  * anything else commits with one compare-and-swap, retried from the value
  * the CAS saw (linearised at the successful CAS).  A frozen word is waited
  * for (held for a few dozen instructions by a composite decision or a
  * reconfiguration).  Returns false, deciding nothing, when the limiter has
- * moved to the locked path (*c then holds its configuration). */
-static bool decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits,
-                            uint64_t now_ns, uint64_t max_wait, uint64_t at_ns,
-                            sluice_result *res, uint64_t *t_eff, bool *ok)
+ * moved to the locked path (*c then holds its configuration).
+ *
+ * decide_lockfree is the path of a refusal, inlined into its caller: one
+ * snapshot, one decision, nothing to write.  Everything else -- a commit,
+ * a retry, a frozen word -- continues out of line in lockfree_loop, from
+ * the snapshot and decision already made (`first`, when not NULL). */
+static __attribute__((noinline)) bool
+lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
+              uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok,
+              const u128 *first, u128 first_new, bool first_r)
 {
     cfg *c = *pc;
-    u128 old;
+    u128 old = first ? *first : 0;
     for (;;) {
-        while (!load_word(&c->packed, &old)) {
-            c = wait_frozen(lim, c);
-            if (!c->lockfree) {
-                *pc = c;
-                return false;
+        if (!first) {
+            while (!load_word(&c->packed, &old)) {
+                c = wait_frozen(lim, c);
+                if (!c->lockfree) {
+                    *pc = c;
+                    return false;
+                }
             }
         }
         const sluice__profile *pf = &c->pf;
         for (;;) {
-            sluice__state st;
-            uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
-            sluice__state_unpack(pf, w, &st);
-            bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-            sluice__state_pack(pf, &st, w);
-            u128 new = mkword(w[0], w[1]);
+            u128 new;
+            bool r;
+            if (first) {
+                new = first_new;
+                r = first_r;
+                first = NULL;
+            } else {
+                r = step(pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
+            }
             if (new != old) {
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
@@ -211,6 +254,22 @@ static bool decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t 
             return true;
         }
     }
+}
+
+static inline __attribute__((always_inline)) bool
+decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
+                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok)
+{
+    u128 old, new;
+    if (!load_word(&(*pc)->packed, &old))
+        return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
+                             NULL, 0, false);
+    bool r = step(&(*pc)->pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
+    if (new != old)
+        return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
+                             &old, new, r);
+    *ok = r;
+    return true;
 }
 #endif
 
@@ -277,13 +336,12 @@ void sluice_limiter_free(sluice_limiter *lim)
     sluice__free64(lim);
 }
 
-/* The locked path (and the window logs' lock-free read before it). */
-static bool run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+/* The locked path (run tries the window logs' lock-free read first). */
+static __attribute__((noinline)) bool
+run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
+           uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
-    /* a window log: refusals and probes read (window_log.h) */
-    if (lim->pub && sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok)) return ok;
     pthread_mutex_lock(&lim->mu);
     cfg *c = cur_cfg(lim); /* stable while mu is held */
     if (lim->pub) sluice__log_begin(lim->pub);
@@ -293,8 +351,10 @@ static bool run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64
     return ok;
 }
 
-static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-                       uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+/* Inlined into each caller, so that `op` is a constant there. */
+static inline __attribute__((always_inline)) bool
+run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t max_wait,
+    uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
 {
     bool ok;
 #if HAVE_CAS128
@@ -302,27 +362,108 @@ static inline bool run(sluice_limiter *lim, enum op op, uint64_t permits, uint64
     if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
                                          t_eff, &ok))
 #endif
-        ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
+        /* a window log: refusals and probes read (window_log.h) */
+        if (!lim->pub || !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok))
+            ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
     return ok;
 }
 
-static inline bool decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
-                          uint64_t max_wait, sluice_result *res)
+static __attribute__((noinline)) bool decide(sluice_limiter *lim, uint64_t permits,
+                                             uint64_t now_ns, uint64_t max_wait,
+                                             sluice_result *res)
 {
     uint64_t t;
     return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
 }
 
+#if HAVE_CAS128
+/* decide_fast when its compare-and-swap failed (someone else admitted, or
+ * the word is frozen): decide again from a new snapshot (lockfree_loop),
+ * else on the locked path, and count. */
+static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
+                                                    const sluice__packed_req *q)
+{
+    uint64_t t;
+    bool ok;
+    if (!lockfree_loop(lim, &c, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, &ok,
+                       NULL, 0, false)) {
+        if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok))
+            ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t);
+    }
+    sluice__count(&lim->counters, q->p, ok);
+    return ok;
+}
+#endif
+
+#if HAVE_CAS128
+/* A window log's decision: refusals read (window_log.h), as in run. */
+static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t permits,
+                                                 uint64_t now_ns, sluice_result *res)
+{
+    uint64_t t;
+    bool ok;
+    if (!sluice__log_read(lim->pub, now_ns, permits, res, &t, &ok))
+        ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
+    sluice__count(&lim->counters, permits, ok);
+    return ok;
+}
+#endif
+
+/* A decision from the public calls, shaped for the refusal: one snapshot,
+ * the algorithm's decide_packed on a request in memory, and -- nothing to
+ * write -- the count; after the call only lim and the request are needed,
+ * so it saves next to no registers.  An admission commits with one
+ * compare-and-swap here too.  Everything else continues out of line
+ * (decide_resume after a failed compare-and-swap; decide for a frozen word
+ * and the locked path, but for the window logs' read, which comes first
+ * as in run). */
+static inline __attribute__((always_inline)) bool
+decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+#if HAVE_CAS128
+    cfg *c = cur_cfg(lim);
+    u128 old;
+    if (c->lockfree && load_word(&c->packed, &old)) {
+        const uint64_t lo = (uint64_t)old, hi = (uint64_t)(old >> 64);
+        sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                .max_wait = UINT64_MAX, .res = res, .out = {lo, hi}};
+        const bool r = c->pf.ops->decide_packed(&c->pf, &q);
+        if ((q.out[0] != q.w[0] || q.out[1] != q.w[1]) &&
+            !__sync_bool_compare_and_swap(&c->packed.w, mkword(q.w[0], q.w[1]),
+                                          mkword(q.out[0], q.out[1])))
+            return decide_resume(lim, c, &q);
+        sluice__count(&lim->counters, q.p, r);
+        return r;
+    }
+    if (!c->lockfree && lim->pub) return decide_log(lim, permits, now_ns, res);
+#endif
+    return decide(lim, permits, now_ns, UINT64_MAX, res);
+}
+
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    return decide(lim, permits, now_ns, UINT64_MAX, res);
+    return decide_fast(lim, permits, now_ns, res);
+}
+
+/* clock.c's sluice__clock_now, inline for the live refusal: one call
+ * (the vDSO's) instead of two. */
+static inline uint64_t clock_now(sluice__clock c)
+{
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+    clock_gettime(c == SLUICE__CLOCK_COARSE ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC, &ts);
+#else
+    (void)c;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
-    return decide(lim, permits, sluice__clock_now(cur_cfg(lim)->pf.clock), UINT64_MAX, NULL);
+    return decide_fast(lim, permits, clock_now(cur_cfg(lim)->pf.clock), NULL);
 }
 
 static bool is_bucket(const sluice_limiter *lim) { return lim->ops->bucket; }

@@ -33,12 +33,12 @@ static void roll(sluice__state *st, uint64_t k)
     st->u.sa.window = k;
 }
 
-static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
-                   uint64_t max_wait, sluice_result *res)
+/* Decide at t, whose window is k. */
+static inline __attribute__((always_inline)) bool
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+         sluice_result *res)
 {
-    (void)max_wait;
     const uint64_t W = pf->period_ns, L = pf->limit;
-    const uint64_t k = sluice__div_q(&pf->div_w, t);
     sluice__state v = *st; /* the state seen from t; written back only on
                             * an admission */
     roll(&v, k);
@@ -61,6 +61,13 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     /* at most 2W - r < 2^63: W <= SLUICE_MAX_PERIOD_NS */
     return sluice__deny(res, remaining,
                         (int64_t)sluice__approx_wait_ns(W, L, v.u.sa.prev, v.u.sa.cur, r, p));
+}
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    return decide_k(pf, st, t, sluice__div_q(&pf->div_w, t), p, res);
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
@@ -93,6 +100,29 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
     st->u.sa.window = sluice__div_q(&pf->div_w, in[0]);
     st->u.sa.cur = in[1] >> 32;
     st->u.sa.prev = in[1] & 0xffffffffu;
+}
+
+/* unpack, clamp, decide, pack, with one division instead of two: the
+ * latest admission (<= t) is in t's window k iff it is not before kW, in
+ * window k - 1 iff not before (k-1)W; else any index that is neither
+ * (k - 2, modulo 2^64) makes roll() forget both counts, as the true one
+ * would.  A refusal or a probe leaves out as the caller set it: w. */
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+{
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
+    uint64_t *out = q->out;
+    sluice__state st;
+    st.t_last = w[0];
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    const uint64_t W = pf->period_ns;
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
+    const uint64_t kw = k * W; /* <= t: no overflow */
+    st.u.sa.window = w[0] >= kw ? k : k && w[0] >= kw - W ? k - 1 : k - 2;
+    st.u.sa.cur = w[1] >> 32;
+    st.u.sa.prev = w[1] & 0xffffffffu;
+    const bool ok = decide_k(pf, &st, t, k, p, q->res);
+    if (ok && p) pack(pf, &st, out); /* else out is w already */
+    return ok;
 }
 
 /* The newest window (of length w) that an instant <= last can be in, seen
@@ -160,6 +190,7 @@ const sluice__alg_ops sluice__sliding_approx_ops = {
     .rest_at = rest_at,
     .pack = pack,
     .unpack = unpack,
+    .decide_packed = decide_packed,
     .carry = carry,
     .fits = fits,
 };

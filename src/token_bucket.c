@@ -182,6 +182,70 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
     st->u.bk.deficit = in[1];
 }
 
+/* The lock-free path (limiter.c), for packed profiles, where full and the
+ * deficit are below 2^64: the drain, the request and the test in 64-bit
+ * arithmetic, which give the u128 machine's answer -- a drain that
+ * overflows 64 bits exceeds any deficit (d = 0, as the saturated
+ * subtraction gives), a request p*rw that overflows is above full.  A
+ * refusal leaves the word as it was (its details, when asked for, in 64 bits
+ * too: refusal_details); a decision without details that is not a
+ * shaper's grant (whose wait needs a division) ends here as well: a probe
+ * leaves it too, an admission packs (t, d + p*rw <= full).  The
+ * rest goes to the machine: decide_packed_slow, on the unpacked word (t
+ * already clamped), out of line so that the 64-bit path saves no
+ * registers. */
+static __attribute__((noinline)) bool decide_packed_slow(const sluice__profile *pf,
+                                                         sluice__packed_req *q, uint64_t t)
+{
+    sluice__state st;
+    sluice__bucket_unpack(pf, q->w, &st);
+    const bool r = sluice__bucket_decide(pf, &st, t, q->p, q->max_wait, q->res);
+    sluice__bucket_pack(pf, &st, q->out);
+    return r;
+}
+
+/* A refusal's details (q->res not NULL) at the drained deficit d, in 64
+ * bits: remaining (full - d)/rw; retry_after ceil((d + p*rw - full)/rl),
+ * p*rw <= full for p <= B; a sum past 2^64 (deep debt) goes to the
+ * machine.  Out of line, so that a bare refusal saves no registers. */
+static __attribute__((noinline)) bool refusal_details(const sluice__profile *pf,
+                                                      sluice__packed_req *q, uint64_t t,
+                                                      uint64_t d)
+{
+    const uint64_t full = (uint64_t)pf->cap_scaled, p = q->p;
+    const uint64_t add = p * pf->rw; /* used only for p <= B: no overflow */
+    uint64_t over;
+    if (p <= pf->capacity && d > full && __builtin_add_overflow(d - full, add, &over))
+        return decide_packed_slow(pf, q, t);
+    const uint64_t remaining = d < full ? (full - d) / pf->rw : 0;
+    if (p > pf->capacity) return sluice__deny(q->res, remaining, -1);
+    if (d <= full) over = add - (full - d); /* add > full - d: refused */
+    const uint64_t n = over / pf->rl + (over % pf->rl != 0);
+    return sluice__deny(q->res, remaining, n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n);
+}
+
+bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+{
+    const uint64_t t_last = q->w[0], deficit = q->w[1], p = q->p;
+    const uint64_t now = q->now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : q->now_ns;
+    const uint64_t t = now > t_last ? now : t_last; /* sluice__clamp_time */
+    const uint64_t full = (uint64_t)pf->cap_scaled;
+    uint64_t drained, add;
+    const uint64_t d =
+        __builtin_mul_overflow(t - t_last, pf->rl, &drained) || drained >= deficit
+            ? 0
+            : deficit - drained;
+    const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
+                               add <= full - d);
+    if (!ok) return q->res ? refusal_details(pf, q, t, d) : false; /* out is w */
+    if (q->res || (p && pf->shaper)) return decide_packed_slow(pf, q, t);
+    if (p) {
+        q->out[0] = t;
+        q->out[1] = d + add;
+    }
+    return true;
+}
+
 /* ceil(x * to / from), saturated at max. */
 static u128 rescale(u128 x, uint64_t from, uint64_t to, u128 max)
 {
@@ -241,6 +305,7 @@ const sluice__alg_ops sluice__token_bucket_ops = {
     .rest_at = sluice__bucket_rest_at,
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
+    .decide_packed = sluice__bucket_decide_packed,
     .bucket = true,
     .carry = token_carry,
     .fits = sluice__bucket_fits,
