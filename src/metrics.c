@@ -358,22 +358,31 @@ static void put_u64(cursor *c, uint64_t v)
     put(c, tmp + i, sizeof tmp - i);
 }
 
-/* One series line: NAME{LABEL="value"[,decision="D"]} VALUE */
-static void series(cursor *c, const char *metric, const char *label, const entry *e,
-                   const char *decision, uint64_t value)
+/* One series line: NAME{LABEL="value"[,EXTRA="V"]} VALUE -- EXTRA is
+ * `decision` for series(), `reason` for reason_series(). */
+static void labelled(cursor *c, const char *metric, const char *label, const entry *e,
+                     const char *extra, const char *v, uint64_t value)
 {
     puts_(c, metric);
     put(c, "{", 1);
     puts_(c, label);
     put(c, "=\"", 2);
     put(c, e->name, e->namelen);
-    if (decision) {
-        put(c, "\",decision=\"", 12);
-        puts_(c, decision);
+    if (v) {
+        put(c, "\",", 2);
+        puts_(c, extra);
+        put(c, "=\"", 2);
+        puts_(c, v);
     }
     put(c, "\"} ", 3);
     put_u64(c, value);
     end_line(c);
+}
+
+static void series(cursor *c, const char *metric, const char *label, const entry *e,
+                   const char *decision, uint64_t value)
+{
+    labelled(c, metric, label, e, "decision", decision, value);
 }
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
@@ -618,16 +627,7 @@ static void histogram(cursor *c, const char *metric, const char *label, const en
 static void reason_series(cursor *c, const char *metric, const char *label, const entry *e,
                           const char *reason, uint64_t value)
 {
-    puts_(c, metric);
-    put(c, "{", 1);
-    puts_(c, label);
-    put(c, "=\"", 2);
-    put(c, e->name, e->namelen);
-    put(c, "\",reason=\"", 10);
-    puts_(c, reason);
-    put(c, "\"} ", 3);
-    put_u64(c, value);
-    end_line(c);
+    labelled(c, metric, label, e, "reason", reason, value);
 }
 
 /* The series of a rule set, one set of lines per rule of its current
