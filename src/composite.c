@@ -124,6 +124,7 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
     if (commit) { /* prepare: the steps that can fail */
         for (size_t i = 0; i < n && commit; i++) {
             sluice__part *pt = &parts[i];
+            if (!pt->lim && !pt->rt) sluice__table_refind(pt); /* an earlier make moved it? */
             if (!pt->lim && pt->entry == UINT32_MAX) {
                 bool alone = true;
                 for (size_t j = 0; j < n; j++)
@@ -160,6 +161,7 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
     if (commit) {
         for (size_t i = 0; i < n; i++) {
             sluice__part *pt = &parts[i];
+            if (!pt->lim && !pt->rt) sluice__table_refind(pt); /* a later make moved it? */
             if (pt->pf->ops->judge) /* judged in place: now take the permits */
                 sluice__decide(pt->pf, pt->st, now, permits, UINT64_MAX, details ? &pt->r : NULL);
             if (pt->rt) sluice__rtable_store(pt);

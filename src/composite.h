@@ -64,7 +64,8 @@ typedef struct sluice__part {
     sluice__state base;       /* limiter, lock-free: the word's state */
     sluice__state tmp;        /* a copy, or the state after the admission */
     void *where;              /* limiter: its configuration; table: its shard */
-    uint32_t entry;           /* table: the key's entry, UINT32_MAX when absent */
+    uint32_t entry;           /* table: the key's slot, UINT32_MAX when absent */
+    uint32_t gen;             /* table: the shard's moves when entry was found */
     bool lockfree;            /* limiter: a frozen word is held, not the mutex */
     bool created;             /* table: the entry was made for this request */
     u128 snap;                /* limiter: the frozen word's value */
@@ -91,8 +92,9 @@ SLUICE__INTERNAL int sluice__limiters_decide(sluice__part *parts, const size_t *
  * entry); making the key's entry when an admission needs it (0, or
  * SLUICE_EFULL with *retry set, or SLUICE_ENOMEM; `alone`: no other part
  * holds an entry of the shard, so keys at rest may be reclaimed and the
- * policy may evict); storing part->tmp into
- * the entry; undoing a made entry; reclaiming keys at rest in every shard
+ * policy may evict); finding the key's slot (and st) again after entries of
+ * its shard moved (a key made or dropped by another part); storing part->tmp
+ * into the entry; undoing a made entry; reclaiming keys at rest in every shard
  * (with no lock held); counting (`full`: refused for want of room). */
 SLUICE__INTERNAL void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen,
                                               uint64_t *hash);
@@ -100,6 +102,7 @@ SLUICE__INTERNAL void sluice__table_lock(sluice_table *t, void *shard, uint64_t 
 SLUICE__INTERNAL void sluice__table_unlock(sluice_table *t, void *shard);
 SLUICE__INTERNAL void sluice__table_find(sluice__part *part);
 SLUICE__INTERNAL int sluice__table_make(sluice__part *part, bool alone, int64_t *retry);
+SLUICE__INTERNAL void sluice__table_refind(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_store(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_unmake(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_reclaim(sluice_table *t, uint64_t now_ns);

@@ -176,27 +176,42 @@
 #define SWEEP_BUDGET 8
 #define LRU_SAMPLES 8
 
+/* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
+ * pointer to a copy and the key's whole 64-bit hash (found again without
+ * hashing, and compared before the bytes). */
 typedef union ekey {
     unsigned char in[INLINE_KEY];
-    unsigned char *ext;
+    struct {
+        unsigned char *ext;
+        uint64_t hash;
+    } far;
     uint64_t w[2]; /* how the optimistic read reads it */
 } ekey;
 
+/* A slot of a shard's probe array: empty (meta 0) or a key's entry. */
 typedef struct entry {
-    uint32_t meta;  /* key length (17 bits) | wheel list code << 17 */
-    uint32_t next;  /* wheel list or free list: entry + 1, 0 = none */
-    uint32_t prev;  /* wheel list: entry + 1, 0 = head */
+    uint32_t meta;  /* key length (17 bits) | wheel list + 1 (10) << 17 |
+                     * probe distance code (5) << 27; 0: an empty slot */
+    uint32_t next;  /* wheel list: slot + 1, 0 = none */
+    uint32_t prev;  /* wheel list: slot + 1, 0 = head */
     uint32_t cfg;   /* the id of the configuration the state is under */
     ekey key;
     /* the state follows, at offset 32: 16 bytes packed, else a sluice__state */
 } entry;
 
 #define META_LEN(m) ((m) & 0x1ffffu)
-#define META_WHERE(m) ((m) >> 17) /* 0: in no list; else the wheel's list + 1 */
-_Static_assert(SLUICE__WCORE_LISTS < (1u << 15), "a list number fits in meta");
+#define META_WHERE(m) (((m) >> 17) & 0x3ffu) /* 0: in no list; else the wheel's list + 1 */
+#define META_CODE(m) ((m) >> 27)             /* 0: empty; else min(distance, DIST_SAT) + 1 */
+#define WHERE_BITS (0x3ffu << 17)
+#define DIST_SAT 30u /* code DIST_SAT + 1: a distance of DIST_SAT or more */
+_Static_assert(SLUICE__WCORE_LISTS < 0x3ff, "a list number fits in meta");
+_Static_assert(SLUICE_MAX_KEY_BYTES < 0x20000, "a key length fits in meta");
 
-/* What the optimistic read (head comment) reads -- index slots, an entry's
- * meta, key words and packed state words, a shard's count, now and due --
+static inline uint32_t dist_code(uint32_t d) { return (d < DIST_SAT ? d : DIST_SAT) + 1; }
+
+/* What the optimistic read (head comment) reads -- a slot's meta, key
+ * words, configuration id and packed state words, a shard's count, now and
+ * due --
  * is stored by the lock's holder with PUT and loaded without the lock with
  * GET, always with the field's own size: atomic, of the seqlock's orders
  * (spin.h; plain moves on x86-64).  The holder reads them plainly: only
@@ -206,17 +221,16 @@ _Static_assert(SLUICE__WCORE_LISTS < (1u << 15), "a list number fits in meta");
 
 typedef struct shard {
     sluice__spin mu;
-    uint32_t cap;        /* index slots */
-    uint32_t ecap;       /* entries */
-    uint32_t count;      /* entries in use */
-    uint32_t bump;       /* entries [0, bump) have been handed out */
-    uint32_t free_head;  /* free list: entry + 1 */
-    uint64_t *index;
-    unsigned char *slab;
+    uint32_t cap;        /* slots */
+    uint32_t ecap;       /* entries at most (count < ecap < cap) */
+    uint32_t count;      /* entries held */
+    uint32_t gen;        /* moves of entries so far (a composite's parts
+                          * look theirs up again after one) */
+    unsigned char *slab; /* the probe array: cap slots of t->stride bytes */
     uint64_t now;        /* latest time a request showed this shard */
     /* The reclaiming wheel: wheel.cur is the first tick not wholly handled
      * (its level-0 slot holds the keys coming to rest within it); heads[]
-     * are its lists, entry + 1, 0 = empty. */
+     * are its lists, slot + 1, 0 = empty. */
     sluice__wcore wheel;
     uint32_t heads[SLUICE__WCORE_LISTS];
     uint64_t rng;
@@ -280,7 +294,7 @@ static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, 
                            size_t keylen);
 static void ovr_free_all(sluice_table *t);
 
-/* ---- entries ------------------------------------------------------------ */
+/* ---- entries and slots -------------------------------------------------- */
 
 static inline entry *ent(const sluice_table *t, const shard *s, uint32_t i)
 {
@@ -332,52 +346,69 @@ static uint64_t ent_t_last(const sluice_table *t, entry *e)
     return ((sluice__state *)ent_state(e))->t_last;
 }
 
-/* ---- index -------------------------------------------------------------- */
-
 static inline uint32_t home_of(const shard *s, uint32_t tag)
 {
     return (uint32_t)(((uint64_t)tag * s->cap) >> 32);
 }
 
-static inline uint32_t dist_of(const shard *s, uint64_t v, uint32_t i)
+/* The hash of the key entry e holds: kept for a long key, else computed. */
+static uint64_t ent_hash(const sluice_table *t, const entry *e)
 {
-    uint32_t h = home_of(s, (uint32_t)(v >> 32));
-    return i >= h ? i - h : i + s->cap - h;
+    const size_t len = META_LEN(e->meta);
+    return len > INLINE_KEY ? e->key.far.hash : sluice__siphash13(t->seed, e->key.in, len);
 }
 
-/* Whether entry e holds `key`: inline keys compared in 8-byte words (the
- * common case of an address or an id, without a call to memcmp). */
-static inline bool key_eq(const entry *e, const void *key, size_t keylen)
+/* The probe distance of held slot j: its code, or, when that says only
+ * "DIST_SAT or more", from the key's hash. */
+static uint32_t slot_dist(const sluice_table *t, const shard *s, uint32_t j)
+{
+    const uint32_t code = META_CODE(ent(t, s, j)->meta);
+    if (code <= DIST_SAT) return code - 1;
+    const uint32_t h = home_of(s, (uint32_t)ent_hash(t, ent(t, s, j)));
+    return j >= h ? j - h : j + s->cap - h;
+}
+
+/* Whether held slot j (meta code `code`) lies closer to its home than d. */
+static inline bool dist_lt(const sluice_table *t, const shard *s, uint32_t j, uint32_t code,
+                           uint32_t d)
+{
+    return code - 1 < d && (code <= DIST_SAT || slot_dist(t, s, j) < d);
+}
+
+static inline void pad_key(ekey *k, const void *key, size_t keylen)
+{
+    memset(k, 0, sizeof *k);
+    if (keylen && keylen <= INLINE_KEY) memcpy(k->in, key, keylen);
+}
+
+/* Whether entry e holds `key` (k: the key padded, when inline; h: its
+ * hash): inline keys compared in two words, long ones by hash, then bytes. */
+static inline bool key_eq(const entry *e, const ekey *k, const void *key, size_t keylen,
+                          uint64_t h)
 {
     if (META_LEN(e->meta) != keylen) return false;
-    if (keylen > INLINE_KEY) return memcmp(e->key.ext, key, keylen) == 0;
-    if (keylen == 0) return true;
-    unsigned char a[INLINE_KEY] = {0}, b[INLINE_KEY] = {0};
-    memcpy(a, e->key.in, keylen);
-    memcpy(b, key, keylen);
-    uint64_t a0, a1, b0, b1;
-    memcpy(&a0, a, 8);
-    memcpy(&a1, a + 8, 8);
-    memcpy(&b0, b, 8);
-    memcpy(&b1, b + 8, 8);
-    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    if (keylen > INLINE_KEY)
+        return e->key.far.hash == h && memcmp(e->key.far.ext, key, keylen) == 0;
+    return ((e->key.w[0] ^ k->w[0]) | (e->key.w[1] ^ k->w[1])) == 0;
 }
 
-/* The index slot holding `key`, or UINT32_MAX; *probes (if not NULL)
- * receives the slots looked at. */
-static uint32_t find_probes(const sluice_table *t, const shard *s, uint32_t tag,
-                            const void *key, size_t keylen, uint32_t *probes)
+/* The slot holding `key` (hash h), or UINT32_MAX; *probes (if not NULL)
+ * receives the slots looked at.  The run from the key's home is in Robin
+ * Hood order, so a miss stops at an empty slot or at one closer to its home
+ * than the probe is. */
+static uint32_t find_probes(const sluice_table *t, const shard *s, uint64_t h, const void *key,
+                            size_t keylen, uint32_t *probes)
 {
-    uint32_t i = home_of(s, tag), found = UINT32_MAX, d = 0;
+    ekey k;
+    pad_key(&k, key, keylen);
+    uint32_t i = home_of(s, (uint32_t)h), found = UINT32_MAX, d = 0;
     for (;; d++) {
-        uint64_t v = s->index[i];
-        if (v == 0 || dist_of(s, v, i) < d) break;
-        if ((uint32_t)(v >> 32) == tag) {
-            entry *e = ent(t, s, (uint32_t)v - 1);
-            if (key_eq(e, key, keylen)) {
-                found = i;
-                break;
-            }
+        const entry *e = ent(t, s, i);
+        const uint32_t code = META_CODE(e->meta);
+        if (code == 0 || dist_lt(t, s, i, code, d)) break;
+        if (key_eq(e, &k, key, keylen, h)) {
+            found = i;
+            break;
         }
         if (++i == s->cap) i = 0;
     }
@@ -385,44 +416,89 @@ static uint32_t find_probes(const sluice_table *t, const shard *s, uint32_t tag,
     return found;
 }
 
-static inline uint32_t find(const sluice_table *t, const shard *s, uint32_t tag,
-                            const void *key, size_t keylen)
+static inline uint32_t find(const sluice_table *t, const shard *s, uint64_t h, const void *key,
+                            size_t keylen)
 {
-    return find_probes(t, s, tag, key, keylen, NULL);
+    return find_probes(t, s, h, key, keylen, NULL);
 }
 
-static void index_insert(shard *s, uint64_t v)
+/* Move the entry of slot `from` to empty slot `to`, at probe distance d;
+ * its wheel list follows it (links are slot numbers).  Field by field, with
+ * PUT for what the optimistic read reads. */
+static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t to, uint32_t d)
 {
-    uint32_t i = home_of(s, (uint32_t)(v >> 32));
-    for (uint32_t d = 0;; d++) {
-        uint64_t w = s->index[i];
-        if (w == 0) {
-            PUT(&s->index[i], v);
-            return;
-        }
-        uint32_t wd = dist_of(s, w, i);
-        if (wd < d) { /* Robin Hood: the richer one moves on */
-            PUT(&s->index[i], v);
-            v = w;
-            d = wd;
-        }
-        if (++i == s->cap) i = 0;
+    entry *a = ent(t, s, from), *b = ent(t, s, to);
+    const uint32_t m = a->meta;
+    b->next = a->next;
+    b->prev = a->prev;
+    PUT(&b->cfg, a->cfg);
+    PUT(&b->key.w[0], a->key.w[0]);
+    PUT(&b->key.w[1], a->key.w[1]);
+    if (t->pf.packed) {
+        const uint64_t *x = ent_state(a);
+        uint64_t *y = ent_state(b);
+        PUT(&y[0], x[0]);
+        PUT(&y[1], x[1]);
+    } else { /* never read without the lock */
+        memcpy(ent_state(b), ent_state(a), sizeof(sluice__state));
+    }
+    PUT(&b->meta, (m & ~(0x1fu << 27)) | dist_code(d) << 27);
+    if (META_WHERE(m)) {
+        if (b->prev) ent(t, s, b->prev - 1)->next = to + 1;
+        else s->heads[META_WHERE(m) - 1] = to + 1;
+        if (b->next) ent(t, s, b->next - 1)->prev = to + 1;
     }
 }
 
-static void index_remove(shard *s, uint64_t v)
+/* An empty slot for a new key of home slot `home`, in Robin Hood order:
+ * after the keys of its home and of earlier ones, before those of later
+ * ones -- the rest of the run moves one slot on.  *dist receives its probe
+ * distance.  There is an empty slot: count < ecap < cap. */
+static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
 {
-    uint32_t i = home_of(s, (uint32_t)(v >> 32));
-    while (s->index[i] != v)
-        if (++i == s->cap) i = 0;
-    for (;;) { /* shift the run back over the hole */
-        uint32_t j = i + 1 == s->cap ? 0 : i + 1;
-        uint64_t w = s->index[j];
-        if (w == 0 || dist_of(s, w, j) == 0) break;
-        PUT(&s->index[i], w);
+    uint32_t p = home, d = 0, code;
+    while ((code = META_CODE(ent(t, s, p)->meta)) != 0 && !dist_lt(t, s, p, code, d)) {
+        if (++p == s->cap) p = 0;
+        d++;
+    }
+    uint32_t q = p;
+    while (META_CODE(ent(t, s, q)->meta))
+        if (++q == s->cap) q = 0;
+    while (q != p) { /* from the run's end back to p: each moves one on */
+        const uint32_t f = q ? q - 1 : s->cap - 1;
+        slot_move(t, s, f, q, slot_dist(t, s, f) + 1);
+        q = f;
+    }
+    s->gen++;
+    *dist = d;
+    return p;
+}
+
+/* Empty held slot i (its entry out of the wheel, its key and state freed):
+ * the rest of its run moves one slot back, down to a key at its home or an
+ * empty slot.  Returns the slot emptied last: the entries that were in
+ * slots i + 1 .. it (cyclically) are now one slot back. */
+static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
+{
+    for (;;) {
+        const uint32_t j = i + 1 == s->cap ? 0 : i + 1;
+        const uint32_t code = META_CODE(ent(t, s, j)->meta);
+        if (code <= 1) break; /* empty, or at its home */
+        slot_move(t, s, j, i, slot_dist(t, s, j) - 1);
         i = j;
     }
-    PUT(&s->index[i], 0);
+    PUT(&ent(t, s, i)->meta, 0);
+    s->gen++;
+    return i;
+}
+
+/* Where the entry of slot x is after slot_close(i) returned last. */
+static inline uint32_t after_close(const shard *s, uint32_t x, uint32_t i, uint32_t last)
+{
+    const uint32_t off = x >= i ? x - i : x + s->cap - i;
+    const uint32_t run = last >= i ? last - i : last + s->cap - i;
+    if (off == 0 || off > run) return x;
+    return x ? x - 1 : s->cap - 1;
 }
 
 /* ---- the wheel ---------------------------------------------------------- */
@@ -442,7 +518,7 @@ static void wheel_unlink(const sluice_table *t, shard *s, uint32_t i)
     else s->heads[li] = e->next;
     if (e->next) ent(t, s, e->next - 1)->prev = e->prev;
     if (!s->heads[li]) sluice__wcore_vacate(&s->wheel, li);
-    PUT(&e->meta, META_LEN(e->meta));
+    PUT(&e->meta, e->meta & ~WHERE_BITS);
     e->next = e->prev = 0;
 }
 
@@ -464,7 +540,7 @@ static void wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t res
     uint32_t li = sluice__wcore_file(&s->wheel, rest >> TICK_SHIFT);
     if (list_is_cur(s, li) && s->cur_min > rest) s->cur_min = rest;
     entry *e = ent(t, s, i);
-    PUT(&e->meta, META_LEN(e->meta) | ((li + 1) << 17));
+    PUT(&e->meta, (e->meta & ~WHERE_BITS) | ((li + 1) << 17));
     e->prev = 0;
     e->next = s->heads[li];
     if (e->next) ent(t, s, e->next - 1)->prev = i + 1;
@@ -509,7 +585,7 @@ static uint64_t wheel_first_rest(sluice_table *t, shard *s, uint32_t budget)
     }
 }
 
-static void drop_entry(sluice_table *t, shard *s, uint32_t i);
+static uint32_t drop_entry(sluice_table *t, shard *s, uint32_t i);
 
 /* Handle one entry of a slot that has become due at tick cur: reclaim it if
  * at rest by `now`, else file it again.  Returns true if reclaimed. */
@@ -576,7 +652,8 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
         uint64_t rest = ent_rest_at(t, s, i);
         if (rest <= now) {
             wheel_unlink(t, s, i);
-            drop_entry(t, s, i);
+            const uint32_t last = drop_entry(t, s, i);
+            if (n) n = after_close(s, n - 1, i, last) + 1; /* it may have moved back */
             atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
             freed++;
         } else if ((rest >> TICK_SHIFT) > cur) { /* rests later: move it on, so
@@ -594,36 +671,33 @@ static uint32_t sweep_all(sluice_table *t, shard *s, uint64_t now)
 
 /* ---- entry life --------------------------------------------------------- */
 
-static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place);
+static uint32_t drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place);
 
-static void drop_entry(sluice_table *t, shard *s, uint32_t i)
+static uint32_t drop_entry(sluice_table *t, shard *s, uint32_t i)
 {
-    drop_entry_keep(t, s, i, false);
+    return drop_entry_keep(t, s, i, false);
 }
 
-/* Drop entry i; with keep_place, its place in t->keys passes to the caller
- * (no other thread can take it in between). */
-static void drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place)
+/* Drop the entry of slot i; with keep_place, its place in t->keys passes
+ * to the caller (no other thread can take it in between).  Returns
+ * slot_close's answer: which entries moved back a slot. */
+static uint32_t drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep_place)
 {
     entry *e = ent(t, s, i);
     wheel_unlink(t, s, i);
-    const size_t len = META_LEN(e->meta);
-    const uint32_t tag =
-        (uint32_t)sluice__siphash13(t->seed, len > INLINE_KEY ? e->key.ext : e->key.in, len);
-    index_remove(s, (uint64_t)tag << 32 | (i + 1));
     if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
-    if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
-    PUT(&e->meta, 0);
-    e->next = s->free_head;
-    s->free_head = i + 1;
+    if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.far.ext);
+    const uint32_t last = slot_close(t, s, i);
     PUT(&s->count, s->count - 1);
     if (!keep_place) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
+    return last;
 }
 
-/* A new entry for key, in the index (the caller has reserved a key in
- * t->keys); returns the entry number, or UINT32_MAX when memory runs out. */
-static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *key,
-                          size_t keylen, const tcfg *c)
+/* A new entry for key (hash h), in its place of the probe run (the caller
+ * has reserved a key in t->keys); returns its slot, or UINT32_MAX when
+ * memory runs out. */
+static uint32_t new_entry(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
+                          const tcfg *c)
 {
     unsigned char *copy = NULL;
     if (keylen > INLINE_KEY) {
@@ -631,29 +705,25 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint32_t tag, const void *k
         if (!copy) return UINT32_MAX;
         memcpy(copy, key, keylen);
     }
-    uint32_t i;
-    if (s->free_head) {
-        i = s->free_head - 1;
-        s->free_head = ent(t, s, i)->next;
-    } else {
-        i = s->bump++;
-    }
+    uint32_t d;
+    const uint32_t i = slot_open(t, s, home_of(s, (uint32_t)h), &d);
     entry *e = ent(t, s, i);
     /* field by field, with PUT for what the optimistic read reads (no
      * memset over it); the state is stored whole below */
     e->next = e->prev = 0;
     PUT(&e->cfg, c->id);
-    PUT(&e->meta, (uint32_t)keylen);
     ekey k;
-    memset(&k, 0, sizeof k); /* zero-padded */
-    if (copy) k.ext = copy;
-    else if (keylen) memcpy(k.in, key, keylen);
+    pad_key(&k, key, keylen);
+    if (copy) {
+        k.far.ext = copy;
+        k.far.hash = h;
+    }
     PUT(&e->key.w[0], k.w[0]);
     PUT(&e->key.w[1], k.w[1]);
     sluice__state st;
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
-    index_insert(s, (uint64_t)tag << 32 | (i + 1));
+    PUT(&e->meta, (uint32_t)keylen | dist_code(d) << 27);
     PUT(&s->count, s->count + 1);
     return i;
 }
@@ -670,13 +740,12 @@ static bool evict_one(sluice_table *t, shard *s)
         s->rng ^= s->rng >> 7;
         s->rng ^= s->rng << 17;
         uint32_t i = (uint32_t)(((s->rng >> 32) * s->cap) >> 32);
-        while (s->index[i] == 0)
+        while (!META_CODE(ent(t, s, i)->meta))
             if (++i == s->cap) i = 0;
-        uint32_t e = (uint32_t)s->index[i] - 1;
-        uint64_t tl = ent_t_last(t, ent(t, s, e));
+        uint64_t tl = ent_t_last(t, ent(t, s, i));
         if (tl < best_t) {
             best_t = tl;
-            best = e;
+            best = i;
         }
     }
     drop_entry_keep(t, s, best, true);
@@ -691,14 +760,13 @@ static void free_shards(sluice_table *t)
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *s = &t->shards[k];
         if (s->slab) {
-            for (uint32_t i = 0; i < s->bump; i++) { /* in use = in the wheel */
+            for (uint32_t i = 0; i < s->cap; i++) {
                 entry *e = ent(t, s, i);
-                if (!META_WHERE(e->meta)) continue;
-                if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.ext);
+                if (!META_CODE(e->meta)) continue;
+                if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.far.ext);
                 if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
             }
         }
-        sluice__free(s->index);
         sluice__free(s->slab);
     }
     sluice__free(t->shards);
@@ -750,12 +818,11 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         shard *s = &t->shards[k];
         s->ecap = (uint32_t)(ecap > UINT32_MAX - 1 ? UINT32_MAX - 1 : ecap);
         s->cap = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
-        s->index = sluice__calloc(s->cap, sizeof *s->index);
-        s->slab = sluice__calloc(s->ecap, t->stride);
+        s->slab = sluice__calloc(s->cap, t->stride);
         s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
         atomic_store_explicit(&s->due, UINT64_MAX, memory_order_relaxed);
         sluice__wcore_init(&s->wheel, 0);
-        if (!s->index || !s->slab) goto oom;
+        if (!s->slab) goto oom;
     }
     return t;
 oom:
@@ -796,7 +863,7 @@ size_t sluice__table_bytes(const sluice_table *t)
 {
     size_t n = sizeof *t + t->nshards * sizeof(shard);
     for (unsigned k = 0; k < t->nshards; k++)
-        n += (size_t)t->shards[k].cap * sizeof(uint64_t) + (size_t)t->shards[k].ecap * t->stride;
+        n += (size_t)t->shards[k].cap * t->stride;
     return n;
 }
 
@@ -805,14 +872,13 @@ size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap)
     size_t n = 0;
     for (unsigned k = 0; k < t->nshards; k++) {
         const shard *s = &t->shards[k];
-        const size_t ni = (size_t)s->cap * sizeof(uint64_t), ne = (size_t)s->ecap * t->stride;
-        if (buf && n + sizeof *s + ni + ne <= cap) {
+        const size_t ne = (size_t)s->cap * t->stride;
+        if (buf && n + sizeof *s + ne <= cap) {
             unsigned char *b = (unsigned char *)buf + n;
             memcpy(b, s, sizeof *s);
-            memcpy(b + sizeof *s, s->index, ni);
-            memcpy(b + sizeof *s + ni, s->slab, ne);
+            memcpy(b + sizeof *s, s->slab, ne);
         }
-        n += sizeof *s + ni + ne;
+        n += sizeof *s + ne;
     }
     return n;
 }
@@ -820,11 +886,10 @@ size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap)
 uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen)
 {
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
-    const uint32_t tag = (uint32_t)h;
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     uint32_t n;
     sluice__spin_lock(&s->mu);
-    find_probes(t, s, tag, key, keylen, &n);
+    find_probes(t, s, h, key, keylen, &n);
     sluice__spin_unlock(&s->mu);
     return n;
 }
@@ -962,22 +1027,21 @@ enum { READ_DONE, READ_LOCK, READ_TORN };
 
 /* find() for the optimistic read (k: the key zero-padded, as new_entry
  * stores it; keylen <= INLINE_KEY), on GET loads that may mix states: the
- * entry number, UINT32_MAX when absent, or RUN_TORN for a probe run with no
- * end, which only a mix can show.  Each load is a value a holder stored, so
- * an entry number is one of the slab's. */
-#define RUN_TORN (UINT32_MAX - 1) /* entry numbers are below ecap < 2^32 - 1 */
-static uint32_t read_find(sluice_table *t, shard *s, uint32_t tag, const ekey *k, size_t keylen)
+ * slot, UINT32_MAX when absent, or RUN_TORN for a probe run with no end,
+ * which only a mix can show.  A distance code that says only "DIST_SAT or
+ * more" does not end the run here (the locked path hashes the key to know):
+ * the run goes on, to an empty slot, a nearer key or its bound. */
+#define RUN_TORN (UINT32_MAX - 1) /* slots are below cap < 2^32 - 1 */
+static uint32_t read_find(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen)
 {
-    uint32_t i = home_of(s, tag);
+    uint32_t i = home_of(s, (uint32_t)h);
     for (uint32_t d = 0; d < s->cap; d++) {
-        const uint64_t w = GET(&s->index[i]);
-        if (w == 0 || dist_of(s, w, i) < d) return UINT32_MAX;
-        if ((uint32_t)(w >> 32) == tag) {
-            entry *e = ent(t, s, (uint32_t)w - 1);
-            if (META_LEN(GET(&e->meta)) == keylen && GET(&e->key.w[0]) == k->w[0] &&
-                GET(&e->key.w[1]) == k->w[1])
-                return (uint32_t)w - 1;
-        }
+        entry *e = ent(t, s, i);
+        const uint32_t m = GET(&e->meta), code = META_CODE(m);
+        if (code == 0 || (code - 1 < d && code <= DIST_SAT)) return UINT32_MAX;
+        if (META_LEN(m) == keylen && GET(&e->key.w[0]) == k->w[0] &&
+            GET(&e->key.w[1]) == k->w[1])
+            return i;
         if (++i == s->cap) i = 0;
     }
     return RUN_TORN;
@@ -1019,11 +1083,11 @@ static const tcfg *read_cfg(sluice_table *t, shard *s, uint32_t at)
  * for want of room) for a refusal or a probe; READ_LOCK for what only the
  * lock may decide (an admission, a new key); READ_TORN for a torn run.
  * The decision is on two halves in the ranges of the packed form. */
-static int read_once(sluice_table *t, shard *s, uint32_t tag, const ekey *k, size_t keylen,
+static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen,
                      uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok,
                      bool *full)
 {
-    const uint32_t at = read_find(t, s, tag, k, keylen);
+    const uint32_t at = read_find(t, s, h, k, keylen);
     if (at == RUN_TORN) return READ_TORN;
     sluice__state st;
     *full = false;
@@ -1056,19 +1120,13 @@ static inline bool readable(const sluice_table *t, size_t keylen)
     return t->pf.packed && keylen <= INLINE_KEY;
 }
 
-static inline void pad_key(ekey *k, const void *key, size_t keylen)
-{
-    memset(k, 0, sizeof *k);
-    if (keylen) memcpy(k->in, key, keylen);
-}
-
 /* The decision of one request on shard s (unlocked), made without writing
  * anything shared: READ_DONE with *ok (and *res) when it is a refusal or a
  * probe, read consistently (the proof is in the head comment); READ_LOCK
  * when the caller must decide under the lock (an admission, a new key, a
  * request that is not readable()); READ_TORN when READ_TRIES reads met a
  * holder or a change: then under the lock, refusals and probes first. */
-static int decide_read(sluice_table *t, shard *s, uint32_t tag, const void *key, size_t keylen,
+static int decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
                        uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok)
 {
     if (!readable(t, keylen)) return READ_LOCK;
@@ -1081,7 +1139,7 @@ static int decide_read(sluice_table *t, shard *s, uint32_t tag, const void *key,
             continue;
         }
         bool full;
-        const int rc = read_once(t, s, tag, &k, keylen, permits, now_ns, res, ok, &full);
+        const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full);
         if (rc == READ_LOCK) return READ_LOCK;
         if (rc == READ_TORN || !sluice__spin_read_valid(&s->mu, v)) continue;
         if (full) sluice__count(&t->full, 1, false);
@@ -1092,11 +1150,11 @@ static int decide_read(sluice_table *t, shard *s, uint32_t tag, const void *key,
 
 /* The decision of one request on shard s, which the caller has locked (and
  * finds locked again on return: make_room may unlock it on the way).  The
- * key (not NULL; keylen <= SLUICE_MAX_KEY_BYTES) has the hash's low 32 bits
- * `tag`, and now_ns <= INT64_MAX.  This is the whole of a decision but the
+ * key (not NULL; keylen <= SLUICE_MAX_KEY_BYTES) has the hash h, and
+ * now_ns <= INT64_MAX.  This is the whole of a decision but the
  * lock and the counters: the single call and the burst both come here, so
  * a burst decides exactly as separate calls would. */
-static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *key,
+static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key,
                           size_t keylen, uint64_t permits, uint64_t now_ns,
                           sluice_result *res, bool read_first)
 {
@@ -1105,7 +1163,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
         ekey k;
         bool full;
         pad_key(&k, key, keylen);
-        if (read_once(t, s, tag, &k, keylen, permits, now_ns, res, &ok, &full) == READ_DONE) {
+        if (read_once(t, s, h, &k, keylen, permits, now_ns, res, &ok, &full) == READ_DONE) {
             if (full) sluice__count(&t->full, 1, false);
             return ok;
         }
@@ -1117,17 +1175,16 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
         publish_due(s);
     }
     for (;;) {
-        uint32_t slot = find(t, s, tag, key, keylen);
-        uint32_t i;
+        uint32_t i = find(t, s, h, key, keylen);
         bool fresh = false;
         const tcfg *c;
-        if (slot != UINT32_MAX) {
-            i = (uint32_t)s->index[slot] - 1;
+        if (i != UINT32_MAX) {
             if (!(c = ent_cfg(t, s, i))) { /* no memory to carry a ring over */
                 if (res) sluice__fail(res, SLUICE_ENOMEM);
                 break;
             }
-        } else if (c = key_cfg(t, s, tag, key, keylen), permits == 0 || permits > c->pf.capacity) {
+        } else if (c = key_cfg(t, s, (uint32_t)h, key, keylen),
+                   permits == 0 || permits > c->pf.capacity) {
             /* a fresh limiter admits exactly 1 .. capacity permits (L for
              * the windows): this request is a probe or a refusal, which
              * changes nothing, so the key is not made */
@@ -1139,7 +1196,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
             int64_t retry = -1;
             bool relocked;
             bool room = make_room(t, s, s->now, &retry, &relocked);
-            if (relocked && (slot = find(t, s, tag, key, keylen)) != UINT32_MAX) {
+            if (relocked && find(t, s, h, key, keylen) != UINT32_MAX) {
                 /* another thread made the key while s was unlocked */
                 if (room) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
                 continue;
@@ -1156,7 +1213,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint32_t tag, const void *k
                 }
                 break;
             }
-            i = new_entry(t, s, tag, key, keylen, c);
+            i = new_entry(t, s, h, key, keylen, c);
             if (i == UINT32_MAX) {
                 atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
                 if (res) sluice__fail(res, SLUICE_ENOMEM);
@@ -1208,10 +1265,10 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
     shard *s = shard_for(t, h);
     bool ok;
-    const int rc = decide_read(t, s, (uint32_t)h, key, keylen, permits, now_ns, res, &ok);
+    const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
     if (rc != READ_DONE) {
         sluice__spin_lock(&s->mu);
-        ok = decide_locked(t, s, (uint32_t)h, key, keylen, permits, now_ns, res,
+        ok = decide_locked(t, s, h, key, keylen, permits, now_ns, res,
                            rc == READ_TORN);
         sluice__spin_unlock(&s->mu);
     }
@@ -1229,43 +1286,23 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 
 /* ---- bursts ------------------------------------------------------------- */
 
-/* A burst is decided in chunks of BURST_CHUNK requests, in three passes, as
- * DPDK's bulk hash lookup: (1) hash every key and prefetch its home index
- * slot; (2) without the lock (GET loads, as the optimistic read), read each
- * key's probe run (by now mostly in cache) for the first slot whose tag
- * matches and prefetch that entry -- keys are not compared, as that would
- * wait for the entry; the entry is a hint, which a holder may make wrong at
- * any time, and nothing is kept; (3) decide each request in index order as
- * the single call does: decide_read(), else decide_locked().  The misses of
- * passes 1 and 2 overlap, up to the core's outstanding misses, instead of
- * following one another as they do from call to call; pass 3 then runs on
- * lines in cache.  (A rolling pipeline, prefetching a fixed distance ahead
- * of each decision, measured slower here: its prefetches stall the decisions
- * when the fill buffers are full.)  Consecutive requests on one shard share
- * one hold of its lock, at most a chunk: in one thread that is the same
- * sequence of steps on the shard, and to other threads it is one of the
- * orders separate calls could have had (a request on the shard held is
- * decided under that hold, not read).  Nothing is held from one pass to the
- * next, so the burst takes one lock at a time, as a single call does. */
+/* A burst is decided in chunks of BURST_CHUNK requests, in two passes, as
+ * DPDK's bulk hash lookup: (1) hash every key and prefetch its home slot --
+ * the entry a lookup most likely ends at, since a key lies at its home or a
+ * slot or two on, and an entry spans at most two lines, both prefetched;
+ * (2) decide each request in index order as the single call does:
+ * decide_read(), else decide_locked().  The misses of pass 1 overlap, up to
+ * the core's outstanding misses, instead of following one another as they
+ * do from call to call; pass 2 then runs on lines in cache.  (A rolling
+ * pipeline, prefetching a fixed distance ahead of each decision, measured
+ * slower here: its prefetches stall the decisions when the fill buffers are
+ * full.)  Consecutive requests on one shard share one hold of its lock, at
+ * most a chunk: in one thread that is the same sequence of steps on the
+ * shard, and to other threads it is one of the orders separate calls could
+ * have had (a request on the shard held is decided under that hold, not
+ * read).  Nothing is held from one pass to the next, so the burst takes one
+ * lock at a time, as a single call does. */
 #define BURST_CHUNK 32
-/* Tables of at most this many bytes (index and entries; about 17,000 keys)
- * skip pass 2: their lines stay in a core's cache anyway, and the pass
- * would cost a probe per request for nothing. */
-#define BURST_HINT_BYTES ((size_t)1 << 20)
-
-/* Pass 2's hint: the entry a lookup of tag would most likely reach, or NULL
- * (s unlocked: the loads may mix states, hence the bound). */
-static const entry *entry_hint(const sluice_table *t, shard *s, uint32_t tag)
-{
-    uint32_t i = home_of(s, tag);
-    for (uint32_t d = 0; d < s->cap; d++) {
-        uint64_t v = GET(&s->index[i]);
-        if (v == 0 || dist_of(s, v, i) < d) return NULL;
-        if ((uint32_t)(v >> 32) == tag) return ent(t, s, (uint32_t)v - 1);
-        if (++i == s->cap) i = 0;
-    }
-    return NULL;
-}
 
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],
                                          const size_t keylens[], const uint64_t permits[],
@@ -1285,15 +1322,12 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         return allowed;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const shard *s0 = &t->shards[0];
-    const bool hint = (size_t)t->nshards * (s0->cap * sizeof(uint64_t) + s0->ecap * t->stride) >
-                      BURST_HINT_BYTES;
     size_t allowed = 0;
     for (size_t base = 0; base < n; base += BURST_CHUNK) {
         const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
         uint64_t hash[BURST_CHUNK];
         shard *sh[BURST_CHUNK]; /* NULL: a bad key (SLUICE_EINVAL) */
-        for (size_t k = 0; k < m; k++) { /* 1: hash, prefetch the home slot */
+        for (size_t k = 0; k < m; k++) { /* 1: hash, prefetch the home slot's lines */
             const size_t i = base + k;
             if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
                 sh[k] = NULL;
@@ -1302,18 +1336,13 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             const void *key = keys[i] ? keys[i] : "";
             hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
             sh[k] = shard_for(t, hash[k]);
-            __builtin_prefetch(&sh[k]->index[home_of(sh[k], (uint32_t)hash[k])]);
-        }
-        for (size_t k = 0; k < m && hint; k++) { /* 2: prefetch the likely entry */
-            if (!sh[k]) continue;
-            const entry *e = entry_hint(t, sh[k], (uint32_t)hash[k]);
-            if (e) {
-                __builtin_prefetch(e);
-                __builtin_prefetch((const unsigned char *)e + t->stride - 1);
-            }
+            const unsigned char *e =
+                (const unsigned char *)ent(t, sh[k], home_of(sh[k], (uint32_t)hash[k]));
+            __builtin_prefetch(e);
+            __builtin_prefetch(e + t->stride - 1);
         }
         shard *held = NULL;
-        for (size_t k = 0; k < m; k++) { /* 3: decide, in index order */
+        for (size_t k = 0; k < m; k++) { /* 2: decide, in index order */
             const size_t i = base + k;
             const uint64_t p = permits ? permits[i] : 1;
             sluice_result *res = results ? &results[i] : NULL;
@@ -1325,7 +1354,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                 const void *key = keys[i] ? keys[i] : "";
                 /* on the shard held, read under the hold: as decide_read */
                 const int rc = sh[k] == held ? (readable(t, keylens[i]) ? READ_TORN : READ_LOCK)
-                                             : decide_read(t, sh[k], (uint32_t)hash[k], key,
+                                             : decide_read(t, sh[k], hash[k], key,
                                                            keylens[i], p, now_ns, res, &ok);
                 if (rc != READ_DONE) {
                     if (sh[k] != held) {
@@ -1333,7 +1362,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                         held = sh[k];
                         sluice__spin_lock(&held->mu);
                     }
-                    ok = decide_locked(t, held, (uint32_t)hash[k], key, keylens[i], p, now_ns,
+                    ok = decide_locked(t, held, hash[k], key, keylens[i], p, now_ns,
                                        res, rc == READ_TORN);
                 }
             }
@@ -1435,19 +1464,20 @@ void sluice__table_find(sluice__part *part)
     sluice_table *t = part->t;
     shard *s = shard_for(t, part->hash);
     const void *key = part->key ? part->key : "";
-    uint32_t slot = find(t, s, (uint32_t)part->hash, key, part->keylen);
+    uint32_t slot = find(t, s, part->hash, key, part->keylen);
     const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->keylen)
                                        : cur_cfg(t);
     part->pf = &c->pf;
     part->where = s;
     part->created = false;
+    part->gen = s->gen;
     if (slot == UINT32_MAX) {
         part->entry = UINT32_MAX;
         sluice__state_init(&c->pf, &part->base);
         part->st = &part->base;
         return;
     }
-    part->entry = (uint32_t)s->index[slot] - 1;
+    part->entry = slot;
     /* carried over the changes it missed; when memory for a ring runs out,
      * decided under the configuration it reached (the next call retries) */
     const tcfg *ec = ent_cfg(t, s, part->entry);
@@ -1486,7 +1516,7 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
                                      : 1;
         return SLUICE_EFULL;
     }
-    uint32_t i = new_entry(t, s, (uint32_t)part->hash, part->key ? part->key : "", part->keylen,
+    uint32_t i = new_entry(t, s, part->hash, part->key ? part->key : "", part->keylen,
                            (const tcfg *)part->pf); /* the pf of sluice__table_find */
     if (i == UINT32_MAX) {
         atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
@@ -1494,15 +1524,27 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
         return SLUICE_ENOMEM;
     }
     part->entry = i;
+    part->gen = s->gen;
     part->created = true;
     if (!t->pf.packed) part->st = ent_state(ent(t, s, i));
     return 0;
+}
+
+void sluice__table_refind(sluice__part *part)
+{
+    sluice_table *t = part->t;
+    shard *s = part->where;
+    if (part->entry == UINT32_MAX || part->gen == s->gen) return;
+    part->entry = find(t, s, part->hash, part->key ? part->key : "", part->keylen);
+    part->gen = s->gen;
+    if (!t->pf.packed) part->st = ent_state(ent(t, s, part->entry));
 }
 
 void sluice__table_store(sluice__part *part)
 {
     sluice_table *t = part->t;
     shard *s = part->where;
+    sluice__table_refind(part);
     entry *e = ent(t, s, part->entry);
     if (t->pf.packed) store_state(t, part->pf, e, &part->tmp);
     else if (!t->pf.ops->judge) memcpy(ent_state(e), &part->tmp, sizeof part->tmp);
@@ -1514,6 +1556,7 @@ void sluice__table_store(sluice__part *part)
 
 void sluice__table_unmake(sluice__part *part)
 {
+    sluice__table_refind(part);
     drop_entry(part->t, part->where, part->entry);
     part->entry = UINT32_MAX;
     part->created = false;
@@ -1554,8 +1597,7 @@ static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard
     shard *s = shard_for(t, h);
     sluice__spin_lock(&s->mu);
     *sp = s;
-    uint32_t slot = find(t, s, (uint32_t)h, key, keylen);
-    return slot == UINT32_MAX ? UINT32_MAX : (uint32_t)s->index[slot] - 1;
+    return find(t, s, h, key, keylen);
 }
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
@@ -1611,7 +1653,7 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
                 sluice__backoff(n);
                 continue;
             }
-            const uint32_t at = read_find(t, s, (uint32_t)h, &k, keylen);
+            const uint32_t at = read_find(t, s, h, &k, keylen);
             if (at == RUN_TORN) continue;
             const tcfg *c = read_cfg(t, s, at);
             if (!c) break; /* the lock's */
@@ -1667,38 +1709,68 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     return 0;
 }
 
-/* The scan.  Its cursor is a place, not a key: shard k << 32 | entry
- * number i, the next place to look at; 0 both starts and ends a scan.  A
- * call walks the places in increasing order (k, then i), each shard's
- * entries 0 .. bump - 1 under the shard's lock, and reports each held one.
+/* The scan.  Its cursor is a point in the scan's order of keys: a
+ * permutation of the bits of the key's hash -- its shard (the top bits),
+ * then its tag (the low 32 bits, which fix its home slot: home_of is
+ * non-decreasing in the tag), then the hash's middle bits (scan_order).  A
+ * call gives the keys of order >= the cursor in increasing order, a home
+ * slot at a time: under the shard's lock it copies the keys whose home is
+ * that slot (all of one run, Robin Hood order keeps them together) and
+ * whose order is >= the cursor, unlocks, sorts them, and gives them; the
+ * cursor becomes the order after the last one given, or the smallest order
+ * of the next home slot.  0 both starts and ends a scan.
  *
- * Why a key held for the whole scan is reported (the index is no good as a
- * cursor: a backward-shift removal moves index words from places not yet
- * looked at to places already looked at, and a Robin Hood insertion moves
- * them forward past the cursor and back; Redis's reverse-binary cursor
- * answers rehashing, which is not the problem here):
- *  1. The key's shard is fixed (the hash's top bits) and so is its entry
- *     while it is held: only new_entry binds an entry number to a key and
- *     only drop_entry (removal, reset, reclaiming, eviction) frees it;
- *     index_insert and index_remove move index words, never entries.
- *  2. The scan looks at every place (k, i) once, in order, from cursor 0 to
- *     the end: a call resumes exactly where the last stopped, and it moves
- *     past place (k, i) only after looking at it under shard k's lock --
- *     except places i >= bump, skipped together; but bump never decreases,
- *     and an entry handed out lies below it, so a place skipped held no key
- *     at that instant.
- *  3. So the key's place (k, e) is looked at, at an instant within the
- *     scan when the key is held, in entry e (1): it is reported.  Every
- *     held entry is in a wheel list whenever its shard is unlocked (made
- *     and filed in one locked step, dropped and unlinked in one), and a
- *     free entry never is: META_WHERE tells them apart.
- * Each place is looked at once per scan, so a key is reported at most once
- * per time it was made, and exactly once when nothing changes.  The work of
- * a call is at most `count` places; the callback runs unlocked, on a copy
- * of the key (on the stack up to SCAN_INLINE bytes, else in a buffer made
- * with the shard unlocked, after which the place is looked at again). */
-#define CURSOR(k, i) ((uint64_t)(k) << 32 | (i))
-#define SCAN_INLINE 256 /* keys up to this long are copied to the stack */
+ * Why a key held for the whole scan is given (entries move -- a Robin Hood
+ * insertion moves a run's tail a slot on, a removal moves it a slot back --
+ * so no slot number can be a cursor; a key's hash never changes):
+ *  1. The cursor only grows, from 0 to the end (or wraps to 0 past the
+ *     largest order, which ends the scan), and it passes order x only
+ *     (a) by giving a key of order x, or (b) by a look, under its shard's
+ *     lock, at the home slot of every key of order x (moving to the next
+ *     home, or passing up to EMPTY_RUN empty slots -- an empty slot is a home
+ *     of no key: a key lies at its home or past it, every slot between held),
+ *     or (c) by passing an empty shard, seen so under its lock.
+ *  2. So when the cursor passes a key's order during the scan, while the key
+ *     is held: (a) gives it; (b) finds it in its home's run and copies it,
+ *     to give it in order -- the cursor moves past it only once it is given
+ *     (a callback that stops, or the call's budget, leaves the cursor on
+ *     the next key not given); (c) cannot happen.
+ * A key is given at most once per time it was made: once given, the cursor
+ * is past its order.  Two keys of one table with equal 64-bit hashes are
+ * the one exception: the second is skipped when a call ends between them
+ * (a chance of about n^2 / 2^65 for n keys that such a pair exists at all).
+ * The work of a call is at most `count` places; the callback runs unlocked,
+ * on copies (on the stack up to SCAN_INLINE bytes of keys and SCAN_KEYS
+ * keys, else in buffers made with the shard unlocked, after which the home
+ * is looked at again). */
+#define SCAN_INLINE 256 /* key bytes copied to the stack */
+#define SCAN_KEYS 16    /* keys of one home slot copied to the stack */
+#define EMPTY_RUN 256   /* empty slots passed over as one place */
+
+/* A key's place in the scan's order (hash h). */
+static inline uint64_t scan_order(const sluice_table *t, uint64_t h)
+{
+    const unsigned sb = t->shard_bits;
+    return (h & ~(UINT64_MAX >> sb)) | (h & 0xffffffffu) << (32 - sb) |
+           ((h >> 32) & ((UINT64_C(1) << (32 - sb)) - 1));
+}
+
+/* The smallest order of shard k's home slot `home` (home <= cap; cap: the
+ * next shard's first order, 0 past the last shard). */
+static uint64_t home_order(const sluice_table *t, unsigned k, const shard *s, uint32_t home)
+{
+    const unsigned sb = t->shard_bits;
+    if (home >= s->cap)
+        return k + 1 >= t->nshards ? 0 : (uint64_t)(k + 1) << (64 - sb);
+    const uint64_t tag = (((uint64_t)home << 32) + s->cap - 1) / s->cap; /* < 2^32 */
+    return (sb ? (uint64_t)k << (64 - sb) : 0) | tag << (32 - sb);
+}
+
+typedef struct scan_key {
+    uint64_t order;
+    size_t off, len; /* in the key buffer */
+    sluice_key_state ks;
+} scan_key;
 
 int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
@@ -1708,62 +1780,103 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
         return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
     if (visited) *visited = 0;
     if (!t || !fn || !next_cursor || count == 0) return SLUICE_EINVAL;
-    uint64_t k = cursor >> 32;
-    uint32_t i = (uint32_t)cursor;
-    if (k >= t->nshards || i > t->shards[k].ecap) return SLUICE_EINVAL;
+    const unsigned sb = t->shard_bits;
     unsigned char stackbuf[SCAN_INLINE];
-    unsigned char *buf = stackbuf, *heap = NULL;
-    size_t bufcap = sizeof stackbuf, work = 0;
+    scan_key stackkeys[SCAN_KEYS];
+    unsigned char *buf = stackbuf;
+    scan_key *keys = stackkeys;
+    size_t bufcap = sizeof stackbuf, keycap = SCAN_KEYS, work = 0;
+    uint64_t c = cursor;
+    bool done = false;
     int rc = 0;
-    while (k < t->nshards && work < count && rc == 0) {
+    while (!done && work < count && rc == 0) {
+        const unsigned k = sb ? (unsigned)(c >> (64 - sb)) : 0;
         shard *s = &t->shards[k];
         sluice__spin_lock(&s->mu);
-        if (i >= s->bump) { /* entries from bump on were never handed out:
-                             * the rest of the shard is one step */
+        if (s->count == 0) { /* nothing held: the shard is one place */
             sluice__spin_unlock(&s->mu);
             work++;
-            k++;
-            i = 0;
+            c = home_order(t, k, s, s->cap);
+            done = c == 0;
             continue;
         }
-        sluice_key_state ks;
-        size_t len = 0;
-        bool found = false, longer = false;
-        for (const uint32_t end = s->bump; i < end && work < count;) {
-            entry *e = ent(t, s, i);
-            if (!META_WHERE(e->meta)) { /* free: a held entry is always filed */
-                work++;
-                i++;
-                continue;
-            }
-            len = META_LEN(e->meta);
-            if (len > bufcap) { /* a bigger buffer first, made unlocked */
-                longer = true;
-                break;
-            }
-            memcpy(buf, len > INLINE_KEY ? e->key.ext : e->key.in, len);
-            key_state_of(t, s, i, &ks);
+        const uint32_t home = home_of(s, (uint32_t)(c >> (32 - sb)));
+        if (!META_CODE(ent(t, s, home)->meta)) { /* empty slots: homes of no key */
+            uint32_t h2 = home;
+            while (h2 < s->cap && h2 - home < EMPTY_RUN && !META_CODE(ent(t, s, h2)->meta)) h2++;
+            sluice__spin_unlock(&s->mu);
             work++;
-            i++;
-            found = true;
-            break;
+            c = home_order(t, k, s, h2);
+            done = c == 0;
+            continue;
+        }
+        size_t n = 0, used = 0, need_keys = 0, need_bytes = 0;
+        for (uint32_t o = 0, j = home;; o++) { /* the run's keys of this home */
+            entry *e = ent(t, s, j);
+            if (!META_CODE(e->meta)) break;
+            const uint32_t d = slot_dist(t, s, j);
+            if (d < o) break; /* a later home's */
+            if (d == o) {
+                const uint64_t ord = scan_order(t, ent_hash(t, e));
+                const size_t len = META_LEN(e->meta);
+                if (ord >= c) {
+                    need_keys++;
+                    need_bytes += len;
+                    if (n < keycap && used + len <= bufcap) {
+                        memcpy(buf + used, len > INLINE_KEY ? e->key.far.ext : e->key.in, len);
+                        keys[n] = (scan_key){.order = ord, .off = used, .len = len};
+                        key_state_of(t, s, j, &keys[n].ks);
+                        used += len;
+                        n++;
+                    }
+                }
+            }
+            if (++j == s->cap) j = 0;
         }
         sluice__spin_unlock(&s->mu);
-        if (found) {
-            rc = fn(buf, len, &ks, arg); /* no lock held: fn may call the table */
-        } else if (longer) { /* then look at entry i again */
-            unsigned char *nb = sluice__malloc(len);
-            if (!nb) {
+        if (n < need_keys) { /* bigger buffers, made unlocked; then look again */
+            unsigned char *nb = need_bytes > bufcap ? sluice__malloc(need_bytes) : NULL;
+            scan_key *nk = need_keys > keycap ? sluice__calloc(need_keys, sizeof *nk) : NULL;
+            if ((need_bytes > bufcap && !nb) || (need_keys > keycap && !nk)) {
+                sluice__free(nb);
+                sluice__free(nk);
                 rc = SLUICE_ENOMEM;
                 break;
             }
-            sluice__free(heap);
-            buf = heap = nb;
-            bufcap = len;
+            if (nb) {
+                if (buf != stackbuf) sluice__free(buf);
+                buf = nb;
+                bufcap = need_bytes;
+            }
+            if (nk) {
+                if (keys != stackkeys) sluice__free(keys);
+                keys = nk;
+                keycap = need_keys;
+            }
+            continue;
+        }
+        for (size_t a = 1; a < n; a++) /* in order (a handful: insertion sort) */
+            for (size_t b = a; b > 0 && keys[b - 1].order > keys[b].order; b--) {
+                const scan_key x = keys[b];
+                keys[b] = keys[b - 1];
+                keys[b - 1] = x;
+            }
+        size_t i = 0;
+        if (n == 0) work++; /* a home whose keys were all given before */
+        for (; i < n && work < count && rc == 0; i++) {
+            work++;
+            c = keys[i].order + 1; /* past the largest: 0, the end */
+            done = c == 0;
+            rc = fn(buf + keys[i].off, keys[i].len, &keys[i].ks, arg); /* no lock held */
+        }
+        if (i == n && rc == 0 && !done) { /* the home is done: the next one */
+            c = home_order(t, k, s, home + 1);
+            done = c == 0;
         }
     }
-    sluice__free(heap);
-    *next_cursor = k >= t->nshards ? 0 : CURSOR(k, i);
+    if (buf != stackbuf) sluice__free(buf);
+    if (keys != stackkeys) sluice__free(keys);
+    *next_cursor = done ? 0 : c;
     if (visited) *visited = work;
     return rc;
 }
@@ -2128,8 +2241,8 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
     tcfg *const made = nc;
     nc = NULL; /* the table's now, whatever follows */
     sluice__spin_lock(&s->mu);
-    uint32_t slot = find(t, s, tag, key, keylen);
-    if (slot != UINT32_MAX && !carry_held(t, s, (uint32_t)s->index[slot] - 1, made, now_ns)) {
+    uint32_t slot = find(t, s, h, key, keylen);
+    if (slot != UINT32_MAX && !carry_held(t, s, slot, made, now_ns)) {
         sluice__spin_unlock(&s->mu);
         goto oom; /* a ring could not grow: the key stays as it was */
     }
@@ -2181,8 +2294,8 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
     } else {
         const tcfg *base = atomic_load_explicit(&t->cur, memory_order_relaxed);
         sluice__spin_lock(&s->mu);
-        uint32_t slot = find(t, s, tag, key, keylen);
-        if (slot != UINT32_MAX && !carry_held(t, s, (uint32_t)s->index[slot] - 1, base, now_ns)) {
+        uint32_t slot = find(t, s, h, key, keylen);
+        if (slot != UINT32_MAX && !carry_held(t, s, slot, base, now_ns)) {
             rc = SLUICE_ENOMEM; /* a ring could not grow: nothing changes */
         } else {
             copy = o->key;
