@@ -66,6 +66,20 @@ static inline uint64_t sluice__spin_read_begin(const sluice__spin *l)
 {
     return atomic_load_explicit(&((sluice__spin *)l)->seq, memory_order_acquire);
 }
+/* Take the lock only if no holder has run since sluice__spin_read_begin()
+ * returned v (even): a compare-and-swap from v to v + 1, so that what the
+ * read loaded is still what the lock guards.  False: a holder ran (or
+ * runs), nothing was taken. */
+static inline bool sluice__spin_try_upgrade(sluice__spin *l, uint64_t v)
+{
+    if (!atomic_compare_exchange_strong_explicit(&l->seq, &v, v | 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return false;
+#if !SLUICE__SEQ_TSAN
+    atomic_thread_fence(memory_order_release); /* the bit-set before the hold's stores */
+#endif
+    return true;
+}
 /* Whether no holder has run since sluice__spin_read_begin() returned v (even). */
 static inline bool sluice__spin_read_valid(const sluice__spin *l, uint64_t v)
 {

@@ -377,8 +377,25 @@ static inline bool dist_lt(const sluice_table *t, const shard *s, uint32_t j, ui
 
 static inline void pad_key(ekey *k, const void *key, size_t keylen)
 {
-    memset(k, 0, sizeof *k);
-    if (keylen && keylen <= INLINE_KEY) memcpy(k->in, key, keylen);
+    k->w[0] = k->w[1] = 0;
+    if (keylen == INLINE_KEY) memcpy(k->in, key, INLINE_KEY); /* the common sizes: */
+    else if (keylen == 8) memcpy(k->in, key, 8);              /* loads, not a call */
+    else if (keylen && keylen < INLINE_KEY) memcpy(k->in, key, keylen);
+}
+
+/* A decision on a key's packed words w under profile pf (which packs): the
+ * algorithm's decide_packed, as a lock-free limiter decides (unpack, clamp,
+ * decide, pack in one call).  out receives the words the decision leaves:
+ * w itself unless it admits. */
+static inline bool decide_words(const sluice__profile *pf, const uint64_t w[2], uint64_t now_ns,
+                                uint64_t permits, sluice_result *res, uint64_t out[2])
+{
+    sluice__packed_req q = {.w = {w[0], w[1]}, .now_ns = now_ns, .p = permits,
+                            .max_wait = UINT64_MAX, .res = res, .out = {w[0], w[1]}};
+    const bool ok = pf->ops->decide_packed(pf, &q);
+    out[0] = q.out[0];
+    out[1] = q.out[1];
+    return ok;
 }
 
 /* Whether entry e holds `key` (k: the key padded, when inline; h: its
@@ -1023,7 +1040,14 @@ static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry
     return true;
 }
 
-enum { READ_DONE, READ_LOCK, READ_TORN };
+enum { READ_DONE, READ_LOCK, READ_TORN, READ_ADMIT };
+
+/* What a read that found an admission of a held key decided: its slot,
+ * configuration and new state (decide_read stores it if it can upgrade). */
+typedef struct readout {
+    uint32_t at;
+    uint64_t w[2];
+} readout;
 
 /* find() for the optimistic read (k: the key zero-padded, as new_entry
  * stores it; keylen <= INLINE_KEY), on GET loads that may mix states: the
@@ -1085,7 +1109,7 @@ static const tcfg *read_cfg(sluice_table *t, shard *s, uint32_t at)
  * The decision is on two halves in the ranges of the packed form. */
 static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen,
                      uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok,
-                     bool *full)
+                     bool *full, readout *ro)
 {
     const uint32_t at = read_find(t, s, h, k, keylen);
     if (at == RUN_TORN) return READ_TORN;
@@ -1094,9 +1118,12 @@ static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_
     const tcfg *c = read_cfg(t, s, at);
     if (!c) return READ_LOCK;
     if (at != UINT32_MAX) {
-        read_state(t, &c->pf, s, at, &st);
-        *ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
-        return *ok && permits ? READ_LOCK : READ_DONE; /* only an admission writes */
+        const uint64_t *sw = ent_state(ent(t, s, at));
+        const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+        *ok = decide_words(&c->pf, w, now_ns, permits, res, ro->w);
+        if (ro->w[0] == w[0] && ro->w[1] == w[1]) return READ_DONE; /* only an admission writes */
+        ro->at = at;
+        return READ_ADMIT;
     }
     if (permits == 0 || permits > c->pf.capacity) { /* as decide_locked: no key made */
         sluice__state_init(&c->pf, &st);
@@ -1113,6 +1140,9 @@ static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_
     }
     return READ_DONE;
 }
+
+static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
+                        uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro);
 
 /* Whether requests for key are read at all: packed states, inline keys. */
 static inline bool readable(const sluice_table *t, size_t keylen)
@@ -1139,7 +1169,14 @@ static int decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, s
             continue;
         }
         bool full;
-        const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full);
+        readout ro;
+        const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full, &ro);
+        if (rc == READ_ADMIT) { /* store what was read, if nothing moved since */
+            if (!sluice__spin_try_upgrade(&s->mu, v)) return READ_LOCK;
+            *ok = commit_read(t, s, h, key, keylen, permits, now_ns, res, &ro);
+            sluice__spin_unlock(&s->mu);
+            return READ_DONE;
+        }
         if (rc == READ_LOCK) return READ_LOCK;
         if (rc == READ_TORN || !sluice__spin_read_valid(&s->mu, v)) continue;
         if (full) sluice__count(&t->full, 1, false);
@@ -1162,8 +1199,9 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
     if (read_first) { /* a refusal or a probe moves nothing, as if read */
         ekey k;
         bool full;
+        readout ro;
         pad_key(&k, key, keylen);
-        if (read_once(t, s, h, &k, keylen, permits, now_ns, res, &ok, &full) == READ_DONE) {
+        if (read_once(t, s, h, &k, keylen, permits, now_ns, res, &ok, &full, &ro) == READ_DONE) {
             if (full) sluice__count(&t->full, 1, false);
             return ok;
         }
@@ -1223,10 +1261,13 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         }
         entry *e = ent(t, s, i);
         if (t->pf.packed) {
-            sluice__state st;
-            load_state(t, &c->pf, e, &st);
-            ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
-            if (ok && permits) store_state(t, &c->pf, e, &st); /* only an admission writes */
+            uint64_t *sw = ent_state(e), out[2];
+            const uint64_t w[2] = {sw[0], sw[1]};
+            ok = decide_words(&c->pf, w, now_ns, permits, res, out);
+            if (out[0] != w[0] || out[1] != w[1]) { /* only an admission writes */
+                PUT(&sw[0], out[0]);
+                PUT(&sw[1], out[1]);
+            }
         } else {
             ok = sluice__decide(&c->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
         }
@@ -1237,6 +1278,24 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         break;
     }
     return ok;
+}
+
+/* An admission decided by a read of shard s that then took the lock with
+ * nothing moved since (sluice__spin_try_upgrade): the locked path's steps
+ * -- the shard's time, the wheel's upkeep, the state stored -- without
+ * looking the key up and deciding again, which would find what the read
+ * found.  When the wheel is due a step (it may move entries), the whole
+ * locked path decides. */
+static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
+                        uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro)
+{
+    if (now_ns > s->now) PUT(&s->now, now_ns);
+    if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur)
+        return decide_locked(t, s, h, key, keylen, permits, now_ns, res, false);
+    uint64_t *sw = ent_state(ent(t, s, ro->at));
+    PUT(&sw[0], ro->w[0]);
+    PUT(&sw[1], ro->w[1]);
+    return true;
 }
 
 static inline shard *shard_for(const sluice_table *t, uint64_t h)
@@ -1291,9 +1350,11 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * the entry a lookup most likely ends at, since a key lies at its home or a
  * slot or two on, and an entry spans at most two lines, both prefetched;
  * (2) decide each request in index order as the single call does:
- * decide_read(), else decide_locked().  The misses of pass 1 overlap, up to
- * the core's outstanding misses, instead of following one another as they
- * do from call to call; pass 2 then runs on lines in cache.  (A rolling
+ * decide_read(), else decide_locked().  Pass 1 runs a chunk ahead: the
+ * next chunk's lines come while this one decides.  The misses overlap, up
+ * to the core's outstanding misses, instead of following one another as
+ * they do from call to call, and with the deciding; pass 2 then runs on
+ * lines in cache.  (A rolling
  * pipeline, prefetching a fixed distance ahead of each decision, measured
  * slower here: its prefetches stall the decisions when the fill buffers are
  * full.)  Consecutive requests on one shard share one hold of its lock, at
@@ -1303,6 +1364,26 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * read).  Nothing is held from one pass to the next, so the burst takes one
  * lock at a time, as a single call does. */
 #define BURST_CHUNK 32
+
+/* Pass 1 for the chunk of a burst of n that starts at `base`. */
+static void burst_prep(sluice_table *t, size_t n, size_t base, const void *const keys[],
+                       const size_t keylens[], uint64_t hash[], shard *sh[])
+{
+    const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
+    for (size_t k = 0; k < m; k++) {
+        const size_t i = base + k;
+        if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
+            sh[k] = NULL;
+            continue;
+        }
+        const void *key = keys[i] ? keys[i] : "";
+        hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
+        sh[k] = shard_for(t, hash[k]);
+        const unsigned char *e = (const unsigned char *)ent(t, sh[k], home_of(sh[k], (uint32_t)hash[k]));
+        __builtin_prefetch(e);
+        __builtin_prefetch(e + t->stride - 1);
+    }
+}
 
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],
                                          const size_t keylens[], const uint64_t permits[],
@@ -1323,24 +1404,15 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     size_t allowed = 0;
-    for (size_t base = 0; base < n; base += BURST_CHUNK) {
+    uint64_t hashes[2][BURST_CHUNK];
+    shard *shards[2][BURST_CHUNK]; /* NULL: a bad key (SLUICE_EINVAL) */
+    burst_prep(t, n, 0, keys, keylens, hashes[0], shards[0]);
+    for (size_t base = 0, b = 0; base < n; base += BURST_CHUNK, b ^= 1) {
         const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
-        uint64_t hash[BURST_CHUNK];
-        shard *sh[BURST_CHUNK]; /* NULL: a bad key (SLUICE_EINVAL) */
-        for (size_t k = 0; k < m; k++) { /* 1: hash, prefetch the home slot's lines */
-            const size_t i = base + k;
-            if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
-                sh[k] = NULL;
-                continue;
-            }
-            const void *key = keys[i] ? keys[i] : "";
-            hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
-            sh[k] = shard_for(t, hash[k]);
-            const unsigned char *e =
-                (const unsigned char *)ent(t, sh[k], home_of(sh[k], (uint32_t)hash[k]));
-            __builtin_prefetch(e);
-            __builtin_prefetch(e + t->stride - 1);
-        }
+        const uint64_t *hash = hashes[b];
+        shard *const *sh = shards[b];
+        if (base + BURST_CHUNK < n) /* the next chunk's lines come while this one decides */
+            burst_prep(t, n, base + BURST_CHUNK, keys, keylens, hashes[b ^ 1], shards[b ^ 1]);
         shard *held = NULL;
         for (size_t k = 0; k < m; k++) { /* 2: decide, in index order */
             const size_t i = base + k;
@@ -1352,6 +1424,10 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                 ok = false;
             } else {
                 const void *key = keys[i] ? keys[i] : "";
+                if (held && sh[k] != held) { /* one lock at a time */
+                    sluice__spin_unlock(&held->mu);
+                    held = NULL;
+                }
                 /* on the shard held, read under the hold: as decide_read */
                 const int rc = sh[k] == held ? (readable(t, keylens[i]) ? READ_TORN : READ_LOCK)
                                              : decide_read(t, sh[k], hash[k], key,

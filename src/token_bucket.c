@@ -188,10 +188,10 @@ void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2], slui
  * overflows 64 bits exceeds any deficit (d = 0, as the saturated
  * subtraction gives), a request p*rw that overflows is above full.  A
  * refusal leaves the word as it was (its details, when asked for, in 64 bits
- * too: refusal_details); a decision without details that is not a
- * shaper's grant (whose wait needs a division) ends here as well: a probe
- * leaves it too, an admission packs (t, d + p*rw <= full).  The
- * rest goes to the machine: decide_packed_slow, on the unpacked word (t
+ * too: refusal_details); a decision that is not a shaper's grant (whose
+ * wait needs a division) ends here as well, its details one 64-bit
+ * division: a probe leaves the word, an admission packs (t, d + p*rw <=
+ * full).  The rest goes to the machine: decide_packed_slow, on the unpacked word (t
  * already clamped), out of line so that the 64-bit path saves no
  * registers. */
 static __attribute__((noinline)) bool decide_packed_slow(const sluice__profile *pf,
@@ -238,12 +238,16 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req 
     const bool ok = p == 0 || (!__builtin_mul_overflow(p, pf->rw, &add) && d <= full &&
                                add <= full - d);
     if (!ok) return q->res ? refusal_details(pf, q, t, d) : false; /* out is w */
-    if (q->res || (p && pf->shaper)) return decide_packed_slow(pf, q, t);
+    if (p && pf->shaper) return decide_packed_slow(pf, q, t);
     if (p) {
         q->out[0] = t;
         q->out[1] = d + add;
     }
-    return true;
+    if (!q->res) return true;
+    /* the details of an admission or a probe that waits for nothing: what
+     * is left, in whole permits (a probe in debt, d > full, has none) */
+    const uint64_t dd = p ? d + add : d; /* an admission leaves dd <= full */
+    return sluice__allow(q->res, dd < full ? (full - dd) / pf->rw : 0, 0);
 }
 
 /* ceil(x * to / from), saturated at max. */
