@@ -1298,6 +1298,18 @@ static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, 
     return true;
 }
 
+/* Fetch the lines a lookup of hash h most likely reads, all at once rather
+ * than one after the other: its home slot's and the next two (a key lies
+ * at a mean distance of about 2 slots from its home at a load of 0.8; an
+ * entry spans at most two lines). */
+static inline void prefetch_run(const sluice_table *t, const shard *s, uint64_t h)
+{
+    const unsigned char *e = (const unsigned char *)ent(t, s, home_of(s, (uint32_t)h));
+    __builtin_prefetch(e);
+    __builtin_prefetch(e + 64);
+    __builtin_prefetch(e + 128);
+}
+
 static inline shard *shard_for(const sluice_table *t, uint64_t h)
 {
     return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
@@ -1323,6 +1335,7 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
     const uint64_t h = sluice__siphash13(t->seed, key, keylen);
     shard *s = shard_for(t, h);
+    prefetch_run(t, s, h);
     bool ok;
     const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
     if (rc != READ_DONE) {
@@ -1379,9 +1392,7 @@ static void burst_prep(sluice_table *t, size_t n, size_t base, const void *const
         const void *key = keys[i] ? keys[i] : "";
         hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
         sh[k] = shard_for(t, hash[k]);
-        const unsigned char *e = (const unsigned char *)ent(t, sh[k], home_of(sh[k], (uint32_t)hash[k]));
-        __builtin_prefetch(e);
-        __builtin_prefetch(e + t->stride - 1);
+        prefetch_run(t, sh[k], hash[k]);
     }
 }
 
