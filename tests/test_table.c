@@ -1,6 +1,7 @@
 /* test_table.c -- per-key limiters: independence of keys, key lengths, the
  * max_keys bound with reclamation of keys at rest and refusal of new keys
- * when every held key is in use, counters. */
+ * when every held key is in use, counters; keys whose probe run is 150
+ * slots long (test_long_runs). */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -364,6 +365,145 @@ static void test_refusal_after_reconfigure(void **state)
     sluice_table_free(t);
 }
 
+/* ---- long probe runs ----------------------------------------------------- */
+
+/* Keys whose entries all want one home slot (the seed is known): their
+ * probe run grows to 150 slots, far past the distances the slot's 5-bit code
+ * holds exactly (DIST_SAT, src/table.c), so that lookups, Robin Hood
+ * insertions (the run's tail moving a slot on), removals and reclaiming at
+ * rest (moving it back) and the wheel's links that follow each move all run
+ * on saturated distances.  Checked against an independent model of
+ * fixed-window 2/s per key (a key's window k = t / 1 s admits 2), every
+ * decision; after each round, a full scan gives each held key exactly once
+ * and the keys held are the table's count.  Composites of 3 keys of the run
+ * (made together: each made entry moves the others) are all or nothing. */
+#define RUN_KEYS 150
+typedef struct run_model {
+    uint64_t win[RUN_KEYS], used[RUN_KEYS];
+} run_model;
+
+static bool run_model_ask(run_model *m, size_t i, uint64_t now)
+{
+    const uint64_t k = now / SEC + 1; /* 0: nothing admitted yet */
+    if (m->win[i] != k) {
+        m->win[i] = k;
+        m->used[i] = 0;
+    }
+    if (m->used[i] >= 2) return false;
+    m->used[i]++;
+    return true;
+}
+
+typedef struct run_seen {
+    char (*keys)[16];
+    unsigned hits[RUN_KEYS];
+    size_t other;
+} run_seen;
+
+static int run_scan_cb(const void *key, size_t keylen, const sluice_key_state *ks, void *arg)
+{
+    (void)ks;
+    run_seen *s = arg;
+    for (size_t i = 0; i < RUN_KEYS; i++)
+        if (keylen == 16 && memcmp(s->keys[i], key, 16) == 0) {
+            s->hits[i]++;
+            return 0;
+        }
+    s->other++;
+    return 0;
+}
+
+static void test_long_runs(void **state)
+{
+    (void)state;
+    const uint64_t seed[2] = {0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+    char err[256];
+    sluice_table *t = sluice__table_new_seeded("fixed-window 2/s", 200, 0, seed, err, sizeof err);
+    if (!t) fail_msg("%s", err);
+    /* one shard of 200 entries and 251 slots: home 0 is a tag below 2^32/251 */
+    static char keys[RUN_KEYS][16];
+    size_t n = 0;
+    for (uint64_t c = 0; n < RUN_KEYS; c++) {
+        char k[16];
+        memset(k, 0, sizeof k);
+        snprintf(k, sizeof k, "run-%llu", (unsigned long long)c);
+        if ((uint32_t)sluice__siphash13(seed, k, 16) < (UINT64_C(1) << 32) / 251)
+            memcpy(keys[n++], k, 16);
+    }
+    uint32_t longest = 0;
+    run_model m;
+    memset(&m, 0, sizeof m);
+    uint64_t rng = tu_env_seed(), now = SEC;
+    size_t decisions = 0, composites = 0, removals = 0;
+    for (int round = 0; round < 60; round++) {
+        for (int step = 0; step < 400; step++) {
+            now += tu_splitmix64_below(&rng, SEC / 50); /* rests and reclaims now and then */
+            const size_t i = (size_t)tu_splitmix64_below(&rng, RUN_KEYS);
+            const uint64_t what = tu_splitmix64_below(&rng, 20);
+            sluice_result r;
+            if (what == 0) { /* remove: the model starts it afresh */
+                int rc = sluice_table_remove(t, keys[i], 16);
+                assert_true(rc == 0 || rc == SLUICE_ENOENT);
+                m.win[i] = 0;
+                removals++;
+            } else if (what == 1) { /* three keys of the run at once */
+                size_t j = (i + 1 + (size_t)tu_splitmix64_below(&rng, RUN_KEYS - 1)) % RUN_KEYS;
+                size_t k = (j + 1 + (size_t)tu_splitmix64_below(&rng, RUN_KEYS - 1)) % RUN_KEYS;
+                if (k == i) k = (k + 1) % RUN_KEYS;
+                if (k == j) continue;
+                const sluice_limit_ref refs[3] = {sluice_ref_key(t, keys[i], 16),
+                                                  sluice_ref_key(t, keys[j], 16),
+                                                  sluice_ref_key(t, keys[k], 16)};
+                const bool ok = sluice_composite_try_acquire_at(refs, 3, 1, now, &r, NULL);
+                /* the model: all or nothing */
+                run_model before = m;
+                bool want = run_model_ask(&m, i, now) & run_model_ask(&m, j, now) &
+                            run_model_ask(&m, k, now);
+                if (!want) m = before;
+                if (ok != want)
+                    fail_msg("round %d step %d: composite of %zu %zu %zu: %d, model %d", round,
+                             step, i, j, k, ok, want);
+                composites++;
+            } else {
+                const bool ok = sluice_table_try_acquire_at(t, keys[i], 16, 1, now, &r);
+                const bool want = run_model_ask(&m, i, now);
+                if (ok != want)
+                    fail_msg("round %d step %d: key %zu: %d, model %d", round, step, i, ok, want);
+                decisions++;
+            }
+        }
+        /* a full scan: each held key once, nothing else */
+        run_seen s = {.keys = keys};
+        uint64_t cur = 0;
+        int calls = 0;
+        do {
+            assert_int_equal(sluice_table_scan(t, cur, 7, run_scan_cb, &s, &cur), 0);
+            assert_true(++calls < 100000);
+        } while (cur != 0);
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        size_t held = 0;
+        for (size_t i = 0; i < RUN_KEYS; i++) {
+            sluice_result r;
+            const int rc = sluice_table_peek_at(t, keys[i], 16, 0, now, &r, NULL);
+            assert_true(rc == 0 || rc == SLUICE_ENOENT);
+            if (s.hits[i] != (rc == 0))
+                fail_msg("round %d: key %zu given %u times, peek says %s", round, i, s.hits[i],
+                         rc == 0 ? "held" : "not held");
+            held += rc == 0;
+            const uint32_t p = sluice__table_probe_len(t, keys[i], 16);
+            if (p > longest) longest = p;
+        }
+        assert_int_equal(s.other, 0);
+        assert_int_equal(st.keys, held);
+    }
+    printf("[ table    ] long runs: %zu decisions, %zu composites, %zu removals; longest probe %u "
+           "slots\n",
+           decisions, composites, removals, longest);
+    assert_true(longest > 40); /* past the exact codes: the saturated ones ran */
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_reclaim_when_full),
         cmocka_unit_test(test_refusal_writes_nothing),
         cmocka_unit_test(test_refusal_after_reconfigure),
+        cmocka_unit_test(test_long_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
