@@ -723,10 +723,11 @@ typedef int (*sluice_table_scan_fn)(const void *key, size_t keylen,
 /* One step of a scan over the table's keys, as Redis's SCAN: start with
  * cursor 0 and pass each call the cursor the last one stored in
  * *next_cursor, until it stores 0.  Each call looks at no more than `count`
- * places of the table (a place: one entry of a shard's slab, held or free,
- * or a shard's never-used rest, skipped in one step) and calls `fn` for each
- * held key among them, in the calling thread.  Guarantees, whatever
- * decisions, inserts, removals, reclaiming and evictions run meanwhile:
+ * places of the table (a place: a key given to fn, or a slot of a shard's
+ * probe array whose keys were given before, or up to 256 empty slots in a
+ * row, or a shard that holds no key) and calls `fn` for each key it gives,
+ * in the calling thread.  Guarantees, whatever decisions, inserts,
+ * removals, reclaiming and evictions run meanwhile:
  *  - every key held for the whole scan is given to fn at least once ("held
  *    for the whole scan": the table holds it at the first call and is never
  *    without it until the last; a key dropped -- removed, reset, reclaimed
@@ -734,18 +735,25 @@ typedef int (*sluice_table_scan_fn)(const void *key, size_t keylen,
  *  - a key is given at most once per time it was made, so a table that
  *    nothing changes gives each key exactly once;
  *  - a key made or dropped during the scan may or may not be given.
- * The cursor names a place in the table (shard << 32 | entry), not a key:
- * keys keep their entry while held (the index moves, the entries never), so
- * a walk over the entries in order meets each held one (the proof is in
- * src/table.c).  A cursor stays valid for the table's life and is worth
- * nothing on another table.  A full scan costs about H / count + S calls,
- * H the most keys the table has held at once and S its shards (up to 64).
+ * (The one exception to both: two keys of equal 64-bit hashes under the
+ * table's secret seed, when a call ends between them -- a chance of about
+ * n^2 / 2^65 that n keys hold such a pair at all.)
+ * The cursor is a point in an order of the keys by their hash, not a place
+ * in memory: entries move as keys come and go, the hash of a key never
+ * does, so a walk in that order, a home slot at a time, meets each held
+ * key once (the proof is in src/table.c).  Every value is a valid cursor;
+ * one is worth nothing on another table.  A full scan costs about
+ * (K + E/256 + S) / count calls, K the keys held, E the empty slots (about
+ * max_keys / 4 and more, fewer as the table fills) and S its shards (up to
+ * 64).  A table in a shared region (sluice_table_attach, _open) scans its
+ * own way, with the same guarantees: its cursor is a slot (keys there never
+ * move), and a cursor it could not have stored is SLUICE_EINVAL.
  * Returns 0; or fn's nonzero return (the scan
  * stopped after that key: *next_cursor resumes after it); SLUICE_EINVAL for
- * a NULL t, fn or next_cursor, count = 0, or a cursor no call on this table
- * could have stored (nothing is called, *next_cursor is left as it is);
- * SLUICE_ENOMEM when a key longer
- * than 256 bytes could not be copied (*next_cursor resumes at that key).
+ * a NULL t, fn or next_cursor, or count = 0 (nothing is called,
+ * *next_cursor is left as it is); SLUICE_ENOMEM when keys could not be
+ * copied (more than 256 bytes or 16 keys of one home slot; *next_cursor
+ * resumes at them).
  * Thread-safe. */
 int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
                       sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor);

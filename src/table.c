@@ -1,34 +1,41 @@
 /* table.c -- one limiter per key, for millions of keys in bounded memory.
  *
- * Layout.  The profile (parsed spec) is shared; each key costs an entry in
- * a slab and a slot in an open-addressing index, in one of S shards (S a
- * power of two up to 64, one short lock each -- sluice__spin, held for the
- * lookup and the decision of whatever may write, and also the shard's
- * sequence count, which refusals read instead: below; the shard is the
- * hash's top bits):
+ * Layout.  The profile (parsed spec) is shared; each key costs one entry in
+ * the probe array of one of S shards (S a power of two up to 64, one short
+ * lock each -- sluice__spin, held for the lookup and the decision of
+ * whatever may write, and also the shard's sequence count, which refusals
+ * read instead: below; the shard is the hash's top bits).  The entries live
+ * in the array itself, so that a lookup touches one place in memory -- a
+ * 48-byte entry, and the one or two after it -- not an index slot and then
+ * an entry elsewhere (two dependent misses):
  *
- *   index slot  8 bytes   tag (32 low bits of the hash) << 32 | entry + 1;
- *                         0 = empty.  Linear probing kept in Robin Hood
- *                         order, so a miss stops at the first slot that is
- *                         closer to its home than the probe is; removal
- *                         shifts the run back (no tombstones, no rehash).
- *                         Load factor at most 0.8.
- *   entry      48 bytes   key length, wheel links and the number of the
- *                         configuration the state is under (16: below), the
- *                         key inline when <= 16 bytes, else a pointer to a
- *                         copy (16), and the state in its packed 16-byte
- *                         form (the latest time and one count: limiter.c).
- *                         The hash's tag is not kept: removal hashes the
- *                         key again to find its index slot.  States
- *                         that do not pack (sliding-log and sliding-wheel,
- *                         whose rings live on the heap, and rare extreme
- *                         specs) take a whole sluice__state: 80 bytes.
+ *   slot     48 bytes   meta: the key length, the wheel list the entry is
+ *                       in, and its probe distance (below); 0 = empty.
+ *                       Wheel links (slot numbers) and the number of the
+ *                       configuration the state is under (16 bytes with
+ *                       meta); the key inline when <= 16 bytes, else a
+ *                       pointer to a copy and the key's 64-bit hash (16);
+ *                       the state in its packed 16-byte form (the latest
+ *                       time and one count: limiter.c).  States that do
+ *                       not pack (sliding-log and sliding-wheel, whose
+ *                       rings live on the heap, and rare extreme specs)
+ *                       take a whole sluice__state: 80-byte slots.
  *
- * so a token-bucket key with a 16-byte key costs 48 + 8/0.8 = 58 bytes.
- * Index and slab are sized for max_keys when the table is made (with a
- * margin per shard for an uneven spread: 6 standard deviations) and come
- * from calloc, so pages are touched only as keys arrive; the table never
- * allocates more, whatever keys arrive.
+ * Linear probing in Robin Hood order: the keys of a run lie in the order of
+ * their home slots (home_of: the hash's low 32 bits scaled to the array),
+ * so a miss stops at the first slot closer to its home than the probe is.
+ * An insertion opens its place by moving the rest of the run one slot on;
+ * a removal moves it one slot back (no tombstones, no rehash); each entry
+ * moved takes its wheel links along (its neighbours are told its new slot),
+ * and the shard's `gen` counts the moves.  The probe distance is kept in 5
+ * bits of meta, exact below DIST_SAT; a distance of DIST_SAT or more (a run
+ * that long is rare at a load of 0.8, and hash flooding cannot aim at it:
+ * the seed is secret) is found again from the key's hash when needed.  Load
+ * factor at most 0.8: a token-bucket key with a 16-byte key costs 48 / 0.8
+ * = 60 bytes.  The arrays are sized for max_keys when the table is made
+ * (with a margin per shard for an uneven spread: 6 standard deviations)
+ * and come from calloc, so pages are touched only as keys arrive; the table
+ * never allocates more, whatever keys arrive.
  *
  * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table.
  *
@@ -52,7 +59,9 @@
  * entry, it is reclaimed if at rest, else re-filed at its current rest
  * time -- each re-filing is paid for by the admissions that caused it.
  * Every locked call on a shard advances its wheel to the call's time,
- * handling at most SWEEP_BUDGET entries; occupancy bitmaps let the wheel jump over empty
+ * handling at most SWEEP_BUDGET entries (a reclaimed entry's removal moves
+ * its run back a slot: a walk along a list that drops entries follows the
+ * next one to its new slot, after_close); occupancy bitmaps let the wheel jump over empty
  * slots, so an idle gap of years costs a few steps.  Since an entry is never
  * filed later than its real rest time, advancing the wheel to `now` (and
  * looking through the current tick's slot) finds every key at rest: when a
@@ -98,31 +107,37 @@
  * `now`, not the wheel, not a shared counter (the statistics are striped
  * per thread, counters.h; the refused-keys sketch, when it is on, is the one
  * thing a refusal writes).  If the read finds a refusal or a probe it is the
- * answer; anything else (an admission, a key to make) is decided again under
- * the lock, as before.  (Under the lock -- a burst's request on the shard it
+ * answer.  If it finds an admission of a held key, it takes the lock only if
+ * the sequence is still the one it began with (sluice__spin_try_upgrade: a
+ * compare-and-swap from v to v + 1) and stores the words it decided
+ * (commit_read; when the shard's wheel is due a step, which may move
+ * entries, the locked path decides again instead).  Anything else (a key to
+ * make, a holder met since) is decided again under the lock, as before.  (Under the lock -- a burst's request on the shard it
  * holds, or a read that met holders READ_TRIES times -- a refusal or a probe
  * is still decided first, with no upkeep: it moves nothing but the lock.)
  * The lock word is a sequence (spin.h): odd while held, 2 more after each
  * hold.  The read:
  *
  *   v = the sequence (acquire); odd: a holder runs -- wait, read it again
- *   the probe run of the key's index slots, each candidate entry's meta
- *     (key length) and two key words, the entry's configuration id and
- *     the two words of its packed state;
+ *   the probe run of the key's slots: each one's meta (distance code, key
+ *     length) and two key words, the entry's configuration id and the two
+ *     words of its packed state;
  *     for a key absent and a new key that would need room, the shard's
  *     count and now, and every shard's `due` (full_read)
- *   decide on a copy of the state (the algorithm's decide, unchanged)
+ *   decide on a copy of the state (the algorithm's decide_packed, as a
+ *     lock-free limiter decides)
  *   the sequence again (after the loads): still v -- the answer, if it is
  *     a refusal or a probe; else read again (at most READ_TRIES times, then
  *     the lock)
  *
  * Why an answer given is one the locked path would have given at an
- * instant of the read: (1) every field read so -- index slots, meta, key
- * words, configuration id, state words, count, now, overrides -- is stored by a holder only, with an
- * atomic store of the field's own size (PUT), and loaded with an atomic
- * load of the same size (GET); no store overlaps another field's bytes
- * (new_entry stores field by field, no memset), so no load tears within a
- * field and there is no data race.  (2) v even was stored by the last
+ * instant of the read: (1) every field read so -- meta, key words,
+ * configuration id, state words, count, now, overrides -- is stored by a
+ * holder only, with an atomic store of the field's own size (PUT), and
+ * loaded with an atomic load of the same size (GET); no store overlaps
+ * another field's bytes (new_entry and slot_move store field by field, no
+ * memset or memcpy over them), so no load tears within a field and there
+ * is no data race.  (2) v even was stored by the last
  * hold's unlock (release; read with acquire), so every store of the holds
  * before it is visible to the loads after it.  (3) If a load saw a store of
  * a hold that began after v, that store follows the hold's lock (the
@@ -137,10 +152,15 @@
  * that instant (with no upkeep: the wheel and `now` only reclaim keys at
  * rest, which decide as fresh keys do).  (4) A read that mixed states is
  * never acted on (the recheck fails), and cannot go wrong before it: each
- * load is a value a holder stored, so an index slot names an entry of the
- * slab, a probe run is cut at `cap` slots, and the state is two halves in
- * the ranges the packed form allows, on which decide is total (no key is
- * ever dereferenced: only keys of at most 16 bytes, compared as words).
+ * load is a value a holder stored, a probe run is cut at `cap` slots, a
+ * configuration id is looked up warily (read_cfg), and the state is two
+ * halves in the ranges the packed form allows, on which decide is total (no
+ * key is ever dereferenced: only keys of at most 16 bytes, compared as
+ * words).  (5) An admission's upgrade succeeds only if the sequence is
+ * still v when the lock is taken: no holder ran from v to then, so by (1)-(3)
+ * what the read loaded is still the shard's -- the slot holds the key, the
+ * words are its state under its newest configuration -- and the words it
+ * stores are those the locked path would compute and store on that state.
  * The other shards' `due` are read as the locked path reads them, without
  * their locks: lower bounds, each true when read.
  *
@@ -1694,7 +1714,7 @@ int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i != UINT32_MAX) {
-        drop_entry(t, s, i); /* out of the wheel and the index, place freed */
+        drop_entry(t, s, i); /* out of the wheel and the probe array, place freed */
         publish_due(s);
     }
     sluice__spin_unlock(&s->mu);

@@ -8,7 +8,7 @@
 
 /* Table internals for the tests and benchmarks (table.c): a table with a
  * given seed instead of a random one; the slots a lookup of key probes
- * (found or not); the bytes the table has allocated (index, slab, shards;
+ * (found or not); the bytes the table has allocated (probe arrays, shards;
  * long keys and rings not included) and the seed. */
 SLUICE__INTERNAL sluice_table *sluice__table_new_seeded(const char *spec, size_t max_keys,
                                                         unsigned flags, const uint64_t seed[2],
@@ -18,7 +18,7 @@ SLUICE__INTERNAL uint32_t sluice__table_probe_len(sluice_table *t, const void *k
 SLUICE__INTERNAL size_t sluice__table_bytes(const sluice_table *t);
 SLUICE__INTERNAL void sluice__table_seed(const sluice_table *t, uint64_t seed[2]);
 /* A copy of every shard -- its struct (the lock's sequence word, its clock
- * and wheel included), its index and its entries -- into buf, if it has
+ * and wheel included) and its probe array -- into buf, if it has
  * cap bytes; returns the bytes the copy takes.  For the tests that a
  * refusal or a probe writes nothing (call it with no decision running). */
 SLUICE__INTERNAL size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap);
