@@ -2,11 +2,13 @@
  * (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent and
  * top-k elements in data streams", ICDT 2005).
  *
- * The algorithm.  m counters, each (key, count, error).  A key already
- * counted adds 1 to its count.  A new key takes a free counter (count 1,
- * error 0), or, when all m are taken, the counter with the least count c:
- * the old key is forgotten and the new one gets count c + 1, error c.  With
- * N keys counted so far:
+ * The algorithm.  m counters, each (key, count, error).  Refusals arrive
+ * as (key, w): w refusals of one key at once (the paper's step is w = 1;
+ * below, a thread gathers its refusals of one key and counts them in one
+ * step).  A key already counted adds w to its count.  A new key takes a
+ * free counter (count w, error 0), or, when all m are taken, the counter
+ * with the least count c: the old key is forgotten and the new one gets
+ * count c + w, error c.  With N refusals counted so far:
  *
  *   - the counts sum to N, so the least count is at most N/m;
  *   - a counted key's count is at least its true number f and at most
@@ -15,6 +17,57 @@
  *   - a key with f > N/m is counted: if it were not, the counter it last
  *     held was taken when the least count was >= its count, yet its count
  *     was >= f > N/m >= the least count ever is.
+ *
+ * None of the three depends on w or on the order of the steps: gathering
+ * a key's refusals before counting them changes which key a tie evicts,
+ * never a bound.
+ *
+ * Hot keys without a shared write.  A flood refused on one key would take
+ * the key's sketch lock on every refusal, and with two threads the lock's
+ * cache line would move between the cores every time (the overload path
+ * otherwise writes nothing shared).  So every thread that owns a stripe
+ * of the decision counters (counters.c: one of SLUICE__STRIPES - 1 slots,
+ * exclusive for the thread's life, handed on when it exits) has, in every
+ * sketch, a pending record of its own on its own cache line: a key (hash,
+ * length, bytes), `count` refusals of it not yet counted, and `taken`.
+ * A refusal of the record's key is one store to count (no lock, no locked
+ * instruction, a line no other thread writes while no read runs).  A
+ * refusal of another key, or count - taken reaching PEND_MAX (256), moves
+ * count - taken into the key's sketch in one step of weight w under its
+ * lock, and empties the record (count = taken = 0) before the owner
+ * rewrites the key (under the record's own sequence, a seqlock with the
+ * owner as the only writer).  Threads without a stripe of their own (more
+ * than SLUICE__STRIPES - 1 alive) count each refusal directly, w = 1.
+ *
+ * A read first collects every record: it reads the key consistently (the
+ * sequence), then, under that key's sketch lock, adds count - taken and
+ * sets taken = count.  `taken` is written only under the lock of the
+ * record's key's sketch, by the reader or by the owner emptying it; the
+ * owner never changes the key of a record with count > 0 without taking
+ * that lock first, so the key a reader read under the lock is still the
+ * record's when it stores taken.  The owner's count only grows meanwhile:
+ * what it has added since the reader's load stays pending.  So a read
+ * counts every refusal made before it began (a record whose key changes
+ * under it has only refusals made since: each change moved the ones before
+ * into the sketch), the bounds above hold for every read exactly as for a
+ * sketch fed one refusal at a time, and between reads the sketch itself
+ * lags by at most PEND_MAX - 1 refusals per thread, which no reader sees.
+ *
+ * Why records and not sampling (counting every n-th refusal with weight
+ * n): a deterministic sample has no per-key bound (a stream that puts
+ * each sampled refusal on one key hides the others entirely), a random
+ * one only a probabilistic bound, while records keep Space-Saving's exact
+ * ones.  Why records in the sketch and not in thread-local storage: a
+ * thread-local record would outlive the table (tables are freed while
+ * threads live), and its pending counts would be lost with the thread and
+ * invisible to reads; records in the sketch are freed with it, stay when
+ * their thread exits (the stripe's next owner carries on with them), and
+ * are read.  The one thing a thread keeps is its stripe number.
+ *
+ * Cost: a hot key's refusal is a load of the thread's stripe, a compare of
+ * the hash, length and key words with the record, and one store; a key
+ * that changes every refusal pays what it paid before (the sketch lock and
+ * one step) plus the record's rewrite.
  *
  * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
  * by the same top bits of the same hash), each with its own spin lock, so
@@ -36,15 +89,20 @@
  *              empty (a probe looks at no counter until the 32 bits match);
  *              removal shifts the run back.
  *
- * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes.
+ * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes; and
+ * per table, SLUICE__STRIPES - 1 = 15 pending records of 64 bytes plus
+ * max_key_bytes rounded up to 8, each rounded up to 64 (128 bytes each
+ * for keys of up to 64 bytes).
  *
- * Every step is O(1), with no search: counts only ever grow by 1, so a
- * counter of count c that grows swaps places with the last counter of its
- * run (ord[end]) and, now last of the c's, becomes the first of the c + 1's
- * (joining that run when the next counter has c + 1, else starting one).
- * The counters start at count 0 in one run, unkeyed: "take a free counter"
- * and "take the least counter" are then one step -- take the last counter
- * of the first run (a count of 0 was free: error 0) and grow it.
+ * A step of weight 1 is O(1), with no search: a counter of count c that
+ * grows swaps places with the last counter of its run (ord[end]) and, now
+ * last of the c's, becomes the first of the c + 1's (joining that run when
+ * the next counter has c + 1, else starting one).  A step of weight w also
+ * passes over the runs between c and c + w, one swap each (raise_by): at
+ * most min(w, m) swaps, so at most one per refusal counted.  The counters
+ * start at count 0 in one run, unkeyed: "take a free counter" and "take
+ * the least counter" are then one step -- take the last counter of the
+ * first run (a count of 0 was free: error 0) and grow it.
  *
  * Keys longer than max_key_bytes are kept to their first max_key_bytes
  * bytes and marked truncated: every key with the same first bytes is
