@@ -71,11 +71,11 @@
  *
  * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
  * by the same top bits of the same hash), each with its own spin lock, so
- * refusals of keys in different shards never meet, and the lock a refusal
- * takes is as contended as the shard lock it has just left.  A refusal may
- * be counted with or without the shard lock (composite decisions count
- * after unlocking); the sketch's lock is a leaf: nothing else is taken
- * under it.  Per sketch, allocated when the sketch is made and never again:
+ * the moves of keys in different shards never meet.  A refusal may be
+ * counted with or without the shard lock (composite decisions count after
+ * unlocking); the sketch's lock is a leaf: nothing else is taken under it
+ * (a record's moves take only it).  Per sketch, allocated when the sketch
+ * is made and never again:
  *
  *   ctr[m]     hash, count, error, stored length (and a truncation bit),
  *              the counter's place in ord[] and its run;
