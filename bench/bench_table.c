@@ -69,7 +69,9 @@
  * 6. The overload path (--overload, alone): 2 threads refusing one hot key
  *    against 1; a flood of unique keys against a full table of 10^6 keys
  *    against a normal decision; that decision against one dependent random
- *    load (bt_overload has the details), interleaved, medians.
+ *    load (bt_overload has the details), interleaved, medians.  With --top,
+ *    both tables keep the sketch of the keys refused most
+ *    (sluice_table_set_top(t, 64, 16)), as the targets must hold with it.
  *
  * It ends with one table of the issue's targets, met or missed.  Targets
  * are for reading (timings depend on the machine); the exit status is 1 only
@@ -364,6 +366,7 @@ typedef struct bt_size_result {
 typedef struct bt_opts {
     uint64_t runs, iters, flood, flood_keys, burst_keys;
     bool burst;
+    bool top; /* --overload --top: the tables count their refusals in a sketch */
     uint64_t sizes[BT_MAX_SIZES];
     size_t nsizes;
     const char *spec;
@@ -1155,12 +1158,13 @@ static int bt_overload(const bt_opts *o)
     char err[256], nb[32];
     int status = 0;
     printf("bench_table --overload: %zu runs x %zu operations per thread, medians; "
-           "floors interleaved\n\n", runs, n);
+           "floors interleaved;\nthe sketch of the keys refused most: %s\n\n", runs, n,
+           o->top ? "on (--top: sluice_table_set_top(t, 64, 16) on both tables)" : "off");
 
     /* (a) one hot key */
     sluice_table *hot = sluice_table_new("fixed-window 1/h", 1000, err, sizeof err);
-    if (!hot) {
-        fprintf(stderr, "bench_table: --overload: %s\n", err);
+    if (!hot || (o->top && sluice_table_set_top(hot, 64, 16) != 0)) {
+        fprintf(stderr, "bench_table: --overload: %s\n", hot ? "set_top failed" : err);
         return 1;
     }
     for (uint64_t r = 0; r < 1000; r++) {
@@ -1194,12 +1198,22 @@ static int bt_overload(const bt_opts *o)
     for (int q = 0; q < 8; q++) hm[q] = bt_median(v[q], runs);
     sluice_table_stats hs;
     sluice_table_stats_get(hot, &hs);
+    if (o->top) { /* the sketch counted every refusal of the one key, exactly */
+        sluice_top_entry te[2];
+        size_t tn = 0;
+        if (sluice_table_top_refused(hot, te, 2, &tn) != 0 || tn != 1 ||
+            te[0].count != hs.decisions.requests_denied || te[0].error != 0 ||
+            te[0].keylen != sizeof hk || memcmp(te[0].key, &hk, sizeof hk) != 0) {
+            fprintf(stderr, "bench_table: --overload --top: the sketch's count is wrong\n");
+            status = 1;
+        }
+    }
     sluice_table_free(hot);
 
     /* (b), (c): a full table of nk 8-byte keys, every one held */
     sluice_table *t = sluice_table_new("token-bucket 1/h burst=1000000", nk, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "bench_table: --overload: %s\n", err);
+    if (!t || (o->top && sluice_table_set_top(t, 64, 16) != 0)) {
+        fprintf(stderr, "bench_table: --overload: %s\n", t ? "set_top failed" : err);
         return 1;
     }
     for (uint64_t k = 0; k < nk; k++)
@@ -1302,7 +1316,7 @@ static void bt_usage(FILE *out)
             "                   [--flood N] [--flood-keys N] [--spec SPEC]\n"
             "       bench_table --refusals [--runs N] [--iters N]\n"
             "       bench_table --burst [--burst-keys N] [--runs N] [--iters N] [--spec SPEC]\n"
-            "       bench_table --overload [--runs N] [--iters N] [--flood-keys N]\n"
+            "       bench_table --overload [--top] [--runs N] [--iters N] [--flood-keys N]\n"
             "  --runs N     repetitions of each measurement (default 7)\n"
             "  --iters N    decisions per repetition and thread (default 2000000)\n"
             "  --flood N    unique keys of the flood (default 100000000; 0: no flood)\n"
@@ -1320,6 +1334,8 @@ static void bt_usage(FILE *out)
             "               against 1, a flood of unique keys against a full table of\n"
             "               --flood-keys against a normal decision, and that decision\n"
             "               against one dependent random load (default --iters 1000000)\n"
+            "  --top        with --overload: both tables keep the sketch of the keys\n"
+            "               refused most (sluice_table_set_top(t, 64, 16))\n"
             "  --quick      a smoke run of every part: --runs 3 --iters 200000\n"
             "               --keys 1000,1000000 --flood 3000000 --flood-keys 100000\n"
             "Prints the median ns per decision at each key count, uniform and\n"
@@ -1352,6 +1368,8 @@ int main(int argc, char **argv)
             o.burst = true;
         } else if (strcmp(a, "--overload") == 0) {
             overload = true;
+        } else if (strcmp(a, "--top") == 0) {
+            o.top = true;
         } else if (strcmp(a, "--burst-keys") == 0) {
             if (bt_parse_u64(a, v, 1, UINT64_C(100000000), &o.burst_keys) != 0)
                 return 2;
@@ -1407,6 +1425,10 @@ int main(int argc, char **argv)
             o.sizes[1] = 1000000;
             o.nsizes = 2;
         }
+    }
+    if (o.top && !overload) {
+        fprintf(stderr, "bench_table: --top goes with --overload (--refusals measures both)\n");
+        return 2;
     }
     if (refusals) return bt_refusals(&o);
     if (overload) {

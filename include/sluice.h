@@ -623,23 +623,35 @@ typedef struct sluice_top_entry {
  *
  * All the memory is allocated here, never later: per shard, about
  * 64 + counters * (52 + max_key_bytes) + 16..32 * counters bytes (16 counters
- * of 64-byte keys: about 2 KiB a shard).  A refusal then costs one more
- * short lock (the sketch's own, per shard) and O(1) steps; admissions
- * nothing (docs/benchmarks.md has the figures).
+ * of 64-byte keys: about 2 KiB a shard), and per table 15 records of
+ * 64 + max_key_bytes bytes, each rounded up to 64 (about 2 KiB for keys of
+ * up to 64 bytes).  A refusal of the key the same thread refused last
+ * costs one store to that thread's own record (no lock, nothing another
+ * thread writes): two threads refusing one hot key share no cache line
+ * for it.  A refusal of another key costs one short lock (the sketch's
+ * own, per shard) and O(1) steps; so does every 256th refusal of one key
+ * by one thread.  Threads beyond the first 15 alive count every refusal
+ * under the lock.  Admissions cost nothing (docs/benchmarks.md has the
+ * figures).
  *
- * Error bound (docs/metrics.md): with N refusals counted and m = counters,
- * each reported count exceeds the key's true refusals by at most its
- * `error`, which is at most N/m; every key refused more than N/m times is
- * in the sketch, so it is among the top `max` read when fewer than `max`
- * keys have been counted more.
+ * Error bound (docs/metrics.md): with N refusals made before a read
+ * (sluice_table_top_refused, the metrics) and m = counters, each reported
+ * count exceeds the key's true refusals by at most its `error`, which is
+ * at most N/m, and is never below them; every key refused more than N/m
+ * times is in the sketch, so it is among the top `max` read when fewer
+ * than `max` keys have been counted more.  A read first moves the refusals
+ * threads hold pending into the sketch, so it misses none made before it
+ * began; ones made while it runs may or may not be counted.
  * Returns 0, or SLUICE_EINVAL (t NULL, a bound out of range, or a sketch
  * already set), SLUICE_ENOMEM (nothing changed).  Thread-safe: it may be
  * called while decisions run (refusals before it are not counted). */
 int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes);
 
 /* The at most `max` keys the table refused most, most first (ties in the
- * order of the key bytes), copied into out[0 .. *n).  The entries are read
- * one shard at a time while decisions go on; nothing is allocated.
+ * order of the key bytes), copied into out[0 .. *n).  Every thread's
+ * pending refusals are first moved into the sketch (each refusal made
+ * before the call is counted); then the entries are read one shard at a
+ * time while decisions go on; nothing is allocated.
  * Returns 0, SLUICE_ENOENT (no sketch: see sluice_table_set_top; *n = 0),
  * or SLUICE_EINVAL (t or n NULL, or out NULL with max > 0).  Thread-safe. */
 int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size_t max,

@@ -2,11 +2,13 @@
  * (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent and
  * top-k elements in data streams", ICDT 2005).
  *
- * The algorithm.  m counters, each (key, count, error).  A key already
- * counted adds 1 to its count.  A new key takes a free counter (count 1,
- * error 0), or, when all m are taken, the counter with the least count c:
- * the old key is forgotten and the new one gets count c + 1, error c.  With
- * N keys counted so far:
+ * The algorithm.  m counters, each (key, count, error).  Refusals arrive
+ * as (key, w): w refusals of one key at once (the paper's step is w = 1;
+ * below, a thread gathers its refusals of one key and counts them in one
+ * step).  A key already counted adds w to its count.  A new key takes a
+ * free counter (count w, error 0), or, when all m are taken, the counter
+ * with the least count c: the old key is forgotten and the new one gets
+ * count c + w, error c.  With N refusals counted so far:
  *
  *   - the counts sum to N, so the least count is at most N/m;
  *   - a counted key's count is at least its true number f and at most
@@ -16,13 +18,64 @@
  *     held was taken when the least count was >= its count, yet its count
  *     was >= f > N/m >= the least count ever is.
  *
+ * None of the three depends on w or on the order of the steps: gathering
+ * a key's refusals before counting them changes which key a tie evicts,
+ * never a bound.
+ *
+ * Hot keys without a shared write.  A flood refused on one key would take
+ * the key's sketch lock on every refusal, and with two threads the lock's
+ * cache line would move between the cores every time (the overload path
+ * otherwise writes nothing shared).  So every thread that owns a stripe
+ * of the decision counters (counters.c: one of SLUICE__STRIPES - 1 slots,
+ * exclusive for the thread's life, handed on when it exits) has, in every
+ * sketch, a pending record of its own on its own cache line: a key (hash,
+ * length, bytes), `count` refusals of it not yet counted, and `taken`.
+ * A refusal of the record's key is one store to count (no lock, no locked
+ * instruction, a line no other thread writes while no read runs).  A
+ * refusal of another key, or count - taken reaching PEND_MAX (256), moves
+ * count - taken into the key's sketch in one step of weight w under its
+ * lock, and empties the record (count = taken = 0) before the owner
+ * rewrites the key (under the record's own sequence, a seqlock with the
+ * owner as the only writer).  Threads without a stripe of their own (more
+ * than SLUICE__STRIPES - 1 alive) count each refusal directly, w = 1.
+ *
+ * A read first collects every record: it reads the key consistently (the
+ * sequence), then, under that key's sketch lock, adds count - taken and
+ * sets taken = count.  `taken` is written only under the lock of the
+ * record's key's sketch, by the reader or by the owner emptying it; the
+ * owner never changes the key of a record with count > 0 without taking
+ * that lock first, so the key a reader read under the lock is still the
+ * record's when it stores taken.  The owner's count only grows meanwhile:
+ * what it has added since the reader's load stays pending.  So a read
+ * counts every refusal made before it began (a record whose key changes
+ * under it has only refusals made since: each change moved the ones before
+ * into the sketch), the bounds above hold for every read exactly as for a
+ * sketch fed one refusal at a time, and between reads the sketch itself
+ * lags by at most PEND_MAX - 1 refusals per thread, which no reader sees.
+ *
+ * Why records and not sampling (counting every n-th refusal with weight
+ * n): a deterministic sample has no per-key bound (a stream that puts
+ * each sampled refusal on one key hides the others entirely), a random
+ * one only a probabilistic bound, while records keep Space-Saving's exact
+ * ones.  Why records in the sketch and not in thread-local storage: a
+ * thread-local record would outlive the table (tables are freed while
+ * threads live), and its pending counts would be lost with the thread and
+ * invisible to reads; records in the sketch are freed with it, stay when
+ * their thread exits (the stripe's next owner carries on with them), and
+ * are read.  The one thing a thread keeps is its stripe number.
+ *
+ * Cost: a hot key's refusal is a load of the thread's stripe, a compare of
+ * the hash, length and key words with the record, and one store; a key
+ * that changes every refusal pays what it paid before (the sketch lock and
+ * one step) plus the record's rewrite.
+ *
  * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
  * by the same top bits of the same hash), each with its own spin lock, so
- * refusals of keys in different shards never meet, and the lock a refusal
- * takes is as contended as the shard lock it has just left.  A refusal may
- * be counted with or without the shard lock (composite decisions count
- * after unlocking); the sketch's lock is a leaf: nothing else is taken
- * under it.  Per sketch, allocated when the sketch is made and never again:
+ * the moves of keys in different shards never meet.  A refusal may be
+ * counted with or without the shard lock (composite decisions count after
+ * unlocking); the sketch's lock is a leaf: nothing else is taken under it
+ * (a record's moves take only it).  Per sketch, allocated when the sketch
+ * is made and never again:
  *
  *   ctr[m]     hash, count, error, stored length (and a truncation bit),
  *              the counter's place in ord[] and its run;
@@ -36,15 +89,20 @@
  *              empty (a probe looks at no counter until the 32 bits match);
  *              removal shifts the run back.
  *
- * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes.
+ * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes; and
+ * per table, SLUICE__STRIPES - 1 = 15 pending records of 64 bytes plus
+ * max_key_bytes rounded up to 8, each rounded up to 64 (128 bytes each
+ * for keys of up to 64 bytes).
  *
- * Every step is O(1), with no search: counts only ever grow by 1, so a
- * counter of count c that grows swaps places with the last counter of its
- * run (ord[end]) and, now last of the c's, becomes the first of the c + 1's
- * (joining that run when the next counter has c + 1, else starting one).
- * The counters start at count 0 in one run, unkeyed: "take a free counter"
- * and "take the least counter" are then one step -- take the last counter
- * of the first run (a count of 0 was free: error 0) and grow it.
+ * A step of weight 1 is O(1), with no search: a counter of count c that
+ * grows swaps places with the last counter of its run (ord[end]) and, now
+ * last of the c's, becomes the first of the c + 1's (joining that run when
+ * the next counter has c + 1, else starting one).  A step of weight w also
+ * passes over the runs between c and c + w, one swap each (raise_by): at
+ * most min(w, m) swaps, so at most one per refusal counted.  The counters
+ * start at count 0 in one run, unkeyed: "take a free counter" and "take
+ * the least counter" are then one step -- take the last counter of the
+ * first run (a count of 0 was free: error 0) and grow it.
  *
  * Keys longer than max_key_bytes are kept to their first max_key_bytes
  * bytes and marked truncated: every key with the same first bytes is
@@ -60,6 +118,7 @@
  * each count exceeds the truth by at most N/m, and every key refused more
  * than N/m times is reported (when `max` is large enough to reach it).
  */
+#include "counters.h"
 #include "internal.h"
 #include "spin.h"
 #include "topk.h"
@@ -69,6 +128,11 @@
 
 #define TRUNC_BIT 0x80000000u
 #define TRUNC_MIX 0x9e3779b97f4a7c15ULL
+/* A thread's pending refusals of one key are moved into the sketch when
+ * they reach this many (or the key changes, or a read comes). */
+#define PEND_MAX 256
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
 typedef struct ctr {
     uint64_t hash;
@@ -92,6 +156,18 @@ typedef struct sketch {
     unsigned char *keys;
 } sketch;
 
+/* A thread's pending record (one per counters stripe a thread owns: see
+ * the head comment), followed by its key's bytes in words (zero past the
+ * key's end), max_key_bytes rounded up to 8.  Every field is read and
+ * written with __atomic builtins. */
+typedef struct pend {
+    alignas(64) uint64_t seq; /* even; odd while the owner rewrites hash, len, key */
+    uint64_t hash;
+    uint64_t count;  /* refusals of the key since it became pending (owner) */
+    uint64_t taken;  /* of those, already in the sketch (under its lock) */
+    uint32_t len;    /* as ctr.len */
+} pend;
+
 struct sluice__topk {
     unsigned bits;  /* 2^bits sketches */
     uint32_t m;
@@ -99,6 +175,8 @@ struct sluice__topk {
     uint64_t seed[2];
     void *mem;      /* every sketch's arrays, one block */
     sketch *s;      /* 2^bits, cache-line aligned */
+    void *pend;     /* SLUICE__STRIPES - 1 records of pstride bytes, aligned */
+    size_t pstride;
 };
 
 static size_t slots_for(uint32_t m)
@@ -129,7 +207,9 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
     k->seed[1] = seed[1];
     k->s = sluice__calloc64(ns * sizeof(sketch));
     k->mem = sluice__calloc(ns, per);
-    if (!k->s || !k->mem) {
+    k->pstride = (sizeof(pend) + (max_key_bytes + 7) / 8 * 8 + 63) / 64 * 64;
+    k->pend = sluice__calloc64((SLUICE__STRIPES - 1) * k->pstride);
+    if (!k->s || !k->mem || !k->pend) {
         sluice__topk_free(k);
         return NULL;
     }
@@ -159,6 +239,7 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
 void sluice__topk_free(sluice__topk *k)
 {
     if (!k) return;
+    sluice__free64(k->pend);
     sluice__free64(k->s);
     sluice__free(k->mem);
     sluice__free(k);
@@ -171,12 +252,17 @@ static inline unsigned char *key_of(const sluice__topk *k, const sketch *s, uint
     return s->keys + (size_t)i * k->maxb;
 }
 
-/* Counter i (of count c, c < UINT64_MAX) grows to c + 1: it swaps places
- * with the last of its run, leaves that run (freed when empty) and joins
- * the run of c + 1 that follows, or starts one. */
-static void grow(const sluice__topk *k, sketch *s, uint32_t i)
+/* Counter i (of count c, c < UINT64_MAX) grows to c + w (saturating at
+ * UINT64_MAX), w >= 1: it swaps places with the last of its run and leaves
+ * that run (freed when empty); then, while the run after it counts less
+ * than c + w, it swaps places with that run's last counter (the run keeps
+ * its places, shifted down by one: still contiguous); there it joins the
+ * run of c + w that follows, or starts one.  One step per run passed over:
+ * at most min(w, m) steps, and one step for w = 1 (the case of the paper). */
+static void raise_by(const sluice__topk *k, sketch *s, uint32_t i, uint64_t w)
 {
     ctr *a = &s->c[i];
+    const uint64_t target = a->count + w < a->count ? UINT64_MAX : a->count + w;
     uint32_t run = a->run, e = s->end[run], j = s->ord[e];
     s->ord[a->pos] = j;
     s->c[j].pos = a->pos;
@@ -184,8 +270,17 @@ static void grow(const sluice__topk *k, sketch *s, uint32_t i)
     a->pos = e;
     if (e == 0 || s->c[s->ord[e - 1]].run != run) s->free[s->nfree++] = run; /* empty */
     else s->end[run] = e - 1;
-    a->count++;
-    if (e + 1 < k->m && s->c[s->ord[e + 1]].count == a->count) {
+    while (e + 1 < k->m && s->c[s->ord[e + 1]].count < target) {
+        uint32_t r2 = s->c[s->ord[e + 1]].run, e2 = s->end[r2], j2 = s->ord[e2];
+        s->ord[e] = j2; /* r2's last counter takes i's place: r2 is e .. e2 - 1 */
+        s->c[j2].pos = e;
+        s->end[r2] = e2 - 1;
+        s->ord[e2] = i;
+        a->pos = e2;
+        e = e2;
+    }
+    a->count = target;
+    if (e + 1 < k->m && s->c[s->ord[e + 1]].count == target) {
         a->run = s->c[s->ord[e + 1]].run;
     } else {
         a->run = s->free[--s->nfree];
@@ -239,7 +334,10 @@ static void index_remove(sketch *s, uint32_t i)
     s->index[hole] = 0;
 }
 
-static void note_one(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len)
+/* Count w refusals of (h, key, len) in s (under s's lock): the weighted
+ * step of Space-Saving. */
+static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len,
+                   uint64_t w)
 {
     uint32_t i = lookup(k, s, h, key, len);
     if (i == UINT32_MAX) { /* the last counter of the least run: free or the least */
@@ -252,7 +350,121 @@ static void note_one(const sluice__topk *k, sketch *s, uint64_t h, const void *k
         memcpy(key_of(k, s, i), key, len & ~TRUNC_BIT);
         index_add(s, i);
     }
-    if (s->c[i].count < UINT64_MAX) grow(k, s, i); /* saturates: stays put */
+    if (s->c[i].count < UINT64_MAX) raise_by(k, s, i, w); /* saturates: stays put */
+}
+
+static inline sketch *sketch_of(const sluice__topk *k, uint64_t h)
+{
+    return &k->s[k->bits ? h >> (64 - k->bits) : 0];
+}
+
+/* ---- the pending record of a thread ---------------------------------------- */
+
+static inline pend *pend_of(const sluice__topk *k, unsigned stripe)
+{
+    return (pend *)(void *)((unsigned char *)k->pend + (size_t)stripe * k->pstride);
+}
+
+static inline uint64_t *pend_words(pend *p) { return (uint64_t *)(void *)(p + 1); }
+
+/* The word w of a key of `stored` bytes, zero past its end. */
+static inline uint64_t key_word(const unsigned char *key, uint32_t stored, uint32_t w)
+{
+    uint64_t v = 0;
+    uint32_t at = w * 8, n = stored - at < 8 ? stored - at : 8;
+    memcpy(&v, key + at, n);
+    return v;
+}
+
+/* Whether the owner's record holds (h, key, len) (owner only: its own
+ * stores, read back). */
+static bool pend_holds(pend *p, uint64_t h, const unsigned char *key, uint32_t len)
+{
+    if (LD(&p->hash) != h ||
+        LD(&p->len) != len)
+        return false;
+    const uint32_t stored = len & ~TRUNC_BIT;
+    uint64_t *kw = pend_words(p);
+    for (uint32_t w = 0; w * 8 < stored; w++)
+        if (LD(&kw[w]) != key_word(key, stored, w))
+            return false;
+    return true;
+}
+
+/* A consistent copy of the record's key (hash, len, bytes into buf) and
+ * its count and taken, read without writing (the owner may be running):
+ * the seqlock of spin.h's rule, with the owner as the only writer. */
+static void pend_snapshot(pend *p, uint64_t *h, uint32_t *len, uint64_t *buf, uint64_t *count,
+                          uint64_t *taken)
+{
+    uint64_t *kw = pend_words(p);
+    for (unsigned n = 0;; n++) {
+        uint64_t v = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        if (v & 1) { /* the owner is rewriting it: a few stores */
+            sluice__backoff(n);
+            continue;
+        }
+        *h = __atomic_load_n(&p->hash, SLUICE__SEQ_LOAD);
+        *len = __atomic_load_n(&p->len, SLUICE__SEQ_LOAD);
+        uint32_t stored = *len & ~TRUNC_BIT;
+        for (uint32_t w = 0; w * 8 < stored && w < SLUICE_TOP_KEY_MAX / 8; w++)
+            buf[w] = __atomic_load_n(&kw[w], SLUICE__SEQ_LOAD);
+        *count = __atomic_load_n(&p->count, SLUICE__SEQ_LOAD);
+        *taken = LD(&p->taken);
+#if !SLUICE__SEQ_TSAN
+        atomic_thread_fence(memory_order_acquire);
+#endif
+        if (LD(&p->seq) == v) return;
+    }
+}
+
+/* The owner moves its record's refusals not yet in the sketch into it and
+ * empties the record (count and taken 0: the key stays, for the next
+ * refusal to match).  Under the key's sketch lock, as every store to taken. */
+static void pend_flush(const sluice__topk *k, pend *p)
+{
+    const uint64_t h = LD(&p->hash);
+    const uint32_t len = LD(&p->len);
+    const uint32_t stored = len & ~TRUNC_BIT;
+    uint64_t buf[SLUICE_TOP_KEY_MAX / 8];
+    uint64_t *kw = pend_words(p);
+    for (uint32_t w = 0; w * 8 < stored; w++)
+        buf[w] = LD(&kw[w]);
+    sketch *s = sketch_of(k, h);
+    sluice__spin_lock(&s->mu);
+    uint64_t c = LD(&p->count);
+    uint64_t t = LD(&p->taken);
+    if (c > t) note_w(k, s, h, buf, len, c - t);
+    __atomic_store_n(&p->count, 0, SLUICE__SEQ_STORE);
+    ST(&p->taken, 0);
+    sluice__spin_unlock(&s->mu);
+}
+
+/* A reader moves another thread's pending refusals into the sketch: under
+ * the sketch lock of the key it finds there, it adds count - taken and sets
+ * taken = count (the owner never writes taken outside that lock, and never
+ * changes its key without taking it first while count > 0).  A few tries:
+ * a record whose key keeps changing holds only refusals made during the
+ * read (each change moved the ones before into the sketch). */
+static void pend_collect(const sluice__topk *k, pend *p)
+{
+    uint64_t buf[SLUICE_TOP_KEY_MAX / 8];
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t h, c, t;
+        uint32_t len;
+        pend_snapshot(p, &h, &len, buf, &c, &t);
+        if (c <= t) return;
+        sketch *s = sketch_of(k, h);
+        sluice__spin_lock(&s->mu);
+        pend_snapshot(p, &h, &len, buf, &c, &t); /* again, under the lock */
+        bool mine = sketch_of(k, h) == s;
+        if (mine && c > t) {
+            note_w(k, s, h, buf, len, c - t);
+            ST(&p->taken, c);
+        }
+        sluice__spin_unlock(&s->mu);
+        if (mine) return;
+    }
 }
 
 void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t h)
@@ -262,10 +474,38 @@ void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t
         len = k->maxb | TRUNC_BIT;
         h = sluice__siphash13(k->seed, key, k->maxb) ^ TRUNC_MIX;
     }
-    sketch *s = &k->s[k->bits ? h >> (64 - k->bits) : 0];
-    sluice__spin_lock(&s->mu);
-    note_one(k, s, h, key, len);
-    sluice__spin_unlock(&s->mu);
+    unsigned stripe = sluice__my_slot - 1; /* UINT_MAX until chosen */
+    if (stripe >= SLUICE__STRIPES - 1) stripe = sluice__counter_stripe();
+    if (stripe >= SLUICE__STRIPES - 1) { /* a thread without a record of its own */
+        sketch *s = sketch_of(k, h);
+        sluice__spin_lock(&s->mu);
+        note_w(k, s, h, key, len, 1);
+        sluice__spin_unlock(&s->mu);
+        return;
+    }
+    pend *p = pend_of(k, stripe);
+    uint64_t c = LD(&p->count);
+    if (c > 0 && pend_holds(p, h, key, len)) { /* the same key again: one store */
+        __atomic_store_n(&p->count, c + 1, SLUICE__SEQ_STORE);
+        if (c + 1 - LD(&p->taken) >= PEND_MAX)
+            pend_flush(k, p);
+        return;
+    }
+    if (c > 0) pend_flush(k, p); /* even when all taken: to empty it under the lock */
+    /* a new key: rewritten under the record's sequence (odd while it is) */
+    const uint32_t stored = len & ~TRUNC_BIT;
+    const uint64_t v = LD(&p->seq);
+    ST(&p->seq, v + 1);
+#if !SLUICE__SEQ_TSAN
+    atomic_thread_fence(memory_order_release); /* the odd value before the stores */
+#endif
+    __atomic_store_n(&p->hash, h, SLUICE__SEQ_STORE);
+    __atomic_store_n(&p->len, len, SLUICE__SEQ_STORE);
+    uint64_t *kw = pend_words(p);
+    for (uint32_t w = 0; w * 8 < stored; w++)
+        __atomic_store_n(&kw[w], key_word(key, stored, w), SLUICE__SEQ_STORE);
+    __atomic_store_n(&p->seq, v + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->count, 1, SLUICE__SEQ_STORE);
 }
 
 /* ---- reading ------------------------------------------------------------- */
@@ -286,6 +526,9 @@ static bool before(uint64_t ca, const unsigned char *ka, size_t la, bool ta,
 void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max, size_t *n)
 {
     size_t have = 0;
+    /* every thread's pending refusals first: the read counts every refusal
+     * made before it */
+    for (unsigned st = 0; st < SLUICE__STRIPES - 1; st++) pend_collect(k, pend_of(k, st));
     for (size_t si = 0; si < ((size_t)1 << k->bits); si++) {
         sketch *s = &k->s[si];
         sluice__spin_lock(&s->mu);

@@ -1,6 +1,17 @@
 /* topk.h -- the sketch of the keys a table refuses most (topk.c): Space-
  * Saving heavy hitters, one sketch per table shard, each under a spin lock
- * of its own. */
+ * of its own, fed by a pending record per thread (a thread's refusals of
+ * one key gather there without a shared write, and go into the sketch in
+ * one weighted step).
+ *
+ * Bound, for every read: with N refusals counted before the read began and
+ * m counters per shard, each reported count c and error e of a key refused
+ * f times satisfy c - e <= f <= c and e <= N/m, and every key with f > N/m
+ * is reported -- the read first moves every thread's pending refusals into
+ * the sketch, so the bound is Space-Saving's, with no term for the records.
+ * Refusals made while a read runs may or may not be in it.  Between reads
+ * the sketch itself lags by at most 255 refusals per thread (topk.c's
+ * PEND_MAX - 1), which only a read would see, and a read folds them in. */
 #ifndef SLUICE_TOPK_H
 #define SLUICE_TOPK_H
 
@@ -19,12 +30,15 @@ SLUICE__INTERNAL sluice__topk *sluice__topk_new(unsigned shard_bits, size_t coun
 SLUICE__INTERNAL void sluice__topk_free(sluice__topk *k);
 
 /* Count one refusal of `key` (keylen bytes; key not NULL), whose table hash
- * (SipHash-1-3 under the table's seed) is h.  Never allocates.  Thread-safe. */
+ * (SipHash-1-3 under the table's seed) is h.  Never allocates.  Thread-safe;
+ * a refusal of the key the calling thread refused last is one store to the
+ * thread's own record. */
 SLUICE__INTERNAL void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen,
                                         uint64_t h);
 
 /* The `max` keys counted most, most first (ties by key bytes), into out;
- * *n receives how many.  Thread-safe. */
+ * *n receives how many, every refusal made before the call counted
+ * (pending ones are moved into the sketch first).  Thread-safe. */
 SLUICE__INTERNAL void sluice__topk_read(sluice__topk *k, sluice_top_entry *out, size_t max,
                                         size_t *n);
 

@@ -23,6 +23,14 @@
  *  - threads (run under TSan, label concurrency): refusals from 4 threads
  *    while another reads, and two threads racing to set the sketch; with
  *    fewer keys than counters the final counts are exact;
+ *  - the per-thread pending records (src/topk.c): runs of one key of every
+ *    length around the flush bound (256), read in the middle of runs, with
+ *    exact counts when the keys fit and the N/m bounds when they do not;
+ *    Zipf streams from 4 threads while a fifth reads, checked against the
+ *    same N/m bound as one thread (a read folds in every pending record);
+ *    refusals of a thread that has exited; 20 threads at once (more than
+ *    own a record); a table freed while the thread that refused in it
+ *    lives on, and a new one made;
  *  - the metrics: the exact lines for keys that need escaping (quote,
  *    backslash, newline, a byte that is not UTF-8, a truncated key).
  */
@@ -514,6 +522,260 @@ static void test_threads(void **st)
     }
 }
 
+/* ---- pending records ------------------------------------------------------- */
+
+/* Runs of one key, of lengths around the flush bound, from one thread,
+ * with reads in the middle of runs: exact with fewer keys than counters,
+ * within the bounds with more. */
+static void runs_run(size_t nkeys, size_t m, size_t max_keys)
+{
+    char err[128];
+    sluice_table *t = sluice_table_new(SPEC, max_keys, err, sizeof err);
+    assert_non_null(t);
+    assert_int_equal(sluice_table_set_top(t, m, 16), 0);
+    uint64_t *exact = calloc(nkeys, sizeof *exact);
+    sluice_top_entry *out = calloc(nkeys + 1, sizeof *out);
+    assert_non_null(exact);
+    assert_non_null(out);
+    static const size_t lens[] = {1, 2, 255, 256, 257, 511, 512, 513, 1000};
+    uint64_t n = 0;
+    for (size_t r = 0; r < 600; r++) {
+        size_t id = (size_t)(rnd() % nkeys);
+        size_t len = r % 3 ? lens[rnd() % (sizeof lens / sizeof lens[0])] : 1 + rnd() % 40;
+        char k[32];
+        size_t kl = key_name(k, id);
+        for (size_t i = 0; i < len; i++) {
+            refuse(t, k, kl);
+            exact[id]++;
+            n++;
+            if (rnd() % 997 == 0) check_bounds(t, exact, nkeys, n, m, out, nkeys + 1);
+        }
+    }
+    size_t got = check_bounds(t, exact, nkeys, n, m, out, nkeys + 1);
+    if (nkeys <= m && max_keys <= 256) { /* one shard, room for every key */
+        for (size_t id = 0; id < nkeys; id++) assert_true(exact[id] > 0);
+        assert_int_equal(got, nkeys);
+        for (size_t i = 0; i < got; i++) assert_int_equal(out[i].error, 0);
+    }
+    free(out);
+    free(exact);
+    sluice_table_free(t);
+}
+
+static void test_pending_runs(void **st)
+{
+    (void)st;
+    runs_run(12, 16, 100);     /* every key fits: exact, the runs' moves checked */
+    runs_run(200, 16, 100);    /* evictions with weights up to 256 */
+    runs_run(200, 8, 100000);  /* 64 shards */
+}
+
+enum { ZT = 4, ZKEYS = 2000, ZN = 60000 };
+static double zcdf[ZKEYS], zsum;
+static _Atomic uint64_t zexact[ZKEYS];
+
+static void *zipf_refuser(void *arg)
+{
+    uint64_t rng = 0x9e3779b9u * ((uint64_t)(uintptr_t)arg + 1);
+    for (size_t r = 0; r < ZN; r++) {
+        double u = (double)(tu_splitmix64(&rng) >> 11) / 9007199254740992.0 * zsum;
+        size_t lo = 0, hi = ZKEYS - 1;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (zcdf[mid] < u) lo = mid + 1;
+            else hi = mid;
+        }
+        /* a run of 1 .. 8 of the drawn key: a thread's hot key repeats */
+        size_t run = 1 + tu_splitmix64(&rng) % 8;
+        char k[32];
+        size_t kl = key_name(k, lo);
+        for (size_t i = 0; i < run; i++) {
+            sluice_result res;
+            if (sluice_table_try_acquire_at(shared_t, k, kl, NO, 1000, &res)) return arg;
+            atomic_fetch_add(&zexact[lo], 1);
+        }
+    }
+    return NULL;
+}
+
+static void test_pending_zipf_threads(void **st)
+{
+    (void)st;
+    zsum = 0;
+    for (size_t i = 0; i < ZKEYS; i++) zcdf[i] = zsum += pow((double)(i + 1), -1.1);
+    for (int big = 0; big < 2; big++) {
+        const size_t m = 16;
+        char err[128];
+        shared_t = sluice_table_new(SPEC, big ? 100000 : 100, err, sizeof err);
+        assert_non_null(shared_t);
+        assert_int_equal(sluice_table_set_top(shared_t, m, 32), 0);
+        for (size_t i = 0; i < ZKEYS; i++) atomic_store(&zexact[i], 0);
+        atomic_store(&stop_reader, 0);
+        pthread_t th[ZT], rd;
+        assert_int_equal(pthread_create(&rd, NULL, reader, NULL), 0);
+        for (size_t i = 0; i < ZT; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, zipf_refuser, (void *)(uintptr_t)i), 0);
+        for (size_t i = 0; i < ZT; i++) {
+            void *rv;
+            pthread_join(th[i], &rv);
+            assert_null(rv);
+        }
+        atomic_store(&stop_reader, 1);
+        void *rv;
+        pthread_join(rd, &rv);
+        assert_null(rv);
+        uint64_t *exact = malloc(ZKEYS * sizeof *exact), n = 0;
+        assert_non_null(exact);
+        for (size_t i = 0; i < ZKEYS; i++) n += exact[i] = atomic_load(&zexact[i]);
+        sluice_top_entry *out = calloc(ZKEYS, sizeof *out);
+        assert_non_null(out);
+        /* the same N/m as one thread's: nothing left pending at the read */
+        size_t got = check_bounds(shared_t, exact, ZKEYS, n, m, out, ZKEYS);
+        assert_true(got >= m);
+        free(out);
+        free(exact);
+        sluice_table_free(shared_t);
+    }
+}
+
+typedef struct exit_job {
+    sluice_table *t;
+    const char *key;
+    size_t times;
+} exit_job;
+
+static void *refuse_and_exit(void *arg)
+{
+    exit_job *j = arg;
+    for (size_t i = 0; i < j->times; i++) {
+        sluice_result res;
+        if (sluice_table_try_acquire_at(j->t, j->key, strlen(j->key), NO, 1000, &res))
+            return arg;
+    }
+    return NULL;
+}
+
+static void run_exit_job(sluice_table *t, const char *key, size_t times)
+{
+    exit_job j = {t, key, times};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, refuse_and_exit, &j), 0);
+    void *rv;
+    pthread_join(th, &rv);
+    assert_null(rv);
+}
+
+static void test_pending_thread_exit(void **st)
+{
+    (void)st;
+    char err[128];
+    sluice_table *t = sluice_table_new(SPEC, 100, err, sizeof err);
+    assert_non_null(t);
+    assert_int_equal(sluice_table_set_top(t, 16, 16), 0);
+    /* each thread exits with refusals pending (below the flush bound); the
+     * next thread likely takes over the same record */
+    run_exit_job(t, "gone", 10);
+    run_exit_job(t, "next", 3);
+    run_exit_job(t, "next", 300); /* past the bound: one move, 44 pending */
+    run_exit_job(t, "gone", 1);
+    assert_int_equal(count_of(t, "gone"), 11);
+    assert_int_equal(count_of(t, "next"), 303);
+    sluice_table_free(t);
+}
+
+enum { MANY = 20, MANY_HOT = 300 };
+static pthread_barrier_t many_bar;
+
+static void *many_refuser(void *arg)
+{
+    size_t id = (size_t)(uintptr_t)arg;
+    pthread_barrier_wait(&many_bar); /* all 20 alive at once: some without a record */
+    char k[32];
+    size_t kl = key_name(k, 100 + id);
+    for (size_t r = 0; r < MANY_HOT; r++) {
+        sluice_result res;
+        if (sluice_table_try_acquire_at(shared_t, "hot", 3, NO, 1000, &res)) return arg;
+        if (r % 10 == 0 && sluice_table_try_acquire_at(shared_t, k, kl, NO, 1000, &res))
+            return arg;
+    }
+    pthread_barrier_wait(&many_bar); /* none exits before all are done */
+    return NULL;
+}
+
+static void test_pending_many_threads(void **st)
+{
+    (void)st;
+    char err[128];
+    shared_t = sluice_table_new(SPEC, 100, err, sizeof err);
+    assert_non_null(shared_t);
+    assert_int_equal(sluice_table_set_top(shared_t, 64, 16), 0);
+    assert_int_equal(pthread_barrier_init(&many_bar, NULL, MANY), 0);
+    pthread_t th[MANY];
+    for (size_t i = 0; i < MANY; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, many_refuser, (void *)(uintptr_t)i), 0);
+    for (size_t i = 0; i < MANY; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        assert_null(rv);
+    }
+    pthread_barrier_destroy(&many_bar);
+    assert_int_equal(count_of(shared_t, "hot"), (uint64_t)MANY * MANY_HOT);
+    sluice_top_entry out[MANY + 2];
+    size_t n;
+    assert_int_equal(sluice_table_top_refused(shared_t, out, MANY + 2, &n), 0);
+    assert_int_equal(n, MANY + 1);
+    for (size_t i = 1; i < n; i++) { /* every thread's own key, exact */
+        assert_int_equal(out[i].count, MANY_HOT / 10);
+        assert_int_equal(out[i].error, 0);
+    }
+    sluice_table_free(shared_t);
+}
+
+/* A thread refuses in a table that is then freed, while it lives on; a
+ * new table (perhaps at the same address) counts only its own refusals. */
+static sluice_table *swap_t;
+static pthread_barrier_t swap_bar;
+
+static void *swap_refuser(void *arg)
+{
+    (void)arg;
+    sluice_result res;
+    for (int i = 0; i < 7; i++)
+        if (sluice_table_try_acquire_at(swap_t, "old", 3, NO, 1000, &res)) return arg;
+    pthread_barrier_wait(&swap_bar); /* the main thread frees it, makes another */
+    pthread_barrier_wait(&swap_bar);
+    for (int i = 0; i < 5; i++)
+        if (sluice_table_try_acquire_at(swap_t, "new", 3, NO, 1000, &res)) return arg;
+    for (int i = 0; i < 2; i++)
+        if (sluice_table_try_acquire_at(swap_t, "old", 3, NO, 1000, &res)) return arg;
+    return NULL;
+}
+
+static void test_pending_table_freed(void **st)
+{
+    (void)st;
+    char err[128];
+    swap_t = sluice_table_new(SPEC, 100, err, sizeof err);
+    assert_non_null(swap_t);
+    assert_int_equal(sluice_table_set_top(swap_t, 16, 16), 0);
+    assert_int_equal(pthread_barrier_init(&swap_bar, NULL, 2), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, swap_refuser, NULL), 0);
+    pthread_barrier_wait(&swap_bar);
+    sluice_table_free(swap_t); /* with 7 refusals pending in the thread's record */
+    swap_t = sluice_table_new(SPEC, 100, err, sizeof err);
+    assert_non_null(swap_t);
+    assert_int_equal(sluice_table_set_top(swap_t, 16, 16), 0);
+    pthread_barrier_wait(&swap_bar);
+    void *rv;
+    pthread_join(th, &rv);
+    assert_null(rv);
+    pthread_barrier_destroy(&swap_bar);
+    assert_int_equal(count_of(swap_t, "new"), 5);
+    assert_int_equal(count_of(swap_t, "old"), 2);
+    sluice_table_free(swap_t);
+}
+
 /* ---- metrics ----------------------------------------------------------------- */
 
 static void test_metrics_lines(void **st)
@@ -565,7 +827,9 @@ int main(void)
         cmocka_unit_test(test_adversarial),    cmocka_unit_test(test_memory_fixed),
         cmocka_unit_test(test_truncation),     cmocka_unit_test(test_what_counts),
         cmocka_unit_test(test_bad_calls),      cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_metrics_lines),
+        cmocka_unit_test(test_pending_runs),   cmocka_unit_test(test_pending_zipf_threads),
+        cmocka_unit_test(test_pending_thread_exit), cmocka_unit_test(test_pending_many_threads),
+        cmocka_unit_test(test_pending_table_freed), cmocka_unit_test(test_metrics_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
