@@ -334,9 +334,9 @@ void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice_
 }
 
 /* retire() and measure() on the summary, or -1 (the mutex decides): 0
- * refused, 1 a probe's answer, 2 an admission. */
-static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
-                     sluice_result *res, uint64_t *t_eff)
+ * refused, 1 a probe's answer, 2 an admission (*pl filled but for seq). */
+static inline int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
+                            sluice_result *res, uint64_t *t_eff, sluice__log_plan *pl)
 {
     const sluice__profile *pf = atomic_load_explicit(&pub->pf, memory_order_acquire);
     const uint64_t n = pf->slots, L = pf->limit;
@@ -351,17 +351,20 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
     const uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_acquire);
     /* retire: k entries leave, the oldest first */
     uint32_t k = 0;
+    uint64_t cut = base;
     const uint64_t s = sluice__div_q(&pf->div_tick, t);
-    if (len && s >= n) {
+    if (len && s >= n && front_slot(pub, fa, 0) <= s - n) {
         const uint64_t out = s - n;
         if (atomic_load_explicit(&pub->newest_slot, memory_order_acquire) <= out) {
             k = len;
+            cut = newest;
         } else {
+            k = 1;
             while (k < m && front_slot(pub, fa, k) <= out) k++;
             if (k == m && m < len) return -1; /* the cut is past the front */
+            cut = front_cum(pub, fa, k - 1);
         }
     }
-    const uint64_t cut = k == len ? newest : k ? front_cum(pub, fa, k - 1) : base;
     const uint64_t used = newest - cut;
     const uint64_t room = used < L ? L - used : 0;
     *t_eff = t;
@@ -369,7 +372,13 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
         if (res) sluice__allow(res, room, 0);
         return 1;
     }
-    if (p <= room) return 2;
+    if (p <= room) {
+        pl->t = t;
+        pl->slot = s;
+        pl->room = room;
+        pl->k = k;
+        return 2;
+    }
     if (!res) return 0;
     if (p > L) {
         sluice__deny(res, room, -1);
@@ -388,8 +397,9 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
 }
 
 bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
-                      sluice_result *res, uint64_t *t_eff, bool *ok)
+                      sluice_result *res, uint64_t *t_eff, bool *ok, sluice__log_plan *plan)
 {
+    sluice__log_plan scratch, *pl = plan ? plan : &scratch;
     for (unsigned i = 0; i < READ_TRIES; i++) {
         const uint64_t s1 = atomic_load_explicit(&pub->seq, memory_order_acquire);
         if (s1 & 1) { /* a writer is at work, for a few dozen instructions */
@@ -398,15 +408,79 @@ bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
         }
         sluice_result r;
         uint64_t t;
-        const int v = read_once(pub, now_ns, p, res ? &r : NULL, &t);
-        if (v < 0 || v == 2) return false; /* the mutex decides */
+        const int v = read_once(pub, now_ns, p, res ? &r : NULL, &t, pl);
+        if (v == 2) { /* an admission: the mutex's holder checks the sequence */
+            pl->seq = s1;
+            return false;
+        }
+        if (v < 0) break; /* the mutex decides */
         if (atomic_load_explicit(&pub->seq, memory_order_relaxed) != s1) continue;
         if (res) *res = r;
         *t_eff = t;
         *ok = v == 1;
         return true;
     }
+    pl->seq = 1;
     return false;
+}
+
+bool sluice__log_admit(sluice__logpub *pub, sluice__state *st, const sluice__log_plan *plan,
+                       uint64_t p, sluice_result *res, uint64_t *t_eff)
+{
+    /* mu is held: this is the latest value, even (sections end before
+     * their unlock); the plan's seq when no section wrote since its read */
+    const uint64_t q = atomic_load_explicit(&pub->seq, memory_order_relaxed);
+    if (q != plan->seq) return false;
+    sluice__log *lg = &st->u.log;
+    const uint32_t k = plan->k, len0 = lg->len, len = len0 - k;
+    /* the newest entry stays (k < len0) and is in the plan's slot: it grows */
+    const bool same = len && at(lg, len0 - 1)->slot == plan->slot;
+    if (!same && len == lg->cap) return false; /* a full ring: decide() grows it */
+    pub->sections++;
+    atomic_store_explicit(&pub->seq, q + 1, memory_order_relaxed);
+    /* retire() and decide()'s admission, on the ring itself */
+    if (k) {
+        lg->base = at(lg, k - 1)->cum;
+        lg->head = len ? (lg->head + k) & (lg->cap - 1) : 0;
+        lg->len = len;
+    }
+    if (same) {
+        at(lg, len - 1)->cum += p;
+    } else {
+        sluice__log_entry *e = at(lg, len);
+        e->cum = (len ? at(lg, len - 1)->cum : lg->base) + p;
+        e->slot = plan->slot;
+        lg->len = len + 1;
+        shrink(lg);
+    }
+    st->t_last = plan->t;
+    /* sluice__log_end(), knowing what changed: k published entries leave
+     * the front (front_at moves past them); the entries that come into
+     * view, and the newest if it is in the front, are written */
+    const uint32_t n = lg->len, m = n < FRONT ? n : FRONT, m0 = len0 < FRONT ? len0 : FRONT;
+    uint32_t lo = k < m0 ? m0 - k : 0;
+    if (lo > n - 1) lo = n - 1;
+    const uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_relaxed) + k;
+    for (uint32_t i = lo; i < m; i++) {
+        atomic_store_explicit(&pub->front[(fa + i) % FRONT].slot, at(lg, i)->slot,
+                              memory_order_release);
+        atomic_store_explicit(&pub->front[(fa + i) % FRONT].cum, at(lg, i)->cum,
+                              memory_order_release);
+    }
+    if (k) {
+        atomic_store_explicit(&pub->front_at, fa, memory_order_release);
+        atomic_store_explicit(&pub->base, lg->base, memory_order_release);
+    }
+    if (!same) atomic_store_explicit(&pub->newest_slot, plan->slot, memory_order_release);
+    atomic_store_explicit(&pub->newest_cum, at(lg, n - 1)->cum, memory_order_release);
+    if (n != len0) atomic_store_explicit(&pub->len, n, memory_order_release);
+    atomic_store_explicit(&pub->t_last, plan->t, memory_order_release);
+    pub->ring = lg->e;
+    pub->ring_len = n;
+    atomic_store_explicit(&pub->seq, q + 2, memory_order_release);
+    *t_eff = plan->t;
+    if (res) sluice__allow(res, plan->room - p, 0);
+    return true;
 }
 
 /* The default sliding-wheel slot: 1 ms when PERIOD is a whole number of
