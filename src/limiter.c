@@ -363,7 +363,7 @@ run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t
                                          t_eff, &ok))
 #endif
         /* a window log: refusals and probes read (window_log.h) */
-        if (!lim->pub || !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok, NULL))
+        if (!lim->pub || !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok))
             ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
     if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
     return ok;
@@ -388,7 +388,7 @@ static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
     bool ok;
     if (!lockfree_loop(lim, &c, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, &ok,
                        NULL, 0, false)) {
-        if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok, NULL))
+        if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok))
             ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t);
     }
     sluice__count(&lim->counters, q->p, ok);
@@ -397,23 +397,15 @@ static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
 #endif
 
 #if HAVE_CAS128
-/* A window log's decision: refusals read (window_log.h), as in run. */
+/* A window log's decision: refusals read, admissions commit what the read
+ * found (window_log.h). */
 static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t permits,
                                                  uint64_t now_ns, sluice_result *res)
 {
     uint64_t t;
     bool ok;
-    sluice__log_plan plan;
-    if (!sluice__log_read(lim->pub, now_ns, permits, res, &t, &ok, &plan)) {
-        /* a read that would admit leaves a plan, committed unless stale */
-        ok = false;
-        if (!(plan.seq & 1)) {
-            pthread_mutex_lock(&lim->mu);
-            ok = sluice__log_admit(lim->pub, &lim->st, &plan, permits, res, &t);
-            pthread_mutex_unlock(&lim->mu);
-        }
-        if (!ok) ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
-    }
+    if (!sluice__log_decide(lim->pub, &lim->mu, &lim->st, now_ns, permits, res, &ok))
+        ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
     sluice__count(&lim->counters, permits, ok);
     return ok;
 }

@@ -7,6 +7,8 @@
 
 #include "internal.h"
 
+#include <pthread.h>
+
 /* How many of the log's oldest entries are published. */
 #define SLUICE__LOG_FRONT 8
 
@@ -40,35 +42,25 @@ typedef struct sluice__logpub {
  * when memory runs out; freed by sluice__free64(). */
 SLUICE__INTERNAL sluice__logpub *sluice__log_pub_new(const sluice__profile *pf);
 
-/* What a read found that would admit, for the holder of the mutex to
- * commit without deciding again (sluice__log_admit): the sequence it read
- * (odd: no plan), the clamped time, its slot, the room in the window and
- * how many entries leave it. */
-typedef struct sluice__log_plan {
-    uint64_t seq, t, slot, room;
-    uint32_t k;
-} sluice__log_plan;
-
 /* Decide p permits at now_ns from the publication, writing nothing.  True
  * when that settles it -- a refusal or a probe (p == 0) --, with *ok, *res
  * (when not NULL) and *t_eff (the clamped time) filled exactly as the
  * locked decision would fill them; false when the caller must decide under
- * the mutex: the read would admit (then *plan, when plan is not NULL, says
- * how), it needs more than the published entries (window_log.c says when),
- * or writers kept changing the log (then plan->seq is odd). */
+ * the mutex: the read would admit, it needs more than the published
+ * entries (window_log.c says when), or writers kept changing the log. */
 SLUICE__INTERNAL bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
-                                       sluice_result *res, uint64_t *t_eff, bool *ok,
-                                       sluice__log_plan *plan);
+                                       sluice_result *res, uint64_t *t_eff, bool *ok);
 
-/* Under the mutex: commit the admission of p permits that `plan` found
- * (a read that returned false), if no writer changed the log since that
- * read, as one section (sluice__log_begin ... sluice__log_end) would, and
- * fill *res (when not NULL) and *t_eff as the locked decision would.
- * False, with nothing changed, when the plan is stale or absent (odd
- * seq), or its new entry needs a larger ring: then the caller decides. */
-SLUICE__INTERNAL bool sluice__log_admit(sluice__logpub *pub, sluice__state *st,
-                                        const sluice__log_plan *plan, uint64_t p,
-                                        sluice_result *res, uint64_t *t_eff);
+/* A decision on the limiter whose log `st` is, under the mutex `mu`, and
+ * whose publication is `pub`: sluice__log_read(), and when the read would
+ * admit, the admission it found committed under mu -- unless a writer
+ * changed the log since the read -- without deciding again.  True when
+ * that settles it, with *ok and *res (when not NULL) filled exactly as the
+ * locked decision would fill them; false when the caller must decide
+ * under mu (a stale read, a ring to grow, or as sluice__log_read). */
+SLUICE__INTERNAL bool sluice__log_decide(sluice__logpub *pub, pthread_mutex_t *mu,
+                                         sluice__state *st, uint64_t now_ns, uint64_t p,
+                                         sluice_result *res, bool *ok);
 
 /* Under the mutex, around anything that may change the state's log
  * (a decision, a composite's hold and release, a reconfiguration): begin
