@@ -35,7 +35,8 @@
  * The window logs are still refused without it: their writers publish the
  * ring's header under a sequence counter, which refusals and probes read
  * and recheck, writing nothing (window_log.c, proof in its head comment);
- * a read that would admit decides again under the mutex.
+ * a read that would admit is committed under the mutex as it stands,
+ * unless a writer came between (then the mutex decides again).
  *
  * Configurations.  The profile and the packed word live in a configuration
  * that the limiter reaches through one pointer.  A change of spec
