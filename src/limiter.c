@@ -35,7 +35,8 @@
  * The window logs are still refused without it: their writers publish the
  * ring's header under a sequence counter, which refusals and probes read
  * and recheck, writing nothing (window_log.c, proof in its head comment);
- * a read that would admit decides again under the mutex.
+ * a read that would admit is committed under the mutex as it stands,
+ * unless a writer came between (then the mutex decides again).
  *
  * Configurations.  The profile and the packed word live in a configuration
  * that the limiter reaches through one pointer.  A change of spec
@@ -397,13 +398,14 @@ static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
 #endif
 
 #if HAVE_CAS128
-/* A window log's decision: refusals read (window_log.h), as in run. */
+/* A window log's decision: refusals read, admissions commit what the read
+ * found (window_log.h). */
 static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t permits,
                                                  uint64_t now_ns, sluice_result *res)
 {
     uint64_t t;
     bool ok;
-    if (!sluice__log_read(lim->pub, now_ns, permits, res, &t, &ok))
+    if (!sluice__log_decide(lim->pub, &lim->mu, &lim->st, now_ns, permits, res, &ok))
         ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
     sluice__count(&lim->counters, permits, ok);
     return ok;

@@ -67,6 +67,27 @@
  * locked instruction, no fence.)  A read that fails is retried 16 times
  * (with a pause while seq is odd), then the mutex decides.
  *
+ * An admission is not decided twice.  A read that would admit skips R3
+ * and keeps a plan: s1, the clamped time t, slot(t), the room and k, the
+ * entries that leave.  Its thread takes mu and reads seq again (C); if it
+ * is s1, it commits the plan as a section of its own (W1-W3: the k
+ * entries retired, the newest grown or one pushed, the summary changed
+ * where it changed), else -- or when the ring must grow -- the mutex
+ * decides as it did before the read.  Claim: at C, seq == s1 implies that
+ * every field R2 read holds the value it had after the section S that R1
+ * read from, and still holds it, so the plan is decide()'s on the state
+ * under mu.  Proof.  Sections hold mu, so none runs from C to the end of
+ * the commit, and C reads the latest value of seq.  Suppose a section X
+ * after S wrote (so changed the log since S, or stored a value R2 read).
+ * X ended before C: one that began after the commit could not have
+ * stored a value R2, which precedes C, read.  As in (b), every value of
+ * seq from X's W1 on is > s1, so C reads one > s1.  Hence no section
+ * after S wrote, and by (a) R2 read S's values, which the log still
+ * holds.  (Sections that wrote nothing may have run: they changed nothing
+ * the plan rests on, at most moved the ring to a new allocation, and the
+ * commit works on the ring as it is under mu.)  The admission is
+ * linearised at C.
+ *
  * What the summary settles, exactly as retire() and measure() on the ring
  * (entries numbered from the oldest published, u0 = what the window held
  * at the last write, each entry at least one permit): the cut at t, when
@@ -79,10 +100,12 @@
  * most 8 permits and every probe while fewer than 8 entries (or all) have
  * left since the last write is a pure read; the rest -- larger requests
  * after many entries left, a window over-full after a LIMIT was lowered
- * -- may take the mutex.  A read that would admit decides again under the
- * mutex.  Publishing adds to an admission about a dozen stores to the
- * three lines of the summary: the front is a ring of its own (front_at),
- * so an admission that retires k entries writes k + 1 of them, not 8.
+ * -- may take the mutex.  Publishing adds to an admission a handful of
+ * stores to the three lines of the summary: t_last, the newest entry, and
+ * only when entries left or the newest is in the front, len, base,
+ * front_at and the front entries that came into view: the front is a ring of its
+ * own (front_at), so an admission that retires k entries writes at most
+ * k + 1 of them, not 8.
  */
 #include "window_log.h"
 #include "spin.h"
@@ -333,10 +356,19 @@ void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice_
     atomic_store_explicit(&pub->seq, pub->open + 2, memory_order_release);
 }
 
+/* What a read found that would admit, for the holder of the mutex to
+ * commit without deciding again: the sequence it read, the clamped time,
+ * its slot, the room in the window and how many entries leave it. */
+typedef struct plan {
+    uint64_t seq, t, slot, room;
+    uint32_t k;
+} plan;
+
 /* retire() and measure() on the summary, or -1 (the mutex decides): 0
- * refused, 1 a probe's answer, 2 an admission. */
-static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
-                     sluice_result *res, uint64_t *t_eff)
+ * refused, 1 a probe's answer, 2 an admission (*pl filled but for seq). */
+static inline __attribute__((always_inline)) int
+read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p, sluice_result *res,
+          uint64_t *t_eff, plan *pl)
 {
     const sluice__profile *pf = atomic_load_explicit(&pub->pf, memory_order_acquire);
     const uint64_t n = pf->slots, L = pf->limit;
@@ -351,17 +383,20 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
     const uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_acquire);
     /* retire: k entries leave, the oldest first */
     uint32_t k = 0;
+    uint64_t cut = base;
     const uint64_t s = sluice__div_q(&pf->div_tick, t);
-    if (len && s >= n) {
+    if (len && s >= n && front_slot(pub, fa, 0) <= s - n) {
         const uint64_t out = s - n;
         if (atomic_load_explicit(&pub->newest_slot, memory_order_acquire) <= out) {
             k = len;
+            cut = newest;
         } else {
+            k = 1;
             while (k < m && front_slot(pub, fa, k) <= out) k++;
             if (k == m && m < len) return -1; /* the cut is past the front */
+            cut = front_cum(pub, fa, k - 1);
         }
     }
-    const uint64_t cut = k == len ? newest : k ? front_cum(pub, fa, k - 1) : base;
     const uint64_t used = newest - cut;
     const uint64_t room = used < L ? L - used : 0;
     *t_eff = t;
@@ -369,7 +404,13 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
         if (res) sluice__allow(res, room, 0);
         return 1;
     }
-    if (p <= room) return 2;
+    if (p <= room) {
+        pl->t = t;
+        pl->slot = s;
+        pl->room = room;
+        pl->k = k;
+        return 2;
+    }
     if (!res) return 0;
     if (p > L) {
         sluice__deny(res, room, -1);
@@ -387,8 +428,11 @@ static int read_once(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
     return 0;
 }
 
-bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
-                      sluice_result *res, uint64_t *t_eff, bool *ok)
+/* sluice__log_read(), and for an admission its plan: 1 settled, 0 not (pl
+ * filled when the read would admit, else pl->seq odd). */
+static inline __attribute__((always_inline)) int
+read_log(const sluice__logpub *pub, uint64_t now_ns, uint64_t p, sluice_result *res,
+         uint64_t *t_eff, bool *ok, plan *pl)
 {
     for (unsigned i = 0; i < READ_TRIES; i++) {
         const uint64_t s1 = atomic_load_explicit(&pub->seq, memory_order_acquire);
@@ -398,15 +442,113 @@ bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
         }
         sluice_result r;
         uint64_t t;
-        const int v = read_once(pub, now_ns, p, res ? &r : NULL, &t);
-        if (v < 0 || v == 2) return false; /* the mutex decides */
+        const int v = read_once(pub, now_ns, p, res ? &r : NULL, &t, pl);
+        if (v == 2) { /* an admission: the mutex's holder checks the sequence */
+            pl->seq = s1;
+            return 0;
+        }
+        if (v < 0) break; /* the mutex decides */
         if (atomic_load_explicit(&pub->seq, memory_order_relaxed) != s1) continue;
         if (res) *res = r;
         *t_eff = t;
         *ok = v == 1;
-        return true;
+        return 1;
     }
-    return false;
+    pl->seq = 1;
+    return 0;
+}
+
+bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
+                      sluice_result *res, uint64_t *t_eff, bool *ok)
+{
+    plan pl;
+    return read_log(pub, now_ns, p, res, t_eff, ok, &pl);
+}
+
+/* Under the mutex: commit the admission of p permits that pl found, as
+ * one section would (sluice__log_begin, decide, sluice__log_end), and
+ * fill *res (when not NULL) as decide() would; false, with nothing
+ * changed, when a section wrote since the read (the sequence moved), or
+ * the new entry needs a larger ring. */
+static bool admit(sluice__logpub *pub, sluice__state *st, const plan *pl, uint64_t p,
+                  sluice_result *res)
+{
+    /* mu is held: this is the latest value, even (sections end before
+     * their unlock); the plan's seq when no section wrote since its read */
+    const uint64_t q = atomic_load_explicit(&pub->seq, memory_order_relaxed);
+    if (q != pl->seq) return false;
+    sluice__log *lg = &st->u.log;
+    sluice__log_entry *const ring = lg->e;
+    const uint32_t k = pl->k, len0 = lg->len, len = len0 - k, mask = lg->cap - 1;
+    uint32_t head = lg->head;
+    /* the newest entry stays (k < len0) and is in the plan's slot: it grows */
+    sluice__log_entry *const last = len ? &ring[(head + len0 - 1) & mask] : NULL;
+    const bool same = last && last->slot == pl->slot;
+    if (!same && len == lg->cap) return false; /* a full ring: decide() grows it */
+    pub->sections++;
+    atomic_store_explicit(&pub->seq, q + 1, memory_order_relaxed);
+    /* retire() and decide()'s admission, on the ring itself */
+    uint64_t newest;
+    if (k) {
+        lg->base = ring[(head + k - 1) & mask].cum;
+        lg->head = head = len ? (head + k) & mask : 0;
+    }
+    if (same) {
+        newest = last->cum += p;
+    } else {
+        newest = (last ? last->cum : lg->base) + p;
+        sluice__log_entry *e = &ring[(head + len) & mask];
+        e->slot = pl->slot;
+        e->cum = newest;
+    }
+    const uint32_t n = len + !same;
+    lg->len = n;
+    st->t_last = pl->t;
+    /* sluice__log_end(), knowing what changed: k published entries leave
+     * the front (front_at moves past them); the entries that come into
+     * view, and the newest if it is in the front, are written -- none
+     * when no entry left and the newest is past the front */
+    if (k || n <= FRONT) {
+        const uint32_t m = n < FRONT ? n : FRONT, m0 = len0 < FRONT ? len0 : FRONT;
+        uint32_t lo = k < m0 ? m0 - k : 0;
+        if (lo > n - 1) lo = n - 1;
+        const uint64_t fa = atomic_load_explicit(&pub->front_at, memory_order_relaxed) + k;
+        for (uint32_t i = lo; i < m; i++) {
+            const sluice__log_entry *e = &ring[(head + i) & mask];
+            atomic_store_explicit(&pub->front[(fa + i) % FRONT].slot, e->slot,
+                                  memory_order_release);
+            atomic_store_explicit(&pub->front[(fa + i) % FRONT].cum, e->cum,
+                                  memory_order_release);
+        }
+        if (k) {
+            atomic_store_explicit(&pub->front_at, fa, memory_order_release);
+            atomic_store_explicit(&pub->base, lg->base, memory_order_release);
+        }
+    }
+    if (!same) atomic_store_explicit(&pub->newest_slot, pl->slot, memory_order_release);
+    atomic_store_explicit(&pub->newest_cum, newest, memory_order_release);
+    if (n != len0) atomic_store_explicit(&pub->len, n, memory_order_release);
+    atomic_store_explicit(&pub->t_last, pl->t, memory_order_release);
+    if (!same) shrink(lg); /* may move the ring, nothing readers see */
+    pub->ring = lg->e;
+    pub->ring_len = n;
+    atomic_store_explicit(&pub->seq, q + 2, memory_order_release);
+    if (res) sluice__allow(res, pl->room - p, 0);
+    return true;
+}
+
+bool sluice__log_decide(sluice__logpub *pub, pthread_mutex_t *mu, sluice__state *st,
+                        uint64_t now_ns, uint64_t p, sluice_result *res, bool *ok)
+{
+    plan pl;
+    uint64_t t;
+    if (read_log(pub, now_ns, p, res, &t, ok, &pl)) return true;
+    if (pl.seq & 1) return false;
+    pthread_mutex_lock(mu);
+    const bool done = admit(pub, st, &pl, p, res);
+    pthread_mutex_unlock(mu);
+    *ok = done;
+    return done;
 }
 
 /* The default sliding-wheel slot: 1 ms when PERIOD is a whole number of

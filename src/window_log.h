@@ -1,11 +1,14 @@
 /* window_log.h -- what a limiter (limiter.c) needs to refuse on a window
- * log (sliding-log, sliding-wheel; window_log.c) without taking its lock:
- * a published summary of its log under a sequence counter.  The proof of
- * the read is in window_log.c's head comment. */
+ * log (sliding-log, sliding-wheel; window_log.c) without taking its lock,
+ * and to admit without deciding twice: a published summary of its log
+ * under a sequence counter.  The proofs of the read and of the commit are
+ * in window_log.c's head comment. */
 #ifndef SLUICE_WINDOW_LOG_H
 #define SLUICE_WINDOW_LOG_H
 
 #include "internal.h"
+
+#include <pthread.h>
 
 /* How many of the log's oldest entries are published. */
 #define SLUICE__LOG_FRONT 8
@@ -14,8 +17,9 @@
  * newest entry and its SLUICE__LOG_FRONT oldest entries -- never the ring
  * itself, which its writer may move or free at any time.  Written only by
  * the holder of the limiter's mutex, between sluice__log_begin() and
- * sluice__log_end(); every field but the writer's own is atomic.  Readers
- * touch three cache lines; the writer's own fields are on a fourth. */
+ * sluice__log_end() or in sluice__log_decide()'s commit; every field but
+ * the writer's own is atomic.  Readers touch three cache lines; the
+ * writer's own fields are on a fourth. */
 typedef struct sluice__logpub {
     _Atomic uint64_t seq; /* even: stable; odd: a writer is changing the log */
     _Atomic(const sluice__profile *) pf; /* the limiter's current profile */
@@ -48,6 +52,18 @@ SLUICE__INTERNAL sluice__logpub *sluice__log_pub_new(const sluice__profile *pf);
  * entries (window_log.c says when), or writers kept changing the log. */
 SLUICE__INTERNAL bool sluice__log_read(const sluice__logpub *pub, uint64_t now_ns, uint64_t p,
                                        sluice_result *res, uint64_t *t_eff, bool *ok);
+
+/* A decision on the limiter whose state `st` the mutex `mu` guards and
+ * whose publication is `pub`, called without mu: sluice__log_read(), and
+ * when the read would admit, the admission it found committed under mu
+ * (taken and released here) -- unless a writer changed the log since the
+ * read -- without deciding again.  True when that settles it, with *ok and
+ * *res (when not NULL) filled exactly as the locked decision would fill
+ * them; false when the caller must decide under mu (a stale read, a ring
+ * to grow, or as sluice__log_read). */
+SLUICE__INTERNAL bool sluice__log_decide(sluice__logpub *pub, pthread_mutex_t *mu,
+                                         sluice__state *st, uint64_t now_ns, uint64_t p,
+                                         sluice_result *res, bool *ok);
 
 /* Under the mutex, around anything that may change the state's log
  * (a decision, a composite's hold and release, a reconfiguration): begin
