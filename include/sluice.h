@@ -553,7 +553,8 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
  * before it, and sees what they took), keys[i] may be NULL when keylens[i]
  * is 0 (the empty key, as ""), a probe or a request no fresh limiter could
  * admit does not make its key, and the table's counters count every
- * request.  A request that cannot be decided is refused on its own, with
+ * request (all of them when the burst returns: a sluice_table_stats_get()
+ * running meanwhile may not see the burst's decisions yet).  A request that cannot be decided is refused on its own, with
  * the reason in results[i].error and the others decided as usual:
  * SLUICE_EINVAL (keys[i] longer than SLUICE_MAX_KEY_BYTES, or NULL with
  * keylens[i] > 0; also every request when keys or keylens is NULL),
@@ -564,9 +565,10 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
  * burst reads the arrays and the key bytes, writes only results, and keeps
  * no pointer after it returns.
  *
- * Faster than n calls on tables larger than the CPU's caches: every key is
- * hashed first and the table's memory for all of them fetched at once, so
- * the cache misses of a burst overlap (as DPDK's rte_hash_lookup_bulk);
+ * Faster than n calls on tables larger than the CPU's caches: each key is
+ * hashed and its part of the table asked for 32 requests ahead of its
+ * decision, so the cache misses of a burst overlap (as DPDK's
+ * rte_hash_lookup_bulk);
  * docs/benchmarks.md gives the cost.  Thread-safe, as the single call:
  * other threads may decide on the same table meanwhile, and their calls may
  * come between the burst's requests (a burst is not one atomic step).  It

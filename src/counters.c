@@ -104,6 +104,22 @@ void sluice__count_slow(sluice__counters *c, uint64_t permits, bool allowed)
     }
 }
 
+void sluice__count_tally(sluice__counters *c, const sluice__tally *t)
+{
+    const unsigned slot = sluice__counter_stripe();
+    sluice__stripe *s = &c->s[slot];
+    _Atomic uint64_t *to[5] = {&s->requests_allowed, &s->requests_denied, &s->permits_allowed,
+                               &s->permits_denied, &s->probes};
+    const uint64_t by[5] = {t->requests_allowed, t->requests_denied, t->permits_allowed,
+                            t->permits_denied, t->probes};
+    for (int i = 0; i < 5; i++) {
+        if (!by[i]) continue;
+        if (slot != SHARED) sluice__own_add(to[i], by[i]);
+        else if (i == 2 || i == 3) shared_add(to[i], by[i]); /* permits saturate */
+        else atomic_fetch_add_explicit(to[i], by[i], memory_order_relaxed);
+    }
+}
+
 void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
 {
     memset(out, 0, sizeof *out);

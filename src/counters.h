@@ -55,6 +55,18 @@ static inline void sluice__count(sluice__counters *c, uint64_t permits, bool all
                     1);
     if (permits) sluice__own_add(allowed ? &s->permits_allowed : &s->permits_denied, permits);
 }
+/* Decisions tallied locally and counted at once (a burst counts its
+ * decisions when it returns: one stripe update, not one per decision). */
+typedef struct sluice__tally {
+    uint64_t requests_allowed, requests_denied, permits_allowed, permits_denied, probes;
+} sluice__tally;
+static inline void sluice__tally_add(sluice__tally *t, uint64_t permits, bool allowed)
+{
+    if (permits == 0) t->probes++;
+    else if (allowed) t->requests_allowed++, t->permits_allowed = sluice__sat_add(t->permits_allowed, permits);
+    else t->requests_denied++, t->permits_denied = sluice__sat_add(t->permits_denied, permits);
+}
+SLUICE__INTERNAL void sluice__count_tally(sluice__counters *c, const sluice__tally *t);
 SLUICE__INTERNAL void sluice__counters_read(const sluice__counters *c,
                                             sluice_stats *out);
 

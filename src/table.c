@@ -1379,41 +1379,36 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 /* ---- bursts ------------------------------------------------------------- */
 
 /* A burst is decided in chunks of BURST_CHUNK requests, in two passes, as
- * DPDK's bulk hash lookup: (1) hash every key and prefetch its home slot --
- * the entry a lookup most likely ends at, since a key lies at its home or a
- * slot or two on, and an entry spans at most two lines, both prefetched;
- * (2) decide each request in index order as the single call does:
- * decide_read(), else decide_locked().  Pass 1 runs a chunk ahead: the
- * next chunk's lines come while this one decides.  The misses overlap, up
- * to the core's outstanding misses, instead of following one another as
- * they do from call to call, and with the deciding; pass 2 then runs on
- * lines in cache.  (A rolling
- * pipeline, prefetching a fixed distance ahead of each decision, measured
- * slower here: its prefetches stall the decisions when the fill buffers are
- * full.)  Consecutive requests on one shard share one hold of its lock, at
- * most a chunk: in one thread that is the same sequence of steps on the
- * shard, and to other threads it is one of the orders separate calls could
- * have had (a request on the shard held is decided under that hold, not
- * read).  Nothing is held from one pass to the next, so the burst takes one
- * lock at a time, as a single call does. */
+ * DPDK's bulk hash lookup: (1) hash each key and prefetch its home slot
+ * and the next two lines (prefetch_run: where a lookup ends, a key lying
+ * about two slots past its home); (2) decide each request in index order as
+ * the single call does: decide_read(), else decide_locked().  Pass 1 runs a
+ * chunk ahead of pass 2, request by request: as request k of a chunk is
+ * decided, request k of the next one is hashed and its lines asked for, so
+ * that about BURST_CHUNK lookups' lines are on their way at any time --
+ * their misses overlap, up to the core's outstanding misses, instead of
+ * following one another as they do from call to call, and they overlap the
+ * deciding too.  (Asking for a whole chunk's lines at once stalls: the
+ * prefetches wait for fill buffers.)  Consecutive requests on one shard
+ * that take the lock share one hold of it, at most a chunk: in one thread
+ * that is the same sequence of steps on the shard, and to other threads it
+ * is one of the orders separate calls could have had (a request on the
+ * shard held is decided under that hold, not read).  The burst holds one
+ * lock at a time, as a single call does.  Its decisions are counted once,
+ * when it returns (a tally, not a stripe update per decision). */
 #define BURST_CHUNK 32
 
-/* Pass 1 for the chunk of a burst of n that starts at `base`. */
-static void burst_prep(sluice_table *t, size_t n, size_t base, const void *const keys[],
-                       const size_t keylens[], uint64_t hash[], shard *sh[])
+/* Pass 1 for request i of a burst. */
+static inline void burst_prep(sluice_table *t, size_t i, const void *const keys[],
+                              const size_t keylens[], uint64_t *hash, shard **sh)
 {
-    const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
-    for (size_t k = 0; k < m; k++) {
-        const size_t i = base + k;
-        if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
-            sh[k] = NULL;
-            continue;
-        }
-        const void *key = keys[i] ? keys[i] : "";
-        hash[k] = sluice__siphash13(t->seed, key, keylens[i]);
-        sh[k] = shard_for(t, hash[k]);
-        prefetch_run(t, sh[k], hash[k]);
+    if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
+        *sh = NULL;
+        return;
     }
+    *hash = sluice__siphash13(t->seed, keys[i] ? keys[i] : "", keylens[i]);
+    *sh = shard_for(t, *hash);
+    prefetch_run(t, *sh, *hash);
 }
 
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],
@@ -1435,18 +1430,20 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     size_t allowed = 0;
+    sluice__tally tally = {0}; /* counted once, at the end */
     uint64_t hashes[2][BURST_CHUNK];
     shard *shards[2][BURST_CHUNK]; /* NULL: a bad key (SLUICE_EINVAL) */
-    burst_prep(t, n, 0, keys, keylens, hashes[0], shards[0]);
+    for (size_t k = 0; k < n && k < BURST_CHUNK; k++)
+        burst_prep(t, k, keys, keylens, &hashes[0][k], &shards[0][k]);
     for (size_t base = 0, b = 0; base < n; base += BURST_CHUNK, b ^= 1) {
         const size_t m = n - base < BURST_CHUNK ? n - base : BURST_CHUNK;
         const uint64_t *hash = hashes[b];
         shard *const *sh = shards[b];
-        if (base + BURST_CHUNK < n) /* the next chunk's lines come while this one decides */
-            burst_prep(t, n, base + BURST_CHUNK, keys, keylens, hashes[b ^ 1], shards[b ^ 1]);
         shard *held = NULL;
         for (size_t k = 0; k < m; k++) { /* 2: decide, in index order */
             const size_t i = base + k;
+            if (i + BURST_CHUNK < n) /* 1 for the same place of the next chunk */
+                burst_prep(t, i + BURST_CHUNK, keys, keylens, &hashes[b ^ 1][k], &shards[b ^ 1][k]);
             const uint64_t p = permits ? permits[i] : 1;
             sluice_result *res = results ? &results[i] : NULL;
             bool ok;
@@ -1473,7 +1470,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                        res, rc == READ_TORN);
                 }
             }
-            sluice__count(&t->counters, p, ok);
+            sluice__tally_add(&tally, p, ok);
             allowed += ok;
             if (!ok && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
                 if (held) sluice__spin_unlock(&held->mu);
@@ -1483,6 +1480,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         }
         if (held) sluice__spin_unlock(&held->mu);
     }
+    sluice__count_tally(&t->counters, &tally);
     return allowed;
 }
 
