@@ -202,13 +202,26 @@ static void resync_stolen(sluice__part *parts, size_t n)
         }
 }
 
-bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                                     uint64_t now_ns, sluice_result *res,
-                                     sluice_result *per_limit)
+/* Whether every ref names a limiter and nothing else (1), or not (0: the
+ * general path sorts it out); -1 when one limiter is named twice (a bad
+ * call).  n is small: every pair is compared. */
+static int limiters_only(const sluice_limit_ref *refs, size_t n)
 {
-    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    sluice__part parts[SLUICE_COMPOSITE_MAX];
+    for (size_t i = 0; i < n; i++) {
+        if (!refs[i].limiter || refs[i].table) return 0;
+        for (size_t j = 0; j < i; j++)
+            if (refs[j].limiter == refs[i].limiter) return -1;
+    }
+    return 1;
+}
+
+/* The general path: set the parts up, hold them in the global lock order,
+ * decide, commit or not, release, count.  Returns whether the request was
+ * allowed (a probe: whether every limit allows it), or -1: a bad call,
+ * nothing decided. */
+static int general(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+                   sluice__part *parts, bool details)
+{
     size_t ord[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) {
         const sluice_limit_ref *r = &refs[i];
@@ -216,9 +229,9 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         pt->created = false;
         pt->rt = NULL;
         pt->stolen = false;
-        if (res || per_limit) pt->r = (sluice_result){0};
+        if (details) pt->r = (sluice_result){0};
         else pt->r.error = 0; /* read for the table's count of refusals */
-        if ((r->limiter != NULL) == (r->table != NULL)) return bad_call(n, res, per_limit);
+        if ((r->limiter != NULL) == (r->table != NULL)) return -1;
         if (r->limiter) {
             pt->lim = r->limiter;
             pt->t = NULL;
@@ -229,13 +242,11 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
             pt->key = r->key;
             pt->keylen = r->keylen;
             if ((pt->rt = sluice__table_region(r->table)) != NULL) {
-                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen))
-                    return bad_call(n, res, per_limit);
+                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen)) return -1;
                 pt->order = NULL;
                 pt->rk = sluice__rtable_shard_of(pt->rt, r->key, r->keylen, &pt->hash, pt->rid);
             } else {
-                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen))
-                    return bad_call(n, res, per_limit);
+                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen)) return -1;
                 pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
             }
         }
@@ -250,21 +261,11 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     for (size_t k = 0; k < n; k++) {
         sluice__part *pt = &parts[ord[k]];
         pt->first_of_lock = k == 0 || lock_cmp(&parts[ord[k - 1]], pt) != 0;
-        if (!pt->first_of_lock && pt->lim) return bad_call(n, res, per_limit); /* a limiter twice */
+        if (!pt->first_of_lock && pt->lim) return -1; /* a limiter twice */
     }
 
-    bool efull = false, all = false, only_limiters = true;
-    const bool details = res || per_limit;
-    for (size_t i = 0; i < n; i++) only_limiters &= parts[i].lim != NULL;
-    int got = -1;
-    if (only_limiters) {
-        got = sluice__limiters_decide(parts, ord, n, permits, now_ns, details);
-        if (got >= 0) {
-            all = true;
-            for (size_t i = 0; i < n && all; i++) all = parts[i].ok;
-        }
-    }
-    if (got < 0) got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
+    bool efull = false, all = false;
+    int got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
     if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
         resync_stolen(parts, n);
         for (size_t i = 0; i < n; i++) {
@@ -274,7 +275,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         got = attempt(parts, ord, n, permits, now_ns, details, true, &efull, &all);
     }
     resync_stolen(parts, n);
-    if (got < 0) return bad_call(n, res, per_limit);
+    if (got < 0) return -1;
     const bool ok = got == 1 || (all && permits == 0);
 
     for (size_t i = 0; i < n; i++) { /* a region's were counted under its lock */
@@ -284,6 +285,27 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         if (!ok && !parts[i].lim && !parts[i].rt)
             sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
+    return ok;
+}
+
+bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                                     uint64_t now_ns, sluice_result *res,
+                                     sluice_result *per_limit)
+{
+    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    sluice__part parts[SLUICE_COMPOSITE_MAX];
+    const bool details = res || per_limit;
+    int got = -1;
+    const int lo = limiters_only(refs, n);
+    if (lo < 0) return bad_call(n, res, per_limit);
+    if (lo) { /* lock-free limiters: decided and counted in limiter.c */
+        got = sluice__limiters_decide(refs, n, permits, now_ns, parts, details);
+        if (got >= 0 && !details) return got;
+    }
+    if (got < 0 && (got = general(refs, n, permits, now_ns, parts, details)) < 0)
+        return bad_call(n, res, per_limit);
+    const bool ok = got == 1;
     if (!details) return ok;
     sluice_result c = {.allowed = ok};
     c.remaining = UINT64_MAX;

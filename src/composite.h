@@ -81,11 +81,15 @@ typedef struct sluice__part {
 SLUICE__INTERNAL void sluice__limiter_hold(sluice__part *part);
 SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
 SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
-/* limiter.c: the whole composite when every part is a limiter, without
- * holding anything while deciding (1 admitted, 0 not, -1: some limiter takes
- * the locked path, use the general one). */
-SLUICE__INTERNAL int sluice__limiters_decide(sluice__part *parts, const size_t *ord, size_t n,
-                                             uint64_t permits, uint64_t now_ns, bool details);
+/* limiter.c: the whole composite when every ref is a limiter (distinct;
+ * the caller checks), without holding anything while deciding, counted in
+ * each limiter: 1 admitted (or a probe every limit allows), 0 refused, -1
+ * some limiter takes the locked path (nothing decided or counted: use the
+ * general path).  With `details`, parts[i].ok and parts[i].r are filled,
+ * nothing else of parts is touched. */
+SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n,
+                                             uint64_t permits, uint64_t now_ns,
+                                             sluice__part *parts, bool details);
 
 /* table.c: the shard of a key (composite lock order), locking a shard and
  * its upkeep at now_ns; looking a key up in its locked shard (fills pf, st,
