@@ -288,9 +288,11 @@ static int general(const sluice_limit_ref *refs, size_t n, uint64_t permits, uin
     return ok;
 }
 
-bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                                     uint64_t now_ns, sluice_result *res,
-                                     sluice_result *per_limit)
+/* Everything but the lock-free limiters' call without details: the
+ * general path, and the combination of the limits' answers. */
+static __attribute__((noinline)) bool
+decide_slow(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+            sluice_result *res, sluice_result *per_limit)
 {
     if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
@@ -332,4 +334,18 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     }
     if (res) *res = c;
     return ok;
+}
+
+/* The call the overload repeats -- lock-free limiters, no details asked --
+ * in a small frame; everything else in decide_slow. */
+bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                                     uint64_t now_ns, sluice_result *res,
+                                     sluice_result *per_limit)
+{
+    if (!res && !per_limit && refs && n - 1 < SLUICE_COMPOSITE_MAX &&
+        limiters_only(refs, n) > 0 && now_ns <= (uint64_t)INT64_MAX) {
+        const int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, false);
+        if (got >= 0) return got;
+    }
+    return decide_slow(refs, n, permits, now_ns, res, per_limit);
 }

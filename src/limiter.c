@@ -924,10 +924,11 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * counted: the caller holds them instead).  With `details`, parts[i].ok
  * and parts[i].r are each limit's answer on the snapshot the call is
  * linearised at. */
-int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                            uint64_t now_ns, sluice__part *parts, bool details)
-{
 #if HAVE_CAS128
+static inline __attribute__((always_inline)) int
+limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+                sluice__part *parts, const bool details)
+{
     cfg *cs[SLUICE_COMPOSITE_MAX];
     u128 old[SLUICE_COMPOSITE_MAX], neu[SLUICE_COMPOSITE_MAX];
     for (;;) {
@@ -990,6 +991,15 @@ int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t per
         for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
             __atomic_store_n(&cs[o[j]]->packed.h[0], (uint64_t)old[o[j]], __ATOMIC_RELEASE);
     }
+}
+#endif
+
+int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                            uint64_t now_ns, sluice__part *parts, bool details)
+{
+#if HAVE_CAS128 /* two copies: without details, the refusal's path is short */
+    if (details) return limiters_decide(refs, n, permits, now_ns, parts, true);
+    return limiters_decide(refs, n, permits, now_ns, NULL, false);
 #else
     (void)refs, (void)n, (void)permits, (void)now_ns, (void)parts, (void)details;
     return -1;
