@@ -8,10 +8,45 @@
  * remaining without the permits), the largest retry_after_ns of the
  * refusing limits (-1 if any is -1).
  *
- * Limiters only, all lock-free: sluice__limiters_decide (limiter.c) decides
- * on snapshots without holding anything; a refusal is validated by reading
- * the words again and writes nothing; an admission freezes all words but
- * the last from their snapshots and swaps the last (see there).
+ * Limiters only, all lock-free: sluice__limiters_decide (limiter.c), which
+ * holds nothing while it decides.  Each limit is read and decided as a
+ * single decision is -- one snapshot of its 16-byte word (load_word: a
+ * value the word held at one instant), one decide_packed -- and counted
+ * inline in each limiter; a call without details (the overload's) does no
+ * other setup.  The one common order is that of the instants X below:
+ *
+ *   refused, no details asked   the first limit that refuses on its
+ *        snapshot decides the call.  At the instant X of that snapshot the
+ *        limit refused the request, so the composite was refused at X,
+ *        whatever the others held; it writes nothing, so placing it at X
+ *        changes no limit's sequence of states.  The other limits' answers
+ *        are not reported, so they need no instant in common: the limits
+ *        after the refusing one are not read at all.
+ *   refused with details, or a probe   every limit's answer is reported,
+ *        so they need one instant: once all are decided, every word is read
+ *        again; each still at its snapshot held it from its first read to
+ *        its second, so all held theirs at once between the last first read
+ *        and the first second read, and X is there.  Nothing is written; a
+ *        word that moved: start over.  (A word comes back to a value it
+ *        held before only when a reservation is cancelled at the same
+ *        clamped time, which restores the bucket exactly; a call whose two
+ *        reads straddle both may combine that limit without the
+ *        reservation with another limit as it was while it was out.)
+ *   admitted   every word but the last, in one order for all calls (by
+ *        limiter address), is frozen with a CAS from its snapshot: from then
+ *        on it holds its snapshot, every CAS on it fails and every reader
+ *        waits.  The CAS of the last word from its snapshot to its new value
+ *        is X: all words hold their snapshots at X, and each limit's new
+ *        state is the one the decision on its snapshot gave.  The frozen
+ *        words then get theirs before anyone can decide on them.  A failed
+ *        CAS (another decision got in) unfreezes, unchanged, what was frozen
+ *        and starts over; nothing is waited for while a word is held, and
+ *        the order by address lets one of two contending calls through.
+ *
+ * No over-admission: every admission, single or composite, moves each word
+ * it charges from a value it held at X to the value the decision on that
+ * value gave.  No permit lost: a refusal or a probe writes nothing, and a
+ * word frozen for nothing is restored to the value it held.
  *
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it

@@ -625,9 +625,9 @@ static void test_threads(void **state)
         {"fixed-window 800/d", "token-bucket 500/d", true, 800, 500},     /* Bs table keys */
         {"sliding-approx 1000/d", "sliding-log 450/d", true, 1000, 450},
     };
-    size_t reps = tu_scaled(10, g_scale);
+    size_t reps = tu_scaled(5, g_scale); /* each way: details, and bare */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (size_t r = 0; r < reps; r++)
+        for (size_t r = 0; r < 2 * reps; r++)
             threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb,
                         r & 1);
 }
