@@ -237,19 +237,6 @@ static void resync_stolen(sluice__part *parts, size_t n)
         }
 }
 
-/* Whether every ref names a limiter and nothing else (1), or not (0: the
- * general path sorts it out); -1 when one limiter is named twice (a bad
- * call).  n is small: every pair is compared. */
-static int limiters_only(const sluice_limit_ref *refs, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!refs[i].limiter || refs[i].table) return 0;
-        for (size_t j = 0; j < i; j++)
-            if (refs[j].limiter == refs[i].limiter) return -1;
-    }
-    return 1;
-}
-
 /* The general path: set the parts up, hold them in the global lock order,
  * decide, commit or not, release, count.  Returns whether the request was
  * allowed (a probe: whether every limit allows it), or -1: a bad call,
@@ -323,8 +310,8 @@ static int general(const sluice_limit_ref *refs, size_t n, uint64_t permits, uin
     return ok;
 }
 
-/* Everything but the lock-free limiters' call without details: the
- * general path, and the combination of the limits' answers. */
+/* Everything but the lock-free limiters' call without details: bad calls,
+ * the general path, and the combination of the limits' answers. */
 static __attribute__((noinline)) bool
 decide_slow(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
             sluice_result *res, sluice_result *per_limit)
@@ -334,12 +321,8 @@ decide_slow(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t n
     sluice__part parts[SLUICE_COMPOSITE_MAX];
     const bool details = res || per_limit;
     int got = -1;
-    const int lo = limiters_only(refs, n);
-    if (lo < 0) return bad_call(n, res, per_limit);
-    if (lo) { /* lock-free limiters: decided and counted in limiter.c */
-        got = sluice__limiters_decide(refs, n, permits, now_ns, parts, details);
-        if (got >= 0 && !details) return got;
-    }
+    if (details) /* lock-free limiters: decided and counted in limiter.c */
+        got = sluice__limiters_decide(refs, n, permits, now_ns, parts, true);
     if (got < 0 && (got = general(refs, n, permits, now_ns, parts, details)) < 0)
         return bad_call(n, res, per_limit);
     const bool ok = got == 1;
@@ -377,8 +360,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
-    if (!res && !per_limit && refs && n - 1 < SLUICE_COMPOSITE_MAX &&
-        limiters_only(refs, n) > 0 && now_ns <= (uint64_t)INT64_MAX) {
+    if (!res && !per_limit) {
         const int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, false);
         if (got >= 0) return got;
     }

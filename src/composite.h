@@ -81,12 +81,13 @@ typedef struct sluice__part {
 SLUICE__INTERNAL void sluice__limiter_hold(sluice__part *part);
 SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
 SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
-/* limiter.c: the whole composite when every ref is a limiter (distinct;
- * the caller checks), without holding anything while deciding, counted in
- * each limiter: 1 admitted (or a probe every limit allows), 0 refused, -1
- * some limiter takes the locked path (nothing decided or counted: use the
- * general path).  With `details`, parts[i].ok and parts[i].r are filled,
- * nothing else of parts is touched. */
+/* limiter.c: the whole composite when the refs are 1 to
+ * SLUICE_COMPOSITE_MAX distinct lock-free limiters, without holding
+ * anything while deciding, counted in each limiter: 1 admitted (or a probe
+ * every limit allows), 0 refused; -1 for any other call (a bad one, a table
+ * key, a limiter twice or in the locked path: nothing decided or counted,
+ * use the general path).  With `details`, parts[i].ok and parts[i].r are
+ * filled, nothing else of parts is touched. */
 SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n,
                                              uint64_t permits, uint64_t now_ns,
                                              sluice__part *parts, bool details);

@@ -920,11 +920,33 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  *       over; nothing is ever waited for while a word is held.
  *
  * Returns 1 (admitted, or a probe that every limit allows), 0 (refused),
- * -1 when some limiter takes the locked path (nothing decided, nothing
- * counted: the caller holds them instead).  With `details`, parts[i].ok
+ * -1 when the call is not one for this path -- a bad call, a ref that is
+ * not a limiter, a limiter named twice, or one that takes the locked path
+ * (nothing decided, nothing counted: the general path, composite.c, takes
+ * it).  With `details`, parts[i].ok
  * and parts[i].r are each limit's answer on the snapshot the call is
  * linearised at. */
 #if HAVE_CAS128
+/* Count one composite call in each of its limiters, as sluice__count
+ * (counters.h) does, the thread's stripe looked up once. */
+static inline __attribute__((always_inline)) void
+count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
+{
+    const unsigned slot = sluice__my_slot - 1; /* UINT_MAX when not chosen */
+    if (slot >= SLUICE__STRIPES - 1) {
+        for (size_t j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, ok);
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        sluice__stripe *s = &refs[j].limiter->counters.s[slot];
+        sluice__own_add(permits == 0 ? &s->probes
+                        : ok         ? &s->requests_allowed
+                                     : &s->requests_denied,
+                        1);
+        if (permits) sluice__own_add(ok ? &s->permits_allowed : &s->permits_denied, permits);
+    }
+}
+
 static inline __attribute__((always_inline)) int
 limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
                 sluice__part *parts, const bool details)
@@ -953,8 +975,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 parts[i].ok = r;
                 all &= r;
             } else if (!r) { /* this limit alone refuses the call */
-                for (size_t j = 0; j < n; j++)
-                    sluice__count(&refs[j].limiter->counters, permits, false);
+                count_all(refs, n, permits, false);
                 return 0;
             }
         }
@@ -964,7 +985,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             for (u128 v; j < n; j++)
                 if (!load_word(&cs[j]->packed, &v) || v != old[j]) break;
             if (j < n) continue;
-            for (j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, all);
+            count_all(refs, n, permits, all);
             return all;
         }
         /* the order of the words: by limiter address (insertion, n is small) */
@@ -985,7 +1006,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 __atomic_store_n(&pw->h[1], (uint64_t)(neu[o[j]] >> 64), __ATOMIC_RELEASE);
                 __atomic_store_n(&pw->h[0], (uint64_t)neu[o[j]], __ATOMIC_RELEASE);
             }
-            for (size_t j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, true);
+            count_all(refs, n, permits, true);
             return 1;
         }
         for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
@@ -997,7 +1018,15 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
 int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                             uint64_t now_ns, sluice__part *parts, bool details)
 {
-#if HAVE_CAS128 /* two copies: without details, the refusal's path is short */
+#if HAVE_CAS128
+    if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
+    for (size_t i = 0; i < n; i++) { /* limiters only, each once (n is small) */
+        if (!refs[i].limiter || refs[i].table) return -1;
+        for (size_t j = 0; j < i; j++)
+            if (refs[j].limiter == refs[i].limiter) return -1;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    /* two copies: without details, the refusal's path is short */
     if (details) return limiters_decide(refs, n, permits, now_ns, parts, true);
     return limiters_decide(refs, n, permits, now_ns, NULL, false);
 #else
