@@ -240,10 +240,15 @@ static void resync_stolen(sluice__part *parts, size_t n)
 /* The general path: set the parts up, hold them in the global lock order,
  * decide, commit or not, release, count.  Returns whether the request was
  * allowed (a probe: whether every limit allows it), or -1: a bad call,
- * nothing decided. */
-static int general(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-                   sluice__part *parts, bool details)
+ * nothing decided.  Each limit's answer into ans, unless NULL. */
+static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_t n,
+                                             uint64_t permits, uint64_t now_ns,
+                                             sluice__answer *ans)
 {
+    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return -1;
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const bool details = ans != NULL;
+    sluice__part parts[SLUICE_COMPOSITE_MAX];
     size_t ord[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) {
         const sluice_limit_ref *r = &refs[i];
@@ -307,39 +312,30 @@ static int general(const sluice_limit_ref *refs, size_t n, uint64_t permits, uin
         if (!ok && !parts[i].lim && !parts[i].rt)
             sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
+    for (size_t i = 0; ans && i < n; i++)
+        ans[i] = (sluice__answer){.ok = parts[i].ok, .quiet = false, .r = parts[i].r};
     return ok;
 }
 
-/* Everything but the lock-free limiters' call without details: bad calls,
- * the general path, and the combination of the limits' answers. */
-static __attribute__((noinline)) bool
-decide_slow(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-            sluice_result *res, sluice_result *per_limit)
+/* The result of a decided call from the limits' answers (the rule at the
+ * head of this file); returns ok. */
+static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits,
+                    sluice_result *res, sluice_result *per_limit)
 {
-    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    sluice__part parts[SLUICE_COMPOSITE_MAX];
-    const bool details = res || per_limit;
-    int got = -1;
-    if (details) /* lock-free limiters: decided and counted in limiter.c */
-        got = sluice__limiters_decide(refs, n, permits, now_ns, parts, true);
-    if (got < 0 && (got = general(refs, n, permits, now_ns, parts, details)) < 0)
-        return bad_call(n, res, per_limit);
-    const bool ok = got == 1;
-    if (!details) return ok;
     sluice_result c = {.allowed = ok};
     c.remaining = UINT64_MAX;
     int64_t retry = 0;
     bool never = false;
     for (size_t i = 0; i < n; i++) {
-        sluice_result r = parts[i].r;
-        if (!ok && parts[i].ok) { /* would have allowed: nothing was taken */
+        if (a[i].quiet) continue; /* no per_limit asked, no part in c */
+        sluice_result r = a[i].r;
+        if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
             r.remaining += permits;
             r.wait_ns = 0;
         }
         if (r.remaining < c.remaining) c.remaining = r.remaining;
         if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
-        if (!parts[i].ok) {
+        if (!a[i].ok) {
             if (r.retry_after_ns < 0) never = true;
             else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
             if (!c.error) c.error = r.error;
@@ -354,15 +350,21 @@ decide_slow(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t n
     return ok;
 }
 
-/* The call the overload repeats -- lock-free limiters, no details asked --
- * in a small frame; everything else in decide_slow. */
+/* Lock-free limiters first (limiter.c decides and counts them), with no
+ * setup; the general path for everything else, bad calls included. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
-    if (!res && !per_limit) {
-        const int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, false);
-        if (got >= 0) return got;
+    if (!res && !per_limit) { /* the overload's call: no details */
+        int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, 0);
+        if (got < 0) got = general(refs, n, permits, now_ns, NULL);
+        return got > 0;
     }
-    return decide_slow(refs, n, permits, now_ns, res, per_limit);
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    int got = sluice__limiters_decide(refs, n, permits, now_ns, a,
+                                      per_limit ? SLUICE__DETAILS_EACH : SLUICE__DETAILS_SUM);
+    if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
+        return bad_call(n, res, per_limit);
+    return combine(a, n, got == 1, permits, res, per_limit);
 }

@@ -923,9 +923,8 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * -1 when the call is not one for this path -- a bad call, a ref that is
  * not a limiter, a limiter named twice, or one that takes the locked path
  * (nothing decided, nothing counted: the general path, composite.c, takes
- * it).  With `details`, parts[i].ok
- * and parts[i].r are each limit's answer on the snapshot the call is
- * linearised at. */
+ * it).  With `details`, ans[i] is each limit's answer on the snapshots the
+ * call is linearised at, but for the limits marked quiet (below). */
 #if HAVE_CAS128
 /* Count one composite call in each of its limiters, as sluice__count
  * (counters.h) does, the thread's stripe looked up once. */
@@ -949,14 +948,15 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
 
 static inline __attribute__((always_inline)) int
 limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-                sluice__part *parts, const bool details)
+                sluice__answer *ans, const int details)
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
     u128 old[SLUICE_COMPOSITE_MAX], neu[SLUICE_COMPOSITE_MAX];
+    bool ok[SLUICE_COMPOSITE_MAX];
     for (;;) {
         bool all = true;
         size_t i = 0;
-        for (; i < n; i++) {
+        for (; i < n; i++) { /* each limit as a single decision without details */
             sluice_limiter *lim = refs[i].limiter;
             cfg *c = cur_cfg(lim);
             if (!c->lockfree) return -1;
@@ -967,12 +967,11 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             cs[i] = c;
             const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
             sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                    .max_wait = UINT64_MAX,
-                                    .res = details ? &parts[i].r : NULL, .out = {lo, hi}};
+                                    .max_wait = UINT64_MAX, .res = NULL, .out = {lo, hi}};
             const bool r = c->pf.ops->decide_packed(&c->pf, &q);
             neu[i] = mkword(q.out[0], q.out[1]);
             if (details) {
-                parts[i].ok = r;
+                ok[i] = r;
                 all &= r;
             } else if (!r) { /* this limit alone refuses the call */
                 count_all(refs, n, permits, false);
@@ -980,43 +979,66 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             }
         }
         if (i < n) continue;
+        int got;
         if (!all || permits == 0) { /* validate: every word still at its snapshot */
-            size_t j = 0;
+            size_t j = n > 1 ? 0 : n; /* one snapshot is one instant */
             for (u128 v; j < n; j++)
                 if (!load_word(&cs[j]->packed, &v) || v != old[j]) break;
             if (j < n) continue;
-            count_all(refs, n, permits, all);
-            return all;
-        }
-        /* the order of the words: by limiter address (insertion, n is small) */
-        unsigned char o[SLUICE_COMPOSITE_MAX];
-        for (size_t j = 0; j < n; j++) {
-            size_t k = j;
-            for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
-                o[k] = o[k - 1];
-            o[k] = (unsigned char)j;
-        }
-        size_t k = 0; /* freeze all but the last */
-        for (; k + 1 < n; k++)
-            if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]], old[o[k]] | FROZEN))
-                break;
-        if (k + 1 == n && __sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]], neu[o[k]])) {
+            got = all;
+        } else {
+            /* the order of the words: by limiter address (insertion, n is small) */
+            unsigned char o[SLUICE_COMPOSITE_MAX];
+            for (size_t j = 0; j < n; j++) {
+                size_t k = j;
+                for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
+                    o[k] = o[k - 1];
+                o[k] = (unsigned char)j;
+            }
+            size_t k = 0; /* freeze all but the last */
+            for (; k + 1 < n; k++)
+                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]],
+                                                  old[o[k]] | FROZEN))
+                    break;
+            if (k + 1 < n ||
+                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]], neu[o[k]])) {
+                for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
+                    __atomic_store_n(&cs[o[j]]->packed.h[0], (uint64_t)old[o[j]],
+                                     __ATOMIC_RELEASE);
+                continue;
+            }
             for (size_t j = 0; j < k; j++) { /* publish the held ones */
                 word *pw = &cs[o[j]]->packed;
                 __atomic_store_n(&pw->h[1], (uint64_t)(neu[o[j]] >> 64), __ATOMIC_RELEASE);
                 __atomic_store_n(&pw->h[0], (uint64_t)neu[o[j]], __ATOMIC_RELEASE);
             }
-            count_all(refs, n, permits, true);
-            return 1;
+            got = 1;
         }
-        for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-            __atomic_store_n(&cs[o[j]]->packed.h[0], (uint64_t)old[o[j]], __ATOMIC_RELEASE);
+        count_all(refs, n, permits, got);
+        /* The details, from the snapshots the call was decided on (the same
+         * decision again, with a result: a pure function of the word).  A
+         * limit that would have allowed a refused call cannot change the
+         * combination (its remaining without the permits is at least the
+         * permits, a refusing limit's below them; its wait_ns and
+         * retry_after_ns do not count), so it is left out unless each
+         * limit's answer is asked for. */
+        for (i = 0; details && i < n; i++) {
+            ans[i].ok = ok[i];
+            ans[i].quiet = !got && ok[i] && details != SLUICE__DETAILS_EACH;
+            if (ans[i].quiet) continue;
+            const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
+            sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                    .max_wait = UINT64_MAX, .res = &ans[i].r,
+                                    .out = {lo, hi}};
+            cs[i]->pf.ops->decide_packed(&cs[i]->pf, &q);
+        }
+        return got;
     }
 }
 #endif
 
 int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                            uint64_t now_ns, sluice__part *parts, bool details)
+                            uint64_t now_ns, sluice__answer *ans, int details)
 {
 #if HAVE_CAS128
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
@@ -1027,10 +1049,10 @@ int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t per
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     /* two copies: without details, the refusal's path is short */
-    if (details) return limiters_decide(refs, n, permits, now_ns, parts, true);
-    return limiters_decide(refs, n, permits, now_ns, NULL, false);
+    if (details) return limiters_decide(refs, n, permits, now_ns, ans, details);
+    return limiters_decide(refs, n, permits, now_ns, NULL, 0);
 #else
-    (void)refs, (void)n, (void)permits, (void)now_ns, (void)parts, (void)details;
+    (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans, (void)details;
     return -1;
 #endif
 }
