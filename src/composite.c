@@ -31,7 +31,12 @@
  *        held before only when a reservation is cancelled at the same
  *        clamped time, which restores the bucket exactly; a call whose two
  *        reads straddle both may combine that limit without the
- *        reservation with another limit as it was while it was out.)
+ *        reservation with another limit as it was while it was out.)  The
+ *        details are then computed from the snapshots decided on -- with
+ *        res but no per_limit, only the refusing limits': a limit that
+ *        would have allowed has at least the permits remaining without
+ *        them, a refusing one fewer, so it never gives the smallest, and it
+ *        has no retry_after_ns.
  *   admitted   every word but the last, in one order for all calls (by
  *        limiter address), is frozen with a CAS from its snapshot: from then
  *        on it holds its snapshot, every CAS on it fails and every reader
