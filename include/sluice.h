@@ -930,9 +930,12 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  * elsewhere.  How (README.md, "Several limits on one request"):
  *  - limiters only, all lock-free (see the head of this file): the call
  *    decides on snapshots of their 16-byte words, writing nothing.  A
- *    refusal or a probe reads the words again and, if none moved, returns
- *    with no write at all (all held their snapshots at one instant).  An
- *    admission freezes every word but the last with a compare-and-swap from
+ *    refusal with no details asked (res and per_limit NULL) returns at the
+ *    first limit that refuses on its snapshot, with no write at all: that
+ *    limit refused at that instant, so the composite did.  A refusal with
+ *    details, or a probe, reads every word again and, if none moved,
+ *    returns with no write at all (all held their snapshots at one
+ *    instant).  An admission freezes every word but the last with a compare-and-swap from
  *    its snapshot (the top bit of the word's time half marks it held),
  *    swaps the last from its snapshot to its new value (the instant the
  *    call takes effect), then stores the held words' new values; a failed

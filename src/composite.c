@@ -8,10 +8,50 @@
  * remaining without the permits), the largest retry_after_ns of the
  * refusing limits (-1 if any is -1).
  *
- * Limiters only, all lock-free: sluice__limiters_decide (limiter.c) decides
- * on snapshots without holding anything; a refusal is validated by reading
- * the words again and writes nothing; an admission freezes all words but
- * the last from their snapshots and swaps the last (see there).
+ * Limiters only, all lock-free: sluice__limiters_decide (limiter.c), which
+ * holds nothing while it decides.  Each limit is read and decided as a
+ * single decision is -- one snapshot of its 16-byte word (load_word: a
+ * value the word held at one instant), one decide_packed -- and counted
+ * inline in each limiter; a call without details (the overload's) does no
+ * other setup.  The one common order is that of the instants X below:
+ *
+ *   refused, no details asked   the first limit that refuses on its
+ *        snapshot decides the call.  At the instant X of that snapshot the
+ *        limit refused the request, so the composite was refused at X,
+ *        whatever the others held; it writes nothing, so placing it at X
+ *        changes no limit's sequence of states.  The other limits' answers
+ *        are not reported, so they need no instant in common: the limits
+ *        after the refusing one are not read at all.
+ *   refused with details, or a probe   every limit's answer is reported,
+ *        so they need one instant: once all are decided, every word is read
+ *        again; each still at its snapshot held it from its first read to
+ *        its second, so all held theirs at once between the last first read
+ *        and the first second read, and X is there.  Nothing is written; a
+ *        word that moved: start over.  (A word comes back to a value it
+ *        held before only when a reservation is cancelled at the same
+ *        clamped time, which restores the bucket exactly; a call whose two
+ *        reads straddle both may combine that limit without the
+ *        reservation with another limit as it was while it was out.)  The
+ *        details are then computed from the snapshots decided on -- with
+ *        res but no per_limit, only the refusing limits': a limit that
+ *        would have allowed has at least the permits remaining without
+ *        them, a refusing one fewer, so it never gives the smallest, and it
+ *        has no retry_after_ns.
+ *   admitted   every word but the last, in one order for all calls (by
+ *        limiter address), is frozen with a CAS from its snapshot: from then
+ *        on it holds its snapshot, every CAS on it fails and every reader
+ *        waits.  The CAS of the last word from its snapshot to its new value
+ *        is X: all words hold their snapshots at X, and each limit's new
+ *        state is the one the decision on its snapshot gave.  The frozen
+ *        words then get theirs before anyone can decide on them.  A failed
+ *        CAS (another decision got in) unfreezes, unchanged, what was frozen
+ *        and starts over; nothing is waited for while a word is held, and
+ *        the order by address lets one of two contending calls through.
+ *
+ * No over-admission: every admission, single or composite, moves each word
+ * it charges from a value it held at X to the value the decision on that
+ * value gave.  No permit lost: a refusal or a probe writes nothing, and a
+ * word frozen for nothing is restored to the value it held.
  *
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it
@@ -202,12 +242,17 @@ static void resync_stolen(sluice__part *parts, size_t n)
         }
 }
 
-bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                                     uint64_t now_ns, sluice_result *res,
-                                     sluice_result *per_limit)
+/* The general path: set the parts up, hold them in the global lock order,
+ * decide, commit or not, release, count.  Returns whether the request was
+ * allowed (a probe: whether every limit allows it), or -1: a bad call,
+ * nothing decided.  Each limit's answer into ans, unless NULL. */
+static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_t n,
+                                             uint64_t permits, uint64_t now_ns,
+                                             sluice__answer *ans)
 {
-    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
+    if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    const bool details = ans != NULL;
     sluice__part parts[SLUICE_COMPOSITE_MAX];
     size_t ord[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) {
@@ -216,9 +261,9 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         pt->created = false;
         pt->rt = NULL;
         pt->stolen = false;
-        if (res || per_limit) pt->r = (sluice_result){0};
+        if (details) pt->r = (sluice_result){0};
         else pt->r.error = 0; /* read for the table's count of refusals */
-        if ((r->limiter != NULL) == (r->table != NULL)) return bad_call(n, res, per_limit);
+        if ((r->limiter != NULL) == (r->table != NULL)) return -1;
         if (r->limiter) {
             pt->lim = r->limiter;
             pt->t = NULL;
@@ -229,13 +274,11 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
             pt->key = r->key;
             pt->keylen = r->keylen;
             if ((pt->rt = sluice__table_region(r->table)) != NULL) {
-                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen))
-                    return bad_call(n, res, per_limit);
+                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen)) return -1;
                 pt->order = NULL;
                 pt->rk = sluice__rtable_shard_of(pt->rt, r->key, r->keylen, &pt->hash, pt->rid);
             } else {
-                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen))
-                    return bad_call(n, res, per_limit);
+                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen)) return -1;
                 pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
             }
         }
@@ -250,21 +293,11 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     for (size_t k = 0; k < n; k++) {
         sluice__part *pt = &parts[ord[k]];
         pt->first_of_lock = k == 0 || lock_cmp(&parts[ord[k - 1]], pt) != 0;
-        if (!pt->first_of_lock && pt->lim) return bad_call(n, res, per_limit); /* a limiter twice */
+        if (!pt->first_of_lock && pt->lim) return -1; /* a limiter twice */
     }
 
-    bool efull = false, all = false, only_limiters = true;
-    const bool details = res || per_limit;
-    for (size_t i = 0; i < n; i++) only_limiters &= parts[i].lim != NULL;
-    int got = -1;
-    if (only_limiters) {
-        got = sluice__limiters_decide(parts, ord, n, permits, now_ns, details);
-        if (got >= 0) {
-            all = true;
-            for (size_t i = 0; i < n && all; i++) all = parts[i].ok;
-        }
-    }
-    if (got < 0) got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
+    bool efull = false, all = false;
+    int got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
     if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
         resync_stolen(parts, n);
         for (size_t i = 0; i < n; i++) {
@@ -274,7 +307,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         got = attempt(parts, ord, n, permits, now_ns, details, true, &efull, &all);
     }
     resync_stolen(parts, n);
-    if (got < 0) return bad_call(n, res, per_limit);
+    if (got < 0) return -1;
     const bool ok = got == 1 || (all && permits == 0);
 
     for (size_t i = 0; i < n; i++) { /* a region's were counted under its lock */
@@ -284,20 +317,30 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
         if (!ok && !parts[i].lim && !parts[i].rt)
             sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
-    if (!details) return ok;
+    for (size_t i = 0; ans && i < n; i++)
+        ans[i] = (sluice__answer){.ok = parts[i].ok, .quiet = false, .r = parts[i].r};
+    return ok;
+}
+
+/* The result of a decided call from the limits' answers (the rule at the
+ * head of this file); returns ok. */
+static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits,
+                    sluice_result *res, sluice_result *per_limit)
+{
     sluice_result c = {.allowed = ok};
     c.remaining = UINT64_MAX;
     int64_t retry = 0;
     bool never = false;
     for (size_t i = 0; i < n; i++) {
-        sluice_result r = parts[i].r;
-        if (!ok && parts[i].ok) { /* would have allowed: nothing was taken */
+        if (a[i].quiet) continue; /* no per_limit asked, no part in c */
+        sluice_result r = a[i].r;
+        if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
             r.remaining += permits;
             r.wait_ns = 0;
         }
         if (r.remaining < c.remaining) c.remaining = r.remaining;
         if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
-        if (!parts[i].ok) {
+        if (!a[i].ok) {
             if (r.retry_after_ns < 0) never = true;
             else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
             if (!c.error) c.error = r.error;
@@ -310,4 +353,23 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     }
     if (res) *res = c;
     return ok;
+}
+
+/* Lock-free limiters first (limiter.c decides and counts them), with no
+ * setup; the general path for everything else, bad calls included. */
+bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                                     uint64_t now_ns, sluice_result *res,
+                                     sluice_result *per_limit)
+{
+    if (!res && !per_limit) { /* the overload's call: no details */
+        int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, 0);
+        if (got < 0) got = general(refs, n, permits, now_ns, NULL);
+        return got > 0;
+    }
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    int got = sluice__limiters_decide(refs, n, permits, now_ns, a,
+                                      per_limit ? SLUICE__DETAILS_EACH : SLUICE__DETAILS_SUM);
+    if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
+        return bad_call(n, res, per_limit);
+    return combine(a, n, got == 1, permits, res, per_limit);
 }

@@ -74,6 +74,14 @@ typedef struct sluice__part {
     sluice_result r;
 } sluice__part;
 
+/* One limit's answer to a composite call, as the combination reads it.
+ * quiet: r not filled -- a limit that would have allowed a refused call,
+ * which cannot change the combination (sluice__limiters_decide). */
+typedef struct sluice__answer {
+    bool ok, quiet;
+    sluice_result r;
+} sluice__answer;
+
 /* limiter.c: hold a limiter for a composite (its mutex, or its frozen
  * word), fill pf and st; release it, storing part->tmp first if `commit`
  * and the state is not on the heap.  A limiter in the locked path commits
@@ -81,11 +89,19 @@ typedef struct sluice__part {
 SLUICE__INTERNAL void sluice__limiter_hold(sluice__part *part);
 SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
 SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
-/* limiter.c: the whole composite when every part is a limiter, without
- * holding anything while deciding (1 admitted, 0 not, -1: some limiter takes
- * the locked path, use the general one). */
-SLUICE__INTERNAL int sluice__limiters_decide(sluice__part *parts, const size_t *ord, size_t n,
-                                             uint64_t permits, uint64_t now_ns, bool details);
+/* limiter.c: the whole composite when the refs are 1 to
+ * SLUICE_COMPOSITE_MAX distinct lock-free limiters, without holding
+ * anything while deciding, counted in each limiter: 1 admitted (or a probe
+ * every limit allows), 0 refused; -1 for any other call (a bad one, a table
+ * key, a limiter twice or in the locked path: nothing decided or counted,
+ * use the general path).  `details`: 0, none (ans unused, may be NULL);
+ * SLUICE__DETAILS_SUM, the combination only: ans[i].ok, .quiet and, but
+ * for the quiet ones, .r are filled; SLUICE__DETAILS_EACH, each limit's
+ * answer too: none is quiet. */
+enum { SLUICE__DETAILS_SUM = 1, SLUICE__DETAILS_EACH = 2 };
+SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n,
+                                             uint64_t permits, uint64_t now_ns,
+                                             sluice__answer *ans, int details);
 
 /* table.c: the shard of a key (composite lock order), locking a shard and
  * its upkeep at now_ns; looking a key up in its locked shard (fills pf, st,

@@ -895,84 +895,164 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
     return reconfigure(lim, NULL, 0, 0, burst, now_ns, err, errlen);
 }
 
-/* The composite fast path, when every part is a lock-free limiter: decide
- * on snapshots, writing nothing; a refusal (or a probe) is validated by
- * reading every word again -- each unchanged means each held its snapshot
- * from its first read to its second, so all held them at once between the
- * last first read and the first second read, and the call is linearised
- * there with no write at all.  An admission freezes the words but the last
- * (in `ord` order) with a CAS from the snapshot, and swaps the last from
- * its snapshot to its new value: that CAS is the linearisation point, all
- * others being held at their snapshots.  The frozen words then get their
- * new values.  A CAS that fails (another admission got in) unfreezes what
- * was frozen, unchanged, and starts over; nothing is ever waited for while
- * a word is held.  Returns 1 (admitted), 0 (not: refused, or a probe), or
- * -1 when some limiter takes the locked path (the caller holds them
- * instead).  Fills parts[i].ok, and parts[i].r when `details`. */
-int sluice__limiters_decide(sluice__part *parts, const size_t *ord, size_t n, uint64_t permits,
-                            uint64_t now_ns, bool details)
-{
+/* The composite fast path, when every limit is a lock-free limiter
+ * (composite.c's head comment has the proof in full).  Each limit is read
+ * and decided as a single decision is: one snapshot of its word (load_word)
+ * and one decide_packed, which gives the word an admission would leave.
+ *
+ *   a refusal, no details asked: the first limit that refuses on its
+ *       snapshot answers for the whole call -- at the instant of that
+ *       snapshot the limit refused, so the composite was refused then,
+ *       whatever the other limits held; nothing is written, the other
+ *       limits are not read further, each limiter counts the refusal.
+ *   a refusal with details, or a probe: every limit is decided on its
+ *       snapshot, then every word is read again; if none moved, all held
+ *       their snapshots at one instant (between the last first read and the
+ *       first second read), and the call is linearised there with no write
+ *       at all.  A word that moved: start over.
+ *   an admission: in one order of all calls (by limiter address), every
+ *       word but the last is frozen with a CAS from its snapshot, and the
+ *       last swapped from its snapshot to its new value -- the instant the
+ *       call takes effect, all the others being held at their snapshots;
+ *       then the frozen words get their new values (count half, then time
+ *       half without the bit, release order).  A CAS that fails (another
+ *       decision got in) unfreezes, unchanged, what was frozen and starts
+ *       over; nothing is ever waited for while a word is held.
+ *
+ * Returns 1 (admitted, or a probe that every limit allows), 0 (refused),
+ * -1 when the call is not one for this path -- a bad call, a ref that is
+ * not a limiter, a limiter named twice, or one that takes the locked path
+ * (nothing decided, nothing counted: the general path, composite.c, takes
+ * it).  With `details`, ans[i] is each limit's answer on the snapshots the
+ * call is linearised at, but for the limits marked quiet (below). */
 #if HAVE_CAS128
+/* Count one composite call in each of its limiters, as sluice__count
+ * (counters.h) does, the thread's stripe looked up once. */
+static inline __attribute__((always_inline)) void
+count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
+{
+    const unsigned slot = sluice__my_slot - 1; /* UINT_MAX when not chosen */
+    if (slot >= SLUICE__STRIPES - 1) {
+        for (size_t j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, ok);
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        sluice__stripe *s = &refs[j].limiter->counters.s[slot];
+        sluice__own_add(permits == 0 ? &s->probes
+                        : ok         ? &s->requests_allowed
+                                     : &s->requests_denied,
+                        1);
+        if (permits) sluice__own_add(ok ? &s->permits_allowed : &s->permits_denied, permits);
+    }
+}
+
+static inline __attribute__((always_inline)) int
+limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+                sluice__answer *ans, const int details)
+{
     cfg *cs[SLUICE_COMPOSITE_MAX];
+    u128 old[SLUICE_COMPOSITE_MAX], neu[SLUICE_COMPOSITE_MAX];
+    bool ok[SLUICE_COMPOSITE_MAX];
     for (;;) {
-        bool all = true, again = false;
-        size_t seen = n;
-        for (size_t i = 0; i < n; i++) {
-            sluice__part *pt = &parts[i];
-            cfg *c = cur_cfg(pt->lim);
+        bool all = true;
+        size_t i = 0;
+        for (; i < n; i++) { /* each limit as a single decision without details */
+            sluice_limiter *lim = refs[i].limiter;
+            cfg *c = cur_cfg(lim);
             if (!c->lockfree) return -1;
-            if (!load_word(&c->packed, &pt->snap)) {
-                wait_frozen(pt->lim, c);
-                again = true;
+            if (!load_word(&c->packed, &old[i])) { /* held: wait, start over */
+                wait_frozen(lim, c);
                 break;
             }
             cs[i] = c;
-            uint64_t w[2] = {(uint64_t)pt->snap, (uint64_t)(pt->snap >> 64)};
-            sluice__state_unpack(&c->pf, w, &pt->tmp);
-            pt->ok = sluice__decide(&c->pf, &pt->tmp, now_ns, permits, UINT64_MAX,
-                                    details ? &pt->r : NULL);
-            all &= pt->ok;
-            if (!pt->ok && !details) { /* no need to look further */
-                seen = i + 1;
-                break;
+            const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
+            sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                    .max_wait = UINT64_MAX, .res = NULL, .out = {lo, hi}};
+            const bool r = c->pf.ops->decide_packed(&c->pf, &q);
+            neu[i] = mkword(q.out[0], q.out[1]);
+            if (details) {
+                ok[i] = r;
+                all &= r;
+            } else if (!r) { /* this limit alone refuses the call */
+                count_all(refs, n, permits, false);
+                return 0;
             }
         }
-        if (again) continue;
+        if (i < n) continue;
+        int got;
         if (!all || permits == 0) { /* validate: every word still at its snapshot */
-            for (size_t i = 0; i < seen && !again; i++) {
-                u128 v;
-                again = !load_word(&cs[i]->packed, &v) || v != parts[i].snap;
+            size_t j = n > 1 ? 0 : n; /* one snapshot is one instant */
+            for (u128 v; j < n; j++)
+                if (!load_word(&cs[j]->packed, &v) || v != old[j]) break;
+            if (j < n) continue;
+            got = all;
+        } else {
+            /* the order of the words: by limiter address (insertion, n is small) */
+            unsigned char o[SLUICE_COMPOSITE_MAX];
+            for (size_t j = 0; j < n; j++) {
+                size_t k = j;
+                for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
+                    o[k] = o[k - 1];
+                o[k] = (unsigned char)j;
             }
-            if (again) continue;
-            return 0;
-        }
-        size_t k = 0; /* freeze all but the last */
-        for (; k + 1 < n; k++) {
-            const sluice__part *pt = &parts[ord[k]];
-            if (!__sync_bool_compare_and_swap(&cs[ord[k]]->packed.w, pt->snap, pt->snap | FROZEN))
-                break;
-        }
-        if (k + 1 == n) {
-            const sluice__part *pt = &parts[ord[k]];
-            uint64_t w[2];
-            sluice__state_pack(&cs[ord[k]]->pf, &pt->tmp, w);
-            if (__sync_bool_compare_and_swap(&cs[ord[k]]->packed.w, pt->snap, mkword(w[0], w[1]))) {
-                for (size_t j = 0; j < k; j++) { /* publish the held ones */
-                    const sluice__part *q = &parts[ord[j]];
-                    word *pw = &cs[ord[j]]->packed;
-                    sluice__state_pack(&cs[ord[j]]->pf, &q->tmp, w);
-                    __atomic_store_n(&pw->h[1], w[1], __ATOMIC_RELEASE);
-                    __atomic_store_n(&pw->h[0], w[0], __ATOMIC_RELEASE);
-                }
-                return 1;
+            size_t k = 0; /* freeze all but the last */
+            for (; k + 1 < n; k++)
+                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]],
+                                                  old[o[k]] | FROZEN))
+                    break;
+            if (k + 1 < n ||
+                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]], neu[o[k]])) {
+                for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
+                    __atomic_store_n(&cs[o[j]]->packed.h[0], (uint64_t)old[o[j]],
+                                     __ATOMIC_RELEASE);
+                continue;
             }
+            for (size_t j = 0; j < k; j++) { /* publish the held ones */
+                word *pw = &cs[o[j]]->packed;
+                __atomic_store_n(&pw->h[1], (uint64_t)(neu[o[j]] >> 64), __ATOMIC_RELEASE);
+                __atomic_store_n(&pw->h[0], (uint64_t)neu[o[j]], __ATOMIC_RELEASE);
+            }
+            got = 1;
         }
-        for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-            __atomic_store_n(&cs[ord[j]]->packed.h[0], (uint64_t)parts[ord[j]].snap,
-                             __ATOMIC_RELEASE);
+        count_all(refs, n, permits, got);
+        /* The details, from the snapshots the call was decided on (the same
+         * decision again, with a result: a pure function of the word).  A
+         * limit that would have allowed a refused call cannot change the
+         * combination (its remaining without the permits is at least the
+         * permits, a refusing limit's below them; its wait_ns and
+         * retry_after_ns do not count), so it is left out unless each
+         * limit's answer is asked for. */
+        for (i = 0; details && i < n; i++) {
+            ans[i].ok = ok[i];
+            ans[i].quiet = !got && ok[i] && details != SLUICE__DETAILS_EACH;
+            if (ans[i].quiet) continue;
+            const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
+            sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                    .max_wait = UINT64_MAX, .res = &ans[i].r,
+                                    .out = {lo, hi}};
+            cs[i]->pf.ops->decide_packed(&cs[i]->pf, &q);
+        }
+        return got;
     }
+}
+#endif
+
+int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                            uint64_t now_ns, sluice__answer *ans, int details)
+{
+#if HAVE_CAS128
+    if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
+    for (size_t i = 0; i < n; i++) { /* limiters only, each once (n is small) */
+        if (!refs[i].limiter || refs[i].table) return -1;
+        for (size_t j = 0; j < i; j++)
+            if (refs[j].limiter == refs[i].limiter) return -1;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    /* two copies: without details, the refusal's path is short */
+    if (details) return limiters_decide(refs, n, permits, now_ns, ans, details);
+    return limiters_decide(refs, n, permits, now_ns, NULL, 0);
 #else
-    (void)parts, (void)ord, (void)n, (void)permits, (void)now_ns, (void)details;
+    (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans, (void)details;
     return -1;
 #endif
 }

@@ -13,12 +13,18 @@
  *   test_random_traces   random traces over 1..4 limits of every algorithm
  *                        variant, as limiters and as keys of tables: every
  *                        field of the combined result and of each limit's
- *                        result, exactly.
+ *                        result, exactly (half the calls ask the combined
+ *                        result alone).
  *   test_all_or_nothing  a refusal by one limit takes nothing from another;
  *                        a new table key is made only by an admission.
  *   test_bad_calls       n of 0 and 17, refs naming neither or both, the
  *                        same limiter or key twice: SLUICE_EINVAL, nothing
  *                        decided.
+ *   test_bare_refusal    no details asked: a refusal by any limit (before,
+ *                        between or after the others, a limiter in the
+ *                        locked path among them) takes nothing and is
+ *                        counted on every limiter; a limiter twice counts
+ *                        nothing.
  *   test_threads         4 threads, each asking a shared limit A together
  *                        with one of two limits B0/B1 (limiters of both
  *                        paths, and table keys), all at one instant: the
@@ -26,7 +32,9 @@
  *                        for ONE order -- each admission's remaining is
  *                        distinct on every limit it touched, the orders of
  *                        A and of each B agree, every refusal fits into
- *                        that order, and the counts are exact.
+ *                        that order, and the counts are exact; every
+ *                        other run asks no details (a refusal stops at the
+ *                        first refusing limit): the counts, exactly.
  *   test_threads_reconfigure  3 threads of composites while another thread
  *                        changes one limit's spec back and forth.
  *
@@ -197,10 +205,11 @@ static void test_random_traces(void **state)
             ref_result want, per[4];
             model_composite(ls, n, p, at, &want, per);
             sluice_result got, gper[4];
-            bool ok = sluice_composite_try_acquire_at(refs, n, p, at, &got, gper);
+            const bool each = tu_splitmix64_below(&rs, 2); /* or the combination alone */
+            bool ok = sluice_composite_try_acquire_at(refs, n, p, at, &got, each ? gper : NULL);
             assert_true(ok == got.allowed);
             expect_same("the composite", &want, &got, ls, n, p, at, step);
-            for (size_t i = 0; i < n; i++) {
+            for (size_t i = 0; i < n && each; i++) {
                 char what[32];
                 snprintf(what, sizeof what, "limit %zu", i);
                 expect_same(what, &per[i], &gper[i], ls, n, p, at, step);
@@ -389,6 +398,57 @@ static void test_bad_calls(void **state)
     sluice_table_free(t);
 }
 
+/* The bare call (no details) stops at the first limit that refuses: still
+ * nothing is taken anywhere, every limiter counts the refusal (those after
+ * the refuser, and one in the locked path, too), and a limiter named twice
+ * is a bad call that counts nothing. */
+static void expect_stats(sluice_limiter *l, uint64_t allowed, uint64_t denied, uint64_t pa,
+                         uint64_t pd)
+{
+    sluice_stats st;
+    sluice_limiter_stats_get(l, &st);
+    assert_int_equal(st.requests_allowed, allowed);
+    assert_int_equal(st.requests_denied, denied);
+    assert_int_equal(st.permits_allowed, pa);
+    assert_int_equal(st.permits_denied, pd);
+}
+
+static void test_bare_refusal(void **state)
+{
+    (void)state;
+    sluice_limiter *a = mk("token-bucket 5/s"), *b = mk("fixed-window 3/d"),
+                   *c = mk("sliding-approx 5/s"), *l = mk("sliding-log 5/s");
+    sluice_limit_ref refs[4] = {sluice_ref_limiter(a), sluice_ref_limiter(b),
+                                sluice_ref_limiter(c), sluice_ref_limiter(l)};
+    assert_true(sluice_composite_try_acquire_at(refs, 3, 2, SEC, NULL, NULL)); /* b: 1 left */
+    assert_false(sluice_composite_try_acquire_at(refs, 3, 2, SEC, NULL, NULL)); /* b refuses */
+    sluice_limit_ref rev[3] = {refs[2], refs[1], refs[0]};
+    assert_false(sluice_composite_try_acquire_at(rev, 3, 3, SEC, NULL, NULL));
+    assert_int_equal(remaining_of(a, SEC), 3);
+    assert_int_equal(remaining_of(b, SEC), 1);
+    assert_int_equal(remaining_of(c, SEC), 3);
+    expect_stats(a, 1, 2, 2, 5);
+    expect_stats(b, 1, 2, 2, 5);
+    expect_stats(c, 1, 2, 2, 5);
+    /* a limiter in the locked path after the refuser, and before it */
+    sluice_limit_ref bl[2] = {refs[1], refs[3]};
+    assert_false(sluice_composite_try_acquire_at(bl, 2, 2, SEC, NULL, NULL));
+    sluice_limit_ref lb[2] = {refs[3], refs[1]};
+    assert_false(sluice_composite_try_acquire_at(lb, 2, 2, SEC, NULL, NULL));
+    expect_stats(l, 0, 2, 0, 4);
+    expect_stats(b, 1, 4, 2, 9);
+    assert_int_equal(remaining_of(l, SEC), 5);
+    /* the same limiter twice, after a refuser: a bad call, not counted */
+    sluice_limit_ref dup[3] = {refs[1], refs[0], refs[0]};
+    assert_false(sluice_composite_try_acquire_at(dup, 3, 1, SEC, NULL, NULL));
+    expect_stats(a, 1, 2, 2, 5);
+    expect_stats(b, 1, 4, 2, 9);
+    sluice_limiter_free(a);
+    sluice_limiter_free(b);
+    sluice_limiter_free(c);
+    sluice_limiter_free(l);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 #define THREADS 4
@@ -403,6 +463,7 @@ typedef struct rec {
 typedef struct tctx {
     sluice_limit_ref a, b[2];
     uint64_t t;
+    bool bare; /* no details asked: only ok and b recorded */
     rec recs[THREADS][CALLS];
     _Atomic unsigned go;
 } tctx;
@@ -428,6 +489,11 @@ static void *worker(void *v)
         }
         sluice_result per[2];
         rec *r = &c->recs[ta->self][k];
+        if (c->bare) {
+            r->ok = sluice_composite_try_acquire_at(refs, 2, 1, c->t, NULL, NULL);
+            r->b = b;
+            continue;
+        }
         r->ok = sluice_composite_try_acquire_at(refs, 2, 1, c->t, NULL, per);
         r->b = b;
         r->a_r = per[k & 2 ? 1 : 0];
@@ -443,9 +509,11 @@ static uint64_t probe_remaining(const sluice_limit_ref *r, uint64_t t)
     return res.remaining;
 }
 
-/* One run at a frozen instant: A has room la, each B room lb. */
+/* One run at a frozen instant: A has room la, each B room lb.  `bare`: no
+ * details asked (a refusal stops at the first refusing limit), so only the
+ * counts are checked -- no over-admission, no permit lost. */
 static void threads_run(const char *aspec, const char *bspec, bool btable, uint64_t la,
-                        uint64_t lb)
+                        uint64_t lb, bool bare)
 {
     char err[256];
     tctx *c = calloc(1, sizeof *c);
@@ -462,6 +530,7 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
         for (int i = 0; i < 2; i++) c->b[i] = sluice_ref_limiter(bl[i] = mk(bspec));
     }
     c->t = 5 * SEC;
+    c->bare = bare;
     pthread_t th[THREADS];
     targ ta[THREADS];
     for (unsigned i = 0; i < THREADS; i++) {
@@ -485,14 +554,15 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
             if (!r->ok) continue;
             n_ok++;
             n_b[r->b]++;
+            if (bare) continue;
             assert_true(r->a_r.remaining < la);
             assert_false(seen_a[r->a_r.remaining]); /* A: one order */
             seen_a[r->a_r.remaining] = true;
             b_at_a[r->b][r->a_r.remaining] = r->b_r.remaining;
         }
     assert_true(n_ok <= la);
-    for (int j = 0; j < 2; j++) {
-        assert_true(n_b[j] <= lb);
+    for (int j = 0; j < 2; j++) assert_true(n_b[j] <= lb);
+    for (int j = 0; j < 2 && !bare; j++) {
         /* walking A's order (remaining descending), B_j's remaining must
          * descend one by one from lb - 1 */
         uint64_t expect = lb;
@@ -505,13 +575,13 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
         assert_int_equal(expect, lb - n_b[j]);
     }
     /* A's admissions are la-1 .. la-n_ok: a prefix of the order */
-    for (uint64_t x = la - n_ok; x < la; x++) assert_true(seen_a[x]);
+    for (uint64_t x = la - n_ok; x < la && !bare; x++) assert_true(seen_a[x]);
     /* the refusals fit in the order: refused by B_j means B_j was full, so
      * after B_j's last admission, and A had what it reports */
     for (unsigned i = 0; i < THREADS; i++)
         for (unsigned k = 0; k < CALLS; k++) {
             const rec *r = &c->recs[i][k];
-            if (r->ok) continue;
+            if (r->ok || bare) continue;
             assert_true(!r->a_r.allowed || !r->b_r.allowed);
             if (!r->b_r.allowed) {
                 assert_int_equal(r->b_r.remaining, 0);
@@ -530,6 +600,11 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
     sluice_limiter_stats_get(a, &st);
     assert_int_equal(st.requests_allowed, n_ok);
     assert_int_equal(st.requests_allowed + st.requests_denied, THREADS * CALLS);
+    for (int j = 0; j < 2 && !btable; j++) { /* each call counted on every limit */
+        sluice_limiter_stats_get(bl[j], &st);
+        assert_int_equal(st.requests_allowed, n_b[j]);
+        assert_int_equal(st.requests_allowed + st.requests_denied, THREADS * CALLS / 2);
+    }
     sluice_limiter_free(a);
     sluice_limiter_free(bl[0]);
     sluice_limiter_free(bl[1]);
@@ -552,10 +627,11 @@ static void test_threads(void **state)
         {"fixed-window 800/d", "token-bucket 500/d", true, 800, 500},     /* Bs table keys */
         {"sliding-approx 1000/d", "sliding-log 450/d", true, 1000, 450},
     };
-    size_t reps = tu_scaled(10, g_scale);
+    size_t reps = tu_scaled(5, g_scale); /* each way: details, and bare */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (size_t r = 0; r < reps; r++)
-            threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb);
+        for (size_t r = 0; r < 2 * reps; r++)
+            threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb,
+                        r & 1);
 }
 
 /* Composites while the spec of one of their limiters changes back and
@@ -627,6 +703,7 @@ int main(void)
         cmocka_unit_test(test_bare_equals_detailed),
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_bad_calls),
+        cmocka_unit_test(test_bare_refusal),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_reconfigure),
     };
