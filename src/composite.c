@@ -361,14 +361,18 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
+    const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
     if (!res && !per_limit) { /* the overload's call: no details */
-        int got = sluice__limiters_decide(refs, n, permits, now_ns, NULL, 0);
+        int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, NULL)
+                         : sluice__limiters_decide(refs, n, permits, now_ns, NULL, 0);
         if (got < 0) got = general(refs, n, permits, now_ns, NULL);
         return got > 0;
     }
     sluice__answer a[SLUICE_COMPOSITE_MAX];
-    int got = sluice__limiters_decide(refs, n, permits, now_ns, a,
-                                      per_limit ? SLUICE__DETAILS_EACH : SLUICE__DETAILS_SUM);
+    int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, a)
+                     : sluice__limiters_decide(refs, n, permits, now_ns, a,
+                                               per_limit ? SLUICE__DETAILS_EACH
+                                                         : SLUICE__DETAILS_SUM);
     if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
         return bad_call(n, res, per_limit);
     return combine(a, n, got == 1, permits, res, per_limit);

@@ -103,6 +103,17 @@ SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_
                                              uint64_t permits, uint64_t now_ns,
                                              sluice__answer *ans, int details);
 
+/* table.c: the whole composite when the refs are 1 to SLUICE_COMPOSITE_MAX
+ * distinct keys already held by in-process tables, read without locks as a
+ * single decision reads them and committed by upgrading each shard's
+ * sequence (table.c), counted in each table: 1 admitted (or a probe every
+ * limit allows), 0 refused; -1 with nothing decided or counted otherwise
+ * (use the general path).  `ans` NULL: no details; else every limit's
+ * answer (none quiet). */
+SLUICE__INTERNAL int sluice__tables_decide(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice__answer *ans);
+
 /* table.c: the shard of a key (composite lock order), locking a shard and
  * its upkeep at now_ns; looking a key up in its locked shard (fills pf, st,
  * entry); making the key's entry when an admission needs it (0, or

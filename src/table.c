@@ -1685,6 +1685,125 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
     if (full) sluice__count(&t->full, 1, false);
 }
 
+/* A composite of table keys only (composite.h): every key read as a single
+ * decision reads it (decide_read), and, when all admit, every shard taken
+ * with sluice__spin_try_upgrade and the words stored (commit_read's steps)
+ * -- no lock held while reading and deciding, no lock waited for.  The
+ * snapshot is one instant of every limit: each shard's sequence is read
+ * before its keys and checked unchanged after the last key of all, so every
+ * key held its state from its read to that check; the upgrades, each from
+ * the sequence the read began with, succeed only if no holder ran since, so
+ * the admission is linearised at the last upgrade, with every state as
+ * read.  A refusal or a probe writes nothing, as a single one.  Anything
+ * else -- a key not held yet (its entry must be made), a key that is not
+ * read (long, or of a table whose states do not pack), a table in a shared
+ * region, a change of spec to carry over, a shard whose wheel is due a
+ * step, a key twice, holders met READ_TRIES times -- returns -1 with
+ * nothing decided, stored or counted: the general path decides it. */
+int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                          uint64_t now_ns, sluice__answer *ans)
+{
+    struct {
+        sluice_table *t;
+        shard *s;
+        uint64_t h, v;
+        uint64_t out[2];
+        ekey k;
+        uint32_t at;
+        bool first; /* the first part of its shard: reads and takes its sequence */
+        bool ok;
+    } p[SLUICE_COMPOSITE_MAX];
+    if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const sluice_limit_ref *r = &refs[i];
+        sluice_table *t = r->table;
+        if (r->limiter || !t || t->region || !readable(t, r->keylen) || (!r->key && r->keylen))
+            return -1;
+        const void *key = r->key ? r->key : "";
+        p[i].t = t;
+        p[i].h = sluice__siphash13(t->seed, key, r->keylen);
+        p[i].s = shard_for(t, p[i].h);
+        pad_key(&p[i].k, key, r->keylen);
+        prefetch_run(t, p[i].s, p[i].h);
+        p[i].first = true;
+        for (size_t j = 0; j < i; j++) {
+            if (p[j].s != p[i].s) continue;
+            p[i].first = false;
+            if (refs[j].keylen == r->keylen && p[j].k.w[0] == p[i].k.w[0] &&
+                p[j].k.w[1] == p[i].k.w[1])
+                return -1; /* a key twice */
+        }
+    }
+    for (unsigned tries = 0; tries < READ_TRIES; tries++) {
+        bool torn = false, all = true;
+        for (size_t i = 0; i < n && !torn; i++) {
+            if (p[i].first) {
+                p[i].v = sluice__spin_read_begin(&p[i].s->mu);
+                torn = p[i].v & 1;
+            } else {
+                for (size_t j = 0; j < i; j++)
+                    if (p[j].s == p[i].s) p[i].v = p[j].v;
+            }
+            if (torn) break;
+            sluice_table *t = p[i].t;
+            const uint32_t at = read_find(t, p[i].s, p[i].h, &p[i].k, refs[i].keylen);
+            if (at == RUN_TORN) {
+                torn = true;
+                break;
+            }
+            if (at == UINT32_MAX) return -1; /* a key to make: the general path */
+            const tcfg *c = read_cfg(t, p[i].s, at);
+            if (!c) return -1;
+            const uint64_t *sw = ent_state(ent(t, p[i].s, at));
+            const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+            if (ans) ans[i] = (sluice__answer){.quiet = false};
+            p[i].ok = decide_words(&c->pf, w, now_ns, permits, ans ? &ans[i].r : NULL, p[i].out);
+            p[i].at = at;
+            all &= p[i].ok;
+        }
+        for (size_t i = 0; i < n && !torn; i++)
+            if (p[i].first && !sluice__spin_read_valid(&p[i].s->mu, p[i].v)) torn = true;
+        if (torn) {
+            sluice__backoff(tries);
+            continue;
+        }
+        if (all && permits > 0) { /* take every shard as read, or none */
+            size_t got = 0;
+            for (; got < n; got++)
+                if (p[got].first && !sluice__spin_try_upgrade(&p[got].s->mu, p[got].v)) break;
+            bool upkeep = false;
+            for (size_t i = 0; i < got && !upkeep; i++)
+                upkeep = p[i].first && !(p[i].t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) &&
+                         ((now_ns > p[i].s->now ? now_ns : p[i].s->now) >> TICK_SHIFT) >
+                             p[i].s->wheel.cur;
+            if (got < n || upkeep) { /* nothing stored: let them go */
+                for (size_t i = 0; i < got; i++)
+                    if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
+                if (upkeep) return -1; /* the wheel's step: the general path */
+                sluice__backoff(tries);
+                continue;
+            }
+            for (size_t i = 0; i < n; i++) {
+                if (p[i].first && now_ns > p[i].s->now) PUT(&p[i].s->now, now_ns);
+                uint64_t *sw = ent_state(ent(p[i].t, p[i].s, p[i].at));
+                PUT(&sw[0], p[i].out[0]);
+                PUT(&sw[1], p[i].out[1]);
+            }
+            for (size_t i = 0; i < n; i++)
+                if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
+        }
+        const bool ok = all; /* an admission, or a probe all allow */
+        for (size_t i = 0; i < n; i++) {
+            if (ans) ans[i].ok = p[i].ok;
+            sluice__count(&p[i].t->counters, permits, ok);
+            if (!ok) sluice__table_note(p[i].t, refs[i].key, refs[i].keylen, p[i].h);
+        }
+        return ok;
+    }
+    return -1;
+}
+
 /* ---- key operations: remove, reset, peek, scan -------------------------- */
 
 /* Whether (key, keylen) is a key the table accepts. */

@@ -512,23 +512,32 @@ static uint64_t probe_remaining(const sluice_limit_ref *r, uint64_t t)
 /* One run at a frozen instant: A has room la, each B room lb.  `bare`: no
  * details asked (a refusal stops at the first refusing limit), so only the
  * counts are checked -- no over-admission, no permit lost. */
-static void threads_run(const char *aspec, const char *bspec, bool btable, uint64_t la,
-                        uint64_t lb, bool bare)
+static void threads_run(const char *aspec, const char *bspec, bool btable, int atable,
+                        uint64_t la, uint64_t lb, bool bare)
 {
     char err[256];
     tctx *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    sluice_limiter *a = mk(aspec), *bl[2] = {NULL, NULL};
-    sluice_table *bt = NULL;
-    c->a = sluice_ref_limiter(a);
+    /* A: a limiter (atable 0), a key of its own table (1), or a key of B's
+     * table (2: aspec is bspec; one shard holds all three keys) -- with
+     * table keys only, the composite reads them without locks */
+    sluice_limiter *a = atable ? NULL : mk(aspec), *bl[2] = {NULL, NULL};
+    sluice_table *bt = NULL, *at = NULL;
+    if (atable == 1) {
+        at = sluice_table_new(aspec, 16, err, sizeof err);
+        assert_non_null(at);
+    }
     if (btable) {
         bt = sluice_table_new(bspec, 16, err, sizeof err);
         assert_non_null(bt);
+        if (atable == 2) at = bt;
         c->b[0] = sluice_ref_key(bt, "b0", 2);
         c->b[1] = sluice_ref_key(bt, "b1", 2);
     } else {
+        assert_int_equal(atable, 0);
         for (int i = 0; i < 2; i++) c->b[i] = sluice_ref_limiter(bl[i] = mk(bspec));
     }
+    c->a = atable ? sluice_ref_key(at, "a", 1) : sluice_ref_limiter(a);
     c->t = 5 * SEC;
     c->bare = bare;
     pthread_t th[THREADS];
@@ -597,9 +606,23 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
     for (int j = 0; j < 2; j++) assert_int_equal(probe_remaining(&c->b[j], c->t), lb - n_b[j]);
     assert_true(n_ok == la || (n_b[0] == lb && n_b[1] == lb));
     sluice_stats st;
-    sluice_limiter_stats_get(a, &st);
-    assert_int_equal(st.requests_allowed, n_ok);
-    assert_int_equal(st.requests_allowed + st.requests_denied, THREADS * CALLS);
+    if (atable == 2) { /* one table: A's and B's counts together */
+        sluice_table_stats ts;
+        sluice_table_stats_get(at, &ts);
+        assert_int_equal(ts.decisions.requests_allowed, 2 * n_ok);
+        assert_int_equal(ts.decisions.requests_allowed + ts.decisions.requests_denied,
+                         2 * THREADS * CALLS);
+    } else if (atable) {
+        sluice_table_stats ts;
+        sluice_table_stats_get(at, &ts);
+        st = ts.decisions;
+    } else {
+        sluice_limiter_stats_get(a, &st);
+    }
+    if (atable != 2) {
+        assert_int_equal(st.requests_allowed, n_ok);
+        assert_int_equal(st.requests_allowed + st.requests_denied, THREADS * CALLS);
+    }
     for (int j = 0; j < 2 && !btable; j++) { /* each call counted on every limit */
         sluice_limiter_stats_get(bl[j], &st);
         assert_int_equal(st.requests_allowed, n_b[j]);
@@ -608,6 +631,7 @@ static void threads_run(const char *aspec, const char *bspec, bool btable, uint6
     sluice_limiter_free(a);
     sluice_limiter_free(bl[0]);
     sluice_limiter_free(bl[1]);
+    if (at != bt) sluice_table_free(at);
     sluice_table_free(bt);
     free(c);
 }
@@ -618,20 +642,24 @@ static void test_threads(void **state)
     static const struct {
         const char *a, *b;
         bool btable;
+        int atable;
         uint64_t la, lb;
     } cases[] = {
-        {"fixed-window 1000/d", "token-bucket 600/d", false, 1000, 600},  /* A runs out */
-        {"token-bucket 1500/d", "fixed-window 300/d", false, 1500, 300},  /* the Bs run out */
-        {"sliding-log 700/d", "token-bucket 400/d", false, 700, 400},     /* A locked */
-        {"token-bucket 900/d", "sliding-wheel 500/d", false, 900, 500},   /* Bs locked */
-        {"fixed-window 800/d", "token-bucket 500/d", true, 800, 500},     /* Bs table keys */
-        {"sliding-approx 1000/d", "sliding-log 450/d", true, 1000, 450},
+        {"fixed-window 1000/d", "token-bucket 600/d", false, 0, 1000, 600},  /* A runs out */
+        {"token-bucket 1500/d", "fixed-window 300/d", false, 0, 1500, 300},  /* the Bs run out */
+        {"sliding-log 700/d", "token-bucket 400/d", false, 0, 700, 400},     /* A locked */
+        {"token-bucket 900/d", "sliding-wheel 500/d", false, 0, 900, 500},   /* Bs locked */
+        {"fixed-window 800/d", "token-bucket 500/d", true, 0, 800, 500},     /* Bs table keys */
+        {"sliding-approx 1000/d", "sliding-log 450/d", true, 0, 1000, 450},
+        {"fixed-window 800/d", "token-bucket 500/d", true, 1, 800, 500},     /* table keys only */
+        {"token-bucket 700/d", "sliding-approx 400/d", true, 1, 700, 400},
+        {"token-bucket 900/d", "token-bucket 900/d", true, 2, 900, 900},     /* one shard */
     };
     size_t reps = tu_scaled(5, g_scale); /* each way: details, and bare */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (size_t r = 0; r < 2 * reps; r++)
-            threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].la, cases[k].lb,
-                        r & 1);
+            threads_run(cases[k].a, cases[k].b, cases[k].btable, cases[k].atable, cases[k].la,
+                        cases[k].lb, r & 1);
 }
 
 /* Composites while the spec of one of their limiters changes back and
