@@ -941,7 +941,15 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  *    call takes effect), then stores the held words' new values; a failed
  *    CAS unfreezes, unchanged, what it froze and starts over.  It never
  *    waits while it holds a word.
- *  - otherwise (table keys, limiters in the locked path): every limit is
+ *  - keys of in-process tables only, each held already (and short, of a
+ *    table whose states pack): each key is read without its shard's lock,
+ *    as a single decision reads it, between two loads of the shard's
+ *    sequence; a refusal or a probe is answered from the snapshot and
+ *    writes nothing; an admission takes every shard only if its sequence
+ *    has not moved since the read (a compare-and-swap each, never a wait),
+ *    stores the new states and releases them -- else it reads again.
+ *  - otherwise (new table keys, limiters in the locked path, mixes of
+ *    limiters and table keys): every limit is
  *    held -- a frozen word, a limiter's mutex, a key's shard lock -- in one
  *    global order (by address), so no two calls can wait for each other in
  *    a cycle; then decided, committed to all or none, and released.
@@ -967,7 +975,7 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  * spin, then yielding the CPU): while composites run, single decisions on
  * their limiters are not lock-free.  Cost: as many compare-and-swaps as
  * the separate decisions, plus bookkeeping -- three lock-free limiters
- * about 3.2-3.7x one decision, three table keys about 3.9x
+ * about 2.8-3.1x one admission, three held table keys about 2.5x
  * (docs/benchmarks.md).  Thread-safe. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n,
                                      uint64_t permits, uint64_t now_ns,

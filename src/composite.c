@@ -53,6 +53,14 @@
  * value gave.  No permit lost: a refusal or a probe writes nothing, and a
  * word frozen for nothing is restored to the value it held.
  *
+ * Keys of in-process tables only, every one held already:
+ * sluice__tables_decide (table.c) reads them as single decisions do, each
+ * shard between two loads of its sequence, and commits an admission by
+ * taking each shard with a compare-and-swap from the sequence its read
+ * began with -- the proof is beside it.  Anything it cannot do so (a key to
+ * make, a change of spec to carry over, a wheel due a step) goes to the
+ * general path with nothing decided.
+ *
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it
  * (the limiter, or the table's shard; two keys of one shard share its
