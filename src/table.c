@@ -259,8 +259,9 @@ typedef struct shard {
      * when unknown.  It spares looking through that slot again while
      * nothing in it can be at rest yet. */
     uint64_t cur_min;
-    _Atomic uint64_t due; /* earliest time (ns) a key may be at rest, a lower
-                           * bound readable without the lock */
+    _Atomic uint64_t *due; /* earliest time (ns) a key may be at rest, a lower
+                            * bound readable without the lock: the shard's
+                            * place in t->dues */
     /* The overrides of this shard's keys (the end of this file), sorted by
      * tag: read under the lock, changed under it and the table's cfg_mu. */
     struct ovr *ovr;
@@ -288,6 +289,8 @@ struct sluice_table {
     unsigned nshards;
     uint64_t seed[2];
     shard *shards;
+    _Atomic uint64_t *dues; /* each shard's `due`, side by side: a new key's
+                             * refusal reads them all */
     _Atomic size_t keys;
     _Atomic uint64_t reclaimed, evicted;
     sluice__counters counters;
@@ -592,7 +595,7 @@ static void publish_due(shard *s)
     /* only the current tick's own slot has a sharper bound (a cascade
      * pending at cur would come first, as the core orders ties) */
     if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
-    atomic_store_explicit(&s->due, due, (memory_order)SLUICE__SEQ_STORE);
+    atomic_store_explicit(s->due, due, (memory_order)SLUICE__SEQ_STORE);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
@@ -794,7 +797,7 @@ static bool evict_one(sluice_table *t, shard *s)
 
 static void free_shards(sluice_table *t)
 {
-    for (unsigned k = 0; k < t->nshards; k++) {
+    for (unsigned k = 0; t->shards && k < t->nshards; k++) {
         shard *s = &t->shards[k];
         if (s->slab) {
             for (uint32_t i = 0; i < s->cap; i++) {
@@ -807,6 +810,7 @@ static void free_shards(sluice_table *t)
         sluice__free(s->slab);
     }
     sluice__free(t->shards);
+    sluice__free64((void *)t->dues);
 }
 
 static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags,
@@ -846,7 +850,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         sluice__random_seed(t->seed);
     }
     t->shards = sluice__calloc(t->nshards, sizeof *t->shards);
-    if (!t->shards) goto oom;
+    t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
+    if (!t->shards || !t->dues) goto oom;
     double per = (double)max_keys / t->nshards;
     uint64_t ecap = t->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
     if (ecap > max_keys) ecap = max_keys;
@@ -857,14 +862,15 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         s->cap = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
         s->slab = sluice__calloc(s->cap, t->stride);
         s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
-        atomic_store_explicit(&s->due, UINT64_MAX, memory_order_relaxed);
+        s->due = &t->dues[k];
+        atomic_store_explicit(s->due, UINT64_MAX, memory_order_relaxed);
         sluice__wcore_init(&s->wheel, 0);
         if (!s->slab) goto oom;
     }
     return t;
 oom:
     if (t) {
-        if (t->shards) free_shards(t);
+        free_shards(t); /* what was made of it */
         cfg_free(t);
         pthread_mutex_destroy(&t->cfg_mu);
         sluice__free64(t);
@@ -994,7 +1000,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
         for (unsigned k = 0; k < t->nshards && !got; k++) {
             shard *o = &t->shards[k];
             /* a shard whose wheel has nothing due by now has nothing at rest */
-            if (o == s || atomic_load_explicit(&o->due, memory_order_relaxed) > now) continue;
+            if (o == s || atomic_load_explicit(o->due, memory_order_relaxed) > now) continue;
             sluice__spin_lock(&o->mu);
             if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
             publish_due(o);
@@ -1016,7 +1022,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
         publish_due(s);
     } else {
         for (unsigned k = 0; k < t->nshards; k++) {
-            uint64_t d = atomic_load_explicit(&t->shards[k].due, memory_order_relaxed);
+            uint64_t d = atomic_load_explicit(&t->dues[k], memory_order_relaxed);
             if (d < first) first = d;
         }
     }
@@ -1046,14 +1052,19 @@ static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry
     const bool shard_full = GET(&s->count) >= s->ecap;
     if (!shard_full && atomic_load_explicit(&t->keys, memory_order_relaxed) < t->max_keys)
         return false;
-    uint64_t first = UINT64_MAX;
+    /* make_room sweeps s, and the others only when s has room: with s full,
+     * only s's due counts; else the earliest of all.  The hint is the
+     * earliest of all either way.  One array, a few lines, no branch. */
+    uint64_t m[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
     for (unsigned k = 0; k < t->nshards; k++) {
-        shard *o = &t->shards[k];
-        const uint64_t d = atomic_load_explicit(&o->due, (memory_order)SLUICE__SEQ_LOAD);
-        /* make_room sweeps s, and the others only when s has room */
-        if (d <= now && (o == s || !shard_full)) return false;
-        if (d < first) first = d;
+        const uint64_t d = atomic_load_explicit(&t->dues[k], (memory_order)SLUICE__SEQ_LOAD);
+        m[k & 3] = d < m[k & 3] ? d : m[k & 3];
     }
+    const uint64_t m01 = m[0] < m[1] ? m[0] : m[1], m23 = m[2] < m[3] ? m[2] : m[3];
+    const uint64_t first = m01 < m23 ? m01 : m23;
+    const uint64_t mine = shard_full ? atomic_load_explicit(s->due, (memory_order)SLUICE__SEQ_LOAD)
+                                     : first;
+    if (mine <= now) return false;
     *retry = first == UINT64_MAX ? -1
              : first > now       ? (int64_t)sluice__min_u64(first - now, INT64_MAX)
                                  : 1;
@@ -1613,7 +1624,7 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
     if (!room) {
         uint64_t first = UINT64_MAX;
         for (unsigned k = 0; k < t->nshards; k++) {
-            uint64_t d = atomic_load_explicit(&t->shards[k].due, memory_order_relaxed);
+            uint64_t d = atomic_load_explicit(&t->dues[k], memory_order_relaxed);
             if (d < first) first = d;
         }
         *retry = first == UINT64_MAX ? -1
@@ -1671,7 +1682,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 {
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
-        if (atomic_load_explicit(&o->due, memory_order_relaxed) > now_ns) continue;
+        if (atomic_load_explicit(o->due, memory_order_relaxed) > now_ns) continue;
         sluice__spin_lock(&o->mu);
         sweep_all(t, o, now_ns > o->now ? now_ns : o->now);
         publish_due(o);
