@@ -694,16 +694,21 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
  *                per word a load followed by a locked add on it -- one
  *                miss per decision, overlapped, and one locked instruction
  *                (the least a burst that locks per request can do);
- *   chain floor  one dependent read per decision (part 1's floor).
- * All four interleaved, o->runs times after a warm-up; medians. */
+ *   chain floor  one dependent read per decision (part 1's floor);
+ *   run floor    as the burst floor, but each decision's place is a
+ *                48-byte slot and the three lines from it are prefetched
+ *                (what a lookup reads: its home slot's line and the next
+ *                two, src/table.c) -- a reference for the layout, not the
+ *                target's floor.
+ * All five interleaved, o->runs times after a warm-up; medians. */
 #define BT_BURST 32
 #define BT_TARGET_BURST_RATIO 4.0
 
 typedef struct bt_burst_result {
     bool run;
     uint64_t n, iters;
-    double single_ns, burst_ns, floor_ns, chain_ns;      /* medians, wall */
-    double single_cpu, burst_cpu, floor_cpu, chain_cpu;  /* medians, CPU */
+    double single_ns, burst_ns, floor_ns, chain_ns, run_ns;      /* medians, wall */
+    double single_cpu, burst_cpu, floor_cpu, chain_cpu, run_cpu; /* medians, CPU */
     double spread;        /* worst (max - min) / median of the four */
     uint64_t allowed, decided;
     bool lost_keys;
@@ -743,6 +748,29 @@ static uint64_t bt_run_burst_floor(uint64_t *arr, const uint64_t *pos, size_t n)
             __builtin_prefetch(&arr[pos[i + k]]);
         for (size_t k = 0; k < m; k++) {
             uint64_t *w = &arr[pos[i + k]];
+            sum += *(volatile uint64_t *)w;
+            __atomic_fetch_add(w, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return sum;
+}
+
+/* The run floor: slots of 48 bytes (of `slots` in the array), three lines
+ * prefetched from each. */
+static uint64_t bt_run_run_floor(uint64_t *arr, const uint64_t *pos, size_t n, uint64_t slots)
+{
+    unsigned char *b = (unsigned char *)arr;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i += BT_BURST) {
+        size_t m = n - i < BT_BURST ? n - i : BT_BURST;
+        for (size_t k = 0; k < m; k++) {
+            const unsigned char *e = b + (pos[i + k] % slots) * 48;
+            __builtin_prefetch(e);
+            __builtin_prefetch(e + 64);
+            __builtin_prefetch(e + 128);
+        }
+        for (size_t k = 0; k < m; k++) {
+            uint64_t *w = (uint64_t *)(void *)(b + (pos[i + k] % slots) * 48);
             sum += *(volatile uint64_t *)w;
             __atomic_fetch_add(w, 1, __ATOMIC_RELAXED);
         }
@@ -802,16 +830,20 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     uint64_t *flat = bt_xmalloc((size_t)words * sizeof(uint64_t));
     memset(flat, 0, (size_t)words * sizeof(uint64_t));
 
-    double *v[8];
-    for (int k = 0; k < 8; k++)
+    double *v[10];
+    for (int k = 0; k < 10; k++)
         v[k] = bt_xmalloc(o->runs * sizeof(double));
+    const uint64_t slots = words * 8 / 48 > 4 ? words * 8 / 48 - 3 : 1;
     fprintf(stderr, "bench_table: burst, %s keys: %" PRIu64 " runs...\n",
             bt_count(n, nb, sizeof nb), o->runs);
     for (uint64_t r = 0; r <= o->runs; r++) { /* pass 0: warm-up, a tenth */
         const size_t len = r == 0 ? iters / 10 + 1 : iters;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             uint64_t c0 = bt_cpu_ns(), t0 = bt_clock_ns(), got;
             switch (k) {
+            case 4:
+                got = bt_run_run_floor(flat, pos, len, slots);
+                break;
             case 0:
                 got = bt_run_calls(t, keys, len, now);
                 break;
@@ -840,8 +872,8 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
             }
         }
     }
-    double med[8];
-    for (int k = 0; k < 8; k++) {
+    double med[10];
+    for (int k = 0; k < 10; k++) {
         med[k] = bt_median(v[k], o->runs);
         if (k % 2 == 0 && med[k] > 0) {
             double s = (v[k][o->runs - 1] - v[k][0]) / med[k];
@@ -854,6 +886,7 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     br->burst_ns = med[2], br->burst_cpu = med[3];
     br->floor_ns = med[4], br->floor_cpu = med[5];
     br->chain_ns = med[6], br->chain_cpu = med[7];
+    br->run_ns = med[8], br->run_cpu = med[9];
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
     if (st.keys != n || st.reclaimed || st.evicted || st.refused)
@@ -893,12 +926,18 @@ static int bt_burst_main(const bt_opts *o)
            br.floor_ns, br.floor_cpu, 1.0, 1.0);
     printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(one dependent load per decision)", br.chain_ns,
            br.chain_cpu, br.chain_ns / fw, br.chain_cpu / fc);
+    printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the same, three lines a decision: a run)",
+           br.run_ns, br.run_cpu, br.run_ns / fw, br.run_cpu / fc);
     printf("\nfloor: in bursts of %d, the words prefetched, then each loaded and a locked add\n"
-           "done on it; arrays as large as the table (%s keys), one word per key.\n"
+           "done on it; arrays as large as the table (%s keys), one word per key.  The run\n"
+           "line: the same with the three lines a lookup reads prefetched for each (a\n"
+           "48-byte slot, its line and the next two); bursts / run = %.2fx (cpu %.2fx).\n"
            "Bursts are %.2fx faster than single calls (wall).  Allowed %.1f%% (the same\n"
            "sequence each run).  (cpu): thread CPU time, without the time descheduled.\n"
            "Worst run spread (max-min)/median (wall): %.0f%%.%s\n",
-           BT_BURST, nb, br.burst_ns > 0 ? br.single_ns / br.burst_ns : 0.0,
+           BT_BURST, nb, br.run_ns > 0 ? br.burst_ns / br.run_ns : 0.0,
+           br.run_cpu > 0 ? br.burst_cpu / br.run_cpu : 0.0,
+           br.burst_ns > 0 ? br.single_ns / br.burst_ns : 0.0,
            br.decided ? 100.0 * (double)br.allowed / (double)br.decided : 0.0, br.spread * 100,
            br.lost_keys ? "\n! not all keys stayed live" : "");
     const double ratio = br.burst_ns / fw, ratio_cpu = br.burst_cpu / fc;
