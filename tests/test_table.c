@@ -457,8 +457,9 @@ static void test_long_runs(void **state)
                 const bool ok = sluice_composite_try_acquire_at(refs, 3, 1, now, &r, NULL);
                 /* the model: all or nothing */
                 run_model before = m;
-                bool want = run_model_ask(&m, i, now) & run_model_ask(&m, j, now) &
-                            run_model_ask(&m, k, now);
+                const bool wi = run_model_ask(&m, i, now), wj = run_model_ask(&m, j, now),
+                           wk = run_model_ask(&m, k, now);
+                const bool want = wi && wj && wk;
                 if (!want) m = before;
                 if (ok != want)
                     fail_msg("round %d step %d: composite of %zu %zu %zu: %d, model %d", round,
