@@ -217,6 +217,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "composite.h"
+#include "counters.h"
 #include "region_table.h"
 #include "spin.h"
 
@@ -232,13 +233,21 @@
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 2u
+#define VERSION 3u /* 3: the shards' sequence words, counters per handle */
 #define CFG_K 8u /* configurations the region remembers (a power of two) */
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
 #define RING_MAX 65536u /* ring entries per key */
 #define LRU_SAMPLES 8
 #define NONE UINT32_MAX
+
+/* What the read without the lock loads -- a shard's sequence, count, due
+ * and now, a slot's header, epochs, key words and state words -- a holder
+ * stores with PUT (or an atomic store of the same order) and the read loads
+ * with GET, each field with its own size (spin.h's orders: plain moves on
+ * x86-64).  Holders read them plainly or with GET: only holders store. */
+#define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
+#define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
 #define INIT_READY 1u
 #define BUSY ((uint64_t)1 << 63)
@@ -280,12 +289,17 @@ typedef struct rcfg {
     char spec[SLUICE_SPEC_MAX];
 } rcfg;
 
-/* A handle's parsed copy of a remembered configuration: `tag` is its epoch
- * + 1 once filled (0: empty). */
+/* A handle's parsed copy of a remembered configuration `epoch`.  Made once
+ * per epoch, published in the handle's prof[epoch % CFG_K] and never
+ * changed or freed until the handle is closed (`made` chains them), so a
+ * read without any lock may use one it finds (read_prof).  When memory runs
+ * out, the handle's own slot `spare[epoch % CFG_K]` is filled in place, as
+ * the locked paths may (prof()); reads never use those. */
 typedef struct rprof {
-    _Atomic uint64_t tag;
+    _Atomic uint64_t epoch; /* UINT64_MAX while a spare is filled */
     uint64_t at;
     sluice__profile pf;
+    struct rprof *made;
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328,
@@ -293,12 +307,14 @@ _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
 
 typedef struct rshard {
     _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
-    _Atomic uint64_t count;             /* live slots */
+    _Atomic uint64_t seq; /* odd while held; each hold adds 2 (the read) */
+    _Atomic uint64_t count; /* live slots */
     _Atomic uint64_t due; /* <= the earliest rest time of the live keys */
-    uint64_t now;         /* the latest time a request showed the shard */
+    uint64_t now;         /* the latest time an admission showed the shard */
     uint64_t rng;
-    _Atomic uint64_t allowed, denied, pallowed, pdenied, probes;
-    _Atomic uint64_t reclaimed, evicted, refused;
+    /* admissions (refusals and probes are counted by the handle) */
+    _Atomic uint64_t allowed, pallowed;
+    _Atomic uint64_t reclaimed, evicted;
 } rshard;
 _Static_assert(sizeof(rshard) == 128, "two cache lines a shard");
 
@@ -321,8 +337,15 @@ typedef struct layout {
 
 struct sluice__rtable {
     layout L; /* from the spec the region was made with (its origin) */
-    rprof prof[CFG_K];
+    _Atomic(rprof *) prof[CFG_K];
+    rprof *made;             /* every rprof made, to free on close */
+    rprof spare[CFG_K];      /* when memory runs out (rprof) */
     pthread_mutex_t prof_mu; /* fills prof[] */
+    /* this handle's refusals and probes, and its refusals for want of
+     * room: counted in process memory, striped per thread (a refusal
+     * writes nothing shared) */
+    sluice__counters denied;
+    sluice__counters full;
     unsigned flags;
     rhead *h;
     rshard *sh;
@@ -544,11 +567,31 @@ static void state_fresh(const sluice__rtable *r, const sluice__profile *pf, unsi
 
 /* The configuration a copy of slot s is under: the second word holds copy
  * 0's epoch in its low half, copy 1's in its high half. */
-static inline uint32_t slot_epoch(const unsigned char *s, unsigned c)
+static inline uint32_t *epoch_word(unsigned char *s, unsigned c)
 {
-    uint32_t e;
-    memcpy(&e, s + 8 + 4 * c, sizeof e);
-    return e;
+    return (uint32_t *)(void *)(s + 8 + 4 * c);
+}
+static inline uint32_t slot_epoch(unsigned char *s, unsigned c) { return GET(epoch_word(s, c)); }
+
+/* A state as the words a copy holds: STATE_WORDS words of 8 bytes, the
+ * packed form's two or a whole sluice__state's (padding zeroed). */
+#define STATE_WORDS ((sizeof(sluice__state) + 7) / 8)
+typedef union swords {
+    sluice__state st;
+    uint64_t w[STATE_WORDS];
+} swords;
+
+/* The key of a slot: keylen bytes in 8-byte words, the last zero-padded,
+ * each stored with PUT (the read compares them with GET). */
+static void key_write(const sluice__rtable *r, unsigned char *s, const void *key, size_t keylen)
+{
+    uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
+    const unsigned char *k = key;
+    for (size_t i = 0; i < keylen; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, k + i, keylen - i < 8 ? keylen - i : 8);
+        PUT(&d[i / 8], w);
+    }
 }
 
 /* The state of slot s, whose header word is h, under its profile pf. */
@@ -579,18 +622,23 @@ static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsi
                         unsigned c, const sluice__state *st, uint32_t epoch)
 {
     unsigned char *d = copy_of(r, s, c);
-    if (r->L.pf.packed) {
+    uint64_t *dw = (uint64_t *)(void *)d;
+    if (r->L.pf.packed) { /* word by word, as the read loads them */
         uint64_t w[2];
         sluice__state_pack(pf, st, w);
-        memcpy(d, w, sizeof w);
+        PUT(&dw[0], w[0]);
+        PUT(&dw[1], w[1]);
     } else if (r->L.ring) {
         rring g = {.t_last = st->t_last, .base = st->u.log.base, .head = st->u.log.head,
                    .len = st->u.log.len};
         memcpy(d, &g, sizeof g);
     } else {
-        memcpy(d, st, sizeof *st);
+        swords u;
+        memset(&u, 0, sizeof u);
+        u.st = *st;
+        for (size_t i = 0; i < STATE_WORDS; i++) PUT(&dw[i], u.w[i]);
     }
-    memcpy(s + 8 + 4 * c, &epoch, sizeof epoch);
+    PUT(epoch_word(s, c), epoch);
 }
 
 /* Commit st to slot s (header h): the inactive copy and its epoch, then
@@ -626,23 +674,46 @@ static inline uint64_t epoch_now(const sluice__rtable *r)
  * holder of a shard lock can be under it any more (the floor). */
 static const rprof *prof(sluice__rtable *r, uint64_t epoch)
 {
-    rprof *p = &r->prof[epoch & (CFG_K - 1)];
-    if (atomic_load_explicit(&p->tag, memory_order_acquire) == epoch + 1) return p;
+    _Atomic(rprof *) *slot = &r->prof[epoch & (CFG_K - 1)];
+    rprof *p = atomic_load_explicit(slot, memory_order_acquire);
+    if (p && atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
     pthread_mutex_lock(&r->prof_mu);
-    if (atomic_load_explicit(&p->tag, memory_order_relaxed) != epoch + 1) {
+    p = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!p || atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
+        rprof *n = sluice__calloc64(sizeof *n);
+        if (n) {
+            n->made = r->made;
+            r->made = n;
+        } else { /* no memory: in place, which only the locked paths use */
+            n = &r->spare[epoch & (CFG_K - 1)];
+            atomic_store_explicit(&n->epoch, UINT64_MAX, memory_order_relaxed);
+        }
         const rcfg *c = cfg_at(r, epoch);
         char spec[SLUICE_SPEC_MAX];
         memcpy(spec, c->spec, sizeof spec);
         spec[sizeof spec - 1] = 0;
         /* written by a change that parsed it: it parses (a region written
          * by hand that does not is decided under the origin's spec) */
-        if (sluice__spec_parse(spec, &p->pf, NULL, 0) != 0 || p->pf.ops != r->L.pf.ops)
-            p->pf = r->L.pf;
-        p->at = c->at;
-        atomic_store_explicit(&p->tag, epoch + 1, memory_order_release);
+        if (sluice__spec_parse(spec, &n->pf, NULL, 0) != 0 || n->pf.ops != r->L.pf.ops)
+            n->pf = r->L.pf;
+        n->at = c->at;
+        atomic_store_explicit(&n->epoch, epoch, memory_order_release);
+        atomic_store_explicit(slot, n, memory_order_release);
+        p = n;
     }
     pthread_mutex_unlock(&r->prof_mu);
     return p;
+}
+
+/* The parsed configuration `epoch` for a read without the lock: one made
+ * for it and published (never changed while the handle lives), else NULL
+ * (the lock path makes it). */
+static const rprof *read_prof(const sluice__rtable *r, uint64_t epoch)
+{
+    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
+                                          memory_order_acquire);
+    if (!p || (p >= r->spare && p < r->spare + CFG_K)) return NULL;
+    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
 }
 
 /* Carry st, under configuration `from`, over every change up to `to`, in
@@ -694,7 +765,7 @@ static const sluice__profile *key_load(sluice__rtable *r, unsigned char *s, uint
 static inline void bump(_Atomic uint64_t *c, uint64_t n) /* shard locked */
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
-                          memory_order_relaxed);
+                          (memory_order)SLUICE__SEQ_STORE);
 }
 
 /* ---- shards ------------------------------------------------------------- */
@@ -704,22 +775,37 @@ static void repair(sluice__rtable *r, uint32_t k)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; i < r->L.cap; i++) n += H_KIND(hdr_get(slot_at(r, k, i))) == K_LIVE;
-    atomic_store_explicit(&r->sh[k].count, n, memory_order_relaxed);
-    atomic_store_explicit(&r->sh[k].due, 0, memory_order_relaxed); /* unknown */
+    atomic_store_explicit(&r->sh[k].count, n, (memory_order)SLUICE__SEQ_STORE);
+    atomic_store_explicit(&r->sh[k].due, 0, (memory_order)SLUICE__SEQ_STORE); /* unknown */
 }
 
-/* Lock shard k; *stolen is set when a dead holder's lock was taken. */
+/* Lock shard k; *stolen is set when a dead holder's lock was taken.  The
+ * sequence goes odd (it already is when a holder died mid-hold: then it
+ * stays so), then a release fence: the hold's stores come after it, for
+ * the read (head comment; spin.h's lock does the same). */
 static void shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
 {
-    if (lock_word(&r->sh[k].lock, self())) {
+    rshard *sh = &r->sh[k];
+    const bool dead = lock_word(&sh->lock, self());
+    const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_relaxed);
+    atomic_store_explicit(&sh->seq, v | 1, (memory_order)SLUICE__SEQ_STORE);
+#if !SLUICE__SEQ_TSAN
+    atomic_thread_fence(memory_order_release);
+#endif
+    if (dead) {
         repair(r, k);
         *stolen = true;
     }
 }
 
+/* The sequence even again, 2 past the hold's odd value (release: after the
+ * hold's stores), then the lock free. */
 static void shard_unlock(sluice__rtable *r, uint32_t k)
 {
-    atomic_store_explicit(&r->sh[k].lock, 0, memory_order_release);
+    rshard *sh = &r->sh[k];
+    const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_relaxed);
+    atomic_store_explicit(&sh->seq, (v | 1) + 1, memory_order_release);
+    atomic_store_explicit(&sh->lock, 0, memory_order_release);
 }
 
 /* After a repair: the region's count of keys, from the shards' (every
@@ -806,7 +892,7 @@ static uint32_t sweep(sluice__rtable *r, uint32_t k, uint64_t now)
             first = rest;
         }
     }
-    atomic_store_explicit(&r->sh[k].due, first, memory_order_relaxed);
+    atomic_store_explicit(&r->sh[k].due, first, (memory_order)SLUICE__SEQ_STORE);
     return freed;
 }
 
@@ -904,7 +990,8 @@ static inline bool key_ok(const sluice__rtable *r, const void *key, size_t keyle
 }
 
 /* One decision in shard k (locked).  *full: refused for want of room;
- * `evict`: the policy may evict (make_room). */
+ * `evict`: the policy may evict (make_room).  Only an admission, or a new
+ * key's request (which may sweep), moves the shard's `now`. */
 static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
                           size_t keylen, uint64_t permits, uint64_t now, sluice_result *res,
                           bool evict, bool *full)
@@ -913,7 +1000,6 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
     const uint64_t epoch = epoch_now(r); /* with the shard held: prof() */
     const sluice__profile *pf;
     *full = false;
-    if (now > sh->now) sh->now = now;
     uint32_t fr;
     uint32_t i = find(r, k, tag, key, keylen, &fr);
     sluice__state st;
@@ -922,7 +1008,10 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
         uint64_t h = hdr_get(s);
         pf = key_load(r, s, &h, &st, epoch);
         bool ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
-        if (ok && permits) state_commit(r, pf, s, h, &st, (uint32_t)epoch); /* only an admission writes */
+        if (ok && permits) { /* only an admission writes */
+            state_commit(r, pf, s, h, &st, (uint32_t)epoch);
+            if (now > sh->now) PUT(&sh->now, now);
+        }
         return ok;
     }
     pf = &prof(r, epoch)->pf;
@@ -930,6 +1019,7 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
         sluice__state_init(pf, &st);
         return sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
     }
+    if (now > sh->now) PUT(&sh->now, now);
     if (!make_room(r, k, sh->now, evict)) {
         *full = true;
         if (res) {
@@ -945,27 +1035,191 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
         atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
         return false;
     }
-    if (keylen) memcpy(s + r->L.key_off, key, keylen);
+    key_write(r, s, key, keylen);
     state_write(r, pf, s, 0, &st, (uint32_t)epoch);
     hdr_set(s, H_LIVE(tag, keylen, 0)); /* published: crash argument 2 */
     bump(&sh->count, 1);
     const uint64_t rest = sluice__rest_at(pf, &st);
     if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
-        atomic_store_explicit(&sh->due, rest, memory_order_relaxed);
+        atomic_store_explicit(&sh->due, rest, (memory_order)SLUICE__SEQ_STORE);
     return true;
 }
 
-static void count_decision(rshard *sh, uint64_t permits, bool ok, bool full)
+/* Count a decision: an admission in the region (shard k locked, as it is
+ * written anyway), a refusal or a probe in the handle (`sh` unused then). */
+static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok, bool full)
 {
-    if (permits == 0) bump(&sh->probes, 1);
-    else if (ok) bump(&sh->allowed, 1);
-    else bump(&sh->denied, 1);
-    if (permits) {
-        _Atomic uint64_t *c = ok ? &sh->pallowed : &sh->pdenied;
-        uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
-        atomic_store_explicit(c, v + permits < v ? UINT64_MAX : v + permits, memory_order_relaxed);
+    if (ok && permits) {
+        bump(&sh->allowed, 1);
+        const uint64_t v = atomic_load_explicit(&sh->pallowed, memory_order_relaxed);
+        atomic_store_explicit(&sh->pallowed, sluice__sat_add(v, permits), memory_order_relaxed);
+    } else {
+        sluice__count(&r->denied, permits, ok);
     }
-    if (full) bump(&sh->refused, 1);
+    if (full) sluice__count(&r->full, 1, false);
+}
+
+/* ---- the read without the lock (head comment) --------------------------- */
+
+/* Reads tried (each met a holder, or was overtaken by one) before the lock. */
+#define READ_TRIES 16
+
+/* What a decision on one key reads of its shard, from GET loads between two
+ * loads of the shard's sequence that found it even and unchanged. */
+typedef struct rsnap {
+    uint64_t epoch;             /* the region's configuration */
+    bool found;                 /* the key is held */
+    uint32_t ep;                /* the configuration its active copy is under */
+    uint64_t w[STATE_WORDS];    /* that copy's words (2 when packed) */
+    uint64_t count, due, now;   /* the shard's, when the key is not held */
+} rsnap;
+
+/* Whether the slot at s, whose header says length keylen, holds key: word
+ * by word, GET loads against the caller's bytes zero-padded as key_write
+ * pads them. */
+static bool read_key_eq(const sluice__rtable *r, unsigned char *s, const void *key, size_t keylen)
+{
+    uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
+    const unsigned char *k = key;
+    for (size_t i = 0; i < keylen; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, k + i, keylen - i < 8 ? keylen - i : 8);
+        if (GET(&d[i / 8]) != w) return false;
+    }
+    return true;
+}
+
+/* One read of key's slot in shard k (GET loads only; the probe run cut at
+ * cap slots, each key compared up to its header's length, at most
+ * max_key_bytes: bounded whatever mix of states the loads see). */
+static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                      size_t keylen, rsnap *sn)
+{
+    rshard *sh = &r->sh[k];
+    const uint32_t cap = r->L.cap;
+    uint32_t i = (uint32_t)(((uint64_t)tag * cap) >> 32);
+    sn->epoch = epoch_now(r);
+    sn->found = false;
+    for (uint32_t d = 0; d < cap; d++) {
+        unsigned char *s = slot_at(r, k, i);
+        const uint64_t h = atomic_load_explicit(hdr_of(s), (memory_order)SLUICE__SEQ_LOAD);
+        const unsigned kind = H_KIND(h);
+        if (kind == K_EMPTY) break;
+        if (kind == K_LIVE && H_TAG(h) == tag && H_LEN(h) == keylen &&
+            read_key_eq(r, s, key, keylen)) {
+            const unsigned c = H_ACTIVE(h);
+            const uint64_t *cw = (const uint64_t *)(const void *)copy_of(r, s, c);
+            const size_t n = r->L.pf.packed ? 2 : STATE_WORDS;
+            sn->found = true;
+            sn->ep = slot_epoch(s, c);
+            for (size_t j = 0; j < n; j++) sn->w[j] = GET(&cw[j]);
+            return;
+        }
+        if (++i == cap) i = 0;
+    }
+    sn->count = atomic_load_explicit(&sh->count, (memory_order)SLUICE__SEQ_LOAD);
+    sn->due = atomic_load_explicit(&sh->due, (memory_order)SLUICE__SEQ_LOAD);
+    sn->now = GET(&sh->now);
+}
+
+/* A consistent snapshot of key's slot in shard k, read without writing
+ * anything (the proof is in the head comment): true; false when READ_TRIES
+ * reads met a holder or were overtaken by one, or the table's keys are not
+ * read at all (the window logs' rings: the lock decides them). */
+static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                     size_t keylen, rsnap *sn)
+{
+    if (r->L.ring) return false;
+    rshard *sh = &r->sh[k];
+    for (unsigned n = 0; n < READ_TRIES; n++) {
+        const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_acquire);
+        if (v & 1) { /* held: wait without writing */
+            sluice__backoff(n);
+            continue;
+        }
+        read_once(r, k, tag, key, keylen, sn);
+#if !SLUICE__SEQ_TSAN
+        atomic_thread_fence(memory_order_acquire); /* the loads before the recheck */
+#endif
+        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) == v) return true;
+    }
+    return false;
+}
+
+/* The profile a snapshot decides under, and its state into st (fresh when
+ * the key is not held); NULL when the lock must decide: the key missed a
+ * change of spec (the lock carries it over first), or this handle has not
+ * parsed the current configuration yet (the lock parses it). */
+static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *sn,
+                                         sluice__state *st)
+{
+    const rprof *p = read_prof(r, sn->epoch);
+    if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
+    if (!sn->found) {
+        sluice__state_init(&p->pf, st);
+    } else if (r->L.pf.packed) {
+        sluice__state_unpack(&p->pf, sn->w, st);
+    } else {
+        swords u;
+        memcpy(u.w, sn->w, sizeof u.w);
+        *st = u.st;
+    }
+    return &p->pf;
+}
+
+/* Whether a request for a key shard k does not hold (1 <= permits <=
+ * capacity) is refused for want of room, from the snapshot: the locked path
+ * would find no room -- the shard or the region full, no shard with
+ * anything due by its time, and no eviction.  *retry: the locked path's
+ * hint (full_retry).  The other shards' `due` are read as the locked path
+ * reads them, without their locks: lower bounds, each true when read. */
+static bool full_read(const sluice__rtable *r, uint32_t k, const rsnap *sn, uint64_t now_ns,
+                      int64_t *retry)
+{
+    if (r->flags & SLUICE_TABLE_EVICT_LRU) return false;
+    const uint64_t now = now_ns > sn->now ? now_ns : sn->now; /* the shard's, had we locked */
+    if (sn->count < r->L.ecap &&
+        atomic_load_explicit(&r->h->keys, memory_order_relaxed) < r->L.max_keys)
+        return false;
+    uint64_t first = UINT64_MAX;
+    for (uint32_t o = 0; o < r->L.nshards; o++) {
+        const uint64_t d = o == k ? sn->due
+                                  : atomic_load_explicit(&r->sh[o].due,
+                                                         (memory_order)SLUICE__SEQ_LOAD);
+        if (d <= now) return false; /* a sweep may make room */
+        if (d < first) first = d;
+    }
+    *retry = first == UINT64_MAX ? -1 : (int64_t)sluice__min_u64(first - now, INT64_MAX);
+    return true;
+}
+
+/* The decision of a request read without writing: true with *ok (and *res,
+ * *full) when it is a refusal or a probe; false when the lock must decide
+ * (an admission, a new key that room may be made for, or no consistent
+ * read). */
+static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                        size_t keylen, uint64_t permits, uint64_t now, sluice_result *res,
+                        bool *ok, bool *full)
+{
+    rsnap sn;
+    sluice__state st;
+    if (!read_key(r, k, tag, key, keylen, &sn)) return false;
+    const sluice__profile *pf = snap_state(r, &sn, &st);
+    if (!pf) return false;
+    *full = false;
+    if (sn.found || permits == 0 || permits > pf->capacity) { /* as decide_locked */
+        *ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
+        return !(*ok && permits); /* only an admission writes */
+    }
+    int64_t retry;
+    if (!full_read(r, k, &sn, now, &retry)) return false;
+    *ok = false;
+    *full = true;
+    if (res) {
+        sluice__deny(res, 0, retry);
+        res->error = SLUICE_EFULL;
+    }
+    return true;
 }
 
 bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
@@ -974,20 +1228,22 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     bool stolen = false, full;
     if (!key_ok(r, key, keylen)) { /* refused, and counted as a refusal */
         if (res) sluice__fail(res, SLUICE_EINVAL);
-        shard_lock(r, 0, &stolen);
-        count_decision(&r->sh[0], permits, false, false);
-        shard_unlock(r, 0);
-        if (stolen) resync(r);
+        count_decision(r, NULL, permits, false, false);
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = "";
     const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
     const uint32_t k = shard_of(r, hash);
+    bool ok;
+    if (decide_read(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &ok, &full)) {
+        count_decision(r, NULL, permits, ok, full);
+        return ok;
+    }
     const bool evict = (r->flags & SLUICE_TABLE_EVICT_LRU) != 0;
     shard_lock(r, k, &stolen);
-    bool ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res,
-                            evict && r->L.nshards == 1, &full);
+    ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res,
+                       evict && r->L.nshards == 1, &full);
     if (full && (r->L.nshards > 1 || stolen)) {
         /* keys at rest elsewhere may make room, else the policy: once more */
         const uint64_t now = r->sh[k].now;
@@ -998,7 +1254,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
         shard_lock(r, k, &stolen);
         ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, evict, &full);
     }
-    count_decision(&r->sh[k], permits, ok, full);
+    count_decision(r, &r->sh[k], permits, ok, full);
     shard_unlock(r, k);
     if (stolen) resync(r);
     return ok;
@@ -1073,7 +1329,7 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
     (void)find(r, k, tag, key, pt->keylen, &fr); /* room may have moved the first free slot */
     unsigned char *s = slot_at(r, k, fr);        /* fr exists: count < ecap < cap */
     state_fresh(r, pt->pf, s, &pt->base);
-    if (pt->keylen) memcpy(s + r->L.key_off, key, pt->keylen);
+    key_write(r, s, key, pt->keylen);
     state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
     hdr_set(s, H_LIVE(tag, pt->keylen, 0));
     bump(&sh->count, 1);
@@ -1094,7 +1350,7 @@ void sluice__rtable_store(sluice__part *pt)
         rshard *sh = &r->sh[pt->rk];
         const uint64_t rest = sluice__rest_at(pt->pf, st);
         if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
-            atomic_store_explicit(&sh->due, rest, memory_order_relaxed);
+            atomic_store_explicit(&sh->due, rest, (memory_order)SLUICE__SEQ_STORE);
     }
 }
 
@@ -1107,7 +1363,7 @@ void sluice__rtable_unmake(sluice__part *pt)
 
 void sluice__rtable_count(sluice__part *pt, uint64_t permits, bool ok, bool full)
 {
-    count_decision(&pt->rt->sh[pt->rk], permits, ok, full);
+    count_decision(pt->rt, &pt->rt->sh[pt->rk], permits, ok, full);
 }
 
 void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns)
@@ -1144,12 +1400,27 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
         return SLUICE_EINVAL;
     }
     if (!key) key = "";
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false;
     uint32_t fr;
     sluice_result out = {0};
     sluice__state st, tmp;
+    rsnap sn;
+    const sluice__profile *rp;
+    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st))) {
+        /* read without writing: judged on a copy */
+        sluice__judge(rp, &st, &tmp, now_ns, permits, &out);
+        if (state && sn.found) {
+            state->last_ns = st.t_last;
+            state->rest_ns = sluice__rest_at(rp, &st);
+        } else if (state) {
+            memset(state, 0, sizeof *state);
+        }
+        if (res) *res = out;
+        return sn.found ? 0 : SLUICE_ENOENT;
+    }
     shard_lock(r, k, &stolen);
     uint32_t i = find(r, k, (uint32_t)hash, key, keylen, &fr);
     const uint64_t epoch = epoch_now(r); /* with the shard held: prof() */
@@ -1180,19 +1451,22 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
 void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
 {
     memset(out, 0, sizeof *out);
+    /* refusals and probes: this handle's (process memory) */
+    sluice__counters_read(&r->denied, &out->decisions);
+    sluice_stats full;
+    sluice__counters_read(&r->full, &full);
+    out->refused = full.requests_denied;
+    /* admissions, keys: every process's (the region) */
     out->keys = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
+    out->decisions.requests_allowed = 0;
+    out->decisions.permits_allowed = 0;
     for (uint32_t k = 0; k < r->L.nshards; k++) {
         rshard *sh = &r->sh[k];
 #define RD(f) atomic_load_explicit(&sh->f, memory_order_relaxed)
         out->reclaimed += RD(reclaimed);
         out->evicted += RD(evicted);
-        out->refused += RD(refused);
         out->decisions.requests_allowed += RD(allowed);
-        out->decisions.requests_denied += RD(denied);
-        out->decisions.probes += RD(probes);
-        uint64_t a = out->decisions.permits_allowed, d = out->decisions.permits_denied;
-        out->decisions.permits_allowed = a + RD(pallowed) < a ? UINT64_MAX : a + RD(pallowed);
-        out->decisions.permits_denied = d + RD(pdenied) < d ? UINT64_MAX : d + RD(pdenied);
+        out->decisions.permits_allowed = sluice__sat_add(out->decisions.permits_allowed, RD(pallowed));
 #undef RD
     }
 }
@@ -1342,7 +1616,7 @@ int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, int knob,
      * bound on its rest times is unknown again */
     for (uint32_t k = 0; k < r->L.nshards; k++) {
         shard_lock(r, k, &stolen);
-        atomic_store_explicit(&r->sh[k].due, 0, memory_order_relaxed);
+        atomic_store_explicit(&r->sh[k].due, 0, (memory_order)SLUICE__SEQ_STORE);
         shard_unlock(r, k);
     }
 out:
@@ -1383,7 +1657,7 @@ static void initialise(void *region, const layout *L, unsigned flags)
     rshard *sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     for (uint32_t k = 0; k < L->nshards; k++) {
         memset(&sh[k], 0, sizeof sh[k]);
-        atomic_store_explicit(&sh[k].due, UINT64_MAX, memory_order_relaxed);
+        atomic_store_explicit(&sh[k].due, UINT64_MAX, (memory_order)SLUICE__SEQ_STORE);
         sh[k].rng = h->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
     }
 }
@@ -1563,6 +1837,10 @@ void sluice__rtable_close(sluice__rtable *r)
 {
     if (!r) return;
     if (r->map) munmap(r->map, r->map_len);
+    for (rprof *p = r->made, *n; p; p = n) {
+        n = p->made;
+        sluice__free64(p);
+    }
     pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }
