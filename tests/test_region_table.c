@@ -17,6 +17,7 @@
 
 #include <sluice.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1519,6 +1520,295 @@ static void test_many_shards(void **state)
     }
 }
 
+/* ---- refusals and probes are reads -------------------------------------- */
+
+/* Every refusal and probe of a region table -- of a held key, of a key it
+ * cannot ever grant, of an absent key, a new key refused for want of room
+ * (the table full of keys in use), a bad key, a peek, a burst -- leaves the
+ * whole region (the caller's memory, header, shards, slots and all) byte
+ * for byte as it was; the handle counts them (its stats).  Every algorithm
+ * whose state the region holds whole (the window logs' rings are decided
+ * under the lock), packed or not, on one shard and on several. */
+static void test_refusal_writes_nothing(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        uint64_t cap; /* the most one key grants at one instant */
+    } cases[] = {{"token-bucket 1/s burst=3", 3},
+                 {"fixed-window 3/s", 3},
+                 {"sliding-approx 3/s", 3},
+                 {"leaky-bucket 1/s capacity=3", 3},
+                 {"leaky-bucket 1/s capacity=3 nodelay", 3},
+                 {"sliding-approx 5000000000/1h", 5000000000ULL}}; /* not packed */
+    static const size_t maxes[] = {16, 1000}; /* 1 shard; 4 */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t m = 0; m < 2; m++) {
+            const size_t max = maxes[m];
+            char err[256], kb[32];
+            const size_t n = sluice_table_region_size(cases[c].spec, max, 16, err, sizeof err);
+            if (!n) fail_msg("%s: %s", cases[c].spec, err);
+            unsigned char *reg = shared_map(n);
+            sluice_table *t = attach_ok(reg, n, cases[c].spec, max, 16, 0);
+            sluice_result r;
+            for (size_t i = 0; i + 1 < max; i++) {
+                snprintf(kb, sizeof kb, "k%zu", i);
+                assert_true(sluice_table_try_acquire_at(t, kb, strlen(kb), 1, SEC, &r));
+            }
+            assert_true(sluice_table_try_acquire_at(t, "hot", 3, cases[c].cap, SEC, &r));
+            sluice_table_stats before, after;
+            sluice_table_stats_get(t, &before);
+            assert_int_equal(before.keys, max);
+            unsigned char *img = malloc(n);
+            assert_non_null(img);
+            memcpy(img, reg, n);
+            const uint64_t now = SEC + 10 * 1000 * 1000; /* 10 ms on: nothing at rest */
+            uint64_t denied = 0, probes = 0, full = 0;
+            for (int i = 0; i < 5; i++, denied++) {
+                assert_false(sluice_table_try_acquire_at(t, "hot", 3, 1, now + (uint64_t)i, &r));
+                assert_int_equal(r.error, 0);
+                assert_true(r.retry_after_ns > 0);
+            }
+            /* more than it can ever grant */
+            assert_false(sluice_table_try_acquire_at(t, "hot", 3, cases[c].cap + 1, now, &r));
+            assert_int_equal(r.retry_after_ns, -1);
+            assert_false(sluice_table_try_acquire_at(t, "absent", 6, cases[c].cap + 1, now, &r));
+            assert_int_equal(r.error, 0);
+            denied += 2;
+            assert_true(sluice_table_try_acquire_at(t, "hot", 3, 0, now, &r)); /* probes */
+            assert_int_equal(r.remaining, 0);
+            assert_true(sluice_table_try_acquire_at(t, "k0", 2, 0, now, &r));
+            assert_true(sluice_table_try_acquire_at(t, "absent", 6, 0, now, &r));
+            probes += 3;
+            for (int i = 0; i < 100; i++, denied++, full++) { /* a flood of new keys */
+                snprintf(kb, sizeof kb, "flood%d", i);
+                assert_false(sluice_table_try_acquire_at(t, kb, strlen(kb), 1, now, &r));
+                assert_int_equal(r.error, SLUICE_EFULL);
+                assert_true(r.retry_after_ns > 0);
+            }
+            char big[17] = "0123456789abcdef"; /* longer than the region's keys */
+            assert_false(sluice_table_try_acquire_at(t, big, 17, 1, now, &r));
+            assert_int_equal(r.error, SLUICE_EINVAL);
+            denied++;
+            sluice_key_state ks;
+            assert_int_equal(sluice_table_peek_at(t, "hot", 3, 1, now, &r, &ks), 0);
+            assert_false(r.allowed);
+            assert_int_equal(ks.last_ns, SEC);
+            assert_int_equal(sluice_table_peek_at(t, "nope", 4, 1, now, &r, &ks), SLUICE_ENOENT);
+            assert_true(r.allowed);
+            const void *keys[3] = {"hot", "flood-a", "k1"};
+            const size_t lens[3] = {3, 7, 2};
+            const uint64_t perm[3] = {1, 1, 0};
+            sluice_result rs[3];
+            assert_int_equal(sluice_table_try_acquire_burst_at(t, 3, keys, lens, perm, now, rs), 1);
+            assert_int_equal(rs[1].error, SLUICE_EFULL);
+            denied += 2;
+            full++;
+            probes++;
+            if (memcmp(img, reg, n) != 0) {
+                size_t at = 0;
+                while (img[at] == reg[at]) at++;
+                fail_msg("%s, %zu keys: a refusal or a probe wrote the region (byte %zu of %zu)",
+                         cases[c].spec, max, at, n);
+            }
+            sluice_table_stats_get(t, &after);
+            assert_int_equal(after.decisions.requests_allowed, before.decisions.requests_allowed);
+            assert_int_equal(after.decisions.requests_denied - before.decisions.requests_denied,
+                             denied);
+            assert_int_equal(after.decisions.probes - before.decisions.probes, probes);
+            assert_int_equal(after.refused - before.refused, full);
+            assert_int_equal(after.keys, max);
+            /* and an admission still writes */
+            assert_true(sluice_table_try_acquire_at(t, "k0", 2, 1, 3 * SEC, &r));
+            assert_true(memcmp(img, reg, n) != 0);
+            free(img);
+            sluice_table_free(t);
+            munmap(reg, n);
+        }
+    }
+}
+
+/* Refusals racing with admissions, in other processes or (under
+ * ThreadSanitizer's eye) other threads of one process.  Deciders share one
+ * region shard: each takes random keys of KEYS at one instant (nothing
+ * refills) with 1-4 permits until a key refuses it 1 permit, and checks
+ * every answer as it goes: a refusal says remaining < permits, and on each
+ * key the remaining it is told never grows (a read seeing a state older
+ * than one it saw, or a mix of two, would break one or the other).  A
+ * refuser asks those keys for more than they have left, and probes them
+ * (the same two checks), and asks a key spent at the start, which must
+ * give the same answer every time.  Afterwards every key granted exactly
+ * its limit, what a peek says, and each handle counted its own refusals
+ * and probes. */
+enum { RACE_KEYS = 4, RACE_DECIDERS = 3, RACE_REFUSALS = 20000 };
+#define RACE_PROBES ((RACE_REFUSALS - 2) / 4) /* the refuser's: i odd, i & 2 clear */
+typedef struct race {
+    sluice_table *t;
+    uint64_t limit, now;
+    _Atomic int go;
+    _Atomic uint64_t granted[RACE_KEYS], denied, bad;
+} race;
+
+static void race_decider(race *x, uint64_t seed)
+{
+    while (!atomic_load(&x->go)) {
+    }
+    uint64_t rng = seed, last[RACE_KEYS], granted[RACE_KEYS] = {0}, denied = 0;
+    bool spent[RACE_KEYS] = {false};
+    for (int k = 0; k < RACE_KEYS; k++) last[k] = UINT64_MAX;
+    for (int left = RACE_KEYS; left > 0;) {
+        const int k = (int)tu_splitmix64_below(&rng, RACE_KEYS);
+        const uint64_t p = spent[k] ? 1 : 1 + tu_splitmix64_below(&rng, 4);
+        char key[8];
+        snprintf(key, sizeof key, "key%d", k);
+        sluice_result r;
+        const bool ok = sluice_table_try_acquire_at(x->t, key, strlen(key), p, x->now, &r);
+        if (r.remaining > last[k] || (!ok && r.remaining >= p) || r.error) atomic_fetch_add(&x->bad, 1);
+        last[k] = r.remaining;
+        if (ok) {
+            granted[k] += p;
+        } else {
+            denied++;
+            if (p == 1 && !spent[k]) spent[k] = true, left--;
+        }
+    }
+    for (int k = 0; k < RACE_KEYS; k++) atomic_fetch_add(&x->granted[k], granted[k]);
+    atomic_fetch_add(&x->denied, denied);
+}
+
+static void race_refuser(race *x)
+{
+    while (!atomic_load(&x->go)) {
+    }
+    sluice_result first[2], r;
+    uint64_t last[RACE_KEYS];
+    for (int k = 0; k < RACE_KEYS; k++) last[k] = UINT64_MAX;
+    assert_false(sluice_table_try_acquire_at(x->t, "spent", 5, 1, x->now, &first[0]));
+    assert_false(sluice_table_try_acquire_at(x->t, "spent", 5, 2, x->now, &first[1]));
+    for (int i = 2; i < RACE_REFUSALS; i++) {
+        if (i & 2) { /* the spent key: one answer, every time */
+            const sluice_result *f = &first[i & 1];
+            const bool ok =
+                sluice_table_try_acquire_at(x->t, "spent", 5, 1 + (uint64_t)(i & 1), x->now, &r);
+            if (ok || r.remaining != f->remaining || r.retry_after_ns != f->retry_after_ns ||
+                r.error)
+                atomic_fetch_add(&x->bad, 1);
+            continue;
+        }
+        /* a deciders' key, more than it has left (a refusal), or a probe:
+         * what remains never grows */
+        const int k = (i >> 2) % RACE_KEYS;
+        char key[8];
+        snprintf(key, sizeof key, "key%d", k);
+        const uint64_t p = i & 1 ? 0 : x->limit + 1;
+        const bool ok = sluice_table_try_acquire_at(x->t, key, strlen(key), p, x->now, &r);
+        if (ok != (p == 0) || r.remaining > last[k] || r.remaining > x->limit || r.error)
+            atomic_fetch_add(&x->bad, 1);
+        last[k] = r.remaining;
+    }
+}
+
+typedef struct race_arg {
+    race *x;
+    int who; /* 0: the refuser; else a decider */
+} race_arg;
+
+static void *race_thread(void *arg)
+{
+    race_arg *a = arg;
+    if (a->who == 0) race_refuser(a->x);
+    else race_decider(a->x, tu_env_seed() + (uint64_t)a->who);
+    return NULL;
+}
+
+static void test_refusals_race_admissions(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"fixed-window 600/1h", "token-bucket 1/1h burst=600",
+                                        "sliding-approx 600/1h",
+                                        "leaky-bucket 1/1h capacity=600 nodelay",
+                                        "sliding-approx 5000000000/1h"};
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        for (int procs = 0; procs < 2; procs++) {
+            char err[256];
+            const size_t n = sluice_table_region_size(specs[si], 16, 16, err, sizeof err);
+            if (!n) fail_msg("%s: %s", specs[si], err);
+            void *reg = shared_map(n);
+            race *x = shared_map(sizeof(race));
+            x->t = attach_ok(reg, n, specs[si], 16, 16, 0); /* one shard */
+            sluice_spec_info info;
+            assert_int_equal(sluice_spec_parse(specs[si], &info, NULL, 0), 0);
+            x->limit = info.capacity > 600 ? 600 : info.capacity;
+            x->now = 3 * SEC;
+            sluice_result r;
+            if (info.capacity > 600) /* leave 600 to grant */
+                for (int k = 0; k < RACE_KEYS; k++) {
+                    char key[8];
+                    snprintf(key, sizeof key, "key%d", k);
+                    assert_true(sluice_table_try_acquire_at(x->t, key, strlen(key),
+                                                            info.capacity - 600, x->now, &r));
+                }
+            assert_true(sluice_table_try_acquire_at(x->t, "spent", 5, info.capacity, x->now, &r));
+            pid_t kids[1 + RACE_DECIDERS];
+            pthread_t th[1 + RACE_DECIDERS];
+            race_arg args[1 + RACE_DECIDERS];
+            for (int i = 0; i <= RACE_DECIDERS; i++) {
+                args[i] = (race_arg){.x = x, .who = i};
+                if (!procs) {
+                    assert_int_equal(pthread_create(&th[i], NULL, race_thread, &args[i]), 0);
+                    continue;
+                }
+                kids[i] = fork();
+                assert_true(kids[i] >= 0);
+                if (kids[i] == 0) {
+                    race_thread(&args[i]);
+                    sluice_table_stats st; /* this process's refusals, counted by its handle */
+                    sluice_table_stats_get(x->t, &st);
+                    if (i == 0 && (st.decisions.requests_denied != RACE_REFUSALS - RACE_PROBES ||
+                                   st.decisions.probes != RACE_PROBES))
+                        atomic_fetch_add(&x->bad, 1);
+                    _exit(0);
+                }
+            }
+            atomic_store(&x->go, 1);
+            for (int i = 0; i <= RACE_DECIDERS; i++) {
+                if (!procs) {
+                    pthread_join(th[i], NULL);
+                    continue;
+                }
+                int ws;
+                assert_int_equal(waitpid(kids[i], &ws, 0), kids[i]);
+                assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+            }
+            if (atomic_load(&x->bad))
+                fail_msg("%s (%s): %llu answers inconsistent", specs[si],
+                         procs ? "processes" : "threads", (unsigned long long)atomic_load(&x->bad));
+            for (int k = 0; k < RACE_KEYS; k++) {
+                char key[8];
+                snprintf(key, sizeof key, "key%d", k);
+                assert_int_equal(atomic_load(&x->granted[k]), x->limit);
+                assert_int_equal(sluice_table_peek_at(x->t, key, strlen(key), 0, x->now, &r, NULL), 0);
+                assert_int_equal(r.remaining, 0);
+            }
+            if (!procs) { /* the threads counted in this process's handle */
+                sluice_table_stats st;
+                sluice_table_stats_get(x->t, &st);
+                assert_int_equal(st.decisions.requests_denied,
+                                 atomic_load(&x->denied) + RACE_REFUSALS - RACE_PROBES);
+                assert_int_equal(st.decisions.probes, RACE_PROBES);
+            }
+            print_message("  %s, %s: %llu refusals of the deciders, %d refusals and %d probes "
+                          "of the refuser, exact\n",
+                          specs[si], procs ? "4 processes" : "4 threads",
+                          (unsigned long long)atomic_load(&x->denied),
+                          RACE_REFUSALS - RACE_PROBES, RACE_PROBES);
+            sluice_table_free(x->t);
+            munmap(x, sizeof(race));
+            munmap(reg, n);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1540,6 +1830,8 @@ int main(void)
         cmocka_unit_test(test_reconfigure_dead_changer),
         cmocka_unit_test(test_reconfigure_knobs),
         cmocka_unit_test(test_reconfigure_while_deciding),
+        cmocka_unit_test(test_refusal_writes_nothing),
+        cmocka_unit_test(test_refusals_race_admissions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
