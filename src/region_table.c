@@ -1280,7 +1280,7 @@ uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key, size_
 void sluice__rtable_lock(sluice__rtable *r, uint32_t k, uint64_t now_ns, bool *stolen)
 {
     shard_lock(r, k, stolen);
-    if (now_ns > r->sh[k].now) r->sh[k].now = now_ns;
+    if (now_ns > r->sh[k].now) PUT(&r->sh[k].now, now_ns);
 }
 
 void sluice__rtable_unlock(sluice__rtable *r, uint32_t k) { shard_unlock(r, k); }
@@ -1819,6 +1819,13 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     }
     r->map = map;
     r->map_len = map_len;
+    /* parse the current configuration now, under a shard's lock (which
+     * keeps it remembered), so that refusals read from the first on */
+    bool stolen = false;
+    shard_lock(r, 0, &stolen);
+    (void)prof(r, epoch_now(r));
+    shard_unlock(r, 0);
+    if (stolen) resync(r);
     return t;
 oom:
     sluice__free64(r);

@@ -1559,6 +1559,8 @@ static void test_refusal_writes_nothing(void **state)
             sluice_table_stats before, after;
             sluice_table_stats_get(t, &before);
             assert_int_equal(before.keys, max);
+            /* another handle (another process's, say), attached before */
+            sluice_table *t2 = attach_ok(reg, n, cases[c].spec, max, 16, 0);
             unsigned char *img = malloc(n);
             assert_non_null(img);
             memcpy(img, reg, n);
@@ -1605,6 +1607,15 @@ static void test_refusal_writes_nothing(void **state)
             denied += 2;
             full++;
             probes++;
+            /* the other handle's first decisions: its own counts */
+            assert_false(sluice_table_try_acquire_at(t2, "hot", 3, 1, now, &r));
+            assert_true(sluice_table_try_acquire_at(t2, "hot", 3, 0, now, &r));
+            sluice_table_stats s2;
+            sluice_table_stats_get(t2, &s2);
+            assert_int_equal(s2.decisions.requests_denied, 1);
+            assert_int_equal(s2.decisions.probes, 1);
+            assert_int_equal(s2.decisions.requests_allowed, before.decisions.requests_allowed);
+            sluice_table_free(t2);
             if (memcmp(img, reg, n) != 0) {
                 size_t at = 0;
                 while (img[at] == reg[at]) at++;
