@@ -11,7 +11,7 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version (2), the
+ *   header   512 bytes   init word, magic, layout version (3), the
  *                        canonical spec it was made with (its origin:
  *                        the layout's), max_keys, max_key_bytes, flags,
  *                        the sizes below, the SipHash seed, the boot id,
@@ -20,9 +20,10 @@
  *                        word and floor (below), where the configurations
  *                        lie
  *   shards   128 bytes   S of them (one per 256 keys, up to 64): a lock
- *                        word, the count of keys, a lower bound on the
- *                        earliest rest time, the latest time seen, the
- *                        decision counters
+ *                        word, a sequence word (odd while held: the read,
+ *                        below), the count of keys, a lower bound on the
+ *                        earliest rest time, the latest time an admission
+ *                        showed it, the admission counters
  *   slots    stride      S x cap of them; shard k's are a linear-probing
  *                        array of cap = ecap * 4/3 + 1 slots for at most
  *                        ecap keys (load <= 0.75; ecap = max_keys / S plus
@@ -53,10 +54,13 @@
  * about 90 bytes a key all-in; a sliding-log 100/s key 2 KiB more.
  *
  * Locking.  Each shard has one lock word: 0, or its holder's identity (pid
- * and the low 31 bits of the process's start time, from /proc).  A
- * decision locks its key's shard, looks the key up, decides, unlocks: as
- * the in-process table's shard spin lock, one compare-and-swap and one
- * store.  A waiter spins 64 pauses, then yields the CPU; from then on, each
+ * and the low 31 bits of the process's start time, from /proc).  An
+ * admission (and a request that must make its key) locks its key's shard,
+ * looks the key up, decides, unlocks: one compare-and-swap, and a store
+ * each to the sequence (odd after the lock, even before the unlock) and to
+ * the lock word.  A refusal or a probe reads the shard without the lock
+ * instead ("Refusals and probes are reads", below).  A waiter spins 64
+ * pauses, then yields the CPU; from then on, each
  * round it asks whether the holder still lives (kill(pid, 0) answering
  * ESRCH; every 4th round also /proc/PID/stat: a zombie -- killed, not yet
  * reaped by its parent -- or a start time that differs, the pid reused),
@@ -79,8 +83,9 @@
  *  1. A decision on a held key writes the inactive copy of its state, then
  *     flips the active bit of the slot's header word: one aligned 8-byte
  *     store (release order).  Killed before the flip, the key keeps its old
- *     state (the decision is lost); after it, the new.  Nothing else reads
- *     the inactive copy.  The window logs also write their ring: a new
+ *     state (the decision is lost); after it, the new.  No holder reads the
+ *     inactive copy (a read without the lock may, as it becomes inactive
+ *     under it: that read's recheck fails).  The window logs also write their ring: a new
  *     entry past the held ones (the ring's capacity exceeds the most it
  *     holds, so that place is outside what the old header covers), or the
  *     newest entry's running total in place (one 8-byte store); killed
@@ -96,10 +101,17 @@
  *     slot ends every probe that reaches it, as an empty slot does).  No
  *     key ever moves (no Robin Hood shifting, whose half-done shift could
  *     not be told from a finished one).
- *  4. Counts: the shard's count of keys and decision counters are written
+ *  4. Counts: the shard's count of keys and admission counters are written
  *     after the store they count; the region's count of keys (max_keys) is
  *     taken before a new key is stored and given back after a key is
  *     dropped.  A kill between can leave them off by one.
+ *
+ *  5. The shard's sequence: odd from just after the lock to just before
+ *     the unlock.  A holder killed between leaves it odd (the read, below,
+ *     then goes to the lock); killed outside, even, with nothing of the
+ *     hold half-done.  The waiter that takes the lock over stores it odd
+ *     (the same value when it is: it never goes down), and its unlock
+ *     stores it even, 2 past.
  *
  * So a killed process leaves its shard's lock held and, at worst, its own
  * decision lost and the counts off.  The waiter that takes the lock from
@@ -111,6 +123,97 @@
  * while every shard is held.  Keys other than the one being decided are
  * never written by a decision, so no other key is touched; the key being
  * decided keeps its last complete state.
+ *
+ * Refusals and probes are reads (docs/decisions.md, section 1: only an
+ * admission changes a limiter).  A decision, and a peek, is first read
+ * without the lock (decide_read, read_key): no store, no compare-and-swap,
+ * no locked instruction on the region -- not the lock word, not the
+ * sequence, not a counter (a handle counts refusals and probes in its own
+ * process memory, striped per thread: counters.h).  If the read finds a
+ * refusal or a probe, that is the answer; anything else (an admission, a
+ * key to make, a read that met holders READ_TRIES times) is decided under
+ * the lock as before.  The read:
+ *
+ *   v = the shard's sequence (acquire); odd: a holder runs -- pause, again
+ *   the region's epoch; the probe run of the key's slots (header words) and
+ *     each candidate's key words; for the key, the epoch and the state
+ *     words of the copy its header's bit names; for a key not held, the
+ *     shard's count, due and now
+ *   the sequence again, after an acquire fence: still v -- a snapshot;
+ *     else read again (at most READ_TRIES times, then the lock)
+ *   on the snapshot (snap_state): a key under an older configuration, or
+ *     a handle that has not parsed the current one, goes to the lock; else
+ *     the algorithm's decide on a copy of the state -- a refusal or a
+ *     probe is the answer, an admission goes to the lock
+ *
+ * Why an answer given is the one the locked path would have given at an
+ * instant of the read.  (1) No data race: every field read so -- a slot's
+ * header, epochs, key words and state words, a shard's sequence, count,
+ * due and now -- is stored only by a holder, with an atomic store of the
+ * field's own size (PUT, or the _Atomic fields' stores), and loaded with an
+ * atomic load of the same size (GET); no store overlaps another field's
+ * bytes (keys are stored and compared in zero-padded 8-byte words, states
+ * in 8-byte words), so no load tears within a field.  (2) v even was
+ * stored by the unlock of the last hold before the read (release; loaded
+ * with acquire): every store of the holds before it is visible to the
+ * loads after it.  (3) If a load saw a store of a hold that began after v,
+ * that store follows the hold's odd store and a release fence, and the load
+ * precedes the recheck's acquire fence: the fences synchronise, so the odd
+ * store happens before the recheck, which then reads it or a later value,
+ * never v -- the sequence only grows (spin.h makes the same argument for
+ * the in-process table; under ThreadSanitizer, which does not model fences,
+ * the stores and loads carry release and acquire themselves, which gives
+ * the same edge access by access).  So when the recheck reads v, every
+ * load read what the shard held from v's unlock to the recheck: one state
+ * of the shard, unchanged for the whole read, whatever order the loads ran
+ * in.  (4) Only that snapshot is decided on, after the recheck; a read that
+ * mixed states is thrown away before anything is decided.  Before the
+ * recheck the loads may mix states, and stay bounded anyway: the probe run
+ * is cut at cap slots, a key is compared up to the length its header says
+ * (at most max_key_bytes, as a holder stored it), nothing read is used as
+ * a pointer.  (5) On the snapshot the read does what decide_locked does:
+ * the same lookup (find(): the key's slot, or absent at an empty slot);
+ * the same state (the copy the header's bit names -- a commit writes the
+ * other copy, then flips); the same configuration (the epoch loaded during
+ * the read, as a holder loads it; a key under an older one goes to the
+ * lock, which carries it over and commits); for a key not held, a fresh
+ * limiter's probe or refusal, or, for a new key that would need room,
+ * full_read: what make_room and reclaim_others would find -- the shard or
+ * the region full, no shard with a key due by the shard's time, no
+ * eviction (the other shards' due and the region's count are read as the
+ * locked path reads them, without their locks: each true when read).  The
+ * locked path writes nothing else for these (the shard's `now` moves only
+ * for an admission or a new key).  (6) The profile decided under is a
+ * parsed configuration this handle made and published (read_prof), which
+ * is never changed or freed while the handle lives; never the region's
+ * text of a spec, which a change may rewrite.
+ *
+ * A holder killed mid-hold (crash argument 5) leaves its shard's sequence
+ * odd: reads of that shard meet it READ_TRIES times and go to the lock,
+ * where the waiter takes the lock over, repairs the shard and decides;
+ * its unlock makes the sequence even, 2 past the odd value: one no read
+ * has begun with.  A read that began at v before the holder died and saw
+ * some of its stores meets the odd value or a later one at its recheck, as
+ * in (3): the takeover stores nothing lower.  What the dead holder left
+ * half-written is never in a snapshot: an inactive copy and its epoch
+ * (the header's bit names the other), a new key's bytes (its header is
+ * not live yet) -- crash arguments 1-3, which make every prefix of a hold
+ * a valid table; and the counts it left off are repaired under the lock
+ * as before.  Killed before its odd store or after its even one, it left
+ * the sequence even and the shard whole: reads go on, and the lock waits
+ * for the next writer to take it over.
+ *
+ * The window logs (sliding-log, sliding-wheel) keep every decision under
+ * the lock: window_log.c writes their ring entries in place, not with PUT,
+ * so reading them without the lock would race.  A handle parses the
+ * current configuration at attach, and a new one (after a change of spec)
+ * at its first decision under it, under the lock.
+ *
+ * Statistics: admissions (requests and permits allowed), keys, reclaimed
+ * and evicted are the region's, every process's; refusals, probes and
+ * refusals for want of room are counted by the handle that decided them,
+ * in process memory, so a handle shows every process's admissions and its
+ * own refusals and probes.
  *
  * Initialisation: the header's init word goes 0 (a zeroed region) -> busy
  * (holder's identity; a compare-and-swap, so one process wins) -> ready,

@@ -7,7 +7,8 @@
  * the survivors were told and nothing waited past the bound; named regions
  * (shm_open and a file); the table functions on a region; composite
  * decisions over region keys against reference models, across four
- * processes, and through two dead holders' locks. */
+ * processes, and through two dead holders' locks; refusals and probes
+ * leaving the region byte for byte, and racing admissions exactly. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
