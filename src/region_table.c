@@ -323,6 +323,7 @@
 #include "counters.h"
 #include "region_table.h"
 #include "spin.h"
+#include "window_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -421,12 +422,19 @@ typedef struct rshard {
 } rshard;
 _Static_assert(sizeof(rshard) == 128, "two cache lines a shard");
 
-/* The ring's header, as a copy holds it. */
+/* The ring's header, as a copy holds it, and a summary of the ring for the
+ * read without the lock (which never reads the ring: window_log.c writes
+ * its entries in place): the newest entry and the FRONT oldest, as a
+ * limiter publishes them (window_log.h). */
+#define FRONT SLUICE__LOG_FRONT
 typedef struct rring {
     uint64_t t_last, base;
     uint32_t head, len;
+    uint64_t newest_slot, newest_cum; /* when len > 0 */
+    sluice__log_entry front[FRONT];   /* the oldest min(len, FRONT) */
     uint64_t pad_;
 } rring;
+_Static_assert(sizeof(rring) % 16 == 0, "copies stay 16-byte aligned");
 
 /* Everything the arguments decide, computed alike by every process. */
 typedef struct layout {
@@ -683,6 +691,12 @@ typedef union swords {
     sluice__state st;
     uint64_t w[STATE_WORDS];
 } swords;
+#define RING_WORDS (sizeof(rring) / 8)
+typedef union rwords {
+    rring g;
+    uint64_t w[RING_WORDS];
+} rwords;
+#define SNAP_WORDS (RING_WORDS > STATE_WORDS ? RING_WORDS : STATE_WORDS)
 
 /* The key of a slot: keylen bytes in 8-byte words, the last zero-padded,
  * each stored with PUT (the read compares them with GET). */
@@ -732,9 +746,21 @@ static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsi
         PUT(&dw[0], w[0]);
         PUT(&dw[1], w[1]);
     } else if (r->L.ring) {
-        rring g = {.t_last = st->t_last, .base = st->u.log.base, .head = st->u.log.head,
-                   .len = st->u.log.len};
-        memcpy(d, &g, sizeof g);
+        const sluice__log *lg = &st->u.log;
+        rwords u;
+        memset(&u, 0, sizeof u);
+        u.g.t_last = st->t_last;
+        u.g.base = lg->base;
+        u.g.head = lg->head;
+        u.g.len = lg->len;
+        for (uint32_t i = 0; i < lg->len && i < FRONT; i++)
+            u.g.front[i] = lg->e[(lg->head + i) & (lg->cap - 1)];
+        if (lg->len) {
+            const sluice__log_entry *n = &lg->e[(lg->head + lg->len - 1) & (lg->cap - 1)];
+            u.g.newest_slot = n->slot;
+            u.g.newest_cum = n->cum;
+        }
+        for (size_t i = 0; i < RING_WORDS; i++) PUT(&dw[i], u.w[i]);
     } else {
         swords u;
         memset(&u, 0, sizeof u);
@@ -873,11 +899,28 @@ static inline void bump(_Atomic uint64_t *c, uint64_t n) /* shard locked */
 
 /* ---- shards ------------------------------------------------------------- */
 
-/* Recount a shard taken from a dead holder (locked). */
+/* Repair a shard taken from a dead holder (locked): recount it; and for
+ * the window logs, commit each key's state again (its own configuration,
+ * nothing decided), so that its copy's summary of the ring says what the
+ * ring does -- a holder killed after adding permits to the newest entry in
+ * place, before its flip (crash argument 1), left the ring charged and the
+ * summary not. */
 static void repair(sluice__rtable *r, uint32_t k)
 {
     uint64_t n = 0;
-    for (uint32_t i = 0; i < r->L.cap; i++) n += H_KIND(hdr_get(slot_at(r, k, i))) == K_LIVE;
+    for (uint32_t i = 0; i < r->L.cap; i++) {
+        unsigned char *s = slot_at(r, k, i);
+        const uint64_t h = hdr_get(s);
+        if (H_KIND(h) != K_LIVE) continue;
+        n++;
+        if (r->L.ring) {
+            const uint32_t e = slot_epoch(s, H_ACTIVE(h));
+            const sluice__profile *pf = &prof(r, e)->pf;
+            sluice__state st;
+            state_load(r, pf, s, h, &st);
+            (void)state_commit(r, pf, s, h, &st, e);
+        }
+    }
     atomic_store_explicit(&r->sh[k].count, n, (memory_order)SLUICE__SEQ_STORE);
     atomic_store_explicit(&r->sh[k].due, 0, (memory_order)SLUICE__SEQ_STORE); /* unknown */
 }
@@ -1173,7 +1216,7 @@ typedef struct rsnap {
     uint64_t epoch;             /* the region's configuration */
     bool found;                 /* the key is held */
     uint32_t ep;                /* the configuration its active copy is under */
-    uint64_t w[STATE_WORDS];    /* that copy's words (2 when packed) */
+    uint64_t w[SNAP_WORDS];     /* that copy's words (2 when packed) */
     uint64_t count, due, now;   /* the shard's, when the key is not held */
 } rsnap;
 
@@ -1212,7 +1255,7 @@ static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const v
             read_key_eq(r, s, key, keylen)) {
             const unsigned c = H_ACTIVE(h);
             const uint64_t *cw = (const uint64_t *)(const void *)copy_of(r, s, c);
-            const size_t n = r->L.pf.packed ? 2 : STATE_WORDS;
+            const size_t n = r->L.pf.packed ? 2 : r->L.ring ? RING_WORDS : STATE_WORDS;
             sn->found = true;
             sn->ep = slot_epoch(s, c);
             for (size_t j = 0; j < n; j++) sn->w[j] = GET(&cw[j]);
@@ -1227,12 +1270,10 @@ static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const v
 
 /* A consistent snapshot of key's slot in shard k, read without writing
  * anything (the proof is in the head comment): true; false when READ_TRIES
- * reads met a holder or were overtaken by one, or the table's keys are not
- * read at all (the window logs' rings: the lock decides them). */
+ * reads met a holder or were overtaken by one. */
 static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
                      size_t keylen, rsnap *sn)
 {
-    if (r->L.ring) return false;
     rshard *sh = &r->sh[k];
     for (unsigned n = 0; n < READ_TRIES; n++) {
         const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_acquire);
@@ -1260,6 +1301,11 @@ static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *s
     if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
     if (!sn->found) {
         sluice__state_init(&p->pf, st);
+    } else if (r->L.ring) { /* the header only: ring_read decides */
+        rwords u;
+        memcpy(u.w, sn->w, sizeof u.w);
+        sluice__state_init(&p->pf, st);
+        st->t_last = u.g.t_last;
     } else if (r->L.pf.packed) {
         sluice__state_unpack(&p->pf, sn->w, st);
     } else {
@@ -1268,6 +1314,32 @@ static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *s
         *st = u.st;
     }
     return &p->pf;
+}
+
+/* A held window-log key's decision from its snapshot's summary, as a
+ * limiter's refusals read theirs: sluice__log_read (window_log.c proves it
+ * gives the locked decision's answer exactly, or false when it cannot tell:
+ * an admission, or a cut past the FRONT oldest entries) on a publication
+ * filled from the snapshot (process memory: nothing shared is written). */
+static bool ring_read(const sluice__profile *pf, const rsnap *sn, uint64_t now,
+                      uint64_t permits, sluice_result *res, bool *ok)
+{
+    rwords u;
+    memcpy(u.w, sn->w, sizeof u.w);
+    sluice__logpub pub;
+    memset(&pub, 0, sizeof pub);
+    atomic_store_explicit(&pub.pf, pf, memory_order_relaxed);
+    atomic_store_explicit(&pub.t_last, u.g.t_last, memory_order_relaxed);
+    atomic_store_explicit(&pub.base, u.g.base, memory_order_relaxed);
+    atomic_store_explicit(&pub.newest_slot, u.g.newest_slot, memory_order_relaxed);
+    atomic_store_explicit(&pub.newest_cum, u.g.newest_cum, memory_order_relaxed);
+    atomic_store_explicit(&pub.len, u.g.len, memory_order_relaxed);
+    for (uint32_t i = 0; i < FRONT && i < u.g.len; i++) {
+        atomic_store_explicit(&pub.front[i].slot, u.g.front[i].slot, memory_order_relaxed);
+        atomic_store_explicit(&pub.front[i].cum, u.g.front[i].cum, memory_order_relaxed);
+    }
+    uint64_t t_eff;
+    return sluice__log_read(&pub, now, permits, res, &t_eff, ok);
 }
 
 /* Whether a request for a key shard k does not hold (1 <= permits <=
@@ -1310,6 +1382,7 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     const sluice__profile *pf = snap_state(r, &sn, &st);
     if (!pf) return false;
     *full = false;
+    if (sn.found && r->L.ring) return ring_read(pf, &sn, now, permits, res, ok);
     if (sn.found || permits == 0 || permits > pf->capacity) { /* as decide_locked */
         *ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
         return !(*ok && permits); /* only an admission writes */
@@ -1494,6 +1567,48 @@ int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
     return i == NONE ? SLUICE_ENOENT : 0;
 }
 
+/* A peek on a snapshot (snap_state's pf and st), writing nothing: judged on
+ * a copy, or for a held window-log key from its summary (ring_read: the
+ * probe's room, then the refusal when the permits do not fit); false when
+ * the summary cannot tell (the lock judges). */
+static bool peek_read(const sluice__rtable *r, const rsnap *sn, const sluice__profile *pf,
+                      sluice__state *st, uint64_t now, uint64_t permits, sluice_result *out,
+                      sluice_key_state *ks)
+{
+    if (!sn->found || !r->L.ring) {
+        sluice__state tmp;
+        sluice__judge(pf, st, &tmp, now, permits, out);
+        if (ks && sn->found) {
+            ks->last_ns = st->t_last;
+            ks->rest_ns = sluice__rest_at(pf, st);
+        } else if (ks) {
+            memset(ks, 0, sizeof *ks);
+        }
+        return true;
+    }
+    bool ok;
+    if (!ring_read(pf, sn, now, 0, out, &ok)) return false;
+    const uint64_t room = out->remaining;
+    if (permits > room) {
+        if (!ring_read(pf, sn, now, permits, out, &ok)) return false;
+    } else if (permits) {
+        sluice__allow(out, room - permits, 0);
+    }
+    if (ks) { /* the rest time needs only the newest entry: a ring of it */
+        rwords u;
+        memcpy(u.w, sn->w, sizeof u.w);
+        sluice__log_entry one = {.slot = u.g.newest_slot, .cum = u.g.newest_cum};
+        st->u.log.e = &one;
+        st->u.log.cap = 1;
+        st->u.log.head = 0;
+        st->u.log.len = u.g.len ? 1 : 0;
+        ks->last_ns = st->t_last;
+        ks->rest_ns = sluice__rest_at(pf, st);
+        st->u.log.e = NULL;
+    }
+    return true;
+}
+
 int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t permits,
                            uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
@@ -1512,15 +1627,8 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     sluice__state st, tmp;
     rsnap sn;
     const sluice__profile *rp;
-    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st))) {
-        /* read without writing: judged on a copy */
-        sluice__judge(rp, &st, &tmp, now_ns, permits, &out);
-        if (state && sn.found) {
-            state->last_ns = st.t_last;
-            state->rest_ns = sluice__rest_at(rp, &st);
-        } else if (state) {
-            memset(state, 0, sizeof *state);
-        }
+    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st)) &&
+        peek_read(r, &sn, rp, &st, now_ns, permits, &out, state)) {
         if (res) *res = out;
         return sn.found ? 0 : SLUICE_ENOENT;
     }

@@ -1527,9 +1527,8 @@ static void test_many_shards(void **state)
  * cannot ever grant, of an absent key, a new key refused for want of room
  * (the table full of keys in use), a bad key, a peek, a burst -- leaves the
  * whole region (the caller's memory, header, shards, slots and all) byte
- * for byte as it was; the handle counts them (its stats).  Every algorithm
- * whose state the region holds whole (the window logs' rings are decided
- * under the lock), packed or not, on one shard and on several. */
+ * for byte as it was; the handle counts them (its stats).  Every algorithm,
+ * packed, whole or a window log's ring, on one shard and on several. */
 static void test_refusal_writes_nothing(void **state)
 {
     (void)state;
@@ -1541,7 +1540,9 @@ static void test_refusal_writes_nothing(void **state)
                  {"sliding-approx 3/s", 3},
                  {"leaky-bucket 1/s capacity=3", 3},
                  {"leaky-bucket 1/s capacity=3 nodelay", 3},
-                 {"sliding-approx 5000000000/1h", 5000000000ULL}}; /* not packed */
+                 {"sliding-approx 5000000000/1h", 5000000000ULL}, /* not packed */
+                 {"sliding-log 3/s", 3},
+                 {"sliding-wheel 3/s slots=10", 3}}; /* rings: read from a summary */
     static const size_t maxes[] = {16, 1000}; /* 1 shard; 4 */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (size_t m = 0; m < 2; m++) {
@@ -1739,7 +1740,8 @@ static void test_refusals_race_admissions(void **state)
     static const char *const specs[] = {"fixed-window 600/1h", "token-bucket 1/1h burst=600",
                                         "sliding-approx 600/1h",
                                         "leaky-bucket 1/1h capacity=600 nodelay",
-                                        "sliding-approx 5000000000/1h"};
+                                        "sliding-approx 5000000000/1h", "sliding-log 600/1h",
+                                        "sliding-wheel 600/1h slots=60"};
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
         for (int procs = 0; procs < 2; procs++) {
             char err[256];
@@ -1821,6 +1823,50 @@ static void test_refusals_race_admissions(void **state)
     }
 }
 
+/* A window log's holder killed after adding permits to the newest ring
+ * entry in place, before its flip (the ring charged, the copy's summary
+ * that refusals read not): the lock's takeover commits each key again, so
+ * a read after it -- here a peek -- sees what the ring holds.  Offsets as
+ * src/region_table.c lays out "sliding-log 3/s", 16 keys of 16 bytes: one
+ * shard at 512 (lock, sequence), slots from 640, 22 of 448 bytes, the
+ * ring's entries (slot, cum) at 384 in a slot. */
+static void test_ring_summary_repaired(void **state)
+{
+    (void)state;
+    const char *spec = "sliding-log 3/s";
+    char err[256];
+    const size_t n = sluice_table_region_size(spec, 16, 16, err, sizeof err);
+    unsigned char *reg = shared_map(n);
+    sluice_table *t = attach_ok(reg, n, spec, 16, 16, 0);
+    sluice_result r;
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r));
+    unsigned char *slot = NULL;
+    for (int i = 0; i < 22; i++) {
+        const uint64_t h = atomic_load((_Atomic uint64_t *)(void *)(reg + 640 + (size_t)i * 448));
+        if ((h & 3) == 1) slot = reg + 640 + (size_t)i * 448;
+    }
+    assert_non_null(slot);
+    _Atomic uint64_t *cum = (_Atomic uint64_t *)(void *)(slot + 384 + 8);
+    assert_int_equal(atomic_load(cum), 1);
+    assert_int_equal(sluice_table_peek_at(t, "k", 1, 0, SEC, &r, NULL), 0);
+    assert_int_equal(r.remaining, 2);
+    atomic_store(cum, 2); /* the in-place add, then killed holding the lock */
+    _Atomic uint64_t *lockword = (_Atomic uint64_t *)(void *)(reg + 512);
+    atomic_store(lockword, (uint64_t)12345 << 32 | 1u); /* pid 1, another start time */
+    atomic_store(lockword + 1, atomic_load(lockword + 1) | 1);
+    assert_int_equal(sluice_table_peek_at(t, "k", 1, 0, SEC, &r, NULL), 0);
+    assert_int_equal(r.remaining, 1); /* the ring's count, not the old summary's */
+    assert_int_equal(atomic_load(lockword), 0);
+    assert_int_equal(atomic_load(lockword + 1) & 1, 0);
+    assert_int_equal(sluice_table_peek_at(t, "k", 1, 0, SEC, &r, NULL), 0); /* a read now */
+    assert_int_equal(r.remaining, 1);
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r));
+    assert_false(sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r));
+    assert_int_equal(r.remaining, 0);
+    sluice_table_free(t);
+    munmap(reg, n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1844,6 +1890,7 @@ int main(void)
         cmocka_unit_test(test_reconfigure_while_deciding),
         cmocka_unit_test(test_refusal_writes_nothing),
         cmocka_unit_test(test_refusals_race_admissions),
+        cmocka_unit_test(test_ring_summary_repaired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
