@@ -38,9 +38,11 @@
  *          8  epochs        the configuration each copy's state is under
  *                           (32 bits each: copy 0's low, copy 1's high)
  *         16  copy 0, copy 1 the state, twice: 16 bytes each when it packs
- *                           (limiter.c's 16-byte form), the ring's header
- *                           (32 bytes: t_last, base, head, len) for the
- *                           window logs, else a whole sluice__state (48)
+ *                           (limiter.c's 16-byte form), for the window
+ *                           logs the ring's header (t_last, base, head,
+ *                           len) and a summary of the ring for the read
+ *                           (its newest entry and 8 oldest: 176 bytes),
+ *                           else a whole sluice__state (48)
  *          .  key           max_key_bytes, rounded up to 16
  *          .  ring          sliding-log and sliding-wheel: ring_cap
  *                           entries of 16 bytes, ring_cap the power of two
@@ -51,7 +53,8 @@
  *                        canonical spec), epoch e at e % CFG_K
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
- * about 90 bytes a key all-in; a sliding-log 100/s key 2 KiB more.
+ * about 100 bytes a key all-in; a sliding-log 10/s key about 1 KiB, a
+ * sliding-log 100/s key 3 KiB.
  *
  * Locking.  Each shard has one lock word: 0, or its holder's identity (pid
  * and the low 31 bits of the process's start time, from /proc).  An
@@ -116,7 +119,8 @@
  * So a killed process leaves its shard's lock held and, at worst, its own
  * decision lost and the counts off.  The waiter that takes the lock from
  * the dead holder repairs the shard before using it: counts the live slots
- * again, and forgets the rest-time bound (it sweeps at its next need).
+ * again, forgets the rest-time bound (it sweeps at its next need), and for
+ * the window logs commits each key's state again (below: the summaries).
  * Then, with no lock held, it locks every shard in order (repairing any
  * other that a dead process holds) and sets the region's count of keys to
  * the sum of the shards' counts, exact again since nothing changes them
@@ -137,14 +141,16 @@
  *   v = the shard's sequence (acquire); odd: a holder runs -- pause, again
  *   the region's epoch; the probe run of the key's slots (header words) and
  *     each candidate's key words; for the key, the epoch and the state
- *     words of the copy its header's bit names; for a key not held, the
- *     shard's count, due and now
+ *     words of the copy its header's bit names (for a window log, its
+ *     header and summary: never the ring); for a key not held, the shard's
+ *     count, due and now
  *   the sequence again, after an acquire fence: still v -- a snapshot;
  *     else read again (at most READ_TRIES times, then the lock)
  *   on the snapshot (snap_state): a key under an older configuration, or
  *     a handle that has not parsed the current one, goes to the lock; else
- *     the algorithm's decide on a copy of the state -- a refusal or a
- *     probe is the answer, an admission goes to the lock
+ *     the algorithm's decide on a copy of the state (a window log's:
+ *     sluice__log_read on its summary, below) -- a refusal or a probe is
+ *     the answer, an admission goes to the lock
  *
  * Why an answer given is the one the locked path would have given at an
  * instant of the read.  (1) No data race: every field read so -- a slot's
@@ -203,11 +209,27 @@
  * the sequence even and the shard whole: reads go on, and the lock waits
  * for the next writer to take it over.
  *
- * The window logs (sliding-log, sliding-wheel) keep every decision under
- * the lock: window_log.c writes their ring entries in place, not with PUT,
- * so reading them without the lock would race.  A handle parses the
- * current configuration at attach, and a new one (after a change of spec)
- * at its first decision under it, under the lock.
+ * The window logs (sliding-log, sliding-wheel): window_log.c writes their
+ * ring entries in place, with plain stores, so the read never loads the
+ * ring (that would race).  Each state copy carries a summary of the ring
+ * instead, written with the copy (PUT, before the flip): the newest entry
+ * and the 8 oldest, what a limiter publishes for its own lock-free
+ * refusals (window_log.h).  The read fills a publication in its own
+ * memory from the snapshot and asks sluice__log_read, whose proof
+ * (window_log.c's head comment) gives the locked decision's answer exactly
+ * from such a summary, or none -- an admission, or a window cut past the 8
+ * oldest entries: then the lock.  A peek asks it for the room (a probe),
+ * then for the refusal when the permits do not fit; the rest time needs
+ * only the newest entry.  One thing differs from the state the lock reads:
+ * a holder killed after adding permits to the newest entry in place and
+ * before its flip (crash argument 1) leaves the ring counting them and the
+ * summary not; so the takeover's repair commits every key of the shard
+ * again (its own state, its own configuration: one flip each), and reads
+ * see the shard only after that (its sequence is odd until the unlock).
+ *
+ * A handle parses the current configuration at attach, and a new one
+ * (after a change of spec) at its first decision under it, under the
+ * lock.
  *
  * Statistics: admissions (requests and permits allowed), keys, reclaimed
  * and evicted are the region's, every process's; refusals, probes and
