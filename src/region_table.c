@@ -194,6 +194,13 @@
  * is never changed or freed while the handle lives; never the region's
  * text of a spec, which a change may rewrite.
  *
+ * An admission read so is not thrown away: the caller takes the lock, and
+ * if the sequence it finds is still v (no hold since the read: every hold
+ * leaves it 2 higher, and a taken-over lock is excluded) and the epoch is
+ * the read's, the shard is exactly the snapshot, so the admission decided
+ * on it is the locked path's: its state is committed at once (crash
+ * argument 1), without a second lookup.  Else the locked path decides.
+ *
  * A holder killed mid-hold (crash argument 5) leaves its shard's sequence
  * odd: reads of that shard meet it READ_TRIES times and go to the lock,
  * where the waiter takes the lock over, repairs the shard and decides;
@@ -950,8 +957,9 @@ static void repair(sluice__rtable *r, uint32_t k)
 /* Lock shard k; *stolen is set when a dead holder's lock was taken.  The
  * sequence goes odd (it already is when a holder died mid-hold: then it
  * stays so), then a release fence: the hold's stores come after it, for
- * the read (head comment; spin.h's lock does the same). */
-static void shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
+ * the read (head comment; spin.h's lock does the same).  Returns the
+ * sequence as the lock found it (before the odd store). */
+static uint64_t shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
 {
     rshard *sh = &r->sh[k];
     const bool dead = lock_word(&sh->lock, self());
@@ -964,6 +972,7 @@ static void shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
         repair(r, k);
         *stolen = true;
     }
+    return v;
 }
 
 /* The sequence even again, 2 past the hold's odd value (release: after the
@@ -1235,8 +1244,11 @@ static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool
 /* What a decision on one key reads of its shard, from GET loads between two
  * loads of the shard's sequence that found it even and unchanged. */
 typedef struct rsnap {
+    uint64_t v;                 /* the sequence the read began and ended with */
     uint64_t epoch;             /* the region's configuration */
     bool found;                 /* the key is held */
+    uint32_t i;                 /* its slot */
+    uint64_t h;                 /* and the slot's header word */
     uint32_t ep;                /* the configuration its active copy is under */
     uint64_t w[SNAP_WORDS];     /* that copy's words (2 when packed) */
     uint64_t count, due, now;   /* the shard's, when the key is not held */
@@ -1279,6 +1291,8 @@ static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const v
             const uint64_t *cw = (const uint64_t *)(const void *)copy_of(r, s, c);
             const size_t n = r->L.pf.packed ? 2 : r->L.ring ? RING_WORDS : STATE_WORDS;
             sn->found = true;
+            sn->i = i;
+            sn->h = h;
             sn->ep = slot_epoch(s, c);
             for (size_t j = 0; j < n; j++) sn->w[j] = GET(&cw[j]);
             return;
@@ -1307,7 +1321,10 @@ static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
 #if !SLUICE__SEQ_TSAN
         atomic_thread_fence(memory_order_acquire); /* the loads before the recheck */
 #endif
-        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) == v) return true;
+        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) == v) {
+            sn->v = v;
+            return true;
+        }
     }
     return false;
 }
@@ -1390,16 +1407,28 @@ static bool full_read(const sluice__rtable *r, uint32_t k, const rsnap *sn, uint
     return true;
 }
 
+/* An admission read without the lock, on a held key whose state is a
+ * copy (not a window log's ring): what to commit under the lock if nothing
+ * moved since the read (sluice__rtable_try_acquire_at). */
+typedef struct radm {
+    bool ready;
+    uint32_t i;
+    uint64_t h, v, epoch;
+    const sluice__profile *pf;
+    sluice__state st; /* the state after the admission */
+} radm;
+
 /* The decision of a request read without writing: true with *ok (and *res,
  * *full) when it is a refusal or a probe; false when the lock must decide
- * (an admission, a new key that room may be made for, or no consistent
- * read). */
+ * (an admission -- then *adm, when it can be committed as read --, a new
+ * key that room may be made for, or no consistent read). */
 static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
                         size_t keylen, uint64_t permits, uint64_t now, sluice_result *res,
-                        bool *ok, bool *full)
+                        bool *ok, bool *full, radm *adm)
 {
     rsnap sn;
     sluice__state st;
+    adm->ready = false;
     if (!read_key(r, k, tag, key, keylen, &sn)) return false;
     const sluice__profile *pf = snap_state(r, &sn, &st);
     if (!pf) return false;
@@ -1407,7 +1436,10 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     if (sn.found && r->L.ring) return ring_read(pf, &sn, now, permits, res, ok);
     if (sn.found || permits == 0 || permits > pf->capacity) { /* as decide_locked */
         *ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
-        return !(*ok && permits); /* only an admission writes */
+        if (!(*ok && permits)) return true; /* only an admission writes */
+        if (sn.found) *adm = (radm){.ready = true, .i = sn.i, .h = sn.h, .v = sn.v,
+                                    .epoch = sn.epoch, .pf = pf, .st = st};
+        return false;
     }
     int64_t retry;
     if (!full_read(r, k, &sn, now, &retry)) return false;
@@ -1434,12 +1466,24 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool ok;
-    if (decide_read(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &ok, &full)) {
+    radm adm;
+    if (decide_read(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &ok, &full, &adm)) {
         count_decision(r, NULL, permits, ok, full);
         return ok;
     }
     const bool evict = (r->flags & SLUICE_TABLE_EVICT_LRU) != 0;
-    shard_lock(r, k, &stolen);
+    rshard *sh = &r->sh[k];
+    const uint64_t v = shard_lock(r, k, &stolen);
+    if (adm.ready && !stolen && v == adm.v && epoch_now(r) == adm.epoch) {
+        /* no hold since the read ended with v (a hold leaves the sequence
+         * 2 higher), and no change of spec: the shard is as the read saw
+         * it, so the decision on it is the locked path's -- commit it */
+        state_commit(r, adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
+        if (now_ns > sh->now) PUT(&sh->now, now_ns);
+        count_decision(r, sh, permits, true, false);
+        shard_unlock(r, k);
+        return true;
+    }
     ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res,
                        evict && r->L.nshards == 1, &full);
     if (full && (r->L.nshards > 1 || stolen)) {
