@@ -37,13 +37,13 @@
  *                           (0/1) | key length | tag (hash's low 32 bits)
  *          8  epochs        the configuration each copy's state is under
  *                           (32 bits each: copy 0's low, copy 1's high)
- *         16  copy 0, copy 1 the state, twice: 16 bytes each when it packs
+ *         16  key           max_key_bytes, rounded up to 16
+ *          .  copy 0, copy 1 the state, twice: 16 bytes each when it packs
  *                           (limiter.c's 16-byte form), for the window
  *                           logs the ring's header (t_last, base, head,
  *                           len) and a summary of the ring for the read
  *                           (its newest entry and 8 oldest: 176 bytes),
  *                           else a whole sluice__state (48)
- *          .  key           max_key_bytes, rounded up to 16
  *          .  ring          sliding-log and sliding-wheel: ring_cap
  *                           entries of 16 bytes, ring_cap the power of two
  *                           above min(N, L) (window_log.c: at most min(N,
@@ -471,7 +471,7 @@ typedef struct layout {
     bool ring;
     uint64_t max_keys, max_key_bytes;
     uint32_t nshards, shard_bits, cap, ecap, cb, ring_cap;
-    size_t stride, key_off, ring_off, slots_off, cfg_off, need;
+    size_t stride, key_off, copy_off, ring_off, slots_off, cfg_off, need;
     char spec[SLUICE_SPEC_MAX];
 } layout;
 
@@ -637,8 +637,9 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
     } else {
         L->cb = pf->packed ? 16 : (uint32_t)round16(sizeof(sluice__state));
     }
-    L->key_off = 16 + 2 * (size_t)L->cb;
-    L->ring_off = L->key_off + round16(max_key_bytes);
+    L->key_off = 16; /* beside the header: a short key's read is one line */
+    L->copy_off = L->key_off + round16(max_key_bytes);
+    L->ring_off = L->copy_off + 2 * (size_t)L->cb;
     L->stride = L->ring_off + (size_t)L->ring_cap * sizeof(sluice__log_entry);
     while (L->shard_bits < 6 && ((size_t)256 << L->shard_bits) < max_keys) L->shard_bits++;
     L->nshards = 1u << L->shard_bits;
@@ -690,7 +691,7 @@ static inline void hdr_set(unsigned char *s, uint64_t v)
 }
 static inline unsigned char *copy_of(const sluice__rtable *r, unsigned char *s, unsigned c)
 {
-    return s + 16 + (size_t)c * r->L.cb;
+    return s + r->L.copy_off + (size_t)c * r->L.cb;
 }
 
 /* A fresh state of profile pf for slot s (the window logs' ring is s's). */
@@ -721,6 +722,8 @@ typedef union swords {
     uint64_t w[STATE_WORDS];
 } swords;
 #define RING_WORDS (sizeof(rring) / 8)
+#define RING_HEAD_WORDS (offsetof(rring, front) / 8) /* all but the front */
+_Static_assert(offsetof(rring, front) % 8 == 0, "the front starts on a word");
 typedef union rwords {
     rring g;
     uint64_t w[RING_WORDS];
@@ -1250,7 +1253,10 @@ typedef struct rsnap {
     uint32_t i;                 /* its slot */
     uint64_t h;                 /* and the slot's header word */
     uint32_t ep;                /* the configuration its active copy is under */
-    uint64_t w[SNAP_WORDS];     /* that copy's words (2 when packed) */
+    union {
+        uint64_t w[SNAP_WORDS]; /* that copy's words (2 when packed) */
+        rring g;                /* a window log's (its head and m front entries) */
+    } u;
     uint64_t count, due, now;   /* the shard's, when the key is not held */
 } rsnap;
 
@@ -1261,9 +1267,15 @@ static bool read_key_eq(const sluice__rtable *r, unsigned char *s, const void *k
 {
     uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
     const unsigned char *k = key;
-    for (size_t i = 0; i < keylen; i += 8) {
+    size_t i = 0;
+    for (; i + 8 <= keylen; i += 8) {
+        uint64_t w;
+        memcpy(&w, k + i, 8);
+        if (GET(&d[i / 8]) != w) return false;
+    }
+    if (i < keylen) {
         uint64_t w = 0;
-        memcpy(&w, k + i, keylen - i < 8 ? keylen - i : 8);
+        memcpy(&w, k + i, keylen - i);
         if (GET(&d[i / 8]) != w) return false;
     }
     return true;
@@ -1289,12 +1301,16 @@ static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const v
             read_key_eq(r, s, key, keylen)) {
             const unsigned c = H_ACTIVE(h);
             const uint64_t *cw = (const uint64_t *)(const void *)copy_of(r, s, c);
-            const size_t n = r->L.pf.packed ? 2 : r->L.ring ? RING_WORDS : STATE_WORDS;
+            size_t n = r->L.pf.packed ? 2 : r->L.ring ? RING_HEAD_WORDS : STATE_WORDS;
             sn->found = true;
             sn->i = i;
             sn->h = h;
             sn->ep = slot_epoch(s, c);
-            for (size_t j = 0; j < n; j++) sn->w[j] = GET(&cw[j]);
+            for (size_t j = 0; j < n; j++) sn->u.w[j] = GET(&cw[j]);
+            if (r->L.ring) { /* the front entries the ring holds, at most FRONT */
+                const size_t m = sn->u.g.len < FRONT ? sn->u.g.len : FRONT;
+                for (n = RING_HEAD_WORDS; n < RING_HEAD_WORDS + 2 * m; n++) sn->u.w[n] = GET(&cw[n]);
+            }
             return;
         }
         if (++i == cap) i = 0;
@@ -1341,15 +1357,13 @@ static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *s
     if (!sn->found) {
         sluice__state_init(&p->pf, st);
     } else if (r->L.ring) { /* the header only: ring_read decides */
-        rwords u;
-        memcpy(u.w, sn->w, sizeof u.w);
         sluice__state_init(&p->pf, st);
-        st->t_last = u.g.t_last;
+        st->t_last = sn->u.g.t_last;
     } else if (r->L.pf.packed) {
-        sluice__state_unpack(&p->pf, sn->w, st);
+        sluice__state_unpack(&p->pf, sn->u.w, st);
     } else {
         swords u;
-        memcpy(u.w, sn->w, sizeof u.w);
+        memcpy(u.w, sn->u.w, sizeof u.w);
         *st = u.st;
     }
     return &p->pf;
@@ -1363,19 +1377,20 @@ static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *s
 static bool ring_read(const sluice__profile *pf, const rsnap *sn, uint64_t now,
                       uint64_t permits, sluice_result *res, bool *ok)
 {
-    rwords u;
-    memcpy(u.w, sn->w, sizeof u.w);
-    sluice__logpub pub;
-    memset(&pub, 0, sizeof pub);
+    const rring *g = &sn->u.g; /* its head, then m front entries */
+    const uint32_t m = g->len < FRONT ? g->len : FRONT;
+    sluice__logpub pub; /* the fields sluice__log_read reads */
+    atomic_store_explicit(&pub.seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&pub.front_at, 0, memory_order_relaxed);
     atomic_store_explicit(&pub.pf, pf, memory_order_relaxed);
-    atomic_store_explicit(&pub.t_last, u.g.t_last, memory_order_relaxed);
-    atomic_store_explicit(&pub.base, u.g.base, memory_order_relaxed);
-    atomic_store_explicit(&pub.newest_slot, u.g.newest_slot, memory_order_relaxed);
-    atomic_store_explicit(&pub.newest_cum, u.g.newest_cum, memory_order_relaxed);
-    atomic_store_explicit(&pub.len, u.g.len, memory_order_relaxed);
-    for (uint32_t i = 0; i < FRONT && i < u.g.len; i++) {
-        atomic_store_explicit(&pub.front[i].slot, u.g.front[i].slot, memory_order_relaxed);
-        atomic_store_explicit(&pub.front[i].cum, u.g.front[i].cum, memory_order_relaxed);
+    atomic_store_explicit(&pub.t_last, g->t_last, memory_order_relaxed);
+    atomic_store_explicit(&pub.base, g->base, memory_order_relaxed);
+    atomic_store_explicit(&pub.newest_slot, g->newest_slot, memory_order_relaxed);
+    atomic_store_explicit(&pub.newest_cum, g->newest_cum, memory_order_relaxed);
+    atomic_store_explicit(&pub.len, g->len, memory_order_relaxed);
+    for (uint32_t i = 0; i < m; i++) {
+        atomic_store_explicit(&pub.front[i].slot, g->front[i].slot, memory_order_relaxed);
+        atomic_store_explicit(&pub.front[i].cum, g->front[i].cum, memory_order_relaxed);
     }
     uint64_t t_eff;
     return sluice__log_read(&pub, now, permits, res, &t_eff, ok);
@@ -1661,13 +1676,11 @@ static bool peek_read(const sluice__rtable *r, const rsnap *sn, const sluice__pr
         sluice__allow(out, room - permits, 0);
     }
     if (ks) { /* the rest time needs only the newest entry: a ring of it */
-        rwords u;
-        memcpy(u.w, sn->w, sizeof u.w);
-        sluice__log_entry one = {.slot = u.g.newest_slot, .cum = u.g.newest_cum};
+        sluice__log_entry one = {.slot = sn->u.g.newest_slot, .cum = sn->u.g.newest_cum};
         st->u.log.e = &one;
         st->u.log.cap = 1;
         st->u.log.head = 0;
-        st->u.log.len = u.g.len ? 1 : 0;
+        st->u.log.len = sn->u.g.len ? 1 : 0;
         ks->last_ns = st->t_last;
         ks->rest_ns = sluice__rest_at(pf, st);
         st->u.log.e = NULL;
