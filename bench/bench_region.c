@@ -17,6 +17,10 @@
  * region / in-process and the issue's target (<= 1.2x), met or MISSED.  One
  * thread: the cost of a decision, not of contention between processes.
  *
+ * Refusals: --spec "fixed-window 2/1h" (each key filled with 1 of its 2,
+ * one more admitted, then every decision a refusal), with --procs 2 for
+ * two processes refusing at once (a refusal reads the shard, no lock).
+ *
  * With --procs P (P >= 2): P forked processes on the region table against
  * P threads on the in-process table, each deciding D times over the same
  * N keys (its own sequence), all started together; printed: the total

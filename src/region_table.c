@@ -873,7 +873,8 @@ static const rprof *read_prof(const sluice__rtable *r, uint64_t epoch)
 {
     const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
                                           memory_order_acquire);
-    if (!p || (p >= r->spare && p < r->spare + CFG_K)) return NULL;
+    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
+    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
     return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
 }
 
