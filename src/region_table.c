@@ -236,7 +236,9 @@
  *
  * A handle parses the current configuration at attach, and a new one
  * (after a change of spec) at its first decision under it, under the
- * lock.
+ * lock.  A composite decision (below) still holds the shard locks of its
+ * region keys, refusals included: it must judge every limit at one
+ * instant.
  *
  * Statistics: admissions (requests and permits allowed), keys, reclaimed
  * and evicted are the region's, every process's; refusals, probes and
