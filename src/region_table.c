@@ -365,10 +365,11 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 3u /* 3: the shards' sequence words, counters per handle */
+#define VERSION 4u /* 3: the shards' sequence words; 4: the counter stripes */
 #define CFG_K 8u /* configurations the region remembers (a power of two) */
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
@@ -447,11 +448,22 @@ typedef struct rshard {
     _Atomic uint64_t due; /* <= the earliest rest time of the live keys */
     uint64_t now;         /* the latest time an admission showed the shard */
     uint64_t rng;
-    /* admissions (refusals and probes are counted by the handle) */
+    /* admissions (refusals and probes: the counter stripes) */
     _Atomic uint64_t allowed, pallowed;
     _Atomic uint64_t reclaimed, evicted;
 } rshard;
 _Static_assert(sizeof(rshard) == 128, "two cache lines a shard");
+
+/* The counter stripes (head comment: Statistics): NSTRIPES owned by one
+ * thread each, then one shared.  A line each; only its owner writes an
+ * owned stripe's counts. */
+#define NSTRIPES 128u
+typedef struct rstripe {
+    _Atomic uint64_t owner; /* 0 free, or its thread's identity (tid_self) */
+    _Atomic uint64_t denied, pdenied, probes, refused;
+    uint64_t pad_[3];
+} rstripe;
+_Static_assert(sizeof(rstripe) == 64, "a cache line a stripe");
 
 /* The ring's header, as a copy holds it, and a summary of the ring for the
  * read without the lock (which never reads the ring: window_log.c writes
@@ -473,7 +485,7 @@ typedef struct layout {
     bool ring;
     uint64_t max_keys, max_key_bytes;
     uint32_t nshards, shard_bits, cap, ecap, cb, ring_cap;
-    size_t stride, key_off, copy_off, ring_off, slots_off, cfg_off, need;
+    size_t stride, key_off, copy_off, ring_off, slots_off, cfg_off, stripes_off, need;
     char spec[SLUICE_SPEC_MAX];
 } layout;
 
@@ -483,11 +495,6 @@ struct sluice__rtable {
     rprof *made;             /* every rprof made, to free on close */
     rprof spare[CFG_K];      /* when memory runs out (rprof) */
     pthread_mutex_t prof_mu; /* fills prof[] */
-    /* this handle's refusals and probes, and its refusals for want of
-     * room: counted in process memory, striped per thread (a refusal
-     * writes nothing shared) */
-    sluice__counters denied;
-    sluice__counters full;
     unsigned flags;
     rhead *h;
     rshard *sh;
@@ -526,7 +533,25 @@ static uint64_t proc_start(pid_t pid, char *state)
 static _Atomic uint64_t self_id; /* 0 until asked, and again in a child */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void forget_self(void) { atomic_store_explicit(&self_id, 0, memory_order_relaxed); }
+/* The calling thread's identity for the counter stripes (tid_self), 0
+ * until asked; and its stripes, by handle and region (my_stripe). */
+static _Thread_local uint64_t tid_id;
+typedef struct my_stripe_at {
+    uintptr_t r; /* the handle's address: compared, never followed */
+    uint64_t seed[2];
+    unsigned i; /* the stripe */
+} my_stripe_at;
+#define MINE 4
+static _Thread_local my_stripe_at my_stripes[MINE];
+static _Thread_local unsigned my_next;
+
+/* In a child: the forking thread is another thread of another process. */
+static void forget_self(void)
+{
+    atomic_store_explicit(&self_id, 0, memory_order_relaxed);
+    tid_id = 0;
+    memset(my_stripes, 0, sizeof my_stripes);
+}
 static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, forget_self); }
 
 static inline uint64_t id_of(pid_t pid, uint64_t start)
@@ -561,6 +586,35 @@ static bool gone(uint64_t id, bool look)
     uint64_t start = id >> 32, now = proc_start(pid, &state);
     if (state == 'Z' || state == 'X') return true;
     return start != 0 && now != 0 && (now & 0x7fffffffu) != start; /* the pid was reused */
+}
+
+/* The calling thread's identity for the counter stripes: its tid (bits
+ * 0-21), its process's pid (22-43; Linux's pids stay below 2^22) and the
+ * low 20 bits of the thread's start time (44-63), so that a tid reused, in
+ * this process or another, is told from the owner it had (as gone() tells
+ * a reused pid). */
+static uint64_t tid_self(void)
+{
+    if (tid_id) return tid_id;
+    pthread_once(&atfork_once, register_atfork); /* forget it in a child */
+    const pid_t pid = getpid(), tid = (pid_t)syscall(SYS_gettid);
+    tid_id = (proc_start(tid, NULL) & 0xfffffu) << 44 | ((uint64_t)(uint32_t)pid & 0x3fffffu) << 22 |
+             ((uint64_t)(uint32_t)tid & 0x3fffffu);
+    return tid_id;
+}
+
+/* Whether the thread with identity id (tid_self) is gone: no such thread
+ * in its process (tgkill), a zombie (a process's first thread, exited or
+ * killed and not yet reaped), or a tid now another thread's. */
+static bool tid_gone(uint64_t id)
+{
+    const pid_t tid = (pid_t)(id & 0x3fffffu), pid = (pid_t)(id >> 22 & 0x3fffffu);
+    if (tid <= 0 || pid <= 0) return true;
+    if (syscall(SYS_tgkill, (long)pid, (long)tid, 0L) == -1 && errno == ESRCH) return true;
+    char state;
+    const uint64_t start = id >> 44, now = proc_start(tid, &state);
+    if (state == 'Z' || state == 'X') return true;
+    return start != 0 && now != 0 && (now & 0xfffffu) != start;
 }
 
 /* Take lock word *w for id me.  Returns true when it was taken from a dead
@@ -651,8 +705,9 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
     L->ecap = (uint32_t)ecap;
     L->cap = (uint32_t)(ecap + ecap / 3 + 1);
     L->slots_off = HEAD_BYTES + (size_t)L->nshards * sizeof(rshard);
-    const u128 need = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride +
-                      (u128)CFG_K * sizeof(rcfg);
+    const u128 cfg_end = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride +
+                         (u128)CFG_K * sizeof(rcfg);
+    const u128 need = ((cfg_end + 63) & ~(u128)63) + (u128)(NSTRIPES + 1) * sizeof(rstripe);
     if (need > ((u128)1 << 46)) {
         sluice__errf(err, errlen,
                      "a region for %zu keys of %zu bytes under \"%s\" would take more than 64 TiB",
@@ -660,7 +715,8 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
         return SLUICE_EINVAL;
     }
     L->need = (size_t)need;
-    L->cfg_off = L->need - (size_t)CFG_K * sizeof(rcfg);
+    L->stripes_off = L->need - (size_t)(NSTRIPES + 1) * sizeof(rstripe);
+    L->cfg_off = (size_t)cfg_end - (size_t)CFG_K * sizeof(rcfg);
     if (sluice__spec_format(pf, L->spec, sizeof L->spec) < 0) {
         sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
         return SLUICE_EINVAL;
@@ -1230,16 +1286,89 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
 
 /* Count a decision: an admission in the region (shard k locked, as it is
  * written anyway), a refusal or a probe in the handle (`sh` unused then). */
+/* ---- the counter stripes (head comment: Statistics) --------------------- */
+
+static inline rstripe *stripes_of(const sluice__rtable *r)
+{
+    return (rstripe *)(void *)((unsigned char *)r->h + r->L.stripes_off);
+}
+
+/* A stripe of r's region for the calling thread (identity me): one it owns
+ * already (through another handle, or before a reattach), else a free one,
+ * else one whose owner is gone (its counts stay, and are added to); else
+ * NSTRIPES, the shared stripe. */
+static unsigned claim_stripe(const sluice__rtable *r, uint64_t me)
+{
+    rstripe *s = stripes_of(r);
+    for (int pass = 0; pass < 3; pass++) {
+        for (unsigned i = 0; i < NSTRIPES; i++) {
+            uint64_t v = atomic_load_explicit(&s[i].owner, memory_order_relaxed);
+            if (v == me) return i;
+            if (pass == 0 || (v != 0 && (pass == 1 || !tid_gone(v)))) continue;
+            if (atomic_compare_exchange_strong_explicit(&s[i].owner, &v, me, memory_order_acquire,
+                                                        memory_order_relaxed))
+                return i;
+        }
+    }
+    return NSTRIPES;
+}
+
+/* The calling thread's stripe in r's region: remembered per thread by the
+ * handle's address and the region's seed (a handle freed and another made
+ * at its address, or the region made again, does not match), and checked
+ * against the stripe's owner word (which its counts share a line with);
+ * the handle remembered is only compared, never followed. */
+static unsigned my_stripe(const sluice__rtable *r)
+{
+    const uint64_t me = tid_self(), s0 = r->h->seed[0], s1 = r->h->seed[1];
+    unsigned j = my_next;
+    for (unsigned n = 0; n < MINE; n++) {
+        const my_stripe_at *m = &my_stripes[n];
+        if (m->r != (uintptr_t)r || m->seed[0] != s0 || m->seed[1] != s1) continue;
+        if (m->i == NSTRIPES ||
+            atomic_load_explicit(&stripes_of(r)[m->i].owner, memory_order_relaxed) == me)
+            return m->i;
+        j = n; /* no longer ours: claim again, in its place */
+        break;
+    }
+    const unsigned i = claim_stripe(r, me);
+    my_stripes[j] = (my_stripe_at){.r = (uintptr_t)r, .seed = {s0, s1}, .i = i};
+    if (j == my_next) my_next = (my_next + 1) % MINE;
+    return i;
+}
+
+static inline void stripe_add(_Atomic uint64_t *c, uint64_t v, bool own)
+{
+    if (own) {
+        sluice__own_add(c, v); /* a relaxed load and store: only we write it */
+        return;
+    }
+    uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(c, &old, sluice__sat_add(old, v),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* Count a decision: an admission in its shard (locked), anything else in
+ * the calling thread's stripe. */
 static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok, bool full)
 {
     if (ok && permits) {
         bump(&sh->allowed, 1);
         const uint64_t v = atomic_load_explicit(&sh->pallowed, memory_order_relaxed);
         atomic_store_explicit(&sh->pallowed, sluice__sat_add(v, permits), memory_order_relaxed);
-    } else {
-        sluice__count(&r->denied, permits, ok);
+        return;
     }
-    if (full) sluice__count(&r->full, 1, false);
+    const unsigned i = my_stripe(r);
+    rstripe *s = &stripes_of(r)[i];
+    const bool own = i < NSTRIPES;
+    if (permits == 0) {
+        stripe_add(&s->probes, 1, own);
+    } else {
+        stripe_add(&s->denied, 1, own);
+        stripe_add(&s->pdenied, permits, own);
+    }
+    if (full) stripe_add(&s->refused, 1, own);
 }
 
 /* ---- the read without the lock (head comment) --------------------------- */
@@ -1744,15 +1873,19 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
 void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
 {
     memset(out, 0, sizeof *out);
-    /* refusals and probes: this handle's (process memory) */
-    sluice__counters_read(&r->denied, &out->decisions);
-    sluice_stats full;
-    sluice__counters_read(&r->full, &full);
-    out->refused = full.requests_denied;
-    /* admissions, keys: every process's (the region) */
+    /* every process's: refusals and probes in the stripes, admissions and
+     * keys in the shards and the header */
+    const rstripe *s = stripes_of(r);
+    for (unsigned i = 0; i <= NSTRIPES; i++) {
+        rstripe *st = (rstripe *)&s[i]; /* loads only */
+#define RD(f) atomic_load_explicit(&st->f, memory_order_relaxed)
+        out->decisions.requests_denied += RD(denied);
+        out->decisions.permits_denied = sluice__sat_add(out->decisions.permits_denied, RD(pdenied));
+        out->decisions.probes += RD(probes);
+        out->refused += RD(refused);
+#undef RD
+    }
     out->keys = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
-    out->decisions.requests_allowed = 0;
-    out->decisions.permits_allowed = 0;
     for (uint32_t k = 0; k < r->L.nshards; k++) {
         rshard *sh = &r->sh[k];
 #define RD(f) atomic_load_explicit(&sh->f, memory_order_relaxed)

@@ -8,7 +8,10 @@
  * (shm_open and a file); the table functions on a region; composite
  * decisions over region keys against reference models, across four
  * processes, and through two dead holders' locks; refusals and probes
- * leaving the region byte for byte, and racing admissions exactly. */
+ * leaving the region byte for byte but their own thread's counter stripe,
+ * and racing admissions exactly; counts region-wide and exact across
+ * processes and threads, more threads than stripes, and a dead process's
+ * stripe taken over with its counts. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <sluice.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -50,6 +54,17 @@ static sluice_table *attach_ok(void *region, size_t size, const char *spec, size
                                           sizeof err);
     if (!t) fail_msg("attach %s: %s", spec, err);
     return t;
+}
+
+/* The region's counter stripes, as src/region_table.c lays them out: its
+ * last bytes, 128 lines of 64 bytes each owned by one thread, then one
+ * shared; in a line, the owner's identity, then the counts. */
+#define STRIPES_BYTES ((size_t)(128 + 1) * 64)
+enum { S_OWNER = 0, S_DENIED = 1, S_PDENIED = 2, S_PROBES = 3, S_REFUSED = 4 };
+static uint64_t stripe_word(const void *reg, size_t n, size_t stripe, int word)
+{
+    const unsigned char *p = (const unsigned char *)reg + n - STRIPES_BYTES + 64 * stripe + 8 * (size_t)word;
+    return atomic_load((_Atomic uint64_t *)(uintptr_t)p);
 }
 
 static uint64_t mono_ns(void)
@@ -307,9 +322,6 @@ static void test_four_processes_one_limit(void **state)
                 for (int j = 0; j < TRIES; j++)
                     mine += sluice_table_try_acquire_at(t, "k", 1, 1, 7 * SEC + (uint64_t)j, NULL);
                 atomic_fetch_add(&got[0], mine);
-                sluice_table_stats cs; /* refusals: this process's */
-                sluice_table_stats_get(t, &cs);
-                atomic_fetch_add(&got[2], cs.decisions.requests_denied);
                 _exit(0);
             }
         }
@@ -325,8 +337,7 @@ static void test_four_processes_one_limit(void **state)
         sluice_table_stats st;
         sluice_table_stats_get(t, &st);
         assert_int_equal(st.decisions.requests_allowed, cases[c].want); /* every process's */
-        assert_int_equal(st.decisions.requests_denied, 0); /* the parent refused none */
-        assert_int_equal(atomic_load(&got[2]), KIDS * TRIES - cases[c].want);
+        assert_int_equal(st.decisions.requests_denied, KIDS * TRIES - cases[c].want);
         sluice_table_free(t);
         munmap(got, 4096);
         munmap(reg, n);
@@ -810,9 +821,6 @@ static void test_composite_four_processes(void **state)
             sluice_result r;
             if (sluice_composite_try_acquire_at(refs, 4, 1, now, &r, NULL)) _exit(3);
             if (!sluice_try_acquire_at(own, 0, now, &r) || r.remaining != 700 - mine) _exit(4);
-            sluice_table_stats cs; /* refusals: this process's (its last two calls) */
-            sluice_table_stats_get(t[2], &cs);
-            if (cs.decisions.requests_denied != 2) _exit(5);
             atomic_store(&sh[1 + k], mine);
             _exit(0);
         }
@@ -843,7 +851,7 @@ static void test_composite_four_processes(void **state)
     sluice_table_stats st;
     sluice_table_stats_get(t[2], &st);
     assert_int_equal(st.decisions.requests_allowed, total); /* every process's */
-    assert_int_equal(st.decisions.requests_denied, 0);      /* the parent's: none */
+    assert_int_equal(st.decisions.requests_denied, 2 * KIDS);
     for (int i = 0; i < 3; i++) {
         sluice_table_free(t[i]);
         munmap(reg[i], sz[i]);
@@ -1609,31 +1617,44 @@ static void test_refusal_writes_nothing(void **state)
             denied += 2;
             full++;
             probes++;
-            /* the other handle's first decisions: its own counts */
+            /* the other handle's decisions: counted region-wide, so its
+             * stats say what the first handle's do */
             assert_false(sluice_table_try_acquire_at(t2, "hot", 3, 1, now, &r));
             assert_true(sluice_table_try_acquire_at(t2, "hot", 3, 0, now, &r));
+            denied++;
+            probes++;
             sluice_table_stats s2;
             sluice_table_stats_get(t2, &s2);
-            assert_int_equal(s2.decisions.requests_denied, 1);
-            assert_int_equal(s2.decisions.probes, 1);
-            assert_int_equal(s2.decisions.requests_allowed, before.decisions.requests_allowed);
             sluice_table_free(t2);
-            if (memcmp(img, reg, n) != 0) {
+            /* nothing written but the counter stripes (the region's last
+             * bytes), and there only this thread's own stripe (claimed by
+             * its first refusal here): one line */
+            const size_t so = n - STRIPES_BYTES;
+            if (memcmp(img, reg, so) != 0) {
                 size_t at = 0;
                 while (img[at] == reg[at]) at++;
                 fail_msg("%s, %zu keys: a refusal or a probe wrote the region (byte %zu of %zu)",
                          cases[c].spec, max, at, n);
             }
+            size_t lines = 0, mine_at = 0;
+            for (size_t l = 0; l < STRIPES_BYTES / 64; l++)
+                if (memcmp(img + so + 64 * l, reg + so + 64 * l, 64) != 0) lines++, mine_at = l;
+            assert_int_equal(lines, 1);
+            assert_true(mine_at < STRIPES_BYTES / 64 - 1); /* an owned stripe, not the shared */
+            assert_int_equal(stripe_word(reg, n, mine_at, S_DENIED), denied);
+            assert_int_equal(stripe_word(reg, n, mine_at, S_PROBES), probes);
+            assert_int_equal(stripe_word(reg, n, mine_at, S_REFUSED), full);
             sluice_table_stats_get(t, &after);
+            assert_memory_equal(&after, &s2, sizeof s2);
             assert_int_equal(after.decisions.requests_allowed, before.decisions.requests_allowed);
             assert_int_equal(after.decisions.requests_denied - before.decisions.requests_denied,
                              denied);
             assert_int_equal(after.decisions.probes - before.decisions.probes, probes);
             assert_int_equal(after.refused - before.refused, full);
             assert_int_equal(after.keys, max);
-            /* and an admission still writes */
+            /* and an admission still writes, outside the stripes */
             assert_true(sluice_table_try_acquire_at(t, "k0", 2, 1, 3 * SEC, &r));
-            assert_true(memcmp(img, reg, n) != 0);
+            assert_true(memcmp(img, reg, so) != 0);
             free(img);
             sluice_table_free(t);
             munmap(reg, n);
@@ -1651,8 +1672,8 @@ static void test_refusal_writes_nothing(void **state)
  * refuser asks those keys for more than they have left, and probes them
  * (the same two checks), and asks a key spent at the start, which must
  * give the same answer every time.  Afterwards every key granted exactly
- * its limit, what a peek says, and each handle counted its own refusals
- * and probes. */
+ * its limit, what a peek says, and the region counted every refusal and
+ * probe, whoever made it. */
 enum { RACE_KEYS = 4, RACE_DECIDERS = 3, RACE_REFUSALS = 20000 };
 #define RACE_PROBES ((RACE_REFUSALS - 2) / 4) /* the refuser's: i odd, i & 2 clear */
 typedef struct race {
@@ -1776,11 +1797,6 @@ static void test_refusals_race_admissions(void **state)
                 assert_true(kids[i] >= 0);
                 if (kids[i] == 0) {
                     race_thread(&args[i]);
-                    sluice_table_stats st; /* this process's refusals, counted by its handle */
-                    sluice_table_stats_get(x->t, &st);
-                    if (i == 0 && (st.decisions.requests_denied != RACE_REFUSALS - RACE_PROBES ||
-                                   st.decisions.probes != RACE_PROBES))
-                        atomic_fetch_add(&x->bad, 1);
                     _exit(0);
                 }
             }
@@ -1804,13 +1820,11 @@ static void test_refusals_race_admissions(void **state)
                 assert_int_equal(sluice_table_peek_at(x->t, key, strlen(key), 0, x->now, &r, NULL), 0);
                 assert_int_equal(r.remaining, 0);
             }
-            if (!procs) { /* the threads counted in this process's handle */
-                sluice_table_stats st;
-                sluice_table_stats_get(x->t, &st);
-                assert_int_equal(st.decisions.requests_denied,
-                                 atomic_load(&x->denied) + RACE_REFUSALS - RACE_PROBES);
-                assert_int_equal(st.decisions.probes, RACE_PROBES);
-            }
+            sluice_table_stats st; /* every thread's or process's, in the region */
+            sluice_table_stats_get(x->t, &st);
+            assert_int_equal(st.decisions.requests_denied,
+                             atomic_load(&x->denied) + RACE_REFUSALS - RACE_PROBES);
+            assert_int_equal(st.decisions.probes, RACE_PROBES);
             print_message("  %s, %s: %llu refusals of the deciders, %d refusals and %d probes "
                           "of the refuser, exact\n",
                           specs[si], procs ? "4 processes" : "4 threads",
@@ -1867,6 +1881,223 @@ static void test_ring_summary_repaired(void **state)
     munmap(reg, n);
 }
 
+/* Counts are the region's, every thread's of every process (each counting
+ * in a stripe of its own), and exact: PROCS processes of THREADS threads,
+ * each with a handle of its own, make known numbers of refusals (permits
+ * 1-3), probes, refusals for want of room and admissions; every handle's
+ * stats then say the sum, and the region holds one owned stripe per
+ * thread.  With spare set, the stripes are taken beforehand by a live
+ * owner (this process's first thread, as src/region_table.c writes an
+ * identity: tid | pid << 22) but for `spare` of them, so the threads
+ * beyond share the last stripe. */
+enum { CT_DENY = 600, CT_PROBE = 300, CT_FULL = 50, CT_ADMIT = 40 };
+typedef struct ctshared {
+    _Atomic int ready, done, bad;
+} ctshared;
+typedef struct ctarg {
+    sluice_table *t;
+    ctshared *x;
+    int who, all; /* all: the threads of every process */
+} ctarg;
+static uint64_t ct_pdenied(void) /* the permits of one thread's refusals */
+{
+    uint64_t p = 0;
+    for (int i = 0; i < CT_DENY; i++) p += 1 + (uint64_t)(i % 3);
+    return p;
+}
+
+static void *ct_thread(void *arg)
+{
+    const ctarg *a = arg;
+    sluice_result r;
+    char key[32];
+    for (int i = 0; i < CT_DENY; i++) { /* the spent keys */
+        snprintf(key, sizeof key, "spent%d", i % 8);
+        if (sluice_table_try_acquire_at(a->t, key, strlen(key), 1 + (uint64_t)(i % 3), SEC, &r))
+            atomic_fetch_add(&a->x->bad, 1);
+    }
+    for (int i = 0; i < CT_PROBE; i++) {
+        snprintf(key, sizeof key, "open%d", i % 8);
+        if (!sluice_table_try_acquire_at(a->t, key, strlen(key), 0, SEC, &r))
+            atomic_fetch_add(&a->x->bad, 1);
+    }
+    for (int i = 0; i < CT_FULL; i++) { /* new keys: the table is full */
+        snprintf(key, sizeof key, "new%d.%d", a->who, i);
+        if (sluice_table_try_acquire_at(a->t, key, strlen(key), 1, SEC, &r) ||
+            r.error != SLUICE_EFULL)
+            atomic_fetch_add(&a->x->bad, 1);
+    }
+    for (int i = 0; i < CT_ADMIT; i++) {
+        snprintf(key, sizeof key, "open%d", i % 8);
+        if (!sluice_table_try_acquire_at(a->t, key, strlen(key), 1, SEC, &r))
+            atomic_fetch_add(&a->x->bad, 1);
+    }
+    /* alive until every thread has counted: a thread gone may have its
+     * stripe taken over, and the test counts one stripe per thread */
+    atomic_fetch_add(&a->x->ready, 1);
+    while (atomic_load(&a->x->ready) < a->all) sched_yield();
+    return NULL;
+}
+
+static void counts_region_wide(int procs, int threads, int spare)
+{
+    const char *spec = "fixed-window 100000/1h";
+    char err[256];
+    const size_t n = sluice_table_region_size(spec, 16, 16, err, sizeof err);
+    if (!n) fail_msg("%s: %s", spec, err);
+    unsigned char *reg = shared_map(n);
+    ctshared *x = shared_map(sizeof *x);
+    sluice_table *t = attach_ok(reg, n, spec, 16, 16, 0);
+    sluice_result r;
+    char key[32];
+    for (int k = 0; k < 8; k++) { /* 8 keys spent, 8 open: the table full */
+        snprintf(key, sizeof key, "spent%d", k);
+        assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 100000, SEC, &r));
+        snprintf(key, sizeof key, "open%d", k);
+        assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 1, SEC, &r));
+    }
+    const uint64_t live = (uint64_t)getpid() << 22 | (uint64_t)getpid();
+    if (spare >= 0)
+        for (size_t i = (size_t)spare; i < 128; i++)
+            atomic_store((_Atomic uint64_t *)(void *)(reg + n - STRIPES_BYTES + 64 * i), live);
+    pid_t kids[8];
+    assert_true(procs <= 8);
+    for (int p = 0; p < procs; p++) {
+        kids[p] = fork();
+        assert_true(kids[p] >= 0);
+        if (kids[p] == 0) {
+            sluice_table *own = attach_ok(reg, n, spec, 16, 16, 0);
+            pthread_t th[64];
+            ctarg args[64];
+            if (threads > 64) _exit(3);
+            for (int i = 0; i < threads; i++) {
+                args[i] = (ctarg){.t = own, .x = x, .who = p * threads + i, .all = procs * threads};
+                if (pthread_create(&th[i], NULL, ct_thread, &args[i]) != 0) _exit(4);
+            }
+            for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+            atomic_fetch_add(&x->done, 1);
+            while (atomic_load(&x->done) < procs) sched_yield(); /* every process's counts */
+            sluice_table_stats st;
+            sluice_table_stats_get(own, &st);
+            const uint64_t m = (uint64_t)procs * (uint64_t)threads;
+            if (st.decisions.requests_denied != m * (CT_DENY + CT_FULL) ||
+                st.decisions.permits_denied != m * (ct_pdenied() + CT_FULL) ||
+                st.decisions.probes != m * CT_PROBE || st.refused != m * CT_FULL ||
+                st.decisions.requests_allowed != 16 + m * CT_ADMIT)
+                atomic_fetch_add(&x->bad, 1);
+            sluice_table_free(own);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < procs; p++) {
+        int ws;
+        assert_int_equal(waitpid(kids[p], &ws, 0), kids[p]);
+        assert_true(WIFEXITED(ws));
+        assert_int_equal(WEXITSTATUS(ws), 0);
+    }
+    assert_int_equal(atomic_load(&x->bad), 0);
+    const uint64_t m = (uint64_t)procs * (uint64_t)threads;
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.decisions.requests_denied, m * (CT_DENY + CT_FULL));
+    assert_int_equal(st.decisions.permits_denied, m * (ct_pdenied() + CT_FULL));
+    assert_int_equal(st.decisions.probes, m * CT_PROBE);
+    assert_int_equal(st.refused, m * CT_FULL);
+    assert_int_equal(st.decisions.requests_allowed, 16 + m * CT_ADMIT);
+    assert_int_equal(st.decisions.permits_allowed, 100000 * 8 + 8 + m * CT_ADMIT);
+    /* the stripes: one owned per thread (the spare ones when fewer), the
+     * shared one used by the threads beyond */
+    const size_t avail = spare >= 0 ? (size_t)spare : 128;
+    size_t owned = 0;
+    for (size_t i = 0; i < 128; i++) {
+        const uint64_t o = stripe_word(reg, n, i, S_OWNER);
+        if (o != 0 && o != live) owned++;
+    }
+    assert_int_equal(owned, (size_t)m < avail ? (size_t)m : avail);
+    const bool shared_used = stripe_word(reg, n, 128, S_PROBES) != 0;
+    assert_int_equal(shared_used, (size_t)m > avail);
+    print_message("  %d processes x %d threads, %zu own stripes%s: counts exact\n", procs,
+                  threads, owned, shared_used ? " and the shared one" : "");
+    sluice_table_free(t);
+    munmap(x, sizeof *x);
+    munmap(reg, n);
+}
+
+static void test_counts_region_wide(void **state)
+{
+    (void)state;
+    counts_region_wide(4, 2, -1);
+}
+
+/* More threads than stripes: 2 of them left free for 8 threads; and none
+ * for 4 processes of 40 threads each (160 threads, more than the 128
+ * stripes without the test taking any). */
+static void test_counts_more_threads_than_stripes(void **state)
+{
+    (void)state;
+    counts_region_wide(4, 2, 2);
+    counts_region_wide(4, 40, -1);
+}
+
+/* A dead process's counts stay in the region, and its stripe is taken over
+ * when no other is free: a child refuses, is killed (SIGKILL), and every
+ * other stripe is taken by a live owner (as above); a second child's
+ * refusals go to the dead one's stripe, adding to its counts. */
+static void test_dead_process_stripe(void **state)
+{
+    (void)state;
+    const char *spec = "fixed-window 10/1h";
+    char err[256];
+    const size_t n = sluice_table_region_size(spec, 16, 16, err, sizeof err);
+    unsigned char *reg = shared_map(n);
+    _Atomic int *flag = shared_map(sizeof *flag);
+    sluice_table *t = attach_ok(reg, n, spec, 16, 16, 0);
+    sluice_result r;
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 10, SEC, &r));
+    pid_t a = fork();
+    assert_true(a >= 0);
+    if (a == 0) {
+        for (int i = 0; i < 700; i++) (void)sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r);
+        atomic_store(flag, 1);
+        for (;;) pause();
+    }
+    while (!atomic_load(flag)) {
+    }
+    size_t dead = 128;
+    for (size_t i = 0; i < 128; i++)
+        if ((pid_t)(stripe_word(reg, n, i, S_OWNER) >> 22 & 0x3fffff) == a) dead = i;
+    assert_true(dead < 128);
+    assert_int_equal(stripe_word(reg, n, dead, S_DENIED), 700);
+    kill(a, SIGKILL);
+    int ws;
+    assert_int_equal(waitpid(a, &ws, 0), a);
+    const uint64_t live = (uint64_t)getpid() << 22 | (uint64_t)getpid();
+    for (size_t i = 0; i < 128; i++)
+        if (i != dead) atomic_store((_Atomic uint64_t *)(void *)(reg + n - STRIPES_BYTES + 64 * i), live);
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.decisions.requests_denied, 700); /* the dead one's count stays */
+    pid_t b = fork();
+    assert_true(b >= 0);
+    if (b == 0) {
+        sluice_table *own = attach_ok(reg, n, spec, 16, 16, 0);
+        for (int i = 0; i < 300; i++) (void)sluice_table_try_acquire_at(own, "k", 1, 2, SEC, &r);
+        _exit(0);
+    }
+    assert_int_equal(waitpid(b, &ws, 0), b);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    assert_int_equal((pid_t)(stripe_word(reg, n, dead, S_OWNER) >> 22 & 0x3fffff), b);
+    assert_int_equal(stripe_word(reg, n, dead, S_DENIED), 1000);
+    assert_int_equal(stripe_word(reg, n, dead, S_PDENIED), 700 + 600);
+    assert_int_equal(stripe_word(reg, n, 128, S_DENIED), 0); /* the shared: untouched */
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.decisions.requests_denied, 1000);
+    assert_int_equal(st.decisions.permits_denied, 1300);
+    sluice_table_free(t);
+    munmap(flag, sizeof *flag);
+    munmap(reg, n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1891,6 +2122,9 @@ int main(void)
         cmocka_unit_test(test_refusal_writes_nothing),
         cmocka_unit_test(test_refusals_race_admissions),
         cmocka_unit_test(test_ring_summary_repaired),
+        cmocka_unit_test(test_counts_region_wide),
+        cmocka_unit_test(test_counts_more_threads_than_stripes),
+        cmocka_unit_test(test_dead_process_stripe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
