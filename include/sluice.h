@@ -780,12 +780,10 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * local: sluice_table_try_acquire(_at), _burst_at (one call per request),
  * _peek_at, _remove, _reset, _scan, _stats_get and the metrics registry
  * work on it as on any table, across processes (a decision is exactly the
- * contract's for some order of every process's calls).  A refusal or a
- * probe writes nothing in the region (it reads the key's shard without its
- * lock), so stats count every process's admissions, keys, reclaimed and
- * evicted, but only this handle's refusals, probes and refusals for want of
- * room (counted in process memory: a child forked with the handle starts
- * from its parent's counts).  Its keys may be limits of a composite decision
+ * contract's for some order of every process's calls; stats count every
+ * process's decisions).  A refusal or a probe takes no lock: it reads the
+ * key's shard, and writes only its count, in a line of the region that only
+ * the calling thread writes.  Its keys may be limits of a composite decision
  * (sluice_ref_key; sluice_composite_try_acquire_at says how), all or
  * nothing across processes.  Not yet on a shared table: sluice_table_set_top
  * and the per-key overrides (SLUICE_EINVAL).

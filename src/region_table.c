@@ -11,7 +11,7 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version (3), the
+ *   header   512 bytes   init word, magic, layout version (4), the
  *                        canonical spec it was made with (its origin:
  *                        the layout's), max_keys, max_key_bytes, flags,
  *                        the sizes below, the SipHash seed, the boot id,
@@ -51,6 +51,10 @@
  *   configs  144 bytes   CFG_K = 8 of them, after the slots: the last
  *                        configurations (epoch, time of the change, the
  *                        canonical spec), epoch e at e % CFG_K
+ *   stripes   64 bytes   NSTRIPES = 128 + 1 of them, last (from the next
+ *                        multiple of 64): the counts of refusals, probes
+ *                        and refusals for want of room, a line per thread
+ *                        (Statistics, below), the last one shared
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
  * about 100 bytes a key all-in; a sliding-log 10/s key about 1 KiB, a
@@ -104,10 +108,12 @@
  *     slot ends every probe that reaches it, as an empty slot does).  No
  *     key ever moves (no Robin Hood shifting, whose half-done shift could
  *     not be told from a finished one).
- *  4. Counts: the shard's count of keys and admission counters are written
- *     after the store they count; the region's count of keys (max_keys) is
- *     taken before a new key is stored and given back after a key is
- *     dropped.  A kill between can leave them off by one.
+ *  4. Counts: the shard's count of keys and admission counters are
+ *     written after the store they count, a refusal's count in its
+ *     thread's stripe after the read that decided it (one 8-byte store per
+ *     count); the region's count of keys (max_keys) is taken before a new
+ *     key is stored and given back after a key is dropped.  A kill between
+ *     can leave them off by one.
  *
  *  5. The shard's sequence: odd from just after the lock to just before
  *     the unlock.  A holder killed between leaves it odd (the read, below,
@@ -130,11 +136,12 @@
  *
  * Refusals and probes are reads (docs/decisions.md, section 1: only an
  * admission changes a limiter).  A decision, and a peek, is first read
- * without the lock (decide_read, read_key): no store, no compare-and-swap,
- * no locked instruction on the region -- not the lock word, not the
- * sequence, not a counter (a handle counts refusals and probes in its own
- * process memory, striped per thread: counters.h).  If the read finds a
- * refusal or a probe, that is the answer; anything else (an admission, a
+ * without the lock (decide_read, read_key): no compare-and-swap, no locked
+ * instruction, no store to the shard -- not the lock word, not the
+ * sequence, not a slot.  A refusal or a probe then stores only its count,
+ * in the calling thread's own counter stripe (Statistics, below): a line
+ * no other thread writes, as an in-process table counts.  If the read
+ * finds a refusal or a probe, that is the answer; anything else (an admission, a
  * key to make, a read that met holders READ_TRIES times) is decided under
  * the lock as before.  The read:
  *
@@ -240,11 +247,31 @@
  * region keys, refusals included: it must judge every limit at one
  * instant.
  *
- * Statistics: admissions (requests and permits allowed), keys, reclaimed
- * and evicted are the region's, every process's; refusals, probes and
- * refusals for want of room are counted by the handle that decided them,
- * in process memory, so a handle shows every process's admissions and its
- * own refusals and probes.
+ * Statistics, every process's: admissions (requests and permits allowed),
+ * reclaimed and evicted are counted in their shard, under its lock; keys
+ * in the header; refusals, probes and refusals for want of room in the
+ * counter stripes, so that a refusal stores to no line another thread
+ * stores to (counters.c stripes an in-process table's counts so).  A
+ * thread claims a stripe of the region at its first count there: a
+ * compare-and-swap of the stripe's owner word from 0 to the thread's
+ * identity (tid_self: tid, pid and the thread's start time), or, when none
+ * is free, from the identity of a thread that is gone (tid_gone: no such
+ * thread in its process, a zombie, or its tid reused -- as for the locks),
+ * whose counts stay and are added to.  The owner adds with a relaxed load
+ * and store (plain moves, no locked instruction), exact as no other thread
+ * stores to the line; a thread that finds all NSTRIPES owned by live
+ * threads adds to the last, shared stripe with atomic read-modify-writes.
+ * A stripe is never given back: a thread that exits or a process that dies
+ * leaves it to be taken over.  stats_get sums every stripe with relaxed
+ * loads: each count exact, the set possibly of different instants.  A
+ * thread remembers its stripes (my_stripe) by the handle's address and the
+ * region's seed -- compared, never followed, so a stale entry (a handle
+ * freed, a region made again) is never written through -- and checks the
+ * owner word, on the line it is about to write, at each count; a forked
+ * child forgets its parent's (forget_self).  A thread killed between the
+ * load and the store of a count loses that count (crash argument 4); the
+ * dead owner's last stores precede its death, which the taker learns from
+ * the kernel before its compare-and-swap.
  *
  * Initialisation: the header's init word goes 0 (a zeroed region) -> busy
  * (holder's identity; a compare-and-swap, so one process wins) -> ready,

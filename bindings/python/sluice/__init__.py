@@ -604,9 +604,7 @@ class SharedTable(Table):
     another spec or size raises ``SluiceError`` naming both.  A process
     killed while deciding blocks no other (README.md, "Tables shared between
     processes").  Each process opens its own: a handle does not cross a
-    fork or a pickle.  ``stats()`` counts every process's admissions and
-    keys but this handle's own refusals and probes (they write nothing
-    shared).  Everything else is as ``Table``."""
+    fork or a pickle.  Everything else is as ``Table``."""
 
     def __init__(self, path: str, spec: str, max_keys: int, *, max_key_bytes: int = 64,
                  evict_lru: bool = False) -> None:
