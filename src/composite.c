@@ -363,25 +363,39 @@ static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits
     return ok;
 }
 
-/* Lock-free limiters first (limiter.c decides and counts them), with no
- * setup; the general path for everything else, bad calls included. */
+/* Everything but lock-free limiters without per_limit: keys of in-process
+ * tables (table.c), each limiter's answer, and the general path; `tables`:
+ * refs[0] is a table key. */
+static __attribute__((noinline)) bool decide_rest(const sluice_limit_ref *refs, size_t n,
+                                                  uint64_t permits, uint64_t now_ns,
+                                                  sluice_result *res, sluice_result *per_limit,
+                                                  bool tables)
+{
+    if (!res && !per_limit) { /* the overload's call: no details */
+        int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, NULL) : -1;
+        if (got < 0) got = general(refs, n, permits, now_ns, NULL);
+        return got > 0;
+    }
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    int got = tables      ? sluice__tables_decide(refs, n, permits, now_ns, a)
+              : per_limit ? sluice__limiters_decide(refs, n, permits, now_ns, NULL, a)
+                          : -1;
+    if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
+        return bad_call(n, res, per_limit);
+    return combine(a, n, got == 1, permits, res, per_limit);
+}
+
+/* Lock-free limiters first, with no setup: limiter.c decides, counts and,
+ * without per_limit, combines them; decide_rest for everything else, bad
+ * calls included. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
     const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
-    if (!res && !per_limit) { /* the overload's call: no details */
-        int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, NULL)
-                         : sluice__limiters_decide(refs, n, permits, now_ns, NULL, 0);
-        if (got < 0) got = general(refs, n, permits, now_ns, NULL);
-        return got > 0;
+    if (!tables && !per_limit) {
+        const int got = sluice__limiters_decide(refs, n, permits, now_ns, res, NULL);
+        if (got >= 0) return got;
     }
-    sluice__answer a[SLUICE_COMPOSITE_MAX];
-    int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, a)
-                     : sluice__limiters_decide(refs, n, permits, now_ns, a,
-                                               per_limit ? SLUICE__DETAILS_EACH
-                                                         : SLUICE__DETAILS_SUM);
-    if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
-        return bad_call(n, res, per_limit);
-    return combine(a, n, got == 1, permits, res, per_limit);
+    return decide_rest(refs, n, permits, now_ns, res, per_limit, tables);
 }

@@ -76,7 +76,7 @@ typedef struct sluice__part {
 
 /* One limit's answer to a composite call, as the combination reads it.
  * quiet: r not filled -- a limit that would have allowed a refused call,
- * which cannot change the combination (sluice__limiters_decide). */
+ * which cannot change the combination (composite.c's combine skips it). */
 typedef struct sluice__answer {
     bool ok, quiet;
     sluice_result r;
@@ -94,14 +94,12 @@ SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permit
  * anything while deciding, counted in each limiter: 1 admitted (or a probe
  * every limit allows), 0 refused; -1 for any other call (a bad one, a table
  * key, a limiter twice or in the locked path: nothing decided or counted,
- * use the general path).  `details`: 0, none (ans unused, may be NULL);
- * SLUICE__DETAILS_SUM, the combination only: ans[i].ok, .quiet and, but
- * for the quiet ones, .r are filled; SLUICE__DETAILS_EACH, each limit's
- * answer too: none is quiet. */
-enum { SLUICE__DETAILS_SUM = 1, SLUICE__DETAILS_EACH = 2 };
+ * use the general path).  res and ans NULL: no details; res alone: the
+ * combination of the limits' answers (composite.c's rule) into *res; ans:
+ * each limit's answer, none quiet (res unused). */
 SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n,
                                              uint64_t permits, uint64_t now_ns,
-                                             sluice__answer *ans, int details);
+                                             sluice_result *res, sluice__answer *ans);
 
 /* table.c: the whole composite when the refs are 1 to SLUICE_COMPOSITE_MAX
  * distinct keys already held by in-process tables, read without locks as a

@@ -898,7 +898,10 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
 /* The composite fast path, when every limit is a lock-free limiter
  * (composite.c's head comment has the proof in full).  Each limit is read
  * and decided as a single decision is: one snapshot of its word (load_word)
- * and one decide_packed, which gives the word an admission would leave.
+ * and one decide_packed, which gives the word an admission would leave and,
+ * when details are asked, the limit's answer on that snapshot -- folded at
+ * once into the combination (composite.c's rule), so that no limit is
+ * decided twice.
  *
  *   a refusal, no details asked: the first limit that refuses on its
  *       snapshot answers for the whole call -- at the instant of that
@@ -923,8 +926,8 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * -1 when the call is not one for this path -- a bad call, a ref that is
  * not a limiter, a limiter named twice, or one that takes the locked path
  * (nothing decided, nothing counted: the general path, composite.c, takes
- * it).  With `details`, ans[i] is each limit's answer on the snapshots the
- * call is linearised at, but for the limits marked quiet (below). */
+ * it).  The answers are those on the snapshots the call is linearised at:
+ * with res, their combination; with ans, each limit's. */
 #if HAVE_CAS128
 /* Count one composite call in each of its limiters, as sluice__count
  * (counters.h) does, the thread's stripe looked up once. */
@@ -946,44 +949,104 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
     }
 }
 
+/* Whether refs[i..n) are limiters, none of them named twice in refs[0..n)
+ * (those before i were checked as they were decided). */
+static __attribute__((noinline)) bool rest_ok(const sluice_limit_ref *refs, size_t i, size_t n)
+{
+    for (; i < n; i++) {
+        if (!refs[i].limiter || refs[i].table) return false;
+        for (size_t j = 0; j < i; j++)
+            if (refs[j].limiter == refs[i].limiter) return false;
+    }
+    return true;
+}
+
+/* Whether c's word holds the snapshot w: load_word's three loads, each
+ * compared with its half of w.  w's time half has the frozen bit clear, so
+ * a frozen word never matches; nor does one that moved between the loads
+ * (the caller then starts over, as it does for any word that moved). */
+static inline bool holds(const cfg *c, const uint64_t w[2])
+{
+    return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) == w[0] &&
+           __atomic_load_n(&c->packed.h[1], __ATOMIC_ACQUIRE) == w[1] &&
+           __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) == w[0];
+}
+
+/* What the caller asks for: nothing but the verdict, the combination of
+ * the answers (into res), or every limit's answer (into ans). */
+enum { DETAILS_NONE, DETAILS_SUM, DETAILS_EACH };
+
 static inline __attribute__((always_inline)) int
 limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-                sluice__answer *ans, const int details)
+                sluice_result *res, sluice__answer *ans, const int details)
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
-    u128 old[SLUICE_COMPOSITE_MAX], neu[SLUICE_COMPOSITE_MAX];
-    bool ok[SLUICE_COMPOSITE_MAX];
+    sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
+    sluice_result r; /* DETAILS_SUM: the answer of the limit just decided */
     for (;;) {
+        /* DETAILS_SUM: the combination so far, of every limit while all
+         * allow, then of the refusing ones only (one that would have
+         * allowed a refused call cannot change it: composite.c) */
         bool all = true;
+        uint64_t remaining = UINT64_MAX, wait = 0;
+        int64_t retry = 0; /* -1 once a refusing limit says never */
+        int32_t error = 0;
         size_t i = 0;
-        for (; i < n; i++) { /* each limit as a single decision without details */
+        for (; i < n; i++) {
             sluice_limiter *lim = refs[i].limiter;
+            if (!lim || refs[i].table) return -1;
+            for (size_t j = 0; j < i; j++)
+                if (refs[j].limiter == lim) return -1; /* a limiter twice */
             cfg *c = cur_cfg(lim);
             if (!c->lockfree) return -1;
-            if (!load_word(&c->packed, &old[i])) { /* held: wait, start over */
+            u128 v;
+            if (!load_word(&c->packed, &v)) { /* held: wait, start over */
                 wait_frozen(lim, c);
                 break;
             }
             cs[i] = c;
-            const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
-            sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                    .max_wait = UINT64_MAX, .res = NULL, .out = {lo, hi}};
-            const bool r = c->pf.ops->decide_packed(&c->pf, &q);
-            neu[i] = mkword(q.out[0], q.out[1]);
-            if (details) {
-                ok[i] = r;
-                all &= r;
-            } else if (!r) { /* this limit alone refuses the call */
+            const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+            q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                        .max_wait = UINT64_MAX,
+                                        .res = details == DETAILS_SUM    ? &r
+                                               : details == DETAILS_EACH ? &ans[i].r
+                                                                         : NULL,
+                                        .out = {lo, hi}};
+            const bool ok = c->pf.ops->decide_packed(&c->pf, &q[i]);
+            if (details == DETAILS_NONE) {
+                if (ok) continue;
+                /* this limit alone refuses the call -- a good one */
+                if (i + 1 < n && !rest_ok(refs, i + 1, n)) return -1;
                 count_all(refs, n, permits, false);
                 return 0;
             }
+            if (details == DETAILS_EACH) {
+                ans[i].ok = ok;
+                ans[i].quiet = false;
+                all &= ok;
+                continue;
+            }
+            if (ok) {
+                if (all) {
+                    if (r.remaining < remaining) remaining = r.remaining;
+                    if (r.wait_ns > wait) wait = r.wait_ns;
+                }
+                continue;
+            }
+            if (all) { /* the first refusing limit: the others so far drop out */
+                all = false;
+                remaining = UINT64_MAX;
+            }
+            if (r.remaining < remaining) remaining = r.remaining;
+            if (retry >= 0)
+                retry = r.retry_after_ns < 0 ? -1 : r.retry_after_ns > retry ? r.retry_after_ns : retry;
+            if (!error) error = r.error;
         }
         if (i < n) continue;
         int got;
         if (!all || permits == 0) { /* validate: every word still at its snapshot */
             size_t j = n > 1 ? 0 : n; /* one snapshot is one instant */
-            for (u128 v; j < n; j++)
-                if (!load_word(&cs[j]->packed, &v) || v != old[j]) break;
+            while (j < n && holds(cs[j], q[j].w)) j++;
             if (j < n) continue;
             got = all;
         } else {
@@ -996,63 +1059,49 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 o[k] = (unsigned char)j;
             }
             size_t k = 0; /* freeze all but the last */
-            for (; k + 1 < n; k++)
-                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]],
-                                                  old[o[k]] | FROZEN))
+            for (; k + 1 < n; k++) {
+                const sluice__packed_req *x = &q[o[k]];
+                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
+                                                  mkword(x->w[0] | FROZEN, x->w[1])))
                     break;
+            }
+            const sluice__packed_req *x = &q[o[k]];
             if (k + 1 < n ||
-                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, old[o[k]], neu[o[k]])) {
+                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
+                                              mkword(x->out[0], x->out[1]))) {
                 for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-                    __atomic_store_n(&cs[o[j]]->packed.h[0], (uint64_t)old[o[j]],
-                                     __ATOMIC_RELEASE);
+                    __atomic_store_n(&cs[o[j]]->packed.h[0], q[o[j]].w[0], __ATOMIC_RELEASE);
                 continue;
             }
             for (size_t j = 0; j < k; j++) { /* publish the held ones */
                 word *pw = &cs[o[j]]->packed;
-                __atomic_store_n(&pw->h[1], (uint64_t)(neu[o[j]] >> 64), __ATOMIC_RELEASE);
-                __atomic_store_n(&pw->h[0], (uint64_t)neu[o[j]], __ATOMIC_RELEASE);
+                __atomic_store_n(&pw->h[1], q[o[j]].out[1], __ATOMIC_RELEASE);
+                __atomic_store_n(&pw->h[0], q[o[j]].out[0], __ATOMIC_RELEASE);
             }
             got = 1;
         }
         count_all(refs, n, permits, got);
-        /* The details, from the snapshots the call was decided on (the same
-         * decision again, with a result: a pure function of the word).  A
-         * limit that would have allowed a refused call cannot change the
-         * combination (its remaining without the permits is at least the
-         * permits, a refusing limit's below them; its wait_ns and
-         * retry_after_ns do not count), so it is left out unless each
-         * limit's answer is asked for. */
-        for (i = 0; details && i < n; i++) {
-            ans[i].ok = ok[i];
-            ans[i].quiet = !got && ok[i] && details != SLUICE__DETAILS_EACH;
-            if (ans[i].quiet) continue;
-            const uint64_t lo = (uint64_t)old[i], hi = (uint64_t)(old[i] >> 64);
-            sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                    .max_wait = UINT64_MAX, .res = &ans[i].r,
-                                    .out = {lo, hi}};
-            cs[i]->pf.ops->decide_packed(&cs[i]->pf, &q);
-        }
+        if (details == DETAILS_SUM)
+            *res = got ? (sluice_result){.allowed = true, .wait_ns = wait, .remaining = remaining}
+                       : (sluice_result){.allowed = false, .remaining = remaining,
+                                         .retry_after_ns = retry, .error = error};
         return got;
     }
 }
 #endif
 
 int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                            uint64_t now_ns, sluice__answer *ans, int details)
+                            uint64_t now_ns, sluice_result *res, sluice__answer *ans)
 {
 #if HAVE_CAS128
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
-    for (size_t i = 0; i < n; i++) { /* limiters only, each once (n is small) */
-        if (!refs[i].limiter || refs[i].table) return -1;
-        for (size_t j = 0; j < i; j++)
-            if (refs[j].limiter == refs[i].limiter) return -1;
-    }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    /* two copies: without details, the refusal's path is short */
-    if (details) return limiters_decide(refs, n, permits, now_ns, ans, details);
-    return limiters_decide(refs, n, permits, now_ns, NULL, 0);
+    /* three copies: without details, the refusal's path is short */
+    if (ans) return limiters_decide(refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
+    if (res) return limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM);
+    return limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
 #else
-    (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans, (void)details;
+    (void)refs, (void)n, (void)permits, (void)now_ns, (void)res, (void)ans;
     return -1;
 #endif
 }
