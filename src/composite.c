@@ -363,14 +363,11 @@ static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits
     return ok;
 }
 
-/* Everything but lock-free limiters without per_limit: keys of in-process
- * tables (table.c), each limiter's answer, and the general path; `tables`:
- * refs[0] is a table key. */
-static __attribute__((noinline)) bool decide_rest(const sluice_limit_ref *refs, size_t n,
-                                                  uint64_t permits, uint64_t now_ns,
-                                                  sluice_result *res, sluice_result *per_limit,
-                                                  bool tables)
+/* Everything but what sluice__limiters_try decides (composite.h). */
+bool sluice__composite_rest(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                            uint64_t now_ns, sluice_result *res, sluice_result *per_limit)
 {
+    const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
     if (!res && !per_limit) { /* the overload's call: no details */
         int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, NULL) : -1;
         if (got < 0) got = general(refs, n, permits, now_ns, NULL);
@@ -378,24 +375,22 @@ static __attribute__((noinline)) bool decide_rest(const sluice_limit_ref *refs, 
     }
     sluice__answer a[SLUICE_COMPOSITE_MAX];
     int got = tables      ? sluice__tables_decide(refs, n, permits, now_ns, a)
-              : per_limit ? sluice__limiters_decide(refs, n, permits, now_ns, NULL, a)
+              : per_limit ? sluice__limiters_each(refs, n, permits, now_ns, a)
                           : -1;
     if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
         return bad_call(n, res, per_limit);
     return combine(a, n, got == 1, permits, res, per_limit);
 }
 
-/* Lock-free limiters first, with no setup: limiter.c decides, counts and,
- * without per_limit, combines them; decide_rest for everything else, bad
- * calls included. */
+/* Lock-free limiters first, with no setup: limiter.c decides, counts and
+ * combines them (and hands any other call back to sluice__composite_rest);
+ * table keys and each limit's answer go to sluice__composite_rest at
+ * once. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
-    const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
-    if (!tables && !per_limit) {
-        const int got = sluice__limiters_decide(refs, n, permits, now_ns, res, NULL);
-        if (got >= 0) return got;
-    }
-    return decide_rest(refs, n, permits, now_ns, res, per_limit, tables);
+    if (per_limit || (n && refs && refs[0].table))
+        return sluice__composite_rest(refs, n, permits, now_ns, res, per_limit);
+    return sluice__limiters_try(refs, n, permits, now_ns, res);
 }

@@ -91,15 +91,26 @@ SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
 SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
 /* limiter.c: the whole composite when the refs are 1 to
  * SLUICE_COMPOSITE_MAX distinct lock-free limiters, without holding
- * anything while deciding, counted in each limiter: 1 admitted (or a probe
- * every limit allows), 0 refused; -1 for any other call (a bad one, a table
- * key, a limiter twice or in the locked path: nothing decided or counted,
- * use the general path).  res and ans NULL: no details; res alone: the
- * combination of the limits' answers (composite.c's rule) into *res; ans:
- * each limit's answer, none quiet (res unused). */
-SLUICE__INTERNAL int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n,
+ * anything while deciding, counted in each limiter.  sluice__limiters_try:
+ * without per_limit, the public call itself -- whether admitted (or a probe
+ * every limit allows), the combination of the limits' answers (composite.c's
+ * rule) into *res unless res is NULL; any other call (a bad one, a table
+ * key, a limiter twice or in the locked path) goes, with nothing decided or
+ * counted, to sluice__composite_rest.  sluice__limiters_each: each limit's
+ * answer into ans (none quiet); 1 admitted (or a probe every limit
+ * allows), 0 refused, -1 for any other call, nothing decided or counted. */
+SLUICE__INTERNAL bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice_result *res);
+SLUICE__INTERNAL int sluice__limiters_each(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice__answer *ans);
+/* composite.c: sluice_composite_try_acquire_at for every call but those
+ * sluice__limiters_try decides: keys of in-process tables (table.c), each
+ * limiter's answer, the general path, bad calls. */
+SLUICE__INTERNAL bool sluice__composite_rest(const sluice_limit_ref *refs, size_t n,
                                              uint64_t permits, uint64_t now_ns,
-                                             sluice_result *res, sluice__answer *ans);
+                                             sluice_result *res, sluice_result *per_limit);
 
 /* table.c: the whole composite when the refs are 1 to SLUICE_COMPOSITE_MAX
  * distinct keys already held by in-process tables, read without locks as a

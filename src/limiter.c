@@ -930,7 +930,9 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * with res, their combination; with ans, each limit's. */
 #if HAVE_CAS128
 /* Count one composite call in each of its limiters, as sluice__count
- * (counters.h) does, the thread's stripe looked up once. */
+ * (counters.h) does, the thread's stripe looked up once and the two
+ * counters the call adds to chosen once: at the same offsets in every
+ * limiter. */
 static inline __attribute__((always_inline)) void
 count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
 {
@@ -939,13 +941,16 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
         for (size_t j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, ok);
         return;
     }
+    const size_t at = offsetof(sluice_limiter, counters) + slot * sizeof(sluice__stripe);
+    const size_t req = permits == 0 ? offsetof(sluice__stripe, probes)
+                       : ok         ? offsetof(sluice__stripe, requests_allowed)
+                                    : offsetof(sluice__stripe, requests_denied);
+    const size_t per = ok ? offsetof(sluice__stripe, permits_allowed)
+                          : offsetof(sluice__stripe, permits_denied);
     for (size_t j = 0; j < n; j++) {
-        sluice__stripe *s = &refs[j].limiter->counters.s[slot];
-        sluice__own_add(permits == 0 ? &s->probes
-                        : ok         ? &s->requests_allowed
-                                     : &s->requests_denied,
-                        1);
-        if (permits) sluice__own_add(ok ? &s->permits_allowed : &s->permits_denied, permits);
+        char *s = (char *)refs[j].limiter + at;
+        sluice__own_add((_Atomic uint64_t *)(s + req), 1);
+        if (permits) sluice__own_add((_Atomic uint64_t *)(s + per), permits);
     }
 }
 
@@ -1045,9 +1050,9 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
         if (i < n) continue;
         int got;
         if (!all || permits == 0) { /* validate: every word still at its snapshot */
-            size_t j = n > 1 ? 0 : n; /* one snapshot is one instant */
-            while (j < n && holds(cs[j], q[j].w)) j++;
-            if (j < n) continue;
+            size_t j = 0; /* the last snapshot's instant: no need to read it again */
+            while (j + 1 < n && holds(cs[j], q[j].w)) j++;
+            if (j + 1 < n) continue;
             got = all;
         } else {
             /* the order of the words: by limiter address (insertion, n is small) */
@@ -1090,18 +1095,30 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
 }
 #endif
 
-int sluice__limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                            uint64_t now_ns, sluice_result *res, sluice__answer *ans)
+bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res)
+{
+#if HAVE_CAS128
+    if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
+        const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+        /* two copies: without details, the refusal's path is short */
+        const int got = res ? limiters_decide(refs, n, permits, t, res, NULL, DETAILS_SUM)
+                            : limiters_decide(refs, n, permits, t, NULL, NULL, DETAILS_NONE);
+        if (got >= 0) return got;
+    }
+#endif
+    return sluice__composite_rest(refs, n, permits, now_ns, res, NULL);
+}
+
+int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                          uint64_t now_ns, sluice__answer *ans)
 {
 #if HAVE_CAS128
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    /* three copies: without details, the refusal's path is short */
-    if (ans) return limiters_decide(refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
-    if (res) return limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM);
-    return limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
+    return limiters_decide(refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
 #else
-    (void)refs, (void)n, (void)permits, (void)now_ns, (void)res, (void)ans;
+    (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans;
     return -1;
 #endif
 }
