@@ -987,15 +987,10 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
     sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
-    sluice_result r; /* DETAILS_SUM: the answer of the limit just decided */
+    sluice_result rs[SLUICE_COMPOSITE_MAX];     /* DETAILS_SUM: each limit's answer */
+    bool oks[SLUICE_COMPOSITE_MAX];
     for (;;) {
-        /* DETAILS_SUM: the combination so far, of every limit while all
-         * allow, then of the refusing ones only (one that would have
-         * allowed a refused call cannot change it: composite.c) */
         bool all = true;
-        uint64_t remaining = UINT64_MAX, wait = 0;
-        int64_t retry = 0; /* -1 once a refusing limit says never */
-        int32_t error = 0;
         size_t i = 0;
         for (; i < n; i++) {
             sluice_limiter *lim = refs[i].limiter;
@@ -1013,7 +1008,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
             q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
                                         .max_wait = UINT64_MAX,
-                                        .res = details == DETAILS_SUM    ? &r
+                                        .res = details == DETAILS_SUM    ? &rs[i]
                                                : details == DETAILS_EACH ? &ans[i].r
                                                                          : NULL,
                                         .out = {lo, hi}};
@@ -1025,27 +1020,8 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 count_all(refs, n, permits, false);
                 return 0;
             }
-            if (details == DETAILS_EACH) {
-                ans[i].ok = ok;
-                ans[i].quiet = false;
-                all &= ok;
-                continue;
-            }
-            if (ok) {
-                if (all) {
-                    if (r.remaining < remaining) remaining = r.remaining;
-                    if (r.wait_ns > wait) wait = r.wait_ns;
-                }
-                continue;
-            }
-            if (all) { /* the first refusing limit: the others so far drop out */
-                all = false;
-                remaining = UINT64_MAX;
-            }
-            if (r.remaining < remaining) remaining = r.remaining;
-            if (retry >= 0)
-                retry = r.retry_after_ns < 0 ? -1 : r.retry_after_ns > retry ? r.retry_after_ns : retry;
-            if (!error) error = r.error;
+            oks[i] = ok;
+            all &= ok;
         }
         if (i < n) continue;
         int got;
@@ -1086,10 +1062,29 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             got = 1;
         }
         count_all(refs, n, permits, got);
-        if (details == DETAILS_SUM)
-            *res = got ? (sluice_result){.allowed = true, .wait_ns = wait, .remaining = remaining}
-                       : (sluice_result){.allowed = false, .remaining = remaining,
-                                         .retry_after_ns = retry, .error = error};
+        if (details == DETAILS_EACH)
+            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j], ans[j].quiet = false;
+        if (details == DETAILS_SUM) {
+            /* the combination (composite.c's rule): of every limit when all
+             * allow, else of the refusing ones only (one that would have
+             * allowed a refused call cannot change it: composite.c) */
+            sluice_result c = {.allowed = got, .remaining = UINT64_MAX};
+            for (size_t j = 0; j < n; j++) {
+                const sluice_result *x = &rs[j];
+                if (oks[j] != all) continue;
+                if (x->remaining < c.remaining) c.remaining = x->remaining;
+                if (all) {
+                    if (x->wait_ns > c.wait_ns) c.wait_ns = x->wait_ns;
+                    continue;
+                }
+                if (c.retry_after_ns >= 0)
+                    c.retry_after_ns = x->retry_after_ns < 0                  ? -1
+                                       : x->retry_after_ns > c.retry_after_ns ? x->retry_after_ns
+                                                                              : c.retry_after_ns;
+                if (!c.error) c.error = x->error;
+            }
+            *res = c;
+        }
         return got;
     }
 }
