@@ -929,6 +929,11 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * it).  The answers are those on the snapshots the call is linearised at:
  * with res, their combination; with ans, each limit's. */
 #if HAVE_CAS128
+/* Loops over the limits of a composite, unrolled: fully in the copies of
+ * sluice__limiters_try for a given n, where the loop counters become
+ * constants and nothing but the limits' calls stays. */
+#define UNROLL _Pragma("GCC unroll 4")
+
 /* Count one composite call in each of its limiters, as sluice__count
  * (counters.h) does, the thread's stripe looked up once and the two
  * counters the call adds to chosen once: at the same offsets in every
@@ -948,9 +953,11 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
     const size_t per = ok ? offsetof(sluice__stripe, permits_allowed)
                           : offsetof(sluice__stripe, permits_denied);
     if (permits == 0)
+        UNROLL
         for (size_t j = 0; j < n; j++)
             sluice__own_add((_Atomic uint64_t *)((char *)refs[j].limiter + at + req), 1);
     else
+        UNROLL
         for (size_t j = 0; j < n; j++) {
             char *s = (char *)refs[j].limiter + at;
             sluice__own_add((_Atomic uint64_t *)(s + req), 1);
@@ -985,34 +992,24 @@ static inline bool holds(const cfg *c, const uint64_t w[2])
  * the answers (into res), or every limit's answer (into ans). */
 enum { DETAILS_NONE, DETAILS_SUM, DETAILS_EACH };
 
-/* One limit of the call as the pass reads and decides it. */
-typedef struct lslot {
-    sluice__packed_req q; /* the request; the snapshot w, the admission's word out */
-    sluice_limiter *lim;
-    cfg *c;
-    bool ok;
-    sluice_result r; /* DETAILS_SUM: the limit's answer */
-} lslot;
-
-/* The pass over sl[0..n).  The request's fields are kept in sl[0].q and
- * read from there, which the algorithms' calls might write as far as the
- * compiler knows: it reloads them where they are used rather than keeping
- * them in registers across every call. */
 static inline __attribute__((always_inline)) int
-limiters_decide(lslot *sl, const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                uint64_t now_ns, sluice_result *res, sluice__answer *ans, const int details)
+limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+                sluice_result *res, sluice__answer *ans, const int details)
 {
-    lslot *const end = sl + n;
-    sl->q.now_ns = now_ns; /* the request, the same for every limit */
-    sl->q.p = permits;
+    cfg *cs[SLUICE_COMPOSITE_MAX];
+    sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
+    sluice_result rs[SLUICE_COMPOSITE_MAX];     /* DETAILS_SUM: each limit's answer */
+    bool oks[SLUICE_COMPOSITE_MAX];
     for (;;) {
         bool all = true;
-        lslot *s = sl;
-        for (const sluice_limit_ref *ref = refs; s < end; s++, ref++) {
-            sluice_limiter *lim = ref->limiter;
-            if (!lim || ref->table) return -1;
-            for (const lslot *t = sl; t < s; t++)
-                if (t->lim == lim) return -1; /* a limiter twice */
+        size_t i = 0;
+        UNROLL
+        for (; i < n; i++) {
+            sluice_limiter *lim = refs[i].limiter;
+            if (!lim || refs[i].table) return -1;
+            UNROLL
+            for (size_t j = 0; j < i; j++)
+                if (refs[j].limiter == lim) return -1; /* a limiter twice */
             cfg *c = cur_cfg(lim);
             if (!c->lockfree) return -1;
             u128 v;
@@ -1020,91 +1017,101 @@ limiters_decide(lslot *sl, const sluice_limit_ref *refs, size_t n, uint64_t perm
                 wait_frozen(lim, c);
                 break;
             }
-            s->lim = lim;
-            s->c = c;
-            s->q.now_ns = sl->q.now_ns;
-            s->q.p = sl->q.p;
-            s->q.max_wait = UINT64_MAX;
-            s->q.res = details == DETAILS_SUM    ? &s->r
-                       : details == DETAILS_EACH ? &ans[s - sl].r
-                                                 : NULL;
-            s->q.w[0] = s->q.out[0] = (uint64_t)v;
-            s->q.w[1] = s->q.out[1] = (uint64_t)(v >> 64);
-            const bool ok = c->pf.ops->decide_packed(&c->pf, &s->q);
+            cs[i] = c;
+            const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+            q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                        .max_wait = UINT64_MAX,
+                                        .res = details == DETAILS_SUM    ? &rs[i]
+                                               : details == DETAILS_EACH ? &ans[i].r
+                                                                         : NULL,
+                                        .out = {lo, hi}};
+            const bool ok = c->pf.ops->decide_packed(&c->pf, &q[i]);
             if (details == DETAILS_NONE) {
                 if (ok) continue;
                 /* this limit alone refuses the call -- a good one */
-                const size_t i = (size_t)(s - sl);
                 if (i + 1 < n && !rest_ok(refs, i + 1, n)) return -1;
-                count_all(refs, n, sl->q.p, false);
+                count_all(refs, n, permits, false);
                 return 0;
             }
-            s->ok = ok;
+            oks[i] = ok;
             all &= ok;
         }
-        if (s < end) continue;
+        if (i < n) continue;
         int got;
-        if (!all || sl->q.p == 0) { /* validate: every word still at its snapshot */
-            s = sl; /* the last snapshot's instant: no need to read it again */
-            while (s + 1 < end && holds(s->c, s->q.w)) s++;
-            if (s + 1 < end) continue;
+        if (!all || permits == 0) { /* validate: every word still at its snapshot */
+            size_t j = 0; /* the last snapshot's instant: no need to read it again */
+            UNROLL
+            for (; j + 1 < n; j++)
+                if (!holds(cs[j], q[j].w)) break;
+            if (j + 1 < n) continue;
             got = all;
         } else {
             /* the order of the words: by limiter address (insertion, n is small) */
-            lslot *o[SLUICE_COMPOSITE_MAX];
+            unsigned char o[SLUICE_COMPOSITE_MAX];
             for (size_t j = 0; j < n; j++) {
                 size_t k = j;
-                for (; k > 0 && (uintptr_t)o[k - 1]->lim > (uintptr_t)sl[j].lim; k--)
+                for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
                     o[k] = o[k - 1];
-                o[k] = &sl[j];
+                o[k] = (unsigned char)j;
             }
             size_t k = 0; /* freeze all but the last */
             for (; k + 1 < n; k++) {
-                const uint64_t *w = o[k]->q.w;
-                if (!__sync_bool_compare_and_swap(&o[k]->c->packed.w, mkword(w[0], w[1]),
-                                                  mkword(w[0] | FROZEN, w[1])))
+                const sluice__packed_req *x = &q[o[k]];
+                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
+                                                  mkword(x->w[0] | FROZEN, x->w[1])))
                     break;
             }
-            const sluice__packed_req *x = &o[k]->q;
+            const sluice__packed_req *x = &q[o[k]];
             if (k + 1 < n ||
-                !__sync_bool_compare_and_swap(&o[k]->c->packed.w, mkword(x->w[0], x->w[1]),
+                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
                                               mkword(x->out[0], x->out[1]))) {
                 for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-                    __atomic_store_n(&o[j]->c->packed.h[0], o[j]->q.w[0], __ATOMIC_RELEASE);
+                    __atomic_store_n(&cs[o[j]]->packed.h[0], q[o[j]].w[0], __ATOMIC_RELEASE);
                 continue;
             }
             for (size_t j = 0; j < k; j++) { /* publish the held ones */
-                word *pw = &o[j]->c->packed;
-                __atomic_store_n(&pw->h[1], o[j]->q.out[1], __ATOMIC_RELEASE);
-                __atomic_store_n(&pw->h[0], o[j]->q.out[0], __ATOMIC_RELEASE);
+                word *pw = &cs[o[j]]->packed;
+                __atomic_store_n(&pw->h[1], q[o[j]].out[1], __ATOMIC_RELEASE);
+                __atomic_store_n(&pw->h[0], q[o[j]].out[0], __ATOMIC_RELEASE);
             }
             got = 1;
         }
-        count_all(refs, n, sl->q.p, got);
+        count_all(refs, n, permits, got);
         if (details == DETAILS_EACH)
-            for (size_t j = 0; j < n; j++) ans[j].ok = sl[j].ok, ans[j].quiet = false;
+            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j], ans[j].quiet = false;
         if (details == DETAILS_SUM) {
             /* the combination (composite.c's rule): of every limit when all
              * allow, else of the refusing ones only (one that would have
              * allowed a refused call cannot change it: composite.c) */
             sluice_result c = {.allowed = got, .remaining = UINT64_MAX};
-            for (s = sl; s < end; s++) {
-                if (s->ok != all) continue;
-                if (s->r.remaining < c.remaining) c.remaining = s->r.remaining;
+            UNROLL
+            for (size_t j = 0; j < n; j++) {
+                const sluice_result *x = &rs[j];
+                if (oks[j] != all) continue;
+                if (x->remaining < c.remaining) c.remaining = x->remaining;
                 if (all) {
-                    if (s->r.wait_ns > c.wait_ns) c.wait_ns = s->r.wait_ns;
+                    if (x->wait_ns > c.wait_ns) c.wait_ns = x->wait_ns;
                     continue;
                 }
                 if (c.retry_after_ns >= 0)
-                    c.retry_after_ns = s->r.retry_after_ns < 0                  ? -1
-                                       : s->r.retry_after_ns > c.retry_after_ns ? s->r.retry_after_ns
-                                                                                : c.retry_after_ns;
-                if (!c.error) c.error = s->r.error;
+                    c.retry_after_ns = x->retry_after_ns < 0                  ? -1
+                                       : x->retry_after_ns > c.retry_after_ns ? x->retry_after_ns
+                                                                              : c.retry_after_ns;
+                if (!c.error) c.error = x->error;
             }
             *res = c;
         }
         return got;
     }
+}
+
+/* Two copies: without details, the refusal's path is short. */
+static inline __attribute__((always_inline)) int
+sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+            sluice_result *res)
+{
+    return res ? limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM)
+               : limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
 }
 #endif
 
@@ -1113,15 +1120,17 @@ bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permi
 {
 #if HAVE_CAS128
     if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
-        lslot sl[SLUICE_COMPOSITE_MAX];
         const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
-        /* two copies: without details, the refusal's path is short */
-        const int got = res ? limiters_decide(sl, refs, n, permits, t, res, NULL, DETAILS_SUM)
-                            : limiters_decide(sl, refs, n, permits, t, NULL, NULL, DETAILS_NONE);
+        /* copies for the usual shapes, 2 to 4 limits (per client AND per
+         * route AND global...), whose loops unroll into straight code */
+        int got;
+        switch (n) {
+        case 2: got = sum_or_none(refs, 2, permits, t, res); break;
+        case 3: got = sum_or_none(refs, 3, permits, t, res); break;
+        case 4: got = sum_or_none(refs, 4, permits, t, res); break;
+        default: got = sum_or_none(refs, n, permits, t, res); break;
+        }
         if (got >= 0) return got;
-        /* not for this path: the request as it was set up (the time
-         * clamped, as the general path clamps it too) */
-        return sluice__composite_rest(refs, n, sl->q.p, sl->q.now_ns, res, NULL);
     }
 #endif
     return sluice__composite_rest(refs, n, permits, now_ns, res, NULL);
@@ -1133,8 +1142,7 @@ int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permi
 #if HAVE_CAS128
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    lslot sl[SLUICE_COMPOSITE_MAX];
-    return limiters_decide(sl, refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
+    return limiters_decide(refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
 #else
     (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans;
     return -1;
