@@ -8,12 +8,15 @@
  * remaining without the permits), the largest retry_after_ns of the
  * refusing limits (-1 if any is -1).
  *
- * Limiters only, all lock-free: sluice__limiters_decide (limiter.c), which
- * holds nothing while it decides.  Each limit is read and decided as a
- * single decision is -- one snapshot of its 16-byte word (load_word: a
- * value the word held at one instant), one decide_packed -- and counted
- * inline in each limiter; a call without details (the overload's) does no
- * other setup.  The one common order is that of the instants X below:
+ * Limiters only, all lock-free: sluice__limiters_try (limiter.c), the
+ * public call's tail when per_limit is NULL, which holds nothing while it
+ * decides and hands any other call back to sluice__composite_rest.  Each
+ * limit is read and decided once, as a single decision is -- one snapshot
+ * of its 16-byte word (load_word: a value the word held at one instant),
+ * one decide_packed, which gives its answer too when details are asked --
+ * and counted inline in each limiter; the combination is made there as
+ * well, with no answers array and no other setup.  The one common order is
+ * that of the instants X below:
  *
  *   refused, no details asked   the first limit that refuses on its
  *        snapshot decides the call.  At the instant X of that snapshot the
@@ -23,20 +26,21 @@
  *        are not reported, so they need no instant in common: the limits
  *        after the refusing one are not read at all.
  *   refused with details, or a probe   every limit's answer is reported,
- *        so they need one instant: once all are decided, every word is read
- *        again; each still at its snapshot held it from its first read to
- *        its second, so all held theirs at once between the last first read
- *        and the first second read, and X is there.  Nothing is written; a
- *        word that moved: start over.  (A word comes back to a value it
+ *        so they need one instant: once all are decided, every word but the
+ *        last one read is read again; each still at its snapshot held it
+ *        from its first read to its second, so all held theirs at the
+ *        instant of the last snapshot (after every other first read, before
+ *        every second read), and X is there.  Nothing is written; a word
+ *        that moved: start over.  (A word comes back to a value it
  *        held before only when a reservation is cancelled at the same
  *        clamped time, which restores the bucket exactly; a call whose two
  *        reads straddle both may combine that limit without the
  *        reservation with another limit as it was while it was out.)  The
- *        details are then computed from the snapshots decided on -- with
- *        res but no per_limit, only the refusing limits': a limit that
- *        would have allowed has at least the permits remaining without
- *        them, a refusing one fewer, so it never gives the smallest, and it
- *        has no retry_after_ns.
+ *        details are the answers of the decisions on those snapshots --
+ *        with res but no per_limit, only the refusing limits' are combined:
+ *        a limit that would have allowed has at least the permits remaining
+ *        without them, a refusing one fewer, so it never gives the
+ *        smallest, and it has no retry_after_ns.
  *   admitted   every word but the last, in one order for all calls (by
  *        limiter address), is frozen with a CAS from its snapshot: from then
  *        on it holds its snapshot, every CAS on it fails and every reader

@@ -897,11 +897,10 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
 
 /* The composite fast path, when every limit is a lock-free limiter
  * (composite.c's head comment has the proof in full).  Each limit is read
- * and decided as a single decision is: one snapshot of its word (load_word)
- * and one decide_packed, which gives the word an admission would leave and,
- * when details are asked, the limit's answer on that snapshot -- folded at
- * once into the combination (composite.c's rule), so that no limit is
- * decided twice.
+ * and decided once, as a single decision is: one snapshot of its word
+ * (load_word) and one decide_packed, which gives the word an admission
+ * would leave and, when details are asked, the limit's answer on that
+ * snapshot -- combined (composite.c's rule) once the call is decided.
  *
  *   a refusal, no details asked: the first limit that refuses on its
  *       snapshot answers for the whole call -- at the instant of that
@@ -909,10 +908,11 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  *       whatever the other limits held; nothing is written, the other
  *       limits are not read further, each limiter counts the refusal.
  *   a refusal with details, or a probe: every limit is decided on its
- *       snapshot, then every word is read again; if none moved, all held
- *       their snapshots at one instant (between the last first read and the
- *       first second read), and the call is linearised there with no write
- *       at all.  A word that moved: start over.
+ *       snapshot, then every word but the last one read is read again; if
+ *       none moved, all held their snapshots at the instant of the last
+ *       snapshot (after every other first read, before every second read),
+ *       and the call is linearised there with no write at all.  A word that
+ *       moved: start over.
  *   an admission: in one order of all calls (by limiter address), every
  *       word but the last is frozen with a CAS from its snapshot, and the
  *       last swapped from its snapshot to its new value -- the instant the
@@ -922,12 +922,13 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  *       decision got in) unfreezes, unchanged, what was frozen and starts
  *       over; nothing is ever waited for while a word is held.
  *
- * Returns 1 (admitted, or a probe that every limit allows), 0 (refused),
- * -1 when the call is not one for this path -- a bad call, a ref that is
- * not a limiter, a limiter named twice, or one that takes the locked path
- * (nothing decided, nothing counted: the general path, composite.c, takes
- * it).  The answers are those on the snapshots the call is linearised at:
- * with res, their combination; with ans, each limit's. */
+ * limiters_decide returns 1 (admitted, or a probe that every limit
+ * allows), 0 (refused), -1 when the call is not one for this path -- a bad
+ * call, a ref that is not a limiter, a limiter named twice, or one that
+ * takes the locked path (nothing decided, nothing counted:
+ * sluice__composite_rest, composite.c, takes it).  The answers are those on
+ * the snapshots the call is linearised at: with res, their combination;
+ * with ans, each limit's. */
 #if HAVE_CAS128
 /* Loops over the limits of a composite, unrolled: fully in the copies of
  * sluice__limiters_try for a given n, where the loop counters become
@@ -952,17 +953,18 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
                                     : offsetof(sluice__stripe, requests_denied);
     const size_t per = ok ? offsetof(sluice__stripe, permits_allowed)
                           : offsetof(sluice__stripe, permits_denied);
-    if (permits == 0)
+    if (permits == 0) {
         UNROLL
         for (size_t j = 0; j < n; j++)
             sluice__own_add((_Atomic uint64_t *)((char *)refs[j].limiter + at + req), 1);
-    else
-        UNROLL
-        for (size_t j = 0; j < n; j++) {
-            char *s = (char *)refs[j].limiter + at;
-            sluice__own_add((_Atomic uint64_t *)(s + req), 1);
-            sluice__own_add((_Atomic uint64_t *)(s + per), permits);
-        }
+        return;
+    }
+    UNROLL
+    for (size_t j = 0; j < n; j++) {
+        char *s = (char *)refs[j].limiter + at;
+        sluice__own_add((_Atomic uint64_t *)(s + req), 1);
+        sluice__own_add((_Atomic uint64_t *)(s + per), permits);
+    }
 }
 
 /* Whether refs[i..n) are limiters, none of them named twice in refs[0..n)
