@@ -31,13 +31,21 @@
  * sketch, a pending record of its own on its own cache line: a key (hash,
  * length, bytes), `count` refusals of it not yet counted, and `taken`.
  * A refusal of the record's key is one store to count (no lock, no locked
- * instruction, a line no other thread writes while no read runs).  A
- * refusal of another key, or count - taken reaching PEND_MAX (256), moves
- * count - taken into the key's sketch in one step of weight w under its
- * lock, and empties the record (count = taken = 0) before the owner
- * rewrites the key (under the record's own sequence, a seqlock with the
- * owner as the only writer).  Threads without a stripe of their own (more
- * than SLUICE__STRIPES - 1 alive) count each refusal directly, w = 1.
+ * instruction, a line no other thread writes while no read runs); when
+ * count - taken reaches PEND_MAX (256) they move into the key's sketch in
+ * one step of weight count - taken under its lock, and the record is
+ * emptied (count = taken = 0; the key stays).  A refusal of another key is
+ * counted at once (one step of weight 1 under its sketch's lock), and the
+ * record is left as it is -- unless the same key (by hash; `last`, the
+ * owner's own note) was the one refused just before: then the key takes
+ * the record, the old key's count - taken moved into its sketch first and
+ * the record emptied, before the owner rewrites the key (under the
+ * record's own sequence, a seqlock with the owner as the only writer).  So
+ * a flood of keys refused once each costs one step each, with no rewrite,
+ * and a hot key keeps its record while other keys come between its
+ * refusals; which path a refusal takes never changes what is counted, only
+ * when.  Threads without a stripe of their own (more than
+ * SLUICE__STRIPES - 1 alive) count each refusal at once, w = 1.
  *
  * A read first collects every record: it reads the key consistently (the
  * sequence), then, under that key's sketch lock, adds count - taken and
@@ -66,8 +74,9 @@
  *
  * Cost: a hot key's refusal is a load of the thread's stripe, a compare of
  * the hash, length and key words with the record, and one store; a key
- * that changes every refusal pays what it paid before (the sketch lock and
- * one step) plus the record's rewrite.
+ * that changes every refusal pays the sketch lock and one step of weight
+ * 1 (the record untouched); a key's second refusal in a row also rewrites
+ * the record.
  *
  * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
  * by the same top bits of the same hash), each with its own spin lock, so
@@ -166,6 +175,8 @@ typedef struct pend {
     uint64_t count;  /* refusals of the key since it became pending (owner) */
     uint64_t taken;  /* of those, already in the sketch (under its lock) */
     uint32_t len;    /* as ctr.len */
+    uint64_t last;   /* the hash of the key the owner counted directly last
+                      * (owner only: the record's policy, never its content) */
 } pend;
 
 struct sluice__topk {
@@ -467,6 +478,15 @@ static void pend_collect(const sluice__topk *k, pend *p)
     }
 }
 
+/* One refusal of (h, key, len) counted in its sketch at once, w = 1. */
+static void note_locked(const sluice__topk *k, uint64_t h, const void *key, uint32_t len)
+{
+    sketch *s = sketch_of(k, h);
+    sluice__spin_lock(&s->mu);
+    note_w(k, s, h, key, len, 1);
+    sluice__spin_unlock(&s->mu);
+}
+
 void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t h)
 {
     uint32_t len = (uint32_t)keylen;
@@ -477,21 +497,24 @@ void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t
     unsigned stripe = sluice__my_slot - 1; /* UINT_MAX until chosen */
     if (stripe >= SLUICE__STRIPES - 1) stripe = sluice__counter_stripe();
     if (stripe >= SLUICE__STRIPES - 1) { /* a thread without a record of its own */
-        sketch *s = sketch_of(k, h);
-        sluice__spin_lock(&s->mu);
-        note_w(k, s, h, key, len, 1);
-        sluice__spin_unlock(&s->mu);
+        note_locked(k, h, key, len);
         return;
     }
     pend *p = pend_of(k, stripe);
-    uint64_t c = LD(&p->count);
-    if (c > 0 && pend_holds(p, h, key, len)) { /* the same key again: one store */
-        __atomic_store_n(&p->count, c + 1, SLUICE__SEQ_STORE);
-        if (c + 1 - LD(&p->taken) >= PEND_MAX)
+    if (pend_holds(p, h, key, len)) { /* the record's key again: one store */
+        const uint64_t c = LD(&p->count) + 1;
+        __atomic_store_n(&p->count, c, SLUICE__SEQ_STORE);
+        if (c - LD(&p->taken) >= PEND_MAX)
             pend_flush(k, p);
         return;
     }
-    if (c > 0) pend_flush(k, p); /* even when all taken: to empty it under the lock */
+    if (LD(&p->last) != h) { /* not the key refused just before: counted now */
+        ST(&p->last, h);
+        note_locked(k, h, key, len);
+        return;
+    }
+    /* twice in a row: the key becomes the record's */
+    if (LD(&p->count) > 0) pend_flush(k, p); /* even when all taken: to empty it under the lock */
     /* a new key: rewritten under the record's sequence (odd while it is) */
     const uint32_t stored = len & ~TRUNC_BIT;
     const uint64_t v = LD(&p->seq);

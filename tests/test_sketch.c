@@ -26,6 +26,9 @@
  *  - the per-thread pending records (src/topk.c): runs of one key of every
  *    length around the flush bound (256), read in the middle of runs, with
  *    exact counts when the keys fit and the N/m bounds when they do not;
+ *    the record's policy (a key refused once counted at once, twice in a
+ *    row taking the record) across alternations, pairs and a hot key
+ *    between one-off keys, read anywhere, exact;
  *    Zipf streams from 4 threads while a fifth reads, checked against the
  *    same N/m bound as one thread (a read folds in every pending record);
  *    refusals of a thread that has exited; 20 threads at once (more than
@@ -570,6 +573,63 @@ static void test_pending_runs(void **st)
     runs_run(200, 8, 100000);  /* 64 shards */
 }
 
+/* The record's policy (src/topk.c): a key refused once is counted at
+ * once, a key refused twice in a row takes the record, and the record's
+ * key keeps it while other keys come between its refusals.  Streams that
+ * cross every transition -- alternations (a b a b), pairs (a a b b),
+ * a hot key between one-off keys, a key that comes back after its record
+ * went to another, runs across the flush bound with other keys between --
+ * each read at many points: with fewer keys than counters (one shard)
+ * every count is exact, error 0. */
+static void test_pending_policy(void **st)
+{
+    (void)st;
+    enum { NK = 12, STEPS = 6000 };
+    char err[128];
+    sluice_table *t = sluice_table_new(SPEC, 100, err, sizeof err);
+    assert_non_null(t);
+    assert_int_equal(sluice_table_set_top(t, 16, 16), 0);
+    uint64_t exact[NK] = {0};
+    sluice_top_entry out[NK + 1];
+    size_t step = 0;
+    for (int pattern = 0; step < STEPS; pattern = (pattern + 1) % 5) {
+        size_t a = (size_t)(rnd() % NK), b = (size_t)(rnd() % NK);
+        size_t reps = 1 + (size_t)(rnd() % 300);
+        for (size_t r = 0; r < reps; r++, step++) {
+            size_t id;
+            switch (pattern) {
+            case 0: id = r % 2 ? b : a; break;                       /* a b a b */
+            case 1: id = r % 4 < 2 ? a : b; break;                   /* a a b b */
+            case 2: id = r % 3 ? a : (size_t)(rnd() % NK); break;    /* hot a, others between */
+            case 3: id = r % 5 == 4 ? b : a; break;                  /* a a a a b */
+            default: id = (size_t)(rnd() % NK); break;               /* any */
+            }
+            char k[32];
+            size_t kl = key_name(k, id);
+            refuse(t, k, kl);
+            exact[id]++;
+            if (rnd() % 61 == 0) { /* a read anywhere: every refusal before it counted */
+                size_t n;
+                assert_int_equal(sluice_table_top_refused(t, out, NK + 1, &n), 0);
+                size_t nonzero = 0;
+                for (size_t i = 0; i < NK; i++) nonzero += exact[i] > 0;
+                assert_int_equal(n, nonzero);
+                for (size_t i = 0; i < n; i++) {
+                    char name[32];
+                    size_t got;
+                    memcpy(name, out[i].key, out[i].keylen);
+                    name[out[i].keylen] = 0;
+                    assert_int_equal(sscanf(name, "key-%zu", &got), 1);
+                    assert_true(got < NK);
+                    assert_int_equal(out[i].count, exact[got]);
+                    assert_int_equal(out[i].error, 0);
+                }
+            }
+        }
+    }
+    sluice_table_free(t);
+}
+
 enum { ZT = 4, ZKEYS = 2000, ZN = 60000 };
 static double zcdf[ZKEYS], zsum;
 static _Atomic uint64_t zexact[ZKEYS];
@@ -827,7 +887,8 @@ int main(void)
         cmocka_unit_test(test_adversarial),    cmocka_unit_test(test_memory_fixed),
         cmocka_unit_test(test_truncation),     cmocka_unit_test(test_what_counts),
         cmocka_unit_test(test_bad_calls),      cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_pending_runs),   cmocka_unit_test(test_pending_zipf_threads),
+        cmocka_unit_test(test_pending_runs),   cmocka_unit_test(test_pending_policy),
+        cmocka_unit_test(test_pending_zipf_threads),
         cmocka_unit_test(test_pending_thread_exit), cmocka_unit_test(test_pending_many_threads),
         cmocka_unit_test(test_pending_table_freed), cmocka_unit_test(test_metrics_lines),
     };
