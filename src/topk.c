@@ -153,16 +153,22 @@ typedef struct ctr {
     uint32_t pad;
 } ctr;
 
+/* What a new key's step reads first in one cache line: the lock, the
+ * arrays, and the counter it takes. */
 typedef struct sketch {
     alignas(64) sluice__spin mu;
-    uint32_t nfree;  /* runs on the free stack */
+    /* the counter a new key takes, ord[end[run of ord[0]]], and its hash:
+     * set after every step (under mu; read without it only to prefetch) */
+    uint64_t vich;
+    uint32_t vic;
     uint32_t mask;   /* index slots - 1 */
     ctr *c;
     uint32_t *ord;
     uint32_t *end;
-    uint32_t *free;
     uint64_t *index; /* the hash's low 32 bits << 32 | counter + 1; 0 = empty */
     unsigned char *keys;
+    uint32_t *free;  /* (the second line: a run freed or started) */
+    uint32_t nfree;  /* runs on the free stack */
 } sketch;
 
 /* A thread's pending record (one per counters stripe a thread owns: see
@@ -193,7 +199,7 @@ struct sluice__topk {
 static size_t slots_for(uint32_t m)
 {
     size_t n = 1;
-    while (n < (size_t)m * 2) n <<= 1;
+    while (n < (size_t)m * 4) n <<= 1;
     return n;
 }
 
@@ -242,6 +248,7 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         }
         s->end[0] = (uint32_t)m - 1;
         s->nfree = (uint32_t)m - 1;
+        s->vic = (uint32_t)m - 1;
         for (uint32_t r = 1; r < m; r++) s->free[r - 1] = r;
     }
     return k;
@@ -345,23 +352,48 @@ static void index_remove(sketch *s, uint32_t i)
     s->index[hole] = 0;
 }
 
+/* Copy n key bytes: a key of 8 .. 16 bytes as two 8-byte moves (they may
+ * overlap), so the common short key needs no call. */
+static inline void copy_key(unsigned char *to, const unsigned char *from, uint32_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t a, b;
+        memcpy(&a, from, 8);
+        memcpy(&b, from + n - 8, 8);
+        memcpy(to, &a, 8);
+        memcpy(to + n - 8, &b, 8);
+    } else {
+        memcpy(to, from, n);
+    }
+}
+
 /* Count w refusals of (h, key, len) in s (under s's lock): the weighted
  * step of Space-Saving. */
 static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len,
                    uint64_t w)
 {
-    uint32_t i = lookup(k, s, h, key, len);
+    uint32_t i = lookup(k, s, h, key, len), e0 = 0;
     if (i == UINT32_MAX) { /* the last counter of the least run: free or the least */
-        i = s->ord[s->end[s->c[s->ord[0]].run]];
+        i = LD(&s->vic);
         ctr *c = &s->c[i];
+        e0 = c->count < UINT64_MAX ? c->pos : 0; /* 0: no shortcut below */
         if (c->count > 0) index_remove(s, i);
         c->hash = h;
         c->len = len;
         c->err = c->count;
-        memcpy(key_of(k, s, i), key, len & ~TRUNC_BIT);
+        copy_key(key_of(k, s, i), key, len & ~TRUNC_BIT);
         index_add(s, i);
     }
     if (s->c[i].count < UINT64_MAX) raise_by(k, s, i, w); /* saturates: stays put */
+    /* The next new key's counter.  When this step took the counter at e0 > 0
+     * (the last of the least run, which held places 0 .. e0, count below
+     * UINT64_MAX), raise_by moved it to a place >= e0 and left the places
+     * before e0 as they were: the least run is now 0 .. e0 - 1, and its last
+     * counter is ord[e0 - 1], whose lines raise_by has just read.  (The one
+     * case of a flood of new keys but once per run.)  Else look it up. */
+    const uint32_t v = e0 > 0 ? s->ord[e0 - 1] : s->ord[s->end[s->c[s->ord[0]].run]];
+    ST(&s->vic, v);
+    ST(&s->vich, s->c[v].hash);
 }
 
 static inline sketch *sketch_of(const sluice__topk *k, uint64_t h)
@@ -478,10 +510,20 @@ static void pend_collect(const sluice__topk *k, pend *p)
     }
 }
 
-/* One refusal of (h, key, len) counted in its sketch at once, w = 1. */
+/* One refusal of (h, key, len) counted in its sketch at once, w = 1.  The
+ * lines a new key's step reads (its index slot, the counter it takes, that
+ * counter's key bytes and index slot) are prefetched before the lock's
+ * locked instruction, which later loads would wait for: loads of words
+ * that never change (index, mask, c) and of vic and vich, whose values
+ * are only hints here. */
 static void note_locked(const sluice__topk *k, uint64_t h, const void *key, uint32_t len)
 {
     sketch *s = sketch_of(k, h);
+    const uint32_t v = LD(&s->vic);
+    __builtin_prefetch(&s->index[(uint32_t)h & s->mask]);
+    __builtin_prefetch(&s->index[(uint32_t)LD(&s->vich) & s->mask]);
+    __builtin_prefetch(&s->c[v], 1);
+    __builtin_prefetch(key_of(k, s, v), 1);
     sluice__spin_lock(&s->mu);
     note_w(k, s, h, key, len, 1);
     sluice__spin_unlock(&s->mu);
