@@ -384,7 +384,23 @@ static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key
         copy_key(key_of(k, s, i), key, len & ~TRUNC_BIT);
         index_add(s, i);
     }
-    if (s->c[i].count < UINT64_MAX) raise_by(k, s, i, w); /* saturates: stays put */
+    if (e0 > 0 && w == 1) {
+        /* raise_by's step, in short: i is the last of the least run, which
+         * keeps places 0 .. e0 - 1; i stays at e0 and joins the run after
+         * (of count + 1), or starts one */
+        ctr *c = &s->c[i];
+        const uint64_t t = c->count + 1;
+        s->end[c->run] = e0 - 1;
+        c->count = t;
+        if (e0 + 1 < k->m && s->c[s->ord[e0 + 1]].count == t) {
+            c->run = s->c[s->ord[e0 + 1]].run;
+        } else {
+            c->run = s->free[--s->nfree];
+            s->end[c->run] = e0;
+        }
+    } else if (s->c[i].count < UINT64_MAX) {
+        raise_by(k, s, i, w); /* saturates: stays put */
+    }
     /* The next new key's counter.  When this step took the counter at e0 > 0
      * (the last of the least run, which held places 0 .. e0, count below
      * UINT64_MAX), raise_by moved it to a place >= e0 and left the places
