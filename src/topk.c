@@ -161,11 +161,11 @@ typedef struct sketch {
      * set after every step (under mu; read without it only to prefetch) */
     uint64_t vich;
     uint32_t vic;
-    uint32_t mask;   /* index slots - 1 */
+    uint32_t mask;   /* index buckets - 1 */
     ctr *c;
     uint32_t *ord;
     uint32_t *end;
-    uint64_t *index; /* the hash's low 32 bits << 32 | counter + 1; 0 = empty */
+    uint64_t *index; /* buckets of 8 words (index_add has the format) */
     unsigned char *keys;
     uint32_t *free;  /* (the second line: a run freed or started) */
     uint32_t nfree;  /* runs on the free stack */
@@ -196,10 +196,12 @@ struct sluice__topk {
     size_t pstride;
 };
 
-static size_t slots_for(uint32_t m)
+/* The index's buckets: a power of two, at least m / 2 (about 2 keys a
+ * bucket of 7 slots). */
+static size_t buckets_for(uint32_t m)
 {
     size_t n = 1;
-    while (n < (size_t)m * 4) n <<= 1;
+    while (n * 2 < (size_t)m) n <<= 1;
     return n;
 }
 
@@ -211,19 +213,18 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         return NULL;
     sluice__topk *k = sluice__calloc(1, sizeof *k);
     if (!k) return NULL;
-    size_t ns = (size_t)1 << shard_bits, m = counters, slots = slots_for((uint32_t)m);
-    /* per sketch: ctr (8-aligned), ord, end, free, index, keys -- all sizes below
-     * 2^30, so no sum can overflow */
-    size_t per = m * sizeof(ctr) + slots * sizeof(uint64_t) + 3 * m * sizeof(uint32_t) +
-                 m * max_key_bytes;
-    per = (per + 7) & ~(size_t)7;
+    size_t ns = (size_t)1 << shard_bits, m = counters, nb = buckets_for((uint32_t)m);
+    /* per sketch: index (64-aligned buckets), ctr, ord, end, free, keys -- all
+     * sizes below 2^30, so no sum (nor the product by ns <= 2^16) can overflow */
+    size_t per = nb * 64 + m * sizeof(ctr) + 3 * m * sizeof(uint32_t) + m * max_key_bytes;
+    per = (per + 63) & ~(size_t)63;
     k->bits = shard_bits;
     k->m = (uint32_t)m;
     k->maxb = (uint32_t)max_key_bytes;
     k->seed[0] = seed[0];
     k->seed[1] = seed[1];
     k->s = sluice__calloc64(ns * sizeof(sketch));
-    k->mem = sluice__calloc(ns, per);
+    k->mem = sluice__calloc64(ns * per);
     k->pstride = (sizeof(pend) + (max_key_bytes + 7) / 8 * 8 + 63) / 64 * 64;
     k->pend = sluice__calloc64((SLUICE__STRIPES - 1) * k->pstride);
     if (!k->s || !k->mem || !k->pend) {
@@ -233,10 +234,10 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
     unsigned char *p = k->mem;
     for (size_t i = 0; i < ns; i++, p += per) {
         sketch *s = &k->s[i];
-        s->mask = (uint32_t)(slots - 1);
-        s->c = (ctr *)(void *)p;
-        s->index = (uint64_t *)(void *)(p + m * sizeof(ctr));
-        s->ord = (uint32_t *)(s->index + slots);
+        s->mask = (uint32_t)(nb - 1);
+        s->index = (uint64_t *)(void *)p;
+        s->c = (ctr *)(void *)(p + nb * 64);
+        s->ord = (uint32_t *)(void *)(s->c + m);
         s->end = s->ord + m;
         s->free = s->end + m;
         s->keys = (unsigned char *)(s->free + m);
@@ -259,7 +260,7 @@ void sluice__topk_free(sluice__topk *k)
     if (!k) return;
     sluice__free64(k->pend);
     sluice__free64(k->s);
-    sluice__free(k->mem);
+    sluice__free64(k->mem);
     sluice__free(k);
 }
 
@@ -306,50 +307,93 @@ static void raise_by(const sluice__topk *k, sketch *s, uint32_t i, uint64_t w)
     }
 }
 
+/* The index: counter numbers by hash, in buckets of one cache line, each
+ * BSLOTS slots and a word `over`.  A slot is 0 (empty) or the tag of the
+ * counter's hash (bits 16 .. 47: none of the bucket's bits, none of the
+ * shard's) << 32 | counter + 1.  A key's home is bucket hash & mask; it
+ * sits in the first bucket from its home (cyclically) with a free slot
+ * when it was added, and `over` of a bucket counts the keys that sit past
+ * it with a home at or before it.  So a lookup stops at the first bucket
+ * whose `over` is 0, a removal just empties the slot (and takes one from
+ * the `over` of the buckets passed), and no key ever moves.  With at most
+ * m keys in at least m / 2 buckets of 7, a bucket is full rarely and the
+ * common step reads one bucket, compares its slots without a branch that
+ * depends on the data, and stops.  Every walk is bounded by the number of
+ * buckets (nothing can need more). */
+#define BSLOTS 7
+
+static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 16); }
+
+static inline uint64_t *bucket_of(const sketch *s, uint32_t b)
+{
+    return s->index + (size_t)b * (BSLOTS + 1);
+}
+
 /* The counter holding (h, key, len), or UINT32_MAX. */
 static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const void *key,
                        uint32_t len)
 {
-    uint32_t stored = len & ~TRUNC_BIT;
-    for (uint32_t j = (uint32_t)h & s->mask;; j = (j + 1) & s->mask) {
-        uint64_t v = s->index[j];
-        if (v == 0) return UINT32_MAX;
-        if ((uint32_t)(v >> 32) != (uint32_t)h) continue;
-        uint32_t i = (uint32_t)v - 1;
-        const ctr *c = &s->c[i];
-        if (c->hash == h && c->len == len && memcmp(key_of(k, s, i), key, stored) == 0) return i;
+    const uint32_t stored = len & ~TRUNC_BIT, tag = tag_of(h);
+    uint32_t b = (uint32_t)h & s->mask;
+    for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
+        const uint64_t *bk = bucket_of(s, b);
+        unsigned hit = 0;
+        for (unsigned j = 0; j < BSLOTS; j++)
+            hit |= (unsigned)((uint32_t)(bk[j] >> 32) == tag && (uint32_t)bk[j] != 0) << j;
+        while (hit) {
+            const uint32_t i = (uint32_t)bk[__builtin_ctz(hit)] - 1;
+            const ctr *c = &s->c[i];
+            if (c->hash == h && c->len == len && memcmp(key_of(k, s, i), key, stored) == 0)
+                return i;
+            hit &= hit - 1;
+        }
+        if (bk[BSLOTS] == 0) break;
     }
+    return UINT32_MAX;
 }
 
 static inline uint64_t slot_of(const sketch *s, uint32_t i)
 {
-    return (uint64_t)(uint32_t)s->c[i].hash << 32 | (i + 1);
+    return (uint64_t)tag_of(s->c[i].hash) << 32 | (i + 1);
+}
+
+/* The slots of bucket bk holding v, as bits (0 .. BSLOTS - 1). */
+static inline unsigned slots_equal(const uint64_t *bk, uint64_t v)
+{
+    unsigned m = 0;
+    for (unsigned j = 0; j < BSLOTS; j++) m |= (unsigned)(bk[j] == v) << j;
+    return m;
 }
 
 static void index_add(sketch *s, uint32_t i)
 {
-    uint32_t j = (uint32_t)s->c[i].hash & s->mask;
-    while (s->index[j]) j = (j + 1) & s->mask;
-    s->index[j] = slot_of(s, i);
+    uint32_t b = (uint32_t)s->c[i].hash & s->mask;
+    for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
+        uint64_t *bk = bucket_of(s, b);
+        const unsigned empty = slots_equal(bk, 0);
+        if (empty) {
+            bk[__builtin_ctz(empty)] = slot_of(s, i);
+            return;
+        }
+        bk[BSLOTS]++; /* full: the key sits past it */
+    }
+    /* not reached: m keys never fill 7 * buckets >= 3.5 m slots */
 }
 
-/* Remove counter i from the index, shifting back the entries of the run
- * after it that probed past its slot (linear probing needs no tombstone). */
+/* Remove counter i (in the index) from the index. */
 static void index_remove(sketch *s, uint32_t i)
 {
     const uint64_t v = slot_of(s, i);
-    uint32_t hole = (uint32_t)s->c[i].hash & s->mask;
-    while (s->index[hole] != v) hole = (hole + 1) & s->mask;
-    for (uint32_t j = (hole + 1) & s->mask; s->index[j]; j = (j + 1) & s->mask) {
-        uint32_t home = (uint32_t)(s->index[j] >> 32) & s->mask;
-        /* the entry at j may fill the hole unless its home lies cyclically
-         * in (hole, j] */
-        bool stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (stays) continue;
-        s->index[hole] = s->index[j];
-        hole = j;
+    uint32_t b = (uint32_t)s->c[i].hash & s->mask;
+    for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
+        uint64_t *bk = bucket_of(s, b);
+        const unsigned at = slots_equal(bk, v);
+        if (at) {
+            bk[__builtin_ctz(at)] = 0;
+            return;
+        }
+        bk[BSLOTS]--; /* it sat past this bucket */
     }
-    s->index[hole] = 0;
 }
 
 /* Copy n key bytes: a key of 8 .. 16 bytes as two 8-byte moves (they may
@@ -536,8 +580,8 @@ static void note_locked(const sluice__topk *k, uint64_t h, const void *key, uint
 {
     sketch *s = sketch_of(k, h);
     const uint32_t v = LD(&s->vic);
-    __builtin_prefetch(&s->index[(uint32_t)h & s->mask]);
-    __builtin_prefetch(&s->index[(uint32_t)LD(&s->vich) & s->mask]);
+    __builtin_prefetch(bucket_of(s, (uint32_t)h & s->mask));
+    __builtin_prefetch(bucket_of(s, (uint32_t)LD(&s->vich) & s->mask), 1);
     __builtin_prefetch(&s->c[v], 1);
     __builtin_prefetch(key_of(k, s, v), 1);
     sluice__spin_lock(&s->mu);
