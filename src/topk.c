@@ -153,22 +153,22 @@ typedef struct ctr {
     uint32_t pad;
 } ctr;
 
-/* What a new key's step reads first in one cache line: the lock, the
- * arrays, and the counter it takes. */
+/* One cache line: the lock, the arrays (ord, end, free and the keys follow
+ * c[m]: ord_of() ...), and what a new key's step will read, to prefetch it
+ * before the lock. */
 typedef struct sketch {
     alignas(64) sluice__spin mu;
     /* the counter a new key takes, ord[end[run of ord[0]]], and its hash:
      * set after every step (under mu; read without it only to prefetch) */
     uint64_t vich;
+    ctr *c;
+    uint64_t *index; /* buckets of 8 words (index_add has the format) */
     uint32_t vic;
     uint32_t mask;   /* index buckets - 1 */
-    ctr *c;
-    uint32_t *ord;
-    uint32_t *end;
-    uint64_t *index; /* buckets of 8 words (index_add has the format) */
-    unsigned char *keys;
-    uint32_t *free;  /* (the second line: a run freed or started) */
     uint32_t nfree;  /* runs on the free stack */
+    /* hints for the prefetch (set with vic; any value is harmless): vic's
+     * place in ord[] and its run, and the counters after and before it */
+    uint32_t vpos, vrun, vnext, vprev;
 } sketch;
 
 /* A thread's pending record (one per counters stripe a thread owns: see
@@ -196,6 +196,18 @@ struct sluice__topk {
     size_t pstride;
 };
 
+static inline uint32_t *ord_of(const sluice__topk *k, const sketch *s)
+{
+    return (uint32_t *)(void *)(s->c + k->m);
+}
+static inline uint32_t *end_of(const sluice__topk *k, const sketch *s)
+{
+    return ord_of(k, s) + k->m;
+}
+static inline uint32_t *free_of(const sluice__topk *k, const sketch *s)
+{
+    return ord_of(k, s) + 2 * (size_t)k->m;
+}
 /* The index's buckets: a power of two, at least m / 2 (about 2 keys a
  * bucket of 7 slots). */
 static size_t buckets_for(uint32_t m)
@@ -237,20 +249,17 @@ sluice__topk *sluice__topk_new(unsigned shard_bits, size_t counters, size_t max_
         s->mask = (uint32_t)(nb - 1);
         s->index = (uint64_t *)(void *)p;
         s->c = (ctr *)(void *)(p + nb * 64);
-        s->ord = (uint32_t *)(void *)(s->c + m);
-        s->end = s->ord + m;
-        s->free = s->end + m;
-        s->keys = (unsigned char *)(s->free + m);
+        uint32_t *ord = ord_of(k, s), *end = end_of(k, s), *fr = free_of(k, s);
         /* every counter free, count 0, in run 0; runs 1 .. m-1 free */
         for (uint32_t c = 0; c < m; c++) {
-            s->ord[c] = c;
+            ord[c] = c;
             s->c[c].pos = c;
             s->c[c].run = 0;
         }
-        s->end[0] = (uint32_t)m - 1;
+        end[0] = (uint32_t)m - 1;
         s->nfree = (uint32_t)m - 1;
         s->vic = (uint32_t)m - 1;
-        for (uint32_t r = 1; r < m; r++) s->free[r - 1] = r;
+        for (uint32_t r = 1; r < m; r++) fr[r - 1] = r;
     }
     return k;
 }
@@ -268,7 +277,7 @@ void sluice__topk_free(sluice__topk *k)
 
 static inline unsigned char *key_of(const sluice__topk *k, const sketch *s, uint32_t i)
 {
-    return s->keys + (size_t)i * k->maxb;
+    return (unsigned char *)(ord_of(k, s) + 3 * (size_t)k->m) + (size_t)i * k->maxb;
 }
 
 /* Counter i (of count c, c < UINT64_MAX) grows to c + w (saturating at
@@ -280,30 +289,31 @@ static inline unsigned char *key_of(const sluice__topk *k, const sketch *s, uint
  * at most min(w, m) steps, and one step for w = 1 (the case of the paper). */
 static void raise_by(const sluice__topk *k, sketch *s, uint32_t i, uint64_t w)
 {
+    uint32_t *const ord = ord_of(k, s), *const end = end_of(k, s), *const fr = free_of(k, s);
     ctr *a = &s->c[i];
     const uint64_t target = a->count + w < a->count ? UINT64_MAX : a->count + w;
-    uint32_t run = a->run, e = s->end[run], j = s->ord[e];
-    s->ord[a->pos] = j;
+    uint32_t run = a->run, e = end[run], j = ord[e];
+    ord[a->pos] = j;
     s->c[j].pos = a->pos;
-    s->ord[e] = i;
+    ord[e] = i;
     a->pos = e;
-    if (e == 0 || s->c[s->ord[e - 1]].run != run) s->free[s->nfree++] = run; /* empty */
-    else s->end[run] = e - 1;
-    while (e + 1 < k->m && s->c[s->ord[e + 1]].count < target) {
-        uint32_t r2 = s->c[s->ord[e + 1]].run, e2 = s->end[r2], j2 = s->ord[e2];
-        s->ord[e] = j2; /* r2's last counter takes i's place: r2 is e .. e2 - 1 */
+    if (e == 0 || s->c[ord[e - 1]].run != run) fr[s->nfree++] = run; /* empty */
+    else end[run] = e - 1;
+    while (e + 1 < k->m && s->c[ord[e + 1]].count < target) {
+        uint32_t r2 = s->c[ord[e + 1]].run, e2 = end[r2], j2 = ord[e2];
+        ord[e] = j2; /* r2's last counter takes i's place: r2 is e .. e2 - 1 */
         s->c[j2].pos = e;
-        s->end[r2] = e2 - 1;
-        s->ord[e2] = i;
+        end[r2] = e2 - 1;
+        ord[e2] = i;
         a->pos = e2;
         e = e2;
     }
     a->count = target;
-    if (e + 1 < k->m && s->c[s->ord[e + 1]].count == target) {
-        a->run = s->c[s->ord[e + 1]].run;
+    if (e + 1 < k->m && s->c[ord[e + 1]].count == target) {
+        a->run = s->c[ord[e + 1]].run;
     } else {
-        a->run = s->free[--s->nfree];
-        s->end[a->run] = e;
+        a->run = fr[--s->nfree];
+        end[a->run] = e;
     }
 }
 
@@ -416,6 +426,7 @@ static inline void copy_key(unsigned char *to, const unsigned char *from, uint32
 static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key, uint32_t len,
                    uint64_t w)
 {
+    uint32_t *const ord = ord_of(k, s), *const end = end_of(k, s), *const fr = free_of(k, s);
     uint32_t i = lookup(k, s, h, key, len), e0 = 0;
     if (i == UINT32_MAX) { /* the last counter of the least run: free or the least */
         i = LD(&s->vic);
@@ -434,13 +445,13 @@ static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key
          * (of count + 1), or starts one */
         ctr *c = &s->c[i];
         const uint64_t t = c->count + 1;
-        s->end[c->run] = e0 - 1;
+        end[c->run] = e0 - 1;
         c->count = t;
-        if (e0 + 1 < k->m && s->c[s->ord[e0 + 1]].count == t) {
-            c->run = s->c[s->ord[e0 + 1]].run;
+        if (e0 + 1 < k->m && s->c[ord[e0 + 1]].count == t) {
+            c->run = s->c[ord[e0 + 1]].run;
         } else {
-            c->run = s->free[--s->nfree];
-            s->end[c->run] = e0;
+            c->run = fr[--s->nfree];
+            end[c->run] = e0;
         }
     } else if (s->c[i].count < UINT64_MAX) {
         raise_by(k, s, i, w); /* saturates: stays put */
@@ -451,9 +462,14 @@ static void note_w(const sluice__topk *k, sketch *s, uint64_t h, const void *key
      * before e0 as they were: the least run is now 0 .. e0 - 1, and its last
      * counter is ord[e0 - 1], whose lines raise_by has just read.  (The one
      * case of a flood of new keys but once per run.)  Else look it up. */
-    const uint32_t v = e0 > 0 ? s->ord[e0 - 1] : s->ord[s->end[s->c[s->ord[0]].run]];
+    const uint32_t v = e0 > 0 ? ord[e0 - 1] : ord[end[s->c[ord[0]].run]];
+    const uint32_t vp = s->c[v].pos;
     ST(&s->vic, v);
     ST(&s->vich, s->c[v].hash);
+    ST(&s->vpos, vp);
+    ST(&s->vrun, s->c[v].run);
+    ST(&s->vnext, vp + 1 < k->m ? ord[vp + 1] : v);
+    ST(&s->vprev, vp > 0 ? ord[vp - 1] : v);
 }
 
 static inline sketch *sketch_of(const sluice__topk *k, uint64_t h)
@@ -582,8 +598,12 @@ static void note_locked(const sluice__topk *k, uint64_t h, const void *key, uint
     const uint32_t v = LD(&s->vic);
     __builtin_prefetch(bucket_of(s, (uint32_t)h & s->mask));
     __builtin_prefetch(bucket_of(s, (uint32_t)LD(&s->vich) & s->mask), 1);
-    __builtin_prefetch(&s->c[v], 1);
+    __builtin_prefetch(&s->c[v], 1); /* every hint is below m: only such are stored */
     __builtin_prefetch(key_of(k, s, v), 1);
+    __builtin_prefetch(&ord_of(k, s)[LD(&s->vpos)]);
+    __builtin_prefetch(&end_of(k, s)[LD(&s->vrun)], 1);
+    __builtin_prefetch(&s->c[LD(&s->vnext)]);
+    __builtin_prefetch(&s->c[LD(&s->vprev)]);
     sluice__spin_lock(&s->mu);
     note_w(k, s, h, key, len, 1);
     sluice__spin_unlock(&s->mu);
