@@ -150,7 +150,7 @@ typedef struct ctr {
     uint32_t len;   /* stored bytes | TRUNC_BIT when the key was longer */
     uint32_t pos;   /* place in ord[] */
     uint32_t run;   /* its run: end[run] is the run's last place in ord[] */
-    uint32_t pad;
+    uint32_t slot;  /* its slot in the index (bucket * 8 + slot), while keyed */
 } ctr;
 
 /* One cache line: the lock, the arrays (ord, end, free and the keys follow
@@ -318,19 +318,24 @@ static void raise_by(const sluice__topk *k, sketch *s, uint32_t i, uint64_t w)
 }
 
 /* The index: counter numbers by hash, in buckets of one cache line, each
- * BSLOTS slots and a word `over`.  A slot is 0 (empty) or the tag of the
- * counter's hash (bits 16 .. 47: none of the bucket's bits, none of the
- * shard's) << 32 | counter + 1.  A key's home is bucket hash & mask; it
- * sits in the first bucket from its home (cyclically) with a free slot
- * when it was added, and `over` of a bucket counts the keys that sit past
- * it with a home at or before it.  So a lookup stops at the first bucket
- * whose `over` is 0, a removal just empties the slot (and takes one from
- * the `over` of the buckets passed), and no key ever moves.  With at most
- * m keys in at least m / 2 buckets of 7, a bucket is full rarely and the
- * common step reads one bucket, compares its slots without a branch that
- * depends on the data, and stops.  Every walk is bounded by the number of
- * buckets (nothing can need more). */
+ * BSLOTS slots and a word `meta`: bits 0 .. BSLOTS - 1 say which slots are
+ * used, bits 8 .. 63 are `over`.  A used slot is the tag of the counter's
+ * hash (bits 16 .. 47: none of the bucket's bits, none of the shard's)
+ * << 32 | counter + 1 (an unused one is 0), and the counter keeps where
+ * it is (ctr.slot).  A key's home is bucket hash & mask; it sits in the
+ * first bucket from its home (cyclically) with a free slot when it was
+ * added, and `over` of a bucket counts the keys that sit past it with a
+ * home at or before it.  So a lookup stops at the first bucket whose
+ * `over` is 0, an addition takes the first free slot by the bits, a
+ * removal empties its slot (taking one from the `over` of the buckets
+ * between its home and it), and no key ever moves.  With at most m keys
+ * in at least m / 2 buckets of 7, a bucket is full rarely: the common step
+ * reads one bucket, compares its slots with no branch that depends on
+ * them, and stops.  Every walk is bounded by the number of buckets
+ * (nothing can need more). */
 #define BSLOTS 7
+#define USED ((1u << BSLOTS) - 1)
+#define OVER1 ((uint64_t)1 << 8)
 
 static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 16); }
 
@@ -348,8 +353,8 @@ static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const
     for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
         const uint64_t *bk = bucket_of(s, b);
         unsigned hit = 0;
-        for (unsigned j = 0; j < BSLOTS; j++)
-            hit |= (unsigned)((uint32_t)(bk[j] >> 32) == tag && (uint32_t)bk[j] != 0) << j;
+        for (unsigned j = 0; j < BSLOTS; j++) hit |= (unsigned)((uint32_t)(bk[j] >> 32) == tag) << j;
+        hit &= (unsigned)bk[BSLOTS] & USED;
         while (hit) {
             const uint32_t i = (uint32_t)bk[__builtin_ctz(hit)] - 1;
             const ctr *c = &s->c[i];
@@ -357,35 +362,26 @@ static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const
                 return i;
             hit &= hit - 1;
         }
-        if (bk[BSLOTS] == 0) break;
+        if (bk[BSLOTS] < OVER1) break; /* over == 0 */
     }
     return UINT32_MAX;
 }
 
-static inline uint64_t slot_of(const sketch *s, uint32_t i)
-{
-    return (uint64_t)tag_of(s->c[i].hash) << 32 | (i + 1);
-}
-
-/* The slots of bucket bk holding v, as bits (0 .. BSLOTS - 1). */
-static inline unsigned slots_equal(const uint64_t *bk, uint64_t v)
-{
-    unsigned m = 0;
-    for (unsigned j = 0; j < BSLOTS; j++) m |= (unsigned)(bk[j] == v) << j;
-    return m;
-}
-
 static void index_add(sketch *s, uint32_t i)
 {
-    uint32_t b = (uint32_t)s->c[i].hash & s->mask;
+    ctr *c = &s->c[i];
+    uint32_t b = (uint32_t)c->hash & s->mask;
     for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
         uint64_t *bk = bucket_of(s, b);
-        const unsigned empty = slots_equal(bk, 0);
+        const unsigned empty = ~(unsigned)bk[BSLOTS] & USED;
         if (empty) {
-            bk[__builtin_ctz(empty)] = slot_of(s, i);
+            const unsigned j = (unsigned)__builtin_ctz(empty);
+            bk[j] = (uint64_t)tag_of(c->hash) << 32 | (i + 1);
+            bk[BSLOTS] |= 1u << j;
+            c->slot = b * (BSLOTS + 1) + j;
             return;
         }
-        bk[BSLOTS]++; /* full: the key sits past it */
+        bk[BSLOTS] += OVER1; /* full: the key sits past it */
     }
     /* not reached: m keys never fill 7 * buckets >= 3.5 m slots */
 }
@@ -393,17 +389,13 @@ static void index_add(sketch *s, uint32_t i)
 /* Remove counter i (in the index) from the index. */
 static void index_remove(sketch *s, uint32_t i)
 {
-    const uint64_t v = slot_of(s, i);
-    uint32_t b = (uint32_t)s->c[i].hash & s->mask;
-    for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
-        uint64_t *bk = bucket_of(s, b);
-        const unsigned at = slots_equal(bk, v);
-        if (at) {
-            bk[__builtin_ctz(at)] = 0;
-            return;
-        }
-        bk[BSLOTS]--; /* it sat past this bucket */
-    }
+    const ctr *c = &s->c[i];
+    const uint32_t at = c->slot / (BSLOTS + 1), j = c->slot % (BSLOTS + 1);
+    uint64_t *bk = bucket_of(s, at);
+    bk[j] = 0;
+    bk[BSLOTS] &= ~(uint64_t)(1u << j);
+    for (uint32_t b = (uint32_t)c->hash & s->mask; b != at; b = (b + 1) & s->mask)
+        bucket_of(s, b)[BSLOTS] -= OVER1; /* it sat past this bucket */
 }
 
 /* Copy n key bytes: a key of 8 .. 16 bytes as two 8-byte moves (they may
