@@ -590,12 +590,17 @@ static void note_locked(const sluice__topk *k, uint64_t h, const void *key, uint
     const uint32_t v = LD(&s->vic);
     __builtin_prefetch(bucket_of(s, (uint32_t)h & s->mask));
     __builtin_prefetch(bucket_of(s, (uint32_t)LD(&s->vich) & s->mask), 1);
-    __builtin_prefetch(&s->c[v], 1); /* every hint is below m: only such are stored */
+    /* every hint is below m (only such are stored); a ctr may span two lines */
+    const ctr *cv = &s->c[v], *cn = &s->c[LD(&s->vnext)], *cp = &s->c[LD(&s->vprev)];
+    __builtin_prefetch(cv, 1);
+    __builtin_prefetch(&cv->slot, 1);
     __builtin_prefetch(key_of(k, s, v), 1);
     __builtin_prefetch(&ord_of(k, s)[LD(&s->vpos)]);
     __builtin_prefetch(&end_of(k, s)[LD(&s->vrun)], 1);
-    __builtin_prefetch(&s->c[LD(&s->vnext)]);
-    __builtin_prefetch(&s->c[LD(&s->vprev)]);
+    __builtin_prefetch(cn);
+    __builtin_prefetch(&cn->slot);
+    __builtin_prefetch(cp);
+    __builtin_prefetch(&cp->slot);
     sluice__spin_lock(&s->mu);
     note_w(k, s, h, key, len, 1);
     sluice__spin_unlock(&s->mu);
