@@ -4,7 +4,9 @@
  * Every check is against an exact count kept by the test (a plain array of
  * per-key refusals), never against the sketch:
  *
- *  - Zipf streams (one shard and 64 shards): every reported count is at
+ *  - Zipf streams (one shard -- 3, 8, 64 and 4096 counters, the last with
+ *    index buckets that fill, so keys sit past their bucket -- and 64
+ *    shards): every reported count is at
  *    least the true count and at most true + its error, every error is at
  *    most N/m, every key refused more than N/m times is reported, and the
  *    true top 5 are among the reported top 10;
@@ -178,6 +180,10 @@ static void test_zipf_one_shard(void **st)
     (void)st;
     zipf_run(100, 64);
     zipf_run(256, 8);
+    zipf_run(100, 3);
+    /* 4096 counters: 2048 index buckets of 7 slots, a few full at any time
+     * (about 2 keys a bucket), so keys sit past their bucket and leave */
+    zipf_run(100, 4096);
 }
 
 static void test_zipf_shards(void **st)
