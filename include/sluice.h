@@ -624,15 +624,15 @@ typedef struct sluice_top_entry {
  * decision, counts once for its key.
  *
  * All the memory is allocated here, never later: per shard, about
- * 64 + counters * (52 + max_key_bytes) + 16..32 * counters bytes (16 counters
- * of 64-byte keys: about 2 KiB a shard), and per table 15 records of
+ * 64 + counters * (52 + max_key_bytes) + 32..64 * counters bytes (16 counters
+ * of 64-byte keys: about 2.4 KiB a shard), and per table 15 records of
  * 64 + max_key_bytes bytes, each rounded up to 64 (about 2 KiB for keys of
- * up to 64 bytes).  A refusal of the key the same thread refused last
- * costs one store to that thread's own record (no lock, nothing another
- * thread writes): two threads refusing one hot key share no cache line
- * for it.  A refusal of another key costs one short lock (the sketch's
- * own, per shard) and O(1) steps; so does every 256th refusal of one key
- * by one thread.  Threads beyond the first 15 alive count every refusal
+ * up to 64 bytes).  Once a thread has refused a key twice in a row, its
+ * refusals of that key cost one store to that thread's own record (no
+ * lock, nothing another thread writes; other keys may come between):
+ * two threads refusing one hot key share no cache line for it.  Any other
+ * refusal costs one short lock (the sketch's own, per shard) and O(1)
+ * steps; so does every 256th refusal of one key by one thread.  Threads beyond the first 15 alive count every refusal
  * under the lock.  Admissions cost nothing (docs/benchmarks.md has the
  * figures).
  *

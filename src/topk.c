@@ -76,7 +76,9 @@
  * the hash, length and key words with the record, and one store; a key
  * that changes every refusal pays the sketch lock and one step of weight
  * 1 (the record untouched); a key's second refusal in a row also rewrites
- * the record.
+ * the record.  A flood of keys never seen (a full table refusing new keys)
+ * makes every step one of a new key; that step is made short (below, "A
+ * new key's step") and its lines are fetched before the lock.
  *
  * Layout.  One sketch per table shard (a key's sketch is its shard, chosen
  * by the same top bits of the same hash), each with its own spin lock, so
@@ -86,19 +88,21 @@
  * (a record's moves take only it).  Per sketch, allocated when the sketch
  * is made and never again:
  *
+ *   header     one cache line: the lock, the arrays, the counter the next
+ *              new key takes (vic) and hints of its lines;
+ *   index      b buckets of one cache line, b the power of two >= m / 2:
+ *              7 slots of (a 32-bit tag of the hash, counter + 1) and a
+ *              word of used bits and `over` (index_add has the details);
  *   ctr[m]     hash, count, error, stored length (and a truncation bit),
- *              the counter's place in ord[] and its run;
- *   keys       m * max_key_bytes bytes: the stored key bytes;
+ *              the counter's place in ord[], its run and its index slot;
  *   ord[m]     the counters sorted by count, least first, in runs of equal
  *              counts (the Stream-Summary of the paper, as an array);
  *   end[m]     per run (a pool of m, with a free stack free[m]): the place
  *              in ord[] of its last counter;
- *   index      2m .. 4m slots (a power of two) of 8 bytes, linear probing
- *              on the hash: the hash's low 32 bits and counter + 1, 0 =
- *              empty (a probe looks at no counter until the 32 bits match);
- *              removal shifts the run back.
+ *   keys       m * max_key_bytes bytes: the stored key bytes;
  *
- * so a sketch costs 64 + m * (52 + max_key_bytes) + 8 * slots bytes; and
+ * so a sketch costs 64 + m * (52 + max_key_bytes) + 64 * b bytes (the
+ * index 32 .. 64 bytes a counter), rounded up to 64; and
  * per table, SLUICE__STRIPES - 1 = 15 pending records of 64 bytes plus
  * max_key_bytes rounded up to 8, each rounded up to 64 (128 bytes each
  * for keys of up to 64 bytes).
@@ -112,6 +116,22 @@
  * start at count 0 in one run, unkeyed: "take a free counter" and "take
  * the least counter" are then one step -- take the last counter of the
  * first run (a count of 0 was free: error 0) and grow it.
+ *
+ * A new key's step.  The counter it takes is kept (vic, with its hash),
+ * set after every step: so the step starts from one line, not a chain of
+ * four loads.  When vic, at place e0 > 0, was the last of the least run
+ * (places 0 .. e0), the step leaves places 0 .. e0 - 1 as they were, so
+ * the next vic is ord[e0 - 1] (lines the step has just read), and for
+ * w = 1 vic needs no swap: it stays at e0 and joins the run after it (of
+ * count + 1) or starts one.  Only once per run emptied (once per m new
+ * keys in a flood) is the next vic looked up.  The index never moves a
+ * key and is read without branches that depend on its contents (lookup,
+ * index_add).  Before the lock, the step's lines -- its bucket, vic's
+ * counter, key bytes and bucket, the places around vic in ord[], its run's
+ * end and the counters on either side -- are prefetched from the header's
+ * hints (a stale hint fetches a useless line, nothing else), so they
+ * arrive together instead of one after another.  None of this changes the
+ * algorithm: the counter taken is the last of the least run, as before.
  *
  * Keys longer than max_key_bytes are kept to their first max_key_bytes
  * bytes and marked truncated: every key with the same first bytes is

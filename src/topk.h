@@ -2,7 +2,7 @@
  * Saving heavy hitters, one sketch per table shard, each under a spin lock
  * of its own, fed by a pending record per thread (a thread's refusals of
  * one key gather there without a shared write, and go into the sketch in
- * one weighted step).
+ * one weighted step; a key refused once goes into the sketch at once).
  *
  * Bound, for every read: with N refusals counted before the read began and
  * m counters per shard, each reported count c and error e of a key refused
@@ -31,8 +31,10 @@ SLUICE__INTERNAL void sluice__topk_free(sluice__topk *k);
 
 /* Count one refusal of `key` (keylen bytes; key not NULL), whose table hash
  * (SipHash-1-3 under the table's seed) is h.  Never allocates.  Thread-safe;
- * a refusal of the key the calling thread refused last is one store to the
- * thread's own record. */
+ * once the calling thread has refused a key twice in a row, its refusals
+ * of that key are one store each to the thread's own record (until it
+ * refuses another key twice in a row); any other refusal is one step under
+ * the sketch's lock. */
 SLUICE__INTERNAL void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen,
                                         uint64_t h);
 
