@@ -91,8 +91,9 @@
  *   header     one cache line: the lock, the arrays, the counter the next
  *              new key takes (vic) and hints of its lines;
  *   index      b buckets of one cache line, b the power of two >= m / 2:
- *              7 slots of (a 32-bit tag of the hash, counter + 1) and a
- *              word of used bits and `over` (index_add has the details);
+ *              6 slots of (a 32-bit tag of the hash, counter + 1), a word
+ *              of their 8-bit tags and a word of used bits and `over`
+ *              (before lookup: the details);
  *   ctr[m]     hash, count, error, stored length (and a truncation bit),
  *              the counter's place in ord[], its run and its index slot;
  *   ord[m]     the counters sorted by count, least first, in runs of equal
@@ -182,7 +183,7 @@ typedef struct sketch {
      * set after every step (under mu; read without it only to prefetch) */
     uint64_t vich;
     ctr *c;
-    uint64_t *index; /* buckets of 8 words (index_add has the format) */
+    uint64_t *index; /* buckets of 8 words (before lookup: the format) */
     uint32_t vic;
     uint32_t mask;   /* index buckets - 1 */
     uint32_t nfree;  /* runs on the free stack */
@@ -229,7 +230,7 @@ static inline uint32_t *free_of(const sluice__topk *k, const sketch *s)
     return ord_of(k, s) + 2 * (size_t)k->m;
 }
 /* The index's buckets: a power of two, at least m / 2 (about 2 keys a
- * bucket of 7 slots). */
+ * bucket of 6 slots). */
 static size_t buckets_for(uint32_t m)
 {
     size_t n = 1;
@@ -337,31 +338,38 @@ static void raise_by(const sluice__topk *k, sketch *s, uint32_t i, uint64_t w)
     }
 }
 
-/* The index: counter numbers by hash, in buckets of one cache line, each
- * BSLOTS slots and a word `meta`: bits 0 .. BSLOTS - 1 say which slots are
- * used, bits 8 .. 63 are `over`.  A used slot is the tag of the counter's
- * hash (bits 16 .. 47: none of the bucket's bits, none of the shard's)
- * << 32 | counter + 1 (an unused one is 0), and the counter keeps where
- * it is (ctr.slot).  A key's home is bucket hash & mask; it sits in the
- * first bucket from its home (cyclically) with a free slot when it was
- * added, and `over` of a bucket counts the keys that sit past it with a
- * home at or before it.  So a lookup stops at the first bucket whose
- * `over` is 0, an addition takes the first free slot by the bits, a
- * removal empties its slot (taking one from the `over` of the buckets
- * between its home and it), and no key ever moves.  With at most m keys
- * in at least m / 2 buckets of 7, a bucket is full rarely: the common step
- * reads one bucket, compares its slots with no branch that depends on
- * them, and stops.  Every walk is bounded by the number of buckets
+/* The index: counter numbers by hash, in buckets of one cache line (8
+ * words), each BSLOTS slots, a word of 8-bit tags (byte j: slot j's) and a
+ * word `meta`: bits 0 .. BSLOTS - 1 say which slots are used, bits 8 .. 63
+ * are `over`.  A used slot is the 32-bit tag of the counter's hash (bits
+ * 16 .. 47: none of the bucket's bits, none of the shard's) << 32 |
+ * counter + 1, its byte in the tag word bits 40 .. 47 of the hash (an
+ * unused slot and byte are 0), and the counter keeps where it is
+ * (ctr.slot).  A key's home is bucket hash & mask; it sits in the first
+ * bucket from its home (cyclically) with a free slot when it was added,
+ * and `over` of a bucket counts the keys that sit past it with a home at
+ * or before it.  So a lookup compares the key's byte with the tag word's
+ * 8 at once (a counter is read only where they match, 1 in 256 used slots)
+ * and stops at the first bucket whose `over` is 0; an addition takes the
+ * first free slot by the bits; a removal empties its slot (taking one from
+ * the `over` of the buckets between its home and it); no key ever moves.
+ * With at most m keys in at least m / 2 buckets of 6, a bucket is full
+ * rarely: the common step reads one bucket, with no branch that depends on
+ * its contents, and stops.  Every walk is bounded by the number of buckets
  * (nothing can need more). */
-#define BSLOTS 7
+#define BSLOTS 6
+#define TAGS 6 /* the tag word's place in a bucket */
+#define META 7 /* meta's */
 #define USED ((1u << BSLOTS) - 1)
 #define OVER1 ((uint64_t)1 << 8)
+#define BYTES1 0x0101010101010101ULL
 
 static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 16); }
+static inline uint64_t tag8_of(uint64_t h) { return (h >> 40) & 0xff; }
 
 static inline uint64_t *bucket_of(const sketch *s, uint32_t b)
 {
-    return s->index + (size_t)b * (BSLOTS + 1);
+    return s->index + (size_t)b * 8;
 }
 
 /* The counter holding (h, key, len), or UINT32_MAX. */
@@ -369,20 +377,24 @@ static uint32_t lookup(const sluice__topk *k, const sketch *s, uint64_t h, const
                        uint32_t len)
 {
     const uint32_t stored = len & ~TRUNC_BIT, tag = tag_of(h);
+    const uint64_t t8 = tag8_of(h) * BYTES1;
     uint32_t b = (uint32_t)h & s->mask;
     for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
         const uint64_t *bk = bucket_of(s, b);
-        unsigned hit = 0;
-        for (unsigned j = 0; j < BSLOTS; j++) hit |= (unsigned)((uint32_t)(bk[j] >> 32) == tag) << j;
-        hit &= (unsigned)bk[BSLOTS] & USED;
-        while (hit) {
-            const uint32_t i = (uint32_t)bk[__builtin_ctz(hit)] - 1;
+        /* the bytes of the tag word equal to the key's (and, by the borrow,
+         * maybe a few more: each is checked) */
+        const uint64_t x = bk[TAGS] ^ t8;
+        uint64_t z = (x - BYTES1) & ~x & (BYTES1 << 7);
+        while (z) {
+            const unsigned j = (unsigned)__builtin_ctzll(z) / 8;
+            z &= z - 1;
+            if (j >= BSLOTS || !(bk[META] >> j & 1) || (uint32_t)(bk[j] >> 32) != tag) continue;
+            const uint32_t i = (uint32_t)bk[j] - 1;
             const ctr *c = &s->c[i];
             if (c->hash == h && c->len == len && memcmp(key_of(k, s, i), key, stored) == 0)
                 return i;
-            hit &= hit - 1;
         }
-        if (bk[BSLOTS] < OVER1) break; /* over == 0 */
+        if (bk[META] < OVER1) break; /* over == 0 */
     }
     return UINT32_MAX;
 }
@@ -393,29 +405,31 @@ static void index_add(sketch *s, uint32_t i)
     uint32_t b = (uint32_t)c->hash & s->mask;
     for (uint32_t n = 0; n <= s->mask; n++, b = (b + 1) & s->mask) {
         uint64_t *bk = bucket_of(s, b);
-        const unsigned empty = ~(unsigned)bk[BSLOTS] & USED;
+        const unsigned empty = ~(unsigned)bk[META] & USED;
         if (empty) {
             const unsigned j = (unsigned)__builtin_ctz(empty);
             bk[j] = (uint64_t)tag_of(c->hash) << 32 | (i + 1);
-            bk[BSLOTS] |= 1u << j;
-            c->slot = b * (BSLOTS + 1) + j;
+            bk[TAGS] |= tag8_of(c->hash) << (8 * j);
+            bk[META] |= 1u << j;
+            c->slot = b * 8 + j;
             return;
         }
-        bk[BSLOTS] += OVER1; /* full: the key sits past it */
+        bk[META] += OVER1; /* full: the key sits past it */
     }
-    /* not reached: m keys never fill 7 * buckets >= 3.5 m slots */
+    /* not reached: m keys never fill 6 * buckets >= 3 m slots */
 }
 
 /* Remove counter i (in the index) from the index. */
 static void index_remove(sketch *s, uint32_t i)
 {
     const ctr *c = &s->c[i];
-    const uint32_t at = c->slot / (BSLOTS + 1), j = c->slot % (BSLOTS + 1);
+    const uint32_t at = c->slot / 8, j = c->slot % 8;
     uint64_t *bk = bucket_of(s, at);
     bk[j] = 0;
-    bk[BSLOTS] &= ~(uint64_t)(1u << j);
+    bk[TAGS] &= ~((uint64_t)0xff << (8 * j));
+    bk[META] &= ~(uint64_t)(1u << j);
     for (uint32_t b = (uint32_t)c->hash & s->mask; b != at; b = (b + 1) & s->mask)
-        bucket_of(s, b)[BSLOTS] -= OVER1; /* it sat past this bucket */
+        bucket_of(s, b)[META] -= OVER1; /* it sat past this bucket */
 }
 
 /* Copy n key bytes: a key of 8 .. 16 bytes as two 8-byte moves (they may
