@@ -239,8 +239,12 @@ static inline uint32_t dist_code(uint32_t d) { return (d < DIST_SAT ? d : DIST_S
 #define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
 #define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
+/* A shard starts a cache line: its first line holds all that a decision
+ * reads of it and an admission writes (the lock, cap, slab, now, the
+ * wheel's current tick), so that an admission moves one line of it
+ * between cores, and no shard shares a line with another. */
 typedef struct shard {
-    sluice__spin mu;
+    _Alignas(64) sluice__spin mu;
     uint32_t cap;        /* slots */
     uint32_t ecap;       /* entries at most (count < ecap < cap) */
     uint32_t count;      /* entries held */
@@ -267,6 +271,8 @@ typedef struct shard {
     struct ovr *ovr;
     uint32_t novr, ovrcap;
 } shard;
+_Static_assert(offsetof(shard, wheel) + sizeof(uint64_t) <= 64,
+               "the lock, cap, slab, now and the wheel's tick share the shard's first line");
 
 /* One configuration of the table's spec (the end of this file). */
 typedef struct tcfg {
@@ -809,7 +815,7 @@ static void free_shards(sluice_table *t)
         }
         sluice__free(s->slab);
     }
-    sluice__free(t->shards);
+    sluice__free64(t->shards);
     sluice__free64((void *)t->dues);
 }
 
@@ -849,7 +855,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     } else {
         sluice__random_seed(t->seed);
     }
-    t->shards = sluice__calloc(t->nshards, sizeof *t->shards);
+    t->shards = sluice__calloc64(t->nshards * sizeof *t->shards);
     t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
     if (!t->shards || !t->dues) goto oom;
     double per = (double)max_keys / t->nshards;
