@@ -330,7 +330,7 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
             sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }
     for (size_t i = 0; ans && i < n; i++)
-        ans[i] = (sluice__answer){.ok = parts[i].ok, .quiet = false, .r = parts[i].r};
+        ans[i] = (sluice__answer){.ok = parts[i].ok, .r = parts[i].r};
     return ok;
 }
 
@@ -344,7 +344,6 @@ static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits
     int64_t retry = 0;
     bool never = false;
     for (size_t i = 0; i < n; i++) {
-        if (a[i].quiet) continue; /* no per_limit asked, no part in c */
         sluice_result r = a[i].r;
         if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
             r.remaining += permits;

@@ -74,11 +74,9 @@ typedef struct sluice__part {
     sluice_result r;
 } sluice__part;
 
-/* One limit's answer to a composite call, as the combination reads it.
- * quiet: r not filled -- a limit that would have allowed a refused call,
- * which cannot change the combination (composite.c's combine skips it). */
+/* One limit's answer to a composite call, as the combination reads it. */
 typedef struct sluice__answer {
-    bool ok, quiet;
+    bool ok;
     sluice_result r;
 } sluice__answer;
 
@@ -97,7 +95,7 @@ SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permit
  * rule) into *res unless res is NULL; any other call (a bad one, a table
  * key, a limiter twice or in the locked path) goes, with nothing decided or
  * counted, to sluice__composite_rest.  sluice__limiters_each: each limit's
- * answer into ans (none quiet); 1 admitted (or a probe every limit
+ * answer into ans; 1 admitted (or a probe every limit
  * allows), 0 refused, -1 for any other call, nothing decided or counted. */
 SLUICE__INTERNAL bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n,
                                            uint64_t permits, uint64_t now_ns,
@@ -118,7 +116,7 @@ SLUICE__INTERNAL bool sluice__composite_rest(const sluice_limit_ref *refs, size_
  * sequence (table.c), counted in each table: 1 admitted (or a probe every
  * limit allows), 0 refused; -1 with nothing decided or counted otherwise
  * (use the general path).  `ans` NULL: no details; else every limit's
- * answer (none quiet). */
+ * answer. */
 SLUICE__INTERNAL int sluice__tables_decide(const sluice_limit_ref *refs, size_t n,
                                            uint64_t permits, uint64_t now_ns,
                                            sluice__answer *ans);

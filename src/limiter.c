@@ -1080,7 +1080,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
         }
         count_all(refs, n, permits, got);
         if (details == DETAILS_EACH)
-            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j], ans[j].quiet = false;
+            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
         if (details == DETAILS_SUM) {
             /* the combination (composite.c's rule): of every limit when all
              * allow, else of the refusing ones only (one that would have

@@ -1774,7 +1774,7 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
             if (!c) return -1;
             const uint64_t *sw = ent_state(ent(t, p[i].s, at));
             const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
-            if (ans) ans[i] = (sluice__answer){.quiet = false};
+            if (ans) ans[i] = (sluice__answer){.ok = false};
             p[i].ok = decide_words(&c->pf, w, now_ns, permits, ans ? &ans[i].r : NULL, p[i].out);
             p[i].at = at;
             all &= p[i].ok;
@@ -1829,7 +1829,7 @@ static inline bool key_ok(const void *key, size_t keylen)
     return keylen <= SLUICE_MAX_KEY_BYTES && (key || !keylen);
 }
 
-/* Lock the shard of key and find its entry: returns the entry number, or
+/* Lock the shard of key and find its entry: returns the key's slot, or
  * UINT32_MAX when the key is not held (the shard stays locked either way). */
 static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard **sp)
 {
