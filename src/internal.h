@@ -32,6 +32,15 @@
 
 __extension__ typedef unsigned __int128 u128;
 
+/* Whether a 16-byte compare-and-swap (cmpxchg16b) is at hand: the packed
+ * states of limiters (limiter.c) and of table keys (table.c) are decided
+ * lock-free with it; elsewhere under a lock. */
+#if defined(__x86_64__) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+#define SLUICE__CAS128 1
+#else
+#define SLUICE__CAS128 0
+#endif
+
 #define SLUICE__INTERNAL __attribute__((visibility("hidden")))
 
 typedef enum sluice__alg {

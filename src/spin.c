@@ -11,7 +11,7 @@ void sluice__spin_wait(sluice__spin *l)
 {
     for (unsigned n = 0;; n++) {
         if (!(atomic_load_explicit(&l->seq, memory_order_relaxed) & 1) &&
-            !(atomic_fetch_or_explicit(&l->seq, 1, memory_order_acquire) & 1))
+            !(atomic_fetch_or_explicit(&l->seq, 1, memory_order_seq_cst) & 1))
             return;
         if (n < 64) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -29,7 +29,13 @@
  * later one, never the value begun with.  ThreadSanitizer does not model
  * fences, so under it each store is a release and each load an acquire
  * instead, which gives the same edge access by access.  On x86-64 all of it
- * is plain moves: the reader writes nothing. */
+ * is plain moves: the reader writes nothing.
+ *
+ * Taking the lock (its bit-set, or an upgrade's compare-and-swap) is
+ * sequentially consistent -- on x86-64 the same locked instruction as an
+ * acquire: table.c's lock-free admissions freeze an entry, then load the
+ * sequence, while a holder sets the bit, then loads the entry (a Dekker
+ * pair: of two such threads, at least one sees the other's write). */
 #if defined(__SANITIZE_THREAD__)
 #define SLUICE__SEQ_TSAN 1
 #elif defined(__has_feature)
@@ -49,7 +55,7 @@ typedef struct sluice__spin {
 SLUICE__INTERNAL void sluice__spin_wait(sluice__spin *l);
 static inline void sluice__spin_lock(sluice__spin *l)
 {
-    if (atomic_fetch_or_explicit(&l->seq, 1, memory_order_acquire) & 1) sluice__spin_wait(l);
+    if (atomic_fetch_or_explicit(&l->seq, 1, memory_order_seq_cst) & 1) sluice__spin_wait(l);
 #if !SLUICE__SEQ_TSAN
     atomic_thread_fence(memory_order_release); /* the bit-set before the hold's stores */
 #endif
@@ -72,7 +78,7 @@ static inline uint64_t sluice__spin_read_begin(const sluice__spin *l)
  * runs), nothing was taken. */
 static inline bool sluice__spin_try_upgrade(sluice__spin *l, uint64_t v)
 {
-    if (!atomic_compare_exchange_strong_explicit(&l->seq, &v, v | 1, memory_order_acquire,
+    if (!atomic_compare_exchange_strong_explicit(&l->seq, &v, v | 1, memory_order_seq_cst,
                                                  memory_order_relaxed))
         return false;
 #if !SLUICE__SEQ_TSAN

@@ -72,7 +72,9 @@
  *
  * Time: each shard's clock for reclaiming is the latest time any request
  * decided under its lock showed it (refusals and probes move nothing, their
- * time included).  A key dropped at rest loses its own latest time: a later
+ * time included, and admissions made without the lock move nothing but
+ * their entry: they are made only while the wheel needs no step at their
+ * time, `calm`).  A key dropped at rest loses its own latest time: a later
  * request for it with an earlier time than that key had seen starts a fresh
  * limiter at the earlier time, which can admit earlier than the contract
  * would.  This needs callers whose times run backwards across the rest of a
@@ -107,21 +109,22 @@
  * `now`, not the wheel, not a shared counter (the statistics are striped
  * per thread, counters.h; the refused-keys sketch, when it is on, is the one
  * thing a refusal writes).  If the read finds a refusal or a probe it is the
- * answer.  If it finds an admission of a held key, it takes the lock only if
- * the sequence is still the one it began with (sluice__spin_try_upgrade: a
- * compare-and-swap from v to v + 1) and stores the words it decided
- * (commit_read; when the shard's wheel is due a step, which may move
- * entries, the locked path decides again instead).  Anything else (a key to
- * make, a holder met since) is decided again under the lock, as before.  (Under the lock -- a burst's request on the shard it
- * holds, or a read that met holders READ_TRIES times -- a refusal or a probe
- * is still decided first, with no upkeep: it moves nothing but the lock.)
+ * answer.  If it finds an admission of a held key, it stores the words it
+ * decided without the lock, into the key's entry alone (commit_free, below:
+ * "Admissions without the lock"; when the shard's wheel is due a step, the
+ * locked path decides instead).  Anything else (a key to make, a holder met
+ * since) is decided again under the lock, as before.  (Under the lock -- a
+ * burst's request on the shard it holds, or a read that met holders
+ * READ_TRIES times -- a refusal or a probe is still decided first, with no
+ * upkeep: it moves nothing but the lock.)
  * The lock word is a sequence (spin.h): odd while held, 2 more after each
  * hold.  The read:
  *
  *   v = the sequence (acquire); odd: a holder runs -- wait, read it again
  *   the probe run of the key's slots: each one's meta (distance code, key
  *     length) and two key words, the entry's configuration id and the two
- *     words of its packed state;
+ *     words of its packed state (read_words: the time half, the count
+ *     half, the time half again -- equal, and not frozen);
  *     for a key absent and a new key that would need room, the shard's
  *     count and now, and every shard's `due` (full_read)
  *   decide on a copy of the state (the algorithm's decide_packed, as a
@@ -133,7 +136,8 @@
  * Why an answer given is one the locked path would have given at an
  * instant of the read: (1) every field read so -- meta, key words,
  * configuration id, state words, count, now, overrides -- is stored by a
- * holder only, with an atomic store of the field's own size (PUT), and
+ * holder only (but the state words, which admissions without the lock
+ * store too: (6)), with an atomic store of the field's own size (PUT), and
  * loaded with an atomic load of the same size (GET); no store overlaps
  * another field's bytes (new_entry and slot_move store field by field, no
  * memset or memcpy over them), so no load tears within a field and there
@@ -156,13 +160,55 @@
  * configuration id is looked up warily (read_cfg), and the state is two
  * halves in the ranges the packed form allows, on which decide is total (no
  * key is ever dereferenced: only keys of at most 16 bytes, compared as
- * words).  (5) An admission's upgrade succeeds only if the sequence is
- * still v when the lock is taken: no holder ran from v to then, so by (1)-(3)
- * what the read loaded is still the shard's -- the slot holds the key, the
- * words are its state under its newest configuration -- and the words it
- * stores are those the locked path would compute and store on that state.
- * The other shards' `due` are read as the locked path reads them, without
- * their locks: lower bounds, each true when read.
+ * words).  (5) An admission a read found is stored only if the sequence is
+ * still v once the entry is frozen (below): no holder ran from v to then,
+ * so by (1)-(3) what the read loaded is still the shard's -- the slot holds
+ * the key, under its newest configuration -- and the freeze found the
+ * state words the read decided on; the words stored are those the locked
+ * path would compute and store on that state.  The other shards' `due` are
+ * read as the locked path reads them, without their locks: lower bounds,
+ * each true when read.
+ *
+ * Admissions without the lock (commit_free; on machines without a 16-byte
+ * compare-and-swap the read takes the lock instead, by an upgrade from v,
+ * sluice__spin_try_upgrade, and stores under it).  An admission of a held
+ * key writes its entry's 16 state bytes and nothing else: two threads
+ * admitting distinct keys write distinct lines, never the shard's.  The
+ * time half of a packed state is at most 2^63 - 1; its top bit (FROZEN)
+ * marks the state frozen.  The admission, after its read:
+ *
+ *   freeze: compare-and-swap the 16 bytes from the pair read to the same
+ *     pair frozen -- this fails if another admission stored since: read
+ *     again;
+ *   load the sequence: still v -- store the count half, then the time half
+ *     decided (release; not frozen, so this thaws it); else thaw (a
+ *     compare-and-swap of the time half from frozen to what was read,
+ *     which fails if a holder stored since) and decide under the lock.
+ *
+ * A holder reads an entry's state words once they are not frozen
+ * (held_words waits), before it reads, moves, overwrites or drops the
+ * entry, and stores them count half first, time half last (put_words).
+ * (6) No admission stores into an entry a holder acts on: the holder's
+ * lock (a sequentially consistent read-modify-write of the sequence, then
+ * its load of the time half) and the admission's freeze (a sequentially
+ * consistent compare-and-swap, then its load of the sequence) are a Dekker
+ * pair: one of the two loads sees the other's write.  If the admission's
+ * sees the lock, it stores nothing and thaws; else the holder's sees the
+ * freeze and waits until the stores are done (release; the wait's load is
+ * an acquire), so it acts on the state admitted.  An admission that froze
+ * after the holder waited sees the lock, and the holder's words survive its
+ * thaw: the thaw succeeds only on the frozen time half, which no holder
+ * stores, before the holder's time-half store (which would have thawed it
+ * anyway), and a freeze never changes the count half.  (7) A read without
+ * the lock meets admissions made without the lock, which do not move the
+ * sequence.  They store state words only, and an admission's time half is
+ * never earlier than the one it replaces (the time decided at, clamped to
+ * the latest admission).  So if read_words' two loads of the time half
+ * agree and are not frozen, every admission between them stored that same
+ * time, and the count half loaded between them is one of theirs (each
+ * froze the time half before it stored its count half, release): the pair
+ * is a state the entry held at an instant of the read, and with (1)-(3) for
+ * every other field, the read saw the shard as it was at that instant.
  *
  * Keys longer than 16 bytes (their copy may be freed under the reader),
  * states that do not pack, and so the sliding-log and sliding-wheel keys
@@ -251,7 +297,11 @@ typedef struct shard {
     uint32_t gen;        /* moves of entries so far (a composite's parts
                           * look theirs up again after one) */
     unsigned char *slab; /* the probe array: cap slots of t->stride bytes */
-    uint64_t now;        /* latest time a request showed this shard */
+    uint64_t now;        /* latest time a request showed this shard under
+                          * its lock */
+    uint64_t calm;       /* 1 + the last tick at which a decision has no
+                          * wheel upkeep to do (0: the wheel is behind
+                          * `now`): admissions without the lock stay below */
     /* The reclaiming wheel: wheel.cur is the first tick not wholly handled
      * (its level-0 slot holds the keys coming to rest within it); heads[]
      * are its lists, slot + 1, 0 = empty. */
@@ -272,7 +322,7 @@ typedef struct shard {
     uint32_t novr, ovrcap;
 } shard;
 _Static_assert(offsetof(shard, wheel) + sizeof(uint64_t) <= 64,
-               "the lock, cap, slab, now and the wheel's tick share the shard's first line");
+               "the lock, cap, slab, now, calm and the wheel's tick share the shard's first line");
 
 /* One configuration of the table's spec (the end of this file). */
 typedef struct tcfg {
@@ -332,13 +382,52 @@ static inline entry *ent(const sluice_table *t, const shard *s, uint32_t i)
 
 static inline void *ent_state(entry *e) { return (unsigned char *)e + sizeof(entry); }
 
+/* A packed state's words: the time half (w[0], at most 2^63 - 1) and the
+ * count half.  The time half's top bit marks the state frozen by an
+ * admission made without the lock (commit_free, head comment).  Whoever
+ * holds the shard's lock reads the words once they are not frozen
+ * (held_words), and stores them count half first, time half last
+ * (put_words: the time half's store thaws whatever an admission that must
+ * give up froze meanwhile).  A read without the lock takes two loads of the
+ * time half around the count half's (read_words). */
+#define FROZEN ((uint64_t)1 << 63)
+
+static inline void held_words(entry *e, uint64_t w[2])
+{
+    const uint64_t *sw = ent_state(e);
+    for (unsigned n = 0;; n++) { /* seq_cst: the holder's half of a Dekker pair */
+        w[0] = __atomic_load_n(&sw[0], __ATOMIC_SEQ_CST);
+        if (!(w[0] & FROZEN)) break;
+        sluice__backoff(n);
+    }
+    w[1] = GET(&sw[1]);
+}
+
+static inline void put_words(entry *e, const uint64_t w[2])
+{
+    uint64_t *sw = ent_state(e), was[2];
+    held_words(e, was); /* an admission that froze it before the hold ends first */
+    PUT(&sw[1], w[1]);
+    PUT(&sw[0], w[0]);
+}
+
+/* False when the words are frozen, or the time half moved between its two
+ * loads (read again). */
+static inline bool read_words(entry *e, uint64_t w[2])
+{
+    const uint64_t *sw = ent_state(e);
+    w[0] = __atomic_load_n(&sw[0], __ATOMIC_ACQUIRE);
+    w[1] = __atomic_load_n(&sw[1], __ATOMIC_ACQUIRE);
+    return !(w[0] & FROZEN) && __atomic_load_n(&sw[0], SLUICE__SEQ_LOAD) == w[0];
+}
+
 /* The state of e, under its configuration's profile pf. */
 static void load_state(const sluice_table *t, const sluice__profile *pf, entry *e,
                        sluice__state *st)
 {
     if (t->pf.packed) {
         uint64_t w[2];
-        memcpy(w, ent_state(e), sizeof w);
+        held_words(e, w);
         sluice__state_unpack(pf, w, st);
     } else {
         memcpy(st, ent_state(e), sizeof *st);
@@ -349,10 +438,9 @@ static void store_state(const sluice_table *t, const sluice__profile *pf, entry 
                         const sluice__state *st)
 {
     if (t->pf.packed) {
-        uint64_t w[2], *to = ent_state(e);
+        uint64_t w[2];
         sluice__state_pack(pf, st, w);
-        PUT(&to[0], w[0]);
-        PUT(&to[1], w[1]);
+        put_words(e, w);
     } else {
         memcpy(ent_state(e), st, sizeof *st);
     }
@@ -369,7 +457,7 @@ static uint64_t ent_t_last(const sluice_table *t, entry *e)
 {
     uint64_t w[2];
     if (t->pf.packed) {
-        memcpy(w, ent_state(e), sizeof w);
+        held_words(e, w);
         return w[0];
     }
     return ((sluice__state *)ent_state(e))->t_last;
@@ -481,10 +569,9 @@ static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t t
     PUT(&b->key.w[0], a->key.w[0]);
     PUT(&b->key.w[1], a->key.w[1]);
     if (t->pf.packed) {
-        const uint64_t *x = ent_state(a);
-        uint64_t *y = ent_state(b);
-        PUT(&y[0], x[0]);
-        PUT(&y[1], x[1]);
+        uint64_t w[2];
+        held_words(a, w);
+        put_words(b, w);
     } else { /* never read without the lock */
         memcpy(ent_state(b), ent_state(a), sizeof(sluice__state));
     }
@@ -602,6 +689,7 @@ static void publish_due(shard *s)
      * pending at cur would come first, as the core orders ties) */
     if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
     atomic_store_explicit(s->due, due, (memory_order)SLUICE__SEQ_STORE);
+    PUT(&s->calm, (s->now >> TICK_SHIFT) <= s->wheel.cur ? s->wheel.cur + 1 : 0);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
@@ -731,6 +819,10 @@ static uint32_t drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep
 {
     entry *e = ent(t, s, i);
     wheel_unlink(t, s, i);
+    if (t->pf.packed) { /* an admission that froze it before the hold ends first */
+        uint64_t w[2];
+        held_words(e, w);
+    }
     if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
     if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.far.ext);
     const uint32_t last = slot_close(t, s, i);
@@ -871,6 +963,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         s->due = &t->dues[k];
         atomic_store_explicit(s->due, UINT64_MAX, memory_order_relaxed);
         sluice__wcore_init(&s->wheel, 0);
+        s->calm = 1; /* now and the wheel at tick 0 */
         if (!s->slab) goto oom;
     }
     return t;
@@ -1083,7 +1176,8 @@ enum { READ_DONE, READ_LOCK, READ_TORN, READ_ADMIT };
  * configuration and new state (decide_read stores it if it can upgrade). */
 typedef struct readout {
     uint32_t at;
-    uint64_t w[2];
+    uint64_t was[2]; /* the state read */
+    uint64_t w[2];   /* the state decided */
 } readout;
 
 /* find() for the optimistic read (k: the key zero-padded, as new_entry
@@ -1108,13 +1202,15 @@ static uint32_t read_find(sluice_table *t, shard *s, uint64_t h, const ekey *k, 
     return RUN_TORN;
 }
 
-/* The packed state of entry i, from GET loads. */
-static void read_state(sluice_table *t, const sluice__profile *pf, shard *s, uint32_t i,
+/* The packed state of entry i, read without the lock (read_words); false
+ * when it must be read again. */
+static bool read_state(sluice_table *t, const sluice__profile *pf, shard *s, uint32_t i,
                        sluice__state *st)
 {
-    uint64_t *sw = ent_state(ent(t, s, i));
-    const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+    uint64_t w[2];
+    if (!read_words(ent(t, s, i), w)) return false;
     sluice__state_unpack(pf, w, st);
+    return true;
 }
 
 /* The configuration that entry `at` of shard s (its id read with GET), or a
@@ -1155,10 +1251,10 @@ static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_
     const tcfg *c = read_cfg(t, s, at);
     if (!c) return READ_LOCK;
     if (at != UINT32_MAX) {
-        const uint64_t *sw = ent_state(ent(t, s, at));
-        const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
-        *ok = decide_words(&c->pf, w, now_ns, permits, res, ro->w);
-        if (ro->w[0] == w[0] && ro->w[1] == w[1]) return READ_DONE; /* only an admission writes */
+        if (!read_words(ent(t, s, at), ro->was)) return READ_TORN;
+        *ok = decide_words(&c->pf, ro->was, now_ns, permits, res, ro->w);
+        if (ro->w[0] == ro->was[0] && ro->w[1] == ro->was[1])
+            return READ_DONE; /* only an admission writes */
         ro->at = at;
         return READ_ADMIT;
     }
@@ -1178,8 +1274,43 @@ static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_
     return READ_DONE;
 }
 
+#if SLUICE__CAS128
+/* Whether an admission at now_ns has no wheel upkeep to do on shard s (read
+ * without the lock: `calm` only grows while the wheel keeps up). */
+static inline bool calm(const sluice_table *t, const shard *s, uint64_t now_ns)
+{
+    return (t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) || (now_ns >> TICK_SHIFT) < GET(&s->calm);
+}
+
+/* An admission of a held key found by a read of shard e's shard s that
+ * began at sequence v (head comment, "Admissions without the lock"):
+ * freeze the state read (a 16-byte compare-and-swap from it to it with the
+ * frozen bit: no other admission can then store, and holders wait), then
+ * load the sequence: still v -- no holder has run since the read began,
+ * none can act on e until it thaws -- store the new state, count half
+ * first, then the time half, which thaws it; else thaw it as it was.
+ * Returns 1 stored, 0 when the state is no longer the one read (another
+ * admission came first), -1 when a holder ran (the lock decides). */
+static int commit_free(shard *s, entry *e, uint64_t v, const readout *ro)
+{
+    u128 *p = ent_state(e);
+    const u128 was = (u128)ro->was[1] << 64 | ro->was[0];
+    if (!__sync_bool_compare_and_swap(p, was, was | FROZEN)) return 0;
+    uint64_t *sw = ent_state(e);
+    if (atomic_load_explicit(&s->mu.seq, memory_order_seq_cst) != v) {
+        uint64_t f = ro->was[0] | FROZEN; /* fails if a holder stored since */
+        __atomic_compare_exchange_n(&sw[0], &f, ro->was[0], false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        return -1;
+    }
+    __atomic_store_n(&sw[1], ro->w[1], __ATOMIC_RELEASE);
+    __atomic_store_n(&sw[0], ro->w[0], __ATOMIC_RELEASE);
+    return 1;
+}
+#else
 static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
                         uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro);
+#endif
 
 /* Whether requests for key are read at all: packed states, inline keys. */
 static inline bool readable(const sluice_table *t, size_t keylen)
@@ -1209,10 +1340,19 @@ static int decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, s
         readout ro;
         const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full, &ro);
         if (rc == READ_ADMIT) { /* store what was read, if nothing moved since */
+#if SLUICE__CAS128
+            if (!calm(t, s, now_ns)) return READ_LOCK; /* the wheel's upkeep: the lock's */
+            const int got = commit_free(s, ent(t, s, ro.at), v, &ro);
+            if (got > 0) return READ_DONE;
+            if (got < 0) return READ_LOCK;
+            sluice__backoff(n); /* another admission came first: read again */
+            continue;
+#else
             if (!sluice__spin_try_upgrade(&s->mu, v)) return READ_LOCK;
             *ok = commit_read(t, s, h, key, keylen, permits, now_ns, res, &ro);
             sluice__spin_unlock(&s->mu);
             return READ_DONE;
+#endif
         }
         if (rc == READ_LOCK) return READ_LOCK;
         if (rc == READ_TORN || !sluice__spin_read_valid(&s->mu, v)) continue;
@@ -1298,13 +1438,10 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         }
         entry *e = ent(t, s, i);
         if (t->pf.packed) {
-            uint64_t *sw = ent_state(e), out[2];
-            const uint64_t w[2] = {sw[0], sw[1]};
+            uint64_t w[2], out[2];
+            held_words(e, w);
             ok = decide_words(&c->pf, w, now_ns, permits, res, out);
-            if (out[0] != w[0] || out[1] != w[1]) { /* only an admission writes */
-                PUT(&sw[0], out[0]);
-                PUT(&sw[1], out[1]);
-            }
+            if (out[0] != w[0] || out[1] != w[1]) put_words(e, out); /* only an admission writes */
         } else {
             ok = sluice__decide(&c->pf, ent_state(e), now_ns, permits, UINT64_MAX, res);
         }
@@ -1323,17 +1460,17 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
  * looking the key up and deciding again, which would find what the read
  * found.  When the wheel is due a step (it may move entries), the whole
  * locked path decides. */
+#if !SLUICE__CAS128
 static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
                         uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro)
 {
     if (now_ns > s->now) PUT(&s->now, now_ns);
     if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur)
         return decide_locked(t, s, h, key, keylen, permits, now_ns, res, false);
-    uint64_t *sw = ent_state(ent(t, s, ro->at));
-    PUT(&sw[0], ro->w[0]);
-    PUT(&sw[1], ro->w[1]);
+    put_words(ent(t, s, ro->at), ro->w);
     return true;
 }
+#endif
 
 /* Fetch the lines a lookup of hash h most likely reads, all at once rather
  * than one after the other: its home slot's and the next two (a key lies
@@ -1724,7 +1861,7 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
         sluice_table *t;
         shard *s;
         uint64_t h, v;
-        uint64_t out[2];
+        uint64_t w[2], out[2];
         ekey k;
         uint32_t at;
         bool first; /* the first part of its shard: reads and takes its sequence */
@@ -1772,10 +1909,13 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
             if (at == UINT32_MAX) return -1; /* a key to make: the general path */
             const tcfg *c = read_cfg(t, p[i].s, at);
             if (!c) return -1;
-            const uint64_t *sw = ent_state(ent(t, p[i].s, at));
-            const uint64_t w[2] = {GET(&sw[0]), GET(&sw[1])};
+            if (!read_words(ent(t, p[i].s, at), p[i].w)) {
+                torn = true;
+                break;
+            }
             if (ans) ans[i] = (sluice__answer){.ok = false};
-            p[i].ok = decide_words(&c->pf, w, now_ns, permits, ans ? &ans[i].r : NULL, p[i].out);
+            p[i].ok = decide_words(&c->pf, p[i].w, now_ns, permits, ans ? &ans[i].r : NULL,
+                                   p[i].out);
             p[i].at = at;
             all &= p[i].ok;
         }
@@ -1789,12 +1929,17 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
             size_t got = 0;
             for (; got < n; got++)
                 if (p[got].first && !sluice__spin_try_upgrade(&p[got].s->mu, p[got].v)) break;
-            bool upkeep = false;
+            bool upkeep = false, moved = false;
             for (size_t i = 0; i < got && !upkeep; i++)
                 upkeep = p[i].first && !(p[i].t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) &&
                          ((now_ns > p[i].s->now ? now_ns : p[i].s->now) >> TICK_SHIFT) >
                              p[i].s->wheel.cur;
-            if (got < n || upkeep) { /* nothing stored: let them go */
+            for (size_t i = 0; got == n && !upkeep && !moved && i < n; i++) {
+                uint64_t w[2]; /* an admission without the lock may have come between */
+                held_words(ent(p[i].t, p[i].s, p[i].at), w);
+                moved = w[0] != p[i].w[0] || w[1] != p[i].w[1];
+            }
+            if (got < n || upkeep || moved) { /* nothing stored: let them go */
                 for (size_t i = 0; i < got; i++)
                     if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
                 if (upkeep) return -1; /* the wheel's step: the general path */
@@ -1803,9 +1948,7 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
             }
             for (size_t i = 0; i < n; i++) {
                 if (p[i].first && now_ns > p[i].s->now) PUT(&p[i].s->now, now_ns);
-                uint64_t *sw = ent_state(ent(p[i].t, p[i].s, p[i].at));
-                PUT(&sw[0], p[i].out[0]);
-                PUT(&sw[1], p[i].out[1]);
+                put_words(ent(p[i].t, p[i].s, p[i].at), p[i].out);
             }
             for (size_t i = 0; i < n; i++)
                 if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
@@ -1898,8 +2041,8 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
             if (at == RUN_TORN) continue;
             const tcfg *c = read_cfg(t, s, at);
             if (!c) break; /* the lock's */
-            if (at != UINT32_MAX) read_state(t, &c->pf, s, at, &fresh);
-            else sluice__state_init(&c->pf, &fresh);
+            if (at == UINT32_MAX) sluice__state_init(&c->pf, &fresh);
+            else if (!read_state(t, &c->pf, s, at, &fresh)) continue;
             sluice__judge(&c->pf, &fresh, &tmp, now_ns, permits, &r);
             if (!sluice__spin_read_valid(&s->mu, v)) continue;
             if (state && at != UINT32_MAX) {

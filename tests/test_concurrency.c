@@ -1857,6 +1857,133 @@ static void test_table_hot_key(void **state)
            runs, HOT_THREADS, HOT_PHASES, calls_done, admitted_all, secs_since(t0));
 }
 
+/* ---- admissions without the lock, racing entries that move ------------- */
+
+/* Admissions of held keys store their state without the shard's lock
+ * (src/table.c, "Admissions without the lock"), while whoever holds the
+ * lock moves entries along their probe runs (an insertion moves the rest
+ * of a run one slot on, a removal one slot back).  An admission that
+ * stored into a slot its key had left, or that a move copied from before
+ * the store, loses a permit or gives one to another key.  Here one shard
+ * (max_keys 256) holds ADM_KEYS keys; threads 1.. admit single permits on
+ * them at one instant while thread 0 removes and makes other keys of the
+ * same shard, so that the runs shift under the admissions all the time.
+ * The spec's capacity is CAP per key: each key must end with exactly
+ * min(CAP, requests) admitted -- counted by the callers, and read back from
+ * the table (remaining = CAP - admitted).  Capacities above and below the
+ * requests per key, for fixed-window and token-bucket. */
+#define ADM_THREADS 4
+#define ADM_KEYS 24
+#define ADM_OTHERS 120
+
+typedef struct adm_ctx {
+    sluice_table *tab;
+    uint64_t t;
+    size_t calls; /* per admitting thread */
+    uint64_t seed;
+    _Atomic size_t stop;                   /* admitting threads done */
+    _Atomic uint64_t admitted[ADM_KEYS];   /* per key */
+    _Atomic uint64_t requests[ADM_KEYS];
+    _Atomic uint64_t churned;
+    tu_errs err[ADM_THREADS];
+} adm_ctx;
+
+static void adm_job(void *vc, unsigned self, size_t rep)
+{
+    (void)rep;
+    adm_ctx *c = vc;
+    uint64_t rs = seed_for(11, c->seed, self);
+    char kb[24];
+    if (self == 0) { /* churn until the others are done (bounded) */
+        for (size_t i = 0; i < 50u * 1000 * 1000 &&
+                           atomic_load(&c->stop) < ADM_THREADS - 1; i++) {
+            int kl = snprintf(kb, sizeof kb, "other%u", (unsigned)(tu_splitmix64(&rs) % ADM_OTHERS));
+            if (sluice_table_remove(c->tab, kb, (size_t)kl) != 0)
+                sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, 1, c->t, NULL);
+            atomic_fetch_add(&c->churned, 1);
+        }
+        return;
+    }
+    for (size_t i = 0; i < c->calls; i++) {
+        const unsigned k = (unsigned)(tu_splitmix64(&rs) % ADM_KEYS);
+        int kl = snprintf(kb, sizeof kb, "key%u", k);
+        sluice_result res;
+        const bool ok = sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, 1, c->t, &res);
+        atomic_fetch_add(&c->requests[k], 1);
+        if (ok) atomic_fetch_add(&c->admitted[k], 1);
+        if (res.error != 0) tu_errs_add(&c->err[self], "key %u: error %d", k, res.error);
+    }
+    atomic_fetch_add(&c->stop, 1);
+}
+
+static void test_table_admit_moving(void **state)
+{
+    (void)state;
+    const size_t rounds = tu_scaled(6, g_scale) + 1;
+    uint64_t t0 = sluice_now_ns();
+    pool *pl = pool_new(ADM_THREADS);
+    adm_ctx *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    size_t calls_done = 0, churned = 0;
+    for (size_t round = 0; round < rounds; round++) {
+        uint64_t rs = seed_for(12, round, 0);
+        c->calls = 20000 + round * 4000;
+        const uint64_t per_key = c->calls * (ADM_THREADS - 1) / ADM_KEYS; /* about */
+        const uint64_t cap = round % 2 ? per_key / 2 : per_key * 4;
+        char spec[96];
+        if (round % 4 < 2)
+            snprintf(spec, sizeof spec, "fixed-window %llu/h", ULL(cap));
+        else
+            snprintf(spec, sizeof spec, "token-bucket 1/h burst=%llu", ULL(cap));
+        char err[256];
+        c->tab = sluice_table_new(spec, 256, err, sizeof err);
+        if (!c->tab) fail_msg("%s: %s", spec, err);
+        c->t = rng_range(&rs, SEC, UINT64_C(1) << 62);
+        for (unsigned k = 0; k < ADM_KEYS; k++) {
+            atomic_store(&c->admitted[k], 0);
+            atomic_store(&c->requests[k], 0);
+            char kb[24];
+            int kl = snprintf(kb, sizeof kb, "key%u", k);
+            sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, 0, c->t, NULL); /* a probe */
+        }
+        for (unsigned k = 0; k < ADM_OTHERS; k += 2) { /* runs to shift */
+            char kb[24];
+            int kl = snprintf(kb, sizeof kb, "other%u", k);
+            sluice_table_try_acquire_at(c->tab, kb, (size_t)kl, 1, c->t, NULL);
+        }
+        atomic_store(&c->stop, 0);
+        atomic_store(&c->churned, 0);
+        c->seed = tu_splitmix64(&rs);
+        memset(c->err, 0, sizeof c->err);
+        pool_run(pl, adm_job, c, 1, false);
+        terr_check(c->err, ADM_THREADS, "admit moving");
+        for (unsigned k = 0; k < ADM_KEYS; k++) {
+            const uint64_t req = atomic_load(&c->requests[k]);
+            const uint64_t got = atomic_load(&c->admitted[k]);
+            const uint64_t want = req < cap ? req : cap;
+            if (got != want)
+                fail_msg("%s, key %u: %llu of %llu requests admitted, the contract admits %llu",
+                         spec, k, ULL(got), ULL(req), ULL(want));
+            char kb[24];
+            int kl = snprintf(kb, sizeof kb, "key%u", k);
+            sluice_result r;
+            if (sluice_table_peek_at(c->tab, kb, (size_t)kl, 0, c->t, &r, NULL) != 0)
+                fail_msg("%s, key %u: not held", spec, k);
+            if (r.remaining != cap - got)
+                fail_msg("%s, key %u: the table holds %llu remaining, %llu admitted of %llu", spec,
+                         k, ULL(r.remaining), ULL(got), ULL(cap));
+        }
+        calls_done += c->calls * (ADM_THREADS - 1);
+        churned += atomic_load(&c->churned);
+        sluice_table_free(c->tab);
+    }
+    pool_free(pl);
+    free(c);
+    printf("[ conc     ] admissions among moves: %zu rounds, %zu admissions asked, %zu churn "
+           "steps, %.2f s\n",
+           rounds, calls_done, churned, secs_since(t0));
+}
+
 int main(void)
 {
     g_scale = tu_env_scale(1.0);
@@ -1874,6 +2001,7 @@ int main(void)
         cmocka_unit_test(test_window_log_run),
         cmocka_unit_test(test_refusal_writes_nothing),
         cmocka_unit_test(test_table_hot_key),
+        cmocka_unit_test(test_table_admit_moving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
