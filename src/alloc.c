@@ -9,11 +9,23 @@
  * sluice__calloc64 asks calloc_fn for n + 64 bytes and aligns inside, so it
  * writes only the 8 bytes just before the block (the hook's pointer, kept
  * for sluice__free64) and never touches the rest.
+ *
+ * Huge pages: a table's probe arrays are one block of up to hundreds of MB,
+ * read at random.  In 4 KB pages nearly every lookup also misses the TLB
+ * and walks the page tables; in 2 MB pages a table of 10^6 keys is 30 TLB
+ * entries.  sluice__advise_huge asks for them (madvise MADV_HUGEPAGE, for
+ * the whole 2 MB pages inside the block) when the block came from the
+ * default calloc: memory from an application's allocator is left as it is.
+ * The price: the kernel makes a page resident 2 MB at a time, so a table
+ * made for many keys and holding few is resident in 2 MB steps rather than
+ * 4 KB ones (docs/benchmarks.md, "Huge pages").
  */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static sluice_allocator g_alloc = {.malloc_fn = malloc, .calloc_fn = calloc, .free_fn = free};
 
@@ -66,4 +78,18 @@ void sluice__free64(void *p)
 void sluice__free(void *p)
 {
     if (p) g_alloc.free_fn(p);
+}
+
+void sluice__advise_huge(void *p, size_t n)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)1 << 21;
+    if (!p || g_alloc.calloc_fn != calloc) return;
+    const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    const uintptr_t b = ((uintptr_t)p + n) & ~(huge - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
 }

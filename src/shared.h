@@ -29,6 +29,11 @@ SLUICE__SHARED void *sluice__malloc(size_t n);
 SLUICE__SHARED void *sluice__calloc(size_t n, size_t size);
 SLUICE__SHARED void sluice__free(void *p);
 SLUICE__SHARED void *sluice__calloc64(size_t n);
+/* Ask for huge pages (2 MB) for the whole 2 MB pages inside the n bytes at
+ * p, a block from sluice__calloc: only with the default allocator, and only
+ * where the system has them (Linux's transparent huge pages, "madvise"
+ * mode or "always"); a hint, never an error. */
+SLUICE__SHARED void sluice__advise_huge(void *p, size_t n);
 SLUICE__SHARED void sluice__free64(void *p);
 
 /* SipHash-1-3 of data under the 128-bit key (siphash.c). */

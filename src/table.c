@@ -345,6 +345,7 @@ struct sluice_table {
     unsigned nshards;
     uint64_t seed[2];
     shard *shards;
+    unsigned char *slabs; /* every shard's probe array, one after the other */
     _Atomic uint64_t *dues; /* each shard's `due`, side by side: a new key's
                              * refusal reads them all */
     _Atomic size_t keys;
@@ -905,8 +906,8 @@ static void free_shards(sluice_table *t)
                 if (!t->pf.packed) sluice__state_fini(&t->pf, ent_state(e));
             }
         }
-        sluice__free(s->slab);
     }
+    sluice__free(t->slabs);
     sluice__free64(t->shards);
     sluice__free64((void *)t->dues);
 }
@@ -954,17 +955,22 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     uint64_t ecap = t->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
     if (ecap > max_keys) ecap = max_keys;
     uint64_t cap = ecap + ecap / 4 + 1; /* load factor <= 0.8 */
+    if (cap > UINT32_MAX) cap = UINT32_MAX;
+    /* one block for every shard's array, in huge pages where the system
+     * gives them (alloc.c): a random lookup then misses the TLB rarely */
+    t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
+    if (!t->slabs) goto oom;
+    sluice__advise_huge(t->slabs, (size_t)cap * t->nshards * t->stride);
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *s = &t->shards[k];
         s->ecap = (uint32_t)(ecap > UINT32_MAX - 1 ? UINT32_MAX - 1 : ecap);
         s->cap = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
-        s->slab = sluice__calloc(s->cap, t->stride);
+        s->slab = t->slabs + (size_t)k * s->cap * t->stride;
         s->rng = t->seed[0] ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ 1;
         s->due = &t->dues[k];
         atomic_store_explicit(s->due, UINT64_MAX, memory_order_relaxed);
         sluice__wcore_init(&s->wheel, 0);
         s->calm = 1; /* now and the wheel at tick 0 */
-        if (!s->slab) goto oom;
     }
     return t;
 oom:
