@@ -64,6 +64,15 @@
  *       and writes nothing (a refusal of more than 8 permits, or a probe,
  *       after more than 8 slots left the window unseen by an admission,
  *       may take the mutex).
+ *   tables (sluice_table_*) of the four lock-free algorithms, keys of at
+ *   most 16 bytes
+ *       a refusal or a probe reads the key's entry and its shard's sequence
+ *       count with plain loads and writes nothing; an admission of a key
+ *       the table holds writes its 16-byte state and nothing else (a
+ *       compare-and-swap that freezes it, then two stores), so threads on
+ *       distinct keys share no written cache line; making, removing and
+ *       reclaiming keys take the shard's short lock.  Longer keys, the
+ *       window logs' tables and other machines decide under that lock.
  *
  * A composite decision (sluice_composite_try_acquire_at) or a change of
  * spec (sluice_limiter_reconfigure_at) holds a lock-free limiter's word for
