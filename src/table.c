@@ -1193,7 +1193,8 @@ typedef struct readout {
  * more" does not end the run here (the locked path hashes the key to know):
  * the run goes on, to an empty slot, a nearer key or its bound. */
 #define RUN_TORN (UINT32_MAX - 1) /* slots are below cap < 2^32 - 1 */
-static uint32_t read_find(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen)
+static inline __attribute__((always_inline)) uint32_t
+read_find(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen)
 {
     uint32_t i = home_of(s, (uint32_t)h);
     for (uint32_t d = 0; d < s->cap; d++) {
@@ -1225,7 +1226,8 @@ static bool read_state(sluice_table *t, const sluice__profile *pf, shard *s, uin
  * lock carries it over first), the shard has overrides (looked up under the
  * lock), or a read that mixed states names no published configuration.
  * Configurations are never freed while the table lives. */
-static const tcfg *read_cfg(sluice_table *t, shard *s, uint32_t at)
+static inline __attribute__((always_inline)) const tcfg *
+read_cfg(sluice_table *t, shard *s, uint32_t at)
 {
     const tcfg *c = cur_cfg(t);
     if (at == UINT32_MAX) return GET(&s->novr) ? NULL : c;
@@ -1246,9 +1248,10 @@ static const tcfg *read_cfg(sluice_table *t, shard *s, uint32_t at)
  * for want of room) for a refusal or a probe; READ_LOCK for what only the
  * lock may decide (an admission, a new key); READ_TORN for a torn run.
  * The decision is on two halves in the ranges of the packed form. */
-static int read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen,
-                     uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok,
-                     bool *full, readout *ro)
+static inline __attribute__((always_inline)) int
+read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen,
+          uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok, bool *full,
+          readout *ro)
 {
     const uint32_t at = read_find(t, s, h, k, keylen);
     if (at == RUN_TORN) return READ_TORN;
@@ -1330,8 +1333,9 @@ static inline bool readable(const sluice_table *t, size_t keylen)
  * when the caller must decide under the lock (an admission, a new key, a
  * request that is not readable()); READ_TORN when READ_TRIES reads met a
  * holder or a change: then under the lock, refusals and probes first. */
-static int decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
-                       uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok)
+static inline __attribute__((always_inline)) int
+decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
+            uint64_t permits, uint64_t now_ns, sluice_result *res, bool *ok)
 {
     if (!readable(t, keylen)) return READ_LOCK;
     ekey k;
