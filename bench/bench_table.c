@@ -80,6 +80,7 @@
  * those of live keys); 2 on bad usage.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE: the floor in huge pages */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -92,6 +93,7 @@
 #include <time.h>
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -707,8 +709,8 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
 typedef struct bt_burst_result {
     bool run;
     uint64_t n, iters;
-    double single_ns, burst_ns, floor_ns, chain_ns, run_ns;      /* medians, wall */
-    double single_cpu, burst_cpu, floor_cpu, chain_cpu, run_cpu; /* medians, CPU */
+    double single_ns, burst_ns, floor_ns, chain_ns, run_ns, huge_ns; /* medians, wall */
+    double single_cpu, burst_cpu, floor_cpu, chain_cpu, run_cpu, huge_cpu; /* CPU */
     double spread;        /* worst (max - min) / median of the four */
     uint64_t allowed, decided;
     bool lost_keys;
@@ -829,18 +831,34 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     memset(chain, 0xff, (size_t)words * sizeof(uint64_t)); /* see bt_run_floor */
     uint64_t *flat = bt_xmalloc((size_t)words * sizeof(uint64_t));
     memset(flat, 0, (size_t)words * sizeof(uint64_t));
+    /* the floor again over an array in huge pages, as the library asks for
+     * its tables (src/alloc.c), where the system gives them */
+    void *hv = NULL;
+    const size_t hbytes = ((size_t)words * sizeof(uint64_t) + (1u << 21) - 1) & ~(size_t)((1u << 21) - 1);
+    if (posix_memalign(&hv, (size_t)1 << 21, hbytes) != 0) {
+        fprintf(stderr, "bench_table: out of memory\n");
+        exit(1);
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(hv, hbytes, MADV_HUGEPAGE);
+#endif
+    uint64_t *huge = hv;
+    memset(huge, 0, hbytes);
 
-    double *v[10];
-    for (int k = 0; k < 10; k++)
+    double *v[12];
+    for (int k = 0; k < 12; k++)
         v[k] = bt_xmalloc(o->runs * sizeof(double));
     const uint64_t slots = words * 8 / 48 > 4 ? words * 8 / 48 - 3 : 1;
     fprintf(stderr, "bench_table: burst, %s keys: %" PRIu64 " runs...\n",
             bt_count(n, nb, sizeof nb), o->runs);
     for (uint64_t r = 0; r <= o->runs; r++) { /* pass 0: warm-up, a tenth */
         const size_t len = r == 0 ? iters / 10 + 1 : iters;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             uint64_t c0 = bt_cpu_ns(), t0 = bt_clock_ns(), got;
             switch (k) {
+            case 5:
+                got = bt_run_burst_floor(huge, pos, len);
+                break;
             case 4:
                 got = bt_run_run_floor(flat, pos, len, slots);
                 break;
@@ -872,8 +890,8 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
             }
         }
     }
-    double med[10];
-    for (int k = 0; k < 10; k++) {
+    double med[12];
+    for (int k = 0; k < 12; k++) {
         med[k] = bt_median(v[k], o->runs);
         if (k % 2 == 0 && med[k] > 0) {
             double s = (v[k][o->runs - 1] - v[k][0]) / med[k];
@@ -887,12 +905,14 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     br->floor_ns = med[4], br->floor_cpu = med[5];
     br->chain_ns = med[6], br->chain_cpu = med[7];
     br->run_ns = med[8], br->run_cpu = med[9];
+    br->huge_ns = med[10], br->huge_cpu = med[11];
     sluice_table_stats st;
     sluice_table_stats_get(t, &st);
     if (st.keys != n || st.reclaimed || st.evicted || st.refused)
         br->lost_keys = true;
     free(chain);
     free(flat);
+    free(huge);
     free(keys);
     free(kp);
     free(pos);
@@ -928,15 +948,21 @@ static int bt_burst_main(const bt_opts *o)
            br.chain_cpu, br.chain_ns / fw, br.chain_cpu / fc);
     printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the same, three lines a decision: a run)",
            br.run_ns, br.run_cpu, br.run_ns / fw, br.run_cpu / fc);
+    printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the floor in huge pages, as the table is)",
+           br.huge_ns, br.huge_cpu, br.huge_ns / fw, br.huge_cpu / fc);
     printf("\nfloor: in bursts of %d, the words prefetched, then each loaded and a locked add\n"
            "done on it; arrays as large as the table (%s keys), one word per key.  The run\n"
            "line: the same with the three lines a lookup reads prefetched for each (a\n"
            "48-byte slot, its line and the next two); bursts / run = %.2fx (cpu %.2fx).\n"
+           "The table asks for huge pages (src/alloc.c; --small-pages: not); against\n"
+           "the floor in huge pages too, bursts are %.2fx (cpu %.2fx).\n"
            "Bursts are %.2fx faster than single calls (wall).  Allowed %.1f%% (the same\n"
            "sequence each run).  (cpu): thread CPU time, without the time descheduled.\n"
            "Worst run spread (max-min)/median (wall): %.0f%%.%s\n",
            BT_BURST, nb, br.run_ns > 0 ? br.burst_ns / br.run_ns : 0.0,
            br.run_cpu > 0 ? br.burst_cpu / br.run_cpu : 0.0,
+           br.huge_ns > 0 ? br.burst_ns / br.huge_ns : 0.0,
+           br.huge_cpu > 0 ? br.burst_cpu / br.huge_cpu : 0.0,
            br.burst_ns > 0 ? br.single_ns / br.burst_ns : 0.0,
            br.decided ? 100.0 * (double)br.allowed / (double)br.decided : 0.0, br.spread * 100,
            br.lost_keys ? "\n! not all keys stayed live" : "");
@@ -1348,6 +1374,9 @@ static int bt_overload(const bt_opts *o)
     return status;
 }
 
+/* calloc, but not the library's default allocator: no huge-page advice. */
+static void *bt_calloc(size_t n, size_t size) { return calloc(n, size); }
+
 static void bt_usage(FILE *out)
 {
     fprintf(out,
@@ -1375,6 +1404,9 @@ static void bt_usage(FILE *out)
             "               against one dependent random load (default --iters 1000000)\n"
             "  --top        with --overload: both tables keep the sketch of the keys\n"
             "               refused most (sluice_table_set_top(t, 64, 16))\n"
+            "  --small-pages  the tables in 4 KB pages: an allocator of the bench's\n"
+            "               own (calloc passed through), which the library gives no\n"
+            "               huge-page advice (src/alloc.c)\n"
             "  --quick      a smoke run of every part: --runs 3 --iters 200000\n"
             "               --keys 1000,1000000 --flood 3000000 --flood-keys 100000\n"
             "Prints the median ns per decision at each key count, uniform and\n"
@@ -1409,6 +1441,9 @@ int main(int argc, char **argv)
             overload = true;
         } else if (strcmp(a, "--top") == 0) {
             o.top = true;
+        } else if (strcmp(a, "--small-pages") == 0) {
+            const sluice_allocator al = {.malloc_fn = malloc, .calloc_fn = bt_calloc, .free_fn = free};
+            if (sluice_set_allocator(&al) != 0) return 2;
         } else if (strcmp(a, "--burst-keys") == 0) {
             if (bt_parse_u64(a, v, 1, UINT64_C(100000000), &o.burst_keys) != 0)
                 return 2;
