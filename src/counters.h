@@ -55,6 +55,18 @@ static inline void sluice__count(sluice__counters *c, uint64_t permits, bool all
                     1);
     if (permits) sluice__own_add(allowed ? &s->permits_allowed : &s->permits_denied, permits);
 }
+/* sluice__count of a refusal of permits >= 1. */
+static inline void sluice__count_denied(sluice__counters *c, uint64_t permits)
+{
+    const unsigned slot = sluice__my_slot - 1;
+    if (slot >= SLUICE__STRIPES - 1) {
+        sluice__count_slow(c, permits, false);
+        return;
+    }
+    sluice__stripe *s = &c->s[slot];
+    sluice__own_add(&s->requests_denied, 1);
+    sluice__own_add(&s->permits_denied, permits);
+}
 /* Decisions tallied locally and counted at once (a burst counts its
  * decisions when it returns: one stripe update, not one per decision). */
 typedef struct sluice__tally {

@@ -92,6 +92,15 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
     return ok;
 }
 
+/* The refusals' hint (internal.h): a full window, count >= L, refuses
+ * one permit (and more) until its end; admissions in it only add to the
+ * count.  Else 0: one permit would pass at w[0]. */
+static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
+{
+    if (w[1] < pf->limit) return 0;
+    return (sluice__div_q(&pf->div_w, w[0]) + 1) * pf->period_ns; /* <= w[0] + W */
+}
+
 /* A change of spec at t: the permits admitted in the old window of t count
  * in the new window of t (reconfigure.c). */
 static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
@@ -113,5 +122,6 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .pack = pack,
     .unpack = unpack,
     .decide_packed = decide_packed,
+    .refused_until = refused_until,
     .carry = carry,
 };

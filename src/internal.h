@@ -185,6 +185,15 @@ typedef struct sluice__packed_req {
  *             unpack, sluice__decide and pack in a row, which it replaces
  *             (one indirect call instead of three; the algorithm may take
  *             a cheaper road to the same answer); NULL when never packed
+ *   refused_until
+ *             for packed profiles: 0, or a time T beyond the packed word w's
+ *             latest time w[0] such that a request for 1 permit on w is
+ *             refused at every clamped time t, w[0] <= t < T (limiter.c
+ *             keeps it after each admission, its refusals' hint).  It must
+ *             stay true of every word that admissions at times <= t make
+ *             from w (an admission only ever takes room), and a request for
+ *             more permits is refused wherever one is.  Any T below the
+ *             exact bound is correct, only slower; NULL when never packed
  *   fini      release what the state holds; NULL when it holds nothing
  *   bucket    books the future: reservations, debt, give-back
  *
@@ -215,6 +224,7 @@ typedef struct sluice__alg_ops {
     void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
     void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
     bool (*decide_packed)(const sluice__profile *pf, struct sluice__packed_req *q);
+    uint64_t (*refused_until)(const sluice__profile *pf, const uint64_t w[2]);
     void (*fini)(sluice__state *st);
     bool bucket;
     bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
@@ -298,6 +308,8 @@ SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uin
                                             sluice__state *st);
 SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
                                                    sluice__packed_req *q);
+SLUICE__INTERNAL uint64_t sluice__bucket_refused_until(const sluice__profile *pf,
+                                                     const uint64_t w[2]);
 SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            const sluice__profile *to, sluice__state *st,
                                            uint64_t t, bool cap);

@@ -43,6 +43,7 @@ const sluice__alg_ops sluice__leaky_bucket_ops = {
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
     .decide_packed = sluice__bucket_decide_packed,
+    .refused_until = sluice__bucket_refused_until,
     .bucket = true,
     .carry = carry,
     .fits = sluice__bucket_fits,

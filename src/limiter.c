@@ -48,10 +48,46 @@
  * composite.c, or a change): every CAS on it then fails and decisions wait
  * for the release.
  *
+ * The refusals' hint.  Under overload a refusal need not decide at all:
+ * beside its word each configuration keeps a hint H, 0 or a time such that
+ * one permit is refused at every clamped time in [t_last, H) of the word
+ * it was computed from (the algorithm's refused_until, internal.h).  Each
+ * admission -- a successful CAS that took permits -- stores the hint of
+ * the word it wrote, after its CAS; nothing else stores it.  A give-back
+ * (a cancelled reservation, the one write that makes a word more
+ * permissive) first sets the configuration's flag `given`, for good.  A
+ * request for p >= 1 at now without details then loads c (the
+ * configuration), given, H and the word's time half lo, in this order --
+ * the live form before it reads the clock -- and if given is clear and
+ * now < H and lo < H it is refused and counted: no other read, no store.
+ *
+ * Claim: that is the decision's answer on the state c's word held at an
+ * instant inside the call.  Proof (x86-64's ordering: stores become
+ * visible in program order, loads read in program order).  Say H was
+ * stored by admission A, whose CAS (instant a) wrote word S_A, and c was
+ * loaded at c0; let L = max(c0, a), before the load of H (A's CAS precedes
+ * its store of H).  At L, c was current: at c0 the call read it; at a, A's
+ * CAS succeeded on c's word, which a reconfiguration freezes for ever
+ * before it publishes the next configuration.  No give-back's CAS on c's
+ * word came between a and L: if L = c0 > a, such a CAS, and the store of
+ * `given` before it, were visible before the call's load of given, which
+ * read it clear.  So between a and L only admissions wrote the word, and
+ * an admission only takes room: a word that refuses one permit at t still
+ * refuses it, and any larger request, after admissions at times <= t
+ * (refused_until's contract).  The time half never decreases (the frozen
+ * bit aside, which only makes lo larger), so the latest time of the word
+ * at L is <= lo < H, and the decision at L clamps now to t =
+ * max(min(now, 2^63-1), t_last) with t_A <= t < H, where S_A refuses.  So
+ * the refusal is the decision on the word at L; the call is linearised at
+ * L.  (The hint is off after a give-back until the next reconfiguration:
+ * an admission's late store could otherwise bring back a hint older than
+ * the give-back.)  Window logs keep their hint in their publication, read
+ * under its sequence (window_log.c); the locked path has none.
+ *
  * The public decisions (decide_fast) are shaped for the refusal, the
- * overload's common case: the snapshot, the call and the count inline in
- * the caller, an admission's compare-and-swap too; retries, frozen words
- * and the locked path out of line.
+ * overload's common case: the hint first, then the snapshot, the call and
+ * the count inline, an admission's compare-and-swap too; retries, frozen
+ * words and the locked path out of line.
  *
  * The counters are striped per thread (counters.c), and so is the wait
  * histogram of the blocking acquires: each records, once it returns, its
@@ -94,7 +130,9 @@ typedef union word {
  * old word frozen for ever; retired configurations are kept, linked by
  * `older`, until the limiter is freed. */
 typedef struct cfg {
-    _Alignas(64) word packed; /* lock-free state, alone on its cache line */
+    _Alignas(64) word packed; /* lock-free state, on a cache line with: */
+    _Atomic uint64_t hint;    /* the refusals' hint (head comment) */
+    _Atomic bool given;       /* a give-back came: the hint is off for good */
     _Alignas(64) sluice__profile pf;
     bool lockfree;
     struct cfg *older;
@@ -163,6 +201,13 @@ static inline bool load_word(const word *pw, u128 *out)
             return true;
         }
     }
+}
+
+/* The refusals' hint after an admission wrote w (head comment): stored
+ * after the compare-and-swap, on the line it just took. */
+static inline void set_hint(cfg *c, const uint64_t w[2])
+{
+    __atomic_store_n(&c->hint, c->pf.ops->refused_until(&c->pf, w), __ATOMIC_RELEASE);
 }
 
 /* Wait while c's word is frozen; returns the configuration to use next:
@@ -244,11 +289,18 @@ lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint6
                 r = step(pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
             }
             if (new != old) {
+                /* a give-back turns the hint off before its word can be
+                 * seen (head comment) */
+                if (op == OP_GIVE_BACK) __atomic_store_n(&c->given, true, __ATOMIC_SEQ_CST);
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
                     old = cur;
                     if ((uint64_t)old & FROZEN) break; /* held: wait, start over */
                     continue;
+                }
+                if (op != OP_GIVE_BACK) {
+                    const uint64_t w[2] = {(uint64_t)new, (uint64_t)(new >> 64)};
+                    set_hint(c, w);
                 }
             }
             *ok = r;
@@ -431,10 +483,12 @@ decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_resul
         sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
                                 .max_wait = UINT64_MAX, .res = res, .out = {lo, hi}};
         const bool r = c->pf.ops->decide_packed(&c->pf, &q);
-        if ((q.out[0] != q.w[0] || q.out[1] != q.w[1]) &&
-            !__sync_bool_compare_and_swap(&c->packed.w, mkword(q.w[0], q.w[1]),
-                                          mkword(q.out[0], q.out[1])))
-            return decide_resume(lim, c, &q);
+        if (q.out[0] != q.w[0] || q.out[1] != q.w[1]) {
+            if (!__sync_bool_compare_and_swap(&c->packed.w, mkword(q.w[0], q.w[1]),
+                                              mkword(q.out[0], q.out[1])))
+                return decide_resume(lim, c, &q);
+            set_hint(c, q.out);
+        }
         sluice__count(&lim->counters, q.p, r);
         return r;
     }
@@ -443,10 +497,41 @@ decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_resul
     return decide(lim, permits, now_ns, UINT64_MAX, res);
 }
 
+/* The refusals' hint (head comment) of configuration c for a request of
+ * `permits`: a time such that the request is refused at any earlier time,
+ * or 0.  Lock-free: three loads of c's first line, the flag, the hint,
+ * then the time half of the word, which must be below the hint too.  A
+ * window log: its published hint (window_log.h).  0 for a probe, when the
+ * hint is off, and on the locked path. */
+static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_t permits)
+{
+    if (permits == 0) return 0;
+#if HAVE_CAS128
+    if (c->lockfree) {
+        if (__atomic_load_n(&c->given, __ATOMIC_ACQUIRE)) return 0;
+        const uint64_t h = __atomic_load_n(&c->hint, __ATOMIC_ACQUIRE);
+        return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) < h ? h : 0;
+    }
+#endif
+    return lim->pub ? sluice__log_hint(lim->pub) : 0;
+}
+
+/* The public decisions but for the hint's refusal, out of line: what
+ * follows the hint saves no registers for them. */
+static __attribute__((noinline)) bool decide_rest(sluice_limiter *lim, uint64_t permits,
+                                                  uint64_t now_ns, sluice_result *res)
+{
+    return decide_fast(lim, permits, now_ns, res);
+}
+
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    return decide_fast(lim, permits, now_ns, res);
+    if (!res && now_ns < hint_for(lim, cur_cfg(lim), permits)) {
+        sluice__count_denied(&lim->counters, permits);
+        return false;
+    }
+    return decide_rest(lim, permits, now_ns, res);
 }
 
 /* clock.c's sluice__clock_now, inline for the live refusal: one call
@@ -465,7 +550,16 @@ static inline uint64_t clock_now(sluice__clock c)
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
-    return decide_fast(lim, permits, clock_now(cur_cfg(lim)->pf.clock), NULL);
+    /* the hint is read before the clock (head comment: the refusal is
+     * linearised before the hint's load) */
+    const cfg *c = cur_cfg(lim);
+    const uint64_t h = hint_for(lim, c, permits);
+    const uint64_t now = clock_now(c->pf.clock);
+    if (now < h) {
+        sluice__count_denied(&lim->counters, permits);
+        return false;
+    }
+    return decide_rest(lim, permits, now, NULL);
 }
 
 static bool is_bucket(const sluice_limiter *lim) { return lim->ops->bucket; }

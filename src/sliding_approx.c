@@ -125,6 +125,24 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
     return ok;
 }
 
+/* The refusals' hint (internal.h), within the window k of w[0] (r = t -
+ * kW): one permit is refused iff prev*(W - r) + cur*W + W > L*W.  With
+ * cur >= L that holds to the window's end; else, with a = (L - cur - 1)*W,
+ * iff prev*(W - r) > a, i.e. (W - r an integer) W - r > floor(a/prev): for
+ * r < W - floor(a/prev), which is above r = 0 only when L - cur - 1 < prev.
+ * Admissions in the window only add to cur, so their words refuse wherever
+ * w did.  The next window is left to the decision. */
+static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
+{
+    const uint64_t W = pf->period_ns, L = pf->limit;
+    const uint64_t cur = w[1] >> 32, prev = w[1] & 0xffffffffu;
+    const uint64_t end = (sluice__div_q(&pf->div_w, w[0]) + 1) * W; /* <= w[0] + W */
+    if (cur >= L) return end;
+    if (L - cur - 1 >= prev) return 0;
+    const uint64_t t = end - (uint64_t)sluice__div128((u128)(L - cur - 1) * W, prev);
+    return t > w[0] ? t : 0; /* floor(a/prev) < W: t > kW */
+}
+
 /* The newest window (of length w) that an instant <= last can be in, seen
  * from window k: 1 for k, 2 for k - 1, 0 for older. */
 static int place(uint64_t last, uint64_t w, uint64_t k)
@@ -191,6 +209,7 @@ const sluice__alg_ops sluice__sliding_approx_ops = {
     .pack = pack,
     .unpack = unpack,
     .decide_packed = decide_packed,
+    .refused_until = refused_until,
     .carry = carry,
     .fits = fits,
 };

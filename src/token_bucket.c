@@ -250,6 +250,24 @@ bool sluice__bucket_decide_packed(const sluice__profile *pf, sluice__packed_req 
     return sluice__allow(q->res, dd < full ? (full - dd) / pf->rw : 0, 0);
 }
 
+/* The refusals' hint (internal.h): one permit is refused at t >= t0 iff
+ * the drained deficit d(t) = D - (t - t0)*rl stays above full - rw, i.e.
+ * while (t - t0)*rl < need = D - (full - rw): for t < t0 + ceil(need/rl),
+ * saturated.  (rw <= full: the capacity is at least 1.)  An admission at
+ * t' <= t adds to the deficit drained to t', which then drains as before,
+ * so the words it makes refuse wherever w did; p*rw >= rw makes larger
+ * requests refused too.  The division runs only when the bucket cannot
+ * take one more permit, and not for rates whose rl is 1 (100/s, 1/d). */
+uint64_t sluice__bucket_refused_until(const sluice__profile *pf, const uint64_t w[2])
+{
+    const uint64_t room = (uint64_t)pf->cap_scaled - pf->rw, rl = pf->rl;
+    if (w[1] <= room) return 0;
+    const uint64_t need = w[1] - room;
+    const uint64_t n = rl == 1 ? need : need / rl + (need % rl != 0);
+    uint64_t t;
+    return __builtin_add_overflow(w[0], n, &t) ? UINT64_MAX : t;
+}
+
 /* ceil(x * to / from), saturated at max. */
 static u128 rescale(u128 x, uint64_t from, uint64_t to, u128 max)
 {
@@ -310,6 +328,7 @@ const sluice__alg_ops sluice__token_bucket_ops = {
     .pack = sluice__bucket_pack,
     .unpack = sluice__bucket_unpack,
     .decide_packed = sluice__bucket_decide_packed,
+    .refused_until = sluice__bucket_refused_until,
     .bucket = true,
     .carry = token_carry,
     .fits = sluice__bucket_fits,

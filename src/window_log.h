@@ -19,16 +19,20 @@
  * the holder of the limiter's mutex, between sluice__log_begin() and
  * sluice__log_end() or in sluice__log_decide()'s commit; every field but
  * the writer's own is atomic.  Readers touch three cache lines; the
- * writer's own fields are on a fourth. */
+ * writer's own fields are on a fourth.  A refusal by the hint reads only
+ * the first line: seq, hint, seq (sluice__log_hint). */
 typedef struct sluice__logpub {
     _Atomic uint64_t seq; /* even: stable; odd: a writer is changing the log */
+    _Atomic uint64_t hint; /* refusals' hint: 0, or a time below which a
+                            * request for >= 1 permit is refused (window_log.c) */
     _Atomic(const sluice__profile *) pf; /* the limiter's current profile */
     _Atomic uint64_t t_last;
     _Atomic uint64_t base;        /* the log's base */
     _Atomic uint64_t newest_slot; /* the newest entry's (when len > 0) */
     _Atomic uint64_t newest_cum;
     _Atomic uint32_t len;         /* the ring's */
-    _Atomic uint64_t front_at;    /* where the oldest entry is in front[] */
+    _Atomic uint32_t front_at;    /* where the oldest entry is in front[]
+                                   * (mod 2^32, a multiple of FRONT) */
     struct {
         _Atomic uint64_t slot, cum;
     } front[SLUICE__LOG_FRONT];   /* the oldest min(len, FRONT) entries, the
@@ -43,6 +47,16 @@ typedef struct sluice__logpub {
 /* A new publication of the (empty, at rest) log of profile pf, or NULL
  * when memory runs out; freed by sluice__free64(). */
 SLUICE__INTERNAL sluice__logpub *sluice__log_pub_new(const sluice__profile *pf);
+
+/* The published hint, read under the sequence (window_log.c): a request
+ * for permits >= 1 at a time below it is refused; 0 when the read met a
+ * writer, or when there is no such time. */
+static inline uint64_t sluice__log_hint(const sluice__logpub *pub)
+{
+    const uint64_t s1 = atomic_load_explicit(&pub->seq, memory_order_acquire);
+    const uint64_t h = atomic_load_explicit(&pub->hint, memory_order_acquire);
+    return atomic_load_explicit(&pub->seq, memory_order_relaxed) == s1 && !(s1 & 1) ? h : 0;
+}
 
 /* Decide p permits at now_ns from the publication, writing nothing.  True
  * when that settles it -- a refusal or a probe (p == 0) --, with *ok, *res

@@ -392,6 +392,38 @@ static void test_cancel_stale(void **state)
     sluice_limiter_free(l);
 }
 
+/* A cancel gives permits back: the one change that makes a bucket more
+ * permissive.  Refusals asked without details (which the limiter may
+ * settle from the time its last admission left, limiter.c) see them back
+ * at once, then the admissions after are exact again to the nanosecond. */
+static void test_cancel_then_refusal(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 1/s burst=1");
+    sluice_reservation rv;
+    assert_true(sluice_try_acquire_at(l, 1, 0, NULL)); /* empty until 1 s */
+    assert_true(sluice_reserve_at(l, 1, 0, UINT64_MAX, &rv, NULL)); /* in debt to 2 s */
+    assert_false(sluice_try_acquire_at(l, 1, SEC + SEC / 2, NULL));
+    assert_false(sluice_try_acquire_at(l, 2, SEC + SEC / 2, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, SEC / 2), 0); /* empty to 1 s */
+    assert_false(sluice_try_acquire_at(l, 1, SEC - 1, NULL));
+    assert_true(sluice_try_acquire_at(l, 1, SEC + SEC / 2, NULL)); /* empty to 2.5 s */
+    assert_false(sluice_try_acquire_at(l, 1, 2 * SEC + SEC / 2 - 1, NULL));
+    assert_true(sluice_try_acquire_at(l, 1, 2 * SEC + SEC / 2, NULL));
+    /* again, once the limiter has seen a cancel */
+    assert_true(sluice_reserve_at(l, 1, 2 * SEC + SEC / 2, UINT64_MAX, &rv, NULL));
+    assert_false(sluice_try_acquire_at(l, 1, 4 * SEC, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 3 * SEC), 0);
+    assert_true(sluice_try_acquire_at(l, 1, 4 * SEC, NULL));
+    assert_false(sluice_try_acquire_at(l, 1, 5 * SEC - 1, NULL));
+    sluice_stats st;
+    sluice_limiter_stats_get(l, &st);
+    assert_int_equal(st.requests_allowed, 6);
+    assert_int_equal(st.requests_denied, 6);
+    assert_int_equal(st.permits_denied, 7);
+    sluice_limiter_free(l);
+}
+
 /* Regression (defect 3): however deep reservations put a bucket in debt,
  * retry_after_ns is -1 or a positive wait that fits an int64; the debt is
  * bounded so that the bucket comes back to rest within 2^63-1 ns. */
@@ -496,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_acquire_threads),
         cmocka_unit_test(test_cancel_bound_to_limiter),
         cmocka_unit_test(test_cancel_stale),
+        cmocka_unit_test(test_cancel_then_refusal),
         cmocka_unit_test(test_debt_bounded),
         cmocka_unit_test(test_probe_in_debt),
         cmocka_unit_test(test_reserve_at_end_of_time),
