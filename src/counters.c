@@ -96,12 +96,18 @@ void sluice__count_slow(sluice__counters *c, uint64_t permits, bool allowed)
                                          : &s->requests_denied;
     _Atomic uint64_t *per = allowed ? &s->permits_allowed : &s->permits_denied;
     if (slot != SHARED) {
-        sluice__own_add(req, 1);
+        sluice__own_inc(req);
         if (permits) sluice__own_add(per, permits);
     } else {
         atomic_fetch_add_explicit(req, 1, memory_order_relaxed);
         if (permits) shared_add(per, permits);
     }
+}
+
+bool sluice__count_slow_denied(sluice__counters *c, uint64_t permits)
+{
+    sluice__count_slow(c, permits, false);
+    return false;
 }
 
 void sluice__count_tally(sluice__counters *c, const sluice__tally *t)

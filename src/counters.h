@@ -31,6 +31,8 @@ SLUICE__INTERNAL unsigned sluice__counter_stripe(void);
 SLUICE__INTERNAL extern _Thread_local unsigned sluice__my_slot;
 SLUICE__INTERNAL void sluice__count_slow(sluice__counters *c, uint64_t permits,
                                          bool allowed);
+/* sluice__count_slow(c, permits, false), returning false. */
+SLUICE__INTERNAL bool sluice__count_slow_denied(sluice__counters *c, uint64_t permits);
 static inline uint64_t sluice__sat_add(uint64_t a, uint64_t b)
 {
     return a + b < a ? UINT64_MAX : a + b;
@@ -41,6 +43,13 @@ static inline void sluice__own_add(_Atomic uint64_t *c, uint64_t v)
     atomic_store_explicit(c, sluice__sat_add(atomic_load_explicit(c, memory_order_relaxed), v),
                           memory_order_relaxed);
 }
+/* Owner-only count of one more request: not saturated, as the shared
+ * stripe's atomic add is not (2^64 requests take centuries). */
+static inline void sluice__own_inc(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
 static inline void sluice__count(sluice__counters *c, uint64_t permits, bool allowed)
 {
     const unsigned slot = sluice__my_slot - 1; /* UINT_MAX when not chosen */
@@ -49,23 +58,28 @@ static inline void sluice__count(sluice__counters *c, uint64_t permits, bool all
         return;
     }
     sluice__stripe *s = &c->s[slot];
-    sluice__own_add(permits == 0 ? &s->probes
+    sluice__own_inc(permits == 0 ? &s->probes
                     : allowed    ? &s->requests_allowed
-                                 : &s->requests_denied,
-                    1);
+                                 : &s->requests_denied);
     if (permits) sluice__own_add(allowed ? &s->permits_allowed : &s->permits_denied, permits);
 }
-/* sluice__count of a refusal of permits >= 1. */
-static inline void sluice__count_denied(sluice__counters *c, uint64_t permits)
+/* sluice__count of a refusal of permits >= 1 by the thread whose
+ * sluice__my_slot - 1 is `slot` (read early by a caller that reads the
+ * clock in between: the thread-local load is then done by the time the
+ * refusal is known); returns false, so that the caller can end with it. */
+static inline bool sluice__count_denied_at(sluice__counters *c, unsigned slot,
+                                           uint64_t permits)
 {
-    const unsigned slot = sluice__my_slot - 1;
-    if (slot >= SLUICE__STRIPES - 1) {
-        sluice__count_slow(c, permits, false);
-        return;
-    }
+    if (__builtin_expect(slot >= SLUICE__STRIPES - 1, 0))
+        return sluice__count_slow_denied(c, permits);
     sluice__stripe *s = &c->s[slot];
-    sluice__own_add(&s->requests_denied, 1);
+    sluice__own_inc(&s->requests_denied);
     sluice__own_add(&s->permits_denied, permits);
+    return false;
+}
+static inline bool sluice__count_denied(sluice__counters *c, uint64_t permits)
+{
+    return sluice__count_denied_at(c, sluice__my_slot - 1, permits);
 }
 /* Decisions tallied locally and counted at once (a burst counts its
  * decisions when it returns: one stripe update, not one per decision). */

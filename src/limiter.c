@@ -133,8 +133,9 @@ typedef struct cfg {
     _Alignas(64) word packed; /* lock-free state, on a cache line with: */
     _Atomic uint64_t hint;    /* the refusals' hint (head comment) */
     _Atomic bool given;       /* a give-back came: the hint is off for good */
+    clockid_t clock;          /* what the live form reads: pf.clock's */
+    bool lockfree;            /* on the word's line: a refusal reads it too */
     _Alignas(64) sluice__profile pf;
-    bool lockfree;
     struct cfg *older;
 } cfg;
 
@@ -149,6 +150,16 @@ struct sluice_limiter {
     sluice__counters counters;
     sluice__waits waits; /* blocking acquires (counters.h) */
 };
+
+static clockid_t clock_id(sluice__clock c)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+    if (c == SLUICE__CLOCK_COARSE) return CLOCK_MONOTONIC_COARSE;
+#else
+    (void)c;
+#endif
+    return CLOCK_MONOTONIC;
+}
 
 static inline cfg *cur_cfg(const sluice_limiter *lim)
 {
@@ -356,6 +367,7 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     }
     atomic_init(&lim->refs, 1);
     c->pf = pf;
+    c->clock = clock_id(pf.clock);
     c->lockfree = HAVE_CAS128 && pf.packed;
     lim->ops = pf.ops;
     sluice__state_init(&c->pf, &lim->st);
@@ -507,7 +519,7 @@ static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_
 {
     if (permits == 0) return 0;
 #if HAVE_CAS128
-    if (c->lockfree) {
+    if (__builtin_expect(c->lockfree, 1)) {
         if (__atomic_load_n(&c->given, __ATOMIC_ACQUIRE)) return 0;
         const uint64_t h = __atomic_load_n(&c->hint, __ATOMIC_ACQUIRE);
         return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) < h ? h : 0;
@@ -527,38 +539,30 @@ static __attribute__((noinline)) bool decide_rest(sluice_limiter *lim, uint64_t 
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    if (!res && now_ns < hint_for(lim, cur_cfg(lim), permits)) {
-        sluice__count_denied(&lim->counters, permits);
-        return false;
-    }
+    if (!res && now_ns < hint_for(lim, cur_cfg(lim), permits))
+        return sluice__count_denied(&lim->counters, permits);
     return decide_rest(lim, permits, now_ns, res);
 }
 
 /* clock.c's sluice__clock_now, inline for the live refusal: one call
- * (the vDSO's) instead of two. */
-static inline uint64_t clock_now(sluice__clock c)
+ * (the vDSO's) instead of two, the clock's id kept in the configuration. */
+static inline uint64_t clock_now(clockid_t id)
 {
     struct timespec ts;
-#ifdef CLOCK_MONOTONIC_COARSE
-    clock_gettime(c == SLUICE__CLOCK_COARSE ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC, &ts);
-#else
-    (void)c;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-#endif
+    clock_gettime(id, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
     /* the hint is read before the clock (head comment: the refusal is
-     * linearised before the hint's load) */
+     * linearised before the hint's load), and so is the thread's counter
+     * slot: after the clock only the comparison and the counts are left */
     const cfg *c = cur_cfg(lim);
     const uint64_t h = hint_for(lim, c, permits);
-    const uint64_t now = clock_now(c->pf.clock);
-    if (now < h) {
-        sluice__count_denied(&lim->counters, permits);
-        return false;
-    }
+    const unsigned slot = sluice__my_slot - 1;
+    const uint64_t now = clock_now(c->clock);
+    if (now < h) return sluice__count_denied_at(&lim->counters, slot, permits);
     return decide_rest(lim, permits, now, NULL);
 }
 
@@ -927,6 +931,7 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
         }
     }
     sluice__reconfigure_state(&c->pf, &nc->pf, &st, now_ns);
+    nc->clock = clock_id(nc->pf.clock);
     nc->lockfree = c->lockfree && sluice__state_packable(&nc->pf, &st);
     if (nc->lockfree) {
         uint64_t w[2];
@@ -1050,13 +1055,13 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
     if (permits == 0) {
         UNROLL
         for (size_t j = 0; j < n; j++)
-            sluice__own_add((_Atomic uint64_t *)((char *)refs[j].limiter + at + req), 1);
+            sluice__own_inc((_Atomic uint64_t *)((char *)refs[j].limiter + at + req));
         return;
     }
     UNROLL
     for (size_t j = 0; j < n; j++) {
         char *s = (char *)refs[j].limiter + at;
-        sluice__own_add((_Atomic uint64_t *)(s + req), 1);
+        sluice__own_inc((_Atomic uint64_t *)(s + req));
         sluice__own_add((_Atomic uint64_t *)(s + per), permits);
     }
 }
