@@ -218,7 +218,8 @@ static inline bool load_word(const word *pw, u128 *out)
  * after the compare-and-swap, on the line it just took. */
 static inline void set_hint(cfg *c, const uint64_t w[2])
 {
-    __atomic_store_n(&c->hint, c->pf.ops->refused_until(&c->pf, w), __ATOMIC_RELEASE);
+    atomic_store_explicit(&c->hint, c->pf.ops->refused_until(&c->pf, w),
+                          memory_order_release);
 }
 
 /* Wait while c's word is frozen; returns the configuration to use next:
@@ -302,7 +303,7 @@ lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint6
             if (new != old) {
                 /* a give-back turns the hint off before its word can be
                  * seen (head comment) */
-                if (op == OP_GIVE_BACK) __atomic_store_n(&c->given, true, __ATOMIC_SEQ_CST);
+                if (op == OP_GIVE_BACK) atomic_store(&c->given, true);
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
                     old = cur;
@@ -520,8 +521,8 @@ static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_
     if (permits == 0) return 0;
 #if HAVE_CAS128
     if (__builtin_expect(c->lockfree, 1)) {
-        if (__atomic_load_n(&c->given, __ATOMIC_ACQUIRE)) return 0;
-        const uint64_t h = __atomic_load_n(&c->hint, __ATOMIC_ACQUIRE);
+        if (atomic_load_explicit(&c->given, memory_order_acquire)) return 0;
+        const uint64_t h = atomic_load_explicit(&c->hint, memory_order_acquire);
         return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) < h ? h : 0;
     }
 #endif
