@@ -132,15 +132,22 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
  * r < W - floor(a/prev), which is above r = 0 only when L - cur - 1 < prev.
  * Admissions in the window only add to cur, so their words refuse wherever
  * w did.  The next window is left to the decision. */
-static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
+static __attribute__((noinline)) uint64_t refused_in_window(const sluice__profile *pf,
+                                                             const uint64_t w[2])
 {
     const uint64_t W = pf->period_ns, L = pf->limit;
     const uint64_t cur = w[1] >> 32, prev = w[1] & 0xffffffffu;
     const uint64_t end = (sluice__div_q(&pf->div_w, w[0]) + 1) * W; /* <= w[0] + W */
     if (cur >= L) return end;
-    if (L - cur - 1 >= prev) return 0;
     const uint64_t t = end - (uint64_t)sluice__div128((u128)(L - cur - 1) * W, prev);
     return t > w[0] ? t : 0; /* floor(a/prev) < W: t > kW */
+}
+
+static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
+{
+    const uint64_t L = pf->limit, cur = w[1] >> 32, prev = w[1] & 0xffffffffu;
+    if (cur < L && L - cur - 1 >= prev) return 0; /* room for one: the common case */
+    return refused_in_window(pf, w);
 }
 
 /* The newest window (of length w) that an instant <= last can be in, seen
