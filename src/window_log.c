@@ -109,9 +109,10 @@
  *
  * The hint.  Each section that writes also publishes, in W2, the time
  * until which one permit is refused: while the window is full (in it >= L)
- * nothing changes before its oldest entry leaves, at (slot_0 + N) * tick
- * (> t_last: the entry did not leave at t_last); else 0.  A request for p
- * >= 1 permits is refused wherever one permit is.  A refusal reads seq,
+ * nothing changes before its oldest entry leaves, at (slot_0 + N) * tick,
+ * if that is after t_last (a change of spec that shortened the window may
+ * leave entries out of it until the next decision); else 0.  A request for
+ * p >= 1 permits is refused wherever one permit is.  A refusal reads seq,
  * the hint and seq again (R1-R3 above), so the hint is that of the state
  * the log held at R1, and a time below it, clamped to t_last (which is
  * below it), is refused there: three loads of one line, linearised at R1.
@@ -308,11 +309,15 @@ void sluice__log_begin(sluice__logpub *pub)
     atomic_store_explicit(&pub->seq, pub->open + 1, memory_order_relaxed);
 }
 
-/* The refusals' hint of a log (head comment) under profile pf. */
-static uint64_t log_hint(const sluice__profile *pf, const sluice__log *lg)
+/* The refusals' hint of a state's log (head comment) under profile pf:
+ * 0 when the oldest entry is out of the window at t_last already (after a
+ * change of spec shortened it: retired at the next decision). */
+static uint64_t log_hint(const sluice__profile *pf, const sluice__state *st)
 {
+    const sluice__log *lg = &st->u.log;
     if (lg->len == 0 || at(lg, lg->len - 1)->cum - lg->base < pf->limit) return 0;
-    return (at(lg, 0)->slot + pf->slots) * pf->tick_ns; /* <= t_last + W */
+    const uint64_t h = (at(lg, 0)->slot + pf->slots) * pf->tick_ns; /* <= t_last + W */
+    return h > st->t_last ? h : 0;
 }
 
 /* The published entry i < min(len, FRONT), the front starting at fa. */
@@ -370,7 +375,7 @@ void sluice__log_end(sluice__logpub *pub, const sluice__state *st, const sluice_
     atomic_store_explicit(&pub->t_last, st->t_last, memory_order_release);
     if (pf) atomic_store_explicit(&pub->pf, pf, memory_order_release);
     atomic_store_explicit(
-        &pub->hint, log_hint(atomic_load_explicit(&pub->pf, memory_order_relaxed), lg),
+        &pub->hint, log_hint(atomic_load_explicit(&pub->pf, memory_order_relaxed), st),
         memory_order_release);
     atomic_store_explicit(&pub->seq, pub->open + 2, memory_order_release);
 }
@@ -549,7 +554,7 @@ static bool admit(sluice__logpub *pub, sluice__state *st, const plan *pl, uint64
     if (n != len0) atomic_store_explicit(&pub->len, n, memory_order_release);
     atomic_store_explicit(&pub->t_last, pl->t, memory_order_release);
     atomic_store_explicit(
-        &pub->hint, log_hint(atomic_load_explicit(&pub->pf, memory_order_relaxed), lg),
+        &pub->hint, log_hint(atomic_load_explicit(&pub->pf, memory_order_relaxed), st),
         memory_order_release);
     if (!same) shrink(lg); /* may move the ring, nothing readers see */
     pub->ring = lg->e;

@@ -18,6 +18,9 @@
  *                       exactly when PERIOD stays; buckets: an exact
  *                       rational bucket started at the change, never
  *                       admitting what it would not).
+ *   test_shorter_log_window  a window log's window shortened: the entries
+ *                       it drops count no more, also for refusals asked
+ *                       without details, at an earlier time than the change.
  *   test_bad_changes    a bad spec, another algorithm, another slot width,
  *                       NULLs, set_burst on a window: an error naming the
  *                       token, and the limiter decides exactly as a twin
@@ -769,6 +772,33 @@ static void bad(const char *from, const char *to, const char *token, int code)
     sluice_limiter_free(twin);
 }
 
+/* A change that shortens a window log's window at t leaves the entries
+ * that fall out of it until the next decision; a refusal asked without
+ * details (which the limiter may settle from a hint it published, a time
+ * below which the full window refuses) must see the room at t already.
+ * sliding-wheel 10/s, slots of 100 ms: 10 permits at 0 fill the window
+ * until 1 s; at 950 ms the window becomes 5 slots (500 ms), which the
+ * permits at 0 left at 500 ms: a request at an earlier time counts at 950
+ * ms and passes.  The same for sliding-log over 1 s, then 500 ms. */
+static void test_shorter_log_window(void **state)
+{
+    (void)state;
+    const char *from[2] = {"sliding-wheel 10/s slots=10", "sliding-log 10/s"};
+    const char *to[2] = {"sliding-wheel 10/500ms slots=5", "sliding-log 10/500ms"};
+    for (int k = 0; k < 2; k++) {
+        sluice_limiter *l = mk(from[k]);
+        for (int i = 0; i < 10; i++) assert_true(sluice_try_acquire_at(l, 1, 0, NULL));
+        assert_false(sluice_try_acquire_at(l, 1, 400 * MS, NULL));
+        reconf(l, to[k], 950 * MS);
+        assert_true(sluice_try_acquire_at(l, 1, 400 * MS, NULL));
+        for (int i = 0; i < 9; i++) assert_true(sluice_try_acquire_at(l, 1, 950 * MS, NULL));
+        assert_false(sluice_try_acquire_at(l, 1, 950 * MS, NULL));
+        assert_false(sluice_try_acquire_at(l, 1, 1399 * MS, NULL));
+        assert_true(sluice_try_acquire_at(l, 1, 1500 * MS, NULL));
+        sluice_limiter_free(l);
+    }
+}
+
 static void test_bad_changes(void **state)
 {
     (void)state;
@@ -1210,6 +1240,7 @@ int main(void)
         cmocka_unit_test(test_table_bad_changes),
         cmocka_unit_test(test_table_knobs),
         cmocka_unit_test(test_table_threads),
+        cmocka_unit_test(test_shorter_log_window),
         cmocka_unit_test(test_bad_changes),
         cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_out_of_memory),
