@@ -55,11 +55,12 @@
  * admission -- a successful CAS that took permits -- stores the hint of
  * the word it wrote, after its CAS; nothing else stores it.  A give-back
  * (a cancelled reservation, the one write that makes a word more
- * permissive) first sets the configuration's flag `given`, for good.  A
- * request for p >= 1 at now without details then loads c (the
- * configuration), given, H and the word's time half lo, in this order --
- * the live form before it reads the clock -- and if given is clear and
- * now < H and lo < H it is refused and counted: no other read, no store.
+ * permissive) first clears the configuration's flag `hinted` (set when
+ * it is made lock-free), for good.  A request for p >= 1 at now without
+ * details then loads c (the configuration), hinted, H and the word's time
+ * half lo, in this order -- the live form before it reads the clock -- and
+ * if hinted is set and now < H and lo < H it is refused and counted: no
+ * other read, no store.
  *
  * Claim: that is the decision's answer on the state c's word held at an
  * instant inside the call.  Proof (x86-64's ordering: stores become
@@ -69,12 +70,12 @@
  * its store of H).  At L, c was current: at c0 the call read it; at a, A's
  * CAS succeeded on c's word, which a reconfiguration freezes for ever
  * before it publishes the next configuration.  No give-back's CAS on c's
- * word came between a and L: if L = c0 > a, such a CAS, and the store of
- * `given` before it, were visible before the call's load of given, which
- * read it clear.  So between a and L only admissions wrote the word, and
- * an admission only takes room: a word that refuses one permit at t still
- * refuses it, and any larger request, after admissions at times <= t
- * (refused_until's contract).  The time half never decreases (the frozen
+ * word came between a and L: if L = c0 > a, such a CAS, and the store
+ * clearing `hinted` before it, were visible before the call's load of
+ * hinted, which read it set.  So between a and L only admissions wrote the
+ * word, and an admission only takes room: a word that refuses one permit
+ * at t still refuses it, and any larger request, after admissions at times
+ * <= t (refused_until's contract).  The time half never decreases (the frozen
  * bit aside, which only makes lo larger), so the latest time of the word
  * at L is <= lo < H, and the decision at L clamps now to t =
  * max(min(now, 2^63-1), t_last) with t_A <= t < H, where S_A refuses.  So
@@ -132,7 +133,7 @@ typedef union word {
 typedef struct cfg {
     _Alignas(64) word packed; /* lock-free state, on a cache line with: */
     _Atomic uint64_t hint;    /* the refusals' hint (head comment) */
-    _Atomic bool given;       /* a give-back came: the hint is off for good */
+    _Atomic bool hinted;      /* lock-free, and no give-back yet: the hint is on */
     clockid_t clock;          /* what the live form reads: pf.clock's */
     bool lockfree;            /* on the word's line: a refusal reads it too */
     _Alignas(64) sluice__profile pf;
@@ -303,7 +304,7 @@ lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint6
             if (new != old) {
                 /* a give-back turns the hint off before its word can be
                  * seen (head comment) */
-                if (op == OP_GIVE_BACK) atomic_store(&c->given, true);
+                if (op == OP_GIVE_BACK) atomic_store(&c->hinted, false);
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
                     old = cur;
@@ -370,6 +371,7 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     c->pf = pf;
     c->clock = clock_id(pf.clock);
     c->lockfree = HAVE_CAS128 && pf.packed;
+    atomic_init(&c->hinted, c->lockfree);
     lim->ops = pf.ops;
     sluice__state_init(&c->pf, &lim->st);
     if (pf.alg == SLUICE__SLIDING_LOG || pf.alg == SLUICE__SLIDING_WHEEL) {
@@ -520,12 +522,12 @@ static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_
 {
     if (permits == 0) return 0;
 #if HAVE_CAS128
-    if (__builtin_expect(c->lockfree, 1)) {
-        if (atomic_load_explicit(&c->given, memory_order_acquire)) return 0;
+    if (__builtin_expect(atomic_load_explicit(&c->hinted, memory_order_acquire), 1)) {
         const uint64_t h = atomic_load_explicit(&c->hint, memory_order_acquire);
         return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) < h ? h : 0;
     }
 #endif
+    /* a window log's (a lock-free limiter after a give-back has no pub) */
     return lim->pub ? sluice__log_hint(lim->pub) : 0;
 }
 
@@ -934,6 +936,7 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
     sluice__reconfigure_state(&c->pf, &nc->pf, &st, now_ns);
     nc->clock = clock_id(nc->pf.clock);
     nc->lockfree = c->lockfree && sluice__state_packable(&nc->pf, &st);
+    atomic_init(&nc->hinted, nc->lockfree);
     if (nc->lockfree) {
         uint64_t w[2];
         sluice__state_pack(&nc->pf, &st, w);
