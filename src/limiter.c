@@ -57,10 +57,12 @@
  * (a cancelled reservation, the one write that makes a word more
  * permissive) first clears the configuration's flag `hinted` (set when
  * it is made lock-free), for good.  A request for p >= 1 at now without
- * details then loads c (the configuration), hinted, H and the word's time
- * half lo, in this order -- the live form before it reads the clock -- and
- * if hinted is set and now < H and lo < H it is refused and counted: no
- * other read, no store.
+ * details then loads c (the configuration), hinted and H, in this order --
+ * the live form before it reads the clock -- and if hinted is set and now
+ * < H, the word's time half lo; if lo < H it is refused and counted: no
+ * other read, no store.  (Until a change of spec c is the limiter's own
+ * `first`, whose fields are addressed from the limiter, not from the load
+ * of c: the loads still come in this order.)
  *
  * Claim: that is the decision's answer on the state c's word held at an
  * instant inside the call.  Proof (x86-64's ordering: stores become
@@ -129,7 +131,9 @@ typedef union word {
  * lock-free, and (if so) the packed state word it decides on.  Immutable
  * but for the word.  A reconfiguration publishes a new one and leaves the
  * old word frozen for ever; retired configurations are kept, linked by
- * `older`, until the limiter is freed. */
+ * `older`, until the limiter is freed.  The first is part of the limiter
+ * (`first`): until a change of spec, a refusal finds it from the limiter's
+ * address, without waiting for the load of `cur`. */
 typedef struct cfg {
     _Alignas(64) word packed; /* lock-free state, on a cache line with: */
     _Atomic uint64_t hint;    /* the refusals' hint (head comment) */
@@ -148,6 +152,7 @@ struct sluice_limiter {
     sluice__logpub *pub; /* sliding-log, sliding-wheel: st's log as refusals
                           * read it without mu (window_log.c); else NULL */
     _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
+    cfg first;           /* the configuration it was made with */
     sluice__counters counters;
     sluice__waits waits; /* blocking acquires (counters.h) */
 };
@@ -339,11 +344,11 @@ decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uin
 }
 #endif
 
-static void cfg_free_all(cfg *c)
+static void cfg_free_all(sluice_limiter *lim, cfg *c)
 {
     while (c) {
         cfg *o = c->older;
-        sluice__free64(c);
+        if (c != &lim->first) sluice__free64(c);
         c = o;
     }
 }
@@ -355,14 +360,12 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     sluice__profile pf;
     if (sluice__spec_parse(spec, &pf, err, errlen) != 0) return NULL;
     sluice_limiter *lim = sluice__calloc64(sizeof *lim);
-    cfg *c = lim ? sluice__calloc64(sizeof *c) : NULL;
-    if (!c) {
-        sluice__free64(lim);
+    if (!lim) {
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
+    cfg *c = &lim->first;
     if (pthread_mutex_init(&lim->mu, NULL) != 0) {
-        sluice__free64(c);
         sluice__free64(lim);
         sluice__errf(err, errlen, "cannot create a mutex");
         return NULL;
@@ -377,7 +380,6 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     if (pf.alg == SLUICE__SLIDING_LOG || pf.alg == SLUICE__SLIDING_WHEEL) {
         if (!(lim->pub = sluice__log_pub_new(&c->pf))) {
             pthread_mutex_destroy(&lim->mu);
-            sluice__free64(c);
             sluice__free64(lim);
             sluice__errf(err, errlen, "out of memory");
             return NULL;
@@ -400,7 +402,7 @@ void sluice_limiter_free(sluice_limiter *lim)
     if (!c->lockfree) sluice__state_fini(&c->pf, &lim->st);
     sluice__free64(lim->pub);
     pthread_mutex_destroy(&lim->mu);
-    cfg_free_all(c);
+    cfg_free_all(lim, c);
     sluice__free64(lim);
 }
 
@@ -531,6 +533,40 @@ static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_
     return lim->pub ? sluice__log_hint(lim->pub) : 0;
 }
 
+/* The current configuration's hint and clock for a public call.  While
+ * the limiter has its first configuration, the hint's three loads are
+ * addressed from the limiter (&lim->first), not from the load of `cur`
+ * before them, so the two levels of loads become one; they still come
+ * after the load of cur in program order, as the head comment's proof has
+ * them. */
+typedef struct hint {
+    uint64_t h;
+    const _Atomic uint64_t *lo; /* the word's time half, or NULL */
+    clockid_t clock;
+} hint;
+
+static inline __attribute__((always_inline)) hint hint_now(const sluice_limiter *lim,
+                                                           uint64_t permits)
+{
+    const cfg *c = cur_cfg(lim);
+#if HAVE_CAS128
+    const cfg *f = &lim->first;
+    const bool on = atomic_load_explicit(&f->hinted, memory_order_acquire);
+    const uint64_t h = atomic_load_explicit(&f->hint, memory_order_acquire);
+    if (__builtin_expect(c == f && on, 1))
+        return (hint){permits != 0 ? h : 0, (const _Atomic uint64_t *)&f->packed.h[0], f->clock};
+    if (!c->lockfree) /* a window log's, under its sequence (window_log.h) */
+        return (hint){permits != 0 && lim->pub ? sluice__log_hint(lim->pub) : 0, NULL,
+                      c->clock};
+#endif
+    return (hint){hint_for(lim, c, permits), NULL, c->clock};
+}
+
+static inline bool hint_refuses(hint x, uint64_t now_ns)
+{
+    return now_ns < x.h && (!x.lo || atomic_load_explicit(x.lo, memory_order_acquire) < x.h);
+}
+
 /* The public decisions but for the hint's refusal, out of line: what
  * follows the hint saves no registers for them. */
 static __attribute__((noinline)) bool decide_rest(sluice_limiter *lim, uint64_t permits,
@@ -542,7 +578,7 @@ static __attribute__((noinline)) bool decide_rest(sluice_limiter *lim, uint64_t 
 bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                            sluice_result *res)
 {
-    if (!res && now_ns < hint_for(lim, cur_cfg(lim), permits))
+    if (!res && hint_refuses(hint_now(lim, permits), now_ns))
         return sluice__count_denied(&lim->counters, permits);
     return decide_rest(lim, permits, now_ns, res);
 }
@@ -561,11 +597,10 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
     /* the hint is read before the clock (head comment: the refusal is
      * linearised before the hint's load), and so is the thread's counter
      * slot: after the clock only the comparison and the counts are left */
-    const cfg *c = cur_cfg(lim);
-    const uint64_t h = hint_for(lim, c, permits);
+    const hint x = hint_now(lim, permits);
     const unsigned slot = sluice__my_slot - 1;
-    const uint64_t now = clock_now(c->clock);
-    if (now < h) return sluice__count_denied_at(&lim->counters, slot, permits);
+    const uint64_t now = clock_now(x.clock);
+    if (hint_refuses(x, now)) return sluice__count_denied_at(&lim->counters, slot, permits);
     return decide_rest(lim, permits, now, NULL);
 }
 

@@ -21,6 +21,8 @@
  *   test_shorter_log_window  a window log's window shortened: the entries
  *                       it drops count no more, also for refusals asked
  *                       without details, at an earlier time than the change.
+ *   test_twins_after_changes  two limiters, one history with changes:
+ *                       asked without details and with, they agree.
  *   test_bad_changes    a bad spec, another algorithm, another slot width,
  *                       NULLs, set_burst on a window: an error naming the
  *                       token, and the limiter decides exactly as a twin
@@ -799,6 +801,51 @@ static void test_shorter_log_window(void **state)
     }
 }
 
+/* Twins: two limiters with one history of admissions and changes of
+ * spec, one asked without details (which the limiter may settle from the
+ * time a refusal lasts, which its admissions leave), the other with them:
+ * their answers agree at every step, before and after the changes, at
+ * times that mostly move forward, sometimes back. */
+static void test_twins_after_changes(void **state)
+{
+    (void)state;
+    static const char *const specs[][3] = {
+        {"token-bucket 3/s burst=5", "token-bucket 7/2s burst=2", "token-bucket 1/s"},
+        {"leaky-bucket 5/s", "leaky-bucket 2/s capacity=9", "leaky-bucket 5/s nodelay"},
+        {"fixed-window 10/s", "fixed-window 3/500ms", "fixed-window 10/2s"},
+        {"sliding-approx 10/s", "sliding-approx 4/s", "sliding-approx 10/3s"},
+        {"sliding-wheel 10/s slots=10", "sliding-wheel 4/500ms slots=5",
+         "sliding-wheel 9/2s slots=20"},
+    };
+    uint64_t rng = 0x5eed ^ g_seed;
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        sluice_limiter *a = mk(specs[k][0]), *b = mk(specs[k][0]);
+        uint64_t t = SEC;
+        int64_t retry = 0; /* the last refusal's, from the twin with details */
+        for (int step = 0; step < 6000; step++) {
+            if (step % 2000 == 1999) {
+                reconf(a, specs[k][1 + step / 2000 % 2], t);
+                reconf(b, specs[k][1 + step / 2000 % 2], t);
+            }
+            const uint64_t r = tu_splitmix64_below(&rng, 100);
+            if (retry > 0 && r < 50) t += (uint64_t)retry - (r % 2); /* at the edge */
+            else if (r >= 95 && t > 300 * MS) t -= tu_splitmix64_below(&rng, 300 * MS);
+            else t += tu_splitmix64_below(&rng, 80 * MS);
+            const uint64_t p = r % 7 == 0 ? 0 : 1 + tu_splitmix64_below(&rng, 3);
+            sluice_result res;
+            const bool ok_b = sluice_try_acquire_at(b, p, t, &res);
+            const bool ok_a = sluice_try_acquire_at(a, p, t, NULL);
+            retry = ok_b ? 0 : res.retry_after_ns;
+            if (ok_a != ok_b)
+                fprintf(stderr, "%s: step %d, %llu permits at %llu: %d without details, %d with\n",
+                        specs[k][0], step, ULL(p), ULL(t), ok_a, ok_b);
+            assert_true(ok_a == ok_b);
+        }
+        sluice_limiter_free(a);
+        sluice_limiter_free(b);
+    }
+}
+
 static void test_bad_changes(void **state)
 {
     (void)state;
@@ -1241,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_table_knobs),
         cmocka_unit_test(test_table_threads),
         cmocka_unit_test(test_shorter_log_window),
+        cmocka_unit_test(test_twins_after_changes),
         cmocka_unit_test(test_bad_changes),
         cmocka_unit_test(test_knobs),
         cmocka_unit_test(test_out_of_memory),
