@@ -533,15 +533,18 @@ static inline uint64_t hint_for(const sluice_limiter *lim, const cfg *c, uint64_
     return lim->pub ? sluice__log_hint(lim->pub) : 0;
 }
 
-/* The current configuration's hint and clock for a public call.  While
- * the limiter has its first configuration, the hint's three loads are
- * addressed from the limiter (&lim->first), not from the load of `cur`
- * before them, so the two levels of loads become one; they still come
- * after the load of cur in program order, as the head comment's proof has
- * them. */
+/* The current configuration's hint and clock for a public call, and
+ * where to read the word's time half once the time is known to be below
+ * the hint (NULL: checked already, or no word).  While the limiter has its
+ * first configuration, the flag and the hint are addressed from the
+ * limiter (&lim->first), not from the load of `cur` before them, so the
+ * two levels of loads become one; they still come after the load of cur
+ * in program order, as the head comment's proof has them.  The word's
+ * line, which an admission's compare-and-swap has just written, is read
+ * only for a refusal. */
 typedef struct hint {
     uint64_t h;
-    const _Atomic uint64_t *lo; /* the word's time half, or NULL */
+    const uint64_t *lo;
     clockid_t clock;
 } hint;
 
@@ -554,7 +557,7 @@ static inline __attribute__((always_inline)) hint hint_now(const sluice_limiter 
     const bool on = atomic_load_explicit(&f->hinted, memory_order_acquire);
     const uint64_t h = atomic_load_explicit(&f->hint, memory_order_acquire);
     if (__builtin_expect(c == f && on, 1))
-        return (hint){permits != 0 ? h : 0, (const _Atomic uint64_t *)&f->packed.h[0], f->clock};
+        return (hint){permits != 0 ? h : 0, &f->packed.h[0], f->clock};
     if (!c->lockfree) /* a window log's, under its sequence (window_log.h) */
         return (hint){permits != 0 && lim->pub ? sluice__log_hint(lim->pub) : 0, NULL,
                       c->clock};
@@ -564,7 +567,7 @@ static inline __attribute__((always_inline)) hint hint_now(const sluice_limiter 
 
 static inline bool hint_refuses(hint x, uint64_t now_ns)
 {
-    return now_ns < x.h && (!x.lo || atomic_load_explicit(x.lo, memory_order_acquire) < x.h);
+    return now_ns < x.h && (!x.lo || __atomic_load_n(x.lo, __ATOMIC_ACQUIRE) < x.h);
 }
 
 /* The public decisions but for the hint's refusal, out of line: what
