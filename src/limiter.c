@@ -110,11 +110,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__x86_64__) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
-#define HAVE_CAS128 1
-#else
-#define HAVE_CAS128 0
-#endif
+#define HAVE_CAS128 SLUICE__CAS128 /* internal.h */
 
 typedef union word {
     u128 w;
