@@ -627,7 +627,7 @@ int main(int argc, char **argv)
                        k ? bench_algos[k - 1].name : "floor clock+2ld", o, e, e / o,
                        k && e / o > 1.15 ? "!" : " ", o / w, k && o / w < 1.75 ? "!" : " ", v);
             }
-            printf("(! a target missed)\n");
+            printf("(!: that target missed)\n");
             if (dwrong) printf("! a refusal path admitted\n");
         }
         for (size_t a = 0; a < BENCH_NALGOS; a++) sluice_limiter_free(dl[a]);

@@ -1160,13 +1160,14 @@ static bool full_read(sluice_table *t, shard *s, uint64_t now_ns, int64_t *retry
     /* make_room sweeps s, and the others only when s has room: with s full,
      * only s's due counts; else the earliest of all.  The hint is the
      * earliest of all either way.  One array, a few lines, no branch. */
-    uint64_t m[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
-    for (unsigned k = 0; k < t->nshards; k++) {
-        const uint64_t d = atomic_load_explicit(&t->dues[k], (memory_order)SLUICE__SEQ_LOAD);
-        m[k & 3] = d < m[k & 3] ? d : m[k & 3];
+    uint64_t m0 = UINT64_MAX, m1 = UINT64_MAX; /* nshards: a power of two, >= 2 */
+    for (_Atomic uint64_t *d = t->dues, *end = d + t->nshards; d != end; d += 2) {
+        const uint64_t d0 = atomic_load_explicit(&d[0], (memory_order)SLUICE__SEQ_LOAD);
+        const uint64_t d1 = atomic_load_explicit(&d[1], (memory_order)SLUICE__SEQ_LOAD);
+        m0 = d0 < m0 ? d0 : m0;
+        m1 = d1 < m1 ? d1 : m1;
     }
-    const uint64_t m01 = m[0] < m[1] ? m[0] : m[1], m23 = m[2] < m[3] ? m[2] : m[3];
-    const uint64_t first = m01 < m23 ? m01 : m23;
+    const uint64_t first = m0 < m1 ? m0 : m1;
     const uint64_t mine = shard_full ? atomic_load_explicit(s->due, (memory_order)SLUICE__SEQ_LOAD)
                                      : first;
     if (mine <= now) return false;
