@@ -1855,11 +1855,15 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
  * with sluice__spin_try_upgrade and the words stored (commit_read's steps)
  * -- no lock held while reading and deciding, no lock waited for.  The
  * snapshot is one instant of every limit: each shard's sequence is read
- * before its keys and checked unchanged after the last key of all, so every
- * key held its state from its read to that check; the upgrades, each from
- * the sequence the read began with, succeed only if no holder ran since, so
- * the admission is linearised at the last upgrade, with every state as
- * read.  A refusal or a probe writes nothing, as a single one.  Anything
+ * before its keys and checked unchanged after the last key of all, and each
+ * key's state words (which admissions without the lock change, the
+ * sequence not) are read again after the last key of all and found as
+ * first read -- an admission only adds to a state, so a state found twice
+ * was held in between -- so every key held its state from its read to
+ * those checks; the upgrades, each from the sequence the read began with,
+ * succeed only if no holder ran since, and each state is checked once more
+ * under them (an admission without the lock may have come before), so the
+ * admission is linearised at the last check, with every state as read.  A refusal or a probe writes nothing, as a single one.  Anything
  * else -- a key not held yet (its entry must be made), a key that is not
  * read (long, or of a table whose states do not pack), a table in a shared
  * region, a change of spec to carry over, a shard whose wheel is due a
@@ -1929,6 +1933,11 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
                                    p[i].out);
             p[i].at = at;
             all &= p[i].ok;
+        }
+        for (size_t i = 0; i < n && !torn; i++) { /* every state still as read */
+            uint64_t w[2];
+            torn = !read_words(ent(p[i].t, p[i].s, p[i].at), w) || w[0] != p[i].w[0] ||
+                   w[1] != p[i].w[1];
         }
         for (size_t i = 0; i < n && !torn; i++)
             if (p[i].first && !sluice__spin_read_valid(&p[i].s->mu, p[i].v)) torn = true;
