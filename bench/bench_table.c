@@ -803,8 +803,9 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
 
     fprintf(stderr, "bench_table: burst, %s keys: filling...\n", bt_count(n, nb, sizeof nb));
     sluice_table *t = sluice__table_new_seeded(o->spec, (size_t)n, 0, seed, err, sizeof err);
-    if (t == NULL) {
-        fprintf(stderr, "bench_table: table of %" PRIu64 " keys: %s\n", n, err);
+    if (t == NULL || (o->top && sluice_table_set_top(t, 64, 16) != 0)) {
+        fprintf(stderr, "bench_table: table of %" PRIu64 " keys: %s\n", n, t ? "no sketch" : err);
+        sluice_table_free(t);
         return -1;
     }
     uint64_t now = BT_T0_NS;
@@ -933,9 +934,9 @@ static int bt_burst_main(const bt_opts *o)
     printf("bench_table --burst: sluice %s, spec \"%s\", %s live 16-byte keys drawn "
            "uniformly;\nbursts of %d at one caller time each (+%d ns per burst), single "
            "calls the same;\n%" PRIu64 " runs x %" PRIu64 " decisions, interleaved; "
-           "median ns per decision\n\n",
+           "median ns per decision; the sketch of the keys refused most: %s\n\n",
            sluice_version(), o->spec, bt_count(br.n, nb, sizeof nb), BT_BURST,
-           BT_BURST * BT_STEP_NS, o->runs, br.iters);
+           BT_BURST * BT_STEP_NS, o->runs, br.iters, o->top ? "on (--top)" : "off");
     const double fw = br.floor_ns > 0 ? br.floor_ns : 1, fc = br.floor_cpu > 0 ? br.floor_cpu : 1;
     printf("%-52s %8s %8s %8s %8s\n", "", "ns", "(cpu)", "/ floor", "(cpu)");
     printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "single calls (sluice_table_try_acquire_at)",
@@ -1403,7 +1404,8 @@ static void bt_usage(FILE *out)
             "               --flood-keys against a normal decision, and that decision\n"
             "               against one dependent random load (default --iters 1000000)\n"
             "  --top        with --overload: both tables keep the sketch of the keys\n"
-            "               refused most (sluice_table_set_top(t, 64, 16))\n"
+            "               refused most (sluice_table_set_top(t, 64, 16)); with\n"
+            "               --burst: the burst's table\n"
             "  --small-pages  the tables in 4 KB pages: an allocator of the bench's\n"
             "               own (calloc passed through), which the library gives no\n"
             "               huge-page advice (src/alloc.c)\n"
@@ -1500,8 +1502,9 @@ int main(int argc, char **argv)
             o.nsizes = 2;
         }
     }
-    if (o.top && !overload) {
-        fprintf(stderr, "bench_table: --top goes with --overload (--refusals measures both)\n");
+    if (o.top && !overload && !o.burst) {
+        fprintf(stderr, "bench_table: --top goes with --overload or --burst (--refusals "
+                        "measures both)\n");
         return 2;
     }
     if (refusals) return bt_refusals(&o);
