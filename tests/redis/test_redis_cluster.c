@@ -881,11 +881,24 @@ static void test_failover(void **state)
     assert_int_equal(pthread_create(&mon, NULL, fo_monitor, u), 0);
     for (int i = 0; i < FO_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, fo_loop, u), 0);
     tu_sleep_ns(1500 * MSEC);
+    char slot_name[128];
+    const int slot_n = sluice_redis_key_name(u->r, u->keys[0], (size_t)u->keylen[0], slot_name,
+                                             sizeof slot_name);
+    const int slot = (int)sluice_redis_key_slot(slot_name, (size_t)slot_n);
+    assert_int_equal(kill(g_pid[victim], SIGKILL), 0);
+    /* the time after the signal: a call begun before it may still have
+     * been answered by the victim */
     uint64_t t_kill = test_now_ns();
     atomic_store(&u->kill_ns, t_kill);
-    assert_int_equal(kill(g_pid[victim], SIGKILL), 0);
-    /* the test script reaps it; wait (bounded) for decisions to come back */
-    for (int i = 0; i < 300 && !atomic_load(&u->resume_ns); i++) tu_sleep_ns(50 * MSEC);
+    /* the test script reaps it; wait (bounded: 15 s) for decisions to come
+     * back and for the cluster to name the promoted replica (the failover
+     * takes the node timeout, 1 s, and an election: longer on a loaded
+     * machine or under a sanitizer) */
+    for (int i = 0; i < 300; i++) {
+        const int o = atomic_load(&u->resume_ns) ? owner(slot) : -1;
+        if (o > 0 && o != g_port[victim]) break;
+        tu_sleep_ns(50 * MSEC);
+    }
     tu_sleep_ns(1500 * MSEC);
     atomic_store(&u->stop, true);
     for (int i = 0; i < FO_THREADS; i++) pthread_join(th[i], NULL);
@@ -900,9 +913,7 @@ static void test_failover(void **state)
         if (e > worst) worst = e;
         total += u->ng[k];
     }
-    char name[128];
-    int n = sluice_redis_key_name(u->r, u->keys[0], (size_t)u->keylen[0], name, sizeof name);
-    int now_owner = owner((int)sluice_redis_key_slot(name, (size_t)n));
+    int now_owner = owner(slot);
     fprintf(stderr,
             "# failover: master %d killed; decisions back on %d after %.0f ms; %llu calls, "
             "longest %.1f ms (deadline %d ms; a 1-ms sleep overslept by up to %.1f ms), %llu by the policy; grants %zu; over-admission "
