@@ -6,10 +6,9 @@
  *
  *   test_hand            hand-worked bursts: a key repeated in one burst is
  *                        decided in order; n = 0; the return is the count.
- *   test_random          every algorithm, tables of 4096 and 65536 keys (the
- *                        burst skips its entry-hint pass on the smaller):
- *                        random bursts (0 .. 80 requests,
- *                        across the chunk size) of 1500 keys of 0, 1, 8, 16,
+ *   test_random          every algorithm, tables of 4096 and 65536 keys:
+ *                        random bursts (0 .. 80 requests, across the chunk
+ *                        hashed at a time and the ring of two) of 1500 keys of 0, 1, 8, 16,
  *                        17 and 40 bytes, the empty key also as NULL,
  *                        permits NULL or random 0 .. capacity + 1 (probes,
  *                        and requests no fresh limiter admits), time moving
@@ -340,8 +339,8 @@ static void test_random(void **state)
     (void)state;
     static uint32_t ids[1500];
     for (uint32_t i = 0; i < 1500; i++) ids[i] = i;
-    /* a table small enough to skip the burst's entry-hint pass, and one
-     * large enough to take it (table.c, BURST_HINT_BYTES) */
+    /* bursts of up to 80: past the chunk of 32 hashed at a time and the
+     * ring of two chunks (table.c, BURST_CHUNK, BURST_RING) */
     for (size_t v = 0; v < N_VARIANTS; v++) {
         random_run(&variants[v], 4096, ids, 1500, 400, 80, g_seed ^ (v * 1000003));
         random_run(&variants[v], 65536, ids, 1500, 200, 80, g_seed ^ (v * 1000033));
