@@ -1579,20 +1579,49 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
 #define BURST_AHEAD 12 /* requests whose lines are asked for ahead (< BURST_CHUNK) */
 #define BURST_RING (2 * BURST_CHUNK)
 
-/* Pass 1 for requests [from, to) of a burst (to - from <= BURST_CHUNK),
- * into the ring: each key's hash and shard, NULL for a bad key. */
-static void burst_hash(const sluice_table *t, size_t from, size_t to, const void *const keys[],
-                       const size_t keylens[], uint64_t hash[], shard *sh[])
+/* burst_hash() one key at a time. */
+static void burst_hash_each(const sluice_table *t, size_t from, size_t to,
+                            const void *const keys[], const size_t keylens[], uint64_t hash[],
+                            shard *sh[])
 {
     for (size_t i = from; i < to; i++) {
         const size_t r = i % BURST_RING;
-        if (!keys || !keylens || bad_key(keys[i], keylens[i])) {
+        if (bad_key(keys[i], keylens[i])) {
             sh[r] = NULL;
             continue;
         }
         hash[r] = sluice__siphash13(t->seed, keys[i] ? keys[i] : "", keylens[i]);
         sh[r] = shard_for(t, hash[r]);
     }
+}
+
+/* Pass 1 for requests [from, to) of a burst (to - from <= BURST_CHUNK,
+ * from a multiple of 8), into the ring: each key's hash and shard, NULL for
+ * a bad key.  Eight keys whose lengths have as many whole words (as
+ * fixed-size keys do) are hashed at once, in vectors (siphash.c). */
+static void burst_hash(const sluice_table *t, size_t from, size_t to, const void *const keys[],
+                       const size_t keylens[], uint64_t hash[], shard *sh[])
+{
+    if (!keys || !keylens) {
+        for (size_t i = from; i < to; i++) sh[i % BURST_RING] = NULL;
+        return;
+    }
+    size_t i = from;
+    for (; i + 8 <= to; i += 8) {
+        const size_t words = keylens[i] / 8;
+        bool same = true;
+        for (size_t l = i; l < i + 8; l++)
+            same &= keys[l] != NULL && keylens[l] <= SLUICE_MAX_KEY_BYTES &&
+                    keylens[l] / 8 == words;
+        if (!same) {
+            burst_hash_each(t, i, i + 8, keys, keylens, hash, sh);
+            continue;
+        }
+        sluice__siphash13_x8(t->seed, &keys[i], &keylens[i], &hash[i % BURST_RING]);
+        for (size_t l = i; l < i + 8; l++)
+            sh[l % BURST_RING] = shard_for(t, hash[l % BURST_RING]);
+    }
+    burst_hash_each(t, i, to, keys, keylens, hash, sh);
 }
 
 size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *const keys[],

@@ -33,4 +33,24 @@ SLUICE__INTERNAL int sluice__table_scan_counted(sluice_table *t, uint64_t cursor
 SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
                                              const void *data, size_t len);
 
+/* Whether the compiler can build siphash.c's vector versions (x86-64, the
+ * GNU vector extensions and target attributes of gcc and clang). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SLUICE__SIP_VECTORS 1
+#else
+#define SLUICE__SIP_VECTORS 0
+#endif
+
+/* SipHash-1-3 of eight keys: out[l] = sluice__siphash13(key, data[l],
+ * len[l]), for lengths with the same number of whole 8-byte words (len[l]
+ * / 8 equal; data[l] not NULL), in the vectors of the best instruction set
+ * the machine has.  The _with form runs the version `isa` asks for (0
+ * scalar, 1 AVX2, 2 AVX-512) and returns false, doing nothing, where the
+ * machine or the build has none: for the tests. */
+SLUICE__INTERNAL void sluice__siphash13_x8(const uint64_t key[2], const void *const data[8],
+                                           const size_t len[8], uint64_t out[8]);
+SLUICE__INTERNAL bool sluice__siphash13_x8_with(int isa, const uint64_t key[2],
+                                                const void *const data[8], const size_t len[8],
+                                                uint64_t out[8]);
+
 #endif /* SLUICE_TABLE_H */

@@ -9,6 +9,13 @@
  *                         1 and 3 rounds; 1-3 differs from 2-4; flipping any
  *                         key bit or message bit changes the hash (about 32
  *                         of 64 bits on average); the length counts.
+ *   test_siphash_x8       eight keys at once, in every version the machine
+ *                         has (scalar, AVX2, AVX-512) and the one chosen:
+ *                         the 64 vectors of the reference code (lengths 8w
+ *                         .. 8w + 7 in the lanes of one call), and 3000
+ *                         calls of random keys, seeds and lengths with w
+ *                         whole words (0 .. 5) at unaligned places, against
+ *                         the scalar function.
  *   test_hash_flooding    100,000 keys found by brute force to collide under
  *                         a known seed (same shard, homes in the first 1/8
  *                         of it): under that seed they fill their shard and
@@ -413,6 +420,56 @@ static void probe_keys(sluice_table *t, const key16 *keys, size_t n, probe_figur
     out->mean_all = sum_all / (double)n;
     out->mean_held = out->admitted ? sum_held / (double)out->admitted : 0;
     free(held);
+}
+
+static void test_siphash_x8(void **state)
+{
+    (void)state;
+    const uint64_t zero[2] = {0, 0};
+    unsigned char msg[64], buf[8 * 64];
+    for (int i = 0; i < 64; i++) msg[i] = (unsigned char)i;
+    uint64_t rs = 0x5eed5eed0badf00dULL;
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)tu_splitmix64(&rs);
+    int versions = 0;
+    for (int isa = -1; isa <= 2; isa++) { /* -1: the version chosen */
+        const void *data[8];
+        size_t len[8];
+        uint64_t out[8];
+        /* the reference vectors, eight lengths of w words a call */
+        for (size_t w = 0; w < 8; w++) {
+            for (int l = 0; l < 8; l++) data[l] = msg, len[l] = 8 * w + (size_t)l;
+            if (isa < 0) {
+                sluice__siphash13_x8(zero, data, len, out);
+            } else if (!sluice__siphash13_x8_with(isa, zero, data, len, out)) {
+                assert_true(isa > 0); /* the scalar version is always there */
+                break;
+            }
+            for (int l = 0; l < 8; l++)
+                if (out[l] != sip13_vectors[len[l]])
+                    fail_msg("version %d, length %zu: %016llx, expected %016llx", isa, len[l],
+                             ULL(out[l]), ULL(sip13_vectors[len[l]]));
+            if (w == 7) versions++;
+        }
+        /* random keys, seeds and lengths */
+        for (int call = 0; call < 3000; call++) {
+            const uint64_t seed[2] = {tu_splitmix64(&rs), tu_splitmix64(&rs)};
+            const size_t w = (size_t)tu_splitmix64_below(&rs, 6);
+            for (int l = 0; l < 8; l++) {
+                len[l] = 8 * w + (size_t)tu_splitmix64_below(&rs, 8);
+                data[l] = buf + 64 * l + tu_splitmix64_below(&rs, 64 - len[l] + 1);
+            }
+            if (isa < 0)
+                sluice__siphash13_x8(seed, data, len, out);
+            else if (!sluice__siphash13_x8_with(isa, seed, data, len, out))
+                break;
+            for (int l = 0; l < 8; l++)
+                if (out[l] != sluice__siphash13(seed, data[l], len[l]))
+                    fail_msg("version %d, call %d, lane %d (length %zu) differs from the scalar "
+                             "hash", isa, call, l, len[l]);
+        }
+    }
+    assert_true(!sluice__siphash13_x8_with(3, zero, NULL, NULL, NULL));
+    print_message("siphash x8: %d versions checked (and the one chosen)\n", versions - 1);
 }
 
 static void test_hash_flooding(void **state)
@@ -1410,6 +1467,7 @@ int main(void)
     fflush(stdout);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_siphash),
+        cmocka_unit_test(test_siphash_x8),
         cmocka_unit_test(test_hash_flooding),
         cmocka_unit_test(test_bytes_per_key),
         cmocka_unit_test(test_flood_bounded),
