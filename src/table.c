@@ -37,7 +37,8 @@
  * and come from calloc, so pages are touched only as keys arrive; the table
  * never allocates more, whatever keys arrive.
  *
- * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table.
+ * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table
+ * (a burst hashes eight keys at once, in vectors: siphash.c).
  *
  * Reclaiming keys at rest.  A key whose limiter is at rest (sluice__rest_at
  * has passed) carries no information and can go.  Each shard files its
