@@ -1490,11 +1490,12 @@ static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, 
 #endif
 
 /* Fetch the lines a lookup of hash h most likely reads, all at once rather
- * than one after the other: its home slot's line and the next three.  At
- * the table's load (0.76) a key lies a mean 1.6 slots past its home, and
- * 87% of keys lie at most 3 slots past it (48-byte slots: within these
- * four lines); a line asked for in vain costs less than a miss waited for
- * (bench_table --burst: 3 lines 5.2x the floor, 4 lines 4.7x). */
+ * than one after the other: its home slot's line and the next three.  In a
+ * full table a key lies a mean 1.6 slots past its home, and 87% of keys at
+ * most 3 slots past it (sluice__table_probe_len over 10^6 keys; 48-byte
+ * slots: within these four lines); a line asked for in vain costs less
+ * than a miss waited for (bench_table --burst: 3 lines 5.2x the floor, 4
+ * lines 4.7x; docs/benchmarks.md). */
 static inline void prefetch_run(const sluice_table *t, const shard *s, uint64_t h)
 {
     const unsigned char *e = (const unsigned char *)ent(t, s, home_of(s, (uint32_t)h));
