@@ -29,13 +29,15 @@
 
 static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
-#define SIPROUND                                                               \
+/* One round on v0 .. v3, with ROT(x, b) rotating left: words or vectors. */
+#define SIPROUND_BY(ROT)                                                       \
     do {                                                                       \
-        v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);              \
-        v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;                                 \
-        v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;                                 \
-        v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);              \
+        v0 += v1; v1 = ROT(v1, 13); v1 ^= v0; v0 = ROT(v0, 32);                \
+        v2 += v3; v3 = ROT(v3, 16); v3 ^= v2;                                  \
+        v0 += v3; v3 = ROT(v3, 21); v3 ^= v0;                                  \
+        v2 += v1; v1 = ROT(v1, 17); v1 ^= v2; v2 = ROT(v2, 32);                \
     } while (0)
+#define SIPROUND SIPROUND_BY(rotl)
 
 static inline uint64_t load_le64(const unsigned char *p)
 {
@@ -112,13 +114,7 @@ static void x8_scalar(const uint64_t key[2], const void *const data[8], const si
 typedef uint64_t v8u __attribute__((vector_size(64)));
 
 #define VROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define VSIPROUND                                                              \
-    do {                                                                       \
-        v0 += v1; v1 = VROTL(v1, 13); v1 ^= v0; v0 = VROTL(v0, 32);            \
-        v2 += v3; v3 = VROTL(v3, 16); v3 ^= v2;                                \
-        v0 += v3; v3 = VROTL(v3, 21); v3 ^= v0;                                \
-        v2 += v1; v1 = VROTL(v1, 17); v1 ^= v2; v2 = VROTL(v2, 32);            \
-    } while (0)
+#define VSIPROUND SIPROUND_BY(VROTL)
 
 /* The eight lanes' SipHash-1-3, inlined into each instruction set's
  * function below (no vector crosses a call). */
