@@ -1561,17 +1561,18 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * (2) slides across the whole burst, so that about BURST_AHEAD lookups'
  * lines are on their way while a request is decided: their misses overlap
  * one another, instead of following one another as they do from call to
- * call (they do not all hide behind the deciding: on the machine measured
- * the lines' time comes on top of the work, docs/benchmarks.md).  Why a window and not a whole chunk's lines at
- * once: a prefetch waits for a fill buffer (about 16 lines in flight per
- * core), and an admission's locked compare-and-swap waits for the
- * prefetches before it -- so the core must never ask for much more than
- * it can have in flight.  Asked for BURST_AHEAD requests ahead, right after
- * a decision, the lines have a whole decision's time to get their fill
- * buffers before the next locked instruction (bench_table --burst, three
- * lines a lookup: the chunk's lines at once 5.7x the floor, the window
- * 5.2x, 8 to 12 ahead best; with four lines 4.7x).  Consecutive requests on one shard that take the lock share one
- * hold of it, at most to the end of a chunk: in one thread that is the
+ * call.  (They do not all hide behind the deciding: on the machine
+ * measured, the lines' time comes on top of the work; docs/benchmarks.md.)
+ * Why a window and not a whole chunk's lines at once: a prefetch waits for
+ * a fill buffer (about 16 lines in flight per core), and an admission's
+ * locked compare-and-swap waits for the prefetches before it -- so the
+ * core must never ask for much more than it can have in flight.  Asked for
+ * BURST_AHEAD requests ahead, right after a decision, the lines have a
+ * whole decision's time to get their fill buffers before the next locked
+ * instruction (bench_table --burst, three lines a lookup: the chunk's lines
+ * at once 5.7x the floor, the window 5.2x, 8 to 12 ahead best; with four
+ * lines 4.7x).  Consecutive requests on one shard that take the lock share
+ * one hold of it, at most to the end of a chunk: in one thread that is the
  * same sequence of steps on the shard, and to other threads it is one of
  * the orders separate calls could have had (a request on the shard held is
  * decided under that hold, not read).  The burst holds one lock at a time,
