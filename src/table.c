@@ -1651,9 +1651,14 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
     uint64_t hash[BURST_RING];
     shard *sh[BURST_RING]; /* NULL: a bad key (SLUICE_EINVAL) */
     shard *held = NULL;
-    burst_hash(t, 0, n < BURST_CHUNK ? n : BURST_CHUNK, keys, keylens, hash, sh);
-    for (size_t j = 0; j < n && j < BURST_AHEAD; j++)
-        if (sh[j]) prefetch_run(t, sh[j], hash[j]);
+    /* the first chunk eight keys at a time, the first lines asked for as
+     * soon as their keys are hashed: the hashing of the rest overlaps them */
+    for (size_t g = 0; g < n && g < BURST_CHUNK; g += 8) {
+        const size_t end = n - g < 8 ? n : g + 8;
+        burst_hash(t, g, end, keys, keylens, hash, sh);
+        for (size_t j = g; j < end && j < BURST_AHEAD; j++)
+            if (sh[j]) prefetch_run(t, sh[j], hash[j]);
+    }
     for (size_t i = 0; i < n; i++) {
         if (i % BURST_CHUNK == 0) { /* a chunk begins: the next one is hashed */
             if (held) sluice__spin_unlock(&held->mu);
