@@ -27,17 +27,17 @@
 
 #include <string.h>
 
-static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+/* x rotated left by b (0 < b < 64), x a 64-bit word or a vector of them. */
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
 
-/* One round on v0 .. v3, with ROT(x, b) rotating left: words or vectors. */
-#define SIPROUND_BY(ROT)                                                       \
+/* One round on v0 .. v3: words, or vectors of eight lanes. */
+#define SIPROUND                                                               \
     do {                                                                       \
-        v0 += v1; v1 = ROT(v1, 13); v1 ^= v0; v0 = ROT(v0, 32);                \
-        v2 += v3; v3 = ROT(v3, 16); v3 ^= v2;                                  \
-        v0 += v3; v3 = ROT(v3, 21); v3 ^= v0;                                  \
-        v2 += v1; v1 = ROT(v1, 17); v1 ^= v2; v2 = ROT(v2, 32);                \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);              \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                 \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                 \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);              \
     } while (0)
-#define SIPROUND SIPROUND_BY(rotl)
 
 static inline uint64_t load_le64(const unsigned char *p)
 {
@@ -113,9 +113,6 @@ static void x8_scalar(const uint64_t key[2], const void *const data[8], const si
 #if SLUICE__SIP_VECTORS
 typedef uint64_t v8u __attribute__((vector_size(64)));
 
-#define VROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define VSIPROUND SIPROUND_BY(VROTL)
-
 /* The eight lanes' SipHash-1-3, inlined into each instruction set's
  * function below (no vector crosses a call). */
 static inline __attribute__((always_inline)) void
@@ -133,19 +130,19 @@ x8_lanes(const uint64_t key[2], const void *const data[8], const size_t len[8], 
         for (int l = 0; l < 8; l++) w[l] = load_le64((const unsigned char *)data[l] + 8 * j);
         memcpy(&m, w, sizeof m);
         v3 ^= m;
-        VSIPROUND;
+        SIPROUND;
         v0 ^= m;
     }
     for (int l = 0; l < 8; l++)
         w[l] = last_word((const unsigned char *)data[l] + 8 * words, len[l]);
     memcpy(&m, w, sizeof m);
     v3 ^= m;
-    VSIPROUND;
+    SIPROUND;
     v0 ^= m;
     v2 ^= (uint64_t)0xff;
-    VSIPROUND;
-    VSIPROUND;
-    VSIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
     m = v0 ^ v1 ^ v2 ^ v3;
     memcpy(out, &m, sizeof m);
 }

@@ -1615,8 +1615,7 @@ static void burst_hash(const sluice_table *t, size_t from, size_t to, const void
         const size_t words = keylens[i] / 8;
         bool same = true;
         for (size_t l = i; l < i + 8; l++)
-            same &= keys[l] != NULL && keylens[l] <= SLUICE_MAX_KEY_BYTES &&
-                    keylens[l] / 8 == words;
+            same &= keys[l] != NULL && !bad_key(keys[l], keylens[l]) && keylens[l] / 8 == words;
         if (!same) {
             burst_hash_each(t, i, i + 8, keys, keylens, hash, sh);
             continue;
