@@ -170,21 +170,33 @@
  * read as the locked path reads them, without their locks: lower bounds,
  * each true when read.
  *
- * Admissions without the lock (commit_free; on machines without a 16-byte
- * compare-and-swap the read takes the lock instead, by an upgrade from v,
- * sluice__spin_try_upgrade, and stores under it).  An admission of a held
- * key writes its entry's 16 state bytes and nothing else: two threads
+ * Admissions without the lock (commit_free).  An admission of a held key
+ * writes its entry's 16 state bytes and nothing else: two threads
  * admitting distinct keys write distinct lines, never the shard's.  The
  * time half of a packed state is at most 2^63 - 1; its top bit (FROZEN)
  * marks the state frozen.  The admission, after its read:
  *
- *   freeze: compare-and-swap the 16 bytes from the pair read to the same
- *     pair frozen -- this fails if another admission stored since: read
- *     again;
+ *   freeze: compare-and-swap the time half from the one read to the same
+ *     frozen -- this fails if another admission froze or stored a
+ *     different time since: read again;
+ *   load the count half: not the one read -- another admission stored
+ *     since, with the same time (its thaw is the store the freeze read
+ *     from, a release after its count half's): thaw and read again;
  *   load the sequence: still v -- store the count half, then the time half
- *     decided (release; not frozen, so this thaws it); else thaw (a
- *     compare-and-swap of the time half from frozen to what was read,
- *     which fails if a holder stored since) and decide under the lock.
+ *     decided (release; not frozen, so this thaws it); else thaw and
+ *     decide under the lock.
+ *
+ * (A thaw is a compare-and-swap of the time half from frozen to what was
+ * read, which fails if a holder stored since.)  Once the time half is
+ * frozen, no other admission can store either half until it thaws (each
+ * must freeze first, and a freeze expects a time half not frozen), so the
+ * count half loaded after the freeze is the entry's until then, but for a
+ * holder's store -- and a holder that stored has run since v: the load of
+ * the sequence sees it, (6).  So a state that passes both checks is the
+ * pair the read decided on, held from the freeze to the stores: the
+ * 16-byte compare-and-swap of the pair it replaces would have found the
+ * same, at the cost of a locked cmpxchg16b (slower than the 8-byte one by
+ * about 5 ns a decision in a burst; docs/benchmarks.md).
  *
  * A holder reads an entry's state words once they are not frozen
  * (held_words waits), before it reads, moves, overwrites or drops the
@@ -1285,7 +1297,6 @@ read_once(sluice_table *t, shard *s, uint64_t h, const ekey *k, size_t keylen,
     return READ_DONE;
 }
 
-#if SLUICE__CAS128
 /* Whether an admission at now_ns has no wheel upkeep to do on shard s (read
  * without the lock: `calm` only grows while the wheel keeps up). */
 static inline bool calm(const sluice_table *t, const shard *s, uint64_t now_ns)
@@ -1295,38 +1306,34 @@ static inline bool calm(const sluice_table *t, const shard *s, uint64_t now_ns)
 
 /* An admission of a held key found by a read of shard e's shard s that
  * began at sequence v (head comment, "Admissions without the lock"):
- * freeze the state read (a 16-byte compare-and-swap from it to it with the
- * frozen bit: no other admission can then store, and holders wait), then
- * load the sequence: still v -- no holder has run since the read began,
- * none can act on e until it thaws -- store the new state, count half
- * first, then the time half, which thaws it; else thaw it as it was.
+ * freeze the state read (a compare-and-swap of its time half from the one
+ * read to it with the frozen bit: no other admission can then store, and
+ * holders wait), load the count half -- still the one read, or another
+ * admission came between -- then the sequence: still v -- no holder has
+ * run since the read began, none can act on e until it thaws -- store the
+ * new state, count half first, then the time half, which thaws it; else
+ * thaw it as it was.  An 8-byte freeze, not a 16-byte one of the pair: a
+ * locked cmpxchg16b costs about 5 ns more a decision in a burst
+ * (docs/benchmarks.md), and any 64-bit machine has the 8-byte one.
  * Returns 1 stored, 0 when the state is no longer the one read (another
  * admission came first), -1 when a holder ran (the lock decides). */
 static int commit_free(shard *s, entry *e, uint64_t v, const readout *ro)
 {
-    u128 *p = ent_state(e);
-    /* the pair from two registers: a 16-byte load of the two 8-byte stores
-     * that wrote it would wait for them to reach the cache (a store
-     * forwarding stall, about 4 ns a decision) */
-    uint64_t lo = ro->was[0], hi = ro->was[1];
-    __asm__("" : "+r"(lo), "+r"(hi));
-    const u128 was = (u128)hi << 64 | lo;
-    if (!__sync_bool_compare_and_swap(p, was, was | FROZEN)) return 0;
-    uint64_t *sw = ent_state(e);
-    if (atomic_load_explicit(&s->mu.seq, memory_order_seq_cst) != v) {
+    uint64_t *sw = ent_state(e), was = ro->was[0];
+    if (!__atomic_compare_exchange_n(&sw[0], &was, ro->was[0] | FROZEN, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+        return 0;
+    const bool same = __atomic_load_n(&sw[1], __ATOMIC_ACQUIRE) == ro->was[1];
+    if (!same || atomic_load_explicit(&s->mu.seq, memory_order_seq_cst) != v) {
         uint64_t f = ro->was[0] | FROZEN; /* fails if a holder stored since */
         __atomic_compare_exchange_n(&sw[0], &f, ro->was[0], false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
-        return -1;
+        return same ? -1 : 0;
     }
     __atomic_store_n(&sw[1], ro->w[1], __ATOMIC_RELEASE);
     __atomic_store_n(&sw[0], ro->w[0], __ATOMIC_RELEASE);
     return 1;
 }
-#else
-static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
-                        uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro);
-#endif
 
 /* Whether requests for key are read at all: packed states, inline keys. */
 static inline bool readable(const sluice_table *t, size_t keylen)
@@ -1357,19 +1364,12 @@ decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keyle
         readout ro;
         const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full, &ro);
         if (rc == READ_ADMIT) { /* store what was read, if nothing moved since */
-#if SLUICE__CAS128
             if (!calm(t, s, now_ns)) return READ_LOCK; /* the wheel's upkeep: the lock's */
             const int got = commit_free(s, ent(t, s, ro.at), v, &ro);
             if (got > 0) return READ_DONE;
             if (got < 0) return READ_LOCK;
             sluice__backoff(n); /* another admission came first: read again */
             continue;
-#else
-            if (!sluice__spin_try_upgrade(&s->mu, v)) return READ_LOCK;
-            *ok = commit_read(t, s, h, key, keylen, permits, now_ns, res, &ro);
-            sluice__spin_unlock(&s->mu);
-            return READ_DONE;
-#endif
         }
         if (rc == READ_LOCK) return READ_LOCK;
         if (rc == READ_TORN || !sluice__spin_read_valid(&s->mu, v)) continue;
@@ -1470,24 +1470,6 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
     }
     return ok;
 }
-
-/* An admission decided by a read of shard s that then took the lock with
- * nothing moved since (sluice__spin_try_upgrade): the locked path's steps
- * -- the shard's time, the wheel's upkeep, the state stored -- without
- * looking the key up and deciding again, which would find what the read
- * found.  When the wheel is due a step (it may move entries), the whole
- * locked path decides. */
-#if !SLUICE__CAS128
-static bool commit_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keylen,
-                        uint64_t permits, uint64_t now_ns, sluice_result *res, const readout *ro)
-{
-    if (now_ns > s->now) PUT(&s->now, now_ns);
-    if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur)
-        return decide_locked(t, s, h, key, keylen, permits, now_ns, res, false);
-    put_words(ent(t, s, ro->at), ro->w);
-    return true;
-}
-#endif
 
 /* Fetch the lines a lookup of hash h most likely reads, all at once rather
  * than one after the other: its home slot's line and the next three.  In a
@@ -1912,8 +1894,8 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
 
 /* A composite of table keys only (composite.h): every key read as a single
  * decision reads it (decide_read), and, when all admit, every shard taken
- * with sluice__spin_try_upgrade and the words stored (commit_read's steps)
- * -- no lock held while reading and deciding, no lock waited for.  The
+ * with sluice__spin_try_upgrade and the words stored (put_words, as a
+ * holder stores them) -- no lock held while reading and deciding, no lock waited for.  The
  * snapshot is one instant of every limit: each shard's sequence is read
  * before its keys and checked unchanged after the last key of all, and each
  * key's state words (which admissions without the lock change, the
