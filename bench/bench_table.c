@@ -698,9 +698,9 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
  *                (the least a burst that locks per request can do);
  *   chain floor  one dependent read per decision (part 1's floor);
  *   run floor    as the burst floor, but each decision's place is a
- *                48-byte slot and the four lines from it are prefetched
+ *                48-byte slot and the five lines from it are prefetched
  *                (what a lookup asks for: its home slot's line and the
- *                next three, src/table.c, prefetch_run) -- a reference for
+ *                next four, src/table.c, prefetch_run) -- a reference for
  *                the layout, not the target's floor.
  * All five interleaved, o->runs times after a warm-up; medians. */
 #define BT_BURST 32
@@ -757,7 +757,7 @@ static uint64_t bt_run_burst_floor(uint64_t *arr, const uint64_t *pos, size_t n)
     return sum;
 }
 
-/* The run floor: slots of 48 bytes (of `slots` in the array), four lines
+/* The run floor: slots of 48 bytes (of `slots` in the array), five lines
  * prefetched from each. */
 static uint64_t bt_run_run_floor(uint64_t *arr, const uint64_t *pos, size_t n, uint64_t slots)
 {
@@ -771,6 +771,7 @@ static uint64_t bt_run_run_floor(uint64_t *arr, const uint64_t *pos, size_t n, u
             __builtin_prefetch(e + 64);
             __builtin_prefetch(e + 128);
             __builtin_prefetch(e + 192);
+            __builtin_prefetch(e + 256);
         }
         for (size_t k = 0; k < m; k++) {
             uint64_t *w = (uint64_t *)(void *)(b + (pos[i + k] % slots) * 48);
@@ -850,7 +851,7 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     double *v[12];
     for (int k = 0; k < 12; k++)
         v[k] = bt_xmalloc(o->runs * sizeof(double));
-    const uint64_t slots = words * 8 / 48 > 4 ? words * 8 / 48 - 3 : 1;
+    const uint64_t slots = words * 8 / 48 > 7 ? words * 8 / 48 - 6 : 1; /* five lines inside */
     fprintf(stderr, "bench_table: burst, %s keys: %" PRIu64 " runs...\n",
             bt_count(n, nb, sizeof nb), o->runs);
     for (uint64_t r = 0; r <= o->runs; r++) { /* pass 0: warm-up, a tenth */
@@ -948,14 +949,14 @@ static int bt_burst_main(const bt_opts *o)
            br.floor_ns, br.floor_cpu, 1.0, 1.0);
     printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(one dependent load per decision)", br.chain_ns,
            br.chain_cpu, br.chain_ns / fw, br.chain_cpu / fc);
-    printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the same, four lines a decision: a run)",
+    printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the same, five lines a decision: a run)",
            br.run_ns, br.run_cpu, br.run_ns / fw, br.run_cpu / fc);
     printf("%-52s %8.1f %8.1f %7.2fx %7.2fx\n", "(the floor in huge pages, as the table is)",
            br.huge_ns, br.huge_cpu, br.huge_ns / fw, br.huge_cpu / fc);
     printf("\nfloor: in bursts of %d, the words prefetched, then each loaded and a locked add\n"
            "done on it; arrays as large as the table (%s keys), one word per key.  The run\n"
-           "line: the same with the four lines a lookup asks for prefetched for each (a\n"
-           "48-byte slot, its line and the next three); bursts / run = %.2fx (cpu %.2fx).\n"
+           "line: the same with the five lines a lookup asks for prefetched for each (a\n"
+           "48-byte slot, its line and the next four); bursts / run = %.2fx (cpu %.2fx).\n"
            "The table asks for huge pages (src/alloc.c; --small-pages: not); against\n"
            "the floor in huge pages too, bursts are %.2fx (cpu %.2fx).\n"
            "Bursts are %.2fx faster than single calls (wall).  Allowed %.1f%% (the same\n"
