@@ -196,7 +196,7 @@
  * pair the read decided on, held from the freeze to the stores: the
  * 16-byte compare-and-swap of the pair it replaces would have found the
  * same, at the cost of a locked cmpxchg16b (slower than the 8-byte one by
- * about 5 ns a decision in a burst; docs/benchmarks.md).
+ * 3-4 ns a decision in a burst; docs/benchmarks.md).
  *
  * A holder reads an entry's state words once they are not frozen
  * (held_words waits), before it reads, moves, overwrites or drops the
@@ -1313,7 +1313,7 @@ static inline bool calm(const sluice_table *t, const shard *s, uint64_t now_ns)
  * run since the read began, none can act on e until it thaws -- store the
  * new state, count half first, then the time half, which thaws it; else
  * thaw it as it was.  An 8-byte freeze, not a 16-byte one of the pair: a
- * locked cmpxchg16b costs about 5 ns more a decision in a burst
+ * locked cmpxchg16b costs 3-4 ns more a decision in a burst
  * (docs/benchmarks.md), and any 64-bit machine has the 8-byte one.
  * Returns 1 stored, 0 when the state is no longer the one read (another
  * admission came first), -1 when a holder ran (the lock decides). */
@@ -1563,10 +1563,11 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * whole decision's time to get their fill buffers before the next locked
  * instruction (bench_table --burst, three lines a lookup: the chunk's lines
  * at once 5.7x the floor, the window 5.2x, 8 to 12 ahead best; with four
- * lines 4.7x; with five, 10 to 14 ahead alike).  Consecutive requests on one shard that take the lock share
- * one hold of it, at most to the end of a chunk: in one thread that is the
- * same sequence of steps on the shard, and to other threads it is one of
- * the orders separate calls could have had (a request on the shard held is
+ * lines 4.7x; with five, 10 to 14 ahead alike).  Consecutive requests on
+ * one shard that take the lock share one hold of it, at most to the end
+ * of a chunk: in one thread that is the same sequence of steps on the
+ * shard, and to other threads it is one of the orders separate calls
+ * could have had (a request on the shard held is
  * decided under that hold, not read).  The burst holds one lock at a time,
  * as a single call does, and hashes no key while it holds one.  Its
  * decisions are counted once, when it returns (a tally, not a stripe
