@@ -33,8 +33,9 @@
 __extension__ typedef unsigned __int128 u128;
 
 /* Whether a 16-byte compare-and-swap (cmpxchg16b) is at hand: the packed
- * states of limiters (limiter.c) and of table keys (table.c) are decided
- * lock-free with it; elsewhere under a lock. */
+ * states of limiters (limiter.c) are decided lock-free with it; elsewhere
+ * under a lock.  (Table keys need only an 8-byte one: table.c,
+ * commit_free.) */
 #if defined(__x86_64__) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
 #define SLUICE__CAS128 1
 #else

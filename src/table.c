@@ -1567,11 +1567,10 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
  * one shard that take the lock share one hold of it, at most to the end
  * of a chunk: in one thread that is the same sequence of steps on the
  * shard, and to other threads it is one of the orders separate calls
- * could have had (a request on the shard held is
- * decided under that hold, not read).  The burst holds one lock at a time,
- * as a single call does, and hashes no key while it holds one.  Its
- * decisions are counted once, when it returns (a tally, not a stripe
- * update per decision). */
+ * could have had (a request on the shard held is decided under that hold,
+ * not read).  The burst holds one lock at a time, as a single call does,
+ * and hashes no key while it holds one.  Its decisions are counted once,
+ * when it returns (a tally, not a stripe update per decision). */
 #define BURST_CHUNK 32 /* requests hashed at a time; the ring holds two chunks */
 #define BURST_AHEAD 12 /* requests whose lines are asked for ahead (< BURST_CHUNK) */
 #define BURST_RING (2 * BURST_CHUNK)
