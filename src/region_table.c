@@ -11,7 +11,7 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version (4), the
+ *   header   512 bytes   init word, magic, layout version (5), the
  *                        canonical spec it was made with (its origin:
  *                        the layout's), max_keys, max_key_bytes, flags,
  *                        the sizes below, the SipHash seed, the boot id,
@@ -37,7 +37,9 @@
  *                           (0/1) | key length | tag (hash's low 32 bits)
  *          8  epochs        the configuration each copy's state is under
  *                           (32 bits each: copy 0's low, copy 1's high)
- *         16  key           max_key_bytes, rounded up to 16
+ *         16  key           max_key_bytes, rounded up to 16 (16 at least:
+ *                           a longer key is held by its 16-byte digest,
+ *                           length code SLUICE__DIGEST_LEN; table.h)
  *          .  copy 0, copy 1 the state, twice: 16 bytes each when it packs
  *                           (limiter.c's 16-byte form), for the window
  *                           logs the ring's header (t_last, base, head,
@@ -381,6 +383,7 @@
 #include "counters.h"
 #include "region_table.h"
 #include "spin.h"
+#include "table.h"
 #include "window_log.h"
 
 #include <errno.h>
@@ -396,7 +399,8 @@
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 4u /* 3: the shards' sequence words; 4: the counter stripes */
+#define VERSION 5u /* 3: the shards' sequence words; 4: the counter stripes; 5: digested
+                    * long keys (their length code; a key field of 16 bytes at least) */
 #define CFG_K 8u /* configurations the region remembers (a power of two) */
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
@@ -528,6 +532,7 @@ struct sluice__rtable {
     unsigned char *slots;
     void *map; /* sluice_table_open's mapping, unmapped on close */
     size_t map_len;
+    uint64_t dseed[2]; /* long keys' digest key, from the region's seed (table.h) */
 };
 
 /* ---- who we are, and whether a holder lives ----------------------------- */
@@ -721,7 +726,9 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
         L->cb = pf->packed ? 16 : (uint32_t)round16(sizeof(sluice__state));
     }
     L->key_off = 16; /* beside the header: a short key's read is one line */
-    L->copy_off = L->key_off + round16(max_key_bytes);
+    /* a key longer than max_key_bytes is held by its 16-byte digest */
+    L->copy_off = L->key_off + round16(max_key_bytes > SLUICE__DIGEST_BYTES ? max_key_bytes
+                                                                            : SLUICE__DIGEST_BYTES);
     L->ring_off = L->copy_off + 2 * (size_t)L->cb;
     L->stride = L->ring_off + (size_t)L->ring_cap * sizeof(sluice__log_entry);
     while (L->shard_bits < 6 && ((size_t)256 << L->shard_bits) < max_keys) L->shard_bits++;
@@ -821,6 +828,7 @@ static void key_write(const sluice__rtable *r, unsigned char *s, const void *key
 {
     uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
     const unsigned char *k = key;
+    keylen = sluice__key_bytes(keylen);
     for (size_t i = 0; i < keylen; i += 8) {
         uint64_t w = 0;
         memcpy(&w, k + i, keylen - i < 8 ? keylen - i : 8);
@@ -1112,7 +1120,7 @@ static uint32_t find(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
         if (kind == K_TOMB) {
             if (fr == NONE) fr = i;
         } else if (H_TAG(h) == tag && H_LEN(h) == keylen &&
-                   (keylen == 0 || memcmp(s + r->L.key_off, key, keylen) == 0)) {
+                   (keylen == 0 || memcmp(s + r->L.key_off, key, sluice__key_bytes(keylen)) == 0)) {
             *freep = fr;
             return i;
         }
@@ -1250,9 +1258,29 @@ static void reclaim_others(sluice__rtable *r, uint32_t k, uint64_t now, bool *st
 
 /* ---- decisions ---------------------------------------------------------- */
 
+/* Whether a key is one the table takes: any length, not NULL with one. */
 static inline bool key_ok(const sluice__rtable *r, const void *key, size_t keylen)
 {
-    return keylen <= r->L.max_key_bytes && (key || !keylen);
+    (void)r;
+    return key || !keylen;
+}
+
+/* Long keys (table.h; docs/decisions.md, "Long keys"): a key longer than
+ * max_key_bytes as the region holds it -- its digest under the region's
+ * seed, into dig, with the length code SLUICE__DIGEST_LEN.  O(len). */
+static inline void key_view(const sluice__rtable *r, const void **key, size_t *keylen,
+                            unsigned char dig[SLUICE__DIGEST_BYTES])
+{
+    if (*keylen <= r->L.max_key_bytes) return;
+    sluice__key_digest(r->dseed, *key, *keylen, dig);
+    *key = dig;
+    *keylen = SLUICE__DIGEST_LEN;
+}
+
+/* The hash of a key as held (key_view). */
+static inline uint64_t key_hash(const sluice__rtable *r, const void *key, size_t keylen)
+{
+    return sluice__siphash13(r->h->seed, key, sluice__key_bytes(keylen));
 }
 
 /* One decision in shard k (locked).  *full: refused for want of room;
@@ -1427,6 +1455,7 @@ static bool read_key_eq(const sluice__rtable *r, unsigned char *s, const void *k
     uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
     const unsigned char *k = key;
     size_t i = 0;
+    keylen = sluice__key_bytes(keylen);
     for (; i + 8 <= keylen; i += 8) {
         uint64_t w;
         memcpy(&w, k + i, 8);
@@ -1637,7 +1666,9 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = "";
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool ok;
     radm adm;
@@ -1683,11 +1714,17 @@ bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key, size_t keyl
     return key_ok(r, key, keylen);
 }
 
+void sluice__rtable_key_view(const sluice__rtable *r, const void **key, size_t *keylen,
+                             unsigned char dig[16])
+{
+    key_view(r, key, keylen, dig);
+}
+
 uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key, size_t keylen,
                                  uint64_t *hash, uint64_t id[2])
 {
     if (!key) key = "";
-    *hash = sluice__siphash13(r->h->seed, key, keylen);
+    *hash = key_hash(r, key, keylen);
     id[0] = r->h->seed[0];
     id[1] = r->h->seed[1];
     return shard_of(r, *hash);
@@ -1706,7 +1743,7 @@ void sluice__rtable_find(sluice__part *pt)
     sluice__rtable *r = pt->rt;
     const uint32_t k = pt->rk;
     uint32_t fr;
-    const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->key ? pt->key : "", pt->keylen, &fr);
+    const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->skey, pt->skeylen, &fr);
     pt->repoch = epoch_now(r); /* with the shard held: prof() */
     pt->where = &r->sh[k];
     pt->created = false;
@@ -1739,15 +1776,15 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
         *retry = full_retry(r, sh->now);
         return SLUICE_EFULL;
     }
-    const void *key = pt->key ? pt->key : "";
+    const void *key = pt->skey;
     const uint32_t tag = (uint32_t)pt->hash;
     uint32_t fr;
-    (void)find(r, k, tag, key, pt->keylen, &fr); /* room may have moved the first free slot */
-    unsigned char *s = slot_at(r, k, fr);        /* fr exists: count < ecap < cap */
+    (void)find(r, k, tag, key, pt->skeylen, &fr); /* room may have moved the first free slot */
+    unsigned char *s = slot_at(r, k, fr);         /* fr exists: count < ecap < cap */
     state_fresh(r, pt->pf, s, &pt->base);
-    key_write(r, s, key, pt->keylen);
+    key_write(r, s, key, pt->skeylen);
     state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
-    hdr_set(s, H_LIVE(tag, pt->keylen, 0));
+    hdr_set(s, H_LIVE(tag, pt->skeylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;
     pt->created = true;
@@ -1795,7 +1832,9 @@ int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
 {
     if (!key_ok(r, key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false;
     uint32_t fr;
@@ -1857,7 +1896,9 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     }
     if (!key) key = "";
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false;
     uint32_t fr;
@@ -1936,7 +1977,7 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
     uint64_t k = cursor >> 32;
     uint32_t i = (uint32_t)cursor;
     if (k >= r->L.nshards || i >= r->L.cap) return SLUICE_EINVAL;
-    unsigned char *buf = sluice__malloc(r->L.max_key_bytes);
+    unsigned char *buf = sluice__malloc(r->L.copy_off - r->L.key_off); /* the key field */
     if (!buf) return SLUICE_ENOMEM;
     size_t work = 0;
     int rc = 0;
@@ -1954,10 +1995,10 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
             if (H_KIND(h) != K_LIVE) continue;
             sluice__state st;
             const sluice__profile *pf = key_load(r, s, &h, &st, epoch_now(r));
-            len = H_LEN(h);
+            len = sluice__key_bytes(H_LEN(h)); /* a digest's 16 bytes */
             memcpy(buf, s + r->L.key_off, len);
-            ks.last_ns = st.t_last;
-            ks.rest_ns = sluice__rest_at(pf, &st);
+            ks = (sluice_key_state){.last_ns = st.t_last, .rest_ns = sluice__rest_at(pf, &st),
+                                    .flags = H_LEN(h) == SLUICE__DIGEST_LEN ? SLUICE_KEY_DIGEST : 0};
             found = true;
         }
         shard_unlock(r, (uint32_t)k);
@@ -2263,6 +2304,7 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     r->L = O;
     r->flags = flags;
     r->h = h;
+    sluice__digest_seed(h->seed, r->dseed);
     r->sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     r->slots = (unsigned char *)region + O.slots_off;
     sluice_table *t = sluice__table_wrap(&L.pf, flags, max_keys, r);

@@ -38,7 +38,10 @@
  * never allocates more, whatever keys arrive.
  *
  * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table
- * (a burst hashes eight keys at once, in vectors: siphash.c).
+ * (a burst hashes eight keys at once, in vectors: siphash.c).  A key longer
+ * than SLUICE_MAX_KEY_BYTES is held by its 16-byte digest (SipHash-2-4-128
+ * under a key derived from the seed) with the length code DIGEST_LEN, which
+ * no key held as itself has (key_view; docs/decisions.md, "Long keys").
  *
  * Reclaiming keys at rest.  A key whose limiter is at rest (sluice__rest_at
  * has passed) carries no information and can go.  Each shard files its
@@ -239,6 +242,7 @@
 #include "counters.h"
 #include "spin.h"
 #include "table.h"
+#include "table.h"
 #include "topk.h"
 #include "wheel_core.h"
 #include "composite.h"
@@ -357,6 +361,7 @@ struct sluice_table {
     unsigned shard_bits;
     unsigned nshards;
     uint64_t seed[2];
+    uint64_t dseed[2]; /* the long keys' digest key (sluice__digest_seed) */
     shard *shards;
     unsigned char *slabs; /* every shard's probe array, one after the other */
     _Atomic uint64_t *dues; /* each shard's `due`, side by side: a new key's
@@ -506,6 +511,33 @@ static inline bool dist_lt(const sluice_table *t, const shard *s, uint32_t j, ui
     return code - 1 < d && (code <= DIST_SAT || slot_dist(t, s, j) < d);
 }
 
+/* Long keys (docs/decisions.md, "Long keys").  A key of more than
+ * SLUICE_MAX_KEY_BYTES is stored as its 16-byte digest (table.h) with the
+ * length code DIGEST_LEN, which no key stored as itself has: so a long key
+ * never equals a short one, its own digest bytes included.  Past the entry
+ * points (key_view) a key length is such a code; key_bytes gives the bytes
+ * behind it. */
+#define DIGEST_LEN SLUICE__DIGEST_LEN
+#define key_bytes sluice__key_bytes
+_Static_assert(SLUICE__DIGEST_LEN < 0x20000, "the digest's length code fits in meta");
+
+/* The key as the table stores it: itself, or (longer than
+ * SLUICE_MAX_KEY_BYTES) its digest into dig, with *keylen DIGEST_LEN.  O(len). */
+static inline void key_view(const sluice_table *t, const void **key, size_t *keylen,
+                            unsigned char dig[SLUICE__DIGEST_BYTES])
+{
+    if (*keylen <= SLUICE_MAX_KEY_BYTES) return;
+    sluice__key_digest(t->dseed, *key, *keylen, dig);
+    *key = dig;
+    *keylen = DIGEST_LEN;
+}
+
+/* The hash of a key as stored (key_view). */
+static inline uint64_t key_hash(const sluice_table *t, const void *key, size_t keylen)
+{
+    return sluice__siphash13(t->seed, key, key_bytes(keylen));
+}
+
 static inline void pad_key(ekey *k, const void *key, size_t keylen)
 {
     k->w[0] = k->w[1] = 0;
@@ -536,7 +568,7 @@ static inline bool key_eq(const entry *e, const ekey *k, const void *key, size_t
 {
     if (META_LEN(e->meta) != keylen) return false;
     if (keylen > INLINE_KEY)
-        return e->key.far.hash == h && memcmp(e->key.far.ext, key, keylen) == 0;
+        return e->key.far.hash == h && memcmp(e->key.far.ext, key, key_bytes(keylen)) == 0;
     return ((e->key.w[0] ^ k->w[0]) | (e->key.w[1] ^ k->w[1])) == 0;
 }
 
@@ -853,9 +885,9 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint64_t h, const void *key
 {
     unsigned char *copy = NULL;
     if (keylen > INLINE_KEY) {
-        copy = sluice__malloc(keylen);
+        copy = sluice__malloc(key_bytes(keylen));
         if (!copy) return UINT32_MAX;
-        memcpy(copy, key, keylen);
+        memcpy(copy, key, key_bytes(keylen));
     }
     uint32_t d;
     const uint32_t i = slot_open(t, s, home_of(s, (uint32_t)h), &d);
@@ -961,6 +993,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     } else {
         sluice__random_seed(t->seed);
     }
+    sluice__digest_seed(t->seed, t->dseed);
     t->shards = sluice__calloc64(t->nshards * sizeof *t->shards);
     t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
     if (!t->shards || !t->dues) goto oom;
@@ -1046,7 +1079,9 @@ size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap)
 
 uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen)
 {
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     uint32_t n;
     sluice__spin_lock(&s->mu);
@@ -1502,10 +1537,40 @@ static inline shard *shard_for(const sluice_table *t, uint64_t h)
     return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
 }
 
-/* Whether a table refuses `key` of keylen bytes outright (SLUICE_EINVAL). */
+/* Whether a table refuses `key` of keylen bytes outright (SLUICE_EINVAL):
+ * a NULL key of some length.  Any length is a key (key_view). */
 static inline bool bad_key(const void *key, size_t keylen)
 {
-    return keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen);
+    return !key && keylen;
+}
+
+/* Whether a key is stored as its digest (and decided on its own in a
+ * burst). */
+static inline bool long_key(size_t keylen) { return keylen > SLUICE_MAX_KEY_BYTES; }
+
+/* One decision on a valid key (not NULL), counted by the caller; a
+ * refusal is noted in the sketch of the keys refused most (its own bytes,
+ * as the sketch truncates them). */
+static bool decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                       uint64_t now_ns, sluice_result *res)
+{
+    const void *const raw = key;
+    const size_t rawlen = keylen;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
+    shard *s = shard_for(t, h);
+    prefetch_run(t, s, h);
+    bool ok;
+    const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
+    if (rc != READ_DONE) {
+        sluice__spin_lock(&s->mu);
+        ok = decide_locked(t, s, h, key, keylen, permits, now_ns, res,
+                           rc == READ_TORN);
+        sluice__spin_unlock(&s->mu);
+    }
+    if (!ok) sluice__table_note(t, raw, rawlen, keylen == rawlen ? h : 0);
+    return ok;
 }
 
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
@@ -1520,19 +1585,8 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
-    shard *s = shard_for(t, h);
-    prefetch_run(t, s, h);
-    bool ok;
-    const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
-    if (rc != READ_DONE) {
-        sluice__spin_lock(&s->mu);
-        ok = decide_locked(t, s, h, key, keylen, permits, now_ns, res,
-                           rc == READ_TORN);
-        sluice__spin_unlock(&s->mu);
-    }
+    const bool ok = decide_one(t, key, keylen, permits, now_ns, res);
     sluice__count(&t->counters, permits, ok);
-    if (!ok) sluice__table_note(t, key, keylen, h);
     return ok;
 }
 
@@ -1582,8 +1636,8 @@ static void burst_hash_each(const sluice_table *t, size_t from, size_t to,
 {
     for (size_t i = from; i < to; i++) {
         const size_t r = i % BURST_RING;
-        if (bad_key(keys[i], keylens[i])) {
-            sh[r] = NULL;
+        if (bad_key(keys[i], keylens[i]) || long_key(keylens[i])) {
+            sh[r] = NULL; /* refused, or decided alone (decide_one) */
             continue;
         }
         hash[r] = sluice__siphash13(t->seed, keys[i] ? keys[i] : "", keylens[i]);
@@ -1607,7 +1661,7 @@ static void burst_hash(const sluice_table *t, size_t from, size_t to, const void
         const size_t words = keylens[i] / 8;
         bool same = true;
         for (size_t l = i; l < i + 8; l++)
-            same &= keys[l] != NULL && !bad_key(keys[l], keylens[l]) && keylens[l] / 8 == words;
+            same &= keys[l] != NULL && !long_key(keylens[l]) && keylens[l] / 8 == words;
         if (!same) {
             burst_hash_each(t, i, i + 8, keys, keylens, hash, sh);
             continue;
@@ -1662,8 +1716,13 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         const size_t r = i % BURST_RING;
         const uint64_t p = permits ? permits[i] : 1;
         sluice_result *res = results ? &results[i] : NULL;
-        bool ok;
-        if (!sh[r]) {
+        bool ok, noted = false;
+        if (!sh[r] && keys && keylens && keys[i] && long_key(keylens[i])) {
+            if (held) sluice__spin_unlock(&held->mu); /* one lock at a time */
+            held = NULL;
+            ok = decide_one(t, keys[i], keylens[i], p, now_ns, res); /* noted there */
+            noted = true;
+        } else if (!sh[r]) {
             if (res) sluice__fail(res, SLUICE_EINVAL);
             ok = false;
         } else {
@@ -1690,7 +1749,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             prefetch_run(t, sh[ahead % BURST_RING], hash[ahead % BURST_RING]);
         sluice__tally_add(&tally, p, ok);
         allowed += ok;
-        if (!ok && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
+        if (!ok && !noted && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
             if (held) sluice__spin_unlock(&held->mu);
             held = NULL;
             sluice__table_note(t, keys[i], keylens[i], sh[r] ? hash[r] : 0);
@@ -1756,10 +1815,19 @@ void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_
 
 /* ---- composite decisions (composite.c) ---------------------------------- */
 
+void sluice__part_key(sluice__part *part)
+{
+    part->skey = part->key ? part->key : "";
+    part->skeylen = part->keylen;
+    if (!long_key(part->keylen)) return;
+    if (part->rt) sluice__rtable_key_view(part->rt, &part->skey, &part->skeylen, part->dig);
+    else key_view(part->t, &part->skey, &part->skeylen, part->dig);
+}
+
 void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, uint64_t *hash)
 {
     if (!key) key = "";
-    *hash = sluice__siphash13(t->seed, key, keylen);
+    *hash = key_hash(t, key, keylen);
     return shard_for(t, *hash);
 }
 
@@ -1785,9 +1853,9 @@ void sluice__table_find(sluice__part *part)
 {
     sluice_table *t = part->t;
     shard *s = shard_for(t, part->hash);
-    const void *key = part->key ? part->key : "";
-    uint32_t slot = find(t, s, part->hash, key, part->keylen);
-    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->keylen)
+    const void *key = part->skey;
+    uint32_t slot = find(t, s, part->hash, key, part->skeylen);
+    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->skeylen)
                                        : cur_cfg(t);
     part->pf = &c->pf;
     part->where = s;
@@ -1838,7 +1906,7 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
                                      : 1;
         return SLUICE_EFULL;
     }
-    uint32_t i = new_entry(t, s, part->hash, part->key ? part->key : "", part->keylen,
+    uint32_t i = new_entry(t, s, part->hash, part->skey, part->skeylen,
                            (const tcfg *)part->pf); /* the pf of sluice__table_find */
     if (i == UINT32_MAX) {
         atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
@@ -1857,7 +1925,7 @@ void sluice__table_refind(sluice__part *part)
     sluice_table *t = part->t;
     shard *s = part->where;
     if (part->entry == UINT32_MAX || part->gen == s->gen) return;
-    part->entry = find(t, s, part->hash, part->key ? part->key : "", part->keylen);
+    part->entry = find(t, s, part->hash, part->skey, part->skeylen);
     part->gen = s->gen;
     if (!t->pf.packed) part->st = ent_state(ent(t, s, part->entry));
 }
@@ -2038,10 +2106,11 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
 
 /* ---- key operations: remove, reset, peek, scan -------------------------- */
 
-/* Whether (key, keylen) is a key the table accepts. */
+/* Whether (key, keylen) is a key the table accepts: any length, but not
+ * NULL with a length (key_view stores a long one as its digest). */
 static inline bool key_ok(const void *key, size_t keylen)
 {
-    return keylen <= SLUICE_MAX_KEY_BYTES && (key || !keylen);
+    return key || !keylen;
 }
 
 /* Lock the shard of key and find its entry: returns the key's slot, or
@@ -2049,7 +2118,7 @@ static inline bool key_ok(const void *key, size_t keylen)
 static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard **sp)
 {
     if (!key) key = ""; /* keylen is 0 */
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = shard_for(t, h);
     sluice__spin_lock(&s->mu);
     *sp = s;
@@ -2060,6 +2129,8 @@ int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
     if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i != UINT32_MAX) {
@@ -2082,6 +2153,7 @@ static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state
 {
     out->rest_ns = rest_of(t, s, i);
     out->last_ns = ent_t_last(t, ent(t, s, i));
+    out->flags = META_LEN(ent(t, s, i)->meta) == DIGEST_LEN ? SLUICE_KEY_DIGEST : 0;
 }
 
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
@@ -2097,9 +2169,11 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     sluice_result r = {0};
     sluice__state fresh, tmp;
     shard *s;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (readable(t, keylen)) { /* a probe: read as decide_read reads */
         if (!key) key = "";
-        const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+        const uint64_t h = key_hash(t, key, keylen);
         s = shard_for(t, h);
         ekey k;
         pad_key(&k, key, keylen);
@@ -2130,7 +2204,7 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i == UINT32_MAX) {
         const void *k = key ? key : "";
-        const tcfg *c = s->novr ? key_cfg(t, s, (uint32_t)sluice__siphash13(t->seed, k, keylen), k,
+        const tcfg *c = s->novr ? key_cfg(t, s, (uint32_t)key_hash(t, k, keylen), k,
                                           keylen)
                                 : cur_cfg(t);
         sluice__spin_unlock(&s->mu);
@@ -2274,7 +2348,7 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
             if (d < o) break; /* a later home's */
             if (d == o) {
                 const uint64_t ord = scan_order(t, ent_hash(t, e));
-                const size_t len = META_LEN(e->meta);
+                const size_t len = key_bytes(META_LEN(e->meta)); /* a digest's 16 */
                 if (ord >= c) {
                     need_keys++;
                     need_bytes += len;
@@ -2581,7 +2655,8 @@ static ovr *ovr_find(const shard *s, uint32_t tag, const void *key, size_t keyle
     }
     if (pos) *pos = lo;
     for (uint32_t i = lo; i < s->novr && s->ovr[i].tag == tag; i++)
-        if (s->ovr[i].keylen == keylen && (keylen == 0 || memcmp(s->ovr[i].key, key, keylen) == 0))
+        if (s->ovr[i].keylen == keylen &&
+            (keylen == 0 || memcmp(s->ovr[i].key, key, key_bytes(keylen)) == 0))
             return &s->ovr[i];
     return NULL;
 }
@@ -2643,13 +2718,14 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
                      !t          ? "no table (NULL)"
                      : t->region ? "a table in a shared region has no overrides"
                      : !spec     ? "no spec (NULL)"
-                                 : "bad key: NULL with a length, or longer than %d bytes",
-                     SLUICE_MAX_KEY_BYTES);
+                                 : "bad key: NULL with a length");
         return SLUICE_EINVAL;
     }
     if (!key) key = "";
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = shard_for(t, h);
     tcfg *nc = sluice__calloc(1, sizeof *nc);
@@ -2685,8 +2761,8 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
             rc = SLUICE_EFULL;
             goto out;
         }
-        if (keylen && !(copy = sluice__malloc(keylen))) goto oom;
-        if (keylen) memcpy(copy, key, keylen);
+        if (keylen && !(copy = sluice__malloc(key_bytes(keylen)))) goto oom;
+        if (keylen) memcpy(copy, key, key_bytes(keylen));
         if (s->novr == s->ovrcap) {
             newcap = s->ovrcap ? 2 * s->ovrcap : 4;
             if (!(arr = sluice__calloc(newcap, sizeof *arr))) goto oom;
@@ -2737,8 +2813,10 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
 {
     if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = shard_for(t, h);
     int rc = 0;
@@ -2772,7 +2850,9 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
 {
     if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
     if (!key) key = "";
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = shard_for(t, h);
     sluice__spin_lock(&s->mu);
     const ovr *o = s->novr ? ovr_find(s, (uint32_t)h, key, keylen, NULL) : NULL;
