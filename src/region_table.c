@@ -199,9 +199,9 @@
  * locked path reads them, without their locks: each true when read).  The
  * locked path writes nothing else for these (the shard's `now` moves only
  * for an admission or a new key).  (6) The profile decided under is a
- * parsed configuration this handle made and published (read_prof), which
- * is never changed or freed while the handle lives; never the region's
- * text of a spec, which a change may rewrite.
+ * copy of a parsed configuration this handle made, read as a seqlock read
+ * (read_prof: the handle refills its CFG_K places in place); never the
+ * region's text of a spec, which a change may rewrite.
  *
  * An admission read so is not thrown away: the caller takes the lock, and
  * if the sequence it finds is still v (no hold since the read: every hold
@@ -456,17 +456,26 @@ typedef struct rcfg {
     char spec[SLUICE_SPEC_MAX];
 } rcfg;
 
-/* A handle's parsed copy of a remembered configuration `epoch`.  Made once
- * per epoch, published in the handle's prof[epoch % CFG_K] and never
- * changed or freed until the handle is closed (`made` chains them), so a
- * read without any lock may use one it finds (read_prof).  When memory runs
- * out, the handle's own slot `spare[epoch % CFG_K]` is filled in place, as
- * the locked paths may (prof()); reads never use those. */
+/* A handle's parsed copy of a remembered configuration `epoch`: CFG_K of
+ * them, one per place of the region's ring (epoch % CFG_K), part of the
+ * handle and filled in place by prof() -- so a handle's memory does not
+ * grow with changes of spec (issue 26 5: it took a new one per change,
+ * kept until the close).  A place is filled for epoch e + CFG_K only once
+ * e + CFG_K is remembered, when no holder of a shard lock (the locked
+ * paths, which use `pf` in place) can be under e any more (the floor,
+ * prof()).  A read without any lock may still be looking at it: the fill is
+ * a seqlock write (`seq` odd meanwhile; the profile stored in words, PUT),
+ * and the read copies the words (GET) and checks `seq` and `epoch` after
+ * (read_prof). */
+#define PF_WORDS ((sizeof(sluice__profile) + 7) / 8)
 typedef struct rprof {
-    _Atomic uint64_t epoch; /* UINT64_MAX while a spare is filled */
+    sluice__spin seq;       /* odd while prof() fills it */
+    _Atomic uint64_t epoch; /* the configuration held; UINT64_MAX: none yet */
     uint64_t at;
-    sluice__profile pf;
-    struct rprof *made;
+    union {
+        sluice__profile pf; /* the locked paths read it in place */
+        uint64_t w[PF_WORDS];
+    };
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328,
@@ -522,9 +531,7 @@ typedef struct layout {
 
 struct sluice__rtable {
     layout L; /* from the spec the region was made with (its origin) */
-    _Atomic(rprof *) prof[CFG_K];
-    rprof *made;             /* every rprof made, to free on close */
-    rprof spare[CFG_K];      /* when memory runs out (rprof) */
+    rprof prof[CFG_K];
     pthread_mutex_t prof_mu; /* fills prof[] */
     unsigned flags;
     rhead *h;
@@ -928,47 +935,53 @@ static inline uint64_t epoch_now(const sluice__rtable *r)
  * holder of a shard lock can be under it any more (the floor). */
 static const rprof *prof(sluice__rtable *r, uint64_t epoch)
 {
-    _Atomic(rprof *) *slot = &r->prof[epoch & (CFG_K - 1)];
-    rprof *p = atomic_load_explicit(slot, memory_order_acquire);
-    if (p && atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
+    rprof *p = &r->prof[epoch & (CFG_K - 1)];
+    if (atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
     pthread_mutex_lock(&r->prof_mu);
-    p = atomic_load_explicit(slot, memory_order_relaxed);
-    if (!p || atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
-        rprof *n = sluice__calloc64(sizeof *n);
-        if (n) {
-            n->made = r->made;
-            r->made = n;
-        } else { /* no memory: in place, which only the locked paths use */
-            n = &r->spare[epoch & (CFG_K - 1)];
-            atomic_store_explicit(&n->epoch, UINT64_MAX, memory_order_relaxed);
-        }
+    if (atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
         const rcfg *c = cfg_at(r, epoch);
         char spec[SLUICE_SPEC_MAX];
         memcpy(spec, c->spec, sizeof spec);
         spec[sizeof spec - 1] = 0;
         /* written by a change that parsed it: it parses (a region written
          * by hand that does not is decided under the origin's spec) */
-        if (sluice__spec_parse(spec, &n->pf, NULL, 0) != 0 || n->pf.ops != r->L.pf.ops)
-            n->pf = r->L.pf;
-        n->at = c->at;
-        atomic_store_explicit(&n->epoch, epoch, memory_order_release);
-        atomic_store_explicit(slot, n, memory_order_release);
-        p = n;
+        union {
+            sluice__profile pf;
+            uint64_t w[PF_WORDS];
+        } n;
+        memset(&n, 0, sizeof n);
+        if (sluice__spec_parse(spec, &n.pf, NULL, 0) != 0 || n.pf.ops != r->L.pf.ops)
+            n.pf = r->L.pf;
+        /* in place, as a seqlock writer: epoch e - CFG_K, the one it held,
+         * is below the floor, so only reads without a lock may be at it */
+        sluice__spin_lock(&p->seq);
+        atomic_store_explicit(&p->epoch, UINT64_MAX, memory_order_relaxed);
+        for (size_t w = 0; w < PF_WORDS; w++) PUT(&p->w[w], n.w[w]);
+        p->at = c->at;
+        atomic_store_explicit(&p->epoch, epoch, memory_order_release);
+        sluice__spin_unlock(&p->seq);
     }
     pthread_mutex_unlock(&r->prof_mu);
     return p;
 }
 
-/* The parsed configuration `epoch` for a read without the lock: one made
- * for it and published (never changed while the handle lives), else NULL
- * (the lock path makes it). */
-static const rprof *read_prof(const sluice__rtable *r, uint64_t epoch)
+/* The parsed configuration `epoch` for a read without the lock, copied
+ * into *out (a seqlock read of the handle's place for it: prof() may be
+ * filling it for a later epoch meanwhile); false when this handle has not
+ * parsed it yet, or is filling the place (the lock path decides). */
+static bool read_prof(const sluice__rtable *r, uint64_t epoch, sluice__profile *out)
 {
-    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
-                                          memory_order_acquire);
-    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
-    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
-    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
+    rprof *p = &((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)];
+    const uint64_t v = sluice__spin_read_begin(&p->seq);
+    if ((v & 1) || atomic_load_explicit(&p->epoch, memory_order_acquire) != epoch) return false;
+    union {
+        sluice__profile pf;
+        uint64_t w[PF_WORDS];
+    } c;
+    for (size_t w = 0; w < PF_WORDS; w++) c.w[w] = GET(&p->w[w]);
+    if (!sluice__spin_read_valid(&p->seq, v)) return false;
+    *out = c.pf;
+    return true;
 }
 
 /* Carry st, under configuration `from`, over every change up to `to`, in
@@ -1538,23 +1551,22 @@ static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
  * change of spec (the lock carries it over first), or this handle has not
  * parsed the current configuration yet (the lock parses it). */
 static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *sn,
-                                         sluice__state *st)
+                                         sluice__state *st, sluice__profile *pf)
 {
-    const rprof *p = read_prof(r, sn->epoch);
-    if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
+    if ((sn->found && sn->ep != sn->epoch) || !read_prof(r, sn->epoch, pf)) return NULL;
     if (!sn->found) {
-        sluice__state_init(&p->pf, st);
+        sluice__state_init(pf, st);
     } else if (r->L.ring) { /* the header only: ring_read decides */
-        sluice__state_init(&p->pf, st);
+        sluice__state_init(pf, st);
         st->t_last = sn->u.g.t_last;
     } else if (r->L.pf.packed) {
-        sluice__state_unpack(&p->pf, sn->u.w, st);
+        sluice__state_unpack(pf, sn->u.w, st);
     } else {
         swords u;
         memcpy(u.w, sn->u.w, sizeof u.w);
         *st = u.st;
     }
-    return &p->pf;
+    return pf;
 }
 
 /* A held window-log key's decision from its snapshot's summary, as a
@@ -1617,8 +1629,8 @@ typedef struct radm {
     bool ready;
     uint32_t i;
     uint64_t h, v, epoch;
-    const sluice__profile *pf;
-    sluice__state st; /* the state after the admission */
+    sluice__profile pf; /* decided under: a copy (read_prof) */
+    sluice__state st;   /* the state after the admission */
 } radm;
 
 /* The decision of a request read without writing: true with *ok (and *res,
@@ -1633,15 +1645,21 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     sluice__state st;
     adm->ready = false;
     if (!read_key(r, k, tag, key, keylen, &sn)) return false;
-    const sluice__profile *pf = snap_state(r, &sn, &st);
+    const sluice__profile *pf = snap_state(r, &sn, &st, &adm->pf);
     if (!pf) return false;
     *full = false;
     if (sn.found && r->L.ring) return ring_read(pf, &sn, now, permits, res, ok);
     if (sn.found || permits == 0 || permits > pf->capacity) { /* as decide_locked */
         *ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
         if (!(*ok && permits)) return true; /* only an admission writes */
-        if (sn.found) *adm = (radm){.ready = true, .i = sn.i, .h = sn.h, .v = sn.v,
-                                    .epoch = sn.epoch, .pf = pf, .st = st};
+        if (sn.found) {
+            adm->ready = true;
+            adm->i = sn.i;
+            adm->h = sn.h;
+            adm->v = sn.v;
+            adm->epoch = sn.epoch;
+            adm->st = st; /* adm->pf is the profile already */
+        }
         return false;
     }
     int64_t retry;
@@ -1683,7 +1701,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
         /* no hold since the read ended with v (a hold leaves the sequence
          * 2 higher), and no change of spec: the shard is as the read saw
          * it, so the decision on it is the locked path's -- commit it */
-        state_commit(r, adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
+        state_commit(r, &adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
         if (now_ns > sh->now) PUT(&sh->now, now_ns);
         count_decision(r, sh, permits, true, false);
         shard_unlock(r, k);
@@ -1906,7 +1924,8 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     sluice__state st, tmp;
     rsnap sn;
     const sluice__profile *rp;
-    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st)) &&
+    sluice__profile rpf;
+    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st, &rpf)) &&
         peek_read(r, &sn, rp, &st, now_ns, permits, &out, state)) {
         if (res) *res = out;
         return sn.found ? 0 : SLUICE_ENOENT;
@@ -2296,6 +2315,8 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     if (check_header(h, &L, flags, size, &O, err, errlen) != 0) return NULL;
     sluice__rtable *r = sluice__calloc64(sizeof *r);
     if (!r) goto oom;
+    for (unsigned j = 0; j < CFG_K; j++) /* no configuration parsed yet */
+        atomic_store_explicit(&r->prof[j].epoch, UINT64_MAX, memory_order_relaxed);
     if (pthread_mutex_init(&r->prof_mu, NULL) != 0) {
         sluice__free64(r);
         r = NULL;
@@ -2339,10 +2360,6 @@ void sluice__rtable_close(sluice__rtable *r)
 {
     if (!r) return;
     if (r->map) munmap(r->map, r->map_len);
-    for (rprof *p = r->made, *n; p; p = n) {
-        n = p->made;
-        sluice__free64(p);
-    }
     pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }

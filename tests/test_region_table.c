@@ -2240,6 +2240,90 @@ static void test_long_keys(void **state)
     munmap(reg, n);
 }
 
+/* Deciders for test_spec_change_memory: decide on a few keys at times
+ * that move on, while the main thread changes the spec. */
+typedef struct churn_arg {
+    sluice_table *t;
+    _Atomic bool stop;
+    uint64_t allowed, decided;
+} churn_arg;
+
+static void *churn_decider(void *p)
+{
+    churn_arg *a = p;
+    char kb[16];
+    uint64_t now = SEC;
+    for (uint64_t n = 0; n < 4000000 && !atomic_load(&a->stop); n++) {
+        const int kl = snprintf(kb, sizeof kb, "k%u", (unsigned)(n % 4));
+        now += 1000;
+        a->allowed += sluice_table_try_acquire_at(a->t, kb, (size_t)kl, n % 3, now, NULL);
+        a->decided++;
+    }
+    return NULL;
+}
+
+/* Changes of spec do not grow a handle's memory (issue 26 5: each change
+ * took a parsed configuration, kept until the close): 100,000 changes,
+ * reconfigure and set_limit alternating, with decisions between, leave the
+ * library's live bytes (the counting allocator) as they were; then again
+ * with two threads deciding meanwhile (ThreadSanitizer's concern). */
+static void test_spec_change_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    const char *spec = "token-bucket 10/s";
+    char err[256];
+    size_t n = sluice_table_region_size(spec, 16, 16, err, sizeof err);
+    void *reg = shared_map(n);
+    sluice_table *t = attach_ok(reg, n, spec, 16, 16, 0);
+    sluice_result r;
+    uint64_t now = SEC;
+    for (int i = 0; i < 64; i++) { /* every place of the ring parsed once */
+        assert_int_equal(sluice_table_set_limit_at(t, 10 + (uint64_t)(i % 2), SEC, now, err, sizeof err), 0);
+        (void)sluice_table_try_acquire_at(t, "warm", 4, 1, now, &r);
+        now += 1000;
+    }
+    const size_t before = tu_alloc_live_bytes();
+    const long blocks = tu_alloc_live();
+    for (int i = 0; i < 100000; i++) {
+        int rc = i % 2 ? sluice_table_reconfigure_at(t, i % 4 == 1 ? "token-bucket 20/s" : spec,
+                                                     now, err, sizeof err)
+                       : sluice_table_set_limit_at(t, 5 + (uint64_t)(i % 7), SEC, now, err, sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+        if (i % 16 == 0) (void)sluice_table_try_acquire_at(t, "k", 1, 1, now, &r);
+        now += 1000;
+    }
+    print_message("  100000 changes: live %zu bytes in %ld blocks before, %zu in %ld after\n",
+                  before, blocks, tu_alloc_live_bytes(), tu_alloc_live());
+    assert_int_equal(tu_alloc_live_bytes(), before);
+    assert_int_equal(tu_alloc_live(), blocks);
+
+    /* with deciders running */
+    churn_arg a = {.t = t};
+    pthread_t th[2];
+    churn_arg b = {.t = t};
+    assert_int_equal(pthread_create(&th[0], NULL, churn_decider, &a), 0);
+    assert_int_equal(pthread_create(&th[1], NULL, churn_decider, &b), 0);
+    for (int i = 0; i < 20000; i++) {
+        int rc = i % 2 ? sluice_table_reconfigure_at(t, spec, now, err, sizeof err)
+                       : sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+    }
+    atomic_store(&a.stop, true);
+    atomic_store(&b.stop, true);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    print_message("  20000 changes beside %llu decisions (%llu admitted)\n",
+                  (unsigned long long)(a.decided + b.decided),
+                  (unsigned long long)(a.allowed + b.allowed));
+    assert_true(a.decided + b.decided > 0);
+    assert_int_equal(tu_alloc_live_bytes(), before);
+    sluice_table_free(t);
+    munmap(reg, n);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2252,6 +2336,7 @@ int main(void)
         cmocka_unit_test(test_named_regions),
         cmocka_unit_test(test_table_functions),
         cmocka_unit_test(test_long_keys),
+        cmocka_unit_test(test_spec_change_memory),
         cmocka_unit_test(test_many_shards),
         cmocka_unit_test(test_composite_exact),
         cmocka_unit_test(test_composite_four_processes),
