@@ -1119,9 +1119,11 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * key refuses as it would, only its recovery may come a little sooner.
  *
  * Thread-safe: decisions on any key may run meanwhile, each wholly under
- * one spec; changes of one table are serialised.  Memory: each change
- * keeps a configuration (about 200 bytes) until the table is freed, since a
- * key may still be under it. */
+ * one spec; changes of one table are serialised.  Memory: a table of
+ * sluice_table_new() keeps each change's configuration (about 200 bytes)
+ * until the table is freed, since a key may still be under it; a table in
+ * a shared region holds the last 8 in the region and a parsed copy of each
+ * in the handle, refilled in place: its memory does not grow with changes. */
 int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_ns,
                                 char *err, size_t errlen);
 

@@ -1550,9 +1550,11 @@ static inline bool long_key(size_t keylen) { return keylen > SLUICE_MAX_KEY_BYTE
 
 /* One decision on a valid key (not NULL), counted by the caller; a
  * refusal is noted in the sketch of the keys refused most (its own bytes,
- * as the sketch truncates them). */
-static bool decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                       uint64_t now_ns, sluice_result *res)
+ * as the sketch truncates them).  Always inlined: its prefetches must stay
+ * in sluice_table_try_acquire_at (tests/check_prefetch.sh). */
+static inline __attribute__((always_inline)) bool
+decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns,
+           sluice_result *res)
 {
     const void *const raw = key;
     const size_t rawlen = keylen;
