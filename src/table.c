@@ -99,8 +99,13 @@
  * it missed, in order, each at that change's time clamped to the key's
  * latest admission -- exactly what the change would have done to it then,
  * since only an admission moves a state and every admission catches up
- * first.  A new key starts under the newest configuration.  Configurations
- * are kept until the table is freed (a decision may be reading one).
+ * first.  A new key starts under the newest configuration.  The chain is
+ * kept short: a change that would chain a ninth configuration first carries
+ * every held key to the newest (cfg_collect: one pass over the slots, a
+ * shard locked at a time), then retires the older ones -- their ids are
+ * reused -- and frees each once no reader section that began before its
+ * retiring runs ("reader sections", below): the memory of changes is
+ * bounded (issue 26).
  *
  * Per-key overrides (the end of this file) are configurations of single
  * keys, kept per shard apart from the entries and looked up only where an
@@ -238,10 +243,12 @@
  * then on.  Configurations are read through their ids and never freed
  * while the table lives (read_cfg).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall(): membarrier */
+#endif
 #include "internal.h"
 #include "counters.h"
 #include "spin.h"
-#include "table.h"
 #include "table.h"
 #include "topk.h"
 #include "wheel_core.h"
@@ -252,6 +259,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define INLINE_KEY 16
 #define SLOTS SLUICE__WCORE_SLOTS
@@ -347,7 +356,8 @@ typedef struct tcfg {
     uint64_t at;                  /* the time (ns) of the change that made it */
     _Atomic(struct tcfg *) newer; /* the configuration that replaced it */
     uint32_t id;
-    struct tcfg *made;            /* the one made before it (the free) */
+    struct tcfg *made;            /* retired: the next retired (cfg_collect) */
+    uint64_t stamp;               /* retired: the reader epoch it waits out */
 } tcfg;
 
 #define CFG_SEGS 32 /* segment j holds ids 2^j - 1 .. 2^(j+1) - 2 */
@@ -373,10 +383,17 @@ struct sluice_table {
                             * refused statistic, striped (its denials) */
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
-    /* configurations: by id, the newest made, and the lock of changes */
+    /* configurations: by id, and the lock of changes */
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
-    tcfg *made;
     uint32_t ncfg;
+    /* reclaiming them (cfg_mu): the oldest of the chain still numbered and
+     * the chain's length from it; ids free for reuse; configurations
+     * retired, each with the reader epoch it waits out (rd_*) */
+    tcfg *oldest;
+    uint32_t chain;
+    uint32_t *free_ids;
+    uint32_t nfree, free_cap;
+    tcfg *retired;
     pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
@@ -384,6 +401,7 @@ struct sluice_table {
 
 static const tcfg *ent_cfg(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *cur_cfg(const sluice_table *t);
+static sluice__clock cur_clock(const sluice_table *t);
 static tcfg *cfg_of_id(const sluice_table *t, uint32_t id);
 static int cfg_init(sluice_table *t);
 static void cfg_free(sluice_table *t);
@@ -391,6 +409,132 @@ static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
                            size_t keylen);
 static void ovr_free_all(sluice_table *t);
+
+/* ---- reader sections: when a configuration may be freed ----------------- */
+
+/* A configuration the table no longer reaches (cfg_collect: every key
+ * carried past it, its id unmapped) may still be in the hands of a call
+ * that read it before -- a decision reading without the lock, or one that
+ * looked it up under a shard lock and uses it after.  So every call of the
+ * table that reads configurations runs in a reader section (rd_enter,
+ * rd_exit; nested sections count once), which writes the reader epoch it
+ * began at into its thread's own line of rd_slots (0 outside).  A retired
+ * configuration carries the epoch at its retiring (stamp; the epoch is then
+ * moved on); it is freed once every thread in a section began after it:
+ * min over the slots of the nonzero epochs > stamp (and no reader without
+ * a slot of its own: rd_anon).  A reader whose epoch is later read the
+ * epoch after the retiring (acquire: it sees the unmapping), so never finds
+ * the configuration.  A reader whose epoch the changer does not see yet
+ * could have read the unmapping before: the changer's sync (membarrier, a
+ * barrier on every thread of the process, where the system has it; else a
+ * fence on both sides, the reader's at each outermost rd_enter) orders the
+ * reader's epoch store before its loads, or makes it visible.  Nothing
+ * waits: what cannot be freed yet is freed at a later change.  Cost to a
+ * decision: a thread-local load and two stores to its own line. */
+#define RD_SLOTS 256
+typedef struct rd_slot {
+    _Alignas(64) _Atomic uint64_t at; /* the epoch its thread's section began at; 0: none */
+    _Atomic unsigned owned;           /* a thread has it */
+} rd_slot;
+static rd_slot rd_slots[RD_SLOTS];
+static _Atomic uint64_t rd_epoch = 1;
+static _Atomic uint64_t rd_anon;       /* sections of threads without a slot */
+static _Thread_local unsigned rd_mine; /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
+static _Thread_local unsigned rd_depth;
+static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
+static pthread_key_t rd_key;
+static bool rd_key_ok, rd_memb;
+
+#if defined(SYS_membarrier) && !SLUICE__SEQ_TSAN
+#define RD_MEMB_PRIVATE_EXPEDITED (1 << 3)
+#define RD_MEMB_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+#endif
+
+static void rd_release(void *v)
+{
+    const unsigned i = (unsigned)(uintptr_t)v;
+    if (i == 0 || i > RD_SLOTS) return;
+    atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
+    atomic_store_explicit(&rd_slots[i - 1].owned, 0, memory_order_release);
+}
+
+static void rd_init(void)
+{
+    rd_key_ok = pthread_key_create(&rd_key, rd_release) == 0;
+#ifdef RD_MEMB_REGISTER_PRIVATE_EXPEDITED
+    rd_memb = syscall(SYS_membarrier, RD_MEMB_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
+/* Before a table is shared: the readers' mode (membarrier or fences) is
+ * settled before any reader of it runs. */
+static void rd_setup(void) { pthread_once(&rd_once, rd_init); }
+
+static unsigned rd_claim(void)
+{
+    rd_setup();
+    if (rd_key_ok)
+        for (unsigned i = 0; i < RD_SLOTS; i++) {
+            unsigned z = 0;
+            if (atomic_load_explicit(&rd_slots[i].owned, memory_order_relaxed) == 0 &&
+                atomic_compare_exchange_strong(&rd_slots[i].owned, &z, 1)) {
+                if (pthread_setspecific(rd_key, (void *)(uintptr_t)(i + 1)) == 0) return i + 1;
+                atomic_store_explicit(&rd_slots[i].owned, 0, memory_order_release);
+                break;
+            }
+        }
+    return RD_SLOTS + 1;
+}
+
+static inline void rd_enter(void)
+{
+    if (rd_depth++) return;
+    unsigned i = rd_mine;
+    if (__builtin_expect(i == 0, 0)) rd_mine = i = rd_claim();
+    if (i <= RD_SLOTS) {
+        atomic_store_explicit(&rd_slots[i - 1].at,
+                              atomic_load_explicit(&rd_epoch, memory_order_acquire),
+                              SLUICE__SEQ_TSAN ? memory_order_seq_cst : memory_order_relaxed);
+        if (rd_memb) atomic_signal_fence(memory_order_seq_cst);
+        else atomic_thread_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add_explicit(&rd_anon, 1, memory_order_seq_cst);
+    }
+}
+
+static inline void rd_exit(void)
+{
+    if (--rd_depth) return;
+    const unsigned i = rd_mine;
+    if (i <= RD_SLOTS) atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
+    else atomic_fetch_sub_explicit(&rd_anon, 1, memory_order_release);
+}
+
+/* The changer's half (after unmapping, before reading the slots): a
+ * barrier on every thread, or its own fence; false when it failed (the
+ * readers have no fence of their own then: nothing may be freed). */
+static bool rd_sync(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+#ifdef RD_MEMB_PRIVATE_EXPEDITED
+    if (rd_memb) return syscall(SYS_membarrier, RD_MEMB_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+    return true;
+}
+
+/* The least epoch a section running now began at: UINT64_MAX when none
+ * runs; 0 when a reader without a slot runs (it has no epoch), or when the
+ * sync failed. */
+static uint64_t rd_min_active(void)
+{
+    if (!rd_sync() || atomic_load_explicit(&rd_anon, memory_order_seq_cst)) return 0;
+    uint64_t m = UINT64_MAX;
+    for (unsigned i = 0; i < RD_SLOTS; i++) {
+        const uint64_t a = atomic_load_explicit(&rd_slots[i].at, memory_order_seq_cst);
+        if (a && a < m) m = a;
+    }
+    return m;
+}
 
 /* ---- entries and slots -------------------------------------------------- */
 
@@ -970,6 +1114,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         sluice__errf(err, errlen, "bad flags 0x%x", flags);
         return NULL;
     }
+    rd_setup(); /* how reader sections order themselves, before any runs */
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
     t->pf = pf;
@@ -1274,7 +1419,8 @@ static bool read_state(sluice_table *t, const sluice__profile *pf, shard *s, uin
  * NULL when the lock must decide: the entry missed a change of spec (the
  * lock carries it over first), the shard has overrides (looked up under the
  * lock), or a read that mixed states names no published configuration.
- * Configurations are never freed while the table lives. */
+ * A configuration found so is not freed while the caller's reader section
+ * runs (rd_enter). */
 static inline __attribute__((always_inline)) const tcfg *
 read_cfg(sluice_table *t, shard *s, uint32_t at)
 {
@@ -1587,7 +1733,9 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
+    rd_enter();
     const bool ok = decide_one(t, key, keylen, permits, now_ns, res);
+    rd_exit();
     sluice__count(&t->counters, permits, ok);
     return ok;
 }
@@ -1596,7 +1744,7 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                               uint64_t permits, sluice_result *res)
 {
     return sluice_table_try_acquire_at(t, key, keylen, permits,
-                                       sluice__clock_now(cur_cfg(t)->pf.clock), res);
+                                       sluice__clock_now(cur_clock(t)), res);
 }
 
 /* ---- bursts ------------------------------------------------------------- */
@@ -1693,6 +1841,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         return allowed;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    rd_enter();
     size_t allowed = 0;
     sluice__tally tally = {0}; /* counted once, at the end */
     uint64_t hash[BURST_RING];
@@ -1758,6 +1907,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         }
     }
     if (held) sluice__spin_unlock(&held->mu);
+    rd_exit();
     sluice__count_tally(&t->counters, &tally);
     return allowed;
 }
@@ -1836,6 +1986,7 @@ void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, ui
 void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
 {
     shard *s = sh;
+    rd_enter(); /* the parts use configurations until the unlock */
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) PUT(&s->now, now_ns);
     if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
@@ -1849,6 +2000,7 @@ void sluice__table_unlock(sluice_table *t, void *sh)
 {
     (void)t;
     sluice__spin_unlock(&((shard *)sh)->mu);
+    rd_exit();
 }
 
 void sluice__table_find(sluice__part *part)
@@ -1956,6 +2108,7 @@ void sluice__table_unmake(sluice__part *part)
 
 void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 {
+    rd_enter();
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
         if (atomic_load_explicit(o->due, memory_order_relaxed) > now_ns) continue;
@@ -1964,6 +2117,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
         publish_due(o);
         sluice__spin_unlock(&o->mu);
     }
+    rd_exit();
 }
 
 void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
@@ -1991,7 +2145,7 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
  * region, a change of spec to carry over, a shard whose wheel is due a
  * step, a key twice, holders met READ_TRIES times -- returns -1 with
  * nothing decided, stored or counted: the general path decides it. */
-int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                           uint64_t now_ns, sluice__answer *ans)
 {
     struct {
@@ -2106,6 +2260,15 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
     return -1;
 }
 
+int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                          uint64_t now_ns, sluice__answer *ans)
+{
+    rd_enter();
+    const int rc = tables_decide(refs, n, permits, now_ns, ans);
+    rd_exit();
+    return rc;
+}
+
 /* ---- key operations: remove, reset, peek, scan -------------------------- */
 
 /* Whether (key, keylen) is a key the table accepts: any length, but not
@@ -2127,7 +2290,7 @@ static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard
     return find(t, s, h, key, keylen);
 }
 
-int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+static int table_remove(sluice_table *t, const void *key, size_t keylen)
 {
     if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
@@ -2141,6 +2304,14 @@ int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
     }
     sluice__spin_unlock(&s->mu);
     return i == UINT32_MAX ? SLUICE_ENOENT : 0;
+}
+
+int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+{
+    rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
+    const int rc = table_remove(t, key, keylen);
+    rd_exit();
+    return rc;
 }
 
 int sluice_table_reset(sluice_table *t, const void *key, size_t keylen)
@@ -2158,8 +2329,8 @@ static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state
     out->flags = META_LEN(ent(t, s, i)->meta) == DIGEST_LEN ? SLUICE_KEY_DIGEST : 0;
 }
 
-int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                   uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
     if (t && t->region)
         return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
@@ -2241,6 +2412,17 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     return 0;
 }
 
+int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    if (t && t->region)
+        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
+    rd_enter(); /* configurations read, also after the unlock */
+    const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
+    rd_exit();
+    return rc;
+}
+
 /* The scan.  Its cursor is a point in the scan's order of keys: a
  * permutation of the bits of the key's hash -- its shard (the top bits),
  * then its tag (the low 32 bits, which fix its home slot: home_of is
@@ -2304,9 +2486,9 @@ typedef struct scan_key {
     sluice_key_state ks;
 } scan_key;
 
-int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
-                               sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
-                               size_t *visited)
+static int scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                        sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                        size_t *visited)
 {
     if (t && t->region)
         return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
@@ -2413,6 +2595,16 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
     return rc;
 }
 
+int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                               sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                               size_t *visited)
+{
+    rd_enter(); /* the states given carry keys over changes first */
+    const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
+    rd_exit();
+    return rc;
+}
+
 int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
                       void *arg, uint64_t *next_cursor)
 {
@@ -2437,12 +2629,23 @@ static const tcfg *cur_cfg(const sluice_table *t)
     return atomic_load_explicit(&((sluice_table *)t)->cur, memory_order_acquire);
 }
 
+/* The clock of the current spec (what the live forms read). */
+static sluice__clock cur_clock(const sluice_table *t)
+{
+    rd_enter();
+    const sluice__clock c = cur_cfg(t)->pf.clock;
+    rd_exit();
+    return c;
+}
+
 /* Number c and make it findable (t->cfg_mu held, or the table not yet
  * shared); false when out of memory or numbers. */
 static bool cfg_add(sluice_table *t, tcfg *c)
 {
-    if (t->ncfg >= UINT32_MAX - 1) return false;
-    const uint64_t v = (uint64_t)t->ncfg + 1;
+    const bool reuse = t->nfree > 0; /* an id a retired configuration left */
+    if (!reuse && t->ncfg >= UINT32_MAX - 1) return false;
+    const uint32_t id = reuse ? t->free_ids[t->nfree - 1] : t->ncfg;
+    const uint64_t v = (uint64_t)id + 1;
     const unsigned j = 63u - (unsigned)__builtin_clzll(v);
     _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
     if (!seg) {
@@ -2450,11 +2653,83 @@ static bool cfg_add(sluice_table *t, tcfg *c)
         if (!seg) return false;
         atomic_store_explicit(&t->cfgs[j], seg, memory_order_release);
     }
-    c->id = t->ncfg++;
-    c->made = t->made;
-    t->made = c;
+    if (reuse) t->nfree--;
+    else t->ncfg++;
+    c->id = id;
     atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], c, memory_order_release);
     return true;
+}
+
+/* Unmap configuration c: its id is free for reuse (a read without the lock
+ * that still finds an entry with that id is under a sequence a holder has
+ * moved on since: cfg_collect locked every shard). */
+static void cfg_unmap(sluice_table *t, tcfg *c)
+{
+    const uint64_t v = (uint64_t)c->id + 1;
+    const unsigned j = 63u - (unsigned)__builtin_clzll(v);
+    _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
+    atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], NULL, memory_order_release);
+    if (t->nfree == t->free_cap) { /* at most every id ever made: bounded by the most live */
+        const uint32_t cap = t->free_cap ? 2 * t->free_cap : 16;
+        uint32_t *a = sluice__malloc((size_t)cap * sizeof *a);
+        if (!a) return; /* the id stays used: one number lost, nothing else */
+        if (t->nfree) memcpy(a, t->free_ids, t->nfree * sizeof *a);
+        sluice__free(t->free_ids);
+        t->free_ids = a;
+        t->free_cap = cap;
+    }
+    t->free_ids[t->nfree++] = c->id;
+}
+
+/* Free the retired configurations no reader section can hold any more
+ * (t->cfg_mu held). */
+static void cfg_free_retired(sluice_table *t)
+{
+    if (!t->retired) return;
+    const uint64_t min = rd_min_active();
+    for (tcfg **pp = &t->retired; *pp;) {
+        tcfg *c = *pp;
+        if (c->stamp < min) {
+            *pp = c->made;
+            sluice__free(c);
+        } else {
+            pp = &c->made;
+        }
+    }
+}
+
+/* The chain grew past CFG_KEEP configurations (t->cfg_mu held): carry every
+ * held key to the newest (each shard locked in turn, as any locked call
+ * would carry it), then retire every configuration of the chain before the
+ * newest -- no key is under one, no lookup finds one -- for
+ * cfg_free_retired.  A key that cannot be carried (a ring that cannot
+ * grow) leaves the chain as it is, for a later change. */
+#define CFG_KEEP 8
+static void cfg_collect(sluice_table *t)
+{
+    tcfg *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    bool all = true;
+    for (unsigned k = 0; k < t->nshards && all; k++) {
+        shard *s = &t->shards[k];
+        sluice__spin_lock(&s->mu);
+        for (uint32_t j = 0; j < s->cap && all; j++)
+            if (META_CODE(ent(t, s, j)->meta) && ent(t, s, j)->cfg != cur->id)
+                all = ent_cfg(t, s, j) != NULL;
+        sluice__spin_unlock(&s->mu);
+    }
+    if (!all) return;
+    for (tcfg *c = t->oldest, *n; c != cur; c = n) {
+        n = atomic_load_explicit(&c->newer, memory_order_relaxed);
+        cfg_unmap(t, c);
+        c->made = t->retired;
+        t->retired = c;
+    }
+    /* unmapped before the epoch moves on: a section that begins later
+     * reads the epoch (acquire) after this, and finds none of them */
+    const uint64_t stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+    for (tcfg *c = t->retired; c && c->stamp == 0; c = c->made) c->stamp = stamp;
+    t->oldest = cur;
+    t->chain = 1;
 }
 
 /* The first configuration: the spec the table was made with. */
@@ -2468,6 +2743,8 @@ static int cfg_init(sluice_table *t)
         return SLUICE_ENOMEM;
     }
     atomic_store_explicit(&t->cur, c, memory_order_relaxed);
+    t->oldest = c;
+    t->chain = 1;
     t->max_ovr = SLUICE_TABLE_OVERRIDES_DEFAULT;
     if (pthread_mutex_init(&t->cfg_mu, NULL) != 0) return SLUICE_ENOMEM;
     return 0;
@@ -2475,12 +2752,18 @@ static int cfg_init(sluice_table *t)
 
 static void cfg_free(sluice_table *t)
 {
-    for (tcfg *c = t->made, *n; c; c = n) {
+    for (unsigned j = 0; j < CFG_SEGS; j++) { /* every configuration numbered */
+        _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
+        if (!seg) continue;
+        for (size_t i = 0; i < ((size_t)1 << j); i++)
+            sluice__free(atomic_load_explicit(&seg[i], memory_order_relaxed));
+        sluice__free((void *)seg);
+    }
+    for (tcfg *c = t->retired, *n; c; c = n) { /* and those retired */
         n = c->made;
         sluice__free(c);
     }
-    for (unsigned j = 0; j < CFG_SEGS; j++)
-        sluice__free((void *)atomic_load_explicit(&t->cfgs[j], memory_order_relaxed));
+    sluice__free(t->free_ids);
 }
 
 /* Carry entry e's state from configuration c to n at time `at` (clamped to
@@ -2589,6 +2872,8 @@ static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64
     atomic_store_explicit(&c->newer, nc, memory_order_release);
     atomic_store_explicit(&t->cur, nc, memory_order_release);
     nc = NULL;
+    if (++t->chain > CFG_KEEP) cfg_collect(t); /* the chain's memory stays bounded */
+    cfg_free_retired(t);
 out:
     pthread_mutex_unlock(&t->cfg_mu);
     sluice__free(nc);
@@ -2608,7 +2893,7 @@ int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_
 
 int sluice_table_reconfigure(sluice_table *t, const char *spec, char *err, size_t errlen)
 {
-    uint64_t now = t ? sluice__clock_now(cur_cfg(t)->pf.clock) : 0;
+    uint64_t now = t ? sluice__clock_now(cur_clock(t)) : 0;
     return sluice_table_reconfigure_at(t, spec, now, err, errlen);
 }
 
@@ -2711,8 +2996,8 @@ size_t sluice_table_override_count(const sluice_table *t)
     return t ? atomic_load_explicit(&((sluice_table *)t)->novr, memory_order_relaxed) : 0;
 }
 
-int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
-                                 const char *spec, uint64_t now_ns, char *err, size_t errlen)
+static int override_set_at(sluice_table *t, const void *key, size_t keylen,
+                           const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
     if (!t || t->region || !spec || !key_ok(key, keylen)) {
@@ -2810,8 +3095,17 @@ out:
     return rc;
 }
 
-int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
-                                    uint64_t now_ns)
+int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
+                                 const char *spec, uint64_t now_ns, char *err, size_t errlen)
+{
+    rd_enter();
+    const int rc = override_set_at(t, key, keylen, spec, now_ns, err, errlen);
+    rd_exit();
+    return rc;
+}
+
+static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                              uint64_t now_ns)
 {
     if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
@@ -2847,8 +3141,17 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
     return rc;
 }
 
-int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
-                              size_t speclen)
+int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                                    uint64_t now_ns)
+{
+    rd_enter();
+    const int rc = override_remove_at(t, key, keylen, now_ns);
+    rd_exit();
+    return rc;
+}
+
+static int override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                        size_t speclen)
 {
     if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
     if (!key) key = "";
@@ -2867,4 +3170,13 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
     if ((size_t)n >= speclen) return SLUICE_ENOSPC;
     memcpy(spec, buf, (size_t)n + 1);
     return 0;
+}
+
+int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                              size_t speclen)
+{
+    rd_enter();
+    const int rc = override_get(t, key, keylen, spec, speclen);
+    rd_exit();
+    return rc;
 }

@@ -10,6 +10,8 @@
 #include <cmocka.h>
 
 #include <sluice.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,6 +647,98 @@ static void test_long_runs(void **state)
     sluice_table_free(t);
 }
 
+typedef struct churn {
+    sluice_table *t;
+    _Atomic bool stop;
+    uint64_t decided, allowed;
+    unsigned seed;
+} churn;
+
+static void *churn_decide(void *p)
+{
+    churn *c = p;
+    char kb[16];
+    uint64_t now = SEC;
+    for (uint64_t n = 0; n < 4000000 && !atomic_load(&c->stop); n++) {
+        const int kl = snprintf(kb, sizeof kb, "k%u", (unsigned)((n + c->seed) % 64));
+        now += 1000;
+        c->allowed += sluice_table_try_acquire_at(c->t, kb, (size_t)kl, n % 3, now, NULL);
+        if (n % 64 == 0) (void)sluice_table_peek_at(c->t, kb, (size_t)kl, 1, now, NULL, NULL);
+        c->decided++;
+    }
+    return NULL;
+}
+
+/* Changes of spec do not grow the table's memory (issue 26 5: each took a
+ * configuration, kept until the table was freed): 100,000 changes,
+ * reconfigure_at and set_limit_at alternating, with held keys and decisions
+ * between, leave the counting allocator's live bytes as they were; then
+ * 20,000 more beside two deciding threads (ThreadSanitizer's concern), and
+ * the keys' decisions stay the contract's (a key spent under one spec
+ * stays spent). */
+static void test_spec_change_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    char err[256];
+    sluice_table *t = mk("token-bucket 10/s", 1000);
+    sluice_result r;
+    uint64_t now = SEC;
+    for (int i = 0; i < 100; i++) { /* held keys, some longer than 16 bytes */
+        char kb[48];
+        const int kl = snprintf(kb, sizeof kb, i % 2 ? "key %d" : "a longer key, number %d", i);
+        assert_true(sluice_table_try_acquire_at(t, kb, (size_t)kl, 1, now, &r));
+    }
+    for (int i = 0; i < 64; i++) { /* warm: every id the churn will reuse made */
+        assert_int_equal(sluice_table_set_limit_at(t, 10 + (uint64_t)(i % 2), SEC, now, err, sizeof err), 0);
+        now += 1000;
+    }
+    const size_t before = tu_alloc_live_bytes();
+    const long blocks = tu_alloc_live();
+    for (int i = 0; i < 100000; i++) {
+        const int rc = i % 2 ? sluice_table_reconfigure_at(t, i % 4 == 1 ? "token-bucket 20/s"
+                                                                            : "token-bucket 10/s",
+                                                           now, err, sizeof err)
+                             : sluice_table_set_limit_at(t, 5 + (uint64_t)(i % 7), SEC, now, err,
+                                                         sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+        if (i % 16 == 0) (void)sluice_table_try_acquire_at(t, "key 1", 5, 1, now, &r);
+        now += 1000;
+    }
+    print_message("  100000 changes: live %zu bytes in %ld blocks before, %zu in %ld after\n",
+                  before, blocks, tu_alloc_live_bytes(), tu_alloc_live());
+    assert_true(tu_alloc_live_bytes() <= before);
+    assert_true(tu_alloc_live() <= blocks);
+    /* still exact: a spent key stays spent across changes of its limit */
+    assert_int_equal(sluice_table_reconfigure_at(t, "token-bucket 3/s", now, err, sizeof err), 0);
+    assert_true(sluice_table_try_acquire_at(t, "fresh", 5, 3, now, &r));
+    assert_int_equal(sluice_table_set_limit_at(t, 4, SEC, now, err, sizeof err), 0);
+    assert_false(sluice_table_try_acquire_at(t, "fresh", 5, 1, now, &r));
+
+    churn a = {.t = t, .seed = 0}, b = {.t = t, .seed = 7};
+    pthread_t th[2];
+    assert_int_equal(pthread_create(&th[0], NULL, churn_decide, &a), 0);
+    assert_int_equal(pthread_create(&th[1], NULL, churn_decide, &b), 0);
+    for (int i = 0; i < 20000; i++) {
+        const int rc = i % 2 ? sluice_table_reconfigure_at(t, "token-bucket 10/s", now, err, sizeof err)
+                             : sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+    }
+    atomic_store(&a.stop, true);
+    atomic_store(&b.stop, true);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    print_message("  20000 changes beside %llu decisions (%llu admitted): live %zu bytes\n",
+                  (unsigned long long)(a.decided + b.decided),
+                  (unsigned long long)(a.allowed + b.allowed), tu_alloc_live_bytes());
+    /* one change more with no reader running frees what the deciders held */
+    assert_int_equal(sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err), 0);
+    assert_true(tu_alloc_live_bytes() <= before + 64 * 4096); /* the deciders' 64 keys */
+    sluice_table_free(t);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_refusal_after_reconfigure),
         cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_long_keys),
+        cmocka_unit_test(test_spec_change_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
