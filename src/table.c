@@ -439,8 +439,14 @@ typedef struct rd_slot {
 static rd_slot rd_slots[RD_SLOTS];
 static _Atomic uint64_t rd_epoch = 1;
 static _Atomic uint64_t rd_anon;       /* sections of threads without a slot */
-static _Thread_local unsigned rd_mine; /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
-static _Thread_local unsigned rd_depth;
+/* A thread's own: its slot and the depth of its sections, in one
+ * thread-local (one address lookup per section: the library's TLS model is
+ * dynamic), which rd_enter returns for rd_exit. */
+typedef struct rd_tls {
+    unsigned mine;  /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
+    unsigned depth; /* sections open */
+} rd_tls;
+static _Thread_local rd_tls rd_me;
 static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
 static pthread_key_t rd_key;
 static bool rd_key_ok, rd_memb;
@@ -486,11 +492,12 @@ static unsigned rd_claim(void)
     return RD_SLOTS + 1;
 }
 
-static inline void rd_enter(void)
+static inline rd_tls *rd_enter(void)
 {
-    if (rd_depth++) return;
-    unsigned i = rd_mine;
-    if (__builtin_expect(i == 0, 0)) rd_mine = i = rd_claim();
+    rd_tls *me = &rd_me;
+    if (me->depth++) return me;
+    unsigned i = me->mine;
+    if (__builtin_expect(i == 0, 0)) me->mine = i = rd_claim();
     if (i <= RD_SLOTS) {
         atomic_store_explicit(&rd_slots[i - 1].at,
                               atomic_load_explicit(&rd_epoch, memory_order_acquire),
@@ -500,12 +507,13 @@ static inline void rd_enter(void)
     } else {
         atomic_fetch_add_explicit(&rd_anon, 1, memory_order_seq_cst);
     }
+    return me;
 }
 
-static inline void rd_exit(void)
+static inline void rd_exit(rd_tls *me)
 {
-    if (--rd_depth) return;
-    const unsigned i = rd_mine;
+    if (--me->depth) return;
+    const unsigned i = me->mine;
     if (i <= RD_SLOTS) atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
     else atomic_fetch_sub_explicit(&rd_anon, 1, memory_order_release);
 }
@@ -1733,9 +1741,9 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const bool ok = decide_one(t, key, keylen, permits, now_ns, res);
-    rd_exit();
+    rd_exit(rd);
     sluice__count(&t->counters, permits, ok);
     return ok;
 }
@@ -1841,7 +1849,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         return allowed;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    rd_enter();
+    rd_tls *rd = rd_enter();
     size_t allowed = 0;
     sluice__tally tally = {0}; /* counted once, at the end */
     uint64_t hash[BURST_RING];
@@ -1907,7 +1915,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         }
     }
     if (held) sluice__spin_unlock(&held->mu);
-    rd_exit();
+    rd_exit(rd);
     sluice__count_tally(&t->counters, &tally);
     return allowed;
 }
@@ -1986,7 +1994,7 @@ void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, ui
 void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
 {
     shard *s = sh;
-    rd_enter(); /* the parts use configurations until the unlock */
+    (void)rd_enter(); /* the parts use configurations until the unlock */
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) PUT(&s->now, now_ns);
     if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
@@ -2000,7 +2008,7 @@ void sluice__table_unlock(sluice_table *t, void *sh)
 {
     (void)t;
     sluice__spin_unlock(&((shard *)sh)->mu);
-    rd_exit();
+    rd_exit(&rd_me);
 }
 
 void sluice__table_find(sluice__part *part)
@@ -2108,7 +2116,7 @@ void sluice__table_unmake(sluice__part *part)
 
 void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
         if (atomic_load_explicit(o->due, memory_order_relaxed) > now_ns) continue;
@@ -2117,7 +2125,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
         publish_due(o);
         sluice__spin_unlock(&o->mu);
     }
-    rd_exit();
+    rd_exit(rd);
 }
 
 void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
@@ -2263,9 +2271,9 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
 int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                           uint64_t now_ns, sluice__answer *ans)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = tables_decide(refs, n, permits, now_ns, ans);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2308,9 +2316,9 @@ static int table_remove(sluice_table *t, const void *key, size_t keylen)
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
-    rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
+    rd_tls *rd = rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
     const int rc = table_remove(t, key, keylen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2417,9 +2425,9 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
 {
     if (t && t->region)
         return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
-    rd_enter(); /* configurations read, also after the unlock */
+    rd_tls *rd = rd_enter(); /* configurations read, also after the unlock */
     const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2599,9 +2607,9 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
 {
-    rd_enter(); /* the states given carry keys over changes first */
+    rd_tls *rd = rd_enter(); /* the states given carry keys over changes first */
     const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2632,9 +2640,9 @@ static const tcfg *cur_cfg(const sluice_table *t)
 /* The clock of the current spec (what the live forms read). */
 static sluice__clock cur_clock(const sluice_table *t)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const sluice__clock c = cur_cfg(t)->pf.clock;
-    rd_exit();
+    rd_exit(rd);
     return c;
 }
 
@@ -3098,9 +3106,9 @@ out:
 int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
                                  const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_set_at(t, key, keylen, spec, now_ns, err, errlen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -3144,9 +3152,9 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
 int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
                                     uint64_t now_ns)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_remove_at(t, key, keylen, now_ns);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -3175,8 +3183,8 @@ static int override_get(sluice_table *t, const void *key, size_t keylen, char *s
 int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
                               size_t speclen)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_get(t, key, keylen, spec, speclen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
