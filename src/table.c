@@ -2689,6 +2689,17 @@ static void cfg_unmap(sluice_table *t, tcfg *c)
     t->free_ids[t->nfree++] = c->id;
 }
 
+/* Retire configuration c (t->cfg_mu held; no key is under it and it is
+ * linked nowhere): unmapped, then stamped with the reader epoch, which moves
+ * on. */
+static void cfg_retire(sluice_table *t, tcfg *c)
+{
+    cfg_unmap(t, c);
+    c->stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+    c->made = t->retired;
+    t->retired = c;
+}
+
 /* Free the retired configurations no reader section can hold any more
  * (t->cfg_mu held). */
 static void cfg_free_retired(sluice_table *t)
@@ -3073,7 +3084,9 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
         sluice__spin_unlock(&s->mu);
         goto oom; /* a ring could not grow: the key stays as it was */
     }
+    tcfg *gone = NULL; /* the override's spec it replaces */
     if (o) {
+        gone = o->cfg;
         o->cfg = made;
     } else {
         if (arr) {
@@ -3090,6 +3103,8 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
         atomic_fetch_add_explicit(&t->novr, 1, memory_order_relaxed);
     }
     sluice__spin_unlock(&s->mu);
+    if (gone) cfg_retire(t, gone); /* no key under it: carried above */
+    cfg_free_retired(t);
     goto out;
 oom:
     sluice__errf(err, errlen, "out of memory");
@@ -3125,6 +3140,7 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
     shard *s = shard_for(t, h);
     int rc = 0;
     unsigned char *copy = NULL;
+    tcfg *gone = NULL;
     pthread_mutex_lock(&t->cfg_mu);
     ovr *o = ovr_find(s, tag, key, keylen, NULL);
     if (!o) {
@@ -3137,12 +3153,15 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
             rc = SLUICE_ENOMEM; /* a ring could not grow: nothing changes */
         } else {
             copy = o->key;
+            gone = o->cfg;
             const size_t at = (size_t)(o - s->ovr); /* pos or after: tags may be equal */
             memmove(o, o + 1, (s->novr - at - 1) * sizeof *o);
             PUT(&s->novr, s->novr - 1);
             atomic_fetch_sub_explicit(&t->novr, 1, memory_order_relaxed);
         }
         sluice__spin_unlock(&s->mu);
+        if (gone) cfg_retire(t, gone); /* no key under it: carried to the base */
+        cfg_free_retired(t);
     }
     pthread_mutex_unlock(&t->cfg_mu);
     sluice__free(copy);
