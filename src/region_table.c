@@ -285,6 +285,33 @@
  * id: a file outlives a reboot, the monotonic clock its times are on does
  * not.
  *
+ * Damage (include/sluice.h, "What a damaged region can do").  Processes
+ * trust each other, but what one reads from the region is checked before it
+ * is used as a length, an index, a count of steps or a holder, so that a
+ * damaged region gives wrong answers, never a crash, a hang, growth or a
+ * write outside it.  Offsets and sizes come from the handle's own layout
+ * (made from the arguments; the header's copies are compared at attach,
+ * cfg_off among them, and never used).  A slot's key length above
+ * max_key_bytes is no key (scan); a probe run stops at cap slots; a free
+ * slot that the counts promised and the probe does not find refuses the
+ * key (no_slot: the place given back, the shard recounted); a key whose
+ * epoch is ahead of the region's, or CFG_K or more behind (the floor keeps
+ * it within), is decided under the current configuration without a
+ * carry-over (key_load); a ring's head and length are cut to its capacity
+ * (state_load); a configuration's text that does not fit the layout is
+ * read as the origin's (prof_fits); a handle parses at most PROF_MAX
+ * configurations (prof); a lock word whose start time is 0 while its pid's
+ * /proc answers is a damaged word, taken over (gone: every process of a
+ * region sees /proc, or none).  A word naming a live process at its true
+ * start time cannot be told from a holder: it stalls its shard, as a
+ * SIGSTOPped holder does.  The header records the maker's pid namespace
+ * (the inode of /proc/self/ns/pid); attaching from another is refused (its
+ * pids would name other processes).  An init word of 0 over a header that
+ * is not zero is refused, not initialised over.  sluice_table_open makes
+ * its object with O_EXCL, never through a symbolic link, and refuses one
+ * that is not a regular file, is another user's, or is writable by others;
+ * its flock is waited on for at most 10 s.
+ *
  * Composite decisions (composite.c holds, judges, commits, releases; the
  * functions are near the end).  A composite holds the shard locks of its
  * region keys first, ordered by (region identity, shard) -- the identity is
