@@ -10,7 +10,7 @@
  *
  *   byte 0      the spec (one of SPECS: every algorithm, packed copies and
  *               whole states, the window logs' rings) and max_keys (8, or
- *               600: several shards)
+ *               300: two shards)
  *   traffic     commands on the valid region, as any process makes them:
  *               until a 0xff byte (at most 64 commands)
  *   damage      patches, until a 0xfe byte (at most 64): an area (header,
@@ -82,6 +82,7 @@ typedef struct ctx {
     sluice_table *t;
     sluice_limiter *lim;
     uint64_t now;
+    uint32_t nshards, cap, stride; /* the layout, read before any damage */
 } ctx;
 
 static void key_of(unsigned i, char *buf, size_t *len)
@@ -223,10 +224,7 @@ static void patch(ctx *c, fuzz_in *in)
     const uint32_t off = fuzz_u32(in);
     const unsigned width = 1u << (fuzz_u8(in) & 3);
     const uint64_t val = fuzz_u64(in);
-    uint32_t nshards, cap, stride;
-    memcpy(&nshards, c->reg + 64, 4);
-    memcpy(&cap, c->reg + 68, 4);
-    memcpy(&stride, c->reg + 76, 4);
+    const uint32_t nshards = c->nshards, cap = c->cap, stride = c->stride;
     const size_t shards = 512, slots = shards + (size_t)nshards * 128;
     const size_t cfgs = slots + (size_t)nshards * cap * stride, stripes = c->size - 129 * 64;
     size_t at;
@@ -258,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t head = fuzz_u8(&in);
     c.alg = (int)(head % NSPECS);
     c.spec = SPECS[c.alg];
-    c.max_keys = head & 0x80 ? 600 : 8;
+    c.max_keys = head & 0x80 ? 300 : 8;
     c.now = 1000000000;
     char err[256];
     c.size = sluice_table_region_size(c.spec, c.max_keys, KEY_BYTES, err, sizeof err);
@@ -273,6 +271,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.reg = m + page;
     c.t = sluice_table_attach(c.reg, c.size, c.spec, c.max_keys, KEY_BYTES, 0, err, sizeof err);
     FUZZ_CHECK(c.t != NULL, "attach %s: %s", c.spec, err);
+    memcpy(&c.nshards, c.reg + 64, 4);
+    memcpy(&c.cap, c.reg + 68, 4);
+    memcpy(&c.stride, c.reg + 76, 4);
     c.lim = sluice_limiter_new("token-bucket 100/s", err, sizeof err);
     FUZZ_CHECK(c.lim != NULL, "limiter: %s", err);
 
