@@ -250,7 +250,7 @@ static void hostile(const char *spec, const char *change)
     if (kids[DECIDERS] == 0) cotenant(reg, n, sh);
 
     /* the watchdog: every child done within the bound, on a loaded machine */
-    const uint64_t limit = (uint64_t)(120 * tu_env_scale(1.0)) * SEC;
+    const uint64_t limit = (uint64_t)(300 * tu_env_scale(1.0)) * SEC;
     int failed = 0;
     for (int i = 0; i <= DECIDERS; i++) {
         int ws = 0;

@@ -2274,7 +2274,7 @@ static void test_damaged_epoch(void **state)
         d.n = sluice_table_region_size(d.spec, 64, 8, err, sizeof err);
         d.reg = shared_map(d.n);
         sluice_table_free(attach_ok(d.reg, d.n, d.spec, 64, 8, 0));
-        bounded(damaged_epoch, &d, 60, d.spec);
+        bounded(damaged_epoch, &d, 180, d.spec);
         munmap(d.reg, d.n);
     }
 }
@@ -2301,7 +2301,7 @@ static void test_damaged_lock_word(void **state)
     dmg d = {.spec = "token-bucket 10/s"};
     d.n = sluice_table_region_size(d.spec, 16, 8, err, sizeof err);
     d.reg = shared_map(d.n);
-    bounded(damaged_lock, &d, 60, "a lock word with start time 0");
+    bounded(damaged_lock, &d, 180, "a lock word with start time 0");
     munmap(d.reg, d.n);
 }
 
@@ -2470,7 +2470,7 @@ static void test_open_lock_bounded(void **state)
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
     assert_true(fd >= 0);
     assert_int_equal(flock(fd, LOCK_EX), 0); /* held by us: the child's open waits */
-    bounded(open_locked, path, 60, "open with the lock held elsewhere");
+    bounded(open_locked, path, 180, "open with the lock held elsewhere");
     close(fd);
     unlink(path);
 }
