@@ -2250,10 +2250,11 @@ static void test_damaged_counts(void **state)
 static void damaged_epoch(void *arg)
 {
     dmg *d = arg;
+    CHILD_CHECK(tu_alloc_install() == 0); /* the handle's memory, counted */
     sluice_table *t = sluice_table_attach(d->reg, d->n, d->spec, 64, 8, 0, NULL, 0);
     CHILD_CHECK(t);
     CHILD_CHECK(sluice_table_try_acquire_at(t, "k", 1, 1, SEC, NULL));
-    const size_t rss = tu_rss_bytes();
+    const size_t rss = tu_rss_bytes(), live = tu_alloc_live_bytes();
     _Atomic uint64_t *ep = (_Atomic uint64_t *)(void *)((char *)d->reg + H_EPOCH);
     for (uint64_t e = 1; e <= 20000; e++) { /* a co-tenant writing epochs */
         atomic_store(ep, ((uint64_t)1 << 33) + e * 7919);
@@ -2261,8 +2262,11 @@ static void damaged_epoch(void *arg)
         (void)sluice_table_peek_at(t, "k", 1, 1, SEC + e, NULL, NULL);
     }
     atomic_store(ep, 0);
+    /* 20000 epochs seen; a handle keeps at most 4096 parsed (about 1.5 MB) */
+    CHILD_CHECK(tu_alloc_live_bytes() < live + 2 * 1024 * 1024);
     CHILD_CHECK(tu_rss_bytes() < rss + 16 * 1024 * 1024);
     sluice_table_free(t);
+    CHILD_CHECK(tu_alloc_live_bytes() == 0);
 }
 
 static void test_damaged_epoch(void **state)
