@@ -841,7 +841,8 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * the next process that needs its lock takes it over within microseconds of
  * noticing, and repairs the counts -- and loses at most the decision it was
  * making; no other key is touched.  Every process must see the others'
- * process ids (one pid namespace).  Times: every process must pass times
+ * process ids (one pid namespace: a process of another is refused at
+ * attach) and /proc (all of them, or none).  Times: every process must pass times
  * on one axis -- sluice_table_try_acquire() reads CLOCK_MONOTONIC, which
  * all processes of one boot share; a region made in another boot (a file
  * that outlived a reboot) is refused.  The design and the proof are in
@@ -858,7 +859,34 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * refused), and for sliding-log and sliding-wheel min(N, L) + 2 must fit
  * the ring each key got for the spec the region was made with (refused
  * otherwise, naming the bound).  Handles attached later must give the
- * current spec. */
+ * current spec.
+ *
+ * What a damaged region can do.  The processes attached to a region trust
+ * each other; still, a region damaged by a crashed writer, a buggy
+ * co-tenant or a stray write never makes another process crash, hang, grow
+ * without bound or write outside the region.  Every length, offset, count,
+ * epoch and holder read from the region is checked before use and every
+ * loop over it is bounded: a key length beyond max_key_bytes is skipped, a
+ * probe run is cut at its shard's slots, a count that says room where
+ * every slot is taken refuses the new key (SLUICE_EFULL) and recounts the
+ * shard, a key's configuration outside the remembered ones is decided under
+ * the current one (no carry-over), a ring's head and length are cut to its
+ * capacity, a configuration text that does not fit the layout is read as
+ * the origin's spec, a lock word naming a dead process or a start time of
+ * 0 is taken over; a handle keeps at most 4096 parsed configurations, so
+ * epochs that keep changing cost no more memory.  What damage can do: give
+ * wrong answers (admit too much or too little, report wrong remaining or
+ * statistics, lose or mix keys) until the damaged keys are removed or the
+ * region is made again.  What no check can undo: a lock word that names a
+ * live process at its true start time, or a co-tenant that holds a lock
+ * for ever, stalls that shard as any lock would (as a holder stopped by
+ * SIGSTOP does); a co-tenant that shrinks a file-backed region under the
+ * others makes their next access fault (SIGBUS), as for any mapped file.
+ * Refused at attach, with the reason: a region whose init word is 0 over a
+ * header that is not all zero (it was not zeroed), one whose layout fields
+ * (sizes, where its configurations lie) differ from the spec's, and one
+ * made in another pid namespace (the header records the maker's; its lock
+ * words would name pids this process cannot see). */
 
 /* The bytes a region for this table needs (a multiple of nothing in
  * particular; map at least this much), or 0 with a one-line reason in err
@@ -876,9 +904,10 @@ size_t sluice_table_region_size(const char *spec, size_t max_keys,
  * table of another spec (its current one: after a change of spec, the new
  * spec attaches and the old is refused), max_keys, max_key_bytes, flags or
  * layout version,
- * or was made in another boot,
+ * or was made in another boot or another pid namespace,
  * when size is below sluice_table_region_size(), or when the region is
- * neither zeroed nor a table.  flags: 0 or SLUICE_TABLE_EVICT_LRU
+ * neither zeroed nor a table (an init word of 0 over a header that is not
+ * zero included).  flags: 0 or SLUICE_TABLE_EVICT_LRU
  * (SLUICE_TABLE_RECLAIM_WHEN_FULL is accepted: it is how a shared table
  * always reclaims).  The handle is process local: free it with
  * sluice_table_free(), which leaves the region alone (the caller unmaps
@@ -891,16 +920,25 @@ sluice_table *sluice_table_attach(void *region, size_t size, const char *spec,
 /* A table in a named region that unrelated processes create or attach:
  * `path` "/name" (one slash, at the start) is a POSIX shared memory object
  * (shm_open; gone at reboot), anything else a file (mode 0600 when made).
- * The first process sizes it; then as sluice_table_attach().  The handle
- * owns its mapping: sluice_table_free() unmaps it, the object stays (see
- * sluice_table_unlink).  Thread-safe. */
+ * The object is made exclusively (O_EXCL) when there is none, and never
+ * opened through a symbolic link (O_NOFOLLOW).  Refused, naming the path
+ * and the reason: a symbolic link; an object that is not a regular file;
+ * one owned by another user than the process's effective uid (root
+ * included); one writable by its group or others (a name another user
+ * planted first).  The first process sizes it, under the object's flock;
+ * a process that finds that lock held for more than 10 s gives up (NULL,
+ * "another process held its lock").  Then as sluice_table_attach().  The
+ * handle owns its mapping: sluice_table_free() unmaps it, the object stays
+ * (see sluice_table_unlink).  Thread-safe. */
 sluice_table *sluice_table_open(const char *path, const char *spec,
                                 size_t max_keys, size_t max_key_bytes,
                                 unsigned flags, char *err, size_t errlen);
 
 /* Remove the name of a region made by sluice_table_open() (shm_unlink or
- * unlink); processes that have it open keep using it.  Returns 0,
- * SLUICE_ENOENT when there is no such name, SLUICE_EINVAL otherwise. */
+ * unlink); processes that have it open keep using it.  Returns 0;
+ * SLUICE_ENOENT when there is no such name; SLUICE_EBUSY when it is not
+ * this process's to remove (EACCES, EPERM, EROFS, EBUSY); SLUICE_EINVAL
+ * for a NULL, empty or bad name (a directory, a name too long). */
 int sluice_table_unlink(const char *path);
 
 /* ------------------------------------------------------------------------ */

@@ -25,7 +25,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region)
 
 case ${1:-} in
 -h | --help)

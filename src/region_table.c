@@ -287,6 +287,33 @@
  * id: a file outlives a reboot, the monotonic clock its times are on does
  * not.
  *
+ * Damage (include/sluice.h, "What a damaged region can do").  Processes
+ * trust each other, but what one reads from the region is checked before it
+ * is used as a length, an index, a count of steps or a holder, so that a
+ * damaged region gives wrong answers, never a crash, a hang, growth or a
+ * write outside it.  Offsets and sizes come from the handle's own layout
+ * (made from the arguments; the header's copies are compared at attach,
+ * cfg_off among them, and never used).  A slot's key length above
+ * max_key_bytes is no key (scan); a probe run stops at cap slots; a free
+ * slot that the counts promised and the probe does not find refuses the
+ * key (no_slot: the place given back, the shard recounted); a key whose
+ * epoch is ahead of the region's, or CFG_K or more behind (the floor keeps
+ * it within), is decided under the current configuration without a
+ * carry-over (key_load); a ring's head and length are cut to its capacity
+ * (state_load); a configuration's text that does not fit the layout is
+ * read as the origin's (prof_fits); a handle keeps CFG_K parsed
+ * configurations, filled in place (prof), whatever epochs it sees; a lock word whose start time is 0 while its pid's
+ * /proc answers is a damaged word, taken over (gone: every process of a
+ * region sees /proc, or none).  A word naming a live process at its true
+ * start time cannot be told from a holder: it stalls its shard, as a
+ * SIGSTOPped holder does.  The header records the maker's pid namespace
+ * (the inode of /proc/self/ns/pid); attaching from another is refused (its
+ * pids would name other processes).  An init word of 0 over a header that
+ * is not zero is refused, not initialised over.  sluice_table_open makes
+ * its object with O_EXCL, never through a symbolic link, and refuses one
+ * that is not a regular file, is another user's, or is writable by others;
+ * its flock is waited on for at most 10 s.
+ *
  * Composite decisions (composite.c holds, judges, commits, releases; the
  * functions are near the end).  A composite holds the shard locks of its
  * region keys first, ordered by (region identity, shard) -- the identity is
@@ -396,6 +423,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
@@ -445,6 +473,7 @@ typedef struct rhead {
     _Atomic uint64_t cfg_lock;           /* 0, or a changer's identity */
     uint64_t floor; /* every key is under a configuration >= floor (cfg_lock) */
     uint64_t cfg_off; /* where the ring of configurations starts */
+    uint64_t pidns;   /* the maker's pid namespace (pid_ns()), 0 if unknown */
 } rhead;
 _Static_assert(sizeof(rhead) <= HEAD_BYTES, "the header fits its bytes");
 
@@ -478,7 +507,9 @@ typedef struct rprof {
     };
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
-                   offsetof(rhead, cfg_lock) == 328,
+                   offsetof(rhead, cfg_lock) == 328 && offsetof(rhead, epoch) == 320 &&
+                   offsetof(rhead, cfg_off) == 344 && offsetof(rhead, pidns) == 352 &&
+                   offsetof(rhead, nshards) == 64 && offsetof(rhead, stride) == 76,
                "where tests/test_region_table.c finds them");
 
 typedef struct rshard {
@@ -570,6 +601,7 @@ static uint64_t proc_start(pid_t pid, char *state)
 }
 
 static _Atomic uint64_t self_id; /* 0 until asked, and again in a child */
+static _Atomic uint64_t pidns_id; /* pid_ns(): likewise */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* The calling thread's identity for the counter stripes (tid_self), 0
@@ -588,14 +620,24 @@ static _Thread_local unsigned my_next;
 static void forget_self(void)
 {
     atomic_store_explicit(&self_id, 0, memory_order_relaxed);
+    atomic_store_explicit(&pidns_id, 0, memory_order_relaxed);
     tid_id = 0;
     memset(my_stripes, 0, sizeof my_stripes);
 }
 static void register_atfork(void) { (void)pthread_atfork(NULL, NULL, forget_self); }
 
+/* The low 31 bits of a start time that /proc gave (start != 0), never 0:
+ * a lock word whose start bits are 0 names a process that could not read
+ * /proc (gone(): one that can is not it). */
+static inline uint64_t start31(uint64_t start)
+{
+    start &= 0x7fffffffu;
+    return start ? start : 1;
+}
+
 static inline uint64_t id_of(pid_t pid, uint64_t start)
 {
-    return (start & 0x7fffffffu) << 32 | (uint32_t)pid;
+    return (start ? start31(start) : 0) << 32 | (uint32_t)pid;
 }
 
 /* This process's identity for lock words: pid | low start-time bits << 32. */
@@ -624,7 +666,27 @@ static bool gone(uint64_t id, bool look)
     char state;
     uint64_t start = id >> 32, now = proc_start(pid, &state);
     if (state == 'Z' || state == 'X') return true;
-    return start != 0 && now != 0 && (now & 0x7fffffffu) != start; /* the pid was reused */
+    /* start 0: a holder that could not read /proc; but its pid's /proc
+     * answers, so that pid is not it (every process of a region sees
+     * /proc, or none does: head comment) -- a damaged word, never awaited */
+    if (start == 0) return now != 0;
+    return now != 0 && start31(now) != start; /* the pid was reused */
+}
+
+/* This process's pid namespace: the inode of /proc/self/ns/pid (read
+ * once), or 0 when it cannot be read.  A region records its maker's; a
+ * process of another namespace is refused (attach): the pids in its lock
+ * words would name other processes, or none. */
+static uint64_t pid_ns(void)
+{
+    uint64_t v = atomic_load_explicit(&pidns_id, memory_order_relaxed);
+    if (v) return v;
+    pthread_once(&atfork_once, register_atfork); /* a child reads its own */
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) != 0) return 0;
+    v = (uint64_t)sb.st_ino;
+    atomic_store_explicit(&pidns_id, v, memory_order_relaxed);
+    return v;
 }
 
 /* The calling thread's identity for the counter stripes: its tid (bits
@@ -858,8 +920,9 @@ static void state_load(const sluice__rtable *r, const sluice__profile *pf, unsig
         state_fresh(r, pf, s, st);
         st->t_last = g.t_last;
         st->u.log.base = g.base;
-        st->u.log.head = g.head;
-        st->u.log.len = g.len;
+        /* from the region: within the ring, whatever it says */
+        st->u.log.head = g.head & (r->L.ring_cap - 1);
+        st->u.log.len = g.len <= r->L.ring_cap ? g.len : r->L.ring_cap;
     } else {
         memcpy(st, c, sizeof *st);
     }
@@ -933,6 +996,16 @@ static inline uint64_t epoch_now(const sluice__rtable *r)
  * time.  A change publishes the epoch after writing the configuration, and
  * an entry is only written again CFG_K changes later, once no key and no
  * holder of a shard lock can be under it any more (the floor). */
+/* Whether a profile parsed from the region's text fits its layout, as a
+ * change checks it (sluice__rtable_reconfigure_at): the origin's algorithm,
+ * 16 bytes of state when the copies are that, a window log's entries in
+ * its fixed ring. */
+static bool prof_fits(const sluice__rtable *r, const sluice__profile *pf)
+{
+    if (pf->ops != r->L.pf.ops || (r->L.pf.packed && !pf->packed)) return false;
+    return !r->L.ring || sluice__min_u64(pf->slots, pf->limit) < r->L.ring_cap;
+}
+
 static const rprof *prof(sluice__rtable *r, uint64_t epoch)
 {
     rprof *p = &r->prof[epoch & (CFG_K - 1)];
@@ -943,14 +1016,15 @@ static const rprof *prof(sluice__rtable *r, uint64_t epoch)
         char spec[SLUICE_SPEC_MAX];
         memcpy(spec, c->spec, sizeof spec);
         spec[sizeof spec - 1] = 0;
-        /* written by a change that parsed it: it parses (a region written
-         * by hand that does not is decided under the origin's spec) */
+        /* written by a change that parsed and checked it: it parses and
+         * fits the layout (a damaged text that does not is decided under
+         * the origin's spec) */
         union {
             sluice__profile pf;
             uint64_t w[PF_WORDS];
         } n;
         memset(&n, 0, sizeof n);
-        if (sluice__spec_parse(spec, &n.pf, NULL, 0) != 0 || n.pf.ops != r->L.pf.ops)
+        if (sluice__spec_parse(spec, &n.pf, NULL, 0) != 0 || !prof_fits(r, &n.pf))
             n.pf = r->L.pf;
         /* in place, as a seqlock writer: epoch e - CFG_K, the one it held,
          * is below the floor, so only reads without a lock may be at it */
@@ -1022,6 +1096,16 @@ static const sluice__profile *key_load(sluice__rtable *r, unsigned char *s, uint
     if (e == epoch) {
         const sluice__profile *pf = &prof(r, epoch)->pf;
         state_load(r, pf, s, *hp, st);
+        return pf;
+    }
+    if (e > epoch || epoch - e >= CFG_K) {
+        /* a damaged region: a key's configuration is always one of the
+         * CFG_K remembered (the floor), never a later one.  Its state is
+         * taken as it is, under the current one -- a wrong answer maybe,
+         * never a carry-over of 2^32 steps under the shard lock */
+        const sluice__profile *pf = &prof(r, epoch)->pf;
+        state_load(r, pf, s, *hp, st);
+        *hp = state_commit(r, pf, s, *hp, st, (uint32_t)epoch);
         return pf;
     }
     state_load(r, &prof(r, e)->pf, s, *hp, st);
@@ -1245,6 +1329,17 @@ static bool make_room(sluice__rtable *r, uint32_t k, uint64_t now, bool evict)
     return false;
 }
 
+/* A place was reserved for a new key in shard k (locked), yet its probe
+ * found no free slot: the shard's count said room where there is none (a
+ * damaged region).  The place is given back and the shard recounted. */
+static void no_slot(sluice__rtable *r, uint32_t k)
+{
+    atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < r->L.cap; i++) n += H_KIND(hdr_get(slot_at(r, k, i))) == K_LIVE;
+    atomic_store_explicit(&r->sh[k].count, n, (memory_order)SLUICE__SEQ_STORE);
+}
+
 /* A lower bound on the wait until some held key comes to rest, or -1. */
 static int64_t full_retry(const sluice__rtable *r, uint64_t now)
 {
@@ -1336,7 +1431,16 @@ static bool decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const voi
         return false;
     }
     (void)find(r, k, tag, key, keylen, &fr); /* room may have moved the first free slot */
-    unsigned char *s = slot_at(r, k, fr);    /* fr exists: count < ecap < cap */
+    if (fr == NONE) { /* count < ecap < cap, unless the counts are damaged */
+        no_slot(r, k);
+        *full = true;
+        if (res) {
+            sluice__deny(res, 0, -1);
+            res->error = SLUICE_EFULL;
+        }
+        return false;
+    }
+    unsigned char *s = slot_at(r, k, fr);
     state_fresh(r, pf, s, &st);
     if (!sluice__decide(pf, &st, now, permits, UINT64_MAX, res)) { /* cannot happen */
         atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
@@ -1798,7 +1902,12 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
     const uint32_t tag = (uint32_t)pt->hash;
     uint32_t fr;
     (void)find(r, k, tag, key, pt->skeylen, &fr); /* room may have moved the first free slot */
-    unsigned char *s = slot_at(r, k, fr);         /* fr exists: count < ecap < cap */
+    if (fr == NONE) { /* count < ecap < cap, unless the counts are damaged */
+        no_slot(r, k);
+        *retry = -1;
+        return SLUICE_EFULL;
+    }
+    unsigned char *s = slot_at(r, k, fr);
     state_fresh(r, pt->pf, s, &pt->base);
     key_write(r, s, key, pt->skeylen);
     state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
@@ -2014,7 +2123,11 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
             if (H_KIND(h) != K_LIVE) continue;
             sluice__state st;
             const sluice__profile *pf = key_load(r, s, &h, &st, epoch_now(r));
-            len = sluice__key_bytes(H_LEN(h)); /* a digest's 16 bytes */
+            len = H_LEN(h);
+            /* damaged: no key is longer than the field (a digest's length
+             * code stands for its 16 bytes) */
+            if (len != SLUICE__DIGEST_LEN && len > r->L.max_key_bytes) continue;
+            len = sluice__key_bytes(len);
             memcpy(buf, s + r->L.key_off, len);
             ks = (sluice_key_state){.last_ns = st.t_last, .rest_ns = sluice__rest_at(pf, &st),
                                     .flags = H_LEN(h) == SLUICE__DIGEST_LEN ? SLUICE_KEY_DIGEST : 0};
@@ -2140,6 +2253,16 @@ out:
 
 /* ---- attaching ---------------------------------------------------------- */
 
+/* Whether the header after the init word and the first shard are zero, as
+ * in a region never initialised (a cheap check: not every byte). */
+static bool zeroed_head(const void *region)
+{
+    const unsigned char *p = region;
+    for (size_t i = 8; i < HEAD_BYTES + sizeof(rshard); i++)
+        if (p[i]) return false;
+    return true;
+}
+
 /* Write the header and the shards of a zeroed region (init word held). */
 static void initialise(void *region, const layout *L, unsigned flags)
 {
@@ -2164,6 +2287,7 @@ static void initialise(void *region, const layout *L, unsigned flags)
     atomic_store_explicit(&h->cfg_lock, 0, memory_order_relaxed);
     h->floor = 0;
     h->cfg_off = L->cfg_off;
+    h->pidns = pid_ns();
     rcfg *c = (rcfg *)(void *)((unsigned char *)region + L->cfg_off);
     memset(c, 0, CFG_K * sizeof *c);
     memcpy(c[0].spec, L->spec, sizeof c[0].spec);
@@ -2182,7 +2306,8 @@ static void initialise(void *region, const layout *L, unsigned flags)
 static void current_spec(const rhead *h, size_t size, char out[SLUICE_SPEC_MAX])
 {
     const char *src = h->spec;
-    if (h->cfg_off >= HEAD_BYTES && h->cfg_off <= size && size - h->cfg_off >= CFG_K * sizeof(rcfg)) {
+    if (h->cfg_off >= HEAD_BYTES && h->cfg_off % _Alignof(rcfg) == 0 && h->cfg_off <= size &&
+        size - h->cfg_off >= CFG_K * sizeof(rcfg)) {
         const rcfg *c = (const rcfg *)(const void *)((const unsigned char *)h + h->cfg_off);
         /* an entry is written again only CFG_K changes later */
         src = c[atomic_load_explicit(&((rhead *)h)->epoch, memory_order_acquire) & (CFG_K - 1)].spec;
@@ -2218,6 +2343,14 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
                      "monotonic clock: unlink it and start afresh", boot);
         return SLUICE_EINVAL;
     }
+    const uint64_t ns = pid_ns();
+    if (h->pidns && ns && h->pidns != ns) {
+        sluice__errf(err, errlen,
+                     "the region was made in another pid namespace (pid:[%llu], this process's "
+                     "pid:[%llu]): its lock words would name pids this process cannot see",
+                     (unsigned long long)h->pidns, (unsigned long long)ns);
+        return SLUICE_EINVAL;
+    }
     char spec[SLUICE_SPEC_MAX];
     current_spec(h, size, spec);
     if (strcmp(spec, L->spec) != 0) {
@@ -2248,7 +2381,7 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
         return SLUICE_EINVAL;
     }
     if (h->need != L->need || h->nshards != L->nshards || h->cap != L->cap ||
-        h->stride != L->stride || h->ring_cap != L->ring_cap) {
+        h->stride != L->stride || h->ring_cap != L->ring_cap || h->cfg_off != L->cfg_off) {
         sluice__errf(err, errlen, "the region's layout (%llu bytes) differs from this one's (%zu)",
                      (unsigned long long)h->need, L->need);
         return SLUICE_EINVAL;
@@ -2305,6 +2438,12 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
             mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
                                                            memory_order_acquire,
                                                            memory_order_relaxed);
+        if (mine && v == 0 && !zeroed_head(region)) { /* not ours to write over */
+            atomic_store_explicit(&h->init, 0, memory_order_release);
+            sluice__errf(err, errlen, "the region is not zeroed: its init word is 0 but its "
+                         "header is not (a region must be all zero bytes before its first attach)");
+            return NULL;
+        }
         if (mine) {
             initialise(region, &L, flags);
             atomic_store_explicit(&h->init, INIT_READY, memory_order_release);
@@ -2370,6 +2509,62 @@ static bool is_shm_name(const char *path)
     return path[0] == '/' && path[1] != 0 && strchr(path + 1, '/') == NULL;
 }
 
+/* Open the object at path, making it (mode 0600) when there is none: made
+ * exclusively (O_EXCL), never through a symbolic link (O_NOFOLLOW: errno
+ * ELOOP), so that a name another user planted is refused, not followed.
+ * Returns the descriptor, or -1 with errno. */
+static int open_object(const char *path, bool shm)
+{
+    const int fl = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
+    for (int n = 0; n < 16; n++) { /* bounded: made, removed, made again... */
+        int fd = shm ? shm_open(path, fl | O_CREAT | O_EXCL, 0600)
+                     : open(path, fl | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0 || errno != EEXIST) return fd;
+        fd = shm ? shm_open(path, fl, 0) : open(path, fl, 0);
+        if (fd >= 0 || errno != ENOENT) return fd; /* ENOENT: removed since */
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* Whether an opened object may be used: a regular file (a shared memory
+ * object is one), owned by this process's effective uid, writable by no
+ * one else; else false with the reason, naming path, in err. */
+static bool object_ok(const struct stat *sb, const char *path, const char *what, char *err,
+                      size_t errlen)
+{
+    if (!S_ISREG(sb->st_mode)) {
+        sluice__errf(err, errlen, "refused %s \"%s\": not a regular file", what, path);
+        return false;
+    }
+    if (sb->st_uid != geteuid()) {
+        sluice__errf(err, errlen, "refused %s \"%s\": owned by uid %u, not by this process's %u",
+                     what, path, (unsigned)sb->st_uid, (unsigned)geteuid());
+        return false;
+    }
+    if (sb->st_mode & (S_IWGRP | S_IWOTH)) {
+        sluice__errf(err, errlen,
+                     "refused %s \"%s\": writable by its group or others (mode %04o; want "
+                     "0600 or 0644)", what, path, (unsigned)(sb->st_mode & 07777));
+        return false;
+    }
+    return true;
+}
+
+/* flock(fd, LOCK_EX), waiting at most 10 s (a millisecond between tries):
+ * 0, ETIMEDOUT, or another errno. */
+static int lock_object(int fd)
+{
+    const uint64_t start = sluice_now_ns();
+    for (unsigned n = 0;; n++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR) return errno;
+        if (sluice_now_ns() - start > 10 * (uint64_t)1000000000 || n >= 100000) return ETIMEDOUT;
+        const struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
 sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_keys,
                                 size_t max_key_bytes, unsigned flags, char *err, size_t errlen)
 {
@@ -2380,11 +2575,14 @@ sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_k
     layout L;
     if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return NULL;
     const bool shm = is_shm_name(path);
-    int fd = shm ? shm_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
-                 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    const char *what = shm ? "shared memory" : "file";
+    int fd = open_object(path, shm);
     if (fd < 0) {
-        sluice__errf(err, errlen, "cannot open %s \"%s\": %s", shm ? "shared memory" : "file",
-                     path, strerror(errno));
+        if (errno == ELOOP)
+            sluice__errf(err, errlen, "cannot open %s \"%s\": it is a symbolic link (refused)",
+                         what, path);
+        else
+            sluice__errf(err, errlen, "cannot open %s \"%s\": %s", what, path, strerror(errno));
         return NULL;
     }
     /* the size is set once, by whoever finds the object empty; the lock
@@ -2393,17 +2591,25 @@ sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_k
     void *map = MAP_FAILED;
     size_t len = 0;
     int e = 0;
-    while (flock(fd, LOCK_EX) != 0)
-        if (errno != EINTR) {
-            e = errno;
-            break;
-        }
+    if (fstat(fd, &sb) != 0) {
+        e = errno;
+        sluice__errf(err, errlen, "cannot stat %s \"%s\": %s", what, path, strerror(e));
+        close(fd);
+        return NULL;
+    }
+    if (!object_ok(&sb, path, what, err, errlen)) {
+        close(fd);
+        return NULL;
+    }
+    e = lock_object(fd);
     if (!e && fstat(fd, &sb) != 0) e = errno;
     if (!e && sb.st_size == 0 && ftruncate(fd, (off_t)L.need) != 0) e = errno;
     if (!e && sb.st_size == 0) sb.st_size = (off_t)L.need;
-    (void)flock(fd, LOCK_UN);
+    if (e != ETIMEDOUT) (void)flock(fd, LOCK_UN);
     if (e) {
-        sluice__errf(err, errlen, "cannot size \"%s\": %s", path, strerror(e));
+        sluice__errf(err, errlen, "cannot size \"%s\": %s", path,
+                     e == ETIMEDOUT ? "another process held its lock (flock) for more than 10 s"
+                                    : strerror(e));
         close(fd);
         return NULL;
     }
@@ -2439,5 +2645,12 @@ int sluice_table_unlink(const char *path)
     if (!path || !*path) return SLUICE_EINVAL;
     int rc = is_shm_name(path) ? shm_unlink(path) : unlink(path);
     if (rc == 0) return 0;
-    return errno == ENOENT ? SLUICE_ENOENT : SLUICE_EINVAL;
+    switch (errno) {
+    case ENOENT: return SLUICE_ENOENT; /* no such object */
+    case EACCES:
+    case EPERM:
+    case EROFS:
+    case EBUSY: return SLUICE_EBUSY; /* not ours to remove */
+    default: return SLUICE_EINVAL; /* a bad name (ENAMETOOLONG, ENOTDIR, EISDIR...) */
+    }
 }
