@@ -248,7 +248,8 @@ class RateLimited(Exception):
     """Raised by the :meth:`Limiter.limit` decorator when a call is
     refused (``block=False``, or the permits cannot be had within
     ``timeout``).  ``retry_after`` is the least wait in seconds after which
-    the same call, with no other traffic, would be allowed (None: never)."""
+    the same call, with no other traffic, would be allowed (None: never,
+    or not known: a blocking wait that timed out)."""
 
     def __init__(self, message: str, retry_after: Optional[float]) -> None:
         super().__init__(message)
