@@ -476,9 +476,9 @@ class _Handle:
     def _done(self) -> None:
         with self._lock:
             self._busy -= 1
-            h = self._h if self._closed and self._busy == 0 else None
-            if h:
-                self._h = None
+            if not self._closed or self._busy:
+                return
+            h, self._h = self._h, None
         if h:
             type(self)._free(h)
 
@@ -579,7 +579,17 @@ class Limiter(_Handle):
     def try_acquire(self, permits: int = 1, now_ns: Optional[int] = None) -> bool:
         """Ask for ``permits`` at ``now_ns``: True if granted (and taken).
         Raises as :meth:`decide`."""
-        return self.decide(permits, now_ns).allowed
+        r = _Result()
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        h = self._use()
+        try:
+            ok = _lim_try(h, p, t, ctypes.byref(r))
+        finally:
+            self._done()
+        if r.error:
+            _check(r)
+        return ok
 
     def acquire(self, permits: int = 1, timeout: Optional[float] = None) -> bool:
         """Block until ``permits`` are granted (True), or return False at
@@ -727,7 +737,18 @@ class Table(_Handle):
     def try_acquire(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> bool:
         """Ask for ``permits`` for ``key``: True if granted.  Raises as
         :meth:`decide`."""
-        return self.decide(key, permits, now_ns).allowed
+        k = _key(key)
+        r = _Result()
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        h = self._use()
+        try:
+            ok = _tab_try(h, k, len(k), p, t, ctypes.byref(r))
+        finally:
+            self._done()
+        if r.error:
+            _check(r, k, self.max_key_bytes)
+        return ok
 
     def acquire(self, key: Key, permits: int = 1, timeout: Optional[float] = None) -> bool:
         """Block until ``permits`` are granted for ``key`` (True), or return
