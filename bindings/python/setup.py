@@ -102,4 +102,7 @@ try:
 except ImportError:  # no wheel package: pip's own tag (cpXY-cpXY-PLATFORM)
     pass
 
-setup(version=_version(), cmdclass=cmdclass, distclass=BinaryDistribution)
+# The package list is here, not in pyproject.toml's [tool.setuptools] (a
+# "beta" warning in Debian's setuptools 66).
+setup(version=_version(), packages=["sluice"], package_data={"sluice": ["py.typed"]},
+      cmdclass=cmdclass, distclass=BinaryDistribution)
