@@ -7,8 +7,9 @@ examples, CLI or install rules), build the `sluice_shared` target, and copy
 the resulting libsluice.so into the package, where sluice/__init__.py looks
 first.  The wheel is then platform-specific (it holds a shared library).
 
-Where the C sources are: SLUICE_SOURCE_DIR, else two directories up (this
-file is bindings/python/setup.py of a checkout).  Knobs, from the
+Where the C sources are: SLUICE_SOURCE_DIR, else csrc/ beside this file (an
+sdist: its sdist command copies the repository there), else two directories
+up (this file is bindings/python/setup.py of a checkout).  Knobs, from the
 environment: SLUICE_BUILD_JOBS (parallel compile jobs, default 2),
 SLUICE_CMAKE_ARGS (extra arguments for the configure step, split on
 spaces), CMAKE (the cmake program).  Build type: Release.
@@ -22,13 +23,18 @@ import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _source_dir() -> str:
-    d = os.environ.get("SLUICE_SOURCE_DIR") or os.path.join(HERE, "..", "..")
+    d = os.environ.get("SLUICE_SOURCE_DIR")
+    if not d:
+        # an sdist carries the sources in csrc/; a checkout has them above
+        csrc = os.path.join(HERE, "csrc")
+        d = csrc if os.path.isdir(csrc) else os.path.join(HERE, "..", "..")
     d = os.path.abspath(d)
     if not os.path.isfile(os.path.join(d, "include", "sluice.h")) or \
             not os.path.isfile(os.path.join(d, "CMakeLists.txt")):
@@ -78,6 +84,23 @@ class BuildPyWithLibrary(build_py):
             os.path.join(self.build_lib, "sluice", "libsluice.so")]
 
 
+class SdistWithSources(sdist):
+    """An sdist that builds anywhere: the repository's files (less build
+    trees, .git and the bindings) in csrc/, where _source_dir() looks."""
+
+    def make_release_tree(self, base_dir, files) -> None:
+        super().make_release_tree(base_dir, files)
+        src = _source_dir()
+
+        def ignore(d, names):
+            drop = {n for n in names if n in (".git", "__pycache__") or n.endswith(".egg-info")}
+            if os.path.samefile(d, src):
+                drop |= {n for n in names if n.startswith("build") or n in ("bindings", "csrc", "dist")}
+            return drop
+
+        shutil.copytree(src, os.path.join(base_dir, "csrc"), ignore=ignore, symlinks=True)
+
+
 class BinaryDistribution(Distribution):
     """The package holds a compiled library: a platform wheel, not a pure
     one."""
@@ -86,7 +109,7 @@ class BinaryDistribution(Distribution):
         return True
 
 
-cmdclass = {"build_py": BuildPyWithLibrary}
+cmdclass = {"build_py": BuildPyWithLibrary, "sdist": SdistWithSources}
 try:
     from wheel.bdist_wheel import bdist_wheel
 

@@ -7,19 +7,24 @@ built), with no package index:
    fresh `venv --system-site-packages`: setup.py builds libsluice.so with
    CMake (the library target only, -j2) and bundles it;
 2. `python -m build --no-isolation --wheel` of the same directory, then
-   that wheel into a second venv.
+   that wheel into a second venv;
+3. `python -m build --no-isolation --sdist` (the C sources ride along in
+   csrc/), then `pip install` of that tarball into a third venv: a build
+   that sees neither the checkout nor its build tree.
 
 Each venv then imports sluice from another directory (the copy is not on
 sys.path), with SLUICE_LIBRARY pointing at nothing: the package must load
 its bundled library, and decide as the contract says (a token bucket
-worked by hand).  Registered in CTest as python_package (about a minute a
-build on an idle machine; the CTest timeout allows for load).
+worked by hand).  Registered in CTest as python_package (two builds of
+the library, 1-2 minutes each on a loaded machine; the CTest timeout
+allows for more).
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 import zipfile
@@ -135,6 +140,24 @@ class Package(unittest.TestCase):
         _run([vpy2, "-m", "pip", "install", "--no-index", whl], cwd=self.elsewhere, env=self.env,
              timeout=300)
         self.probe(vpy2, site2)
+
+        # 3. an sdist (the C sources in csrc/), built into a third venv
+        # where neither the checkout nor its build tree can be seen
+        _run([vpy, "-m", "build", "--no-isolation", "--sdist", "--outdir", dist, pkg],
+             cwd=self.elsewhere, env=self.env, timeout=300)
+        sdists = [f for f in os.listdir(dist) if f.endswith(".tar.gz")]
+        self.assertEqual(len(sdists), 1, sdists)
+        sd = os.path.join(dist, sdists[0])
+        with tarfile.open(sd) as tf:
+            names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+        for want in ("setup.py", "pyproject.toml", "sluice/__init__.py", "csrc/CMakeLists.txt",
+                     "csrc/include/sluice.h"):
+            self.assertIn(want, names)
+        self.assertFalse([n for n in names if n.startswith(("csrc/bindings", "csrc/build"))])
+        vpy3, site3 = _venv(os.path.join(self.tmp, "v3"))
+        _run([vpy3, "-m", "pip", "install", "--no-build-isolation", "--no-index", sd],
+             cwd=self.elsewhere, env=self.env)
+        self.probe(vpy3, site3)
 
 
 if __name__ == "__main__":
