@@ -232,6 +232,11 @@ class SluiceStorage(Storage, MovingWindowSupport):
 
     # -- the rest --
 
+    @property
+    def base_exceptions(self):
+        """What a failing call raises (limits 3 asks every storage)."""
+        return sluice.SluiceError
+
     def check(self) -> bool:
         """Healthy: every table this process has open answers."""
         try:
