@@ -62,6 +62,9 @@ step "dependencies (scripts/deps.sh)"
 extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils
     nginx-dev libpcre2-dev nginx-light curl)
 [ $clang -eq 1 ] && extra+=(clang)
+# The Python binding's packaging and limits/Flask-Limiter tests (bindings/python/tests).
+extra+=(python3-venv python3-pip python3-setuptools python3-build python3-wheel
+    python3-limits python3-flask python3-flask-limiter gunicorn)
 bash scripts/deps.sh "${extra[@]}"
 
 # ------------------------------------------------------------- sanitizers --

@@ -12,10 +12,11 @@ are made by the C library, in nanoseconds, exactly as its contract says
     >>> per_client.decide("10.0.0.7").allowed
     True
 
-Finding the library: the environment variable ``SLUICE_LIBRARY`` (a path
-to ``libsluice.so``), else the build tree this package sits in
-(``build/libsluice.so`` two levels up), else the system's library path
-(``ctypes.util.find_library("sluice")``).
+Finding the library: the ``libsluice.so`` bundled in the package (``pip
+install`` builds and bundles it), else the environment variable
+``SLUICE_LIBRARY`` (a path to ``libsluice.so``), else the build tree this
+package sits in (``build/libsluice.so`` two levels up), else the system's
+library path (``ctypes.util.find_library("sluice")``).
 
 Time: every call that decides takes an optional ``now_ns``, nanoseconds on
 the caller's monotonic axis (the C library's ``_at`` functions).  Without
@@ -25,7 +26,12 @@ Errors: a call the library refuses raises :class:`SluiceError` (a bad spec
 raises :class:`SpecError`, which is also a :class:`ValueError`), carrying
 the library's code and its one-line message, which names the offending
 token.  A refused *request* is not an error: it is a decision, with
-``allowed`` False.
+``allowed`` False.  A request the library could not decide (a key it
+refuses, no memory) raises, from every method, and never reads as a
+refusal; the one exception is a full table (``sluice.EFULL``), which is
+the table's documented policy of refusing new keys: a refusal with
+``Result.error == sluice.EFULL``.  Any method of a closed object raises
+:class:`ClosedError`.
 
 Threads: every object may be used from several threads, as the C library
 allows; ctypes releases the GIL during each call.  Objects are freed by
@@ -44,6 +50,8 @@ from typing import Iterator, Optional, Tuple, Union
 __all__ = [
     "SluiceError",
     "SpecError",
+    "ClosedError",
+    "RateLimited",
     "Result",
     "Stats",
     "TableStats",
@@ -57,6 +65,7 @@ __all__ = [
     "now_ns",
     "version",
     "library_path",
+    "limit",
 ]
 
 Key = Union[bytes, bytearray, memoryview, str]
@@ -66,13 +75,21 @@ Key = Union[bytes, bytearray, memoryview, str]
 
 
 def _candidates() -> Iterator[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    # 1. the library bundled in the installed package (pip install, a wheel)
+    bundled = os.path.join(here, "libsluice.so")
+    if os.path.exists(bundled):
+        yield bundled
+    # 2. the one the environment names
     env = os.environ.get("SLUICE_LIBRARY")
     if env:
         yield env
-        return
-    here = os.path.dirname(os.path.abspath(__file__))
+    # 3. the build tree of the checkout this package sits in
     root = os.path.normpath(os.path.join(here, "..", "..", ".."))
-    yield os.path.join(root, "build", "libsluice.so")
+    built = os.path.join(root, "build", "libsluice.so")
+    if os.path.exists(built):
+        yield built
+    # 4. the system's library path
     found = ctypes.util.find_library("sluice")
     if found:
         yield found
@@ -216,7 +233,27 @@ class SluiceError(Exception):
 
 
 class SpecError(SluiceError, ValueError):
-    """A spec the grammar refuses; the message names the offending token."""
+    """A spec the grammar refuses; the message names the offending token.
+    Raised by every constructor and reconfiguration (``Limiter``,
+    ``Table``, ``SharedTable``, ``check_spec`` ...), also for a spec with a
+    NUL byte in it."""
+
+
+class ClosedError(SluiceError, ValueError):
+    """A method called on an object after its :meth:`close` (as Python's
+    files raise ValueError after close)."""
+
+
+class RateLimited(Exception):
+    """Raised by the :meth:`Limiter.limit` decorator when a call is
+    refused (``block=False``, or the permits cannot be had within
+    ``timeout``).  ``retry_after`` is the least wait in seconds after which
+    the same call, with no other traffic, would be allowed (None: never,
+    or not known: a blocking wait that timed out)."""
+
+    def __init__(self, message: str, retry_after: Optional[float]) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def _error(code: int, buf: Optional[ctypes.Array] = None, spec: bool = False) -> SluiceError:
@@ -317,7 +354,35 @@ def _key(key: Key) -> bytes:
 def _spec_bytes(spec: str) -> bytes:
     if not isinstance(spec, str):
         raise TypeError(f"sluice: a spec is a str, not {type(spec).__name__}")
+    if "\0" in spec:
+        # C would read the spec only up to the NUL: refuse, never cut short.
+        raise SpecError(EINVAL, f"sluice: NUL byte at offset {spec.index(chr(0))} of spec {spec!r}")
     return spec.encode("utf-8")
+
+
+def _path_bytes(path) -> bytes:
+    """A path as the C library takes it: str, bytes or os.PathLike, with no
+    NUL byte (ValueError, as os.open says "embedded null byte")."""
+    try:
+        b = os.fsencode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"sluice: a path is str, bytes or os.PathLike, not "
+                        f"{type(path).__name__}") from None
+    if b"\0" in b:
+        raise ValueError(f"sluice: NUL byte at offset {b.index(0)} of path {path!r}")
+    if not b:
+        raise ValueError("sluice: empty path")
+    return b
+
+
+def _key_error(code: int, key: bytes, max_key_bytes: Optional[int] = None) -> SluiceError:
+    """The exception for a decision the library could not make (res.error
+    other than EFULL): it names the key, shortened."""
+    shown = key[:40] + (b"..." if len(key) > 40 else b"")
+    why = _strerror(code).decode()
+    if code == EINVAL and max_key_bytes is not None and len(key) > max_key_bytes:
+        why = f"longer than the table's limit of {max_key_bytes} bytes"
+    return SluiceError(code, f"sluice: key {shown!r} ({len(key)} bytes) refused: {why}")
 
 
 def _u64_arg(name: str, v: int, lo: int = 0) -> int:
@@ -379,28 +444,68 @@ def parse_spec(spec: str) -> SpecInfo:
 
 # ---------------------------------------------------------------------------
 # Objects
+#
+# Lifetime: a C object is freed exactly once, and never while a call is in
+# it.  Every method takes the handle through _use() (which counts the call
+# in), and gives it back in _done(); close() only marks the object closed,
+# and whichever of close() and the last call in flight comes second frees
+# it.  So close() from one thread while another thread is blocked in
+# acquire(), or while a keys() iterator is between steps, is safe: the
+# other call finishes on a live object, and the next one raises ClosedError.
 
 
 class _Handle:
-    """An owned C object: freed once, by close() or by the collector."""
+    """An owned C object: freed once, by close() or by the collector, and
+    never under a call in flight."""
 
     _free = None  # the C function that frees the handle
 
     def __init__(self, handle: int) -> None:
-        self._h = handle
         self._lock = threading.Lock()
+        self._busy = 0          # calls in flight
+        self._closed = False
+        self._h = handle
 
-    def _handle(self) -> int:
-        h = self._h
-        if not h:
-            raise SluiceError(EINVAL, f"sluice: the {type(self).__name__} is closed")
-        return h
+    def _use(self) -> int:
+        with self._lock:
+            if self._closed:
+                raise ClosedError(EINVAL, f"sluice: the {type(self).__name__} is closed")
+            self._busy += 1
+            return self._h
+
+    def _done(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            if not self._closed or self._busy:
+                return
+            h, self._h = self._h, None
+        if h:
+            type(self)._free(h)
+
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the handle held for the call."""
+        h = self._use()
+        try:
+            return fn(h, *args)
+        finally:
+            self._done()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
 
     def close(self) -> None:
-        """Free the C object.  Idempotent; the object cannot be used after.
-        No other thread may be using it at the time."""
+        """Free the C object.  Idempotent; every method raises
+        :class:`ClosedError` after it.  Safe while other threads are in a
+        call on the object: the object is freed when the last one returns."""
         with self._lock:
-            h, self._h = self._h, None
+            if self._closed:
+                return
+            self._closed = True
+            h = self._h if self._busy == 0 else None
+            if h:
+                self._h = None
         if h:
             type(self)._free(h)
 
@@ -411,8 +516,35 @@ class _Handle:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_h", None):
+        if getattr(self, "_h", None) and not getattr(self, "_closed", True):
             self.close()
+
+
+def _check(r: _Result, key: Optional[bytes] = None, max_key_bytes: Optional[int] = None) -> None:
+    """Raise for a request the library could not decide; EFULL (a full
+    table's policy) stays a refusal."""
+    if r.error and r.error != EFULL:
+        raise _key_error(r.error, key, max_key_bytes) if key is not None else _error(r.error)
+
+
+def _deadline(timeout: Optional[float]) -> Optional[int]:
+    """now + timeout seconds, on the library's clock (None: no deadline)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+        raise TypeError(f"sluice: timeout must be a number of seconds or None, not {timeout!r}")
+    return _now() + int(max(0.0, min(float(timeout), 1e10)) * 1e9)
+
+
+def _next_wait(r: Result, deadline: Optional[int]) -> Optional[float]:
+    """After a refusal: seconds to sleep before trying again, or None when
+    no wait within the deadline can help (retry_after -1, or past it)."""
+    if r.retry_after_ns < 0:
+        return None
+    wait = max(r.retry_after_ns, 1000)  # at least 1 us: never a busy loop
+    if deadline is not None and _now() + r.retry_after_ns > deadline:
+        return None
+    return wait / 1e9
 
 
 class Limiter(_Handle):
@@ -429,40 +561,102 @@ class Limiter(_Handle):
             raise _error(EINVAL if err.value else ENOMEM, err, spec=True)
         super().__init__(h)
 
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<sluice.Limiter closed>"
+        return f"<sluice.Limiter {self.spec!r}>"
+
     def decide(self, permits: int = 1, now_ns: Optional[int] = None) -> Result:
         """Ask for ``permits`` at ``now_ns``; the full decision.  permits = 0
-        is a probe: always allowed, takes nothing."""
+        is a probe: always allowed, takes nothing.  Raises
+        :class:`SluiceError` when the library could not decide (no memory
+        for a sliding-log's ring)."""
         r = _Result()
-        _lim_try(self._handle(), _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
+        self._call(_lim_try, _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
+        _check(r)
         return _result(r)
 
     def try_acquire(self, permits: int = 1, now_ns: Optional[int] = None) -> bool:
-        """Ask for ``permits`` at ``now_ns``: True if granted (and taken)."""
-        return bool(_lim_try(self._handle(), _u64_arg("permits", permits), _time(now_ns), None))
+        """Ask for ``permits`` at ``now_ns``: True if granted (and taken).
+        Raises as :meth:`decide`."""
+        r = _Result()
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        h = self._use()
+        try:
+            ok = _lim_try(h, p, t, ctypes.byref(r))
+        finally:
+            self._done()
+        if r.error:
+            _check(r)
+        return ok
 
     def acquire(self, permits: int = 1, timeout: Optional[float] = None) -> bool:
         """Block until ``permits`` are granted (True), or return False at
         once when they cannot be within ``timeout`` seconds (None: no
         timeout).  Sleeps on CLOCK_MONOTONIC, without the GIL."""
-        t = _NEVER if timeout is None else int(max(0.0, timeout) * 1e9)
-        rc = _lim_acquire(self._handle(), _u64_arg("permits", permits), t, None)
+        if timeout is None:
+            t = _NEVER
+        else:
+            _deadline(timeout)  # type check
+            t = int(max(0.0, min(float(timeout), 1e10)) * 1e9)
+        rc = self._call(_lim_acquire, _u64_arg("permits", permits), t, None)
         if rc == 0:
             return True
         if rc == ETIMEDOUT:
             return False
         raise _error(rc)
 
+    async def acquire_async(self, permits: int = 1, timeout: Optional[float] = None) -> bool:
+        """:meth:`acquire` for asyncio: waits with ``asyncio.sleep`` (the
+        event loop runs other tasks meanwhile), for as long as each
+        refusal's ``retry_after_ns`` says.  True when granted (after the
+        leaky-bucket shaper's ``wait_ns``, awaited too); False, at once and
+        taking nothing, when the permits cannot be had within ``timeout``
+        seconds (None: no timeout) or ever (more than the capacity)."""
+        import asyncio
+        _u64_arg("permits", permits)
+        deadline = _deadline(timeout)
+        while True:
+            r = self.decide(permits)
+            if r.allowed:
+                if r.wait_ns:
+                    await asyncio.sleep(r.wait_ns / 1e9)
+                return True
+            wait = _next_wait(r, deadline)
+            if wait is None:
+                return False
+            await asyncio.sleep(wait)
+
+    def limit(self, permits: int = 1, *, block: bool = True,
+              timeout: Optional[float] = None):
+        """A decorator: each call of the decorated function (or coroutine
+        function) first takes ``permits`` from this limiter.  ``block``:
+        wait for them (:meth:`acquire`, or :meth:`acquire_async` for a
+        coroutine function, so the event loop is not blocked) up to
+        ``timeout`` seconds (None: as long as it takes); when they cannot be
+        had in time, or at once with ``block=False``, the call raises
+        :class:`RateLimited` and the function does not run.
+
+            @lim.limit()                 # or @sluice.limit(lim)
+            def fetch(url): ...
+
+            @lim.limit(block=False)
+            async def handler(request): ...
+        """
+        return _decorator(self, None, permits, block, timeout)
+
     def stats(self) -> Stats:
         """The limiter's counters."""
         s = _Stats()
-        _lim_stats(self._handle(), ctypes.byref(s))
+        self._call(_lim_stats, ctypes.byref(s))
         return _stats(s)
 
     @property
     def spec(self) -> str:
         """The canonical spec the limiter runs."""
         buf = ctypes.create_string_buffer(128)
-        rc = _lim_format(self._handle(), buf, len(buf))
+        rc = self._call(_lim_format, buf, len(buf))
         if rc < 0:
             raise _error(rc)
         return buf.value.decode()
@@ -472,22 +666,22 @@ class Limiter(_Handle):
         algorithm).  A bad spec raises :class:`SpecError` and changes
         nothing."""
         err = ctypes.create_string_buffer(_ERRLEN)
-        rc = _lim_reconf(self._handle(), _spec_bytes(spec), _time(now_ns), err, len(err))
+        rc = self._call(_lim_reconf, _spec_bytes(spec), _time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
     def set_limit(self, limit: int, period_ns: int, now_ns: Optional[int] = None) -> None:
         """Change only LIMIT/PERIOD (x/time/rate's SetLimitAt)."""
         err = ctypes.create_string_buffer(_ERRLEN)
-        rc = _lim_set_limit(self._handle(), _u64_arg("limit", limit), _u64_arg("period_ns", period_ns),
-                            _time(now_ns), err, len(err))
+        rc = self._call(_lim_set_limit, _u64_arg("limit", limit), _u64_arg("period_ns", period_ns),
+                        _time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
     def set_burst(self, burst: int, now_ns: Optional[int] = None) -> None:
         """Change only the burst (token-bucket) or capacity (leaky-bucket)."""
         err = ctypes.create_string_buffer(_ERRLEN)
-        rc = _lim_set_burst(self._handle(), _u64_arg("burst", burst), _time(now_ns), err, len(err))
+        rc = self._call(_lim_set_burst, _u64_arg("burst", burst), _time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
@@ -498,7 +692,9 @@ class Table(_Handle):
     ``evict_lru``: when full of keys in use, drop the least recently used
     key instead of refusing the new one.  ``reclaim_when_full``: drop keys
     at rest only when room is needed (exact for times out of order across
-    keys until the table fills).  Keys are ``bytes`` or ``str`` (UTF-8)."""
+    keys until the table fills).  Keys are ``bytes`` or ``str`` (UTF-8).
+    A full table refuses a new key (``Result.error == sluice.EFULL``, a
+    refusal by policy); any other error of a decision raises."""
 
     _free = _tab_free
 
@@ -506,28 +702,99 @@ class Table(_Handle):
                  reclaim_when_full: bool = False) -> None:
         flags = (_TABLE_EVICT_LRU if evict_lru else 0) | (
             _TABLE_RECLAIM_WHEN_FULL if reclaim_when_full else 0)
-        if not isinstance(max_keys, int) or max_keys < 1:
-            raise ValueError(f"sluice: max_keys must be a positive int, not {max_keys!r}")
+        _max_keys_arg(max_keys)
         err = ctypes.create_string_buffer(_ERRLEN)
         h = _tab_new(_spec_bytes(spec), max_keys, flags, err, len(err))
         if not h:
             raise _error(EINVAL if err.value else ENOMEM, err, spec=True)
         super().__init__(h)
+        self._spec = check_spec(spec)
+        self._max_keys = max_keys
+        self.max_key_bytes = 65536  # SLUICE_MAX_KEY_BYTES
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<sluice.{type(self).__name__} closed>"
+        return (f"<sluice.{type(self).__name__} {self._spec!r} max_keys={self._max_keys} "
+                f"keys={self.stats().keys}>")
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec the table's keys run (as given at creation)."""
+        return self._spec
 
     def decide(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> Result:
         """Ask for ``permits`` for ``key`` at ``now_ns``; the full decision.
-        A key that cannot be decided is refused with ``error`` set (a key
-        longer than 65536 bytes: ``sluice.EINVAL``; a full table:
-        ``sluice.EFULL``)."""
+        A full table refuses a new key with ``error`` set to
+        ``sluice.EFULL``.  A key the library refuses (too long) or a
+        failure (no memory) raises :class:`SluiceError`: never a refusal."""
         k = _key(key)
         r = _Result()
-        _tab_try(self._handle(), k, len(k), _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
+        self._call(_tab_try, k, len(k), _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
+        _check(r, k, self.max_key_bytes)
         return _result(r)
 
     def try_acquire(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> bool:
-        """Ask for ``permits`` for ``key``: True if granted."""
+        """Ask for ``permits`` for ``key``: True if granted.  Raises as
+        :meth:`decide`."""
         k = _key(key)
-        return bool(_tab_try(self._handle(), k, len(k), _u64_arg("permits", permits), _time(now_ns), None))
+        r = _Result()
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        h = self._use()
+        try:
+            ok = _tab_try(h, k, len(k), p, t, ctypes.byref(r))
+        finally:
+            self._done()
+        if r.error:
+            _check(r, k, self.max_key_bytes)
+        return ok
+
+    def acquire(self, key: Key, permits: int = 1, timeout: Optional[float] = None) -> bool:
+        """Block until ``permits`` are granted for ``key`` (True), or return
+        False, taking nothing, as soon as they cannot be within ``timeout``
+        seconds (None: no timeout) -- each refusal's ``retry_after_ns``
+        says how long to sleep, and whether the deadline can be met.  After
+        an admission the leaky-bucket shaper's ``wait_ns`` is slept too.
+        Sleeps release the GIL.  Raises as :meth:`decide`."""
+        import time
+        _u64_arg("permits", permits)
+        deadline = _deadline(timeout)
+        while True:
+            r = self.decide(key, permits)
+            if r.allowed:
+                if r.wait_ns:
+                    time.sleep(r.wait_ns / 1e9)
+                return True
+            wait = _next_wait(r, deadline)
+            if wait is None:
+                return False
+            time.sleep(wait)
+
+    async def acquire_async(self, key: Key, permits: int = 1,
+                            timeout: Optional[float] = None) -> bool:
+        """:meth:`acquire` for asyncio (``asyncio.sleep``: the event loop
+        is not blocked)."""
+        import asyncio
+        _u64_arg("permits", permits)
+        deadline = _deadline(timeout)
+        while True:
+            r = self.decide(key, permits)
+            if r.allowed:
+                if r.wait_ns:
+                    await asyncio.sleep(r.wait_ns / 1e9)
+                return True
+            wait = _next_wait(r, deadline)
+            if wait is None:
+                return False
+            await asyncio.sleep(wait)
+
+    def limit(self, key, permits: int = 1, *, block: bool = True,
+              timeout: Optional[float] = None):
+        """A decorator, as :meth:`Limiter.limit`, limiting per key:
+        ``key`` is a callable given the call's arguments that returns the
+        key (``key=lambda request: request.remote_addr``), or a fixed key."""
+        return _decorator(self, key, permits, block, timeout)
 
     def peek(self, key: Key, permits: int = 0,
              now_ns: Optional[int] = None) -> Tuple[Result, Optional[KeyState]]:
@@ -536,36 +803,44 @@ class Table(_Handle):
         k = _key(key)
         r = _Result()
         st = _KeyState()
-        rc = _tab_peek(self._handle(), k, len(k), _u64_arg("permits", permits), _time(now_ns),
-                       ctypes.byref(r), ctypes.byref(st))
+        rc = self._call(_tab_peek, k, len(k), _u64_arg("permits", permits), _time(now_ns),
+                        ctypes.byref(r), ctypes.byref(st))
         if rc == ENOENT:
             return _result(r), None
         if rc != 0:
-            raise _error(rc)
+            raise _key_error(rc, k, self.max_key_bytes)
         return _result(r), KeyState(st.last_ns, st.rest_ns)
 
     def remove(self, key: Key) -> bool:
         """Drop the key's state: True if it was held."""
         k = _key(key)
-        rc = _tab_remove(self._handle(), k, len(k))
+        rc = self._call(_tab_remove, k, len(k))
         if rc == ENOENT:
             return False
         if rc != 0:
-            raise _error(rc)
+            raise _key_error(rc, k, self.max_key_bytes)
         return True
 
     def reset(self, key: Key) -> None:
         """Put the key's limiter back at rest (as remove, idempotent)."""
         k = _key(key)
-        rc = _tab_reset(self._handle(), k, len(k))
+        rc = self._call(_tab_reset, k, len(k))
         if rc != 0:
-            raise _error(rc)
+            raise _key_error(rc, k, self.max_key_bytes)
 
     def keys(self, count: int = 256) -> Iterator[Tuple[bytes, KeyState]]:
         """Iterate over the held keys and their states, a bounded step of
         ``count`` places per C call (as Redis's SCAN): every key held for
-        the whole iteration is given at least once."""
-        h = self._handle()
+        the whole iteration is given at least once.  Each step checks the
+        table is open: after :meth:`close` the next step raises
+        :class:`ClosedError`."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"sluice: count must be a positive int, not {count!r}")
+        self._use()  # raise at the call, not at the first next(), when closed
+        self._done()
+        return self._scan(count)
+
+    def _scan(self, count: int) -> Iterator[Tuple[bytes, KeyState]]:
         batch: list = []
 
         def each(kp, klen, st, _arg):
@@ -577,7 +852,7 @@ class Table(_Handle):
         cursor = 0
         while True:
             nxt = _u64(0)
-            rc = _tab_scan(h, cursor, count, cb, None, ctypes.byref(nxt))
+            rc = self._call(_tab_scan, cursor, count, cb, None, ctypes.byref(nxt))
             if rc != 0:
                 raise _error(rc)
             yield from batch
@@ -589,43 +864,138 @@ class Table(_Handle):
     def stats(self) -> TableStats:
         """The table's counters."""
         s = _TableStats()
-        _tab_stats(self._handle(), ctypes.byref(s))
+        self._call(_tab_stats, ctypes.byref(s))
         return TableStats(s.keys, s.reclaimed, s.evicted, s.refused, _stats(s.decisions))
+
+
+def _max_keys_arg(max_keys) -> None:
+    if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
+        raise ValueError(f"sluice: max_keys must be a positive int, not {max_keys!r}")
 
 
 class SharedTable(Table):
     """A table that several processes share (gunicorn workers, a
     ``multiprocessing`` pool): every process that opens ``path`` with the
     same spec, ``max_keys``, ``max_key_bytes`` and policy decides on the
-    same keys, so they share one limit, not one each.  ``path`` "/name" (one
-    slash, at the start) is a POSIX shared memory object, anything else a
-    file; the first process makes it.  Keys are at most ``max_key_bytes``
-    long (a longer one is refused with ``sluice.EINVAL``).  Opening with
-    another spec or size raises ``SluiceError`` naming both.  A process
-    killed while deciding blocks no other (README.md, "Tables shared between
+    same keys, so they share one limit, not one each.  ``path`` (str, bytes
+    or os.PathLike) "/name" (one slash, at the start) is a POSIX shared
+    memory object, anything else a file; the first process makes it.  A bad
+    spec raises :class:`SpecError` (as ``Table``); a NUL byte in the spec
+    raises :class:`SpecError`, in the path ValueError.  Keys are at most
+    ``max_key_bytes`` long: a longer one raises :class:`SluiceError`
+    (``sluice.EINVAL``), never reads as a refusal.  Opening with another
+    spec or size raises ``SluiceError`` naming both.  A process killed
+    while deciding blocks no other (README.md, "Tables shared between
     processes").  Each process opens its own: a handle does not cross a
-    fork or a pickle.  Everything else is as ``Table``."""
+    pickle.  Everything else is as ``Table``."""
 
-    def __init__(self, path: str, spec: str, max_keys: int, *, max_key_bytes: int = 64,
+    def __init__(self, path, spec: str, max_keys: int, *, max_key_bytes: int = 64,
                  evict_lru: bool = False) -> None:
-        if not isinstance(max_keys, int) or max_keys < 1:
-            raise ValueError(f"sluice: max_keys must be a positive int, not {max_keys!r}")
-        if not isinstance(max_key_bytes, int) or max_key_bytes < 0:
+        p = _path_bytes(path)
+        canon = check_spec(spec)  # a bad spec: SpecError, as Table
+        _max_keys_arg(max_keys)
+        if not isinstance(max_key_bytes, int) or isinstance(max_key_bytes, bool) or max_key_bytes < 0:
             raise ValueError(f"sluice: max_key_bytes must be an int >= 0, not {max_key_bytes!r}")
         err = ctypes.create_string_buffer(_ERRLEN)
-        h = _tab_open(path.encode(), _spec_bytes(spec), max_keys, max_key_bytes,
+        h = _tab_open(p, _spec_bytes(spec), max_keys, max_key_bytes,
                       _TABLE_EVICT_LRU if evict_lru else 0, err, len(err))
         if not h:
             raise _error(EINVAL if err.value else ENOMEM, err)
         _Handle.__init__(self, h)
+        self._spec = canon
+        self._max_keys = max_keys
+        self.path = os.fsdecode(p)
+        self.max_key_bytes = max_key_bytes
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<sluice.SharedTable {self.path!r} closed>"
+        return (f"<sluice.SharedTable {self.path!r} {self._spec!r} max_keys={self._max_keys} "
+                f"max_key_bytes={self.max_key_bytes} keys={self.stats().keys}>")
 
     @staticmethod
-    def unlink(path: str) -> bool:
+    def unlink(path) -> bool:
         """Remove the name (processes that have it open keep using it):
         True if it existed."""
-        rc = _tab_unlink(path.encode())
+        rc = _tab_unlink(_path_bytes(path))
         if rc == ENOENT:
             return False
         if rc != 0:
             raise _error(rc)
         return True
+
+
+# ---------------------------------------------------------------------------
+# The decorator
+
+
+def _decorator(obj, key, permits: int, block: bool, timeout: Optional[float]):
+    import functools
+    import inspect
+    _u64_arg("permits", permits)
+    if timeout is not None:
+        _deadline(timeout)  # type check now, not at the first call
+    keyed = isinstance(obj, Table)
+
+    def key_of(args, kwargs):
+        return key(*args, **kwargs) if callable(key) else key
+
+    def wrap(fn):
+        name = getattr(fn, "__qualname__", repr(fn))
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                k = (key_of(args, kwargs),) if keyed else ()
+                if block:
+                    if not await obj.acquire_async(*k, permits, timeout):
+                        raise RateLimited(f"sluice: {name}: {permits} permit(s) not granted within "
+                                          f"{timeout} s", None)
+                else:
+                    r = obj.decide(*k, permits)
+                    if not r.allowed:
+                        raise _limited(name, r)
+                    if r.wait_ns:
+                        import asyncio
+                        await asyncio.sleep(r.wait_ns / 1e9)
+                return await fn(*args, **kwargs)
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            k = (key_of(args, kwargs),) if keyed else ()
+            if block:
+                if not obj.acquire(*k, permits, timeout):
+                    raise RateLimited(f"sluice: {name}: {permits} permit(s) not granted within "
+                                      f"{timeout} s", None)
+            else:
+                r = obj.decide(*k, permits)
+                if not r.allowed:
+                    raise _limited(name, r)
+                if r.wait_ns:
+                    import time
+                    time.sleep(r.wait_ns / 1e9)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    return wrap
+
+
+def _limited(name: str, r: Result) -> RateLimited:
+    after = None if r.retry_after_ns < 0 else r.retry_after_ns / 1e9
+    why = "never (more than the capacity)" if after is None else f"retry after {after:.6f} s"
+    return RateLimited(f"sluice: {name}: rate limited, {why}", after)
+
+
+def limit(obj, permits: int = 1, *, key=None, block: bool = True,
+          timeout: Optional[float] = None):
+    """``@sluice.limit(lim)``: the same as ``@lim.limit()`` (a Limiter), or
+    ``@sluice.limit(table, key=...)`` for a Table."""
+    if isinstance(obj, Table):
+        if key is None:
+            raise TypeError("sluice.limit: a Table needs key= (a callable or a fixed key)")
+        return obj.limit(key, permits, block=block, timeout=timeout)
+    if not isinstance(obj, Limiter):
+        raise TypeError(f"sluice.limit: a Limiter or a Table, not {type(obj).__name__}")
+    if key is not None:
+        raise TypeError("sluice.limit: key= is for a Table")
+    return obj.limit(permits, block=block, timeout=timeout)
