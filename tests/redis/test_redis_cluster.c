@@ -203,6 +203,75 @@ static void test_auth_single(void **state)
     test_redis_stop(&srv);
 }
 
+/* Issue 22 §4.1: a server that answers CLUSTER SLOTS with any error is a
+ * single server, decided once: CLUSTER renamed away (what a proxy that
+ * does not know CLUSTER answers too: "unknown command"), and an ACL user
+ * without the right to CLUSTER (NOPERM).  Before, every call failed and
+ * sent CLUSTER SLOTS again. */
+static void expect_single(sluice_redis *r, const char *key, int burst)
+{
+    sluice_redis_info info;
+    sluice_result res;
+    size_t kl = strlen(key);
+    for (int i = 0; i < burst; i++) {
+        bool ok = sluice_redis_try_acquire_ex(r, key, kl, 1, &res, &info);
+        if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+            fail_msg("call %d: allowed %d source %d error %d", i, ok, info.source, info.error);
+        assert_int_equal(res.remaining, (uint64_t)(burst - 1 - i));
+    }
+    assert_false(sluice_redis_try_acquire_ex(r, key, kl, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    assert_true(res.retry_after_ns > 0);
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.cluster, 0);
+    assert_int_equal(st.slot_refreshes, 1); /* one CLUSTER SLOTS, answered with an error */
+    assert_int_equal(st.round_trips, (uint64_t)burst + 1 + st.noscript);
+    assert_int_equal(st.err_reply + st.err_io + st.err_connect + st.err_protocol, 0);
+    assert_int_equal(st.circuit_state, SLUICE_REDIS_CIRCUIT_CLOSED);
+    assert_int_equal(st.nodes, 1);
+}
+
+static void test_cluster_unavailable(void **state)
+{
+    (void)state;
+    test_redis srv;
+    const char *renamed[] = {"--rename-command", "CLUSTER", "", NULL};
+    assert_int_equal(test_redis_start_with(&srv, 0, renamed), 0);
+    char buf[256];
+    const char *probe[] = {"CLUSTER", "SLOTS"};
+    assert_int_not_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 2, probe), 0);
+    assert_non_null(strstr(buf, "unknown command")); /* the premise */
+    sluice_redis *r = mk("token-bucket 5/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 500);
+    expect_single(r, "renamed", 5);
+    assert_int_equal(sluice_redis_ping(r), 0);
+    sluice_redis_free(r);
+    /* ON still wants a cluster: every call fails, loudly */
+    r = mk("token-bucket 5/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_ON, 500);
+    sluice_redis_info info;
+    sluice_result res;
+    for (int i = 0; i < 3; i++) {
+        assert_false(sluice_redis_try_acquire_ex(r, "on", 2, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+        assert_int_equal(info.error, SLUICE_EBACKEND);
+    }
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.err_reply, 3);
+    assert_int_equal(st.round_trips, 0);
+    sluice_redis_free(r);
+    test_redis_stop(&srv);
+
+    /* NOPERM: an ACL user that may run the scripts but not CLUSTER */
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    const char *acl[] = {"ACL", "SETUSER", "nocluster", "on", ">pw-3", "~sluice:*", "+@all", "-cluster"};
+    assert_int_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 8, acl), 0);
+    r = mk("token-bucket 4/1h", srv.port, "nocluster", "pw-3", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    expect_single(r, "noperm", 4);
+    sluice_redis_free(r);
+    test_redis_stop(&srv);
+}
+
 static void test_config_checks(void **state)
 {
     (void)state;
@@ -473,7 +542,7 @@ static void test_redirect_limits(void **state)
 
     /* MOVED and ASK that do not parse are plain error replies */
     const char *bad[] = {"-MOVED 42 127.0.0.1:70000", "-MOVED 16384 127.0.0.1:%d", "-MOVED x 127.0.0.1:%d",
-                         "-ASK 42 nocolon", "-MOVED 42 :%d"};
+                         "-ASK 42 nocolon", "-MOVED 42 127.0.0.1:", "-MOVED 42 127.0.0.1:0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fake_call(bad[i], 1000, &f, &info, &st, &took);
         assert_int_equal(info.error, SLUICE_EBACKEND);
@@ -481,6 +550,54 @@ static void test_redirect_limits(void **state)
         assert_int_equal(st.err_reply, 1);
         assert_int_equal(atomic_load(&f.evals), 1);
     }
+}
+
+/* Issue 22 §4.5: `MOVED 3999 :6380`, an empty host, means the host the
+ * request went to (Redis's answer when a node's announced hostname is
+ * unknown; "?" in older versions).  A fake node (a shape the Redis 7.0
+ * here does not produce) redirects with an empty host, and with "?", to
+ * the port of a real redis-server, which decides; before, the call failed
+ * with err_reply. */
+static void test_moved_empty_host(void **state)
+{
+    (void)state;
+    test_redis srv;
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    const char *hosts[] = {"", "?"};
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        /* the key's slot, from its name (a limiter of the same spec and
+         * prefix names it), so that the redirect is a true one */
+        char key[16], name[64], answer[64];
+        int kl = snprintf(key, sizeof key, "empty-%zu", i);
+        sluice_redis *r = mk("token-bucket 2/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_OFF, 1000);
+        int n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+        assert_true(n > 0);
+        sluice_redis_free(r);
+        snprintf(answer, sizeof answer, "-MOVED %u %s:%d", sluice_redis_key_slot(name, (size_t)n),
+                 hosts[i], srv.port);
+        fake f;
+        fake_start(&f, answer);
+        r = mk("token-bucket 2/1h", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 1000);
+        sluice_redis_info info;
+        sluice_result res;
+        for (int j = 0; j < 2; j++) {
+            bool ok = sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info);
+            if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+                fail_msg("%s: call %d allowed %d source %d error %d", answer, j, ok, info.source,
+                         info.error);
+        }
+        assert_false(sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        assert_int_equal(st.err_reply + st.err_protocol + st.err_connect, 0);
+        /* the MOVED is recorded: the fake is asked once, then the real one */
+        assert_int_equal(st.moved, 1);
+        assert_int_equal(atomic_load(&f.evals), 1);
+        sluice_redis_free(r);
+        fake_stop(&f);
+    }
+    test_redis_stop(&srv);
 }
 
 /* ---- the live cluster ---------------------------------------------------------- */
@@ -945,7 +1062,9 @@ int main(void)
         cmocka_unit_test(test_crc16),
         cmocka_unit_test(test_config_checks),
         cmocka_unit_test(test_auth_single),
+        cmocka_unit_test(test_cluster_unavailable),
         cmocka_unit_test(test_redirect_limits),
+        cmocka_unit_test(test_moved_empty_host),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
         cmocka_unit_test(test_migrate_ask_moved),
