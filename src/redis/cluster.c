@@ -165,8 +165,9 @@ static sr_node *node_drop_locked(sr_cluster *cl, uint32_t ix)
 }
 
 /* The index of host:port, added when new (nodes_mu held); -1 when the table
- * is full or memory runs out. */
-static int node_find_or_add_locked(sr_cluster *cl, const char *host, int port)
+ * is full of nodes that serve slots (or that `keep` marks), or memory runs
+ * out. */
+static int node_find_or_add_locked(sr_cluster *cl, const char *host, int port, const bool *keep)
 {
     int free_ix = -1;
     for (uint32_t i = 0; i < cl->hi; i++) {
@@ -177,9 +178,20 @@ static int node_find_or_add_locked(sr_cluster *cl, const char *host, int port)
         }
         if (x->conn.port == port && strcmp(x->conn.host, host) == 0) return (int)i;
     }
+    if (free_ix < 0 && cl->hi < SR_MAX_NODES) free_ix = (int)cl->hi;
     if (free_ix < 0) {
-        if (cl->hi >= SR_MAX_NODES) return -1;
-        free_ix = (int)cl->hi;
+        /* full: drop a node no slot of the map names (a redirect's target
+         * since replaced, an ASK's), and take its index */
+        bool named[SR_MAX_NODES] = {false};
+        for (int s = 0; s < SR_NSLOTS; s++) {
+            uint16_t v = atomic_load_explicit(&cl->slot_node[s], memory_order_relaxed);
+            if (v) named[v - 1] = true;
+        }
+        for (uint32_t i = 1; i < cl->hi && free_ix < 0; i++)
+            if (!named[i] && !(keep && keep[i])) free_ix = (int)i;
+        if (free_ix < 0) return -1; /* SR_MAX_NODES nodes serve slots */
+        sr_node *g = node_drop_locked(cl, (uint32_t)free_ix);
+        if (g) node_free(g); /* no call holds it; its locks are its own */
     }
     sr_node *x = node_new(cl, host, port);
     if (!x) return -1;
@@ -298,7 +310,7 @@ static int apply_slots(sr_cluster *cl, const redisReply *rep, const sr_node *fro
             memcpy(host, h->str, h->len);
             host[h->len] = '\0';
         }
-        int ix = node_find_or_add_locked(cl, host, (int)m->element[1]->integer);
+        int ix = node_find_or_add_locked(cl, host, (int)m->element[1]->integer, named);
         if (ix < 0) continue; /* the table is full: unknown, sent to the seed */
         named[ix] = true;
         for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
@@ -364,7 +376,7 @@ static int cand_cmp(const void *a, const void *b)
 /* Rebuild the map when it is stale, no refresh began in the last
  * SR_REFRESH_MIN_NS and no other thread is refreshing: ask the nodes in
  * the order above until one answers with a map, within 1/SR_REFRESH_SHARE
- * of the time left before `deadline`. */
+ * of the time left before `deadline`, asking at most SR_REFRESH_TRIES. */
 static void refresh(sr_cluster *cl, uint64_t deadline)
 {
     if (!atomic_load_explicit(&cl->stale, memory_order_relaxed)) return;
@@ -390,7 +402,9 @@ static void refresh(sr_cluster *cl, uint64_t deadline)
             c[i].closed = sluice__conn_circuit_state(&c[i].n->conn) == SLUICE_REDIS_CIRCUIT_CLOSED;
         qsort(c, nc, sizeof c[0], cand_cmp);
         bool done = false;
-        for (uint32_t k = 0; k < nc && !done && sluice_now_ns() < budget_end; k++) {
+        for (uint32_t k = 0; k < nc && k < SR_REFRESH_TRIES && !done &&
+                             sluice_now_ns() < budget_end;
+             k++) {
             uint64_t ra;
             done = ask_slots(cl, c[k].n, budget_end, &ra) == 0;
         }
@@ -440,7 +454,7 @@ static sr_node *redirect_node(sr_cluster *cl, const sr_redirect *rd, const sr_no
 {
     const char *host = is_same_host(rd->host, strlen(rd->host)) ? from->conn.host : rd->host;
     pthread_mutex_lock(&cl->nodes_mu);
-    int ix = node_find_or_add_locked(cl, host, rd->port);
+    int ix = node_find_or_add_locked(cl, host, rd->port, NULL);
     sr_node *n = NULL;
     if (ix >= 0) {
         n = cl->nodes[ix];

@@ -186,6 +186,7 @@ SR_INTERNAL int sluice__conn_circuit_state(sr_conn *c);
 #define SR_REFRESH_MIN_NS 100000000ULL /* CLUSTER SLOTS at most every 100 ms */
 #define SR_REFRESH_SHARE 4 /* a refresh inside a call takes at most 1/4 of
                               the time the call has left */
+#define SR_REFRESH_TRIES 3 /* ... and asks at most 3 nodes */
 
 enum { SR_MODE_UNKNOWN = 0, SR_MODE_SINGLE, SR_MODE_CLUSTER };
 

@@ -351,6 +351,9 @@ static uint64_t series(const sluice_redis *r, const char *name)
 typedef struct fake {
     int lfd, port;
     const char *answer; /* e.g. "-MOVED 42 127.0.0.1:%d" */
+    int vary_port;      /* not 0: every EVAL answered MOVED 0 to this port
+                           at a host spelled anew each time (127.0.0.1
+                           with zeros: 127.0.0.01, 127.0.0.001 ...) */
     _Atomic bool stop;
     _Atomic int evals, askings, slots;
     pthread_t th;
@@ -425,7 +428,12 @@ static void *fake_loop(void *arg)
                 } else if (strcmp(cmd, "PING") == 0) {
                     k = snprintf(out, sizeof out, "+PONG\r\n");
                 } else {
-                    atomic_fetch_add(&f->evals, 1);
+                    int nth = atomic_fetch_add(&f->evals, 1);
+                    if (f->vary_port) {
+                        k = snprintf(out, sizeof out, "-MOVED 0 127.%0*d.0.%0*d:%d\r\n", nth / 40 + 1,
+                                     0, nth % 40 + 1, 1, f->vary_port);
+                        goto reply;
+                    }
                     /* the answer, its "%d" (if any) replaced by our port */
                     const char *d = strstr(f->answer, "%d");
                     int pre = d ? (int)(d - f->answer) : (int)strlen(f->answer);
@@ -433,6 +441,7 @@ static void *fake_loop(void *arg)
                     if (d) k += snprintf(out + k, sizeof out - (size_t)k, "%d%s", f->port, d + 2);
                     k += snprintf(out + k, sizeof out - (size_t)k, "\r\n");
                 }
+            reply:
                 if (write(p[1 + i].fd, out, (size_t)k) != k) break;
                 memmove(buf[i], buf[i] + used, have[i] - used);
                 have[i] -= used;
@@ -444,10 +453,11 @@ static void *fake_loop(void *arg)
     return NULL;
 }
 
-static void fake_start(fake *f, const char *answer)
+static void fake_start_vary(fake *f, const char *answer, int vary_port)
 {
     memset(f, 0, sizeof *f);
     f->answer = answer;
+    f->vary_port = vary_port;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(f->lfd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -459,6 +469,8 @@ static void fake_start(fake *f, const char *answer)
     f->port = ntohs(a.sin_port);
     assert_int_equal(pthread_create(&f->th, NULL, fake_loop, f), 0);
 }
+
+static void fake_start(fake *f, const char *answer) { fake_start_vary(f, answer, 0); }
 
 static void fake_stop(fake *f)
 {
@@ -597,6 +609,46 @@ static void test_moved_empty_host(void **state)
         sluice_redis_free(r);
         fake_stop(&f);
     }
+    test_redis_stop(&srv);
+}
+
+/* Issue 22 §4.3: nodes come and go (rolling restarts to new addresses):
+ * 1200 MOVED answers, each naming a node never seen before (the same real
+ * redis-server under 1200 spellings of 127.0.0.1), each followed and
+ * decided there.  The table holds at most 512 nodes at once and reuses
+ * the indices of nodes no slot names any more; before, the 512th new node
+ * failed every call that was redirected to one. */
+static void test_node_churn(void **state)
+{
+    (void)state;
+    test_redis srv;
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    fake f;
+    fake_start_vary(&f, "", srv.port);
+    sluice_redis *r = mk("token-bucket 1/1h burst=1000000", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 1000);
+    const int calls = 1200;
+    uint32_t most = 0;
+    for (int i = 0; i < calls; i++) {
+        sluice_redis_info info;
+        sluice_result res;
+        bool ok = sluice_redis_try_acquire_ex(r, "churn", 5, 1, &res, &info);
+        if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+            fail_msg("call %d: allowed %d source %d error %d", i, ok, info.source, info.error);
+        assert_int_equal(res.remaining, (uint64_t)(1000000 - 1 - i)); /* one key, one state */
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        if (st.nodes > most) most = st.nodes;
+    }
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    fprintf(stderr, "# node churn: %d redirects to new addresses, at most %u nodes held, %llu "
+                    "refreshes\n", calls, most, (unsigned long long)st.slot_refreshes);
+    assert_int_equal(atomic_load(&f.evals), calls);
+    assert_int_equal(st.moved, (uint64_t)calls);
+    assert_true(most <= 512);
+    assert_int_equal(st.err_reply + st.err_protocol + st.err_connect + st.err_io, 0);
+    sluice_redis_free(r);
+    fake_stop(&f);
     test_redis_stop(&srv);
 }
 
@@ -1065,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_cluster_unavailable),
         cmocka_unit_test(test_redirect_limits),
         cmocka_unit_test(test_moved_empty_host),
+        cmocka_unit_test(test_node_churn),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
         cmocka_unit_test(test_migrate_ask_moved),
