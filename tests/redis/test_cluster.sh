@@ -69,7 +69,7 @@ ok "cluster of 6 nodes (${ports[*]}) ok after ${t} ms${module:+, sluice.so loade
 # ---- 1. the C tests on the live cluster ------------------------------------------------
 env_nodes=""
 for i in "${!ports[@]}"; do env_nodes="$env_nodes${env_nodes:+,}${ports[i]}:${pids[i]}"; done
-if SLUICE_TEST_CLUSTER=$env_nodes timeout 120 "$ctest_bin" >"$tmp/c.log" 2>&1; then
+if SLUICE_TEST_CLUSTER=$env_nodes timeout 180 "$ctest_bin" >"$tmp/c.log" 2>&1; then
     ok "test_redis_cluster on the live cluster: $(grep -c '^\[       OK' "$tmp/c.log") passed"
     grep '^#' "$tmp/c.log"
 else
