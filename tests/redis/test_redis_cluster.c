@@ -368,6 +368,8 @@ static uint64_t series_check(const sluice_redis *r, const char *name, bool check
 typedef struct fake {
     int lfd, port;
     const char *answer; /* e.g. "-MOVED 42 127.0.0.1:%d" */
+    const char *slots_reply; /* not NULL: CLUSTER answered with these raw
+                                RESP bytes (at most 250) */
     int vary_port;      /* not 0: every EVAL answered MOVED 0 to this port
                            at a host spelled anew each time (127.0.0.1
                            with zeros: 127.0.0.01, 127.0.0.001 ...) */
@@ -437,8 +439,11 @@ static void *fake_loop(void *arg)
                 int k;
                 if (strcmp(cmd, "CLUSTER") == 0) {
                     atomic_fetch_add(&f->slots, 1);
-                    k = snprintf(out, sizeof out,
-                                 "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
+                    if (f->slots_reply)
+                        k = snprintf(out, sizeof out, "%s", f->slots_reply);
+                    else
+                        k = snprintf(out, sizeof out,
+                                     "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
                 } else if (strcmp(cmd, "ASKING") == 0) {
                     atomic_fetch_add(&f->askings, 1);
                     k = snprintf(out, sizeof out, "+OK\r\n");
@@ -470,11 +475,12 @@ static void *fake_loop(void *arg)
     return NULL;
 }
 
-static void fake_start_vary(fake *f, const char *answer, int vary_port)
+static void fake_start_full(fake *f, const char *answer, int vary_port, const char *slots_reply)
 {
     memset(f, 0, sizeof *f);
     f->answer = answer;
     f->vary_port = vary_port;
+    f->slots_reply = slots_reply;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(f->lfd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -487,7 +493,7 @@ static void fake_start_vary(fake *f, const char *answer, int vary_port)
     assert_int_equal(pthread_create(&f->th, NULL, fake_loop, f), 0);
 }
 
-static void fake_start(fake *f, const char *answer) { fake_start_vary(f, answer, 0); }
+static void fake_start(fake *f, const char *answer) { fake_start_full(f, answer, 0, NULL); }
 
 static void fake_stop(fake *f)
 {
@@ -629,6 +635,59 @@ static void test_moved_empty_host(void **state)
     test_redis_stop(&srv);
 }
 
+/* Hostile CLUSTER SLOTS replies (shapes no Redis sends): a range past
+ * 16383, a range upside down, a negative slot, port 0 and 70000, a host
+ * that is a number, an entry too short, a host of 300 bytes, a status
+ * instead of an array, nesting deeper than hiredis reads, an array that
+ * announces a million entries and never sends them.  Each is refused as a
+ * whole: the call fails within its deadline (the policy decides), no
+ * script is sent, the limiter never takes the node for a cluster node nor
+ * for a single server, and nothing is read out of bounds (ASan). */
+static void test_slots_hostile(void **state)
+{
+    (void)state;
+    static char longhost[300];
+    const char *replies[] = {
+        "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:-1\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:0\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:70000\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n:127\r\n:6379\r\n",
+        "*1\r\n*2\r\n:0\r\n:3\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*1\r\n$9\r\n127.0.0.1\r\n",
+        "+OK\r\n",
+        "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
+        "*1000000\r\n:1\r\n",
+        longhost,
+    };
+    /* a host that announces 300 bytes and sends fewer: the deadline ends it */
+    snprintf(longhost, sizeof longhost, "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$300\r\n");
+    for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) {
+        fake f;
+        fake_start_full(&f, "-ERR never sent", 0, replies[i]);
+        sluice_redis *r = mk("token-bucket 10/s", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 200);
+        for (int j = 0; j < 2; j++) {
+            sluice_redis_info info;
+            sluice_result res;
+            uint64_t t0 = test_now_ns();
+            assert_false(sluice_redis_try_acquire_ex(r, "k", 1, 1, &res, &info));
+            uint64_t took = test_now_ns() - t0;
+            if (info.source != SLUICE_REDIS_SRC_POLICY)
+                fail_msg("reply %zu: source %d", i, info.source);
+            assert_true(took < 200 * MSEC + SLACK_NS);
+        }
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        assert_int_equal(st.cluster, 0);
+        assert_int_equal(st.round_trips, 0); /* no script sent */
+        assert_true(st.err_protocol + st.err_timeout + st.err_io + st.err_circuit >= 2);
+        assert_int_equal(atomic_load(&f.evals), 0);
+        sluice_redis_free(r);
+        fake_stop(&f);
+    }
+}
+
 /* Issue 22 §4.3: nodes come and go (rolling restarts to new addresses):
  * 1200 MOVED answers, each naming a node never seen before (the same real
  * redis-server under 1200 spellings of 127.0.0.1), each followed and
@@ -641,7 +700,7 @@ static void test_node_churn(void **state)
     test_redis srv;
     assert_int_equal(test_redis_start(&srv, 0), 0);
     fake f;
-    fake_start_vary(&f, "", srv.port);
+    fake_start_full(&f, "", srv.port, NULL);
     sluice_redis *r = mk("token-bucket 1/1h burst=1000000", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 1000);
     const int calls = 1200;
     uint32_t most = 0;
@@ -1303,6 +1362,7 @@ int main(void)
         cmocka_unit_test(test_redirect_limits),
         cmocka_unit_test(test_moved_empty_host),
         cmocka_unit_test(test_node_churn),
+        cmocka_unit_test(test_slots_hostile),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
         cmocka_unit_test(test_migrate_ask_moved),
