@@ -33,8 +33,9 @@
  *     checked with promtool: the redirects and retries the fake node and
  *     the migration caused, the mode, the nodes CLUSTER SLOTS names;
  *   - a MOVED while the seed (a replica) is frozen: followed at once, the
- *     map refreshed from a live node, every call within its deadline
- *     (§4.4);
+ *     map refreshed from a live node, every call within its deadline; with
+ *     the node that answered last frozen too, a refresh gives up after a
+ *     quarter of the call's time (§4.4);
  *   - failover: the seed master is SIGKILLed under 4 threads; every call
  *     returns within its deadline, decisions resume on the promoted
  *     replica, and the over-admission is measured on Redis's clock (the
@@ -1000,6 +1001,15 @@ static void test_migrate_ask_moved(void **state)
     sluice_redis_free(r);
 }
 
+/* The pid of the node at `port`. */
+static pid_t pid_of(int port)
+{
+    for (int i = 0; i < g_n; i++)
+        if (g_port[i] == port) return g_pid[i];
+    fail_msg("no node at %d", port);
+    return 0;
+}
+
 /* The role of the node at `port`: true for a master. */
 static bool is_master(int port)
 {
@@ -1028,7 +1038,9 @@ static void give_slot(int slot, int first, const int *mp, int nm)
  * its deadline, and so is the next call, whose refresh asks a live node.
  * Before, the MOVED refreshed the map first, within the call's deadline,
  * asking the seed: the call timed out although the MOVED named the right
- * node. */
+ * node.  Then the refresh's budget: with the node that answered last
+ * frozen too, a call whose refresh asks it first gives up after a quarter
+ * of its time and is decided within its deadline. */
 static void test_moved_silent_seed(void **state)
 {
     (void)state;
@@ -1042,15 +1054,19 @@ static void test_moved_silent_seed(void **state)
     int mp[NNODES], nm = masters(mp);
     assert_int_equal(nm, 3);
     /* every master answers once: connections open, each has answered */
+    char warm[NNODES][32];
+    int warml[NNODES] = {0};
     for (int m = 0; m < nm; m++) {
-        char key[32], name[128];
+        char name[128];
         for (int i = 0; i < 100000; i++) {
-            int kl = snprintf(key, sizeof key, "warm-%d", i);
-            int n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+            int kl = snprintf(warm[m], sizeof warm[m], "warm-%d", i);
+            int n = sluice_redis_key_name(r, warm[m], (size_t)kl, name, sizeof name);
             if (owner((int)sluice_redis_key_slot(name, (size_t)n)) != mp[m]) continue;
-            assert_true(take(r, key, kl));
+            assert_true(take(r, warm[m], kl));
+            warml[m] = kl;
             break;
         }
+        assert_true(warml[m] > 0);
     }
     /* a key of master A in a slot that holds no key, moved to master B */
     char key[32], name[128];
@@ -1083,7 +1099,38 @@ static void test_moved_silent_seed(void **state)
         took[i] = test_now_ns() - t0;
     }
     sluice_redis_stats_get(r, &st);
+    /* The refresh's budget.  The slot goes back to A; a call is redirected
+     * there (the map is stale again) and A, the node that answered last,
+     * is frozen too: the next call (once the 100 ms between refreshes have
+     * passed) asks A first, gives up after a quarter of its time, and is
+     * decided by C within its deadline. */
+    redisReply *d = cmd(mp[1], "DEL %b", name, (size_t)n);
+    assert_int_equal(d->integer, 1); /* the first calls were decided on B */
+    freeReplyObject(d);
+    give_slot(slot, mp[0], mp, nm);
+    sluice_redis_info info4;
+    sluice_result res4;
+    bool ok4 = sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res4, &info4);
+    tu_sleep_ns(150 * MSEC);
+    sluice_redis_stats st4;
+    sluice_redis_stats_get(r, &st4);
+    assert_int_equal(kill(pid_of(mp[0]), SIGSTOP), 0);
+    uint64_t t5 = test_now_ns();
+    bool ok5 = take(r, warm[2], warml[2]); /* C's key, 1 of 10 taken: allowed */
+    uint64_t took5 = test_now_ns() - t5;
+    assert_int_equal(kill(pid_of(mp[0]), SIGCONT), 0);
     assert_int_equal(kill(g_pid[seed], SIGCONT), 0);
+    sluice_redis_stats st5;
+    sluice_redis_stats_get(r, &st5);
+    fprintf(stderr, "# ... the slot back to A (moved %llu, allowed %d), A frozen too: a call on "
+                    "C took %.1f ms (a refresh that got no answer: %llu timed out)\n",
+            (unsigned long long)(st4.moved - st.moved), ok4, (double)took5 / 1e6,
+            (unsigned long long)(st5.err_timeout - st4.err_timeout));
+    assert_true(ok4 && info4.source == SLUICE_REDIS_SRC_REDIS);
+    assert_int_equal(st4.moved - st.moved, 1);
+    assert_true(ok5);
+    assert_int_equal(st5.err_timeout - st4.err_timeout, 1); /* A asked, then given up */
+    assert_true(took5 < timeout_ms * MSEC + SLACK_NS);
     fprintf(stderr, "# moved with a frozen seed: slot %d from %d to %d; calls took %.1f, %.1f, "
                     "%.1f ms (deadline %u); moved %llu, refreshes %llu\n",
             slot, mp[0], mp[1], (double)took[0] / 1e6, (double)took[1] / 1e6, (double)took[2] / 1e6,
@@ -1098,12 +1145,10 @@ static void test_moved_silent_seed(void **state)
     assert_int_equal(st.moved - st0.moved, 1); /* the second call went to B at once */
     assert_int_equal(st.err_timeout + st.err_io + st.err_connect, 0);
     assert_true(st.slot_refreshes > st0.slot_refreshes); /* from a node that answers */
-    redisReply *e = cmd(mp[1], "EXISTS %b", name, (size_t)n);
-    assert_int_equal(e->integer, 1); /* decided on B */
+    /* tidy: the slot's key (decided on A at last) deleted */
+    redisReply *e = cmd(mp[0], "DEL %b", name, (size_t)n);
+    assert_int_equal(e->integer, 1);
     freeReplyObject(e);
-    /* tidy: the slot back to A, empty */
-    freeReplyObject(cmd(mp[1], "DEL %b", name, (size_t)n));
-    give_slot(slot, mp[0], mp, nm);
     sluice_redis_free(r);
 }
 
