@@ -11,7 +11,9 @@
 # cluster_state:ok and the replicas' links, and kills them all on exit
 # (trap).  Then:
 #   1. TEST_REDIS_CLUSTER's live tests (key slots, spread, ASK/MOVED, a
-#      failover with its over-admission measured; it kills one master);
+#      MOVED while the seed replica is frozen, a failover with its
+#      over-admission and the CLUSTERDOWN window on another master
+#      measured; it kills one master);
 #   2. spread: 4 `sluice hammer --tier global` processes pointed at one
 #      node, 64 keys: no errors, every key within its limit (sum);
 #   3. two tiers (leases) from 4 processes on one key, as on one server;
