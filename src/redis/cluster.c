@@ -22,9 +22,10 @@
  * redirect names it, and dropped (its connections closed) by the next
  * refresh whose map does not name it: the table follows the current map,
  * so rolling restarts to new addresses never fill it.  At most
- * SR_MAX_NODES at once; a dropped node's index is reused (a map naming
- * more masters than that leaves the rest of its slots unknown: they go to
- * the seed, which redirects).  Each node is an sr_conn: its own lazily
+ * SR_MAX_NODES at once; a dropped node's index is reused, and a full table
+ * drops a node that no slot names (an old redirect's target) to make room
+ * (a map naming more masters than that leaves the rest of its slots
+ * unknown: they go to the seed, which redirects).  Each node is an sr_conn: its own lazily
  * opened pool, its own circuit, the limiter's shared counters.  A call
  * holds a reference to the node it talks to (nodes_mu, two short critical
  * sections per attempt next to a network round trip), so a node dropped
@@ -44,9 +45,9 @@
  * SR_REFRESH_MIN_NS, one at a time) refreshes it first, with a budget of
  * 1/SR_REFRESH_SHARE of the time it has left; after a failure to reach a
  * node the failing call does the same and retries on the node the new map
- * names.  A refresh asks the nodes that answered most recently first
- * (those whose circuit is closed), so a silent, stale node is asked last,
- * if the budget lasts that long.
+ * names.  A refresh asks at most SR_REFRESH_TRIES nodes, those that
+ * answered most recently first (those whose circuit is closed before the
+ * others), so a silent, stale node is asked last, if the budget lasts.
  *
  * Mode.  SLUICE_REDIS_CLUSTER_AUTO: the first call (or ping) sends
  * CLUSTER SLOTS to the seed, once: an array means a cluster; any error

@@ -8,8 +8,9 @@
  *               call with a deadline (non-blocking hiredis contexts, our own
  *               send with MSG_NOSIGNAL, poll until the deadline)
  *   cluster.c   Redis Cluster: key slots (CRC16, hash tags), the slot map
- *               from CLUSTER SLOTS, one pool per node, MOVED/ASK/TRYAGAIN/
- *               CLUSTERDOWN; a single server is the one-node case
+ *               from CLUSTER SLOTS, one pool per node (the nodes follow the
+ *               map), MOVED/ASK/TRYAGAIN/CLUSTERDOWN; a single server is
+ *               the one-node case
  *   redis.c     the public API: configuration, the local tier (leases,
  *               remembered refusals, local limiters), policies, counters
  *   metrics.c   the tier's series in a metrics registry, through the
@@ -140,7 +141,7 @@ typedef struct sr_redirect {
     int kind;   /* SR_RD_* */
     int slot;   /* MOVED, ASK: the slot; else -1 */
     int port;   /* MOVED, ASK: the node named */
-    char host[SR_HOST_MAX];
+    char host[SR_HOST_MAX]; /* "" (or "?"): the host of the node asked */
 } sr_redirect;
 
 /* Run script `which` on one key with `nargs` arguments, by EVALSHA (EVAL
