@@ -69,17 +69,24 @@
  *
  * Redis Cluster
  *   `host:port` may name any node of a Redis Cluster (cluster = AUTO, the
- *   default, finds out with CLUSTER SLOTS on the first call).  The library
- *   keeps the slot map (CRC16 of the key's hash tag, 16384 slots), a pool
- *   and a circuit per node, opened lazily, and follows the cluster's
- *   answers within the call's deadline: MOVED updates the map (and
- *   refreshes it, at most every 100 ms) and retries on the node named; ASK
- *   sends ASKING and the script to the node named; TRYAGAIN and CLUSTERDOWN
- *   are retried after 1, 2, 4 .. 16 ms; a node that cannot be reached
- *   refreshes the map and the call tries the node it now names (a
- *   failover).  At most 5 MOVED/ASK per call (SLUICE_REDIS_MAX_REDIRECTS);
- *   more fail the call (err_reply).  Each script touches one key, so every
- *   call is a one-slot call.  docs/redis.md has the failover bound.
+ *   default, finds out with CLUSTER SLOTS on the first call, once).  The
+ *   library keeps the slot map (CRC16 of the key's hash tag, 16384 slots),
+ *   a pool and a circuit per node, opened lazily, and follows the cluster's
+ *   answers within the call's deadline: MOVED records the slot and sends
+ *   the call to the node named at once (an empty host, `MOVED 3999 :6380`,
+ *   is the host that answered); ASK sends ASKING and the script to the node
+ *   named; TRYAGAIN and CLUSTERDOWN are retried after 1, 2, 4 .. 16 ms; a
+ *   node that cannot be reached makes the call refresh the map and try the
+ *   node it now names (a failover).  MOVED, CLUSTERDOWN and failures mark
+ *   the map stale; a later call refreshes it (at most every 100 ms) within a
+ *   quarter of its own remaining time, asking the nodes that answered last
+ *   first, so no refresh takes a call's whole deadline.  The nodes held
+ *   follow the map: a refresh drops those it does not name (the configured
+ *   one is kept), at most 512 at once.  At most 5 MOVED/ASK per call
+ *   (SLUICE_REDIS_MAX_REDIRECTS); more fail the call (err_reply).  Each
+ *   script touches one key, so every call is a one-slot call.
+ *   docs/redis.md has the failover costs (CLUSTERDOWN everywhere for about
+ *   the node timeout) and bound.
  *
  * Authentication
  *   With `password` set, every new connection (to every node) first sends
@@ -124,14 +131,18 @@ enum {
 
 /* How the configured address is taken (sluice_redis_config.cluster). */
 enum {
-    SLUICE_REDIS_CLUSTER_AUTO = 0, /* ask it CLUSTER SLOTS on the first call:
-                                      a cluster node, or a single server
-                                      ("cluster support disabled"); a MOVED
-                                      reply also means a cluster */
+    SLUICE_REDIS_CLUSTER_AUTO = 0, /* ask it CLUSTER SLOTS on the first call,
+                                      once: a map means a cluster node; any
+                                      error reply ("cluster support
+                                      disabled", "unknown command", NOPERM
+                                      ...) a single server (LOADING, BUSY:
+                                      asked again later); a MOVED or ASK
+                                      reply at any time means a cluster */
     SLUICE_REDIS_CLUSTER_OFF = 1,  /* a single server: never CLUSTER SLOTS,
                                       a MOVED is an error reply */
-    SLUICE_REDIS_CLUSTER_ON = 2    /* a cluster: a server that says it is not
-                                      one fails every call (err_reply) */
+    SLUICE_REDIS_CLUSTER_ON = 2    /* a cluster: a server that does not
+                                      answer CLUSTER SLOTS with a map fails
+                                      every call (err_reply) */
 };
 
 /* The most MOVED and ASK answers one call follows. */
@@ -336,10 +347,13 @@ typedef struct sluice_redis_stats {
     uint64_t circuit_opens;    /* times the circuit opened */
     uint64_t circuit_closes;   /* times it closed again */
     int circuit_open;          /* 1 while open or probing (a cluster: some
-                                  node's), else 0 */
-    int circuit_state;         /* SLUICE_REDIS_CIRCUIT_* (a cluster: OPEN
-                                  if some node's is, else HALF_OPEN if
-                                  some node's is, else CLOSED) */
+                                  serving node's, as below), else 0 */
+    int circuit_state;         /* SLUICE_REDIS_CIRCUIT_* (a cluster: over
+                                  the nodes that serve slots now, the
+                                  masters the current map names: OPEN if
+                                  one's is, else HALF_OPEN if one's is,
+                                  else CLOSED; before the map is known,
+                                  the configured node's) */
     /* Redis Cluster (all 0 for a single server) */
     uint64_t moved;            /* MOVED answers followed */
     uint64_t ask;              /* ASK answers followed */
@@ -349,7 +363,10 @@ typedef struct sluice_redis_stats {
                                   that finds out whether it is a cluster) */
     int cluster;               /* 1 once the server is known to be a
                                   cluster node */
-    uint32_t nodes;            /* nodes known (the configured one too) */
+    uint32_t nodes;            /* nodes held: the masters the current map
+                                  names, redirect targets since the last
+                                  refresh, and the configured node; at
+                                  most 512 */
     uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_redis_stats;
 
@@ -388,7 +405,7 @@ void sluice_redis_stats_get(const sluice_redis *r, sluice_redis_stats *out);
  *   sluice_redis_circuit_state{limit}            gauge, SLUICE_REDIS_CIRCUIT_*
  *   sluice_redis_circuit_opens_total{limit}      times it opened
  *   sluice_redis_cluster_mode{limit}             gauge, 1 once a cluster
- *   sluice_redis_cluster_nodes{limit}            gauge, nodes known
+ *   sluice_redis_cluster_nodes{limit}            gauge, nodes held
  *   sluice_redis_cluster_redirects_total{limit,kind}  moved | ask
  *   sluice_redis_cluster_retries_total{limit,reason}  tryagain | clusterdown
  *   sluice_redis_cluster_slot_refreshes_total{limit}  CLUSTER SLOTS answered

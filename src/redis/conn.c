@@ -449,8 +449,9 @@ static int fail_io(sr_conn *c, sr_slot *s, int io, int g, uint64_t *retry_at)
     return io == IO_TIMEOUT ? SLUICE_ETIMEDOUT : SLUICE_EBACKEND;
 }
 
-/* "MOVED 3999 127.0.0.1:6381", "ASK ...", "TRYAGAIN ...", "CLUSTERDOWN
- * ...": fill rd and return true; any other reply: false.  A MOVED or ASK
+/* "MOVED 3999 127.0.0.1:6381", "MOVED 3999 :6381" (host empty), "ASK ...",
+ * "TRYAGAIN ...", "CLUSTERDOWN ...": fill rd and return true; any other
+ * reply: false.  A MOVED or ASK
  * whose slot or address does not parse is not a redirect (an error reply). */
 static bool parse_redirect(const redisReply *rep, sr_redirect *rd)
 {
@@ -473,7 +474,9 @@ static bool parse_redirect(const redisReply *rep, sr_redirect *rd)
     const char *colon = NULL; /* the last ':' (an IPv6 address has several) */
     for (const char *q = p; q < end; q++)
         if (*q == ':') colon = q;
-    if (!colon || colon == p || (size_t)(colon - p) >= SR_HOST_MAX) return false;
+    /* an empty host (`MOVED 3999 :6380`) is kept empty: the cluster layer
+     * reads it as the host of the node that answered */
+    if (!colon || (size_t)(colon - p) >= SR_HOST_MAX) return false;
     long port = 0;
     digits = 0;
     for (const char *q = colon + 1; q < end; q++, digits++) {

@@ -56,8 +56,9 @@ static const sluice_metrics_family families[RF_N] = {
     [RF_CLUSTER_MODE] = {"sluice_redis_cluster_mode", "gauge",
                          "1 once the server is known to be a Redis Cluster node, else 0."},
     [RF_CLUSTER_NODES] = {"sluice_redis_cluster_nodes", "gauge",
-                          "Redis nodes known: the configured one, and in a cluster every node "
-                          "CLUSTER SLOTS or a redirect named."},
+                          "Redis nodes held: the configured one, and in a cluster the masters "
+                          "the current slot map names and redirect targets since the last "
+                          "refresh."},
     [RF_CLUSTER_REDIRECTS] = {"sluice_redis_cluster_redirects_total", "counter",
                               "Cluster redirects followed, by kind (MOVED, ASK)."},
     [RF_CLUSTER_RETRIES] = {"sluice_redis_cluster_retries_total", "counter",

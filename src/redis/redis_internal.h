@@ -8,8 +8,9 @@
  *               call with a deadline (non-blocking hiredis contexts, our own
  *               send with MSG_NOSIGNAL, poll until the deadline)
  *   cluster.c   Redis Cluster: key slots (CRC16, hash tags), the slot map
- *               from CLUSTER SLOTS, one pool per node, MOVED/ASK/TRYAGAIN/
- *               CLUSTERDOWN; a single server is the one-node case
+ *               from CLUSTER SLOTS, one pool per node (the nodes follow the
+ *               map), MOVED/ASK/TRYAGAIN/CLUSTERDOWN; a single server is
+ *               the one-node case
  *   redis.c     the public API: configuration, the local tier (leases,
  *               remembered refusals, local limiters), policies, counters
  *   metrics.c   the tier's series in a metrics registry, through the
@@ -140,7 +141,7 @@ typedef struct sr_redirect {
     int kind;   /* SR_RD_* */
     int slot;   /* MOVED, ASK: the slot; else -1 */
     int port;   /* MOVED, ASK: the node named */
-    char host[SR_HOST_MAX];
+    char host[SR_HOST_MAX]; /* "" (or "?"): the host of the node asked */
 } sr_redirect;
 
 /* Run script `which` on one key with `nargs` arguments, by EVALSHA (EVAL
@@ -179,29 +180,50 @@ SR_INTERNAL int sluice__conn_circuit_state(sr_conn *c);
 /* ---- cluster (cluster.c) ------------------------------------------------ */
 
 #define SR_NSLOTS 16384
-#define SR_MAX_NODES 512
+#define SR_MAX_NODES 512 /* nodes held at once (the seed, the masters the
+                            map names, redirect targets until the next
+                            refresh); a dropped node's index is reused */
 #define SR_MAX_REDIRECTS SLUICE_REDIS_MAX_REDIRECTS /* MOVED + ASK followed per call */
 #define SR_REFRESH_MIN_NS 100000000ULL /* CLUSTER SLOTS at most every 100 ms */
+#define SR_REFRESH_SHARE 4 /* a refresh inside a call takes at most 1/4 of
+                              the time the call has left */
+#define SR_REFRESH_TRIES 3 /* ... and asks at most 3 nodes */
 
 enum { SR_MODE_UNKNOWN = 0, SR_MODE_SINGLE, SR_MODE_CLUSTER };
 
+/* One node.  Held by the table (one reference while it is in nodes[]) and
+ * by each call using it (one each); freed, its connections closed, when
+ * the last reference goes (nodes_mu). */
 typedef struct sr_node {
     sr_conn conn;
+    uint32_t refs;            /* nodes_mu */
+    bool serves;              /* nodes_mu: the map names it for some slot */
+    _Atomic uint64_t last_ok; /* CLOCK_MONOTONIC ns of its last answer */
 } sr_node;
+
+typedef struct sr_cand { /* a node a refresh may ask */
+    sr_node *n;
+    bool closed;      /* its circuit */
+    uint64_t last_ok; /* its last answer */
+} sr_cand;
 
 typedef struct sr_cluster {
     sr_conn_cfg cfg;     /* for every node's pool; user, pass owned here */
     sr_counters ct;
     int want;            /* SLUICE_REDIS_CLUSTER_* */
     _Atomic int mode;    /* SR_MODE_* */
-    pthread_mutex_t nodes_mu;  /* adding nodes */
-    _Atomic(sr_node *) nodes[SR_MAX_NODES]; /* never removed before _fini */
-    _Atomic uint32_t nnodes;   /* nodes[0] is the configured one */
-    pthread_mutex_t refresh_mu; /* one CLUSTER SLOTS at a time */
-    _Atomic uint64_t last_refresh; /* CLOCK_MONOTONIC ns */
-    uint32_t refresh_from;     /* rotates the node asked (refresh_mu) */
+    pthread_mutex_t nodes_mu;       /* the table, refs, serves */
+    sr_node *nodes[SR_MAX_NODES];   /* nodes_mu; NULL: a free index;
+                                       nodes[0] is the seed, never dropped */
+    uint32_t hi;                    /* nodes_mu: 1 + the highest index used */
+    _Atomic uint32_t nnodes;        /* nodes in the table */
+    pthread_mutex_t refresh_mu;     /* one CLUSTER SLOTS at a time */
+    _Atomic uint64_t last_refresh;  /* CLOCK_MONOTONIC ns of the last attempt */
+    _Atomic bool stale;             /* a MOVED, a failure or CLUSTERDOWN
+                                       since the last refresh */
     _Atomic uint16_t slot_node[SR_NSLOTS]; /* node index + 1; 0: unknown */
     uint16_t scratch[SR_NSLOTS];           /* refresh_mu */
+    sr_cand cand[SR_MAX_NODES];            /* refresh_mu */
 } sr_cluster;
 
 /* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0, no reflection), the
@@ -224,8 +246,10 @@ SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *key,
 SR_INTERNAL int sluice__cluster_ping(sr_cluster *cl, uint64_t deadline,
                                      uint64_t *retry_at);
 
-/* The worst circuit state of the nodes: OPEN if some node's is open, else
- * HALF_OPEN if some node's is probing, else CLOSED. */
+/* The worst circuit state of the nodes that serve slots now (those the
+ * current map names; a single server, or a cluster whose map is not known
+ * yet: the seed): OPEN if some node's is open, else HALF_OPEN if some
+ * node's is probing, else CLOSED. */
 SR_INTERNAL int sluice__cluster_circuit_state(sr_cluster *cl);
 
 #endif /* SLUICE_REDIS_INTERNAL_H */

@@ -111,7 +111,7 @@ static void reap(pid_t pid)
     }
 }
 
-static int start_on(test_redis *s, int port)
+static int start_on(test_redis *s, int port, const char *const *extra)
 {
     char portbuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", port);
@@ -127,9 +127,13 @@ static int start_on(test_redis *s, int port)
             dup2(devnull, 1);
         }
         const char *path = test_redis_server_path();
-        execlp(path, path, "--port", portbuf, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", "/tmp", "--daemonize", "no", "--loglevel",
-               "warning", "--protected-mode", "yes", (char *)NULL);
+        const char *argv[64] = {path, "--port", portbuf, "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", "--dir", "/tmp", "--daemonize", "no",
+                                "--loglevel", "warning", "--protected-mode", "yes"};
+        int argc = 17;
+        for (int i = 0; extra && extra[i] && argc < 63; i++) argv[argc++] = extra[i];
+        argv[argc] = NULL;
+        execvp(path, (char *const *)argv);
         fprintf(stderr, "test_redis: cannot run %s: %s (apt-get install redis-server)\n", path,
                 strerror(errno));
         _exit(127);
@@ -152,7 +156,9 @@ static int start_on(test_redis *s, int port)
     return -1;
 }
 
-int test_redis_start(test_redis *s, int port)
+int test_redis_start(test_redis *s, int port) { return test_redis_start_with(s, port, NULL); }
+
+int test_redis_start_with(test_redis *s, int port, const char *const *extra)
 {
     if (!g_hooked) {
         g_hooked = true;
@@ -163,7 +169,7 @@ int test_redis_start(test_redis *s, int port)
     }
     for (int attempt = 0; attempt < 5; attempt++) {
         int p = port ? port : free_port();
-        if (p > 0 && start_on(s, p) == 0) return 0;
+        if (p > 0 && start_on(s, p, extra) == 0) return 0;
         if (port) {
             struct timespec ts = {0, 100000000};
             nanosleep(&ts, NULL);

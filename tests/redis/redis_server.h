@@ -23,6 +23,12 @@ typedef struct test_redis {
  * message on stderr. */
 int test_redis_start(test_redis *s, int port);
 
+/* The same with more redis-server arguments (a NULL-terminated list, at
+ * most 40; NULL: none), e.g. {"--rename-command", "CLUSTER", "", NULL} or
+ * the options of a cluster node.  Later arguments override the defaults
+ * (--dir, --save ...). */
+int test_redis_start_with(test_redis *s, int port, const char *const *extra);
+
 /* SIGKILL the server and reap it (bounded).  No-op if not running. */
 void test_redis_kill(test_redis *s);
 

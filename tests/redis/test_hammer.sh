@@ -7,7 +7,8 @@
 # exit (trap); checks the output contract (docs/decisions.md 4b), that four
 # processes share one global limit within the documented bound, that a dead
 # or frozen Redis never makes hammer run past its duration plus its timeouts,
-# and the policies.  Prints `N passed, N failed`.
+# the policies, and cluster=auto against a server with CLUSTER renamed away.
+# Prints `N passed, N failed`.
 set -uo pipefail
 
 sluice=${1:?usage: test_hammer.sh SLUICE_BINARY [REDIS_SERVER]}
@@ -188,6 +189,31 @@ if [ $st -eq 0 ] && contract_line "$line" && [ "$(field errors "$line")" -gt 0 ]
     [ "$(field reconnects "$line")" -ge 1 ] && [ "$(field allowed "$line")" -gt 400 ]; then
     ok "SIGKILL + restart: $line"
 else bad "SIGKILL + restart: status $st: $line"; fi
+
+# ---- CLUSTER renamed away (issue 22 §4.1) -----------------------------------------
+# `rename-command CLUSTER ""`: CLUSTER SLOTS answers "unknown command", which
+# cluster=auto takes for a single server, once; before, every call failed
+# (0 allowed, 27,087 errors in 1 s).
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+"$redis_server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+    --daemonize no --loglevel warning --rename-command CLUSTER "" >"$tmp/redis.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do # at most 10 s
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+done
+t0=$(date +%s%N)
+"$sluice" hammer --limit 'token-bucket 1000/s' --redis "$url" --tier global --cluster auto \
+    --duration 1s --prefix renamed: >"$tmp/out" 2>&1
+span=$(($(date +%s%N) - t0))
+line=$(last_line "$tmp/out")
+a=$(field allowed "$line")
+if contract_line "$line" && [ "$(field errors "$line")" = 0 ] && [ "$(field cluster "$line")" = 0 ] &&
+    [ "$(field slot_refreshes "$line")" = 1 ] && [ "$a" -ge 1000 ] &&
+    [ "$a" -le $((1000 + 1000 * span / 1000000000 + 10)) ]; then
+    ok "CLUSTER renamed, cluster=auto: a single server, one CLUSTER SLOTS: $line"
+else bad "CLUSTER renamed, cluster=auto: $line"; fi
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -11,7 +11,13 @@
  *     then nothing changes), and refused in ON mode;
  *   - against a fake node (a thread speaking RESP): MOVED and ASK for ever
  *     stop after SLUICE_REDIS_MAX_REDIRECTS, TRYAGAIN and CLUSTERDOWN for
- *     ever stop at the deadline, malformed redirects are error replies.
+ *     ever stop at the deadline, malformed redirects are error replies;
+ *   - a server with CLUSTER renamed away, and an ACL user without CLUSTER
+ *     (NOPERM), are single servers, found out once (issue 22 §4.1);
+ *   - MOVED with an empty host (or "?") goes to the host that answered, a
+ *     real redis-server (§4.5);
+ *   - 1200 MOVED answers to ever new addresses: all followed, at most 512
+ *     nodes held (§4.3).
  *
  * With SLUICE_TEST_CLUSTER="PORT:PID,PORT:PID,..." (six nodes of a running
  * cluster, 3 masters and 3 replicas on 127.0.0.1; tests/redis/
@@ -26,10 +32,17 @@
  *   - the cluster series of the exposition (sluice_metrics_add_redis),
  *     checked with promtool: the redirects and retries the fake node and
  *     the migration caused, the mode, the nodes CLUSTER SLOTS names;
+ *   - a MOVED while the seed (a replica) is frozen: followed at once, the
+ *     map refreshed from a live node, every call within its deadline; with
+ *     the node that answered last frozen too, a refresh gives up after a
+ *     quarter of the call's time (§4.4);
  *   - failover: the seed master is SIGKILLed under 4 threads; every call
  *     returns within its deadline, decisions resume on the promoted
  *     replica, and the over-admission is measured on Redis's clock (the
- *     grants' server times) against B + L*T/W over every interval.
+ *     grants' server times) against B + L*T/W over every interval; a key
+ *     of another master is asked every ms, measuring how long CLUSTERDOWN
+ *     stops the whole cluster (§4.6); afterwards the circuit state is
+ *     closed and 4 nodes are held (the dead seed is not in the map, §4.2).
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -203,6 +216,75 @@ static void test_auth_single(void **state)
     test_redis_stop(&srv);
 }
 
+/* Issue 22 §4.1: a server that answers CLUSTER SLOTS with any error is a
+ * single server, decided once: CLUSTER renamed away (what a proxy that
+ * does not know CLUSTER answers too: "unknown command"), and an ACL user
+ * without the right to CLUSTER (NOPERM).  Before, every call failed and
+ * sent CLUSTER SLOTS again. */
+static void expect_single(sluice_redis *r, const char *key, int burst)
+{
+    sluice_redis_info info;
+    sluice_result res;
+    size_t kl = strlen(key);
+    for (int i = 0; i < burst; i++) {
+        bool ok = sluice_redis_try_acquire_ex(r, key, kl, 1, &res, &info);
+        if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+            fail_msg("call %d: allowed %d source %d error %d", i, ok, info.source, info.error);
+        assert_int_equal(res.remaining, (uint64_t)(burst - 1 - i));
+    }
+    assert_false(sluice_redis_try_acquire_ex(r, key, kl, 1, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    assert_true(res.retry_after_ns > 0);
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.cluster, 0);
+    assert_int_equal(st.slot_refreshes, 1); /* one CLUSTER SLOTS, answered with an error */
+    assert_int_equal(st.round_trips, (uint64_t)burst + 1 + st.noscript);
+    assert_int_equal(st.err_reply + st.err_io + st.err_connect + st.err_protocol, 0);
+    assert_int_equal(st.circuit_state, SLUICE_REDIS_CIRCUIT_CLOSED);
+    assert_int_equal(st.nodes, 1);
+}
+
+static void test_cluster_unavailable(void **state)
+{
+    (void)state;
+    test_redis srv;
+    const char *renamed[] = {"--rename-command", "CLUSTER", "", NULL};
+    assert_int_equal(test_redis_start_with(&srv, 0, renamed), 0);
+    char buf[256];
+    const char *probe[] = {"CLUSTER", "SLOTS"};
+    assert_int_not_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 2, probe), 0);
+    assert_non_null(strstr(buf, "unknown command")); /* the premise */
+    sluice_redis *r = mk("token-bucket 5/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 500);
+    expect_single(r, "renamed", 5);
+    assert_int_equal(sluice_redis_ping(r), 0);
+    sluice_redis_free(r);
+    /* ON still wants a cluster: every call fails, loudly */
+    r = mk("token-bucket 5/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_ON, 500);
+    sluice_redis_info info;
+    sluice_result res;
+    for (int i = 0; i < 3; i++) {
+        assert_false(sluice_redis_try_acquire_ex(r, "on", 2, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_POLICY);
+        assert_int_equal(info.error, SLUICE_EBACKEND);
+    }
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    assert_int_equal(st.err_reply, 3);
+    assert_int_equal(st.round_trips, 0);
+    sluice_redis_free(r);
+    test_redis_stop(&srv);
+
+    /* NOPERM: an ACL user that may run the scripts but not CLUSTER */
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    const char *acl[] = {"ACL", "SETUSER", "nocluster", "on", ">pw-3", "~sluice:*", "+@all", "-cluster"};
+    assert_int_equal(test_redis_cmd(&srv, NULL, buf, sizeof buf, 8, acl), 0);
+    r = mk("token-bucket 4/1h", srv.port, "nocluster", "pw-3", SLUICE_REDIS_CLUSTER_AUTO, 500);
+    expect_single(r, "noperm", 4);
+    sluice_redis_free(r);
+    test_redis_stop(&srv);
+}
+
 static void test_config_checks(void **state)
 {
     (void)state;
@@ -232,7 +314,12 @@ static void test_config_checks(void **state)
 
 /* The value of the one exposition line `series VALUE` of limiter `r`,
  * rendered afresh, after `promtool check metrics` (when installed). */
-static uint64_t series(const sluice_redis *r, const char *name)
+static uint64_t series_check(const sluice_redis *r, const char *name, bool check);
+static uint64_t series(const sluice_redis *r, const char *name) { return series_check(r, name, true); }
+
+/* series(), checked with promtool only when `check` (each check starts
+ * promtool: seconds on a loaded machine). */
+static uint64_t series_check(const sluice_redis *r, const char *name, bool check)
 {
     sluice_metrics *m = sluice_metrics_new();
     assert_non_null(m);
@@ -243,7 +330,7 @@ static uint64_t series(const sluice_redis *r, const char *name)
     assert_non_null(text);
     assert_int_equal(sluice_metrics_write(m, text, need + 1, NULL), 0);
     char msg[512];
-    int rc = tu_check_exposition(text, msg, sizeof msg);
+    int rc = check ? tu_check_exposition(text, msg, sizeof msg) : 0;
     if (rc != 0 && rc != 2) fail_msg("%s\n%s", msg, text);
     char want[160];
     int wl = snprintf(want, sizeof want, "%s", name);
@@ -282,6 +369,11 @@ static uint64_t series(const sluice_redis *r, const char *name)
 typedef struct fake {
     int lfd, port;
     const char *answer; /* e.g. "-MOVED 42 127.0.0.1:%d" */
+    const char *slots_reply; /* not NULL: CLUSTER answered with these raw
+                                RESP bytes (at most 250) */
+    int vary_port;      /* not 0: every EVAL answered MOVED 0 to this port
+                           at a host spelled anew each time (127.0.0.1
+                           with zeros: 127.0.0.01, 127.0.0.001 ...) */
     _Atomic bool stop;
     _Atomic int evals, askings, slots;
     pthread_t th;
@@ -348,15 +440,23 @@ static void *fake_loop(void *arg)
                 int k;
                 if (strcmp(cmd, "CLUSTER") == 0) {
                     atomic_fetch_add(&f->slots, 1);
-                    k = snprintf(out, sizeof out,
-                                 "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
+                    if (f->slots_reply)
+                        k = snprintf(out, sizeof out, "%s", f->slots_reply);
+                    else
+                        k = snprintf(out, sizeof out,
+                                     "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->port);
                 } else if (strcmp(cmd, "ASKING") == 0) {
                     atomic_fetch_add(&f->askings, 1);
                     k = snprintf(out, sizeof out, "+OK\r\n");
                 } else if (strcmp(cmd, "PING") == 0) {
                     k = snprintf(out, sizeof out, "+PONG\r\n");
                 } else {
-                    atomic_fetch_add(&f->evals, 1);
+                    int nth = atomic_fetch_add(&f->evals, 1);
+                    if (f->vary_port) {
+                        k = snprintf(out, sizeof out, "-MOVED 0 127.%0*d.0.%0*d:%d\r\n", nth / 40 + 1,
+                                     0, nth % 40 + 1, 1, f->vary_port);
+                        goto reply;
+                    }
                     /* the answer, its "%d" (if any) replaced by our port */
                     const char *d = strstr(f->answer, "%d");
                     int pre = d ? (int)(d - f->answer) : (int)strlen(f->answer);
@@ -364,6 +464,7 @@ static void *fake_loop(void *arg)
                     if (d) k += snprintf(out + k, sizeof out - (size_t)k, "%d%s", f->port, d + 2);
                     k += snprintf(out + k, sizeof out - (size_t)k, "\r\n");
                 }
+            reply:
                 if (write(p[1 + i].fd, out, (size_t)k) != k) break;
                 memmove(buf[i], buf[i] + used, have[i] - used);
                 have[i] -= used;
@@ -375,10 +476,12 @@ static void *fake_loop(void *arg)
     return NULL;
 }
 
-static void fake_start(fake *f, const char *answer)
+static void fake_start_full(fake *f, const char *answer, int vary_port, const char *slots_reply)
 {
     memset(f, 0, sizeof *f);
     f->answer = answer;
+    f->vary_port = vary_port;
+    f->slots_reply = slots_reply;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(f->lfd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -390,6 +493,8 @@ static void fake_start(fake *f, const char *answer)
     f->port = ntohs(a.sin_port);
     assert_int_equal(pthread_create(&f->th, NULL, fake_loop, f), 0);
 }
+
+static void fake_start(fake *f, const char *answer) { fake_start_full(f, answer, 0, NULL); }
 
 static void fake_stop(fake *f)
 {
@@ -412,10 +517,10 @@ static void fake_call(const char *answer, uint32_t timeout_ms, fake *f, sluice_r
     *took = test_now_ns() - t0;
     sluice_redis_stats_get(r, st);
     fake_series[0] = series(r, REDIRECTS("moved"));
-    fake_series[1] = series(r, REDIRECTS("ask"));
-    fake_series[2] = series(r, RETRIES("tryagain"));
-    fake_series[3] = series(r, RETRIES("clusterdown"));
-    fake_series[4] = series(r, MODE);
+    fake_series[1] = series_check(r, REDIRECTS("ask"), false); /* the same text */
+    fake_series[2] = series_check(r, RETRIES("tryagain"), false);
+    fake_series[3] = series_check(r, RETRIES("clusterdown"), false);
+    fake_series[4] = series_check(r, MODE, false);
     sluice_redis_free(r);
     fake_stop(f);
 }
@@ -473,7 +578,7 @@ static void test_redirect_limits(void **state)
 
     /* MOVED and ASK that do not parse are plain error replies */
     const char *bad[] = {"-MOVED 42 127.0.0.1:70000", "-MOVED 16384 127.0.0.1:%d", "-MOVED x 127.0.0.1:%d",
-                         "-ASK 42 nocolon", "-MOVED 42 :%d"};
+                         "-ASK 42 nocolon", "-MOVED 42 127.0.0.1:", "-MOVED 42 127.0.0.1:0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fake_call(bad[i], 1000, &f, &info, &st, &took);
         assert_int_equal(info.error, SLUICE_EBACKEND);
@@ -481,6 +586,147 @@ static void test_redirect_limits(void **state)
         assert_int_equal(st.err_reply, 1);
         assert_int_equal(atomic_load(&f.evals), 1);
     }
+}
+
+/* Issue 22 §4.5: `MOVED 3999 :6380`, an empty host, means the host the
+ * request went to (Redis's answer when a node's announced hostname is
+ * unknown; "?" in older versions).  A fake node (a shape the Redis 7.0
+ * here does not produce) redirects with an empty host, and with "?", to
+ * the port of a real redis-server, which decides; before, the call failed
+ * with err_reply. */
+static void test_moved_empty_host(void **state)
+{
+    (void)state;
+    test_redis srv;
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    const char *hosts[] = {"", "?"};
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        /* the key's slot, from its name (a limiter of the same spec and
+         * prefix names it), so that the redirect is a true one */
+        char key[16], name[64], answer[64];
+        int kl = snprintf(key, sizeof key, "empty-%zu", i);
+        sluice_redis *r = mk("token-bucket 2/1h", srv.port, NULL, NULL, SLUICE_REDIS_CLUSTER_OFF, 1000);
+        int n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+        assert_true(n > 0);
+        sluice_redis_free(r);
+        snprintf(answer, sizeof answer, "-MOVED %u %s:%d", sluice_redis_key_slot(name, (size_t)n),
+                 hosts[i], srv.port);
+        fake f;
+        fake_start(&f, answer);
+        r = mk("token-bucket 2/1h", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 1000);
+        sluice_redis_info info;
+        sluice_result res;
+        for (int j = 0; j < 2; j++) {
+            bool ok = sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info);
+            if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+                fail_msg("%s: call %d allowed %d source %d error %d", answer, j, ok, info.source,
+                         info.error);
+        }
+        assert_false(sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        assert_int_equal(st.err_reply + st.err_protocol + st.err_connect, 0);
+        /* the MOVED is recorded: the fake is asked once, then the real one */
+        assert_int_equal(st.moved, 1);
+        assert_int_equal(atomic_load(&f.evals), 1);
+        sluice_redis_free(r);
+        fake_stop(&f);
+    }
+    test_redis_stop(&srv);
+}
+
+/* Hostile CLUSTER SLOTS replies (shapes no Redis sends): a range past
+ * 16383, a range upside down, a negative slot, port 0 and 70000, a host
+ * that is a number, an entry too short, a host of 300 bytes, a status
+ * instead of an array, nesting deeper than hiredis reads, an array that
+ * announces a million entries and never sends them.  Each is refused as a
+ * whole: the call fails within its deadline (the policy decides), no
+ * script is sent, the limiter never takes the node for a cluster node nor
+ * for a single server, and nothing is read out of bounds (ASan). */
+static void test_slots_hostile(void **state)
+{
+    (void)state;
+    static char longhost[300];
+    const char *replies[] = {
+        "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:9\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:-1\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:0\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$9\r\n127.0.0.1\r\n:70000\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n:127\r\n:6379\r\n",
+        "*1\r\n*2\r\n:0\r\n:3\r\n",
+        "*1\r\n*3\r\n:0\r\n:3\r\n*1\r\n$9\r\n127.0.0.1\r\n",
+        "+OK\r\n",
+        "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
+        "*1000000\r\n:1\r\n",
+        longhost,
+    };
+    /* a host that announces 300 bytes and sends fewer: the deadline ends it */
+    snprintf(longhost, sizeof longhost, "*1\r\n*3\r\n:0\r\n:3\r\n*2\r\n$300\r\n");
+    for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) {
+        fake f;
+        fake_start_full(&f, "-ERR never sent", 0, replies[i]);
+        sluice_redis *r = mk("token-bucket 10/s", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 200);
+        for (int j = 0; j < 2; j++) {
+            sluice_redis_info info;
+            sluice_result res;
+            uint64_t t0 = test_now_ns();
+            assert_false(sluice_redis_try_acquire_ex(r, "k", 1, 1, &res, &info));
+            uint64_t took = test_now_ns() - t0;
+            if (info.source != SLUICE_REDIS_SRC_POLICY)
+                fail_msg("reply %zu: source %d", i, info.source);
+            assert_true(took < 200 * MSEC + SLACK_NS);
+        }
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        assert_int_equal(st.cluster, 0);
+        assert_int_equal(st.round_trips, 0); /* no script sent */
+        assert_true(st.err_protocol + st.err_timeout + st.err_io + st.err_circuit >= 2);
+        assert_int_equal(atomic_load(&f.evals), 0);
+        sluice_redis_free(r);
+        fake_stop(&f);
+    }
+}
+
+/* Issue 22 §4.3: nodes come and go (rolling restarts to new addresses):
+ * 1200 MOVED answers, each naming a node never seen before (the same real
+ * redis-server under 1200 spellings of 127.0.0.1), each followed and
+ * decided there.  The table holds at most 512 nodes at once and reuses
+ * the indices of nodes no slot names any more; before, the 512th new node
+ * failed every call that was redirected to one. */
+static void test_node_churn(void **state)
+{
+    (void)state;
+    test_redis srv;
+    assert_int_equal(test_redis_start(&srv, 0), 0);
+    fake f;
+    fake_start_full(&f, "", srv.port, NULL);
+    sluice_redis *r = mk("token-bucket 1/1h burst=1000000", f.port, NULL, NULL, SLUICE_REDIS_CLUSTER_AUTO, 1000);
+    const int calls = 1200;
+    uint32_t most = 0;
+    for (int i = 0; i < calls; i++) {
+        sluice_redis_info info;
+        sluice_result res;
+        bool ok = sluice_redis_try_acquire_ex(r, "churn", 5, 1, &res, &info);
+        if (!ok || info.source != SLUICE_REDIS_SRC_REDIS)
+            fail_msg("call %d: allowed %d source %d error %d", i, ok, info.source, info.error);
+        assert_int_equal(res.remaining, (uint64_t)(1000000 - 1 - i)); /* one key, one state */
+        sluice_redis_stats st;
+        sluice_redis_stats_get(r, &st);
+        if (st.nodes > most) most = st.nodes;
+    }
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    fprintf(stderr, "# node churn: %d redirects to new addresses, at most %u nodes held, %llu "
+                    "refreshes\n", calls, most, (unsigned long long)st.slot_refreshes);
+    assert_int_equal(atomic_load(&f.evals), calls);
+    assert_int_equal(st.moved, (uint64_t)calls);
+    assert_true(most <= 512);
+    assert_int_equal(st.err_reply + st.err_protocol + st.err_connect + st.err_io, 0);
+    sluice_redis_free(r);
+    fake_stop(&f);
+    test_redis_stop(&srv);
 }
 
 /* ---- the live cluster ---------------------------------------------------------- */
@@ -755,6 +1001,157 @@ static void test_migrate_ask_moved(void **state)
     sluice_redis_free(r);
 }
 
+/* The pid of the node at `port`. */
+static pid_t pid_of(int port)
+{
+    for (int i = 0; i < g_n; i++)
+        if (g_port[i] == port) return g_pid[i];
+    fail_msg("no node at %d", port);
+    return 0;
+}
+
+/* The role of the node at `port`: true for a master. */
+static bool is_master(int port)
+{
+    redisReply *r = cmd(port, "ROLE");
+    bool m = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+    freeReplyObject(r);
+    return m;
+}
+
+/* SETSLOT slot NODE id on every master, `first` first. */
+static void give_slot(int slot, int first, const int *mp, int nm)
+{
+    char id[64];
+    myid(first, id);
+    ok_status(cmd(first, "CLUSTER SETSLOT %d NODE %s", slot, id));
+    for (int i = 0; i < nm; i++)
+        if (mp[i] != first) ok_status(cmd(mp[i], "CLUSTER SETSLOT %d NODE %s", slot, id));
+}
+
+/* Issue 22 §4.4: a MOVED is followed at once, and the map is refreshed off
+ * the caller's path, from the nodes that answered last.  The limiter's
+ * seed is a replica, frozen (SIGSTOP, for less than the node timeout: the
+ * cluster does not notice) while a slot has moved between masters: the
+ * call gets MOVED from the old master and is decided by the new one within
+ * its deadline, and so is the next call, whose refresh asks a live node.
+ * Before, the MOVED refreshed the map first, within the call's deadline,
+ * asking the seed: the call timed out although the MOVED named the right
+ * node.  Then the refresh's budget: with the node that answered last
+ * frozen too, a call whose refresh asks it first gives up after a quarter
+ * of its time and is decided within its deadline. */
+static void test_moved_silent_seed(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    int seed = -1;
+    for (int i = 0; i < g_n && seed < 0; i++)
+        if (alive(i) && !is_master(g_port[i])) seed = i;
+    assert_true(seed >= 0);
+    const uint32_t timeout_ms = 300;
+    sluice_redis *r = mk("token-bucket 1/1h burst=10", g_port[seed], NULL, NULL, 0, timeout_ms);
+    int mp[NNODES], nm = masters(mp);
+    assert_int_equal(nm, 3);
+    /* every master answers once: connections open, each has answered */
+    char warm[NNODES][32];
+    int warml[NNODES] = {0};
+    for (int m = 0; m < nm; m++) {
+        char name[128];
+        for (int i = 0; i < 100000; i++) {
+            int kl = snprintf(warm[m], sizeof warm[m], "warm-%d", i);
+            int n = sluice_redis_key_name(r, warm[m], (size_t)kl, name, sizeof name);
+            if (owner((int)sluice_redis_key_slot(name, (size_t)n)) != mp[m]) continue;
+            assert_true(take(r, warm[m], kl));
+            warml[m] = kl;
+            break;
+        }
+        assert_true(warml[m] > 0);
+    }
+    /* a key of master A in a slot that holds no key, moved to master B */
+    char key[32], name[128];
+    int kl = 0, n = 0, slot = -1;
+    for (int i = 0; i < 100000 && slot < 0; i++) {
+        kl = snprintf(key, sizeof key, "silent-%d", i);
+        n = sluice_redis_key_name(r, key, (size_t)kl, name, sizeof name);
+        int s2 = (int)sluice_redis_key_slot(name, (size_t)n);
+        if (owner(s2) != mp[0]) continue;
+        redisReply *c = cmd(mp[0], "CLUSTER COUNTKEYSINSLOT %d", s2);
+        if (c->integer == 0) slot = s2;
+        freeReplyObject(c);
+    }
+    assert_true(slot >= 0);
+    give_slot(slot, mp[1], mp, nm);
+    /* the old code refreshed at most every 100 ms: let that pass, so the
+     * refresh the MOVED triggers is due (real time: the map's rate limit
+     * reads the monotonic clock) */
+    tu_sleep_ns(150 * MSEC);
+    sluice_redis_stats st0, st;
+    sluice_redis_stats_get(r, &st0);
+    assert_int_equal(kill(g_pid[seed], SIGSTOP), 0);
+    uint64_t took[3];
+    bool ok[3];
+    sluice_redis_info info[3];
+    for (int i = 0; i < 3; i++) {
+        sluice_result res;
+        uint64_t t0 = test_now_ns();
+        ok[i] = sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res, &info[i]);
+        took[i] = test_now_ns() - t0;
+    }
+    sluice_redis_stats_get(r, &st);
+    /* The refresh's budget.  The slot goes back to A; a call is redirected
+     * there (the map is stale again) and A, the node that answered last,
+     * is frozen too: the next call (once the 100 ms between refreshes have
+     * passed) asks A first, gives up after a quarter of its time, and is
+     * decided by C within its deadline. */
+    redisReply *d = cmd(mp[1], "DEL %b", name, (size_t)n);
+    assert_int_equal(d->integer, 1); /* the first calls were decided on B */
+    freeReplyObject(d);
+    give_slot(slot, mp[0], mp, nm);
+    sluice_redis_info info4;
+    sluice_result res4;
+    bool ok4 = sluice_redis_try_acquire_ex(r, key, (size_t)kl, 1, &res4, &info4);
+    tu_sleep_ns(150 * MSEC);
+    sluice_redis_stats st4;
+    sluice_redis_stats_get(r, &st4);
+    assert_int_equal(kill(pid_of(mp[0]), SIGSTOP), 0);
+    uint64_t t5 = test_now_ns();
+    bool ok5 = take(r, warm[2], warml[2]); /* C's key, 1 of 10 taken: allowed */
+    uint64_t took5 = test_now_ns() - t5;
+    assert_int_equal(kill(pid_of(mp[0]), SIGCONT), 0);
+    assert_int_equal(kill(g_pid[seed], SIGCONT), 0);
+    sluice_redis_stats st5;
+    sluice_redis_stats_get(r, &st5);
+    fprintf(stderr, "# ... the slot back to A (moved %llu, allowed %d), A frozen too: a call on "
+                    "C took %.1f ms (a refresh that got no answer: %llu timed out)\n",
+            (unsigned long long)(st4.moved - st.moved), ok4, (double)took5 / 1e6,
+            (unsigned long long)(st5.err_timeout - st4.err_timeout));
+    assert_true(ok4 && info4.source == SLUICE_REDIS_SRC_REDIS);
+    assert_int_equal(st4.moved - st.moved, 1);
+    assert_true(ok5);
+    assert_int_equal(st5.err_timeout - st4.err_timeout, 1); /* A asked, then given up */
+    assert_true(took5 < timeout_ms * MSEC + SLACK_NS);
+    fprintf(stderr, "# moved with a frozen seed: slot %d from %d to %d; calls took %.1f, %.1f, "
+                    "%.1f ms (deadline %u); moved %llu, refreshes %llu\n",
+            slot, mp[0], mp[1], (double)took[0] / 1e6, (double)took[1] / 1e6, (double)took[2] / 1e6,
+            timeout_ms, (unsigned long long)(st.moved - st0.moved),
+            (unsigned long long)(st.slot_refreshes - st0.slot_refreshes));
+    for (int i = 0; i < 3; i++) {
+        if (!ok[i] || info[i].source != SLUICE_REDIS_SRC_REDIS)
+            fail_msg("call %d: allowed %d source %d error %d, %.1f ms", i, ok[i], info[i].source,
+                     info[i].error, (double)took[i] / 1e6);
+        assert_true(took[i] < timeout_ms * MSEC + SLACK_NS);
+    }
+    assert_int_equal(st.moved - st0.moved, 1); /* the second call went to B at once */
+    assert_int_equal(st.err_timeout + st.err_io + st.err_connect, 0);
+    assert_true(st.slot_refreshes > st0.slot_refreshes); /* from a node that answers */
+    /* tidy: the slot's key (decided on A at last) deleted */
+    redisReply *e = cmd(mp[0], "DEL %b", name, (size_t)n);
+    assert_int_equal(e->integer, 1);
+    freeReplyObject(e);
+    sluice_redis_free(r);
+}
+
 /* ---- failover -------------------------------------------------------------------- */
 
 #define FO_KEYS 4
@@ -775,6 +1172,11 @@ typedef struct fo_run {
     _Atomic uint64_t resume_ns; /* first Redis decision after the kill */
     _Atomic uint64_t max_ns, calls, policy;
     _Atomic uint64_t max_sched_ns; /* the longest a 1-ms sleep overslept */
+    /* a key of another master, asked every ms: how long a failover keeps
+     * the rest of the cluster from deciding (CLUSTERDOWN) */
+    char okey[32];
+    int okeylen;
+    _Atomic uint64_t o_first_fail, o_last_fail, o_back, o_calls; /* ns, 0: none */
     /* grants by key, on Redis's clock */
     pthread_mutex_t mu;
     fo_grant *g[FO_KEYS];
@@ -809,6 +1211,33 @@ static void *fo_loop(void *arg)
             if (u->ng[k] < FO_MAXG) u->g[k][u->ng[k]++].server_ns = info.server_time_ns;
             pthread_mutex_unlock(&u->mu);
         }
+    }
+    return NULL;
+}
+
+/* Ask for the other master's key every millisecond; record, after the
+ * kill, the first and last call the policy decided and the first call
+ * Redis decided after them. */
+static void *fo_other(void *arg)
+{
+    fo_run *u = arg;
+    for (int i = 0; i < 1000000 && !atomic_load(&u->stop); i++) {
+        sluice_redis_info info;
+        sluice_result res;
+        uint64_t t0 = test_now_ns();
+        (void)sluice_redis_try_acquire_ex(u->r, u->okey, (size_t)u->okeylen, 1, &res, &info);
+        uint64_t t1 = test_now_ns(), kill_ns = atomic_load(&u->kill_ns), zero = 0;
+        atomic_fetch_add(&u->o_calls, 1);
+        if (kill_ns && t0 > kill_ns) {
+            if (info.source == SLUICE_REDIS_SRC_POLICY) {
+                atomic_compare_exchange_strong(&u->o_first_fail, &zero, t0);
+                atomic_store(&u->o_last_fail, t0);
+                atomic_store(&u->o_back, 0);
+            } else if (atomic_load(&u->o_first_fail) && !atomic_load(&u->o_back)) {
+                atomic_store(&u->o_back, t1);
+            }
+        }
+        tu_sleep_ns(MSEC);
     }
     return NULL;
 }
@@ -876,9 +1305,19 @@ static void test_failover(void **state)
         u->keylen[slots_found++] = kl;
     }
     assert_int_equal(slots_found, FO_KEYS);
+    for (int i = 0; i < 100000 && !u->okeylen; i++) {
+        char key[32], name[128];
+        int kl = snprintf(key, sizeof key, "failover-other-%d", i);
+        int n = sluice_redis_key_name(u->r, key, (size_t)kl, name, sizeof name);
+        if (owner((int)sluice_redis_key_slot(name, (size_t)n)) != mp[1]) continue;
+        memcpy(u->okey, key, (size_t)kl + 1);
+        u->okeylen = kl;
+    }
+    assert_true(u->okeylen > 0);
     for (int k = 0; k < FO_KEYS; k++) assert_non_null(u->g[k] = calloc(FO_MAXG, sizeof(fo_grant)));
-    pthread_t th[FO_THREADS], mon;
+    pthread_t th[FO_THREADS], mon, other;
     assert_int_equal(pthread_create(&mon, NULL, fo_monitor, u), 0);
+    assert_int_equal(pthread_create(&other, NULL, fo_other, u), 0);
     for (int i = 0; i < FO_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, fo_loop, u), 0);
     tu_sleep_ns(1500 * MSEC);
     char slot_name[128];
@@ -903,6 +1342,7 @@ static void test_failover(void **state)
     atomic_store(&u->stop, true);
     for (int i = 0; i < FO_THREADS; i++) pthread_join(th[i], NULL);
     pthread_join(mon, NULL);
+    pthread_join(other, NULL);
     uint64_t resume = atomic_load(&u->resume_ns);
     sluice_redis_stats st;
     sluice_redis_stats_get(u->r, &st);
@@ -926,6 +1366,24 @@ static void test_failover(void **state)
             (unsigned long long)st.moved, (unsigned long long)st.slot_refreshes,
             (unsigned long long)st.clusterdown, (unsigned long long)st.err_connect,
             (unsigned long long)st.err_circuit);
+    /* the other masters' slots: with cluster-require-full-coverage yes
+     * (the default) every node answers CLUSTERDOWN from when it marks the
+     * master failed (the node timeout, 1 s) until the replica takes over */
+    uint64_t of = atomic_load(&u->o_first_fail), ol = atomic_load(&u->o_last_fail),
+             ob = atomic_load(&u->o_back);
+    fprintf(stderr,
+            "# failover, another master's slot (%d): %llu calls; refused by the policy from "
+            "+%.0f ms to +%.0f ms after the kill, decided by Redis again at +%.0f ms\n",
+            mp[1], (unsigned long long)atomic_load(&u->o_calls),
+            of ? (double)(of - t_kill) / 1e6 : -1.0, ol ? (double)(ol - t_kill) / 1e6 : -1.0,
+            ob ? (double)(ob - t_kill) / 1e6 : -1.0);
+    if (of) assert_true(ob > ol); /* it came back */
+    /* issue 22 §4.2: the dead seed is not in the map any more: the circuit
+     * state is over the nodes that serve slots (all closed); the nodes held
+     * are the 3 masters and the seed */
+    assert_int_equal(st.circuit_state, SLUICE_REDIS_CIRCUIT_CLOSED);
+    assert_int_equal(st.circuit_open, 0);
+    assert_int_equal(st.nodes, 4);
     assert_true(atomic_load(&u->max_ns) <=
                 FO_TIMEOUT_MS * MSEC + SLACK_NS + atomic_load(&u->max_sched_ns));
     assert_true(resume > 0);
@@ -945,11 +1403,19 @@ int main(void)
         cmocka_unit_test(test_crc16),
         cmocka_unit_test(test_config_checks),
         cmocka_unit_test(test_auth_single),
+        cmocka_unit_test(test_cluster_unavailable),
         cmocka_unit_test(test_redirect_limits),
+        cmocka_unit_test(test_moved_empty_host),
+        cmocka_unit_test(test_node_churn),
+        cmocka_unit_test(test_slots_hostile),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
         cmocka_unit_test(test_migrate_ask_moved),
+        cmocka_unit_test(test_moved_silent_seed),
         cmocka_unit_test(test_failover),
     };
+    /* SLUICE_TEST_FILTER=PATTERN (cmocka's * and ?): run only those */
+    const char *only = getenv("SLUICE_TEST_FILTER");
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
