@@ -56,9 +56,12 @@
 #include "spin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- parsed text --------------------------------------------------------- */
 
@@ -234,6 +237,11 @@ static int bad(char *err, size_t errlen, size_t line, const char *what, const ch
                size_t toklen, const char *more)
 {
     if (errlen == 0) return SLUICE_EINVAL;
+    /* a quoted word as written: its own quotes would double the message's */
+    if (tok && toklen >= 2 && tok[0] == '"' && tok[toklen - 1] == '"') {
+        tok++;
+        toklen -= 2;
+    }
     char q[80 * 4 + 8];
     size_t k = 0;
     if (tok) {
@@ -450,8 +458,9 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
             d.shadow = true;
         } else if (is_max) {
             seen_max = true;
-            if (!parse_u64(v + 9, k->len - 9, (uint64_t)1 << 32, &d.max_keys) || d.max_keys == 0)
-                return bad(err, errlen, line, "bad max_keys (1 .. 4294967296):", k->src, k->srclen, NULL);
+            if (!parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) ||
+                d.max_keys == 0)
+                return bad(err, errlen, line, "bad max_keys (1 .. 16777216):", k->src, k->srclen, NULL);
         } else {
             seen_policy = true;
             if (strcmp(v + 7, "refuse") == 0) d.evict = false;
@@ -539,9 +548,15 @@ static int override_line(parsed *p, word *t, int n, size_t line, char *err, size
     return 0;
 }
 
-/* Parse the whole text.  0, SLUICE_EINVAL (err names line and token) or
- * SLUICE_ENOMEM; on error p is empty. */
-static int parse(const char *text, size_t len, parsed *p, char *err, size_t errlen)
+static int vet(const parsed *p, char *err, size_t errlen);
+
+/* Parse the whole text and vet it as the load will use it (vet): the one
+ * validation of sluice_rules_check, _new and _reload.  0, SLUICE_EINVAL
+ * (err names line and token) or SLUICE_ENOMEM; on error p is empty.  A
+ * text with no rules is SLUICE_EINVAL unless flags has
+ * SLUICE_RULES_ALLOW_EMPTY. */
+static int parse(const char *text, size_t len, unsigned flags, parsed *p, char *err,
+                 size_t errlen)
 {
     memset(p, 0, sizeof *p);
     if (errlen) err[0] = '\0';
@@ -594,16 +609,28 @@ static int parse(const char *text, size_t len, parsed *p, char *err, size_t errl
         }
     }
     sluice__free(buf);
+    if (rc == 0 && p->n == 0 && !(flags & SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen,
+                     "no rules in the text: a set without rules limits nothing "
+                     "(SLUICE_RULES_ALLOW_EMPTY, or sluice check --allow-empty, accepts it)");
+        rc = SLUICE_EINVAL;
+    }
+    if (rc == 0) rc = vet(p, err, errlen);
     if (rc == SLUICE_ENOMEM) sluice__errf(err, errlen, "out of memory");
     if (rc) parsed_free(p);
     return rc;
 }
 
-int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
-                       char *err, size_t errlen)
+int sluice_rules_check_flags(const char *text, size_t len, unsigned flags, size_t *nrules,
+                             size_t *noverrides, char *err, size_t errlen)
 {
+    if (errlen) err[0] = '\0';
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
     parsed p;
-    int rc = parse(text, len, &p, err, errlen);
+    int rc = parse(text, len, flags, &p, err, errlen);
     if (rc == 0) {
         if (nrules) *nrules = p.n;
         if (noverrides) *noverrides = p.noverrides;
@@ -612,44 +639,107 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
     return rc;
 }
 
+int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
+                       char *err, size_t errlen)
+{
+    return sluice_rules_check_flags(text, len, SLUICE_RULES_ALLOW_EMPTY, nrules, noverrides, err,
+                                    errlen);
+}
+
 /* ---- files --------------------------------------------------------------- */
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
+/* Read the whole file `path` into *out (owned by the caller; *len bytes).
+ * Returns 0, SLUICE_EINVAL (err: the file's name and the reason) or
+ * SLUICE_ENOMEM.  Read to the end before anything is checked; a directory,
+ * more than SLUICE_RULES_FILE_MAX bytes (a device or pipe that never ends
+ * included), or a regular file whose size or modification time changed
+ * while it was read is refused.  Every loop is bounded by the cap. */
+static int read_file(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
+    *out = NULL;
+    *len = 0;
     if (!path) {
         sluice__errf(err, errlen, "no file name");
-        return NULL;
+        return SLUICE_EINVAL;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         sluice__errf(err, errlen, "cannot open \"%s\": %s", path, strerror(errno));
-        return NULL;
+        return SLUICE_EINVAL;
     }
+    struct stat a, b;
+    if (fstat(fd, &a) != 0) {
+        sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
+        close(fd);
+        return SLUICE_EINVAL;
+    }
+    if (S_ISDIR(a.st_mode)) {
+        sluice__errf(err, errlen, "cannot read \"%s\": is a directory", path);
+        close(fd);
+        return SLUICE_EINVAL;
+    }
+    int rc = 0;
     size_t cap = 4096, n = 0;
     char *buf = sluice__malloc(cap);
     while (buf) {
         if (n == cap) {
-            char *b = cap <= SIZE_MAX / 2 ? sluice__malloc(cap * 2) : NULL;
-            if (b) memcpy(b, buf, n);
+            if (cap > SLUICE_RULES_FILE_MAX) {
+                sluice__errf(err, errlen, "\"%s\" is larger than 16 MiB (%zu bytes)", path,
+                             SLUICE_RULES_FILE_MAX);
+                rc = SLUICE_EINVAL;
+                break;
+            }
+            /* one byte past the cap tells a file of exactly the cap */
+            size_t ncap = cap * 2 > SLUICE_RULES_FILE_MAX ? SLUICE_RULES_FILE_MAX + 1 : cap * 2;
+            char *nb = sluice__malloc(ncap);
+            if (nb) memcpy(nb, buf, n);
             sluice__free(buf);
-            buf = b;
-            cap *= 2;
+            buf = nb;
+            cap = ncap;
             if (!buf) break;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
+            rc = SLUICE_EINVAL;
+            break;
+        }
         if (got == 0) break;
+        n += (size_t)got;
     }
-    if (!buf) {
+    if (!buf && rc == 0) {
         sluice__errf(err, errlen, "out of memory reading \"%s\"", path);
-    } else if (ferror(f)) {
-        sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
-        sluice__free(buf);
-        buf = NULL;
+        rc = SLUICE_ENOMEM;
     }
-    fclose(f);
+    if (rc == 0 && S_ISREG(a.st_mode) &&
+        (fstat(fd, &b) != 0 || b.st_size != a.st_size || (off_t)n != a.st_size ||
+         b.st_mtim.tv_sec != a.st_mtim.tv_sec || b.st_mtim.tv_nsec != a.st_mtim.tv_nsec)) {
+        sluice__errf(err, errlen, "\"%s\" changed while it was read (a writer not done?): nothing loaded",
+                     path);
+        rc = SLUICE_EINVAL;
+    }
+    close(fd);
+    if (rc != 0) {
+        sluice__free(buf);
+        return rc;
+    }
+    *out = buf;
     *len = n;
-    return buf;
+    return 0;
+}
+
+int sluice_rules_check_file(const char *path, unsigned flags, size_t *nrules, size_t *noverrides,
+                            char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    char *text;
+    size_t len;
+    int rc = read_file(path, &text, &len, err, errlen);
+    if (rc) return rc;
+    rc = sluice_rules_check_flags(text, len, flags, nrules, noverrides, err, errlen);
+    sluice__free(text);
+    return rc;
 }
 
 /* ---- building a version -------------------------------------------------- */
@@ -840,6 +930,28 @@ static int make_limit(const pdef *d, unsigned flags, limit *l, char *err, size_t
     return rc;
 }
 
+/* The part of the validation that only the table knows: each key rule's
+ * overrides are set, by set_overrides as make_limit sets them, on a
+ * scratch table of one key made from the rule's spec -- an override whose
+ * state needs more than the table's 16-byte entries is refused here, with
+ * the load's message, not first at the load.  0, SLUICE_EINVAL (err names
+ * the override) or SLUICE_ENOMEM. */
+static int vet(const parsed *p, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const pdef *d = &p->r[i];
+        if (d->global || d->nov == 0) continue;
+        pdef small = *d;
+        small.max_keys = 1;
+        small.evict = false;
+        limit s;
+        int rc = make_limit(&small, 0, &s, err, errlen);
+        if (rc) return rc;
+        limit_free(&s);
+    }
+    return 0;
+}
+
 /* What to do with a rule defined as `from` in the running set and as `to`
  * in the new text.  A change in place is tried first on a scratch limit
  * made from `from` (the checks depend on the specs only, not the state):
@@ -938,6 +1050,113 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
     return rc;
 }
 
+/* ---- what a reload would do ---------------------------------------------- */
+
+/* Why plan_for(from, to) gives P_NEW, in a short phrase (why[] >= 96). */
+static void fresh_why(const pdef *from, const pdef *to, char *why, size_t n)
+{
+    sluice_spec_info a, b;
+    if (from->global != to->global)
+        snprintf(why, n, "the scope changes (%s -> %s)", from->global ? "global" : "key",
+                 to->global ? "global" : "key");
+    else if (!to->global && from->max_keys != to->max_keys)
+        snprintf(why, n, "max_keys %llu -> %llu", (unsigned long long)from->max_keys,
+                 (unsigned long long)to->max_keys);
+    else if (!to->global && from->evict != to->evict)
+        snprintf(why, n, "the policy changes (%s -> %s)", from->evict ? "evict-lru" : "refuse",
+                 to->evict ? "evict-lru" : "refuse");
+    else if (sluice_spec_parse(from->spec, &a, NULL, 0) == 0 &&
+             sluice_spec_parse(to->spec, &b, NULL, 0) == 0 && a.algorithm != b.algorithm)
+        snprintf(why, n, "the algorithm changes (%s -> %s)", sluice_algorithm_name(a.algorithm),
+                 sluice_algorithm_name(b.algorithm));
+    else
+        snprintf(why, n, "the new spec or overrides cannot carry the state");
+}
+
+static int diff_parsed(const parsed *o, const parsed *p, sluice_rules_diff_fn fn, void *arg)
+{
+    char why[160];
+    for (size_t i = 0; i < p->n; i++) {
+        const pdef *to = &p->r[i];
+        const pdef *from = find_def((parsed *)o, to->name, strlen(to->name));
+        int what;
+        why[0] = '\0';
+        if (!from) {
+            what = SLUICE_RULE_ADDED;
+        } else {
+            plan pl = plan_for(from, to);
+            if (pl == P_NOMEM) return SLUICE_ENOMEM;
+            if (pl == P_CARRY) {
+                what = SLUICE_RULE_KEPT;
+            } else if (pl == P_RECONF) {
+                what = SLUICE_RULE_CARRIED;
+                snprintf(why, sizeof why, "%s", strcmp(from->spec, to->spec) != 0
+                                                    ? "the spec changes, the state is kept"
+                                                    : "the overrides change, the state is kept");
+            } else {
+                what = SLUICE_RULE_FRESH;
+                fresh_why(from, to, why, sizeof why);
+            }
+        }
+        if (fn) fn(arg, to->name, what, why);
+    }
+    for (size_t i = 0; i < o->n; i++)
+        if (!find_def((parsed *)p, o->r[i].name, strlen(o->r[i].name)) && fn)
+            fn(arg, o->r[i].name, SLUICE_RULE_REMOVED, "");
+    return 0;
+}
+
+/* Prefix err's message with "old: " or "new: ". */
+static void which_text(const char *which, char *err, size_t errlen)
+{
+    if (errlen == 0) return;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s: %s", which, tmp);
+}
+
+int sluice_rules_diff(const char *old, size_t oldlen, const char *text, size_t len,
+                      unsigned flags, sluice_rules_diff_fn fn, void *arg, char *err,
+                      size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
+    parsed o, p;
+    int rc = parse(old, oldlen, SLUICE_RULES_ALLOW_EMPTY, &o, err, errlen);
+    if (rc) {
+        which_text("old", err, errlen);
+        return rc;
+    }
+    rc = parse(text, len, flags, &p, err, errlen);
+    if (rc) {
+        which_text("new", err, errlen);
+        parsed_free(&o);
+        return rc;
+    }
+    rc = diff_parsed(&o, &p, fn, arg);
+    if (rc == SLUICE_ENOMEM) sluice__errf(err, errlen, "out of memory");
+    parsed_free(&o);
+    parsed_free(&p);
+    return rc;
+}
+
+int sluice_rules_diff_files(const char *old_path, const char *path, unsigned flags,
+                            sluice_rules_diff_fn fn, void *arg, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    char *a = NULL, *b = NULL;
+    size_t an = 0, bn = 0;
+    int rc = read_file(old_path, &a, &an, err, errlen);
+    if (rc == 0) rc = read_file(path, &b, &bn, err, errlen);
+    if (rc == 0) rc = sluice_rules_diff(a, an, b, bn, flags, fn, arg, err, errlen);
+    sluice__free(a);
+    sluice__free(b);
+    return rc;
+}
+
 /* ---- the handle ---------------------------------------------------------- */
 
 static void free_handle(sluice_rules *rs)
@@ -956,12 +1175,12 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
                                size_t errlen)
 {
     if (errlen) err[0] = '\0';
-    if (flags & ~SLUICE_RULES_RECLAIM_WHEN_FULL) {
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
         sluice__errf(err, errlen, "unknown flags 0x%x", flags);
         return NULL;
     }
     parsed p;
-    if (parse(text, len, &p, err, errlen) != 0) return NULL;
+    if (parse(text, len, flags, &p, err, errlen) != 0) return NULL;
     sluice_rules *rs = sluice__calloc64(sizeof *rs);
     if (!rs || pthread_mutex_init(&rs->mu, NULL) != 0) {
         sluice__free64(rs);
@@ -969,7 +1188,7 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
-    rs->flags = flags;
+    rs->flags = flags & SLUICE_RULES_RECLAIM_WHEN_FULL; /* what the tables are made with */
     size_t n = p.n ? p.n : 1;
     plan *plans = sluice__calloc(n, sizeof *plans);
     limit *fb = sluice__calloc(n, sizeof *fb);
@@ -992,9 +1211,10 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
 
 sluice_rules *sluice_rules_new_file(const char *path, unsigned flags, char *err, size_t errlen)
 {
+    if (errlen) err[0] = '\0';
     size_t len = 0;
-    char *text = read_file(path, &len, err, errlen);
-    if (!text) return NULL;
+    char *text;
+    if (read_file(path, &text, &len, err, errlen) != 0) return NULL;
     sluice_rules *rs = sluice_rules_new(text, len, flags, err, errlen);
     sluice__free(text);
     return rs;
@@ -1012,16 +1232,20 @@ void sluice_rules_free(sluice_rules *rs)
     free_handle(rs);
 }
 
-int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
-                           char *err, size_t errlen)
+int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len, unsigned flags,
+                                 uint64_t now_ns, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
     if (!rs) {
         sluice__errf(err, errlen, "no rule set");
         return SLUICE_EINVAL;
     }
+    if (flags & ~SLUICE_RULES_ALLOW_EMPTY) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
     parsed p;
-    int rc = parse(text, len, &p, err, errlen);
+    int rc = parse(text, len, flags, &p, err, errlen);
     if (rc) return rc;
     pthread_mutex_lock(&rs->mu);
     version *old = rs->v, *v = NULL;
@@ -1077,19 +1301,33 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
     return rc;
 }
 
-int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns, char *err,
-                                size_t errlen)
+int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
+                           char *err, size_t errlen)
 {
+    return sluice_rules_reload_flags_at(rs, text, len, 0, now_ns, err, errlen);
+}
+
+int sluice_rules_reload_file_flags_at(sluice_rules *rs, const char *path, unsigned flags,
+                                      uint64_t now_ns, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
     if (!rs) {
         sluice__errf(err, errlen, "no rule set");
         return SLUICE_EINVAL;
     }
     size_t len = 0;
-    char *text = read_file(path, &len, err, errlen);
-    if (!text) return SLUICE_EINVAL;
-    int rc = sluice_rules_reload_at(rs, text, len, now_ns, err, errlen);
+    char *text;
+    int rc = read_file(path, &text, &len, err, errlen);
+    if (rc) return rc;
+    rc = sluice_rules_reload_flags_at(rs, text, len, flags, now_ns, err, errlen);
     sluice__free(text);
     return rc;
+}
+
+int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns, char *err,
+                                size_t errlen)
+{
+    return sluice_rules_reload_file_flags_at(rs, path, 0, now_ns, err, errlen);
 }
 
 /* ---- reading ------------------------------------------------------------- */
