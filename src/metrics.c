@@ -113,6 +113,14 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
+/* Whether the l-byte UTF-8 sequence at s (utf8_len) is a C1 control
+ * character, U+0080 .. U+009F: C2 80 .. C2 9F.  They are control
+ * characters as C0's are (U+0085 a line break, U+009B a terminal's CSI). */
+static bool c1_control(const unsigned char *s, size_t l)
+{
+    return l == 2 && s[0] == 0xC2 && s[1] < 0xA0;
+}
+
 /* Validate `name` and return its escaped length (> 0), or 0 if refused. */
 static size_t escaped_len(const char *name)
 {
@@ -125,7 +133,7 @@ static size_t escaped_len(const char *name)
         unsigned c = s[i];
         if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return 0;
         size_t l = utf8_len(s + i, n - i);
-        if (l == 0) return 0;
+        if (l == 0 || c1_control(s + i, l)) return 0;
         out += (c == '\\' || c == '"' || c == '\n') ? 2 : l;
         i += l;
     }
@@ -528,7 +536,8 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 
 /* A key as a label value: the key's bytes with every backslash doubled,
  * every byte that is not part of printable UTF-8 (invalid sequences,
- * control characters) written as \xNN, and `\...` after a truncated key;
+ * control characters C0, DEL and C1 -- the C1 ones, C2 80 .. C2 9F, as
+ * their two bytes) written as \xNN, and `\...` after a truncated key;
  * then escaped as the format asks (backslash and double quote).  Distinct
  * keys give distinct values: a backslash of the value is always followed by
  * a backslash, an x or three dots. */
@@ -539,6 +548,7 @@ static void put_key(cursor *c, const sluice_top_entry *t)
     for (size_t i = 0; i < t->keylen;) {
         unsigned b = k[i];
         size_t l = b < 0x20 || b == 0x7F ? 0 : utf8_len(k + i, t->keylen - i);
+        if (c1_control(k + i, l)) l = 0; /* C2 8x: each byte written \xNN */
         if (l == 0) {
             char x[6] = {'\\', '\\', 'x', hex[b >> 4], hex[b & 15], 0};
             put(c, x, 5);

@@ -720,6 +720,9 @@ static void test_bad_arguments(void **state)
         "\xe2\x82",             /* truncated */
         "\xc3 ",                /* a lead byte then ASCII */
         "\x80",                 /* a lone continuation byte */
+        "nel\xc2\x85",         /* U+0085, a C1 control (next line) */
+        "csi\xc2\x9b" "0m",     /* U+009B, a C1 control (a terminal's CSI) */
+        "c1\xc2\x80",          /* U+0080, the first C1 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(sluice_metrics_add_limiter(m, bad[i], lim), SLUICE_EINVAL);
