@@ -143,6 +143,7 @@ struct sluice_rules {
     pthread_mutex_t mu;  /* serialises reloads */
     version *v;          /* the current version (the writer's copy) */
     unsigned flags;
+    size_t top_counters, top_key_bytes; /* sluice_rules_set_top (mu); 0: none */
     /* owned per id, for the handle's life (mu) */
     char **names;
     rctr **ctrs;
@@ -971,6 +972,15 @@ static plan plan_for(const pdef *from, const pdef *to)
     return rc == 0 ? P_RECONF : rc == SLUICE_ENOMEM ? P_NOMEM : P_NEW;
 }
 
+/* A new table of the set gets the sketch sluice_rules_set_top asked for
+ * (mu held, or the handle not yet shared).  0 or SLUICE_ENOMEM. */
+static int give_top(const sluice_rules *rs, sluice_table *t)
+{
+    if (!t || rs->top_counters == 0) return 0;
+    int rc = sluice_table_set_top(t, rs->top_counters, rs->top_key_bytes);
+    return rc == SLUICE_ENOMEM ? rc : 0;
+}
+
 /* Build the version of p over `old` (NULL for the first).  Takes p's
  * definitions (p is left empty).  Fills plans[] and spare[] (for each
  * P_RECONF rule a fresh limit, taken if the change fails at the switch --
@@ -1020,10 +1030,14 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
             rc = make_limit(&r->d, rs->flags, &l, err, errlen);
             r->lim = l.lim;
             r->tab = l.tab;
+            if (rc == 0) rc = give_top(rs, r->tab);
         } else {
             r->lim = o->lim;
             r->tab = o->tab;
-            if (plans[i] == P_RECONF) rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
+            if (plans[i] == P_RECONF) {
+                rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
+                if (rc == 0) rc = give_top(rs, spare[i].tab);
+            }
         }
     }
     if (rc != 0) {
@@ -1412,9 +1426,70 @@ void sluice__rules_each(const sluice_rules *rs, sluice__rules_fn fn, void *arg)
     for (size_t i = 0; i < v->n; i++) {
         sluice_rule_stats st;
         rctr_read(v->r[i].ctr, &st);
-        fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st);
+        fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st, v->r[i].tab);
     }
     leave(w, tok);
+}
+
+int sluice_rules_set_top(sluice_rules *rs, size_t counters, size_t max_key_bytes)
+{
+    if (!rs) return SLUICE_EINVAL;
+    pthread_mutex_lock(&rs->mu);
+    int rc = 0;
+    if (rs->top_counters) {
+        rc = SLUICE_EINVAL;
+    } else {
+        /* the bounds are the table's: tried on the first table, or on a
+         * scratch one when the set has no key rule */
+        for (size_t i = 0; rc == 0 && i < rs->v->n; i++)
+            if (rs->v->r[i].tab) rc = sluice_table_set_top(rs->v->r[i].tab, counters, max_key_bytes);
+        if (rc == 0) {
+            sluice_table *t = sluice_table_new("fixed-window 1/s", 1, NULL, 0);
+            rc = t ? sluice_table_set_top(t, counters, max_key_bytes) : SLUICE_ENOMEM;
+            sluice_table_free(t);
+        }
+        if (rc == 0) {
+            rs->top_counters = counters;
+            rs->top_key_bytes = max_key_bytes;
+        }
+    }
+    pthread_mutex_unlock(&rs->mu);
+    return rc;
+}
+
+/* The table of key rule `id` in v, or NULL. */
+static const sluice_table *table_of(const version *v, int32_t id)
+{
+    if (id < 0 || (size_t)id >= v->nids || !v->by_id[id]) return NULL;
+    return v->by_id[id]->tab;
+}
+
+int sluice_rules_top_refused(const sluice_rules *rs, int32_t id, sluice_top_entry out[],
+                             size_t max, size_t *n)
+{
+    if (!rs || !n || (!out && max > 0)) return SLUICE_EINVAL;
+    *n = 0;
+    sluice_rules *w = (sluice_rules *)rs;
+    unsigned tok;
+    const sluice_table *t = table_of(enter(w, &tok), id);
+    int rc = t ? sluice_table_top_refused(t, out, max, n) : SLUICE_ENOENT;
+    leave(w, tok);
+    return rc;
+}
+
+int sluice_rules_table_stats(const sluice_rules *rs, int32_t id, sluice_table_stats *out)
+{
+    if (!rs || !out) return SLUICE_EINVAL;
+    sluice_rules *w = (sluice_rules *)rs;
+    unsigned tok;
+    const sluice_table *t = table_of(enter(w, &tok), id);
+    int rc = SLUICE_ENOENT;
+    if (t) {
+        sluice_table_stats_get(t, out);
+        rc = 0;
+    }
+    leave(w, tok);
+    return rc;
 }
 
 /* ---- deciding ------------------------------------------------------------ */

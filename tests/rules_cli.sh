@@ -237,6 +237,31 @@ printf 'rule x key "fixed-window 1/s" burts=5\n' >"$tmp/bad.conf"
 "$bin" replay --rules "$tmp/bad.conf" <"$tmp/t2" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 2 ] && grep -qF 'line 1:' "$tmp/err" && grep -qF '"burts=5"' "$tmp/err"; then ok "replay: a bad --rules file"; else ko "replay: a bad --rules file (rc=$rc)"; fi
+# --top with --rules: each key rule's keys refused most, after --stats, and
+# its table's series in --metrics; "table full" refusals counted apart
+cat >"$tmp/top.conf" <<'CONF'
+rule pc key "token-bucket 2/s burst=2" max_keys=2
+rule g global "fixed-window 100/s"
+CONF
+# a: 2 allowed then 3 refused by its bucket; b allowed; c twice refused:
+# the table is full (a and b hold its two places)
+printf '1,pc=a;g\n2,pc=a;g\n3,pc=a;g\n4,pc=a;g\n5,pc=a;g\n6,pc=b\n7,pc=c\n8,pc=c\n' >"$tmp/ttrace"
+"$bin" replay --rules "$tmp/top.conf" --top 5 --metrics "$tmp/tm.prom" <"$tmp/ttrace" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+printf '%s\n' "rule=pc top=1 count=3 error=0 key=a" "rule=pc top=2 count=2 error=0 key=c" >"$tmp/want"
+if [ $rc -eq 0 ] && cmp -s "$tmp/err" "$tmp/want"; then ok "replay --rules --top"; else ko "replay --rules --top (rc=$rc)"; cat "$tmp/err"; fi
+for line in 'sluice_table_keys{ruleset="'"$tmp"'/top.conf",rule="pc"} 2' \
+    'sluice_table_keys_refused_total{ruleset="'"$tmp"'/top.conf",rule="pc"} 2' \
+    'sluice_table_refused_key_requests{ruleset="'"$tmp"'/top.conf",rule="pc",key="a"} 3'; do
+    if grep -qxF "$line" "$tmp/tm.prom"; then ok "replay --rules --metrics: ${line%% *}"; else ko "replay --rules --metrics: $line"; fi
+done
+if command -v promtool >/dev/null 2>&1; then
+    if promtool check metrics <"$tmp/tm.prom" >"$tmp/pt" 2>&1; then ok "promtool check metrics (rule tables)"; else ko "promtool check metrics (rule tables)"; cat "$tmp/pt"; fi
+fi
+"$bin" replay --rules "$tmp/top.conf" --top 0 <"$tmp/ttrace" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF -- "--top" "$tmp/err"; then ok "replay --rules --top 0: exit 2"; else ko "replay --rules --top 0 (rc=$rc)"; fi
+
 # the --limit replay is unchanged
 printf '0,a\n0,a\n' | "$bin" replay --limit 'fixed-window 1/s' >"$tmp/out" 2>"$tmp/err"
 if [ "$(sed -n 3p "$tmp/out")" = "0,a,1,0,0,0,1000000000" ]; then ok "replay --limit unchanged"; else ko "replay --limit unchanged"; fi

@@ -1024,6 +1024,89 @@ static void test_metrics(void **state)
     sluice_rules_free(rs);
 }
 
+/* A rule set's tables, observed: their counters and keys refused most
+ * through the set (sluice_rules_table_stats, _top_refused) and in the
+ * metrics, labelled by rule; "table full" refusals told apart. */
+static void test_observe(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule pc key \"token-bucket 2/s burst=2\" max_keys=2\n"
+                          "rule g global \"fixed-window 100/s\"\n");
+    int32_t pc = id_of(rs, "pc"), g = id_of(rs, "g");
+    assert_int_equal(sluice_rules_set_top(rs, 64, 0), SLUICE_EINVAL); /* the table's bounds */
+    assert_int_equal(sluice_rules_set_top(NULL, 64, 32), SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_set_top(rs, 64, 32), 0);
+    assert_int_equal(sluice_rules_set_top(rs, 64, 32), SLUICE_EINVAL); /* once */
+    /* a: 2 allowed then 3 refused by its bucket; b allowed; c refused: the
+     * table is full (a and b hold their places) */
+    const char *keys[] = {"a", "a", "a", "a", "a", "b", "c", "c"};
+    const bool want[] = {true, true, false, false, false, true, false, false};
+    for (int i = 0; i < 8; i++) {
+        sluice_rule_key rk[2] = {{pc, keys[i], 1}, {g, NULL, 0}};
+        sluice_result r;
+        assert_int_equal(sluice_rules_decide_at(rs, rk, 2, 1, (uint64_t)i, &r, NULL), want[i]);
+        if (keys[i][0] == 'c') assert_int_equal(r.error, SLUICE_EFULL);
+    }
+    sluice_table_stats ts;
+    assert_int_equal(sluice_rules_table_stats(rs, pc, &ts), 0);
+    assert_int_equal(ts.keys, 2);
+    assert_int_equal(ts.refused, 2); /* c twice: table full, not a's bucket */
+    assert_int_equal(sluice_rules_table_stats(rs, g, &ts), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_table_stats(rs, 99, &ts), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_table_stats(NULL, pc, &ts), SLUICE_EINVAL);
+    sluice_top_entry top[4];
+    size_t n = 9;
+    assert_int_equal(sluice_rules_top_refused(rs, pc, top, 4, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(top[0].count, 3);
+    assert_memory_equal(top[0].key, "a", 1);
+    assert_int_equal(top[1].count, 2);
+    assert_memory_equal(top[1].key, "c", 1);
+    assert_int_equal(sluice_rules_top_refused(rs, g, top, 4, &n), SLUICE_ENOENT);
+    assert_int_equal(n, 0);
+    assert_int_equal(sluice_rules_top_refused(rs, pc, NULL, 4, &n), SLUICE_EINVAL);
+    /* the metrics, by rule */
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_rules(m, "rs", rs), 0);
+    char buf[16384];
+    size_t need = 0;
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, &need), 0);
+    static const char *const lines[] = {
+        "# TYPE sluice_table_keys gauge\nsluice_table_keys{ruleset=\"rs\",rule=\"pc\"} 2\n",
+        "sluice_table_keys_refused_total{ruleset=\"rs\",rule=\"pc\"} 2\n",
+        "sluice_table_keys_evicted_total{ruleset=\"rs\",rule=\"pc\"} 0\n",
+        "sluice_table_refused_key_requests{ruleset=\"rs\",rule=\"pc\",key=\"a\"} 3\n",
+        "sluice_table_refused_key_requests{ruleset=\"rs\",rule=\"pc\",key=\"c\"} 2\n",
+        "sluice_table_refused_key_error{ruleset=\"rs\",rule=\"pc\",key=\"a\"} 0\n",
+        "sluice_rule_requests_total{ruleset=\"rs\",rule=\"pc\",decision=\"denied\"} 5\n",
+        "sluice_rule_requests_total{ruleset=\"rs\",rule=\"g\",decision=\"denied_elsewhere\"} 5\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        if (!strstr(buf, lines[i])) fail_msg("no %s in:\n%s", lines[i], buf);
+    assert_null(strstr(buf, "sluice_table_keys{ruleset=\"rs\",rule=\"g\"}")); /* no table */
+    char msg[256];
+    int crc = tu_check_exposition(buf, msg, sizeof msg);
+    if (crc == 1) fail_msg("exposition refused: %s\n%s", msg, buf);
+    /* a reload that makes pc's table anew: the new table has a sketch too */
+    const char *next = "rule pc key \"token-bucket 2/s burst=2\" max_keys=3\n"
+                       "rule g global \"fixed-window 100/s\"\n";
+    char err[256];
+    assert_int_equal(sluice_rules_reload_at(rs, next, strlen(next), 10, err, sizeof err), 0);
+    assert_int_equal(sluice_rules_top_refused(rs, pc, top, 4, &n), 0);
+    assert_int_equal(n, 0);
+    for (int i = 0; i < 3; i++) {
+        sluice_rule_key rk = {pc, "z", 1};
+        sluice_rules_decide_at(rs, &rk, 1, 1, 10, NULL, NULL);
+    }
+    assert_int_equal(sluice_rules_top_refused(rs, pc, top, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(top[0].count, 1);
+    assert_int_equal(sluice_metrics_remove(m, rs), 0);
+    sluice_metrics_free(m);
+    sluice_rules_free(rs);
+}
+
 /* ---- allocation failures ------------------------------------------------- */
 
 static void test_oom(void **state)
@@ -1094,6 +1177,7 @@ int main(void)
         cmocka_unit_test(test_reload_bad),
         cmocka_unit_test(test_reload_threads),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_observe),
         cmocka_unit_test(test_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -395,6 +395,33 @@ int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *ou
  * Thread-safe. */
 int sluice_rules_stats(const sluice_rules *rs, int32_t id, sluice_rule_stats *out);
 
+/* Give every key rule's table a sketch of the keys it refuses most, as
+ * sluice_table_set_top(table, counters, max_key_bytes) does (bounds and
+ * memory there): the tables of the current set now, and every table a
+ * later reload makes.  Call it before the decisions whose refusals should
+ * count.  Returns 0, SLUICE_EINVAL (rs NULL, a bound out of range, or
+ * called before on this set) or SLUICE_ENOMEM (then some tables may have
+ * their sketch; a later reload does not add any).  Thread-safe (serialised
+ * with reloads). */
+int sluice_rules_set_top(sluice_rules *rs, size_t counters, size_t max_key_bytes);
+
+/* The at most `max` keys the table of key rule `id` refused most, as
+ * sluice_table_top_refused() gives them, from the current set.  Returns 0,
+ * SLUICE_ENOENT (the current set holds no key rule `id`, or its table has
+ * no sketch: sluice_rules_set_top; *n = 0), SLUICE_EINVAL (rs or n NULL, out
+ * NULL with max > 0).  Thread-safe. */
+int sluice_rules_top_refused(const sluice_rules *rs, int32_t id, sluice_top_entry out[],
+                             size_t max, size_t *n);
+
+/* The table counters of key rule `id` in the current set, as
+ * sluice_table_stats_get() gives them: keys held, reclaimed, evicted, and
+ * `refused` -- the requests refused because the table was full of keys in
+ * use (policy=refuse), which its rule counts as denied too.  A rule that
+ * starts fresh on a reload (sluice_rules_reload_at) starts these at zero;
+ * sluice_rules_stats counts on.  Returns 0, SLUICE_ENOENT (no key rule
+ * `id` in the current set), SLUICE_EINVAL (NULL arguments).  Thread-safe. */
+int sluice_rules_table_stats(const sluice_rules *rs, int32_t id, sluice_table_stats *out);
+
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop
 #endif
