@@ -1292,3 +1292,19 @@ void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out)
 {
     sluice__spec_info(&cur_cfg(lim)->pf, out);
 }
+
+void sluice__limiter_reclaim(sluice_limiter *lim)
+{
+    pthread_mutex_lock(&lim->mu);
+    cfg *c = atomic_load_explicit(&lim->cur, memory_order_relaxed);
+    if (c != &lim->first) {
+        cfg *o = c->older;
+        c->older = &lim->first; /* the chain cfg_free_all walks: current, first */
+        while (o && o != &lim->first) {
+            cfg *n = o->older;
+            sluice__free64(o);
+            o = n;
+        }
+    }
+    pthread_mutex_unlock(&lim->mu);
+}

@@ -52,6 +52,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "counters.h"
+#include "limiter.h"
 #include "rules.h"
 #include "spin.h"
 
@@ -1283,7 +1284,11 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
                 if (plans[i] != P_RECONF) continue;
                 rule *r = &v->r[i];
                 limit l = {r->lim, r->tab};
-                if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) != 0) {
+                if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) == 0) {
+                    /* no decision is inside (the gate): the configurations
+                     * the change retired can go now, not with the limiter */
+                    if (r->lim) sluice__limiter_reclaim(r->lim);
+                } else {
                     /* out of memory in the change (the scratch took it):
                      * the rule starts fresh with its spare; the old limit
                      * goes below */
