@@ -394,6 +394,8 @@ static void series(cursor *c, const char *metric, const char *label, const entry
 }
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+/* a - b, 0 when b > a (two counters read at slightly different instants) */
+static uint64_t sat_sub(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 /* What one object contributes to the families. */
 typedef struct snapshot {
@@ -765,13 +767,15 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
 {
     const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
     switch (f->id) {
-    case F_REQUESTS:
+    case F_REQUESTS: /* denied: by this limit; denied_elsewhere: by another of a composite */
         series(c, f->name, label, e, "allowed", sat_add(s->d.requests_allowed, s->d.probes));
-        series(c, f->name, label, e, "denied", s->d.requests_denied);
+        series(c, f->name, label, e, "denied", sat_sub(s->d.requests_denied, s->d.requests_denied_elsewhere));
+        series(c, f->name, label, e, "denied_elsewhere", s->d.requests_denied_elsewhere);
         break;
     case F_PERMITS:
         series(c, f->name, label, e, "allowed", s->d.permits_allowed);
-        series(c, f->name, label, e, "denied", s->d.permits_denied);
+        series(c, f->name, label, e, "denied", sat_sub(s->d.permits_denied, s->d.permits_denied_elsewhere));
+        series(c, f->name, label, e, "denied_elsewhere", s->d.permits_denied_elsewhere);
         break;
     case F_PROBES: series(c, f->name, label, e, NULL, s->d.probes); break;
     case F_ACQUIRE_WAIT:

@@ -200,16 +200,43 @@ v = {}
 for fam in text_string_to_metric_families(open(sys.argv[1], encoding="utf-8").read()):
     for s in fam.samples:
         v[(s.name, tuple(sorted(s.labels.items())))] = s.value
+from fractions import Fraction
 rows = list(csv.DictReader(open(sys.argv[2], newline="")))
 allowed = sum(r["allowed"] == "1" for r in rows)
+# which limit refused, from the limits' own rules (exact fractions), per
+# key: fixed-window 20/s counts the window's permits; token-bucket 5/s
+# burst=3 is full at a key's first request and refills 5 per 1e9 ns; a
+# request is charged to both only when both allow (all or nothing)
+fw, tb, want = {}, {}, {}
+for r in rows:
+    t, k, p = int(r["time_ns"]), r["key"], int(r["permits"])
+    if p == 0:
+        continue
+    win = fw.setdefault(k, [-1, 0])
+    if win[0] != t // 10**9:
+        win[:] = [t // 10**9, 0]
+    tok, last = tb.setdefault(k, [Fraction(3), t])
+    tok = min(Fraction(3), tok + Fraction(5 * (t - last), 10**9)) if t > last else tok
+    a_ok, b_ok = win[1] + p <= 20, tok >= p
+    if a_ok and b_ok:
+        win[1] += p
+        tb[k] = [tok - p, max(t, last)]
+    elif a_ok or b_ok:
+        x = "fixed-window 20/s" if a_ok else "token-bucket 5/s burst=3"
+        want[x] = want.get(x, 0) + 1
+    if (a_ok and b_ok) != (r["allowed"] == "1"):
+        sys.exit("row %r: the model says %s" % (r, a_ok and b_ok))
 for canon in ("fixed-window 20/s", "token-bucket 5/s burst=3"):
     ok = v[("sluice_requests_total", (("decision", "allowed"), ("limit", canon)))]
     no = v[("sluice_requests_total", (("decision", "denied"), ("limit", canon)))]
-    if ok + no != len(rows):
-        sys.exit("%s decided %d requests, the trace has %d" % (canon, ok + no, len(rows)))
+    el = v[("sluice_requests_total", (("decision", "denied_elsewhere"), ("limit", canon)))]
+    if ok + no + el != len(rows):
+        sys.exit("%s decided %d requests, the trace has %d" % (canon, ok + no + el, len(rows)))
     if ok != allowed:
         sys.exit("%s allowed %d, the composite %d" % (canon, ok, allowed))
-print("rows=%d allowed=%d" % (len(rows), allowed))
+    if el != want.get(canon, 0):
+        sys.exit("%s denied_elsewhere %d, the model %d" % (canon, el, want.get(canon, 0)))
+print("rows=%d allowed=%d denied_elsewhere=%s" % (len(rows), allowed, sorted(want.values())))
 EOF
             ok "two limits: one series set each ($(cat "$tmp/py"))"
         else
