@@ -44,6 +44,24 @@
  * a fresh limiter made for each change in case the real one runs out of
  * memory in the gate (it then starts fresh instead).
  *
+ * One validation.  parse() is the whole check of a text, shared by
+ * sluice_rules_check, _new, _reload and _diff: the syntax, every spec and
+ * option, a rule file's own bounds (max_keys <= 2^24, at least one rule
+ * unless SLUICE_RULES_ALLOW_EMPTY), then vet(): each key rule's overrides
+ * set, by the load's own set_overrides, on a scratch table of one key of
+ * the rule's spec -- the one refusal only the table knows (an override
+ * whose state outgrows the table's 16-byte entries).  So a text check
+ * accepts fails to load only for want of memory.  Files are read whole
+ * (read_file: at most 16 MiB, not a directory, unchanged while read)
+ * before anything is parsed.
+ *
+ * Memory over reloads.  A change in place of a global rule retires the
+ * limiter's configuration, which the limiter keeps until it is freed (a
+ * lock-free decision may be reading it).  Under the gate no decision is
+ * inside, so the reload frees the retired ones there
+ * (sluice__limiter_reclaim): a set reloaded forever keeps one per rule.
+ * A key rule's table keeps its own configurations (table.c bounds those).
+ *
  * Shadow rules are decided after the composite of the enforcing rules, and
  * only when it admitted the request: each on its own, charged when it
  * would admit.  Counters per rule: allowed, denied, denied in shadow,

@@ -725,7 +725,7 @@ static void test_bad_arguments(void **state)
         "\xc3 ",                /* a lead byte then ASCII */
         "\x80",                 /* a lone continuation byte */
         "nel\xc2\x85",         /* U+0085, a C1 control (next line) */
-        "csi\xc2\x9b" "0m",     /* U+009B, a C1 control (a terminal's CSI) */
+        "csi\xc2\x9b[0m",       /* U+009B, a C1 control (a terminal's CSI) */
         "c1\xc2\x80",          /* U+0080, the first C1 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
