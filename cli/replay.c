@@ -104,7 +104,11 @@ static const char replay_usage[] =
     "  same, the key column echoing the field; a request naming only shadow rules\n"
     "  has remaining 18446744073709551615.  --stats prints a line per rule:\n"
     "    rule=NAME shadow=0|1 allowed=A denied=D denied_shadow=S denied_elsewhere=E\n"
-    "  --metrics writes the rule set's series (ruleset label: FILE).  An unknown\n"
+    "  --metrics writes the rule set's series (ruleset label: FILE), with each key\n"
+    "  rule's table series (sluice_table_keys{ruleset=..,rule=..} and the rest).\n"
+    "  --top N prints, after --stats, each key rule's N keys refused most:\n"
+    "    rule=NAME top=RANK count=C error=E key=KEY\n"
+    "  (and --metrics has them too).  An unknown\n"
     "  rule, an empty list or a rule named twice in a line: exit status 2.\n"
     "\n"
     "Exit status: 0 on success; 2 on a bad SPEC, a bad option, a --metrics FILE\n"
@@ -335,6 +339,44 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
+/* One --top line's key: backslash doubled, bytes outside printable ASCII
+ * written \xNN, \... after a truncated key; then the newline. */
+static void print_top_key(const sluice_top_entry *e)
+{
+    for (size_t j = 0; j < e->keylen; j++) {
+        unsigned char b = e->key[j];
+        if (b == '\\') fputs("\\\\", stderr);
+        else if (b >= 0x20 && b < 0x7F) fputc(b, stderr);
+        else fprintf(stderr, "\\x%02x", b);
+    }
+    fputs(e->truncated ? "\\...\n" : "\n", stderr);
+}
+
+/* --top with --rules: the n keys each key rule's table refused most, to
+ * stderr, `rule=NAME top=RANK count=C error=E key=KEY`, rules in file
+ * order.  Returns 0, or 1 after a message. */
+static int print_rules_top(const sluice_rules *rs, size_t n)
+{
+    sluice_top_entry *top = malloc(n * sizeof *top);
+    if (!top) {
+        fprintf(stderr, "sluice replay: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < sluice_rules_count(rs); i++) {
+        sluice_rule_info info;
+        size_t got = 0;
+        if (sluice_rules_info(rs, i, &info) != 0) break;
+        if (info.global || sluice_rules_top_refused(rs, info.id, top, n, &got) != 0) continue;
+        for (size_t k = 0; k < got; k++) {
+            fprintf(stderr, "rule=%s top=%zu count=%llu error=%llu key=", info.name, k + 1,
+                    (unsigned long long)top[k].count, (unsigned long long)top[k].error);
+            print_top_key(&top[k]);
+        }
+    }
+    free(top);
+    return 0;
+}
+
 /* --top: the n keys each table refused most, to stderr.  Returns 0, or 1
  * after a message. */
 static int print_top(sluice_table *const *tables, size_t ntab, size_t n)
@@ -351,13 +393,7 @@ static int print_top(sluice_table *const *tables, size_t ntab, size_t n)
             if (ntab > 1) fprintf(stderr, "limit=%zu ", k + 1);
             fprintf(stderr, "top=%zu count=%llu error=%llu key=", i + 1,
                     (unsigned long long)top[i].count, (unsigned long long)top[i].error);
-            for (size_t j = 0; j < top[i].keylen; j++) {
-                unsigned char b = top[i].key[j];
-                if (b == '\\') fputs("\\\\", stderr);
-                else if (b >= 0x20 && b < 0x7F) fputc(b, stderr);
-                else fprintf(stderr, "\\x%02x", b);
-            }
-            fputs(top[i].truncated ? "\\...\n" : "\n", stderr);
+            print_top_key(&top[i]);
         }
     }
     free(top);
@@ -504,7 +540,7 @@ static int resolve_rules(sluice_rules *rs, const req *reqs, size_t nreq, sluice_
     return 0;
 }
 
-static int replay_rules(const char *path, bool stats, const char *metrics_path)
+static int replay_rules(const char *path, bool stats, const char *metrics_path, size_t top)
 {
     char err[512];
     /* the trace may interleave keys out of time order (see --limit) */
@@ -512,6 +548,12 @@ static int replay_rules(const char *path, bool stats, const char *metrics_path)
     if (!rs) {
         fprintf(stderr, "sluice replay: bad --rules file \"%s\": %s\n", path, err);
         return 2;
+    }
+    int trc = top ? sluice_rules_set_top(rs, top * 4 < 64 ? 64 : top * 4, 128) : 0;
+    if (trc != 0) {
+        fprintf(stderr, "sluice replay: --top: %s\n", sluice_strerror(trc));
+        sluice_rules_free(rs);
+        return 1;
     }
     FILE *metrics_file = NULL;
     if (metrics_path) {
@@ -572,6 +614,7 @@ static int replay_rules(const char *path, bool stats, const char *metrics_path)
                 (unsigned long long)info.stats.requests[SLUICE_RULE_DENIED_SHADOW],
                 (unsigned long long)info.stats.requests[SLUICE_RULE_DENIED_ELSEWHERE]);
     }
+    if (rc == 0 && top) rc = print_rules_top(rs, top);
     if (metrics_file) {
         int mrc = 0;
         if (rc == 0) {
@@ -610,7 +653,7 @@ int sluice_cli_replay(int argc, char **argv)
     unsigned flags = 0;
     const char *metrics_path = NULL;
     const char *rules_path = NULL;
-    bool limit_opts = false; /* --max-keys, --evict-lru or --top given */
+    bool limit_opts = false; /* --max-keys or --evict-lru given */
     uint64_t top = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -640,7 +683,6 @@ int sluice_cli_replay(int argc, char **argv)
             metrics_path = a + 10;
         } else if ((strcmp(a, "--top") == 0 && i + 1 < argc) || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : argv[++i];
-            limit_opts = true;
             if (!parse_dec(v, strlen(v), 1000, &top) || top == 0) {
                 fprintf(stderr, "sluice replay: bad --top \"%s\": expected 1 .. 1000\n", v);
                 return 2;
@@ -656,10 +698,10 @@ int sluice_cli_replay(int argc, char **argv)
     if (rules_path) {
         if (nspec || limit_opts) {
             fprintf(stderr, "sluice replay: --rules takes the limits, max_keys and policies from "
-                            "its file: not with --limit, --max-keys, --evict-lru or --top\n");
+                            "its file: not with --limit, --max-keys or --evict-lru\n");
             return 2;
         }
-        return replay_rules(rules_path, stats, metrics_path);
+        return replay_rules(rules_path, stats, metrics_path, (size_t)top);
     }
     if (nspec == 0) {
         fprintf(stderr, "sluice replay: missing --limit SPEC (try sluice replay --help)\n");

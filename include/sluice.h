@@ -225,7 +225,15 @@ typedef struct sluice_stats {
     uint64_t permits_allowed;  /* saturates at UINT64_MAX */
     uint64_t permits_denied;   /* saturates at UINT64_MAX */
     uint64_t probes;
-    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
+    /* Of requests_denied and permits_denied, those of composite decisions
+     * (sluice_composite_try_acquire_at, several --limit flags) that another
+     * limit refused while this one would have admitted them: charged
+     * nothing here, counted so that the limit that bites can be told
+     * (the metrics' decision="denied_elsewhere").  Keys of tables in a
+     * shared region count 0 here. */
+    uint64_t requests_denied_elsewhere;
+    uint64_t permits_denied_elsewhere; /* saturates at UINT64_MAX */
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_stats;
 
 /* Make a limiter from a spec such as "sliding-wheel 100/s slots=100".

@@ -328,6 +328,10 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
         if (parts[i].lim) sluice__limiter_count(parts[i].lim, permits, ok);
         else if (!parts[i].rt)
             sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
+        if (!ok && permits && parts[i].ok && !parts[i].rt) { /* refused by another limit */
+            if (parts[i].lim) sluice__limiter_count_elsewhere(parts[i].lim, permits);
+            else sluice__table_count_elsewhere(parts[i].t, permits);
+        }
         if (!ok && !parts[i].lim && !parts[i].rt)
             sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
     }

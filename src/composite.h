@@ -90,6 +90,9 @@ typedef struct sluice__answer {
 SLUICE__INTERNAL void sluice__limiter_hold(sluice__part *part);
 SLUICE__INTERNAL void sluice__limiter_release(sluice__part *part, bool commit);
 SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
+/* After the count of a refused composite: this limit would have admitted
+ * (sluice__count_elsewhere). */
+SLUICE__INTERNAL void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits);
 /* limiter.c: the whole composite when the refs are 1 to
  * SLUICE_COMPOSITE_MAX distinct lock-free limiters, without holding
  * anything while deciding, counted in each limiter.  sluice__limiters_try:
@@ -145,6 +148,7 @@ SLUICE__INTERNAL void sluice__table_store(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_unmake(sluice__part *part);
 SLUICE__INTERNAL void sluice__table_reclaim(sluice_table *t, uint64_t now_ns);
 SLUICE__INTERNAL void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full);
+SLUICE__INTERNAL void sluice__table_count_elsewhere(sluice_table *t, uint64_t permits);
 /* table.c: count a refusal of `key` in the table's sketch of the keys
  * refused most, if it has one; h is the key's hash under the table's seed
  * (0: unknown, computed).  Takes no shard lock. */

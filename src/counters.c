@@ -138,6 +138,11 @@ void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
             out->permits_allowed, atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
         out->permits_denied = sluice__sat_add(
             out->permits_denied, atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
+        out->requests_denied_elsewhere +=
+            atomic_load_explicit(&s->denied_elsewhere, memory_order_relaxed);
+        out->permits_denied_elsewhere =
+            sluice__sat_add(out->permits_denied_elsewhere,
+                            atomic_load_explicit(&s->permits_elsewhere, memory_order_relaxed));
     }
 }
 

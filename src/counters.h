@@ -15,6 +15,7 @@
 typedef struct sluice__stripe {
     _Alignas(64) _Atomic uint64_t requests_allowed, requests_denied;
     _Atomic uint64_t permits_allowed, permits_denied, probes;
+    _Atomic uint64_t denied_elsewhere, permits_elsewhere; /* sluice__count_elsewhere */
 } sluice__stripe;
 typedef struct sluice__counters {
     sluice__stripe s[SLUICE__STRIPES];
@@ -83,6 +84,26 @@ static inline bool sluice__count_denied_at(sluice__counters *c, unsigned slot,
 static inline bool sluice__count_denied(sluice__counters *c, uint64_t permits)
 {
     return sluice__count_denied_at(c, sluice__my_slot - 1, permits);
+}
+/* Mark a refusal already counted (sluice__count, permits >= 1) as one a
+ * composite made for another limit while this one would have admitted:
+ * sluice_stats.requests_denied_elsewhere, a part of requests_denied. */
+static inline void sluice__count_elsewhere(sluice__counters *c, uint64_t permits)
+{
+    const unsigned slot = sluice__my_slot - 1; /* chosen by the count before */
+    if (slot >= SLUICE__STRIPES - 1) {
+        sluice__stripe *s = &c->s[SLUICE__STRIPES - 1];
+        atomic_fetch_add_explicit(&s->denied_elsewhere, 1, memory_order_relaxed);
+        uint64_t old = atomic_load_explicit(&s->permits_elsewhere, memory_order_relaxed);
+        while (!atomic_compare_exchange_weak_explicit(&s->permits_elsewhere, &old,
+                                                      sluice__sat_add(old, permits),
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+        }
+        return;
+    }
+    sluice__stripe *s = &c->s[slot];
+    sluice__own_inc(&s->denied_elsewhere);
+    sluice__own_add(&s->permits_elsewhere, permits);
 }
 /* Decisions tallied locally and counted at once (a burst counts its
  * decisions when it returns: one stripe update, not one per decision). */

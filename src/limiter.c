@@ -909,6 +909,11 @@ void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok)
     sluice__count(&lim->counters, permits, ok);
 }
 
+void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits)
+{
+    sluice__count_elsewhere(&lim->counters, permits);
+}
+
 /* ---- reconfiguration ---------------------------------------------------- */
 
 /* Change the limiter to the profile `npf` at now_ns, or to the current
@@ -1104,6 +1109,33 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
     }
 }
 
+/* A composite refused by limit i with no details asked, counted denied in
+ * every limit: each other limit that would have admitted counts
+ * denied_elsewhere too -- those before i admitted on their snapshots; those
+ * after i, not read by the call, are decided now on a snapshot of their
+ * own (a read: nothing is written; a word held by a composite or frozen by
+ * a change counts as not admitting).  Off the path of admissions. */
+static __attribute__((noinline)) void count_elsewhere_rest(const sluice_limit_ref *refs, size_t i,
+                                                           size_t n, uint64_t permits,
+                                                           uint64_t now_ns)
+{
+    for (size_t j = 0; j < n && permits; j++) {
+        if (j == i) continue;
+        bool would = j < i;
+        if (j > i) {
+            cfg *c = cur_cfg(refs[j].limiter);
+            u128 v;
+            if (c->lockfree && load_word(&c->packed, &v)) {
+                const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+                sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
+                                        .max_wait = UINT64_MAX, .res = NULL, .out = {lo, hi}};
+                would = c->pf.ops->decide_packed(&c->pf, &q);
+            }
+        }
+        if (would) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
+    }
+}
+
 /* Whether refs[i..n) are limiters, none of them named twice in refs[0..n)
  * (those before i were checked as they were decided). */
 static __attribute__((noinline)) bool rest_ok(const sluice_limit_ref *refs, size_t i, size_t n)
@@ -1170,6 +1202,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 /* this limit alone refuses the call -- a good one */
                 if (i + 1 < n && !rest_ok(refs, i + 1, n)) return -1;
                 count_all(refs, n, permits, false);
+                count_elsewhere_rest(refs, i, n, permits, now_ns);
                 return 0;
             }
             oks[i] = ok;
@@ -1216,6 +1249,9 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             got = 1;
         }
         count_all(refs, n, permits, got);
+        if (!got && permits && details != DETAILS_NONE) /* who would have admitted */
+            for (size_t j = 0; j < n; j++)
+                if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
         if (details == DETAILS_EACH)
             for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
         if (details == DETAILS_SUM) {
@@ -1291,4 +1327,20 @@ int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permi
 void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out)
 {
     sluice__spec_info(&cur_cfg(lim)->pf, out);
+}
+
+void sluice__limiter_reclaim(sluice_limiter *lim)
+{
+    pthread_mutex_lock(&lim->mu);
+    cfg *c = atomic_load_explicit(&lim->cur, memory_order_relaxed);
+    if (c != &lim->first) {
+        cfg *o = c->older;
+        c->older = &lim->first; /* the chain cfg_free_all walks: current, first */
+        while (o && o != &lim->first) {
+            cfg *n = o->older;
+            sluice__free64(o);
+            o = n;
+        }
+    }
+    pthread_mutex_unlock(&lim->mu);
 }

@@ -14,6 +14,14 @@ SLUICE__INTERNAL bool sluice__limiter_is_bucket(const sluice_limiter *lim);
 SLUICE__INTERNAL uint64_t sluice__limiter_capacity(const sluice_limiter *lim);
 SLUICE__INTERNAL void sluice__limiter_retain(sluice_limiter *lim);
 
+/* Free the configurations that changes of spec retired (all but the
+ * current one and the first, which is part of the limiter), which the
+ * limiter otherwise keeps until it is freed, since a lock-free decision may
+ * still be reading one.  The caller guarantees that none can: no call on
+ * `lim` runs or is under way (rules.c calls it under its gate, after a
+ * grace period, on limiters only its decisions reach).  Takes the mutex. */
+SLUICE__INTERNAL void sluice__limiter_reclaim(sluice_limiter *lim);
+
 /* For the tests: the limiter's state as raw words, to check that a call
  * changed nothing.  A lock-free limiter: its packed word (out[0] the time
  * half, out[1] the count half), the rest 0.  A window log: out[0] the

@@ -113,6 +113,14 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
+/* Whether the l-byte UTF-8 sequence at s (utf8_len) is a C1 control
+ * character, U+0080 .. U+009F: C2 80 .. C2 9F.  They are control
+ * characters as C0's are (U+0085 a line break, U+009B a terminal's CSI). */
+static bool c1_control(const unsigned char *s, size_t l)
+{
+    return l == 2 && s[0] == 0xC2 && s[1] < 0xA0;
+}
+
 /* Validate `name` and return its escaped length (> 0), or 0 if refused. */
 static size_t escaped_len(const char *name)
 {
@@ -125,7 +133,7 @@ static size_t escaped_len(const char *name)
         unsigned c = s[i];
         if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return 0;
         size_t l = utf8_len(s + i, n - i);
-        if (l == 0) return 0;
+        if (l == 0 || c1_control(s + i, l)) return 0;
         out += (c == '\\' || c == '"' || c == '\n') ? 2 : l;
         i += l;
     }
@@ -386,6 +394,8 @@ static void series(cursor *c, const char *metric, const char *label, const entry
 }
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+/* a - b, 0 when b > a (two counters read at slightly different instants) */
+static uint64_t sat_sub(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
 
 /* What one object contributes to the families. */
 typedef struct snapshot {
@@ -449,24 +459,25 @@ static const family families[] = {
      KB(K_QUEUE)},
     {F_ASYNC_FAILED, "sluice_async_failed_total", "counter",
      "Asynchronous acquires that ended without their permits, by reason.", KB(K_QUEUE)},
-    {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE)},
+    {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE) | KB(K_RULES)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
-     KB(K_TABLE)},
+     KB(K_TABLE) | KB(K_RULES)},
     {F_TABLE_EVICTED, "sluice_table_keys_evicted_total", "counter",
-     "Keys dropped while in use to make room (evict-lru tables only).", KB(K_TABLE)},
+     "Keys dropped while in use to make room (evict-lru tables only).",
+     KB(K_TABLE) | KB(K_RULES)},
     {F_TABLE_REFUSED, "sluice_table_keys_refused_total", "counter",
      "Requests for a new key refused because the table was full of keys in use "
      "(also counted as denied requests).",
-     KB(K_TABLE)},
+     KB(K_TABLE) | KB(K_RULES)},
     {F_TOP_REQUESTS, "sluice_table_refused_key_requests", "gauge",
      "Requests refused for the key, as estimated by the table's sketch of the keys "
      "refused most (at least the true number, at most that plus the error series); "
      "the top keys only.",
-     KB(K_TABLE)},
+     KB(K_TABLE) | KB(K_RULES)},
     {F_TOP_ERROR, "sluice_table_refused_key_error", "gauge",
      "The most sluice_table_refused_key_requests can exceed the key's true refusals.",
-     KB(K_TABLE)},
+     KB(K_TABLE) | KB(K_RULES)},
     {F_WHEEL_PENDING, "sluice_wheel_timers_pending", "gauge",
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
     {F_RULE_REQUESTS, "sluice_rule_requests_total", "counter",
@@ -528,7 +539,8 @@ static void read_object(const entry *e, family_id f, snapshot *s)
 
 /* A key as a label value: the key's bytes with every backslash doubled,
  * every byte that is not part of printable UTF-8 (invalid sequences,
- * control characters) written as \xNN, and `\...` after a truncated key;
+ * control characters C0, DEL and C1 -- the C1 ones, C2 80 .. C2 9F, as
+ * their two bytes) written as \xNN, and `\...` after a truncated key;
  * then escaped as the format asks (backslash and double quote).  Distinct
  * keys give distinct values: a backslash of the value is always followed by
  * a backslash, an x or three dots. */
@@ -539,6 +551,7 @@ static void put_key(cursor *c, const sluice_top_entry *t)
     for (size_t i = 0; i < t->keylen;) {
         unsigned b = k[i];
         size_t l = b < 0x20 || b == 0x7F ? 0 : utf8_len(k + i, t->keylen - i);
+        if (c1_control(k + i, l)) l = 0; /* C2 8x: each byte written \xNN */
         if (l == 0) {
             char x[6] = {'\\', '\\', 'x', hex[b >> 4], hex[b & 15], 0};
             put(c, x, 5);
@@ -631,22 +644,44 @@ static void reason_series(cursor *c, const char *metric, const char *label, cons
 }
 
 /* The series of a rule set, one set of lines per rule of its current
- * version: NAME{ruleset="...",rule="..."[,decision="D"]} VALUE.  Rule names
- * need no escaping (letters, digits, _ - . :). */
+ * version: NAME{ruleset="...",rule="..."[,decision="D"]} VALUE; a key
+ * rule's table also gives the table families, labelled the same
+ * (sluice_table_keys{ruleset="...",rule="..."}), and its keys refused most
+ * NAME{ruleset="...",rule="...",key="..."} when it has a sketch
+ * (sluice_rules_set_top).  Rule names need no escaping (letters, digits,
+ * _ - . :).  The family's HELP and TYPE are written before its first line
+ * (`head`): whether a rule set has lines is known only in its walk. */
+static void family_head(cursor *c, const char *name, const char *type, const char *help);
+
 typedef struct rules_out {
     cursor *c;
     const family *f;
     const entry *e;
+    bool *head;
 } rules_out;
 
-static void rule_series(const rules_out *o, const char *rule, const char *decision, uint64_t value)
+static void rule_head(const rules_out *o)
+{
+    if (*o->head) return;
+    *o->head = true;
+    family_head(o->c, o->f->name, o->f->type, o->f->help);
+}
+
+static void rule_labels(const rules_out *o, const char *rule)
 {
     cursor *c = o->c;
+    rule_head(o);
     puts_(c, o->f->name);
     put(c, "{ruleset=\"", 10);
     put(c, o->e->name, o->e->namelen);
     put(c, "\",rule=\"", 8);
     puts_(c, rule);
+}
+
+static void rule_series(const rules_out *o, const char *rule, const char *decision, uint64_t value)
+{
+    cursor *c = o->c;
+    rule_labels(o, rule);
     if (decision) {
         put(c, "\",decision=\"", 12);
         puts_(c, decision);
@@ -656,7 +691,42 @@ static void rule_series(const rules_out *o, const char *rule, const char *decisi
     end_line(c);
 }
 
-static void write_rule(void *arg, const char *name, bool shadow, const sluice_rule_stats *st)
+static void rule_key_series(const rules_out *o, const char *rule, const sluice_top_entry *t,
+                            uint64_t value)
+{
+    cursor *c = o->c;
+    rule_labels(o, rule);
+    put(c, "\",key=\"", 7);
+    put_key(c, t);
+    put(c, "\"} ", 3);
+    put_u64(c, value);
+    end_line(c);
+}
+
+/* A key rule's table families (tab not NULL). */
+static void write_rule_table(const rules_out *o, const char *name, const sluice_table *tab)
+{
+    sluice_table_stats ts;
+    if (o->f->id == F_TOP_REQUESTS || o->f->id == F_TOP_ERROR) {
+        sluice_top_entry top[SLUICE_METRICS_TOP_KEYS];
+        size_t n = 0;
+        if (sluice_table_top_refused(tab, top, SLUICE_METRICS_TOP_KEYS, &n) != 0) n = 0;
+        for (size_t i = 0; i < n; i++)
+            rule_key_series(o, name, &top[i], o->f->id == F_TOP_REQUESTS ? top[i].count : top[i].error);
+        return;
+    }
+    sluice_table_stats_get(tab, &ts);
+    switch (o->f->id) {
+    case F_TABLE_KEYS: rule_series(o, name, NULL, ts.keys); break;
+    case F_TABLE_RECLAIMED: rule_series(o, name, NULL, ts.reclaimed); break;
+    case F_TABLE_EVICTED: rule_series(o, name, NULL, ts.evicted); break;
+    case F_TABLE_REFUSED: rule_series(o, name, NULL, ts.refused); break;
+    default: break;
+    }
+}
+
+static void write_rule(void *arg, const char *name, bool shadow, const sluice_rule_stats *st,
+                       const sluice_table *tab)
 {
     static const char *const decisions[4] = {"allowed", "denied", "denied_shadow",
                                              "denied_elsewhere"};
@@ -669,36 +739,43 @@ static void write_rule(void *arg, const char *name, bool shadow, const sluice_ru
         for (int d = 0; d < 4; d++) rule_series(o, name, decisions[d], st->permits[d]);
         break;
     case F_RULE_SHADOW: rule_series(o, name, NULL, shadow ? 1 : 0); break;
+    case F_TABLE_KEYS:
+    case F_TABLE_RECLAIMED:
+    case F_TABLE_EVICTED:
+    case F_TABLE_REFUSED:
+    case F_TOP_REQUESTS:
+    case F_TOP_ERROR:
+        if (tab) write_rule_table(o, name, tab);
+        break;
     default: break;
     }
 }
 
-static void write_rules(cursor *c, const family *f, const entry *e)
+static void write_rules(cursor *c, const family *f, const entry *e, bool *head)
 {
     const sluice_rules *rs = e->obj;
+    rules_out o = {c, f, e, head};
     if (f->id == F_RULES_LOADS) {
+        rule_head(&o);
         series(c, f->name, "ruleset", e, NULL, sluice_rules_generation(rs));
         return;
     }
-    rules_out o = {c, f, e};
     sluice__rules_each(rs, write_rule, &o);
 }
 
 static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
 {
-    if (e->k == K_RULES) {
-        write_rules(c, f, e);
-        return;
-    }
     const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
     switch (f->id) {
-    case F_REQUESTS:
+    case F_REQUESTS: /* denied: by this limit; denied_elsewhere: by another of a composite */
         series(c, f->name, label, e, "allowed", sat_add(s->d.requests_allowed, s->d.probes));
-        series(c, f->name, label, e, "denied", s->d.requests_denied);
+        series(c, f->name, label, e, "denied", sat_sub(s->d.requests_denied, s->d.requests_denied_elsewhere));
+        series(c, f->name, label, e, "denied_elsewhere", s->d.requests_denied_elsewhere);
         break;
     case F_PERMITS:
         series(c, f->name, label, e, "allowed", s->d.permits_allowed);
-        series(c, f->name, label, e, "denied", s->d.permits_denied);
+        series(c, f->name, label, e, "denied", sat_sub(s->d.permits_denied, s->d.permits_denied_elsewhere));
+        series(c, f->name, label, e, "denied_elsewhere", s->d.permits_denied_elsewhere);
         break;
     case F_PROBES: series(c, f->name, label, e, NULL, s->d.probes); break;
     case F_ACQUIRE_WAIT:
@@ -809,8 +886,10 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
             const entry *e = &m->v[i];
             snapshot s;
             bool lines = (f->kinds & KB(e->k)) != 0;
-            if (lines && e->k == K_RULES && f->id != F_RULES_LOADS)
-                lines = sluice_rules_count((const sluice_rules *)e->obj) > 0;
+            if (lines && e->k == K_RULES) { /* its HELP and TYPE before its first line */
+                write_rules(&c, f, e, &head);
+                lines = false;
+            }
             if (lines) {
                 memset(&s, 0, offsetof(snapshot, top));
                 read_object(e, f->id, &s);

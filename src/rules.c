@@ -44,6 +44,24 @@
  * a fresh limiter made for each change in case the real one runs out of
  * memory in the gate (it then starts fresh instead).
  *
+ * One validation.  parse() is the whole check of a text, shared by
+ * sluice_rules_check, _new, _reload and _diff: the syntax, every spec and
+ * option, a rule file's own bounds (max_keys <= 2^24, at least one rule
+ * unless SLUICE_RULES_ALLOW_EMPTY), then vet(): each key rule's overrides
+ * set, by the load's own set_overrides, on a scratch table of one key of
+ * the rule's spec -- the one refusal only the table knows (an override
+ * whose state outgrows the table's 16-byte entries).  So a text check
+ * accepts fails to load only for want of memory.  Files are read whole
+ * (read_file: at most 16 MiB, not a directory, unchanged while read)
+ * before anything is parsed.
+ *
+ * Memory over reloads.  A change in place of a global rule retires the
+ * limiter's configuration, which the limiter keeps until it is freed (a
+ * lock-free decision may be reading it).  Under the gate no decision is
+ * inside, so the reload frees the retired ones there
+ * (sluice__limiter_reclaim): a set reloaded forever keeps one per rule.
+ * A key rule's table keeps its own configurations (table.c bounds those).
+ *
  * Shadow rules are decided after the composite of the enforcing rules, and
  * only when it admitted the request: each on its own, charged when it
  * would admit.  Counters per rule: allowed, denied, denied in shadow,
@@ -52,13 +70,17 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "counters.h"
+#include "limiter.h"
 #include "rules.h"
 #include "spin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- parsed text --------------------------------------------------------- */
 
@@ -140,6 +162,7 @@ struct sluice_rules {
     pthread_mutex_t mu;  /* serialises reloads */
     version *v;          /* the current version (the writer's copy) */
     unsigned flags;
+    size_t top_counters, top_key_bytes; /* sluice_rules_set_top (mu); 0: none */
     /* owned per id, for the handle's life (mu) */
     char **names;
     rctr **ctrs;
@@ -234,6 +257,11 @@ static int bad(char *err, size_t errlen, size_t line, const char *what, const ch
                size_t toklen, const char *more)
 {
     if (errlen == 0) return SLUICE_EINVAL;
+    /* a quoted word as written: its own quotes would double the message's */
+    if (tok && toklen >= 2 && tok[0] == '"' && tok[toklen - 1] == '"') {
+        tok++;
+        toklen -= 2;
+    }
     char q[80 * 4 + 8];
     size_t k = 0;
     if (tok) {
@@ -450,8 +478,9 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
             d.shadow = true;
         } else if (is_max) {
             seen_max = true;
-            if (!parse_u64(v + 9, k->len - 9, (uint64_t)1 << 32, &d.max_keys) || d.max_keys == 0)
-                return bad(err, errlen, line, "bad max_keys (1 .. 4294967296):", k->src, k->srclen, NULL);
+            if (!parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) ||
+                d.max_keys == 0)
+                return bad(err, errlen, line, "bad max_keys (1 .. 16777216):", k->src, k->srclen, NULL);
         } else {
             seen_policy = true;
             if (strcmp(v + 7, "refuse") == 0) d.evict = false;
@@ -539,9 +568,15 @@ static int override_line(parsed *p, word *t, int n, size_t line, char *err, size
     return 0;
 }
 
-/* Parse the whole text.  0, SLUICE_EINVAL (err names line and token) or
- * SLUICE_ENOMEM; on error p is empty. */
-static int parse(const char *text, size_t len, parsed *p, char *err, size_t errlen)
+static int vet(const parsed *p, char *err, size_t errlen);
+
+/* Parse the whole text and vet it as the load will use it (vet): the one
+ * validation of sluice_rules_check, _new and _reload.  0, SLUICE_EINVAL
+ * (err names line and token) or SLUICE_ENOMEM; on error p is empty.  A
+ * text with no rules is SLUICE_EINVAL unless flags has
+ * SLUICE_RULES_ALLOW_EMPTY. */
+static int parse(const char *text, size_t len, unsigned flags, parsed *p, char *err,
+                 size_t errlen)
 {
     memset(p, 0, sizeof *p);
     if (errlen) err[0] = '\0';
@@ -594,16 +629,28 @@ static int parse(const char *text, size_t len, parsed *p, char *err, size_t errl
         }
     }
     sluice__free(buf);
+    if (rc == 0 && p->n == 0 && !(flags & SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen,
+                     "no rules in the text: a set without rules limits nothing "
+                     "(SLUICE_RULES_ALLOW_EMPTY, or sluice check --allow-empty, accepts it)");
+        rc = SLUICE_EINVAL;
+    }
+    if (rc == 0) rc = vet(p, err, errlen);
     if (rc == SLUICE_ENOMEM) sluice__errf(err, errlen, "out of memory");
     if (rc) parsed_free(p);
     return rc;
 }
 
-int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
-                       char *err, size_t errlen)
+int sluice_rules_check_flags(const char *text, size_t len, unsigned flags, size_t *nrules,
+                             size_t *noverrides, char *err, size_t errlen)
 {
+    if (errlen) err[0] = '\0';
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
     parsed p;
-    int rc = parse(text, len, &p, err, errlen);
+    int rc = parse(text, len, flags, &p, err, errlen);
     if (rc == 0) {
         if (nrules) *nrules = p.n;
         if (noverrides) *noverrides = p.noverrides;
@@ -612,44 +659,107 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
     return rc;
 }
 
+int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
+                       char *err, size_t errlen)
+{
+    return sluice_rules_check_flags(text, len, SLUICE_RULES_ALLOW_EMPTY, nrules, noverrides, err,
+                                    errlen);
+}
+
 /* ---- files --------------------------------------------------------------- */
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
+/* Read the whole file `path` into *out (owned by the caller; *len bytes).
+ * Returns 0, SLUICE_EINVAL (err: the file's name and the reason) or
+ * SLUICE_ENOMEM.  Read to the end before anything is checked; a directory,
+ * more than SLUICE_RULES_FILE_MAX bytes (a device or pipe that never ends
+ * included), or a regular file whose size or modification time changed
+ * while it was read is refused.  Every loop is bounded by the cap. */
+static int read_file(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
+    *out = NULL;
+    *len = 0;
     if (!path) {
         sluice__errf(err, errlen, "no file name");
-        return NULL;
+        return SLUICE_EINVAL;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         sluice__errf(err, errlen, "cannot open \"%s\": %s", path, strerror(errno));
-        return NULL;
+        return SLUICE_EINVAL;
     }
+    struct stat a, b;
+    if (fstat(fd, &a) != 0) {
+        sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
+        close(fd);
+        return SLUICE_EINVAL;
+    }
+    if (S_ISDIR(a.st_mode)) {
+        sluice__errf(err, errlen, "cannot read \"%s\": is a directory", path);
+        close(fd);
+        return SLUICE_EINVAL;
+    }
+    int rc = 0;
     size_t cap = 4096, n = 0;
     char *buf = sluice__malloc(cap);
     while (buf) {
         if (n == cap) {
-            char *b = cap <= SIZE_MAX / 2 ? sluice__malloc(cap * 2) : NULL;
-            if (b) memcpy(b, buf, n);
+            if (cap > SLUICE_RULES_FILE_MAX) {
+                sluice__errf(err, errlen, "\"%s\" is larger than 16 MiB (%zu bytes)", path,
+                             SLUICE_RULES_FILE_MAX);
+                rc = SLUICE_EINVAL;
+                break;
+            }
+            /* one byte past the cap tells a file of exactly the cap */
+            size_t ncap = cap * 2 > SLUICE_RULES_FILE_MAX ? SLUICE_RULES_FILE_MAX + 1 : cap * 2;
+            char *nb = sluice__malloc(ncap);
+            if (nb) memcpy(nb, buf, n);
             sluice__free(buf);
-            buf = b;
-            cap *= 2;
+            buf = nb;
+            cap = ncap;
             if (!buf) break;
         }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
+            rc = SLUICE_EINVAL;
+            break;
+        }
         if (got == 0) break;
+        n += (size_t)got;
     }
-    if (!buf) {
+    if (!buf && rc == 0) {
         sluice__errf(err, errlen, "out of memory reading \"%s\"", path);
-    } else if (ferror(f)) {
-        sluice__errf(err, errlen, "cannot read \"%s\": %s", path, strerror(errno));
-        sluice__free(buf);
-        buf = NULL;
+        rc = SLUICE_ENOMEM;
     }
-    fclose(f);
+    if (rc == 0 && S_ISREG(a.st_mode) &&
+        (fstat(fd, &b) != 0 || b.st_size != a.st_size || (off_t)n != a.st_size ||
+         b.st_mtim.tv_sec != a.st_mtim.tv_sec || b.st_mtim.tv_nsec != a.st_mtim.tv_nsec)) {
+        sluice__errf(err, errlen, "\"%s\" changed while it was read (a writer not done?): nothing loaded",
+                     path);
+        rc = SLUICE_EINVAL;
+    }
+    close(fd);
+    if (rc != 0) {
+        sluice__free(buf);
+        return rc;
+    }
+    *out = buf;
     *len = n;
-    return buf;
+    return 0;
+}
+
+int sluice_rules_check_file(const char *path, unsigned flags, size_t *nrules, size_t *noverrides,
+                            char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    char *text;
+    size_t len;
+    int rc = read_file(path, &text, &len, err, errlen);
+    if (rc) return rc;
+    rc = sluice_rules_check_flags(text, len, flags, nrules, noverrides, err, errlen);
+    sluice__free(text);
+    return rc;
 }
 
 /* ---- building a version -------------------------------------------------- */
@@ -840,6 +950,28 @@ static int make_limit(const pdef *d, unsigned flags, limit *l, char *err, size_t
     return rc;
 }
 
+/* The part of the validation that only the table knows: each key rule's
+ * overrides are set, by set_overrides as make_limit sets them, on a
+ * scratch table of one key made from the rule's spec -- an override whose
+ * state needs more than the table's 16-byte entries is refused here, with
+ * the load's message, not first at the load.  0, SLUICE_EINVAL (err names
+ * the override) or SLUICE_ENOMEM. */
+static int vet(const parsed *p, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const pdef *d = &p->r[i];
+        if (d->global || d->nov == 0) continue;
+        pdef small = *d;
+        small.max_keys = 1;
+        small.evict = false;
+        limit s;
+        int rc = make_limit(&small, 0, &s, err, errlen);
+        if (rc) return rc;
+        limit_free(&s);
+    }
+    return 0;
+}
+
 /* What to do with a rule defined as `from` in the running set and as `to`
  * in the new text.  A change in place is tried first on a scratch limit
  * made from `from` (the checks depend on the specs only, not the state):
@@ -857,6 +989,15 @@ static plan plan_for(const pdef *from, const pdef *to)
     if (rc == 0) rc = change(from, to, &s, 0);
     limit_free(&s);
     return rc == 0 ? P_RECONF : rc == SLUICE_ENOMEM ? P_NOMEM : P_NEW;
+}
+
+/* A new table of the set gets the sketch sluice_rules_set_top asked for
+ * (mu held, or the handle not yet shared).  0 or SLUICE_ENOMEM. */
+static int give_top(const sluice_rules *rs, sluice_table *t)
+{
+    if (!t || rs->top_counters == 0) return 0;
+    int rc = sluice_table_set_top(t, rs->top_counters, rs->top_key_bytes);
+    return rc == SLUICE_ENOMEM ? rc : 0;
 }
 
 /* Build the version of p over `old` (NULL for the first).  Takes p's
@@ -908,10 +1049,14 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
             rc = make_limit(&r->d, rs->flags, &l, err, errlen);
             r->lim = l.lim;
             r->tab = l.tab;
+            if (rc == 0) rc = give_top(rs, r->tab);
         } else {
             r->lim = o->lim;
             r->tab = o->tab;
-            if (plans[i] == P_RECONF) rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
+            if (plans[i] == P_RECONF) {
+                rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
+                if (rc == 0) rc = give_top(rs, spare[i].tab);
+            }
         }
     }
     if (rc != 0) {
@@ -938,6 +1083,113 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
     return rc;
 }
 
+/* ---- what a reload would do ---------------------------------------------- */
+
+/* Why plan_for(from, to) gives P_NEW, in a short phrase (why[] >= 96). */
+static void fresh_why(const pdef *from, const pdef *to, char *why, size_t n)
+{
+    sluice_spec_info a, b;
+    if (from->global != to->global)
+        snprintf(why, n, "the scope changes (%s -> %s)", from->global ? "global" : "key",
+                 to->global ? "global" : "key");
+    else if (!to->global && from->max_keys != to->max_keys)
+        snprintf(why, n, "max_keys %llu -> %llu", (unsigned long long)from->max_keys,
+                 (unsigned long long)to->max_keys);
+    else if (!to->global && from->evict != to->evict)
+        snprintf(why, n, "the policy changes (%s -> %s)", from->evict ? "evict-lru" : "refuse",
+                 to->evict ? "evict-lru" : "refuse");
+    else if (sluice_spec_parse(from->spec, &a, NULL, 0) == 0 &&
+             sluice_spec_parse(to->spec, &b, NULL, 0) == 0 && a.algorithm != b.algorithm)
+        snprintf(why, n, "the algorithm changes (%s -> %s)", sluice_algorithm_name(a.algorithm),
+                 sluice_algorithm_name(b.algorithm));
+    else
+        snprintf(why, n, "the new spec or overrides cannot carry the state");
+}
+
+static int diff_parsed(const parsed *o, const parsed *p, sluice_rules_diff_fn fn, void *arg)
+{
+    char why[160];
+    for (size_t i = 0; i < p->n; i++) {
+        const pdef *to = &p->r[i];
+        const pdef *from = find_def((parsed *)o, to->name, strlen(to->name));
+        int what;
+        why[0] = '\0';
+        if (!from) {
+            what = SLUICE_RULE_ADDED;
+        } else {
+            plan pl = plan_for(from, to);
+            if (pl == P_NOMEM) return SLUICE_ENOMEM;
+            if (pl == P_CARRY) {
+                what = SLUICE_RULE_KEPT;
+            } else if (pl == P_RECONF) {
+                what = SLUICE_RULE_CARRIED;
+                snprintf(why, sizeof why, "%s", strcmp(from->spec, to->spec) != 0
+                                                    ? "the spec changes, the state is kept"
+                                                    : "the overrides change, the state is kept");
+            } else {
+                what = SLUICE_RULE_FRESH;
+                fresh_why(from, to, why, sizeof why);
+            }
+        }
+        if (fn) fn(arg, to->name, what, why);
+    }
+    for (size_t i = 0; i < o->n; i++)
+        if (!find_def((parsed *)p, o->r[i].name, strlen(o->r[i].name)) && fn)
+            fn(arg, o->r[i].name, SLUICE_RULE_REMOVED, "");
+    return 0;
+}
+
+/* Prefix err's message with "old: " or "new: ". */
+static void which_text(const char *which, char *err, size_t errlen)
+{
+    if (errlen == 0) return;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s: %s", which, tmp);
+}
+
+int sluice_rules_diff(const char *old, size_t oldlen, const char *text, size_t len,
+                      unsigned flags, sluice_rules_diff_fn fn, void *arg, char *err,
+                      size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
+    parsed o, p;
+    int rc = parse(old, oldlen, SLUICE_RULES_ALLOW_EMPTY, &o, err, errlen);
+    if (rc) {
+        which_text("old", err, errlen);
+        return rc;
+    }
+    rc = parse(text, len, flags, &p, err, errlen);
+    if (rc) {
+        which_text("new", err, errlen);
+        parsed_free(&o);
+        return rc;
+    }
+    rc = diff_parsed(&o, &p, fn, arg);
+    if (rc == SLUICE_ENOMEM) sluice__errf(err, errlen, "out of memory");
+    parsed_free(&o);
+    parsed_free(&p);
+    return rc;
+}
+
+int sluice_rules_diff_files(const char *old_path, const char *path, unsigned flags,
+                            sluice_rules_diff_fn fn, void *arg, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    char *a = NULL, *b = NULL;
+    size_t an = 0, bn = 0;
+    int rc = read_file(old_path, &a, &an, err, errlen);
+    if (rc == 0) rc = read_file(path, &b, &bn, err, errlen);
+    if (rc == 0) rc = sluice_rules_diff(a, an, b, bn, flags, fn, arg, err, errlen);
+    sluice__free(a);
+    sluice__free(b);
+    return rc;
+}
+
 /* ---- the handle ---------------------------------------------------------- */
 
 static void free_handle(sluice_rules *rs)
@@ -956,12 +1208,12 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
                                size_t errlen)
 {
     if (errlen) err[0] = '\0';
-    if (flags & ~SLUICE_RULES_RECLAIM_WHEN_FULL) {
+    if (flags & ~(SLUICE_RULES_RECLAIM_WHEN_FULL | SLUICE_RULES_ALLOW_EMPTY)) {
         sluice__errf(err, errlen, "unknown flags 0x%x", flags);
         return NULL;
     }
     parsed p;
-    if (parse(text, len, &p, err, errlen) != 0) return NULL;
+    if (parse(text, len, flags, &p, err, errlen) != 0) return NULL;
     sluice_rules *rs = sluice__calloc64(sizeof *rs);
     if (!rs || pthread_mutex_init(&rs->mu, NULL) != 0) {
         sluice__free64(rs);
@@ -969,7 +1221,7 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
         sluice__errf(err, errlen, "out of memory");
         return NULL;
     }
-    rs->flags = flags;
+    rs->flags = flags & SLUICE_RULES_RECLAIM_WHEN_FULL; /* what the tables are made with */
     size_t n = p.n ? p.n : 1;
     plan *plans = sluice__calloc(n, sizeof *plans);
     limit *fb = sluice__calloc(n, sizeof *fb);
@@ -992,9 +1244,10 @@ sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, cha
 
 sluice_rules *sluice_rules_new_file(const char *path, unsigned flags, char *err, size_t errlen)
 {
+    if (errlen) err[0] = '\0';
     size_t len = 0;
-    char *text = read_file(path, &len, err, errlen);
-    if (!text) return NULL;
+    char *text;
+    if (read_file(path, &text, &len, err, errlen) != 0) return NULL;
     sluice_rules *rs = sluice_rules_new(text, len, flags, err, errlen);
     sluice__free(text);
     return rs;
@@ -1012,16 +1265,20 @@ void sluice_rules_free(sluice_rules *rs)
     free_handle(rs);
 }
 
-int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
-                           char *err, size_t errlen)
+int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len, unsigned flags,
+                                 uint64_t now_ns, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
     if (!rs) {
         sluice__errf(err, errlen, "no rule set");
         return SLUICE_EINVAL;
     }
+    if (flags & ~SLUICE_RULES_ALLOW_EMPTY) {
+        sluice__errf(err, errlen, "unknown flags 0x%x", flags);
+        return SLUICE_EINVAL;
+    }
     parsed p;
-    int rc = parse(text, len, &p, err, errlen);
+    int rc = parse(text, len, flags, &p, err, errlen);
     if (rc) return rc;
     pthread_mutex_lock(&rs->mu);
     version *old = rs->v, *v = NULL;
@@ -1045,7 +1302,11 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
                 if (plans[i] != P_RECONF) continue;
                 rule *r = &v->r[i];
                 limit l = {r->lim, r->tab};
-                if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) != 0) {
+                if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) == 0) {
+                    /* no decision is inside (the gate): the configurations
+                     * the change retired can go now, not with the limiter */
+                    if (r->lim) sluice__limiter_reclaim(r->lim);
+                } else {
                     /* out of memory in the change (the scratch took it):
                      * the rule starts fresh with its spare; the old limit
                      * goes below */
@@ -1077,19 +1338,33 @@ int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint6
     return rc;
 }
 
-int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns, char *err,
-                                size_t errlen)
+int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
+                           char *err, size_t errlen)
 {
+    return sluice_rules_reload_flags_at(rs, text, len, 0, now_ns, err, errlen);
+}
+
+int sluice_rules_reload_file_flags_at(sluice_rules *rs, const char *path, unsigned flags,
+                                      uint64_t now_ns, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
     if (!rs) {
         sluice__errf(err, errlen, "no rule set");
         return SLUICE_EINVAL;
     }
     size_t len = 0;
-    char *text = read_file(path, &len, err, errlen);
-    if (!text) return SLUICE_EINVAL;
-    int rc = sluice_rules_reload_at(rs, text, len, now_ns, err, errlen);
+    char *text;
+    int rc = read_file(path, &text, &len, err, errlen);
+    if (rc) return rc;
+    rc = sluice_rules_reload_flags_at(rs, text, len, flags, now_ns, err, errlen);
     sluice__free(text);
     return rc;
+}
+
+int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns, char *err,
+                                size_t errlen)
+{
+    return sluice_rules_reload_file_flags_at(rs, path, 0, now_ns, err, errlen);
 }
 
 /* ---- reading ------------------------------------------------------------- */
@@ -1174,9 +1449,70 @@ void sluice__rules_each(const sluice_rules *rs, sluice__rules_fn fn, void *arg)
     for (size_t i = 0; i < v->n; i++) {
         sluice_rule_stats st;
         rctr_read(v->r[i].ctr, &st);
-        fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st);
+        fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st, v->r[i].tab);
     }
     leave(w, tok);
+}
+
+int sluice_rules_set_top(sluice_rules *rs, size_t counters, size_t max_key_bytes)
+{
+    if (!rs) return SLUICE_EINVAL;
+    pthread_mutex_lock(&rs->mu);
+    int rc = 0;
+    if (rs->top_counters) {
+        rc = SLUICE_EINVAL;
+    } else {
+        /* the bounds are the table's: tried on the first table, or on a
+         * scratch one when the set has no key rule */
+        for (size_t i = 0; rc == 0 && i < rs->v->n; i++)
+            if (rs->v->r[i].tab) rc = sluice_table_set_top(rs->v->r[i].tab, counters, max_key_bytes);
+        if (rc == 0) {
+            sluice_table *t = sluice_table_new("fixed-window 1/s", 1, NULL, 0);
+            rc = t ? sluice_table_set_top(t, counters, max_key_bytes) : SLUICE_ENOMEM;
+            sluice_table_free(t);
+        }
+        if (rc == 0) {
+            rs->top_counters = counters;
+            rs->top_key_bytes = max_key_bytes;
+        }
+    }
+    pthread_mutex_unlock(&rs->mu);
+    return rc;
+}
+
+/* The table of key rule `id` in v, or NULL. */
+static const sluice_table *table_of(const version *v, int32_t id)
+{
+    if (id < 0 || (size_t)id >= v->nids || !v->by_id[id]) return NULL;
+    return v->by_id[id]->tab;
+}
+
+int sluice_rules_top_refused(const sluice_rules *rs, int32_t id, sluice_top_entry out[],
+                             size_t max, size_t *n)
+{
+    if (!rs || !n || (!out && max > 0)) return SLUICE_EINVAL;
+    *n = 0;
+    sluice_rules *w = (sluice_rules *)rs;
+    unsigned tok;
+    const sluice_table *t = table_of(enter(w, &tok), id);
+    int rc = t ? sluice_table_top_refused(t, out, max, n) : SLUICE_ENOENT;
+    leave(w, tok);
+    return rc;
+}
+
+int sluice_rules_table_stats(const sluice_rules *rs, int32_t id, sluice_table_stats *out)
+{
+    if (!rs || !out) return SLUICE_EINVAL;
+    sluice_rules *w = (sluice_rules *)rs;
+    unsigned tok;
+    const sluice_table *t = table_of(enter(w, &tok), id);
+    int rc = SLUICE_ENOENT;
+    if (t) {
+        sluice_table_stats_get(t, out);
+        rc = 0;
+    }
+    leave(w, tok);
+    return rc;
 }
 
 /* ---- deciding ------------------------------------------------------------ */

@@ -2134,6 +2134,11 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
     if (full) sluice__count(&t->full, 1, false);
 }
 
+void sluice__table_count_elsewhere(sluice_table *t, uint64_t permits)
+{
+    sluice__count_elsewhere(&t->counters, permits);
+}
+
 /* A composite of table keys only (composite.h): every key read as a single
  * decision reads it (decide_read), and, when all admit, every shard taken
  * with sluice__spin_try_upgrade and the words stored (put_words, as a
@@ -2261,6 +2266,7 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
         for (size_t i = 0; i < n; i++) {
             if (ans) ans[i].ok = p[i].ok;
             sluice__count(&p[i].t->counters, permits, ok);
+            if (!ok && permits && p[i].ok) sluice__count_elsewhere(&p[i].t->counters, permits);
             if (!ok) sluice__table_note(p[i].t, refs[i].key, refs[i].keylen, p[i].h);
         }
         return ok;

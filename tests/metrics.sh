@@ -200,16 +200,43 @@ v = {}
 for fam in text_string_to_metric_families(open(sys.argv[1], encoding="utf-8").read()):
     for s in fam.samples:
         v[(s.name, tuple(sorted(s.labels.items())))] = s.value
+from fractions import Fraction
 rows = list(csv.DictReader(open(sys.argv[2], newline="")))
 allowed = sum(r["allowed"] == "1" for r in rows)
+# which limit refused, from the limits' own rules (exact fractions), per
+# key: fixed-window 20/s counts the window's permits; token-bucket 5/s
+# burst=3 is full at a key's first request and refills 5 per 1e9 ns; a
+# request is charged to both only when both allow (all or nothing)
+fw, tb, want = {}, {}, {}
+for r in rows:
+    t, k, p = int(r["time_ns"]), r["key"], int(r["permits"])
+    if p == 0:
+        continue
+    win = fw.setdefault(k, [-1, 0])
+    if win[0] != t // 10**9:
+        win[:] = [t // 10**9, 0]
+    tok, last = tb.setdefault(k, [Fraction(3), t])
+    tok = min(Fraction(3), tok + Fraction(5 * (t - last), 10**9)) if t > last else tok
+    a_ok, b_ok = win[1] + p <= 20, tok >= p
+    if a_ok and b_ok:
+        win[1] += p
+        tb[k] = [tok - p, max(t, last)]
+    elif a_ok or b_ok:
+        x = "fixed-window 20/s" if a_ok else "token-bucket 5/s burst=3"
+        want[x] = want.get(x, 0) + 1
+    if (a_ok and b_ok) != (r["allowed"] == "1"):
+        sys.exit("row %r: the model says %s" % (r, a_ok and b_ok))
 for canon in ("fixed-window 20/s", "token-bucket 5/s burst=3"):
     ok = v[("sluice_requests_total", (("decision", "allowed"), ("limit", canon)))]
     no = v[("sluice_requests_total", (("decision", "denied"), ("limit", canon)))]
-    if ok + no != len(rows):
-        sys.exit("%s decided %d requests, the trace has %d" % (canon, ok + no, len(rows)))
+    el = v[("sluice_requests_total", (("decision", "denied_elsewhere"), ("limit", canon)))]
+    if ok + no + el != len(rows):
+        sys.exit("%s decided %d requests, the trace has %d" % (canon, ok + no + el, len(rows)))
     if ok != allowed:
         sys.exit("%s allowed %d, the composite %d" % (canon, ok, allowed))
-print("rows=%d allowed=%d" % (len(rows), allowed))
+    if el != want.get(canon, 0):
+        sys.exit("%s denied_elsewhere %d, the model %d" % (canon, el, want.get(canon, 0)))
+print("rows=%d allowed=%d denied_elsewhere=%s" % (len(rows), allowed, sorted(want.values())))
 EOF
             ok "two limits: one series set each ($(cat "$tmp/py"))"
         else
@@ -224,17 +251,19 @@ fi
 
 # ---- the keys refused most ------------------------------------------------------
 
-# keys: plain, a double quote, a backslash, byte 0xff, a tab, UTF-8, and
-# 200 bytes (kept to 128); rates so every one is refused some
+# keys: plain, a double quote, a backslash, byte 0xff, a tab, UTF-8, the C1
+# controls U+0085 and U+009B (C2 85, C2 9B: written \xc2\x85), and 200
+# bytes (kept to 128); rates so every one is refused some
 awk 'BEGIN {
     srand(17); print "time_ns,key,permits"
     long = ""; for (i = 0; i < 200; i++) long = long "L"
     k[0] = "hot"; k[1] = "q\"uote"; k[2] = "back\\slash"; k[3] = "bad\377byte"
     k[4] = "tab\there"; k[5] = "\303\251t\303\251"; k[6] = long; k[7] = "cold"
+    k[8] = "nel\302\205line"; k[9] = "csi\302\2330m"
     t = 0
     for (i = 0; i < 4000; i++) {
         t += 250000; r = rand()
-        j = r < 0.35 ? 0 : r < 0.5 ? 1 : r < 0.6 ? 2 : r < 0.7 ? 3 : r < 0.78 ? 4 : r < 0.86 ? 5 : r < 0.94 ? 6 : 7
+        j = r < 0.3 ? 0 : r < 0.42 ? 1 : r < 0.5 ? 2 : r < 0.58 ? 3 : r < 0.66 ? 4 : r < 0.74 ? 5 : r < 0.82 ? 6 : r < 0.88 ? 8 : r < 0.94 ? 9 : 7
         printf "%d,%s,1\n", t, k[j]
     }
 }' >"$tmp/ktrace"
@@ -268,6 +297,9 @@ def label_of(key, keep=128):
         if ch is None or c < 0x20 or c == 0x7F:
             out.append("\\x%02x" % c)
             i += 1
+        elif 0x80 <= ord(ch) <= 0x9F:  # C1 controls: both bytes as \xNN
+            out.append("\\x%02x\\x%02x" % (b[i], b[i + 1]))
+            i += 2
         elif ch == "\\":
             out.append("\\\\")
             i += 1
@@ -297,7 +329,7 @@ for fam in text_string_to_metric_families(open(prom, encoding="utf-8").read()):
             got[s.labels["key"]] = s.value
         elif s.name == "sluice_table_refused_key_error":
             errs[s.labels["key"]] = s.value
-if len(want) != 8 or len(got) != 8:
+if len(want) != 10 or len(got) != 10:
     sys.exit("keys refused: %d in the CSV, %d exposed" % (len(want), len(got)))
 for k, v in want.items():
     if k not in got:

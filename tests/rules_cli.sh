@@ -64,6 +64,61 @@ bad 'override y k "fixed-window 1/s"\n' 1 y
 bad 'rule x key "fixed-window 1/s" max_keys=0\n' 1 max_keys=0
 bad 'rule x key "fixed-window 1/s\n' 1 '"fixed-window 1/s'
 
+# what the load refuses, check refuses (one validation): an override whose
+# state does not fit the rule's 16-byte entries, a max_keys no table gets
+bad 'rule a key "sliding-approx 10/s"\noverride a big "sliding-approx 10000000000/s"\n' 2 big
+bad 'rule a key "token-bucket 10/s"\noverride a big "token-bucket 999999999999/s burst=100000000000"\n' 2 big
+bad 'rule a key "token-bucket 10/s" max_keys=4294967296\n' 1 max_keys=4294967296
+# a quoted word is named in one pair of quotes
+bad 'rule "k" global "fixed-window 1/s"\n' 1 k
+if ! grep -qF '""k""' "$tmp/err"; then ok "check: \"k\" quoted once"; else ko "check: \"k\" quoted once"; fi
+printf 'rule a key "sliding-approx 10/s"\noverride a big "sliding-approx 10000000000/s"\n' >"$tmp/big.conf"
+printf '1,a:x\n' | "$bin" replay --rules "$tmp/big.conf" >"$tmp/out" 2>"$tmp/err2"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF "line 2: bad override" "$tmp/err2"; then ok "replay --rules refuses it too"; else ko "replay --rules refuses it too (rc=$rc)"; fi
+
+# an empty file: refused unless --allow-empty, which says what it does
+for text in '' '# nothing\n\n'; do
+    printf '%b' "$text" >"$tmp/empty.conf"
+    "$bin" check "$tmp/empty.conf" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 2 ] && grep -qF "empty.conf: no rules in the text" "$tmp/err"; then ok "check: no rules refused"; else ko "check: no rules refused (rc=$rc)"; fi
+    "$bin" check --allow-empty "$tmp/empty.conf" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 0 ] && grep -qF "empty.conf: ok, 0 rules, 0 overrides (an empty set: it limits nothing" "$tmp/out"; then
+        ok "check --allow-empty"; else ko "check --allow-empty (rc=$rc)"; fi
+done
+# a directory, an endless device: a clear reason, no reading without end
+"$bin" check "$tmp" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF "is a directory" "$tmp/err"; then ok "check: a directory"; else ko "check: a directory (rc=$rc)"; fi
+"$bin" check /dev/zero >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF '"/dev/zero" is larger than 16 MiB' "$tmp/err"; then ok "check: /dev/zero capped"; else ko "check: /dev/zero capped (rc=$rc)"; fi
+
+# --against OLD: what a reload would do to each rule's state
+cat >"$tmp/old.conf" <<'CONF'
+rule a key "sliding-approx 10/s" max_keys=1000
+rule b global "token-bucket 5/s"
+rule c key "fixed-window 5/s"
+rule d key "fixed-window 5/s"
+CONF
+cat >"$tmp/new.conf" <<'CONF'
+rule a key "sliding-approx 20/s" max_keys=1000
+rule b global "token-bucket 5/s"
+rule c key "fixed-window 5/s" max_keys=50 policy=evict-lru
+rule e key "fixed-window 5/s"
+CONF
+"$bin" check --against "$tmp/old.conf" "$tmp/new.conf" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+printf '%s\n' "new.conf: ok, 4 rules, 0 overrides" "reload from $tmp/old.conf:" \
+    "  a: carried (the spec changes, the state is kept)" "  b: kept" \
+    "  c: fresh (max_keys 100000 -> 50): every key's state resets" "  e: added" "  d: removed" >"$tmp/want"
+if [ $rc -eq 0 ] && diff <(sed "s|^$tmp/||" "$tmp/out") "$tmp/want" >/dev/null; then ok "check --against"; else ko "check --against (rc=$rc)"; cat "$tmp/out"; fi
+"$bin" check --against "$tmp/none.conf" "$tmp/new.conf" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF "none.conf" "$tmp/err"; then ok "check --against a missing file"; else ko "check --against a missing file (rc=$rc)"; fi
+
 "$bin" check "$tmp/none.conf" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 2 ] && grep -qF "none.conf" "$tmp/err"; then ok "check: a missing file"; else ko "check: a missing file (rc=$rc)"; fi
@@ -182,6 +237,31 @@ printf 'rule x key "fixed-window 1/s" burts=5\n' >"$tmp/bad.conf"
 "$bin" replay --rules "$tmp/bad.conf" <"$tmp/t2" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 2 ] && grep -qF 'line 1:' "$tmp/err" && grep -qF '"burts=5"' "$tmp/err"; then ok "replay: a bad --rules file"; else ko "replay: a bad --rules file (rc=$rc)"; fi
+# --top with --rules: each key rule's keys refused most, after --stats, and
+# its table's series in --metrics; "table full" refusals counted apart
+cat >"$tmp/top.conf" <<'CONF'
+rule pc key "token-bucket 2/s burst=2" max_keys=2
+rule g global "fixed-window 100/s"
+CONF
+# a: 2 allowed then 3 refused by its bucket; b allowed; c twice refused:
+# the table is full (a and b hold its two places)
+printf '1,pc=a;g\n2,pc=a;g\n3,pc=a;g\n4,pc=a;g\n5,pc=a;g\n6,pc=b\n7,pc=c\n8,pc=c\n' >"$tmp/ttrace"
+"$bin" replay --rules "$tmp/top.conf" --top 5 --metrics "$tmp/tm.prom" <"$tmp/ttrace" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+printf '%s\n' "rule=pc top=1 count=3 error=0 key=a" "rule=pc top=2 count=2 error=0 key=c" >"$tmp/want"
+if [ $rc -eq 0 ] && cmp -s "$tmp/err" "$tmp/want"; then ok "replay --rules --top"; else ko "replay --rules --top (rc=$rc)"; cat "$tmp/err"; fi
+for line in 'sluice_table_keys{ruleset="'"$tmp"'/top.conf",rule="pc"} 2' \
+    'sluice_table_keys_refused_total{ruleset="'"$tmp"'/top.conf",rule="pc"} 2' \
+    'sluice_table_refused_key_requests{ruleset="'"$tmp"'/top.conf",rule="pc",key="a"} 3'; do
+    if grep -qxF "$line" "$tmp/tm.prom"; then ok "replay --rules --metrics: ${line%% *}"; else ko "replay --rules --metrics: $line"; fi
+done
+if command -v promtool >/dev/null 2>&1; then
+    if promtool check metrics <"$tmp/tm.prom" >"$tmp/pt" 2>&1; then ok "promtool check metrics (rule tables)"; else ko "promtool check metrics (rule tables)"; cat "$tmp/pt"; fi
+fi
+"$bin" replay --rules "$tmp/top.conf" --top 0 <"$tmp/ttrace" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF -- "--top" "$tmp/err"; then ok "replay --rules --top 0: exit 2"; else ko "replay --rules --top 0 (rc=$rc)"; fi
+
 # the --limit replay is unchanged
 printf '0,a\n0,a\n' | "$bin" replay --limit 'fixed-window 1/s' >"$tmp/out" 2>"$tmp/err"
 if [ "$(sed -n 3p "$tmp/out")" = "0,a,1,0,0,0,1000000000" ]; then ok "replay --limit unchanged"; else ko "replay --limit unchanged"; fi

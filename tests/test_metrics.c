@@ -313,14 +313,18 @@ static void test_exact_text(void **state)
         "# TYPE sluice_requests_total counter\n"
         "sluice_requests_total{limit=\"api\",decision=\"allowed\"} 4\n"
         "sluice_requests_total{limit=\"api\",decision=\"denied\"} 2\n"
+        "sluice_requests_total{limit=\"api\",decision=\"denied_elsewhere\"} 0\n"
         "sluice_requests_total{limit=\"per-ip\",decision=\"allowed\"} 2\n"
         "sluice_requests_total{limit=\"per-ip\",decision=\"denied\"} 2\n"
+        "sluice_requests_total{limit=\"per-ip\",decision=\"denied_elsewhere\"} 0\n"
         "# HELP sluice_permits_total Permits asked for by the requests decided, by limit and decision.\n"
         "# TYPE sluice_permits_total counter\n"
         "sluice_permits_total{limit=\"api\",decision=\"allowed\"} 3\n"
         "sluice_permits_total{limit=\"api\",decision=\"denied\"} 3\n"
+        "sluice_permits_total{limit=\"api\",decision=\"denied_elsewhere\"} 0\n"
         "sluice_permits_total{limit=\"per-ip\",decision=\"allowed\"} 2\n"
         "sluice_permits_total{limit=\"per-ip\",decision=\"denied\"} 4\n"
+        "sluice_permits_total{limit=\"per-ip\",decision=\"denied_elsewhere\"} 0\n"
         "# HELP sluice_probes_total Probes (requests for 0 permits, always allowed, changing nothing) among the requests.\n"
         "# TYPE sluice_probes_total counter\n"
         "sluice_probes_total{limit=\"api\"} 1\n"
@@ -720,6 +724,9 @@ static void test_bad_arguments(void **state)
         "\xe2\x82",             /* truncated */
         "\xc3 ",                /* a lead byte then ASCII */
         "\x80",                 /* a lone continuation byte */
+        "nel\xc2\x85",         /* U+0085, a C1 control (next line) */
+        "csi\xc2\x9b[0m",       /* U+009B, a C1 control (a terminal's CSI) */
+        "c1\xc2\x80",          /* U+0080, the first C1 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(sluice_metrics_add_limiter(m, bad[i], lim), SLUICE_EINVAL);
@@ -785,12 +792,13 @@ static void test_remove(void **state)
     assert_null(strstr(text, "\"b\""));
     assert_non_null(strstr(text, "{limit=\"a\",decision=\"allowed\"} 0\n"
                                  "sluice_requests_total{limit=\"a\",decision=\"denied\"} 0\n"
+                                 "sluice_requests_total{limit=\"a\",decision=\"denied_elsewhere\"} 0\n"
                                  "sluice_requests_total{limit=\"c\""));
     free(text);
     /* the name is free again, and the new object takes the emptied place */
     assert_int_equal(sluice_metrics_add_limiter(m, "b", d), 0);
     text = render(m);
-    assert_non_null(strstr(text, "{limit=\"a\",decision=\"denied\"} 0\n"
+    assert_non_null(strstr(text, "{limit=\"a\",decision=\"denied_elsewhere\"} 0\n"
                                  "sluice_requests_total{limit=\"b\",decision=\"allowed\"} 0\n"));
     check_grammar(text);
     free(text);
@@ -912,6 +920,97 @@ static int bucket_of(uint64_t ns)
 }
 
 /* ns as decimal seconds, without trailing zeros (the test's own format) */
+static void check_tools(const char *text);
+
+/* Which limit of a composite refused: a refused request counts `denied`
+ * only in the limits that refused it, `denied_elsewhere` in those that
+ * would have admitted it -- on every path a composite takes: lock-free
+ * limiters with and without details (the refusing limit first or last),
+ * keys of tables, and a limiter with a table key (the general path).  The
+ * oracle is written out by hand from each limit's own rule. */
+static void test_which_limit(void **state)
+{
+    (void)state;
+    char err[128];
+    /* tight: 1 per hour; loose: 100 per second */
+    sluice_limiter *tight = sluice_limiter_new("token-bucket 1/h", err, sizeof err);
+    sluice_limiter *loose = sluice_limiter_new("token-bucket 100/s", err, sizeof err);
+    sluice_table *tt = sluice_table_new("fixed-window 1/h", 16, err, sizeof err);
+    sluice_table *tl = sluice_table_new("fixed-window 100/s", 16, err, sizeof err);
+    assert_non_null(tight);
+    assert_non_null(loose);
+    assert_non_null(tt);
+    assert_non_null(tl);
+    sluice_limit_ref ab[2] = {sluice_ref_limiter(tight), sluice_ref_limiter(loose)};
+    sluice_limit_ref ba[2] = {sluice_ref_limiter(loose), sluice_ref_limiter(tight)};
+    sluice_limit_ref keys[2] = {sluice_ref_key(tt, "k", 1), sluice_ref_key(tl, "k", 1)};
+    sluice_limit_ref mixed[2] = {sluice_ref_key(tl, "m", 1), sluice_ref_limiter(tight)};
+    sluice_result r;
+    /* 1 admitted by both, then 5 refused by tight alone: res NULL (tight
+     * first, then last), then with details */
+    assert_true(sluice_composite_try_acquire_at(ab, 2, 1, 0, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(ab, 2, 1, 1, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(ba, 2, 1, 2, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(ab, 2, 2, 3, &r, NULL));
+    assert_false(sluice_composite_try_acquire_at(ba, 2, 1, 4, &r, NULL));
+    /* loose refuses too: 200 permits > its burst of 100: both deny */
+    assert_false(sluice_composite_try_acquire_at(ab, 2, 200, 5, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(ba, 2, 200, 6, NULL, NULL));
+    /* a probe is allowed everywhere: not a refusal */
+    assert_true(sluice_composite_try_acquire_at(ab, 2, 0, 7, NULL, NULL));
+    sluice_stats st;
+    sluice_limiter_stats_get(tight, &st);
+    assert_int_equal(st.requests_allowed, 1);
+    assert_int_equal(st.requests_denied, 6);
+    assert_int_equal(st.requests_denied_elsewhere, 0);
+    sluice_limiter_stats_get(loose, &st);
+    assert_int_equal(st.requests_allowed, 1);
+    assert_int_equal(st.requests_denied, 6);
+    assert_int_equal(st.requests_denied_elsewhere, 4); /* the 4 only tight refused */
+    assert_int_equal(st.permits_denied_elsewhere, 5);  /* 1 + 1 + 2 + 1 */
+    /* keys of tables: 1 admitted, 3 refused by tt's key alone */
+    assert_true(sluice_composite_try_acquire_at(keys, 2, 1, 0, NULL, NULL));
+    for (int i = 1; i <= 3; i++)
+        assert_false(sluice_composite_try_acquire_at(keys, 2, 1, (uint64_t)i, i == 2 ? &r : NULL, NULL));
+    sluice_table_stats ts;
+    sluice_table_stats_get(tl, &ts);
+    assert_int_equal(ts.decisions.requests_denied, 3);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 3);
+    sluice_table_stats_get(tt, &ts);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 0);
+    /* a key with a limiter: tight (empty since t=0) refuses, tl's key "m"
+     * would admit */
+    assert_false(sluice_composite_try_acquire_at(mixed, 2, 1, 10, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(mixed, 2, 1, 11, &r, NULL));
+    sluice_table_stats_get(tl, &ts);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 5);
+    sluice_limiter_stats_get(tight, &st);
+    assert_int_equal(st.requests_denied_elsewhere, 0);
+    /* the metrics: denied and denied_elsewhere apart, adding up */
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_limiter(m, "tight", tight), 0);
+    assert_int_equal(sluice_metrics_add_limiter(m, "loose", loose), 0);
+    assert_int_equal(sluice_metrics_add_table(m, "per-key", tl), 0);
+    char *text = render(m);
+    check_grammar(text);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "tight", "denied"), 8);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "tight", "denied_elsewhere"), 0);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose", "denied"), 2);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose", "denied_elsewhere"), 4);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "loose", "denied"), 400);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "loose", "denied_elsewhere"), 5);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "per-key", "denied"), 0);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "per-key", "denied_elsewhere"), 5);
+    check_tools(text);
+    free(text);
+    sluice_metrics_free(m);
+    sluice_limiter_free(tight);
+    sluice_limiter_free(loose);
+    sluice_table_free(tt);
+    sluice_table_free(tl);
+}
+
 static void seconds_text(char *out, size_t cap, uint64_t ns)
 {
     int n = snprintf(out, cap, "%" PRIu64 ".%09" PRIu64, (uint64_t)(ns / SEC), (uint64_t)(ns % SEC));
@@ -1428,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_evictions),
         cmocka_unit_test(test_short_buffer),
         cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_which_limit),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_remove),
         cmocka_unit_test(test_alloc_failures),

@@ -123,8 +123,21 @@ int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
  *   sluice_rule_shadow{ruleset,rule}                    gauge, 1 or 0
  *   sluice_rules_loads_total{ruleset}                   counter, loads
  *
- * The set's limiters and tables are not added (add them by hand for their
- * own series).  Returns and thread-safety as sluice_metrics_add_limiter();
+ * Each key rule's table adds the table families, labelled by rule set and
+ * rule instead of `limit` (a rule's requests are counted by the families
+ * above, so sluice_requests_total is not repeated):
+ *
+ *   sluice_table_keys{ruleset,rule}                     gauge
+ *   sluice_table_keys_reclaimed_total{ruleset,rule}     counter
+ *   sluice_table_keys_evicted_total{ruleset,rule}       counter
+ *   sluice_table_keys_refused_total{ruleset,rule}       counter: refused
+ *       because the table was full (among the rule's `denied`)
+ *   sluice_table_refused_key_requests{ruleset,rule,key} gauge, and
+ *   sluice_table_refused_key_error{ruleset,rule,key}    gauge: the keys
+ *       refused most, when the set has sketches (sluice_rules_set_top)
+ *
+ * A rule that a reload starts fresh gets a new table: its table series
+ * start again from zero.  Returns and thread-safety as sluice_metrics_add_limiter();
  * the set must stay valid until removed or the registry freed. */
 typedef struct sluice_rules sluice_rules;
 int sluice_metrics_add_rules(sluice_metrics *m, const char *name, const sluice_rules *rs);

@@ -57,14 +57,28 @@ typedef struct sluice_rules sluice_rules; /* opaque */
 #define SLUICE_RULE_OVERRIDES_MAX 1024
 #define SLUICE_RULES_NAMES_MAX 65536
 
-/* The default max_keys of a key rule. */
+/* The default max_keys of a key rule, and the largest a rule file may ask
+ * (2^24: a table of that many keys reserves 1 to 1.6 GB of address space;
+ * a larger one fails for want of memory on most machines, so the parser
+ * refuses it and `sluice check` agrees with the load). */
 #define SLUICE_RULE_DEFAULT_MAX_KEYS 100000
+#define SLUICE_RULE_MAX_KEYS_MAX 16777216
+
+/* The largest rule file sluice_rules_new_file() and friends read (16 MiB):
+ * a larger one (or an endless one, such as /dev/zero) is refused. */
+#define SLUICE_RULES_FILE_MAX ((size_t)16 << 20)
 
 /* Flags for sluice_rules_new(). */
 #define SLUICE_RULES_RECLAIM_WHEN_FULL 1u /* every key rule's table is made
                                    * with SLUICE_TABLE_RECLAIM_WHEN_FULL (for
                                    * callers whose times are out of order
                                    * across keys, such as a replayed trace) */
+#define SLUICE_RULES_ALLOW_EMPTY 2u /* accept a text with no rules (a set
+                                   * that limits nothing); without it
+                                   * sluice_rules_new() and every reload
+                                   * refuse such a text, so that a file
+                                   * truncated while a tool rewrites it
+                                   * cannot turn limiting off */
 
 /* Make a rule set from the text [text, text + len) (no NUL needed; a NUL
  * byte inside is an error).  Returns NULL when the text is refused or
@@ -73,17 +87,28 @@ typedef struct sluice_rules sluice_rules; /* opaque */
  * offending token, e.g.
  *     line 3: bad spec "token-bucket 10/s burts=5": unknown option "burts=5"
  *     line 7: unknown rule "per-clent"
- * `flags`: 0 or SLUICE_RULES_RECLAIM_WHEN_FULL.  Each global rule gets a
+ * `flags`: 0, SLUICE_RULES_RECLAIM_WHEN_FULL, SLUICE_RULES_ALLOW_EMPTY.  A
+ * text with no rules (empty, or comments only) is refused, with the message
+ *     no rules in the text: a set without rules limits nothing (...)
+ * unless `flags` has SLUICE_RULES_ALLOW_EMPTY.  Each global rule gets a
  * sluice_limiter, each key rule a sluice_table (made with
  * SLUICE_TABLE_EVICT_LRU for policy=evict-lru) and its overrides
- * (sluice_table_override_set_at; an override must keep its rule's
- * algorithm and sliding-wheel slot width, which the parser checks).  The
- * caller owns the result (sluice_rules_free).  Thread-safe. */
+ * (sluice_table_override_set_at).  An override must keep its rule's
+ * algorithm and sliding-wheel slot width, and its state must fit the
+ * table's entries (16 bytes when the rule's own spec packs into 16 bytes);
+ * the validation that checks this is sluice_rules_check's, so that a text
+ * it accepts fails here only for want of memory.  The caller owns the
+ * result (sluice_rules_free).  Thread-safe. */
 sluice_rules *sluice_rules_new(const char *text, size_t len, unsigned flags, char *err,
                                size_t errlen);
 
-/* sluice_rules_new() on the contents of the file `path`.  A file that
- * cannot be read is refused with its name and the system's reason in err.
+/* sluice_rules_new() on the contents of the file `path`.  The file is read
+ * to its end first, then checked, then made: a file that cannot be read, a
+ * directory, a file larger than SLUICE_RULES_FILE_MAX, or a regular file
+ * whose size or modification time changed while it was read (a tool still
+ * writing it) is refused with its name and the reason in err, e.g.
+ *     cannot read "/etc/sluice": is a directory
+ *     "/dev/zero" is larger than 16 MiB (16777216 bytes)
  * Thread-safe. */
 sluice_rules *sluice_rules_new_file(const char *path, unsigned flags, char *err,
                                     size_t errlen);
@@ -93,14 +118,31 @@ sluice_rules *sluice_rules_new_file(const char *path, unsigned flags, char *err,
  * sluice_metrics_add_rules). */
 void sluice_rules_free(sluice_rules *rs);
 
-/* Check a rule file's text without making anything: 0 when
- * sluice_rules_new() would accept its syntax, specs and options (it may
+/* Check a rule file's text without keeping anything: 0 when
+ * sluice_rules_new(text, len, SLUICE_RULES_ALLOW_EMPTY) accepts it (it may
  * still run out of memory), else SLUICE_EINVAL with the reason in err, as
- * sluice_rules_new() writes it.  `nrules` and `noverrides` (may be NULL)
- * receive the counts of a good text.  Thread-safe.  `sluice check FILE`
- * uses it. */
+ * sluice_rules_new() writes it, or SLUICE_ENOMEM.  It runs the load's own
+ * validation: the syntax, every spec and option, and each key rule's
+ * overrides set on a scratch table of one key (freed before the return),
+ * so that what it accepts loads.  A text with no rules is accepted here
+ * (nrules 0); sluice_rules_check_flags() without SLUICE_RULES_ALLOW_EMPTY
+ * refuses it as the load does.  `nrules` and `noverrides` (may be NULL)
+ * receive the counts of a good text.  Thread-safe. */
 int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *noverrides,
                        char *err, size_t errlen);
+
+/* sluice_rules_check() with the flags sluice_rules_new() takes: 0 exactly
+ * when sluice_rules_new(text, len, flags) accepts the text (memory
+ * permitting).  Without SLUICE_RULES_ALLOW_EMPTY a text with no rules is
+ * SLUICE_EINVAL.  Thread-safe. */
+int sluice_rules_check_flags(const char *text, size_t len, unsigned flags, size_t *nrules,
+                             size_t *noverrides, char *err, size_t errlen);
+
+/* sluice_rules_check_flags() on the contents of the file `path`, read as
+ * sluice_rules_new_file() reads it (same refusals, same messages, the
+ * file's name in them).  `sluice check FILE` uses it.  Thread-safe. */
+int sluice_rules_check_file(const char *path, unsigned flags, size_t *nrules,
+                            size_t *noverrides, char *err, size_t errlen);
 
 /* Replace the rule set's rules with those of `text` at `now_ns`, while
  * other threads decide.  Atomic: every decision uses the old set or the
@@ -138,15 +180,66 @@ int sluice_rules_check(const char *text, size_t len, size_t *nrules, size_t *nov
  * itself waits until no decision still uses the old set.  Reloads of one
  * rule set are serialised (a mutex).  Thread-safe, but must not be called
  * from a thread that is inside a decision on the same set.
+ * A text with no rules is refused (SLUICE_EINVAL, nothing changed): a
+ * reload to an empty set would stop every limit, and a later reload of the
+ * real file would start every rule fresh.  sluice_rules_reload_flags_at()
+ * with SLUICE_RULES_ALLOW_EMPTY accepts it.
  * Returns 0, SLUICE_EINVAL (a bad text or a NULL rs; nothing changed) or
  * SLUICE_ENOMEM (nothing changed). */
 int sluice_rules_reload_at(sluice_rules *rs, const char *text, size_t len, uint64_t now_ns,
                            char *err, size_t errlen);
 
-/* sluice_rules_reload_at() on the contents of `path`; a file that cannot be
- * read is SLUICE_EINVAL with its name in err (nothing changed). */
+/* sluice_rules_reload_at() with flags: 0 or SLUICE_RULES_ALLOW_EMPTY (the
+ * set's own SLUICE_RULES_RECLAIM_WHEN_FULL, given to sluice_rules_new,
+ * stays; another flag is SLUICE_EINVAL).  Thread-safe. */
+int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len, unsigned flags,
+                                 uint64_t now_ns, char *err, size_t errlen);
+
+/* sluice_rules_reload_at() on the contents of `path`, read to its end and
+ * refused as sluice_rules_new_file() refuses (SLUICE_EINVAL with the file's
+ * name in err; nothing changed). */
 int sluice_rules_reload_file_at(sluice_rules *rs, const char *path, uint64_t now_ns,
                                 char *err, size_t errlen);
+
+/* sluice_rules_reload_file_at() with flags, as sluice_rules_reload_flags_at. */
+int sluice_rules_reload_file_flags_at(sluice_rules *rs, const char *path, unsigned flags,
+                                      uint64_t now_ns, char *err, size_t errlen);
+
+/* What a reload would do with one rule (sluice_rules_diff). */
+enum {
+    SLUICE_RULE_KEPT = 0,    /* unchanged: keeps its limiter or table as is */
+    SLUICE_RULE_CARRIED = 1, /* changed in place: every key keeps its state */
+    SLUICE_RULE_FRESH = 2,   /* made anew: every key's state starts fresh (a
+                              * full bucket, an empty window: every client
+                              * gets a fresh burst) */
+    SLUICE_RULE_ADDED = 3,   /* a new name: starts fresh */
+    SLUICE_RULE_REMOVED = 4  /* gone: no longer limits */
+};
+
+/* Called by sluice_rules_diff once per rule, in the new text's order, then
+ * for each removed rule in the old text's order: the rule's name, what the
+ * reload would do (SLUICE_RULE_KEPT .. _REMOVED) and, for _CARRIED and
+ * _FRESH, why in a short phrase ("max_keys 1000 -> 2000", "the algorithm
+ * changes"; "" otherwise).  Both strings live for the call only. */
+typedef void (*sluice_rules_diff_fn)(void *arg, const char *name, int what, const char *why);
+
+/* Tell, without changing anything, what reloading a set loaded from `old`
+ * with `text` would do to each rule's state: the same decisions, made by
+ * the same code, as sluice_rules_reload_at (whether a change of spec or of
+ * overrides carries the state is tried on scratch limits).  Both texts are
+ * checked as sluice_rules_check_flags(flags) checks them; `old` always
+ * with SLUICE_RULES_ALLOW_EMPTY.  Returns 0 after calling fn for every
+ * rule, else SLUICE_EINVAL (err: "old: " or "new: " and the reason) or
+ * SLUICE_ENOMEM.  `sluice check --against OLD FILE` uses it.  Thread-safe. */
+int sluice_rules_diff(const char *old, size_t oldlen, const char *text, size_t len,
+                      unsigned flags, sluice_rules_diff_fn fn, void *arg, char *err,
+                      size_t errlen);
+
+/* sluice_rules_diff() on the contents of two files, each read as
+ * sluice_rules_new_file() reads it (same refusals, the file's name in
+ * err).  Thread-safe. */
+int sluice_rules_diff_files(const char *old_path, const char *path, unsigned flags,
+                            sluice_rules_diff_fn fn, void *arg, char *err, size_t errlen);
 
 /* The id of the rule named `name` (NUL-terminated): >= 0, valid for the
  * rule set's life -- a name keeps its id across reloads, also while a
@@ -301,6 +394,33 @@ int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *ou
  * SLUICE_ENOENT for an id no load gave, SLUICE_EINVAL for NULL arguments.
  * Thread-safe. */
 int sluice_rules_stats(const sluice_rules *rs, int32_t id, sluice_rule_stats *out);
+
+/* Give every key rule's table a sketch of the keys it refuses most, as
+ * sluice_table_set_top(table, counters, max_key_bytes) does (bounds and
+ * memory there): the tables of the current set now, and every table a
+ * later reload makes.  Call it before the decisions whose refusals should
+ * count.  Returns 0, SLUICE_EINVAL (rs NULL, a bound out of range, or
+ * called before on this set) or SLUICE_ENOMEM (then some tables may have
+ * their sketch; a later reload does not add any).  Thread-safe (serialised
+ * with reloads). */
+int sluice_rules_set_top(sluice_rules *rs, size_t counters, size_t max_key_bytes);
+
+/* The at most `max` keys the table of key rule `id` refused most, as
+ * sluice_table_top_refused() gives them, from the current set.  Returns 0,
+ * SLUICE_ENOENT (the current set holds no key rule `id`, or its table has
+ * no sketch: sluice_rules_set_top; *n = 0), SLUICE_EINVAL (rs or n NULL, out
+ * NULL with max > 0).  Thread-safe. */
+int sluice_rules_top_refused(const sluice_rules *rs, int32_t id, sluice_top_entry out[],
+                             size_t max, size_t *n);
+
+/* The table counters of key rule `id` in the current set, as
+ * sluice_table_stats_get() gives them: keys held, reclaimed, evicted, and
+ * `refused` -- the requests refused because the table was full of keys in
+ * use (policy=refuse), which its rule counts as denied too.  A rule that
+ * starts fresh on a reload (sluice_rules_reload_at) starts these at zero;
+ * sluice_rules_stats counts on.  Returns 0, SLUICE_ENOENT (no key rule
+ * `id` in the current set), SLUICE_EINVAL (NULL arguments).  Thread-safe. */
+int sluice_rules_table_stats(const sluice_rules *rs, int32_t id, sluice_table_stats *out);
 
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop
