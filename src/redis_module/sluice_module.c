@@ -26,8 +26,10 @@
  *       token-/leaky-   t_last u64, deficit u64 [, deficit's high u64 when
  *       bucket          it does not fit 64 bits]
  *       sliding-log,    t_last u64, then per slot that admitted something in
- *       sliding-wheel   the window, oldest first: varint slot gap, varint
- *                       permits (the first gap counts back from slot(t_last))
+ *       sliding-wheel   the window of t_last, oldest first: varint slot gap,
+ *                       varint permits (the first gap counts back from
+ *                       slot(t_last)); the algorithm byte's high bit
+ *                       (RETIRED_FLAG) says that admissions left the ring
  *
  * A state is read back only after it is checked to be well-formed for its
  * spec (bounded counts, slots strictly increasing inside the window, ...):
@@ -43,6 +45,11 @@
  * capped, windows keep their admissions), at that request's time; that is
  * stored even when the request is refused, so the change happens once.
  * redis-cell's users change THROTTLE's numbers on the fly in this way.
+ * A window is stored without the entries that left the window of t_last (a
+ * change to a shorter one that admits nothing leaves them in the ring), and
+ * with RETIRED_FLAG when admissions left it: read back, the ring's base is
+ * then RETIRED_MARK, so that a change to a longer window stands in for them
+ * with the core's bound (window_log.c, carry), as a running limiter does.
  *
  * Only an admission (or such a change) writes.  It stores the new state and
  * gives the key an absolute expiry at the instant the state is back at rest
@@ -127,6 +134,12 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
 #define CANON_MAX 255       /* bytes of a canonical spec in a value */
 #define VERSION 1
 #define VARINT_MAX 10
+/* in the algorithm byte of a window's value: admissions left its ring
+ * before its oldest entry.  Read back, the ring's base is RETIRED_MARK
+ * (their count, unknown but positive), so that a change to a longer window
+ * stands in for them with the core's bound (window_log.c, carry) */
+#define RETIRED_FLAG 0x80u
+#define RETIRED_MARK ((uint64_t)1 << 62)
 /* a ring read back may hold one entry more than RING_MAX: the one a change
  * of spec adds (docs/decisions.md 3.8) before the next admission */
 #define VALUE_MAX (HDR + CANON_MAX + 8 + (RING_MAX + 1) * 2 * VARINT_MAX)
@@ -296,12 +309,27 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
     case SLUICE__SLIDING_LOG:
     case SLUICE__SLIDING_WHEEL: {
         const sluice__log *lg = &st->u.log;
-        uint64_t prev_slot = sluice__div_q(&pf->div_tick, st->t_last);
+        const uint64_t s_last = sluice__div_q(&pf->div_tick, st->t_last);
+        uint64_t prev_slot = s_last;
         uint64_t prev_cum = lg->base;
-        for (uint32_t i = 0; i < lg->len; i++) {
+        /* entries out of the window of t_last never count again (no
+         * decision is made before t_last): a change to a shorter window
+         * that admitted nothing leaves them in the ring */
+        uint32_t first = 0;
+        while (first < lg->len && s_last >= pf->slots &&
+               ring_at(lg, first)->slot <= s_last - pf->slots)
+            prev_cum = ring_at(lg, first++)->cum;
+        /* at most RING_MAX + 1 entries: repeated changes to longer windows
+         * may each add one (window_log.c, carry); the oldest are merged
+         * into the next one, which counts them as long as itself */
+        if (lg->len - first > RING_MAX + 1) first = lg->len - (RING_MAX + 1);
+        /* whether admissions left the ring before it: a longer window may
+         * reach back to them (read back as RETIRED_MARK) */
+        if (prev_cum != 0) out[3] |= RETIRED_FLAG;
+        for (uint32_t i = first; i < lg->len; i++) {
             const sluice__log_entry *x = ring_at(lg, i);
             /* the first gap counts back from slot(t_last), the others forward */
-            n += put_varint(out + n, i == 0 ? prev_slot - x->slot : x->slot - prev_slot);
+            n += put_varint(out + n, i == first ? prev_slot - x->slot : x->slot - prev_slot);
             n += put_varint(out + n, x->cum - prev_cum);
             prev_slot = x->slot;
             prev_cum = x->cum;
@@ -319,6 +347,7 @@ typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_CORRUPT, LOAD_NOMEM } load_rc
 /* A value's header: the spec that wrote it, and the state's bytes. */
 typedef struct value_hdr {
     unsigned alg;
+    bool retired; /* RETIRED_FLAG */
     uint32_t id;
     const char *canon; /* the canonical spec, canon_len bytes, no NUL */
     size_t canon_len;
@@ -329,11 +358,14 @@ typedef struct value_hdr {
 /* Whether v[0..n) is laid out as a sluice state; fills *h. */
 static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
 {
-    if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION || v[3] >= SLUICE__ALG_COUNT)
+    if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION ||
+        (v[3] & ~RETIRED_FLAG) >= SLUICE__ALG_COUNT)
         return false;
     const size_t cl = v[8];
     if (cl == 0 || n < HDR + cl + 8) return false;
-    h->alg = v[3];
+    h->alg = v[3] & ~RETIRED_FLAG;
+    h->retired = (v[3] & RETIRED_FLAG) != 0;
+    if (h->retired && h->alg != SLUICE__SLIDING_LOG && h->alg != SLUICE__SLIDING_WHEEL) return false;
     h->id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 | (uint32_t)v[7] << 24;
     h->canon = (const char *)v + HDR;
     h->canon_len = cl;
@@ -348,7 +380,7 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
  * an admission or a change of spec under pf, within the bounds the core's
  * arithmetic relies on; anything else is LOAD_CORRUPT. */
 static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size_t bn,
-                         sluice__state *st)
+                         bool retired, sluice__state *st)
 {
     memset(st, 0, sizeof *st);
     const uint64_t t = get64(b);
@@ -418,13 +450,18 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
         tmp[len].cum = cum;
         len++;
     }
-    if (len == 0) return LOAD_OK;
+    const uint64_t base = retired ? RETIRED_MARK : 0;
+    if (len == 0) {
+        st->u.log.base = base;
+        return LOAD_OK;
+    }
+    for (uint32_t i = 0; i < len; i++) tmp[i].cum += base;
     uint32_t cap = 4;
     while (cap < len) cap *= 2;
     sluice__log_entry *ring = sluice__malloc((size_t)cap * sizeof *ring);
     if (!ring) return LOAD_NOMEM;
     memcpy(ring, tmp, (size_t)len * sizeof *ring);
-    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = 0};
+    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = base};
     return LOAD_OK;
 }
 
@@ -516,7 +553,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     load_rc rc;
     if (h.canon_len == e->canon_len && memcmp(h.canon, e->canon, h.canon_len) == 0) {
         if (h.id != e->id) return "the key holds a damaged sluice state";
-        rc = load_body(pf, h.body, h.body_len, st);
+        rc = load_body(pf, h.body, h.body_len, h.retired, st);
     } else {
         /* another spec of this algorithm: parse the one stored (rare; not
          * through the cache, which holds e) */
@@ -528,7 +565,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
         if (fnv1a(text, h.canon_len) != h.id || sluice__spec_parse(text, &from, err, sizeof err) != 0 ||
             from.alg != pf->alg)
             return "the key holds a damaged sluice state";
-        rc = load_body(&from, h.body, h.body_len, st);
+        rc = load_body(&from, h.body, h.body_len, h.retired, st);
         if (rc == LOAD_OK) {
             if (sluice__reconfigure_check(&from, pf, why, whylen) != 0) {
                 sluice__state_fini(pf, st);

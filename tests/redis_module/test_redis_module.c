@@ -578,6 +578,246 @@ static void test_change_of_spec(void **state)
 #undef AT
 }
 
+/* A window changed to a shorter one by a request that admits nothing (a
+ * probe, a refusal) is stored without the entries that left the new
+ * window: read back, it is a state like any other, never "damaged" (the
+ * issue's script, on the test clock). */
+static void test_change_to_shorter_window(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[4];
+#define AT(d) (unsigned long long)(T0 + (d))
+    static const char *const probe[][2] = {
+        {"sliding-log 4096/10s", "sliding-log 100/s"},
+        {"sliding-wheel 4096/10s slots=1000", "sliding-wheel 100/s slots=100"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        const char *key = i ? "short:w" : "short:y";
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 5 AT %llu", key, probe[i][0], AT(0)), r, 4);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, probe[i][0], AT(1200 * MS)), r, 4);
+        assert_int_equal(r[0], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 0 AT %llu", key, probe[i][1], AT(1200 * MS)), r, 4);
+        const long long a[4] = {1, 99, 0, 0}; /* the 5 left the 1-s window */
+        assert_memory_equal(r, a, sizeof a);
+        ints(cmd(s, "SLUICE.PEEK %s %s 1 AT %llu", key, probe[i][1], AT(1200 * MS)), r, 4);
+        const long long b[4] = {1, 98, 0, 0};
+        assert_memory_equal(r, b, sizeof b);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 99 AT %llu", key, probe[i][1], AT(1300 * MS)), r, 4);
+        assert_int_equal(r[0], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, probe[i][1], AT(1300 * MS)), r, 4);
+        const long long c[4] = {0, 0, 900, 0}; /* the 1 at 1.2 s leaves at 2.2 s */
+        assert_memory_equal(r, c, sizeof c);
+    }
+    /* the change made by a refusal */
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 5 AT %llu", "sliding-log 6/10s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 6/10s", AT(1200 * MS)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 2 AT %llu", "sliding-log 1/s", AT(1200 * MS)), r, 4);
+    const long long d[4] = {0, 0, -1, 0};
+    assert_memory_equal(r, d, sizeof d);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 1/s", AT(1500 * MS)), r, 4);
+    const long long e[4] = {0, 0, 700, 0};
+    assert_memory_equal(r, e, sizeof e);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 1/s", AT(2200 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+
+    /* admissions that left the ring count again in a longer window: 5/s
+     * took 5 at 0 and 1 at 1.5 s; at 1.6 s under 5/10s the window holds 6.
+     * The module knows only that some left: one entry at 0.5 s stands for
+     * them with the core's bound (5 per second of the new window), so it
+     * refuses until 10.5 s (the rule itself: until 10 s) */
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 5 AT %llu", "sliding-log 5/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/s", AT(1500 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/10s", AT(1600 * MS)), r, 4);
+    assert_int_equal(r[0], 0);
+    assert_true(r[2] >= 8400);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/10s", AT(10400 * MS)), r, 4);
+    assert_int_equal(r[0], 0);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 4 AT %llu", "sliding-log 5/10s", AT(10500 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+#undef AT
+}
+
+/* Random chains of spec changes on one key, against the reference model
+ * changed at the same instants (ref_model_reconfigure, written from
+ * docs/decisions.md 3.8).  Every reply is a decision, never an error ("damaged"
+ * above all), but for the changes the rule refuses (another algorithm,
+ * another slot width: an error, the value unchanged byte for byte).  Where
+ * the module is exact -- windows that never grow, sliding-approx keeping its
+ * PERIOD, buckets whose new rate in lowest terms has a PERIOD that is a
+ * multiple of the old one -- every reply equals the model's.  Half the
+ * windows' chains keep their LIMIT, shorten their window, then may lengthen
+ * it once, as their last change: the module then stands in for what left
+ * its ring with the core's bound (window_log.c, carry: LIMIT per old window,
+ * which holds when no earlier spec was looser), so each admission must be
+ * one the model allows, and is then made on the model too.  A key the
+ * module dropped at rest restarts the model. */
+typedef struct chain_spec {
+    char text[96];
+    ref_params p;
+} chain_spec;
+
+/* The next spec of a chain.  Windows: `grow` 0, a window no longer than
+ * the last; 1, the same LIMIT and a window no longer; 2, the same LIMIT and a
+ * longer window (when there is one). */
+static void chain_next(uint64_t *rng, ref_alg a, bool nodelay, const chain_spec *from, chain_spec *to,
+                       int grow)
+{
+    static const uint64_t coprime[] = {1, 3, 7, 9, 11, 13}; /* with every W below */
+    uint64_t W = from ? from->p.period_ns / SEC : 1 + tu_splitmix64_below(rng, 4);
+    uint64_t L = 1 + tu_splitmix64_below(rng, 8), C = 1 + tu_splitmix64_below(rng, 8);
+    static const uint64_t wins[] = {1, 2, 3, 5};
+    memset(&to->p, 0, sizeof to->p);
+    to->p.alg = a;
+    to->p.literal = true; /* every event kept: a window may grow back */
+    switch (a) {
+    case REF_FIXED_WINDOW:
+        W = wins[tu_splitmix64_below(rng, 4)];
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    case REF_SLIDING_LOG:
+        do W = wins[tu_splitmix64_below(rng, 4)];
+        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
+                                  : W > from->p.period_ns / SEC));
+        if (from && grow) L = from->p.limit;
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    case REF_SLIDING_WHEEL: /* slots of 100 ms */
+        do W = wins[tu_splitmix64_below(rng, 4)];
+        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
+                                  : W > from->p.period_ns / SEC));
+        if (from && grow) L = from->p.limit;
+        to->p.slots = W * 10;
+        snprintf(to->text, sizeof to->text, "sliding-wheel %llu/%llus slots=%llu", (unsigned long long)L,
+                 (unsigned long long)W, (unsigned long long)to->p.slots);
+        break;
+    case REF_SLIDING_APPROX: /* the same PERIOD */
+        snprintf(to->text, sizeof to->text, "sliding-approx %llu/%llus", (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    default: /* a bucket: a PERIOD that is a multiple of the old one */
+        if (from) W *= 1 + tu_splitmix64_below(rng, 2);
+        L = coprime[tu_splitmix64_below(rng, 6)];
+        to->p.capacity = C;
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus %s=%llu%s", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W, a == REF_TOKEN_BUCKET ? "burst" : "capacity", (unsigned long long)C,
+                 nodelay ? " nodelay" : "");
+        to->p.nodelay = nodelay;
+        break;
+    }
+    to->p.limit = L;
+    to->p.period_ns = W * SEC;
+}
+
+static void test_change_chains(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    uint64_t rng = tu_env_seed() ^ 0xc4a1;
+    const int chains = 6, steps = 150;
+    int exact_steps = 0, safe_steps = 0, refused_changes = 0;
+    for (int v = 0; v < 7; v++) {
+        const ref_alg a = v == 6 ? REF_LEAKY_BUCKET : (ref_alg)v;
+        const bool nodelay = v == 6;
+        for (int c = 0; c < chains; c++) {
+            char key[32];
+            snprintf(key, sizeof key, "chain:%d:%d", v, c);
+            chain_spec cur;
+            chain_next(&rng, a, nodelay, NULL, &cur, 0);
+            const bool windows = a == REF_SLIDING_LOG || a == REF_SLIDING_WHEEL;
+            const bool growth = windows && (c & 1); /* the chain's kind */
+            ref_model *m = ref_model_new(&cur.p);
+            assert_non_null(m);
+            bool exact = true;
+            uint64_t t = T0 + tu_splitmix64_below(&rng, SEC);
+            for (int k = 0; k < steps; k++) {
+                const uint64_t W = cur.p.period_ns;
+                switch (tu_splitmix64_below(&rng, 4)) {
+                case 0: break;
+                case 1: t += tu_splitmix64_below(&rng, W / cur.p.limit + 1); break;
+                case 2: t += tu_splitmix64_below(&rng, W / 4 + 1); break;
+                default: t += tu_splitmix64_below(&rng, 2 * W); break;
+                }
+                if (tu_splitmix64_below(&rng, 12) == 0) { /* a change the rule refuses */
+                    const bool wheel = a == REF_SLIDING_WHEEL && tu_splitmix64_below(&rng, 2);
+                    const char *bad = wheel ? "sliding-wheel 4/s slots=5"
+                                     : a == REF_TOKEN_BUCKET ? "leaky-bucket 4/s" : "token-bucket 4/s";
+                    snap before, after;
+                    take(s, key, &before);
+                    redisReply *x = cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, bad, (unsigned long long)t);
+                    if (before.exists) {
+                        expect_error(x, wheel ? "slot width" : "another algorithm");
+                        refused_changes++;
+                    } else {
+                        freeReplyObject(x); /* no key: a fresh one under `bad` */
+                        freeReplyObject(cmd(s, "DEL %s", key));
+                    }
+                    take(s, key, &after);
+                    assert_same(&before, &after, key);
+                    continue;
+                }
+                if (exact && tu_splitmix64_below(&rng, 8) == 0) { /* the change */
+                    chain_spec nx;
+                    chain_next(&rng, a, nodelay, &cur, &nx,
+                               growth ? (tu_splitmix64_below(&rng, 3) == 0 ? 2 : 1) : 0);
+                    if (windows && nx.p.period_ns > W) exact = false; /* and the last change */
+                    assert_true(ref_model_reconfigure(m, &nx.p, t));
+                    cur = nx;
+                }
+                uint64_t p = tu_splitmix64_below(&rng, 4);
+                if (tu_splitmix64_below(&rng, 10) == 0) p = ref_model_max_grant(m) + 1;
+                if (tu_splitmix64_below(&rng, 6) == 0) { /* a PEEK changes nothing */
+                    long long r[4];
+                    ints(cmd(s, "SLUICE.PEEK %s %s %llu AT %llu", key, cur.text, (unsigned long long)p,
+                             (unsigned long long)t), r, 4);
+                    const bool w = ref_model_would_allow(m, p, t);
+                    if (exact ? r[0] != w : r[0] && !w)
+                        fail_msg("%s: PEEK %llu at T0+%llu: got %lld, the model %d", cur.text,
+                                 (unsigned long long)p, (unsigned long long)(t - T0), r[0], w);
+                }
+                long long got[4];
+                redisReply *x = cmd(s, "SLUICE.ACQUIRE %s %s %llu AT %llu", key, cur.text, (unsigned long long)p,
+                                    (unsigned long long)t);
+                if (x->type == REDIS_REPLY_ERROR)
+                    fail_msg("%s, chain %d step %d: ACQUIRE %llu at T0+%llu: %s", cur.text, c, k,
+                             (unsigned long long)p, (unsigned long long)(t - T0), x->str);
+                ints(x, got, 4);
+                if (exact) {
+                    ref_result e;
+                    long long want[4];
+                    ref_model_decide(m, p, t, &e);
+                    expected_reply(&e, want);
+                    if (memcmp(got, want, sizeof want) != 0)
+                        fail_msg("%s, chain %d step %d: ACQUIRE %llu at T0+%llu: got %lld %lld %lld %lld, want %lld %lld %lld %lld",
+                                 cur.text, c, k, (unsigned long long)p, (unsigned long long)(t - T0), got[0],
+                                 got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
+                    exact_steps++;
+                } else {
+                    if (got[0] && p > 0) {
+                        if (!ref_model_would_allow(m, p, t))
+                            fail_msg("%s, chain %d step %d: admitted %llu at T0+%llu against the rule",
+                                     cur.text, c, k, (unsigned long long)p, (unsigned long long)(t - T0));
+                        assert_true(ref_model_decide(m, p, t, NULL));
+                    }
+                    safe_steps++;
+                }
+                if (!cmd_int(s, "EXISTS %s", key)) { /* dropped at rest: a fresh start */
+                    ref_model_free(m);
+                    m = ref_model_new(&cur.p);
+                    assert_non_null(m);
+                }
+            }
+            ref_model_free(m);
+        }
+    }
+    assert_true(exact_steps > 1000);
+    assert_true(safe_steps > 50);
+    assert_true(refused_changes > 10);
+}
+
 /* ---- the real clock ---------------------------------------------------- */
 
 static void test_real_clock(void **state)
@@ -881,6 +1121,8 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mutated_states),
         cmocka_unit_test(test_change_of_spec),
+        cmocka_unit_test(test_change_to_shorter_window),
+        cmocka_unit_test(test_change_chains),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
         cmocka_unit_test(test_restart_aof),
