@@ -63,7 +63,8 @@
  * function that is the first word of the load context.
  *
  * Test clock.  Loaded with the argument `testclock`, the commands accept a
- * trailing `AT time_ns` that replaces the clock; such an admission gets no
+ * trailing `AT time_ns`, after the spec (THROTTLE: after the period), that
+ * replaces the clock -- so a key named AT is always a key; such an admission gets no
  * expiry (its times are not the server's).  Without the argument AT is an
  * error: production servers cannot be fed a time.
  *
@@ -495,11 +496,14 @@ static bool arg_is(const RedisModuleString *s, const char *word)
     return n == strlen(word) && strncasecmp(p, word, n) == 0;
 }
 
-/* Strip a trailing `AT time_ns` from argv[0..*argc).  1: taken (time in
- * *at), 0: none, -1: an error was replied. */
-static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, uint64_t *at)
+/* Strip a trailing `AT time_ns` from argv[0..*argc), where the keyword
+ * stands at index `first` or later: after the arguments that every form of
+ * the command has (the key, the spec or THROTTLE's numbers), so that a key
+ * or a spec is never read as the keyword -- a key named AT is a key.  1:
+ * taken (time in *at), 0: none, -1: an error was replied. */
+static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, int first, uint64_t *at)
 {
-    if (*argc < 2 || !arg_is(argv[*argc - 2], "AT")) return 0;
+    if (*argc - 2 < first || !arg_is(argv[*argc - 2], "AT")) return 0;
     if (!g_testclock) {
         rm.ReplyWithError(ctx, "ERR sluice: AT needs the module loaded with the testclock argument");
         return -1;
@@ -684,7 +688,7 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
 static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, mode m)
 {
     uint64_t at = 0;
-    const int has_at = take_at(ctx, argv, &argc, &at);
+    const int has_at = take_at(ctx, argv, &argc, 3, &at);
     if (has_at < 0) return RM_OK;
     if (argc != 3 && argc != 4) return rm.WrongArity(ctx);
     uint64_t permits = 1;
@@ -714,7 +718,7 @@ static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     uint64_t at = 0;
-    const int has_at = take_at(ctx, argv, &argc, &at);
+    const int has_at = take_at(ctx, argv, &argc, 5, &at);
     if (has_at < 0) return RM_OK;
     if (argc != 5 && argc != 6) return rm.WrongArity(ctx);
     uint64_t max_burst, count, period, quantity = 1;

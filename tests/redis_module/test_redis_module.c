@@ -501,6 +501,45 @@ static void test_mutated_states(void **state)
     assert_true(answers > 0);
 }
 
+/* A key named AT (any case) is a key: the clock's keyword is read only
+ * after the spec (THROTTLE: after the period). */
+static void test_key_named_at(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[5];
+    static const char *const names[] = {"AT", "at", "At"};
+    for (size_t i = 0; i < 3; i++) {
+        freeReplyObject(cmd(s, "DEL %s", names[i]));
+        ints(cmd(s, "SLUICE.PEEK %s %s", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(r[1], 4);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(cmd_int(s, "EXISTS %s", names[i]), 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 2", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[1], 2);
+        ints(cmd(s, "SLUICE.THROTTLE %s 4 5 60", names[i]), r, 5); /* the same bucket */
+        assert_int_equal(r[2], 1);
+        assert_int_equal(cmd_int(s, "SLUICE.RESET %s", names[i]), 1);
+        /* with the clock's keyword as well */
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s AT %llu", names[i], "fixed-window 2/s", (unsigned long long)T0), r, 4);
+        assert_int_equal(r[1], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 at %llu", names[i], "fixed-window 2/s", (unsigned long long)T0), r, 4);
+        assert_int_equal(r[1], 0);
+        ints(cmd(s, "SLUICE.PEEK %s %s 1 AT %llu", names[i], "fixed-window 2/s", (unsigned long long)(T0 + SEC)), r, 4);
+        assert_int_equal(r[1], 1);
+        ints(cmd(s, "SLUICE.THROTTLE %s%s 1 1 1 AT %llu", names[i], "x", (unsigned long long)T0), r, 5);
+        assert_int_equal(r[2], 1);
+        ints(cmd(s, "SLUICE.THROTTLE %s%s 1 1 1 1 AT %llu", names[i], "x", (unsigned long long)T0), r, 5);
+        assert_int_equal(r[2], 0);
+        assert_int_equal(cmd_int(s, "SLUICE.RESET %s", names[i]), 1);
+    }
+    /* the keyword where a spec or a permit count stands is that argument */
+    expect_error(cmd(s, "SLUICE.ACQUIRE k AT %llu", (unsigned long long)T0), "bad spec");
+    expect_error(cmd(s, "SLUICE.ACQUIRE k %s AT", "fixed-window 2/s"), "permits");
+}
+
 /* ---- a change of spec ------------------------------------------------- */
 
 /* A key keeps its admissions when its spec changes within an algorithm
@@ -829,7 +868,19 @@ static void test_real_clock(void **state)
     long long r[5];
     /* AT is refused without testclock */
     expect_error(cmd(&s, "SLUICE.ACQUIRE k %s 1 AT 5", "token-bucket 5/min"), "testclock");
+    expect_error(cmd(&s, "SLUICE.ACQUIRE k %s AT 5", "token-bucket 5/min"), "testclock");
     expect_error(cmd(&s, "SLUICE.THROTTLE k 1 1 1 1 AT 5"), "testclock");
+    expect_error(cmd(&s, "SLUICE.THROTTLE k 1 1 1 AT 5"), "testclock");
+    assert_int_equal(cmd_int(&s, "EXISTS k"), 0);
+    /* but a key named AT is a key */
+    ints(cmd(&s, "SLUICE.ACQUIRE AT %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[1], 4);
+    ints(cmd(&s, "SLUICE.PEEK AT %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[1], 3);
+    ints(cmd(&s, "SLUICE.PEEK at %s", "token-bucket 5/min"), r, 4); /* another key */
+    assert_int_equal(r[1], 4);
+    assert_int_equal(cmd_int(&s, "SLUICE.RESET AT"), 1);
+    assert_int_equal(cmd_int(&s, "SLUICE.RESET At"), 0);
     const long long before_ms = (long long)(time(NULL)) * 1000;
     for (int i = 0; i < 5; i++) {
         ints(cmd(&s, "SLUICE.ACQUIRE k %s", "token-bucket 5/min"), r, 4);
@@ -1120,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_throttle_exact_rates),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mutated_states),
+        cmocka_unit_test(test_key_named_at),
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_change_to_shorter_window),
         cmocka_unit_test(test_change_chains),
