@@ -737,11 +737,13 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 }
 
 /* SLUICE.RESET key: delete a sluice state (another kind of value is an
- * error and stays). */
+ * error and stays).  The key is opened for reading to check it, and for
+ * writing only to delete: closing a key opened for writing counts as
+ * touching it (other clients' WATCH breaks), so nothing else may. */
 static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     if (argc != 2) return rm.WrongArity(ctx);
-    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
+    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ);
     const int type = rm.KeyType(key);
     if (type == RM_KEYTYPE_EMPTY) {
         rm.CloseKey(key);
@@ -757,6 +759,8 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                                           ? "ERR sluice: the key holds a string that is not a sluice state"
                                           : RM_WRONGTYPE);
     }
+    rm.CloseKey(key);
+    key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
     rm.DeleteKey(key);
     rm.CloseKey(key);
     rm.Replicate(ctx, "DEL", "s", argv[1]);

@@ -540,6 +540,50 @@ static void test_key_named_at(void **state)
     expect_error(cmd(s, "SLUICE.ACQUIRE k %s AT", "fixed-window 2/s"), "permits");
 }
 
+/* WATCH key, `what` from another client, then MULTI/PING/EXEC: whether
+ * the transaction went through (its WATCH held). */
+static bool watch_holds(srv *s, redisContext *other, const char *key, const char *what)
+{
+    freeReplyObject(cmd(s, "WATCH %s", key));
+    redisReply *o = redisCommand(other, what, key);
+    assert_non_null(o);
+    freeReplyObject(o);
+    freeReplyObject(cmd(s, "MULTI"));
+    freeReplyObject(cmd(s, "PING"));
+    redisReply *x = cmd(s, "EXEC");
+    const bool held = x->type == REDIS_REPLY_ARRAY;
+    assert_true(held || x->type == REDIS_REPLY_NIL);
+    freeReplyObject(x);
+    return held;
+}
+
+/* SLUICE.RESET touches a key only when it deletes a state: another
+ * client's WATCH holds through a RESET of a missing key, of a string that
+ * is not a state and of a key of another type, and breaks when a state
+ * is deleted. */
+static void test_reset_watch(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    redisContext *other = srv_connect(s->port);
+    assert_non_null(other);
+    freeReplyObject(cmd(s, "DEL rw:none"));
+    assert_true(watch_holds(s, other, "rw:none", "SLUICE.RESET %s"));
+    freeReplyObject(cmd(s, "SET rw:str hello"));
+    assert_true(watch_holds(s, other, "rw:str", "SLUICE.RESET %s"));
+    freeReplyObject(cmd(s, "RPUSH rw:list x"));
+    assert_true(watch_holds(s, other, "rw:list", "SLUICE.RESET %s"));
+    assert_true(watch_holds(s, other, "rw:list", "SLUICE.ACQUIRE %s fixed-window 1/s"));
+    snap v;
+    take(s, "rw:str", &v);
+    assert_true(v.exists && v.n == 5);
+    long long r[4];
+    ints(cmd(s, "SLUICE.ACQUIRE rw:k %s AT %llu", "fixed-window 1/s", (unsigned long long)T0), r, 4);
+    assert_false(watch_holds(s, other, "rw:k", "SLUICE.RESET %s"));
+    assert_int_equal(cmd_int(s, "EXISTS rw:k"), 0);
+    redisFree(other);
+}
+
 /* ---- a change of spec ------------------------------------------------- */
 
 /* A key keeps its admissions when its spec changes within an algorithm
@@ -1172,6 +1216,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mutated_states),
         cmocka_unit_test(test_key_named_at),
+        cmocka_unit_test(test_reset_watch),
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_change_to_shorter_window),
         cmocka_unit_test(test_change_chains),
