@@ -172,10 +172,17 @@ static uint32_t fnv1a(const char *s, size_t n)
  * reason in err when the spec is refused (refusals are not cached). */
 static const spec_entry *spec_get(const char *s, size_t n, char *err, size_t errlen)
 {
+    /* the length first: a client may send 512 MB, and nothing may cost
+     * more than the spec's bytes up to SPEC_MAX */
+    if (n > SPEC_MAX) {
+        snprintf(err, errlen, "the spec is %zu bytes, more than the module's %d", n, SPEC_MAX);
+        return NULL;
+    }
     spec_entry *e = &g_cache[fnv1a(s, n) % CACHE_SLOTS];
     if (e->used && e->len == n && memcmp(e->text, s, n) == 0) return e;
-    if (n > SPEC_MAX || memchr(s, '\0', n)) {
-        snprintf(err, errlen, "spec longer than %d bytes or with a NUL byte", SPEC_MAX);
+    const char *nul = memchr(s, '\0', n);
+    if (nul) {
+        snprintf(err, errlen, "the spec has a NUL byte (at byte %zu)", (size_t)(nul - s));
         return NULL;
     }
     spec_entry fresh;
