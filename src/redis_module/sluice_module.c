@@ -114,7 +114,6 @@ static struct {
     int (*SetExpire)(RedisModuleKey *key, long long ms);
     int (*SetAbsExpire)(RedisModuleKey *key, long long unix_ms);
     const char *(*StringPtrLen)(const RedisModuleString *s, size_t *len);
-    int (*StringToLongLong)(const RedisModuleString *s, long long *out);
     int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
     int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long v);
     int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
@@ -484,16 +483,37 @@ static int reply_errf(RedisModuleCtx *ctx, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    /* an error is one line of text: a client's bytes echoed in it are too */
+    for (char *c = buf; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     return rm.ReplyWithError(ctx, buf);
 }
 
-/* A whole number >= 0 (and <= max). */
-static bool arg_u64(const RedisModuleString *s, uint64_t max, uint64_t *out)
+/* A whole number from min to max (decimal digits only), or false. */
+static bool arg_u64(const RedisModuleString *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    long long v;
-    if (rm.StringToLongLong(s, &v) != RM_OK || v < 0 || (unsigned long long)v > max) return false;
-    *out = (uint64_t)v;
+    size_t n;
+    const char *p = rm.StringPtrLen(s, &n);
+    if (n == 0 || n > 20) return false; /* 2^64-1 has 20 digits */
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (v < min || v > max) return false;
+    *out = v;
     return true;
+}
+
+/* Reply `bad WHAT "TOKEN": EXPECTED` (the token cut at 40 bytes). */
+static int reply_bad_arg(RedisModuleCtx *ctx, const char *what, const RedisModuleString *arg,
+                         const char *expected)
+{
+    size_t n;
+    const char *p = rm.StringPtrLen(arg, &n);
+    return reply_errf(ctx, "ERR sluice: bad %s \"%.*s%s\": expected %s", what, (int)(n > 40 ? 40 : n), p,
+                      n > 40 ? "..." : "", expected);
 }
 
 static bool arg_is(const RedisModuleString *s, const char *word)
@@ -515,8 +535,8 @@ static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, int
         rm.ReplyWithError(ctx, "ERR sluice: AT needs the module loaded with the testclock argument");
         return -1;
     }
-    if (!arg_u64(argv[*argc - 1], (uint64_t)INT64_MAX, at)) {
-        rm.ReplyWithError(ctx, "ERR sluice: AT wants a time in ns from 0 to 2^63-1");
+    if (!arg_u64(argv[*argc - 1], 0, (uint64_t)INT64_MAX, at)) {
+        reply_bad_arg(ctx, "AT time", argv[*argc - 1], "a time in ns from 0 to 2^63-1");
         return -1;
     }
     *argc -= 2;
@@ -699,8 +719,8 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, m
     if (has_at < 0) return RM_OK;
     if (argc != 3 && argc != 4) return rm.WrongArity(ctx);
     uint64_t permits = 1;
-    if (argc == 4 && !arg_u64(argv[3], UINT64_MAX, &permits))
-        return rm.ReplyWithError(ctx, "ERR sluice: permits must be a whole number >= 0");
+    if (argc == 4 && !arg_u64(argv[3], 0, UINT64_MAX, &permits))
+        return reply_bad_arg(ctx, "permits", argv[3], "a whole number from 0 to 2^64-1");
     size_t n;
     const char *s = rm.StringPtrLen(argv[2], &n);
     char err[256];
@@ -729,14 +749,14 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (has_at < 0) return RM_OK;
     if (argc != 5 && argc != 6) return rm.WrongArity(ctx);
     uint64_t max_burst, count, period, quantity = 1;
-    if (!arg_u64(argv[2], (uint64_t)INT64_MAX - 1, &max_burst))
-        return rm.ReplyWithError(ctx, "ERR sluice: max_burst must be a whole number >= 0");
-    if (!arg_u64(argv[3], UINT64_MAX, &count) || count == 0)
-        return rm.ReplyWithError(ctx, "ERR sluice: count must be a whole number >= 1");
-    if (!arg_u64(argv[4], UINT64_MAX, &period) || period == 0)
-        return rm.ReplyWithError(ctx, "ERR sluice: period must be a whole number of seconds >= 1");
-    if (argc == 6 && !arg_u64(argv[5], UINT64_MAX, &quantity))
-        return rm.ReplyWithError(ctx, "ERR sluice: quantity must be a whole number >= 0");
+    if (!arg_u64(argv[2], 0, (uint64_t)INT64_MAX - 1, &max_burst))
+        return reply_bad_arg(ctx, "max_burst", argv[2], "a whole number from 0 to 2^63-2");
+    if (!arg_u64(argv[3], 1, SLUICE_MAX_LIMIT, &count))
+        return reply_bad_arg(ctx, "count", argv[3], "a whole number from 1 to 10^12 (permits per period)");
+    if (!arg_u64(argv[4], 1, SLUICE_MAX_PERIOD_NS / 1000000000u, &period))
+        return reply_bad_arg(ctx, "period", argv[4], "a whole number of seconds from 1 to 3153600000 (36500 days)");
+    if (argc == 6 && !arg_u64(argv[5], 0, UINT64_MAX, &quantity))
+        return reply_bad_arg(ctx, "quantity", argv[5], "a whole number from 0 to 2^64-1");
     char err[256];
     const spec_entry *e = throttle_spec(max_burst, count, period, err, sizeof err);
     if (!e) return reply_errf(ctx, "ERR sluice: bad rate: %s", err);
@@ -791,7 +811,6 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         !api("RedisModule_DeleteKey", &rm.DeleteKey) ||
         !api("RedisModule_SetExpire", &rm.SetExpire) ||
         !api("RedisModule_StringPtrLen", &rm.StringPtrLen) ||
-        !api("RedisModule_StringToLongLong", &rm.StringToLongLong) ||
         !api("RedisModule_ReplyWithArray", &rm.ReplyWithArray) ||
         !api("RedisModule_ReplyWithLongLong", &rm.ReplyWithLongLong) ||
         !api("RedisModule_ReplyWithError", &rm.ReplyWithError) ||

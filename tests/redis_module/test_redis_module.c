@@ -370,8 +370,21 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %b", "token-bucket\0 5/s", (size_t)17), "NUL");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s -1", "token-bucket 5/s"), "permits");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s x", "token-bucket 5/s"), "permits");
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"), "AT wants");
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "AT wants");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"),
+                 "bad AT time \"-5\": expected a time in ns from 0 to 2^63-1");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "bad AT time");
+    /* numbers past 2^63 and 2^64: a clear message naming the token */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 18446744073709551616", "token-bucket 5/s"),
+                 "bad permits \"18446744073709551616\": expected a whole number from 0 to 2^64-1");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1%s", "token-bucket 5/s", "00000000000000000000000000000000000000000000"),
+                 "bad permits \"1000000000000000000000000000000000000000...\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s %b", "token-bucket 5/s", "1\r\n2", (size_t)4), "bad permits \"1??2\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 18446744073709551615 1"),
+                 "bad count \"18446744073709551615\": expected a whole number from 1 to 10^12 (permits per period)");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 1000000000001 1"), "bad count");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 18446744073709551615"), "bad period \"18446744073709551615\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 18446744073709551615 5 1"), "bad max_burst \"18446744073709551615\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 18446744073709551616"), "bad quantity");
     /* another algorithm's state on the key: refused, the state stays */
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "leaky-bucket 5/s"), "another algorithm");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "fixed-window 5/s"), "another algorithm");
@@ -386,10 +399,27 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 0 1"), "count");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 0"), "period");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 -2"), "quantity");
-    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad rate");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad period");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 9223372036854775806 1 3153600000"), "bad rate");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5"), "wrong number of arguments");
     take(s, "bad:k", &after);
     assert_same(&before, &after, "bad:k");
+    /* 2^64-1 permits is a request like any other: refused, no wait helps */
+    for (size_t i = 0; i < N_SPECS; i++) {
+        ints(cmd(s, "SLUICE.ACQUIRE bad:max %s 18446744073709551615 AT %llu", g_specs[i].spec,
+                 (unsigned long long)T0), r, 4);
+        assert_int_equal(r[0], 0);
+        assert_int_equal(r[2], -1);
+        ints(cmd(s, "SLUICE.PEEK bad:max %s 18446744073709551615 AT %llu", g_specs[i].spec,
+                 (unsigned long long)T0), r, 4);
+        assert_int_equal(r[0], 0);
+        assert_int_equal(cmd_int(s, "EXISTS bad:max"), 0);
+    }
+    long long t5[5];
+    ints(cmd(s, "SLUICE.THROTTLE bad:max 1 5 1 18446744073709551615 AT %llu", (unsigned long long)T0), t5, 5);
+    assert_int_equal(t5[0], 1);
+    assert_int_equal(t5[3], -1);
+    assert_int_equal(cmd_int(s, "EXISTS bad:max"), 0);
 
     /* keys that hold something else */
     freeReplyObject(cmd(s, "SET bad:str hello"));
