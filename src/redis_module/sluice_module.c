@@ -8,6 +8,9 @@
  *                                             -> redis-cell's CL.THROTTLE reply
  *     SLUICE.RESET    key                     -> 1 if a state was deleted, else 0
  *
+ * THROTTLE also reads the values redis-cell left (its TAT: "redis-cell's
+ * values" below), so clients move from CL.THROTTLE key by key.
+ *
  * Every decision is the core's: the spec goes through sluice__spec_parse
  * once (a small cache maps spec text to its parsed profile) and each
  * request through sluice__decide on the key's state, so the module and
@@ -612,6 +615,50 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     return rc == LOAD_NOMEM ? "out of memory" : "the key holds a damaged sluice state";
 }
 
+/* ---- redis-cell's values ------------------------------------------------
+ *
+ * redis-cell (CL.THROTTLE, brandur/redis-cell) keeps one plain string per
+ * key: GCRA's theoretical arrival time, TAT, as a signed decimal integer of
+ * ns since the Unix epoch (its wall clock, as ours), with a TTL of TAT - now.
+ * With emission interval T and max_burst + 1 = B, a request for q at now
+ * passes iff max(TAT, now) + q*T - now <= B*T, and then TAT = max(TAT, now)
+ * + q*T.  That is the token bucket's deficit seen from now: D = (TAT - now)
+ * * rl in the bucket's units of 1/rw permit (token_bucket.c), and where T
+ * is a whole number of ns (count divides period in ns: rl = 1, rw = T) the
+ * two rules are one, so SLUICE.THROTTLE reads such a value as its state at
+ * now and decides exactly as CL.THROTTLE would (where it is not, redis-cell
+ * rounds T down to whole ns, and sluice keeps the exact rate).  Only an
+ * admission replaces the value with a sluice state; a refusal leaves it. */
+
+/* Whether v[0..n) is a redis-cell value: an optional '-' and 1-19 digits,
+ * within int64_t; the TAT in *tat. */
+static bool cell_tat(const unsigned char *v, size_t n, int64_t *tat)
+{
+    const bool neg = n > 0 && v[0] == '-';
+    const size_t d0 = neg ? 1 : 0;
+    if (n <= d0 || n - d0 > 19) return false;
+    uint64_t x = 0;
+    for (size_t i = d0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9') return false;
+        x = x * 10 + (uint64_t)(v[i] - '0'); /* 19 digits < 2^64 */
+    }
+    if (x > (uint64_t)INT64_MAX) return false;
+    *tat = neg ? -(int64_t)x : (int64_t)x;
+    return true;
+}
+
+/* The bucket state of profile pf at now_ns for redis-cell's TAT: full when
+ * TAT <= now, else a deficit of (TAT - now) * rl at now (at most 2^63-1 ns
+ * to drain, which the loader's bound allows). */
+static void cell_state(const sluice__profile *pf, int64_t tat, uint64_t now_ns, sluice__state *st)
+{
+    memset(st, 0, sizeof *st);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (tat <= 0 || (uint64_t)tat <= now_ns) return;
+    st->t_last = now_ns;
+    st->u.bk.deficit = (u128)((uint64_t)tat - now_ns) * pf->rl;
+}
+
 static unsigned char g_value[VALUE_MAX];
 
 /* Decide `permits` on key `name` under spec e at now_ns (the clock unless
@@ -632,7 +679,14 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     if (type == RM_KEYTYPE_STRING) {
         const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
         char why[256] = "";
-        const char *fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+        int64_t tat;
+        const char *fail = NULL;
+        if (!cell_tat(v, old_len, &tat))
+            fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+        else if (m == M_THROTTLE)
+            cell_state(pf, tat, now_ns, &st); /* redis-cell's, carried over */
+        else
+            fail = "the key holds a redis-cell value (a TAT); SLUICE.THROTTLE reads it, SLUICE.RESET deletes it";
         if (fail) {
             rm.CloseKey(key);
             return reply_errf(ctx, "ERR sluice: %s%s%s%s", fail, why[0] ? " (" : "", why,
@@ -763,8 +817,8 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return decide_key(ctx, argv[1], e, quantity, has_at ? at : realtime_ns(), has_at, M_THROTTLE);
 }
 
-/* SLUICE.RESET key: delete a sluice state (another kind of value is an
- * error and stays).  The key is opened for reading to check it, and for
+/* SLUICE.RESET key: delete a sluice state or a redis-cell value (another
+ * kind of value is an error and stays).  The key is opened for reading to check it, and for
  * writing only to delete: closing a key opened for writing counts as
  * touching it (other clients' WATCH breaks), so nothing else may. */
 static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -780,7 +834,8 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     const unsigned char *v =
         type == RM_KEYTYPE_STRING ? (const unsigned char *)rm.StringDMA(key, &n, RM_READ) : NULL;
     value_hdr h;
-    if (!v || !parse_header(v, n, &h)) {
+    int64_t tat;
+    if (!v || (!parse_header(v, n, &h) && !cell_tat(v, n, &tat))) {
         rm.CloseKey(key);
         return rm.ReplyWithError(ctx, type == RM_KEYTYPE_STRING
                                           ? "ERR sluice: the key holds a string that is not a sluice state"

@@ -968,6 +968,116 @@ static void test_change_chains(void **state)
     assert_true(refused_changes > 10);
 }
 
+/* ---- moving from redis-cell -------------------------------------------- */
+
+/* redis-cell's CL.THROTTLE, as its source states the rule (GCRA on a TAT in
+ * ns since the epoch; a missing or past TAT counts as now): with emission
+ * interval T and tolerance tau = (max_burst + 1) * T, a request for q is
+ * limited iff max(TAT, now) + q*T - tau > now; else TAT becomes
+ * max(TAT, now) + q*T.  Written here from that text, for whole-ns T.
+ * One exception, by the contract: q = 0 is a probe, always allowed (redis-cell
+ * limits it only when TAT - now exceeds tau, which it never writes itself:
+ * a TAT it stores is at most its now + tau). */
+static bool cell_limited(int64_t *tat, int64_t now, int64_t T, int64_t B, int64_t q)
+{
+    if (q == 0) return false;
+    const int64_t base = *tat > now ? *tat : now;
+    const int64_t next = base + q * T;
+    if (next - B * T > now) return true;
+    *tat = next;
+    return false;
+}
+
+/* Keys holding redis-cell's values (SET key TAT PX ttl, as redis-cell
+ * writes them) are read by SLUICE.THROTTLE as its state: every decision
+ * equals redis-cell's, from the first request on, through the admission
+ * that replaces the value with a sluice state and after it. */
+static void test_from_redis_cell(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    static const struct { int64_t burst, count, period; } cases[] = {
+        {4, 1, 1}, {15, 30, 60}, {0, 8000, 1}, {9, 5, 10}, {2, 1000000000, 1}, {99, 100, 1},
+    };
+    uint64_t rng = tu_env_seed() ^ 0xce11;
+    int limited = 0, passed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t B = cases[i].burst + 1, T = cases[i].period * (int64_t)SEC / cases[i].count;
+        for (int k = 0; k < 8; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "cell:%zu:%d", i, k);
+            int64_t now = (int64_t)T0 + (int64_t)tu_splitmix64_below(&rng, SEC);
+            /* a TAT from 2 bursts back to 1.25 bursts ahead (a clock that
+             * stepped back can leave one beyond the burst) */
+            int64_t tat = now - 2 * B * T + (int64_t)tu_splitmix64_below(&rng, (uint64_t)(3 * B * T + B * T / 4 + 1));
+            const long long ttl_ms = tat > now ? (tat - now) / (int64_t)MS + 1 : 1;
+            freeReplyObject(cmd(s, "SET %s %lld PX %lld", key, (long long)tat, ttl_ms + 60000));
+            bool migrated = false;
+            for (int step = 0; step < 40; step++) {
+                switch (tu_splitmix64_below(&rng, 3)) {
+                case 0: break;
+                case 1: now += (int64_t)tu_splitmix64_below(&rng, (uint64_t)(2 * T + 1)); break;
+                default: now += (int64_t)tu_splitmix64_below(&rng, (uint64_t)(B * T + 1)); break;
+                }
+                const int64_t q = (int64_t)tu_splitmix64_below(&rng, (uint64_t)(B < 4 ? B + 2 : 4));
+                snap before;
+                take(s, key, &before);
+                long long r[5];
+                ints(cmd(s, "SLUICE.THROTTLE %s %lld %lld %lld %lld AT %lld", key, (long long)cases[i].burst,
+                         (long long)cases[i].count, (long long)cases[i].period, (long long)q, (long long)now),
+                     r, 5);
+                const bool want = cell_limited(&tat, now, T, B, q);
+                if (r[0] != want)
+                    fail_msg("CL.THROTTLE %s %lld %lld %lld %lld at TAT - now = %lld ns: got limited %lld, redis-cell %d",
+                             key, (long long)cases[i].burst, (long long)cases[i].count,
+                             (long long)cases[i].period, (long long)q, (long long)(tat - now), r[0], want);
+                assert_int_equal(r[1], B);
+                limited += want;
+                passed += !want;
+                snap after;
+                take(s, key, &after);
+                if (want || q == 0) { /* a refusal or a probe writes nothing */
+                    assert_same(&before, &after, key);
+                } else { /* an admission stores a sluice state */
+                    assert_true(after.n > 2 && after.v[0] == 'S' && after.v[1] == 'L');
+                    migrated = true;
+                }
+            }
+            (void)migrated;
+        }
+    }
+    assert_true(limited > 50 && passed > 50);
+
+    /* values like redis-cell's that are not well-formed: errors, unchanged */
+    long long r[5];
+    static const char *const bad[] = {"99999999999999999999", "+5", "", "12 ", "0x10", "-"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        freeReplyObject(cmd(s, "SET cell:bad %s", bad[i]));
+        expect_error(cmd(s, "SLUICE.THROTTLE cell:bad 4 1 1 AT %llu", (unsigned long long)T0), "not a sluice state");
+        redisReply *x = cmd(s, "GET cell:bad");
+        assert_int_equal(x->len, strlen(bad[i]));
+        freeReplyObject(x);
+    }
+    /* a TAT in the past, or negative: a full bucket */
+    freeReplyObject(cmd(s, "SET cell:past -5"));
+    ints(cmd(s, "SLUICE.THROTTLE cell:past 4 1 1 AT %llu", (unsigned long long)T0), r, 5);
+    const long long full[5] = {0, 5, 4, -1, 1};
+    assert_memory_equal(r, full, sizeof full);
+    /* the end of time: refused, no wait overflows */
+    freeReplyObject(cmd(s, "SET cell:end 9223372036854775807"));
+    ints(cmd(s, "SLUICE.THROTTLE cell:end 4 1 1 AT %llu", (unsigned long long)T0), r, 5);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[3], (long long)((INT64_MAX - (int64_t)T0 - 4 * (int64_t)SEC + (int64_t)SEC - 1) / (int64_t)SEC));
+    ints(cmd(s, "SLUICE.THROTTLE cell:end 4 1 1 AT 9223372036854775807"), r, 5);
+    assert_int_equal(r[0], 0);
+    /* ACQUIRE and PEEK do not read it; RESET deletes it */
+    freeReplyObject(cmd(s, "SET cell:acq %lld", (long long)T0));
+    expect_error(cmd(s, "SLUICE.ACQUIRE cell:acq %s", "token-bucket 1/s burst=5"), "redis-cell value");
+    expect_error(cmd(s, "SLUICE.PEEK cell:acq %s", "token-bucket 1/s burst=5"), "redis-cell value");
+    assert_int_equal(cmd_int(s, "SLUICE.RESET cell:acq"), 1);
+    assert_int_equal(cmd_int(s, "EXISTS cell:acq"), 0);
+}
+
 /* ---- the real clock ---------------------------------------------------- */
 
 static void test_real_clock(void **state)
@@ -1049,6 +1159,21 @@ static void test_real_clock(void **state)
     assert_int_equal(r[2], 15);
     assert_int_equal(r[3], -1);
     assert_int_equal(r[4], 2);
+    /* a redis-cell value on the real clock: TAT 3 s ahead (2 of 5 tokens
+     * left at 1/s), with redis-cell's TTL; the admission leaves a sluice
+     * state that expires when the bucket is full again, 5 s later */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long long now_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    freeReplyObject(cmd(&s, "SET cell %lld PX 3000", now_ns + 3000000000LL));
+    ints(cmd(&s, "SLUICE.THROTTLE cell 4 1 1 3"), r, 5);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[2], 2);
+    ints(cmd(&s, "SLUICE.THROTTLE cell 4 1 1 2"), r, 5);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[2], 0);
+    const long long cell_exp = cmd_int(&s, "PEXPIRETIME cell");
+    assert_true(cell_exp >= now_ns / 1000000 + 5000 && cell_exp <= now_ns / 1000000 + 6000);
     /* a module argument it does not know: the server refuses to start */
     srv bad = {0};
     assert_int_equal(srv_start(&bad, TEST_MODULE_PATH, "fastclock", extra), -1);
@@ -1285,6 +1410,7 @@ int main(void)
         cmocka_unit_test(test_key_named_at),
         cmocka_unit_test(test_reset_watch),
         cmocka_unit_test(test_long_spec),
+        cmocka_unit_test(test_from_redis_cell),
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_change_to_shorter_window),
         cmocka_unit_test(test_change_chains),
