@@ -16,6 +16,9 @@
  *    never a SLUICE command (it never decides with its own clock);
  *  - the real clock: expiries at rest, RESET;
  *  - bad input of every kind: an error, the key unchanged;
+ *  - changes of spec: by hand, the issue's script, seeded chains against
+ *    the model; a key named AT; RESET and WATCH; a 64-MB spec;
+ *  - keys left by redis-cell, against redis-cell's rule;
  *  - a single-node cluster with the module loaded.
  */
 #define _GNU_SOURCE
@@ -524,6 +527,36 @@ static void test_mutated_states(void **state)
         }
         assert_int_equal(cmd_int(s, "SLUICE.RESET mut:src"), 1);
     }
+    /* strings near redis-cell's TATs (digits, signs, blanks, 1-24 bytes):
+     * THROTTLE decides or refuses with an error, the others refuse */
+    int cells = 0;
+    for (int k = 0; k < 300; k++) {
+        static const char alphabet[] = "0123456789012345678901234567890123456789-+ x";
+        char m[32];
+        const size_t n = 1 + tu_splitmix64_below(&rng, 24);
+        for (size_t i = 0; i < n; i++) m[i] = alphabet[tu_splitmix64_below(&rng, sizeof alphabet - 1)];
+        freeReplyObject(cmd(s, "SET mut:cell %b", m, n));
+        redisReply *x = cmd(s, "SLUICE.THROTTLE mut:cell 3 1 1 %llu AT %llu",
+                            (unsigned long long)tu_splitmix64_below(&rng, 6),
+                            (unsigned long long)(T0 + tu_splitmix64_below(&rng, 10 * SEC)));
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 5) cells++;
+        else if (x->type != REDIS_REPLY_ERROR) fail_msg("THROTTLE on \"%.*s\": reply type %d", (int)n, m, x->type);
+        freeReplyObject(x);
+        x = cmd(s, "SLUICE.ACQUIRE mut:cell %s", "token-bucket 1/s burst=4");
+        if (x->type != REDIS_REPLY_ERROR && !(x->type == REDIS_REPLY_ARRAY && x->elements == 4))
+            fail_msg("ACQUIRE on \"%.*s\": reply type %d", (int)n, m, x->type);
+        freeReplyObject(x);
+    }
+    assert_true(cells > 0);
+    /* the windows' mark on a value of another algorithm: refused */
+    long long r2[4];
+    ints(cmd(s, "SLUICE.ACQUIRE mut:flag %s AT %llu", "token-bucket 5/s", (unsigned long long)T0), r2, 4);
+    snap f;
+    take(s, "mut:flag", &f);
+    f.v[3] = (char)(f.v[3] | 0x80);
+    freeReplyObject(cmd(s, "SET mut:flag %b", f.v, f.n));
+    expect_error(cmd(s, "SLUICE.ACQUIRE mut:flag %s AT %llu", "token-bucket 5/s", (unsigned long long)T0),
+                 "not a sluice state");
     redisReply *x = cmd(s, "PING");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
