@@ -67,9 +67,9 @@
  *
  * Test clock.  Loaded with the argument `testclock`, the commands accept a
  * trailing `AT time_ns`, after the spec (THROTTLE: after the period), that
- * replaces the clock -- so a key named AT is always a key; such an admission gets no
- * expiry (its times are not the server's).  Without the argument AT is an
- * error: production servers cannot be fed a time.
+ * replaces the clock -- so a key named AT is always a key; such an
+ * admission gets no expiry (its times are not the server's).  Without the
+ * argument AT is an error: production servers cannot be fed a time.
  *
  * Single-threaded: Redis runs every module command on its main thread, so
  * the cache and the serialisation buffer need no lock.
@@ -686,7 +686,8 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
         else if (m == M_THROTTLE)
             cell_state(pf, tat, now_ns, &st); /* redis-cell's, carried over */
         else
-            fail = "the key holds a redis-cell value (a TAT); SLUICE.THROTTLE reads it, SLUICE.RESET deletes it";
+            fail = "the key holds a redis-cell value (a TAT); "
+                   "SLUICE.THROTTLE reads it, SLUICE.RESET deletes it";
         if (fail) {
             rm.CloseKey(key);
             return reply_errf(ctx, "ERR sluice: %s%s%s%s", fail, why[0] ? " (" : "", why,
@@ -808,7 +809,8 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (!arg_u64(argv[3], 1, SLUICE_MAX_LIMIT, &count))
         return reply_bad_arg(ctx, "count", argv[3], "a whole number from 1 to 10^12 (permits per period)");
     if (!arg_u64(argv[4], 1, SLUICE_MAX_PERIOD_NS / 1000000000u, &period))
-        return reply_bad_arg(ctx, "period", argv[4], "a whole number of seconds from 1 to 3153600000 (36500 days)");
+        return reply_bad_arg(ctx, "period", argv[4],
+                             "a whole number of seconds from 1 to 3153600000 (36500 days)");
     if (argc == 6 && !arg_u64(argv[5], 0, UINT64_MAX, &quantity))
         return reply_bad_arg(ctx, "quantity", argv[5], "a whole number from 0 to 2^64-1");
     char err[256];
@@ -818,9 +820,9 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 }
 
 /* SLUICE.RESET key: delete a sluice state or a redis-cell value (another
- * kind of value is an error and stays).  The key is opened for reading to check it, and for
- * writing only to delete: closing a key opened for writing counts as
- * touching it (other clients' WATCH breaks), so nothing else may. */
+ * kind of value is an error and stays).  The key is opened for reading to
+ * check it, and for writing only to delete: closing a key opened for
+ * writing counts as touching it (other clients' WATCH breaks). */
 static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     if (argc != 2) return rm.WrongArity(ctx);
