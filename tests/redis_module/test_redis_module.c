@@ -1033,7 +1033,7 @@ static void test_from_redis_cell(void **state)
         {4, 1, 1}, {15, 30, 60}, {0, 8000, 1}, {9, 5, 10}, {2, 1000000000, 1}, {99, 100, 1},
     };
     uint64_t rng = tu_env_seed() ^ 0xce11;
-    int limited = 0, passed = 0;
+    int limited = 0, passed = 0, migrated = 0, refused_first = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int64_t B = cases[i].burst + 1, T = cases[i].period * (int64_t)SEC / cases[i].count;
         for (int k = 0; k < 8; k++) {
@@ -1045,7 +1045,7 @@ static void test_from_redis_cell(void **state)
             int64_t tat = now - 2 * B * T + (int64_t)tu_splitmix64_below(&rng, (uint64_t)(3 * B * T + B * T / 4 + 1));
             const long long ttl_ms = tat > now ? (tat - now) / (int64_t)MS + 1 : 1;
             freeReplyObject(cmd(s, "SET %s %lld PX %lld", key, (long long)tat, ttl_ms + 60000));
-            bool migrated = false;
+            bool carried = false;
             for (int step = 0; step < 40; step++) {
                 switch (tu_splitmix64_below(&rng, 3)) {
                 case 0: break;
@@ -1071,15 +1071,17 @@ static void test_from_redis_cell(void **state)
                 take(s, key, &after);
                 if (want || q == 0) { /* a refusal or a probe writes nothing */
                     assert_same(&before, &after, key);
+                    if (want && !carried) refused_first++;
                 } else { /* an admission stores a sluice state */
                     assert_true(after.n > 2 && after.v[0] == 'S' && after.v[1] == 'L');
-                    migrated = true;
+                    carried = true;
                 }
             }
-            (void)migrated;
+            migrated += carried;
         }
     }
     assert_true(limited > 50 && passed > 50);
+    assert_true(migrated > 30 && refused_first > 10); /* refusals read the TAT itself */
 
     /* values like redis-cell's that are not well-formed: errors, unchanged */
     long long r[5];
