@@ -32,7 +32,8 @@
  *       sliding-wheel   the window of t_last, oldest first: varint slot gap,
  *                       varint permits (the first gap counts back from
  *                       slot(t_last)); the algorithm byte's high bit
- *                       (RETIRED_FLAG) says that admissions left the ring
+ *                       (RETIRED_FLAG) says that admissions left the ring,
+ *                       and a varint after t_last how many (<= 2^62)
  *
  * A state is read back only after it is checked to be well-formed for its
  * spec (bounded counts, slots strictly increasing inside the window, ...):
@@ -50,9 +51,9 @@
  * redis-cell's users change THROTTLE's numbers on the fly in this way.
  * A window is stored without the entries that left the window of t_last (a
  * change to a shorter one that admits nothing leaves them in the ring), and
- * with RETIRED_FLAG when admissions left it: read back, the ring's base is
- * then RETIRED_MARK, so that a change to a longer window stands in for them
- * with the core's bound (window_log.c, carry), as a running limiter does.
+ * with the count of the admissions that left it (RETIRED_FLAG): read back,
+ * that is the ring's base, so that a change to a longer window stands in for
+ * them with the core's bound (window_log.c, carry) as a running limiter does.
  *
  * Only an admission (or such a change) writes.  It stores the new state and
  * gives the key an absolute expiry at the instant the state is back at rest
@@ -138,11 +139,12 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
 #define VERSION 1
 #define VARINT_MAX 10
 /* in the algorithm byte of a window's value: admissions left its ring
- * before its oldest entry.  Read back, the ring's base is RETIRED_MARK
- * (their count, unknown but positive), so that a change to a longer window
- * stands in for them with the core's bound (window_log.c, carry) */
+ * before its oldest entry, and their count (at most RETIRED_MAX) follows
+ * t_last as a varint.  Read back, it is the ring's base, as in a running
+ * limiter, so that a change to a longer window stands in for them with the
+ * core's bound (window_log.c, carry) */
 #define RETIRED_FLAG 0x80u
-#define RETIRED_MARK ((uint64_t)1 << 62)
+#define RETIRED_MAX ((uint64_t)1 << 62)
 /* a ring read back may hold one entry more than RING_MAX: the one a change
  * of spec adds (docs/decisions.md 3.8) before the next admission */
 #define VALUE_MAX (HDR + CANON_MAX + 8 + (RING_MAX + 1) * 2 * VARINT_MAX)
@@ -333,9 +335,12 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
          * may each add one (window_log.c, carry); the oldest are merged
          * into the next one, which counts them as long as itself */
         if (lg->len - first > RING_MAX + 1) first = lg->len - (RING_MAX + 1);
-        /* whether admissions left the ring before it: a longer window may
-         * reach back to them (read back as RETIRED_MARK) */
-        if (prev_cum != 0) out[3] |= RETIRED_FLAG;
+        /* how many admissions left the ring before it: a longer window may
+         * reach back to them (the carry counts at most this many) */
+        if (prev_cum != 0) {
+            out[3] |= RETIRED_FLAG;
+            n += put_varint(out + n, prev_cum < RETIRED_MAX ? prev_cum : RETIRED_MAX);
+        }
         for (uint32_t i = first; i < lg->len; i++) {
             const sluice__log_entry *x = ring_at(lg, i);
             /* the first gap counts back from slot(t_last), the others forward */
@@ -436,9 +441,11 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     /* the windows: decode into a small array first, then the ring */
     static sluice__log_entry tmp[RING_MAX + 1];
     const uint64_t s_last = sluice__div_q(&pf->div_tick, t);
-    uint64_t slot = s_last, cum = 0;
+    uint64_t slot = s_last, cum = 0, base = 0;
     uint32_t len = 0;
     size_t at = 0;
+    if (retired && (!get_varint(b, bn, &at, &base) || base == 0 || base > RETIRED_MAX))
+        return LOAD_CORRUPT;
     while (at < bn) {
         uint64_t gap, permits;
         if (len == RING_MAX + 1 || !get_varint(b, bn, &at, &gap) ||
@@ -460,7 +467,6 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
         tmp[len].cum = cum;
         len++;
     }
-    const uint64_t base = retired ? RETIRED_MARK : 0;
     if (len == 0) {
         st->u.log.base = base;
         return LOAD_OK;

@@ -806,9 +806,9 @@ static void test_change_to_shorter_window(void **state)
 
     /* admissions that left the ring count again in a longer window: 5/s
      * took 5 at 0 and 1 at 1.5 s; at 1.6 s under 5/10s the window holds 6.
-     * The module knows only that some left: one entry at 0.5 s stands for
-     * them with the core's bound (5 per second of the new window), so it
-     * refuses until 10.5 s (the rule itself: until 10 s) */
+     * The value keeps how many left (5): one entry at 0.5 s stands for them
+     * (window_log.c, carry: at most 5 per second of the new window, at most
+     * the 5 that left), so it refuses until 10.5 s (the rule: until 10 s) */
     ints(cmd(s, "SLUICE.ACQUIRE long:x %s 5 AT %llu", "sliding-log 5/s", AT(0)), r, 4);
     ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/s", AT(1500 * MS)), r, 4);
     assert_int_equal(r[0], 1);
@@ -819,6 +819,15 @@ static void test_change_to_shorter_window(void **state)
     assert_int_equal(r[0], 0);
     ints(cmd(s, "SLUICE.ACQUIRE long:x %s 4 AT %llu", "sliding-log 5/10s", AT(10500 * MS)), r, 4);
     assert_int_equal(r[0], 1);
+    /* the same history under 50/10s: 6 in the window, room for 44 exactly */
+    ints(cmd(s, "SLUICE.ACQUIRE long:y %s 5 AT %llu", "sliding-log 5/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE long:y %s 1 AT %llu", "sliding-log 5/s", AT(1500 * MS)), r, 4);
+    ints(cmd(s, "SLUICE.PEEK long:y %s 44 AT %llu", "sliding-log 50/10s", AT(1600 * MS)), r, 4);
+    const long long f[4] = {1, 0, 0, 0};
+    assert_memory_equal(r, f, sizeof f);
+    ints(cmd(s, "SLUICE.PEEK long:y %s 45 AT %llu", "sliding-log 50/10s", AT(1600 * MS)), r, 4);
+    const long long g[4] = {0, 44, 8900, 0};
+    assert_memory_equal(r, g, sizeof g);
 #undef AT
 }
 
