@@ -8,6 +8,9 @@
  *                                             -> redis-cell's CL.THROTTLE reply
  *     SLUICE.RESET    key                     -> 1 if a state was deleted, else 0
  *
+ * THROTTLE also reads the values redis-cell left (its TAT: "redis-cell's
+ * values" below), so clients move from CL.THROTTLE key by key.
+ *
  * Every decision is the core's: the spec goes through sluice__spec_parse
  * once (a small cache maps spec text to its parsed profile) and each
  * request through sluice__decide on the key's state, so the module and
@@ -26,8 +29,11 @@
  *       token-/leaky-   t_last u64, deficit u64 [, deficit's high u64 when
  *       bucket          it does not fit 64 bits]
  *       sliding-log,    t_last u64, then per slot that admitted something in
- *       sliding-wheel   the window, oldest first: varint slot gap, varint
- *                       permits (the first gap counts back from slot(t_last))
+ *       sliding-wheel   the window of t_last, oldest first: varint slot gap,
+ *                       varint permits (the first gap counts back from
+ *                       slot(t_last)); the algorithm byte's high bit
+ *                       (RETIRED_FLAG) says that admissions left the ring,
+ *                       and a varint after t_last how many (<= 2^62)
  *
  * A state is read back only after it is checked to be well-formed for its
  * spec (bounded counts, slots strictly increasing inside the window, ...):
@@ -43,6 +49,11 @@
  * capped, windows keep their admissions), at that request's time; that is
  * stored even when the request is refused, so the change happens once.
  * redis-cell's users change THROTTLE's numbers on the fly in this way.
+ * A window is stored without the entries that left the window of t_last (a
+ * change to a shorter one that admits nothing leaves them in the ring), and
+ * with the count of the admissions that left it (RETIRED_FLAG): read back,
+ * that is the ring's base, so that a change to a longer window stands in for
+ * them with the core's bound (window_log.c, carry) as a running limiter does.
  *
  * Only an admission (or such a change) writes.  It stores the new state and
  * gives the key an absolute expiry at the instant the state is back at rest
@@ -56,9 +67,10 @@
  * function that is the first word of the load context.
  *
  * Test clock.  Loaded with the argument `testclock`, the commands accept a
- * trailing `AT time_ns` that replaces the clock; such an admission gets no
- * expiry (its times are not the server's).  Without the argument AT is an
- * error: production servers cannot be fed a time.
+ * trailing `AT time_ns`, after the spec (THROTTLE: after the period), that
+ * replaces the clock -- so a key named AT is always a key; such an
+ * admission gets no expiry (its times are not the server's).  Without the
+ * argument AT is an error: production servers cannot be fed a time.
  *
  * Single-threaded: Redis runs every module command on its main thread, so
  * the cache and the serialisation buffer need no lock.
@@ -106,7 +118,6 @@ static struct {
     int (*SetExpire)(RedisModuleKey *key, long long ms);
     int (*SetAbsExpire)(RedisModuleKey *key, long long unix_ms);
     const char *(*StringPtrLen)(const RedisModuleString *s, size_t *len);
-    int (*StringToLongLong)(const RedisModuleString *s, long long *out);
     int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
     int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long v);
     int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
@@ -127,6 +138,13 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
 #define CANON_MAX 255       /* bytes of a canonical spec in a value */
 #define VERSION 1
 #define VARINT_MAX 10
+/* in the algorithm byte of a window's value: admissions left its ring
+ * before its oldest entry, and their count (at most RETIRED_MAX) follows
+ * t_last as a varint.  Read back, it is the ring's base, as in a running
+ * limiter, so that a change to a longer window stands in for them with the
+ * core's bound (window_log.c, carry) */
+#define RETIRED_FLAG 0x80u
+#define RETIRED_MAX ((uint64_t)1 << 62)
 /* a ring read back may hold one entry more than RING_MAX: the one a change
  * of spec adds (docs/decisions.md 3.8) before the next admission */
 #define VALUE_MAX (HDR + CANON_MAX + 8 + (RING_MAX + 1) * 2 * VARINT_MAX)
@@ -158,10 +176,17 @@ static uint32_t fnv1a(const char *s, size_t n)
  * reason in err when the spec is refused (refusals are not cached). */
 static const spec_entry *spec_get(const char *s, size_t n, char *err, size_t errlen)
 {
+    /* the length first: a client may send 512 MB, and nothing may cost
+     * more than the spec's bytes up to SPEC_MAX */
+    if (n > SPEC_MAX) {
+        snprintf(err, errlen, "the spec is %zu bytes, more than the module's %d", n, SPEC_MAX);
+        return NULL;
+    }
     spec_entry *e = &g_cache[fnv1a(s, n) % CACHE_SLOTS];
     if (e->used && e->len == n && memcmp(e->text, s, n) == 0) return e;
-    if (n > SPEC_MAX || memchr(s, '\0', n)) {
-        snprintf(err, errlen, "spec longer than %d bytes or with a NUL byte", SPEC_MAX);
+    const char *nul = memchr(s, '\0', n);
+    if (nul) {
+        snprintf(err, errlen, "the spec has a NUL byte (at byte %zu)", (size_t)(nul - s));
         return NULL;
     }
     spec_entry fresh;
@@ -296,12 +321,30 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
     case SLUICE__SLIDING_LOG:
     case SLUICE__SLIDING_WHEEL: {
         const sluice__log *lg = &st->u.log;
-        uint64_t prev_slot = sluice__div_q(&pf->div_tick, st->t_last);
+        const uint64_t s_last = sluice__div_q(&pf->div_tick, st->t_last);
+        uint64_t prev_slot = s_last;
         uint64_t prev_cum = lg->base;
-        for (uint32_t i = 0; i < lg->len; i++) {
+        /* entries out of the window of t_last never count again (no
+         * decision is made before t_last): a change to a shorter window
+         * that admitted nothing leaves them in the ring */
+        uint32_t first = 0;
+        while (first < lg->len && s_last >= pf->slots &&
+               ring_at(lg, first)->slot <= s_last - pf->slots)
+            prev_cum = ring_at(lg, first++)->cum;
+        /* at most RING_MAX + 1 entries: repeated changes to longer windows
+         * may each add one (window_log.c, carry); the oldest are merged
+         * into the next one, which counts them as long as itself */
+        if (lg->len - first > RING_MAX + 1) first = lg->len - (RING_MAX + 1);
+        /* how many admissions left the ring before it: a longer window may
+         * reach back to them (the carry counts at most this many) */
+        if (prev_cum != 0) {
+            out[3] |= RETIRED_FLAG;
+            n += put_varint(out + n, prev_cum < RETIRED_MAX ? prev_cum : RETIRED_MAX);
+        }
+        for (uint32_t i = first; i < lg->len; i++) {
             const sluice__log_entry *x = ring_at(lg, i);
             /* the first gap counts back from slot(t_last), the others forward */
-            n += put_varint(out + n, i == 0 ? prev_slot - x->slot : x->slot - prev_slot);
+            n += put_varint(out + n, i == first ? prev_slot - x->slot : x->slot - prev_slot);
             n += put_varint(out + n, x->cum - prev_cum);
             prev_slot = x->slot;
             prev_cum = x->cum;
@@ -319,6 +362,7 @@ typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_CORRUPT, LOAD_NOMEM } load_rc
 /* A value's header: the spec that wrote it, and the state's bytes. */
 typedef struct value_hdr {
     unsigned alg;
+    bool retired; /* RETIRED_FLAG */
     uint32_t id;
     const char *canon; /* the canonical spec, canon_len bytes, no NUL */
     size_t canon_len;
@@ -329,11 +373,14 @@ typedef struct value_hdr {
 /* Whether v[0..n) is laid out as a sluice state; fills *h. */
 static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
 {
-    if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION || v[3] >= SLUICE__ALG_COUNT)
+    if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION ||
+        (v[3] & ~RETIRED_FLAG) >= SLUICE__ALG_COUNT)
         return false;
     const size_t cl = v[8];
     if (cl == 0 || n < HDR + cl + 8) return false;
-    h->alg = v[3];
+    h->alg = v[3] & ~RETIRED_FLAG;
+    h->retired = (v[3] & RETIRED_FLAG) != 0;
+    if (h->retired && h->alg != SLUICE__SLIDING_LOG && h->alg != SLUICE__SLIDING_WHEEL) return false;
     h->id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 | (uint32_t)v[7] << 24;
     h->canon = (const char *)v + HDR;
     h->canon_len = cl;
@@ -348,7 +395,7 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
  * an admission or a change of spec under pf, within the bounds the core's
  * arithmetic relies on; anything else is LOAD_CORRUPT. */
 static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size_t bn,
-                         sluice__state *st)
+                         bool retired, sluice__state *st)
 {
     memset(st, 0, sizeof *st);
     const uint64_t t = get64(b);
@@ -394,9 +441,11 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     /* the windows: decode into a small array first, then the ring */
     static sluice__log_entry tmp[RING_MAX + 1];
     const uint64_t s_last = sluice__div_q(&pf->div_tick, t);
-    uint64_t slot = s_last, cum = 0;
+    uint64_t slot = s_last, cum = 0, base = 0;
     uint32_t len = 0;
     size_t at = 0;
+    if (retired && (!get_varint(b, bn, &at, &base) || base == 0 || base > RETIRED_MAX))
+        return LOAD_CORRUPT;
     while (at < bn) {
         uint64_t gap, permits;
         if (len == RING_MAX + 1 || !get_varint(b, bn, &at, &gap) ||
@@ -418,13 +467,17 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
         tmp[len].cum = cum;
         len++;
     }
-    if (len == 0) return LOAD_OK;
+    if (len == 0) {
+        st->u.log.base = base;
+        return LOAD_OK;
+    }
+    for (uint32_t i = 0; i < len; i++) tmp[i].cum += base;
     uint32_t cap = 4;
     while (cap < len) cap *= 2;
     sluice__log_entry *ring = sluice__malloc((size_t)cap * sizeof *ring);
     if (!ring) return LOAD_NOMEM;
     memcpy(ring, tmp, (size_t)len * sizeof *ring);
-    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = 0};
+    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = base};
     return LOAD_OK;
 }
 
@@ -439,16 +492,37 @@ static int reply_errf(RedisModuleCtx *ctx, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    /* an error is one line of text: a client's bytes echoed in it are too */
+    for (char *c = buf; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     return rm.ReplyWithError(ctx, buf);
 }
 
-/* A whole number >= 0 (and <= max). */
-static bool arg_u64(const RedisModuleString *s, uint64_t max, uint64_t *out)
+/* A whole number from min to max (decimal digits only), or false. */
+static bool arg_u64(const RedisModuleString *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    long long v;
-    if (rm.StringToLongLong(s, &v) != RM_OK || v < 0 || (unsigned long long)v > max) return false;
-    *out = (uint64_t)v;
+    size_t n;
+    const char *p = rm.StringPtrLen(s, &n);
+    if (n == 0 || n > 20) return false; /* 2^64-1 has 20 digits */
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned d = (unsigned char)p[i] - '0';
+        if (d > 9 || v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (v < min || v > max) return false;
+    *out = v;
     return true;
+}
+
+/* Reply `bad WHAT "TOKEN": EXPECTED` (the token cut at 40 bytes). */
+static int reply_bad_arg(RedisModuleCtx *ctx, const char *what, const RedisModuleString *arg,
+                         const char *expected)
+{
+    size_t n;
+    const char *p = rm.StringPtrLen(arg, &n);
+    return reply_errf(ctx, "ERR sluice: bad %s \"%.*s%s\": expected %s", what, (int)(n > 40 ? 40 : n), p,
+                      n > 40 ? "..." : "", expected);
 }
 
 static bool arg_is(const RedisModuleString *s, const char *word)
@@ -458,17 +532,20 @@ static bool arg_is(const RedisModuleString *s, const char *word)
     return n == strlen(word) && strncasecmp(p, word, n) == 0;
 }
 
-/* Strip a trailing `AT time_ns` from argv[0..*argc).  1: taken (time in
- * *at), 0: none, -1: an error was replied. */
-static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, uint64_t *at)
+/* Strip a trailing `AT time_ns` from argv[0..*argc), where the keyword
+ * stands at index `first` or later: after the arguments that every form of
+ * the command has (the key, the spec or THROTTLE's numbers), so that a key
+ * or a spec is never read as the keyword -- a key named AT is a key.  1:
+ * taken (time in *at), 0: none, -1: an error was replied. */
+static int take_at(RedisModuleCtx *ctx, RedisModuleString **argv, int *argc, int first, uint64_t *at)
 {
-    if (*argc < 2 || !arg_is(argv[*argc - 2], "AT")) return 0;
+    if (*argc - 2 < first || !arg_is(argv[*argc - 2], "AT")) return 0;
     if (!g_testclock) {
         rm.ReplyWithError(ctx, "ERR sluice: AT needs the module loaded with the testclock argument");
         return -1;
     }
-    if (!arg_u64(argv[*argc - 1], (uint64_t)INT64_MAX, at)) {
-        rm.ReplyWithError(ctx, "ERR sluice: AT wants a time in ns from 0 to 2^63-1");
+    if (!arg_u64(argv[*argc - 1], 0, (uint64_t)INT64_MAX, at)) {
+        reply_bad_arg(ctx, "AT time", argv[*argc - 1], "a time in ns from 0 to 2^63-1");
         return -1;
     }
     *argc -= 2;
@@ -516,7 +593,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     load_rc rc;
     if (h.canon_len == e->canon_len && memcmp(h.canon, e->canon, h.canon_len) == 0) {
         if (h.id != e->id) return "the key holds a damaged sluice state";
-        rc = load_body(pf, h.body, h.body_len, st);
+        rc = load_body(pf, h.body, h.body_len, h.retired, st);
     } else {
         /* another spec of this algorithm: parse the one stored (rare; not
          * through the cache, which holds e) */
@@ -528,7 +605,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
         if (fnv1a(text, h.canon_len) != h.id || sluice__spec_parse(text, &from, err, sizeof err) != 0 ||
             from.alg != pf->alg)
             return "the key holds a damaged sluice state";
-        rc = load_body(&from, h.body, h.body_len, st);
+        rc = load_body(&from, h.body, h.body_len, h.retired, st);
         if (rc == LOAD_OK) {
             if (sluice__reconfigure_check(&from, pf, why, whylen) != 0) {
                 sluice__state_fini(pf, st);
@@ -542,6 +619,50 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     if (rc == LOAD_OK) return NULL;
     sluice__state_fini(pf, st);
     return rc == LOAD_NOMEM ? "out of memory" : "the key holds a damaged sluice state";
+}
+
+/* ---- redis-cell's values ------------------------------------------------
+ *
+ * redis-cell (CL.THROTTLE, brandur/redis-cell) keeps one plain string per
+ * key: GCRA's theoretical arrival time, TAT, as a signed decimal integer of
+ * ns since the Unix epoch (its wall clock, as ours), with a TTL of TAT - now.
+ * With emission interval T and max_burst + 1 = B, a request for q at now
+ * passes iff max(TAT, now) + q*T - now <= B*T, and then TAT = max(TAT, now)
+ * + q*T.  That is the token bucket's deficit seen from now: D = (TAT - now)
+ * * rl in the bucket's units of 1/rw permit (token_bucket.c), and where T
+ * is a whole number of ns (count divides period in ns: rl = 1, rw = T) the
+ * two rules are one, so SLUICE.THROTTLE reads such a value as its state at
+ * now and decides exactly as CL.THROTTLE would (where it is not, redis-cell
+ * rounds T down to whole ns, and sluice keeps the exact rate).  Only an
+ * admission replaces the value with a sluice state; a refusal leaves it. */
+
+/* Whether v[0..n) is a redis-cell value: an optional '-' and 1-19 digits,
+ * within int64_t; the TAT in *tat. */
+static bool cell_tat(const unsigned char *v, size_t n, int64_t *tat)
+{
+    const bool neg = n > 0 && v[0] == '-';
+    const size_t d0 = neg ? 1 : 0;
+    if (n <= d0 || n - d0 > 19) return false;
+    uint64_t x = 0;
+    for (size_t i = d0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9') return false;
+        x = x * 10 + (uint64_t)(v[i] - '0'); /* 19 digits < 2^64 */
+    }
+    if (x > (uint64_t)INT64_MAX) return false;
+    *tat = neg ? -(int64_t)x : (int64_t)x;
+    return true;
+}
+
+/* The bucket state of profile pf at now_ns for redis-cell's TAT: full when
+ * TAT <= now, else a deficit of (TAT - now) * rl at now (at most 2^63-1 ns
+ * to drain, which the loader's bound allows). */
+static void cell_state(const sluice__profile *pf, int64_t tat, uint64_t now_ns, sluice__state *st)
+{
+    memset(st, 0, sizeof *st);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (tat <= 0 || (uint64_t)tat <= now_ns) return;
+    st->t_last = now_ns;
+    st->u.bk.deficit = (u128)((uint64_t)tat - now_ns) * pf->rl;
 }
 
 static unsigned char g_value[VALUE_MAX];
@@ -564,7 +685,15 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     if (type == RM_KEYTYPE_STRING) {
         const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
         char why[256] = "";
-        const char *fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+        int64_t tat;
+        const char *fail = NULL;
+        if (!cell_tat(v, old_len, &tat))
+            fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+        else if (m == M_THROTTLE)
+            cell_state(pf, tat, now_ns, &st); /* redis-cell's, carried over */
+        else
+            fail = "the key holds a redis-cell value (a TAT); "
+                   "SLUICE.THROTTLE reads it, SLUICE.RESET deletes it";
         if (fail) {
             rm.CloseKey(key);
             return reply_errf(ctx, "ERR sluice: %s%s%s%s", fail, why[0] ? " (" : "", why,
@@ -647,12 +776,12 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
 static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, mode m)
 {
     uint64_t at = 0;
-    const int has_at = take_at(ctx, argv, &argc, &at);
+    const int has_at = take_at(ctx, argv, &argc, 3, &at);
     if (has_at < 0) return RM_OK;
     if (argc != 3 && argc != 4) return rm.WrongArity(ctx);
     uint64_t permits = 1;
-    if (argc == 4 && !arg_u64(argv[3], UINT64_MAX, &permits))
-        return rm.ReplyWithError(ctx, "ERR sluice: permits must be a whole number >= 0");
+    if (argc == 4 && !arg_u64(argv[3], 0, UINT64_MAX, &permits))
+        return reply_bad_arg(ctx, "permits", argv[3], "a whole number from 0 to 2^64-1");
     size_t n;
     const char *s = rm.StringPtrLen(argv[2], &n);
     char err[256];
@@ -677,30 +806,33 @@ static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     uint64_t at = 0;
-    const int has_at = take_at(ctx, argv, &argc, &at);
+    const int has_at = take_at(ctx, argv, &argc, 5, &at);
     if (has_at < 0) return RM_OK;
     if (argc != 5 && argc != 6) return rm.WrongArity(ctx);
     uint64_t max_burst, count, period, quantity = 1;
-    if (!arg_u64(argv[2], (uint64_t)INT64_MAX - 1, &max_burst))
-        return rm.ReplyWithError(ctx, "ERR sluice: max_burst must be a whole number >= 0");
-    if (!arg_u64(argv[3], UINT64_MAX, &count) || count == 0)
-        return rm.ReplyWithError(ctx, "ERR sluice: count must be a whole number >= 1");
-    if (!arg_u64(argv[4], UINT64_MAX, &period) || period == 0)
-        return rm.ReplyWithError(ctx, "ERR sluice: period must be a whole number of seconds >= 1");
-    if (argc == 6 && !arg_u64(argv[5], UINT64_MAX, &quantity))
-        return rm.ReplyWithError(ctx, "ERR sluice: quantity must be a whole number >= 0");
+    if (!arg_u64(argv[2], 0, (uint64_t)INT64_MAX - 1, &max_burst))
+        return reply_bad_arg(ctx, "max_burst", argv[2], "a whole number from 0 to 2^63-2");
+    if (!arg_u64(argv[3], 1, SLUICE_MAX_LIMIT, &count))
+        return reply_bad_arg(ctx, "count", argv[3], "a whole number from 1 to 10^12 (permits per period)");
+    if (!arg_u64(argv[4], 1, SLUICE_MAX_PERIOD_NS / 1000000000u, &period))
+        return reply_bad_arg(ctx, "period", argv[4],
+                             "a whole number of seconds from 1 to 3153600000 (36500 days)");
+    if (argc == 6 && !arg_u64(argv[5], 0, UINT64_MAX, &quantity))
+        return reply_bad_arg(ctx, "quantity", argv[5], "a whole number from 0 to 2^64-1");
     char err[256];
     const spec_entry *e = throttle_spec(max_burst, count, period, err, sizeof err);
     if (!e) return reply_errf(ctx, "ERR sluice: bad rate: %s", err);
     return decide_key(ctx, argv[1], e, quantity, has_at ? at : realtime_ns(), has_at, M_THROTTLE);
 }
 
-/* SLUICE.RESET key: delete a sluice state (another kind of value is an
- * error and stays). */
+/* SLUICE.RESET key: delete a sluice state or a redis-cell value (another
+ * kind of value is an error and stays).  The key is opened for reading to
+ * check it, and for writing only to delete: closing a key opened for
+ * writing counts as touching it (other clients' WATCH breaks). */
 static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     if (argc != 2) return rm.WrongArity(ctx);
-    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
+    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ);
     const int type = rm.KeyType(key);
     if (type == RM_KEYTYPE_EMPTY) {
         rm.CloseKey(key);
@@ -710,12 +842,15 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     const unsigned char *v =
         type == RM_KEYTYPE_STRING ? (const unsigned char *)rm.StringDMA(key, &n, RM_READ) : NULL;
     value_hdr h;
-    if (!v || !parse_header(v, n, &h)) {
+    int64_t tat;
+    if (!v || (!parse_header(v, n, &h) && !cell_tat(v, n, &tat))) {
         rm.CloseKey(key);
         return rm.ReplyWithError(ctx, type == RM_KEYTYPE_STRING
                                           ? "ERR sluice: the key holds a string that is not a sluice state"
                                           : RM_WRONGTYPE);
     }
+    rm.CloseKey(key);
+    key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
     rm.DeleteKey(key);
     rm.CloseKey(key);
     rm.Replicate(ctx, "DEL", "s", argv[1]);
@@ -739,7 +874,6 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         !api("RedisModule_DeleteKey", &rm.DeleteKey) ||
         !api("RedisModule_SetExpire", &rm.SetExpire) ||
         !api("RedisModule_StringPtrLen", &rm.StringPtrLen) ||
-        !api("RedisModule_StringToLongLong", &rm.StringToLongLong) ||
         !api("RedisModule_ReplyWithArray", &rm.ReplyWithArray) ||
         !api("RedisModule_ReplyWithLongLong", &rm.ReplyWithLongLong) ||
         !api("RedisModule_ReplyWithError", &rm.ReplyWithError) ||

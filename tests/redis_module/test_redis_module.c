@@ -16,6 +16,9 @@
  *    never a SLUICE command (it never decides with its own clock);
  *  - the real clock: expiries at rest, RESET;
  *  - bad input of every kind: an error, the key unchanged;
+ *  - changes of spec: by hand, the issue's script, seeded chains against
+ *    the model; a key named AT; RESET and WATCH; a 64-MB spec;
+ *  - keys left by redis-cell, against redis-cell's rule;
  *  - a single-node cluster with the module loaded.
  */
 #define _GNU_SOURCE
@@ -370,8 +373,21 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %b", "token-bucket\0 5/s", (size_t)17), "NUL");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s -1", "token-bucket 5/s"), "permits");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s x", "token-bucket 5/s"), "permits");
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"), "AT wants");
-    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "AT wants");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT -5", "token-bucket 5/s"),
+                 "bad AT time \"-5\": expected a time in ns from 0 to 2^63-1");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT 9223372036854775808", "token-bucket 5/s"), "bad AT time");
+    /* numbers past 2^63 and 2^64: a clear message naming the token */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 18446744073709551616", "token-bucket 5/s"),
+                 "bad permits \"18446744073709551616\": expected a whole number from 0 to 2^64-1");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1%s", "token-bucket 5/s", "00000000000000000000000000000000000000000000"),
+                 "bad permits \"1000000000000000000000000000000000000000...\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s %b", "token-bucket 5/s", "1\r\n2", (size_t)4), "bad permits \"1??2\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 18446744073709551615 1"),
+                 "bad count \"18446744073709551615\": expected a whole number from 1 to 10^12 (permits per period)");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 1000000000001 1"), "bad count");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 18446744073709551615"), "bad period \"18446744073709551615\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 18446744073709551615 5 1"), "bad max_burst \"18446744073709551615\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 18446744073709551616"), "bad quantity");
     /* another algorithm's state on the key: refused, the state stays */
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "leaky-bucket 5/s"), "another algorithm");
     expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s", "fixed-window 5/s"), "another algorithm");
@@ -386,10 +402,27 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 0 1"), "count");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 0"), "period");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 -2"), "quantity");
-    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad rate");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad period");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 9223372036854775806 1 3153600000"), "bad rate");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5"), "wrong number of arguments");
     take(s, "bad:k", &after);
     assert_same(&before, &after, "bad:k");
+    /* 2^64-1 permits is a request like any other: refused, no wait helps */
+    for (size_t i = 0; i < N_SPECS; i++) {
+        ints(cmd(s, "SLUICE.ACQUIRE bad:max %s 18446744073709551615 AT %llu", g_specs[i].spec,
+                 (unsigned long long)T0), r, 4);
+        assert_int_equal(r[0], 0);
+        assert_int_equal(r[2], -1);
+        ints(cmd(s, "SLUICE.PEEK bad:max %s 18446744073709551615 AT %llu", g_specs[i].spec,
+                 (unsigned long long)T0), r, 4);
+        assert_int_equal(r[0], 0);
+        assert_int_equal(cmd_int(s, "EXISTS bad:max"), 0);
+    }
+    long long t5[5];
+    ints(cmd(s, "SLUICE.THROTTLE bad:max 1 5 1 18446744073709551615 AT %llu", (unsigned long long)T0), t5, 5);
+    assert_int_equal(t5[0], 1);
+    assert_int_equal(t5[3], -1);
+    assert_int_equal(cmd_int(s, "EXISTS bad:max"), 0);
 
     /* keys that hold something else */
     freeReplyObject(cmd(s, "SET bad:str hello"));
@@ -494,11 +527,161 @@ static void test_mutated_states(void **state)
         }
         assert_int_equal(cmd_int(s, "SLUICE.RESET mut:src"), 1);
     }
+    /* strings near redis-cell's TATs (digits, signs, blanks, 1-24 bytes):
+     * THROTTLE decides or refuses with an error, the others refuse */
+    int cells = 0;
+    for (int k = 0; k < 300; k++) {
+        static const char alphabet[] = "0123456789012345678901234567890123456789-+ x";
+        char m[32];
+        const size_t n = 1 + tu_splitmix64_below(&rng, 24);
+        for (size_t i = 0; i < n; i++) m[i] = alphabet[tu_splitmix64_below(&rng, sizeof alphabet - 1)];
+        freeReplyObject(cmd(s, "SET mut:cell %b", m, n));
+        redisReply *x = cmd(s, "SLUICE.THROTTLE mut:cell 3 1 1 %llu AT %llu",
+                            (unsigned long long)tu_splitmix64_below(&rng, 6),
+                            (unsigned long long)(T0 + tu_splitmix64_below(&rng, 10 * SEC)));
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 5) cells++;
+        else if (x->type != REDIS_REPLY_ERROR) fail_msg("THROTTLE on \"%.*s\": reply type %d", (int)n, m, x->type);
+        freeReplyObject(x);
+        x = cmd(s, "SLUICE.ACQUIRE mut:cell %s", "token-bucket 1/s burst=4");
+        if (x->type != REDIS_REPLY_ERROR && !(x->type == REDIS_REPLY_ARRAY && x->elements == 4))
+            fail_msg("ACQUIRE on \"%.*s\": reply type %d", (int)n, m, x->type);
+        freeReplyObject(x);
+    }
+    assert_true(cells > 0);
+    /* the windows' mark on a value of another algorithm: refused */
+    long long r2[4];
+    ints(cmd(s, "SLUICE.ACQUIRE mut:flag %s AT %llu", "token-bucket 5/s", (unsigned long long)T0), r2, 4);
+    snap f;
+    take(s, "mut:flag", &f);
+    f.v[3] = (char)(f.v[3] | 0x80);
+    freeReplyObject(cmd(s, "SET mut:flag %b", f.v, f.n));
+    expect_error(cmd(s, "SLUICE.ACQUIRE mut:flag %s AT %llu", "token-bucket 5/s", (unsigned long long)T0),
+                 "not a sluice state");
     redisReply *x = cmd(s, "PING");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
     assert_true(errors > 0);
     assert_true(answers > 0);
+}
+
+/* A key named AT (any case) is a key: the clock's keyword is read only
+ * after the spec (THROTTLE: after the period). */
+static void test_key_named_at(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[5];
+    static const char *const names[] = {"AT", "at", "At"};
+    for (size_t i = 0; i < 3; i++) {
+        freeReplyObject(cmd(s, "DEL %s", names[i]));
+        ints(cmd(s, "SLUICE.PEEK %s %s", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(r[1], 4);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(cmd_int(s, "EXISTS %s", names[i]), 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 2", names[i], "token-bucket 5/min"), r, 4);
+        assert_int_equal(r[1], 2);
+        ints(cmd(s, "SLUICE.THROTTLE %s 4 5 60", names[i]), r, 5); /* the same bucket */
+        assert_int_equal(r[2], 1);
+        assert_int_equal(cmd_int(s, "SLUICE.RESET %s", names[i]), 1);
+        /* with the clock's keyword as well */
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s AT %llu", names[i], "fixed-window 2/s", (unsigned long long)T0), r, 4);
+        assert_int_equal(r[1], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 at %llu", names[i], "fixed-window 2/s", (unsigned long long)T0), r, 4);
+        assert_int_equal(r[1], 0);
+        ints(cmd(s, "SLUICE.PEEK %s %s 1 AT %llu", names[i], "fixed-window 2/s", (unsigned long long)(T0 + SEC)), r, 4);
+        assert_int_equal(r[1], 1);
+        ints(cmd(s, "SLUICE.THROTTLE %s%s 1 1 1 AT %llu", names[i], "x", (unsigned long long)T0), r, 5);
+        assert_int_equal(r[2], 1);
+        ints(cmd(s, "SLUICE.THROTTLE %s%s 1 1 1 1 AT %llu", names[i], "x", (unsigned long long)T0), r, 5);
+        assert_int_equal(r[2], 0);
+        assert_int_equal(cmd_int(s, "SLUICE.RESET %s", names[i]), 1);
+    }
+    /* the keyword where a spec or a permit count stands is that argument */
+    expect_error(cmd(s, "SLUICE.ACQUIRE k AT %llu", (unsigned long long)T0), "bad spec");
+    expect_error(cmd(s, "SLUICE.ACQUIRE k %s AT", "fixed-window 2/s"), "permits");
+}
+
+/* WATCH key, `what` from another client, then MULTI/PING/EXEC: whether
+ * the transaction went through (its WATCH held). */
+static bool watch_holds(srv *s, redisContext *other, const char *key, const char *what)
+{
+    freeReplyObject(cmd(s, "WATCH %s", key));
+    redisReply *o = redisCommand(other, what, key);
+    assert_non_null(o);
+    freeReplyObject(o);
+    freeReplyObject(cmd(s, "MULTI"));
+    freeReplyObject(cmd(s, "PING"));
+    redisReply *x = cmd(s, "EXEC");
+    const bool held = x->type == REDIS_REPLY_ARRAY;
+    assert_true(held || x->type == REDIS_REPLY_NIL);
+    freeReplyObject(x);
+    return held;
+}
+
+/* SLUICE.RESET touches a key only when it deletes a state: another
+ * client's WATCH holds through a RESET of a missing key, of a string that
+ * is not a state and of a key of another type, and breaks when a state
+ * is deleted. */
+static void test_reset_watch(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    redisContext *other = srv_connect(s->port);
+    assert_non_null(other);
+    freeReplyObject(cmd(s, "DEL rw:none"));
+    assert_true(watch_holds(s, other, "rw:none", "SLUICE.RESET %s"));
+    freeReplyObject(cmd(s, "SET rw:str hello"));
+    assert_true(watch_holds(s, other, "rw:str", "SLUICE.RESET %s"));
+    freeReplyObject(cmd(s, "RPUSH rw:list x"));
+    assert_true(watch_holds(s, other, "rw:list", "SLUICE.RESET %s"));
+    assert_true(watch_holds(s, other, "rw:list", "SLUICE.ACQUIRE %s fixed-window 1/s"));
+    snap v;
+    take(s, "rw:str", &v);
+    assert_true(v.exists && v.n == 5);
+    long long r[4];
+    ints(cmd(s, "SLUICE.ACQUIRE rw:k %s AT %llu", "fixed-window 1/s", (unsigned long long)T0), r, 4);
+    assert_false(watch_holds(s, other, "rw:k", "SLUICE.RESET %s"));
+    assert_int_equal(cmd_int(s, "EXISTS rw:k"), 0);
+    redisFree(other);
+}
+
+/* A spec's length is checked before anything reads it: a spec of 64 MB
+ * costs the server no more than a short one (its own time per call, in
+ * INFO commandstats; hashing 64 MB took 0.38 s before), and the error says
+ * so.  A spec of 256 bytes is parsed; of 257, refused for its length. */
+static void test_long_spec(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    const size_t big = (size_t)64 << 20;
+    char *spec = malloc(big);
+    assert_non_null(spec);
+    memset(spec, 'x', big);
+    memcpy(spec, "token-bucket 5/s", 16);
+    freeReplyObject(cmd(s, "CONFIG RESETSTAT"));
+    expect_error(cmd(s, "SLUICE.ACQUIRE long:k %b", spec, big), "the spec is 67108864 bytes, more than the module's 256");
+    expect_error(cmd(s, "SLUICE.PEEK long:k %b", spec, big), "67108864 bytes");
+    free(spec);
+    redisReply *r = cmd(s, "INFO commandstats");
+    const char *c = strstr(r->str, "cmdstat_sluice.acquire:");
+    assert_non_null(c);
+    c = strstr(c, "usec=");
+    assert_non_null(c);
+    const long usec = atol(c + 5);
+    freeReplyObject(r);
+    if (usec > 20000) fail_msg("a 64-MB spec took the server %ld us", usec);
+    char s256[257];
+    memset(s256, ' ', 256);
+    memcpy(s256, "token-bucket 5/s", 16);
+    s256[256] = 'x';
+    expect_error(cmd(s, "SLUICE.ACQUIRE long:k %b", s256, (size_t)257), "257 bytes, more than the module's 256");
+    long long x[4];
+    ints(cmd(s, "SLUICE.PEEK long:k %b", s256, (size_t)256), x, 4); /* parsed: trailing blanks */
+    assert_int_equal(x[1], 4);
+    expect_error(cmd(s, "SLUICE.ACQUIRE long:k %b", "token-bucket 5/s\0", (size_t)17), "NUL byte (at byte 16)");
+    assert_int_equal(cmd_int(s, "EXISTS long:k"), 0);
 }
 
 /* ---- a change of spec ------------------------------------------------- */
@@ -578,6 +761,367 @@ static void test_change_of_spec(void **state)
 #undef AT
 }
 
+/* A window changed to a shorter one by a request that admits nothing (a
+ * probe, a refusal) is stored without the entries that left the new
+ * window: read back, it is a state like any other, never "damaged" (the
+ * issue's script, on the test clock). */
+static void test_change_to_shorter_window(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[4];
+#define AT(d) (unsigned long long)(T0 + (d))
+    static const char *const probe[][2] = {
+        {"sliding-log 4096/10s", "sliding-log 100/s"},
+        {"sliding-wheel 4096/10s slots=1000", "sliding-wheel 100/s slots=100"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        const char *key = i ? "short:w" : "short:y";
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 5 AT %llu", key, probe[i][0], AT(0)), r, 4);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, probe[i][0], AT(1200 * MS)), r, 4);
+        assert_int_equal(r[0], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 0 AT %llu", key, probe[i][1], AT(1200 * MS)), r, 4);
+        const long long a[4] = {1, 99, 0, 0}; /* the 5 left the 1-s window */
+        assert_memory_equal(r, a, sizeof a);
+        ints(cmd(s, "SLUICE.PEEK %s %s 1 AT %llu", key, probe[i][1], AT(1200 * MS)), r, 4);
+        const long long b[4] = {1, 98, 0, 0};
+        assert_memory_equal(r, b, sizeof b);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 99 AT %llu", key, probe[i][1], AT(1300 * MS)), r, 4);
+        assert_int_equal(r[0], 1);
+        ints(cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, probe[i][1], AT(1300 * MS)), r, 4);
+        const long long c[4] = {0, 0, 900, 0}; /* the 1 at 1.2 s leaves at 2.2 s */
+        assert_memory_equal(r, c, sizeof c);
+    }
+    /* the change made by a refusal */
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 5 AT %llu", "sliding-log 6/10s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 6/10s", AT(1200 * MS)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 2 AT %llu", "sliding-log 1/s", AT(1200 * MS)), r, 4);
+    const long long d[4] = {0, 0, -1, 0};
+    assert_memory_equal(r, d, sizeof d);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 1/s", AT(1500 * MS)), r, 4);
+    const long long e[4] = {0, 0, 700, 0};
+    assert_memory_equal(r, e, sizeof e);
+    ints(cmd(s, "SLUICE.ACQUIRE short:z %s 1 AT %llu", "sliding-log 1/s", AT(2200 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+
+    /* admissions that left the ring count again in a longer window: 5/s
+     * took 5 at 0 and 1 at 1.5 s; at 1.6 s under 5/10s the window holds 6.
+     * The value keeps how many left (5): one entry at 0.5 s stands for them
+     * (window_log.c, carry: at most 5 per second of the new window, at most
+     * the 5 that left), so it refuses until 10.5 s (the rule: until 10 s) */
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 5 AT %llu", "sliding-log 5/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/s", AT(1500 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/10s", AT(1600 * MS)), r, 4);
+    assert_int_equal(r[0], 0);
+    assert_true(r[2] >= 8400);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 1 AT %llu", "sliding-log 5/10s", AT(10400 * MS)), r, 4);
+    assert_int_equal(r[0], 0);
+    ints(cmd(s, "SLUICE.ACQUIRE long:x %s 4 AT %llu", "sliding-log 5/10s", AT(10500 * MS)), r, 4);
+    assert_int_equal(r[0], 1);
+    /* the same history under 50/10s: 6 in the window, room for 44 exactly */
+    ints(cmd(s, "SLUICE.ACQUIRE long:y %s 5 AT %llu", "sliding-log 5/s", AT(0)), r, 4);
+    ints(cmd(s, "SLUICE.ACQUIRE long:y %s 1 AT %llu", "sliding-log 5/s", AT(1500 * MS)), r, 4);
+    ints(cmd(s, "SLUICE.PEEK long:y %s 44 AT %llu", "sliding-log 50/10s", AT(1600 * MS)), r, 4);
+    const long long f[4] = {1, 0, 0, 0};
+    assert_memory_equal(r, f, sizeof f);
+    ints(cmd(s, "SLUICE.PEEK long:y %s 45 AT %llu", "sliding-log 50/10s", AT(1600 * MS)), r, 4);
+    const long long g[4] = {0, 44, 8900, 0};
+    assert_memory_equal(r, g, sizeof g);
+#undef AT
+}
+
+/* Random chains of spec changes on one key, against the reference model
+ * changed at the same instants (ref_model_reconfigure, written from
+ * docs/decisions.md 3.8).  Every reply is a decision, never an error ("damaged"
+ * above all), but for the changes the rule refuses (another algorithm,
+ * another slot width: an error, the value unchanged byte for byte).  Where
+ * the module is exact -- windows that never grow, sliding-approx keeping its
+ * PERIOD, buckets whose new rate in lowest terms has a PERIOD that is a
+ * multiple of the old one -- every reply equals the model's.  Half the
+ * windows' chains keep their LIMIT, shorten their window, then may lengthen
+ * it once, as their last change: the module then stands in for what left
+ * its ring with the core's bound (window_log.c, carry: LIMIT per old window,
+ * which holds when no earlier spec was looser), so each admission must be
+ * one the model allows, and is then made on the model too.  A key the
+ * module dropped at rest restarts the model. */
+typedef struct chain_spec {
+    char text[96];
+    ref_params p;
+} chain_spec;
+
+/* The next spec of a chain.  Windows: `grow` 0, a window no longer than
+ * the last; 1, the same LIMIT and a window no longer; 2, the same LIMIT and a
+ * longer window (when there is one). */
+static void chain_next(uint64_t *rng, ref_alg a, bool nodelay, const chain_spec *from, chain_spec *to,
+                       int grow)
+{
+    static const uint64_t coprime[] = {1, 3, 7, 9, 11, 13}; /* with every W below */
+    uint64_t W = from ? from->p.period_ns / SEC : 1 + tu_splitmix64_below(rng, 4);
+    uint64_t L = 1 + tu_splitmix64_below(rng, 8), C = 1 + tu_splitmix64_below(rng, 8);
+    static const uint64_t wins[] = {1, 2, 3, 5};
+    memset(&to->p, 0, sizeof to->p);
+    to->p.alg = a;
+    to->p.literal = true; /* every event kept: a window may grow back */
+    switch (a) {
+    case REF_FIXED_WINDOW:
+        W = wins[tu_splitmix64_below(rng, 4)];
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    case REF_SLIDING_LOG:
+        do W = wins[tu_splitmix64_below(rng, 4)];
+        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
+                                  : W > from->p.period_ns / SEC));
+        if (from && grow) L = from->p.limit;
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    case REF_SLIDING_WHEEL: /* slots of 100 ms */
+        do W = wins[tu_splitmix64_below(rng, 4)];
+        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
+                                  : W > from->p.period_ns / SEC));
+        if (from && grow) L = from->p.limit;
+        to->p.slots = W * 10;
+        snprintf(to->text, sizeof to->text, "sliding-wheel %llu/%llus slots=%llu", (unsigned long long)L,
+                 (unsigned long long)W, (unsigned long long)to->p.slots);
+        break;
+    case REF_SLIDING_APPROX: /* the same PERIOD */
+        snprintf(to->text, sizeof to->text, "sliding-approx %llu/%llus", (unsigned long long)L,
+                 (unsigned long long)W);
+        break;
+    default: /* a bucket: a PERIOD that is a multiple of the old one */
+        if (from) W *= 1 + tu_splitmix64_below(rng, 2);
+        L = coprime[tu_splitmix64_below(rng, 6)];
+        to->p.capacity = C;
+        snprintf(to->text, sizeof to->text, "%s %llu/%llus %s=%llu%s", ref_alg_name(a), (unsigned long long)L,
+                 (unsigned long long)W, a == REF_TOKEN_BUCKET ? "burst" : "capacity", (unsigned long long)C,
+                 nodelay ? " nodelay" : "");
+        to->p.nodelay = nodelay;
+        break;
+    }
+    to->p.limit = L;
+    to->p.period_ns = W * SEC;
+}
+
+static void test_change_chains(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    uint64_t rng = tu_env_seed() ^ 0xc4a1;
+    const int chains = 6, steps = 150;
+    int exact_steps = 0, safe_steps = 0, refused_changes = 0;
+    for (int v = 0; v < 7; v++) {
+        const ref_alg a = v == 6 ? REF_LEAKY_BUCKET : (ref_alg)v;
+        const bool nodelay = v == 6;
+        for (int c = 0; c < chains; c++) {
+            char key[32];
+            snprintf(key, sizeof key, "chain:%d:%d", v, c);
+            chain_spec cur;
+            chain_next(&rng, a, nodelay, NULL, &cur, 0);
+            const bool windows = a == REF_SLIDING_LOG || a == REF_SLIDING_WHEEL;
+            const bool growth = windows && (c & 1); /* the chain's kind */
+            ref_model *m = ref_model_new(&cur.p);
+            assert_non_null(m);
+            bool exact = true;
+            uint64_t t = T0 + tu_splitmix64_below(&rng, SEC);
+            for (int k = 0; k < steps; k++) {
+                const uint64_t W = cur.p.period_ns;
+                switch (tu_splitmix64_below(&rng, 4)) {
+                case 0: break;
+                case 1: t += tu_splitmix64_below(&rng, W / cur.p.limit + 1); break;
+                case 2: t += tu_splitmix64_below(&rng, W / 4 + 1); break;
+                default: t += tu_splitmix64_below(&rng, 2 * W); break;
+                }
+                if (tu_splitmix64_below(&rng, 12) == 0) { /* a change the rule refuses */
+                    const bool wheel = a == REF_SLIDING_WHEEL && tu_splitmix64_below(&rng, 2);
+                    const char *bad = wheel ? "sliding-wheel 4/s slots=5"
+                                     : a == REF_TOKEN_BUCKET ? "leaky-bucket 4/s" : "token-bucket 4/s";
+                    snap before, after;
+                    take(s, key, &before);
+                    redisReply *x = cmd(s, "SLUICE.ACQUIRE %s %s 1 AT %llu", key, bad, (unsigned long long)t);
+                    if (before.exists) {
+                        expect_error(x, wheel ? "slot width" : "another algorithm");
+                        refused_changes++;
+                    } else {
+                        freeReplyObject(x); /* no key: a fresh one under `bad` */
+                        freeReplyObject(cmd(s, "DEL %s", key));
+                    }
+                    take(s, key, &after);
+                    assert_same(&before, &after, key);
+                    continue;
+                }
+                if (exact && tu_splitmix64_below(&rng, 8) == 0) { /* the change */
+                    chain_spec nx;
+                    chain_next(&rng, a, nodelay, &cur, &nx,
+                               growth ? (tu_splitmix64_below(&rng, 3) == 0 ? 2 : 1) : 0);
+                    if (windows && nx.p.period_ns > W) exact = false; /* and the last change */
+                    assert_true(ref_model_reconfigure(m, &nx.p, t));
+                    cur = nx;
+                }
+                uint64_t p = tu_splitmix64_below(&rng, 4);
+                if (tu_splitmix64_below(&rng, 10) == 0) p = ref_model_max_grant(m) + 1;
+                if (tu_splitmix64_below(&rng, 6) == 0) { /* a PEEK changes nothing */
+                    long long r[4];
+                    ints(cmd(s, "SLUICE.PEEK %s %s %llu AT %llu", key, cur.text, (unsigned long long)p,
+                             (unsigned long long)t), r, 4);
+                    const bool w = ref_model_would_allow(m, p, t);
+                    if (exact ? r[0] != w : r[0] && !w)
+                        fail_msg("%s: PEEK %llu at T0+%llu: got %lld, the model %d", cur.text,
+                                 (unsigned long long)p, (unsigned long long)(t - T0), r[0], w);
+                }
+                long long got[4];
+                redisReply *x = cmd(s, "SLUICE.ACQUIRE %s %s %llu AT %llu", key, cur.text, (unsigned long long)p,
+                                    (unsigned long long)t);
+                if (x->type == REDIS_REPLY_ERROR)
+                    fail_msg("%s, chain %d step %d: ACQUIRE %llu at T0+%llu: %s", cur.text, c, k,
+                             (unsigned long long)p, (unsigned long long)(t - T0), x->str);
+                ints(x, got, 4);
+                if (exact) {
+                    ref_result e;
+                    long long want[4];
+                    ref_model_decide(m, p, t, &e);
+                    expected_reply(&e, want);
+                    if (memcmp(got, want, sizeof want) != 0)
+                        fail_msg("%s, chain %d step %d: ACQUIRE %llu at T0+%llu: got %lld %lld %lld %lld, want %lld %lld %lld %lld",
+                                 cur.text, c, k, (unsigned long long)p, (unsigned long long)(t - T0), got[0],
+                                 got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
+                    exact_steps++;
+                } else {
+                    if (got[0] && p > 0) {
+                        if (!ref_model_would_allow(m, p, t))
+                            fail_msg("%s, chain %d step %d: admitted %llu at T0+%llu against the rule",
+                                     cur.text, c, k, (unsigned long long)p, (unsigned long long)(t - T0));
+                        assert_true(ref_model_decide(m, p, t, NULL));
+                    }
+                    safe_steps++;
+                }
+                if (!cmd_int(s, "EXISTS %s", key)) { /* dropped at rest: a fresh start */
+                    ref_model_free(m);
+                    m = ref_model_new(&cur.p);
+                    assert_non_null(m);
+                }
+            }
+            ref_model_free(m);
+        }
+    }
+    assert_true(exact_steps > 1000);
+    assert_true(safe_steps > 50);
+    assert_true(refused_changes > 10);
+}
+
+/* ---- moving from redis-cell -------------------------------------------- */
+
+/* redis-cell's CL.THROTTLE, as its source states the rule (GCRA on a TAT in
+ * ns since the epoch; a missing or past TAT counts as now): with emission
+ * interval T and tolerance tau = (max_burst + 1) * T, a request for q is
+ * limited iff max(TAT, now) + q*T - tau > now; else TAT becomes
+ * max(TAT, now) + q*T.  Written here from that text, for whole-ns T.
+ * One exception, by the contract: q = 0 is a probe, always allowed (redis-cell
+ * limits it only when TAT - now exceeds tau, which it never writes itself:
+ * a TAT it stores is at most its now + tau). */
+static bool cell_limited(int64_t *tat, int64_t now, int64_t T, int64_t B, int64_t q)
+{
+    if (q == 0) return false;
+    const int64_t base = *tat > now ? *tat : now;
+    const int64_t next = base + q * T;
+    if (next - B * T > now) return true;
+    *tat = next;
+    return false;
+}
+
+/* Keys holding redis-cell's values (SET key TAT PX ttl, as redis-cell
+ * writes them) are read by SLUICE.THROTTLE as its state: every decision
+ * equals redis-cell's, from the first request on, through the admission
+ * that replaces the value with a sluice state and after it. */
+static void test_from_redis_cell(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    static const struct { int64_t burst, count, period; } cases[] = {
+        {4, 1, 1}, {15, 30, 60}, {0, 8000, 1}, {9, 5, 10}, {2, 1000000000, 1}, {99, 100, 1},
+    };
+    uint64_t rng = tu_env_seed() ^ 0xce11;
+    int limited = 0, passed = 0, migrated = 0, refused_first = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t B = cases[i].burst + 1, T = cases[i].period * (int64_t)SEC / cases[i].count;
+        for (int k = 0; k < 8; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "cell:%zu:%d", i, k);
+            int64_t now = (int64_t)T0 + (int64_t)tu_splitmix64_below(&rng, SEC);
+            /* a TAT from 2 bursts back to 1.25 bursts ahead (a clock that
+             * stepped back can leave one beyond the burst) */
+            int64_t tat = now - 2 * B * T + (int64_t)tu_splitmix64_below(&rng, (uint64_t)(3 * B * T + B * T / 4 + 1));
+            const long long ttl_ms = tat > now ? (tat - now) / (int64_t)MS + 1 : 1;
+            freeReplyObject(cmd(s, "SET %s %lld PX %lld", key, (long long)tat, ttl_ms + 60000));
+            bool carried = false;
+            for (int step = 0; step < 40; step++) {
+                switch (tu_splitmix64_below(&rng, 3)) {
+                case 0: break;
+                case 1: now += (int64_t)tu_splitmix64_below(&rng, (uint64_t)(2 * T + 1)); break;
+                default: now += (int64_t)tu_splitmix64_below(&rng, (uint64_t)(B * T + 1)); break;
+                }
+                const int64_t q = (int64_t)tu_splitmix64_below(&rng, (uint64_t)(B < 4 ? B + 2 : 4));
+                snap before;
+                take(s, key, &before);
+                long long r[5];
+                ints(cmd(s, "SLUICE.THROTTLE %s %lld %lld %lld %lld AT %lld", key, (long long)cases[i].burst,
+                         (long long)cases[i].count, (long long)cases[i].period, (long long)q, (long long)now),
+                     r, 5);
+                const bool want = cell_limited(&tat, now, T, B, q);
+                if (r[0] != want)
+                    fail_msg("CL.THROTTLE %s %lld %lld %lld %lld at TAT - now = %lld ns: got limited %lld, redis-cell %d",
+                             key, (long long)cases[i].burst, (long long)cases[i].count,
+                             (long long)cases[i].period, (long long)q, (long long)(tat - now), r[0], want);
+                assert_int_equal(r[1], B);
+                limited += want;
+                passed += !want;
+                snap after;
+                take(s, key, &after);
+                if (want || q == 0) { /* a refusal or a probe writes nothing */
+                    assert_same(&before, &after, key);
+                    if (want && !carried) refused_first++;
+                } else { /* an admission stores a sluice state */
+                    assert_true(after.n > 2 && after.v[0] == 'S' && after.v[1] == 'L');
+                    carried = true;
+                }
+            }
+            migrated += carried;
+        }
+    }
+    assert_true(limited > 50 && passed > 50);
+    assert_true(migrated > 30 && refused_first > 10); /* refusals read the TAT itself */
+
+    /* values like redis-cell's that are not well-formed: errors, unchanged */
+    long long r[5];
+    static const char *const bad[] = {"99999999999999999999", "+5", "", "12 ", "0x10", "-"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        freeReplyObject(cmd(s, "SET cell:bad %s", bad[i]));
+        expect_error(cmd(s, "SLUICE.THROTTLE cell:bad 4 1 1 AT %llu", (unsigned long long)T0), "not a sluice state");
+        redisReply *x = cmd(s, "GET cell:bad");
+        assert_int_equal(x->len, strlen(bad[i]));
+        freeReplyObject(x);
+    }
+    /* a TAT in the past, or negative: a full bucket */
+    freeReplyObject(cmd(s, "SET cell:past -5"));
+    ints(cmd(s, "SLUICE.THROTTLE cell:past 4 1 1 AT %llu", (unsigned long long)T0), r, 5);
+    const long long full[5] = {0, 5, 4, -1, 1};
+    assert_memory_equal(r, full, sizeof full);
+    /* the end of time: refused, no wait overflows */
+    freeReplyObject(cmd(s, "SET cell:end 9223372036854775807"));
+    ints(cmd(s, "SLUICE.THROTTLE cell:end 4 1 1 AT %llu", (unsigned long long)T0), r, 5);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[3], (long long)((INT64_MAX - (int64_t)T0 - 4 * (int64_t)SEC + (int64_t)SEC - 1) / (int64_t)SEC));
+    ints(cmd(s, "SLUICE.THROTTLE cell:end 4 1 1 AT 9223372036854775807"), r, 5);
+    assert_int_equal(r[0], 0);
+    /* ACQUIRE and PEEK do not read it; RESET deletes it */
+    freeReplyObject(cmd(s, "SET cell:acq %lld", (long long)T0));
+    expect_error(cmd(s, "SLUICE.ACQUIRE cell:acq %s", "token-bucket 1/s burst=5"), "redis-cell value");
+    expect_error(cmd(s, "SLUICE.PEEK cell:acq %s", "token-bucket 1/s burst=5"), "redis-cell value");
+    assert_int_equal(cmd_int(s, "SLUICE.RESET cell:acq"), 1);
+    assert_int_equal(cmd_int(s, "EXISTS cell:acq"), 0);
+}
+
 /* ---- the real clock ---------------------------------------------------- */
 
 static void test_real_clock(void **state)
@@ -589,7 +1133,19 @@ static void test_real_clock(void **state)
     long long r[5];
     /* AT is refused without testclock */
     expect_error(cmd(&s, "SLUICE.ACQUIRE k %s 1 AT 5", "token-bucket 5/min"), "testclock");
+    expect_error(cmd(&s, "SLUICE.ACQUIRE k %s AT 5", "token-bucket 5/min"), "testclock");
     expect_error(cmd(&s, "SLUICE.THROTTLE k 1 1 1 1 AT 5"), "testclock");
+    expect_error(cmd(&s, "SLUICE.THROTTLE k 1 1 1 AT 5"), "testclock");
+    assert_int_equal(cmd_int(&s, "EXISTS k"), 0);
+    /* but a key named AT is a key */
+    ints(cmd(&s, "SLUICE.ACQUIRE AT %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[1], 4);
+    ints(cmd(&s, "SLUICE.PEEK AT %s", "token-bucket 5/min"), r, 4);
+    assert_int_equal(r[1], 3);
+    ints(cmd(&s, "SLUICE.PEEK at %s", "token-bucket 5/min"), r, 4); /* another key */
+    assert_int_equal(r[1], 4);
+    assert_int_equal(cmd_int(&s, "SLUICE.RESET AT"), 1);
+    assert_int_equal(cmd_int(&s, "SLUICE.RESET At"), 0);
     const long long before_ms = (long long)(time(NULL)) * 1000;
     for (int i = 0; i < 5; i++) {
         ints(cmd(&s, "SLUICE.ACQUIRE k %s", "token-bucket 5/min"), r, 4);
@@ -647,6 +1203,21 @@ static void test_real_clock(void **state)
     assert_int_equal(r[2], 15);
     assert_int_equal(r[3], -1);
     assert_int_equal(r[4], 2);
+    /* a redis-cell value on the real clock: TAT 3 s ahead (2 of 5 tokens
+     * left at 1/s), with redis-cell's TTL; the admission leaves a sluice
+     * state that expires when the bucket is full again, 5 s later */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long long now_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    freeReplyObject(cmd(&s, "SET cell %lld PX 3000", now_ns + 3000000000LL));
+    ints(cmd(&s, "SLUICE.THROTTLE cell 4 1 1 3"), r, 5);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[2], 2);
+    ints(cmd(&s, "SLUICE.THROTTLE cell 4 1 1 2"), r, 5);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[2], 0);
+    const long long cell_exp = cmd_int(&s, "PEXPIRETIME cell");
+    assert_true(cell_exp >= now_ns / 1000000 + 5000 && cell_exp <= now_ns / 1000000 + 6000);
     /* a module argument it does not know: the server refuses to start */
     srv bad = {0};
     assert_int_equal(srv_start(&bad, TEST_MODULE_PATH, "fastclock", extra), -1);
@@ -880,7 +1451,13 @@ int main(void)
         cmocka_unit_test(test_throttle_exact_rates),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_mutated_states),
+        cmocka_unit_test(test_key_named_at),
+        cmocka_unit_test(test_reset_watch),
+        cmocka_unit_test(test_long_spec),
+        cmocka_unit_test(test_from_redis_cell),
         cmocka_unit_test(test_change_of_spec),
+        cmocka_unit_test(test_change_to_shorter_window),
+        cmocka_unit_test(test_change_chains),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
         cmocka_unit_test(test_restart_aof),
