@@ -7,9 +7,11 @@
 #
 # Builds with clang, ASan and UBSan (-DSLUICE_FUZZ=ON
 # -DSLUICE_SANITIZE=address,undefined, RelWithDebInfo) in build-fuzz/, then
-# for each target: replays its corpus (tests/fuzz/corpus/NAME: every input
-# once, must pass), then fuzzes for FUZZ_SECONDS (-max_total_time) with its
-# dictionary.  New inputs go to the scratch corpus build-fuzz/corpus/NAME
+# for each target: replays its corpus (tests/fuzz/corpus/NAME; for
+# fuzz_module, the Redis module's reading of stored values, its own
+# tests/redis_module/corpus/fuzz_module: every input once, must pass), then
+# fuzzes for FUZZ_SECONDS (-max_total_time) with its dictionary (none for
+# fuzz_module).  New inputs go to the scratch corpus build-fuzz/corpus/NAME
 # (kept between runs; the repository's corpus is only read), crashes to
 # build-fuzz/crashes/NAME/.  Prints the executions and coverage of each
 # target; exits 1 if any target failed (a crash, a failed check, a leak, a
@@ -25,11 +27,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_module)
 
 case ${1:-} in
 -h | --help)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -91,12 +93,17 @@ summary=()
 for t in "${targets[@]}"; do
     bin=$build/tests/fuzz/$t
     seeds=$root/tests/fuzz/corpus/$t
+    dict=(-dict="$root/tests/fuzz/$t.dict")
+    if [ "$t" = fuzz_module ]; then
+        seeds=$root/tests/redis_module/corpus/$t
+        dict=()
+    fi
     scratch=$build/corpus/$t
     crashes=$build/crashes/$t
     mkdir -p "$scratch" "$crashes"
     log=$build/$t.log
 
-    step "$t: replay $(find "$seeds" -type f | wc -l) inputs of tests/fuzz/corpus/$t"
+    step "$t: replay $(find "$seeds" -type f | wc -l) inputs of ${seeds#"$root"/}"
     if ! "$bin" -runs=0 "$seeds" >"$log.replay" 2>&1; then
         tail -n 40 "$log.replay"
         failed+=("$t (corpus replay)")
@@ -107,7 +114,7 @@ for t in "${targets[@]}"; do
     step "$t: fuzz for ${seconds}s (new inputs: build-fuzz/corpus/$t)"
     # shellcheck disable=SC2086
     if "$bin" -max_total_time="$seconds" -timeout=20 -max_len=4096 -print_final_stats=1 \
-        -dict="$root/tests/fuzz/$t.dict" -artifact_prefix="$crashes/" ${FUZZ_ARGS:-} \
+        "${dict[@]}" -artifact_prefix="$crashes/" ${FUZZ_ARGS:-} \
         "$scratch" "$seeds" >"$log" 2>&1; then
         status=ok
     else
