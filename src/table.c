@@ -547,10 +547,19 @@ static bool rd_sync(void)
     return true;
 }
 
+/* The reader sections for region_table.c (table.h). */
+void sluice__rd_setup(void) { rd_setup(); }
+void *sluice__rd_enter(void) { return rd_enter(); }
+void sluice__rd_exit(void *tok) { rd_exit(tok); }
+uint64_t sluice__rd_retire_stamp(void)
+{
+    return atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+}
+
 /* The least epoch a section running now began at: UINT64_MAX when none
  * runs; 0 when a reader without a slot runs (it has no epoch), or when the
  * sync failed. */
-static uint64_t rd_min_active(void)
+uint64_t sluice__rd_min_active(void)
 {
     if (!rd_sync() || atomic_load_explicit(&rd_anon, memory_order_seq_cst)) return 0;
     uint64_t m = UINT64_MAX;
@@ -2722,7 +2731,7 @@ static void cfg_retire(sluice_table *t, tcfg *c)
 static void cfg_free_retired(sluice_table *t)
 {
     if (!t->retired) return;
-    const uint64_t min = rd_min_active();
+    const uint64_t min = sluice__rd_min_active();
     for (tcfg **pp = &t->retired; *pp;) {
         tcfg *c = *pp;
         if (c->stamp < min) {
