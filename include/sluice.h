@@ -1172,7 +1172,7 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * slots, one shard locked at a time: a few ms for 10^6 keys) and frees the
  * older ones once no call that may still read them runs; a table in a
  * shared region holds the last 8 in the region and a parsed copy of each in
- * the handle, refilled in place. */
+ * the handle (a replaced copy is freed the same way). */
 int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_ns,
                                 char *err, size_t errlen);
 

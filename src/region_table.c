@@ -199,9 +199,9 @@
  * locked path reads them, without their locks: each true when read).  The
  * locked path writes nothing else for these (the shard's `now` moves only
  * for an admission or a new key).  (6) The profile decided under is a
- * copy of a parsed configuration this handle made, read as a seqlock read
- * (read_prof: the handle refills its CFG_K places in place); never the
- * region's text of a spec, which a change may rewrite.
+ * parsed configuration this handle made and published (read_prof), never
+ * changed while published and not freed while the read's reader section
+ * runs; never the region's text of a spec, which a change may rewrite.
  *
  * An admission read so is not thrown away: the caller takes the lock, and
  * if the sequence it finds is still v (no hold since the read: every hold
@@ -302,8 +302,8 @@
  * carry-over (key_load); a ring's head and length are cut to its capacity
  * (state_load); a configuration's text that does not fit the layout is
  * read as the origin's (prof_fits); a handle keeps CFG_K parsed
- * configurations, filled in place (prof), whatever epochs it sees; a lock word whose start time is 0 while its pid's
- * /proc answers is a damaged word, taken over (gone: every process of a
+ * configurations and those retired meanwhile (prof), whatever epochs it
+ * sees; a lock word whose start time is 0 while its pid's /proc answers is a damaged word, taken over (gone: every process of a
  * region sees /proc, or none).  A word naming a live process at its true
  * start time cannot be told from a holder: it stalls its shard, as a
  * SIGSTOPped holder does.  The header records the maker's pid namespace
@@ -485,26 +485,22 @@ typedef struct rcfg {
     char spec[SLUICE_SPEC_MAX];
 } rcfg;
 
-/* A handle's parsed copy of a remembered configuration `epoch`: CFG_K of
- * them, one per place of the region's ring (epoch % CFG_K), part of the
- * handle and filled in place by prof() -- so a handle's memory does not
- * grow with changes of spec (issue 26 5: it took a new one per change,
- * kept until the close).  A place is filled for epoch e + CFG_K only once
- * e + CFG_K is remembered, when no holder of a shard lock (the locked
- * paths, which use `pf` in place) can be under e any more (the floor,
- * prof()).  A read without any lock may still be looking at it: the fill is
- * a seqlock write (`seq` odd meanwhile; the profile stored in words, PUT),
- * and the read copies the words (GET) and checks `seq` and `epoch` after
- * (read_prof). */
-#define PF_WORDS ((sizeof(sluice__profile) + 7) / 8)
+/* A handle's parsed copy of a remembered configuration `epoch`.  Made once
+ * per epoch, published in the handle's prof[epoch % CFG_K] and never
+ * changed while published.  The one it replaces (epoch - CFG_K: no holder
+ * of a shard lock can be under it any more, the floor) is retired and
+ * freed once no reader section that may have found it runs (table.h,
+ * sluice__rd_*; the reads without a lock run in one): so a handle holds
+ * at most CFG_K of them and those retired meanwhile, however many changes
+ * (issue 26 5: it kept one per change until the close).  When memory runs
+ * out, the handle's own slot `spare[epoch % CFG_K]` is filled in place, as
+ * the locked paths may (prof()); reads never use those. */
 typedef struct rprof {
-    sluice__spin seq;       /* odd while prof() fills it */
-    _Atomic uint64_t epoch; /* the configuration held; UINT64_MAX: none yet */
+    _Atomic uint64_t epoch; /* UINT64_MAX while a spare is filled */
     uint64_t at;
-    union {
-        sluice__profile pf; /* the locked paths read it in place */
-        uint64_t w[PF_WORDS];
-    };
+    sluice__profile pf;
+    struct rprof *next; /* retired: the next retired */
+    uint64_t stamp;     /* retired: the reader epoch it waits out */
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328 && offsetof(rhead, epoch) == 320 &&
@@ -562,7 +558,9 @@ typedef struct layout {
 
 struct sluice__rtable {
     layout L; /* from the spec the region was made with (its origin) */
-    rprof prof[CFG_K];
+    _Atomic(rprof *) prof[CFG_K];
+    rprof spare[CFG_K];      /* when memory runs out (rprof) */
+    rprof *retired;          /* replaced, waiting for the readers (prof_mu) */
     pthread_mutex_t prof_mu; /* fills prof[] */
     unsigned flags;
     rhead *h;
@@ -1008,10 +1006,18 @@ static bool prof_fits(const sluice__rtable *r, const sluice__profile *pf)
 
 static const rprof *prof(sluice__rtable *r, uint64_t epoch)
 {
-    rprof *p = &r->prof[epoch & (CFG_K - 1)];
-    if (atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
+    _Atomic(rprof *) *slot = &r->prof[epoch & (CFG_K - 1)];
+    rprof *p = atomic_load_explicit(slot, memory_order_acquire);
+    if (p && atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
     pthread_mutex_lock(&r->prof_mu);
-    if (atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
+    p = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!p || atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
+        rprof *n = sluice__calloc64(sizeof *n);
+        rprof *const spare = &r->spare[epoch & (CFG_K - 1)];
+        if (!n) { /* no memory: in place, which only the locked paths use */
+            n = spare;
+            atomic_store_explicit(&n->epoch, UINT64_MAX, memory_order_relaxed);
+        }
         const rcfg *c = cfg_at(r, epoch);
         char spec[SLUICE_SPEC_MAX];
         memcpy(spec, c->spec, sizeof spec);
@@ -1019,43 +1025,44 @@ static const rprof *prof(sluice__rtable *r, uint64_t epoch)
         /* written by a change that parsed and checked it: it parses and
          * fits the layout (a damaged text that does not is decided under
          * the origin's spec) */
-        union {
-            sluice__profile pf;
-            uint64_t w[PF_WORDS];
-        } n;
-        memset(&n, 0, sizeof n);
-        if (sluice__spec_parse(spec, &n.pf, NULL, 0) != 0 || !prof_fits(r, &n.pf))
-            n.pf = r->L.pf;
-        /* in place, as a seqlock writer: epoch e - CFG_K, the one it held,
-         * is below the floor, so only reads without a lock may be at it */
-        sluice__spin_lock(&p->seq);
-        atomic_store_explicit(&p->epoch, UINT64_MAX, memory_order_relaxed);
-        for (size_t w = 0; w < PF_WORDS; w++) PUT(&p->w[w], n.w[w]);
-        p->at = c->at;
-        atomic_store_explicit(&p->epoch, epoch, memory_order_release);
-        sluice__spin_unlock(&p->seq);
+        if (sluice__spec_parse(spec, &n->pf, NULL, 0) != 0 || !prof_fits(r, &n->pf))
+            n->pf = r->L.pf;
+        n->at = c->at;
+        atomic_store_explicit(&n->epoch, epoch, memory_order_release);
+        atomic_store_explicit(slot, n, memory_order_release);
+        if (p && p != spare) { /* unlinked: retired, then the epoch moves on */
+            p->stamp = sluice__rd_retire_stamp();
+            p->next = r->retired;
+            r->retired = p;
+        }
+        p = n;
+    }
+    if (r->retired) { /* free what no reader section can hold any more */
+        const uint64_t min = sluice__rd_min_active();
+        for (rprof **pp = &r->retired; *pp;) {
+            rprof *q = *pp;
+            if (q->stamp < min) {
+                *pp = q->next;
+                sluice__free64(q);
+            } else {
+                pp = &q->next;
+            }
+        }
     }
     pthread_mutex_unlock(&r->prof_mu);
     return p;
 }
 
-/* The parsed configuration `epoch` for a read without the lock, copied
- * into *out (a seqlock read of the handle's place for it: prof() may be
- * filling it for a later epoch meanwhile); false when this handle has not
- * parsed it yet, or is filling the place (the lock path decides). */
-static bool read_prof(const sluice__rtable *r, uint64_t epoch, sluice__profile *out)
+/* The parsed configuration `epoch` for a read without the lock (in a reader
+ * section: it stays allocated until the section ends): one made for it and
+ * published, else NULL (the lock path makes it). */
+static const rprof *read_prof(const sluice__rtable *r, uint64_t epoch)
 {
-    rprof *p = &((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)];
-    const uint64_t v = sluice__spin_read_begin(&p->seq);
-    if ((v & 1) || atomic_load_explicit(&p->epoch, memory_order_acquire) != epoch) return false;
-    union {
-        sluice__profile pf;
-        uint64_t w[PF_WORDS];
-    } c;
-    for (size_t w = 0; w < PF_WORDS; w++) c.w[w] = GET(&p->w[w]);
-    if (!sluice__spin_read_valid(&p->seq, v)) return false;
-    *out = c.pf;
-    return true;
+    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
+                                          memory_order_acquire);
+    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
+    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
+    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
 }
 
 /* Carry st, under configuration `from`, over every change up to `to`, in
@@ -1655,9 +1662,11 @@ static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
  * change of spec (the lock carries it over first), or this handle has not
  * parsed the current configuration yet (the lock parses it). */
 static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *sn,
-                                         sluice__state *st, sluice__profile *pf)
+                                         sluice__state *st)
 {
-    if ((sn->found && sn->ep != sn->epoch) || !read_prof(r, sn->epoch, pf)) return NULL;
+    const rprof *p = read_prof(r, sn->epoch);
+    if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
+    const sluice__profile *pf = &p->pf;
     if (!sn->found) {
         sluice__state_init(pf, st);
     } else if (r->L.ring) { /* the header only: ring_read decides */
@@ -1733,8 +1742,8 @@ typedef struct radm {
     bool ready;
     uint32_t i;
     uint64_t h, v, epoch;
-    sluice__profile pf; /* decided under: a copy (read_prof) */
-    sluice__state st;   /* the state after the admission */
+    const sluice__profile *pf;
+    sluice__state st; /* the state after the admission */
 } radm;
 
 /* The decision of a request read without writing: true with *ok (and *res,
@@ -1749,7 +1758,7 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     sluice__state st;
     adm->ready = false;
     if (!read_key(r, k, tag, key, keylen, &sn)) return false;
-    const sluice__profile *pf = snap_state(r, &sn, &st, &adm->pf);
+    const sluice__profile *pf = snap_state(r, &sn, &st);
     if (!pf) return false;
     *full = false;
     if (sn.found && r->L.ring) return ring_read(pf, &sn, now, permits, res, ok);
@@ -1762,7 +1771,8 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
             adm->h = sn.h;
             adm->v = sn.v;
             adm->epoch = sn.epoch;
-            adm->st = st; /* adm->pf is the profile already */
+            adm->pf = pf;
+            adm->st = st;
         }
         return false;
     }
@@ -1777,8 +1787,8 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     return true;
 }
 
-bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
-                                   uint64_t permits, uint64_t now_ns, sluice_result *res)
+static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
+                           uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
     bool stolen = false, full;
     if (!key_ok(r, key, keylen)) { /* refused, and counted as a refusal */
@@ -1805,7 +1815,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
         /* no hold since the read ended with v (a hold leaves the sequence
          * 2 higher), and no change of spec: the shard is as the read saw
          * it, so the decision on it is the locked path's -- commit it */
-        state_commit(r, &adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
+        state_commit(r, adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
         if (now_ns > sh->now) PUT(&sh->now, now_ns);
         count_decision(r, sh, permits, true, false);
         shard_unlock(r, k);
@@ -1826,6 +1836,15 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     count_decision(r, &r->sh[k], permits, ok, full);
     shard_unlock(r, k);
     if (stolen) resync(r);
+    return ok;
+}
+
+bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
+                                   uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+    void *rd = sluice__rd_enter(); /* the profile a read finds stays (read_prof) */
+    const bool ok = try_acquire_at(r, key, keylen, permits, now_ns, res);
+    sluice__rd_exit(rd);
     return ok;
 }
 
@@ -2013,8 +2032,8 @@ static bool peek_read(const sluice__rtable *r, const rsnap *sn, const sluice__pr
     return true;
 }
 
-int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t permits,
-                           uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+static int peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t permits,
+                   uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
     if (!key_ok(r, key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
@@ -2033,8 +2052,7 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     sluice__state st, tmp;
     rsnap sn;
     const sluice__profile *rp;
-    sluice__profile rpf;
-    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st, &rpf)) &&
+    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st)) &&
         peek_read(r, &sn, rp, &st, now_ns, permits, &out, state)) {
         if (res) *res = out;
         return sn.found ? 0 : SLUICE_ENOENT;
@@ -2064,6 +2082,15 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     if (stolen) resync(r);
     if (res) *res = out;
     return i == NONE ? SLUICE_ENOENT : 0;
+}
+
+int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t permits,
+                           uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    void *rd = sluice__rd_enter(); /* the profile a read finds stays (read_prof) */
+    const int rc = peek_at(r, key, keylen, permits, now_ns, res, state);
+    sluice__rd_exit(rd);
+    return rc;
 }
 
 void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
@@ -2454,8 +2481,7 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     if (check_header(h, &L, flags, size, &O, err, errlen) != 0) return NULL;
     sluice__rtable *r = sluice__calloc64(sizeof *r);
     if (!r) goto oom;
-    for (unsigned j = 0; j < CFG_K; j++) /* no configuration parsed yet */
-        atomic_store_explicit(&r->prof[j].epoch, UINT64_MAX, memory_order_relaxed);
+    sluice__rd_setup(); /* before any read of this handle runs */
     if (pthread_mutex_init(&r->prof_mu, NULL) != 0) {
         sluice__free64(r);
         r = NULL;
@@ -2499,6 +2525,14 @@ void sluice__rtable_close(sluice__rtable *r)
 {
     if (!r) return;
     if (r->map) munmap(r->map, r->map_len);
+    for (unsigned j = 0; j < CFG_K; j++) {
+        rprof *p = atomic_load_explicit(&r->prof[j], memory_order_relaxed);
+        if (p && p != &r->spare[j]) sluice__free64(p);
+    }
+    for (rprof *p = r->retired, *n; p; p = n) {
+        n = p->next;
+        sluice__free64(p);
+    }
     pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }

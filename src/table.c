@@ -456,17 +456,34 @@ static bool rd_key_ok, rd_memb;
 #define RD_MEMB_REGISTER_PRIVATE_EXPEDITED (1 << 4)
 #endif
 
+/* A thread ends: its slot is free again (a later section of this thread,
+ * from another destructor, counts in rd_anon). */
 static void rd_release(void *v)
 {
     const unsigned i = (unsigned)(uintptr_t)v;
     if (i == 0 || i > RD_SLOTS) return;
+    rd_me.mine = RD_SLOTS + 1;
     atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
     atomic_store_explicit(&rd_slots[i - 1].owned, 0, memory_order_release);
+}
+
+/* In the child of fork(): only the forking thread runs, so every other
+ * thread's slot is free (else its epoch would hold back every free). */
+static void rd_atfork_child(void)
+{
+    for (unsigned i = 0; i < RD_SLOTS; i++) {
+        if (i + 1 == rd_me.mine) continue;
+        atomic_store_explicit(&rd_slots[i].at, 0, memory_order_relaxed);
+        atomic_store_explicit(&rd_slots[i].owned, 0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&rd_anon, rd_me.mine > RD_SLOTS && rd_me.depth ? 1 : 0,
+                          memory_order_relaxed);
 }
 
 static void rd_init(void)
 {
     rd_key_ok = pthread_key_create(&rd_key, rd_release) == 0;
+    (void)pthread_atfork(NULL, NULL, rd_atfork_child);
 #ifdef RD_MEMB_REGISTER_PRIVATE_EXPEDITED
     rd_memb = syscall(SYS_membarrier, RD_MEMB_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
@@ -530,10 +547,19 @@ static bool rd_sync(void)
     return true;
 }
 
+/* The reader sections for region_table.c (table.h). */
+void sluice__rd_setup(void) { rd_setup(); }
+void *sluice__rd_enter(void) { return rd_enter(); }
+void sluice__rd_exit(void *tok) { rd_exit(tok); }
+uint64_t sluice__rd_retire_stamp(void)
+{
+    return atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+}
+
 /* The least epoch a section running now began at: UINT64_MAX when none
  * runs; 0 when a reader without a slot runs (it has no epoch), or when the
  * sync failed. */
-static uint64_t rd_min_active(void)
+uint64_t sluice__rd_min_active(void)
 {
     if (!rd_sync() || atomic_load_explicit(&rd_anon, memory_order_seq_cst)) return 0;
     uint64_t m = UINT64_MAX;
@@ -2711,7 +2737,7 @@ static void cfg_retire(sluice_table *t, tcfg *c)
 static void cfg_free_retired(sluice_table *t)
 {
     if (!t->retired) return;
-    const uint64_t min = rd_min_active();
+    const uint64_t min = sluice__rd_min_active();
     for (tcfg **pp = &t->retired; *pp;) {
         tcfg *c = *pp;
         if (c->stamp < min) {

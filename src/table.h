@@ -54,6 +54,18 @@ SLUICE__INTERNAL void sluice__digest_seed(const uint64_t seed[2], uint64_t out[2
 SLUICE__INTERNAL void sluice__key_digest(const uint64_t dseed[2], const void *key, size_t len,
                                          unsigned char out[SLUICE__DIGEST_BYTES]);
 
+/* Reader sections (table.c, "reader sections"): a call that may read an
+ * object another thread may retire runs between sluice__rd_enter and
+ * sluice__rd_exit (the token it returned; sections nest); the retiring
+ * thread unlinks the object, takes sluice__rd_retire_stamp(), and frees it
+ * once sluice__rd_min_active() is above that stamp.  sluice__rd_setup
+ * before any section of a new object runs. */
+SLUICE__INTERNAL void sluice__rd_setup(void);
+SLUICE__INTERNAL void *sluice__rd_enter(void);
+SLUICE__INTERNAL void sluice__rd_exit(void *tok);
+SLUICE__INTERNAL uint64_t sluice__rd_retire_stamp(void);
+SLUICE__INTERNAL uint64_t sluice__rd_min_active(void);
+
 /* Whether the compiler can build siphash.c's vector versions (x86-64, the
  * GNU vector extensions and target attributes of gcc and clang). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -2300,8 +2300,8 @@ static void test_spec_change_memory(void **state)
     }
     print_message("  100000 changes: live %zu bytes in %ld blocks before, %zu in %ld after\n",
                   before, blocks, tu_alloc_live_bytes(), tu_alloc_live());
-    assert_int_equal(tu_alloc_live_bytes(), before);
-    assert_int_equal(tu_alloc_live(), blocks);
+    assert_true(tu_alloc_live_bytes() <= before); /* a part retired before may be freed */
+    assert_true(tu_alloc_live() <= blocks);
 
     /* with deciders running */
     churn_arg a = {.t = t};
@@ -2322,7 +2322,10 @@ static void test_spec_change_memory(void **state)
                   (unsigned long long)(a.decided + b.decided),
                   (unsigned long long)(a.allowed + b.allowed));
     assert_true(a.decided + b.decided > 0);
-    assert_int_equal(tu_alloc_live_bytes(), before);
+    /* one change more with no reader running frees what they held back */
+    assert_int_equal(sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err), 0);
+    (void)sluice_table_try_acquire_at(t, "k", 1, 1, now, &r);
+    assert_true(tu_alloc_live_bytes() <= before);
     sluice_table_free(t);
     munmap(reg, n);
     assert_int_equal(tu_alloc_live(), 0);
