@@ -1,0 +1,83 @@
+/* config.h -- sluice-rls: envoyproxy/ratelimit's YAML config, loaded into a
+ * tree of descriptors whose limits are sluice tables.
+ *
+ * A config is immutable once loaded and owns its tables: the server swaps a
+ * whole config, never edits one.  Lookups (rls_config_find) are read-only
+ * and thread-safe; the tables they return are thread-safe too.
+ */
+#ifndef SLUICE_RLS_CONFIG_H
+#define SLUICE_RLS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sluice.h>
+
+/* Units, with the numbers of RateLimitResponse.RateLimit.Unit. */
+enum {
+    RLS_UNIT_UNKNOWN = 0,
+    RLS_UNIT_SECOND = 1,
+    RLS_UNIT_MINUTE = 2,
+    RLS_UNIT_HOUR = 3,
+    RLS_UNIT_DAY = 4,
+    RLS_UNIT_MONTH = 5,
+    RLS_UNIT_YEAR = 6,
+    RLS_UNIT_WEEK = 7,
+};
+
+/* The window of a unit in nanoseconds, as envoyproxy/ratelimit defines them:
+ * a month is exactly 30 days and a year exactly 365 days (no calendar);
+ * 0 for an unknown unit. */
+uint64_t rls_unit_ns(int unit);
+
+/* One rate_limit of the config. */
+typedef struct rls_limit {
+    char *full_key;        /* domain.key_value.key... (for messages, metrics) */
+    char *name;            /* rate_limit.name, "" when absent */
+    uint32_t requests_per_unit;
+    int unit;              /* RLS_UNIT_* */
+    uint64_t window_ns;    /* rls_unit_ns(unit) */
+    bool unlimited;
+    bool shadow_mode;
+    sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
+} rls_limit;
+
+typedef struct rls_node rls_node;
+
+typedef struct rls_config rls_config;
+
+/* Load every *.yaml / *.yml file of directory `dir` (not recursive, in name
+ * order) into a new config whose tables hold up to `max_keys` keys each.
+ * Returns NULL on the first bad file, with "FILE:LINE: reason" in err
+ * (LINE is 1-based; 0 when the problem is the whole file).  A directory
+ * with no config file gives an empty config (every request is OK). */
+rls_config *rls_config_load_dir(const char *dir, size_t max_keys, char *err, size_t errlen);
+
+/* Load one YAML text into `cfg` (the file's name is used in messages).
+ * Returns 0, or -1 with "NAME:LINE: reason" in err; on failure `cfg` keeps
+ * what it had. */
+int rls_config_add_text(rls_config *cfg, const char *name, const char *text, size_t len,
+                        char *err, size_t errlen);
+
+/* An empty config whose tables will hold up to max_keys keys each; NULL
+ * when memory runs out. */
+rls_config *rls_config_new(size_t max_keys);
+
+/* Free a config and its tables.  NULL is a no-op. */
+void rls_config_free(rls_config *cfg);
+
+/* The limit for one descriptor (entries as key/value arrays of n entries)
+ * of `domain`, following envoyproxy/ratelimit's matching: at each level the
+ * entry's key_value first, then the wildcard values (a '*' matches any
+ * run of bytes), then the key alone; the limit is that of the node the last
+ * entry reaches.  NULL when nothing matches.  Thread-safe. */
+const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size_t domainlen,
+                                 const char *const keys[], const size_t keylens[],
+                                 const char *const values[], const size_t valuelens[], size_t n);
+
+/* The number of domains and of limits (for logs and tests). */
+size_t rls_config_domains(const rls_config *cfg);
+size_t rls_config_limits(const rls_config *cfg);
+
+#endif

@@ -1,0 +1,784 @@
+/* server.c -- sluice-rls: the gRPC layer that unary calls need, on
+ * libnghttp2, and the event loop.
+ *
+ * Map: gRPC helpers (status, grpc-message encoding, framing); streams
+ * (headers, data, the call); nghttp2 callbacks; connections (read, write,
+ * HTTP/1.1 sniffing, timeouts); workers; the server's life (new, run, stop,
+ * drain).
+ *
+ * Threads.  N workers, each with its own epoll set.  All of them wait on the
+ * one listening socket with EPOLLEXCLUSIVE, so a connection wakes one
+ * worker, which owns it until it closes: a connection's nghttp2 session is
+ * only ever touched by one thread.  Decisions go to the shared config,
+ * whose tables are thread-safe.  The main thread waits for a signal and
+ * calls rls_server_stop(), which writes an eventfd every worker watches.
+ *
+ * A call.  HEADERS must say POST, a known :path and content-type
+ * application/grpc[+proto|;...]; grpc-encoding other than identity is
+ * refused (UNIMPLEMENTED) -- we never compress and never accept compressed
+ * messages.  DATA is buffered up to the 5-byte prefix plus max_msg_bytes
+ * (beyond: RESOURCE_EXHAUSTED, and the rest is dropped unbuffered); at
+ * END_STREAM the buffer must hold exactly one frame: flag 0, a big-endian
+ * length, that many bytes.  The answer is HEADERS (:status 200), one DATA
+ * frame, and trailers with grpc-status (and grpc-message, percent-encoded);
+ * an error is a trailers-only response.  A call is answered when it ends,
+ * so nothing waits: grpc-timeout has nothing to bound and is ignored.
+ *
+ * Bounds.  max_conns connections (more are closed at accept);
+ * max_streams concurrent streams per connection (nghttp2 refuses more);
+ * buffered request bytes per connection at most 4 x max_msg_bytes (more:
+ * RESOURCE_EXHAUSTED for the stream that went over); a connection that has
+ * answered no call for idle_ns is closed (so a client trickling bytes, or
+ * never finishing its preface, cannot hold a slot), checked once a second.
+ * Bytes that are not the HTTP/2 preface get a plain HTTP/1.1 400 naming
+ * the protocol, then the connection is closed.
+ */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "rls.h"
+
+#define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define PATH_HEALTH "/grpc.health.v1.Health/Check"
+#define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define READ_CHUNK 16384
+#define READS_PER_EVENT 8
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ts.tv_sec < 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rls_server_opts_default(rls_server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "0.0.0.0";
+    o->port = 8081;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    o->workers = n < 1 ? 1 : n > 256 ? 256 : (unsigned)n;
+    o->max_conns = 4096;
+    o->max_streams = 100;
+    o->max_msg_bytes = 1u << 20;
+    o->idle_ns = 60ull * 1000000000u;
+    o->drain_ns = 5ull * 1000000000u;
+}
+
+typedef struct worker worker;
+typedef struct conn conn;
+
+struct rls_server {
+    rls_server_opts o;
+    rls_config *cfg;
+    int lfd;
+    int stopfd; /* eventfd */
+    uint16_t port;
+    atomic_size_t conns;
+    atomic_bool stopping;
+    worker *workers;
+};
+
+struct worker {
+    rls_server *s;
+    pthread_t tid;
+    int ep;
+    conn *head;
+    size_t nconns;
+    unsigned char *scratch;
+    rls_counts counts;
+    char err[256];
+};
+
+struct conn {
+    worker *w;
+    int fd;
+    nghttp2_session *h2;
+    conn *prev, *next;
+    uint64_t last_ns;    /* monotonic: accept, or the last call answered */
+    size_t preface_seen; /* bytes of the preface matched so far */
+    size_t buffered;     /* request bytes buffered over all streams */
+    bool writing;        /* EPOLLOUT is armed */
+    bool closing;
+};
+
+typedef struct stream {
+    int32_t id;
+    int method; /* 0 unknown, 1 ShouldRateLimit, 2 Health/Check */
+    bool post, ct_ok, ct_seen, too_big, done;
+    char bad_encoding[32];
+    char path[128];
+    char ct[64];
+    unsigned char *in;
+    size_t inlen, incap;
+    unsigned char *out; /* the framed answer */
+    size_t outlen, outoff;
+    int status;
+    char msg[256];
+} stream;
+
+/* ------------------------------------------------------------ gRPC bits */
+
+/* grpc-message: percent-encode what is not printable ASCII, and '%'. */
+static size_t pct_encode(const char *in, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < outlen; p++) {
+        if (*p >= 0x20 && *p <= 0x7e && *p != '%') {
+            out[o++] = (char)*p;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        }
+    }
+    if (outlen)
+        out[o < outlen ? o : outlen - 1] = 0;
+    return o;
+}
+
+#define NV(n, v, vl) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, (vl), NGHTTP2_NV_FLAG_NONE}
+
+static ssize_t out_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                        nghttp2_data_source *src, void *user)
+{
+    (void)user;
+    stream *st = src->ptr;
+    size_t left = st->outlen - st->outoff;
+    size_t n = left < len ? left : len;
+    memcpy(buf, st->out + st->outoff, n);
+    st->outoff += n;
+    if (st->outoff == st->outlen) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        nghttp2_nv tr[] = {NV("grpc-status", "0", 1)};
+        if (nghttp2_submit_trailer(h2, id, tr, 1) != 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return (ssize_t)n;
+}
+
+/* Answer with an error: a trailers-only response (or :status for HTTP
+ * errors: 405, 415). */
+static int answer_error(nghttp2_session *h2, stream *st, int http, int grpc, const char *msg)
+{
+    char code[12], enc[768], hs[4];
+    snprintf(code, sizeof code, "%d", grpc);
+    snprintf(hs, sizeof hs, "%d", http);
+    size_t el = pct_encode(msg, enc, sizeof enc);
+    nghttp2_nv nv[] = {
+        NV(":status", hs, strlen(hs)),
+        NV("content-type", "application/grpc", 16),
+        NV("grpc-status", code, strlen(code)),
+        NV("grpc-message", enc, el),
+    };
+    st->done = true;
+    return nghttp2_submit_response(h2, st->id, nv, 4, NULL);
+}
+
+static int answer_message(nghttp2_session *h2, stream *st, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    st->out = malloc(n + 5);
+    if (!st->out)
+        return answer_error(h2, st, 200, RLS_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    st->out[0] = 0;
+    st->out[1] = (unsigned char)(n >> 24);
+    st->out[2] = (unsigned char)(n >> 16);
+    st->out[3] = (unsigned char)(n >> 8);
+    st->out[4] = (unsigned char)n;
+    protobuf_c_message_pack(m, st->out + 5);
+    st->outlen = n + 5;
+    st->outoff = 0;
+    nghttp2_nv nv[] = {NV(":status", "200", 3), NV("content-type", "application/grpc", 16)};
+    nghttp2_data_provider dp;
+    dp.source.ptr = st;
+    dp.read_callback = out_read;
+    st->done = true;
+    return nghttp2_submit_response(h2, st->id, nv, 2, &dp);
+}
+
+/* ------------------------------------------------------------ the call */
+
+static int do_call(conn *c, stream *st)
+{
+    nghttp2_session *h2 = c->h2;
+    worker *w = c->w;
+    char msg[300];
+    if (!st->post)
+        return answer_error(h2, st, 405, RLS_GRPC_UNIMPLEMENTED, "only POST carries gRPC calls");
+    if (!st->ct_ok) {
+        snprintf(msg, sizeof msg, "content-type '%s' is not application/grpc", st->ct_seen ? st->ct : "(none)");
+        return answer_error(h2, st, 415, RLS_GRPC_INTERNAL, msg);
+    }
+    if (st->method == 0) {
+        snprintf(msg, sizeof msg, "unknown method '%s'", st->path);
+        return answer_error(h2, st, 200, RLS_GRPC_UNIMPLEMENTED, msg);
+    }
+    if (st->bad_encoding[0]) {
+        snprintf(msg, sizeof msg, "grpc-encoding '%s' is not supported: send uncompressed messages (identity)",
+                 st->bad_encoding);
+        return answer_error(h2, st, 200, RLS_GRPC_UNIMPLEMENTED, msg);
+    }
+    if (st->too_big) {
+        snprintf(msg, sizeof msg, "request message larger than %zu bytes", w->s->o.max_msg_bytes);
+        return answer_error(h2, st, 200, RLS_GRPC_RESOURCE_EXHAUSTED, msg);
+    }
+    if (st->inlen < 5) {
+        snprintf(msg, sizeof msg, "%s: %zu bytes, a gRPC frame needs 5 before the message",
+                 st->inlen ? "truncated gRPC frame" : "no request message", st->inlen);
+        return answer_error(h2, st, 200, RLS_GRPC_INTERNAL, msg);
+    }
+    size_t len = ((size_t)st->in[1] << 24) | ((size_t)st->in[2] << 16) | ((size_t)st->in[3] << 8) | st->in[4];
+    if (st->in[0] != 0) {
+        snprintf(msg, sizeof msg, "compressed-flag %u on a message, with no grpc-encoding", st->in[0]);
+        return answer_error(h2, st, 200, st->in[0] == 1 ? RLS_GRPC_UNIMPLEMENTED : RLS_GRPC_INTERNAL, msg);
+    }
+    if (len > w->s->o.max_msg_bytes) {
+        snprintf(msg, sizeof msg, "request message of %zu bytes, larger than %zu", len, w->s->o.max_msg_bytes);
+        return answer_error(h2, st, 200, RLS_GRPC_RESOURCE_EXHAUSTED, msg);
+    }
+    if (st->inlen - 5 != len) {
+        snprintf(msg, sizeof msg, "%s gRPC frame: the prefix says %zu bytes, %zu came",
+                 st->inlen - 5 < len ? "truncated" : "more than one message in a unary call, or a bad", len,
+                 st->inlen - 5);
+        return answer_error(h2, st, 200, RLS_GRPC_INTERNAL, msg);
+    }
+    if (st->method == 2) {
+        Grpc__Health__V1__HealthCheckRequest *rq =
+            grpc__health__v1__health_check_request__unpack(NULL, len, st->in + 5);
+        if (!rq)
+            return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed HealthCheckRequest protobuf");
+        bool known = !rq->service[0] || !strcmp(rq->service, "envoy.service.ratelimit.v3.RateLimitService");
+        if (!known) {
+            snprintf(msg, sizeof msg, "unknown service '%.200s'", rq->service);
+            grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+            return answer_error(h2, st, 200, 5 /* NOT_FOUND */, msg);
+        }
+        grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+        Grpc__Health__V1__HealthCheckResponse rs = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+        rs.status = atomic_load(&w->s->stopping) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                                                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+        return answer_message(h2, st, &rs.base);
+    }
+    Envoy__Service__Ratelimit__V3__RateLimitRequest *rq =
+        envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, st->in + 5);
+    if (!rq)
+        return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
+    rls_answer ans;
+    int code = rls_should_rate_limit(w->s->cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &w->counts,
+                                     msg, sizeof msg);
+    int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+    return rc;
+}
+
+/* ------------------------------------------------------ nghttp2 callbacks */
+
+static ssize_t cb_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags, void *user)
+{
+    (void)h2;
+    (void)flags;
+    conn *c = user;
+    ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return NGHTTP2_ERR_WOULDBLOCK;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return n;
+}
+
+static int cb_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
+{
+    (void)user;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    st->id = f->hd.stream_id;
+    nghttp2_session_set_stream_user_data(h2, st->id, st);
+    return 0;
+}
+
+static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user)
+{
+    (void)flags;
+    (void)user;
+    if (f->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (!st || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+#define IS(s) (namelen == sizeof(s) - 1 && memcmp(name, s, namelen) == 0)
+    if (IS(":method")) {
+        st->post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
+    } else if (IS(":path")) {
+        size_t n = valuelen < sizeof st->path - 1 ? valuelen : sizeof st->path - 1;
+        memcpy(st->path, value, n);
+        st->path[n] = 0;
+        if (valuelen == sizeof PATH_RLS - 1 && memcmp(value, PATH_RLS, valuelen) == 0)
+            st->method = 1;
+        else if (valuelen == sizeof PATH_HEALTH - 1 && memcmp(value, PATH_HEALTH, valuelen) == 0)
+            st->method = 2;
+    } else if (IS("content-type")) {
+        size_t n = valuelen < sizeof st->ct - 1 ? valuelen : sizeof st->ct - 1;
+        memcpy(st->ct, value, n);
+        st->ct[n] = 0;
+        st->ct_seen = true;
+        st->ct_ok = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                    (valuelen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (IS("grpc-encoding")) {
+        if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0)) {
+            size_t n = valuelen < sizeof st->bad_encoding - 1 ? valuelen : sizeof st->bad_encoding - 1;
+            memcpy(st->bad_encoding, value, n);
+            st->bad_encoding[n] = 0;
+            if (n == 0)
+                strcpy(st->bad_encoding, "(empty)");
+        }
+    }
+#undef IS
+    return 0;
+}
+
+static int cb_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *user)
+{
+    (void)flags;
+    conn *c = user;
+    stream *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (!st || st->too_big || st->done)
+        return 0;
+    size_t max = c->w->s->o.max_msg_bytes + 5;
+    if (st->inlen + len > max || c->buffered + len > 4 * max) {
+        st->too_big = true;
+        c->buffered -= st->inlen;
+        free(st->in);
+        st->in = NULL;
+        st->inlen = st->incap = 0;
+        return 0;
+    }
+    if (st->inlen + len > st->incap) {
+        size_t cap = st->incap ? st->incap : 256;
+        while (cap < st->inlen + len)
+            cap *= 2;
+        if (cap > max)
+            cap = max;
+        unsigned char *p = realloc(st->in, cap);
+        if (!p) {
+            st->too_big = true;
+            return 0;
+        }
+        st->in = p;
+        st->incap = cap;
+    }
+    memcpy(st->in + st->inlen, data, len);
+    st->inlen += len;
+    c->buffered += len;
+    return 0;
+}
+
+static int cb_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *user)
+{
+    conn *c = user;
+    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (!st || st->done)
+        return 0;
+    c->last_ns = mono_ns();
+    int rc = do_call(c, st);
+    c->buffered -= st->inlen;
+    free(st->in);
+    st->in = NULL;
+    st->inlen = st->incap = 0;
+    return rc == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int cb_stream_close(nghttp2_session *h2, int32_t id, uint32_t error_code, void *user)
+{
+    (void)error_code;
+    conn *c = user;
+    stream *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (!st)
+        return 0;
+    nghttp2_session_set_stream_user_data(h2, id, NULL);
+    c->buffered -= st->inlen;
+    free(st->in);
+    free(st->out);
+    free(st);
+    return 0;
+}
+
+/* ----------------------------------------------------------- connections */
+
+static void conn_close(conn *c)
+{
+    worker *w = c->w;
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    nghttp2_session_del(c->h2); /* frees the streams through cb_stream_close */
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    w->nconns--;
+    atomic_fetch_sub(&w->s->conns, 1);
+    free(c);
+}
+
+/* Flush what nghttp2 has to send; arm EPOLLOUT when the socket is full.
+ * Returns -1 when the connection is done. */
+static int conn_flush(conn *c)
+{
+    if (nghttp2_session_send(c->h2) != 0)
+        return -1;
+    bool ww = nghttp2_session_want_write(c->h2);
+    if (!ww && !nghttp2_session_want_read(c->h2))
+        return -1;
+    if (ww != c->writing) {
+        struct epoll_event ev = {.events = EPOLLIN | (ww ? EPOLLOUT : 0), .data.ptr = c};
+        epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
+        c->writing = ww;
+    }
+    return 0;
+}
+
+static void http1_refuse(conn *c)
+{
+    static const char body[] = "sluice-rls: this port speaks gRPC over HTTP/2 with prior knowledge, not HTTP/1.1\n";
+    char resp[512];
+    int n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     sizeof body - 1, body);
+    if (n > 0) {
+        ssize_t s = send(c->fd, resp, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)s;
+    }
+}
+
+/* Read what the socket has; returns -1 when the connection is done. */
+static int conn_read(conn *c)
+{
+    unsigned char buf[READ_CHUNK];
+    for (int i = 0; i < READS_PER_EVENT; i++) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        if (n == 0)
+            return -1;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (c->preface_seen < sizeof PREFACE - 1) {
+            size_t m = sizeof PREFACE - 1 - c->preface_seen;
+            if (m > (size_t)n)
+                m = (size_t)n;
+            if (memcmp(buf, PREFACE + c->preface_seen, m) != 0) {
+                http1_refuse(c);
+                return -1;
+            }
+            c->preface_seen += m;
+        }
+        ssize_t r = nghttp2_session_mem_recv(c->h2, buf, (size_t)n);
+        if (r < 0)
+            return -1;
+        if (conn_flush(c) < 0)
+            return -1;
+        if ((size_t)n < sizeof buf)
+            break;
+    }
+    return conn_flush(c);
+}
+
+static nghttp2_session_callbacks *g_callbacks;
+static nghttp2_option *g_option;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_callbacks(void)
+{
+    if (nghttp2_session_callbacks_new(&g_callbacks) != 0 || nghttp2_option_new(&g_option) != 0)
+        return;
+    nghttp2_session_callbacks_set_send_callback(g_callbacks, cb_send);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(g_callbacks, cb_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(g_callbacks, cb_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g_callbacks, cb_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(g_callbacks, cb_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(g_callbacks, cb_stream_close);
+    nghttp2_option_set_max_continuations(g_option, 8);
+    nghttp2_option_set_max_outbound_ack(g_option, 1000);
+    nghttp2_option_set_max_settings(g_option, 32);
+}
+
+static void conn_accept(worker *w)
+{
+    rls_server *s = w->s;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN: another worker took it; others: try later */
+        if (atomic_fetch_add(&s->conns, 1) >= s->o.max_conns || atomic_load(&s->stopping)) {
+            atomic_fetch_sub(&s->conns, 1);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conn *c = calloc(1, sizeof *c);
+        if (!c || nghttp2_session_server_new2(&c->h2, g_callbacks, c, g_option) != 0) {
+            free(c);
+            close(fd);
+            atomic_fetch_sub(&s->conns, 1);
+            continue;
+        }
+        c->w = w;
+        c->fd = fd;
+        c->last_ns = mono_ns();
+        nghttp2_settings_entry iv[] = {
+            {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->o.max_streams},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+        };
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            nghttp2_session_del(c->h2);
+            free(c);
+            close(fd);
+            atomic_fetch_sub(&s->conns, 1);
+            continue;
+        }
+        c->next = w->head;
+        if (w->head)
+            w->head->prev = c;
+        w->head = c;
+        w->nconns++;
+        if (conn_flush(c) < 0)
+            conn_close(c);
+    }
+}
+
+/* --------------------------------------------------------------- workers */
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    rls_server *s = w->s;
+    struct epoll_event evs[64];
+    bool draining = false;
+    uint64_t drain_end = 0, next_sweep = mono_ns() + 1000000000u;
+    for (;;) {
+        int n = epoll_wait(w->ep, evs, 64, 200);
+        if (n < 0 && errno != EINTR) {
+            snprintf(w->err, sizeof w->err, "epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &s->lfd) {
+                if (!draining)
+                    conn_accept(w);
+                continue;
+            }
+            if (p == &s->stopfd)
+                continue;
+            conn *c = p;
+            int rc = 0;
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                rc = conn_read(c);
+            if (rc == 0 && (evs[i].events & EPOLLOUT))
+                rc = conn_flush(c);
+            if (rc < 0)
+                conn_close(c);
+        }
+        uint64_t now = mono_ns();
+        if (!draining && atomic_load(&s->stopping)) {
+            draining = true;
+            drain_end = now + s->o.drain_ns;
+            epoll_ctl(w->ep, EPOLL_CTL_DEL, s->lfd, NULL);
+            epoll_ctl(w->ep, EPOLL_CTL_DEL, s->stopfd, NULL);
+            for (conn *c = w->head, *nx; c; c = nx) {
+                nx = c->next;
+                nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->h2),
+                                      NGHTTP2_NO_ERROR, NULL, 0);
+                if (conn_flush(c) < 0)
+                    conn_close(c);
+            }
+        }
+        if (draining && (w->nconns == 0 || now >= drain_end))
+            break;
+        if (now >= next_sweep) {
+            next_sweep = now + 1000000000u;
+            for (conn *c = w->head, *nx; c; c = nx) {
+                nx = c->next;
+                if (now - c->last_ns > s->o.idle_ns)
+                    conn_close(c);
+            }
+        }
+    }
+    while (w->head)
+        conn_close(w->head);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the server */
+
+rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err, size_t errlen)
+{
+    pthread_once(&g_once, init_callbacks);
+    if (!g_callbacks || !g_option) {
+        snprintf(err, errlen, "nghttp2: out of memory");
+        rls_config_free(cfg);
+        return NULL;
+    }
+    if (o->workers < 1 || o->workers > 256 || o->max_conns < 1 || o->max_streams < 1 || o->max_msg_bytes < 1 ||
+        o->max_msg_bytes > (64u << 20)) {
+        snprintf(err, errlen, "bad server options (workers 1..256, max_conns >= 1, max_streams >= 1, "
+                              "max_msg_bytes 1..64 MiB)");
+        rls_config_free(cfg);
+        return NULL;
+    }
+    rls_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        rls_config_free(cfg);
+        return NULL;
+    }
+    s->o = *o;
+    s->cfg = cfg;
+    s->lfd = s->stopfd = -1;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, o->host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(o->port);
+        sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, o->host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(o->port);
+        sl = sizeof *a6;
+    } else {
+        snprintf(err, errlen, "GRPC_HOST '%s' is not a numeric IPv4 or IPv6 address", o->host);
+        rls_server_free(s);
+        return NULL;
+    }
+    int one = 1;
+    s->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(s->lfd, (struct sockaddr *)&ss, sl) != 0 || listen(s->lfd, 1024) != 0) {
+        snprintf(err, errlen, "cannot listen on %s port %u: %s", o->host, (unsigned)o->port, strerror(errno));
+        rls_server_free(s);
+        return NULL;
+    }
+    sl = sizeof ss;
+    getsockname(s->lfd, (struct sockaddr *)&ss, &sl);
+    s->port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
+    s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->workers = calloc(o->workers, sizeof *s->workers);
+    if (s->stopfd < 0 || !s->workers) {
+        snprintf(err, errlen, "eventfd or memory: %s", strerror(errno));
+        rls_server_free(s);
+        return NULL;
+    }
+    for (unsigned i = 0; i < o->workers; i++) {
+        worker *w = &s->workers[i];
+        w->s = s;
+        w->ep = epoll_create1(EPOLL_CLOEXEC);
+        w->scratch = malloc(RLS_SCRATCH_BYTES);
+        struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &s->lfd};
+        struct epoll_event es = {.events = EPOLLIN, .data.ptr = &s->stopfd};
+        if (w->ep < 0 || !w->scratch || epoll_ctl(w->ep, EPOLL_CTL_ADD, s->lfd, &el) != 0 ||
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, s->stopfd, &es) != 0) {
+            snprintf(err, errlen, "worker %u: %s", i, strerror(errno));
+            rls_server_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+uint16_t rls_server_port(const rls_server *s) { return s->port; }
+
+void rls_server_stop(rls_server *s)
+{
+    atomic_store(&s->stopping, true);
+    uint64_t one = 1;
+    ssize_t n = write(s->stopfd, &one, sizeof one);
+    (void)n;
+}
+
+int rls_server_run(rls_server *s, char *err, size_t errlen)
+{
+    unsigned started = 0;
+    for (; started < s->o.workers; started++) {
+        if (pthread_create(&s->workers[started].tid, NULL, worker_main, &s->workers[started]) != 0)
+            break;
+    }
+    if (started < s->o.workers)
+        rls_server_stop(s);
+    int rc = started < s->o.workers ? -1 : 0;
+    if (rc)
+        snprintf(err, errlen, "could not start worker %u", started);
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(s->workers[i].tid, NULL);
+        if (s->workers[i].err[0] && rc == 0) {
+            snprintf(err, errlen, "worker %u: %s", i, s->workers[i].err);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+void rls_server_free(rls_server *s)
+{
+    if (!s)
+        return;
+    for (unsigned i = 0; s->workers && i < s->o.workers; i++) {
+        if (s->workers[i].ep > 0)
+            close(s->workers[i].ep);
+        free(s->workers[i].scratch);
+    }
+    free(s->workers);
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->stopfd >= 0)
+        close(s->stopfd);
+    rls_config_free(s->cfg);
+    free(s);
+}
