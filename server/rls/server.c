@@ -31,7 +31,8 @@
  * answered no call for idle_ns is closed (so a client trickling bytes, or
  * never finishing its preface, cannot hold a slot), checked once a second.
  * Bytes that are not the HTTP/2 preface get a plain HTTP/1.1 400 naming
- * the protocol, then the connection is closed.
+ * the protocol, then the connection is closed (our SETTINGS wait for the
+ * client's first bytes, so that reply is all such a client sees).
  */
 #define _GNU_SOURCE
 #include "server.h"
@@ -586,8 +587,9 @@ static void conn_accept(worker *w)
             w->head->prev = c;
         w->head = c;
         w->nconns++;
-        if (conn_flush(c) < 0)
-            conn_close(c);
+        /* Our SETTINGS go out with the first answer to the client's bytes,
+         * once they began as the HTTP/2 preface: an HTTP/1.1 client gets
+         * a plain HTTP/1.1 error, not a binary frame first. */
     }
 }
 
