@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# h2load.sh -- load sluice-rls with h2load (nghttp2-client): gRPC unary
+# ShouldRateLimit calls, server pinned to one core with taskset.
+#
+#   tests/rls/h2load.sh BUILD/sluice-rls [DESCRIPTORS] [N]
+#
+# DESCRIPTORS (1 or 3) per request, N calls (default 200000), 50 streams over
+# 4 connections; the server on CPU 0 with one worker, h2load on CPU 1.  The
+# limit is high (10^9 a year), so every call is a real admission.  Prints
+# h2load's summary.  Not a ctest: a measurement (docs/rls.md).
+set -euo pipefail
+bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+ndesc=${2:-1}
+n=${3:-200000}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+proto=$here/../../server/rls/proto
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+mkdir -p "$tmp/rt/ratelimit/config" "$tmp/py"
+cat > "$tmp/rt/ratelimit/config/bench.yaml" <<'EOF'
+domain: bench
+descriptors:
+  - key: a
+    rate_limit: {unit: year, requests_per_unit: 1000000000}
+  - key: b
+    rate_limit: {unit: year, requests_per_unit: 1000000000}
+  - key: c
+    rate_limit: {unit: year, requests_per_unit: 1000000000}
+EOF
+(cd "$proto" && protoc -I. --python_out="$tmp/py" envoy/service/ratelimit/v3/rls.proto \
+    envoy/extensions/common/ratelimit/v3/ratelimit.proto envoy/config/core/v3/base.proto)
+/usr/bin/python3 - "$tmp/py" "$ndesc" "$tmp/req.bin" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from envoy.service.ratelimit.v3 import rls_pb2
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2 as r
+E = r.RateLimitDescriptor.Entry
+req = rls_pb2.RateLimitRequest(domain="bench", descriptors=[
+    r.RateLimitDescriptor(entries=[E(key=k, value="client-42")]) for k in "abc"[: int(sys.argv[2])]])
+m = req.SerializeToString()
+open(sys.argv[3], "wb").write(b"\0" + len(m).to_bytes(4, "big") + m)
+EOF
+RUNTIME_ROOT=$tmp/rt GRPC_HOST=127.0.0.1 GRPC_PORT=0 SLUICE_RLS_WORKERS=1 \
+    taskset -c 0 "$bin" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+    grep -q "listening on" "$tmp/out" && break
+    sleep 0.1
+done
+port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$tmp/out")
+[ -n "$port" ] || { cat "$tmp/out"; exit 1; }
+echo "sluice-rls on CPU 0, port $port; $ndesc descriptor(s), $n calls, h2load -c 4 -m 50 on CPU 1"
+taskset -c 1 h2load -n "$n" -c 4 -m 50 -d "$tmp/req.bin" -H 'content-type: application/grpc' \
+    -H 'te: trailers' "http://127.0.0.1:$port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
+    grep -E "finished in|requests:|status codes|time for request|req/s"
