@@ -27,6 +27,8 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -90,11 +92,20 @@ typedef struct rls_domain {
     rls_node root;
 } rls_domain;
 
+/* Override limits, made on first use: readers scan the published prefix
+ * without a lock; makers hold the mutex. */
+typedef struct override_set {
+    pthread_mutex_t mu;
+    atomic_size_t n;
+    rls_limit *lim[RLS_MAX_OVERRIDES];
+} override_set;
+
 struct rls_config {
     rls_domain *domains;
     size_t ndomains;
     size_t nlimits;
     size_t max_keys;
+    override_set *ov;
 };
 
 static void node_clear(rls_node *n)
@@ -123,9 +134,63 @@ static void node_clear(rls_node *n)
 rls_config *rls_config_new(size_t max_keys)
 {
     rls_config *c = calloc(1, sizeof *c);
-    if (c)
-        c->max_keys = max_keys ? max_keys : 1;
+    if (!c)
+        return NULL;
+    c->ov = calloc(1, sizeof *c->ov);
+    if (!c->ov || pthread_mutex_init(&c->ov->mu, NULL) != 0) {
+        free(c->ov);
+        free(c);
+        return NULL;
+    }
+    c->max_keys = max_keys ? max_keys : 1;
     return c;
+}
+
+const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit)
+{
+    if (rls_unit_ns(unit) == 0)
+        return NULL;
+    override_set *ov = cfg->ov;
+    size_t n = atomic_load_explicit(&ov->n, memory_order_acquire);
+    for (size_t i = 0; i < n; i++) {
+        if (ov->lim[i]->requests_per_unit == requests_per_unit && ov->lim[i]->unit == unit)
+            return ov->lim[i];
+    }
+    rls_limit *found = NULL;
+    pthread_mutex_lock(&ov->mu);
+    n = atomic_load_explicit(&ov->n, memory_order_relaxed);
+    for (size_t i = 0; i < n && !found; i++) {
+        if (ov->lim[i]->requests_per_unit == requests_per_unit && ov->lim[i]->unit == unit)
+            found = ov->lim[i];
+    }
+    if (!found && n < RLS_MAX_OVERRIDES) {
+        rls_limit *lim = calloc(1, sizeof *lim);
+        char spec[96], key[64], terr[256];
+        snprintf(key, sizeof key, "override.%" PRIu32 "/%d", requests_per_unit, unit);
+        if (lim) {
+            lim->full_key = strdup(key);
+            lim->name = strdup("");
+            lim->requests_per_unit = requests_per_unit;
+            lim->unit = unit;
+            lim->window_ns = rls_unit_ns(unit);
+            snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", requests_per_unit,
+                     (uint64_t)(lim->window_ns / 1000000000u));
+            if (requests_per_unit > 0)
+                lim->table = sluice_table_new(spec, cfg->max_keys, terr, sizeof terr);
+        }
+        if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table)) {
+            ov->lim[n] = lim;
+            atomic_store_explicit(&ov->n, n + 1, memory_order_release);
+            found = lim;
+        } else if (lim) {
+            sluice_table_free(lim->table);
+            free(lim->full_key);
+            free(lim->name);
+            free(lim);
+        }
+    }
+    pthread_mutex_unlock(&ov->mu);
+    return found;
 }
 
 void rls_config_free(rls_config *cfg)
@@ -137,6 +202,14 @@ void rls_config_free(rls_config *cfg)
         free(cfg->domains[i].name);
     }
     free(cfg->domains);
+    for (size_t i = 0; i < atomic_load(&cfg->ov->n); i++) {
+        sluice_table_free(cfg->ov->lim[i]->table);
+        free(cfg->ov->lim[i]->full_key);
+        free(cfg->ov->lim[i]->name);
+        free(cfg->ov->lim[i]);
+    }
+    pthread_mutex_destroy(&cfg->ov->mu);
+    free(cfg->ov);
     free(cfg);
 }
 
@@ -205,6 +278,15 @@ static bool glob_match(const char *p, size_t pl, const char *v, size_t vl)
     while (i < pl && p[i] == '*')
         i++;
     return i == pl;
+}
+
+bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t domainlen)
+{
+    for (size_t i = 0; cfg && i < cfg->ndomains; i++) {
+        if (cmp_bytes(domain, domainlen, cfg->domains[i].name, cfg->domains[i].namelen) == 0)
+            return true;
+    }
+    return false;
 }
 
 const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size_t domainlen,

@@ -76,6 +76,21 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n);
 
+/* The most distinct (requests_per_unit, unit) pairs of descriptor limit
+ * overrides one config serves. */
+#define RLS_MAX_OVERRIDES 256
+
+/* The limit for a descriptor's `limit` override (Envoy's
+ * RateLimitOverride): a limit of `requests_per_unit` per `unit`, made on
+ * first use and kept until the config is freed, with its own table (keys
+ * must carry the domain: one table serves every domain).  NULL when the
+ * unit is unknown, or when RLS_MAX_OVERRIDES other pairs exist already, or
+ * memory runs out.  Thread-safe. */
+const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit);
+
+/* Does the config have `domain`?  Thread-safe. */
+bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t domainlen);
+
 /* The number of domains and of limits (for logs and tests). */
 size_t rls_config_domains(const rls_config *cfg);
 size_t rls_config_limits(const rls_config *cfg);

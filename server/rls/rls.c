@@ -23,6 +23,11 @@
  * Two descriptors of one request that reach the same key are charged once
  * (the composite takes each limit once) and both get its answer.
  *
+ * A descriptor's `limit` override (Envoy's RateLimitOverride) replaces the
+ * config's limit, in a domain the config has, never in shadow mode (as
+ * envoyproxy/ratelimit): its table is shared by all overrides of that
+ * (requests_per_unit, unit) and its keys start with the domain.
+ *
  * The composite takes one permit count for all its limits: the enforced
  * descriptors of one request must carry the same hits (else
  * INVALID_ARGUMENT; docs/rls.md, "Not yet").
@@ -107,7 +112,27 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             need += 8 + kl[e] + vl[e];
         }
         uint64_t hits = d->hits_addend ? d->hits_addend->value : req_hits;
-        const rls_limit *lim = rls_config_find(cfg, req->domain, strlen(req->domain), keys, kl, values, vl, ents);
+        const rls_limit *lim;
+        size_t domainlen = strlen(req->domain);
+        bool override = d->limit != NULL;
+        if (override) {
+            /* Envoy's RateLimitOverride, in a domain the config has. */
+            if (!rls_config_has_domain(cfg, req->domain, domainlen))
+                continue;
+            if (rls_unit_ns((int)d->limit->unit) == 0) {
+                snprintf(msg, msglen, "descriptor %zu: limit override with unit %d (want 1..7, SECOND..WEEK)", i,
+                         (int)d->limit->unit);
+                return RLS_GRPC_INVALID_ARGUMENT;
+            }
+            lim = rls_config_override(cfg, d->limit->requests_per_unit, (int)d->limit->unit);
+            if (!lim) {
+                snprintf(msg, msglen, "descriptor %zu: more than %d distinct limit overrides", i, RLS_MAX_OVERRIDES);
+                return RLS_GRPC_RESOURCE_EXHAUSTED;
+            }
+            need += 4 + domainlen; /* one override table serves every domain */
+        } else {
+            lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+        }
         if (!lim)
             continue;
         if (lim->unlimited) {
@@ -148,6 +173,11 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         }
         unsigned char *key = scratch + used;
         size_t off = 0;
+        if (override) {
+            put_u32(key, (uint32_t)domainlen);
+            memcpy(key + 4, req->domain, domainlen);
+            off = 4 + domainlen;
+        }
         for (size_t e = 0; e < ents; e++) {
             put_u32(key + off, (uint32_t)kl[e]);
             memcpy(key + off + 4, keys[e], kl[e]);
@@ -202,7 +232,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[enforced[j].desc];
             /* When refused, a limit that would have allowed says OK; one
              * that could not decide (a full table, no memory) refuses. */
-            bool own = refuse_all ? true : r->allowed && r->error == 0;
+            bool own = r->allowed && r->error == 0;
             st->code = own ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                            : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
             st->limit_remaining = own ? cap_u32(r->remaining) : 0;

@@ -159,6 +159,8 @@ def desc(*kv, hits=None, limit=None):
         entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v) for k, v in kv])
     if hits is not None:
         d.hits_addend.value = hits
+    if limit is not None:
+        d.limit.requests_per_unit, d.limit.unit = limit
     return d
 
 
@@ -247,6 +249,28 @@ class RlsTest(unittest.TestCase):
         self.assertEqual(r.statuses[1].limit_remaining, 5)  # not charged
         r = self.s.call(request(desc(("two", "x")), domain="no-such-domain"), timeout=10)
         self.assertEqual(r.overall_code, OK)
+
+    def test_limit_override(self):
+        """Envoy's per-descriptor limit override replaces the config's limit."""
+        day = ratelimit_pb2.DAY
+        over = desc(("five", "ovr"), limit=(1, day))
+        r = self.s.call(request(over), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+        self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 1)
+        self.assertEqual(self.s.call(request(over), timeout=10).overall_code, OVER)
+        # The config's own limit of that descriptor was not charged.
+        r = self.s.call(request(desc(("five", "ovr"))), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 4))
+        # An override on a key the config does not know, and with another
+        # domain: none is limited there.
+        self.assertEqual(self.s.call(request(desc(("nothing", "o"), limit=(1, day))), timeout=10).overall_code, OK)
+        self.assertEqual(self.s.call(request(desc(("nothing", "o"), limit=(1, day))), timeout=10).overall_code, OVER)
+        r = self.s.call(request(desc(("nothing", "o"), limit=(1, day)), domain="elsewhere"), timeout=10)
+        self.assertEqual(r.overall_code, OK)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.call(request(desc(("nothing", "o"), limit=(1, 0))), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("limit override with unit 0", e.exception.details())
 
     def test_wildcard_and_nesting(self):
         codes = [self.s.call(request(desc(("wild", "foobar"))), timeout=10).overall_code for _ in range(2)]
