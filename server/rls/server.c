@@ -509,7 +509,7 @@ static int conn_read(conn *c)
             size_t m = sizeof PREFACE - 1 - c->preface_seen;
             if (m > (size_t)n)
                 m = (size_t)n;
-            if (memcmp(buf, PREFACE + c->preface_seen, m) != 0) {
+            if (memcmp(buf, &PREFACE[c->preface_seen], m) != 0) {
                 http1_refuse(c);
                 return -1;
             }
