@@ -63,6 +63,7 @@
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define READ_CHUNK 16384
 #define READS_PER_EVENT 8
+#define OUT_BATCH 65536
 
 static uint64_t mono_ns(void)
 {
@@ -127,7 +128,9 @@ struct conn {
     uint64_t last_ns;    /* monotonic: accept, or the last call answered */
     size_t preface_seen; /* bytes of the preface matched so far */
     size_t buffered;     /* request bytes buffered over all streams */
-    bool writing;        /* EPOLLOUT is armed */
+    unsigned char *out;  /* frames to write: out[outoff .. outlen) */
+    size_t outlen, outoff, outcap;
+    bool writing;        /* EPOLLOUT is armed (out holds bytes) */
     bool closing;
 };
 
@@ -304,20 +307,6 @@ static int do_call(conn *c, stream *st)
 
 /* ------------------------------------------------------ nghttp2 callbacks */
 
-static ssize_t cb_send(nghttp2_session *h2, const uint8_t *data, size_t len, int flags, void *user)
-{
-    (void)h2;
-    (void)flags;
-    conn *c = user;
-    ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-            return NGHTTP2_ERR_WOULDBLOCK;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    }
-    return n;
-}
-
 static int cb_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 {
     (void)user;
@@ -448,6 +437,7 @@ static void conn_close(conn *c)
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     nghttp2_session_del(c->h2); /* frees the streams through cb_stream_close */
+    free(c->out);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -459,19 +449,56 @@ static void conn_close(conn *c)
     free(c);
 }
 
-/* Flush what nghttp2 has to send; arm EPOLLOUT when the socket is full.
- * Returns -1 when the connection is done. */
+/* Flush what nghttp2 has to send: its frames are gathered in the
+ * connection's buffer (up to OUT_BATCH bytes, so one send(2) carries many
+ * answers), then written; what the socket does not take waits for
+ * EPOLLOUT, and nghttp2 is asked for more only once it has gone.  Returns
+ * -1 when the connection is done. */
 static int conn_flush(conn *c)
 {
-    if (nghttp2_session_send(c->h2) != 0)
+    for (;;) {
+        while (c->outlen < OUT_BATCH) {
+            const uint8_t *p;
+            ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+            if (n < 0)
+                return -1;
+            if (n == 0)
+                break;
+            if (c->outlen + (size_t)n > c->outcap) {
+                size_t cap = c->outcap ? c->outcap : 16384;
+                while (cap < c->outlen + (size_t)n)
+                    cap *= 2;
+                unsigned char *b = realloc(c->out, cap);
+                if (!b)
+                    return -1;
+                c->out = b;
+                c->outcap = cap;
+            }
+            memcpy(c->out + c->outlen, p, (size_t)n);
+            c->outlen += (size_t)n;
+        }
+        if (c->outoff == c->outlen)
+            break;
+        ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            return -1;
+        }
+        c->outoff += (size_t)w;
+        if (c->outoff < c->outlen)
+            break; /* the socket is full */
+        c->outoff = c->outlen = 0;
+    }
+    bool pending = c->outoff < c->outlen;
+    if (!pending && !nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         return -1;
-    bool ww = nghttp2_session_want_write(c->h2);
-    if (!ww && !nghttp2_session_want_read(c->h2))
-        return -1;
-    if (ww != c->writing) {
-        struct epoll_event ev = {.events = EPOLLIN | (ww ? EPOLLOUT : 0), .data.ptr = c};
+    if (pending != c->writing) {
+        struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0), .data.ptr = c};
         epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
-        c->writing = ww;
+        c->writing = pending;
     }
     return 0;
 }
@@ -518,8 +545,6 @@ static int conn_read(conn *c)
         ssize_t r = nghttp2_session_mem_recv(c->h2, buf, (size_t)n);
         if (r < 0)
             return -1;
-        if (conn_flush(c) < 0)
-            return -1;
         if ((size_t)n < sizeof buf)
             break;
     }
@@ -534,7 +559,6 @@ static void init_callbacks(void)
 {
     if (nghttp2_session_callbacks_new(&g_callbacks) != 0 || nghttp2_option_new(&g_option) != 0)
         return;
-    nghttp2_session_callbacks_set_send_callback(g_callbacks, cb_send);
     nghttp2_session_callbacks_set_on_begin_headers_callback(g_callbacks, cb_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(g_callbacks, cb_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g_callbacks, cb_data);

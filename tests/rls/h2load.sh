@@ -55,6 +55,15 @@ done
 port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$tmp/out")
 [ -n "$port" ] || { cat "$tmp/out"; exit 1; }
 echo "sluice-rls on CPU 0, port $port; $ndesc descriptor(s), $n calls, h2load -c 4 -m 50 on CPU 1"
+# The server's CPU time (utime + stime, in clock ticks) around the run: on a
+# shared machine, calls per CPU-second of the server is the figure that
+# other processes' load does not change much.
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+c0=$(cpu)
 taskset -c 1 h2load -n "$n" -c 4 -m 50 -d "$tmp/req.bin" -H 'content-type: application/grpc' \
     -H 'te: trailers' "http://127.0.0.1:$port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
     grep -E "finished in|requests:|status codes|time for request|req/s"
+c1=$(cpu)
+hz=$(getconf CLK_TCK)
+awk -v n="$n" -v t=$((c1 - c0)) -v hz="$hz" \
+    'BEGIN { printf "server CPU: %.2f s for %d calls = %.0f calls per CPU-second\n", t / hz, n, n * hz / (t ? t : 1) }'
