@@ -106,6 +106,9 @@ struct rls_config {
     size_t nlimits;
     size_t max_keys;
     override_set *ov;
+    bool ov_moved;     /* rls_config_adopt gave ov to a newer config */
+    rls_limit **all;   /* every limit of the tree, for rls_config_adopt */
+    size_t nall;
 };
 
 static void node_clear(rls_node *n)
@@ -121,7 +124,8 @@ static void node_clear(rls_node *n)
     free(n->kids);
     free(n->wilds);
     if (n->limit) {
-        sluice_table_free(n->limit->table);
+        if (!n->limit->table_moved)
+            sluice_table_free(n->limit->table);
         free(n->limit->full_key);
         free(n->limit->name);
         free(n->limit);
@@ -202,14 +206,17 @@ void rls_config_free(rls_config *cfg)
         free(cfg->domains[i].name);
     }
     free(cfg->domains);
-    for (size_t i = 0; i < atomic_load(&cfg->ov->n); i++) {
+    free(cfg->all);
+    for (size_t i = 0; !cfg->ov_moved && i < atomic_load(&cfg->ov->n); i++) {
         sluice_table_free(cfg->ov->lim[i]->table);
         free(cfg->ov->lim[i]->full_key);
         free(cfg->ov->lim[i]->name);
         free(cfg->ov->lim[i]);
     }
-    pthread_mutex_destroy(&cfg->ov->mu);
-    free(cfg->ov);
+    if (!cfg->ov_moved) {
+        pthread_mutex_destroy(&cfg->ov->mu);
+        free(cfg->ov);
+    }
     free(cfg);
 }
 
@@ -625,6 +632,11 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
         if (!lim->table)
             return fail(ld, rl, "rate limit %s: %s", spec, terr);
     }
+    rls_limit **all = realloc(ld->cfg->all, (ld->cfg->nall + 1) * sizeof *all);
+    if (!all)
+        return fail(ld, rl, "out of memory");
+    ld->cfg->all = all;
+    all[ld->cfg->nall++] = lim;
     ld->cfg->nlimits++;
     return 0;
 }
@@ -761,7 +773,7 @@ int rls_config_add_text(rls_config *cfg, const char *name, const char *text, siz
         rc = fail(&ld, root, "out of memory");
         goto out;
     }
-    size_t limits_before = cfg->nlimits;
+    size_t limits_before = cfg->nlimits, all_before = cfg->nall;
     char *pk = malloc(dl + 2);
     if (!pk) {
         rc = fail(&ld, root, "out of memory");
@@ -780,14 +792,67 @@ int rls_config_add_text(rls_config *cfg, const char *name, const char *text, siz
             memset(&dom, 0, sizeof dom);
         }
     }
-    if (rc < 0)
+    if (rc < 0) {
         cfg->nlimits = limits_before;
+        cfg->nall = all_before;
+    }
 out:
     node_clear(&dom.root);
     free(dom.name);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- reload */
+
+static int cmp_limit_keys(const void *a, const void *b)
+{
+    return strcmp((*(rls_limit *const *)a)->full_key, (*(rls_limit *const *)b)->full_key);
+}
+
+size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
+{
+    size_t kept = 0;
+    rls_limit **sorted = old->nall ? malloc(old->nall * sizeof *sorted) : NULL;
+    if (sorted) {
+        memcpy(sorted, old->all, old->nall * sizeof *sorted);
+        qsort(sorted, old->nall, sizeof *sorted, cmp_limit_keys);
+    }
+    for (size_t i = 0; sorted && i < nw->nall; i++) {
+        rls_limit *l = nw->all[i];
+        if (!l->table)
+            continue;
+        rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
+        rls_limit *o = hit ? *hit : NULL;
+        if (!o || !o->table || o->table_moved || o->unit != l->unit)
+            continue;
+        if (o->requests_per_unit != l->requests_per_unit) {
+            char spec[96], err[256];
+            snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", l->requests_per_unit,
+                     (uint64_t)(l->window_ns / 1000000000u));
+            if (sluice_table_reconfigure_at(o->table, spec, now_ns, err, sizeof err) != 0)
+                continue; /* l keeps its fresh table */
+        }
+        sluice_table_free(l->table);
+        l->table = o->table;
+        o->table_moved = true;
+        kept++;
+    }
+    free(sorted);
+    if (!old->ov_moved) {
+        for (size_t i = 0; i < atomic_load(&nw->ov->n); i++) {
+            sluice_table_free(nw->ov->lim[i]->table);
+            free(nw->ov->lim[i]->full_key);
+            free(nw->ov->lim[i]->name);
+            free(nw->ov->lim[i]);
+        }
+        pthread_mutex_destroy(&nw->ov->mu);
+        free(nw->ov);
+        nw->ov = old->ov;
+        old->ov_moved = true;
+    }
+    return kept;
 }
 
 /* ------------------------------------------------------------ directory */

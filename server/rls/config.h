@@ -41,6 +41,7 @@ typedef struct rls_limit {
     bool unlimited;
     bool shadow_mode;
     sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
+    bool table_moved;      /* rls_config_adopt gave the table to a newer config */
 } rls_limit;
 
 typedef struct rls_node rls_node;
@@ -90,6 +91,18 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
 
 /* Does the config have `domain`?  Thread-safe. */
 bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t domainlen);
+
+/* Before `nw` replaces `old` (a reload): every limit of nw whose full key
+ * (domain.key_value...) and unit are those of a limit of old takes over
+ * old's table, with what it has admitted -- reconfigured at now_ns to nw's
+ * requests_per_unit if that changed (sluice_table_reconfigure_at: the
+ * window keeps its count) -- and nw takes old's override limits; old keeps
+ * serving with the same tables until it is freed, which then frees only
+ * what it kept.  So a reload neither forgets nor double-counts.  A limit
+ * whose unit changed starts fresh.  Returns how many limits kept their
+ * counters.  Not thread-safe with another adopt of `old`; calls on `old`
+ * may run meanwhile. */
+size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns);
 
 /* The number of domains and of limits (for logs and tests). */
 size_t rls_config_domains(const rls_config *cfg);

@@ -12,19 +12,32 @@
  *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false);
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
- * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60).
+ * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
+ * SLUICE_RLS_RELOAD_MS (1000; 0: never reload).
+ *
+ * Reload.  Every SLUICE_RLS_RELOAD_MS the main thread takes a signature of
+ * the config directory (its real path, so a swapped RUNTIME_ROOT symlink
+ * counts, and each YAML file's name, inode, size and mtime); when it
+ * changes, the directory is loaded anew.  A good config takes over the
+ * counters of the old one (rls_config_adopt) and is swapped in for the
+ * next call; a bad one is reported (FILE:LINE: reason, on stderr) and the
+ * old config stays.
  *
  * Once listening it prints "sluice-rls: listening on HOST:PORT" on stdout
  * (tests read the port there).  SIGTERM or SIGINT: graceful shutdown
  * (server.c), exit 0.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "config.h"
 #include "server.h"
@@ -61,6 +74,54 @@ static int env_bool(const char *name, bool *out)
     }
     fprintf(stderr, "sluice-rls: %s='%s' is not true or false\n", name, v);
     return -1;
+}
+
+/* FNV-1a over the directory's identity and its YAML files' metadata. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t dir_signature(const char *dir)
+{
+    uint64_t h = 1469598103934665603ull;
+    char real[PATH_MAX];
+    if (!realpath(dir, real))
+        return h;
+    h = fnv(h, real, strlen(real));
+    DIR *d = opendir(real);
+    if (!d)
+        return h;
+    struct dirent *e;
+    uint64_t sum = 0; /* order-free: readdir's order may change */
+    for (int i = 0; i < 100000 && (e = readdir(d)) != NULL; i++) {
+        size_t l = strlen(e->d_name);
+        if (e->d_name[0] == '.' || !((l > 5 && !strcmp(e->d_name + l - 5, ".yaml")) ||
+                                     (l > 4 && !strcmp(e->d_name + l - 4, ".yml"))))
+            continue;
+        struct stat st;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s", real, e->d_name);
+        uint64_t f = fnv(1469598103934665603ull, e->d_name, l);
+        if (stat(path, &st) == 0) {
+            f = fnv(f, &st.st_ino, sizeof st.st_ino);
+            f = fnv(f, &st.st_size, sizeof st.st_size);
+            f = fnv(f, &st.st_mtim, sizeof st.st_mtim);
+        }
+        sum += f;
+    }
+    closedir(d);
+    return fnv(h, &sum, sizeof sum);
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec < 0 ? 0 : (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 struct run_arg {
@@ -101,12 +162,14 @@ int main(int argc, char **argv)
     rls_server_opts o;
     rls_server_opts_default(&o);
     uint64_t port = o.port, workers = o.workers, conns = o.max_conns, msg = o.max_msg_bytes, idle = 60;
+    uint64_t reload_ms = 1000;
     if (getenv("GRPC_HOST") && *getenv("GRPC_HOST"))
         o.host = getenv("GRPC_HOST");
     if (env_u64("GRPC_PORT", 0, 65535, &port) < 0 || env_u64("SLUICE_RLS_WORKERS", 1, 256, &workers) < 0 ||
         env_u64("SLUICE_RLS_MAX_CONNS", 1, 1u << 20, &conns) < 0 ||
         env_u64("SLUICE_RLS_MAX_MSG_BYTES", 64, 64u << 20, &msg) < 0 ||
-        env_u64("SLUICE_RLS_IDLE_SECONDS", 1, 86400, &idle) < 0 || env_bool("SHADOW_MODE", &o.shadow_all) < 0)
+        env_u64("SLUICE_RLS_IDLE_SECONDS", 1, 86400, &idle) < 0 || env_bool("SHADOW_MODE", &o.shadow_all) < 0 ||
+        env_u64("SLUICE_RLS_RELOAD_MS", 0, 3600000, &reload_ms) < 0)
         return 2;
     o.port = (uint16_t)port;
     o.workers = (unsigned)workers;
@@ -122,6 +185,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluice-rls: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY too long\n");
         return 2;
     }
+    uint64_t sig = dir_signature(dir);
     rls_config *cfg = rls_config_load_dir(dir, (size_t)max_keys, err, sizeof err);
     if (!cfg) {
         fprintf(stderr, "sluice-rls: %s\n", err);
@@ -142,7 +206,8 @@ int main(int argc, char **argv)
         return 2;
     }
     printf("sluice-rls: listening on %s:%u (%zu domains, %zu limits, %u workers)\n", o.host,
-           (unsigned)rls_server_port(s), rls_config_domains(cfg), rls_config_limits(cfg), o.workers);
+           (unsigned)rls_server_port(s), rls_config_domains(rls_server_config(s)),
+           rls_config_limits(rls_server_config(s)), o.workers);
     fflush(stdout);
 
     pthread_t runner;
@@ -152,9 +217,32 @@ int main(int argc, char **argv)
         rls_server_free(s);
         return 1;
     }
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "sluice-rls: signal %d: draining\n", sig);
+    int signo = -1;
+    while (signo < 0) {
+        if (reload_ms == 0) {
+            if (sigwait(&set, &signo) != 0)
+                signo = -1;
+            continue;
+        }
+        struct timespec ts = {(time_t)(reload_ms / 1000), (long)(reload_ms % 1000) * 1000000L};
+        signo = sigtimedwait(&set, NULL, &ts);
+        if (signo >= 0)
+            break;
+        uint64_t now_sig = dir_signature(dir);
+        if (now_sig == sig)
+            continue;
+        sig = now_sig;
+        rls_config *nw = rls_config_load_dir(dir, (size_t)max_keys, err, sizeof err);
+        if (!nw) {
+            fprintf(stderr, "sluice-rls: reload refused, the old config stays: %s\n", err);
+            continue;
+        }
+        size_t kept = rls_config_adopt(nw, rls_server_config(s), realtime_ns());
+        size_t nd = rls_config_domains(nw), nl = rls_config_limits(nw);
+        rls_server_swap_config(s, nw);
+        fprintf(stderr, "sluice-rls: reloaded: %zu domains, %zu limits, %zu kept their counters\n", nd, nl, kept);
+    }
+    fprintf(stderr, "sluice-rls: signal %d: draining\n", signo);
     rls_server_stop(s);
     pthread_join(runner, NULL);
     rls_server_free(s);

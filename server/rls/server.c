@@ -10,8 +10,10 @@
  * one listening socket with EPOLLEXCLUSIVE, so a connection wakes one
  * worker, which owns it until it closes: a connection's nghttp2 session is
  * only ever touched by one thread.  Decisions go to the shared config,
- * whose tables are thread-safe.  The main thread waits for a signal and
- * calls rls_server_stop(), which writes an eventfd every worker watches.
+ * whose tables are thread-safe; a reload swaps the whole config
+ * (rls_server_swap_config, with the hand-over in config_enter).  The main
+ * thread waits for a signal and calls rls_server_stop(), which writes an
+ * eventfd every worker watches.
  *
  * A call.  HEADERS must say POST, a known :path and content-type
  * application/grpc[+proto|;...]; grpc-encoding other than identity is
@@ -100,7 +102,8 @@ typedef struct conn conn;
 
 struct rls_server {
     rls_server_opts o;
-    rls_config *cfg;
+    _Atomic(rls_config *) cfg; /* swapped by rls_server_swap_config */
+    pthread_mutex_t swap_mu;
     int lfd;
     int stopfd; /* eventfd */
     uint16_t port;
@@ -111,6 +114,7 @@ struct rls_server {
 
 struct worker {
     rls_server *s;
+    _Atomic(rls_config *) using; /* the config a call of this worker reads, or NULL */
     pthread_t tid;
     int ep;
     conn *head;
@@ -232,6 +236,23 @@ static int answer_message(nghttp2_session *h2, stream *st, const ProtobufCMessag
 
 /* ------------------------------------------------------------ the call */
 
+/* The config for one call.  A worker announces the config it reads in its
+ * `using` slot, then checks that it is still the current one; a swap
+ * publishes the new config, then waits until no slot holds the old one
+ * before freeing it (both sides sequentially consistent: either the swap
+ * sees the slot, or the worker sees the new config and tries again). */
+static rls_config *config_enter(worker *w)
+{
+    for (;;) {
+        rls_config *c = atomic_load(&w->s->cfg);
+        atomic_store(&w->using, c);
+        if (atomic_load(&w->s->cfg) == c)
+            return c;
+    }
+}
+
+static void config_leave(worker *w) { atomic_store_explicit(&w->using, NULL, memory_order_release); }
+
 static int do_call(conn *c, stream *st)
 {
     nghttp2_session *h2 = c->h2;
@@ -298,8 +319,10 @@ static int do_call(conn *c, stream *st)
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
     rls_answer ans;
-    int code = rls_should_rate_limit(w->s->cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &w->counts,
-                                     msg, sizeof msg);
+    rls_config *cfg = config_enter(w);
+    int code = rls_should_rate_limit(cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &w->counts, msg,
+                                     sizeof msg);
+    config_leave(w);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
     return rc;
@@ -704,7 +727,8 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
         return NULL;
     }
     s->o = *o;
-    s->cfg = cfg;
+    atomic_init(&s->cfg, cfg);
+    pthread_mutex_init(&s->swap_mu, NULL);
     s->lfd = s->stopfd = -1;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -761,6 +785,23 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
 
 uint16_t rls_server_port(const rls_server *s) { return s->port; }
 
+void rls_server_swap_config(rls_server *s, rls_config *cfg)
+{
+    pthread_mutex_lock(&s->swap_mu);
+    rls_config *old = atomic_exchange(&s->cfg, cfg);
+    for (unsigned i = 0; i < s->o.workers; i++) {
+        /* A call lasts microseconds: wait for the ones on the old config. */
+        while (atomic_load(&s->workers[i].using) == old) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    pthread_mutex_unlock(&s->swap_mu);
+    rls_config_free(old);
+}
+
+rls_config *rls_server_config(rls_server *s) { return atomic_load(&s->cfg); }
+
 void rls_server_stop(rls_server *s)
 {
     atomic_store(&s->stopping, true);
@@ -805,6 +846,7 @@ void rls_server_free(rls_server *s)
         close(s->lfd);
     if (s->stopfd >= 0)
         close(s->stopfd);
-    rls_config_free(s->cfg);
+    rls_config_free(atomic_load(&s->cfg));
+    pthread_mutex_destroy(&s->swap_mu);
     free(s);
 }

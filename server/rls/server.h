@@ -40,6 +40,16 @@ uint16_t rls_server_port(const rls_server *s);
  * Returns 0, or -1 with a reason in err. */
 int rls_server_run(rls_server *s, char *err, size_t errlen);
 
+/* Make `cfg` the config of every call from now on; the old one is freed
+ * once no call reads it (this waits for the calls in progress, some
+ * microseconds).  Takes ownership of cfg.  Call rls_config_adopt(cfg, the
+ * current config, ...) first to keep the counters.  Thread-safe. */
+void rls_server_swap_config(rls_server *s, rls_config *cfg);
+
+/* The current config, to pass to rls_config_adopt; valid until the next
+ * swap (call both from the one thread that reloads). */
+rls_config *rls_server_config(rls_server *s);
+
 /* Ask a running server to stop.  Async-signal-safe (one write(2)). */
 void rls_server_stop(rls_server *s);
 

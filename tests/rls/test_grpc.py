@@ -124,11 +124,14 @@ class Server:
         e = dict(os.environ, RUNTIME_ROOT=self.root, RUNTIME_SUBDIRECTORY="ratelimit",
                  GRPC_HOST="127.0.0.1", GRPC_PORT="0", SLUICE_RLS_WORKERS="2")
         e.update({k: str(v) for k, v in env.items()})
-        self.proc = subprocess.Popen([BIN], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.errpath = os.path.join(self.root, "stderr")
+        self.err = open(self.errpath, "w")
+        self.proc = subprocess.Popen([BIN], env=e, stdout=subprocess.PIPE, stderr=self.err, text=True)
         line = self.proc.stdout.readline()  # bounded: the server prints it or exits
         if "listening on" not in line:
             self.proc.kill()
-            raise RuntimeError("sluice-rls did not start: %r %s" % (line, self.proc.stderr.read()))
+            self.proc.wait()
+            raise RuntimeError("sluice-rls did not start: %r %s" % (line, self.stderr()))
         self.port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
         self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port)
         self.call = self.channel.unary_unary(
@@ -137,6 +140,26 @@ class Server:
         self.health = self.channel.unary_unary(
             HEALTH, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
             response_deserializer=health_pb2.HealthCheckResponse.FromString)
+
+    def stderr(self):
+        with open(self.errpath) as f:
+            return f.read()
+
+    def write_config(self, text):
+        """Replace the config file at once (rename), as a deployment would."""
+        d = os.path.join(self.root, "ratelimit", "config")
+        with open(os.path.join(d, ".c.yaml.new"), "w") as f:
+            f.write(text)
+        os.replace(os.path.join(d, ".c.yaml.new"), os.path.join(d, "c.yaml"))
+
+    def wait_stderr(self, text, count=1, limit_s=30):
+        """Wait (bounded) until `text` appears `count` times on stderr."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit_s:
+            if self.stderr().count(text) >= count:
+                return
+            time.sleep(0.02)
+        raise AssertionError("no %r x%d on stderr after %d s: %s" % (text, count, limit_s, self.stderr()))
 
     def stop(self):
         """SIGTERM; the server must drain and exit 0 within 20 s."""
@@ -149,7 +172,7 @@ class Server:
             self.proc.wait()
             rc = "hung"
         self.proc.stdout.close()
-        self.proc.stderr.close()
+        self.err.close()
         shutil.rmtree(self.root, ignore_errors=True)
         return rc
 
@@ -382,6 +405,71 @@ class RlsTest(unittest.TestCase):
         for _, first, last in res:
             self.assertLessEqual(last, first, "the window changed during the test")
         self.assertEqual(sum(ok for ok, _, _ in res), 500)
+
+
+RELOAD_A = """
+domain: test
+descriptors:
+  - key: r
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: shared
+    rate_limit: {unit: year, requests_per_unit: 3000}
+"""
+
+
+class ReloadTest(unittest.TestCase):
+    def test_reload_keeps_counters(self):
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=20)
+        try:
+            for want in (2, 1):
+                r = s.call(request(desc(("r", "x"))), timeout=10)
+                self.assertEqual(r.statuses[0].limit_remaining, want)
+            # 3 -> 5 a day, and a new key: the window keeps its 1 admitted.
+            s.write_config(RELOAD_A.replace("requests_per_unit: 3", "requests_per_unit: 5") +
+                           "  - key: q\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+            s.wait_stderr("reloaded: 1 domains, 3 limits, 2 kept their counters")
+            r = s.call(request(desc(("r", "x"))), timeout=10)
+            self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
+            self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 5)
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OK)
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OVER)
+            # A bad file: refused with its line, the config in force stays.
+            s.write_config(RELOAD_A + "  - key: bad\n    rate_limit: {unit: fortnight}\n")
+            s.wait_stderr("reload refused")
+            self.assertIn("c.yaml:9: invalid rate limit unit 'fortnight'", s.stderr())
+            r = s.call(request(desc(("r", "x"))), timeout=10)
+            self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 1))
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OVER)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_reload_under_load(self):
+        """4 client processes x 1000 calls on one limit of 3000 while the
+        config is reloaded 5 times: no call fails, exactly 3000 are admitted."""
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=10)
+        try:
+            procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(s.port),
+                                       "reload", "1000", GEN], stdout=subprocess.PIPE, text=True)
+                     for _ in range(4)]
+            probe = request(desc(("shared", "reload"), hits=0))
+            for i in range(5):
+                # Each reload once the clients have taken 50 more (bounded wait).
+                t0 = time.monotonic()
+                while s.call(probe, timeout=10).statuses[0].limit_remaining > 2950 - 50 * i:
+                    self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                    time.sleep(0.005)
+                s.write_config(RELOAD_A + "# change %d\n" % i)
+                s.wait_stderr("reloaded:", count=i + 1)
+            self.assertGreater(s.call(probe, timeout=10).statuses[0].limit_remaining, 0,
+                               "the reloads came after the limit was reached: they proved nothing")
+            res = []
+            for p in procs:
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0)
+                res.append(tuple(int(x) for x in out.split()))
+            self.assertEqual(sum(ok for ok, _, _ in res), 3000)
+        finally:
+            self.assertEqual(s.stop(), 0)
 
 
 class LimitsTest(unittest.TestCase):
