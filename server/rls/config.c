@@ -13,7 +13,9 @@
  * key, (key, value) is unique at its level, a unit is known unless the
  * limit is unlimited (then it must be absent), replaces entries have a
  * name and do not name their own limit.  YAML 1.1's implicit types decide
- * what is a string: a plain 0.25, 12, true or ~ key is not one.
+ * what is a string: a plain 0.25, 12, true or ~ key is not one.  Nesting
+ * is bounded (64 levels) and so are node visits (aliases can make a small
+ * file a huge tree).
  *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
  * limiter per descriptor value.  The window is the unit's length in
@@ -42,6 +44,7 @@
 #define RLS_MAX_DEPTH 64                  /* nesting of descriptors */
 #define RLS_MAX_FILE_BYTES (16u << 20)    /* one config file */
 #define RLS_MAX_FILES 4096
+#define RLS_MAX_VISITS 2000000            /* node visits per file (aliases) */
 
 /* ------------------------------------------------------------------ units */
 
@@ -342,6 +345,7 @@ typedef struct loader {
     size_t errlen;
     rls_config *cfg;
     const char *domain;
+    size_t budget; /* node visits left: aliases may repeat a subtree */
 } loader;
 
 static int fail(loader *ld, const yaml_node_t *at, const char *fmt, ...)
@@ -450,6 +454,8 @@ static int check_keys(loader *ld, yaml_node_t *map, int depth)
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
+        if (ld->budget == 0 || --ld->budget == 0)
+            return fail(ld, map, "config error, more than %d nodes to visit (aliases?)", RLS_MAX_VISITS);
         if (!k || !v)
             return fail(ld, map, "config error, malformed mapping");
         if (!is_string_key(k))
@@ -647,6 +653,8 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
         return fail(ld, list, "descriptors nested deeper than %d levels", RLS_MAX_DEPTH);
     for (yaml_node_item_t *it = list->data.sequence.items.start; it < list->data.sequence.items.top; it++) {
         yaml_node_t *d = yaml_document_get_node(ld->doc, *it);
+        if (ld->budget == 0 || --ld->budget == 0)
+            return fail(ld, list, "config error, more than %d nodes to visit (aliases?)", RLS_MAX_VISITS);
         if (!d || d->type != YAML_MAPPING_NODE)
             return fail(ld, d ? d : list, "config error, yaml file contains list of type other than map");
         const char *key, *value;
@@ -724,7 +732,7 @@ int rls_config_add_text(rls_config *cfg, const char *name, const char *text, siz
 {
     yaml_parser_t parser;
     yaml_document_t doc;
-    loader ld = {name, &doc, err, errlen, cfg, NULL};
+    loader ld = {name, &doc, err, errlen, cfg, NULL, RLS_MAX_VISITS};
     if (errlen)
         err[0] = 0;
     if (!yaml_parser_initialize(&parser))
