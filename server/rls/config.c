@@ -812,6 +812,27 @@ out:
     return rc < 0 ? -1 : 0;
 }
 
+size_t rls_config_dump(const rls_config *cfg, char *buf, size_t cap)
+{
+    static const char *const units[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK"};
+    size_t off = 0;
+    if (cap == 0)
+        return 0;
+    buf[0] = 0;
+    for (size_t i = 0; cfg && i < cfg->nall; i++) {
+        const rls_limit *l = cfg->all[i];
+        int n = snprintf(buf + off, cap - off, "%s: unit=%s requests_per_unit=%" PRIu32 ", shadow_mode: %s, unlimited: %s\n",
+                         l->full_key, units[l->unit >= 0 && l->unit < 8 ? l->unit : 0], l->requests_per_unit,
+                         l->shadow_mode ? "true" : "false", l->unlimited ? "true" : "false");
+        if (n < 0 || (size_t)n >= cap - off) {
+            buf[off] = 0;
+            break;
+        }
+        off += (size_t)n;
+    }
+    return off;
+}
+
 /* ---------------------------------------------------------------- reload */
 
 static int cmp_limit_keys(const void *a, const void *b)

@@ -104,6 +104,12 @@ bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t dom
  * may run meanwhile. */
 size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns);
 
+/* Write envoyproxy/ratelimit's /rlconfig text: one line per limit,
+ * "FULL_KEY: unit=UNIT requests_per_unit=N, shadow_mode: B, unlimited: B",
+ * into buf (NUL-terminated; cut at a line's end when it does not fit).
+ * Returns the bytes written.  Thread-safe. */
+size_t rls_config_dump(const rls_config *cfg, char *buf, size_t cap);
+
 /* The number of domains and of limits (for logs and tests). */
 size_t rls_config_domains(const rls_config *cfg);
 size_t rls_config_limits(const rls_config *cfg);

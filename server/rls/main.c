@@ -7,6 +7,8 @@
  *
  * Environment, as envoyproxy/ratelimit names it where it can:
  *   GRPC_HOST (0.0.0.0), GRPC_PORT (8081; 0 = any free port),
+ *   HOST (0.0.0.0), PORT (8080; "off": none): HTTP/1.1 GET /healthcheck,
+ *   /rlconfig, /metrics,
  *   RUNTIME_ROOT (/srv/runtime_data/current), RUNTIME_SUBDIRECTORY
  *   (ratelimit): the config is every *.yaml of RUNTIME_ROOT/
  *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false);
@@ -23,8 +25,8 @@
  * next call; a bad one is reported (FILE:LINE: reason, on stderr) and the
  * old config stays.
  *
- * Once listening it prints "sluice-rls: listening on HOST:PORT" on stdout
- * (tests read the port there).  SIGTERM or SIGINT: graceful shutdown
+ * Once listening it prints "sluice-rls: listening on HOST:PORT (...), http
+ * PORT" on stdout (tests read the ports there).  SIGTERM or SIGINT: graceful shutdown
  * (server.c), exit 0.
  */
 #define _GNU_SOURCE
@@ -165,6 +167,16 @@ int main(int argc, char **argv)
     uint64_t reload_ms = 1000;
     if (getenv("GRPC_HOST") && *getenv("GRPC_HOST"))
         o.host = getenv("GRPC_HOST");
+    if (getenv("HOST") && *getenv("HOST"))
+        o.http_host = getenv("HOST");
+    uint64_t http_port = 8080;
+    const char *pv = getenv("PORT");
+    if (pv && !strcmp(pv, "off"))
+        o.http_port = -1;
+    else if (env_u64("PORT", 0, 65535, &http_port) < 0)
+        return 2;
+    else
+        o.http_port = (int)http_port;
     if (env_u64("GRPC_PORT", 0, 65535, &port) < 0 || env_u64("SLUICE_RLS_WORKERS", 1, 256, &workers) < 0 ||
         env_u64("SLUICE_RLS_MAX_CONNS", 1, 1u << 20, &conns) < 0 ||
         env_u64("SLUICE_RLS_MAX_MSG_BYTES", 64, 64u << 20, &msg) < 0 ||
@@ -205,9 +217,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluice-rls: %s\n", err);
         return 2;
     }
-    printf("sluice-rls: listening on %s:%u (%zu domains, %zu limits, %u workers)\n", o.host,
+    printf("sluice-rls: listening on %s:%u (%zu domains, %zu limits, %u workers), http %u\n", o.host,
            (unsigned)rls_server_port(s), rls_config_domains(rls_server_config(s)),
-           rls_config_limits(rls_server_config(s)), o.workers);
+           rls_config_limits(rls_server_config(s)), o.workers, (unsigned)rls_server_http_port(s));
     fflush(stdout);
 
     pthread_t runner;

@@ -95,6 +95,8 @@ void rls_server_opts_default(rls_server_opts *o)
     o->max_msg_bytes = 1u << 20;
     o->idle_ns = 60ull * 1000000000u;
     o->drain_ns = 5ull * 1000000000u;
+    o->http_host = "0.0.0.0";
+    o->http_port = 8080;
 }
 
 typedef struct worker worker;
@@ -105,8 +107,11 @@ struct rls_server {
     _Atomic(rls_config *) cfg; /* swapped by rls_server_swap_config */
     pthread_mutex_t swap_mu;
     int lfd;
+    int hfd;    /* HTTP/1.1 listener, or -1 */
     int stopfd; /* eventfd */
-    uint16_t port;
+    uint16_t port, hport;
+    /* Counters summed over the workers (relaxed: /metrics reads them). */
+    atomic_uint_least64_t n_within, n_over, n_shadow, n_calls, n_errors;
     atomic_size_t conns;
     atomic_bool stopping;
     worker *workers;
@@ -120,7 +125,6 @@ struct worker {
     conn *head;
     size_t nconns;
     unsigned char *scratch;
-    rls_counts counts;
     char err[256];
 };
 
@@ -136,6 +140,10 @@ struct conn {
     size_t outlen, outoff, outcap;
     bool writing;        /* EPOLLOUT is armed (out holds bytes) */
     bool closing;
+    bool http1;          /* the HTTP/1.1 port: h2 is NULL */
+    bool shut;           /* http1: answered and half-closed */
+    char req[4096];      /* http1: the request head so far */
+    size_t reqlen;
 };
 
 typedef struct stream {
@@ -320,9 +328,20 @@ static int do_call(conn *c, stream *st)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
     rls_answer ans;
     rls_config *cfg = config_enter(w);
-    int code = rls_should_rate_limit(cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &w->counts, msg,
+    rls_counts counts = {0, 0, 0, 0};
+    int code = rls_should_rate_limit(cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &counts, msg,
                                      sizeof msg);
     config_leave(w);
+    rls_server *sv = w->s;
+    atomic_fetch_add_explicit(&sv->n_calls, 1, memory_order_relaxed);
+    if (code != RLS_GRPC_OK)
+        atomic_fetch_add_explicit(&sv->n_errors, 1, memory_order_relaxed);
+    if (counts.within_limit)
+        atomic_fetch_add_explicit(&sv->n_within, counts.within_limit, memory_order_relaxed);
+    if (counts.over_limit)
+        atomic_fetch_add_explicit(&sv->n_over, counts.over_limit, memory_order_relaxed);
+    if (counts.shadow_refusals)
+        atomic_fetch_add_explicit(&sv->n_shadow, counts.shadow_refusals, memory_order_relaxed);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
     return rc;
@@ -459,7 +478,8 @@ static void conn_close(conn *c)
     worker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
-    nghttp2_session_del(c->h2); /* frees the streams through cb_stream_close */
+    if (c->h2)
+        nghttp2_session_del(c->h2); /* frees the streams through cb_stream_close */
     free(c->out);
     if (c->prev)
         c->prev->next = c->next;
@@ -480,7 +500,7 @@ static void conn_close(conn *c)
 static int conn_flush(conn *c)
 {
     for (;;) {
-        while (c->outlen < OUT_BATCH) {
+        while (c->h2 && c->outlen < OUT_BATCH) {
             const uint8_t *p;
             ssize_t n = nghttp2_session_mem_send(c->h2, &p);
             if (n < 0)
@@ -516,7 +536,14 @@ static int conn_flush(conn *c)
         c->outoff = c->outlen = 0;
     }
     bool pending = c->outoff < c->outlen;
-    if (!pending && !nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
+    if (!pending && c->http1 && c->closing && !c->shut) {
+        /* Answered: half-close, and read the client's end until it closes
+         * (closing at once, with its bytes unread, would reset the
+         * connection and could lose the answer). */
+        shutdown(c->fd, SHUT_WR);
+        c->shut = true;
+    }
+    if (!pending && !c->http1 && !nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         return -1;
     if (pending != c->writing) {
         struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0), .data.ptr = c};
@@ -540,9 +567,133 @@ static void http1_refuse(conn *c)
     }
 }
 
+/* ------------------------------------------------------- HTTP/1.1 port */
+
+static int out_append(conn *c, const char *p, size_t n)
+{
+    if (c->outlen + n > c->outcap) {
+        size_t cap = c->outcap ? c->outcap : 4096;
+        while (cap < c->outlen + n)
+            cap *= 2;
+        unsigned char *b = realloc(c->out, cap);
+        if (!b)
+            return -1;
+        c->out = b;
+        c->outcap = cap;
+    }
+    memcpy(c->out + c->outlen, p, n);
+    c->outlen += n;
+    return 0;
+}
+
+static int http1_respond(conn *c, int status, const char *reason, const char *ctype, const char *body, size_t len)
+{
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, reason, ctype, len);
+    c->closing = true;
+    if (n < 0 || out_append(c, head, (size_t)n) < 0 || out_append(c, body, len) < 0)
+        return -1;
+    return conn_flush(c);
+}
+
+/* envoyproxy/ratelimit's HTTP endpoints that need no JSON: GET
+ * /healthcheck, /rlconfig, and /metrics (Prometheus text, version 0.0.4).
+ * One request per connection (Connection: close); its head must fit
+ * 4 KiB and arrive before the idle bound. */
+static int http1_request(conn *c)
+{
+    rls_server *s = c->w->s;
+    char *end = memmem(c->req, c->reqlen, "\r\n\r\n", 4);
+    if (!end) {
+        if (c->reqlen == sizeof c->req) {
+            static const char b[] = "request head larger than 4096 bytes\n";
+            return http1_respond(c, 431, "Request Header Fields Too Large", "text/plain", b, sizeof b - 1);
+        }
+        return 0;
+    }
+    c->last_ns = mono_ns();
+    bool get = c->reqlen >= 4 && memcmp(c->req, "GET ", 4) == 0;
+    const char *path = get ? c->req + 4 : "";
+    size_t pl = get ? strcspn(path, " \r\n") : 0;
+#define PATH_IS(p) (pl == sizeof(p) - 1 && memcmp(path, p, pl) == 0)
+    if (!get) {
+        static const char b[] = "only GET is served here (/healthcheck, /rlconfig, /metrics)\n";
+        return http1_respond(c, 405, "Method Not Allowed", "text/plain", b, sizeof b - 1);
+    }
+    if (PATH_IS("/healthcheck")) {
+        if (atomic_load(&s->stopping))
+            return http1_respond(c, 503, "Service Unavailable", "text/plain", "draining\n", 9);
+        return http1_respond(c, 200, "OK", "text/plain", "OK\n", 3);
+    }
+    if (PATH_IS("/rlconfig")) {
+        size_t cap = 1u << 20;
+        char *buf = malloc(cap);
+        if (!buf)
+            return -1;
+        rls_config *cfg = config_enter(c->w);
+        size_t n = rls_config_dump(cfg, buf, cap);
+        config_leave(c->w);
+        int rc = http1_respond(c, 200, "OK", "text/plain", buf, n);
+        free(buf);
+        return rc;
+    }
+    if (PATH_IS("/metrics")) {
+        char buf[2048];
+        int n = snprintf(buf, sizeof buf,
+            "# HELP sluice_rls_calls_total ShouldRateLimit calls answered.\n"
+            "# TYPE sluice_rls_calls_total counter\n"
+            "sluice_rls_calls_total %llu\n"
+            "# HELP sluice_rls_call_errors_total ShouldRateLimit calls answered with a gRPC error.\n"
+            "# TYPE sluice_rls_call_errors_total counter\n"
+            "sluice_rls_call_errors_total %llu\n"
+            "# HELP sluice_rls_descriptors_total Descriptors with a limit, by answer.\n"
+            "# TYPE sluice_rls_descriptors_total counter\n"
+            "sluice_rls_descriptors_total{code=\"ok\"} %llu\n"
+            "sluice_rls_descriptors_total{code=\"over_limit\"} %llu\n"
+            "# HELP sluice_rls_shadow_refusals_total Refusals that shadow mode answered OK.\n"
+            "# TYPE sluice_rls_shadow_refusals_total counter\n"
+            "sluice_rls_shadow_refusals_total %llu\n"
+            "# HELP sluice_rls_connections Open connections.\n"
+            "# TYPE sluice_rls_connections gauge\n"
+            "sluice_rls_connections %zu\n",
+            (unsigned long long)atomic_load_explicit(&s->n_calls, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->n_errors, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->n_within, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->n_over, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->n_shadow, memory_order_relaxed),
+            atomic_load(&s->conns));
+        if (n < 0 || (size_t)n >= sizeof buf)
+            return -1;
+        return http1_respond(c, 200, "OK", "text/plain; version=0.0.4", buf, (size_t)n);
+    }
+#undef PATH_IS
+    static const char b[] = "not found: this port serves /healthcheck, /rlconfig, /metrics\n";
+    return http1_respond(c, 404, "Not Found", "text/plain", b, sizeof b - 1);
+}
+
+static int http1_read(conn *c)
+{
+    if (c->closing) { /* answered: drop what else comes */
+        char junk[4096];
+        ssize_t n = recv(c->fd, junk, sizeof junk, 0);
+        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ? -1 : conn_flush(c);
+    }
+    ssize_t n = recv(c->fd, c->req + c->reqlen, sizeof c->req - c->reqlen, 0);
+    if (n == 0)
+        return -1;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    c->reqlen += (size_t)n;
+    return http1_request(c);
+}
+
 /* Read what the socket has; returns -1 when the connection is done. */
 static int conn_read(conn *c)
 {
+    if (c->http1)
+        return http1_read(c);
     unsigned char buf[READ_CHUNK];
     for (int i = 0; i < READS_PER_EVENT; i++) {
         ssize_t n = recv(c->fd, buf, sizeof buf, 0);
@@ -592,11 +743,11 @@ static void init_callbacks(void)
     nghttp2_option_set_max_settings(g_option, 32);
 }
 
-static void conn_accept(worker *w)
+static void conn_accept(worker *w, bool http1)
 {
     rls_server *s = w->s;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(http1 ? s->hfd : s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return; /* EAGAIN: another worker took it; others: try later */
         if (atomic_fetch_add(&s->conns, 1) >= s->o.max_conns || atomic_load(&s->stopping)) {
@@ -607,6 +758,25 @@ static void conn_accept(worker *w)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn *c = calloc(1, sizeof *c);
+        if (c && http1) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+            c->w = w;
+            c->fd = fd;
+            c->http1 = true;
+            c->last_ns = mono_ns();
+            if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+                free(c);
+                close(fd);
+                atomic_fetch_sub(&s->conns, 1);
+                continue;
+            }
+            c->next = w->head;
+            if (w->head)
+                w->head->prev = c;
+            w->head = c;
+            w->nconns++;
+            continue;
+        }
         if (!c || nghttp2_session_server_new2(&c->h2, g_callbacks, c, g_option) != 0) {
             free(c);
             close(fd);
@@ -657,9 +827,9 @@ static void *worker_main(void *arg)
         }
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
-            if (p == &s->lfd) {
+            if (p == &s->lfd || p == &s->hfd) {
                 if (!draining)
-                    conn_accept(w);
+                    conn_accept(w, p == &s->hfd);
                 continue;
             }
             if (p == &s->stopfd)
@@ -678,9 +848,13 @@ static void *worker_main(void *arg)
             draining = true;
             drain_end = now + s->o.drain_ns;
             epoll_ctl(w->ep, EPOLL_CTL_DEL, s->lfd, NULL);
+            if (s->hfd >= 0)
+                epoll_ctl(w->ep, EPOLL_CTL_DEL, s->hfd, NULL);
             epoll_ctl(w->ep, EPOLL_CTL_DEL, s->stopfd, NULL);
             for (conn *c = w->head, *nx; c; c = nx) {
                 nx = c->next;
+                if (c->http1)
+                    continue; /* one request each: it ends by itself */
                 nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->h2),
                                       NGHTTP2_NO_ERROR, NULL, 0);
                 if (conn_flush(c) < 0)
@@ -704,6 +878,41 @@ static void *worker_main(void *arg)
 }
 
 /* ------------------------------------------------------------ the server */
+
+/* Bind and listen on host:port (numeric), non-blocking; the port bound
+ * in *bound. */
+static int listen_on(const char *host, uint16_t port, const char *what, int *fd, uint16_t *bound, char *err,
+                     size_t errlen)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(port);
+        sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(port);
+        sl = sizeof *a6;
+    } else {
+        snprintf(err, errlen, "%s '%s' is not a numeric IPv4 or IPv6 address", what, host);
+        return -1;
+    }
+    int one = 1;
+    *fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (*fd < 0 || setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(*fd, (struct sockaddr *)&ss, sl) != 0 || listen(*fd, 1024) != 0) {
+        snprintf(err, errlen, "cannot listen on %s port %u: %s", host, (unsigned)port, strerror(errno));
+        return -1;
+    }
+    sl = sizeof ss;
+    getsockname(*fd, (struct sockaddr *)&ss, &sl);
+    *bound = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
+    return 0;
+}
 
 rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err, size_t errlen)
 {
@@ -729,36 +938,15 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
     s->o = *o;
     atomic_init(&s->cfg, cfg);
     pthread_mutex_init(&s->swap_mu, NULL);
-    s->lfd = s->stopfd = -1;
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t sl;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, o->host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons(o->port);
-        sl = sizeof *a4;
-    } else if (inet_pton(AF_INET6, o->host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons(o->port);
-        sl = sizeof *a6;
-    } else {
-        snprintf(err, errlen, "GRPC_HOST '%s' is not a numeric IPv4 or IPv6 address", o->host);
+    s->lfd = s->hfd = s->stopfd = -1;
+    s->hfd = -1;
+    if (listen_on(o->host, o->port, "GRPC_HOST", &s->lfd, &s->port, err, errlen) < 0 ||
+        (o->http_port >= 0 &&
+         listen_on(o->http_host ? o->http_host : "0.0.0.0", (uint16_t)o->http_port, "HOST", &s->hfd, &s->hport, err,
+                   errlen) < 0)) {
         rls_server_free(s);
         return NULL;
     }
-    int one = 1;
-    s->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(s->lfd, (struct sockaddr *)&ss, sl) != 0 || listen(s->lfd, 1024) != 0) {
-        snprintf(err, errlen, "cannot listen on %s port %u: %s", o->host, (unsigned)o->port, strerror(errno));
-        rls_server_free(s);
-        return NULL;
-    }
-    sl = sizeof ss;
-    getsockname(s->lfd, (struct sockaddr *)&ss, &sl);
-    s->port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
     s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->workers = calloc(o->workers, sizeof *s->workers);
     if (s->stopfd < 0 || !s->workers) {
@@ -773,8 +961,10 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
         w->scratch = malloc(RLS_SCRATCH_BYTES);
         struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &s->lfd};
         struct epoll_event es = {.events = EPOLLIN, .data.ptr = &s->stopfd};
+        struct epoll_event eh = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &s->hfd};
         if (w->ep < 0 || !w->scratch || epoll_ctl(w->ep, EPOLL_CTL_ADD, s->lfd, &el) != 0 ||
-            epoll_ctl(w->ep, EPOLL_CTL_ADD, s->stopfd, &es) != 0) {
+            epoll_ctl(w->ep, EPOLL_CTL_ADD, s->stopfd, &es) != 0 ||
+            (s->hfd >= 0 && epoll_ctl(w->ep, EPOLL_CTL_ADD, s->hfd, &eh) != 0)) {
             snprintf(err, errlen, "worker %u: %s", i, strerror(errno));
             rls_server_free(s);
             return NULL;
@@ -784,6 +974,7 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
 }
 
 uint16_t rls_server_port(const rls_server *s) { return s->port; }
+uint16_t rls_server_http_port(const rls_server *s) { return s->hfd >= 0 ? s->hport : 0; }
 
 void rls_server_swap_config(rls_server *s, rls_config *cfg)
 {
@@ -844,6 +1035,8 @@ void rls_server_free(rls_server *s)
     free(s->workers);
     if (s->lfd >= 0)
         close(s->lfd);
+    if (s->hfd >= 0)
+        close(s->hfd);
     if (s->stopfd >= 0)
         close(s->stopfd);
     rls_config_free(atomic_load(&s->cfg));

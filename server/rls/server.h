@@ -20,10 +20,13 @@ typedef struct rls_server_opts {
     uint64_t idle_ns;        /* a connection with no request answered for this long is closed */
     uint64_t drain_ns;       /* on stop, how long open connections get to finish */
     bool shadow_all;         /* every limit in shadow mode (SHADOW_MODE=true) */
+    const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
+    int http_port;           /* PORT: 0 = any free port, -1 = none */
 } rls_server_opts;
 
 /* Defaults: "0.0.0.0", port 8081, one worker per CPU,
- * 4096 connections, 100 streams, 1 MiB messages, 60 s idle, 5 s drain. */
+ * 4096 connections, 100 streams, 1 MiB messages, 60 s idle, 5 s drain;
+ * HTTP/1.1 on "0.0.0.0" port 8080. */
 void rls_server_opts_default(rls_server_opts *o);
 
 typedef struct rls_server rls_server;
@@ -32,8 +35,9 @@ typedef struct rls_server rls_server;
  * NULL with a one-line reason in err. */
 rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err, size_t errlen);
 
-/* The port bound. */
+/* The ports bound: gRPC, and HTTP/1.1 (0 when there is none). */
 uint16_t rls_server_port(const rls_server *s);
+uint16_t rls_server_http_port(const rls_server *s);
 
 /* Run the workers until rls_server_stop(), then drain: GOAWAY to every
  * connection, answers flushed, connections closed (at most drain_ns).

@@ -49,7 +49,7 @@ req = rls_pb2.RateLimitRequest(domain="bench", descriptors=[
 m = req.SerializeToString()
 open(sys.argv[3], "wb").write(b"\0" + len(m).to_bytes(4, "big") + m)
 EOF
-RUNTIME_ROOT=$tmp/rt GRPC_HOST=127.0.0.1 GRPC_PORT=0 SLUICE_RLS_WORKERS=1 \
+RUNTIME_ROOT=$tmp/rt GRPC_HOST=127.0.0.1 GRPC_PORT=0 PORT=off SLUICE_RLS_WORKERS=1 \
     taskset -c 0 "$bin" > "$tmp/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do

@@ -122,7 +122,7 @@ class Server:
         with open(os.path.join(self.root, "ratelimit", "config", "c.yaml"), "w") as f:
             f.write(config)
         e = dict(os.environ, RUNTIME_ROOT=self.root, RUNTIME_SUBDIRECTORY="ratelimit",
-                 GRPC_HOST="127.0.0.1", GRPC_PORT="0", SLUICE_RLS_WORKERS="2")
+                 GRPC_HOST="127.0.0.1", GRPC_PORT="0", HOST="127.0.0.1", PORT="0", SLUICE_RLS_WORKERS="2")
         e.update({k: str(v) for k, v in env.items()})
         self.errpath = os.path.join(self.root, "stderr")
         self.err = open(self.errpath, "w")
@@ -133,6 +133,7 @@ class Server:
             self.proc.wait()
             raise RuntimeError("sluice-rls did not start: %r %s" % (line, self.stderr()))
         self.port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
+        self.http_port = int(line.split(", http ")[1])
         self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port)
         self.call = self.channel.unary_unary(
             RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
@@ -390,6 +391,40 @@ class RlsTest(unittest.TestCase):
                 data += chunk
         self.assertTrue(data.startswith(b"HTTP/1.1 400 "), data)
         self.assertIn(b"gRPC over HTTP/2", data)
+        self.assert_still_serving()
+
+    def http(self, head):
+        """One HTTP/1.1 request on the HTTP port; returns (status, body)."""
+        with socket.create_connection(("127.0.0.1", self.s.http_port), timeout=10) as c:
+            c.sendall(head)
+            data = b""
+            while len(data) < 1 << 20:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head_, _, body = data.partition(b"\r\n\r\n")
+        return int(head_.split()[1]), body.decode()
+
+    def test_http_endpoints(self):
+        self.assertEqual(self.http(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"), (200, "OK\n"))
+        code, body = self.http(b"GET /rlconfig HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        self.assertIn("test.two: unit=DAY requests_per_unit=2, shadow_mode: false, unlimited: false\n", body)
+        self.assertIn("test.nest_a.leaf: unit=DAY requests_per_unit=1", body)
+        self.s.call(request(desc(("two", "metrics"))), timeout=10)
+        code, body = self.http(b"GET /metrics HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        calls = [l for l in body.splitlines() if l.startswith("sluice_rls_calls_total ")]
+        self.assertEqual(len(calls), 1)
+        self.assertGreaterEqual(int(calls[0].split()[1]), 1)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.http(b"GET /nope HTTP/1.1\r\n\r\n")[0], 404)
+        self.assertEqual(self.http(b"POST /healthcheck HTTP/1.1\r\n\r\n")[0], 405)
+        self.assertEqual(self.http(b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\n\r\n")[0], 431)
         self.assert_still_serving()
 
     def test_exact_from_four_processes(self):
