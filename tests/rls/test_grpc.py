@@ -454,7 +454,7 @@ descriptors:
 
 class ReloadTest(unittest.TestCase):
     def test_reload_keeps_counters(self):
-        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=20)
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=20, SLUICE_RLS_MAX_KEYS=64)
         try:
             for want in (2, 1):
                 r = s.call(request(desc(("r", "x"))), timeout=10)
@@ -481,7 +481,9 @@ class ReloadTest(unittest.TestCase):
     def test_reload_under_load(self):
         """4 client processes x 1000 calls on one limit of 3000 while the
         config is reloaded 5 times: no call fails, exactly 3000 are admitted."""
-        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=10)
+        # Small tables (SLUICE_RLS_MAX_KEYS) load fast, so that the reloads
+        # come while the clients still have calls to make, even under TSan.
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=10, SLUICE_RLS_MAX_KEYS=64)
         try:
             procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(s.port),
                                        "reload", "1000", GEN], stdout=subprocess.PIPE, text=True)
