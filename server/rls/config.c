@@ -153,6 +153,20 @@ rls_config *rls_config_new(size_t max_keys)
     return c;
 }
 
+/* The limit's RateLimit-Policy (sluice/http.h), named by its name or else
+ * its full key, with bytes outside printable ASCII as '_'.  A limit that
+ * cannot be described has none (no header items). */
+static void make_policy(rls_limit *lim, const char *spec)
+{
+    char name[SLUICE_HTTP_NAME_MAX + 1], err[128];
+    const char *src = lim->name[0] ? lim->name : lim->full_key;
+    size_t n = 0;
+    for (; src[n] && n < SLUICE_HTTP_NAME_MAX; n++)
+        name[n] = src[n] >= 0x20 && src[n] <= 0x7e ? src[n] : '_';
+    name[n] = 0;
+    lim->has_policy = n > 0 && sluice_http_policy_init(&lim->policy, name, spec, err, sizeof err) == 0;
+}
+
 const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit)
 {
     if (rls_unit_ns(unit) == 0)
@@ -184,6 +198,8 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
                      (uint64_t)(lim->window_ns / 1000000000u));
             if (requests_per_unit > 0)
                 lim->table = sluice_table_new(spec, cfg->max_keys, terr, sizeof terr);
+            if (lim->table && lim->full_key)
+                make_policy(lim, spec);
         }
         if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table)) {
             ov->lim[n] = lim;
@@ -637,6 +653,7 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
         lim->table = sluice_table_new(spec, ld->cfg->max_keys, terr, sizeof terr);
         if (!lim->table)
             return fail(ld, rl, "rate limit %s: %s", spec, terr);
+        make_policy(lim, spec);
     }
     rls_limit **all = realloc(ld->cfg->all, (ld->cfg->nall + 1) * sizeof *all);
     if (!all)

@@ -42,6 +42,10 @@ typedef struct rls_limit {
     bool shadow_mode;
     sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
     bool table_moved;      /* rls_config_adopt gave the table to a newer config */
+    bool has_policy;       /* policy is set (a limit with a table) */
+    sluice_http_policy policy; /* for the RateLimit header fields: named by
+                                * `name`, else by the full key, made
+                                * printable and cut to 64 bytes */
 } rls_limit;
 
 typedef struct rls_node rls_node;

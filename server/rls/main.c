@@ -15,7 +15,10 @@
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
- * SLUICE_RLS_RELOAD_MS (1000; 0: never reload).
+ * SLUICE_RLS_RELOAD_MS (1000; 0: never reload), SLUICE_RLS_HEADERS (draft:
+ * RateLimit-Policy, RateLimit, Retry-After; legacy: envoyproxy/ratelimit's
+ * X-RateLimit-*; both; off), LIMIT_RESPONSE_HEADERS_ENABLED (true adds
+ * legacy, as envoyproxy/ratelimit names it).
  *
  * Reload.  Every SLUICE_RLS_RELOAD_MS the main thread takes a signature of
  * the config directory (its real path, so a swapped RUNTIME_ROOT symlink
@@ -42,6 +45,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "rls.h"
 #include "server.h"
 
 static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -183,6 +187,26 @@ int main(int argc, char **argv)
         env_u64("SLUICE_RLS_IDLE_SECONDS", 1, 86400, &idle) < 0 || env_bool("SHADOW_MODE", &o.shadow_all) < 0 ||
         env_u64("SLUICE_RLS_RELOAD_MS", 0, 3600000, &reload_ms) < 0)
         return 2;
+    const char *hv = getenv("SLUICE_RLS_HEADERS");
+    if (hv && *hv) {
+        if (!strcmp(hv, "draft"))
+            o.headers = RLS_HEADERS_DRAFT;
+        else if (!strcmp(hv, "legacy"))
+            o.headers = RLS_HEADERS_LEGACY;
+        else if (!strcmp(hv, "both"))
+            o.headers = RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY;
+        else if (!strcmp(hv, "off"))
+            o.headers = 0;
+        else {
+            fprintf(stderr, "sluice-rls: SLUICE_RLS_HEADERS='%s' is not draft, legacy, both or off\n", hv);
+            return 2;
+        }
+    }
+    bool legacy = false;
+    if (env_bool("LIMIT_RESPONSE_HEADERS_ENABLED", &legacy) < 0)
+        return 2;
+    if (legacy)
+        o.headers |= RLS_HEADERS_LEGACY;
     o.port = (uint16_t)port;
     o.workers = (unsigned)workers;
     o.max_conns = (size_t)conns;

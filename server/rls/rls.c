@@ -34,6 +34,7 @@
  */
 #include "rls.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,6 +48,78 @@ static void put_u32(unsigned char *p, uint32_t v)
 
 static uint32_t cap_u32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
 
+static void add_header(rls_answer *ans, size_t *nh, const char *key)
+{
+    Envoy__Config__Core__V3__HeaderValue *h = &ans->hv[*nh];
+    envoy__config__core__v3__header_value__init(h);
+    h->key = (char *)key;
+    h->value = ans->hval[*nh];
+    ans->hvp[*nh] = h;
+    (*nh)++;
+}
+
+/* response_headers_to_add.  Draft: RateLimit-Policy and RateLimit with one
+ * item per descriptor that a table decided (sluice/http.h formats them),
+ * and for a refusal Retry-After, the largest of the refusing enforced
+ * limits' waits (none when one of them can never pass, or a
+ * requests_per_unit 0 limit refused).  Legacy: envoyproxy/ratelimit's
+ * X-RateLimit-Limit, -Remaining and -Reset (seconds, rounded up) of the
+ * descriptor with a limit and the least remaining. */
+static void add_headers(rls_answer *ans, unsigned flags, size_t n, const rls_limit *const dl[],
+                        const sluice_result dr[], const bool denforced[], bool allowed, bool refuse_all,
+                        uint64_t now_ns)
+{
+    size_t nh = 0;
+    if (flags & RLS_HEADERS_DRAFT) {
+        char *pol = ans->hval[nh], *rl = ans->hval[nh + 1];
+        size_t pl = 0, rll = 0;
+        pol[0] = rl[0] = 0;
+        int64_t retry = 0;
+        bool retry_ok = !allowed && !refuse_all;
+        for (size_t i = 0; i < n; i++) {
+            if (!dl[i] || !dl[i]->has_policy)
+                continue;
+            sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
+            sluice_http_ratelimit_value(&dl[i]->policy, &dr[i], now_ns, NULL, 0, rl, RLS_HEADER_BYTES, &rll);
+            if (!allowed && denforced[i] && !dr[i].allowed) {
+                sluice_http_state hs;
+                if (sluice_http_state_get(&dl[i]->policy, &dr[i], now_ns, &hs) != 0 || hs.retry_after_s < 0)
+                    retry_ok = false;
+                else if (hs.retry_after_s > retry)
+                    retry = hs.retry_after_s;
+            }
+        }
+        if (pol[0]) {
+            add_header(ans, &nh, "RateLimit-Policy");
+            add_header(ans, &nh, "RateLimit");
+        }
+        if (retry_ok && retry > 0) {
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%lld", (long long)retry);
+            add_header(ans, &nh, "Retry-After");
+        }
+    }
+    if (flags & RLS_HEADERS_LEGACY) {
+        const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *min = NULL;
+        for (size_t i = 0; i < n; i++) {
+            const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = ans->resp.statuses[i];
+            if (st->current_limit && (!min || st->limit_remaining < min->limit_remaining))
+                min = st;
+        }
+        if (min) {
+            const Google__Protobuf__Duration *d = min->duration_until_reset;
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%" PRIu32, min->current_limit->requests_per_unit);
+            add_header(ans, &nh, "X-RateLimit-Limit");
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%" PRIu32, min->limit_remaining);
+            add_header(ans, &nh, "X-RateLimit-Remaining");
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%lld",
+                     d ? (long long)d->seconds + (d->nanos > 0) : 0LL);
+            add_header(ans, &nh, "X-RateLimit-Reset");
+        }
+    }
+    ans->resp.n_response_headers_to_add = nh;
+    ans->resp.response_headers_to_add = ans->hvp;
+}
+
 typedef struct pending {
     size_t desc;              /* index of the descriptor */
     const rls_limit *lim;
@@ -57,7 +130,7 @@ typedef struct pending {
 } pending;
 
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
-                          uint64_t now_ns, bool shadow_all, unsigned char *scratch, rls_answer *ans,
+                          uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen)
 {
     size_t n = req->n_descriptors;
@@ -151,7 +224,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         rd->seconds = (int64_t)(left / 1000000000u);
         rd->nanos = (int32_t)(left % 1000000000u);
         st->duration_until_reset = rd;
-        bool shadowed = shadow_all || lim->shadow_mode;
+        bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
         if (!lim->table) { /* requests_per_unit 0 */
             if (shadowed) {
                 if (hits > 0)
@@ -218,6 +291,10 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         }
     }
 
+    /* Each descriptor's limit and decision, for the header fields. */
+    const rls_limit *dl[RLS_MAX_DESCRIPTORS] = {NULL};
+    sluice_result dr[RLS_MAX_DESCRIPTORS];
+    bool denforced[RLS_MAX_DESCRIPTORS] = {false};
     bool allowed = !refuse_all;
     if (nrefs > 0) {
         sluice_result res, per[SLUICE_COMPOSITE_MAX];
@@ -236,6 +313,9 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             st->code = own ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                            : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
             st->limit_remaining = own ? cap_u32(r->remaining) : 0;
+            dl[enforced[j].desc] = enforced[j].lim;
+            dr[enforced[j].desc] = *r;
+            denforced[enforced[j].desc] = true;
             if (own)
                 counts->within_limit++;
             else
@@ -248,6 +328,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                                               allowed ? shadow[j].hits : 0, now_ns, &r);
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[shadow[j].desc];
         st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[shadow[j].desc] = shadow[j].lim;
+        dr[shadow[j].desc] = r;
         if (!ok)
             counts->shadow_refusals++;
     }
@@ -255,10 +337,14 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         sluice_result r;
         sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
         ans->st[probes[j].desc].limit_remaining = cap_u32(r.remaining);
+        dl[probes[j].desc] = probes[j].lim;
+        dr[probes[j].desc] = r;
     }
     if (refuse_all)
         counts->over_limit++;
     ans->resp.overall_code = allowed ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+    if (flags & (RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY))
+        add_headers(ans, flags, n, dl, dr, denforced, allowed, refuse_all, now_ns);
     return RLS_GRPC_OK;
 }

@@ -25,6 +25,10 @@
 enum { RLS_GRPC_OK = 0, RLS_GRPC_INVALID_ARGUMENT = 3, RLS_GRPC_RESOURCE_EXHAUSTED = 8,
        RLS_GRPC_UNIMPLEMENTED = 12, RLS_GRPC_INTERNAL = 13, RLS_GRPC_UNAVAILABLE = 14 };
 
+/* The most response headers, and the bytes of each value. */
+#define RLS_MAX_HEADERS 6
+#define RLS_HEADER_BYTES 2048
+
 /* Storage of one response: `resp` points into the arrays. */
 typedef struct rls_answer {
     Envoy__Service__Ratelimit__V3__RateLimitResponse resp;
@@ -32,7 +36,19 @@ typedef struct rls_answer {
     Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *stp[RLS_MAX_DESCRIPTORS];
     Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit lim[RLS_MAX_DESCRIPTORS];
     Google__Protobuf__Duration reset[RLS_MAX_DESCRIPTORS];
+    Envoy__Config__Core__V3__HeaderValue hv[RLS_MAX_HEADERS], *hvp[RLS_MAX_HEADERS];
+    char hval[RLS_MAX_HEADERS][RLS_HEADER_BYTES];
 } rls_answer;
+
+/* Flags of rls_should_rate_limit(). */
+#define RLS_SHADOW_ALL 1u     /* every limit in shadow mode (SHADOW_MODE) */
+#define RLS_HEADERS_DRAFT 2u  /* response_headers_to_add: RateLimit-Policy,
+                               * RateLimit (one item per limited descriptor),
+                               * Retry-After on a refusal (sluice/http.h) */
+#define RLS_HEADERS_LEGACY 4u /* and envoyproxy/ratelimit's X-RateLimit-Limit,
+                               * -Remaining, -Reset, of the descriptor with
+                               * the least remaining */
+
 
 /* Counters a caller may keep (per worker, summed when read). */
 typedef struct rls_counts {
@@ -47,12 +63,12 @@ typedef struct rls_counts {
  * All descriptors that match a limit are decided as one composite: the
  * request is charged to every limit or to none.  hits: a descriptor's
  * hits_addend when set (0 = check only), else max(1, the request's).
- * `shadow_all` answers every limit as in shadow mode.  `scratch` holds at
+ * `flags`: RLS_SHADOW_ALL, RLS_HEADERS_*.  `scratch` holds at
  * least RLS_SCRATCH_BYTES bytes (the keys).  Returns a gRPC status: 0 with
  * the answer, or a non-zero code with a one-line reason in msg. */
 #define RLS_SCRATCH_BYTES (16u * 65536u + 4096u)
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
-                          uint64_t now_ns, bool shadow_all, unsigned char *scratch, rls_answer *ans,
+                          uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen);
 
 #endif

@@ -97,6 +97,7 @@ void rls_server_opts_default(rls_server_opts *o)
     o->drain_ns = 5ull * 1000000000u;
     o->http_host = "0.0.0.0";
     o->http_port = 8080;
+    o->headers = RLS_HEADERS_DRAFT;
 }
 
 typedef struct worker worker;
@@ -329,8 +330,8 @@ static int do_call(conn *c, stream *st)
     rls_answer ans;
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0, 0};
-    int code = rls_should_rate_limit(cfg, rq, real_ns(), w->s->o.shadow_all, w->scratch, &ans, &counts, msg,
-                                     sizeof msg);
+    unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
+    int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, &ans, &counts, msg, sizeof msg);
     config_leave(w);
     rls_server *sv = w->s;
     atomic_fetch_add_explicit(&sv->n_calls, 1, memory_order_relaxed);

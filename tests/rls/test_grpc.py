@@ -296,6 +296,26 @@ class RlsTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("limit override with unit 0", e.exception.details())
 
+    def test_headers_draft(self):
+        """response_headers_to_add: the draft's RateLimit fields, one item
+        per limited descriptor, Retry-After on a refusal."""
+        def heads(r):
+            return {h.key: h.value for h in r.response_headers_to_add}
+        two = request(desc(("two", "hdr")), desc(("five", "hdr")))
+        h = heads(self.s.call(two, timeout=10))
+        self.assertEqual(h["RateLimit-Policy"], '"test.two";q=2;w=86400, "five-a-day";q=5;w=86400')
+        reset = int(h["RateLimit"].split(";t=")[1].split(",")[0])
+        self.assertTrue(0 < reset <= 86400, h)
+        self.assertEqual(h["RateLimit"], '"test.two";r=1;t=%d, "five-a-day";r=4;t=%d' % (reset, reset))
+        self.assertNotIn("Retry-After", h)
+        self.s.call(two, timeout=10)
+        r = self.s.call(two, timeout=10)
+        self.assertEqual(r.overall_code, OVER)
+        h = heads(r)
+        self.assertEqual(h["RateLimit"].split(", ")[0].split(";")[1], "r=0")
+        self.assertIn(int(h["Retry-After"]), (reset, reset - 1))  # the day may tick meanwhile
+        self.assertNotIn("X-RateLimit-Limit", h)
+
     def test_wildcard_and_nesting(self):
         codes = [self.s.call(request(desc(("wild", "foobar"))), timeout=10).overall_code for _ in range(2)]
         self.assertEqual(codes, [OK, OVER])
@@ -544,6 +564,23 @@ class LimitsTest(unittest.TestCase):
                 c.close()
         finally:
             self.assertEqual(s.stop(), 0)
+
+    def test_headers_legacy(self):
+        """SLUICE_RLS_HEADERS=legacy: envoyproxy/ratelimit's X-RateLimit-*
+        of the descriptor with the least remaining."""
+        s = Server(SLUICE_RLS_HEADERS="legacy")
+        try:
+            r = s.call(request(desc(("five", "l")), desc(("two", "l"))), timeout=10)
+            h = {x.key: x.value for x in r.response_headers_to_add}
+            self.assertEqual((h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"]), ("2", "1"))
+            self.assertTrue(0 < int(h["X-RateLimit-Reset"]) <= 86400)
+            self.assertNotIn("RateLimit", h)
+        finally:
+            self.assertEqual(s.stop(), 0)
+        r = subprocess.run([BIN], env=dict(os.environ, SLUICE_RLS_HEADERS="all"), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("SLUICE_RLS_HEADERS='all' is not draft, legacy, both or off", r.stderr)
 
     def test_bad_environment(self):
         r = subprocess.run([BIN], env=dict(os.environ, GRPC_PORT="70000"), capture_output=True, text=True,
