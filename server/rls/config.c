@@ -17,6 +17,11 @@
  * is bounded (64 levels) and so are node visits (aliases can make a small
  * file a huge tree).
  *
+ * sluice's extensions of rate_limit: `algorithm` (any of the six, default
+ * fixed-window), `burst` (token-bucket's burst, leaky-bucket's capacity)
+ * and `period` (any length sluice's spec grammar takes: 5m, 30s, 250ms)
+ * instead of `unit`.
+ *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
  * limiter per descriptor value.  The window is the unit's length in
  * seconds; the server decides on CLOCK_REALTIME nanoseconds, so windows
@@ -196,6 +201,7 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
             lim->window_ns = rls_unit_ns(unit);
             snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", requests_per_unit,
                      (uint64_t)(lim->window_ns / 1000000000u));
+            snprintf(lim->spec, sizeof lim->spec, "%s", spec);
             if (requests_per_unit > 0)
                 lim->table = sluice_table_new(spec, cfg->max_keys, terr, sizeof terr);
             if (lim->table && lim->full_key)
@@ -459,6 +465,7 @@ static const char *const valid_keys[] = {
     "domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit", "unlimited",
     "shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric",
     "share_threshold", "metadata",
+    "algorithm", "burst", "period", /* sluice's extensions of rate_limit */
 };
 
 /* envoyproxy's validateYamlKeys: every key of every mapping (but under
@@ -604,19 +611,43 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
 {
     if (rl->type != YAML_MAPPING_NODE)
         return fail(ld, rl, "'rate_limit' must be a mapping");
-    const char *unit_s, *name;
-    size_t unit_len, name_len;
-    uint32_t rpu;
+    const char *unit_s, *name, *alg, *period;
+    size_t unit_len, name_len, alg_len, period_len;
+    uint32_t rpu, burst;
     bool unlimited, shadow;
     if (get_string(ld, rl, "unit", &unit_s, &unit_len) < 0 || get_string(ld, rl, "name", &name, &name_len) < 0 ||
         get_u32(ld, rl, "requests_per_unit", &rpu) < 0 || get_bool(ld, rl, "unlimited", &unlimited) < 0 ||
-        get_bool(ld, desc, "shadow_mode", &shadow) < 0)
+        get_bool(ld, desc, "shadow_mode", &shadow) < 0 || get_string(ld, rl, "algorithm", &alg, &alg_len) < 0 ||
+        get_string(ld, rl, "period", &period, &period_len) < 0 || get_u32(ld, rl, "burst", &burst) < 0)
         return -1;
     int unit = unit_from_name(unit_s);
     if (unlimited && unit != RLS_UNIT_UNKNOWN)
         return fail(ld, get(ld, rl, "unit"), "should not specify rate limit unit when unlimited");
-    if (!unlimited && unit == RLS_UNIT_UNKNOWN)
+    if (unlimited && (period_len || alg_len || get(ld, rl, "burst")))
+        return fail(ld, rl, "should not specify period, algorithm or burst when unlimited");
+    if (period_len && unit_len)
+        return fail(ld, get(ld, rl, "period"), "give 'unit' or 'period', not both");
+    if (!unlimited && unit == RLS_UNIT_UNKNOWN && !period_len)
         return fail(ld, get(ld, rl, "unit") ? get(ld, rl, "unit") : rl, "invalid rate limit unit '%s'", unit_s);
+    /* sluice's extensions: algorithm (default fixed-window), burst, period. */
+    int algo = SLUICE_ALG_FIXED_WINDOW;
+    if (alg_len) {
+        algo = -1;
+        for (int a = 0; a <= SLUICE_ALG_LEAKY_BUCKET; a++) {
+            if (sluice_algorithm_name(a) && !strcmp(alg, sluice_algorithm_name(a)))
+                algo = a;
+        }
+        if (algo < 0)
+            return fail(ld, get(ld, rl, "algorithm"),
+                        "unknown algorithm '%s' (want fixed-window, sliding-log, sliding-wheel, sliding-approx, "
+                        "token-bucket or leaky-bucket)", alg);
+    }
+    if (get(ld, rl, "burst") && !is_null_scalar(get(ld, rl, "burst"))) {
+        if (algo != SLUICE_ALG_TOKEN_BUCKET && algo != SLUICE_ALG_LEAKY_BUCKET)
+            return fail(ld, get(ld, rl, "burst"), "'burst' applies to token-bucket and leaky-bucket only");
+        if (burst == 0)
+            return fail(ld, get(ld, rl, "burst"), "'burst' must be at least 1");
+    }
     int bad;
     yaml_node_t *rep = get_list(ld, rl, "replaces", &bad);
     if (bad)
@@ -647,13 +678,38 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     lim->window_ns = rls_unit_ns(unit);
     lim->unlimited = unlimited;
     lim->shadow_mode = shadow;
-    if (!unlimited && rpu > 0) {
-        char spec[96], terr[256];
-        snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", rpu, (uint64_t)(lim->window_ns / 1000000000u));
-        lim->table = sluice_table_new(spec, ld->cfg->max_keys, terr, sizeof terr);
-        if (!lim->table)
-            return fail(ld, rl, "rate limit %s: %s", spec, terr);
-        make_policy(lim, spec);
+    lim->algorithm = algo;
+    if (!unlimited) {
+        char per[48], terr[256];
+        sluice_spec_info info;
+        if (period_len >= sizeof per - 1)
+            return fail(ld, get(ld, rl, "period"), "period '%s' is too long", period);
+        if (period_len)
+            snprintf(per, sizeof per, "%s", period);
+        else
+            snprintf(per, sizeof per, "%" PRIu64 "s", (uint64_t)(lim->window_ns / 1000000000u));
+        /* A limit of 0 refuses everything (no table): its spec is checked
+         * with 1. */
+        int n = snprintf(lim->spec, sizeof lim->spec, "%s %" PRIu32 "/%s", sluice_algorithm_name(algo),
+                         rpu ? rpu : 1, per);
+        if (burst && n > 0 && (size_t)n < sizeof lim->spec)
+            snprintf(lim->spec + n, sizeof lim->spec - (size_t)n, " %s=%" PRIu32,
+                     algo == SLUICE_ALG_TOKEN_BUCKET ? "burst" : "capacity", burst);
+        if (sluice_spec_parse(lim->spec, &info, terr, sizeof terr) != 0)
+            return fail(ld, period_len ? get(ld, rl, "period") : rl, "rate limit '%s': %s", lim->spec, terr);
+        lim->window_ns = info.period_ns;
+        if (period_len) { /* the unit reported: the one of that length, if any */
+            for (int u = RLS_UNIT_SECOND; u <= RLS_UNIT_WEEK; u++) {
+                if (rls_unit_ns(u) == info.period_ns)
+                    lim->unit = u;
+            }
+        }
+        if (rpu > 0) {
+            lim->table = sluice_table_new(lim->spec, ld->cfg->max_keys, terr, sizeof terr);
+            if (!lim->table)
+                return fail(ld, rl, "rate limit '%s': %s", lim->spec, terr);
+            make_policy(lim, lim->spec);
+        }
     }
     rls_limit **all = realloc(ld->cfg->all, (ld->cfg->nall + 1) * sizeof *all);
     if (!all)
@@ -871,13 +927,11 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
             continue;
         rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
         rls_limit *o = hit ? *hit : NULL;
-        if (!o || !o->table || o->table_moved || o->unit != l->unit)
+        if (!o || !o->table || o->table_moved || o->algorithm != l->algorithm || o->window_ns != l->window_ns)
             continue;
-        if (o->requests_per_unit != l->requests_per_unit) {
-            char spec[96], err[256];
-            snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", l->requests_per_unit,
-                     (uint64_t)(l->window_ns / 1000000000u));
-            if (sluice_table_reconfigure_at(o->table, spec, now_ns, err, sizeof err) != 0)
+        if (strcmp(o->spec, l->spec) != 0) {
+            char err[256];
+            if (sluice_table_reconfigure_at(o->table, l->spec, now_ns, err, sizeof err) != 0)
                 continue; /* l keeps its fresh table */
         }
         sluice_table_free(l->table);

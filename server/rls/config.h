@@ -36,12 +36,14 @@ typedef struct rls_limit {
     char *full_key;        /* domain.key_value.key... (for messages, metrics) */
     char *name;            /* rate_limit.name, "" when absent */
     uint32_t requests_per_unit;
-    int unit;              /* RLS_UNIT_* */
-    uint64_t window_ns;    /* rls_unit_ns(unit) */
+    int unit;              /* RLS_UNIT_* (UNKNOWN for a `period` of no unit's length) */
+    uint64_t window_ns;    /* the spec's PERIOD: rls_unit_ns(unit), or `period` */
     bool unlimited;
     bool shadow_mode;
     sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
     bool table_moved;      /* rls_config_adopt gave the table to a newer config */
+    int algorithm;         /* SLUICE_ALG_*: fixed-window unless `algorithm` says */
+    char spec[128];        /* the table's spec ("" when unlimited) */
     bool has_policy;       /* policy is set (a limit with a table) */
     sluice_http_policy policy; /* for the RateLimit header fields: named by
                                 * `name`, else by the full key, made

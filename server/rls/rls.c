@@ -28,6 +28,9 @@
  * envoyproxy/ratelimit): its table is shared by all overrides of that
  * (requests_per_unit, unit) and its keys start with the domain.
  *
+ * A limit's algorithm is fixed-window unless the config says otherwise
+ * (config.c); its duration_until_reset is then the RateLimit field's t.
+ *
  * The composite takes one permit count for all its limits: the enforced
  * descriptors of one request must carry the same hits (else
  * INVALID_ARGUMENT; docs/rls.md, "Not yet").
@@ -344,6 +347,17 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         counts->over_limit++;
     ans->resp.overall_code = allowed ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+    /* duration_until_reset: the window's end for fixed-window (set above);
+     * for the other algorithms the time within which a permit comes back,
+     * as the RateLimit field's t (sluice/http.h), 0 when the limit is full. */
+    for (size_t i = 0; i < n; i++) {
+        sluice_http_state hs;
+        if (dl[i] && dl[i]->algorithm != SLUICE_ALG_FIXED_WINDOW && dl[i]->has_policy &&
+            sluice_http_state_get(&dl[i]->policy, &dr[i], now_ns, &hs) == 0) {
+            ans->reset[i].seconds = hs.reset_s > 0 ? hs.reset_s : 0;
+            ans->reset[i].nanos = 0;
+        }
+    }
     if (flags & (RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY))
         add_headers(ans, flags, n, dl, dr, denforced, allowed, refuse_all, now_ns);
     return RLS_GRPC_OK;

@@ -152,6 +152,57 @@ descriptors:
     shadow_mode: maybe
     rate_limit: {unit: day, requests_per_unit: 1}
 EOF
+case_ unknown_algorithm "5: unknown algorithm 'gcra' (want fixed-window, sliding-log, sliding-wheel, sliding-approx, token-bucket or leaky-bucket)" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      algorithm: gcra
+      unit: second
+      requests_per_unit: 5
+EOF
+case_ burst_fixed_window "4: 'burst' applies to token-bucket and leaky-bucket only" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 5, burst: 10}
+EOF
+case_ burst_zero "4: 'burst' must be at least 1" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {algorithm: token-bucket, unit: second, requests_per_unit: 5, burst: 0}
+EOF
+case_ unit_and_period "4: give 'unit' or 'period', not both" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, period: 5m, requests_per_unit: 5}
+EOF
+case_ bad_period "4: rate limit 'fixed-window 5/5x': bad period \"5x\" in \"5/5x\": expected [N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {period: 5x, requests_per_unit: 5}
+EOF
+case_ unlimited_with_algorithm "4: should not specify period, algorithm or burst when unlimited" <<'EOF'
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unlimited: true, algorithm: token-bucket}
+EOF
+case_ extensions "ok: 1 domains, 4 limits" <<'EOF'
+domain: d
+descriptors:
+  - key: tb
+    rate_limit: {algorithm: token-bucket, period: 1s, requests_per_unit: 10, burst: 20}
+  - key: five_minutes
+    rate_limit: {period: 5m, requests_per_unit: 100}
+  - key: sliding
+    rate_limit: {algorithm: sliding-log, unit: minute, requests_per_unit: 3}
+  - key: leaky
+    rate_limit: {algorithm: leaky-bucket, period: 250ms, requests_per_unit: 1, burst: 4}
+EOF
 case_ every_unit "ok: 1 domains, 8 limits" <<'EOF'
 # Every unit, a wildcard, unlimited, shadow mode, nested levels, a null list.
 domain: d

@@ -23,7 +23,10 @@ static const char CFG[] = "domain: t\n"
                           "  - {key: mo, rate_limit: {unit: month, requests_per_unit: 1}}\n"
                           "  - {key: y, rate_limit: {unit: year, requests_per_unit: 1}}\n"
                           "  - {key: w, rate_limit: {unit: week, requests_per_unit: 1}}\n"
-                          "  - {key: big, rate_limit: {unit: day, requests_per_unit: 3}}\n";
+                          "  - {key: big, rate_limit: {unit: day, requests_per_unit: 3}}\n"
+                          "  - {key: five, rate_limit: {period: 5m, requests_per_unit: 2}}\n"
+                          "  - {key: tb, rate_limit: {algorithm: token-bucket, period: 1s, requests_per_unit: 2,"
+                          " burst: 4}}\n";
 
 typedef struct call {
     Envoy__Service__Ratelimit__V3__RateLimitRequest req;
@@ -215,6 +218,48 @@ static void test_bad_requests(void **state)
     rls_config_free(cfg);
 }
 
+/* `period: 5m`: windows on multiples of 300 s since the epoch. */
+static void test_period_aligned(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"five"};
+    make(&c, 1, keys);
+    rls_answer a;
+    const uint64_t w = 300 * S, end = 1800000000ull * S / w * w + w; /* a window's end */
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OK);
+    assert_int_equal(reset_ns(&a, 0), 1);
+    assert_int_equal(a.resp.statuses[0]->current_limit->unit, 0); /* no unit is 5 minutes */
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OK);
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OVER);
+    assert_int_equal(decide(cfg, &c, end, &a), OK);
+    assert_int_equal(reset_ns(&a, 0), w);
+    rls_config_free(cfg);
+}
+
+/* `algorithm: token-bucket`, 2 a second, burst 4: 4 at once, then one per
+ * 500 ms -- tokens(t) computed here by hand. */
+static void test_token_bucket(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"tb"};
+    make(&c, 1, keys);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    assert_int_equal(reset_ns(&a, 0), S); /* a token in 500 ms: 1 s rounded up */
+    assert_int_equal(decide(cfg, &c, t + S / 2 - 1, &a), OVER);
+    assert_int_equal(decide(cfg, &c, t + S / 2, &a), OK);
+    assert_int_equal(decide(cfg, &c, t + S / 2, &a), OVER);
+    assert_int_equal(a.resp.statuses[0]->current_limit->unit, 1); /* 1 s is SECOND */
+    rls_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +268,8 @@ int main(void)
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_hits),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_period_aligned),
+        cmocka_unit_test(test_token_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
