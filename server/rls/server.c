@@ -66,6 +66,7 @@
 #define READ_CHUNK 16384
 #define READS_PER_EVENT 8
 #define OUT_BATCH 65536
+#define MAX_HEADER_LIST 16384
 
 static uint64_t mono_ns(void)
 {
@@ -150,7 +151,8 @@ struct conn {
 typedef struct stream {
     int32_t id;
     int method; /* 0 unknown, 1 ShouldRateLimit, 2 Health/Check */
-    bool post, ct_ok, ct_seen, too_big, done;
+    bool post, ct_ok, ct_seen, too_big, conn_full, done;
+    size_t hdr_bytes;
     char bad_encoding[32];
     char path[128];
     char ct[64];
@@ -283,7 +285,11 @@ static int do_call(conn *c, stream *st)
         return answer_error(h2, st, 200, RLS_GRPC_UNIMPLEMENTED, msg);
     }
     if (st->too_big) {
-        snprintf(msg, sizeof msg, "request message larger than %zu bytes", w->s->o.max_msg_bytes);
+        if (st->conn_full)
+            snprintf(msg, sizeof msg, "this connection's calls in progress hold more than %zu bytes",
+                     4 * (w->s->o.max_msg_bytes + 5));
+        else
+            snprintf(msg, sizeof msg, "request message larger than %zu bytes", w->s->o.max_msg_bytes);
         return answer_error(h2, st, 200, RLS_GRPC_RESOURCE_EXHAUSTED, msg);
     }
     if (st->inlen < 5) {
@@ -373,6 +379,11 @@ static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
     stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
     if (!st || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
+    /* The header list we advertise (SETTINGS_MAX_HEADER_LIST_SIZE, counted
+     * as RFC 9113 counts it): past it, the stream is reset. */
+    st->hdr_bytes += namelen + valuelen + 32;
+    if (st->hdr_bytes > MAX_HEADER_LIST)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 #define IS(s) (namelen == sizeof(s) - 1 && memcmp(name, s, namelen) == 0)
     if (IS(":method")) {
         st->post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
@@ -414,6 +425,7 @@ static int cb_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
     size_t max = c->w->s->o.max_msg_bytes + 5;
     if (st->inlen + len > max || c->buffered + len > 4 * max) {
         st->too_big = true;
+        st->conn_full = st->inlen + len <= max;
         c->buffered -= st->inlen;
         free(st->in);
         st->in = NULL;
@@ -789,7 +801,7 @@ static void conn_accept(worker *w, bool http1)
         c->last_ns = mono_ns();
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->o.max_streams},
-            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
         };
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||

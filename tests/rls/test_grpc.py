@@ -192,13 +192,14 @@ def request(*descs, domain="test", hits=0):
     return rls_pb2.RateLimitRequest(domain=domain, descriptors=list(descs), hits_addend=hits)
 
 
-def nghttp(port, path, data, content_type="application/grpc"):
+def nghttp(port, path, data, content_type="application/grpc", extra=()):
     """Send one request with nghttp; returns its verbose output."""
     with tempfile.NamedTemporaryFile(delete=False) as f:
         f.write(data)
     try:
         r = subprocess.run(["nghttp", "-v", "-t", "10", "-H", "content-type: " + content_type,
-                            "-H", "te: trailers", "-d", f.name, "http://127.0.0.1:%d%s" % (port, path)],
+                            "-H", "te: trailers"] + [a for h in extra for a in ("-H", h)] +
+                           ["-d", f.name, "http://127.0.0.1:%d%s" % (port, path)],
                            capture_output=True, text=True, errors="replace", timeout=30)
     finally:
         os.unlink(f.name)
@@ -396,6 +397,10 @@ class RlsTest(unittest.TestCase):
         self.assertIn("content-type 'text/plain' is not application/grpc", out)
         out = nghttp(self.s.port, RLS, b"\x01" + frame(good)[1:])
         self.assertIn("grpc-status: 12", out)
+        # Headers past the advertised 16 KiB list: the stream is reset.
+        out = nghttp(self.s.port, RLS, frame(good), extra=["x-big: " + "a" * 20000])
+        self.assertIn("RST_STREAM", out)
+        self.assertNotIn("grpc-status: 0", out)
         out = nghttp(self.s.port, RLS, frame(good))  # and a good one
         self.assertIn("grpc-status: 0", out)
         self.assert_still_serving()
