@@ -22,6 +22,10 @@
  * and `period` (any length sluice's spec grammar takes: 5m, 30s, 250ms)
  * instead of `unit`.
  *
+ * With rls_config_use_shared_dir(), the tables are regions shared by every
+ * sluice-rls process of the host that uses that directory (one file per
+ * limit, named by its full key): several processes enforce one limit.
+ *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
  * limiter per descriptor value.  The window is the unit's length in
  * seconds; the server decides on CLOCK_REALTIME nanoseconds, so windows
@@ -50,6 +54,45 @@
 #define RLS_MAX_FILE_BYTES (16u << 20)    /* one config file */
 #define RLS_MAX_FILES 4096
 #define RLS_MAX_VISITS 2000000            /* node visits per file (aliases) */
+
+/* --------------------------------------------------------- shared tables */
+
+static char g_shared_dir[1024]; /* "" : tables in this process */
+
+int rls_config_use_shared_dir(const char *dir)
+{
+    if (!dir || !*dir) {
+        g_shared_dir[0] = 0;
+        return 0;
+    }
+    if (strlen(dir) >= sizeof g_shared_dir - 32)
+        return -1;
+    snprintf(g_shared_dir, sizeof g_shared_dir, "%s", dir);
+    return 0;
+}
+
+bool rls_config_shared(void) { return g_shared_dir[0] != 0; }
+
+/* A limit's table: in this process, or in the shared directory under a
+ * name made from the limit's full key (FNV-1a), so that every sluice-rls
+ * with that directory and the same limit uses one region. */
+static sluice_table *make_table(const char *full_key, const char *spec, size_t max_keys, char *err, size_t errlen)
+{
+    if (!g_shared_dir[0])
+        return sluice_table_new(spec, max_keys, err, errlen);
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)full_key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    char path[sizeof g_shared_dir + 32];
+    snprintf(path, sizeof path, "%s/%016llx.table", g_shared_dir, (unsigned long long)h);
+    sluice_table *t = sluice_table_open(path, spec, max_keys, RLS_SHARED_KEY_BYTES, 0, err, errlen);
+    if (!t && errlen) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "shared table %s: %s", path, why);
+    }
+    return t;
+}
 
 /* ------------------------------------------------------------------ units */
 
@@ -203,7 +246,7 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
                      (uint64_t)(lim->window_ns / 1000000000u));
             snprintf(lim->spec, sizeof lim->spec, "%s", spec);
             if (requests_per_unit > 0)
-                lim->table = sluice_table_new(spec, cfg->max_keys, terr, sizeof terr);
+                lim->table = make_table(key, spec, cfg->max_keys, terr, sizeof terr);
             if (lim->table && lim->full_key)
                 make_policy(lim, spec);
         }
@@ -705,7 +748,7 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
             }
         }
         if (rpu > 0) {
-            lim->table = sluice_table_new(lim->spec, ld->cfg->max_keys, terr, sizeof terr);
+            lim->table = make_table(full_key, lim->spec, ld->cfg->max_keys, terr, sizeof terr);
             if (!lim->table)
                 return fail(ld, rl, "rate limit '%s': %s", lim->spec, terr);
             make_policy(lim, lim->spec);

@@ -54,6 +54,21 @@ typedef struct rls_node rls_node;
 
 typedef struct rls_config rls_config;
 
+/* The longest table key (a descriptor's entries) a shared table holds. */
+#define RLS_SHARED_KEY_BYTES 256
+
+/* Put the tables of every config loaded from now on in the directory
+ * `dir` (sluice_table_open regions, one file per limit), shared by every
+ * sluice-rls process of the host that uses the same directory; NULL or ""
+ * for tables in this process (the default).  A region that holds another
+ * spec (a process with an older config) refuses the config that loads it.
+ * Call once, before any load; not thread-safe.  Returns 0, or -1 when the
+ * path is too long. */
+int rls_config_use_shared_dir(const char *dir);
+
+/* Are tables shared (rls_config_use_shared_dir)? */
+bool rls_config_shared(void);
+
 /* Load every *.yaml / *.yml file of directory `dir` (not recursive, in name
  * order) into a new config whose tables hold up to `max_keys` keys each.
  * Returns NULL on the first bad file, with "FILE:LINE: reason" in err

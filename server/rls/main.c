@@ -15,6 +15,8 @@
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
+ * SLUICE_RLS_SHARED_DIR (unset: tables in this process; a directory: the
+ * tables are regions there, shared by every sluice-rls that names it),
  * SLUICE_RLS_RELOAD_MS (1000; 0: never reload), SLUICE_RLS_HEADERS (draft:
  * RateLimit-Policy, RateLimit, Retry-After; legacy: envoyproxy/ratelimit's
  * X-RateLimit-*; both; off), LIMIT_RESPONSE_HEADERS_ENABLED (true adds
@@ -222,6 +224,11 @@ int main(int argc, char **argv)
         return 2;
     }
     uint64_t sig = dir_signature(dir);
+    const char *shared = getenv("SLUICE_RLS_SHARED_DIR");
+    if (rls_config_use_shared_dir(shared) < 0) {
+        fprintf(stderr, "sluice-rls: SLUICE_RLS_SHARED_DIR is too long\n");
+        return 2;
+    }
     rls_config *cfg = rls_config_load_dir(dir, (size_t)max_keys, err, sizeof err);
     if (!cfg) {
         fprintf(stderr, "sluice-rls: %s\n", err);

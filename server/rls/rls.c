@@ -238,8 +238,9 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             continue;
         }
-        if (need > SLUICE_MAX_KEY_BYTES) {
-            snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %d", i, need, SLUICE_MAX_KEY_BYTES);
+        size_t max_key = rls_config_shared() ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
+        if (need > max_key) {
+            snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %zu", i, need, max_key);
             return RLS_GRPC_INVALID_ARGUMENT;
         }
         if (used + need > RLS_SCRATCH_BYTES) {

@@ -534,6 +534,37 @@ class ReloadTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+class SharedTest(unittest.TestCase):
+    def test_two_servers_one_limit(self):
+        """SLUICE_RLS_SHARED_DIR: two sluice-rls processes, 2 client
+        processes on each, 250 calls each, one limit of 500: exactly 500."""
+        shm = tempfile.mkdtemp(prefix="rls-shm-")
+        servers = []
+        try:
+            for _ in range(2):
+                servers.append(Server(SLUICE_RLS_SHARED_DIR=shm, SLUICE_RLS_MAX_KEYS=64))
+            procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer",
+                                       str(servers[i % 2].port), "shm", "250", GEN],
+                                      stdout=subprocess.PIPE, text=True) for i in range(4)]
+            res = []
+            for p in procs:
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0)
+                res.append(tuple(int(x) for x in out.split()))
+            for _, first, last in res:
+                self.assertLessEqual(last, first, "the window changed during the test")
+            self.assertEqual(sum(ok for ok, _, _ in res), 500)
+            # A process whose config gives a shared limit another spec is refused.
+            with self.assertRaises(RuntimeError) as e:
+                Server(config=CONFIG.replace("requests_per_unit: 500", "requests_per_unit: 501"),
+                       SLUICE_RLS_SHARED_DIR=shm, SLUICE_RLS_MAX_KEYS=64)
+            self.assertIn("shared table " + shm, str(e.exception))
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+            shutil.rmtree(shm, ignore_errors=True)
+
+
 class LimitsTest(unittest.TestCase):
     """Bounds that need a server of their own."""
 
