@@ -427,6 +427,12 @@ static int fail(loader *ld, const yaml_node_t *at, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ld->err + off, ld->errlen - (size_t)off, fmt, ap);
     va_end(ap);
+    /* One line: a token quoted from the file may hold line breaks or other
+     * control bytes (found by fuzz_rls_yaml). */
+    for (char *c = ld->err + off; *c; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    }
     return -1;
 }
 
@@ -837,6 +843,10 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
             if (cmp_kv(a->key, a->keylen, a->value, a->valuelen, b) == 0) {
                 snprintf(ld->err, ld->errlen, "%s:%d: duplicate descriptor composite key '%s%s%s%s'", ld->file,
                          b->line, parent_key, b->key, b->valuelen ? "_" : "", b->value);
+                for (char *c = ld->err; ld->errlen && *c; c++) {
+                    if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                        *c = '?';
+                }
                 return -1;
             }
         }

@@ -154,7 +154,9 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     ans->resp.statuses = ans->stp;
 
     const uint64_t req_hits = req->hits_addend > 0 ? req->hits_addend : 1;
-    pending enforced[SLUICE_COMPOSITE_MAX], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
+    /* Up to SLUICE_COMPOSITE_MAX distinct limits, but every descriptor may
+     * be enforced: several may share one (found by fuzz_rls_request). */
+    pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
     size_t ne = 0, ns = 0, np = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
