@@ -30,8 +30,8 @@ static const char CFG[] = "domain: t\n"
 
 typedef struct call {
     Envoy__Service__Ratelimit__V3__RateLimitRequest req;
-    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[4], *dp[4];
-    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[4], *ep[4];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[24], *dp[24];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[24], *ep[24];
 } call;
 
 /* A request of n one-entry descriptors (keys[i], "v"). */
@@ -218,6 +218,29 @@ static void test_bad_requests(void **state)
     rls_config_free(cfg);
 }
 
+/* 20 descriptors that all reach one key: one limit of the composite,
+ * charged once, every status its answer (more enforced descriptors than
+ * SLUICE_COMPOSITE_MAX: the case libFuzzer found overflowing a buffer). */
+static void test_many_descriptors_one_key(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[20];
+    for (int i = 0; i < 20; i++)
+        keys[i] = "big";
+    make(&c, 20, keys);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    for (uint32_t left = 2; left != UINT32_MAX; left--) {
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+        for (int i = 0; i < 20; i++)
+            assert_int_equal(a.resp.statuses[i]->limit_remaining, left);
+    }
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    rls_config_free(cfg);
+}
+
 /* `period: 5m`: windows on multiples of 300 s since the epoch. */
 static void test_period_aligned(void **state)
 {
@@ -269,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_hits),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_period_aligned),
+        cmocka_unit_test(test_many_descriptors_one_key),
         cmocka_unit_test(test_token_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
