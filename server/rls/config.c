@@ -87,9 +87,17 @@ static sluice_table *make_table(const char *full_key, const char *spec, size_t m
     snprintf(path, sizeof path, "%s/%016llx.table", g_shared_dir, (unsigned long long)h);
     sluice_table *t = sluice_table_open(path, spec, max_keys, RLS_SHARED_KEY_BYTES, 0, err, errlen);
     if (!t && errlen) {
+        /* "shared table PATH: REASON", cut to errlen (by hand: gcc -O3
+         * sees that the path may not fit and would warn of snprintf). */
         char why[256];
         snprintf(why, sizeof why, "%s", err);
-        snprintf(err, errlen, "shared table %s: %s", path, why);
+        const char *parts[] = {"shared table ", path, ": ", why};
+        size_t off = 0;
+        for (size_t i = 0; i < 4; i++) {
+            for (const char *c = parts[i]; *c && off + 1 < errlen; c++)
+                err[off++] = *c;
+        }
+        err[off] = 0;
     }
     return t;
 }
