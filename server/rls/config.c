@@ -221,6 +221,11 @@ static void make_policy(rls_limit *lim, const char *spec)
         name[n] = src[n] >= 0x20 && src[n] <= 0x7e ? src[n] : '_';
     name[n] = 0;
     lim->has_policy = n > 0 && sluice_http_policy_init(&lim->policy, name, spec, err, sizeof err) == 0;
+    size_t len = 0;
+    lim->policy_item[0] = 0;
+    if (lim->has_policy &&
+        sluice_http_policy_value(&lim->policy, NULL, 0, lim->policy_item, sizeof lim->policy_item, &len) != 0)
+        lim->policy_item[0] = 0;
 }
 
 const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit)

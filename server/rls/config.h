@@ -48,6 +48,8 @@ typedef struct rls_limit {
     sluice_http_policy policy; /* for the RateLimit header fields: named by
                                 * `name`, else by the full key, made
                                 * printable and cut to 64 bytes */
+    char policy_item[192];     /* its RateLimit-Policy item, made once ("" if
+                                * it does not fit) */
 } rls_limit;
 
 typedef struct rls_node rls_node;

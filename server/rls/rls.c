@@ -82,7 +82,18 @@ static void add_headers(rls_answer *ans, unsigned flags, size_t n, const rls_lim
         for (size_t i = 0; i < n; i++) {
             if (!dl[i] || !dl[i]->has_policy)
                 continue;
-            sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
+            /* The policy item never changes: made at load (config.c). */
+            size_t il = strlen(dl[i]->policy_item);
+            if (il == 0)
+                sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
+            else if (pl + il + 3 <= RLS_HEADER_BYTES) {
+                if (pl > 0) {
+                    memcpy(pol + pl, ", ", 2);
+                    pl += 2;
+                }
+                memcpy(pol + pl, dl[i]->policy_item, il + 1);
+                pl += il;
+            }
             sluice_http_ratelimit_value(&dl[i]->policy, &dr[i], now_ns, NULL, 0, rl, RLS_HEADER_BYTES, &rll);
             if (!allowed && denforced[i] && !dr[i].allowed) {
                 sluice_http_state hs;
