@@ -534,6 +534,77 @@ class ReloadTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+def h2_frame(ftype, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name, value):
+    """A header field as an HPACK literal without indexing, new name
+    (RFC 7541 6.2.2), for names and values under 127 bytes."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def h2_frames(data):
+    """The frames in `data`: a list of (type, stream, first 8 payload bytes)."""
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i:i + 3], "big")
+        out.append((data[i + 3], int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF, data[i + 9:i + 9 + min(n, 8)]))
+        i += 9 + n
+    return out
+
+
+class FloodTest(unittest.TestCase):
+    """HTTP/2 floods from a hand-written client: the server answers or
+    closes that connection, and keeps serving the others."""
+
+    HEADERS = (hpack_literal(b":method", b"POST") + hpack_literal(b":scheme", b"http") +
+               hpack_literal(b":path", RLS.encode()) + hpack_literal(b":authority", b"x") +
+               hpack_literal(b"content-type", b"application/grpc") + hpack_literal(b"te", b"trailers"))
+
+    def flood(self, s, frames):
+        """Send the preface, SETTINGS and `frames`; read until the server
+        closes or 10 s pass; returns the bytes read."""
+        got = b""
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+            c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0))
+            try:
+                c.sendall(frames)
+                c.settimeout(2)
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 10:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                pass
+        return got
+
+    def test_rapid_reset_and_stream_floods(self):
+        s = Server()
+        try:
+            # Rapid reset: 5000 streams opened and reset at once.
+            frames = b"".join(h2_frame(1, 4, 2 * i + 1, self.HEADERS) +  # HEADERS, END_HEADERS
+                              h2_frame(3, 0, 2 * i + 1, (8).to_bytes(4, "big"))  # RST_STREAM CANCEL
+                              for i in range(5000))
+            got = h2_frames(self.flood(s, frames))
+            self.assertIn(7, [t for t, _, _ in got], "no GOAWAY for a rapid-reset flood: %r" % got[:10])
+            # Stream flood: 1000 streams opened, none ended (the limit is
+            # 100): the others refused (RST_STREAM REFUSED_STREAM).
+            frames = b"".join(h2_frame(1, 4, 2 * i + 1, self.HEADERS) for i in range(1000))
+            got = h2_frames(self.flood(s, frames))
+            refused = [sid for t, sid, p in got if t == 3 and p[:4] == (7).to_bytes(4, "big")]
+            self.assertGreaterEqual(len(refused), 900 - 1, "streams past the limit were not refused")
+            # Still serving, promptly.
+            t0 = time.monotonic()
+            r = s.health(health_pb2.HealthCheckRequest(), timeout=10)
+            self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+            self.assertLess(time.monotonic() - t0, 10)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class SharedTest(unittest.TestCase):
     def test_two_servers_one_limit(self):
         """SLUICE_RLS_SHARED_DIR: two sluice-rls processes, 2 client
