@@ -142,13 +142,17 @@ struct conn {
     size_t outlen, outoff, outcap;
     bool writing;        /* EPOLLOUT is armed (out holds bytes) */
     bool closing;
+    struct stream *streams; /* open streams (nghttp2_session_del does not
+                             * close them: conn_close frees what is left) */
     bool http1;          /* the HTTP/1.1 port: h2 is NULL */
     bool shut;           /* http1: answered and half-closed */
     char req[4096];      /* http1: the request head so far */
     size_t reqlen;
 };
 
-typedef struct stream {
+typedef struct stream stream;
+struct stream {
+    stream *prev, *next; /* the connection's open streams */
     int32_t id;
     int method; /* 0 unknown, 1 ShouldRateLimit, 2 Health/Check */
     bool post, ct_ok, ct_seen, too_big, conn_full, done;
@@ -162,7 +166,7 @@ typedef struct stream {
     size_t outlen, outoff;
     int status;
     char msg[256];
-} stream;
+};
 
 /* ------------------------------------------------------------ gRPC bits */
 
@@ -358,7 +362,7 @@ static int do_call(conn *c, stream *st)
 
 static int cb_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 {
-    (void)user;
+    conn *c = user;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     stream *st = calloc(1, sizeof *st);
@@ -366,7 +370,25 @@ static int cb_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     st->id = f->hd.stream_id;
     nghttp2_session_set_stream_user_data(h2, st->id, st);
+    st->next = c->streams;
+    if (c->streams)
+        c->streams->prev = st;
+    c->streams = st;
     return 0;
+}
+
+static void stream_free(conn *c, stream *st)
+{
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        c->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    c->buffered -= st->inlen;
+    free(st->in);
+    free(st->out);
+    free(st);
 }
 
 static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
@@ -477,10 +499,7 @@ static int cb_stream_close(nghttp2_session *h2, int32_t id, uint32_t error_code,
     if (!st)
         return 0;
     nghttp2_session_set_stream_user_data(h2, id, NULL);
-    c->buffered -= st->inlen;
-    free(st->in);
-    free(st->out);
-    free(st);
+    stream_free(c, st);
     return 0;
 }
 
@@ -492,7 +511,9 @@ static void conn_close(conn *c)
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->h2)
-        nghttp2_session_del(c->h2); /* frees the streams through cb_stream_close */
+        nghttp2_session_del(c->h2); /* calls no callback: the open streams are ours to free */
+    while (c->streams)
+        stream_free(c, c->streams);
     free(c->out);
     if (c->prev)
         c->prev->next = c->next;
