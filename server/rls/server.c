@@ -901,8 +901,15 @@ static void *worker_main(void *arg)
             next_sweep = now + 1000000000u;
             for (conn *c = w->head, *nx; c; c = nx) {
                 nx = c->next;
-                if (now - c->last_ns > s->o.idle_ns)
+                if (now - c->last_ns > s->o.idle_ns) {
+                    /* A GOAWAY first, so a client that was about to send
+                     * knows the calls past it were not processed. */
+                    if (c->h2 && nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                                                       nghttp2_session_get_last_proc_stream_id(c->h2),
+                                                       NGHTTP2_NO_ERROR, NULL, 0) == 0)
+                        (void)conn_flush(c);
                     conn_close(c);
+                }
             }
         }
     }
