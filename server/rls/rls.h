@@ -53,7 +53,6 @@ typedef struct rls_answer {
 /* Counters a caller may keep (per worker, summed when read). */
 typedef struct rls_counts {
     uint64_t over_limit;      /* descriptors answered OVER_LIMIT */
-    uint64_t near_limit;      /* unused yet */
     uint64_t shadow_refusals; /* refusals that shadow mode turned into OK */
     uint64_t within_limit;    /* descriptors with a limit answered OK */
 } rls_counts;

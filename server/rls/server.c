@@ -339,7 +339,7 @@ static int do_call(conn *c, stream *st)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
     rls_answer ans;
     rls_config *cfg = config_enter(w);
-    rls_counts counts = {0, 0, 0, 0};
+    rls_counts counts = {0, 0, 0};
     unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, &ans, &counts, msg, sizeof msg);
     config_leave(w);
