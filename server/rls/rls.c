@@ -1,0 +1,378 @@
+/* rls.c -- sluice-rls: the ShouldRateLimit decision.
+ *
+ * Each descriptor is matched to a limit of the config (config.c).  The
+ * descriptors that match an enforced limit are then decided as ONE
+ * sluice composite (sluice_composite_try_acquire_at): the request is
+ * allowed iff every limit allows it, and only then charged to all of them;
+ * a refusal by one charges none (envoyproxy/ratelimit charges every
+ * descriptor, even when another refuses: its issue #1060).
+ *
+ *   descriptor              status
+ *   no limit matches        OK, no current_limit, limit_remaining 0
+ *   unlimited               OK, no current_limit, limit_remaining 2^32-1
+ *   requests_per_unit 0     OVER_LIMIT (nothing can pass)
+ *   hits 0 (check only)     a probe: OK, its remaining; charges nothing
+ *   shadow mode             decided after the composite, alone, and only
+ *                           if the request was allowed; a refusal is
+ *                           counted and answered OK
+ *   otherwise               the composite's answer for that limit
+ *
+ * A table key is the descriptor's entries, each key and value preceded by
+ * its length (4 bytes), so no two descriptors share a key by accident.  The
+ * table is the limit's own: the same values under two rules are two keys.
+ * Two descriptors of one request that reach the same key are charged once
+ * (the composite takes each limit once) and both get its answer.
+ *
+ * A descriptor's `limit` override (Envoy's RateLimitOverride) replaces the
+ * config's limit, in a domain the config has, never in shadow mode (as
+ * envoyproxy/ratelimit): its table is shared by all overrides of that
+ * (requests_per_unit, unit) and its keys start with the domain.
+ *
+ * A limit's algorithm is fixed-window unless the config says otherwise
+ * (config.c); its duration_until_reset is then the RateLimit field's t.
+ *
+ * The composite takes one permit count for all its limits: the enforced
+ * descriptors of one request must carry the same hits (else
+ * INVALID_ARGUMENT; docs/rls.md, "Not yet").
+ */
+#include "rls.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static uint32_t cap_u32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+
+static void add_header(rls_answer *ans, size_t *nh, const char *key)
+{
+    Envoy__Config__Core__V3__HeaderValue *h = &ans->hv[*nh];
+    envoy__config__core__v3__header_value__init(h);
+    h->key = (char *)key;
+    h->value = ans->hval[*nh];
+    ans->hvp[*nh] = h;
+    (*nh)++;
+}
+
+/* response_headers_to_add.  Draft: RateLimit-Policy and RateLimit with one
+ * item per descriptor that a table decided (sluice/http.h formats them),
+ * and for a refusal Retry-After, the largest of the refusing enforced
+ * limits' waits (none when one of them can never pass, or a
+ * requests_per_unit 0 limit refused).  Legacy: envoyproxy/ratelimit's
+ * X-RateLimit-Limit, -Remaining and -Reset (seconds, rounded up) of the
+ * descriptor with a limit and the least remaining. */
+static void add_headers(rls_answer *ans, unsigned flags, size_t n, const rls_limit *const dl[],
+                        const sluice_result dr[], const bool denforced[], bool allowed, bool refuse_all,
+                        uint64_t now_ns)
+{
+    size_t nh = 0;
+    if (flags & RLS_HEADERS_DRAFT) {
+        char *pol = ans->hval[nh], *rl = ans->hval[nh + 1];
+        size_t pl = 0, rll = 0;
+        pol[0] = rl[0] = 0;
+        int64_t retry = 0;
+        bool retry_ok = !allowed && !refuse_all;
+        for (size_t i = 0; i < n; i++) {
+            if (!dl[i] || !dl[i]->has_policy)
+                continue;
+            /* The policy item never changes: made at load (config.c). */
+            size_t il = strlen(dl[i]->policy_item);
+            if (il == 0)
+                sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
+            else if (pl + il + 3 <= RLS_HEADER_BYTES) {
+                if (pl > 0) {
+                    memcpy(pol + pl, ", ", 2);
+                    pl += 2;
+                }
+                memcpy(pol + pl, dl[i]->policy_item, il + 1);
+                pl += il;
+            }
+            sluice_http_ratelimit_value(&dl[i]->policy, &dr[i], now_ns, NULL, 0, rl, RLS_HEADER_BYTES, &rll);
+            if (!allowed && denforced[i] && !dr[i].allowed) {
+                sluice_http_state hs;
+                if (sluice_http_state_get(&dl[i]->policy, &dr[i], now_ns, &hs) != 0 || hs.retry_after_s < 0)
+                    retry_ok = false;
+                else if (hs.retry_after_s > retry)
+                    retry = hs.retry_after_s;
+            }
+        }
+        if (pol[0]) {
+            add_header(ans, &nh, "RateLimit-Policy");
+            add_header(ans, &nh, "RateLimit");
+        }
+        if (retry_ok && retry > 0) {
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%lld", (long long)retry);
+            add_header(ans, &nh, "Retry-After");
+        }
+    }
+    if (flags & RLS_HEADERS_LEGACY) {
+        const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *min = NULL;
+        for (size_t i = 0; i < n; i++) {
+            const Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = ans->resp.statuses[i];
+            if (st->current_limit && (!min || st->limit_remaining < min->limit_remaining))
+                min = st;
+        }
+        if (min) {
+            const Google__Protobuf__Duration *d = min->duration_until_reset;
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%" PRIu32, min->current_limit->requests_per_unit);
+            add_header(ans, &nh, "X-RateLimit-Limit");
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%" PRIu32, min->limit_remaining);
+            add_header(ans, &nh, "X-RateLimit-Remaining");
+            snprintf(ans->hval[nh], RLS_HEADER_BYTES, "%lld",
+                     d ? (long long)d->seconds + (d->nanos > 0) : 0LL);
+            add_header(ans, &nh, "X-RateLimit-Reset");
+        }
+    }
+    ans->resp.n_response_headers_to_add = nh;
+    ans->resp.response_headers_to_add = ans->hvp;
+}
+
+typedef struct pending {
+    size_t desc;              /* index of the descriptor */
+    const rls_limit *lim;
+    const unsigned char *key;
+    size_t keylen;
+    uint64_t hits;
+    size_t ref;               /* composite slot (enforced ones) */
+} pending;
+
+int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
+                          uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
+                          rls_counts *counts, char *msg, size_t msglen)
+{
+    size_t n = req->n_descriptors;
+    if (req->domain == NULL || req->domain[0] == 0) {
+        snprintf(msg, msglen, "rate limit domain must not be empty");
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    if (n == 0) {
+        snprintf(msg, msglen, "rate limit descriptor list must not be empty");
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    if (n > RLS_MAX_DESCRIPTORS) {
+        snprintf(msg, msglen, "%zu descriptors in one request; at most %d", n, RLS_MAX_DESCRIPTORS);
+        return RLS_GRPC_INVALID_ARGUMENT;
+    }
+    envoy__service__ratelimit__v3__rate_limit_response__init(&ans->resp);
+    ans->resp.n_statuses = n;
+    ans->resp.statuses = ans->stp;
+
+    const uint64_t req_hits = req->hits_addend > 0 ? req->hits_addend : 1;
+    /* Up to SLUICE_COMPOSITE_MAX distinct limits, but every descriptor may
+     * be enforced: several may share one (found by fuzz_rls_request). */
+    pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
+    size_t ne = 0, ns = 0, np = 0;
+    sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
+    size_t nrefs = 0;
+    uint64_t hits_all = 0;
+    bool refuse_all = false; /* a requests_per_unit 0 limit, enforced */
+    size_t used = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[i];
+        envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(st);
+        st->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+        ans->stp[i] = st;
+        const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor *d = req->descriptors[i];
+        size_t ents = d ? d->n_entries : 0;
+        if (ents == 0) {
+            snprintf(msg, msglen, "descriptor %zu has no entries", i);
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        if (ents > RLS_MAX_ENTRIES) {
+            snprintf(msg, msglen, "descriptor %zu has %zu entries; at most %d", i, ents, RLS_MAX_ENTRIES);
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        const char *keys[RLS_MAX_ENTRIES], *values[RLS_MAX_ENTRIES];
+        size_t kl[RLS_MAX_ENTRIES], vl[RLS_MAX_ENTRIES];
+        size_t need = 0;
+        for (size_t e = 0; e < ents; e++) {
+            keys[e] = d->entries[e]->key ? d->entries[e]->key : "";
+            values[e] = d->entries[e]->value ? d->entries[e]->value : "";
+            kl[e] = strlen(keys[e]);
+            vl[e] = strlen(values[e]);
+            need += 8 + kl[e] + vl[e];
+        }
+        uint64_t hits = d->hits_addend ? d->hits_addend->value : req_hits;
+        const rls_limit *lim;
+        size_t domainlen = strlen(req->domain);
+        bool override = d->limit != NULL;
+        if (override) {
+            /* Envoy's RateLimitOverride, in a domain the config has. */
+            if (!rls_config_has_domain(cfg, req->domain, domainlen))
+                continue;
+            if (rls_unit_ns((int)d->limit->unit) == 0) {
+                snprintf(msg, msglen, "descriptor %zu: limit override with unit %d (want 1..7, SECOND..WEEK)", i,
+                         (int)d->limit->unit);
+                return RLS_GRPC_INVALID_ARGUMENT;
+            }
+            lim = rls_config_override(cfg, d->limit->requests_per_unit, (int)d->limit->unit);
+            if (!lim) {
+                snprintf(msg, msglen, "descriptor %zu: more than %d distinct limit overrides", i, RLS_MAX_OVERRIDES);
+                return RLS_GRPC_RESOURCE_EXHAUSTED;
+            }
+            need += 4 + domainlen; /* one override table serves every domain */
+        } else {
+            lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+        }
+        if (!lim)
+            continue;
+        if (lim->unlimited) {
+            st->limit_remaining = UINT32_MAX;
+            continue;
+        }
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit *cl = &ans->lim[i];
+        envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(cl);
+        cl->name = lim->name;
+        cl->requests_per_unit = lim->requests_per_unit;
+        cl->unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)lim->unit;
+        st->current_limit = cl;
+        Google__Protobuf__Duration *rd = &ans->reset[i];
+        google__protobuf__duration__init(rd);
+        uint64_t left = lim->window_ns - now_ns % lim->window_ns;
+        rd->seconds = (int64_t)(left / 1000000000u);
+        rd->nanos = (int32_t)(left % 1000000000u);
+        st->duration_until_reset = rd;
+        bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
+        if (!lim->table) { /* requests_per_unit 0 */
+            if (shadowed) {
+                if (hits > 0)
+                    counts->shadow_refusals++;
+            } else if (hits > 0) {
+                st->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+                refuse_all = true;
+            }
+            continue;
+        }
+        size_t max_key = rls_config_shared() ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
+        if (need > max_key) {
+            snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %zu", i, need, max_key);
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        if (used + need > RLS_SCRATCH_BYTES) {
+            snprintf(msg, msglen, "the descriptors are %zu bytes long or more; at most %u", used + need,
+                     RLS_SCRATCH_BYTES);
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        unsigned char *key = scratch + used;
+        size_t off = 0;
+        if (override) {
+            put_u32(key, (uint32_t)domainlen);
+            memcpy(key + 4, req->domain, domainlen);
+            off = 4 + domainlen;
+        }
+        for (size_t e = 0; e < ents; e++) {
+            put_u32(key + off, (uint32_t)kl[e]);
+            memcpy(key + off + 4, keys[e], kl[e]);
+            off += 4 + kl[e];
+            put_u32(key + off, (uint32_t)vl[e]);
+            memcpy(key + off + 4, values[e], vl[e]);
+            off += 4 + vl[e];
+        }
+        used += off;
+        pending p = {i, lim, key, off, hits, 0};
+        if (hits == 0) {
+            probes[np++] = p;
+        } else if (shadowed) {
+            shadow[ns++] = p;
+        } else {
+            size_t r = nrefs;
+            for (size_t j = 0; j < nrefs; j++) {
+                if (refs[j].table == lim->table && refs[j].keylen == off && memcmp(refs[j].key, key, off) == 0)
+                    r = j;
+            }
+            if (r == nrefs) {
+                if (nrefs == SLUICE_COMPOSITE_MAX) {
+                    snprintf(msg, msglen, "more than %d descriptors of one request match a limit",
+                             SLUICE_COMPOSITE_MAX);
+                    return RLS_GRPC_INVALID_ARGUMENT;
+                }
+                refs[nrefs++] = sluice_ref_key(lim->table, key, off);
+            }
+            if (hits_all != 0 && hits != hits_all) {
+                snprintf(msg, msglen, "descriptor %zu asks for %llu hits and another for %llu: one request's "
+                         "enforced descriptors must carry the same hits_addend",
+                         i, (unsigned long long)hits, (unsigned long long)hits_all);
+                return RLS_GRPC_INVALID_ARGUMENT;
+            }
+            hits_all = hits;
+            p.ref = r;
+            enforced[ne++] = p;
+        }
+    }
+
+    /* Each descriptor's limit and decision, for the header fields. */
+    const rls_limit *dl[RLS_MAX_DESCRIPTORS] = {NULL};
+    sluice_result dr[RLS_MAX_DESCRIPTORS];
+    bool denforced[RLS_MAX_DESCRIPTORS] = {false};
+    bool allowed = !refuse_all;
+    if (nrefs > 0) {
+        sluice_result res, per[SLUICE_COMPOSITE_MAX];
+        bool ok = sluice_composite_try_acquire_at(refs, nrefs, refuse_all ? 0 : hits_all, now_ns, &res, per);
+        if (res.error == SLUICE_EINVAL) {
+            snprintf(msg, msglen, "internal error: a composite of %zu limits was refused as a bad call", nrefs);
+            return RLS_GRPC_INTERNAL;
+        }
+        allowed = allowed && ok;
+        for (size_t j = 0; j < ne; j++) {
+            const sluice_result *r = &per[enforced[j].ref];
+            Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[enforced[j].desc];
+            /* When refused, a limit that would have allowed says OK; one
+             * that could not decide (a full table, no memory) refuses. */
+            bool own = r->allowed && r->error == 0;
+            st->code = own ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                           : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+            st->limit_remaining = own ? cap_u32(r->remaining) : 0;
+            dl[enforced[j].desc] = enforced[j].lim;
+            dr[enforced[j].desc] = *r;
+            denforced[enforced[j].desc] = true;
+            if (own)
+                counts->within_limit++;
+            else
+                counts->over_limit++;
+        }
+    }
+    for (size_t j = 0; j < ns; j++) {
+        sluice_result r;
+        bool ok = sluice_table_try_acquire_at(shadow[j].lim->table, shadow[j].key, shadow[j].keylen,
+                                              allowed ? shadow[j].hits : 0, now_ns, &r);
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[shadow[j].desc];
+        st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[shadow[j].desc] = shadow[j].lim;
+        dr[shadow[j].desc] = r;
+        if (!ok)
+            counts->shadow_refusals++;
+    }
+    for (size_t j = 0; j < np; j++) {
+        sluice_result r;
+        sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
+        ans->st[probes[j].desc].limit_remaining = cap_u32(r.remaining);
+        dl[probes[j].desc] = probes[j].lim;
+        dr[probes[j].desc] = r;
+    }
+    if (refuse_all)
+        counts->over_limit++;
+    ans->resp.overall_code = allowed ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                                     : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+    /* duration_until_reset: the window's end for fixed-window (set above);
+     * for the other algorithms the time within which a permit comes back,
+     * as the RateLimit field's t (sluice/http.h), 0 when the limit is full. */
+    for (size_t i = 0; i < n; i++) {
+        sluice_http_state hs;
+        if (dl[i] && dl[i]->algorithm != SLUICE_ALG_FIXED_WINDOW && dl[i]->has_policy &&
+            sluice_http_state_get(&dl[i]->policy, &dr[i], now_ns, &hs) == 0) {
+            ans->reset[i].seconds = hs.reset_s > 0 ? hs.reset_s : 0;
+            ans->reset[i].nanos = 0;
+        }
+    }
+    if (flags & (RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY))
+        add_headers(ans, flags, n, dl, dr, denforced, allowed, refuse_all, now_ns);
+    return RLS_GRPC_OK;
+}

@@ -1,0 +1,707 @@
+"""test_grpc.py -- sluice-rls against clients no one here wrote.
+
+python3-grpcio calls ShouldRateLimit and grpc.health.v1.Health/Check with
+message classes that protoc compiles, at test time, from the server's own
+trimmed protos (server/rls/proto); nghttp (nghttp2-client) sends what a
+gRPC client would not: wrong content-type, truncated frames.  Each server
+is started by the test on 127.0.0.1 with GRPC_PORT=0 (it prints the port)
+and stopped with SIGTERM, which must end it with status 0.
+
+    python3 tests/rls/test_grpc.py BUILD/sluice-rls PROTO_DIR
+
+Exit 77 when grpcio, protobuf or protoc cannot be had.  Every wait is
+bounded; limits use day and year windows (CLOCK_REALTIME), and a test that
+sees its window change under it (duration_until_reset grows) says so.
+"""
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+HEALTH = "/grpc.health.v1.Health/Check"
+
+if len(sys.argv) == 6 and sys.argv[1] == "--hammer":
+    # One client process of test_exact_from_four_processes (a process of its
+    # own: grpc does not survive fork): n calls on descriptor (shared,
+    # value); prints the OK answers and the first and last
+    # duration_until_reset.
+    _, _, _port, _value, _n, _gen = sys.argv
+    sys.path.insert(0, _gen)
+    import grpc
+    from envoy.service.ratelimit.v3 import rls_pb2
+    from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+    _ch = grpc.insecure_channel("127.0.0.1:" + _port)
+    _call = _ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                            response_deserializer=rls_pb2.RateLimitResponse.FromString)
+    _req = rls_pb2.RateLimitRequest(domain="test", descriptors=[ratelimit_pb2.RateLimitDescriptor(
+        entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key="shared", value=_value)])])
+    _ok, _resets = 0, []
+    for _ in range(int(_n)):
+        _r = _call(_req, timeout=30)
+        _ok += _r.overall_code == rls_pb2.RateLimitResponse.OK
+        _resets.append(_r.statuses[0].duration_until_reset.ToNanoseconds())
+    _ch.close()
+    print(_ok, _resets[0], _resets[-1])
+    sys.exit(0)
+
+if len(sys.argv) < 3:
+    print("usage: test_grpc.py SLUICE_RLS PROTO_DIR", file=sys.stderr)
+    sys.exit(2)
+BIN = os.path.abspath(sys.argv[1])
+PROTO = os.path.abspath(sys.argv[2])
+del sys.argv[1:3]
+
+try:
+    import grpc  # noqa: E402
+except ImportError:
+    print("python3-grpcio is not installed: skipped")
+    sys.exit(77)
+if not shutil.which("protoc"):
+    print("protoc (protobuf-compiler) is not installed: skipped")
+    sys.exit(77)
+
+GEN = tempfile.mkdtemp(prefix="rls-py-")
+_protos = [os.path.relpath(os.path.join(d, f), PROTO)
+           for d, _, fs in os.walk(PROTO) for f in fs if f.endswith(".proto")]
+subprocess.run(["protoc", "-I" + PROTO, "--python_out=" + GEN] + _protos, check=True)
+sys.path.insert(0, GEN)
+from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+
+# grpc/health/v1 would shadow the grpc package: load that module by its path.
+_spec = importlib.util.spec_from_file_location(
+    "health_pb2", os.path.join(GEN, "grpc", "health", "v1", "health_pb2.py"))
+health_pb2 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(health_pb2)
+
+OK = rls_pb2.RateLimitResponse.OK
+OVER = rls_pb2.RateLimitResponse.OVER_LIMIT
+
+CONFIG = """
+domain: test
+descriptors:
+  - key: two
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: five
+    rate_limit: {unit: day, requests_per_unit: 5, name: five-a-day}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: zero
+    rate_limit: {unit: day, requests_per_unit: 0}
+  - key: wild
+    value: "foo*"
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: minute
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: shared
+    rate_limit: {unit: year, requests_per_unit: 500}
+  - key: nest
+    value: a
+    descriptors:
+      - key: leaf
+        rate_limit: {unit: day, requests_per_unit: 1}
+"""
+
+
+class Server:
+    """sluice-rls on 127.0.0.1, a free port, RUNTIME_ROOT in a temp dir."""
+
+    def __init__(self, config=CONFIG, **env):
+        self.root = tempfile.mkdtemp(prefix="rls-rt-")
+        os.makedirs(os.path.join(self.root, "ratelimit", "config"))
+        with open(os.path.join(self.root, "ratelimit", "config", "c.yaml"), "w") as f:
+            f.write(config)
+        e = dict(os.environ, RUNTIME_ROOT=self.root, RUNTIME_SUBDIRECTORY="ratelimit",
+                 GRPC_HOST="127.0.0.1", GRPC_PORT="0", HOST="127.0.0.1", PORT="0", SLUICE_RLS_WORKERS="2")
+        e.update({k: str(v) for k, v in env.items()})
+        self.errpath = os.path.join(self.root, "stderr")
+        self.err = open(self.errpath, "w")
+        self.proc = subprocess.Popen([BIN], env=e, stdout=subprocess.PIPE, stderr=self.err, text=True)
+        line = self.proc.stdout.readline()  # bounded: the server prints it or exits
+        if "listening on" not in line:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("sluice-rls did not start: %r %s" % (line, self.stderr()))
+        self.port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
+        self.http_port = int(line.split(", http ")[1])
+        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port)
+        self.call = self.channel.unary_unary(
+            RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+            response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        self.health = self.channel.unary_unary(
+            HEALTH, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString)
+
+    def stderr(self):
+        with open(self.errpath) as f:
+            return f.read()
+
+    def write_config(self, text):
+        """Replace the config file at once (rename), as a deployment would."""
+        d = os.path.join(self.root, "ratelimit", "config")
+        with open(os.path.join(d, ".c.yaml.new"), "w") as f:
+            f.write(text)
+        os.replace(os.path.join(d, ".c.yaml.new"), os.path.join(d, "c.yaml"))
+
+    def wait_stderr(self, text, count=1, limit_s=30):
+        """Wait (bounded) until `text` appears `count` times on stderr."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit_s:
+            if self.stderr().count(text) >= count:
+                return
+            time.sleep(0.02)
+        raise AssertionError("no %r x%d on stderr after %d s: %s" % (text, count, limit_s, self.stderr()))
+
+    def stop(self):
+        """SIGTERM; the server must drain and exit 0 within 20 s."""
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            rc = "hung"
+        self.proc.stdout.close()
+        self.err.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        return rc
+
+
+def desc(*kv, hits=None, limit=None):
+    d = ratelimit_pb2.RateLimitDescriptor(
+        entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v) for k, v in kv])
+    if hits is not None:
+        d.hits_addend.value = hits
+    if limit is not None:
+        d.limit.requests_per_unit, d.limit.unit = limit
+    return d
+
+
+def request(*descs, domain="test", hits=0):
+    return rls_pb2.RateLimitRequest(domain=domain, descriptors=list(descs), hits_addend=hits)
+
+
+def nghttp(port, path, data, content_type="application/grpc", extra=()):
+    """Send one request with nghttp; returns its verbose output."""
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(data)
+    try:
+        r = subprocess.run(["nghttp", "-v", "-t", "10", "-H", "content-type: " + content_type,
+                            "-H", "te: trailers"] + [a for h in extra for a in ("-H", h)] +
+                           ["-d", f.name, "http://127.0.0.1:%d%s" % (port, path)],
+                           capture_output=True, text=True, errors="replace", timeout=30)
+    finally:
+        os.unlink(f.name)
+    return r.stdout + r.stderr
+
+
+def frame(msg: bytes) -> bytes:
+    return b"\0" + len(msg).to_bytes(4, "big") + msg
+
+
+class RlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server(SLUICE_RLS_MAX_MSG_BYTES=4096)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.s.stop()
+        assert rc == 0, "sluice-rls exited with %r after SIGTERM" % rc
+
+    def test_one_limit_counts_exactly(self):
+        got = [self.s.call(request(desc(("two", "a"))), timeout=10) for _ in range(4)]
+        self.assertEqual([r.overall_code for r in got], [OK, OK, OVER, OVER])
+        self.assertEqual([r.statuses[0].limit_remaining for r in got], [1, 0, 0, 0])
+        st = got[0].statuses[0]
+        self.assertEqual(st.current_limit.requests_per_unit, 2)
+        self.assertEqual(st.current_limit.unit, rls_pb2.RateLimitResponse.RateLimit.DAY)
+        # Another value of the same key is another counter.
+        self.assertEqual(self.s.call(request(desc(("two", "b"))), timeout=10).overall_code, OK)
+
+    def test_all_or_nothing(self):
+        """A request refused by one limit charges no other (envoyproxy/ratelimit#1060)."""
+        both = request(desc(("two", "aon")), desc(("five", "aon")))
+        codes = [self.s.call(both, timeout=10).overall_code for _ in range(4)]
+        self.assertEqual(codes, [OK, OK, OVER, OVER])
+        r = self.s.call(both, timeout=10)
+        self.assertEqual([s.code for s in r.statuses], [OVER, OK])
+        self.assertEqual(r.statuses[1].limit_remaining, 3)  # 5 - 2 admitted, refusals not charged
+        self.assertEqual(r.statuses[1].current_limit.name, "five-a-day")
+        alone = [self.s.call(request(desc(("five", "aon"))), timeout=10).overall_code for _ in range(4)]
+        self.assertEqual(alone, [OK, OK, OK, OVER])
+
+    def test_hits_addend(self):
+        r = self.s.call(request(desc(("five", "hits")), hits=3), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
+        r = self.s.call(request(desc(("five", "hits")), hits=3), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+        # Per descriptor 0: check only, charges nothing, even when the request says 3.
+        for _ in range(3):
+            r = self.s.call(request(desc(("five", "hits"), hits=0), hits=3), timeout=10)
+            self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
+        r = self.s.call(request(desc(("five", "hits"), hits=2)), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+        # Two enforced descriptors with different hits: refused, clearly.
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.call(request(desc(("five", "h1"), hits=1), desc(("two", "h1"), hits=2)), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("hits_addend", e.exception.details())
+
+    def test_shadow_unlimited_zero_nomatch(self):
+        for _ in range(3):
+            r = self.s.call(request(desc(("shadow", "x"))), timeout=10)
+            self.assertEqual(r.overall_code, OK)
+        r = self.s.call(request(desc(("free", "x")), desc(("nothing", "x"))), timeout=10)
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual(r.statuses[0].limit_remaining, 2**32 - 1)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        self.assertFalse(r.statuses[1].HasField("current_limit"))
+        r = self.s.call(request(desc(("zero", "x")), desc(("five", "zero"))), timeout=10)
+        self.assertEqual([s.code for s in r.statuses], [OVER, OK])
+        self.assertEqual(r.overall_code, OVER)
+        self.assertEqual(r.statuses[1].limit_remaining, 5)  # not charged
+        r = self.s.call(request(desc(("two", "x")), domain="no-such-domain"), timeout=10)
+        self.assertEqual(r.overall_code, OK)
+
+    def test_limit_override(self):
+        """Envoy's per-descriptor limit override replaces the config's limit."""
+        day = ratelimit_pb2.DAY
+        over = desc(("five", "ovr"), limit=(1, day))
+        r = self.s.call(request(over), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+        self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 1)
+        self.assertEqual(self.s.call(request(over), timeout=10).overall_code, OVER)
+        # The config's own limit of that descriptor was not charged.
+        r = self.s.call(request(desc(("five", "ovr"))), timeout=10)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 4))
+        # An override on a key the config does not know, and with another
+        # domain: none is limited there.
+        self.assertEqual(self.s.call(request(desc(("nothing", "o"), limit=(1, day))), timeout=10).overall_code, OK)
+        self.assertEqual(self.s.call(request(desc(("nothing", "o"), limit=(1, day))), timeout=10).overall_code, OVER)
+        r = self.s.call(request(desc(("nothing", "o"), limit=(1, day)), domain="elsewhere"), timeout=10)
+        self.assertEqual(r.overall_code, OK)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.call(request(desc(("nothing", "o"), limit=(1, 0))), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("limit override with unit 0", e.exception.details())
+
+    def test_headers_draft(self):
+        """response_headers_to_add: the draft's RateLimit fields, one item
+        per limited descriptor, Retry-After on a refusal."""
+        def heads(r):
+            return {h.key: h.value for h in r.response_headers_to_add}
+        two = request(desc(("two", "hdr")), desc(("five", "hdr")))
+        h = heads(self.s.call(two, timeout=10))
+        self.assertEqual(h["RateLimit-Policy"], '"test.two";q=2;w=86400, "five-a-day";q=5;w=86400')
+        reset = int(h["RateLimit"].split(";t=")[1].split(",")[0])
+        self.assertTrue(0 < reset <= 86400, h)
+        self.assertEqual(h["RateLimit"], '"test.two";r=1;t=%d, "five-a-day";r=4;t=%d' % (reset, reset))
+        self.assertNotIn("Retry-After", h)
+        self.s.call(two, timeout=10)
+        r = self.s.call(two, timeout=10)
+        self.assertEqual(r.overall_code, OVER)
+        h = heads(r)
+        self.assertEqual(h["RateLimit"].split(", ")[0].split(";")[1], "r=0")
+        self.assertIn(int(h["Retry-After"]), (reset, reset - 1))  # the day may tick meanwhile
+        self.assertNotIn("X-RateLimit-Limit", h)
+
+    def test_wildcard_and_nesting(self):
+        codes = [self.s.call(request(desc(("wild", "foobar"))), timeout=10).overall_code for _ in range(2)]
+        self.assertEqual(codes, [OK, OVER])
+        r = self.s.call(request(desc(("wild", "bar"))), timeout=10)  # no match
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+        codes = [self.s.call(request(desc(("nest", "a"), ("leaf", "z"))), timeout=10).overall_code
+                 for _ in range(2)]
+        self.assertEqual(codes, [OK, OVER])
+        r = self.s.call(request(desc(("nest", "b"), ("leaf", "z"))), timeout=10)
+        self.assertFalse(r.statuses[0].HasField("current_limit"))
+
+    def test_duration_until_reset(self):
+        """Minute windows start on whole minutes of the Unix epoch."""
+        before = time.time_ns()
+        r = self.s.call(request(desc(("minute", "t"))), timeout=10)
+        after = time.time_ns()
+        d = r.statuses[0].duration_until_reset.ToNanoseconds()
+        w = 60 * 10**9
+        lo, hi = w - after % w, w - before % w  # the reset seen at `after` .. at `before`
+        if lo <= hi:
+            self.assertTrue(lo <= d <= hi, (lo, d, hi))
+        else:  # a minute began during the call
+            self.assertTrue(d >= lo or d <= hi, (lo, d, hi))
+
+    def test_health(self):
+        r = self.s.health(health_pb2.HealthCheckRequest(), timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        r = self.s.health(health_pb2.HealthCheckRequest(service="envoy.service.ratelimit.v3.RateLimitService"),
+                          timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.s.health(health_pb2.HealthCheckRequest(service="other"), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def assert_still_serving(self):
+        r = self.s.health(health_pb2.HealthCheckRequest(), timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+    def rpc_error(self, path, payload, **kw):
+        raw = self.s.channel.unary_unary(path)
+        with self.assertRaises(grpc.RpcError) as e:
+            raw(payload, timeout=10, **kw)
+        self.assert_still_serving()
+        return e.exception
+
+    def test_bad_input_grpc(self):
+        e = self.rpc_error("/no.Such/Method", b"")
+        self.assertEqual(e.code(), grpc.StatusCode.UNIMPLEMENTED)
+        self.assertIn("unknown method '/no.Such/Method'", e.details())
+        e = self.rpc_error(RLS, b"\xff\xff\xff")
+        self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("malformed RateLimitRequest", e.details())
+        e = self.rpc_error(RLS, request(desc(("two", "x" * 10000))).SerializeToString())
+        self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("larger than 4096", e.details())
+        e = self.rpc_error(RLS, request(desc(("two", "x")), domain="").SerializeToString())
+        self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("domain", e.details())
+        e = self.rpc_error(RLS, request().SerializeToString())
+        self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        e = self.rpc_error(RLS, request(desc(("two", "x"))).SerializeToString(), compression=grpc.Compression.Gzip)
+        self.assertEqual(e.code(), grpc.StatusCode.UNIMPLEMENTED)
+        self.assertIn("grpc-encoding 'gzip'", e.details())
+
+    @unittest.skipUnless(shutil.which("nghttp"), "nghttp (nghttp2-client) is not installed")
+    def test_bad_input_http2(self):
+        out = nghttp(self.s.port, RLS, b"\0\0\0\0\x64abc")
+        self.assertIn("grpc-status: 13", out)
+        self.assertIn("truncated gRPC frame: the prefix says 100 bytes, 3 came", out)
+        out = nghttp(self.s.port, RLS, b"\0\0")
+        self.assertIn("grpc-status: 13", out)
+        self.assertIn("truncated gRPC frame: 2 bytes", out)
+        good = request(desc(("free", "x"))).SerializeToString()
+        out = nghttp(self.s.port, RLS, frame(good) + frame(good))
+        self.assertIn("more than one message in a unary call", out)
+        out = nghttp(self.s.port, RLS, frame(good), content_type="text/plain")
+        self.assertIn(":status: 415", out)
+        self.assertIn("content-type 'text/plain' is not application/grpc", out)
+        out = nghttp(self.s.port, RLS, b"\x01" + frame(good)[1:])
+        self.assertIn("grpc-status: 12", out)
+        # Headers past the advertised 16 KiB list: the stream is reset.
+        out = nghttp(self.s.port, RLS, frame(good), extra=["x-big: " + "a" * 20000])
+        self.assertIn("RST_STREAM", out)
+        self.assertNotIn("grpc-status: 0", out)
+        out = nghttp(self.s.port, RLS, frame(good))  # and a good one
+        self.assertIn("grpc-status: 0", out)
+        self.assert_still_serving()
+
+    def test_http1_on_grpc_port(self):
+        with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
+            c.sendall(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while len(data) < 4096:
+                chunk = c.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        self.assertTrue(data.startswith(b"HTTP/1.1 400 "), data)
+        self.assertIn(b"gRPC over HTTP/2", data)
+        self.assert_still_serving()
+
+    def http(self, head):
+        """One HTTP/1.1 request on the HTTP port; returns (status, body)."""
+        with socket.create_connection(("127.0.0.1", self.s.http_port), timeout=10) as c:
+            c.sendall(head)
+            data = b""
+            while len(data) < 1 << 20:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head_, _, body = data.partition(b"\r\n\r\n")
+        return int(head_.split()[1]), body.decode()
+
+    def test_http_endpoints(self):
+        self.assertEqual(self.http(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"), (200, "OK\n"))
+        code, body = self.http(b"GET /rlconfig HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        self.assertIn("test.two: unit=DAY requests_per_unit=2, shadow_mode: false, unlimited: false\n", body)
+        self.assertIn("test.nest_a.leaf: unit=DAY requests_per_unit=1", body)
+        self.s.call(request(desc(("two", "metrics"))), timeout=10)
+        code, body = self.http(b"GET /metrics HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        calls = [l for l in body.splitlines() if l.startswith("sluice_rls_calls_total ")]
+        self.assertEqual(len(calls), 1)
+        self.assertGreaterEqual(int(calls[0].split()[1]), 1)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.http(b"GET /nope HTTP/1.1\r\n\r\n")[0], 404)
+        self.assertEqual(self.http(b"POST /healthcheck HTTP/1.1\r\n\r\n")[0], 405)
+        self.assertEqual(self.http(b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\n\r\n")[0], 431)
+        self.assert_still_serving()
+
+    def test_exact_from_four_processes(self):
+        """4 client processes x 250 calls against one limit of 500 (a year's
+        window): exactly 500 admitted, counted by the clients."""
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(self.s.port),
+                                   "exact", "250", GEN], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        res = []
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 0)
+            res.append(tuple(int(x) for x in out.split()))
+        for _, first, last in res:
+            self.assertLessEqual(last, first, "the window changed during the test")
+        self.assertEqual(sum(ok for ok, _, _ in res), 500)
+
+
+RELOAD_A = """
+domain: test
+descriptors:
+  - key: r
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: shared
+    rate_limit: {unit: year, requests_per_unit: 3000}
+"""
+
+
+class ReloadTest(unittest.TestCase):
+    def test_reload_keeps_counters(self):
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=20, SLUICE_RLS_MAX_KEYS=64)
+        try:
+            for want in (2, 1):
+                r = s.call(request(desc(("r", "x"))), timeout=10)
+                self.assertEqual(r.statuses[0].limit_remaining, want)
+            # 3 -> 5 a day, and a new key: the window keeps its 1 admitted.
+            s.write_config(RELOAD_A.replace("requests_per_unit: 3", "requests_per_unit: 5") +
+                           "  - key: q\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+            s.wait_stderr("reloaded: 1 domains, 3 limits, 2 kept their counters")
+            r = s.call(request(desc(("r", "x"))), timeout=10)
+            self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
+            self.assertEqual(r.statuses[0].current_limit.requests_per_unit, 5)
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OK)
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OVER)
+            # A bad file: refused with its line, the config in force stays.
+            s.write_config(RELOAD_A + "  - key: bad\n    rate_limit: {unit: fortnight}\n")
+            s.wait_stderr("reload refused")
+            self.assertIn("c.yaml:9: invalid rate limit unit 'fortnight'", s.stderr())
+            r = s.call(request(desc(("r", "x"))), timeout=10)
+            self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 1))
+            self.assertEqual(s.call(request(desc(("q", "x"))), timeout=10).overall_code, OVER)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_reload_under_load(self):
+        """4 client processes x 1000 calls on one limit of 3000 while the
+        config is reloaded 5 times: no call fails, exactly 3000 are admitted."""
+        # Small tables (SLUICE_RLS_MAX_KEYS) load fast, so that the reloads
+        # come while the clients still have calls to make, even under TSan.
+        s = Server(config=RELOAD_A, SLUICE_RLS_RELOAD_MS=10, SLUICE_RLS_MAX_KEYS=64)
+        try:
+            procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(s.port),
+                                       "reload", "1000", GEN], stdout=subprocess.PIPE, text=True)
+                     for _ in range(4)]
+            probe = request(desc(("shared", "reload"), hits=0))
+            for i in range(5):
+                # Each reload once the clients have taken 50 more (bounded wait).
+                t0 = time.monotonic()
+                while s.call(probe, timeout=10).statuses[0].limit_remaining > 2950 - 50 * i:
+                    self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                    time.sleep(0.005)
+                s.write_config(RELOAD_A + "# change %d\n" % i)
+                s.wait_stderr("reloaded:", count=i + 1)
+            self.assertGreater(s.call(probe, timeout=10).statuses[0].limit_remaining, 0,
+                               "the reloads came after the limit was reached: they proved nothing")
+            res = []
+            for p in procs:
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0)
+                res.append(tuple(int(x) for x in out.split()))
+            self.assertEqual(sum(ok for ok, _, _ in res), 3000)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+def h2_frame(ftype, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name, value):
+    """A header field as an HPACK literal without indexing, new name
+    (RFC 7541 6.2.2), for names and values under 127 bytes."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def h2_frames(data):
+    """The frames in `data`: a list of (type, stream, first 8 payload bytes)."""
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i:i + 3], "big")
+        out.append((data[i + 3], int.from_bytes(data[i + 5:i + 9], "big") & 0x7FFFFFFF, data[i + 9:i + 9 + min(n, 8)]))
+        i += 9 + n
+    return out
+
+
+class FloodTest(unittest.TestCase):
+    """HTTP/2 floods from a hand-written client: the server answers or
+    closes that connection, and keeps serving the others."""
+
+    HEADERS = (hpack_literal(b":method", b"POST") + hpack_literal(b":scheme", b"http") +
+               hpack_literal(b":path", RLS.encode()) + hpack_literal(b":authority", b"x") +
+               hpack_literal(b"content-type", b"application/grpc") + hpack_literal(b"te", b"trailers"))
+
+    def flood(self, s, frames):
+        """Send the preface, SETTINGS and `frames`; read until the server
+        closes or 10 s pass; returns the bytes read."""
+        got = b""
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+            c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0))
+            try:
+                c.sendall(frames)
+                c.settimeout(2)
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 10:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+            except (ConnectionResetError, BrokenPipeError, socket.timeout):
+                pass
+        return got
+
+    def test_rapid_reset_and_stream_floods(self):
+        s = Server()
+        try:
+            # Rapid reset: 5000 streams opened and reset at once.
+            frames = b"".join(h2_frame(1, 4, 2 * i + 1, self.HEADERS) +  # HEADERS, END_HEADERS
+                              h2_frame(3, 0, 2 * i + 1, (8).to_bytes(4, "big"))  # RST_STREAM CANCEL
+                              for i in range(5000))
+            got = h2_frames(self.flood(s, frames))
+            self.assertIn(7, [t for t, _, _ in got], "no GOAWAY for a rapid-reset flood: %r" % got[:10])
+            # Stream flood: 1000 streams opened, none ended (the limit is
+            # 100): the others refused (RST_STREAM REFUSED_STREAM).
+            frames = b"".join(h2_frame(1, 4, 2 * i + 1, self.HEADERS) for i in range(1000))
+            got = h2_frames(self.flood(s, frames))
+            refused = [sid for t, sid, p in got if t == 3 and p[:4] == (7).to_bytes(4, "big")]
+            self.assertGreaterEqual(len(refused), 900 - 1, "streams past the limit were not refused")
+            # Still serving, promptly.
+            t0 = time.monotonic()
+            r = s.health(health_pb2.HealthCheckRequest(), timeout=10)
+            self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+            self.assertLess(time.monotonic() - t0, 10)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+class SharedTest(unittest.TestCase):
+    def test_two_servers_one_limit(self):
+        """SLUICE_RLS_SHARED_DIR: two sluice-rls processes, 2 client
+        processes on each, 250 calls each, one limit of 500: exactly 500."""
+        shm = tempfile.mkdtemp(prefix="rls-shm-")
+        servers = []
+        try:
+            for _ in range(2):
+                servers.append(Server(SLUICE_RLS_SHARED_DIR=shm, SLUICE_RLS_MAX_KEYS=64))
+            procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer",
+                                       str(servers[i % 2].port), "shm", "250", GEN],
+                                      stdout=subprocess.PIPE, text=True) for i in range(4)]
+            res = []
+            for p in procs:
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0)
+                res.append(tuple(int(x) for x in out.split()))
+            for _, first, last in res:
+                self.assertLessEqual(last, first, "the window changed during the test")
+            self.assertEqual(sum(ok for ok, _, _ in res), 500)
+            # A process whose config gives a shared limit another spec is refused.
+            with self.assertRaises(RuntimeError) as e:
+                Server(config=CONFIG.replace("requests_per_unit: 500", "requests_per_unit: 501"),
+                       SLUICE_RLS_SHARED_DIR=shm, SLUICE_RLS_MAX_KEYS=64)
+            self.assertIn("shared table " + shm, str(e.exception))
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+class LimitsTest(unittest.TestCase):
+    """Bounds that need a server of their own."""
+
+    def test_idle_connection_closed(self):
+        s = Server(SLUICE_RLS_IDLE_SECONDS=1)
+        try:
+            with socket.create_connection(("127.0.0.1", s.port), timeout=15) as c:
+                t0 = time.monotonic()
+                c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # preface, then nothing
+                closed = False
+                while time.monotonic() - t0 < 15:
+                    if not c.recv(4096):
+                        closed = True
+                        break
+                self.assertTrue(closed, "an idle connection was kept for 15 s")
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_connection_limit(self):
+        s = Server(SLUICE_RLS_MAX_CONNS=2)
+        try:
+            held = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(2)]
+            for c in held:
+                c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                c.recv(4096)  # the server's SETTINGS: accepted
+            extra = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            extra.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            try:
+                self.assertEqual(extra.recv(4096), b"", "a third connection was served")
+            except ConnectionResetError:
+                pass
+            for c in held + [extra]:
+                c.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_headers_legacy(self):
+        """SLUICE_RLS_HEADERS=legacy: envoyproxy/ratelimit's X-RateLimit-*
+        of the descriptor with the least remaining."""
+        s = Server(SLUICE_RLS_HEADERS="legacy")
+        try:
+            r = s.call(request(desc(("five", "l")), desc(("two", "l"))), timeout=10)
+            h = {x.key: x.value for x in r.response_headers_to_add}
+            self.assertEqual((h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"]), ("2", "1"))
+            self.assertTrue(0 < int(h["X-RateLimit-Reset"]) <= 86400)
+            self.assertNotIn("RateLimit", h)
+        finally:
+            self.assertEqual(s.stop(), 0)
+        r = subprocess.run([BIN], env=dict(os.environ, SLUICE_RLS_HEADERS="all"), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("SLUICE_RLS_HEADERS='all' is not draft, legacy, both or off", r.stderr)
+
+    def test_bad_environment(self):
+        r = subprocess.run([BIN], env=dict(os.environ, GRPC_PORT="70000"), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("GRPC_PORT='70000'", r.stderr)
+        r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT="/nonexistent-rls"), capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent-rls/ratelimit/config", r.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(GEN, ignore_errors=True)

@@ -1,0 +1,299 @@
+/* test_rls_decide.c -- sluice-rls's decision (server/rls/rls.c) at
+ * injected times: windows aligned to multiples of the unit on the realtime
+ * axis (one nanosecond short of the boundary, exactly on it), month and
+ * year as 30 and 365 days, duration_until_reset, times near 2^63, and the
+ * all-or-nothing rule.  The reference is arithmetic on the window index
+ * floor(t / W), written here, not the library's limiter.
+ */
+#include <stdarg.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "rls.h"
+
+static const char CFG[] = "domain: t\n"
+                          "descriptors:\n"
+                          "  - {key: s, rate_limit: {unit: second, requests_per_unit: 2}}\n"
+                          "  - {key: mo, rate_limit: {unit: month, requests_per_unit: 1}}\n"
+                          "  - {key: y, rate_limit: {unit: year, requests_per_unit: 1}}\n"
+                          "  - {key: w, rate_limit: {unit: week, requests_per_unit: 1}}\n"
+                          "  - {key: big, rate_limit: {unit: day, requests_per_unit: 3}}\n"
+                          "  - {key: five, rate_limit: {period: 5m, requests_per_unit: 2}}\n"
+                          "  - {key: tb, rate_limit: {algorithm: token-bucket, period: 1s, requests_per_unit: 2,"
+                          " burst: 4}}\n";
+
+typedef struct call {
+    Envoy__Service__Ratelimit__V3__RateLimitRequest req;
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[24], *dp[24];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[24], *ep[24];
+} call;
+
+/* A request of n one-entry descriptors (keys[i], "v"). */
+static void make(call *c, size_t n, const char *const keys[])
+{
+    envoy__service__ratelimit__v3__rate_limit_request__init(&c->req);
+    c->req.domain = (char *)"t";
+    c->req.n_descriptors = n;
+    c->req.descriptors = c->dp;
+    for (size_t i = 0; i < n; i++) {
+        envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__init(&c->d[i]);
+        envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__entry__init(&c->e[i]);
+        c->e[i].key = (char *)keys[i];
+        c->e[i].value = (char *)"v";
+        c->ep[i] = &c->e[i];
+        c->d[i].n_entries = 1;
+        c->d[i].entries = &c->ep[i];
+        c->dp[i] = &c->d[i];
+    }
+}
+
+static unsigned char scratch[RLS_SCRATCH_BYTES];
+
+static int decide(rls_config *cfg, call *c, uint64_t t, rls_answer *a)
+{
+    rls_counts counts = {0};
+    char msg[256];
+    int rc = rls_should_rate_limit(cfg, &c->req, t, false, scratch, a, &counts, msg, sizeof msg);
+    assert_int_equal(rc, 0);
+    return a->resp.overall_code;
+}
+
+static rls_config *load(void)
+{
+    char err[256];
+    rls_config *cfg = rls_config_new(1024);
+    assert_non_null(cfg);
+    assert_int_equal(rls_config_add_text(cfg, "t.yaml", CFG, sizeof CFG - 1, err, sizeof err), 0);
+    return cfg;
+}
+
+#define OK ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+#define OVER ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+#define S 1000000000ull
+
+static uint64_t reset_ns(const rls_answer *a, size_t i)
+{
+    const Google__Protobuf__Duration *d = a->resp.statuses[i]->duration_until_reset;
+    return (uint64_t)d->seconds * S + (uint64_t)d->nanos;
+}
+
+/* Each unit's window ends exactly at the next multiple of its length. */
+static void test_windows_align_to_the_epoch(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        uint64_t w;
+        uint32_t limit;
+    } u[] = {{"s", S, 2}, {"w", 7 * 86400 * S, 1}, {"mo", 30 * 86400 * S, 1}, {"y", 365 * 86400 * S, 1}};
+    rls_config *cfg = load();
+    for (size_t k = 0; k < sizeof u / sizeof u[0]; k++) {
+        const uint64_t w = u[k].w;
+        const uint64_t base = 1796256000ull * S / w * w + w; /* a window start, in 2026-2027 */
+        call c;
+        const char *keys[] = {u[k].key};
+        make(&c, 1, keys);
+        rls_answer a;
+        /* Fill the window at its last nanosecond but one... */
+        for (uint32_t i = 0; i < u[k].limit; i++)
+            assert_int_equal(decide(cfg, &c, base + w - 2, &a), OK);
+        assert_int_equal(reset_ns(&a, 0), 2);
+        assert_int_equal(a.resp.statuses[0]->current_limit->unit, k == 0 ? 1 : k == 1 ? 7 : k == 2 ? 5 : 6);
+        /* ... still full one nanosecond before the boundary ... */
+        assert_int_equal(decide(cfg, &c, base + w - 1, &a), OVER);
+        assert_int_equal(reset_ns(&a, 0), 1);
+        /* ... and empty exactly on it. */
+        assert_int_equal(decide(cfg, &c, base + w, &a), OK);
+        assert_int_equal(reset_ns(&a, 0), w);
+        assert_int_equal(a.resp.statuses[0]->limit_remaining, u[k].limit - 1);
+    }
+    rls_config_free(cfg);
+}
+
+/* Near the end of the time axis: no overflow, the same rule. */
+static void test_times_near_2_63(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"s"};
+    make(&c, 1, keys);
+    rls_answer a;
+    uint64_t top = (UINT64_C(1) << 63) - 1;
+    uint64_t start = top / S * S; /* the last second's window */
+    assert_int_equal(decide(cfg, &c, top, &a), OK);
+    assert_int_equal(reset_ns(&a, 0), start + S - top);
+    assert_int_equal(decide(cfg, &c, top, &a), OK);
+    assert_int_equal(decide(cfg, &c, top, &a), OVER);
+    rls_config_free(cfg);
+}
+
+/* A refusal by one limit charges none: "big" (3 a day) keeps its count
+ * while "s" (2 a second) refuses, then serves alone. */
+static void test_all_or_nothing(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call both, big;
+    const char *kb[] = {"s", "big"}, *kg[] = {"big"};
+    make(&both, 2, kb);
+    make(&big, 1, kg);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    assert_int_equal(decide(cfg, &both, t, &a), OK);
+    assert_int_equal(decide(cfg, &both, t, &a), OK);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(decide(cfg, &both, t, &a), OVER);
+        assert_int_equal(a.resp.statuses[0]->code, OVER);
+        assert_int_equal(a.resp.statuses[1]->code, OK);
+        assert_int_equal(a.resp.statuses[1]->limit_remaining, 1);
+    }
+    assert_int_equal(decide(cfg, &big, t, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->limit_remaining, 0);
+    assert_int_equal(decide(cfg, &big, t, &a), OVER);
+    rls_config_free(cfg);
+}
+
+/* hits_addend: the request's (0 means 1), a descriptor's (0 = a probe). */
+static void test_hits(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"big"};
+    make(&c, 1, keys);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    c.req.hits_addend = 2;
+    assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->limit_remaining, 1);
+    Google__Protobuf__UInt64Value zero = GOOGLE__PROTOBUF__UINT64_VALUE__INIT;
+    c.d[0].hits_addend = &zero;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+        assert_int_equal(a.resp.statuses[0]->limit_remaining, 1);
+    }
+    c.d[0].hits_addend = NULL;
+    assert_int_equal(decide(cfg, &c, t, &a), OVER); /* 2 more of 1 left */
+    c.req.hits_addend = 0;                          /* means 1 */
+    assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    rls_config_free(cfg);
+}
+
+/* Bad requests get a status and a message, and decide nothing. */
+static void test_bad_requests(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"big"};
+    make(&c, 1, keys);
+    rls_answer a;
+    rls_counts counts = {0};
+    char msg[256];
+    c.req.domain = (char *)"";
+    assert_int_equal(rls_should_rate_limit(cfg, &c.req, 1, false, scratch, &a, &counts, msg, sizeof msg),
+                     RLS_GRPC_INVALID_ARGUMENT);
+    assert_string_equal(msg, "rate limit domain must not be empty");
+    c.req.domain = (char *)"t";
+    c.d[0].n_entries = 0;
+    assert_int_equal(rls_should_rate_limit(cfg, &c.req, 1, false, scratch, &a, &counts, msg, sizeof msg),
+                     RLS_GRPC_INVALID_ARGUMENT);
+    assert_string_equal(msg, "descriptor 0 has no entries");
+    c.d[0].n_entries = 1;
+    c.req.n_descriptors = 0;
+    assert_int_equal(rls_should_rate_limit(cfg, &c.req, 1, false, scratch, &a, &counts, msg, sizeof msg),
+                     RLS_GRPC_INVALID_ARGUMENT);
+    /* Nothing was charged: the limit of 3 is whole. */
+    c.req.n_descriptors = 1;
+    c.req.hits_addend = 3;
+    assert_int_equal(decide(cfg, &c, 1, &a), OK);
+    rls_config_free(cfg);
+}
+
+/* 20 descriptors that all reach one key: one limit of the composite,
+ * charged once, every status its answer (more enforced descriptors than
+ * SLUICE_COMPOSITE_MAX: the case libFuzzer found overflowing a buffer). */
+static void test_many_descriptors_one_key(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[20];
+    for (int i = 0; i < 20; i++)
+        keys[i] = "big";
+    make(&c, 20, keys);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    for (uint32_t left = 2; left != UINT32_MAX; left--) {
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+        for (int i = 0; i < 20; i++)
+            assert_int_equal(a.resp.statuses[i]->limit_remaining, left);
+    }
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    rls_config_free(cfg);
+}
+
+/* `period: 5m`: windows on multiples of 300 s since the epoch. */
+static void test_period_aligned(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"five"};
+    make(&c, 1, keys);
+    rls_answer a;
+    const uint64_t w = 300 * S, end = 1800000000ull * S / w * w + w; /* a window's end */
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OK);
+    assert_int_equal(reset_ns(&a, 0), 1);
+    assert_int_equal(a.resp.statuses[0]->current_limit->unit, 0); /* no unit is 5 minutes */
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OK);
+    assert_int_equal(decide(cfg, &c, end - 1, &a), OVER);
+    assert_int_equal(decide(cfg, &c, end, &a), OK);
+    assert_int_equal(reset_ns(&a, 0), w);
+    rls_config_free(cfg);
+}
+
+/* `algorithm: token-bucket`, 2 a second, burst 4: 4 at once, then one per
+ * 500 ms -- tokens(t) computed here by hand. */
+static void test_token_bucket(void **state)
+{
+    (void)state;
+    rls_config *cfg = load();
+    call c;
+    const char *keys[] = {"tb"};
+    make(&c, 1, keys);
+    rls_answer a;
+    const uint64_t t = 1800000000ull * S;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    assert_int_equal(reset_ns(&a, 0), S); /* a token in 500 ms: 1 s rounded up */
+    assert_int_equal(decide(cfg, &c, t + S / 2 - 1, &a), OVER);
+    assert_int_equal(decide(cfg, &c, t + S / 2, &a), OK);
+    assert_int_equal(decide(cfg, &c, t + S / 2, &a), OVER);
+    assert_int_equal(a.resp.statuses[0]->current_limit->unit, 1); /* 1 s is SECOND */
+    rls_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_windows_align_to_the_epoch),
+        cmocka_unit_test(test_times_near_2_63),
+        cmocka_unit_test(test_all_or_nothing),
+        cmocka_unit_test(test_hits),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_period_aligned),
+        cmocka_unit_test(test_many_descriptors_one_key),
+        cmocka_unit_test(test_token_bucket),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
