@@ -510,8 +510,6 @@ static int override_line(parsed *p, word *t, int n, size_t line, char *err, size
         return bad(err, errlen, line, "override of a global rule (overrides are for key rules):",
                    t[1].src, t[1].srclen, NULL);
     if (n < 3) return bad(err, errlen, line, "override without a key:", t[1].src, t[1].srclen, NULL);
-    if (t[2].len > SLUICE_MAX_KEY_BYTES)
-        return bad(err, errlen, line, "override key longer than 65536 bytes:", t[2].src, t[2].srclen, NULL);
     if (n < 4) return bad(err, errlen, line, "override without a spec:", t[2].src, t[2].srclen, NULL);
     if (n > 4) return bad(err, errlen, line, "unexpected word after the override's spec:", t[4].src, t[4].srclen, NULL);
     pover o;
@@ -1530,7 +1528,7 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
 {
     if (!rs || !req || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(res, per_rule, n);
     for (size_t i = 0; i < n; i++) {
-        if (req[i].keylen > SLUICE_MAX_KEY_BYTES || (!req[i].key && req[i].keylen))
+        if (!req[i].key && req[i].keylen) /* any length: a long key is held by its digest */
             return bad_call(res, per_rule, n);
         for (size_t j = 0; j < i; j++)
             if (req[j].rule == req[i].rule && req[j].keylen == req[i].keylen &&

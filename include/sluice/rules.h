@@ -249,8 +249,9 @@ int sluice_rules_diff_files(const char *old_path, const char *path, unsigned fla
 int32_t sluice_rules_find(const sluice_rules *rs, const char *name);
 
 /* One limit of a request: the rule's id (sluice_rules_find) and the key
- * (keylen bytes, 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is
- * 0).  A global rule ignores the key.  The key bytes need only live for the
+ * (keylen bytes, any length: a key longer than SLUICE_MAX_KEY_BYTES is
+ * held by its digest, as in a table -- include/sluice.h, "Long keys"; key
+ * may be NULL when keylen is 0).  A global rule ignores the key.  The key bytes need only live for the
  * call. */
 typedef struct sluice_rule_key {
     int32_t rule;
@@ -319,8 +320,7 @@ typedef struct sluice_rule_outcome {
  *
  * A bad call decides nothing, counts nothing and returns false with
  * res->error = SLUICE_EINVAL: rs or req NULL, n out of range, an id that
- * no load ever gave, a key longer than SLUICE_MAX_KEY_BYTES (or NULL with
- * keylen > 0), or the same global rule (or the same key of one key rule)
+ * no load ever gave, a NULL key with keylen > 0, or the same global rule (or the same key of one key rule)
  * twice.  An id whose rule the current set does not hold is skipped
  * (outcome SLUICE_RULE_ABSENT): after a reload that removed a rule,
  * requests naming it are no longer limited by it.
