@@ -78,8 +78,13 @@ typedef struct {
     ngx_flag_t                headers;
 } ngx_http_sluice_loc_conf_t;
 
+/* The request's decision, kept in the main request's pool: a cleanup
+ * record whose handler is ngx_http_sluice_ctx_mark.  An internal redirect
+ * (index, try_files, error_page) wipes the module contexts, not the pool's
+ * cleanups, so the mark survives it, as limit_req's r->main->limit_req_status
+ * does; the module context only caches it. */
 typedef struct {
-    ngx_uint_t                decided;
+    ngx_uint_t                status;        /* NGX_HTTP_SLUICE_*, 0: none */
 } ngx_http_sluice_ctx_t;
 
 static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf);
@@ -587,12 +592,42 @@ ngx_http_sluice_delay(ngx_http_request_t *r)
     ngx_http_core_run_phases(r);
 }
 
+/* The cleanup handler that marks a request decided: it frees nothing. */
+static void
+ngx_http_sluice_ctx_mark(void *data)
+{
+    (void) data;
+}
+
+/* The main request's decision, or NULL when none was made yet.  The
+ * cleanups are the main request's own list, bounded by what it registered. */
+static ngx_http_sluice_ctx_t *
+ngx_http_sluice_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_request_t *m = r->main;
+    ngx_http_sluice_ctx_t *ctx = ngx_http_get_module_ctx(m, ngx_http_sluice_module);
+    ngx_pool_cleanup_t *cln;
+
+    if (ctx != NULL) {
+        return ctx;
+    }
+    for (cln = m->pool->cleanup; cln != NULL; cln = cln->next) {
+        if (cln->handler == ngx_http_sluice_ctx_mark) {
+            ctx = cln->data;
+            ngx_http_set_ctx(m, ctx, ngx_http_sluice_module);
+            return ctx;
+        }
+    }
+    return NULL;
+}
+
 static ngx_int_t
 ngx_http_sluice_handler(ngx_http_request_t *r)
 {
     ngx_http_sluice_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
     ngx_http_sluice_limit_t *limits;
     ngx_http_sluice_ctx_t *ctx;
+    ngx_pool_cleanup_t *cln;
     ngx_http_sluice_zone_t *ez[SLUICE_COMPOSITE_MAX], *sz[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     ngx_str_t skeys[SLUICE_COMPOSITE_MAX], key;
@@ -604,16 +639,17 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     if (lcf->limits == NULL || lcf->limits->nelts == 0) {
         return NGX_DECLINED;
     }
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_sluice_module);
-    if (ctx != NULL) {
+    if (ngx_http_sluice_get_ctx(r) != NULL) {
         return NGX_DECLINED; /* decided already (a delay ended, a redirect) */
     }
-    ctx = ngx_pcalloc(r->main->pool, sizeof(*ctx));
-    if (ctx == NULL) {
+    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(*ctx));
+    if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+    cln->handler = ngx_http_sluice_ctx_mark;
+    ctx = cln->data;
+    ngx_memzero(ctx, sizeof(*ctx));
     ngx_http_set_ctx(r->main, ctx, ngx_http_sluice_module);
-    ctx->decided = 1;
 
     limits = lcf->limits->elts;
     for (i = 0; i < lcf->limits->nelts; i++) {
