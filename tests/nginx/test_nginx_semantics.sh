@@ -9,6 +9,15 @@
 # port) for each check and stops it.  Every wait is bounded.  Checks:
 #   redirect  a request that goes through `index`, a `try_files` front
 #             controller or `error_page 404 = /uri` is decided once.
+#   loglevel  sluice_log_level sets a refusal's level, a delay's is one
+#             lower; a key the table cannot hold is a 500 with its own
+#             error line, never a refusal and never "not limited".
+#   full      a full zone evicts by default (new clients get in), and
+#             policy=refuse refuses new keys.
+#   status    $sluice_status: PASSED, DELAYED, REJECTED, REJECTED_DRY_RUN.
+#   config    `sluice NAME` before its sluice_zone; an unknown zone, a
+#             repeated parameter, a max_keys beyond memory are refused by
+#             nginx -t with the zone's name.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
 set -u
 
@@ -41,6 +50,147 @@ else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
 stop
+
+# ---- loglevel: the level of a refusal, of a delay; library errors are 500s --
+conf_http 1 <<CONF
+  sluice_zone lvl key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=100;
+  sluice_zone shp key=\$http_x_key spec="leaky-bucket 10/s capacity=5" max_keys=100;
+  large_client_header_buffers 4 128k;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location /warn/ { alias $dir/html/; sluice lvl; sluice_log_level warn; }
+    location /shape/ { alias $dir/html/; sluice shp; sluice_log_level warn; }
+    location / { sluice lvl; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    : >"$dir/logs/error.log"
+    c=$(codes 2 -H "X-Key: w" "$base/warn/index.html")
+    [ "$c" = "200 429" ] && grep -q '\[warn\] .*sluice: limiting requests by zone "lvl"' "$dir/logs/error.log" &&
+        ! grep -q '\[error\] .*limiting requests' "$dir/logs/error.log" &&
+        pass "sluice_log_level warn: the refusal is logged at warn" ||
+        fail "log level warn: $c; $(grep limiting "$dir/logs/error.log")"
+    c=$(codes 2 -H "X-Key: e" "$base/index.html")
+    [ "$c" = "200 429" ] && grep -q '\[error\] .*sluice: limiting requests by zone "lvl"' "$dir/logs/error.log" &&
+        pass "the default level of a refusal is error" || fail "default level: $c"
+    # three in a row on one connection: each waits for the one before
+    c=$(curl -s -H "X-Key: d" -w '%{http_code} ' -o /dev/null "$base/shape/index.html" \
+        -o /dev/null "$base/shape/index.html" -o /dev/null "$base/shape/index.html")
+    [ "$c" = "200 200 200 " ] && grep -q '\[notice\] .*sluice: delaying request' "$dir/logs/error.log" &&
+        pass "a delay is logged one level lower (notice)" ||
+        fail "delay level: $c; $(grep delaying "$dir/logs/error.log")"
+    # a key beyond what any table holds (SLUICE_MAX_KEY_BYTES): an error
+    big=$(head -c 70000 /dev/zero | tr '\0' k)
+    c=$(codes 2 -H "X-Key: $big" "$base/index.html")
+    [ "$c" = "500 500" ] && grep -q '\[error\] .*sluice zone "lvl": cannot decide (.*), key of 70000 bytes' "$dir/logs/error.log" &&
+        pass "a key the table cannot hold: 500 with its own error line" ||
+        fail "library error: want 500 500, got $c; $(grep 'cannot decide' "$dir/logs/error.log" | head -1 | cut -c1-200)"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- full: a zone full of keys in use -----------------------------------------
+# 64 keys of 1/h (each at rest only after an hour); 200 distinct clients.
+conf_http 1 <<CONF
+  sluice_zone lru key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=64;
+  sluice_zone ref key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=64 policy=refuse;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location /lru/ { alias $dir/html/; sluice lru; }
+    location /ref/ { alias $dir/html/; sluice ref; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    lru=$(for i in $(seq 200); do code -H "X-Key: client-$i" "$base/lru/index.html"; echo; done | sort | uniq -c | tr -s ' \n' ' ')
+    ref=$(for i in $(seq 200); do code -H "X-Key: client-$i" "$base/ref/index.html"; echo; done | sort | uniq -c | tr -s ' \n' ' ')
+    [ "$lru" = " 200 200 " ] && pass "a full zone evicts by default: every new client admitted ($lru)" ||
+        fail "default policy: want 200 x200, got $lru"
+    n429=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "429") print $i}' <<<"$ref")
+    [ "${n429:-0}" -ge 136 ] && pass "policy=refuse refuses new keys when full ($ref)" ||
+        fail "policy=refuse: want at least 136 refusals, got $ref"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- status: $sluice_status ---------------------------------------------------
+conf_http 1 <<CONF
+  sluice_zone st key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=100;
+  sluice_zone stshape key=\$http_x_key spec="leaky-bucket 10/s capacity=5" max_keys=100;
+  map \$sluice_status \$st_mapped { default "[\$sluice_status]"; }
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    add_header X-Sluice \$st_mapped always;
+    location /st/ { alias $dir/html/; sluice st; }
+    location /dry/ { alias $dir/html/; sluice st shadow; }
+    location /shape/ { alias $dir/html/; sluice stshape; }
+    location /none/ { alias $dir/html/; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    st() { curl -s -o /dev/null -D - "$@" | tr -d '\r' | awk -F': ' 'tolower($1) == "x-sluice" {print $2}'; }
+    got="$(st -H 'X-Key: a' "$base/st/index.html") $(st -H 'X-Key: a' "$base/st/index.html")"
+    got="$got $(st -H 'X-Key: b' "$base/dry/index.html") $(st -H 'X-Key: b' "$base/dry/index.html")"
+    # three in a row on one connection: each waits for the one before
+    got="$got $(st -H 'X-Key: c' "$base/shape/index.html" -o /dev/null "$base/shape/index.html" \
+        -o /dev/null "$base/shape/index.html" | tr '\n' ' ' | cut -d' ' -f1,3)"
+    got="$got $(st "$base/none/index.html") $(st "$base/st/index.html")"
+    want="[PASSED] [REJECTED] [PASSED] [REJECTED_DRY_RUN] [PASSED] [DELAYED] [] []"
+    [ "$got" = "$want" ] && pass "\$sluice_status in map and add_header: $got" ||
+        fail "\$sluice_status: want $want, got $got"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- config: forward references, duplicates, sizes ------------------------------
+conf_http 1 <<CONF
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location / { sluice later; }
+    location = /metrics { sluice_metrics; }
+  }
+  sluice_zone later key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=100;
+CONF
+if start; then
+    c=$(codes 2 -H "X-Key: f" "$base/index.html")
+    [ "$c" = "200 429" ] && pass "sluice NAME before its sluice_zone: $c" || fail "forward zone: $c"
+else
+    fail "sluice NAME before its sluice_zone: nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+check_t() { # ZONE_LINE LOCATION_LINE EXPECTED_TEXT
+    conf_http 1 <<CONF
+  $1
+  server { listen 127.0.0.1:$port; location / { $2 } }
+CONF
+    local out
+    out=$(ngx -t 2>&1)
+    if [ $? -ne 0 ] && grep -qF -- "$3" <<<"$out"; then
+        pass "nginx -t refuses: $3"
+    else
+        fail "nginx -t on '$1': want failure naming '$3', got: $out"
+    fi
+}
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10;' 'sluice b;' 'unknown sluice_zone "b"'
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10 max_keys=20;' 'sluice a;' \
+    'duplicate parameter "max_keys=20"'
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" key=$host max_keys=10;' 'sluice a;' \
+    'duplicate parameter "key=$host"'
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10 policy=refuse policy=evict-lru;' \
+    'sluice a;' 'duplicate parameter "policy=evict-lru"'
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=4294967296;' 'sluice a;' \
+    'sluice_zone "a": max_keys=4294967296 needs'
+check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10; sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10;' \
+    'sluice a;' 'duplicate sluice_zone "a"'
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]
