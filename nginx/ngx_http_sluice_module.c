@@ -19,9 +19,16 @@
  * puts at the head of every zone; the region is the pool's one allocation,
  * and the pool's `data` remembers it, so a reload that keeps the zone
  * (same name, same size) attaches to the same region and keeps every
- * key's state.  A reload that changes the spec but not the size
- * reconfigures the table at the reload's time (sluice_table_reconfigure_at:
- * the carry-over of a changed limit); another size is a new zone.
+ * key's state.  The size is chosen when the configuration is read, beside
+ * the running zone of that name: the same size exactly when max_keys,
+ * max_key_bytes and policy are the same and the region holds the new spec,
+ * another size otherwise (a new zone, fresh keys).  A new spec on a kept
+ * zone is tried on a scratch table by init_zone and applied by the new
+ * workers (init_process, sluice_table_reconfigure_at: the carry-over of a
+ * changed limit), once nginx has committed the reload: a reload that
+ * fails later changes nothing that runs.  A new zone's memory is a fresh
+ * mapping, zero already: it is not written (nginx -t on 10M keys stays at
+ * a few MB).
  *
  * The decision runs in the preaccess phase, as limit_req's: every `sluice`
  * of the location (inherited as a whole from the enclosing level when the
@@ -55,17 +62,23 @@
 #define SLUICE_NGX_DEFAULT_KEY_BYTES 64
 #define SLUICE_NGX_FIELD_MAX 4096
 
-typedef struct {
+typedef struct ngx_http_sluice_zone_s {
     ngx_str_t                 name;
     ngx_http_complex_value_t  key;
     char                     *spec;          /* NUL-terminated */
     size_t                    max_keys;
     size_t                    max_key_bytes;
     unsigned                  flags;
-    size_t                    region_size;
+    size_t                    region_size;   /* what the spec needs */
+    size_t                    region_alloc;  /* what the zone holds: more when kept */
+    char                     *made_spec;     /* the spec the region was made with */
+    ngx_uint_t                pending;       /* the spec is applied by init_process */
+    struct ngx_http_sluice_zone_s *old;      /* the running zone of this name:
+                                              * valid until init_zone only */
     ngx_shm_zone_t           *shm_zone;
     sluice_table             *table;         /* this process's handle */
     sluice_http_policy        policy;
+    size_t                    shm_size;      /* of shm_zone */
     ngx_uint_t                declared;      /* its sluice_zone was read */
     ngx_uint_t                line;          /* of the first `sluice NAME` */
     u_char                   *file;
@@ -254,7 +267,87 @@ ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     return NGX_CONF_OK;
 }
 
-/* The region of a zone: made once, kept across reloads that keep the zone. */
+/* The zone of the running configuration (the cycle being replaced) with
+ * this name, or NULL: while a new configuration is read, ngx_cycle is still
+ * the running one, and its zones and their data live until it is freed.
+ * The tag tells sluice's zones from another module's. */
+static ngx_http_sluice_zone_t *
+ngx_http_sluice_old_zone(ngx_str_t *name)
+{
+    ngx_cycle_t *old = (ngx_cycle_t *) ngx_cycle;
+    ngx_list_part_t *part;
+    ngx_shm_zone_t *shm;
+    ngx_uint_t i;
+
+    if (old == NULL) {
+        return NULL;
+    }
+    for (part = &old->shared_memory.part; part != NULL; part = part->next) {
+        shm = part->elts;
+        for (i = 0; i < part->nelts; i++) {
+            if (shm[i].tag == &ngx_http_sluice_module && shm[i].data != NULL
+                && shm[i].shm.name.len == name->len
+                && ngx_strncmp(shm[i].shm.name.data, name->data, name->len) == 0)
+            {
+                return shm[i].data;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* The first of max_keys, max_key_bytes, policy that differs, or NULL. */
+static const char *
+ngx_http_sluice_changed(const ngx_http_sluice_zone_t *oz, const ngx_http_sluice_zone_t *z)
+{
+    if (oz->max_keys != z->max_keys) {
+        return "max_keys";
+    }
+    if (oz->max_key_bytes != z->max_key_bytes) {
+        return "max_key_bytes";
+    }
+    if (oz->flags != z->flags) {
+        return "policy";
+    }
+    return NULL;
+}
+
+/* Would the region take the change of spec oz -> z?  Tried on a scratch
+ * table of one key made with the spec the region was made with (the ring
+ * of a sliding window is sized by it), so the running zone is not touched
+ * before nginx commits the new configuration. */
+static ngx_int_t
+ngx_http_sluice_try_change(ngx_http_sluice_zone_t *z, ngx_log_t *log, char *err, size_t errlen)
+{
+    size_t size = sluice_table_region_size(z->made_spec, 1, z->max_key_bytes, err, errlen);
+    sluice_table *t;
+    void *mem;
+    int rc;
+
+    if (size == 0) {
+        return NGX_ERROR;
+    }
+    mem = ngx_memalign(64, size, log);
+    if (mem == NULL) {
+        ngx_snprintf((u_char *) err, errlen, "no memory to try the change%Z");
+        return NGX_ERROR;
+    }
+    ngx_memzero(mem, size);
+    t = sluice_table_attach(mem, size, z->made_spec, 1, z->max_key_bytes, z->flags, err, errlen);
+    rc = t == NULL ? -1 : sluice_table_reconfigure_at(t, z->spec, sluice_now_ns(), err, errlen);
+    sluice_table_free(t);
+    ngx_free(mem);
+    return rc == 0 ? NGX_OK : NGX_ERROR;
+}
+
+/* The region of a zone: made once, kept across reloads that keep the zone
+ * (same name, same size: the size is chosen at parse time so that it is
+ * kept exactly when max_keys, max_key_bytes and policy are, and the region
+ * holds the new spec).  A change of spec is not applied here: nginx may
+ * still fail this reload (another zone, another module), and the running
+ * workers decide on the same region.  The handle is attached with the spec
+ * the region holds, the change is tried on a scratch table, and the new
+ * workers apply it (init_process), once the configuration is committed. */
 static ngx_int_t
 ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
@@ -262,35 +355,42 @@ ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_sluice_zone_t *oz = data;
     ngx_slab_pool_t *shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     char err[SLUICE_NGX_ERRLEN];
+    const char *what;
     void *region;
 
     if (oz != NULL || shm_zone->shm.exists) {
         region = shpool->data;
     } else {
-        region = ngx_slab_calloc(shpool, z->region_size);
+        /* A new zone is a fresh anonymous mapping, zero already: no
+         * ngx_slab_calloc, which would write (and make resident) every byte
+         * of it -- 1.5 GB for 10M keys, even under nginx -t. */
+        region = ngx_slab_alloc(shpool, z->region_alloc);
         if (region == NULL) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "sluice_zone \"%V\": no room for %uz bytes in its shared memory",
-                          &z->name, z->region_size);
+                          &z->name, z->region_alloc);
             return NGX_ERROR;
         }
         shpool->data = region;
+        if (z->old != NULL && (what = ngx_http_sluice_changed(z->old, z)) != NULL) {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "sluice_zone \"%V\": %s changed: a new zone, its keys start afresh",
+                          &z->name, what);
+        }
     }
 
-    z->table = sluice_table_attach(region, z->region_size, z->spec, z->max_keys,
+    z->table = sluice_table_attach(region, z->region_alloc, z->spec, z->max_keys,
                                    z->max_key_bytes, z->flags, err, sizeof err);
     if (z->table == NULL && oz != NULL) {
-        /* The spec changed but the size did not: attach with the old spec,
-         * then change it at this reload's time, carrying the state over. */
-        z->table = sluice_table_attach(region, z->region_size, oz->spec, oz->max_keys,
+        z->table = sluice_table_attach(region, z->region_alloc, oz->spec, oz->max_keys,
                                        oz->max_key_bytes, oz->flags, err, sizeof err);
-        if (z->table != NULL
-            && sluice_table_reconfigure_at(z->table, z->spec, sluice_now_ns(), err, sizeof err)
-                   != 0)
+        if (z->table != NULL && ngx_http_sluice_try_change(z, shm_zone->shm.log, err, sizeof err)
+                                    != NGX_OK)
         {
             sluice_table_free(z->table);
             z->table = NULL;
         }
+        z->pending = z->table != NULL;
     }
     if (z->table == NULL) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "sluice_zone \"%V\": %s",
@@ -531,9 +631,35 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    /* The slab pool's own pages and page descriptors, then the region. */
-    pages = z->region_size / ngx_pagesize + 1;
-    size = 8 * ngx_pagesize + pages * (ngx_pagesize + 64);
+    /* The size decides whether nginx keeps the running zone (same name,
+     * same size) or makes a new one.  Kept when max_keys, max_key_bytes
+     * and policy are the same and the region holds the new spec: then the
+     * old size, whatever it was.  Otherwise a new zone, of a size the old
+     * one does not have, so that a change is never attached to a region
+     * made for other parameters. */
+    z->old = ngx_http_sluice_old_zone(&z->name);
+    z->region_alloc = z->region_size;
+    z->made_spec = z->spec;
+    if (z->old != NULL && ngx_http_sluice_changed(z->old, z) == NULL
+        && z->region_size <= z->old->region_alloc)
+    {
+        z->region_alloc = z->old->region_alloc;
+        size = z->old->shm_size;
+        /* a copy: the old configuration's memory goes with it */
+        z->made_spec = ngx_pnalloc(cf->pool, ngx_strlen(z->old->made_spec) + 1);
+        if (z->made_spec == NULL) {
+            return NGX_CONF_ERROR;
+        }
+        ngx_memcpy(z->made_spec, z->old->made_spec, ngx_strlen(z->old->made_spec) + 1);
+    } else {
+        /* the slab pool's own pages and page descriptors, then the region */
+        pages = z->region_size / ngx_pagesize + 1;
+        size = 8 * ngx_pagesize + pages * (ngx_pagesize + 64);
+        if (z->old != NULL && size == z->old->shm_size) {
+            size += ngx_pagesize;
+        }
+    }
+    z->shm_size = size;
     z->shm_zone = ngx_shared_memory_add(cf, &z->name, size, &ngx_http_sluice_module);
     if (z->shm_zone == NULL) {
         return NGX_CONF_ERROR;
@@ -1004,7 +1130,7 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
 {
     ngx_http_sluice_main_conf_t *mcf;
     ngx_http_sluice_zone_t **zones;
-    char name[SLUICE_HTTP_NAME_MAX + 1];
+    char name[SLUICE_HTTP_NAME_MAX + 1], err[SLUICE_NGX_ERRLEN];
     ngx_uint_t i;
 
     if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module) == NULL) {
@@ -1020,6 +1146,16 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
     }
     zones = mcf->zones.elts;
     for (i = 0; i < mcf->zones.nelts; i++) {
+        /* A change of spec of a kept zone, now that the configuration is
+         * committed (init_zone tried it).  Every new worker applies it; the
+         * region keeps one current spec, so the second finds it done. */
+        if (zones[i]->pending
+            && sluice_table_reconfigure_at(zones[i]->table, zones[i]->spec, sluice_now_ns(), err,
+                                           sizeof err) != 0)
+        {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "sluice_zone \"%V\": spec \"%s\": %s",
+                          &zones[i]->name, zones[i]->spec, err);
+        }
         ngx_memcpy(name, zones[i]->name.data, zones[i]->name.len);
         name[zones[i]->name.len] = '\0';
         if (sluice_metrics_add_table(mcf->metrics, name, zones[i]->table) != 0) {

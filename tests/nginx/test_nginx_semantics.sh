@@ -18,6 +18,10 @@
 #   config    `sluice NAME` before its sluice_zone; an unknown zone, a
 #             repeated parameter, a max_keys beyond memory are refused by
 #             nginx -t with the zone's name.
+#   reload    a reload that changes max_key_bytes, max_keys or policy is
+#             applied (a new zone), and the next reload works; a reload
+#             that nginx fails changes no running zone's spec.
+#   bigzone   nginx -t on a zone of 10M keys: little CPU time and memory.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
 set -u
 
@@ -191,6 +195,112 @@ check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=4294967296;' 's
     'sluice_zone "a": max_keys=4294967296 needs'
 check_t 'sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10; sluice_zone a key=$uri spec="fixed-window 1/s" max_keys=10;' \
     'sluice a;' 'duplicate sluice_zone "a"'
+
+# ---- reload: max_key_bytes, max_keys, policy -----------------------------------
+# rz_conf MAX_KEY_BYTES MAX_KEYS POLICY [ALG_OF_ZONE_other]
+rz_conf() {
+    conf_http 2 <<CONF
+  sluice_zone p4 key=\$http_x_key spec="token-bucket 1/h burst=${5:-3}" max_keys=100;
+  sluice_zone rz key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=$2 max_key_bytes=$1 policy=$3;
+  sluice_zone other key=\$http_x_key spec="${4:-fixed-window 1/s}" max_keys=10;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    sluice_headers on;
+    location /rz/ { alias $dir/html/; sluice rz; }
+    location /p4/ { alias $dir/html/; sluice p4; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+}
+# fill PREFIX N: N new keys, one request each; prints the statuses, counted
+fill() { for i in $(seq "$2"); do code -H "X-Key: $1-$i" "$base/rz/index.html"; echo; done | sort | uniq -c | tr -s ' \n' ' '; }
+k64=$(printf 'k%.0s' $(seq 64))
+rz_conf 60 8 refuse
+if start; then
+    # a reload that completes and logs no emerg (the logs emptied first)
+    reload_ok() {
+        : >"$dir/logs/error.log"
+        : >"$dir/logs/reload.log"
+        reload_wait && [ -z "$(grep -ah emerg "$dir/logs/reload.log" "$dir/logs/error.log")" ]
+    }
+    rz_conf 64 8 refuse
+    if reload_ok; then
+        c=$(codes 2 -H "X-Key: $k64" "$base/rz/index.html")
+        [ "$c" = "200 429" ] && pass "reload max_key_bytes 60 -> 64: a 64-byte key is limited: $c" ||
+            fail "reload max_key_bytes 60 -> 64: a 64-byte key got $c"
+    else
+        fail "reload max_key_bytes 60 -> 64 failed: $(grep -ah emerg "$dir/logs/"*.log | tail -1)"
+    fi
+    f=$(fill a 8) # the 64-byte key is the 8th
+    [ "$f" = " 7 200 1 429 " ] || fail "max_keys=8 policy=refuse: 8 new keys beside one got $f"
+    rz_conf 64 9 refuse
+    if reload_ok; then
+        f=$(fill b 10)
+        [ "$f" = " 9 200 1 429 " ] && pass "reload max_keys 8 -> 9: 9 keys held, the 10th refused ($f)" ||
+            fail "reload max_keys 8 -> 9: 10 new keys got $f"
+    else
+        fail "reload max_keys 8 -> 9 failed: $(grep -ah emerg "$dir/logs/"*.log | tail -1)"
+    fi
+    rz_conf 64 9 refuse
+    reload_ok && [ "$(code -H "X-Key: b-1" "$base/rz/index.html")" = 429 ] &&
+        pass "the next reload (same configuration) keeps the zone" ||
+        fail "the reload after max_keys 8 -> 9: $(grep -ah emerg "$dir/logs/"*.log | tail -1)"
+    rz_conf 64 9 evict-lru
+    if reload_ok; then
+        f=$(fill c 20)
+        [ "$f" = " 20 200 " ] && pass "reload policy refuse -> evict-lru: 20 new keys admitted" ||
+            fail "reload policy refuse -> evict-lru: 20 new keys got $f"
+    else
+        fail "reload policy change failed: $(grep -ah emerg "$dir/logs/"*.log | tail -1)"
+    fi
+    # A reload nginx refuses (zone "other" changes its algorithm) must leave
+    # p4's spec alone, although p4 comes first (its zone is set up before
+    # other's fails): burst 3, not 5.
+    rz_conf 64 9 evict-lru "token-bucket 1/s" 5
+    : >"$dir/logs/error.log"
+    ngx -s reload 2>/dev/null
+    for _ in $(seq 100); do grep -aq 'sluice_zone "other"' "$dir/logs/error.log" && break; sleep 0.05; done
+    sleep 0.5
+    c=$(codes 4 -H "X-Key: fresh" "$base/p4/index.html")
+    h=$(curl -s -D - -o /dev/null -H "X-Key: fresh" "$base/p4/index.html" | tr -d '\r')
+    [ "$c" = "200 200 200 429" ] && grep -q 'sluice-burst=3' <<<"$h" &&
+        pass "a failed reload leaves the running spec: burst 3 ($c)" ||
+        fail "a failed reload: want 200 200 200 429 and sluice-burst=3, got $c; $(grep -i '^ratelimit-policy' <<<"$h")"
+    rz_conf 64 9 evict-lru "fixed-window 1/s" 5
+    if reload_ok; then
+        c=$(codes 6 -H "X-Key: fresh2" "$base/p4/index.html")
+        h=$(curl -s -D - -o /dev/null -H "X-Key: fresh2" "$base/p4/index.html" | tr -d '\r')
+        [ "$c" = "200 200 200 200 200 429" ] && grep -q 'sluice-burst=5' <<<"$h" &&
+            pass "then a committed reload applies burst 5 ($c)" || fail "committed reload: $c; $h"
+    else
+        fail "reload to burst 5 failed: $(grep -ah emerg "$dir/logs/"*.log | tail -1)"
+    fi
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- bigzone: nginx -t on 10M keys -----------------------------------------------
+# The zone's memory is a fresh mapping, zero already: nginx -t must not
+# write it.  CPU time (user + sys) and peak RSS of `nginx -t`, as the kernel
+# counts them for the child (a loaded machine stretches wall time, not these).
+conf_http 1 <<CONF
+  sluice_zone big key=\$binary_remote_addr spec="token-bucket 10/s burst=20" max_keys=10000000;
+  server { listen 127.0.0.1:$port; location / { sluice big; } }
+CONF
+read -r cpu rss rc < <(python3 - "$nginx_bin" "$dir" <<'PY'
+import os, sys
+n, d = sys.argv[1], sys.argv[2]
+pid = os.posix_spawn(n, [n, "-t", "-q", "-p", d, "-c", d + "/nginx.conf", "-e", d + "/logs/error.log"],
+                     os.environ)
+_, status, ru = os.wait4(pid, 0)
+print(f"{ru.ru_utime + ru.ru_stime:.3f} {ru.ru_maxrss // 1024} {os.waitstatus_to_exitcode(status)}")
+PY
+)
+python3 -c "import sys; sys.exit(0 if $rc == 0 and $cpu < 0.1 and $rss < 20 else 1)" &&
+    pass "nginx -t on 10M keys: ${cpu}s CPU, ${rss} MB peak RSS" ||
+    fail "nginx -t on 10M keys: rc $rc, ${cpu}s CPU, ${rss} MB peak RSS (want < 0.1 s, < 20 MB)"
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]
