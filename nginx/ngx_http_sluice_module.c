@@ -3,7 +3,8 @@
  * Directives (README.md, "nginx"):
  *
  *   sluice_zone NAME key=$variable spec="SPEC" max_keys=N
- *               [max_key_bytes=N] [policy=evict-lru|refuse];      http
+ *               [max_key_bytes=N] [policy=evict-lru|refuse]
+ *               [path=PATH];                                      http
  *   sluice NAME [shadow];                          http, server, location
  *   sluice_status CODE;                            (default 429)
  *   sluice_headers on|off;                         (default off)
@@ -79,6 +80,7 @@ typedef struct ngx_http_sluice_zone_s {
     sluice_table             *table;         /* this process's handle */
     sluice_http_policy        policy;
     size_t                    shm_size;      /* of shm_zone */
+    char                     *path;          /* path=: a named table, or NULL */
     ngx_uint_t                declared;      /* its sluice_zone was read */
     ngx_uint_t                line;          /* of the first `sluice NAME` */
     u_char                   *file;
@@ -340,6 +342,41 @@ ngx_http_sluice_try_change(ngx_http_sluice_zone_t *z, ngx_log_t *log, char *err,
     return rc == 0 ? NGX_OK : NGX_ERROR;
 }
 
+/* A zone with path=: the named table sluice_table_open() makes or attaches
+ * (a POSIX shared memory object for "/name", a file otherwise), so its keys
+ * outlive nginx (stop, start, binary upgrade) and application processes
+ * can open it too.  A change of spec on a reload is handled as for a zone
+ * in nginx's memory (tried now, applied by the new workers); a change of
+ * max_keys, max_key_bytes or policy is refused by the table (another path,
+ * or sluice_table_unlink, starts afresh). */
+static ngx_int_t
+ngx_http_sluice_open_zone(ngx_http_sluice_zone_t *z, ngx_http_sluice_zone_t *oz, ngx_log_t *log)
+{
+    char err[SLUICE_NGX_ERRLEN];
+
+    z->table = sluice_table_open(z->path, z->spec, z->max_keys, z->max_key_bytes, z->flags, err,
+                                 sizeof err);
+    if (z->table == NULL && oz != NULL && oz->path != NULL && ngx_strcmp(oz->path, z->path) == 0
+        && ngx_http_sluice_changed(oz, z) == NULL)
+    {
+        z->table = sluice_table_open(z->path, oz->spec, z->max_keys, z->max_key_bytes, z->flags,
+                                     err, sizeof err);
+        z->made_spec = oz->spec; /* the ring the file was made with is unknown here */
+        if (z->table != NULL && ngx_http_sluice_try_change(z, log, err, sizeof err) != NGX_OK) {
+            sluice_table_free(z->table);
+            z->table = NULL;
+        }
+        z->made_spec = z->spec;
+        z->pending = z->table != NULL;
+    }
+    if (z->table == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0, "sluice_zone \"%V\": path \"%s\": %s", &z->name,
+                      z->path, err);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
 /* The region of a zone: made once, kept across reloads that keep the zone
  * (same name, same size: the size is chosen at parse time so that it is
  * kept exactly when max_keys, max_key_bytes and policy are, and the region
@@ -358,6 +395,9 @@ ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     const char *what;
     void *region;
 
+    if (z->path != NULL) {
+        return ngx_http_sluice_open_zone(z, oz, shm_zone->shm.log);
+    }
     if (oz != NULL || shm_zone->shm.exists) {
         region = shpool->data;
     } else {
@@ -567,6 +607,21 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
             z->max_key_bytes = (size_t) num;
+        } else if (ngx_strncmp(value[i].data, "path=", 5) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 32, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+            if (value[i].len == 5) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": an empty path",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+            z->path = ngx_pnalloc(cf->pool, value[i].len - 5 + 1);
+            if (z->path == NULL) {
+                return NGX_CONF_ERROR;
+            }
+            ngx_memcpy(z->path, value[i].data + 5, value[i].len - 5);
+            z->path[value[i].len - 5] = '\0';
         } else if (value[i].len == 13 && ngx_strncmp(value[i].data, "policy=refuse", 13) == 0) {
             if (ngx_http_sluice_once(cf, &seen, 16, &value[i]) != NGX_OK) {
                 return NGX_CONF_ERROR;
@@ -640,8 +695,12 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     z->old = ngx_http_sluice_old_zone(&z->name);
     z->region_alloc = z->region_size;
     z->made_spec = z->spec;
-    if (z->old != NULL && ngx_http_sluice_changed(z->old, z) == NULL
-        && z->region_size <= z->old->region_alloc)
+    if (z->path != NULL) {
+        /* the table is the named region; nginx's zone only carries the
+         * zone from one configuration to the next (the same size always) */
+        size = 8 * ngx_pagesize;
+    } else if (z->old != NULL && ngx_http_sluice_changed(z->old, z) == NULL
+               && z->region_size <= z->old->region_alloc)
     {
         z->region_alloc = z->old->region_alloc;
         size = z->old->shm_size;

@@ -22,6 +22,9 @@
 #             applied (a new zone), and the next reload works; a reload
 #             that nginx fails changes no running zone's spec.
 #   bigzone   nginx -t on a zone of 10M keys: little CPU time and memory.
+#   path      a zone with path= keeps its keys across nginx -s stop and
+#             start, and an application process (the Python binding)
+#             shares its limit.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
 set -u
 
@@ -301,6 +304,47 @@ PY
 python3 -c "import sys; sys.exit(0 if $rc == 0 and $cpu < 0.1 and $rss < 20 else 1)" &&
     pass "nginx -t on 10M keys: ${cpu}s CPU, ${rss} MB peak RSS" ||
     fail "nginx -t on 10M keys: rc $rc, ${cpu}s CPU, ${rss} MB peak RSS (want < 0.1 s, < 20 MB)"
+
+# ---- path: a named table outlives nginx and is shared ---------------------------
+shm="/sluice-nginx-test-$$"
+trap 'stop; rm -rf "$dir"; rm -f "/dev/shm${shm}"' EXIT
+conf_http 2 <<CONF
+  sluice_zone pz key=\$http_x_key spec="token-bucket 1/h burst=2" max_keys=100 path=$shm;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location / { sluice pz; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    c=$(codes 3 -H "X-Key: a" "$base/index.html")
+    stop
+    if start; then
+        c="$c / $(codes 1 -H "X-Key: a" "$base/index.html")"
+        [ "$c" = "200 200 429 / 429" ] && pass "path=: a key's state survives nginx -s stop and start ($c)" ||
+            fail "path= across a restart: want 200 200 429 / 429, got $c"
+        # an application process opens the same table and takes key b's burst
+        lib=$(dirname "$so")/../libsluice.so
+        if [ -f "$lib" ]; then
+            py=$(SLUICE_LIBRARY=$lib PYTHONPATH=$here/../../bindings/python python3 -c "
+import sluice
+t = sluice.SharedTable('$shm', 'token-bucket 1/h burst=2', 100, evict_lru=True)
+print(t.try_acquire(b'b'), t.try_acquire(b'b'), t.try_acquire(b'b'))" 2>&1)
+            c=$(codes 1 -H "X-Key: b" "$base/index.html")
+            [ "$py" = "True True False" ] && [ "$c" = 429 ] &&
+                pass "path=: an application process shares the zone's limit (python: $py; nginx: $c)" ||
+                fail "path= shared with python: python $py, nginx $c"
+        else
+            echo "skip path= with an application process: $lib not built"
+        fi
+    else
+        fail "path=: nginx did not start again: $(tail -3 "$dir/logs/error.log")"
+    fi
+else
+    fail "path=: nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]
