@@ -33,7 +33,8 @@
  *  - No decision allocates, except: sliding-log and sliding-wheel, whose
  *    ring grows with the requests admitted in the window (README.md); a
  *    table's first request for a key longer than 16 bytes (a copy of the
- *    key); an asynchronous acquire (its queue node).  If that allocation
+ *    key, or of its 16-byte digest when longer than SLUICE_MAX_KEY_BYTES);
+ *    an asynchronous acquire (its queue node).  If that allocation
  *    fails the request is refused, never admitted unrecorded.
  *
  * Thread-safety: constructors (`_new`) may be called from any number of
@@ -473,9 +474,26 @@ typedef struct sluice_table_stats {
     uint64_t reserved_[4]; /* zero: room to grow in a minor version */
 } sluice_table_stats;
 
-/* The longest key a table accepts, in bytes.  Keys of up to 16 bytes (an
- * IPv6 address, two 64-bit ids) are stored inline; longer ones cost one
- * allocation of their length. */
+/* The longest key a table stores as itself, in bytes.  Keys of up to 16
+ * bytes (an IPv6 address, two 64-bit ids) are stored inline; longer ones
+ * cost one allocation of their length.
+ *
+ * Long keys.  A key of any length is a key: no length escapes its limit.
+ * A key longer than the table's cap -- SLUICE_MAX_KEY_BYTES for a table of
+ * sluice_table_new(), max_key_bytes for a table in a shared region -- is
+ * held by its digest: SipHash-2-4 with 128-bit output, keyed by a key
+ * derived from the table's secret random seed (a shared region's seed lives
+ * in the region, so every process digests alike), hashed in O(length) by
+ * every call that names the key.  The digest is marked apart from every
+ * key held as itself, so a long key never equals a short one (its own 16
+ * digest bytes included).  Two distinct long keys share one limit only if
+ * their digests collide: a chance of at most 2^-64 per pair (2^-128 for a
+ * random pair; the seed is secret, so chosen keys do no better), or about
+ * n^2 / 2^65 for n long keys.  Every function that takes a key agrees:
+ * decisions, bursts, peek, remove, reset, overrides and composite refs
+ * (sluice_ref_key); sluice_table_scan() gives such a key as its 16 digest
+ * bytes with SLUICE_KEY_DIGEST in state->flags.  The sketch of the keys
+ * refused most counts a key's first bytes (sluice_table_set_top). */
 #define SLUICE_MAX_KEY_BYTES 65536
 
 /* Flags for sluice_table_new_flags(). */
@@ -533,11 +551,12 @@ sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
 void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
- * 0 .. SLUICE_MAX_KEY_BYTES; key may be NULL when keylen is 0).  A key seen
+ * any length: one longer than SLUICE_MAX_KEY_BYTES is held by its digest,
+ * see "Long keys" above; key may be NULL when keylen is 0).  A key seen
  * for the first time gets a fresh limiter (a probe, or a request no fresh
  * limiter could admit, is decided without making the key).  Returns false
- * and takes nothing, with res->error telling why, when the key is longer
- * than SLUICE_MAX_KEY_BYTES (SLUICE_EINVAL, retry_after_ns = -1), when
+ * and takes nothing, with res->error telling why, when key is NULL with
+ * keylen > 0 (SLUICE_EINVAL, retry_after_ns = -1), when
  * memory runs out (SLUICE_ENOMEM, retry_after_ns = -1), or when the table
  * holds max_keys keys, none at rest (SLUICE_EFULL; retry_after_ns is a lower
  * bound on the time until the first held key comes to rest -- the next time
@@ -565,8 +584,9 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key,
  * request (all of them when the burst returns: a sluice_table_stats_get()
  * running meanwhile may not see the burst's decisions yet).  A request that cannot be decided is refused on its own, with
  * the reason in results[i].error and the others decided as usual:
- * SLUICE_EINVAL (keys[i] longer than SLUICE_MAX_KEY_BYTES, or NULL with
- * keylens[i] > 0; also every request when keys or keylens is NULL),
+ * SLUICE_EINVAL (keys[i] NULL with keylens[i] > 0; also every request
+ * when keys or keylens is NULL; a key longer than SLUICE_MAX_KEY_BYTES is
+ * decided on its digest, as one call),
  * SLUICE_EFULL or SLUICE_ENOMEM (as for one call).  n = 0 does nothing and
  * returns 0 (the arrays may then be NULL).  Otherwise keys and keylens (and
  * permits and results, when not NULL) hold n elements each; results may be
@@ -675,8 +695,8 @@ int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size
  * a lookup (scan: of a bounded walk), so all are thread-safe with each other
  * and with concurrent decisions, and each is atomic with respect to the
  * decisions on the key it touches.  Keys are as for
- * sluice_table_try_acquire_at(): 0 .. SLUICE_MAX_KEY_BYTES bytes, key may
- * be NULL when keylen is 0; the key bytes need only live for the call. */
+ * sluice_table_try_acquire_at(): any length (a long one by its digest),
+ * key may be NULL when keylen is 0; the key bytes need only live for the call. */
 
 /* What a table holds for one key.
  *  last_ns  the latest time the key's limiter has seen (its latest
@@ -689,14 +709,22 @@ int sluice_table_top_refused(const sluice_table *t, sluice_top_entry out[], size
 typedef struct sluice_key_state {
     uint64_t last_ns;
     uint64_t rest_ns;
-    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
+    uint64_t flags;        /* sluice_table_scan(): SLUICE_KEY_DIGEST or 0 */
+    uint64_t reserved_[1]; /* zero: room to grow in a minor version */
 } sluice_key_state;
+
+/* sluice_key_state.flags, as sluice_table_scan() gives a key: the table
+ * holds the key by its digest (a key longer than the table's cap: see
+ * sluice_table_try_acquire_at), and the bytes given are the 16 digest
+ * bytes, not a key -- passing them back to sluice_table_remove() or _peek_at
+ * names another key (the short key of those bytes), never this one. */
+#define SLUICE_KEY_DIGEST 1u
 
 /* Drop `key` and its state: the next request for it starts a fresh limiter
  * (full bucket, empty window), and its place counts no more against
  * max_keys.  Returns 0 when the key was held, SLUICE_ENOENT when it was not
- * (nothing changes), SLUICE_EINVAL for a NULL table, a key longer than
- * SLUICE_MAX_KEY_BYTES or a NULL key with keylen > 0 (nothing changes).
+ * (nothing changes), SLUICE_EINVAL for a NULL table or a NULL key with
+ * keylen > 0 (nothing changes).
  * Counted in no counter of sluice_table_stats but `keys`.  Thread-safe. */
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen);
 
@@ -798,8 +826,10 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * and the per-key overrides (SLUICE_EINVAL).
  *
  * The region holds no pointers and is never reallocated: keys of up to
- * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table; a longer
- * key is refused with SLUICE_EINVAL) live in it.  sliding-log and
+ * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table) live in
+ * it as themselves; a longer key, of any length, by its 16-byte digest
+ * under the region's seed ("Long keys", above), so max_key_bytes only
+ * sizes the slots (each has room for at least 16 bytes).  sliding-log and
  * sliding-wheel keep a ring of up to min(N, L) entries per key (N the
  * window's slots: PERIOD in ns for sliding-log), reserved for every key:
  * min(N, L) must be below 65536 (1 MiB a key), else the spec is refused.
@@ -1089,9 +1119,14 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * key refuses as it would, only its recovery may come a little sooner.
  *
  * Thread-safe: decisions on any key may run meanwhile, each wholly under
- * one spec; changes of one table are serialised.  Memory: each change
- * keeps a configuration (about 200 bytes) until the table is freed, since a
- * key may still be under it. */
+ * one spec; changes of one table are serialised.  Memory does not grow
+ * with changes: a table of sluice_table_new() keeps at most 8 chained
+ * configurations (about 200 bytes each) -- the change that would chain a
+ * ninth first carries every held key to the newest (one pass over the
+ * slots, one shard locked at a time: a few ms for 10^6 keys) and frees the
+ * older ones once no call that may still read them runs; a table in a
+ * shared region holds the last 8 in the region and a parsed copy of each in
+ * the handle, refilled in place. */
 int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_ns,
                                 char *err, size_t errlen);
 

@@ -287,11 +287,13 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
             pt->keylen = r->keylen;
             if ((pt->rt = sluice__table_region(r->table)) != NULL) {
                 if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen)) return -1;
+                sluice__part_key(pt); /* a long key: its digest (table.c) */
                 pt->order = NULL;
-                pt->rk = sluice__rtable_shard_of(pt->rt, r->key, r->keylen, &pt->hash, pt->rid);
+                pt->rk = sluice__rtable_shard_of(pt->rt, pt->skey, pt->skeylen, &pt->hash, pt->rid);
             } else {
-                if (r->keylen > SLUICE_MAX_KEY_BYTES || (!r->key && r->keylen)) return -1;
-                pt->order = sluice__table_shard_of(r->table, r->key, r->keylen, &pt->hash);
+                if (!r->key && r->keylen) return -1;
+                sluice__part_key(pt);
+                pt->order = sluice__table_shard_of(r->table, pt->skey, pt->skeylen, &pt->hash);
             }
         }
         /* insertion sort in the global lock order */

@@ -50,6 +50,9 @@ typedef struct sluice__part {
     sluice_table *t;
     const void *key;
     size_t keylen;
+    const void *skey;         /* the key as its table stores it (table.c, */
+    size_t skeylen;           /* sluice__part_key: a long one's digest) */
+    unsigned char dig[16];    /* that digest */
     uint64_t hash;
     const void *order;        /* lock order: the limiter, or the key's shard */
     struct sluice__rtable *rt; /* a key of a table in a shared region, or NULL */
@@ -130,6 +133,7 @@ SLUICE__INTERNAL int sluice__tables_decide(const sluice_limit_ref *refs, size_t 
  * its shard moved (a key made or dropped by another part); storing part->tmp
  * into the entry; undoing a made entry; reclaiming keys at rest in every shard
  * (with no lock held); counting (`full`: refused for want of room). */
+SLUICE__INTERNAL void sluice__part_key(sluice__part *part); /* skey, skeylen from key, keylen, t, rt */
 SLUICE__INTERNAL void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen,
                                               uint64_t *hash);
 SLUICE__INTERNAL void sluice__table_lock(sluice_table *t, void *shard, uint64_t now_ns);

@@ -11,7 +11,7 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version (4), the
+ *   header   512 bytes   init word, magic, layout version (5), the
  *                        canonical spec it was made with (its origin:
  *                        the layout's), max_keys, max_key_bytes, flags,
  *                        the sizes below, the SipHash seed, the boot id,
@@ -37,7 +37,9 @@
  *                           (0/1) | key length | tag (hash's low 32 bits)
  *          8  epochs        the configuration each copy's state is under
  *                           (32 bits each: copy 0's low, copy 1's high)
- *         16  key           max_key_bytes, rounded up to 16
+ *         16  key           max_key_bytes, rounded up to 16 (16 at least:
+ *                           a longer key is held by its 16-byte digest,
+ *                           length code SLUICE__DIGEST_LEN; table.h)
  *          .  copy 0, copy 1 the state, twice: 16 bytes each when it packs
  *                           (limiter.c's 16-byte form), for the window
  *                           logs the ring's header (t_last, base, head,
@@ -197,9 +199,9 @@
  * locked path reads them, without their locks: each true when read).  The
  * locked path writes nothing else for these (the shard's `now` moves only
  * for an admission or a new key).  (6) The profile decided under is a
- * parsed configuration this handle made and published (read_prof), which
- * is never changed or freed while the handle lives; never the region's
- * text of a spec, which a change may rewrite.
+ * copy of a parsed configuration this handle made, read as a seqlock read
+ * (read_prof: the handle refills its CFG_K places in place); never the
+ * region's text of a spec, which a change may rewrite.
  *
  * An admission read so is not thrown away: the caller takes the lock, and
  * if the sequence it finds is still v (no hold since the read: every hold
@@ -381,6 +383,7 @@
 #include "counters.h"
 #include "region_table.h"
 #include "spin.h"
+#include "table.h"
 #include "window_log.h"
 
 #include <errno.h>
@@ -396,7 +399,8 @@
 #include <unistd.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 4u /* 3: the shards' sequence words; 4: the counter stripes */
+#define VERSION 5u /* 3: the shards' sequence words; 4: the counter stripes; 5: digested
+                    * long keys (their length code; a key field of 16 bytes at least) */
 #define CFG_K 8u /* configurations the region remembers (a power of two) */
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
@@ -452,17 +456,26 @@ typedef struct rcfg {
     char spec[SLUICE_SPEC_MAX];
 } rcfg;
 
-/* A handle's parsed copy of a remembered configuration `epoch`.  Made once
- * per epoch, published in the handle's prof[epoch % CFG_K] and never
- * changed or freed until the handle is closed (`made` chains them), so a
- * read without any lock may use one it finds (read_prof).  When memory runs
- * out, the handle's own slot `spare[epoch % CFG_K]` is filled in place, as
- * the locked paths may (prof()); reads never use those. */
+/* A handle's parsed copy of a remembered configuration `epoch`: CFG_K of
+ * them, one per place of the region's ring (epoch % CFG_K), part of the
+ * handle and filled in place by prof() -- so a handle's memory does not
+ * grow with changes of spec (issue 26 5: it took a new one per change,
+ * kept until the close).  A place is filled for epoch e + CFG_K only once
+ * e + CFG_K is remembered, when no holder of a shard lock (the locked
+ * paths, which use `pf` in place) can be under e any more (the floor,
+ * prof()).  A read without any lock may still be looking at it: the fill is
+ * a seqlock write (`seq` odd meanwhile; the profile stored in words, PUT),
+ * and the read copies the words (GET) and checks `seq` and `epoch` after
+ * (read_prof). */
+#define PF_WORDS ((sizeof(sluice__profile) + 7) / 8)
 typedef struct rprof {
-    _Atomic uint64_t epoch; /* UINT64_MAX while a spare is filled */
+    sluice__spin seq;       /* odd while prof() fills it */
+    _Atomic uint64_t epoch; /* the configuration held; UINT64_MAX: none yet */
     uint64_t at;
-    sluice__profile pf;
-    struct rprof *made;
+    union {
+        sluice__profile pf; /* the locked paths read it in place */
+        uint64_t w[PF_WORDS];
+    };
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328,
@@ -518,9 +531,7 @@ typedef struct layout {
 
 struct sluice__rtable {
     layout L; /* from the spec the region was made with (its origin) */
-    _Atomic(rprof *) prof[CFG_K];
-    rprof *made;             /* every rprof made, to free on close */
-    rprof spare[CFG_K];      /* when memory runs out (rprof) */
+    rprof prof[CFG_K];
     pthread_mutex_t prof_mu; /* fills prof[] */
     unsigned flags;
     rhead *h;
@@ -528,6 +539,7 @@ struct sluice__rtable {
     unsigned char *slots;
     void *map; /* sluice_table_open's mapping, unmapped on close */
     size_t map_len;
+    uint64_t dseed[2]; /* long keys' digest key, from the region's seed (table.h) */
 };
 
 /* ---- who we are, and whether a holder lives ----------------------------- */
@@ -721,7 +733,9 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
         L->cb = pf->packed ? 16 : (uint32_t)round16(sizeof(sluice__state));
     }
     L->key_off = 16; /* beside the header: a short key's read is one line */
-    L->copy_off = L->key_off + round16(max_key_bytes);
+    /* a key longer than max_key_bytes is held by its 16-byte digest */
+    L->copy_off = L->key_off + round16(max_key_bytes > SLUICE__DIGEST_BYTES ? max_key_bytes
+                                                                            : SLUICE__DIGEST_BYTES);
     L->ring_off = L->copy_off + 2 * (size_t)L->cb;
     L->stride = L->ring_off + (size_t)L->ring_cap * sizeof(sluice__log_entry);
     while (L->shard_bits < 6 && ((size_t)256 << L->shard_bits) < max_keys) L->shard_bits++;
@@ -821,6 +835,7 @@ static void key_write(const sluice__rtable *r, unsigned char *s, const void *key
 {
     uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
     const unsigned char *k = key;
+    keylen = sluice__key_bytes(keylen);
     for (size_t i = 0; i < keylen; i += 8) {
         uint64_t w = 0;
         memcpy(&w, k + i, keylen - i < 8 ? keylen - i : 8);
@@ -920,47 +935,53 @@ static inline uint64_t epoch_now(const sluice__rtable *r)
  * holder of a shard lock can be under it any more (the floor). */
 static const rprof *prof(sluice__rtable *r, uint64_t epoch)
 {
-    _Atomic(rprof *) *slot = &r->prof[epoch & (CFG_K - 1)];
-    rprof *p = atomic_load_explicit(slot, memory_order_acquire);
-    if (p && atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
+    rprof *p = &r->prof[epoch & (CFG_K - 1)];
+    if (atomic_load_explicit(&p->epoch, memory_order_acquire) == epoch) return p;
     pthread_mutex_lock(&r->prof_mu);
-    p = atomic_load_explicit(slot, memory_order_relaxed);
-    if (!p || atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
-        rprof *n = sluice__calloc64(sizeof *n);
-        if (n) {
-            n->made = r->made;
-            r->made = n;
-        } else { /* no memory: in place, which only the locked paths use */
-            n = &r->spare[epoch & (CFG_K - 1)];
-            atomic_store_explicit(&n->epoch, UINT64_MAX, memory_order_relaxed);
-        }
+    if (atomic_load_explicit(&p->epoch, memory_order_relaxed) != epoch) {
         const rcfg *c = cfg_at(r, epoch);
         char spec[SLUICE_SPEC_MAX];
         memcpy(spec, c->spec, sizeof spec);
         spec[sizeof spec - 1] = 0;
         /* written by a change that parsed it: it parses (a region written
          * by hand that does not is decided under the origin's spec) */
-        if (sluice__spec_parse(spec, &n->pf, NULL, 0) != 0 || n->pf.ops != r->L.pf.ops)
-            n->pf = r->L.pf;
-        n->at = c->at;
-        atomic_store_explicit(&n->epoch, epoch, memory_order_release);
-        atomic_store_explicit(slot, n, memory_order_release);
-        p = n;
+        union {
+            sluice__profile pf;
+            uint64_t w[PF_WORDS];
+        } n;
+        memset(&n, 0, sizeof n);
+        if (sluice__spec_parse(spec, &n.pf, NULL, 0) != 0 || n.pf.ops != r->L.pf.ops)
+            n.pf = r->L.pf;
+        /* in place, as a seqlock writer: epoch e - CFG_K, the one it held,
+         * is below the floor, so only reads without a lock may be at it */
+        sluice__spin_lock(&p->seq);
+        atomic_store_explicit(&p->epoch, UINT64_MAX, memory_order_relaxed);
+        for (size_t w = 0; w < PF_WORDS; w++) PUT(&p->w[w], n.w[w]);
+        p->at = c->at;
+        atomic_store_explicit(&p->epoch, epoch, memory_order_release);
+        sluice__spin_unlock(&p->seq);
     }
     pthread_mutex_unlock(&r->prof_mu);
     return p;
 }
 
-/* The parsed configuration `epoch` for a read without the lock: one made
- * for it and published (never changed while the handle lives), else NULL
- * (the lock path makes it). */
-static const rprof *read_prof(const sluice__rtable *r, uint64_t epoch)
+/* The parsed configuration `epoch` for a read without the lock, copied
+ * into *out (a seqlock read of the handle's place for it: prof() may be
+ * filling it for a later epoch meanwhile); false when this handle has not
+ * parsed it yet, or is filling the place (the lock path decides). */
+static bool read_prof(const sluice__rtable *r, uint64_t epoch, sluice__profile *out)
 {
-    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
-                                          memory_order_acquire);
-    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
-    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
-    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
+    rprof *p = &((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)];
+    const uint64_t v = sluice__spin_read_begin(&p->seq);
+    if ((v & 1) || atomic_load_explicit(&p->epoch, memory_order_acquire) != epoch) return false;
+    union {
+        sluice__profile pf;
+        uint64_t w[PF_WORDS];
+    } c;
+    for (size_t w = 0; w < PF_WORDS; w++) c.w[w] = GET(&p->w[w]);
+    if (!sluice__spin_read_valid(&p->seq, v)) return false;
+    *out = c.pf;
+    return true;
 }
 
 /* Carry st, under configuration `from`, over every change up to `to`, in
@@ -1112,7 +1133,7 @@ static uint32_t find(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
         if (kind == K_TOMB) {
             if (fr == NONE) fr = i;
         } else if (H_TAG(h) == tag && H_LEN(h) == keylen &&
-                   (keylen == 0 || memcmp(s + r->L.key_off, key, keylen) == 0)) {
+                   (keylen == 0 || memcmp(s + r->L.key_off, key, sluice__key_bytes(keylen)) == 0)) {
             *freep = fr;
             return i;
         }
@@ -1250,9 +1271,29 @@ static void reclaim_others(sluice__rtable *r, uint32_t k, uint64_t now, bool *st
 
 /* ---- decisions ---------------------------------------------------------- */
 
+/* Whether a key is one the table takes: any length, not NULL with one. */
 static inline bool key_ok(const sluice__rtable *r, const void *key, size_t keylen)
 {
-    return keylen <= r->L.max_key_bytes && (key || !keylen);
+    (void)r;
+    return key || !keylen;
+}
+
+/* Long keys (table.h; docs/decisions.md, "Long keys"): a key longer than
+ * max_key_bytes as the region holds it -- its digest under the region's
+ * seed, into dig, with the length code SLUICE__DIGEST_LEN.  O(len). */
+static inline void key_view(const sluice__rtable *r, const void **key, size_t *keylen,
+                            unsigned char dig[SLUICE__DIGEST_BYTES])
+{
+    if (*keylen <= r->L.max_key_bytes) return;
+    sluice__key_digest(r->dseed, *key, *keylen, dig);
+    *key = dig;
+    *keylen = SLUICE__DIGEST_LEN;
+}
+
+/* The hash of a key as held (key_view). */
+static inline uint64_t key_hash(const sluice__rtable *r, const void *key, size_t keylen)
+{
+    return sluice__siphash13(r->h->seed, key, sluice__key_bytes(keylen));
 }
 
 /* One decision in shard k (locked).  *full: refused for want of room;
@@ -1427,6 +1468,7 @@ static bool read_key_eq(const sluice__rtable *r, unsigned char *s, const void *k
     uint64_t *d = (uint64_t *)(void *)(s + r->L.key_off);
     const unsigned char *k = key;
     size_t i = 0;
+    keylen = sluice__key_bytes(keylen);
     for (; i + 8 <= keylen; i += 8) {
         uint64_t w;
         memcpy(&w, k + i, 8);
@@ -1509,23 +1551,22 @@ static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
  * change of spec (the lock carries it over first), or this handle has not
  * parsed the current configuration yet (the lock parses it). */
 static const sluice__profile *snap_state(const sluice__rtable *r, const rsnap *sn,
-                                         sluice__state *st)
+                                         sluice__state *st, sluice__profile *pf)
 {
-    const rprof *p = read_prof(r, sn->epoch);
-    if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
+    if ((sn->found && sn->ep != sn->epoch) || !read_prof(r, sn->epoch, pf)) return NULL;
     if (!sn->found) {
-        sluice__state_init(&p->pf, st);
+        sluice__state_init(pf, st);
     } else if (r->L.ring) { /* the header only: ring_read decides */
-        sluice__state_init(&p->pf, st);
+        sluice__state_init(pf, st);
         st->t_last = sn->u.g.t_last;
     } else if (r->L.pf.packed) {
-        sluice__state_unpack(&p->pf, sn->u.w, st);
+        sluice__state_unpack(pf, sn->u.w, st);
     } else {
         swords u;
         memcpy(u.w, sn->u.w, sizeof u.w);
         *st = u.st;
     }
-    return &p->pf;
+    return pf;
 }
 
 /* A held window-log key's decision from its snapshot's summary, as a
@@ -1588,8 +1629,8 @@ typedef struct radm {
     bool ready;
     uint32_t i;
     uint64_t h, v, epoch;
-    const sluice__profile *pf;
-    sluice__state st; /* the state after the admission */
+    sluice__profile pf; /* decided under: a copy (read_prof) */
+    sluice__state st;   /* the state after the admission */
 } radm;
 
 /* The decision of a request read without writing: true with *ok (and *res,
@@ -1604,15 +1645,21 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     sluice__state st;
     adm->ready = false;
     if (!read_key(r, k, tag, key, keylen, &sn)) return false;
-    const sluice__profile *pf = snap_state(r, &sn, &st);
+    const sluice__profile *pf = snap_state(r, &sn, &st, &adm->pf);
     if (!pf) return false;
     *full = false;
     if (sn.found && r->L.ring) return ring_read(pf, &sn, now, permits, res, ok);
     if (sn.found || permits == 0 || permits > pf->capacity) { /* as decide_locked */
         *ok = sluice__decide(pf, &st, now, permits, UINT64_MAX, res);
         if (!(*ok && permits)) return true; /* only an admission writes */
-        if (sn.found) *adm = (radm){.ready = true, .i = sn.i, .h = sn.h, .v = sn.v,
-                                    .epoch = sn.epoch, .pf = pf, .st = st};
+        if (sn.found) {
+            adm->ready = true;
+            adm->i = sn.i;
+            adm->h = sn.h;
+            adm->v = sn.v;
+            adm->epoch = sn.epoch;
+            adm->st = st; /* adm->pf is the profile already */
+        }
         return false;
     }
     int64_t retry;
@@ -1637,7 +1684,9 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = "";
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool ok;
     radm adm;
@@ -1652,7 +1701,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
         /* no hold since the read ended with v (a hold leaves the sequence
          * 2 higher), and no change of spec: the shard is as the read saw
          * it, so the decision on it is the locked path's -- commit it */
-        state_commit(r, adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
+        state_commit(r, &adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
         if (now_ns > sh->now) PUT(&sh->now, now_ns);
         count_decision(r, sh, permits, true, false);
         shard_unlock(r, k);
@@ -1683,11 +1732,17 @@ bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key, size_t keyl
     return key_ok(r, key, keylen);
 }
 
+void sluice__rtable_key_view(const sluice__rtable *r, const void **key, size_t *keylen,
+                             unsigned char dig[16])
+{
+    key_view(r, key, keylen, dig);
+}
+
 uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key, size_t keylen,
                                  uint64_t *hash, uint64_t id[2])
 {
     if (!key) key = "";
-    *hash = sluice__siphash13(r->h->seed, key, keylen);
+    *hash = key_hash(r, key, keylen);
     id[0] = r->h->seed[0];
     id[1] = r->h->seed[1];
     return shard_of(r, *hash);
@@ -1706,7 +1761,7 @@ void sluice__rtable_find(sluice__part *pt)
     sluice__rtable *r = pt->rt;
     const uint32_t k = pt->rk;
     uint32_t fr;
-    const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->key ? pt->key : "", pt->keylen, &fr);
+    const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->skey, pt->skeylen, &fr);
     pt->repoch = epoch_now(r); /* with the shard held: prof() */
     pt->where = &r->sh[k];
     pt->created = false;
@@ -1739,15 +1794,15 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
         *retry = full_retry(r, sh->now);
         return SLUICE_EFULL;
     }
-    const void *key = pt->key ? pt->key : "";
+    const void *key = pt->skey;
     const uint32_t tag = (uint32_t)pt->hash;
     uint32_t fr;
-    (void)find(r, k, tag, key, pt->keylen, &fr); /* room may have moved the first free slot */
-    unsigned char *s = slot_at(r, k, fr);        /* fr exists: count < ecap < cap */
+    (void)find(r, k, tag, key, pt->skeylen, &fr); /* room may have moved the first free slot */
+    unsigned char *s = slot_at(r, k, fr);         /* fr exists: count < ecap < cap */
     state_fresh(r, pt->pf, s, &pt->base);
-    key_write(r, s, key, pt->keylen);
+    key_write(r, s, key, pt->skeylen);
     state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
-    hdr_set(s, H_LIVE(tag, pt->keylen, 0));
+    hdr_set(s, H_LIVE(tag, pt->skeylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;
     pt->created = true;
@@ -1795,7 +1850,9 @@ int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
 {
     if (!key_ok(r, key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false;
     uint32_t fr;
@@ -1857,7 +1914,9 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     }
     if (!key) key = "";
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t hash = sluice__siphash13(r->h->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(r, &key, &keylen, dig);
+    const uint64_t hash = key_hash(r, key, keylen);
     const uint32_t k = shard_of(r, hash);
     bool stolen = false;
     uint32_t fr;
@@ -1865,7 +1924,8 @@ int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen, ui
     sluice__state st, tmp;
     rsnap sn;
     const sluice__profile *rp;
-    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st)) &&
+    sluice__profile rpf;
+    if (read_key(r, k, (uint32_t)hash, key, keylen, &sn) && (rp = snap_state(r, &sn, &st, &rpf)) &&
         peek_read(r, &sn, rp, &st, now_ns, permits, &out, state)) {
         if (res) *res = out;
         return sn.found ? 0 : SLUICE_ENOENT;
@@ -1936,7 +1996,7 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
     uint64_t k = cursor >> 32;
     uint32_t i = (uint32_t)cursor;
     if (k >= r->L.nshards || i >= r->L.cap) return SLUICE_EINVAL;
-    unsigned char *buf = sluice__malloc(r->L.max_key_bytes);
+    unsigned char *buf = sluice__malloc(r->L.copy_off - r->L.key_off); /* the key field */
     if (!buf) return SLUICE_ENOMEM;
     size_t work = 0;
     int rc = 0;
@@ -1954,10 +2014,10 @@ int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
             if (H_KIND(h) != K_LIVE) continue;
             sluice__state st;
             const sluice__profile *pf = key_load(r, s, &h, &st, epoch_now(r));
-            len = H_LEN(h);
+            len = sluice__key_bytes(H_LEN(h)); /* a digest's 16 bytes */
             memcpy(buf, s + r->L.key_off, len);
-            ks.last_ns = st.t_last;
-            ks.rest_ns = sluice__rest_at(pf, &st);
+            ks = (sluice_key_state){.last_ns = st.t_last, .rest_ns = sluice__rest_at(pf, &st),
+                                    .flags = H_LEN(h) == SLUICE__DIGEST_LEN ? SLUICE_KEY_DIGEST : 0};
             found = true;
         }
         shard_unlock(r, (uint32_t)k);
@@ -2255,6 +2315,8 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     if (check_header(h, &L, flags, size, &O, err, errlen) != 0) return NULL;
     sluice__rtable *r = sluice__calloc64(sizeof *r);
     if (!r) goto oom;
+    for (unsigned j = 0; j < CFG_K; j++) /* no configuration parsed yet */
+        atomic_store_explicit(&r->prof[j].epoch, UINT64_MAX, memory_order_relaxed);
     if (pthread_mutex_init(&r->prof_mu, NULL) != 0) {
         sluice__free64(r);
         r = NULL;
@@ -2263,6 +2325,7 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     r->L = O;
     r->flags = flags;
     r->h = h;
+    sluice__digest_seed(h->seed, r->dseed);
     r->sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     r->slots = (unsigned char *)region + O.slots_off;
     sluice_table *t = sluice__table_wrap(&L.pf, flags, max_keys, r);
@@ -2297,10 +2360,6 @@ void sluice__rtable_close(sluice__rtable *r)
 {
     if (!r) return;
     if (r->map) munmap(r->map, r->map_len);
-    for (rprof *p = r->made, *n; p; p = n) {
-        n = p->made;
-        sluice__free64(p);
-    }
     pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }

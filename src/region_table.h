@@ -45,6 +45,8 @@ SLUICE__INTERNAL int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, siz
 struct sluice__part;
 SLUICE__INTERNAL bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key,
                                             size_t keylen);
+SLUICE__INTERNAL void sluice__rtable_key_view(const sluice__rtable *r, const void **key,
+                                              size_t *keylen, unsigned char dig[16]);
 SLUICE__INTERNAL uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key,
                                                   size_t keylen, uint64_t *hash,
                                                   uint64_t id[2]);

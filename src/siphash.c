@@ -102,6 +102,55 @@ uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
     return siphash(crounds, drounds, key, data, len);
 }
 
+/* SipHash-2-4 with its 128-bit output (the paper's appendix; the
+ * reference code's vectors_sip128): v1 starts xored with 0xee, the first
+ * finalisation xors 0xee into v2 and gives the low half, a second one
+ * after v1 ^= 0xdd the high half.  The digest of a key longer than a
+ * table's cap (sluice__key_digest); one pass, O(len). */
+void sluice__siphash24_128(const uint64_t key[2], const void *data, size_t len, uint64_t out[2])
+{
+    const unsigned char *in = data;
+    uint64_t v0 = 0x736f6d6570736575ULL ^ key[0];
+    uint64_t v1 = 0x646f72616e646f6dULL ^ key[1] ^ 0xee;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ key[0];
+    uint64_t v3 = 0x7465646279746573ULL ^ key[1];
+    const unsigned char *end = in + (len & ~(size_t)7);
+    for (; in != end; in += 8) {
+        const uint64_t m = load_le64(in);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    const uint64_t b = last_word(in, len);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xee;
+    for (int r = 0; r < 4; r++) SIPROUND;
+    out[0] = v0 ^ v1 ^ v2 ^ v3;
+    v1 ^= 0xdd;
+    for (int r = 0; r < 4; r++) SIPROUND;
+    out[1] = v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The digest's key: SipHash-2-4 of two labels under the table's seed, so
+ * the digest and the table's SipHash-1-3 never run under one key. */
+void sluice__digest_seed(const uint64_t seed[2], uint64_t out[2])
+{
+    out[0] = siphash(2, 4, seed, "sluice long-key digest, half 0", 30);
+    out[1] = siphash(2, 4, seed, "sluice long-key digest, half 1", 30);
+}
+
+void sluice__key_digest(const uint64_t seed[2], const void *key, size_t len,
+                        unsigned char out[SLUICE__DIGEST_BYTES])
+{
+    uint64_t d[2];
+    sluice__siphash24_128(seed, key, len, d);
+    memcpy(out, d, sizeof d); /* host order: the bytes are compared, never decoded */
+}
+
 /* ---- eight keys at once ------------------------------------------------- */
 
 static void x8_scalar(const uint64_t key[2], const void *const data[8], const size_t len[8],

@@ -38,7 +38,10 @@
  * never allocates more, whatever keys arrive.
  *
  * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table
- * (a burst hashes eight keys at once, in vectors: siphash.c).
+ * (a burst hashes eight keys at once, in vectors: siphash.c).  A key longer
+ * than SLUICE_MAX_KEY_BYTES is held by its 16-byte digest (SipHash-2-4-128
+ * under a key derived from the seed) with the length code DIGEST_LEN, which
+ * no key held as itself has (key_view; docs/decisions.md, "Long keys").
  *
  * Reclaiming keys at rest.  A key whose limiter is at rest (sluice__rest_at
  * has passed) carries no information and can go.  Each shard files its
@@ -96,8 +99,13 @@
  * it missed, in order, each at that change's time clamped to the key's
  * latest admission -- exactly what the change would have done to it then,
  * since only an admission moves a state and every admission catches up
- * first.  A new key starts under the newest configuration.  Configurations
- * are kept until the table is freed (a decision may be reading one).
+ * first.  A new key starts under the newest configuration.  The chain is
+ * kept short: a change that would chain a ninth configuration first carries
+ * every held key to the newest (cfg_collect: one pass over the slots, a
+ * shard locked at a time), then retires the older ones -- their ids are
+ * reused -- and frees each once no reader section that began before its
+ * retiring runs ("reader sections", below): the memory of changes is
+ * bounded (issue 26).
  *
  * Per-key overrides (the end of this file) are configurations of single
  * keys, kept per shard apart from the entries and looked up only where an
@@ -235,6 +243,9 @@
  * then on.  Configurations are read through their ids and never freed
  * while the table lives (read_cfg).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall(): membarrier */
+#endif
 #include "internal.h"
 #include "counters.h"
 #include "spin.h"
@@ -248,6 +259,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define INLINE_KEY 16
 #define SLOTS SLUICE__WCORE_SLOTS
@@ -343,7 +356,8 @@ typedef struct tcfg {
     uint64_t at;                  /* the time (ns) of the change that made it */
     _Atomic(struct tcfg *) newer; /* the configuration that replaced it */
     uint32_t id;
-    struct tcfg *made;            /* the one made before it (the free) */
+    struct tcfg *made;            /* retired: the next retired (cfg_collect) */
+    uint64_t stamp;               /* retired: the reader epoch it waits out */
 } tcfg;
 
 #define CFG_SEGS 32 /* segment j holds ids 2^j - 1 .. 2^(j+1) - 2 */
@@ -357,6 +371,7 @@ struct sluice_table {
     unsigned shard_bits;
     unsigned nshards;
     uint64_t seed[2];
+    uint64_t dseed[2]; /* the long keys' digest key (sluice__digest_seed) */
     shard *shards;
     unsigned char *slabs; /* every shard's probe array, one after the other */
     _Atomic uint64_t *dues; /* each shard's `due`, side by side: a new key's
@@ -368,10 +383,17 @@ struct sluice_table {
                             * refused statistic, striped (its denials) */
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
-    /* configurations: by id, the newest made, and the lock of changes */
+    /* configurations: by id, and the lock of changes */
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
-    tcfg *made;
     uint32_t ncfg;
+    /* reclaiming them (cfg_mu): the oldest of the chain still numbered and
+     * the chain's length from it; ids free for reuse; configurations
+     * retired, each with the reader epoch it waits out (rd_*) */
+    tcfg *oldest;
+    uint32_t chain;
+    uint32_t *free_ids;
+    uint32_t nfree, free_cap;
+    tcfg *retired;
     pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
@@ -379,6 +401,7 @@ struct sluice_table {
 
 static const tcfg *ent_cfg(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *cur_cfg(const sluice_table *t);
+static sluice__clock cur_clock(const sluice_table *t);
 static tcfg *cfg_of_id(const sluice_table *t, uint32_t id);
 static int cfg_init(sluice_table *t);
 static void cfg_free(sluice_table *t);
@@ -386,6 +409,132 @@ static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
                            size_t keylen);
 static void ovr_free_all(sluice_table *t);
+
+/* ---- reader sections: when a configuration may be freed ----------------- */
+
+/* A configuration the table no longer reaches (cfg_collect: every key
+ * carried past it, its id unmapped) may still be in the hands of a call
+ * that read it before -- a decision reading without the lock, or one that
+ * looked it up under a shard lock and uses it after.  So every call of the
+ * table that reads configurations runs in a reader section (rd_enter,
+ * rd_exit; nested sections count once), which writes the reader epoch it
+ * began at into its thread's own line of rd_slots (0 outside).  A retired
+ * configuration carries the epoch at its retiring (stamp; the epoch is then
+ * moved on); it is freed once every thread in a section began after it:
+ * min over the slots of the nonzero epochs > stamp (and no reader without
+ * a slot of its own: rd_anon).  A reader whose epoch is later read the
+ * epoch after the retiring (acquire: it sees the unmapping), so never finds
+ * the configuration.  A reader whose epoch the changer does not see yet
+ * could have read the unmapping before: the changer's sync (membarrier, a
+ * barrier on every thread of the process, where the system has it; else a
+ * fence on both sides, the reader's at each outermost rd_enter) orders the
+ * reader's epoch store before its loads, or makes it visible.  Nothing
+ * waits: what cannot be freed yet is freed at a later change.  Cost to a
+ * decision: a thread-local load and two stores to its own line. */
+#define RD_SLOTS 256
+typedef struct rd_slot {
+    _Alignas(64) _Atomic uint64_t at; /* the epoch its thread's section began at; 0: none */
+    _Atomic unsigned owned;           /* a thread has it */
+} rd_slot;
+static rd_slot rd_slots[RD_SLOTS];
+static _Atomic uint64_t rd_epoch = 1;
+static _Atomic uint64_t rd_anon;       /* sections of threads without a slot */
+static _Thread_local unsigned rd_mine; /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
+static _Thread_local unsigned rd_depth;
+static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
+static pthread_key_t rd_key;
+static bool rd_key_ok, rd_memb;
+
+#if defined(SYS_membarrier) && !SLUICE__SEQ_TSAN
+#define RD_MEMB_PRIVATE_EXPEDITED (1 << 3)
+#define RD_MEMB_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+#endif
+
+static void rd_release(void *v)
+{
+    const unsigned i = (unsigned)(uintptr_t)v;
+    if (i == 0 || i > RD_SLOTS) return;
+    atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
+    atomic_store_explicit(&rd_slots[i - 1].owned, 0, memory_order_release);
+}
+
+static void rd_init(void)
+{
+    rd_key_ok = pthread_key_create(&rd_key, rd_release) == 0;
+#ifdef RD_MEMB_REGISTER_PRIVATE_EXPEDITED
+    rd_memb = syscall(SYS_membarrier, RD_MEMB_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
+/* Before a table is shared: the readers' mode (membarrier or fences) is
+ * settled before any reader of it runs. */
+static void rd_setup(void) { pthread_once(&rd_once, rd_init); }
+
+static unsigned rd_claim(void)
+{
+    rd_setup();
+    if (rd_key_ok)
+        for (unsigned i = 0; i < RD_SLOTS; i++) {
+            unsigned z = 0;
+            if (atomic_load_explicit(&rd_slots[i].owned, memory_order_relaxed) == 0 &&
+                atomic_compare_exchange_strong(&rd_slots[i].owned, &z, 1)) {
+                if (pthread_setspecific(rd_key, (void *)(uintptr_t)(i + 1)) == 0) return i + 1;
+                atomic_store_explicit(&rd_slots[i].owned, 0, memory_order_release);
+                break;
+            }
+        }
+    return RD_SLOTS + 1;
+}
+
+static inline void rd_enter(void)
+{
+    if (rd_depth++) return;
+    unsigned i = rd_mine;
+    if (__builtin_expect(i == 0, 0)) rd_mine = i = rd_claim();
+    if (i <= RD_SLOTS) {
+        atomic_store_explicit(&rd_slots[i - 1].at,
+                              atomic_load_explicit(&rd_epoch, memory_order_acquire),
+                              SLUICE__SEQ_TSAN ? memory_order_seq_cst : memory_order_relaxed);
+        if (rd_memb) atomic_signal_fence(memory_order_seq_cst);
+        else atomic_thread_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add_explicit(&rd_anon, 1, memory_order_seq_cst);
+    }
+}
+
+static inline void rd_exit(void)
+{
+    if (--rd_depth) return;
+    const unsigned i = rd_mine;
+    if (i <= RD_SLOTS) atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
+    else atomic_fetch_sub_explicit(&rd_anon, 1, memory_order_release);
+}
+
+/* The changer's half (after unmapping, before reading the slots): a
+ * barrier on every thread, or its own fence; false when it failed (the
+ * readers have no fence of their own then: nothing may be freed). */
+static bool rd_sync(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+#ifdef RD_MEMB_PRIVATE_EXPEDITED
+    if (rd_memb) return syscall(SYS_membarrier, RD_MEMB_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+    return true;
+}
+
+/* The least epoch a section running now began at: UINT64_MAX when none
+ * runs; 0 when a reader without a slot runs (it has no epoch), or when the
+ * sync failed. */
+static uint64_t rd_min_active(void)
+{
+    if (!rd_sync() || atomic_load_explicit(&rd_anon, memory_order_seq_cst)) return 0;
+    uint64_t m = UINT64_MAX;
+    for (unsigned i = 0; i < RD_SLOTS; i++) {
+        const uint64_t a = atomic_load_explicit(&rd_slots[i].at, memory_order_seq_cst);
+        if (a && a < m) m = a;
+    }
+    return m;
+}
 
 /* ---- entries and slots -------------------------------------------------- */
 
@@ -506,6 +655,33 @@ static inline bool dist_lt(const sluice_table *t, const shard *s, uint32_t j, ui
     return code - 1 < d && (code <= DIST_SAT || slot_dist(t, s, j) < d);
 }
 
+/* Long keys (docs/decisions.md, "Long keys").  A key of more than
+ * SLUICE_MAX_KEY_BYTES is stored as its 16-byte digest (table.h) with the
+ * length code DIGEST_LEN, which no key stored as itself has: so a long key
+ * never equals a short one, its own digest bytes included.  Past the entry
+ * points (key_view) a key length is such a code; key_bytes gives the bytes
+ * behind it. */
+#define DIGEST_LEN SLUICE__DIGEST_LEN
+#define key_bytes sluice__key_bytes
+_Static_assert(SLUICE__DIGEST_LEN < 0x20000, "the digest's length code fits in meta");
+
+/* The key as the table stores it: itself, or (longer than
+ * SLUICE_MAX_KEY_BYTES) its digest into dig, with *keylen DIGEST_LEN.  O(len). */
+static inline void key_view(const sluice_table *t, const void **key, size_t *keylen,
+                            unsigned char dig[SLUICE__DIGEST_BYTES])
+{
+    if (*keylen <= SLUICE_MAX_KEY_BYTES) return;
+    sluice__key_digest(t->dseed, *key, *keylen, dig);
+    *key = dig;
+    *keylen = DIGEST_LEN;
+}
+
+/* The hash of a key as stored (key_view). */
+static inline uint64_t key_hash(const sluice_table *t, const void *key, size_t keylen)
+{
+    return sluice__siphash13(t->seed, key, key_bytes(keylen));
+}
+
 static inline void pad_key(ekey *k, const void *key, size_t keylen)
 {
     k->w[0] = k->w[1] = 0;
@@ -536,7 +712,7 @@ static inline bool key_eq(const entry *e, const ekey *k, const void *key, size_t
 {
     if (META_LEN(e->meta) != keylen) return false;
     if (keylen > INLINE_KEY)
-        return e->key.far.hash == h && memcmp(e->key.far.ext, key, keylen) == 0;
+        return e->key.far.hash == h && memcmp(e->key.far.ext, key, key_bytes(keylen)) == 0;
     return ((e->key.w[0] ^ k->w[0]) | (e->key.w[1] ^ k->w[1])) == 0;
 }
 
@@ -853,9 +1029,9 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint64_t h, const void *key
 {
     unsigned char *copy = NULL;
     if (keylen > INLINE_KEY) {
-        copy = sluice__malloc(keylen);
+        copy = sluice__malloc(key_bytes(keylen));
         if (!copy) return UINT32_MAX;
-        memcpy(copy, key, keylen);
+        memcpy(copy, key, key_bytes(keylen));
     }
     uint32_t d;
     const uint32_t i = slot_open(t, s, home_of(s, (uint32_t)h), &d);
@@ -938,6 +1114,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         sluice__errf(err, errlen, "bad flags 0x%x", flags);
         return NULL;
     }
+    rd_setup(); /* how reader sections order themselves, before any runs */
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
     t->pf = pf;
@@ -961,6 +1138,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     } else {
         sluice__random_seed(t->seed);
     }
+    sluice__digest_seed(t->seed, t->dseed);
     t->shards = sluice__calloc64(t->nshards * sizeof *t->shards);
     t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
     if (!t->shards || !t->dues) goto oom;
@@ -1046,7 +1224,9 @@ size_t sluice__table_image(const sluice_table *t, void *buf, size_t cap)
 
 uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen)
 {
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     uint32_t n;
     sluice__spin_lock(&s->mu);
@@ -1239,7 +1419,8 @@ static bool read_state(sluice_table *t, const sluice__profile *pf, shard *s, uin
  * NULL when the lock must decide: the entry missed a change of spec (the
  * lock carries it over first), the shard has overrides (looked up under the
  * lock), or a read that mixed states names no published configuration.
- * Configurations are never freed while the table lives. */
+ * A configuration found so is not freed while the caller's reader section
+ * runs (rd_enter). */
 static inline __attribute__((always_inline)) const tcfg *
 read_cfg(sluice_table *t, shard *s, uint32_t at)
 {
@@ -1502,10 +1683,42 @@ static inline shard *shard_for(const sluice_table *t, uint64_t h)
     return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
 }
 
-/* Whether a table refuses `key` of keylen bytes outright (SLUICE_EINVAL). */
+/* Whether a table refuses `key` of keylen bytes outright (SLUICE_EINVAL):
+ * a NULL key of some length.  Any length is a key (key_view). */
 static inline bool bad_key(const void *key, size_t keylen)
 {
-    return keylen > SLUICE_MAX_KEY_BYTES || (!key && keylen);
+    return !key && keylen;
+}
+
+/* Whether a key is stored as its digest (and decided on its own in a
+ * burst). */
+static inline bool long_key(size_t keylen) { return keylen > SLUICE_MAX_KEY_BYTES; }
+
+/* One decision on a valid key (not NULL), counted by the caller; a
+ * refusal is noted in the sketch of the keys refused most (its own bytes,
+ * as the sketch truncates them).  Always inlined: its prefetches must stay
+ * in sluice_table_try_acquire_at (tests/check_prefetch.sh). */
+static inline __attribute__((always_inline)) bool
+decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns,
+           sluice_result *res)
+{
+    const void *const raw = key;
+    const size_t rawlen = keylen;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
+    shard *s = shard_for(t, h);
+    prefetch_run(t, s, h);
+    bool ok;
+    const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
+    if (rc != READ_DONE) {
+        sluice__spin_lock(&s->mu);
+        ok = decide_locked(t, s, h, key, keylen, permits, now_ns, res,
+                           rc == READ_TORN);
+        sluice__spin_unlock(&s->mu);
+    }
+    if (!ok) sluice__table_note(t, raw, rawlen, keylen == rawlen ? h : 0);
+    return ok;
 }
 
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
@@ -1520,19 +1733,10 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
-    shard *s = shard_for(t, h);
-    prefetch_run(t, s, h);
-    bool ok;
-    const int rc = decide_read(t, s, h, key, keylen, permits, now_ns, res, &ok);
-    if (rc != READ_DONE) {
-        sluice__spin_lock(&s->mu);
-        ok = decide_locked(t, s, h, key, keylen, permits, now_ns, res,
-                           rc == READ_TORN);
-        sluice__spin_unlock(&s->mu);
-    }
+    rd_enter();
+    const bool ok = decide_one(t, key, keylen, permits, now_ns, res);
+    rd_exit();
     sluice__count(&t->counters, permits, ok);
-    if (!ok) sluice__table_note(t, key, keylen, h);
     return ok;
 }
 
@@ -1540,7 +1744,7 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                               uint64_t permits, sluice_result *res)
 {
     return sluice_table_try_acquire_at(t, key, keylen, permits,
-                                       sluice__clock_now(cur_cfg(t)->pf.clock), res);
+                                       sluice__clock_now(cur_clock(t)), res);
 }
 
 /* ---- bursts ------------------------------------------------------------- */
@@ -1582,8 +1786,8 @@ static void burst_hash_each(const sluice_table *t, size_t from, size_t to,
 {
     for (size_t i = from; i < to; i++) {
         const size_t r = i % BURST_RING;
-        if (bad_key(keys[i], keylens[i])) {
-            sh[r] = NULL;
+        if (bad_key(keys[i], keylens[i]) || long_key(keylens[i])) {
+            sh[r] = NULL; /* refused, or decided alone (decide_one) */
             continue;
         }
         hash[r] = sluice__siphash13(t->seed, keys[i] ? keys[i] : "", keylens[i]);
@@ -1607,7 +1811,7 @@ static void burst_hash(const sluice_table *t, size_t from, size_t to, const void
         const size_t words = keylens[i] / 8;
         bool same = true;
         for (size_t l = i; l < i + 8; l++)
-            same &= keys[l] != NULL && !bad_key(keys[l], keylens[l]) && keylens[l] / 8 == words;
+            same &= keys[l] != NULL && !long_key(keylens[l]) && keylens[l] / 8 == words;
         if (!same) {
             burst_hash_each(t, i, i + 8, keys, keylens, hash, sh);
             continue;
@@ -1637,6 +1841,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         return allowed;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    rd_enter();
     size_t allowed = 0;
     sluice__tally tally = {0}; /* counted once, at the end */
     uint64_t hash[BURST_RING];
@@ -1662,8 +1867,13 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         const size_t r = i % BURST_RING;
         const uint64_t p = permits ? permits[i] : 1;
         sluice_result *res = results ? &results[i] : NULL;
-        bool ok;
-        if (!sh[r]) {
+        bool ok, noted = false;
+        if (!sh[r] && keys && keylens && keys[i] && long_key(keylens[i])) {
+            if (held) sluice__spin_unlock(&held->mu); /* one lock at a time */
+            held = NULL;
+            ok = decide_one(t, keys[i], keylens[i], p, now_ns, res); /* noted there */
+            noted = true;
+        } else if (!sh[r]) {
             if (res) sluice__fail(res, SLUICE_EINVAL);
             ok = false;
         } else {
@@ -1690,13 +1900,14 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
             prefetch_run(t, sh[ahead % BURST_RING], hash[ahead % BURST_RING]);
         sluice__tally_add(&tally, p, ok);
         allowed += ok;
-        if (!ok && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
+        if (!ok && !noted && keys && keylens && (keys[i] || !keylens[i])) { /* as one call */
             if (held) sluice__spin_unlock(&held->mu);
             held = NULL;
             sluice__table_note(t, keys[i], keylens[i], sh[r] ? hash[r] : 0);
         }
     }
     if (held) sluice__spin_unlock(&held->mu);
+    rd_exit();
     sluice__count_tally(&t->counters, &tally);
     return allowed;
 }
@@ -1756,16 +1967,26 @@ void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_
 
 /* ---- composite decisions (composite.c) ---------------------------------- */
 
+void sluice__part_key(sluice__part *part)
+{
+    part->skey = part->key ? part->key : "";
+    part->skeylen = part->keylen;
+    if (!long_key(part->keylen)) return;
+    if (part->rt) sluice__rtable_key_view(part->rt, &part->skey, &part->skeylen, part->dig);
+    else key_view(part->t, &part->skey, &part->skeylen, part->dig);
+}
+
 void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, uint64_t *hash)
 {
     if (!key) key = "";
-    *hash = sluice__siphash13(t->seed, key, keylen);
+    *hash = key_hash(t, key, keylen);
     return shard_for(t, *hash);
 }
 
 void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
 {
     shard *s = sh;
+    rd_enter(); /* the parts use configurations until the unlock */
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) PUT(&s->now, now_ns);
     if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
@@ -1779,15 +2000,16 @@ void sluice__table_unlock(sluice_table *t, void *sh)
 {
     (void)t;
     sluice__spin_unlock(&((shard *)sh)->mu);
+    rd_exit();
 }
 
 void sluice__table_find(sluice__part *part)
 {
     sluice_table *t = part->t;
     shard *s = shard_for(t, part->hash);
-    const void *key = part->key ? part->key : "";
-    uint32_t slot = find(t, s, part->hash, key, part->keylen);
-    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->keylen)
+    const void *key = part->skey;
+    uint32_t slot = find(t, s, part->hash, key, part->skeylen);
+    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->skeylen)
                                        : cur_cfg(t);
     part->pf = &c->pf;
     part->where = s;
@@ -1838,7 +2060,7 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
                                      : 1;
         return SLUICE_EFULL;
     }
-    uint32_t i = new_entry(t, s, part->hash, part->key ? part->key : "", part->keylen,
+    uint32_t i = new_entry(t, s, part->hash, part->skey, part->skeylen,
                            (const tcfg *)part->pf); /* the pf of sluice__table_find */
     if (i == UINT32_MAX) {
         atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
@@ -1857,7 +2079,7 @@ void sluice__table_refind(sluice__part *part)
     sluice_table *t = part->t;
     shard *s = part->where;
     if (part->entry == UINT32_MAX || part->gen == s->gen) return;
-    part->entry = find(t, s, part->hash, part->key ? part->key : "", part->keylen);
+    part->entry = find(t, s, part->hash, part->skey, part->skeylen);
     part->gen = s->gen;
     if (!t->pf.packed) part->st = ent_state(ent(t, s, part->entry));
 }
@@ -1886,6 +2108,7 @@ void sluice__table_unmake(sluice__part *part)
 
 void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 {
+    rd_enter();
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
         if (atomic_load_explicit(o->due, memory_order_relaxed) > now_ns) continue;
@@ -1894,6 +2117,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
         publish_due(o);
         sluice__spin_unlock(&o->mu);
     }
+    rd_exit();
 }
 
 void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
@@ -1921,7 +2145,7 @@ void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
  * region, a change of spec to carry over, a shard whose wheel is due a
  * step, a key twice, holders met READ_TRIES times -- returns -1 with
  * nothing decided, stored or counted: the general path decides it. */
-int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                           uint64_t now_ns, sluice__answer *ans)
 {
     struct {
@@ -2036,12 +2260,22 @@ int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permi
     return -1;
 }
 
+int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                          uint64_t now_ns, sluice__answer *ans)
+{
+    rd_enter();
+    const int rc = tables_decide(refs, n, permits, now_ns, ans);
+    rd_exit();
+    return rc;
+}
+
 /* ---- key operations: remove, reset, peek, scan -------------------------- */
 
-/* Whether (key, keylen) is a key the table accepts. */
+/* Whether (key, keylen) is a key the table accepts: any length, but not
+ * NULL with a length (key_view stores a long one as its digest). */
 static inline bool key_ok(const void *key, size_t keylen)
 {
-    return keylen <= SLUICE_MAX_KEY_BYTES && (key || !keylen);
+    return key || !keylen;
 }
 
 /* Lock the shard of key and find its entry: returns the key's slot, or
@@ -2049,17 +2283,19 @@ static inline bool key_ok(const void *key, size_t keylen)
 static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard **sp)
 {
     if (!key) key = ""; /* keylen is 0 */
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = shard_for(t, h);
     sluice__spin_lock(&s->mu);
     *sp = s;
     return find(t, s, h, key, keylen);
 }
 
-int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+static int table_remove(sluice_table *t, const void *key, size_t keylen)
 {
     if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     shard *s;
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i != UINT32_MAX) {
@@ -2068,6 +2304,14 @@ int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
     }
     sluice__spin_unlock(&s->mu);
     return i == UINT32_MAX ? SLUICE_ENOENT : 0;
+}
+
+int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+{
+    rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
+    const int rc = table_remove(t, key, keylen);
+    rd_exit();
+    return rc;
 }
 
 int sluice_table_reset(sluice_table *t, const void *key, size_t keylen)
@@ -2082,10 +2326,11 @@ static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state
 {
     out->rest_ns = rest_of(t, s, i);
     out->last_ns = ent_t_last(t, ent(t, s, i));
+    out->flags = META_LEN(ent(t, s, i)->meta) == DIGEST_LEN ? SLUICE_KEY_DIGEST : 0;
 }
 
-int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                   uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
     if (t && t->region)
         return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
@@ -2097,9 +2342,11 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     sluice_result r = {0};
     sluice__state fresh, tmp;
     shard *s;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (readable(t, keylen)) { /* a probe: read as decide_read reads */
         if (!key) key = "";
-        const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+        const uint64_t h = key_hash(t, key, keylen);
         s = shard_for(t, h);
         ekey k;
         pad_key(&k, key, keylen);
@@ -2130,7 +2377,7 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     uint32_t i = lock_find(t, key, keylen, &s);
     if (i == UINT32_MAX) {
         const void *k = key ? key : "";
-        const tcfg *c = s->novr ? key_cfg(t, s, (uint32_t)sluice__siphash13(t->seed, k, keylen), k,
+        const tcfg *c = s->novr ? key_cfg(t, s, (uint32_t)key_hash(t, k, keylen), k,
                                           keylen)
                                 : cur_cfg(t);
         sluice__spin_unlock(&s->mu);
@@ -2163,6 +2410,17 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
     sluice__spin_unlock(&s->mu);
     if (res) *res = r;
     return 0;
+}
+
+int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    if (t && t->region)
+        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
+    rd_enter(); /* configurations read, also after the unlock */
+    const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
+    rd_exit();
+    return rc;
 }
 
 /* The scan.  Its cursor is a point in the scan's order of keys: a
@@ -2228,9 +2486,9 @@ typedef struct scan_key {
     sluice_key_state ks;
 } scan_key;
 
-int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
-                               sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
-                               size_t *visited)
+static int scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                        sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                        size_t *visited)
 {
     if (t && t->region)
         return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
@@ -2274,7 +2532,7 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
             if (d < o) break; /* a later home's */
             if (d == o) {
                 const uint64_t ord = scan_order(t, ent_hash(t, e));
-                const size_t len = META_LEN(e->meta);
+                const size_t len = key_bytes(META_LEN(e->meta)); /* a digest's 16 */
                 if (ord >= c) {
                     need_keys++;
                     need_bytes += len;
@@ -2337,6 +2595,16 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
     return rc;
 }
 
+int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
+                               sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
+                               size_t *visited)
+{
+    rd_enter(); /* the states given carry keys over changes first */
+    const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
+    rd_exit();
+    return rc;
+}
+
 int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
                       void *arg, uint64_t *next_cursor)
 {
@@ -2361,12 +2629,23 @@ static const tcfg *cur_cfg(const sluice_table *t)
     return atomic_load_explicit(&((sluice_table *)t)->cur, memory_order_acquire);
 }
 
+/* The clock of the current spec (what the live forms read). */
+static sluice__clock cur_clock(const sluice_table *t)
+{
+    rd_enter();
+    const sluice__clock c = cur_cfg(t)->pf.clock;
+    rd_exit();
+    return c;
+}
+
 /* Number c and make it findable (t->cfg_mu held, or the table not yet
  * shared); false when out of memory or numbers. */
 static bool cfg_add(sluice_table *t, tcfg *c)
 {
-    if (t->ncfg >= UINT32_MAX - 1) return false;
-    const uint64_t v = (uint64_t)t->ncfg + 1;
+    const bool reuse = t->nfree > 0; /* an id a retired configuration left */
+    if (!reuse && t->ncfg >= UINT32_MAX - 1) return false;
+    const uint32_t id = reuse ? t->free_ids[t->nfree - 1] : t->ncfg;
+    const uint64_t v = (uint64_t)id + 1;
     const unsigned j = 63u - (unsigned)__builtin_clzll(v);
     _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
     if (!seg) {
@@ -2374,11 +2653,83 @@ static bool cfg_add(sluice_table *t, tcfg *c)
         if (!seg) return false;
         atomic_store_explicit(&t->cfgs[j], seg, memory_order_release);
     }
-    c->id = t->ncfg++;
-    c->made = t->made;
-    t->made = c;
+    if (reuse) t->nfree--;
+    else t->ncfg++;
+    c->id = id;
     atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], c, memory_order_release);
     return true;
+}
+
+/* Unmap configuration c: its id is free for reuse (a read without the lock
+ * that still finds an entry with that id is under a sequence a holder has
+ * moved on since: cfg_collect locked every shard). */
+static void cfg_unmap(sluice_table *t, tcfg *c)
+{
+    const uint64_t v = (uint64_t)c->id + 1;
+    const unsigned j = 63u - (unsigned)__builtin_clzll(v);
+    _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
+    atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], NULL, memory_order_release);
+    if (t->nfree == t->free_cap) { /* at most every id ever made: bounded by the most live */
+        const uint32_t cap = t->free_cap ? 2 * t->free_cap : 16;
+        uint32_t *a = sluice__malloc((size_t)cap * sizeof *a);
+        if (!a) return; /* the id stays used: one number lost, nothing else */
+        if (t->nfree) memcpy(a, t->free_ids, t->nfree * sizeof *a);
+        sluice__free(t->free_ids);
+        t->free_ids = a;
+        t->free_cap = cap;
+    }
+    t->free_ids[t->nfree++] = c->id;
+}
+
+/* Free the retired configurations no reader section can hold any more
+ * (t->cfg_mu held). */
+static void cfg_free_retired(sluice_table *t)
+{
+    if (!t->retired) return;
+    const uint64_t min = rd_min_active();
+    for (tcfg **pp = &t->retired; *pp;) {
+        tcfg *c = *pp;
+        if (c->stamp < min) {
+            *pp = c->made;
+            sluice__free(c);
+        } else {
+            pp = &c->made;
+        }
+    }
+}
+
+/* The chain grew past CFG_KEEP configurations (t->cfg_mu held): carry every
+ * held key to the newest (each shard locked in turn, as any locked call
+ * would carry it), then retire every configuration of the chain before the
+ * newest -- no key is under one, no lookup finds one -- for
+ * cfg_free_retired.  A key that cannot be carried (a ring that cannot
+ * grow) leaves the chain as it is, for a later change. */
+#define CFG_KEEP 8
+static void cfg_collect(sluice_table *t)
+{
+    tcfg *cur = atomic_load_explicit(&t->cur, memory_order_relaxed);
+    bool all = true;
+    for (unsigned k = 0; k < t->nshards && all; k++) {
+        shard *s = &t->shards[k];
+        sluice__spin_lock(&s->mu);
+        for (uint32_t j = 0; j < s->cap && all; j++)
+            if (META_CODE(ent(t, s, j)->meta) && ent(t, s, j)->cfg != cur->id)
+                all = ent_cfg(t, s, j) != NULL;
+        sluice__spin_unlock(&s->mu);
+    }
+    if (!all) return;
+    for (tcfg *c = t->oldest, *n; c != cur; c = n) {
+        n = atomic_load_explicit(&c->newer, memory_order_relaxed);
+        cfg_unmap(t, c);
+        c->made = t->retired;
+        t->retired = c;
+    }
+    /* unmapped before the epoch moves on: a section that begins later
+     * reads the epoch (acquire) after this, and finds none of them */
+    const uint64_t stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+    for (tcfg *c = t->retired; c && c->stamp == 0; c = c->made) c->stamp = stamp;
+    t->oldest = cur;
+    t->chain = 1;
 }
 
 /* The first configuration: the spec the table was made with. */
@@ -2392,6 +2743,8 @@ static int cfg_init(sluice_table *t)
         return SLUICE_ENOMEM;
     }
     atomic_store_explicit(&t->cur, c, memory_order_relaxed);
+    t->oldest = c;
+    t->chain = 1;
     t->max_ovr = SLUICE_TABLE_OVERRIDES_DEFAULT;
     if (pthread_mutex_init(&t->cfg_mu, NULL) != 0) return SLUICE_ENOMEM;
     return 0;
@@ -2399,12 +2752,18 @@ static int cfg_init(sluice_table *t)
 
 static void cfg_free(sluice_table *t)
 {
-    for (tcfg *c = t->made, *n; c; c = n) {
+    for (unsigned j = 0; j < CFG_SEGS; j++) { /* every configuration numbered */
+        _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
+        if (!seg) continue;
+        for (size_t i = 0; i < ((size_t)1 << j); i++)
+            sluice__free(atomic_load_explicit(&seg[i], memory_order_relaxed));
+        sluice__free((void *)seg);
+    }
+    for (tcfg *c = t->retired, *n; c; c = n) { /* and those retired */
         n = c->made;
         sluice__free(c);
     }
-    for (unsigned j = 0; j < CFG_SEGS; j++)
-        sluice__free((void *)atomic_load_explicit(&t->cfgs[j], memory_order_relaxed));
+    sluice__free(t->free_ids);
 }
 
 /* Carry entry e's state from configuration c to n at time `at` (clamped to
@@ -2513,6 +2872,8 @@ static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64
     atomic_store_explicit(&c->newer, nc, memory_order_release);
     atomic_store_explicit(&t->cur, nc, memory_order_release);
     nc = NULL;
+    if (++t->chain > CFG_KEEP) cfg_collect(t); /* the chain's memory stays bounded */
+    cfg_free_retired(t);
 out:
     pthread_mutex_unlock(&t->cfg_mu);
     sluice__free(nc);
@@ -2532,7 +2893,7 @@ int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_
 
 int sluice_table_reconfigure(sluice_table *t, const char *spec, char *err, size_t errlen)
 {
-    uint64_t now = t ? sluice__clock_now(cur_cfg(t)->pf.clock) : 0;
+    uint64_t now = t ? sluice__clock_now(cur_clock(t)) : 0;
     return sluice_table_reconfigure_at(t, spec, now, err, errlen);
 }
 
@@ -2581,7 +2942,8 @@ static ovr *ovr_find(const shard *s, uint32_t tag, const void *key, size_t keyle
     }
     if (pos) *pos = lo;
     for (uint32_t i = lo; i < s->novr && s->ovr[i].tag == tag; i++)
-        if (s->ovr[i].keylen == keylen && (keylen == 0 || memcmp(s->ovr[i].key, key, keylen) == 0))
+        if (s->ovr[i].keylen == keylen &&
+            (keylen == 0 || memcmp(s->ovr[i].key, key, key_bytes(keylen)) == 0))
             return &s->ovr[i];
     return NULL;
 }
@@ -2634,8 +2996,8 @@ size_t sluice_table_override_count(const sluice_table *t)
     return t ? atomic_load_explicit(&((sluice_table *)t)->novr, memory_order_relaxed) : 0;
 }
 
-int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
-                                 const char *spec, uint64_t now_ns, char *err, size_t errlen)
+static int override_set_at(sluice_table *t, const void *key, size_t keylen,
+                           const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
     if (!t || t->region || !spec || !key_ok(key, keylen)) {
@@ -2643,13 +3005,14 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
                      !t          ? "no table (NULL)"
                      : t->region ? "a table in a shared region has no overrides"
                      : !spec     ? "no spec (NULL)"
-                                 : "bad key: NULL with a length, or longer than %d bytes",
-                     SLUICE_MAX_KEY_BYTES);
+                                 : "bad key: NULL with a length");
         return SLUICE_EINVAL;
     }
     if (!key) key = "";
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = shard_for(t, h);
     tcfg *nc = sluice__calloc(1, sizeof *nc);
@@ -2685,8 +3048,8 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
             rc = SLUICE_EFULL;
             goto out;
         }
-        if (keylen && !(copy = sluice__malloc(keylen))) goto oom;
-        if (keylen) memcpy(copy, key, keylen);
+        if (keylen && !(copy = sluice__malloc(key_bytes(keylen)))) goto oom;
+        if (keylen) memcpy(copy, key, key_bytes(keylen));
         if (s->novr == s->ovrcap) {
             newcap = s->ovrcap ? 2 * s->ovrcap : 4;
             if (!(arr = sluice__calloc(newcap, sizeof *arr))) goto oom;
@@ -2732,13 +3095,24 @@ out:
     return rc;
 }
 
-int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
-                                    uint64_t now_ns)
+int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
+                                 const char *spec, uint64_t now_ns, char *err, size_t errlen)
+{
+    rd_enter();
+    const int rc = override_set_at(t, key, keylen, spec, now_ns, err, errlen);
+    rd_exit();
+    return rc;
+}
+
+static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                              uint64_t now_ns)
 {
     if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    const uint64_t h = key_hash(t, key, keylen);
     const uint32_t tag = (uint32_t)h;
     shard *s = shard_for(t, h);
     int rc = 0;
@@ -2767,12 +3141,23 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
     return rc;
 }
 
-int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
-                              size_t speclen)
+int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
+                                    uint64_t now_ns)
+{
+    rd_enter();
+    const int rc = override_remove_at(t, key, keylen, now_ns);
+    rd_exit();
+    return rc;
+}
+
+static int override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                        size_t speclen)
 {
     if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
     if (!key) key = "";
-    const uint64_t h = sluice__siphash13(t->seed, key, keylen);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    key_view(t, &key, &keylen, dig);
+    const uint64_t h = key_hash(t, key, keylen);
     shard *s = shard_for(t, h);
     sluice__spin_lock(&s->mu);
     const ovr *o = s->novr ? ovr_find(s, (uint32_t)h, key, keylen, NULL) : NULL;
@@ -2785,4 +3170,13 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
     if ((size_t)n >= speclen) return SLUICE_ENOSPC;
     memcpy(spec, buf, (size_t)n + 1);
     return 0;
+}
+
+int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
+                              size_t speclen)
+{
+    rd_enter();
+    const int rc = override_get(t, key, keylen, spec, speclen);
+    rd_exit();
+    return rc;
 }

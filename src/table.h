@@ -33,6 +33,27 @@ SLUICE__INTERNAL int sluice__table_scan_counted(sluice_table *t, uint64_t cursor
 SLUICE__INTERNAL uint64_t sluice__siphash_cd(int crounds, int drounds, const uint64_t key[2],
                                              const void *data, size_t len);
 
+/* Long keys (docs/decisions.md, "Long keys").  A key longer than a
+ * table's cap (SLUICE_MAX_KEY_BYTES in process, max_key_bytes in a shared
+ * region) is stored as its 16-byte digest: SipHash-2-4 with 128-bit output
+ * under a key derived from the table's secret seed (sluice__digest_seed,
+ * once per table), marked apart from every real key by its length code.
+ * sluice__siphash24_128 is the bare function, for the tests' vectors. */
+#define SLUICE__DIGEST_BYTES 16
+/* The length code of a digested key, in both placements: more than any
+ * key stored as itself can have (SLUICE_MAX_KEY_BYTES at most). */
+#define SLUICE__DIGEST_LEN ((size_t)SLUICE_MAX_KEY_BYTES + 1)
+/* The bytes behind a stored key's length code. */
+static inline size_t sluice__key_bytes(size_t keylen)
+{
+    return keylen == SLUICE__DIGEST_LEN ? SLUICE__DIGEST_BYTES : keylen;
+}
+SLUICE__INTERNAL void sluice__siphash24_128(const uint64_t key[2], const void *data, size_t len,
+                                            uint64_t out[2]);
+SLUICE__INTERNAL void sluice__digest_seed(const uint64_t seed[2], uint64_t out[2]);
+SLUICE__INTERNAL void sluice__key_digest(const uint64_t dseed[2], const void *key, size_t len,
+                                         unsigned char out[SLUICE__DIGEST_BYTES]);
+
 /* Whether the compiler can build siphash.c's vector versions (x86-64, the
  * GNU vector extensions and target attributes of gcc and clang). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

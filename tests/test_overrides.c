@@ -415,12 +415,12 @@ static void test_bad_calls(void **state)
     static char longkey[SLUICE_MAX_KEY_BYTES + 1];
     assert_int_equal(sluice_table_override_set_at(t, longkey, sizeof longkey, "fixed-window 1/s", 0,
                                                   err, sizeof err),
-                     SLUICE_EINVAL);
+                     0); /* a long key is a key (its digest), removed below */
     assert_int_equal(sluice_table_override_set_at(t, "a", 1, "fixed-window x/s", 0, NULL, 0),
                      SLUICE_EINVAL);
     assert_int_equal(sluice_table_override_remove_at(NULL, "a", 1, 0), SLUICE_EINVAL);
     assert_int_equal(sluice_table_override_remove_at(t, NULL, 1, 0), SLUICE_EINVAL);
-    assert_int_equal(sluice_table_override_remove_at(t, longkey, sizeof longkey, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_override_remove_at(t, longkey, sizeof longkey, 0), 0);
     assert_int_equal(sluice_table_override_remove_at(t, "a", 1, 0), SLUICE_ENOENT);
     assert_int_equal(sluice_table_override_get(NULL, "a", 1, spec, sizeof spec), SLUICE_EINVAL);
     assert_int_equal(sluice_table_override_get(t, NULL, 1, spec, sizeof spec), SLUICE_EINVAL);

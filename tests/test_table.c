@@ -10,11 +10,14 @@
 #include <cmocka.h>
 
 #include <sluice.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref_model.h"
 #include "table.h"
 #include "testutil.h"
 
@@ -68,10 +71,10 @@ static void test_key_length(void **state)
     assert_true(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
     assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES, 1, 0, &r));
     assert_int_equal(r.error, 0);
-    /* one byte longer: refused with a reason, never unlimited */
+    /* one byte longer: held by its digest, limited as any key */
+    assert_true(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES + 1, 1, 0, &r));
     assert_false(sluice_table_try_acquire_at(t, big, SLUICE_MAX_KEY_BYTES + 1, 1, 0, &r));
-    assert_int_equal(r.error, SLUICE_EINVAL);
-    assert_int_equal(r.retry_after_ns, -1);
+    assert_int_equal(r.error, 0);
     assert_false(sluice_table_try_acquire_at(t, NULL, 5, 1, 0, &r));
     assert_int_equal(r.error, SLUICE_EINVAL);
     free(big);
@@ -144,6 +147,145 @@ static void test_many_keys_match_limiters(void **state)
         free(ls);
         sluice_table_free(t);
     }
+}
+
+/* A key of `len` bytes that holds every byte value: byte i is (i * 7 +
+ * salt) mod 256. */
+static unsigned char *key_of(size_t len, unsigned salt)
+{
+    unsigned char *k = malloc(len ? len : 1);
+    assert_non_null(k);
+    for (size_t i = 0; i < len; i++) k[i] = (unsigned char)(i * 7 + salt);
+    return k;
+}
+
+typedef struct digest_seen {
+    unsigned char bytes[16];
+    size_t n, digests;
+} digest_seen;
+
+static int see_digest(const void *key, size_t keylen, const sluice_key_state *ks, void *arg)
+{
+    digest_seen *d = arg;
+    d->n++;
+    if (ks->flags & SLUICE_KEY_DIGEST) {
+        assert_int_equal(keylen, 16);
+        memcpy(d->bytes, key, 16);
+        d->digests++;
+    }
+    return 0;
+}
+
+/* Keys longer than SLUICE_MAX_KEY_BYTES are held by a keyed digest: no
+ * length escapes its limit (issue 22); every operation that takes a key
+ * agrees; a long key never equals a short one, its digest bytes included;
+ * decisions are exact against the reference model. */
+static void test_long_keys(void **state)
+{
+    (void)state;
+    const size_t cap = SLUICE_MAX_KEY_BYTES;
+    const size_t lens[] = {cap - 1, cap, cap + 1, 1024, 64 * 1024, 1024 * 1024, cap + 8};
+    sluice_table *t = mk("token-bucket 3/s", 1000);
+    sluice_result r;
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        unsigned char *k = key_of(lens[i], (unsigned)i);
+        for (int n = 0; n < 3; n++) assert_true(sluice_table_try_acquire_at(t, k, lens[i], 1, SEC, &r));
+        assert_false(sluice_table_try_acquire_at(t, k, lens[i], 1, SEC, &r)); /* limited */
+        assert_int_equal(r.error, 0);
+        assert_true(r.retry_after_ns > 0);
+        assert_int_equal(sluice_table_peek_at(t, k, lens[i], 1, SEC, &r, NULL), 0);
+        assert_false(r.allowed);
+        free(k);
+    }
+    /* two 1 MB keys that differ in one byte (the last; then the first) */
+    const size_t mb = 1024 * 1024;
+    unsigned char *a = key_of(mb, 5), *b = key_of(mb, 5);
+    b[mb - 1] ^= 1;
+    for (int n = 0; n < 3; n++) assert_true(sluice_table_try_acquire_at(t, a, mb, 1, 2 * SEC, &r));
+    assert_false(sluice_table_try_acquire_at(t, a, mb, 1, 2 * SEC, &r));
+    assert_true(sluice_table_try_acquire_at(t, b, mb, 3, 2 * SEC, &r)); /* its own limit */
+    b[mb - 1] ^= 1;
+    b[0] ^= 0x80;
+    assert_true(sluice_table_try_acquire_at(t, b, mb, 3, 2 * SEC, &r));
+    free(b);
+    sluice_table_free(t);
+
+    /* a long key and its own digest bytes as a short key: distinct */
+    t = mk("token-bucket 2/s", 10);
+    for (int n = 0; n < 2; n++) assert_true(sluice_table_try_acquire_at(t, a, mb, 1, SEC, &r));
+    digest_seen d = {0};
+    uint64_t cur = 0;
+    do {
+        assert_int_equal(sluice_table_scan(t, cur, 100, see_digest, &d, &cur), 0);
+    } while (cur);
+    assert_int_equal(d.n, 1);
+    assert_int_equal(d.digests, 1);
+    assert_true(sluice_table_try_acquire_at(t, d.bytes, 16, 2, SEC, &r)); /* a fresh key */
+    assert_false(sluice_table_try_acquire_at(t, a, mb, 1, SEC, &r));     /* still spent */
+    /* remove, reset, peek agree */
+    assert_int_equal(sluice_table_remove(t, a, mb), 0);
+    assert_int_equal(sluice_table_remove(t, a, mb), SLUICE_ENOENT);
+    assert_int_equal(sluice_table_peek_at(t, a, mb, 2, SEC, &r, NULL), SLUICE_ENOENT);
+    assert_true(r.allowed);
+    assert_true(sluice_table_try_acquire_at(t, a, mb, 2, SEC, &r));
+    assert_int_equal(sluice_table_reset(t, a, mb), 0);
+    assert_true(sluice_table_try_acquire_at(t, a, mb, 2, SEC, &r));
+    /* an override of the long key */
+    char err[256];
+    assert_int_equal(sluice_table_override_set_at(t, a, mb, "token-bucket 5/s", SEC, err, sizeof err), 0);
+    char spec[128];
+    assert_int_equal(sluice_table_override_get(t, a, mb, spec, sizeof spec), 0);
+    assert_non_null(strstr(spec, "5/s"));
+    assert_int_equal(sluice_table_override_get(t, d.bytes, 16, spec, sizeof spec), SLUICE_ENOENT);
+    assert_true(sluice_table_try_acquire_at(t, a, mb, 5, 2 * SEC, &r)); /* refilled to 5 */
+    assert_false(sluice_table_try_acquire_at(t, a, mb, 1, 2 * SEC, &r));
+    assert_int_equal(sluice_table_override_remove_at(t, a, mb, 2 * SEC), 0);
+    /* a burst with long keys among short ones, as single calls */
+    const void *keys[4] = {a, "s", a, "s"};
+    const size_t klens[4] = {mb, 1, mb, 1};
+    sluice_result rs[4];
+    assert_int_equal(sluice_table_try_acquire_burst_at(t, 4, keys, klens, NULL, 10 * SEC, rs), 4);
+    assert_int_equal(sluice_table_try_acquire_burst_at(t, 4, keys, klens, NULL, 10 * SEC, rs), 0);
+    /* a composite of a long key and a limiter */
+    sluice_limiter *lim = sluice_limiter_new("token-bucket 100/s", err, sizeof err);
+    assert_non_null(lim);
+    sluice_limit_ref refs[2] = {sluice_ref_key(t, a, mb), sluice_ref_limiter(lim)};
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, 10 * SEC, &r, NULL));
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 2, 11 * SEC, &r, NULL));
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, 11 * SEC, &r, NULL));
+    sluice_limiter_free(lim);
+    sluice_table_free(t);
+
+    /* exact against the reference model: three long keys that differ in
+     * one middle byte, random requests at increasing times */
+    t = mk("sliding-log 5/s", 100);
+    ref_params p = {.alg = REF_SLIDING_LOG, .limit = 5, .period_ns = SEC};
+    ref_model *m[3];
+    unsigned char *ks[3];
+    for (int j = 0; j < 3; j++) {
+        m[j] = ref_model_new(&p);
+        assert_non_null(m[j]);
+        ks[j] = key_of(cap + 100, 9);
+        ks[j][cap / 2] = (unsigned char)j;
+    }
+    uint64_t now = SEC, rng = 12345;
+    for (int n = 0; n < 3000; n++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        now += (rng >> 33) % (SEC / 8);
+        const int j = (int)((rng >> 20) % 3);
+        const uint64_t pm = (rng >> 10) % 3;
+        ref_result want;
+        ref_model_decide(m[j], pm, now, &want);
+        assert_int_equal(sluice_table_try_acquire_at(t, ks[j], cap + 100, pm, now, &r), want.allowed);
+        assert_int_equal(r.remaining, want.remaining);
+        assert_int_equal(r.retry_after_ns, want.retry_after_ns);
+    }
+    for (int j = 0; j < 3; j++) {
+        ref_model_free(m[j]);
+        free(ks[j]);
+    }
+    sluice_table_free(t);
+    free(a);
 }
 
 static void test_bad_args(void **state)
@@ -505,6 +647,98 @@ static void test_long_runs(void **state)
     sluice_table_free(t);
 }
 
+typedef struct churn {
+    sluice_table *t;
+    _Atomic bool stop;
+    uint64_t decided, allowed;
+    unsigned seed;
+} churn;
+
+static void *churn_decide(void *p)
+{
+    churn *c = p;
+    char kb[16];
+    uint64_t now = SEC;
+    for (uint64_t n = 0; n < 4000000 && !atomic_load(&c->stop); n++) {
+        const int kl = snprintf(kb, sizeof kb, "k%u", (unsigned)((n + c->seed) % 64));
+        now += 1000;
+        c->allowed += sluice_table_try_acquire_at(c->t, kb, (size_t)kl, n % 3, now, NULL);
+        if (n % 64 == 0) (void)sluice_table_peek_at(c->t, kb, (size_t)kl, 1, now, NULL, NULL);
+        c->decided++;
+    }
+    return NULL;
+}
+
+/* Changes of spec do not grow the table's memory (issue 26 5: each took a
+ * configuration, kept until the table was freed): 100,000 changes,
+ * reconfigure_at and set_limit_at alternating, with held keys and decisions
+ * between, leave the counting allocator's live bytes as they were; then
+ * 20,000 more beside two deciding threads (ThreadSanitizer's concern), and
+ * the keys' decisions stay the contract's (a key spent under one spec
+ * stays spent). */
+static void test_spec_change_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    char err[256];
+    sluice_table *t = mk("token-bucket 10/s", 1000);
+    sluice_result r;
+    uint64_t now = SEC;
+    for (int i = 0; i < 100; i++) { /* held keys, some longer than 16 bytes */
+        char kb[48];
+        const int kl = snprintf(kb, sizeof kb, i % 2 ? "key %d" : "a longer key, number %d", i);
+        assert_true(sluice_table_try_acquire_at(t, kb, (size_t)kl, 1, now, &r));
+    }
+    for (int i = 0; i < 64; i++) { /* warm: every id the churn will reuse made */
+        assert_int_equal(sluice_table_set_limit_at(t, 10 + (uint64_t)(i % 2), SEC, now, err, sizeof err), 0);
+        now += 1000;
+    }
+    const size_t before = tu_alloc_live_bytes();
+    const long blocks = tu_alloc_live();
+    for (int i = 0; i < 100000; i++) {
+        const int rc = i % 2 ? sluice_table_reconfigure_at(t, i % 4 == 1 ? "token-bucket 20/s"
+                                                                            : "token-bucket 10/s",
+                                                           now, err, sizeof err)
+                             : sluice_table_set_limit_at(t, 5 + (uint64_t)(i % 7), SEC, now, err,
+                                                         sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+        if (i % 16 == 0) (void)sluice_table_try_acquire_at(t, "key 1", 5, 1, now, &r);
+        now += 1000;
+    }
+    print_message("  100000 changes: live %zu bytes in %ld blocks before, %zu in %ld after\n",
+                  before, blocks, tu_alloc_live_bytes(), tu_alloc_live());
+    assert_true(tu_alloc_live_bytes() <= before);
+    assert_true(tu_alloc_live() <= blocks);
+    /* still exact: a spent key stays spent across changes of its limit */
+    assert_int_equal(sluice_table_reconfigure_at(t, "token-bucket 3/s", now, err, sizeof err), 0);
+    assert_true(sluice_table_try_acquire_at(t, "fresh", 5, 3, now, &r));
+    assert_int_equal(sluice_table_set_limit_at(t, 4, SEC, now, err, sizeof err), 0);
+    assert_false(sluice_table_try_acquire_at(t, "fresh", 5, 1, now, &r));
+
+    churn a = {.t = t, .seed = 0}, b = {.t = t, .seed = 7};
+    pthread_t th[2];
+    assert_int_equal(pthread_create(&th[0], NULL, churn_decide, &a), 0);
+    assert_int_equal(pthread_create(&th[1], NULL, churn_decide, &b), 0);
+    for (int i = 0; i < 20000; i++) {
+        const int rc = i % 2 ? sluice_table_reconfigure_at(t, "token-bucket 10/s", now, err, sizeof err)
+                             : sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err);
+        if (rc != 0) fail_msg("change %d: %s", i, err);
+    }
+    atomic_store(&a.stop, true);
+    atomic_store(&b.stop, true);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    print_message("  20000 changes beside %llu decisions (%llu admitted): live %zu bytes\n",
+                  (unsigned long long)(a.decided + b.decided),
+                  (unsigned long long)(a.allowed + b.allowed), tu_alloc_live_bytes());
+    /* one change more with no reader running frees what the deciders held */
+    assert_int_equal(sluice_table_set_limit_at(t, 20, SEC, now, err, sizeof err), 0);
+    assert_true(tu_alloc_live_bytes() <= before + 64 * 4096); /* the deciders' 64 keys */
+    sluice_table_free(t);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -518,6 +752,8 @@ int main(void)
         cmocka_unit_test(test_refusal_writes_nothing),
         cmocka_unit_test(test_refusal_after_reconfigure),
         cmocka_unit_test(test_long_runs),
+        cmocka_unit_test(test_long_keys),
+        cmocka_unit_test(test_spec_change_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
