@@ -43,9 +43,10 @@
  * capacity: capacity x PERIOD/LIMIT at most), as limit_req's delay does.
  * A request is decided once, whatever internal redirects follow: the
  * mark is a cleanup record in the main request's pool, which a redirect
- * does not wipe (the module context, which it does, only caches it).  A
- * key the table cannot decide (too long for it, no memory) is a 500 with
- * an error line, never a refusal and never "not limited".
+ * does not wipe (the module context, which it does, only caches it).
+ * Every key goes to its table whatever its length (a long one is held by
+ * its keyed digest); a request the table cannot decide is a 500 with an
+ * error line, never a refusal and never "not limited".
  *
  * sluice_headers on adds the RateLimit-Policy and RateLimit fields of the
  * IETF draft, one item per enforced limit, and Retry-After on a refusal
@@ -938,8 +939,9 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     ngx_memzero(ctx, sizeof(*ctx));
     ngx_http_set_ctx(r->main, ctx, ngx_http_sluice_module);
 
-    /* Every key goes to its table, whatever its length: the table decides
-     * (a key it cannot hold is an error below, never "not limited"). */
+    /* Every key goes to its table, whatever its length: the table holds a
+     * key longer than max_key_bytes by its keyed digest (an error below is
+     * a 500, never "not limited"). */
     limits = lcf->limits->elts;
     for (i = 0; i < lcf->limits->nelts; i++) {
         ngx_http_sluice_zone_t *z = limits[i].zone;
@@ -974,8 +976,8 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
         (void) sluice_composite_try_acquire_at(refs, ne, 1, now, &res, per);
     }
     if (!res.allowed && res.error != 0 && res.error != SLUICE_EFULL) {
-        /* not a refusal: the table could not decide (a key longer than it
-         * holds, no memory); an error of its own, as a 500 */
+        /* not a refusal: the table could not decide (no memory); an
+         * error of its own, as a 500 */
         for (i = 0; i < ne && per[i].error == 0; i++) {
         }
         i = i < ne ? i : 0;

@@ -10,8 +10,10 @@
 #   redirect  a request that goes through `index`, a `try_files` front
 #             controller or `error_page 404 = /uri` is decided once.
 #   loglevel  sluice_log_level sets a refusal's level, a delay's is one
-#             lower; a key the table cannot hold is a 500 with its own
-#             error line, never a refusal and never "not limited".
+#             lower.
+#   longkey   a key of any length is limited, never "not limited": 65,
+#             255, 4096 and 70000 bytes, JWT-sized Authorization headers,
+#             and every byte value (1 .. 255 in a decoded $uri).
 #   full      a full zone evicts by default (new clients get in), and
 #             policy=refuse refuses new keys.
 #   status    $sluice_status: PASSED, DELAYED, REJECTED, REJECTED_DRY_RUN.
@@ -88,12 +90,6 @@ if start; then
     [ "$c" = "200 200 200 " ] && grep -q '\[notice\] .*sluice: delaying request' "$dir/logs/error.log" &&
         pass "a delay is logged one level lower (notice)" ||
         fail "delay level: $c; $(grep delaying "$dir/logs/error.log")"
-    # a key beyond what any table holds (SLUICE_MAX_KEY_BYTES): an error
-    big=$(head -c 70000 /dev/zero | tr '\0' k)
-    c=$(codes 2 -H "X-Key: $big" "$base/index.html")
-    [ "$c" = "500 500" ] && grep -q '\[error\] .*sluice zone "lvl": cannot decide (.*), key of 70000 bytes' "$dir/logs/error.log" &&
-        pass "a key the table cannot hold: 500 with its own error line" ||
-        fail "library error: want 500 500, got $c; $(grep 'cannot decide' "$dir/logs/error.log" | head -1 | cut -c1-200)"
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
@@ -343,6 +339,73 @@ print(t.try_acquire(b'b'), t.try_acquire(b'b'), t.try_acquire(b'b'))" 2>&1)
     fi
 else
     fail "path=: nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- longkey: no key escapes its limit by its length -----------------------------
+conf_http 1 <<CONF
+  sluice_zone lk key=\$http_x_key spec="token-bucket 1/h burst=2" max_keys=1000;
+  sluice_zone jwt key=\$http_authorization spec="token-bucket 1/h burst=2" max_keys=1000;
+  sluice_zone bytes key=\$uri spec="token-bucket 1/h burst=2" max_keys=1000;
+  large_client_header_buffers 4 128k;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location /jwt/ { alias $dir/html/; sluice jwt; }
+    location /b/ { sluice bytes; try_files /index.html =404; }
+    location / { sluice lk; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    : >"$dir/logs/error.log"
+    for n in 64 65 255 4096 70000; do
+        k=$(head -c "$n" /dev/zero | tr '\0' L)
+        c=$(codes 3 -H "X-Key: $k" "$base/index.html")
+        [ "$c" = "200 200 429" ] && pass "a key of $n bytes is limited: $c" ||
+            fail "a key of $n bytes: want 200 200 429, got $c"
+    done
+    # two long keys that differ in their last byte only are two keys
+    k=$(head -c 4095 /dev/zero | tr '\0' M)
+    c="$(codes 3 -H "X-Key: ${k}1" "$base/index.html") / $(codes 3 -H "X-Key: ${k}2" "$base/index.html")"
+    [ "$c" = "200 200 429 / 200 200 429" ] && pass "4096-byte keys differing in the last byte are two keys" ||
+        fail "4096-byte keys differing in the last byte: $c"
+    # JWT-sized bearer tokens (1 and 2 KB), three clients each
+    for n in 1024 2048; do
+        for cl in 1 2 3; do
+            tok=$(python3 -c "import base64,os; print(base64.urlsafe_b64encode(os.urandom($n*3//4)).decode())")
+            c=$(codes 3 -H "Authorization: Bearer $tok" "$base/jwt/index.html")
+            [ "$c" = "200 200 429" ] || break
+        done
+        [ "$c" = "200 200 429" ] && pass "JWT-sized keys ($n bytes of token): each limited" ||
+            fail "JWT-sized keys ($n bytes): $c"
+    done
+    # every byte value: /b/%XX + 70 bytes, decoded into $uri (a key of 75
+    # bytes); three requests each on one connection.
+    out=$(python3 - "$port" <<'PY'
+import http.client, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+bad = []
+for b in range(1, 256):
+    got = []
+    for _ in range(3):
+        conn.request("GET", "/b/%%%02X%s" % (b, "z" * 70))
+        r = conn.getresponse()
+        r.read()
+        got.append(r.status)
+        if r.getheader("connection", "").lower() == "close":
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+    if got != [200, 200, 429]:
+        bad.append("%02X:%s" % (b, got))
+print(" ".join(bad) if bad else "all")
+PY
+)
+    # 2F is "/" (merged with the one before: /b/zzz..., a key of its own)
+    [ "$out" = "all" ] && pass "every byte value 01..FF in a key: limited" || fail "byte values: $out"
+    grep -aq 'not limited' "$dir/logs/error.log" && fail "a key was logged as not limited"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
 stop
 
