@@ -10,7 +10,8 @@
 #   redirect  a request that goes through `index`, a `try_files` front
 #             controller or `error_page 404 = /uri` is decided once.
 #   loglevel  sluice_log_level sets a refusal's level, a delay's is one
-#             lower.
+#             lower; under a flood, `sluice_log_level info` with an
+#             error_log at notice writes nothing per refusal.
 #   longkey   a key of any length is limited, never "not limited": 65,
 #             255, 4096 and 70000 bytes, JWT-sized Authorization headers,
 #             and every byte value (1 .. 255 in a decoded $uri).
@@ -64,11 +65,13 @@ stop
 conf_http 1 <<CONF
   sluice_zone lvl key=\$http_x_key spec="token-bucket 1/h burst=1" max_keys=100;
   sluice_zone shp key=\$http_x_key spec="leaky-bucket 10/s capacity=5" max_keys=100;
-  large_client_header_buffers 4 128k;
+  sluice_zone fl key=\$binary_remote_addr spec="token-bucket 1/h burst=1" max_keys=100;
   server {
     listen 127.0.0.1:$port;
     root $dir/html;
     location /warn/ { alias $dir/html/; sluice lvl; sluice_log_level warn; }
+    location /quiet/ { alias $dir/html/; sluice fl; sluice_log_level info;
+                       error_log $dir/logs/flood.log notice; }
     location /shape/ { alias $dir/html/; sluice shp; sluice_log_level warn; }
     location / { sluice lvl; }
     location = /metrics { sluice_metrics; }
@@ -81,6 +84,13 @@ if start; then
         ! grep -q '\[error\] .*limiting requests' "$dir/logs/error.log" &&
         pass "sluice_log_level warn: the refusal is logged at warn" ||
         fail "log level warn: $c; $(grep limiting "$dir/logs/error.log")"
+    # a flood of one refused key (2 s, 8 connections): nothing logged
+    out=$(python3 "$here/load.py" "$base/quiet/index.html" 8 2)
+    n429=$(jget 'd["counts"].get("429",0)' <<<"$out")
+    bytes=$(stat -c %s "$dir/logs/flood.log" 2>/dev/null || echo 0)
+    [ "$n429" -ge 50 ] && [ "$bytes" -eq 0 ] &&
+        pass "a flood of $n429 refusals at sluice_log_level info: $bytes bytes of log at notice" ||
+        fail "flood: $n429 refusals, $bytes bytes of log (want >= 50 and 0); $out"
     c=$(codes 2 -H "X-Key: e" "$base/index.html")
     [ "$c" = "200 429" ] && grep -q '\[error\] .*sluice: limiting requests by zone "lvl"' "$dir/logs/error.log" &&
         pass "the default level of a refusal is error" || fail "default level: $c"
