@@ -26,8 +26,9 @@
 #             that nginx fails changes no running zone's spec.
 #   bigzone   nginx -t on a zone of 10M keys: little CPU time and memory.
 #   path      a zone with path= keeps its keys across nginx -s stop and
-#             start, and an application process (the Python binding)
-#             shares its limit.
+#             start, an application process (the Python binding) shares
+#             its limit, a reload changes its spec, and one that changes
+#             max_keys is refused naming the zone.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
 set -u
 
@@ -344,6 +345,25 @@ print(t.try_acquire(b'b'), t.try_acquire(b'b'), t.try_acquire(b'b'))" 2>&1)
         else
             echo "skip path= with an application process: $lib not built"
         fi
+        # a reload that changes the spec applies it to the named table; one
+        # that changes max_keys is refused, naming the zone
+        sed -i 's/burst=2" max_keys=100/burst=3" max_keys=100/' "$dir/nginx.conf"
+        : >"$dir/logs/error.log"
+        if reload_wait; then
+            c=$(codes 4 -H "X-Key: c" "$base/index.html")
+            [ "$c" = "200 200 200 429" ] && pass "path=: a reload changes the spec to burst=3 ($c)" ||
+                fail "path= reload burst 2 -> 3: key c got $c"
+        else
+            fail "path= reload burst 2 -> 3 did not complete: $(grep -a emerg "$dir/logs/error.log")"
+        fi
+        sed -i 's/max_keys=100 path=/max_keys=200 path=/' "$dir/nginx.conf"
+        : >"$dir/logs/error.log"
+        ngx -s reload 2>/dev/null
+        for _ in $(seq 100); do grep -aq 'sluice_zone "pz"' "$dir/logs/error.log" && break; sleep 0.05; done
+        c=$(codes 1 -H "X-Key: c" "$base/index.html")
+        grep -aq 'emerg.*sluice_zone "pz": path' "$dir/logs/error.log" && [ "$c" = 429 ] &&
+            pass "path=: a reload changing max_keys is refused, naming the zone; the zone goes on" ||
+            fail "path= reload max_keys: $c; $(grep -a 'sluice_zone' "$dir/logs/error.log" | tail -1)"
     else
         fail "path=: nginx did not start again: $(tail -3 "$dir/logs/error.log")"
     fi
