@@ -439,8 +439,14 @@ typedef struct rd_slot {
 static rd_slot rd_slots[RD_SLOTS];
 static _Atomic uint64_t rd_epoch = 1;
 static _Atomic uint64_t rd_anon;       /* sections of threads without a slot */
-static _Thread_local unsigned rd_mine; /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
-static _Thread_local unsigned rd_depth;
+/* A thread's own: its slot and the depth of its sections, in one
+ * thread-local (one address lookup per section: the library's TLS model is
+ * dynamic), which rd_enter returns for rd_exit. */
+typedef struct rd_tls {
+    unsigned mine;  /* slot + 1; 0: not yet asked; RD_SLOTS + 1: none */
+    unsigned depth; /* sections open */
+} rd_tls;
+static _Thread_local rd_tls rd_me;
 static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
 static pthread_key_t rd_key;
 static bool rd_key_ok, rd_memb;
@@ -450,17 +456,34 @@ static bool rd_key_ok, rd_memb;
 #define RD_MEMB_REGISTER_PRIVATE_EXPEDITED (1 << 4)
 #endif
 
+/* A thread ends: its slot is free again (a later section of this thread,
+ * from another destructor, counts in rd_anon). */
 static void rd_release(void *v)
 {
     const unsigned i = (unsigned)(uintptr_t)v;
     if (i == 0 || i > RD_SLOTS) return;
+    rd_me.mine = RD_SLOTS + 1;
     atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
     atomic_store_explicit(&rd_slots[i - 1].owned, 0, memory_order_release);
+}
+
+/* In the child of fork(): only the forking thread runs, so every other
+ * thread's slot is free (else its epoch would hold back every free). */
+static void rd_atfork_child(void)
+{
+    for (unsigned i = 0; i < RD_SLOTS; i++) {
+        if (i + 1 == rd_me.mine) continue;
+        atomic_store_explicit(&rd_slots[i].at, 0, memory_order_relaxed);
+        atomic_store_explicit(&rd_slots[i].owned, 0, memory_order_relaxed);
+    }
+    atomic_store_explicit(&rd_anon, rd_me.mine > RD_SLOTS && rd_me.depth ? 1 : 0,
+                          memory_order_relaxed);
 }
 
 static void rd_init(void)
 {
     rd_key_ok = pthread_key_create(&rd_key, rd_release) == 0;
+    (void)pthread_atfork(NULL, NULL, rd_atfork_child);
 #ifdef RD_MEMB_REGISTER_PRIVATE_EXPEDITED
     rd_memb = syscall(SYS_membarrier, RD_MEMB_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
@@ -486,11 +509,12 @@ static unsigned rd_claim(void)
     return RD_SLOTS + 1;
 }
 
-static inline void rd_enter(void)
+static inline rd_tls *rd_enter(void)
 {
-    if (rd_depth++) return;
-    unsigned i = rd_mine;
-    if (__builtin_expect(i == 0, 0)) rd_mine = i = rd_claim();
+    rd_tls *me = &rd_me;
+    if (me->depth++) return me;
+    unsigned i = me->mine;
+    if (__builtin_expect(i == 0, 0)) me->mine = i = rd_claim();
     if (i <= RD_SLOTS) {
         atomic_store_explicit(&rd_slots[i - 1].at,
                               atomic_load_explicit(&rd_epoch, memory_order_acquire),
@@ -500,12 +524,13 @@ static inline void rd_enter(void)
     } else {
         atomic_fetch_add_explicit(&rd_anon, 1, memory_order_seq_cst);
     }
+    return me;
 }
 
-static inline void rd_exit(void)
+static inline void rd_exit(rd_tls *me)
 {
-    if (--rd_depth) return;
-    const unsigned i = rd_mine;
+    if (--me->depth) return;
+    const unsigned i = me->mine;
     if (i <= RD_SLOTS) atomic_store_explicit(&rd_slots[i - 1].at, 0, memory_order_release);
     else atomic_fetch_sub_explicit(&rd_anon, 1, memory_order_release);
 }
@@ -1733,9 +1758,9 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     if (!key) key = ""; /* keylen is 0: no pointer arithmetic on NULL below */
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const bool ok = decide_one(t, key, keylen, permits, now_ns, res);
-    rd_exit();
+    rd_exit(rd);
     sluice__count(&t->counters, permits, ok);
     return ok;
 }
@@ -1841,7 +1866,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         return allowed;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    rd_enter();
+    rd_tls *rd = rd_enter();
     size_t allowed = 0;
     sluice__tally tally = {0}; /* counted once, at the end */
     uint64_t hash[BURST_RING];
@@ -1907,7 +1932,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
         }
     }
     if (held) sluice__spin_unlock(&held->mu);
-    rd_exit();
+    rd_exit(rd);
     sluice__count_tally(&t->counters, &tally);
     return allowed;
 }
@@ -1986,7 +2011,7 @@ void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, ui
 void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
 {
     shard *s = sh;
-    rd_enter(); /* the parts use configurations until the unlock */
+    (void)rd_enter(); /* the parts use configurations until the unlock */
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) PUT(&s->now, now_ns);
     if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
@@ -2000,7 +2025,7 @@ void sluice__table_unlock(sluice_table *t, void *sh)
 {
     (void)t;
     sluice__spin_unlock(&((shard *)sh)->mu);
-    rd_exit();
+    rd_exit(&rd_me);
 }
 
 void sluice__table_find(sluice__part *part)
@@ -2108,7 +2133,7 @@ void sluice__table_unmake(sluice__part *part)
 
 void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *o = &t->shards[k];
         if (atomic_load_explicit(o->due, memory_order_relaxed) > now_ns) continue;
@@ -2117,7 +2142,7 @@ void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
         publish_due(o);
         sluice__spin_unlock(&o->mu);
     }
-    rd_exit();
+    rd_exit(rd);
 }
 
 void sluice__table_count(sluice_table *t, uint64_t permits, bool ok, bool full)
@@ -2263,9 +2288,9 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
 int sluice__tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                           uint64_t now_ns, sluice__answer *ans)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = tables_decide(refs, n, permits, now_ns, ans);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2308,9 +2333,9 @@ static int table_remove(sluice_table *t, const void *key, size_t keylen)
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
-    rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
+    rd_tls *rd = rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
     const int rc = table_remove(t, key, keylen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2417,9 +2442,9 @@ int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64
 {
     if (t && t->region)
         return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
-    rd_enter(); /* configurations read, also after the unlock */
+    rd_tls *rd = rd_enter(); /* configurations read, also after the unlock */
     const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2599,9 +2624,9 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
 {
-    rd_enter(); /* the states given carry keys over changes first */
+    rd_tls *rd = rd_enter(); /* the states given carry keys over changes first */
     const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -2632,9 +2657,9 @@ static const tcfg *cur_cfg(const sluice_table *t)
 /* The clock of the current spec (what the live forms read). */
 static sluice__clock cur_clock(const sluice_table *t)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const sluice__clock c = cur_cfg(t)->pf.clock;
-    rd_exit();
+    rd_exit(rd);
     return c;
 }
 
@@ -2679,6 +2704,17 @@ static void cfg_unmap(sluice_table *t, tcfg *c)
         t->free_cap = cap;
     }
     t->free_ids[t->nfree++] = c->id;
+}
+
+/* Retire configuration c (t->cfg_mu held; no key is under it and it is
+ * linked nowhere): unmapped, then stamped with the reader epoch, which moves
+ * on. */
+static void cfg_retire(sluice_table *t, tcfg *c)
+{
+    cfg_unmap(t, c);
+    c->stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
+    c->made = t->retired;
+    t->retired = c;
 }
 
 /* Free the retired configurations no reader section can hold any more
@@ -3065,7 +3101,9 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
         sluice__spin_unlock(&s->mu);
         goto oom; /* a ring could not grow: the key stays as it was */
     }
+    tcfg *gone = NULL; /* the override's spec it replaces */
     if (o) {
+        gone = o->cfg;
         o->cfg = made;
     } else {
         if (arr) {
@@ -3082,6 +3120,8 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
         atomic_fetch_add_explicit(&t->novr, 1, memory_order_relaxed);
     }
     sluice__spin_unlock(&s->mu);
+    if (gone) cfg_retire(t, gone); /* no key under it: carried above */
+    cfg_free_retired(t);
     goto out;
 oom:
     sluice__errf(err, errlen, "out of memory");
@@ -3098,9 +3138,9 @@ out:
 int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen,
                                  const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_set_at(t, key, keylen, spec, now_ns, err, errlen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -3117,6 +3157,7 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
     shard *s = shard_for(t, h);
     int rc = 0;
     unsigned char *copy = NULL;
+    tcfg *gone = NULL;
     pthread_mutex_lock(&t->cfg_mu);
     ovr *o = ovr_find(s, tag, key, keylen, NULL);
     if (!o) {
@@ -3129,12 +3170,15 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
             rc = SLUICE_ENOMEM; /* a ring could not grow: nothing changes */
         } else {
             copy = o->key;
+            gone = o->cfg;
             const size_t at = (size_t)(o - s->ovr); /* pos or after: tags may be equal */
             memmove(o, o + 1, (s->novr - at - 1) * sizeof *o);
             PUT(&s->novr, s->novr - 1);
             atomic_fetch_sub_explicit(&t->novr, 1, memory_order_relaxed);
         }
         sluice__spin_unlock(&s->mu);
+        if (gone) cfg_retire(t, gone); /* no key under it: carried to the base */
+        cfg_free_retired(t);
     }
     pthread_mutex_unlock(&t->cfg_mu);
     sluice__free(copy);
@@ -3144,9 +3188,9 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
 int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t keylen,
                                     uint64_t now_ns)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_remove_at(t, key, keylen, now_ns);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }
 
@@ -3175,8 +3219,8 @@ static int override_get(sluice_table *t, const void *key, size_t keylen, char *s
 int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
                               size_t speclen)
 {
-    rd_enter();
+    rd_tls *rd = rd_enter();
     const int rc = override_get(t, key, keylen, spec, speclen);
-    rd_exit();
+    rd_exit(rd);
     return rc;
 }

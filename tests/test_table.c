@@ -739,6 +739,49 @@ static void test_spec_change_memory(void **state)
     assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
+/* Overrides changed, removed and set again do not grow the table either
+ * (issue 26 5, the same leak): 100,000 override changes on held and
+ * unheld keys, with decisions between, leave the live bytes as they were,
+ * and the override decides. */
+static void test_override_churn_memory(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    char err[256];
+    sluice_table *t = mk("token-bucket 10/s", 100);
+    sluice_result r;
+    uint64_t now = SEC;
+    assert_true(sluice_table_try_acquire_at(t, "held", 4, 1, now, &r));
+    for (int i = 0; i < 64; i++) { /* warm */
+        assert_int_equal(sluice_table_override_set_at(t, "held", 4, i % 2 ? "token-bucket 3/s" : "token-bucket 4/s", now, err, sizeof err), 0);
+        assert_int_equal(sluice_table_override_set_at(t, "other", 5, "token-bucket 2/s", now, err, sizeof err), 0);
+        assert_int_equal(sluice_table_override_remove_at(t, "other", 5, now), 0);
+    }
+    const size_t before = tu_alloc_live_bytes();
+    for (int i = 0; i < 100000; i++) {
+        const char *spec = i % 2 ? "token-bucket 3/s" : "token-bucket 4/s";
+        if (sluice_table_override_set_at(t, "held", 4, spec, now, err, sizeof err) != 0)
+            fail_msg("override %d: %s", i, err);
+        if (i % 3 == 0) {
+            assert_int_equal(sluice_table_override_set_at(t, "other", 5, spec, now, err, sizeof err), 0);
+            (void)sluice_table_try_acquire_at(t, "other", 5, 1, now, &r);
+            assert_int_equal(sluice_table_override_remove_at(t, "other", 5, now), 0);
+        }
+        if (i % 16 == 0) (void)sluice_table_try_acquire_at(t, "held", 4, 1, now, &r);
+        now += 1000;
+    }
+    print_message("  100000 override changes: live %zu bytes before, %zu after\n", before,
+                  tu_alloc_live_bytes());
+    assert_true(tu_alloc_live_bytes() <= before);
+    assert_int_equal(sluice_table_override_set_at(t, "held", 4, "token-bucket 1/h", now, err, sizeof err), 0);
+    now += 3600 * SEC;
+    assert_true(sluice_table_try_acquire_at(t, "held", 4, 1, now, &r));
+    assert_false(sluice_table_try_acquire_at(t, "held", 4, 1, now, &r)); /* 1/h decides */
+    sluice_table_free(t);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -754,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_spec_change_memory),
+        cmocka_unit_test(test_override_churn_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
