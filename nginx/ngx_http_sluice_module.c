@@ -3,11 +3,14 @@
  * Directives (README.md, "nginx"):
  *
  *   sluice_zone NAME key=$variable spec="SPEC" max_keys=N
- *               [max_key_bytes=N] [policy=refuse|evict-lru];      http
+ *               [max_key_bytes=N] [policy=evict-lru|refuse]
+ *               [path=PATH];                                      http
  *   sluice NAME [shadow];                          http, server, location
  *   sluice_status CODE;                            (default 429)
  *   sluice_headers on|off;                         (default off)
+ *   sluice_log_level info|notice|warn|error;       (default error)
  *   sluice_metrics;                                location: the exposition
+ *   $sluice_status                                 PASSED, DELAYED, REJECTED, ...
  *
  * A zone is one sluice table placed in an nginx shared memory zone: nginx
  * maps its zones before it forks the workers, so every worker decides on
@@ -17,9 +20,16 @@
  * puts at the head of every zone; the region is the pool's one allocation,
  * and the pool's `data` remembers it, so a reload that keeps the zone
  * (same name, same size) attaches to the same region and keeps every
- * key's state.  A reload that changes the spec but not the size
- * reconfigures the table at the reload's time (sluice_table_reconfigure_at:
- * the carry-over of a changed limit); another size is a new zone.
+ * key's state.  The size is chosen when the configuration is read, beside
+ * the running zone of that name: the same size exactly when max_keys,
+ * max_key_bytes and policy are the same and the region holds the new spec,
+ * another size otherwise (a new zone, fresh keys).  A new spec on a kept
+ * zone is tried on a scratch table by init_zone and applied by the new
+ * workers (init_process, sluice_table_reconfigure_at: the carry-over of a
+ * changed limit), once nginx has committed the reload: a reload that
+ * fails later changes nothing that runs.  A new zone's memory is a fresh
+ * mapping, zero already: it is not written (nginx -t on 10M keys stays at
+ * a few MB).
  *
  * The decision runs in the preaccess phase, as limit_req's: every `sluice`
  * of the location (inherited as a whole from the enclosing level when the
@@ -31,7 +41,12 @@
  * answers sluice_status; an admission by a leaky-bucket shaper with a wait
  * holds the request on a timer for that wait (bounded by the bucket's
  * capacity: capacity x PERIOD/LIMIT at most), as limit_req's delay does.
- * A request is decided once, whatever internal redirects follow.
+ * A request is decided once, whatever internal redirects follow: the
+ * mark is a cleanup record in the main request's pool, which a redirect
+ * does not wipe (the module context, which it does, only caches it).
+ * Every key goes to its table whatever its length (a long one is held by
+ * its keyed digest); a request the table cannot decide is a 500 with an
+ * error line, never a refusal and never "not limited".
  *
  * sluice_headers on adds the RateLimit-Policy and RateLimit fields of the
  * IETF draft, one item per enforced limit, and Retry-After on a refusal
@@ -49,17 +64,27 @@
 #define SLUICE_NGX_DEFAULT_KEY_BYTES 64
 #define SLUICE_NGX_FIELD_MAX 4096
 
-typedef struct {
+typedef struct ngx_http_sluice_zone_s {
     ngx_str_t                 name;
     ngx_http_complex_value_t  key;
     char                     *spec;          /* NUL-terminated */
     size_t                    max_keys;
     size_t                    max_key_bytes;
     unsigned                  flags;
-    size_t                    region_size;
+    size_t                    region_size;   /* what the spec needs */
+    size_t                    region_alloc;  /* what the zone holds: more when kept */
+    char                     *made_spec;     /* the spec the region was made with */
+    ngx_uint_t                pending;       /* the spec is applied by init_process */
+    struct ngx_http_sluice_zone_s *old;      /* the running zone of this name:
+                                              * valid until init_zone only */
     ngx_shm_zone_t           *shm_zone;
     sluice_table             *table;         /* this process's handle */
     sluice_http_policy        policy;
+    size_t                    shm_size;      /* of shm_zone */
+    char                     *path;          /* path=: a named table, or NULL */
+    ngx_uint_t                declared;      /* its sluice_zone was read */
+    ngx_uint_t                line;          /* of the first `sluice NAME` */
+    u_char                   *file;
 } ngx_http_sluice_zone_t;
 
 typedef struct {
@@ -76,13 +101,36 @@ typedef struct {
     ngx_array_t              *limits;        /* of ngx_http_sluice_limit_t */
     ngx_uint_t                status;
     ngx_flag_t                headers;
+    ngx_uint_t                log_level;     /* of a refusal; a delay one lower */
 } ngx_http_sluice_loc_conf_t;
 
+/* $sluice_status, as limit_req's $limit_req_status */
+#define NGX_HTTP_SLUICE_PASSED           1
+#define NGX_HTTP_SLUICE_DELAYED          2
+#define NGX_HTTP_SLUICE_REJECTED         3
+#define NGX_HTTP_SLUICE_DELAYED_DRY_RUN  4
+#define NGX_HTTP_SLUICE_REJECTED_DRY_RUN 5
+
+static ngx_str_t ngx_http_sluice_status_names[] = {
+    ngx_null_string,
+    ngx_string("PASSED"),
+    ngx_string("DELAYED"),
+    ngx_string("REJECTED"),
+    ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("REJECTED_DRY_RUN")
+};
+
+/* The request's decision, kept in the main request's pool: a cleanup
+ * record whose handler is ngx_http_sluice_ctx_mark.  An internal redirect
+ * (index, try_files, error_page) wipes the module contexts, not the pool's
+ * cleanups, so the mark survives it, as limit_req's r->main->limit_req_status
+ * does; the module context only caches it. */
 typedef struct {
-    ngx_uint_t                decided;
+    ngx_uint_t                status;        /* NGX_HTTP_SLUICE_*, 0: none */
 } ngx_http_sluice_ctx_t;
 
 static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_sluice_add_variables(ngx_conf_t *cf);
 static void *ngx_http_sluice_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_sluice_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
@@ -94,6 +142,14 @@ static void ngx_http_sluice_exit_process(ngx_cycle_t *cycle);
 
 static ngx_conf_num_bounds_t ngx_http_sluice_status_bounds = {
     ngx_conf_check_num_bounds, 400, 599
+};
+
+static ngx_conf_enum_t ngx_http_sluice_log_levels[] = {
+    { ngx_string("info"), NGX_LOG_INFO },
+    { ngx_string("notice"), NGX_LOG_NOTICE },
+    { ngx_string("warn"), NGX_LOG_WARN },
+    { ngx_string("error"), NGX_LOG_ERR },
+    { ngx_null_string, 0 }
 };
 
 static ngx_command_t ngx_http_sluice_commands[] = {
@@ -125,6 +181,13 @@ static ngx_command_t ngx_http_sluice_commands[] = {
       offsetof(ngx_http_sluice_loc_conf_t, headers),
       NULL },
 
+    { ngx_string("sluice_log_level"),
+      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_sluice_loc_conf_t, log_level),
+      &ngx_http_sluice_log_levels },
+
     { ngx_string("sluice_metrics"),
       NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
       ngx_http_sluice_metrics,
@@ -136,7 +199,7 @@ static ngx_command_t ngx_http_sluice_commands[] = {
 };
 
 static ngx_http_module_t ngx_http_sluice_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_sluice_add_variables,         /* preconfiguration */
     ngx_http_sluice_init,                  /* postconfiguration */
     ngx_http_sluice_create_main_conf,      /* create main configuration */
     NULL,                                  /* init main configuration */
@@ -188,6 +251,7 @@ ngx_http_sluice_create_loc_conf(ngx_conf_t *cf)
     lcf->limits = NGX_CONF_UNSET_PTR;
     lcf->status = NGX_CONF_UNSET_UINT;
     lcf->headers = NGX_CONF_UNSET;
+    lcf->log_level = NGX_CONF_UNSET_UINT;
     return lcf;
 }
 
@@ -202,10 +266,126 @@ ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
     ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_value(conf->headers, prev->headers, 0);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     return NGX_CONF_OK;
 }
 
-/* The region of a zone: made once, kept across reloads that keep the zone. */
+/* The zone of the running configuration (the cycle being replaced) with
+ * this name, or NULL: while a new configuration is read, ngx_cycle is still
+ * the running one, and its zones and their data live until it is freed.
+ * The tag tells sluice's zones from another module's. */
+static ngx_http_sluice_zone_t *
+ngx_http_sluice_old_zone(ngx_str_t *name)
+{
+    ngx_cycle_t *old = (ngx_cycle_t *) ngx_cycle;
+    ngx_list_part_t *part;
+    ngx_shm_zone_t *shm;
+    ngx_uint_t i;
+
+    if (old == NULL) {
+        return NULL;
+    }
+    for (part = &old->shared_memory.part; part != NULL; part = part->next) {
+        shm = part->elts;
+        for (i = 0; i < part->nelts; i++) {
+            if (shm[i].tag == &ngx_http_sluice_module && shm[i].data != NULL
+                && shm[i].shm.name.len == name->len
+                && ngx_strncmp(shm[i].shm.name.data, name->data, name->len) == 0)
+            {
+                return shm[i].data;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* The first of max_keys, max_key_bytes, policy that differs, or NULL. */
+static const char *
+ngx_http_sluice_changed(const ngx_http_sluice_zone_t *oz, const ngx_http_sluice_zone_t *z)
+{
+    if (oz->max_keys != z->max_keys) {
+        return "max_keys";
+    }
+    if (oz->max_key_bytes != z->max_key_bytes) {
+        return "max_key_bytes";
+    }
+    if (oz->flags != z->flags) {
+        return "policy";
+    }
+    return NULL;
+}
+
+/* Would the region take the change of spec oz -> z?  Tried on a scratch
+ * table of one key made with the spec the region was made with (the ring
+ * of a sliding window is sized by it), so the running zone is not touched
+ * before nginx commits the new configuration. */
+static ngx_int_t
+ngx_http_sluice_try_change(ngx_http_sluice_zone_t *z, ngx_log_t *log, char *err, size_t errlen)
+{
+    size_t size = sluice_table_region_size(z->made_spec, 1, z->max_key_bytes, err, errlen);
+    sluice_table *t;
+    void *mem;
+    int rc;
+
+    if (size == 0) {
+        return NGX_ERROR;
+    }
+    mem = ngx_memalign(64, size, log);
+    if (mem == NULL) {
+        ngx_snprintf((u_char *) err, errlen, "no memory to try the change%Z");
+        return NGX_ERROR;
+    }
+    ngx_memzero(mem, size);
+    t = sluice_table_attach(mem, size, z->made_spec, 1, z->max_key_bytes, z->flags, err, errlen);
+    rc = t == NULL ? -1 : sluice_table_reconfigure_at(t, z->spec, sluice_now_ns(), err, errlen);
+    sluice_table_free(t);
+    ngx_free(mem);
+    return rc == 0 ? NGX_OK : NGX_ERROR;
+}
+
+/* A zone with path=: the named table sluice_table_open() makes or attaches
+ * (a POSIX shared memory object for "/name", a file otherwise), so its keys
+ * outlive nginx (stop, start, binary upgrade) and application processes
+ * can open it too.  A change of spec on a reload is handled as for a zone
+ * in nginx's memory (tried now, applied by the new workers); a change of
+ * max_keys, max_key_bytes or policy is refused by the table (another path,
+ * or sluice_table_unlink, starts afresh). */
+static ngx_int_t
+ngx_http_sluice_open_zone(ngx_http_sluice_zone_t *z, ngx_http_sluice_zone_t *oz, ngx_log_t *log)
+{
+    char err[SLUICE_NGX_ERRLEN];
+
+    z->table = sluice_table_open(z->path, z->spec, z->max_keys, z->max_key_bytes, z->flags, err,
+                                 sizeof err);
+    if (z->table == NULL && oz != NULL && oz->path != NULL && ngx_strcmp(oz->path, z->path) == 0
+        && ngx_http_sluice_changed(oz, z) == NULL)
+    {
+        z->table = sluice_table_open(z->path, oz->spec, z->max_keys, z->max_key_bytes, z->flags,
+                                     err, sizeof err);
+        z->made_spec = oz->spec; /* the ring the file was made with is unknown here */
+        if (z->table != NULL && ngx_http_sluice_try_change(z, log, err, sizeof err) != NGX_OK) {
+            sluice_table_free(z->table);
+            z->table = NULL;
+        }
+        z->made_spec = z->spec;
+        z->pending = z->table != NULL;
+    }
+    if (z->table == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0, "sluice_zone \"%V\": path \"%s\": %s", &z->name,
+                      z->path, err);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
+/* The region of a zone: made once, kept across reloads that keep the zone
+ * (same name, same size: the size is chosen at parse time so that it is
+ * kept exactly when max_keys, max_key_bytes and policy are, and the region
+ * holds the new spec).  A change of spec is not applied here: nginx may
+ * still fail this reload (another zone, another module), and the running
+ * workers decide on the same region.  The handle is attached with the spec
+ * the region holds, the change is tried on a scratch table, and the new
+ * workers apply it (init_process), once the configuration is committed. */
 static ngx_int_t
 ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
@@ -213,35 +393,45 @@ ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_sluice_zone_t *oz = data;
     ngx_slab_pool_t *shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     char err[SLUICE_NGX_ERRLEN];
+    const char *what;
     void *region;
 
+    if (z->path != NULL) {
+        return ngx_http_sluice_open_zone(z, oz, shm_zone->shm.log);
+    }
     if (oz != NULL || shm_zone->shm.exists) {
         region = shpool->data;
     } else {
-        region = ngx_slab_calloc(shpool, z->region_size);
+        /* A new zone is a fresh anonymous mapping, zero already: no
+         * ngx_slab_calloc, which would write (and make resident) every byte
+         * of it -- 1.5 GB for 10M keys, even under nginx -t. */
+        region = ngx_slab_alloc(shpool, z->region_alloc);
         if (region == NULL) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                           "sluice_zone \"%V\": no room for %uz bytes in its shared memory",
-                          &z->name, z->region_size);
+                          &z->name, z->region_alloc);
             return NGX_ERROR;
         }
         shpool->data = region;
+        if (z->old != NULL && (what = ngx_http_sluice_changed(z->old, z)) != NULL) {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "sluice_zone \"%V\": %s changed: a new zone, its keys start afresh",
+                          &z->name, what);
+        }
     }
 
-    z->table = sluice_table_attach(region, z->region_size, z->spec, z->max_keys,
+    z->table = sluice_table_attach(region, z->region_alloc, z->spec, z->max_keys,
                                    z->max_key_bytes, z->flags, err, sizeof err);
     if (z->table == NULL && oz != NULL) {
-        /* The spec changed but the size did not: attach with the old spec,
-         * then change it at this reload's time, carrying the state over. */
-        z->table = sluice_table_attach(region, z->region_size, oz->spec, oz->max_keys,
+        z->table = sluice_table_attach(region, z->region_alloc, oz->spec, oz->max_keys,
                                        oz->max_key_bytes, oz->flags, err, sizeof err);
-        if (z->table != NULL
-            && sluice_table_reconfigure_at(z->table, z->spec, sluice_now_ns(), err, sizeof err)
-                   != 0)
+        if (z->table != NULL && ngx_http_sluice_try_change(z, shm_zone->shm.log, err, sizeof err)
+                                    != NGX_OK)
         {
             sluice_table_free(z->table);
             z->table = NULL;
         }
+        z->pending = z->table != NULL;
     }
     if (z->table == NULL) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "sluice_zone \"%V\": %s",
@@ -307,50 +497,100 @@ ngx_http_sluice_join_spec(ngx_conf_t *cf, ngx_str_t *value, ngx_uint_t n, ngx_ui
     return NGX_CONF_OK;
 }
 
+/* The zone called `name`, made (undeclared) when `sluice NAME` comes
+ * before its `sluice_zone`, as limit_req allows; NULL on no memory. */
+static ngx_http_sluice_zone_t *
+ngx_http_sluice_zone_get(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *mcf, ngx_str_t *name)
+{
+    ngx_http_sluice_zone_t **zones = mcf->zones.elts, *z, **slot;
+    ngx_uint_t i;
+
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        if (zones[i]->name.len == name->len
+            && ngx_strncmp(zones[i]->name.data, name->data, name->len) == 0)
+        {
+            return zones[i];
+        }
+    }
+    z = ngx_pcalloc(cf->pool, sizeof(*z));
+    slot = ngx_array_push(&mcf->zones);
+    if (z == NULL || slot == NULL) {
+        return NULL;
+    }
+    z->name = *name;
+    z->file = cf->conf_file->file.name.data;
+    z->line = cf->conf_file->line;
+    *slot = z;
+    return z;
+}
+
+/* One parameter once: `seen` collects the bits of those read so far. */
+static ngx_int_t
+ngx_http_sluice_once(ngx_conf_t *cf, ngx_uint_t *seen, ngx_uint_t bit, ngx_str_t *value)
+{
+    if (*seen & bit) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate parameter \"%V\"", value);
+        return NGX_ERROR;
+    }
+    *seen |= bit;
+    return NGX_OK;
+}
+
 static char *
 ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_sluice_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
-    ngx_http_sluice_zone_t *z, **slot;
+    ngx_http_sluice_zone_t *z;
     ngx_http_compile_complex_value_t ccv;
     ngx_str_t *value = cf->args->elts, spec = ngx_null_string, key = ngx_null_string;
-    ngx_uint_t i, n = cf->args->nelts;
+    ngx_uint_t i, n = cf->args->nelts, seen = 0;
     ngx_int_t num;
+    long phys_pages, page_bytes;
     char err[SLUICE_NGX_ERRLEN], name[SLUICE_HTTP_NAME_MAX + 1];
     ngx_pool_cleanup_t *cln;
     size_t size, pages;
 
     (void) cmd;
     (void) conf;
-    z = ngx_pcalloc(cf->pool, sizeof(*z));
-    if (z == NULL) {
-        return NGX_CONF_ERROR;
-    }
-    z->name = value[1];
-    z->max_key_bytes = SLUICE_NGX_DEFAULT_KEY_BYTES;
-    if (z->name.len == 0 || z->name.len > SLUICE_HTTP_NAME_MAX) {
+    if (value[1].len == 0 || value[1].len > SLUICE_HTTP_NAME_MAX) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "sluice_zone: the name must have 1 to %d bytes", SLUICE_HTTP_NAME_MAX);
         return NGX_CONF_ERROR;
     }
-    for (slot = mcf->zones.elts, i = 0; i < mcf->zones.nelts; i++) {
-        if (slot[i]->name.len == z->name.len
-            && ngx_strncmp(slot[i]->name.data, z->name.data, z->name.len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate sluice_zone \"%V\"", &z->name);
-            return NGX_CONF_ERROR;
-        }
+    z = ngx_http_sluice_zone_get(cf, mcf, &value[1]);
+    if (z == NULL) {
+        return NGX_CONF_ERROR;
     }
+    if (z->declared) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate sluice_zone \"%V\"", &z->name);
+        return NGX_CONF_ERROR;
+    }
+    z->declared = 1;
+    z->max_key_bytes = SLUICE_NGX_DEFAULT_KEY_BYTES;
+    /* nginx zones evict the least recently used key when full, as
+     * limit_req's do: a flood of new keys cannot lock every new client out
+     * (docs/nginx.md, "Full zones"); policy=refuse keeps the contract's
+     * default. */
+    z->flags = SLUICE_TABLE_EVICT_LRU;
 
     for (i = 2; i < n; i++) {
         if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 1, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             key.data = value[i].data + 4;
             key.len = value[i].len - 4;
         } else if (ngx_strncmp(value[i].data, "spec=", 5) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 2, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             if (ngx_http_sluice_join_spec(cf, value, n, &i, &spec) != NGX_CONF_OK) {
                 return NGX_CONF_ERROR;
             }
         } else if (ngx_strncmp(value[i].data, "max_keys=", 9) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 4, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             num = ngx_atoi(value[i].data + 9, value[i].len - 9);
             if (num == NGX_ERROR || num < 1 || (uint64_t) num > 4294967296ULL) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": 1 .. 2^32 keys", &value[i]);
@@ -358,6 +598,9 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
             z->max_keys = (size_t) num;
         } else if (ngx_strncmp(value[i].data, "max_key_bytes=", 14) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 8, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             num = ngx_atoi(value[i].data + 14, value[i].len - 14);
             if (num == NGX_ERROR || num < 1 || num > SLUICE_MAX_KEY_BYTES) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": 1 .. %d bytes",
@@ -365,9 +608,30 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
             z->max_key_bytes = (size_t) num;
+        } else if (ngx_strncmp(value[i].data, "path=", 5) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 32, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+            if (value[i].len == 5) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid \"%V\": an empty path",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+            z->path = ngx_pnalloc(cf->pool, value[i].len - 5 + 1);
+            if (z->path == NULL) {
+                return NGX_CONF_ERROR;
+            }
+            ngx_memcpy(z->path, value[i].data + 5, value[i].len - 5);
+            z->path[value[i].len - 5] = '\0';
         } else if (value[i].len == 13 && ngx_strncmp(value[i].data, "policy=refuse", 13) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 16, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             z->flags &= ~SLUICE_TABLE_EVICT_LRU;
         } else if (value[i].len == 16 && ngx_strncmp(value[i].data, "policy=evict-lru", 16) == 0) {
+            if (ngx_http_sluice_once(cf, &seen, 16, &value[i]) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
             z->flags |= SLUICE_TABLE_EVICT_LRU;
         } else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
@@ -409,10 +673,53 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": %s", &z->name, err);
         return NGX_CONF_ERROR;
     }
+    /* A table is reserved whole (nothing is allocated later): more than the
+     * machine's memory is refused here, not by a failed mmap at start. */
+    phys_pages = sysconf(_SC_PHYS_PAGES);
+    page_bytes = sysconf(_SC_PAGESIZE);
+    if (phys_pages > 0 && page_bytes > 0
+        && z->region_size / (size_t) page_bytes >= (size_t) phys_pages)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "sluice_zone \"%V\": max_keys=%uz needs %uz bytes of shared memory,"
+                           " more than this machine's %uz", &z->name, z->max_keys,
+                           z->region_size, (size_t) phys_pages * (size_t) page_bytes);
+        return NGX_CONF_ERROR;
+    }
 
-    /* The slab pool's own pages and page descriptors, then the region. */
-    pages = z->region_size / ngx_pagesize + 1;
-    size = 8 * ngx_pagesize + pages * (ngx_pagesize + 64);
+    /* The size decides whether nginx keeps the running zone (same name,
+     * same size) or makes a new one.  Kept when max_keys, max_key_bytes
+     * and policy are the same and the region holds the new spec: then the
+     * old size, whatever it was.  Otherwise a new zone, of a size the old
+     * one does not have, so that a change is never attached to a region
+     * made for other parameters. */
+    z->old = ngx_http_sluice_old_zone(&z->name);
+    z->region_alloc = z->region_size;
+    z->made_spec = z->spec;
+    if (z->path != NULL) {
+        /* the table is the named region; nginx's zone only carries the
+         * zone from one configuration to the next (the same size always) */
+        size = 8 * ngx_pagesize;
+    } else if (z->old != NULL && ngx_http_sluice_changed(z->old, z) == NULL
+               && z->region_size <= z->old->region_alloc)
+    {
+        z->region_alloc = z->old->region_alloc;
+        size = z->old->shm_size;
+        /* a copy: the old configuration's memory goes with it */
+        z->made_spec = ngx_pnalloc(cf->pool, ngx_strlen(z->old->made_spec) + 1);
+        if (z->made_spec == NULL) {
+            return NGX_CONF_ERROR;
+        }
+        ngx_memcpy(z->made_spec, z->old->made_spec, ngx_strlen(z->old->made_spec) + 1);
+    } else {
+        /* the slab pool's own pages and page descriptors, then the region */
+        pages = z->region_size / ngx_pagesize + 1;
+        size = 8 * ngx_pagesize + pages * (ngx_pagesize + 64);
+        if (z->old != NULL && size == z->old->shm_size) {
+            size += ngx_pagesize;
+        }
+    }
+    z->shm_size = size;
     z->shm_zone = ngx_shared_memory_add(cf, &z->name, size, &ngx_http_sluice_module);
     if (z->shm_zone == NULL) {
         return NGX_CONF_ERROR;
@@ -429,12 +736,6 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
     cln->handler = ngx_http_sluice_free_zone;
     cln->data = z;
-
-    slot = ngx_array_push(&mcf->zones);
-    if (slot == NULL) {
-        return NGX_CONF_ERROR;
-    }
-    *slot = z;
     return NGX_CONF_OK;
 }
 
@@ -443,7 +744,7 @@ ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_sluice_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
     ngx_http_sluice_loc_conf_t *lcf = conf;
-    ngx_http_sluice_zone_t **zones = mcf->zones.elts, *z = NULL;
+    ngx_http_sluice_zone_t *z;
     ngx_http_sluice_limit_t *limit, *limits;
     ngx_str_t *value = cf->args->elts;
     ngx_uint_t i;
@@ -457,17 +758,9 @@ ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
         shadow = 1;
     }
-    for (i = 0; i < mcf->zones.nelts; i++) {
-        if (zones[i]->name.len == value[1].len
-            && ngx_strncmp(zones[i]->name.data, value[1].data, value[1].len) == 0)
-        {
-            z = zones[i];
-        }
-    }
+    /* the zone may be declared later in the file: checked at the end */
+    z = ngx_http_sluice_zone_get(cf, mcf, &value[1]);
     if (z == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "unknown sluice_zone \"%V\" (declare it first, at the http level)",
-                           &value[1]);
         return NGX_CONF_ERROR;
     }
     if (lcf->limits == NGX_CONF_UNSET_PTR) {
@@ -587,34 +880,68 @@ ngx_http_sluice_delay(ngx_http_request_t *r)
     ngx_http_core_run_phases(r);
 }
 
+/* The cleanup handler that marks a request decided: it frees nothing. */
+static void
+ngx_http_sluice_ctx_mark(void *data)
+{
+    (void) data;
+}
+
+/* The main request's decision, or NULL when none was made yet.  The
+ * cleanups are the main request's own list, bounded by what it registered. */
+static ngx_http_sluice_ctx_t *
+ngx_http_sluice_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_request_t *m = r->main;
+    ngx_http_sluice_ctx_t *ctx = ngx_http_get_module_ctx(m, ngx_http_sluice_module);
+    ngx_pool_cleanup_t *cln;
+
+    if (ctx != NULL) {
+        return ctx;
+    }
+    for (cln = m->pool->cleanup; cln != NULL; cln = cln->next) {
+        if (cln->handler == ngx_http_sluice_ctx_mark) {
+            ctx = cln->data;
+            ngx_http_set_ctx(m, ctx, ngx_http_sluice_module);
+            return ctx;
+        }
+    }
+    return NULL;
+}
+
 static ngx_int_t
 ngx_http_sluice_handler(ngx_http_request_t *r)
 {
     ngx_http_sluice_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_sluice_module);
     ngx_http_sluice_limit_t *limits;
     ngx_http_sluice_ctx_t *ctx;
+    ngx_pool_cleanup_t *cln;
     ngx_http_sluice_zone_t *ez[SLUICE_COMPOSITE_MAX], *sz[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     ngx_str_t skeys[SLUICE_COMPOSITE_MAX], key;
     sluice_result res, per[SLUICE_COMPOSITE_MAX], sres;
-    ngx_uint_t i, ne = 0, ns = 0;
+    ngx_uint_t i, ne = 0, ns = 0, dry = 0, delay_level;
     uint64_t now;
     ngx_msec_t delay;
 
     if (lcf->limits == NULL || lcf->limits->nelts == 0) {
         return NGX_DECLINED;
     }
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_sluice_module);
-    if (ctx != NULL) {
+    if (ngx_http_sluice_get_ctx(r) != NULL) {
         return NGX_DECLINED; /* decided already (a delay ended, a redirect) */
     }
-    ctx = ngx_pcalloc(r->main->pool, sizeof(*ctx));
-    if (ctx == NULL) {
+    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(*ctx));
+    if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+    cln->handler = ngx_http_sluice_ctx_mark;
+    ctx = cln->data;
+    ngx_memzero(ctx, sizeof(*ctx));
     ngx_http_set_ctx(r->main, ctx, ngx_http_sluice_module);
-    ctx->decided = 1;
 
+    /* Every key goes to its table, whatever its length: the table holds a
+     * key longer than max_key_bytes by its keyed digest (an error below is
+     * a 500, never "not limited"). */
     limits = lcf->limits->elts;
     for (i = 0; i < lcf->limits->nelts; i++) {
         ngx_http_sluice_zone_t *z = limits[i].zone;
@@ -623,13 +950,7 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
         if (key.len == 0) {
-            continue; /* an empty key is not limited */
-        }
-        if (key.len > z->max_key_bytes) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "sluice zone \"%V\": the key has %uz bytes, more than max_key_bytes=%uz:"
-                          " not limited", &z->name, key.len, z->max_key_bytes);
-            continue;
+            continue; /* an empty key is not limited, as limit_req's */
         }
         if (limits[i].shadow) {
             sz[ns] = z;
@@ -642,6 +963,7 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     if (ne + ns == 0) {
         return NGX_DECLINED;
     }
+    delay_level = lcf->log_level == NGX_LOG_INFO ? NGX_LOG_INFO : lcf->log_level + 1;
 
     now = sluice_now_ns();
     ngx_memzero(&res, sizeof(res));
@@ -653,6 +975,17 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     } else if (ne > 1) {
         (void) sluice_composite_try_acquire_at(refs, ne, 1, now, &res, per);
     }
+    if (!res.allowed && res.error != 0 && res.error != SLUICE_EFULL) {
+        /* not a refusal: the table could not decide (no memory); an
+         * error of its own, as a 500 */
+        for (i = 0; i < ne && per[i].error == 0; i++) {
+        }
+        i = i < ne ? i : 0;
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "sluice zone \"%V\": cannot decide (%s), key of %uz bytes",
+                      &ez[i]->name, sluice_strerror(res.error), refs[i].keylen);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* shadow limits: charged only with an admission they would make */
     for (i = 0; i < ns; i++) {
@@ -663,12 +996,20 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
             (void) sluice_table_peek_at(sz[i]->table, skeys[i].data, skeys[i].len, 1, now, &sres,
                                         NULL);
         }
-        if (!sres.allowed) {
-            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+        if (!sres.allowed && sres.error != 0 && sres.error != SLUICE_EFULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "sluice zone \"%V\" (shadow): cannot decide (%s), key of %uz bytes",
+                          &sz[i]->name, sluice_strerror(sres.error), skeys[i].len);
+        } else if (!sres.allowed) {
+            ngx_log_error(lcf->log_level, r->connection->log, 0,
                           "sluice zone \"%V\" would refuse the request (shadow)", &sz[i]->name);
+            dry = NGX_HTTP_SLUICE_REJECTED_DRY_RUN;
+        } else if (sres.wait_ns > 0 && dry == 0) {
+            dry = NGX_HTTP_SLUICE_DELAYED_DRY_RUN;
         }
     }
     if (ne == 0) {
+        ctx->status = dry ? dry : NGX_HTTP_SLUICE_PASSED;
         return NGX_DECLINED;
     }
 
@@ -678,18 +1019,23 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     if (!res.allowed) {
         for (i = 0; i < ne && per[i].allowed; i++) {
         }
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+        ngx_log_error(lcf->log_level, r->connection->log, 0,
                       "sluice: limiting requests by zone \"%V\"%s",
                       &ez[i < ne ? i : 0]->name,
                       res.error == SLUICE_EFULL ? " (zone full of keys in use)" : "");
+        ctx->status = NGX_HTTP_SLUICE_REJECTED;
         return (ngx_int_t) lcf->status;
     }
     if (res.wait_ns == 0) {
+        ctx->status = dry ? dry : NGX_HTTP_SLUICE_PASSED;
         return NGX_DECLINED;
     }
 
     /* a leaky-bucket shaper: hold the request for its turn */
+    ctx->status = NGX_HTTP_SLUICE_DELAYED;
     delay = (ngx_msec_t) ((res.wait_ns + 999999) / 1000000);
+    ngx_log_error(delay_level, r->connection->log, 0,
+                  "sluice: delaying request by %M ms", delay);
     if (r->connection->read->ready) {
         ngx_post_event(r->connection->read, &ngx_posted_events);
     } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
@@ -700,6 +1046,40 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     r->connection->write->delayed = 1;
     ngx_add_timer(r->connection->write, delay);
     return NGX_AGAIN;
+}
+
+/* $sluice_status: what the module did with the request (empty when it
+ * decided nothing: no sluice here, or every key empty). */
+static ngx_int_t
+ngx_http_sluice_status_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+                                uintptr_t data)
+{
+    ngx_http_sluice_ctx_t *ctx = ngx_http_sluice_get_ctx(r);
+
+    (void) data;
+    if (ctx == NULL || ctx->status == 0 || ctx->status > NGX_HTTP_SLUICE_REJECTED_DRY_RUN) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->len = ngx_http_sluice_status_names[ctx->status].len;
+    v->data = ngx_http_sluice_status_names[ctx->status].data;
+    return NGX_OK;
+}
+
+static ngx_int_t
+ngx_http_sluice_add_variables(ngx_conf_t *cf)
+{
+    static ngx_str_t name = ngx_string("sluice_status");
+    ngx_http_variable_t *var = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_NOCACHEABLE);
+
+    if (var == NULL) {
+        return NGX_ERROR;
+    }
+    var->get_handler = ngx_http_sluice_status_variable;
+    return NGX_OK;
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -783,8 +1163,20 @@ static ngx_int_t
 ngx_http_sluice_init(ngx_conf_t *cf)
 {
     ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-    ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    ngx_http_sluice_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_sluice_module);
+    ngx_http_sluice_zone_t **zones = mcf->zones.elts;
+    ngx_http_handler_pt *h;
+    ngx_uint_t i;
 
+    for (i = 0; i < mcf->zones.nelts; i++) {
+        if (!zones[i]->declared) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "unknown sluice_zone \"%V\" in %s:%ui (declare it at the http level)",
+                          &zones[i]->name, zones[i]->file, zones[i]->line);
+            return NGX_ERROR;
+        }
+    }
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;
     }
@@ -799,7 +1191,7 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
 {
     ngx_http_sluice_main_conf_t *mcf;
     ngx_http_sluice_zone_t **zones;
-    char name[SLUICE_HTTP_NAME_MAX + 1];
+    char name[SLUICE_HTTP_NAME_MAX + 1], err[SLUICE_NGX_ERRLEN];
     ngx_uint_t i;
 
     if (ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module) == NULL) {
@@ -815,6 +1207,16 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
     }
     zones = mcf->zones.elts;
     for (i = 0; i < mcf->zones.nelts; i++) {
+        /* A change of spec of a kept zone, now that the configuration is
+         * committed (init_zone tried it).  Every new worker applies it; the
+         * region keeps one current spec, so the second finds it done. */
+        if (zones[i]->pending
+            && sluice_table_reconfigure_at(zones[i]->table, zones[i]->spec, sluice_now_ns(), err,
+                                           sizeof err) != 0)
+        {
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "sluice_zone \"%V\": spec \"%s\": %s",
+                          &zones[i]->name, zones[i]->spec, err);
+        }
         ngx_memcpy(name, zones[i]->name.data, zones[i]->name.len);
         name[zones[i]->name.len] = '\0';
         if (sluice_metrics_add_table(mcf->metrics, name, zones[i]->table) != 0) {
