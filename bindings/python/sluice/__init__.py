@@ -375,13 +375,11 @@ def _path_bytes(path) -> bytes:
     return b
 
 
-def _key_error(code: int, key: bytes, max_key_bytes: Optional[int] = None) -> SluiceError:
+def _key_error(code: int, key: bytes) -> SluiceError:
     """The exception for a decision the library could not make (res.error
     other than EFULL): it names the key, shortened."""
     shown = key[:40] + (b"..." if len(key) > 40 else b"")
     why = _strerror(code).decode()
-    if code == EINVAL and max_key_bytes is not None and len(key) > max_key_bytes:
-        why = f"longer than the table's limit of {max_key_bytes} bytes"
     return SluiceError(code, f"sluice: key {shown!r} ({len(key)} bytes) refused: {why}")
 
 
@@ -520,11 +518,11 @@ class _Handle:
             self.close()
 
 
-def _check(r: _Result, key: Optional[bytes] = None, max_key_bytes: Optional[int] = None) -> None:
+def _check(r: _Result, key: Optional[bytes] = None) -> None:
     """Raise for a request the library could not decide; EFULL (a full
     table's policy) stays a refusal."""
     if r.error and r.error != EFULL:
-        raise _key_error(r.error, key, max_key_bytes) if key is not None else _error(r.error)
+        raise _key_error(r.error, key) if key is not None else _error(r.error)
 
 
 def _deadline(timeout: Optional[float]) -> Optional[int]:
@@ -726,12 +724,13 @@ class Table(_Handle):
     def decide(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> Result:
         """Ask for ``permits`` for ``key`` at ``now_ns``; the full decision.
         A full table refuses a new key with ``error`` set to
-        ``sluice.EFULL``.  A key the library refuses (too long) or a
-        failure (no memory) raises :class:`SluiceError`: never a refusal."""
+        ``sluice.EFULL``.  A key of any length is limited (a long one by
+        its digest); a failure (no memory) raises :class:`SluiceError`:
+        never a refusal."""
         k = _key(key)
         r = _Result()
         self._call(_tab_try, k, len(k), _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
-        _check(r, k, self.max_key_bytes)
+        _check(r, k)
         return _result(r)
 
     def try_acquire(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> bool:
@@ -747,7 +746,7 @@ class Table(_Handle):
         finally:
             self._done()
         if r.error:
-            _check(r, k, self.max_key_bytes)
+            _check(r, k)
         return ok
 
     def acquire(self, key: Key, permits: int = 1, timeout: Optional[float] = None) -> bool:
@@ -808,7 +807,7 @@ class Table(_Handle):
         if rc == ENOENT:
             return _result(r), None
         if rc != 0:
-            raise _key_error(rc, k, self.max_key_bytes)
+            raise _key_error(rc, k)
         return _result(r), KeyState(st.last_ns, st.rest_ns)
 
     def remove(self, key: Key) -> bool:
@@ -818,7 +817,7 @@ class Table(_Handle):
         if rc == ENOENT:
             return False
         if rc != 0:
-            raise _key_error(rc, k, self.max_key_bytes)
+            raise _key_error(rc, k)
         return True
 
     def reset(self, key: Key) -> None:
@@ -826,7 +825,7 @@ class Table(_Handle):
         k = _key(key)
         rc = self._call(_tab_reset, k, len(k))
         if rc != 0:
-            raise _key_error(rc, k, self.max_key_bytes)
+            raise _key_error(rc, k)
 
     def keys(self, count: int = 256) -> Iterator[Tuple[bytes, KeyState]]:
         """Iterate over the held keys and their states, a bounded step of
@@ -881,9 +880,9 @@ class SharedTable(Table):
     or os.PathLike) "/name" (one slash, at the start) is a POSIX shared
     memory object, anything else a file; the first process makes it.  A bad
     spec raises :class:`SpecError` (as ``Table``); a NUL byte in the spec
-    raises :class:`SpecError`, in the path ValueError.  Keys are at most
-    ``max_key_bytes`` long: a longer one raises :class:`SluiceError`
-    (``sluice.EINVAL``), never reads as a refusal.  Opening with another
+    raises :class:`SpecError`, in the path ValueError.  A key of up to
+    ``max_key_bytes`` bytes is stored whole, a longer one by its keyed
+    digest: every key is limited, whatever its length.  Opening with another
     spec or size raises ``SluiceError`` naming both.  A process killed
     while deciding blocks no other (README.md, "Tables shared between
     processes").  Each process opens its own: a handle does not cross a
