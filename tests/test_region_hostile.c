@@ -139,6 +139,9 @@ static void decider(void *reg, size_t n, const char *spec, const char *change, s
 {
     char err[256] = "";
     sluice_table *t = sluice_table_attach(reg, n, spec, 600, KEY_BYTES, 0, err, sizeof err);
+    /* another decider that started first may have changed the spec already
+     * (case 15): a handle attached later gives the current one */
+    if (!t) t = sluice_table_attach(reg, n, change, 600, KEY_BYTES, 0, err, sizeof err);
     if (!t) {
         fprintf(stderr, "decider %d: attach: %s\n", me, err);
         _exit(1);
