@@ -19,7 +19,9 @@
  *  - every allocation failure of _new and _add (nothing added, nothing
  *    leaked);
  *  - threads deciding, writing and adding/removing at once: every
- *    exposition parses, counters never go down, and the last one is exact.
+ *    exposition parses, counters never go down, and the last one is exact;
+ *  - which limit of a composite refused (denied / denied_elsewhere), for
+ *    limiters, in-process table keys and keys of shared regions.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
@@ -39,7 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -1016,8 +1020,9 @@ static void test_which_limit(void **state)
 /* Which limit refused, for keys of tables in a shared region (the general
  * path, which counts a region key under its shard lock in the calling
  * thread's counter stripe): a limiter with a region key, and two region
- * keys of two regions, the tight one first.  The expected counts are
- * tallied by hand from each limit's own rule, step by step below. */
+ * keys of two regions, the tight one first, and a refusal made by a
+ * forked process.  The expected counts are tallied by hand from each
+ * limit's own rule, step by step below. */
 static void test_which_limit_region(void **state)
 {
     (void)state;
@@ -1083,6 +1088,22 @@ static void test_which_limit_region(void **state)
     assert_int_equal(ts.decisions.requests_denied_elsewhere, 4);
     assert_int_equal(ts.decisions.permits_denied_elsewhere, 7);
     sluice_table_free(rl2);
+    /* another process (a child using the handles it inherited) makes one
+     * more refusal by rt's key, of 1 permit: counted in the region, so
+     * this process sees it */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(sluice_composite_try_acquire_at(keys, 2, 1, 5, NULL, NULL) ? 1 : 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    sluice_table_stats_get(rl, &ts);
+    assert_int_equal(ts.decisions.requests_denied, 6);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 5);
+    assert_int_equal(ts.decisions.permits_denied_elsewhere, 8);
+    sluice_table_stats_get(rt, &ts);
+    assert_int_equal(ts.decisions.requests_denied, 4);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 0);
     /* the metrics: denied and denied_elsewhere apart */
     sluice_metrics *m = sluice_metrics_new();
     assert_non_null(m);
@@ -1090,15 +1111,15 @@ static void test_which_limit_region(void **state)
     assert_int_equal(sluice_metrics_add_table(m, "loose-shared", rl), 0);
     char *text = render(m);
     check_grammar(text);
-    assert_int_equal(sample_l(text, "sluice_requests_total", "tight-shared", "denied"), 3);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "tight-shared", "denied"), 4);
     assert_int_equal(sample_l(text, "sluice_requests_total", "tight-shared", "denied_elsewhere"), 0);
-    assert_int_equal(sample_l(text, "sluice_permits_total", "tight-shared", "denied"), 203);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "tight-shared", "denied"), 204);
     /* allowed: 2 admitted and the probe (docs/metrics.md) */
     assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "allowed"), 3);
     assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "denied"), 1);
-    assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "denied_elsewhere"), 4);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "denied_elsewhere"), 5);
     assert_int_equal(sample_l(text, "sluice_permits_total", "loose-shared", "denied"), 200);
-    assert_int_equal(sample_l(text, "sluice_permits_total", "loose-shared", "denied_elsewhere"), 7);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "loose-shared", "denied_elsewhere"), 8);
     check_tools(text);
     free(text);
     sluice_metrics_free(m);
