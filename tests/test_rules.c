@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -1114,6 +1115,7 @@ typedef struct mem_worker {
     int32_t g, k;
     _Atomic int *stop;
     _Atomic uint64_t decided;
+    _Atomic int *reloads; /* when set: 256 decisions a reload, then wait for the next */
 } mem_worker;
 
 static void *mem_work(void *arg)
@@ -1144,7 +1146,7 @@ static void test_reload_memory(void **state)
     mem_worker w[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
-        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0};
+        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0, NULL};
         assert_int_equal(pthread_create(&th[i], NULL, mem_work, &w[i]), 0);
     }
     /* the deciders are running before the reloads begin (bounded: 60 s of
@@ -1183,7 +1185,14 @@ static void test_reload_memory(void **state)
 static void *mem_work_keys(void *arg)
 {
     mem_worker *w = arg;
+    int seen = 0;
     for (uint64_t i = 0; !atomic_load(w->stop) && i < 100000000; i++) {
+        if (i % 256 == 255) /* paced: the reloads, not the deciders, get the CPU (TSan) */
+            for (long spins = 0; spins < 100000000 && !atomic_load(w->stop) &&
+                                 atomic_load(w->reloads) == seen;
+                 spins++)
+                sched_yield();
+        seen = atomic_load(w->reloads);
         char key[8];
         const int len = i % 2 ? snprintf(key, sizeof key, "o%u", (unsigned)(i / 2 % 16))
                               : snprintf(key, sizeof key, "k%u", (unsigned)(i / 2 % 8));
@@ -1230,11 +1239,11 @@ static void test_reload_memory_keys(void **state)
     char err[256];
     sluice_rules *rs = sluice_rules_new(a, la, 0, err, sizeof err);
     if (!rs) fail_msg("%s", err);
-    _Atomic int stop = 0;
+    _Atomic int stop = 0, reloads = 0;
     mem_worker w[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
-        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0};
+        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0, &reloads};
         assert_int_equal(pthread_create(&th[i], NULL, mem_work_keys, &w[i]), 0);
     }
     /* the deciders are running before the reloads begin (bounded: 60 s of
@@ -1248,6 +1257,7 @@ static void test_reload_memory_keys(void **state)
         const bool odd = i % 2;
         if (sluice_rules_reload_at(rs, odd ? b : a, odd ? lb : la, (uint64_t)i * MS, err, sizeof err) != 0)
             fail_msg("reload %d: %s", i, err);
+        atomic_store(&reloads, i);
         if (i == 20) base = tu_alloc_live_bytes();
     }
     size_t end = tu_alloc_live_bytes();
