@@ -230,7 +230,8 @@ typedef struct sluice_stats {
      * limit refused while this one would have admitted them: charged
      * nothing here, counted so that the limit that bites can be told
      * (the metrics' decision="denied_elsewhere").  Keys of tables in a
-     * shared region count 0 here. */
+     * shared region count them too, region-wide (every process's, as
+     * the region's other counts). */
     uint64_t requests_denied_elsewhere;
     uint64_t permits_denied_elsewhere; /* saturates at UINT64_MAX */
     uint64_t reserved_[2]; /* zero: room to grow in a minor version */

@@ -226,7 +226,8 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
         for (size_t i = 0; i < n; i++)
             if (parts[i].rt)
                 sluice__rtable_count(&parts[i], permits, ok,
-                                     !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
+                                     !parts[i].ok && parts[i].r.error == SLUICE_EFULL,
+                                     !ok && permits && parts[i].ok);
     }
     for (size_t k = n; k-- > 0;) { /* release, in reverse order */
         sluice__part *pt = &parts[ord[k]];

@@ -251,7 +251,8 @@
  *
  * Statistics, every process's: admissions (requests and permits allowed),
  * reclaimed and evicted are counted in their shard, under its lock; keys
- * in the header; refusals, probes and refusals for want of room in the
+ * in the header; refusals, probes, refusals for want of room and a
+ * composite's refusals by another limit (denied_elsewhere) in the
  * counter stripes, so that a refusal stores to no line another thread
  * stores to (counters.c stripes an in-process table's counts so).  A
  * thread claims a stripe of the region at its first count there: a
@@ -528,7 +529,10 @@ _Static_assert(sizeof(rshard) == 128, "two cache lines a shard");
 typedef struct rstripe {
     _Atomic uint64_t owner; /* 0 free, or its thread's identity (tid_self) */
     _Atomic uint64_t denied, pdenied, probes, refused;
-    uint64_t pad_[3];
+    /* of denied and pdenied, a composite's refusals by another limit that
+     * this key would have admitted (zero in a region made before) */
+    _Atomic uint64_t elsewhere, pelsewhere;
+    uint64_t pad_;
 } rstripe;
 _Static_assert(sizeof(rstripe) == 64, "a cache line a stripe");
 
@@ -1529,8 +1533,11 @@ static inline void stripe_add(_Atomic uint64_t *c, uint64_t v, bool own)
 }
 
 /* Count a decision: an admission in its shard (locked), anything else in
- * the calling thread's stripe. */
-static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok, bool full)
+ * the calling thread's stripe; `elsewhere`: a refusal of a composite that
+ * another limit made while this key would have admitted (a part of the
+ * refusals, as counters.h's sluice__count_elsewhere). */
+static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok, bool full,
+                           bool elsewhere)
 {
     if (ok && permits) {
         bump(&sh->allowed, 1);
@@ -1546,6 +1553,10 @@ static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool
     } else {
         stripe_add(&s->denied, 1, own);
         stripe_add(&s->pdenied, permits, own);
+        if (elsewhere) {
+            stripe_add(&s->elsewhere, 1, own);
+            stripe_add(&s->pelsewhere, permits, own);
+        }
     }
     if (full) stripe_add(&s->refused, 1, own);
 }
@@ -1793,7 +1804,7 @@ static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
     bool stolen = false, full;
     if (!key_ok(r, key, keylen)) { /* refused, and counted as a refusal */
         if (res) sluice__fail(res, SLUICE_EINVAL);
-        count_decision(r, NULL, permits, false, false);
+        count_decision(r, NULL, permits, false, false, false);
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
@@ -1805,7 +1816,7 @@ static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
     bool ok;
     radm adm;
     if (decide_read(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &ok, &full, &adm)) {
-        count_decision(r, NULL, permits, ok, full);
+        count_decision(r, NULL, permits, ok, full, false);
         return ok;
     }
     const bool evict = (r->flags & SLUICE_TABLE_EVICT_LRU) != 0;
@@ -1817,7 +1828,7 @@ static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
          * it, so the decision on it is the locked path's -- commit it */
         state_commit(r, adm.pf, slot_at(r, k, adm.i), adm.h, &adm.st, (uint32_t)adm.epoch);
         if (now_ns > sh->now) PUT(&sh->now, now_ns);
-        count_decision(r, sh, permits, true, false);
+        count_decision(r, sh, permits, true, false, false);
         shard_unlock(r, k);
         return true;
     }
@@ -1833,7 +1844,7 @@ static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
         shard_lock(r, k, &stolen);
         ok = decide_locked(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, evict, &full);
     }
-    count_decision(r, &r->sh[k], permits, ok, full);
+    count_decision(r, &r->sh[k], permits, ok, full, false);
     shard_unlock(r, k);
     if (stolen) resync(r);
     return ok;
@@ -1960,9 +1971,10 @@ void sluice__rtable_unmake(sluice__part *pt)
     pt->created = false;
 }
 
-void sluice__rtable_count(sluice__part *pt, uint64_t permits, bool ok, bool full)
+void sluice__rtable_count(sluice__part *pt, uint64_t permits, bool ok, bool full,
+                          bool elsewhere)
 {
-    count_decision(pt->rt, &pt->rt->sh[pt->rk], permits, ok, full);
+    count_decision(pt->rt, &pt->rt->sh[pt->rk], permits, ok, full, elsewhere);
 }
 
 void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns)
@@ -2105,6 +2117,9 @@ void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
         out->decisions.requests_denied += RD(denied);
         out->decisions.permits_denied = sluice__sat_add(out->decisions.permits_denied, RD(pdenied));
         out->decisions.probes += RD(probes);
+        out->decisions.requests_denied_elsewhere += RD(elsewhere);
+        out->decisions.permits_denied_elsewhere =
+            sluice__sat_add(out->decisions.permits_denied_elsewhere, RD(pelsewhere));
         out->refused += RD(refused);
 #undef RD
     }

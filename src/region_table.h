@@ -59,7 +59,7 @@ SLUICE__INTERNAL int sluice__rtable_make(struct sluice__part *part, bool alone, 
 SLUICE__INTERNAL void sluice__rtable_store(struct sluice__part *part);
 SLUICE__INTERNAL void sluice__rtable_unmake(struct sluice__part *part);
 SLUICE__INTERNAL void sluice__rtable_count(struct sluice__part *part, uint64_t permits, bool ok,
-                                           bool full);
+                                           bool full, bool elsewhere);
 SLUICE__INTERNAL void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns);
 SLUICE__INTERNAL void sluice__rtable_resync(sluice__rtable *r);
 

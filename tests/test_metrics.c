@@ -19,9 +19,12 @@
  *  - every allocation failure of _new and _add (nothing added, nothing
  *    leaked);
  *  - threads deciding, writing and adding/removing at once: every
- *    exposition parses, counters never go down, and the last one is exact.
+ *    exposition parses, counters never go down, and the last one is exact;
+ *  - which limit of a composite refused (denied / denied_elsewhere), for
+ *    limiters, in-process table keys and keys of shared regions.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +40,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -1011,6 +1017,119 @@ static void test_which_limit(void **state)
     sluice_table_free(tl);
 }
 
+/* Which limit refused, for keys of tables in a shared region (the general
+ * path, which counts a region key under its shard lock in the calling
+ * thread's counter stripe): a limiter with a region key, and two region
+ * keys of two regions, the tight one first, and a refusal made by a
+ * forked process.  The expected counts are tallied by hand from each
+ * limit's own rule, step by step below. */
+static void test_which_limit_region(void **state)
+{
+    (void)state;
+    char err[256] = "";
+    const char *tspec = "fixed-window 1/h", *lspec = "fixed-window 100/s";
+    const size_t nt = sluice_table_region_size(tspec, 16, 16, err, sizeof err);
+    const size_t nl = sluice_table_region_size(lspec, 16, 16, err, sizeof err);
+    assert_true(nt > 0 && nl > 0);
+    /* zeroed anonymous mappings: what attach initialises */
+    void *regt = mmap(NULL, nt, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void *regl = mmap(NULL, nl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(regt != MAP_FAILED && regl != MAP_FAILED);
+    sluice_table *rt = sluice_table_attach(regt, nt, tspec, 16, 16, 0, err, sizeof err);
+    sluice_table *rl = sluice_table_attach(regl, nl, lspec, 16, 16, 0, err, sizeof err);
+    sluice_limiter *tight = sluice_limiter_new("token-bucket 1/h", err, sizeof err);
+    if (!rt || !rl || !tight) fail_msg("%s", err);
+    sluice_limit_ref mixed[2] = {sluice_ref_limiter(tight), sluice_ref_key(rl, "a", 1)};
+    sluice_limit_ref keys[2] = {sluice_ref_key(rt, "k", 1), sluice_ref_key(rl, "k", 1)};
+    sluice_result r;
+    /* the limiter and rl's key "a": admitted at 0; then refused by the
+     * limiter (empty for an hour) while "a" (1 of 100 this second) would
+     * admit: 1 permit, then 3 with details */
+    assert_true(sluice_composite_try_acquire_at(mixed, 2, 1, 0, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(mixed, 2, 1, 1, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(mixed, 2, 3, 2, &r, NULL));
+    assert_int_equal(r.retry_after_ns, -1); /* 3 permits > the limiter's burst of 1 */
+    /* two region keys: admitted at 0; refused by rt's "k" (1 per hour)
+     * while rl's "k" would admit: 1 permit, then 2 with details; then 200
+     * permits, more than either admits: refused by both; a probe */
+    assert_true(sluice_composite_try_acquire_at(keys, 2, 1, 0, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(keys, 2, 1, 1, NULL, NULL));
+    assert_false(sluice_composite_try_acquire_at(keys, 2, 2, 2, &r, NULL));
+    assert_false(sluice_composite_try_acquire_at(keys, 2, 200, 3, NULL, NULL));
+    assert_true(sluice_composite_try_acquire_at(keys, 2, 0, 4, NULL, NULL));
+    /* rt: 1 admitted; refused 3 (1 + 2 + 200 permits), all by itself */
+    sluice_table_stats ts;
+    sluice_table_stats_get(rt, &ts);
+    assert_int_equal(ts.decisions.requests_allowed, 1);
+    assert_int_equal(ts.decisions.requests_denied, 3);
+    assert_int_equal(ts.decisions.permits_denied, 203);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 0);
+    assert_int_equal(ts.decisions.permits_denied_elsewhere, 0);
+    assert_int_equal(ts.decisions.probes, 1);
+    /* rl: 2 admitted ("a", "k"); refused 5: 4 by another limit (1 + 3 + 1
+     * + 2 = 7 permits), 1 by itself (200) */
+    sluice_table_stats_get(rl, &ts);
+    assert_int_equal(ts.decisions.requests_allowed, 2);
+    assert_int_equal(ts.decisions.requests_denied, 5);
+    assert_int_equal(ts.decisions.permits_denied, 207);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 4);
+    assert_int_equal(ts.decisions.permits_denied_elsewhere, 7);
+    assert_int_equal(ts.decisions.probes, 1);
+    /* the limiter refused both of its refusals itself */
+    sluice_stats st;
+    sluice_limiter_stats_get(tight, &st);
+    assert_int_equal(st.requests_denied, 2);
+    assert_int_equal(st.requests_denied_elsewhere, 0);
+    /* a second handle of rl's region reads the same counts (they live in
+     * the region, not the handle) */
+    sluice_table *rl2 = sluice_table_attach(regl, nl, lspec, 16, 16, 0, err, sizeof err);
+    if (!rl2) fail_msg("%s", err);
+    sluice_table_stats_get(rl2, &ts);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 4);
+    assert_int_equal(ts.decisions.permits_denied_elsewhere, 7);
+    sluice_table_free(rl2);
+    /* another process (a child using the handles it inherited) makes one
+     * more refusal by rt's key, of 1 permit: counted in the region, so
+     * this process sees it */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(sluice_composite_try_acquire_at(keys, 2, 1, 5, NULL, NULL) ? 1 : 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    sluice_table_stats_get(rl, &ts);
+    assert_int_equal(ts.decisions.requests_denied, 6);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 5);
+    assert_int_equal(ts.decisions.permits_denied_elsewhere, 8);
+    sluice_table_stats_get(rt, &ts);
+    assert_int_equal(ts.decisions.requests_denied, 4);
+    assert_int_equal(ts.decisions.requests_denied_elsewhere, 0);
+    /* the metrics: denied and denied_elsewhere apart */
+    sluice_metrics *m = sluice_metrics_new();
+    assert_non_null(m);
+    assert_int_equal(sluice_metrics_add_table(m, "tight-shared", rt), 0);
+    assert_int_equal(sluice_metrics_add_table(m, "loose-shared", rl), 0);
+    char *text = render(m);
+    check_grammar(text);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "tight-shared", "denied"), 4);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "tight-shared", "denied_elsewhere"), 0);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "tight-shared", "denied"), 204);
+    /* allowed: 2 admitted and the probe (docs/metrics.md) */
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "allowed"), 3);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "denied"), 1);
+    assert_int_equal(sample_l(text, "sluice_requests_total", "loose-shared", "denied_elsewhere"), 5);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "loose-shared", "denied"), 200);
+    assert_int_equal(sample_l(text, "sluice_permits_total", "loose-shared", "denied_elsewhere"), 8);
+    check_tools(text);
+    free(text);
+    sluice_metrics_free(m);
+    sluice_limiter_free(tight);
+    sluice_table_free(rt);
+    sluice_table_free(rl);
+    munmap(regt, nt);
+    munmap(regl, nl);
+}
+
 static void seconds_text(char *out, size_t cap, uint64_t ns)
 {
     int n = snprintf(out, cap, "%" PRIu64 ".%09" PRIu64, (uint64_t)(ns / SEC), (uint64_t)(ns % SEC));
@@ -1537,6 +1656,7 @@ int main(void)
         cmocka_unit_test(test_blocking_wait_histogram),
         cmocka_unit_test(test_blocking_wait_threads),
         cmocka_unit_test(test_sources),
+        cmocka_unit_test(test_which_limit_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

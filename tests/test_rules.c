@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -1144,6 +1145,7 @@ typedef struct mem_worker {
     int32_t g, k;
     _Atomic int *stop;
     _Atomic uint64_t decided;
+    _Atomic int *reloads; /* when set: 256 decisions a reload, then wait for the next */
 } mem_worker;
 
 static void *mem_work(void *arg)
@@ -1174,7 +1176,7 @@ static void test_reload_memory(void **state)
     mem_worker w[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
-        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0};
+        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0, NULL};
         assert_int_equal(pthread_create(&th[i], NULL, mem_work, &w[i]), 0);
     }
     /* the deciders are running before the reloads begin (bounded: 60 s of
@@ -1204,6 +1206,110 @@ static void test_reload_memory(void **state)
         fail_msg("live bytes grew by %zu over 380 reloads (%zu per reload)", end - base,
                  (end - base) / 380);
     sluice_rules_free(rs);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
+/* Deciders for test_reload_memory_keys: keys with an override (o0..o15)
+ * and keys without (k0..k7), one at a time, with the global rule. */
+static void *mem_work_keys(void *arg)
+{
+    mem_worker *w = arg;
+    int seen = 0;
+    for (uint64_t i = 0; !atomic_load(w->stop) && i < 100000000; i++) {
+        if (i % 256 == 255) /* paced: the reloads, not the deciders, get the CPU (TSan) */
+            for (long spins = 0; spins < 100000000 && !atomic_load(w->stop) &&
+                                 atomic_load(w->reloads) == seen;
+                 spins++)
+                sched_yield();
+        seen = atomic_load(w->reloads);
+        char key[8];
+        const int len = i % 2 ? snprintf(key, sizeof key, "o%u", (unsigned)(i / 2 % 16))
+                              : snprintf(key, sizeof key, "k%u", (unsigned)(i / 2 % 8));
+        sluice_rule_key req[2] = {{w->g, NULL, 0}, {w->k, key, (size_t)len}};
+        sluice_rules_decide_at(w->rs, req, 2, i % 3, i, NULL, NULL);
+        atomic_fetch_add(&w->decided, 1);
+    }
+    return NULL;
+}
+
+/* A rule file of a key rule with 1000 overrides; `v` picks the key rule's
+ * spec and every override's (each reload between v = 0 and 1 changes the
+ * key rule's spec and all 1000 overrides).  Returns the text (the
+ * caller frees it). */
+static char *keys_text(int v, size_t *len)
+{
+    const size_t cap = 64 * 1024;
+    char *t = malloc(cap);
+    assert_non_null(t);
+    size_t n = (size_t)snprintf(t, cap, "rule g global \"token-bucket 1000000/s\"\n"
+                                        "rule k key \"fixed-window %d/s\" max_keys=64\n",
+                                5 + v);
+    for (int i = 0; i < 1000; i++) {
+        n += (size_t)snprintf(t + n, cap - n, "override k o%d \"fixed-window %d/s\"\n", i,
+                              10 + i % 7 + v);
+        assert_true(n < cap);
+    }
+    *len = n;
+    return t;
+}
+
+/* Item 5 of issue 26 on the key rules: a reload that changes a key rule's
+ * spec and all of its 1000 overrides, 200 times, while 2 threads decide
+ * through the rule (override keys and others): the live bytes (the test
+ * allocator's count) stay flat after a warm-up of 20 reloads.  Before the
+ * table's retired configurations and override specs were freed, each
+ * reload kept about 229 KB. */
+static void test_reload_memory_keys(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    size_t la, lb;
+    char *a = keys_text(0, &la), *b = keys_text(1, &lb);
+    char err[256];
+    sluice_rules *rs = sluice_rules_new(a, la, 0, err, sizeof err);
+    if (!rs) fail_msg("%s", err);
+    _Atomic int stop = 0, reloads = 0;
+    mem_worker w[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = (mem_worker){rs, id_of(rs, "g"), id_of(rs, "k"), &stop, 0, &reloads};
+        assert_int_equal(pthread_create(&th[i], NULL, mem_work_keys, &w[i]), 0);
+    }
+    /* the deciders are running before the reloads begin (bounded: 60 s of
+     * a loaded machine) */
+    for (int spins = 0; spins < 60000; spins++) {
+        if (atomic_load(&w[0].decided) >= 100 && atomic_load(&w[1].decided) >= 100) break;
+        usleep(1000);
+    }
+    size_t base = 0;
+    for (int i = 1; i <= 200; i++) {
+        const bool odd = i % 2;
+        if (sluice_rules_reload_at(rs, odd ? b : a, odd ? lb : la, (uint64_t)i * MS, err, sizeof err) != 0)
+            fail_msg("reload %d: %s", i, err);
+        atomic_store(&reloads, i);
+        if (i == 20) base = tu_alloc_live_bytes();
+    }
+    size_t end = tu_alloc_live_bytes();
+    atomic_store(&stop, 1);
+    uint64_t decided = 0;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        decided += atomic_load(&w[i].decided);
+    }
+    sluice_rule_info in;
+    assert_int_equal(sluice_rules_info(rs, id_of(rs, "k"), &in), 0);
+    assert_string_equal(in.spec, "fixed-window 5/s"); /* the last reload's: text a */
+    print_message("live bytes after 20 reloads %zu, after 200 %zu (%+lld per reload); "
+                  "%llu decisions meanwhile\n",
+                  base, end, (long long)((long long)end - (long long)base) / 180, ULL(decided));
+    assert_true(decided >= 200);
+    if (end > base + 1024)
+        fail_msg("live bytes grew by %zu over 180 reloads (%zu per reload)", end - base,
+                 (end - base) / 180);
+    sluice_rules_free(rs);
+    free(a);
+    free(b);
     assert_int_equal(tu_alloc_live(), 0);
     assert_int_equal(tu_alloc_uninstall(), 0);
 }
@@ -1282,6 +1388,7 @@ int main(void)
         cmocka_unit_test(test_observe),
         cmocka_unit_test(test_reload_memory),
         cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_reload_memory_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
