@@ -44,6 +44,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import time as _time_module
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple, Union
 
@@ -182,9 +183,20 @@ _spec_check = _fn("sluice_spec_check", ctypes.c_int, _char_p, _char_p, _size, _c
 _spec_parse = _fn("sluice_spec_parse", ctypes.c_int, _char_p, ctypes.POINTER(_SpecInfo), _char_p, _size)
 _alg_name = _fn("sluice_algorithm_name", _char_p, ctypes.c_int)
 
+# The clock of a decision without now_ns: sluice_now_ns() reads
+# CLOCK_MONOTONIC as tv_sec * 10^9 + tv_nsec (src/clock.c), and so does
+# time.monotonic_ns() where Python says it reads that clock, without a
+# ctypes call (a third of a try_acquire).  Elsewhere, the library's.
+if _time_module.get_clock_info("monotonic").implementation == "clock_gettime(CLOCK_MONOTONIC)":
+    _clock = _time_module.monotonic_ns
+else:
+    _clock = _now
+
 _lim_new = _fn("sluice_limiter_new", _void_p, _char_p, _char_p, _size)
 _lim_free = _fn("sluice_limiter_free", None, _void_p)
-_lim_try = _fn("sluice_try_acquire_at", ctypes.c_bool, _void_p, _u64, _u64, _R)
+# The decisions take their sluice_result by address (an int: the cheapest
+# argument ctypes converts), from the pool of _take_result() below.
+_lim_try = _fn("sluice_try_acquire_at", ctypes.c_bool, _void_p, _u64, _u64, _void_p)
 _lim_stats = _fn("sluice_limiter_stats_get", None, _void_p, ctypes.POINTER(_Stats))
 _lim_format = _fn("sluice_limiter_spec_format", ctypes.c_int, _void_p, _char_p, _size)
 _lim_reconf = _fn("sluice_limiter_reconfigure_at", ctypes.c_int, _void_p, _char_p, _u64, _char_p, _size)
@@ -194,7 +206,8 @@ _lim_acquire = _fn("sluice_acquire_cancellable", ctypes.c_int, _void_p, _u64, _u
 
 _tab_new = _fn("sluice_table_new_flags", _void_p, _char_p, _size, ctypes.c_uint, _char_p, _size)
 _tab_free = _fn("sluice_table_free", None, _void_p)
-_tab_try = _fn("sluice_table_try_acquire_at", ctypes.c_bool, _void_p, _char_p, _size, _u64, _u64, _R)
+_tab_try = _fn("sluice_table_try_acquire_at", ctypes.c_bool, _void_p, _char_p, _size, _u64, _u64,
+               _void_p)
 _tab_stats = _fn("sluice_table_stats_get", None, _void_p, ctypes.POINTER(_TableStats))
 _tab_remove = _fn("sluice_table_remove", ctypes.c_int, _void_p, _char_p, _size)
 _tab_reset = _fn("sluice_table_reset", ctypes.c_int, _void_p, _char_p, _size)
@@ -289,6 +302,37 @@ class Result:
 
 def _result(r: _Result) -> Result:
     return Result(bool(r.allowed), r.wait_ns, r.remaining, r.retry_after_ns, r.error)
+
+
+# Idle result structs for the decisions, each with its address: a decision
+# takes one (list.pop) and gives it back (list.append) instead of making a
+# ctypes struct per call.  Both are single steps under the GIL (see
+# "Objects" below), so each struct is held by one call at a time, whatever
+# the threads (and a signal handler deciding in the middle of a decision
+# takes another one).  The pool holds at most as many as were ever in use
+# at once.  The library writes the whole struct on every decision; a struct
+# goes back with `error` 0, as a new one is, so a stale error cannot read
+# as this call's.
+_results: list = []
+
+
+def _new_result() -> Tuple[_Result, int]:
+    r = _Result()
+    return r, ctypes.addressof(r)
+
+
+def _undecided(item: Tuple[_Result, int], key: Optional[bytes] = None) -> None:
+    """After a refusal with res.error set: give the struct back (error
+    cleared) and raise, unless the error is EFULL (a refusal by policy)."""
+    code = item[0].error
+    item[0].error = 0
+    _results.append(item)
+    if code != EFULL:
+        raise _key_error(code, key) if key is not None else _error(code)
+
+
+def _closed_error(obj) -> "ClosedError":
+    return ClosedError(EINVAL, f"sluice: the {type(obj).__name__} is closed")
 
 
 @dataclass(frozen=True)
@@ -392,7 +436,7 @@ def _u64_arg(name: str, v: int, lo: int = 0) -> int:
 
 
 def _time(now_ns: Optional[int]) -> int:
-    return _now() if now_ns is None else _u64_arg("now_ns", now_ns)
+    return _clock() if now_ns is None else _u64_arg("now_ns", now_ns)
 
 
 # ---------------------------------------------------------------------------
@@ -450,6 +494,36 @@ def parse_spec(spec: str) -> SpecInfo:
 # it.  So close() from one thread while another thread is blocked in
 # acquire(), or while a keys() iterator is between steps, is safe: the
 # other call finishes on a live object, and the next one raises ClosedError.
+#
+# The count costs no lock (a lock taken twice per call doubled the cost of
+# a try_acquire).  It is a list, `_calls`, one entry per call in flight:
+# with CPython's GIL, list.append, list.pop and len() each run whole, with
+# no other Python thread between their start and end (they are C functions
+# that neither release the GIL nor run Python code), and a store to or a
+# load of an attribute is one step too; what one thread did before it gave
+# the GIL up, the next holder sees (the GIL's handover is a full barrier).
+# So the steps of all threads run one at a time, in one order.  (An int
+# counter would not do: `self._busy += 1` is a load, an add and a store,
+# and a switch between them loses a count.)
+#
+#   a call:   A: _calls.append    B: load _closed (raise if set)
+#             ... the C call, GIL released ...
+#             C: _calls.pop       D: load _closed and len(_calls): both
+#                                    "closed" and 0 -> _release()
+#   close():  E: store _closed    F: len(_calls) == 0 -> _release()
+#
+# A call that went on to C loaded _closed False at B, so B came before E,
+# and A before F: F sees the entry until C, which comes after the C call.
+# So close() frees no handle under a call.  A call's D frees only after E
+# (it saw _closed) with no entry left: every call that went on to C has
+# popped.  A call that starts after E sees _closed at B and gives its entry
+# back (raising ClosedError) without using the handle.  Two of them (or
+# close() and a call) may both reach _release(): the lock there, taken only
+# at the end of an object's life, frees the handle once.
+#
+# Free-threaded CPython (3.13t, no GIL) is not a target: there the steps of
+# two threads may overlap and this argument does not hold (use a lock, as
+# this binding did before).
 
 
 class _Handle:
@@ -459,23 +533,26 @@ class _Handle:
     _free = None  # the C function that frees the handle
 
     def __init__(self, handle: int) -> None:
-        self._lock = threading.Lock()
-        self._busy = 0          # calls in flight
+        self._lock = threading.Lock()  # _release and close only
+        self._calls: list = []         # one entry per call in flight
         self._closed = False
         self._h = handle
 
     def _use(self) -> int:
-        with self._lock:
-            if self._closed:
-                raise ClosedError(EINVAL, f"sluice: the {type(self).__name__} is closed")
-            self._busy += 1
-            return self._h
+        self._calls.append(None)
+        if self._closed:
+            self._done()
+            raise _closed_error(self)
+        return self._h
 
     def _done(self) -> None:
+        calls = self._calls
+        calls.pop()
+        if self._closed and not calls:
+            self._release()
+
+    def _release(self) -> None:
         with self._lock:
-            self._busy -= 1
-            if not self._closed or self._busy:
-                return
             h, self._h = self._h, None
         if h:
             type(self)._free(h)
@@ -501,11 +578,8 @@ class _Handle:
             if self._closed:
                 return
             self._closed = True
-            h = self._h if self._busy == 0 else None
-            if h:
-                self._h = None
-        if h:
-            type(self)._free(h)
+        if not self._calls:
+            self._release()
 
     def __enter__(self):
         return self
@@ -516,13 +590,6 @@ class _Handle:
     def __del__(self) -> None:
         if getattr(self, "_h", None) and not getattr(self, "_closed", True):
             self.close()
-
-
-def _check(r: _Result, key: Optional[bytes] = None) -> None:
-    """Raise for a request the library could not decide; EFULL (a full
-    table's policy) stays a refusal."""
-    if r.error and r.error != EFULL:
-        raise _key_error(r.error, key) if key is not None else _error(r.error)
 
 
 def _deadline(timeout: Optional[float]) -> Optional[int]:
@@ -569,24 +636,51 @@ class Limiter(_Handle):
         is a probe: always allowed, takes nothing.  Raises
         :class:`SluiceError` when the library could not decide (no memory
         for a sliding-log's ring)."""
-        r = _Result()
-        self._call(_lim_try, _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
-        _check(r)
-        return _result(r)
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        try:
+            item = _results.pop()
+        except IndexError:
+            item = _new_result()
+        self._call(_lim_try, p, t, item[1])
+        r = item[0]
+        if r.error:
+            _undecided(item)
+        res = _result(r)
+        _results.append(item)
+        return res
 
     def try_acquire(self, permits: int = 1, now_ns: Optional[int] = None) -> bool:
         """Ask for ``permits`` at ``now_ns``: True if granted (and taken).
         Raises as :meth:`decide`."""
-        r = _Result()
-        p = _u64_arg("permits", permits)
-        t = _time(now_ns)
-        h = self._use()
+        # The hot path: the checks of _u64_arg and the steps of _use() and
+        # _done() written out (a call of a Python function costs as much as
+        # the decision).  `type(x) is int` leaves bool and int subclasses to
+        # _u64_arg, which refuses bool and takes the subclasses.
+        if type(permits) is not int or not 0 <= permits <= _NEVER:
+            permits = _u64_arg("permits", permits)
+        if now_ns is None:
+            now_ns = _clock()
+        elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
+            now_ns = _u64_arg("now_ns", now_ns)
         try:
-            ok = _lim_try(h, p, t, ctypes.byref(r))
+            item = _results.pop()
+        except IndexError:
+            item = _new_result()
+        calls = self._calls
+        calls.append(None)
+        try:
+            if self._closed:
+                raise _closed_error(self)
+            ok = _lim_try(self._h, permits, now_ns, item[1])
         finally:
-            self._done()
-        if r.error:
-            _check(r)
+            calls.pop()
+            if self._closed and not calls:
+                self._release()
+        if not ok and item[0].error:  # an admission has no error
+            _undecided(item)
+            return False  # EFULL: not for a limiter, but a refusal if it were
+        _results.append(item)
         return ok
 
     def acquire(self, permits: int = 1, timeout: Optional[float] = None) -> bool:
@@ -728,25 +822,55 @@ class Table(_Handle):
         its digest); a failure (no memory) raises :class:`SluiceError`:
         never a refusal."""
         k = _key(key)
-        r = _Result()
-        self._call(_tab_try, k, len(k), _u64_arg("permits", permits), _time(now_ns), ctypes.byref(r))
-        _check(r, k)
-        return _result(r)
+        p = _u64_arg("permits", permits)
+        t = _time(now_ns)
+        try:
+            item = _results.pop()
+        except IndexError:
+            item = _new_result()
+        self._call(_tab_try, k, len(k), p, t, item[1])
+        r = item[0]
+        res = _result(r)
+        if r.error:
+            _undecided(item, k)
+            return res  # EFULL: a refusal
+        _results.append(item)
+        return res
 
     def try_acquire(self, key: Key, permits: int = 1, now_ns: Optional[int] = None) -> bool:
         """Ask for ``permits`` for ``key``: True if granted.  Raises as
         :meth:`decide`."""
-        k = _key(key)
-        r = _Result()
-        p = _u64_arg("permits", permits)
-        t = _time(now_ns)
-        h = self._use()
+        # The hot path, as Limiter.try_acquire; bytes and str keys first.
+        if type(key) is bytes:
+            k = key
+        elif type(key) is str:
+            k = key.encode("utf-8")
+        else:
+            k = _key(key)
+        if type(permits) is not int or not 0 <= permits <= _NEVER:
+            permits = _u64_arg("permits", permits)
+        if now_ns is None:
+            now_ns = _clock()
+        elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
+            now_ns = _u64_arg("now_ns", now_ns)
         try:
-            ok = _tab_try(h, k, len(k), p, t, ctypes.byref(r))
+            item = _results.pop()
+        except IndexError:
+            item = _new_result()
+        calls = self._calls
+        calls.append(None)
+        try:
+            if self._closed:
+                raise _closed_error(self)
+            ok = _tab_try(self._h, k, len(k), permits, now_ns, item[1])
         finally:
-            self._done()
-        if r.error:
-            _check(r, k)
+            calls.pop()
+            if self._closed and not calls:
+                self._release()
+        if not ok and item[0].error:  # an admission has no error
+            _undecided(item, k)
+            return False  # EFULL: a refusal
+        _results.append(item)
         return ok
 
     def acquire(self, key: Key, permits: int = 1, timeout: Optional[float] = None) -> bool:

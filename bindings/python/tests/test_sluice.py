@@ -289,6 +289,24 @@ class FunctionsTest(unittest.TestCase):
         self.assertRegex(sluice.version(), r"^\d+\.\d+\.\d+")
         self.assertTrue(os.path.exists(sluice.library_path()))
 
+    def test_calls_without_now_read_the_librarys_clock(self):
+        """A decision without now_ns reads CLOCK_MONOTONIC on the library's
+        axis (the binding reads it through time.monotonic_ns where that is
+        the same clock): each reading lies between two of the library's."""
+        for _ in range(200):
+            a = sluice.now_ns()
+            b = sluice._clock()
+            c = sluice.now_ns()
+            self.assertLessEqual(a, b)
+            self.assertLessEqual(b, c)
+        # and a decision made without now_ns is made at such a time: a
+        # window that opens 1 s from now is still shut for a call now
+        lim = sluice.Limiter("fixed-window 1/s")
+        t0 = sluice.now_ns()
+        self.assertTrue(lim.try_acquire(1, t0))
+        self.assertFalse(lim.try_acquire())
+        self.assertTrue(lim.try_acquire(1, (t0 // S + 1) * S))
+
 
 if __name__ == "__main__":
     unittest.main()
