@@ -300,8 +300,17 @@ class Result:
         return self.allowed
 
 
+_object_new = object.__new__
+
+
 def _result(r: _Result) -> Result:
-    return Result(bool(r.allowed), r.wait_ns, r.remaining, r.retry_after_ns, r.error)
+    # Result(...) without its __init__, which sets each field of the frozen
+    # dataclass through object.__setattr__ (a third of a decide()): the
+    # same object (fields in __dict__; equality, hash and repr alike).
+    res = _object_new(Result)
+    res.__dict__.update(allowed=bool(r.allowed), wait_ns=r.wait_ns, remaining=r.remaining,
+                        retry_after_ns=r.retry_after_ns, error=r.error)
+    return res
 
 
 # Idle result structs for the decisions, each with its address: a decision
@@ -636,13 +645,26 @@ class Limiter(_Handle):
         is a probe: always allowed, takes nothing.  Raises
         :class:`SluiceError` when the library could not decide (no memory
         for a sliding-log's ring)."""
-        p = _u64_arg("permits", permits)
-        t = _time(now_ns)
+        if type(permits) is not int or not 0 <= permits <= _NEVER:
+            permits = _u64_arg("permits", permits)
+        if now_ns is None:
+            now_ns = _clock()
+        elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
+            now_ns = _u64_arg("now_ns", now_ns)
         try:
             item = _results.pop()
         except IndexError:
             item = _new_result()
-        self._call(_lim_try, p, t, item[1])
+        calls = self._calls  # _use() and _done(), written out
+        calls.append(None)
+        try:
+            if self._closed:
+                raise _closed_error(self)
+            _lim_try(self._h, permits, now_ns, item[1])
+        finally:
+            calls.pop()
+            if self._closed and not calls:
+                self._release()
         r = item[0]
         if r.error:
             _undecided(item)
@@ -821,14 +843,27 @@ class Table(_Handle):
         ``sluice.EFULL``.  A key of any length is limited (a long one by
         its digest); a failure (no memory) raises :class:`SluiceError`:
         never a refusal."""
-        k = _key(key)
-        p = _u64_arg("permits", permits)
-        t = _time(now_ns)
+        k = key if type(key) is bytes else _key(key)
+        if type(permits) is not int or not 0 <= permits <= _NEVER:
+            permits = _u64_arg("permits", permits)
+        if now_ns is None:
+            now_ns = _clock()
+        elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
+            now_ns = _u64_arg("now_ns", now_ns)
         try:
             item = _results.pop()
         except IndexError:
             item = _new_result()
-        self._call(_tab_try, k, len(k), p, t, item[1])
+        calls = self._calls  # _use() and _done(), written out
+        calls.append(None)
+        try:
+            if self._closed:
+                raise _closed_error(self)
+            _tab_try(self._h, k, len(k), permits, now_ns, item[1])
+        finally:
+            calls.pop()
+            if self._closed and not calls:
+                self._release()
         r = item[0]
         res = _result(r)
         if r.error:

@@ -188,6 +188,21 @@ class UseAfterClose(unittest.TestCase):
         self.assertEqual(lim.decide(1, S).error, 0)
         self.assertEqual(lim.decide(1, S).error, 0)
 
+    def test_a_decision_is_a_plain_result(self):
+        """decide() builds its Result without __init__: it must be the
+        same value as one built with it (fields, equality, hash, repr,
+        frozen)."""
+        import dataclasses
+        r = sluice.Limiter("token-bucket 2/s burst=2").decide(1, S)
+        want = sluice.Result(True, 0, 1, 0, 0)
+        self.assertEqual(r, want)
+        self.assertEqual(hash(r), hash(want))
+        self.assertEqual(repr(r), repr(want))
+        self.assertEqual(dataclasses.asdict(r), dataclasses.asdict(want))
+        self.assertIs(type(r.allowed), bool)
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            r.allowed = False
+
 
 class SharedTableArguments(unittest.TestCase):
     def setUp(self):
