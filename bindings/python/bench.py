@@ -9,9 +9,12 @@ measured in alternation, round by round, so that a noisy machine weighs on
 each alike.  Printed: the median and the lowest round per call.  To compare
 with an older revision:
 
-    git show REV:bindings/python/sluice/__init__.py > /tmp/old/__init__.py
+    mkdir -p build/bench/old
+    git show REV:bindings/python/sluice/__init__.py > build/bench/old/__init__.py
     SLUICE_LIBRARY=build/libsluice.so python3 bindings/python/bench.py \\
-        /tmp/old bindings/python/sluice
+        build/bench/old bindings/python/sluice
+
+(docs/python.md, "Cost per call", has the figures.)
 """
 
 import argparse
