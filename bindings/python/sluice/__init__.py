@@ -666,9 +666,10 @@ class Limiter(_Handle):
             if self._closed and not calls:
                 self._release()
         r = item[0]
+        res = _result(r)  # before the struct goes back to the pool
         if r.error:
             _undecided(item)
-        res = _result(r)
+            return res  # EFULL: not for a limiter, but a refusal if it were
         _results.append(item)
         return res
 
