@@ -195,7 +195,7 @@ else:
 _lim_new = _fn("sluice_limiter_new", _void_p, _char_p, _char_p, _size)
 _lim_free = _fn("sluice_limiter_free", None, _void_p)
 # The decisions take their sluice_result by address (an int: the cheapest
-# argument ctypes converts), from the pool of _take_result() below.
+# argument ctypes converts), from the pool `_results` below.
 _lim_try = _fn("sluice_try_acquire_at", ctypes.c_bool, _void_p, _u64, _u64, _void_p)
 _lim_stats = _fn("sluice_limiter_stats_get", None, _void_p, ctypes.POINTER(_Stats))
 _lim_format = _fn("sluice_limiter_spec_format", ctypes.c_int, _void_p, _char_p, _size)
@@ -516,7 +516,7 @@ def parse_spec(spec: str) -> SpecInfo:
 # and a switch between them loses a count.)
 #
 #   a call:   A: _calls.append    B: load _closed (raise if set)
-#             ... the C call, GIL released ...
+#             load _h, then the C call on it (GIL released)
 #             C: _calls.pop       D: load _closed and len(_calls): both
 #                                    "closed" and 0 -> _release()
 #   close():  E: store _closed    F: len(_calls) == 0 -> _release()
