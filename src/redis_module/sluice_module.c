@@ -459,9 +459,12 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
             slot += gap;
         }
         /* the window's sum is at most L after an admission; a change of
-         * spec may add one entry standing for more (window_log.c, carry);
-         * below 2^63 keeps every difference of running totals exact */
-        if (permits == 0 || permits > ((uint64_t)1 << 63) - cum) return LOAD_CORRUPT;
+         * spec may add one entry standing for more (window_log.c, carry).
+         * The retired count is part of the total: a carry moves up to all
+         * of it into the ring, and the writer stores the ring's sum from
+         * the new base, so base + sum <= 2^63 is what a change keeps and a
+         * read-back accepts (an admission stores at most 2^62 + L) */
+        if (permits == 0 || permits > ((uint64_t)1 << 63) - base - cum) return LOAD_CORRUPT;
         cum += permits;
         tmp[len].slot = slot;
         tmp[len].cum = cum;

@@ -831,6 +831,54 @@ static void test_change_to_shorter_window(void **state)
 #undef AT
 }
 
+/* The fuzzer's input (tests/redis_module/corpus/fuzz_module/crash-ee8693...):
+ * a sliding-log 7/s value whose ring held 2^63-1 permits above 20 that had
+ * left it.  Read under 4096/10s, the change carried the 20 back into the
+ * ring (window_log.c, carry) and stored a ring of 2^63+19 from a base of 0,
+ * which the module then refused as damaged.  The retired count is part of
+ * the total: base + ring above 2^63 is refused at once, unchanged; at 2^63
+ * exactly it is read, changed, and read back as a decision. */
+static void test_retired_total(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    static const unsigned char head[] = {
+        'S', 'L', 1, 0x81, 0x59, 0x3b, 0xf0, 0xf1, 15, /* version, retired sliding-log, id */
+        's', 'l', 'i', 'd', 'i', 'n', 'g', '-', 'l', 'o', 'g', ' ', '7', '/', 's',
+        0x00, 0x2f, 0x92, 0x8f, 0xfe, 0x00, 0x00, 0x66, /* t_last 0x660000fe8f922f00 */
+        20,                                             /* 20 left the ring */
+        0xa7, 0xf1, 0x00, /* one slot 14503 ns before t_last, */
+    };
+    const unsigned long long t_last = 0x660000fe8f922f00ULL;
+    unsigned char v[sizeof head + 10];
+    memcpy(v, head, sizeof head);
+    memset(v + sizeof head, 0xff, 9), v[sizeof head + 9] = 0; /* of 2^63-1 permits */
+    freeReplyObject(cmd(s, "SET tot:over %b", v, sizeof v));
+    snap before, after;
+    take(s, "tot:over", &before);
+    expect_error(cmd(s, "SLUICE.ACQUIRE tot:over %s 3 AT %llu", "sliding-log 4096/10s", t_last), "damaged");
+    expect_error(cmd(s, "SLUICE.PEEK tot:over %s 0 AT %llu", "sliding-log 7/s", t_last), "damaged");
+    take(s, "tot:over", &after);
+    assert_same(&before, &after, "tot:over");
+
+    v[sizeof head] = (unsigned char)0xec; /* 2^63-20 permits: 2^63 in all */
+    freeReplyObject(cmd(s, "SET tot:full %b", v, sizeof v));
+    long long r[4];
+    ints(cmd(s, "SLUICE.PEEK tot:full %s 1 AT %llu", "sliding-log 7/s", t_last), r, 4);
+    assert_int_equal(r[0], 0);
+    ints(cmd(s, "SLUICE.ACQUIRE tot:full %s 3 AT %llu", "sliding-log 4096/10s", t_last), r, 4);
+    assert_int_equal(r[0], 0);
+    take(s, "tot:full", &after);
+    assert_true(after.n != sizeof v || memcmp(after.v, v, sizeof v) != 0); /* the change was stored */
+    /* read back: the slot of 2^63-20 leaves the 10-s window 10 s - 14503 ns
+     * after t_last, the 20 carried to t_last - 1 s before it */
+    ints(cmd(s, "SLUICE.PEEK tot:full %s 1 AT %llu", "sliding-log 4096/10s", t_last), r, 4);
+    const long long a[3] = {0, 0, 10000};
+    assert_memory_equal(r, a, sizeof a);
+    ints(cmd(s, "SLUICE.ACQUIRE tot:full %s 4096 AT %llu", "sliding-log 4096/10s", t_last + 10 * SEC), r, 4);
+    assert_int_equal(r[0], 1);
+}
+
 /* Random chains of spec changes on one key, against the reference model
  * changed at the same instants (ref_model_reconfigure, written from
  * docs/decisions.md 3.8).  Every reply is a decision, never an error ("damaged"
@@ -1457,6 +1505,7 @@ int main(void)
         cmocka_unit_test(test_from_redis_cell),
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_change_to_shorter_window),
+        cmocka_unit_test(test_retired_total),
         cmocka_unit_test(test_change_chains),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
