@@ -449,11 +449,14 @@ typedef struct rd_tls {
 static _Thread_local rd_tls rd_me;
 static pthread_once_t rd_once = PTHREAD_ONCE_INIT;
 static pthread_key_t rd_key;
-static bool rd_key_ok, rd_memb;
+static bool rd_key_ok;
 
 #if defined(SYS_membarrier) && !SLUICE__SEQ_TSAN
 #define RD_MEMB_PRIVATE_EXPEDITED (1 << 3)
 #define RD_MEMB_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+static bool rd_memb; /* registered: a reader's fence is the changer's barrier */
+#else
+#define rd_memb false
 #endif
 
 /* A thread ends: its slot is free again (a later section of this thread,
@@ -519,8 +522,10 @@ static inline rd_tls *rd_enter(void)
         atomic_store_explicit(&rd_slots[i - 1].at,
                               atomic_load_explicit(&rd_epoch, memory_order_acquire),
                               SLUICE__SEQ_TSAN ? memory_order_seq_cst : memory_order_relaxed);
+#if !SLUICE__SEQ_TSAN /* ThreadSanitizer has no fences: the store above is seq_cst there */
         if (rd_memb) atomic_signal_fence(memory_order_seq_cst);
         else atomic_thread_fence(memory_order_seq_cst);
+#endif
     } else {
         atomic_fetch_add_explicit(&rd_anon, 1, memory_order_seq_cst);
     }
@@ -540,7 +545,9 @@ static inline void rd_exit(rd_tls *me)
  * readers have no fence of their own then: nothing may be freed). */
 static bool rd_sync(void)
 {
+#if !SLUICE__SEQ_TSAN /* under ThreadSanitizer the slots' loads are seq_cst */
     atomic_thread_fence(memory_order_seq_cst);
+#endif
 #ifdef RD_MEMB_PRIVATE_EXPEDITED
     if (rd_memb) return syscall(SYS_membarrier, RD_MEMB_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
