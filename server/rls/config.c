@@ -250,6 +250,7 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
         char spec[96], key[64], terr[256];
         snprintf(key, sizeof key, "override.%" PRIu32 "/%d", requests_per_unit, unit);
         if (lim) {
+            lim->stats = &lim->stats_store;
             lim->full_key = strdup(key);
             lim->name = strdup("");
             lim->requests_per_unit = requests_per_unit;
@@ -730,6 +731,7 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     rls_limit *lim = calloc(1, sizeof *lim);
     if (!lim)
         return fail(ld, rl, "out of memory");
+    lim->stats = &lim->stats_store;
     node->limit = lim;
     lim->full_key = strdup(full_key);
     lim->name = dup_n(name, name_len);
@@ -972,6 +974,65 @@ size_t rls_config_dump(const rls_config *cfg, char *buf, size_t cap)
     return off;
 }
 
+/* A label value with backslash, double quote and newline escaped, as the
+ * text format asks; returns the bytes written, or cap when it does not fit. */
+static size_t put_label(char *buf, size_t cap, const char *v)
+{
+    size_t off = 0;
+    for (; *v; v++) {
+        const char *e = *v == '\\' ? "\\\\" : *v == '"' ? "\\\"" : *v == '\n' ? "\\n" : NULL;
+        size_t n = e ? 2 : 1;
+        if (cap - off <= n)
+            return cap;
+        if (e)
+            memcpy(buf + off, e, 2);
+        else
+            buf[off] = *v;
+        off += n;
+    }
+    buf[off] = 0;
+    return off;
+}
+
+size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
+{
+    static const char head[] = "# HELP sluice_rls_rule_decisions_total Descriptors decided by each limit of the config.\n"
+                               "# TYPE sluice_rls_rule_decisions_total counter\n";
+    static const char *const dec[3] = {"allowed", "denied", "shadow_denied"};
+    if (cap < sizeof head)
+        return cap;
+    memcpy(buf, head, sizeof head);
+    size_t off = sizeof head - 1;
+    for (size_t i = 0; cfg && i < cfg->nall; i++) {
+        const rls_limit *l = cfg->all[i];
+        uint64_t v[3] = {atomic_load_explicit(&l->stats->allowed, memory_order_relaxed),
+                         atomic_load_explicit(&l->stats->denied, memory_order_relaxed),
+                         atomic_load_explicit(&l->stats->shadow_denied, memory_order_relaxed)};
+        for (int d = 0; d < 3; d++) {
+            static const char a[] = "sluice_rls_rule_decisions_total{rule=\"", b[] = "\",name=\"";
+            if (cap - off <= sizeof a)
+                return cap;
+            memcpy(buf + off, a, sizeof a);
+            off += sizeof a - 1;
+            size_t n = put_label(buf + off, cap - off, l->full_key);
+            if (n == cap - off || cap - off - n <= sizeof b)
+                return cap;
+            off += n;
+            memcpy(buf + off, b, sizeof b);
+            off += sizeof b - 1;
+            n = put_label(buf + off, cap - off, l->name);
+            if (n == cap - off)
+                return cap;
+            off += n;
+            int m = snprintf(buf + off, cap - off, "\",decision=\"%s\"} %" PRIu64 "\n", dec[d], v[d]);
+            if (m < 0 || (size_t)m >= cap - off)
+                return cap;
+            off += (size_t)m;
+        }
+    }
+    return off;
+}
+
 /* ---------------------------------------------------------------- reload */
 
 static int cmp_limit_keys(const void *a, const void *b)
@@ -993,6 +1054,15 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
             continue;
         rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
         rls_limit *o = hit ? *hit : NULL;
+        if (o) { /* the rule's series go on (decisions made between this and the swap stay with old) */
+            atomic_store_explicit(&l->stats->allowed, atomic_load_explicit(&o->stats->allowed, memory_order_relaxed),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&l->stats->denied, atomic_load_explicit(&o->stats->denied, memory_order_relaxed),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&l->stats->shadow_denied,
+                                  atomic_load_explicit(&o->stats->shadow_denied, memory_order_relaxed),
+                                  memory_order_relaxed);
+        }
         if (!o || !o->table || o->table_moved || o->algorithm != l->algorithm || o->window_ns != l->window_ns)
             continue;
         if (strcmp(o->spec, l->spec) != 0) {

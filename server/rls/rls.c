@@ -243,9 +243,12 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
         if (!lim->table) { /* requests_per_unit 0 */
             if (shadowed) {
-                if (hits > 0)
+                if (hits > 0) {
                     counts->shadow_refusals++;
+                    atomic_fetch_add_explicit(&lim->stats->shadow_denied, 1, memory_order_relaxed);
+                }
             } else if (hits > 0) {
+                atomic_fetch_add_explicit(&lim->stats->denied, 1, memory_order_relaxed);
                 st->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
                 refuse_all = true;
             }
@@ -337,6 +340,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                 counts->within_limit++;
             else
                 counts->over_limit++;
+            atomic_fetch_add_explicit(own ? &enforced[j].lim->stats->allowed : &enforced[j].lim->stats->denied, 1,
+                                      memory_order_relaxed);
         }
     }
     for (size_t j = 0; j < ns; j++) {
@@ -349,6 +354,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         dr[shadow[j].desc] = r;
         if (!ok)
             counts->shadow_refusals++;
+        atomic_fetch_add_explicit(ok ? &shadow[j].lim->stats->allowed : &shadow[j].lim->stats->shadow_denied, 1,
+                                  memory_order_relaxed);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;

@@ -68,6 +68,15 @@
 #define OUT_BATCH 65536
 #define MAX_HEADER_LIST 16384
 
+/* The latency histogram's upper bounds (ns), and as written (s). */
+#define LAT_BUCKETS 14
+static const uint64_t LAT_LE_NS[LAT_BUCKETS] = {1000,    2500,    5000,     10000,    25000,    50000,    100000,
+                                                250000,  500000,  1000000,  2500000,  10000000, 100000000,
+                                                1000000000};
+static const char *const LAT_LE[LAT_BUCKETS] = {"1e-06",  "2.5e-06", "5e-06", "1e-05", "2.5e-05",
+                                                "5e-05",  "0.0001",  "0.00025", "0.0005", "0.001",
+                                                "0.0025", "0.01",    "0.1",   "1"};
+
 static uint64_t mono_ns(void)
 {
     struct timespec ts;
@@ -114,6 +123,10 @@ struct rls_server {
     uint16_t port, hport;
     /* Counters summed over the workers (relaxed: /metrics reads them). */
     atomic_uint_least64_t n_within, n_over, n_shadow, n_calls, n_errors;
+    /* The latency of ShouldRateLimit's decision (config read, tables,
+     * answer built; not the network), per bucket of LAT_LE_NS (the last:
+     * beyond), and its sum in nanoseconds. */
+    atomic_uint_least64_t lat_bucket[LAT_BUCKETS + 1], lat_sum_ns;
     atomic_size_t conns;
     atomic_bool stopping;
     worker *workers;
@@ -341,9 +354,16 @@ static int do_call(conn *c, stream *st)
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
     unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
+    uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, &ans, &counts, msg, sizeof msg);
+    uint64_t took = mono_ns() - t0;
     config_leave(w);
     rls_server *sv = w->s;
+    size_t b = 0;
+    while (b < LAT_BUCKETS && took > LAT_LE_NS[b])
+        b++;
+    atomic_fetch_add_explicit(&sv->lat_bucket[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sv->lat_sum_ns, took, memory_order_relaxed);
     atomic_fetch_add_explicit(&sv->n_calls, 1, memory_order_relaxed);
     if (code != RLS_GRPC_OK)
         atomic_fetch_add_explicit(&sv->n_errors, 1, memory_order_relaxed);
@@ -674,8 +694,11 @@ static int http1_request(conn *c)
         return rc;
     }
     if (PATH_IS("/metrics")) {
-        char buf[2048];
-        int n = snprintf(buf, sizeof buf,
+        size_t cap = 4u << 20;
+        char *buf = malloc(cap);
+        if (!buf)
+            return -1;
+        int n = snprintf(buf, cap,
             "# HELP sluice_rls_calls_total ShouldRateLimit calls answered.\n"
             "# TYPE sluice_rls_calls_total counter\n"
             "sluice_rls_calls_total %llu\n"
@@ -698,9 +721,44 @@ static int http1_request(conn *c)
             (unsigned long long)atomic_load_explicit(&s->n_over, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_shadow, memory_order_relaxed),
             atomic_load(&s->conns));
-        if (n < 0 || (size_t)n >= sizeof buf)
-            return -1;
-        return http1_respond(c, 200, "OK", "text/plain; version=0.0.4", buf, (size_t)n);
+        size_t off = n < 0 || (size_t)n >= cap ? cap : (size_t)n;
+        /* The histogram: cumulative buckets, then _sum and _count. */
+        static const char hh[] = "# HELP sluice_rls_decision_seconds ShouldRateLimit's decision time (not the network).\n"
+                                 "# TYPE sluice_rls_decision_seconds histogram\n";
+        if (off < cap && cap - off > sizeof hh) {
+            memcpy(buf + off, hh, sizeof hh);
+            off += sizeof hh - 1;
+        } else {
+            off = cap;
+        }
+        uint64_t cum = 0;
+        for (size_t b = 0; b <= LAT_BUCKETS && off < cap; b++) {
+            cum += atomic_load_explicit(&s->lat_bucket[b], memory_order_relaxed);
+            int m = snprintf(buf + off, cap - off, "sluice_rls_decision_seconds_bucket{le=\"%s\"} %llu\n",
+                             b < LAT_BUCKETS ? LAT_LE[b] : "+Inf", (unsigned long long)cum);
+            off = m < 0 || (size_t)m >= cap - off ? cap : off + (size_t)m;
+        }
+        if (off < cap) {
+            uint64_t sum = atomic_load_explicit(&s->lat_sum_ns, memory_order_relaxed);
+            int m = snprintf(buf + off, cap - off,
+                             "sluice_rls_decision_seconds_sum %llu.%09llu\nsluice_rls_decision_seconds_count %llu\n",
+                             (unsigned long long)(sum / 1000000000u), (unsigned long long)(sum % 1000000000u),
+                             (unsigned long long)cum);
+            off = m < 0 || (size_t)m >= cap - off ? cap : off + (size_t)m;
+        }
+        if (off < cap) {
+            rls_config *cfg = config_enter(c->w);
+            off += rls_config_write_metrics(cfg, buf + off, cap - off);
+            config_leave(c->w);
+        }
+        if (off >= cap) {
+            free(buf);
+            static const char b[] = "the metrics do not fit 4 MiB\n";
+            return http1_respond(c, 500, "Internal Server Error", "text/plain", b, sizeof b - 1);
+        }
+        int rc = http1_respond(c, 200, "OK", "text/plain; version=0.0.4", buf, off);
+        free(buf);
+        return rc;
     }
 #undef PATH_IS
     static const char b[] = "not found: this port serves /healthcheck, /rlconfig, /metrics\n";

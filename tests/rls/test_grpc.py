@@ -452,6 +452,41 @@ class RlsTest(unittest.TestCase):
         self.assertEqual(self.http(b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\n\r\n")[0], 431)
         self.assert_still_serving()
 
+    def metrics(self):
+        """GET /metrics: {series line without value: value}; checked by promtool when present."""
+        code, body = self.http(b"GET /metrics HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
+                if l and not l.startswith("#")}
+
+    def test_metrics_per_rule(self):
+        """Decisions per rule (allowed, denied, shadow_denied) and the decision-time histogram."""
+        rule = 'sluice_rls_rule_decisions_total{rule="test.%s",name="%s",decision="%s"}'
+        before = self.metrics()
+        for _ in range(3):
+            self.s.call(request(desc(("two", "perrule"))), timeout=10)
+        for _ in range(2):
+            self.s.call(request(desc(("shadow", "perrule"))), timeout=10)
+        self.s.call(request(desc(("five", "perrule")), hits=0), timeout=10)
+        after = self.metrics()
+        delta = {k: after[k] - before.get(k, 0) for k in after}
+        self.assertEqual(delta[rule % ("two", "", "allowed")], 2)
+        self.assertEqual(delta[rule % ("two", "", "denied")], 1)
+        self.assertEqual(delta[rule % ("two", "", "shadow_denied")], 0)
+        self.assertEqual(delta[rule % ("shadow", "", "allowed")], 1)
+        self.assertEqual(delta[rule % ("shadow", "", "shadow_denied")], 1)
+        self.assertEqual(delta[rule % ("shadow", "", "denied")], 0)
+        self.assertEqual(delta[rule % ("five", "five-a-day", "allowed")], 1)  # hits 1 (max(1, 0))
+        self.assertEqual(delta['sluice_rls_decision_seconds_count'], 6)
+        self.assertEqual(delta['sluice_rls_decision_seconds_bucket{le="+Inf"}'], 6)
+        self.assertGreater(delta['sluice_rls_decision_seconds_sum'], 0)
+        self.assertLessEqual(after['sluice_rls_decision_seconds_bucket{le="1e-06"}'],
+                             after['sluice_rls_decision_seconds_bucket{le="1"}'])
+
     def test_exact_from_four_processes(self):
         """4 client processes x 250 calls against one limit of 500 (a year's
         window): exactly 500 admitted, counted by the clients."""
