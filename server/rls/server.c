@@ -48,6 +48,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -58,6 +59,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "json.h"
 #include "rls.h"
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -113,6 +115,9 @@ void rls_server_opts_default(rls_server_opts *o)
 typedef struct worker worker;
 typedef struct conn conn;
 
+static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
+                  size_t msglen);
+
 struct rls_server {
     rls_server_opts o;
     _Atomic(rls_config *) cfg; /* swapped by rls_server_swap_config */
@@ -161,6 +166,8 @@ struct conn {
     bool shut;           /* http1: answered and half-closed */
     char req[4096];      /* http1: the request head so far */
     size_t reqlen;
+    char *body;          /* http1, POST /json: the body (bodywant bytes) */
+    size_t bodylen, bodywant;
 };
 
 typedef struct stream stream;
@@ -351,11 +358,22 @@ static int do_call(conn *c, stream *st)
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
     rls_answer ans;
+    int code = decide(w, rq, &ans, msg, sizeof msg);
+    int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+    return rc;
+}
+
+/* Decide one request on the current config (gRPC and POST /json), and
+ * count it: totals, the latency histogram.  Returns the gRPC status. */
+static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
+                  size_t msglen)
+{
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
     unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
     uint64_t t0 = mono_ns();
-    int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, &ans, &counts, msg, sizeof msg);
+    int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;
     config_leave(w);
     rls_server *sv = w->s;
@@ -373,9 +391,7 @@ static int do_call(conn *c, stream *st)
         atomic_fetch_add_explicit(&sv->n_over, counts.over_limit, memory_order_relaxed);
     if (counts.shadow_refusals)
         atomic_fetch_add_explicit(&sv->n_shadow, counts.shadow_refusals, memory_order_relaxed);
-    int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
-    return rc;
+    return code;
 }
 
 /* ------------------------------------------------------ nghttp2 callbacks */
@@ -535,6 +551,7 @@ static void conn_close(conn *c)
     while (c->streams)
         stream_free(c, c->streams);
     free(c->out);
+    free(c->body);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -652,6 +669,116 @@ static int http1_respond(conn *c, int status, const char *reason, const char *ct
     return conn_flush(c);
 }
 
+/* An error of POST /json: {"error": msg}. */
+static int http1_json_error(conn *c, int status, const char *reason, const char *msg)
+{
+    char buf[1024];
+    size_t n = rls_json_error(msg, buf, sizeof buf);
+    return http1_respond(c, status, reason, "application/json", buf, n < sizeof buf ? n : 0);
+}
+
+/* POST /json with its whole body: decode, decide, answer as
+ * envoyproxy/ratelimit does (200 OK, 429 OVER_LIMIT, 400 bad JSON or a
+ * request ShouldRateLimit refuses, the response's JSON as the body). */
+static int http1_json(conn *c)
+{
+    rls_json_req *jr = calloc(1, sizeof *jr);
+    rls_answer *ans = malloc(sizeof *ans);
+    size_t cap = 1u << 20;
+    char *buf = malloc(cap);
+    char msg[256];
+    int rc;
+    if (!jr || !ans || !buf) {
+        rc = http1_json_error(c, 500, "Internal Server Error", "out of memory");
+    } else if (rls_json_parse(c->body, c->bodylen, jr, msg, sizeof msg) < 0) {
+        rc = http1_json_error(c, 400, "Bad Request", msg);
+    } else {
+        int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
+        size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        if (code == RLS_GRPC_INVALID_ARGUMENT)
+            rc = http1_json_error(c, 400, "Bad Request", msg);
+        else if (code != RLS_GRPC_OK)
+            rc = http1_json_error(c, 500, "Internal Server Error", msg);
+        else if (n >= cap)
+            rc = http1_json_error(c, 500, "Internal Server Error", "the response does not fit 1 MiB");
+        else if (ans->resp.overall_code == ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT)
+            rc = http1_respond(c, 429, "Too Many Requests", "application/json", buf, n);
+        else
+            rc = http1_respond(c, 200, "OK", "application/json", buf, n);
+    }
+    if (jr)
+        rls_json_req_free(jr);
+    free(jr);
+    free(ans);
+    free(buf);
+    free(c->body);
+    c->body = NULL;
+    return rc;
+}
+
+/* The head of POST /json has come (headlen bytes of c->req): take its
+ * Content-Length, keep what of the body came with it, and answer once the
+ * whole body is here (http1_read). */
+static int http1_json_start(conn *c, size_t headlen)
+{
+    size_t max = c->w->s->o.max_msg_bytes;
+    bool have_len = false;
+    size_t len = 0;
+    const char *line = memmem(c->req, headlen, "\r\n", 2);
+    while (line && (size_t)(line + 2 - c->req) < headlen) {
+        line += 2;
+        const char *eol = memmem(line, headlen - (size_t)(line - c->req), "\r\n", 2);
+        if (!eol)
+            break;
+        size_t ll = (size_t)(eol - line);
+        if (ll >= 18 && strncasecmp(line, "transfer-encoding:", 18) == 0) {
+            static const char b[] = "POST /json takes a Content-Length body, not a Transfer-Encoding\n";
+            return http1_respond(c, 411, "Length Required", "text/plain", b, sizeof b - 1);
+        }
+        if (ll >= 15 && strncasecmp(line, "content-length:", 15) == 0) {
+            const char *p = line + 15;
+            while (p < eol && (*p == ' ' || *p == '\t'))
+                p++;
+            size_t v = 0;
+            bool digits = p < eol;
+            for (; p < eol && digits; p++) {
+                if (*p == ' ' || *p == '\t')
+                    break;
+                if (*p < '0' || *p > '9')
+                    digits = false;
+                else /* saturates at max + 1: too large */
+                    v = v > max / 10 ? max + 1 : v * 10 + (size_t)(*p - '0');
+            }
+            while (p < eol && (*p == ' ' || *p == '\t'))
+                p++;
+            if (!digits || p != eol || have_len) {
+                static const char b[] = "bad or repeated Content-Length\n";
+                return http1_respond(c, 400, "Bad Request", "text/plain", b, sizeof b - 1);
+            }
+            have_len = true;
+            len = v;
+        }
+        line = eol;
+    }
+    if (!have_len) {
+        static const char b[] = "POST /json needs a Content-Length\n";
+        return http1_respond(c, 411, "Length Required", "text/plain", b, sizeof b - 1);
+    }
+    if (len > max) {
+        char b[128];
+        int n = snprintf(b, sizeof b, "a body of %zu bytes, larger than %zu (SLUICE_RLS_MAX_MSG_BYTES)\n", len, max);
+        return http1_respond(c, 413, "Payload Too Large", "text/plain", b, n > 0 ? (size_t)n : 0);
+    }
+    c->body = malloc(len + 1);
+    if (!c->body)
+        return -1;
+    size_t have = c->reqlen - headlen;
+    c->bodylen = have < len ? have : len;
+    memcpy(c->body, c->req + headlen, c->bodylen);
+    c->bodywant = len;
+    return c->bodylen == len ? http1_json(c) : 0;
+}
+
 /* envoyproxy/ratelimit's HTTP endpoints that need no JSON: GET
  * /healthcheck, /rlconfig, and /metrics (Prometheus text, version 0.0.4).
  * One request per connection (Connection: close); its head must fit
@@ -669,11 +796,14 @@ static int http1_request(conn *c)
     }
     c->last_ns = mono_ns();
     bool get = c->reqlen >= 4 && memcmp(c->req, "GET ", 4) == 0;
-    const char *path = get ? c->req + 4 : "";
-    size_t pl = get ? strcspn(path, " \r\n") : 0;
+    bool post = !get && c->reqlen >= 5 && memcmp(c->req, "POST ", 5) == 0;
+    const char *path = get ? c->req + 4 : post ? c->req + 5 : "";
+    size_t pl = get || post ? strcspn(path, " \r\n") : 0; /* stops at the head's end at the latest */
 #define PATH_IS(p) (pl == sizeof(p) - 1 && memcmp(path, p, pl) == 0)
+    if (post && PATH_IS("/json"))
+        return http1_json_start(c, (size_t)(end + 4 - c->req));
     if (!get) {
-        static const char b[] = "only GET is served here (/healthcheck, /rlconfig, /metrics)\n";
+        static const char b[] = "only GET is served here (/healthcheck, /rlconfig, /metrics), and POST /json\n";
         return http1_respond(c, 405, "Method Not Allowed", "text/plain", b, sizeof b - 1);
     }
     if (PATH_IS("/healthcheck")) {
@@ -771,6 +901,15 @@ static int http1_read(conn *c)
         char junk[4096];
         ssize_t n = recv(c->fd, junk, sizeof junk, 0);
         return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ? -1 : conn_flush(c);
+    }
+    if (c->body) { /* POST /json: the rest of the body */
+        ssize_t n = recv(c->fd, c->body + c->bodylen, c->bodywant - c->bodylen, 0);
+        if (n == 0)
+            return -1;
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->bodylen += (size_t)n;
+        return c->bodylen == c->bodywant ? http1_json(c) : 0;
     }
     ssize_t n = recv(c->fd, c->req + c->reqlen, sizeof c->req - c->reqlen, 0);
     if (n == 0)

@@ -14,6 +14,7 @@ bounded; limits use day and year windows (CLOCK_REALTIME), and a test that
 sees its window change under it (duration_until_reset grows) says so.
 """
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = "/grpc.health.v1.Health/Check"
@@ -486,6 +489,57 @@ class RlsTest(unittest.TestCase):
         self.assertGreater(delta['sluice_rls_decision_seconds_sum'], 0)
         self.assertLessEqual(after['sluice_rls_decision_seconds_bucket{le="1e-06"}'],
                              after['sluice_rls_decision_seconds_bucket{le="1"}'])
+
+    def post_json(self, body):
+        """POST /json with urllib; returns (status, parsed JSON body)."""
+        req = urllib.request.Request("http://127.0.0.1:%d/json" % self.s.http_port, data=body,
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def test_post_json(self):
+        """envoyproxy/ratelimit's POST /json: 200 OK, 429 OVER_LIMIT, 400 bad JSON; the body is protojson."""
+        one = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "two", "value": "json"}]}]})
+        got = [self.post_json(one.encode()) for _ in range(3)]
+        self.assertEqual([g[0] for g in got], [200, 200, 429])
+        self.assertEqual([g[1]["overallCode"] for g in got], ["OK", "OK", "OVER_LIMIT"])
+        st = got[0][1]["statuses"][0]
+        self.assertEqual(st["code"], "OK")
+        self.assertEqual(st["limitRemaining"], 1)
+        self.assertEqual(st["currentLimit"], {"requestsPerUnit": 2, "unit": "DAY"})
+        self.assertRegex(st["durationUntilReset"], r"^[0-9]+(\.[0-9]{3,9})?s$")
+        self.assertNotIn("limitRemaining", got[2][1]["statuses"][0])  # 0: left out, as protojson does
+        # The gRPC call and /json spend the same counter.
+        self.assertEqual(self.s.call(request(desc(("two", "json"))), timeout=10).overall_code, OVER)
+        # camelCase, hits as a string, an escaped value, a name in the answer.
+        code, b = self.post_json(b'{"domain":"test","descriptors":[{"entries":[{"key":"five","value":"j\\u00e9"}],'
+                                 b'"hitsAddend":"5"}]}')
+        self.assertEqual((code, b["statuses"][0]["currentLimit"]["name"]), (200, "five-a-day"))
+        self.assertEqual(self.s.call(request(desc(("five", "j\u00e9"))), timeout=10).overall_code, OVER)
+        # Bad input: 400 with a reason naming the token, and nothing spent.
+        for bad, word in [(b"", "expected"), (b"{", "ended"), (b'{"domain":"test",}', "string expected"),
+                          (b'{"domain":"test","nope":1}', "nope"), (b'{"domain":"test","domain":"x"}', "twice"),
+                          (b'{"domain":"test","hits_addend":4294967296}', "larger"),
+                          (b'{"domain":"test","hits_addend":-1}', "unsigned"),
+                          (b'{"domain":"te\\u0000st"}', "u0000"), (b'{"domain":"test"} x', "after"),
+                          (b'{"domain":"test","descriptors":[' + b",".join([b'{"entries":[]}'] * 65) + b"]}",
+                           "more than 64"),
+                          (b'{"domain":"test","descriptors":[{"entries":[{"key":"two","value":"bad"}],'
+                           b'"limit":{"unit":"FORTNIGHT"}}]}', "FORTNIGHT"),
+                          (b'{"domain":"test","descriptors":[{"entries":[{"key":"two","value":"bad"}]}]]', "','")]:
+            code, b = self.post_json(bad)
+            self.assertEqual(code, 400, bad)
+            self.assertIn(word, b["error"], bad)
+        ok = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "two", "value": "bad"}]}]})
+        self.assertEqual([self.post_json(ok.encode())[0] for _ in range(3)], [200, 200, 429])
+        # A body larger than SLUICE_RLS_MAX_MSG_BYTES (4096 here): 413.
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")[0], 413)
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\n\r\n")[0], 411)
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[0], 411)
+        self.assert_still_serving()
 
     def test_exact_from_four_processes(self):
         """4 client processes x 250 calls against one limit of 500 (a year's
