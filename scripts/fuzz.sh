@@ -9,7 +9,7 @@
 # -DSLUICE_SANITIZE=address,undefined, RelWithDebInfo) in build-fuzz/, then
 # for each target: replays its corpus (tests/fuzz/corpus/NAME; for
 # fuzz_module, the Redis module's reading of stored values, its own
-# tests/redis_module/corpus/fuzz_module; for fuzz_rls_request and
+# tests/redis_module/corpus/fuzz_module; for fuzz_rls_request, fuzz_rls_json and
 # fuzz_rls_yaml, sluice-rls's, tests/rls/corpus/NAME: every input once, must
 # pass), then fuzzes for FUZZ_SECONDS (-max_total_time) with its dictionary
 # (none for fuzz_module and the rls targets).  New inputs go to the
@@ -29,7 +29,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_module fuzz_rls_request fuzz_rls_yaml)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json)
 
 case ${1:-} in
 -h | --help)
