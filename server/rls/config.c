@@ -168,6 +168,7 @@ struct rls_config {
     bool ov_moved;     /* rls_config_adopt gave ov to a newer config */
     rls_limit **all;   /* every limit of the tree, for rls_config_adopt */
     size_t nall;
+    bool has_replaces; /* a limit has `replaces` (rls.c then looks for them) */
 };
 
 static void node_clear(rls_node *n)
@@ -187,6 +188,7 @@ static void node_clear(rls_node *n)
             sluice_table_free(n->limit->table);
         free(n->limit->full_key);
         free(n->limit->name);
+        free(n->limit->replaces);
         free(n->limit);
     }
     free(n->key);
@@ -715,6 +717,7 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     yaml_node_t *rep = get_list(ld, rl, "replaces", &bad);
     if (bad)
         return -1;
+    size_t rbytes = 0, nrep = 0;
     for (yaml_node_item_t *it = rep ? rep->data.sequence.items.start : NULL; rep && it < rep->data.sequence.items.top; it++) {
         yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
         const char *rn;
@@ -727,12 +730,31 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
             return fail(ld, e, "should not have an empty replaces entry");
         if (!strcmp(rn, name))
             return fail(ld, e, "replaces should not contain name of same descriptor");
+        rbytes += strlen(rn) + 1;
+        nrep++;
     }
     rls_limit *lim = calloc(1, sizeof *lim);
     if (!lim)
         return fail(ld, rl, "out of memory");
     lim->stats = &lim->stats_store;
     node->limit = lim;
+    if (nrep) { /* the names, packed: checked above, copied now */
+        lim->replaces = malloc(rbytes);
+        if (!lim->replaces)
+            return fail(ld, rl, "out of memory");
+        size_t off = 0;
+        for (yaml_node_item_t *it = rep->data.sequence.items.start; it < rep->data.sequence.items.top; it++) {
+            const char *rn;
+            size_t rnl;
+            if (get_string(ld, yaml_document_get_node(ld->doc, *it), "name", &rn, &rnl) < 0)
+                return -1;
+            size_t k = strlen(rn) + 1;
+            memcpy(lim->replaces + off, rn, k);
+            off += k;
+        }
+        lim->nreplaces = nrep;
+        ld->cfg->has_replaces = true;
+    }
     lim->full_key = strdup(full_key);
     lim->name = dup_n(name, name_len);
     if (!lim->full_key || !lim->name)
@@ -1032,6 +1054,8 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
     }
     return off;
 }
+
+bool rls_config_has_replaces(const rls_config *cfg) { return cfg && cfg->has_replaces; }
 
 /* ---------------------------------------------------------------- reload */
 

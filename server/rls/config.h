@@ -58,6 +58,9 @@ typedef struct rls_limit {
                                 * printable and cut to 64 bytes */
     char policy_item[192];     /* its RateLimit-Policy item, made once ("" if
                                 * it does not fit) */
+    char *replaces;            /* the names of `replaces`, each NUL-terminated,
+                                * one after the other; NULL when none */
+    size_t nreplaces;
     rls_limit_stats *stats;    /* &stats_store: counted through a const limit */
     rls_limit_stats stats_store;
 } rls_limit;
@@ -121,6 +124,9 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
  * unit is unknown, or when RLS_MAX_OVERRIDES other pairs exist already, or
  * memory runs out.  Thread-safe. */
 const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit);
+
+/* Does a limit of the config have `replaces`?  Thread-safe. */
+bool rls_config_has_replaces(const rls_config *cfg);
 
 /* Does the config have `domain`?  Thread-safe. */
 bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t domainlen);

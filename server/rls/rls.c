@@ -143,6 +143,22 @@ typedef struct pending {
     size_t ref;               /* composite slot (enforced ones) */
 } pending;
 
+/* Is `lim` named in the `replaces` of one of the replacers? */
+static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, size_t nrepl)
+{
+    if (!lim->name || !lim->name[0])
+        return false;
+    for (size_t r = 0; r < nrepl; r++) {
+        const char *p = replacers[r]->replaces;
+        for (size_t k = 0; k < replacers[r]->nreplaces; k++) {
+            if (strcmp(p, lim->name) == 0)
+                return true;
+            p += strlen(p) + 1;
+        }
+    }
+    return false;
+}
+
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen)
@@ -174,6 +190,32 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     uint64_t hits_all = 0;
     bool refuse_all = false; /* a requests_per_unit 0 limit, enforced */
     size_t used = 0;
+
+    /* envoyproxy/ratelimit's `replaces`: first the limits the request's
+     * descriptors match that replace others (only when the config has
+     * any); a limit whose name one of them lists is then not applied. */
+    const rls_limit *replacers[RLS_MAX_DESCRIPTORS];
+    size_t nrepl = 0;
+    if (rls_config_has_replaces(cfg)) {
+        size_t domainlen = strlen(req->domain);
+        for (size_t i = 0; i < n; i++) {
+            const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor *d = req->descriptors[i];
+            size_t ents = d ? d->n_entries : 0;
+            if (ents == 0 || ents > RLS_MAX_ENTRIES || d->limit) /* refused below, or an override */
+                continue;
+            const char *keys[RLS_MAX_ENTRIES], *values[RLS_MAX_ENTRIES];
+            size_t kl[RLS_MAX_ENTRIES], vl[RLS_MAX_ENTRIES];
+            for (size_t e = 0; e < ents; e++) {
+                keys[e] = d->entries[e]->key ? d->entries[e]->key : "";
+                values[e] = d->entries[e]->value ? d->entries[e]->value : "";
+                kl[e] = strlen(keys[e]);
+                vl[e] = strlen(values[e]);
+            }
+            const rls_limit *l = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+            if (l && l->nreplaces)
+                replacers[nrepl++] = l;
+        }
+    }
 
     for (size_t i = 0; i < n; i++) {
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[i];
@@ -222,8 +264,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         } else {
             lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
         }
-        if (!lim)
-            continue;
+        if (!lim || (nrepl && replaced(lim, replacers, nrepl)))
+            continue; /* answered OK, as a descriptor no limit matches */
         if (lim->unlimited) {
             st->limit_remaining = UINT32_MAX;
             continue;
