@@ -178,6 +178,9 @@ struct stream {
     bool post, ct_ok, ct_seen, too_big, conn_full, done;
     size_t hdr_bytes;
     char bad_encoding[32];
+    uint64_t deadline_ns;   /* grpc-timeout: monotonic deadline, 0 when none */
+    char timeout[16];       /* its value as sent, for messages */
+    bool bad_timeout;       /* grpc-timeout malformed */
     char path[128];
     char ct[64];
     unsigned char *in;
@@ -288,6 +291,33 @@ static rls_config *config_enter(worker *w)
 
 static void config_leave(worker *w) { atomic_store_explicit(&w->using, NULL, memory_order_release); }
 
+/* grpc-timeout, as gRPC over HTTP/2 defines it: 1 to 8 digits, then H, M,
+ * S, m, u or n.  *ns saturates at UINT64_MAX (8 digits of hours do not fit
+ * 64 bits of nanoseconds).  Returns 0, or -1 when malformed. */
+static int parse_grpc_timeout(const uint8_t *v, size_t n, uint64_t *ns)
+{
+    if (n < 2 || n > 9)
+        return -1;
+    uint64_t x = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (uint64_t)(v[i] - '0'); /* at most 99999999 */
+    }
+    uint64_t unit;
+    switch (v[n - 1]) {
+    case 'H': unit = 3600000000000ull; break;
+    case 'M': unit = 60000000000ull; break;
+    case 'S': unit = 1000000000ull; break;
+    case 'm': unit = 1000000ull; break;
+    case 'u': unit = 1000ull; break;
+    case 'n': unit = 1ull; break;
+    default: return -1;
+    }
+    *ns = x > UINT64_MAX / unit ? UINT64_MAX : x * unit;
+    return 0;
+}
+
 static int do_call(conn *c, stream *st)
 {
     nghttp2_session *h2 = c->h2;
@@ -302,6 +332,11 @@ static int do_call(conn *c, stream *st)
     if (st->method == 0) {
         snprintf(msg, sizeof msg, "unknown method '%s'", st->path);
         return answer_error(h2, st, 200, RLS_GRPC_UNIMPLEMENTED, msg);
+    }
+    if (st->bad_timeout) { /* as grpc-go answers it */
+        snprintf(msg, sizeof msg, "malformed grpc-timeout '%s' (want 1 to 8 digits and H, M, S, m, u or n)",
+                 st->timeout);
+        return answer_error(h2, st, 200, RLS_GRPC_INTERNAL, msg);
     }
     if (st->bad_encoding[0]) {
         snprintf(msg, sizeof msg, "grpc-encoding '%s' is not supported: send uncompressed messages (identity)",
@@ -357,6 +392,15 @@ static int do_call(conn *c, stream *st)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, st->in + 5);
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
+    /* The caller's deadline passed while the message came: it has given up
+     * on the answer (Envoy then applies failure_mode_deny), so the request
+     * must not spend the limits. */
+    if (st->deadline_ns != 0 && mono_ns() >= st->deadline_ns) {
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+        snprintf(msg, sizeof msg, "the deadline (grpc-timeout %s) passed before the call was decided; nothing spent",
+                 st->timeout);
+        return answer_error(h2, st, 200, RLS_GRPC_DEADLINE_EXCEEDED, msg);
+    }
     rls_answer ans;
     int code = decide(w, rq, &ans, msg, sizeof msg);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
@@ -460,6 +504,17 @@ static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
         st->ct_seen = true;
         st->ct_ok = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
                     (valuelen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (IS("grpc-timeout")) {
+        size_t n = valuelen < sizeof st->timeout - 1 ? valuelen : sizeof st->timeout - 1;
+        memcpy(st->timeout, value, n);
+        st->timeout[n] = 0;
+        uint64_t t;
+        if (parse_grpc_timeout(value, valuelen, &t) < 0) {
+            st->bad_timeout = true;
+        } else {
+            uint64_t now = mono_ns();
+            st->deadline_ns = t > UINT64_MAX - now ? 0 : now + t; /* beyond the clock's reach: none */
+        }
     } else if (IS("grpc-encoding")) {
         if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0)) {
             size_t n = valuelen < sizeof st->bad_encoding - 1 ? valuelen : sizeof st->bad_encoding - 1;

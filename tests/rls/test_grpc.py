@@ -408,6 +408,24 @@ class RlsTest(unittest.TestCase):
         self.assertIn("grpc-status: 0", out)
         self.assert_still_serving()
 
+    def test_grpc_timeout(self):
+        """A call whose grpc-timeout has passed when its message is whole is answered DEADLINE_EXCEEDED
+        and spends nothing; a malformed grpc-timeout is INTERNAL (as grpc-go); a live one is served."""
+        msg = frame(request(desc(("two", "deadline"))).SerializeToString())
+        for t in ("0n", "0S"):
+            out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
+            self.assertIn("grpc-status: 4", out)
+            self.assertIn("nothing spent", out)
+        for t in ("1x", "123456789S", "S", "-1S", "1.5S"):
+            out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
+            self.assertIn("grpc-status: 13", out, t)
+            self.assertIn("malformed grpc-timeout", out, t)
+        out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: 99999999H"])  # past 2^64 ns: no deadline
+        self.assertIn("grpc-status: 0", out)
+        got = [self.s.call(request(desc(("two", "deadline"))), timeout=10).overall_code for _ in range(2)]
+        self.assertEqual(got, [OK, OVER])  # of 2 a day, only the 99999999H call spent one
+        self.assert_still_serving()
+
     def test_http1_on_grpc_port(self):
         with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
             c.sendall(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
