@@ -39,7 +39,18 @@ static int bad(cur *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(c->err, c->errlen, "bad JSON at byte %zu: %s", (size_t)(c->p - c->s), what);
+    /* one line: a control byte of a quoted token is written \xNN */
+    char line[160 * 4];
+    size_t o = 0;
+    for (const char *p = what; *p && o + 5 < sizeof line; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch < 0x20 || ch == 0x7f)
+            o += (size_t)snprintf(line + o, sizeof line - o, "\\x%02x", ch);
+        else
+            line[o++] = (char)ch;
+    }
+    line[o] = 0;
+    snprintf(c->err, c->errlen, "bad JSON at byte %zu: %s", (size_t)(c->p - c->s), line);
     return -1;
 }
 
