@@ -32,6 +32,8 @@ typedef struct cur {
     size_t errlen;
 } cur;
 
+static int bad(cur *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static int bad(cur *c, const char *fmt, ...)
 {
     char what[160];
@@ -467,6 +469,8 @@ static void put(wbuf *w, const char *s, size_t n)
 }
 
 static void puts_(wbuf *w, const char *s) { put(w, s, strlen(s)); }
+
+static void putf(wbuf *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void putf(wbuf *w, const char *fmt, ...)
 {
