@@ -189,6 +189,10 @@ static void node_clear(rls_node *n)
         free(n->limit->full_key);
         free(n->limit->name);
         free(n->limit->replaces);
+        if (n->limit->detail) {
+            pthread_mutex_destroy(&n->limit->detail->mu);
+            free(n->limit->detail);
+        }
         free(n->limit);
     }
     free(n->key);
@@ -764,6 +768,15 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     lim->window_ns = rls_unit_ns(unit);
     lim->unlimited = unlimited;
     lim->shadow_mode = shadow;
+    bool detailed;
+    if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
+        return -1;
+    if (detailed) {
+        lim->detail = calloc(1, sizeof *lim->detail);
+        if (!lim->detail)
+            return fail(ld, rl, "out of memory");
+        pthread_mutex_init(&lim->detail->mu, NULL);
+    }
     lim->algorithm = algo;
     if (!unlimited) {
         char per[48], terr[256];
@@ -1051,6 +1064,56 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
                 return cap;
             off += (size_t)m;
         }
+    }
+    /* detailed_metric: the values' series */
+    bool any = false;
+    for (size_t i = 0; cfg && i < cfg->nall && !any; i++)
+        any = cfg->all[i]->detail != NULL;
+    static const char dhead[] =
+        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric, "
+        "per descriptor value (the first 64 values of each).\n"
+        "# TYPE sluice_rls_rule_detail_decisions_total counter\n";
+    if (any) {
+        if (cap - off <= sizeof dhead)
+            return cap;
+        memcpy(buf + off, dhead, sizeof dhead);
+        off += sizeof dhead - 1;
+    }
+    for (size_t i = 0; any && i < cfg->nall; i++) {
+        rls_detail *d = cfg->all[i]->detail;
+        if (!d)
+            continue;
+        pthread_mutex_lock(&d->mu);
+        for (size_t k = 0; k < d->n && off < cap; k++) {
+            for (int j = 0; j < 3 && off < cap; j++) {
+                static const char a[] = "sluice_rls_rule_detail_decisions_total{rule=\"", b[] = "\",descriptor=\"";
+                if (cap - off <= sizeof a) {
+                    off = cap;
+                    break;
+                }
+                memcpy(buf + off, a, sizeof a);
+                off += sizeof a - 1;
+                size_t m = put_label(buf + off, cap - off, cfg->all[i]->full_key);
+                if (m == cap - off || cap - off - m <= sizeof b) {
+                    off = cap;
+                    break;
+                }
+                off += m;
+                memcpy(buf + off, b, sizeof b);
+                off += sizeof b - 1;
+                m = put_label(buf + off, cap - off, d->e[k].key);
+                if (m == cap - off) {
+                    off = cap;
+                    break;
+                }
+                off += m;
+                int w = snprintf(buf + off, cap - off, "\",decision=\"%s\"} %" PRIu64 "\n", dec[j], d->e[k].v[j]);
+                off = w < 0 || (size_t)w >= cap - off ? cap : off + (size_t)w;
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (off >= cap)
+            return cap;
     }
     return off;
 }

@@ -8,6 +8,7 @@
 #ifndef SLUICE_RLS_CONFIG_H
 #define SLUICE_RLS_CONFIG_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,6 +40,23 @@ typedef struct rls_limit_stats {
     atomic_uint_least64_t allowed, denied, shadow_denied;
 } rls_limit_stats;
 
+/* detailed_metric: decisions per descriptor value, for at most
+ * RLS_DETAIL_MAX values per limit (first come; later values count in the
+ * limit's own series only, and in `dropped`).  Keys are
+ * "domain.key_value.key_value", bytes that are not printable ASCII
+ * written \xNN, cut at RLS_DETAIL_KEY_BYTES - 1. */
+#define RLS_DETAIL_MAX 64
+#define RLS_DETAIL_KEY_BYTES 160
+typedef struct rls_detail {
+    pthread_mutex_t mu;
+    size_t n;
+    uint64_t dropped;
+    struct {
+        char key[RLS_DETAIL_KEY_BYTES];
+        uint64_t v[3]; /* allowed, denied, shadow_denied */
+    } e[RLS_DETAIL_MAX];
+} rls_detail;
+
 /* One rate_limit of the config. */
 typedef struct rls_limit {
     char *full_key;        /* domain.key_value.key... (for messages, metrics) */
@@ -61,6 +79,7 @@ typedef struct rls_limit {
     char *replaces;            /* the names of `replaces`, each NUL-terminated,
                                 * one after the other; NULL when none */
     size_t nreplaces;
+    rls_detail *detail;        /* detailed_metric: true; NULL otherwise */
     rls_limit_stats *stats;    /* &stats_store: counted through a const limit */
     rls_limit_stats stats_store;
 } rls_limit;

@@ -143,6 +143,47 @@ typedef struct pending {
     size_t ref;               /* composite slot (enforced ones) */
 } pending;
 
+/* detailed_metric: count decision `which` (0 allowed, 1 denied, 2
+ * shadow_denied) under the descriptor's value, rendered from its table key
+ * (u32 length, bytes; key then value per entry). */
+static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen, int which)
+{
+    rls_detail *d = lim->detail;
+    char k[RLS_DETAIL_KEY_BYTES];
+    size_t o = 0;
+    for (const char *p = domain; *p && o + 5 < sizeof k; p++)
+        o += (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f
+                 ? (size_t)snprintf(k + o, sizeof k - o, "%c", *p)
+                 : (size_t)snprintf(k + o, sizeof k - o, "\\x%02x", (unsigned char)*p);
+    size_t off = 0;
+    for (int part = 0; off + 4 <= keylen && o + 5 < sizeof k; part ^= 1) {
+        uint32_t n = (uint32_t)key[off] << 24 | (uint32_t)key[off + 1] << 16 | (uint32_t)key[off + 2] << 8 |
+                     (uint32_t)key[off + 3]; /* put_u32's order */
+        off += 4;
+        if (n > keylen - off)
+            break;
+        k[o++] = part ? '_' : '.';
+        for (uint32_t i = 0; i < n && o + 5 < sizeof k; i++) {
+            unsigned char ch = key[off + i];
+            o += ch >= 0x20 && ch < 0x7f ? (size_t)snprintf(k + o, sizeof k - o, "%c", ch)
+                                         : (size_t)snprintf(k + o, sizeof k - o, "\\x%02x", ch);
+        }
+        off += n;
+    }
+    k[o < sizeof k ? o : sizeof k - 1] = 0;
+    pthread_mutex_lock(&d->mu);
+    size_t i = 0;
+    while (i < d->n && strcmp(d->e[i].key, k) != 0)
+        i++;
+    if (i == d->n && d->n < RLS_DETAIL_MAX)
+        memcpy(d->e[d->n++].key, k, sizeof k);
+    if (i < d->n)
+        d->e[i].v[which]++;
+    else
+        d->dropped++;
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* Is `lim` named in the `replaces` of one of the replacers? */
 static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, size_t nrepl)
 {
@@ -384,6 +425,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                 counts->over_limit++;
             atomic_fetch_add_explicit(own ? &enforced[j].lim->stats->allowed : &enforced[j].lim->stats->denied, 1,
                                       memory_order_relaxed);
+            if (enforced[j].lim->detail)
+                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, own ? 0 : 1);
         }
     }
     for (size_t j = 0; j < ns; j++) {
@@ -398,6 +441,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             counts->shadow_refusals++;
         atomic_fetch_add_explicit(ok ? &shadow[j].lim->stats->allowed : &shadow[j].lim->stats->shadow_denied, 1,
                                   memory_order_relaxed);
+        if (shadow[j].lim->detail)
+            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, ok ? 0 : 2);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;

@@ -94,6 +94,9 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
   - key: five
     rate_limit: {unit: day, requests_per_unit: 5, name: five-a-day}
+  - key: detail
+    detailed_metric: true
+    rate_limit: {unit: day, requests_per_unit: 1}
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: day, requests_per_unit: 1}
@@ -505,6 +508,16 @@ class RlsTest(unittest.TestCase):
         self.assertEqual(delta['sluice_rls_decision_seconds_count'], 6)
         self.assertEqual(delta['sluice_rls_decision_seconds_bucket{le="+Inf"}'], 6)
         self.assertGreater(delta['sluice_rls_decision_seconds_sum'], 0)
+        # detailed_metric: per descriptor value, bytes not printable ASCII as \\xNN
+        for v in ("a", "a", "b", "\u00e9"):
+            self.s.call(request(desc(("detail", v))), timeout=10)
+        m = self.metrics()
+        d = 'sluice_rls_rule_detail_decisions_total{rule="test.detail",descriptor="test.detail_%s",decision="%s"}'
+        self.assertEqual(m[d % ("a", "allowed")], 1)
+        self.assertEqual(m[d % ("a", "denied")], 1)
+        self.assertEqual(m[d % ("b", "allowed")], 1)
+        self.assertEqual(m[d % ("\\\\xc3\\\\xa9", "allowed")], 1)
+        self.assertFalse([k for k in m if "detail_decisions" in k and "test.two" in k])
         self.assertLessEqual(after['sluice_rls_decision_seconds_bucket{le="1e-06"}'],
                              after['sluice_rls_decision_seconds_bucket{le="1"}'])
 
