@@ -35,6 +35,13 @@
  * Bytes that are not the HTTP/2 preface get a plain HTTP/1.1 400 naming
  * the protocol, then the connection is closed (our SETTINGS wait for the
  * client's first bytes, so that reply is all such a client sees).
+ *
+ * The HTTP/1.1 port serves one request per connection: GETs (health,
+ * config, metrics) and POST /json, whose body (Content-Length, at most
+ * max_msg_bytes) is read into its own buffer, then decided by the same
+ * decide() as a gRPC call.  A call's grpc-timeout sets a deadline when its
+ * headers arrive; past it when the message is whole, the call is answered
+ * DEADLINE_EXCEEDED without being decided (nothing spent).
  */
 #define _GNU_SOURCE
 #include "server.h"
