@@ -9,9 +9,11 @@
 # -DSLUICE_SANITIZE=address,undefined, RelWithDebInfo) in build-fuzz/, then
 # for each target: replays its corpus (tests/fuzz/corpus/NAME; for
 # fuzz_module, the Redis module's reading of stored values, its own
-# tests/redis_module/corpus/fuzz_module: every input once, must pass), then
-# fuzzes for FUZZ_SECONDS (-max_total_time) with its dictionary (none for
-# fuzz_module).  New inputs go to the scratch corpus build-fuzz/corpus/NAME
+# tests/redis_module/corpus/fuzz_module; for fuzz_rls_request, fuzz_rls_json and
+# fuzz_rls_yaml, sluice-rls's, tests/rls/corpus/NAME: every input once, must
+# pass), then fuzzes for FUZZ_SECONDS (-max_total_time) with its dictionary
+# (none for fuzz_module and the rls targets).  New inputs go to the
+# scratch corpus build-fuzz/corpus/NAME
 # (kept between runs; the repository's corpus is only read), crashes to
 # build-fuzz/crashes/NAME/.  Prints the executions and coverage of each
 # target; exits 1 if any target failed (a crash, a failed check, a leak, a
@@ -27,11 +29,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_module)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json)
 
 case ${1:-} in
 -h | --help)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -98,6 +100,14 @@ for t in "${targets[@]}"; do
         seeds=$root/tests/redis_module/corpus/$t
         dict=()
     fi
+    case $t in
+    fuzz_rls_*)
+        # sluice-rls (server/rls/): built when its libraries are found
+        bin=$build/tests/rls/$t
+        seeds=$root/tests/rls/corpus/$t
+        dict=()
+        ;;
+    esac
     scratch=$build/corpus/$t
     crashes=$build/crashes/$t
     mkdir -p "$scratch" "$crashes"

@@ -168,6 +168,7 @@ struct rls_config {
     bool ov_moved;     /* rls_config_adopt gave ov to a newer config */
     rls_limit **all;   /* every limit of the tree, for rls_config_adopt */
     size_t nall;
+    bool has_replaces; /* a limit has `replaces` (rls.c then looks for them) */
 };
 
 static void node_clear(rls_node *n)
@@ -187,6 +188,11 @@ static void node_clear(rls_node *n)
             sluice_table_free(n->limit->table);
         free(n->limit->full_key);
         free(n->limit->name);
+        free(n->limit->replaces);
+        if (n->limit->detail) {
+            pthread_mutex_destroy(&n->limit->detail->mu);
+            free(n->limit->detail);
+        }
         free(n->limit);
     }
     free(n->key);
@@ -250,6 +256,7 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
         char spec[96], key[64], terr[256];
         snprintf(key, sizeof key, "override.%" PRIu32 "/%d", requests_per_unit, unit);
         if (lim) {
+            lim->stats = &lim->stats_store;
             lim->full_key = strdup(key);
             lim->name = strdup("");
             lim->requests_per_unit = requests_per_unit;
@@ -714,6 +721,7 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     yaml_node_t *rep = get_list(ld, rl, "replaces", &bad);
     if (bad)
         return -1;
+    size_t rbytes = 0, nrep = 0;
     for (yaml_node_item_t *it = rep ? rep->data.sequence.items.start : NULL; rep && it < rep->data.sequence.items.top; it++) {
         yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
         const char *rn;
@@ -726,11 +734,31 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
             return fail(ld, e, "should not have an empty replaces entry");
         if (!strcmp(rn, name))
             return fail(ld, e, "replaces should not contain name of same descriptor");
+        rbytes += strlen(rn) + 1;
+        nrep++;
     }
     rls_limit *lim = calloc(1, sizeof *lim);
     if (!lim)
         return fail(ld, rl, "out of memory");
+    lim->stats = &lim->stats_store;
     node->limit = lim;
+    if (nrep) { /* the names, packed: checked above, copied now */
+        lim->replaces = malloc(rbytes);
+        if (!lim->replaces)
+            return fail(ld, rl, "out of memory");
+        size_t off = 0;
+        for (yaml_node_item_t *it = rep->data.sequence.items.start; it < rep->data.sequence.items.top; it++) {
+            const char *rn;
+            size_t rnl;
+            if (get_string(ld, yaml_document_get_node(ld->doc, *it), "name", &rn, &rnl) < 0)
+                return -1;
+            size_t k = strlen(rn) + 1;
+            memcpy(lim->replaces + off, rn, k);
+            off += k;
+        }
+        lim->nreplaces = nrep;
+        ld->cfg->has_replaces = true;
+    }
     lim->full_key = strdup(full_key);
     lim->name = dup_n(name, name_len);
     if (!lim->full_key || !lim->name)
@@ -740,6 +768,15 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     lim->window_ns = rls_unit_ns(unit);
     lim->unlimited = unlimited;
     lim->shadow_mode = shadow;
+    bool detailed;
+    if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
+        return -1;
+    if (detailed) {
+        lim->detail = calloc(1, sizeof *lim->detail);
+        if (!lim->detail)
+            return fail(ld, rl, "out of memory");
+        pthread_mutex_init(&lim->detail->mu, NULL);
+    }
     lim->algorithm = algo;
     if (!unlimited) {
         char per[48], terr[256];
@@ -972,6 +1009,117 @@ size_t rls_config_dump(const rls_config *cfg, char *buf, size_t cap)
     return off;
 }
 
+/* A label value with backslash, double quote and newline escaped, as the
+ * text format asks; returns the bytes written, or cap when it does not fit. */
+static size_t put_label(char *buf, size_t cap, const char *v)
+{
+    size_t off = 0;
+    for (; *v; v++) {
+        const char *e = *v == '\\' ? "\\\\" : *v == '"' ? "\\\"" : *v == '\n' ? "\\n" : NULL;
+        size_t n = e ? 2 : 1;
+        if (cap - off <= n)
+            return cap;
+        if (e)
+            memcpy(buf + off, e, 2);
+        else
+            buf[off] = *v;
+        off += n;
+    }
+    buf[off] = 0;
+    return off;
+}
+
+size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
+{
+    static const char head[] = "# HELP sluice_rls_rule_decisions_total Descriptors decided by each limit of the config.\n"
+                               "# TYPE sluice_rls_rule_decisions_total counter\n";
+    static const char *const dec[3] = {"allowed", "denied", "shadow_denied"};
+    if (cap < sizeof head)
+        return cap;
+    memcpy(buf, head, sizeof head);
+    size_t off = sizeof head - 1;
+    for (size_t i = 0; cfg && i < cfg->nall; i++) {
+        const rls_limit *l = cfg->all[i];
+        uint64_t v[3] = {atomic_load_explicit(&l->stats->allowed, memory_order_relaxed),
+                         atomic_load_explicit(&l->stats->denied, memory_order_relaxed),
+                         atomic_load_explicit(&l->stats->shadow_denied, memory_order_relaxed)};
+        for (int d = 0; d < 3; d++) {
+            static const char a[] = "sluice_rls_rule_decisions_total{rule=\"", b[] = "\",name=\"";
+            if (cap - off <= sizeof a)
+                return cap;
+            memcpy(buf + off, a, sizeof a);
+            off += sizeof a - 1;
+            size_t n = put_label(buf + off, cap - off, l->full_key);
+            if (n == cap - off || cap - off - n <= sizeof b)
+                return cap;
+            off += n;
+            memcpy(buf + off, b, sizeof b);
+            off += sizeof b - 1;
+            n = put_label(buf + off, cap - off, l->name);
+            if (n == cap - off)
+                return cap;
+            off += n;
+            int m = snprintf(buf + off, cap - off, "\",decision=\"%s\"} %" PRIu64 "\n", dec[d], v[d]);
+            if (m < 0 || (size_t)m >= cap - off)
+                return cap;
+            off += (size_t)m;
+        }
+    }
+    /* detailed_metric: the values' series */
+    bool any = false;
+    for (size_t i = 0; cfg && i < cfg->nall && !any; i++)
+        any = cfg->all[i]->detail != NULL;
+    static const char dhead[] =
+        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric, "
+        "per descriptor value (the first 64 values of each).\n"
+        "# TYPE sluice_rls_rule_detail_decisions_total counter\n";
+    if (any) {
+        if (cap - off <= sizeof dhead)
+            return cap;
+        memcpy(buf + off, dhead, sizeof dhead);
+        off += sizeof dhead - 1;
+    }
+    for (size_t i = 0; any && i < cfg->nall; i++) {
+        rls_detail *d = cfg->all[i]->detail;
+        if (!d)
+            continue;
+        pthread_mutex_lock(&d->mu);
+        for (size_t k = 0; k < d->n && off < cap; k++) {
+            for (int j = 0; j < 3 && off < cap; j++) {
+                static const char a[] = "sluice_rls_rule_detail_decisions_total{rule=\"", b[] = "\",descriptor=\"";
+                if (cap - off <= sizeof a) {
+                    off = cap;
+                    break;
+                }
+                memcpy(buf + off, a, sizeof a);
+                off += sizeof a - 1;
+                size_t m = put_label(buf + off, cap - off, cfg->all[i]->full_key);
+                if (m == cap - off || cap - off - m <= sizeof b) {
+                    off = cap;
+                    break;
+                }
+                off += m;
+                memcpy(buf + off, b, sizeof b);
+                off += sizeof b - 1;
+                m = put_label(buf + off, cap - off, d->e[k].key);
+                if (m == cap - off) {
+                    off = cap;
+                    break;
+                }
+                off += m;
+                int w = snprintf(buf + off, cap - off, "\",decision=\"%s\"} %" PRIu64 "\n", dec[j], d->e[k].v[j]);
+                off = w < 0 || (size_t)w >= cap - off ? cap : off + (size_t)w;
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (off >= cap)
+            return cap;
+    }
+    return off;
+}
+
+bool rls_config_has_replaces(const rls_config *cfg) { return cfg && cfg->has_replaces; }
+
 /* ---------------------------------------------------------------- reload */
 
 static int cmp_limit_keys(const void *a, const void *b)
@@ -993,6 +1141,15 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
             continue;
         rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
         rls_limit *o = hit ? *hit : NULL;
+        if (o) { /* the rule's series go on (decisions made between this and the swap stay with old) */
+            atomic_store_explicit(&l->stats->allowed, atomic_load_explicit(&o->stats->allowed, memory_order_relaxed),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&l->stats->denied, atomic_load_explicit(&o->stats->denied, memory_order_relaxed),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&l->stats->shadow_denied,
+                                  atomic_load_explicit(&o->stats->shadow_denied, memory_order_relaxed),
+                                  memory_order_relaxed);
+        }
         if (!o || !o->table || o->table_moved || o->algorithm != l->algorithm || o->window_ns != l->window_ns)
             continue;
         if (strcmp(o->spec, l->spec) != 0) {

@@ -8,6 +8,8 @@
 #ifndef SLUICE_RLS_CONFIG_H
 #define SLUICE_RLS_CONFIG_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +33,30 @@ enum {
  * 0 for an unknown unit. */
 uint64_t rls_unit_ns(int unit);
 
+/* The decisions of one limit, for /metrics: descriptors answered OK,
+ * answered OVER_LIMIT, and refused in shadow mode (answered OK).  Check-only
+ * descriptors (hits 0) are not counted.  Relaxed atomics. */
+typedef struct rls_limit_stats {
+    atomic_uint_least64_t allowed, denied, shadow_denied;
+} rls_limit_stats;
+
+/* detailed_metric: decisions per descriptor value, for at most
+ * RLS_DETAIL_MAX values per limit (first come; later values count in the
+ * limit's own series only, and in `dropped`).  Keys are
+ * "domain.key_value.key_value", bytes that are not printable ASCII
+ * written \xNN, cut at RLS_DETAIL_KEY_BYTES - 1. */
+#define RLS_DETAIL_MAX 64
+#define RLS_DETAIL_KEY_BYTES 160
+typedef struct rls_detail {
+    pthread_mutex_t mu;
+    size_t n;
+    uint64_t dropped;
+    struct {
+        char key[RLS_DETAIL_KEY_BYTES];
+        uint64_t v[3]; /* allowed, denied, shadow_denied */
+    } e[RLS_DETAIL_MAX];
+} rls_detail;
+
 /* One rate_limit of the config. */
 typedef struct rls_limit {
     char *full_key;        /* domain.key_value.key... (for messages, metrics) */
@@ -50,6 +76,12 @@ typedef struct rls_limit {
                                 * printable and cut to 64 bytes */
     char policy_item[192];     /* its RateLimit-Policy item, made once ("" if
                                 * it does not fit) */
+    char *replaces;            /* the names of `replaces`, each NUL-terminated,
+                                * one after the other; NULL when none */
+    size_t nreplaces;
+    rls_detail *detail;        /* detailed_metric: true; NULL otherwise */
+    rls_limit_stats *stats;    /* &stats_store: counted through a const limit */
+    rls_limit_stats stats_store;
 } rls_limit;
 
 typedef struct rls_node rls_node;
@@ -112,6 +144,9 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
  * memory runs out.  Thread-safe. */
 const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_per_unit, int unit);
 
+/* Does a limit of the config have `replaces`?  Thread-safe. */
+bool rls_config_has_replaces(const rls_config *cfg);
+
 /* Does the config have `domain`?  Thread-safe. */
 bool rls_config_has_domain(const rls_config *cfg, const char *domain, size_t domainlen);
 
@@ -132,6 +167,14 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns);
  * into buf (NUL-terminated; cut at a line's end when it does not fit).
  * Returns the bytes written.  Thread-safe. */
 size_t rls_config_dump(const rls_config *cfg, char *buf, size_t cap);
+
+/* Write the per-rule series of /metrics (Prometheus text 0.0.4) into buf:
+ * sluice_rls_rule_decisions_total{rule,name,decision} (decision allowed,
+ * denied, shadow_denied), one series each per limit of the config (not
+ * the override limits), rule = the full key, name = rate_limit.name, with
+ * backslash, double quote and newline escaped.  NUL-terminated; returns the
+ * bytes written, or `cap` when it does not fit.  Thread-safe. */
+size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap);
 
 /* The number of domains and of limits (for logs and tests). */
 size_t rls_config_domains(const rls_config *cfg);

@@ -143,6 +143,63 @@ typedef struct pending {
     size_t ref;               /* composite slot (enforced ones) */
 } pending;
 
+/* detailed_metric: count decision `which` (0 allowed, 1 denied, 2
+ * shadow_denied) under the descriptor's value, rendered from its table key
+ * (u32 length, bytes; key then value per entry). */
+static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen, int which)
+{
+    rls_detail *d = lim->detail;
+    char k[RLS_DETAIL_KEY_BYTES];
+    size_t o = 0;
+    for (const char *p = domain; *p && o + 5 < sizeof k; p++)
+        o += (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f
+                 ? (size_t)snprintf(k + o, sizeof k - o, "%c", *p)
+                 : (size_t)snprintf(k + o, sizeof k - o, "\\x%02x", (unsigned char)*p);
+    size_t off = 0;
+    for (int part = 0; off + 4 <= keylen && o + 5 < sizeof k; part ^= 1) {
+        uint32_t n = (uint32_t)key[off] << 24 | (uint32_t)key[off + 1] << 16 | (uint32_t)key[off + 2] << 8 |
+                     (uint32_t)key[off + 3]; /* put_u32's order */
+        off += 4;
+        if (n > keylen - off)
+            break;
+        k[o++] = part ? '_' : '.';
+        for (uint32_t i = 0; i < n && o + 5 < sizeof k; i++) {
+            unsigned char ch = key[off + i];
+            o += ch >= 0x20 && ch < 0x7f ? (size_t)snprintf(k + o, sizeof k - o, "%c", ch)
+                                         : (size_t)snprintf(k + o, sizeof k - o, "\\x%02x", ch);
+        }
+        off += n;
+    }
+    k[o < sizeof k ? o : sizeof k - 1] = 0;
+    pthread_mutex_lock(&d->mu);
+    size_t i = 0;
+    while (i < d->n && strcmp(d->e[i].key, k) != 0)
+        i++;
+    if (i == d->n && d->n < RLS_DETAIL_MAX)
+        memcpy(d->e[d->n++].key, k, sizeof k);
+    if (i < d->n)
+        d->e[i].v[which]++;
+    else
+        d->dropped++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Is `lim` named in the `replaces` of one of the replacers? */
+static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, size_t nrepl)
+{
+    if (!lim->name || !lim->name[0])
+        return false;
+    for (size_t r = 0; r < nrepl; r++) {
+        const char *p = replacers[r]->replaces;
+        for (size_t k = 0; k < replacers[r]->nreplaces; k++) {
+            if (strcmp(p, lim->name) == 0)
+                return true;
+            p += strlen(p) + 1;
+        }
+    }
+    return false;
+}
+
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen)
@@ -174,6 +231,32 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     uint64_t hits_all = 0;
     bool refuse_all = false; /* a requests_per_unit 0 limit, enforced */
     size_t used = 0;
+
+    /* envoyproxy/ratelimit's `replaces`: first the limits the request's
+     * descriptors match that replace others (only when the config has
+     * any); a limit whose name one of them lists is then not applied. */
+    const rls_limit *replacers[RLS_MAX_DESCRIPTORS];
+    size_t nrepl = 0;
+    if (rls_config_has_replaces(cfg)) {
+        size_t domainlen = strlen(req->domain);
+        for (size_t i = 0; i < n; i++) {
+            const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor *d = req->descriptors[i];
+            size_t ents = d ? d->n_entries : 0;
+            if (ents == 0 || ents > RLS_MAX_ENTRIES || d->limit) /* refused below, or an override */
+                continue;
+            const char *keys[RLS_MAX_ENTRIES], *values[RLS_MAX_ENTRIES];
+            size_t kl[RLS_MAX_ENTRIES], vl[RLS_MAX_ENTRIES];
+            for (size_t e = 0; e < ents; e++) {
+                keys[e] = d->entries[e]->key ? d->entries[e]->key : "";
+                values[e] = d->entries[e]->value ? d->entries[e]->value : "";
+                kl[e] = strlen(keys[e]);
+                vl[e] = strlen(values[e]);
+            }
+            const rls_limit *l = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+            if (l && l->nreplaces)
+                replacers[nrepl++] = l;
+        }
+    }
 
     for (size_t i = 0; i < n; i++) {
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[i];
@@ -222,8 +305,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         } else {
             lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
         }
-        if (!lim)
-            continue;
+        if (!lim || (nrepl && replaced(lim, replacers, nrepl)))
+            continue; /* answered OK, as a descriptor no limit matches */
         if (lim->unlimited) {
             st->limit_remaining = UINT32_MAX;
             continue;
@@ -243,9 +326,12 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
         if (!lim->table) { /* requests_per_unit 0 */
             if (shadowed) {
-                if (hits > 0)
+                if (hits > 0) {
                     counts->shadow_refusals++;
+                    atomic_fetch_add_explicit(&lim->stats->shadow_denied, 1, memory_order_relaxed);
+                }
             } else if (hits > 0) {
+                atomic_fetch_add_explicit(&lim->stats->denied, 1, memory_order_relaxed);
                 st->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
                 refuse_all = true;
             }
@@ -337,6 +423,10 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                 counts->within_limit++;
             else
                 counts->over_limit++;
+            atomic_fetch_add_explicit(own ? &enforced[j].lim->stats->allowed : &enforced[j].lim->stats->denied, 1,
+                                      memory_order_relaxed);
+            if (enforced[j].lim->detail)
+                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, own ? 0 : 1);
         }
     }
     for (size_t j = 0; j < ns; j++) {
@@ -349,6 +439,10 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         dr[shadow[j].desc] = r;
         if (!ok)
             counts->shadow_refusals++;
+        atomic_fetch_add_explicit(ok ? &shadow[j].lim->stats->allowed : &shadow[j].lim->stats->shadow_denied, 1,
+                                  memory_order_relaxed);
+        if (shadow[j].lim->detail)
+            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, ok ? 0 : 2);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;

@@ -22,7 +22,7 @@
 #define RLS_MAX_ENTRIES 32
 
 /* gRPC status codes used here. */
-enum { RLS_GRPC_OK = 0, RLS_GRPC_INVALID_ARGUMENT = 3, RLS_GRPC_RESOURCE_EXHAUSTED = 8,
+enum { RLS_GRPC_OK = 0, RLS_GRPC_INVALID_ARGUMENT = 3, RLS_GRPC_DEADLINE_EXCEEDED = 4, RLS_GRPC_RESOURCE_EXHAUSTED = 8,
        RLS_GRPC_UNIMPLEMENTED = 12, RLS_GRPC_INTERNAL = 13, RLS_GRPC_UNAVAILABLE = 14 };
 
 /* The most response headers, and the bytes of each value. */

@@ -35,6 +35,13 @@
  * Bytes that are not the HTTP/2 preface get a plain HTTP/1.1 400 naming
  * the protocol, then the connection is closed (our SETTINGS wait for the
  * client's first bytes, so that reply is all such a client sees).
+ *
+ * The HTTP/1.1 port serves one request per connection: GETs (health,
+ * config, metrics) and POST /json, whose body (Content-Length, at most
+ * max_msg_bytes) is read into its own buffer, then decided by the same
+ * decide() as a gRPC call.  A call's grpc-timeout sets a deadline when its
+ * headers arrive; past it when the message is whole, the call is answered
+ * DEADLINE_EXCEEDED without being decided (nothing spent).
  */
 #define _GNU_SOURCE
 #include "server.h"
@@ -48,6 +55,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -58,6 +66,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "json.h"
 #include "rls.h"
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -67,6 +76,15 @@
 #define READS_PER_EVENT 8
 #define OUT_BATCH 65536
 #define MAX_HEADER_LIST 16384
+
+/* The latency histogram's upper bounds (ns), and as written (s). */
+#define LAT_BUCKETS 14
+static const uint64_t LAT_LE_NS[LAT_BUCKETS] = {1000,    2500,    5000,     10000,    25000,    50000,    100000,
+                                                250000,  500000,  1000000,  2500000,  10000000, 100000000,
+                                                1000000000};
+static const char *const LAT_LE[LAT_BUCKETS] = {"1e-06",  "2.5e-06", "5e-06", "1e-05", "2.5e-05",
+                                                "5e-05",  "0.0001",  "0.00025", "0.0005", "0.001",
+                                                "0.0025", "0.01",    "0.1",   "1"};
 
 static uint64_t mono_ns(void)
 {
@@ -104,6 +122,9 @@ void rls_server_opts_default(rls_server_opts *o)
 typedef struct worker worker;
 typedef struct conn conn;
 
+static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
+                  size_t msglen);
+
 struct rls_server {
     rls_server_opts o;
     _Atomic(rls_config *) cfg; /* swapped by rls_server_swap_config */
@@ -114,6 +135,10 @@ struct rls_server {
     uint16_t port, hport;
     /* Counters summed over the workers (relaxed: /metrics reads them). */
     atomic_uint_least64_t n_within, n_over, n_shadow, n_calls, n_errors;
+    /* The latency of ShouldRateLimit's decision (config read, tables,
+     * answer built; not the network), per bucket of LAT_LE_NS (the last:
+     * beyond), and its sum in nanoseconds. */
+    atomic_uint_least64_t lat_bucket[LAT_BUCKETS + 1], lat_sum_ns;
     atomic_size_t conns;
     atomic_bool stopping;
     worker *workers;
@@ -148,6 +173,8 @@ struct conn {
     bool shut;           /* http1: answered and half-closed */
     char req[4096];      /* http1: the request head so far */
     size_t reqlen;
+    char *body;          /* http1, POST /json: the body (bodywant bytes) */
+    size_t bodylen, bodywant;
 };
 
 typedef struct stream stream;
@@ -158,6 +185,9 @@ struct stream {
     bool post, ct_ok, ct_seen, too_big, conn_full, done;
     size_t hdr_bytes;
     char bad_encoding[32];
+    uint64_t deadline_ns;   /* grpc-timeout: monotonic deadline, 0 when none */
+    char timeout[16];       /* its value as sent, for messages */
+    bool bad_timeout;       /* grpc-timeout malformed */
     char path[128];
     char ct[64];
     unsigned char *in;
@@ -268,6 +298,33 @@ static rls_config *config_enter(worker *w)
 
 static void config_leave(worker *w) { atomic_store_explicit(&w->using, NULL, memory_order_release); }
 
+/* grpc-timeout, as gRPC over HTTP/2 defines it: 1 to 8 digits, then H, M,
+ * S, m, u or n.  *ns saturates at UINT64_MAX (8 digits of hours do not fit
+ * 64 bits of nanoseconds).  Returns 0, or -1 when malformed. */
+static int parse_grpc_timeout(const uint8_t *v, size_t n, uint64_t *ns)
+{
+    if (n < 2 || n > 9)
+        return -1;
+    uint64_t x = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (uint64_t)(v[i] - '0'); /* at most 99999999 */
+    }
+    uint64_t unit;
+    switch (v[n - 1]) {
+    case 'H': unit = 3600000000000ull; break;
+    case 'M': unit = 60000000000ull; break;
+    case 'S': unit = 1000000000ull; break;
+    case 'm': unit = 1000000ull; break;
+    case 'u': unit = 1000ull; break;
+    case 'n': unit = 1ull; break;
+    default: return -1;
+    }
+    *ns = x > UINT64_MAX / unit ? UINT64_MAX : x * unit;
+    return 0;
+}
+
 static int do_call(conn *c, stream *st)
 {
     nghttp2_session *h2 = c->h2;
@@ -282,6 +339,11 @@ static int do_call(conn *c, stream *st)
     if (st->method == 0) {
         snprintf(msg, sizeof msg, "unknown method '%s'", st->path);
         return answer_error(h2, st, 200, RLS_GRPC_UNIMPLEMENTED, msg);
+    }
+    if (st->bad_timeout) { /* as grpc-go answers it */
+        snprintf(msg, sizeof msg, "malformed grpc-timeout '%s' (want 1 to 8 digits and H, M, S, m, u or n)",
+                 st->timeout);
+        return answer_error(h2, st, 200, RLS_GRPC_INTERNAL, msg);
     }
     if (st->bad_encoding[0]) {
         snprintf(msg, sizeof msg, "grpc-encoding '%s' is not supported: send uncompressed messages (identity)",
@@ -337,13 +399,40 @@ static int do_call(conn *c, stream *st)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, st->in + 5);
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
+    /* The caller's deadline passed while the message came: it has given up
+     * on the answer (Envoy then applies failure_mode_deny), so the request
+     * must not spend the limits. */
+    if (st->deadline_ns != 0 && mono_ns() >= st->deadline_ns) {
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+        snprintf(msg, sizeof msg, "the deadline (grpc-timeout %s) passed before the call was decided; nothing spent",
+                 st->timeout);
+        return answer_error(h2, st, 200, RLS_GRPC_DEADLINE_EXCEEDED, msg);
+    }
     rls_answer ans;
+    int code = decide(w, rq, &ans, msg, sizeof msg);
+    int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+    return rc;
+}
+
+/* Decide one request on the current config (gRPC and POST /json), and
+ * count it: totals, the latency histogram.  Returns the gRPC status. */
+static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
+                  size_t msglen)
+{
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
     unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
-    int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, &ans, &counts, msg, sizeof msg);
+    uint64_t t0 = mono_ns();
+    int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
+    uint64_t took = mono_ns() - t0;
     config_leave(w);
     rls_server *sv = w->s;
+    size_t b = 0;
+    while (b < LAT_BUCKETS && took > LAT_LE_NS[b])
+        b++;
+    atomic_fetch_add_explicit(&sv->lat_bucket[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sv->lat_sum_ns, took, memory_order_relaxed);
     atomic_fetch_add_explicit(&sv->n_calls, 1, memory_order_relaxed);
     if (code != RLS_GRPC_OK)
         atomic_fetch_add_explicit(&sv->n_errors, 1, memory_order_relaxed);
@@ -353,9 +442,7 @@ static int do_call(conn *c, stream *st)
         atomic_fetch_add_explicit(&sv->n_over, counts.over_limit, memory_order_relaxed);
     if (counts.shadow_refusals)
         atomic_fetch_add_explicit(&sv->n_shadow, counts.shadow_refusals, memory_order_relaxed);
-    int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
-    return rc;
+    return code;
 }
 
 /* ------------------------------------------------------ nghttp2 callbacks */
@@ -424,6 +511,17 @@ static int cb_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
         st->ct_seen = true;
         st->ct_ok = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
                     (valuelen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (IS("grpc-timeout")) {
+        size_t n = valuelen < sizeof st->timeout - 1 ? valuelen : sizeof st->timeout - 1;
+        memcpy(st->timeout, value, n);
+        st->timeout[n] = 0;
+        uint64_t t;
+        if (parse_grpc_timeout(value, valuelen, &t) < 0) {
+            st->bad_timeout = true;
+        } else {
+            uint64_t now = mono_ns();
+            st->deadline_ns = t > UINT64_MAX - now ? 0 : now + t; /* beyond the clock's reach: none */
+        }
     } else if (IS("grpc-encoding")) {
         if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0)) {
             size_t n = valuelen < sizeof st->bad_encoding - 1 ? valuelen : sizeof st->bad_encoding - 1;
@@ -515,6 +613,7 @@ static void conn_close(conn *c)
     while (c->streams)
         stream_free(c, c->streams);
     free(c->out);
+    free(c->body);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -632,6 +731,116 @@ static int http1_respond(conn *c, int status, const char *reason, const char *ct
     return conn_flush(c);
 }
 
+/* An error of POST /json: {"error": msg}. */
+static int http1_json_error(conn *c, int status, const char *reason, const char *msg)
+{
+    char buf[1024];
+    size_t n = rls_json_error(msg, buf, sizeof buf);
+    return http1_respond(c, status, reason, "application/json", buf, n < sizeof buf ? n : 0);
+}
+
+/* POST /json with its whole body: decode, decide, answer as
+ * envoyproxy/ratelimit does (200 OK, 429 OVER_LIMIT, 400 bad JSON or a
+ * request ShouldRateLimit refuses, the response's JSON as the body). */
+static int http1_json(conn *c)
+{
+    rls_json_req *jr = calloc(1, sizeof *jr);
+    rls_answer *ans = malloc(sizeof *ans);
+    size_t cap = 1u << 20;
+    char *buf = malloc(cap);
+    char msg[256];
+    int rc;
+    if (!jr || !ans || !buf) {
+        rc = http1_json_error(c, 500, "Internal Server Error", "out of memory");
+    } else if (rls_json_parse(c->body, c->bodylen, jr, msg, sizeof msg) < 0) {
+        rc = http1_json_error(c, 400, "Bad Request", msg);
+    } else {
+        int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
+        size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        if (code == RLS_GRPC_INVALID_ARGUMENT)
+            rc = http1_json_error(c, 400, "Bad Request", msg);
+        else if (code != RLS_GRPC_OK)
+            rc = http1_json_error(c, 500, "Internal Server Error", msg);
+        else if (n >= cap)
+            rc = http1_json_error(c, 500, "Internal Server Error", "the response does not fit 1 MiB");
+        else if (ans->resp.overall_code == ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT)
+            rc = http1_respond(c, 429, "Too Many Requests", "application/json", buf, n);
+        else
+            rc = http1_respond(c, 200, "OK", "application/json", buf, n);
+    }
+    if (jr)
+        rls_json_req_free(jr);
+    free(jr);
+    free(ans);
+    free(buf);
+    free(c->body);
+    c->body = NULL;
+    return rc;
+}
+
+/* The head of POST /json has come (headlen bytes of c->req): take its
+ * Content-Length, keep what of the body came with it, and answer once the
+ * whole body is here (http1_read). */
+static int http1_json_start(conn *c, size_t headlen)
+{
+    size_t max = c->w->s->o.max_msg_bytes;
+    bool have_len = false;
+    size_t len = 0;
+    const char *line = memmem(c->req, headlen, "\r\n", 2);
+    while (line && (size_t)(line + 2 - c->req) < headlen) {
+        line += 2;
+        const char *eol = memmem(line, headlen - (size_t)(line - c->req), "\r\n", 2);
+        if (!eol)
+            break;
+        size_t ll = (size_t)(eol - line);
+        if (ll >= 18 && strncasecmp(line, "transfer-encoding:", 18) == 0) {
+            static const char b[] = "POST /json takes a Content-Length body, not a Transfer-Encoding\n";
+            return http1_respond(c, 411, "Length Required", "text/plain", b, sizeof b - 1);
+        }
+        if (ll >= 15 && strncasecmp(line, "content-length:", 15) == 0) {
+            const char *p = line + 15;
+            while (p < eol && (*p == ' ' || *p == '\t'))
+                p++;
+            size_t v = 0;
+            bool digits = p < eol;
+            for (; p < eol && digits; p++) {
+                if (*p == ' ' || *p == '\t')
+                    break;
+                if (*p < '0' || *p > '9')
+                    digits = false;
+                else /* saturates at max + 1: too large */
+                    v = v > max / 10 ? max + 1 : v * 10 + (size_t)(*p - '0');
+            }
+            while (p < eol && (*p == ' ' || *p == '\t'))
+                p++;
+            if (!digits || p != eol || have_len) {
+                static const char b[] = "bad or repeated Content-Length\n";
+                return http1_respond(c, 400, "Bad Request", "text/plain", b, sizeof b - 1);
+            }
+            have_len = true;
+            len = v;
+        }
+        line = eol;
+    }
+    if (!have_len) {
+        static const char b[] = "POST /json needs a Content-Length\n";
+        return http1_respond(c, 411, "Length Required", "text/plain", b, sizeof b - 1);
+    }
+    if (len > max) {
+        char b[128];
+        int n = snprintf(b, sizeof b, "a body of %zu bytes, larger than %zu (SLUICE_RLS_MAX_MSG_BYTES)\n", len, max);
+        return http1_respond(c, 413, "Payload Too Large", "text/plain", b, n > 0 ? (size_t)n : 0);
+    }
+    c->body = malloc(len + 1);
+    if (!c->body)
+        return -1;
+    size_t have = c->reqlen - headlen;
+    c->bodylen = have < len ? have : len;
+    memcpy(c->body, c->req + headlen, c->bodylen);
+    c->bodywant = len;
+    return c->bodylen == len ? http1_json(c) : 0;
+}
+
 /* envoyproxy/ratelimit's HTTP endpoints that need no JSON: GET
  * /healthcheck, /rlconfig, and /metrics (Prometheus text, version 0.0.4).
  * One request per connection (Connection: close); its head must fit
@@ -649,11 +858,14 @@ static int http1_request(conn *c)
     }
     c->last_ns = mono_ns();
     bool get = c->reqlen >= 4 && memcmp(c->req, "GET ", 4) == 0;
-    const char *path = get ? c->req + 4 : "";
-    size_t pl = get ? strcspn(path, " \r\n") : 0;
+    bool post = !get && c->reqlen >= 5 && memcmp(c->req, "POST ", 5) == 0;
+    const char *path = get ? c->req + 4 : post ? c->req + 5 : "";
+    size_t pl = get || post ? strcspn(path, " \r\n") : 0; /* stops at the head's end at the latest */
 #define PATH_IS(p) (pl == sizeof(p) - 1 && memcmp(path, p, pl) == 0)
+    if (post && PATH_IS("/json"))
+        return http1_json_start(c, (size_t)(end + 4 - c->req));
     if (!get) {
-        static const char b[] = "only GET is served here (/healthcheck, /rlconfig, /metrics)\n";
+        static const char b[] = "only GET is served here (/healthcheck, /rlconfig, /metrics), and POST /json\n";
         return http1_respond(c, 405, "Method Not Allowed", "text/plain", b, sizeof b - 1);
     }
     if (PATH_IS("/healthcheck")) {
@@ -674,8 +886,11 @@ static int http1_request(conn *c)
         return rc;
     }
     if (PATH_IS("/metrics")) {
-        char buf[2048];
-        int n = snprintf(buf, sizeof buf,
+        size_t cap = 4u << 20;
+        char *buf = malloc(cap);
+        if (!buf)
+            return -1;
+        int n = snprintf(buf, cap,
             "# HELP sluice_rls_calls_total ShouldRateLimit calls answered.\n"
             "# TYPE sluice_rls_calls_total counter\n"
             "sluice_rls_calls_total %llu\n"
@@ -698,9 +913,44 @@ static int http1_request(conn *c)
             (unsigned long long)atomic_load_explicit(&s->n_over, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_shadow, memory_order_relaxed),
             atomic_load(&s->conns));
-        if (n < 0 || (size_t)n >= sizeof buf)
-            return -1;
-        return http1_respond(c, 200, "OK", "text/plain; version=0.0.4", buf, (size_t)n);
+        size_t off = n < 0 || (size_t)n >= cap ? cap : (size_t)n;
+        /* The histogram: cumulative buckets, then _sum and _count. */
+        static const char hh[] = "# HELP sluice_rls_decision_seconds ShouldRateLimit's decision time (not the network).\n"
+                                 "# TYPE sluice_rls_decision_seconds histogram\n";
+        if (off < cap && cap - off > sizeof hh) {
+            memcpy(buf + off, hh, sizeof hh);
+            off += sizeof hh - 1;
+        } else {
+            off = cap;
+        }
+        uint64_t cum = 0;
+        for (size_t b = 0; b <= LAT_BUCKETS && off < cap; b++) {
+            cum += atomic_load_explicit(&s->lat_bucket[b], memory_order_relaxed);
+            int m = snprintf(buf + off, cap - off, "sluice_rls_decision_seconds_bucket{le=\"%s\"} %llu\n",
+                             b < LAT_BUCKETS ? LAT_LE[b] : "+Inf", (unsigned long long)cum);
+            off = m < 0 || (size_t)m >= cap - off ? cap : off + (size_t)m;
+        }
+        if (off < cap) {
+            uint64_t sum = atomic_load_explicit(&s->lat_sum_ns, memory_order_relaxed);
+            int m = snprintf(buf + off, cap - off,
+                             "sluice_rls_decision_seconds_sum %llu.%09llu\nsluice_rls_decision_seconds_count %llu\n",
+                             (unsigned long long)(sum / 1000000000u), (unsigned long long)(sum % 1000000000u),
+                             (unsigned long long)cum);
+            off = m < 0 || (size_t)m >= cap - off ? cap : off + (size_t)m;
+        }
+        if (off < cap) {
+            rls_config *cfg = config_enter(c->w);
+            off += rls_config_write_metrics(cfg, buf + off, cap - off);
+            config_leave(c->w);
+        }
+        if (off >= cap) {
+            free(buf);
+            static const char b[] = "the metrics do not fit 4 MiB\n";
+            return http1_respond(c, 500, "Internal Server Error", "text/plain", b, sizeof b - 1);
+        }
+        int rc = http1_respond(c, 200, "OK", "text/plain; version=0.0.4", buf, off);
+        free(buf);
+        return rc;
     }
 #undef PATH_IS
     static const char b[] = "not found: this port serves /healthcheck, /rlconfig, /metrics\n";
@@ -713,6 +963,15 @@ static int http1_read(conn *c)
         char junk[4096];
         ssize_t n = recv(c->fd, junk, sizeof junk, 0);
         return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ? -1 : conn_flush(c);
+    }
+    if (c->body) { /* POST /json: the rest of the body */
+        ssize_t n = recv(c->fd, c->body + c->bodylen, c->bodywant - c->bodylen, 0);
+        if (n == 0)
+            return -1;
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->bodylen += (size_t)n;
+        return c->bodylen == c->bodywant ? http1_json(c) : 0;
     }
     ssize_t n = recv(c->fd, c->req + c->reqlen, sizeof c->req - c->reqlen, 0);
     if (n == 0)

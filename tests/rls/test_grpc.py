@@ -14,6 +14,7 @@ bounded; limits use day and year windows (CLOCK_REALTIME), and a test that
 sees its window change under it (duration_until_reset grows) says so.
 """
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = "/grpc.health.v1.Health/Check"
@@ -91,6 +94,9 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
   - key: five
     rate_limit: {unit: day, requests_per_unit: 5, name: five-a-day}
+  - key: detail
+    detailed_metric: true
+    rate_limit: {unit: day, requests_per_unit: 1}
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: day, requests_per_unit: 1}
@@ -405,6 +411,24 @@ class RlsTest(unittest.TestCase):
         self.assertIn("grpc-status: 0", out)
         self.assert_still_serving()
 
+    def test_grpc_timeout(self):
+        """A call whose grpc-timeout has passed when its message is whole is answered DEADLINE_EXCEEDED
+        and spends nothing; a malformed grpc-timeout is INTERNAL (as grpc-go); a live one is served."""
+        msg = frame(request(desc(("two", "deadline"))).SerializeToString())
+        for t in ("0n", "0S"):
+            out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
+            self.assertIn("grpc-status: 4", out)
+            self.assertIn("nothing spent", out)
+        for t in ("1x", "123456789S", "S", "-1S", "1.5S"):
+            out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
+            self.assertIn("grpc-status: 13", out, t)
+            self.assertIn("malformed grpc-timeout", out, t)
+        out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: 99999999H"])  # past 2^64 ns: no deadline
+        self.assertIn("grpc-status: 0", out)
+        got = [self.s.call(request(desc(("two", "deadline"))), timeout=10).overall_code for _ in range(2)]
+        self.assertEqual(got, [OK, OVER])  # of 2 a day, only the 99999999H call spent one
+        self.assert_still_serving()
+
     def test_http1_on_grpc_port(self):
         with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
             c.sendall(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -450,6 +474,102 @@ class RlsTest(unittest.TestCase):
         self.assertEqual(self.http(b"GET /nope HTTP/1.1\r\n\r\n")[0], 404)
         self.assertEqual(self.http(b"POST /healthcheck HTTP/1.1\r\n\r\n")[0], 405)
         self.assertEqual(self.http(b"GET /" + b"x" * 5000 + b" HTTP/1.1\r\n\r\n")[0], 431)
+        self.assert_still_serving()
+
+    def metrics(self):
+        """GET /metrics: {series line without value: value}; checked by promtool when present."""
+        code, body = self.http(b"GET /metrics HTTP/1.1\r\n\r\n")
+        self.assertEqual(code, 200)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
+                if l and not l.startswith("#")}
+
+    def test_metrics_per_rule(self):
+        """Decisions per rule (allowed, denied, shadow_denied) and the decision-time histogram."""
+        rule = 'sluice_rls_rule_decisions_total{rule="test.%s",name="%s",decision="%s"}'
+        before = self.metrics()
+        for _ in range(3):
+            self.s.call(request(desc(("two", "perrule"))), timeout=10)
+        for _ in range(2):
+            self.s.call(request(desc(("shadow", "perrule"))), timeout=10)
+        self.s.call(request(desc(("five", "perrule")), hits=0), timeout=10)
+        after = self.metrics()
+        delta = {k: after[k] - before.get(k, 0) for k in after}
+        self.assertEqual(delta[rule % ("two", "", "allowed")], 2)
+        self.assertEqual(delta[rule % ("two", "", "denied")], 1)
+        self.assertEqual(delta[rule % ("two", "", "shadow_denied")], 0)
+        self.assertEqual(delta[rule % ("shadow", "", "allowed")], 1)
+        self.assertEqual(delta[rule % ("shadow", "", "shadow_denied")], 1)
+        self.assertEqual(delta[rule % ("shadow", "", "denied")], 0)
+        self.assertEqual(delta[rule % ("five", "five-a-day", "allowed")], 1)  # hits 1 (max(1, 0))
+        self.assertEqual(delta['sluice_rls_decision_seconds_count'], 6)
+        self.assertEqual(delta['sluice_rls_decision_seconds_bucket{le="+Inf"}'], 6)
+        self.assertGreater(delta['sluice_rls_decision_seconds_sum'], 0)
+        # detailed_metric: per descriptor value, bytes not printable ASCII as \\xNN
+        for v in ("a", "a", "b", "\u00e9"):
+            self.s.call(request(desc(("detail", v))), timeout=10)
+        m = self.metrics()
+        d = 'sluice_rls_rule_detail_decisions_total{rule="test.detail",descriptor="test.detail_%s",decision="%s"}'
+        self.assertEqual(m[d % ("a", "allowed")], 1)
+        self.assertEqual(m[d % ("a", "denied")], 1)
+        self.assertEqual(m[d % ("b", "allowed")], 1)
+        self.assertEqual(m[d % ("\\\\xc3\\\\xa9", "allowed")], 1)
+        self.assertFalse([k for k in m if "detail_decisions" in k and "test.two" in k])
+        self.assertLessEqual(after['sluice_rls_decision_seconds_bucket{le="1e-06"}'],
+                             after['sluice_rls_decision_seconds_bucket{le="1"}'])
+
+    def post_json(self, body):
+        """POST /json with urllib; returns (status, parsed JSON body)."""
+        req = urllib.request.Request("http://127.0.0.1:%d/json" % self.s.http_port, data=body,
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def test_post_json(self):
+        """envoyproxy/ratelimit's POST /json: 200 OK, 429 OVER_LIMIT, 400 bad JSON; the body is protojson."""
+        one = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "two", "value": "json"}]}]})
+        got = [self.post_json(one.encode()) for _ in range(3)]
+        self.assertEqual([g[0] for g in got], [200, 200, 429])
+        self.assertEqual([g[1]["overallCode"] for g in got], ["OK", "OK", "OVER_LIMIT"])
+        st = got[0][1]["statuses"][0]
+        self.assertEqual(st["code"], "OK")
+        self.assertEqual(st["limitRemaining"], 1)
+        self.assertEqual(st["currentLimit"], {"requestsPerUnit": 2, "unit": "DAY"})
+        self.assertRegex(st["durationUntilReset"], r"^[0-9]+(\.[0-9]{3,9})?s$")
+        self.assertNotIn("limitRemaining", got[2][1]["statuses"][0])  # 0: left out, as protojson does
+        # The gRPC call and /json spend the same counter.
+        self.assertEqual(self.s.call(request(desc(("two", "json"))), timeout=10).overall_code, OVER)
+        # camelCase, hits as a string, an escaped value, a name in the answer.
+        code, b = self.post_json(b'{"domain":"test","descriptors":[{"entries":[{"key":"five","value":"j\\u00e9"}],'
+                                 b'"hitsAddend":"5"}]}')
+        self.assertEqual((code, b["statuses"][0]["currentLimit"]["name"]), (200, "five-a-day"))
+        self.assertEqual(self.s.call(request(desc(("five", "j\u00e9"))), timeout=10).overall_code, OVER)
+        # Bad input: 400 with a reason naming the token, and nothing spent.
+        for bad, word in [(b"", "expected"), (b"{", "ended"), (b'{"domain":"test",}', "string expected"),
+                          (b'{"domain":"test","nope":1}', "nope"), (b'{"domain":"test","domain":"x"}', "twice"),
+                          (b'{"domain":"test","hits_addend":4294967296}', "larger"),
+                          (b'{"domain":"test","hits_addend":-1}', "unsigned"),
+                          (b'{"domain":"te\\u0000st"}', "u0000"), (b'{"domain":"test"} x', "after"),
+                          (b'{"domain":"test","descriptors":[' + b",".join([b'{"entries":[]}'] * 65) + b"]}",
+                           "more than 64"),
+                          (b'{"domain":"test","descriptors":[{"entries":[{"key":"two","value":"bad"}],'
+                           b'"limit":{"unit":"FORTNIGHT"}}]}', "FORTNIGHT"),
+                          (b'{"domain":"test","descriptors":[{"entries":[{"key":"two","value":"bad"}]}]]', "','")]:
+            code, b = self.post_json(bad)
+            self.assertEqual(code, 400, bad)
+            self.assertIn(word, b["error"], bad)
+        ok = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "two", "value": "bad"}]}]})
+        self.assertEqual([self.post_json(ok.encode())[0] for _ in range(3)], [200, 200, 429])
+        # A body larger than SLUICE_RLS_MAX_MSG_BYTES (4096 here): 413.
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")[0], 413)
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\n\r\n")[0], 411)
+        self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[0], 411)
         self.assert_still_serving()
 
     def test_exact_from_four_processes(self):

@@ -283,6 +283,56 @@ static void test_token_bucket(void **state)
     rls_config_free(cfg);
 }
 
+/* envoyproxy/ratelimit's `replaces`: a limit named in the `replaces` of
+ * another limit matched by the same request is not applied (its
+ * descriptor is answered OK with no current limit) and spends nothing;
+ * alone, it applies. */
+static void test_replaces(void **state)
+{
+    (void)state;
+    static const char cfgtext[] =
+        "domain: t\n"
+        "descriptors:\n"
+        "  - {key: gen, rate_limit: {unit: day, requests_per_unit: 1, name: general}}\n"
+        "  - {key: vip, rate_limit: {unit: day, requests_per_unit: 3, name: vip, replaces: [{name: general}]}}\n"
+        "  - {key: other, rate_limit: {unit: day, requests_per_unit: 5, replaces: [{name: nothing}, {name: vip}]}}\n";
+    char err[256];
+    rls_config *cfg = rls_config_new(1024);
+    assert_non_null(cfg);
+    assert_int_equal(rls_config_add_text(cfg, "r.yaml", cfgtext, sizeof cfgtext - 1, err, sizeof err), 0);
+    assert_true(rls_config_has_replaces(cfg));
+    static const char *const both[] = {"gen", "vip"};
+    static const char *const gen[] = {"gen"};
+    static const char *const three[] = {"gen", "vip", "other"};
+    call c;
+    rls_answer a;
+    uint64_t t = 1000 * S;
+    make(&c, 2, both);
+    for (int i = 0; i < 3; i++) { /* vip's 3; general (1 a day) not applied */
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+        assert_null(a.resp.statuses[0]->current_limit);
+        assert_int_equal(a.resp.statuses[1]->current_limit->requests_per_unit, 3);
+        assert_int_equal(a.resp.statuses[1]->limit_remaining, 2 - i);
+    }
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    assert_int_equal(a.resp.statuses[0]->code, OK);
+    assert_int_equal(a.resp.statuses[1]->code, OVER);
+    /* general alone: it applies, and the requests above spent none of it */
+    make(&c, 1, gen);
+    assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->current_limit->requests_per_unit, 1);
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    /* other replaces vip, which replaces general: both are dropped (the
+     * replaces of every matched limit count, as envoyproxy/ratelimit does) */
+    make(&c, 3, three);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(decide(cfg, &c, t, &a), OK);
+    assert_null(a.resp.statuses[0]->current_limit);
+    assert_null(a.resp.statuses[1]->current_limit);
+    assert_int_equal(decide(cfg, &c, t, &a), OVER);
+    rls_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_period_aligned),
         cmocka_unit_test(test_many_descriptors_one_key),
         cmocka_unit_test(test_token_bucket),
+        cmocka_unit_test(test_replaces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
