@@ -103,6 +103,7 @@
 #include "internal.h"
 #include "composite.h"
 #include "region_table.h"
+#include "table.h"
 
 #include <string.h>
 
@@ -259,9 +260,8 @@ static void resync_stolen(sluice__part *parts, size_t n)
  * decide, commit or not, release, count.  Returns whether the request was
  * allowed (a probe: whether every limit allows it), or -1: a bad call,
  * nothing decided.  Each limit's answer into ans, unless NULL. */
-static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_t n,
-                                             uint64_t permits, uint64_t now_ns,
-                                             sluice__answer *ans)
+static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
+                      sluice__answer *ans)
 {
     if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
@@ -339,6 +339,20 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
     for (size_t i = 0; ans && i < n; i++)
         ans[i] = (sluice__answer){.ok = parts[i].ok, .r = parts[i].r};
     return ok;
+}
+
+/* general_in() in one reader section (table.h, sluice__rd_*): a shared
+ * table's key hands out its parsed configuration at its find, and a later
+ * part's find may retire it (two keys under configurations CFG_K apart, as a
+ * damaged region can show); the section keeps it until the decision ends. */
+static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_t n,
+                                             uint64_t permits, uint64_t now_ns,
+                                             sluice__answer *ans)
+{
+    void *rd = sluice__rd_enter();
+    const int rc = general_in(refs, n, permits, now_ns, ans);
+    sluice__rd_exit(rd);
+    return rc;
 }
 
 /* The result of a decided call from the limits' answers (the rule at the
