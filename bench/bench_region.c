@@ -1,5 +1,5 @@
 /* bench_region.c -- a decision on a table shared between processes
- * (sluice_table_attach, src/region_table.c) against one on the in-process
+ * (sluice_table_attach, src/table/region_table.c) against one on the in-process
  * table (sluice_table_new), same spec, same keys, same sequence.
  *
  *   build/bench/bench_region [--keys N[,N...]] [--runs R] [--decisions D]

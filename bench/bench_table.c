@@ -3,7 +3,7 @@
  *
  * Build (the lead adds these lines to bench/CMakeLists.txt, beside
  * bench_decide).  The benchmark reads two library internals through
- * src/table.h -- sluice__table_bytes() and sluice__table_new_seeded() --
+ * src/table/table.h -- sluice__table_bytes() and sluice__table_new_seeded() --
  * so, unlike bench_decide, it also gets src/ on its include path; the hidden
  * symbols link fine from the static library:
  *
@@ -99,7 +99,7 @@
 
 #include <sluice.h>
 
-#include "table.h" /* sluice__table_bytes, sluice__table_new_seeded */
+#include "table/table.h" /* sluice__table_bytes, sluice__table_new_seeded */
 
 #define BT_DEFAULT_SPEC "token-bucket 100/s"
 #define BT_T0_NS 1000000000ULL /* caller time of the first request */
@@ -700,7 +700,7 @@ static int bt_flood(const bt_opts *o, bt_flood_result *fr)
  *   run floor    as the burst floor, but each decision's place is a
  *                48-byte slot and the five lines from it are prefetched
  *                (what a lookup asks for: its home slot's line and the
- *                next four, src/table.c, prefetch_run) -- a reference for
+ *                next four, src/table/table.c, prefetch_run) -- a reference for
  *                the layout, not the target's floor.
  * All five interleaved, o->runs times after a warm-up; medians. */
 #define BT_BURST 32
@@ -835,7 +835,7 @@ static int bt_burst_part(const bt_opts *o, bt_burst_result *br)
     uint64_t *flat = bt_xmalloc((size_t)words * sizeof(uint64_t));
     memset(flat, 0, (size_t)words * sizeof(uint64_t));
     /* the floor again over an array in huge pages, as the library asks for
-     * its tables (src/alloc.c), where the system gives them */
+     * its tables (src/base/alloc.c), where the system gives them */
     void *hv = NULL;
     const size_t hbytes = ((size_t)words * sizeof(uint64_t) + (1u << 21) - 1) & ~(size_t)((1u << 21) - 1);
     if (posix_memalign(&hv, (size_t)1 << 21, hbytes) != 0) {
@@ -957,7 +957,7 @@ static int bt_burst_main(const bt_opts *o)
            "done on it; arrays as large as the table (%s keys), one word per key.  The run\n"
            "line: the same with the five lines a lookup asks for prefetched for each (a\n"
            "48-byte slot, its line and the next four); bursts / run = %.2fx (cpu %.2fx).\n"
-           "The table asks for huge pages (src/alloc.c; --small-pages: not); against\n"
+           "The table asks for huge pages (src/base/alloc.c; --small-pages: not); against\n"
            "the floor in huge pages too, bursts are %.2fx (cpu %.2fx).\n"
            "Bursts are %.2fx faster than single calls (wall).  Allowed %.1f%% (the same\n"
            "sequence each run).  (cpu): thread CPU time, without the time descheduled.\n"
@@ -1410,7 +1410,7 @@ static void bt_usage(FILE *out)
             "               --burst: the burst's table\n"
             "  --small-pages  the tables in 4 KB pages: an allocator of the bench's\n"
             "               own (calloc passed through), which the library gives no\n"
-            "               huge-page advice (src/alloc.c)\n"
+            "               huge-page advice (src/base/alloc.c)\n"
             "  --quick      a smoke run of every part: --runs 3 --iters 200000\n"
             "               --keys 1000,1000000 --flood 3000000 --flood-keys 100000\n"
             "Prints the median ns per decision at each key count, uniform and\n"

@@ -801,7 +801,7 @@ typedef int (*sluice_table_scan_fn)(const void *key, size_t keylen,
  * The cursor is a point in an order of the keys by their hash, not a place
  * in memory: entries move as keys come and go, the hash of a key never
  * does, so a walk in that order, a home slot at a time, meets each held
- * key once (the proof is in src/table.c).  Every value is a valid cursor;
+ * key once (the proof is in src/table/table.c).  Every value is a valid cursor;
  * one is worth nothing on another table.  A full scan costs about
  * (K + E/256 + S) / count calls, K the keys held, E the empty slots (about
  * max_keys / 4 and more, fewer as the table fills) and S its shards (up to
@@ -855,7 +855,7 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * on one axis -- sluice_table_try_acquire() reads CLOCK_MONOTONIC, which
  * all processes of one boot share; a region made in another boot (a file
  * that outlived a reboot) is refused.  The design and the proof are in
- * src/region_table.c.
+ * src/table/region_table.c.
  *
  * Changing the spec of a shared table (sluice_table_reconfigure_at,
  * sluice_table_set_limit_at, sluice_table_set_burst_at; same algorithm, as

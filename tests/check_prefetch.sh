@@ -1,7 +1,7 @@
 #!/bin/sh
 # check_prefetch.sh LIBSLUICE_SO -- the table's lookups must keep their
 # prefetches in the library as built.  A prefetch is no side effect to the
-# compiler: gcc counted src/table.c's prefetch_run "pure" and deleted every
+# compiler: gcc counted src/table/table.c's prefetch_run "pure" and deleted every
 # call of it that it had not inlined first -- at -O2, the default build's
 # level, bursts decided at 195 ns instead of 55 with nothing to show it but
 # the time.  So: disassemble the decision functions and count their

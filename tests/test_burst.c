@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "table.h"
+#include "table/table.h"
 #include "ref_model.h"
 #include "testutil.h"
 

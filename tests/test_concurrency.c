@@ -78,7 +78,7 @@
 
 #include <sluice.h>
 
-#include "limiter.h" /* sluice__limiter_raw */
+#include "limiter/limiter.h" /* sluice__limiter_raw */
 #include "ref_model.h"
 #include "testutil.h"
 
@@ -1342,7 +1342,7 @@ typedef struct table_ctx {
  * own per key, a shard's clock -- the latest time any of its keys showed
  * it -- could pass the end of one key's window while that key's own
  * instant is still inside it; the table would then reclaim the key as at
- * rest and its next request start fresh: the limitation that src/table.c's
+ * rest and its next request start fresh: the limitation that src/table/table.c's
  * head comment states for callers whose times run backwards across a key's
  * rest.  This test is about concurrency, so it keeps time consistent
  * across keys.) */
@@ -1472,7 +1472,7 @@ static void test_table_frozen(void **state)
 
 /* sliding-log and sliding-wheel refuse and answer probes without their
  * mutex, from a summary of the log that admissions publish under a
- * sequence counter (src/window_log.c).  One limiter of each, with 2 and 4
+ * sequence counter (src/alg/window_log.c).  One limiter of each, with 2 and 4
  * threads, through a run of many rounds: time moves between rounds by
  * random gaps (the same instant again, a little, a fraction of the window,
  * more than the window), so entries leave the window before, between and
@@ -1677,7 +1677,7 @@ static void test_window_log_run(void **state)
 /* For every algorithm: after the limiter is full, refusals (at the
  * instant, later, earlier; with and without a result; more than LIMIT) and
  * probes (now, and long after) leave its raw state exactly as it was
- * (sluice__limiter_raw, src/limiter.h: the packed word of the lock-free
+ * (sluice__limiter_raw, src/limiter/limiter.h: the packed word of the lock-free
  * ones; the window logs' sequence, their count of mutex sections, t_last,
  * length, base and newest cum) -- the window logs did not even take their
  * mutex -- while the counters count every call.  An admission then changes
@@ -1860,7 +1860,7 @@ static void test_table_hot_key(void **state)
 /* ---- admissions without the lock, racing entries that move ------------- */
 
 /* Admissions of held keys store their state without the shard's lock
- * (src/table.c, "Admissions without the lock"), while whoever holds the
+ * (src/table/table.c, "Admissions without the lock"), while whoever holds the
  * lock moves entries along their probe runs (an insertion moves the rest
  * of a run one slot on, a removal one slot back).  An admission that
  * stored into a slot its key had left, or that a move copied from before

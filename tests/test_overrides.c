@@ -44,7 +44,7 @@
 #include <sluice.h>
 
 #include "ref_model.h"
-#include "table.h"
+#include "table/table.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL

@@ -1,5 +1,5 @@
 /* test_region_hostile.c -- a co-tenant writing garbage into a live shared
- * table (src/region_table.c; include/sluice.h, "What a damaged region can
+ * table (src/table/region_table.c; include/sluice.h, "What a damaged region can
  * do").
  *
  * Forked processes attach one region and decide on it -- try_acquire,

@@ -1,5 +1,5 @@
 /* test_region_table.c -- tables shared between processes
- * (src/region_table.c): every algorithm exact against the reference model
+ * (src/table/region_table.c): every algorithm exact against the reference model
  * through a region; attaching with another spec, size, policy or layout
  * version refused; several processes racing to initialise one region; four
  * processes sharing one limit exactly; processes killed with SIGKILL at
@@ -61,7 +61,7 @@ static sluice_table *attach_ok(void *region, size_t size, const char *spec, size
     return t;
 }
 
-/* The region's counter stripes, as src/region_table.c lays them out: its
+/* The region's counter stripes, as src/table/region_table.c lays them out: its
  * last bytes, 128 lines of 64 bytes each owned by one thread, then one
  * shared; in a line, the owner's identity, then the counts. */
 #define STRIPES_BYTES ((size_t)(128 + 1) * 64)
@@ -367,7 +367,7 @@ static void test_four_processes_one_limit(void **state)
 #define WORKERS 4
 #define MAXP 3
 /* The bounds: a dead holder's lock is taken over after 64 pauses and one
- * yield (src/region_table.c); the rest is the scheduler's, on a machine
+ * yield (src/table/region_table.c); the rest is the scheduler's, on a machine
  * whose two cores other jobs share: a live holder preempted is waited for
  * until it runs again (a worker's own call also waits for a CPU), hence the
  * wide bounds -- the takeover itself is measured in test_dead_holder. */
@@ -1846,7 +1846,7 @@ static void test_refusals_race_admissions(void **state)
  * entry in place, before its flip (the ring charged, the copy's summary
  * that refusals read not): the lock's takeover commits each key again, so
  * a read after it -- here a peek -- sees what the ring holds.  Offsets as
- * src/region_table.c lays out "sliding-log 3/s", 16 keys of 16 bytes: one
+ * src/table/region_table.c lays out "sliding-log 3/s", 16 keys of 16 bytes: one
  * shard at 512 (lock, sequence), slots from 640, 22 of 448 bytes, the
  * ring's entries (slot, cum) at 384 in a slot. */
 static void test_ring_summary_repaired(void **state)
@@ -1892,7 +1892,7 @@ static void test_ring_summary_repaired(void **state)
  * 1-3), probes, refusals for want of room and admissions; every handle's
  * stats then say the sum, and the region holds one owned stripe per
  * thread.  With spare set, the stripes are taken beforehand by a live
- * owner (this process's first thread, as src/region_table.c writes an
+ * owner (this process's first thread, as src/table/region_table.c writes an
  * identity: tid | pid << 22) but for `spare` of them, so the threads
  * beyond share the last stripe. */
 enum { CT_DENY = 600, CT_PROBE = 300, CT_FULL = 50, CT_ADMIT = 40 };
@@ -2334,7 +2334,7 @@ static void test_spec_change_memory(void **state)
 
 /* ---- damaged regions (include/sluice.h: what a damaged region can do) ---- */
 
-/* Where src/region_table.c keeps things: the header's shard count, slots
+/* Where src/table/region_table.c keeps things: the header's shard count, slots
  * per shard and slot stride (offsets 64, 68, 76), the epoch (320), the
  * pid namespace (352); the shards (128 bytes each, from 512: lock word,
  * sequence, count); then the slots, each opening with its header word

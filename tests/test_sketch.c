@@ -1,5 +1,5 @@
 /* test_sketch.c -- the keys a table refuses most (sluice_table_set_top,
- * sluice_table_top_refused; src/topk.c).
+ * sluice_table_top_refused; src/table/topk.c).
  *
  * Every check is against an exact count kept by the test (a plain array of
  * per-key refusals), never against the sketch:
@@ -25,7 +25,7 @@
  *  - threads (run under TSan, label concurrency): refusals from 4 threads
  *    while another reads, and two threads racing to set the sketch; with
  *    fewer keys than counters the final counts are exact;
- *  - the per-thread pending records (src/topk.c): runs of one key of every
+ *  - the per-thread pending records (src/table/topk.c): runs of one key of every
  *    length around the flush bound (256), read in the middle of runs, with
  *    exact counts when the keys fit and the N/m bounds when they do not;
  *    the record's policy (a key refused once counted at once, twice in a
@@ -578,7 +578,7 @@ static void test_pending_runs(void **st)
     runs_run(200, 8, 100000);  /* 64 shards */
 }
 
-/* The record's policy (src/topk.c): a key refused once is counted at
+/* The record's policy (src/table/topk.c): a key refused once is counted at
  * once, a key refused twice in a row takes the record, and the record's
  * key keeps it while other keys come between its refusals.  Streams that
  * cross every transition -- alternations (a b a b), pairs (a a b b),

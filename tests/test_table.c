@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "ref_model.h"
-#include "table.h"
+#include "table/table.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -511,7 +511,7 @@ static void test_refusal_after_reconfigure(void **state)
 
 /* Keys whose entries all want one home slot (the seed is known): their
  * probe run grows to 150 slots, far past the distances the slot's 5-bit code
- * holds exactly (DIST_SAT, src/table.c), so that lookups, Robin Hood
+ * holds exactly (DIST_SAT, src/table/table.c), so that lookups, Robin Hood
  * insertions (the run's tail moving a slot on), removals and reclaiming at
  * rest (moving it back) and the wheel's links that follow each move all run
  * on saturated distances.  Checked against an independent model of

@@ -60,7 +60,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "table.h"
+#include "table/table.h"
 #include "ref_model.h"
 #include "testutil.h"
 

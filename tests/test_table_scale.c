@@ -88,7 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "table.h"
+#include "table/table.h"
 #include "ref_model.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* test_wheel_core.c -- src/wheel_core.h, the timing-wheel core shared by the
+/* test_wheel_core.c -- src/timer/wheel_core.h, the timing-wheel core shared by the
  * timer wheel (wheel.c) and the tables' reclaimer (table.c), driven directly.
  *
  * The harness keeps items (a tick each) on the core's lists the plainest way
@@ -36,7 +36,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "wheel_core.h"
+#include "timer/wheel_core.h"
 #include "testutil.h"
 
 #include <inttypes.h>

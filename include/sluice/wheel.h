@@ -2,7 +2,7 @@
  *
  * Included by sluice.h; it can also be included on its own (its error codes
  * are those of sluice/errors.h).  The design, with the table of levels,
- * granularity and reach, is the head comment of src/wheel.c.
+ * granularity and reach, is the head comment of src/timer/wheel.c.
  *
  * A wheel holds timers, each a deadline (uint64_t nanoseconds on the
  * caller's monotonic axis), a callback and a pointer.  Scheduling and
@@ -81,7 +81,7 @@ typedef uint64_t sluice_timer_id;
  * wheel has seen), which is >= the timer's deadline. */
 typedef void (*sluice_timer_fn)(void *arg, sluice_timer_id id, uint64_t now_ns);
 
-/* Levels and slots of the wheel (see src/wheel.c): level k has 64 slots of
+/* Levels and slots of the wheel (see src/timer/wheel.c): level k has 64 slots of
  * 64^k ticks.  With the default tick of 1 ms the levels reach 2^48 ms (8925
  * years), beyond any uint64_t nanosecond; with tick_ns below 65536 ns the
  * farther deadlines wait on the overflow list. */

@@ -47,12 +47,12 @@
  * Keys are hashed with SipHash-1-3 under a random per-limiter seed, as the
  * core's tables hash (clients choose the keys; without the seed they cannot
  * pick ones that collide).  Every block is allocated through the core's
- * hook (src/shared.h); the limiter itself is cache-line aligned, for its
+ * hook (src/base/shared.h); the limiter itself is cache-line aligned, for its
  * stripes.
  */
 #define _GNU_SOURCE
 #include "redis_internal.h"
-#include "../sliding_approx.h"
+#include "../alg/sliding_approx.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include <sluice.h>
 #include <sluice/redis.h>
 
-#include "shared.h" /* src/shared.h: the core's allocator hook, SipHash, seeds */
+#include "base/shared.h" /* src/base/shared.h: the core's allocator hook, SipHash, seeds */
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -76,8 +76,8 @@
  * the cache and the serialisation buffer need no lock.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
-#include "composite.h" /* sluice__reconfigure_check, _state */
+#include "base/internal.h"
+#include "composite/composite.h" /* sluice__reconfigure_check, _state */
 
 #include <stdarg.h>
 #include <stdio.h>

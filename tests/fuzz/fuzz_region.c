@@ -1,4 +1,4 @@
-/* fuzz_region.c -- fuzz a shared table (src/region_table.c) over a damaged
+/* fuzz_region.c -- fuzz a shared table (src/table/region_table.c) over a damaged
  * region.
  *
  * The processes attached to a region trust each other, but a damaged

@@ -184,7 +184,7 @@ _spec_parse = _fn("sluice_spec_parse", ctypes.c_int, _char_p, ctypes.POINTER(_Sp
 _alg_name = _fn("sluice_algorithm_name", _char_p, ctypes.c_int)
 
 # The clock of a decision without now_ns: sluice_now_ns() reads
-# CLOCK_MONOTONIC as tv_sec * 10^9 + tv_nsec (src/clock.c), and so does
+# CLOCK_MONOTONIC as tv_sec * 10^9 + tv_nsec (src/base/clock.c), and so does
 # time.monotonic_ns() where Python says it reads that clock, without a
 # ctypes call (a third of a try_acquire).  Elsewhere, the library's.
 if _time_module.get_clock_info("monotonic").implementation == "clock_gettime(CLOCK_MONOTONIC)":

@@ -1,0 +1,127 @@
+/* fixed_window.c -- the fixed window counter.
+ *
+ * Contract (docs/decisions.md 3.1): windows are [kW, (k+1)W) on the time axis,
+ * aligned to 0; a request for p is allowed iff the permits admitted in the
+ * window of t, plus p, <= L.
+ *
+ * The textbook counter restarts its window at the first request after
+ * the old one expired, so its windows drift with the traffic; here the
+ * window is t / W, the same for every limiter and every run.
+ *
+ * State: the window index and the permits admitted in it (<= L); the index
+ * is t / W by a precomputed multiply-and-shift (divide.h).  An idle gap of
+ * any length is one such division.  Packed for lock-free updates, the state
+ * is (latest time, count): the index is the latest time's.
+ *
+ *   remaining       L - count
+ *   retry_after_ns  (k+1)W - t, the start of the next window, for p <= L;
+ *                   -1 for p > L.
+ */
+#include "base/internal.h"
+
+/* Decide at t, whose window is k. */
+static inline __attribute__((always_inline)) bool
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+         sluice_result *res)
+{
+    const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
+    /* count may exceed L after a reconfiguration lowered it */
+    const uint64_t room = count < pf->limit ? pf->limit - count : 0;
+    const bool ok = p <= room;
+    if (ok && p) { /* only an admission writes */
+        st->t_last = t;
+        st->u.fw.window = k;
+        st->u.fw.count = count + p;
+    }
+    if (!res) return ok;
+    if (ok) return sluice__allow(res, room - p, 0);
+    return sluice__deny(res, room,
+                        p > pf->limit ? -1 : (int64_t)((k + 1) * pf->period_ns - t));
+}
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    return decide_k(pf, st, t, sluice__div_q(&pf->div_w, t), p, res);
+}
+
+static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
+{
+    if (st->u.fw.count == 0) return st->t_last;
+    return (st->u.fw.window + 1) * pf->period_ns; /* <= t_last + W: no overflow */
+}
+
+static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
+{
+    (void)o, (void)err, (void)errlen;
+    pf->packed = true; /* count <= L < 2^64 */
+    return 0;
+}
+
+/* Packed: (latest admission's time, count); the window is the time's. */
+static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t out[2])
+{
+    (void)pf;
+    out[0] = st->t_last;
+    out[1] = st->u.fw.count;
+}
+
+static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__state *st)
+{
+    st->t_last = in[0];
+    st->u.fw.window = sluice__div_q(&pf->div_w, in[0]);
+    st->u.fw.count = in[1];
+}
+
+/* unpack, clamp, decide, pack, with one division instead of two: the
+ * latest admission (<= t) is in t's window k iff it is not before the
+ * window's start kW.  A refusal or a probe leaves out as the caller set it: w. */
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+{
+    const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
+    uint64_t *out = q->out;
+    sluice__state st;
+    st.t_last = w[0];
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
+    st.u.fw.window = k;
+    st.u.fw.count = w[0] >= k * pf->period_ns ? w[1] : 0; /* kW <= t: no overflow */
+    const bool ok = decide_k(pf, &st, t, k, p, q->res);
+    if (ok && p) pack(pf, &st, out); /* else out is w already */
+    return ok;
+}
+
+/* The refusals' hint (internal.h): a full window, count >= L, refuses
+ * one permit (and more) until its end; admissions in it only add to the
+ * count.  Else 0: one permit would pass at w[0]. */
+static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
+{
+    if (w[1] < pf->limit) return 0;
+    return (sluice__div_q(&pf->div_w, w[0]) + 1) * pf->period_ns; /* <= w[0] + W */
+}
+
+/* A change of spec at t: the permits admitted in the old window of t count
+ * in the new window of t (reconfigure.c). */
+static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t)
+{
+    const uint64_t count =
+        st->u.fw.window == sluice__div_q(&from->div_w, t) ? st->u.fw.count : 0;
+    st->u.fw.window = sluice__div_q(&to->div_w, t);
+    st->u.fw.count = count;
+}
+
+const sluice__alg_ops sluice__fixed_window_ops = {
+    .name = "fixed-window",
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .setup = setup,
+    .format = sluice__format_no_options,
+    .decide = decide,
+    .rest_at = rest_at,
+    .pack = pack,
+    .unpack = unpack,
+    .decide_packed = decide_packed,
+    .refused_until = refused_until,
+    .carry = carry,
+};

@@ -1,0 +1,376 @@
+/* internal.h -- the algorithm core that the library's source files share.
+ *
+ * A limiter is split as DPDK's rte_meter splits it: a profile (the parsed
+ * spec: algorithm, LIMIT, PERIOD, options), immutable after _new and shared
+ * by every limiter a table makes, and a small per-limiter state that the
+ * algorithm's decide function moves forward.  Each algorithm is one row of
+ * operations (sluice__alg_ops, below; one source file each, the table of
+ * rows in spec.c): setup, format, decide, rest_at, pack, unpack, fini.
+ * Only an admission writes a state (docs/decisions.md, section 1).
+ *
+ * Arithmetic is integer-only.  Rates are kept as the exact pair
+ * (LIMIT, PERIOD); products that can exceed 64 bits use u128.
+ *
+ * The other modules own their internal headers: counters.h, spin.h,
+ * table.h, limiter.h, wheel.h, sliding_approx.h; shared.h holds what
+ * libsluice-redis calls too.
+ */
+#ifndef SLUICE_INTERNAL_H
+#define SLUICE_INTERNAL_H
+
+#include "sluice.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/divide.h"
+#include "base/shared.h"
+
+__extension__ typedef unsigned __int128 u128;
+
+/* Whether a 16-byte compare-and-swap (cmpxchg16b) is at hand: the packed
+ * states of limiters (limiter.c) are decided lock-free with it; elsewhere
+ * under a lock.  (Table keys need only an 8-byte one: table.c,
+ * commit_free.) */
+#if defined(__x86_64__) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16)
+#define SLUICE__CAS128 1
+#else
+#define SLUICE__CAS128 0
+#endif
+
+#define SLUICE__INTERNAL __attribute__((visibility("hidden")))
+
+typedef enum sluice__alg {
+    SLUICE__FIXED_WINDOW,
+    SLUICE__SLIDING_LOG,
+    SLUICE__SLIDING_WHEEL,
+    SLUICE__SLIDING_APPROX,
+    SLUICE__TOKEN_BUCKET,
+    SLUICE__LEAKY_BUCKET,
+    SLUICE__ALG_COUNT
+} sluice__alg;
+
+/* The parsed spec.  All fields are set by sluice__spec_parse(). */
+typedef enum sluice__clock {
+    SLUICE__CLOCK_MONOTONIC, /* CLOCK_MONOTONIC, ns resolution (default) */
+    SLUICE__CLOCK_COARSE     /* CLOCK_MONOTONIC_COARSE, ~1-4 ms resolution */
+} sluice__clock;
+
+struct sluice__alg_ops;
+
+typedef struct sluice__profile {
+    sluice__alg alg;
+    const struct sluice__alg_ops *ops; /* the algorithm's row (below) */
+    sluice__clock clock; /* what the live API reads */
+    uint64_t limit;     /* L, permits per period, 1 .. 10^12 */
+    uint64_t period_ns; /* W, 1 .. SLUICE_MAX_PERIOD_NS */
+    uint64_t capacity;  /* burst (token), capacity (leaky), L otherwise: the
+                         * most permits one request can ever get */
+    uint64_t slots;     /* sliding-wheel: N; sliding-log: W; else 0 */
+    uint64_t tick_ns;   /* sliding-wheel: W/N; sliding-log: 1; else 0 */
+    bool nodelay;       /* leaky-bucket meter */
+    bool shaper;        /* leaky-bucket without nodelay: reports a wait */
+    /* derived, for the hot path */
+    sluice__div div_w;    /* t / W */
+    sluice__div div_tick; /* t / tick (window log) */
+    uint64_t rl, rw;      /* buckets: L/g and W/g with g = gcd(L, W) */
+    u128 cap_scaled;      /* buckets: capacity * rw, a full bucket in units
+                           * of 1/rw permit */
+    bool packed;          /* the state fits one 128-bit word (ops->pack) */
+} sluice__profile;
+
+/* One entry of a window log: the permits admitted in one slot. `cum` is the
+ * running total of permits admitted up to and including this slot, modulo
+ * 2^64 (only differences of at most L are ever taken). */
+typedef struct sluice__log_entry {
+    uint64_t slot; /* absolute slot number: t / tick */
+    uint64_t cum;
+} sluice__log_entry;
+
+typedef struct sluice__log {
+    sluice__log_entry *e; /* ring of `cap` entries, NULL until first use */
+    uint32_t cap;         /* a power of two, or 0 */
+    uint32_t head;        /* index of the oldest entry */
+    uint32_t len;         /* entries in the ring */
+    uint32_t fixed;       /* 1: e is caller memory of cap entries, never
+                           * grown, shrunk or freed (a shared table's ring,
+                           * region_table.c); 0: the heap's */
+    uint64_t base;        /* cum of the last entry retired (0 at start) */
+} sluice__log;
+
+/* Per-limiter state.  t_last is the latest time the limiter has seen. */
+typedef struct sluice__state {
+    uint64_t t_last;
+    union {
+        struct { uint64_t window, count; } fw;          /* fixed-window */
+        struct { uint64_t window, cur, prev; } sa;      /* sliding-approx */
+        struct { u128 deficit; } bk; /* token-bucket and leaky-bucket: the
+                                      * tokens missing (= the water), * rw;
+                                      * above cap_scaled when in debt to
+                                      * reservations */
+        sluice__log log;             /* sliding-log, sliding-wheel */
+    } u;
+} sluice__state;
+
+/* Parse `spec` into `pf`.  Returns 0, or a negative code with a one-line
+ * reason in err. */
+SLUICE__INTERNAL int sluice__spec_parse(const char *spec, sluice__profile *pf,
+                                        char *err, size_t errlen);
+SLUICE__INTERNAL int sluice__spec_format(const sluice__profile *pf, char *buf,
+                                         size_t buflen);
+/* The public, read-only view of a profile (sluice_spec_info). */
+SLUICE__INTERNAL void sluice__spec_info(const sluice__profile *pf,
+                                        sluice_spec_info *out);
+
+/* The options of the spec grammar, as the parser hands them to an
+ * algorithm's setup: which were given, and their values. */
+enum {
+    SLUICE__OPT_BURST,
+    SLUICE__OPT_CAPACITY,
+    SLUICE__OPT_SLOTS,
+    SLUICE__OPT_NODELAY,
+    SLUICE__OPT_CLOCK, /* every algorithm's */
+    SLUICE__OPT_COUNT
+};
+#define SLUICE__OPT(o) (1u << (o))
+typedef struct sluice__opts {
+    bool seen[SLUICE__OPT_COUNT];
+    uint64_t val[SLUICE__OPT_COUNT];
+} sluice__opts;
+
+/* A decision on a packed word (ops->decide_packed): the word, the request,
+ * and the word the decision leaves (out == w: nothing to write).  In memory
+ * rather than in arguments, so that the caller keeps no registers across
+ * the call.  The caller sets out = w; decide_packed writes out only when
+ * the decision writes (an admission), so that it never copies w -- which
+ * a compiler would do with one 16-byte load of what the caller stored as
+ * two 8-byte halves, a load that store forwarding cannot serve (a stall of
+ * a dozen cycles on every refusal). */
+typedef struct sluice__packed_req {
+    uint64_t w[2];   /* the snapshot: (latest admission's time, count) */
+    uint64_t now_ns; /* not yet clamped */
+    uint64_t p, max_wait;
+    sluice_result *res; /* may be NULL */
+    uint64_t out[2];    /* w, set by the caller; decide_packed writes it
+                         * when it admits */
+} sluice__packed_req;
+
+/* One algorithm: a row of operations (one source file each; the table of
+ * rows is in spec.c).  Adding an algorithm is one file and one row.
+ *
+ *   setup     derive the profile's fields from L, W and the options, and
+ *             check them; 0 or a negative code with a one-line reason
+ *   format    append the options that differ from their defaults to buf
+ *   decide    answer one request at t (already clamped, see
+ *             sluice__clamp_time) and write the state only when it admits
+ *             (allowed, p >= 1): a refusal or a probe is a pure read.
+ *             Fills res when it is not NULL (the details cost divisions a
+ *             bare yes/no does not need).  `max_wait` bounds the shaper's
+ *             wait: a grant whose wait_ns would exceed it is not taken, and
+ *             reported as a refusal with retry_after_ns = -1 and wait_ns set
+ *             to the wait it would have had
+ *   rest_at   the earliest time from which the state is back at rest with
+ *             no further traffic (a table may then drop it)
+ *   pack,     the packed 16-byte form, for profiles with `packed` set: the
+ *   unpack    latest admission's time and one 64-bit count (limiter.c's
+ *             lock-free word; table.c's 16 bytes per key); NULL when the
+ *             algorithm never packs
+ *   decide_packed
+ *             the lock-free path's decision in one call, on a request
+ *             (sluice__packed_req, above): unpack w, clamp now_ns
+ *             (sluice__clamp_time), decide, pack into out -- exactly
+ *             unpack, sluice__decide and pack in a row, which it replaces
+ *             (one indirect call instead of three; the algorithm may take
+ *             a cheaper road to the same answer); NULL when never packed
+ *   refused_until
+ *             for packed profiles: 0, or a time T beyond the packed word w's
+ *             latest time w[0] such that a request for 1 permit on w is
+ *             refused at every clamped time t, w[0] <= t < T (limiter.c
+ *             keeps it after each admission, its refusals' hint).  It must
+ *             stay true of every word that admissions at times <= t make
+ *             from w (an admission only ever takes room), and a request for
+ *             more permits is refused wherever one is.  Any T below the
+ *             exact bound is correct, only slower; NULL when never packed
+ *   fini      release what the state holds; NULL when it holds nothing
+ *   bucket    books the future: reservations, debt, give-back
+ *
+ * For composite decisions (composite.c), where one limit must be decided
+ * before it is known whether the permits are taken:
+ *   judge     decide at t without writing the state or anything it points
+ *             to; NULL when the state is self-contained (then the decision
+ *             is made on a copy, and the copy is stored to commit)
+ *   reserve   make sure that an admission on this state cannot fail (room
+ *             in a ring); false when memory runs out; NULL: cannot fail
+ * For a change of spec (reconfigure.c):
+ *   recheck   whether profile `to` may replace `from` (same algorithm);
+ *             0 or a negative code with a reason; NULL: any may
+ *   carry     turn a state of `from` into one of `to` at time t (clamped
+ *             already); NULL: the state stays as it is
+ *   fits      whether a state packs into 16 bytes under its (packed)
+ *             profile; NULL: always
+ *
+ * Every algorithm's state at rest is all zeros. */
+typedef struct sluice__alg_ops {
+    const char *name;
+    unsigned options; /* SLUICE__OPT() of the options that belong */
+    int (*setup)(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen);
+    int (*format)(const sluice__profile *pf, char *buf, size_t buflen);
+    bool (*decide)(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res);
+    uint64_t (*rest_at)(const sluice__profile *pf, const sluice__state *st);
+    void (*pack)(const sluice__profile *pf, const sluice__state *st, uint64_t out[2]);
+    void (*unpack)(const sluice__profile *pf, const uint64_t in[2], sluice__state *st);
+    bool (*decide_packed)(const sluice__profile *pf, struct sluice__packed_req *q);
+    uint64_t (*refused_until)(const sluice__profile *pf, const uint64_t w[2]);
+    void (*fini)(sluice__state *st);
+    bool bucket;
+    bool (*judge)(const sluice__profile *pf, const sluice__state *st, uint64_t t, uint64_t p,
+                  sluice_result *res);
+    bool (*reserve)(sluice__state *st);
+    int (*recheck)(const sluice__profile *from, const sluice__profile *to, char *err,
+                   size_t errlen);
+    void (*carry)(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
+                  uint64_t t);
+    bool (*fits)(const sluice__profile *pf, const sluice__state *st);
+} sluice__alg_ops;
+
+/* The format of a row whose algorithm has no options of its own. */
+SLUICE__INTERNAL int sluice__format_no_options(const sluice__profile *pf, char *buf,
+                                               size_t buflen);
+
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__fixed_window_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_log_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_wheel_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__sliding_approx_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__token_bucket_ops;
+SLUICE__INTERNAL extern const sluice__alg_ops sluice__leaky_bucket_ops;
+
+/* The time a request is decided at: now_ns, clamped to the latest
+ * admission (t_last) and to the end of the time axis, 2^63-1 -- so no
+ * algorithm can overflow adding a period to a time. */
+static inline uint64_t sluice__clamp_time(const sluice__state *st, uint64_t now_ns)
+{
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    return now_ns > st->t_last ? now_ns : st->t_last;
+}
+
+/* The dispatch, through the profile's row. */
+static inline void sluice__state_init(const sluice__profile *pf, sluice__state *st)
+{
+    (void)pf;
+    memset(st, 0, sizeof *st);
+}
+static inline void sluice__state_fini(const sluice__profile *pf, sluice__state *st)
+{
+    if (pf->ops->fini) pf->ops->fini(st);
+}
+/* Clamp the time (sluice__clamp_time) and decide. */
+static inline bool sluice__decide(const sluice__profile *pf, sluice__state *st,
+                                  uint64_t now_ns, uint64_t permits, uint64_t max_wait,
+                                  sluice_result *res)
+{
+    return pf->ops->decide(pf, st, sluice__clamp_time(st, now_ns), permits, max_wait, res);
+}
+static inline uint64_t sluice__rest_at(const sluice__profile *pf, const sluice__state *st)
+{
+    return pf->ops->rest_at(pf, st);
+}
+static inline void sluice__state_pack(const sluice__profile *pf, const sluice__state *st,
+                                      uint64_t out[2])
+{
+    pf->ops->pack(pf, st, out);
+}
+static inline void sluice__state_unpack(const sluice__profile *pf, const uint64_t in[2],
+                                        sluice__state *st)
+{
+    pf->ops->unpack(pf, in, st);
+}
+
+/* The bucket machine (token_bucket.c), shared by both buckets. */
+SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st,
+                                            uint64_t t, uint64_t p, uint64_t max_wait,
+                                            sluice_result *res);
+SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st,
+                                             uint64_t t, uint64_t p, uint64_t max_wait,
+                                             sluice_result *res);
+SLUICE__INTERNAL bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
+                                               uint64_t t, uint64_t p, uint64_t at_ns);
+SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
+                                                 const sluice__state *st);
+SLUICE__INTERNAL int sluice__bucket_setup(sluice__profile *pf, const sluice__opts *o,
+                                          char *err, size_t errlen);
+SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluice__state *st,
+                                          uint64_t out[2]);
+SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
+                                            sluice__state *st);
+SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
+                                                   sluice__packed_req *q);
+SLUICE__INTERNAL uint64_t sluice__bucket_refused_until(const sluice__profile *pf,
+                                                     const uint64_t w[2]);
+SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
+                                           const sluice__profile *to, sluice__state *st,
+                                           uint64_t t, bool cap);
+SLUICE__INTERNAL bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st);
+
+/* The live clock a profile asks for. */
+SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
+
+/* Allocation through the installed hooks, the seed source and SipHash-1-3:
+ * shared.h (libsluice-redis calls them too). */
+
+/* Write a formatted one-line message into err (errlen may be 0). */
+SLUICE__INTERNAL void sluice__errf(char *err, size_t errlen, const char *fmt,
+                                   ...) __attribute__((format(printf, 3, 4)));
+
+/* Small exact helpers. */
+static inline uint64_t sluice__gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+static inline uint64_t sluice__min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline u128 sluice__ceil_div(u128 a, u128 b) { return a / b + (a % b != 0); }
+/* a - b, or 0 when b > a */
+static inline u128 sluice__sub_sat(u128 a, u128 b) { return a > b ? a - b : 0; }
+
+/* a / b for b >= 1, with a 64-bit division when a fits 64 bits. */
+static inline u128 sluice__div128(u128 a, uint64_t b)
+{
+    return (a >> 64) == 0 ? (u128)((uint64_t)a / b) : a / b;
+}
+static inline u128 sluice__ceil_div64(u128 a, uint64_t b)
+{
+    return (a >> 64) == 0 ? (u128)((uint64_t)a / b + ((uint64_t)a % b != 0))
+                          : sluice__ceil_div(a, b);
+}
+
+/* Fill a result (res not NULL). */
+static inline bool sluice__deny(sluice_result *res, uint64_t remaining,
+                                int64_t retry_after_ns)
+{
+    *res = (sluice_result){.allowed = false, .remaining = remaining,
+                           .retry_after_ns = retry_after_ns};
+    return false;
+}
+/* A refusal the algorithm did not decide (res->error says why). */
+static inline bool sluice__fail(sluice_result *res, int code)
+{
+    *res = (sluice_result){.allowed = false, .retry_after_ns = -1, .error = code};
+    return false;
+}
+static inline bool sluice__allow(sluice_result *res, uint64_t remaining,
+                                 uint64_t wait_ns)
+{
+    *res = (sluice_result){.allowed = true, .wait_ns = wait_ns, .remaining = remaining};
+    return true;
+}
+
+#endif /* SLUICE_INTERNAL_H */
