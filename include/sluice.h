@@ -14,7 +14,7 @@
  *                   or meter (`nodelay`)
  *
  * A limiter is described by a spec string, `ALGORITHM LIMIT/PERIOD [OPT...]`,
- * e.g. "token-bucket 100/s burst=20" (grammar in README.md).  Besides the
+ * e.g. "token-bucket 100/s burst=20" (grammar in docs/spec.md).  Besides the
  * contract's options, every algorithm takes `clock=monotonic` (default) or
  * `clock=coarse`, the clock its live functions read (see Clocks below).
  *
@@ -31,7 +31,7 @@
  *    offending token, into a caller buffer.
  *  - Objects are opaque; `_free(NULL)` is a no-op.
  *  - No decision allocates, except: sliding-log and sliding-wheel, whose
- *    ring grows with the requests admitted in the window (README.md); a
+ *    ring grows with the requests admitted in the window (docs/spec.md); a
  *    table's first request for a key longer than 16 bytes (a copy of the
  *    key, or of its 16-byte digest when longer than SLUICE_MAX_KEY_BYTES);
  *    an asynchronous acquire (its queue node).  If that allocation
@@ -518,7 +518,7 @@ typedef struct sluice_table_stats {
 /* Make a table whose keys each get a limiter built from `spec`.  At most
  * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more
  * and never grows its memory past what max_keys keys need (bytes per key in
- * README.md).  A key whose limiter is back at rest (full bucket, empty
+ * docs/tables.md).  A key whose limiter is back at rest (full bucket, empty
  * window, no water) carries no information: it is reclaimed without
  * changing any decision, by a sweeper that follows the keys' rest times in
  * a timing wheel, a few keys per call, and on demand when room is needed.
@@ -859,7 +859,7 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  *
  * Changing the spec of a shared table (sluice_table_reconfigure_at,
  * sluice_table_set_limit_at, sluice_table_set_burst_at; same algorithm, as
- * for a limiter; README.md, "Changing a limit while it runs") changes it
+ * for a limiter; docs/c-api.md, "Changing a limit while it runs") changes it
  * for every process: the region keeps the current configuration, and every handle,
  * in any process, decides under it from its next decision on (one load of
  * a word that only changes write); each key carries over the changes it
@@ -1015,7 +1015,7 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  * Concurrency.  Every limit's decisions are exactly the contract's for one
  * order of all calls (single and composite), the same order for every
  * limit: no over-admission anywhere, and no permit lost to a refusal
- * elsewhere.  How (README.md, "Several limits on one request"):
+ * elsewhere.  How (docs/composite.md, "Several limits on one request"):
  *  - limiters only, all lock-free (see the head of this file): the call
  *    decides on snapshots of their 16-byte words, writing nothing.  A
  *    refusal with no details asked (res and per_limit NULL) returns at the
@@ -1073,7 +1073,7 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n,
 /* Changing a limit while it runs                                            */
 
 /* Change the spec of a running limiter at `now_ns`, keeping what it has
- * admitted (README.md, "Changing a limit while it runs"): the windows keep
+ * admitted (docs/c-api.md, "Changing a limit while it runs"): the windows keep
  * their admitted permits at their admission times and decide from now_ns
  * on with the new LIMIT and PERIOD (fixed-window: the count of the window
  * of now_ns); token-bucket keeps its tokens, capped at the new burst, and

@@ -1,6 +1,6 @@
 /* ngx_http_sluice_module.c -- sluice's limits in nginx, shared by the workers.
  *
- * Directives (README.md, "nginx"):
+ * Directives (docs/nginx.md):
  *
  *   sluice_zone NAME key=$variable spec="SPEC" max_keys=N
  *               [max_key_bytes=N] [policy=evict-lru|refuse]

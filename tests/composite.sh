@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # composite.sh -- `sluice replay` with several --limit flags: every request
-# is decided by all the limits at once (README.md, "Several limits on one
+# is decided by all the limits at once (docs/composite.md, "Several limits on one
 # request").  The expected rows below were computed by hand from the
 # decision rules; the comments show the working.
 #

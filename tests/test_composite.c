@@ -1,5 +1,5 @@
 /* test_composite.c -- one request against several limits at once
- * (sluice_composite_try_acquire_at; README.md, "Several limits on one
+ * (sluice_composite_try_acquire_at; docs/composite.md, "Several limits on one
  * request").
  *
  * The oracle is the reference model (ref_model.h), one model per limit, and

@@ -1,8 +1,8 @@
 /* test_overrides.c -- per-key overrides of a table's spec
  * (sluice_table_override_set_at, _remove_at, _count, _get,
- * sluice_table_set_max_overrides; README.md, "Per-key overrides").
+ * sluice_table_set_max_overrides; docs/tables.md, "Per-key overrides").
  *
- *   test_premium        the README's example: "premium-42" at
+ *   test_premium        docs/tables.md's example: "premium-42" at
  *                       token-bucket 1000/s in a table of 10/s; peek, get,
  *                       count, a composite decision, numbers by hand.
  *   test_against_model  keys whose overrides are set, changed and removed
@@ -86,7 +86,7 @@ static void ask(sluice_table *t, const char *key, uint64_t p, uint64_t at, bool 
     assert_int_equal(r.retry_after_ns, retry);
 }
 
-/* ---- the README's example ------------------------------------------------ */
+/* ---- docs/tables.md's example -------------------------------------------- */
 
 static void test_premium(void **state)
 {
@@ -147,7 +147,7 @@ typedef struct tspec {
 /* A random spec of algorithm a over PERIOD 1000 ns (sliding-wheel: 10
  * slots), for which the carry-over is exact: the buckets' rates are in
  * lowest terms over 1000 ns, so every level carried is a whole number of
- * the new unit (README.md, "Changing a limit while it runs"). */
+ * the new unit (docs/c-api.md, "Changing a limit while it runs"). */
 static void rand_spec(uint64_t *rs, ref_alg a, bool nodelay, tspec *sp)
 {
     static const char *const names[] = {"fixed-window", "sliding-log", "sliding-wheel",

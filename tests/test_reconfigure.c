@@ -1,5 +1,5 @@
 /* test_reconfigure.c -- changing a running limiter's spec
- * (sluice_limiter_reconfigure_at, set_limit_at, set_burst_at; README.md,
+ * (sluice_limiter_reconfigure_at, set_limit_at, set_burst_at; docs/c-api.md,
  * "Changing a limit while it runs").
  *
  *   test_exact_cases    per algorithm, decisions worked out by hand from
@@ -517,7 +517,7 @@ static void test_table_random_traces(void **state)
 /* ---- a table of many keys against the reference model ------------------ */
 
 /* The next spec of a chain of changes, chosen so that the library is exact
- * (README.md, "Changing a limit while it runs"): the logs' windows never
+ * (docs/c-api.md, "Changing a limit while it runs"): the logs' windows never
  * grow (nothing they forgot comes back into a window), sliding-wheel keeps
  * its 100-ns slots, sliding-approx keeps PERIOD, the buckets' new rate is in
  * lowest terms over a PERIOD that is a multiple of the old one (the carried

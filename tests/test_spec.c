@@ -585,7 +585,7 @@ struct info_case {
     bool nodelay;
 };
 
-/* The expected values, worked out by hand from the grammar (README.md):
+/* The expected values, worked out by hand from the grammar (docs/spec.md):
  * capacity is burst=/capacity= or LIMIT; sliding-wheel's default slots are
  * 1 ms when PERIOD is whole ms, else 1 us when whole us, else 1 ns. */
 static const struct info_case info_cases[] = {

@@ -7,7 +7,7 @@
  * sluice_version_number() must all match it.  The test links libsluice.so
  * and checks, among the objects loaded into the process, that the library
  * was found under its SONAME, libsluice.so.SOVERSION (EXPECT_SONAME): the
- * policy in README.md ("Versions and ABI").
+ * policy in docs/install.md ("Versions and ABI").
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <stdarg.h>

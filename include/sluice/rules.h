@@ -7,11 +7,11 @@
  * policy) -- per-key overrides (another spec for some keys of a key rule)
  * and a `shadow` flag.  A request names the rules and keys it is subject to
  * and is decided against all of them at once, all or nothing, as
- * sluice_composite_try_acquire_at() decides (README.md, "Several limits on
+ * sluice_composite_try_acquire_at() decides (docs/composite.md, "Several limits on
  * one request").  A shadow rule is a dry run (nginx's limit_req_dry_run,
  * envoy's shadow_mode): it is decided and counted, but never refuses.
  *
- * The file format (README.md, "Rule files", has a complete example): one
+ * The file format (docs/rules.md, "Rule files", has a complete example): one
  * directive a line, words separated by blanks, `#` to the end of the line a
  * comment, specs in double quotes.
  *
@@ -21,7 +21,7 @@
  *
  * A reload replaces the whole set while other threads decide; each decision
  * uses exactly one set, the old or the new.  Rules whose name stays keep
- * their state and counters (README.md says how a changed spec carries it).
+ * their state and counters (docs/rules.md says how a changed spec carries it).
  *
  * Included by nothing: include it beside (or instead of) sluice.h; it
  * brings in sluice.h for sluice_result and the error codes.  C or C++.
@@ -153,7 +153,7 @@ int sluice_rules_check_file(const char *path, unsigned flags, size_t *nrules,
  *    keeps its limiter or table as it is (all its state); a change of the
  *    shadow flag alone is such a rule too;
  *  - a rule whose spec or overrides change and whose limit can carry its
- *    state keeps it (README.md, "Changing a limit while it runs"): a
+ *    state keeps it (docs/c-api.md, "Changing a limit while it runs"): a
  *    global rule's limiter is changed with
  *    sluice_limiter_reconfigure_at(now_ns); a key rule's table with
  *    sluice_table_reconfigure_at(now_ns) when its spec changes, and
@@ -298,7 +298,7 @@ typedef struct sluice_rule_outcome {
  *
  * The enforcing (non-shadow) rules are one composite: the request is
  * allowed iff each of them allows it, and only then charged to each; a
- * refusal by one charges none (README.md, "Several limits on one
+ * refusal by one charges none (docs/composite.md, "Several limits on one
  * request").  Then, only when the request was allowed, each shadow rule is
  * asked on its own: it is charged when it would admit the request (so its
  * state follows the traffic the service really lets through, as it would

@@ -1,6 +1,6 @@
 /* reconfigure.c -- changing a running limiter's spec, keeping its state.
  *
- * The rule (docs/decisions.md, 3.8; README.md, "Changing a limit while it
+ * The rule (docs/decisions.md, 3.8; docs/c-api.md, "Changing a limit while it
  * runs"): a change at time t keeps what the limiter has admitted and
  * decides from t on with the new LIMIT and PERIOD.  t is now_ns clamped to the latest admission (time
  * never goes backwards), and the state's time becomes t: a later request

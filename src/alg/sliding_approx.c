@@ -13,7 +13,7 @@
  * word (limiter.c: lock-free); the window index is the latest time's.
  * Memory: three words.  The estimate assumes the previous window's requests
  * were spread evenly; it can admit up to ~2L in a W-long interval that
- * straddles a window edge after an uneven previous window (README).
+ * straddles a window edge after an uneven previous window (docs/spec.md).
  *
  *   remaining       floor((L*W - E) / W)
  *   retry_after_ns  the least d with E(t+d) + p*W <= L*W, found in closed

@@ -16,7 +16,7 @@ SLUICE__INTERNAL bool sluice__judge(const sluice__profile *pf, const sluice__sta
 
 /* reconfigure.c: whether `to` may replace `from` on a running limiter (0,
  * or a negative code with the reason in err); the state of a limiter of
- * profile `from`, changed at now_ns into one of profile `to` (README.md,
+ * profile `from`, changed at now_ns into one of profile `to` (docs/c-api.md,
  * "Changing a limit while it runs"); whether a state fits the packed word
  * of its profile. */
 SLUICE__INTERNAL int sluice__reconfigure_check(const sluice__profile *from,

@@ -2,7 +2,7 @@
 
 A thin, stdlib-only binding (ctypes) over ``libsluice.so``: the decisions
 are made by the C library, in nanoseconds, exactly as its contract says
-(README.md of the sluice repository, "The algorithms").
+(docs/spec.md of the sluice repository, "The algorithms").
 
     >>> import sluice
     >>> lim = sluice.Limiter("token-bucket 10/s burst=5")
@@ -623,7 +623,7 @@ def _next_wait(r: Result, deadline: Optional[int]) -> Optional[float]:
 
 class Limiter(_Handle):
     """One limit, from a spec such as ``"token-bucket 100/s burst=20"``
-    (the grammar: README.md of the sluice repository, "The limit spec").
+    (the grammar: docs/spec.md of the sluice repository, "The limit spec").
     Raises :class:`SpecError` for a bad spec."""
 
     _free = _lim_free
@@ -1044,7 +1044,7 @@ class SharedTable(Table):
     ``max_key_bytes`` bytes is stored whole, a longer one by its keyed
     digest: every key is limited, whatever its length.  Opening with another
     spec or size raises ``SluiceError`` naming both.  A process killed
-    while deciding blocks no other (README.md, "Tables shared between
+    while deciding blocks no other (docs/tables.md, "Tables shared between
     processes").  Each process opens its own: a handle does not cross a
     pickle.  Everything else is as ``Table``."""
 
