@@ -18,7 +18,8 @@
  * default calloc: memory from an application's allocator is left as it is.
  * The price: the kernel makes a page resident 2 MB at a time, so a table
  * made for many keys and holding few is resident in 2 MB steps rather than
- * 4 KB ones (docs/benchmarks.md, "Admissions without the lock, huge pages").
+ * 4 KB ones (docs/benchmarks-notebook.md, "Admissions without the lock,
+ * huge pages").
  */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "base/internal.h"
