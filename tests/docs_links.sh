@@ -46,11 +46,13 @@ for f in $files; do
             if [[ ! -e $dest ]]; then
                 echo "$f:$line: $target: no such file"; bad=1; continue
             fi
-            real=$(cd "$(dirname "$dest")" && pwd -P)
-            case "$real/" in
-                "$root"/*) ;;
-                *) echo "$f:$line: $target: outside the repository"; bad=1; continue ;;
-            esac
+            if [[ $path == *..* ]]; then
+                real=$(cd "$(dirname "$dest")" && pwd -P)
+                case "$real/" in
+                    "$root"/*) ;;
+                    *) echo "$f:$line: $target: outside the repository"; bad=1; continue ;;
+                esac
+            fi
         fi
         if [[ -n $frag ]]; then
             if [[ -d $dest || $dest != *.md ]]; then
