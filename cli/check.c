@@ -21,7 +21,7 @@
 static const char check_usage[] =
     "usage: sluice check [--allow-empty] [--against OLD] FILE\n"
     "\n"
-    "Checks the rule file FILE (the format: README.md, \"Rule files\") as every\n"
+    "Checks the rule file FILE (the format: docs/rules.md) as every\n"
     "load checks it: its syntax, every spec, option and override (an override\n"
     "whose state does not fit its rule's table included), without keeping\n"
     "anything.  A file it accepts loads (memory permitting).\n"
