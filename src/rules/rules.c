@@ -391,20 +391,6 @@ static bool good_name(const char *s, size_t n)
     return true;
 }
 
-static bool parse_u64(const char *s, size_t n, uint64_t max, uint64_t *out)
-{
-    if (n == 0) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (max - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* The spec of token k (quoted) into canon; 0 or an error. */
 static int take_spec(const word *k, size_t line, char *canon, char *err, size_t errlen)
 {
@@ -478,7 +464,7 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
             d.shadow = true;
         } else if (is_max) {
             seen_max = true;
-            if (!parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) ||
+            if (sluice_parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) != 0 ||
                 d.max_keys == 0)
                 return bad(err, errlen, line, "bad max_keys (1 .. 16777216):", k->src, k->srclen, NULL);
         } else {
