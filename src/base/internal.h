@@ -316,8 +316,8 @@ SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            uint64_t t, bool cap);
 SLUICE__INTERNAL bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st);
 
-/* The live clock a profile asks for. */
-SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
+/* The live clock a profile asks for: sluice__clock_now, inline in
+ * base/clock.h. */
 
 /* Allocation through the installed hooks, the seed source and SipHash-1-3:
  * shared.h (libsluice-redis calls them too). */
