@@ -1508,6 +1508,89 @@ static bool bad_call(sluice_result *res, sluice_rule_outcome *per_rule, size_t n
     return false;
 }
 
+/* A ref that names exactly one limit: a limiter, or a table's key. */
+static bool ref_ok(const sluice_limit_ref *r)
+{
+    return (r->limiter != NULL) != (r->table != NULL) && (r->key || r->keylen == 0);
+}
+
+static bool same_limit(const sluice_limit_ref *a, const sluice_limit_ref *b)
+{
+    if (a->limiter || b->limiter) return a->limiter == b->limiter;
+    return a->table == b->table && a->keylen == b->keylen &&
+           (a->keylen == 0 || memcmp(a->key, b->key, a->keylen) == 0);
+}
+
+/* One limit's own decision: a composite of one is that limit's decision. */
+static bool decide_one(const sluice_limit_ref *r, uint64_t permits, uint64_t now_ns,
+                       sluice_result *out)
+{
+    return r->limiter ? sluice_try_acquire_at(r->limiter, permits, now_ns, out)
+                      : sluice_table_try_acquire_at(r->table, r->key, r->keylen, permits,
+                                                    now_ns, out);
+}
+
+static bool bad_shadow_call(sluice_result *res, sluice_rule_outcome *per, size_t n)
+{
+    if (res) sluice__fail(res, SLUICE_EINVAL);
+    if (per && n <= SLUICE_COMPOSITE_MAX) memset(per, 0, n * sizeof *per);
+    return false;
+}
+
+bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shadow, size_t n,
+                                  uint64_t permits, uint64_t now_ns, sluice_result *res,
+                                  sluice_rule_outcome *per)
+{
+    if (!refs || !shadow || n == 0 || n > SLUICE_COMPOSITE_MAX)
+        return bad_shadow_call(res, per, n);
+    sluice_limit_ref en[SLUICE_COMPOSITE_MAX];
+    sluice_result eres[SLUICE_COMPOSITE_MAX];
+    size_t ne = 0, at[SLUICE_COMPOSITE_MAX]; /* limit i's place among the enforcing */
+    for (size_t i = 0; i < n; i++) {
+        if (!ref_ok(&refs[i])) return bad_shadow_call(res, per, n);
+        for (size_t j = 0; j < i; j++) /* a limit twice, enforcing or shadow */
+            if (same_limit(&refs[i], &refs[j])) return bad_shadow_call(res, per, n);
+        if (!shadow[i]) {
+            at[i] = ne;
+            en[ne++] = refs[i];
+        }
+    }
+    sluice_result all;
+    bool ok;
+    if (ne == 1) {
+        ok = decide_one(&en[0], permits, now_ns, &all);
+        eres[0] = all;
+    } else if (ne) {
+        ok = sluice_composite_try_acquire_at(en, ne, permits, now_ns, &all, eres);
+    } else {
+        ok = true;
+        memset(&all, 0, sizeof all);
+        all.allowed = true;
+        all.remaining = UINT64_MAX;
+    }
+    sluice_rule_outcome mine[SLUICE_COMPOSITE_MAX]; /* the shadows are decided anyway */
+    if (!per) per = mine;
+    for (size_t i = 0; i < n; i++) {
+        sluice_rule_outcome *o = &per[i];
+        memset(o, 0, sizeof *o);
+        if (!shadow[i]) {
+            o->res = eres[at[i]];
+            o->decision = ok ? SLUICE_RULE_ALLOWED
+                        : o->res.allowed ? SLUICE_RULE_DENIED_ELSEWHERE : SLUICE_RULE_DENIED;
+            continue;
+        }
+        o->shadow = true;
+        if (!ok) {
+            o->decision = SLUICE_RULE_DENIED_ELSEWHERE; /* not decided, not charged */
+            continue;
+        }
+        o->decision = decide_one(&refs[i], permits, now_ns, &o->res) ? SLUICE_RULE_ALLOWED
+                                                                     : SLUICE_RULE_DENIED_SHADOW;
+    }
+    if (res) *res = all;
+    return ok;
+}
+
 bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
                             uint64_t permits, uint64_t now_ns, sluice_result *res,
                             sluice_rule_outcome *per_rule)
@@ -1525,8 +1608,8 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
     const version *v = enter(rs, &tok);
     const rule *rl[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
-    sluice_result per[SLUICE_COMPOSITE_MAX];
-    size_t ne = 0, at[SLUICE_COMPOSITE_MAX]; /* request i's place among refs */
+    bool shadow[SLUICE_COMPOSITE_MAX];
+    size_t nr = 0; /* the rules the set holds, in req order */
     for (size_t i = 0; i < n; i++) {
         int32_t id = req[i].rule;
         if (id < 0 || (size_t)id >= v->nids) {
@@ -1541,50 +1624,29 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
                     leave(rs, tok);
                     return bad_call(res, per_rule, n);
                 }
-        if (r && !r->d.shadow) {
-            at[i] = ne;
-            refs[ne++] = r->d.global ? sluice_ref_limiter(r->lim)
+        if (r) {
+            shadow[nr] = r->d.shadow;
+            refs[nr++] = r->d.global ? sluice_ref_limiter(r->lim)
                                      : sluice_ref_key(r->tab, req[i].key, req[i].keylen);
         }
     }
+    sluice_rule_outcome out[SLUICE_COMPOSITE_MAX];
     sluice_result all;
-    bool ok;
-    if (ne == 1) { /* a composite of one limit is that limit's decision */
-        ok = refs[0].limiter ? sluice_try_acquire_at(refs[0].limiter, permits, now_ns, &all)
-                             : sluice_table_try_acquire_at(refs[0].table, refs[0].key, refs[0].keylen,
-                                                           permits, now_ns, &all);
-        per[0] = all;
-    } else if (ne) {
-        ok = sluice_composite_try_acquire_at(refs, ne, permits, now_ns, &all, per);
-    } else {
-        ok = true;
-        memset(&all, 0, sizeof all);
-        all.allowed = true;
-        all.remaining = UINT64_MAX;
-    }
-    for (size_t i = 0; i < n; i++) {
+    bool ok = true;
+    memset(&all, 0, sizeof all);
+    all.allowed = true;
+    all.remaining = UINT64_MAX;
+    if (nr) ok = sluice_shadow_try_acquire_at(refs, shadow, nr, permits, now_ns, &all, out);
+    for (size_t i = 0, k = 0; i < n; i++) {
         const rule *r = rl[i];
         sluice_rule_outcome o;
-        memset(&o, 0, sizeof o);
-        if (!r) {
-            o.decision = SLUICE_RULE_ABSENT;
-        } else if (!r->d.shadow) {
-            o.res = per[at[i]];
-            o.decision = ok ? SLUICE_RULE_ALLOWED
-                       : o.res.allowed ? SLUICE_RULE_DENIED_ELSEWHERE : SLUICE_RULE_DENIED;
+        if (r) {
+            o = out[k++];
+            rctr_count(r->ctr, tok / 2, o.decision, permits);
         } else {
-            o.shadow = true;
-            if (ok) {
-                bool would = r->d.global
-                                 ? sluice_try_acquire_at(r->lim, permits, now_ns, &o.res)
-                                 : sluice_table_try_acquire_at(r->tab, req[i].key, req[i].keylen,
-                                                               permits, now_ns, &o.res);
-                o.decision = would ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED_SHADOW;
-            } else {
-                o.decision = SLUICE_RULE_DENIED_ELSEWHERE;
-            }
+            memset(&o, 0, sizeof o);
+            o.decision = SLUICE_RULE_ABSENT;
         }
-        if (r) rctr_count(r->ctr, tok / 2, o.decision, permits);
         if (per_rule) per_rule[i] = o;
     }
     leave(rs, tok);
