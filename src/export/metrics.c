@@ -343,7 +343,9 @@ static void end_line(sluice__out *c)
 }
 
 /* One series line: NAME{LABEL="value"[,EXTRA="V"]} VALUE -- EXTRA is
- * `decision` for series(), `reason` for reason_series(). */
+ * `decision` for series(), `reason` for reason_series(), a source's own
+ * label for sluice_metrics_sample(); V is escaped (a source's may need
+ * it). */
 static void labelled(sluice__out *c, const char *metric, const char *label, const entry *e,
                      const char *extra, const char *v, uint64_t value)
 {
@@ -356,7 +358,7 @@ static void labelled(sluice__out *c, const char *metric, const char *label, cons
         sluice__out_put(c, "\",", 2);
         sluice__out_str(c, extra);
         sluice__out_put(c, "=\"", 2);
-        sluice__out_str(c, v);
+        sluice__out_escaped(c, v);
     }
     sluice__out_put(c, "\"} ", 3);
     sluice__out_u64(c, value);
@@ -824,21 +826,7 @@ void sluice_metrics_sample(sluice_metrics_out *out, const char *key, const char 
         *out->head = true;
         family_head(out->c, out->f->name, out->f->type, out->f->help);
     }
-    sluice__out *c = out->c;
-    sluice__out_str(c, out->f->name);
-    sluice__out_put(c, "{", 1);
-    sluice__out_str(c, label);
-    sluice__out_put(c, "=\"", 2);
-    sluice__out_put(c, out->e->name, out->e->namelen);
-    if (key) {
-        sluice__out_put(c, "\",", 2);
-        sluice__out_str(c, key);
-        sluice__out_put(c, "=\"", 2);
-        sluice__out_escaped(c, val);
-    }
-    sluice__out_put(c, "\"} ", 3);
-    sluice__out_u64(c, value);
-    end_line(c);
+    labelled(out->c, out->f->name, label, out->e, key, key ? val : NULL, value);
 }
 
 int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t *needed)
