@@ -20,6 +20,12 @@
  * Default sliding-wheel slots: 1-ms slots when PERIOD is a whole number of
  * milliseconds, else 1-µs slots when a whole number of microseconds, else
  * 1-ns slots.  Memory follows the traffic, not N (window_log.c).
+ *
+ * Sections and entry points:
+ *   the grammar   sluice__spec_parse (rate, period, options; numbers through
+ *                 sluice_parse_u64, base/text.c), sluice__spec_format,
+ *                 sluice__format_no_options
+ *   the view      sluice__spec_info, sluice_spec_parse, sluice_algorithm_name
  */
 #include "base/internal.h"
 

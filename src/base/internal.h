@@ -14,6 +14,14 @@
  * The other modules own their internal headers: counters.h, spin.h,
  * table.h, limiter.h, wheel.h, sliding_approx.h; shared.h holds what
  * libsluice-redis calls too.
+ *
+ * Map: the profile and options (sluice__profile, sluice__opts), the spec
+ * (sluice__spec_parse, _format, _info), the row of operations of an
+ * algorithm (sluice__alg_ops) and the inline dispatch over it (sluice__decide,
+ * sluice__rest_at, sluice__state_pack ...), the buckets' shared functions
+ * (sluice__bucket_*), errors (sluice__errf), integer helpers (gcd, ceiling
+ * and saturating divisions) and the result setters (sluice__allow, _deny,
+ * _fail).
  */
 #ifndef SLUICE_INTERNAL_H
 #define SLUICE_INTERNAL_H

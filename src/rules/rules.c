@@ -66,6 +66,20 @@
  * only when it admitted the request: each on its own, charged when it
  * would admit.  Counters per rule: allowed, denied, denied in shadow,
  * denied elsewhere; striped per thread as counters.c does.
+ *
+ * Sections and entry points:
+ *   parsed text, the version, the reader's side, counters   (static)
+ *   the text       sluice_rules_check, sluice_rules_check_flags
+ *   files          sluice_rules_check_file
+ *   building a version, what a reload would do   sluice_rules_diff, _diff_files
+ *   the handle     sluice_rules_new, _new_file, _free, _reload_*_at
+ *   reading        sluice_rules_find, _count, _generation, _info, _stats,
+ *                  _set_top, _top_refused, _table_stats; sluice__rules_each
+ *   deciding       sluice_shadow_try_acquire_at (the shadow rule on any
+ *                  limits), sluice_rules_decide_at, sluice_rules_decide
+ * One file past 1,200 lines: the parser, the versions and the deciding
+ * share the parsed types and the readers' gate, which no other file may
+ * see; split, they would need a header of those internals.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"

@@ -109,6 +109,14 @@
  * until next_deadline(); schedule() signals it when the new due time is
  * earlier than the one it sleeps until.  start/stop serialise on a second
  * mutex, never held by the wheel's thread, so stop() can join it.
+ *
+ * Sections and entry points:
+ *   ticks and ids, slab, lists and filing   (static: the node store and
+ *                                           wheel_core.h's instance)
+ *   public API    sluice_wheel_new, _free, _schedule, _reschedule, _cancel,
+ *                 _advance, _next_deadline, _pending; bindings
+ *                 sluice__wheel_bind, sluice__wheel_unbind (wheel.h)
+ *   own thread    sluice_wheel_start, sluice_wheel_stop
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
