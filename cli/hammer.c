@@ -167,16 +167,12 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     return 2;
 }
 
+/* A decimal option value in [lo, hi], read as the library reads numbers
+ * (sluice_parse_u64). */
 static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-    if (!s || !*s) return false;
-    uint64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9') return false;
-        if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    if (v < lo || v > hi) return false;
+    uint64_t v;
+    if (!s || sluice_parse_u64(s, strlen(s), hi, &v) != 0 || v < lo) return false;
     *out = v;
     return true;
 }
@@ -191,11 +187,8 @@ static bool parse_duration(const char *s, uint64_t *ns)
         {"d", 86400000000000ULL}, {"", 1000000000ULL},
     };
     size_t n = strspn(s, "0123456789");
-    if (n == 0 || n > 12) return false;
-    char num[16];
-    memcpy(num, s, n);
-    num[n] = '\0';
-    uint64_t v = strtoull(num, NULL, 10);
+    uint64_t v;
+    if (sluice_parse_u64(s, n, 86400000000000ULL, &v) != 0) return false;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcmp(s + n, units[i].u) == 0) {
             if (v > 86400000000000ULL / units[i].ns) return false;

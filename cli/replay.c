@@ -117,20 +117,6 @@ static const char replay_usage[] =
 
 typedef sluice_cli_req req;
 
-static bool parse_dec(const char *s, size_t n, uint64_t max, uint64_t *out)
-{
-    if (n == 0) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (max - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* The message for a malformed line, into err: one line, the token quoted
  * (at most 64 bytes of it, each byte that is not printable ASCII written as
  * \xHH).  Returns 2. */
@@ -177,10 +163,9 @@ static int parse_line(const char *s, size_t n, size_t line, req *r, char *err, s
     r->t = s;
     r->tn = (uint32_t)((c1 ? c1 : end) - s);
     if (r->tn == 0) return bad_line(err, errlen, line, "missing time_ns", NULL, 0);
-    if (!parse_dec(s, r->tn, (uint64_t)INT64_MAX, &r->time_ns)) {
-        bool digits = true;
-        for (size_t i = 0; i < r->tn; i++) digits &= s[i] >= '0' && s[i] <= '9';
-        return bad_line(err, errlen, line, digits ? "time_ns out of range (0 .. 2^63-1):"
+    int prc = sluice_parse_u64(s, r->tn, (uint64_t)INT64_MAX, &r->time_ns);
+    if (prc != 0) {
+        return bad_line(err, errlen, line, prc == SLUICE_ERANGE ? "time_ns out of range (0 .. 2^63-1):"
                                      : "bad time_ns (expected decimal nanoseconds):",
                         s, r->tn);
     }
@@ -194,11 +179,10 @@ static int parse_line(const char *s, size_t n, size_t line, req *r, char *err, s
     if (c2) {
         r->p = c2 + 1;
         r->pn = (uint32_t)(end - r->p);
-        if (!parse_dec(r->p, r->pn, UINT64_MAX, &r->permits)) {
-            bool digits = r->pn > 0;
-            for (size_t i = 0; i < r->pn; i++) digits &= r->p[i] >= '0' && r->p[i] <= '9';
+        prc = sluice_parse_u64(r->p, r->pn, UINT64_MAX, &r->permits);
+        if (prc != 0) {
             return bad_line(err, errlen, line, r->pn == 0 ? "empty permits field"
-                                  : digits   ? "permits out of range (0 .. 2^64-1):"
+                                  : prc == SLUICE_ERANGE ? "permits out of range (0 .. 2^64-1):"
                                              : "bad permits (expected a decimal integer >= 0):",
                             r->pn ? r->p : NULL, r->pn);
         }
@@ -671,7 +655,7 @@ int sluice_cli_replay(int argc, char **argv)
         } else if ((strcmp(a, "--max-keys") == 0 && i + 1 < argc) || strncmp(a, "--max-keys=", 11) == 0) {
             limit_opts = true;
             const char *v = a[10] == '=' ? a + 11 : argv[++i];
-            if (!parse_dec(v, strlen(v), (uint64_t)1 << 32, &max_keys) || max_keys == 0) {
+            if (sluice_parse_u64(v, strlen(v), (uint64_t)1 << 32, &max_keys) != 0 || max_keys == 0) {
                 fprintf(stderr, "sluice replay: bad --max-keys \"%s\": expected 1 .. 4294967296\n", v);
                 return 2;
             }
@@ -683,7 +667,7 @@ int sluice_cli_replay(int argc, char **argv)
             metrics_path = a + 10;
         } else if ((strcmp(a, "--top") == 0 && i + 1 < argc) || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : argv[++i];
-            if (!parse_dec(v, strlen(v), 1000, &top) || top == 0) {
+            if (sluice_parse_u64(v, strlen(v), 1000, &top) != 0 || top == 0) {
                 fprintf(stderr, "sluice replay: bad --top \"%s\": expected 1 .. 1000\n", v);
                 return 2;
             }

@@ -181,6 +181,20 @@ void sluice_get_allocator(sluice_allocator *out);
 uint64_t sluice_now_ns(void);
 
 /* ------------------------------------------------------------------------ */
+/* Numbers                                                                   */
+
+/* Read the `n` bytes at `s` (no NUL needed) as a decimal integer of at most
+ * `max`: plain digits only, no sign, space or exponent, leading zeros
+ * allowed.  Returns 0 with the value in *out; SLUICE_EINVAL when n is 0, s
+ * or out is NULL, or any byte is not a digit; SLUICE_ERANGE when all are
+ * digits but the value is above `max` (however many digits: it never
+ * overflows).  On an error *out is unchanged.  The limit-spec grammar, the
+ * rule files and `sluice replay` read their numbers with it, so a caller
+ * that reads numbers beside them accepts exactly the same ones.
+ * Thread-safe. */
+int sluice_parse_u64(const char *s, size_t n, uint64_t max, uint64_t *out);
+
+/* ------------------------------------------------------------------------ */
 /* Limiters                                                                  */
 
 typedef struct sluice_limiter sluice_limiter; /* opaque */

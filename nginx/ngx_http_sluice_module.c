@@ -37,7 +37,9 @@
  * ones form one composite decision: all or nothing, so a refusal by one
  * zone charges no other.  Shadow limits decide and count but never refuse
  * (a dry run): they are charged when the request is admitted and they
- * would admit it, and a request they would refuse is logged.  A refusal
+ * would admit it, and a request they would refuse is logged -- the shadow
+ * rule of the library's rule sets, sluice_shadow_try_acquire_at(): a
+ * request the enforced zones refuse is not decided by a shadow zone.  A refusal
  * answers sluice_status; an admission by a leaky-bucket shaper with a wait
  * holds the request on a timer for that wait (bounded by the bucket's
  * capacity: capacity x PERIOD/LIMIT at most), as limit_req's delay does.
@@ -59,6 +61,7 @@
 #include <sluice.h>
 #include <sluice/http.h>
 #include <sluice/metrics.h>
+#include <sluice/rules.h>
 
 #define SLUICE_NGX_ERRLEN 256
 #define SLUICE_NGX_DEFAULT_KEY_BYTES 64
@@ -916,11 +919,13 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     ngx_http_sluice_limit_t *limits;
     ngx_http_sluice_ctx_t *ctx;
     ngx_pool_cleanup_t *cln;
-    ngx_http_sluice_zone_t *ez[SLUICE_COMPOSITE_MAX], *sz[SLUICE_COMPOSITE_MAX];
+    ngx_http_sluice_zone_t *zs[SLUICE_COMPOSITE_MAX], *ez[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
-    ngx_str_t skeys[SLUICE_COMPOSITE_MAX], key;
-    sluice_result res, per[SLUICE_COMPOSITE_MAX], sres;
-    ngx_uint_t i, ne = 0, ns = 0, dry = 0, delay_level;
+    bool shadow[SLUICE_COMPOSITE_MAX];
+    sluice_rule_outcome out[SLUICE_COMPOSITE_MAX];
+    ngx_str_t key;
+    sluice_result res, per[SLUICE_COMPOSITE_MAX];
+    ngx_uint_t i, n = 0, ne = 0, at[SLUICE_COMPOSITE_MAX], dry = 0, delay_level;
     uint64_t now;
     ngx_msec_t delay;
 
@@ -952,59 +957,53 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
         if (key.len == 0) {
             continue; /* an empty key is not limited, as limit_req's */
         }
-        if (limits[i].shadow) {
-            sz[ns] = z;
-            skeys[ns++] = key;
-        } else {
-            ez[ne] = z;
-            refs[ne++] = sluice_ref_key(z->table, key.data, key.len);
-        }
+        zs[n] = z;
+        shadow[n] = limits[i].shadow ? true : false;
+        refs[n++] = sluice_ref_key(z->table, key.data, key.len);
     }
-    if (ne + ns == 0) {
+    if (n == 0) {
         return NGX_DECLINED;
     }
     delay_level = lcf->log_level == NGX_LOG_INFO ? NGX_LOG_INFO : lcf->log_level + 1;
 
+    /* the library's shadow rule (sluice/rules.h): the enforced zones as one
+     * composite, then, only when it admits, each shadow zone on its own,
+     * charged when it would admit */
     now = sluice_now_ns();
-    ngx_memzero(&res, sizeof(res));
-    res.allowed = 1;
-    if (ne == 1) {
-        (void) sluice_table_try_acquire_at(refs[0].table, refs[0].key, refs[0].keylen, 1, now,
-                                           &res);
-        per[0] = res;
-    } else if (ne > 1) {
-        (void) sluice_composite_try_acquire_at(refs, ne, 1, now, &res, per);
+    (void) sluice_shadow_try_acquire_at(refs, shadow, n, 1, now, &res, out);
+    for (i = 0; i < n; i++) {
+        if (!shadow[i]) {
+            ez[ne] = zs[i];
+            at[ne] = i;
+            per[ne++] = out[i].res;
+        }
     }
     if (!res.allowed && res.error != 0 && res.error != SLUICE_EFULL) {
         /* not a refusal: the table could not decide (no memory); an
          * error of its own, as a 500 */
         for (i = 0; i < ne && per[i].error == 0; i++) {
         }
-        i = i < ne ? i : 0;
+        i = i < ne ? at[i] : 0;
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "sluice zone \"%V\": cannot decide (%s), key of %uz bytes",
-                      &ez[i]->name, sluice_strerror(res.error), refs[i].keylen);
+                      &zs[i]->name, sluice_strerror(res.error), refs[i].keylen);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* shadow limits: charged only with an admission they would make */
-    for (i = 0; i < ns; i++) {
-        if (res.allowed) {
-            (void) sluice_table_try_acquire_at(sz[i]->table, skeys[i].data, skeys[i].len, 1, now,
-                                               &sres);
-        } else {
-            (void) sluice_table_peek_at(sz[i]->table, skeys[i].data, skeys[i].len, 1, now, &sres,
-                                        NULL);
+    for (i = 0; i < n; i++) {
+        if (!shadow[i] || out[i].decision == SLUICE_RULE_DENIED_ELSEWHERE) {
+            continue; /* enforced, or not decided: the request was refused */
         }
-        if (!sres.allowed && sres.error != 0 && sres.error != SLUICE_EFULL) {
+        if (out[i].decision == SLUICE_RULE_DENIED_SHADOW && out[i].res.error != 0
+            && out[i].res.error != SLUICE_EFULL) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "sluice zone \"%V\" (shadow): cannot decide (%s), key of %uz bytes",
-                          &sz[i]->name, sluice_strerror(sres.error), skeys[i].len);
-        } else if (!sres.allowed) {
+                          &zs[i]->name, sluice_strerror(out[i].res.error), refs[i].keylen);
+        } else if (out[i].decision == SLUICE_RULE_DENIED_SHADOW) {
             ngx_log_error(lcf->log_level, r->connection->log, 0,
-                          "sluice zone \"%V\" would refuse the request (shadow)", &sz[i]->name);
+                          "sluice zone \"%V\" would refuse the request (shadow)", &zs[i]->name);
             dry = NGX_HTTP_SLUICE_REJECTED_DRY_RUN;
-        } else if (sres.wait_ns > 0 && dry == 0) {
+        } else if (out[i].res.wait_ns > 0 && dry == 0) {
             dry = NGX_HTTP_SLUICE_DELAYED_DRY_RUN;
         }
     }

@@ -2,7 +2,8 @@
  * errors, decisions through rules against the reference model, shadow
  * rules, reloads (state carried, bad texts changing nothing, 4 threads
  * deciding meanwhile with no mix of versions), counters, metrics, bad
- * calls and allocation failures.
+ * calls and allocation failures; sluice_shadow_try_acquire_at, the shadow
+ * rule on the caller's own limits (against counts kept by hand).
  *
  * The oracle is the reference model (ref_model.h): one model per rule and
  * key, the composite rule and the shadow rule applied to the models here
@@ -1367,6 +1368,105 @@ static void test_oom(void **state)
     assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
+/* ---- sluice_shadow_try_acquire_at: the shadow rule on the caller's limits --- */
+
+/* Limits of "fixed-window 2/s" (and a table of them); the oracle is a
+ * count per limit and window, kept here. */
+static void test_shadow_refs(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_limiter *e = sluice_limiter_new("fixed-window 2/s", err, sizeof err);
+    sluice_limiter *s = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    sluice_table *t = sluice_table_new("fixed-window 3/s", 16, err, sizeof err);
+    assert_non_null(e);
+    assert_non_null(s);
+    assert_non_null(t);
+    sluice_limit_ref refs[3] = {sluice_ref_limiter(e), sluice_ref_limiter(s),
+                                sluice_ref_key(t, "k", 1)};
+    bool shadow[3] = {false, true, true};
+    sluice_rule_outcome per[3];
+    sluice_result res;
+    uint64_t ce = 0, cs = 0, ct = 0; /* the oracle's counts in window 0 */
+    for (int i = 0; i < 4; i++) {
+        bool want = ce + 1 <= 2;
+        bool ok = sluice_shadow_try_acquire_at(refs, shadow, 3, 1, 10 * MS, &res, per);
+        assert_int_equal(ok, want);
+        assert_int_equal(res.allowed, want);
+        assert_int_equal(per[0].decision, want ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED);
+        assert_false(per[0].shadow);
+        assert_true(per[1].shadow && per[2].shadow);
+        if (want) {
+            ce++;
+            bool ws = cs + 1 <= 1, wt = ct + 1 <= 3;
+            cs += ws;
+            ct += wt;
+            assert_int_equal(per[1].decision, ws ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED_SHADOW);
+            assert_int_equal(per[2].decision, wt ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED_SHADOW);
+            assert_int_equal(per[1].res.allowed, ws);
+        } else { /* refused: no shadow limit decided or charged */
+            assert_int_equal(per[1].decision, SLUICE_RULE_DENIED_ELSEWHERE);
+            assert_int_equal(per[2].decision, SLUICE_RULE_DENIED_ELSEWHERE);
+            assert_false(per[2].res.allowed);
+        }
+    }
+    assert_int_equal(ce, 2);
+    /* the table's key was charged twice of 3: one more fits, two do not */
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, 20 * MS, &res));
+    assert_false(sluice_table_try_acquire_at(t, "k", 1, 1, 20 * MS, &res));
+    /* only shadow limits: allowed, remaining UINT64_MAX; per NULL still charges them */
+    bool all_shadow[3] = {true, true, true};
+    assert_true(sluice_shadow_try_acquire_at(refs, all_shadow, 3, 1, SEC, &res, NULL));
+    assert_true(res.allowed);
+    assert_int_equal(res.remaining, UINT64_MAX);
+    assert_int_equal(res.error, 0);
+    assert_false(sluice_try_acquire_at(s, 1, SEC, NULL)); /* s (1/s) was charged at SEC */
+    assert_true(sluice_try_acquire_at(e, 1, SEC, NULL));  /* e (2/s): one of 2 charged */
+    assert_false(sluice_try_acquire_at(e, 1, SEC, NULL));
+    /* one enforcing limit: its own decision */
+    assert_true(sluice_shadow_try_acquire_at(refs, shadow, 1, 1, 2 * SEC, &res, per));
+    assert_int_equal(per[0].decision, SLUICE_RULE_ALLOWED);
+    assert_int_equal(res.remaining, 1);
+    /* bad calls: nothing decided, EINVAL, per zeroed */
+    sluice_limit_ref bad[3] = {refs[0], refs[1], refs[2]};
+    bool sh2[3] = {false, true, false};
+    const struct {
+        const sluice_limit_ref *r;
+        const bool *sh;
+        size_t n;
+    } calls[] = {{NULL, shadow, 1}, {refs, NULL, 1}, {refs, shadow, 0},
+                 {refs, shadow, SLUICE_COMPOSITE_MAX + 1}};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        memset(per, 0x55, sizeof per);
+        res.error = 0;
+        assert_false(sluice_shadow_try_acquire_at(calls[i].r, calls[i].sh, calls[i].n, 1,
+                                                  3 * SEC, &res, calls[i].n <= 3 ? per : NULL));
+        assert_int_equal(res.error, SLUICE_EINVAL);
+    }
+    bad[1] = refs[0]; /* the same limiter, enforcing and shadow */
+    memset(per, 0x55, sizeof per);
+    assert_false(sluice_shadow_try_acquire_at(bad, sh2, 2, 1, 3 * SEC, &res, per));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(per[0].decision, 0);
+    assert_false(per[1].shadow);
+    bad[1] = sluice_ref_key(t, "k", 1); /* the same key twice */
+    bad[2] = sluice_ref_key(t, "k", 1);
+    assert_false(sluice_shadow_try_acquire_at(bad, sh2, 3, 1, 3 * SEC, &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    bad[1] = refs[1];
+    bad[1].table = t; /* both a limiter and a table */
+    assert_false(sluice_shadow_try_acquire_at(bad, sh2, 2, 1, 3 * SEC, &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    bad[1] = sluice_ref_key(t, NULL, 3); /* a NULL key with a length */
+    assert_false(sluice_shadow_try_acquire_at(bad, sh2, 2, 1, 3 * SEC, &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    /* nothing was decided by the bad calls: e still has 2 in the window of 3 s */
+    assert_true(sluice_try_acquire_at(e, 2, 3 * SEC, NULL));
+    sluice_table_free(t);
+    sluice_limiter_free(s);
+    sluice_limiter_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1389,6 +1489,7 @@ int main(void)
         cmocka_unit_test(test_reload_memory),
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_reload_memory_keys),
+        cmocka_unit_test(test_shadow_refs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -340,6 +340,32 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
 bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n,
                          uint64_t permits, sluice_result *res, sluice_rule_outcome *per_rule);
 
+/* The shadow rule of sluice_rules_decide_at() on limits of the caller's
+ * own, without a rule set (the nginx module's `sluice ZONE shadow`):
+ * decide a request for `permits` at `now_ns` against refs[0..n-1]
+ * (1 <= n <= SLUICE_COMPOSITE_MAX), where the limits with shadow[i] true
+ * are dry runs.  The others are one composite, all or nothing, as
+ * sluice_composite_try_acquire_at() (a single one is that limit's own
+ * decision); then, only when it allowed, each shadow limit is asked on its
+ * own and charged when it would admit; a shadow limit never refuses.  When
+ * the request was refused no shadow limit is decided or charged.
+ *
+ * Returns true when allowed.  `res` (may be NULL) receives the enforcing
+ * limits' combination as sluice_composite_try_acquire_at() gives it (with
+ * none, allowed with remaining UINT64_MAX).  `per` (may be NULL; n entries,
+ * in refs order) receives each limit's outcome as sluice_rule_outcome
+ * describes it: SLUICE_RULE_ALLOWED, _DENIED, _DENIED_ELSEWHERE, or
+ * _DENIED_SHADOW for a shadow limit that would have refused (its res then
+ * says why: res.error is not 0 when it could not decide, e.g. no memory
+ * for a new key).  A bad call -- refs or shadow NULL, n out of range, a
+ * ref naming neither or both a limiter and a table, a NULL key with
+ * keylen > 0, the same limit twice -- decides nothing and returns false
+ * with res->error SLUICE_EINVAL and `per` zeroed.  Thread-safe, as
+ * sluice_composite_try_acquire_at(). */
+bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shadow, size_t n,
+                                  uint64_t permits, uint64_t now_ns, sluice_result *res,
+                                  sluice_rule_outcome *per);
+
 /* The counters of one rule, since its name first appeared in the set: the
  * requests (and their permits) by outcome, SLUICE_RULE_ALLOWED ..
  * SLUICE_RULE_DENIED_ELSEWHERE.  Exact under any concurrency (striped per

@@ -16,6 +16,9 @@
  *   remaining       L - count
  *   retry_after_ns  (k+1)W - t, the start of the next window, for p <= L;
  *                   -1 for p > L.
+ *
+ * Entry point: sluice__fixed_window_ops, its row (setup, decide, rest_at,
+ * pack/unpack, decide_packed, refused_until, carry).
  */
 #include "base/internal.h"
 

@@ -13,6 +13,9 @@
  *
  * Note the textbook sample's `water + 1 < capacity`, which grants one permit
  * fewer than the capacity: the test here is `<=`.
+ *
+ * Entry point: sluice__leaky_bucket_ops, its row: token_bucket.c's bucket
+ * functions with the shaper's wait, and its own format and carry.
  */
 #include "base/internal.h"
 

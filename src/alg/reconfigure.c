@@ -40,6 +40,10 @@
  *
  * What is generic is here; each algorithm's part is in its row of
  * operations (internal.h: recheck, carry, fits), next to its decide.
+ *
+ * Entry points: sluice__reconfigure_check (may `from` become `to`),
+ * sluice__reconfigure_state (carry a state), sluice__state_packable,
+ * sluice__reconfigure_knob (one option changed), sluice__reconfigure_fit.
  */
 #include "base/internal.h"
 #include "composite/composite.h"

@@ -20,6 +20,9 @@
  *                   form in this window, else the next, else the one after
  *                   (where est = 0); -1 for p > L.  The rule is in
  *                   sliding_approx.h, shared with the Redis tier.
+ *
+ * Entry point: sluice__sliding_approx_ops, its row (setup, decide, rest_at,
+ * pack/unpack, decide_packed, refused_until, carry, fits).
  */
 #include "base/internal.h"
 #include "alg/sliding_approx.h"

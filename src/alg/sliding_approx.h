@@ -14,6 +14,8 @@
  * Header-only (static inline): a pure function of its arguments, so the
  * Redis tier shares it without an exported symbol, and it is not public
  * API (its arguments are the algorithm's internal state).
+ *
+ * Entry points: sluice__approx_first_fit, sluice__approx_wait_ns.
  */
 #ifndef SLUICE_SLIDING_APPROX_H
 #define SLUICE_SLIDING_APPROX_H

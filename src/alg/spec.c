@@ -20,6 +20,12 @@
  * Default sliding-wheel slots: 1-ms slots when PERIOD is a whole number of
  * milliseconds, else 1-µs slots when a whole number of microseconds, else
  * 1-ns slots.  Memory follows the traffic, not N (window_log.c).
+ *
+ * Sections and entry points:
+ *   the grammar   sluice__spec_parse (rate, period, options; numbers through
+ *                 sluice_parse_u64, base/text.c), sluice__spec_format,
+ *                 sluice__format_no_options
+ *   the view      sluice__spec_info, sluice_spec_parse, sluice_algorithm_name
  */
 #include "base/internal.h"
 
@@ -50,22 +56,6 @@ static const struct unit {
 static bool is_space(char c) { return c == ' ' || c == '\t'; }
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* Parse digits [s, s+n) as a u64; false if empty, not all digits, or
- * overflowing. */
-static bool parse_u64(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!is_digit(s[i])) return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 static bool tok_eq(const char *s, size_t n, const char *lit)
 {
     return strlen(lit) == n && memcmp(s, lit, n) == 0;
@@ -84,17 +74,17 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     }
     size_t ln = (size_t)(slash - s);
     uint64_t limit = 0;
-    bool digits = parse_u64(s, ln, &limit);
-    if (!digits || limit < 1 || limit > SLUICE_MAX_LIMIT) {
+    int prc = sluice_parse_u64(s, ln, SLUICE_MAX_LIMIT, &limit);
+    if (prc != 0 || limit < 1) {
         sluice__errf(err, errlen, "bad limit \"%.*s\" in \"%.*s\": expected a whole number from 1 to 10^12",
                      TOK(s, ln), TOK(s, n));
-        return digits ? SLUICE_ERANGE : SLUICE_EINVAL;
+        return prc == SLUICE_EINVAL ? SLUICE_EINVAL : SLUICE_ERANGE;
     }
     const char *p = slash + 1;
     size_t pn = n - ln - 1, dn = 0;
     while (dn < pn && is_digit(p[dn])) dn++;
     uint64_t count = 1;
-    if (dn && !parse_u64(p, dn, &count)) count = UINT64_MAX; /* overflow: too long */
+    if (dn && sluice_parse_u64(p, dn, UINT64_MAX, &count) != 0) count = UINT64_MAX; /* too long */
     const struct unit *u = NULL;
     for (size_t i = 0; i < N_UNITS; i++)
         if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
@@ -184,7 +174,7 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                                  TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
-            } else if (!eq || !parse_u64(eq + 1, n - nn - 1, &optval[o]) || optval[o] == 0) {
+            } else if (!eq || sluice_parse_u64(eq + 1, n - nn - 1, UINT64_MAX, &optval[o]) != 0 || optval[o] == 0) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected %s=N with N a whole number >= 1",
                              TOK(tok, n), opt_names[o]);
                 return SLUICE_EINVAL;

@@ -37,6 +37,10 @@
  * had never been made (the deficit only ever decays linearly while it is
  * positive); if something was, that later reservation keeps its longer
  * wait, so cancelling never lets more through than the contract would.
+ *
+ * Entry points: the bucket functions both buckets share (sluice__bucket_decide,
+ * _reserve, _give_back, _rest_at, _setup, _pack, _unpack, _decide_packed,
+ * _refused_until, _carry, _fits) and sluice__token_bucket_ops, its row.
  */
 #include "base/internal.h"
 

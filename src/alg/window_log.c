@@ -116,6 +116,12 @@
  * the hint and seq again (R1-R3 above), so the hint is that of the state
  * the log held at R1, and a time below it, clamped to t_last (which is
  * below it), is refused there: three loads of one line, linearised at R1.
+ *
+ * Sections and entry points:
+ *   the log           the entries, their slots, the decision (static)
+ *   read without lock sluice__log_pub_new, sluice__log_begin, sluice__log_end,
+ *                     sluice__log_read, sluice__log_decide (window_log.h)
+ *   the rows          sluice__sliding_wheel_ops, sluice__sliding_log_ops
  */
 #include "alg/window_log.h"
 #include "base/spin.h"

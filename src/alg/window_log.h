@@ -2,7 +2,11 @@
  * log (sliding-log, sliding-wheel; window_log.c) without taking its lock,
  * and to admit without deciding twice: a published summary of its log
  * under a sequence counter.  The proofs of the read and of the commit are
- * in window_log.c's head comment. */
+ * in window_log.c's head comment.
+ *
+ * Entry points: sluice__log_pub_new, sluice__log_hint, sluice__log_read,
+ * sluice__log_decide, sluice__log_begin, sluice__log_end.
+ */
 #ifndef SLUICE_WINDOW_LOG_H
 #define SLUICE_WINDOW_LOG_H
 

@@ -20,6 +20,10 @@
  * made for many keys and holding few is resident in 2 MB steps rather than
  * 4 KB ones (docs/benchmarks-notebook.md, "Admissions without the lock,
  * huge pages").
+ *
+ * Entry points: sluice_set_allocator, sluice_get_allocator (the hook);
+ * sluice__malloc, __calloc, __free (through it); sluice__calloc64,
+ * sluice__free64 (64-byte aligned, for striped lines); sluice__advise_huge.
  */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "base/internal.h"

@@ -19,6 +19,13 @@
  * slot holds one counter per bucket (not cumulative: a wait is one add)
  * and the sum; the bucket is found by a binary search over the 16 integer
  * bounds in ns, so placement is exact, with no floating point.
+ *
+ * Sections and entry points:
+ *   decision counters  sluice__counter_stripe (the thread's slot),
+ *                      sluice__count_slow, _count_slow_denied, _count_tally,
+ *                      sluice__counters_read (the sum of the stripes)
+ *   wait histograms    sluice_wait_bucket_bound_ns, sluice__wait_bucket,
+ *                      sluice__waits_count, sluice__waits_read
  */
 #define _GNU_SOURCE
 #include "base/counters.h"

@@ -1,5 +1,11 @@
 /* counters.h -- exact decision counters, striped per thread (counters.c).
- * Shared by limiters and tables. */
+ * Shared by limiters and tables.
+ *
+ * Entry points: the inline counts of the hot paths (sluice__count,
+ * _count_denied, _count_denied_at, _count_elsewhere; a tally of a burst,
+ * sluice__tally_add then sluice__count_tally), the slow and read sides in
+ * counters.c, and the wait histogram (sluice__waits_count, _read).
+ */
 #ifndef SLUICE_COUNTERS_H
 #define SLUICE_COUNTERS_H
 

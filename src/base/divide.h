@@ -14,6 +14,9 @@
  *
  * exactly (no rounding error for any n); a power of two is a shift.  The
  * tests compare it with `/` on random and edge values.
+ *
+ * Entry points: sluice__div_make (once, for a divisor), sluice__div_q
+ * (each division).
  */
 #ifndef SLUICE_DIVIDE_H
 #define SLUICE_DIVIDE_H

@@ -1,4 +1,9 @@
-/* error.c -- error codes, messages, version. */
+/* error.c -- error codes, messages, version.
+ *
+ * Entry points: sluice_strerror, sluice_version, sluice_version_number;
+ * sluice__errf (a one-line reason into a caller's buffer, always
+ * NUL-terminated).
+ */
 #include "base/internal.h"
 
 #include <stdarg.h>

@@ -14,6 +14,14 @@
  * The other modules own their internal headers: counters.h, spin.h,
  * table.h, limiter.h, wheel.h, sliding_approx.h; shared.h holds what
  * libsluice-redis calls too.
+ *
+ * Map: the profile and options (sluice__profile, sluice__opts), the spec
+ * (sluice__spec_parse, _format, _info), the row of operations of an
+ * algorithm (sluice__alg_ops) and the inline dispatch over it (sluice__decide,
+ * sluice__rest_at, sluice__state_pack ...), the buckets' shared functions
+ * (sluice__bucket_*), errors (sluice__errf), integer helpers (gcd, ceiling
+ * and saturating divisions) and the result setters (sluice__allow, _deny,
+ * _fail).
  */
 #ifndef SLUICE_INTERNAL_H
 #define SLUICE_INTERNAL_H
@@ -316,8 +324,8 @@ SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
                                            uint64_t t, bool cap);
 SLUICE__INTERNAL bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st);
 
-/* The live clock a profile asks for. */
-SLUICE__INTERNAL uint64_t sluice__clock_now(sluice__clock c);
+/* The live clock a profile asks for: sluice__clock_now, inline in
+ * base/clock.h. */
 
 /* Allocation through the installed hooks, the seed source and SipHash-1-3:
  * shared.h (libsluice-redis calls them too). */

@@ -1,5 +1,8 @@
 /* random.c -- seeds for the keyed hash: getrandom(), else /dev/urandom,
- * else a mix of clocks and addresses (never fails, never blocks long). */
+ * else a mix of clocks and addresses (never fails, never blocks long).
+ *
+ * Entry point: sluice__random_seed.
+ */
 #define _GNU_SOURCE
 #include "base/internal.h"
 

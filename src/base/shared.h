@@ -12,6 +12,9 @@
  * These are not API: no header under include/ declares them, and they may
  * change in any release.  libsluice-redis must come from the same build as
  * libsluice.  Everything else internal stays hidden (internal.h).
+ *
+ * Entry points: the allocator (sluice__malloc, _calloc, _free), the seed
+ * (sluice__random_seed) and SipHash (sluice__siphash13, sluice__key_digest).
  */
 #ifndef SLUICE_SHARED_H
 #define SLUICE_SHARED_H

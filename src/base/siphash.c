@@ -22,6 +22,12 @@
  * one used is chosen when first called (__builtin_cpu_supports: the CPU
  * and the OS's saving of its registers), else the scalar code runs eight
  * times.  The tests check every version against the scalar code.
+ *
+ * Sections and entry points:
+ *   one key      sluice__siphash13, sluice__siphash_cd, sluice__siphash24_128,
+ *                sluice__digest_seed, sluice__key_digest (a long key's digest)
+ *   eight keys   sluice__siphash13_x8 (the burst path; the vector versions,
+ *                chosen at first call), sluice__siphash13_x8_with (tests)
  */
 #include "table/table.h"
 

@@ -1,5 +1,10 @@
 /* spin.h -- the short lock of the table's shards (spin.c has its slow
- * path), and the back-off of every spin wait (limiter.c's frozen words). */
+ * path), and the back-off of every spin wait (limiter.c's frozen words).
+ *
+ * Entry points: sluice__spin_lock, _unlock (the lock); sluice__spin_read_begin,
+ * _read_valid, _try_upgrade (the reader without the lock); sluice__backoff
+ * (the n-th wait of any spin loop).
+ */
 #ifndef SLUICE_SPIN_H
 #define SLUICE_SPIN_H
 

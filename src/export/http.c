@@ -25,13 +25,22 @@
  * than there is).  Seconds are ns / 10^9 rounded up, so Retry-After, which
  * is ceil(retry_after_ns), is never below t.
  *
- * Output is written through a small cursor that counts every byte asked for
- * and stores those that fit; at the end of each item or line the cursor
- * either NUL-terminates after it or, when it did not fit whole, cuts the
- * buffer back to where the item started -- so a short buffer never holds a
- * partial field value.
+ * Output is written through the library's cursor (base/text.h), which
+ * counts every byte asked for and stores those that fit; at the end of each
+ * field value or line it either NUL-terminates after it or, when it did not
+ * fit whole, cuts the buffer back to where the item started -- so a short
+ * buffer never holds a partial field value.
+ *
+ * Sections and entry points:
+ *   output         sf-string and sf-binary through the cursor
+ *   policy         sluice_http_policy_init, sluice_http_policy_from_limiter
+ *   one decision   sluice_http_state_get (reset and retry in seconds)
+ *   field values   sluice_http_policy_value, sluice_http_ratelimit_value
+ *   header block   sluice_http_headers (RateLimit-Policy, RateLimit,
+ *                  Retry-After, the legacy X-RateLimit-* lines)
  */
 #include "base/internal.h"
+#include "base/text.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -40,71 +49,31 @@
 
 enum { KIND_FIXED, KIND_SLIDING, KIND_APPROX, KIND_BUCKET };
 
-/* ---- output cursor ------------------------------------------------------ */
-
-typedef struct cursor {
-    char *buf;
-    size_t cap; /* bytes of buf */
-    size_t len; /* bytes asked for so far (may pass cap) */
-} cursor;
-
-static void put(cursor *c, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++, c->len++)
-        if (c->len < c->cap) c->buf[c->len] = s[i];
-}
-
-static void puts_(cursor *c, const char *s) { put(c, s, strlen(s)); }
-
-static void put_u64(cursor *c, uint64_t v)
-{
-    char d[24];
-    size_t n = sizeof d;
-    do {
-        d[--n] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    put(c, d + n, sizeof d - n);
-}
-
-/* End the item that started at `start`: NUL after it if it fits whole with
- * its NUL, else cut the buffer back to `start`.  True if it fitted. */
-static bool commit(cursor *c, size_t start)
-{
-    if (c->len < c->cap) {
-        c->buf[c->len] = '\0';
-        return true;
-    }
-    if (start < c->cap) c->buf[start] = '\0';
-    return false;
-}
+/* ---- output ------------------------------------------------------------ */
 
 /* sf-string: printable ASCII in double quotes, `"` and `\` escaped. */
-static void put_sf_string(cursor *c, const char *s)
+static void put_sf_string(sluice__out *c, const char *s)
 {
-    put(c, "\"", 1);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') put(c, "\\", 1);
-        put(c, s, 1);
-    }
-    put(c, "\"", 1);
+    sluice__out_put(c, "\"", 1);
+    sluice__out_escaped(c, s); /* name_ok: no newline to escape */
+    sluice__out_put(c, "\"", 1);
 }
 
 /* sf-binary: base64 (RFC 4648 section 4, with padding) between colons. */
-static void put_sf_binary(cursor *c, const unsigned char *p, size_t n)
+static void put_sf_binary(sluice__out *c, const unsigned char *p, size_t n)
 {
     static const char b64[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    put(c, ":", 1);
+    sluice__out_put(c, ":", 1);
     for (size_t i = 0; i < n; i += 3) {
         uint32_t v = (uint32_t)p[i] << 16;
         if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
         if (i + 2 < n) v |= p[i + 2];
         char q[4] = {b64[v >> 18 & 63], b64[v >> 12 & 63],
                      i + 1 < n ? b64[v >> 6 & 63] : '=', i + 2 < n ? b64[v & 63] : '='};
-        put(c, q, 4);
+        sluice__out_put(c, q, 4);
     }
-    put(c, ":", 1);
+    sluice__out_put(c, ":", 1);
 }
 
 /* ---- policy ------------------------------------------------------------- */
@@ -207,54 +176,57 @@ int sluice_http_state_get(const sluice_http_policy *p, const sluice_result *res,
 
 /* ---- field values ------------------------------------------------------- */
 
-static void put_policy(cursor *c, const sluice_http_policy *p, const void *pk, size_t pklen)
+static void put_policy(sluice__out *c, const sluice_http_policy *p, const void *pk, size_t pklen)
 {
     put_sf_string(c, p->name);
-    puts_(c, ";q=");
-    put_u64(c, p->quota);
-    puts_(c, ";w=");
-    put_u64(c, p->window_s);
+    sluice__out_str(c, ";q=");
+    sluice__out_u64(c, p->quota);
+    sluice__out_str(c, ";w=");
+    sluice__out_u64(c, p->window_s);
     if (p->burst != p->quota) {
-        puts_(c, ";sluice-burst=");
-        put_u64(c, p->burst > SLUICE_HTTP_INT_MAX ? SLUICE_HTTP_INT_MAX : p->burst);
+        sluice__out_str(c, ";sluice-burst=");
+        sluice__out_u64(c, p->burst > SLUICE_HTTP_INT_MAX ? SLUICE_HTTP_INT_MAX : p->burst);
     }
     if (pklen) {
-        puts_(c, ";pk=");
+        sluice__out_str(c, ";pk=");
         put_sf_binary(c, pk, pklen);
     }
 }
 
-static void put_ratelimit(cursor *c, const sluice_http_policy *p, const sluice_http_state *s,
+static void put_ratelimit(sluice__out *c, const sluice_http_policy *p, const sluice_http_state *s,
                           const void *pk, size_t pklen)
 {
     put_sf_string(c, p->name);
-    puts_(c, ";r=");
-    put_u64(c, s->remaining);
+    sluice__out_str(c, ";r=");
+    sluice__out_u64(c, s->remaining);
     if (s->reset_s >= 0) {
-        puts_(c, ";t=");
-        put_u64(c, (uint64_t)s->reset_s);
+        sluice__out_str(c, ";t=");
+        sluice__out_u64(c, (uint64_t)s->reset_s);
     }
     if (pklen) {
-        puts_(c, ";pk=");
+        sluice__out_str(c, ";pk=");
         put_sf_binary(c, pk, pklen);
     }
 }
 
 static bool out_ok(const char *buf, size_t buflen) { return buf || buflen == 0; }
 
-/* The cursor for an append at offset len, with the list separator. */
-static cursor append_at(char *buf, size_t buflen, size_t len)
+/* The cursor for an append at offset len, with the list separator: what
+ * is before len is kept, and an append that does not fit is cut back to
+ * it. */
+static sluice__out append_at(char *buf, size_t buflen, size_t len)
 {
-    cursor c = {buf, buflen, len};
-    if (len > 0) puts_(&c, ", ");
+    sluice__out c;
+    sluice__out_init(&c, buf, buflen, len);
+    if (len > 0) sluice__out_str(&c, ", ");
     return c;
 }
 
 /* Finish an append: report the length, and whether everything up to it
  * fits with its NUL. */
-static int append_end(cursor *c, size_t start, size_t *len)
+static int append_end(sluice__out *c, size_t *len)
 {
-    bool fit = commit(c, start);
+    bool fit = sluice__out_end(c);
     *len = c->len;
     return fit ? 0 : SLUICE_ENOSPC;
 }
@@ -263,10 +235,9 @@ int sluice_http_policy_value(const sluice_http_policy *p, const void *pk, size_t
                              char *buf, size_t buflen, size_t *len)
 {
     if (!p || !len || (pklen && !pk) || !out_ok(buf, buflen)) return SLUICE_EINVAL;
-    const size_t start = *len;
-    cursor c = append_at(buf, buflen, start);
+    sluice__out c = append_at(buf, buflen, *len);
     put_policy(&c, p, pk, pklen);
-    return append_end(&c, start, len);
+    return append_end(&c, len);
 }
 
 int sluice_http_ratelimit_value(const sluice_http_policy *p, const sluice_result *res,
@@ -276,29 +247,23 @@ int sluice_http_ratelimit_value(const sluice_http_policy *p, const sluice_result
     if (!p || !res || !len || (pklen && !pk) || !out_ok(buf, buflen)) return SLUICE_EINVAL;
     sluice_http_state s;
     sluice_http_state_get(p, res, now_ns, &s);
-    const size_t start = *len;
-    cursor c = append_at(buf, buflen, start);
+    sluice__out c = append_at(buf, buflen, *len);
     put_ratelimit(&c, p, &s, pk, pklen);
-    return append_end(&c, start, len);
+    return append_end(&c, len);
 }
 
 /* ---- the header block --------------------------------------------------- */
 
-/* One `Name: value` line with its CRLF; lines after a cut one are not
- * stored (the buffer holds whole lines only, in order). */
-typedef struct lines {
-    cursor c;
-    bool cut;
-} lines;
-
-static void line_u64(lines *l, const char *name, uint64_t v)
+/* One `Name: value` line with its CRLF, an item of the cursor: lines
+ * after a cut one are not stored (the buffer holds whole lines only, in
+ * order). */
+static void line_u64(sluice__out *c, const char *name, uint64_t v)
 {
-    size_t start = l->c.len;
-    puts_(&l->c, name);
-    puts_(&l->c, ": ");
-    put_u64(&l->c, v);
-    puts_(&l->c, "\r\n");
-    if (!l->cut && !commit(&l->c, start)) l->cut = true;
+    sluice__out_str(c, name);
+    sluice__out_str(c, ": ");
+    sluice__out_u64(c, v);
+    sluice__out_str(c, "\r\n");
+    sluice__out_end(c);
 }
 
 int sluice_http_headers(const sluice_http_policy *p, const sluice_result *res,
@@ -310,28 +275,26 @@ int sluice_http_headers(const sluice_http_policy *p, const sluice_result *res,
         return SLUICE_EINVAL;
     sluice_http_state s;
     sluice_http_state_get(p, res, now_ns, &s);
-    lines l = {{buf, buflen, 0}, false};
+    sluice__out c;
+    sluice__out_init(&c, buf, buflen, 0);
     if (buflen > 0) buf[0] = '\0';
-    size_t start;
     if (!(flags & SLUICE_HTTP_NO_POLICY)) {
-        start = l.c.len;
-        puts_(&l.c, "RateLimit-Policy: ");
-        put_policy(&l.c, p, pk, pklen);
-        puts_(&l.c, "\r\n");
-        if (!l.cut && !commit(&l.c, start)) l.cut = true;
+        sluice__out_str(&c, "RateLimit-Policy: ");
+        put_policy(&c, p, pk, pklen);
+        sluice__out_str(&c, "\r\n");
+        sluice__out_end(&c);
     }
-    start = l.c.len;
-    puts_(&l.c, "RateLimit: ");
-    put_ratelimit(&l.c, p, &s, pk, pklen);
-    puts_(&l.c, "\r\n");
-    if (!l.cut && !commit(&l.c, start)) l.cut = true;
+    sluice__out_str(&c, "RateLimit: ");
+    put_ratelimit(&c, p, &s, pk, pklen);
+    sluice__out_str(&c, "\r\n");
+    sluice__out_end(&c);
     if (!res->allowed && s.retry_after_s >= 0)
-        line_u64(&l, "Retry-After", (uint64_t)s.retry_after_s);
+        line_u64(&c, "Retry-After", (uint64_t)s.retry_after_s);
     if (flags & SLUICE_HTTP_LEGACY) {
-        line_u64(&l, "X-RateLimit-Limit", p->quota);
-        line_u64(&l, "X-RateLimit-Remaining", s.remaining);
-        line_u64(&l, "X-RateLimit-Reset", s.reset_s < 0 ? 0 : (uint64_t)s.reset_s);
+        line_u64(&c, "X-RateLimit-Limit", p->quota);
+        line_u64(&c, "X-RateLimit-Remaining", s.remaining);
+        line_u64(&c, "X-RateLimit-Reset", s.reset_s < 0 ? 0 : (uint64_t)s.reset_s);
     }
-    if (needed) *needed = l.c.len;
-    return l.cut ? SLUICE_ENOSPC : 0;
+    if (needed) *needed = c.len;
+    return sluice__out_fits(&c) ? 0 : SLUICE_ENOSPC;
 }

@@ -15,10 +15,10 @@
  * writer is inside that object's getter.  A family's HELP and TYPE lines go
  * out before its first series, so a family with no object is left out.
  *
- * Output goes through a cursor that counts every byte (the length needed)
- * but stores only those that fit, and remembers the end of the last whole
- * line that fits with room for the NUL: a short buffer is cut there, so it
- * never ends in half a line.
+ * Output goes through the library's cursor (base/text.h), which counts
+ * every byte (the length needed) but stores only those that fit; each line
+ * is one of its items, so a short buffer is cut after the last whole line
+ * that fits with room for the NUL, and never ends in half a line.
  *
  * Names are escaped once, when added (backslash, double quote and newline,
  * as the format's label values require), and stored escaped.
@@ -37,8 +37,18 @@
  * through the same cursor; the family's HELP and TYPE go out before the
  * first.  The core so knows nothing of what it writes (libsluice-redis
  * links libsluice, never the other way).
+ *
+ * Sections and entry points:
+ *   the registry  sluice_metrics_new, _free, _add_limiter, _add_table,
+ *                 _add_wheel, _add_queue, _add_source, _add_rules,
+ *                 _remove, _count; names validated (UTF-8) and escaped
+ *   output        the series, histograms and top keys of each family
+ *                 (the table `families`), and the rule sets' lines
+ *   sources       sluice_metrics_sample (a source's line), and
+ *                 sluice_metrics_write (the whole exposition)
  */
 #include "base/internal.h"
+#include "base/text.h"
 #include "rules/rules.h"
 
 #include <pthread.h>
@@ -140,20 +150,13 @@ static size_t escaped_len(const char *name)
     return out;
 }
 
-static void escape(char *dst, const char *name)
+/* name escaped into dst, which has room for escaped_len(name) + 1 bytes. */
+static void escape(char *dst, size_t room, const char *name)
 {
-    for (const char *s = name; *s; s++) {
-        if (*s == '\\' || *s == '"') {
-            *dst++ = '\\';
-            *dst++ = *s;
-        } else if (*s == '\n') {
-            *dst++ = '\\';
-            *dst++ = 'n';
-        } else {
-            *dst++ = *s;
-        }
-    }
-    *dst = '\0';
+    sluice__out o;
+    sluice__out_init(&o, dst, room, 0);
+    sluice__out_escaped(&o, name);
+    sluice__out_end(&o);
 }
 
 /* Limiters and tables share the `limit` label's names; wheels, queues and
@@ -173,7 +176,7 @@ static int add(sluice_metrics *m, const char *name, const void *obj, kind k,
     if (elen == 0) return SLUICE_EINVAL;
     char *esc = sluice__malloc(elen + 1);
     if (!esc) return SLUICE_ENOMEM;
-    escape(esc, name);
+    escape(esc, elen + 1, name);
 
     int rc = 0;
     pthread_mutex_lock(&m->mu);
@@ -331,63 +334,38 @@ size_t sluice_metrics_count(const sluice_metrics *m)
 
 /* ---- output ------------------------------------------------------------- */
 
-typedef struct cursor {
-    char *buf;
-    size_t len;  /* bytes of buf */
-    size_t pos;  /* bytes of the whole output so far (saturating) */
-    size_t fit;  /* end of the last whole line with room for the NUL after */
-} cursor;
-
-static void put(cursor *c, const char *s, size_t n)
+/* A line ends an item of the cursor (base/text.h): a short buffer is cut
+ * after the last whole line. */
+static void end_line(sluice__out *c)
 {
-    if (c->pos < c->len) {
-        size_t room = c->len - c->pos;
-        memcpy(c->buf + c->pos, s, n < room ? n : room);
-    }
-    c->pos = n > SIZE_MAX - c->pos ? SIZE_MAX : c->pos + n;
-}
-
-static void puts_(cursor *c, const char *s) { put(c, s, strlen(s)); }
-
-static void end_line(cursor *c)
-{
-    put(c, "\n", 1);
-    if (c->pos < c->len) c->fit = c->pos;
-}
-
-static void put_u64(cursor *c, uint64_t v)
-{
-    char tmp[20];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    put(c, tmp + i, sizeof tmp - i);
+    sluice__out_put(c, "\n", 1);
+    sluice__out_end(c);
 }
 
 /* One series line: NAME{LABEL="value"[,EXTRA="V"]} VALUE -- EXTRA is
- * `decision` for series(), `reason` for reason_series(). */
-static void labelled(cursor *c, const char *metric, const char *label, const entry *e,
+ * `decision` for series(), `reason` for reason_series(), a source's own
+ * label for sluice_metrics_sample(); V is escaped (a source's may need
+ * it). */
+static void labelled(sluice__out *c, const char *metric, const char *label, const entry *e,
                      const char *extra, const char *v, uint64_t value)
 {
-    puts_(c, metric);
-    put(c, "{", 1);
-    puts_(c, label);
-    put(c, "=\"", 2);
-    put(c, e->name, e->namelen);
+    sluice__out_str(c, metric);
+    sluice__out_put(c, "{", 1);
+    sluice__out_str(c, label);
+    sluice__out_put(c, "=\"", 2);
+    sluice__out_put(c, e->name, e->namelen);
     if (v) {
-        put(c, "\",", 2);
-        puts_(c, extra);
-        put(c, "=\"", 2);
-        puts_(c, v);
+        sluice__out_put(c, "\",", 2);
+        sluice__out_str(c, extra);
+        sluice__out_put(c, "=\"", 2);
+        sluice__out_escaped(c, v);
     }
-    put(c, "\"} ", 3);
-    put_u64(c, value);
+    sluice__out_put(c, "\"} ", 3);
+    sluice__out_u64(c, value);
     end_line(c);
 }
 
-static void series(cursor *c, const char *metric, const char *label, const entry *e,
+static void series(sluice__out *c, const char *metric, const char *label, const entry *e,
                    const char *decision, uint64_t value)
 {
     labelled(c, metric, label, e, "decision", decision, value);
@@ -544,7 +522,7 @@ static void read_object(const entry *e, family_id f, snapshot *s)
  * then escaped as the format asks (backslash and double quote).  Distinct
  * keys give distinct values: a backslash of the value is always followed by
  * a backslash, an x or three dots. */
-static void put_key(cursor *c, const sluice_top_entry *t)
+static void put_key(sluice__out *c, const sluice_top_entry *t)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *k = t->key;
@@ -554,41 +532,41 @@ static void put_key(cursor *c, const sluice_top_entry *t)
         if (c1_control(k + i, l)) l = 0; /* C2 8x: each byte written \xNN */
         if (l == 0) {
             char x[6] = {'\\', '\\', 'x', hex[b >> 4], hex[b & 15], 0};
-            put(c, x, 5);
+            sluice__out_put(c, x, 5);
             i++;
         } else if (b == '\\') {
-            put(c, "\\\\\\\\", 4);
+            sluice__out_put(c, "\\\\\\\\", 4);
             i++;
         } else if (b == '"') {
-            put(c, "\\\"", 2);
+            sluice__out_put(c, "\\\"", 2);
             i++;
         } else {
-            put(c, (const char *)k + i, l);
+            sluice__out_put(c, (const char *)k + i, l);
             i += l;
         }
     }
-    if (t->truncated) put(c, "\\\\...", 5);
+    if (t->truncated) sluice__out_put(c, "\\\\...", 5);
 }
 
 /* One line of the keys refused most: NAME{limit="...",key="..."} VALUE */
-static void key_series(cursor *c, const char *metric, const entry *e,
+static void key_series(sluice__out *c, const char *metric, const entry *e,
                        const sluice_top_entry *t, uint64_t value)
 {
-    puts_(c, metric);
-    put(c, "{limit=\"", 8);
-    put(c, e->name, e->namelen);
-    put(c, "\",key=\"", 7);
+    sluice__out_str(c, metric);
+    sluice__out_put(c, "{limit=\"", 8);
+    sluice__out_put(c, e->name, e->namelen);
+    sluice__out_put(c, "\",key=\"", 7);
     put_key(c, t);
-    put(c, "\"} ", 3);
-    put_u64(c, value);
+    sluice__out_put(c, "\"} ", 3);
+    sluice__out_u64(c, value);
     end_line(c);
 }
 
 /* ns as decimal seconds, exactly: S, or S.F with F the nanoseconds, its
  * trailing zeros dropped. */
-static void put_seconds(cursor *c, uint64_t ns)
+static void put_seconds(sluice__out *c, uint64_t ns)
 {
-    put_u64(c, ns / 1000000000u);
+    sluice__out_u64(c, ns / 1000000000u);
     uint64_t f = ns % 1000000000u;
     if (!f) return;
     char tmp[10];
@@ -596,7 +574,7 @@ static void put_seconds(cursor *c, uint64_t ns)
     for (int i = 9; i >= 1; i--, f /= 10) tmp[i] = (char)('0' + f % 10);
     size_t n = 10;
     while (tmp[n - 1] == '0') n--;
-    put(c, tmp, n);
+    sluice__out_put(c, tmp, n);
 }
 
 /* The le values of the buckets (sluice_wait_bucket_bound_ns), in seconds. */
@@ -606,38 +584,38 @@ static const char *const le_text[SLUICE_WAIT_BUCKETS + 1] = {
 
 /* The lines of one histogram: NAME_bucket{LABEL="..",le=".."} (cumulative),
  * NAME_sum, NAME_count (the +Inf bucket). */
-static void histogram(cursor *c, const char *metric, const char *label, const entry *e,
+static void histogram(sluice__out *c, const char *metric, const char *label, const entry *e,
                       const sluice_wait_stats *w)
 {
     uint64_t cum = 0;
     for (int i = 0; i <= SLUICE_WAIT_BUCKETS; i++) {
         cum += w->buckets[i];
-        puts_(c, metric);
-        put(c, "_bucket{", 8);
-        puts_(c, label);
-        put(c, "=\"", 2);
-        put(c, e->name, e->namelen);
-        put(c, "\",le=\"", 6);
-        puts_(c, le_text[i]);
-        put(c, "\"} ", 3);
-        put_u64(c, cum);
+        sluice__out_str(c, metric);
+        sluice__out_put(c, "_bucket{", 8);
+        sluice__out_str(c, label);
+        sluice__out_put(c, "=\"", 2);
+        sluice__out_put(c, e->name, e->namelen);
+        sluice__out_put(c, "\",le=\"", 6);
+        sluice__out_str(c, le_text[i]);
+        sluice__out_put(c, "\"} ", 3);
+        sluice__out_u64(c, cum);
         end_line(c);
     }
     for (int i = 0; i < 2; i++) {
-        puts_(c, metric);
-        puts_(c, i ? "_count{" : "_sum{");
-        puts_(c, label);
-        put(c, "=\"", 2);
-        put(c, e->name, e->namelen);
-        put(c, "\"} ", 3);
-        if (i) put_u64(c, cum);
+        sluice__out_str(c, metric);
+        sluice__out_str(c, i ? "_count{" : "_sum{");
+        sluice__out_str(c, label);
+        sluice__out_put(c, "=\"", 2);
+        sluice__out_put(c, e->name, e->namelen);
+        sluice__out_put(c, "\"} ", 3);
+        if (i) sluice__out_u64(c, cum);
         else put_seconds(c, w->sum_ns);
         end_line(c);
     }
 }
 
 /* One line of a counter by reason: NAME{LABEL="..",reason="R"} VALUE */
-static void reason_series(cursor *c, const char *metric, const char *label, const entry *e,
+static void reason_series(sluice__out *c, const char *metric, const char *label, const entry *e,
                           const char *reason, uint64_t value)
 {
     labelled(c, metric, label, e, "reason", reason, value);
@@ -651,10 +629,10 @@ static void reason_series(cursor *c, const char *metric, const char *label, cons
  * (sluice_rules_set_top).  Rule names need no escaping (letters, digits,
  * _ - . :).  The family's HELP and TYPE are written before its first line
  * (`head`): whether a rule set has lines is known only in its walk. */
-static void family_head(cursor *c, const char *name, const char *type, const char *help);
+static void family_head(sluice__out *c, const char *name, const char *type, const char *help);
 
 typedef struct rules_out {
-    cursor *c;
+    sluice__out *c;
     const family *f;
     const entry *e;
     bool *head;
@@ -669,37 +647,37 @@ static void rule_head(const rules_out *o)
 
 static void rule_labels(const rules_out *o, const char *rule)
 {
-    cursor *c = o->c;
+    sluice__out *c = o->c;
     rule_head(o);
-    puts_(c, o->f->name);
-    put(c, "{ruleset=\"", 10);
-    put(c, o->e->name, o->e->namelen);
-    put(c, "\",rule=\"", 8);
-    puts_(c, rule);
+    sluice__out_str(c, o->f->name);
+    sluice__out_put(c, "{ruleset=\"", 10);
+    sluice__out_put(c, o->e->name, o->e->namelen);
+    sluice__out_put(c, "\",rule=\"", 8);
+    sluice__out_str(c, rule);
 }
 
 static void rule_series(const rules_out *o, const char *rule, const char *decision, uint64_t value)
 {
-    cursor *c = o->c;
+    sluice__out *c = o->c;
     rule_labels(o, rule);
     if (decision) {
-        put(c, "\",decision=\"", 12);
-        puts_(c, decision);
+        sluice__out_put(c, "\",decision=\"", 12);
+        sluice__out_str(c, decision);
     }
-    put(c, "\"} ", 3);
-    put_u64(c, value);
+    sluice__out_put(c, "\"} ", 3);
+    sluice__out_u64(c, value);
     end_line(c);
 }
 
 static void rule_key_series(const rules_out *o, const char *rule, const sluice_top_entry *t,
                             uint64_t value)
 {
-    cursor *c = o->c;
+    sluice__out *c = o->c;
     rule_labels(o, rule);
-    put(c, "\",key=\"", 7);
+    sluice__out_put(c, "\",key=\"", 7);
     put_key(c, t);
-    put(c, "\"} ", 3);
-    put_u64(c, value);
+    sluice__out_put(c, "\"} ", 3);
+    sluice__out_u64(c, value);
     end_line(c);
 }
 
@@ -751,7 +729,7 @@ static void write_rule(void *arg, const char *name, bool shadow, const sluice_ru
     }
 }
 
-static void write_rules(cursor *c, const family *f, const entry *e, bool *head)
+static void write_rules(sluice__out *c, const family *f, const entry *e, bool *head)
 {
     const sluice_rules *rs = e->obj;
     rules_out o = {c, f, e, head};
@@ -763,7 +741,7 @@ static void write_rules(cursor *c, const family *f, const entry *e, bool *head)
     sluice__rules_each(rs, write_rule, &o);
 }
 
-static void write_object(cursor *c, const family *f, const entry *e, const snapshot *s)
+static void write_object(sluice__out *c, const family *f, const entry *e, const snapshot *s)
 {
     const char *label = e->k == K_WHEEL ? "wheel" : e->k == K_QUEUE ? "queue" : "limit";
     switch (f->id) {
@@ -809,24 +787,24 @@ static void write_object(cursor *c, const family *f, const entry *e, const snaps
     }
 }
 
-static void family_head(cursor *c, const char *name, const char *type, const char *help)
+static void family_head(sluice__out *c, const char *name, const char *type, const char *help)
 {
-    puts_(c, "# HELP ");
-    puts_(c, name);
-    put(c, " ", 1);
-    puts_(c, help);
+    sluice__out_str(c, "# HELP ");
+    sluice__out_str(c, name);
+    sluice__out_put(c, " ", 1);
+    sluice__out_str(c, help);
     end_line(c);
-    puts_(c, "# TYPE ");
-    puts_(c, name);
-    put(c, " ", 1);
-    puts_(c, type);
+    sluice__out_str(c, "# TYPE ");
+    sluice__out_str(c, name);
+    sluice__out_put(c, " ", 1);
+    sluice__out_str(c, type);
     end_line(c);
 }
 
 /* ---- sources ---------------------------------------------------------------- */
 
 struct sluice_metrics_out {
-    cursor *c;
+    sluice__out *c;
     const entry *e;                  /* the object being written */
     const sluice_metrics_family *f;  /* the family being written */
     bool *head;                      /* its HELP and TYPE are out */
@@ -848,32 +826,15 @@ void sluice_metrics_sample(sluice_metrics_out *out, const char *key, const char 
         *out->head = true;
         family_head(out->c, out->f->name, out->f->type, out->f->help);
     }
-    cursor *c = out->c;
-    puts_(c, out->f->name);
-    put(c, "{", 1);
-    puts_(c, label);
-    put(c, "=\"", 2);
-    put(c, out->e->name, out->e->namelen);
-    if (key) {
-        put(c, "\",", 2);
-        puts_(c, key);
-        put(c, "=\"", 2);
-        for (const char *p = val; *p; p++) {
-            if (*p == '\\' || *p == '"') put(c, "\\", 1);
-            if (*p == '\n') put(c, "\\n", 2);
-            else put(c, p, 1);
-        }
-    }
-    put(c, "\"} ", 3);
-    put_u64(c, value);
-    end_line(c);
+    labelled(out->c, out->f->name, label, out->e, key, key ? val : NULL, value);
 }
 
 int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t *needed)
 {
     if (!m || (!buf && len > 0)) return SLUICE_EINVAL;
     sluice_metrics *mm = (sluice_metrics *)m; /* the mutex only */
-    cursor c = {buf, len, 0, 0};
+    sluice__out c;
+    sluice__out_init(&c, buf, len, 0);
     for (size_t fi = 0; fi < sizeof families / sizeof families[0]; fi++) {
         const family *f = &families[fi];
         bool head = false;
@@ -928,11 +889,6 @@ int sluice_metrics_write(const sluice_metrics *m, char *buf, size_t len, size_t 
             }
         }
     }
-    if (needed) *needed = c.pos;
-    if (c.pos < len) {
-        buf[c.pos] = '\0';
-        return 0;
-    }
-    if (len > 0) buf[c.fit] = '\0';
-    return SLUICE_ENOSPC;
+    if (needed) *needed = c.len;
+    return sluice__out_end(&c) ? 0 : SLUICE_ENOSPC;
 }

@@ -46,6 +46,10 @@
  * The queue's lock is never held while a user callback runs, and the wheel
  * calls back with none of its locks held, so callbacks may make and cancel
  * requests freely.  Lock order: the queue's, then the wheel's.
+ *
+ * Entry points: sluice_queue_new, _free, _acquire_at, _acquire, _cancel_at,
+ * _cancel, _len, _wait_stats_get; the wheel's callbacks on_fire (grant in
+ * order) and on_wheel_free (the wheel freed first).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"

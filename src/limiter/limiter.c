@@ -98,6 +98,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
+#include "base/clock.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"
 #include "composite/composite.h"
@@ -152,16 +153,6 @@ struct sluice_limiter {
     sluice__counters counters;
     sluice__waits waits; /* blocking acquires (counters.h) */
 };
-
-static clockid_t clock_id(sluice__clock c)
-{
-#ifdef CLOCK_MONOTONIC_COARSE
-    if (c == SLUICE__CLOCK_COARSE) return CLOCK_MONOTONIC_COARSE;
-#else
-    (void)c;
-#endif
-    return CLOCK_MONOTONIC;
-}
 
 static inline cfg *cur_cfg(const sluice_limiter *lim)
 {
@@ -368,7 +359,7 @@ sluice_limiter *sluice_limiter_new(const char *spec, char *err, size_t errlen)
     }
     atomic_init(&lim->refs, 1);
     c->pf = pf;
-    c->clock = clock_id(pf.clock);
+    c->clock = sluice__clock_id(pf.clock);
     c->lockfree = HAVE_CAS128 && pf.packed;
     atomic_init(&c->hinted, c->lockfree);
     lim->ops = pf.ops;
@@ -582,15 +573,6 @@ bool sluice_try_acquire_at(sluice_limiter *lim, uint64_t permits, uint64_t now_n
     return decide_rest(lim, permits, now_ns, res);
 }
 
-/* clock.c's sluice__clock_now, inline for the live refusal: one call
- * (the vDSO's) instead of two, the clock's id kept in the configuration. */
-static inline uint64_t clock_now(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
 {
     /* the hint is read before the clock (head comment: the refusal is
@@ -598,7 +580,8 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
      * slot: after the clock only the comparison and the counts are left */
     const hint x = hint_now(lim, permits);
     const unsigned slot = sluice__my_slot - 1;
-    const uint64_t now = clock_now(x.clock);
+    /* base/clock.h's reader, inline: the clock's id is in the configuration */
+    const uint64_t now = sluice__clock_read(x.clock);
     if (hint_refuses(x, now)) return sluice__count_denied_at(&lim->counters, slot, permits);
     return decide_rest(lim, permits, now, NULL);
 }
@@ -973,7 +956,7 @@ static int reconfigure(sluice_limiter *lim, const char *spec, uint64_t limit,
         }
     }
     sluice__reconfigure_state(&c->pf, &nc->pf, &st, now_ns);
-    nc->clock = clock_id(nc->pf.clock);
+    nc->clock = sluice__clock_id(nc->pf.clock);
     nc->lockfree = c->lockfree && sluice__state_packable(&nc->pf, &st);
     atomic_init(&nc->hinted, nc->lockfree);
     if (nc->lockfree) {

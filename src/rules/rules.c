@@ -66,6 +66,20 @@
  * only when it admitted the request: each on its own, charged when it
  * would admit.  Counters per rule: allowed, denied, denied in shadow,
  * denied elsewhere; striped per thread as counters.c does.
+ *
+ * Sections and entry points:
+ *   parsed text, the version, the reader's side, counters   (static)
+ *   the text       sluice_rules_check, sluice_rules_check_flags
+ *   files          sluice_rules_check_file
+ *   building a version, what a reload would do   sluice_rules_diff, _diff_files
+ *   the handle     sluice_rules_new, _new_file, _free, _reload_*_at
+ *   reading        sluice_rules_find, _count, _generation, _info, _stats,
+ *                  _set_top, _top_refused, _table_stats; sluice__rules_each
+ *   deciding       sluice_shadow_try_acquire_at (the shadow rule on any
+ *                  limits), sluice_rules_decide_at, sluice_rules_decide
+ * One file past 1,200 lines: the parser, the versions and the deciding
+ * share the parsed types and the readers' gate, which no other file may
+ * see; split, they would need a header of those internals.
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
@@ -391,20 +405,6 @@ static bool good_name(const char *s, size_t n)
     return true;
 }
 
-static bool parse_u64(const char *s, size_t n, uint64_t max, uint64_t *out)
-{
-    if (n == 0) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (max - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* The spec of token k (quoted) into canon; 0 or an error. */
 static int take_spec(const word *k, size_t line, char *canon, char *err, size_t errlen)
 {
@@ -478,7 +478,7 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
             d.shadow = true;
         } else if (is_max) {
             seen_max = true;
-            if (!parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) ||
+            if (sluice_parse_u64(v + 9, k->len - 9, SLUICE_RULE_MAX_KEYS_MAX, &d.max_keys) != 0 ||
                 d.max_keys == 0)
                 return bad(err, errlen, line, "bad max_keys (1 .. 16777216):", k->src, k->srclen, NULL);
         } else {
@@ -1522,6 +1522,89 @@ static bool bad_call(sluice_result *res, sluice_rule_outcome *per_rule, size_t n
     return false;
 }
 
+/* A ref that names exactly one limit: a limiter, or a table's key. */
+static bool ref_ok(const sluice_limit_ref *r)
+{
+    return (r->limiter != NULL) != (r->table != NULL) && (r->key || r->keylen == 0);
+}
+
+static bool same_limit(const sluice_limit_ref *a, const sluice_limit_ref *b)
+{
+    if (a->limiter || b->limiter) return a->limiter == b->limiter;
+    return a->table == b->table && a->keylen == b->keylen &&
+           (a->keylen == 0 || memcmp(a->key, b->key, a->keylen) == 0);
+}
+
+/* One limit's own decision: a composite of one is that limit's decision. */
+static bool decide_one(const sluice_limit_ref *r, uint64_t permits, uint64_t now_ns,
+                       sluice_result *out)
+{
+    return r->limiter ? sluice_try_acquire_at(r->limiter, permits, now_ns, out)
+                      : sluice_table_try_acquire_at(r->table, r->key, r->keylen, permits,
+                                                    now_ns, out);
+}
+
+static bool bad_shadow_call(sluice_result *res, sluice_rule_outcome *per, size_t n)
+{
+    if (res) sluice__fail(res, SLUICE_EINVAL);
+    if (per && n <= SLUICE_COMPOSITE_MAX) memset(per, 0, n * sizeof *per);
+    return false;
+}
+
+bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shadow, size_t n,
+                                  uint64_t permits, uint64_t now_ns, sluice_result *res,
+                                  sluice_rule_outcome *per)
+{
+    if (!refs || !shadow || n == 0 || n > SLUICE_COMPOSITE_MAX)
+        return bad_shadow_call(res, per, n);
+    sluice_limit_ref en[SLUICE_COMPOSITE_MAX];
+    sluice_result eres[SLUICE_COMPOSITE_MAX];
+    size_t ne = 0, at[SLUICE_COMPOSITE_MAX]; /* limit i's place among the enforcing */
+    for (size_t i = 0; i < n; i++) {
+        if (!ref_ok(&refs[i])) return bad_shadow_call(res, per, n);
+        for (size_t j = 0; j < i; j++) /* a limit twice, enforcing or shadow */
+            if (same_limit(&refs[i], &refs[j])) return bad_shadow_call(res, per, n);
+        if (!shadow[i]) {
+            at[i] = ne;
+            en[ne++] = refs[i];
+        }
+    }
+    sluice_result all;
+    bool ok;
+    if (ne == 1) {
+        ok = decide_one(&en[0], permits, now_ns, &all);
+        eres[0] = all;
+    } else if (ne) {
+        ok = sluice_composite_try_acquire_at(en, ne, permits, now_ns, &all, eres);
+    } else {
+        ok = true;
+        memset(&all, 0, sizeof all);
+        all.allowed = true;
+        all.remaining = UINT64_MAX;
+    }
+    sluice_rule_outcome mine[SLUICE_COMPOSITE_MAX]; /* the shadows are decided anyway */
+    if (!per) per = mine;
+    for (size_t i = 0; i < n; i++) {
+        sluice_rule_outcome *o = &per[i];
+        memset(o, 0, sizeof *o);
+        if (!shadow[i]) {
+            o->res = eres[at[i]];
+            o->decision = ok ? SLUICE_RULE_ALLOWED
+                        : o->res.allowed ? SLUICE_RULE_DENIED_ELSEWHERE : SLUICE_RULE_DENIED;
+            continue;
+        }
+        o->shadow = true;
+        if (!ok) {
+            o->decision = SLUICE_RULE_DENIED_ELSEWHERE; /* not decided, not charged */
+            continue;
+        }
+        o->decision = decide_one(&refs[i], permits, now_ns, &o->res) ? SLUICE_RULE_ALLOWED
+                                                                     : SLUICE_RULE_DENIED_SHADOW;
+    }
+    if (res) *res = all;
+    return ok;
+}
+
 bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
                             uint64_t permits, uint64_t now_ns, sluice_result *res,
                             sluice_rule_outcome *per_rule)
@@ -1539,8 +1622,8 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
     const version *v = enter(rs, &tok);
     const rule *rl[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
-    sluice_result per[SLUICE_COMPOSITE_MAX];
-    size_t ne = 0, at[SLUICE_COMPOSITE_MAX]; /* request i's place among refs */
+    bool shadow[SLUICE_COMPOSITE_MAX];
+    size_t nr = 0; /* the rules the set holds, in req order */
     for (size_t i = 0; i < n; i++) {
         int32_t id = req[i].rule;
         if (id < 0 || (size_t)id >= v->nids) {
@@ -1555,50 +1638,29 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
                     leave(rs, tok);
                     return bad_call(res, per_rule, n);
                 }
-        if (r && !r->d.shadow) {
-            at[i] = ne;
-            refs[ne++] = r->d.global ? sluice_ref_limiter(r->lim)
+        if (r) {
+            shadow[nr] = r->d.shadow;
+            refs[nr++] = r->d.global ? sluice_ref_limiter(r->lim)
                                      : sluice_ref_key(r->tab, req[i].key, req[i].keylen);
         }
     }
+    sluice_rule_outcome out[SLUICE_COMPOSITE_MAX];
     sluice_result all;
-    bool ok;
-    if (ne == 1) { /* a composite of one limit is that limit's decision */
-        ok = refs[0].limiter ? sluice_try_acquire_at(refs[0].limiter, permits, now_ns, &all)
-                             : sluice_table_try_acquire_at(refs[0].table, refs[0].key, refs[0].keylen,
-                                                           permits, now_ns, &all);
-        per[0] = all;
-    } else if (ne) {
-        ok = sluice_composite_try_acquire_at(refs, ne, permits, now_ns, &all, per);
-    } else {
-        ok = true;
-        memset(&all, 0, sizeof all);
-        all.allowed = true;
-        all.remaining = UINT64_MAX;
-    }
-    for (size_t i = 0; i < n; i++) {
+    bool ok = true;
+    memset(&all, 0, sizeof all);
+    all.allowed = true;
+    all.remaining = UINT64_MAX;
+    if (nr) ok = sluice_shadow_try_acquire_at(refs, shadow, nr, permits, now_ns, &all, out);
+    for (size_t i = 0, k = 0; i < n; i++) {
         const rule *r = rl[i];
         sluice_rule_outcome o;
-        memset(&o, 0, sizeof o);
-        if (!r) {
-            o.decision = SLUICE_RULE_ABSENT;
-        } else if (!r->d.shadow) {
-            o.res = per[at[i]];
-            o.decision = ok ? SLUICE_RULE_ALLOWED
-                       : o.res.allowed ? SLUICE_RULE_DENIED_ELSEWHERE : SLUICE_RULE_DENIED;
+        if (r) {
+            o = out[k++];
+            rctr_count(r->ctr, tok / 2, o.decision, permits);
         } else {
-            o.shadow = true;
-            if (ok) {
-                bool would = r->d.global
-                                 ? sluice_try_acquire_at(r->lim, permits, now_ns, &o.res)
-                                 : sluice_table_try_acquire_at(r->tab, req[i].key, req[i].keylen,
-                                                               permits, now_ns, &o.res);
-                o.decision = would ? SLUICE_RULE_ALLOWED : SLUICE_RULE_DENIED_SHADOW;
-            } else {
-                o.decision = SLUICE_RULE_DENIED_ELSEWHERE;
-            }
+            memset(&o, 0, sizeof o);
+            o.decision = SLUICE_RULE_ABSENT;
         }
-        if (r) rctr_count(r->ctr, tok / 2, o.decision, permits);
         if (per_rule) per_rule[i] = o;
     }
     leave(rs, tok);

@@ -1,5 +1,8 @@
 /* rules.h -- what the metrics registry (metrics.c) reads of a rule set
- * (rules.c). */
+ * (rules.c).
+ *
+ * Entry point: sluice__rules_each.
+ */
 #ifndef SLUICE_RULES_INTERNAL_H
 #define SLUICE_RULES_INTERNAL_H
 

@@ -246,6 +246,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* syscall(): membarrier */
 #endif
+#include "base/clock.h"
 #include "base/internal.h"
 #include "base/counters.h"
 #include "base/spin.h"

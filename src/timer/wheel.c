@@ -109,6 +109,14 @@
  * until next_deadline(); schedule() signals it when the new due time is
  * earlier than the one it sleeps until.  start/stop serialise on a second
  * mutex, never held by the wheel's thread, so stop() can join it.
+ *
+ * Sections and entry points:
+ *   ticks and ids, slab, lists and filing   (static: the node store and
+ *                                           wheel_core.h's instance)
+ *   public API    sluice_wheel_new, _free, _schedule, _reschedule, _cancel,
+ *                 _advance, _next_deadline, _pending; bindings
+ *                 sluice__wheel_bind, sluice__wheel_unbind (wheel.h)
+ *   own thread    sluice_wheel_start, sluice_wheel_stop
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
@@ -757,6 +765,17 @@ int sluice_wheel_schedule(sluice_wheel *w, uint64_t deadline_ns,
     return 0;
 }
 
+/* Under the lock: take timer `id` off its list for a change (its index
+ * in *i, its node in *n), or SLUICE_EBUSY while it fires, SLUICE_ENOENT
+ * when there is no such timer. */
+static int unlink_for_change(sluice_wheel *w, sluice_timer_id id, uint32_t *i, wnode **n)
+{
+    if (id != 0 && id == w->firing) return SLUICE_EBUSY;
+    if (!(*n = lookup(w, id, i))) return SLUICE_ENOENT;
+    list_unlink(w, *n);
+    return 0;
+}
+
 int sluice_wheel_reschedule(sluice_wheel *w, sluice_timer_id id,
                             uint64_t deadline_ns)
 {
@@ -764,13 +783,8 @@ int sluice_wheel_reschedule(sluice_wheel *w, sluice_timer_id id,
     lock(w);
     uint32_t i;
     wnode *n;
-    int rc = 0;
-    if (id != 0 && id == w->firing) {
-        rc = SLUICE_EBUSY;
-    } else if (!(n = lookup(w, id, &i))) {
-        rc = SLUICE_ENOENT;
-    } else {
-        list_unlink(w, n);
+    int rc = unlink_for_change(w, id, &i, &n);
+    if (rc == 0) {
         n->deadline_ns = deadline_ns;
         n->due = due_tick(w, deadline_ns);
         file(w, i, n);
@@ -786,13 +800,8 @@ int sluice_wheel_cancel(sluice_wheel *w, sluice_timer_id id)
     lock(w);
     uint32_t i;
     wnode *n;
-    int rc = 0;
-    if (id != 0 && id == w->firing) {
-        rc = SLUICE_EBUSY;
-    } else if (!(n = lookup(w, id, &i))) {
-        rc = SLUICE_ENOENT;
-    } else {
-        list_unlink(w, n);
+    int rc = unlink_for_change(w, id, &i, &n);
+    if (rc == 0) {
         node_free(w, i, n);
         pending_add(w, 1, false);
     }

@@ -7,6 +7,8 @@
  * wheel's thread has stopped and before the timers are dropped, with no
  * lock of the wheel held: the object lets go of the wheel there, and never
  * touches it again.  An object freed first unbinds itself.
+ *
+ * Entry points: sluice__wheel_bind, sluice__wheel_unbind.
  */
 #ifndef SLUICE_WHEEL_INTERNAL_H
 #define SLUICE_WHEEL_INTERNAL_H

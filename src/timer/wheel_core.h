@@ -84,6 +84,9 @@
  *
  * Every function is static inline, O(1) or O(levels); the state is 72
  * bytes (cur and 8 occupancy words) plus 16 for the beyond list.
+ *
+ * Entry points: sluice__wcore_init, _level, _list, _file (where an event
+ * goes), _vacate, _slot_tick, _next (the next event), _step (the cascade).
  */
 #ifndef SLUICE_WHEEL_CORE_H
 #define SLUICE_WHEEL_CORE_H

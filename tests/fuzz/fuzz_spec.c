@@ -21,7 +21,10 @@
  *    bounds and the reserved words zero;
  *  - the limiter answers a probe (permits 0: allowed, retry 0) and one
  *    request at time 0 (allowed with retry 0, or refused with retry -1 or
- *    > 0).
+ *    > 0);
+ *  - the decimal reader the grammar uses, sluice_parse_u64(), on the input
+ *    and its prefixes, under four bounds, agrees with a reference that reads
+ *    the digits into 128 bits (code and value; *out untouched on error).
  */
 #include <sluice.h>
 #include <string.h>
@@ -117,12 +120,45 @@ static void check_info(const sluice_spec_info *i, const char *canon)
     }
 }
 
+/* The reference reader: every byte a digit, the value in 128 bits (more
+ * than 21 significant digits is above any bound). */
+static int ref_number(const char *s, size_t n, uint64_t max, uint64_t *out)
+{
+    if (n == 0) return SLUICE_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return SLUICE_EINVAL;
+    size_t i = 0;
+    while (i + 1 < n && s[i] == '0') i++;
+    if (n - i > 21) return SLUICE_ERANGE;
+    unsigned __int128 v = 0;
+    for (; i < n; i++) v = v * 10 + (unsigned)(s[i] - '0');
+    if (v > max) return SLUICE_ERANGE;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static void check_number(const char *s, size_t n)
+{
+    const uint64_t bounds[4] = {UINT64_MAX, (uint64_t)INT64_MAX, 1000000000000ULL,
+                                n ? (uint64_t)(unsigned char)s[0] : 0};
+    for (size_t len = 0; len <= n; len += 1 + len / 4) /* the input and some prefixes */
+        for (int b = 0; b < 4; b++) {
+            uint64_t v = 7, r = 7;
+            int rc = sluice_parse_u64(s, len, bounds[b], &v);
+            int rr = ref_number(s, len, bounds[b], &r);
+            FUZZ_CHECK(rc == rr && v == r, "parse_u64 of %zu bytes under %llu: %d %llu, want %d %llu",
+                       len, (unsigned long long)bounds[b], rc, (unsigned long long)v, rr,
+                       (unsigned long long)r);
+        }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char spec[MAXSPEC + 1];
     size_t n = size < MAXSPEC ? size : MAXSPEC;
     memcpy(spec, data, n);
     spec[n] = '\0';
+    check_number(spec, n);
 
     char canon[SLUICE_SPEC_MAX + 64], err[512], err2[512];
     memset(canon, 0, sizeof canon);
