@@ -49,6 +49,8 @@
 #                     e.g. --args 'overload=--flood-keys 1000'
 #   --rows REGEX      only the rows whose name matches (awk extended regex)
 #   --tolerance PCT   the least median difference that counts (default 1)
+#   --brief           one line per benchmark (rows, verdicts, range of B/A,
+#                     widest spread), then only the rows that are not "="
 #   --out DIR         keep every run's output there (DIR/NAME.SIDE.ROUND.txt)
 #   --jobs N          build jobs (default 2)
 # Exit status: 0; 1 if a row is slower or a benchmark exited non-zero;
@@ -60,7 +62,7 @@ die() { echo "$prog: $*" >&2; exit 2; }
 
 all_benches=(decide overload burst composite region)
 declare -A extra=()
-rounds=5 quick=0 only="" rows="" tol=1 out="" jobs=2 table_dir=""
+rounds=5 quick=0 brief=0 only="" rows="" tol=1 out="" jobs=2 table_dir=""
 pos=()
 while (($#)); do
     case $1 in
@@ -85,6 +87,7 @@ while (($#)); do
         esac
         shift 2 ;;
     --quick) quick=1; shift ;;
+    --brief) brief=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; pos+=("$@"); break ;;
     -*) die "unknown option \"$1\" (try --help)" ;;
@@ -220,7 +223,7 @@ print_table() { # DIR
                 done
             done
         done
-    } | awk -F '\t' -v re="$rows" -v tol="$tol" '
+    } | awk -F '\t' -v re="$rows" -v tol="$tol" -v brief="$brief" '
     function fmt(x) { return x >= 10 ? sprintf("%.1f", x) : sprintf("%.2f", x) }
     function stats(k, s,   m, i, j, t, a) {
         m = cnt[k, s]
@@ -237,25 +240,52 @@ print_table() { # DIR
         if (cnt[k, $1] > maxr) maxr = cnt[k, $1]
     }
     END {
-        print "| row | A median | A min-max | B median | B min-max | B/A | verdict |"
-        print "|---|---:|---:|---:|---:|---:|---|"
+        if (!brief) {
+            print "| row | A median | A min-max | B median | B min-max | B/A | verdict |"
+            print "|---|---:|---:|---:|---:|---:|---|"
+        }
         for (i = 1; i <= n; i++) {
             k = order[i]
+            b = k; sub(/:.*/, "", b)
+            if (!(b in rowsof)) { border[++nb] = b; lo_r[b] = 1e300; hi_r[b] = 0; sp[b] = 0 }
+            rowsof[b]++
             if (!cnt[k, "A"] || !cnt[k, "B"]) {
-                printf "| %s | | | | | | %s only |\n", k, cnt[k, "A"] ? "A" : "B"; only++
+                line[i] = sprintf("| %s | | | | | | %s only |", k, cnt[k, "A"] ? "A" : "B"); only++
+                odd[i] = 1; bonly[b]++
                 continue
             }
             stats(k, "A"); ma = med; la = lo; ha = hi
             stats(k, "B"); mb = med; lb = lo; hb = hi
             r = ma > 0 ? mb / ma : 0
             verdict = "="
-            if (lb > ha && mb > ma * (1 + tol / 100)) { verdict = "**slower**"; slower++ }
-            else if (hb < la && mb < ma * (1 - tol / 100)) { verdict = "faster"; faster++ }
+            if (lb > ha && mb > ma * (1 + tol / 100)) { verdict = "**slower**"; slower++; bslow[b]++; odd[i] = 1 }
+            else if (hb < la && mb < ma * (1 - tol / 100)) { verdict = "faster"; faster++; bfast[b]++; odd[i] = 1 }
             else same++
+            if (r < lo_r[b]) lo_r[b] = r
+            if (r > hi_r[b]) hi_r[b] = r
+            if (ma > 0 && (ha - la) / ma > sp[b]) sp[b] = (ha - la) / ma
+            if (mb > 0 && (hb - lb) / mb > sp[b]) sp[b] = (hb - lb) / mb
             note = (cnt[k, "A"] < maxr || cnt[k, "B"] < maxr) ? sprintf(" (%d/%d runs)", cnt[k, "A"], cnt[k, "B"]) : ""
-            printf "| %s | %s | %s-%s | %s | %s-%s | %.3f | %s%s |\n", k, fmt(ma), fmt(la), fmt(ha),
-                   fmt(mb), fmt(lb), fmt(hb), r, verdict, note
+            line[i] = sprintf("| %s | %s | %s-%s | %s | %s-%s | %.3f | %s%s |", k, fmt(ma), fmt(la), fmt(ha),
+                              fmt(mb), fmt(lb), fmt(hb), r, verdict, note)
         }
+        if (brief) {
+            print "| benchmark | rows | slower | faster | B/A of the medians | widest spread (max-min)/median |"
+            print "|---|---:|---:|---:|---:|---:|"
+            for (j = 1; j <= nb; j++) {
+                b = border[j]
+                printf "| %s | %d%s | %d | %d | %.3f-%.3f | %.0f%% |\n", b, rowsof[b],
+                       (bonly[b] ? sprintf(" (%d on one side)", bonly[b]) : ""), bslow[b], bfast[b],
+                       (hi_r[b] > 0 ? lo_r[b] : 0), hi_r[b], 100 * sp[b]
+            }
+            if (slower + faster + only) {
+                print ""
+                print "| row | A median | A min-max | B median | B min-max | B/A | verdict |"
+                print "|---|---:|---:|---:|---:|---:|---|"
+            }
+        }
+        for (i = 1; i <= n; i++) if (!brief || odd[i]) print line[i]
+        if (n == 0) { print "\nno rows (see the exit statuses below)"; exit 1 }
         c = 1; for (i = 1; i <= maxr; i++) c = c * (maxr + i) / i   # C(2R, R)
         printf "\n%d rows: %d slower beyond the spread, %d faster, %d within it%s.\n",
                n, slower, faster, same, only ? sprintf(", %d on one side only", only) : ""

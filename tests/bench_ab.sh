@@ -111,6 +111,15 @@ rc=$?
 if grep '^| [a-z]*: ' "$tmp/slower.md" | grep -v ' \*\*slower\*\* |$'; then
     fail "B x1.5: the rows above are not \"slower\""
 fi
+# --brief: a line per benchmark, every row of it slower, then those rows
+"$ab" --table "$tmp/slower" --brief >"$tmp/brief.md"
+for n in decide overload burst composite region; do
+    rows=$(grep -c "^| $n: " "$tmp/slower.md")
+    grep -q "^| $n | $rows | $rows | 0 | 1\.50[0-9]-1\.50[0-9] |" "$tmp/brief.md" ||
+        fail "--brief: no line \"| $n | $rows | $rows | 0 | 1.5... |\""
+done
+[[ $(grep -c '^| [a-z]*: ' "$tmp/brief.md") == $(grep -c '^| [a-z]*: ' "$tmp/slower.md") ]] ||
+    fail "--brief: not every slower row is listed"
 fill "$tmp/faster" 0.99 1 1.01 0.5
 "$ab" --table "$tmp/faster" >"$tmp/faster.md"
 rc=$?
