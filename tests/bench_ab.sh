@@ -36,13 +36,14 @@ run burst bench_table --burst --runs 1 --iters 2000 --burst-keys 2000
 run composite bench_composite --runs 1 --iters 4000
 run region bench_region --runs 1 --decisions 2000 --keys 1000
 
-# scale FILE FACTOR: every figure with a decimal point times FACTOR (the
-# rows' ns; counts and key numbers are integers and stay).
+# scale FILE FACTOR: every figure with a decimal point, v, becomes
+# (v + 1) x FACTOR (the rows' ns; counts and key numbers are integers and
+# stay): + 1 so that a figure printed as 0.0 on these tiny runs scales too.
 scale() {
     awk -v k="$2" '{
         out = ""; s = $0
         while (match(s, /[0-9]+\.[0-9]+/)) {
-            out = out substr(s, 1, RSTART - 1) sprintf("%.2f", substr(s, RSTART, RLENGTH) * k)
+            out = out substr(s, 1, RSTART - 1) sprintf("%.4f", (substr(s, RSTART, RLENGTH) + 1) * k)
             s = substr(s, RSTART + RLENGTH)
         }
         print out s
