@@ -51,7 +51,9 @@
 #   --tolerance PCT   the least median difference that counts (default 1)
 #   --brief           one line per benchmark (rows, verdicts, range of B/A,
 #                     widest spread), then only the rows that are not "="
-#   --out DIR         keep every run's output there (DIR/NAME.SIDE.ROUND.txt)
+#   --out DIR         keep every run's output there (DIR/NAME.SIDE.ROUND.txt
+#                     and .rc, its exit status; those of an earlier run are
+#                     removed first)
 #   --jobs N          build jobs (default 2)
 # Exit status: 0; 1 if a row is slower or a benchmark exited non-zero;
 # 2 on bad usage or a failed build.
