@@ -131,8 +131,8 @@ bench_cmd() { # NAME -> words on stdout, one a line
 # The rows of one benchmark's output: "ROW<TAB>NS" lines.  Each parser knows
 # its benchmark's sections; numbers in parentheses, ratios (1.2x), marks (!)
 # and verdicts are dropped.
-parse_rows() { # NAME FILE
-    awk -v bench="$1" '
+parse_rows() { # FILE... (each named NAME.SIDE.ROUND.txt) -> "SIDE<TAB>NAME: ROW<TAB>NS"
+    awk '
     function isnum(s) { return s ~ /^[0-9]+(\.[0-9]+)?$/ }
     # Splits a cleaned line into a name (the words before the first number)
     # and the numbers after it: nm, nv, val[1..nv].
@@ -146,7 +146,11 @@ parse_rows() { # NAME FILE
             else if (f[i] !~ /^[0-9.]+x$/) break
         }
     }
-    function emit(row, v) { printf "%s: %s\t%s\n", bench, row, v }
+    function emit(row, v) { printf "%s\t%s: %s\t%s\n", side, bench, row, v }
+    FNR == 1 {
+        fname = FILENAME; sub(/.*\//, "", fname); split(fname, part, ".")
+        bench = part[1]; side = part[2]; sec = ""
+    }
 
     bench == "decide" {
         if ($0 ~ /^algorithm +allowed/) { sec = "1t"; next }
@@ -208,24 +212,22 @@ parse_rows() { # NAME FILE
             emit($1 " keys region", $4); emit($1 " keys region (cpu)", $5)
         }
         next
-    }' "$2"
+    }' "$@"
 }
 
 # The table from a directory of outputs (NAME.SIDE.ROUND.txt, .rc beside).
 # Exit status 1 if a row is slower or a run exited non-zero.
 print_table() { # DIR
-    local dir=$1 b s f status=0
+    local dir=$1 b s f status=0 files=()
     [[ -d $dir ]] || die "no directory \"$dir\""
-    {
-        for b in "${all_benches[@]}"; do
-            for s in A B; do
-                for f in "$dir/$b.$s".*.txt; do
-                    [[ -e $f ]] || continue
-                    parse_rows "$b" "$f" | sed "s/^/$s\t/"
-                done
+    for b in "${all_benches[@]}"; do
+        for s in A B; do
+            for f in "$dir/$b.$s".*.txt; do
+                [[ -e $f ]] && files+=("$f")
             done
         done
-    } | awk -F '\t' -v re="$rows" -v tol="$tol" -v brief="$brief" '
+    done
+    { ((${#files[@]} == 0)) || parse_rows "${files[@]}"; } | awk -F '\t' -v re="$rows" -v tol="$tol" -v brief="$brief" '
     function fmt(x) { return x >= 10 ? sprintf("%.1f", x) : sprintf("%.2f", x) }
     function stats(k, s,   m, i, j, t, a) {
         m = cnt[k, s]
