@@ -22,7 +22,9 @@
 # 3. Parses each benchmark's printed rows (every figure in ns; the ratios and
 #    targets they print are left out, as they follow from the ns), and prints
 #    one markdown table: per row A's and B's median over the rounds, their
-#    spread (min-max over the rounds), B/A of the medians and a verdict.
+#    spread (min-max over the rounds), B/A of the medians, B/A of the best
+#    rounds (the minima: on a busy machine, where a slow spell only ever
+#    adds time, often the steadier figure) and a verdict.
 #
 # The figures are parsed from the text the benchmarks print, not from a
 # machine-readable option: BASE_REV is an older commit, and a --tsv added
@@ -245,8 +247,8 @@ print_table() { # DIR
     }
     END {
         if (!brief) {
-            print "| row | A median | A min-max | B median | B min-max | B/A | verdict |"
-            print "|---|---:|---:|---:|---:|---:|---|"
+            print "| row | A median | A min-max | B median | B min-max | B/A | best B/A | verdict |"
+            print "|---|---:|---:|---:|---:|---:|---:|---|"
         }
         for (i = 1; i <= n; i++) {
             k = order[i]
@@ -254,38 +256,41 @@ print_table() { # DIR
             if (!(b in rowsof)) { border[++nb] = b; lo_r[b] = 1e300; hi_r[b] = 0; sp[b] = 0 }
             rowsof[b]++
             if (!cnt[k, "A"] || !cnt[k, "B"]) {
-                line[i] = sprintf("| %s | | | | | | %s only |", k, cnt[k, "A"] ? "A" : "B"); only++
+                line[i] = sprintf("| %s | | | | | | | %s only |", k, cnt[k, "A"] ? "A" : "B"); only++
                 odd[i] = 1; bonly[b]++
                 continue
             }
             stats(k, "A"); ma = med; la = lo; ha = hi
             stats(k, "B"); mb = med; lb = lo; hb = hi
             r = ma > 0 ? mb / ma : 0
+            rb = la > 0 ? lb / la : 0
             verdict = "="
             if (lb > ha && mb > ma * (1 + tol / 100)) { verdict = "**slower**"; slower++; bslow[b]++; odd[i] = 1 }
             else if (hb < la && mb < ma * (1 - tol / 100)) { verdict = "faster"; faster++; bfast[b]++; odd[i] = 1 }
             else same++
             if (r < lo_r[b]) lo_r[b] = r
             if (r > hi_r[b]) hi_r[b] = r
+            if (!(b in lo_b) || rb < lo_b[b]) lo_b[b] = rb
+            if (rb > hi_b[b]) hi_b[b] = rb
             if (ma > 0 && (ha - la) / ma > sp[b]) sp[b] = (ha - la) / ma
             if (mb > 0 && (hb - lb) / mb > sp[b]) sp[b] = (hb - lb) / mb
             note = (cnt[k, "A"] < maxr || cnt[k, "B"] < maxr) ? sprintf(" (%d/%d runs)", cnt[k, "A"], cnt[k, "B"]) : ""
-            line[i] = sprintf("| %s | %s | %s-%s | %s | %s-%s | %.3f | %s%s |", k, fmt(ma), fmt(la), fmt(ha),
-                              fmt(mb), fmt(lb), fmt(hb), r, verdict, note)
+            line[i] = sprintf("| %s | %s | %s-%s | %s | %s-%s | %.3f | %.3f | %s%s |", k, fmt(ma), fmt(la), fmt(ha),
+                              fmt(mb), fmt(lb), fmt(hb), r, rb, verdict, note)
         }
         if (brief) {
-            print "| benchmark | rows | slower | faster | B/A of the medians | widest spread (max-min)/median |"
-            print "|---|---:|---:|---:|---:|---:|"
+            print "| benchmark | rows | slower | faster | B/A of the medians | B/A of the best | widest spread (max-min)/median |"
+            print "|---|---:|---:|---:|---:|---:|---:|"
             for (j = 1; j <= nb; j++) {
                 b = border[j]
-                printf "| %s | %d%s | %d | %d | %.3f-%.3f | %.0f%% |\n", b, rowsof[b],
+                printf "| %s | %d%s | %d | %d | %.3f-%.3f | %.3f-%.3f | %.0f%% |\n", b, rowsof[b],
                        (bonly[b] ? sprintf(" (%d on one side)", bonly[b]) : ""), bslow[b], bfast[b],
-                       (hi_r[b] > 0 ? lo_r[b] : 0), hi_r[b], 100 * sp[b]
+                       (hi_r[b] > 0 ? lo_r[b] : 0), hi_r[b], lo_b[b] + 0, hi_b[b] + 0, 100 * sp[b]
             }
             if (slower + faster + only) {
                 print ""
-                print "| row | A median | A min-max | B median | B min-max | B/A | verdict |"
-                print "|---|---:|---:|---:|---:|---:|---|"
+                print "| row | A median | A min-max | B median | B min-max | B/A | best B/A | verdict |"
+                print "|---|---:|---:|---:|---:|---:|---:|---|"
             }
         }
         for (i = 1; i <= n; i++) if (!brief || odd[i]) print line[i]
