@@ -28,8 +28,9 @@
 #
 # The figures are parsed from the text the benchmarks print, not from a
 # machine-readable option: BASE_REV is an older commit, and a --tsv added
-# today would not be there.  The parsers follow the formats of bench/*.c
-# since issue 10; a row that only one side prints shows as "A only"/"B only".
+# today would not be there.  The parsers follow the formats of bench/*.c as
+# of a5ca32d (bench_table --overload's also at 9bdce36, the oldest tried); a
+# row that only one side prints shows as "A only"/"B only".
 #
 # Verdict of a row (A: its values over the rounds, B the same):
 #   slower   min(B) > max(A) -- B's best run is worse than A's worst -- and
@@ -47,8 +48,9 @@
 #                     bench_decide, bench_composite --runs 3 --iters 200000;
 #                     bench_region --runs 3
 #   --only LIST       comma-separated subset of decide,overload,burst,composite,region
-#   --args NAME=ARGS  extra arguments for one benchmark (word-split; repeatable),
-#                     e.g. --args 'overload=--flood-keys 1000'
+#   --args NAME=ARGS  extra arguments for one benchmark (word-split; once per
+#                     benchmark, the last one given counts),
+#                     e.g. --args 'overload=--flood-keys 2000'
 #   --rows REGEX      only the rows whose name matches (awk extended regex)
 #   --tolerance PCT   the least median difference that counts (default 1)
 #   --brief           one line per benchmark (rows, verdicts, range of B/A,
