@@ -18,6 +18,12 @@
  *                       exactly when PERIOD stays; buckets: an exact
  *                       rational bucket started at the change, never
  *                       admitting what it would not).
+ *   test_log_chains     chains of 2..6 changes of sliding-log and
+ *                       sliding-wheel specs (shorter, longer, back), random
+ *                       traffic: every admission one the reference model
+ *                       (every admission kept) allows, remaining never above
+ *                       its; every field equal to its where the window has
+ *                       passed every slot the log may have forgotten.
  *   test_shorter_log_window  a window log's window shortened: the entries
  *                       it drops count no more, also for refusals asked
  *                       without details, at an earlier time than the change.
@@ -37,6 +43,9 @@
  * Tables (sluice_table_reconfigure_at, set_limit_at, set_burst_at):
  *   test_table_random_traces  test_random_traces' property on one key of a
  *                       table among others.
+ *   test_table_log_chains, test_shared_log_chains  test_log_chains on one
+ *                       key of a table, and of a table in a shared region
+ *                       (its state stored there between decisions).
  *   test_table_exact    300 keys, three changes (some keys touched between
  *                       them, some missing all three): every field of every
  *                       decision and peek equals the reference model
@@ -58,6 +67,7 @@
  *                       more than the larger limit; the count is kept.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <sluice.h>
@@ -319,6 +330,8 @@ typedef struct tgt {
     sluice_limiter *l;
     sluice_table *t;
     uint64_t noise; /* the other keys' requests */
+    void *reg;      /* a shared table's region (tgt_new_shared), or NULL */
+    size_t reg_bytes;
 } tgt;
 
 static void tgt_new(tgt *g, const char *sp, bool table)
@@ -330,6 +343,22 @@ static void tgt_new(tgt *g, const char *sp, bool table)
     }
     char err[256];
     g->t = sluice_table_new_flags(sp, 64, SLUICE_TABLE_RECLAIM_WHEN_FULL, err, sizeof err);
+    if (!g->t) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_non_null(g->t);
+}
+
+/* A table in a shared region (an anonymous MAP_SHARED mapping, as a
+ * process would share it with its children). */
+static void tgt_new_shared(tgt *g, const char *sp)
+{
+    *g = (tgt){.noise = 0x5eed};
+    char err[256];
+    g->reg_bytes = sluice_table_region_size(sp, 64, 16, err, sizeof err);
+    if (!g->reg_bytes) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_true(g->reg_bytes > 0);
+    g->reg = mmap(NULL, g->reg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g->reg != MAP_FAILED);
+    g->t = sluice_table_attach(g->reg, g->reg_bytes, sp, 64, 16, 0, err, sizeof err);
     if (!g->t) fprintf(stderr, "%s: %s\n", sp, err);
     assert_non_null(g->t);
 }
@@ -360,6 +389,7 @@ static void tgt_free(tgt *g)
 {
     sluice_limiter_free(g->l);
     sluice_table_free(g->t);
+    if (g->reg) munmap(g->reg, g->reg_bytes);
 }
 
 static void one_trace(uint64_t *rs, int variant, bool table)
@@ -556,17 +586,20 @@ static bool tgt_held(tgt *g)
  * allows (the rule over the whole history), and `remaining` never above
  * the model's; where the window has passed F, every field equals the
  * model's.  Counts the decisions of each kind in n[0] (exact), n[1]. */
-static void chain_trace(uint64_t *rs, bool wheel, bool table, uint64_t n[2])
+static void chain_trace(uint64_t *rs, bool wheel, int mode, uint64_t n[2])
 {
     static const uint64_t periods[] = {500, 1000, 2000, 3000};
     const uint64_t tick = wheel ? 100 : 1;
     const ref_alg a = wheel ? REF_SLIDING_WHEEL : REF_SLIDING_LOG;
     spec sp;
-    uint64_t W = periods[tu_splitmix64_below(rs, 4)];
-    spec_make(&sp, a, false, 1 + tu_splitmix64_below(rs, 8), W, 0, W / tick);
+    uint64_t W = periods[tu_splitmix64_below(rs, 4)], L0 = 1 + tu_splitmix64_below(rs, 8);
+    if (mode == 2) L0 = 8, W = 3000; /* a region's rings are sized by its first spec */
+    spec_make(&sp, a, false, L0, W, 0, W / tick);
     sp.p.literal = true;
+    const bool table = mode > 0;
     tgt g;
-    tgt_new(&g, sp.s, table);
+    if (mode == 2) tgt_new_shared(&g, sp.s);
+    else tgt_new(&g, sp.s, table);
     ref_model *m = ref_model_new(&sp.p);
     assert_non_null(m);
     char trail[512]; /* the chain so far, for a failure's message */
@@ -618,7 +651,7 @@ static void chain_trace(uint64_t *rs, bool wheel, bool table, uint64_t n[2])
                 fprintf(stderr,
                         "seed %llu: %s%s: %s %llu at %llu: got %d rem %llu retry %lld, the model "
                         "%d rem %llu retry %lld\n",
-                        ULL(g_seed), table ? "table " : "", trail, exact ? "exact" : "bounded",
+                        ULL(g_seed), mode == 2 ? "shared table " : table ? "table " : "", trail, exact ? "exact" : "bounded",
                         ULL(p), ULL(at), ok, ULL(r.remaining), (long long)r.retry_after_ns,
                         w.allowed, ULL(w.remaining), (long long)w.retry_after_ns);
             assert_false(fail);
@@ -662,8 +695,8 @@ static void test_log_chains(void **state)
     uint64_t rs = g_seed ^ 0xc4a19;
     uint64_t n[2] = {0, 0};
     for (size_t rep = 0; rep < tu_scaled(400, g_scale); rep++) {
-        chain_trace(&rs, false, false, n);
-        chain_trace(&rs, true, false, n);
+        chain_trace(&rs, false, 0, n);
+        chain_trace(&rs, true, 0, n);
     }
     printf("log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
     assert_true(n[0] > n[1]);
@@ -678,10 +711,28 @@ static void test_table_log_chains(void **state)
     uint64_t rs = g_seed ^ 0x7c4a19;
     uint64_t n[2] = {0, 0};
     for (size_t rep = 0; rep < tu_scaled(200, g_scale); rep++) {
-        chain_trace(&rs, false, true, n);
-        chain_trace(&rs, true, true, n);
+        chain_trace(&rs, false, 1, n);
+        chain_trace(&rs, true, 1, n);
     }
     printf("table log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
+    assert_true(n[0] > n[1]);
+    assert_true(n[1] > 0);
+}
+
+/* The same through a table in a shared region: a key's state is stored in
+ * the region between its decisions, the carry's history with it
+ * (region_table.c), and carried over every change it missed at its next
+ * decision. */
+static void test_shared_log_chains(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x5c4a19;
+    uint64_t n[2] = {0, 0};
+    for (size_t rep = 0; rep < tu_scaled(200, g_scale); rep++) {
+        chain_trace(&rs, false, 2, n);
+        chain_trace(&rs, true, 2, n);
+    }
+    printf("shared table log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
     assert_true(n[0] > n[1]);
     assert_true(n[1] > 0);
 }
@@ -1455,6 +1506,7 @@ int main(void)
         cmocka_unit_test(test_table_random_traces),
         cmocka_unit_test(test_log_chains),
         cmocka_unit_test(test_table_log_chains),
+        cmocka_unit_test(test_shared_log_chains),
         cmocka_unit_test(test_table_exact),
         cmocka_unit_test(test_table_rest),
         cmocka_unit_test(test_table_million),
