@@ -116,6 +116,15 @@
  * the hint and seq again (R1-R3 above), so the hint is that of the state
  * the log held at R1, and a time below it, clamped to t_last (which is
  * below it), is refused there: three loads of one line, linearised at R1.
+ *
+ * A change of spec (carry, at the end) keeps the ring's entries at their
+ * slots.  What the ring already retired is gone; where a longer new window
+ * reaches back to it, one entry stands in for it, bounded by the largest
+ * LIMIT per the smallest window of every spec the log admitted under (kept
+ * in the header's 31 spare bits, `hist`, and stored with the ring by a
+ * shared table and the Redis module): never less than the forgotten
+ * admissions, so never admitting what the whole history would refuse, and
+ * exact again once the new window has passed the slot it stands at.
  */
 #include "alg/window_log.h"
 #include "base/spin.h"
