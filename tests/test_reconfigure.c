@@ -576,7 +576,8 @@ static bool tgt_held(tgt *g)
 
 /* One chain: 2..6 changes between sliding-log (or sliding-wheel, 100-ns
  * slots) specs of random LIMIT and PERIOD -- shorter, longer, back --
- * with random traffic between them, on a limiter or one key of a table,
+ * with random traffic between them (or none: a table's key then catches up
+ * over several changes at once), on a limiter or one key of a table,
  * against the reference model changed at the same instants, which keeps
  * every admission (literal).  The log forgets admissions that left its
  * window; a change to a longer window stands in for them with a bound
@@ -609,7 +610,9 @@ static void chain_trace(uint64_t *rs, bool wheel, int mode, uint64_t n[2])
     const int changes = 2 + (int)tu_splitmix64_below(rs, 5);
     for (int c = 0; c <= changes; c++) {
         const uint64_t N = sp.p.period_ns / tick, L = sp.p.limit;
-        const int steps = 8 + (int)tu_splitmix64_below(rs, 30);
+        /* some eras see no request: a table's key then catches up over
+         * several changes at once */
+        const int steps = tu_splitmix64_below(rs, 4) == 0 ? 0 : 8 + (int)tu_splitmix64_below(rs, 30);
         for (int k = 0; k < steps; k++) {
             switch (tu_splitmix64_below(rs, 4)) { /* bursts, steady, gaps */
             case 0: break;
