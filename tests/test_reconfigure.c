@@ -18,6 +18,12 @@
  *                       exactly when PERIOD stays; buckets: an exact
  *                       rational bucket started at the change, never
  *                       admitting what it would not).
+ *   test_log_chains     chains of 2..6 changes of sliding-log and
+ *                       sliding-wheel specs (shorter, longer, back), random
+ *                       traffic: every admission one the reference model
+ *                       (every admission kept) allows, remaining never above
+ *                       its; every field equal to its where the window has
+ *                       passed every slot the log may have forgotten.
  *   test_shorter_log_window  a window log's window shortened: the entries
  *                       it drops count no more, also for refusals asked
  *                       without details, at an earlier time than the change.
@@ -37,6 +43,9 @@
  * Tables (sluice_table_reconfigure_at, set_limit_at, set_burst_at):
  *   test_table_random_traces  test_random_traces' property on one key of a
  *                       table among others.
+ *   test_table_log_chains, test_shared_log_chains  test_log_chains on one
+ *                       key of a table, and of a table in a shared region
+ *                       (its state stored there between decisions).
  *   test_table_exact    300 keys, three changes (some keys touched between
  *                       them, some missing all three): every field of every
  *                       decision and peek equals the reference model
@@ -58,6 +67,7 @@
  *                       more than the larger limit; the count is kept.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <sluice.h>
@@ -171,6 +182,26 @@ static void test_exact_cases(void **state)
     reconf(l, "sliding-log 3/2s", 1500 * MS);
     ask(l, 1, 1500 * MS, false, 0, 500 * MS);
     ask(l, 0, 2 * SEC, true, 1, 0);
+    sluice_limiter_free(l);
+
+    /* A chain (the Redis module's chain test, seed 1): sliding-log 6/3s, 1
+     * at each of 0, 0.1, ..., 0.5 s.  At 0.6 s to 2/1s; 2 at 1.55 s (the
+     * window (0.55 s, 1.55 s] is empty; the six leave the log).  At 1.6 s
+     * back to 6/3s: the window (-1.4 s, 1.6 s] holds all 8, so nothing is
+     * left.  The log stands in for the six it forgot with at most 6 (the
+     * largest LIMIT of the chain) per 1 s (its shortest window) at 0.55 s,
+     * the latest slot they can have: 1 permit then waits until that entry
+     * leaves, 3.55 s (the rule itself: 3.2 s, when three of the six have
+     * left).  Counting 2 per old window, it stood in for 2 and admitted
+     * 2 over. */
+    l = mk("sliding-log 6/3s");
+    for (int i = 0; i < 6; i++) ask(l, 1, (uint64_t)i * 100 * MS, true, 5 - (uint64_t)i, 0);
+    reconf(l, "sliding-log 2/s", 600 * MS);
+    ask(l, 2, 1550 * MS, true, 0, 0);
+    reconf(l, "sliding-log 6/3s", 1600 * MS);
+    ask(l, 1, 1600 * MS, false, 0, 1950 * MS);
+    ask(l, 0, 3550 * MS - 1, true, 0, 0);
+    ask(l, 1, 3550 * MS, true, 3, 0);
     sluice_limiter_free(l);
 
     /* sliding-wheel 10/s slots=10 (100-ms slots): 6 at 0.05 s (slot 0).
@@ -299,6 +330,8 @@ typedef struct tgt {
     sluice_limiter *l;
     sluice_table *t;
     uint64_t noise; /* the other keys' requests */
+    void *reg;      /* a shared table's region (tgt_new_shared), or NULL */
+    size_t reg_bytes;
 } tgt;
 
 static void tgt_new(tgt *g, const char *sp, bool table)
@@ -310,6 +343,22 @@ static void tgt_new(tgt *g, const char *sp, bool table)
     }
     char err[256];
     g->t = sluice_table_new_flags(sp, 64, SLUICE_TABLE_RECLAIM_WHEN_FULL, err, sizeof err);
+    if (!g->t) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_non_null(g->t);
+}
+
+/* A table in a shared region (an anonymous MAP_SHARED mapping, as a
+ * process would share it with its children). */
+static void tgt_new_shared(tgt *g, const char *sp)
+{
+    *g = (tgt){.noise = 0x5eed};
+    char err[256];
+    g->reg_bytes = sluice_table_region_size(sp, 64, 16, err, sizeof err);
+    if (!g->reg_bytes) fprintf(stderr, "%s: %s\n", sp, err);
+    assert_true(g->reg_bytes > 0);
+    g->reg = mmap(NULL, g->reg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(g->reg != MAP_FAILED);
+    g->t = sluice_table_attach(g->reg, g->reg_bytes, sp, 64, 16, 0, err, sizeof err);
     if (!g->t) fprintf(stderr, "%s: %s\n", sp, err);
     assert_non_null(g->t);
 }
@@ -340,6 +389,7 @@ static void tgt_free(tgt *g)
 {
     sluice_limiter_free(g->l);
     sluice_table_free(g->t);
+    if (g->reg) munmap(g->reg, g->reg_bytes);
 }
 
 static void one_trace(uint64_t *rs, int variant, bool table)
@@ -512,6 +562,182 @@ static void test_table_random_traces(void **state)
     uint64_t rs = g_seed ^ 0x7ab1e;
     for (size_t rep = 0; rep < tu_scaled(300, g_scale); rep++)
         for (int v = 0; v < 7; v++) one_trace(&rs, v, true);
+}
+
+/* ---- chains of changes of a window log ---------------------------------- */
+
+/* Whether the trace's key is held (a table may drop a key at rest). */
+static bool tgt_held(tgt *g)
+{
+    if (g->l) return true;
+    sluice_key_state ks;
+    return sluice_table_peek_at(g->t, "trace", 5, 0, 0, NULL, &ks) == 0;
+}
+
+/* One chain: 2..6 changes between sliding-log (or sliding-wheel, 100-ns
+ * slots) specs of random LIMIT and PERIOD -- shorter, longer, back --
+ * with random traffic between them (or none: a table's key then catches up
+ * over several changes at once), on a limiter or one key of a table,
+ * against the reference model changed at the same instants, which keeps
+ * every admission (literal).  The log forgets admissions that left its
+ * window; a change to a longer window stands in for them with a bound
+ * (window_log.c, carry).  Every slot it may have forgotten is at or before
+ * F = the largest slot(T_c) - N_old over the changes so far (T_c the
+ * change's clamped time).  Checked: every admission is one the model
+ * allows (the rule over the whole history), and `remaining` never above
+ * the model's; where the window has passed F, every field equals the
+ * model's.  Counts the decisions of each kind in n[0] (exact), n[1]. */
+static void chain_trace(uint64_t *rs, bool wheel, int mode, uint64_t n[2])
+{
+    static const uint64_t periods[] = {500, 1000, 2000, 3000};
+    const uint64_t tick = wheel ? 100 : 1;
+    const ref_alg a = wheel ? REF_SLIDING_WHEEL : REF_SLIDING_LOG;
+    spec sp;
+    uint64_t W = periods[tu_splitmix64_below(rs, 4)], L0 = 1 + tu_splitmix64_below(rs, 8);
+    if (mode == 2) L0 = 8, W = 3000; /* a region's rings are sized by its first spec */
+    spec_make(&sp, a, false, L0, W, 0, W / tick);
+    sp.p.literal = true;
+    const bool table = mode > 0;
+    tgt g;
+    if (mode == 2) tgt_new_shared(&g, sp.s);
+    else tgt_new(&g, sp.s, table);
+    ref_model *m = ref_model_new(&sp.p);
+    assert_non_null(m);
+    char trail[512]; /* the chain so far, for a failure's message */
+    int tl = snprintf(trail, sizeof trail, "%s", sp.s);
+    bool forgot = false;
+    uint64_t F = 0, now = tu_splitmix64_below(rs, 5000);
+    const int changes = 2 + (int)tu_splitmix64_below(rs, 5);
+    for (int c = 0; c <= changes; c++) {
+        const uint64_t N = sp.p.period_ns / tick, L = sp.p.limit;
+        /* some eras see no request: a table's key then catches up over
+         * several changes at once */
+        const int steps = tu_splitmix64_below(rs, 4) == 0 ? 0 : 8 + (int)tu_splitmix64_below(rs, 30);
+        for (int k = 0; k < steps; k++) {
+            switch (tu_splitmix64_below(rs, 4)) { /* bursts, steady, gaps */
+            case 0: break;
+            case 1: now += tu_splitmix64_below(rs, sp.p.period_ns / L + 1); break;
+            case 2: now += tu_splitmix64_below(rs, sp.p.period_ns / 3 + 1); break;
+            default: now += tu_splitmix64_below(rs, 2 * sp.p.period_ns); break;
+            }
+            const uint64_t at = tu_splitmix64_below(rs, 6) == 0 && now > sp.p.period_ns
+                                    ? now - tu_splitmix64_below(rs, sp.p.period_ns)
+                                    : now;
+            const uint64_t p = tu_splitmix64_below(rs, 10) == 0 ? L + 1 : tu_splitmix64_below(rs, 4);
+            if (!tgt_held(&g) && ref_model_events(m)) { /* dropped at rest: fresh */
+                ref_model_free(m);
+                assert_non_null(m = ref_model_new(&sp.p));
+                forgot = false;
+                F = 0;
+            }
+            const uint64_t latest = ref_model_latest(m);
+            const uint64_t s = (at > latest ? at : latest) / tick; /* the clamped slot */
+            const bool exact = !forgot || (s >= N && s - N >= F);
+            sluice_result r;
+            const bool ok = tgt_decide(&g, p, at, &r);
+            ref_result w;
+            bool fail;
+            if (exact) {
+                const bool want = ref_model_decide(m, p, at, &w);
+                fail = ok != want || r.remaining != w.remaining ||
+                       r.retry_after_ns != w.retry_after_ns || r.wait_ns != w.wait_ns;
+                n[0]++;
+            } else {
+                fail = ok && p && !ref_model_would_allow(m, p, at);
+                if (ok && p && !fail) assert_true(ref_model_decide(m, p, at, &w));
+                else ref_model_decide(m, 0, at, &w); /* a probe: changes nothing */
+                if (fail) w.allowed = false;
+                fail = fail || r.remaining > w.remaining;
+                n[1]++;
+            }
+            if (fail)
+                fprintf(stderr,
+                        "seed %llu: %s%s: %s %llu at %llu: got %d rem %llu retry %lld, the model "
+                        "%d rem %llu retry %lld\n",
+                        ULL(g_seed), mode == 2 ? "shared table " : table ? "table " : "", trail, exact ? "exact" : "bounded",
+                        ULL(p), ULL(at), ok, ULL(r.remaining), (long long)r.retry_after_ns,
+                        w.allowed, ULL(w.remaining), (long long)w.retry_after_ns);
+            assert_false(fail);
+        }
+        if (c == changes) break;
+        /* the change: a new LIMIT and PERIOD, at a time that may be before
+         * the latest admission */
+        spec nx;
+        W = periods[tu_splitmix64_below(rs, 4)];
+        spec_make(&nx, a, false, 1 + tu_splitmix64_below(rs, 8), W, 0, W / tick);
+        nx.p.literal = true;
+        uint64_t tc = now + tu_splitmix64_below(rs, sp.p.period_ns);
+        if (tu_splitmix64_below(rs, 4) == 0 && now > 10) tc = now - tu_splitmix64_below(rs, 10);
+        const bool held = tgt_held(&g);
+        tgt_reconf(&g, nx.s, tc);
+        if (held) {
+            assert_true(ref_model_reconfigure(m, &nx.p, tc));
+            const uint64_t sc = ref_model_latest(m) / tick;
+            if (sc >= N && (!forgot || sc - N > F)) F = sc - N;
+            if (sc >= N) forgot = true;
+        } else { /* a key not held comes fresh, under the new spec */
+            ref_model_free(m);
+            assert_non_null(m = ref_model_new(&nx.p));
+            forgot = false;
+            F = 0;
+        }
+        if (tl < (int)sizeof trail - 1)
+            tl += snprintf(trail + tl, sizeof trail - (size_t)tl, " -> %s at %llu", nx.s, ULL(tc));
+        sp = nx;
+    }
+    ref_model_free(m);
+    tgt_free(&g);
+}
+
+/* Chains of 2..6 changes of sliding-log and sliding-wheel specs on a
+ * limiter (chain_trace).  Failed before the bound counted every LIMIT the
+ * chain had (window_log.c, carry): 6/3s, 2/1s, 6/3s admitted over. */
+static void test_log_chains(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0xc4a19;
+    uint64_t n[2] = {0, 0};
+    for (size_t rep = 0; rep < tu_scaled(400, g_scale); rep++) {
+        chain_trace(&rs, false, 0, n);
+        chain_trace(&rs, true, 0, n);
+    }
+    printf("log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
+    assert_true(n[0] > n[1]);
+    assert_true(n[1] > 0);
+}
+
+/* The same through a table (sluice_table_reconfigure_at), the key among
+ * others: keys are carried lazily, over every change they missed. */
+static void test_table_log_chains(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x7c4a19;
+    uint64_t n[2] = {0, 0};
+    for (size_t rep = 0; rep < tu_scaled(200, g_scale); rep++) {
+        chain_trace(&rs, false, 1, n);
+        chain_trace(&rs, true, 1, n);
+    }
+    printf("table log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
+    assert_true(n[0] > n[1]);
+    assert_true(n[1] > 0);
+}
+
+/* The same through a table in a shared region: a key's state is stored in
+ * the region between its decisions, the carry's history with it
+ * (region_table.c), and carried over every change it missed at its next
+ * decision. */
+static void test_shared_log_chains(void **state)
+{
+    (void)state;
+    uint64_t rs = g_seed ^ 0x5c4a19;
+    uint64_t n[2] = {0, 0};
+    for (size_t rep = 0; rep < tu_scaled(200, g_scale); rep++) {
+        chain_trace(&rs, false, 2, n);
+        chain_trace(&rs, true, 2, n);
+    }
+    printf("shared table log chains: %llu decisions exact, %llu bounded\n", ULL(n[0]), ULL(n[1]));
+    assert_true(n[0] > n[1]);
+    assert_true(n[1] > 0);
 }
 
 /* ---- a table of many keys against the reference model ------------------ */
@@ -1281,6 +1507,9 @@ int main(void)
         cmocka_unit_test(test_exact_cases),
         cmocka_unit_test(test_random_traces),
         cmocka_unit_test(test_table_random_traces),
+        cmocka_unit_test(test_log_chains),
+        cmocka_unit_test(test_table_log_chains),
+        cmocka_unit_test(test_shared_log_chains),
         cmocka_unit_test(test_table_exact),
         cmocka_unit_test(test_table_rest),
         cmocka_unit_test(test_table_million),

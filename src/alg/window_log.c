@@ -117,6 +117,15 @@
  * the log held at R1, and a time below it, clamped to t_last (which is
  * below it), is refused there: three loads of one line, linearised at R1.
  *
+ * A change of spec (carry, at the end) keeps the ring's entries at their
+ * slots.  What the ring already retired is gone; where a longer new window
+ * reaches back to it, one entry stands in for it, bounded by the largest
+ * LIMIT per the smallest window of every spec the log admitted under (kept
+ * in the header's 31 spare bits, `hist`, and stored with the ring by a
+ * shared table and the Redis module): never less than the forgotten
+ * admissions, so never admitting what the whole history would refuse, and
+ * exact again once the new window has passed the slot it stands at.
+ *
  * Sections and entry points:
  *   the log           the entries, their slots, the decision (static)
  *   read without lock sluice__log_pub_new, sluice__log_begin, sluice__log_end,
@@ -627,23 +636,69 @@ static int log_setup(sluice__profile *pf, const sluice__opts *o, char *err, size
     return 0;
 }
 
+/* The history a carry needs, in the log's 31 spare bits (hist): two
+ * 15-bit codes m * 2^e (m < 2^9, e < 2^6; 0: none), a LIMIT rounded up in
+ * bits 0-14 and a window in slots rounded down in bits 15-29.  Rounding
+ * that way only loosens the bound below (at most 1/256 each), never
+ * makes it undercount; values below 512 are exact. */
+#define HMANT 9u
+#define HCODE 15u
+#define HMASK ((1u << HCODE) - 1)
+
+static unsigned hist_code(uint64_t v, bool up)
+{
+    unsigned e = 0;
+    while ((v >> e) >= (1u << HMANT)) e++;
+    uint64_t m = v >> e;
+    if (up && (m << e) != v && ++m == (1u << HMANT)) m >>= 1, e++;
+    return (unsigned)(e << HMANT | m);
+}
+
+/* The value of a code, saturated at 2^64 - 1 (a shared region's bits are
+ * whatever they are). */
+static uint64_t hist_value(unsigned c)
+{
+    const unsigned e = (c >> HMANT) & 63u;
+    const uint64_t m = c & ((1u << HMANT) - 1);
+    return e > 64 - HMANT && (m >> (64 - e)) ? UINT64_MAX : m << e;
+}
+
 /* A change of spec keeps the ring's admissions at their slots
  * (reconfigure.c).  The ring no longer holds admissions that had left the
- * old window at a later admission; a longer new window may reach back to
+ * window at a later admission; a longer new window may reach back to
  * them.  They all lie at or before slot r = slot(t_last) - N (and before
- * the oldest held entry), and any N consecutive slots held at most L of
- * them, so one entry at slot r standing for min(L * ceil(span / N), all
- * retired permits) -- span the slots of the new window at t up to r --
- * never counts less than they would, in any window from t on, and leaves
- * the window no earlier than they would: nothing is admitted that the
- * whole history would refuse.  (The bound counts them under the old
- * LIMIT: admissions made under an earlier, larger one may be undercounted
- * after several changes.)  reserve() has made room for the entry. */
+ * the oldest held entry): each left a window of the spec then in force,
+ * and a change to a longer window stood in for those it reached (below).
+ *
+ * The bound.  Let Lmax be the largest LIMIT and Nmin the smallest N
+ * (slots) of the specs under which anything was admitted since the state
+ * was fresh.  Any Nmin consecutive slots hold at most Lmax admitted
+ * permits: the latest admission among them, under a spec (L, N), saw
+ * all of them in its window (N >= Nmin, and what it counted is never less
+ * than what was admitted, by induction on this bound) and found them and
+ * itself within L <= Lmax.  So one entry at slot r standing for
+ * min(Lmax * ceil(span / Nmin), all retired permits) -- span the slots of
+ * the new window at t up to r -- never counts less than they would, in
+ * any window from t on, and leaves the window no earlier than they would:
+ * nothing is admitted that the whole history would refuse.  Bounding by
+ * the old spec's LIMIT alone undercounted after several changes (6/3s,
+ * then 2/1s, then 6/3s again admitted 2 over).  Lmax and Nmin are kept in
+ * the log's hist bits, folded in at each change after an admission.
+ * Exact once the new window has passed r: then only held entries count.
+ * reserve() has made room for the entry. */
 static void carry(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
                   uint64_t t)
 {
     sluice__log *lg = &st->u.log;
     const uint64_t n1 = from->slots, n2 = to->slots;
+    uint64_t lmax = from->limit, nmin = n1;
+    if (lg->hist) {
+        const uint64_t l0 = hist_value(lg->hist & HMASK), n0 = hist_value(lg->hist >> HCODE & HMASK);
+        if (l0 > lmax) lmax = l0;
+        if (n0 && n0 < nmin) nmin = n0;
+    }
+    if (lg->len || lg->base) /* something was admitted: the specs so far count */
+        lg->hist = hist_code(lmax, true) | hist_code(nmin, false) << HCODE;
     const uint64_t last = sluice__div_q(&from->div_tick, st->t_last);
     if (n2 <= n1 || lg->base == 0 || last < n1) return; /* nothing retired can count */
     uint64_t r = last - n1;
@@ -654,7 +709,7 @@ static void carry(const sluice__profile *from, const sluice__profile *to, sluice
     const uint64_t s = sluice__div_q(&to->div_tick, t);
     if (s >= n2 && r <= s - n2) return; /* out of every window from t on */
     const uint64_t span = s >= n2 ? r - (s - n2) : r + 1;
-    const u128 bound = (u128)from->limit * (span / n1 + (span % n1 != 0));
+    const u128 bound = (u128)lmax * (span / nmin + (span % nmin != 0));
     const uint64_t x = bound < lg->base ? (uint64_t)bound : lg->base;
     if (lg->len == lg->cap) return; /* no room (reserve failed): cannot happen */
     lg->head = (lg->head + lg->cap - 1) & (lg->cap - 1);

@@ -104,9 +104,12 @@ typedef struct sluice__log {
     uint32_t cap;         /* a power of two, or 0 */
     uint32_t head;        /* index of the oldest entry */
     uint32_t len;         /* entries in the ring */
-    uint32_t fixed;       /* 1: e is caller memory of cap entries, never
+    unsigned fixed : 1;   /* 1: e is caller memory of cap entries, never
                            * grown, shrunk or freed (a shared table's ring,
                            * region_table.c); 0: the heap's */
+    unsigned hist : 31;   /* the specs admitted under before the current
+                           * one: the largest LIMIT and smallest N, coded
+                           * (window_log.c, carry); 0: none */
     uint64_t base;        /* cum of the last entry retired (0 at start) */
 } sluice__log;
 

@@ -33,7 +33,9 @@
  *                       varint permits (the first gap counts back from
  *                       slot(t_last)); the algorithm byte's high bit
  *                       (RETIRED_FLAG) says that admissions left the ring,
- *                       and a varint after t_last how many (<= 2^62)
+ *                       and a varint after t_last how many (<= 2^62); the
+ *                       next bit (HIST_FLAG), that the carry's history
+ *                       follows (a varint of 31 bits, after that count)
  *
  * A state is read back only after it is checked to be well-formed for its
  * spec (bounded counts, slots strictly increasing inside the window, ...):
@@ -145,9 +147,15 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
  * core's bound (window_log.c, carry) */
 #define RETIRED_FLAG 0x80u
 #define RETIRED_MAX ((uint64_t)1 << 62)
+/* in the same byte: the log's carry history (window_log.c, carry: the
+ * largest LIMIT and smallest window admitted under) follows, a varint of
+ * 1 .. 2^31-1, so that a chain of changes bounds what left the ring as a
+ * running limiter does */
+#define HIST_FLAG 0x40u
+#define HIST_MAX 0x7fffffffu
 /* a ring read back may hold one entry more than RING_MAX: the one a change
  * of spec adds (docs/decisions.md 3.8) before the next admission */
-#define VALUE_MAX (HDR + CANON_MAX + 8 + (RING_MAX + 1) * 2 * VARINT_MAX)
+#define VALUE_MAX (HDR + CANON_MAX + 8 + VARINT_MAX + (RING_MAX + 1) * 2 * VARINT_MAX)
 
 static bool g_testclock; /* AT time_ns accepted */
 
@@ -341,6 +349,10 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
             out[3] |= RETIRED_FLAG;
             n += put_varint(out + n, prev_cum < RETIRED_MAX ? prev_cum : RETIRED_MAX);
         }
+        if (lg->hist) {
+            out[3] |= HIST_FLAG;
+            n += put_varint(out + n, lg->hist);
+        }
         for (uint32_t i = first; i < lg->len; i++) {
             const sluice__log_entry *x = ring_at(lg, i);
             /* the first gap counts back from slot(t_last), the others forward */
@@ -363,6 +375,7 @@ typedef enum load_rc { LOAD_OK, LOAD_FOREIGN, LOAD_CORRUPT, LOAD_NOMEM } load_rc
 typedef struct value_hdr {
     unsigned alg;
     bool retired; /* RETIRED_FLAG */
+    bool hist;    /* HIST_FLAG */
     uint32_t id;
     const char *canon; /* the canonical spec, canon_len bytes, no NUL */
     size_t canon_len;
@@ -374,13 +387,15 @@ typedef struct value_hdr {
 static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
 {
     if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION ||
-        (v[3] & ~RETIRED_FLAG) >= SLUICE__ALG_COUNT)
+        (v[3] & ~(RETIRED_FLAG | HIST_FLAG)) >= SLUICE__ALG_COUNT)
         return false;
     const size_t cl = v[8];
     if (cl == 0 || n < HDR + cl + 8) return false;
-    h->alg = v[3] & ~RETIRED_FLAG;
+    h->alg = v[3] & ~(RETIRED_FLAG | HIST_FLAG);
     h->retired = (v[3] & RETIRED_FLAG) != 0;
-    if (h->retired && h->alg != SLUICE__SLIDING_LOG && h->alg != SLUICE__SLIDING_WHEEL) return false;
+    h->hist = (v[3] & HIST_FLAG) != 0;
+    if ((h->retired || h->hist) && h->alg != SLUICE__SLIDING_LOG && h->alg != SLUICE__SLIDING_WHEEL)
+        return false;
     h->id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 | (uint32_t)v[7] << 24;
     h->canon = (const char *)v + HDR;
     h->canon_len = cl;
@@ -395,7 +410,7 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
  * an admission or a change of spec under pf, within the bounds the core's
  * arithmetic relies on; anything else is LOAD_CORRUPT. */
 static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size_t bn,
-                         bool retired, sluice__state *st)
+                         bool retired, bool hist, sluice__state *st)
 {
     memset(st, 0, sizeof *st);
     const uint64_t t = get64(b);
@@ -446,6 +461,8 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     size_t at = 0;
     if (retired && (!get_varint(b, bn, &at, &base) || base == 0 || base > RETIRED_MAX))
         return LOAD_CORRUPT;
+    uint64_t hv = 0;
+    if (hist && (!get_varint(b, bn, &at, &hv) || hv == 0 || hv > HIST_MAX)) return LOAD_CORRUPT;
     while (at < bn) {
         uint64_t gap, permits;
         if (len == RING_MAX + 1 || !get_varint(b, bn, &at, &gap) ||
@@ -472,6 +489,7 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     }
     if (len == 0) {
         st->u.log.base = base;
+        st->u.log.hist = (unsigned)hv;
         return LOAD_OK;
     }
     for (uint32_t i = 0; i < len; i++) tmp[i].cum += base;
@@ -480,7 +498,8 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     sluice__log_entry *ring = sluice__malloc((size_t)cap * sizeof *ring);
     if (!ring) return LOAD_NOMEM;
     memcpy(ring, tmp, (size_t)len * sizeof *ring);
-    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = base};
+    st->u.log = (sluice__log){.e = ring, .cap = cap, .head = 0, .len = len, .base = base,
+                              .hist = (unsigned)hv};
     return LOAD_OK;
 }
 
@@ -596,7 +615,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     load_rc rc;
     if (h.canon_len == e->canon_len && memcmp(h.canon, e->canon, h.canon_len) == 0) {
         if (h.id != e->id) return "the key holds a damaged sluice state";
-        rc = load_body(pf, h.body, h.body_len, h.retired, st);
+        rc = load_body(pf, h.body, h.body_len, h.retired, h.hist, st);
     } else {
         /* another spec of this algorithm: parse the one stored (rare; not
          * through the cache, which holds e) */
@@ -608,7 +627,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
         if (fnv1a(text, h.canon_len) != h.id || sluice__spec_parse(text, &from, err, sizeof err) != 0 ||
             from.alg != pf->alg)
             return "the key holds a damaged sluice state";
-        rc = load_body(&from, h.body, h.body_len, h.retired, st);
+        rc = load_body(&from, h.body, h.body_len, h.retired, h.hist, st);
         if (rc == LOAD_OK) {
             if (sluice__reconfigure_check(&from, pf, why, whylen) != 0) {
                 sluice__state_fini(pf, st);

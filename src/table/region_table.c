@@ -546,7 +546,7 @@ typedef struct rring {
     uint32_t head, len;
     uint64_t newest_slot, newest_cum; /* when len > 0 */
     sluice__log_entry front[FRONT];   /* the oldest min(len, FRONT) */
-    uint64_t pad_;
+    uint64_t hist; /* the log's carry history, 31 bits (window_log.c); 0 before */
 } rring;
 _Static_assert(sizeof(rring) % 16 == 0, "copies stay 16-byte aligned");
 
@@ -922,6 +922,7 @@ static void state_load(const sluice__rtable *r, const sluice__profile *pf, unsig
         state_fresh(r, pf, s, st);
         st->t_last = g.t_last;
         st->u.log.base = g.base;
+        st->u.log.hist = (unsigned)(g.hist & 0x7fffffffu); /* any 31 bits decode */
         /* from the region: within the ring, whatever it says */
         st->u.log.head = g.head & (r->L.ring_cap - 1);
         st->u.log.len = g.len <= r->L.ring_cap ? g.len : r->L.ring_cap;
@@ -950,6 +951,7 @@ static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsi
         u.g.base = lg->base;
         u.g.head = lg->head;
         u.g.len = lg->len;
+        u.g.hist = lg->hist;
         for (uint32_t i = 0; i < lg->len && i < FRONT; i++)
             u.g.front[i] = lg->e[(lg->head + i) & (lg->cap - 1)];
         if (lg->len) {

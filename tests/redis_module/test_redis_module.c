@@ -17,7 +17,9 @@
  *  - the real clock: expiries at rest, RESET;
  *  - bad input of every kind: an error, the key unchanged;
  *  - changes of spec: by hand, the issue's script, seeded chains against
- *    the model; a key named AT; RESET and WATCH; a 64-MB spec;
+ *    the model (windows shorter, longer and back), a value with the
+ *    carry's history and bad ones; a key named AT; RESET and WATCH; a
+ *    64-MB spec;
  *  - keys left by redis-cell, against redis-cell's rule;
  *  - a single-node cluster with the module loaded.
  */
@@ -879,6 +881,62 @@ static void test_retired_total(void **state)
     assert_int_equal(r[0], 1);
 }
 
+/* A window's value with the carry's history (HIST_FLAG, sluice_module.c):
+ * sliding-log 2/s, 2 permits at t_last, 6 that left the ring, and the
+ * history of a chain that admitted under LIMIT 6 with 1-s windows (coded:
+ * 6, and 476 * 2^21 = 998244352 ns, rounded down).  Changed to 20/3s at
+ * t_last, the 6 that left stand in as min(6 * ceil(2 s / 998244352 ns),
+ * 6) = 6 at t_last - 1 s: 20 - 2 - 6 = 12 left.  Without the history, the
+ * old spec's 2 per 1 s: min(2 * 2, 6) = 4, 14 left.  A history of 0, of
+ * 2^31 or on another algorithm is refused, the value left alone. */
+static void test_carry_history_value(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    unsigned char v[] = {
+        'S', 'L', 1, 0xc1, 0x4a, 0xab, 0xb8, 0xe9, 15, /* retired+history sliding-log, id */
+        's', 'l', 'i', 'd', 'i', 'n', 'g', '-', 'l', 'o', 'g', ' ', '2', '/', 's',
+        0x00, 0x2f, 0x92, 0x8f, 0xfe, 0x00, 0x00, 0x66, /* t_last */
+        6,                                              /* 6 left the ring */
+        0x86, 0x80, 0xb8, 0xaf, 0x01,                   /* history 6 | 11228 << 15 */
+        0x00, 0x02,                                     /* 2 permits at slot(t_last) */
+    };
+    const unsigned long long t_last = 0x660000fe8f922f00ULL;
+    long long r[4];
+    freeReplyObject(cmd(s, "SET hist:ok %b", v, sizeof v));
+    ints(cmd(s, "SLUICE.PEEK hist:ok %s 0 AT %llu", "sliding-log 20/3s", t_last), r, 4);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[1], 12);
+    /* the same value without the history */
+    unsigned char w[sizeof v - 5];
+    memcpy(w, v, 33);
+    memcpy(w + 33, v + 38, sizeof v - 38);
+    w[3] = 0x81;
+    freeReplyObject(cmd(s, "SET hist:none %b", w, sizeof w));
+    ints(cmd(s, "SLUICE.PEEK hist:none %s 0 AT %llu", "sliding-log 20/3s", t_last), r, 4);
+    assert_int_equal(r[1], 14);
+    /* bad histories */
+    static const struct {
+        unsigned char b[5], alg;
+        const char *why;
+    } bad[] = {
+        {{0x00, 0x80, 0x80, 0x80, 0x00}, 0xc1, "damaged"}, /* 0, then a cut entry */
+        {{0x80, 0x80, 0x80, 0x80, 0x08}, 0xc1, "damaged"}, /* 2^31 */
+        {{0x86, 0x80, 0xb8, 0xaf, 0x01}, 0x40, "not a sluice state"}, /* fixed-window */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memcpy(v + 33, bad[i].b, 5);
+        v[3] = bad[i].alg;
+        freeReplyObject(cmd(s, "SET hist:bad %b", v, sizeof v));
+        snap before, after;
+        take(s, "hist:bad", &before);
+        expect_error(cmd(s, "SLUICE.ACQUIRE hist:bad %s 1 AT %llu", "sliding-log 2/s", t_last),
+                     bad[i].why);
+        take(s, "hist:bad", &after);
+        assert_same(&before, &after, "hist:bad");
+    }
+}
+
 /* Random chains of spec changes on one key, against the reference model
  * changed at the same instants (ref_model_reconfigure, written from
  * docs/decisions.md 3.8).  Every reply is a decision, never an error ("damaged"
@@ -887,20 +945,22 @@ static void test_retired_total(void **state)
  * the module is exact -- windows that never grow, sliding-approx keeping its
  * PERIOD, buckets whose new rate in lowest terms has a PERIOD that is a
  * multiple of the old one -- every reply equals the model's.  Half the
- * windows' chains keep their LIMIT, shorten their window, then may lengthen
- * it once, as their last change: the module then stands in for what left
- * its ring with the core's bound (window_log.c, carry: LIMIT per old window,
- * which holds when no earlier spec was looser), so each admission must be
- * one the model allows, and is then made on the model too.  A key the
- * module dropped at rest restarts the model. */
+ * windows' chains change LIMIT and window freely (shorter, longer, back):
+ * where a window reaches back to admissions that left the ring, the module
+ * stands in for them with the core's bound (window_log.c, carry: the
+ * largest LIMIT per smallest window of the chain, kept in the value), so
+ * each admission must be one the model allows, and is then made on the
+ * model too; once the window has passed every slot the ring may have
+ * forgotten (at or before slot(T) - N_old, the largest over the changes
+ * at T), every reply equals the model's again.  A key the module dropped
+ * at rest restarts the model. */
 typedef struct chain_spec {
     char text[96];
     ref_params p;
 } chain_spec;
 
 /* The next spec of a chain.  Windows: `grow` 0, a window no longer than
- * the last; 1, the same LIMIT and a window no longer; 2, the same LIMIT and a
- * longer window (when there is one). */
+ * the last; 1, any window. */
 static void chain_next(uint64_t *rng, ref_alg a, bool nodelay, const chain_spec *from, chain_spec *to,
                        int grow)
 {
@@ -919,17 +979,13 @@ static void chain_next(uint64_t *rng, ref_alg a, bool nodelay, const chain_spec 
         break;
     case REF_SLIDING_LOG:
         do W = wins[tu_splitmix64_below(rng, 4)];
-        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
-                                  : W > from->p.period_ns / SEC));
-        if (from && grow) L = from->p.limit;
+        while (from && !grow && W > from->p.period_ns / SEC);
         snprintf(to->text, sizeof to->text, "%s %llu/%llus", ref_alg_name(a), (unsigned long long)L,
                  (unsigned long long)W);
         break;
     case REF_SLIDING_WHEEL: /* slots of 100 ms */
         do W = wins[tu_splitmix64_below(rng, 4)];
-        while (from && (grow == 2 ? W <= from->p.period_ns / SEC && from->p.period_ns < 5 * SEC
-                                  : W > from->p.period_ns / SEC));
-        if (from && grow) L = from->p.limit;
+        while (from && !grow && W > from->p.period_ns / SEC);
         to->p.slots = W * 10;
         snprintf(to->text, sizeof to->text, "sliding-wheel %llu/%llus slots=%llu", (unsigned long long)L,
                  (unsigned long long)W, (unsigned long long)to->p.slots);
@@ -971,7 +1027,9 @@ static void test_change_chains(void **state)
             const bool growth = windows && (c & 1); /* the chain's kind */
             ref_model *m = ref_model_new(&cur.p);
             assert_non_null(m);
-            bool exact = true;
+            const uint64_t tick = a == REF_SLIDING_WHEEL ? SEC / 10 : 1;
+            bool forgot = false; /* the ring may have forgotten slots <= F */
+            uint64_t F = 0;
             uint64_t t = T0 + tu_splitmix64_below(&rng, SEC);
             for (int k = 0; k < steps; k++) {
                 const uint64_t W = cur.p.period_ns;
@@ -999,14 +1057,20 @@ static void test_change_chains(void **state)
                     assert_same(&before, &after, key);
                     continue;
                 }
-                if (exact && tu_splitmix64_below(&rng, 8) == 0) { /* the change */
+                if (tu_splitmix64_below(&rng, 8) == 0) { /* the change */
                     chain_spec nx;
-                    chain_next(&rng, a, nodelay, &cur, &nx,
-                               growth ? (tu_splitmix64_below(&rng, 3) == 0 ? 2 : 1) : 0);
-                    if (windows && nx.p.period_ns > W) exact = false; /* and the last change */
+                    chain_next(&rng, a, nodelay, &cur, &nx, growth);
                     assert_true(ref_model_reconfigure(m, &nx.p, t));
+                    const uint64_t sc = ref_model_latest(m) / tick, n_old = W / tick;
+                    if (windows && sc >= n_old) {
+                        if (!forgot || sc - n_old > F) F = sc - n_old;
+                        forgot = true;
+                    }
                     cur = nx;
                 }
+                const uint64_t n_cur = cur.p.period_ns / tick, latest = ref_model_latest(m);
+                const uint64_t sl = (t > latest ? t : latest) / tick; /* the clamped slot */
+                const bool exact = !forgot || (sl >= n_cur && sl - n_cur >= F);
                 uint64_t p = tu_splitmix64_below(&rng, 4);
                 if (tu_splitmix64_below(&rng, 10) == 0) p = ref_model_max_grant(m) + 1;
                 if (tu_splitmix64_below(&rng, 6) == 0) { /* a PEEK changes nothing */
@@ -1048,6 +1112,7 @@ static void test_change_chains(void **state)
                     ref_model_free(m);
                     m = ref_model_new(&cur.p);
                     assert_non_null(m);
+                    forgot = false;
                 }
             }
             ref_model_free(m);
@@ -1506,6 +1571,7 @@ int main(void)
         cmocka_unit_test(test_change_of_spec),
         cmocka_unit_test(test_change_to_shorter_window),
         cmocka_unit_test(test_retired_total),
+        cmocka_unit_test(test_carry_history_value),
         cmocka_unit_test(test_change_chains),
         cmocka_unit_test(test_real_clock),
         cmocka_unit_test(test_restart_rdb),
