@@ -36,6 +36,7 @@
  */
 #define _GNU_SOURCE
 #include "config.h"
+#include "redis_backend.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -184,8 +185,10 @@ static void node_clear(rls_node *n)
     free(n->kids);
     free(n->wilds);
     if (n->limit) {
-        if (!n->limit->table_moved)
+        if (!n->limit->table_moved) {
             sluice_table_free(n->limit->table);
+            rls_redis_free(n->limit->redis);
+        }
         free(n->limit->full_key);
         free(n->limit->name);
         free(n->limit->replaces);
@@ -262,20 +265,25 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
             lim->requests_per_unit = requests_per_unit;
             lim->unit = unit;
             lim->window_ns = rls_unit_ns(unit);
-            snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", requests_per_unit,
-                     (uint64_t)(lim->window_ns / 1000000000u));
+            /* On Redis: its default algorithm (config.c's head). */
+            lim->algorithm = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
+            snprintf(spec, sizeof spec, "%s %" PRIu32 "/%" PRIu64 "s", sluice_algorithm_name(lim->algorithm),
+                     requests_per_unit, (uint64_t)(lim->window_ns / 1000000000u));
             snprintf(lim->spec, sizeof lim->spec, "%s", spec);
-            if (requests_per_unit > 0)
+            if (requests_per_unit > 0 && rls_redis_enabled())
+                lim->redis = rls_redis_make(key, spec, terr, sizeof terr);
+            else if (requests_per_unit > 0)
                 lim->table = make_table(key, spec, cfg->max_keys, terr, sizeof terr);
-            if (lim->table && lim->full_key)
+            if ((lim->table || lim->redis) && lim->full_key)
                 make_policy(lim, spec);
         }
-        if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table)) {
+        if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table || lim->redis)) {
             ov->lim[n] = lim;
             atomic_store_explicit(&ov->n, n + 1, memory_order_release);
             found = lim;
         } else if (lim) {
             sluice_table_free(lim->table);
+            rls_redis_free(lim->redis);
             free(lim->full_key);
             free(lim->name);
             free(lim);
@@ -297,6 +305,7 @@ void rls_config_free(rls_config *cfg)
     free(cfg->all);
     for (size_t i = 0; !cfg->ov_moved && i < atomic_load(&cfg->ov->n); i++) {
         sluice_table_free(cfg->ov->lim[i]->table);
+        rls_redis_free(cfg->ov->lim[i]->redis);
         free(cfg->ov->lim[i]->full_key);
         free(cfg->ov->lim[i]->name);
         free(cfg->ov->lim[i]);
@@ -699,7 +708,9 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     if (!unlimited && unit == RLS_UNIT_UNKNOWN && !period_len)
         return fail(ld, get(ld, rl, "unit") ? get(ld, rl, "unit") : rl, "invalid rate limit unit '%s'", unit_s);
     /* sluice's extensions: algorithm (default fixed-window), burst, period. */
-    int algo = SLUICE_ALG_FIXED_WINDOW;
+    /* On Redis the default is sliding-approx: the tier has no fixed-window
+     * script, and sliding-approx never admits more in an aligned window. */
+    int algo = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
     if (alg_len) {
         algo = -1;
         for (int a = 0; a <= SLUICE_ALG_LEAKY_BUCKET; a++) {
@@ -803,7 +814,13 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
                     lim->unit = u;
             }
         }
-        if (rpu > 0) {
+        if (rpu > 0 && rls_redis_enabled()) {
+            lim->redis = rls_redis_make(full_key, lim->spec, terr, sizeof terr);
+            if (!lim->redis)
+                return fail(ld, alg_len ? get(ld, rl, "algorithm") : rl, "rate limit '%s' on Redis: %s", lim->spec,
+                            terr);
+            make_policy(lim, lim->spec);
+        } else if (rpu > 0) {
             lim->table = make_table(full_key, lim->spec, ld->cfg->max_keys, terr, sizeof terr);
             if (!lim->table)
                 return fail(ld, rl, "rate limit '%s': %s", lim->spec, terr);
@@ -1137,7 +1154,7 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
     }
     for (size_t i = 0; sorted && i < nw->nall; i++) {
         rls_limit *l = nw->all[i];
-        if (!l->table)
+        if (!l->table && !l->redis)
             continue;
         rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
         rls_limit *o = hit ? *hit : NULL;
@@ -1149,6 +1166,18 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
             atomic_store_explicit(&l->stats->shadow_denied,
                                   atomic_load_explicit(&o->stats->shadow_denied, memory_order_relaxed),
                                   memory_order_relaxed);
+        }
+        if (l->redis) {
+            /* The counters are in Redis, under keys that name the spec: the
+             * same spec goes on where it was; the old limiter is kept for
+             * its connections and leases. */
+            if (o && o->redis && !o->table_moved && strcmp(o->spec, l->spec) == 0) {
+                rls_redis_free(l->redis);
+                l->redis = o->redis;
+                o->table_moved = true;
+                kept++;
+            }
+            continue;
         }
         if (!o || !o->table || o->table_moved || o->algorithm != l->algorithm || o->window_ns != l->window_ns)
             continue;
@@ -1166,6 +1195,7 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
     if (!old->ov_moved) {
         for (size_t i = 0; i < atomic_load(&nw->ov->n); i++) {
             sluice_table_free(nw->ov->lim[i]->table);
+            rls_redis_free(nw->ov->lim[i]->redis);
             free(nw->ov->lim[i]->full_key);
             free(nw->ov->lim[i]->name);
             free(nw->ov->lim[i]);

@@ -66,8 +66,12 @@ typedef struct rls_limit {
     uint64_t window_ns;    /* the spec's PERIOD: rls_unit_ns(unit), or `period` */
     bool unlimited;
     bool shadow_mode;
-    sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
-    bool table_moved;      /* rls_config_adopt gave the table to a newer config */
+    sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited,
+                            * requests_per_unit 0, or on Redis */
+    struct sluice_redis *redis; /* with REDIS_URL (redis_backend.h): the limit in
+                                 * Redis instead of a table */
+    bool table_moved;      /* rls_config_adopt gave the table (or the Redis
+                            * limiter) to a newer config */
     int algorithm;         /* SLUICE_ALG_*: fixed-window unless `algorithm` says */
     char spec[128];        /* the table's spec ("" when unlimited) */
     bool has_policy;       /* policy is set (a limit with a table) */

@@ -17,6 +17,10 @@
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
  * SLUICE_RLS_SHARED_DIR (unset: tables in this process; a directory: the
  * tables are regions there, shared by every sluice-rls that names it),
+ * REDIS_URL (unset: tables in this process; HOST:PORT: every limit in
+ * Redis, redis_backend.c) with REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_AUTH,
+ * REDIS_POOL_SIZE, CACHE_KEY_PREFIX and SLUICE_RLS_REDIS_FAILURE, _LEASE_MAX,
+ * _PROCESSES, _TIMEOUT_MS (redis_backend.h),
  * SLUICE_RLS_RELOAD_MS (1000; 0: never reload), SLUICE_RLS_HEADERS (draft:
  * RateLimit-Policy, RateLimit, Retry-After; legacy: envoyproxy/ratelimit's
  * X-RateLimit-*; both; off), LIMIT_RESPONSE_HEADERS_ENABLED (true adds
@@ -47,6 +51,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "redis_backend.h"
 #include "rls.h"
 #include "server.h"
 
@@ -229,6 +234,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluice-rls: SLUICE_RLS_SHARED_DIR is too long\n");
         return 2;
     }
+    rls_redis_settings rs;
+    if (rls_redis_from_env(&rs, err, sizeof err) < 0) {
+        fprintf(stderr, "sluice-rls: %s\n", err);
+        return 2;
+    }
+    if (rs.on && shared && *shared) {
+        fprintf(stderr, "sluice-rls: REDIS_URL and SLUICE_RLS_SHARED_DIR are both set; choose one backend\n");
+        return 2;
+    }
+    rls_redis_use(&rs);
     rls_config *cfg = rls_config_load_dir(dir, (size_t)max_keys, err, sizeof err);
     if (!cfg) {
         fprintf(stderr, "sluice-rls: %s\n", err);

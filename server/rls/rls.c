@@ -36,6 +36,7 @@
  * INVALID_ARGUMENT; docs/rls.md, "Not yet").
  */
 #include "rls.h"
+#include "redis_backend.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -200,6 +201,14 @@ static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, si
     return false;
 }
 
+/* Redis could not decide and SLUICE_RLS_REDIS_FAILURE=error: UNAVAILABLE. */
+static int redis_failed(char *msg, size_t msglen, const rls_limit *lim)
+{
+    snprintf(msg, msglen, "Redis could not decide limit '%.200s' (unreachable, timed out or an error reply)",
+             lim->full_key);
+    return RLS_GRPC_UNAVAILABLE;
+}
+
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen)
@@ -225,7 +234,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     /* Up to SLUICE_COMPOSITE_MAX distinct limits, but every descriptor may
      * be enforced: several may share one (found by fuzz_rls_request). */
     pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
-    size_t ne = 0, ns = 0, np = 0;
+    pending renf[RLS_MAX_DESCRIPTORS]; /* enforced, on Redis */
+    size_t ne = 0, ns = 0, np = 0, nr = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
     uint64_t hits_all = 0;
@@ -324,7 +334,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         rd->nanos = (int32_t)(left % 1000000000u);
         st->duration_until_reset = rd;
         bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
-        if (!lim->table) { /* requests_per_unit 0 */
+        if (!lim->table && !lim->redis) { /* requests_per_unit 0 */
             if (shadowed) {
                 if (hits > 0) {
                     counts->shadow_refusals++;
@@ -337,7 +347,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             continue;
         }
-        size_t max_key = rls_config_shared() ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
+        size_t max_key = rls_config_shared() && !lim->redis ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
         if (need > max_key) {
             snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %zu", i, need, max_key);
             return RLS_GRPC_INVALID_ARGUMENT;
@@ -368,6 +378,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             probes[np++] = p;
         } else if (shadowed) {
             shadow[ns++] = p;
+        } else if (lim->redis) {
+            renf[nr++] = p; /* decided after the composite, in request order */
         } else {
             size_t r = nrefs;
             for (size_t j = 0; j < nrefs; j++) {
@@ -429,10 +441,46 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                 count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, own ? 0 : 1);
         }
     }
+    /* On Redis: one call per limit, in request order; after a refusal the
+     * rest are probed, not charged (docs/rls.md, "Redis"). */
+    for (size_t j = 0; j < nr; j++) {
+        sluice_result r;
+        bool failed;
+        bool ok = rls_redis_decide(renf[j].lim->redis, renf[j].key, renf[j].keylen, allowed ? renf[j].hits : 0, &r,
+                                   &failed);
+        if (failed)
+            return redis_failed(msg, msglen, renf[j].lim);
+        if (allowed && !ok)
+            allowed = false;
+        else if (ok && r.remaining < renf[j].hits && !allowed)
+            ok = false; /* a probe: would it have passed? */
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[renf[j].desc];
+        st->code = ok ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+        st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[renf[j].desc] = renf[j].lim;
+        dr[renf[j].desc] = r;
+        denforced[renf[j].desc] = true;
+        if (ok)
+            counts->within_limit++;
+        else
+            counts->over_limit++;
+        atomic_fetch_add_explicit(ok ? &renf[j].lim->stats->allowed : &renf[j].lim->stats->denied, 1,
+                                  memory_order_relaxed);
+        if (renf[j].lim->detail)
+            count_detail(renf[j].lim, req->domain, renf[j].key, renf[j].keylen, ok ? 0 : 1);
+    }
     for (size_t j = 0; j < ns; j++) {
         sluice_result r;
-        bool ok = sluice_table_try_acquire_at(shadow[j].lim->table, shadow[j].key, shadow[j].keylen,
-                                              allowed ? shadow[j].hits : 0, now_ns, &r);
+        bool ok, failed = false;
+        if (shadow[j].lim->redis)
+            ok = rls_redis_decide(shadow[j].lim->redis, shadow[j].key, shadow[j].keylen, allowed ? shadow[j].hits : 0,
+                                  &r, &failed);
+        else
+            ok = sluice_table_try_acquire_at(shadow[j].lim->table, shadow[j].key, shadow[j].keylen,
+                                             allowed ? shadow[j].hits : 0, now_ns, &r);
+        if (failed)
+            return redis_failed(msg, msglen, shadow[j].lim);
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[shadow[j].desc];
         st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
         dl[shadow[j].desc] = shadow[j].lim;
@@ -446,7 +494,13 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;
-        sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
+        bool failed = false;
+        if (probes[j].lim->redis)
+            rls_redis_decide(probes[j].lim->redis, probes[j].key, probes[j].keylen, 0, &r, &failed);
+        else
+            sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
+        if (failed)
+            return redis_failed(msg, msglen, probes[j].lim);
         ans->st[probes[j].desc].limit_remaining = cap_u32(r.remaining);
         dl[probes[j].desc] = probes[j].lim;
         dr[probes[j].desc] = r;

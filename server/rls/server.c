@@ -759,6 +759,8 @@ static int http1_json(conn *c)
         size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
         if (code == RLS_GRPC_INVALID_ARGUMENT)
             rc = http1_json_error(c, 400, "Bad Request", msg);
+        else if (code == RLS_GRPC_UNAVAILABLE) /* the Redis backend could not decide */
+            rc = http1_json_error(c, 503, "Service Unavailable", msg);
         else if (code != RLS_GRPC_OK)
             rc = http1_json_error(c, 500, "Internal Server Error", msg);
         else if (n >= cap)
