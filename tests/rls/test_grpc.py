@@ -1050,6 +1050,34 @@ class RedisTest(unittest.TestCase):
             shutil.rmtree(root, ignore_errors=True)
 
 
+@unittest.skipUnless(os.environ.get("SLUICE_RLS_TEST_CLUSTER"),
+                     "runs from tests/rls/redis_cluster.sh (ctest rls_redis_cluster), which starts the cluster")
+class RedisClusterTest(unittest.TestCase):
+    """REDIS_URL names one node of a 3-master Redis Cluster, REDIS_TYPE=cluster."""
+
+    def test_two_servers_one_cluster(self):
+        """Two sluice-rls processes, each pointed at a different node, 2
+        client processes on each, 250 calls each, one limit of 500: exactly
+        500; and keys of several values spread over the masters."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        servers = []
+        try:
+            for i in range(2):
+                servers.append(Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[i],
+                                      REDIS_TYPE="cluster", **SLOW_OK))
+            self.assertEqual(hammer(servers, "cluster", 250), 500)
+            for v in range(30):  # 30 values: every master gets some, whichever node is asked
+                got = servers[v % 2].call(request(desc(("two", "v%d" % v))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+            sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                        timeout=30).stdout) for p in ports]
+            self.assertEqual(sum(sizes), 31, sizes)
+            self.assertTrue(all(n > 0 for n in sizes), sizes)
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
