@@ -26,6 +26,11 @@
  * sluice-rls process of the host that uses that directory (one file per
  * limit, named by its full key): several processes enforce one limit.
  *
+ * With REDIS_URL (redis_backend.c) each limit is a limiter of the Redis
+ * tier instead of a table; the default algorithm is then sliding-approx
+ * (the tier has no fixed-window script) and the algorithms the tier has no
+ * script for are refused at load.
+ *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
  * limiter per descriptor value.  The window is the unit's length in
  * seconds; the server decides on CLOCK_REALTIME nanoseconds, so windows

@@ -34,6 +34,14 @@
  * The composite takes one permit count for all its limits: the enforced
  * descriptors of one request must carry the same hits (else
  * INVALID_ARGUMENT; docs/rls.md, "Not yet").
+ *
+ * Limits in Redis (REDIS_URL, redis_backend.c) are not in the composite:
+ * no script spans keys that may live on different cluster nodes.  Their
+ * enforced descriptors are decided one after the other in request order;
+ * after a refusal the later ones are probed (reported, not charged), the
+ * earlier ones stay charged.  Their hits may differ.  When Redis cannot
+ * decide and SLUICE_RLS_REDIS_FAILURE is `error`, the call is answered
+ * UNAVAILABLE (Envoy's failure_mode_deny then decides).
  */
 #include "rls.h"
 #include "redis_backend.h"
