@@ -17,6 +17,10 @@
  * is bounded (64 levels) and so are node visits (aliases can make a small
  * file a huge tree).
  *
+ * share_threshold (only where key or value holds a '*', as envoyproxy
+ * checks) marks a wildcard node whose matches count under its pattern
+ * (rls_config_find_shared); quota_mode is kept on the limit (rls.c).
+ *
  * sluice's extensions of rate_limit: `algorithm` (any of the six, default
  * fixed-window), `burst` (token-bucket's burst, leaky-bucket's capacity)
  * and `period` (any length sluice's spec grammar takes: 5m, 30s, 250ms)
@@ -143,6 +147,8 @@ struct rls_node {
     char *value; /* "" for a key alone; may hold '*' */
     size_t valuelen;
     bool wildcard;
+    bool share;        /* share_threshold: every value the wildcard matches
+                        * counts under the pattern (one counter) */
     int line;
     rls_limit *limit;
     rls_node **kids;   /* exact and key-only children, sorted by (key, value) */
@@ -402,6 +408,14 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n)
 {
+    return rls_config_find_shared(cfg, domain, domainlen, keys, keylens, values, valuelens, n, NULL, NULL);
+}
+
+const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domain, size_t domainlen,
+                                        const char *const keys[], const size_t keylens[],
+                                        const char *const values[], const size_t valuelens[], size_t n,
+                                        const char *share[], size_t sharelens[])
+{
     if (!cfg || n == 0)
         return NULL;
     const rls_node *level = NULL;
@@ -428,6 +442,10 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
             next = find_kid(level, keys[i], keylens[i], "", 0);
         if (!next)
             return NULL;
+        if (share) {
+            share[i] = next->share && next->wildcard ? next->value : NULL;
+            sharelens[i] = share[i] ? next->valuelen : 0;
+        }
         if (i == n - 1)
             found = next->limit;
         level = next;
@@ -784,6 +802,8 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     lim->window_ns = rls_unit_ns(unit);
     lim->unlimited = unlimited;
     lim->shadow_mode = shadow;
+    if (get_bool(ld, desc, "quota_mode", &lim->quota_mode) < 0)
+        return -1;
     bool detailed;
     if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
         return -1;
@@ -866,6 +886,22 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
         n->valuelen = vl;
         n->line = (int)d->start_mark.line + 1;
         n->wildcard = memchr(value, '*', vl) != NULL;
+        bool share;
+        if (get_bool(ld, d, "share_threshold", &share) < 0) {
+            free(n->key);
+            free(n->value);
+            free(n);
+            return -1;
+        }
+        /* envoyproxy/ratelimit: only where the key or value holds a '*' */
+        if (share && !n->wildcard && !memchr(key, '*', kl)) {
+            free(n->key);
+            free(n->value);
+            free(n);
+            return fail(ld, d, "share_threshold can only be used with wildcard values (containing '*'), but found "
+                               "key '%s%s%s'", key, vl ? "_" : "", value);
+        }
+        n->share = share;
         if (!n->key || !n->value || push(n->wildcard ? &parent->wilds : &parent->kids,
                                          n->wildcard ? &parent->nwilds : &parent->nkids, n) < 0) {
             node_clear(n);

@@ -66,6 +66,7 @@ typedef struct rls_limit {
     uint64_t window_ns;    /* the spec's PERIOD: rls_unit_ns(unit), or `period` */
     bool unlimited;
     bool shadow_mode;
+    bool quota_mode;       /* envoyproxy/ratelimit's quota_mode (rls.c) */
     sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited,
                             * requests_per_unit 0, or on Redis */
     struct sluice_redis *redis; /* with REDIS_URL (redis_backend.h): the limit in
@@ -135,6 +136,15 @@ void rls_config_free(rls_config *cfg);
 const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size_t domainlen,
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n);
+
+/* rls_config_find(), also telling which entries matched a wildcard with
+ * share_threshold: share[i] is then the pattern (sharelens[i] bytes), the
+ * value to count under; else NULL.  share and sharelens hold n entries, or
+ * are both NULL.  Thread-safe. */
+const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domain, size_t domainlen,
+                                        const char *const keys[], const size_t keylens[],
+                                        const char *const values[], const size_t valuelens[], size_t n,
+                                        const char *share[], size_t sharelens[]);
 
 /* The most distinct (requests_per_unit, unit) pairs of descriptor limit
  * overrides one config serves. */

@@ -12,12 +12,17 @@
  *   unlimited               OK, no current_limit, limit_remaining 2^32-1
  *   requests_per_unit 0     OVER_LIMIT (nothing can pass)
  *   hits 0 (check only)     a probe: OK, its remaining; charges nothing
+ *   quota_mode              probed first; OVER_LIMIT refuses the request
+ *                           only when every quota descriptor is; charged
+ *                           after the composite allowed (envoyproxy's)
  *   shadow mode             decided after the composite, alone, and only
  *                           if the request was allowed; a refusal is
  *                           counted and answered OK
  *   otherwise               the composite's answer for that limit
  *
- * A table key is the descriptor's entries, each key and value preceded by
+ * A table key is the descriptor's entries (an entry matched by a
+ * share_threshold wildcard gives the pattern, not its value: one counter
+ * for all the values it matches), each key and value preceded by
  * its length (4 bytes), so no two descriptors share a key by accident.  The
  * table is the limit's own: the same values under two rules are two keys.
  * Two descriptors of one request that reach the same key are charged once
@@ -243,7 +248,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
      * be enforced: several may share one (found by fuzz_rls_request). */
     pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
     pending renf[RLS_MAX_DESCRIPTORS]; /* enforced, on Redis */
-    size_t ne = 0, ns = 0, np = 0, nr = 0;
+    pending quota[RLS_MAX_DESCRIPTORS]; /* quota_mode */
+    size_t ne = 0, ns = 0, np = 0, nr = 0, nq = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
     uint64_t hits_all = 0;
@@ -321,7 +327,16 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             need += 4 + domainlen; /* one override table serves every domain */
         } else {
-            lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+            const char *share[RLS_MAX_ENTRIES];
+            size_t sharel[RLS_MAX_ENTRIES];
+            lim = rls_config_find_shared(cfg, req->domain, domainlen, keys, kl, values, vl, ents, share, sharel);
+            for (size_t e = 0; lim && e < ents; e++) {
+                if (share[e]) { /* share_threshold: counted under the pattern */
+                    need = need - vl[e] + sharel[e];
+                    values[e] = share[e];
+                    vl[e] = sharel[e];
+                }
+            }
         }
         if (!lim || (nrepl && replaced(lim, replacers, nrepl)))
             continue; /* answered OK, as a descriptor no limit matches */
@@ -386,6 +401,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             probes[np++] = p;
         } else if (shadowed) {
             shadow[ns++] = p;
+        } else if (lim->quota_mode || (flags & RLS_QUOTA_ALL)) {
+            quota[nq++] = p;
         } else if (lim->redis) {
             renf[nr++] = p; /* decided after the composite, in request order */
         } else {
@@ -413,6 +430,29 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             enforced[ne++] = p;
         }
     }
+
+    /* quota_mode (envoyproxy/ratelimit): a quota descriptor over its limit
+     * refuses the request only when every quota descriptor is.  Each is
+     * probed first: if none could pass, the request is refused and charges
+     * nothing; else the others decide, and if they allow, each quota
+     * descriptor that could pass is charged (one a concurrent call spent
+     * in between then answers OVER_LIMIT, and the request stays allowed). */
+    sluice_result qres[RLS_MAX_DESCRIPTORS];
+    bool qpass[RLS_MAX_DESCRIPTORS];
+    size_t nqpass = 0;
+    for (size_t j = 0; j < nq; j++) {
+        bool failed = false;
+        if (quota[j].lim->redis)
+            rls_redis_decide(quota[j].lim->redis, quota[j].key, quota[j].keylen, 0, &qres[j], &failed);
+        else
+            sluice_table_try_acquire_at(quota[j].lim->table, quota[j].key, quota[j].keylen, 0, now_ns, &qres[j]);
+        if (failed)
+            return redis_failed(msg, msglen, quota[j].lim);
+        qpass[j] = qres[j].error == 0 && qres[j].remaining >= quota[j].hits;
+        nqpass += qpass[j];
+    }
+    if (nq > 0 && nqpass == 0)
+        refuse_all = true;
 
     /* Each descriptor's limit and decision, for the header fields. */
     const rls_limit *dl[RLS_MAX_DESCRIPTORS] = {NULL};
@@ -499,6 +539,33 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                                   memory_order_relaxed);
         if (shadow[j].lim->detail)
             count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, ok ? 0 : 2);
+    }
+    for (size_t j = 0; j < nq; j++) {
+        sluice_result r = qres[j];
+        bool ok = qpass[j], failed = false;
+        if (allowed && ok) {
+            if (quota[j].lim->redis)
+                ok = rls_redis_decide(quota[j].lim->redis, quota[j].key, quota[j].keylen, quota[j].hits, &r, &failed);
+            else
+                ok = sluice_table_try_acquire_at(quota[j].lim->table, quota[j].key, quota[j].keylen, quota[j].hits,
+                                                 now_ns, &r);
+            if (failed)
+                return redis_failed(msg, msglen, quota[j].lim);
+        }
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[quota[j].desc];
+        st->code = ok ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+        st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[quota[j].desc] = quota[j].lim;
+        dr[quota[j].desc] = r;
+        if (ok)
+            counts->within_limit++;
+        else
+            counts->over_limit++;
+        atomic_fetch_add_explicit(ok ? &quota[j].lim->stats->allowed : &quota[j].lim->stats->denied, 1,
+                                  memory_order_relaxed);
+        if (quota[j].lim->detail)
+            count_detail(quota[j].lim, req->domain, quota[j].key, quota[j].keylen, ok ? 0 : 1);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;

@@ -422,7 +422,8 @@ static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitReque
 {
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
-    unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
+    unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | (w->s->o.quota_all ? RLS_QUOTA_ALL : 0) |
+                     w->s->o.headers;
     uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;

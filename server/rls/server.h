@@ -20,6 +20,7 @@ typedef struct rls_server_opts {
     uint64_t idle_ns;        /* a connection with no request answered for this long is closed */
     uint64_t drain_ns;       /* on stop, how long open connections get to finish */
     bool shadow_all;         /* every limit in shadow mode (SHADOW_MODE=true) */
+    bool quota_all;          /* every limit in quota mode (QUOTA_MODE=true) */
     unsigned headers;        /* RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY (rls.h) */
     const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
     int http_port;           /* PORT: 0 = any free port, -1 = none */
