@@ -19,7 +19,9 @@
  *
  * share_threshold (only where key or value holds a '*', as envoyproxy
  * checks) marks a wildcard node whose matches count under its pattern
- * (rls_config_find_shared); quota_mode is kept on the limit (rls.c).
+ * (rls_config_find_match); value_to_metric on a node of a limit's path
+ * gives the limit per-value series named as envoyproxy names its stats
+ * (rls_match_entry.mval); quota_mode is kept on the limit (rls.c).
  *
  * sluice's extensions of rate_limit: `algorithm` (any of the six, default
  * fixed-window), `burst` (token-bucket's burst, leaky-bucket's capacity)
@@ -149,6 +151,8 @@ struct rls_node {
     bool wildcard;
     bool share;        /* share_threshold: every value the wildcard matches
                         * counts under the pattern (one counter) */
+    bool value_to_metric; /* value_to_metric: the request's value in the
+                           * metric name (rls_match_entry.mval) */
     int line;
     rls_limit *limit;
     rls_node **kids;   /* exact and key-only children, sorted by (key, value) */
@@ -408,13 +412,13 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n)
 {
-    return rls_config_find_shared(cfg, domain, domainlen, keys, keylens, values, valuelens, n, NULL, NULL);
+    return rls_config_find_match(cfg, domain, domainlen, keys, keylens, values, valuelens, n, NULL);
 }
 
-const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domain, size_t domainlen,
-                                        const char *const keys[], const size_t keylens[],
-                                        const char *const values[], const size_t valuelens[], size_t n,
-                                        const char *share[], size_t sharelens[])
+const rls_limit *rls_config_find_match(const rls_config *cfg, const char *domain, size_t domainlen,
+                                       const char *const keys[], const size_t keylens[],
+                                       const char *const values[], const size_t valuelens[], size_t n,
+                                       rls_match_entry out[])
 {
     if (!cfg || n == 0)
         return NULL;
@@ -432,6 +436,7 @@ const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domai
         const rls_node *next = NULL;
         if (valuelens[i] > 0)
             next = find_kid(level, keys[i], keylens[i], values[i], valuelens[i]);
+        bool by_value = next != NULL;
         for (size_t w = 0; !next && w < level->nwilds; w++) {
             const rls_node *c = level->wilds[w];
             if (cmp_bytes(keys[i], keylens[i], c->key, c->keylen) == 0 &&
@@ -442,9 +447,24 @@ const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domai
             next = find_kid(level, keys[i], keylens[i], "", 0);
         if (!next)
             return NULL;
-        if (share) {
-            share[i] = next->share && next->wildcard ? next->value : NULL;
-            sharelens[i] = share[i] ? next->valuelen : 0;
+        if (out) {
+            rls_match_entry *m = &out[i];
+            bool wild = !by_value && next->wildcard;
+            m->share = wild && next->share ? next->value : NULL;
+            m->sharelen = m->share ? next->valuelen : 0;
+            if (wild && !next->share && next->value_to_metric) {
+                m->mval = values[i];
+                m->mvallen = valuelens[i];
+            } else if (wild) {
+                m->mval = next->value;
+                m->mvallen = next->valuelen;
+            } else if (by_value || next->value_to_metric) {
+                m->mval = valuelens[i] ? values[i] : NULL;
+                m->mvallen = valuelens[i];
+            } else {
+                m->mval = NULL;
+                m->mvallen = 0;
+            }
         }
         if (i == n - 1)
             found = next->limit;
@@ -463,6 +483,7 @@ typedef struct loader {
     rls_config *cfg;
     const char *domain;
     size_t budget; /* node visits left: aliases may repeat a subtree */
+    bool v2m_path; /* a node from the domain to the one loading has value_to_metric */
 } loader;
 
 static int fail(loader *ld, const yaml_node_t *at, const char *fmt, ...)
@@ -807,7 +828,8 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     bool detailed;
     if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
         return -1;
-    if (detailed) {
+    lim->value_to_metric = !detailed && ld->v2m_path; /* detailed_metric takes precedence */
+    if (detailed || lim->value_to_metric) {
         lim->detail = calloc(1, sizeof *lim->detail);
         if (!lim->detail)
             return fail(ld, rl, "out of memory");
@@ -887,7 +909,8 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
         n->line = (int)d->start_mark.line + 1;
         n->wildcard = memchr(value, '*', vl) != NULL;
         bool share;
-        if (get_bool(ld, d, "share_threshold", &share) < 0) {
+        if (get_bool(ld, d, "share_threshold", &share) < 0 ||
+            get_bool(ld, d, "value_to_metric", &n->value_to_metric) < 0) {
             free(n->key);
             free(n->value);
             free(n);
@@ -920,6 +943,8 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
             return fail(ld, d, "out of memory");
         snprintf(fk, fkl + 1, "%s%s%s%s", parent_key, key, vl ? "_" : "", value);
         int rc = 0;
+        bool v2m_above = ld->v2m_path;
+        ld->v2m_path = v2m_above || n->value_to_metric;
         yaml_node_t *rl = get(ld, d, "rate_limit");
         if (rl && !is_null_scalar(rl))
             rc = load_limit(ld, d, rl, n, fk);
@@ -940,6 +965,7 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
                 free(pk);
             }
         }
+        ld->v2m_path = v2m_above;
         free(fk);
         if (rc < 0)
             return -1;
@@ -966,7 +992,7 @@ int rls_config_add_text(rls_config *cfg, const char *name, const char *text, siz
 {
     yaml_parser_t parser;
     yaml_document_t doc;
-    loader ld = {name, &doc, err, errlen, cfg, NULL, RLS_MAX_VISITS};
+    loader ld = {name, &doc, err, errlen, cfg, NULL, RLS_MAX_VISITS, false};
     if (errlen)
         err[0] = 0;
     if (!yaml_parser_initialize(&parser))
@@ -1128,8 +1154,8 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
     for (size_t i = 0; cfg && i < cfg->nall && !any; i++)
         any = cfg->all[i]->detail != NULL;
     static const char dhead[] =
-        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric, "
-        "per descriptor value (the first 64 values of each).\n"
+        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric "
+        "or value_to_metric, per descriptor value (the first 64 values of each).\n"
         "# TYPE sluice_rls_rule_detail_decisions_total counter\n";
     if (any) {
         if (cap - off <= sizeof dhead)

@@ -84,7 +84,10 @@ typedef struct rls_limit {
     char *replaces;            /* the names of `replaces`, each NUL-terminated,
                                 * one after the other; NULL when none */
     size_t nreplaces;
-    rls_detail *detail;        /* detailed_metric: true; NULL otherwise */
+    rls_detail *detail;        /* detailed_metric: true, or value_to_metric on
+                                * the limit's path; NULL otherwise */
+    bool value_to_metric;      /* detail counts under value_to_metric's name
+                                * (rls_match_entry.mval), not detailed_metric's */
     rls_limit_stats *stats;    /* &stats_store: counted through a const limit */
     rls_limit_stats stats_store;
 } rls_limit;
@@ -137,14 +140,26 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n);
 
-/* rls_config_find(), also telling which entries matched a wildcard with
- * share_threshold: share[i] is then the pattern (sharelens[i] bytes), the
- * value to count under; else NULL.  share and sharelens hold n entries, or
- * are both NULL.  Thread-safe. */
-const rls_limit *rls_config_find_shared(const rls_config *cfg, const char *domain, size_t domainlen,
-                                        const char *const keys[], const size_t keylens[],
-                                        const char *const values[], const size_t valuelens[], size_t n,
-                                        const char *share[], size_t sharelens[]);
+/* What rls_config_find_match() tells of each entry of a descriptor. */
+typedef struct rls_match_entry {
+    const char *share;  /* share_threshold: the wildcard pattern the entry
+                         * counts under (sharelen bytes); else NULL */
+    size_t sharelen;
+    const char *mval;   /* the value in value_to_metric's metric name, as
+                         * envoyproxy/ratelimit makes it (mvallen bytes):
+                         * the request's value for an entry matched by
+                         * key_value or by a node with value_to_metric, the
+                         * pattern for a wildcard without it (or with
+                         * share_threshold); NULL: the key alone */
+    size_t mvallen;
+} rls_match_entry;
+
+/* rls_config_find(), also filling out[0..n-1] (when out is not NULL).
+ * Thread-safe. */
+const rls_limit *rls_config_find_match(const rls_config *cfg, const char *domain, size_t domainlen,
+                                       const char *const keys[], const size_t keylens[],
+                                       const char *const values[], const size_t valuelens[], size_t n,
+                                       rls_match_entry out[]);
 
 /* The most distinct (requests_per_unit, unit) pairs of descriptor limit
  * overrides one config serves. */

@@ -155,16 +155,52 @@ typedef struct pending {
     size_t keylen;
     uint64_t hits;
     size_t ref;               /* composite slot (enforced ones) */
+    const char *mname;        /* value_to_metric's name of the descriptor, or NULL */
 } pending;
 
 /* detailed_metric: count decision `which` (0 allowed, 1 denied, 2
  * shadow_denied) under the descriptor's value, rendered from its table key
  * (u32 length, bytes; key then value per entry). */
-static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen, int which)
+/* Append bytes to a metric name, not printable ASCII as \xNN, cut to fit. */
+static size_t put_name(char *k, size_t o, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && o + 5 < RLS_DETAIL_KEY_BYTES; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        o += ch >= 0x20 && ch < 0x7f ? (size_t)snprintf(k + o, RLS_DETAIL_KEY_BYTES - o, "%c", ch)
+                                     : (size_t)snprintf(k + o, RLS_DETAIL_KEY_BYTES - o, "\\x%02x", ch);
+    }
+    return o;
+}
+
+/* value_to_metric's name: domain.key[_value].key[_value]... as
+ * envoyproxy/ratelimit makes it (rls_match_entry.mval). */
+static void metric_name(char k[RLS_DETAIL_KEY_BYTES], const char *domain, const char *const keys[], const size_t kl[],
+                        const rls_match_entry me[], size_t n)
+{
+    size_t o = put_name(k, 0, domain, strlen(domain));
+    for (size_t e = 0; e < n; e++) {
+        o = put_name(k, o, ".", 1);
+        o = put_name(k, o, keys[e], kl[e]);
+        if (me[e].mval) {
+            o = put_name(k, o, "_", 1);
+            o = put_name(k, o, me[e].mval, me[e].mvallen);
+        }
+    }
+    k[o < RLS_DETAIL_KEY_BYTES ? o : RLS_DETAIL_KEY_BYTES - 1] = 0;
+}
+
+static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen,
+                         const char *name, int which)
 {
     rls_detail *d = lim->detail;
     char k[RLS_DETAIL_KEY_BYTES];
     size_t o = 0;
+    if (name) { /* value_to_metric: the name made at matching */
+        snprintf(k, sizeof k, "%s", name);
+        o = strlen(k);
+        keylen = 0;
+        domain = "";
+    }
     for (const char *p = domain; *p && o + 5 < sizeof k; p++)
         o += (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f
                  ? (size_t)snprintf(k + o, sizeof k - o, "%c", *p)
@@ -249,6 +285,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
     pending renf[RLS_MAX_DESCRIPTORS]; /* enforced, on Redis */
     pending quota[RLS_MAX_DESCRIPTORS]; /* quota_mode */
+    char mnames[RLS_MAX_DESCRIPTORS][RLS_DETAIL_KEY_BYTES]; /* value_to_metric's names (p.mname) */
     size_t ne = 0, ns = 0, np = 0, nr = 0, nq = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
@@ -311,6 +348,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         const rls_limit *lim;
         size_t domainlen = strlen(req->domain);
         bool override = d->limit != NULL;
+        const char *mname = NULL;
         if (override) {
             /* Envoy's RateLimitOverride, in a domain the config has. */
             if (!rls_config_has_domain(cfg, req->domain, domainlen))
@@ -327,14 +365,17 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             need += 4 + domainlen; /* one override table serves every domain */
         } else {
-            const char *share[RLS_MAX_ENTRIES];
-            size_t sharel[RLS_MAX_ENTRIES];
-            lim = rls_config_find_shared(cfg, req->domain, domainlen, keys, kl, values, vl, ents, share, sharel);
+            rls_match_entry me[RLS_MAX_ENTRIES];
+            lim = rls_config_find_match(cfg, req->domain, domainlen, keys, kl, values, vl, ents, me);
+            if (lim && lim->value_to_metric) {
+                metric_name(mnames[i], req->domain, keys, kl, me, ents);
+                mname = mnames[i];
+            }
             for (size_t e = 0; lim && e < ents; e++) {
-                if (share[e]) { /* share_threshold: counted under the pattern */
-                    need = need - vl[e] + sharel[e];
-                    values[e] = share[e];
-                    vl[e] = sharel[e];
+                if (me[e].share) { /* share_threshold: counted under the pattern */
+                    need = need - vl[e] + me[e].sharelen;
+                    values[e] = me[e].share;
+                    vl[e] = me[e].sharelen;
                 }
             }
         }
@@ -396,7 +437,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             off += 4 + vl[e];
         }
         used += off;
-        pending p = {i, lim, key, off, hits, 0};
+        pending p = {i, lim, key, off, hits, 0, mname};
         if (hits == 0) {
             probes[np++] = p;
         } else if (shadowed) {
@@ -486,7 +527,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             atomic_fetch_add_explicit(own ? &enforced[j].lim->stats->allowed : &enforced[j].lim->stats->denied, 1,
                                       memory_order_relaxed);
             if (enforced[j].lim->detail)
-                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, own ? 0 : 1);
+                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, enforced[j].mname,
+                             own ? 0 : 1);
         }
     }
     /* On Redis: one call per limit, in request order; after a refusal the
@@ -516,7 +558,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         atomic_fetch_add_explicit(ok ? &renf[j].lim->stats->allowed : &renf[j].lim->stats->denied, 1,
                                   memory_order_relaxed);
         if (renf[j].lim->detail)
-            count_detail(renf[j].lim, req->domain, renf[j].key, renf[j].keylen, ok ? 0 : 1);
+            count_detail(renf[j].lim, req->domain, renf[j].key, renf[j].keylen, renf[j].mname, ok ? 0 : 1);
     }
     for (size_t j = 0; j < ns; j++) {
         sluice_result r;
@@ -538,7 +580,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         atomic_fetch_add_explicit(ok ? &shadow[j].lim->stats->allowed : &shadow[j].lim->stats->shadow_denied, 1,
                                   memory_order_relaxed);
         if (shadow[j].lim->detail)
-            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, ok ? 0 : 2);
+            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, shadow[j].mname,
+                         ok ? 0 : 2);
     }
     for (size_t j = 0; j < nq; j++) {
         sluice_result r = qres[j];
@@ -565,7 +608,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         atomic_fetch_add_explicit(ok ? &quota[j].lim->stats->allowed : &quota[j].lim->stats->denied, 1,
                                   memory_order_relaxed);
         if (quota[j].lim->detail)
-            count_detail(quota[j].lim, req->domain, quota[j].key, quota[j].keylen, ok ? 0 : 1);
+            count_detail(quota[j].lim, req->domain, quota[j].key, quota[j].keylen, quota[j].mname, ok ? 0 : 1);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;

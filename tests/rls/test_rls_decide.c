@@ -499,6 +499,80 @@ static void test_quota_mode(void **state)
     rls_config_free(cfg);
 }
 
+/* The count of value_to_metric's (or detailed_metric's) series `name` of
+ * the limit a descriptor reaches, decision `which`; -1 when absent. */
+static long detail_count(const rls_config *cfg, const char *const kv[8], const char *name, int which)
+{
+    const char *keys[4], *values[4];
+    size_t kl[4], vl[4], n = 0;
+    for (; n < 4 && kv[2 * n]; n++) {
+        keys[n] = kv[2 * n];
+        values[n] = kv[2 * n + 1];
+        kl[n] = strlen(keys[n]);
+        vl[n] = strlen(values[n]);
+    }
+    const rls_limit *lim = rls_config_find(cfg, "t", 1, keys, kl, values, vl, n);
+    assert_non_null(lim);
+    if (!lim->detail)
+        return -1;
+    for (size_t i = 0; i < lim->detail->n; i++) {
+        if (!strcmp(lim->detail->e[i].key, name))
+            return (long)lim->detail->e[i].v[which];
+    }
+    return -1;
+}
+
+/* value_to_metric (envoyproxy/ratelimit's README, example 10): the
+ * request's values in the series' name where a level has value_to_metric,
+ * the full value for a wildcard level with it; a path without it has no
+ * per-value series; detailed_metric takes precedence. */
+static void test_value_to_metric(void **state)
+{
+    (void)state;
+    rls_config *cfg = load_text("domain: t\n"
+                                "descriptors:\n"
+                                "  - key: route\n"
+                                "    value_to_metric: true\n"
+                                "    descriptors:\n"
+                                "      - key: http_method\n"
+                                "        value_to_metric: true\n"
+                                "        descriptors:\n"
+                                "          - {key: subject_id, rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+                                "  - key: user\n"
+                                "    value_to_metric: true\n"
+                                "    descriptors:\n"
+                                "      - key: action\n"
+                                "        value: 'read*'\n"
+                                "        value_to_metric: true\n"
+                                "        descriptors:\n"
+                                "          - {key: resource, rate_limit: {unit: minute, requests_per_unit: 100}}\n"
+                                "  - key: plain\n"
+                                "    descriptors:\n"
+                                "      - {key: sub, rate_limit: {unit: minute, requests_per_unit: 100}}\n");
+    mcall c;
+    rls_answer a;
+    uint64_t t = 60 * S * 1000;
+    static const char *const get[][8] = {{"route", "api", "http_method", "GET", "subject_id", "123"}},
+                             *const post[][8] = {{"route", "web", "http_method", "POST", "subject_id", "456"}},
+                             *const rd[][8] = {{"user", "alice", "action", "readfile", "resource", "documents"}},
+                             *const pl[][8] = {{"plain", "x", "sub", "y"}};
+    make_kv(&c, 1, get);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    make_kv(&c, 1, post);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    make_kv(&c, 1, rd);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    make_kv(&c, 1, pl);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_api.http_method_GET.subject_id", 0), 1);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_api.http_method_GET.subject_id", 1), 1);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_web.http_method_POST.subject_id", 0), 1);
+    assert_int_equal(detail_count(cfg, rd[0], "t.user_alice.action_readfile.resource", 0), 1);
+    assert_int_equal(detail_count(cfg, pl[0], "t.plain_x.sub_y", 0), -1); /* no series */
+    rls_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -513,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_replaces),
         cmocka_unit_test(test_share_threshold),
         cmocka_unit_test(test_quota_mode),
+        cmocka_unit_test(test_value_to_metric),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
