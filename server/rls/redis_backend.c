@@ -90,6 +90,7 @@ static int parse_hostport(rls_redis_settings *s, const char *url, char *err, siz
         s->password[pl] = 0;
         len -= (size_t)(at + 1 - p);
         p = at + 1;
+        url = p; /* messages below never show the password */
     }
     const char *end = p + len, *colon = NULL;
     for (const char *c = p; c < end; c++) {

@@ -1009,10 +1009,12 @@ class RedisTest(unittest.TestCase):
                 self.assertEqual(s.stop(), 0)
 
     def test_bad_redis_settings(self):
-        """Each refused at start with exit 2 and a line naming the variable."""
+        """Each refused at start with exit 2 and a line naming the variable
+        (never a password)."""
         cases = [({"REDIS_URL": "127.0.0.1"}, "REDIS_URL='127.0.0.1' is not HOST:PORT"),
                  ({"REDIS_URL": "127.0.0.1:70000"}, "has a port that is not a number from 1 to 65535"),
                  ({"REDIS_URL": "rediss://127.0.0.1:6379"}, "asks for TLS"),
+                 ({"REDIS_URL": "redis://u:secret@127.0.0.1"}, "REDIS_URL='127.0.0.1' is not HOST:PORT"),
                  ({"REDIS_URL": "127.0.0.1:6379", "REDIS_SOCKET_TYPE": "unix"},
                   "REDIS_SOCKET_TYPE='unix' is not supported (tcp only)"),
                  ({"REDIS_URL": "127.0.0.1:6379", "REDIS_TYPE": "sentinel"},
@@ -1035,6 +1037,7 @@ class RedisTest(unittest.TestCase):
                                    capture_output=True, text=True, timeout=30)
                 self.assertEqual(r.returncode, 2, env)
                 self.assertIn(msg, r.stderr)
+                self.assertNotIn("secret", r.stderr)
             # An algorithm the Redis tier has no script for: refused with
             # its file and line.
             with open(path, "w") as f:
