@@ -1199,6 +1199,30 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
         if (off >= cap)
             return cap;
     }
+    /* The Redis backend: its counters summed over the limits. */
+    if (cfg && rls_redis_enabled()) {
+        uint64_t sums[RLS_REDIS_SUMS] = {0};
+        for (size_t i = 0; i < cfg->nall; i++) {
+            if (cfg->all[i]->redis)
+                rls_redis_stats_add(cfg->all[i]->redis, sums);
+        }
+        size_t nov = atomic_load_explicit(&cfg->ov->n, memory_order_acquire);
+        for (size_t i = 0; i < nov; i++) {
+            if (cfg->ov->lim[i]->redis)
+                rls_redis_stats_add(cfg->ov->lim[i]->redis, sums);
+        }
+        static const char *const fam[RLS_REDIS_SUMS][2] = {
+            {"sluice_rls_redis_round_trips_total", "Redis script calls sent (EVALSHA or EVAL), over every limit."},
+            {"sluice_rls_redis_fallbacks_total", "Decisions made by the failure policy because Redis could not."},
+            {"sluice_rls_redis_errors_total", "Redis calls that failed (connect, timeout, I/O, reply, pool, circuit)."},
+            {"sluice_rls_redis_local_decisions_total", "Decisions answered without a round trip (a lease, or a "
+                                                       "remembered refusal)."}};
+        for (int k = 0; k < RLS_REDIS_SUMS && off < cap; k++) {
+            int w = snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n", fam[k][0],
+                             fam[k][1], fam[k][0], fam[k][0], sums[k]);
+            off = w < 0 || (size_t)w >= cap - off ? cap : off + (size_t)w;
+        }
+    }
     return off;
 }
 

@@ -240,6 +240,17 @@ bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, ui
     return ok;
 }
 
+void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_SUMS])
+{
+    sluice_redis_stats st;
+    sluice_redis_stats_get(r, &st);
+    sums[0] += st.round_trips;
+    sums[1] += st.by_policy;
+    sums[2] += st.err_connect + st.err_timeout + st.err_io + st.err_protocol + st.err_reply + st.err_pool +
+               st.err_circuit;
+    sums[3] += st.by_lease + st.by_cache;
+}
+
 #else /* built without the Redis tier: never called (rls_redis_enabled() is false) */
 
 struct sluice_redis *rls_redis_make(const char *full_key, const char *spec, char *err, size_t errlen)
@@ -251,6 +262,12 @@ struct sluice_redis *rls_redis_make(const char *full_key, const char *spec, char
 }
 
 void rls_redis_free(struct sluice_redis *r) { (void)r; }
+
+void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_SUMS])
+{
+    (void)r;
+    (void)sums;
+}
 
 bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, uint64_t hits, sluice_result *res,
                       bool *failed)

@@ -81,4 +81,11 @@ void rls_redis_free(struct sluice_redis *r);
 bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, uint64_t hits, sluice_result *res,
                       bool *failed);
 
+/* Add r's counters to sums[RLS_REDIS_SUMS]: script calls sent
+ * (round trips), decisions the failure policy made, failed calls,
+ * decisions answered locally (from a lease or a remembered refusal).
+ * Thread-safe. */
+#define RLS_REDIS_SUMS 4
+void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_SUMS]);
+
 #endif

@@ -910,6 +910,20 @@ class RedisTest(unittest.TestCase):
             for _ in range(2):
                 servers.append(Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK))
             self.assertEqual(hammer(servers, "exact", 250), 500)
+            # /metrics: one round trip per call (500 calls on each server)
+            # no error, no fallback; promtool accepts the families.
+            for sv in servers[:2]:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % sv.http_port, timeout=10) as h:
+                    text = h.read().decode()
+                m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+                # (and the EVAL that answers a first NOSCRIPT)
+                self.assertIn(m["sluice_rls_redis_round_trips_total"], (500, 501))
+                self.assertEqual(m["sluice_rls_redis_errors_total"], 0)
+                self.assertEqual(m["sluice_rls_redis_fallbacks_total"], 0)
+                if shutil.which("promtool"):
+                    p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                                       timeout=30)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertEqual(r.cli("DBSIZE").strip(), "1")  # one key: PREFIX rls:DIGEST:{KEY}:SPECID
             self.assertTrue(r.cli("--scan").startswith("rls:"))
             # A limit's counter is in Redis: a third server, started now,
@@ -985,6 +999,11 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(he.exception.code, 503)
             with urllib.request.urlopen("http://127.0.0.1:%d/healthcheck" % s.http_port, timeout=10) as h:
                 self.assertEqual(h.status, 200)
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.http_port, timeout=10) as h:
+                text = h.read().decode()
+            m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+            self.assertEqual(m["sluice_rls_redis_fallbacks_total"], 2)  # the gRPC call and /json
+            self.assertEqual(m["sluice_rls_redis_errors_total"], 2)
             # A descriptor no limit matches needs no Redis.
             self.assertEqual(s.call(request(desc(("none", "d"))), timeout=10).overall_code, OK)
             r = RedisServer(port)
