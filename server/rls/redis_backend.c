@@ -48,6 +48,7 @@ static int bad(char *err, size_t errlen, const char *name, const char *v, const 
     return -1;
 }
 
+#ifdef SLUICE_RLS_REDIS
 static int env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t *out, char *err, size_t errlen)
 {
     const char *v = getenv(name);
@@ -120,6 +121,8 @@ static int parse_hostport(rls_redis_settings *s, const char *url, char *err, siz
     s->port = port;
     return 0;
 }
+
+#endif
 
 int rls_redis_from_env(rls_redis_settings *s, char *err, size_t errlen)
 {
