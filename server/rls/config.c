@@ -62,6 +62,8 @@
 
 #include <yaml.h>
 
+#include "google/protobuf/struct.pb-c.h"
+
 #define RLS_MAX_DEPTH 64                  /* nesting of descriptors */
 #define RLS_MAX_FILE_BYTES (16u << 20)    /* one config file */
 #define RLS_MAX_FILES 4096
@@ -207,6 +209,7 @@ static void node_clear(rls_node *n)
         free(n->limit->full_key);
         free(n->limit->name);
         free(n->limit->replaces);
+        free(n->limit->metadata);
         if (n->limit->detail) {
             pthread_mutex_destroy(&n->limit->detail->mu);
             free(n->limit->detail);
@@ -729,6 +732,126 @@ static int push(rls_node ***arr, size_t *n, rls_node *x)
     return 0;
 }
 
+/* A descriptor's `metadata` (any YAML under a mapping) as a
+ * google.protobuf.Struct, as envoyproxy/ratelimit's parseMetadata makes it:
+ * mappings are structs (keys scalars), sequences lists, null null, true and
+ * false bools, plain numbers numbers, the rest strings.  NULL with the
+ * reason in ld (out of memory, a non-scalar key, too deep). */
+static Google__Protobuf__Struct *yaml_struct(loader *ld, yaml_node_t *map, int depth);
+
+static Google__Protobuf__Value *yaml_value(loader *ld, yaml_node_t *n, int depth)
+{
+    Google__Protobuf__Value *v = malloc(sizeof *v);
+    if (!v) {
+        fail(ld, n, "out of memory");
+        return NULL;
+    }
+    google__protobuf__value__init(v);
+    if (ld->budget == 0 || --ld->budget == 0 || depth > RLS_MAX_DEPTH) {
+        free(v);
+        fail(ld, n, "metadata nested deeper than %d levels, or too many nodes", RLS_MAX_DEPTH);
+        return NULL;
+    }
+    if (n->type == YAML_MAPPING_NODE) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+        v->struct_value = yaml_struct(ld, n, depth + 1);
+        if (!v->struct_value) {
+            free(v);
+            return NULL;
+        }
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        Google__Protobuf__ListValue *l = malloc(sizeof *l);
+        size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+        if (l)
+            google__protobuf__list_value__init(l);
+        if (l && cnt)
+            l->values = calloc(cnt, sizeof *l->values);
+        if (!l || (cnt && !l->values)) {
+            free(l);
+            free(v);
+            fail(ld, n, "out of memory");
+            return NULL;
+        }
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+        v->list_value = l;
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
+            Google__Protobuf__Value *ev = e ? yaml_value(ld, e, depth + 1) : NULL;
+            if (!ev) {
+                protobuf_c_message_free_unpacked(&v->base, NULL);
+                return NULL;
+            }
+            l->values[l->n_values++] = ev;
+        }
+    } else if (is_null_scalar(n)) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+    } else if (bool_scalar(n) >= 0) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+        v->bool_value = bool_scalar(n) == 1;
+    } else if (is_number_scalar(n)) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+        v->number_value = strtod(scalar(n), NULL);
+    } else {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+        v->string_value = strdup(scalar(n));
+        if (!v->string_value) {
+            free(v);
+            fail(ld, n, "out of memory");
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static Google__Protobuf__Struct *yaml_struct(loader *ld, yaml_node_t *map, int depth)
+{
+    Google__Protobuf__Struct *st = malloc(sizeof *st);
+    size_t cnt = (size_t)(map->data.mapping.pairs.top - map->data.mapping.pairs.start);
+    if (st)
+        google__protobuf__struct__init(st);
+    if (st && cnt)
+        st->fields = calloc(cnt, sizeof *st->fields);
+    if (!st || (cnt && !st->fields)) {
+        free(st);
+        fail(ld, map, "out of memory");
+        return NULL;
+    }
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key), *v = yaml_document_get_node(ld->doc, p->value);
+        if (!k || !v || k->type != YAML_SCALAR_NODE) {
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            fail(ld, k ? k : map, "metadata keys must be strings");
+            return NULL;
+        }
+        size_t j = 0; /* a repeated key: the last one wins, as in a Go map */
+        while (j < st->n_fields && strcmp(st->fields[j]->key, scalar(k)) != 0)
+            j++;
+        Google__Protobuf__Value *val = yaml_value(ld, v, depth + 1);
+        if (!val) {
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            return NULL;
+        }
+        if (j < st->n_fields) {
+            protobuf_c_message_free_unpacked(&st->fields[j]->value->base, NULL);
+            st->fields[j]->value = val;
+            continue;
+        }
+        Google__Protobuf__Struct__FieldsEntry *e = malloc(sizeof *e);
+        if (e)
+            google__protobuf__struct__fields_entry__init(e);
+        if (!e || !(e->key = strdup(scalar(k)))) {
+            free(e);
+            protobuf_c_message_free_unpacked(&val->base, NULL);
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            fail(ld, k, "out of memory");
+            return NULL;
+        }
+        e->value = val;
+        st->fields[st->n_fields++] = e;
+    }
+    return st;
+}
+
 static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *node, const char *full_key)
 {
     if (rl->type != YAML_MAPPING_NODE)
@@ -828,6 +951,21 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     bool detailed;
     if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
         return -1;
+    yaml_node_t *md = get(ld, desc, "metadata");
+    if (md && !is_null_scalar(md)) { /* kept packed: each answer unpacks its own copy */
+        if (md->type != YAML_MAPPING_NODE)
+            return fail(ld, md, "'metadata' must be a mapping");
+        Google__Protobuf__Struct *st = yaml_struct(ld, md, 0);
+        if (!st)
+            return -1;
+        lim->metadata_len = protobuf_c_message_get_packed_size(&st->base);
+        lim->metadata = malloc(lim->metadata_len ? lim->metadata_len : 1);
+        if (lim->metadata)
+            protobuf_c_message_pack(&st->base, lim->metadata);
+        protobuf_c_message_free_unpacked(&st->base, NULL);
+        if (!lim->metadata)
+            return fail(ld, md, "out of memory");
+    }
     lim->value_to_metric = !detailed && ld->v2m_path; /* detailed_metric takes precedence */
     if (detailed || lim->value_to_metric) {
         lim->detail = calloc(1, sizeof *lim->detail);

@@ -86,6 +86,10 @@ typedef struct rls_limit {
     size_t nreplaces;
     rls_detail *detail;        /* detailed_metric: true, or value_to_metric on
                                 * the limit's path; NULL otherwise */
+    unsigned char *metadata;   /* `metadata` of the limit's descriptor, a packed
+                                * google.protobuf.Struct (RESPONSE_DYNAMIC_METADATA);
+                                * NULL when none */
+    size_t metadata_len;
     bool value_to_metric;      /* detail counts under value_to_metric's name
                                 * (rls_match_entry.mval), not detailed_metric's */
     rls_limit_stats *stats;    /* &stats_store: counted through a const limit */

@@ -12,6 +12,7 @@
  *   RUNTIME_ROOT (/srv/runtime_data/current), RUNTIME_SUBDIRECTORY
  *   (ratelimit): the config is every *.yaml of RUNTIME_ROOT/
  *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false); QUOTA_MODE (false);
+ *   RESPONSE_DYNAMIC_METADATA (false);
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
         env_u64("SLUICE_RLS_MAX_CONNS", 1, 1u << 20, &conns) < 0 ||
         env_u64("SLUICE_RLS_MAX_MSG_BYTES", 64, 64u << 20, &msg) < 0 ||
         env_u64("SLUICE_RLS_IDLE_SECONDS", 1, 86400, &idle) < 0 || env_bool("SHADOW_MODE", &o.shadow_all) < 0 ||
-        env_bool("QUOTA_MODE", &o.quota_all) < 0 ||
+        env_bool("QUOTA_MODE", &o.quota_all) < 0 || env_bool("RESPONSE_DYNAMIC_METADATA", &o.dynamic_metadata) < 0 ||
         env_u64("SLUICE_RLS_RELOAD_MS", 0, 3600000, &reload_ms) < 0)
         return 2;
     const char *hv = getenv("SLUICE_RLS_HEADERS");

@@ -411,6 +411,8 @@ static int do_call(conn *c, stream *st)
     rls_answer ans;
     int code = decide(w, rq, &ans, msg, sizeof msg);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    if (code == RLS_GRPC_OK)
+        rls_answer_release(&ans); /* packed: its dynamic_metadata goes */
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
     return rc;
 }
@@ -423,7 +425,7 @@ static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitReque
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
     unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | (w->s->o.quota_all ? RLS_QUOTA_ALL : 0) |
-                     w->s->o.headers;
+                     (w->s->o.dynamic_metadata ? RLS_DYNAMIC_METADATA : 0) | w->s->o.headers;
     uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;
@@ -758,6 +760,8 @@ static int http1_json(conn *c)
     } else {
         int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
         size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        if (code == RLS_GRPC_OK)
+            rls_answer_release(ans);
         if (code == RLS_GRPC_INVALID_ARGUMENT)
             rc = http1_json_error(c, 400, "Bad Request", msg);
         else if (code == RLS_GRPC_UNAVAILABLE) /* the Redis backend could not decide */

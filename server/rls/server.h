@@ -21,6 +21,8 @@ typedef struct rls_server_opts {
     uint64_t drain_ns;       /* on stop, how long open connections get to finish */
     bool shadow_all;         /* every limit in shadow mode (SHADOW_MODE=true) */
     bool quota_all;          /* every limit in quota mode (QUOTA_MODE=true) */
+    bool dynamic_metadata;   /* RESPONSE_DYNAMIC_METADATA=true: answers carry
+                              * dynamic_metadata (rls.h) */
     unsigned headers;        /* RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY (rls.h) */
     const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
     int http_port;           /* PORT: 0 = any free port, -1 = none */

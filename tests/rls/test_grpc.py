@@ -820,6 +820,59 @@ class LimitsTest(unittest.TestCase):
         self.assertIn("/nonexistent-rls/ratelimit/config", r.stderr)
 
 
+MD_CONFIG = """
+domain: test
+descriptors:
+  - key: md
+    metadata: {team: a, limits: {kind: strict, n: 3}, tags: [x, 1, true, null]}
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: md2
+    metadata: {team: b, limits: {extra: "yes"}}
+    rate_limit: {unit: day, requests_per_unit: 5}
+"""
+
+
+class DynamicMetadataTest(unittest.TestCase):
+    def test_dynamic_metadata(self):
+        """RESPONSE_DYNAMIC_METADATA=true (envoyproxy/ratelimit's): the
+        answer's dynamic_metadata holds the domain, the descriptors
+        ("key=value" entries, hitsAddend), the request's hitsAddend, and the
+        `metadata` of the descriptors that passed, merged (the first value of
+        a key stays, structs merge); the same in POST /json."""
+        s = Server(config=MD_CONFIG, RESPONSE_DYNAMIC_METADATA="true")
+        try:
+            from google.protobuf import json_format
+            r = s.call(request(desc(("md", "a")), desc(("md2", "a"), hits=1), hits=1), timeout=10)
+            self.assertEqual(r.overall_code, OK)
+            got = json_format.MessageToDict(r.dynamic_metadata)
+            self.assertEqual(got, {
+                "domain": "test", "hitsAddend": 1.0,
+                "descriptors": [{"entries": ["md=a"]}, {"entries": ["md2=a"], "hitsAddend": 1.0}],
+                "metadata": {"team": "a", "limits": {"kind": "strict", "n": 3.0, "extra": "yes"},
+                             "tags": ["x", 1.0, True, None]}})
+            # md is over now: only md2's metadata
+            r = s.call(request(desc(("md", "a")), desc(("md2", "a"))), timeout=10)
+            self.assertEqual(r.overall_code, OVER)
+            got = json_format.MessageToDict(r.dynamic_metadata)
+            self.assertEqual(got["metadata"], {"team": "b", "limits": {"extra": "yes"}})
+            self.assertNotIn("hitsAddend", got)
+            body = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "md2", "value": "j"}]}]})
+            req = urllib.request.Request("http://127.0.0.1:%d/json" % s.http_port, data=body.encode(), method="POST")
+            with urllib.request.urlopen(req, timeout=10) as h:
+                js = json.loads(h.read())
+            self.assertEqual(js["dynamicMetadata"], {"domain": "test", "descriptors": [{"entries": ["md2=j"]}],
+                                                     "metadata": {"team": "b", "limits": {"extra": "yes"}}})
+        finally:
+            self.assertEqual(s.stop(), 0)
+        # Without the variable: none.
+        s = Server(config=MD_CONFIG)
+        try:
+            r = s.call(request(desc(("md2", "n"))), timeout=10)
+            self.assertFalse(r.HasField("dynamic_metadata"))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))

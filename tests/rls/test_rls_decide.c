@@ -573,6 +573,33 @@ static void test_value_to_metric(void **state)
     rls_config_free(cfg);
 }
 
+/* `metadata` must be a mapping whose keys are scalars; refused with the
+ * file and line otherwise, and kept (packed) when good. */
+static void test_metadata_config(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char list[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: [1, 2]\n"
+                               "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    static const char key[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: {[a]: 1}\n"
+                              "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    static const char good[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: {a: {b: [1, x]}}\n"
+                               "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    rls_config *cfg = rls_config_new(16);
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", list, sizeof list - 1, err, sizeof err), -1);
+    assert_string_equal(err, "m.yaml:4: 'metadata' must be a mapping");
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", key, sizeof key - 1, err, sizeof err), -1);
+    assert_string_equal(err, "m.yaml:4: metadata keys must be strings");
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", good, sizeof good - 1, err, sizeof err), 0);
+    static const char *const k[] = {"k"}, *const v[] = {"v"};
+    static const size_t kl[] = {1}, vl[] = {1};
+    const rls_limit *lim = rls_config_find(cfg, "t", 1, k, kl, v, vl, 1);
+    assert_non_null(lim);
+    assert_non_null(lim->metadata);
+    assert_true(lim->metadata_len > 0);
+    rls_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -588,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_share_threshold),
         cmocka_unit_test(test_quota_mode),
         cmocka_unit_test(test_value_to_metric),
+        cmocka_unit_test(test_metadata_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
