@@ -12,7 +12,9 @@
  *   RUNTIME_ROOT (/srv/runtime_data/current), RUNTIME_SUBDIRECTORY
  *   (ratelimit): the config is every *.yaml of RUNTIME_ROOT/
  *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false); QUOTA_MODE (false);
- *   RESPONSE_DYNAMIC_METADATA (false);
+ *   RESPONSE_DYNAMIC_METADATA (false); GRPC_SERVER_USE_TLS (false) with
+ *   GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (PEM files: TLS with ALPN h2
+ *   on the gRPC port);
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
@@ -222,6 +224,18 @@ int main(int argc, char **argv)
     o.max_msg_bytes = (size_t)msg;
     o.idle_ns = idle * 1000000000ull;
 
+    /* TLS, with envoyproxy/ratelimit's names */
+    bool tls = false;
+    if (env_bool("GRPC_SERVER_USE_TLS", &tls) < 0)
+        return 2;
+    if (tls) {
+        o.tls_cert = getenv("GRPC_SERVER_TLS_CERT");
+        o.tls_key = getenv("GRPC_SERVER_TLS_KEY");
+        if (!o.tls_cert || !*o.tls_cert || !o.tls_key || !*o.tls_key) {
+            fprintf(stderr, "sluice-rls: GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY\n");
+            return 2;
+        }
+    }
     const char *root = getenv("RUNTIME_ROOT");
     const char *sub = getenv("RUNTIME_SUBDIRECTORY");
     char dir[4096];

@@ -24,6 +24,9 @@ typedef struct rls_server_opts {
     bool dynamic_metadata;   /* RESPONSE_DYNAMIC_METADATA=true: answers carry
                               * dynamic_metadata (rls.h) */
     unsigned headers;        /* RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY (rls.h) */
+    const char *tls_cert;    /* PEM certificate chain: the gRPC port speaks TLS
+                              * (ALPN h2); NULL: cleartext HTTP/2 */
+    const char *tls_key;     /* PEM private key, with tls_cert */
     const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
     int http_port;           /* PORT: 0 = any free port, -1 = none */
 } rls_server_opts;

@@ -873,6 +873,55 @@ class DynamicMetadataTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+@unittest.skipUnless(shutil.which("openssl"), "openssl (the command) makes the test's certificate")
+class TlsTest(unittest.TestCase):
+    def test_grpc_over_tls(self):
+        """GRPC_SERVER_USE_TLS (envoyproxy/ratelimit's names): grpcio's
+        ssl_channel_credentials with the test's self-signed certificate call
+        ShouldRateLimit and Health over TLS (ALPN h2); a cleartext client
+        fails and the server goes on; a bad key or a missing file is refused
+        at start with its reason."""
+        d = tempfile.mkdtemp(prefix="rls-tls-")
+        crt, key = os.path.join(d, "c.pem"), os.path.join(d, "k.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                        "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                        "-keyout", key, "-out", crt], check=True, capture_output=True, timeout=60)
+        s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=crt, GRPC_SERVER_TLS_KEY=key)
+        try:
+            with open(crt, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            ch = grpc.secure_channel("127.0.0.1:%d" % s.port, creds,
+                                     options=[("grpc.ssl_target_name_override", "localhost")])
+            call = ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                  response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            got = [call(request(desc(("two", "tls"))), timeout=10).overall_code for _ in range(3)]
+            self.assertEqual(got, [OK, OK, OVER])
+            health = ch.unary_unary(HEALTH, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                    response_deserializer=health_pb2.HealthCheckResponse.FromString)
+            self.assertEqual(health(health_pb2.HealthCheckRequest(), timeout=10).status,
+                             health_pb2.HealthCheckResponse.SERVING)
+            with self.assertRaises(grpc.RpcError):  # cleartext HTTP/2 on the TLS port
+                s.call(request(desc(("two", "clear"))), timeout=5)
+            self.assertEqual(call(request(desc(("five", "tls"))), timeout=10).overall_code, OK)
+            ch.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+        for env, msg in (({"GRPC_SERVER_TLS_CERT": crt}, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"),
+                         ({"GRPC_SERVER_TLS_CERT": crt, "GRPC_SERVER_TLS_KEY": crt},
+                          "TLS: cannot load the private key " + crt),
+                         ({"GRPC_SERVER_TLS_CERT": d + "/none.pem", "GRPC_SERVER_TLS_KEY": key},
+                          "TLS: cannot load the certificate chain " + d + "/none.pem")):
+            root = tempfile.mkdtemp(prefix="rls-rt-")
+            os.makedirs(os.path.join(root, "ratelimit", "config"))
+            r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT=root, GRPC_PORT="0", PORT="0",
+                                               GRPC_SERVER_USE_TLS="true", **env),
+                               capture_output=True, text=True, timeout=30)
+            shutil.rmtree(root, ignore_errors=True)
+            self.assertEqual(r.returncode, 2, env)
+            self.assertIn(msg, r.stderr)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
