@@ -19,8 +19,10 @@
 
 static const char CFG[] = "domain: d\n"
                           "descriptors:\n"
-                          "  - {key: a, rate_limit: {unit: second, requests_per_unit: 2, name: \"q\\\"n\"}}\n"
-                          "  - {key: b, value: \"x*\", rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+                          "  - {key: a, metadata: {t: 1, m: {x: [1, s, true, null]}},\n"
+                          "     rate_limit: {unit: second, requests_per_unit: 2, name: \"q\\\"n\"}}\n"
+                          "  - {key: b, value: \"x*\", metadata: {t: 2, m: {y: 0.5}, z: \"\\u00e9\"},\n"
+                          "     rate_limit: {unit: minute, requests_per_unit: 1}}\n"
                           "  - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}\n";
 
 static rls_config *cfg;
