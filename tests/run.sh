@@ -64,6 +64,8 @@ extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-
 # sluice-rls (server/rls/) and its tests.
 extra+=(libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev python3-grpcio python3-protobuf
     protobuf-compiler nghttp2-client)
+# sluice-rls's TLS (GRPC_SERVER_USE_TLS) and the certificate its test makes.
+extra+=(libssl-dev openssl)
 [ $clang -eq 1 ] && extra+=(clang)
 # The Python binding's packaging and limits/Flask-Limiter tests (bindings/python/tests).
 extra+=(python3-venv python3-pip python3-setuptools python3-build python3-wheel

@@ -17,6 +17,12 @@
  * is bounded (64 levels) and so are node visits (aliases can make a small
  * file a huge tree).
  *
+ * share_threshold (only where key or value holds a '*', as envoyproxy
+ * checks) marks a wildcard node whose matches count under its pattern
+ * (rls_config_find_match); value_to_metric on a node of a limit's path
+ * gives the limit per-value series named as envoyproxy names its stats
+ * (rls_match_entry.mval); quota_mode is kept on the limit (rls.c).
+ *
  * sluice's extensions of rate_limit: `algorithm` (any of the six, default
  * fixed-window), `burst` (token-bucket's burst, leaky-bucket's capacity)
  * and `period` (any length sluice's spec grammar takes: 5m, 30s, 250ms)
@@ -25,6 +31,11 @@
  * With rls_config_use_shared_dir(), the tables are regions shared by every
  * sluice-rls process of the host that uses that directory (one file per
  * limit, named by its full key): several processes enforce one limit.
+ *
+ * With REDIS_URL (redis_backend.c) each limit is a limiter of the Redis
+ * tier instead of a table; the default algorithm is then sliding-approx
+ * (the tier has no fixed-window script) and the algorithms the tier has no
+ * script for are refused at load.
  *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
  * limiter per descriptor value.  The window is the unit's length in
@@ -36,6 +47,7 @@
  */
 #define _GNU_SOURCE
 #include "config.h"
+#include "redis_backend.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -49,6 +61,8 @@
 #include <sys/stat.h>
 
 #include <yaml.h>
+
+#include "google/protobuf/struct.pb-c.h"
 
 #define RLS_MAX_DEPTH 64                  /* nesting of descriptors */
 #define RLS_MAX_FILE_BYTES (16u << 20)    /* one config file */
@@ -137,6 +151,10 @@ struct rls_node {
     char *value; /* "" for a key alone; may hold '*' */
     size_t valuelen;
     bool wildcard;
+    bool share;        /* share_threshold: every value the wildcard matches
+                        * counts under the pattern (one counter) */
+    bool value_to_metric; /* value_to_metric: the request's value in the
+                           * metric name (rls_match_entry.mval) */
     int line;
     rls_limit *limit;
     rls_node **kids;   /* exact and key-only children, sorted by (key, value) */
@@ -184,11 +202,14 @@ static void node_clear(rls_node *n)
     free(n->kids);
     free(n->wilds);
     if (n->limit) {
-        if (!n->limit->table_moved)
+        if (!n->limit->table_moved) {
             sluice_table_free(n->limit->table);
+            rls_redis_free(n->limit->redis);
+        }
         free(n->limit->full_key);
         free(n->limit->name);
         free(n->limit->replaces);
+        free(n->limit->metadata);
         if (n->limit->detail) {
             pthread_mutex_destroy(&n->limit->detail->mu);
             free(n->limit->detail);
@@ -262,20 +283,25 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
             lim->requests_per_unit = requests_per_unit;
             lim->unit = unit;
             lim->window_ns = rls_unit_ns(unit);
-            snprintf(spec, sizeof spec, "fixed-window %" PRIu32 "/%" PRIu64 "s", requests_per_unit,
-                     (uint64_t)(lim->window_ns / 1000000000u));
+            /* On Redis: its default algorithm (config.c's head). */
+            lim->algorithm = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
+            snprintf(spec, sizeof spec, "%s %" PRIu32 "/%" PRIu64 "s", sluice_algorithm_name(lim->algorithm),
+                     requests_per_unit, (uint64_t)(lim->window_ns / 1000000000u));
             snprintf(lim->spec, sizeof lim->spec, "%s", spec);
-            if (requests_per_unit > 0)
+            if (requests_per_unit > 0 && rls_redis_enabled())
+                lim->redis = rls_redis_make(key, spec, terr, sizeof terr);
+            else if (requests_per_unit > 0)
                 lim->table = make_table(key, spec, cfg->max_keys, terr, sizeof terr);
-            if (lim->table && lim->full_key)
+            if ((lim->table || lim->redis) && lim->full_key)
                 make_policy(lim, spec);
         }
-        if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table)) {
+        if (lim && lim->full_key && lim->name && (requests_per_unit == 0 || lim->table || lim->redis)) {
             ov->lim[n] = lim;
             atomic_store_explicit(&ov->n, n + 1, memory_order_release);
             found = lim;
         } else if (lim) {
             sluice_table_free(lim->table);
+            rls_redis_free(lim->redis);
             free(lim->full_key);
             free(lim->name);
             free(lim);
@@ -297,6 +323,7 @@ void rls_config_free(rls_config *cfg)
     free(cfg->all);
     for (size_t i = 0; !cfg->ov_moved && i < atomic_load(&cfg->ov->n); i++) {
         sluice_table_free(cfg->ov->lim[i]->table);
+        rls_redis_free(cfg->ov->lim[i]->redis);
         free(cfg->ov->lim[i]->full_key);
         free(cfg->ov->lim[i]->name);
         free(cfg->ov->lim[i]);
@@ -388,6 +415,14 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n)
 {
+    return rls_config_find_match(cfg, domain, domainlen, keys, keylens, values, valuelens, n, NULL);
+}
+
+const rls_limit *rls_config_find_match(const rls_config *cfg, const char *domain, size_t domainlen,
+                                       const char *const keys[], const size_t keylens[],
+                                       const char *const values[], const size_t valuelens[], size_t n,
+                                       rls_match_entry out[])
+{
     if (!cfg || n == 0)
         return NULL;
     const rls_node *level = NULL;
@@ -404,6 +439,7 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
         const rls_node *next = NULL;
         if (valuelens[i] > 0)
             next = find_kid(level, keys[i], keylens[i], values[i], valuelens[i]);
+        bool by_value = next != NULL;
         for (size_t w = 0; !next && w < level->nwilds; w++) {
             const rls_node *c = level->wilds[w];
             if (cmp_bytes(keys[i], keylens[i], c->key, c->keylen) == 0 &&
@@ -414,6 +450,25 @@ const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size
             next = find_kid(level, keys[i], keylens[i], "", 0);
         if (!next)
             return NULL;
+        if (out) {
+            rls_match_entry *m = &out[i];
+            bool wild = !by_value && next->wildcard;
+            m->share = wild && next->share ? next->value : NULL;
+            m->sharelen = m->share ? next->valuelen : 0;
+            if (wild && !next->share && next->value_to_metric) {
+                m->mval = values[i];
+                m->mvallen = valuelens[i];
+            } else if (wild) {
+                m->mval = next->value;
+                m->mvallen = next->valuelen;
+            } else if (by_value || next->value_to_metric) {
+                m->mval = valuelens[i] ? values[i] : NULL;
+                m->mvallen = valuelens[i];
+            } else {
+                m->mval = NULL;
+                m->mvallen = 0;
+            }
+        }
         if (i == n - 1)
             found = next->limit;
         level = next;
@@ -431,6 +486,7 @@ typedef struct loader {
     rls_config *cfg;
     const char *domain;
     size_t budget; /* node visits left: aliases may repeat a subtree */
+    bool v2m_path; /* a node from the domain to the one loading has value_to_metric */
 } loader;
 
 static int fail(loader *ld, const yaml_node_t *at, const char *fmt, ...)
@@ -676,6 +732,126 @@ static int push(rls_node ***arr, size_t *n, rls_node *x)
     return 0;
 }
 
+/* A descriptor's `metadata` (any YAML under a mapping) as a
+ * google.protobuf.Struct, as envoyproxy/ratelimit's parseMetadata makes it:
+ * mappings are structs (keys scalars), sequences lists, null null, true and
+ * false bools, plain numbers numbers, the rest strings.  NULL with the
+ * reason in ld (out of memory, a non-scalar key, too deep). */
+static Google__Protobuf__Struct *yaml_struct(loader *ld, yaml_node_t *map, int depth);
+
+static Google__Protobuf__Value *yaml_value(loader *ld, yaml_node_t *n, int depth)
+{
+    Google__Protobuf__Value *v = malloc(sizeof *v);
+    if (!v) {
+        fail(ld, n, "out of memory");
+        return NULL;
+    }
+    google__protobuf__value__init(v);
+    if (ld->budget == 0 || --ld->budget == 0 || depth > RLS_MAX_DEPTH) {
+        free(v);
+        fail(ld, n, "metadata nested deeper than %d levels, or too many nodes", RLS_MAX_DEPTH);
+        return NULL;
+    }
+    if (n->type == YAML_MAPPING_NODE) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+        v->struct_value = yaml_struct(ld, n, depth + 1);
+        if (!v->struct_value) {
+            free(v);
+            return NULL;
+        }
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        Google__Protobuf__ListValue *l = malloc(sizeof *l);
+        size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+        if (l)
+            google__protobuf__list_value__init(l);
+        if (l && cnt)
+            l->values = calloc(cnt, sizeof *l->values);
+        if (!l || (cnt && !l->values)) {
+            free(l);
+            free(v);
+            fail(ld, n, "out of memory");
+            return NULL;
+        }
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+        v->list_value = l;
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            yaml_node_t *e = yaml_document_get_node(ld->doc, *it);
+            Google__Protobuf__Value *ev = e ? yaml_value(ld, e, depth + 1) : NULL;
+            if (!ev) {
+                protobuf_c_message_free_unpacked(&v->base, NULL);
+                return NULL;
+            }
+            l->values[l->n_values++] = ev;
+        }
+    } else if (is_null_scalar(n)) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+    } else if (bool_scalar(n) >= 0) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+        v->bool_value = bool_scalar(n) == 1;
+    } else if (is_number_scalar(n)) {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+        v->number_value = strtod(scalar(n), NULL);
+    } else {
+        v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+        v->string_value = strdup(scalar(n));
+        if (!v->string_value) {
+            free(v);
+            fail(ld, n, "out of memory");
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static Google__Protobuf__Struct *yaml_struct(loader *ld, yaml_node_t *map, int depth)
+{
+    Google__Protobuf__Struct *st = malloc(sizeof *st);
+    size_t cnt = (size_t)(map->data.mapping.pairs.top - map->data.mapping.pairs.start);
+    if (st)
+        google__protobuf__struct__init(st);
+    if (st && cnt)
+        st->fields = calloc(cnt, sizeof *st->fields);
+    if (!st || (cnt && !st->fields)) {
+        free(st);
+        fail(ld, map, "out of memory");
+        return NULL;
+    }
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key), *v = yaml_document_get_node(ld->doc, p->value);
+        if (!k || !v || k->type != YAML_SCALAR_NODE) {
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            fail(ld, k ? k : map, "metadata keys must be strings");
+            return NULL;
+        }
+        size_t j = 0; /* a repeated key: the last one wins, as in a Go map */
+        while (j < st->n_fields && strcmp(st->fields[j]->key, scalar(k)) != 0)
+            j++;
+        Google__Protobuf__Value *val = yaml_value(ld, v, depth + 1);
+        if (!val) {
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            return NULL;
+        }
+        if (j < st->n_fields) {
+            protobuf_c_message_free_unpacked(&st->fields[j]->value->base, NULL);
+            st->fields[j]->value = val;
+            continue;
+        }
+        Google__Protobuf__Struct__FieldsEntry *e = malloc(sizeof *e);
+        if (e)
+            google__protobuf__struct__fields_entry__init(e);
+        if (!e || !(e->key = strdup(scalar(k)))) {
+            free(e);
+            protobuf_c_message_free_unpacked(&val->base, NULL);
+            protobuf_c_message_free_unpacked(&st->base, NULL);
+            fail(ld, k, "out of memory");
+            return NULL;
+        }
+        e->value = val;
+        st->fields[st->n_fields++] = e;
+    }
+    return st;
+}
+
 static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *node, const char *full_key)
 {
     if (rl->type != YAML_MAPPING_NODE)
@@ -699,7 +875,9 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     if (!unlimited && unit == RLS_UNIT_UNKNOWN && !period_len)
         return fail(ld, get(ld, rl, "unit") ? get(ld, rl, "unit") : rl, "invalid rate limit unit '%s'", unit_s);
     /* sluice's extensions: algorithm (default fixed-window), burst, period. */
-    int algo = SLUICE_ALG_FIXED_WINDOW;
+    /* On Redis the default is sliding-approx: the tier has no fixed-window
+     * script, and sliding-approx never admits more in an aligned window. */
+    int algo = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
     if (alg_len) {
         algo = -1;
         for (int a = 0; a <= SLUICE_ALG_LEAKY_BUCKET; a++) {
@@ -768,10 +946,28 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     lim->window_ns = rls_unit_ns(unit);
     lim->unlimited = unlimited;
     lim->shadow_mode = shadow;
+    if (get_bool(ld, desc, "quota_mode", &lim->quota_mode) < 0)
+        return -1;
     bool detailed;
     if (get_bool(ld, desc, "detailed_metric", &detailed) < 0)
         return -1;
-    if (detailed) {
+    yaml_node_t *md = get(ld, desc, "metadata");
+    if (md && !is_null_scalar(md)) { /* kept packed: each answer unpacks its own copy */
+        if (md->type != YAML_MAPPING_NODE)
+            return fail(ld, md, "'metadata' must be a mapping");
+        Google__Protobuf__Struct *st = yaml_struct(ld, md, 0);
+        if (!st)
+            return -1;
+        lim->metadata_len = protobuf_c_message_get_packed_size(&st->base);
+        lim->metadata = malloc(lim->metadata_len ? lim->metadata_len : 1);
+        if (lim->metadata)
+            protobuf_c_message_pack(&st->base, lim->metadata);
+        protobuf_c_message_free_unpacked(&st->base, NULL);
+        if (!lim->metadata)
+            return fail(ld, md, "out of memory");
+    }
+    lim->value_to_metric = !detailed && ld->v2m_path; /* detailed_metric takes precedence */
+    if (detailed || lim->value_to_metric) {
         lim->detail = calloc(1, sizeof *lim->detail);
         if (!lim->detail)
             return fail(ld, rl, "out of memory");
@@ -803,7 +999,13 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
                     lim->unit = u;
             }
         }
-        if (rpu > 0) {
+        if (rpu > 0 && rls_redis_enabled()) {
+            lim->redis = rls_redis_make(full_key, lim->spec, terr, sizeof terr);
+            if (!lim->redis)
+                return fail(ld, alg_len ? get(ld, rl, "algorithm") : rl, "rate limit '%s' on Redis: %s", lim->spec,
+                            terr);
+            make_policy(lim, lim->spec);
+        } else if (rpu > 0) {
             lim->table = make_table(full_key, lim->spec, ld->cfg->max_keys, terr, sizeof terr);
             if (!lim->table)
                 return fail(ld, rl, "rate limit '%s': %s", lim->spec, terr);
@@ -844,6 +1046,23 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
         n->valuelen = vl;
         n->line = (int)d->start_mark.line + 1;
         n->wildcard = memchr(value, '*', vl) != NULL;
+        bool share;
+        if (get_bool(ld, d, "share_threshold", &share) < 0 ||
+            get_bool(ld, d, "value_to_metric", &n->value_to_metric) < 0) {
+            free(n->key);
+            free(n->value);
+            free(n);
+            return -1;
+        }
+        /* envoyproxy/ratelimit: only where the key or value holds a '*' */
+        if (share && !n->wildcard && !memchr(key, '*', kl)) {
+            free(n->key);
+            free(n->value);
+            free(n);
+            return fail(ld, d, "share_threshold can only be used with wildcard values (containing '*'), but found "
+                               "key '%s%s%s'", key, vl ? "_" : "", value);
+        }
+        n->share = share;
         if (!n->key || !n->value || push(n->wildcard ? &parent->wilds : &parent->kids,
                                          n->wildcard ? &parent->nwilds : &parent->nkids, n) < 0) {
             node_clear(n);
@@ -862,6 +1081,8 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
             return fail(ld, d, "out of memory");
         snprintf(fk, fkl + 1, "%s%s%s%s", parent_key, key, vl ? "_" : "", value);
         int rc = 0;
+        bool v2m_above = ld->v2m_path;
+        ld->v2m_path = v2m_above || n->value_to_metric;
         yaml_node_t *rl = get(ld, d, "rate_limit");
         if (rl && !is_null_scalar(rl))
             rc = load_limit(ld, d, rl, n, fk);
@@ -882,6 +1103,7 @@ static int load_descriptors(loader *ld, yaml_node_t *list, rls_node *parent, con
                 free(pk);
             }
         }
+        ld->v2m_path = v2m_above;
         free(fk);
         if (rc < 0)
             return -1;
@@ -908,7 +1130,7 @@ int rls_config_add_text(rls_config *cfg, const char *name, const char *text, siz
 {
     yaml_parser_t parser;
     yaml_document_t doc;
-    loader ld = {name, &doc, err, errlen, cfg, NULL, RLS_MAX_VISITS};
+    loader ld = {name, &doc, err, errlen, cfg, NULL, RLS_MAX_VISITS, false};
     if (errlen)
         err[0] = 0;
     if (!yaml_parser_initialize(&parser))
@@ -1070,8 +1292,8 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
     for (size_t i = 0; cfg && i < cfg->nall && !any; i++)
         any = cfg->all[i]->detail != NULL;
     static const char dhead[] =
-        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric, "
-        "per descriptor value (the first 64 values of each).\n"
+        "# HELP sluice_rls_rule_detail_decisions_total Descriptors decided by each limit with detailed_metric "
+        "or value_to_metric, per descriptor value (the first 64 values of each).\n"
         "# TYPE sluice_rls_rule_detail_decisions_total counter\n";
     if (any) {
         if (cap - off <= sizeof dhead)
@@ -1115,6 +1337,30 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
         if (off >= cap)
             return cap;
     }
+    /* The Redis backend: its counters summed over the limits. */
+    if (cfg && rls_redis_enabled()) {
+        uint64_t sums[RLS_REDIS_SUMS] = {0};
+        for (size_t i = 0; i < cfg->nall; i++) {
+            if (cfg->all[i]->redis)
+                rls_redis_stats_add(cfg->all[i]->redis, sums);
+        }
+        size_t nov = atomic_load_explicit(&cfg->ov->n, memory_order_acquire);
+        for (size_t i = 0; i < nov; i++) {
+            if (cfg->ov->lim[i]->redis)
+                rls_redis_stats_add(cfg->ov->lim[i]->redis, sums);
+        }
+        static const char *const fam[RLS_REDIS_SUMS][2] = {
+            {"sluice_rls_redis_round_trips_total", "Redis script calls sent (EVALSHA or EVAL), over every limit."},
+            {"sluice_rls_redis_fallbacks_total", "Decisions made by the failure policy because Redis could not."},
+            {"sluice_rls_redis_errors_total", "Redis calls that failed (connect, timeout, I/O, reply, pool, circuit)."},
+            {"sluice_rls_redis_local_decisions_total", "Decisions answered without a round trip (a lease, or a "
+                                                       "remembered refusal)."}};
+        for (int k = 0; k < RLS_REDIS_SUMS && off < cap; k++) {
+            int w = snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n", fam[k][0],
+                             fam[k][1], fam[k][0], fam[k][0], sums[k]);
+            off = w < 0 || (size_t)w >= cap - off ? cap : off + (size_t)w;
+        }
+    }
     return off;
 }
 
@@ -1137,7 +1383,7 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
     }
     for (size_t i = 0; sorted && i < nw->nall; i++) {
         rls_limit *l = nw->all[i];
-        if (!l->table)
+        if (!l->table && !l->redis)
             continue;
         rls_limit **hit = bsearch(&l, sorted, old->nall, sizeof *sorted, cmp_limit_keys);
         rls_limit *o = hit ? *hit : NULL;
@@ -1149,6 +1395,18 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
             atomic_store_explicit(&l->stats->shadow_denied,
                                   atomic_load_explicit(&o->stats->shadow_denied, memory_order_relaxed),
                                   memory_order_relaxed);
+        }
+        if (l->redis) {
+            /* The counters are in Redis, under keys that name the spec: the
+             * same spec goes on where it was; the old limiter is kept for
+             * its connections and leases. */
+            if (o && o->redis && !o->table_moved && strcmp(o->spec, l->spec) == 0) {
+                rls_redis_free(l->redis);
+                l->redis = o->redis;
+                o->table_moved = true;
+                kept++;
+            }
+            continue;
         }
         if (!o || !o->table || o->table_moved || o->algorithm != l->algorithm || o->window_ns != l->window_ns)
             continue;
@@ -1166,6 +1424,7 @@ size_t rls_config_adopt(rls_config *nw, rls_config *old, uint64_t now_ns)
     if (!old->ov_moved) {
         for (size_t i = 0; i < atomic_load(&nw->ov->n); i++) {
             sluice_table_free(nw->ov->lim[i]->table);
+            rls_redis_free(nw->ov->lim[i]->redis);
             free(nw->ov->lim[i]->full_key);
             free(nw->ov->lim[i]->name);
             free(nw->ov->lim[i]);

@@ -66,8 +66,13 @@ typedef struct rls_limit {
     uint64_t window_ns;    /* the spec's PERIOD: rls_unit_ns(unit), or `period` */
     bool unlimited;
     bool shadow_mode;
-    sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited */
-    bool table_moved;      /* rls_config_adopt gave the table to a newer config */
+    bool quota_mode;       /* envoyproxy/ratelimit's quota_mode (rls.c) */
+    sluice_table *table;   /* one limiter per descriptor value; NULL when unlimited,
+                            * requests_per_unit 0, or on Redis */
+    struct sluice_redis *redis; /* with REDIS_URL (redis_backend.h): the limit in
+                                 * Redis instead of a table */
+    bool table_moved;      /* rls_config_adopt gave the table (or the Redis
+                            * limiter) to a newer config */
     int algorithm;         /* SLUICE_ALG_*: fixed-window unless `algorithm` says */
     char spec[128];        /* the table's spec ("" when unlimited) */
     bool has_policy;       /* policy is set (a limit with a table) */
@@ -79,7 +84,14 @@ typedef struct rls_limit {
     char *replaces;            /* the names of `replaces`, each NUL-terminated,
                                 * one after the other; NULL when none */
     size_t nreplaces;
-    rls_detail *detail;        /* detailed_metric: true; NULL otherwise */
+    rls_detail *detail;        /* detailed_metric: true, or value_to_metric on
+                                * the limit's path; NULL otherwise */
+    unsigned char *metadata;   /* `metadata` of the limit's descriptor, a packed
+                                * google.protobuf.Struct (RESPONSE_DYNAMIC_METADATA);
+                                * NULL when none */
+    size_t metadata_len;
+    bool value_to_metric;      /* detail counts under value_to_metric's name
+                                * (rls_match_entry.mval), not detailed_metric's */
     rls_limit_stats *stats;    /* &stats_store: counted through a const limit */
     rls_limit_stats stats_store;
 } rls_limit;
@@ -131,6 +143,27 @@ void rls_config_free(rls_config *cfg);
 const rls_limit *rls_config_find(const rls_config *cfg, const char *domain, size_t domainlen,
                                  const char *const keys[], const size_t keylens[],
                                  const char *const values[], const size_t valuelens[], size_t n);
+
+/* What rls_config_find_match() tells of each entry of a descriptor. */
+typedef struct rls_match_entry {
+    const char *share;  /* share_threshold: the wildcard pattern the entry
+                         * counts under (sharelen bytes); else NULL */
+    size_t sharelen;
+    const char *mval;   /* the value in value_to_metric's metric name, as
+                         * envoyproxy/ratelimit makes it (mvallen bytes):
+                         * the request's value for an entry matched by
+                         * key_value or by a node with value_to_metric, the
+                         * pattern for a wildcard without it (or with
+                         * share_threshold); NULL: the key alone */
+    size_t mvallen;
+} rls_match_entry;
+
+/* rls_config_find(), also filling out[0..n-1] (when out is not NULL).
+ * Thread-safe. */
+const rls_limit *rls_config_find_match(const rls_config *cfg, const char *domain, size_t domainlen,
+                                       const char *const keys[], const size_t keylens[],
+                                       const char *const values[], const size_t valuelens[], size_t n,
+                                       rls_match_entry out[]);
 
 /* The most distinct (requests_per_unit, unit) pairs of descriptor limit
  * overrides one config serves. */

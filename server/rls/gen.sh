@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gen.sh -- regenerate server/rls/gen/*.pb-c.[ch] from the trimmed protos in
-# server/rls/proto and protobuf's own duration.proto and wrappers.proto.
+# server/rls/proto and protobuf's own duration.proto, wrappers.proto and
+# struct.proto.
 # Needs protoc-c (Debian: protobuf-c-compiler) and the well-known protos
 # (Debian: libprotobuf-dev or protobuf-compiler ship them in
 # /usr/include).  The output is committed: the build does not run this.
@@ -37,7 +38,8 @@ protoc-c -I. -I"$wk" --c_out="$out" \
     envoy/service/ratelimit/v3/rls.proto \
     grpc/health/v1/health.proto
 cd "$wk"
-protoc-c -I. --c_out="$out" google/protobuf/duration.proto google/protobuf/wrappers.proto
+protoc-c -I. --c_out="$out" google/protobuf/duration.proto google/protobuf/wrappers.proto \
+    google/protobuf/struct.proto
 if [ $check -eq 1 ]; then
     if diff -r "$out" "$here/gen" >/dev/null; then
         echo "gen.sh: server/rls/gen is what protoc-c makes of server/rls/proto"

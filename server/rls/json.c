@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "google/protobuf/struct.pb-c.h"
+
 typedef struct cur {
     const char *s, *p, *end;
     char *out; /* next free byte of the string buffer */
@@ -501,6 +503,65 @@ static void put_str(wbuf *w, const char *s)
     put(w, "\"", 1);
 }
 
+/* A google.protobuf.Value as protojson writes it (a Struct is an object,
+ * a ListValue an array; a number the shortest of %.15g / %.17g that reads
+ * back; NaN and infinities, which JSON lacks, as null).  Depth: bounded by
+ * the config's (64) plus 3. */
+static void put_value(wbuf *w, const Google__Protobuf__Value *v);
+
+static void put_struct(wbuf *w, const Google__Protobuf__Struct *st)
+{
+    puts_(w, "{");
+    for (size_t i = 0; st && i < st->n_fields; i++) {
+        if (i)
+            puts_(w, ",");
+        put_str(w, st->fields[i]->key ? st->fields[i]->key : "");
+        puts_(w, ":");
+        put_value(w, st->fields[i]->value);
+    }
+    puts_(w, "}");
+}
+
+static void put_value(wbuf *w, const Google__Protobuf__Value *v)
+{
+    switch (v ? v->kind_case : GOOGLE__PROTOBUF__VALUE__KIND__NOT_SET) {
+    case GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE: {
+        char n[40];
+        if (v->number_value != v->number_value || v->number_value > 1.7976931348623157e308 ||
+            v->number_value < -1.7976931348623157e308) {
+            puts_(w, "null");
+            break;
+        }
+        snprintf(n, sizeof n, "%.15g", v->number_value);
+        if (strtod(n, NULL) != v->number_value)
+            snprintf(n, sizeof n, "%.17g", v->number_value);
+        puts_(w, n);
+        break;
+    }
+    case GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE:
+        put_str(w, v->string_value ? v->string_value : "");
+        break;
+    case GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE:
+        puts_(w, v->bool_value ? "true" : "false");
+        break;
+    case GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE:
+        put_struct(w, v->struct_value);
+        break;
+    case GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE:
+        puts_(w, "[");
+        for (size_t i = 0; v->list_value && i < v->list_value->n_values; i++) {
+            if (i)
+                puts_(w, ",");
+            put_value(w, v->list_value->values[i]);
+        }
+        puts_(w, "]");
+        break;
+    default:
+        puts_(w, "null");
+        break;
+    }
+}
+
 size_t rls_json_response(const Envoy__Service__Ratelimit__V3__RateLimitResponse *resp, char *buf, size_t cap)
 {
     static const char *const codes[] = {"UNKNOWN", "OK", "OVER_LIMIT"};
@@ -573,6 +634,10 @@ size_t rls_json_response(const Envoy__Service__Ratelimit__V3__RateLimitResponse 
             puts_(&w, "}");
         }
         puts_(&w, "]");
+    }
+    if (resp->dynamic_metadata) {
+        puts_(&w, ",\"dynamicMetadata\":");
+        put_struct(&w, resp->dynamic_metadata);
     }
     puts_(&w, "}");
     return w.off;

@@ -11,12 +11,19 @@
  *   /rlconfig, /metrics,
  *   RUNTIME_ROOT (/srv/runtime_data/current), RUNTIME_SUBDIRECTORY
  *   (ratelimit): the config is every *.yaml of RUNTIME_ROOT/
- *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false);
+ *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false); QUOTA_MODE (false);
+ *   RESPONSE_DYNAMIC_METADATA (false); GRPC_SERVER_USE_TLS (false) with
+ *   GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (PEM files: TLS with ALPN h2
+ *   on the gRPC port);
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
  * SLUICE_RLS_SHARED_DIR (unset: tables in this process; a directory: the
  * tables are regions there, shared by every sluice-rls that names it),
+ * REDIS_URL (unset: tables in this process; HOST:PORT: every limit in
+ * Redis, redis_backend.c) with REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_AUTH,
+ * REDIS_POOL_SIZE, CACHE_KEY_PREFIX and SLUICE_RLS_REDIS_FAILURE, _LEASE_MAX,
+ * _PROCESSES, _TIMEOUT_MS (redis_backend.h),
  * SLUICE_RLS_RELOAD_MS (1000; 0: never reload), SLUICE_RLS_HEADERS (draft:
  * RateLimit-Policy, RateLimit, Retry-After; legacy: envoyproxy/ratelimit's
  * X-RateLimit-*; both; off), LIMIT_RESPONSE_HEADERS_ENABLED (true adds
@@ -47,6 +54,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "redis_backend.h"
 #include "rls.h"
 #include "server.h"
 
@@ -187,6 +195,7 @@ int main(int argc, char **argv)
         env_u64("SLUICE_RLS_MAX_CONNS", 1, 1u << 20, &conns) < 0 ||
         env_u64("SLUICE_RLS_MAX_MSG_BYTES", 64, 64u << 20, &msg) < 0 ||
         env_u64("SLUICE_RLS_IDLE_SECONDS", 1, 86400, &idle) < 0 || env_bool("SHADOW_MODE", &o.shadow_all) < 0 ||
+        env_bool("QUOTA_MODE", &o.quota_all) < 0 || env_bool("RESPONSE_DYNAMIC_METADATA", &o.dynamic_metadata) < 0 ||
         env_u64("SLUICE_RLS_RELOAD_MS", 0, 3600000, &reload_ms) < 0)
         return 2;
     const char *hv = getenv("SLUICE_RLS_HEADERS");
@@ -215,6 +224,18 @@ int main(int argc, char **argv)
     o.max_msg_bytes = (size_t)msg;
     o.idle_ns = idle * 1000000000ull;
 
+    /* TLS, with envoyproxy/ratelimit's names */
+    bool tls = false;
+    if (env_bool("GRPC_SERVER_USE_TLS", &tls) < 0)
+        return 2;
+    if (tls) {
+        o.tls_cert = getenv("GRPC_SERVER_TLS_CERT");
+        o.tls_key = getenv("GRPC_SERVER_TLS_KEY");
+        if (!o.tls_cert || !*o.tls_cert || !o.tls_key || !*o.tls_key) {
+            fprintf(stderr, "sluice-rls: GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY\n");
+            return 2;
+        }
+    }
     const char *root = getenv("RUNTIME_ROOT");
     const char *sub = getenv("RUNTIME_SUBDIRECTORY");
     char dir[4096];
@@ -229,6 +250,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluice-rls: SLUICE_RLS_SHARED_DIR is too long\n");
         return 2;
     }
+    rls_redis_settings rs;
+    if (rls_redis_from_env(&rs, err, sizeof err) < 0) {
+        fprintf(stderr, "sluice-rls: %s\n", err);
+        return 2;
+    }
+    if (rs.on && shared && *shared) {
+        fprintf(stderr, "sluice-rls: REDIS_URL and SLUICE_RLS_SHARED_DIR are both set; choose one backend\n");
+        return 2;
+    }
+    rls_redis_use(&rs);
     rls_config *cfg = rls_config_load_dir(dir, (size_t)max_keys, err, sizeof err);
     if (!cfg) {
         fprintf(stderr, "sluice-rls: %s\n", err);

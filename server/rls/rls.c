@@ -12,12 +12,17 @@
  *   unlimited               OK, no current_limit, limit_remaining 2^32-1
  *   requests_per_unit 0     OVER_LIMIT (nothing can pass)
  *   hits 0 (check only)     a probe: OK, its remaining; charges nothing
+ *   quota_mode              probed first; OVER_LIMIT refuses the request
+ *                           only when every quota descriptor is; charged
+ *                           after the composite allowed (envoyproxy's)
  *   shadow mode             decided after the composite, alone, and only
  *                           if the request was allowed; a refusal is
  *                           counted and answered OK
  *   otherwise               the composite's answer for that limit
  *
- * A table key is the descriptor's entries, each key and value preceded by
+ * A table key is the descriptor's entries (an entry matched by a
+ * share_threshold wildcard gives the pattern, not its value: one counter
+ * for all the values it matches), each key and value preceded by
  * its length (4 bytes), so no two descriptors share a key by accident.  The
  * table is the limit's own: the same values under two rules are two keys.
  * Two descriptors of one request that reach the same key are charged once
@@ -34,8 +39,22 @@
  * The composite takes one permit count for all its limits: the enforced
  * descriptors of one request must carry the same hits (else
  * INVALID_ARGUMENT; docs/rls.md, "Not yet").
+ *
+ * RLS_DYNAMIC_METADATA (RESPONSE_DYNAMIC_METADATA): the answer's
+ * dynamic_metadata is built last, as envoyproxy/ratelimit's
+ * ratelimitToMetadata (metadata.c), a tree that rls_answer_release() frees.
+ *
+ * Limits in Redis (REDIS_URL, redis_backend.c) are not in the composite:
+ * no script spans keys that may live on different cluster nodes.  Their
+ * enforced descriptors are decided one after the other in request order;
+ * after a refusal the later ones are probed (reported, not charged), the
+ * earlier ones stay charged.  Their hits may differ.  When Redis cannot
+ * decide and SLUICE_RLS_REDIS_FAILURE is `error`, the call is answered
+ * UNAVAILABLE (Envoy's failure_mode_deny then decides).
  */
 #include "rls.h"
+#include "metadata.h"
+#include "redis_backend.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -141,16 +160,52 @@ typedef struct pending {
     size_t keylen;
     uint64_t hits;
     size_t ref;               /* composite slot (enforced ones) */
+    const char *mname;        /* value_to_metric's name of the descriptor, or NULL */
 } pending;
 
 /* detailed_metric: count decision `which` (0 allowed, 1 denied, 2
  * shadow_denied) under the descriptor's value, rendered from its table key
  * (u32 length, bytes; key then value per entry). */
-static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen, int which)
+/* Append bytes to a metric name, not printable ASCII as \xNN, cut to fit. */
+static size_t put_name(char *k, size_t o, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n && o + 5 < RLS_DETAIL_KEY_BYTES; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        o += ch >= 0x20 && ch < 0x7f ? (size_t)snprintf(k + o, RLS_DETAIL_KEY_BYTES - o, "%c", ch)
+                                     : (size_t)snprintf(k + o, RLS_DETAIL_KEY_BYTES - o, "\\x%02x", ch);
+    }
+    return o;
+}
+
+/* value_to_metric's name: domain.key[_value].key[_value]... as
+ * envoyproxy/ratelimit makes it (rls_match_entry.mval). */
+static void metric_name(char k[RLS_DETAIL_KEY_BYTES], const char *domain, const char *const keys[], const size_t kl[],
+                        const rls_match_entry me[], size_t n)
+{
+    size_t o = put_name(k, 0, domain, strlen(domain));
+    for (size_t e = 0; e < n; e++) {
+        o = put_name(k, o, ".", 1);
+        o = put_name(k, o, keys[e], kl[e]);
+        if (me[e].mval) {
+            o = put_name(k, o, "_", 1);
+            o = put_name(k, o, me[e].mval, me[e].mvallen);
+        }
+    }
+    k[o < RLS_DETAIL_KEY_BYTES ? o : RLS_DETAIL_KEY_BYTES - 1] = 0;
+}
+
+static void count_detail(const rls_limit *lim, const char *domain, const unsigned char *key, size_t keylen,
+                         const char *name, int which)
 {
     rls_detail *d = lim->detail;
     char k[RLS_DETAIL_KEY_BYTES];
     size_t o = 0;
+    if (name) { /* value_to_metric: the name made at matching */
+        snprintf(k, sizeof k, "%s", name);
+        o = strlen(k);
+        keylen = 0;
+        domain = "";
+    }
     for (const char *p = domain; *p && o + 5 < sizeof k; p++)
         o += (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f
                  ? (size_t)snprintf(k + o, sizeof k - o, "%c", *p)
@@ -200,6 +255,14 @@ static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, si
     return false;
 }
 
+/* Redis could not decide and SLUICE_RLS_REDIS_FAILURE=error: UNAVAILABLE. */
+static int redis_failed(char *msg, size_t msglen, const rls_limit *lim)
+{
+    snprintf(msg, msglen, "Redis could not decide limit '%.200s' (unreachable, timed out or an error reply)",
+             lim->full_key);
+    return RLS_GRPC_UNAVAILABLE;
+}
+
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen)
@@ -225,7 +288,10 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     /* Up to SLUICE_COMPOSITE_MAX distinct limits, but every descriptor may
      * be enforced: several may share one (found by fuzz_rls_request). */
     pending enforced[RLS_MAX_DESCRIPTORS], shadow[RLS_MAX_DESCRIPTORS], probes[RLS_MAX_DESCRIPTORS];
-    size_t ne = 0, ns = 0, np = 0;
+    pending renf[RLS_MAX_DESCRIPTORS]; /* enforced, on Redis */
+    pending quota[RLS_MAX_DESCRIPTORS]; /* quota_mode */
+    char mnames[RLS_MAX_DESCRIPTORS][RLS_DETAIL_KEY_BYTES]; /* value_to_metric's names (p.mname) */
+    size_t ne = 0, ns = 0, np = 0, nr = 0, nq = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
     uint64_t hits_all = 0;
@@ -287,6 +353,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         const rls_limit *lim;
         size_t domainlen = strlen(req->domain);
         bool override = d->limit != NULL;
+        const char *mname = NULL;
         if (override) {
             /* Envoy's RateLimitOverride, in a domain the config has. */
             if (!rls_config_has_domain(cfg, req->domain, domainlen))
@@ -303,7 +370,19 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             need += 4 + domainlen; /* one override table serves every domain */
         } else {
-            lim = rls_config_find(cfg, req->domain, domainlen, keys, kl, values, vl, ents);
+            rls_match_entry me[RLS_MAX_ENTRIES];
+            lim = rls_config_find_match(cfg, req->domain, domainlen, keys, kl, values, vl, ents, me);
+            if (lim && lim->value_to_metric) {
+                metric_name(mnames[i], req->domain, keys, kl, me, ents);
+                mname = mnames[i];
+            }
+            for (size_t e = 0; lim && e < ents; e++) {
+                if (me[e].share) { /* share_threshold: counted under the pattern */
+                    need = need - vl[e] + me[e].sharelen;
+                    values[e] = me[e].share;
+                    vl[e] = me[e].sharelen;
+                }
+            }
         }
         if (!lim || (nrepl && replaced(lim, replacers, nrepl)))
             continue; /* answered OK, as a descriptor no limit matches */
@@ -324,7 +403,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         rd->nanos = (int32_t)(left % 1000000000u);
         st->duration_until_reset = rd;
         bool shadowed = (flags & RLS_SHADOW_ALL) || lim->shadow_mode;
-        if (!lim->table) { /* requests_per_unit 0 */
+        if (!lim->table && !lim->redis) { /* requests_per_unit 0 */
             if (shadowed) {
                 if (hits > 0) {
                     counts->shadow_refusals++;
@@ -337,7 +416,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             continue;
         }
-        size_t max_key = rls_config_shared() ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
+        size_t max_key = rls_config_shared() && !lim->redis ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
         if (need > max_key) {
             snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %zu", i, need, max_key);
             return RLS_GRPC_INVALID_ARGUMENT;
@@ -363,11 +442,15 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             off += 4 + vl[e];
         }
         used += off;
-        pending p = {i, lim, key, off, hits, 0};
+        pending p = {i, lim, key, off, hits, 0, mname};
         if (hits == 0) {
             probes[np++] = p;
         } else if (shadowed) {
             shadow[ns++] = p;
+        } else if (lim->quota_mode || (flags & RLS_QUOTA_ALL)) {
+            quota[nq++] = p;
+        } else if (lim->redis) {
+            renf[nr++] = p; /* decided after the composite, in request order */
         } else {
             size_t r = nrefs;
             for (size_t j = 0; j < nrefs; j++) {
@@ -393,6 +476,29 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             enforced[ne++] = p;
         }
     }
+
+    /* quota_mode (envoyproxy/ratelimit): a quota descriptor over its limit
+     * refuses the request only when every quota descriptor is.  Each is
+     * probed first: if none could pass, the request is refused and charges
+     * nothing; else the others decide, and if they allow, each quota
+     * descriptor that could pass is charged (one a concurrent call spent
+     * in between then answers OVER_LIMIT, and the request stays allowed). */
+    sluice_result qres[RLS_MAX_DESCRIPTORS];
+    bool qpass[RLS_MAX_DESCRIPTORS];
+    size_t nqpass = 0;
+    for (size_t j = 0; j < nq; j++) {
+        bool failed = false;
+        if (quota[j].lim->redis)
+            rls_redis_decide(quota[j].lim->redis, quota[j].key, quota[j].keylen, 0, &qres[j], &failed);
+        else
+            sluice_table_try_acquire_at(quota[j].lim->table, quota[j].key, quota[j].keylen, 0, now_ns, &qres[j]);
+        if (failed)
+            return redis_failed(msg, msglen, quota[j].lim);
+        qpass[j] = qres[j].error == 0 && qres[j].remaining >= quota[j].hits;
+        nqpass += qpass[j];
+    }
+    if (nq > 0 && nqpass == 0)
+        refuse_all = true;
 
     /* Each descriptor's limit and decision, for the header fields. */
     const rls_limit *dl[RLS_MAX_DESCRIPTORS] = {NULL};
@@ -426,13 +532,50 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             atomic_fetch_add_explicit(own ? &enforced[j].lim->stats->allowed : &enforced[j].lim->stats->denied, 1,
                                       memory_order_relaxed);
             if (enforced[j].lim->detail)
-                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, own ? 0 : 1);
+                count_detail(enforced[j].lim, req->domain, enforced[j].key, enforced[j].keylen, enforced[j].mname,
+                             own ? 0 : 1);
         }
+    }
+    /* On Redis: one call per limit, in request order; after a refusal the
+     * rest are probed, not charged (docs/rls.md, "Redis"). */
+    for (size_t j = 0; j < nr; j++) {
+        sluice_result r;
+        bool failed;
+        bool ok = rls_redis_decide(renf[j].lim->redis, renf[j].key, renf[j].keylen, allowed ? renf[j].hits : 0, &r,
+                                   &failed);
+        if (failed)
+            return redis_failed(msg, msglen, renf[j].lim);
+        if (allowed && !ok)
+            allowed = false;
+        else if (ok && r.remaining < renf[j].hits && !allowed)
+            ok = false; /* a probe: would it have passed? */
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[renf[j].desc];
+        st->code = ok ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+        st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[renf[j].desc] = renf[j].lim;
+        dr[renf[j].desc] = r;
+        denforced[renf[j].desc] = true;
+        if (ok)
+            counts->within_limit++;
+        else
+            counts->over_limit++;
+        atomic_fetch_add_explicit(ok ? &renf[j].lim->stats->allowed : &renf[j].lim->stats->denied, 1,
+                                  memory_order_relaxed);
+        if (renf[j].lim->detail)
+            count_detail(renf[j].lim, req->domain, renf[j].key, renf[j].keylen, renf[j].mname, ok ? 0 : 1);
     }
     for (size_t j = 0; j < ns; j++) {
         sluice_result r;
-        bool ok = sluice_table_try_acquire_at(shadow[j].lim->table, shadow[j].key, shadow[j].keylen,
-                                              allowed ? shadow[j].hits : 0, now_ns, &r);
+        bool ok, failed = false;
+        if (shadow[j].lim->redis)
+            ok = rls_redis_decide(shadow[j].lim->redis, shadow[j].key, shadow[j].keylen, allowed ? shadow[j].hits : 0,
+                                  &r, &failed);
+        else
+            ok = sluice_table_try_acquire_at(shadow[j].lim->table, shadow[j].key, shadow[j].keylen,
+                                             allowed ? shadow[j].hits : 0, now_ns, &r);
+        if (failed)
+            return redis_failed(msg, msglen, shadow[j].lim);
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[shadow[j].desc];
         st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
         dl[shadow[j].desc] = shadow[j].lim;
@@ -442,11 +585,45 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         atomic_fetch_add_explicit(ok ? &shadow[j].lim->stats->allowed : &shadow[j].lim->stats->shadow_denied, 1,
                                   memory_order_relaxed);
         if (shadow[j].lim->detail)
-            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, ok ? 0 : 2);
+            count_detail(shadow[j].lim, req->domain, shadow[j].key, shadow[j].keylen, shadow[j].mname,
+                         ok ? 0 : 2);
+    }
+    for (size_t j = 0; j < nq; j++) {
+        sluice_result r = qres[j];
+        bool ok = qpass[j], failed = false;
+        if (allowed && ok) {
+            if (quota[j].lim->redis)
+                ok = rls_redis_decide(quota[j].lim->redis, quota[j].key, quota[j].keylen, quota[j].hits, &r, &failed);
+            else
+                ok = sluice_table_try_acquire_at(quota[j].lim->table, quota[j].key, quota[j].keylen, quota[j].hits,
+                                                 now_ns, &r);
+            if (failed)
+                return redis_failed(msg, msglen, quota[j].lim);
+        }
+        Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[quota[j].desc];
+        st->code = ok ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+        st->limit_remaining = ok ? cap_u32(r.remaining) : 0;
+        dl[quota[j].desc] = quota[j].lim;
+        dr[quota[j].desc] = r;
+        if (ok)
+            counts->within_limit++;
+        else
+            counts->over_limit++;
+        atomic_fetch_add_explicit(ok ? &quota[j].lim->stats->allowed : &quota[j].lim->stats->denied, 1,
+                                  memory_order_relaxed);
+        if (quota[j].lim->detail)
+            count_detail(quota[j].lim, req->domain, quota[j].key, quota[j].keylen, quota[j].mname, ok ? 0 : 1);
     }
     for (size_t j = 0; j < np; j++) {
         sluice_result r;
-        sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
+        bool failed = false;
+        if (probes[j].lim->redis)
+            rls_redis_decide(probes[j].lim->redis, probes[j].key, probes[j].keylen, 0, &r, &failed);
+        else
+            sluice_table_try_acquire_at(probes[j].lim->table, probes[j].key, probes[j].keylen, 0, now_ns, &r);
+        if (failed)
+            return redis_failed(msg, msglen, probes[j].lim);
         ans->st[probes[j].desc].limit_remaining = cap_u32(r.remaining);
         dl[probes[j].desc] = probes[j].lim;
         dr[probes[j].desc] = r;
@@ -468,5 +645,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     }
     if (flags & (RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY))
         add_headers(ans, flags, n, dl, dr, denforced, allowed, refuse_all, now_ns);
+    if (flags & RLS_DYNAMIC_METADATA)
+        ans->resp.dynamic_metadata = rls_dynamic_metadata(req, ans, dl);
     return RLS_GRPC_OK;
 }

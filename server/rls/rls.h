@@ -42,6 +42,12 @@ typedef struct rls_answer {
 
 /* Flags of rls_should_rate_limit(). */
 #define RLS_SHADOW_ALL 1u     /* every limit in shadow mode (SHADOW_MODE) */
+#define RLS_QUOTA_ALL 8u      /* every limit in quota mode (QUOTA_MODE) */
+#define RLS_DYNAMIC_METADATA 16u /* dynamic_metadata, as envoyproxy/ratelimit's
+                                  * RESPONSE_DYNAMIC_METADATA: the domain, the
+                                  * descriptors, hitsAddend, and the `metadata`
+                                  * of the limits that passed, merged; allocated:
+                                  * release with rls_answer_release() */
 #define RLS_HEADERS_DRAFT 2u  /* response_headers_to_add: RateLimit-Policy,
                                * RateLimit (one item per limited descriptor),
                                * Retry-After on a refusal (sluice/http.h) */
@@ -62,12 +68,16 @@ typedef struct rls_counts {
  * All descriptors that match a limit are decided as one composite: the
  * request is charged to every limit or to none.  hits: a descriptor's
  * hits_addend when set (0 = check only), else max(1, the request's).
- * `flags`: RLS_SHADOW_ALL, RLS_HEADERS_*.  `scratch` holds at
+ * `flags`: RLS_SHADOW_ALL, RLS_QUOTA_ALL, RLS_DYNAMIC_METADATA, RLS_HEADERS_*.  `scratch` holds at
  * least RLS_SCRATCH_BYTES bytes (the keys).  Returns a gRPC status: 0 with
  * the answer, or a non-zero code with a one-line reason in msg. */
 #define RLS_SCRATCH_BYTES (16u * 65536u + 4096u)
 int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit__V3__RateLimitRequest *req,
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen);
+
+/* Free what an answer allocated (its dynamic_metadata), once it has been
+ * packed or written.  Safe on any answer rls_should_rate_limit() filled. */
+void rls_answer_release(rls_answer *ans);
 
 #endif

@@ -42,6 +42,13 @@
  * decide() as a gRPC call.  A call's grpc-timeout sets a deadline when its
  * headers arrive; past it when the message is whole, the call is answered
  * DEADLINE_EXCEEDED without being decided (nothing spent).
+ *
+ * TLS (opts.tls_cert, OpenSSL when built with it): the gRPC port's bytes go
+ * through io_recv/io_send, which drive the handshake (ALPN must pick h2)
+ * and SSL_read/SSL_write on the non-blocking socket; a write OpenSSL could
+ * not finish is retried with the same bytes (conn_flush appends nothing
+ * while some wait), and bytes OpenSSL holds already are read before epoll
+ * is asked again.
  */
 #define _GNU_SOURCE
 #include "server.h"
@@ -63,6 +70,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef SLUICE_RLS_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
 #include <nghttp2/nghttp2.h>
 
 #include "grpc/health/v1/health.pb-c.h"
@@ -132,6 +143,7 @@ struct rls_server {
     int lfd;
     int hfd;    /* HTTP/1.1 listener, or -1 */
     int stopfd; /* eventfd */
+    void *tls;  /* SSL_CTX * for the gRPC port, or NULL: cleartext */
     uint16_t port, hport;
     /* Counters summed over the workers (relaxed: /metrics reads them). */
     atomic_uint_least64_t n_within, n_over, n_shadow, n_calls, n_errors;
@@ -170,6 +182,9 @@ struct conn {
     struct stream *streams; /* open streams (nghttp2_session_del does not
                              * close them: conn_close frees what is left) */
     bool http1;          /* the HTTP/1.1 port: h2 is NULL */
+    void *ssl;           /* TLS (SSL *), or NULL: cleartext */
+    bool tls_ready;      /* the handshake is done (ALPN h2) */
+    bool tls_want_write; /* OpenSSL waits for the socket to take bytes */
     bool shut;           /* http1: answered and half-closed */
     char req[4096];      /* http1: the request head so far */
     size_t reqlen;
@@ -411,6 +426,8 @@ static int do_call(conn *c, stream *st)
     rls_answer ans;
     int code = decide(w, rq, &ans, msg, sizeof msg);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    if (code == RLS_GRPC_OK)
+        rls_answer_release(&ans); /* packed: its dynamic_metadata goes */
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
     return rc;
 }
@@ -422,7 +439,8 @@ static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitReque
 {
     rls_config *cfg = config_enter(w);
     rls_counts counts = {0, 0, 0};
-    unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | w->s->o.headers;
+    unsigned flags = (w->s->o.shadow_all ? RLS_SHADOW_ALL : 0) | (w->s->o.quota_all ? RLS_QUOTA_ALL : 0) |
+                     (w->s->o.dynamic_metadata ? RLS_DYNAMIC_METADATA : 0) | w->s->o.headers;
     uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;
@@ -603,10 +621,111 @@ static int cb_stream_close(nghttp2_session *h2, int32_t id, uint32_t error_code,
 
 /* ----------------------------------------------------------- connections */
 
+/* The socket's bytes, through TLS when the connection has it: > 0 bytes,
+ * 0 the peer closed, -1 would block (EPOLLIN, or EPOLLOUT when
+ * c->tls_want_write), -2 a failure. */
+#ifdef SLUICE_RLS_TLS
+static ssize_t tls_wait(conn *c, int r)
+{
+    int e = SSL_get_error(c->ssl, r);
+    ERR_clear_error();
+    if (e == SSL_ERROR_WANT_READ)
+        return -1;
+    if (e == SSL_ERROR_WANT_WRITE) {
+        c->tls_want_write = true;
+        return -1;
+    }
+    return e == SSL_ERROR_ZERO_RETURN ? 0 : -2;
+}
+
+/* Drive the handshake: 1 done (and the client chose h2), else as io_recv. */
+static ssize_t tls_handshake(conn *c)
+{
+    if (c->tls_ready)
+        return 1;
+    c->tls_want_write = false;
+    int r = SSL_do_handshake(c->ssl);
+    if (r != 1)
+        return tls_wait(c, r);
+    const unsigned char *p = NULL;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(c->ssl, &p, &len);
+    if (len != 2 || memcmp(p, "h2", 2) != 0)
+        return -2; /* the ALPN callback refused others; no ALPN at all ends here */
+    c->tls_ready = true;
+    return 1;
+}
+#endif
+
+static ssize_t io_recv(conn *c, void *buf, size_t n)
+{
+#ifdef SLUICE_RLS_TLS
+    if (c->ssl) {
+        ssize_t h = tls_handshake(c);
+        if (h != 1)
+            return h;
+        c->tls_want_write = false;
+        int r = SSL_read(c->ssl, buf, n > 1u << 30 ? 1 << 30 : (int)n);
+        return r > 0 ? r : tls_wait(c, r);
+    }
+#endif
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, n, 0);
+        if (r >= 0)
+            return r;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : -2;
+    }
+}
+
+/* Bytes still inside TLS, read from the socket already (epoll will not
+ * tell of them). */
+static bool io_pending(conn *c)
+{
+#ifdef SLUICE_RLS_TLS
+    return c->ssl && c->tls_ready && SSL_pending(c->ssl) > 0;
+#else
+    (void)c;
+    return false;
+#endif
+}
+
+/* As io_recv, for sending: bytes taken, -1 would block, -2 a failure.
+ * Through TLS a retry must offer the same bytes: conn_flush appends
+ * nothing while some wait. */
+static ssize_t io_send(conn *c, const void *p, size_t n)
+{
+#ifdef SLUICE_RLS_TLS
+    if (c->ssl) {
+        ssize_t h = tls_handshake(c);
+        if (h != 1)
+            return h == 0 ? -2 : h;
+        c->tls_want_write = false;
+        int r = SSL_write(c->ssl, p, n > 1u << 30 ? 1 << 30 : (int)n);
+        if (r > 0)
+            return r;
+        ssize_t w = tls_wait(c, r);
+        return w == 0 ? -2 : w;
+    }
+#endif
+    for (;;) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w >= 0)
+            return w;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : -2;
+    }
+}
+
 static void conn_close(conn *c)
 {
     worker *w = c->w;
     epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+#ifdef SLUICE_RLS_TLS
+    SSL_free(c->ssl);
+#endif
     close(c->fd);
     if (c->h2)
         nghttp2_session_del(c->h2); /* calls no callback: the open streams are ours to free */
@@ -633,7 +752,7 @@ static void conn_close(conn *c)
 static int conn_flush(conn *c)
 {
     for (;;) {
-        while (c->h2 && c->outlen < OUT_BATCH) {
+        while (c->h2 && c->outlen < OUT_BATCH && !(c->ssl && c->outoff < c->outlen)) {
             const uint8_t *p;
             ssize_t n = nghttp2_session_mem_send(c->h2, &p);
             if (n < 0)
@@ -655,20 +774,24 @@ static int conn_flush(conn *c)
         }
         if (c->outoff == c->outlen)
             break;
-        ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
+        ssize_t w = c->http1 ? send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL)
+                             : io_send(c, c->out + c->outoff, c->outlen - c->outoff);
+        if (c->http1 && w < 0)
+            w = errno == EINTR ? 0 : errno == EAGAIN || errno == EWOULDBLOCK ? -1 : -2;
+        if (w == -1)
+            break;
+        if (w < 0)
             return -1;
-        }
         c->outoff += (size_t)w;
         if (c->outoff < c->outlen)
             break; /* the socket is full */
         c->outoff = c->outlen = 0;
     }
-    bool pending = c->outoff < c->outlen;
+#ifdef SLUICE_RLS_TLS
+    if (c->ssl && !c->tls_ready && tls_handshake(c) == -2)
+        return -1;
+#endif
+    bool pending = c->outoff < c->outlen || c->tls_want_write;
     if (!pending && c->http1 && c->closing && !c->shut) {
         /* Answered: half-close, and read the client's end until it closes
          * (closing at once, with its bytes unread, would reset the
@@ -695,7 +818,7 @@ static void http1_refuse(conn *c)
                      "Connection: close\r\n\r\n%s",
                      sizeof body - 1, body);
     if (n > 0) {
-        ssize_t s = send(c->fd, resp, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t s = c->ssl ? io_send(c, resp, (size_t)n) : send(c->fd, resp, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)s;
     }
 }
@@ -757,8 +880,12 @@ static int http1_json(conn *c)
     } else {
         int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
         size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        if (code == RLS_GRPC_OK)
+            rls_answer_release(ans);
         if (code == RLS_GRPC_INVALID_ARGUMENT)
             rc = http1_json_error(c, 400, "Bad Request", msg);
+        else if (code == RLS_GRPC_UNAVAILABLE) /* the Redis backend could not decide */
+            rc = http1_json_error(c, 503, "Service Unavailable", msg);
         else if (code != RLS_GRPC_OK)
             rc = http1_json_error(c, 500, "Internal Server Error", msg);
         else if (n >= cap)
@@ -988,17 +1115,12 @@ static int conn_read(conn *c)
     if (c->http1)
         return http1_read(c);
     unsigned char buf[READ_CHUNK];
-    for (int i = 0; i < READS_PER_EVENT; i++) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
-        if (n == 0)
+    for (int i = 0; i < READS_PER_EVENT || io_pending(c); i++) {
+        ssize_t n = io_recv(c, buf, sizeof buf);
+        if (n == 0 || n == -2)
             return -1;
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
+        if (n < 0)
+            break;
         if (c->preface_seen < sizeof PREFACE - 1) {
             size_t m = sizeof PREFACE - 1 - c->preface_seen;
             if (m > (size_t)n)
@@ -1012,7 +1134,7 @@ static int conn_read(conn *c)
         ssize_t r = nghttp2_session_mem_recv(c->h2, buf, (size_t)n);
         if (r < 0)
             return -1;
-        if ((size_t)n < sizeof buf)
+        if ((size_t)n < sizeof buf && !c->ssl)
             break;
     }
     return conn_flush(c);
@@ -1079,6 +1201,18 @@ static void conn_accept(worker *w, bool http1)
         c->w = w;
         c->fd = fd;
         c->last_ns = mono_ns();
+#ifdef SLUICE_RLS_TLS
+        if (s->tls && (!(c->ssl = SSL_new(s->tls)) || SSL_set_fd(c->ssl, fd) != 1)) {
+            SSL_free(c->ssl);
+            nghttp2_session_del(c->h2);
+            free(c);
+            close(fd);
+            atomic_fetch_sub(&s->conns, 1);
+            continue;
+        }
+        if (c->ssl)
+            SSL_set_accept_state(c->ssl);
+#endif
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->o.max_streams},
             {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
@@ -1087,6 +1221,9 @@ static void conn_accept(worker *w, bool http1)
         if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
             epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
             nghttp2_session_del(c->h2);
+#ifdef SLUICE_RLS_TLS
+            SSL_free(c->ssl);
+#endif
             free(c);
             close(fd);
             atomic_fetch_sub(&s->conns, 1);
@@ -1214,6 +1351,59 @@ static int listen_on(const char *host, uint16_t port, const char *what, int *fd,
     return 0;
 }
 
+#ifdef SLUICE_RLS_TLS
+/* ALPN: h2 or nothing (gRPC is HTTP/2). */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned inlen, void *arg)
+{
+    (void)ssl;
+    (void)arg;
+    static const unsigned char h2[] = {2, 'h', '2'};
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, h2, sizeof h2, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+#endif
+
+/* The gRPC port's TLS context: TLS 1.2 or later, the certificate chain
+ * and key from PEM files, ALPN h2.  -1 with the reason (file and
+ * OpenSSL's words) in err. */
+static int tls_setup(rls_server *s, const rls_server_opts *o, char *err, size_t errlen)
+{
+#ifdef SLUICE_RLS_TLS
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    const char *what = "out of memory", *file = "";
+    if (ctx && !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+        what = "TLS 1.2";
+    else if (ctx && SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert) != 1)
+        what = "cannot load the certificate chain", file = o->tls_cert;
+    else if (ctx && SSL_CTX_use_PrivateKey_file(ctx, o->tls_key ? o->tls_key : "", SSL_FILETYPE_PEM) != 1)
+        what = "cannot load the private key", file = o->tls_key ? o->tls_key : "";
+    else if (ctx && SSL_CTX_check_private_key(ctx) != 1)
+        what = "the private key does not match the certificate", file = o->tls_key;
+    else if (ctx) {
+        SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+        s->tls = ctx;
+        return 0;
+    }
+    char why[160] = "";
+    ERR_error_string_n(ERR_get_error(), why, sizeof why);
+    ERR_clear_error();
+    snprintf(err, errlen, "TLS: %s %.200s (%s)", what, file, why);
+    SSL_CTX_free(ctx);
+    return -1;
+#else
+    (void)s;
+    (void)o;
+    snprintf(err, errlen, "TLS: this sluice-rls was built without OpenSSL (libssl-dev)");
+    return -1;
+#endif
+}
+
 rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err, size_t errlen)
 {
     pthread_once(&g_once, init_callbacks);
@@ -1244,6 +1434,10 @@ rls_server *rls_server_new(const rls_server_opts *o, rls_config *cfg, char *err,
         (o->http_port >= 0 &&
          listen_on(o->http_host ? o->http_host : "0.0.0.0", (uint16_t)o->http_port, "HOST", &s->hfd, &s->hport, err,
                    errlen) < 0)) {
+        rls_server_free(s);
+        return NULL;
+    }
+    if (o->tls_cert && tls_setup(s, o, err, errlen) < 0) {
         rls_server_free(s);
         return NULL;
     }
@@ -1339,6 +1533,9 @@ void rls_server_free(rls_server *s)
         close(s->hfd);
     if (s->stopfd >= 0)
         close(s->stopfd);
+#ifdef SLUICE_RLS_TLS
+    SSL_CTX_free(s->tls);
+#endif
     rls_config_free(atomic_load(&s->cfg));
     pthread_mutex_destroy(&s->swap_mu);
     free(s);

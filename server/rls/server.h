@@ -20,7 +20,13 @@ typedef struct rls_server_opts {
     uint64_t idle_ns;        /* a connection with no request answered for this long is closed */
     uint64_t drain_ns;       /* on stop, how long open connections get to finish */
     bool shadow_all;         /* every limit in shadow mode (SHADOW_MODE=true) */
+    bool quota_all;          /* every limit in quota mode (QUOTA_MODE=true) */
+    bool dynamic_metadata;   /* RESPONSE_DYNAMIC_METADATA=true: answers carry
+                              * dynamic_metadata (rls.h) */
     unsigned headers;        /* RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY (rls.h) */
+    const char *tls_cert;    /* PEM certificate chain: the gRPC port speaks TLS
+                              * (ALPN h2); NULL: cleartext HTTP/2 */
+    const char *tls_key;     /* PEM private key, with tls_cert */
     const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
     int http_port;           /* PORT: 0 = any free port, -1 = none */
 } rls_server_opts;

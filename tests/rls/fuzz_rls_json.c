@@ -19,8 +19,10 @@
 
 static const char CFG[] = "domain: d\n"
                           "descriptors:\n"
-                          "  - {key: a, rate_limit: {unit: second, requests_per_unit: 2, name: \"q\\\"n\"}}\n"
-                          "  - {key: b, value: \"x*\", rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+                          "  - {key: a, metadata: {t: 1, m: {x: [1, s, true, null]}},\n"
+                          "     rate_limit: {unit: second, requests_per_unit: 2, name: \"q\\\"n\"}}\n"
+                          "  - {key: b, value: \"x*\", metadata: {t: 2, m: {y: 0.5}, z: \"\\u00e9\"},\n"
+                          "     rate_limit: {unit: minute, requests_per_unit: 1}}\n"
                           "  - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1}}\n";
 
 static rls_config *cfg;
@@ -71,13 +73,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rls_answer ans;
     rls_counts counts = {0};
     uint64_t now = (uint64_t)size * 999999937ull;
-    int code = rls_should_rate_limit(cfg, rq, now, RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY, scratch, &ans, &counts,
-                                     msg, sizeof msg);
+    int code = rls_should_rate_limit(cfg, rq, now, RLS_HEADERS_DRAFT | RLS_HEADERS_LEGACY | RLS_DYNAMIC_METADATA,
+                                     scratch, &ans, &counts, msg, sizeof msg);
     if (code == RLS_GRPC_OK) {
         static char out[1 << 20];
         size_t w = rls_json_response(&ans.resp, out, sizeof out);
         FUZZ_CHECK(w < sizeof out, "the answer does not fit 1 MiB");
         FUZZ_CHECK(strlen(out) == w && w >= 2 && out[0] == '{' && out[w - 1] == '}', "the answer: %.80s", out);
+        rls_answer_release(&ans);
     } else {
         FUZZ_CHECK(msg[0] != 0, "status %d without a message", code);
     }

@@ -47,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char msg[300];
     msg[0] = 0;
     uint64_t now = (uint64_t)size * 999999937ull;
-    int code = rls_should_rate_limit(cfg, rq, now, size % 7 == 0, scratch, &ans, &counts, msg, sizeof msg);
+    int code = rls_should_rate_limit(cfg, rq, now, (size % 7 == 0 ? RLS_SHADOW_ALL : 0) |
+                                     (size % 3 == 0 ? RLS_DYNAMIC_METADATA : 0), scratch, &ans, &counts, msg, sizeof msg);
     FUZZ_CHECK(code == RLS_GRPC_OK || code == RLS_GRPC_INVALID_ARGUMENT || code == RLS_GRPC_RESOURCE_EXHAUSTED,
                "status %d", code);
     if (code != RLS_GRPC_OK) {
@@ -71,6 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(back && back->n_statuses == ans.resp.n_statuses, "the answer does not decode");
         envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(back, NULL);
         free(buf);
+        rls_answer_release(&ans);
     }
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
     return 0;

@@ -820,6 +820,388 @@ class LimitsTest(unittest.TestCase):
         self.assertIn("/nonexistent-rls/ratelimit/config", r.stderr)
 
 
+MD_CONFIG = """
+domain: test
+descriptors:
+  - key: md
+    metadata: {team: a, limits: {kind: strict, n: 3}, tags: [x, 1, true, null]}
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: md2
+    metadata: {team: b, limits: {extra: "yes"}}
+    rate_limit: {unit: day, requests_per_unit: 5}
+"""
+
+
+class DynamicMetadataTest(unittest.TestCase):
+    def test_dynamic_metadata(self):
+        """RESPONSE_DYNAMIC_METADATA=true (envoyproxy/ratelimit's): the
+        answer's dynamic_metadata holds the domain, the descriptors
+        ("key=value" entries, hitsAddend), the request's hitsAddend, and the
+        `metadata` of the descriptors that passed, merged (the first value of
+        a key stays, structs merge); the same in POST /json."""
+        s = Server(config=MD_CONFIG, RESPONSE_DYNAMIC_METADATA="true")
+        try:
+            from google.protobuf import json_format
+            r = s.call(request(desc(("md", "a")), desc(("md2", "a"), hits=1), hits=1), timeout=10)
+            self.assertEqual(r.overall_code, OK)
+            got = json_format.MessageToDict(r.dynamic_metadata)
+            self.assertEqual(got, {
+                "domain": "test", "hitsAddend": 1.0,
+                "descriptors": [{"entries": ["md=a"]}, {"entries": ["md2=a"], "hitsAddend": 1.0}],
+                "metadata": {"team": "a", "limits": {"kind": "strict", "n": 3.0, "extra": "yes"},
+                             "tags": ["x", 1.0, True, None]}})
+            # md is over now: only md2's metadata
+            r = s.call(request(desc(("md", "a")), desc(("md2", "a"))), timeout=10)
+            self.assertEqual(r.overall_code, OVER)
+            got = json_format.MessageToDict(r.dynamic_metadata)
+            self.assertEqual(got["metadata"], {"team": "b", "limits": {"extra": "yes"}})
+            self.assertNotIn("hitsAddend", got)
+            body = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "md2", "value": "j"}]}]})
+            req = urllib.request.Request("http://127.0.0.1:%d/json" % s.http_port, data=body.encode(), method="POST")
+            with urllib.request.urlopen(req, timeout=10) as h:
+                js = json.loads(h.read())
+            self.assertEqual(js["dynamicMetadata"], {"domain": "test", "descriptors": [{"entries": ["md2=j"]}],
+                                                     "metadata": {"team": "b", "limits": {"extra": "yes"}}})
+        finally:
+            self.assertEqual(s.stop(), 0)
+        # Without the variable: none.
+        s = Server(config=MD_CONFIG)
+        try:
+            r = s.call(request(desc(("md2", "n"))), timeout=10)
+            self.assertFalse(r.HasField("dynamic_metadata"))
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl (the command) makes the test's certificate")
+class TlsTest(unittest.TestCase):
+    def test_grpc_over_tls(self):
+        """GRPC_SERVER_USE_TLS (envoyproxy/ratelimit's names): grpcio's
+        ssl_channel_credentials with the test's self-signed certificate call
+        ShouldRateLimit and Health over TLS (ALPN h2); a cleartext client
+        fails and the server goes on; a bad key or a missing file is refused
+        at start with its reason."""
+        d = tempfile.mkdtemp(prefix="rls-tls-")
+        crt, key = os.path.join(d, "c.pem"), os.path.join(d, "k.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                        "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                        "-keyout", key, "-out", crt], check=True, capture_output=True, timeout=60)
+        s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=crt, GRPC_SERVER_TLS_KEY=key)
+        try:
+            with open(crt, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            ch = grpc.secure_channel("127.0.0.1:%d" % s.port, creds,
+                                     options=[("grpc.ssl_target_name_override", "localhost")])
+            call = ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                  response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            got = [call(request(desc(("two", "tls"))), timeout=10).overall_code for _ in range(3)]
+            self.assertEqual(got, [OK, OK, OVER])
+            health = ch.unary_unary(HEALTH, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                    response_deserializer=health_pb2.HealthCheckResponse.FromString)
+            self.assertEqual(health(health_pb2.HealthCheckRequest(), timeout=10).status,
+                             health_pb2.HealthCheckResponse.SERVING)
+            with self.assertRaises(grpc.RpcError):  # cleartext HTTP/2 on the TLS port
+                s.call(request(desc(("two", "clear"))), timeout=5)
+            self.assertEqual(call(request(desc(("five", "tls"))), timeout=10).overall_code, OK)
+            ch.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+        for env, msg in (({"GRPC_SERVER_TLS_CERT": crt}, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"),
+                         ({"GRPC_SERVER_TLS_CERT": crt, "GRPC_SERVER_TLS_KEY": crt},
+                          "TLS: cannot load the private key " + crt),
+                         ({"GRPC_SERVER_TLS_CERT": d + "/none.pem", "GRPC_SERVER_TLS_KEY": key},
+                          "TLS: cannot load the certificate chain " + d + "/none.pem")):
+            root = tempfile.mkdtemp(prefix="rls-rt-")
+            os.makedirs(os.path.join(root, "ratelimit", "config"))
+            r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT=root, GRPC_PORT="0", PORT="0",
+                                               GRPC_SERVER_USE_TLS="true", **env),
+                               capture_output=True, text=True, timeout=30)
+            shutil.rmtree(root, ignore_errors=True)
+            self.assertEqual(r.returncode, 2, env)
+            self.assertIn(msg, r.stderr)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+class RedisServer:
+    """redis-server on 127.0.0.1 (no persistence), stopped by stop()."""
+
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="rls-redis-")
+        self.port = port or free_port()
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 20:
+            if self.proc.poll() is not None:
+                raise RuntimeError("redis-server exited with %r" % self.proc.returncode)
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not answer PING in 20 s")
+
+    def cli(self, *args):
+        return subprocess.run(["redis-cli", "-p", str(self.port)] + list(args), capture_output=True, text=True,
+                              timeout=30).stdout
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def hammer(servers, value, n, procs=4):
+    """`procs` client processes (spread over `servers`), n calls each on
+    descriptor (shared, value); returns the OK answers they counted."""
+    ps = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(servers[i % len(servers)].port),
+                            value, str(n), GEN], stdout=subprocess.PIPE, text=True) for i in range(procs)]
+    total = 0
+    for p in ps:
+        out, _ = p.communicate(timeout=300)  # a failed call's traceback is on stderr
+        assert p.returncode == 0, "a client process failed"
+        total += int(out.split()[0])
+    return total
+
+
+# Redis calls' deadline in the tests that expect Redis to answer: the
+# default (50 ms) is for production; a loaded CI machine can exceed it.
+SLOW_OK = {"SLUICE_RLS_REDIS_TIMEOUT_MS": 5000}
+
+REDIS_CONFIG = """
+domain: test
+descriptors:
+  - key: two
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: five
+    rate_limit: {unit: day, requests_per_unit: 5}
+  - key: tb
+    rate_limit: {unit: day, requests_per_unit: 3, algorithm: token-bucket}
+  - key: shared
+    rate_limit: {unit: year, requests_per_unit: 500}
+"""
+
+
+@unittest.skipUnless(os.environ.get("SLUICE_RLS_TEST_REDIS") == "1" and shutil.which("redis-server"),
+                     "the Redis backend's tests run as ctest rls_redis (redis-server needed)")
+class RedisTest(unittest.TestCase):
+    """REDIS_URL: every limit in Redis, shared by sluice-rls processes."""
+
+    def test_two_servers_one_redis(self):
+        """Two sluice-rls processes on one redis-server, 2 client processes
+        on each, 250 calls each, one limit of 500 a year: exactly 500
+        admitted (one round trip per decision: Redis's order decides)."""
+        r = RedisServer()
+        servers = []
+        try:
+            for _ in range(2):
+                servers.append(Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK))
+            self.assertEqual(hammer(servers, "exact", 250), 500)
+            # /metrics: one round trip per call (500 calls on each server)
+            # no error, no fallback; promtool accepts the families.
+            for sv in servers[:2]:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % sv.http_port, timeout=10) as h:
+                    text = h.read().decode()
+                m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+                # (and the EVAL that answers a first NOSCRIPT)
+                self.assertIn(m["sluice_rls_redis_round_trips_total"], (500, 501))
+                self.assertEqual(m["sluice_rls_redis_errors_total"], 0)
+                self.assertEqual(m["sluice_rls_redis_fallbacks_total"], 0)
+                if shutil.which("promtool"):
+                    p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                                       timeout=30)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            self.assertEqual(r.cli("DBSIZE").strip(), "1")  # one key: PREFIX rls:DIGEST:{KEY}:SPECID
+            self.assertTrue(r.cli("--scan").startswith("rls:"))
+            # A limit's counter is in Redis: a third server, started now,
+            # sees it spent.
+            servers.append(Server(config=REDIS_CONFIG, REDIS_URL="redis://127.0.0.1:%d" % r.port, **SLOW_OK))
+            got = servers[2].call(request(desc(("shared", "exact"))), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+            r.stop()
+
+    def test_leases_bound(self):
+        """SLUICE_RLS_REDIS_LEASE_MAX: two servers take leases; the processes
+        together stay within P * lease_cap of the limit (the Redis tier's
+        bound; lease_cap = 500 / (100 * 2) = 2 here), above and below."""
+        r = RedisServer()
+        servers = []
+        try:
+            for _ in range(2):
+                servers.append(Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port,
+                                      SLUICE_RLS_REDIS_LEASE_MAX=100, SLUICE_RLS_REDIS_PROCESSES=2, **SLOW_OK))
+            got = hammer(servers, "lease", 250)
+            self.assertLessEqual(got, 504)
+            self.assertGreaterEqual(got, 496)
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+            r.stop()
+
+    def test_descriptors_in_order(self):
+        """On Redis the descriptors are decided one after the other: after a
+        refusal the later ones are probed, not charged; the earlier ones
+        stay charged (docs/rls.md, "Redis")."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)
+        try:
+            for _ in range(2):
+                self.assertEqual(s.call(request(desc(("two", "o"))), timeout=10).overall_code, OK)
+            got = s.call(request(desc(("two", "o")), desc(("five", "o"))), timeout=10)
+            self.assertEqual([x.code for x in got.statuses], [OVER, OK])
+            self.assertEqual(got.statuses[1].limit_remaining, 5)  # probed: nothing spent
+            got = s.call(request(desc(("five", "o")), desc(("two", "o"))), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+            self.assertEqual(got.statuses[0].limit_remaining, 4)  # charged before two refused
+            # hits_addend per descriptor: no composite, so they may differ.
+            got = s.call(request(desc(("five", "h"), hits=3), desc(("tb", "h"), hits=2)), timeout=10)
+            self.assertEqual(got.overall_code, OK)
+            self.assertEqual([x.limit_remaining for x in got.statuses], [2, 1])
+            # token-bucket in Redis: 3 a day, so 1 left, then refused.
+            got = s.call(request(desc(("tb", "h"), hits=2)), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
+
+    def test_redis_down(self):
+        """Redis unreachable: by default UNAVAILABLE (Envoy's failure_mode_deny
+        decides), /json 503, /healthcheck still 200; back when Redis is;
+        SLUICE_RLS_REDIS_FAILURE=closed, open, local: the tier's policies."""
+        port = free_port()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % port, SLUICE_RLS_REDIS_TIMEOUT_MS=200)
+        r = None
+        try:
+            with self.assertRaises(grpc.RpcError) as e:
+                s.call(request(desc(("two", "d"))), timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("Redis could not decide limit 'test.two'", e.exception.details())
+            body = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "two", "value": "d"}]}]})
+            req = urllib.request.Request("http://127.0.0.1:%d/json" % s.http_port, data=body.encode(), method="POST")
+            with self.assertRaises(urllib.error.HTTPError) as he:
+                urllib.request.urlopen(req, timeout=10)
+            self.assertEqual(he.exception.code, 503)
+            with urllib.request.urlopen("http://127.0.0.1:%d/healthcheck" % s.http_port, timeout=10) as h:
+                self.assertEqual(h.status, 200)
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.http_port, timeout=10) as h:
+                text = h.read().decode()
+            m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+            self.assertEqual(m["sluice_rls_redis_fallbacks_total"], 2)  # the gRPC call and /json
+            self.assertEqual(m["sluice_rls_redis_errors_total"], 2)
+            # A descriptor no limit matches needs no Redis.
+            self.assertEqual(s.call(request(desc(("none", "d"))), timeout=10).overall_code, OK)
+            r = RedisServer(port)
+            t0, ok = time.monotonic(), False
+            while not ok and time.monotonic() - t0 < 30:  # the circuit's backoff is at most 1 s
+                try:
+                    ok = s.call(request(desc(("two", "d"))), timeout=10).overall_code == OK
+                except grpc.RpcError:
+                    time.sleep(0.05)
+            self.assertTrue(ok, "Redis came back and sluice-rls did not use it within 30 s")
+        finally:
+            self.assertEqual(s.stop(), 0)
+            if r:
+                r.stop()
+        for policy, want in (("closed", [OVER, OVER, OVER]), ("open", [OK, OK, OK]), ("local", [OK, OK, OVER])):
+            s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % port, SLUICE_RLS_REDIS_TIMEOUT_MS=200,
+                       SLUICE_RLS_REDIS_FAILURE=policy)
+            try:
+                got = [s.call(request(desc(("two", "p"))), timeout=10).overall_code for _ in range(3)]
+                self.assertEqual(got, want, policy)
+            finally:
+                self.assertEqual(s.stop(), 0)
+
+    def test_bad_redis_settings(self):
+        """Each refused at start with exit 2 and a line naming the variable
+        (never a password)."""
+        cases = [({"REDIS_URL": "127.0.0.1"}, "REDIS_URL='127.0.0.1' is not HOST:PORT"),
+                 ({"REDIS_URL": "127.0.0.1:70000"}, "has a port that is not a number from 1 to 65535"),
+                 ({"REDIS_URL": "rediss://127.0.0.1:6379"}, "asks for TLS"),
+                 ({"REDIS_URL": "redis://u:secret@127.0.0.1"}, "REDIS_URL='127.0.0.1' is not HOST:PORT"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "REDIS_SOCKET_TYPE": "unix"},
+                  "REDIS_SOCKET_TYPE='unix' is not supported (tcp only)"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "REDIS_TYPE": "sentinel"},
+                  "REDIS_TYPE='sentinel' is not single or cluster"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_FAILURE": "maybe"},
+                  "SLUICE_RLS_REDIS_FAILURE='maybe' is not error, closed, open or local"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_PROCESSES": "0"},
+                  "SLUICE_RLS_REDIS_PROCESSES='0' is not an integer from 1 to 1000000"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX='a{b}'"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_SHARED_DIR": "/tmp"},
+                  "REDIS_URL and SLUICE_RLS_SHARED_DIR are both set")]
+        root = tempfile.mkdtemp(prefix="rls-rt-")
+        try:
+            os.makedirs(os.path.join(root, "ratelimit", "config"))
+            path = os.path.join(root, "ratelimit", "config", "c.yaml")
+            with open(path, "w") as f:
+                f.write(REDIS_CONFIG)
+            for env, msg in cases:
+                r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT=root, GRPC_PORT="0", PORT="0", **env),
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, env)
+                self.assertIn(msg, r.stderr)
+                self.assertNotIn("secret", r.stderr)
+            # An algorithm the Redis tier has no script for: refused with
+            # its file and line.
+            with open(path, "w") as f:
+                f.write(REDIS_CONFIG + "  - key: log\n    rate_limit: {unit: day, requests_per_unit: 3, "
+                        "algorithm: sliding-log}\n")
+            r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT=root, GRPC_PORT="0", PORT="0",
+                                               REDIS_URL="127.0.0.1:6379"), capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("c.yaml:13: rate limit 'sliding-log 3/86400s' on Redis: ", r.stderr)
+            self.assertIn("sliding-log", r.stderr.split("on Redis: ")[1])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@unittest.skipUnless(os.environ.get("SLUICE_RLS_TEST_CLUSTER"),
+                     "runs from tests/rls/redis_cluster.sh (ctest rls_redis_cluster), which starts the cluster")
+class RedisClusterTest(unittest.TestCase):
+    """REDIS_URL names one node of a 3-master Redis Cluster, REDIS_TYPE=cluster."""
+
+    def test_two_servers_one_cluster(self):
+        """Two sluice-rls processes, each pointed at a different node, 2
+        client processes on each, 250 calls each, one limit of 500: exactly
+        500; and keys of several values spread over the masters."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        servers = []
+        try:
+            for i in range(2):
+                servers.append(Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[i],
+                                      REDIS_TYPE="cluster", **SLOW_OK))
+            self.assertEqual(hammer(servers, "cluster", 250), 500)
+            for v in range(30):  # 30 values: every master gets some, whichever node is asked
+                got = servers[v % 2].call(request(desc(("two", "v%d" % v))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+            sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                        timeout=30).stdout) for p in ports]
+            self.assertEqual(sum(sizes), 31, sizes)
+            self.assertTrue(all(n > 0 for n in sizes), sizes)
+        finally:
+            for sv in servers:
+                self.assertEqual(sv.stop(), 0)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)

@@ -333,6 +333,273 @@ static void test_replaces(void **state)
     rls_config_free(cfg);
 }
 
+/* A request of n descriptors: descriptor i has the entries
+ * (keys[i][0], values[i][0]) .. up to 4, ended by a NULL key. */
+typedef struct mcall {
+    Envoy__Service__Ratelimit__V3__RateLimitRequest req;
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor d[8], *dp[8];
+    Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry e[8][4], *ep[8][4];
+} mcall;
+
+static void make_kv(mcall *c, size_t n, const char *const kv[][8])
+{
+    envoy__service__ratelimit__v3__rate_limit_request__init(&c->req);
+    c->req.domain = (char *)"t";
+    c->req.n_descriptors = n;
+    c->req.descriptors = c->dp;
+    for (size_t i = 0; i < n; i++) {
+        envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__init(&c->d[i]);
+        size_t m = 0;
+        for (; m < 4 && kv[i][2 * m]; m++) {
+            envoy__extensions__common__ratelimit__v3__rate_limit_descriptor__entry__init(&c->e[i][m]);
+            c->e[i][m].key = (char *)kv[i][2 * m];
+            c->e[i][m].value = (char *)kv[i][2 * m + 1];
+            c->ep[i][m] = &c->e[i][m];
+        }
+        c->d[i].n_entries = m;
+        c->d[i].entries = c->ep[i];
+        c->dp[i] = &c->d[i];
+    }
+}
+
+static int decide_kv(rls_config *cfg, mcall *c, uint64_t t, unsigned flags, rls_answer *a)
+{
+    rls_counts counts = {0};
+    char msg[256];
+    int rc = rls_should_rate_limit(cfg, &c->req, t, flags, scratch, a, &counts, msg, sizeof msg);
+    assert_int_equal(rc, 0);
+    return a->resp.overall_code;
+}
+
+static rls_config *load_text(const char *text)
+{
+    char err[256];
+    rls_config *cfg = rls_config_new(1024);
+    assert_non_null(cfg);
+    assert_int_equal(rls_config_add_text(cfg, "q.yaml", text, strlen(text), err, sizeof err), 0);
+    return cfg;
+}
+
+/* share_threshold (envoyproxy/ratelimit's README, example 11): the values a
+ * wildcard with share_threshold matches share one counter, also when the
+ * wildcard is a parent level; without it each value has its own.  A
+ * share_threshold without a '*' is refused with envoyproxy's message. */
+static void test_share_threshold(void **state)
+{
+    (void)state;
+    rls_config *cfg = load_text("domain: t\n"
+                                "descriptors:\n"
+                                "  - {key: files, value: 'files/*', share_threshold: true,\n"
+                                "     rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+                                "  - {key: files_no_share, value: 'files_no_share/*', share_threshold: false,\n"
+                                "     rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+                                "  - key: route\n"
+                                "    value: 'api/*'\n"
+                                "    share_threshold: true\n"
+                                "    descriptors:\n"
+                                "      - {key: method, rate_limit: {unit: day, requests_per_unit: 2}}\n");
+    mcall c;
+    rls_answer a;
+    uint64_t t = 3600 * S * 1000;
+    static const char *const fa[][8] = {{"files", "files/a.pdf"}}, *const fb[][8] = {{"files", "files/b.csv"}},
+                             *const fc[][8] = {{"files", "files/c.txt"}};
+    for (int i = 0; i < 5; i++) {
+        make_kv(&c, 1, fa);
+        assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+        make_kv(&c, 1, fb);
+        assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+        assert_int_equal(a.resp.statuses[0]->limit_remaining, 10 - 2 * (i + 1));
+    }
+    make_kv(&c, 1, fc); /* 5 + 5 spent the shared 10 */
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    static const char *const na[][8] = {{"files_no_share", "files_no_share/a.pdf"}},
+                             *const nb[][8] = {{"files_no_share", "files_no_share/b.csv"}};
+    make_kv(&c, 1, na);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    make_kv(&c, 1, nb); /* its own 10 */
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->limit_remaining, 9);
+    /* the wildcard at the parent level: api/v1 and api/v2 share per method */
+    static const char *const v1[][8] = {{"route", "api/v1", "method", "GET"}},
+                             *const v2[][8] = {{"route", "api/v2", "method", "GET"}},
+                             *const v2p[][8] = {{"route", "api/v2", "method", "POST"}};
+    make_kv(&c, 1, v1);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    make_kv(&c, 1, v2);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    make_kv(&c, 1, v2p);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->limit_remaining, 1);
+    rls_config_free(cfg);
+
+    char err[256];
+    static const char bad[] = "domain: t\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n"
+                              "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    cfg = rls_config_new(16);
+    assert_int_equal(rls_config_add_text(cfg, "s.yaml", bad, sizeof bad - 1, err, sizeof err), -1);
+    assert_string_equal(err, "s.yaml:3: share_threshold can only be used with wildcard values (containing '*'), "
+                             "but found key 'k_v'");
+    rls_config_free(cfg);
+}
+
+/* quota_mode (envoyproxy/ratelimit's service: the request is OVER_LIMIT iff
+ * a rate limit descriptor is, or every quota descriptor is).  A quota
+ * descriptor over its limit answers OVER_LIMIT and the request passes while
+ * another quota descriptor can; when none can, nothing is charged; when a
+ * regular limit refuses, no quota is charged.  QUOTA_MODE: every limit. */
+static void test_quota_mode(void **state)
+{
+    (void)state;
+    rls_config *cfg = load_text("domain: t\n"
+                                "descriptors:\n"
+                                "  - {key: q1, quota_mode: true, rate_limit: {unit: day, requests_per_unit: 1}}\n"
+                                "  - {key: q2, quota_mode: true, rate_limit: {unit: day, requests_per_unit: 2}}\n"
+                                "  - {key: r, rate_limit: {unit: day, requests_per_unit: 5}}\n");
+    mcall c;
+    rls_answer a;
+    uint64_t t = 86400 * S * 100;
+    static const char *const all[][8] = {{"q1", "v"}, {"q2", "v"}, {"r", "v"}};
+    make_kv(&c, 3, all);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK); /* q1 over, q2 can */
+    assert_int_equal(a.resp.statuses[0]->code, OVER);
+    assert_int_equal(a.resp.statuses[1]->code, OK);
+    assert_int_equal(a.resp.statuses[1]->limit_remaining, 0);
+    assert_int_equal(a.resp.statuses[2]->limit_remaining, 3);
+    /* every quota descriptor over: refused, r not charged */
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    assert_int_equal(a.resp.statuses[0]->code, OVER);
+    assert_int_equal(a.resp.statuses[1]->code, OVER);
+    assert_int_equal(a.resp.statuses[2]->code, OK);
+    assert_int_equal(a.resp.statuses[2]->limit_remaining, 3);
+    static const char *const r_only[][8] = {{"r", "v"}};
+    make_kv(&c, 1, r_only);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+        assert_int_equal(a.resp.statuses[0]->limit_remaining, 2 - i);
+    }
+    /* r is spent: a fresh quota value is refused with it, and not charged */
+    static const char *const fresh[][8] = {{"q1", "w"}, {"r", "v"}}, *const fresh_only[][8] = {{"q1", "w"}};
+    make_kv(&c, 2, fresh);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    assert_int_equal(a.resp.statuses[0]->code, OK);
+    make_kv(&c, 1, fresh_only);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(a.resp.statuses[0]->limit_remaining, 0);
+    /* QUOTA_MODE: r is a quota descriptor too, and the only one: refused */
+    make_kv(&c, 1, r_only);
+    assert_int_equal(decide_kv(cfg, &c, t, RLS_QUOTA_ALL, &a), OVER);
+    static const char *const r_fresh[][8] = {{"r", "x"}, {"q1", "v"}};
+    make_kv(&c, 2, r_fresh); /* r's fresh value can: OK, q1 over */
+    assert_int_equal(decide_kv(cfg, &c, t, RLS_QUOTA_ALL, &a), OK);
+    assert_int_equal(a.resp.statuses[1]->code, OVER);
+    rls_config_free(cfg);
+}
+
+/* The count of value_to_metric's (or detailed_metric's) series `name` of
+ * the limit a descriptor reaches, decision `which`; -1 when absent. */
+static long detail_count(const rls_config *cfg, const char *const kv[8], const char *name, int which)
+{
+    const char *keys[4], *values[4];
+    size_t kl[4], vl[4], n = 0;
+    for (; n < 4 && kv[2 * n]; n++) {
+        keys[n] = kv[2 * n];
+        values[n] = kv[2 * n + 1];
+        kl[n] = strlen(keys[n]);
+        vl[n] = strlen(values[n]);
+    }
+    const rls_limit *lim = rls_config_find(cfg, "t", 1, keys, kl, values, vl, n);
+    assert_non_null(lim);
+    if (!lim->detail)
+        return -1;
+    for (size_t i = 0; i < lim->detail->n; i++) {
+        if (!strcmp(lim->detail->e[i].key, name))
+            return (long)lim->detail->e[i].v[which];
+    }
+    return -1;
+}
+
+/* value_to_metric (envoyproxy/ratelimit's README, example 10): the
+ * request's values in the series' name where a level has value_to_metric,
+ * the full value for a wildcard level with it; a path without it has no
+ * per-value series; detailed_metric takes precedence. */
+static void test_value_to_metric(void **state)
+{
+    (void)state;
+    rls_config *cfg = load_text("domain: t\n"
+                                "descriptors:\n"
+                                "  - key: route\n"
+                                "    value_to_metric: true\n"
+                                "    descriptors:\n"
+                                "      - key: http_method\n"
+                                "        value_to_metric: true\n"
+                                "        descriptors:\n"
+                                "          - {key: subject_id, rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+                                "  - key: user\n"
+                                "    value_to_metric: true\n"
+                                "    descriptors:\n"
+                                "      - key: action\n"
+                                "        value: 'read*'\n"
+                                "        value_to_metric: true\n"
+                                "        descriptors:\n"
+                                "          - {key: resource, rate_limit: {unit: minute, requests_per_unit: 100}}\n"
+                                "  - key: plain\n"
+                                "    descriptors:\n"
+                                "      - {key: sub, rate_limit: {unit: minute, requests_per_unit: 100}}\n");
+    mcall c;
+    rls_answer a;
+    uint64_t t = 60 * S * 1000;
+    static const char *const get[][8] = {{"route", "api", "http_method", "GET", "subject_id", "123"}},
+                             *const post[][8] = {{"route", "web", "http_method", "POST", "subject_id", "456"}},
+                             *const rd[][8] = {{"user", "alice", "action", "readfile", "resource", "documents"}},
+                             *const pl[][8] = {{"plain", "x", "sub", "y"}};
+    make_kv(&c, 1, get);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OVER);
+    make_kv(&c, 1, post);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    make_kv(&c, 1, rd);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    make_kv(&c, 1, pl);
+    assert_int_equal(decide_kv(cfg, &c, t, 0, &a), OK);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_api.http_method_GET.subject_id", 0), 1);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_api.http_method_GET.subject_id", 1), 1);
+    assert_int_equal(detail_count(cfg, get[0], "t.route_web.http_method_POST.subject_id", 0), 1);
+    assert_int_equal(detail_count(cfg, rd[0], "t.user_alice.action_readfile.resource", 0), 1);
+    assert_int_equal(detail_count(cfg, pl[0], "t.plain_x.sub_y", 0), -1); /* no series */
+    rls_config_free(cfg);
+}
+
+/* `metadata` must be a mapping whose keys are scalars; refused with the
+ * file and line otherwise, and kept (packed) when good. */
+static void test_metadata_config(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char list[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: [1, 2]\n"
+                               "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    static const char key[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: {[a]: 1}\n"
+                              "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    static const char good[] = "domain: t\ndescriptors:\n  - key: k\n    metadata: {a: {b: [1, x]}}\n"
+                               "    rate_limit: {unit: day, requests_per_unit: 1}\n";
+    rls_config *cfg = rls_config_new(16);
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", list, sizeof list - 1, err, sizeof err), -1);
+    assert_string_equal(err, "m.yaml:4: 'metadata' must be a mapping");
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", key, sizeof key - 1, err, sizeof err), -1);
+    assert_string_equal(err, "m.yaml:4: metadata keys must be strings");
+    assert_int_equal(rls_config_add_text(cfg, "m.yaml", good, sizeof good - 1, err, sizeof err), 0);
+    static const char *const k[] = {"k"}, *const v[] = {"v"};
+    static const size_t kl[] = {1}, vl[] = {1};
+    const rls_limit *lim = rls_config_find(cfg, "t", 1, k, kl, v, vl, 1);
+    assert_non_null(lim);
+    assert_non_null(lim->metadata);
+    assert_true(lim->metadata_len > 0);
+    rls_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +612,10 @@ int main(void)
         cmocka_unit_test(test_many_descriptors_one_key),
         cmocka_unit_test(test_token_bucket),
         cmocka_unit_test(test_replaces),
+        cmocka_unit_test(test_share_threshold),
+        cmocka_unit_test(test_quota_mode),
+        cmocka_unit_test(test_value_to_metric),
+        cmocka_unit_test(test_metadata_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -384,7 +384,7 @@ const ProtobufCEnumDescriptor envoy__service__ratelimit__v3__rate_limit_response
   envoy__service__ratelimit__v3__rate_limit_response__code__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCFieldDescriptor envoy__service__ratelimit__v3__rate_limit_response__field_descriptors[5] =
+static const ProtobufCFieldDescriptor envoy__service__ratelimit__v3__rate_limit_response__field_descriptors[6] =
 {
   {
     "overall_code",
@@ -446,8 +446,21 @@ static const ProtobufCFieldDescriptor envoy__service__ratelimit__v3__rate_limit_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "dynamic_metadata",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Envoy__Service__Ratelimit__V3__RateLimitResponse, dynamic_metadata),
+    &google__protobuf__struct__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned envoy__service__ratelimit__v3__rate_limit_response__field_indices_by_name[] = {
+  5,   /* field[5] = dynamic_metadata */
   0,   /* field[0] = overall_code */
   4,   /* field[4] = raw_body */
   3,   /* field[3] = request_headers_to_add */
@@ -457,7 +470,7 @@ static const unsigned envoy__service__ratelimit__v3__rate_limit_response__field_
 static const ProtobufCIntRange envoy__service__ratelimit__v3__rate_limit_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor envoy__service__ratelimit__v3__rate_limit_response__descriptor =
 {
@@ -467,7 +480,7 @@ const ProtobufCMessageDescriptor envoy__service__ratelimit__v3__rate_limit_respo
   "Envoy__Service__Ratelimit__V3__RateLimitResponse",
   "envoy.service.ratelimit.v3",
   sizeof(Envoy__Service__Ratelimit__V3__RateLimitResponse),
-  5,
+  6,
   envoy__service__ratelimit__v3__rate_limit_response__field_descriptors,
   envoy__service__ratelimit__v3__rate_limit_response__field_indices_by_name,
   1,  envoy__service__ratelimit__v3__rate_limit_response__number_ranges,

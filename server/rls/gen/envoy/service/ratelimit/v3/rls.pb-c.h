@@ -17,6 +17,7 @@ PROTOBUF_C__BEGIN_DECLS
 #include "envoy/config/core/v3/base.pb-c.h"
 #include "envoy/extensions/common/ratelimit/v3/ratelimit.pb-c.h"
 #include "google/protobuf/duration.pb-c.h"
+#include "google/protobuf/struct.pb-c.h"
 
 typedef struct Envoy__Service__Ratelimit__V3__RateLimitRequest Envoy__Service__Ratelimit__V3__RateLimitRequest;
 typedef struct Envoy__Service__Ratelimit__V3__RateLimitResponse Envoy__Service__Ratelimit__V3__RateLimitResponse;
@@ -95,10 +96,11 @@ struct  Envoy__Service__Ratelimit__V3__RateLimitResponse
   size_t n_request_headers_to_add;
   Envoy__Config__Core__V3__HeaderValue **request_headers_to_add;
   ProtobufCBinaryData raw_body;
+  Google__Protobuf__Struct *dynamic_metadata;
 };
 #define ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&envoy__service__ratelimit__v3__rate_limit_response__descriptor) \
-    , ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__UNKNOWN, 0,NULL, 0,NULL, 0,NULL, {0,NULL} }
+    , ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__UNKNOWN, 0,NULL, 0,NULL, 0,NULL, {0,NULL}, NULL }
 
 
 /* Envoy__Service__Ratelimit__V3__RateLimitRequest methods */
