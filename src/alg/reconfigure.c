@@ -42,7 +42,7 @@
  * operations (internal.h: recheck, carry, fits), next to its decide.
  */
 #include "base/internal.h"
-#include "composite/composite.h"
+#include "alg/reconfigure.h"
 
 int sluice__reconfigure_check(const sluice__profile *from, const sluice__profile *to,
                               char *err, size_t errlen)

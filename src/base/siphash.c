@@ -23,7 +23,7 @@
  * and the OS's saving of its registers), else the scalar code runs eight
  * times.  The tests check every version against the scalar code.
  */
-#include "table/table.h"
+#include "base/siphash.h"
 
 #include <string.h>
 

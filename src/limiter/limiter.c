@@ -100,7 +100,8 @@
 #include "base/internal.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"
-#include "composite/composite.h"
+#include "limiter/hold.h"
+#include "alg/reconfigure.h"
 #include "base/spin.h"
 #include "alg/window_log.h"
 
@@ -839,19 +840,11 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
 
 /* ---- composite decisions (composite.c) ---------------------------------- */
 
-bool sluice__judge(const sluice__profile *pf, const sluice__state *st, sluice__state *tmp,
-                   uint64_t now_ns, uint64_t permits, sluice_result *res)
-{
-    if (pf->ops->judge) return pf->ops->judge(pf, st, sluice__clamp_time(st, now_ns), permits, res);
-    *tmp = *st;
-    return sluice__decide(pf, tmp, now_ns, permits, UINT64_MAX, res);
-}
-
 /* A composite holds a lock-free limiter by freezing its word (a CAS from a
  * snapshot to the snapshot with the frozen bit), so that no other decision
  * can commit, or decide on it, until the release; a limiter in the locked
  * path by its mutex. */
-void sluice__limiter_hold(sluice__part *part)
+void sluice__limiter_hold(sluice__lim_hold *part)
 {
     sluice_limiter *lim = part->lim;
     cfg *c = cur_cfg(lim);
@@ -864,12 +857,12 @@ void sluice__limiter_hold(sluice__part *part)
         }
         if (__sync_bool_compare_and_swap(&c->packed.w, v, v | FROZEN)) {
             uint64_t w[2] = {(uint64_t)v, (uint64_t)(v >> 64)};
-            sluice__state_unpack(&c->pf, w, &part->base);
+            sluice__state_unpack(&c->pf, w, &part->h.base);
             part->lockfree = true;
             part->snap = v;
             part->where = c;
-            part->pf = &c->pf;
-            part->st = &part->base;
+            part->h.pf = &c->pf;
+            part->h.st = &part->h.base;
             return;
         }
     }
@@ -879,11 +872,11 @@ void sluice__limiter_hold(sluice__part *part)
     if (lim->pub) sluice__log_begin(lim->pub); /* ends at the release */
     part->lockfree = false;
     part->where = c;
-    part->pf = &c->pf;
-    part->st = &lim->st;
+    part->h.pf = &c->pf;
+    part->h.st = &lim->st;
 }
 
-void sluice__limiter_release(sluice__part *part, bool commit)
+void sluice__limiter_release(sluice__lim_hold *part, bool commit)
 {
     cfg *c = part->where;
 #if HAVE_CAS128
@@ -892,14 +885,14 @@ void sluice__limiter_release(sluice__part *part, bool commit)
          * (release): a reader that sees the bit clear sees the new count */
         uint64_t w[2] = {(uint64_t)part->snap, (uint64_t)(part->snap >> 64)};
         if (commit) {
-            sluice__state_pack(&c->pf, &part->tmp, w);
+            sluice__state_pack(&c->pf, &part->h.tmp, w);
             __atomic_store_n(&c->packed.h[1], w[1], __ATOMIC_RELEASE);
         }
         __atomic_store_n(&c->packed.h[0], w[0], __ATOMIC_RELEASE);
         return;
     }
 #endif
-    if (commit && !c->pf.ops->judge) part->lim->st = part->tmp;
+    if (commit && !c->pf.ops->judge) part->lim->st = part->h.tmp;
     if (part->lim->pub) sluice__log_end(part->lim->pub, &part->lim->st, NULL, commit);
     pthread_mutex_unlock(&part->lim->mu);
 }
@@ -1067,8 +1060,8 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * limiters_decide returns 1 (admitted, or a probe that every limit
  * allows), 0 (refused), -1 when the call is not one for this path -- a bad
  * call, a ref that is not a limiter, a limiter named twice, or one that
- * takes the locked path (nothing decided, nothing counted:
- * sluice__composite_rest, composite.c, takes it).  The answers are those on
+ * takes the locked path (nothing decided, nothing counted: composite.c's
+ * general path takes it).  The answers are those on
  * the snapshots the call is linearised at: with res, their combination;
  * with ans, each limit's. */
 #if HAVE_CAS128
@@ -1290,8 +1283,8 @@ sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t n
 }
 #endif
 
-bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                         uint64_t now_ns, sluice_result *res)
+int sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                        uint64_t now_ns, sluice_result *res)
 {
 #if HAVE_CAS128
     if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
@@ -1305,10 +1298,12 @@ bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permi
         case 4: got = sum_or_none(refs, 4, permits, t, res); break;
         default: got = sum_or_none(refs, n, permits, t, res); break;
         }
-        if (got >= 0) return got;
+        return got;
     }
+#else
+    (void)refs, (void)n, (void)permits, (void)now_ns, (void)res;
 #endif
-    return sluice__composite_rest(refs, n, permits, now_ns, res, NULL);
+    return -1;
 }
 
 int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,

@@ -1,0 +1,54 @@
+/* hold.h -- a limiter as one limit of a composite decision (limiter.c,
+ * "composite decisions"): the kind ops that composite/ runs its protocol
+ * over, and the fast path for composites of lock-free limiters only.
+ *
+ *   sluice__lim_hold               a limiter held: its frozen word or mutex
+ *   sluice__limiter_hold/_release  take it (fills h.pf, h.st), give it back
+ *   sluice__limiter_count(_elsewhere)  count the decision in the limiter
+ *   sluice__limiters_try/_each     the fast path (composite.c's head
+ *                                  comment has its proof)
+ */
+#ifndef SLUICE_LIMITER_HOLD_H
+#define SLUICE_LIMITER_HOLD_H
+
+#include "alg/held.h"
+#include "base/internal.h"
+
+typedef struct sluice__lim_hold {
+    sluice__held h;       /* first: what every kind of limit gives */
+    sluice_limiter *lim;
+    void *where;          /* the configuration held */
+    bool lockfree;        /* a frozen word is held, not the mutex */
+    u128 snap;            /* the frozen word's value */
+} sluice__lim_hold;
+
+/* Hold a limiter for a composite (its mutex, or its frozen word: single
+ * decisions wait for it), fill h.pf and h.st; release it, storing h.tmp
+ * first if `commit` and the state is not on the heap.  A limiter in the
+ * locked path commits a window log by deciding on its real state before
+ * the release.  Between the two, the caller must not wait for anything
+ * that another holder may hold out of the global lock order. */
+SLUICE__INTERNAL void sluice__limiter_hold(sluice__lim_hold *part);
+SLUICE__INTERNAL void sluice__limiter_release(sluice__lim_hold *part, bool commit);
+SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok);
+/* After the count of a refused composite: this limit would have admitted
+ * (sluice__count_elsewhere). */
+SLUICE__INTERNAL void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits);
+
+/* The whole composite when the refs are 1 to SLUICE_COMPOSITE_MAX distinct
+ * lock-free limiters, without holding anything while deciding, counted in
+ * each limiter.  sluice__limiters_try: whether admitted (1, or a probe
+ * every limit allows) or refused (0), the combination of the limits'
+ * answers (composite.c's rule) into *res unless res is NULL.
+ * sluice__limiters_each: each limit's answer into ans.  Both return -1 for
+ * any other call (a bad one, a table key, a limiter twice or in the locked
+ * path), with nothing decided or counted: the caller takes the general
+ * path. */
+SLUICE__INTERNAL int sluice__limiters_try(const sluice_limit_ref *refs, size_t n,
+                                          uint64_t permits, uint64_t now_ns,
+                                          sluice_result *res);
+SLUICE__INTERNAL int sluice__limiters_each(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice__answer *ans);
+
+#endif /* SLUICE_LIMITER_HOLD_H */
