@@ -6,6 +6,8 @@
  *                   the verdict and the answer
  *   sluice__answer  one limit's answer, as the combination reads it
  *   sluice__judge   decide on a held state without writing it
+ *   sluice__combine the composite's result from its limits' answers (the
+ *                   rule, written once for every path that decides one)
  *
  * Each kind of limit embeds a sluice__held as the first field of its own
  * hold (limiter/hold.h: a limiter; table/hold.h: a key of a table, in
@@ -43,6 +45,43 @@ static inline bool sluice__judge(const sluice__profile *pf, const sluice__state 
         return pf->ops->judge(pf, st, sluice__clamp_time(st, now_ns), permits, res);
     *tmp = *st;
     return sluice__decide(pf, tmp, now_ns, permits, UINT64_MAX, res);
+}
+
+/* The result of a decided composite from its limits' answers a[0..n)
+ * (docs/decisions.md, 3.7): allowed = ok; the smallest remaining (a limit
+ * that would have allowed a refused call reports its remaining without the
+ * permits, which it still has); for an admission the largest wait_ns; for
+ * a refusal the largest retry_after_ns of the refusing limits (-1 if any is
+ * -1) and the first refusing limit's error.  Into *res and, each limit's
+ * own as reported, per_limit[0..n) (either may be NULL).  Returns ok. */
+static inline bool sluice__combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits,
+                                   sluice_result *res, sluice_result *per_limit)
+{
+    sluice_result c = {.allowed = ok};
+    c.remaining = UINT64_MAX;
+    int64_t retry = 0;
+    bool never = false;
+    for (size_t i = 0; i < n; i++) {
+        sluice_result r = a[i].r;
+        if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
+            r.remaining += permits;
+            r.wait_ns = 0;
+        }
+        if (r.remaining < c.remaining) c.remaining = r.remaining;
+        if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
+        if (!a[i].ok) {
+            if (r.retry_after_ns < 0) never = true;
+            else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
+            if (!c.error) c.error = r.error;
+        }
+        if (per_limit) per_limit[i] = r;
+    }
+    if (!ok) {
+        c.wait_ns = 0;
+        c.retry_after_ns = never ? -1 : retry;
+    }
+    if (res) *res = c;
+    return ok;
 }
 
 #endif /* SLUICE_ALG_HELD_H */

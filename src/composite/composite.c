@@ -9,7 +9,7 @@
  *   the general path   lock_cmp, same_key, attempt (hold, judge, prepare,
  *                      commit, release), general_in/general (set up, retry
  *                      once for room, count; one reader section)
- *   the result         combine (the rule below)
+ *   the result         sluice__combine (alg/held.h: the rule below)
  *   entry point        sluice_composite_try_acquire_at: the fast paths
  *                      (all lock-free limiters: sluice__limiters_try and
  *                      _each, limiter.c; all in-process keys:
@@ -472,40 +472,6 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
     return rc;
 }
 
-/* ---- the result ---------------------------------------------------------- */
-
-/* The result of a decided call from the limits' answers (the rule at the
- * head of this file); returns ok. */
-static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits,
-                    sluice_result *res, sluice_result *per_limit)
-{
-    sluice_result c = {.allowed = ok};
-    c.remaining = UINT64_MAX;
-    int64_t retry = 0;
-    bool never = false;
-    for (size_t i = 0; i < n; i++) {
-        sluice_result r = a[i].r;
-        if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
-            r.remaining += permits;
-            r.wait_ns = 0;
-        }
-        if (r.remaining < c.remaining) c.remaining = r.remaining;
-        if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
-        if (!a[i].ok) {
-            if (r.retry_after_ns < 0) never = true;
-            else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
-            if (!c.error) c.error = r.error;
-        }
-        if (per_limit) per_limit[i] = r;
-    }
-    if (!ok) {
-        c.wait_ns = 0;
-        c.retry_after_ns = never ? -1 : retry;
-    }
-    if (res) *res = c;
-    return ok;
-}
-
 /* ---- entry point --------------------------------------------------------- */
 
 /* Every call but the lock-free limiters' without per_limit: the
@@ -527,7 +493,7 @@ static __attribute__((noinline)) bool rest(const sluice_limit_ref *refs, size_t 
                           : -1;
     if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
         return bad_call(n, res, per_limit);
-    return combine(a, n, got == 1, permits, res, per_limit);
+    return sluice__combine(a, n, got == 1, permits, res, per_limit);
 }
 
 /* Lock-free limiters first, with no setup: limiter.c decides, counts and

@@ -1162,7 +1162,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
     sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
-    sluice_result rs[SLUICE_COMPOSITE_MAX];     /* DETAILS_SUM: each limit's answer */
+    sluice__answer as[SLUICE_COMPOSITE_MAX];    /* DETAILS_SUM: each limit's answer */
     bool oks[SLUICE_COMPOSITE_MAX];
     for (;;) {
         bool all = true;
@@ -1185,7 +1185,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
             q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
                                         .max_wait = UINT64_MAX,
-                                        .res = details == DETAILS_SUM    ? &rs[i]
+                                        .res = details == DETAILS_SUM    ? &as[i].r
                                                : details == DETAILS_EACH ? &ans[i].r
                                                                          : NULL,
                                         .out = {lo, hi}};
@@ -1247,27 +1247,10 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
         if (details == DETAILS_EACH)
             for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
-        if (details == DETAILS_SUM) {
-            /* the combination (composite.c's rule): of every limit when all
-             * allow, else of the refusing ones only (one that would have
-             * allowed a refused call cannot change it: composite.c) */
-            sluice_result c = {.allowed = got, .remaining = UINT64_MAX};
+        if (details == DETAILS_SUM) { /* the combination (alg/held.h) */
             UNROLL
-            for (size_t j = 0; j < n; j++) {
-                const sluice_result *x = &rs[j];
-                if (oks[j] != all) continue;
-                if (x->remaining < c.remaining) c.remaining = x->remaining;
-                if (all) {
-                    if (x->wait_ns > c.wait_ns) c.wait_ns = x->wait_ns;
-                    continue;
-                }
-                if (c.retry_after_ns >= 0)
-                    c.retry_after_ns = x->retry_after_ns < 0                  ? -1
-                                       : x->retry_after_ns > c.retry_after_ns ? x->retry_after_ns
-                                                                              : c.retry_after_ns;
-                if (!c.error) c.error = x->error;
-            }
-            *res = c;
+            for (size_t j = 0; j < n; j++) as[j].ok = oks[j];
+            sluice__combine(as, n, got, permits, res, NULL);
         }
         return got;
     }
