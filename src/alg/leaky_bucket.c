@@ -15,6 +15,7 @@
  * fewer than the capacity: the test here is `<=`.
  */
 #include "base/internal.h"
+#include "alg/bucket.h"
 
 #include <stdio.h>
 

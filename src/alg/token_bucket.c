@@ -39,6 +39,7 @@
  * wait, so cancelling never lets more through than the contract would.
  */
 #include "base/internal.h"
+#include "alg/bucket.h"
 
 #include <stdio.h>
 

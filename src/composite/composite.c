@@ -30,8 +30,8 @@
  * limit is read and decided once, as a single decision is -- one snapshot
  * of its 16-byte word (load_word: a value the word held at one instant),
  * one decide_packed, which gives its answer too when details are asked --
- * and counted inline in each limiter; the combination is made there as
- * well, with no answers array and no other setup.  The one common order is
+ * and counted inline in each limiter; the combination (sluice__combine)
+ * is made there as well, with no other setup.  The one common order is
  * that of the instants X below:
  *
  *   refused, no details asked   the first limit that refuses on its
@@ -80,6 +80,14 @@
  * began with -- the proof is beside it.  Anything it cannot do so (a key to
  * make, a change of spec to carry over, a wheel due a step) goes to the
  * general path with nothing decided.
+ *
+ * Both fast paths are the protocol of the general path below (decide
+ * every limit, commit all or none, give back in reverse) with optimistic
+ * holds: a snapshot stands for the hold, the commit takes every limit from
+ * its snapshot or none (a frozen word, an upgraded sequence), and a take
+ * that fails gives back, unchanged, what was taken and starts over.  They
+ * stay beside the words and sequences they read (limiter.c, table.c), as
+ * their proofs do, and are reached only from here.
  *
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it

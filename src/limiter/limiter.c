@@ -101,6 +101,7 @@
 #include "base/counters.h"
 #include "limiter/limiter.h"
 #include "limiter/hold.h"
+#include "alg/bucket.h"
 #include "alg/reconfigure.h"
 #include "base/spin.h"
 #include "alg/window_log.h"
