@@ -42,6 +42,12 @@
  *                        spec changed between calls: all or nothing, every
  *                        limit's answer and remaining as fixed-window and
  *                        3.8 give them by hand.
+ *   test_three_kinds_threads  4 threads at one instant, each asking the
+ *                        three kinds (a limiter in the locked path, an
+ *                        in-process key, a shared key) in its own order of
+ *                        the refs: exactly the least capacity admitted, and
+ *                        every limit charged for each admission and for
+ *                        nothing else.
  *   test_shared_long_key a key longer than a shared table's max_key_bytes
  *                        (but not than SLUICE_MAX_KEY_BYTES) in a composite
  *                        is the key a single decision on that table
@@ -819,6 +825,79 @@ static void test_three_kinds(void **state)
     sluice_limiter_free(lim);
 }
 
+#define KT_THREADS 4
+#define KT_CALLS 300
+
+typedef struct ktctx {
+    sluice_limit_ref refs[3];
+    uint64_t t;
+    pthread_barrier_t go;
+    unsigned admitted[KT_THREADS];
+    unsigned wrong[KT_THREADS]; /* answers that break the rule */
+} ktctx;
+
+typedef struct ktarg {
+    ktctx *c;
+    unsigned self;
+} ktarg;
+
+static void *kt_worker(void *v)
+{
+    ktarg *a = v;
+    ktctx *c = a->c;
+    static const unsigned char orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                               {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    pthread_barrier_wait(&c->go);
+    for (unsigned k = 0; k < KT_CALLS; k++) {
+        const unsigned char *o = orders[(a->self + k) % 6];
+        const sluice_limit_ref refs[3] = {c->refs[o[0]], c->refs[o[1]], c->refs[o[2]]};
+        sluice_result r, per[3];
+        const bool details = k & 1;
+        const bool ok = sluice_composite_try_acquire_at(refs, 3, 1, c->t, details ? &r : NULL,
+                                                        details ? per : NULL);
+        c->admitted[a->self] += ok;
+        if (!details) continue;
+        const unsigned allow = (unsigned)per[0].allowed + per[1].allowed + per[2].allowed;
+        if (r.allowed != ok || (allow == 3) != ok) c->wrong[a->self]++;
+    }
+    return NULL;
+}
+
+static void test_three_kinds_threads(void **state)
+{
+    (void)state;
+    char err[256], path[96];
+    sluice_limiter *lim = mk("sliding-log 1000/s"); /* a window log: its mutex */
+    sluice_table *tab = sluice_table_new("fixed-window 700/s", 64, err, sizeof err);
+    assert_non_null(tab);
+    sluice_table *sh = shared_table(path, sizeof path, "threads", "token-bucket 500/s", 16);
+    ktctx c = {.refs = {sluice_ref_limiter(lim), sluice_ref_key(tab, "k", 1),
+                        sluice_ref_key(sh, "k", 1)},
+               .t = 5 * SEC};
+    assert_int_equal(pthread_barrier_init(&c.go, NULL, KT_THREADS), 0);
+    pthread_t th[KT_THREADS];
+    ktarg args[KT_THREADS];
+    for (unsigned i = 0; i < KT_THREADS; i++) {
+        args[i] = (ktarg){&c, i};
+        assert_int_equal(pthread_create(&th[i], NULL, kt_worker, &args[i]), 0);
+    }
+    unsigned admitted = 0;
+    for (unsigned i = 0; i < KT_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        admitted += c.admitted[i];
+        assert_int_equal(c.wrong[i], 0);
+    }
+    pthread_barrier_destroy(&c.go);
+    /* 1200 calls at one instant: the shared key's 500, and each limit
+     * charged exactly those */
+    assert_int_equal(admitted, 500);
+    expect_remaining(c.refs, c.t, 500, 200, 0);
+    sluice_table_free(sh);
+    assert_int_equal(sluice_table_unlink(path), 0);
+    sluice_table_free(tab);
+    sluice_limiter_free(lim);
+}
+
 static void test_shared_long_key(void **state)
 {
     (void)state;
@@ -858,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_reconfigure),
         cmocka_unit_test(test_three_kinds),
+        cmocka_unit_test(test_three_kinds_threads),
         cmocka_unit_test(test_shared_long_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
