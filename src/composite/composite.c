@@ -26,7 +26,8 @@
  *
  * Limiters only, all lock-free: sluice__limiters_try (limiter.c), the
  * public call's first try when per_limit is NULL, which holds nothing while
- * it decides and hands any other call back, undecided.  Each
+ * it decides and hands any other call, undecided, to the general path (a
+ * callback: limiter/ names nothing above it).  Each
  * limit is read and decided once, as a single decision is -- one snapshot
  * of its 16-byte word (load_word: a value the word held at one instant),
  * one decide_packed, which gives its answer too when details are asked --
@@ -505,15 +506,14 @@ static __attribute__((noinline)) bool rest(const sluice_limit_ref *refs, size_t 
 }
 
 /* Lock-free limiters first, with no setup: limiter.c decides, counts and
- * combines them, or hands the call back undecided; table keys and each
- * limit's answer go to rest() at once. */
+ * combines them, or hands the call, undecided, to rest() (a callback: the
+ * limiter layer knows nothing above it); table keys and each limit's
+ * answer go to rest() at once. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
-    if (!per_limit && !(n && refs && refs[0].table)) {
-        const int got = sluice__limiters_try(refs, n, permits, now_ns, res);
-        if (got >= 0) return got;
-    }
-    return rest(refs, n, permits, now_ns, res, per_limit);
+    if (per_limit || (n && refs && refs[0].table))
+        return rest(refs, n, permits, now_ns, res, per_limit);
+    return sluice__limiters_try(refs, n, permits, now_ns, res, rest);
 }

@@ -35,18 +35,26 @@ SLUICE__INTERNAL void sluice__limiter_count(sluice_limiter *lim, uint64_t permit
  * (sluice__count_elsewhere). */
 SLUICE__INTERNAL void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits);
 
+/* What decides a composite call that the fast path below does not: the
+ * public call's arguments and answer (sluice_composite_try_acquire_at). */
+typedef bool sluice__composite_fn(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                                  uint64_t now_ns, sluice_result *res,
+                                  sluice_result *per_limit);
+
 /* The whole composite when the refs are 1 to SLUICE_COMPOSITE_MAX distinct
  * lock-free limiters, without holding anything while deciding, counted in
- * each limiter.  sluice__limiters_try: whether admitted (1, or a probe
- * every limit allows) or refused (0), the combination of the limits'
- * answers (composite.c's rule) into *res unless res is NULL.
- * sluice__limiters_each: each limit's answer into ans.  Both return -1 for
- * any other call (a bad one, a table key, a limiter twice or in the locked
- * path), with nothing decided or counted: the caller takes the general
- * path. */
-SLUICE__INTERNAL int sluice__limiters_try(const sluice_limit_ref *refs, size_t n,
-                                          uint64_t permits, uint64_t now_ns,
-                                          sluice_result *res);
+ * each limiter.  sluice__limiters_try: whether admitted (or a probe every
+ * limit allows), the combination of the limits' answers (sluice__combine)
+ * into *res unless res is NULL; any other call (a bad one, a table key, a
+ * limiter twice or in the locked path) is handed, with nothing decided or
+ * counted, to `otherwise` (per_limit NULL) -- a tail call, so that the
+ * fast path costs no frame of its caller's: composite.c passes its general
+ * path.  sluice__limiters_each: each limit's answer into ans; 1 admitted
+ * (or a probe every limit allows), 0 refused, -1 for any other call,
+ * nothing decided or counted. */
+SLUICE__INTERNAL bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice_result *res, sluice__composite_fn *otherwise);
 SLUICE__INTERNAL int sluice__limiters_each(const sluice_limit_ref *refs, size_t n,
                                            uint64_t permits, uint64_t now_ns,
                                            sluice__answer *ans);

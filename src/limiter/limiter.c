@@ -1061,8 +1061,8 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * limiters_decide returns 1 (admitted, or a probe that every limit
  * allows), 0 (refused), -1 when the call is not one for this path -- a bad
  * call, a ref that is not a limiter, a limiter named twice, or one that
- * takes the locked path (nothing decided, nothing counted: composite.c's
- * general path takes it).  The answers are those on
+ * takes the locked path (nothing decided, nothing counted: the caller's
+ * `otherwise`, composite.c's general path, takes it).  The answers are those on
  * the snapshots the call is linearised at: with res, their combination;
  * with ans, each limit's. */
 #if HAVE_CAS128
@@ -1267,8 +1267,8 @@ sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t n
 }
 #endif
 
-int sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                        uint64_t now_ns, sluice_result *res)
+bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice__composite_fn *otherwise)
 {
 #if HAVE_CAS128
     if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
@@ -1282,12 +1282,10 @@ int sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permit
         case 4: got = sum_or_none(refs, 4, permits, t, res); break;
         default: got = sum_or_none(refs, n, permits, t, res); break;
         }
-        return got;
+        if (got >= 0) return got;
     }
-#else
-    (void)refs, (void)n, (void)permits, (void)now_ns, (void)res;
 #endif
-    return -1;
+    return otherwise(refs, n, permits, now_ns, res, NULL);
 }
 
 int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,
