@@ -27,52 +27,11 @@
  * Limiters only, all lock-free: sluice__limiters_try (limiter.c), the
  * public call's first try when per_limit is NULL, which holds nothing while
  * it decides and hands any other call, undecided, to the general path (a
- * callback: limiter/ names nothing above it).  Each
- * limit is read and decided once, as a single decision is -- one snapshot
- * of its 16-byte word (load_word: a value the word held at one instant),
- * one decide_packed, which gives its answer too when details are asked --
- * and counted inline in each limiter; the combination (sluice__combine)
- * is made there as well, with no other setup.  The one common order is
- * that of the instants X below:
- *
- *   refused, no details asked   the first limit that refuses on its
- *        snapshot decides the call.  At the instant X of that snapshot the
- *        limit refused the request, so the composite was refused at X,
- *        whatever the others held; it writes nothing, so placing it at X
- *        changes no limit's sequence of states.  The other limits' answers
- *        are not reported, so they need no instant in common: the limits
- *        after the refusing one are not read at all.
- *   refused with details, or a probe   every limit's answer is reported,
- *        so they need one instant: once all are decided, every word but the
- *        last one read is read again; each still at its snapshot held it
- *        from its first read to its second, so all held theirs at the
- *        instant of the last snapshot (after every other first read, before
- *        every second read), and X is there.  Nothing is written; a word
- *        that moved: start over.  (A word comes back to a value it
- *        held before only when a reservation is cancelled at the same
- *        clamped time, which restores the bucket exactly; a call whose two
- *        reads straddle both may combine that limit without the
- *        reservation with another limit as it was while it was out.)  The
- *        details are the answers of the decisions on those snapshots --
- *        with res but no per_limit, only the refusing limits' are combined:
- *        a limit that would have allowed has at least the permits remaining
- *        without them, a refusing one fewer, so it never gives the
- *        smallest, and it has no retry_after_ns.
- *   admitted   every word but the last, in one order for all calls (by
- *        limiter address), is frozen with a CAS from its snapshot: from then
- *        on it holds its snapshot, every CAS on it fails and every reader
- *        waits.  The CAS of the last word from its snapshot to its new value
- *        is X: all words hold their snapshots at X, and each limit's new
- *        state is the one the decision on its snapshot gave.  The frozen
- *        words then get theirs before anyone can decide on them.  A failed
- *        CAS (another decision got in) unfreezes, unchanged, what was frozen
- *        and starts over; nothing is waited for while a word is held, and
- *        the order by address lets one of two contending calls through.
- *
- * No over-admission: every admission, single or composite, moves each word
- * it charges from a value it held at X to the value the decision on that
- * value gave.  No permit lost: a refusal or a probe writes nothing, and a
- * word frozen for nothing is restored to the value it held.
+ * callback: limiter/ names nothing above it).  Each limit is read and
+ * decided once, as a single decision is, on a snapshot of its word, and
+ * counted there; an admission freezes every word but the last in one order
+ * and swaps the last.  The proof is beside it (limiter.c, above
+ * sluice__limiters_try).
  *
  * Keys of in-process tables only, every one held already:
  * sluice__tables_decide (table.c) reads them as single decisions do, each
