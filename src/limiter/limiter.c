@@ -839,7 +839,7 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
     return 0;
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
+/* ---- composite decisions: a limiter's kind ops (limiter/hold.h) -------- */
 
 /* A composite holds a lock-free limiter by freezing its word (a CAS from a
  * snapshot to the snapshot with the frozen bit), so that no other decision

@@ -1860,7 +1860,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     return ok;
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
+/* ---- composite decisions: a key's kind ops (table/hold.h) -------------- */
 
 bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key, size_t keylen)
 {

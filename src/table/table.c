@@ -2007,7 +2007,7 @@ void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_
     sluice__topk_note(k, key, keylen, h);
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
+/* ---- composite decisions: a key's kind ops (table/hold.h) -------------- */
 
 void sluice__table_key_view(sluice__key_hold *kh)
 {
