@@ -37,6 +37,21 @@
  *                        first refusing limit): the counts, exactly.
  *   test_threads_reconfigure  3 threads of composites while another thread
  *                        changes one limit's spec back and forth.
+ *   test_three_kinds     a limiter, a key of an in-process table and a key
+ *                        of a shared table in one composite, each limit's
+ *                        spec changed between calls: all or nothing, every
+ *                        limit's answer and remaining as fixed-window and
+ *                        3.8 give them by hand.
+ *   test_three_kinds_threads  4 threads at one instant, each asking the
+ *                        three kinds (a limiter in the locked path, an
+ *                        in-process key, a shared key) in its own order of
+ *                        the refs: exactly the least capacity admitted, and
+ *                        every limit charged for each admission and for
+ *                        nothing else.
+ *   test_shared_long_key a key longer than a shared table's max_key_bytes
+ *                        (but not than SLUICE_MAX_KEY_BYTES) in a composite
+ *                        is the key a single decision on that table
+ *                        decides: its digest, not its bytes.
  *
  * SLUICE_TEST_SEED sets the random seed (printed); SLUICE_STRESS_SCALE
  * scales the repetitions.
@@ -54,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sluice.h>
 
@@ -721,6 +737,192 @@ static void test_threads_reconfigure(void **state)
         }
 }
 
+/* A shared table for the tests below, in a file of its own. */
+static sluice_table *shared_table(char *path, size_t pathlen, const char *tag, const char *spec,
+                                  size_t max_key_bytes)
+{
+    char err[256];
+    snprintf(path, pathlen, "/tmp/sluice-test-composite-%s-%d.table", tag, (int)getpid());
+    (void)sluice_table_unlink(path);
+    sluice_table *t = sluice_table_open(path, spec, 64, max_key_bytes, 0, err, sizeof err);
+    if (!t) fprintf(stderr, "%s: %s\n", spec, err);
+    assert_non_null(t);
+    return t;
+}
+
+/* The composite of refs[0..3) for p permits at t: whether admitted, and
+ * each limit's answer in per. */
+static bool three(const sluice_limit_ref *refs, uint64_t p, uint64_t t, sluice_result per[3])
+{
+    sluice_result r;
+    const bool ok = sluice_composite_try_acquire_at(refs, 3, p, t, &r, per);
+    assert_int_equal(r.allowed, ok);
+    return ok;
+}
+
+static void expect_remaining(const sluice_limit_ref *refs, uint64_t t, uint64_t l, uint64_t k,
+                             uint64_t s)
+{
+    assert_int_equal(probe_remaining(&refs[0], t), l);
+    assert_int_equal(probe_remaining(&refs[1], t), k);
+    assert_int_equal(probe_remaining(&refs[2], t), s);
+}
+
+static void test_three_kinds(void **state)
+{
+    (void)state;
+    char err[256], path[96];
+    sluice_limiter *lim = mk("fixed-window 3/s");
+    sluice_table *tab = sluice_table_new("fixed-window 5/s", 64, err, sizeof err);
+    assert_non_null(tab);
+    sluice_table *sh = shared_table(path, sizeof path, "three", "fixed-window 4/s", 16);
+    const sluice_limit_ref refs[3] = {sluice_ref_limiter(lim), sluice_ref_key(tab, "k", 1),
+                                      sluice_ref_key(sh, "k", 1)};
+    sluice_result per[3];
+    const uint64_t t = 7 * SEC + 10; /* one window: [7 s, 8 s) */
+
+    /* the limiter (3) refuses the fourth: nothing taken from the keys */
+    for (int i = 0; i < 3; i++) assert_true(three(refs, 1, t, per));
+    assert_false(three(refs, 1, t, per));
+    assert_false(per[0].allowed);
+    assert_int_equal(per[0].retry_after_ns, (int64_t)(8 * SEC - t));
+    assert_int_equal(per[1].remaining, 2); /* would have allowed: without the permit */
+    assert_int_equal(per[2].remaining, 1);
+    expect_remaining(refs, t, 0, 2, 1);
+
+    /* the limiter's spec changes (its window keeps its 3): the shared key
+     * (4) refuses next, then its spec changes, then the table key's (5) */
+    assert_int_equal(sluice_limiter_reconfigure_at(lim, "fixed-window 10/s", t + 1, err, sizeof err), 0);
+    assert_true(three(refs, 1, t + 2, per));
+    assert_false(three(refs, 1, t + 2, per));
+    assert_true(per[0].allowed && per[1].allowed && !per[2].allowed);
+    expect_remaining(refs, t + 2, 6, 1, 0);
+    assert_int_equal(sluice_table_reconfigure_at(sh, "fixed-window 6/s", t + 3, err, sizeof err), 0);
+    assert_true(three(refs, 1, t + 4, per));
+    assert_false(three(refs, 1, t + 4, per));
+    assert_true(per[0].allowed && !per[1].allowed && per[2].allowed);
+    expect_remaining(refs, t + 4, 5, 0, 1);
+    assert_int_equal(sluice_table_reconfigure_at(tab, "fixed-window 8/s", t + 5, err, sizeof err), 0);
+
+    /* two permits: the shared key has one -- refused, nothing taken; one: taken
+     * from all three */
+    assert_false(three(refs, 2, t + 6, per));
+    assert_true(per[0].allowed && per[1].allowed && !per[2].allowed);
+    expect_remaining(refs, t + 6, 5, 3, 1);
+    assert_true(three(refs, 1, t + 6, per));
+    assert_int_equal(per[0].remaining, 4);
+    assert_int_equal(per[1].remaining, 2);
+    assert_int_equal(per[2].remaining, 0);
+    expect_remaining(refs, t + 6, 4, 2, 0);
+
+    /* the next window: each limit under its new spec, the composite the least */
+    assert_true(three(refs, 6, 8 * SEC, per));
+    expect_remaining(refs, 8 * SEC, 4, 2, 0);
+    assert_false(three(refs, 1, 8 * SEC, per));
+    sluice_table_free(sh);
+    assert_int_equal(sluice_table_unlink(path), 0);
+    sluice_table_free(tab);
+    sluice_limiter_free(lim);
+}
+
+#define KT_THREADS 4
+#define KT_CALLS 300
+
+typedef struct ktctx {
+    sluice_limit_ref refs[3];
+    uint64_t t;
+    pthread_barrier_t go;
+    unsigned admitted[KT_THREADS];
+    unsigned wrong[KT_THREADS]; /* answers that break the rule */
+} ktctx;
+
+typedef struct ktarg {
+    ktctx *c;
+    unsigned self;
+} ktarg;
+
+static void *kt_worker(void *v)
+{
+    ktarg *a = v;
+    ktctx *c = a->c;
+    static const unsigned char orders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                               {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    pthread_barrier_wait(&c->go);
+    for (unsigned k = 0; k < KT_CALLS; k++) {
+        const unsigned char *o = orders[(a->self + k) % 6];
+        const sluice_limit_ref refs[3] = {c->refs[o[0]], c->refs[o[1]], c->refs[o[2]]};
+        sluice_result r, per[3];
+        const bool details = k & 1;
+        const bool ok = sluice_composite_try_acquire_at(refs, 3, 1, c->t, details ? &r : NULL,
+                                                        details ? per : NULL);
+        c->admitted[a->self] += ok;
+        if (!details) continue;
+        const unsigned allow = (unsigned)per[0].allowed + per[1].allowed + per[2].allowed;
+        if (r.allowed != ok || (allow == 3) != ok) c->wrong[a->self]++;
+    }
+    return NULL;
+}
+
+static void test_three_kinds_threads(void **state)
+{
+    (void)state;
+    char err[256], path[96];
+    sluice_limiter *lim = mk("sliding-log 1000/s"); /* a window log: its mutex */
+    sluice_table *tab = sluice_table_new("fixed-window 700/s", 64, err, sizeof err);
+    assert_non_null(tab);
+    sluice_table *sh = shared_table(path, sizeof path, "threads", "token-bucket 500/s", 16);
+    ktctx c = {.refs = {sluice_ref_limiter(lim), sluice_ref_key(tab, "k", 1),
+                        sluice_ref_key(sh, "k", 1)},
+               .t = 5 * SEC};
+    assert_int_equal(pthread_barrier_init(&c.go, NULL, KT_THREADS), 0);
+    pthread_t th[KT_THREADS];
+    ktarg args[KT_THREADS];
+    for (unsigned i = 0; i < KT_THREADS; i++) {
+        args[i] = (ktarg){&c, i};
+        assert_int_equal(pthread_create(&th[i], NULL, kt_worker, &args[i]), 0);
+    }
+    unsigned admitted = 0;
+    for (unsigned i = 0; i < KT_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        admitted += c.admitted[i];
+        assert_int_equal(c.wrong[i], 0);
+    }
+    pthread_barrier_destroy(&c.go);
+    /* 1200 calls at one instant: the shared key's 500, and each limit
+     * charged exactly those */
+    assert_int_equal(admitted, 500);
+    expect_remaining(c.refs, c.t, 500, 200, 0);
+    sluice_table_free(sh);
+    assert_int_equal(sluice_table_unlink(path), 0);
+    sluice_table_free(tab);
+    sluice_limiter_free(lim);
+}
+
+static void test_shared_long_key(void **state)
+{
+    (void)state;
+    char path[96];
+    sluice_table *sh = shared_table(path, sizeof path, "long", "fixed-window 1/s", 16);
+    sluice_limiter *lim = mk("fixed-window 5/s");
+    char key[40];
+    memset(key, 'x', sizeof key);
+    const sluice_limit_ref refs[2] = {sluice_ref_limiter(lim), sluice_ref_key(sh, key, sizeof key)};
+    sluice_result r;
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 1, SEC, &r, NULL));
+    /* the key's one permit is taken: a single decision refuses it, and so
+     * does the composite */
+    assert_false(sluice_table_try_acquire_at(sh, key, sizeof key, 1, SEC, &r));
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, SEC, &r, NULL));
+    sluice_table_stats st;
+    sluice_table_stats_get(sh, &st);
+    assert_int_equal(st.keys, 1); /* one key, stored once */
+    assert_true(sluice_table_try_acquire_at(sh, key, sizeof key, 1, 2 * SEC, &r));
+    assert_false(sluice_composite_try_acquire_at(refs, 2, 1, 2 * SEC, &r, NULL));
+    sluice_table_free(sh);
+    assert_int_equal(sluice_table_unlink(path), 0);
+    sluice_limiter_free(lim);
+}
+
 int main(void)
 {
     g_seed = tu_env_seed();
@@ -734,6 +936,9 @@ int main(void)
         cmocka_unit_test(test_bare_refusal),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_reconfigure),
+        cmocka_unit_test(test_three_kinds),
+        cmocka_unit_test(test_three_kinds_threads),
+        cmocka_unit_test(test_shared_long_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

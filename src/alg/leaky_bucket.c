@@ -18,6 +18,7 @@
  * functions with the shaper's wait, and its own format and carry.
  */
 #include "base/internal.h"
+#include "alg/bucket.h"
 
 #include <stdio.h>
 

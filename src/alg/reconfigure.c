@@ -46,7 +46,7 @@
  * sluice__reconfigure_knob (one option changed), sluice__reconfigure_fit.
  */
 #include "base/internal.h"
-#include "composite/composite.h"
+#include "alg/reconfigure.h"
 
 int sluice__reconfigure_check(const sluice__profile *from, const sluice__profile *to,
                               char *err, size_t errlen)

@@ -43,6 +43,7 @@
  * _refused_until, _carry, _fits) and sluice__token_bucket_ops, its row.
  */
 #include "base/internal.h"
+#include "alg/bucket.h"
 
 #include <stdio.h>
 

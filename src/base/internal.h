@@ -12,16 +12,17 @@
  * (LIMIT, PERIOD); products that can exceed 64 bits use u128.
  *
  * The other modules own their internal headers: counters.h, spin.h,
- * table.h, limiter.h, wheel.h, sliding_approx.h; shared.h holds what
- * libsluice-redis calls too.
+ * table.h, limiter.h, wheel.h, sliding_approx.h, bucket.h (the bucket
+ * machine), held.h and the hold.h of each kind of limit (composites);
+ * shared.h holds what libsluice-redis calls too.
  *
- * Map: the profile and options (sluice__profile, sluice__opts), the spec
- * (sluice__spec_parse, _format, _info), the row of operations of an
- * algorithm (sluice__alg_ops) and the inline dispatch over it (sluice__decide,
- * sluice__rest_at, sluice__state_pack ...), the buckets' shared functions
- * (sluice__bucket_*), errors (sluice__errf), integer helpers (gcd, ceiling
- * and saturating divisions) and the result setters (sluice__allow, _deny,
- * _fail).
+ * Map: compatibility (u128, SLUICE__CAS128, SLUICE__INTERNAL); the
+ * profile and the state (sluice__profile, sluice__log, sluice__state); the
+ * spec (sluice__spec_parse, _format, _info, sluice__opts); one algorithm's
+ * row (sluice__packed_req, sluice__alg_ops, the rows); the dispatch
+ * (sluice__clamp_time, sluice__decide, _rest_at, _state_pack, _unpack);
+ * errors (the live clock: base/clock.h); small exact helpers; filling a result
+ * (sluice__deny, _fail, _allow).
  */
 #ifndef SLUICE_INTERNAL_H
 #define SLUICE_INTERNAL_H
@@ -301,31 +302,7 @@ static inline void sluice__state_unpack(const sluice__profile *pf, const uint64_
     pf->ops->unpack(pf, in, st);
 }
 
-/* The bucket machine (token_bucket.c), shared by both buckets. */
-SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st,
-                                            uint64_t t, uint64_t p, uint64_t max_wait,
-                                            sluice_result *res);
-SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__state *st,
-                                             uint64_t t, uint64_t p, uint64_t max_wait,
-                                             sluice_result *res);
-SLUICE__INTERNAL bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
-                                               uint64_t t, uint64_t p, uint64_t at_ns);
-SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
-                                                 const sluice__state *st);
-SLUICE__INTERNAL int sluice__bucket_setup(sluice__profile *pf, const sluice__opts *o,
-                                          char *err, size_t errlen);
-SLUICE__INTERNAL void sluice__bucket_pack(const sluice__profile *pf, const sluice__state *st,
-                                          uint64_t out[2]);
-SLUICE__INTERNAL void sluice__bucket_unpack(const sluice__profile *pf, const uint64_t in[2],
-                                            sluice__state *st);
-SLUICE__INTERNAL bool sluice__bucket_decide_packed(const sluice__profile *pf,
-                                                   sluice__packed_req *q);
-SLUICE__INTERNAL uint64_t sluice__bucket_refused_until(const sluice__profile *pf,
-                                                     const uint64_t w[2]);
-SLUICE__INTERNAL void sluice__bucket_carry(const sluice__profile *from,
-                                           const sluice__profile *to, sluice__state *st,
-                                           uint64_t t, bool cap);
-SLUICE__INTERNAL bool sluice__bucket_fits(const sluice__profile *pf, const sluice__state *st);
+/* The bucket machine, shared by both buckets: alg/bucket.h. */
 
 /* The live clock a profile asks for: sluice__clock_now, inline in
  * base/clock.h. */

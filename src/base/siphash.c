@@ -29,7 +29,7 @@
  *   eight keys   sluice__siphash13_x8 (the burst path; the vector versions,
  *                chosen at first call), sluice__siphash13_x8_with (tests)
  */
-#include "table/table.h"
+#include "base/siphash.h"
 
 #include <string.h>
 

@@ -1,6 +1,22 @@
 /* composite.c -- one request decided against several limits, all or
  * nothing.
  *
+ * Map:
+ *   kinds of limit     the kind ops (hold, find, make, store, unmake,
+ *                      release, count) of a limiter (limiter/hold.h), an
+ *                      in-process table key and a shared-table key
+ *                      (table/hold.h): the protocol below names no kind
+ *   the general path   lock_cmp, same_key, attempt (hold, judge, prepare,
+ *                      commit, release), general_in/general (set up, retry
+ *                      once for room, count; one reader section)
+ *   the result         sluice__combine (alg/held.h: the rule below)
+ *   entry point        sluice_composite_try_acquire_at: the fast paths
+ *                      (all lock-free limiters: sluice__limiters_try and
+ *                      _each, limiter.c; all in-process keys:
+ *                      sluice__tables_decide, table.c), each of which hands
+ *                      back, with nothing decided, any call it cannot
+ *                      decide; then the general path.
+ *
  * Rule (docs/decisions.md, 3.7): allowed iff every
  * limit allows; then, and only then, charged to every limit.  The result
  * combines the limits' answers: the largest wait_ns, the smallest
@@ -9,53 +25,13 @@
  * refusing limits (-1 if any is -1).
  *
  * Limiters only, all lock-free: sluice__limiters_try (limiter.c), the
- * public call's tail when per_limit is NULL, which holds nothing while it
- * decides and hands any other call back to sluice__composite_rest.  Each
- * limit is read and decided once, as a single decision is -- one snapshot
- * of its 16-byte word (load_word: a value the word held at one instant),
- * one decide_packed, which gives its answer too when details are asked --
- * and counted inline in each limiter; the combination is made there as
- * well, with no answers array and no other setup.  The one common order is
- * that of the instants X below:
- *
- *   refused, no details asked   the first limit that refuses on its
- *        snapshot decides the call.  At the instant X of that snapshot the
- *        limit refused the request, so the composite was refused at X,
- *        whatever the others held; it writes nothing, so placing it at X
- *        changes no limit's sequence of states.  The other limits' answers
- *        are not reported, so they need no instant in common: the limits
- *        after the refusing one are not read at all.
- *   refused with details, or a probe   every limit's answer is reported,
- *        so they need one instant: once all are decided, every word but the
- *        last one read is read again; each still at its snapshot held it
- *        from its first read to its second, so all held theirs at the
- *        instant of the last snapshot (after every other first read, before
- *        every second read), and X is there.  Nothing is written; a word
- *        that moved: start over.  (A word comes back to a value it
- *        held before only when a reservation is cancelled at the same
- *        clamped time, which restores the bucket exactly; a call whose two
- *        reads straddle both may combine that limit without the
- *        reservation with another limit as it was while it was out.)  The
- *        details are the answers of the decisions on those snapshots --
- *        with res but no per_limit, only the refusing limits' are combined:
- *        a limit that would have allowed has at least the permits remaining
- *        without them, a refusing one fewer, so it never gives the
- *        smallest, and it has no retry_after_ns.
- *   admitted   every word but the last, in one order for all calls (by
- *        limiter address), is frozen with a CAS from its snapshot: from then
- *        on it holds its snapshot, every CAS on it fails and every reader
- *        waits.  The CAS of the last word from its snapshot to its new value
- *        is X: all words hold their snapshots at X, and each limit's new
- *        state is the one the decision on its snapshot gave.  The frozen
- *        words then get theirs before anyone can decide on them.  A failed
- *        CAS (another decision got in) unfreezes, unchanged, what was frozen
- *        and starts over; nothing is waited for while a word is held, and
- *        the order by address lets one of two contending calls through.
- *
- * No over-admission: every admission, single or composite, moves each word
- * it charges from a value it held at X to the value the decision on that
- * value gave.  No permit lost: a refusal or a probe writes nothing, and a
- * word frozen for nothing is restored to the value it held.
+ * public call's first try when per_limit is NULL, which holds nothing while
+ * it decides and hands any other call, undecided, to the general path (a
+ * callback: limiter/ names nothing above it).  Each limit is read and
+ * decided once, as a single decision is, on a snapshot of its word, and
+ * counted there; an admission freezes every word but the last in one order
+ * and swaps the last.  The proof is beside it (limiter.c, above
+ * sluice__limiters_try).
  *
  * Keys of in-process tables only, every one held already:
  * sluice__tables_decide (table.c) reads them as single decisions do, each
@@ -64,6 +40,14 @@
  * began with -- the proof is beside it.  Anything it cannot do so (a key to
  * make, a change of spec to carry over, a wheel due a step) goes to the
  * general path with nothing decided.
+ *
+ * Both fast paths are the protocol of the general path below (decide
+ * every limit, commit all or none, give back in reverse) with optimistic
+ * holds: a snapshot stands for the hold, the commit takes every limit from
+ * its snapshot or none (a frozen word, an upgraded sequence), and a take
+ * that fails gives back, unchanged, what was taken and starts over.  They
+ * stay beside the words and sequences they read (limiter.c, table.c), as
+ * their proofs do, and are reached only from here.
  *
  * Otherwise, two-phase locking in one global order.  Every limit is held
  * before anything is decided, in the order of the address of what holds it
@@ -101,36 +85,142 @@
  * the call is then tried once more.
  */
 #include "base/internal.h"
-#include "composite/composite.h"
+#include "alg/held.h"
+#include "limiter/hold.h"
+#include "table/hold.h"
 #include "table/region_table.h"
 #include "table/table.h"
 
 #include <string.h>
 
+/* ---- kinds of limit ------------------------------------------------------ */
+
+/* One limit of a call: its kind, its place in the global lock order, and
+ * the kind's own hold (whose first field, h, every kind shares). */
+typedef struct part {
+    const struct kind *kind;
+    sluice__held *h;       /* &u.l.h or &u.k.h */
+    int cls;               /* lock order: 0 region keys, then 1 local limits */
+    uint64_t o[3];         /* then these: (region identity, shard) or address */
+    bool first_of_lock;    /* the first part of its lock (shards are shared) */
+    union {
+        sluice__lim_hold l;
+        sluice__key_hold k;
+    } u;
+} part;
+
+/* What the protocol asks of a kind of limit.  NULL: nothing to do. */
+typedef struct kind {
+    bool key;                                     /* a table key (same_key, make) */
+    void (*hold)(part *pt, uint64_t now);         /* take its lock (first_of_lock) */
+    void (*find)(part *pt);                       /* fill h.pf, h.st under it */
+    void (*refind)(part *pt);                     /* again, after a make moved it */
+    int (*make)(part *pt, bool alone, bool last, int64_t *retry); /* its entry */
+    void (*store)(part *pt);                      /* commit h.tmp (or h.st) */
+    void (*unmake)(part *pt);                     /* undo a make */
+    /* count the final answer under the hold, or after the release */
+    void (*count_held)(part *pt, uint64_t permits, bool ok);
+    void (*release)(part *pt, bool commit);
+    void (*count)(part *pt, uint64_t permits, bool ok);
+    void (*reclaim)(part *pt, uint64_t now);      /* keys at rest, nothing held */
+} kind;
+
+/* A limiter: held by its frozen word or mutex, stored by its release. */
+static void lim_hold(part *pt, uint64_t now)
+{
+    (void)now;
+    sluice__limiter_hold(&pt->u.l);
+}
+static void lim_release(part *pt, bool commit) { sluice__limiter_release(&pt->u.l, commit); }
+static void lim_count(part *pt, uint64_t permits, bool ok)
+{
+    sluice__limiter_count(pt->u.l.lim, permits, ok);
+    if (!ok && permits && pt->h->ok) sluice__limiter_count_elsewhere(pt->u.l.lim, permits);
+}
+static const kind LIMITER = {.hold = lim_hold, .release = lim_release, .count = lim_count};
+
+/* A key of an in-process table: its shard's spin lock. */
+static void key_hold(part *pt, uint64_t now) { sluice__table_lock(pt->u.k.t, pt->u.k.shard, now); }
+static void key_find(part *pt) { sluice__table_find(&pt->u.k); }
+static void key_refind(part *pt) { sluice__table_refind(&pt->u.k); }
+static int key_make(part *pt, bool alone, bool last, int64_t *retry)
+{
+    (void)last;
+    return sluice__table_make(&pt->u.k, alone, retry);
+}
+static void key_store(part *pt) { sluice__table_store(&pt->u.k); }
+static void key_unmake(part *pt) { sluice__table_unmake(&pt->u.k); }
+static void key_release(part *pt, bool commit)
+{
+    (void)commit;
+    sluice__table_unlock(pt->u.k.t, pt->u.k.shard);
+}
+static void key_count(part *pt, uint64_t permits, bool ok)
+{
+    sluice__key_hold *k = &pt->u.k;
+    sluice__table_count(k->t, permits, ok, !pt->h->ok && pt->h->r.error == SLUICE_EFULL);
+    if (!ok && permits && pt->h->ok) sluice__table_count_elsewhere(k->t, permits);
+    if (!ok) sluice__table_note(k->t, k->key, k->keylen, k->hash);
+}
+static void key_reclaim(part *pt, uint64_t now) { sluice__table_reclaim(pt->u.k.t, now); }
+static const kind TABLE_KEY = {.key = true, .hold = key_hold, .find = key_find,
+                               .refind = key_refind, .make = key_make, .store = key_store,
+                               .unmake = key_unmake, .release = key_release,
+                               .count = key_count, .reclaim = key_reclaim};
+
+/* A key of a table in a shared region: its shard's lock word, taken over
+ * from a dead holder if need be; counted under it. */
+static void rkey_hold(part *pt, uint64_t now)
+{
+    sluice__rtable_lock(pt->u.k.rt, pt->u.k.rk, now, &pt->u.k.stolen);
+}
+static void rkey_find(part *pt) { sluice__rtable_find(&pt->u.k); }
+static int rkey_make(part *pt, bool alone, bool last, int64_t *retry)
+{
+    /* a region evicts only after its other shards were swept, as its
+     * single decisions do (or when it has one shard) */
+    return sluice__rtable_make(&pt->u.k, alone, last, retry);
+}
+static void rkey_store(part *pt) { sluice__rtable_store(&pt->u.k); }
+static void rkey_unmake(part *pt) { sluice__rtable_unmake(&pt->u.k); }
+static void rkey_count_held(part *pt, uint64_t permits, bool ok)
+{
+    sluice__rtable_count(&pt->u.k, permits, ok, !pt->h->ok && pt->h->r.error == SLUICE_EFULL,
+                         !ok && permits && pt->h->ok);
+}
+static void rkey_release(part *pt, bool commit)
+{
+    (void)commit;
+    sluice__rtable_unlock(pt->u.k.rt, pt->u.k.rk);
+}
+static void rkey_reclaim(part *pt, uint64_t now) { sluice__rtable_reclaim(pt->u.k.rt, now); }
+static const kind SHARED_KEY = {.key = true, .hold = rkey_hold, .find = rkey_find,
+                                .make = rkey_make, .store = rkey_store, .unmake = rkey_unmake,
+                                .count_held = rkey_count_held, .release = rkey_release,
+                                .reclaim = rkey_reclaim};
+
+/* ---- the general path ---------------------------------------------------- */
+
 /* The global lock order: keys of region tables first, by (region identity,
  * shard) -- alike in every process, whatever address each maps a region
  * at -- then the process's own limits by address.  0: the same lock. */
-static int lock_cmp(const sluice__part *a, const sluice__part *b)
+static int lock_cmp(const part *a, const part *b)
 {
-    if ((a->rt != NULL) != (b->rt != NULL)) return a->rt ? -1 : 1;
-    if (a->rt) {
-        if (a->rid[0] != b->rid[0]) return a->rid[0] < b->rid[0] ? -1 : 1;
-        if (a->rid[1] != b->rid[1]) return a->rid[1] < b->rid[1] ? -1 : 1;
-        return a->rk < b->rk ? -1 : a->rk > b->rk;
-    }
-    const uintptr_t x = (uintptr_t)a->order, y = (uintptr_t)b->order;
-    return x < y ? -1 : x > y;
+    if (a->cls != b->cls) return a->cls < b->cls ? -1 : 1;
+    for (int i = 0; i < 3; i++)
+        if (a->o[i] != b->o[i]) return a->o[i] < b->o[i] ? -1 : 1;
+    return 0;
 }
 
-static bool same_key(const sluice__part *a, const sluice__part *b)
+/* Whether two key parts name one key of one table. */
+static bool same_key(const part *a, const part *b)
 {
-    if (a->rt || b->rt) { /* two handles of one region are one table */
-        if (!a->rt || !b->rt || lock_cmp(a, b) != 0) return false;
-    } else if (a->t != b->t || a->where != b->where) {
-        return false;
-    }
-    if (a->entry != UINT32_MAX || b->entry != UINT32_MAX) return a->entry == b->entry;
-    return a->keylen == b->keylen && (a->keylen == 0 || memcmp(a->key, b->key, a->keylen) == 0);
+    const sluice__key_hold *x = &a->u.k, *y = &b->u.k;
+    if (a->kind != b->kind || lock_cmp(a, b) != 0) return false; /* one shard */
+    if (a->kind == &TABLE_KEY && x->t != y->t) return false; /* two handles of one
+                                                              * region are one table */
+    if (x->entry != UINT32_MAX || y->entry != UINT32_MAX) return x->entry == y->entry;
+    return x->keylen == y->keylen && (x->keylen == 0 || memcmp(x->key, y->key, x->keylen) == 0);
 }
 
 static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
@@ -142,100 +232,85 @@ static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
 }
 
 /* One attempt: hold, judge, prepare, commit, release.  Returns whether the
- * permits were taken; *efull_retry when a new key found its table full
- * while another part of the call held the shard, or other shards may hold
- * keys at rest; -1 on a duplicate key (nothing decided). */
-static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t permits,
-                   uint64_t now, bool details, bool last, bool *efull, bool *any_ok)
+ * permits were taken; *efull when a new key found its table full (keys at
+ * rest in other shards may make room); -1 on a duplicate key (nothing
+ * decided). */
+static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, uint64_t now,
+                   bool details, bool last, bool *efull, bool *any_ok)
 {
     for (size_t k = 0; k < n; k++) { /* hold, in the global order */
-        sluice__part *pt = &parts[ord[k]];
-        if (!pt->first_of_lock) continue;
-        if (pt->lim) sluice__limiter_hold(pt);
-        else if (pt->rt) sluice__rtable_lock(pt->rt, pt->rk, now, &pt->stolen);
-        else sluice__table_lock(pt->t, (void *)pt->order, now);
+        part *pt = &parts[ord[k]];
+        if (pt->first_of_lock) pt->kind->hold(pt, now);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (parts[i].rt) sluice__rtable_find(&parts[i]);
-        else if (!parts[i].lim) sluice__table_find(&parts[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].kind->find) parts[i].kind->find(&parts[i]);
 
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
         for (size_t j = i + 1; j < n; j++)
-            if (!parts[i].lim && !parts[j].lim && same_key(&parts[i], &parts[j])) rc = -1;
+            if (parts[i].kind->key && same_key(&parts[i], &parts[j])) rc = -1;
 
     bool all = rc == 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        sluice__part *pt = &parts[i];
-        pt->ok = sluice__judge(pt->pf, pt->st, &pt->tmp, now, permits, details ? &pt->r : NULL);
-        all &= pt->ok;
+    for (size_t i = 0; i < n && rc == 0; i++) { /* judge: nothing written */
+        sluice__held *h = parts[i].h;
+        h->ok = sluice__judge(h->pf, h->st, &h->tmp, now, permits, details ? &h->r : NULL);
+        all &= h->ok;
     }
     bool commit = all && permits > 0;
     *efull = false;
     *any_ok = all;
     if (commit) { /* prepare: the steps that can fail */
         for (size_t i = 0; i < n && commit; i++) {
-            sluice__part *pt = &parts[i];
-            if (!pt->lim && !pt->rt) sluice__table_refind(pt); /* an earlier make moved it? */
-            if (!pt->lim && pt->entry == UINT32_MAX) {
+            part *pt = &parts[i];
+            sluice__held *h = pt->h;
+            if (pt->kind->refind) pt->kind->refind(pt); /* an earlier make moved it? */
+            if (pt->kind->make && pt->u.k.entry == UINT32_MAX) {
                 bool alone = true;
                 for (size_t j = 0; j < n; j++)
-                    if (j != i && !parts[j].lim && lock_cmp(&parts[j], pt) == 0) alone = false;
+                    if (j != i && lock_cmp(&parts[j], pt) == 0) alone = false;
                 int64_t retry = -1;
-                /* a region evicts only after its other shards were swept,
-                 * as its single decisions do (or when it has one shard) */
-                int e = pt->rt ? sluice__rtable_make(pt, alone, last, &retry)
-                               : sluice__table_make(pt, alone, &retry);
+                int e = pt->kind->make(pt, alone, last, &retry);
                 if (e != 0) {
-                    sluice__deny(&pt->r, 0, retry);
-                    pt->r.error = e;
-                    pt->ok = false;
+                    sluice__deny(&h->r, 0, retry);
+                    h->r.error = e;
+                    h->ok = false;
                     commit = false;
                     *efull = e == SLUICE_EFULL;
                     break;
                 }
             }
-            if (pt->pf->ops->reserve && !pt->pf->ops->reserve(pt->st)) {
-                sluice__judge(pt->pf, pt->st, &pt->tmp, now, 0, &pt->r);
-                sluice__deny(&pt->r, pt->r.remaining, -1);
-                pt->r.error = SLUICE_ENOMEM;
-                pt->ok = false;
+            if (h->pf->ops->reserve && !h->pf->ops->reserve(h->st)) {
+                sluice__judge(h->pf, h->st, &h->tmp, now, 0, &h->r);
+                sluice__deny(&h->r, h->r.remaining, -1);
+                h->r.error = SLUICE_ENOMEM;
+                h->ok = false;
                 commit = false;
             }
         }
         if (!commit)
-            for (size_t i = 0; i < n; i++) {
-                if (!parts[i].created) continue;
-                if (parts[i].rt) sluice__rtable_unmake(&parts[i]);
-                else sluice__table_unmake(&parts[i]);
-            }
+            for (size_t i = 0; i < n; i++)
+                if (parts[i].kind->key && parts[i].u.k.created) parts[i].kind->unmake(&parts[i]);
     }
     if (commit) {
         for (size_t i = 0; i < n; i++) {
-            sluice__part *pt = &parts[i];
-            if (!pt->lim && !pt->rt) sluice__table_refind(pt); /* a later make moved it? */
-            if (pt->pf->ops->judge) /* judged in place: now take the permits */
-                sluice__decide(pt->pf, pt->st, now, permits, UINT64_MAX, details ? &pt->r : NULL);
-            if (pt->rt) sluice__rtable_store(pt);
-            else if (!pt->lim) sluice__table_store(pt);
+            part *pt = &parts[i];
+            sluice__held *h = pt->h;
+            if (pt->kind->refind) pt->kind->refind(pt); /* a later make moved it? */
+            if (h->pf->ops->judge) /* judged in place: now take the permits */
+                sluice__decide(h->pf, h->st, now, permits, UINT64_MAX, details ? &h->r : NULL);
+            if (pt->kind->store) pt->kind->store(pt);
         }
     }
-    if (rc == 0 && (last || commit || !*efull)) { /* the final answer: a region
-                                                  * counts under its lock */
+    if (rc == 0 && (last || commit || !*efull)) { /* the final answer, counted
+                                                  * under the hold by the kinds
+                                                  * that do */
         const bool ok = commit || (all && permits == 0);
         for (size_t i = 0; i < n; i++)
-            if (parts[i].rt)
-                sluice__rtable_count(&parts[i], permits, ok,
-                                     !parts[i].ok && parts[i].r.error == SLUICE_EFULL,
-                                     !ok && permits && parts[i].ok);
+            if (parts[i].kind->count_held) parts[i].kind->count_held(&parts[i], permits, ok);
     }
     for (size_t k = n; k-- > 0;) { /* release, in reverse order */
-        sluice__part *pt = &parts[ord[k]];
-        if (!pt->first_of_lock) continue;
-        if (pt->lim) sluice__limiter_release(pt, commit);
-        else if (pt->rt) sluice__rtable_unlock(pt->rt, pt->rk);
-        else sluice__table_unlock(pt->t, (void *)pt->order);
+        part *pt = &parts[ord[k]];
+        if (pt->first_of_lock) pt->kind->release(pt, commit);
     }
     if (rc) return rc;
     return commit;
@@ -244,16 +319,63 @@ static int attempt(sluice__part *parts, const size_t *ord, size_t n, uint64_t pe
 /* After a dead holder's shard was taken over (and repaired) by this call:
  * the region's count of keys, exact again -- with nothing held, as
  * region_table.c's resync locks every shard of the region. */
-static void resync_stolen(sluice__part *parts, size_t n)
+static void resync_stolen(part *parts, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (parts[i].stolen) {
-            sluice__rtable_resync(parts[i].rt);
+        if (parts[i].kind == &SHARED_KEY && parts[i].u.k.stolen) {
+            sluice__rtable_resync(parts[i].u.k.rt);
             for (size_t j = i; j < n; j++) /* once per region */
-                if (parts[j].rt && parts[j].rid[0] == parts[i].rid[0] &&
-                    parts[j].rid[1] == parts[i].rid[1])
-                    parts[j].stolen = false;
+                if (parts[j].kind == &SHARED_KEY && parts[j].o[0] == parts[i].o[0] &&
+                    parts[j].o[1] == parts[i].o[1])
+                    parts[j].u.k.stolen = false;
         }
+}
+
+/* Set up part pt for ref r: its kind, its hold, its place in the lock
+ * order.  false: a bad ref. */
+static bool setup(part *pt, const sluice_limit_ref *r, bool details)
+{
+    if ((r->limiter != NULL) == (r->table != NULL)) return false;
+    if (r->limiter) {
+        pt->kind = &LIMITER;
+        pt->h = &pt->u.l.h;
+        pt->u.l.lim = r->limiter;
+        pt->cls = 1;
+        pt->o[0] = (uintptr_t)r->limiter;
+        pt->o[1] = pt->o[2] = 0;
+    } else {
+        sluice__key_hold *k = &pt->u.k; /* not zeroed: every field is set before use */
+        pt->h = &k->h;
+        k->t = r->table;
+        k->key = r->key;
+        k->keylen = r->keylen;
+        k->created = false;
+        k->stolen = false;
+        k->entry = UINT32_MAX;
+        if ((k->rt = sluice__table_region(r->table)) != NULL) {
+            if (!sluice__rtable_key_ok(k->rt, r->key, r->keylen)) return false;
+            pt->kind = &SHARED_KEY;
+            k->skey = k->key ? k->key : "";
+            k->skeylen = k->keylen;
+            sluice__rtable_key_view(k->rt, &k->skey, &k->skeylen, k->dig); /* a long key */
+            k->rk = sluice__rtable_shard_of(k->rt, k->skey, k->skeylen, &k->hash, k->rid);
+            pt->cls = 0;
+            pt->o[0] = k->rid[0];
+            pt->o[1] = k->rid[1];
+            pt->o[2] = k->rk;
+        } else {
+            if (!r->key && r->keylen) return false;
+            pt->kind = &TABLE_KEY;
+            sluice__table_key_view(k); /* a long key: its digest */
+            k->shard = sluice__table_shard_of(r->table, k->skey, k->skeylen, &k->hash);
+            pt->cls = 1;
+            pt->o[0] = (uintptr_t)k->shard;
+            pt->o[1] = pt->o[2] = 0;
+        }
+    }
+    if (details) pt->h->r = (sluice_result){0};
+    else pt->h->r.error = 0; /* read for the table's count of refusals */
+    return true;
 }
 
 /* The general path: set the parts up, hold them in the global lock order,
@@ -266,37 +388,11 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
     if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     const bool details = ans != NULL;
-    sluice__part parts[SLUICE_COMPOSITE_MAX];
+    part parts[SLUICE_COMPOSITE_MAX];
     size_t ord[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) {
-        const sluice_limit_ref *r = &refs[i];
-        sluice__part *pt = &parts[i]; /* not zeroed: every field is set before use */
-        pt->created = false;
-        pt->rt = NULL;
-        pt->stolen = false;
-        if (details) pt->r = (sluice_result){0};
-        else pt->r.error = 0; /* read for the table's count of refusals */
-        if ((r->limiter != NULL) == (r->table != NULL)) return -1;
-        if (r->limiter) {
-            pt->lim = r->limiter;
-            pt->t = NULL;
-            pt->order = r->limiter;
-        } else {
-            pt->lim = NULL;
-            pt->t = r->table;
-            pt->key = r->key;
-            pt->keylen = r->keylen;
-            if ((pt->rt = sluice__table_region(r->table)) != NULL) {
-                if (!sluice__rtable_key_ok(pt->rt, r->key, r->keylen)) return -1;
-                sluice__part_key(pt); /* a long key: its digest (table.c) */
-                pt->order = NULL;
-                pt->rk = sluice__rtable_shard_of(pt->rt, pt->skey, pt->skeylen, &pt->hash, pt->rid);
-            } else {
-                if (!r->key && r->keylen) return -1;
-                sluice__part_key(pt);
-                pt->order = sluice__table_shard_of(r->table, pt->skey, pt->skeylen, &pt->hash);
-            }
-        }
+        part *pt = &parts[i];
+        if (!setup(pt, &refs[i], details)) return -1;
         /* insertion sort in the global lock order */
         size_t k = i;
         while (k > 0 && lock_cmp(&parts[ord[k - 1]], pt) > 0) {
@@ -306,38 +402,27 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
         ord[k] = i;
     }
     for (size_t k = 0; k < n; k++) {
-        sluice__part *pt = &parts[ord[k]];
+        part *pt = &parts[ord[k]];
         pt->first_of_lock = k == 0 || lock_cmp(&parts[ord[k - 1]], pt) != 0;
-        if (!pt->first_of_lock && pt->lim) return -1; /* a limiter twice */
+        if (!pt->first_of_lock && !pt->kind->key) return -1; /* a limiter twice */
     }
 
     bool efull = false, all = false;
     int got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
     if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
         resync_stolen(parts, n);
-        for (size_t i = 0; i < n; i++) {
-            if (parts[i].rt) sluice__rtable_reclaim(parts[i].rt, now_ns);
-            else if (!parts[i].lim) sluice__table_reclaim(parts[i].t, now_ns);
-        }
+        for (size_t i = 0; i < n; i++)
+            if (parts[i].kind->reclaim) parts[i].kind->reclaim(&parts[i], now_ns);
         got = attempt(parts, ord, n, permits, now_ns, details, true, &efull, &all);
     }
     resync_stolen(parts, n);
     if (got < 0) return -1;
     const bool ok = got == 1 || (all && permits == 0);
 
-    for (size_t i = 0; i < n; i++) { /* a region's were counted under its lock */
-        if (parts[i].lim) sluice__limiter_count(parts[i].lim, permits, ok);
-        else if (!parts[i].rt)
-            sluice__table_count(parts[i].t, permits, ok, !parts[i].ok && parts[i].r.error == SLUICE_EFULL);
-        if (!ok && permits && parts[i].ok && !parts[i].rt) { /* refused by another limit */
-            if (parts[i].lim) sluice__limiter_count_elsewhere(parts[i].lim, permits);
-            else sluice__table_count_elsewhere(parts[i].t, permits);
-        }
-        if (!ok && !parts[i].lim && !parts[i].rt)
-            sluice__table_note(parts[i].t, parts[i].key, parts[i].keylen, parts[i].hash);
-    }
+    for (size_t i = 0; i < n; i++) /* those counted under the hold were */
+        if (parts[i].kind->count) parts[i].kind->count(&parts[i], permits, ok);
     for (size_t i = 0; ans && i < n; i++)
-        ans[i] = (sluice__answer){.ok = parts[i].ok, .r = parts[i].r};
+        ans[i] = (sluice__answer){.ok = parts[i].h->ok, .r = parts[i].h->r};
     return ok;
 }
 
@@ -355,41 +440,14 @@ static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_
     return rc;
 }
 
-/* The result of a decided call from the limits' answers (the rule at the
- * head of this file); returns ok. */
-static bool combine(const sluice__answer *a, size_t n, bool ok, uint64_t permits,
-                    sluice_result *res, sluice_result *per_limit)
-{
-    sluice_result c = {.allowed = ok};
-    c.remaining = UINT64_MAX;
-    int64_t retry = 0;
-    bool never = false;
-    for (size_t i = 0; i < n; i++) {
-        sluice_result r = a[i].r;
-        if (!ok && a[i].ok) { /* would have allowed: nothing was taken */
-            r.remaining += permits;
-            r.wait_ns = 0;
-        }
-        if (r.remaining < c.remaining) c.remaining = r.remaining;
-        if (r.wait_ns > c.wait_ns) c.wait_ns = r.wait_ns;
-        if (!a[i].ok) {
-            if (r.retry_after_ns < 0) never = true;
-            else if (r.retry_after_ns > retry) retry = r.retry_after_ns;
-            if (!c.error) c.error = r.error;
-        }
-        if (per_limit) per_limit[i] = r;
-    }
-    if (!ok) {
-        c.wait_ns = 0;
-        c.retry_after_ns = never ? -1 : retry;
-    }
-    if (res) *res = c;
-    return ok;
-}
+/* ---- entry point --------------------------------------------------------- */
 
-/* Everything but what sluice__limiters_try decides (composite.h). */
-bool sluice__composite_rest(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                            uint64_t now_ns, sluice_result *res, sluice_result *per_limit)
+/* Every call but the lock-free limiters' without per_limit: the
+ * in-process keys' fast path, each limiter's answer, the general path, bad
+ * calls. */
+static __attribute__((noinline)) bool rest(const sluice_limit_ref *refs, size_t n,
+                                           uint64_t permits, uint64_t now_ns,
+                                           sluice_result *res, sluice_result *per_limit)
 {
     const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
     if (!res && !per_limit) { /* the overload's call: no details */
@@ -403,18 +461,18 @@ bool sluice__composite_rest(const sluice_limit_ref *refs, size_t n, uint64_t per
                           : -1;
     if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
         return bad_call(n, res, per_limit);
-    return combine(a, n, got == 1, permits, res, per_limit);
+    return sluice__combine(a, n, got == 1, permits, res, per_limit);
 }
 
 /* Lock-free limiters first, with no setup: limiter.c decides, counts and
- * combines them (and hands any other call back to sluice__composite_rest);
- * table keys and each limit's answer go to sluice__composite_rest at
- * once. */
+ * combines them, or hands the call, undecided, to rest() (a callback: the
+ * limiter layer knows nothing above it); table keys and each limit's
+ * answer go to rest() at once. */
 bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                                      uint64_t now_ns, sluice_result *res,
                                      sluice_result *per_limit)
 {
     if (per_limit || (n && refs && refs[0].table))
-        return sluice__composite_rest(refs, n, permits, now_ns, res, per_limit);
-    return sluice__limiters_try(refs, n, permits, now_ns, res);
+        return rest(refs, n, permits, now_ns, res, per_limit);
+    return sluice__limiters_try(refs, n, permits, now_ns, res, rest);
 }

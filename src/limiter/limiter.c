@@ -101,7 +101,9 @@
 #include "base/clock.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"
-#include "composite/composite.h"
+#include "limiter/hold.h"
+#include "alg/bucket.h"
+#include "alg/reconfigure.h"
 #include "base/spin.h"
 #include "alg/window_log.h"
 
@@ -820,21 +822,13 @@ int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
     return 0;
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
-
-bool sluice__judge(const sluice__profile *pf, const sluice__state *st, sluice__state *tmp,
-                   uint64_t now_ns, uint64_t permits, sluice_result *res)
-{
-    if (pf->ops->judge) return pf->ops->judge(pf, st, sluice__clamp_time(st, now_ns), permits, res);
-    *tmp = *st;
-    return sluice__decide(pf, tmp, now_ns, permits, UINT64_MAX, res);
-}
+/* ---- composite decisions: a limiter's kind ops (limiter/hold.h) -------- */
 
 /* A composite holds a lock-free limiter by freezing its word (a CAS from a
  * snapshot to the snapshot with the frozen bit), so that no other decision
  * can commit, or decide on it, until the release; a limiter in the locked
  * path by its mutex. */
-void sluice__limiter_hold(sluice__part *part)
+void sluice__limiter_hold(sluice__lim_hold *part)
 {
     sluice_limiter *lim = part->lim;
     cfg *c = cur_cfg(lim);
@@ -847,12 +841,12 @@ void sluice__limiter_hold(sluice__part *part)
         }
         if (__sync_bool_compare_and_swap(&c->packed.w, v, v | FROZEN)) {
             uint64_t w[2] = {(uint64_t)v, (uint64_t)(v >> 64)};
-            sluice__state_unpack(&c->pf, w, &part->base);
+            sluice__state_unpack(&c->pf, w, &part->h.base);
             part->lockfree = true;
             part->snap = v;
             part->where = c;
-            part->pf = &c->pf;
-            part->st = &part->base;
+            part->h.pf = &c->pf;
+            part->h.st = &part->h.base;
             return;
         }
     }
@@ -862,11 +856,11 @@ void sluice__limiter_hold(sluice__part *part)
     if (lim->pub) sluice__log_begin(lim->pub); /* ends at the release */
     part->lockfree = false;
     part->where = c;
-    part->pf = &c->pf;
-    part->st = &lim->st;
+    part->h.pf = &c->pf;
+    part->h.st = &lim->st;
 }
 
-void sluice__limiter_release(sluice__part *part, bool commit)
+void sluice__limiter_release(sluice__lim_hold *part, bool commit)
 {
     cfg *c = part->where;
 #if HAVE_CAS128
@@ -875,14 +869,14 @@ void sluice__limiter_release(sluice__part *part, bool commit)
          * (release): a reader that sees the bit clear sees the new count */
         uint64_t w[2] = {(uint64_t)part->snap, (uint64_t)(part->snap >> 64)};
         if (commit) {
-            sluice__state_pack(&c->pf, &part->tmp, w);
+            sluice__state_pack(&c->pf, &part->h.tmp, w);
             __atomic_store_n(&c->packed.h[1], w[1], __ATOMIC_RELEASE);
         }
         __atomic_store_n(&c->packed.h[0], w[0], __ATOMIC_RELEASE);
         return;
     }
 #endif
-    if (commit && !c->pf.ops->judge) part->lim->st = part->tmp;
+    if (commit && !c->pf.ops->judge) part->lim->st = part->h.tmp;
     if (part->lim->pub) sluice__log_end(part->lim->pub, &part->lim->st, NULL, commit);
     pthread_mutex_unlock(&part->lim->mu);
 }
@@ -1021,37 +1015,58 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
 }
 
 /* The composite fast path, when every limit is a lock-free limiter
- * (composite.c's head comment has the proof in full).  Each limit is read
- * and decided once, as a single decision is: one snapshot of its word
- * (load_word) and one decide_packed, which gives the word an admission
- * would leave and, when details are asked, the limit's answer on that
- * snapshot -- combined (composite.c's rule) once the call is decided.
+ * (sluice__limiters_try; composite.c runs it first), and its proof.  Each
+ * limit is read and decided once, as a single decision is -- one snapshot
+ * of its 16-byte word (load_word: a value the word held at one instant),
+ * one decide_packed, which gives its answer too when details are asked --
+ * and counted inline in each limiter; the combination (sluice__combine)
+ * is made there as well, with no other setup.  The one common order is
+ * that of the instants X below:
  *
- *   a refusal, no details asked: the first limit that refuses on its
- *       snapshot answers for the whole call -- at the instant of that
- *       snapshot the limit refused, so the composite was refused then,
- *       whatever the other limits held; nothing is written, the other
- *       limits are not read further, each limiter counts the refusal.
- *   a refusal with details, or a probe: every limit is decided on its
- *       snapshot, then every word but the last one read is read again; if
- *       none moved, all held their snapshots at the instant of the last
- *       snapshot (after every other first read, before every second read),
- *       and the call is linearised there with no write at all.  A word that
- *       moved: start over.
- *   an admission: in one order of all calls (by limiter address), every
- *       word but the last is frozen with a CAS from its snapshot, and the
- *       last swapped from its snapshot to its new value -- the instant the
- *       call takes effect, all the others being held at their snapshots;
- *       then the frozen words get their new values (count half, then time
- *       half without the bit, release order).  A CAS that fails (another
- *       decision got in) unfreezes, unchanged, what was frozen and starts
- *       over; nothing is ever waited for while a word is held.
+ *   refused, no details asked   the first limit that refuses on its
+ *        snapshot decides the call.  At the instant X of that snapshot the
+ *        limit refused the request, so the composite was refused at X,
+ *        whatever the others held; it writes nothing, so placing it at X
+ *        changes no limit's sequence of states.  The other limits' answers
+ *        are not reported, so they need no instant in common: the limits
+ *        after the refusing one are not read at all.
+ *   refused with details, or a probe   every limit's answer is reported,
+ *        so they need one instant: once all are decided, every word but the
+ *        last one read is read again; each still at its snapshot held it
+ *        from its first read to its second, so all held theirs at the
+ *        instant of the last snapshot (after every other first read, before
+ *        every second read), and X is there.  Nothing is written; a word
+ *        that moved: start over.  (A word comes back to a value it
+ *        held before only when a reservation is cancelled at the same
+ *        clamped time, which restores the bucket exactly; a call whose two
+ *        reads straddle both may combine that limit without the
+ *        reservation with another limit as it was while it was out.)  The
+ *        details are the answers of the decisions on those snapshots --
+ *        with res but no per_limit, only the refusing limits' are combined:
+ *        a limit that would have allowed has at least the permits remaining
+ *        without them, a refusing one fewer, so it never gives the
+ *        smallest, and it has no retry_after_ns.
+ *   admitted   every word but the last, in one order for all calls (by
+ *        limiter address), is frozen with a CAS from its snapshot: from then
+ *        on it holds its snapshot, every CAS on it fails and every reader
+ *        waits.  The CAS of the last word from its snapshot to its new value
+ *        is X: all words hold their snapshots at X, and each limit's new
+ *        state is the one the decision on its snapshot gave.  The frozen
+ *        words then get theirs before anyone can decide on them.  A failed
+ *        CAS (another decision got in) unfreezes, unchanged, what was frozen
+ *        and starts over; nothing is waited for while a word is held, and
+ *        the order by address lets one of two contending calls through.
+ *
+ * No over-admission: every admission, single or composite, moves each word
+ * it charges from a value it held at X to the value the decision on that
+ * value gave.  No permit lost: a refusal or a probe writes nothing, and a
+ * word frozen for nothing is restored to the value it held.
  *
  * limiters_decide returns 1 (admitted, or a probe that every limit
  * allows), 0 (refused), -1 when the call is not one for this path -- a bad
  * call, a ref that is not a limiter, a limiter named twice, or one that
- * takes the locked path (nothing decided, nothing counted:
- * sluice__composite_rest, composite.c, takes it).  The answers are those on
+ * takes the locked path (nothing decided, nothing counted: the caller's
+ * `otherwise`, composite.c's general path, takes it).  The answers are those on
  * the snapshots the call is linearised at: with res, their combination;
  * with ans, each limit's. */
 #if HAVE_CAS128
@@ -1152,7 +1167,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
     sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
-    sluice_result rs[SLUICE_COMPOSITE_MAX];     /* DETAILS_SUM: each limit's answer */
+    sluice__answer as[SLUICE_COMPOSITE_MAX];    /* DETAILS_SUM: each limit's answer */
     bool oks[SLUICE_COMPOSITE_MAX];
     for (;;) {
         bool all = true;
@@ -1175,7 +1190,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
             const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
             q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
                                         .max_wait = UINT64_MAX,
-                                        .res = details == DETAILS_SUM    ? &rs[i]
+                                        .res = details == DETAILS_SUM    ? &as[i].r
                                                : details == DETAILS_EACH ? &ans[i].r
                                                                          : NULL,
                                         .out = {lo, hi}};
@@ -1237,27 +1252,10 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
                 if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
         if (details == DETAILS_EACH)
             for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
-        if (details == DETAILS_SUM) {
-            /* the combination (composite.c's rule): of every limit when all
-             * allow, else of the refusing ones only (one that would have
-             * allowed a refused call cannot change it: composite.c) */
-            sluice_result c = {.allowed = got, .remaining = UINT64_MAX};
+        if (details == DETAILS_SUM) { /* the combination (alg/held.h) */
             UNROLL
-            for (size_t j = 0; j < n; j++) {
-                const sluice_result *x = &rs[j];
-                if (oks[j] != all) continue;
-                if (x->remaining < c.remaining) c.remaining = x->remaining;
-                if (all) {
-                    if (x->wait_ns > c.wait_ns) c.wait_ns = x->wait_ns;
-                    continue;
-                }
-                if (c.retry_after_ns >= 0)
-                    c.retry_after_ns = x->retry_after_ns < 0                  ? -1
-                                       : x->retry_after_ns > c.retry_after_ns ? x->retry_after_ns
-                                                                              : c.retry_after_ns;
-                if (!c.error) c.error = x->error;
-            }
-            *res = c;
+            for (size_t j = 0; j < n; j++) as[j].ok = oks[j];
+            sluice__combine(as, n, got, permits, res, NULL);
         }
         return got;
     }
@@ -1274,7 +1272,7 @@ sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t n
 #endif
 
 bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                         uint64_t now_ns, sluice_result *res)
+                         uint64_t now_ns, sluice_result *res, sluice__composite_fn *otherwise)
 {
 #if HAVE_CAS128
     if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
@@ -1291,7 +1289,7 @@ bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permi
         if (got >= 0) return got;
     }
 #endif
-    return sluice__composite_rest(refs, n, permits, now_ns, res, NULL);
+    return otherwise(refs, n, permits, now_ns, res, NULL);
 }
 
 int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,

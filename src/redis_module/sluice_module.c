@@ -79,7 +79,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
-#include "composite/composite.h" /* sluice__reconfigure_check, _state */
+#include "alg/reconfigure.h" /* sluice__reconfigure_check, _state */
 
 #include <stdarg.h>
 #include <stdio.h>

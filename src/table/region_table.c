@@ -407,7 +407,8 @@
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
-#include "composite/composite.h"
+#include "table/hold.h"
+#include "alg/reconfigure.h"
 #include "base/counters.h"
 #include "table/region_table.h"
 #include "base/spin.h"
@@ -1861,7 +1862,7 @@ bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key, size_t ke
     return ok;
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
+/* ---- composite decisions: a key's kind ops (table/hold.h) -------------- */
 
 bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key, size_t keylen)
 {
@@ -1892,33 +1893,32 @@ void sluice__rtable_lock(sluice__rtable *r, uint32_t k, uint64_t now_ns, bool *s
 
 void sluice__rtable_unlock(sluice__rtable *r, uint32_t k) { shard_unlock(r, k); }
 
-void sluice__rtable_find(sluice__part *pt)
+void sluice__rtable_find(sluice__key_hold *pt)
 {
     sluice__rtable *r = pt->rt;
     const uint32_t k = pt->rk;
     uint32_t fr;
     const uint32_t i = find(r, k, (uint32_t)pt->hash, pt->skey, pt->skeylen, &fr);
     pt->repoch = epoch_now(r); /* with the shard held: prof() */
-    pt->where = &r->sh[k];
     pt->created = false;
-    pt->st = &pt->base;
+    pt->h.st = &pt->h.base;
     if (i == NONE) {
         pt->entry = UINT32_MAX;
-        pt->pf = &prof(r, pt->repoch)->pf;
-        sluice__state_init(pt->pf, &pt->base);
+        pt->h.pf = &prof(r, pt->repoch)->pf;
+        sluice__state_init(pt->h.pf, &pt->h.base);
         return;
     }
     pt->entry = i;
     unsigned char *s = slot_at(r, k, i);
     uint64_t h = hdr_get(s);
     /* a window log's ring stays in the slot */
-    pt->pf = key_load(r, s, &h, &pt->base, pt->repoch);
+    pt->h.pf = key_load(r, s, &h, &pt->h.base, pt->repoch);
 }
 
 /* The key is published at once with a fresh state (crash argument 2: a key
  * at rest, which a killed caller leaves reclaimable); the decided state is
  * committed over it by sluice__rtable_store, or the key dropped again. */
-int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry)
+int sluice__rtable_make(sluice__key_hold *pt, bool alone, bool evict, int64_t *retry)
 {
     sluice__rtable *r = pt->rt;
     const uint32_t k = pt->rk;
@@ -1940,40 +1940,40 @@ int sluice__rtable_make(sluice__part *pt, bool alone, bool evict, int64_t *retry
         return SLUICE_EFULL;
     }
     unsigned char *s = slot_at(r, k, fr);
-    state_fresh(r, pt->pf, s, &pt->base);
+    state_fresh(r, pt->h.pf, s, &pt->h.base);
     key_write(r, s, key, pt->skeylen);
-    state_write(r, pt->pf, s, 0, &pt->base, (uint32_t)pt->repoch);
+    state_write(r, pt->h.pf, s, 0, &pt->h.base, (uint32_t)pt->repoch);
     hdr_set(s, H_LIVE(tag, pt->skeylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;
     pt->created = true;
-    pt->st = &pt->base;
+    pt->h.st = &pt->h.base;
     return 0;
 }
 
-void sluice__rtable_store(sluice__part *pt)
+void sluice__rtable_store(sluice__key_hold *pt)
 {
     sluice__rtable *r = pt->rt;
     unsigned char *s = slot_at(r, pt->rk, pt->entry);
     /* a window log was decided on its real state (the ring in the slot) */
-    const sluice__state *st = r->L.pf.ops->judge ? pt->st : &pt->tmp;
-    state_commit(r, pt->pf, s, hdr_get(s), st, (uint32_t)pt->repoch); /* crash argument 1 */
+    const sluice__state *st = r->L.pf.ops->judge ? pt->h.st : &pt->h.tmp;
+    state_commit(r, pt->h.pf, s, hdr_get(s), st, (uint32_t)pt->repoch); /* crash argument 1 */
     if (pt->created) {
         rshard *sh = &r->sh[pt->rk];
-        const uint64_t rest = sluice__rest_at(pt->pf, st);
+        const uint64_t rest = sluice__rest_at(pt->h.pf, st);
         if (rest < atomic_load_explicit(&sh->due, memory_order_relaxed))
             atomic_store_explicit(&sh->due, rest, (memory_order)SLUICE__SEQ_STORE);
     }
 }
 
-void sluice__rtable_unmake(sluice__part *pt)
+void sluice__rtable_unmake(sluice__key_hold *pt)
 {
     drop(pt->rt, pt->rk, pt->entry);
     pt->entry = UINT32_MAX;
     pt->created = false;
 }
 
-void sluice__rtable_count(sluice__part *pt, uint64_t permits, bool ok, bool full,
+void sluice__rtable_count(sluice__key_hold *pt, uint64_t permits, bool ok, bool full,
                           bool elsewhere)
 {
     count_decision(pt->rt, &pt->rt->sh[pt->rk], permits, ok, full, elsewhere);

@@ -31,37 +31,7 @@ SLUICE__INTERNAL int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, siz
                                          uint64_t *next_cursor, size_t *visited);
 
 /* region_table.c: a key of a region table as one limit of a composite
- * decision (composite.c; region_table.c, "Composite decisions").  Whether a
- * key is one the table takes; the key's shard, its hash and the region's
- * identity (the lock order, alike in every process); locking a shard at
- * now_ns (*stolen: taken from a dead holder and repaired -- resync once
- * nothing is held) and unlocking it; looking the key up in its locked
- * shard (fills pf, st, entry, where); making its slot (0, or SLUICE_EFULL
- * with *retry set; `alone`: no other part holds that shard, so keys at rest
- * may be swept; `evict`: and the policy may evict); storing the decided
- * state; dropping a made slot; counting the decision (shard locked);
- * sweeping every shard for keys at rest and making the region's count of
- * keys exact again (nothing held). */
-struct sluice__part;
-SLUICE__INTERNAL bool sluice__rtable_key_ok(const sluice__rtable *r, const void *key,
-                                            size_t keylen);
-SLUICE__INTERNAL void sluice__rtable_key_view(const sluice__rtable *r, const void **key,
-                                              size_t *keylen, unsigned char dig[16]);
-SLUICE__INTERNAL uint32_t sluice__rtable_shard_of(const sluice__rtable *r, const void *key,
-                                                  size_t keylen, uint64_t *hash,
-                                                  uint64_t id[2]);
-SLUICE__INTERNAL void sluice__rtable_lock(sluice__rtable *r, uint32_t k, uint64_t now_ns,
-                                          bool *stolen);
-SLUICE__INTERNAL void sluice__rtable_unlock(sluice__rtable *r, uint32_t k);
-SLUICE__INTERNAL void sluice__rtable_find(struct sluice__part *part);
-SLUICE__INTERNAL int sluice__rtable_make(struct sluice__part *part, bool alone, bool evict,
-                                         int64_t *retry);
-SLUICE__INTERNAL void sluice__rtable_store(struct sluice__part *part);
-SLUICE__INTERNAL void sluice__rtable_unmake(struct sluice__part *part);
-SLUICE__INTERNAL void sluice__rtable_count(struct sluice__part *part, uint64_t permits, bool ok,
-                                           bool full, bool elsewhere);
-SLUICE__INTERNAL void sluice__rtable_reclaim(sluice__rtable *r, uint64_t now_ns);
-SLUICE__INTERNAL void sluice__rtable_resync(sluice__rtable *r);
+ * decision: table/hold.h. */
 
 /* region_table.c: change the region's spec at now_ns to `spec`, or (spec
  * NULL) to its current one with one knob changed (sluice__reconfigure_knob:

@@ -253,7 +253,8 @@
 #include "table/table.h"
 #include "table/topk.h"
 #include "timer/wheel_core.h"
-#include "composite/composite.h"
+#include "table/hold.h"
+#include "alg/reconfigure.h"
 #include "table/region_table.h"
 
 #include <math.h>
@@ -2007,15 +2008,13 @@ void sluice__table_note(sluice_table *t, const void *key, size_t keylen, uint64_
     sluice__topk_note(k, key, keylen, h);
 }
 
-/* ---- composite decisions (composite.c) ---------------------------------- */
+/* ---- composite decisions: a key's kind ops (table/hold.h) -------------- */
 
-void sluice__part_key(sluice__part *part)
+void sluice__table_key_view(sluice__key_hold *kh)
 {
-    part->skey = part->key ? part->key : "";
-    part->skeylen = part->keylen;
-    if (!long_key(part->keylen)) return;
-    if (part->rt) sluice__rtable_key_view(part->rt, &part->skey, &part->skeylen, part->dig);
-    else key_view(part->t, &part->skey, &part->skeylen, part->dig);
+    kh->skey = kh->key ? kh->key : "";
+    kh->skeylen = kh->keylen;
+    key_view(kh->t, &kh->skey, &kh->skeylen, kh->dig);
 }
 
 void *sluice__table_shard_of(sluice_table *t, const void *key, size_t keylen, uint64_t *hash)
@@ -2045,42 +2044,42 @@ void sluice__table_unlock(sluice_table *t, void *sh)
     rd_exit(&rd_me);
 }
 
-void sluice__table_find(sluice__part *part)
+void sluice__table_find(sluice__key_hold *kh)
 {
-    sluice_table *t = part->t;
-    shard *s = shard_for(t, part->hash);
-    const void *key = part->skey;
-    uint32_t slot = find(t, s, part->hash, key, part->skeylen);
-    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)part->hash, key, part->skeylen)
+    sluice_table *t = kh->t;
+    shard *s = shard_for(t, kh->hash);
+    const void *key = kh->skey;
+    uint32_t slot = find(t, s, kh->hash, key, kh->skeylen);
+    const tcfg *c = slot == UINT32_MAX ? key_cfg(t, s, (uint32_t)kh->hash, key, kh->skeylen)
                                        : cur_cfg(t);
-    part->pf = &c->pf;
-    part->where = s;
-    part->created = false;
-    part->gen = s->gen;
+    kh->h.pf = &c->pf;
+    kh->shard = s;
+    kh->created = false;
+    kh->gen = s->gen;
     if (slot == UINT32_MAX) {
-        part->entry = UINT32_MAX;
-        sluice__state_init(&c->pf, &part->base);
-        part->st = &part->base;
+        kh->entry = UINT32_MAX;
+        sluice__state_init(&c->pf, &kh->h.base);
+        kh->h.st = &kh->h.base;
         return;
     }
-    part->entry = slot;
+    kh->entry = slot;
     /* carried over the changes it missed; when memory for a ring runs out,
      * decided under the configuration it reached (the next call retries) */
-    const tcfg *ec = ent_cfg(t, s, part->entry);
-    part->pf = ec ? &ec->pf : &cfg_of_id(t, ent(t, s, part->entry)->cfg)->pf;
-    entry *e = ent(t, s, part->entry);
+    const tcfg *ec = ent_cfg(t, s, kh->entry);
+    kh->h.pf = ec ? &ec->pf : &cfg_of_id(t, ent(t, s, kh->entry)->cfg)->pf;
+    entry *e = ent(t, s, kh->entry);
     if (t->pf.packed) {
-        load_state(t, part->pf, e, &part->base);
-        part->st = &part->base;
+        load_state(t, kh->h.pf, e, &kh->h.base);
+        kh->h.st = &kh->h.base;
     } else {
-        part->st = ent_state(e);
+        kh->h.st = ent_state(e);
     }
 }
 
-int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
+int sluice__table_make(sluice__key_hold *kh, bool alone, int64_t *retry)
 {
-    sluice_table *t = part->t;
-    shard *s = part->where;
+    sluice_table *t = kh->t;
+    shard *s = kh->shard;
     bool room = s->count < s->ecap && reserve(t);
     if (!room && alone) { /* keys at rest in this shard, then the policy */
         sweep_all(t, s, s->now);
@@ -2102,50 +2101,50 @@ int sluice__table_make(sluice__part *part, bool alone, int64_t *retry)
                                      : 1;
         return SLUICE_EFULL;
     }
-    uint32_t i = new_entry(t, s, part->hash, part->skey, part->skeylen,
-                           (const tcfg *)part->pf); /* the pf of sluice__table_find */
+    uint32_t i = new_entry(t, s, kh->hash, kh->skey, kh->skeylen,
+                           (const tcfg *)kh->h.pf); /* the pf of sluice__table_find */
     if (i == UINT32_MAX) {
         atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);
         *retry = -1;
         return SLUICE_ENOMEM;
     }
-    part->entry = i;
-    part->gen = s->gen;
-    part->created = true;
-    if (!t->pf.packed) part->st = ent_state(ent(t, s, i));
+    kh->entry = i;
+    kh->gen = s->gen;
+    kh->created = true;
+    if (!t->pf.packed) kh->h.st = ent_state(ent(t, s, i));
     return 0;
 }
 
-void sluice__table_refind(sluice__part *part)
+void sluice__table_refind(sluice__key_hold *kh)
 {
-    sluice_table *t = part->t;
-    shard *s = part->where;
-    if (part->entry == UINT32_MAX || part->gen == s->gen) return;
-    part->entry = find(t, s, part->hash, part->skey, part->skeylen);
-    part->gen = s->gen;
-    if (!t->pf.packed) part->st = ent_state(ent(t, s, part->entry));
+    sluice_table *t = kh->t;
+    shard *s = kh->shard;
+    if (kh->entry == UINT32_MAX || kh->gen == s->gen) return;
+    kh->entry = find(t, s, kh->hash, kh->skey, kh->skeylen);
+    kh->gen = s->gen;
+    if (!t->pf.packed) kh->h.st = ent_state(ent(t, s, kh->entry));
 }
 
-void sluice__table_store(sluice__part *part)
+void sluice__table_store(sluice__key_hold *kh)
 {
-    sluice_table *t = part->t;
-    shard *s = part->where;
-    sluice__table_refind(part);
-    entry *e = ent(t, s, part->entry);
-    if (t->pf.packed) store_state(t, part->pf, e, &part->tmp);
-    else if (!t->pf.ops->judge) memcpy(ent_state(e), &part->tmp, sizeof part->tmp);
-    if (part->created) {
-        wheel_file(t, s, part->entry, ent_rest_at(t, s, part->entry));
+    sluice_table *t = kh->t;
+    shard *s = kh->shard;
+    sluice__table_refind(kh);
+    entry *e = ent(t, s, kh->entry);
+    if (t->pf.packed) store_state(t, kh->h.pf, e, &kh->h.tmp);
+    else if (!t->pf.ops->judge) memcpy(ent_state(e), &kh->h.tmp, sizeof kh->h.tmp);
+    if (kh->created) {
+        wheel_file(t, s, kh->entry, ent_rest_at(t, s, kh->entry));
         publish_due(s);
     }
 }
 
-void sluice__table_unmake(sluice__part *part)
+void sluice__table_unmake(sluice__key_hold *kh)
 {
-    sluice__table_refind(part);
-    drop_entry(part->t, part->where, part->entry);
-    part->entry = UINT32_MAX;
-    part->created = false;
+    sluice__table_refind(kh);
+    drop_entry(kh->t, kh->shard, kh->entry);
+    kh->entry = UINT32_MAX;
+    kh->created = false;
 }
 
 void sluice__table_reclaim(sluice_table *t, uint64_t now_ns)
@@ -2173,7 +2172,7 @@ void sluice__table_count_elsewhere(sluice_table *t, uint64_t permits)
     sluice__count_elsewhere(&t->counters, permits);
 }
 
-/* A composite of table keys only (composite.h): every key read as a single
+/* A composite of table keys only (hold.h): every key read as a single
  * decision reads it (decide_read), and, when all admit, every shard taken
  * with sluice__spin_try_upgrade and the words stored (put_words, as a
  * holder stores them) -- no lock held while reading and deciding, no lock waited for.  The
