@@ -335,9 +335,11 @@ static void test_live_clock_coarse(void **state)
 
 /* Times out of order across keys: key "a" admitted at 0, key "b" at 5 s,
  * then "a" at 0.5 s.  A 1/s bucket with burst 1 holds no token for "a" at
- * 0.5 s.  A table that sweeps by its own clock (5 s by then) has dropped
- * "a" as at rest and starts it fresh (the documented limitation); one made
- * with SLUICE_TABLE_RECLAIM_WHEN_FULL keeps "a" and is exact. */
+ * 0.5 s.  A table that swept by its own clock (5 s by then) would have
+ * dropped "a" as at rest and started it fresh (the limitation of the old
+ * default); keys at rest stay in place until room is wanted, so the table
+ * keeps "a" and is exact, with SLUICE_TABLE_RECLAIM_WHEN_FULL (now the
+ * default, still accepted) or without. */
 static void test_reclaim_when_full(void **state)
 {
     (void)state;
@@ -361,15 +363,10 @@ static void test_reclaim_when_full(void **state)
         bool ok = sluice_table_try_acquire_at(t, "a", 1, 1, SEC / 2, &r);
         sluice_table_stats st;
         sluice_table_stats_get(t, &st);
-        if (flag) {
-            assert_false(ok); /* exact: half a token */
-            assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
-            assert_int_equal(st.reclaimed, 0);
-            assert_int_equal(st.keys, 2);
-        } else {
-            assert_true(ok); /* "a" was reclaimed at the table's clock */
-            assert_true(st.reclaimed >= 1);
-        }
+        assert_false(ok); /* exact: half a token */
+        assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
+        assert_int_equal(st.reclaimed, 0);
+        assert_int_equal(st.keys, 2);
         sluice_table_free(t);
     }
     /* when full, the flag's table still reclaims keys at rest to make room */

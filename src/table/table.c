@@ -266,6 +266,7 @@
 #define SLOTS SLUICE__WCORE_SLOTS
 #define TICK_SHIFT 20
 #define SWEEP_BUDGET 8
+#define RECLAIM_BATCH 64 /* wheel visits per step of reclaim_some */
 #define LRU_SAMPLES 8
 
 /* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
@@ -1165,7 +1166,10 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         t = NULL;
         goto oom;
     }
-    t->flags = flags;
+    /* keys at rest are reclaimed only when room is wanted, whatever the
+     * flags say (head comment): the flag is set so that every test of it
+     * (calm, the composite's fast path) knows */
+    t->flags = flags | SLUICE_TABLE_RECLAIM_WHEN_FULL;
     t->max_keys = max_keys;
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
@@ -1320,6 +1324,24 @@ static bool reserve(sluice_table *t)
     return true;
 }
 
+/* Reclaim keys of shard s (locked) at rest by `now`: at least one if there
+ * is one, and few at a time -- the wheel advanced RECLAIM_BATCH visits at a
+ * time until one is reclaimed or it has caught up with now, then, if none
+ * was, the look through the current tick (sweep_all).  A visit that
+ * reclaims nothing files an entry again at its later rest time, paid for by
+ * the admissions that moved it; so one call costs at most a batch of
+ * visits past those, however long the wheel was left behind (the keys at
+ * rest that it leaves are the next call's).  Returns how many. */
+static uint32_t reclaim_some(sluice_table *t, shard *s, uint64_t now)
+{
+    uint32_t freed = 0;
+    while (!freed && s->wheel.cur < now >> TICK_SHIFT) {
+        uint32_t budget = RECLAIM_BATCH;
+        freed = wheel_advance(t, s, now, &budget);
+    }
+    return freed ? freed : sweep_all(t, s, now);
+}
+
 /* Room for one more key in shard s (locked): reclaim keys at rest (in s,
  * then, unlocking s, in the other shards), or evict as the policy says.
  * Returns true with a place reserved in t->keys, or false with *retry set.
@@ -1330,7 +1352,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
 {
     *relocked = false;
     if (s->count < s->ecap && reserve(t)) return true;
-    sweep_all(t, s, now);
+    reclaim_some(t, s, now);
     publish_due(s);
     if (s->count < s->ecap && reserve(t)) return true;
     if (s->count < s->ecap && t->nshards > 1) { /* the room may be elsewhere */
@@ -1341,7 +1363,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
             /* a shard whose wheel has nothing due by now has nothing at rest */
             if (o == s || atomic_load_explicit(o->due, memory_order_relaxed) > now) continue;
             sluice__spin_lock(&o->mu);
-            if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
+            if (reclaim_some(t, o, now > o->now ? now : o->now)) got = reserve(t);
             publish_due(o);
             sluice__spin_unlock(&o->mu);
         }
@@ -1623,11 +1645,8 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         }
     }
     if (now_ns > s->now) PUT(&s->now, now_ns);
-    if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur) {
-        uint32_t budget = SWEEP_BUDGET;
-        wheel_advance(t, s, s->now, &budget);
-        publish_due(s);
-    }
+    /* no wheel upkeep: keys at rest stay in place until their room is
+     * wanted (make_room; head comment, "Reclaiming keys at rest") */
     for (;;) {
         uint32_t i = find(t, s, h, key, keylen);
         bool fresh = false;
