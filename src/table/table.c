@@ -62,27 +62,43 @@
  * wheel (the hot path does no wheel work).  When the wheel reaches the
  * entry, it is reclaimed if at rest, else re-filed at its current rest
  * time -- each re-filing is paid for by the admissions that caused it.
- * Every locked call on a shard advances its wheel to the call's time,
- * handling at most SWEEP_BUDGET entries (a reclaimed entry's removal moves
- * its run back a slot: a walk along a list that drops entries follows the
- * next one to its new slot, after_close); occupancy bitmaps let the wheel jump over empty
- * slots, so an idle gap of years costs a few steps.  Since an entry is never
- * filed later than its real rest time, advancing the wheel to `now` (and
- * looking through the current tick's slot) finds every key at rest: when a
- * new key finds the table full, the table does that, first in the key's
- * shard and then in the others, before it refuses.  No decision scans the
- * table; sluice_table_scan walks it a bounded step per call (key operations,
- * at the end of this file).
+ *
+ * A key at rest stays where it is until its room is wanted.  The table's
+ * memory is reserved for max_keys keys anyway, so dropping a key the moment
+ * it rests buys nothing until a new key needs its place; and a key that
+ * comes back (many clients, each sending now and then) is then found in
+ * place and decided on its state, which at rest decides as a fresh
+ * limiter's would -- an admission without the lock, one miss -- instead
+ * of being inserted again (a Robin Hood run moved, the wheel linked: twice
+ * the cost; bench/README.md, "bench_table --sparse").  So no decision does
+ * wheel upkeep; the wheel is advanced only when a new key finds no room --
+ * its shard at ecap, or the table at max_keys (make_room): reclaim_some
+ * advances it RECLAIM_BATCH visits at a time until it reclaims a key or
+ * has caught up with `now` (a reclaimed entry's removal moves its run back
+ * a slot: a walk along a list that drops entries follows the next one to
+ * its new slot, after_close), first in the key's shard and then in the
+ * others, before the policy refuses or evicts.  Occupancy bitmaps let the
+ * wheel jump over empty slots, so an idle gap of years costs a few steps.
+ * Since an entry is never filed later than its real rest time, advancing
+ * the wheel to `now` (and looking through the current tick's slot, sweep_all)
+ * finds every key at rest.  stats.keys counts the keys held, at rest or
+ * not: exact (a key is counted from the reserve that makes it to the drop
+ * that ends it), never above max_keys.  (A composite decision's lock still
+ * takes a budgeted wheel step, sluice__table_lock.)  No decision scans the
+ * table; sluice_table_scan walks it a bounded step per call (key
+ * operations, at the end of this file).  SLUICE_TABLE_RECLAIM_WHEN_FULL,
+ * which asked for this, is now what every table does (the flag is kept in
+ * t->flags, so that its tests -- calm, the composite's fast path -- hold).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
  * decided under its lock showed it (refusals and probes move nothing, their
  * time included, and admissions made without the lock move nothing but
- * their entry: they are made only while the wheel needs no step at their
- * time, `calm`).  A key dropped at rest loses its own latest time: a later
+ * their entry).  A key dropped at rest loses its own latest time: a later
  * request for it with an earlier time than that key had seen starts a fresh
  * limiter at the earlier time, which can admit earlier than the contract
  * would.  This needs callers whose times run backwards across the rest of a
- * key, and is the price of holding nothing for keys at rest.
+ * key, and a table full enough to want that key's place; until it fills,
+ * every key is exact whatever the order of times across keys.
  *
  * When full of keys in use: refuse the new key (default; counted), or, with
  * SLUICE_TABLE_EVICT_LRU, drop the entry with the oldest latest time among
