@@ -1035,6 +1035,38 @@ static void test_rest_in_place_bound(void **state)
     sluice_table_free(t);
 }
 
+/* A full table of keys long at rest: a new key reclaims a few of them (at
+ * least one, at most a batch of the wheel: 64), not every one -- the
+ * others stay in place, and each later new key takes one more batch at
+ * most; none is refused.  (A call's cost stays bounded however many keys
+ * rest.) */
+static void test_rest_reclaim_few(void **state)
+{
+    (void)state;
+    const size_t max = 256; /* one shard */
+    sluice_table *t = mk("token-bucket 10/s burst=10", max);
+    sluice_result r;
+    char key[16];
+    for (size_t k = 0; k < max; k++) { /* at rest 1 s after, at 1 .. 27 s */
+        snprintf(key, sizeof key, "rest%zu", k);
+        assert_true(ask(t, key, 10, (uint64_t)k * (SEC / 10), &r));
+    }
+    check_count(t, max, max);
+    size_t made = max;
+    uint64_t was = 0;
+    for (int k = 0; k < 20; k++, made++) {
+        snprintf(key, sizeof key, "new%d", k);
+        assert_true(ask(t, key, 1, 3600 * SEC, &r));
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        assert_true(st.reclaimed <= was + 64);
+        if (k == 0) assert_true(st.reclaimed >= 1 && st.reclaimed < max);
+        was = st.reclaimed;
+        check_count(t, max, made + 1);
+    }
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1054,6 +1086,7 @@ int main(void)
         cmocka_unit_test(test_rest_in_place_exact),
         cmocka_unit_test(test_rest_in_place_flood),
         cmocka_unit_test(test_rest_in_place_bound),
+        cmocka_unit_test(test_rest_reclaim_few),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
