@@ -1036,8 +1036,8 @@ static void test_rest_in_place_bound(void **state)
 }
 
 /* A full table of keys long at rest: a new key reclaims a few of them (at
- * least one, at most a batch of the wheel: 64), not every one -- the
- * others stay in place, and each later new key takes one more batch at
+ * least one; one, in its own place or through the wheel), not every one --
+ * the others stay in place, and each later new key takes a few more at
  * most; none is refused.  (A call's cost stays bounded however many keys
  * rest.) */
 static void test_rest_reclaim_few(void **state)
