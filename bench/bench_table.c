@@ -1403,7 +1403,9 @@ static int bt_overload(const bt_opts *o)
  * Floor: one dependent random 8-byte load per visit over an array of
  * 64 MiB (about the table's size), in the visits' order.  Medians of --runs
  * runs (after one warm-up) of --iters visits, the four interleaved run by
- * run; wall clock and thread CPU time.  Every visit must be admitted. */
+ * run (the floor first, then the tables, the first of them rotating from
+ * run to run); wall clock and thread CPU time.  Every visit must be
+ * admitted. */
 #define BT_SPARSE_FLOOR_BYTES ((size_t)64 << 20)
 #define BT_SPARSE_REST_VISITS (1000000u / BT_SPARSE_STEP_NS) /* 1 ms of visits */
 
@@ -1465,7 +1467,8 @@ static int bt_sparse(const bt_opts *o)
         bt_ojob fl = {.kind = 1, .arr = arr, .pos = pos, .n = n};
         m[0] = bt_orun(&fl, 1, &res, &cpu[0]);
         bt_sink += res;
-        for (int c = 0; c < nc; c++) {
+        for (int q = 0; q < nc; q++) { /* the tables in turn, first one rotating */
+            const int c = (int)((r + (size_t)q) % (size_t)nc);
             bt_ojob j = {.kind = 3, .t = cs[c].t, .keys = keys, .n = n, .now = cs[c].now};
             m[1 + c] = bt_orun(&j, 1, &res, &cpu[1 + c]);
             if (r > 0) allowed[c] += res;
