@@ -17,6 +17,12 @@
  * region / in-process and the issue's target (<= 1.2x), met or MISSED.  One
  * thread: the cost of a decision, not of contention between processes.
  *
+ * Keys at rest by their next visit (bench/README.md, "bench_table --sparse"):
+ * --step NS (caller time per decision, default 1) and --fill P (the first
+ * request's permits, default half the burst), e.g. --keys 1000000 --step 10
+ * --fill 1 --spec "token-bucket 1000/s burst=1000": a key's next visit
+ * comes about 10 ms after its last, its permit back after 1 ms.
+ *
  * Refusals: --spec "fixed-window 2/1h" (each key filled with 1 of its 2,
  * one more admitted, then every decision a refusal), with --procs 2 for
  * two processes refusing at once (a refusal reads the shard, no lock).
@@ -66,13 +72,15 @@ static int br_cmp(const void *a, const void *b)
 }
 
 /* ns per decision over the sequence, wall and CPU. */
+static uint64_t br_step = 1; /* caller time per decision, ns (--step) */
+
 static void br_run(sluice_table *t, const key16 *keys, const uint32_t *seq, size_t d,
                    uint64_t *now, double *wall, double *cpu)
 {
     uint64_t ok = 0;
     const uint64_t w0 = br_clock(CLOCK_MONOTONIC), c0 = br_clock(CLOCK_THREAD_CPUTIME_ID);
     for (size_t i = 0; i < d; i++)
-        ok += sluice_table_try_acquire_at(t, &keys[seq[i]], sizeof(key16), 1, ++*now, NULL);
+        ok += sluice_table_try_acquire_at(t, &keys[seq[i]], sizeof(key16), 1, *now += br_step, NULL);
     const uint64_t c1 = br_clock(CLOCK_THREAD_CPUTIME_ID), w1 = br_clock(CLOCK_MONOTONIC);
     br_sink += ok;
     *wall = (double)(w1 - w0) / (double)d;
@@ -126,7 +134,8 @@ static double br_many(sluice_table *t, bool procs, unsigned p, const key16 *keys
     return (double)p * (double)d / ((double)(w1 - w0) / 1e9);
 }
 
-static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigned procs)
+static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigned procs,
+                  uint64_t fill)
 {
     char err[256];
     sluice_table *local = sluice_table_new(spec, n, err, sizeof err);
@@ -146,7 +155,7 @@ static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigne
     }
     sluice_spec_info info;
     sluice_spec_parse(spec, &info, NULL, 0);
-    const uint64_t half = info.capacity / 2 ? info.capacity / 2 : 1;
+    const uint64_t half = fill ? fill : info.capacity / 2 ? info.capacity / 2 : 1;
     key16 *keys = malloc(n * sizeof *keys);
     uint32_t *seq = malloc(d * sizeof *seq);
     double *wl = malloc(runs * sizeof *wl), *cl = malloc(runs * sizeof *cl);
@@ -225,25 +234,29 @@ int main(int argc, char **argv)
     char keylist[256] = "1000,100000";
     unsigned runs = 7, procs = 1;
     size_t d = 200000;
+    uint64_t fill = 0; /* 0: half the burst */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--spec") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--keys") && i + 1 < argc) snprintf(keylist, sizeof keylist, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--decisions") && i + 1 < argc) d = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--procs") && i + 1 < argc) procs = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--step") && i + 1 < argc) br_step = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = strtoull(argv[++i], NULL, 10);
         else {
             fprintf(stderr, "usage: bench_region [--keys N[,N...]] [--runs R] [--decisions D] "
-                            "[--procs P] [--spec SPEC]\n");
+                            "[--procs P] [--spec SPEC] [--step NS] [--fill P]\n");
             return 2;
         }
     }
-    if (runs < 1 || d < 1 || procs < 1 || procs > 64) {
-        fprintf(stderr, "bench_region: --runs and --decisions must be >= 1, --procs 1 .. 64\n");
+    if (runs < 1 || d < 1 || procs < 1 || procs > 64 || br_step < 1 || br_step > 1000000) {
+        fprintf(stderr, "bench_region: --runs and --decisions must be >= 1, --procs 1 .. 64, "
+                        "--step 1 .. 1000000\n");
         return 2;
     }
     printf("bench_region: sluice %s, spec \"%s\", 16-byte keys drawn uniformly, %u decider%s, "
-           "median of %u runs of %zu decisions each\n",
-           sluice_version(), spec, procs, procs > 1 ? "s" : "", runs, d);
+           "median of %u runs of %zu decisions each, +%" PRIu64 " ns each\n",
+           sluice_version(), spec, procs, procs > 1 ? "s" : "", runs, d, br_step);
     if (procs >= 2)
         printf("%10s  %9s  %14s  %14s  %7s\n", "keys", "deciders", "threads dec/s",
                "processes dec/s", "ratio");
@@ -256,7 +269,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_region: bad key count \"%s\"\n", p);
             return 2;
         }
-        if (br_one(spec, n, runs, d, procs)) return 1;
+        if (br_one(spec, n, runs, d, procs, fill)) return 1;
     }
     return 0;
 }

@@ -489,7 +489,9 @@ typedef struct sluice_table sluice_table; /* opaque */
 
 /* Counters of a table. */
 typedef struct sluice_table_stats {
-    uint64_t keys;       /* keys held now */
+    uint64_t keys;       /* keys held now, exactly: in use or at rest (a
+                          * key at rest stays held until its place is
+                          * wanted by a new key: sluice_table_new) */
     uint64_t reclaimed;  /* keys dropped because their limiter was at rest */
     uint64_t evicted;    /* keys dropped while in use (SLUICE_TABLE_EVICT_LRU) */
     uint64_t refused;    /* requests refused because the table was full */
@@ -524,18 +526,22 @@ typedef struct sluice_table_stats {
                                    * recently used one (sampled) instead of
                                    * refusing the new key */
 #define SLUICE_TABLE_RECLAIM_WHEN_FULL 2u /* drop keys at rest only when room
-                                   * is needed, not as calls go by: until the
-                                   * table fills, decisions are exact even for
-                                   * times out of order across keys (see
+                                   * is needed: what every table does now;
+                                   * accepted, changes nothing (see
                                    * sluice_table_new_flags) */
 
 /* Make a table whose keys each get a limiter built from `spec`.  At most
  * `max_keys` keys (1 .. 2^32) are held at once; the table never holds more
  * and never grows its memory past what max_keys keys need (bytes per key in
  * docs/tables.md).  A key whose limiter is back at rest (full bucket, empty
- * window, no water) carries no information: it is reclaimed without
- * changing any decision, by a sweeper that follows the keys' rest times in
- * a timing wheel, a few keys per call, and on demand when room is needed.
+ * window, no water) carries no information: it stays where it is, and its
+ * next request is decided on it in place (as a fresh limiter would decide,
+ * at the cost of a key in use), until a new key wants its room -- the
+ * table holds max_keys keys, or the key's shard is full.  Then keys at rest
+ * are reclaimed, without changing any decision, a few at a time, found
+ * through a timing wheel of the keys' rest times (never a scan of the
+ * table).  So sluice_table_stats_get()'s `keys` counts the keys held, at
+ * rest or not; the keys in use are at most that.
  * When max_keys keys are held and none is at rest, a request for a new key
  * is refused (see sluice_table_try_acquire_at): this default policy never
  * admits more than the contract would.  Keys are hashed with SipHash-1-3
@@ -557,13 +563,16 @@ sluice_table *sluice_table_new(const char *spec, size_t max_keys, char *err,
  *  never evicted keep the contract exactly.
  *
  *  SLUICE_TABLE_RECLAIM_WHEN_FULL: keys at rest are dropped only when a
- *  shard needs room for a new key, not by the sweep that calls otherwise
- *  make as time goes by.  A table reclaims by its own clock, the latest
- *  time any call showed it; a key whose own requests run behind that clock
- *  (callers whose times are out of order across keys, such as a trace that
- *  interleaves keys) can then look at rest when it is not, and lose its
- *  state.  With this flag that can only happen once the table fills; the
- *  price is that held keys stay counted until then.
+ *  shard needs room for a new key.  Every table does this now (before,
+ *  without the flag, a sweep dropped keys at rest as calls went by, and a
+ *  key that came back was inserted again, at twice the cost); the flag is
+ *  accepted and changes nothing.  A table reclaims by its own clock, the
+ *  latest time any call showed it; a key whose own requests run behind that
+ *  clock (callers whose times are out of order across keys, such as a
+ *  trace that interleaves keys) can then look at rest when it is not, and
+ *  lose its state: this can only happen once the table fills (and, for a
+ *  table in a composite, sluice_composite_try_acquire_at, when its lock
+ *  takes a step of the wheel).
  *
  * Thread-safe. */
 sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
@@ -752,9 +761,10 @@ typedef struct sluice_key_state {
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen);
 
 /* Put `key`'s limiter back at rest.  A limiter at rest carries no
- * information, and a table holds no key at rest longer than its sweep
- * takes: so a reset drops the key exactly as sluice_table_remove() does
- * (every later decision is the same as after a remove).  It differs only in
+ * information (a table keeps a key at rest only until its room is wanted,
+ * and decides it as a fresh limiter): so a reset drops the key exactly as
+ * sluice_table_remove() does (every later decision is the same as after a
+ * remove).  It differs only in
  * its answer: 0 whether or not the key was held (a key not held is at rest
  * already), so a reset is idempotent.  SLUICE_EINVAL for the bad arguments
  * of sluice_table_remove() (nothing changes).  Thread-safe. */
@@ -779,7 +789,7 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
  * memory runs out.  A held
  * key that has come to rest by now_ns is answered from its state, which is
  * then a fresh limiter's answer too (unless now_ns is earlier than its
- * last_ns: the table's reclaiming would then start it afresh at now_ns; see
+ * last_ns: once the table has reclaimed it, it starts afresh at now_ns; see
  * sluice_table_new_flags).  Thread-safe; the answer is the key's state at
  * one instant between the call and its return. */
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen,
@@ -1168,8 +1178,8 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
  * Keys at rest: a change that makes keys come to rest later is followed;
  * one that makes them rest sooner is seen when the table next looks at
  * them, at their old rest time (until then a full table may refuse a new
- * key that could have taken such a key's place).  A table with the
- * SLUICE_TABLE_RECLAIM_WHEN_FULL flag reclaims only when full anyway.  A
+ * key that could have taken such a key's place).  A table reclaims only
+ * when room is wanted anyway.  A
  * key the table no longer holds (reclaimed at rest before the change) comes
  * back fresh under the new spec: a longer window does not see its
  * admissions older than the old window.

@@ -335,9 +335,11 @@ static void test_live_clock_coarse(void **state)
 
 /* Times out of order across keys: key "a" admitted at 0, key "b" at 5 s,
  * then "a" at 0.5 s.  A 1/s bucket with burst 1 holds no token for "a" at
- * 0.5 s.  A table that sweeps by its own clock (5 s by then) has dropped
- * "a" as at rest and starts it fresh (the documented limitation); one made
- * with SLUICE_TABLE_RECLAIM_WHEN_FULL keeps "a" and is exact. */
+ * 0.5 s.  A table that swept by its own clock (5 s by then) would have
+ * dropped "a" as at rest and started it fresh (the limitation of the old
+ * default); keys at rest stay in place until room is wanted, so the table
+ * keeps "a" and is exact, with SLUICE_TABLE_RECLAIM_WHEN_FULL (now the
+ * default, still accepted) or without. */
 static void test_reclaim_when_full(void **state)
 {
     (void)state;
@@ -361,15 +363,10 @@ static void test_reclaim_when_full(void **state)
         bool ok = sluice_table_try_acquire_at(t, "a", 1, 1, SEC / 2, &r);
         sluice_table_stats st;
         sluice_table_stats_get(t, &st);
-        if (flag) {
-            assert_false(ok); /* exact: half a token */
-            assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
-            assert_int_equal(st.reclaimed, 0);
-            assert_int_equal(st.keys, 2);
-        } else {
-            assert_true(ok); /* "a" was reclaimed at the table's clock */
-            assert_true(st.reclaimed >= 1);
-        }
+        assert_false(ok); /* exact: half a token */
+        assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
+        assert_int_equal(st.reclaimed, 0);
+        assert_int_equal(st.keys, 2);
         sluice_table_free(t);
     }
     /* when full, the flag's table still reclaims keys at rest to make room */
@@ -782,6 +779,294 @@ static void test_override_churn_memory(void **state)
     assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
+/* ---- keys at rest stay in place until their room is wanted --------------- */
+
+/* Every algorithm: 48 keys in a table of 64 (never full), requests of 0..3
+ * permits at times that run forwards overall but are out of order across
+ * keys (each request up to a period behind the latest), gaps that let
+ * keys rest between visits.  Each key's decisions are the reference
+ * model's (tests/ref_model.c), field by field; a key whose model is at rest
+ * at the request's time (and not behind its latest admission) is also
+ * decided as a fresh model decides; nothing is ever reclaimed, every key
+ * made stays held (peek), and stats.keys counts exactly the keys made. */
+static void test_rest_in_place_exact(void **state)
+{
+    (void)state;
+    enum { KEYS = 48, STEPS = 6000 };
+    static const struct {
+        const char *spec;
+        ref_params p;
+    } cases[] = {
+        {"token-bucket 10/s burst=3", {.alg = REF_TOKEN_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 3}},
+        {"leaky-bucket 5/s capacity=2", {.alg = REF_LEAKY_BUCKET, .limit = 5, .period_ns = SEC, .capacity = 2}},
+        {"fixed-window 3/100ms", {.alg = REF_FIXED_WINDOW, .limit = 3, .period_ns = SEC / 10}},
+        {"sliding-approx 4/100ms", {.alg = REF_SLIDING_APPROX, .limit = 4, .period_ns = SEC / 10}},
+        {"sliding-wheel 4/100ms slots=10", {.alg = REF_SLIDING_WHEEL, .limit = 4, .period_ns = SEC / 10, .slots = 10}},
+        {"sliding-log 3/100ms", {.alg = REF_SLIDING_LOG, .limit = 3, .period_ns = SEC / 10}},
+    };
+    uint64_t rng = tu_env_seed() ^ 0x5ba25e;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        sluice_table *t = mk(cases[ci].spec, 64);
+        ref_model *m[KEYS];
+        bool made[KEYS] = {false};
+        size_t nmade = 0, fresh_checked = 0;
+        for (int k = 0; k < KEYS; k++) assert_non_null(m[k] = ref_model_new(&cases[ci].p));
+        const uint64_t period = cases[ci].p.period_ns;
+        uint64_t clock = 10 * SEC;
+        for (int i = 0; i < STEPS; i++) {
+            clock += tu_splitmix64_below(&rng, period / 8); /* a key rests in a few visits */
+            const int k = (int)tu_splitmix64_below(&rng, KEYS);
+            const uint64_t now = clock - tu_splitmix64_below(&rng, period); /* out of order */
+            const uint64_t p = tu_splitmix64_below(&rng, 4);
+            char key[8];
+            snprintf(key, sizeof key, "k%d", k);
+            ref_result fr = {0};
+            bool fresh_ok = false;
+            const bool at_rest = made[k] && now >= ref_model_latest(m[k]) &&
+                                 ref_model_at_rest(m[k], now);
+            if (at_rest) { /* held in place, and decided as a fresh key */
+                assert_int_equal(sluice_table_peek_at(t, key, strlen(key), 0, now, NULL, NULL), 0);
+                ref_model *f = ref_model_new(&cases[ci].p);
+                assert_non_null(f);
+                fresh_ok = ref_model_decide(f, p, now, &fr);
+                ref_model_free(f);
+            }
+            ref_result want;
+            const bool want_ok = ref_model_decide(m[k], p, now, &want);
+            sluice_result r;
+            const bool ok = ask(t, key, p, now, &r);
+            if (ok != want_ok || r.remaining != want.remaining ||
+                r.retry_after_ns != want.retry_after_ns || r.wait_ns != want.wait_ns || r.error)
+                fail_msg("%s, step %d, key %d, %llu permits at %llu: table %d rem %llu retry %lld "
+                         "wait %llu err %d; model %d rem %llu retry %lld wait %llu",
+                         cases[ci].spec, i, k, (unsigned long long)p, (unsigned long long)now,
+                         ok, (unsigned long long)r.remaining, (long long)r.retry_after_ns,
+                         (unsigned long long)r.wait_ns, r.error, want_ok,
+                         (unsigned long long)want.remaining, (long long)want.retry_after_ns,
+                         (unsigned long long)want.wait_ns);
+            if (at_rest) {
+                assert_int_equal(ok, fresh_ok);
+                assert_int_equal(r.remaining, fr.remaining);
+                assert_int_equal(r.retry_after_ns, fr.retry_after_ns);
+                assert_int_equal(r.wait_ns, fr.wait_ns);
+                fresh_checked++;
+            }
+            if (!made[k] && ok && p > 0) { /* an admission makes the key */
+                made[k] = true;
+                nmade++;
+            }
+            sluice_table_stats st;
+            sluice_table_stats_get(t, &st);
+            assert_int_equal(st.keys, nmade);
+            assert_int_equal(st.reclaimed, 0);
+        }
+        for (int k = 0; k < KEYS; k++) {
+            char key[8];
+            snprintf(key, sizeof key, "k%d", k);
+            assert_int_equal(sluice_table_peek_at(t, key, strlen(key), 0, clock, NULL, NULL),
+                             made[k] ? 0 : SLUICE_ENOENT);
+            ref_model_free(m[k]);
+        }
+        print_message("  %s: %zu keys made, %zu decisions of keys at rest checked as fresh\n",
+                      cases[ci].spec, nmade, fresh_checked);
+        assert_true(fresh_checked > STEPS / 10);
+        sluice_table_free(t);
+    }
+}
+
+typedef struct held_count {
+    size_t n;
+} held_count;
+
+static int count_held(const void *key, size_t keylen, const sluice_key_state *ks, void *arg)
+{
+    (void)key;
+    (void)keylen;
+    (void)ks;
+    ((held_count *)arg)->n++;
+    return 0;
+}
+
+/* The keys the table holds, counted by a whole scan. */
+static size_t scan_count(sluice_table *t)
+{
+    held_count c = {0};
+    uint64_t cur = 0;
+    int calls = 0;
+    do {
+        assert_int_equal(sluice_table_scan(t, cur, 16, count_held, &c, &cur), 0);
+        assert_true(++calls < 1000000);
+    } while (cur != 0);
+    return c.n;
+}
+
+/* stats.keys against the keys a whole scan finds and against the count of
+ * keys made less those reclaimed and evicted; never above max_keys. */
+static void check_count(sluice_table *t, size_t max_keys, size_t made)
+{
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_true(st.keys <= max_keys);
+    assert_int_equal(st.keys, scan_count(t));
+    assert_int_equal(st.keys, made - st.reclaimed - st.evicted);
+}
+
+/* A full table of keys in use and keys at rest, then a flood of new keys:
+ * the flood takes the places of the keys at rest first -- nothing is
+ * evicted and nothing refused while one is at rest, with or without
+ * SLUICE_TABLE_EVICT_LRU -- and the keys in use keep their state (their
+ * decisions are the contract's: refused, with the exact wait).  Once every
+ * held key is in use, the flood is refused (default) or evicts (LRU).
+ * max_keys stays a hard bound throughout, and stats.keys is exact. */
+static void test_rest_in_place_flood(void **state)
+{
+    (void)state;
+    for (int lru = 0; lru <= 1; lru++) {
+        char err[256], key[16];
+        const size_t max = 16;
+        sluice_table *t = sluice_table_new_flags("token-bucket 10/s burst=2", max,
+                                                 lru ? SLUICE_TABLE_EVICT_LRU : 0, err, sizeof err);
+        assert_non_null(t);
+        sluice_result r;
+        size_t made = 0;
+        const uint64_t T = 100 * SEC;
+        for (int k = 0; k < 8; k++, made++) { /* at rest from T - 900 ms on */
+            snprintf(key, sizeof key, "rest%d", k);
+            assert_true(ask(t, key, 1, T - SEC, &r));
+        }
+        for (int k = 0; k < 8; k++, made++) { /* in use until T + 200 ms */
+            snprintf(key, sizeof key, "use%d", k);
+            assert_true(ask(t, key, 2, T, &r));
+        }
+        check_count(t, max, made);
+        for (int k = 0; k < 8; k++, made++) { /* each takes a place of a key at rest */
+            snprintf(key, sizeof key, "new%d", k);
+            assert_true(ask(t, key, 1, T + SEC / 1000, &r));
+            assert_int_equal(r.error, 0);
+            check_count(t, max, made + 1);
+        }
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        assert_int_equal(st.reclaimed, 8);
+        assert_int_equal(st.evicted, 0);
+        assert_int_equal(st.refused, 0);
+        for (int k = 0; k < 8; k++) { /* kept, exactly: empty until T + 100 ms */
+            snprintf(key, sizeof key, "use%d", k);
+            assert_false(ask(t, key, 1, T + SEC / 500, &r));
+            assert_int_equal(r.error, 0);
+            assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 10 - SEC / 500));
+        }
+        /* every held key in use: the next new key is refused, or evicts one */
+        const bool ok = ask(t, "over", 1, T + SEC / 500, &r);
+        sluice_table_stats_get(t, &st);
+        if (lru) {
+            assert_true(ok);
+            assert_int_equal(st.evicted, 1);
+            made++;
+        } else {
+            assert_false(ok);
+            assert_int_equal(r.error, SLUICE_EFULL);
+            assert_int_equal(st.refused, 1);
+            assert_int_equal(st.evicted, 0);
+        }
+        check_count(t, max, made);
+        /* later, all at rest: a flood of 200 new keys, never refused, never
+         * evicting, never above max_keys */
+        for (int k = 0; k < 200; k++, made++) {
+            snprintf(key, sizeof key, "f%d", k);
+            assert_true(ask(t, key, 1, T + SEC + (uint64_t)k * (SEC / 5), &r));
+            check_count(t, max, made + 1);
+        }
+        sluice_table_stats_get(t, &st);
+        assert_int_equal(st.evicted, lru ? 1 : 0);
+        assert_int_equal(st.refused, lru ? 0 : 1);
+        sluice_table_free(t);
+    }
+}
+
+/* Many shards (max_keys 3000: 16 shards): 3000 keys at rest fill the
+ * table; 30000 new keys then come, in batches whose keys stay in use for
+ * a while, mixed with visits of old keys: max_keys is never passed (a
+ * place is taken only with room for it: stats.keys, sampled after every
+ * call, and a whole scan after each batch agree), no new key is refused
+ * while the keys in use are fewer than max_keys, and every admitted
+ * decision is a fresh key's or the contract's. */
+static void test_rest_in_place_bound(void **state)
+{
+    (void)state;
+    enum { MAX = 3000, NEW = 30000, BATCH = 500 };
+    sluice_table *t = mk("token-bucket 1/s burst=5", MAX);
+    sluice_result r;
+    char key[24];
+    size_t made = 0;
+    uint64_t now = SEC;
+    for (int k = 0; k < MAX; k++, made++) {
+        snprintf(key, sizeof key, "old%d", k);
+        assert_true(ask(t, key, 1, now, &r)); /* at rest 1 s later */
+    }
+    check_count(t, MAX, made);
+    uint64_t rng = tu_env_seed() ^ 0xb0b;
+    for (int b = 0; b < NEW / BATCH; b++) {
+        now += 6 * SEC; /* every earlier key at rest (5 permits: 5 s) */
+        const uint64_t off = tu_splitmix64_below(&rng, MAX);
+        for (int k = 0; k < BATCH; k++) {
+            snprintf(key, sizeof key, "new%d", b * BATCH + k);
+            assert_true(ask(t, key, 5, now, &r)); /* in use for 5 s */
+            assert_int_equal(r.error, 0);
+            made++;
+            sluice_table_stats st;
+            sluice_table_stats_get(t, &st);
+            assert_true(st.keys <= MAX);
+            if (k % 4 == 0) { /* an old key (once a batch): held or not, decided as fresh */
+                snprintf(key, sizeof key, "old%d", (int)((off + (uint64_t)k / 4) % MAX));
+                const bool held = sluice_table_peek_at(t, key, strlen(key), 0, now, NULL, NULL) == 0;
+                assert_true(ask(t, key, 5, now, &r));
+                assert_int_equal(r.remaining, 0);
+                made += !held;
+            }
+        }
+        check_count(t, MAX, made);
+    }
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.refused, 0);
+    assert_int_equal(st.evicted, 0);
+    assert_true(st.reclaimed > 0);
+    sluice_table_free(t);
+}
+
+/* A full table of keys long at rest: a new key reclaims a few of them (at
+ * least one; one, in its own place or through the wheel), not every one --
+ * the others stay in place, and each later new key takes a few more at
+ * most; none is refused.  (A call's cost stays bounded however many keys
+ * rest.) */
+static void test_rest_reclaim_few(void **state)
+{
+    (void)state;
+    const size_t max = 256; /* one shard */
+    sluice_table *t = mk("token-bucket 10/s burst=10", max);
+    sluice_result r;
+    char key[16];
+    for (size_t k = 0; k < max; k++) { /* at rest 1 s after, at 1 .. 27 s */
+        snprintf(key, sizeof key, "rest%zu", k);
+        assert_true(ask(t, key, 10, (uint64_t)k * (SEC / 10), &r));
+    }
+    check_count(t, max, max);
+    size_t made = max;
+    uint64_t was = 0;
+    for (int k = 0; k < 20; k++, made++) {
+        snprintf(key, sizeof key, "new%d", k);
+        assert_true(ask(t, key, 1, 3600 * SEC, &r));
+        sluice_table_stats st;
+        sluice_table_stats_get(t, &st);
+        assert_true(st.reclaimed <= was + 64);
+        if (k == 0) assert_true(st.reclaimed >= 1 && st.reclaimed < max);
+        was = st.reclaimed;
+        check_count(t, max, made + 1);
+    }
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -798,6 +1083,10 @@ int main(void)
         cmocka_unit_test(test_long_keys),
         cmocka_unit_test(test_spec_change_memory),
         cmocka_unit_test(test_override_churn_memory),
+        cmocka_unit_test(test_rest_in_place_exact),
+        cmocka_unit_test(test_rest_in_place_flood),
+        cmocka_unit_test(test_rest_in_place_bound),
+        cmocka_unit_test(test_rest_reclaim_few),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1321,7 +1321,11 @@ static void run_owned(bool evict)
     assert_int_equal(st.decisions.permits_allowed, pa);
     assert_int_equal(st.decisions.permits_denied, pd);
     assert_int_equal(st.decisions.probes, probes);
-    assert_true(st.reclaimed > 0);
+    /* keys at rest stay in place until their room is wanted: a table of
+     * max_keys = keys never wants it; the evicting one, a quarter the
+     * size, reclaims */
+    if (evict) assert_true(st.reclaimed > 0);
+    else assert_int_equal(st.reclaimed, 0);
     if (!evict) {
         assert_int_equal(st.refused, 0);
         assert_int_equal(st.evicted, 0);

@@ -72,7 +72,9 @@ typedef struct sluice_rules sluice_rules; /* opaque */
 #define SLUICE_RULES_RECLAIM_WHEN_FULL 1u /* every key rule's table is made
                                    * with SLUICE_TABLE_RECLAIM_WHEN_FULL (for
                                    * callers whose times are out of order
-                                   * across keys, such as a replayed trace) */
+                                   * across keys, such as a replayed trace);
+                                   * every table now reclaims so: accepted,
+                                   * changes nothing */
 #define SLUICE_RULES_ALLOW_EMPTY 2u /* accept a text with no rules (a set
                                    * that limits nothing); without it
                                    * sluice_rules_new() and every reload

@@ -62,27 +62,47 @@
  * wheel (the hot path does no wheel work).  When the wheel reaches the
  * entry, it is reclaimed if at rest, else re-filed at its current rest
  * time -- each re-filing is paid for by the admissions that caused it.
- * Every locked call on a shard advances its wheel to the call's time,
- * handling at most SWEEP_BUDGET entries (a reclaimed entry's removal moves
- * its run back a slot: a walk along a list that drops entries follows the
- * next one to its new slot, after_close); occupancy bitmaps let the wheel jump over empty
- * slots, so an idle gap of years costs a few steps.  Since an entry is never
- * filed later than its real rest time, advancing the wheel to `now` (and
- * looking through the current tick's slot) finds every key at rest: when a
- * new key finds the table full, the table does that, first in the key's
- * shard and then in the others, before it refuses.  No decision scans the
- * table; sluice_table_scan walks it a bounded step per call (key operations,
- * at the end of this file).
+ *
+ * A key at rest stays where it is until its room is wanted.  The table's
+ * memory is reserved for max_keys keys anyway, so dropping a key the moment
+ * it rests buys nothing until a new key needs its place; and a key that
+ * comes back (many clients, each sending now and then) is then found in
+ * place and decided on its state, which at rest decides as a fresh
+ * limiter's would -- an admission without the lock, one miss -- instead
+ * of being inserted again (a Robin Hood run moved, the wheel linked: twice
+ * the cost; bench/README.md, "bench_table --sparse").  So no decision does
+ * wheel upkeep; the wheel is advanced only when a new key finds no room --
+ * its shard at ecap, or the table at max_keys.  Then the key's own place
+ * is looked at first (reuse_at_rest): when the slot where it would go in
+ * Robin Hood order, or the one before, holds a key at rest, that key is
+ * reclaimed there and the new one takes its slot -- no entry moves, which
+ * in a full table would be a run on each side.  Else make_room:
+ * reclaim_some advances the wheel a visit at a time until it reclaims one
+ * key or has caught up with `now` (a reclaimed entry's removal moves its
+ * run back a slot: a walk along a list that drops entries follows the next
+ * one to its new slot, after_close), first in the key's shard and then in
+ * the others, before the policy refuses or evicts.  Occupancy bitmaps let the
+ * wheel jump over empty slots, so an idle gap of years costs a few steps.
+ * Since an entry is never filed later than its real rest time, advancing
+ * the wheel to `now` (and looking through the current tick's slot, sweep_all)
+ * finds every key at rest.  stats.keys counts the keys held, at rest or
+ * not: exact (a key is counted from the reserve that makes it to the drop
+ * that ends it), never above max_keys.  (A composite decision's lock still
+ * takes a budgeted wheel step, sluice__table_lock.)  No decision scans the
+ * table; sluice_table_scan walks it a bounded step per call (key
+ * operations, at the end of this file).  SLUICE_TABLE_RECLAIM_WHEN_FULL,
+ * which asked for this, is now what every table does (the flag is kept in
+ * t->flags, so that its tests -- calm, the composite's fast path -- hold).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
  * decided under its lock showed it (refusals and probes move nothing, their
  * time included, and admissions made without the lock move nothing but
- * their entry: they are made only while the wheel needs no step at their
- * time, `calm`).  A key dropped at rest loses its own latest time: a later
+ * their entry).  A key dropped at rest loses its own latest time: a later
  * request for it with an earlier time than that key had seen starts a fresh
  * limiter at the earlier time, which can admit earlier than the contract
  * would.  This needs callers whose times run backwards across the rest of a
- * key, and is the price of holding nothing for keys at rest.
+ * key, and a table full enough to want that key's place; until it fills,
+ * every key is exact whatever the order of times across keys.
  *
  * When full of keys in use: refuse the new key (default; counted), or, with
  * SLUICE_TABLE_EVICT_LRU, drop the entry with the oldest latest time among
@@ -268,6 +288,7 @@
 #define SLOTS SLUICE__WCORE_SLOTS
 #define TICK_SHIFT 20
 #define SWEEP_BUDGET 8
+#define RECLAIM_BATCH 1 /* wheel visits per step of reclaim_some: one key at a time */
 #define LRU_SAMPLES 8
 
 /* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
@@ -816,17 +837,28 @@ static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t t
     }
 }
 
+/* Where a new key of home slot `home` goes in Robin Hood order (after the
+ * keys of its home and of earlier ones): the first slot empty or held by a
+ * key of a later home; *dist receives its probe distance there. */
 /* An empty slot for a new key of home slot `home`, in Robin Hood order:
  * after the keys of its home and of earlier ones, before those of later
  * ones -- the rest of the run moves one slot on.  *dist receives its probe
  * distance.  There is an empty slot: count < ecap < cap. */
-static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
+static uint32_t slot_place(const sluice_table *t, const shard *s, uint32_t home, uint32_t *dist)
 {
     uint32_t p = home, d = 0, code;
     while ((code = META_CODE(ent(t, s, p)->meta)) != 0 && !dist_lt(t, s, p, code, d)) {
         if (++p == s->cap) p = 0;
         d++;
     }
+    *dist = d;
+    return p;
+}
+
+static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
+{
+    uint32_t d;
+    const uint32_t p = slot_place(t, s, home, &d);
     uint32_t q = p;
     while (META_CODE(ent(t, s, q)->meta))
         if (++q == s->cap) q = 0;
@@ -1064,6 +1096,9 @@ static uint32_t drop_entry_keep(sluice_table *t, shard *s, uint32_t i, bool keep
     return last;
 }
 
+static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_t h,
+                      const void *key, size_t keylen, const tcfg *c, unsigned char *copy);
+
 /* A new entry for key (hash h), in its place of the probe run (the caller
  * has reserved a key in t->keys); returns its slot, or UINT32_MAX when
  * memory runs out. */
@@ -1078,9 +1113,18 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint64_t h, const void *key
     }
     uint32_t d;
     const uint32_t i = slot_open(t, s, home_of(s, (uint32_t)h), &d);
+    put_entry(t, s, i, d, h, key, keylen, c, copy);
+    PUT(&s->count, s->count + 1);
+    return i;
+}
+
+/* Key (hash h; its copy when longer than INLINE_KEY) into slot i at probe
+ * distance d, a fresh state under configuration c: field by field, with PUT
+ * for what the optimistic read reads (no memset over it). */
+static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_t h,
+                      const void *key, size_t keylen, const tcfg *c, unsigned char *copy)
+{
     entry *e = ent(t, s, i);
-    /* field by field, with PUT for what the optimistic read reads (no
-     * memset over it); the state is stored whole below */
     e->next = e->prev = 0;
     PUT(&e->cfg, c->id);
     ekey k;
@@ -1095,8 +1139,47 @@ static uint32_t new_entry(sluice_table *t, shard *s, uint64_t h, const void *key
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
     PUT(&e->meta, (uint32_t)keylen | dist_code(d) << 27);
-    PUT(&s->count, s->count + 1);
-    return i;
+}
+
+/* Room wanted for a new key (hash h) in shard s, and its place in Robin
+ * Hood order -- the slot where it would go, or the one before (which
+ * holds a key of its home or an earlier one) -- is held by a key at rest
+ * by s->now: that key's slot is the one wanted.  It is reclaimed there and
+ * the new key takes the slot, its place in t->keys and in s->count: no
+ * entry moves (slot_open and slot_close would move the runs on both sides
+ * of a full table, each moved entry's wheel neighbours told).  Either
+ * slot keeps the order: the keys before are of homes no later than the new
+ * key's, those after of homes no earlier.  Returns the slot, or UINT32_MAX
+ * (no such key at rest, or no memory for a long key's copy: make_room
+ * then). */
+static uint32_t reuse_at_rest(sluice_table *t, shard *s, uint64_t h, const void *key,
+                              size_t keylen, const tcfg *c)
+{
+    uint32_t d;
+    const uint32_t p = slot_place(t, s, home_of(s, (uint32_t)h), &d);
+    for (uint32_t k = 0; k < 2 && k <= d; k++) {
+        const uint32_t q = k == 0 ? p : p ? p - 1 : s->cap - 1;
+        entry *e = ent(t, s, q);
+        if (!META_CODE(e->meta) || ent_rest_at(t, s, q) > s->now) continue;
+        unsigned char *copy = NULL;
+        if (keylen > INLINE_KEY) {
+            if (!(copy = sluice__malloc(key_bytes(keylen)))) return UINT32_MAX;
+            memcpy(copy, key, key_bytes(keylen));
+        }
+        wheel_unlink(t, s, q);
+        if (t->pf.packed) { /* an admission that froze it before the hold ends first */
+            uint64_t w[2];
+            held_words(e, w);
+        } else {
+            sluice__state_fini(&t->pf, ent_state(e));
+        }
+        if (META_LEN(e->meta) > INLINE_KEY) sluice__free(e->key.far.ext);
+        put_entry(t, s, q, d - k, h, key, keylen, c, copy);
+        s->gen++; /* another key in the slot: a composite's parts look again */
+        atomic_fetch_add_explicit(&t->reclaimed, 1, memory_order_relaxed);
+        return q;
+    }
+    return UINT32_MAX;
 }
 
 /* Evict the least recently used of a sample of the shard's entries; its
@@ -1167,7 +1250,10 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         t = NULL;
         goto oom;
     }
-    t->flags = flags;
+    /* keys at rest are reclaimed only when room is wanted, whatever the
+     * flags say (head comment): the flag is set so that every test of it
+     * (calm, the composite's fast path) knows */
+    t->flags = flags | SLUICE_TABLE_RECLAIM_WHEN_FULL;
     t->max_keys = max_keys;
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
@@ -1322,6 +1408,28 @@ static bool reserve(sluice_table *t)
     return true;
 }
 
+/* Reclaim keys of shard s (locked) at rest by `now`: one if there is one
+ * (more only from the current tick's look) -- the wheel advanced
+ * RECLAIM_BATCH visits at a time until one is reclaimed or it has caught up
+ * with now, then, if none was, the look through the current tick
+ * (sweep_all).  A visit that reclaims nothing files an entry again at its
+ * later rest time, paid for by the admissions that moved it; so one call
+ * costs one reclaim past those, however long the wheel was left behind
+ * (the keys at rest that it leaves stay in place for their next visit, or
+ * the next new key).  One at a time keeps the table full, so that the next
+ * new key finds its room at rest in its own place (reuse_at_rest) more
+ * often than not: a flood of new keys through keys at rest costs what it
+ * cost when a sweep dropped them (bench/README.md).  Returns how many. */
+static uint32_t reclaim_some(sluice_table *t, shard *s, uint64_t now)
+{
+    uint32_t freed = 0;
+    while (!freed && s->wheel.cur < now >> TICK_SHIFT) {
+        uint32_t budget = RECLAIM_BATCH;
+        freed = wheel_advance(t, s, now, &budget);
+    }
+    return freed ? freed : sweep_all(t, s, now);
+}
+
 /* Room for one more key in shard s (locked): reclaim keys at rest (in s,
  * then, unlocking s, in the other shards), or evict as the policy says.
  * Returns true with a place reserved in t->keys, or false with *retry set.
@@ -1332,7 +1440,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
 {
     *relocked = false;
     if (s->count < s->ecap && reserve(t)) return true;
-    sweep_all(t, s, now);
+    reclaim_some(t, s, now);
     publish_due(s);
     if (s->count < s->ecap && reserve(t)) return true;
     if (s->count < s->ecap && t->nshards > 1) { /* the room may be elsewhere */
@@ -1343,7 +1451,7 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
             /* a shard whose wheel has nothing due by now has nothing at rest */
             if (o == s || atomic_load_explicit(o->due, memory_order_relaxed) > now) continue;
             sluice__spin_lock(&o->mu);
-            if (sweep_all(t, o, now > o->now ? now : o->now)) got = reserve(t);
+            if (reclaim_some(t, o, now > o->now ? now : o->now)) got = reserve(t);
             publish_due(o);
             sluice__spin_unlock(&o->mu);
         }
@@ -1625,11 +1733,8 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         }
     }
     if (now_ns > s->now) PUT(&s->now, now_ns);
-    if (!(t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) && (s->now >> TICK_SHIFT) > s->wheel.cur) {
-        uint32_t budget = SWEEP_BUDGET;
-        wheel_advance(t, s, s->now, &budget);
-        publish_due(s);
-    }
+    /* no wheel upkeep: keys at rest stay in place until their room is
+     * wanted (make_room; head comment, "Reclaiming keys at rest") */
     for (;;) {
         uint32_t i = find(t, s, h, key, keylen);
         bool fresh = false;
@@ -1648,6 +1753,10 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
             sluice__state_init(&c->pf, &st);
             ok = sluice__decide(&c->pf, &st, now_ns, permits, UINT64_MAX, res);
             break;
+        } else if ((s->count >= s->ecap ||
+                    atomic_load_explicit(&t->keys, memory_order_relaxed) >= t->max_keys) &&
+                   (i = reuse_at_rest(t, s, h, key, keylen, c)) != UINT32_MAX) {
+            fresh = true; /* in the place of a key at rest */
         } else {
             int64_t retry = -1;
             bool relocked;
