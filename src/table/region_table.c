@@ -162,26 +162,16 @@
  *     the answer, an admission goes to the lock
  *
  * Why an answer given is the one the locked path would have given at an
- * instant of the read.  (1) No data race: every field read so -- a slot's
- * header, epochs, key words and state words, a shard's sequence, count,
- * due and now -- is stored only by a holder, with an atomic store of the
- * field's own size (PUT, or the _Atomic fields' stores), and loaded with an
- * atomic load of the same size (GET); no store overlaps another field's
- * bytes (keys are stored and compared in zero-padded 8-byte words, states
- * in 8-byte words), so no load tears within a field.  (2) v even was
- * stored by the unlock of the last hold before the read (release; loaded
- * with acquire): every store of the holds before it is visible to the
- * loads after it.  (3) If a load saw a store of a hold that began after v,
- * that store follows the hold's odd store and a release fence, and the load
- * precedes the recheck's acquire fence: the fences synchronise, so the odd
- * store happens before the recheck, which then reads it or a later value,
- * never v -- the sequence only grows (spin.h makes the same argument for
- * the in-process table; under ThreadSanitizer, which does not model fences,
- * the stores and loads carry release and acquire themselves, which gives
- * the same edge access by access).  So when the recheck reads v, every
- * load read what the shard held from v's unlock to the recheck: one state
- * of the shard, unchanged for the whole read, whatever order the loads ran
- * in.  (4) Only that snapshot is decided on, after the recheck; a read that
+ * instant of the read.  (1)-(3) The read is base/seqlock.h's protocol, and
+ * its proof is there: every field read so -- a slot's header, epochs, key
+ * words and state words, a shard's count, due and now -- is stored only by
+ * a holder (PUT, or the _Atomic fields' stores of its order) and loaded
+ * with GET, each with the field's own size; no store overlaps another
+ * field's bytes (keys are stored and compared in zero-padded 8-byte words,
+ * states in 8-byte words); the hold's odd store is shard_lock's
+ * sluice__seq_hold.  So when the recheck reads v, every load read what the
+ * shard held from v's unlock to the recheck: one state of the shard,
+ * unchanged for the whole read, whatever order the loads ran in.  (4) Only that snapshot is decided on, after the recheck; a read that
  * mixed states is thrown away before anything is decided.  Before the
  * recheck the loads may mix states, and stay bounded anyway: the probe run
  * is cut at cap slots, a key is compared up to the length its header says
@@ -412,6 +402,7 @@
 #include "table/region_table.h"
 #include "base/spin.h"
 #include "table/table.h"
+#include "table/skeleton.h"
 #include "alg/window_log.h"
 
 #include <errno.h>
@@ -434,16 +425,7 @@
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
 #define RING_MAX 65536u /* ring entries per key */
-#define LRU_SAMPLES 8
 #define NONE UINT32_MAX
-
-/* What the read without the lock loads -- a shard's sequence, count, due
- * and now, a slot's header, epochs, key words and state words -- a holder
- * stores with PUT (or an atomic store of the same order) and the read loads
- * with GET, each field with its own size (spin.h's orders: plain moves on
- * x86-64).  Holders read them plainly or with GET: only holders store. */
-#define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
-#define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
 #define INIT_READY 1u
 #define BUSY ((uint64_t)1 << 63)
@@ -802,13 +784,11 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
                                                                             : SLUICE__DIGEST_BYTES);
     L->ring_off = L->copy_off + 2 * (size_t)L->cb;
     L->stride = L->ring_off + (size_t)L->ring_cap * sizeof(sluice__log_entry);
-    while (L->shard_bits < 6 && ((size_t)256 << L->shard_bits) < max_keys) L->shard_bits++;
+    uint64_t ecap; /* skeleton.h: as in process, at a load of at most 0.75 */
+    sluice__table_sizing(max_keys, &L->shard_bits, &ecap);
     L->nshards = 1u << L->shard_bits;
-    double per = (double)max_keys / L->nshards;
-    uint64_t ecap = L->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
-    if (ecap > max_keys) ecap = max_keys;
     L->ecap = (uint32_t)ecap;
-    L->cap = (uint32_t)(ecap + ecap / 3 + 1);
+    L->cap = sluice__table_cap(ecap, 3);
     L->slots_off = HEAD_BYTES + (size_t)L->nshards * sizeof(rshard);
     const u128 cfg_end = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride +
                          (u128)CFG_K * sizeof(rcfg);
@@ -1168,11 +1148,7 @@ static uint64_t shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
 {
     rshard *sh = &r->sh[k];
     const bool dead = lock_word(&sh->lock, self());
-    const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_relaxed);
-    atomic_store_explicit(&sh->seq, v | 1, (memory_order)SLUICE__SEQ_STORE);
-#if !SLUICE__SEQ_TSAN
-    atomic_thread_fence(memory_order_release);
-#endif
+    const uint64_t v = sluice__seq_hold(&sh->seq);
     if (dead) {
         repair(r, k);
         *stolen = true;
@@ -1185,8 +1161,7 @@ static uint64_t shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
 static void shard_unlock(sluice__rtable *r, uint32_t k)
 {
     rshard *sh = &r->sh[k];
-    const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_relaxed);
-    atomic_store_explicit(&sh->seq, (v | 1) + 1, memory_order_release);
+    sluice__seq_unhold(&sh->seq);
     atomic_store_explicit(&sh->lock, 0, memory_order_release);
 }
 
@@ -1563,9 +1538,6 @@ static void count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool
 
 /* ---- the read without the lock (head comment) --------------------------- */
 
-/* Reads tried (each met a holder, or was overtaken by one) before the lock. */
-#define READ_TRIES 16
-
 /* What a decision on one key reads of its shard, from GET loads between two
  * loads of the shard's sequence that found it even and unchanged. */
 typedef struct rsnap {
@@ -1651,16 +1623,13 @@ static bool read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const vo
 {
     rshard *sh = &r->sh[k];
     for (unsigned n = 0; n < READ_TRIES; n++) {
-        const uint64_t v = atomic_load_explicit(&sh->seq, memory_order_acquire);
+        const uint64_t v = sluice__seq_begin(&sh->seq);
         if (v & 1) { /* held: wait without writing */
             sluice__backoff(n);
             continue;
         }
         read_once(r, k, tag, key, keylen, sn);
-#if !SLUICE__SEQ_TSAN
-        atomic_thread_fence(memory_order_acquire); /* the loads before the recheck */
-#endif
-        if (atomic_load_explicit(&sh->seq, memory_order_relaxed) == v) {
+        if (sluice__seq_valid(&sh->seq, v)) {
             sn->v = v;
             return true;
         }

@@ -150,15 +150,9 @@
  * loaded with an atomic load of the same size (GET); no store overlaps
  * another field's bytes (new_entry and slot_move store field by field, no
  * memset or memcpy over them), so no load tears within a field and there
- * is no data race.  (2) v even was stored by the last
- * hold's unlock (release; read with acquire), so every store of the holds
- * before it is visible to the loads after it.  (3) If a load saw a store of
- * a hold that began after v, that store follows the hold's lock (the
- * bit-set that made the sequence odd, then a release fence), and the load
- * precedes the recheck's acquire fence: the fences synchronise, so the
- * bit-set happens before the recheck, which then reads an odd value or a
- * later one, never v (spin.h; under ThreadSanitizer the stores and loads
- * carry release and acquire themselves).  So if the recheck reads v, every
+ * is no data race.  (2)-(3) The read is base/seqlock.h's
+ * protocol (the lock's bit-set is the hold's odd store), proved there.
+ * So if the recheck reads v, every
  * load read the value the shard held from v's hold to the recheck: one state of
  * the shard, unchanged for the whole read, whatever order the loads ran in
  * -- a consistent snapshot, and the decision on it is the locked path's at
@@ -254,6 +248,7 @@
 #include "timer/wheel_core.h"
 #include "composite/composite.h"
 #include "table/region_table.h"
+#include "table/skeleton.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -266,7 +261,6 @@
 #define SLOTS SLUICE__WCORE_SLOTS
 #define TICK_SHIFT 20
 #define SWEEP_BUDGET 8
-#define LRU_SAMPLES 8
 
 /* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
  * pointer to a copy and the key's whole 64-bit hash (found again without
@@ -300,16 +294,6 @@ _Static_assert(SLUICE__WCORE_LISTS < 0x3ff, "a list number fits in meta");
 _Static_assert(SLUICE_MAX_KEY_BYTES < 0x20000, "a key length fits in meta");
 
 static inline uint32_t dist_code(uint32_t d) { return (d < DIST_SAT ? d : DIST_SAT) + 1; }
-
-/* What the optimistic read (head comment) reads -- a slot's meta, key
- * words, configuration id and packed state words, a shard's count, now and
- * due --
- * is stored by the lock's holder with PUT and loaded without the lock with
- * GET, always with the field's own size: atomic, of the seqlock's orders
- * (spin.h; plain moves on x86-64).  The holder reads them plainly: only
- * holders store. */
-#define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
-#define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
 /* A shard starts a cache line: its first line holds all that a decision
  * reads of it and an admission writes (the lock, cap, slab, now, the
@@ -1170,8 +1154,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
     t->stride = sizeof(entry) + (pf.packed ? 16 : sizeof(sluice__state));
-    /* one shard per 256 keys, up to 64 */
-    while (t->shard_bits < 6 && ((size_t)256 << t->shard_bits) < max_keys) t->shard_bits++;
+    uint64_t ecap; /* skeleton.h */
+    sluice__table_sizing(max_keys, &t->shard_bits, &ecap);
     t->nshards = 1u << t->shard_bits;
     if (seed) {
         t->seed[0] = seed[0];
@@ -1183,11 +1167,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     t->shards = sluice__calloc64(t->nshards * sizeof *t->shards);
     t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
     if (!t->shards || !t->dues) goto oom;
-    double per = (double)max_keys / t->nshards;
-    uint64_t ecap = t->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
-    if (ecap > max_keys) ecap = max_keys;
-    uint64_t cap = ecap + ecap / 4 + 1; /* load factor <= 0.8 */
-    if (cap > UINT32_MAX) cap = UINT32_MAX;
+    const uint64_t cap = sluice__table_cap(ecap, 4); /* load factor <= 0.8 */
     /* one block for every shard's array, in huge pages where the system
      * gives them (alloc.c): a random lookup then misses the TLB rarely */
     t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
@@ -1370,10 +1350,6 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
 }
 
 /* ---- the optimistic read (head comment) --------------------------------- */
-
-/* Reads without the lock tried (a holder met, or a change seen) before the
- * caller takes the lock. */
-#define READ_TRIES 16
 
 /* Whether a request for a key that shard s does not hold (1 <= permits <=
  * capacity) is refused for want of room, decided without writing: the
