@@ -2405,6 +2405,65 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
     return 0;
 }
 
+/* The public table functions on a handle of a region (skeleton.h's
+ * dispatch): the handle's region is sluice__table_region(t). */
+static bool ops_try(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                    uint64_t now_ns, sluice_result *res)
+{
+    return sluice__rtable_try_acquire_at(sluice__table_region(t), key, keylen, permits, now_ns,
+                                         res);
+}
+static size_t ops_burst(sluice_table *t, size_t n, const void *const keys[],
+                        const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
+                        sluice_result results[])
+{
+    return sluice__table_burst_each(t, ops_try, n, keys, keylens, permits, now_ns, results);
+}
+static int ops_remove(sluice_table *t, const void *key, size_t keylen)
+{
+    return sluice__rtable_remove(sluice__table_region(t), key, keylen);
+}
+static int ops_peek(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                    uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    return sluice__rtable_peek_at(sluice__table_region(t), key, keylen, permits, now_ns, res,
+                                  state);
+}
+static void ops_stats(const sluice_table *t, sluice_table_stats *out)
+{
+    sluice__rtable_stats_get(sluice__table_region(t), out);
+}
+static int ops_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
+                    void *arg, uint64_t *next_cursor, size_t *visited)
+{
+    return sluice__rtable_scan(sluice__table_region(t), cursor, count, fn, arg, next_cursor,
+                               visited);
+}
+static int ops_reconfigure(sluice_table *t, const char *spec, int knob, uint64_t a, uint64_t b,
+                           uint64_t now_ns, char *err, size_t errlen)
+{
+    return sluice__rtable_reconfigure_at(sluice__table_region(t), spec, knob, a, b, now_ns, err,
+                                         errlen);
+}
+static void ops_close(sluice_table *t) { sluice__rtable_close(sluice__table_region(t)); }
+
+/* Overrides and the refused-keys sketch live in one process's heap: a
+ * region's keys are decided by every process that maps it, and the other
+ * processes would not see them (docs/shared-memory.md, "What a shared table
+ * does not do"). */
+static const sluice__table_ops region_ops = {
+    .name = "shared region",
+    .try_acquire_at = ops_try,
+    .burst_at = ops_burst,
+    .remove = ops_remove,
+    .peek_at = ops_peek,
+    .stats_get = ops_stats,
+    .scan = ops_scan,
+    .reconfigure_at = ops_reconfigure,
+    .close = ops_close,
+    .lacks = "a table in a shared region has no overrides",
+};
+
 static sluice_table *attach(void *region, size_t size, const char *spec, size_t max_keys,
                             size_t max_key_bytes, unsigned flags, void *map, size_t map_len,
                             char *err, size_t errlen)
@@ -2477,7 +2536,7 @@ static sluice_table *attach(void *region, size_t size, const char *spec, size_t 
     sluice__digest_seed(h->seed, r->dseed);
     r->sh = (rshard *)(void *)((unsigned char *)region + HEAD_BYTES);
     r->slots = (unsigned char *)region + O.slots_off;
-    sluice_table *t = sluice__table_wrap(&L.pf, flags, max_keys, r);
+    sluice_table *t = sluice__table_wrap(&region_ops, &L.pf, flags, max_keys, r);
     if (!t) {
         pthread_mutex_destroy(&r->prof_mu);
         goto oom;

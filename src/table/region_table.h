@@ -11,7 +11,9 @@ typedef struct sluice__rtable sluice__rtable;
 /* table.c: a handle for a region table (its profile, flags and max_keys,
  * and the region's process-local view); NULL when memory runs out.  Freed
  * by sluice_table_free(), which closes r.  Whether a handle is one. */
-SLUICE__INTERNAL sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags,
+struct sluice__table_ops;
+SLUICE__INTERNAL sluice_table *sluice__table_wrap(const struct sluice__table_ops *ops,
+                                                  const sluice__profile *pf, unsigned flags,
                                                   size_t max_keys, sluice__rtable *r);
 SLUICE__INTERNAL sluice__rtable *sluice__table_region(const sluice_table *t); /* or NULL */
 

@@ -72,4 +72,55 @@ static inline uint32_t sluice__table_cap(uint64_t ecap, unsigned load_div)
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
+/* ---- the dispatch ------------------------------------------------------- */
+
+/* The public table functions of one placement (sluice.h has their
+ * arguments and answers).  A handle's ops are chosen once, when it is made
+ * (table.c's table_new: in process; sluice__table_wrap, from a region's
+ * attach: the region's), and the public functions call through them -- the
+ * in-process decision inline, behind one compare of the ops pointer.  What
+ * a placement does not offer it says in `lacks`: NULL, or why (overrides
+ * and the refused-keys sketch: then those calls refuse with SLUICE_EINVAL
+ * and that reason). */
+typedef struct sluice__table_ops {
+    const char *name; /* "in-process", "shared region" */
+    bool (*try_acquire_at)(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                           uint64_t now_ns, sluice_result *res);
+    size_t (*burst_at)(sluice_table *t, size_t n, const void *const keys[],
+                       const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
+                       sluice_result results[]);
+    int (*remove)(sluice_table *t, const void *key, size_t keylen);
+    int (*peek_at)(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                   uint64_t now_ns, sluice_result *res, sluice_key_state *state);
+    void (*stats_get)(const sluice_table *t, sluice_table_stats *out);
+    int (*scan)(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn, void *arg,
+                uint64_t *next_cursor, size_t *visited);
+    int (*reconfigure_at)(sluice_table *t, const char *spec, int knob, uint64_t a, uint64_t b,
+                          uint64_t now_ns, char *err, size_t errlen);
+    void (*close)(sluice_table *t); /* what the placement holds; NULL: nothing */
+    const char *lacks;              /* NULL, or why overrides and the sketch are not offered */
+} sluice__table_ops;
+
+/* A burst decided one request at a time through ops->try_acquire_at, for a
+ * placement with no burst of its own: the same answers as n single calls
+ * (keys or keylens NULL: each request fails with SLUICE_EINVAL). */
+static inline size_t sluice__table_burst_each(sluice_table *t,
+                                              bool (*one)(sluice_table *, const void *, size_t,
+                                                          uint64_t, uint64_t, sluice_result *),
+                                              size_t n, const void *const keys[],
+                                              const size_t keylens[], const uint64_t permits[],
+                                              uint64_t now_ns, sluice_result results[])
+{
+    size_t allowed = 0;
+    for (size_t i = 0; i < n; i++) {
+        sluice_result *res = results ? &results[i] : NULL;
+        if (!keys || !keylens) {
+            if (res) sluice__fail(res, SLUICE_EINVAL);
+            continue;
+        }
+        allowed += one(t, keys[i], keylens[i], permits ? permits[i] : 1, now_ns, res);
+    }
+    return allowed;
+}
+
 #endif /* SLUICE_TABLE_SKELETON_H */

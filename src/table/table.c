@@ -367,6 +367,7 @@ struct sluice_table {
                             * refused statistic, striped (its denials) */
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
+    const sluice__table_ops *ops; /* the placement's (skeleton.h), chosen when made */
     /* configurations: by id, and the lock of changes */
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
     uint32_t ncfg;
@@ -393,6 +394,7 @@ static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
                            size_t keylen);
 static void ovr_free_all(sluice_table *t);
+static const sluice__table_ops local_ops; /* this file's placement: the end of the file */
 
 /* ---- reader sections: when a configuration may be freed ----------------- */
 
@@ -1142,6 +1144,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     rd_setup(); /* how reader sections order themselves, before any runs */
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
+    t->ops = &local_ops;
     t->pf = pf;
     if (cfg_init(t) != 0) {
         cfg_free(t);
@@ -1256,7 +1259,8 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     return n;
 }
 
-sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size_t max_keys,
+sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__profile *pf,
+                                 unsigned flags, size_t max_keys,
                                 sluice__rtable *r)
 {
     sluice_table *t = sluice__calloc64(sizeof *t);
@@ -1270,6 +1274,7 @@ sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size
     t->flags = flags;
     t->max_keys = max_keys;
     t->region = r;
+    t->ops = ops;
     return t;
 }
 
@@ -1278,7 +1283,7 @@ sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; 
 void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
-    sluice__rtable_close(t->region);
+    if (t->ops->close) t->ops->close(t);
     ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
@@ -1738,10 +1743,10 @@ decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits, ui
     return ok;
 }
 
-bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
-                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+static inline __attribute__((always_inline)) bool
+local_try_acquire_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                     uint64_t now_ns, sluice_result *res)
 {
-    if (t->region) return sluice__rtable_try_acquire_at(t->region, key, keylen, permits, now_ns, res);
     if (bad_key(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         sluice__count(&t->counters, permits, false);
@@ -1755,6 +1760,13 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     rd_exit(rd);
     sluice__count(&t->counters, permits, ok);
     return ok;
+}
+
+bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
+                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+    if (t->ops != &local_ops) return t->ops->try_acquire_at(t, key, keylen, permits, now_ns, res);
+    return local_try_acquire_at(t, key, keylen, permits, now_ns, res);
 }
 
 bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
@@ -1844,19 +1856,8 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                          const size_t keylens[], const uint64_t permits[],
                                          uint64_t now_ns, sluice_result results[])
 {
-    if (t->region) { /* one call each */
-        size_t allowed = 0;
-        for (size_t i = 0; i < n; i++) {
-            sluice_result *res = results ? &results[i] : NULL;
-            if (!keys || !keylens) {
-                if (res) sluice__fail(res, SLUICE_EINVAL);
-                continue;
-            }
-            allowed += sluice__rtable_try_acquire_at(t->region, keys[i], keylens[i],
-                                                     permits ? permits[i] : 1, now_ns, res);
-        }
-        return allowed;
-    }
+    if (t->ops != &local_ops)
+        return t->ops->burst_at(t, n, keys, keylens, permits, now_ns, results);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     rd_tls *rd = rd_enter();
     size_t allowed = 0;
@@ -1931,7 +1932,11 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
 
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
-    if (t->region) return sluice__rtable_stats_get(t->region, out);
+    t->ops->stats_get(t, out);
+}
+
+static void local_stats_get(const sluice_table *t, sluice_table_stats *out)
+{
     sluice_table *m = (sluice_table *)t; /* loads only */
     out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
@@ -1946,7 +1951,8 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 
 int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes)
 {
-    if (!t || t->region || atomic_load_explicit(&t->top, memory_order_acquire)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || atomic_load_explicit(&t->top, memory_order_acquire))
+        return SLUICE_EINVAL;
     if (counters < 1 || counters > SLUICE_TOP_COUNTERS_MAX || max_key_bytes < 1 ||
         max_key_bytes > SLUICE_TOP_KEY_MAX)
         return SLUICE_EINVAL;
@@ -2315,7 +2321,6 @@ static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard
 
 static int table_remove(sluice_table *t, const void *key, size_t keylen)
 {
-    if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -2330,6 +2335,11 @@ static int table_remove(sluice_table *t, const void *key, size_t keylen)
 }
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
+{
+    return (t ? t->ops : &local_ops)->remove(t, key, keylen);
+}
+
+static int local_remove(sluice_table *t, const void *key, size_t keylen)
 {
     rd_tls *rd = rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
     const int rc = table_remove(t, key, keylen);
@@ -2355,8 +2365,6 @@ static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state
 static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                    uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
-    if (t && t->region)
-        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
     if (!t || !key_ok(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         if (state) memset(state, 0, sizeof *state);
@@ -2438,8 +2446,12 @@ static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t per
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
-    if (t && t->region)
-        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
+    return (t ? t->ops : &local_ops)->peek_at(t, key, keylen, permits, now_ns, res, state);
+}
+
+static int local_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
     rd_tls *rd = rd_enter(); /* configurations read, also after the unlock */
     const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
     rd_exit(rd);
@@ -2513,8 +2525,6 @@ static int scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                         sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                         size_t *visited)
 {
-    if (t && t->region)
-        return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
     if (visited) *visited = 0;
     if (!t || !fn || !next_cursor || count == 0) return SLUICE_EINVAL;
     const unsigned sb = t->shard_bits;
@@ -2621,6 +2631,12 @@ static int scan_counted(sluice_table *t, uint64_t cursor, size_t count,
 int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
+{
+    return (t ? t->ops : &local_ops)->scan(t, cursor, count, fn, arg, next_cursor, visited);
+}
+
+static int local_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
+                      void *arg, uint64_t *next_cursor, size_t *visited)
 {
     rd_tls *rd = rd_enter(); /* the states given carry keys over changes first */
     const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
@@ -2868,8 +2884,12 @@ static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64
         sluice__errf(err, errlen, "no table (NULL)");
         return SLUICE_EINVAL;
     }
-    if (t->region) /* the region keeps the configuration, for every process */
-        return sluice__rtable_reconfigure_at(t->region, spec, knob, a, b, now_ns, err, errlen);
+    return t->ops->reconfigure_at(t, spec, knob, a, b, now_ns, err, errlen);
+}
+
+static int local_reconfigure_at(sluice_table *t, const char *spec, int knob, uint64_t a,
+                                uint64_t b, uint64_t now_ns, char *err, size_t errlen)
+{
     tcfg *nc = sluice__calloc(1, sizeof *nc);
     if (!nc) {
         sluice__errf(err, errlen, "out of memory");
@@ -3017,7 +3037,7 @@ static bool carry_held(sluice_table *t, shard *s, uint32_t i, const tcfg *n, uin
 
 int sluice_table_set_max_overrides(sluice_table *t, size_t max)
 {
-    if (!t || t->region || max > SLUICE_TABLE_OVERRIDES_MAX) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || max > SLUICE_TABLE_OVERRIDES_MAX) return SLUICE_EINVAL;
     pthread_mutex_lock(&t->cfg_mu);
     int rc = max < atomic_load_explicit(&t->novr, memory_order_relaxed) ? SLUICE_EINVAL : 0;
     if (rc == 0) t->max_ovr = max;
@@ -3034,12 +3054,12 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
                            const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
-    if (!t || t->region || !spec || !key_ok(key, keylen)) {
-        sluice__errf(err, errlen,
-                     !t          ? "no table (NULL)"
-                     : t->region ? "a table in a shared region has no overrides"
-                     : !spec     ? "no spec (NULL)"
-                                 : "bad key: NULL with a length");
+    if (!t || t->ops->lacks || !spec || !key_ok(key, keylen)) {
+        sluice__errf(err, errlen, "%s",
+                     !t              ? "no table (NULL)"
+                     : t->ops->lacks ? t->ops->lacks
+                     : !spec         ? "no spec (NULL)"
+                                     : "bad key: NULL with a length");
         return SLUICE_EINVAL;
     }
     if (!key) key = "";
@@ -3145,7 +3165,7 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
 static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
                               uint64_t now_ns)
 {
-    if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || !key_ok(key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -3195,7 +3215,7 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
 static int override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
                         size_t speclen)
 {
-    if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
     if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -3222,3 +3242,31 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
     rd_exit(rd);
     return rc;
 }
+
+/* ---- this placement's operations (skeleton.h) ------------------------------ */
+
+static size_t local_burst_at(sluice_table *t, size_t n, const void *const keys[],
+                             const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
+                             sluice_result results[])
+{
+    return sluice_table_try_acquire_burst_at(t, n, keys, keylens, permits, now_ns, results);
+}
+
+static bool local_try_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                          uint64_t now_ns, sluice_result *res)
+{
+    return local_try_acquire_at(t, key, keylen, permits, now_ns, res);
+}
+
+static const sluice__table_ops local_ops = {
+    .name = "in-process",
+    .try_acquire_at = local_try_one,
+    .burst_at = local_burst_at,
+    .remove = local_remove,
+    .peek_at = local_peek_at,
+    .stats_get = local_stats_get,
+    .scan = local_scan,
+    .reconfigure_at = local_reconfigure_at,
+    .close = NULL,
+    .lacks = NULL,
+};
