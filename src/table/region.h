@@ -6,7 +6,8 @@
  *
  * Map:  constants and the layout's types; slot accessors (slot_at, hdr_*,
  *       copy_of, slot_epoch, the state's words); configurations (cfg_at,
- *       epoch_now); shards and keys (shard_of, key_ok, key_view, key_hash);
+ *       epoch_now); shards and keys (shard_of, key_ok, key_view, key_hash,
+ *       key_place);
  *       stripes_of; the functions across files, by file:
  *         region_table.c   slots, configurations, shards, decisions under
  *                          the lock, composite decisions, peeks, changes
@@ -251,6 +252,17 @@ static inline uint64_t key_hash(const sluice__rtable *r, const void *key, size_t
 {
     return sluice__siphash13(r->h->seed, key, sluice__key_bytes(keylen));
 }
+/* A key as the region holds it (NULL with length 0 as ""; a long key as
+ * its digest, into dig: key_view), its hash into *hash; returns its shard. */
+static inline uint32_t key_place(const sluice__rtable *r, const void **key, size_t *keylen,
+                                 unsigned char dig[SLUICE__DIGEST_BYTES], uint64_t *hash)
+{
+    if (!*key) *key = "";
+    key_view(r, key, keylen, dig);
+    *hash = key_hash(r, *key, *keylen);
+    return shard_of(r, *hash);
+}
+
 static inline rstripe *stripes_of(const sluice__rtable *r)
 {
     return (rstripe *)(void *)((unsigned char *)r->h + r->L.stripes_off);

@@ -24,11 +24,9 @@
 int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen)
 {
     if (!key_ok(r, key, keylen)) return SLUICE_EINVAL;
-    if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    key_view(r, &key, &keylen, dig);
-    const uint64_t hash = key_hash(r, key, keylen);
-    const uint32_t k = shard_of(r, hash);
+    uint64_t hash;
+    const uint32_t k = key_place(r, &key, &keylen, dig, &hash);
     bool stolen = false;
     uint32_t fr;
     sluice__rt_shard_lock(r, k, &stolen);

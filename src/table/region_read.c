@@ -349,11 +349,9 @@ static bool try_acquire_at(sluice__rtable *r, const void *key, size_t keylen,
         return false;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    key_view(r, &key, &keylen, dig);
-    const uint64_t hash = key_hash(r, key, keylen);
-    const uint32_t k = shard_of(r, hash);
+    uint64_t hash;
+    const uint32_t k = key_place(r, &key, &keylen, dig, &hash);
     bool ok;
     radm adm;
     if (decide_read(r, k, (uint32_t)hash, key, keylen, permits, now_ns, res, &ok, &full, &adm)) {

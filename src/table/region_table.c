@@ -984,12 +984,10 @@ static int peek_at(sluice__rtable *r, const void *key, size_t keylen, uint64_t p
         if (state) memset(state, 0, sizeof *state);
         return SLUICE_EINVAL;
     }
-    if (!key) key = "";
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    key_view(r, &key, &keylen, dig);
-    const uint64_t hash = key_hash(r, key, keylen);
-    const uint32_t k = shard_of(r, hash);
+    uint64_t hash;
+    const uint32_t k = key_place(r, &key, &keylen, dig, &hash);
     bool stolen = false;
     uint32_t fr;
     sluice_result out = {0};
