@@ -41,19 +41,15 @@ void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out)
     memset(out, 0, sizeof *out);
     /* every process's: refusals and probes in the stripes, admissions and
      * keys in the shards and the header */
-    const rstripe *s = stripes_of(r);
-    for (unsigned i = 0; i <= NSTRIPES; i++) {
-        rstripe *st = (rstripe *)&s[i]; /* loads only */
-#define RD(f) atomic_load_explicit(&st->f, memory_order_relaxed)
-        out->decisions.requests_denied += RD(denied);
-        out->decisions.permits_denied = sluice__sat_add(out->decisions.permits_denied, RD(pdenied));
-        out->decisions.probes += RD(probes);
-        out->decisions.requests_denied_elsewhere += RD(elsewhere);
-        out->decisions.permits_denied_elsewhere =
-            sluice__sat_add(out->decisions.permits_denied_elsewhere, RD(pelsewhere));
-        out->refused += RD(refused);
-#undef RD
-    }
+    /* counters.h's summing, over the region's NSTRIPES + 1 */
+#define SUM(f) sluice__stripes_sum(stripes_of(r), sizeof(rstripe), NSTRIPES + 1, offsetof(rstripe, f))
+    out->decisions.requests_denied = SUM(denied);
+    out->decisions.permits_denied = SUM(pdenied);
+    out->decisions.probes = SUM(probes);
+    out->decisions.requests_denied_elsewhere = SUM(elsewhere);
+    out->decisions.permits_denied_elsewhere = SUM(pelsewhere);
+    out->refused = SUM(refused);
+#undef SUM
     out->keys = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
     for (uint32_t k = 0; k < r->L.nshards; k++) {
         rshard *sh = &r->sh[k];

@@ -6,7 +6,8 @@
  * Map:  who we are (sluice__rt_self, sluice__rt_pid_ns, tid_self) and
  *       whether a holder lives (sluice__rt_gone, tid_gone);
  *       sluice__rt_lock_word; sluice__rt_boot_id; the counter stripes
- *       (claim_stripe, my_stripe, stripe_add, sluice__rt_count_decision).
+ *       (claim_stripe, my_stripe, sluice__rt_count_decision; counters.h adds
+ *       and sums).
  *
  * Locking.  Each shard has one lock word: 0, or its holder's identity (pid
  * and the low 31 bits of the process's start time, from /proc).  An
@@ -304,17 +305,6 @@ static unsigned my_stripe(const sluice__rtable *r)
     return i;
 }
 
-static inline void stripe_add(_Atomic uint64_t *c, uint64_t v, bool own)
-{
-    if (own) {
-        sluice__own_add(c, v); /* a relaxed load and store: only we write it */
-        return;
-    }
-    uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(c, &old, sluice__sat_add(old, v),
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
 
 /* Count a decision: an admission in its shard (locked), anything else in
  * the calling thread's stripe; `elsewhere`: a refusal of a composite that
@@ -333,15 +323,15 @@ void sluice__rt_count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, 
     rstripe *s = &stripes_of(r)[i];
     const bool own = i < NSTRIPES;
     if (permits == 0) {
-        stripe_add(&s->probes, 1, own);
+        sluice__stripe_add(&s->probes, 1, own);
     } else {
-        stripe_add(&s->denied, 1, own);
-        stripe_add(&s->pdenied, permits, own);
+        sluice__stripe_add(&s->denied, 1, own);
+        sluice__stripe_add(&s->pdenied, permits, own);
         if (elsewhere) {
-            stripe_add(&s->elsewhere, 1, own);
-            stripe_add(&s->pelsewhere, permits, own);
+            sluice__stripe_add(&s->elsewhere, 1, own);
+            sluice__stripe_add(&s->pelsewhere, permits, own);
         }
     }
-    if (full) stripe_add(&s->refused, 1, own);
+    if (full) sluice__stripe_add(&s->refused, 1, own);
 }
 
