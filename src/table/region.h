@@ -284,13 +284,35 @@ typedef struct rsnap {
     uint64_t count, due, now;   /* the shard's, when the key is not held */
 } rsnap;
 
+/* On the paths of a read and of an unlock, inline in every file (region_table.c
+ * makes and takes the profiles and locks the shards). */
+/* The parsed configuration `epoch` for a read without the lock (in a reader
+ * section: it stays allocated until the section ends): one made for it and
+ * published, else NULL (the lock path makes it). */
+static inline const rprof *sluice__rt_read_prof(const sluice__rtable *r, uint64_t epoch)
+{
+    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
+                                          memory_order_acquire);
+    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
+    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
+    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
+}
+
+/* The sequence even again, 2 past the hold's odd value (release: after the
+ * hold's stores), then the lock free. */
+static inline void sluice__rt_shard_unlock(sluice__rtable *r, uint32_t k)
+{
+    rshard *sh = &r->sh[k];
+    sluice__seq_unhold(&sh->seq);
+    atomic_store_explicit(&sh->lock, 0, memory_order_release);
+}
+
 /* ---- across the files (region.h's map) ---------------------------------- */
 
 /* region_table.c (each function's comment is above its definition):
  * committing a key's state (one flip), a handle's parsed configuration of
- * an epoch (under a shard lock; read_prof: for a read, NULL when not yet
- * parsed), a key's state carried over to the current configuration, a
- * shard's lock and unlock (the seqlock's hold), the region's count of keys
+ * an epoch (under a shard lock), a key's state carried over to the
+ * current configuration, a shard's lock (the seqlock's hold), the region's count of keys
  * made exact, a key's slot in a locked shard, dropping a slot, the hint of
  * a refusal for want of room, sweeping the other shards, one decision
  * under the lock. */
@@ -299,12 +321,10 @@ SLUICE__INTERNAL uint64_t sluice__rt_state_commit(const sluice__rtable *r,
                                                   uint64_t h, const sluice__state *st,
                                                   uint32_t epoch);
 SLUICE__INTERNAL const rprof *sluice__rt_prof(sluice__rtable *r, uint64_t epoch);
-SLUICE__INTERNAL const rprof *sluice__rt_read_prof(const sluice__rtable *r, uint64_t epoch);
 SLUICE__INTERNAL const sluice__profile *sluice__rt_key_load(sluice__rtable *r, unsigned char *s,
                                                             uint64_t *hp, sluice__state *st,
                                                             uint64_t epoch);
 SLUICE__INTERNAL uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen);
-SLUICE__INTERNAL void sluice__rt_shard_unlock(sluice__rtable *r, uint32_t k);
 SLUICE__INTERNAL void sluice__rt_resync(sluice__rtable *r);
 SLUICE__INTERNAL uint32_t sluice__rt_find(const sluice__rtable *r, uint32_t k, uint32_t tag,
                                           const void *key, size_t keylen, uint32_t *freep);

@@ -430,18 +430,6 @@ const rprof *sluice__rt_prof(sluice__rtable *r, uint64_t epoch)
     return p;
 }
 
-/* The parsed configuration `epoch` for a read without the lock (in a reader
- * section: it stays allocated until the section ends): one made for it and
- * published, else NULL (the lock path makes it). */
-const rprof *sluice__rt_read_prof(const sluice__rtable *r, uint64_t epoch)
-{
-    const rprof *p = atomic_load_explicit(&((sluice__rtable *)r)->prof[epoch & (CFG_K - 1)],
-                                          memory_order_acquire);
-    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->spare; /* one of the spares? */
-    if (!p || (a >= lo && a < lo + sizeof r->spare)) return NULL;
-    return atomic_load_explicit(&((rprof *)p)->epoch, memory_order_acquire) == epoch ? p : NULL;
-}
-
 /* Carry st, under configuration `from`, over every change up to `to`, in
  * order, each at its time (reconfigure.c: clamped to the key's latest
  * admission); returns the profile it ends under. */
@@ -542,15 +530,6 @@ uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
         *stolen = true;
     }
     return v;
-}
-
-/* The sequence even again, 2 past the hold's odd value (release: after the
- * hold's stores), then the lock free. */
-void sluice__rt_shard_unlock(sluice__rtable *r, uint32_t k)
-{
-    rshard *sh = &r->sh[k];
-    sluice__seq_unhold(&sh->seq);
-    atomic_store_explicit(&sh->lock, 0, memory_order_release);
 }
 
 /* After a repair: the region's count of keys, from the shards' (every

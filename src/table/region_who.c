@@ -6,8 +6,8 @@
  * Map:  who we are (sluice__rt_self, sluice__rt_pid_ns, tid_self) and
  *       whether a holder lives (sluice__rt_gone, tid_gone);
  *       sluice__rt_lock_word; sluice__rt_boot_id; the counter stripes
- *       (claim_stripe, my_stripe, sluice__rt_count_decision; counters.h adds
- *       and sums).
+ *       (claim_stripe, my_stripe, sluice__rt_count_decision; counters.h
+ *       adds and sums).
  *
  * Locking.  Each shard has one lock word: 0, or its holder's identity (pid
  * and the low 31 bits of the process's start time, from /proc).  An
@@ -305,13 +305,12 @@ static unsigned my_stripe(const sluice__rtable *r)
     return i;
 }
 
-
 /* Count a decision: an admission in its shard (locked), anything else in
  * the calling thread's stripe; `elsewhere`: a refusal of a composite that
  * another limit made while this key would have admitted (a part of the
  * refusals, as counters.h's sluice__count_elsewhere). */
-void sluice__rt_count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok, bool full,
-                           bool elsewhere)
+void sluice__rt_count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, bool ok,
+                               bool full, bool elsewhere)
 {
     if (ok && permits) {
         bump(&sh->allowed, 1);
@@ -334,4 +333,3 @@ void sluice__rt_count_decision(sluice__rtable *r, rshard *sh, uint64_t permits, 
     }
     if (full) sluice__stripe_add(&s->refused, 1, own);
 }
-
