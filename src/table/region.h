@@ -96,8 +96,7 @@ typedef struct rprof {
     _Atomic uint64_t epoch; /* UINT64_MAX while a spare is filled */
     uint64_t at;
     sluice__profile pf;
-    struct rprof *next; /* retired: the next retired */
-    uint64_t stamp;     /* retired: the reader epoch it waits out */
+    sluice__retired ret; /* retired: on the handle's `retired` (skeleton.h) */
 } rprof;
 _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328 && offsetof(rhead, epoch) == 320 &&
@@ -160,7 +159,7 @@ struct sluice__rtable {
     layout L; /* from the spec the region was made with (its origin) */
     _Atomic(rprof *) prof[CFG_K];
     rprof spare[CFG_K];      /* when memory runs out (rprof) */
-    rprof *retired;          /* replaced, waiting for the readers (prof_mu) */
+    sluice__retired *retired; /* replaced, waiting for the readers (prof_mu) */
     pthread_mutex_t prof_mu; /* fills prof[] */
     unsigned flags;
     rhead *h;

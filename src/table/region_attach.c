@@ -431,10 +431,7 @@ void sluice__rtable_close(sluice__rtable *r)
         rprof *p = atomic_load_explicit(&r->prof[j], memory_order_relaxed);
         if (p && p != &r->spare[j]) sluice__free64(p);
     }
-    for (rprof *p = r->retired, *n; p; p = n) {
-        n = p->next;
-        sluice__free64(p);
-    }
+    sluice__retired_free(&r->retired, offsetof(rprof, ret), sluice__free64, true);
     pthread_mutex_destroy(&r->prof_mu);
     sluice__free64(r);
 }

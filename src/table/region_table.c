@@ -408,24 +408,12 @@ const rprof *sluice__rt_prof(sluice__rtable *r, uint64_t epoch)
         atomic_store_explicit(&n->epoch, epoch, memory_order_release);
         atomic_store_explicit(slot, n, memory_order_release);
         if (p && p != spare) { /* unlinked: retired, then the epoch moves on */
-            p->stamp = sluice__rd_retire_stamp();
-            p->next = r->retired;
-            r->retired = p;
+            sluice__retire(&r->retired, &((rprof *)p)->ret, sluice__rd_retire_stamp());
         }
         p = n;
     }
-    if (r->retired) { /* free what no reader section can hold any more */
-        const uint64_t min = sluice__rd_min_active();
-        for (rprof **pp = &r->retired; *pp;) {
-            rprof *q = *pp;
-            if (q->stamp < min) {
-                *pp = q->next;
-                sluice__free64(q);
-            } else {
-                pp = &q->next;
-            }
-        }
-    }
+    /* free what no reader section can hold any more */
+    sluice__retired_free(&r->retired, offsetof(rprof, ret), sluice__free64, false);
     pthread_mutex_unlock(&r->prof_mu);
     return p;
 }

@@ -6,9 +6,10 @@
  *
  * Map:  the read without the lock (PUT, GET, READ_TRIES; the protocol and
  *       its proof: base/seqlock.h); the eviction sample (LRU_SAMPLES);
- *       sizing (sluice__table_sizing); the dispatch of the public table
- *       functions (sluice__table_ops, one per placement, chosen when the
- *       handle is made).
+ *       sizing (sluice__table_sizing); configurations retired by a change
+ *       of spec, freed once no reader can hold them (sluice__retired); the
+ *       dispatch of the public table functions (sluice__table_ops, one per
+ *       placement, chosen when the handle is made).
  *
  * What stays per placement: the slot layout and how a decision commits.
  * As src/timer/wheel_core.h is for the two timing wheels. */
@@ -19,6 +20,7 @@
 
 #include "base/internal.h"
 #include "base/seqlock.h"
+#include "table/table.h"
 
 /* ---- the read without the lock ----------------------------------------- */
 
@@ -70,6 +72,55 @@ static inline uint32_t sluice__table_cap(uint64_t ecap, unsigned load_div)
 {
     const uint64_t cap = ecap + ecap / load_div + 1;
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+}
+
+/* ---- retired configurations ---------------------------------------------- */
+
+/* A configuration a change of spec replaced (table.c's tcfg, a region
+ * handle's parsed rprof) may still be in the hands of a reader section
+ * (table.h, sluice__rd_*) that found it before.  Both placements keep such
+ * objects on one list, each stamped with the reader epoch it waits out
+ * (sluice__rd_retire_stamp(), taken after the object is unlinked from
+ * everything a later section could find), and free each once every
+ * section running began after its stamp (sluice__rd_min_active() above
+ * it).  The list is the owner's, under the owner's lock. */
+typedef struct sluice__retired {
+    struct sluice__retired *next;
+    uint64_t stamp; /* 0: not stamped yet (sluice__retired_stamp) */
+} sluice__retired;
+
+/* Put node on *list, stamped `stamp` (0: sluice__retired_stamp later). */
+static inline void sluice__retire(sluice__retired **list, sluice__retired *node, uint64_t stamp)
+{
+    node->stamp = stamp;
+    node->next = *list;
+    *list = node;
+}
+
+/* Stamp the nodes put on *list since the last stamp (those at its head
+ * with stamp 0) with `stamp`: for a batch unlinked at once. */
+static inline void sluice__retired_stamp(sluice__retired *list, uint64_t stamp)
+{
+    for (sluice__retired *n = list; n && n->stamp == 0; n = n->next) n->stamp = stamp;
+}
+
+/* Free, with free_fn on the object that holds it at byte `off`, each node
+ * of *list that no reader section can hold any more; all of them when
+ * `all` (the owner is being freed: no section can run on it). */
+static inline void sluice__retired_free(sluice__retired **list, size_t off,
+                                        void (*free_fn)(void *), bool all)
+{
+    if (!*list) return;
+    const uint64_t min = all ? UINT64_MAX : sluice__rd_min_active();
+    for (sluice__retired **pp = list; *pp;) {
+        sluice__retired *n = *pp;
+        if (all || (n->stamp != 0 && n->stamp < min)) {
+            *pp = n->next;
+            free_fn((unsigned char *)n - off);
+        } else {
+            pp = &n->next;
+        }
+    }
 }
 
 /* ---- the dispatch ------------------------------------------------------- */

@@ -340,8 +340,7 @@ typedef struct tcfg {
     uint64_t at;                  /* the time (ns) of the change that made it */
     _Atomic(struct tcfg *) newer; /* the configuration that replaced it */
     uint32_t id;
-    struct tcfg *made;            /* retired: the next retired (cfg_collect) */
-    uint64_t stamp;               /* retired: the reader epoch it waits out */
+    sluice__retired ret;          /* retired: on t->retired (skeleton.h) */
 } tcfg;
 
 #define CFG_SEGS 32 /* segment j holds ids 2^j - 1 .. 2^(j+1) - 2 */
@@ -378,7 +377,7 @@ struct sluice_table {
     uint32_t chain;
     uint32_t *free_ids;
     uint32_t nfree, free_cap;
-    tcfg *retired;
+    sluice__retired *retired;
     pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
@@ -2726,26 +2725,14 @@ static void cfg_unmap(sluice_table *t, tcfg *c)
 static void cfg_retire(sluice_table *t, tcfg *c)
 {
     cfg_unmap(t, c);
-    c->stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
-    c->made = t->retired;
-    t->retired = c;
+    sluice__retire(&t->retired, &c->ret, sluice__rd_retire_stamp());
 }
 
 /* Free the retired configurations no reader section can hold any more
  * (t->cfg_mu held). */
 static void cfg_free_retired(sluice_table *t)
 {
-    if (!t->retired) return;
-    const uint64_t min = sluice__rd_min_active();
-    for (tcfg **pp = &t->retired; *pp;) {
-        tcfg *c = *pp;
-        if (c->stamp < min) {
-            *pp = c->made;
-            sluice__free(c);
-        } else {
-            pp = &c->made;
-        }
-    }
+    sluice__retired_free(&t->retired, offsetof(tcfg, ret), sluice__free, false);
 }
 
 /* The chain grew past CFG_KEEP configurations (t->cfg_mu held): carry every
@@ -2771,13 +2758,11 @@ static void cfg_collect(sluice_table *t)
     for (tcfg *c = t->oldest, *n; c != cur; c = n) {
         n = atomic_load_explicit(&c->newer, memory_order_relaxed);
         cfg_unmap(t, c);
-        c->made = t->retired;
-        t->retired = c;
+        sluice__retire(&t->retired, &c->ret, 0);
     }
     /* unmapped before the epoch moves on: a section that begins later
      * reads the epoch (acquire) after this, and finds none of them */
-    const uint64_t stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
-    for (tcfg *c = t->retired; c && c->stamp == 0; c = c->made) c->stamp = stamp;
+    sluice__retired_stamp(t->retired, sluice__rd_retire_stamp());
     t->oldest = cur;
     t->chain = 1;
 }
@@ -2809,10 +2794,7 @@ static void cfg_free(sluice_table *t)
             sluice__free(atomic_load_explicit(&seg[i], memory_order_relaxed));
         sluice__free((void *)seg);
     }
-    for (tcfg *c = t->retired, *n; c; c = n) { /* and those retired */
-        n = c->made;
-        sluice__free(c);
-    }
+    sluice__retired_free(&t->retired, offsetof(tcfg, ret), sluice__free, true); /* and those retired */
     sluice__free(t->free_ids);
 }
 
