@@ -15,9 +15,9 @@
  * if the initialiser dies, a waiter takes the word from it and initialises
  * again (only the header, the shards and the configurations are written:
  * idempotent on a zeroed region).  Attaching to a ready region compares
- * magic, layout version, the current canonical spec (below), max_keys,
- * max_key_bytes, the policy and the size, and
- * refuses any difference with a message naming both values; and the boot
+ * magic, layout version, the current canonical spec (region_table.c,
+ * "Changing the spec"), max_keys, max_key_bytes, the policy and the size,
+ * and refuses any difference with a message naming both values; and the boot
  * id: a file outlives a reboot, the monotonic clock its times are on does
  * not.
  *

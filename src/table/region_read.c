@@ -15,7 +15,7 @@
  * without the lock (decide_read, read_key): no compare-and-swap, no locked
  * instruction, no store to the shard -- not the lock word, not the
  * sequence, not a slot.  A refusal or a probe then stores only its count,
- * in the calling thread's own counter stripe (Statistics, below): a line
+ * in the calling thread's own counter stripe (region_who.c): a line
  * no other thread writes, as an in-process table counts.  If the read
  * finds a refusal or a probe, that is the answer; anything else (an admission, a
  * key to make, a read that met holders READ_TRIES times) is decided under

@@ -36,7 +36,7 @@
  *                        lie
  *   shards   128 bytes   S of them (one per 256 keys, up to 64): a lock
  *                        word, a sequence word (odd while held: the read,
- *                        below), the count of keys, a lower bound on the
+ *                        region_read.c), the count of keys, a lower bound on the
  *                        earliest rest time, the latest time an admission
  *                        showed it, the admission counters
  *   slots    stride      S x cap of them; shard k's are a linear-probing
@@ -71,7 +71,7 @@
  *   stripes   64 bytes   NSTRIPES = 128 + 1 of them, last (from the next
  *                        multiple of 64): the counts of refusals, probes
  *                        and refusals for want of room, a line per thread
- *                        (Statistics, below), the last one shared
+ *                        (Statistics, region_who.c), the last one shared
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
  * about 100 bytes a key all-in; a sliding-log 10/s key about 1 KiB, a
@@ -110,8 +110,8 @@
  *     can leave them off by one.
  *
  *  5. The shard's sequence: odd from just after the lock to just before
- *     the unlock.  A holder killed between leaves it odd (the read, below,
- *     then goes to the lock); killed outside, even, with nothing of the
+ *     the unlock.  A holder killed between leaves it odd (the read,
+ *     region_read.c, then goes to the lock); killed outside, even, with nothing of the
  *     hold half-done.  The waiter that takes the lock over stores it odd
  *     (the same value when it is: it never goes down), and its unlock
  *     stores it even, 2 past.
@@ -120,7 +120,7 @@
  * decision lost and the counts off.  The waiter that takes the lock from
  * the dead holder repairs the shard before using it: counts the live slots
  * again, forgets the rest-time bound (it sweeps at its next need), and for
- * the window logs commits each key's state again (below: the summaries).
+ * the window logs commits each key's state again (region_read.c: the summaries).
  * Then, with no lock held, it locks every shard in order (repairing any
  * other that a dead process holds) and sets the region's count of keys to
  * the sum of the shards' counts, exact again since nothing changes them
@@ -506,7 +506,7 @@ static void repair(sluice__rtable *r, uint32_t k)
 /* Lock shard k; *stolen is set when a dead holder's lock was taken.  The
  * sequence goes odd (it already is when a holder died mid-hold: then it
  * stays so), then a release fence: the hold's stores come after it, for
- * the read (head comment; spin.h's lock does the same).  Returns the
+ * the read (base/seqlock.h's sluice__seq_hold; region_read.c).  Returns the
  * sequence as the lock found it (before the odd store). */
 uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
 {

@@ -15,7 +15,7 @@
  * looks the key up, decides, unlocks: one compare-and-swap, and a store
  * each to the sequence (odd after the lock, even before the unlock) and to
  * the lock word.  A refusal or a probe reads the shard without the lock
- * instead ("Refusals and probes are reads", below).  A waiter spins 64
+ * instead (region_read.c: refusals and probes are reads).  A waiter spins 64
  * pauses, then yields the CPU; from then on, each
  * round it asks whether the holder still lives (kill(pid, 0) answering
  * ESRCH; every 4th round also /proc/PID/stat: a zombie -- killed, not yet
@@ -170,7 +170,8 @@ bool sluice__rt_gone(uint64_t id, bool look)
     if (state == 'Z' || state == 'X') return true;
     /* start 0: a holder that could not read /proc; but its pid's /proc
      * answers, so that pid is not it (every process of a region sees
-     * /proc, or none does: head comment) -- a damaged word, never awaited */
+     * /proc, or none does: region_table.c, "Damage") -- a damaged word,
+     * never awaited */
     if (start == 0) return now != 0;
     return now != 0 && start31(now) != start; /* the pid was reused */
 }
