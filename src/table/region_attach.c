@@ -265,46 +265,38 @@ static int check_header(const rhead *h, const layout *L, unsigned flags, size_t 
 }
 
 /* The public table functions on a handle of a region (skeleton.h's
- * dispatch): the handle's region is sluice__table_region(t). */
-static bool ops_try(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                    uint64_t now_ns, sluice_result *res)
+ * dispatch): the handle's `place` is the region's view, r. */
+static bool ops_try(void *r, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns,
+                    sluice_result *res)
 {
-    return sluice__rtable_try_acquire_at(sluice__table_region(t), key, keylen, permits, now_ns,
-                                         res);
+    return sluice__rtable_try_acquire_at(r, key, keylen, permits, now_ns, res);
 }
-static size_t ops_burst(sluice_table *t, size_t n, const void *const keys[],
-                        const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
-                        sluice_result results[])
+static size_t ops_burst(void *r, size_t n, const void *const keys[], const size_t keylens[],
+                        const uint64_t permits[], uint64_t now_ns, sluice_result results[])
 {
-    return sluice__table_burst_each(t, ops_try, n, keys, keylens, permits, now_ns, results);
+    return sluice__table_burst_each(r, ops_try, n, keys, keylens, permits, now_ns, results);
 }
-static int ops_remove(sluice_table *t, const void *key, size_t keylen)
+static int ops_remove(void *r, const void *key, size_t keylen)
 {
-    return sluice__rtable_remove(sluice__table_region(t), key, keylen);
+    return sluice__rtable_remove(r, key, keylen);
 }
-static int ops_peek(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                    uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+static int ops_peek(void *r, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns,
+                    sluice_result *res, sluice_key_state *state)
 {
-    return sluice__rtable_peek_at(sluice__table_region(t), key, keylen, permits, now_ns, res,
-                                  state);
+    return sluice__rtable_peek_at(r, key, keylen, permits, now_ns, res, state);
 }
-static void ops_stats(const sluice_table *t, sluice_table_stats *out)
+static void ops_stats(const void *r, sluice_table_stats *out) { sluice__rtable_stats_get(r, out); }
+static int ops_scan(void *r, uint64_t cursor, size_t count, sluice_table_scan_fn fn, void *arg,
+                    uint64_t *next_cursor, size_t *visited)
 {
-    sluice__rtable_stats_get(sluice__table_region(t), out);
+    return sluice__rtable_scan(r, cursor, count, fn, arg, next_cursor, visited);
 }
-static int ops_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
-                    void *arg, uint64_t *next_cursor, size_t *visited)
-{
-    return sluice__rtable_scan(sluice__table_region(t), cursor, count, fn, arg, next_cursor,
-                               visited);
-}
-static int ops_reconfigure(sluice_table *t, const char *spec, int knob, uint64_t a, uint64_t b,
+static int ops_reconfigure(void *r, const char *spec, int knob, uint64_t a, uint64_t b,
                            uint64_t now_ns, char *err, size_t errlen)
 {
-    return sluice__rtable_reconfigure_at(sluice__table_region(t), spec, knob, a, b, now_ns, err,
-                                         errlen);
+    return sluice__rtable_reconfigure_at(r, spec, knob, a, b, now_ns, err, errlen);
 }
-static void ops_close(sluice_table *t) { sluice__rtable_close(sluice__table_region(t)); }
+static void ops_close(void *r) { sluice__rtable_close(r); }
 
 /* Overrides and the refused-keys sketch live in one process's heap: a
  * region's keys are decided by every process that maps it, and the other

@@ -128,36 +128,38 @@ static inline void sluice__retired_free(sluice__retired **list, size_t off,
 /* The public table functions of one placement (sluice.h has their
  * arguments and answers).  A handle's ops are chosen once, when it is made
  * (table.c's table_new: in process; sluice__table_wrap, from a region's
- * attach: the region's), and the public functions call through them -- the
- * in-process decision inline, behind one compare of the ops pointer.  What
+ * attach: the region's), and the public functions call through them with
+ * the handle's `place` -- the placement's own object (the table itself in
+ * process, the region's view in a region) -- the in-process decision
+ * inline, behind one compare of the ops pointer.  What
  * a placement does not offer it says in `lacks`: NULL, or why (overrides
  * and the refused-keys sketch: then those calls refuse with SLUICE_EINVAL
  * and that reason). */
 typedef struct sluice__table_ops {
     const char *name; /* "in-process", "shared region" */
-    bool (*try_acquire_at)(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+    bool (*try_acquire_at)(void *place, const void *key, size_t keylen, uint64_t permits,
                            uint64_t now_ns, sluice_result *res);
-    size_t (*burst_at)(sluice_table *t, size_t n, const void *const keys[],
-                       const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
-                       sluice_result results[]);
-    int (*remove)(sluice_table *t, const void *key, size_t keylen);
-    int (*peek_at)(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
-                   uint64_t now_ns, sluice_result *res, sluice_key_state *state);
-    void (*stats_get)(const sluice_table *t, sluice_table_stats *out);
-    int (*scan)(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn, void *arg,
+    size_t (*burst_at)(void *place, size_t n, const void *const keys[], const size_t keylens[],
+                       const uint64_t permits[], uint64_t now_ns, sluice_result results[]);
+    int (*remove)(void *place, const void *key, size_t keylen);
+    int (*peek_at)(void *place, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns,
+                   sluice_result *res, sluice_key_state *state);
+    void (*stats_get)(const void *place, sluice_table_stats *out);
+    int (*scan)(void *place, uint64_t cursor, size_t count, sluice_table_scan_fn fn, void *arg,
                 uint64_t *next_cursor, size_t *visited);
-    int (*reconfigure_at)(sluice_table *t, const char *spec, int knob, uint64_t a, uint64_t b,
+    int (*reconfigure_at)(void *place, const char *spec, int knob, uint64_t a, uint64_t b,
                           uint64_t now_ns, char *err, size_t errlen);
-    void (*close)(sluice_table *t); /* what the placement holds; NULL: nothing */
-    const char *lacks;              /* NULL, or why overrides and the sketch are not offered */
+    void (*close)(void *place); /* what the placement holds; NULL: nothing */
+    const char *lacks;          /* NULL, or why overrides and the sketch are not offered */
 } sluice__table_ops;
 
-/* A burst decided one request at a time through ops->try_acquire_at, for a
- * placement with no burst of its own: the same answers as n single calls
- * (keys or keylens NULL: each request fails with SLUICE_EINVAL). */
-static inline size_t sluice__table_burst_each(sluice_table *t,
-                                              bool (*one)(sluice_table *, const void *, size_t,
-                                                          uint64_t, uint64_t, sluice_result *),
+/* A burst decided one request at a time through `one` (a placement's
+ * try_acquire_at), for a placement with no burst of its own: the same
+ * answers as n single calls (keys or keylens NULL: each request fails with
+ * SLUICE_EINVAL). */
+static inline size_t sluice__table_burst_each(void *place,
+                                              bool (*one)(void *, const void *, size_t, uint64_t,
+                                                          uint64_t, sluice_result *),
                                               size_t n, const void *const keys[],
                                               const size_t keylens[], const uint64_t permits[],
                                               uint64_t now_ns, sluice_result results[])
@@ -169,7 +171,7 @@ static inline size_t sluice__table_burst_each(sluice_table *t,
             if (res) sluice__fail(res, SLUICE_EINVAL);
             continue;
         }
-        allowed += one(t, keys[i], keylens[i], permits ? permits[i] : 1, now_ns, res);
+        allowed += one(place, keys[i], keylens[i], permits ? permits[i] : 1, now_ns, res);
     }
     return allowed;
 }

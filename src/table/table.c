@@ -367,6 +367,7 @@ struct sluice_table {
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
     const sluice__table_ops *ops; /* the placement's (skeleton.h), chosen when made */
+    void *place;                  /* what its functions take: this table, or `region` */
     /* configurations: by id, and the lock of changes */
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
     uint32_t ncfg;
@@ -1144,6 +1145,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
     t->ops = &local_ops;
+    t->place = t;
     t->pf = pf;
     if (cfg_init(t) != 0) {
         cfg_free(t);
@@ -1274,6 +1276,7 @@ sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__pro
     t->max_keys = max_keys;
     t->region = r;
     t->ops = ops;
+    t->place = r;
     return t;
 }
 
@@ -1282,7 +1285,7 @@ sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; 
 void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
-    if (t->ops->close) t->ops->close(t);
+    if (t->ops->close) t->ops->close(t->place);
     ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
@@ -1764,7 +1767,8 @@ local_try_acquire_at(sluice_table *t, const void *key, size_t keylen, uint64_t p
 bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
                                  uint64_t permits, uint64_t now_ns, sluice_result *res)
 {
-    if (t->ops != &local_ops) return t->ops->try_acquire_at(t, key, keylen, permits, now_ns, res);
+    if (t->ops != &local_ops)
+        return t->ops->try_acquire_at(t->place, key, keylen, permits, now_ns, res);
     return local_try_acquire_at(t, key, keylen, permits, now_ns, res);
 }
 
@@ -1856,7 +1860,7 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                          uint64_t now_ns, sluice_result results[])
 {
     if (t->ops != &local_ops)
-        return t->ops->burst_at(t, n, keys, keylens, permits, now_ns, results);
+        return t->ops->burst_at(t->place, n, keys, keylens, permits, now_ns, results);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     rd_tls *rd = rd_enter();
     size_t allowed = 0;
@@ -1931,11 +1935,12 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
 
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
-    t->ops->stats_get(t, out);
+    t->ops->stats_get(t->place, out);
 }
 
-static void local_stats_get(const sluice_table *t, sluice_table_stats *out)
+static void local_stats_get(const void *place, sluice_table_stats *out)
 {
+    const sluice_table *t = place;
     sluice_table *m = (sluice_table *)t; /* loads only */
     out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
@@ -2335,11 +2340,12 @@ static int table_remove(sluice_table *t, const void *key, size_t keylen)
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
-    return (t ? t->ops : &local_ops)->remove(t, key, keylen);
+    return (t ? t->ops : &local_ops)->remove(t ? t->place : NULL, key, keylen);
 }
 
-static int local_remove(sluice_table *t, const void *key, size_t keylen)
+static int local_remove(void *place, const void *key, size_t keylen)
 {
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
     const int rc = table_remove(t, key, keylen);
     rd_exit(rd);
@@ -2445,12 +2451,14 @@ static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t per
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
-    return (t ? t->ops : &local_ops)->peek_at(t, key, keylen, permits, now_ns, res, state);
+    return (t ? t->ops : &local_ops)->peek_at(t ? t->place : NULL, key, keylen, permits, now_ns, res,
+                                              state);
 }
 
-static int local_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+static int local_peek_at(void *place, const void *key, size_t keylen, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* configurations read, also after the unlock */
     const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
     rd_exit(rd);
@@ -2631,12 +2639,14 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
 {
-    return (t ? t->ops : &local_ops)->scan(t, cursor, count, fn, arg, next_cursor, visited);
+    return (t ? t->ops : &local_ops)->scan(t ? t->place : NULL, cursor, count, fn, arg, next_cursor,
+                                           visited);
 }
 
-static int local_scan(sluice_table *t, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
+static int local_scan(void *place, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
                       void *arg, uint64_t *next_cursor, size_t *visited)
 {
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* the states given carry keys over changes first */
     const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
     rd_exit(rd);
@@ -2866,12 +2876,13 @@ static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64
         sluice__errf(err, errlen, "no table (NULL)");
         return SLUICE_EINVAL;
     }
-    return t->ops->reconfigure_at(t, spec, knob, a, b, now_ns, err, errlen);
+    return t->ops->reconfigure_at(t->place, spec, knob, a, b, now_ns, err, errlen);
 }
 
-static int local_reconfigure_at(sluice_table *t, const char *spec, int knob, uint64_t a,
+static int local_reconfigure_at(void *place, const char *spec, int knob, uint64_t a,
                                 uint64_t b, uint64_t now_ns, char *err, size_t errlen)
 {
+    sluice_table *t = place;
     tcfg *nc = sluice__calloc(1, sizeof *nc);
     if (!nc) {
         sluice__errf(err, errlen, "out of memory");
@@ -3227,17 +3238,17 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
 
 /* ---- this placement's operations (skeleton.h) ------------------------------ */
 
-static size_t local_burst_at(sluice_table *t, size_t n, const void *const keys[],
+static size_t local_burst_at(void *place, size_t n, const void *const keys[],
                              const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
                              sluice_result results[])
 {
-    return sluice_table_try_acquire_burst_at(t, n, keys, keylens, permits, now_ns, results);
+    return sluice_table_try_acquire_burst_at(place, n, keys, keylens, permits, now_ns, results);
 }
 
-static bool local_try_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+static bool local_try_one(void *place, const void *key, size_t keylen, uint64_t permits,
                           uint64_t now_ns, sluice_result *res)
 {
-    return local_try_acquire_at(t, key, keylen, permits, now_ns, res);
+    return local_try_acquire_at(place, key, keylen, permits, now_ns, res);
 }
 
 static const sluice__table_ops local_ops = {
