@@ -855,8 +855,13 @@ int sluice_table_scan(sluice_table *t, uint64_t cursor, size_t count,
  * key's shard, and writes only its count, in a line of the region that only
  * the calling thread writes.  Its keys may be limits of a composite decision
  * (sluice_ref_key; sluice_composite_try_acquire_at says how), all or
- * nothing across processes.  Not yet on a shared table: sluice_table_set_top
- * and the per-key overrides (SLUICE_EINVAL).
+ * nothing across processes.  A burst on a shared table is decided one
+ * request at a time, each as a single call.  Not on a shared table:
+ * sluice_table_set_top (the sketch is one process's memory, and would rank
+ * that process's refusals only) and the per-key overrides (they would need
+ * a ring of configurations per key in the region): SLUICE_EINVAL, with the
+ * reason "a table in a shared region has no overrides" where there is an
+ * err (docs/decisions.md, "What a shared table does not do").
  *
  * The region holds no pointers and is never reallocated: keys of up to
  * max_key_bytes bytes (0 .. SLUICE_MAX_KEY_BYTES, fixed per table) live in

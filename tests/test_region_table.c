@@ -1443,8 +1443,16 @@ static void test_table_functions(void **state)
     /* every decision counted */
     assert_int_equal(st.decisions.requests_allowed, 7);
     assert_int_equal(st.decisions.requests_denied, 5);
-    /* not on a region table yet */
+    /* not on a region table: the sketch and overrides are one process's
+     * (src/table/skeleton.h, the placement's `lacks`), refused with why */
     assert_int_equal(sluice_table_set_top(t, 16, 16), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_set_max_overrides(t, 4), SLUICE_EINVAL);
+    err[0] = 0;
+    assert_int_equal(sluice_table_override_set_at(t, "d", 1, "token-bucket 1/s", 2 * SEC, err,
+                                                  sizeof err),
+                     SLUICE_EINVAL);
+    assert_string_equal(err, "a table in a shared region has no overrides");
+    assert_int_equal(sluice_table_override_remove_at(t, "d", 1, 2 * SEC), SLUICE_EINVAL);
     /* a composite takes its keys (test_composite_*), not a NULL one */
     sluice_limit_ref ref = sluice_ref_key(t, NULL, 9);
     assert_false(sluice_composite_try_acquire_at(&ref, 1, 1, 3 * SEC, &r, NULL));

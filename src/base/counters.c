@@ -79,13 +79,7 @@ static unsigned choose_slot(void)
 }
 
 
-static void shared_add(_Atomic uint64_t *c, uint64_t v)
-{
-    uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(c, &old, sluice__sat_add(old, v),
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
+static inline void shared_add(_Atomic uint64_t *c, uint64_t v) { sluice__stripe_add(c, v, false); }
 
 unsigned sluice__counter_stripe(void)
 {
@@ -136,21 +130,15 @@ void sluice__count_tally(sluice__counters *c, const sluice__tally *t)
 void sluice__counters_read(const sluice__counters *c, sluice_stats *out)
 {
     memset(out, 0, sizeof *out);
-    for (int i = 0; i < SLUICE__STRIPES; i++) {
-        sluice__stripe *s = (sluice__stripe *)&c->s[i]; /* loads only */
-        out->requests_allowed += atomic_load_explicit(&s->requests_allowed, memory_order_relaxed);
-        out->requests_denied += atomic_load_explicit(&s->requests_denied, memory_order_relaxed);
-        out->probes += atomic_load_explicit(&s->probes, memory_order_relaxed);
-        out->permits_allowed = sluice__sat_add(
-            out->permits_allowed, atomic_load_explicit(&s->permits_allowed, memory_order_relaxed));
-        out->permits_denied = sluice__sat_add(
-            out->permits_denied, atomic_load_explicit(&s->permits_denied, memory_order_relaxed));
-        out->requests_denied_elsewhere +=
-            atomic_load_explicit(&s->denied_elsewhere, memory_order_relaxed);
-        out->permits_denied_elsewhere =
-            sluice__sat_add(out->permits_denied_elsewhere,
-                            atomic_load_explicit(&s->permits_elsewhere, memory_order_relaxed));
-    }
+#define SUM(f) sluice__stripes_sum(c->s, sizeof c->s[0], SLUICE__STRIPES, offsetof(sluice__stripe, f))
+    out->requests_allowed = SUM(requests_allowed);
+    out->requests_denied = SUM(requests_denied);
+    out->probes = SUM(probes);
+    out->permits_allowed = SUM(permits_allowed);
+    out->permits_denied = SUM(permits_denied);
+    out->requests_denied_elsewhere = SUM(denied_elsewhere);
+    out->permits_denied_elsewhere = SUM(permits_elsewhere);
+#undef SUM
 }
 
 /* ---- wait histograms ------------------------------------------------------ */

@@ -50,6 +50,37 @@ static inline void sluice__own_add(_Atomic uint64_t *c, uint64_t v)
     atomic_store_explicit(c, sluice__sat_add(atomic_load_explicit(c, memory_order_relaxed), v),
                           memory_order_relaxed);
 }
+/* A stripe's count plus v, saturating: by its owner (own: a relaxed load
+ * and store, sluice__own_add), or on a stripe several threads share (an
+ * atomic read-modify-write).  The one way a stripe is added to, in process
+ * (sluice__counters) and in a shared region (src/table/region_who.c). */
+static inline void sluice__stripe_add(_Atomic uint64_t *c, uint64_t v, bool own)
+{
+    if (own) {
+        sluice__own_add(c, v);
+        return;
+    }
+    uint64_t old = atomic_load_explicit(c, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(c, &old, sluice__sat_add(old, v),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+/* The sum of one count over n stripes, saturating: the count at byte `off`
+ * of each stripe, the stripes `stride` bytes apart from `first` (relaxed
+ * loads: each count exact, the set possibly of different instants).  The
+ * one way stripes are read, wherever they lie: sluice__counters_read, and
+ * a shared region's stripes (src/table/region_keys.c). */
+static inline uint64_t sluice__stripes_sum(const void *first, size_t stride, unsigned n,
+                                           size_t off)
+{
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < n; i++) {
+        _Atomic uint64_t *c =
+            (_Atomic uint64_t *)(void *)((unsigned char *)first + (size_t)i * stride + off);
+        sum = sluice__sat_add(sum, atomic_load_explicit(c, memory_order_relaxed));
+    }
+    return sum;
+}
 /* Owner-only count of one more request: not saturated, as the shared
  * stripe's atomic add is not (2^64 requests take centuries). */
 static inline void sluice__own_inc(_Atomic uint64_t *c)
@@ -100,11 +131,7 @@ static inline void sluice__count_elsewhere(sluice__counters *c, uint64_t permits
     if (slot >= SLUICE__STRIPES - 1) {
         sluice__stripe *s = &c->s[SLUICE__STRIPES - 1];
         atomic_fetch_add_explicit(&s->denied_elsewhere, 1, memory_order_relaxed);
-        uint64_t old = atomic_load_explicit(&s->permits_elsewhere, memory_order_relaxed);
-        while (!atomic_compare_exchange_weak_explicit(&s->permits_elsewhere, &old,
-                                                      sluice__sat_add(old, permits),
-                                                      memory_order_relaxed, memory_order_relaxed)) {
-        }
+        sluice__stripe_add(&s->permits_elsewhere, permits, false);
         return;
     }
     sluice__stripe *s = &c->s[slot];

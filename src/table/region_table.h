@@ -1,6 +1,8 @@
-/* region_table.h -- the table placed in a shared region (region_table.c),
- * as table.c reaches it: the public table functions dispatch here when the
- * handle's `region` is set. */
+/* region_table.h -- the table placed in a shared region (region_table.c
+ * and the region_*.c beside it), as table.c and composite.c reach it: the
+ * handle (the public table functions call through its ops table,
+ * skeleton.h) and a key as one limit of a composite decision.  The rest is
+ * private to the placement: region.h. */
 #ifndef SLUICE_REGION_TABLE_H
 #define SLUICE_REGION_TABLE_H
 
@@ -11,35 +13,13 @@ typedef struct sluice__rtable sluice__rtable;
 /* table.c: a handle for a region table (its profile, flags and max_keys,
  * and the region's process-local view); NULL when memory runs out.  Freed
  * by sluice_table_free(), which closes r.  Whether a handle is one. */
-SLUICE__INTERNAL sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags,
+struct sluice__table_ops;
+SLUICE__INTERNAL sluice_table *sluice__table_wrap(const struct sluice__table_ops *ops,
+                                                  const sluice__profile *pf, unsigned flags,
                                                   size_t max_keys, sluice__rtable *r);
 SLUICE__INTERNAL sluice__rtable *sluice__table_region(const sluice_table *t); /* or NULL */
 
-/* region_table.c: the table functions on a region table, with the public
- * functions' arguments and answers (sluice.h). */
-SLUICE__INTERNAL void sluice__rtable_close(sluice__rtable *r);
-SLUICE__INTERNAL bool sluice__rtable_try_acquire_at(sluice__rtable *r, const void *key,
-                                                    size_t keylen, uint64_t permits,
-                                                    uint64_t now_ns, sluice_result *res);
-SLUICE__INTERNAL int sluice__rtable_remove(sluice__rtable *r, const void *key, size_t keylen);
-SLUICE__INTERNAL int sluice__rtable_peek_at(sluice__rtable *r, const void *key, size_t keylen,
-                                            uint64_t permits, uint64_t now_ns,
-                                            sluice_result *res, sluice_key_state *state);
-SLUICE__INTERNAL void sluice__rtable_stats_get(const sluice__rtable *r, sluice_table_stats *out);
-SLUICE__INTERNAL int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
-                                         sluice_table_scan_fn fn, void *arg,
-                                         uint64_t *next_cursor, size_t *visited);
-
 /* region_table.c: a key of a region table as one limit of a composite
  * decision: table/hold.h. */
-
-/* region_table.c: change the region's spec at now_ns to `spec`, or (spec
- * NULL) to its current one with one knob changed (sluice__reconfigure_knob:
- * knob, a, b), for every process (region_table.c, "Changing the spec"); 0
- * or a negative code with the reason in err, nothing changed.  table.c's
- * sluice_table_reconfigure_at, set_limit_at and set_burst_at call it. */
-SLUICE__INTERNAL int sluice__rtable_reconfigure_at(sluice__rtable *r, const char *spec, int knob,
-                                                   uint64_t a, uint64_t b, uint64_t now_ns,
-                                                   char *err, size_t errlen);
 
 #endif /* SLUICE_REGION_TABLE_H */

@@ -170,15 +170,9 @@
  * loaded with an atomic load of the same size (GET); no store overlaps
  * another field's bytes (new_entry and slot_move store field by field, no
  * memset or memcpy over them), so no load tears within a field and there
- * is no data race.  (2) v even was stored by the last
- * hold's unlock (release; read with acquire), so every store of the holds
- * before it is visible to the loads after it.  (3) If a load saw a store of
- * a hold that began after v, that store follows the hold's lock (the
- * bit-set that made the sequence odd, then a release fence), and the load
- * precedes the recheck's acquire fence: the fences synchronise, so the
- * bit-set happens before the recheck, which then reads an odd value or a
- * later one, never v (spin.h; under ThreadSanitizer the stores and loads
- * carry release and acquire themselves).  So if the recheck reads v, every
+ * is no data race.  (2)-(3) The read is base/seqlock.h's
+ * protocol (the lock's bit-set is the hold's odd store), proved there.
+ * So if the recheck reads v, every
  * load read the value the shard held from v's hold to the recheck: one state of
  * the shard, unchanged for the whole read, whatever order the loads ran in
  * -- a consistent snapshot, and the decision on it is the locked path's at
@@ -276,6 +270,7 @@
 #include "table/hold.h"
 #include "alg/reconfigure.h"
 #include "table/region_table.h"
+#include "table/skeleton.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -289,7 +284,6 @@
 #define TICK_SHIFT 20
 #define SWEEP_BUDGET 8
 #define RECLAIM_BATCH 1 /* wheel visits per step of reclaim_some: one key at a time */
-#define LRU_SAMPLES 8
 
 /* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
  * pointer to a copy and the key's whole 64-bit hash (found again without
@@ -323,16 +317,6 @@ _Static_assert(SLUICE__WCORE_LISTS < 0x3ff, "a list number fits in meta");
 _Static_assert(SLUICE_MAX_KEY_BYTES < 0x20000, "a key length fits in meta");
 
 static inline uint32_t dist_code(uint32_t d) { return (d < DIST_SAT ? d : DIST_SAT) + 1; }
-
-/* What the optimistic read (head comment) reads -- a slot's meta, key
- * words, configuration id and packed state words, a shard's count, now and
- * due --
- * is stored by the lock's holder with PUT and loaded without the lock with
- * GET, always with the field's own size: atomic, of the seqlock's orders
- * (spin.h; plain moves on x86-64).  The holder reads them plainly: only
- * holders store. */
-#define PUT(p, v) __atomic_store_n((p), (v), SLUICE__SEQ_STORE)
-#define GET(p) __atomic_load_n((p), SLUICE__SEQ_LOAD)
 
 /* A shard starts a cache line: its first line holds all that a decision
  * reads of it and an admission writes (the lock, cap, slab, now, the
@@ -379,8 +363,7 @@ typedef struct tcfg {
     uint64_t at;                  /* the time (ns) of the change that made it */
     _Atomic(struct tcfg *) newer; /* the configuration that replaced it */
     uint32_t id;
-    struct tcfg *made;            /* retired: the next retired (cfg_collect) */
-    uint64_t stamp;               /* retired: the reader epoch it waits out */
+    sluice__retired ret;          /* retired: on t->retired (skeleton.h) */
 } tcfg;
 
 #define CFG_SEGS 32 /* segment j holds ids 2^j - 1 .. 2^(j+1) - 2 */
@@ -406,6 +389,8 @@ struct sluice_table {
                             * refused statistic, striped (its denials) */
     _Atomic(sluice__topk *) top; /* the keys refused most, or NULL (topk.c) */
     sluice__rtable *region; /* a table in a shared region (region_table.c), or NULL */
+    const sluice__table_ops *ops; /* the placement's (skeleton.h), chosen when made */
+    void *place;                  /* what its functions take: this table, or `region` */
     /* configurations: by id, and the lock of changes */
     _Atomic(_Atomic(tcfg *) *) cfgs[CFG_SEGS];
     uint32_t ncfg;
@@ -416,7 +401,7 @@ struct sluice_table {
     uint32_t chain;
     uint32_t *free_ids;
     uint32_t nfree, free_cap;
-    tcfg *retired;
+    sluice__retired *retired;
     pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
@@ -432,6 +417,7 @@ static uint64_t rest_of(sluice_table *t, shard *s, uint32_t i);
 static const tcfg *key_cfg(const sluice_table *t, const shard *s, uint32_t tag, const void *key,
                            size_t keylen);
 static void ovr_free_all(sluice_table *t);
+static const sluice__table_ops local_ops; /* this file's placement: the end of the file */
 
 /* ---- reader sections: when a configuration may be freed ----------------- */
 
@@ -1243,6 +1229,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     rd_setup(); /* how reader sections order themselves, before any runs */
     sluice_table *t = sluice__calloc64(sizeof *t);
     if (!t) goto oom;
+    t->ops = &local_ops;
+    t->place = t;
     t->pf = pf;
     if (cfg_init(t) != 0) {
         cfg_free(t);
@@ -1258,8 +1246,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
     t->stride = sizeof(entry) + (pf.packed ? 16 : sizeof(sluice__state));
-    /* one shard per 256 keys, up to 64 */
-    while (t->shard_bits < 6 && ((size_t)256 << t->shard_bits) < max_keys) t->shard_bits++;
+    uint64_t ecap; /* skeleton.h */
+    sluice__table_sizing(max_keys, &t->shard_bits, &ecap);
     t->nshards = 1u << t->shard_bits;
     if (seed) {
         t->seed[0] = seed[0];
@@ -1271,11 +1259,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     t->shards = sluice__calloc64(t->nshards * sizeof *t->shards);
     t->dues = sluice__calloc64(t->nshards * sizeof *t->dues);
     if (!t->shards || !t->dues) goto oom;
-    double per = (double)max_keys / t->nshards;
-    uint64_t ecap = t->nshards == 1 ? max_keys : (uint64_t)(per + 6 * sqrt(per) + 64);
-    if (ecap > max_keys) ecap = max_keys;
-    uint64_t cap = ecap + ecap / 4 + 1; /* load factor <= 0.8 */
-    if (cap > UINT32_MAX) cap = UINT32_MAX;
+    const uint64_t cap = sluice__table_cap(ecap, 4); /* load factor <= 0.8 */
     /* one block for every shard's array, in huge pages where the system
      * gives them (alloc.c): a random lookup then misses the TLB rarely */
     t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
@@ -1364,7 +1348,8 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     return n;
 }
 
-sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size_t max_keys,
+sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__profile *pf,
+                                 unsigned flags, size_t max_keys,
                                 sluice__rtable *r)
 {
     sluice_table *t = sluice__calloc64(sizeof *t);
@@ -1378,6 +1363,8 @@ sluice_table *sluice__table_wrap(const sluice__profile *pf, unsigned flags, size
     t->flags = flags;
     t->max_keys = max_keys;
     t->region = r;
+    t->ops = ops;
+    t->place = r;
     return t;
 }
 
@@ -1386,7 +1373,7 @@ sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; 
 void sluice_table_free(sluice_table *t)
 {
     if (!t) return;
-    sluice__rtable_close(t->region);
+    if (t->ops->close) t->ops->close(t->place);
     ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
@@ -1480,10 +1467,6 @@ static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
 }
 
 /* ---- the optimistic read (head comment) --------------------------------- */
-
-/* Reads without the lock tried (a holder met, or a change seen) before the
- * caller takes the lock. */
-#define READ_TRIES 16
 
 /* Whether a request for a key that shard s does not hold (1 <= permits <=
  * capacity) is refused for want of room, decided without writing: the
@@ -1873,10 +1856,10 @@ decide_one(sluice_table *t, const void *key, size_t keylen, uint64_t permits, ui
     return ok;
 }
 
-bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
-                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+static inline __attribute__((always_inline)) bool
+local_try_acquire_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
+                     uint64_t now_ns, sluice_result *res)
 {
-    if (t->region) return sluice__rtable_try_acquire_at(t->region, key, keylen, permits, now_ns, res);
     if (bad_key(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         sluice__count(&t->counters, permits, false);
@@ -1890,6 +1873,14 @@ bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen
     rd_exit(rd);
     sluice__count(&t->counters, permits, ok);
     return ok;
+}
+
+bool sluice_table_try_acquire_at(sluice_table *t, const void *key, size_t keylen,
+                                 uint64_t permits, uint64_t now_ns, sluice_result *res)
+{
+    if (t->ops != &local_ops)
+        return t->ops->try_acquire_at(t->place, key, keylen, permits, now_ns, res);
+    return local_try_acquire_at(t, key, keylen, permits, now_ns, res);
 }
 
 bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
@@ -1979,19 +1970,8 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
                                          const size_t keylens[], const uint64_t permits[],
                                          uint64_t now_ns, sluice_result results[])
 {
-    if (t->region) { /* one call each */
-        size_t allowed = 0;
-        for (size_t i = 0; i < n; i++) {
-            sluice_result *res = results ? &results[i] : NULL;
-            if (!keys || !keylens) {
-                if (res) sluice__fail(res, SLUICE_EINVAL);
-                continue;
-            }
-            allowed += sluice__rtable_try_acquire_at(t->region, keys[i], keylens[i],
-                                                     permits ? permits[i] : 1, now_ns, res);
-        }
-        return allowed;
-    }
+    if (t->ops != &local_ops)
+        return t->ops->burst_at(t->place, n, keys, keylens, permits, now_ns, results);
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     rd_tls *rd = rd_enter();
     size_t allowed = 0;
@@ -2066,7 +2046,12 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n, const void *
 
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 {
-    if (t->region) return sluice__rtable_stats_get(t->region, out);
+    t->ops->stats_get(t->place, out);
+}
+
+static void local_stats_get(const void *place, sluice_table_stats *out)
+{
+    const sluice_table *t = place;
     sluice_table *m = (sluice_table *)t; /* loads only */
     out->keys = atomic_load_explicit(&m->keys, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&m->reclaimed, memory_order_relaxed);
@@ -2081,7 +2066,8 @@ void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out)
 
 int sluice_table_set_top(sluice_table *t, size_t counters, size_t max_key_bytes)
 {
-    if (!t || t->region || atomic_load_explicit(&t->top, memory_order_acquire)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || atomic_load_explicit(&t->top, memory_order_acquire))
+        return SLUICE_EINVAL;
     if (counters < 1 || counters > SLUICE_TOP_COUNTERS_MAX || max_key_bytes < 1 ||
         max_key_bytes > SLUICE_TOP_KEY_MAX)
         return SLUICE_EINVAL;
@@ -2448,7 +2434,6 @@ static uint32_t lock_find(sluice_table *t, const void *key, size_t keylen, shard
 
 static int table_remove(sluice_table *t, const void *key, size_t keylen)
 {
-    if (t && t->region) return sluice__rtable_remove(t->region, key, keylen);
     if (!t || !key_ok(key, keylen)) return SLUICE_EINVAL;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -2464,6 +2449,12 @@ static int table_remove(sluice_table *t, const void *key, size_t keylen)
 
 int sluice_table_remove(sluice_table *t, const void *key, size_t keylen)
 {
+    return (t ? t->ops : &local_ops)->remove(t ? t->place : NULL, key, keylen);
+}
+
+static int local_remove(void *place, const void *key, size_t keylen)
+{
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* the reclaiming wheel's upkeep reads configurations */
     const int rc = table_remove(t, key, keylen);
     rd_exit(rd);
@@ -2488,8 +2479,6 @@ static void key_state_of(sluice_table *t, shard *s, uint32_t i, sluice_key_state
 static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                    uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
-    if (t && t->region)
-        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
     if (!t || !key_ok(key, keylen)) {
         if (res) sluice__fail(res, SLUICE_EINVAL);
         if (state) memset(state, 0, sizeof *state);
@@ -2571,8 +2560,14 @@ static int peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t per
 int sluice_table_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice_key_state *state)
 {
-    if (t && t->region)
-        return sluice__rtable_peek_at(t->region, key, keylen, permits, now_ns, res, state);
+    return (t ? t->ops : &local_ops)->peek_at(t ? t->place : NULL, key, keylen, permits, now_ns, res,
+                                              state);
+}
+
+static int local_peek_at(void *place, const void *key, size_t keylen, uint64_t permits,
+                         uint64_t now_ns, sluice_result *res, sluice_key_state *state)
+{
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* configurations read, also after the unlock */
     const int rc = peek_at(t, key, keylen, permits, now_ns, res, state);
     rd_exit(rd);
@@ -2646,8 +2641,6 @@ static int scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                         sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                         size_t *visited)
 {
-    if (t && t->region)
-        return sluice__rtable_scan(t->region, cursor, count, fn, arg, next_cursor, visited);
     if (visited) *visited = 0;
     if (!t || !fn || !next_cursor || count == 0) return SLUICE_EINVAL;
     const unsigned sb = t->shard_bits;
@@ -2755,6 +2748,14 @@ int sluice__table_scan_counted(sluice_table *t, uint64_t cursor, size_t count,
                                sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor,
                                size_t *visited)
 {
+    return (t ? t->ops : &local_ops)->scan(t ? t->place : NULL, cursor, count, fn, arg, next_cursor,
+                                           visited);
+}
+
+static int local_scan(void *place, uint64_t cursor, size_t count, sluice_table_scan_fn fn,
+                      void *arg, uint64_t *next_cursor, size_t *visited)
+{
+    sluice_table *t = place;
     rd_tls *rd = rd_enter(); /* the states given carry keys over changes first */
     const int rc = scan_counted(t, cursor, count, fn, arg, next_cursor, visited);
     rd_exit(rd);
@@ -2843,26 +2844,14 @@ static void cfg_unmap(sluice_table *t, tcfg *c)
 static void cfg_retire(sluice_table *t, tcfg *c)
 {
     cfg_unmap(t, c);
-    c->stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
-    c->made = t->retired;
-    t->retired = c;
+    sluice__retire(&t->retired, &c->ret, sluice__rd_retire_stamp());
 }
 
 /* Free the retired configurations no reader section can hold any more
  * (t->cfg_mu held). */
 static void cfg_free_retired(sluice_table *t)
 {
-    if (!t->retired) return;
-    const uint64_t min = sluice__rd_min_active();
-    for (tcfg **pp = &t->retired; *pp;) {
-        tcfg *c = *pp;
-        if (c->stamp < min) {
-            *pp = c->made;
-            sluice__free(c);
-        } else {
-            pp = &c->made;
-        }
-    }
+    sluice__retired_free(&t->retired, offsetof(tcfg, ret), sluice__free, false);
 }
 
 /* The chain grew past CFG_KEEP configurations (t->cfg_mu held): carry every
@@ -2888,13 +2877,11 @@ static void cfg_collect(sluice_table *t)
     for (tcfg *c = t->oldest, *n; c != cur; c = n) {
         n = atomic_load_explicit(&c->newer, memory_order_relaxed);
         cfg_unmap(t, c);
-        c->made = t->retired;
-        t->retired = c;
+        sluice__retire(&t->retired, &c->ret, 0);
     }
     /* unmapped before the epoch moves on: a section that begins later
      * reads the epoch (acquire) after this, and finds none of them */
-    const uint64_t stamp = atomic_fetch_add_explicit(&rd_epoch, 1, memory_order_seq_cst);
-    for (tcfg *c = t->retired; c && c->stamp == 0; c = c->made) c->stamp = stamp;
+    sluice__retired_stamp(t->retired, sluice__rd_retire_stamp());
     t->oldest = cur;
     t->chain = 1;
 }
@@ -2926,10 +2913,7 @@ static void cfg_free(sluice_table *t)
             sluice__free(atomic_load_explicit(&seg[i], memory_order_relaxed));
         sluice__free((void *)seg);
     }
-    for (tcfg *c = t->retired, *n; c; c = n) { /* and those retired */
-        n = c->made;
-        sluice__free(c);
-    }
+    sluice__retired_free(&t->retired, offsetof(tcfg, ret), sluice__free, true); /* and those retired */
     sluice__free(t->free_ids);
 }
 
@@ -3001,8 +2985,13 @@ static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64
         sluice__errf(err, errlen, "no table (NULL)");
         return SLUICE_EINVAL;
     }
-    if (t->region) /* the region keeps the configuration, for every process */
-        return sluice__rtable_reconfigure_at(t->region, spec, knob, a, b, now_ns, err, errlen);
+    return t->ops->reconfigure_at(t->place, spec, knob, a, b, now_ns, err, errlen);
+}
+
+static int local_reconfigure_at(void *place, const char *spec, int knob, uint64_t a,
+                                uint64_t b, uint64_t now_ns, char *err, size_t errlen)
+{
+    sluice_table *t = place;
     tcfg *nc = sluice__calloc(1, sizeof *nc);
     if (!nc) {
         sluice__errf(err, errlen, "out of memory");
@@ -3150,7 +3139,7 @@ static bool carry_held(sluice_table *t, shard *s, uint32_t i, const tcfg *n, uin
 
 int sluice_table_set_max_overrides(sluice_table *t, size_t max)
 {
-    if (!t || t->region || max > SLUICE_TABLE_OVERRIDES_MAX) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || max > SLUICE_TABLE_OVERRIDES_MAX) return SLUICE_EINVAL;
     pthread_mutex_lock(&t->cfg_mu);
     int rc = max < atomic_load_explicit(&t->novr, memory_order_relaxed) ? SLUICE_EINVAL : 0;
     if (rc == 0) t->max_ovr = max;
@@ -3167,12 +3156,12 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
                            const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
-    if (!t || t->region || !spec || !key_ok(key, keylen)) {
-        sluice__errf(err, errlen,
-                     !t          ? "no table (NULL)"
-                     : t->region ? "a table in a shared region has no overrides"
-                     : !spec     ? "no spec (NULL)"
-                                 : "bad key: NULL with a length");
+    if (!t || t->ops->lacks || !spec || !key_ok(key, keylen)) {
+        sluice__errf(err, errlen, "%s",
+                     !t              ? "no table (NULL)"
+                     : t->ops->lacks ? t->ops->lacks
+                     : !spec         ? "no spec (NULL)"
+                                     : "bad key: NULL with a length");
         return SLUICE_EINVAL;
     }
     if (!key) key = "";
@@ -3278,7 +3267,7 @@ int sluice_table_override_set_at(sluice_table *t, const void *key, size_t keylen
 static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
                               uint64_t now_ns)
 {
-    if (!t || t->region || !key_ok(key, keylen)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || !key_ok(key, keylen)) return SLUICE_EINVAL;
     if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -3328,7 +3317,7 @@ int sluice_table_override_remove_at(sluice_table *t, const void *key, size_t key
 static int override_get(sluice_table *t, const void *key, size_t keylen, char *spec,
                         size_t speclen)
 {
-    if (!t || t->region || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
+    if (!t || t->ops->lacks || !key_ok(key, keylen) || (!spec && speclen)) return SLUICE_EINVAL;
     if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
     key_view(t, &key, &keylen, dig);
@@ -3355,3 +3344,31 @@ int sluice_table_override_get(sluice_table *t, const void *key, size_t keylen, c
     rd_exit(rd);
     return rc;
 }
+
+/* ---- this placement's operations (skeleton.h) ------------------------------ */
+
+static size_t local_burst_at(void *place, size_t n, const void *const keys[],
+                             const size_t keylens[], const uint64_t permits[], uint64_t now_ns,
+                             sluice_result results[])
+{
+    return sluice_table_try_acquire_burst_at(place, n, keys, keylens, permits, now_ns, results);
+}
+
+static bool local_try_one(void *place, const void *key, size_t keylen, uint64_t permits,
+                          uint64_t now_ns, sluice_result *res)
+{
+    return local_try_acquire_at(place, key, keylen, permits, now_ns, res);
+}
+
+static const sluice__table_ops local_ops = {
+    .name = "in-process",
+    .try_acquire_at = local_try_one,
+    .burst_at = local_burst_at,
+    .remove = local_remove,
+    .peek_at = local_peek_at,
+    .stats_get = local_stats_get,
+    .scan = local_scan,
+    .reconfigure_at = local_reconfigure_at,
+    .close = NULL,
+    .lacks = NULL,
+};

@@ -197,7 +197,8 @@ typedef struct sketch {
  * key's end), max_key_bytes rounded up to 8.  Every field is read and
  * written with __atomic builtins. */
 typedef struct pend {
-    alignas(64) uint64_t seq; /* even; odd while the owner rewrites hash, len, key */
+    alignas(64) _Atomic uint64_t seq; /* even; odd while the owner rewrites hash, len,
+                                       * key (base/seqlock.h) */
     uint64_t hash;
     uint64_t count;  /* refusals of the key since it became pending (owner) */
     uint64_t taken;  /* of those, already in the sketch (under its lock) */
@@ -538,13 +539,13 @@ static bool pend_holds(pend *p, uint64_t h, const unsigned char *key, uint32_t l
 
 /* A consistent copy of the record's key (hash, len, bytes into buf) and
  * its count and taken, read without writing (the owner may be running):
- * the seqlock of spin.h's rule, with the owner as the only writer. */
+ * base/seqlock.h's protocol, with the owner as the only holder. */
 static void pend_snapshot(pend *p, uint64_t *h, uint32_t *len, uint64_t *buf, uint64_t *count,
                           uint64_t *taken)
 {
     uint64_t *kw = pend_words(p);
     for (unsigned n = 0;; n++) {
-        uint64_t v = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        const uint64_t v = sluice__seq_begin(&p->seq);
         if (v & 1) { /* the owner is rewriting it: a few stores */
             sluice__backoff(n);
             continue;
@@ -556,10 +557,7 @@ static void pend_snapshot(pend *p, uint64_t *h, uint32_t *len, uint64_t *buf, ui
             buf[w] = __atomic_load_n(&kw[w], SLUICE__SEQ_LOAD);
         *count = __atomic_load_n(&p->count, SLUICE__SEQ_LOAD);
         *taken = LD(&p->taken);
-#if !SLUICE__SEQ_TSAN
-        atomic_thread_fence(memory_order_acquire);
-#endif
-        if (LD(&p->seq) == v) return;
+        if (sluice__seq_valid(&p->seq, v)) return;
     }
 }
 
@@ -670,17 +668,13 @@ void sluice__topk_note(sluice__topk *k, const void *key, size_t keylen, uint64_t
     if (LD(&p->count) > 0) pend_flush(k, p); /* even when all taken: to empty it under the lock */
     /* a new key: rewritten under the record's sequence (odd while it is) */
     const uint32_t stored = len & ~TRUNC_BIT;
-    const uint64_t v = LD(&p->seq);
-    ST(&p->seq, v + 1);
-#if !SLUICE__SEQ_TSAN
-    atomic_thread_fence(memory_order_release); /* the odd value before the stores */
-#endif
+    sluice__seq_hold(&p->seq); /* odd, then the fence: before the stores */
     __atomic_store_n(&p->hash, h, SLUICE__SEQ_STORE);
     __atomic_store_n(&p->len, len, SLUICE__SEQ_STORE);
     uint64_t *kw = pend_words(p);
     for (uint32_t w = 0; w * 8 < stored; w++)
         __atomic_store_n(&kw[w], key_word(key, stored, w), SLUICE__SEQ_STORE);
-    __atomic_store_n(&p->seq, v + 2, __ATOMIC_RELEASE);
+    sluice__seq_unhold(&p->seq);
     __atomic_store_n(&p->count, 1, SLUICE__SEQ_STORE);
 }
 
