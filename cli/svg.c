@@ -14,7 +14,7 @@
  * search in the sorted times, so a spike narrower than a pixel is not lost.
  *
  * Hand-written SVG 1.1, no script, no external font or file: a few kB per
- * lane, valid XML (tests/svg.sh checks it with xmllint).  Text is escaped.
+ * lane, valid XML (tests/cli/svg.sh checks it with xmllint).  Text is escaped.
  */
 #include "cli.h"
 

@@ -104,8 +104,8 @@ printf '\n=== the CLI under valgrind\n'
 wrap=$build/sluice-memcheck
 printf '#!/bin/sh\nexec %s "%s" "$@"\n' "${vg[*]}" "$build/sluice" >"$wrap"
 chmod +x "$wrap"
-check golden "$root/tests/golden.sh" "$wrap" "$root/tests/golden"
-check cli_errors "$root/tests/cli_errors.sh" "$wrap"
+check golden "$root/tests/cli/golden.sh" "$wrap" "$root/tests/golden"
+check cli_errors "$root/tests/cli/cli_errors.sh" "$wrap"
 
 if [ ${#failed[@]} -gt 0 ]; then
     printf '\n=== FAILED: %s\n' "${failed[*]}"

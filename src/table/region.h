@@ -102,7 +102,7 @@ _Static_assert(offsetof(rhead, keys) == 256 && offsetof(rhead, boot) == 216 &&
                    offsetof(rhead, cfg_lock) == 328 && offsetof(rhead, epoch) == 320 &&
                    offsetof(rhead, cfg_off) == 344 && offsetof(rhead, pidns) == 352 &&
                    offsetof(rhead, nshards) == 64 && offsetof(rhead, stride) == 76,
-               "where tests/test_region_table.c finds them");
+               "where tests/table/test_region_table.c finds them");
 
 typedef struct rshard {
     _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */

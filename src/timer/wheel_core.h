@@ -79,7 +79,7 @@
  * collects the keys coming to rest within the current tick; it steps only
  * to events before the tick of `now` (a tick is handled once wholly past),
  * at most a budget of keys per call, and looks through the current tick's
- * slot when it must know every key at rest.  tests/test_wheel_core.c
+ * slot when it must know every key at rest.  tests/timer/test_wheel_core.c
  * drives the core both ways against a reference.
  *
  * Every function is static inline, O(1) or O(levels); the state is 72

@@ -2,7 +2,7 @@
 # metrics.sh -- `sluice replay --metrics FILE`: valid Prometheus text, and
 # counters equal to the decisions the replay printed.
 #
-#   tests/metrics.sh PATH/TO/sluice
+#   tests/cli/metrics.sh PATH/TO/sluice
 #
 # For traces on every algorithm (several keys, probes, requests beyond any
 # capacity, a table small enough to fill, with and without --evict-lru):
@@ -37,7 +37,7 @@ if [ $# -ne 1 ] || [ ! -x "$1" ]; then
     exit 2
 fi
 bin=$1
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-metrics.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
 

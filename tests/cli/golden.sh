@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # golden.sh -- replay the contract's worked examples through the CLI.
 #
-#   tests/golden.sh PATH/TO/sluice PATH/TO/tests/golden
+#   tests/cli/golden.sh PATH/TO/sluice PATH/TO/tests/golden
 #
 # Every NAME.trace in the golden directory names its spec on its first line,
 # `# spec: SPEC`.  The trace is fed to `sluice replay --limit 'SPEC'` and the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_errors.sh -- bad input to `sluice replay` is refused the contract's way.
 #
-#   tests/cli_errors.sh PATH/TO/sluice
+#   tests/cli/cli_errors.sh PATH/TO/sluice
 #
 # docs/decisions.md sections 2 and 4: a bad --limit spec or a malformed trace line
 # makes `sluice replay` print a message on stderr and exit with status 2; the

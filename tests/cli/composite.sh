@@ -4,7 +4,7 @@
 # request").  The expected rows below were computed by hand from the
 # decision rules; the comments show the working.
 #
-#   tests/composite.sh PATH/TO/sluice
+#   tests/cli/composite.sh PATH/TO/sluice
 set -u
 if [ $# -ne 1 ] || [ ! -x "$1" ]; then
     echo "usage: $0 SLUICE_BINARY" >&2

@@ -2,7 +2,7 @@
 # svg.sh -- `sluice demo --svg FILE`: a well-formed SVG that shows what the
 # demo computed, and the picture in docs/ is the one the demo draws now.
 #
-#   tests/svg.sh PATH/TO/sluice
+#   tests/cli/svg.sh PATH/TO/sluice
 #
 # Checks:
 #  - the demo exits 0 and FILE is well-formed XML (`xmllint --noout`) whose
@@ -27,7 +27,7 @@ if [ $# -ne 1 ] || [ ! -x "$1" ]; then
     exit 2
 fi
 bin=$1
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-svg.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
 

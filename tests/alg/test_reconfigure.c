@@ -1188,7 +1188,7 @@ static void test_table_bad_changes(void **state)
     sluice_table_free(t);
     sluice_table_free(twin);
     /* a table in a shared region has no overrides; its spec changes in the
-     * region, for every process (tests/test_region_table.c) */
+     * region, for every process (tests/table/test_region_table.c) */
     size_t size = sluice_table_region_size("token-bucket 5/s", 16, 16, err, sizeof err);
     assert_true(size > 0);
     size = (size + 63) / 64 * 64;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # rules_cli.sh -- `sluice check FILE` and `sluice replay --rules FILE`.
 #
-#   tests/rules_cli.sh PATH/TO/sluice
+#   tests/cli/rules_cli.sh PATH/TO/sluice
 #
 #  - sluice check: exit 0 and "FILE: ok, N rules, M overrides" for a good
 #    file; exit 2 for each bad one, the message naming the line ("line N")

@@ -686,13 +686,13 @@ static void test_model_literal(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The directory of this source file, where golden/ lives. */
+/* tests/golden/, beside the folder of this source file (tests/alg/). */
 static void golden_path(char *buf, size_t len, const char *name)
 {
     const char *f = __FILE__;
     const char *slash = strrchr(f, '/');
     int dirlen = slash ? (int)(slash - f) : 1;
-    snprintf(buf, len, "%.*s/golden/%s", dirlen, slash ? f : ".", name);
+    snprintf(buf, len, "%.*s/../golden/%s", dirlen, slash ? f : ".", name);
 }
 
 typedef struct golden_case {
