@@ -7,7 +7,8 @@
 # `#fragment` must be a heading of the target page (GitHub's anchor: the
 # heading in lower case, punctuation but `-` and `_` dropped, spaces as `-`;
 # a repeated heading's later copies get -1, -2 ...).  Links may not leave the
-# repository.  Code blocks (``` fences) are skipped.
+# repository.  Code blocks (``` fences) are skipped.  And every page the
+# sources cite by name (docs/<page>.md in a comment or a message) exists.
 #
 # Usage: tests/docs_links.sh SOURCE_DIR
 # Prints one line per broken link (FILE:LINE: target: why); exit 1 if any.
@@ -77,8 +78,17 @@ for f in $files; do
             }
         }' "$f")
 done
+# The pages the sources cite by name ("docs/decisions.md, section 3.8",
+# "docs/tables.md"): each must exist, so that a page that moves takes its
+# citations along.
+cited=0
+while IFS=: read -r f line page; do
+    cited=$((cited + 1))
+    [[ -e $page ]] || { echo "$f:$line: cites $page: no such page"; bad=1; }
+done < <(git grep -noE 'docs/[A-Za-z0-9_-]+\.md' -- '*.c' '*.h' '*.py' '*.sh' '*.txt' \
+             'CMakeLists.txt' '*.cmake' '*.toml' '*.js' '*.ts' 2>/dev/null | grep -v '^tests/fuzz/corpus/')
 if [[ $checked -eq 0 ]]; then
     echo "docs_links.sh: no links found under $root"; exit 1
 fi
-[[ $bad -eq 0 ]] && echo "docs_links.sh: $checked relative links resolve"
+[[ $bad -eq 0 ]] && echo "docs_links.sh: $checked relative links resolve; $cited citations of docs/ pages in the sources name pages that exist"
 exit $bad

@@ -300,7 +300,7 @@ static void ops_close(void *r) { sluice__rtable_close(r); }
 
 /* Overrides and the refused-keys sketch live in one process's heap: a
  * region's keys are decided by every process that maps it, and the other
- * processes would not see them (docs/shared-memory.md, "What a shared table
+ * processes would not see them (docs/decisions.md, "What a shared table
  * does not do"). */
 static const sluice__table_ops region_ops = {
     .name = "shared region",
