@@ -229,7 +229,6 @@ SLUICE__INTERNAL extern bool sluice__rd_memb; /* registered: a reader's fence is
 
 /* table_slots.c */
 SLUICE__INTERNAL uint64_t sluice__inproc_ent_t_last(const sluice_table *t, entry *e);
-SLUICE__INTERNAL uint32_t sluice__inproc_find_probes(const sluice_table *t, const shard *s, uint64_t h, const void *key, size_t keylen, uint32_t *probes);
 SLUICE__INTERNAL void sluice__inproc_wheel_unlink(const sluice_table *t, shard *s, uint32_t i);
 SLUICE__INTERNAL void sluice__inproc_wheel_file(const sluice_table *t, shard *s, uint32_t i, uint64_t rest);
 SLUICE__INTERNAL void sluice__inproc_publish_due(shard *s);
@@ -251,7 +250,6 @@ SLUICE__INTERNAL int sluice__inproc_local_peek_at(void *place, const void *key, 
 SLUICE__INTERNAL int sluice__inproc_local_scan(void *place, uint64_t cursor, size_t count, sluice_table_scan_fn fn, void *arg, uint64_t *next_cursor, size_t *visited);
 /* table_spec.c */
 SLUICE__INTERNAL unsigned sluice__inproc_rd_claim(void);
-SLUICE__INTERNAL sluice__clock sluice__inproc_cur_clock(const sluice_table *t);
 SLUICE__INTERNAL int sluice__inproc_cfg_init(sluice_table *t);
 SLUICE__INTERNAL void sluice__inproc_cfg_free(sluice_table *t);
 SLUICE__INTERNAL bool sluice__inproc_carry(sluice_table *t, entry *e, const tcfg *c, const tcfg *n, uint64_t at);
@@ -453,10 +451,34 @@ static inline bool key_eq(const entry *e, const ekey *k, const void *key, size_t
     return ((e->key.w[0] ^ k->w[0]) | (e->key.w[1] ^ k->w[1])) == 0;
 }
 
+/* The slot holding `key` (hash h), or UINT32_MAX; *probes (if not NULL)
+ * receives the slots looked at.  The run from the key's home is in Robin
+ * Hood order, so a miss stops at an empty slot or at one closer to its home
+ * than the probe is. */
+static inline uint32_t find_probes(const sluice_table *t, const shard *s, uint64_t h, const void *key,
+                            size_t keylen, uint32_t *probes)
+{
+    ekey k;
+    pad_key(&k, key, keylen);
+    uint32_t i = home_of(s, (uint32_t)h), found = UINT32_MAX, d = 0;
+    for (;; d++) {
+        const entry *e = ent(t, s, i);
+        const uint32_t code = META_CODE(e->meta);
+        if (code == 0 || dist_lt(t, s, i, code, d)) break;
+        if (key_eq(e, &k, key, keylen, h)) {
+            found = i;
+            break;
+        }
+        if (++i == s->cap) i = 0;
+    }
+    if (probes) *probes = d + 1;
+    return found;
+}
+
 static inline uint32_t find(const sluice_table *t, const shard *s, uint64_t h, const void *key,
                             size_t keylen)
 {
-    return sluice__inproc_find_probes(t, s, h, key, keylen, NULL);
+    return find_probes(t, s, h, key, keylen, NULL);
 }
 
 /* find() for the optimistic read (k: the key zero-padded, as new_entry
@@ -568,5 +590,14 @@ static inline bool key_ok(const void *key, size_t keylen)
 }
 
 
+
+/* The clock of the current spec (what the live forms read). */
+static inline sluice__clock cur_clock(const sluice_table *t)
+{
+    rd_tls *rd = rd_enter();
+    const sluice__clock c = cur_cfg(t)->pf.clock;
+    rd_exit(rd);
+    return c;
+}
 
 #endif /* SLUICE_TABLE_INPROC_H */

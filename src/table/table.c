@@ -311,7 +311,7 @@ uint32_t sluice__table_probe_len(sluice_table *t, const void *key, size_t keylen
     shard *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
     uint32_t n;
     sluice__spin_lock(&s->mu);
-    sluice__inproc_find_probes(t, s, h, key, keylen, &n);
+    find_probes(t, s, h, key, keylen, &n);
     sluice__spin_unlock(&s->mu);
     return n;
 }
@@ -754,7 +754,7 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                               uint64_t permits, sluice_result *res)
 {
     return sluice_table_try_acquire_at(t, key, keylen, permits,
-                                       sluice__clock_now(sluice__inproc_cur_clock(t)), res);
+                                       sluice__clock_now(cur_clock(t)), res);
 }
 
 /* ---- bursts ------------------------------------------------------------- */

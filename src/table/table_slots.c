@@ -116,29 +116,6 @@ uint64_t sluice__inproc_ent_t_last(const sluice_table *t, entry *e)
     return ((sluice__state *)ent_state(e))->t_last;
 }
 
-/* The slot holding `key` (hash h), or UINT32_MAX; *probes (if not NULL)
- * receives the slots looked at.  The run from the key's home is in Robin
- * Hood order, so a miss stops at an empty slot or at one closer to its home
- * than the probe is. */
-uint32_t sluice__inproc_find_probes(const sluice_table *t, const shard *s, uint64_t h, const void *key,
-                            size_t keylen, uint32_t *probes)
-{
-    ekey k;
-    pad_key(&k, key, keylen);
-    uint32_t i = home_of(s, (uint32_t)h), found = UINT32_MAX, d = 0;
-    for (;; d++) {
-        const entry *e = ent(t, s, i);
-        const uint32_t code = META_CODE(e->meta);
-        if (code == 0 || dist_lt(t, s, i, code, d)) break;
-        if (key_eq(e, &k, key, keylen, h)) {
-            found = i;
-            break;
-        }
-        if (++i == s->cap) i = 0;
-    }
-    if (probes) *probes = d + 1;
-    return found;
-}
 
 /* Move the entry of slot `from` to empty slot `to`, at probe distance d;
  * its wheel list follows it (links are slot numbers).  Field by field, with

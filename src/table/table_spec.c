@@ -160,14 +160,6 @@ uint64_t sluice__rd_min_active(void)
 
 /* ---- configurations: changing the spec of every key --------------------- */
 
-/* The clock of the current spec (what the live forms read). */
-sluice__clock sluice__inproc_cur_clock(const sluice_table *t)
-{
-    rd_tls *rd = rd_enter();
-    const sluice__clock c = cur_cfg(t)->pf.clock;
-    rd_exit(rd);
-    return c;
-}
 
 /* Number c and make it findable (t->cfg_mu held, or the table not yet
  * shared); false when out of memory or numbers. */
@@ -423,7 +415,7 @@ int sluice_table_reconfigure_at(sluice_table *t, const char *spec, uint64_t now_
 
 int sluice_table_reconfigure(sluice_table *t, const char *spec, char *err, size_t errlen)
 {
-    uint64_t now = t ? sluice__clock_now(sluice__inproc_cur_clock(t)) : 0;
+    uint64_t now = t ? sluice__clock_now(cur_clock(t)) : 0;
     return sluice_table_reconfigure_at(t, spec, now, err, errlen);
 }
 
