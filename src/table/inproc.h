@@ -8,7 +8,7 @@
  *       slot accessors (ent, the state's words: held_words, put_words,
  *       read_words, load_state, store_state); keys (home_of, key_view,
  *       key_hash, pad_key, key_eq, find); the optimistic read's helpers
- *       (read_find, read_state, read_cfg, readable, calm, prefetch_run,
+ *       (read_find, read_state, read_cfg, readable, prefetch_run,
  *       shard_for: table.c's head comment proves the read); configurations
  *       (cur_cfg, cfg_of_id, ent_rest_at); then the functions across files,
  *       by file:
@@ -49,7 +49,6 @@
 #define INLINE_KEY 16
 #define SLOTS SLUICE__WCORE_SLOTS
 #define TICK_SHIFT 20
-#define SWEEP_BUDGET 8
 #define RECLAIM_BATCH 1 /* wheel visits per step of reclaim_some: one key at a time */
 
 /* A key: inline, zero-padded, when it has at most INLINE_KEY bytes; else a
@@ -99,9 +98,6 @@ typedef struct shard {
     unsigned char *slab; /* the probe array: cap slots of t->stride bytes */
     uint64_t now;        /* latest time a request showed this shard under
                           * its lock */
-    uint64_t calm;       /* 1 + the last tick at which a decision has no
-                          * wheel upkeep to do (0: the wheel is behind
-                          * `now`): admissions without the lock stay below */
     /* The reclaiming wheel: wheel.cur is the first tick not wholly handled
      * (its level-0 slot holds the keys coming to rest within it); heads[]
      * are its lists, slot + 1, 0 = empty. */
@@ -122,7 +118,7 @@ typedef struct shard {
     uint32_t novr, ovrcap;
 } shard;
 _Static_assert(offsetof(shard, wheel) + sizeof(uint64_t) <= 64,
-               "the lock, cap, slab, now, calm and the wheel's tick share the shard's first line");
+               "the lock, cap, slab, now and the wheel's tick share the shard's first line");
 
 /* One configuration of the table's spec (the end of this file). */
 typedef struct tcfg {
@@ -536,13 +532,6 @@ read_cfg(sluice_table *t, shard *s, uint32_t at)
         if (!c) return NULL;
     }
     return atomic_load_explicit(&((tcfg *)c)->newer, memory_order_acquire) ? NULL : c;
-}
-
-/* Whether an admission at now_ns has no wheel upkeep to do on shard s (read
- * without the lock: `calm` only grows while the wheel keeps up). */
-static inline bool calm(const sluice_table *t, const shard *s, uint64_t now_ns)
-{
-    return (t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) || (now_ns >> TICK_SHIFT) < GET(&s->calm);
 }
 
 /* Whether requests for key are read at all: packed states, inline keys. */

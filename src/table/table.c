@@ -207,9 +207,9 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         goto oom;
     }
     /* keys at rest are reclaimed only when room is wanted, whatever the
-     * flags say (head comment): the flag is set so that every test of it
-     * (calm, the composite's fast path) knows */
-    t->flags = flags | SLUICE_TABLE_RECLAIM_WHEN_FULL;
+     * flags say (SLUICE_TABLE_RECLAIM_WHEN_FULL is what every table does;
+     * table_slots.c's head comment) */
+    t->flags = flags;
     t->max_keys = max_keys;
     /* 32 + 16 = 48 bytes packed, 32 + 48 = 80 otherwise: both keep the
      * state 16-byte aligned */
@@ -242,7 +242,6 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
         s->due = &t->dues[k];
         atomic_store_explicit(s->due, UINT64_MAX, memory_order_relaxed);
         sluice__wcore_init(&s->wheel, 0);
-        s->calm = 1; /* now and the wheel at tick 0 */
     }
     return t;
 oom:
@@ -577,7 +576,6 @@ decide_read(sluice_table *t, shard *s, uint64_t h, const void *key, size_t keyle
         readout ro;
         const int rc = read_once(t, s, h, &k, keylen, permits, now_ns, res, ok, &full, &ro);
         if (rc == READ_ADMIT) { /* store what was read, if nothing moved since */
-            if (!calm(t, s, now_ns)) return READ_LOCK; /* the wheel's upkeep: the lock's */
             const int got = commit_free(s, ent(t, s, ro.at), v, &ro);
             if (got > 0) return READ_DONE;
             if (got < 0) return READ_LOCK;

@@ -32,11 +32,7 @@ void sluice__table_lock(sluice_table *t, void *sh, uint64_t now_ns)
     (void)rd_enter(); /* the parts use configurations until the unlock */
     sluice__spin_lock(&s->mu);
     if (now_ns > s->now) PUT(&s->now, now_ns);
-    if ((s->now >> TICK_SHIFT) > s->wheel.cur) {
-        uint32_t budget = SWEEP_BUDGET;
-        sluice__inproc_wheel_advance(t, s, s->now, &budget);
-        sluice__inproc_publish_due(s);
-    }
+    (void)t; /* no wheel upkeep: keys at rest are reclaimed when room is wanted (make) */
 }
 
 void sluice__table_unlock(sluice_table *t, void *sh)
@@ -273,20 +269,15 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
             size_t got = 0;
             for (; got < n; got++)
                 if (p[got].first && !sluice__spin_try_upgrade(&p[got].s->mu, p[got].v)) break;
-            bool upkeep = false, moved = false;
-            for (size_t i = 0; i < got && !upkeep; i++)
-                upkeep = p[i].first && !(p[i].t->flags & SLUICE_TABLE_RECLAIM_WHEN_FULL) &&
-                         ((now_ns > p[i].s->now ? now_ns : p[i].s->now) >> TICK_SHIFT) >
-                             p[i].s->wheel.cur;
-            for (size_t i = 0; got == n && !upkeep && !moved && i < n; i++) {
+            bool moved = false;
+            for (size_t i = 0; got == n && !moved && i < n; i++) {
                 uint64_t w[2]; /* an admission without the lock may have come between */
                 held_words(ent(p[i].t, p[i].s, p[i].at), w);
                 moved = w[0] != p[i].w[0] || w[1] != p[i].w[1];
             }
-            if (got < n || upkeep || moved) { /* nothing stored: let them go */
+            if (got < n || moved) { /* nothing stored: let them go */
                 for (size_t i = 0; i < got; i++)
                     if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
-                if (upkeep) return -1; /* the wheel's step: the general path */
                 sluice__backoff(tries);
                 continue;
             }

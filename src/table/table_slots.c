@@ -85,12 +85,12 @@
  * the wheel to `now` (and looking through the current tick's slot, sweep_all)
  * finds every key at rest.  stats.keys counts the keys held, at rest or
  * not: exact (a key is counted from the reserve that makes it to the drop
- * that ends it), never above max_keys.  (A composite decision's lock still
- * takes a budgeted wheel step, sluice__table_lock.)  No decision scans the
- * table; sluice_table_scan walks it a bounded step per call (key
- * operations, at the end of this file).  SLUICE_TABLE_RECLAIM_WHEN_FULL,
- * which asked for this, is now what every table does (the flag is kept in
- * t->flags, so that its tests -- calm, the composite's fast path -- hold).
+ * that ends it), never above max_keys.  A composite decision is no
+ * different: its lock (sluice__table_lock) does no wheel work, and its
+ * make reclaims only when the new key finds no room.  No decision scans the
+ * table; sluice_table_scan walks it a bounded step per call
+ * (table_keys.c).  SLUICE_TABLE_RECLAIM_WHEN_FULL, which asked for this,
+ * is now what every table does (the flag is accepted and changes nothing).
  *
  * Time: each shard's clock for reclaiming is the latest time any request
  * decided under its lock showed it (refusals and probes move nothing, their
@@ -261,7 +261,6 @@ void sluice__inproc_publish_due(shard *s)
      * pending at cur would come first, as the core orders ties) */
     if (li != SLUICE__WCORE_NONE && list_is_cur(s, li) && s->cur_min > due) due = s->cur_min;
     atomic_store_explicit(s->due, due, (memory_order)SLUICE__SEQ_STORE);
-    PUT(&s->calm, (s->now >> TICK_SHIFT) <= s->wheel.cur ? s->wheel.cur + 1 : 0);
 }
 
 /* The earliest time (ns) at which an entry of the shard comes to rest, or
