@@ -43,7 +43,7 @@ typedef struct sluice__key_hold {
     bool stolen;              /* a dead holder's lock was taken (resync) */
 } sluice__key_hold;
 
-/* In process (table.c).  The key as stored (skey, skeylen, dig from key,
+/* In process (table_hold.c).  The key as stored (skey, skeylen, dig from key,
  * keylen); the shard of a stored key (the lock order) and its hash;
  * locking a shard at now_ns (its clock moves on, nothing else: keys at
  * rest are reclaimed only by a make that needs room; a reader section runs
