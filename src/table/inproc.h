@@ -10,8 +10,8 @@
  *       key_hash, pad_key, key_eq, find); the optimistic read's helpers
  *       (read_find, read_state, read_cfg, readable, prefetch_run,
  *       shard_for: table.c's head comment proves the read); configurations
- *       (cur_cfg, cfg_of_id, ent_rest_at); then the functions across files,
- *       by file:
+ *       (cur_cfg, cfg_of_id, ent_rest_at); room (reserve); then the
+ *       functions across files, by file:
  *         table.c        construction, decisions, the optimistic read,
  *                        bursts, the refused-keys hook, the ops table
  *         table_slots.c  probing, the reclaiming wheel, entry life
@@ -237,8 +237,6 @@ SLUICE__INTERNAL uint32_t sluice__inproc_reuse_at_rest(sluice_table *t, shard *s
 SLUICE__INTERNAL bool sluice__inproc_evict_one(sluice_table *t, shard *s);
 /* table.c */
 SLUICE__INTERNAL extern const sluice__table_ops sluice__inproc_ops; /* this placement's (skeleton.h) */
-SLUICE__INTERNAL bool sluice__inproc_reserve(sluice_table *t);
-SLUICE__INTERNAL bool sluice__inproc_make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry, bool *relocked);
 /* table_keys.c */
 SLUICE__INTERNAL int sluice__inproc_local_remove(void *place, const void *key, size_t keylen);
 SLUICE__INTERNAL int sluice__inproc_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns, sluice_result *res, sluice_key_state *state);
@@ -587,6 +585,17 @@ static inline sluice__clock cur_clock(const sluice_table *t)
     const sluice__clock c = cur_cfg(t)->pf.clock;
     rd_exit(rd);
     return c;
+}
+
+/* Take one of the table's max_keys places. */
+static inline bool reserve(sluice_table *t)
+{
+    size_t k = atomic_load_explicit(&t->keys, memory_order_relaxed);
+    do {
+        if (k >= t->max_keys) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&t->keys, &k, k + 1, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return true;
 }
 
 #endif /* SLUICE_TABLE_INPROC_H */

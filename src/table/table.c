@@ -3,7 +3,7 @@
  *
  * Map:  this overview and the proof of the optimistic read;
  *       construction (sluice_table_new*, sluice_table_free, the test hooks
- *       sluice__table_*); decisions: room (reserve, make_room), the
+ *       sluice__table_*); decisions: room (make_room; reserve: inproc.h), the
  *       optimistic read (full_read, read_once, commit_free, decide_read),
  *       the locked path (decide_locked), sluice_table_try_acquire_at;
  *       bursts (sluice_table_try_acquire_burst_at); stats; the keys refused
@@ -351,17 +351,6 @@ void sluice_table_free(sluice_table *t)
 
 /* ---- decisions ---------------------------------------------------------- */
 
-/* Take one of the table's max_keys places. */
-bool sluice__inproc_reserve(sluice_table *t)
-{
-    size_t k = atomic_load_explicit(&t->keys, memory_order_relaxed);
-    do {
-        if (k >= t->max_keys) return false;
-    } while (!atomic_compare_exchange_weak_explicit(&t->keys, &k, k + 1, memory_order_relaxed,
-                                                    memory_order_relaxed));
-    return true;
-}
-
 /* Reclaim keys of shard s (locked) at rest by `now`: one if there is one
  * (more only from the current tick's look) -- the wheel advanced
  * RECLAIM_BATCH visits at a time until one is reclaimed or it has caught up
@@ -389,14 +378,14 @@ static uint32_t reclaim_some(sluice_table *t, shard *s, uint64_t now)
  * Returns true with a place reserved in t->keys, or false with *retry set.
  * *relocked tells that s was unlocked on the way (the caller must look the
  * key up again). */
-bool sluice__inproc_make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
+static bool make_room(sluice_table *t, shard *s, uint64_t now, int64_t *retry,
                       bool *relocked)
 {
     *relocked = false;
-    if (s->count < s->ecap && sluice__inproc_reserve(t)) return true;
+    if (s->count < s->ecap && reserve(t)) return true;
     reclaim_some(t, s, now);
     sluice__inproc_publish_due(s);
-    if (s->count < s->ecap && sluice__inproc_reserve(t)) return true;
+    if (s->count < s->ecap && reserve(t)) return true;
     if (s->count < s->ecap && t->nshards > 1) { /* the room may be elsewhere */
         sluice__spin_unlock(&s->mu);
         bool got = false;
@@ -405,7 +394,7 @@ bool sluice__inproc_make_room(sluice_table *t, shard *s, uint64_t now, int64_t *
             /* a shard whose wheel has nothing due by now has nothing at rest */
             if (o == s || atomic_load_explicit(o->due, memory_order_relaxed) > now) continue;
             sluice__spin_lock(&o->mu);
-            if (reclaim_some(t, o, now > o->now ? now : o->now)) got = sluice__inproc_reserve(t);
+            if (reclaim_some(t, o, now > o->now ? now : o->now)) got = reserve(t);
             sluice__inproc_publish_due(o);
             sluice__spin_unlock(&o->mu);
         }
@@ -639,7 +628,7 @@ static bool decide_locked(sluice_table *t, shard *s, uint64_t h, const void *key
         } else {
             int64_t retry = -1;
             bool relocked;
-            bool room = sluice__inproc_make_room(t, s, s->now, &retry, &relocked);
+            bool room = make_room(t, s, s->now, &retry, &relocked);
             if (relocked && find(t, s, h, key, keylen) != UINT32_MAX) {
                 /* another thread made the key while s was unlocked */
                 if (room) atomic_fetch_sub_explicit(&t->keys, 1, memory_order_relaxed);

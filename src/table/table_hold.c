@@ -78,11 +78,11 @@ int sluice__table_make(sluice__key_hold *kh, bool alone, int64_t *retry)
 {
     sluice_table *t = kh->t;
     shard *s = kh->shard;
-    bool room = s->count < s->ecap && sluice__inproc_reserve(t);
+    bool room = s->count < s->ecap && reserve(t);
     if (!room && alone) { /* keys at rest in this shard, then the policy */
         sluice__inproc_sweep_all(t, s, s->now);
         sluice__inproc_publish_due(s);
-        room = s->count < s->ecap && sluice__inproc_reserve(t);
+        room = s->count < s->ecap && reserve(t);
         if (!room && (t->flags & SLUICE_TABLE_EVICT_LRU) && sluice__inproc_evict_one(t, s)) {
             sluice__inproc_publish_due(s);
             room = true;
