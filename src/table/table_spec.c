@@ -342,6 +342,23 @@ uint64_t sluice__inproc_rest_of(sluice_table *t, shard *s, uint32_t i)
     return sluice__rest_at(&c->pf, &st);
 }
 
+/* Whether a new profile np may follow `from` on the keys of t (a change of
+ * spec, or an override of a key under it): reconfigure.c's rule, and a
+ * state that still fits the 16 bytes of a packed table's slot.  0, or a
+ * negative error code with the reason in err. */
+static int cfg_fits(const sluice_table *t, const sluice__profile *from,
+                    const sluice__profile *np, const char *spec, char *err, size_t errlen)
+{
+    int rc = sluice__reconfigure_check(from, np, err, errlen);
+    if (rc == 0 && t->pf.packed && !np->packed) {
+        sluice__errf(err, errlen,
+                     "\"%s\" needs more than the 16 bytes of state each key of this table has: make a new table",
+                     spec);
+        rc = SLUICE_EINVAL;
+    }
+    return rc;
+}
+
 /* Change the table's spec at now_ns to `spec`, or (spec NULL) to the
  * current one with one knob changed (sluice__reconfigure_knob). */
 static int table_reconfigure(sluice_table *t, const char *spec, int knob, uint64_t a,
@@ -374,14 +391,7 @@ int sluice__inproc_local_reconfigure_at(void *place, const char *spec, int knob,
         spec = buf;
     }
     if ((rc = sluice__spec_parse(spec, &nc->pf, err, errlen)) != 0) goto out;
-    if ((rc = sluice__reconfigure_check(&c->pf, &nc->pf, err, errlen)) != 0) goto out;
-    if (t->pf.packed && !nc->pf.packed) {
-        sluice__errf(err, errlen,
-                     "\"%s\" needs more than the 16 bytes of state each key of this table has: make a new table",
-                     spec);
-        rc = SLUICE_EINVAL;
-        goto out;
-    }
+    if ((rc = cfg_fits(t, &c->pf, &nc->pf, spec, err, errlen)) != 0) goto out;
     if (!cfg_add(t, nc)) {
         sluice__errf(err, errlen, t->ncfg >= UINT32_MAX - 1 ? "too many changes (2^32 - 1)"
                                                             : "out of memory");
@@ -552,14 +562,7 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
     uint32_t newcap = 0;
     pthread_mutex_lock(&t->cfg_mu); /* the overrides change only under it */
     const tcfg *base = atomic_load_explicit(&t->cur, memory_order_relaxed);
-    if ((rc = sluice__reconfigure_check(&base->pf, &nc->pf, err, errlen)) != 0) goto out;
-    if (t->pf.packed && !nc->pf.packed) {
-        sluice__errf(err, errlen,
-                     "\"%s\" needs more than the 16 bytes of state each key of this table has",
-                     spec);
-        rc = SLUICE_EINVAL;
-        goto out;
-    }
+    if ((rc = cfg_fits(t, &base->pf, &nc->pf, spec, err, errlen)) != 0) goto out;
     uint32_t pos;
     ovr *o = ovr_find(s, tag, key, keylen, &pos);
     if (!o) {
