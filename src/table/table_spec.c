@@ -528,6 +528,18 @@ size_t sluice_table_override_count(const sluice_table *t)
     return t ? atomic_load_explicit(&((sluice_table *)t)->novr, memory_order_relaxed) : 0;
 }
 
+/* An override's key as the table stores it (key_view: a long key as its
+ * digest, written into dig; NULL with length 0 as the empty key): *key and
+ * *keylen are replaced, *h receives its hash; returns its shard. */
+static shard *ovr_key(const sluice_table *t, const void **key, size_t *keylen,
+                      unsigned char dig[SLUICE__DIGEST_BYTES], uint64_t *h)
+{
+    if (!*key) *key = "";
+    key_view(t, key, keylen, dig);
+    *h = key_hash(t, *key, *keylen);
+    return shard_for(t, *h);
+}
+
 static int override_set_at(sluice_table *t, const void *key, size_t keylen,
                            const char *spec, uint64_t now_ns, char *err, size_t errlen)
 {
@@ -540,13 +552,11 @@ static int override_set_at(sluice_table *t, const void *key, size_t keylen,
                                      : "bad key: NULL with a length");
         return SLUICE_EINVAL;
     }
-    if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    key_view(t, &key, &keylen, dig);
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = key_hash(t, key, keylen);
+    uint64_t h;
+    shard *s = ovr_key(t, &key, &keylen, dig, &h);
     const uint32_t tag = (uint32_t)h;
-    shard *s = shard_for(t, h);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     tcfg *nc = sluice__calloc(1, sizeof *nc);
     if (!nc) {
         sluice__errf(err, errlen, "out of memory");
@@ -637,13 +647,11 @@ static int override_remove_at(sluice_table *t, const void *key, size_t keylen,
                               uint64_t now_ns)
 {
     if (!t || t->ops->lacks || !key_ok(key, keylen)) return SLUICE_EINVAL;
-    if (!key) key = "";
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    key_view(t, &key, &keylen, dig);
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    const uint64_t h = key_hash(t, key, keylen);
+    uint64_t h;
+    shard *s = ovr_key(t, &key, &keylen, dig, &h);
     const uint32_t tag = (uint32_t)h;
-    shard *s = shard_for(t, h);
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     int rc = 0;
     unsigned char *copy = NULL;
     tcfg *gone = NULL;
