@@ -24,9 +24,10 @@
  * read instead: below; the shard is the hash's top bits).  The entries live
  * in the array itself, so that a lookup touches one place in memory -- a
  * 48-byte entry, and the one or two after it -- not an index slot and then
- * an entry elsewhere (two dependent misses):
- * (table_slots.c has the layout, the probing, the hashing and the
- * reclaiming wheel; table_spec.c the configurations and overrides.)
+ * an entry elsewhere (two dependent misses).  table_slots.c has the slot's
+ * layout, the Robin Hood probing, the hashing and the reclaiming of keys at
+ * rest (a key at rest stays in place until a new key wants its room);
+ * table_spec.c the configurations and overrides.
  *
  * When full of keys in use: refuse the new key (default; counted), or, with
  * SLUICE_TABLE_EVICT_LRU, drop the entry with the oldest latest time among
