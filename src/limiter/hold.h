@@ -1,4 +1,4 @@
-/* hold.h -- a limiter as one limit of a composite decision (limiter.c,
+/* hold.h -- a limiter as one limit of a composite decision (hold.c,
  * "composite decisions"): the kind ops that composite/ runs its protocol
  * over, and the fast path for composites of lock-free limiters only.
  *

@@ -1,5 +1,16 @@
 /* limiter.c -- the public limiter: a profile, a state, counters.
  *
+ * Map:  this design note; the packed word (apply, step, lockfree_loop,
+ *       decide_lockfree); the public API (sluice_limiter_new/_free, the
+ *       decisions: run, decide_fast, the hint, sluice_try_acquire*;
+ *       reservations: sluice_reserve_at, sluice_reservation_cancel_at);
+ *       changes of spec (sluice_limiter_reconfigure*, _set_*_at); spec
+ *       info and sluice__limiter_reclaim.
+ *       Elsewhere (lim.h is the private header they share):
+ *         wait.c   blocking acquires (sluice_acquire*) and cancellers
+ *         hold.c   a limiter as one limit of a composite (hold.h): its kind
+ *                  ops and the composite fast path, with its proof
+ *
  * Every decision goes through sluice__decide() (internal.h), which clamps
  * the time to the latest admission (docs/decisions.md, section 1) and
  * hands the request to the algorithm's row of operations; tables (table.c)
@@ -93,121 +104,12 @@
  * words and the locked path out of line.
  *
  * The counters are striped per thread (counters.c), and so is the wait
- * histogram of the blocking acquires: each records, once it returns, its
- * wait from the call to the grant on the limiter's clock, or how it failed.
- */
-#define _POSIX_C_SOURCE 200809L
-#include "base/internal.h"
-#include "base/clock.h"
-#include "base/counters.h"
-#include "limiter/limiter.h"
-#include "limiter/hold.h"
-#include "alg/bucket.h"
-#include "alg/reconfigure.h"
-#include "base/spin.h"
-#include "alg/window_log.h"
-
-#include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <string.h>
-#include <time.h>
-
-#define HAVE_CAS128 SLUICE__CAS128 /* internal.h */
-
-typedef union word {
-    u128 w;
-    uint64_t h[2]; /* little-endian: h[0] is the low half */
-} word;
-
-/* The time half of a packed word is at most 2^63-1; its top bit marks the
- * word frozen: held by a composite decision or a reconfiguration (see the
- * head comment).  A frozen word is never a value a decision expects, so
- * every compare-and-swap on it fails until it is released. */
-#define FROZEN ((uint64_t)1 << 63)
-
-/* One configuration of a limiter: its profile, whether it decides
- * lock-free, and (if so) the packed state word it decides on.  Immutable
- * but for the word.  A reconfiguration publishes a new one and leaves the
- * old word frozen for ever; retired configurations are kept, linked by
- * `older`, until the limiter is freed.  The first is part of the limiter
- * (`first`): until a change of spec, a refusal finds it from the limiter's
- * address, without waiting for the load of `cur`. */
-typedef struct cfg {
-    _Alignas(64) word packed; /* lock-free state, on a cache line with: */
-    _Atomic uint64_t hint;    /* the refusals' hint (head comment) */
-    _Atomic bool hinted;      /* lock-free, and no give-back yet: the hint is on */
-    clockid_t clock;          /* what the live form reads: pf.clock's */
-    bool lockfree;            /* on the word's line: a refusal reads it too */
-    _Alignas(64) sluice__profile pf;
-    struct cfg *older;
-} cfg;
-
-struct sluice_limiter {
-    _Atomic(cfg *) cur;  /* the current configuration */
-    const sluice__alg_ops *ops; /* the algorithm's row: never changes */
-    pthread_mutex_t mu;  /* the locked path; serialises reconfigurations */
-    sluice__state st;    /* the locked path's state */
-    sluice__logpub *pub; /* sliding-log, sliding-wheel: st's log as refusals
-                          * read it without mu (window_log.c); else NULL */
-    _Atomic uint32_t refs; /* the creator's, plus one per sluice__limiter_retain */
-    cfg first;           /* the configuration it was made with */
-    sluice__counters counters;
-    sluice__waits waits; /* blocking acquires (counters.h) */
-};
-
-static inline cfg *cur_cfg(const sluice_limiter *lim)
-{
-    return atomic_load_explicit(&((sluice_limiter *)lim)->cur, memory_order_acquire);
-}
-
+ * histogram of the blocking acquires (wait.c).
+ */#include "limiter/lim.h"
 
 /* ---- the packed word ---------------------------------------------------- */
 
-static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo; }
-
-/* What a call does to a state: decide (try_acquire, acquire), reserve, or
- * give a reservation's permits back (at_ns: the reservation's time; the
- * permits go back only if the clamped time is before it).  *t_eff receives
- * the time the call was decided at: now_ns clamped to the latest
- * admission, and to 2^63-1. */
-enum op { OP_DECIDE, OP_RESERVE, OP_GIVE_BACK };
-
-static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op op,
-                         uint64_t now_ns, uint64_t permits, uint64_t max_wait,
-                         uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
-{
-    uint64_t t = sluice__clamp_time(st, now_ns);
-    *t_eff = t;
-    if (op == OP_DECIDE) return sluice__decide(pf, st, t, permits, max_wait, res);
-    if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, res);
-    return sluice__bucket_give_back(pf, st, t, permits, at_ns);
-}
-
 #if HAVE_CAS128
-/* A consistent snapshot of the 16-byte word without writing it, or false
- * when the word is frozen.  The time half only grows but for the frozen
- * bit (every write stores the clamped time, which is >= the one it
- * replaces; a holder of the frozen word writes the count half before it
- * clears the bit, with release order), so if two loads of it around the
- * load of the count half agree and are not frozen, the pair read is a
- * value the word held at an instant between the loads.  (Each half is an
- * aligned 8-byte load, atomic on x86-64, and cmpxchg16b writes all 16
- * bytes at once; the acquire loads keep the three in program order.)
- * Retried only when a write moved the time: some other decision admitted,
- * so the loop is lock-free. */
-static inline bool load_word(const word *pw, u128 *out)
-{
-    for (;;) {
-        uint64_t lo = __atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE);
-        if (lo & FROZEN) return false;
-        uint64_t hi = __atomic_load_n(&pw->h[1], __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&pw->h[0], __ATOMIC_ACQUIRE) == lo) {
-            *out = mkword(lo, hi);
-            return true;
-        }
-    }
-}
 
 /* The refusals' hint after an admission wrote w (head comment): stored
  * after the compare-and-swap, on the line it just took. */
@@ -215,19 +117,6 @@ static inline void set_hint(cfg *c, const uint64_t w[2])
 {
     atomic_store_explicit(&c->hint, c->pf.ops->refused_until(&c->pf, w),
                           memory_order_release);
-}
-
-/* Wait while c's word is frozen; returns the configuration to use next:
- * c once its word is released, or the new one a reconfiguration
- * published. */
-static cfg *wait_frozen(sluice_limiter *lim, cfg *c)
-{
-    for (unsigned n = 0;; n++) {
-        cfg *now = cur_cfg(lim);
-        if (now != c) return now;
-        if (!(__atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) & FROZEN)) return c;
-        sluice__backoff(n);
-    }
 }
 
 /* One decision on the snapshot `old`: the word it leaves in *new (== old
@@ -428,9 +317,8 @@ run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t
     return ok;
 }
 
-static __attribute__((noinline)) bool decide(sluice_limiter *lim, uint64_t permits,
-                                             uint64_t now_ns, uint64_t max_wait,
-                                             sluice_result *res)
+__attribute__((noinline)) bool sluice__lim_decide(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
+                                            uint64_t max_wait, sluice_result *res)
 {
     uint64_t t;
     return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
@@ -500,7 +388,7 @@ decide_fast(sluice_limiter *lim, uint64_t permits, uint64_t now_ns, sluice_resul
     }
     if (!c->lockfree && lim->pub) return decide_log(lim, permits, now_ns, res);
 #endif
-    return decide(lim, permits, now_ns, UINT64_MAX, res);
+    return sluice__lim_decide(lim, permits, now_ns, UINT64_MAX, res);
 }
 
 /* The refusals' hint (head comment) of configuration c for a request of
@@ -588,8 +476,6 @@ bool sluice_try_acquire(sluice_limiter *lim, uint64_t permits)
     return decide_rest(lim, permits, now, NULL);
 }
 
-static bool is_bucket(const sluice_limiter *lim) { return lim->ops->bucket; }
-
 bool sluice__limiter_is_bucket(const sluice_limiter *lim) { return is_bucket(lim); }
 
 uint64_t sluice__limiter_capacity(const sluice_limiter *lim) { return cur_cfg(lim)->pf.capacity; }
@@ -661,234 +547,6 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns)
     uint64_t t;
     return run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, rv->at_ns, NULL, &t) ? 0
                                                                               : SLUICE_ENOENT;
-}
-
-/* ---- waiting ------------------------------------------------------------ */
-
-struct sluice_canceller {
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
-    bool cancelled;
-};
-
-sluice_canceller *sluice_canceller_new(void)
-{
-    sluice_canceller *c = sluice__calloc(1, sizeof *c);
-    if (!c) return NULL;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) goto fail;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) goto fail;
-    if (pthread_mutex_init(&c->mu, NULL) != 0) {
-        pthread_cond_destroy(&c->cv);
-        goto fail;
-    }
-    return c;
-fail:
-    sluice__free(c);
-    return NULL;
-}
-
-void sluice_canceller_free(sluice_canceller *c)
-{
-    if (!c) return;
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-    sluice__free(c);
-}
-
-void sluice_canceller_cancel(sluice_canceller *c)
-{
-    pthread_mutex_lock(&c->mu);
-    c->cancelled = true;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-bool sluice_canceller_cancelled(sluice_canceller *c)
-{
-    pthread_mutex_lock(&c->mu);
-    bool v = c->cancelled;
-    pthread_mutex_unlock(&c->mu);
-    return v;
-}
-
-/* Sleep until CLOCK_MONOTONIC reaches `until`; false if c was cancelled
- * first.  `now` and `until` are on the limiter's clock, which may be the
- * coarse one: the same axis. */
-static bool sleep_until(uint64_t until, sluice_canceller *c)
-{
-    if (!c) {
-        for (;;) {
-            uint64_t now = sluice_now_ns();
-            if (now >= until) return true;
-            uint64_t ns = until - now;
-            struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-            nanosleep(&ts, NULL); /* EINTR: loop and sleep what is left */
-        }
-    }
-    struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
-    pthread_mutex_lock(&c->mu);
-    while (!c->cancelled && sluice_now_ns() < until)
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) break;
-    bool ok = !c->cancelled;
-    pthread_mutex_unlock(&c->mu);
-    return ok;
-}
-
-/* The blocking acquire from `start` on clock `clk`; on success *granted
- * is the time of the grant: a bucket's booked time, or the later time its
- * sleep ended; a window's admitting decision. */
-static int acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns, sluice_canceller *c,
-                   sluice__clock clk, uint64_t start, uint64_t *granted)
-{
-    uint64_t deadline = start + timeout_ns < start ? UINT64_MAX : start + timeout_ns;
-    for (;;) {
-        if (c && sluice_canceller_cancelled(c)) return SLUICE_ECANCELED;
-        uint64_t now = sluice__clock_now(clk);
-        uint64_t left = now < deadline ? deadline - now : 0;
-        if (is_bucket(lim)) {
-            /* x/time/rate's Wait: book the permits now, with a wait that
-             * fits the time left, or take nothing and return at once */
-            sluice_reservation rv;
-            sluice_result r;
-            if (!sluice_reserve_at(lim, permits, now, left, &rv, &r)) return SLUICE_ETIMEDOUT;
-            if (rv.wait_ns == 0) {
-                *granted = now;
-                return 0;
-            }
-            if (sleep_until(rv.at_ns, c)) {
-                uint64_t end = sluice__clock_now(clk); /* a coarse clock may lag */
-                *granted = end > rv.at_ns ? end : rv.at_ns;
-                return 0;
-            }
-            sluice_reservation_cancel_at(&rv, sluice__clock_now(clk));
-            return SLUICE_ECANCELED;
-        }
-        sluice_result r;
-        if (decide(lim, permits, now, left, &r)) {
-            *granted = now;
-            return 0;
-        }
-        if (r.error) return r.error; /* sliding-log, sliding-wheel: no memory */
-        /* -1: never; or more than the time left */
-        if (r.retry_after_ns < 0 || (uint64_t)r.retry_after_ns > left) return SLUICE_ETIMEDOUT;
-        if (!sleep_until(now + (uint64_t)r.retry_after_ns, c)) return SLUICE_ECANCELED;
-    }
-}
-
-int sluice_acquire_cancellable(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns,
-                               sluice_canceller *c)
-{
-    const sluice__clock clk = cur_cfg(lim)->pf.clock;
-    uint64_t start = sluice__clock_now(clk), granted = start;
-    int rc = acquire(lim, permits, timeout_ns, c, clk, start, &granted);
-    sluice__waits_count(&lim->waits, rc, granted > start ? granted - start : 0);
-    return rc;
-}
-
-bool sluice_acquire(sluice_limiter *lim, uint64_t permits, uint64_t timeout_ns)
-{
-    return sluice_acquire_cancellable(lim, permits, timeout_ns, NULL) == 0;
-}
-
-void sluice_limiter_stats_get(const sluice_limiter *lim, sluice_stats *out)
-{
-    sluice__counters_read(&lim->counters, out);
-}
-
-void sluice_limiter_wait_stats_get(const sluice_limiter *lim, sluice_wait_stats *out)
-{
-    sluice__waits_read(&lim->waits, out);
-}
-
-int sluice_limiter_spec_format(const sluice_limiter *lim, char *buf, size_t buflen)
-{
-    return sluice__spec_format(&cur_cfg(lim)->pf, buf, buflen);
-}
-
-int sluice_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
-                      size_t errlen)
-{
-    sluice__profile pf;
-    int rc = sluice__spec_parse(spec, &pf, err, errlen);
-    if (rc != 0) return rc;
-    if (canon) {
-        rc = sluice__spec_format(&pf, canon, canonlen);
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-/* ---- composite decisions: a limiter's kind ops (limiter/hold.h) -------- */
-
-/* A composite holds a lock-free limiter by freezing its word (a CAS from a
- * snapshot to the snapshot with the frozen bit), so that no other decision
- * can commit, or decide on it, until the release; a limiter in the locked
- * path by its mutex. */
-void sluice__limiter_hold(sluice__lim_hold *part)
-{
-    sluice_limiter *lim = part->lim;
-    cfg *c = cur_cfg(lim);
-#if HAVE_CAS128
-    while (c->lockfree) {
-        u128 v;
-        if (!load_word(&c->packed, &v)) {
-            c = wait_frozen(lim, c);
-            continue;
-        }
-        if (__sync_bool_compare_and_swap(&c->packed.w, v, v | FROZEN)) {
-            uint64_t w[2] = {(uint64_t)v, (uint64_t)(v >> 64)};
-            sluice__state_unpack(&c->pf, w, &part->h.base);
-            part->lockfree = true;
-            part->snap = v;
-            part->where = c;
-            part->h.pf = &c->pf;
-            part->h.st = &part->h.base;
-            return;
-        }
-    }
-#endif
-    pthread_mutex_lock(&lim->mu);
-    c = cur_cfg(lim); /* stable while mu is held; never lock-free again */
-    if (lim->pub) sluice__log_begin(lim->pub); /* ends at the release */
-    part->lockfree = false;
-    part->where = c;
-    part->h.pf = &c->pf;
-    part->h.st = &lim->st;
-}
-
-void sluice__limiter_release(sluice__lim_hold *part, bool commit)
-{
-    cfg *c = part->where;
-#if HAVE_CAS128
-    if (part->lockfree) {
-        /* the count half first, then the time half without the frozen bit
-         * (release): a reader that sees the bit clear sees the new count */
-        uint64_t w[2] = {(uint64_t)part->snap, (uint64_t)(part->snap >> 64)};
-        if (commit) {
-            sluice__state_pack(&c->pf, &part->h.tmp, w);
-            __atomic_store_n(&c->packed.h[1], w[1], __ATOMIC_RELEASE);
-        }
-        __atomic_store_n(&c->packed.h[0], w[0], __ATOMIC_RELEASE);
-        return;
-    }
-#endif
-    if (commit && !c->pf.ops->judge) part->lim->st = part->h.tmp;
-    if (part->lim->pub) sluice__log_end(part->lim->pub, &part->lim->st, NULL, commit);
-    pthread_mutex_unlock(&part->lim->mu);
-}
-
-void sluice__limiter_count(sluice_limiter *lim, uint64_t permits, bool ok)
-{
-    sluice__count(&lim->counters, permits, ok);
-}
-
-void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits)
-{
-    sluice__count_elsewhere(&lim->counters, permits);
 }
 
 /* ---- reconfiguration ---------------------------------------------------- */
@@ -1012,297 +670,6 @@ int sluice_limiter_set_burst_at(sluice_limiter *lim, uint64_t burst, uint64_t no
         return SLUICE_EINVAL;
     }
     return reconfigure(lim, NULL, 0, 0, burst, now_ns, err, errlen);
-}
-
-/* The composite fast path, when every limit is a lock-free limiter
- * (sluice__limiters_try; composite.c runs it first), and its proof.  Each
- * limit is read and decided once, as a single decision is -- one snapshot
- * of its 16-byte word (load_word: a value the word held at one instant),
- * one decide_packed, which gives its answer too when details are asked --
- * and counted inline in each limiter; the combination (sluice__combine)
- * is made there as well, with no other setup.  The one common order is
- * that of the instants X below:
- *
- *   refused, no details asked   the first limit that refuses on its
- *        snapshot decides the call.  At the instant X of that snapshot the
- *        limit refused the request, so the composite was refused at X,
- *        whatever the others held; it writes nothing, so placing it at X
- *        changes no limit's sequence of states.  The other limits' answers
- *        are not reported, so they need no instant in common: the limits
- *        after the refusing one are not read at all.
- *   refused with details, or a probe   every limit's answer is reported,
- *        so they need one instant: once all are decided, every word but the
- *        last one read is read again; each still at its snapshot held it
- *        from its first read to its second, so all held theirs at the
- *        instant of the last snapshot (after every other first read, before
- *        every second read), and X is there.  Nothing is written; a word
- *        that moved: start over.  (A word comes back to a value it
- *        held before only when a reservation is cancelled at the same
- *        clamped time, which restores the bucket exactly; a call whose two
- *        reads straddle both may combine that limit without the
- *        reservation with another limit as it was while it was out.)  The
- *        details are the answers of the decisions on those snapshots --
- *        with res but no per_limit, only the refusing limits' are combined:
- *        a limit that would have allowed has at least the permits remaining
- *        without them, a refusing one fewer, so it never gives the
- *        smallest, and it has no retry_after_ns.
- *   admitted   every word but the last, in one order for all calls (by
- *        limiter address), is frozen with a CAS from its snapshot: from then
- *        on it holds its snapshot, every CAS on it fails and every reader
- *        waits.  The CAS of the last word from its snapshot to its new value
- *        is X: all words hold their snapshots at X, and each limit's new
- *        state is the one the decision on its snapshot gave.  The frozen
- *        words then get theirs before anyone can decide on them.  A failed
- *        CAS (another decision got in) unfreezes, unchanged, what was frozen
- *        and starts over; nothing is waited for while a word is held, and
- *        the order by address lets one of two contending calls through.
- *
- * No over-admission: every admission, single or composite, moves each word
- * it charges from a value it held at X to the value the decision on that
- * value gave.  No permit lost: a refusal or a probe writes nothing, and a
- * word frozen for nothing is restored to the value it held.
- *
- * limiters_decide returns 1 (admitted, or a probe that every limit
- * allows), 0 (refused), -1 when the call is not one for this path -- a bad
- * call, a ref that is not a limiter, a limiter named twice, or one that
- * takes the locked path (nothing decided, nothing counted: the caller's
- * `otherwise`, composite.c's general path, takes it).  The answers are those on
- * the snapshots the call is linearised at: with res, their combination;
- * with ans, each limit's. */
-#if HAVE_CAS128
-/* Loops over the limits of a composite, unrolled: fully in the copies of
- * sluice__limiters_try for a given n, where the loop counters become
- * constants and nothing but the limits' calls stays. */
-#define UNROLL _Pragma("GCC unroll 4")
-
-/* Count one composite call in each of its limiters, as sluice__count
- * (counters.h) does, the thread's stripe looked up once and the two
- * counters the call adds to chosen once: at the same offsets in every
- * limiter. */
-static inline __attribute__((always_inline)) void
-count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
-{
-    const unsigned slot = sluice__my_slot - 1; /* UINT_MAX when not chosen */
-    if (slot >= SLUICE__STRIPES - 1) {
-        for (size_t j = 0; j < n; j++) sluice__count(&refs[j].limiter->counters, permits, ok);
-        return;
-    }
-    const size_t at = offsetof(sluice_limiter, counters) + slot * sizeof(sluice__stripe);
-    const size_t req = permits == 0 ? offsetof(sluice__stripe, probes)
-                       : ok         ? offsetof(sluice__stripe, requests_allowed)
-                                    : offsetof(sluice__stripe, requests_denied);
-    const size_t per = ok ? offsetof(sluice__stripe, permits_allowed)
-                          : offsetof(sluice__stripe, permits_denied);
-    if (permits == 0) {
-        UNROLL
-        for (size_t j = 0; j < n; j++)
-            sluice__own_inc((_Atomic uint64_t *)((char *)refs[j].limiter + at + req));
-        return;
-    }
-    UNROLL
-    for (size_t j = 0; j < n; j++) {
-        char *s = (char *)refs[j].limiter + at;
-        sluice__own_inc((_Atomic uint64_t *)(s + req));
-        sluice__own_add((_Atomic uint64_t *)(s + per), permits);
-    }
-}
-
-/* A composite refused by limit i with no details asked, counted denied in
- * every limit: each other limit that would have admitted counts
- * denied_elsewhere too -- those before i admitted on their snapshots; those
- * after i, not read by the call, are decided now on a snapshot of their
- * own (a read: nothing is written; a word held by a composite or frozen by
- * a change counts as not admitting).  Off the path of admissions. */
-static __attribute__((noinline)) void count_elsewhere_rest(const sluice_limit_ref *refs, size_t i,
-                                                           size_t n, uint64_t permits,
-                                                           uint64_t now_ns)
-{
-    for (size_t j = 0; j < n && permits; j++) {
-        if (j == i) continue;
-        bool would = j < i;
-        if (j > i) {
-            cfg *c = cur_cfg(refs[j].limiter);
-            u128 v;
-            if (c->lockfree && load_word(&c->packed, &v)) {
-                const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
-                sluice__packed_req q = {.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                        .max_wait = UINT64_MAX, .res = NULL, .out = {lo, hi}};
-                would = c->pf.ops->decide_packed(&c->pf, &q);
-            }
-        }
-        if (would) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
-    }
-}
-
-/* Whether refs[i..n) are limiters, none of them named twice in refs[0..n)
- * (those before i were checked as they were decided). */
-static __attribute__((noinline)) bool rest_ok(const sluice_limit_ref *refs, size_t i, size_t n)
-{
-    for (; i < n; i++) {
-        if (!refs[i].limiter || refs[i].table) return false;
-        for (size_t j = 0; j < i; j++)
-            if (refs[j].limiter == refs[i].limiter) return false;
-    }
-    return true;
-}
-
-/* Whether c's word holds the snapshot w: load_word's three loads, each
- * compared with its half of w.  w's time half has the frozen bit clear, so
- * a frozen word never matches; nor does one that moved between the loads
- * (the caller then starts over, as it does for any word that moved). */
-static inline bool holds(const cfg *c, const uint64_t w[2])
-{
-    return __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) == w[0] &&
-           __atomic_load_n(&c->packed.h[1], __ATOMIC_ACQUIRE) == w[1] &&
-           __atomic_load_n(&c->packed.h[0], __ATOMIC_ACQUIRE) == w[0];
-}
-
-/* What the caller asks for: nothing but the verdict, the combination of
- * the answers (into res), or every limit's answer (into ans). */
-enum { DETAILS_NONE, DETAILS_SUM, DETAILS_EACH };
-
-static inline __attribute__((always_inline)) int
-limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-                sluice_result *res, sluice__answer *ans, const int details)
-{
-    cfg *cs[SLUICE_COMPOSITE_MAX];
-    sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
-    sluice__answer as[SLUICE_COMPOSITE_MAX];    /* DETAILS_SUM: each limit's answer */
-    bool oks[SLUICE_COMPOSITE_MAX];
-    for (;;) {
-        bool all = true;
-        size_t i = 0;
-        UNROLL
-        for (; i < n; i++) {
-            sluice_limiter *lim = refs[i].limiter;
-            if (!lim || refs[i].table) return -1;
-            UNROLL
-            for (size_t j = 0; j < i; j++)
-                if (refs[j].limiter == lim) return -1; /* a limiter twice */
-            cfg *c = cur_cfg(lim);
-            if (!c->lockfree) return -1;
-            u128 v;
-            if (!load_word(&c->packed, &v)) { /* held: wait, start over */
-                wait_frozen(lim, c);
-                break;
-            }
-            cs[i] = c;
-            const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
-            q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                        .max_wait = UINT64_MAX,
-                                        .res = details == DETAILS_SUM    ? &as[i].r
-                                               : details == DETAILS_EACH ? &ans[i].r
-                                                                         : NULL,
-                                        .out = {lo, hi}};
-            const bool ok = c->pf.ops->decide_packed(&c->pf, &q[i]);
-            if (details == DETAILS_NONE) {
-                if (ok) continue;
-                /* this limit alone refuses the call -- a good one */
-                if (i + 1 < n && !rest_ok(refs, i + 1, n)) return -1;
-                count_all(refs, n, permits, false);
-                count_elsewhere_rest(refs, i, n, permits, now_ns);
-                return 0;
-            }
-            oks[i] = ok;
-            all &= ok;
-        }
-        if (i < n) continue;
-        int got;
-        if (!all || permits == 0) { /* validate: every word still at its snapshot */
-            size_t j = 0; /* the last snapshot's instant: no need to read it again */
-            UNROLL
-            for (; j + 1 < n; j++)
-                if (!holds(cs[j], q[j].w)) break;
-            if (j + 1 < n) continue;
-            got = all;
-        } else {
-            /* the order of the words: by limiter address (insertion, n is small) */
-            unsigned char o[SLUICE_COMPOSITE_MAX];
-            for (size_t j = 0; j < n; j++) {
-                size_t k = j;
-                for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
-                    o[k] = o[k - 1];
-                o[k] = (unsigned char)j;
-            }
-            size_t k = 0; /* freeze all but the last */
-            for (; k + 1 < n; k++) {
-                const sluice__packed_req *x = &q[o[k]];
-                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
-                                                  mkword(x->w[0] | FROZEN, x->w[1])))
-                    break;
-            }
-            const sluice__packed_req *x = &q[o[k]];
-            if (k + 1 < n ||
-                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
-                                              mkword(x->out[0], x->out[1]))) {
-                for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-                    __atomic_store_n(&cs[o[j]]->packed.h[0], q[o[j]].w[0], __ATOMIC_RELEASE);
-                continue;
-            }
-            for (size_t j = 0; j < k; j++) { /* publish the held ones */
-                word *pw = &cs[o[j]]->packed;
-                __atomic_store_n(&pw->h[1], q[o[j]].out[1], __ATOMIC_RELEASE);
-                __atomic_store_n(&pw->h[0], q[o[j]].out[0], __ATOMIC_RELEASE);
-            }
-            got = 1;
-        }
-        count_all(refs, n, permits, got);
-        if (!got && permits && details != DETAILS_NONE) /* who would have admitted */
-            for (size_t j = 0; j < n; j++)
-                if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
-        if (details == DETAILS_EACH)
-            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
-        if (details == DETAILS_SUM) { /* the combination (alg/held.h) */
-            UNROLL
-            for (size_t j = 0; j < n; j++) as[j].ok = oks[j];
-            sluice__combine(as, n, got, permits, res, NULL);
-        }
-        return got;
-    }
-}
-
-/* Two copies: without details, the refusal's path is short. */
-static inline __attribute__((always_inline)) int
-sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-            sluice_result *res)
-{
-    return res ? limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM)
-               : limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
-}
-#endif
-
-bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                         uint64_t now_ns, sluice_result *res, sluice__composite_fn *otherwise)
-{
-#if HAVE_CAS128
-    if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
-        const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
-        /* copies for the usual shapes, 2 to 4 limits (per client AND per
-         * route AND global...), whose loops unroll into straight code */
-        int got;
-        switch (n) {
-        case 2: got = sum_or_none(refs, 2, permits, t, res); break;
-        case 3: got = sum_or_none(refs, 3, permits, t, res); break;
-        case 4: got = sum_or_none(refs, 4, permits, t, res); break;
-        default: got = sum_or_none(refs, n, permits, t, res); break;
-        }
-        if (got >= 0) return got;
-    }
-#endif
-    return otherwise(refs, n, permits, now_ns, res, NULL);
-}
-
-int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                          uint64_t now_ns, sluice__answer *ans)
-{
-#if HAVE_CAS128
-    if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    return limiters_decide(refs, n, permits, now_ns, NULL, ans, DETAILS_EACH);
-#else
-    (void)refs, (void)n, (void)permits, (void)now_ns, (void)ans;
-    return -1;
-#endif
 }
 
 void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out)

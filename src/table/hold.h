@@ -43,10 +43,11 @@ typedef struct sluice__key_hold {
     bool stolen;              /* a dead holder's lock was taken (resync) */
 } sluice__key_hold;
 
-/* In process (table.c).  The key as stored (skey, skeylen, dig from key,
+/* In process (table_hold.c).  The key as stored (skey, skeylen, dig from key,
  * keylen); the shard of a stored key (the lock order) and its hash;
- * locking a shard and its upkeep at now_ns (a reader section runs until
- * the unlock); looking the key up in its locked shard (fills h.pf, h.st,
+ * locking a shard at now_ns (its clock moves on, nothing else: keys at
+ * rest are reclaimed only by a make that needs room; a reader section runs
+ * until the unlock); looking the key up in its locked shard (fills h.pf, h.st,
  * entry); making the key's entry when an admission needs it (0, or
  * SLUICE_EFULL with *retry set, or SLUICE_ENOMEM; `alone`: no other part
  * holds an entry of the shard, so keys at rest may be reclaimed and the

@@ -356,6 +356,58 @@ static void test_all_or_nothing(void **state)
     sluice_table_free(t);
 }
 
+/* A composite decision reclaims keys at rest only when a new key needs
+ * their room, as single decisions do (docs/tables.md): keys at rest stay
+ * held, and a key that comes back decides on its state at rest (a full
+ * bucket, as a fresh key would).  Before, a composite's lock advanced the
+ * shard's wheel and dropped keys at rest on the way. */
+static void test_keys_at_rest_stay(void **state)
+{
+    (void)state;
+    char err[256], key[16];
+    sluice_table *t = sluice_table_new("token-bucket 5/s", 100, err, sizeof err);
+    assert_non_null(t);
+    sluice_limiter *b = mk("fixed-window 1000/d");
+    for (int i = 0; i < 10; i++) { /* ten keys, each at rest after 1 s */
+        snprintf(key, sizeof key, "k%d", i);
+        assert_true(sluice_table_try_acquire_at(t, key, strlen(key), 1, 0, NULL));
+    }
+    /* years later, a new key through a composite: room to spare */
+    const uint64_t later = 3 * 365 * 86400 * SEC;
+    sluice_limit_ref refs[2] = {sluice_ref_key(t, "new", 3), sluice_ref_limiter(b)};
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 1, later, NULL, NULL));
+    sluice_table_stats ts;
+    sluice_table_stats_get(t, &ts);
+    assert_int_equal(ts.keys, 11);
+    assert_int_equal(ts.reclaimed, 0);
+    /* a held key at rest decides as a fresh one: 5 - 2 left */
+    refs[0] = sluice_ref_key(t, "k3", 2);
+    sluice_result r;
+    assert_true(sluice_composite_try_acquire_at(refs, 2, 2, later + 1, &r, NULL));
+    assert_int_equal(r.remaining, 3);
+    sluice_table_stats_get(t, &ts);
+    assert_int_equal(ts.keys, 11);
+    assert_int_equal(ts.reclaimed, 0);
+    /* a full table of keys at rest: the new key's room is reclaimed */
+    sluice_table *full = sluice_table_new("token-bucket 5/s", 4, err, sizeof err);
+    assert_non_null(full);
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof key, "f%d", i);
+        assert_true(sluice_table_try_acquire_at(full, key, strlen(key), 1, 0, NULL));
+    }
+    sluice_limit_ref r2[2] = {sluice_ref_key(full, "new", 3), sluice_ref_limiter(b)};
+    assert_false(sluice_composite_try_acquire_at(r2, 2, 1, SEC / 10, &r, NULL)); /* none at rest */
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_true(sluice_composite_try_acquire_at(r2, 2, 1, later, &r, NULL));
+    sluice_table_stats_get(full, &ts); /* a wheel visit may drop a list of them */
+    assert_true(ts.reclaimed >= 1);
+    assert_true(ts.keys <= 4);
+    assert_int_equal(ts.keys + ts.reclaimed, 5); /* each key counted once */
+    sluice_table_free(full);
+    sluice_limiter_free(b);
+    sluice_table_free(t);
+}
+
 static void expect_bad(const sluice_limit_ref *refs, size_t n, sluice_limiter *watch)
 {
     sluice_result r, per[SLUICE_COMPOSITE_MAX + 1];
@@ -939,6 +991,7 @@ int main(void)
         cmocka_unit_test(test_three_kinds),
         cmocka_unit_test(test_three_kinds_threads),
         cmocka_unit_test(test_shared_long_key),
+        cmocka_unit_test(test_keys_at_rest_stay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,6 +86,33 @@ static void ask(sluice_table *t, const char *key, uint64_t p, uint64_t at, bool 
     assert_int_equal(r.retry_after_ns, retry);
 }
 
+/* A spec whose state does not fit a packed table's 16 bytes (token-bucket
+ * 7/d with a burst of 250000: burst x period / gcd(limit, period) >= 2^64)
+ * is refused, as a change of the whole table and as one key's override,
+ * with the spec named; nothing changes. */
+static void test_unpacked_refused(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_table *t = sluice_table_new("token-bucket 1/d", 100, err, sizeof err);
+    assert_non_null(t);
+    const char *big = "token-bucket 7/d burst=250000";
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, 0, NULL));
+    err[0] = 0;
+    assert_int_equal(sluice_table_reconfigure_at(t, big, 1, err, sizeof err), SLUICE_EINVAL);
+    assert_non_null(strstr(err, big));
+    assert_non_null(strstr(err, "16 bytes"));
+    err[0] = 0;
+    assert_int_equal(sluice_table_override_set_at(t, "k", 1, big, 1, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, big));
+    assert_non_null(strstr(err, "16 bytes"));
+    assert_int_equal(sluice_table_override_count(t), 0);
+    /* the key kept its limit: its one permit a day is taken */
+    assert_false(sluice_table_try_acquire_at(t, "k", 1, 1, 2, NULL));
+    sluice_table_free(t);
+}
+
 /* ---- docs/tables.md's example -------------------------------------------- */
 
 static void test_premium(void **state)
@@ -589,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_equal_tags),
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_unpacked_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
