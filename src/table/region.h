@@ -312,7 +312,8 @@ static inline void sluice__rt_shard_unlock(sluice__rtable *r, uint32_t k)
  * writing a key's state into one copy (the commit's half before the
  * flip: sluice__rt_state_commit, below), a handle's parsed configuration of
  * an epoch (under a shard lock), a key's state carried over to the
- * current configuration, a shard's lock (the seqlock's hold), the region's count of keys
+ * current configuration, a shard's lock found held (the wait, or the
+ * takeover and repair; then the seqlock's hold), the region's count of keys
  * made exact, a key's slot in a locked shard, dropping a slot, the hint of
  * a refusal for want of room, sweeping the other shards, one decision
  * under the lock. */
