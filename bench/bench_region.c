@@ -3,7 +3,7 @@
  * table (sluice_table_new), same spec, same keys, same sequence.
  *
  *   build/bench/bench_region [--keys N[,N...]] [--runs R] [--decisions D]
- *                            [--spec SPEC]
+ *                            [--spec SPEC] [--table local|region]
  *
  * Defaults: N = 1000 and 100000 live 16-byte keys (two 64-bit ids), drawn
  * uniformly; spec "token-bucket 100/s"; R = 7 runs of D = 200000 decisions
@@ -26,6 +26,20 @@
  * Refusals: --spec "fixed-window 2/1h" (each key filled with 1 of its 2,
  * one more admitted, then every decision a refusal), with --procs 2 for
  * two processes refusing at once (a refusal reads the shard, no lock).
+ *
+ * Instruction counts, which a busy machine does not move (callgrind):
+ * --table local or --table region (without --procs) decides on that table
+ * only, and prints
+ * its ns; br_run is never inlined, so that
+ *   valgrind --tool=callgrind --toggle-collect=br_run \
+ *       build/bench/bench_region --table region --keys 100000 --runs 1 \
+ *       --decisions 100000
+ * counts the instructions of the warm-up run and the timed runs alone
+ * ((R + 1) x D decisions; the filling and the set-up are left out), and
+ * --cache-sim=yes (with --LL=2097152,16,64, an LL the table outgrows) their
+ * misses.  The warm-up run (one run of the sequence, untimed, before the R
+ * runs) leaves no first touch to the timed runs: every key's page was
+ * touched when it was filled.
  *
  * With --procs P (P >= 2): P forked processes on the region table against
  * P threads on the in-process table, each deciding D times over the same
@@ -74,7 +88,7 @@ static int br_cmp(const void *a, const void *b)
 /* ns per decision over the sequence, wall and CPU. */
 static uint64_t br_step = 1; /* caller time per decision, ns (--step) */
 
-static void br_run(sluice_table *t, const key16 *keys, const uint32_t *seq, size_t d,
+static __attribute__((noinline)) void br_run(sluice_table *t, const key16 *keys, const uint32_t *seq, size_t d,
                    uint64_t *now, double *wall, double *cpu)
 {
     uint64_t ok = 0;
@@ -133,6 +147,10 @@ static double br_many(sluice_table *t, bool procs, unsigned p, const key16 *keys
     const uint64_t w1 = br_clock(CLOCK_MONOTONIC);
     return (double)p * (double)d / ((double)(w1 - w0) / 1e9);
 }
+
+/* Which tables a run without --procs decides on (--table). */
+enum { BR_BOTH, BR_LOCAL, BR_REGION };
+static int br_table = BR_BOTH;
 
 static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigned procs,
                   uint64_t fill)
@@ -201,11 +219,19 @@ static int br_one(const char *spec, uint64_t n, unsigned runs, size_t d, unsigne
         goto done;
     }
     uint64_t now_l = now, now_r = now;
-    br_run(local, keys, seq, d, &now_l, &wl[0], &cl[0]); /* warm both */
-    br_run(shared, keys, seq, d, &now_r, &wr[0], &cr[0]);
+    if (br_table != BR_REGION) br_run(local, keys, seq, d, &now_l, &wl[0], &cl[0]); /* warm */
+    if (br_table != BR_LOCAL) br_run(shared, keys, seq, d, &now_r, &wr[0], &cr[0]);
     for (unsigned r = 0; r < runs; r++) {
-        br_run(local, keys, seq, d, &now_l, &wl[r], &cl[r]);
-        br_run(shared, keys, seq, d, &now_r, &wr[r], &cr[r]);
+        if (br_table != BR_REGION) br_run(local, keys, seq, d, &now_l, &wl[r], &cl[r]);
+        if (br_table != BR_LOCAL) br_run(shared, keys, seq, d, &now_r, &wr[r], &cr[r]);
+    }
+    if (br_table != BR_BOTH) { /* one table: its ns alone */
+        double *w = br_table == BR_LOCAL ? wl : wr, *c = br_table == BR_LOCAL ? cl : cr;
+        qsort(w, runs, sizeof *w, br_cmp);
+        qsort(c, runs, sizeof *c, br_cmp);
+        printf("%10" PRIu64 "  %-7s %9.1f %9.1f\n", n, br_table == BR_LOCAL ? "local" : "region",
+               w[runs / 2], c[runs / 2]);
+        goto done;
     }
     qsort(wl, runs, sizeof *wl, br_cmp);
     qsort(cl, runs, sizeof *cl, br_cmp);
@@ -243,9 +269,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--procs") && i + 1 < argc) procs = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--step") && i + 1 < argc) br_step = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--table") && i + 1 < argc && !strcmp(argv[i + 1], "local"))
+            br_table = BR_LOCAL, i++;
+        else if (!strcmp(argv[i], "--table") && i + 1 < argc && !strcmp(argv[i + 1], "region"))
+            br_table = BR_REGION, i++;
         else {
             fprintf(stderr, "usage: bench_region [--keys N[,N...]] [--runs R] [--decisions D] "
-                            "[--procs P] [--spec SPEC] [--step NS] [--fill P]\n");
+                            "[--procs P] [--spec SPEC] [--step NS] [--fill P] [--table local|region]\n");
             return 2;
         }
     }
@@ -260,6 +290,8 @@ int main(int argc, char **argv)
     if (procs >= 2)
         printf("%10s  %9s  %14s  %14s  %7s\n", "keys", "deciders", "threads dec/s",
                "processes dec/s", "ratio");
+    else if (br_table != BR_BOTH)
+        printf("%10s  %-7s %9s %9s\n", "keys", "table", "ns", "(cpu)");
     else
         printf("%10s  %9s %9s  %9s %9s  %7s %7s  %8s  %s\n", "keys", "local ns", "(cpu)",
                "region ns", "(cpu)", "ratio", "(cpu)", "B/key", "target <= 1.2x (cpu)");

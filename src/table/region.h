@@ -309,21 +309,23 @@ static inline void sluice__rt_shard_unlock(sluice__rtable *r, uint32_t k)
 /* ---- across the files (region.h's map) ---------------------------------- */
 
 /* region_table.c (each function's comment is above its definition):
- * committing a key's state (one flip), a handle's parsed configuration of
+ * writing a key's state into one copy (the commit's half before the
+ * flip: sluice__rt_state_commit, below), a handle's parsed configuration of
  * an epoch (under a shard lock), a key's state carried over to the
- * current configuration, a shard's lock (the seqlock's hold), the region's count of keys
+ * current configuration, a shard's lock found held (the wait, or the
+ * takeover and repair; then the seqlock's hold), the region's count of keys
  * made exact, a key's slot in a locked shard, dropping a slot, the hint of
  * a refusal for want of room, sweeping the other shards, one decision
  * under the lock. */
-SLUICE__INTERNAL uint64_t sluice__rt_state_commit(const sluice__rtable *r,
-                                                  const sluice__profile *pf, unsigned char *s,
-                                                  uint64_t h, const sluice__state *st,
-                                                  uint32_t epoch);
+SLUICE__INTERNAL void sluice__rt_state_write(const sluice__rtable *r, const sluice__profile *pf,
+                                             unsigned char *s, unsigned c,
+                                             const sluice__state *st, uint32_t epoch);
 SLUICE__INTERNAL const rprof *sluice__rt_prof(sluice__rtable *r, uint64_t epoch);
 SLUICE__INTERNAL const sluice__profile *sluice__rt_key_load(sluice__rtable *r, unsigned char *s,
                                                             uint64_t *hp, sluice__state *st,
                                                             uint64_t epoch);
-SLUICE__INTERNAL uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen);
+SLUICE__INTERNAL uint64_t sluice__rt_shard_lock_wait(sluice__rtable *r, uint32_t k, uint64_t me,
+                                                     bool *stolen);
 SLUICE__INTERNAL void sluice__rt_resync(sluice__rtable *r);
 SLUICE__INTERNAL uint32_t sluice__rt_find(const sluice__rtable *r, uint32_t k, uint32_t tag,
                                           const void *key, size_t keylen, uint32_t *freep);
@@ -340,13 +342,59 @@ SLUICE__INTERNAL bool sluice__rt_decide_locked(sluice__rtable *r, uint32_t k, ui
  * holder is gone, this process's pid namespace, taking a lock word (true:
  * from a dead holder), the kernel's boot id, counting a decision in the
  * shard or the calling thread's stripe. */
-SLUICE__INTERNAL uint64_t sluice__rt_self(void);
+SLUICE__INTERNAL extern _Atomic uint64_t sluice__rt_self_id;
+SLUICE__INTERNAL uint64_t sluice__rt_self_ask(void);
 SLUICE__INTERNAL bool sluice__rt_gone(uint64_t id, bool look);
 SLUICE__INTERNAL uint64_t sluice__rt_pid_ns(void);
 SLUICE__INTERNAL bool sluice__rt_lock_word(_Atomic uint64_t *w, uint64_t me);
 SLUICE__INTERNAL void sluice__rt_boot_id(char out[40]);
 SLUICE__INTERNAL void sluice__rt_count_decision(sluice__rtable *r, rshard *sh, uint64_t permits,
                                                 bool ok, bool full, bool elsewhere);
+
+/* On the path of an admission, inline in every file (as the read's and the
+ * unlock's above): the calling process's identity, a shard's lock, a
+ * commit.  Each was a call across files once region_table.c was split; an
+ * admission makes all three (bench_region's 100000-key rows: 22
+ * instructions a decision more than before the split, under callgrind). */
+
+/* This process's identity for lock words (region_who.c: pid | the low
+ * start-time bits << 32): one load once known, else the first ask. */
+static inline uint64_t sluice__rt_self(void)
+{
+    const uint64_t v = atomic_load_explicit(&sluice__rt_self_id, memory_order_relaxed);
+    return v ? v : sluice__rt_self_ask();
+}
+
+/* Lock shard k; *stolen is set when a dead holder's lock was taken.  The
+ * sequence goes odd (it already is when a holder died mid-hold: then it
+ * stays so), then a release fence: the hold's stores come after it, for
+ * the read (base/seqlock.h's sluice__seq_hold; region_read.c).  Returns the
+ * sequence as the lock found it (before the odd store).  A free lock is
+ * taken here with one compare-and-swap; a held one is waited for, or taken
+ * from a dead holder and its shard repaired, by sluice__rt_shard_lock_wait
+ * (region_table.c). */
+static inline uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
+{
+    rshard *sh = &r->sh[k];
+    const uint64_t me = sluice__rt_self();
+    uint64_t free_word = 0;
+    if (!atomic_compare_exchange_strong_explicit(&sh->lock, &free_word, me,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return sluice__rt_shard_lock_wait(r, k, me, stolen);
+    return sluice__seq_hold(&sh->seq);
+}
+
+/* Commit st to slot s (header h), shard locked: the inactive copy and its
+ * epoch (sluice__rt_state_write), then the flip.  Returns the new header
+ * word. */
+static inline uint64_t sluice__rt_state_commit(const sluice__rtable *r, const sluice__profile *pf,
+                                               unsigned char *s, uint64_t h,
+                                               const sluice__state *st, uint32_t epoch)
+{
+    sluice__rt_state_write(r, pf, s, H_ACTIVE(h) ^ 1u, st, epoch);
+    hdr_set(s, h ^ (1u << 2));
+    return h ^ (1u << 2);
+}
 
 /* region_read.c: a snapshot of a key's slot read without the lock (false:
  * READ_TRIES reads met holders), the profile and state it decides under

@@ -189,9 +189,11 @@ static void read_once(const sluice__rtable *r, uint32_t k, uint32_t tag, const v
 
 /* A consistent snapshot of key's slot in shard k, read without writing
  * anything (the proof is in the head comment): true; false when READ_TRIES
- * reads met a holder or were overtaken by one. */
-bool sluice__rt_read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
-                     size_t keylen, rsnap *sn)
+ * reads met a holder or were overtaken by one.  Inline in this file's
+ * decision (decide_read); sluice__rt_read_key is it for the peeks. */
+static inline __attribute__((always_inline)) bool
+read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key, size_t keylen,
+         rsnap *sn)
 {
     rshard *sh = &r->sh[k];
     for (unsigned n = 0; n < READ_TRIES; n++) {
@@ -208,13 +210,19 @@ bool sluice__rt_read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, cons
     }
     return false;
 }
+bool sluice__rt_read_key(const sluice__rtable *r, uint32_t k, uint32_t tag, const void *key,
+                         size_t keylen, rsnap *sn)
+{
+    return read_key(r, k, tag, key, keylen, sn);
+}
 
 /* The profile a snapshot decides under, and its state into st (fresh when
  * the key is not held); NULL when the lock must decide: the key missed a
  * change of spec (the lock carries it over first), or this handle has not
- * parsed the current configuration yet (the lock parses it). */
-const sluice__profile *sluice__rt_snap_state(const sluice__rtable *r, const rsnap *sn,
-                                         sluice__state *st)
+ * parsed the current configuration yet (the lock parses it).  Inline in
+ * decide_read, as read_key is. */
+static inline __attribute__((always_inline)) const sluice__profile *
+snap_state(const sluice__rtable *r, const rsnap *sn, sluice__state *st)
 {
     const rprof *p = sluice__rt_read_prof(r, sn->epoch);
     if (!p || (sn->found && sn->ep != sn->epoch)) return NULL;
@@ -232,6 +240,11 @@ const sluice__profile *sluice__rt_snap_state(const sluice__rtable *r, const rsna
         *st = u.st;
     }
     return pf;
+}
+const sluice__profile *sluice__rt_snap_state(const sluice__rtable *r, const rsnap *sn,
+                                             sluice__state *st)
+{
+    return snap_state(r, sn, st);
 }
 
 /* A held window-log key's decision from its snapshot's summary, as a
@@ -309,8 +322,8 @@ static bool decide_read(sluice__rtable *r, uint32_t k, uint32_t tag, const void 
     rsnap sn;
     sluice__state st;
     adm->ready = false;
-    if (!sluice__rt_read_key(r, k, tag, key, keylen, &sn)) return false;
-    const sluice__profile *pf = sluice__rt_snap_state(r, &sn, &st);
+    if (!read_key(r, k, tag, key, keylen, &sn)) return false;
+    const sluice__profile *pf = snap_state(r, &sn, &st);
     if (!pf) return false;
     *full = false;
     if (sn.found && r->L.ring) return sluice__rt_ring_read(pf, &sn, now, permits, res, ok);

@@ -316,9 +316,10 @@ static void state_load(const sluice__rtable *r, const sluice__profile *pf, unsig
 }
 
 /* Write st, of profile pf and configuration epoch, into copy c of slot s
- * (not the active one). */
-static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsigned char *s,
-                        unsigned c, const sluice__state *st, uint32_t epoch)
+ * (not the active one).  region.h's sluice__rt_state_commit, inline on the
+ * admission path, calls it and then flips. */
+void sluice__rt_state_write(const sluice__rtable *r, const sluice__profile *pf, unsigned char *s,
+                            unsigned c, const sluice__state *st, uint32_t epoch)
 {
     unsigned char *d = copy_of(r, s, c);
     uint64_t *dw = (uint64_t *)(void *)d;
@@ -351,17 +352,6 @@ static void state_write(const sluice__rtable *r, const sluice__profile *pf, unsi
         for (size_t i = 0; i < STATE_WORDS; i++) PUT(&dw[i], u.w[i]);
     }
     PUT(epoch_word(s, c), epoch);
-}
-
-/* Commit st to slot s (header h): the inactive copy and its epoch, then
- * the flip.  Returns the new header word. */
-uint64_t sluice__rt_state_commit(const sluice__rtable *r, const sluice__profile *pf,
-                             unsigned char *s, uint64_t h, const sluice__state *st,
-                             uint32_t epoch)
-{
-    state_write(r, pf, s, H_ACTIVE(h) ^ 1u, st, epoch);
-    hdr_set(s, h ^ (1u << 2));
-    return h ^ (1u << 2);
 }
 
 /* ---- configurations ----------------------------------------------------- */
@@ -506,15 +496,13 @@ static void repair(sluice__rtable *r, uint32_t k)
     atomic_store_explicit(&r->sh[k].due, 0, (memory_order)SLUICE__SEQ_STORE); /* unknown */
 }
 
-/* Lock shard k; *stolen is set when a dead holder's lock was taken.  The
- * sequence goes odd (it already is when a holder died mid-hold: then it
- * stays so), then a release fence: the hold's stores come after it, for
- * the read (base/seqlock.h's sluice__seq_hold; region_read.c).  Returns the
- * sequence as the lock found it (before the odd store). */
-uint64_t sluice__rt_shard_lock(sluice__rtable *r, uint32_t k, bool *stolen)
+/* Shard k's lock, found held by region.h's sluice__rt_shard_lock (whose
+ * comment says what it does) for process `me`: wait for it, or take it from
+ * a dead holder (sluice__rt_lock_word) and repair the shard. */
+uint64_t sluice__rt_shard_lock_wait(sluice__rtable *r, uint32_t k, uint64_t me, bool *stolen)
 {
     rshard *sh = &r->sh[k];
-    const bool dead = sluice__rt_lock_word(&sh->lock, sluice__rt_self());
+    const bool dead = sluice__rt_lock_word(&sh->lock, me);
     const uint64_t v = sluice__seq_hold(&sh->seq);
     if (dead) {
         repair(r, k);
@@ -765,7 +753,7 @@ bool sluice__rt_decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const
         return false;
     }
     key_write(r, s, key, keylen);
-    state_write(r, pf, s, 0, &st, (uint32_t)epoch);
+    sluice__rt_state_write(r, pf, s, 0, &st, (uint32_t)epoch);
     hdr_set(s, H_LIVE(tag, keylen, 0)); /* published: crash argument 2 */
     bump(&sh->count, 1);
     const uint64_t rest = sluice__rest_at(pf, &st);
@@ -856,7 +844,7 @@ int sluice__rtable_make(sluice__key_hold *pt, bool alone, bool evict, int64_t *r
     unsigned char *s = slot_at(r, k, fr);
     state_fresh(r, pt->h.pf, s, &pt->h.base);
     key_write(r, s, key, pt->skeylen);
-    state_write(r, pt->h.pf, s, 0, &pt->h.base, (uint32_t)pt->repoch);
+    sluice__rt_state_write(r, pt->h.pf, s, 0, &pt->h.base, (uint32_t)pt->repoch);
     hdr_set(s, H_LIVE(tag, pt->skeylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;

@@ -3,7 +3,7 @@
  * words (a shard's, the changes'), and the counter stripes each thread owns
  * (region_table.c has the design; region.h the layout).
  *
- * Map:  who we are (sluice__rt_self, sluice__rt_pid_ns, tid_self) and
+ * Map:  who we are (sluice__rt_self_ask, sluice__rt_pid_ns, tid_self) and
  *       whether a holder lives (sluice__rt_gone, tid_gone);
  *       sluice__rt_lock_word; sluice__rt_boot_id; the counter stripes
  *       (claim_stripe, my_stripe, sluice__rt_count_decision; counters.h
@@ -102,7 +102,7 @@ static uint64_t proc_start(pid_t pid, char *state)
     return strtoull(p + 1, NULL, 10);
 }
 
-static _Atomic uint64_t self_id; /* 0 until asked, and again in a child */
+_Atomic uint64_t sluice__rt_self_id; /* 0 until asked, and again in a child */
 static _Atomic uint64_t pidns_id; /* sluice__rt_pid_ns(): likewise */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -121,7 +121,7 @@ static _Thread_local unsigned my_next;
 /* In a child: the forking thread is another thread of another process. */
 static void forget_self(void)
 {
-    atomic_store_explicit(&self_id, 0, memory_order_relaxed);
+    atomic_store_explicit(&sluice__rt_self_id, 0, memory_order_relaxed);
     atomic_store_explicit(&pidns_id, 0, memory_order_relaxed);
     tid_id = 0;
     memset(my_stripes, 0, sizeof my_stripes);
@@ -142,15 +142,17 @@ static inline uint64_t id_of(pid_t pid, uint64_t start)
     return (start ? start31(start) : 0) << 32 | (uint32_t)pid;
 }
 
-/* This process's identity for lock words: pid | low start-time bits << 32. */
-uint64_t sluice__rt_self(void)
+/* This process's identity for lock words: pid | low start-time bits << 32,
+ * asked of /proc the first time (and again in a child), then kept in
+ * sluice__rt_self_id, which region.h's sluice__rt_self loads inline. */
+uint64_t sluice__rt_self_ask(void)
 {
-    uint64_t v = atomic_load_explicit(&self_id, memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(&sluice__rt_self_id, memory_order_relaxed);
     if (v) return v;
     pthread_once(&atfork_once, register_atfork);
     pid_t pid = getpid();
     v = id_of(pid, proc_start(pid, NULL));
-    atomic_store_explicit(&self_id, v, memory_order_relaxed);
+    atomic_store_explicit(&sluice__rt_self_id, v, memory_order_relaxed);
     return v;
 }
 
