@@ -24,7 +24,7 @@
  * remaining without the permits), the largest retry_after_ns of the
  * refusing limits (-1 if any is -1).
  *
- * Limiters only, all lock-free: sluice__limiters_try (limiter.c), the
+ * Limiters only, all lock-free: sluice__limiters_try (limiter/hold.c), the
  * public call's first try when per_limit is NULL, which holds nothing while
  * it decides and hands any other call, undecided, to the general path (a
  * callback: limiter/ names nothing above it).  Each limit is read and
