@@ -683,14 +683,10 @@ static int get_u32(loader *ld, yaml_node_t *map, const char *key, uint32_t *out)
         return 0;
     const char *s = v->type == YAML_SCALAR_NODE ? scalar(v) : "";
     uint64_t x = 0;
-    bool ok = v->type == YAML_SCALAR_NODE && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *s;
-    for (const char *c = s; ok && *c; c++) {
-        if (*c < '0' || *c > '9' || x > UINT32_MAX)
-            ok = false;
-        else
-            x = x * 10 + (uint64_t)(*c - '0');
-    }
-    if (!ok || x > UINT32_MAX)
+    const bool ok = v->type == YAML_SCALAR_NODE &&
+                    v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                    sluice_parse_u64(s, strlen(s), UINT32_MAX, &x) == 0;
+    if (!ok)
         return fail(ld, v, "'%s' must be an integer from 0 to 4294967295, not '%s'", key,
                     v->type == YAML_SCALAR_NODE ? s : "(not a scalar)");
     *out = (uint32_t)x;

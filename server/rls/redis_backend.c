@@ -110,15 +110,10 @@ static int parse_hostport(rls_redis_settings *s, const char *url, char *err, siz
         return bad(err, errlen, "REDIS_URL", url, "has an empty or too long host");
     memcpy(s->host, h, hl);
     s->host[hl] = 0;
-    int port = 0;
-    for (const char *c = colon + 1; c < end; c++) {
-        if (*c < '0' || *c > '9' || port > 65535)
-            return bad(err, errlen, "REDIS_URL", url, "has a port that is not a number from 1 to 65535");
-        port = port * 10 + (*c - '0');
-    }
-    if (colon + 1 == end || port < 1 || port > 65535)
+    uint64_t port = 0;
+    if (sluice_parse_u64(colon + 1, (size_t)(end - (colon + 1)), 65535, &port) != 0 || port < 1)
         return bad(err, errlen, "REDIS_URL", url, "has a port that is not a number from 1 to 65535");
-    s->port = port;
+    s->port = (int)port;
     return 0;
 }
 
