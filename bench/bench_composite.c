@@ -35,6 +35,17 @@
  * interleaved round-robin, so drift hits them alike.
  *
  *   bench_composite [--iters N] [--runs N]
+ *   bench_composite --limits K --path PATH [--calls N]
+ *
+ * The second form is for callgrind, whose instruction counts a busy machine
+ * does not move: K token-bucket limits (2 to 4; PATH allowed, refused or
+ * refused&r as above), N composite calls (default 10^5) inside bc_count and
+ * nothing else timed or printed but the call count:
+ *
+ *   valgrind --tool=callgrind --toggle-collect=bc_count \
+ *       build/bench/bench_composite --limits 3 --path refused
+ *
+ * Instructions a call: the collected Ir / N.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
@@ -150,17 +161,68 @@ static double run(inst *in, enum mode m, size_t iters, enum path p)
     return ns;
 }
 
+/* The callgrind form's loop: n composite calls over k limits, nothing
+ * else (noinline, so that --toggle-collect=bc_count counts exactly these). */
+uint64_t bc_count(const sluice_limit_ref *refs, size_t k, enum path p, uint64_t t, size_t n);
+__attribute__((noinline)) uint64_t bc_count(const sluice_limit_ref *refs, size_t k, enum path p,
+                                            uint64_t t, size_t n)
+{
+    uint64_t ok = 0;
+    const uint64_t step = p == ALLOWED ? STEP_NS : 1;
+    sluice_result r, *res = p == REFUSED_R ? &r : NULL;
+    for (size_t i = 0; i < n; i++) {
+        t += step;
+        ok += sluice_composite_try_acquire_at(refs, k, 1, t, res, NULL);
+    }
+    return ok;
+}
+
+/* --limits K --path P: token-bucket xK, the last at 1/d when refusing. */
+static int count_mode(size_t k, const char *path, size_t calls)
+{
+    enum path p = NPATHS;
+    for (int i = 0; i < NPATHS; i++)
+        if (strcmp(path, path_name[i]) == 0) p = (enum path)i;
+    if (k < 2 || k > 4 || p == NPATHS || calls == 0) {
+        fprintf(stderr, "bench_composite: --limits 2..4, --path allowed|refused|refused&r\n");
+        return 2;
+    }
+    sluice_limiter *lim[4];
+    sluice_limit_ref refs[4];
+    char err[256];
+    for (size_t i = 0; i < k; i++) {
+        const char *spec = p != ALLOWED && i == k - 1 ? "token-bucket 1/d" : sets[0].specs[0];
+        if (!(lim[i] = sluice_limiter_new(spec, err, sizeof err))) {
+            fprintf(stderr, "%s: %s\n", spec, err);
+            return 1;
+        }
+        refs[i] = sluice_ref_limiter(lim[i]);
+    }
+    if (p != ALLOWED) sluice_composite_try_acquire_at(refs, k, 1, T0_NS, NULL, NULL);
+    const uint64_t ok = bc_count(refs, k, p, T0_NS, calls);
+    printf("token-bucket x%zu %s: %zu calls, %llu allowed\n", k, path_name[p], calls,
+           (unsigned long long)ok);
+    for (size_t i = 0; i < k; i++) sluice_limiter_free(lim[i]);
+    return ok == (p == ALLOWED ? calls : 0) ? 0 : 1; /* every call took its path */
+}
+
 int main(int argc, char **argv)
 {
-    size_t iters = 1000000, runs = 7;
+    size_t iters = 1000000, runs = 7, limits = 0, calls = 100000;
+    const char *path = "refused";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--limits") == 0 && i + 1 < argc) limits = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--path") == 0 && i + 1 < argc) path = argv[++i];
+        else if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) calls = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench_composite [--iters N] [--runs N]\n");
+            fprintf(stderr, "usage: bench_composite [--iters N] [--runs N]\n"
+                            "       bench_composite --limits K --path PATH [--calls N]\n");
             return 2;
         }
     }
+    if (limits) return count_mode(limits, path, calls);
     if (runs == 0 || iters < BATCH) return 2;
     printf("%-18s %-9s %9s %9s %9s %11s %9s  %s\n", "limits", "path", "single", "sum of 3",
            "composite", "comp/single", "comp/sum", "<= 3.5x");

@@ -331,43 +331,46 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
     }
 }
 
-/* Two copies: without details, the refusal's path is short. */
-static inline __attribute__((always_inline)) int
+/* Two copies: without details, the refusal's path is short.  Each hands an
+ * undecided call over itself, with what it knows -- n a constant in the
+ * copies for 2 to 4 limits, res NULL in the copy without details, the time
+ * already clamped (the general path clamps it the same way) -- so that the
+ * only value the fast path keeps for the hand-over alone is the callback.
+ * (With the original time, n and res kept too, gcc -O3 ran out of
+ * callee-saved registers and reloaded permits at each limit: bench/README.md,
+ * "The composite's hand-over", has the counts.) */
+static inline __attribute__((always_inline)) bool
 sum_or_none(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-            sluice_result *res)
+            sluice_result *res, sluice__composite_fn *otherwise)
 {
-    return res ? limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM)
-               : limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
+    if (res) {
+        const int got = limiters_decide(refs, n, permits, now_ns, res, NULL, DETAILS_SUM);
+        if (got >= 0) return got;
+        return otherwise(refs, n, permits, now_ns, res, NULL);
+    }
+    const int got = limiters_decide(refs, n, permits, now_ns, NULL, NULL, DETAILS_NONE);
+    if (got >= 0) return got;
+    return otherwise(refs, n, permits, now_ns, NULL, NULL);
 }
 #endif
 
 bool sluice__limiters_try(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                          uint64_t now_ns, sluice_result *res, sluice__composite_fn *otherwise)
 {
-    /* What only the hand-over needs is kept in memory (volatile), not in
-     * registers it would hold across the whole fast path: with the
-     * callback in a callee-saved register, gcc -O3 spilled permits and
-     * reloaded it at each limit (token-bucket x3, refused: 415
-     * instructions a call against 402 before the callback; 406 so). */
-    volatile size_t later_n = n;
-    volatile uint64_t later_now = now_ns;
-    sluice__composite_fn *volatile later = otherwise;
 #if HAVE_CAS128
     if (refs && n - 1 < SLUICE_COMPOSITE_MAX) {
-        const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+        if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
         /* copies for the usual shapes, 2 to 4 limits (per client AND per
          * route AND global...), whose loops unroll into straight code */
-        int got;
         switch (n) {
-        case 2: got = sum_or_none(refs, 2, permits, t, res); break;
-        case 3: got = sum_or_none(refs, 3, permits, t, res); break;
-        case 4: got = sum_or_none(refs, 4, permits, t, res); break;
-        default: got = sum_or_none(refs, n, permits, t, res); break;
+        case 2: return sum_or_none(refs, 2, permits, now_ns, res, otherwise);
+        case 3: return sum_or_none(refs, 3, permits, now_ns, res, otherwise);
+        case 4: return sum_or_none(refs, 4, permits, now_ns, res, otherwise);
+        default: return sum_or_none(refs, n, permits, now_ns, res, otherwise);
         }
-        if (got >= 0) return got;
     }
 #endif
-    return later(refs, later_n, permits, later_now, res, NULL);
+    return otherwise(refs, n, permits, now_ns, res, NULL);
 }
 
 int sluice__limiters_each(const sluice_limit_ref *refs, size_t n, uint64_t permits,

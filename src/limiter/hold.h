@@ -47,7 +47,8 @@ typedef bool sluice__composite_fn(const sluice_limit_ref *refs, size_t n, uint64
  * limit allows), the combination of the limits' answers (sluice__combine)
  * into *res unless res is NULL; any other call (a bad one, a table key, a
  * limiter twice or in the locked path) is handed, with nothing decided or
- * counted, to `otherwise` (per_limit NULL) -- a tail call, so that the
+ * counted, to `otherwise` (per_limit NULL; now_ns capped at INT64_MAX, as
+ * every decision takes it) -- a tail call, so that the
  * fast path costs no frame of its caller's: composite.c passes its general
  * path.  sluice__limiters_each: each limit's answer into ans; 1 admitted
  * (or a probe every limit allows), 0 refused, -1 for any other call,
