@@ -466,24 +466,22 @@ static bool parse_redirect(const redisReply *rep, sr_redirect *rd)
     else if (starts(rep, "ASK ")) rd->kind = SR_RD_ASK, p = rep->str + 4;
     else return false;
     const char *end = rep->str + rep->len;
-    long slot = 0;
-    int digits = 0;
-    for (; p < end && *p >= '0' && *p <= '9' && digits < 6; p++, digits++) slot = slot * 10 + (*p - '0');
-    if (!digits || slot >= SR_NSLOTS || p >= end || *p != ' ') return false;
-    p++;
+    /* the slot: 1 to 6 digits up to a space; the port: 1 to 5 digits up to
+     * the end (sluice_parse_u64: no sign, leading zeros allowed) */
+    const char *sp = memchr(p, ' ', (size_t)(end - p));
+    uint64_t slot, port;
+    if (!sp || sp - p > 6 || sluice_parse_u64(p, (size_t)(sp - p), SR_NSLOTS - 1, &slot) != 0)
+        return false;
+    p = sp + 1;
     const char *colon = NULL; /* the last ':' (an IPv6 address has several) */
     for (const char *q = p; q < end; q++)
         if (*q == ':') colon = q;
     /* an empty host (`MOVED 3999 :6380`) is kept empty: the cluster layer
      * reads it as the host of the node that answered */
     if (!colon || (size_t)(colon - p) >= SR_HOST_MAX) return false;
-    long port = 0;
-    digits = 0;
-    for (const char *q = colon + 1; q < end; q++, digits++) {
-        if (*q < '0' || *q > '9' || digits >= 5) return false;
-        port = port * 10 + (*q - '0');
-    }
-    if (!digits || port < 1 || port > 65535) return false;
+    if (end - (colon + 1) > 5 ||
+        sluice_parse_u64(colon + 1, (size_t)(end - (colon + 1)), 65535, &port) != 0 || port < 1)
+        return false;
     memcpy(rd->host, p, (size_t)(colon - p));
     rd->host[colon - p] = '\0';
     rd->slot = (int)slot;

@@ -520,19 +520,14 @@ static int reply_errf(RedisModuleCtx *ctx, const char *fmt, ...)
     return rm.ReplyWithError(ctx, buf);
 }
 
-/* A whole number from min to max (decimal digits only), or false. */
+/* A whole number from min to max, 1 to 20 decimal digits (the spec's
+ * reader, sluice_parse_u64: no sign, no space), or false. */
 static bool arg_u64(const RedisModuleString *s, uint64_t min, uint64_t max, uint64_t *out)
 {
     size_t n;
     const char *p = rm.StringPtrLen(s, &n);
-    if (n == 0 || n > 20) return false; /* 2^64-1 has 20 digits */
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        const unsigned d = (unsigned char)p[i] - '0';
-        if (d > 9 || v > (UINT64_MAX - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    if (v < min || v > max) return false;
+    uint64_t v;
+    if (n > 20 || sluice_parse_u64(p, n, max, &v) != 0 || v < min) return false;
     *out = v;
     return true;
 }
@@ -664,13 +659,9 @@ static bool cell_tat(const unsigned char *v, size_t n, int64_t *tat)
 {
     const bool neg = n > 0 && v[0] == '-';
     const size_t d0 = neg ? 1 : 0;
-    if (n <= d0 || n - d0 > 19) return false;
-    uint64_t x = 0;
-    for (size_t i = d0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9') return false;
-        x = x * 10 + (uint64_t)(v[i] - '0'); /* 19 digits < 2^64 */
-    }
-    if (x > (uint64_t)INT64_MAX) return false;
+    uint64_t x;
+    if (n - d0 > 19 || sluice_parse_u64((const char *)v + d0, n - d0, INT64_MAX, &x) != 0)
+        return false;
     *tat = neg ? -(int64_t)x : (int64_t)x;
     return true;
 }

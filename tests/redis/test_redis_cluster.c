@@ -576,9 +576,20 @@ static void test_redirect_limits(void **state)
     assert_int_equal(fake_series[3], (uint64_t)atomic_load(&f.evals));
     assert_int_equal(fake_series[2], 0);
 
-    /* MOVED and ASK that do not parse are plain error replies */
+    /* a slot with leading zeros is the slot (6 digits at most) */
+    fake_call("-MOVED 000042 127.0.0.1:%d", 1000, &f, &info, &st, &took);
+    assert_int_equal(info.error, SLUICE_EBACKEND);
+    assert_int_equal(st.moved, SLUICE_REDIS_MAX_REDIRECTS + 1);
+    assert_int_equal(st.err_reply, 1);
+
+    /* MOVED and ASK that do not parse are plain error replies: a slot or
+     * port empty, signed, too large (2^64 too), too long, not a number */
     const char *bad[] = {"-MOVED 42 127.0.0.1:70000", "-MOVED 16384 127.0.0.1:%d", "-MOVED x 127.0.0.1:%d",
-                         "-ASK 42 nocolon", "-MOVED 42 127.0.0.1:", "-MOVED 42 127.0.0.1:0"};
+                         "-ASK 42 nocolon", "-MOVED 42 127.0.0.1:", "-MOVED 42 127.0.0.1:0",
+                         "-MOVED  127.0.0.1:%d", "-MOVED +42 127.0.0.1:%d", "-ASK 42x 127.0.0.1:%d",
+                         "-MOVED 18446744073709551616 127.0.0.1:%d", "-MOVED 0000042 127.0.0.1:%d",
+                         "-MOVED 42 127.0.0.1:+1234", "-MOVED 42 127.0.0.1:65536",
+                         "-MOVED 42 127.0.0.1:18446744073709551617", "-MOVED 42"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fake_call(bad[i], 1000, &f, &info, &st, &took);
         assert_int_equal(info.error, SLUICE_EBACKEND);

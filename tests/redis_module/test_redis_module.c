@@ -407,8 +407,46 @@ static void test_bad_input(void **state)
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 999999999999"), "bad period");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 9223372036854775806 1 3153600000"), "bad rate");
     expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5"), "wrong number of arguments");
+    /* the readers' edges: no sign, no empty token, at most 20 digits (so
+     * 21 with leading zeros are refused too), 2^64 refused above */
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s +1", "token-bucket 5/s"), "bad permits \"+1\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s %s", "token-bucket 5/s", ""), "bad permits \"\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 000000000000000000001", "token-bucket 5/s"),
+                 "bad permits \"000000000000000000001\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT +5", "token-bucket 5/s"), "bad AT time \"+5\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE bad:k %s 1 AT %s", "token-bucket 5/s", ""), "bad AT time \"\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k +1 5 1"), "bad max_burst \"+1\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 %s 1", ""), "bad count \"\"");
+    expect_error(cmd(s, "SLUICE.THROTTLE bad:k 1 5 1 +1"), "bad quantity \"+1\"");
     take(s, "bad:k", &after);
     assert_same(&before, &after, "bad:k");
+    /* leading zeros are the number: 20 digits for permits and the time */
+    ints(cmd(s, "SLUICE.ACQUIRE bad:zeros %s 00000000000000000002 AT 0%llu", "token-bucket 5/s",
+             (unsigned long long)T0), r, 4);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[1], 3);
+    long long c5[5];
+    ints(cmd(s, "SLUICE.THROTTLE bad:zeros2 0000000000000000004 00000000000000000001 01 002 AT %llu",
+             (unsigned long long)T0), c5, 5);
+    assert_int_equal(c5[0], 0); /* not limited: 2 of a burst of 5 */
+    assert_int_equal(c5[1], 5);
+    assert_int_equal(c5[2], 3);
+    /* redis-cell values (a TAT): an optional '-' then 1 to 19 digits,
+     * within int64_t; leading zeros are the number; anything else is not
+     * one, and THROTTLE refuses it as it refuses any string not a state */
+    freeReplyObject(cmd(s, "SET bad:cell 0000000000000000005"));
+    ints(cmd(s, "SLUICE.THROTTLE bad:cell 1 1 1 1 AT %llu", (unsigned long long)T0), c5, 5);
+    assert_int_equal(c5[0], 0); /* TAT 5 ns is long past: a full bucket */
+    assert_int_equal(c5[2], 1);
+    static const char *const not_cell[] = {"+5", "-", "5 ", "9223372036854775808", "-9223372036854775808",
+                                           "00000000000000000005", "18446744073709551621"};
+    for (size_t i = 0; i < sizeof not_cell / sizeof not_cell[0]; i++) {
+        freeReplyObject(cmd(s, "SET bad:cell %s", not_cell[i]));
+        expect_error(cmd(s, "SLUICE.THROTTLE bad:cell 1 1 1 1 AT %llu", (unsigned long long)T0), "sluice");
+        redisReply *v = cmd(s, "GET bad:cell");
+        assert_string_equal(v->str, not_cell[i]); /* untouched */
+        freeReplyObject(v);
+    }
     /* 2^64-1 permits is a request like any other: refused, no wait helps */
     for (size_t i = 0; i < N_SPECS; i++) {
         ints(cmd(s, "SLUICE.ACQUIRE bad:max %s 18446744073709551615 AT %llu", g_specs[i].spec,
