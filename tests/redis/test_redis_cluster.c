@@ -563,9 +563,11 @@ static void test_redirect_limits(void **state)
     assert_int_equal(info.error, SLUICE_ETIMEDOUT);
     assert_true(took >= 300 * MSEC && took < 300 * MSEC + SLACK_NS);
     assert_true(st.tryagain >= 2 && st.tryagain <= 22);
-    assert_int_equal(atomic_load(&f.evals), (int)st.tryagain);
+    /* each answer read is counted; an EVAL sent just before the deadline
+     * may reach the fake and its answer never be read (a loaded machine) */
+    assert_true(atomic_load(&f.evals) - (int)st.tryagain == 0 || atomic_load(&f.evals) - (int)st.tryagain == 1);
     assert_int_equal(st.err_timeout, 1);
-    assert_int_equal(fake_series[2], (uint64_t)atomic_load(&f.evals)); /* answers sent */
+    assert_int_equal(fake_series[2], st.tryagain);
     assert_int_equal(fake_series[3], 0);
 
     /* CLUSTERDOWN: the same */
@@ -573,7 +575,9 @@ static void test_redirect_limits(void **state)
     assert_int_equal(info.error, SLUICE_ETIMEDOUT);
     assert_true(took >= 300 * MSEC && took < 300 * MSEC + SLACK_NS);
     assert_true(st.clusterdown >= 2 && st.clusterdown <= 22);
-    assert_int_equal(fake_series[3], (uint64_t)atomic_load(&f.evals));
+    assert_true(atomic_load(&f.evals) - (int)st.clusterdown == 0 ||
+                atomic_load(&f.evals) - (int)st.clusterdown == 1);
+    assert_int_equal(fake_series[3], st.clusterdown);
     assert_int_equal(fake_series[2], 0);
 
     /* a slot with leading zeros is the slot (6 digits at most) */
