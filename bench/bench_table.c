@@ -1520,6 +1520,79 @@ static int bt_sparse(const bt_opts *o)
 /* calloc, but not the library's default allocator: no huge-page advice. */
 static void *bt_calloc(size_t n, size_t size) { return calloc(n, size); }
 
+/* ---- --churn: test_table_scale's owned keys, one thread ---------------- */
+
+/* The pattern of test_table_scale's two threaded cases (owned keys;
+ * evict-lru), in one thread, so that the cost of a decision can be
+ * compared across key counts: 16 owners of keys/16 keys each, 400 epochs
+ * 25 ms apart, about 4 requests a key in all, half in a window that moves
+ * through the keys and half anywhere.  Owned: "token-bucket 2/s burst=2",
+ * max_keys = keys, permits 0-3; evict-lru: "token-bucket 1/s burst=2",
+ * max_keys = keys / 4, 1 permit.  One epoch's requests, all owners in
+ * turn (noinline: callgrind's --toggle-collect=bt_churn_epoch counts them);
+ * returns how many. */
+#define BT_CHURN_OWNERS 16
+#define BT_CHURN_EPOCHS 400
+__attribute__((noinline)) uint64_t bt_churn_epoch(sluice_table *t, uint64_t keys, bool evict,
+                                                  unsigned ep, uint64_t *rs);
+__attribute__((noinline)) uint64_t bt_churn_epoch(sluice_table *t, uint64_t keys, bool evict,
+                                                  unsigned ep, uint64_t *rs)
+{
+    const uint64_t np = keys / BT_CHURN_OWNERS, hot = np / 64 > 8 ? np / 64 : 8;
+    const uint64_t per_epoch = (4 * np + BT_CHURN_EPOCHS - 1) / BT_CHURN_EPOCHS;
+    const uint64_t now = 1000 * BT_T0_NS + ep * 25000000ULL, hot0 = ep * np / BT_CHURN_EPOCHS;
+    uint64_t calls = 0;
+    for (unsigned w = 0; w < BT_CHURN_OWNERS; w++)
+        for (uint64_t i = 0; i < per_epoch; i++) {
+            const uint64_t x = bt_rand(&rs[w]);
+            const uint64_t j = (x & 1) ? (hot0 + (x >> 8) % hot) % np : (x >> 8) % np;
+            const unsigned pick = (unsigned)((x >> 40) % 10);
+            const uint64_t p = evict ? 1 : pick == 0 ? 0 : pick < 7 ? 1 : pick < 9 ? 2 : 3;
+            const uint64_t k[2] = {j * BT_CHURN_OWNERS + w, evict ? 0xe71cULL : 0x0ed0ULL};
+            sluice_result r;
+            bt_sink += sluice_table_try_acquire_at(t, k, sizeof k, p, now, &r);
+            calls++;
+        }
+    return calls;
+}
+
+/* --churn [owned|evict-lru]: that case or both at each --keys count (default 250000, 500000,
+ * 1000000): decisions, thread CPU ns a decision, keys reclaimed and
+ * evicted. */
+static int bt_churn(const bt_opts *o, const char *only)
+{
+    printf("%-10s %-9s %9s %10s %10s %10s\n", "keys", "case", "decisions", "cpu ns/dec",
+           "reclaimed", "evicted");
+    for (size_t z = 0; z < o->nsizes; z++) {
+        const uint64_t keys = o->sizes[z] / BT_CHURN_OWNERS * BT_CHURN_OWNERS;
+        for (int evict = 0; evict < 2; evict++) {
+            if (only && strcmp(only, evict ? "evict-lru" : "owned") != 0) continue;
+            char err[256];
+            const uint64_t max_keys = evict ? keys / 4 : keys;
+            sluice_table *t = sluice_table_new_flags(
+                evict ? "token-bucket 1/s burst=2" : "token-bucket 2/s burst=2", (size_t)max_keys,
+                evict ? SLUICE_TABLE_EVICT_LRU : 0, err, sizeof err);
+            if (!t) {
+                fprintf(stderr, "bench_table: --churn at %llu keys: %s\n", (unsigned long long)keys, err);
+                return 1;
+            }
+            uint64_t rs[BT_CHURN_OWNERS], calls = 0;
+            for (unsigned w = 0; w < BT_CHURN_OWNERS; w++) rs[w] = 42 + 7919 * w;
+            const uint64_t c0 = bt_cpu_ns();
+            for (unsigned ep = 0; ep < BT_CHURN_EPOCHS; ep++)
+                calls += bt_churn_epoch(t, keys, evict, ep, rs);
+            const double ns = (double)(bt_cpu_ns() - c0) / (double)calls;
+            sluice_table_stats st;
+            sluice_table_stats_get(t, &st);
+            printf("%-10llu %-9s %9llu %10.1f %10llu %10llu\n", (unsigned long long)keys,
+                   evict ? "evict-lru" : "owned", (unsigned long long)calls, ns,
+                   (unsigned long long)st.reclaimed, (unsigned long long)st.evicted);
+            sluice_table_free(t);
+        }
+    }
+    return 0;
+}
+
 static void bt_usage(FILE *out)
 {
     fprintf(out,
@@ -1529,6 +1602,7 @@ static void bt_usage(FILE *out)
             "       bench_table --burst [--burst-keys N] [--runs N] [--iters N] [--spec SPEC]\n"
             "       bench_table --overload [--top] [--runs N] [--iters N] [--flood-keys N]\n"
             "       bench_table --sparse [--runs N] [--iters N] [--flood-keys N]\n"
+            "       bench_table --churn [owned|evict-lru] [--keys N,N,...]\n"
             "  --runs N     repetitions of each measurement (default 7)\n"
             "  --iters N    decisions per repetition and thread (default 2000000)\n"
             "  --flood N    unique keys of the flood (default 100000000; 0: no flood)\n"
@@ -1550,6 +1624,10 @@ static void bt_usage(FILE *out)
             "               visited uniformly 10 ns apart, at rest by their next visit\n"
             "               (token-bucket 1000/s burst=1000) and held (1/h), against one\n"
             "               dependent random load over 64 MiB (default --iters 1000000)\n"
+            "  --churn      only test_table_scale's owned keys and evict-lru (max_keys\n"
+            "               keys / 4) in one thread: CPU ns a decision at each --keys\n"
+            "               (default 250000,500000,1000000); callgrind counts them\n"
+            "               with --toggle-collect=bt_churn_epoch\n"
             "  --top        with --overload: both tables keep the sketch of the keys\n"
             "               refused most (sluice_table_set_top(t, 64, 16)); with\n"
             "               --burst: the burst's table\n"
@@ -1571,7 +1649,8 @@ int main(int argc, char **argv)
                  .burst_keys = 1000000,
                  .sizes = {1000, 1000000, 10000000}, .nsizes = 3,
                  .spec = BT_DEFAULT_SPEC};
-    bool refusals = false, overload = false, sparse = false;
+    bool refusals = false, overload = false, sparse = false, churn = false;
+    const char *churn_only = NULL; /* --churn's case, or both */
     bool quick = false, runs_set = false, iters_set = false, flood_set = false,
          keys_set = false, flood_keys_set = false;
     for (int i = 1; i < argc; i++) {
@@ -1590,6 +1669,12 @@ int main(int argc, char **argv)
             overload = true;
         } else if (strcmp(a, "--sparse") == 0) {
             sparse = true;
+        } else if (strcmp(a, "--churn") == 0) {
+            churn = true;
+            if (v && (strcmp(v, "owned") == 0 || strcmp(v, "evict-lru") == 0)) {
+                churn_only = v;
+                i++;
+            }
         } else if (strcmp(a, "--top") == 0) {
             o.top = true;
         } else if (strcmp(a, "--small-pages") == 0) {
@@ -1655,6 +1740,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_table: --top goes with --overload or --burst (--refusals "
                         "measures both)\n");
         return 2;
+    }
+    if (churn) {
+        if (!keys_set) {
+            o.sizes[0] = 250000;
+            o.sizes[1] = 500000;
+            o.sizes[2] = 1000000;
+            o.nsizes = 3;
+        }
+        return bt_churn(&o, churn_only);
     }
     if (refusals) return bt_refusals(&o);
     if (overload) {
