@@ -421,6 +421,9 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);
  *     window's count at 2^64-1 (2^32-1 for a lock-free sliding-approx);
  *     the limiter then refuses for as long as the saturated debt lasts.
  *   equal: nothing changes.
+ * After a change of the limiter's spec (sluice_limiter_reconfigure*),
+ * nothing goes back (the units changed); an excess is still charged.  A
+ * copy of a reservation is the same reservation: settle one of them.
  * A reservation that was refused (permits 0 and refused) cannot be settled.
  * Returns 0 when settled; SLUICE_ENOENT, with nothing changed, when it was
  * already settled, cancelled or refused; SLUICE_EINVAL for NULL or a

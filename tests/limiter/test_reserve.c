@@ -604,6 +604,21 @@ static void test_settle_rules(void **state)
     assert_false(sluice_try_acquire_at(l, 1, 201 * SEC, &r));
     assert_int_equal(r.retry_after_ns, (int64_t)SEC);
     sluice_limiter_free(l);
+    /* after a change of spec, nothing goes back; an excess is charged */
+    l = mk("token-bucket 10/s burst=10");
+    assert_true(sluice_reserve_at(l, 10, 0, 0, &rv, NULL));
+    char err[128];
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "token-bucket 20/s burst=10", 0, err,
+                                                   sizeof err), 0);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 0), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 0, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 20));
+    assert_true(sluice_reserve_at(l, 1, SEC, 0, &rv, NULL));
+    /* full again at 1 s; 11 for 1: -1 token, 2 to one at 20/s */
+    assert_int_equal(sluice_reservation_settle_at(&rv, 11, SEC), 0);
+    assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 10));
+    sluice_limiter_free(l);
     /* above: a debt of 15 tokens at 10/s, paid before anything passes */
     l = mk("token-bucket 10/s burst=10");
     assert_true(sluice_reserve_at(l, 2, 0, 0, &rv, NULL));
