@@ -64,10 +64,11 @@
  * beside its word each configuration keeps a hint H, 0 or a time such that
  * one permit is refused at every clamped time in [t_last, H) of the word
  * it was computed from (the algorithm's refused_until, internal.h).  Each
- * admission -- a successful CAS that took permits -- stores the hint of
- * the word it wrote, after its CAS; nothing else stores it.  A give-back
- * (a cancelled reservation, the one write that makes a word more
- * permissive) first clears the configuration's flag `hinted` (set when
+ * admission -- a successful CAS that took permits, a settle's overdraft
+ * included -- stores the hint of the word it wrote, after its CAS; nothing
+ * else stores it.  A give-back (a cancelled reservation or one settled
+ * below its estimate, the writes that make a word more permissive:
+ * gives_back) first clears the configuration's flag `hinted` (set when
  * it is made lock-free), for good.  A request for p >= 1 at now without
  * details then loads c (the configuration), hinted and H, in this order --
  * the live form before it reads the clock -- and if hinted is set and now
