@@ -353,8 +353,9 @@ void sluice_limiter_wait_stats_get(const sluice_limiter *lim, sluice_wait_stats 
 
 /* A reservation: permits taken now, to be used at `at_ns`.  Filled by
  * sluice_reserve_at(); the caller owns it.  It carries the limiter that
- * made it, so it can only ever be cancelled there; it must not be used
- * after that limiter is freed.  `limiter` and `state` are private. */
+ * made it, so it can only ever be cancelled or settled there; it must not
+ * be used after that limiter is freed.  `limiter`, `state` and the fields
+ * after them are private. */
 typedef struct sluice_reservation {
     uint64_t permits; /* permits taken (0 if refused) */
     uint64_t wait_ns; /* how long to wait before using them */
@@ -362,6 +363,9 @@ typedef struct sluice_reservation {
                        * never past 2^63-1 */
     sluice_limiter *limiter; /* private: the limiter that made it */
     uint32_t state;          /* private */
+    uint64_t t_ns_;          /* private: the time it was decided at */
+    uint64_t d1_[2];         /* private: a bucket's state after it */
+    const void *cfg_;        /* private: the configuration it was made under */
 } sluice_reservation;
 
 /* Take `permits` now, to be used after a wait -- x/time/rate's Reserve.
@@ -393,6 +397,44 @@ bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
  * SLUICE_EINVAL for another algorithm or a reservation never made.
  * Thread-safe. */
 int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);
+
+/* Settle a reservation at its real cost, once the work is done: an LLM
+ * call's tokens, a response's bytes, a query's rows (Envoy's hits_addend
+ * at stream end).  Every algorithm; the exact rules are in
+ * docs/decisions.md, section 3.10.  now_ns is clamped to the limiter's
+ * latest admission, as for a decision.
+ *   actual_permits < rv->permits: the difference goes back where that is
+ *     exact and safe: a bucket while now is before rv->at_ns (the permits
+ *     still booked: the cancel's rule), or when nothing else has been
+ *     admitted, reserved or given back on it since (then it is exactly as
+ *     if `actual_permits` had been reserved); otherwise they count as
+ *     used; fixed-window while now is in the reservation's window;
+ *     sliding-approx while it is in that window or the next (then exactly
+ *     as if `actual_permits` had been taken); sliding-log and
+ *     sliding-wheel give nothing back (the permits count as used until
+ *     they leave the window).
+ *   actual_permits > rv->permits: the extra is charged at once, even past
+ *     the limit (an overdraft): a bucket goes into debt, a window counts
+ *     it as admitted at now, so nothing else passes until it is paid.  The
+ *     charge saturates where the state would overflow: a bucket's debt at
+ *     2^63-1 ns of refill (and 2^64-1 scaled units when lock-free), a
+ *     window's count at 2^64-1 (2^32-1 for a lock-free sliding-approx);
+ *     the limiter then refuses for as long as the saturated debt lasts.
+ *   equal: nothing changes.
+ * After a change of the limiter's spec (sluice_limiter_reconfigure*),
+ * nothing goes back (the units changed); an excess is still charged.  A
+ * copy of a reservation is the same reservation: settle one of them.
+ * A reservation that was refused (permits 0 and refused) cannot be settled.
+ * Returns 0 when settled; SLUICE_ENOENT, with nothing changed, when it was
+ * already settled, cancelled or refused; SLUICE_EINVAL for NULL or a
+ * reservation never made; SLUICE_ENOMEM, with nothing changed (the
+ * reservation stays open), when a sliding-log or sliding-wheel ring cannot
+ * grow for the overdraft.  After a settle, sluice_reservation_cancel_at
+ * returns SLUICE_ENOENT.  Does not count as a request in the statistics.
+ * Thread-safe on the limiter (lock-free where it is); one reservation
+ * must not be settled or cancelled by two threads at once. */
+int sluice_reservation_settle_at(sluice_reservation *rv, uint64_t actual_permits,
+                                 uint64_t now_ns);
 
 /* Copy the limiter's counters into `out`.  Each counter is exact; the set is
  * read without stopping the limiter, so under concurrent decisions the

@@ -49,6 +49,8 @@ struct ref_model {
     /* buckets */
     bool started;    /* the first request has been seen */
     u128 level;      /* tokens * W (token bucket) or water * W (leaky) */
+    u128 owed;       /* token bucket: tokens * W below zero (a settle's
+                        overdraft); when not 0, level is 0 */
     uint64_t t_prev; /* time `level` is valid at */
 };
 
@@ -278,8 +280,18 @@ static u128 tokens_times_w(const ref_model *m, uint64_t t)
     u128 full = (u128)m->p.capacity * m->p.period_ns;
     if (!m->started)
         return full;
-    u128 v = m->level + (u128)(t - m->t_prev) * m->p.limit;
+    u128 refill = (u128)(t - m->t_prev) * m->p.limit;
+    if (refill < m->owed)
+        return 0; /* still below zero: nothing to take */
+    u128 v = m->level + (refill - m->owed);
     return v < full ? v : full;
+}
+
+/* The token bucket's debt left at t (tokens * W below zero). */
+static u128 owed_at(const ref_model *m, uint64_t t)
+{
+    u128 refill = (u128)(t - m->t_prev) * m->p.limit;
+    return m->owed > refill ? m->owed - refill : 0;
 }
 
 static bool token_bucket_allows(const ref_model *m, uint64_t t, uint64_t p)
@@ -426,6 +438,7 @@ bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
             } else {
                 m->level = m->p.alg == REF_TOKEN_BUCKET ? tokens_times_w(m, t)
                                                         : water_times_w(m, t);
+                m->owed = 0; /* an admission needs tokens: the debt is paid */
             }
             m->t_prev = t;
         } else {
@@ -508,4 +521,181 @@ bool ref_model_reconfigure(ref_model *m, const ref_params *params, uint64_t at_n
     m->seen = true;
     m->latest = t;
     return true;
+}
+
+/* ---- 3.10: settling a reservation --------------------------------------- */
+
+static void bucket_to(ref_model *m, uint64_t t);
+
+bool ref_model_reserve(ref_model *m, uint64_t permits, uint64_t now_ns, uint64_t max_wait,
+                       ref_result *res, ref_resv *rv)
+{
+    const uint64_t t = clamp_time(m, now_ns);
+    rv->t0 = rv->at = t;
+    rv->p = 0;
+    if (!is_bucket(m) || permits == 0 || max_wait == 0) {
+        bool ok = ref_model_decide(m, permits, now_ns, res);
+        rv->p = ok ? permits : 0;
+        rv->level = m->level;
+        rv->owed = m->owed;
+        return ok;
+    }
+    /* a bucket booking the future: the permits are taken now, below zero
+     * tokens (above the capacity of water) if need be, and may be used
+     * once the refill has made up for what they lack:
+     * wait = ceil((p*W - tokens*W) / L), at most max_wait */
+    const uint64_t w = m->p.period_ns;
+    const __int128 have =
+        m->p.alg == REF_TOKEN_BUCKET
+            ? (__int128)tokens_times_w(m, t) - (__int128)(m->started ? owed_at(m, t) : 0)
+            : (__int128)m->p.capacity * w - (__int128)water_times_w(m, t);
+    __int128 lack = (__int128)permits * w - have;
+    uint64_t wait = lack > 0 ? (uint64_t)((lack + m->p.limit - 1) / m->p.limit) : 0;
+    bool ok = permits <= m->p.capacity && wait <= max_wait;
+    if (ok) {
+        bucket_to(m, t);
+        const u128 x = (u128)permits * w;
+        if (m->p.alg == REF_LEAKY_BUCKET) {
+            m->level += x;
+        } else if (m->level >= x) {
+            m->level -= x;
+        } else {
+            m->owed += x - m->level;
+            m->level = 0;
+        }
+        m->seen = true;
+        m->latest = t;
+        rv->p = permits;
+        rv->at = t + wait;
+    }
+    rv->level = m->level;
+    rv->owed = m->owed;
+    if (res) {
+        res->allowed = ok;
+        /* refused: the wait it would have needed (none past the burst) */
+        res->wait_ns = permits <= m->p.capacity ? wait : 0;
+    }
+    return ok;
+}
+
+/* Bring a bucket to t (the level valid at t, the debt left). */
+static void bucket_to(ref_model *m, uint64_t t)
+{
+    if (!m->started) {
+        m->level = m->p.alg == REF_TOKEN_BUCKET ? (u128)m->p.capacity * m->p.period_ns : 0;
+        m->owed = 0;
+        m->started = true;
+    } else if (m->p.alg == REF_TOKEN_BUCKET) {
+        u128 owed = owed_at(m, t);
+        m->level = tokens_times_w(m, t);
+        m->owed = owed;
+    } else {
+        m->level = water_times_w(m, t);
+    }
+    m->t_prev = t;
+}
+
+bool ref_model_settle(ref_model *m, const ref_resv *rv, uint64_t actual, uint64_t now_ns)
+{
+    const uint64_t t = clamp_time(m, now_ns), w = m->p.period_ns;
+    const uint64_t p = rv->p;
+    if (actual == p)
+        return false;
+    if (actual > p) {
+        /* the extra is charged at t, past any limit */
+        const uint64_t extra = actual - p;
+        if (is_bucket(m)) {
+            bucket_to(m, t);
+            const u128 x = (u128)extra * w;
+            if (m->p.alg == REF_LEAKY_BUCKET) {
+                m->level += x;
+            } else if (m->level >= x) {
+                m->level -= x;
+            } else {
+                m->owed += x - m->level;
+                m->level = 0;
+            }
+        } else {
+            add_event(m, t, extra);
+        }
+        m->seen = true;
+        m->latest = t;
+        return true;
+    }
+    /* below the estimate */
+    const uint64_t back = p - actual;
+    switch (m->p.alg) {
+    case REF_SLIDING_LOG:
+    case REF_SLIDING_WHEEL:
+        return false; /* the permits count as used */
+    case REF_FIXED_WINDOW:
+    case REF_SLIDING_APPROX: {
+        /* the reservation's event still counts: its window (or, for
+         * sliding-approx, the next); then it becomes `actual` permits */
+        const uint64_t k = t / w, k0 = rv->t0 / w;
+        if (!(k == k0 || (m->p.alg == REF_SLIDING_APPROX && k == k0 + 1)))
+            return false;
+        /* permits at one instant are alike: take them from the events
+         * at t0, newest first, then correct the running totals */
+        uint64_t left = back;
+        size_t i = m->n;
+        while (left > 0 && i > m->head && m->ev[i - 1].t >= rv->t0) {
+            i--;
+            if (m->ev[i].t != rv->t0)
+                continue;
+            uint64_t take = m->ev[i].permits < left ? m->ev[i].permits : left;
+            m->ev[i].permits -= take;
+            left -= take;
+        }
+        if (left > 0)
+            ref_die("settle: the reservation's permits are gone");
+        for (size_t j = i; j < m->n; j++)
+            m->ev[j].cum = cum_before(m, j) + m->ev[j].permits;
+        m->seen = true;
+        m->latest = t;
+        return true;
+    }
+    case REF_TOKEN_BUCKET:
+    case REF_LEAKY_BUCKET:
+    {
+        /* the permits go back while they are booked, not yet due; after,
+         * only to a bucket still as the reservation left it: then the
+         * difference between the level now and had it taken `actual` */
+        u128 r = (u128)back * w;
+        if (t >= rv->at) {
+            if (m->t_prev != rv->t0 || m->level != rv->level || m->owed != rv->owed)
+                return false;
+            const __int128 dt = (__int128)(t - rv->t0) * m->p.limit, bw = (__int128)r;
+            const __int128 full = (__int128)m->p.capacity * w;
+            __int128 now_p, now_a;
+            if (m->p.alg == REF_TOKEN_BUCKET) {
+                const __int128 t1 = (__int128)rv->level - (__int128)rv->owed;
+                now_p = t1 + dt < full ? t1 + dt : full;
+                now_a = t1 + bw + dt < full ? t1 + bw + dt : full;
+                r = (u128)(now_a - now_p);
+            } else {
+                now_p = (__int128)rv->level - dt > 0 ? (__int128)rv->level - dt : 0;
+                now_a = (__int128)rv->level - bw - dt > 0 ? (__int128)rv->level - bw - dt : 0;
+                r = (u128)(now_p - now_a);
+            }
+            if (r == 0)
+                return false;
+        }
+        bucket_to(m, t);
+        if (m->p.alg == REF_LEAKY_BUCKET) {
+            m->level = m->level > r ? m->level - r : 0;
+        } else if (m->owed >= r) {
+            m->owed -= r;
+        } else {
+            const u128 full = (u128)m->p.capacity * w;
+            m->level += r - m->owed;
+            m->owed = 0;
+            if (m->level > full)
+                m->level = full;
+        }
+        m->latest = t;
+        return true;
+    }
+    }
+    return false;
 }

@@ -98,6 +98,34 @@ bool ref_model_decide(ref_model *m, uint64_t permits, uint64_t now_ns,
  * changing nothing, when any of this does not hold. */
 bool ref_model_reconfigure(ref_model *m, const ref_params *params, uint64_t at_ns);
 
+/* A reservation the model admitted (ref_model_reserve), for a settle:
+ * its time, when its permits are due, its permits (0: refused). */
+typedef struct ref_resv {
+    uint64_t t0, at, p;
+    __extension__ unsigned __int128 level, owed; /* a bucket's, after it */
+} ref_resv;
+
+/* A reservation.  For a bucket with max_wait > 0 and permits > 0: booked
+ * ahead (x/time/rate's Reserve), the bucket going below zero tokens (above
+ * its capacity of water) by as much as the refill makes up within
+ * max_wait; res gets allowed and wait_ns only.  Else ref_model_decide, in
+ * full.  *rv receives what a settle needs. */
+bool ref_model_reserve(ref_model *m, uint64_t permits, uint64_t now_ns, uint64_t max_wait,
+                       ref_result *res, ref_resv *rv);
+
+/* Settle the reservation rv at `actual` permits at now_ns (docs/decisions.md
+ * section 3.10), written as the rule reads: above the estimate the extra is
+ * admitted at now past the limit (a bucket's tokens go below zero, to be
+ * refilled before anything passes); below it, fixed-window and
+ * sliding-approx turn the reservation's event into `actual` permits while
+ * it still counts, the buckets give the difference back while now is
+ * before the permits are due, or when the bucket is still as the
+ * reservation left it (then as if it had taken `actual`), and the window
+ * logs give nothing back.  Returns whether the
+ * model changed (then now, clamped, is its latest time).  Each
+ * reservation is settled at most once. */
+bool ref_model_settle(ref_model *m, const ref_resv *rv, uint64_t actual, uint64_t now_ns);
+
 /* Would a request for `permits` at `at_ns` be allowed, given what has been
  * admitted so far and no other traffic?  `at_ns` earlier than the latest
  * time seen counts as that time.  Changes nothing. */

@@ -3,7 +3,7 @@
  * and by the limiter's reservations (limiter.c).
  *
  *   decide, decide_packed, refused_until   a decision, on a state or a word
- *   reserve, give_back                     reservations booking the future
+ *   reserve, give_back, settle             reservations booking the future
  *   setup, pack, unpack, rest_at           the row's other operations
  *   carry, fits                            a change of spec (reconfigure.c)
  */
@@ -20,6 +20,8 @@ SLUICE__INTERNAL bool sluice__bucket_reserve(const sluice__profile *pf, sluice__
                                              sluice_result *res);
 SLUICE__INTERNAL bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st,
                                                uint64_t t, uint64_t p, uint64_t at_ns);
+SLUICE__INTERNAL int sluice__bucket_settle(const sluice__profile *pf, sluice__state *st,
+                                          uint64_t t, const sluice__settle_req *q);
 SLUICE__INTERNAL uint64_t sluice__bucket_rest_at(const sluice__profile *pf,
                                                  const sluice__state *st);
 SLUICE__INTERNAL int sluice__bucket_setup(sluice__profile *pf, const sluice__opts *o,

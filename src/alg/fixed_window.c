@@ -115,6 +115,30 @@ static void carry(const sluice__profile *from, const sluice__profile *to, sluice
     st->u.fw.count = count;
 }
 
+/* A reservation settled at t (docs/decisions.md 3.10).  Below the
+ * estimate, the difference leaves the count while t is still in the
+ * reservation's window (the count holds its permits, so this is exactly
+ * the state had it taken `a`); a window that has ended no longer counts,
+ * so there is nothing to give back.  Above it, the extra is counted in t's
+ * window past L (saturating at 2^64-1): nothing more passes there. */
+static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                  const sluice__settle_req *q)
+{
+    const uint64_t k = sluice__div_q(&pf->div_w, t);
+    const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
+    uint64_t n;
+    if (q->a < q->p) {
+        if (k != sluice__div_q(&pf->div_w, q->t0) || k != st->u.fw.window) return 0;
+        n = count > q->p - q->a ? count - (q->p - q->a) : 0;
+    } else {
+        n = q->a - q->p > UINT64_MAX - count ? UINT64_MAX : count + (q->a - q->p);
+    }
+    st->t_last = t;
+    st->u.fw.window = k;
+    st->u.fw.count = n;
+    return 0;
+}
+
 const sluice__alg_ops sluice__fixed_window_ops = {
     .name = "fixed-window",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
@@ -127,4 +151,5 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .decide_packed = decide_packed,
     .refused_until = refused_until,
     .carry = carry,
+    .settle = settle,
 };

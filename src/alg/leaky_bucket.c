@@ -51,4 +51,5 @@ const sluice__alg_ops sluice__leaky_bucket_ops = {
     .bucket = true,
     .carry = carry,
     .fits = sluice__bucket_fits,
+    .settle = sluice__bucket_settle,
 };

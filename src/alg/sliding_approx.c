@@ -209,6 +209,30 @@ static bool fits(const sluice__profile *pf, const sluice__state *st)
     return st->u.sa.cur < ((uint64_t)1 << 32) && st->u.sa.prev < ((uint64_t)1 << 32);
 }
 
+/* A reservation settled at t (docs/decisions.md 3.10).  Below the
+ * estimate, the difference leaves the count of the reservation's window,
+ * cur while t is in it, prev in the next one: exactly the state had it
+ * taken `a`; later it no longer counts.  Above it, the extra joins cur at
+ * t past L, saturating at what the state holds (2^32-1 when packed). */
+static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                  const sluice__settle_req *q)
+{
+    const uint64_t k = sluice__div_q(&pf->div_w, t), k0 = sluice__div_q(&pf->div_w, q->t0);
+    sluice__state v = *st;
+    roll(&v, k);
+    if (q->a < q->p) {
+        uint64_t *c = k == k0 ? &v.u.sa.cur : k == k0 + 1 ? &v.u.sa.prev : NULL;
+        if (!c) return 0;
+        *c = *c > q->p - q->a ? *c - (q->p - q->a) : 0;
+    } else {
+        const uint64_t cap = pf->packed ? UINT32_MAX : UINT64_MAX, cur = v.u.sa.cur;
+        v.u.sa.cur = cur >= cap || q->a - q->p > cap - cur ? cap : cur + (q->a - q->p);
+    }
+    v.t_last = t;
+    *st = v;
+    return 0;
+}
+
 const sluice__alg_ops sluice__sliding_approx_ops = {
     .name = "sliding-approx",
     .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
@@ -222,4 +246,5 @@ const sluice__alg_ops sluice__sliding_approx_ops = {
     .refused_until = refused_until,
     .carry = carry,
     .fits = fits,
+    .settle = settle,
 };

@@ -37,6 +37,9 @@
  * had never been made (the deficit only ever decays linearly while it is
  * positive); if something was, that later reservation keeps its longer
  * wait, so cancelling never lets more through than the contract would.
+ * Settling (sluice__bucket_settle, docs/decisions.md 3.10) charges a cost
+ * above the estimate as debt, and gives one below it back by the same rule,
+ * or exactly when nothing has touched the state since the reservation.
  *
  * Entry points: the bucket functions both buckets share (sluice__bucket_decide,
  * _reserve, _give_back, _rest_at, _setup, _pack, _unpack, _decide_packed,
@@ -138,6 +141,50 @@ bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st, uint
     st->t_last = t;
     st->u.bk.deficit = sluice__sub_sat(d, (u128)p * pf->rw);
     return true;
+}
+
+/* The largest deficit the state may hold: the bucket back at rest within
+ * 2^63-1 ns, and below 2^64 where it is packed (sluice__bucket_reserve). */
+static inline u128 debt_max(const sluice__profile *pf)
+{
+    const u128 dmax = (u128)INT64_MAX * pf->rl;
+    return pf->packed && dmax > (u128)UINT64_MAX ? (u128)UINT64_MAX : dmax;
+}
+
+/* A reservation settled at t (docs/decisions.md 3.10).  Below the
+ * estimate, b = (p - a)*rw goes back in two cases:
+ *   - t is before the reservation's time (its permits still booked, not
+ *     yet due): the cancel's rule (sluice__bucket_give_back), D -= b;
+ *   - nothing has written the state since the reservation (it is still
+ *     (t0, d1)): then D(t) is d1 drained, and had it taken `a` it would be
+ *     d1 - b drained, so D(t) -= min(b, max(0, d1 - (t - t0)*rl)): exactly
+ *     the bucket that reservation would have left.
+ * Otherwise the permits count as used: with other traffic since, the
+ * bucket may have been full in the meantime had `a` been taken, and the
+ * refill it lost there is not known, so giving back could let more through
+ * than the contract.  Above it, (a - p)*rw joins the deficit at t: a debt,
+ * saturating at debt_max. */
+int sluice__bucket_settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                          const sluice__settle_req *q)
+{
+    const u128 d = drain(pf, st, t);
+    u128 nd;
+    if (q->a < q->p) {
+        u128 back = (u128)(q->p - q->a) * pf->rw;
+        if (t >= q->at_ns) {
+            if (st->t_last != q->t0 || st->u.bk.deficit != q->d1) return 0; /* used */
+            const u128 mine = sluice__sub_sat(q->d1, (u128)(t - q->t0) * pf->rl);
+            if (back > mine) back = mine;
+            if (back == 0) return 0; /* the refill made up for it all */
+        }
+        nd = sluice__sub_sat(d, back);
+    } else {
+        const u128 extra = (u128)(q->a - q->p) * pf->rw, dm = debt_max(pf);
+        nd = d >= dm ? d : extra > dm - d ? dm : d + extra;
+    }
+    st->t_last = t;
+    st->u.bk.deficit = nd;
+    return 0;
 }
 
 uint64_t sluice__bucket_rest_at(const sluice__profile *pf, const sluice__state *st)
@@ -337,4 +384,5 @@ const sluice__alg_ops sluice__token_bucket_ops = {
     .bucket = true,
     .carry = token_carry,
     .fits = sluice__bucket_fits,
+    .settle = sluice__bucket_settle,
 };

@@ -254,17 +254,20 @@ static bool reserve(sluice__state *st)
     return lg->len < lg->cap || grow(lg);
 }
 
-static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
-                   uint64_t max_wait, sluice_result *res)
+/* decide(), or with `force` an admission past the limit (a settle's
+ * overdraft: p no more than 2^64-1 less what the window holds). */
+static bool admit_at(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                     sluice_result *res, bool force)
 {
-    (void)max_wait;
     const uint64_t s = sluice__div_q(&pf->div_tick, t);
     sluice__log v = st->u.log; /* the header seen from t: written back only
                                 * on an admission */
     sluice__log *lg = &v;
     retire(lg, s, pf->slots);
-    if (p == 0 || !measure(pf, lg, t, p, NULL)) return measure(pf, lg, t, p, res);
+    if (p == 0 || (!force && !measure(pf, lg, t, p, NULL))) return measure(pf, lg, t, p, res);
     const uint64_t newest = lg->len ? at(lg, lg->len - 1)->cum : lg->base;
+    if (force && p > UINT64_MAX - (newest - lg->base)) p = UINT64_MAX - (newest - lg->base);
+    if (p == 0) return true; /* a forced admission into a window full to 2^64-1 */
     if (lg->len && at(lg, lg->len - 1)->slot == s) {
         at(lg, lg->len - 1)->cum += p;
     } else {
@@ -287,6 +290,27 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
     st->t_last = t;
     st->u.log = v;
     return res ? measure(pf, lg, t, 0, res) && sluice__allow(res, res->remaining, 0) : true;
+}
+
+static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                   uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    return admit_at(pf, st, t, p, res, false);
+}
+
+/* A reservation settled at t (docs/decisions.md 3.10).  Below the
+ * estimate nothing goes back: the log's entries are cumulative and shared
+ * with later admissions, so the permits count as used until they leave the
+ * window.  Above it, the extra is an admission at t past L (an entry of
+ * its own or added to the newest), so nothing more passes until enough
+ * leaves the window; SLUICE_ENOMEM, nothing changed, if the ring cannot
+ * grow. */
+static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                  const sluice__settle_req *q)
+{
+    if (q->a <= q->p) return 0;
+    return admit_at(pf, st, t, q->a - q->p, NULL, true) ? 0 : SLUICE_ENOMEM;
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
@@ -743,6 +767,7 @@ const sluice__alg_ops sluice__sliding_wheel_ops = {
     .reserve = reserve,
     .recheck = wheel_recheck,
     .carry = carry,
+    .settle = settle,
 };
 
 const sluice__alg_ops sluice__sliding_log_ops = {
@@ -756,4 +781,5 @@ const sluice__alg_ops sluice__sliding_log_ops = {
     .judge = judge,
     .reserve = reserve,
     .carry = carry,
+    .settle = settle,
 };

@@ -171,6 +171,14 @@ typedef struct sluice__packed_req {
                          * when it admits */
 } sluice__packed_req;
 
+/* A reservation settled (ops->settle): `p` permits admitted at the clamped
+ * time t0, to be used from at_ns (a bucket's booking; t0 for the others),
+ * settled at `a` permits.  d1: a bucket's deficit right after it. */
+typedef struct sluice__settle_req {
+    uint64_t t0, at_ns, p, a;
+    u128 d1;
+} sluice__settle_req;
+
 /* One algorithm: a row of operations (one source file each; the table of
  * rows is in spec.c).  Adding an algorithm is one file and one row.
  *
@@ -209,6 +217,11 @@ typedef struct sluice__packed_req {
  *             exact bound is correct, only slower; NULL when never packed
  *   fini      release what the state holds; NULL when it holds nothing
  *   bucket    books the future: reservations, debt, give-back
+ *   settle    settle a reservation at t (clamped): for a < p give back
+ *             what is exact and safe (docs/decisions.md, section 3.10),
+ *             for a > p charge a - p at t past the limit (saturating at
+ *             what the state holds); 0, or SLUICE_ENOMEM with the state
+ *             unchanged; NULL: the algorithm cannot settle (SLUICE_EINVAL)
  *
  * For composite decisions (composite.c), where one limit must be decided
  * before it is known whether the permits are taken:
@@ -248,6 +261,8 @@ typedef struct sluice__alg_ops {
     void (*carry)(const sluice__profile *from, const sluice__profile *to, sluice__state *st,
                   uint64_t t);
     bool (*fits)(const sluice__profile *pf, const sluice__state *st);
+    int (*settle)(const sluice__profile *pf, sluice__state *st, uint64_t t,
+                  const sluice__settle_req *q);
 } sluice__alg_ops;
 
 /* The format of a row whose algorithm has no options of its own. */

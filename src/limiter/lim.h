@@ -91,17 +91,40 @@ static inline u128 mkword(uint64_t lo, uint64_t hi) { return (u128)hi << 64 | lo
  * give a reservation's permits back (at_ns: the reservation's time; the
  * permits go back only if the clamped time is before it).  *t_eff receives
  * the time the call was decided at: now_ns clamped to the latest
- * admission, and to 2^63-1. */
-enum op { OP_DECIDE, OP_RESERVE, OP_GIVE_BACK };
+ * admission, and to 2^63-1.
+ * A settle (OP_SETTLE) takes its reservation from *sq (sluice__settle_req,
+ * with pf0 the profile it was made under: under another, nothing is given
+ * back, only an excess charged); it returns false only when the state
+ * could not take it (SLUICE_ENOMEM).  A bucket's reserve, when sq is not
+ * NULL, leaves there its time and the deficit it left (the settle's memo):
+ * the last call's, which is the one committed. */
+enum op { OP_DECIDE, OP_RESERVE, OP_GIVE_BACK, OP_SETTLE };
+
+typedef struct settle_op {
+    sluice__settle_req q;
+    const sluice__profile *pf0;
+} settle_op;
 
 static inline bool apply(const sluice__profile *pf, sluice__state *st, enum op op,
                          uint64_t now_ns, uint64_t permits, uint64_t max_wait,
-                         uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+                         uint64_t at_ns, sluice_result *res, uint64_t *t_eff, settle_op *sq)
 {
     uint64_t t = sluice__clamp_time(st, now_ns);
     *t_eff = t;
     if (op == OP_DECIDE) return sluice__decide(pf, st, t, permits, max_wait, res);
-    if (op == OP_RESERVE) return sluice__bucket_reserve(pf, st, t, permits, max_wait, res);
+    if (op == OP_RESERVE) {
+        const bool ok = sluice__bucket_reserve(pf, st, t, permits, max_wait, res);
+        if (ok && sq) {
+            sq->q.t0 = t;
+            sq->q.d1 = st->u.bk.deficit;
+        }
+        return ok;
+    }
+    if (op == OP_SETTLE) {
+        sluice__settle_req q = sq->q;
+        if (pf != sq->pf0 && q.a < q.p) return true; /* units changed: keep them */
+        return pf->ops->settle(pf, st, t, &q) == 0;
+    }
     return sluice__bucket_give_back(pf, st, t, permits, at_ns);
 }
 

@@ -3,7 +3,8 @@
  * Map:  this design note; the packed word (apply, step, lockfree_loop,
  *       decide_lockfree); the public API (sluice_limiter_new/_free, the
  *       decisions: run, decide_fast, the hint, sluice_try_acquire*;
- *       reservations: sluice_reserve_at, sluice_reservation_cancel_at);
+ *       reservations: sluice_reserve_at, sluice_reservation_cancel_at,
+ *       sluice_reservation_settle_at);
  *       changes of spec (sluice_limiter_reconfigure*, _set_*_at); spec
  *       info and sluice__limiter_reclaim.
  *       Elsewhere (lim.h is the private header they share):
@@ -63,10 +64,11 @@
  * beside its word each configuration keeps a hint H, 0 or a time such that
  * one permit is refused at every clamped time in [t_last, H) of the word
  * it was computed from (the algorithm's refused_until, internal.h).  Each
- * admission -- a successful CAS that took permits -- stores the hint of
- * the word it wrote, after its CAS; nothing else stores it.  A give-back
- * (a cancelled reservation, the one write that makes a word more
- * permissive) first clears the configuration's flag `hinted` (set when
+ * admission -- a successful CAS that took permits, a settle's overdraft
+ * included -- stores the hint of the word it wrote, after its CAS; nothing
+ * else stores it.  A give-back (a cancelled reservation or one settled
+ * below its estimate, the writes that make a word more permissive:
+ * gives_back) first clears the configuration's flag `hinted` (set when
  * it is made lock-free), for good.  A request for p >= 1 at now without
  * details then loads c (the configuration), hinted and H, in this order --
  * the live form before it reads the clock -- and if hinted is set and now
@@ -119,11 +121,19 @@ static inline void set_hint(cfg *c, const uint64_t w[2])
                           memory_order_release);
 }
 
+/* Whether a write makes the word more permissive (head comment, the
+ * hint): a give-back, or a settle below its reservation. */
+static inline bool gives_back(enum op op, const settle_op *sq)
+{
+    return op == OP_GIVE_BACK || (op == OP_SETTLE && sq->q.a < sq->q.p);
+}
+
 /* One decision on the snapshot `old`: the word it leaves in *new (== old
  * when nothing was written: a refusal, a probe). */
 static inline __attribute__((always_inline)) bool
 step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t now_ns,
-     uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, u128 *new)
+     uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, u128 *new,
+     settle_op *sq)
 {
     const uint64_t w[2] = {(uint64_t)old, (uint64_t)(old >> 64)};
     if (op == OP_DECIDE) { /* the algorithm's one-call form */
@@ -138,7 +148,7 @@ step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t
     uint64_t nw[2];
     sluice__state st;
     sluice__state_unpack(pf, w, &st);
-    const bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
+    const bool r = apply(pf, &st, op, now_ns, permits, max_wait, at_ns, res, t_eff, sq);
     sluice__state_pack(pf, &st, nw);
     *new = mkword(nw[0], nw[1]);
     return r;
@@ -159,7 +169,7 @@ step(const sluice__profile *pf, enum op op, u128 old, uint64_t permits, uint64_t
 static __attribute__((noinline)) bool
 lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
               uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok,
-              const u128 *first, u128 first_new, bool first_r)
+              const u128 *first, u128 first_new, bool first_r, settle_op *sq)
 {
     cfg *c = *pc;
     u128 old = first ? *first : 0;
@@ -182,19 +192,19 @@ lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint6
                 r = first_r;
                 first = NULL;
             } else {
-                r = step(pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
+                r = step(pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new, sq);
             }
             if (new != old) {
                 /* a give-back turns the hint off before its word can be
                  * seen (head comment) */
-                if (op == OP_GIVE_BACK) atomic_store(&c->hinted, false);
+                if (gives_back(op, sq)) atomic_store(&c->hinted, false);
                 u128 cur = __sync_val_compare_and_swap(&c->packed.w, old, new);
                 if (cur != old) {
                     old = cur;
                     if ((uint64_t)old & FROZEN) break; /* held: wait, start over */
                     continue;
                 }
-                if (op != OP_GIVE_BACK) {
+                if (!gives_back(op, sq)) {
                     const uint64_t w[2] = {(uint64_t)new, (uint64_t)(new >> 64)};
                     set_hint(c, w);
                 }
@@ -207,16 +217,17 @@ lockfree_loop(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint6
 
 static inline __attribute__((always_inline)) bool
 decide_lockfree(sluice_limiter *lim, cfg **pc, enum op op, uint64_t permits, uint64_t now_ns,
-                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok)
+                uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, bool *ok,
+                settle_op *sq)
 {
     u128 old, new;
     if (!load_word(&(*pc)->packed, &old))
         return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
-                             NULL, 0, false);
-    bool r = step(&(*pc)->pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new);
+                             NULL, 0, false, sq);
+    bool r = step(&(*pc)->pf, op, old, permits, now_ns, max_wait, at_ns, res, t_eff, &new, sq);
     if (new != old)
         return lockfree_loop(lim, pc, op, permits, now_ns, max_wait, at_ns, res, t_eff, ok,
-                             &old, new, r);
+                             &old, new, r, sq);
     *ok = r;
     return true;
 }
@@ -287,14 +298,16 @@ void sluice_limiter_free(sluice_limiter *lim)
 /* The locked path (run tries the window logs' lock-free read first). */
 static __attribute__((noinline)) bool
 run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
-           uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+           uint64_t max_wait, uint64_t at_ns, sluice_result *res, uint64_t *t_eff, settle_op *sq)
 {
     bool ok;
     pthread_mutex_lock(&lim->mu);
     cfg *c = cur_cfg(lim); /* stable while mu is held */
     if (lim->pub) sluice__log_begin(lim->pub);
-    ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff);
-    if (lim->pub) sluice__log_end(lim->pub, &lim->st, NULL, ok && permits);
+    ok = apply(&c->pf, &lim->st, op, now_ns, permits, max_wait, at_ns, res, t_eff, sq);
+    if (lim->pub)
+        sluice__log_end(lim->pub, &lim->st, NULL,
+                        op == OP_SETTLE ? ok && sq->q.a > sq->q.p : ok && permits);
     pthread_mutex_unlock(&lim->mu);
     return ok;
 }
@@ -302,18 +315,19 @@ run_locked(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns,
 /* Inlined into each caller, so that `op` is a constant there. */
 static inline __attribute__((always_inline)) bool
 run(sluice_limiter *lim, enum op op, uint64_t permits, uint64_t now_ns, uint64_t max_wait,
-    uint64_t at_ns, sluice_result *res, uint64_t *t_eff)
+    uint64_t at_ns, sluice_result *res, uint64_t *t_eff, settle_op *sq)
 {
     bool ok;
 #if HAVE_CAS128
     cfg *c = cur_cfg(lim);
     if (!c->lockfree || !decide_lockfree(lim, &c, op, permits, now_ns, max_wait, at_ns, res,
-                                         t_eff, &ok))
+                                         t_eff, &ok, sq))
 #endif
         /* a window log: refusals and probes read (window_log.h) */
-        if (!lim->pub || !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok))
-            ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff);
-    if (op != OP_GIVE_BACK) sluice__count(&lim->counters, permits, ok);
+        if (op != OP_DECIDE || !lim->pub ||
+            !sluice__log_read(lim->pub, now_ns, permits, res, t_eff, &ok))
+            ok = run_locked(lim, op, permits, now_ns, max_wait, at_ns, res, t_eff, sq);
+    if (op == OP_DECIDE || op == OP_RESERVE) sluice__count(&lim->counters, permits, ok);
     return ok;
 }
 
@@ -321,7 +335,7 @@ __attribute__((noinline)) bool sluice__lim_decide(sluice_limiter *lim, uint64_t 
                                             uint64_t max_wait, sluice_result *res)
 {
     uint64_t t;
-    return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t);
+    return run(lim, OP_DECIDE, permits, now_ns, max_wait, 0, res, &t, NULL);
 }
 
 #if HAVE_CAS128
@@ -334,9 +348,9 @@ static __attribute__((noinline)) bool decide_resume(sluice_limiter *lim, cfg *c,
     uint64_t t;
     bool ok;
     if (!lockfree_loop(lim, &c, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, &ok,
-                       NULL, 0, false)) {
+                       NULL, 0, false, NULL)) {
         if (!lim->pub || !sluice__log_read(lim->pub, q->now_ns, q->p, q->res, &t, &ok))
-            ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t);
+            ok = run_locked(lim, OP_DECIDE, q->p, q->now_ns, q->max_wait, 0, q->res, &t, NULL);
     }
     sluice__count(&lim->counters, q->p, ok);
     return ok;
@@ -352,7 +366,7 @@ static __attribute__((noinline)) bool decide_log(sluice_limiter *lim, uint64_t p
     uint64_t t;
     bool ok;
     if (!sluice__log_decide(lim->pub, &lim->mu, &lim->st, now_ns, permits, res, &ok))
-        ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t);
+        ok = run_locked(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, res, &t, NULL);
     sluice__count(&lim->counters, permits, ok);
     return ok;
 }
@@ -514,24 +528,56 @@ void sluice__limiter_retain(sluice_limiter *lim)
     atomic_fetch_add_explicit(&lim->refs, 1, memory_order_relaxed);
 }
 
-enum { RV_NONE, RV_ACTIVE, RV_FINAL };
+/* A reservation's state: RV_ACTIVE may be cancelled (a bucket's, p >= 1)
+ * and settled; RV_OPEN only settled (a window's, or a bucket's probe);
+ * RV_FINAL is done (refused, cancelled or settled). */
+enum { RV_NONE, RV_ACTIVE, RV_FINAL, RV_OPEN };
 
 bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
                        uint64_t max_wait_ns, sluice_reservation *rv, sluice_result *res)
 {
     sluice_result r;
     uint64_t t;
-    bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, 0, &r, &t)
-                             : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, &r, &t);
+    /* the configuration first: one that changes before the reservation
+     * is decided only makes its settle give nothing back */
+    const cfg *c = cur_cfg(lim);
+    settle_op sq = {.q = {.d1 = 0}};
+    bool ok = is_bucket(lim) ? run(lim, OP_RESERVE, permits, now_ns, max_wait_ns, 0, &r, &t, &sq)
+                             : run(lim, OP_DECIDE, permits, now_ns, UINT64_MAX, 0, &r, &t, NULL);
     if (res) *res = r;
     if (rv) {
         rv->permits = ok ? permits : 0;
         rv->wait_ns = ok ? r.wait_ns : 0;
         rv->at_ns = ok ? t + r.wait_ns : 0; /* <= 2^63-1: the reserve bounds it */
         rv->limiter = lim;
-        rv->state = ok && is_bucket(lim) && permits ? RV_ACTIVE : RV_FINAL;
+        rv->state = !ok ? RV_FINAL : is_bucket(lim) && permits ? RV_ACTIVE : RV_OPEN;
+        rv->t_ns_ = t;
+        /* a bucket's deficit after it (its reserve wrote sq) */
+        rv->d1_[0] = (uint64_t)sq.q.d1;
+        rv->d1_[1] = (uint64_t)(sq.q.d1 >> 64);
+        rv->cfg_ = &c->pf;
     }
     return ok;
+}
+
+int sluice_reservation_settle_at(sluice_reservation *rv, uint64_t actual_permits,
+                                 uint64_t now_ns)
+{
+    if (!rv || rv->state == RV_NONE || !rv->limiter) return SLUICE_EINVAL;
+    if (rv->state != RV_ACTIVE && rv->state != RV_OPEN) return SLUICE_ENOENT;
+    sluice_limiter *lim = rv->limiter;
+    if (!lim->ops->settle) return SLUICE_EINVAL;
+    if (actual_permits == rv->permits) {
+        rv->state = RV_FINAL;
+        return 0;
+    }
+    settle_op sq = {.q = {.t0 = rv->t_ns_, .at_ns = rv->at_ns, .p = rv->permits,
+                          .a = actual_permits, .d1 = (u128)rv->d1_[1] << 64 | rv->d1_[0]},
+                    .pf0 = rv->cfg_};
+    uint64_t t;
+    if (!run(lim, OP_SETTLE, 0, now_ns, 0, 0, NULL, &t, &sq)) return SLUICE_ENOMEM;
+    rv->state = RV_FINAL;
+    return 0;
 }
 
 int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns)
@@ -539,13 +585,13 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns)
     if (!rv || rv->state == RV_NONE || !rv->limiter) return SLUICE_EINVAL;
     sluice_limiter *lim = rv->limiter;
     if (!is_bucket(lim)) return SLUICE_EINVAL;
-    if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
+    if (rv->state != RV_ACTIVE && rv->state != RV_OPEN) return SLUICE_ENOENT;
     rv->state = RV_FINAL;
     /* whether the permits go back is decided inside the update, at the
      * clamped time: a stale now_ns cannot give back what a later admission
      * already counted on */
     uint64_t t;
-    return run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, rv->at_ns, NULL, &t) ? 0
+    return run(lim, OP_GIVE_BACK, rv->permits, now_ns, 0, rv->at_ns, NULL, &t, NULL) ? 0
                                                                               : SLUICE_ENOENT;
 }
 

@@ -5,7 +5,7 @@
  * rates from 1/ns to 10^12 per century, burst/capacity/slots options, a
  * table of 1 .. 8 keys with or without SLUICE_TABLE_EVICT_LRU, keys from 0
  * bytes to one byte over SLUICE_MAX_KEY_BYTES), then a stream of commands:
- * try_acquire, reserve, cancel a reservation, table requests, probes, statistics checks.  Times come from the
+ * try_acquire, reserve, cancel or settle a reservation, table requests, probes, statistics checks.  Times come from the
  * input: bursts at one instant, window and slot edges, exactly a refusal's
  * retry_after_ns and one ns before, idle gaps of years, times earlier than
  * the last, 2^63-1 and beyond.
@@ -581,7 +581,7 @@ static void lim_reserve(lim *ls, int i, held_rv *rvs, fuzz_in *in)
         }
     }
     note(s, t, p, ok, &r);
-    if (ok && p > 0 && l->c.bucket) {
+    if (ok) { /* every algorithm's settles; a bucket's (p >= 1) cancels */
         uint8_t k = fuzz_u8(in) % NRV;
         rvs[k].r = rv;
         rvs[k].owner = i;
@@ -600,6 +600,11 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
     if (v->owner < 0) return;
     lim *l = &ls[v->owner];
     subject *s = &l->s;
+    if (!l->c.bucket) { /* the windows cannot give back: refused, kept */
+        int rc = sluice_reservation_cancel_at(&v->r, s->cur);
+        FUZZ_CHECK(rc == SLUICE_EINVAL, "%s: a window's cancel returned %d", l->c.spec, rc);
+        return;
+    }
     uint8_t b = fuzz_u8(in);
     uint64_t t;
     switch (b % 4) {
@@ -631,6 +636,58 @@ static void lim_cancel(lim *ls, held_rv *rvs, fuzz_in *in)
     /* once cancelled, or its time come, it is final */
     rc = sluice_reservation_cancel_at(&v->r, t);
     FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a second cancel returned %d", l->c.spec, rc);
+    v->owner = -1;
+}
+
+/* Settle a held reservation (docs/decisions.md 3.10) at a cost from the
+ * input: 0, below, equal, above, up to 2^64-1, at any time.  0 the first
+ * time; a second settle and a cancel after it return SLUICE_ENOENT (a
+ * window's cancel SLUICE_EINVAL) and change nothing.  A settle at another
+ * cost puts the model out of sync (it has no settle step here;
+ * tests/limiter/test_reserve.c follows settles with it); an overdraft is
+ * tracked as an admission at t for the bound of the time the limiter is
+ * back at rest, so a request past that bound must find it at rest again:
+ * the overdraft is paid, and no more than it. */
+static void lim_settle(lim *ls, held_rv *rvs, fuzz_in *in)
+{
+    held_rv *v = &rvs[fuzz_u8(in) % NRV];
+    if (v->owner < 0) return;
+    lim *l = &ls[v->owner];
+    subject *s = &l->s;
+    const uint64_t p = v->r.permits;
+    uint64_t a;
+    switch (fuzz_u8(in) % 5) {
+    case 0: a = 0; break;
+    case 1: a = p ? fuzz_u64(in) % p : 0; break;
+    case 2: a = p; break;
+    case 3: a = sat_add(p, 1 + fuzz_u64(in) % sat_add(l->c.max_grant, 1)); break;
+    default: a = fuzz_u64(in); break;
+    }
+    uint64_t t = subject_time(s, pick_time(in, s));
+    if (a != p) unsync(s); /* before: its bound counts what came so far */
+    int rc = sluice_reservation_settle_at(&v->r, a, t);
+    trace("settle_at(\"%s\" reservation of %llu at %llu, actual=%llu, t=%llu) -> %d\n",
+          l->c.spec, (unsigned long long)p, (unsigned long long)v->r.at_ns,
+          (unsigned long long)a, (unsigned long long)t, rc);
+    FUZZ_CHECK(rc == 0, "%s: settle returned %d", l->c.spec, rc);
+    if (a > p) {
+        track_admission(s, min64(t, TMAX), a - p);
+        s->max_adm = max64(s->max_adm, min64(t, TMAX));
+    }
+    if (a != p) s->remaining = l->c.max_grant;
+    sluice_result before = lim_probe(l);
+    rc = sluice_reservation_settle_at(&v->r, a, t);
+    FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a second settle returned %d", l->c.spec, rc);
+    rc = sluice_reservation_cancel_at(&v->r, t);
+    FUZZ_CHECK(rc == (l->c.bucket ? SLUICE_ENOENT : SLUICE_EINVAL),
+               "%s: a cancel after a settle returned %d", l->c.spec, rc);
+    sluice_result after = lim_probe(l);
+    FUZZ_CHECK(same_result(&before, &after),
+               "%s: a refused settle or cancel changed the limiter: probe remaining %llu -> "
+               "%llu, retry %lld -> %lld",
+               l->c.spec, (unsigned long long)before.remaining,
+               (unsigned long long)after.remaining, (long long)before.retry_after_ns,
+               (long long)after.retry_after_ns);
     v->owner = -1;
 }
 
@@ -882,7 +939,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (c % 8) {
         case 0: case 1: lim_try(&ls[i], &in); break;
         case 2: lim_reserve(ls, i, rvs, &in); break;
-        case 3: lim_cancel(ls, rvs, &in); break;
+        case 3:
+            if (c >> 3 & 1) lim_settle(ls, rvs, &in);
+            else lim_cancel(ls, rvs, &in);
+            break;
         case 4: table_req(&tb, &in); break;
         case 5:
             switch (c >> 3 & 3) {

@@ -17,9 +17,12 @@
 #include <pthread.h>
 #include <sluice.h>
 #include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "testutil.h"
+#include "ref_model.h"
 
 #define SEC 1000000000ULL
 
@@ -516,6 +519,431 @@ static void test_reserve_at_end_of_time(void **state)
     sluice_limiter_free(s);
 }
 
+
+/* ---- settling a reservation (docs/decisions.md 3.10) --------------------- */
+
+/* The return codes: 0 once; then SLUICE_ENOENT for a second settle and for
+ * a cancel, and for a settle after a cancel or of a refused reservation;
+ * SLUICE_EINVAL for NULL and a reservation never made.  Each refusal
+ * changes nothing. */
+static void test_settle_codes(void **state)
+{
+    (void)state;
+    sluice_limiter *l = mk("token-bucket 10/s burst=10");
+    sluice_reservation rv, none;
+    memset(&none, 0, sizeof none);
+    assert_int_equal(sluice_reservation_settle_at(NULL, 1, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_reservation_settle_at(&none, 1, 0), SLUICE_EINVAL);
+    assert_true(sluice_reserve_at(l, 6, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 2, 0), 0);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 100, 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_ENOENT);
+    sluice_result r;
+    assert_true(sluice_try_acquire_at(l, 0, 0, &r));
+    assert_int_equal(r.remaining, 8); /* 2 used, and nothing more */
+    assert_true(sluice_reserve_at(l, 3, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_ENOENT); /* its time: 0 */
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 0), SLUICE_ENOENT);
+    /* one in debt: cancelled before its time, then no settle */
+    assert_true(sluice_reserve_at(l, 7, 0, UINT64_MAX, &rv, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), 0);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 9, 0), SLUICE_ENOENT);
+    /* a refused one */
+    assert_false(sluice_reserve_at(l, 6, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 1, 0), SLUICE_ENOENT);
+    assert_true(sluice_try_acquire_at(l, 0, 0, &r));
+    assert_int_equal(r.remaining, 5);
+    sluice_limiter_free(l);
+    /* a window's reservation settles too; its cancel stays SLUICE_EINVAL */
+    l = mk("fixed-window 10/s");
+    assert_true(sluice_reserve_at(l, 4, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_cancel_at(&rv, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 1, 0), 0);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 1, 0), SLUICE_ENOENT);
+    assert_true(sluice_try_acquire_at(l, 0, 0, &r));
+    assert_int_equal(r.remaining, 9);
+    sluice_limiter_free(l);
+}
+
+/* Worked examples of each rule, numbers from the contract. */
+static void test_settle_rules(void **state)
+{
+    (void)state;
+    sluice_reservation rv;
+    sluice_result r;
+    /* token-bucket, below, at once: the 6 go back */
+    sluice_limiter *l = mk("token-bucket 1/s burst=10");
+    assert_true(sluice_reserve_at(l, 10, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 4, 0), 0);
+    assert_true(sluice_try_acquire_at(l, 6, 0, &r));
+    assert_false(sluice_try_acquire_at(l, 1, 0, &r));
+    sluice_limiter_free(l);
+    /* below, 5 s later, another 5 taken meanwhile: the permits were due
+     * at 0 and others came since, so they count as used (had it taken 0,
+     * the bucket would have been full from 0 to 5 s and lost that refill) */
+    l = mk("token-bucket 1/s burst=10");
+    assert_true(sluice_reserve_at(l, 10, 0, 0, &rv, NULL));
+    assert_true(sluice_try_acquire_at(l, 5, 5 * SEC, &r));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 5 * SEC), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 5 * SEC, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+    /* a quiet bucket: 3 s later it holds 3; had it taken 2, it would be
+     * full: 7 go back */
+    assert_true(sluice_reserve_at(l, 10, 100 * SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 2, 103 * SEC), 0);
+    assert_true(sluice_try_acquire_at(l, 10, 103 * SEC, &r));
+    /* booked ahead, settled before its time: the cancel's rule, even with
+     * traffic in between */
+    assert_true(sluice_try_acquire_at(l, 10, 200 * SEC, &r));
+    assert_true(sluice_reserve_at(l, 5, 200 * SEC, UINT64_MAX, &rv, NULL));
+    assert_int_equal(rv.at_ns, 205 * SEC);
+    assert_false(sluice_try_acquire_at(l, 1, 201 * SEC, &r));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 1, 201 * SEC), 0);
+    /* -5 + 1 refilled + 4 back: empty, one more in 1 s */
+    assert_false(sluice_try_acquire_at(l, 1, 201 * SEC, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)SEC);
+    sluice_limiter_free(l);
+    /* after a change of spec, nothing goes back; an excess is charged */
+    l = mk("token-bucket 10/s burst=10");
+    assert_true(sluice_reserve_at(l, 10, 0, 0, &rv, NULL));
+    char err[128];
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "token-bucket 20/s burst=10", 0, err,
+                                                   sizeof err), 0);
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 0), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 0, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 20));
+    assert_true(sluice_reserve_at(l, 1, SEC, 0, &rv, NULL));
+    /* full again at 1 s; 11 for 1: -1 token, 2 to one at 20/s */
+    assert_int_equal(sluice_reservation_settle_at(&rv, 11, SEC), 0);
+    assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 10));
+    sluice_limiter_free(l);
+    /* above: a debt of 15 tokens at 10/s, paid before anything passes */
+    l = mk("token-bucket 10/s burst=10");
+    assert_true(sluice_reserve_at(l, 2, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 25, 0), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 0, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(16 * SEC / 10));
+    assert_false(sluice_try_acquire_at(l, 1, 16 * SEC / 10 - 1, &r));
+    assert_true(sluice_try_acquire_at(l, 1, 16 * SEC / 10, &r));
+    sluice_limiter_free(l);
+    /* fixed-window: back within the window, not after it; above: counted
+     * in the window of the settle, past L */
+    l = mk("fixed-window 10/s");
+    assert_true(sluice_reserve_at(l, 8, SEC / 10, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 3, SEC / 5), 0);
+    assert_true(sluice_try_acquire_at(l, 7, SEC / 5, &r));
+    assert_false(sluice_try_acquire_at(l, 1, SEC / 5, &r));
+    assert_true(sluice_reserve_at(l, 5, SEC + 1, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 0, 2 * SEC + 1), 0);
+    assert_true(sluice_try_acquire_at(l, 10, 2 * SEC + 1, &r)); /* window 2 is whole */
+    assert_true(sluice_reserve_at(l, 5, 3 * SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 15, 3 * SEC + SEC / 2), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 3 * SEC + SEC / 2, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2));
+    assert_int_equal(r.remaining, 0);
+    assert_true(sluice_try_acquire_at(l, 10, 4 * SEC, &r));
+    sluice_limiter_free(l);
+    /* sliding-approx: back from the next window's prev */
+    l = mk("sliding-approx 10/s");
+    assert_true(sluice_reserve_at(l, 10, SEC / 2, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 4, SEC + SEC / 2), 0);
+    /* est = 4 * 0.5 = 2: room 8 */
+    assert_true(sluice_try_acquire_at(l, 0, SEC + SEC / 2, &r));
+    assert_int_equal(r.remaining, 8);
+    sluice_limiter_free(l);
+    /* sliding-log: nothing back; the overdraft leaves the window W later */
+    l = mk("sliding-log 10/s");
+    assert_true(sluice_reserve_at(l, 6, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 1, 0), 0);
+    assert_true(sluice_try_acquire_at(l, 0, 0, &r));
+    assert_int_equal(r.remaining, 4);
+    assert_true(sluice_reserve_at(l, 4, SEC / 2, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, 30, SEC / 2), 0);
+    assert_false(sluice_try_acquire_at(l, 1, SEC, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(SEC / 2)); /* all leaves at 1.5 s */
+    assert_true(sluice_try_acquire_at(l, 10, SEC + SEC / 2, &r));
+    sluice_limiter_free(l);
+}
+
+/* actual = 0, and actual = 2^64-1 at times near 2^63: no overflow; the
+ * overdraft saturates where the state would overflow and the limiter
+ * refuses for as long as it lasts. */
+static void test_settle_extremes(void **state)
+{
+    (void)state;
+    const uint64_t end = (uint64_t)INT64_MAX;
+    static const char *const specs[] = {
+        "token-bucket 10/s",        "token-bucket 3/7s burst=3000000000", /* not packed */
+        "leaky-bucket 10/s nodelay", "fixed-window 10/s",
+        "sliding-approx 10/s",      "sliding-approx 5000000000/s", /* not packed */
+        "sliding-log 10/s",         "sliding-wheel 10/s slots=5"};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        sluice_limiter *l = mk(specs[k]);
+        sluice_reservation rv, rz;
+        sluice_result r;
+        assert_true(sluice_reserve_at(l, 3, end - 2 * SEC, 0, &rz, NULL));
+        assert_int_equal(sluice_reservation_settle_at(&rz, 0, end - 2 * SEC), 0);
+        assert_true(sluice_reserve_at(l, 1, end - SEC, 0, &rv, NULL));
+        assert_int_equal(sluice_reservation_settle_at(&rv, UINT64_MAX, UINT64_MAX), 0);
+        /* past the time axis counts as its end: nothing passes there, and
+         * the retry hint still fits an int64 */
+        assert_false(sluice_try_acquire_at(l, 1, UINT64_MAX, &r));
+        assert_true(r.retry_after_ns > 0 || r.retry_after_ns == -1);
+        assert_int_equal(r.remaining, 0);
+        assert_true(sluice_try_acquire_at(l, 0, end, &r));
+        sluice_limiter_free(l);
+    }
+    /* the bucket's debt at its cap: 2^63-1 ns of refill, the retry exact */
+    sluice_limiter *l = mk("token-bucket 10/s");
+    sluice_reservation rv;
+    sluice_result r;
+    assert_true(sluice_reserve_at(l, 1, 0, 0, &rv, NULL));
+    assert_int_equal(sluice_reservation_settle_at(&rv, UINT64_MAX, 0), 0);
+    assert_false(sluice_try_acquire_at(l, 1, 0, &r));
+    /* deficit (2^63-1)*rl, rl = 1, rw = 10^8, full = 10^9 */
+    assert_int_equal(r.retry_after_ns, INT64_MAX - 900000000);
+    sluice_limiter_free(l);
+}
+
+/* Random reservations, settles (0, below, equal, above, far above),
+ * decisions and stale times, on every algorithm, decision by decision
+ * against the reference model's settle; and the bound: in every window,
+ * what was admitted, each reservation at its settled cost, never passes
+ * the limit (the overdrafts come on top of it, never inside it). */
+typedef struct settle_case {
+    const char *spec;
+    ref_params rp;
+} settle_case;
+
+typedef struct adm {
+    uint64_t t, cost;
+} adm;
+
+static int adm_cmp(const void *x, const void *y)
+{
+    const adm *a = x, *b = y;
+    return a->t < b->t ? -1 : a->t > b->t;
+}
+
+static void check_bound(const settle_case *c, const adm *a, size_t n)
+{
+    const ref_params *p = &c->rp;
+    const uint64_t W = p->period_ns;
+    for (size_t e = 0; e < n; e++) {
+        u128 sum = 0;
+        for (size_t s = e + 1; s-- > 0;) {
+            switch (p->alg) {
+            case REF_FIXED_WINDOW:
+                if (a[s].t / W != a[e].t / W) goto next;
+                break;
+            case REF_SLIDING_LOG:
+                if (a[e].t - a[s].t >= W) goto next;
+                break;
+            case REF_TOKEN_BUCKET: break;
+            default: return;
+            }
+            sum += a[s].cost;
+            if (p->alg == REF_TOKEN_BUCKET) {
+                /* [t_s, t_e]: B + (t_e - t_s) L / W */
+                const u128 cap = (u128)(p->capacity ? p->capacity : p->limit) * W +
+                                 (u128)(a[e].t - a[s].t) * p->limit;
+                if (sum * W > cap)
+                    fail_msg("%s: %llu admitted in [%llu, %llu]", c->spec,
+                             (unsigned long long)sum, (unsigned long long)a[s].t,
+                             (unsigned long long)a[e].t);
+            } else if (sum > p->limit) {
+                fail_msg("%s: %llu admitted in the window of %llu", c->spec,
+                         (unsigned long long)sum, (unsigned long long)a[e].t);
+            }
+        }
+    next:;
+    }
+}
+
+static void test_settle_model(void **state)
+{
+    (void)state;
+    const settle_case cases[] = {
+        {"fixed-window 10/s", {.alg = REF_FIXED_WINDOW, .limit = 10, .period_ns = SEC}},
+        {"sliding-approx 10/s", {.alg = REF_SLIDING_APPROX, .limit = 10, .period_ns = SEC}},
+        {"sliding-log 10/s", {.alg = REF_SLIDING_LOG, .limit = 10, .period_ns = SEC}},
+        {"sliding-wheel 10/s slots=4",
+         {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = SEC, .slots = 4}},
+        {"token-bucket 10/s burst=8",
+         {.alg = REF_TOKEN_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 8}},
+        {"token-bucket 3/7s burst=5",
+         {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 5}},
+        {"token-bucket 3/7s burst=3000000000", /* burst*rw >= 2^64: locked */
+         {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 3000000000}},
+        {"leaky-bucket 10/s capacity=6 nodelay",
+         {.alg = REF_LEAKY_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 6, .nodelay = true}},
+    };
+    uint64_t seed = tu_env_seed();
+    print_message("seed %llu (SLUICE_TEST_SEED)\n", (unsigned long long)seed);
+    enum { STEPS = 3000, OPEN = 8 };
+    /* pass 0: every reservation is due at once; pass 1: a bucket's may
+     * book ahead.  The bound is checked on pass 0 only: a booking given
+     * back before its time leaves later bookings with their longer wait
+     * (the cancel's rule), so their permits are taken before their at_ns
+     * by others and at_ns is no longer when they are used. */
+    for (size_t run = 0; run < 2 * (sizeof cases / sizeof cases[0]); run++) {
+        const size_t ci = run / 2, pass = run % 2;
+        const settle_case *c = &cases[ci];
+        sluice_limiter *l = mk(c->spec);
+        ref_model *m = ref_model_new(&c->rp);
+        assert_non_null(m);
+        sluice_reservation rv[OPEN];
+        ref_resv mv[OPEN];
+        size_t adm_of[OPEN];
+        bool open[OPEN] = {false};
+        adm *ad = calloc(STEPS, sizeof *ad);
+        size_t nad = 0;
+        const uint64_t W = c->rp.period_ns, cap = ref_model_max_grant(m);
+        const bool bucket = c->rp.alg == REF_TOKEN_BUCKET || c->rp.alg == REF_LEAKY_BUCKET;
+        uint64_t now = 5 * W;
+        for (int i = 0; i < STEPS; i++) {
+            uint64_t dice = tu_splitmix64_below(&seed, 100);
+            if (dice < 30) now += tu_splitmix64_below(&seed, W / 4 + 1);
+            uint64_t t = dice % 10 == 0 && now > W ? now - tu_splitmix64_below(&seed, W) : now;
+            size_t slot = (size_t)tu_splitmix64_below(&seed, OPEN);
+            uint64_t p = tu_splitmix64_below(&seed, cap + 2);
+            sluice_result r;
+            ref_result mr;
+            if (dice < 45) { /* a plain decision */
+                bool ok = sluice_try_acquire_at(l, p, t, &r);
+                bool mok = ref_model_decide(m, p, t, &mr);
+                if (ok != mok || r.remaining != mr.remaining ||
+                    r.retry_after_ns != mr.retry_after_ns)
+                    fail_msg("%s step %d: try %llu at %llu: %d/%llu/%lld, model %d/%llu/%lld",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)t, ok,
+                             (unsigned long long)r.remaining, (long long)r.retry_after_ns, mok,
+                             (unsigned long long)mr.remaining, (long long)mr.retry_after_ns);
+                if (ok && p) ad[nad++] = (adm){ref_model_latest(m), p};
+            } else if (dice < 75 && !open[slot]) { /* a reservation */
+                /* a bucket's may book ahead, into debt */
+                const bool ahead = bucket && pass == 1 && dice % 2;
+                const uint64_t mw = ahead ? tu_splitmix64_below(&seed, 2 * W) : 0;
+                bool ok = sluice_reserve_at(l, p, t, mw, &rv[slot], &r);
+                bool mok = ref_model_reserve(m, p, t, mw, &mr, &mv[slot]);
+                if (ok != mok || (ahead ? r.wait_ns != mr.wait_ns : r.remaining != mr.remaining))
+                    fail_msg("%s step %d: reserve %llu at %llu: %d/%llu/%llu, model %d/%llu/%llu",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)t, ok,
+                             (unsigned long long)r.remaining, (unsigned long long)r.wait_ns,
+                             mok, (unsigned long long)mr.remaining,
+                             (unsigned long long)mr.wait_ns);
+                if (ok) {
+                    if (rv[slot].at_ns != mv[slot].at)
+                        fail_msg("%s step %d: due at %llu, model at %llu", c->spec, i,
+                                 (unsigned long long)rv[slot].at_ns,
+                                 (unsigned long long)mv[slot].at);
+                    open[slot] = true;
+                    adm_of[slot] = nad;
+                    /* used at its time: booked permits count from then */
+                    ad[nad++] = (adm){mv[slot].at, p};
+                }
+            } else if (open[slot]) { /* a settle */
+                const uint64_t rp = rv[slot].permits;
+                uint64_t a;
+                switch (tu_splitmix64_below(&seed, 5)) {
+                case 0: a = 0; break;
+                case 1: a = rp ? tu_splitmix64_below(&seed, rp) : 0; break;
+                case 2: a = rp; break;
+                /* overdrafts small enough that no debt reaches its cap
+                 * (2^63-1 ns of refill: test_settle_extremes) */
+                case 3: a = rp + 1 + tu_splitmix64_below(&seed, cap < 100 ? cap : 100); break;
+                default: a = rp + tu_splitmix64_below(&seed, cap < 100 ? 4 * cap : 400); break;
+                }
+                assert_int_equal(sluice_reservation_settle_at(&rv[slot], a, t), 0);
+                ref_model_settle(m, &mv[slot], a, t);
+                assert_int_equal(sluice_reservation_settle_at(&rv[slot], a, t), SLUICE_ENOENT);
+                if (a < ad[adm_of[slot]].cost) ad[adm_of[slot]].cost = a;
+                open[slot] = false;
+            }
+            /* after every step: one permit now, as the model says */
+            bool ok = sluice_try_acquire_at(l, 0, t, &r);
+            bool mok = ref_model_decide(m, 0, t, &mr);
+            if (!ok || !mok || r.remaining != mr.remaining)
+                fail_msg("%s step %d: remaining %llu at %llu, model %llu", c->spec, i,
+                         (unsigned long long)r.remaining, (unsigned long long)t,
+                         (unsigned long long)mr.remaining);
+        }
+        qsort(ad, nad, sizeof *ad, adm_cmp);
+        if (pass == 0) check_bound(c, ad, nad);
+        free(ad);
+        ref_model_free(m);
+        sluice_limiter_free(l);
+    }
+}
+
+/* Settles from several threads on one limiter, lock-free (fixed-window,
+ * sliding-approx) and locked (sliding-log), all within one window and
+ * with room for everything: each settle moves the count by exactly
+ * a - p (sliding-log: max(0, a - p), as it gives nothing back), so the
+ * window ends holding the sum of the settled costs, and every second
+ * settle is refused.  Run under TSan in CI. */
+enum { ST_THREADS = 4, ST_ITERS = 2000 };
+
+typedef struct settle_worker {
+    sluice_limiter *l;
+    uint64_t seed, total, total_log;
+    tu_errs errs;
+} settle_worker;
+
+static void *settle_run(void *arg)
+{
+    settle_worker *w = arg;
+    for (int i = 0; i < ST_ITERS; i++) {
+        const uint64_t p = 1 + tu_splitmix64_below(&w->seed, 50);
+        const uint64_t a = tu_splitmix64_below(&w->seed, 100);
+        const uint64_t t = SEC + tu_splitmix64_below(&w->seed, SEC / 2);
+        sluice_reservation rv;
+        if (!sluice_reserve_at(w->l, p, t, 0, &rv, NULL)) {
+            tu_errs_add(&w->errs, "reservation of %llu refused", (unsigned long long)p);
+            continue;
+        }
+        int rc = sluice_reservation_settle_at(&rv, a, t);
+        if (rc != 0) tu_errs_add(&w->errs, "settle returned %d", rc);
+        rc = sluice_reservation_settle_at(&rv, a, t);
+        if (rc != SLUICE_ENOENT) tu_errs_add(&w->errs, "second settle returned %d", rc);
+        w->total += a;
+        w->total_log += a > p ? a : p;
+    }
+    return NULL;
+}
+
+static void test_settle_threads(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"fixed-window 1000000000/2s",
+                                        "sliding-approx 1000000000/2s",
+                                        "sliding-log 1000000000/2s"};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        sluice_limiter *l = mk(specs[k]);
+        settle_worker w[ST_THREADS];
+        pthread_t th[ST_THREADS];
+        memset(w, 0, sizeof w);
+        for (int i = 0; i < ST_THREADS; i++) {
+            w[i].l = l;
+            w[i].seed = tu_env_seed() + (uint64_t)i;
+            assert_int_equal(pthread_create(&th[i], NULL, settle_run, &w[i]), 0);
+        }
+        uint64_t total = 0;
+        for (int i = 0; i < ST_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            if (w[i].errs.n) fail_msg("%s: %s", specs[k], w[i].errs.msg);
+            total += k == 2 ? w[i].total_log : w[i].total;
+        }
+        sluice_result r;
+        assert_true(sluice_try_acquire_at(l, 0, SEC + SEC / 2, &r));
+        if (r.remaining != 1000000000 - total)
+            fail_msg("%s: remaining %llu, want %llu", specs[k], (unsigned long long)r.remaining,
+                     (unsigned long long)(1000000000 - total));
+        sluice_limiter_free(l);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +960,11 @@ int main(void)
         cmocka_unit_test(test_debt_bounded),
         cmocka_unit_test(test_probe_in_debt),
         cmocka_unit_test(test_reserve_at_end_of_time),
+        cmocka_unit_test(test_settle_codes),
+        cmocka_unit_test(test_settle_rules),
+        cmocka_unit_test(test_settle_extremes),
+        cmocka_unit_test(test_settle_model),
+        cmocka_unit_test(test_settle_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,7 @@ __all__ = [
     "KeyState",
     "SpecInfo",
     "Limiter",
+    "Reservation",
     "Table",
     "SharedTable",
     "check_spec",
@@ -126,6 +127,21 @@ class _Result(ctypes.Structure):
         ("retry_after_ns", _i64),
         ("error", ctypes.c_int32),
         ("reserved_", ctypes.c_uint32 * 3),
+    ]
+
+
+class _Reservation(ctypes.Structure):
+    # include/sluice.h's sluice_reservation: the public fields, then the
+    # private ones, mirrored so that the struct has the C size
+    _fields_ = [
+        ("permits", _u64),
+        ("wait_ns", _u64),
+        ("at_ns", _u64),
+        ("limiter", _void_p),
+        ("state", ctypes.c_uint32),
+        ("t_ns_", _u64),
+        ("d1_", _u64 * 2),
+        ("cfg_", _void_p),
     ]
 
 
@@ -203,6 +219,11 @@ _lim_reconf = _fn("sluice_limiter_reconfigure_at", ctypes.c_int, _void_p, _char_
 _lim_set_limit = _fn("sluice_limiter_set_limit_at", ctypes.c_int, _void_p, _u64, _u64, _u64, _char_p, _size)
 _lim_set_burst = _fn("sluice_limiter_set_burst_at", ctypes.c_int, _void_p, _u64, _u64, _char_p, _size)
 _lim_acquire = _fn("sluice_acquire_cancellable", ctypes.c_int, _void_p, _u64, _u64, _void_p)
+_lim_reserve = _fn("sluice_reserve_at", ctypes.c_bool, _void_p, _u64, _u64, _u64,
+                   ctypes.POINTER(_Reservation), ctypes.POINTER(_Result))
+_rv_cancel = _fn("sluice_reservation_cancel_at", ctypes.c_int, ctypes.POINTER(_Reservation), _u64)
+_rv_settle = _fn("sluice_reservation_settle_at", ctypes.c_int, ctypes.POINTER(_Reservation),
+                 _u64, _u64)
 
 _tab_new = _fn("sluice_table_new_flags", _void_p, _char_p, _size, ctypes.c_uint, _char_p, _size)
 _tab_free = _fn("sluice_table_free", None, _void_p)
@@ -722,6 +743,32 @@ class Limiter(_Handle):
             return False
         raise _error(rc)
 
+    def reserve(self, permits: int = 1, max_wait: Optional[float] = 0.0,
+                now_ns: Optional[int] = None) -> "Reservation":
+        """Take ``permits`` now, to be used after a wait of at most
+        ``max_wait`` seconds (None: any; token-bucket and leaky-bucket may
+        go into debt for it, the windows never wait), and return the
+        :class:`Reservation`; ``granted`` is False, with nothing taken,
+        when it was refused.  Settle it with the real cost once known
+        (:meth:`Reservation.settle`), or use it as a context manager::
+
+            with lim.reserve(2000) as rv:   # an estimate
+                used = call_the_model()
+                rv.settle(used)             # the real cost
+        """
+        permits = _u64_arg("permits", permits)
+        if max_wait is None:
+            mw = _NEVER
+        else:
+            _deadline(max_wait)  # type check
+            mw = int(max(0.0, min(float(max_wait), 1e10)) * 1e9)
+        now = _time(now_ns)
+        rv, r = _Reservation(), _Result()
+        self._call(_lim_reserve, permits, now, mw, ctypes.byref(rv), ctypes.byref(r))
+        if r.error:
+            raise _error(r.error)
+        return Reservation(self, rv, _result(r))
+
     async def acquire_async(self, permits: int = 1, timeout: Optional[float] = None) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep`` (the
         event loop runs other tasks meanwhile), for as long as each
@@ -799,6 +846,89 @@ class Limiter(_Handle):
         rc = self._call(_lim_set_burst, _u64_arg("burst", burst), _time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
+
+
+class Reservation:
+    """Permits taken by :meth:`Limiter.reserve`.
+
+    granted   the reservation was made (False: refused, nothing taken).
+    permits   the permits taken (0 if refused).
+    wait_ns   how long to wait before using them; at_ns: until when.
+    result    the reservation's :class:`Result`.
+
+    Settled once (:meth:`settle`) or cancelled once (:meth:`cancel`);
+    after either, both raise :class:`SluiceError` with code ENOENT and
+    change nothing.  As a context manager, one left without a settle is
+    settled at its estimate, or at 0 when an exception leaves the block
+    (the work failed: what can be given back goes back).  It holds its
+    limiter, so the collector does not free it first; after the limiter's
+    close(), both raise :class:`ClosedError`.  Not for two threads at
+    once."""
+
+    def __init__(self, lim: "Limiter", rv: _Reservation, result: Result) -> None:
+        self._lim = lim
+        self._rv = rv
+        self._final = not result.allowed
+        self.granted = result.allowed
+        self.permits = rv.permits
+        self.wait_ns = rv.wait_ns
+        self.at_ns = rv.at_ns
+        self.result = result
+
+    def __repr__(self) -> str:
+        state = "done" if self._final else "open"
+        return f"<sluice.Reservation {self.permits} permits, {state}>"
+
+    def _check_open(self, what: str) -> None:
+        if self._final:
+            why = "refused" if not self.granted else "already settled or cancelled"
+            raise SluiceError(ENOENT, f"sluice: cannot {what}: the reservation was {why}")
+
+    def settle(self, actual: int, now_ns: Optional[int] = None) -> None:
+        """Charge the real cost ``actual`` once the work is done
+        (docs/decisions.md of the sluice repository, "Settling a
+        reservation"): below the estimate the difference goes back where
+        that is exact; above it, the extra is charged at once, past the
+        limit, and paid back before anything else passes.  Raises
+        :class:`SluiceError` (ENOENT) for a second settle, one after a
+        cancel or of a refused reservation; TypeError or ValueError for an
+        ``actual`` that is not an int in 0 .. 2^64-1."""
+        actual = _u64_arg("actual", actual)
+        now = _time(now_ns)
+        self._check_open("settle")
+        rc = self._lim._call(lambda h: _rv_settle(ctypes.byref(self._rv), actual, now))
+        if rc != 0:
+            raise _error(rc)
+        self._final = True
+
+    def cancel(self, now_ns: Optional[int] = None) -> bool:
+        """Give the permits back before their time (token-bucket and
+        leaky-bucket): True if they went back, False if their time had come
+        (they count as used).  Either way the reservation is done.  Raises
+        :class:`SluiceError`: ENOENT when it is done already, EINVAL for a
+        window algorithm (which cannot give back; settle it instead)."""
+        now = _time(now_ns)
+        self._check_open("cancel")
+        rc = self._lim._call(lambda h: _rv_cancel(ctypes.byref(self._rv), now))
+        if rc == EINVAL:
+            raise SluiceError(EINVAL, "sluice: a window algorithm's reservation cannot be "
+                                      "cancelled; settle it")
+        self._final = True
+        if rc not in (0, ENOENT):
+            raise _error(rc)
+        return rc == 0
+
+    @property
+    def done(self) -> bool:
+        """True once settled, cancelled, or refused."""
+        return self._final
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if not self._final:
+            self.settle(0 if exc_type is not None else self.permits)
 
 
 class Table(_Handle):

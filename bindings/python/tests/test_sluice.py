@@ -308,5 +308,106 @@ class FunctionsTest(unittest.TestCase):
         self.assertTrue(lim.try_acquire(1, (t0 // S + 1) * S))
 
 
+class Settle(unittest.TestCase):
+    """Reservations settled at their real cost (docs/decisions.md 3.10);
+    the numbers worked out by hand from the written rules."""
+
+    def test_below_and_above(self):
+        lim = sluice.Limiter("token-bucket 10/s burst=10")
+        rv = lim.reserve(10, now_ns=0)
+        self.assertTrue(rv.granted)
+        self.assertEqual((rv.permits, rv.wait_ns, rv.at_ns), (10, 0, 0))
+        rv.settle(4, now_ns=0)  # untouched since: the 6 go back
+        self.assertTrue(rv.done)
+        self.assertTrue(lim.try_acquire(6, now_ns=0))
+        self.assertFalse(lim.try_acquire(1, now_ns=0))
+        # above: 25 for an estimate of 2 at 2 s (bucket full again): a debt
+        # of 15 tokens at 10/s, paid before anything passes: 1.6 s
+        rv = lim.reserve(2, now_ns=2 * S)
+        rv.settle(25, now_ns=2 * S)
+        r = lim.decide(1, now_ns=2 * S)
+        self.assertFalse(r.allowed)
+        self.assertEqual(r.retry_after_ns, 1_600_000_000)
+        self.assertTrue(lim.try_acquire(1, now_ns=2 * S + 1_600_000_000))
+
+    def test_windows(self):
+        lim = sluice.Limiter("fixed-window 10/s")
+        rv = lim.reserve(8, now_ns=S // 10)
+        rv.settle(3, now_ns=S // 5)  # same window: 5 back
+        self.assertEqual(lim.decide(0, now_ns=S // 5).remaining, 7)
+        rv = lim.reserve(1, now_ns=S // 2)
+        with self.assertRaises(sluice.SluiceError) as cm:
+            rv.cancel(now_ns=S // 2)  # a window cannot give back
+        self.assertEqual(cm.exception.code, sluice.EINVAL)
+        self.assertFalse(rv.done)
+        rv.settle(20, now_ns=S // 2)  # past the limit: nothing more here
+        r = lim.decide(1, now_ns=S // 2)
+        self.assertFalse(r.allowed)
+        self.assertEqual(r.retry_after_ns, S // 2)
+
+    def test_once(self):
+        lim = sluice.Limiter("token-bucket 10/s")
+        rv = lim.reserve(3, now_ns=0)
+        rv.settle(3, now_ns=0)
+        for again in (lambda: rv.settle(1, now_ns=0), lambda: rv.cancel(now_ns=0)):
+            with self.assertRaises(sluice.SluiceError) as cm:
+                again()
+            self.assertEqual(cm.exception.code, sluice.ENOENT)
+        self.assertEqual(lim.decide(0, now_ns=0).remaining, 7)  # nothing changed
+        # a settle after a cancel (booked ahead, given back before its time)
+        lim.try_acquire(7, now_ns=0)
+        rv = lim.reserve(5, max_wait=None, now_ns=0)
+        self.assertEqual(rv.at_ns, S // 2)
+        self.assertTrue(rv.cancel(now_ns=0))
+        with self.assertRaises(sluice.SluiceError) as cm:
+            rv.settle(0, now_ns=0)
+        self.assertEqual(cm.exception.code, sluice.ENOENT)
+        # a refused one
+        rv = lim.reserve(1, now_ns=0)
+        self.assertFalse(rv.granted)
+        self.assertTrue(rv.done)
+        with self.assertRaises(sluice.SluiceError) as cm:
+            rv.settle(1, now_ns=0)
+        self.assertEqual(cm.exception.code, sluice.ENOENT)
+
+    def test_bad_input(self):
+        lim = sluice.Limiter("token-bucket 10/s")
+        rv = lim.reserve(3, now_ns=0)
+        for bad, exc in ((-1, ValueError), (1 << 64, ValueError), ("2", TypeError),
+                         (True, TypeError), (1.5, TypeError)):
+            with self.assertRaises(exc):
+                rv.settle(bad, now_ns=0)
+        self.assertFalse(rv.done)  # refused input changes nothing
+        with self.assertRaises(TypeError):
+            lim.reserve(1, max_wait="1")
+        rv.settle(3, now_ns=0)
+
+    def test_context_manager(self):
+        # on the live clock (as __exit__ settles): at 10/h the refill in
+        # the test's few microseconds stays far below one permit
+        lim = sluice.Limiter("token-bucket 10/h")
+        with lim.reserve(4) as rv:
+            pass  # no settle: the estimate stays charged
+        self.assertTrue(rv.done)
+        self.assertEqual(lim.decide(0).remaining, 6)
+        with self.assertRaises(RuntimeError):
+            with lim.reserve(4) as rv:
+                raise RuntimeError("the work failed")
+        self.assertEqual(lim.decide(0).remaining, 6)  # settled at 0: back
+        with lim.reserve(2) as rv:
+            rv.settle(9)
+        r = lim.decide(1)
+        self.assertFalse(r.allowed)
+        # 6 - 9 = -3 tokens: 4 to refill at 10/h, 1440 s
+        self.assertTrue(1430 * S < r.retry_after_ns <= 1440 * S, r.retry_after_ns)
+
+    def test_keeps_its_limiter(self):
+        lim = sluice.Limiter("token-bucket 10/s")
+        rv = lim.reserve(3, now_ns=0)
+        lim.close()
+        with self.assertRaises(sluice.ClosedError):
+            rv.settle(1, now_ns=0)
+
+
 if __name__ == "__main__":
     unittest.main()
