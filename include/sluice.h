@@ -86,7 +86,10 @@
  * 20-30 ns through the vDSO), or, for a limiter made with the spec option
  * `clock=coarse`, CLOCK_MONOTONIC_COARSE (the same axis at the kernel tick,
  * 1-4 ms resolution, about 5 ns): decisions are then those of the contract
- * at a time up to one tick late.
+ * at a time up to one tick late.  A calendar quota (fixed-window with
+ * `tz=ZONE`, docs/spec.md) reads CLOCK_REALTIME: its times, in the `_at`
+ * functions too, are nanoseconds since the Unix epoch (UTC); a realtime
+ * clock stepped back is time standing still, as for any earlier `now`.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -435,7 +438,9 @@ enum {
 /* The clocks of the spec option `clock=` (see Clocks above). */
 enum {
     SLUICE_CLOCK_MONOTONIC = 0, /* clock=monotonic, the default */
-    SLUICE_CLOCK_COARSE = 1     /* clock=coarse */
+    SLUICE_CLOCK_COARSE = 1,    /* clock=coarse */
+    SLUICE_CLOCK_REALTIME = 2   /* a spec with tz=: CLOCK_REALTIME, times
+                                 * are ns since the Unix epoch (UTC) */
 };
 
 /* What a spec says, after parsing: every value as the limiter uses it,

@@ -1,0 +1,109 @@
+/* calendar.c -- calendar windows: days, weeks, months and years of a zone.
+ *
+ * A window runs from one local midnight to the next window's local
+ * midnight, in the profile's zone (base/tzif.c gives the offsets):
+ *
+ *   d        a day, from 00:00 to the next day's 00:00 (23, 24 or 25 h)
+ *   w        an ISO 8601 week, from Monday 00:00
+ *   Nmonth   N months (N divides 12: 1 2 3 4 6 12), from day `anchor` of
+ *            January, and of every Nth month after (a quarter: January,
+ *            April, July, October); an anchor past the month's last day
+ *            falls on that last day (31 -> 28 or 29 February)
+ *   y        a year, from 1 January 00:00
+ *
+ * The instant a window starts is the first instant at which local time
+ * reaches its first midnight (sluice__tz_first_reach): the earlier one when
+ * a midnight happens twice, the end of the gap when a DST gap skips it.
+ * These starts only move forward as the dates do, so the windows tile the
+ * time axis.  The window of t: the local date of t gives a candidate
+ * start date D; when t is already past the start of D's successor (local
+ * time fell back across midnight), the window is the successor's.
+ *
+ * Integer arithmetic only (civil dates from tzif.c); times are cut to
+ * whole seconds for the zone (every offset and transition is whole
+ * seconds), and the bounds are whole seconds again, in ns.
+ */
+#include "alg/calendar.h"
+
+#include "base/tzif.h"
+
+#define NS 1000000000ULL
+#define DAY 86400
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b < 0); }
+
+/* The first day (since the epoch) of the window numbered i: for d and w
+ * the day itself, for months a month count y * 12 + (m - 1), for y the
+ * year. */
+static int64_t first_day(const sluice__profile *pf, int64_t i)
+{
+    switch (pf->cal_unit) {
+    case SLUICE__CAL_MONTH: {
+        const int64_t y = floor_div(i, 12);
+        const unsigned m = (unsigned)(i - y * 12) + 1;
+        static const unsigned char md[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        const unsigned last = m == 2 && leap ? 29 : md[m - 1];
+        return sluice__days_from_civil(y, m, pf->anchor < last ? pf->anchor : last);
+    }
+    case SLUICE__CAL_YEAR:
+        return sluice__days_from_civil(i, 1, 1);
+    default:
+        return i;
+    }
+}
+
+static int64_t step(const sluice__profile *pf)
+{
+    return pf->cal_unit == SLUICE__CAL_WEEK ? 7 : pf->cal_unit == SLUICE__CAL_MONTH ? pf->cal_n : 1;
+}
+
+/* The number of the window that holds local day `days` (by dates alone). */
+static int64_t index_of(const sluice__profile *pf, int64_t days)
+{
+    int64_t y;
+    unsigned m, d;
+    switch (pf->cal_unit) {
+    case SLUICE__CAL_WEEK:
+        return days - (days + 3 - floor_div(days + 3, 7) * 7); /* the Monday on or before */
+    case SLUICE__CAL_MONTH: {
+        sluice__civil_from_days(days, &y, &m, &d);
+        int64_t i = y * 12 + (m - 1);
+        if (days < first_day(pf, i)) i--; /* before this month's anchor day */
+        return floor_div(i, pf->cal_n) * pf->cal_n;
+    }
+    case SLUICE__CAL_YEAR:
+        sluice__civil_from_days(days, &y, &m, &d);
+        return y;
+    default:
+        return days;
+    }
+}
+
+/* The instant (s) window i starts. */
+static int64_t start_of(const sluice__profile *pf, int64_t i)
+{
+    return sluice__tz_first_reach(pf->tz, first_day(pf, i) * DAY);
+}
+
+static uint64_t to_ns(int64_t s)
+{
+    if (s <= 0) return 0;
+    if ((uint64_t)s >= (1ULL << 63) / NS) return 1ULL << 63;
+    return (uint64_t)s * NS;
+}
+
+void sluice__cal_window(const sluice__profile *pf, uint64_t t, uint64_t *start, uint64_t *end)
+{
+    const int64_t sec = (int64_t)(t / NS); /* < 2^35 */
+    const int64_t local = sec + sluice__tz_offset(pf->tz, sec);
+    int64_t i = index_of(pf, floor_div(local, DAY));
+    int64_t s = start_of(pf, i), e = start_of(pf, i + step(pf));
+    for (int k = 0; k < 3 && to_ns(e) <= t; k++) { /* fell back across a start */
+        i += step(pf);
+        s = e;
+        e = start_of(pf, i + step(pf));
+    }
+    *start = to_ns(s);
+    *end = to_ns(e);
+}
