@@ -8,13 +8,17 @@
  *    UTC, a 23-hour and a 25-hour day in Europe/Paris, a week from Monday,
  *    a month with anchor=31 in February of a leap year; retry_after_ns is
  *    the exact time to the window's end, the count restarts at the end;
- *  - times near 2^63 and years of idleness.
+ *  - times near 2^63 and years of idleness;
+ *  - tables: an in-process table, and a shared region that a forked child
+ *    attaches (parsing the spec, and reading the zone, on attach): the
+ *    child's admissions count in the parent's window, whose end is exact.
  *
  * With `--windows`, this program is the tool of tests/alg/calendar_ref.py:
  * it reads lines `SPEC|T` (T in ns since the epoch) and prints, per line,
  * the window `START END` (ns) that the library computes, for the Python
  * model (zoneinfo) to check.
  */
+#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -25,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sluice.h"
 #include "alg/calendar.h"
@@ -166,6 +173,50 @@ static void test_extremes(void **state)
     assert_true(s == 0 && e > 0 && e <= D);
 }
 
+/* Europe/Paris, 2024-10-27 (25 hours: 10-26 22:00 UTC to 10-27 23:00 UTC). */
+static void test_tables(void **state)
+{
+    (void)state;
+    const char *spec = "fixed-window 2/d tz=Europe/Paris";
+    const uint64_t oct27 = DAY_OF(JAN1_2024 + 300), t = oct27 + 12 * H, end = oct27 + 23 * H;
+    char err[256];
+    sluice_result r;
+    sluice_table *tb = sluice_table_new(spec, 16, err, sizeof err);
+    assert_non_null(tb);
+    assert_true(sluice_table_try_acquire_at(tb, "a", 1, 2, t, &r));
+    assert_false(sluice_table_try_acquire_at(tb, "a", 1, 1, t, &r));
+    assert_int_equal(r.retry_after_ns, end - t);
+    assert_true(sluice_table_try_acquire_at(tb, "b", 1, 2, t, &r));
+    assert_true(sluice_table_try_acquire_at(tb, "a", 1, 2, end, &r));
+    sluice_table_free(tb);
+
+    const size_t size = sluice_table_region_size(spec, 16, 32, err, sizeof err);
+    assert_true(size > 0);
+    void *region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(region != MAP_FAILED);
+    tb = sluice_table_attach(region, size, spec, 16, 32, 0, err, sizeof err);
+    if (!tb) fail_msg("%s", err);
+    assert_true(sluice_table_try_acquire_at(tb, "k", 1, 1, t, &r));
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sluice_table *c = sluice_table_attach(region, size, spec, 16, 32, 0, NULL, 0);
+        int bad = !c || !sluice_table_try_acquire_at(c, "k", 1, 1, t + 1, &r) ||
+                  sluice_table_try_acquire_at(c, "k", 1, 1, t + 2, &r) ||
+                  r.retry_after_ns != (int64_t)(end - t - 2);
+        sluice_table_free(c);
+        _exit(bad);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_false(sluice_table_try_acquire_at(tb, "k", 1, 1, t + 3, &r));
+    assert_int_equal(r.retry_after_ns, end - t - 3);
+    assert_true(sluice_table_try_acquire_at(tb, "k", 1, 2, end, &r));
+    sluice_table_free(tb);
+    munmap(region, size);
+}
+
 static int windows_tool(void)
 {
     char line[512], err[256];
@@ -200,6 +251,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_specs),
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_extremes),
+        cmocka_unit_test(test_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
