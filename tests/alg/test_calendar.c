@@ -173,6 +173,33 @@ static void test_extremes(void **state)
     assert_true(s == 0 && e > 0 && e <= D);
 }
 
+/* A change of spec keeps the window's count (3.8) between calendar
+ * quotas, and is refused between time axes. */
+static void test_reconfigure(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_result r;
+    const uint64_t t = DAY_OF(JAN1_2024 + 10) + H, end = DAY_OF(JAN1_2024 + 11);
+    sluice_limiter *l = sluice_limiter_new("fixed-window 3/d tz=UTC", err, sizeof err);
+    assert_non_null(l);
+    assert_true(sluice_try_acquire_at(l, 2, t, &r));
+    assert_int_equal(sluice_limiter_reconfigure_at(l, "fixed-window 4/d tz=UTC", t, err, sizeof err), 0);
+    assert_true(sluice_try_acquire_at(l, 2, t, &r));
+    assert_false(sluice_try_acquire_at(l, 1, t, &r));
+    assert_int_equal(r.retry_after_ns, end - t);
+    assert_true(sluice_limiter_reconfigure_at(l, "fixed-window 4/d", t, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "time axes"));
+    assert_true(sluice_limiter_set_limit_at(l, 5, H, t, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "calendar quota"));
+    assert_int_equal(sluice_limiter_set_limit_at(l, 5, D, t, err, sizeof err), 0);
+    assert_true(sluice_try_acquire_at(l, 1, t, &r));
+    sluice_limiter_free(l);
+    l = sluice_limiter_new("fixed-window 3/d", err, sizeof err);
+    assert_true(sluice_limiter_reconfigure_at(l, "fixed-window 3/d tz=UTC", 0, err, sizeof err) < 0);
+    sluice_limiter_free(l);
+}
+
 /* Europe/Paris, 2024-10-27 (25 hours: 10-26 22:00 UTC to 10-27 23:00 UTC). */
 static void test_tables(void **state)
 {
@@ -252,6 +279,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_reconfigure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
