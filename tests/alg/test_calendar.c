@@ -9,6 +9,9 @@
  *    a month with anchor=31 in February of a leap year; retry_after_ns is
  *    the exact time to the window's end, the count restarts at the end;
  *  - times near 2^63 and years of idleness;
+ *  - RateLimit headers (sluice_http_state_get): reset is the exact time to
+ *    the calendar window's end (a 25-hour day), from a spec and from a
+ *    limiter;
  *  - tables: an in-process table, and a shared region that a forked child
  *    attaches (parsing the spec, and reading the zone, on attach): the
  *    child's admissions count in the parent's window, whose end is exact.
@@ -173,6 +176,31 @@ static void test_extremes(void **state)
     assert_true(s == 0 && e > 0 && e <= D);
 }
 
+static void test_http(void **state)
+{
+    (void)state;
+    const char *spec = "fixed-window 2/d tz=Europe/Paris";
+    const uint64_t oct27 = DAY_OF(JAN1_2024 + 300), t = oct27 + 12 * H + 1, end = oct27 + 23 * H;
+    char err[256];
+    sluice_http_policy p, q;
+    assert_int_equal(sluice_http_policy_init(&p, "daily", spec, err, sizeof err), 0);
+    sluice_limiter *l = sluice_limiter_new(spec, err, sizeof err);
+    assert_int_equal(sluice_http_policy_from_limiter(&q, "daily", l), 0);
+    sluice_result r;
+    sluice_http_state hs;
+    assert_true(sluice_try_acquire_at(l, 1, t, &r));
+    assert_int_equal(sluice_http_state_get(&p, &r, t, &hs), 0);
+    assert_int_equal(hs.reset_s, (end - t + S - 1) / S); /* 11 h, rounded up: 39600 */
+    assert_int_equal(hs.reset_s, 39600);
+    assert_int_equal(sluice_http_state_get(&q, &r, t, &hs), 0);
+    assert_int_equal(hs.reset_s, 39600);
+    assert_true(sluice_try_acquire_at(l, 1, t, &r));
+    assert_false(sluice_try_acquire_at(l, 1, t, &r));
+    assert_int_equal(sluice_http_state_get(&p, &r, t, &hs), 0);
+    assert_int_equal(hs.retry_after_s, 39600);
+    sluice_limiter_free(l);
+}
+
 /* A change of spec keeps the window's count (3.8) between calendar
  * quotas, and is refused between time axes. */
 static void test_reconfigure(void **state)
@@ -279,6 +307,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_http),
         cmocka_unit_test(test_reconfigure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
