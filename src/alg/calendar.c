@@ -19,12 +19,20 @@
  * start date D; when t is already past the start of D's successor (local
  * time fell back across midnight), the window is the successor's.
  *
+ * The hot path.  The zone keeps the latest window of each calendar (unit,
+ * months, anchor) in a small cache under a sequence lock (base/seqlock.h):
+ * a decision inside that window is one snapshot read and the check
+ * start <= t < end, no calendar arithmetic.  A miss computes the window
+ * and publishes it if no other thread is publishing into the slot then (a
+ * failed compare-and-swap skips the publication: never a wait).
+ *
  * Integer arithmetic only (civil dates from tzif.c); times are cut to
  * whole seconds for the zone (every offset and transition is whole
  * seconds), and the bounds are whole seconds again, in ns.
  */
 #include "alg/calendar.h"
 
+#include "base/seqlock.h"
 #include "base/tzif.h"
 
 #define NS 1000000000ULL
@@ -95,6 +103,19 @@ static uint64_t to_ns(int64_t s)
 
 void sluice__cal_window(const sluice__profile *pf, uint64_t t, uint64_t *start, uint64_t *end)
 {
+    const uint64_t key = (uint64_t)pf->cal_unit | (uint64_t)pf->cal_n << 8 |
+                         (uint64_t)pf->anchor << 16 | 1ULL << 24;
+    _Static_assert(SLUICE__TZ_WINS == 8, "the slot is the top 3 bits of a Fibonacci hash");
+    sluice__tz_win *w = sluice__tz_wins(pf->tz) + (key * 0x9E3779B97F4A7C15ULL >> 61);
+    const uint64_t v = sluice__seq_begin(&w->seq);
+    if (!(v & 1)) {
+        const uint64_t k = SLUICE__GET(&w->key), s = SLUICE__GET(&w->start), e = SLUICE__GET(&w->end);
+        if (sluice__seq_valid(&w->seq, v) && k == key && s <= t && t < e) {
+            *start = s;
+            *end = e;
+            return;
+        }
+    }
     const int64_t sec = (int64_t)(t / NS); /* < 2^35 */
     const int64_t local = sec + sluice__tz_offset(pf->tz, sec);
     int64_t i = index_of(pf, floor_div(local, DAY));
@@ -106,4 +127,12 @@ void sluice__cal_window(const sluice__profile *pf, uint64_t t, uint64_t *start, 
     }
     *start = to_ns(s);
     *end = to_ns(e);
+    uint64_t even = v;
+    if (!(v & 1) && atomic_compare_exchange_strong(&w->seq, &even, v | 1)) { /* the hold */
+        sluice__seq_held_fence();
+        SLUICE__PUT(&w->key, key);
+        SLUICE__PUT(&w->start, *start);
+        SLUICE__PUT(&w->end, *end);
+        sluice__seq_unhold(&w->seq);
+    }
 }

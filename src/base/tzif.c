@@ -104,6 +104,7 @@ struct sluice__tz {
     bool dst;       /* the rule has daylight time */
     int32_t std_off, dst_off;
     tzrule start, end;
+    sluice__tz_win wins[SLUICE__TZ_WINS]; /* alg/calendar.c's cache */
     /* interning (sluice__tz_load) */
     unsigned char *image;
     size_t nimage;
@@ -470,6 +471,8 @@ const sluice__tz *sluice__tz_load(const char *name, size_t namelen, char *err, s
 }
 
 const char *sluice__tz_name(const sluice__tz *z) { return z->name; }
+
+sluice__tz_win *sluice__tz_wins(const sluice__tz *z) { return ((sluice__tz *)z)->wins; }
 
 /* ---- the queries --------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #ifndef SLUICE_BASE_TZIF_H
 #define SLUICE_BASE_TZIF_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,18 @@ SLUICE__INTERNAL void sluice__tz_free(sluice__tz *z);
  * file is missing or its data are not valid.  Thread-safe. */
 SLUICE__INTERNAL const sluice__tz *sluice__tz_load(const char *name, size_t namelen,
                                                    char *err, size_t errlen);
+
+/* A cache of calendar windows, a few slots a zone, that alg/calendar.c
+ * keeps so that a decision inside the current window does no calendar
+ * arithmetic: each slot holds one window (`key` names the unit, months and
+ * anchor; 0: empty) under a sequence lock (base/seqlock.h), written by
+ * whoever wins the hold, read by anyone.  The only mutable part of a zone. */
+#define SLUICE__TZ_WINS 8
+typedef struct sluice__tz_win {
+    _Atomic uint64_t seq;
+    uint64_t key, start, end; /* through SLUICE__PUT / SLUICE__GET */
+} sluice__tz_win;
+SLUICE__INTERNAL sluice__tz_win *sluice__tz_wins(const sluice__tz *z);
 
 /* The zone's name as loaded ("" for one made by sluice__tz_parse). */
 SLUICE__INTERNAL const char *sluice__tz_name(const sluice__tz *z);

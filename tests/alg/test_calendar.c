@@ -12,6 +12,10 @@
  *  - RateLimit headers (sluice_http_state_get): reset is the exact time to
  *    the calendar window's end (a 25-hour day), from a spec and from a
  *    limiter;
+ *  - the zone's window cache under threads: 4 threads ask for the windows
+ *    of instants spread over many days of three calendars sharing a zone
+ *    (so the cache's slots are taken over and over) and each answer equals
+ *    the one computed before, alone (run under TSan too: label concurrency);
  *  - tables: an in-process table, and a shared region that a forked child
  *    attaches (parsing the spec, and reading the zone, on attach): the
  *    child's admissions count in the parent's window, whose end is exact.
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -201,6 +206,46 @@ static void test_http(void **state)
     sluice_limiter_free(l);
 }
 
+#define NPTS 400
+static sluice__profile g_pf[3];
+static uint64_t g_t[NPTS], g_s[3][NPTS], g_e[3][NPTS];
+
+static void *cache_worker(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 7919 + 1;
+    for (int i = 0; i < 20000; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const unsigned k = (unsigned)(x >> 60) % 3, j = (unsigned)(x >> 20) % NPTS;
+        uint64_t s, e;
+        sluice__cal_window(&g_pf[k], g_t[j], &s, &e);
+        if (s != g_s[k][j] || e != g_e[k][j]) return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_cache_threads(void **state)
+{
+    (void)state;
+    static const char *const specs[3] = {"fixed-window 1/d tz=America/Havana",
+                                         "fixed-window 1/w tz=America/Havana",
+                                         "fixed-window 1/2month tz=America/Havana anchor=30"};
+    char err[256];
+    for (int k = 0; k < 3; k++) assert_int_equal(sluice__spec_parse(specs[k], &g_pf[k], err, sizeof err), 0);
+    for (int j = 0; j < NPTS; j++) g_t[j] = DAY_OF(JAN1_2024) + (uint64_t)j * 7 * H + (uint64_t)j;
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < NPTS; j++) {
+            sluice__cal_window(&g_pf[k], g_t[j], &g_s[k][j], &g_e[k][j]);
+            assert_true(g_s[k][j] <= g_t[j] && g_t[j] < g_e[k][j]);
+        }
+    pthread_t th[4];
+    for (uintptr_t i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, cache_worker, (void *)i), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        assert_null(rv);
+    }
+}
+
 /* A change of spec keeps the window's count (3.8) between calendar
  * quotas, and is refused between time axes. */
 static void test_reconfigure(void **state)
@@ -307,6 +352,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_cache_threads),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_reconfigure),
     };
