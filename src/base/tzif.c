@@ -492,7 +492,10 @@ int32_t sluice__tz_offset(const sluice__tz *z, int64_t u)
 {
     if (z->ntrans == 0) return z->footer ? footer_offset(z, u) : z->before;
     if (u < z->trans[0]) return z->before;
-    if (z->footer && u > z->trans[z->ntrans - 1]) return footer_offset(z, u);
+    /* the rule from the last transition on (a file whose rule disagrees
+     * with that transition's type then changes at it, not a second after:
+     * the spans of next_change stay true) */
+    if (z->footer && u >= z->trans[z->ntrans - 1]) return footer_offset(z, u);
     return z->off[last_at(z, u)];
 }
 
