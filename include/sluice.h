@@ -16,7 +16,10 @@
  * A limiter is described by a spec string, `ALGORITHM LIMIT/PERIOD [OPT...]`,
  * e.g. "token-bucket 100/s burst=20" (grammar in docs/spec.md).  Besides the
  * contract's options, every algorithm takes `clock=monotonic` (default) or
- * `clock=coarse`, the clock its live functions read (see Clocks below).
+ * `clock=coarse`, the clock its live functions read (see Clocks below);
+ * fixed-window also takes `tz=ZONE [anchor=D]` with a period of d, w,
+ * Nmonth or y: a calendar quota, whose windows are the zone's local days,
+ * weeks, months or years (docs/spec.md, "Calendar quotas").
  *
  * Conventions
  *  - Time is uint64_t nanoseconds on a monotonic axis.  Functions named
@@ -449,7 +452,10 @@ enum {
  *  algorithm  SLUICE_ALG_*.
  *  clock      SLUICE_CLOCK_*.
  *  limit      LIMIT, permits per period, 1 .. SLUICE_MAX_LIMIT.
- *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS.
+ *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS; for a
+ *             calendar quota (clock SLUICE_CLOCK_REALTIME) a nominal
+ *             length: 1 d, 7 d, 31 d a month, 366 d (the windows
+ *             themselves follow the zone's calendar).
  *  capacity   the most permits a request can get at once: burst= for
  *             token-bucket, capacity= for leaky-bucket (LIMIT when not
  *             given), LIMIT for the other algorithms.
