@@ -478,7 +478,7 @@ def check_spec(spec: str) -> str:
     return canon.value.decode()
 
 
-_CLOCKS = {0: "monotonic", 1: "coarse"}
+_CLOCKS = {0: "monotonic", 1: "coarse", 2: "realtime"}
 
 
 def parse_spec(spec: str) -> SpecInfo:

@@ -181,6 +181,7 @@ class LimiterTest(unittest.TestCase):
                 self.assertFalse(r.allowed)
                 want = (now // day + 1) * day - now
                 self.assertLess(abs(r.retry_after_ns - want), 5 * 10**9)
+        self.assertEqual(sluice.parse_spec("fixed-window 1/d tz=UTC").clock, "realtime")
 
 
 class TableTest(unittest.TestCase):
