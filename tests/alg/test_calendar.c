@@ -5,7 +5,8 @@
  *    tz= on another algorithm, w/month/y without tz=, tz= with an hourly
  *    period, clock= with tz=) refused with a message naming the token;
  *  - decisions through the public API at hand-computed instants: a day in
- *    UTC, a 23-hour and a 25-hour day in Europe/Paris, a week from Monday,
+ *    UTC, a 23-hour and a 25-hour day in Europe/Paris, a day that starts
+ *    at the end of a DST gap over midnight (America/Havana), a week from Monday,
  *    a month with anchor=31 in February of a leap year; retry_after_ns is
  *    the exact time to the window's end, the count restarts at the end;
  *  - times near 2^63 and years of idleness;
@@ -145,6 +146,14 @@ static void test_windows(void **state)
     const uint64_t oct27 = DAY_OF(JAN1_2024 + 300); /* day 301 of a leap year */
     check_window("fixed-window 2/d tz=Europe/Paris", oct27 + 12 * H, oct27 + 23 * H);
     check_window("fixed-window 2/d tz=UTC", oct27 + 12 * H, oct27 + D);
+    /* Havana, 2024-03-10: 00:00 CST never happens (clocks go to 01:00
+     * CDT at 05:00 UTC), so the day starts at the end of the gap, 05:00
+     * UTC, and lasts 23 hours, to 2024-03-11 04:00 UTC; the day before
+     * ends there too (24 hours, from 2024-03-09 05:00 UTC) */
+    const uint64_t mar10 = DAY_OF(JAN1_2024 + 31 + 29 + 9);
+    check_window("fixed-window 2/d tz=America/Havana", mar10 + 5 * H, mar10 + D + 4 * H);
+    check_window("fixed-window 2/d tz=America/Havana", mar10 + 5 * H - 1, mar10 + 5 * H);
+    check_window("fixed-window 2/d tz=America/Havana", mar10 - D + 5 * H, mar10 + 5 * H);
     /* 2024-01-01 was a Monday: a week from it in UTC */
     check_window("fixed-window 2/w tz=UTC", DAY_OF(JAN1_2024 + 3), DAY_OF(JAN1_2024 + 7));
     /* anchor=31: 2024-01-31 .. 2024-02-29 .. 2024-03-31 */
