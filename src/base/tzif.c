@@ -366,6 +366,8 @@ sluice__tz *sluice__tz_parse(const unsigned char *buf, size_t n, char *err, size
 
 static pthread_mutex_t zones_lock = PTHREAD_MUTEX_INITIALIZER;
 static sluice__tz *zones; /* every zone loaded, for the life of the process */
+static unsigned nzones;   /* their number: at most ZONES_MAX */
+#define ZONES_MAX 4096    /* names times versions of a file; tzdata has ~600 */
 
 static bool name_ok(const char *s, size_t n)
 {
@@ -464,8 +466,16 @@ const sluice__tz *sluice__tz_load(const char *name, size_t namelen, char *err, s
             sluice__tz_free(z);
             return o;
         }
+    if (nzones >= ZONES_MAX) { /* the list (and each lookup's walk) stays bounded */
+        pthread_mutex_unlock(&zones_lock);
+        sluice__tz_free(z);
+        sluice__errf(err, errlen, "bad zone \"%.*s\": %u zones read already, the most a process keeps",
+                     show, name, ZONES_MAX);
+        return NULL;
+    }
     z->next = zones;
     zones = z;
+    nzones++;
     pthread_mutex_unlock(&zones_lock);
     return z;
 }

@@ -1,10 +1,13 @@
 /* tzif.h -- time zones from the system's tzdata (TZif files, RFC 8536).
  *
- * A zone is read once, when a spec that names it is parsed, and kept for
- * the life of the process (interned by name and contents: every profile
- * that names the same zone shares one immutable object, so profiles stay
- * plain values that may be copied freely).  The queries never read the
- * process's TZ, never call localtime, take no lock and allocate nothing.
+ * A zone's file is read when a spec that names it is parsed (never on a
+ * decision), and the zone is kept for the life of the process, interned by
+ * name and contents: every profile that names the same zone, with the same
+ * file, shares one object (immutable but for its window cache, below), so
+ * profiles stay plain values that may be copied freely; at most 4096 such
+ * objects are kept (a file rewritten that many times refuses the next).
+ * The queries never read the process's TZ, never call localtime, take no
+ * lock and allocate nothing.
  *
  * Times here are whole seconds since the Unix epoch (UTC), int64; offsets
  * are seconds east of UTC.
