@@ -697,7 +697,7 @@ int sluice_cli_replay(int argc, char **argv)
          * reads none, so asking for one is a mistake worth naming */
         sluice_spec_info info;
         if (sluice_spec_parse(specs[k], &info, err, sizeof err) == 0 &&
-            info.clock != SLUICE_CLOCK_MONOTONIC) {
+            info.clock == SLUICE_CLOCK_COARSE) {
             fprintf(stderr, "sluice replay: bad --limit \"%s\": clock=coarse has no effect here: "
                             "a replay takes every time from the trace\n", specs[k]);
             return 2;

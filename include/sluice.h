@@ -16,7 +16,10 @@
  * A limiter is described by a spec string, `ALGORITHM LIMIT/PERIOD [OPT...]`,
  * e.g. "token-bucket 100/s burst=20" (grammar in docs/spec.md).  Besides the
  * contract's options, every algorithm takes `clock=monotonic` (default) or
- * `clock=coarse`, the clock its live functions read (see Clocks below).
+ * `clock=coarse`, the clock its live functions read (see Clocks below);
+ * fixed-window also takes `tz=ZONE [anchor=D]` with a period of d, w,
+ * Nmonth or y: a calendar quota, whose windows are the zone's local days,
+ * weeks, months or years (docs/spec.md, "Calendar quotas").
  *
  * Conventions
  *  - Time is uint64_t nanoseconds on a monotonic axis.  Functions named
@@ -86,7 +89,10 @@
  * 20-30 ns through the vDSO), or, for a limiter made with the spec option
  * `clock=coarse`, CLOCK_MONOTONIC_COARSE (the same axis at the kernel tick,
  * 1-4 ms resolution, about 5 ns): decisions are then those of the contract
- * at a time up to one tick late.
+ * at a time up to one tick late.  A calendar quota (fixed-window with
+ * `tz=ZONE`, docs/spec.md) reads CLOCK_REALTIME: its times, in the `_at`
+ * functions too, are nanoseconds since the Unix epoch (UTC); a realtime
+ * clock stepped back is time standing still, as for any earlier `now`.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -477,7 +483,9 @@ enum {
 /* The clocks of the spec option `clock=` (see Clocks above). */
 enum {
     SLUICE_CLOCK_MONOTONIC = 0, /* clock=monotonic, the default */
-    SLUICE_CLOCK_COARSE = 1     /* clock=coarse */
+    SLUICE_CLOCK_COARSE = 1,    /* clock=coarse */
+    SLUICE_CLOCK_REALTIME = 2   /* a spec with tz=: CLOCK_REALTIME, times
+                                 * are ns since the Unix epoch (UTC) */
 };
 
 /* What a spec says, after parsing: every value as the limiter uses it,
@@ -486,7 +494,10 @@ enum {
  *  algorithm  SLUICE_ALG_*.
  *  clock      SLUICE_CLOCK_*.
  *  limit      LIMIT, permits per period, 1 .. SLUICE_MAX_LIMIT.
- *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS.
+ *  period_ns  PERIOD in nanoseconds, 1 .. SLUICE_MAX_PERIOD_NS; for a
+ *             calendar quota (clock SLUICE_CLOCK_REALTIME) a nominal
+ *             length: 1 d, 7 d, 31 d a month, 366 d (the windows
+ *             themselves follow the zone's calendar).
  *  capacity   the most permits a request can get at once: burst= for
  *             token-bucket, capacity= for leaky-bucket (LIMIT when not
  *             given), LIMIT for the other algorithms.

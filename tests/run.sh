@@ -61,6 +61,8 @@ step() { printf '\n=== %s\n' "$*"; }
 step "dependencies (scripts/deps.sh)"
 extra=(libhiredis-dev redis-server prometheus python3-prometheus-client libxml2-utils
     nginx-dev libpcre2-dev nginx-light curl)
+# Calendar quotas (tz=): the zones, for the library and for Python's zoneinfo.
+extra+=(tzdata)
 # sluice-rls (server/rls/) and its tests.
 extra+=(libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev python3-grpcio python3-protobuf
     protobuf-compiler nghttp2-client)

@@ -100,6 +100,10 @@ typedef struct sluice_http_policy {
     uint64_t limit;     /* LIMIT of the spec */
     uint64_t period_ns; /* PERIOD of the spec, ns */
     uint32_t kind_;     /* private: how t is bounded */
+    /* private: a calendar quota's (tz=) zone, interned by the library for
+     * the life of the process, and its unit, months and anchor */
+    const void *zone_;
+    uint8_t cal_[3];
 } sluice_http_policy;
 
 /* Describe the limit `spec` (as sluice_limiter_new takes it; for a table,

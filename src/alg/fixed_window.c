@@ -17,16 +17,44 @@
  *   retry_after_ns  (k+1)W - t, the start of the next window, for p <= L;
  *                   -1 for p > L.
  *
+ * Calendar quotas (tz=ZONE): the windows are those of alg/calendar.c
+ * instead (a day, a week, N months, a year of the zone's local calendar),
+ * and a window's number is its start in ns; the rest is unchanged, and
+ * retry_after_ns is the exact time to the window's end.
+ *
  * Entry point: sluice__fixed_window_ops, its row (setup, decide, rest_at,
  * pack/unpack, decide_packed, refused_until, carry).
  */
 #include "base/internal.h"
 
-/* Decide at t, whose window is k. */
+#include "alg/calendar.h"
+
+/* The window of t: its number (k, or a calendar window's start), its
+ * start and its end, in ns. */
+typedef struct fw_win {
+    uint64_t k, start, end;
+} fw_win;
+
+static inline __attribute__((always_inline)) fw_win window_of(const sluice__profile *pf, uint64_t t)
+{
+    fw_win w;
+    if (__builtin_expect(pf->tz != NULL, 0)) {
+        sluice__cal_window(pf, t, &w.start, &w.end);
+        w.k = w.start;
+        return w;
+    }
+    w.k = sluice__div_q(&pf->div_w, t);
+    w.start = w.k * pf->period_ns; /* <= t: no overflow */
+    w.end = w.start + pf->period_ns; /* as before: (k+1)W */
+    return w;
+}
+
+/* Decide at t, whose window is wn. */
 static inline __attribute__((always_inline)) bool
-decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, uint64_t p,
+decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, const fw_win *wn, uint64_t p,
          sluice_result *res)
 {
+    const uint64_t k = wn->k;
     const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
     /* count may exceed L after a reconfiguration lowered it */
     const uint64_t room = count < pf->limit ? pf->limit - count : 0;
@@ -39,20 +67,21 @@ decide_k(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t k, u
     if (!res) return ok;
     if (ok) return sluice__allow(res, room - p, 0);
     return sluice__deny(res, room,
-                        p > pf->limit ? -1 : (int64_t)((k + 1) * pf->period_ns - t));
+                        p > pf->limit ? -1 : (int64_t)(wn->end - t));
 }
 
 static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
                    uint64_t max_wait, sluice_result *res)
 {
     (void)max_wait;
-    return decide_k(pf, st, t, sluice__div_q(&pf->div_w, t), p, res);
+    const fw_win wn = window_of(pf, t);
+    return decide_k(pf, st, t, &wn, p, res);
 }
 
 static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
 {
     if (st->u.fw.count == 0) return st->t_last;
-    return (st->u.fw.window + 1) * pf->period_ns; /* <= t_last + W: no overflow */
+    return window_of(pf, st->t_last).end; /* <= t_last + W: no overflow */
 }
 
 static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
@@ -73,7 +102,7 @@ static void pack(const sluice__profile *pf, const sluice__state *st, uint64_t ou
 static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__state *st)
 {
     st->t_last = in[0];
-    st->u.fw.window = sluice__div_q(&pf->div_w, in[0]);
+    st->u.fw.window = window_of(pf, in[0]).k;
     st->u.fw.count = in[1];
 }
 
@@ -87,10 +116,10 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
     sluice__state st;
     st.t_last = w[0];
     const uint64_t t = sluice__clamp_time(&st, now_ns);
-    const uint64_t k = sluice__div_q(&pf->div_w, t);
-    st.u.fw.window = k;
-    st.u.fw.count = w[0] >= k * pf->period_ns ? w[1] : 0; /* kW <= t: no overflow */
-    const bool ok = decide_k(pf, &st, t, k, p, q->res);
+    const fw_win wn = window_of(pf, t);
+    st.u.fw.window = wn.k;
+    st.u.fw.count = w[0] >= wn.start ? w[1] : 0;
+    const bool ok = decide_k(pf, &st, t, &wn, p, q->res);
     if (ok && p) pack(pf, &st, out); /* else out is w already */
     return ok;
 }
@@ -101,7 +130,7 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
 {
     if (w[1] < pf->limit) return 0;
-    return (sluice__div_q(&pf->div_w, w[0]) + 1) * pf->period_ns; /* <= w[0] + W */
+    return window_of(pf, w[0]).end; /* <= w[0] + W */
 }
 
 /* A change of spec at t: the permits admitted in the old window of t count
@@ -110,8 +139,8 @@ static void carry(const sluice__profile *from, const sluice__profile *to, sluice
                   uint64_t t)
 {
     const uint64_t count =
-        st->u.fw.window == sluice__div_q(&from->div_w, t) ? st->u.fw.count : 0;
-    st->u.fw.window = sluice__div_q(&to->div_w, t);
+        st->u.fw.window == window_of(from, t).k ? st->u.fw.count : 0;
+    st->u.fw.window = window_of(to, t).k;
     st->u.fw.count = count;
 }
 
@@ -141,7 +170,7 @@ static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
 
 const sluice__alg_ops sluice__fixed_window_ops = {
     .name = "fixed-window",
-    .options = SLUICE__OPT(SLUICE__OPT_CLOCK),
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK) | SLUICE__OPT(SLUICE__OPT_TZ) | SLUICE__OPT(SLUICE__OPT_ANCHOR),
     .setup = setup,
     .format = sluice__format_no_options,
     .decide = decide,

@@ -36,7 +36,10 @@
  * rate is cut to that, so every wait fits an int64.
  *
  * Refused: another algorithm, and sliding-wheel's slot width (both would
- * need the admissions' exact times, which the state does not keep).
+ * need the admissions' exact times, which the state does not keep); a
+ * change between a calendar quota (tz=, times since the Unix epoch) and a
+ * spec on the monotonic axis (their times do not compare); and a calendar
+ * quota's period_ns through the limit knob (its spec names its period).
  *
  * What is generic is here; each algorithm's part is in its row of
  * operations (internal.h: recheck, carry, fits), next to its decide.
@@ -55,6 +58,12 @@ int sluice__reconfigure_check(const sluice__profile *from, const sluice__profile
         sluice__errf(err, errlen,
                      "cannot change the algorithm \"%s\" of a running limiter to \"%s\": make a new limiter",
                      from->ops->name, to->ops->name);
+        return SLUICE_EINVAL;
+    }
+    if ((from->tz != NULL) != (to->tz != NULL)) {
+        sluice__errf(err, errlen, "cannot change a %s into a %s: the time axes differ (tz= reads the Unix epoch); make a new limiter",
+                     from->tz ? "calendar quota (tz=)" : "spec without tz=",
+                     from->tz ? "spec without tz=" : "calendar quota (tz=)");
         return SLUICE_EINVAL;
     }
     return to->ops->recheck ? to->ops->recheck(from, to, err, errlen) : 0;
@@ -81,6 +90,11 @@ int sluice__reconfigure_knob(const sluice__profile *cur, int knob, uint64_t a, u
         if (a == 0 || b == 0) {
             sluice__errf(err, errlen, "bad %s 0: expected a whole number >= 1",
                          a == 0 ? "limit" : "period_ns");
+            return SLUICE_EINVAL;
+        }
+        if (cur->tz && b != cur->period_ns) {
+            sluice__errf(err, errlen, "bad period_ns %llu: a calendar quota (tz=) keeps the period of its spec; change it with a new spec",
+                         (unsigned long long)b);
             return SLUICE_EINVAL;
         }
         k.limit = a;

@@ -4,6 +4,9 @@
  *     PERIOD  = [N]UNIT, UNIT in ns us ms s m min h d   (m = min = minute)
  *     OPTION  = burst=B | capacity=C | slots=N | nodelay
  *             | clock=monotonic | clock=coarse   (any algorithm)
+ *             | tz=ZONE [anchor=D]   (fixed-window: calendar windows)
+ *     with tz=, PERIOD = d | w | Nmonth (N divides 12) | y; without it
+ *     the calendar units w, month, y are refused (d is 86400 s)
  *
  * Tokens are separated by spaces or tabs.  Every number is plain decimal
  * digits (no sign, no exponent), checked for overflow while it is read.
@@ -28,6 +31,7 @@
  *   the view      sluice__spec_info, sluice_spec_parse, sluice_algorithm_name
  */
 #include "base/internal.h"
+#include "base/tzif.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +92,24 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     const struct unit *u = NULL;
     for (size_t i = 0; i < N_UNITS; i++)
         if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
+    /* the calendar units (valid with tz= only: checked after the options);
+     * period_ns is then the longest such window, nominally */
+    static const struct unit cal[] = {{"w", 7 * 86400000000000ULL},
+                                      {"month", 31 * 86400000000000ULL},
+                                      {"y", 366 * 86400000000000ULL}};
+    for (size_t i = 0; !u && i < 3; i++)
+        if (tok_eq(p + dn, pn - dn, cal[i].name)) {
+            u = &cal[i];
+            pf->cal_unit = (uint8_t)(SLUICE__CAL_WEEK + i);
+            if (i == 1 ? count == 0 || 12 % count != 0 : count != 1) {
+                sluice__errf(err, errlen, i == 1 ? "bad period \"%.*s\" in \"%.*s\": N in Nmonth must divide 12 (1 2 3 4 6 12)"
+                                                 : "bad period \"%.*s\" in \"%.*s\": a calendar week or year takes no count",
+                             TOK(p, pn), TOK(s, n));
+                return SLUICE_EINVAL;
+            }
+            pf->cal_n = (uint8_t)count;
+        }
+    if (u && u->ns == 86400000000000ULL && count == 1 && !pf->cal_unit) pf->cal_unit = SLUICE__CAL_DAY;
     if (!u || (dn && count == 0)) {
         sluice__errf(err, errlen, "bad period \"%.*s\" in \"%.*s\": expected [N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d",
                      TOK(p, pn), TOK(s, n));
@@ -105,8 +127,45 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
 static const char *const opt_names[SLUICE__OPT_COUNT] = {
     [SLUICE__OPT_BURST] = "burst",     [SLUICE__OPT_CAPACITY] = "capacity",
     [SLUICE__OPT_SLOTS] = "slots",     [SLUICE__OPT_NODELAY] = "nodelay",
-    [SLUICE__OPT_CLOCK] = "clock",
+    [SLUICE__OPT_CLOCK] = "clock",     [SLUICE__OPT_TZ] = "tz",
+    [SLUICE__OPT_ANCHOR] = "anchor",
 };
+
+/* The calendar's rules, once the whole spec is read: tz= makes the period
+ * a calendar one (d w Nmonth y), anchor= needs months, and the calendar
+ * units need tz=. */
+static int calendar(sluice__profile *pf, const bool *seen, char *err, size_t errlen)
+{
+    if (!pf->tz) {
+        if (pf->cal_unit > SLUICE__CAL_DAY) {
+            sluice__errf(err, errlen, "bad period: w, Nmonth and y are calendar periods and need tz=ZONE (e.g. tz=UTC)");
+            return SLUICE_EINVAL;
+        }
+        if (seen[SLUICE__OPT_ANCHOR]) {
+            sluice__errf(err, errlen, "option anchor= needs tz=ZONE and a period of Nmonth");
+            return SLUICE_EINVAL;
+        }
+        pf->cal_unit = SLUICE__CAL_NONE;
+        pf->cal_n = 0;
+        return 0;
+    }
+    if (pf->cal_unit == SLUICE__CAL_NONE) {
+        sluice__errf(err, errlen, "option tz= needs a calendar period: d, w, Nmonth or y (e.g. 1000/d tz=UTC)");
+        return SLUICE_EINVAL;
+    }
+    if (seen[SLUICE__OPT_ANCHOR] && pf->cal_unit != SLUICE__CAL_MONTH) {
+        sluice__errf(err, errlen, "option anchor= needs a period of Nmonth");
+        return SLUICE_EINVAL;
+    }
+    if (seen[SLUICE__OPT_CLOCK]) {
+        sluice__errf(err, errlen, "option clock= does not combine with tz=: a calendar quota reads CLOCK_REALTIME");
+        return SLUICE_EINVAL;
+    }
+    if (pf->cal_n == 0) pf->cal_n = 1;
+    if (pf->anchor == 0) pf->anchor = 1;
+    pf->clock = SLUICE__CLOCK_REALTIME;
+    return 0;
+}
 
 int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                        size_t errlen)
@@ -152,7 +211,8 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                 return SLUICE_EINVAL;
             }
             if (!(pf->ops->options & SLUICE__OPT(o))) {
-                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s", TOK(tok, n), pf->ops->name);
+                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s%s", TOK(tok, n), pf->ops->name,
+                             o == SLUICE__OPT_TZ || o == SLUICE__OPT_ANCHOR ? ": tz= and anchor= apply to fixed-window only" : "");
                 return SLUICE_EINVAL;
             }
             if (seen[o]) {
@@ -174,6 +234,19 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
                                  TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
+            } else if (o == SLUICE__OPT_TZ) {
+                if (!eq || n - nn - 1 == 0) {
+                    sluice__errf(err, errlen, "bad option \"%.*s\": expected tz=ZONE, e.g. tz=Europe/Paris", TOK(tok, n));
+                    return SLUICE_EINVAL;
+                }
+                if (!(pf->tz = sluice__tz_load(eq + 1, n - nn - 1, err, errlen))) return SLUICE_EINVAL;
+            } else if (o == SLUICE__OPT_ANCHOR &&
+                       (!eq || sluice_parse_u64(eq + 1, n - nn - 1, 31, &optval[o]) != 0 || optval[o] == 0)) {
+                sluice__errf(err, errlen, "bad option \"%.*s\": expected anchor=D with D a day of the month, 1 to 31",
+                             TOK(tok, n));
+                return SLUICE_EINVAL;
+            } else if (o == SLUICE__OPT_ANCHOR) {
+                pf->anchor = (uint8_t)optval[o];
             } else if (!eq || sluice_parse_u64(eq + 1, n - nn - 1, UINT64_MAX, &optval[o]) != 0 || optval[o] == 0) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected %s=N with N a whole number >= 1",
                              TOK(tok, n), opt_names[o]);
@@ -191,6 +264,7 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         return SLUICE_EINVAL;
     }
 
+    if ((rc = calendar(pf, seen, err, errlen)) != 0) return rc;
     pf->capacity = pf->limit;
     pf->div_w = sluice__div_make(pf->period_ns);
     return pf->ops->setup(pf, &opts, err, errlen);
@@ -216,6 +290,16 @@ int sluice__spec_format(const sluice__profile *pf, char *buf, size_t buflen)
     if (c != 1) snprintf(count, sizeof count, "%llu", (unsigned long long)c);
     char opts[64];
     if (pf->ops->format(pf, opts, sizeof opts) < 0) return SLUICE_EINVAL;
+    if (pf->tz) { /* a calendar period, named as written */
+        static const char *const cal[] = {"", "d", "w", "month", "y"};
+        int n = snprintf(buf, buflen, "%s %llu/%.0u%s tz=%s", pf->ops->name, (unsigned long long)pf->limit,
+                         pf->cal_n == 1 ? 0 : pf->cal_n, cal[pf->cal_unit], sluice__tz_name(pf->tz));
+        if (n >= 0 && pf->anchor != 1 && (size_t)n < buflen)
+            n += snprintf(buf + n, buflen - (size_t)n, " anchor=%u", pf->anchor);
+        if (n < 0) return SLUICE_EINVAL;
+        if ((size_t)n >= buflen) return SLUICE_ENOSPC;
+        return n;
+    }
     int n = snprintf(buf, buflen, "%s %llu/%s%s%s%s", pf->ops->name,
                      (unsigned long long)pf->limit, count, u->name, opts,
                      pf->clock == SLUICE__CLOCK_COARSE ? " clock=coarse" : "");
@@ -242,7 +326,9 @@ void sluice__spec_info(const sluice__profile *pf, sluice_spec_info *out)
 {
     memset(out, 0, sizeof *out);
     out->algorithm = (int)pf->alg;
-    out->clock = pf->clock == SLUICE__CLOCK_COARSE ? SLUICE_CLOCK_COARSE : SLUICE_CLOCK_MONOTONIC;
+    out->clock = pf->clock == SLUICE__CLOCK_COARSE     ? SLUICE_CLOCK_COARSE
+                 : pf->clock == SLUICE__CLOCK_REALTIME ? SLUICE_CLOCK_REALTIME
+                                                       : SLUICE_CLOCK_MONOTONIC;
     out->limit = pf->limit;
     out->period_ns = pf->period_ns;
     out->capacity = pf->capacity;

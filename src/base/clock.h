@@ -23,6 +23,7 @@
 
 static inline clockid_t sluice__clock_id(sluice__clock c)
 {
+    if (c == SLUICE__CLOCK_REALTIME) return CLOCK_REALTIME;
 #ifdef CLOCK_MONOTONIC_COARSE
     if (c == SLUICE__CLOCK_COARSE) return CLOCK_MONOTONIC_COARSE;
 #else

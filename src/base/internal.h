@@ -66,10 +66,15 @@ typedef enum sluice__alg {
 /* The parsed spec.  All fields are set by sluice__spec_parse(). */
 typedef enum sluice__clock {
     SLUICE__CLOCK_MONOTONIC, /* CLOCK_MONOTONIC, ns resolution (default) */
-    SLUICE__CLOCK_COARSE     /* CLOCK_MONOTONIC_COARSE, ~1-4 ms resolution */
+    SLUICE__CLOCK_COARSE,    /* CLOCK_MONOTONIC_COARSE, ~1-4 ms resolution */
+    SLUICE__CLOCK_REALTIME   /* CLOCK_REALTIME: the Unix epoch (specs with tz=) */
 } sluice__clock;
 
 struct sluice__alg_ops;
+struct sluice__tz; /* base/tzif.h */
+
+/* Calendar windows (fixed-window with tz=, alg/calendar.h). */
+enum { SLUICE__CAL_NONE, SLUICE__CAL_DAY, SLUICE__CAL_WEEK, SLUICE__CAL_MONTH, SLUICE__CAL_YEAR };
 
 typedef struct sluice__profile {
     sluice__alg alg;
@@ -90,6 +95,12 @@ typedef struct sluice__profile {
     u128 cap_scaled;      /* buckets: capacity * rw, a full bucket in units
                            * of 1/rw permit */
     bool packed;          /* the state fits one 128-bit word (ops->pack) */
+    /* fixed-window with tz=: windows follow the local calendar of zone tz
+     * (interned, lives as long as the process: profiles stay plain values) */
+    const struct sluice__tz *tz; /* NULL: windows [kW, (k+1)W) */
+    uint8_t cal_unit;            /* SLUICE__CAL_*; NONE without tz */
+    uint8_t cal_n;               /* months a window (1 2 3 4 6 12); 1 else */
+    uint8_t anchor;              /* the day a month's window starts, 1..31 */
 } sluice__profile;
 
 /* One entry of a window log: the permits admitted in one slot. `cum` is the
@@ -146,6 +157,8 @@ enum {
     SLUICE__OPT_SLOTS,
     SLUICE__OPT_NODELAY,
     SLUICE__OPT_CLOCK, /* every algorithm's */
+    SLUICE__OPT_TZ,     /* fixed-window: tz=ZONE, calendar windows */
+    SLUICE__OPT_ANCHOR, /* fixed-window with tz= and months: anchor=D */
     SLUICE__OPT_COUNT
 };
 #define SLUICE__OPT(o) (1u << (o))

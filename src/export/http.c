@@ -41,13 +41,14 @@
  */
 #include "base/internal.h"
 #include "base/text.h"
+#include "alg/calendar.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #define NS_PER_S 1000000000ULL
 
-enum { KIND_FIXED, KIND_SLIDING, KIND_APPROX, KIND_BUCKET };
+enum { KIND_FIXED, KIND_SLIDING, KIND_APPROX, KIND_BUCKET, KIND_CALENDAR };
 
 /* ---- output ------------------------------------------------------------ */
 
@@ -89,8 +90,10 @@ static bool name_ok(const char *name)
     return true;
 }
 
-/* Fill p from a parsed spec (the name already checked). */
-static void policy_set(sluice_http_policy *p, const char *name, const sluice_spec_info *in)
+/* Fill p from a parsed spec (the name already checked); pf, when not NULL,
+ * is its profile: a calendar quota's windows come from there. */
+static void policy_set(sluice_http_policy *p, const char *name, const sluice_spec_info *in,
+                       const sluice__profile *pf)
 {
     memset(p, 0, sizeof *p);
     memcpy(p->name, name, strlen(name) + 1);
@@ -107,6 +110,17 @@ static void policy_set(sluice_http_policy *p, const char *name, const sluice_spe
     case SLUICE_ALG_LEAKY_BUCKET: p->kind_ = KIND_BUCKET; break;
     default: p->kind_ = KIND_SLIDING; break; /* sliding-log, sliding-wheel */
     }
+    if (pf && pf->tz) {
+        p->kind_ = KIND_CALENDAR;
+        p->zone_ = pf->tz;
+        p->cal_[0] = pf->cal_unit, p->cal_[1] = pf->cal_n, p->cal_[2] = pf->anchor;
+    }
+}
+
+/* The profile of spec, for its calendar (0 or an error code). */
+static int profile_of(const char *spec, sluice__profile *pf, char *err, size_t errlen)
+{
+    return sluice__spec_parse(spec, pf, err, errlen);
 }
 
 int sluice_http_policy_init(sluice_http_policy *p, const char *name, const char *spec,
@@ -126,7 +140,9 @@ int sluice_http_policy_init(sluice_http_policy *p, const char *name, const char 
     sluice_spec_info in;
     int rc = sluice_spec_parse(spec, &in, err, errlen);
     if (rc != 0) return rc;
-    policy_set(p, name, &in);
+    sluice__profile pf;
+    if ((rc = profile_of(spec, &pf, err, errlen)) != 0) return rc;
+    policy_set(p, name, &in, &pf);
     return 0;
 }
 
@@ -136,7 +152,12 @@ int sluice_http_policy_from_limiter(sluice_http_policy *p, const char *name,
     if (!p || !name || !lim || !name_ok(name)) return SLUICE_EINVAL;
     sluice_spec_info in;
     sluice_limiter_spec_get(lim, &in);
-    policy_set(p, name, &in);
+    sluice__profile pf;
+    char spec[SLUICE_SPEC_MAX];
+    const bool cal = in.clock == SLUICE_CLOCK_REALTIME &&
+                     sluice_limiter_spec_format(lim, spec, sizeof spec) > 0 &&
+                     profile_of(spec, &pf, NULL, 0) == 0;
+    policy_set(p, name, &in, cal ? &pf : NULL);
     return 0;
 }
 
@@ -156,6 +177,16 @@ int sluice_http_state_get(const sluice_http_policy *p, const sluice_result *res,
         uint64_t bound;
         switch (p->kind_) {
         case KIND_FIXED: bound = W - now % W; break;
+        case KIND_CALENDAR: { /* the exact end of the calendar window */
+            sluice__profile pf;
+            memset(&pf, 0, sizeof pf);
+            pf.tz = p->zone_;
+            pf.cal_unit = p->cal_[0], pf.cal_n = p->cal_[1], pf.anchor = p->cal_[2];
+            uint64_t s, e;
+            sluice__cal_window(&pf, now, &s, &e);
+            bound = e - now;
+            break;
+        }
         case KIND_APPROX: bound = 2 * W - now % W; break; /* 2W < 2^63 */
         case KIND_BUCKET: bound = W / p->limit + (W % p->limit != 0); break;
         default: bound = W; break;

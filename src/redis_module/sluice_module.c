@@ -420,8 +420,8 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
         if (bn != 8) return LOAD_CORRUPT;
-        st->u.fw.window = sluice__div_q(&pf->div_w, t);
-        st->u.fw.count = get64(b);
+        /* the window is the time's (a calendar one with tz=): the row's unpack */
+        pf->ops->unpack(pf, (const uint64_t[2]){t, get64(b)}, st);
         /* at most LIMIT after an admission; a change of spec keeps an
          * earlier LIMIT's count */
         return st->u.fw.count <= SLUICE_MAX_LIMIT ? LOAD_OK : LOAD_CORRUPT;

@@ -95,7 +95,8 @@ static void check_info(const sluice_spec_info *i, const char *canon)
 {
     bool bucket = i->algorithm == SLUICE_ALG_TOKEN_BUCKET || i->algorithm == SLUICE_ALG_LEAKY_BUCKET;
     FUZZ_CHECK(i->algorithm >= SLUICE_ALG_FIXED_WINDOW && i->algorithm <= SLUICE_ALG_LEAKY_BUCKET &&
-                   (i->clock == SLUICE_CLOCK_MONOTONIC || i->clock == SLUICE_CLOCK_COARSE),
+                   (i->clock == SLUICE_CLOCK_MONOTONIC || i->clock == SLUICE_CLOCK_COARSE ||
+                    (i->clock == SLUICE_CLOCK_REALTIME && i->algorithm == SLUICE_ALG_FIXED_WINDOW)),
                "\"%s\": algorithm %d clock %d", canon, i->algorithm, i->clock);
     FUZZ_CHECK(i->limit >= 1 && i->limit <= SLUICE_MAX_LIMIT && i->period_ns >= 1 &&
                    i->period_ns <= SLUICE_MAX_PERIOD_NS,

@@ -357,6 +357,33 @@ static void test_throttle_exact_rates(void **state)
 
 /* ---- bad input --------------------------------------------------------- */
 
+/* A calendar quota (fixed-window with tz=): Paris's 25-hour day of
+ * 2024-10-27 runs from 10-26 22:00 UTC to 10-27 23:00 UTC.  The stored
+ * state, read back, keeps the window's count (load_body); the refusal's
+ * retry is the time to the end, in ms rounded up; a bad zone is refused. */
+static void test_calendar_quota(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    const char *spec = "fixed-window 2/d tz=Europe/Paris";
+    const unsigned long long day = 1729987200ULL * 1000000000ULL, /* 2024-10-27 00:00 UTC */
+        t = day + 12ULL * 3600 * 1000000000ULL, end = day + 23ULL * 3600 * 1000000000ULL;
+    long long r[4];
+    ints(cmd(s, "SLUICE.ACQUIRE cal:k %s 1 AT %llu", spec, t), r, 4);
+    assert_true(r[0] == 1 && r[1] == 1);
+    ints(cmd(s, "SLUICE.ACQUIRE cal:k %s 1 AT %llu", spec, t + 1), r, 4);
+    assert_true(r[0] == 1 && r[1] == 0);
+    ints(cmd(s, "SLUICE.ACQUIRE cal:k %s 1 AT %llu", spec, t + 2), r, 4);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[2], (end - t - 2 + 999999) / 1000000); /* 11 h in ms */
+    ints(cmd(s, "SLUICE.ACQUIRE cal:k %s 1 AT %llu", spec, end - 1), r, 4);
+    assert_true(r[0] == 0 && r[2] == 1);
+    ints(cmd(s, "SLUICE.ACQUIRE cal:k %s 2 AT %llu", spec, end), r, 4);
+    assert_true(r[0] == 1 && r[1] == 0);
+    expect_error(cmd(s, "SLUICE.ACQUIRE cal:k %s", "fixed-window 2/d tz=Mars/Base"), "unknown zone \"Mars/Base\"");
+    expect_error(cmd(s, "SLUICE.ACQUIRE cal:k %s", "token-bucket 2/d tz=UTC"), "fixed-window only");
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -1598,6 +1625,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_model),
+        cmocka_unit_test(test_calendar_quota),
         cmocka_unit_test(test_throttle_against_model),
         cmocka_unit_test(test_throttle_exact_rates),
         cmocka_unit_test(test_bad_input),

@@ -499,7 +499,7 @@ def check_spec(spec: str) -> str:
     return canon.value.decode()
 
 
-_CLOCKS = {0: "monotonic", 1: "coarse"}
+_CLOCKS = {0: "monotonic", 1: "coarse", 2: "realtime"}
 
 
 def parse_spec(spec: str) -> SpecInfo:
@@ -561,6 +561,17 @@ class _Handle:
     never under a call in flight."""
 
     _free = None  # the C function that frees the handle
+    # the clock of a decision without now_ns: CLOCK_REALTIME (ns since the
+    # Unix epoch) for a calendar quota (tz=), the monotonic one otherwise
+    _clock = staticmethod(_clock)
+
+    def _calendar(self, spec) -> None:
+        info = _SpecInfo()
+        if _spec_parse(_spec_bytes(spec), ctypes.byref(info), None, 0) == 0 and info.clock == 2:
+            self._clock = _time_module.time_ns
+
+    def _time(self, now_ns: Optional[int]) -> int:
+        return self._clock() if now_ns is None else _u64_arg("now_ns", now_ns)
 
     def __init__(self, handle: int) -> None:
         self._lock = threading.Lock()  # _release and close only
@@ -655,6 +666,7 @@ class Limiter(_Handle):
         if not h:
             raise _error(EINVAL if err.value else ENOMEM, err, spec=True)
         super().__init__(h)
+        self._calendar(spec)
 
     def __repr__(self) -> str:
         if self._closed:
@@ -669,7 +681,7 @@ class Limiter(_Handle):
         if type(permits) is not int or not 0 <= permits <= _NEVER:
             permits = _u64_arg("permits", permits)
         if now_ns is None:
-            now_ns = _clock()
+            now_ns = self._clock()
         elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
             now_ns = _u64_arg("now_ns", now_ns)
         try:
@@ -704,7 +716,7 @@ class Limiter(_Handle):
         if type(permits) is not int or not 0 <= permits <= _NEVER:
             permits = _u64_arg("permits", permits)
         if now_ns is None:
-            now_ns = _clock()
+            now_ns = self._clock()
         elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
             now_ns = _u64_arg("now_ns", now_ns)
         try:
@@ -828,7 +840,7 @@ class Limiter(_Handle):
         algorithm).  A bad spec raises :class:`SpecError` and changes
         nothing."""
         err = ctypes.create_string_buffer(_ERRLEN)
-        rc = self._call(_lim_reconf, _spec_bytes(spec), _time(now_ns), err, len(err))
+        rc = self._call(_lim_reconf, _spec_bytes(spec), self._time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
@@ -836,14 +848,14 @@ class Limiter(_Handle):
         """Change only LIMIT/PERIOD (x/time/rate's SetLimitAt)."""
         err = ctypes.create_string_buffer(_ERRLEN)
         rc = self._call(_lim_set_limit, _u64_arg("limit", limit), _u64_arg("period_ns", period_ns),
-                        _time(now_ns), err, len(err))
+                        self._time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
     def set_burst(self, burst: int, now_ns: Optional[int] = None) -> None:
         """Change only the burst (token-bucket) or capacity (leaky-bucket)."""
         err = ctypes.create_string_buffer(_ERRLEN)
-        rc = self._call(_lim_set_burst, _u64_arg("burst", burst), _time(now_ns), err, len(err))
+        rc = self._call(_lim_set_burst, _u64_arg("burst", burst), self._time(now_ns), err, len(err))
         if rc != 0:
             raise _error(rc, err, spec=True)
 
@@ -953,6 +965,7 @@ class Table(_Handle):
         if not h:
             raise _error(EINVAL if err.value else ENOMEM, err, spec=True)
         super().__init__(h)
+        self._calendar(spec)
         self._spec = check_spec(spec)
         self._max_keys = max_keys
         self.max_key_bytes = 65536  # SLUICE_MAX_KEY_BYTES
@@ -978,7 +991,7 @@ class Table(_Handle):
         if type(permits) is not int or not 0 <= permits <= _NEVER:
             permits = _u64_arg("permits", permits)
         if now_ns is None:
-            now_ns = _clock()
+            now_ns = self._clock()
         elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
             now_ns = _u64_arg("now_ns", now_ns)
         try:
@@ -1016,7 +1029,7 @@ class Table(_Handle):
         if type(permits) is not int or not 0 <= permits <= _NEVER:
             permits = _u64_arg("permits", permits)
         if now_ns is None:
-            now_ns = _clock()
+            now_ns = self._clock()
         elif type(now_ns) is not int or not 0 <= now_ns <= _NEVER:
             now_ns = _u64_arg("now_ns", now_ns)
         try:
@@ -1092,7 +1105,7 @@ class Table(_Handle):
         k = _key(key)
         r = _Result()
         st = _KeyState()
-        rc = self._call(_tab_peek, k, len(k), _u64_arg("permits", permits), _time(now_ns),
+        rc = self._call(_tab_peek, k, len(k), _u64_arg("permits", permits), self._time(now_ns),
                         ctypes.byref(r), ctypes.byref(st))
         if rc == ENOENT:
             return _result(r), None
@@ -1191,6 +1204,7 @@ class SharedTable(Table):
         if not h:
             raise _error(EINVAL if err.value else ENOMEM, err)
         _Handle.__init__(self, h)
+        self._calendar(spec)
         self._spec = canon
         self._max_keys = max_keys
         self.path = os.fsdecode(p)

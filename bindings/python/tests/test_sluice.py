@@ -165,6 +165,24 @@ class LimiterTest(unittest.TestCase):
             # 10 more permits than the burst can hold: never
             self.assertFalse(lim.acquire(2, timeout=0.001))
 
+    def test_calendar_quota_reads_the_realtime_clock(self):
+        # a calendar quota (tz=) without now_ns decides at CLOCK_REALTIME:
+        # the refusal's retry is the time to the next UTC midnight (within
+        # a few seconds of a loaded machine), not to a boot-time day's end
+        import time
+        day = 86400 * 10**9
+        for obj in (sluice.Limiter("fixed-window 1/d tz=UTC"),
+                    sluice.Table("fixed-window 1/d tz=UTC", 4)):
+            with obj as o:
+                args = () if isinstance(o, sluice.Limiter) else ("k",)
+                o.decide(*args)
+                r = o.decide(*args)
+                now = time.time_ns()
+                self.assertFalse(r.allowed)
+                want = (now // day + 1) * day - now
+                self.assertLess(abs(r.retry_after_ns - want), 5 * 10**9)
+        self.assertEqual(sluice.parse_spec("fixed-window 1/d tz=UTC").clock, "realtime")
+
 
 class TableTest(unittest.TestCase):
     def test_keys_are_separate(self):
