@@ -255,6 +255,92 @@ static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, si
     return false;
 }
 
+/* Protobuf wire walking for rls_request_check_strings: a varint (at most
+ * 10 bytes) at *p below end, or false. */
+static bool wire_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
+        unsigned char b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 63);
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The next field of [*p, end): its number, and for a length-delimited one
+ * its bytes; other wire types are skipped.  False at the end or on a
+ * malformed field (protobuf-c has judged the message already). */
+static bool wire_field(const unsigned char **p, const unsigned char *end, uint64_t *field,
+                       const unsigned char **data, size_t *dlen)
+{
+    uint64_t tag, v;
+    if (*p >= end || !wire_varint(p, end, &tag))
+        return false;
+    *field = tag >> 3;
+    *data = NULL;
+    *dlen = 0;
+    switch (tag & 7) {
+    case 0:
+        return wire_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return false;
+        *p += 8;
+        return true;
+    case 5:
+        if (end - *p < 4)
+            return false;
+        *p += 4;
+        return true;
+    case 2:
+        if (!wire_varint(p, end, &v) || v > (uint64_t)(end - *p))
+            return false;
+        *data = *p;
+        *dlen = (size_t)v;
+        *p += v;
+        return true;
+    default:
+        return false;
+    }
+}
+
+int rls_request_check_strings(const unsigned char *msg, size_t len, char *err, size_t errlen)
+{
+    const unsigned char *p = msg, *end = msg + len, *d;
+    uint64_t f;
+    size_t dl, di = 0;
+    while (wire_field(&p, end, &f, &d, &dl)) {
+        if (d && f == 1 && memchr(d, 0, dl)) {
+            snprintf(err, errlen, "the domain holds a NUL byte");
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        if (!d || f != 2)
+            continue;
+        const unsigned char *q = d, *qend = d + dl, *e;
+        size_t el, ei = 0;
+        while (wire_field(&q, qend, &f, &e, &el)) {
+            if (!e || f != 1)
+                continue;
+            const unsigned char *r = e, *rend = e + el, *s;
+            size_t sl;
+            while (wire_field(&r, rend, &f, &s, &sl)) {
+                if (s && (f == 1 || f == 2) && memchr(s, 0, sl)) {
+                    snprintf(err, errlen, "descriptor %zu entry %zu: the %s holds a NUL byte (at byte %zu)", di, ei,
+                             f == 1 ? "key" : "value", (size_t)((const unsigned char *)memchr(s, 0, sl) - s));
+                    return RLS_GRPC_INVALID_ARGUMENT;
+                }
+            }
+            ei++;
+        }
+        di++;
+    }
+    return RLS_GRPC_OK;
+}
+
 /* Redis could not decide and SLUICE_RLS_REDIS_FAILURE=error: UNAVAILABLE. */
 static int redis_failed(char *msg, size_t msglen, const rls_limit *lim)
 {

@@ -414,6 +414,10 @@ static int do_call(conn *c, stream *st)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, st->in + 5);
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
+    if (rls_request_check_strings(st->in + 5, len, msg, sizeof msg) != RLS_GRPC_OK) {
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+        return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, msg);
+    }
     /* The caller's deadline passed while the message came: it has given up
      * on the answer (Envoy then applies failure_mode_deny), so the request
      * must not spend the limits. */

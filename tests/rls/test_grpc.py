@@ -212,6 +212,31 @@ def nghttp(port, path, data, content_type="application/grpc", extra=()):
     return r.stdout + r.stderr
 
 
+def pb_varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def pb_bytes(field, data):
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def raw_request(domain, descriptors, hits=0):
+    """A RateLimitRequest encoded by hand, so that its strings may hold any
+    bytes (python's protobuf refuses invalid UTF-8): descriptors is a list
+    of lists of (key, value) byte strings."""
+    out = pb_bytes(1, domain)
+    for d in descriptors:
+        out += pb_bytes(2, b"".join(pb_bytes(1, pb_bytes(1, k) + pb_bytes(2, v)) for k, v in d))
+    if hits:
+        out += pb_varint(3 << 3) + pb_varint(hits)
+    return out
+
+
 def frame(msg: bytes) -> bytes:
     return b"\0" + len(msg).to_bytes(4, "big") + msg
 
@@ -1128,6 +1153,57 @@ class RedisTest(unittest.TestCase):
                 self.assertEqual(got, want, policy)
             finally:
                 self.assertEqual(s.stop(), 0)
+
+    def test_descriptor_bytes(self):
+        """An attacker's descriptor values on Redis: every length (0, 1, 255,
+        256, 4 KiB, 64 KiB, past the descriptor bound) and every byte (each
+        of 0x00..0xff alone, NUL inside a value, invalid UTF-8, Redis
+        Cluster's hash-tag bytes '{' '}' and ':'), sent raw on the wire
+        (grpcio's protobuf would refuse to encode some).  Each value on a
+        limit of 1 a day is either decided (first call OK, second
+        OVER_LIMIT: its own fresh counter, so no two values share one) or
+        refused with INVALID_ARGUMENT and a message naming the descriptor;
+        the server never dies, and Redis holds one key per decided value."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_MAX_MSG_BYTES=200000,
+                   **SLOW_OK)
+        try:
+            raw = s.channel.unary_unary(RLS, request_serializer=lambda b: b,
+                                        response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            values = [b"", b"a", b"x" * 255, b"y" * 256, b"z" * 4096, b"w" * 65000]
+            values += [bytes([c]) for c in range(256) if c != ord("a")]
+            values += [b"a\0b", b"a\0c", b"\0\0", b"\xc3\x28", b"\xff\xfe", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                       b"{}", b"{a}", b"a}b{", b"}{", b"x:{y}", b":{", b"}:", b"{" * 300, "é".encode()]
+            decided, refused = 0, []
+            for v in values:
+                msg = raw_request(b"test", [[(b"two", v)]])
+                try:
+                    got = [raw(msg, timeout=30) for _ in range(3)]
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT, (v[:20], e.details()))
+                    self.assertRegex(e.details(), "descriptor 0", v[:20])
+                    refused.append((v[:20], e.details()))
+                    continue
+                codes = [(g.overall_code, g.statuses[0].limit_remaining) for g in got]
+                self.assertEqual(codes, [(OK, 1), (OK, 0), (OVER, 0)], "value %r shares a counter" % v[:40])
+                decided += 1
+            # Past the descriptor bound (64 KiB): refused, named.
+            with self.assertRaises(grpc.RpcError) as e:
+                raw(raw_request(b"test", [[(b"two", b"v" * 70000)]]), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("descriptor 0 is 70011 bytes long; at most 65536", e.exception.details())
+            # Past the message bound: RESOURCE_EXHAUSTED, nothing read.
+            with self.assertRaises(grpc.RpcError) as e:
+                raw(raw_request(b"test", [[(b"two", b"v" * 200001)]]), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertEqual(int(r.cli("DBSIZE")), decided)
+            # Only the values with a NUL byte are refused (protobuf-c would
+            # cut them at the NUL: "a\0b" and "a" would share a counter).
+            self.assertEqual(sorted(v for v, _ in refused), sorted(v[:20] for v in values if b"\0" in v), refused)
+            self.assertEqual(s.call(request(desc(("five", "after"))), timeout=10).overall_code, OK)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
 
     def test_bad_redis_settings(self):
         """Each refused at start with exit 2 and a line naming the variable
