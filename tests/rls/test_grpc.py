@@ -1205,6 +1205,136 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             r.stop()
 
+    def test_reload_under_load_redis(self):
+        """REDIS_URL: 4 client processes x 250 calls on one limit of 500
+        while the config is reloaded 5 times: no call fails (a reload never
+        refuses what the limit allows), exactly 500 are admitted (no
+        over-admission across the swap)."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_RELOAD_MS=10, **SLOW_OK)
+        try:
+            procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--hammer", str(s.port),
+                                       "reload", "250", GEN], stdout=subprocess.PIPE, text=True)
+                     for _ in range(4)]
+            probe = request(desc(("shared", "reload"), hits=0))
+            for i in range(5):
+                t0 = time.monotonic()
+                while s.call(probe, timeout=10).statuses[0].limit_remaining > 480 - 40 * i:
+                    self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                    time.sleep(0.005)
+                s.write_config(REDIS_CONFIG + "# change %d\n" % i)
+                s.wait_stderr("reloaded:", count=i + 1)
+            self.assertGreater(s.call(probe, timeout=10).statuses[0].limit_remaining, 0,
+                               "the reloads came after the limit was reached: they proved nothing")
+            total = 0
+            for p in procs:
+                out, _ = p.communicate(timeout=300)
+                self.assertEqual(p.returncode, 0, "a call failed during a reload")
+                total += int(out.split()[0])
+            self.assertEqual(total, 500)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
+
+    def test_kill_mid_run(self):
+        """SIGKILL a sluice-rls under load (4 client threads on one limit of
+        500 in Redis) and start another on the same Redis: the count
+        survives in Redis, so the clients together see at most 500 admitted
+        and at most the calls the kill cut off fewer (one round trip per
+        decision: a call in flight may have been charged unanswered)."""
+        import threading
+        r = RedisServer()
+        cur = [Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)]
+        ok, failed, lock, stop = [0], [0], threading.Lock(), [False]
+        req = request(desc(("shared", "kill")))
+
+        def client():
+            for _ in range(400):  # bounded; 4 x 400 > 500 + the calls lost at the kill
+                if stop[0]:
+                    return
+                try:
+                    got = cur[0].call(req, timeout=10).overall_code == OK
+                    with lock:
+                        ok[0] += got
+                except grpc.RpcError:
+                    with lock:
+                        failed[0] += 1
+                    time.sleep(0.01)
+        th = [threading.Thread(target=client) for _ in range(4)]
+        try:
+            for t in th:
+                t.start()
+            t0 = time.monotonic()
+            while ok[0] < 150:
+                self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                time.sleep(0.005)
+            old = cur[0]
+            old.proc.kill()  # SIGKILL: no drain, no goodbye
+            self.assertEqual(old.proc.wait(timeout=20), -signal.SIGKILL)
+            cur[0] = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)
+            for t in th:
+                t.join(timeout=300)
+            old.channel.close()  # (a thread may still have held it)
+            old.proc.stdout.close()
+            old.err.close()
+            shutil.rmtree(old.root, ignore_errors=True)
+            self.assertFalse(any(t.is_alive() for t in th))
+            self.assertLessEqual(ok[0], 500)
+            self.assertGreaterEqual(ok[0] + failed[0], 500, (ok[0], failed[0]))
+            got = cur[0].call(request(desc(("shared", "kill"), hits=0)), timeout=10)
+            self.assertEqual(got.statuses[0].limit_remaining, 0)
+        finally:
+            stop[0] = True
+            for t in th:
+                if t.is_alive():
+                    t.join(timeout=60)
+            self.assertEqual(cur[0].stop(), 0)
+            r.stop()
+
+    def test_redis_killed_under_the_server(self):
+        """SIGKILL redis-server while sluice-rls serves: each call is still
+        answered, within the deadline, as docs/rls.md says (default
+        `error`: UNAVAILABLE; `open`: OK); /healthcheck stays 200; a
+        redis-server started again on the same port is used within the
+        circuit's backoff (counts start afresh: that Redis kept none)."""
+        for policy, down in (("error", "UNAVAILABLE"), ("open", OK)):
+            r = RedisServer()
+            s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_TIMEOUT_MS=300,
+                       SLUICE_RLS_REDIS_FAILURE=policy)
+            r2 = None
+            try:
+                got = [s.call(request(desc(("two", "k"))), timeout=10).overall_code for _ in range(3)]
+                self.assertEqual(got, [OK, OK, OVER])
+                r.proc.kill()
+                r.proc.wait(timeout=20)
+                for _ in range(5):
+                    t0 = time.monotonic()
+                    try:
+                        code = s.call(request(desc(("two", "k"))), timeout=10).overall_code
+                    except grpc.RpcError as e:
+                        code = e.code().name
+                        self.assertIn("Redis could not decide limit 'test.two'", e.details())
+                    self.assertEqual(code, down, policy)
+                    self.assertLess(time.monotonic() - t0, 9, "an answer waited past the Redis deadline")
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthcheck" % s.http_port, timeout=10) as h:
+                    self.assertEqual(h.status, 200)
+                r2 = RedisServer(r.port)
+                t0, back = time.monotonic(), []
+                while len(back) < 3 and time.monotonic() - t0 < 30:  # the backoff is at most 1 s
+                    try:
+                        back.append(s.call(request(desc(("two", "k2"))), timeout=10).overall_code)
+                    except grpc.RpcError:
+                        time.sleep(0.05)
+                    if policy == "open" and back and int(r2.cli("DBSIZE") or 0) == 0:
+                        back = []  # answered by the policy: Redis not used yet
+                        time.sleep(0.05)
+                self.assertEqual(back, [OK, OK, OVER], "Redis came back and was not used within 30 s")
+            finally:
+                self.assertEqual(s.stop(), 0)
+                r.stop()
+                if r2:
+                    r2.stop()
+
     def test_bad_redis_settings(self):
         """Each refused at start with exit 2 and a line naming the variable
         (never a password)."""
