@@ -947,6 +947,86 @@ class TlsTest(unittest.TestCase):
         shutil.rmtree(d, ignore_errors=True)
 
 
+@unittest.skipUnless(shutil.which("openssl"), "openssl (the command) makes the test's certificate")
+class TlsAttackTest(unittest.TestCase):
+    def test_tls_attacks(self):
+        """GRPC_SERVER_USE_TLS, as an attacker: a truncated ClientHello and
+        100 connections that never finish (or never start) a handshake stay
+        open no longer than the idle bound (2 s here, checked each second);
+        garbage instead of a ClientHello is closed at once; meanwhile a TLS
+        client's calls and the cleartext HTTP port are served."""
+        import ssl
+        d = tempfile.mkdtemp(prefix="rls-tls-")
+        crt, key = os.path.join(d, "c.pem"), os.path.join(d, "k.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                        "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                        "-keyout", key, "-out", crt], check=True, capture_output=True, timeout=60)
+        s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=crt, GRPC_SERVER_TLS_KEY=key,
+                   SLUICE_RLS_IDLE_SECONDS=2)
+        socks = []
+        try:
+            # A real ClientHello, made by python's ssl in memory.
+            ctx = ssl.create_default_context()
+            ctx.set_alpn_protocols(["h2"])
+            inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+            obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+            with self.assertRaises(ssl.SSLWantReadError):
+                obj.do_handshake()
+            hello = out.read()
+            self.assertGreater(len(hello), 40)
+
+            def closed_within(so, limit_s):
+                """Does the server close `so` (EOF or reset) within limit_s?"""
+                so.settimeout(0.2)
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < limit_s:
+                    try:
+                        if so.recv(4096) == b"":
+                            return True
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        return True
+                return False
+
+            # Garbage instead of a ClientHello: closed at once (an alert, then EOF).
+            for junk in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", bytes(range(256)) * 4,
+                         b"\x16\x03\x01\xff\xff" + b"\0" * 64):
+                with socket.create_connection(("127.0.0.1", s.port), timeout=10) as so:
+                    so.sendall(junk)
+                    self.assertTrue(closed_within(so, 10), junk[:10])
+            # The flood: 50 truncated ClientHellos, 50 silent connections.
+            for i in range(100):
+                so = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+                if i % 2 == 0:
+                    so.sendall(hello[:len(hello) // 2])
+                socks.append(so)
+            t_flood = time.monotonic()
+            # Served meanwhile: a finished TLS client, the HTTP port.
+            with open(crt, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            ch = grpc.secure_channel("127.0.0.1:%d" % s.port, creds,
+                                     options=[("grpc.ssl_target_name_override", "localhost")])
+            call = ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                  response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            got = [call(request(desc(("two", "flood"))), timeout=10).overall_code for _ in range(3)]
+            self.assertEqual(got, [OK, OK, OVER])
+            with urllib.request.urlopen("http://127.0.0.1:%d/healthcheck" % s.http_port, timeout=10) as h:
+                self.assertEqual(h.status, 200)
+            # The stalled ones go within the idle bound (2 s, checked each
+            # second; 30 s allows for a loaded machine).
+            for so in socks:
+                self.assertTrue(closed_within(so, max(1.0, 30 - (time.monotonic() - t_flood))),
+                                "a stalled handshake outlived the idle bound")
+            self.assertEqual(call(request(desc(("five", "flood"))), timeout=10).overall_code, OK)
+            ch.close()
+        finally:
+            for so in socks:
+                so.close()
+            self.assertEqual(s.stop(), 0)
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
