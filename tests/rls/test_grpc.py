@@ -679,6 +679,71 @@ class ReloadTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+class InotifyTest(unittest.TestCase):
+    def test_reload_by_inotify(self):
+        """The config directory is watched: with the polling period at an
+        hour, each change is picked up at once (bounded wait of 20 s, for a
+        loaded machine): a file renamed into place (`mv`), one written in
+        place, a Kubernetes ConfigMap's `..data` symlink swap, and a swap
+        of the RUNTIME_ROOT symlink itself."""
+        top = tempfile.mkdtemp(prefix="rls-ino-")
+        try:
+            for v in ("v1", "v2"):
+                os.makedirs(os.path.join(top, v, "ratelimit", "config"))
+                with open(os.path.join(top, v, "ratelimit", "config", "c.yaml"), "w") as f:
+                    f.write(RELOAD_A)
+            link = os.path.join(top, "current")
+            os.symlink(os.path.join(top, "v1"), link)
+            s = Server(config=RELOAD_A, RUNTIME_ROOT=link, SLUICE_RLS_RELOAD_MS=3600000)
+            d = os.path.join(link, "ratelimit", "config")
+            try:
+                def limit():
+                    return s.call(request(desc(("r", "x"), hits=0)), timeout=10).statuses[0].current_limit
+
+                def cfg(n):
+                    return RELOAD_A.replace("requests_per_unit: 3", "requests_per_unit: %d" % n)
+                self.assertEqual(limit().requests_per_unit, 3)
+                # mv into place
+                with open(os.path.join(d, ".new"), "w") as f:
+                    f.write(cfg(4))
+                os.replace(os.path.join(d, ".new"), os.path.join(d, "c.yaml"))
+                s.wait_stderr("reloaded:", 1, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 4)
+                # written in place
+                with open(os.path.join(d, "c.yaml"), "w") as f:
+                    f.write(cfg(5))
+                s.wait_stderr("reloaded:", 2, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 5)
+                # a ConfigMap: c.yaml -> ..data/c.yaml, ..data -> ..v1, swapped to ..v2
+                for v, n in (("..v1", 6), ("..v2", 7)):
+                    os.makedirs(os.path.join(d, v))
+                    with open(os.path.join(d, v, "c.yaml"), "w") as f:
+                        f.write(cfg(n))
+                os.symlink("..v1", os.path.join(d, "..data"))
+                os.symlink("..data/c.yaml", os.path.join(d, ".c.tmp"))
+                os.replace(os.path.join(d, ".c.tmp"), os.path.join(d, "c.yaml"))
+                s.wait_stderr("reloaded:", 3, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 6)
+                os.symlink("..v2", os.path.join(d, "..data_tmp"))
+                os.replace(os.path.join(d, "..data_tmp"), os.path.join(d, "..data"))
+                s.wait_stderr("reloaded:", 4, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 7)
+                # RUNTIME_ROOT's symlink swapped to another tree (v2: 3 a day)
+                os.symlink(os.path.join(top, "v2"), os.path.join(top, ".cur.tmp"))
+                os.replace(os.path.join(top, ".cur.tmp"), link)
+                s.wait_stderr("reloaded:", 5, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 3)
+                # and the watch follows it: a change in v2 is seen too
+                with open(os.path.join(top, "v2", "ratelimit", "config", "c.yaml"), "w") as f:
+                    f.write(cfg(8))
+                s.wait_stderr("reloaded:", 6, limit_s=20)
+                self.assertEqual(limit().requests_per_unit, 8)
+            finally:
+                self.assertEqual(s.stop(), 0)
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+
+
 def h2_frame(ftype, flags, stream, payload=b""):
     return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream.to_bytes(4, "big") + payload
 
