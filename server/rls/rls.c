@@ -26,7 +26,8 @@
  * its length (4 bytes), so no two descriptors share a key by accident.  The
  * table is the limit's own: the same values under two rules are two keys.
  * Two descriptors of one request that reach the same key are charged once
- * (the composite takes each limit once) and both get its answer.
+ * (the composite takes each limit once), with the larger of their hits,
+ * and both get its answer.
  *
  * A descriptor's `limit` override (Envoy's RateLimitOverride) replaces the
  * config's limit, in a domain the config has, never in shadow mode (as
@@ -36,9 +37,9 @@
  * A limit's algorithm is fixed-window unless the config says otherwise
  * (config.c); its duration_until_reset is then the RateLimit field's t.
  *
- * The composite takes one permit count for all its limits: the enforced
- * descriptors of one request must carry the same hits (else
- * INVALID_ARGUMENT; docs/rls.md, "Not yet").
+ * Each limit of the composite is charged its own descriptor's hits
+ * (sluice_composite_try_acquire_n_at): 3 of one limit and 1 of another,
+ * all or nothing.
  *
  * RLS_DYNAMIC_METADATA (RESPONSE_DYNAMIC_METADATA): the answer's
  * dynamic_metadata is built last, as envoyproxy/ratelimit's
@@ -380,7 +381,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     size_t ne = 0, ns = 0, np = 0, nr = 0, nq = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
-    uint64_t hits_all = 0;
+    uint64_t hits_of[SLUICE_COMPOSITE_MAX]; /* each composite limit's hits */
     bool refuse_all = false; /* a requests_per_unit 0 limit, enforced */
     size_t used = 0;
 
@@ -549,15 +550,11 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                              SLUICE_COMPOSITE_MAX);
                     return RLS_GRPC_INVALID_ARGUMENT;
                 }
+                hits_of[nrefs] = 0;
                 refs[nrefs++] = sluice_ref_key(lim->table, key, off);
             }
-            if (hits_all != 0 && hits != hits_all) {
-                snprintf(msg, msglen, "descriptor %zu asks for %llu hits and another for %llu: one request's "
-                         "enforced descriptors must carry the same hits_addend",
-                         i, (unsigned long long)hits, (unsigned long long)hits_all);
-                return RLS_GRPC_INVALID_ARGUMENT;
-            }
-            hits_all = hits;
+            if (hits > hits_of[r]) /* one key twice: charged once, the larger hits */
+                hits_of[r] = hits;
             p.ref = r;
             enforced[ne++] = p;
         }
@@ -593,7 +590,9 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     bool allowed = !refuse_all;
     if (nrefs > 0) {
         sluice_result res, per[SLUICE_COMPOSITE_MAX];
-        bool ok = sluice_composite_try_acquire_at(refs, nrefs, refuse_all ? 0 : hits_all, now_ns, &res, per);
+        if (refuse_all) /* a probe of every limit */
+            memset(hits_of, 0, sizeof hits_of);
+        bool ok = sluice_composite_try_acquire_n_at(refs, hits_of, nrefs, now_ns, &res, per);
         if (res.error == SLUICE_EINVAL) {
             snprintf(msg, msglen, "internal error: a composite of %zu limits was refused as a bad call", nrefs);
             return RLS_GRPC_INTERNAL;

@@ -284,11 +284,19 @@ class RlsTest(unittest.TestCase):
             self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
         r = self.s.call(request(desc(("five", "hits"), hits=2)), timeout=10)
         self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
-        # Two enforced descriptors with different hits: refused, clearly.
-        with self.assertRaises(grpc.RpcError) as e:
-            self.s.call(request(desc(("five", "h1"), hits=1), desc(("two", "h1"), hits=2)), timeout=10)
-        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        self.assertIn("hits_addend", e.exception.details())
+        # Enforced descriptors with their own hits: each limit charged its
+        # own, all or nothing (five: 5 a day, two: 2 a day).
+        def both(h5, h2):
+            r = self.s.call(request(desc(("five", "h1"), hits=h5), desc(("two", "h1"), hits=h2)), timeout=10)
+            return r.overall_code, [(x.code, x.limit_remaining) for x in r.statuses]
+        self.assertEqual(both(3, 1), (OK, [(OK, 2), (OK, 1)]))
+        self.assertEqual(both(3, 1), (OVER, [(OVER, 0), (OK, 1)]))  # two would allow: not charged
+        self.assertEqual(both(1, 2), (OVER, [(OK, 2), (OVER, 0)]))  # five would allow: not charged
+        self.assertEqual(both(2, 1), (OK, [(OK, 0), (OK, 0)]))
+        self.assertEqual(both(0, 1), (OVER, [(OK, 0), (OVER, 0)]))  # five probed
+        # One key reached twice with different hits: charged once, the larger.
+        r = self.s.call(request(desc(("five", "dup"), hits=2), desc(("five", "dup"), hits=4)), timeout=10)
+        self.assertEqual([(x.code, x.limit_remaining) for x in r.statuses], [(OK, 1), (OK, 1)])
 
     def test_shadow_unlimited_zero_nomatch(self):
         for _ in range(3):
