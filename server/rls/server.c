@@ -321,11 +321,8 @@ static int parse_grpc_timeout(const uint8_t *v, size_t n, uint64_t *ns)
     if (n < 2 || n > 9)
         return -1;
     uint64_t x = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (uint64_t)(v[i] - '0'); /* at most 99999999 */
-    }
+    if (sluice_parse_u64((const char *)v, n - 1, 99999999u, &x) != 0)
+        return -1;
     uint64_t unit;
     switch (v[n - 1]) {
     case 'H': unit = 3600000000000ull; break;
@@ -932,24 +929,21 @@ static int http1_json_start(conn *c, size_t headlen)
             const char *p = line + 15;
             while (p < eol && (*p == ' ' || *p == '\t'))
                 p++;
-            size_t v = 0;
-            bool digits = p < eol;
-            for (; p < eol && digits; p++) {
-                if (*p == ' ' || *p == '\t')
-                    break;
-                if (*p < '0' || *p > '9')
-                    digits = false;
-                else /* saturates at max + 1: too large */
-                    v = v > max / 10 ? max + 1 : v * 10 + (size_t)(*p - '0');
-            }
+            const char *digits = p;
+            while (p < eol && *p >= '0' && *p <= '9')
+                p++;
+            uint64_t v = 0;
+            int pe = sluice_parse_u64(digits, (size_t)(p - digits), UINT64_MAX, &v);
+            if (pe == SLUICE_ERANGE) /* past 2^64 - 1: too large, as any past max */
+                v = UINT64_MAX;
             while (p < eol && (*p == ' ' || *p == '\t'))
                 p++;
-            if (!digits || p != eol || have_len) {
+            if ((pe != 0 && pe != SLUICE_ERANGE) || p != eol || have_len) {
                 static const char b[] = "bad or repeated Content-Length\n";
                 return http1_respond(c, 400, "Bad Request", "text/plain", b, sizeof b - 1);
             }
             have_len = true;
-            len = v;
+            len = (uint64_t)(size_t)v == v ? (size_t)v : SIZE_MAX; /* too large: said below */
         }
         line = eol;
     }

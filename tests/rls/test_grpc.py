@@ -452,7 +452,7 @@ class RlsTest(unittest.TestCase):
             out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
             self.assertIn("grpc-status: 4", out)
             self.assertIn("nothing spent", out)
-        for t in ("1x", "123456789S", "S", "-1S", "1.5S"):
+        for t in ("1x", "123456789S", "S", "-1S", "1.5S", "+1S", "1 S"):
             out = nghttp(self.s.port, RLS, msg, extra=["grpc-timeout: " + t])
             self.assertIn("grpc-status: 13", out, t)
             self.assertIn("malformed grpc-timeout", out, t)
@@ -601,6 +601,11 @@ class RlsTest(unittest.TestCase):
         self.assertEqual([self.post_json(ok.encode())[0] for _ in range(3)], [200, 200, 429])
         # A body larger than SLUICE_RLS_MAX_MSG_BYTES (4096 here): 413.
         self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")[0], 413)
+        # Content-Length's edges (sluice_parse_u64): past 2^64 is too large,
+        # not wrapped; a sign, a fraction, junk, an empty or split number: 400.
+        for v, want in ((b"99999999999999999999999", 413), (b"18446744073709551616", 413), (b" 5000 \t", 413),
+                        (b"12a", 400), (b"+5", 400), (b"-5", 400), (b"1.5", 400), (b"", 400), (b"1 2", 400)):
+            self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nContent-Length:" + v + b"\r\n\r\n")[0], want, v)
         self.assertEqual(self.http(b"POST /json HTTP/1.1\r\n\r\n")[0], 411)
         self.assertEqual(self.http(b"POST /json HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[0], 411)
         self.assert_still_serving()
