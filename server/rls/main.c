@@ -74,10 +74,8 @@ static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out)
     const char *v = getenv(name);
     if (!v || !*v)
         return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || *end || v[0] == '-' || x < lo || x > hi) {
+    uint64_t x = 0;
+    if (sluice_parse_u64(v, strlen(v), hi, &x) != 0 || x < lo) { /* digits only: no sign, no space */
         fprintf(stderr, "sluice-rls: %s='%s' is not an integer from %llu to %llu\n", name, v,
                 (unsigned long long)lo, (unsigned long long)hi);
         return -1;

@@ -917,6 +917,12 @@ class LimitsTest(unittest.TestCase):
                            timeout=30)
         self.assertEqual(r.returncode, 2)
         self.assertIn("GRPC_PORT='70000'", r.stderr)
+        # The numbers are digits only (sluice_parse_u64): no sign, no space, no junk.
+        for name, v in (("SLUICE_RLS_WORKERS", "+2"), ("SLUICE_RLS_WORKERS", " 2"), ("SLUICE_RLS_IDLE_SECONDS", "5s"),
+                        ("SLUICE_RLS_MAX_KEYS", "-1"), ("PORT", "18446744073709551617"), ("SLUICE_RLS_RELOAD_MS", "0x10")):
+            r = subprocess.run([BIN], env=dict(os.environ, **{name: v}), capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, (name, v))
+            self.assertIn("%s='%s' is not an integer from" % (name, v), r.stderr)
         r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT="/nonexistent-rls"), capture_output=True,
                            text=True, timeout=30)
         self.assertEqual(r.returncode, 2)
