@@ -9,7 +9,7 @@
  * limit's full key, 16 hex digits) keeps the same values under two rules
  * apart and KEY is the table key rls.c builds.  The tier's scripts are
  * token-bucket and sliding-approx, so a limit without `algorithm` is a
- * sliding-approx one (config.c): its estimate never counts less than the
+ * sliding-approx one (config_yaml.c): its estimate never counts less than the
  * current aligned window, so it never admits more in a window than
  * envoyproxy/ratelimit's fixed window would.  Redis's clock decides
  * (TIME, in the script), never this host's.

@@ -35,7 +35,7 @@
  * (requests_per_unit, unit) and its keys start with the domain.
  *
  * A limit's algorithm is fixed-window unless the config says otherwise
- * (config.c); its duration_until_reset is then the RateLimit field's t.
+ * (config_yaml.c); its duration_until_reset is then the RateLimit field's t.
  *
  * Each limit of the composite is charged its own descriptor's hits
  * (sluice_composite_try_acquire_n_at): 3 of one limit and 1 of another,
@@ -102,7 +102,7 @@ static void add_headers(rls_answer *ans, unsigned flags, size_t n, const rls_lim
         for (size_t i = 0; i < n; i++) {
             if (!dl[i] || !dl[i]->has_policy)
                 continue;
-            /* The policy item never changes: made at load (config.c). */
+            /* The policy item never changes: made at load (config.c, config_yaml.c). */
             size_t il = strlen(dl[i]->policy_item);
             if (il == 0)
                 sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
