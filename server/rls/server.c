@@ -427,6 +427,7 @@ static int do_call(conn *c, stream *st)
     rls_answer ans;
     int code = decide(w, rq, &ans, msg, sizeof msg);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    config_leave(w); /* only now: the answer named the config's strings until it was packed */
     if (code == RLS_GRPC_OK)
         rls_answer_release(&ans); /* packed: its dynamic_metadata goes */
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
@@ -434,7 +435,11 @@ static int do_call(conn *c, stream *st)
 }
 
 /* Decide one request on the current config (gRPC and POST /json), and
- * count it: totals, the latency histogram.  Returns the gRPC status. */
+ * count it: totals, the latency histogram.  Returns the gRPC status, with
+ * the config still entered: the answer points into it (a limit's name), so
+ * the caller calls config_leave() once the answer is packed or written --
+ * before, a reload could free those strings under it (found by
+ * test_reload_under_load_redis: a name of freed bytes in an answer). */
 static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
                   size_t msglen)
 {
@@ -445,7 +450,6 @@ static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitReque
     uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;
-    config_leave(w);
     rls_server *sv = w->s;
     size_t b = 0;
     while (b < LAT_BUCKETS && took > LAT_LE_NS[b])
@@ -881,6 +885,7 @@ static int http1_json(conn *c)
     } else {
         int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
         size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        config_leave(c->w); /* only now: the answer named the config's strings until it was written */
         if (code == RLS_GRPC_OK)
             rls_answer_release(ans);
         if (code == RLS_GRPC_INVALID_ARGUMENT)
