@@ -1102,7 +1102,8 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n,
  * own permits[i] (n entries; a 0 is a probe of that limit): one request
  * that costs 3 of one limit and 1 of another (Envoy's hits_addend per
  * descriptor).  All or nothing: allowed iff every limit allows its own
- * permits, and only then is each charged its own.  The result combines as
+ * permits, and only then is each charged its own; a limit asked for 0 is
+ * only probed, even in an admission (a new key of its table is not made).  The result combines as
  * above; when refused, a limit that would have allowed reports its
  * remaining without its permits.  With every permits[i] equal it is that
  * call exactly (its lock-free paths); otherwise it takes the general path

@@ -265,6 +265,7 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
         for (size_t i = 0; i < n && commit; i++) {
             part *pt = &parts[i];
             sluice__held *h = pt->h;
+            if (pt->p == 0) continue; /* a probe (permits per limit): no key made */
             if (pt->kind->refind) pt->kind->refind(pt); /* an earlier make moved it? */
             if (pt->kind->make && pt->u.k.entry == UINT32_MAX) {
                 bool alone = true;
@@ -297,6 +298,7 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
         for (size_t i = 0; i < n; i++) {
             part *pt = &parts[i];
             sluice__held *h = pt->h;
+            if (pt->p == 0) continue; /* a probe changes nothing */
             if (pt->kind->refind) pt->kind->refind(pt); /* a later make moved it? */
             if (h->pf->ops->judge) /* judged in place: now take the permits */
                 sluice__decide(h->pf, h->st, now, pt->p, UINT64_MAX, details ? &h->r : NULL);
@@ -312,7 +314,7 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
     }
     for (size_t k = n; k-- > 0;) { /* release, in reverse order */
         part *pt = &parts[ord[k]];
-        if (pt->first_of_lock) pt->kind->release(pt, commit);
+        if (pt->first_of_lock) pt->kind->release(pt, commit && pt->p > 0); /* a probe: nothing */
     }
     if (rc) return rc;
     return commit;

@@ -265,7 +265,7 @@ static void test_random_traces_own_permits(void **state)
     sluice_limiter *l = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
     assert_non_null(l);
     sluice_limit_ref r = sluice_ref_limiter(l);
-    sluice_result res, per[1];
+    sluice_result res, per[1], per2[2];
     uint64_t one = 1;
     assert_false(sluice_composite_try_acquire_n_at(&r, NULL, 1, 0, &res, per));
     assert_int_equal(res.error, SLUICE_EINVAL);
@@ -273,6 +273,18 @@ static void test_random_traces_own_permits(void **state)
     assert_false(sluice_composite_try_acquire_n_at(&r, &one, 0, 0, &res, NULL));
     assert_int_equal(res.error, SLUICE_EINVAL);
     assert_true(sluice_composite_try_acquire_n_at(&r, &one, 1, 0, &res, NULL));
+    /* A limit probed (0) inside an admission makes no key: a new key of a
+     * full table does not refuse the request, and stays unmade. */
+    sluice_table *t = sluice_table_new("fixed-window 5/s", 1, err, sizeof err);
+    assert_non_null(t);
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, SEC, NULL)); /* the one key, busy */
+    sluice_limit_ref rr[2] = {sluice_ref_limiter(l), sluice_ref_key(t, "b", 1)};
+    uint64_t pv[2] = {1, 0};
+    assert_true(sluice_composite_try_acquire_n_at(rr, pv, 2, SEC, &res, per2));
+    assert_int_equal(per2[1].remaining, 5);
+    assert_false(sluice_table_try_acquire_at(t, "c", 1, 1, SEC, &res)); /* still full: b was not made */
+    assert_int_equal(res.error, SLUICE_EFULL);
+    sluice_table_free(t);
     sluice_limiter_free(l);
     random_traces(true);
 }
