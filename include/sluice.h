@@ -1151,6 +1151,22 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n,
                                      uint64_t permits, uint64_t now_ns,
                                      sluice_result *res, sluice_result *per_limit);
 
+/* As sluice_composite_try_acquire_at, but limit refs[i] is asked for its
+ * own permits[i] (n entries; a 0 is a probe of that limit): one request
+ * that costs 3 of one limit and 1 of another (Envoy's hits_addend per
+ * descriptor).  All or nothing: allowed iff every limit allows its own
+ * permits, and only then is each charged its own; a limit asked for 0 is
+ * only probed, even in an admission (a new key of its table is not made).  The result combines as
+ * above; when refused, a limit that would have allowed reports its
+ * remaining without its permits.  With every permits[i] equal it is that
+ * call exactly (its lock-free paths); otherwise it takes the general path
+ * (every limit held in the global order).  SLUICE_EINVAL in res and
+ * per_limit, nothing decided: permits NULL, or a bad call as above.
+ * Thread-safe, with the same guarantee as sluice_composite_try_acquire_at. */
+bool sluice_composite_try_acquire_n_at(const sluice_limit_ref *refs, const uint64_t *permits,
+                                       size_t n, uint64_t now_ns, sluice_result *res,
+                                       sluice_result *per_limit);
+
 /* ------------------------------------------------------------------------ */
 /* Changing a limit while it runs                                            */
 

@@ -29,10 +29,17 @@
  * X-RateLimit-*; both; off), LIMIT_RESPONSE_HEADERS_ENABLED (true adds
  * legacy, as envoyproxy/ratelimit names it).
  *
- * Reload.  Every SLUICE_RLS_RELOAD_MS the main thread takes a signature of
- * the config directory (its real path, so a swapped RUNTIME_ROOT symlink
- * counts, and each YAML file's name, inode, size and mtime); when it
- * changes, the directory is loaded anew.  A good config takes over the
+ * Reload.  The main thread takes a signature of the config directory (its
+ * real path, so a swapped RUNTIME_ROOT symlink counts, and each YAML file's
+ * name, inode, size and mtime) when inotify reports a change and, as the
+ * fallback, every SLUICE_RLS_RELOAD_MS; when it changes, the directory is
+ * loaded anew.  inotify watches the config directory's real path (a file
+ * written and closed, renamed in or out, created, deleted: `mv` into place,
+ * a ConfigMap's `..data` symlink swap) and the directory that holds
+ * RUNTIME_ROOT (a swap of that symlink); the watch follows the real path
+ * after each check.  Without inotify (no instance left, a file system that
+ * has none) the period alone serves, as before.  Signals come through a
+ * signalfd polled with the inotify descriptor.  A good config takes over the
  * counters of the old one (rls_config_adopt) and is swapped in for the
  * next call; a bad one is reported (FILE:LINE: reason, on stderr) and the
  * old config stays.
@@ -50,8 +57,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "redis_backend.h"
@@ -63,10 +74,8 @@ static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out)
     const char *v = getenv(name);
     if (!v || !*v)
         return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || *end || v[0] == '-' || x < lo || x > hi) {
+    uint64_t x = 0;
+    if (sluice_parse_u64(v, strlen(v), hi, &x) != 0 || x < lo) { /* digits only: no sign, no space */
         fprintf(stderr, "sluice-rls: %s='%s' is not an integer from %llu to %llu\n", name, v,
                 (unsigned long long)lo, (unsigned long long)hi);
         return -1;
@@ -131,6 +140,72 @@ static uint64_t dir_signature(const char *dir)
     }
     closedir(d);
     return fnv(h, &sum, sizeof sum);
+}
+
+/* The inotify watches of the config: fd < 0 when inotify is not in use. */
+typedef struct cfg_watch {
+    int fd;
+    int wd_dir, wd_parent;
+    char real[PATH_MAX]; /* the config directory's real path being watched */
+} cfg_watch;
+
+#define WATCH_MASK                                                                                             \
+    (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB | IN_DELETE_SELF |       \
+     IN_MOVE_SELF | IN_ONLYDIR)
+
+/* Watch the config directory's real path (again, when it changed). */
+static void watch_follow(cfg_watch *w, const char *dir)
+{
+    char real[PATH_MAX];
+    if (w->fd < 0 || !realpath(dir, real) || (w->wd_dir >= 0 && !strcmp(real, w->real)))
+        return;
+    if (w->wd_dir >= 0)
+        inotify_rm_watch(w->fd, w->wd_dir); /* may be gone already: no matter */
+    w->wd_dir = inotify_add_watch(w->fd, real, WATCH_MASK);
+    snprintf(w->real, sizeof w->real, "%s", real);
+}
+
+/* Start watching: the config directory, and the directory that holds
+ * RUNTIME_ROOT (where a deployment swaps that symlink).  On failure the
+ * period alone serves, and stderr says why. */
+static void watch_start(cfg_watch *w, const char *dir, const char *root, uint64_t reload_ms)
+{
+    w->wd_dir = w->wd_parent = -1;
+    w->real[0] = 0;
+    w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (w->fd < 0) {
+        fprintf(stderr, "sluice-rls: inotify unavailable (%s): the config directory is checked every %llu ms\n",
+                strerror(errno), (unsigned long long)reload_ms);
+        return;
+    }
+    watch_follow(w, dir);
+    if (w->wd_dir < 0)
+        fprintf(stderr, "sluice-rls: cannot watch %s (%s): it is checked every %llu ms\n", dir, strerror(errno),
+                (unsigned long long)reload_ms);
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", root);
+    size_t l = strlen(parent);
+    while (l > 1 && parent[l - 1] == '/')
+        parent[--l] = 0;
+    char *slash = strrchr(parent, '/');
+    if (slash) {
+        slash[slash == parent ? 1 : 0] = 0;
+        w->wd_parent = inotify_add_watch(w->fd, parent, WATCH_MASK & ~(unsigned)IN_ONLYDIR);
+    }
+}
+
+/* Read (and drop) the queued events; true if there were any. */
+static bool watch_drain(cfg_watch *w)
+{
+    bool any = false;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (int i = 0; w->fd >= 0 && i < 64; i++) { /* bounded: the rest wakes the next poll */
+        ssize_t n = read(w->fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        any = true;
+    }
+    return any;
 }
 
 static uint64_t realtime_ns(void)
@@ -292,16 +367,39 @@ int main(int argc, char **argv)
         return 1;
     }
     int signo = -1;
+    cfg_watch watch = {.fd = -1, .wd_dir = -1, .wd_parent = -1};
+    if (reload_ms > 0)
+        watch_start(&watch, dir, root && *root ? root : "/srv/runtime_data/current", reload_ms);
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     while (signo < 0) {
-        if (reload_ms == 0) {
-            if (sigwait(&set, &signo) != 0)
-                signo = -1;
-            continue;
+        if (sfd < 0 || reload_ms == 0) { /* no signalfd: the signals alone, or polling alone */
+            if (reload_ms == 0) {
+                if (sigwait(&set, &signo) != 0)
+                    signo = -1;
+                continue;
+            }
+            struct timespec ts = {(time_t)(reload_ms / 1000), (long)(reload_ms % 1000) * 1000000L};
+            signo = sigtimedwait(&set, NULL, &ts);
+            if (signo >= 0)
+                break;
+        } else {
+            struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = watch.fd, .events = POLLIN}};
+            int pr = poll(pf, watch.fd >= 0 ? 2 : 1, (int)reload_ms);
+            if (pr < 0 && errno != EINTR) {
+                fprintf(stderr, "sluice-rls: poll: %s\n", strerror(errno));
+                break;
+            }
+            if (pr > 0 && (pf[0].revents & POLLIN)) {
+                struct signalfd_siginfo si;
+                if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                    signo = (int)si.ssi_signo;
+                    break;
+                }
+            }
+            if (pr > 0 && (pf[1].revents & POLLIN))
+                watch_drain(&watch);
         }
-        struct timespec ts = {(time_t)(reload_ms / 1000), (long)(reload_ms % 1000) * 1000000L};
-        signo = sigtimedwait(&set, NULL, &ts);
-        if (signo >= 0)
-            break;
+        watch_follow(&watch, dir);
         uint64_t now_sig = dir_signature(dir);
         if (now_sig == sig)
             continue;
@@ -316,6 +414,10 @@ int main(int argc, char **argv)
         rls_server_swap_config(s, nw);
         fprintf(stderr, "sluice-rls: reloaded: %zu domains, %zu limits, %zu kept their counters\n", nd, nl, kept);
     }
+    if (sfd >= 0)
+        close(sfd);
+    if (watch.fd >= 0)
+        close(watch.fd);
     fprintf(stderr, "sluice-rls: signal %d: draining\n", signo);
     rls_server_stop(s);
     pthread_join(runner, NULL);

@@ -7,7 +7,7 @@
  * The answer's dynamic_metadata is a tree of malloc'd protobuf-c messages,
  * freed by protobuf_c_message_free_unpacked() with the system allocator, as
  * an unpacked message would be.  A limit's `metadata` is kept packed by the
- * config (config.c); each answer unpacks its own copy and merges the copies
+ * config (config_yaml.c); each answer unpacks its own copy and merges the copies
  * (envoyproxy/ratelimit's mergeMetadata: a key keeps its first value, two
  * structs merge), so nothing in the answer points into the config, which a
  * reload may free.  Out of memory: the answer has no dynamic_metadata.

@@ -9,7 +9,7 @@
  * limit's full key, 16 hex digits) keeps the same values under two rules
  * apart and KEY is the table key rls.c builds.  The tier's scripts are
  * token-bucket and sliding-approx, so a limit without `algorithm` is a
- * sliding-approx one (config.c): its estimate never counts less than the
+ * sliding-approx one (config_yaml.c): its estimate never counts less than the
  * current aligned window, so it never admits more in a window than
  * envoyproxy/ratelimit's fixed window would.  Redis's clock decides
  * (TIME, in the script), never this host's.
@@ -54,10 +54,8 @@ static int env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t *out, ch
     const char *v = getenv(name);
     if (!v || !*v)
         return 0;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || *end || v[0] == '-' || x < lo || x > hi) {
+    uint64_t x = 0;
+    if (sluice_parse_u64(v, strlen(v), hi, &x) != 0 || x < lo) { /* digits only: no sign, no space */
         char why[96];
         snprintf(why, sizeof why, "is not an integer from %lu to %lu", (unsigned long)lo, (unsigned long)hi);
         return bad(err, errlen, name, v, why);

@@ -26,7 +26,8 @@
  * its length (4 bytes), so no two descriptors share a key by accident.  The
  * table is the limit's own: the same values under two rules are two keys.
  * Two descriptors of one request that reach the same key are charged once
- * (the composite takes each limit once) and both get its answer.
+ * (the composite takes each limit once), with the larger of their hits,
+ * and both get its answer.
  *
  * A descriptor's `limit` override (Envoy's RateLimitOverride) replaces the
  * config's limit, in a domain the config has, never in shadow mode (as
@@ -34,11 +35,11 @@
  * (requests_per_unit, unit) and its keys start with the domain.
  *
  * A limit's algorithm is fixed-window unless the config says otherwise
- * (config.c); its duration_until_reset is then the RateLimit field's t.
+ * (config_yaml.c); its duration_until_reset is then the RateLimit field's t.
  *
- * The composite takes one permit count for all its limits: the enforced
- * descriptors of one request must carry the same hits (else
- * INVALID_ARGUMENT; docs/rls.md, "Not yet").
+ * Each limit of the composite is charged its own descriptor's hits
+ * (sluice_composite_try_acquire_n_at): 3 of one limit and 1 of another,
+ * all or nothing.
  *
  * RLS_DYNAMIC_METADATA (RESPONSE_DYNAMIC_METADATA): the answer's
  * dynamic_metadata is built last, as envoyproxy/ratelimit's
@@ -101,7 +102,7 @@ static void add_headers(rls_answer *ans, unsigned flags, size_t n, const rls_lim
         for (size_t i = 0; i < n; i++) {
             if (!dl[i] || !dl[i]->has_policy)
                 continue;
-            /* The policy item never changes: made at load (config.c). */
+            /* The policy item never changes: made at load (config.c, config_yaml.c). */
             size_t il = strlen(dl[i]->policy_item);
             if (il == 0)
                 sluice_http_policy_value(&dl[i]->policy, NULL, 0, pol, RLS_HEADER_BYTES, &pl);
@@ -255,6 +256,92 @@ static bool replaced(const rls_limit *lim, const rls_limit *const *replacers, si
     return false;
 }
 
+/* Protobuf wire walking for rls_request_check_strings: a varint (at most
+ * 10 bytes) at *p below end, or false. */
+static bool wire_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
+        unsigned char b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 63);
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The next field of [*p, end): its number, and for a length-delimited one
+ * its bytes; other wire types are skipped.  False at the end or on a
+ * malformed field (protobuf-c has judged the message already). */
+static bool wire_field(const unsigned char **p, const unsigned char *end, uint64_t *field,
+                       const unsigned char **data, size_t *dlen)
+{
+    uint64_t tag, v;
+    if (*p >= end || !wire_varint(p, end, &tag))
+        return false;
+    *field = tag >> 3;
+    *data = NULL;
+    *dlen = 0;
+    switch (tag & 7) {
+    case 0:
+        return wire_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return false;
+        *p += 8;
+        return true;
+    case 5:
+        if (end - *p < 4)
+            return false;
+        *p += 4;
+        return true;
+    case 2:
+        if (!wire_varint(p, end, &v) || v > (uint64_t)(end - *p))
+            return false;
+        *data = *p;
+        *dlen = (size_t)v;
+        *p += v;
+        return true;
+    default:
+        return false;
+    }
+}
+
+int rls_request_check_strings(const unsigned char *msg, size_t len, char *err, size_t errlen)
+{
+    const unsigned char *p = msg, *end = msg + len, *d;
+    uint64_t f;
+    size_t dl, di = 0;
+    while (wire_field(&p, end, &f, &d, &dl)) {
+        if (d && f == 1 && memchr(d, 0, dl)) {
+            snprintf(err, errlen, "the domain holds a NUL byte");
+            return RLS_GRPC_INVALID_ARGUMENT;
+        }
+        if (!d || f != 2)
+            continue;
+        const unsigned char *q = d, *qend = d + dl, *e;
+        size_t el, ei = 0;
+        while (wire_field(&q, qend, &f, &e, &el)) {
+            if (!e || f != 1)
+                continue;
+            const unsigned char *r = e, *rend = e + el, *s;
+            size_t sl;
+            while (wire_field(&r, rend, &f, &s, &sl)) {
+                if (s && (f == 1 || f == 2) && memchr(s, 0, sl)) {
+                    snprintf(err, errlen, "descriptor %zu entry %zu: the %s holds a NUL byte (at byte %zu)", di, ei,
+                             f == 1 ? "key" : "value", (size_t)((const unsigned char *)memchr(s, 0, sl) - s));
+                    return RLS_GRPC_INVALID_ARGUMENT;
+                }
+            }
+            ei++;
+        }
+        di++;
+    }
+    return RLS_GRPC_OK;
+}
+
 /* Redis could not decide and SLUICE_RLS_REDIS_FAILURE=error: UNAVAILABLE. */
 static int redis_failed(char *msg, size_t msglen, const rls_limit *lim)
 {
@@ -294,7 +381,7 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     size_t ne = 0, ns = 0, np = 0, nr = 0, nq = 0;
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     size_t nrefs = 0;
-    uint64_t hits_all = 0;
+    uint64_t hits_of[SLUICE_COMPOSITE_MAX]; /* each composite limit's hits */
     bool refuse_all = false; /* a requests_per_unit 0 limit, enforced */
     size_t used = 0;
 
@@ -463,15 +550,11 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                              SLUICE_COMPOSITE_MAX);
                     return RLS_GRPC_INVALID_ARGUMENT;
                 }
+                hits_of[nrefs] = 0;
                 refs[nrefs++] = sluice_ref_key(lim->table, key, off);
             }
-            if (hits_all != 0 && hits != hits_all) {
-                snprintf(msg, msglen, "descriptor %zu asks for %llu hits and another for %llu: one request's "
-                         "enforced descriptors must carry the same hits_addend",
-                         i, (unsigned long long)hits, (unsigned long long)hits_all);
-                return RLS_GRPC_INVALID_ARGUMENT;
-            }
-            hits_all = hits;
+            if (hits > hits_of[r]) /* one key twice: charged once, the larger hits */
+                hits_of[r] = hits;
             p.ref = r;
             enforced[ne++] = p;
         }
@@ -507,7 +590,9 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
     bool allowed = !refuse_all;
     if (nrefs > 0) {
         sluice_result res, per[SLUICE_COMPOSITE_MAX];
-        bool ok = sluice_composite_try_acquire_at(refs, nrefs, refuse_all ? 0 : hits_all, now_ns, &res, per);
+        if (refuse_all) /* a probe of every limit */
+            memset(hits_of, 0, sizeof hits_of);
+        bool ok = sluice_composite_try_acquire_n_at(refs, hits_of, nrefs, now_ns, &res, per);
         if (res.error == SLUICE_EINVAL) {
             snprintf(msg, msglen, "internal error: a composite of %zu limits was refused as a bad call", nrefs);
             return RLS_GRPC_INTERNAL;

@@ -76,6 +76,16 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                           uint64_t now_ns, unsigned flags, unsigned char *scratch, rls_answer *ans,
                           rls_counts *counts, char *msg, size_t msglen);
 
+/* Check the strings of a RateLimitRequest on the wire (`len` bytes at
+ * `msg`, the message that protobuf-c decoded): the domain and every entry's
+ * key and value must hold no NUL byte.  protobuf-c hands strings over as C
+ * strings, cut at the first NUL, so "a\0b" would be decided as "a" -- two
+ * values on one counter; such a request is refused instead.  Returns 0, or
+ * RLS_GRPC_INVALID_ARGUMENT with a one-line reason naming the descriptor
+ * and entry in err.  Bounded: one pass over the bytes, no recursion; a
+ * malformed part is left to the decoder's verdict.  Thread-safe. */
+int rls_request_check_strings(const unsigned char *msg, size_t len, char *err, size_t errlen);
+
 /* Free what an answer allocated (its dynamic_metadata), once it has been
  * packed or written.  Safe on any answer rls_should_rate_limit() filled. */
 void rls_answer_release(rls_answer *ans);

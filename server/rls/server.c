@@ -321,11 +321,8 @@ static int parse_grpc_timeout(const uint8_t *v, size_t n, uint64_t *ns)
     if (n < 2 || n > 9)
         return -1;
     uint64_t x = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (uint64_t)(v[i] - '0'); /* at most 99999999 */
-    }
+    if (sluice_parse_u64((const char *)v, n - 1, 99999999u, &x) != 0)
+        return -1;
     uint64_t unit;
     switch (v[n - 1]) {
     case 'H': unit = 3600000000000ull; break;
@@ -414,6 +411,10 @@ static int do_call(conn *c, stream *st)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, st->in + 5);
     if (!rq)
         return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, "malformed RateLimitRequest protobuf");
+    if (rls_request_check_strings(st->in + 5, len, msg, sizeof msg) != RLS_GRPC_OK) {
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+        return answer_error(h2, st, 200, RLS_GRPC_INVALID_ARGUMENT, msg);
+    }
     /* The caller's deadline passed while the message came: it has given up
      * on the answer (Envoy then applies failure_mode_deny), so the request
      * must not spend the limits. */
@@ -426,6 +427,7 @@ static int do_call(conn *c, stream *st)
     rls_answer ans;
     int code = decide(w, rq, &ans, msg, sizeof msg);
     int rc = code == RLS_GRPC_OK ? answer_message(h2, st, &ans.resp.base) : answer_error(h2, st, 200, code, msg);
+    config_leave(w); /* only now: the answer named the config's strings until it was packed */
     if (code == RLS_GRPC_OK)
         rls_answer_release(&ans); /* packed: its dynamic_metadata goes */
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
@@ -433,7 +435,11 @@ static int do_call(conn *c, stream *st)
 }
 
 /* Decide one request on the current config (gRPC and POST /json), and
- * count it: totals, the latency histogram.  Returns the gRPC status. */
+ * count it: totals, the latency histogram.  Returns the gRPC status, with
+ * the config still entered: the answer points into it (a limit's name), so
+ * the caller calls config_leave() once the answer is packed or written --
+ * before, a reload could free those strings under it (found by
+ * test_reload_under_load_redis: a name of freed bytes in an answer). */
 static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitRequest *rq, rls_answer *ans, char *msg,
                   size_t msglen)
 {
@@ -444,7 +450,6 @@ static int decide(worker *w, const Envoy__Service__Ratelimit__V3__RateLimitReque
     uint64_t t0 = mono_ns();
     int code = rls_should_rate_limit(cfg, rq, real_ns(), flags, w->scratch, ans, &counts, msg, msglen);
     uint64_t took = mono_ns() - t0;
-    config_leave(w);
     rls_server *sv = w->s;
     size_t b = 0;
     while (b < LAT_BUCKETS && took > LAT_LE_NS[b])
@@ -880,6 +885,7 @@ static int http1_json(conn *c)
     } else {
         int code = decide(c->w, &jr->req, ans, msg, sizeof msg);
         size_t n = code == RLS_GRPC_OK ? rls_json_response(&ans->resp, buf, cap) : 0;
+        config_leave(c->w); /* only now: the answer named the config's strings until it was written */
         if (code == RLS_GRPC_OK)
             rls_answer_release(ans);
         if (code == RLS_GRPC_INVALID_ARGUMENT)
@@ -928,24 +934,21 @@ static int http1_json_start(conn *c, size_t headlen)
             const char *p = line + 15;
             while (p < eol && (*p == ' ' || *p == '\t'))
                 p++;
-            size_t v = 0;
-            bool digits = p < eol;
-            for (; p < eol && digits; p++) {
-                if (*p == ' ' || *p == '\t')
-                    break;
-                if (*p < '0' || *p > '9')
-                    digits = false;
-                else /* saturates at max + 1: too large */
-                    v = v > max / 10 ? max + 1 : v * 10 + (size_t)(*p - '0');
-            }
+            const char *digits = p;
+            while (p < eol && *p >= '0' && *p <= '9')
+                p++;
+            uint64_t v = 0;
+            int pe = sluice_parse_u64(digits, (size_t)(p - digits), UINT64_MAX, &v);
+            if (pe == SLUICE_ERANGE) /* past 2^64 - 1: too large, as any past max */
+                v = UINT64_MAX;
             while (p < eol && (*p == ' ' || *p == '\t'))
                 p++;
-            if (!digits || p != eol || have_len) {
+            if ((pe != 0 && pe != SLUICE_ERANGE) || p != eol || have_len) {
                 static const char b[] = "bad or repeated Content-Length\n";
                 return http1_respond(c, 400, "Bad Request", "text/plain", b, sizeof b - 1);
             }
             have_len = true;
-            len = v;
+            len = (uint64_t)(size_t)v == v ? (size_t)v : SIZE_MAX; /* too large: said below */
         }
         line = eol;
     }

@@ -103,6 +103,7 @@ typedef struct part {
     int cls;               /* lock order: 0 region keys, then 1 local limits */
     uint64_t o[3];         /* then these: (region identity, shard) or address */
     bool first_of_lock;    /* the first part of its lock (shards are shared) */
+    uint64_t p;            /* the permits this limit is asked for */
     union {
         sluice__lim_hold l;
         sluice__key_hold k;
@@ -231,10 +232,11 @@ static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
     return false;
 }
 
-/* One attempt: hold, judge, prepare, commit, release.  Returns whether the
- * permits were taken; *efull when a new key found its table full (keys at
- * rest in other shards may make room); -1 on a duplicate key (nothing
- * decided). */
+/* One attempt: hold, judge, prepare, commit, release; each part asks for
+ * its own permits (pt->p; `permits` is the largest of them: 0 makes the
+ * call a probe).  Returns whether the permits were taken; *efull when a
+ * new key found its table full (keys at rest in other shards may make
+ * room); -1 on a duplicate key (nothing decided). */
 static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, uint64_t now,
                    bool details, bool last, bool *efull, bool *any_ok)
 {
@@ -253,7 +255,7 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
     bool all = rc == 0;
     for (size_t i = 0; i < n && rc == 0; i++) { /* judge: nothing written */
         sluice__held *h = parts[i].h;
-        h->ok = sluice__judge(h->pf, h->st, &h->tmp, now, permits, details ? &h->r : NULL);
+        h->ok = sluice__judge(h->pf, h->st, &h->tmp, now, parts[i].p, details ? &h->r : NULL);
         all &= h->ok;
     }
     bool commit = all && permits > 0;
@@ -263,6 +265,7 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
         for (size_t i = 0; i < n && commit; i++) {
             part *pt = &parts[i];
             sluice__held *h = pt->h;
+            if (pt->p == 0) continue; /* a probe (permits per limit): no key made */
             if (pt->kind->refind) pt->kind->refind(pt); /* an earlier make moved it? */
             if (pt->kind->make && pt->u.k.entry == UINT32_MAX) {
                 bool alone = true;
@@ -295,9 +298,10 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
         for (size_t i = 0; i < n; i++) {
             part *pt = &parts[i];
             sluice__held *h = pt->h;
+            if (pt->p == 0) continue; /* a probe changes nothing */
             if (pt->kind->refind) pt->kind->refind(pt); /* a later make moved it? */
             if (h->pf->ops->judge) /* judged in place: now take the permits */
-                sluice__decide(h->pf, h->st, now, permits, UINT64_MAX, details ? &h->r : NULL);
+                sluice__decide(h->pf, h->st, now, pt->p, UINT64_MAX, details ? &h->r : NULL);
             if (pt->kind->store) pt->kind->store(pt);
         }
     }
@@ -306,11 +310,11 @@ static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, u
                                                   * that do */
         const bool ok = commit || (all && permits == 0);
         for (size_t i = 0; i < n; i++)
-            if (parts[i].kind->count_held) parts[i].kind->count_held(&parts[i], permits, ok);
+            if (parts[i].kind->count_held) parts[i].kind->count_held(&parts[i], parts[i].p, ok);
     }
     for (size_t k = n; k-- > 0;) { /* release, in reverse order */
         part *pt = &parts[ord[k]];
-        if (pt->first_of_lock) pt->kind->release(pt, commit);
+        if (pt->first_of_lock) pt->kind->release(pt, commit && pt->p > 0); /* a probe: nothing */
     }
     if (rc) return rc;
     return commit;
@@ -379,11 +383,13 @@ static bool setup(part *pt, const sluice_limit_ref *r, bool details)
 }
 
 /* The general path: set the parts up, hold them in the global lock order,
- * decide, commit or not, release, count.  Returns whether the request was
- * allowed (a probe: whether every limit allows it), or -1: a bad call,
- * nothing decided.  Each limit's answer into ans, unless NULL. */
-static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
-                      sluice__answer *ans)
+ * decide, commit or not, release, count.  Every limit asks for `permits`,
+ * or with pv not NULL limit i for pv[i] (then `permits` is their largest).
+ * Returns whether the request was allowed (a probe: whether every limit
+ * allows it), or -1: a bad call, nothing decided.  Each limit's answer into
+ * ans, unless NULL. */
+static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, const uint64_t *pv,
+                      uint64_t now_ns, sluice__answer *ans)
 {
     if (!refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
@@ -393,6 +399,7 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
     for (size_t i = 0; i < n; i++) {
         part *pt = &parts[i];
         if (!setup(pt, &refs[i], details)) return -1;
+        pt->p = pv ? pv[i] : permits;
         /* insertion sort in the global lock order */
         size_t k = i;
         while (k > 0 && lock_cmp(&parts[ord[k - 1]], pt) > 0) {
@@ -420,7 +427,7 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
     const bool ok = got == 1 || (all && permits == 0);
 
     for (size_t i = 0; i < n; i++) /* those counted under the hold were */
-        if (parts[i].kind->count) parts[i].kind->count(&parts[i], permits, ok);
+        if (parts[i].kind->count) parts[i].kind->count(&parts[i], parts[i].p, ok);
     for (size_t i = 0; ans && i < n; i++)
         ans[i] = (sluice__answer){.ok = parts[i].h->ok, .r = parts[i].h->r};
     return ok;
@@ -431,11 +438,11 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
  * part's find may retire it (two keys under configurations CFG_K apart, as a
  * damaged region can show); the section keeps it until the decision ends. */
 static __attribute__((noinline)) int general(const sluice_limit_ref *refs, size_t n,
-                                             uint64_t permits, uint64_t now_ns,
-                                             sluice__answer *ans)
+                                             uint64_t permits, const uint64_t *pv,
+                                             uint64_t now_ns, sluice__answer *ans)
 {
     void *rd = sluice__rd_enter();
-    const int rc = general_in(refs, n, permits, now_ns, ans);
+    const int rc = general_in(refs, n, permits, pv, now_ns, ans);
     sluice__rd_exit(rd);
     return rc;
 }
@@ -452,14 +459,14 @@ static __attribute__((noinline)) bool rest(const sluice_limit_ref *refs, size_t 
     const bool tables = n && refs && refs[0].table; /* a guess at the kind; each checks */
     if (!res && !per_limit) { /* the overload's call: no details */
         int got = tables ? sluice__tables_decide(refs, n, permits, now_ns, NULL) : -1;
-        if (got < 0) got = general(refs, n, permits, now_ns, NULL);
+        if (got < 0) got = general(refs, n, permits, NULL, now_ns, NULL);
         return got > 0;
     }
     sluice__answer a[SLUICE_COMPOSITE_MAX];
     int got = tables      ? sluice__tables_decide(refs, n, permits, now_ns, a)
               : per_limit ? sluice__limiters_each(refs, n, permits, now_ns, a)
                           : -1;
-    if (got < 0 && (got = general(refs, n, permits, now_ns, a)) < 0)
+    if (got < 0 && (got = general(refs, n, permits, NULL, now_ns, a)) < 0)
         return bad_call(n, res, per_limit);
     return sluice__combine(a, n, got == 1, permits, res, per_limit);
 }
@@ -475,4 +482,31 @@ bool sluice_composite_try_acquire_at(const sluice_limit_ref *refs, size_t n, uin
     if (per_limit || (n && refs && refs[0].table))
         return rest(refs, n, permits, now_ns, res, per_limit);
     return sluice__limiters_try(refs, n, permits, now_ns, res, rest);
+}
+
+/* Each limit its own permits: all equal is the call above (its fast
+ * paths); otherwise the general path, then the combination with each
+ * limit's remaining made whole by its own permits when the request was
+ * refused (sluice__combine adds one count for all). */
+bool sluice_composite_try_acquire_n_at(const sluice_limit_ref *refs, const uint64_t *permits, size_t n,
+                                       uint64_t now_ns, sluice_result *res, sluice_result *per_limit)
+{
+    if (!permits || !refs || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(n, res, per_limit);
+    uint64_t most = 0;
+    bool same = true;
+    for (size_t i = 0; i < n; i++) {
+        if (permits[i] > most) most = permits[i];
+        same &= permits[i] == permits[0];
+    }
+    if (same) return sluice_composite_try_acquire_at(refs, n, permits[0], now_ns, res, per_limit);
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    int got = general(refs, n, most, permits, now_ns, (res || per_limit) ? a : NULL);
+    if (got < 0) return bad_call(n, res, per_limit);
+    if (!res && !per_limit) return got > 0;
+    for (size_t i = 0; i < n; i++)
+        if (got != 1 && a[i].ok) { /* would have allowed: nothing was taken */
+            a[i].r.remaining += permits[i];
+            a[i].r.wait_ns = 0;
+        }
+    return sluice__combine(a, n, got == 1, 0, res, per_limit);
 }

@@ -15,6 +15,9 @@
  *                        field of the combined result and of each limit's
  *                        result, exactly (half the calls ask the combined
  *                        result alone).
+ *   test_random_traces_own_permits  the same, each limit asked for its own
+ *                        random permits (sluice_composite_try_acquire_n_at),
+ *                        0 among them.
  *   test_all_or_nothing  a refusal by one limit takes nothing from another;
  *                        a new table key is made only by an admission.
  *   test_bad_calls       n of 0 and 17, refs naming neither or both, the
@@ -125,15 +128,16 @@ static sluice_limit_ref limit_ref(const limit *l)
     return l->lim ? sluice_ref_limiter(l->lim) : sluice_ref_key(l->tab, l->key, strlen(l->key));
 }
 
-/* The composite rule on the models: fills want (combined) and per[]. */
-static bool model_composite(limit *ls, size_t n, uint64_t p, uint64_t t, ref_result *want,
-                            ref_result *per)
+/* The composite rule on the models, limit i asked for pv[i]: fills want
+ * (combined) and per[]. */
+static bool model_composite_n(limit *ls, size_t n, const uint64_t *pv, uint64_t t, ref_result *want,
+                              ref_result *per)
 {
     bool all = true;
-    for (size_t i = 0; i < n; i++) all &= ref_model_would_allow(ls[i].m, p, t);
+    for (size_t i = 0; i < n; i++) all &= ref_model_would_allow(ls[i].m, pv[i], t);
     for (size_t i = 0; i < n; i++) {
-        if (all || !ref_model_would_allow(ls[i].m, p, t)) {
-            bool ok = ref_model_decide(ls[i].m, p, t, &per[i]);
+        if (all || !ref_model_would_allow(ls[i].m, pv[i], t)) {
+            bool ok = ref_model_decide(ls[i].m, pv[i], t, &per[i]);
             assert_true(ok == all);
         } else { /* would allow: nothing is taken; its remaining as a probe */
             ref_model_decide(ls[i].m, 0, t, &per[i]);
@@ -173,10 +177,11 @@ static void expect_same(const char *what, const ref_result *w, const sluice_resu
     fail();
 }
 
-static void test_random_traces(void **state)
+/* Random traces; with own_permits each limit is asked for its own random
+ * permits (sluice_composite_try_acquire_n_at; now and then all equal). */
+static void random_traces(bool own_permits)
 {
-    (void)state;
-    uint64_t rs = g_seed ^ 0xc0;
+    uint64_t rs = g_seed ^ (own_permits ? 0xc1 : 0xc0);
     const size_t trials = tu_scaled(400, g_scale);
     char err[256];
     for (size_t trial = 0; trial < trials; trial++) {
@@ -218,11 +223,18 @@ static void test_random_traces(void **state)
             if (!tables && tu_splitmix64_below(&rs, 5) == 0) at = t > W ? t - tu_splitmix64_below(&rs, W) : 0;
             uint64_t p = tu_splitmix64_below(&rs, 10) == 0 ? 0 : 1 + tu_splitmix64_below(&rs, 4);
             if (tu_splitmix64_below(&rs, 30) == 0) p = 9; /* beyond every limit: -1 */
+            uint64_t pv[4];
+            for (size_t i = 0; i < n; i++) {
+                pv[i] = p;
+                if (own_permits && tu_splitmix64_below(&rs, 8) != 0)
+                    pv[i] = tu_splitmix64_below(&rs, 6) == 0 ? 0 : 1 + tu_splitmix64_below(&rs, 5);
+            }
             ref_result want, per[4];
-            model_composite(ls, n, p, at, &want, per);
+            model_composite_n(ls, n, pv, at, &want, per);
             sluice_result got, gper[4];
             const bool each = tu_splitmix64_below(&rs, 2); /* or the combination alone */
-            bool ok = sluice_composite_try_acquire_at(refs, n, p, at, &got, each ? gper : NULL);
+            bool ok = own_permits ? sluice_composite_try_acquire_n_at(refs, pv, n, at, &got, each ? gper : NULL)
+                                  : sluice_composite_try_acquire_at(refs, n, p, at, &got, each ? gper : NULL);
             assert_true(ok == got.allowed);
             expect_same("the composite", &want, &got, ls, n, p, at, step);
             for (size_t i = 0; i < n && each; i++) {
@@ -237,6 +249,44 @@ static void test_random_traces(void **state)
             if (ls[i].tab && !(i + 1 < n && ls[i + 1].tab == ls[i].tab)) sluice_table_free(ls[i].tab);
         }
     }
+}
+
+static void test_random_traces(void **state)
+{
+    (void)state;
+    random_traces(false);
+}
+
+static void test_random_traces_own_permits(void **state)
+{
+    (void)state;
+    /* permits NULL, n 0: a bad call, nothing decided */
+    char err[128];
+    sluice_limiter *l = sluice_limiter_new("fixed-window 1/s", err, sizeof err);
+    assert_non_null(l);
+    sluice_limit_ref r = sluice_ref_limiter(l);
+    sluice_result res, per[1], per2[2];
+    uint64_t one = 1;
+    assert_false(sluice_composite_try_acquire_n_at(&r, NULL, 1, 0, &res, per));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(per[0].error, SLUICE_EINVAL);
+    assert_false(sluice_composite_try_acquire_n_at(&r, &one, 0, 0, &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_true(sluice_composite_try_acquire_n_at(&r, &one, 1, 0, &res, NULL));
+    /* A limit probed (0) inside an admission makes no key: a new key of a
+     * full table does not refuse the request, and stays unmade. */
+    sluice_table *t = sluice_table_new("fixed-window 5/s", 1, err, sizeof err);
+    assert_non_null(t);
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, SEC, NULL)); /* the one key, busy */
+    sluice_limit_ref rr[2] = {sluice_ref_limiter(l), sluice_ref_key(t, "b", 1)};
+    uint64_t pv[2] = {1, 0};
+    assert_true(sluice_composite_try_acquire_n_at(rr, pv, 2, SEC, &res, per2));
+    assert_int_equal(per2[1].remaining, 5);
+    assert_false(sluice_table_try_acquire_at(t, "c", 1, 1, SEC, &res)); /* still full: b was not made */
+    assert_int_equal(res.error, SLUICE_EFULL);
+    sluice_table_free(t);
+    sluice_limiter_free(l);
+    random_traces(true);
 }
 
 /* The bare yes/no path (res and per_limit NULL) decides as the detailed one:
@@ -982,6 +1032,7 @@ int main(void)
     printf("SLUICE_TEST_SEED=%llu\n", ULL(g_seed));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_traces),
+        cmocka_unit_test(test_random_traces_own_permits),
         cmocka_unit_test(test_bare_equals_detailed),
         cmocka_unit_test(test_all_or_nothing),
         cmocka_unit_test(test_bad_calls),

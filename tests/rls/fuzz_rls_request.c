@@ -2,7 +2,8 @@
  * the bytes of a gRPC message to the packed answer.
  *
  * The input is a RateLimitRequest as a client could send it.  It is
- * decoded with protobuf-c (as server.c does), decided on a fixed config at
+ * decoded with protobuf-c and its strings checked on the wire (as server.c
+ * does: a refusal must name a descriptor and entry the request has), decided on a fixed config at
  * a time taken from the input's length (so windows vary, and nothing reads
  * the clock), and the answer is packed and decoded again.  Checks: the
  * status is one the server may answer; an OK answer has one status per
@@ -10,6 +11,7 @@
  * is; the packed answer decodes.  The corpus replays as the ctest
  * rls_fuzz_request_corpus.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "config.h"
@@ -42,6 +44,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, size, data);
     if (!rq)
         return 0;
+    /* server.c's check of the strings on the wire: a refusal names a
+     * descriptor and an entry that the decoded request has, or the domain. */
+    char why[300];
+    if (rls_request_check_strings(data, size, why, sizeof why) != RLS_GRPC_OK) {
+        size_t d = 0, e = 0;
+        FUZZ_CHECK(strcmp(why, "the domain holds a NUL byte") == 0 ||
+                       (sscanf(why, "descriptor %zu entry %zu:", &d, &e) == 2 && d < rq->n_descriptors &&
+                        rq->descriptors[d] && e < rq->descriptors[d]->n_entries),
+                   "bad refusal '%s'", why);
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(rq, NULL);
+        return 0;
+    }
     rls_answer ans;
     rls_counts counts = {0};
     char msg[300];
