@@ -39,7 +39,10 @@ static int cmd_spec(int argc, char **argv)
         return argc == 2 ? 0 : 2;
     }
     char canon[128], err[256];
-    if (sluice_spec_check(argv[1], canon, sizeof canon, err, sizeof err) != 0) {
+    int rc = strncmp(argv[1] + strspn(argv[1], " \t"), "concurrency", 11) == 0
+                 ? sluice_concurrency_spec_check(argv[1], canon, sizeof canon, err, sizeof err)
+                 : sluice_spec_check(argv[1], canon, sizeof canon, err, sizeof err);
+    if (rc != 0) {
         fprintf(stderr, "sluice spec: %s\n", err);
         return 2;
     }

@@ -1,0 +1,350 @@
+/* concurrency.c -- the concurrency limit (sluice/concurrency.h): permits
+ * held, given back by their handle.
+ *
+ * Without a lease the state is one atomic word, the count of permits held.
+ * An admission is a compare-and-swap from c to c + p when c + p <= N; a
+ * release one from c to c - p when p <= c (so no release can ever give back
+ * more than was admitted).  Both are lock-free; a failed compare-and-swap
+ * means another call made progress.
+ *
+ * With a lease the state is the lease book (alg/concurrency.c), under the
+ * limit's mutex: every call gives back the leases ended by its time, then
+ * decides.
+ *
+ * Waiters (sluice_acquire_permit) queue in arrival order under the mutex,
+ * each with its own condition variable.  Whoever frees permits -- a
+ * release, a waiter whose time ran out, a lease that ended -- runs grant():
+ * it serves the queue from the head, taking each waiter's permits for it
+ * and signalling that waiter alone, and stops at the first that does not
+ * fit.  So a release wakes exactly the waiters it lets through, in order.
+ * A lock-free release must not miss a waiter that queued after its failed
+ * try: the waiter raises `nwait` before it tries, the releaser lowers the
+ * count before it reads `nwait` (both sequentially consistent: of the two,
+ * at least one sees the other), and a releaser that sees a waiter takes the
+ * mutex, which the waiter holds from its try until it sleeps.  While
+ * anybody waits, non-blocking admissions are refused, so newcomers cannot
+ * overtake the queue.
+ *
+ * With a lease, only the head waiter sleeps with a timeout at the next
+ * lease's end (and every waiter at its own deadline); when the head
+ * changes, grant() signals the new head so that it sets its own timer.
+ *
+ * Entry points: sluice_concurrency_new, _free; sluice_acquire_permit_at,
+ * sluice_acquire_permit, sluice_permit_release_at (and live forms);
+ * sluice_concurrency_held_at, _limit, _spec_check, _spec_format.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "base/internal.h"
+#include "base/clock.h"
+#include "alg/concurrency.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct waiter {
+    struct waiter *next;
+    uint64_t permits;
+    sluice_permit *pm; /* filled by grant() */
+    bool granted;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+} waiter;
+
+struct sluice_concurrency {
+    _Alignas(64) _Atomic uint64_t count; /* no lease: permits held */
+    _Atomic uint32_t nwait;              /* waiters queued, or about to */
+    sluice__conc_profile cp;
+    pthread_mutex_t mu;   /* the book, the queue */
+    sluice__leases book;  /* with a lease */
+    waiter *qhead, *qtail;
+};
+
+static bool leased(const sluice_concurrency *c) { return c->cp.lease_ns != 0; }
+
+sluice_concurrency *sluice_concurrency_new(const char *spec, char *err, size_t errlen)
+{
+    sluice__conc_profile cp;
+    if (sluice__conc_parse(spec, &cp, err, errlen) != 0) return NULL;
+    sluice_concurrency *c = sluice__calloc64(sizeof *c);
+    if (!c) {
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->cp = cp;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        sluice__free64(c);
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (cp.lease_ns && sluice__leases_init(&c->book, (uint32_t)cp.limit) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        sluice__free64(c);
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    return c;
+}
+
+void sluice_concurrency_free(sluice_concurrency *c)
+{
+    if (!c) return;
+    if (leased(c)) sluice__leases_fini(&c->book);
+    pthread_mutex_destroy(&c->mu);
+    sluice__free64(c);
+}
+
+/* The lock-free count: add p if it fits (the count before in *was). */
+static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was)
+{
+    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    do {
+        if (p > c->cp.limit - n) {
+            *was = n;
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&c->count, &n, n + p, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    *was = n;
+    return true;
+}
+
+static void fill(sluice_permit *pm, sluice_concurrency *c, uint64_t p, uint32_t slot, uint32_t gen)
+{
+    *pm = (sluice_permit){.permits = p, .owner = c, .slot = slot, .gen = gen};
+}
+
+/* Try the queue's head waiter, and the next, ... at t (the book's clock,
+ * after _expire).  Under mu. */
+static void grant(sluice_concurrency *c, uint64_t t)
+{
+    waiter *w;
+    bool served = false;
+    while ((w = c->qhead) != NULL) {
+        if (leased(c)) {
+            if (w->permits > c->cp.limit - c->book.held) break;
+            uint32_t gen, slot = sluice__leases_take(&c->book, t, w->permits, c->cp.lease_ns, &gen);
+            fill(w->pm, c, w->permits, slot, gen);
+        } else {
+            uint64_t was;
+            if (!count_take(c, w->permits, &was)) break;
+            fill(w->pm, c, w->permits, UINT32_MAX, 1);
+        }
+        w->granted = true;
+        c->qhead = w->next;
+        if (!c->qhead) c->qtail = NULL;
+        atomic_fetch_sub(&c->nwait, 1);
+        pthread_cond_signal(&w->cv);
+        served = true;
+    }
+    /* a new head sets its timer at the next lease's end */
+    if (served && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+}
+
+bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
+                              sluice_permit *pm, sluice_result *res)
+{
+    sluice_result tmp;
+    if (!res) res = &tmp;
+    if (pm) *pm = (sluice_permit){0};
+    if (!c || !pm) return sluice__fail(res, SLUICE_EINVAL);
+    const uint64_t N = c->cp.limit;
+    if (!leased(c)) {
+        uint64_t was;
+        if (permits == 0) return sluice__allow(res, N - atomic_load(&c->count), 0);
+        if (atomic_load_explicit(&c->nwait, memory_order_acquire) == 0 &&
+            count_take(c, permits, &was)) {
+            fill(pm, c, permits, UINT32_MAX, 1);
+            return sluice__allow(res, N - was - permits, 0);
+        }
+        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+        return sluice__deny(res, N - (n < N ? n : N), permits > N ? -1 : INT64_MAX);
+    }
+    pthread_mutex_lock(&c->mu);
+    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    bool ok = permits == 0 ||
+              (c->qhead == NULL && permits <= N - c->book.held);
+    if (ok && permits) {
+        uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
+        fill(pm, c, permits, slot, gen);
+    }
+    if (ok) sluice__allow(res, N - c->book.held, 0);
+    else
+        sluice__deny(res, N - c->book.held,
+                     c->qhead && permits <= N - c->book.held
+                         ? INT64_MAX /* room, but waiters first */
+                         : sluice__leases_retry_after(&c->book, t, N, permits));
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+bool sluice_try_acquire_permit(sluice_concurrency *c, uint64_t permits, sluice_permit *pm)
+{
+    return sluice_acquire_permit_at(c, permits, sluice__clock_read(CLOCK_MONOTONIC), pm, NULL);
+}
+
+int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
+{
+    if (!pm) return SLUICE_EINVAL;
+    sluice_concurrency *c = pm->owner;
+    uint64_t p = pm->permits;
+    if (!c || p == 0) return SLUICE_ENOENT;
+    int rc = 0;
+    if (!leased(c)) {
+        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+        do {
+            if (n < p) {
+                pm->permits = 0;
+                return SLUICE_ENOENT;
+            }
+        } while (!atomic_compare_exchange_weak_explicit(&c->count, &n, n - p, memory_order_seq_cst,
+                                                        memory_order_relaxed));
+        pm->permits = 0;
+        if (atomic_load_explicit(&c->nwait, memory_order_seq_cst) != 0) {
+            pthread_mutex_lock(&c->mu);
+            grant(c, 0);
+            pthread_mutex_unlock(&c->mu);
+        }
+        return 0;
+    }
+    pthread_mutex_lock(&c->mu);
+    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    if (!sluice__leases_give(&c->book, pm->slot, pm->gen, p)) rc = SLUICE_ENOENT;
+    pm->permits = 0;
+    grant(c, t);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int sluice_permit_release(sluice_permit *pm)
+{
+    return sluice_permit_release_at(pm, sluice__clock_read(CLOCK_MONOTONIC));
+}
+
+static struct timespec ts_of(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+}
+
+int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t timeout_ns,
+                          sluice_permit *pm)
+{
+    if (pm) *pm = (sluice_permit){0};
+    if (!c || !pm || permits == 0 || permits > c->cp.limit) return SLUICE_EINVAL;
+    uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
+    uint64_t deadline = now + timeout_ns < now || now + timeout_ns > (uint64_t)INT64_MAX
+                            ? (uint64_t)INT64_MAX
+                            : now + timeout_ns;
+    waiter w = {.permits = permits, .pm = pm};
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->nwait, 1); /* before the try: see the head comment */
+    if (c->qhead == NULL) {
+        if (leased(c)) {
+            uint64_t t = sluice__leases_expire(&c->book, now);
+            if (permits <= c->cp.limit - c->book.held) {
+                uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
+                fill(pm, c, permits, slot, gen);
+                w.granted = true;
+            }
+        } else {
+            uint64_t was;
+            if (count_take(c, permits, &was)) {
+                fill(pm, c, permits, UINT32_MAX, 1);
+                w.granted = true;
+            }
+        }
+        if (w.granted) {
+            atomic_fetch_sub(&c->nwait, 1);
+            pthread_mutex_unlock(&c->mu);
+            return 0;
+        }
+    }
+    pthread_condattr_t ca;
+    int ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        ok = pthread_cond_init(&w.cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok) {
+        atomic_fetch_sub(&c->nwait, 1);
+        grant(c, leased(c) ? c->book.t_last : 0);
+        pthread_mutex_unlock(&c->mu);
+        return SLUICE_ENOMEM;
+    }
+    if (c->qtail) c->qtail->next = &w;
+    else c->qhead = &w;
+    c->qtail = &w;
+    int rc = 0;
+    for (;;) {
+        if (w.granted) break;
+        uint64_t wake = deadline;
+        if (leased(c) && c->qhead == &w && c->book.head != SLUICE__LEASE_NIL) {
+            uint64_t e = c->book.e[c->book.head].expiry_ns;
+            if (e < wake) wake = e;
+        }
+        struct timespec ts = ts_of(wake);
+        pthread_cond_timedwait(&w.cv, &c->mu, &ts);
+        if (w.granted) break;
+        now = sluice__clock_read(CLOCK_MONOTONIC);
+        if (leased(c)) grant(c, sluice__leases_expire(&c->book, now));
+        if (w.granted) break;
+        if (now >= deadline) {
+            /* leave the queue; those behind may fit now */
+            waiter **pp = &c->qhead, *prev = NULL;
+            while (*pp != &w) {
+                prev = *pp;
+                pp = &(*pp)->next;
+            }
+            *pp = w.next;
+            if (c->qtail == &w) c->qtail = prev;
+            atomic_fetch_sub(&c->nwait, 1);
+            grant(c, leased(c) ? c->book.t_last : 0);
+            if (leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+            rc = SLUICE_ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_destroy(&w.cv);
+    return rc;
+}
+
+uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
+{
+    if (!c) return 0;
+    if (!leased(c)) return atomic_load(&c->count);
+    pthread_mutex_lock(&c->mu);
+    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    grant(c, t);
+    uint64_t h = c->book.held;
+    pthread_mutex_unlock(&c->mu);
+    return h;
+}
+
+uint32_t sluice_concurrency_waiting(const sluice_concurrency *c)
+{
+    return c ? atomic_load(&((sluice_concurrency *)c)->nwait) : 0;
+}
+
+uint64_t sluice_concurrency_limit(const sluice_concurrency *c) { return c ? c->cp.limit : 0; }
+
+int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
+                                  size_t errlen)
+{
+    sluice__conc_profile cp;
+    int rc = sluice__conc_parse(spec, &cp, err, errlen);
+    if (rc != 0) return rc;
+    if (canon) {
+        rc = sluice__conc_format(&cp, canon, canonlen);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen)
+{
+    if (!c) return SLUICE_EINVAL;
+    return sluice__conc_format(&c->cp, buf, buflen);
+}
