@@ -7,9 +7,10 @@
  * more than was admitted).  Both are lock-free; a failed compare-and-swap
  * means another call made progress.
  *
- * With a lease the state is the lease book (alg/concurrency.c), under the
- * limit's mutex: every call gives back the leases ended by its time, then
- * decides.
+ * With a lease the state is the lease book (alg/concurrency.c), under a
+ * short spin lock (base/spin.h; a pthread mutex pair costs about three
+ * times as much, and the book's work is a few dozen instructions): every
+ * call gives back the leases ended by its time, then decides.
  *
  * Waiters (sluice_acquire_permit) queue in arrival order under the mutex,
  * each with its own condition variable.  Whoever frees permits -- a
@@ -21,7 +22,10 @@
  * try: the waiter raises `nwait` before it tries, the releaser lowers the
  * count before it reads `nwait` (both sequentially consistent: of the two,
  * at least one sees the other), and a releaser that sees a waiter takes the
- * mutex, which the waiter holds from its try until it sleeps.  While
+ * mutex, which the waiter holds from its try until it sleeps.  With a
+ * lease the same pair is the book's lock: the waiter raises `nwait`, then
+ * takes the lock to try; a releaser reads `nwait` inside the lock, after
+ * its release.  Lock order: mu, then the book's lock.  While
  * anybody waits, non-blocking admissions are refused, so newcomers cannot
  * overtake the queue.
  *
@@ -36,6 +40,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
 #include "base/clock.h"
+#include "base/spin.h"
 #include "alg/concurrency.h"
 
 #include <errno.h>
@@ -56,8 +61,9 @@ struct sluice_concurrency {
     _Alignas(64) _Atomic uint64_t count; /* no lease: permits held */
     _Atomic uint32_t nwait;              /* waiters queued, or about to */
     sluice__conc_profile cp;
-    pthread_mutex_t mu;   /* the book, the queue */
-    sluice__leases book;  /* with a lease */
+    pthread_mutex_t mu;   /* the queue */
+    sluice__spin sl;      /* the book */
+    sluice__leases book;  /* with a lease, under sl */
     waiter *qhead, *qtail;
 };
 
@@ -116,7 +122,7 @@ static void fill(sluice_permit *pm, sluice_concurrency *c, uint64_t p, uint32_t 
 }
 
 /* Try the queue's head waiter, and the next, ... at t (the book's clock,
- * after _expire).  Under mu. */
+ * after _expire).  Under mu, and with a lease sl. */
 static void grant(sluice_concurrency *c, uint64_t t)
 {
     waiter *w;
@@ -142,6 +148,16 @@ static void grant(sluice_concurrency *c, uint64_t t)
     if (served && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
 }
 
+/* A leased limit's grant() from outside both locks, at the book's clock. */
+static void serve(sluice_concurrency *c)
+{
+    pthread_mutex_lock(&c->mu);
+    sluice__spin_lock(&c->sl);
+    grant(c, c->book.t_last);
+    sluice__spin_unlock(&c->sl);
+    pthread_mutex_unlock(&c->mu);
+}
+
 bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
                               sluice_permit *pm, sluice_result *res)
 {
@@ -161,10 +177,10 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
         uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
         return sluice__deny(res, N - (n < N ? n : N), permits > N ? -1 : INT64_MAX);
     }
-    pthread_mutex_lock(&c->mu);
+    sluice__spin_lock(&c->sl);
     uint64_t t = sluice__leases_expire(&c->book, now_ns);
-    bool ok = permits == 0 ||
-              (c->qhead == NULL && permits <= N - c->book.held);
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    bool ok = permits == 0 || (!queue && permits <= N - c->book.held);
     if (ok && permits) {
         uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
         fill(pm, c, permits, slot, gen);
@@ -172,10 +188,10 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
     if (ok) sluice__allow(res, N - c->book.held, 0);
     else
         sluice__deny(res, N - c->book.held,
-                     c->qhead && permits <= N - c->book.held
+                     queue && permits <= N - c->book.held
                          ? INT64_MAX /* room, but waiters first */
                          : sluice__leases_retry_after(&c->book, t, N, permits));
-    pthread_mutex_unlock(&c->mu);
+    sluice__spin_unlock(&c->sl);
     return ok;
 }
 
@@ -208,18 +224,29 @@ int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
         }
         return 0;
     }
-    pthread_mutex_lock(&c->mu);
-    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
     if (!sluice__leases_give(&c->book, pm->slot, pm->gen, p)) rc = SLUICE_ENOENT;
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    sluice__spin_unlock(&c->sl);
     pm->permits = 0;
-    grant(c, t);
-    pthread_mutex_unlock(&c->mu);
+    if (queue) serve(c);
     return rc;
 }
 
 int sluice_permit_release(sluice_permit *pm)
 {
     return sluice_permit_release_at(pm, sluice__clock_read(CLOCK_MONOTONIC));
+}
+
+/* grant() under mu after a waiter left the queue; `signal`: wake the new
+ * head so that it sets its timer at the next lease's end. */
+static void regrant(sluice_concurrency *c, bool signal)
+{
+    if (leased(c)) sluice__spin_lock(&c->sl);
+    grant(c, leased(c) ? c->book.t_last : 0);
+    if (leased(c)) sluice__spin_unlock(&c->sl);
+    if (signal && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
 }
 
 static struct timespec ts_of(uint64_t ns)
@@ -241,12 +268,14 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
     atomic_fetch_add(&c->nwait, 1); /* before the try: see the head comment */
     if (c->qhead == NULL) {
         if (leased(c)) {
+            sluice__spin_lock(&c->sl);
             uint64_t t = sluice__leases_expire(&c->book, now);
             if (permits <= c->cp.limit - c->book.held) {
                 uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
                 fill(pm, c, permits, slot, gen);
                 w.granted = true;
             }
+            sluice__spin_unlock(&c->sl);
         } else {
             uint64_t was;
             if (count_take(c, permits, &was)) {
@@ -269,7 +298,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
     }
     if (!ok) {
         atomic_fetch_sub(&c->nwait, 1);
-        grant(c, leased(c) ? c->book.t_last : 0);
+        regrant(c, false);
         pthread_mutex_unlock(&c->mu);
         return SLUICE_ENOMEM;
     }
@@ -280,15 +309,21 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
     for (;;) {
         if (w.granted) break;
         uint64_t wake = deadline;
-        if (leased(c) && c->qhead == &w && c->book.head != SLUICE__LEASE_NIL) {
-            uint64_t e = c->book.e[c->book.head].expiry_ns;
-            if (e < wake) wake = e;
+        if (leased(c) && c->qhead == &w) {
+            sluice__spin_lock(&c->sl);
+            if (c->book.head != SLUICE__LEASE_NIL && c->book.e[c->book.head].expiry_ns < wake)
+                wake = c->book.e[c->book.head].expiry_ns;
+            sluice__spin_unlock(&c->sl);
         }
         struct timespec ts = ts_of(wake);
         pthread_cond_timedwait(&w.cv, &c->mu, &ts);
         if (w.granted) break;
         now = sluice__clock_read(CLOCK_MONOTONIC);
-        if (leased(c)) grant(c, sluice__leases_expire(&c->book, now));
+        if (leased(c)) {
+            sluice__spin_lock(&c->sl);
+            grant(c, sluice__leases_expire(&c->book, now));
+            sluice__spin_unlock(&c->sl);
+        }
         if (w.granted) break;
         if (now >= deadline) {
             /* leave the queue; those behind may fit now */
@@ -300,8 +335,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
             *pp = w.next;
             if (c->qtail == &w) c->qtail = prev;
             atomic_fetch_sub(&c->nwait, 1);
-            grant(c, leased(c) ? c->book.t_last : 0);
-            if (leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+            regrant(c, true);
             rc = SLUICE_ETIMEDOUT;
             break;
         }
@@ -315,11 +349,14 @@ uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
 {
     if (!c) return 0;
     if (!leased(c)) return atomic_load(&c->count);
-    pthread_mutex_lock(&c->mu);
-    uint64_t t = sluice__leases_expire(&c->book, now_ns);
-    grant(c, t);
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    sluice__spin_unlock(&c->sl);
+    if (queue) serve(c); /* ended leases may let waiters through */
+    sluice__spin_lock(&c->sl);
     uint64_t h = c->book.held;
-    pthread_mutex_unlock(&c->mu);
+    sluice__spin_unlock(&c->sl);
     return h;
 }
 
