@@ -703,7 +703,8 @@ int sluice_cli_replay(int argc, char **argv)
             return 2;
         }
         /* a trace line is an acquire; it cannot say when a permit goes
-         * back, so a concurrency limit has nothing to replay (docs/cli.md) */
+         * back, so a concurrency limit has nothing to replay (docs/decisions.md
+         * section 3.9) */
         if (sluice_concurrency_spec_check(specs[k], NULL, 0, NULL, 0) == 0) {
             fprintf(stderr, "sluice replay: bad --limit \"%s\": a concurrency limit needs releases, "
                             "which the trace format (time_ns,key,permits) cannot express\n", specs[k]);
