@@ -117,6 +117,10 @@ int sluice_permit_release(sluice_permit *pm);
  * went back): the metrics' gauge.  Thread-safe. */
 uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns);
 
+/* The permits held as of the limit's latest call, without moving its clock
+ * (leases ended since then still count): the metrics' gauge.  Thread-safe. */
+uint64_t sluice_concurrency_held(const sluice_concurrency *c);
+
 /* The blocking acquirers waiting now (sluice_acquire_permit).  Thread-safe. */
 uint32_t sluice_concurrency_waiting(const sluice_concurrency *c);
 

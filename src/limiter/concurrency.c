@@ -360,6 +360,17 @@ uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
     return h;
 }
 
+uint64_t sluice_concurrency_held(const sluice_concurrency *c)
+{
+    if (!c) return 0;
+    sluice_concurrency *cc = (sluice_concurrency *)c; /* the lock only */
+    if (!leased(c)) return atomic_load(&cc->count);
+    sluice__spin_lock(&cc->sl);
+    uint64_t h = cc->book.held;
+    sluice__spin_unlock(&cc->sl);
+    return h;
+}
+
 uint32_t sluice_concurrency_waiting(const sluice_concurrency *c)
 {
     return c ? atomic_load(&((sluice_concurrency *)c)->nwait) : 0;
