@@ -29,6 +29,8 @@ static const char usage[] =
     "LIMIT: 1 .. 10^12.  PERIOD: [N]UNIT, UNIT one of ns us ms s m min h d (m = minute).\n"
     "OPTIONS: burst=B (token-bucket), capacity=C and nodelay (leaky-bucket),\n"
     "         slots=N (sliding-wheel; PERIOD/N a whole number of ns).\n"
+    "`sluice spec` also checks a concurrency limit, `concurrency N [lease=DURATION]`\n"
+    "(at most N permits held at once; not a rate, so not for replay).\n"
     "\n"
     "Run `sluice replay --help` for the trace and output formats.\n";
 
