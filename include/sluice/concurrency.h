@@ -138,6 +138,44 @@ int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen
  * it: its length, or SLUICE_ENOSPC. */
 int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen);
 
+/* ---- a table of concurrency limits, one per key -------------------------
+ *
+ * Each key has its own `concurrency N [lease=D]` limit.  An admission fills
+ * a handle of that key's limit: release it with sluice_permit_release_at,
+ * as any permit (the table is not needed for it).  Keys are any bytes (0 ..
+ * any length), held by a 16-byte keyed digest.  A key holding permits is
+ * never dropped; while more than max_keys keys would hold permits, an
+ * acquire for a new key is refused with res->error = SLUICE_EFULL (a key
+ * that holds nothing is dropped to make room: its limit starts fresh, and a
+ * stale handle of it changes nothing).  Memory: max_keys limits at most
+ * (each about 200 bytes, plus 32 bytes per N with a lease), made as keys
+ * first arrive.  Non-blocking acquires only. */
+typedef struct sluice_concurrency_table sluice_concurrency_table; /* opaque */
+
+/* A table for spec `concurrency N [lease=D]` and 1 .. 2^24 keys.  NULL
+ * with a one-line reason in err on a bad spec or max_keys, or when memory
+ * runs out.  Thread-safe. */
+sluice_concurrency_table *sluice_concurrency_table_new(const char *spec, size_t max_keys, char *err,
+                                                       size_t errlen);
+/* Free the table and every key's limit (their handles become invalid);
+ * NULL is a no-op.  No other call on it may be running or follow. */
+void sluice_concurrency_table_free(sluice_concurrency_table *t);
+/* sluice_acquire_permit_at on the limit of key[0..keylen).  Refused with
+ * res->error = SLUICE_EFULL when the key is new and every one of max_keys
+ * keys holds permits; SLUICE_EINVAL for a NULL t or pm (or key with
+ * keylen > 0); SLUICE_ENOMEM when a new key's limit cannot be made.
+ * Thread-safe (a short lock over the lookup and the decision). */
+bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
+                                         uint64_t permits, uint64_t now_ns, sluice_permit *pm,
+                                         sluice_result *res);
+/* The permits the key holds at now_ns (0 for a key the table does not
+ * hold).  Thread-safe. */
+uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,
+                                          size_t keylen, uint64_t now_ns);
+/* The keys held now (some may hold nothing, until their entry is needed).
+ * Thread-safe. */
+size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
+
 #ifdef __cplusplus
 }
 #endif

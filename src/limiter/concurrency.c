@@ -1,11 +1,14 @@
 /* concurrency.c -- the concurrency limit (sluice/concurrency.h): permits
  * held, given back by their handle.
  *
- * Without a lease the state is one atomic word, the count of permits held.
- * An admission is a compare-and-swap from c to c + p when c + p <= N; a
- * release one from c to c - p when p <= c (so no release can ever give back
- * more than was admitted).  Both are lock-free; a failed compare-and-swap
- * means another call made progress.
+ * Without a lease the state is one atomic word: the count of permits held
+ * (low 40 bits; N <= 10^12 < 2^40) and an epoch (high 24 bits), which a
+ * handle carries as its generation.  An admission is a compare-and-swap
+ * from c to c + p when c + p <= N; a release one from c to c - p when p <= c
+ * and the epoch is the handle's (so no release can ever give back more than
+ * was admitted, nor reach a later tenant of a table's key: conc_table.c
+ * bumps the epoch when it gives an idle limit to another key).  Both are
+ * lock-free; a failed compare-and-swap means another call made progress.
  *
  * With a lease the state is the lease book (alg/concurrency.c), under a
  * short spin lock (base/spin.h; a pthread mutex pair costs about three
@@ -42,6 +45,7 @@
 #include "base/clock.h"
 #include "base/spin.h"
 #include "alg/concurrency.h"
+#include "limiter/concurrency.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +62,7 @@ typedef struct waiter {
 } waiter;
 
 struct sluice_concurrency {
-    _Alignas(64) _Atomic uint64_t count; /* no lease: permits held */
+    _Alignas(64) _Atomic uint64_t count; /* no lease: permits held | epoch << 40 */
     _Atomic uint32_t nwait;              /* waiters queued, or about to */
     sluice__conc_profile cp;
     pthread_mutex_t mu;   /* the queue */
@@ -67,30 +71,53 @@ struct sluice_concurrency {
     waiter *qhead, *qtail;
 };
 
+#define CMASK (((uint64_t)1 << 40) - 1) /* the count of the no-lease word */
+#define EPOCH(w) ((uint32_t)((w) >> 40))
+
 static bool leased(const sluice_concurrency *c) { return c->cp.lease_ns != 0; }
+
+sluice_concurrency *sluice__conc_make(const sluice__conc_profile *cp)
+{
+    sluice_concurrency *c = sluice__calloc64(sizeof *c);
+    if (!c) return NULL;
+    c->cp = *cp;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        sluice__free64(c);
+        return NULL;
+    }
+    if (cp->lease_ns && sluice__leases_init(&c->book, (uint32_t)cp->limit) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        sluice__free64(c);
+        return NULL;
+    }
+    return c;
+}
 
 sluice_concurrency *sluice_concurrency_new(const char *spec, char *err, size_t errlen)
 {
     sluice__conc_profile cp;
     if (sluice__conc_parse(spec, &cp, err, errlen) != 0) return NULL;
-    sluice_concurrency *c = sluice__calloc64(sizeof *c);
-    if (!c) {
-        sluice__errf(err, errlen, "out of memory");
-        return NULL;
-    }
-    c->cp = cp;
-    if (pthread_mutex_init(&c->mu, NULL) != 0) {
-        sluice__free64(c);
-        sluice__errf(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (cp.lease_ns && sluice__leases_init(&c->book, (uint32_t)cp.limit) != 0) {
-        pthread_mutex_destroy(&c->mu);
-        sluice__free64(c);
-        sluice__errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    sluice_concurrency *c = sluice__conc_make(&cp);
+    if (!c) sluice__errf(err, errlen, "out of memory");
     return c;
+}
+
+bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
+{
+    if (atomic_load(&c->nwait) != 0) return false;
+    if (!leased(c)) {
+        /* count 0 -> 0 with the next epoch; a release in between (count
+         * above 0) makes the compare-and-swap fail */
+        uint64_t n = atomic_load(&c->count);
+        if ((n & CMASK) != 0) return false;
+        return atomic_compare_exchange_strong(&c->count, &n, (n + ((uint64_t)1 << 40)) & ~CMASK);
+    }
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
+    bool idle = c->book.held == 0;
+    if (idle) c->book.t_last = 0; /* a fresh key's clock; entries keep their generations */
+    sluice__spin_unlock(&c->sl);
+    return idle;
 }
 
 void sluice_concurrency_free(sluice_concurrency *c)
@@ -101,18 +128,20 @@ void sluice_concurrency_free(sluice_concurrency *c)
     sluice__free64(c);
 }
 
-/* The lock-free count: add p if it fits (the count before in *was). */
-static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was)
+/* The lock-free count: add p if it fits (the count before in *was, the
+ * word's epoch in *epoch). */
+static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was, uint32_t *epoch)
 {
     uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
     do {
-        if (p > c->cp.limit - n) {
-            *was = n;
+        if (p > c->cp.limit - (n & CMASK)) {
+            *was = n & CMASK;
             return false;
         }
     } while (!atomic_compare_exchange_weak_explicit(&c->count, &n, n + p, memory_order_acq_rel,
                                                     memory_order_relaxed));
-    *was = n;
+    *was = n & CMASK;
+    *epoch = EPOCH(n);
     return true;
 }
 
@@ -134,8 +163,9 @@ static void grant(sluice_concurrency *c, uint64_t t)
             fill(w->pm, c, w->permits, slot, gen);
         } else {
             uint64_t was;
-            if (!count_take(c, w->permits, &was)) break;
-            fill(w->pm, c, w->permits, UINT32_MAX, 1);
+            uint32_t ep;
+            if (!count_take(c, w->permits, &was, &ep)) break;
+            fill(w->pm, c, w->permits, UINT32_MAX, ep);
         }
         w->granted = true;
         c->qhead = w->next;
@@ -168,13 +198,14 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
     const uint64_t N = c->cp.limit;
     if (!leased(c)) {
         uint64_t was;
-        if (permits == 0) return sluice__allow(res, N - atomic_load(&c->count), 0);
+        uint32_t ep;
+        if (permits == 0) return sluice__allow(res, N - (atomic_load(&c->count) & CMASK), 0);
         if (atomic_load_explicit(&c->nwait, memory_order_acquire) == 0 &&
-            count_take(c, permits, &was)) {
-            fill(pm, c, permits, UINT32_MAX, 1);
+            count_take(c, permits, &was, &ep)) {
+            fill(pm, c, permits, UINT32_MAX, ep);
             return sluice__allow(res, N - was - permits, 0);
         }
-        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed) & CMASK;
         return sluice__deny(res, N - (n < N ? n : N), permits > N ? -1 : INT64_MAX);
     }
     sluice__spin_lock(&c->sl);
@@ -210,7 +241,7 @@ int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
     if (!leased(c)) {
         uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
         do {
-            if (n < p) {
+            if ((n & CMASK) < p || EPOCH(n) != pm->gen) {
                 pm->permits = 0;
                 return SLUICE_ENOENT;
             }
@@ -278,8 +309,9 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
             sluice__spin_unlock(&c->sl);
         } else {
             uint64_t was;
-            if (count_take(c, permits, &was)) {
-                fill(pm, c, permits, UINT32_MAX, 1);
+            uint32_t ep;
+            if (count_take(c, permits, &was, &ep)) {
+                fill(pm, c, permits, UINT32_MAX, ep);
                 w.granted = true;
             }
         }
@@ -348,7 +380,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
 uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
 {
     if (!c) return 0;
-    if (!leased(c)) return atomic_load(&c->count);
+    if (!leased(c)) return atomic_load(&c->count) & CMASK;
     sluice__spin_lock(&c->sl);
     sluice__leases_expire(&c->book, now_ns);
     bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
@@ -364,7 +396,7 @@ uint64_t sluice_concurrency_held(const sluice_concurrency *c)
 {
     if (!c) return 0;
     sluice_concurrency *cc = (sluice_concurrency *)c; /* the lock only */
-    if (!leased(c)) return atomic_load(&cc->count);
+    if (!leased(c)) return atomic_load(&cc->count) & CMASK;
     sluice__spin_lock(&cc->sl);
     uint64_t h = cc->book.held;
     sluice__spin_unlock(&cc->sl);
