@@ -112,10 +112,17 @@ bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
         if ((n & CMASK) != 0) return false;
         return atomic_compare_exchange_strong(&c->count, &n, (n + ((uint64_t)1 << 40)) & ~CMASK);
     }
+    /* idle iff the last lease to end (the list's tail) has ended by now:
+     * known without moving the limit's clock, which only its own key's
+     * calls move */
     sluice__spin_lock(&c->sl);
-    sluice__leases_expire(&c->book, now_ns);
-    bool idle = c->book.held == 0;
-    if (idle) c->book.t_last = 0; /* a fresh key's clock; entries keep their generations */
+    uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+    if (t < c->book.t_last) t = c->book.t_last;
+    bool idle = c->book.tail == SLUICE__LEASE_NIL || c->book.e[c->book.tail].expiry_ns <= t;
+    if (idle) {
+        sluice__leases_expire(&c->book, t); /* empties the list */
+        c->book.t_last = 0; /* a fresh key's clock; entries keep their generations */
+    }
     sluice__spin_unlock(&c->sl);
     return idle;
 }

@@ -12,11 +12,11 @@
 /* A limit from a parsed profile: NULL when memory runs out. */
 SLUICE__INTERNAL sluice_concurrency *sluice__conc_make(const sluice__conc_profile *cp);
 
-/* If the limit holds nothing at now_ns (its ended leases given back) and
- * nobody waits on it: make it a fresh limit for another key -- bump its
- * epoch (a handle of the earlier key can then never release here) and
- * reset its clock -- and return true.  Else change nothing but the lease
- * clock and return false.  Called under the table's lock, with no acquire
+/* If the limit holds nothing at now_ns (with a lease: every lease has
+ * ended by then) and nobody waits on it: make it a fresh limit for another
+ * key -- bump its epoch (a handle of the earlier key can then never release
+ * here) and reset its clock -- and return true.  Else change nothing and
+ * return false.  Called under the table's lock, with no acquire
  * on c running (acquires on a table's keys take that lock); releases may
  * run at once. */
 SLUICE__INTERNAL bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns);

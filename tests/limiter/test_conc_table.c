@@ -130,6 +130,12 @@ static void test_stale_after_drop(void **state)
     sluice_permit a, b;
     sluice_result r;
     assert_true(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 100 * SEC, &a, &r));
+    assert_false(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 105 * SEC, &b, &r));
+    assert_int_equal(r.error, SLUICE_EFULL);
+    /* b's request did not move a's clock: a at 101 s is a's own time */
+    assert_false(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 101 * SEC, &b, &r));
+    assert_int_equal(r.error, 0);
+    assert_int_equal(r.retry_after_ns, (int64_t)(9 * SEC));
     assert_false(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 110 * SEC - 1, &b, &r));
     assert_int_equal(r.error, SLUICE_EFULL);
     assert_true(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 110 * SEC, &b, &r));
