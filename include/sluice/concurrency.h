@@ -48,14 +48,16 @@ typedef struct sluice_concurrency sluice_concurrency; /* opaque */
  * the limit that admitted it, so it can only ever be released there, and
  * must not be used after that limit is freed.  `permits` is 0 once the
  * handle holds nothing (refused, released, or found expired).  The other
- * fields are private.  A copy of a handle is the same permit: releasing it
- * through both copies releases it once (with a lease the second release
- * returns SLUICE_ENOENT; without one, see sluice_permit_release_at). */
+ * fields are private.  Release a permit through one handle: a copy is the
+ * same permit, and a release through a second copy returns SLUICE_ENOENT
+ * with a lease, or when the limit has since been given to another key of
+ * a table; without a lease, see sluice_permit_release_at. */
 typedef struct sluice_permit {
     uint64_t permits;           /* permits held by this handle */
     sluice_concurrency *owner;  /* private: the limit that admitted it */
     uint32_t slot;              /* private: the lease book's entry */
-    uint32_t gen;               /* private: the entry's generation */
+    uint32_t gen;               /* private: the entry's generation, or
+                                 * (no lease) the limit's epoch */
 } sluice_permit;
 
 /* Make a concurrency limit from `concurrency N [lease=DURATION]`, N from 1
@@ -102,9 +104,10 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
  * (never admitted, refused, already released), it is stale (a copy whose
  * permit was released through another copy), or its lease has ended by
  * now_ns (the permits went back by themselves).  SLUICE_EINVAL for a NULL
- * pm.  Without a lease the limit keeps only a count, so a release through a
- * second copy of a handle is detected only when it would take the count
- * below zero: no call ever releases more permits than were admitted.
+ * pm.  Without a lease the limit keeps only a count and an epoch, so a
+ * release through a second copy of a handle is detected only when it would
+ * take the count below zero, or when a table gave the limit to another key
+ * since: no call ever releases more permits than were admitted.
  * Thread-safe. */
 int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns);
 
