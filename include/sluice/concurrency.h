@@ -141,6 +141,22 @@ int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen
  * it: its length, or SLUICE_ENOSPC. */
 int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen);
 
+/* A concurrency limit and rate limits on one request, all or nothing: take
+ * `permits` from c and from every limit of refs[0..n) (a composite,
+ * sluice_composite_try_acquire_at: limiters and table keys) at now_ns, or
+ * from none.  True: *pm holds c's permits -- one release gives them back;
+ * the rate limits' permits are spent, as rates are.  When c refuses, the
+ * rate limits are not asked and res is c's answer; else res is the
+ * composite's, its remaining the smaller of the composite's and c's (c's
+ * without the permits when refused).  SLUICE_EINVAL (res->error) for a NULL
+ * c, pm or refs, n outside 1 .. SLUICE_COMPOSITE_MAX, or a bad composite.
+ * Every limit's decisions are those of one order of all calls: c is held
+ * (its other calls wait a moment) while the composite decides.
+ * Thread-safe. */
+bool sluice_acquire_permit_with_at(sluice_concurrency *c, const sluice_limit_ref *refs, size_t n,
+                                   uint64_t permits, uint64_t now_ns, sluice_permit *pm,
+                                   sluice_result *res);
+
 /* ---- a table of concurrency limits, one per key -------------------------
  *
  * Each key has its own `concurrency N [lease=D]` limit.  An admission fills

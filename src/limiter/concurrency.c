@@ -2,8 +2,10 @@
  * held, given back by their handle.
  *
  * Without a lease the state is one atomic word: the count of permits held
- * (low 40 bits; N <= 10^12 < 2^40) and an epoch (high 24 bits), which a
- * handle carries as its generation.  An admission is a compare-and-swap
+ * (low 40 bits; N <= 10^12 < 2^40), an epoch (23 bits), which a handle
+ * carries as its generation, and a frozen bit (the top): set while a
+ * decision with rate limits holds the word (composite/conc_with.c), during
+ * which every other call on it waits.  An admission is a compare-and-swap
  * from c to c + p when c + p <= N; a release one from c to c - p when p <= c
  * and the epoch is the handle's (so no release can ever give back more than
  * was admitted, nor reach a later tenant of a table's key: conc_table.c
@@ -72,7 +74,8 @@ struct sluice_concurrency {
 };
 
 #define CMASK (((uint64_t)1 << 40) - 1) /* the count of the no-lease word */
-#define EPOCH(w) ((uint32_t)((w) >> 40))
+#define FROZEN ((uint64_t)1 << 63)          /* held by a decision with other limits */
+#define EPOCH(w) ((uint32_t)((w) >> 40) & 0x7fffffu) /* 23 bits */
 
 static bool leased(const sluice_concurrency *c) { return c->cp.lease_ns != 0; }
 
@@ -109,8 +112,9 @@ bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
         /* count 0 -> 0 with the next epoch; a release in between (count
          * above 0) makes the compare-and-swap fail */
         uint64_t n = atomic_load(&c->count);
-        if ((n & CMASK) != 0) return false;
-        return atomic_compare_exchange_strong(&c->count, &n, (n + ((uint64_t)1 << 40)) & ~CMASK);
+        if ((n & (CMASK | FROZEN)) != 0) return false;
+        uint64_t next = (n & ~CMASK) + ((uint64_t)1 << 40);
+        return atomic_compare_exchange_strong(&c->count, &n, next & ~FROZEN); /* epoch wraps */
     }
     /* idle iff the last lease to end (the list's tail) has ended by now:
      * known without moving the limit's clock, which only its own key's
@@ -140,13 +144,20 @@ void sluice_concurrency_free(sluice_concurrency *c)
 static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was, uint32_t *epoch)
 {
     uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
-    do {
+    for (unsigned k = 0;; k++) {
+        if (n & FROZEN) { /* a decision with other limits holds it: a moment */
+            sluice__backoff(k);
+            n = atomic_load_explicit(&c->count, memory_order_relaxed);
+            continue;
+        }
         if (p > c->cp.limit - (n & CMASK)) {
             *was = n & CMASK;
             return false;
         }
-    } while (!atomic_compare_exchange_weak_explicit(&c->count, &n, n + p, memory_order_acq_rel,
-                                                    memory_order_relaxed));
+        if (atomic_compare_exchange_weak_explicit(&c->count, &n, n + p, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            break;
+    }
     *was = n & CMASK;
     *epoch = EPOCH(n);
     return true;
@@ -247,13 +258,20 @@ int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
     int rc = 0;
     if (!leased(c)) {
         uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
-        do {
+        for (unsigned k = 0;; k++) {
+            if (n & FROZEN) {
+                sluice__backoff(k);
+                n = atomic_load_explicit(&c->count, memory_order_relaxed);
+                continue;
+            }
             if ((n & CMASK) < p || EPOCH(n) != pm->gen) {
                 pm->permits = 0;
                 return SLUICE_ENOENT;
             }
-        } while (!atomic_compare_exchange_weak_explicit(&c->count, &n, n - p, memory_order_seq_cst,
-                                                        memory_order_relaxed));
+            if (atomic_compare_exchange_weak_explicit(&c->count, &n, n - p, memory_order_seq_cst,
+                                                      memory_order_relaxed))
+                break;
+        }
         pm->permits = 0;
         if (atomic_load_explicit(&c->nwait, memory_order_seq_cst) != 0) {
             pthread_mutex_lock(&c->mu);
@@ -434,4 +452,63 @@ int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_
 {
     if (!c) return SLUICE_EINVAL;
     return sluice__conc_format(&c->cp, buf, buflen);
+}
+
+/* ---- held by a decision with rate limits (composite/conc_with.c) -------- */
+
+bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns, uint64_t *snap,
+                       sluice_result *res)
+{
+    const uint64_t N = c->cp.limit;
+    if (leased(c)) {
+        sluice__spin_lock(&c->sl);
+        uint64_t t = sluice__leases_expire(&c->book, now_ns);
+        bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+        if (permits == 0 || (!queue && permits <= N - c->book.held)) {
+            *snap = t;
+            sluice__allow(res, N - c->book.held - permits, 0);
+            return true; /* the lock stays held */
+        }
+        sluice__deny(res, N - c->book.held,
+                     queue && permits <= N - c->book.held
+                         ? INT64_MAX
+                         : sluice__leases_retry_after(&c->book, t, N, permits));
+        sluice__spin_unlock(&c->sl);
+        return false;
+    }
+    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    for (unsigned k = 0;; k++) {
+        if (n & FROZEN) {
+            sluice__backoff(k);
+            n = atomic_load_explicit(&c->count, memory_order_relaxed);
+            continue;
+        }
+        uint64_t held = n & CMASK;
+        if (atomic_load_explicit(&c->nwait, memory_order_acquire) != 0 || permits > N - held) {
+            sluice__deny(res, N - held, permits > N ? -1 : INT64_MAX);
+            return false;
+        }
+        if (atomic_compare_exchange_weak_explicit(&c->count, &n, n | FROZEN, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            *snap = n;
+            sluice__allow(res, N - held - permits, 0);
+            return true;
+        }
+    }
+}
+
+void sluice__conc_unhold(sluice_concurrency *c, uint64_t snap, bool commit, uint64_t permits,
+                         sluice_permit *pm)
+{
+    if (leased(c)) {
+        if (commit && permits) {
+            uint32_t gen, slot = sluice__leases_take(&c->book, snap, permits, c->cp.lease_ns, &gen);
+            fill(pm, c, permits, slot, gen);
+        }
+        sluice__spin_unlock(&c->sl);
+        return;
+    }
+    if (commit && permits) fill(pm, c, permits, UINT32_MAX, EPOCH(snap));
+    atomic_store_explicit(&c->count, commit ? snap + permits : snap, memory_order_seq_cst);
+    /* a release waiting on the frozen word sees waiters itself; none to serve here */
 }

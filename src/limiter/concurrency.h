@@ -2,7 +2,8 @@
  * per-key table of such limits (conc_table.c).
  *
  *   sluice__conc_make    a limit from a parsed spec
- *   sluice__conc_reuse   give an idle limit to another key */
+ *   sluice__conc_reuse   give an idle limit to another key
+ *   sluice__conc_hold, _unhold   a decision together with rate limits */
 #ifndef SLUICE_LIMITER_CONCURRENCY_H
 #define SLUICE_LIMITER_CONCURRENCY_H
 
@@ -20,5 +21,17 @@ SLUICE__INTERNAL sluice_concurrency *sluice__conc_make(const sluice__conc_profil
  * on c running (acquires on a table's keys take that lock); releases may
  * run at once. */
 SLUICE__INTERNAL bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns);
+
+/* A decision of c together with other limits (composite/conc_with.c).
+ * _hold: at now_ns, if c would admit `permits`, hold it -- no other call
+ * on it proceeds until _unhold -- and return true with c's answer in *res
+ * (remaining after the admission) and what _unhold needs in *snap; else
+ * return false with c's refusal in *res, holding nothing.  _unhold: take
+ * the permits (commit, filling *pm) or not, and let c go.  Nothing may
+ * block between the two. */
+SLUICE__INTERNAL bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
+                                        uint64_t *snap, sluice_result *res);
+SLUICE__INTERNAL void sluice__conc_unhold(sluice_concurrency *c, uint64_t snap, bool commit,
+                                          uint64_t permits, sluice_permit *pm);
 
 #endif /* SLUICE_LIMITER_CONCURRENCY_H */
