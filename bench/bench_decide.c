@@ -44,6 +44,11 @@
  * they ran side by side all along; on a loaded machine less, and the
  * two-thread figures mean less).
  *
+ * Last, concurrency limits (bench_conc): an acquire and its release of 1
+ * permit ("concurrency 1000", and with lease=1h) against one token-bucket
+ * admission in the same run, 1 thread and 2 threads on one object; the
+ * ratio is the cost in token-bucket admissions (target: <= 2x).
+ *
  * Each measurement is repeated (--runs, default 11) over --iters decisions
  * (default 2*10^6); runs of all measurements are interleaved round-robin so
  * that drift of the machine hits them alike; the table shows the median.
@@ -408,6 +413,112 @@ static sluice_limiter *bench_limiter(size_t a, const char *limit, bool coarse)
     return lim;
 }
 
+/* ---- concurrency: acquire + release against one token-bucket admission --
+ * One iteration of `conc` is sluice_acquire_permit_at of 1 permit and its
+ * sluice_permit_release_at (caller time); of `tb`, one
+ * sluice_try_acquire_at on "token-bucket 1000000000/s", time advanced 1 us
+ * (always an admission).  Both at caller time, in the same run,
+ * interleaved; 1 thread, and 2 threads on one shared object. */
+typedef struct bench_conc_thr {
+    sluice_concurrency *c;
+    sluice_limiter *tb;
+    uint64_t iters, n, t0;
+    pthread_barrier_t *bar;
+} bench_conc_thr;
+
+static uint64_t bench_conc_loop(sluice_concurrency *c, sluice_limiter *tb, uint64_t iters,
+                                uint64_t t0)
+{
+    uint64_t ok = 0, t = t0;
+    if (tb) {
+        for (uint64_t i = 0; i < iters; i++, t += 1000) ok += sluice_try_acquire_at(tb, 1, t, NULL);
+        return ok;
+    }
+    for (uint64_t i = 0; i < iters; i++, t += 1000) {
+        sluice_permit pm;
+        if (sluice_acquire_permit_at(c, 1, t, &pm, NULL)) ok += sluice_permit_release_at(&pm, t) == 0;
+    }
+    return ok;
+}
+
+static void *bench_conc_run(void *p)
+{
+    bench_conc_thr *a = p;
+    pthread_barrier_wait(a->bar);
+    a->n = bench_conc_loop(a->c, a->tb, a->iters, a->t0);
+    return NULL;
+}
+
+/* ns per iteration over `nth` threads (1 or 2) on one object; *ok counts
+ * the admissions. */
+static double bench_conc_once(sluice_concurrency *c, sluice_limiter *tb, int nth, uint64_t iters,
+                              uint64_t t0, uint64_t *ok)
+{
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nth + 1);
+    bench_conc_thr a[2];
+    pthread_t th[2];
+    for (int k = 0; k < nth; k++) {
+        a[k] = (bench_conc_thr){c, tb, iters, 0, t0, &bar};
+        pthread_create(&th[k], NULL, bench_conc_run, &a[k]);
+    }
+    uint64_t s = bench_clock_ns();
+    pthread_barrier_wait(&bar);
+    *ok = 0;
+    for (int k = 0; k < nth; k++) {
+        pthread_join(th[k], NULL);
+        *ok += a[k].n;
+    }
+    uint64_t e = bench_clock_ns();
+    pthread_barrier_destroy(&bar);
+    return (double)(e - s) / (double)(iters * (uint64_t)nth);
+}
+
+static int bench_conc(uint64_t runs, uint64_t iters)
+{
+    static const char *const names[3] = {"token-bucket admission", "concurrency acquire+release",
+                                         "concurrency lease=1h acquire+release"};
+    enum { NC = 3 };
+    char err[256];
+    sluice_limiter *tb = sluice_limiter_new("token-bucket 1000000000/s", err, sizeof err);
+    sluice_concurrency *c0 = sluice_concurrency_new("concurrency 1000", err, sizeof err);
+    sluice_concurrency *c1 = sluice_concurrency_new("concurrency 1000 lease=1h", err, sizeof err);
+    double *v = calloc(2 * NC * runs, sizeof *v);
+    if (!tb || !c0 || !c1 || !v) {
+        fprintf(stderr, "bench_decide: concurrency: %s\n", err);
+        return 1;
+    }
+    bool wrong = false;
+    uint64_t t[2][NC] = {{BENCH_T0_NS, BENCH_T0_NS, BENCH_T0_NS}, {BENCH_T0_NS, BENCH_T0_NS, BENCH_T0_NS}};
+    for (uint64_t r = 0; r <= runs; r++) /* run 0 warms up */
+        for (int th = 1; th <= 2; th++)
+            for (int k = 0; k < NC; k++) {
+                uint64_t ok, n = r ? iters : iters / 10 + 1;
+                double ns = bench_conc_once(k == 1 ? c0 : c1, k == 0 ? tb : NULL, th, n,
+                                            t[th - 1][k], &ok);
+                t[th - 1][k] += n * 1000 * (k == 0 ? (uint64_t)th : 1);
+                if (ok != n * (uint64_t)th) wrong = true;
+                if (r) v[((size_t)(th - 1) * NC + (size_t)k) * runs + r - 1] = ns;
+            }
+    printf("\nconcurrency: acquire + release of 1 permit against one token-bucket admission,\n"
+           "caller time, same run (median ns per iteration over all threads, %" PRIu64 " runs of %" PRIu64 ")\n\n",
+           runs, iters);
+    printf("%-38s %-20s %s\n", "", "1 thread", "2 threads, one object");
+    double base[2] = {bench_median(v, runs), bench_median(v + NC * runs, runs)};
+    for (int k = 0; k < NC; k++) {
+        double one = bench_median(v + (size_t)k * runs, runs);
+        double two = bench_median(v + (size_t)(NC + k) * runs, runs);
+        printf("%-38s %6.1f ns (%4.2fx)     %6.1f ns (%4.2fx)\n", names[k], one, one / base[0], two,
+               two / base[1]);
+    }
+    if (wrong) printf("! an acquire or release failed\n");
+    sluice_limiter_free(tb);
+    sluice_concurrency_free(c0);
+    sluice_concurrency_free(c1);
+    free(v);
+    return wrong;
+}
+
 int main(int argc, char **argv)
 {
     uint64_t runs = 11, iters = 2000000;
@@ -686,6 +797,9 @@ int main(int argc, char **argv)
     for (size_t a = 0; a < BENCH_NALGOS; a++)
         for (int k = 0; k < 3; k++) sluice_limiter_free(tl[a][k]);
     free(tns);
+
+    if ((only == NULL || strstr("concurrency", only) != NULL) && bench_conc(runs, iters) != 0)
+        status = 1;
 
     for (size_t k = 0; k < nmeas; k++) {
         sluice_limiter_free(meas[k].lim);

@@ -29,6 +29,8 @@ static const char usage[] =
     "LIMIT: 1 .. 10^12.  PERIOD: [N]UNIT, UNIT one of ns us ms s m min h d (m = minute).\n"
     "OPTIONS: burst=B (token-bucket), capacity=C and nodelay (leaky-bucket),\n"
     "         slots=N (sliding-wheel; PERIOD/N a whole number of ns).\n"
+    "`sluice spec` also checks a concurrency limit, `concurrency N [lease=DURATION]`\n"
+    "(at most N permits held at once; not a rate, so not for replay).\n"
     "\n"
     "Run `sluice replay --help` for the trace and output formats.\n";
 
@@ -39,7 +41,10 @@ static int cmd_spec(int argc, char **argv)
         return argc == 2 ? 0 : 2;
     }
     char canon[128], err[256];
-    if (sluice_spec_check(argv[1], canon, sizeof canon, err, sizeof err) != 0) {
+    int rc = strncmp(argv[1] + strspn(argv[1], " \t"), "concurrency", 11) == 0
+                 ? sluice_concurrency_spec_check(argv[1], canon, sizeof canon, err, sizeof err)
+                 : sluice_spec_check(argv[1], canon, sizeof canon, err, sizeof err);
+    if (rc != 0) {
         fprintf(stderr, "sluice spec: %s\n", err);
         return 2;
     }

@@ -702,6 +702,14 @@ int sluice_cli_replay(int argc, char **argv)
                             "a replay takes every time from the trace\n", specs[k]);
             return 2;
         }
+        /* a trace line is an acquire; it cannot say when a permit goes
+         * back, so a concurrency limit has nothing to replay (docs/decisions.md
+         * section 3.9) */
+        if (sluice_concurrency_spec_check(specs[k], NULL, 0, NULL, 0) == 0) {
+            fprintf(stderr, "sluice replay: bad --limit \"%s\": a concurrency limit needs releases, "
+                            "which the trace format (time_ns,key,permits) cannot express\n", specs[k]);
+            return 2;
+        }
     }
     /* the trace may interleave keys out of time order: keys at rest are
      * dropped only when a table needs room, so every decision is exact

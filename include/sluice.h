@@ -1454,6 +1454,8 @@ void sluice_queue_wait_stats_get(sluice_queue *q, sluice_wait_stats *out);
 /* Metrics: the counters above in the Prometheus text format */
 #include "sluice/metrics.h"
 #include "sluice/http.h"
+/* Concurrency limits: permits held, released by a handle */
+#include "sluice/concurrency.h"
 
 #if defined(__GNUC__) && !defined(_WIN32)
 #pragma GCC visibility pop

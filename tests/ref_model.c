@@ -698,4 +698,114 @@ bool ref_model_settle(ref_model *m, const ref_resv *rv, uint64_t actual, uint64_
     }
     }
     return false;
+/* ---- concurrency limits ---------------------------------------------------- */
+
+typedef struct ref_hold {
+    uint64_t permits, at;
+    bool released;
+} ref_hold;
+
+struct ref_conc {
+    uint64_t limit, lease, clock;
+    ref_hold *h; /* h[id - 1] */
+    size_t n, cap;
+};
+
+ref_conc *ref_conc_new(uint64_t limit, uint64_t lease_ns)
+{
+    if (limit == 0) return NULL;
+    ref_conc *m = calloc(1, sizeof *m);
+    if (m) {
+        m->limit = limit;
+        m->lease = lease_ns;
+    }
+    return m;
+}
+
+void ref_conc_free(ref_conc *m)
+{
+    if (!m) return;
+    free(m->h);
+    free(m);
+}
+
+static uint64_t conc_time(ref_conc *m, uint64_t t)
+{
+    if (t > (uint64_t)INT64_MAX) t = (uint64_t)INT64_MAX;
+    if (m->lease && t > m->clock) m->clock = t;
+    return m->lease ? m->clock : t;
+}
+
+/* Held at t: the literal sum.  (t may exceed 2^63 in the search; the
+ * comparison is done in 128 bits.) */
+static uint64_t conc_held(const ref_conc *m, u128 t)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const ref_hold *x = &m->h[i];
+        if (x->released) continue;
+        if (m->lease && !(t < (u128)x->at + m->lease)) continue;
+        s += x->permits;
+    }
+    return s;
+}
+
+bool ref_conc_acquire(ref_conc *m, uint64_t permits, uint64_t now_ns, ref_result *res,
+                      uint64_t *id)
+{
+    uint64_t t = conc_time(m, now_ns);
+    uint64_t held = conc_held(m, t);
+    ref_result r = {0};
+    if (id) *id = 0;
+    if (permits == 0 || held + permits <= m->limit) {
+        if (permits) {
+            if (m->n == m->cap) {
+                size_t nc = m->cap ? 2 * m->cap : 64;
+                ref_hold *nh = realloc(m->h, nc * sizeof *nh);
+                if (!nh) abort();
+                m->h = nh;
+                m->cap = nc;
+            }
+            m->h[m->n++] = (ref_hold){.permits = permits, .at = t};
+            if (id) *id = m->n;
+        }
+        r.allowed = true;
+        r.remaining = m->limit - held - permits;
+    } else {
+        r.remaining = m->limit - held;
+        if (permits > m->limit) r.retry_after_ns = -1;
+        else if (!m->lease) r.retry_after_ns = INT64_MAX;
+        else {
+            /* the least d >= 1 with held(t + d) + p <= N: bisection over
+             * [1, 2^63], held being non-increasing in d */
+            u128 lo = 1, hi = (u128)1 << 63;
+            if (conc_held(m, (u128)t + hi) + permits > m->limit) r.retry_after_ns = INT64_MAX;
+            else {
+                while (lo < hi) {
+                    u128 mid = lo + (hi - lo) / 2;
+                    if (conc_held(m, (u128)t + mid) + permits <= m->limit) hi = mid;
+                    else lo = mid + 1;
+                }
+                r.retry_after_ns = lo > (u128)INT64_MAX ? INT64_MAX : (int64_t)lo;
+            }
+        }
+    }
+    if (res) *res = r;
+    return r.allowed;
+}
+
+bool ref_conc_release(ref_conc *m, uint64_t id, uint64_t now_ns)
+{
+    uint64_t t = conc_time(m, now_ns);
+    if (id == 0 || id > m->n) return false;
+    ref_hold *x = &m->h[id - 1];
+    if (x->released) return false;
+    if (m->lease && !((u128)t < (u128)x->at + m->lease)) return false;
+    x->released = true;
+    return true;
+}
+
+uint64_t ref_conc_held(ref_conc *m, uint64_t now_ns)
+{
+    return conc_held(m, conc_time(m, now_ns));
 }

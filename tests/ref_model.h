@@ -154,4 +154,27 @@ const ref_params *ref_model_params(const ref_model *m);
 /* "fixed-window", "sliding-log", ... */
 const char *ref_alg_name(ref_alg alg);
 
+/* ---- concurrency limits (docs/decisions.md 3.9) --------------------------
+ *
+ * A plain list of every admission ever made: (id, permits, time, released).
+ * The permits held at t are the sum over the list of those not released
+ * and, with a lease D, admitted at a time a with t < a + D.  The clock is
+ * the latest time of any call with a lease (an earlier time counts as it);
+ * without a lease time plays no part.  retry_after_ns is searched by
+ * bisection over the wait with the model's own "would it fit" predicate. */
+typedef struct ref_conc ref_conc;
+
+/* limit N >= 1; lease_ns 0 for none.  NULL when memory runs out. */
+ref_conc *ref_conc_new(uint64_t limit, uint64_t lease_ns);
+void ref_conc_free(ref_conc *m);
+/* Decide an acquire; on an admission of p >= 1, *id gets its id (>= 1). */
+bool ref_conc_acquire(ref_conc *m, uint64_t permits, uint64_t now_ns, ref_result *res,
+                      uint64_t *id);
+/* Release admission `id` at now_ns: true if it was held then (and now is
+ * not), false if it was released already, its lease had ended, or no such
+ * id (then nothing changes but the clock). */
+bool ref_conc_release(ref_conc *m, uint64_t id, uint64_t now_ns);
+/* The permits held at now_ns (moves the clock, as every call). */
+uint64_t ref_conc_held(ref_conc *m, uint64_t now_ns);
+
 #endif /* SLUICE_REF_MODEL_H */

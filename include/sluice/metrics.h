@@ -29,6 +29,10 @@
  *       (tables with a sketch, sluice_table_set_top: the
  *       SLUICE_METRICS_TOP_KEYS keys refused most)
  *   sluice_wheel_timers_pending{wheel}      gauge
+ *   sluice_concurrency_held{limit}          gauge: permits held (concurrency
+ *                                           limits, sluice/concurrency.h)
+ *   sluice_concurrency_limit{limit}         gauge: N
+ *   sluice_concurrency_waiting{limit}       gauge: blocking acquirers
  *   sluice_rule_requests_total{ruleset,rule,decision}, sluice_rule_permits_total,
  *   sluice_rule_shadow, sluice_rules_loads_total  (rule sets:
  *                                           sluice_metrics_add_rules)
@@ -109,6 +113,14 @@ int sluice_metrics_add_wheel(sluice_metrics *m, const char *name,
                              const sluice_wheel *w);
 int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
                              const sluice_queue *q);
+/* Add a concurrency limit (sluice/concurrency.h) under `name`, the value of
+ * its series' `limit` label (one set of names with limiters and tables): the
+ * gauges sluice_concurrency_held (sluice_concurrency_held: as of its latest
+ * call), sluice_concurrency_limit and sluice_concurrency_waiting.  Returns
+ * and thread-safety as sluice_metrics_add_limiter. */
+typedef struct sluice_concurrency sluice_concurrency; /* sluice/concurrency.h */
+int sluice_metrics_add_concurrency(sluice_metrics *m, const char *name,
+                                   const sluice_concurrency *c);
 
 /* Add a rule set (sluice/rules.h) under `name`, the value of its series'
  * `ruleset` label; rule sets have their own set of names.  Each rule of the

@@ -32,6 +32,7 @@
  */
 #include "base/internal.h"
 #include "base/tzif.h"
+#include "alg/concurrency.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +68,38 @@ static bool tok_eq(const char *s, size_t n, const char *lit)
 
 /* Token display: at most 48 bytes of it, so a message stays one short line. */
 #define TOK(s, n) (int)((n) > 48 ? 48 : (n)), (s)
+
+/* A DURATION, [N]UNIT as a PERIOD (the concurrency limit's lease=,
+ * alg/concurrency.c): 0 and *ns, SLUICE_EINVAL (malformed, or N = 0) or
+ * SLUICE_ERANGE (beyond SLUICE_MAX_PERIOD_NS). */
+int sluice__parse_duration(const char *p, size_t pn, uint64_t *ns)
+{
+    size_t dn = 0;
+    while (dn < pn && is_digit(p[dn])) dn++;
+    uint64_t count = 1;
+    if (dn && sluice_parse_u64(p, dn, UINT64_MAX, &count) != 0) count = UINT64_MAX;
+    const struct unit *u = NULL;
+    for (size_t i = 0; i < N_UNITS; i++)
+        if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
+    if (!u || (dn && count == 0)) return SLUICE_EINVAL;
+    if (count > SLUICE_MAX_PERIOD_NS / u->ns) return SLUICE_ERANGE;
+    *ns = count * u->ns;
+    return 0;
+}
+
+/* ns (>= 1) as [N]UNIT in its largest whole unit; snprintf's count. */
+int sluice__format_duration(uint64_t ns, char *buf, size_t buflen)
+{
+    const struct unit *u = &units[N_FORMAT_UNITS - 1];
+    for (size_t i = 0; i < N_FORMAT_UNITS; i++)
+        if (ns % units[i].ns == 0) {
+            u = &units[i];
+            break;
+        }
+    uint64_t c = ns / u->ns;
+    return c == 1 ? snprintf(buf, buflen, "%s", u->name)
+                  : snprintf(buf, buflen, "%llu%s", (unsigned long long)c, u->name);
+}
 
 static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
                       size_t errlen)
@@ -191,6 +224,10 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
             int a = -1;
             for (int i = 0; i < SLUICE__ALG_COUNT; i++)
                 if (tok_eq(tok, n, algs[i]->name)) a = i;
+            if (a < 0 && tok_eq(tok, n, "concurrency")) {
+                sluice__errf(err, errlen, "\"concurrency\" is not a rate limit: make it with sluice_concurrency_new (docs/spec.md)");
+                return SLUICE_EINVAL;
+            }
             if (a < 0) {
                 sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected fixed-window, sliding-log, sliding-wheel, sliding-approx, token-bucket or leaky-bucket",
                              TOK(tok, n));

@@ -40,7 +40,7 @@
  *
  * Sections and entry points:
  *   the registry  sluice_metrics_new, _free, _add_limiter, _add_table,
- *                 _add_wheel, _add_queue, _add_source, _add_rules,
+ *                 _add_wheel, _add_queue, _add_concurrency, _add_source, _add_rules,
  *                 _remove, _count; names validated (UTF-8) and escaped
  *   output        the series, histograms and top keys of each family
  *                 (the table `families`), and the rule sets' lines
@@ -54,7 +54,7 @@
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES, K_CONC } kind;
 
 typedef struct entry {
     kind k;
@@ -165,7 +165,9 @@ static bool same_space(const entry *e, kind b, const sluice_metrics_source *src)
 {
     kind a = e->k;
     if (a == K_SOURCE || b == K_SOURCE) return a == b && e->src == src;
-    return a == b || ((a == K_LIMITER || a == K_TABLE) && (b == K_LIMITER || b == K_TABLE));
+    bool la = a == K_LIMITER || a == K_TABLE || a == K_CONC;
+    bool lb = b == K_LIMITER || b == K_TABLE || b == K_CONC;
+    return a == b || (la && lb); /* one `limit` label */
 }
 
 static int add(sluice_metrics *m, const char *name, const void *obj, kind k,
@@ -233,6 +235,11 @@ static int add(sluice_metrics *m, const char *name, const void *obj, kind k,
 int sluice_metrics_add_limiter(sluice_metrics *m, const char *name, const sluice_limiter *lim)
 {
     return add(m, name, lim, K_LIMITER, NULL);
+}
+
+int sluice_metrics_add_concurrency(sluice_metrics *m, const char *name, const sluice_concurrency *c)
+{
+    return add(m, name, c, K_CONC, NULL);
 }
 
 int sluice_metrics_add_table(sluice_metrics *m, const char *name, const sluice_table *t)
@@ -381,6 +388,7 @@ typedef struct snapshot {
     uint64_t queued;         /* queues */
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
+    uint64_t held, limit, waiting; /* concurrency limits */
     sluice_wait_stats w;     /* limiters (blocking), queues (asynchronous) */
     size_t ntop;             /* tables with a sketch: the keys refused most */
     sluice_top_entry top[SLUICE_METRICS_TOP_KEYS];
@@ -402,6 +410,9 @@ typedef enum family_id {
     F_TOP_REQUESTS,
     F_TOP_ERROR,
     F_WHEEL_PENDING,
+    F_CONC_HELD,
+    F_CONC_LIMIT,
+    F_CONC_WAITING,
     F_RULE_REQUESTS,
     F_RULE_PERMITS,
     F_RULE_SHADOW,
@@ -458,6 +469,12 @@ static const family families[] = {
      KB(K_TABLE) | KB(K_RULES)},
     {F_WHEEL_PENDING, "sluice_wheel_timers_pending", "gauge",
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
+    {F_CONC_HELD, "sluice_concurrency_held", "gauge",
+     "Permits a concurrency limit holds, as of its latest call.", KB(K_CONC)},
+    {F_CONC_LIMIT, "sluice_concurrency_limit", "gauge",
+     "The most permits a concurrency limit holds at once (its N).", KB(K_CONC)},
+    {F_CONC_WAITING, "sluice_concurrency_waiting", "gauge",
+     "Blocking acquires waiting for a concurrency limit's permits.", KB(K_CONC)},
     {F_RULE_REQUESTS, "sluice_rule_requests_total", "counter",
      "Requests decided by a rule set, per rule and outcome: allowed, denied (by this rule), "
      "denied_shadow (a shadow rule would have refused; let through), denied_elsewhere "
@@ -507,6 +524,11 @@ static void read_object(const entry *e, family_id f, snapshot *s)
         /* the getters take the queue's lock: a cast, not a write */
         if (f == F_ASYNC_QUEUED) s->queued = sluice_queue_len((sluice_queue *)(uintptr_t)e->obj);
         else sluice_queue_wait_stats_get((sluice_queue *)(uintptr_t)e->obj, &s->w);
+        break;
+    case K_CONC:
+        s->held = sluice_concurrency_held((const sluice_concurrency *)e->obj);
+        s->limit = sluice_concurrency_limit((const sluice_concurrency *)e->obj);
+        s->waiting = sluice_concurrency_waiting((const sluice_concurrency *)e->obj);
         break;
     case K_SOURCE:
     case K_RULES: /* written rule by rule (write_rules) */
@@ -780,6 +802,9 @@ static void write_object(sluice__out *c, const family *f, const entry *e, const 
         for (size_t i = 0; i < s->ntop; i++) key_series(c, f->name, e, &s->top[i], s->top[i].error);
         break;
     case F_WHEEL_PENDING: series(c, f->name, label, e, NULL, s->pending); break;
+    case F_CONC_HELD: series(c, f->name, label, e, NULL, s->held); break;
+    case F_CONC_LIMIT: series(c, f->name, label, e, NULL, s->limit); break;
+    case F_CONC_WAITING: series(c, f->name, label, e, NULL, s->waiting); break;
     case F_RULE_REQUESTS:
     case F_RULE_PERMITS:
     case F_RULE_SHADOW:

@@ -201,6 +201,9 @@ spec_error "blank spec" '   ' '   ' '' 'sub:empty' 'sub:missing'
 
 input=''
 input=''
+expect_fail "concurrency in a replay (a trace cannot release)" 'sub:cannot express' -- replay --limit 'concurrency 5'
+expect_fail "concurrency 0 (sluice spec)" 'sub:"0"' -- spec 'concurrency 0'
+expect_fail "concurrency lease=0 (sluice spec)" 'sub:lease=0' -- spec 'concurrency 5 lease=0'
 expect_fail "clock=coarse in a replay (no clock is read)" 'sub:clock=coarse' -- replay --limit 'token-bucket 1/s clock=coarse'
 expect_fail "usage, missing --limit" 'sub:--limit' -- replay
 expect_fail "usage, --limit without a value" 'sub:--limit' -- replay --limit

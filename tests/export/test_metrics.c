@@ -1145,6 +1145,44 @@ static void check_tools(const char *text)
     else if (rc != 0) fail_msg("%s\n%s", msg, text);
 }
 
+/* A concurrency limit's gauges: exactly its held permits, N and waiters,
+ * the exposition valid for the Prometheus tools; its name shares the
+ * `limit` label's names with limiters. */
+static void test_concurrency_gauges(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_concurrency *c = sluice_concurrency_new("concurrency 5 lease=10s", err, sizeof err);
+    sluice_limiter *l = sluice_limiter_new("token-bucket 1/s", err, sizeof err);
+    assert_non_null(c);
+    assert_non_null(l);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_int_equal(sluice_metrics_add_limiter(m, "api", l), 0);
+    assert_int_equal(sluice_metrics_add_concurrency(m, "api", c), SLUICE_EINVAL); /* name taken */
+    assert_int_equal(sluice_metrics_add_concurrency(m, "inflight", c), 0);
+    assert_int_equal(sluice_metrics_add_concurrency(m, "again", c), SLUICE_EINVAL); /* added */
+    sluice_permit a, b;
+    assert_true(sluice_acquire_permit_at(c, 2, 0, &a, NULL));
+    assert_true(sluice_acquire_permit_at(c, 1, 5 * SEC, &b, NULL));
+    char buf[8192];
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_non_null(strstr(buf, "# TYPE sluice_concurrency_held gauge\nsluice_concurrency_held{limit=\"inflight\"} 3\n"));
+    assert_non_null(strstr(buf, "sluice_concurrency_limit{limit=\"inflight\"} 5\n"));
+    assert_non_null(strstr(buf, "sluice_concurrency_waiting{limit=\"inflight\"} 0\n"));
+    assert_null(strstr(buf, "sluice_concurrency_held{limit=\"api\"}"));
+    check_tools(buf);
+    /* a's lease ends at 10 s: the gauge follows the limit's next call */
+    assert_int_equal(sluice_permit_release_at(&b, 10 * SEC), 0);
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_non_null(strstr(buf, "sluice_concurrency_held{limit=\"inflight\"} 0\n"));
+    assert_int_equal(sluice_metrics_remove(m, c), 0);
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_null(strstr(buf, "sluice_concurrency"));
+    sluice_metrics_free(m);
+    sluice_concurrency_free(c);
+    sluice_limiter_free(l);
+}
+
 static int grants;
 static uint64_t last_grant_ns;
 static void count_grant(void *arg, uint64_t id, uint64_t now_ns)
@@ -1656,6 +1694,7 @@ int main(void)
         cmocka_unit_test(test_blocking_wait_histogram),
         cmocka_unit_test(test_blocking_wait_threads),
         cmocka_unit_test(test_sources),
+        cmocka_unit_test(test_concurrency_gauges),
         cmocka_unit_test(test_which_limit_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

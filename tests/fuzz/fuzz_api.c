@@ -34,6 +34,15 @@
  *  - the statistics (sluice_limiter_stats_get, sluice_table_stats_get) equal
  *    the counts of what was observed.
  *
+ * Then the same input again as a program for a concurrency limit
+ * (conc_program): `concurrency N` with or without a lease, acquires,
+ * releases through the handle and through stale copies of it, gauges;
+ * every decision, remaining, retry_after_ns and release result against the
+ * model's ref_conc, with times from the input up to 2^63-1 and beyond;
+ * and a table of concurrency limits (conc_table_program: 2 keys' room for
+ * 4 keys, no lease), each key against its own model, refused as full
+ * exactly when the key holds nothing and two others hold permits.
+ *
  * Where the model cannot follow.  The model has no reservations: a
  * reservation that books permits the bucket does not hold yet (debt), a
  * cancel that gives permits back, and a table eviction (which resets a key
@@ -922,6 +931,143 @@ static void table_check_stats(table *tb)
 
 /* ---- the program -------------------------------------------------------- */
 
+/* A concurrency limit run by the input, against ref_conc. */
+static void conc_program(const uint8_t *data, size_t size)
+{
+    fuzz_in in = {data, size};
+    enum { H = 8 };
+    uint64_t N = 1 + fuzz_u8(&in) % 8, lease = 0;
+    uint8_t h = fuzz_u8(&in);
+    if (h & 1) lease = 1 + (h & 2 ? fuzz_u16(&in) : fuzz_u64(&in) % 1000000000000ULL);
+    char spec[80], err[256];
+    snprintf(spec, sizeof spec, lease ? "concurrency %llu lease=%lluns" : "concurrency %llu",
+             (unsigned long long)N, (unsigned long long)lease);
+    sluice_concurrency *c = sluice_concurrency_new(spec, err, sizeof err);
+    FUZZ_CHECK(c != NULL, "\"%s\": %s", spec, err);
+    ref_conc *m = ref_conc_new(N, lease);
+    FUZZ_CHECK(m != NULL, "out of memory");
+    sluice_permit pm[H], copy[H];
+    uint64_t id[H] = {0};
+    memset(pm, 0, sizeof pm);
+    memset(copy, 0, sizeof copy);
+    uint64_t t = h & 4 ? TMAX - fuzz_u32(&in) : fuzz_u32(&in);
+    for (int op = 0; op < MAXOPS && in.n > 0; op++) {
+        uint8_t x = fuzz_u8(&in);
+        unsigned k = (x >> 3) % H;
+        switch (x >> 6) { /* the time of this call */
+        case 0: break;
+        case 1: t += fuzz_u8(&in); break;
+        case 2: t += lease ? lease - 1 + fuzz_u8(&in) % 3 : fuzz_u16(&in); break;
+        default: t = fuzz_u64(&in); break; /* back, far ahead, past 2^63-1 */
+        }
+        if (t > TMAX && (x & 1)) t = TMAX;
+        switch (x % 4) {
+        case 0:
+        case 1: {
+            if (pm[k].permits) break;
+            uint64_t p = fuzz_u8(&in) % (N + 2), rid;
+            sluice_result r;
+            ref_result e;
+            bool got = sluice_acquire_permit_at(c, p, t, &pm[k], &r);
+            bool want = ref_conc_acquire(m, p, t, &e, &rid);
+            trace("conc acquire %llu at %llu: %d rem %llu retry %lld\n", (unsigned long long)p,
+                  (unsigned long long)t, got, (unsigned long long)r.remaining, (long long)r.retry_after_ns);
+            FUZZ_CHECK(got == want && got == r.allowed && r.remaining == e.remaining &&
+                           r.retry_after_ns == e.retry_after_ns,
+                       "%s: acquire %llu at %llu: %d rem %llu retry %lld; model %d rem %llu retry %lld", spec,
+                       (unsigned long long)p, (unsigned long long)t, got, (unsigned long long)r.remaining,
+                       (long long)r.retry_after_ns, want, (unsigned long long)e.remaining,
+                       (long long)e.retry_after_ns);
+            FUZZ_CHECK(pm[k].permits == (got ? p : 0), "handle holds %llu", (unsigned long long)pm[k].permits);
+            id[k] = rid;
+            copy[k] = pm[k];
+            break;
+        }
+        case 2: {
+            bool stale = lease && (x & 4);
+            sluice_permit *hp = stale ? &copy[k] : &pm[k];
+            bool held = hp->permits != 0;
+            int rc = sluice_permit_release_at(hp, t);
+            bool want = held && ref_conc_release(m, id[k], t);
+            trace("conc release %u%s at %llu: %d\n", k, stale ? " (copy)" : "", (unsigned long long)t, rc);
+            FUZZ_CHECK(rc == (want ? 0 : SLUICE_ENOENT), "%s: release at %llu: %d, model %d", spec,
+                       (unsigned long long)t, rc, want);
+            FUZZ_CHECK(hp->permits == 0, "a released handle holds permits");
+            if (stale) pm[k].permits = 0, id[k] = 0;
+            else copy[k].permits = 0;
+            break;
+        }
+        default: {
+            uint64_t a = sluice_concurrency_held_at(c, t), b = ref_conc_held(m, t);
+            FUZZ_CHECK(a == b && a <= N, "%s: held at %llu: %llu, model %llu", spec, (unsigned long long)t,
+                       (unsigned long long)a, (unsigned long long)b);
+            break;
+        }
+        }
+    }
+    ref_conc_free(m);
+    sluice_concurrency_free(c);
+}
+
+/* A table of concurrency limits run by the input, a model per key. */
+static void conc_table_program(const uint8_t *data, size_t size)
+{
+    fuzz_in in = {data, size};
+    enum { K = 4, MAXK = 2, H = 3 };
+    uint64_t N = 1 + fuzz_u8(&in) % 4;
+    char spec[40], err[256];
+    snprintf(spec, sizeof spec, "concurrency %llu", (unsigned long long)N);
+    sluice_concurrency_table *t = sluice_concurrency_table_new(spec, MAXK, err, sizeof err);
+    FUZZ_CHECK(t != NULL, "\"%s\": %s", spec, err);
+    ref_conc *m[K];
+    sluice_permit pm[K][H], copy[K][H];
+    uint64_t id[K][H];
+    memset(pm, 0, sizeof pm);
+    memset(copy, 0, sizeof copy);
+    memset(id, 0, sizeof id);
+    for (int k = 0; k < K; k++) {
+        m[k] = ref_conc_new(N, 0);
+        FUZZ_CHECK(m[k] != NULL, "out of memory");
+    }
+    for (int op = 0; op < MAXOPS && in.n > 0; op++) {
+        uint8_t x = fuzz_u8(&in);
+        unsigned k = (x >> 2) % K, h = (x >> 4) % H;
+        char key[2] = {(char)('a' + k), 0};
+        if ((x & 3) != 3 && pm[k][h].permits == 0) {
+            uint64_t p = fuzz_u8(&in) % (N + 2), rid = 0;
+            unsigned holding = 0;
+            for (int j = 0; j < K; j++) holding += ref_conc_held(m[j], 0) > 0;
+            bool full = p > 0 && ref_conc_held(m[k], 0) == 0 && holding == MAXK;
+            sluice_result r;
+            ref_result e = {0};
+            bool got = sluice_concurrency_table_acquire_at(t, key, 1, p, 0, &pm[k][h], &r);
+            bool want = !full && ref_conc_acquire(m[k], p, 0, &e, &rid);
+            FUZZ_CHECK(full ? !got && r.error == SLUICE_EFULL
+                            : got == want && r.error == 0 && r.remaining == e.remaining &&
+                                  r.retry_after_ns == e.retry_after_ns,
+                       "table %s: key %u acquire %llu: %d err %d rem %llu; full %d model %d rem %llu", spec,
+                       k, (unsigned long long)p, got, r.error, (unsigned long long)r.remaining, full, want,
+                       (unsigned long long)e.remaining);
+            id[k][h] = rid;
+            copy[k][h] = pm[k][h];
+        } else if (pm[k][h].permits) {
+            int rc = sluice_permit_release_at(&pm[k][h], 0);
+            bool want = ref_conc_release(m[k], id[k][h], 0);
+            FUZZ_CHECK(rc == 0 && want, "table %s: release key %u: %d, model %d", spec, k, rc, want);
+            FUZZ_CHECK(sluice_permit_release_at(&pm[k][h], 0) == SLUICE_ENOENT, "released twice");
+        } else if (copy[k][h].permits && ref_conc_held(m[k], 0) == 0) {
+            /* a stale copy where the key holds nothing (or was dropped
+             * for another: a new epoch): never below zero, never another
+             * key's */
+            int rc = sluice_permit_release_at(&copy[k][h], 0);
+            FUZZ_CHECK(rc == SLUICE_ENOENT, "table %s: stale release key %u: %d", spec, k, rc);
+        }
+        FUZZ_CHECK(sluice_concurrency_table_keys(t) <= MAXK, "more than %d keys", MAXK);
+    }
+    for (int k = 0; k < K; k++) ref_conc_free(m[k]);
+    sluice_concurrency_table_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_in in = {data, size};
@@ -965,5 +1111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     table_check_stats(&tb);
     table_free(&tb);
+    conc_program(data, size);
+    conc_table_program(data, size);
     return 0;
 }

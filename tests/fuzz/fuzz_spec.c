@@ -22,6 +22,12 @@
  *  - the limiter answers a probe (permits 0: allowed, retry 0) and one
  *    request at time 0 (allowed with retry 0, or refused with retry -1 or
  *    > 0);
+ *  - concurrency specs (`concurrency N [lease=D]`): never accepted by both
+ *    grammars; sluice_concurrency_spec_check() and sluice_concurrency_new()
+ *    agree (same message), the message is one line, an accepted spec's
+ *    canonical form is a fixed point and the limit's own, N and the lease
+ *    within bounds, and the limit admits a probe, N permits, then refuses
+ *    one more until a release;
  *  - the decimal reader the grammar uses, sluice_parse_u64(), on the input
  *    and its prefixes, under four bounds, agrees with a reference that reads
  *    the digits into 128 bits (code and value; *out untouched on error).
@@ -153,6 +159,46 @@ static void check_number(const char *s, size_t n)
         }
 }
 
+/* The concurrency grammar on the same input. */
+static void check_conc(const char *spec, bool rate_ok)
+{
+    char canon[SLUICE_SPEC_MAX + 64], err[512], err2[512];
+    memset(canon, 0, sizeof canon);
+    int rc = sluice_concurrency_spec_check(spec, canon, sizeof canon, err, sizeof err);
+    sluice_concurrency *c = sluice_concurrency_new(spec, err2, sizeof err2);
+    if (rc != 0) {
+        FUZZ_CHECK(rc == SLUICE_EINVAL || rc == SLUICE_ERANGE, "concurrency_spec_check returned %d", rc);
+        FUZZ_CHECK(c == NULL, "concurrency_spec_check refused \"%s\", concurrency_new accepted it", spec);
+        check_message("concurrency_spec_check", spec, err, sizeof err);
+        check_message("concurrency_new", spec, err2, sizeof err2);
+        FUZZ_CHECK(strcmp(err, err2) == 0, "two messages for one spec: \"%s\" and \"%s\"", err, err2);
+        return;
+    }
+    FUZZ_CHECK(!rate_ok, "\"%s\" accepted by both grammars", spec);
+    FUZZ_CHECK(c != NULL, "concurrency_spec_check accepted \"%s\", concurrency_new refused: %s", spec, err2);
+    size_t cl = fuzz_strnlen(canon, sizeof canon);
+    FUZZ_CHECK(cl > 0 && cl < SLUICE_SPEC_MAX && fuzz_one_line(canon, cl), "canonical form \"%s\"", canon);
+    char f[SLUICE_SPEC_MAX], again[SLUICE_SPEC_MAX + 64];
+    FUZZ_CHECK(sluice_concurrency_spec_format(c, f, sizeof f) == (int)cl && strcmp(f, canon) == 0,
+               "format \"%s\" differs from \"%s\"", f, canon);
+    FUZZ_CHECK(sluice_concurrency_spec_format(c, f, cl) == SLUICE_ENOSPC, "format into %zu bytes", cl);
+    FUZZ_CHECK(sluice_concurrency_spec_check(canon, again, sizeof again, err, sizeof err) == 0 &&
+                   strcmp(again, canon) == 0,
+               "not a fixed point: \"%s\" -> \"%s\" -> \"%s\"", spec, canon, again);
+    uint64_t N = sluice_concurrency_limit(c);
+    FUZZ_CHECK(N >= 1 && N <= SLUICE_MAX_LIMIT, "\"%s\": N %llu", canon, (unsigned long long)N);
+    sluice_permit pm, more;
+    sluice_result r;
+    FUZZ_CHECK(sluice_acquire_permit_at(c, 0, 0, &pm, &r) && r.remaining == N, "probe on \"%s\"", canon);
+    FUZZ_CHECK(sluice_acquire_permit_at(c, N, 0, &pm, &r) && r.remaining == 0, "N on \"%s\"", canon);
+    FUZZ_CHECK(!sluice_acquire_permit_at(c, 1, 0, &more, &r) && r.retry_after_ns > 0,
+               "N+1 on \"%s\": retry %lld", canon, (long long)r.retry_after_ns);
+    FUZZ_CHECK(sluice_permit_release_at(&pm, 0) == 0 && sluice_permit_release_at(&pm, 0) == SLUICE_ENOENT,
+               "release on \"%s\"", canon);
+    FUZZ_CHECK(sluice_acquire_permit_at(c, 1, 0, &more, &r), "after a release on \"%s\"", canon);
+    sluice_concurrency_free(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char spec[MAXSPEC + 1];
@@ -169,6 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err3[512];
     memset(&info, 0x5a, sizeof info);
     int rc3 = sluice_spec_parse(spec, &info, err3, sizeof err3);
+    check_conc(spec, rc == 0);
     FUZZ_CHECK(rc3 == rc, "spec_parse returned %d, spec_check %d", rc3, rc);
     if (rc != 0) {
         static const sluice_spec_info zero;

@@ -60,6 +60,8 @@ __all__ = [
     "SpecInfo",
     "Limiter",
     "Reservation",
+    "Concurrency",
+    "Permit",
     "Table",
     "SharedTable",
     "check_spec",
@@ -1281,6 +1283,157 @@ def _decorator(obj, key, permits: int, block: bool, timeout: Optional[float]):
         return wrapper
 
     return wrap
+
+
+# ---------------------------------------------------------------------------
+# Concurrency limits: permits held, released by a handle
+
+
+class _PermitStruct(ctypes.Structure):
+    _fields_ = [("permits", _u64), ("owner", _void_p), ("slot", ctypes.c_uint32),
+                ("gen", ctypes.c_uint32)]
+
+
+_PP = ctypes.POINTER(_PermitStruct)
+_conc_new = _fn("sluice_concurrency_new", _void_p, _char_p, _char_p, _size)
+_conc_free = _fn("sluice_concurrency_free", None, _void_p)
+_conc_try = _fn("sluice_acquire_permit_at", ctypes.c_bool, _void_p, _u64, _u64, _PP, _R)
+_conc_acquire = _fn("sluice_acquire_permit", ctypes.c_int, _void_p, _u64, _u64, _PP)
+_conc_release = _fn("sluice_permit_release_at", ctypes.c_int, _PP, _u64)
+_conc_held = _fn("sluice_concurrency_held_at", _u64, _void_p, _u64)
+_conc_limit = _fn("sluice_concurrency_limit", _u64, _void_p)
+_conc_format = _fn("sluice_concurrency_spec_format", ctypes.c_int, _void_p, _char_p, _size)
+
+
+class Permit:
+    """Permits held from a :class:`Concurrency`, until :meth:`release` (or
+    the end of a ``with`` block, or the limit's lease).  ``permits`` is 0
+    once released."""
+
+    __slots__ = ("_conc", "_p")
+
+    def __init__(self, conc: "Concurrency", p: _PermitStruct) -> None:
+        self._conc = conc
+        self._p = p
+
+    @property
+    def permits(self) -> int:
+        return self._p.permits
+
+    def release(self, now_ns: Optional[int] = None) -> bool:
+        """Give the permits back: True, or False when this permit holds
+        nothing any more (released already, or its lease ended: the permits
+        went back by themselves).  Raises :class:`ClosedError` when the
+        limit is closed."""
+        now = _clock() if now_ns is None else _u64_arg("now_ns", now_ns)
+        p = self._p
+        rc = self._conc._call(lambda _h: _conc_release(ctypes.byref(p), now))
+        if rc not in (0, ENOENT):
+            raise _error(rc)
+        return rc == 0
+
+    def __enter__(self) -> "Permit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._p.permits and not self._conc.closed:
+            self.release()
+
+    def __repr__(self) -> str:
+        return f"<sluice.Permit permits={self._p.permits}>"
+
+
+class Concurrency(_Handle):
+    """At most N permits held at once, from ``"concurrency N"`` or
+    ``"concurrency N lease=30s"`` (docs/spec.md, "Concurrency limits").
+    ``with lim.hold(): ...`` holds one permit for the block, waiting for it
+    in arrival order.  Raises :class:`SpecError` for a bad spec."""
+
+    _free = _conc_free
+
+    def __init__(self, spec: str) -> None:
+        err = ctypes.create_string_buffer(_ERRLEN)
+        h = _conc_new(_spec_bytes(spec), err, len(err))
+        if not h:
+            raise _error(EINVAL if err.value else ENOMEM, err, spec=True)
+        super().__init__(h)
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec."""
+        buf = ctypes.create_string_buffer(128)
+        self._call(_conc_format, buf, len(buf))
+        return buf.value.decode()
+
+    @property
+    def limit(self) -> int:
+        """N."""
+        return self._call(_conc_limit)
+
+    def held(self, now_ns: Optional[int] = None) -> int:
+        """The permits held at ``now_ns`` (with a lease, after the leases
+        ended by then went back)."""
+        now = _clock() if now_ns is None else _u64_arg("now_ns", now_ns)
+        return self._call(_conc_held, now)
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<sluice.Concurrency closed>"
+        return f"<sluice.Concurrency {self.spec!r}>"
+
+    def try_acquire(self, permits: int = 1, now_ns: Optional[int] = None) -> Optional[Permit]:
+        """Take ``permits`` now, without waiting: a :class:`Permit`, or None
+        when refused (at most N are held, and waiters come first)."""
+        permits = _u64_arg("permits", permits)
+        now = _clock() if now_ns is None else _u64_arg("now_ns", now_ns)
+        p = _PermitStruct()
+        r = _Result()
+        ok = self._call(_conc_try, permits, now, ctypes.byref(p), ctypes.byref(r))
+        if not ok:
+            if r.error:
+                raise _error(r.error)
+            return None
+        return Permit(self, p)
+
+    def decide(self, permits: int = 1, now_ns: Optional[int] = None) -> Tuple[Result, Optional[Permit]]:
+        """As :meth:`try_acquire`, with the decision's details: retry_after_ns
+        of a refusal is the time until enough leases end (with a lease), or
+        2^63-1 without one (only a release can help)."""
+        permits = _u64_arg("permits", permits)
+        now = _clock() if now_ns is None else _u64_arg("now_ns", now_ns)
+        p = _PermitStruct()
+        r = _Result()
+        ok = self._call(_conc_try, permits, now, ctypes.byref(p), ctypes.byref(r))
+        if r.error:
+            raise _error(r.error)
+        return _result(r), (Permit(self, p) if ok and permits else None)
+
+    def acquire(self, permits: int = 1, timeout: Optional[float] = None) -> Optional[Permit]:
+        """Wait until ``permits`` are held (a :class:`Permit`) or ``timeout``
+        seconds have passed (None; None: no timeout).  Waiters are served in
+        arrival order; waits without the GIL."""
+        permits = _u64_arg("permits", permits, 1)
+        if timeout is None:
+            t = _NEVER
+        else:
+            _deadline(timeout)  # type check
+            t = int(max(0.0, min(float(timeout), 1e10)) * 1e9)
+        p = _PermitStruct()
+        rc = self._call(_conc_acquire, permits, t, ctypes.byref(p))
+        if rc == 0:
+            return Permit(self, p)
+        if rc == ETIMEDOUT:
+            return None
+        raise _error(rc)
+
+    def hold(self, permits: int = 1, timeout: Optional[float] = None) -> Permit:
+        """``with lim.hold(): ...``: wait for ``permits`` (as :meth:`acquire`)
+        and hold them for the block.  Raises :class:`RateLimited` when they
+        cannot be had within ``timeout``."""
+        pm = self.acquire(permits, timeout)
+        if pm is None:
+            raise RateLimited(f"sluice: {self.spec}: no permit within {timeout} s", None)
+        return pm
 
 
 def _limited(name: str, r: Result) -> RateLimited:

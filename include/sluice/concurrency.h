@@ -1,0 +1,206 @@
+/* sluice/concurrency.h -- concurrency limits: at most N permits held at once.
+ *
+ * Included by sluice.h; it can also be included on its own.  The spec is
+ *
+ *     concurrency N [lease=DURATION]
+ *
+ * (docs/spec.md).  A permit is held from its admission until it is
+ * released; with `lease=`, a permit not released within its lease is given
+ * back by itself, so a lost release, or a holder that died, cannot leak
+ * capacity.  The exact rules are docs/decisions.md section 3.9.
+ *
+ * A concurrency limit is its own object, sluice_concurrency, not a
+ * sluice_limiter: an admission returns a handle (sluice_permit) that must
+ * be given back, so the rate limiters' calls, which return nothing to give
+ * back, cannot be used on it by mistake (they do not take its type), and
+ * a rate spec's sluice_limiter_new() refuses `concurrency` with a pointer
+ * here.
+ *
+ * Example:
+ *
+ *     sluice_concurrency *c = sluice_concurrency_new("concurrency 8 lease=30s", err, sizeof err);
+ *     sluice_permit pm;
+ *     if (sluice_acquire_permit_at(c, 1, now_ns, &pm, NULL)) {
+ *         ... serve the request ...
+ *         sluice_permit_release_at(&pm, later_ns);
+ *     }
+ */
+#ifndef SLUICE_CONCURRENCY_H
+#define SLUICE_CONCURRENCY_H
+
+#include "sluice.h" /* sluice_result and the error codes */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility push(default)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sluice_concurrency sluice_concurrency; /* opaque */
+
+/* A held permit: filled by an admission; the caller owns it.  It carries
+ * the limit that admitted it, so it can only ever be released there, and
+ * must not be used after that limit is freed.  `permits` is 0 once the
+ * handle holds nothing (refused, released, or found expired).  The other
+ * fields are private.  Release a permit through one handle: a copy is the
+ * same permit, and a release through a second copy returns SLUICE_ENOENT
+ * with a lease, or when the limit has since been given to another key of
+ * a table; without a lease, see sluice_permit_release_at. */
+typedef struct sluice_permit {
+    uint64_t permits;           /* permits held by this handle */
+    sluice_concurrency *owner;  /* private: the limit that admitted it */
+    uint32_t slot;              /* private: the lease book's entry */
+    uint32_t gen;               /* private: the entry's generation, or
+                                 * (no lease) the limit's epoch */
+} sluice_permit;
+
+/* Make a concurrency limit from `concurrency N [lease=DURATION]`, N from 1
+ * to 10^12 (with a lease at most 65536: the limit keeps one entry per
+ * permit handle held, 32 bytes each, allocated here).  Returns NULL on a
+ * bad spec (a one-line reason naming the offending token in err, always
+ * NUL-terminated when errlen > 0) or when memory runs out.  Thread-safe. */
+sluice_concurrency *sluice_concurrency_new(const char *spec, char *err, size_t errlen);
+
+/* Free the limit; NULL is a no-op.  No other call on it may be running or
+ * follow, and its handles become invalid. */
+void sluice_concurrency_free(sluice_concurrency *c);
+
+/* Take `permits` at time `now_ns` (ns on the caller's axis, see
+ * docs/decisions.md 3.9 for how a lease limit's clock moves).  Returns true
+ * and fills *pm with a handle holding them, or returns false and takes
+ * nothing (pm->permits = 0).  `permits` = 0 is a probe: allowed, takes
+ * nothing, and the handle holds nothing.  res (may be NULL) receives:
+ * remaining = N minus the permits held after the decision; for a refusal,
+ * retry_after_ns = -1 when permits > N (never), else with a lease the
+ * least wait after which enough leases end for the request to pass with no
+ * other call, and without a lease INT64_MAX (no wait is known: only a
+ * release can help; retry after one).  A refusal also happens while
+ * blocking acquirers wait (sluice_acquire_permit): newcomers do not pass
+ * them.  A NULL c or pm is refused with res->error = SLUICE_EINVAL.
+ * Thread-safe; lock-free without a lease (one compare-and-swap on the
+ * count), under the limit's mutex with one. */
+bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
+                              sluice_permit *pm, sluice_result *res);
+
+/* Block until `permits` are held (0: *pm filled) or timeout_ns has passed
+ * (SLUICE_ETIMEDOUT, nothing taken), on CLOCK_MONOTONIC.  Waiters are
+ * served in arrival order, each woken only when its permits are free: a
+ * release wakes as many waiters as it lets through, no more (no thundering
+ * herd), and a waiter that needs more than is free keeps those behind it
+ * waiting.  With a lease, the first waiter also wakes when the oldest lease
+ * ends.  SLUICE_EINVAL for a NULL c or pm, or permits = 0 or > N.
+ * Thread-safe. */
+int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t timeout_ns,
+                          sluice_permit *pm);
+
+/* Give back what *pm holds, at now_ns.  Returns 0 and sets pm->permits = 0,
+ * or returns SLUICE_ENOENT and changes nothing but that: pm holds nothing
+ * (never admitted, refused, already released), it is stale (a copy whose
+ * permit was released through another copy), or its lease has ended by
+ * now_ns (the permits went back by themselves).  SLUICE_EINVAL for a NULL
+ * pm.  Without a lease the limit keeps only a count and an epoch, so a
+ * release through a second copy of a handle is detected only when it would
+ * take the count below zero, or when a table gave the limit to another key
+ * since: no call ever releases more permits than were admitted.
+ * Thread-safe. */
+int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns);
+
+/* sluice_acquire_permit_at and sluice_permit_release_at at the time of
+ * CLOCK_MONOTONIC. */
+bool sluice_try_acquire_permit(sluice_concurrency *c, uint64_t permits, sluice_permit *pm);
+int sluice_permit_release(sluice_permit *pm);
+
+/* The permits held at now_ns (with a lease, after the leases ended by then
+ * went back): the metrics' gauge.  Thread-safe. */
+uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns);
+
+/* The permits held as of the limit's latest call, without moving its clock
+ * (leases ended since then still count): the metrics' gauge.  Thread-safe. */
+uint64_t sluice_concurrency_held(const sluice_concurrency *c);
+
+/* The blocking acquirers waiting now (sluice_acquire_permit).  Thread-safe. */
+uint32_t sluice_concurrency_waiting(const sluice_concurrency *c);
+
+/* N, as the spec says. */
+uint64_t sluice_concurrency_limit(const sluice_concurrency *c);
+
+/* Check a concurrency spec without making a limit; with canon not NULL,
+ * write its canonical form there (`concurrency N` and ` lease=D`, D in its
+ * largest whole unit).  0, SLUICE_ENOSPC, or a negative code with a
+ * one-line reason in err.  Thread-safe. */
+int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
+                                  size_t errlen);
+
+/* The canonical spec of a limit, as sluice_concurrency_spec_check writes
+ * it: its length, or SLUICE_ENOSPC. */
+int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen);
+
+/* A concurrency limit and rate limits on one request, all or nothing: take
+ * `permits` from c and from every limit of refs[0..n) (a composite,
+ * sluice_composite_try_acquire_at: limiters and table keys) at now_ns, or
+ * from none.  True: *pm holds c's permits -- one release gives them back;
+ * the rate limits' permits are spent, as rates are.  When c refuses, the
+ * rate limits are not asked and res is c's answer; else res is the
+ * composite's, its remaining the smaller of the composite's and c's (c's
+ * without the permits when refused).  SLUICE_EINVAL (res->error) for a NULL
+ * c, pm or refs, n outside 1 .. SLUICE_COMPOSITE_MAX, or a bad composite.
+ * Every limit's decisions are those of one order of all calls: c is held
+ * (its other calls wait a moment) while the composite decides.
+ * Thread-safe. */
+bool sluice_acquire_permit_with_at(sluice_concurrency *c, const sluice_limit_ref *refs, size_t n,
+                                   uint64_t permits, uint64_t now_ns, sluice_permit *pm,
+                                   sluice_result *res);
+
+/* ---- a table of concurrency limits, one per key -------------------------
+ *
+ * Each key has its own `concurrency N [lease=D]` limit.  An admission fills
+ * a handle of that key's limit: release it with sluice_permit_release_at,
+ * as any permit (the table is not needed for it).  Keys are any bytes (0 ..
+ * any length), held by a 16-byte keyed digest.  A key holding permits is
+ * never dropped; while more than max_keys keys would hold permits, an
+ * acquire for a new key is refused with res->error = SLUICE_EFULL (a key
+ * that holds nothing is dropped to make room: its limit starts fresh, and a
+ * stale handle of it changes nothing).  Memory: max_keys limits at most
+ * (each about 200 bytes, plus 32 bytes per N with a lease), made as keys
+ * first arrive.  Non-blocking acquires only. */
+typedef struct sluice_concurrency_table sluice_concurrency_table; /* opaque */
+
+/* A table for spec `concurrency N [lease=D]` and 1 .. 2^24 keys.  NULL
+ * with a one-line reason in err on a bad spec or max_keys, or when memory
+ * runs out.  Thread-safe. */
+sluice_concurrency_table *sluice_concurrency_table_new(const char *spec, size_t max_keys, char *err,
+                                                       size_t errlen);
+/* Free the table and every key's limit (their handles become invalid);
+ * NULL is a no-op.  No other call on it may be running or follow. */
+void sluice_concurrency_table_free(sluice_concurrency_table *t);
+/* sluice_acquire_permit_at on the limit of key[0..keylen).  Refused with
+ * res->error = SLUICE_EFULL when the key is new and every one of max_keys
+ * keys holds permits; SLUICE_EINVAL for a NULL t or pm (or key with
+ * keylen > 0); SLUICE_ENOMEM when a new key's limit cannot be made.
+ * Thread-safe (a short lock over the lookup and the decision). */
+bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
+                                         uint64_t permits, uint64_t now_ns, sluice_permit *pm,
+                                         sluice_result *res);
+/* The permits the key holds at now_ns (0 for a key the table does not
+ * hold).  Thread-safe. */
+uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,
+                                          size_t keylen, uint64_t now_ns);
+/* The keys held now (some may hold nothing, until their entry is needed).
+ * Thread-safe. */
+size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#if defined(__GNUC__) && !defined(_WIN32)
+#pragma GCC visibility pop
+#endif
+
+#endif /* SLUICE_CONCURRENCY_H */

@@ -1,0 +1,199 @@
+/* conc_table.c -- a table of concurrency limits, one per key
+ * (sluice_concurrency_table, sluice/concurrency.h).
+ *
+ * Each key has its own concurrency limit (concurrency.c), and an admission
+ * returns that limit's handle, so a permit carries its table's key and is
+ * released as any other, by sluice_permit_release_at -- without the table.
+ *
+ * Keys are held by their 16-byte digest (SipHash-2-4, 128-bit, under the
+ * table's random seed: base/siphash.h), in a chained hash over at most
+ * max_keys entries, all under one mutex (an acquire is a lookup and one
+ * compare-and-swap; releases never take it).  An entry's limit is made on
+ * its first use and kept until the table is freed, so a handle always
+ * points at live memory.  A key holding permits (or with waiters) is never
+ * dropped.  When all max_keys entries are in use, a new key takes the
+ * entry of a key that holds nothing -- found by a scan from a rotating
+ * cursor, at most max_keys entries -- and that limit's epoch moves on
+ * (sluice__conc_reuse), so a stale handle of the earlier key changes
+ * nothing there.  With none idle the new key is refused (res->error =
+ * SLUICE_EFULL): never more than max_keys keys, never a key's permits lost.
+ *
+ * Entry points: sluice_concurrency_table_new, _free, _acquire_at,
+ * _held_at, _keys.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "base/internal.h"
+#include "base/siphash.h"
+#include "limiter/concurrency.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define NIL UINT32_MAX
+
+typedef struct centry {
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    uint32_t next; /* the hash chain */
+    bool used;     /* holds a key now */
+    sluice_concurrency *c; /* NULL until first used; kept */
+} centry;
+
+struct sluice_concurrency_table {
+    pthread_mutex_t mu;
+    sluice__conc_profile cp;
+    uint64_t dseed[2];
+    uint32_t max_keys, made, nkeys, cursor;
+    uint32_t nb;      /* buckets, a power of two >= max_keys */
+    uint32_t *bucket; /* chain heads */
+    centry *e;        /* max_keys */
+};
+
+sluice_concurrency_table *sluice_concurrency_table_new(const char *spec, size_t max_keys, char *err,
+                                                       size_t errlen)
+{
+    sluice__conc_profile cp;
+    if (sluice__conc_parse(spec, &cp, err, errlen) != 0) return NULL;
+    if (max_keys < 1 || max_keys > (1u << 24)) {
+        sluice__errf(err, errlen, "bad max_keys %zu: expected 1 .. 2^24", max_keys);
+        return NULL;
+    }
+    sluice_concurrency_table *t = sluice__calloc(1, sizeof *t);
+    uint32_t nb = 1;
+    while (nb < max_keys) nb <<= 1;
+    if (t) {
+        t->bucket = sluice__calloc(nb, sizeof *t->bucket);
+        t->e = sluice__calloc(max_keys, sizeof *t->e);
+    }
+    if (!t || !t->bucket || !t->e || pthread_mutex_init(&t->mu, NULL) != 0) {
+        if (t) {
+            sluice__free(t->bucket);
+            sluice__free(t->e);
+        }
+        sluice__free(t);
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    memset(t->bucket, 0xff, (size_t)nb * sizeof *t->bucket); /* NIL */
+    t->cp = cp;
+    t->max_keys = (uint32_t)max_keys;
+    t->nb = nb;
+    uint64_t seed[2];
+    sluice__random_seed(seed);
+    sluice__digest_seed(seed, t->dseed);
+    return t;
+}
+
+void sluice_concurrency_table_free(sluice_concurrency_table *t)
+{
+    if (!t) return;
+    for (uint32_t i = 0; i < t->made; i++) sluice_concurrency_free(t->e[i].c);
+    pthread_mutex_destroy(&t->mu);
+    sluice__free(t->bucket);
+    sluice__free(t->e);
+    sluice__free(t);
+}
+
+static uint32_t bucket_of(const sluice_concurrency_table *t, const unsigned char *dig)
+{
+    uint64_t h;
+    memcpy(&h, dig, sizeof h);
+    return (uint32_t)(h & (t->nb - 1));
+}
+
+static uint32_t find(const sluice_concurrency_table *t, const unsigned char *dig)
+{
+    uint32_t i = t->bucket[bucket_of(t, dig)];
+    for (uint32_t k = 0; k < t->max_keys && i != NIL; k++, i = t->e[i].next)
+        if (memcmp(t->e[i].dig, dig, sizeof t->e[i].dig) == 0) return i;
+    return NIL;
+}
+
+static void unlink_key(sluice_concurrency_table *t, uint32_t i)
+{
+    uint32_t *pp = &t->bucket[bucket_of(t, t->e[i].dig)];
+    for (uint32_t k = 0; k < t->max_keys && *pp != NIL; k++, pp = &t->e[*pp].next)
+        if (*pp == i) {
+            *pp = t->e[i].next;
+            break;
+        }
+    t->e[i].used = false;
+    t->nkeys--;
+}
+
+/* An entry for a new key: a never-used one, or the first idle key from
+ * the cursor on (dropped).  NIL: every key holds permits.  Under mu. */
+static uint32_t take_entry(sluice_concurrency_table *t, uint64_t now_ns)
+{
+    if (t->made < t->max_keys) {
+        centry *x = &t->e[t->made];
+        if (!x->c && !(x->c = sluice__conc_make(&t->cp))) return NIL - 1; /* no memory */
+        return t->made++;
+    }
+    for (uint32_t k = 0; k < t->max_keys; k++) {
+        uint32_t i = t->cursor;
+        t->cursor = (t->cursor + 1) % t->max_keys;
+        if (!t->e[i].used) return i; /* dropped before: fresh already */
+        if (sluice__conc_reuse(t->e[i].c, now_ns)) {
+            unlink_key(t, i);
+            return i;
+        }
+    }
+    return NIL;
+}
+
+bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
+                                         uint64_t permits, uint64_t now_ns, sluice_permit *pm,
+                                         sluice_result *res)
+{
+    sluice_result tmp;
+    if (!res) res = &tmp;
+    if (pm) *pm = (sluice_permit){0};
+    if (!t || !pm || (!key && keylen)) return sluice__fail(res, SLUICE_EINVAL);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    pthread_mutex_lock(&t->mu);
+    uint32_t i = find(t, dig);
+    if (i == NIL) {
+        if (permits == 0) { /* a probe of a key not held: a fresh limit */
+            pthread_mutex_unlock(&t->mu);
+            return sluice__allow(res, t->cp.limit, 0);
+        }
+        i = take_entry(t, now_ns);
+        if (i >= NIL - 1) {
+            pthread_mutex_unlock(&t->mu);
+            return sluice__fail(res, i == NIL ? SLUICE_EFULL : SLUICE_ENOMEM);
+        }
+        centry *x = &t->e[i];
+        memcpy(x->dig, dig, sizeof dig);
+        x->used = true;
+        uint32_t b = bucket_of(t, dig);
+        x->next = t->bucket[b];
+        t->bucket[b] = i;
+        t->nkeys++;
+    }
+    bool ok = sluice_acquire_permit_at(t->e[i].c, permits, now_ns, pm, res);
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,
+                                          size_t keylen, uint64_t now_ns)
+{
+    if (!t || (!key && keylen)) return 0;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    pthread_mutex_lock(&t->mu);
+    uint32_t i = find(t, dig);
+    uint64_t h = i == NIL ? 0 : sluice_concurrency_held_at(t->e[i].c, now_ns);
+    pthread_mutex_unlock(&t->mu);
+    return h;
+}
+
+size_t sluice_concurrency_table_keys(sluice_concurrency_table *t)
+{
+    if (!t) return 0;
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->nkeys;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}

@@ -1,0 +1,514 @@
+/* concurrency.c -- the concurrency limit (sluice/concurrency.h): permits
+ * held, given back by their handle.
+ *
+ * Without a lease the state is one atomic word: the count of permits held
+ * (low 40 bits; N <= 10^12 < 2^40), an epoch (23 bits), which a handle
+ * carries as its generation, and a frozen bit (the top): set while a
+ * decision with rate limits holds the word (composite/conc_with.c), during
+ * which every other call on it waits.  An admission is a compare-and-swap
+ * from c to c + p when c + p <= N; a release one from c to c - p when p <= c
+ * and the epoch is the handle's (so no release can ever give back more than
+ * was admitted, nor reach a later tenant of a table's key: conc_table.c
+ * bumps the epoch when it gives an idle limit to another key).  Both are
+ * lock-free; a failed compare-and-swap means another call made progress.
+ *
+ * With a lease the state is the lease book (alg/concurrency.c), under a
+ * short spin lock (base/spin.h; a pthread mutex pair costs about three
+ * times as much, and the book's work is a few dozen instructions): every
+ * call gives back the leases ended by its time, then decides.
+ *
+ * Waiters (sluice_acquire_permit) queue in arrival order under the mutex,
+ * each with its own condition variable.  Whoever frees permits -- a
+ * release, a waiter whose time ran out, a lease that ended -- runs grant():
+ * it serves the queue from the head, taking each waiter's permits for it
+ * and signalling that waiter alone, and stops at the first that does not
+ * fit.  So a release wakes exactly the waiters it lets through, in order.
+ * A lock-free release must not miss a waiter that queued after its failed
+ * try: the waiter raises `nwait` before it tries, the releaser lowers the
+ * count before it reads `nwait` (both sequentially consistent: of the two,
+ * at least one sees the other), and a releaser that sees a waiter takes the
+ * mutex, which the waiter holds from its try until it sleeps.  With a
+ * lease the same pair is the book's lock: the waiter raises `nwait`, then
+ * takes the lock to try; a releaser reads `nwait` inside the lock, after
+ * its release.  Lock order: mu, then the book's lock.  While
+ * anybody waits, non-blocking admissions are refused, so newcomers cannot
+ * overtake the queue.
+ *
+ * With a lease, only the head waiter sleeps with a timeout at the next
+ * lease's end (and every waiter at its own deadline); when the head
+ * changes, grant() signals the new head so that it sets its own timer.
+ *
+ * Entry points: sluice_concurrency_new, _free; sluice_acquire_permit_at,
+ * sluice_acquire_permit, sluice_permit_release_at (and live forms);
+ * sluice_concurrency_held_at, _limit, _spec_check, _spec_format.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "base/internal.h"
+#include "base/clock.h"
+#include "base/spin.h"
+#include "alg/concurrency.h"
+#include "limiter/concurrency.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct waiter {
+    struct waiter *next;
+    uint64_t permits;
+    sluice_permit *pm; /* filled by grant() */
+    bool granted;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+} waiter;
+
+struct sluice_concurrency {
+    _Alignas(64) _Atomic uint64_t count; /* no lease: permits held | epoch << 40 */
+    _Atomic uint32_t nwait;              /* waiters queued, or about to */
+    sluice__conc_profile cp;
+    pthread_mutex_t mu;   /* the queue */
+    sluice__spin sl;      /* the book */
+    sluice__leases book;  /* with a lease, under sl */
+    waiter *qhead, *qtail;
+};
+
+#define CMASK (((uint64_t)1 << 40) - 1) /* the count of the no-lease word */
+#define FROZEN ((uint64_t)1 << 63)          /* held by a decision with other limits */
+#define EPOCH(w) ((uint32_t)((w) >> 40) & 0x7fffffu) /* 23 bits */
+
+static bool leased(const sluice_concurrency *c) { return c->cp.lease_ns != 0; }
+
+sluice_concurrency *sluice__conc_make(const sluice__conc_profile *cp)
+{
+    sluice_concurrency *c = sluice__calloc64(sizeof *c);
+    if (!c) return NULL;
+    c->cp = *cp;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        sluice__free64(c);
+        return NULL;
+    }
+    if (cp->lease_ns && sluice__leases_init(&c->book, (uint32_t)cp->limit) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        sluice__free64(c);
+        return NULL;
+    }
+    return c;
+}
+
+sluice_concurrency *sluice_concurrency_new(const char *spec, char *err, size_t errlen)
+{
+    sluice__conc_profile cp;
+    if (sluice__conc_parse(spec, &cp, err, errlen) != 0) return NULL;
+    sluice_concurrency *c = sluice__conc_make(&cp);
+    if (!c) sluice__errf(err, errlen, "out of memory");
+    return c;
+}
+
+bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
+{
+    if (atomic_load(&c->nwait) != 0) return false;
+    if (!leased(c)) {
+        /* count 0 -> 0 with the next epoch; a release in between (count
+         * above 0) makes the compare-and-swap fail */
+        uint64_t n = atomic_load(&c->count);
+        if ((n & (CMASK | FROZEN)) != 0) return false;
+        uint64_t next = (n & ~CMASK) + ((uint64_t)1 << 40);
+        return atomic_compare_exchange_strong(&c->count, &n, next & ~FROZEN); /* epoch wraps */
+    }
+    /* idle iff the last lease to end (the list's tail) has ended by now:
+     * known without moving the limit's clock, which only its own key's
+     * calls move */
+    sluice__spin_lock(&c->sl);
+    uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+    if (t < c->book.t_last) t = c->book.t_last;
+    bool idle = c->book.tail == SLUICE__LEASE_NIL || c->book.e[c->book.tail].expiry_ns <= t;
+    if (idle) {
+        sluice__leases_expire(&c->book, t); /* empties the list */
+        c->book.t_last = 0; /* a fresh key's clock; entries keep their generations */
+    }
+    sluice__spin_unlock(&c->sl);
+    return idle;
+}
+
+void sluice_concurrency_free(sluice_concurrency *c)
+{
+    if (!c) return;
+    if (leased(c)) sluice__leases_fini(&c->book);
+    pthread_mutex_destroy(&c->mu);
+    sluice__free64(c);
+}
+
+/* The lock-free count: add p if it fits (the count before in *was, the
+ * word's epoch in *epoch). */
+static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was, uint32_t *epoch)
+{
+    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    for (unsigned k = 0;; k++) {
+        if (n & FROZEN) { /* a decision with other limits holds it: a moment */
+            sluice__backoff(k);
+            n = atomic_load_explicit(&c->count, memory_order_relaxed);
+            continue;
+        }
+        if (p > c->cp.limit - (n & CMASK)) {
+            *was = n & CMASK;
+            return false;
+        }
+        if (atomic_compare_exchange_weak_explicit(&c->count, &n, n + p, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            break;
+    }
+    *was = n & CMASK;
+    *epoch = EPOCH(n);
+    return true;
+}
+
+static void fill(sluice_permit *pm, sluice_concurrency *c, uint64_t p, uint32_t slot, uint32_t gen)
+{
+    *pm = (sluice_permit){.permits = p, .owner = c, .slot = slot, .gen = gen};
+}
+
+/* Try the queue's head waiter, and the next, ... at t (the book's clock,
+ * after _expire).  Under mu, and with a lease sl. */
+static void grant(sluice_concurrency *c, uint64_t t)
+{
+    waiter *w;
+    bool served = false;
+    while ((w = c->qhead) != NULL) {
+        if (leased(c)) {
+            if (w->permits > c->cp.limit - c->book.held) break;
+            uint32_t gen, slot = sluice__leases_take(&c->book, t, w->permits, c->cp.lease_ns, &gen);
+            fill(w->pm, c, w->permits, slot, gen);
+        } else {
+            uint64_t was;
+            uint32_t ep;
+            if (!count_take(c, w->permits, &was, &ep)) break;
+            fill(w->pm, c, w->permits, UINT32_MAX, ep);
+        }
+        w->granted = true;
+        c->qhead = w->next;
+        if (!c->qhead) c->qtail = NULL;
+        atomic_fetch_sub(&c->nwait, 1);
+        pthread_cond_signal(&w->cv);
+        served = true;
+    }
+    /* a new head sets its timer at the next lease's end */
+    if (served && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+}
+
+/* A leased limit's grant() from outside both locks, at the book's clock. */
+static void serve(sluice_concurrency *c)
+{
+    pthread_mutex_lock(&c->mu);
+    sluice__spin_lock(&c->sl);
+    grant(c, c->book.t_last);
+    sluice__spin_unlock(&c->sl);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
+                              sluice_permit *pm, sluice_result *res)
+{
+    sluice_result tmp;
+    if (!res) res = &tmp;
+    if (pm) *pm = (sluice_permit){0};
+    if (!c || !pm) return sluice__fail(res, SLUICE_EINVAL);
+    const uint64_t N = c->cp.limit;
+    if (!leased(c)) {
+        uint64_t was;
+        uint32_t ep;
+        if (permits == 0) return sluice__allow(res, N - (atomic_load(&c->count) & CMASK), 0);
+        if (atomic_load_explicit(&c->nwait, memory_order_acquire) == 0 &&
+            count_take(c, permits, &was, &ep)) {
+            fill(pm, c, permits, UINT32_MAX, ep);
+            return sluice__allow(res, N - was - permits, 0);
+        }
+        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed) & CMASK;
+        return sluice__deny(res, N - (n < N ? n : N), permits > N ? -1 : INT64_MAX);
+    }
+    sluice__spin_lock(&c->sl);
+    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    bool ok = permits == 0 || (!queue && permits <= N - c->book.held);
+    if (ok && permits) {
+        uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
+        fill(pm, c, permits, slot, gen);
+    }
+    if (ok) sluice__allow(res, N - c->book.held, 0);
+    else
+        sluice__deny(res, N - c->book.held,
+                     queue && permits <= N - c->book.held
+                         ? INT64_MAX /* room, but waiters first */
+                         : sluice__leases_retry_after(&c->book, t, N, permits));
+    sluice__spin_unlock(&c->sl);
+    return ok;
+}
+
+bool sluice_try_acquire_permit(sluice_concurrency *c, uint64_t permits, sluice_permit *pm)
+{
+    return sluice_acquire_permit_at(c, permits, sluice__clock_read(CLOCK_MONOTONIC), pm, NULL);
+}
+
+int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
+{
+    if (!pm) return SLUICE_EINVAL;
+    sluice_concurrency *c = pm->owner;
+    uint64_t p = pm->permits;
+    if (!c || p == 0) return SLUICE_ENOENT;
+    int rc = 0;
+    if (!leased(c)) {
+        uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+        for (unsigned k = 0;; k++) {
+            if (n & FROZEN) {
+                sluice__backoff(k);
+                n = atomic_load_explicit(&c->count, memory_order_relaxed);
+                continue;
+            }
+            if ((n & CMASK) < p || EPOCH(n) != pm->gen) {
+                pm->permits = 0;
+                return SLUICE_ENOENT;
+            }
+            if (atomic_compare_exchange_weak_explicit(&c->count, &n, n - p, memory_order_seq_cst,
+                                                      memory_order_relaxed))
+                break;
+        }
+        pm->permits = 0;
+        if (atomic_load_explicit(&c->nwait, memory_order_seq_cst) != 0) {
+            pthread_mutex_lock(&c->mu);
+            grant(c, 0);
+            pthread_mutex_unlock(&c->mu);
+        }
+        return 0;
+    }
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
+    if (!sluice__leases_give(&c->book, pm->slot, pm->gen, p)) rc = SLUICE_ENOENT;
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    sluice__spin_unlock(&c->sl);
+    pm->permits = 0;
+    if (queue) serve(c);
+    return rc;
+}
+
+int sluice_permit_release(sluice_permit *pm)
+{
+    return sluice_permit_release_at(pm, sluice__clock_read(CLOCK_MONOTONIC));
+}
+
+/* grant() under mu after a waiter left the queue; `signal`: wake the new
+ * head so that it sets its timer at the next lease's end. */
+static void regrant(sluice_concurrency *c, bool signal)
+{
+    if (leased(c)) sluice__spin_lock(&c->sl);
+    grant(c, leased(c) ? c->book.t_last : 0);
+    if (leased(c)) sluice__spin_unlock(&c->sl);
+    if (signal && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+}
+
+static struct timespec ts_of(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+}
+
+int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t timeout_ns,
+                          sluice_permit *pm)
+{
+    if (pm) *pm = (sluice_permit){0};
+    if (!c || !pm || permits == 0 || permits > c->cp.limit) return SLUICE_EINVAL;
+    uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
+    uint64_t deadline = now + timeout_ns < now || now + timeout_ns > (uint64_t)INT64_MAX
+                            ? (uint64_t)INT64_MAX
+                            : now + timeout_ns;
+    waiter w = {.permits = permits, .pm = pm};
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->nwait, 1); /* before the try: see the head comment */
+    if (c->qhead == NULL) {
+        if (leased(c)) {
+            sluice__spin_lock(&c->sl);
+            uint64_t t = sluice__leases_expire(&c->book, now);
+            if (permits <= c->cp.limit - c->book.held) {
+                uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
+                fill(pm, c, permits, slot, gen);
+                w.granted = true;
+            }
+            sluice__spin_unlock(&c->sl);
+        } else {
+            uint64_t was;
+            uint32_t ep;
+            if (count_take(c, permits, &was, &ep)) {
+                fill(pm, c, permits, UINT32_MAX, ep);
+                w.granted = true;
+            }
+        }
+        if (w.granted) {
+            atomic_fetch_sub(&c->nwait, 1);
+            pthread_mutex_unlock(&c->mu);
+            return 0;
+        }
+    }
+    pthread_condattr_t ca;
+    int ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        ok = pthread_cond_init(&w.cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok) {
+        atomic_fetch_sub(&c->nwait, 1);
+        regrant(c, false);
+        pthread_mutex_unlock(&c->mu);
+        return SLUICE_ENOMEM;
+    }
+    if (c->qtail) c->qtail->next = &w;
+    else c->qhead = &w;
+    c->qtail = &w;
+    int rc = 0;
+    for (;;) {
+        if (w.granted) break;
+        uint64_t wake = deadline;
+        if (leased(c) && c->qhead == &w) {
+            sluice__spin_lock(&c->sl);
+            if (c->book.head != SLUICE__LEASE_NIL && c->book.e[c->book.head].expiry_ns < wake)
+                wake = c->book.e[c->book.head].expiry_ns;
+            sluice__spin_unlock(&c->sl);
+        }
+        struct timespec ts = ts_of(wake);
+        pthread_cond_timedwait(&w.cv, &c->mu, &ts);
+        if (w.granted) break;
+        now = sluice__clock_read(CLOCK_MONOTONIC);
+        if (leased(c)) {
+            sluice__spin_lock(&c->sl);
+            grant(c, sluice__leases_expire(&c->book, now));
+            sluice__spin_unlock(&c->sl);
+        }
+        if (w.granted) break;
+        if (now >= deadline) {
+            /* leave the queue; those behind may fit now */
+            waiter **pp = &c->qhead, *prev = NULL;
+            while (*pp != &w) {
+                prev = *pp;
+                pp = &(*pp)->next;
+            }
+            *pp = w.next;
+            if (c->qtail == &w) c->qtail = prev;
+            atomic_fetch_sub(&c->nwait, 1);
+            regrant(c, true);
+            rc = SLUICE_ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_destroy(&w.cv);
+    return rc;
+}
+
+uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
+{
+    if (!c) return 0;
+    if (!leased(c)) return atomic_load(&c->count) & CMASK;
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    sluice__spin_unlock(&c->sl);
+    if (queue) serve(c); /* ended leases may let waiters through */
+    sluice__spin_lock(&c->sl);
+    uint64_t h = c->book.held;
+    sluice__spin_unlock(&c->sl);
+    return h;
+}
+
+uint64_t sluice_concurrency_held(const sluice_concurrency *c)
+{
+    if (!c) return 0;
+    sluice_concurrency *cc = (sluice_concurrency *)c; /* the lock only */
+    if (!leased(c)) return atomic_load(&cc->count) & CMASK;
+    sluice__spin_lock(&cc->sl);
+    uint64_t h = cc->book.held;
+    sluice__spin_unlock(&cc->sl);
+    return h;
+}
+
+uint32_t sluice_concurrency_waiting(const sluice_concurrency *c)
+{
+    return c ? atomic_load(&((sluice_concurrency *)c)->nwait) : 0;
+}
+
+uint64_t sluice_concurrency_limit(const sluice_concurrency *c) { return c ? c->cp.limit : 0; }
+
+int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
+                                  size_t errlen)
+{
+    sluice__conc_profile cp;
+    int rc = sluice__conc_parse(spec, &cp, err, errlen);
+    if (rc != 0) return rc;
+    if (canon) {
+        rc = sluice__conc_format(&cp, canon, canonlen);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen)
+{
+    if (!c) return SLUICE_EINVAL;
+    return sluice__conc_format(&c->cp, buf, buflen);
+}
+
+/* ---- held by a decision with rate limits (composite/conc_with.c) -------- */
+
+bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns, uint64_t *snap,
+                       sluice_result *res)
+{
+    const uint64_t N = c->cp.limit;
+    if (leased(c)) {
+        sluice__spin_lock(&c->sl);
+        uint64_t t = sluice__leases_expire(&c->book, now_ns);
+        bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+        if (permits == 0 || (!queue && permits <= N - c->book.held)) {
+            *snap = t;
+            sluice__allow(res, N - c->book.held - permits, 0);
+            return true; /* the lock stays held */
+        }
+        sluice__deny(res, N - c->book.held,
+                     queue && permits <= N - c->book.held
+                         ? INT64_MAX
+                         : sluice__leases_retry_after(&c->book, t, N, permits));
+        sluice__spin_unlock(&c->sl);
+        return false;
+    }
+    uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    for (unsigned k = 0;; k++) {
+        if (n & FROZEN) {
+            sluice__backoff(k);
+            n = atomic_load_explicit(&c->count, memory_order_relaxed);
+            continue;
+        }
+        uint64_t held = n & CMASK;
+        if (atomic_load_explicit(&c->nwait, memory_order_acquire) != 0 || permits > N - held) {
+            sluice__deny(res, N - held, permits > N ? -1 : INT64_MAX);
+            return false;
+        }
+        if (atomic_compare_exchange_weak_explicit(&c->count, &n, n | FROZEN, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            *snap = n;
+            sluice__allow(res, N - held - permits, 0);
+            return true;
+        }
+    }
+}
+
+void sluice__conc_unhold(sluice_concurrency *c, uint64_t snap, bool commit, uint64_t permits,
+                         sluice_permit *pm)
+{
+    if (leased(c)) {
+        if (commit && permits) {
+            uint32_t gen, slot = sluice__leases_take(&c->book, snap, permits, c->cp.lease_ns, &gen);
+            fill(pm, c, permits, slot, gen);
+        }
+        sluice__spin_unlock(&c->sl);
+        return;
+    }
+    if (commit && permits) fill(pm, c, permits, UINT32_MAX, EPOCH(snap));
+    atomic_store_explicit(&c->count, commit ? snap + permits : snap, memory_order_seq_cst);
+    /* a release waiting on the frozen word sees waiters itself; none to serve here */
+}

@@ -1,0 +1,489 @@
+/* test_permit.c -- concurrency limits (src/limiter/concurrency.c,
+ * src/alg/concurrency.c): permits held, released by their handle.
+ *
+ * (tests/limiter/test_concurrency.c is the rate limiters under threads;
+ * this file is the `concurrency` algorithm.)  Decisions are checked one by
+ * one against the reference model in tests/ref_model.c (ref_conc: a plain
+ * list of every admission, summed literally, retry_after searched by
+ * bisection), with and without a lease, at times near 2^63; the spec's
+ * errors each by its message; threads for the lock-free count's
+ * exactness (TSan); the blocking acquires for FIFO order and for waking
+ * one waiter per release. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <sluice.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ref_model.h"
+#include "testutil.h"
+
+#define SEC 1000000000ULL
+#define T_END ((uint64_t)INT64_MAX)
+
+static sluice_concurrency *mk(const char *spec)
+{
+    char err[256];
+    sluice_concurrency *c = sluice_concurrency_new(spec, err, sizeof err);
+    if (!c) fail_msg("%s: %s", spec, err);
+    return c;
+}
+
+/* The grammar: canonical forms, and each refusal naming its token. */
+static void test_spec(void **state)
+{
+    (void)state;
+    static const struct { const char *in, *canon; } ok[] = {
+        {"concurrency 10", "concurrency 10"},
+        {"  concurrency\t7  ", "concurrency 7"},
+        {"concurrency 1 lease=30s", "concurrency 1 lease=30s"},
+        {"concurrency 3 lease=60000ms", "concurrency 3 lease=min"},
+        {"concurrency 3 lease=1500ms", "concurrency 3 lease=1500ms"},
+        {"concurrency 3 lease=m", "concurrency 3 lease=min"},
+        {"concurrency 1000000000000", "concurrency 1000000000000"},
+        {"concurrency 65536 lease=1ns", "concurrency 65536 lease=ns"},
+        {"concurrency 2 lease=36500d", "concurrency 2 lease=36500d"},
+    };
+    char canon[SLUICE_SPEC_MAX], err[256];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(sluice_concurrency_spec_check(ok[i].in, canon, sizeof canon, err, sizeof err), 0);
+        assert_string_equal(canon, ok[i].canon);
+        /* the canonical form parses to itself */
+        char again[SLUICE_SPEC_MAX];
+        assert_int_equal(sluice_concurrency_spec_check(canon, again, sizeof again, NULL, 0), 0);
+        assert_string_equal(again, canon);
+        sluice_concurrency *c = mk(ok[i].in);
+        assert_true(sluice_concurrency_spec_format(c, again, sizeof again) > 0);
+        assert_string_equal(again, canon);
+        sluice_concurrency_free(c);
+    }
+    static const struct { const char *in, *needle; int rc; } bad[] = {
+        {"concurrency 0", "\"0\"", SLUICE_EINVAL},
+        {"concurrency", "missing N", SLUICE_EINVAL},
+        {"", "empty spec", SLUICE_EINVAL},
+        {"concurrency -1", "\"-1\"", SLUICE_EINVAL},
+        {"concurrency 10x", "\"10x\"", SLUICE_EINVAL},
+        {"concurrency 10/s", "\"10/s\"", SLUICE_EINVAL},
+        {"concurrency 1000000000001", "\"1000000000001\"", SLUICE_ERANGE},
+        {"concurrency 5 lease=0", "\"lease=0\"", SLUICE_EINVAL},
+        {"concurrency 5 lease=0s", "\"lease=0s\"", SLUICE_EINVAL},
+        {"concurrency 5 lease=", "\"lease=\"", SLUICE_EINVAL},
+        {"concurrency 5 lease", "\"lease\"", SLUICE_EINVAL},
+        {"concurrency 5 lease=5", "\"lease=5\"", SLUICE_EINVAL},
+        {"concurrency 5 lease=5parsecs", "\"lease=5parsecs\"", SLUICE_EINVAL},
+        {"concurrency 5 lease=36501d", "\"lease=36501d\"", SLUICE_ERANGE},
+        {"concurrency 5 lease=1s lease=2s", "duplicate option \"lease=2s\"", SLUICE_EINVAL},
+        {"concurrency 5 burst=2", "\"burst=2\"", SLUICE_EINVAL},
+        {"concurrency 65537 lease=1s", "\"65537\"", SLUICE_ERANGE},
+        {"token-bucket 5/s", "\"token-bucket\"", SLUICE_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        int rc = sluice_concurrency_spec_check(bad[i].in, canon, sizeof canon, err, sizeof err);
+        if (rc != bad[i].rc || !strstr(err, bad[i].needle))
+            fail_msg("\"%s\": rc %d, err \"%s\" (want %d, \"%s\")", bad[i].in, rc, err, bad[i].rc,
+                     bad[i].needle);
+        assert_null(sluice_concurrency_new(bad[i].in, err, sizeof err));
+    }
+    assert_null(sluice_concurrency_new(NULL, err, sizeof err));
+    /* a rate limiter's constructor points here */
+    assert_null(sluice_limiter_new("concurrency 5", err, sizeof err));
+    assert_non_null(strstr(err, "sluice_concurrency_new"));
+    assert_int_equal(sluice_spec_check("concurrency 5", NULL, 0, err, sizeof err), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_spec_check("concurrency 5", canon, 5, NULL, 0), SLUICE_ENOSPC);
+}
+
+/* Acquire to N, refuse, release; double, refused and foreign releases. */
+static void test_basic(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 3");
+    assert_int_equal(sluice_concurrency_limit(c), 3);
+    sluice_permit a, b, d;
+    sluice_result r;
+    assert_true(sluice_acquire_permit_at(c, 2, 0, &a, &r));
+    assert_int_equal(a.permits, 2);
+    assert_int_equal(r.remaining, 1);
+    assert_int_equal(r.retry_after_ns, 0);
+    assert_false(sluice_acquire_permit_at(c, 2, 0, &b, &r));
+    assert_int_equal(b.permits, 0);
+    assert_int_equal(r.remaining, 1);
+    assert_int_equal(r.retry_after_ns, INT64_MAX); /* only a release can help */
+    assert_int_equal(sluice_permit_release_at(&b, 0), SLUICE_ENOENT); /* refused: holds nothing */
+    assert_false(sluice_acquire_permit_at(c, 4, 0, &b, &r));
+    assert_int_equal(r.retry_after_ns, -1); /* never */
+    assert_true(sluice_acquire_permit_at(c, 0, 0, &b, &r)); /* a probe */
+    assert_int_equal(b.permits, 0);
+    assert_int_equal(r.remaining, 1);
+    assert_true(sluice_acquire_permit_at(c, 1, 0, &d, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 3);
+    assert_int_equal(sluice_permit_release_at(&a, 5), 0);
+    assert_int_equal(a.permits, 0);
+    assert_int_equal(sluice_permit_release_at(&a, 5), SLUICE_ENOENT); /* twice */
+    assert_int_equal(sluice_concurrency_held_at(c, 5), 1);
+    /* a copy released after the original: never below zero */
+    sluice_permit copy = d;
+    assert_int_equal(sluice_permit_release_at(&d, 6), 0);
+    assert_int_equal(sluice_permit_release_at(&copy, 6), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_held_at(c, 6), 0);
+    /* bad arguments */
+    assert_false(sluice_acquire_permit_at(NULL, 1, 0, &a, &r));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_false(sluice_acquire_permit_at(c, 1, 0, NULL, &r));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_permit_release_at(NULL, 0), SLUICE_EINVAL);
+    sluice_permit zero = {0};
+    assert_int_equal(sluice_permit_release_at(&zero, 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_acquire_permit(c, 4, 0, &a), SLUICE_EINVAL);
+    assert_int_equal(sluice_acquire_permit(c, 0, 0, &a), SLUICE_EINVAL);
+    assert_int_equal(sluice_acquire_permit(NULL, 1, 0, &a), SLUICE_EINVAL);
+    sluice_concurrency_free(c);
+    sluice_concurrency_free(NULL);
+}
+
+/* A lease ends exactly D after the admission, never before; a late
+ * release changes nothing; a stale copy is refused; retry_after is the
+ * time to the lease end that makes room. */
+static void test_lease(void **state)
+{
+    (void)state;
+    const uint64_t D = 10 * SEC;
+    sluice_concurrency *c = mk("concurrency 3 lease=10s");
+    sluice_permit a, b, x;
+    sluice_result r;
+    const uint64_t t0 = 100 * SEC;
+    assert_true(sluice_acquire_permit_at(c, 2, t0, &a, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, t0 + 3 * SEC, &b, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + 4 * SEC, &x, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(t0 + D - (t0 + 4 * SEC))); /* a's end */
+    assert_false(sluice_acquire_permit_at(c, 3, t0 + 4 * SEC, &x, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(t0 + 3 * SEC + D - (t0 + 4 * SEC))); /* b's end */
+    /* one ns before a's end: still held */
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + D - 1, &x, &r));
+    assert_int_equal(r.retry_after_ns, 1);
+    /* at its end: back */
+    assert_true(sluice_acquire_permit_at(c, 2, t0 + D, &x, &r));
+    assert_int_equal(r.remaining, 0);
+    /* a's late release changes nothing */
+    assert_int_equal(sluice_permit_release_at(&a, t0 + D), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + D), 3);
+    /* a stale copy: released once through the original */
+    sluice_permit copy = x;
+    assert_int_equal(sluice_permit_release_at(&x, t0 + D + 1), 0);
+    assert_int_equal(sluice_permit_release_at(&copy, t0 + D + 1), SLUICE_ENOENT);
+    /* an earlier time counts as the latest seen */
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 1);
+    assert_int_equal(sluice_permit_release_at(&b, 0), 0); /* ends at t0+3s+D: still held */
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
+    sluice_concurrency_free(c);
+
+    /* near the end of time: a lease past 2^63-1 never ends */
+    c = mk("concurrency 1 lease=36500d");
+    assert_true(sluice_acquire_permit_at(c, 1, T_END - 5, &a, &r));
+    assert_false(sluice_acquire_permit_at(c, 1, UINT64_MAX, &x, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(36500ULL * 86400 * SEC - 5)); /* past the axis' end */
+    assert_int_equal(sluice_permit_release_at(&a, UINT64_MAX), 0);
+    assert_true(sluice_acquire_permit_at(c, 1, UINT64_MAX, &x, &r));
+    sluice_concurrency_free(c);
+    c = mk("concurrency 1 lease=ns");
+    assert_true(sluice_acquire_permit_at(c, 1, T_END - 1, &a, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, T_END, &x, &r)); /* a ended at 2^63-1 */
+    assert_int_equal(sluice_permit_release_at(&a, T_END), SLUICE_ENOENT);
+    sluice_concurrency_free(c);
+}
+
+/* Random calls, decision by decision against the model. */
+static void run_model(const char *spec, uint64_t N, uint64_t lease, uint64_t t_base, uint64_t *seed,
+                      int steps)
+{
+    sluice_concurrency *c = mk(spec);
+    ref_conc *m = ref_conc_new(N, lease);
+    assert_non_null(m);
+    enum { H = 64 };
+    sluice_permit pm[H], copy[H];
+    uint64_t id[H] = {0};
+    memset(pm, 0, sizeof pm);
+    memset(copy, 0, sizeof copy);
+    uint64_t t = t_base;
+    for (int s = 0; s < steps; s++) {
+        uint64_t step = tu_splitmix64_below(seed, 4) == 0 ? tu_splitmix64_below(seed, 3 * lease + 3)
+                                                           : tu_splitmix64_below(seed, lease / 4 + 2);
+        uint64_t now = t + step;
+        if (tu_splitmix64_below(seed, 8) == 0 && now > 5) now -= tu_splitmix64_below(seed, 5); /* back */
+        if (now > t) t = now;
+        unsigned k = (unsigned)tu_splitmix64_below(seed, H);
+        unsigned op = (unsigned)tu_splitmix64_below(seed, 10);
+        if (op < 5 && pm[k].permits == 0) {
+            uint64_t p = tu_splitmix64_below(seed, N + 2);
+            sluice_result r;
+            ref_result e;
+            uint64_t rid;
+            bool got = sluice_acquire_permit_at(c, p, now, &pm[k], &r);
+            bool want = ref_conc_acquire(m, p, now, &e, &rid);
+            if (got != want || r.remaining != e.remaining || r.retry_after_ns != e.retry_after_ns)
+                fail_msg("%s step %d: acquire %llu at %llu: got %d rem %llu retry %lld, model %d rem %llu retry %lld",
+                         spec, s, (unsigned long long)p, (unsigned long long)now, got,
+                         (unsigned long long)r.remaining, (long long)r.retry_after_ns, want,
+                         (unsigned long long)e.remaining, (long long)e.retry_after_ns);
+            id[k] = rid;
+            copy[k] = pm[k];
+        } else if (op < 9) {
+            /* release: the handle, or (with a lease) its stale copy */
+            bool use_copy = lease && op == 8;
+            sluice_permit *h = use_copy ? &copy[k] : &pm[k];
+            bool held_before = h->permits != 0;
+            int rc = sluice_permit_release_at(h, now);
+            bool want = held_before && ref_conc_release(m, id[k], now);
+            /* a handle holding nothing names no limit: no call on it */
+            if ((rc == 0) != want)
+                fail_msg("%s step %d: release of %u at %llu: rc %d, model %d", spec, s, k,
+                         (unsigned long long)now, rc, want);
+            if (use_copy) pm[k].permits = 0, id[k] = 0;
+            else copy[k].permits = 0;
+        } else {
+            uint64_t h = sluice_concurrency_held_at(c, now), e = ref_conc_held(m, now);
+            if (h != e)
+                fail_msg("%s step %d: held at %llu: %llu, model %llu", spec, s,
+                         (unsigned long long)now, (unsigned long long)h, (unsigned long long)e);
+        }
+    }
+    ref_conc_free(m);
+    sluice_concurrency_free(c);
+}
+
+static void test_model(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_env_seed();
+    for (int round = 0; round < 4; round++) {
+        run_model("concurrency 1", 1, 0, 0, &seed, 2000);
+        run_model("concurrency 5", 5, 0, 0, &seed, 2000);
+        run_model("concurrency 40", 40, 0, 0, &seed, 2000);
+        run_model("concurrency 1 lease=100ns", 1, 100, 0, &seed, 2000);
+        run_model("concurrency 5 lease=1000ns", 5, 1000, 1000, &seed, 2000);
+        run_model("concurrency 40 lease=50us", 40, 50000, 7, &seed, 2000);
+        /* near the end of time: leases run past 2^63-1 */
+        run_model("concurrency 7 lease=1us", 7, 1000, T_END - 200000, &seed, 2000);
+    }
+}
+
+/* Threads acquiring and releasing on one limit: never more than N held at
+ * once (a counter the holders keep), nothing lost at the end. */
+typedef struct th_arg {
+    sluice_concurrency *c;
+    uint64_t N, seed;
+    _Atomic uint64_t *inside, *max_inside;
+    unsigned iters;
+    bool blocking;
+    tu_errs errs;
+} th_arg;
+
+static void *th_main(void *p)
+{
+    th_arg *a = p;
+    for (unsigned i = 0; i < a->iters; i++) {
+        sluice_permit pm;
+        uint64_t want = 1 + tu_splitmix64_below(&a->seed, 2);
+        bool got;
+        if (a->blocking) {
+            int rc = sluice_acquire_permit(a->c, want, 30 * SEC, &pm);
+            if (rc != 0 && rc != SLUICE_ETIMEDOUT) tu_errs_add(&a->errs, "acquire: %d", rc);
+            got = rc == 0;
+        } else {
+            got = sluice_acquire_permit_at(a->c, want, 0, &pm, NULL);
+        }
+        if (!got) continue;
+        uint64_t in = atomic_fetch_add(a->inside, want) + want;
+        uint64_t mx = atomic_load(a->max_inside);
+        while (in > mx && !atomic_compare_exchange_weak(a->max_inside, &mx, in)) {
+        }
+        atomic_fetch_sub(a->inside, want);
+        int rc = sluice_permit_release_at(&pm, 0);
+        if (rc != 0) tu_errs_add(&a->errs, "release: %d", rc);
+    }
+    return NULL;
+}
+
+static void run_threads(const char *spec, uint64_t N, bool blocking)
+{
+    sluice_concurrency *c = mk(spec);
+    enum { T = 4 };
+    pthread_t th[T];
+    th_arg a[T];
+    _Atomic uint64_t inside = 0, mx = 0;
+    unsigned iters = TU_UNDER_TSAN ? 2000 : 20000;
+    for (int i = 0; i < T; i++) {
+        a[i] = (th_arg){.c = c, .N = N, .seed = 77u + (uint64_t)i, .inside = &inside, .max_inside = &mx,
+                        .iters = iters, .blocking = blocking};
+        assert_int_equal(pthread_create(&th[i], NULL, th_main, &a[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        if (a[i].errs.n) fail_msg("%s thread %d: %s", spec, i, a[i].errs.msg);
+    }
+    assert_true(atomic_load(&mx) <= N);
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
+    assert_int_equal(sluice_concurrency_waiting(c), 0);
+    sluice_concurrency_free(c);
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    run_threads("concurrency 2", 2, false);
+    run_threads("concurrency 3 lease=36500d", 3, false);
+    run_threads("concurrency 2", 2, true);
+    run_threads("concurrency 3 lease=36500d", 3, true);
+}
+
+/* Blocking acquires: served in arrival order, one waiter woken per
+ * permit a release frees. */
+typedef struct wt_arg {
+    sluice_concurrency *c;
+    unsigned idx;
+    uint64_t permits, timeout_ns;
+    int rc;
+    sluice_permit pm;
+    _Atomic unsigned *order; /* the next position */
+    unsigned pos;            /* where this waiter was served */
+} wt_arg;
+
+static void *wt_main(void *p)
+{
+    wt_arg *a = p;
+    a->rc = sluice_acquire_permit(a->c, a->permits, a->timeout_ns, &a->pm);
+    if (a->rc == 0) a->pos = atomic_fetch_add(a->order, 1);
+    return NULL;
+}
+
+/* Poll (bounded: 60 s of real time) until `n` acquirers wait. */
+static void wait_for_waiting(sluice_concurrency *c, uint32_t n)
+{
+    for (int i = 0; i < 60000 && sluice_concurrency_waiting(c) != n; i++) tu_sleep_ns(1000000);
+    assert_int_equal(sluice_concurrency_waiting(c), n);
+}
+
+static void test_blocking_fifo(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 2");
+    sluice_permit hold, x;
+    assert_true(sluice_acquire_permit_at(c, 2, 0, &hold, NULL));
+    assert_int_equal(sluice_acquire_permit(c, 1, 1000000, &x), SLUICE_ETIMEDOUT);
+    enum { W = 3 };
+    pthread_t th[W];
+    wt_arg a[W];
+    _Atomic unsigned order = 0;
+    for (unsigned i = 0; i < W; i++) {
+        a[i] = (wt_arg){.c = c, .idx = i, .permits = 1, .timeout_ns = 60 * SEC, .order = &order};
+        assert_int_equal(pthread_create(&th[i], NULL, wt_main, &a[i]), 0);
+        wait_for_waiting(c, i + 1); /* queued in this order */
+    }
+    /* a newcomer does not pass the queue, even with room */
+    sluice_permit half = hold;
+    half.permits = 1;
+    hold.permits = 1;
+    assert_int_equal(sluice_permit_release_at(&half, 0), 0); /* one permit back */
+    wait_for_waiting(c, 2);                                  /* exactly one woken */
+    /* the first: were it another, it would wait out its 60 s and fail */
+    pthread_join(th[0], NULL);
+    assert_int_equal(a[0].rc, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, 0, &x, NULL));
+    assert_int_equal(sluice_permit_release_at(&hold, 0), 0); /* the other */
+    wait_for_waiting(c, 1);
+    pthread_join(th[1], NULL);
+    assert_int_equal(a[1].rc, 0);
+    assert_int_equal(sluice_permit_release_at(&a[0].pm, 0), 0);
+    pthread_join(th[2], NULL);
+    assert_int_equal(a[2].rc, 0);
+    assert_int_equal(sluice_permit_release_at(&a[1].pm, 0), 0);
+    assert_int_equal(sluice_permit_release_at(&a[2].pm, 0), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
+    sluice_concurrency_free(c);
+}
+
+/* A big waiter at the head keeps a small one behind it waiting; when the
+ * big one times out, the small one is served. */
+static void test_blocking_head_timeout(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 3");
+    sluice_permit hold;
+    assert_true(sluice_acquire_permit_at(c, 2, 0, &hold, NULL));
+    _Atomic unsigned order = 0;
+    wt_arg big = {.c = c, .permits = 3, .timeout_ns = 200 * 1000000ULL, .order = &order};
+    wt_arg small = {.c = c, .permits = 1, .timeout_ns = 60 * SEC, .order = &order};
+    pthread_t tb, ts;
+    assert_int_equal(pthread_create(&tb, NULL, wt_main, &big), 0);
+    wait_for_waiting(c, 1);
+    assert_int_equal(pthread_create(&ts, NULL, wt_main, &small), 0);
+    pthread_join(tb, NULL);
+    assert_int_equal(big.rc, SLUICE_ETIMEDOUT);
+    pthread_join(ts, NULL);
+    assert_int_equal(small.rc, 0);
+    assert_int_equal(sluice_permit_release_at(&small.pm, 0), 0);
+    assert_int_equal(sluice_permit_release_at(&hold, 0), 0);
+    sluice_concurrency_free(c);
+}
+
+/* With a lease, a waiter is served when the holder's lease ends, though
+ * the holder never releases (on the live clock: a 50-ms lease). */
+static void test_blocking_lease(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 1 lease=50ms");
+    sluice_permit hold, x;
+    assert_true(sluice_try_acquire_permit(c, 1, &hold));
+    assert_int_equal(sluice_acquire_permit(c, 1, 60 * SEC, &x), 0);
+    assert_int_equal(sluice_permit_release(&hold), SLUICE_ENOENT); /* ended */
+    assert_int_equal(sluice_permit_release(&x), 0);
+    sluice_concurrency_free(c);
+}
+
+/* Every allocation of _new failing in turn: NULL, nothing leaked. */
+static void test_oom(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    for (long n = 0;; n++) {
+        tu_alloc_arm(n, false);
+        char err[128];
+        sluice_concurrency *c = sluice_concurrency_new("concurrency 100 lease=1s", err, sizeof err);
+        tu_alloc_disarm();
+        if (c) {
+            sluice_concurrency_free(c);
+            break;
+        }
+        assert_non_null(strstr(err, "out of memory"));
+        assert_int_equal(tu_alloc_live(), 0);
+        assert_true(n < 10);
+    }
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec),
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_model),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_blocking_fifo),
+        cmocka_unit_test(test_blocking_head_timeout),
+        cmocka_unit_test(test_blocking_lease),
+        cmocka_unit_test(test_oom),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
