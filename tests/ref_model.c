@@ -698,6 +698,8 @@ bool ref_model_settle(ref_model *m, const ref_resv *rv, uint64_t actual, uint64_
     }
     }
     return false;
+}
+
 /* ---- concurrency limits ---------------------------------------------------- */
 
 typedef struct ref_hold {
