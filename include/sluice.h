@@ -1110,6 +1110,14 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  * request; when the composite is refused nothing was taken from it, and its
  * remaining is without the permits and its wait_ns 0.
  *
+ * One `now_ns` serves every limit, so all must count time on one axis: a
+ * calendar quota (tz=) counts from the Unix epoch, the other specs on the
+ * monotonic clock (sluice_limiter_now_ns / sluice_table_now_ns of any of
+ * them is the time when they agree).  The composite does not look at the
+ * clocks (its fast path reads no configuration): a caller whose limits come
+ * from a configuration refuses a mix where it reads it, as the nginx module
+ * does (docs/nginx.md).
+ *
  * A table key seen for the first time gets a fresh limiter only when the
  * whole request is allowed.  permits = 0 is a probe of every limit.  Each
  * limiter's and table's statistics count the request as allowed or denied

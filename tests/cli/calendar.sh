@@ -86,5 +86,14 @@ expect_fail "an unknown zone" 'unknown zone "Mars/Base"' --limit 'fixed-window 2
 expect_fail "anchor=32" 'anchor=32' --limit 'fixed-window 2/month tz=UTC anchor=32'
 expect_fail "tz= on token-bucket" 'fixed-window only' --limit 'token-bucket 2/d tz=UTC'
 
+# `sluice hammer` decides a calendar quota at the table's own clock (the
+# epoch's; a smoke check: the count alone cannot tell the axes apart, and
+# it stays 3 per key unless the run crosses a UTC midnight).
+out=$("$bin" hammer --limit 'fixed-window 3/d tz=UTC' --duration 100ms --keys 2 2>&1 | tail -1)
+case "$out" in
+allowed=6\ * | allowed=[7-9]\ * | allowed=1[0-2]\ *) echo "ok   hammer on a calendar quota: ${out%% elapsed*}"; pass=$((pass + 1)) ;;
+*) echo "FAIL hammer on a calendar quota: $out"; fail=$((fail + 1)) ;;
+esac
+
 echo "calendar.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]
