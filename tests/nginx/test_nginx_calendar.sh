@@ -14,6 +14,8 @@
 #   offset    tz=Pacific/Kiritimati (UTC+14, no DST): the seconds to the
 #             next midnight there, 14 hours off UTC's.
 #   shadow    a shadow calendar zone beside an enforced one: admitted.
+#   reload    3/d -> 5/d on the kept zone: the day's count is kept (2 more),
+#             the reset is still the next midnight.
 #   mixed     a place with a calendar quota and a monotonic spec is refused
 #             by nginx -t, naming both zones and "different clocks".
 # Exit 77 (skipped) when nginx or python3 cannot be found.
@@ -71,6 +73,20 @@ check() {
 }
 
 last_t=0
+# check_reset NAME PATH OFFSET: a refused request's reset is that midnight's
+check_reset() {
+    local lo hi h t
+    lo=$(to_midnight "$3")
+    h=$(curl -s -D - -o /dev/null -H "X-Key: $1" "$base$2" | tr -d '\r')
+    hi=$(to_midnight "$3")
+    t=$(sed -n 's/^RateLimit: .*;t=\([0-9]*\).*/\1/p' <<<"$h")
+    if grep -q '^HTTP/1.1 429' <<<"$h" && [ -n "$t" ] && [ "$t" -ge $((hi - 1)) ] && [ "$t" -le $((lo + 1)) ]; then
+        pass "$1: after the reload, reset t=$t s = to the next midnight"
+    else
+        fail "$1: after the reload: $(head -1 <<<"$h"), t=$t, want $hi .. $lo"
+    fi
+}
+
 if start; then
     check utc /utc/index.html 0
     tu=$last_t
@@ -85,6 +101,17 @@ if start; then
     grep -q 'would refuse the request (shadow)' "$dir/logs/error.log" &&
         pass "shadow: the calendar zone's 2nd request of the day logged as a refusal" ||
         fail "shadow: no refusal logged by kiri2"
+    # reload: 3/d -> 5/d on the kept zone, applied by the new workers at
+    # the zone's clock: the key that used its 3 gets 2 more, same reset
+    sed -i 's|spec="fixed-window 3/d tz=UTC"|spec="fixed-window 5/d tz=UTC"|' "$dir/nginx.conf"
+    if reload_wait; then
+        c=$(codes 3 -H "X-Key: utc" "$base/utc/index.html")
+        [ "$c" = "200 200 429" ] && pass "reload 3/d -> 5/d: the day's count kept, 2 more: $c" ||
+            fail "reload 3/d -> 5/d: want 200 200 429, got $c ($(grep -a sluice "$dir/logs/error.log" | tail -2))"
+        check_reset utc /utc/index.html 0
+    else
+        fail "reload: $(tail -3 "$dir/logs/reload.log" "$dir/logs/error.log")"
+    fi
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
