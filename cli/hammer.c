@@ -3,7 +3,9 @@
  *
  * Each of --threads threads loops until the duration is over: pick the next
  * of --keys keys (round robin, each thread from its own offset), time one
- * decision with two CLOCK_MONOTONIC reads, count it.  Every loop is bounded
+ * decision with two CLOCK_MONOTONIC reads, count it.  A calendar quota
+ * (tz=) is decided on its own axis: the monotonic time plus the offset of
+ * the table's clock (sluice_table_now_ns) read once at the start.  Every loop is bounded
  * by the clock and by a decision count; a decision through Redis never takes
  * longer than --timeout, so the command ends within the duration plus that
  * (plus the connect timeout when it has to connect).
@@ -112,6 +114,7 @@ typedef struct job {
     uint32_t nkeys;
     uint64_t permits;
     uint64_t end_ns;
+    uint64_t axis_ns; /* added to a monotonic time: the table's axis */
 } job;
 
 typedef struct worker {
@@ -136,7 +139,7 @@ static void *work(void *arg)
         bool ok;
         uint64_t t0 = now;
         if (j->tier == TIER_LOCAL) {
-            ok = sluice_table_try_acquire_at(j->table, key, kl, j->permits, t0, NULL);
+            ok = sluice_table_try_acquire_at(j->table, key, kl, j->permits, t0 + j->axis_ns, NULL);
         } else {
 #ifdef SLUICE_HAVE_REDIS
             sluice_redis_info info;
@@ -297,6 +300,11 @@ int sluice_cli_hammer(int argc, char **argv)
             fprintf(stderr, "sluice hammer: %s\n", err);
             return 2;
         }
+        /* a calendar quota (tz=) counts from the Unix epoch: its decisions
+         * are at the table's own clock, timed on the monotonic one */
+        sluice_spec_info info;
+        if (sluice_spec_parse(limit, &info, NULL, 0) == 0 && info.clock == SLUICE_CLOCK_REALTIME)
+            j.axis_ns = sluice_table_now_ns(j.table) - sluice_now_ns();
     } else {
 #ifdef SLUICE_HAVE_REDIS
         sluice_redis_config cfg;

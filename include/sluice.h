@@ -183,6 +183,8 @@ void sluice_get_allocator(sluice_allocator *out);
 /* Clock                                                                     */
 
 /* CLOCK_MONOTONIC now, in nanoseconds (about 20 ns through the vDSO).
+ * The axis of specs without tz=; for a limiter or table whose spec came
+ * from elsewhere, read sluice_limiter_now_ns() or sluice_table_now_ns().
  * Thread-safe. */
 uint64_t sluice_now_ns(void);
 
@@ -530,6 +532,17 @@ int sluice_spec_parse(const char *spec, sluice_spec_info *out, char *err,
  * made from).  Thread-safe. */
 void sluice_limiter_spec_get(const sluice_limiter *lim, sluice_spec_info *out);
 
+/* The limiter's clock now, in nanoseconds: the time its live functions
+ * (sluice_try_acquire, sluice_limiter_reconfigure, ...) read, on the axis
+ * its `_at` functions take.  CLOCK_MONOTONIC (or its coarse form, for
+ * `clock=coarse`) for most specs; CLOCK_REALTIME, nanoseconds since the
+ * Unix epoch, for a calendar quota (tz=).  A caller that passes "now" to
+ * the `_at` functions of a limiter whose spec it did not choose (from a
+ * configuration) reads it here, never sluice_now_ns().  A spec change never
+ * moves a limiter to the other axis, so the answer's axis is fixed for its
+ * life.  lim == NULL gives 0.  Thread-safe. */
+uint64_t sluice_limiter_now_ns(const sluice_limiter *lim);
+
 /* The spec name of algorithm `alg` ("token-bucket" for
  * SLUICE_ALG_TOKEN_BUCKET), a static string; NULL for a value that is not
  * an algorithm.  Thread-safe. */
@@ -700,6 +713,14 @@ size_t sluice_table_try_acquire_burst_at(sluice_table *t, size_t n,
  * above).  `res` may be NULL.  Thread-safe. */
 bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                               uint64_t permits, sluice_result *res);
+
+/* The table's clock now, in nanoseconds, as sluice_limiter_now_ns() for a
+ * limiter: the time sluice_table_try_acquire() reads, on the axis of the
+ * table's `_at` functions (the epoch's for a calendar quota, tz=; the
+ * monotonic clock's otherwise).  For a table in shared memory, the spec it
+ * was attached with names the clock; a spec change keeps the axis.  t ==
+ * NULL gives 0.  Thread-safe. */
+uint64_t sluice_table_now_ns(const sluice_table *t);
 
 /* Copy the table's counters into `out`.  Thread-safe. */
 void sluice_table_stats_get(const sluice_table *t, sluice_table_stats *out);
@@ -1088,6 +1109,14 @@ static inline sluice_limit_ref sluice_ref_key(sluice_table *t, const void *key, 
  * limit's own answer: `allowed` tells whether that limit allowed the
  * request; when the composite is refused nothing was taken from it, and its
  * remaining is without the permits and its wait_ns 0.
+ *
+ * One `now_ns` serves every limit, so all must count time on one axis: a
+ * calendar quota (tz=) counts from the Unix epoch, the other specs on the
+ * monotonic clock (sluice_limiter_now_ns / sluice_table_now_ns of any of
+ * them is the time when they agree).  The composite does not look at the
+ * clocks (its fast path reads no configuration): a caller whose limits come
+ * from a configuration refuses a mix where it reads it, as the nginx module
+ * does (docs/nginx.md).
  *
  * A table key seen for the first time gets a fresh limiter only when the
  * whole request is allowed.  permits = 0 is a probe of every limit.  Each

@@ -50,6 +50,11 @@
  * its keyed digest); a request the table cannot decide is a 500 with an
  * error line, never a refusal and never "not limited".
  *
+ * Time: every call reads the zone's own clock (sluice_table_now_ns): the
+ * monotonic clock, or CLOCK_REALTIME for a calendar quota (tz=), whose
+ * windows end at local midnights.  The zones of one place share one time,
+ * so a place that mixes the two axes is refused at configuration.
+ *
  * sluice_headers on adds the RateLimit-Policy and RateLimit fields of the
  * IETF draft, one item per enforced limit, and Retry-After on a refusal
  * (include/sluice/http.h formats them).
@@ -92,8 +97,16 @@ typedef struct ngx_http_sluice_zone_s {
 
 typedef struct {
     ngx_array_t               zones;         /* of ngx_http_sluice_zone_t * */
+    ngx_array_t               places;        /* of ngx_http_sluice_place_t: each
+                                              * level's limits, for the clock check */
     sluice_metrics           *metrics;       /* per process, from init_process */
 } ngx_http_sluice_main_conf_t;
+
+typedef struct {
+    ngx_array_t              *limits;        /* a level's ngx_http_sluice_limit_t */
+    u_char                   *file;          /* of its first `sluice` */
+    ngx_uint_t                line;
+} ngx_http_sluice_place_t;
 
 typedef struct {
     ngx_http_sluice_zone_t   *zone;
@@ -237,7 +250,9 @@ ngx_http_sluice_create_main_conf(ngx_conf_t *cf)
     if (mcf == NULL) {
         return NULL;
     }
-    if (ngx_array_init(&mcf->zones, cf->pool, 4, sizeof(ngx_http_sluice_zone_t *)) != NGX_OK) {
+    if (ngx_array_init(&mcf->zones, cf->pool, 4, sizeof(ngx_http_sluice_zone_t *)) != NGX_OK
+        || ngx_array_init(&mcf->places, cf->pool, 4, sizeof(ngx_http_sluice_place_t)) != NGX_OK)
+    {
         return NULL;
     }
     return mcf;
@@ -340,7 +355,8 @@ ngx_http_sluice_try_change(ngx_http_sluice_zone_t *z, ngx_log_t *log, char *err,
     }
     ngx_memzero(mem, size);
     t = sluice_table_attach(mem, size, z->made_spec, 1, z->max_key_bytes, z->flags, err, errlen);
-    rc = t == NULL ? -1 : sluice_table_reconfigure_at(t, z->spec, sluice_now_ns(), err, errlen);
+    rc = t == NULL ? -1 : sluice_table_reconfigure_at(t, z->spec, sluice_table_now_ns(t), err,
+                                                      errlen);
     sluice_table_free(t);
     ngx_free(mem);
     return rc == 0 ? NGX_OK : NGX_ERROR;
@@ -749,6 +765,7 @@ ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_sluice_loc_conf_t *lcf = conf;
     ngx_http_sluice_zone_t *z;
     ngx_http_sluice_limit_t *limit, *limits;
+    ngx_http_sluice_place_t *place;
     ngx_str_t *value = cf->args->elts;
     ngx_uint_t i;
     ngx_flag_t shadow = 0;
@@ -768,9 +785,13 @@ ngx_http_sluice_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
     if (lcf->limits == NGX_CONF_UNSET_PTR) {
         lcf->limits = ngx_array_create(cf->pool, 2, sizeof(ngx_http_sluice_limit_t));
-        if (lcf->limits == NULL) {
+        place = ngx_array_push(&mcf->places);
+        if (lcf->limits == NULL || place == NULL) {
             return NGX_CONF_ERROR;
         }
+        place->limits = lcf->limits;
+        place->file = cf->conf_file->file.name.data;
+        place->line = cf->conf_file->line;
     }
     limits = lcf->limits->elts;
     for (i = 0; i < lcf->limits->nelts; i++) {
@@ -969,7 +990,7 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     /* the library's shadow rule (sluice/rules.h): the enforced zones as one
      * composite, then, only when it admits, each shadow zone on its own,
      * charged when it would admit */
-    now = sluice_now_ns();
+    now = sluice_table_now_ns(zs[0]->table); /* one axis: check_clocks */
     (void) sluice_shadow_try_acquire_at(refs, shadow, n, 1, now, &res, out);
     for (i = 0; i < n; i++) {
         if (!shadow[i]) {
@@ -1158,6 +1179,46 @@ ngx_http_sluice_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /* ---- life ----------------------------------------------------------------- */
 
+/* The zones of one place are decided at one time, read from their first
+ * zone's clock (sluice_table_now_ns): a calendar quota (tz=) counts in
+ * nanoseconds since the Unix epoch, the other specs on the monotonic
+ * clock, and the two do not compare.  A place that mixes them is refused
+ * here, naming both zones. */
+static ngx_int_t
+ngx_http_sluice_check_clocks(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *mcf)
+{
+    ngx_http_sluice_place_t *places = mcf->places.elts;
+    ngx_http_sluice_limit_t *limits;
+    sluice_spec_info info;
+    char err[SLUICE_NGX_ERRLEN];
+    ngx_uint_t i, j;
+    int epoch, first = 0;
+
+    for (i = 0; i < mcf->places.nelts; i++) {
+        limits = places[i].limits->elts;
+        for (j = 0; j < places[i].limits->nelts; j++) {
+            if (sluice_spec_parse(limits[j].zone->spec, &info, err, sizeof err) != 0) {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "sluice_zone \"%V\": %s",
+                              &limits[j].zone->name, err);
+                return NGX_ERROR;
+            }
+            epoch = info.clock == SLUICE_CLOCK_REALTIME;
+            if (j == 0) {
+                first = epoch;
+            } else if (epoch != first) {
+                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                              "sluice \"%V\" and \"%V\" in %s:%ui: limits on different clocks"
+                              " (a calendar quota, tz=, counts from the Unix epoch; the other"
+                              " specs on the monotonic clock): put them in different places",
+                              &limits[0].zone->name, &limits[j].zone->name, places[i].file,
+                              places[i].line);
+                return NGX_ERROR;
+            }
+        }
+    }
+    return NGX_OK;
+}
+
 static ngx_int_t
 ngx_http_sluice_init(ngx_conf_t *cf)
 {
@@ -1174,6 +1235,9 @@ ngx_http_sluice_init(ngx_conf_t *cf)
                           &zones[i]->name, zones[i]->file, zones[i]->line);
             return NGX_ERROR;
         }
+    }
+    if (ngx_http_sluice_check_clocks(cf, mcf) != NGX_OK) {
+        return NGX_ERROR;
     }
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
     if (h == NULL) {
@@ -1210,7 +1274,8 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
          * committed (init_zone tried it).  Every new worker applies it; the
          * region keeps one current spec, so the second finds it done. */
         if (zones[i]->pending
-            && sluice_table_reconfigure_at(zones[i]->table, zones[i]->spec, sluice_now_ns(), err,
+            && sluice_table_reconfigure_at(zones[i]->table, zones[i]->spec,
+                                           sluice_table_now_ns(zones[i]->table), err,
                                            sizeof err) != 0)
         {
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "sluice_zone \"%V\": spec \"%s\": %s",

@@ -195,7 +195,8 @@ typedef struct sluice_redis_config {
     uint32_t retry_max_ms;       /* longest backoff; default 1000 */
     /* The local clock, in ns, of the local tier: leases' lifetimes,
      * remembered refusals, the local_spec and FAIL_LOCAL limiters.  NULL:
-     * sluice_now_ns().  Never sent to Redis; deadlines always use
+     * sluice_now_ns() (a calendar quota, tz=, as local_spec: its own
+     * clock, the epoch's; with clock_fn, the times it gives).  Never sent to Redis; deadlines always use
      * CLOCK_MONOTONIC.  For tests.  (A clock running slow makes leases live
      * longer in real time: the P * lease_cap bound still holds, the
      * token-bucket TTL bound does not.) */

@@ -685,6 +685,11 @@ int sluice_limiter_reconfigure_at(sluice_limiter *lim, const char *spec, uint64_
     return reconfigure(lim, spec, 0, 0, 0, now_ns, err, errlen);
 }
 
+uint64_t sluice_limiter_now_ns(const sluice_limiter *lim)
+{
+    return lim ? sluice__clock_now(cur_cfg(lim)->pf.clock) : 0;
+}
+
 int sluice_limiter_reconfigure(sluice_limiter *lim, const char *spec, char *err, size_t errlen)
 {
     uint64_t now = lim ? sluice__clock_now(cur_cfg(lim)->pf.clock) : 0;

@@ -3,7 +3,9 @@
  * A decision goes through, in order:
  *
  *   1. the local_spec limiter (a sluice_table), when configured: a refusal
- *      there ends it (SRC_LOCAL);
+ *      there ends it (SRC_LOCAL); a calendar quota (tz=) there is decided
+ *      at its own clock, the epoch's (sluice_table_now_ns), unless
+ *      clock_fn gives the time;
  *   2. with leases (lease_max > 0), this process's entry for the key, under
  *      its stripe's mutex: a live lease with enough permits admits
  *      (SRC_LEASE); a remembered refusal of a request at most as large that
@@ -93,6 +95,7 @@ struct sluice_redis {
     uint32_t stripe_limit;
     uint64_t hash_seed[2]; /* the local tables' SipHash key */
     sluice_table *front, *fallback;
+    bool front_epoch; /* local_spec is a calendar quota (tz=): its own clock */
     char fallback_spec[SLUICE_SPEC_MAX];
     uint64_t (*clock_fn)(void *);
     void *clock_arg;
@@ -279,6 +282,9 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
             if (errlen) snprintf(err, errlen, "local_spec: %s", why);
             goto fail;
         }
+        sluice_spec_info fi;
+        r->front_epoch = sluice_spec_parse(cfg->local_spec, &fi, NULL, 0) == 0
+                         && fi.clock == SLUICE_CLOCK_REALTIME;
     }
     if (fallback_spec(&r->pp, r->procs, r->fallback_spec, sizeof r->fallback_spec) != 0) {
         errf(err, errlen, "cannot divide \"%s\" among the expected processes", r->pp.canon);
@@ -614,7 +620,8 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen
         return false;
     }
     const uint64_t now = local_now(r);
-    if (r->front && !sluice_table_try_acquire_at(r->front, key, keylen, permits, now, res)) {
+    const uint64_t front_now = r->front_epoch && !r->clock_fn ? sluice_table_now_ns(r->front) : now;
+    if (r->front && !sluice_table_try_acquire_at(r->front, key, keylen, permits, front_now, res)) {
         info->source = SLUICE_REDIS_SRC_LOCAL;
         add(&r->by_local);
         add(&r->denied);

@@ -745,6 +745,11 @@ bool sluice_table_try_acquire(sluice_table *t, const void *key, size_t keylen,
                                        sluice__clock_now(cur_clock(t)), res);
 }
 
+uint64_t sluice_table_now_ns(const sluice_table *t)
+{
+    return t ? sluice__clock_now(cur_clock(t)) : 0;
+}
+
 /* ---- bursts ------------------------------------------------------------- */
 
 /* A burst is decided as DPDK's bulk hash lookup decides: (1) hash the keys,

@@ -19,7 +19,9 @@
  *    the one computed before, alone (run under TSan too: label concurrency);
  *  - tables: an in-process table, and a shared region that a forked child
  *    attaches (parsing the spec, and reading the zone, on attach): the
- *    child's admissions count in the parent's window, whose end is exact.
+ *    child's admissions count in the parent's window, whose end is exact;
+ *  - sluice_limiter_now_ns / sluice_table_now_ns read the epoch's clock for
+ *    a calendar quota, the monotonic one otherwise (in-process and region).
  *
  * With `--windows`, this program is the tool of tests/alg/calendar_ref.py:
  * it reads lines `SPEC|T` (T in ns since the epoch) and prints, per line,
@@ -38,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -326,6 +329,76 @@ static void test_tables(void **state)
     munmap(region, size);
 }
 
+/* clock_gettime(id) in ns, independent of the library's reader */
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * S + (uint64_t)ts.tv_nsec;
+}
+
+/* sluice_limiter_now_ns / sluice_table_now_ns: a calendar quota's "now" is
+ * CLOCK_REALTIME's, a monotonic spec's CLOCK_MONOTONIC's (bracketed by
+ * reads of the clock before and after); for an in-process table and a
+ * shared region; NULL gives 0.  Then the point of it: a day quota decided
+ * at the table's now refuses the 3rd of 2, and its retry is the time to
+ * the next UTC midnight computed here from the wall clock, where the
+ * monotonic clock (the wrong axis: seconds since boot) would put the
+ * window's end in 1970. */
+static void test_now_ns(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_limiter *cal = sluice_limiter_new("fixed-window 2/d tz=UTC", err, sizeof err);
+    sluice_limiter *mono = sluice_limiter_new("fixed-window 2/s", err, sizeof err);
+    sluice_table *tc = sluice_table_new("fixed-window 2/d tz=UTC", 4, err, sizeof err);
+    sluice_table *tm = sluice_table_new("token-bucket 2/s clock=coarse", 4, err, sizeof err);
+    assert_true(cal && mono && tc && tm);
+    uint64_t a = clock_ns(CLOCK_REALTIME), n1 = sluice_limiter_now_ns(cal),
+             n2 = sluice_table_now_ns(tc), b = clock_ns(CLOCK_REALTIME);
+    assert_true(a <= n1 && n1 <= n2 && n2 <= b);
+    a = clock_ns(CLOCK_MONOTONIC);
+    n1 = sluice_limiter_now_ns(mono);
+    b = clock_ns(CLOCK_MONOTONIC);
+    assert_true(a <= n1 && n1 <= b);
+    /* coarse: the same axis, up to a tick (allow 1 s) behind */
+    a = clock_ns(CLOCK_MONOTONIC);
+    n2 = sluice_table_now_ns(tm);
+    b = clock_ns(CLOCK_MONOTONIC);
+    assert_true(n2 <= b && n2 + S >= a);
+    assert_int_equal(sluice_limiter_now_ns(NULL), 0);
+    assert_int_equal(sluice_table_now_ns(NULL), 0);
+
+    sluice_result r;
+    uint64_t now = sluice_table_now_ns(tc);
+    if (now % D > D - 10 * S) now += 10 * S; /* not across midnight below */
+    assert_true(sluice_table_try_acquire_at(tc, "k", 1, 2, now, &r));
+    assert_false(sluice_table_try_acquire_at(tc, "k", 1, 1, now, &r));
+    assert_int_equal(r.retry_after_ns, D - now % D);
+
+    const char *spec = "fixed-window 1/d tz=Pacific/Kiritimati";
+    const size_t size = sluice_table_region_size(spec, 4, 8, err, sizeof err);
+    assert_true(size > 0);
+    void *region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(region != MAP_FAILED);
+    sluice_table *tr = sluice_table_attach(region, size, spec, 4, 8, 0, err, sizeof err);
+    if (!tr) fail_msg("%s", err);
+    a = clock_ns(CLOCK_REALTIME);
+    now = sluice_table_now_ns(tr);
+    b = clock_ns(CLOCK_REALTIME);
+    assert_true(a <= now && now <= b);
+    if ((now + 14 * H) % D > D - 10 * S) now += 10 * S;
+    assert_true(sluice_table_try_acquire_at(tr, "k", 1, 1, now, &r));
+    assert_false(sluice_table_try_acquire_at(tr, "k", 1, 1, now, &r));
+    assert_int_equal(r.retry_after_ns, D - (now + 14 * H) % D); /* UTC+14, no DST */
+    sluice_table_free(tr);
+    munmap(region, size);
+    sluice_table_free(tc);
+    sluice_table_free(tm);
+    sluice_limiter_free(cal);
+    sluice_limiter_free(mono);
+}
+
 static int windows_tool(void)
 {
     char line[512], err[256];
@@ -364,6 +437,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cache_threads),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_reconfigure),
+        cmocka_unit_test(test_now_ns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,9 +82,32 @@ check "a month from the 31st, in February of a leap year" \
 1711843199999999999,k,1,0,0,0,1
 " --limit 'fixed-window 3/month tz=UTC anchor=31'
 
+# A calendar quota beside a spec without tz=: one trace, one axis (the
+# epoch's), so the composite decides both.  The day ends at 2024-02-29
+# 00:00 UTC (1709164800 s): the third request, refused by the day quota
+# (the bucket of 10 still has 8), may retry in 0.8 s.
+check "a day quota and a token bucket, one axis" \
+"1709164799000000000,k
+1709164799100000000,k
+1709164799200000000,k
+" \
+"1709164799000000000,k,1,1,0,1,0
+1709164799100000000,k,1,1,0,0,0
+1709164799200000000,k,1,0,0,0,800000000
+" --limit 'fixed-window 2/d tz=UTC' --limit 'token-bucket 10/s'
+
 expect_fail "an unknown zone" 'unknown zone "Mars/Base"' --limit 'fixed-window 2/d tz=Mars/Base'
 expect_fail "anchor=32" 'anchor=32' --limit 'fixed-window 2/month tz=UTC anchor=32'
 expect_fail "tz= on token-bucket" 'fixed-window only' --limit 'token-bucket 2/d tz=UTC'
+
+# `sluice hammer` decides a calendar quota at the table's own clock (the
+# epoch's; a smoke check: the count alone cannot tell the axes apart, and
+# it stays 3 per key unless the run crosses a UTC midnight).
+out=$("$bin" hammer --limit 'fixed-window 3/d tz=UTC' --duration 100ms --keys 2 2>&1 | tail -1)
+case "$out" in
+allowed=6\ * | allowed=[7-9]\ * | allowed=1[0-2]\ *) echo "ok   hammer on a calendar quota: ${out%% elapsed*}"; pass=$((pass + 1)) ;;
+*) echo "FAIL hammer on a calendar quota: $out"; fail=$((fail + 1)) ;;
+esac
 
 echo "calendar.sh: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -9,7 +9,8 @@
  * key names and hash tags, configuration errors; key names that depend on
  * the spec's meaning only (not its spelling or clock) and are those of
  * earlier versions; the FAIL_LOCAL spec for each clock; every allocation of
- * the tier through sluice_set_allocator()'s hook, and each one failing.
+ * the tier through sluice_set_allocator()'s hook, and each one failing; a
+ * calendar quota as local_spec decided on its own (the epoch's) clock.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "redis_server.h"
 #include "testutil.h"
@@ -414,6 +416,47 @@ static void test_fallback_specs(void **state)
     }
 }
 
+/* A calendar quota as local_spec is decided at its own clock, the
+ * epoch's: its refusal's retry is the time to the next UTC midnight,
+ * computed here from CLOCK_REALTIME read before and after (the monotonic
+ * clock, seconds since boot, would put the day's end elsewhere). */
+static void test_local_calendar(void **state)
+{
+    (void)state;
+    sluice_redis_config cfg;
+    sluice_redis_config_init(&cfg);
+    cfg.port = test_redis_shared.port;
+    cfg.key_prefix = "cal";
+    cfg.command_timeout_ms = 2000;
+    cfg.local_spec = "fixed-window 1/d tz=UTC";
+    char err[256];
+    sluice_redis *r = sluice_redis_new("token-bucket 1000/s", &cfg, err, sizeof err);
+    if (!r) fail_msg("%s", err);
+    const uint64_t day = 86400ULL * 1000000000ULL;
+    struct timespec ts;
+    uint64_t lo, hi;
+    sluice_result res;
+    sluice_redis_info info;
+    for (int tries = 0;; tries++) { /* the two calls in one UTC day */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        lo = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+        char key[16];
+        snprintf(key, sizeof key, "k%d", tries);
+        assert_true(sluice_redis_try_acquire_ex(r, key, strlen(key), 1, &res, &info));
+        assert_false(sluice_redis_try_acquire_ex(r, key, strlen(key), 1, &res, &info));
+        clock_gettime(CLOCK_REALTIME, &ts);
+        hi = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+        if (lo / day == hi / day || tries == 2) break;
+    }
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_LOCAL);
+    const uint64_t end = (lo / day + 1) * day;
+    if (res.retry_after_ns < (int64_t)(end - hi) || res.retry_after_ns > (int64_t)(end - lo))
+        fail_msg("retry_after_ns %lld, want %llu .. %llu (to the next UTC midnight)",
+                 (long long)res.retry_after_ns, (unsigned long long)(end - hi),
+                 (unsigned long long)(end - lo));
+    sluice_redis_free(r);
+}
+
 /* Every block the tier allocates comes from the hook and goes back to it
  * (the test allocator of tests/testutil.h aborts on a block it did not
  * hand out: a libc malloc'd block freed through the hook); sluice_redis_new fails cleanly at each
@@ -498,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_spec_names),
         cmocka_unit_test(test_fallback_specs),
         cmocka_unit_test(test_allocator),
+        cmocka_unit_test(test_local_calendar),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
