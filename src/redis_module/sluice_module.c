@@ -1270,7 +1270,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         rm.CreateCommand(ctx, "sluice.throttle", cmd_throttle, "write deny-oom", 1, 1, 1) != RM_OK ||
         rm.CreateCommand(ctx, "sluice.reset", cmd_reset, "write", 1, 1, 1) != RM_OK ||
         rm.CreateCommand(ctx, "sluice.reserve", cmd_reserve, "write deny-oom", 1, 1, 1) != RM_OK ||
-        rm.CreateCommand(ctx, "sluice.settle", cmd_settle, "write deny-oom", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.settle", cmd_settle, "write", 1, 1, 1) != RM_OK ||
         rm.CreateCommand(ctx, "sluice.cancel", cmd_cancel, "write", 1, 1, 1) != RM_OK)
         return RM_ERR;
     if (g_testclock)

@@ -1892,6 +1892,17 @@ static void test_settle_replica(void **state)
         assert_true(a.exists && a.expire_ms > 0);
         assert_same(&a, &b, key);
     }
+    /* a reservation keeps its key an hour past its time, though the state
+     * is at rest in 100 ms; settled at 0 with nothing since, the bucket is
+     * as if it had taken nothing, at rest: the key goes */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    ints(cmd(&m, "SLUICE.RESERVE rs:keep %s 1", "token-bucket 10/s"), r, 5);
+    const long long exp_ms = cmd_int(&m, "PEXPIRETIME rs:keep");
+    assert_true(exp_ms >= now_ms + 3600 * 1000 && exp_ms <= now_ms + 3600 * 1000 + 60 * 1000);
+    assert_int_equal(cmd_int(&m, "SLUICE.SETTLE rs:keep %lld 0", r[4]), 1);
+    assert_int_equal(cmd_int(&m, "EXISTS rs:keep"), 0);
     assert_int_equal(stat_calls(&rp, "sluice.reserve"), 0);
     assert_int_equal(stat_calls(&rp, "sluice.settle"), 0);
     expect_error(cmd(&rp, "SLUICE.SETTLE rs:0 %lld 1", keep[0]), "READONLY");
