@@ -520,6 +520,7 @@ typedef struct value_hdr {
     bool retired; /* RETIRED_FLAG */
     bool hist;    /* HIST_FLAG */
     rsv_table rsv; /* RSV_FLAG: the reservations (else nonce 0) */
+    bool rsv_bad;  /* RSV_FLAG, and the section is damaged (rsv empty) */
     uint32_t id;
     const char *canon; /* the canonical spec, canon_len bytes, no NUL */
     size_t canon_len;
@@ -545,10 +546,17 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
     h->canon_len = cl;
     size_t rl = 0;
     memset(&h->rsv, 0, sizeof h->rsv);
+    h->rsv_bad = false;
     if (v[3] & RSV_FLAG) {
+        /* a damaged section still leaves a sluice state (RESET deletes
+         * it); every reader refuses it as damaged */
         const bool bucket = h->alg == SLUICE__TOKEN_BUCKET || h->alg == SLUICE__LEAKY_BUCKET;
         rl = rsv_load(v + HDR + cl, n - HDR - cl, bucket, &h->rsv);
-        if (rl == 0 || n < HDR + cl + rl + 8) return false;
+        if (rl == 0 || n < HDR + cl + rl + 8) {
+            memset(&h->rsv, 0, sizeof h->rsv);
+            h->rsv_bad = true;
+            rl = 0;
+        }
     }
     h->body = v + HDR + cl + rl;
     h->body_len = n - HDR - cl - rl;
@@ -760,6 +768,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     memset(st, 0, sizeof *st);
     static value_hdr h; /* single-threaded (the head comment); 800 bytes */
     if (!parse_header(v, n, &h)) return "the key holds a string that is not a sluice state";
+    if (h.rsv_bad) return "the key holds a damaged sluice state";
     *rt = h.rsv;
     const bool od = (h.rsv.flags & RSV_OVERDRAFT) != 0;
     if (h.alg != (unsigned)pf->alg) {
@@ -1122,9 +1131,10 @@ static int cmd_finish(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, b
     size_t old_len = 0;
     const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
     static value_hdr h;
-    if (!parse_header(v, old_len, &h)) {
+    if (!parse_header(v, old_len, &h) || h.rsv_bad) {
         rm.CloseKey(key);
-        return rm.ReplyWithError(ctx, "ERR sluice: the key holds a string that is not a sluice state");
+        return rm.ReplyWithError(ctx, h.rsv_bad ? "ERR sluice: the key holds a damaged sluice state"
+                                                : "ERR sluice: the key holds a string that is not a sluice state");
     }
     unsigned i = 0;
     while (i < h.rsv.n && !(id >> 32 == h.rsv.nonce && (uint32_t)id == h.rsv.r[i].ctr)) i++;

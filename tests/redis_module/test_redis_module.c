@@ -1784,7 +1784,9 @@ static void test_settle_examples(void **state)
     x = cmd(s, "SET ex:od4 %b", a.v, a.n);
     freeReplyObject(x);
     expect_error(cmd(s, "SLUICE.ACQUIRE ex:od4 %s 1 AT %llu", "sliding-approx 5000000000/s", (unsigned long long)(t + 1)),
-                 "not a sluice state");
+                 "damaged");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:od4 %lld 1 AT %llu", r[4], (unsigned long long)(t + 1)), "damaged");
+    assert_int_equal(cmd_int(s, "SLUICE.RESET ex:od4"), 1); /* RESET still deletes it */
 
     /* CANCEL: a bucket's booked permits go back before their time (1),
      * count as used after it (0); a window's cannot be cancelled */
