@@ -1755,6 +1755,18 @@ static void test_settle_examples(void **state)
     take(s, "ex:fw", &b);
     assert_same(&a, &b, "ex:fw");
 
+    /* after a change of the key's spec, nothing goes back (the units
+     * changed); an excess is still charged, under the new spec */
+    reserve(s, "ex:chg", fw, 3, NULL, t, r);
+    long long r2[5];
+    reserve(s, "ex:chg", fw, 1, NULL, t, r2);
+    ints(cmd(s, "SLUICE.ACQUIRE ex:chg %s 0 AT %llu", "fixed-window 10/s", (unsigned long long)(t + 1)), d, 4);
+    assert_int_equal(d[1], 6);
+    assert_int_equal(settle(s, "ex:chg", r[4], 1, t + 2), 1);
+    assert_int_equal(remaining_at(s, "ex:chg", "fixed-window 10/s", t + 2), 6);
+    assert_int_equal(settle(s, "ex:chg", r2[4], 3, t + 2), 1);
+    assert_int_equal(remaining_at(s, "ex:chg", "fixed-window 10/s", t + 2), 4);
+
     /* the overdraft's widest: a window's count saturates at 2^64-1 (a
      * sliding-approx's at 2^32-1 when L < 2^32), past any limit a spec can
      * have; the value reads back (refusing), and the same value without
