@@ -7,6 +7,10 @@
  *     SLUICE.THROTTLE key max_burst count period [quantity]
  *                                             -> redis-cell's CL.THROTTLE reply
  *     SLUICE.RESET    key                     -> 1 if a state was deleted, else 0
+ *     SLUICE.RESERVE  key spec permits [max_wait_ms]
+ *                                             -> ACQUIRE's reply, then a reservation id
+ *     SLUICE.SETTLE   key id actual           -> 1: settled at `actual` permits
+ *     SLUICE.CANCEL   key id                  -> 1: given back, 0: its time had come
  *
  * THROTTLE also reads the values redis-cell left (its TAT: "redis-cell's
  * values" below), so clients move from CL.THROTTLE key by key.
@@ -23,7 +27,9 @@
  * replication need nothing of the module:
  *
  *     'S' 'L' version(1) algorithm  spec id (u32, FNV-1a of the canonical spec)
- *     spec length (1 byte), the canonical spec; then, little-endian:
+ *     spec length (1 byte), the canonical spec; the reservations when the
+ *     algorithm byte has RSV_FLAG (below, at its definition); then,
+ *     little-endian:
  *       fixed-window    t_last u64, count u64
  *       sliding-approx  t_last u64, cur u64, prev u64
  *       token-/leaky-   t_last u64, deficit u64 [, deficit's high u64 when
@@ -57,9 +63,24 @@
  * that is the ring's base, so that a change to a longer window stands in for
  * them with the core's bound (window_log.c, carry) as a running limiter does.
  *
- * Only an admission (or such a change) writes.  It stores the new state and
+ * Reservations (docs/decisions.md 3.10, the limiter's sluice_reserve_at
+ * and sluice_reservation_settle_at).  RESERVE is a bucket's booking of the
+ * future (a window's decision) that also records, in the key's value (the
+ * RSV_FLAG section), what a settle needs: the time, the permits, when they
+ * are due, a bucket's deficit after it and the spec's id.  At most RSV_MAX
+ * are kept per key; a new one drops the oldest, and those made more than
+ * RSV_KEEP_NS before (their permits count as used).  SETTLE and CANCEL name
+ * one by its id and remove it, so each happens once; an id that is not
+ * open on the key is refused with nothing changed.  A settle above the
+ * estimate marks the value (RSV_OVERDRAFT): its counts may then pass what
+ * admissions alone leave, up to the core's saturation, and only such a
+ * value is read back with them.
+ *
+ * Only an admission, a reservation, a settle, a cancel (or such a change)
+ * writes.  It stores the new state and
  * gives the key an absolute expiry at the instant the state is back at rest
- * (rest_at, rounded up to the ms), then replicates the result, never the
+ * (rest_at, rounded up to the ms; later while it holds a reservation
+ * younger than RSV_KEEP_NS), then replicates the result, never the
  * command: `SET key <state> PXAT <ms>` goes to the replicas and the AOF, so
  * no replica ever decides with its own clock.  A refusal or a PEEK writes
  * and replicates nothing.  RESET deletes and replicates `DEL key`.
@@ -79,7 +100,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
+#include "alg/bucket.h"      /* sluice__bucket_reserve, _give_back */
 #include "alg/reconfigure.h" /* sluice__reconfigure_check, _state */
+#include "base/shared.h"     /* sluice__random_seed */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -153,9 +176,28 @@ static bool api(const char *name, void *fnptr) { return rm.GetApi(name, fnptr) =
  * running limiter does */
 #define HIST_FLAG 0x40u
 #define HIST_MAX 0x7fffffffu
+/* in the same byte: the value holds reservations (SLUICE.RESERVE), a
+ * section between the canonical spec and t_last:
+ *     flags (1 byte: RSV_OVERDRAFT), nonce u32, counter u32, n (1 byte),
+ *     n records of RSV_REC bytes: counter u32, spec id u32, t0 u64,
+ *     at_ns u64, permits u64, d1 u64 (low), d1 u64 (high)
+ * A reservation's id is nonce << 32 | counter: the nonce is drawn at
+ * random when the key's first reservation is made (1 .. 2^31-1), the
+ * counter counts its reservations (a new nonce when it would wrap), so an
+ * id of another key, or of this key before a RESET or an expiry, matches
+ * with a chance of 2^-31 at most. */
+#define RSV_FLAG 0x20u
+#define RSV_MAX 16          /* open reservations kept per key; a new one
+                             * drops the oldest (its permits count as used) */
+#define RSV_REC 48
+#define RSV_HDR 10
+#define RSV_KEEP_NS (3600 * 1000000000ull) /* a reservation is kept an hour */
+/* in the section's flags: a settle charged past the limit, so the counts
+ * may exceed what admissions alone leave (docs/decisions.md 3.10) */
+#define RSV_OVERDRAFT 0x01u
 /* a ring read back may hold one entry more than RING_MAX: the one a change
  * of spec adds (docs/decisions.md 3.8) before the next admission */
-#define VALUE_MAX (HDR + CANON_MAX + 8 + VARINT_MAX + (RING_MAX + 1) * 2 * VARINT_MAX)
+#define VALUE_MAX (HDR + CANON_MAX + RSV_HDR + RSV_MAX * RSV_REC + 8 + VARINT_MAX + (RING_MAX + 1) * 2 * VARINT_MAX)
 
 static bool g_testclock; /* AT time_ns accepted */
 
@@ -302,8 +344,105 @@ static inline sluice__log_entry *ring_at(const sluice__log *lg, uint32_t i)
     return &lg->e[(lg->head + i) & (lg->cap - 1)];
 }
 
-/* Write the state of spec e into out (VALUE_MAX bytes); its length. */
-static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned char *out)
+/* ---- reservations (SLUICE.RESERVE, SETTLE, CANCEL) ----------------------- */
+
+typedef struct rsv_rec {
+    uint32_t ctr;     /* the id's low half */
+    uint32_t spec_id; /* the spec it was made under: under another, nothing goes back */
+    uint64_t t0, at_ns, p;
+    u128 d1; /* a bucket's deficit right after it */
+} rsv_rec;
+
+typedef struct rsv_table {
+    unsigned flags;    /* RSV_OVERDRAFT */
+    uint32_t nonce;    /* 0: no reservation was ever made on the value */
+    uint32_t ctr;      /* the latest id's low half */
+    unsigned n;        /* records, oldest first */
+    rsv_rec r[RSV_MAX];
+} rsv_table;
+
+static bool rsv_present(const rsv_table *rt) { return rt->nonce != 0; }
+
+static size_t rsv_store(const rsv_table *rt, unsigned char *out)
+{
+    size_t n = 0;
+    out[n++] = (unsigned char)rt->flags;
+    for (int i = 0; i < 4; i++) out[n++] = (unsigned char)(rt->nonce >> (8 * i));
+    for (int i = 0; i < 4; i++) out[n++] = (unsigned char)(rt->ctr >> (8 * i));
+    out[n++] = (unsigned char)rt->n;
+    for (unsigned k = 0; k < rt->n; k++) {
+        const rsv_rec *x = &rt->r[k];
+        for (int i = 0; i < 4; i++) out[n++] = (unsigned char)(x->ctr >> (8 * i));
+        for (int i = 0; i < 4; i++) out[n++] = (unsigned char)(x->spec_id >> (8 * i));
+        put64(out + n, x->t0), n += 8;
+        put64(out + n, x->at_ns), n += 8;
+        put64(out + n, x->p), n += 8;
+        put64(out + n, (uint64_t)x->d1), n += 8;
+        put64(out + n, (uint64_t)(x->d1 >> 64)), n += 8;
+    }
+    return n;
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The section at v[0..n) (n: the bytes left in the value) into *rt; its
+ * length, or 0 when it is damaged: every field within what RESERVE
+ * writes (times at most 2^63-1, at_ns not before t0, a window's at_ns its
+ * t0, ids below the counter). */
+static size_t rsv_load(const unsigned char *v, size_t n, bool bucket, rsv_table *rt)
+{
+    if (n < RSV_HDR) return 0;
+    rt->flags = v[0];
+    rt->nonce = get32(v + 1);
+    rt->ctr = get32(v + 5);
+    rt->n = v[9];
+    if ((rt->flags & ~RSV_OVERDRAFT) || rt->nonce == 0 || rt->nonce > 0x7fffffffu || rt->ctr == 0 ||
+        rt->n > RSV_MAX || n < RSV_HDR + (size_t)rt->n * RSV_REC)
+        return 0;
+    const unsigned char *b = v + RSV_HDR;
+    for (unsigned k = 0; k < rt->n; k++, b += RSV_REC) {
+        rsv_rec *x = &rt->r[k];
+        x->ctr = get32(b);
+        x->spec_id = get32(b + 4);
+        x->t0 = get64(b + 8);
+        x->at_ns = get64(b + 16);
+        x->p = get64(b + 24);
+        x->d1 = (u128)get64(b + 40) << 64 | get64(b + 32);
+        if (x->ctr == 0 || x->ctr > rt->ctr || x->t0 > (uint64_t)INT64_MAX ||
+            x->at_ns > (uint64_t)INT64_MAX || x->at_ns < x->t0 || (!bucket && x->at_ns != x->t0))
+            return 0;
+    }
+    return RSV_HDR + (size_t)rt->n * RSV_REC;
+}
+
+/* Drop the reservations made more than RSV_KEEP_NS before t. */
+static void rsv_prune(rsv_table *rt, uint64_t t)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < rt->n; i++)
+        if (t - rt->r[i].t0 <= RSV_KEEP_NS || rt->r[i].t0 > t) rt->r[k++] = rt->r[i];
+    rt->n = k;
+}
+
+/* The time until which the key must stay for its reservations: the
+ * newest one's time + RSV_KEEP_NS (0 when it holds none). */
+static uint64_t rsv_keep_until(const rsv_table *rt)
+{
+    uint64_t u = 0;
+    for (unsigned i = 0; i < rt->n; i++) {
+        const uint64_t k = rt->r[i].t0 + RSV_KEEP_NS; /* t0 <= 2^63-1: no wrap */
+        if (k > u) u = k;
+    }
+    return u;
+}
+
+/* Write the state of spec e (and the reservations rt, when it holds any
+ * or ever did) into out (VALUE_MAX bytes); its length. */
+static size_t state_store(const spec_entry *e, const sluice__state *st, const rsv_table *rt,
+                          unsigned char *out)
 {
     const sluice__profile *pf = &e->pf;
     out[0] = 'S', out[1] = 'L', out[2] = VERSION, out[3] = (unsigned char)pf->alg;
@@ -312,6 +451,10 @@ static size_t state_store(const spec_entry *e, const sluice__state *st, unsigned
     out[8] = (unsigned char)e->canon_len;
     memcpy(out + HDR, e->canon, e->canon_len);
     size_t n = HDR + e->canon_len;
+    if (rt && rsv_present(rt)) {
+        out[3] |= RSV_FLAG;
+        n += rsv_store(rt, out + n);
+    }
     put64(out + n, st->t_last), n += 8;
     switch (pf->alg) {
     case SLUICE__FIXED_WINDOW:
@@ -376,6 +519,8 @@ typedef struct value_hdr {
     unsigned alg;
     bool retired; /* RETIRED_FLAG */
     bool hist;    /* HIST_FLAG */
+    rsv_table rsv; /* RSV_FLAG: the reservations (else nonce 0) */
+    bool rsv_bad;  /* RSV_FLAG, and the section is damaged (rsv empty) */
     uint32_t id;
     const char *canon; /* the canonical spec, canon_len bytes, no NUL */
     size_t canon_len;
@@ -387,11 +532,11 @@ typedef struct value_hdr {
 static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
 {
     if (n < HDR || v[0] != 'S' || v[1] != 'L' || v[2] != VERSION ||
-        (v[3] & ~(RETIRED_FLAG | HIST_FLAG)) >= SLUICE__ALG_COUNT)
+        (v[3] & ~(RETIRED_FLAG | HIST_FLAG | RSV_FLAG)) >= SLUICE__ALG_COUNT)
         return false;
     const size_t cl = v[8];
     if (cl == 0 || n < HDR + cl + 8) return false;
-    h->alg = v[3] & ~(RETIRED_FLAG | HIST_FLAG);
+    h->alg = v[3] & ~(RETIRED_FLAG | HIST_FLAG | RSV_FLAG);
     h->retired = (v[3] & RETIRED_FLAG) != 0;
     h->hist = (v[3] & HIST_FLAG) != 0;
     if ((h->retired || h->hist) && h->alg != SLUICE__SLIDING_LOG && h->alg != SLUICE__SLIDING_WHEEL)
@@ -399,8 +544,22 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
     h->id = (uint32_t)v[4] | (uint32_t)v[5] << 8 | (uint32_t)v[6] << 16 | (uint32_t)v[7] << 24;
     h->canon = (const char *)v + HDR;
     h->canon_len = cl;
-    h->body = v + HDR + cl;
-    h->body_len = n - HDR - cl;
+    size_t rl = 0;
+    memset(&h->rsv, 0, sizeof h->rsv);
+    h->rsv_bad = false;
+    if (v[3] & RSV_FLAG) {
+        /* a damaged section still leaves a sluice state (RESET deletes
+         * it); every reader refuses it as damaged */
+        const bool bucket = h->alg == SLUICE__TOKEN_BUCKET || h->alg == SLUICE__LEAKY_BUCKET;
+        rl = rsv_load(v + HDR + cl, n - HDR - cl, bucket, &h->rsv);
+        if (rl == 0 || n < HDR + cl + rl + 8) {
+            memset(&h->rsv, 0, sizeof h->rsv);
+            h->rsv_bad = true;
+            rl = 0;
+        }
+    }
+    h->body = v + HDR + cl + rl;
+    h->body_len = n - HDR - cl - rl;
     return true;
 }
 
@@ -410,7 +569,7 @@ static bool parse_header(const unsigned char *v, size_t n, value_hdr *h)
  * an admission or a change of spec under pf, within the bounds the core's
  * arithmetic relies on; anything else is LOAD_CORRUPT. */
 static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size_t bn,
-                         bool retired, bool hist, sluice__state *st)
+                         bool retired, bool hist, bool overdraft, sluice__state *st)
 {
     memset(st, 0, sizeof *st);
     const uint64_t t = get64(b);
@@ -424,7 +583,7 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
         pf->ops->unpack(pf, (const uint64_t[2]){t, get64(b)}, st);
         /* at most LIMIT after an admission; a change of spec keeps an
          * earlier LIMIT's count */
-        return st->u.fw.count <= SLUICE_MAX_LIMIT ? LOAD_OK : LOAD_CORRUPT;
+        return st->u.fw.count <= SLUICE_MAX_LIMIT || overdraft ? LOAD_OK : LOAD_CORRUPT;
     case SLUICE__SLIDING_APPROX:
         if (bn != 16) return LOAD_CORRUPT;
         st->u.sa.window = sluice__div_q(&pf->div_w, t);
@@ -432,6 +591,9 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
         st->u.sa.prev = get64(b + 8);
         /* within L after an admission; a change of spec may place up to
          * 2^62 in either (sliding_approx.c, carry) */
+        /* a settle's overdraft saturates at 2^64-1 (2^32-1 when packed,
+         * within the bound below) */
+        if (overdraft && !pf->packed) return LOAD_OK;
         return st->u.sa.cur <= UINT64_MAX / 2 && st->u.sa.prev <= UINT64_MAX / 2 ? LOAD_OK
                                                                                  : LOAD_CORRUPT;
     case SLUICE__TOKEN_BUCKET:
@@ -481,7 +643,10 @@ static load_rc load_body(const sluice__profile *pf, const unsigned char *b, size
          * of it into the ring, and the writer stores the ring's sum from
          * the new base, so base + sum <= 2^63 is what a change keeps and a
          * read-back accepts (an admission stores at most 2^62 + L) */
-        if (permits == 0 || permits > ((uint64_t)1 << 63) - base - cum) return LOAD_CORRUPT;
+        /* a settle's overdraft is an admission past L, its count
+         * saturating at 2^64-1 (docs/decisions.md 3.10) */
+        const uint64_t top = overdraft ? UINT64_MAX : (uint64_t)1 << 63;
+        if (permits == 0 || permits > top - base - cum) return LOAD_CORRUPT;
         cum += permits;
         tmp[len].slot = slot;
         tmp[len].cum = cum;
@@ -585,7 +750,7 @@ static long long ceil_units(int64_t ns, uint64_t unit)
 
 /* ---- the decision ------------------------------------------------------ */
 
-typedef enum mode { M_ACQUIRE, M_PEEK, M_THROTTLE } mode;
+typedef enum mode { M_ACQUIRE, M_PEEK, M_THROTTLE, M_RESERVE } mode;
 
 /* The state of spec e from the value v[0..n), in *st.  A state written
  * under another spec of the same algorithm is carried to e at now_ns by the
@@ -595,14 +760,17 @@ typedef enum mode { M_ACQUIRE, M_PEEK, M_THROTTLE } mode;
  * retry_after reported under the new spec holds.  NULL, or why not (with a
  * detail in why). */
 static const char *read_state(const spec_entry *e, const unsigned char *v, size_t n,
-                              uint64_t now_ns, sluice__state *st, bool *changed, char *why,
-                              size_t whylen)
+                              uint64_t now_ns, sluice__state *st, rsv_table *rt, bool *changed,
+                              char *why, size_t whylen)
 {
     *changed = false;
     const sluice__profile *pf = &e->pf;
     memset(st, 0, sizeof *st);
-    value_hdr h;
+    static value_hdr h; /* single-threaded (the head comment); 800 bytes */
     if (!parse_header(v, n, &h)) return "the key holds a string that is not a sluice state";
+    if (h.rsv_bad) return "the key holds a damaged sluice state";
+    *rt = h.rsv;
+    const bool od = (h.rsv.flags & RSV_OVERDRAFT) != 0;
     if (h.alg != (unsigned)pf->alg) {
         snprintf(why, whylen, "%s", sluice_algorithm_name((int)h.alg));
         return "the key holds the state of another algorithm; SLUICE.RESET it or use another key";
@@ -610,7 +778,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
     load_rc rc;
     if (h.canon_len == e->canon_len && memcmp(h.canon, e->canon, h.canon_len) == 0) {
         if (h.id != e->id) return "the key holds a damaged sluice state";
-        rc = load_body(pf, h.body, h.body_len, h.retired, h.hist, st);
+        rc = load_body(pf, h.body, h.body_len, h.retired, h.hist, od, st);
     } else {
         /* another spec of this algorithm: parse the one stored (rare; not
          * through the cache, which holds e) */
@@ -622,7 +790,7 @@ static const char *read_state(const spec_entry *e, const unsigned char *v, size_
         if (fnv1a(text, h.canon_len) != h.id || sluice__spec_parse(text, &from, err, sizeof err) != 0 ||
             from.alg != pf->alg)
             return "the key holds a damaged sluice state";
-        rc = load_body(&from, h.body, h.body_len, h.retired, h.hist, st);
+        rc = load_body(&from, h.body, h.body_len, h.retired, h.hist, od, st);
         if (rc == LOAD_OK) {
             if (sluice__reconfigure_check(&from, pf, why, whylen) != 0) {
                 sluice__state_fini(pf, st);
@@ -680,11 +848,78 @@ static void cell_state(const sluice__profile *pf, int64_t tat, uint64_t now_ns, 
 
 static unsigned char g_value[VALUE_MAX];
 
+/* Write the state st of spec e, with the reservations rt, as the value of
+ * `key` (opened for writing; it held a value of `type`, old_len bytes), and
+ * replicate the result, never the command.  Its expiry is the instant it is
+ * at rest and holds no reservation younger than RSV_KEEP_NS (none with the
+ * test clock); at rest and holding none, it is deleted instead.  False,
+ * with nothing written, when the key cannot be written. */
+static bool store_key(RedisModuleCtx *ctx, RedisModuleKey *key, RedisModuleString *name, int type,
+                      size_t old_len, const spec_entry *e, const sluice__state *st,
+                      const rsv_table *rt, uint64_t t, bool fixed)
+{
+    const uint64_t rest = sluice__rest_at(&e->pf, st);
+    if (rt->n == 0 && rest <= t) {
+        if (type != RM_KEYTYPE_EMPTY) {
+            rm.DeleteKey(key);
+            rm.Replicate(ctx, "DEL", "s", name);
+        }
+        return true;
+    }
+    const size_t n = state_store(e, st, rt, g_value);
+    char *dst = NULL;
+    size_t have = 0;
+    if (type == RM_KEYTYPE_STRING && old_len == n) dst = rm.StringDMA(key, &have, RM_WRITE);
+    else if (rm.StringTruncate(key, n) == RM_OK) dst = rm.StringDMA(key, &have, RM_WRITE);
+    if (!dst || have != n) return false;
+    memcpy(dst, g_value, n);
+    if (fixed) {
+        rm.SetExpire(key, RM_NO_EXPIRE);
+        rm.Replicate(ctx, "SET", "sb", name, (const char *)g_value, n);
+    } else {
+        /* at rest from `until` on: the key may go then (rounded up) */
+        const uint64_t keep = rsv_keep_until(rt), until = keep > rest ? keep : rest;
+        const long long ms = (long long)(until / 1000000u + (until % 1000000u != 0));
+        rm.SetAbsExpire(key, ms);
+        rm.Replicate(ctx, "SET", "sbcl", name, (const char *)g_value, n, "PXAT", ms);
+    }
+    return true;
+}
+
+/* Record a reservation of `permits` made at t under spec e (a bucket's
+ * booked until at_ns, leaving deficit d1) in rt; its id.  The oldest
+ * record goes when RSV_MAX are held, and those older than RSV_KEEP_NS. */
+static uint64_t rsv_add(rsv_table *rt, const spec_entry *e, uint64_t t, uint64_t at_ns,
+                        uint64_t permits, u128 d1)
+{
+    rsv_prune(rt, t);
+    if (rt->nonce == 0 || rt->ctr == UINT32_MAX) {
+        /* the first reservation on this value, or the counter's end: a
+         * fresh nonce (the records of the old one can no longer be named,
+         * so they go; their permits count as used) */
+        uint64_t seed[2];
+        sluice__random_seed(seed);
+        rt->nonce = (uint32_t)(seed[0] & 0x7fffffffu);
+        if (rt->nonce == 0) rt->nonce = 1;
+        rt->ctr = 0;
+        rt->n = 0;
+    }
+    if (rt->n == RSV_MAX) {
+        memmove(&rt->r[0], &rt->r[1], (RSV_MAX - 1) * sizeof rt->r[0]);
+        rt->n--;
+    }
+    rt->ctr++;
+    rt->r[rt->n++] = (rsv_rec){.ctr = rt->ctr, .spec_id = e->id, .t0 = t, .at_ns = at_ns,
+                               .p = permits, .d1 = d1};
+    return (uint64_t)rt->nonce << 32 | rt->ctr;
+}
+
 /* Decide `permits` on key `name` under spec e at now_ns (the clock unless
- * `fixed`), write and replicate an admission or a change of spec (not for
- * PEEK), and reply. */
+ * `fixed`), write and replicate an admission, a reservation or a change of
+ * spec (not for PEEK), and reply.  max_wait_ns: RESERVE's bound on a
+ * bucket's wait. */
 static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_entry *e,
-                      uint64_t permits, uint64_t now_ns, bool fixed, mode m)
+                      uint64_t permits, uint64_t max_wait_ns, uint64_t now_ns, bool fixed, mode m)
 {
     const sluice__profile *pf = &e->pf;
     /* opened for reading: a refusal touches nothing (no WATCH is broken,
@@ -693,6 +928,8 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     const int type = rm.KeyType(key);
     sluice__state st;
     memset(&st, 0, sizeof st);
+    static rsv_table rt;
+    memset(&rt, 0, sizeof rt);
     size_t old_len = 0;
     bool changed = false;
     if (type == RM_KEYTYPE_STRING) {
@@ -701,7 +938,7 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
         int64_t tat;
         const char *fail = NULL;
         if (!cell_tat(v, old_len, &tat))
-            fail = read_state(e, v, old_len, now_ns, &st, &changed, why, sizeof why);
+            fail = read_state(e, v, old_len, now_ns, &st, &rt, &changed, why, sizeof why);
         else if (m == M_THROTTLE)
             cell_state(pf, tat, now_ns, &st); /* redis-cell's, carried over */
         else
@@ -719,7 +956,11 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
 
     const uint64_t t = sluice__clamp_time(&st, now_ns);
     sluice_result r;
-    const bool ok = sluice__decide(pf, &st, now_ns, permits, UINT64_MAX, &r);
+    memset(&r, 0, sizeof r);
+    /* a bucket books the future; a window's reservation is a decision */
+    const bool ok = m == M_RESERVE && pf->ops->bucket
+                        ? sluice__bucket_reserve(pf, &st, t, permits, max_wait_ns, &r)
+                        : sluice__decide(pf, &st, now_ns, permits, UINT64_MAX, &r);
     if (r.error) {
         sluice__state_fini(pf, &st);
         rm.CloseKey(key);
@@ -727,35 +968,21 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
     }
     const uint64_t rest = sluice__rest_at(pf, &st);
     const bool admitted = ok && permits > 0;
-    const bool write = m != M_PEEK && (admitted || changed);
+    const bool reserved = ok && m == M_RESERVE;
+    uint64_t id = 0;
+    if (reserved)
+        id = rsv_add(&rt, e, t, pf->ops->bucket ? t + r.wait_ns : t, permits,
+                     pf->ops->bucket ? st.u.bk.deficit : 0);
+    const bool write = m != M_PEEK && (admitted || changed || reserved);
     if (write) {
         rm.CloseKey(key);
         key = rm.OpenKey(ctx, name, RM_READ | RM_WRITE);
-    }
-    if (write && changed && !admitted && rest <= t) {
-        /* changed to a state at rest: as good as no key */
-        rm.DeleteKey(key);
-        rm.Replicate(ctx, "DEL", "s", name);
-    } else if (write) {
-        const size_t n = state_store(e, &st, g_value);
-        char *dst = NULL;
-        size_t have = 0;
-        if (type == RM_KEYTYPE_STRING && old_len == n) dst = rm.StringDMA(key, &have, RM_WRITE);
-        else if (rm.StringTruncate(key, n) == RM_OK) dst = rm.StringDMA(key, &have, RM_WRITE);
-        if (!dst || have != n) {
+        /* a state at rest with no reservation (a change of spec that
+         * admits nothing) is as good as no key: store_key deletes it */
+        if (!store_key(ctx, key, name, type, old_len, e, &st, &rt, t, fixed)) {
             sluice__state_fini(pf, &st);
             rm.CloseKey(key);
             return rm.ReplyWithError(ctx, "ERR sluice: cannot write the key");
-        }
-        memcpy(dst, g_value, n);
-        if (fixed) {
-            rm.SetExpire(key, RM_NO_EXPIRE);
-            rm.Replicate(ctx, "SET", "sb", name, (const char *)g_value, n);
-        } else {
-            /* at rest from `rest` on: the key may go then (rounded up) */
-            const long long ms = (long long)(rest / 1000000u + (rest % 1000000u != 0));
-            rm.SetAbsExpire(key, ms);
-            rm.Replicate(ctx, "SET", "sbcl", name, (const char *)g_value, n, "PXAT", ms);
         }
     }
     sluice__state_fini(pf, &st);
@@ -774,12 +1001,13 @@ static int decide_key(RedisModuleCtx *ctx, RedisModuleString *name, const spec_e
         rm.ReplyWithLongLong(ctx, ceil_units(rest > t ? (int64_t)(rest - t) : 0, 1000000000u));
         return RM_OK;
     }
-    rm.ReplyWithArray(ctx, 4);
+    rm.ReplyWithArray(ctx, m == M_RESERVE ? 5 : 4);
     rm.ReplyWithLongLong(ctx, ok ? 1 : 0);
     rm.ReplyWithLongLong(ctx, remaining);
     rm.ReplyWithLongLong(ctx, ok ? 0 : ceil_units(r.retry_after_ns, 1000000u));
     rm.ReplyWithLongLong(ctx, r.wait_ns > (uint64_t)INT64_MAX ? -1
                                                               : ceil_units((int64_t)r.wait_ns, 1000000u));
+    if (m == M_RESERVE) rm.ReplyWithLongLong(ctx, (long long)id);
     return RM_OK;
 }
 
@@ -800,7 +1028,7 @@ static int cmd_decide(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, m
     char err[256];
     const spec_entry *e = spec_get(s, n, err, sizeof err);
     if (!e) return reply_errf(ctx, "ERR sluice: bad spec: %s", err);
-    return decide_key(ctx, argv[1], e, permits, has_at ? at : realtime_ns(), has_at, m);
+    return decide_key(ctx, argv[1], e, permits, 0, has_at ? at : realtime_ns(), has_at, m);
 }
 
 static int cmd_acquire(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -835,7 +1063,141 @@ static int cmd_throttle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     char err[256];
     const spec_entry *e = throttle_spec(max_burst, count, period, err, sizeof err);
     if (!e) return reply_errf(ctx, "ERR sluice: bad rate: %s", err);
-    return decide_key(ctx, argv[1], e, quantity, has_at ? at : realtime_ns(), has_at, M_THROTTLE);
+    return decide_key(ctx, argv[1], e, quantity, 0, has_at ? at : realtime_ns(), has_at, M_THROTTLE);
+}
+
+/* SLUICE.RESERVE key spec permits [max_wait_ms] [AT ns]: take `permits`
+ * now, to be used after the reply's wait (a bucket books the future, as
+ * sluice_reserve_at; a window decides at once), and a reservation id for
+ * SETTLE and CANCEL.  max_wait_ms bounds a bucket's wait (none by
+ * default).  Reply: ACQUIRE's four numbers, then the id (0 when refused). */
+static int cmd_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    uint64_t at = 0;
+    const int has_at = take_at(ctx, argv, &argc, 4, &at);
+    if (has_at < 0) return RM_OK;
+    if (argc != 4 && argc != 5) return rm.WrongArity(ctx);
+    uint64_t permits, max_wait_ms = UINT64_MAX / 1000000u;
+    if (!arg_u64(argv[3], 0, UINT64_MAX, &permits))
+        return reply_bad_arg(ctx, "permits", argv[3], "a whole number from 0 to 2^64-1");
+    if (argc == 5 && !arg_u64(argv[4], 0, (uint64_t)INT64_MAX / 1000000u, &max_wait_ms))
+        return reply_bad_arg(ctx, "max_wait_ms", argv[4], "a whole number of ms from 0 to 9223372036854");
+    size_t n;
+    const char *s = rm.StringPtrLen(argv[2], &n);
+    char err[256];
+    const spec_entry *e = spec_get(s, n, err, sizeof err);
+    if (!e) return reply_errf(ctx, "ERR sluice: bad spec: %s", err);
+    const uint64_t max_wait = argc == 5 ? max_wait_ms * 1000000u : UINT64_MAX;
+    return decide_key(ctx, argv[1], e, permits, max_wait, has_at ? at : realtime_ns(), has_at,
+                      M_RESERVE);
+}
+
+/* Reply that reservation `id` is not open on `name` (nothing changed). */
+static int reply_no_rsv(RedisModuleCtx *ctx, uint64_t id, RedisModuleString *name)
+{
+    size_t n;
+    const char *k = rm.StringPtrLen(name, &n);
+    return reply_errf(ctx,
+                      "ERR sluice: no open reservation %llu on key \"%.*s%s\" (settled, cancelled, "
+                      "dropped, expired, or another key's); nothing changed",
+                      (unsigned long long)id, (int)(n > 40 ? 40 : n), k, n > 40 ? "..." : "");
+}
+
+/* SLUICE.SETTLE key id actual [AT ns] (settle) and SLUICE.CANCEL key id
+ * [AT ns]: finish reservation `id` of `key` -- settled at `actual`
+ * permits (docs/decisions.md 3.10; reply 1), or cancelled, a bucket's
+ * only (reply 1 when the permits went back, 0 when their time had come
+ * and they count as used).  Either way the id is done: a second SETTLE or
+ * CANCEL is refused with nothing changed, as is an unknown id. */
+static int cmd_finish(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, bool settle)
+{
+    uint64_t at = 0;
+    const int has_at = take_at(ctx, argv, &argc, settle ? 4 : 3, &at);
+    if (has_at < 0) return RM_OK;
+    if (argc != (settle ? 4 : 3)) return rm.WrongArity(ctx);
+    uint64_t id, actual = 0;
+    if (!arg_u64(argv[2], 1, (uint64_t)INT64_MAX, &id))
+        return reply_bad_arg(ctx, "reservation id", argv[2], "an id that SLUICE.RESERVE returned");
+    if (settle && !arg_u64(argv[3], 0, UINT64_MAX, &actual))
+        return reply_bad_arg(ctx, "actual", argv[3], "a whole number from 0 to 2^64-1 (the permits used)");
+    const uint64_t now_ns = has_at ? at : realtime_ns();
+    RedisModuleKey *key = rm.OpenKey(ctx, argv[1], RM_READ);
+    const int type = rm.KeyType(key);
+    if (type != RM_KEYTYPE_STRING) {
+        rm.CloseKey(key);
+        return type == RM_KEYTYPE_EMPTY ? reply_no_rsv(ctx, id, argv[1])
+                                        : rm.ReplyWithError(ctx, RM_WRONGTYPE);
+    }
+    size_t old_len = 0;
+    const unsigned char *v = (const unsigned char *)rm.StringDMA(key, &old_len, RM_READ);
+    static value_hdr h;
+    if (!parse_header(v, old_len, &h) || h.rsv_bad) {
+        rm.CloseKey(key);
+        return rm.ReplyWithError(ctx, h.rsv_bad ? "ERR sluice: the key holds a damaged sluice state"
+                                                : "ERR sluice: the key holds a string that is not a sluice state");
+    }
+    unsigned i = 0;
+    while (i < h.rsv.n && !(id >> 32 == h.rsv.nonce && (uint32_t)id == h.rsv.r[i].ctr)) i++;
+    if (i == h.rsv.n) {
+        rm.CloseKey(key);
+        return reply_no_rsv(ctx, id, argv[1]);
+    }
+    char err[256] = "";
+    const spec_entry *e = spec_get(h.canon, h.canon_len, err, sizeof err);
+    sluice__state st;
+    static rsv_table rt;
+    bool changed;
+    const char *fail = e ? read_state(e, v, old_len, now_ns, &st, &rt, &changed, err, sizeof err)
+                         : "the key holds a damaged sluice state";
+    if (fail) {
+        rm.CloseKey(key);
+        return reply_errf(ctx, "ERR sluice: %s%s%s%s", fail, err[0] ? " (" : "", err, err[0] ? ")" : "");
+    }
+    const sluice__profile *pf = &e->pf;
+    if (!settle && !pf->ops->bucket) {
+        sluice__state_fini(pf, &st);
+        rm.CloseKey(key);
+        return reply_errf(ctx, "ERR sluice: CANCEL is for token-bucket and leaky-bucket; a %s "
+                               "reservation is finished with SLUICE.SETTLE; nothing changed",
+                          pf->ops->name);
+    }
+    const rsv_rec x = rt.r[i];
+    const uint64_t t = sluice__clamp_time(&st, now_ns);
+    long long reply = 1;
+    if (settle) {
+        /* under another spec (a change since), nothing goes back: the
+         * units changed; an excess is still charged */
+        if (actual != x.p && (actual > x.p || x.spec_id == e->id)) {
+            const sluice__settle_req q = {.t0 = x.t0, .at_ns = x.at_ns, .p = x.p, .a = actual,
+                                          .d1 = x.d1};
+            if (pf->ops->settle(pf, &st, t, &q) != 0) {
+                sluice__state_fini(pf, &st);
+                rm.CloseKey(key);
+                return rm.ReplyWithError(ctx, "ERR sluice: out of memory; nothing changed");
+            }
+            if (actual > x.p) rt.flags |= RSV_OVERDRAFT;
+        }
+    } else {
+        reply = x.p > 0 && x.spec_id == e->id && sluice__bucket_give_back(pf, &st, t, x.p, x.at_ns);
+    }
+    memmove(&rt.r[i], &rt.r[i + 1], (rt.n - i - 1) * sizeof rt.r[0]);
+    rt.n--;
+    rm.CloseKey(key);
+    key = rm.OpenKey(ctx, argv[1], RM_READ | RM_WRITE);
+    const bool ok = store_key(ctx, key, argv[1], type, old_len, e, &st, &rt, t, has_at);
+    sluice__state_fini(pf, &st);
+    rm.CloseKey(key);
+    return ok ? rm.ReplyWithLongLong(ctx, reply) : rm.ReplyWithError(ctx, "ERR sluice: cannot write the key");
+}
+
+static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_finish(ctx, argv, argc, true);
+}
+
+static int cmd_cancel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_finish(ctx, argv, argc, false);
 }
 
 /* SLUICE.RESET key: delete a sluice state or a redis-cell value (another
@@ -916,7 +1278,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (rm.CreateCommand(ctx, "sluice.acquire", cmd_acquire, "write deny-oom", 1, 1, 1) != RM_OK ||
         rm.CreateCommand(ctx, "sluice.peek", cmd_peek, "readonly fast", 1, 1, 1) != RM_OK ||
         rm.CreateCommand(ctx, "sluice.throttle", cmd_throttle, "write deny-oom", 1, 1, 1) != RM_OK ||
-        rm.CreateCommand(ctx, "sluice.reset", cmd_reset, "write", 1, 1, 1) != RM_OK)
+        rm.CreateCommand(ctx, "sluice.reset", cmd_reset, "write", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.reserve", cmd_reserve, "write deny-oom", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.settle", cmd_settle, "write", 1, 1, 1) != RM_OK ||
+        rm.CreateCommand(ctx, "sluice.cancel", cmd_cancel, "write", 1, 1, 1) != RM_OK)
         return RM_ERR;
     if (g_testclock)
         rm.Log(ctx, "warning", "sluice: testclock: the commands accept AT time_ns (for tests only)");

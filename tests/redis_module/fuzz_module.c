@@ -6,7 +6,10 @@
  * value, so every value a client could SET is tried.  Input layout:
  *
  *     byte 0      the command and spec (g_cases[byte % N])
- *     byte 1      the permits (0..7, or 2^64-1 for 0xff)
+ *     byte 1      the permits (0..7, or 2^64-1 for 0xff); unless 0xff, bit
+ *                 3: SLUICE.RESERVE instead of ACQUIRE, bit 4: then
+ *                 SLUICE.SETTLE the value's oldest reservation (at permits
+ *                 * 3), bit 5: SLUICE.CANCEL it
  *     bytes 2-9   the time, little-endian, cut to 0 .. 2^63-1
  *     the rest    the key's value (none: the key is missing)
  *
@@ -163,7 +166,7 @@ static const char *const g_cases[] = {
 #define N_CASES (sizeof g_cases / sizeof g_cases[0])
 
 /* One command on the key at time t; whether it replied with a decision. */
-static bool run(size_t c, uint64_t permits, uint64_t t)
+static bool run_cmd(size_t c, uint64_t permits, uint64_t t, bool reserve)
 {
     char p[24], at[24];
     snprintf(p, sizeof p, "%llu", (unsigned long long)permits);
@@ -172,7 +175,8 @@ static bool run(size_t c, uint64_t permits, uint64_t t)
     int argc = 0;
     const bool thr = g_cases[c] == NULL;
 #define ARG(s) (a[argc++] = (RedisModuleString){(s), strlen(s)})
-    ARG(thr ? "SLUICE.THROTTLE" : "SLUICE.ACQUIRE");
+    reserve = reserve && !thr;
+    ARG(thr ? "SLUICE.THROTTLE" : reserve ? "SLUICE.RESERVE" : "SLUICE.ACQUIRE");
     ARG("k");
     if (thr) {
         const bool first = c == N_CASES - 2;
@@ -191,15 +195,48 @@ static bool run(size_t c, uint64_t permits, uint64_t t)
     g_error = false, g_arr = -1, g_nints = 0;
     RedisModuleCtx ctx;
     if (thr) cmd_throttle(&ctx, argv, argc);
+    else if (reserve) cmd_reserve(&ctx, argv, argc);
     else cmd_acquire(&ctx, argv, argc);
     if (g_error) {
         FUZZ_CHECK(g_arr == -1 && g_nints == 0, "an error and a reply (%ld, %d)", g_arr, g_nints);
         return false;
     }
-    const long want = thr ? 5 : 4;
+    const long want = thr || reserve ? 5 : 4;
     FUZZ_CHECK(g_arr == want && g_nints == want, "a reply of %ld/%d integers, want %ld", g_arr, g_nints, want);
     FUZZ_CHECK(g_ints[0] == 0 || g_ints[0] == 1, "allowed/limited %lld", g_ints[0]);
     FUZZ_CHECK(g_ints[thr ? 2 : 1] >= 0, "remaining %lld", g_ints[thr ? 2 : 1]);
+    if (reserve) FUZZ_CHECK(g_ints[4] >= 0 && (g_ints[4] != 0) == (g_ints[0] == 1), "id %lld", g_ints[4]);
+    return true;
+}
+
+static bool run(size_t c, uint64_t permits, uint64_t t) { return run_cmd(c, permits, t, false); }
+
+/* SETTLE (or CANCEL) the oldest reservation the key's value holds, if it
+ * parses and holds one, at time t; whether it was finished. */
+static bool finish_oldest(uint64_t actual, uint64_t t, bool cancel)
+{
+    static value_hdr h;
+    if (!g_exists || !parse_header(g_val, g_len, &h) || h.rsv.n == 0) return false;
+    char id[24], a[24], at[24];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)((uint64_t)h.rsv.nonce << 32 | h.rsv.r[0].ctr));
+    snprintf(a, sizeof a, "%llu", (unsigned long long)actual);
+    snprintf(at, sizeof at, "%llu", (unsigned long long)t);
+    RedisModuleString s[7] = {{cancel ? "SLUICE.CANCEL" : "SLUICE.SETTLE", 13}, {"k", 1},
+                              {id, strlen(id)}, {a, strlen(a)}, {"AT", 2}, {at, strlen(at)}};
+    RedisModuleString *argv[6];
+    int argc = 0;
+    for (int i = 0; i < 6; i++)
+        if (!(cancel && i == 3)) argv[argc++] = &s[i];
+    g_error = false, g_arr = -1, g_nints = 0;
+    RedisModuleCtx ctx;
+    if (cancel) cmd_cancel(&ctx, argv, argc);
+    else cmd_settle(&ctx, argv, argc);
+    if (g_error) {
+        FUZZ_CHECK(g_arr == -1 && g_nints == 0, "an error and a reply (%ld, %d)", g_arr, g_nints);
+        return false;
+    }
+    FUZZ_CHECK(g_arr == -1 && g_nints == 1 && (g_ints[0] == 0 || g_ints[0] == 1),
+               "a finish's reply (%ld, %d, %lld)", g_arr, g_nints, g_ints[0]);
     return true;
 }
 
@@ -219,7 +256,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     g_exists = n > 0;
     static unsigned char before[sizeof g_val];
     memcpy(before, g_val, n);
-    const bool decided = run(c, permits, t);
+    const bool reserve = data[1] != 0xff && (data[1] & 0x08);
+    const bool decided = run_cmd(c, permits, t, reserve);
     const bool wrote = g_len != n || memcmp(before, g_val, n) != 0 || (n > 0 && !g_exists);
     if (!decided) /* an error changes nothing */
         FUZZ_CHECK(!wrote, "an error changed the value (%zu -> %zu bytes)", n, g_len);
@@ -227,6 +265,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* what the module wrote, it reads back: a decision, not an error */
         const bool again = run(c, 0, t);
         FUZZ_CHECK(again, "the value written (%zu bytes) is refused when read back", g_len);
+    }
+    if (data[1] != 0xff && (data[1] & 0x30)) {
+        /* a settle (or cancel) of what the value holds, then read back */
+        memcpy(before, g_val, g_len);
+        const size_t len = g_len;
+        const bool ex = g_exists;
+        const bool done = finish_oldest(permits * 3, t, (data[1] & 0x20) != 0);
+        if (!done)
+            FUZZ_CHECK(g_len == len && g_exists == ex && memcmp(before, g_val, len) == 0,
+                       "a refused settle changed the value");
+        else if (g_exists && decided) /* the value was one of c's spec */
+            FUZZ_CHECK(run(c, 0, t), "the value a settle wrote (%zu bytes) is refused when read back", g_len);
     }
     return 0;
 }

@@ -1584,6 +1584,359 @@ static void test_replica(void **state)
     srv_stop(&m);
 }
 
+/* ---- reservations: RESERVE, SETTLE, CANCEL ------------------------------ */
+
+/* RESERVE's reply: allowed, remaining, retry_after_ms, wait_ms, id. */
+static void reserve(srv *s, const char *key, const char *spec, uint64_t p, const char *max_wait_ms,
+                    uint64_t at, long long out[5])
+{
+    if (max_wait_ms)
+        ints(cmd(s, "SLUICE.RESERVE %s %s %llu %s AT %llu", key, spec, (unsigned long long)p,
+                 max_wait_ms, (unsigned long long)at), out, 5);
+    else
+        ints(cmd(s, "SLUICE.RESERVE %s %s %llu AT %llu", key, spec, (unsigned long long)p,
+                 (unsigned long long)at), out, 5);
+}
+
+static long long settle(srv *s, const char *key, long long id, uint64_t a, uint64_t at)
+{
+    return cmd_int(s, "SLUICE.SETTLE %s %lld %llu AT %llu", key, id, (unsigned long long)a,
+                   (unsigned long long)at);
+}
+
+/* PEEK 0's remaining at `at`. */
+static long long remaining_at(srv *s, const char *key, const char *spec, uint64_t at)
+{
+    long long r[4];
+    ints(cmd(s, "SLUICE.PEEK %s %s 0 AT %llu", key, spec, (unsigned long long)at), r, 4);
+    assert_int_equal(r[0], 1);
+    return r[1];
+}
+
+/* Random reservations, settles and decisions on one key per algorithm,
+ * each checked against the reference model's settle (tests/ref_model.c,
+ * ref_model_settle): the same cases as tests/limiter/test_reserve.c. */
+static void test_settle_against_model(void **state)
+{
+    (void)state;
+    static const spec_case cases[] = {
+        {"fixed-window 10/s", {.alg = REF_FIXED_WINDOW, .limit = 10, .period_ns = SEC}},
+        {"sliding-approx 10/s", {.alg = REF_SLIDING_APPROX, .limit = 10, .period_ns = SEC}},
+        {"sliding-log 10/s", {.alg = REF_SLIDING_LOG, .limit = 10, .period_ns = SEC}},
+        {"sliding-wheel 10/s slots=4", {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = SEC, .slots = 4}},
+        {"token-bucket 10/s burst=8", {.alg = REF_TOKEN_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 8}},
+        {"token-bucket 3/7s burst=5", {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 5}},
+        {"token-bucket 3/7s burst=3000000000",
+         {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 3000000000ULL}},
+        {"leaky-bucket 10/s capacity=6 nodelay",
+         {.alg = REF_LEAKY_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 6, .nodelay = true}},
+    };
+    uint64_t seed = tu_env_seed();
+    enum { STEPS = 400, OPEN = 8 };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const spec_case *c = &cases[ci];
+        ref_model *m = ref_model_new(&c->p);
+        assert_non_null(m);
+        char key[32];
+        snprintf(key, sizeof key, "settle:%zu", ci);
+        long long id[OPEN];
+        ref_resv mv[OPEN];
+        bool open[OPEN] = {false};
+        const uint64_t W = c->p.period_ns, cap = ref_model_max_grant(m);
+        const bool bucket = c->p.alg == REF_TOKEN_BUCKET || c->p.alg == REF_LEAKY_BUCKET;
+        uint64_t now = T0 + 5 * W;
+        int settled = 0, over = 0;
+        for (int i = 0; i < STEPS; i++) {
+            const uint64_t dice = tu_splitmix64_below(&seed, 100);
+            if (dice < 30) now += tu_splitmix64_below(&seed, W / 4 + 1);
+            const uint64_t t = dice % 10 == 0 ? now - tu_splitmix64_below(&seed, W) : now;
+            const size_t slot = (size_t)tu_splitmix64_below(&seed, OPEN);
+            const uint64_t p = tu_splitmix64_below(&seed, cap < 20 ? cap + 2 : 20);
+            ref_result mr;
+            if (dice < 45) { /* a plain decision */
+                long long got[4], want[4];
+                ints(cmd(&g_tc, "SLUICE.ACQUIRE %s %s %llu AT %llu", key, c->spec, (unsigned long long)p,
+                         (unsigned long long)t), got, 4);
+                ref_model_decide(m, p, t, &mr);
+                expected_reply(&mr, want);
+                if (memcmp(got, want, sizeof got) != 0)
+                    fail_msg("%s step %d: ACQUIRE %llu at %llu: %lld %lld %lld %lld, model %lld %lld %lld %lld",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)t, got[0], got[1], got[2],
+                             got[3], want[0], want[1], want[2], want[3]);
+            } else if (dice < 75 && !open[slot]) { /* a reservation */
+                /* a bucket's may book ahead (whole ms), into debt */
+                const bool ahead = bucket && dice % 2;
+                const uint64_t mw_ms = ahead ? tu_splitmix64_below(&seed, 2 * W / MS) : 0;
+                char mw[24];
+                snprintf(mw, sizeof mw, "%llu", (unsigned long long)mw_ms);
+                long long got[5];
+                reserve(&g_tc, key, c->spec, p, mw, t, got);
+                const bool mok = ref_model_reserve(m, p, t, mw_ms * MS, &mr, &mv[slot]);
+                if (got[0] != mok || (mok && got[3] != ceil_div(mr.wait_ns, MS)) || (got[4] != 0) != mok)
+                    fail_msg("%s step %d: RESERVE %llu at %llu: %lld (wait %lld ms, id %lld), model %d (%llu ns)",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)t, got[0], got[3],
+                             got[4], mok, (unsigned long long)mr.wait_ns);
+                if (mok) open[slot] = true, id[slot] = got[4];
+            } else if (open[slot]) { /* a settle */
+                const uint64_t rp = mv[slot].p;
+                uint64_t a;
+                switch (tu_splitmix64_below(&seed, 5)) {
+                case 0: a = 0; break;
+                case 1: a = rp ? tu_splitmix64_below(&seed, rp) : 0; break;
+                case 2: a = rp; break;
+                case 3: a = rp + 1 + tu_splitmix64_below(&seed, cap < 100 ? cap : 100); break;
+                default: a = rp + tu_splitmix64_below(&seed, cap < 100 ? 4 * cap : 400); break;
+                }
+                assert_int_equal(settle(&g_tc, key, id[slot], a, t), 1);
+                ref_model_settle(m, &mv[slot], a, t);
+                settled++, over += a > rp;
+                /* a second settle: refused, nothing changed */
+                snap before, after;
+                take(&g_tc, key, &before);
+                expect_error(cmd(&g_tc, "SLUICE.SETTLE %s %lld %llu AT %llu", key, id[slot],
+                                 (unsigned long long)a, (unsigned long long)t),
+                             "no open reservation");
+                take(&g_tc, key, &after);
+                assert_same(&before, &after, key);
+                open[slot] = false;
+            }
+            /* after every step: what remains now, as the model says */
+            ref_model_decide(m, 0, t, &mr);
+            const long long rem = remaining_at(&g_tc, key, c->spec, t);
+            if (rem != (long long)mr.remaining)
+                fail_msg("%s step %d: remaining %lld at %llu, model %llu", c->spec, i, rem,
+                         (unsigned long long)t, (unsigned long long)mr.remaining);
+        }
+        if (settled < 5 || over < 2) fail_msg("%s: only %d settles, %d overdrafts", c->spec, settled, over);
+        ref_model_free(m);
+    }
+}
+
+/* Worked examples, by hand, and every way a settle or cancel is refused:
+ * the value and its expiry unchanged each time. */
+static void test_settle_examples(void **state)
+{
+    (void)state;
+    srv *s = &g_tc;
+    long long r[5];
+    snap a, b;
+    const uint64_t t = T0 + 100 * SEC;
+    /* token-bucket: 10 permits; reserve 4, settle at 7: 3 left; at 2: 8 left */
+    const char *tb = "token-bucket 10/s burst=10";
+    reserve(s, "ex:tb", tb, 4, NULL, t, r);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[1], 6);
+    assert_int_equal(settle(s, "ex:tb", r[4], 7, t), 1);
+    assert_int_equal(remaining_at(s, "ex:tb", tb, t), 3);
+    reserve(s, "ex:tb", tb, 3, NULL, t, r);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(settle(s, "ex:tb", r[4], 1, t), 1); /* nothing since: exact */
+    assert_int_equal(remaining_at(s, "ex:tb", tb, t), 2);
+    /* an overdraft: 10 more than reserved puts the bucket 10 below zero:
+     * nothing passes for 1 s, then one permit per 100 ms */
+    reserve(s, "ex:tb", tb, 2, NULL, t, r);
+    assert_int_equal(settle(s, "ex:tb", r[4], 12, t), 1);
+    long long d[4];
+    ints(cmd(s, "SLUICE.ACQUIRE ex:tb %s 1 AT %llu", tb, (unsigned long long)(t + SEC)), d, 4);
+    assert_int_equal(d[0], 0);
+    assert_int_equal(d[2], 100); /* retry after 100 ms */
+    ints(cmd(s, "SLUICE.ACQUIRE ex:tb %s 1 AT %llu", tb, (unsigned long long)(t + SEC + 100 * MS)), d, 4);
+    assert_int_equal(d[0], 1);
+
+    /* fixed-window: reserve 5 of 5, settle at 2: 3 back in its window */
+    const char *fw = "fixed-window 5/s";
+    reserve(s, "ex:fw", fw, 5, NULL, t, r);
+    assert_int_equal(settle(s, "ex:fw", r[4], 2, t + 10), 1);
+    assert_int_equal(remaining_at(s, "ex:fw", fw, t + 10), 3);
+    /* a second settle, a cancel after it: refused, nothing changed */
+    take(s, "ex:fw", &a);
+    expect_error(cmd(s, "SLUICE.SETTLE ex:fw %lld 1 AT %llu", r[4], (unsigned long long)t), "no open reservation");
+    expect_error(cmd(s, "SLUICE.CANCEL ex:fw %lld AT %llu", r[4], (unsigned long long)t), "no open reservation");
+    take(s, "ex:fw", &b);
+    assert_same(&a, &b, "ex:fw");
+
+    /* after a change of the key's spec, nothing goes back (the units
+     * changed); an excess is still charged, under the new spec */
+    reserve(s, "ex:chg", fw, 3, NULL, t, r);
+    long long r2[5];
+    reserve(s, "ex:chg", fw, 1, NULL, t, r2);
+    ints(cmd(s, "SLUICE.ACQUIRE ex:chg %s 0 AT %llu", "fixed-window 10/s", (unsigned long long)(t + 1)), d, 4);
+    assert_int_equal(d[1], 6);
+    assert_int_equal(settle(s, "ex:chg", r[4], 1, t + 2), 1);
+    assert_int_equal(remaining_at(s, "ex:chg", "fixed-window 10/s", t + 2), 6);
+    assert_int_equal(settle(s, "ex:chg", r2[4], 3, t + 2), 1);
+    assert_int_equal(remaining_at(s, "ex:chg", "fixed-window 10/s", t + 2), 4);
+
+    /* the overdraft's widest: a window's count saturates at 2^64-1 (a
+     * sliding-approx's at 2^32-1 when L < 2^32), past any limit a spec can
+     * have; the value reads back (refusing), and the same value without
+     * its overdraft mark is damaged */
+    reserve(s, "ex:od", fw, 1, NULL, t, r);
+    assert_int_equal(settle(s, "ex:od", r[4], UINT64_MAX, t), 1);
+    ints(cmd(s, "SLUICE.ACQUIRE ex:od %s 1 AT %llu", fw, (unsigned long long)(t + 1)), d, 4);
+    assert_int_equal(d[0], 0);
+    ints(cmd(s, "SLUICE.ACQUIRE ex:od %s 1 AT %llu", fw, (unsigned long long)(t + SEC)), d, 4);
+    assert_int_equal(d[0], 1); /* the next window */
+    reserve(s, "ex:od2", "sliding-approx 5000000000/s", 1, NULL, t, r);
+    assert_int_equal(settle(s, "ex:od2", r[4], UINT64_MAX, t), 1);
+    take(s, "ex:od2", &a);
+    ints(cmd(s, "SLUICE.ACQUIRE ex:od2 %s 1 AT %llu", "sliding-approx 5000000000/s", (unsigned long long)(t + 1)), d, 4);
+    assert_int_equal(d[0], 0);
+    /* the flags byte after the canonical spec: clear RSV_OVERDRAFT */
+    const size_t at_flags = 9 + (unsigned char)a.v[8];
+    assert_int_equal(a.v[at_flags], 1);
+    a.v[at_flags] = 0;
+    redisReply *x = cmd(s, "SET ex:od3 %b", a.v, a.n);
+    freeReplyObject(x);
+    expect_error(cmd(s, "SLUICE.ACQUIRE ex:od3 %s 1 AT %llu", "sliding-approx 5000000000/s", (unsigned long long)(t + 1)),
+                 "damaged");
+    /* a damaged section: a record count past RSV_MAX */
+    a.v[at_flags] = 1;
+    a.v[at_flags + 9] = 17;
+    x = cmd(s, "SET ex:od4 %b", a.v, a.n);
+    freeReplyObject(x);
+    expect_error(cmd(s, "SLUICE.ACQUIRE ex:od4 %s 1 AT %llu", "sliding-approx 5000000000/s", (unsigned long long)(t + 1)),
+                 "damaged");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:od4 %lld 1 AT %llu", r[4], (unsigned long long)(t + 1)), "damaged");
+    assert_int_equal(cmd_int(s, "SLUICE.RESET ex:od4"), 1); /* RESET still deletes it */
+
+    /* CANCEL: a bucket's booked permits go back before their time (1),
+     * count as used after it (0); a window's cannot be cancelled */
+    const char *lb = "token-bucket 1/s burst=1";
+    reserve(s, "ex:c", lb, 1, NULL, t, r); /* takes the one token */
+    reserve(s, "ex:c", lb, 1, NULL, t, r); /* booked: due in 1 s */
+    assert_int_equal(r[3], 1000);
+    assert_int_equal(cmd_int(s, "SLUICE.CANCEL ex:c %lld AT %llu", r[4], (unsigned long long)(t + 10)), 1);
+    expect_error(cmd(s, "SLUICE.SETTLE ex:c %lld 1 AT %llu", r[4], (unsigned long long)t), "no open reservation");
+    reserve(s, "ex:c", lb, 1, NULL, t + 20, r);
+    assert_int_equal(cmd_int(s, "SLUICE.CANCEL ex:c %lld AT %llu", r[4], (unsigned long long)(t + 2 * SEC)), 0);
+    reserve(s, "ex:w", fw, 1, NULL, t, r);
+    take(s, "ex:w", &a);
+    expect_error(cmd(s, "SLUICE.CANCEL ex:w %lld AT %llu", r[4], (unsigned long long)t), "CANCEL is for");
+    take(s, "ex:w", &b);
+    assert_same(&a, &b, "ex:w");
+    assert_int_equal(settle(s, "ex:w", r[4], 1, t), 1); /* still open */
+
+    /* unknown, foreign and malformed ids; bad numbers; arity */
+    long long ra[5], rb[5];
+    reserve(s, "ex:a", fw, 1, NULL, t, ra);
+    reserve(s, "ex:b", fw, 1, NULL, t, rb);
+    assert_true(ra[4] != rb[4]);
+    take(s, "ex:a", &a);
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 1 AT %llu", rb[4], (unsigned long long)t), "no open reservation");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 1 AT %llu", ra[4] + 1, (unsigned long long)t), "no open reservation");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 1 AT %llu", ra[4] ^ (1LL << 40), (unsigned long long)t),
+                 "no open reservation");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:none %lld 1 AT %llu", ra[4], (unsigned long long)t), "no open reservation");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a abc 1"), "bad reservation id \"abc\"");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a 0 1"), "bad reservation id \"0\"");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a -1 1"), "bad reservation id \"-1\"");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a 9223372036854775808 1"), "bad reservation id");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld x", ra[4]), "bad actual \"x\"");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 18446744073709551616", ra[4]), "bad actual");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld", ra[4]), "wrong number");
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 1 2", ra[4]), "wrong number");
+    expect_error(cmd(s, "SLUICE.CANCEL ex:a"), "wrong number");
+    expect_error(cmd(s, "SLUICE.RESERVE ex:a %s", fw), "wrong number");
+    expect_error(cmd(s, "SLUICE.RESERVE ex:a %s 1 soon", fw), "bad max_wait_ms \"soon\"");
+    expect_error(cmd(s, "SLUICE.RESERVE ex:a %s x", fw), "bad permits \"x\"");
+    expect_error(cmd(s, "SLUICE.RESERVE ex:a %s 1", "fixed-window 5/s nope=1"), "bad spec");
+    take(s, "ex:a", &b);
+    assert_same(&a, &b, "ex:a");
+    freeReplyObject(cmd(s, "SET ex:str hello"));
+    expect_error(cmd(s, "SLUICE.SETTLE ex:str %lld 1", ra[4]), "not a sluice state");
+    freeReplyObject(cmd(s, "RPUSH ex:list x"));
+    expect_error(cmd(s, "SLUICE.SETTLE ex:list %lld 1", ra[4]), "WRONGTYPE");
+    /* after a RESET, the key's old ids are gone, also once it is re-made */
+    assert_int_equal(cmd_int(s, "SLUICE.RESET ex:a"), 1);
+    reserve(s, "ex:a", fw, 1, NULL, t, r);
+    expect_error(cmd(s, "SLUICE.SETTLE ex:a %lld 1 AT %llu", ra[4], (unsigned long long)t), "no open reservation");
+    assert_int_equal(settle(s, "ex:a", r[4], 1, t), 1);
+
+    /* at most 16 kept per key: the 17th drops the oldest */
+    const char *big = "fixed-window 100/s";
+    long long ids[17];
+    for (int i = 0; i < 17; i++) {
+        reserve(s, "ex:many", big, 1, NULL, t, r);
+        ids[i] = r[4];
+    }
+    expect_error(cmd(s, "SLUICE.SETTLE ex:many %lld 0 AT %llu", ids[0], (unsigned long long)t), "no open reservation");
+    for (int i = 1; i < 17; i++) assert_int_equal(settle(s, "ex:many", ids[i], 0, t), 1);
+    assert_int_equal(remaining_at(s, "ex:many", big, t), 99); /* the dropped one's permit stays used */
+}
+
+/* Reservations and settles replicate as their results (SET), and survive
+ * a restart from the AOF. */
+static void test_settle_replica(void **state)
+{
+    (void)state;
+    srv m = {0}, rp = {0};
+    const char *extra[] = {"--save", "", "--appendonly", "yes", "--appendfsync", "always", NULL};
+    assert_int_equal(srv_start(&m, TEST_MODULE_PATH, NULL, extra), 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", m.port);
+    const char *rextra[] = {"--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", port, NULL};
+    assert_int_equal(srv_start(&rp, TEST_MODULE_PATH, NULL, rextra), 0);
+    bool up = false;
+    for (int i = 0; i < 500 && !up; i++) {
+        redisReply *info = cmd(&rp, "INFO replication");
+        up = strstr(info->str, "master_link_status:up") != NULL;
+        freeReplyObject(info);
+        if (!up) srv_nap_ms(20);
+    }
+    assert_true(up);
+    static const char *const specs[] = {"token-bucket 10/h", "sliding-log 5/h", "fixed-window 7/h"};
+    long long r[5], keep[3];
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "rs:%d", i);
+        ints(cmd(&m, "SLUICE.RESERVE %s %s 2", key, specs[i]), r, 5);
+        assert_int_equal(r[0], 1);
+        assert_int_equal(cmd_int(&m, "SLUICE.SETTLE %s %lld 4", key, r[4]), 1);
+        ints(cmd(&m, "SLUICE.RESERVE %s %s 1", key, specs[i]), r, 5);
+        keep[i] = r[4]; /* left open */
+    }
+    assert_int_equal(cmd_int(&m, "WAIT 1 5000"), 1);
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "rs:%d", i);
+        snap a, b;
+        take(&m, key, &a);
+        take(&rp, key, &b);
+        assert_true(a.exists && a.expire_ms > 0);
+        assert_same(&a, &b, key);
+    }
+    /* a reservation keeps its key an hour past its time, though the state
+     * is at rest in 100 ms; settled at 0 with nothing since, the bucket is
+     * as if it had taken nothing, at rest: the key goes */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    ints(cmd(&m, "SLUICE.RESERVE rs:keep %s 1", "token-bucket 10/s"), r, 5);
+    const long long exp_ms = cmd_int(&m, "PEXPIRETIME rs:keep");
+    assert_true(exp_ms >= now_ms + 3600 * 1000 && exp_ms <= now_ms + 3600 * 1000 + 60 * 1000);
+    assert_int_equal(cmd_int(&m, "SLUICE.SETTLE rs:keep %lld 0", r[4]), 1);
+    assert_int_equal(cmd_int(&m, "EXISTS rs:keep"), 0);
+    assert_int_equal(stat_calls(&rp, "sluice.reserve"), 0);
+    assert_int_equal(stat_calls(&rp, "sluice.settle"), 0);
+    expect_error(cmd(&rp, "SLUICE.SETTLE rs:0 %lld 1", keep[0]), "READONLY");
+    srv_stop(&rp);
+    /* from the AOF: the open reservations can still be settled */
+    snap before;
+    take(&m, "rs:1", &before);
+    srv_kill(&m);
+    assert_int_equal(srv_start(&m, TEST_MODULE_PATH, NULL, extra), 0);
+    snap after;
+    take(&m, "rs:1", &after);
+    assert_same(&before, &after, "rs:1");
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "rs:%d", i);
+        assert_int_equal(cmd_int(&m, "SLUICE.SETTLE %s %lld 0", key, keep[i]), 1);
+    }
+    srv_stop(&m);
+}
+
 /* Cluster mode: every command names its key (first key 1), so a cluster
  * node routes it; here one node holding every slot. */
 static void test_cluster_node(void **state)
@@ -1644,6 +1997,9 @@ int main(void)
         cmocka_unit_test(test_restart_aof),
         cmocka_unit_test(test_replica),
         cmocka_unit_test(test_cluster_node),
+        cmocka_unit_test(test_settle_against_model),
+        cmocka_unit_test(test_settle_examples),
+        cmocka_unit_test(test_settle_replica),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
