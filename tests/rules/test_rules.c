@@ -1599,6 +1599,20 @@ static void test_conc_rules(void **state)
     sluice_rules_free(rs);
 }
 
+typedef struct {
+    int what[4];
+    size_t n;
+    char why[160];
+} cdiff;
+
+static void cdiff_fn(void *arg, const char *name, int what, const char *why)
+{
+    cdiff *d = arg;
+    if (strcmp(name, "c") != 0) return;
+    d->what[0] = what;
+    snprintf(d->why, sizeof d->why, "%s", why);
+}
+
 /* Reloads: a kept spec keeps the limit (held permits count after); a
  * changed N is a fresh limit, and permits taken before are released on the
  * old one, once; a removed rule is absent and its permits still release. */
@@ -1641,8 +1655,14 @@ static void test_conc_reload(void **state)
     assert_int_equal(h[6].pm.permits, 0);
     assert_int_equal(sluice_rules_release_at(&h[4], 7), 0);
     assert_int_equal(sluice_rules_release_at(&h[5], 7), 0);
-    /* diff says why */
     sluice_rules_free(rs);
+    /* what sluice check --against says of it: the same plans */
+    cdiff d = {0};
+    assert_int_equal(sluice_rules_diff(B, strlen(B), C, strlen(C), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_int_equal(d.what[0], SLUICE_RULE_FRESH);
+    assert_non_null(strstr(d.why, "concurrency rule's spec changes"));
+    assert_int_equal(sluice_rules_diff(A, strlen(A), B, strlen(B), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_int_equal(d.what[0], SLUICE_RULE_KEPT);
 }
 
 /* Threads taking and releasing permits of a concurrency rule while reloads
