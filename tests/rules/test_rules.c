@@ -1739,6 +1739,76 @@ static void test_conc_reload_threads(void **state)
     sluice_rules_free(rs);
 }
 
+
+/* A global and a key concurrency rule with a lease, decided through the
+ * rule set, against the model (ref_model.c, ref_conc): each acquire's
+ * answer and each release's, at random times, permits and releases, with
+ * reloads that keep the rules (another rule comes and goes) on the way --
+ * a kept rule keeps its permits, so the model runs on undisturbed. */
+static void test_conc_model(void **state)
+{
+    (void)state;
+    static const char A[] = "rule g global \"concurrency 5 lease=2s\"\n"
+                            "rule k key \"concurrency 3 lease=500ms\" max_keys=4\n";
+    static const char B[] = "rule x global \"fixed-window 1/s\"\n"
+                            "rule k key \"concurrency 3 lease=500ms\" max_keys=4\n"
+                            "rule g global \"concurrency 5 lease=2s\"\n";
+    sluice_rules *rs = mk(A);
+    char err[256];
+    ref_conc *mg = ref_conc_new(5, 2 * SEC), *mk_[2] = {ref_conc_new(3, SEC / 2), ref_conc_new(3, SEC / 2)};
+    assert_non_null(mg);
+    assert_non_null(mk_[0]);
+    assert_non_null(mk_[1]);
+    struct held { sluice_rules_permit h; uint64_t mid; int which; } held[64];
+    size_t nh = 0;
+    uint64_t seed = 0x5eed, t = (uint64_t)INT64_MAX - 3600 * SEC; /* near 2^63 */
+    int32_t g = id_of(rs, "g"), k = id_of(rs, "k");
+    for (int step = 0; step < 20000; step++) {
+        t += tu_splitmix64_below(&seed, 200 * MS);
+        uint64_t op = tu_splitmix64_below(&seed, 10);
+        if (op == 0) {
+            const char *txt = step % 2 ? A : B;
+            assert_int_equal(sluice_rules_reload_at(rs, txt, strlen(txt), t, err, sizeof err), 0);
+        } else if (op < 5 && nh) {
+            size_t i = tu_splitmix64_below(&seed, nh);
+            ref_conc *m = held[i].which < 0 ? mg : mk_[held[i].which];
+            bool want = ref_conc_release(m, held[i].mid, t);
+            int got = sluice_rules_release_at(&held[i].h, t);
+            if (got != (want ? 0 : SLUICE_ENOENT))
+                fail_msg("step %d: release got %d, the model says %d", step, got, want);
+            held[i] = held[--nh];
+        } else if (nh < 64) {
+            int which = (int)tu_splitmix64_below(&seed, 3) - 1; /* -1 global, 0/1 keys */
+            uint64_t p = 1 + tu_splitmix64_below(&seed, which < 0 ? 3 : 2);
+            ref_conc *m = which < 0 ? mg : mk_[which];
+            ref_result want;
+            uint64_t mid = 0;
+            bool wok = ref_conc_acquire(m, p, t, &want, &mid);
+            sluice_rule_key rk = {which < 0 ? g : k, which == 1 ? "b" : "a", 1};
+            sluice_result res;
+            bool ok = sluice_rules_acquire_at(rs, &rk, 1, p, t, &held[nh].h, &res, NULL);
+            if (ok != wok || res.remaining != want.remaining ||
+                (!ok && res.retry_after_ns != want.retry_after_ns))
+                fail_msg("step %d (%d, %llu permits): got %d rem %llu retry %lld, the model %d rem %llu retry %lld",
+                         step, which, ULL(p), ok, ULL(res.remaining), (long long)res.retry_after_ns, wok,
+                         ULL(want.remaining), (long long)want.retry_after_ns);
+            if (ok) {
+                held[nh].mid = mid;
+                held[nh].which = which;
+                nh++;
+            }
+        }
+    }
+    while (nh) {
+        nh--;
+        sluice_rules_release_at(&held[nh].h, t);
+    }
+    ref_conc_free(mg);
+    ref_conc_free(mk_[0]);
+    ref_conc_free(mk_[1]);
+    sluice_rules_free(rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1766,6 +1836,7 @@ int main(void)
         cmocka_unit_test(test_conc_rules),
         cmocka_unit_test(test_conc_reload),
         cmocka_unit_test(test_conc_reload_threads),
+        cmocka_unit_test(test_conc_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
