@@ -1688,6 +1688,28 @@ bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shad
     return ok;
 }
 
+/* A bad call of sluice_rules_decide_at on v (see the header): a NULL key
+ * with keylen > 0, a request twice, an id no load gave, a concurrency rule,
+ * the same global rule twice. */
+static bool bad_req(const version *v, const sluice_rule_key *req, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!req[i].key && req[i].keylen) return true;
+        int32_t id = req[i].rule;
+        if (id < 0 || (size_t)id >= v->nids) return true;
+        const rule *r = v->by_id[id];
+        if (r && r->d.conc) return true;
+        for (size_t j = 0; j < i; j++) {
+            if (req[j].rule != id) continue;
+            if (r && r->d.global) return true; /* the key does not count */
+            if (req[j].keylen == req[i].keylen &&
+                (req[i].keylen == 0 || memcmp(req[j].key, req[i].key, req[i].keylen) == 0))
+                return true;
+        }
+    }
+    return false;
+}
+
 /* sluice_rules_decide_at on the version v, entered by the caller: 1
  * allowed, 0 refused, -1 a bad call (nothing decided). */
 static int decide_in(sluice_rules *rs, const version *v, unsigned tok, const sluice_rule_key *req,
@@ -1800,9 +1822,14 @@ bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_
             }
             ci = i;
         } else {
+            /* (checked below with the others, before anything is taken) */
             at[nrest] = i;
             rest[nrest++] = req[i];
         }
+    }
+    if (bad_req(v, rest, nrest)) {
+        leave(rs, tok);
+        return bad_call(res, per_rule, n);
     }
     const rule *cr = ci == SIZE_MAX ? NULL : v->by_id[req[ci].rule];
     sluice_rule_outcome co;

@@ -1591,6 +1591,21 @@ static void test_conc_rules(void **state)
     assert_int_equal(res.error, SLUICE_EINVAL);
     assert_false(cacq(rs, &rc1, 1, 1, 0, NULL, &res, o));
     assert_int_equal(res.error, SLUICE_EINVAL);
+    /* a bad rate part: nothing taken, nothing counted, even where c refuses */
+    sluice_rule_stats before, after;
+    assert_int_equal(sluice_rules_stats(rs, c, &before), 0);
+    sluice_rule_key dup[3] = {{c, NULL, 0}, {r, NULL, 0}, {r, "x", 1}};
+    sluice_rules_permit full[2];
+    assert_true(cacq(rs, &rc1, 1, 2, 0, &full[0], &res, o));
+    assert_false(cacq(rs, dup, 3, 1, 0, &h[0], &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_release_at(&full[0], 0), 0);
+    assert_false(cacq(rs, dup, 3, 1, 0, &h[0], &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(h[0].pm.permits, 0);
+    assert_int_equal(sluice_rules_stats(rs, c, &after), 0);
+    assert_int_equal(after.requests[SLUICE_RULE_ALLOWED], before.requests[SLUICE_RULE_ALLOWED] + 1);
+    assert_int_equal(after.requests[SLUICE_RULE_DENIED], before.requests[SLUICE_RULE_DENIED]);
     sluice_rule_key badk = {k, NULL, 3};
     assert_false(cacq(rs, &badk, 1, 1, 0, &h[0], &res, o));
     assert_int_equal(res.error, SLUICE_EINVAL);
