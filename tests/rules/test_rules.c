@@ -1688,7 +1688,8 @@ typedef struct {
     sluice_rules *rs;
     int32_t c, r;
     _Atomic int *stop;
-    uint64_t taken, bad;
+    _Atomic uint64_t taken;
+    uint64_t bad;
 } cworker;
 
 static void *cwork(void *p)
@@ -1701,7 +1702,7 @@ static void *cwork(void *p)
         sluice_result res;
         if (nh < 3 && sluice_rules_acquire_at(w->rs, req, 2, 1, 0, &h[nh], &res, NULL) &&
             h[nh].pm.permits) {
-            w->taken++;
+            atomic_fetch_add(&w->taken, 1);
             nh++;
         } else if (nh) {
             if (sluice_rules_release_at(&h[--nh], 0) != 0) w->bad++;
@@ -1729,6 +1730,11 @@ static void test_conc_reload_threads(void **state)
         wk[i] = (cworker){rs, id_of(rs, "c"), id_of(rs, "r"), &stop, 0, 0};
         assert_int_equal(pthread_create(&th[i], NULL, cwork, &wk[i]), 0);
     }
+    /* the reloads start once every thread is deciding (bounded: 60 s of a
+     * loaded machine) */
+    uint64_t t0 = sluice_now_ns();
+    for (int i = 0; i < 3; i++)
+        while (atomic_load(&wk[i].taken) == 0 && sluice_now_ns() - t0 < 60 * SEC) sched_yield();
     char err[256];
     size_t reloads = tu_scaled(200, tu_env_scale(1));
     for (size_t i = 0; i < reloads; i++) {
@@ -1741,7 +1747,7 @@ static void test_conc_reload_threads(void **state)
     for (int i = 0; i < 3; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_int_equal(wk[i].bad, 0);
-        taken += wk[i].taken;
+        taken += atomic_load(&wk[i].taken);
     }
     assert_true(taken > 0);
     /* the limit in use holds nothing: all 4 permits are free */
