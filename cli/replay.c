@@ -533,6 +533,20 @@ static int replay_rules(const char *path, bool stats, const char *metrics_path, 
         fprintf(stderr, "sluice replay: bad --rules file \"%s\": %s\n", path, err);
         return 2;
     }
+    /* a concurrency rule needs releases, which a trace cannot express (as
+     * --limit 'concurrency N'; docs/rules.md, "Concurrency rules") */
+    for (size_t i = 0; i < sluice_rules_count(rs); i++) {
+        sluice_rule_info info;
+        if (sluice_rules_info(rs, i, &info) == 0 &&
+            sluice_concurrency_spec_check(info.spec, NULL, 0, NULL, 0) == 0) {
+            fprintf(stderr, "sluice replay: bad --rules file \"%s\": line %zu: rule \"%s\" is a "
+                            "concurrency limit, which needs releases the trace format "
+                            "(time_ns,key,permits) cannot express\n",
+                    path, info.line, info.name);
+            sluice_rules_free(rs);
+            return 2;
+        }
+    }
     int trc = top ? sluice_rules_set_top(rs, top * 4 < 64 ? 64 : top * 4, 128) : 0;
     if (trc != 0) {
         fprintf(stderr, "sluice replay: --top: %s\n", sluice_strerror(trc));

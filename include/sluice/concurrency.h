@@ -116,6 +116,53 @@ int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns);
 bool sluice_try_acquire_permit(sluice_concurrency *c, uint64_t permits, sluice_permit *pm);
 int sluice_permit_release(sluice_permit *pm);
 
+/* ---- queued acquires, called back from a timing wheel -------------------
+ *
+ * An acquire that does not block a thread: it waits in the limit's queue of
+ * waiters -- the same first-come-first-served line as the blocking
+ * sluice_acquire_permit, so neither overtakes the other -- and is called
+ * back from the wheel `wh` (sluice/wheel.h, driven on the same clock as
+ * now_ns) once a release, or a lease's end, lets it through: one at a time,
+ * in the order they asked, each when its permits are free (a request that
+ * needs more than is free keeps those behind it waiting).  Or at its
+ * deadline, with nothing taken. */
+
+/* The callback of a queued acquire: `arg` as given, the request's id, and
+ * `status`: 0 with `pm` holding the permits (copy *pm: it lives for the
+ * call only; the caller then owns the permits and releases them as any
+ * permit, sluice_permit_release_at), or SLUICE_ETIMEDOUT at the deadline,
+ * nothing taken, pm NULL.  `now_ns` is the wheel's time.  It runs on the
+ * thread that advances the wheel, with no lock of the limit held, and may
+ * acquire, release and cancel on any limit. */
+typedef void (*sluice_permit_fn)(void *arg, uint64_t id, int status, sluice_permit *pm,
+                                 uint64_t now_ns);
+
+/* Ask for `permits` of c at now_ns, called back by fn from wh: with the
+ * permits at the wheel's first advance after they are granted (at once if
+ * they are free and nobody waits: the next advance), or with
+ * SLUICE_ETIMEDOUT at the first advance at or past deadline_ns (on the
+ * axis of now_ns; INT64_MAX or more: none).  Returns 0 and the request's
+ * id (>= 1, unique within c) in *id (may be NULL), or, nothing queued and
+ * nothing taken: SLUICE_ERANGE for permits > N; SLUICE_EINVAL for a NULL
+ * c, wh or fn, or permits 0; SLUICE_EFULL (the wheel is full) or
+ * SLUICE_ENOMEM.  While such a request waits, non-blocking admissions on c
+ * are refused, as with a blocked waiter.  Memory: one node of about 120
+ * bytes per request, and one timer.  The wheel must outlive c's pending
+ * requests (cancel them first), and sluice_concurrency_free(c) drops those
+ * still pending without calling them back (a granted one's permits go
+ * with c); it must not run while wh advances.  Thread-safe. */
+int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits,
+                                   uint64_t now_ns, uint64_t deadline_ns, sluice_permit_fn fn,
+                                   void *arg, uint64_t *id);
+
+/* Cancel the queued acquire `id` of c at now_ns: 0 when it will never call
+ * back (if it was granted and not yet called back, its permits are given
+ * back at now_ns, letting those behind through); SLUICE_EBUSY when its
+ * callback is running or about to; SLUICE_ENOENT when it has called back,
+ * was cancelled, or never existed; SLUICE_EINVAL for a NULL c.  May be
+ * called from any callback.  Thread-safe. */
+int sluice_permit_async_cancel_at(sluice_concurrency *c, uint64_t id, uint64_t now_ns);
+
 /* The permits held at now_ns (with a lease, after the leases ended by then
  * went back): the metrics' gauge.  Thread-safe. */
 uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns);
@@ -124,7 +171,8 @@ uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns);
  * (leases ended since then still count): the metrics' gauge.  Thread-safe. */
 uint64_t sluice_concurrency_held(const sluice_concurrency *c);
 
-/* The blocking acquirers waiting now (sluice_acquire_permit).  Thread-safe. */
+/* The acquirers waiting now: blocked threads (sluice_acquire_permit) and
+ * queued acquires not yet granted.  Thread-safe. */
 uint32_t sluice_concurrency_waiting(const sluice_concurrency *c);
 
 /* N, as the spec says. */

@@ -17,6 +17,7 @@
  *
  *     rule NAME global "SPEC" [shadow]
  *     rule NAME key "SPEC" [max_keys=N] [policy=refuse|evict-lru] [shadow]
+ * (SPEC may be `concurrency N [lease=D]`: see "concurrency rules" below)
  *     override NAME KEY "SPEC"
  *
  * A reload replaces the whole set while other threads decide; each decision
@@ -322,8 +323,9 @@ typedef struct sluice_rule_outcome {
  *
  * A bad call decides nothing, counts nothing and returns false with
  * res->error = SLUICE_EINVAL: rs or req NULL, n out of range, an id that
- * no load ever gave, a NULL key with keylen > 0, or the same global rule (or the same key of one key rule)
- * twice.  An id whose rule the current set does not hold is skipped
+ * no load ever gave, a NULL key with keylen > 0, the same global rule (or the same key of one key rule)
+ * twice, or a concurrency rule (its permits are held until released:
+ * decide it with sluice_rules_acquire_at).  An id whose rule the current set does not hold is skipped
  * (outcome SLUICE_RULE_ABSENT): after a reload that removed a rule,
  * requests naming it are no longer limited by it.
  *
@@ -341,6 +343,64 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
 /* sluice_rules_decide_at() at sluice_now_ns() (CLOCK_MONOTONIC).  Thread-safe. */
 bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n,
                          uint64_t permits, sluice_result *res, sluice_rule_outcome *per_rule);
+
+/* ---- concurrency rules ---------------------------------------------------
+ *
+ * A rule whose spec is `concurrency N [lease=D]` (sluice/concurrency.h;
+ * docs/decisions.md 3.9) limits the requests in flight: a global rule is
+ * one sluice_concurrency, a key rule a sluice_concurrency_table of max_keys
+ * keys (policy=refuse only: a key holding permits is never dropped; no
+ * overrides).  Such a rule is decided by sluice_rules_acquire_at, which
+ * fills a sluice_rules_permit, and the permit is given back by
+ * sluice_rules_release_at.
+ *
+ * Reloads.  The permit carries the limit it was taken on (and the rule's
+ * id and the set's generation at the time), so its release goes there
+ * whatever reloads happened since: never lost, never released twice, never
+ * released on another limit.  A reload that keeps the rule's spec (and
+ * scope and max_keys) keeps its limit: permits held before count after.  A
+ * reload that changes the spec (N, the lease), the scope or max_keys, or
+ * removes the rule, gives the rule a fresh limit (or none): the permits
+ * held on the old limit no longer count against the new one (for as long
+ * as they are held, up to N_old + N_new may be in flight), and are
+ * released on the old one, which the set keeps until sluice_rules_free
+ * (about 200 bytes, plus 32 per N with a lease, per such change). */
+
+/* A permit of a rule set: filled by sluice_rules_acquire_at, owned by the
+ * caller, given back by sluice_rules_release_at.  `pm.permits` is 0 when
+ * it holds nothing.  Valid until sluice_rules_free. */
+typedef struct sluice_rules_permit {
+    sluice_permit pm;    /* the concurrency limit's permit (its owner) */
+    int32_t conc_rule;   /* the concurrency rule's id, or -1 */
+    uint64_t generation; /* the set's generation it was taken in */
+} sluice_rules_permit;
+
+/* Decide a request against the rules of req[0..n) at now_ns, as
+ * sluice_rules_decide_at, where at most one of them may be a concurrency
+ * rule.  An enforcing concurrency rule is asked first: when it refuses,
+ * the request is refused with its answer in res and no other rule is asked
+ * (each counts DENIED_ELSEWHERE, res zero); when it admits and the other
+ * enforcing rules refuse, its permits go back at once (it counts
+ * DENIED_ELSEWHERE).  When the request is allowed, *hold holds the
+ * concurrency rule's permits, and res's remaining is the least of the
+ * rules'.  A shadow concurrency rule counts but never refuses: when the
+ * other rules allowed, it takes the permits if they fit (ALLOWED; hold
+ * holds them, and they count as any held permits) and otherwise counts
+ * DENIED_SHADOW and hold holds nothing.  A request with no concurrency
+ * rule is sluice_rules_decide_at's, hold holding nothing.  A bad call
+ * (those of sluice_rules_decide_at but a concurrency rule; two concurrency
+ * rules; a NULL hold) returns false with res->error = SLUICE_EINVAL and
+ * takes nothing.  Release *hold in every case (a permit holding nothing
+ * gives SLUICE_ENOENT).  Thread-safe, also during reloads. */
+bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
+                             uint64_t permits, uint64_t now_ns, sluice_rules_permit *hold,
+                             sluice_result *res, sluice_rule_outcome *per_rule);
+
+/* Give back what *hold holds, at now_ns, on the limit it was taken on:
+ * sluice_permit_release_at(&hold->pm, now_ns) -- 0, or SLUICE_ENOENT when
+ * it holds nothing (refused, released, a lease that ended); SLUICE_EINVAL
+ * for NULL.  Thread-safe. */
+int sluice_rules_release_at(sluice_rules_permit *hold, uint64_t now_ns);
 
 /* The shadow rule of sluice_rules_decide_at() on limits of the caller's
  * own, without a rule set (the nginx module's `sluice ZONE shadow`):

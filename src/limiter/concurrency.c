@@ -38,9 +38,19 @@
  * lease's end (and every waiter at its own deadline); when the head
  * changes, grant() signals the new head so that it sets its own timer.
  *
+ * Queued acquires (sluice_acquire_permit_async_at) are waiters of the same
+ * queue, so they keep their place among blocked threads.  Each has one
+ * timer on its wheel instead of a condition variable: at its deadline (as
+ * a leased limit's head, also at the next lease's end, where it serves the
+ * queue as a blocked head would); grant() moves a granted one's timer to 0,
+ * so the wheel's next advance calls it back, in grant order (the wheel
+ * fires equal deadlines in schedule order).  The callback runs outside mu.
+ * Lock order: mu, sl, the wheel's.
+ *
  * Entry points: sluice_concurrency_new, _free; sluice_acquire_permit_at,
  * sluice_acquire_permit, sluice_permit_release_at (and live forms);
- * sluice_concurrency_held_at, _limit, _spec_check, _spec_format.
+ * sluice_concurrency_held_at, _limit, _spec_check, _spec_format;
+ * sluice_acquire_permit_async_at, sluice_permit_async_cancel_at.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
@@ -48,6 +58,7 @@
 #include "base/spin.h"
 #include "alg/concurrency.h"
 #include "limiter/concurrency.h"
+#include "timer/wheel.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,13 +66,30 @@
 #include <string.h>
 #include <time.h>
 
+typedef struct anode anode;
 typedef struct waiter {
     struct waiter *next;
     uint64_t permits;
     sluice_permit *pm; /* filled by grant() */
     bool granted;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    anode *an;         /* a queued acquire's node, or NULL: a blocked thread */
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC (a blocked thread's only) */
 } waiter;
+
+/* A queued acquire (sluice_acquire_permit_async_at): its waiter, in the
+ * queue until granted or timed out, and one timer on its wheel -- at its
+ * deadline, as the head of a leased limit also at the next lease's end,
+ * and at 0 (the next advance) once granted, to call back. */
+struct anode {
+    waiter w;
+    anode *next, *prev; /* the limit's requests not yet called back */
+    sluice_wheel *wh;
+    sluice_permit_fn fn;
+    void *arg;
+    uint64_t id, deadline;
+    sluice_timer_id timer; /* 0 while its callback runs */
+    sluice_permit pm;
+};
 
 struct sluice_concurrency {
     _Alignas(64) _Atomic uint64_t count; /* no lease: permits held | epoch << 40 */
@@ -71,6 +99,8 @@ struct sluice_concurrency {
     sluice__spin sl;      /* the book */
     sluice__leases book;  /* with a lease, under sl */
     waiter *qhead, *qtail;
+    anode *ahead;         /* queued acquires not yet called back, under mu */
+    uint64_t next_id;     /* under mu */
 };
 
 #define CMASK (((uint64_t)1 << 40) - 1) /* the count of the no-lease word */
@@ -134,6 +164,12 @@ bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
 void sluice_concurrency_free(sluice_concurrency *c)
 {
     if (!c) return;
+    /* queued acquires still pending: never called back (see the header) */
+    for (anode *an = c->ahead, *n; an; an = n) {
+        n = an->next;
+        if (an->timer) sluice_wheel_cancel(an->wh, an->timer);
+        sluice__free(an);
+    }
     if (leased(c)) sluice__leases_fini(&c->book);
     pthread_mutex_destroy(&c->mu);
     sluice__free64(c);
@@ -168,6 +204,25 @@ static void fill(sluice_permit *pm, sluice_concurrency *c, uint64_t p, uint32_t 
     *pm = (sluice_permit){.permits = p, .owner = c, .slot = slot, .gen = gen};
 }
 
+/* When the head of a leased limit's queue should look again: its deadline
+ * or the next lease's end.  Under sl. */
+static uint64_t head_wake(const sluice_concurrency *c, uint64_t deadline)
+{
+    if (c->book.head != SLUICE__LEASE_NIL && c->book.e[c->book.head].expiry_ns < deadline)
+        return c->book.e[c->book.head].expiry_ns;
+    return deadline;
+}
+
+/* A new head of a leased limit's queue sets its timer at the next lease's
+ * end.  Under mu and sl. */
+static void wake_head(sluice_concurrency *c)
+{
+    waiter *h = c->qhead;
+    if (!h || !leased(c)) return;
+    if (h->an) sluice_wheel_reschedule(h->an->wh, h->an->timer, head_wake(c, h->an->deadline));
+    else pthread_cond_signal(&h->cv);
+}
+
 /* Try the queue's head waiter, and the next, ... at t (the book's clock,
  * after _expire).  Under mu, and with a lease sl. */
 static void grant(sluice_concurrency *c, uint64_t t)
@@ -189,11 +244,14 @@ static void grant(sluice_concurrency *c, uint64_t t)
         c->qhead = w->next;
         if (!c->qhead) c->qtail = NULL;
         atomic_fetch_sub(&c->nwait, 1);
-        pthread_cond_signal(&w->cv);
+        if (w->an) /* called back at the wheel's next advance, in grant order */
+            sluice_wheel_reschedule(w->an->wh, w->an->timer, 0);
+        else
+            pthread_cond_signal(&w->cv);
         served = true;
     }
     /* a new head sets its timer at the next lease's end */
-    if (served && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
+    if (served) wake_head(c);
 }
 
 /* A leased limit's grant() from outside both locks, at the book's clock. */
@@ -301,8 +359,8 @@ static void regrant(sluice_concurrency *c, bool signal)
 {
     if (leased(c)) sluice__spin_lock(&c->sl);
     grant(c, leased(c) ? c->book.t_last : 0);
+    if (signal) wake_head(c);
     if (leased(c)) sluice__spin_unlock(&c->sl);
-    if (signal && leased(c) && c->qhead) pthread_cond_signal(&c->qhead->cv);
 }
 
 static struct timespec ts_of(uint64_t ns)
@@ -368,8 +426,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
         uint64_t wake = deadline;
         if (leased(c) && c->qhead == &w) {
             sluice__spin_lock(&c->sl);
-            if (c->book.head != SLUICE__LEASE_NIL && c->book.e[c->book.head].expiry_ns < wake)
-                wake = c->book.e[c->book.head].expiry_ns;
+            wake = head_wake(c, wake);
             sluice__spin_unlock(&c->sl);
         }
         struct timespec ts = ts_of(wake);
@@ -511,4 +568,170 @@ void sluice__conc_unhold(sluice_concurrency *c, uint64_t snap, bool commit, uint
     if (commit && permits) fill(pm, c, permits, UINT32_MAX, EPOCH(snap));
     atomic_store_explicit(&c->count, commit ? snap + permits : snap, memory_order_seq_cst);
     /* a release waiting on the frozen word sees waiters itself; none to serve here */
+}
+
+/* ---- queued acquires, called back from a timing wheel ------------------- */
+
+static void alink(sluice_concurrency *c, anode *an)
+{
+    an->prev = NULL;
+    an->next = c->ahead;
+    if (c->ahead) c->ahead->prev = an;
+    c->ahead = an;
+}
+
+static void aunlink(sluice_concurrency *c, anode *an)
+{
+    if (an->prev) an->prev->next = an->next;
+    else c->ahead = an->next;
+    if (an->next) an->next->prev = an->prev;
+}
+
+/* Take a waiter out of the queue (it is in it).  Under mu. */
+static void dequeue(sluice_concurrency *c, waiter *w)
+{
+    waiter **pp = &c->qhead, *prev = NULL;
+    while (*pp != w) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = w->next;
+    if (c->qtail == w) c->qtail = prev;
+    atomic_fetch_sub(&c->nwait, 1);
+}
+
+static void on_fire(void *arg, sluice_timer_id id, uint64_t now)
+{
+    (void)id;
+    anode *an = arg;
+    sluice_concurrency *c = an->w.pm->owner; /* set at the request */
+    pthread_mutex_lock(&c->mu);
+    an->timer = 0;
+    int status = 0;
+    if (!an->w.granted) {
+        if (leased(c)) { /* a lease ended, perhaps: serve the queue */
+            sluice__spin_lock(&c->sl);
+            grant(c, sluice__leases_expire(&c->book, now));
+            sluice__spin_unlock(&c->sl);
+        }
+        if (!an->w.granted) {
+            if (now < an->deadline) { /* the head's lease wake came first */
+                uint64_t at = an->deadline;
+                if (leased(c) && c->qhead == &an->w) {
+                    sluice__spin_lock(&c->sl);
+                    at = head_wake(c, at);
+                    sluice__spin_unlock(&c->sl);
+                }
+                /* its own node was just freed by the firing: no full wheel */
+                if (sluice_wheel_schedule(an->wh, at, on_fire, an, &an->timer) != 0)
+                    sluice_wheel_schedule(an->wh, now, on_fire, an, &an->timer);
+                pthread_mutex_unlock(&c->mu);
+                return;
+            }
+            bool head = c->qhead == &an->w;
+            dequeue(c, &an->w);
+            regrant(c, head); /* those behind may fit now */
+            status = SLUICE_ETIMEDOUT;
+        }
+    }
+    aunlink(c, an);
+    pthread_mutex_unlock(&c->mu);
+    an->fn(an->arg, an->id, status, status == 0 ? &an->pm : NULL, now);
+    sluice__free(an);
+}
+
+int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits,
+                                   uint64_t now_ns, uint64_t deadline_ns, sluice_permit_fn fn,
+                                   void *arg, uint64_t *id)
+{
+    if (!c || !wh || !fn || permits == 0) return SLUICE_EINVAL;
+    if (permits > c->cp.limit) return SLUICE_ERANGE;
+    anode *an = sluice__calloc(1, sizeof *an);
+    if (!an) return SLUICE_ENOMEM;
+    an->wh = wh;
+    an->fn = fn;
+    an->arg = arg;
+    an->deadline = deadline_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : deadline_ns;
+    an->w.permits = permits;
+    an->w.pm = &an->pm;
+    an->w.an = an;
+    an->pm.owner = c; /* on_fire finds the limit here; permits stays 0 until granted */
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->nwait, 1); /* before the try: see the head comment */
+    uint64_t at = an->deadline;
+    if (c->qhead == NULL) {
+        if (leased(c)) {
+            sluice__spin_lock(&c->sl);
+            uint64_t t = sluice__leases_expire(&c->book, now_ns);
+            if (permits <= c->cp.limit - c->book.held) {
+                uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
+                fill(&an->pm, c, permits, slot, gen);
+                an->w.granted = true;
+            } else {
+                at = head_wake(c, at);
+            }
+            sluice__spin_unlock(&c->sl);
+        } else {
+            uint64_t was;
+            uint32_t ep;
+            if (count_take(c, permits, &was, &ep)) {
+                fill(&an->pm, c, permits, UINT32_MAX, ep);
+                an->w.granted = true;
+            }
+        }
+    }
+    if (an->w.granted) {
+        atomic_fetch_sub(&c->nwait, 1);
+        at = 0; /* called back at the next advance */
+    }
+    int rc = sluice_wheel_schedule(wh, at, on_fire, an, &an->timer);
+    if (rc != 0) {
+        if (!an->w.granted) {
+            atomic_fetch_sub(&c->nwait, 1);
+            regrant(c, false);
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (an->w.granted) sluice_permit_release_at(&an->pm, now_ns);
+        sluice__free(an);
+        return rc;
+    }
+    if (!an->w.granted) {
+        if (c->qtail) c->qtail->next = &an->w;
+        else c->qhead = &an->w;
+        c->qtail = &an->w;
+    }
+    an->id = ++c->next_id;
+    alink(c, an);
+    if (id) *id = an->id;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+int sluice_permit_async_cancel_at(sluice_concurrency *c, uint64_t id, uint64_t now_ns)
+{
+    if (!c) return SLUICE_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    anode *an = c->ahead;
+    while (an && an->id != id) an = an->next;
+    if (!an) {
+        pthread_mutex_unlock(&c->mu);
+        return SLUICE_ENOENT;
+    }
+    /* timer 0: its callback has the node; ENOENT: it fired and the
+     * callback waits for mu */
+    if (an->timer == 0 || sluice_wheel_cancel(an->wh, an->timer) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        return SLUICE_EBUSY;
+    }
+    aunlink(c, an);
+    bool granted = an->w.granted;
+    if (!granted) {
+        bool head = c->qhead == &an->w;
+        dequeue(c, &an->w);
+        regrant(c, head);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (granted) sluice_permit_release_at(&an->pm, now_ns); /* taken, never given: back */
+    sluice__free(an);
+    return 0;
 }

@@ -108,6 +108,7 @@ typedef struct pover {
 typedef struct pdef {
     char name[SLUICE_RULE_NAME_MAX + 1];
     bool global, shadow, evict;
+    bool conc; /* a concurrency rule: `concurrency N [lease=D]` */
     char spec[SLUICE_SPEC_MAX]; /* canonical */
     uint64_t max_keys;
     size_t line;
@@ -147,6 +148,8 @@ typedef struct rule {
     int32_t id;
     sluice_limiter *lim;   /* global rule */
     sluice_table *tab;     /* key rule */
+    sluice_concurrency *conc;            /* global concurrency rule */
+    sluice_concurrency_table *ctab;      /* key concurrency rule */
     rctr *ctr;             /* owned by the handle */
 } rule;
 
@@ -181,7 +184,16 @@ struct sluice_rules {
     char **names;
     rctr **ctrs;
     size_t nids, capids;
+    /* concurrency limits a reload took out of use, kept for the permits
+     * still held on them (a handle names its limit): freed with the handle */
+    struct retired *retired;
 };
+
+typedef struct retired {
+    struct retired *next;
+    sluice_concurrency *conc;
+    sluice_concurrency_table *ctab;
+} retired;
 
 /* ---- the reader's side --------------------------------------------------- */
 
@@ -405,6 +417,14 @@ static bool good_name(const char *s, size_t n)
     return true;
 }
 
+/* A concurrency spec: its first word is `concurrency`. */
+static bool is_conc(const char *spec)
+{
+    while (*spec == ' ' || *spec == '\t') spec++;
+    return strncmp(spec, "concurrency", 11) == 0 &&
+           (spec[11] == '\0' || spec[11] == ' ' || spec[11] == '\t');
+}
+
 /* The spec of token k (quoted) into canon; 0 or an error. */
 static int take_spec(const word *k, size_t line, char *canon, char *err, size_t errlen)
 {
@@ -412,6 +432,11 @@ static int take_spec(const word *k, size_t line, char *canon, char *err, size_t 
         return bad(err, errlen, line, "the spec must be in double quotes:", k->src, k->srclen,
                    NULL);
     char why[256];
+    if (is_conc(k->val)) {
+        if (sluice_concurrency_spec_check(k->val, canon, SLUICE_SPEC_MAX, why, sizeof why) != 0)
+            return bad(err, errlen, line, "bad spec", k->val, k->len, why);
+        return 0;
+    }
     if (sluice_spec_check(k->val, canon, SLUICE_SPEC_MAX, why, sizeof why) != 0)
         return bad(err, errlen, line, "bad spec", k->val, k->len, why);
     return 0;
@@ -459,6 +484,7 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
     d.max_keys = global ? 0 : SLUICE_RULE_DEFAULT_MAX_KEYS;
     int rc = take_spec(&t[3], line, d.spec, err, errlen);
     if (rc) return rc;
+    d.conc = is_conc(d.spec);
     bool seen_max = false, seen_policy = false;
     for (int i = 4; i < n; i++) {
         const word *k = &t[i];
@@ -484,6 +510,10 @@ static int rule_line(parsed *p, word *t, int n, size_t line, char *err, size_t e
         } else {
             seen_policy = true;
             if (strcmp(v + 7, "refuse") == 0) d.evict = false;
+            else if (strcmp(v + 7, "evict-lru") == 0 && d.conc)
+                return bad(err, errlen, line,
+                           "policy=evict-lru on a concurrency rule (a key holding permits is never dropped):",
+                           k->src, k->srclen, NULL);
             else if (strcmp(v + 7, "evict-lru") == 0) d.evict = true;
             else return bad(err, errlen, line, "bad policy (refuse or evict-lru):", k->src, k->srclen, NULL);
         }
@@ -508,6 +538,9 @@ static int override_line(parsed *p, word *t, int n, size_t line, char *err, size
     if (!d) return bad(err, errlen, line, "override of an unknown rule (define it before):", t[1].src, t[1].srclen, NULL);
     if (d->global)
         return bad(err, errlen, line, "override of a global rule (overrides are for key rules):",
+                   t[1].src, t[1].srclen, NULL);
+    if (d->conc)
+        return bad(err, errlen, line, "override of a concurrency rule (every key has the rule's N):",
                    t[1].src, t[1].srclen, NULL);
     if (n < 3) return bad(err, errlen, line, "override without a key:", t[1].src, t[1].srclen, NULL);
     if (n < 4) return bad(err, errlen, line, "override without a spec:", t[2].src, t[2].srclen, NULL);
@@ -858,14 +891,34 @@ typedef enum plan { P_NEW, P_CARRY, P_RECONF, P_NOMEM } plan;
 typedef struct limit {
     sluice_limiter *lim;
     sluice_table *tab;
+    sluice_concurrency *conc;
+    sluice_concurrency_table *ctab;
 } limit;
 
+/* Free a limit no permit was ever taken on (a scratch, a spare, a build
+ * that failed). */
 static void limit_free(limit *l)
 {
     sluice_limiter_free(l->lim);
     sluice_table_free(l->tab);
-    l->lim = NULL;
-    l->tab = NULL;
+    sluice_concurrency_free(l->conc);
+    sluice_concurrency_table_free(l->ctab);
+    *l = (limit){0};
+}
+
+/* A concurrency limit that was in use leaves the set: kept on the handle
+ * (permits held on it are released on it) until sluice_rules_free.  When
+ * memory for the list runs out, it is kept anyway: leaked, never freed
+ * under a holder. */
+static void retire(sluice_rules *rs, sluice_concurrency *c, sluice_concurrency_table *t)
+{
+    if (!c && !t) return;
+    retired *r = sluice__calloc(1, sizeof *r);
+    if (!r) return;
+    r->conc = c;
+    r->ctab = t;
+    r->next = rs->retired;
+    rs->retired = r;
 }
 
 static bool same_overrides(const pdef *a, const pdef *b)
@@ -933,8 +986,15 @@ static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
  * names it); the spec and max_keys were checked by the parser. */
 static int make_limit(const pdef *d, unsigned flags, limit *l, char *err, size_t errlen)
 {
-    l->lim = NULL;
-    l->tab = NULL;
+    *l = (limit){0};
+    if (d->conc && d->global) {
+        l->conc = sluice_concurrency_new(d->spec, NULL, 0);
+        return l->conc ? 0 : SLUICE_ENOMEM;
+    }
+    if (d->conc) {
+        l->ctab = sluice_concurrency_table_new(d->spec, (size_t)d->max_keys, NULL, 0);
+        return l->ctab ? 0 : SLUICE_ENOMEM;
+    }
     if (d->global) {
         l->lim = sluice_limiter_new(d->spec, NULL, 0);
         return l->lim ? 0 : SLUICE_ENOMEM;
@@ -979,6 +1039,7 @@ static plan plan_for(const pdef *from, const pdef *to)
     if (!from || from->global != to->global) return P_NEW;
     if (!to->global && (from->max_keys != to->max_keys || from->evict != to->evict)) return P_NEW;
     if (strcmp(from->spec, to->spec) == 0 && same_overrides(from, to)) return P_CARRY;
+    if (from->conc || to->conc) return P_NEW; /* held permits stay on the old limit */
     pdef small = *from;
     small.max_keys = 1; /* a scratch table need not hold keys */
     small.evict = false;
@@ -1038,7 +1099,7 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
         v->by_id[r->id] = r;
         const rule *o = old && (size_t)r->id < old->nids ? old->by_id[r->id] : NULL;
         plans[i] = plan_for(o ? &o->d : NULL, &r->d);
-        spare[i] = (limit){NULL, NULL};
+        spare[i] = (limit){0};
         if (plans[i] == P_NOMEM) {
             plans[i] = P_CARRY; /* nothing made, nothing to free */
             rc = SLUICE_ENOMEM;
@@ -1047,10 +1108,14 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
             rc = make_limit(&r->d, rs->flags, &l, err, errlen);
             r->lim = l.lim;
             r->tab = l.tab;
+            r->conc = l.conc;
+            r->ctab = l.ctab;
             if (rc == 0) rc = give_top(rs, r->tab);
         } else {
             r->lim = o->lim;
             r->tab = o->tab;
+            r->conc = o->conc;
+            r->ctab = o->ctab;
             if (plans[i] == P_RECONF) {
                 rc = make_limit(&r->d, rs->flags, &spare[i], err, errlen);
                 if (rc == 0) rc = give_top(rs, spare[i].tab);
@@ -1069,6 +1134,8 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
             if (plans[i] == P_NEW) {
                 sluice_limiter_free(v->r[i].lim);
                 sluice_table_free(v->r[i].tab);
+                sluice_concurrency_free(v->r[i].conc);
+                sluice_concurrency_table_free(v->r[i].ctab);
             }
             limit_free(&spare[i]);
         }
@@ -1087,6 +1154,12 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
 static void fresh_why(const pdef *from, const pdef *to, char *why, size_t n)
 {
     sluice_spec_info a, b;
+    if (from->conc || to->conc) {
+        snprintf(why, n, from->conc && to->conc
+                             ? "a concurrency rule's spec changes (held permits stay on the old limit)"
+                             : "the kind of limit changes (rate <-> concurrency)");
+        return;
+    }
     if (from->global != to->global)
         snprintf(why, n, "the scope changes (%s -> %s)", from->global ? "global" : "key",
                  to->global ? "global" : "key");
@@ -1258,6 +1331,14 @@ void sluice_rules_free(sluice_rules *rs)
     for (size_t i = 0; v && i < v->n; i++) {
         sluice_limiter_free(v->r[i].lim);
         sluice_table_free(v->r[i].tab);
+        sluice_concurrency_free(v->r[i].conc);
+        sluice_concurrency_table_free(v->r[i].ctab);
+    }
+    for (retired *r = rs->retired, *n; r; r = n) {
+        n = r->next;
+        sluice_concurrency_free(r->conc);
+        sluice_concurrency_table_free(r->ctab);
+        sluice__free(r);
     }
     version_free(v);
     free_handle(rs);
@@ -1299,7 +1380,7 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
             for (size_t i = 0; i < v->n; i++) {
                 if (plans[i] != P_RECONF) continue;
                 rule *r = &v->r[i];
-                limit l = {r->lim, r->tab};
+                limit l = {.lim = r->lim, .tab = r->tab};
                 if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) == 0) {
                     /* no decision is inside (the gate): the configurations
                      * the change retired can go now, not with the limiter */
@@ -1310,7 +1391,7 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
                      * goes below */
                     r->lim = fb[i].lim;
                     r->tab = fb[i].tab;
-                    fb[i] = (limit){NULL, NULL};
+                    fb[i] = (limit){0};
                     plans[i] = P_NEW;
                 }
             }
@@ -1326,6 +1407,8 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
             const rule *nr = (size_t)o->id < v->nids ? v->by_id[o->id] : NULL;
             if (!nr || nr->lim != o->lim) sluice_limiter_free(o->lim);
             if (!nr || nr->tab != o->tab) sluice_table_free(o->tab);
+            if (!nr || nr->conc != o->conc) retire(rs, o->conc, NULL);
+            if (!nr || nr->ctab != o->ctab) retire(rs, NULL, o->ctab);
         }
         for (size_t i = 0; i < v->n; i++) limit_free(&fb[i]);
         version_free(old);
@@ -1605,39 +1688,56 @@ bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shad
     return ok;
 }
 
-bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
-                            uint64_t permits, uint64_t now_ns, sluice_result *res,
-                            sluice_rule_outcome *per_rule)
+/* A bad call of sluice_rules_decide_at on v (see the header): a NULL key
+ * with keylen > 0, a request twice, an id no load gave, a concurrency rule,
+ * the same global rule twice. */
+static bool bad_req(const version *v, const sluice_rule_key *req, size_t n)
 {
-    if (!rs || !req || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(res, per_rule, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!req[i].key && req[i].keylen) return true;
+        int32_t id = req[i].rule;
+        if (id < 0 || (size_t)id >= v->nids) return true;
+        const rule *r = v->by_id[id];
+        if (r && r->d.conc) return true;
+        for (size_t j = 0; j < i; j++) {
+            if (req[j].rule != id) continue;
+            if (r && r->d.global) return true; /* the key does not count */
+            if (req[j].keylen == req[i].keylen &&
+                (req[i].keylen == 0 || memcmp(req[j].key, req[i].key, req[i].keylen) == 0))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* sluice_rules_decide_at on the version v, entered by the caller: 1
+ * allowed, 0 refused, -1 a bad call (nothing decided). */
+static int decide_in(sluice_rules *rs, const version *v, unsigned tok, const sluice_rule_key *req,
+                     size_t n, uint64_t permits, uint64_t now_ns, sluice_result *res,
+                     sluice_rule_outcome *per_rule)
+{
+    (void)rs;
     for (size_t i = 0; i < n; i++) {
         if (!req[i].key && req[i].keylen) /* any length: a long key is held by its digest */
-            return bad_call(res, per_rule, n);
+            return -1;
         for (size_t j = 0; j < i; j++)
             if (req[j].rule == req[i].rule && req[j].keylen == req[i].keylen &&
                 (req[i].keylen == 0 || memcmp(req[j].key, req[i].key, req[i].keylen) == 0))
-                return bad_call(res, per_rule, n);
+                return -1;
     }
-    unsigned tok;
-    const version *v = enter(rs, &tok);
     const rule *rl[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     bool shadow[SLUICE_COMPOSITE_MAX];
     size_t nr = 0; /* the rules the set holds, in req order */
     for (size_t i = 0; i < n; i++) {
         int32_t id = req[i].rule;
-        if (id < 0 || (size_t)id >= v->nids) {
-            leave(rs, tok);
-            return bad_call(res, per_rule, n);
-        }
+        if (id < 0 || (size_t)id >= v->nids) return -1;
         const rule *r = v->by_id[id];
+        if (r && r->d.conc) return -1; /* its permits must be given back: sluice_rules_acquire_at */
         rl[i] = r;
         if (r && r->d.global) /* the key does not count: once per global rule */
             for (size_t j = 0; j < i; j++)
-                if (rl[j] == r) {
-                    leave(rs, tok);
-                    return bad_call(res, per_rule, n);
-                }
+                if (rl[j] == r) return -1;
         if (r) {
             shadow[nr] = r->d.shadow;
             refs[nr++] = r->d.global ? sluice_ref_limiter(r->lim)
@@ -1663,13 +1763,147 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
         }
         if (per_rule) per_rule[i] = o;
     }
-    leave(rs, tok);
     if (res) *res = all;
     return ok;
+}
+
+bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
+                            uint64_t permits, uint64_t now_ns, sluice_result *res,
+                            sluice_rule_outcome *per_rule)
+{
+    if (!rs || !req || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(res, per_rule, n);
+    unsigned tok;
+    const version *v = enter(rs, &tok);
+    int rc = decide_in(rs, v, tok, req, n, permits, now_ns, res, per_rule);
+    leave(rs, tok);
+    return rc < 0 ? bad_call(res, per_rule, n) : rc == 1;
 }
 
 bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n, uint64_t permits,
                          sluice_result *res, sluice_rule_outcome *per_rule)
 {
     return sluice_rules_decide_at(rs, req, n, permits, sluice_now_ns(), res, per_rule);
+}
+
+/* ---- concurrency rules: a permit held, then released ------------------- */
+
+/* Take `permits` of concurrency rule r (key k) at now_ns into *pm. */
+static bool conc_take(const rule *r, const sluice_rule_key *k, uint64_t permits, uint64_t now_ns,
+                      sluice_permit *pm, sluice_result *res)
+{
+    if (r->conc) return sluice_acquire_permit_at(r->conc, permits, now_ns, pm, res);
+    return sluice_concurrency_table_acquire_at(r->ctab, k->key, k->keylen, permits, now_ns, pm, res);
+}
+
+bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_t n,
+                             uint64_t permits, uint64_t now_ns, sluice_rules_permit *hold,
+                             sluice_result *res, sluice_rule_outcome *per_rule)
+{
+    if (hold) memset(hold, 0, sizeof *hold);
+    if (!hold) return bad_call(res, per_rule, n);
+    hold->conc_rule = -1;
+    if (!rs || !req || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(res, per_rule, n);
+    unsigned tok;
+    const version *v = enter(rs, &tok);
+    size_t ci = SIZE_MAX; /* the request's concurrency rule, at most one */
+    sluice_rule_key rest[SLUICE_COMPOSITE_MAX];
+    size_t at[SLUICE_COMPOSITE_MAX], nrest = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = req[i].rule;
+        if (id < 0 || (size_t)id >= v->nids || (!req[i].key && req[i].keylen)) {
+            leave(rs, tok);
+            return bad_call(res, per_rule, n);
+        }
+        const rule *r = v->by_id[id];
+        if (r && r->d.conc) {
+            if (ci != SIZE_MAX) { /* two concurrency rules in one request */
+                leave(rs, tok);
+                return bad_call(res, per_rule, n);
+            }
+            ci = i;
+        } else {
+            /* (checked below with the others, before anything is taken) */
+            at[nrest] = i;
+            rest[nrest++] = req[i];
+        }
+    }
+    if (bad_req(v, rest, nrest)) {
+        leave(rs, tok);
+        return bad_call(res, per_rule, n);
+    }
+    const rule *cr = ci == SIZE_MAX ? NULL : v->by_id[req[ci].rule];
+    sluice_rule_outcome co;
+    memset(&co, 0, sizeof co);
+    sluice_permit pm = {0};
+    bool ok = true;
+    sluice_result all;
+    memset(&all, 0, sizeof all);
+    all.allowed = true;
+    all.remaining = UINT64_MAX;
+    sluice_rule_outcome out[SLUICE_COMPOSITE_MAX];
+    if (cr && !cr->d.shadow) { /* first: a refusal asks no rate limit */
+        co.decision = SLUICE_RULE_ALLOWED;
+        if (!conc_take(cr, &req[ci], permits, now_ns, &pm, &co.res)) {
+            co.decision = SLUICE_RULE_DENIED;
+            ok = false;
+            all = co.res;
+            for (size_t k = 0; k < nrest; k++) {
+                memset(&out[k], 0, sizeof out[k]);
+                const rule *r = v->by_id[rest[k].rule];
+                out[k].decision = r ? SLUICE_RULE_DENIED_ELSEWHERE : SLUICE_RULE_ABSENT;
+                out[k].shadow = r && r->d.shadow;
+                if (r) rctr_count(r->ctr, tok / 2, out[k].decision, permits);
+            }
+        }
+    }
+    if (ok && nrest) {
+        /* the rate rules, as sluice_rules_decide_at; the permit goes back
+         * if they refuse */
+        int rc = decide_in(rs, v, tok, rest, nrest, permits, now_ns, &all, out);
+        if (rc < 0) {
+            if (pm.permits) sluice_permit_release_at(&pm, now_ns);
+            leave(rs, tok);
+            return bad_call(res, per_rule, n);
+        }
+        ok = rc == 1;
+        if (!ok && pm.permits) {
+            sluice_permit_release_at(&pm, now_ns);
+            co.decision = SLUICE_RULE_DENIED_ELSEWHERE;
+        }
+    }
+    if (cr && !cr->d.shadow && ok && co.res.remaining < all.remaining)
+        all.remaining = co.res.remaining;
+    if (cr && cr->d.shadow) { /* counts, never refuses; decided when the rest allowed */
+        co.shadow = true;
+        co.decision = SLUICE_RULE_DENIED_ELSEWHERE;
+        if (ok)
+            co.decision = conc_take(cr, &req[ci], permits, now_ns, &pm, &co.res)
+                              ? SLUICE_RULE_ALLOWED
+                              : SLUICE_RULE_DENIED_SHADOW;
+    }
+    if (cr) rctr_count(cr->ctr, tok / 2, co.decision, permits);
+    if (pm.permits) {
+        hold->pm = pm;
+        hold->conc_rule = req[ci].rule;
+        hold->generation = v->generation;
+    }
+    leave(rs, tok);
+    if (per_rule) {
+        for (size_t k = 0; k < nrest; k++) per_rule[at[k]] = out[k];
+        if (ci != SIZE_MAX) {
+            if (!cr) {
+                memset(&co, 0, sizeof co);
+                co.decision = SLUICE_RULE_ABSENT;
+            }
+            per_rule[ci] = co;
+        }
+    }
+    if (res) *res = all;
+    return ok;
+}
+
+int sluice_rules_release_at(sluice_rules_permit *hold, uint64_t now_ns)
+{
+    if (!hold) return SLUICE_EINVAL;
+    return sluice_permit_release_at(&hold->pm, now_ns);
 }

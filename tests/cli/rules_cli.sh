@@ -76,6 +76,12 @@ printf 'rule a key "sliding-approx 10/s"\noverride a big "sliding-approx 1000000
 printf '1,a:x\n' | "$bin" replay --rules "$tmp/big.conf" >"$tmp/out" 2>"$tmp/err2"
 rc=$?
 if [ $rc -eq 2 ] && grep -qF "line 2: bad override" "$tmp/err2"; then ok "replay --rules refuses it too"; else ko "replay --rules refuses it too (rc=$rc)"; fi
+# a concurrency rule: check accepts it; replay cannot release, so refuses it
+printf 'rule r global "fixed-window 5/s"\nrule c key "concurrency 3 lease=30s"\n' >"$tmp/conc.conf"
+if "$bin" check "$tmp/conc.conf" >"$tmp/out" 2>"$tmp/err2"; then ok "check accepts a concurrency rule"; else ko "check accepts a concurrency rule: $(cat "$tmp/err2")"; fi
+printf '1,c:x\n' | "$bin" replay --rules "$tmp/conc.conf" >"$tmp/out" 2>"$tmp/err2"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF 'line 2: rule "c" is a concurrency limit' "$tmp/err2"; then ok "replay --rules refuses a concurrency rule"; else ko "replay --rules refuses a concurrency rule (rc=$rc): $(cat "$tmp/err2")"; fi
 
 # an empty file: refused unless --allow-empty, which says what it does
 for text in '' '# nothing\n\n'; do

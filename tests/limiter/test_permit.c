@@ -8,7 +8,9 @@
  * bisection), with and without a lease, at times near 2^63; the spec's
  * errors each by its message; threads for the lock-free count's
  * exactness (TSan); the blocking acquires for FIFO order and for waking
- * one waiter per release. */
+ * one waiter per release; the queued acquires (called back from a timing
+ * wheel, time injected by its advances) for FIFO order, cancel, deadlines
+ * and leases, and under threads. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
@@ -472,6 +474,259 @@ static void test_oom(void **state)
     assert_int_equal(tu_alloc_uninstall(), 0);
 }
 
+
+/* ---- queued acquires (sluice_acquire_permit_async_at) ------------------ */
+
+typedef struct {
+    uint64_t id[64];
+    int status[64];
+    sluice_permit pm[64];
+    uint64_t at[64];
+    size_t n;
+} alog;
+
+static void alog_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    alog *l = arg;
+    assert_true(l->n < 64);
+    l->id[l->n] = id;
+    l->status[l->n] = status;
+    l->pm[l->n] = pm ? *pm : (sluice_permit){0};
+    if (status == 0) assert_non_null(pm);
+    else assert_null(pm);
+    l->at[l->n] = now;
+    l->n++;
+}
+
+static sluice_wheel *mkwheel(void)
+{
+    char err[256];
+    sluice_wheel *w = sluice_wheel_new(1000, 1024, 0, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    return w;
+}
+
+/* Without a lease: each release lets through the head of the line, and only
+ * as many as fit, in the order they asked; a head that needs more than is
+ * free keeps those behind it waiting (the model: a FIFO served from the
+ * head while the head fits). */
+static void test_async_fifo(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 3");
+    sluice_wheel *w = mkwheel();
+    alog l = {0};
+    sluice_permit held[3];
+    for (int i = 0; i < 3; i++) assert_true(sluice_acquire_permit_at(c, 1, 0, &held[i], NULL));
+    uint64_t a, b, d, e, none = T_END;
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 0, none, alog_fn, &l, &a), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 2, 0, none, alog_fn, &l, &b), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 0, none, alog_fn, &l, &d), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 0, none, alog_fn, &l, &e), 0);
+    assert_int_equal(sluice_concurrency_waiting(c), 4);
+    /* newcomers do not pass the line */
+    sluice_permit pm;
+    assert_int_equal(sluice_permit_release_at(&held[0], 1), 0);
+    assert_false(sluice_acquire_permit_at(c, 1, 1, &pm, NULL));
+    sluice_wheel_advance(w, 10 * SEC);
+    assert_int_equal(l.n, 1); /* a alone: b needs 2 */
+    assert_int_equal(l.id[0], a);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.pm[0].permits, 1);
+    assert_int_equal(sluice_concurrency_held_at(c, 10 * SEC), 3);
+    assert_int_equal(sluice_permit_release_at(&held[1], 11 * SEC), 0);
+    sluice_wheel_advance(w, 12 * SEC);
+    assert_int_equal(l.n, 1); /* b still needs 2: d and e wait behind it */
+    assert_int_equal(sluice_permit_release_at(&held[2], 13 * SEC), 0);
+    sluice_wheel_advance(w, 14 * SEC);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.id[1], b);
+    assert_int_equal(l.pm[1].permits, 2);
+    /* a's release lets d through; d's lets e */
+    assert_int_equal(sluice_permit_release_at(&l.pm[0], 15 * SEC), 0);
+    sluice_wheel_advance(w, 16 * SEC);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.id[2], d);
+    assert_int_equal(sluice_concurrency_waiting(c), 1);
+    /* releasing b's two lets e through, and one stays free */
+    assert_int_equal(sluice_permit_release_at(&l.pm[1], 17 * SEC), 0);
+    sluice_wheel_advance(w, 18 * SEC);
+    assert_int_equal(l.n, 4);
+    assert_int_equal(l.id[3], e);
+    assert_int_equal(sluice_concurrency_held_at(c, 18 * SEC), 2);
+    assert_int_equal(sluice_concurrency_waiting(c), 0);
+    /* free and nobody waits: granted at once, called back at the next advance */
+    uint64_t f;
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 19 * SEC, none, alog_fn, &l, &f), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 19 * SEC), 3);
+    assert_int_equal(l.n, 4);
+    sluice_wheel_advance(w, 19 * SEC + 5000);
+    assert_int_equal(l.n, 5);
+    assert_int_equal(l.id[4], f);
+    /* bad input: refused, nothing queued */
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 4, 20 * SEC, none, alog_fn, &l, NULL), SLUICE_ERANGE);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 0, 20 * SEC, none, alog_fn, &l, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_acquire_permit_async_at(NULL, w, 1, 20 * SEC, none, alog_fn, &l, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_acquire_permit_async_at(c, NULL, 1, 20 * SEC, none, alog_fn, &l, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 20 * SEC, none, NULL, &l, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_waiting(c), 0);
+    assert_int_equal(sluice_wheel_pending(w), 0);
+    for (size_t i = 2; i < 5; i++) assert_int_equal(sluice_permit_release_at(&l.pm[i], 21 * SEC), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 21 * SEC), 0);
+    sluice_concurrency_free(c);
+    sluice_wheel_free(w);
+}
+
+/* Cancel: a waiting request leaves the line (those behind it move up and
+ * may pass); a granted one not yet called back gives its permits back;
+ * a second cancel, or one after the callback, is SLUICE_ENOENT.  A
+ * deadline calls back with SLUICE_ETIMEDOUT, nothing taken. */
+static void test_async_cancel_deadline(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 2");
+    sluice_wheel *w = mkwheel();
+    alog l = {0};
+    sluice_permit h;
+    assert_true(sluice_acquire_permit_at(c, 1, 0, &h, NULL));
+    uint64_t a, b, d;
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 2, 0, T_END, alog_fn, &l, &a), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 0, 5 * SEC, alog_fn, &l, &b), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 0, T_END, alog_fn, &l, &d), 0);
+    sluice_wheel_advance(w, 4 * SEC);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(w, 5 * SEC); /* b's deadline */
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], b);
+    assert_int_equal(l.status[0], SLUICE_ETIMEDOUT);
+    assert_int_equal(sluice_concurrency_held_at(c, 5 * SEC), 1);
+    /* cancelling the head (a, needs 2) lets d through */
+    assert_int_equal(sluice_permit_async_cancel_at(c, a, 6 * SEC), 0);
+    assert_int_equal(sluice_permit_async_cancel_at(c, a, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_permit_async_cancel_at(c, b, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_held_at(c, 6 * SEC), 2); /* d's, granted */
+    /* d granted, not yet called back: cancel gives its permit back */
+    assert_int_equal(sluice_permit_async_cancel_at(c, d, 6 * SEC), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 6 * SEC), 1);
+    sluice_wheel_advance(w, 7 * SEC);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(sluice_wheel_pending(w), 0);
+    assert_int_equal(sluice_permit_async_cancel_at(NULL, 1, 0), SLUICE_EINVAL);
+    assert_int_equal(sluice_permit_release_at(&h, 8 * SEC), 0);
+    /* a pending request when the limit is freed: dropped, no callback */
+    assert_true(sluice_acquire_permit_at(c, 2, 9 * SEC, &h, NULL));
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, 9 * SEC, T_END, alog_fn, &l, NULL), 0);
+    sluice_concurrency_free(c);
+    assert_int_equal(sluice_wheel_pending(w), 0);
+    sluice_wheel_advance(w, 100 * SEC);
+    assert_int_equal(l.n, 1);
+    sluice_wheel_free(w);
+}
+
+/* With a lease: the head is let through when the lease ends (the wheel's
+ * time, no release), at times near 2^63. */
+static void test_async_lease(void **state)
+{
+    (void)state;
+    const uint64_t T = T_END - 1000 * SEC;
+    sluice_concurrency *c = mk("concurrency 2 lease=10s");
+    char err[256];
+    sluice_wheel *w = sluice_wheel_new(1000, 1024, T, err, sizeof err);
+    assert_non_null(w);
+    alog l = {0};
+    sluice_permit h1, h2;
+    assert_true(sluice_acquire_permit_at(c, 1, T, &h1, NULL));
+    assert_true(sluice_acquire_permit_at(c, 1, T + 3 * SEC, &h2, NULL));
+    uint64_t x, y;
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 2, T + 4 * SEC, T_END, alog_fn, &l, &x), 0);
+    assert_int_equal(sluice_acquire_permit_async_at(c, w, 1, T + 4 * SEC, T_END, alog_fn, &l, &y), 0);
+    sluice_wheel_advance(w, T + 10 * SEC); /* h1's lease ends: 1 free, x needs 2 */
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(w, T + 13 * SEC); /* h2's ends: x through, y waits */
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], x);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.pm[0].permits, 2);
+    assert_int_equal(sluice_permit_release_at(&h1, T + 13 * SEC), SLUICE_ENOENT); /* ended */
+    assert_int_equal(sluice_permit_release_at(&l.pm[0], T + 14 * SEC), 0);
+    sluice_wheel_advance(w, T + 14 * SEC + 5000);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.id[1], y);
+    assert_int_equal(sluice_concurrency_held_at(c, T + 15 * SEC), 1);
+    assert_int_equal(sluice_wheel_pending(w), 0);
+    sluice_concurrency_free(c);
+    sluice_wheel_free(w);
+}
+
+/* Threads queueing requests, and taking and releasing permits without
+ * waiting, while this thread drives the wheel whose callbacks release:
+ * every request called back exactly once, with its permits, and nothing
+ * left held or waiting (TSan checks the locking). */
+#define AT_THREADS 3
+#define AT_EACH 200
+typedef struct {
+    sluice_concurrency *c;
+    _Atomic uint64_t done, bad;
+} at_shared;
+
+static void at_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    (void)id;
+    at_shared *s = arg;
+    if (status != 0) {
+        atomic_fetch_add(&s->bad, 1);
+        atomic_fetch_add(&s->done, 1);
+        return;
+    }
+    sluice_permit mine = *pm;
+    if (mine.permits != 1 || sluice_concurrency_held(s->c) > 2) atomic_fetch_add(&s->bad, 1);
+    if (sluice_permit_release_at(&mine, now) != 0) atomic_fetch_add(&s->bad, 1);
+    atomic_fetch_add(&s->done, 1);
+}
+
+typedef struct {
+    at_shared *s;
+    sluice_wheel *w;
+} at_arg;
+
+static void *at_asker(void *p)
+{
+    at_arg *a = p;
+    for (int i = 0; i < AT_EACH; i++) {
+        if (sluice_acquire_permit_async_at(a->s->c, a->w, 1, 0, T_END, at_fn, a->s, NULL) != 0)
+            atomic_fetch_add(&a->s->bad, 1);
+        sluice_permit pm;
+        if (sluice_acquire_permit_at(a->s->c, 1, 0, &pm, NULL) &&
+            sluice_permit_release_at(&pm, 0) != 0)
+            atomic_fetch_add(&a->s->bad, 1);
+    }
+    return NULL;
+}
+
+static void test_async_threads(void **state)
+{
+    (void)state;
+    at_shared s = {.c = mk("concurrency 2")};
+    sluice_wheel *w = mkwheel();
+    at_arg a = {&s, w};
+    pthread_t th[AT_THREADS];
+    for (int i = 0; i < AT_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, at_asker, &a), 0);
+    uint64_t t = 1;
+    /* bounded: each advance calls back at least one granted request once
+     * all have asked; 10^6 rounds is far past what 600 requests need */
+    for (long k = 0; k < 1000000 && atomic_load(&s.done) < AT_THREADS * AT_EACH; k++)
+        sluice_wheel_advance(w, t += 1000);
+    for (int i = 0; i < AT_THREADS; i++) pthread_join(th[i], NULL);
+    for (long k = 0; k < 1000000 && atomic_load(&s.done) < AT_THREADS * AT_EACH; k++)
+        sluice_wheel_advance(w, t += 1000);
+    assert_int_equal(atomic_load(&s.done), AT_THREADS * AT_EACH);
+    assert_int_equal(atomic_load(&s.bad), 0);
+    assert_int_equal(sluice_concurrency_held_at(s.c, t), 0);
+    assert_int_equal(sluice_concurrency_waiting(s.c), 0);
+    sluice_concurrency_free(s.c);
+    sluice_wheel_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +739,10 @@ int main(void)
         cmocka_unit_test(test_blocking_head_timeout),
         cmocka_unit_test(test_blocking_lease),
         cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_async_fifo),
+        cmocka_unit_test(test_async_cancel_deadline),
+        cmocka_unit_test(test_async_lease),
+        cmocka_unit_test(test_async_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

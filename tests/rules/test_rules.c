@@ -1467,6 +1467,369 @@ static void test_shadow_refs(void **state)
     sluice_limiter_free(e);
 }
 
+
+/* ---- concurrency rules (sluice_rules_acquire_at) ------------------------- */
+
+static bool cacq(sluice_rules *rs, const sluice_rule_key *req, size_t n, uint64_t p, uint64_t now,
+                 sluice_rules_permit *h, sluice_result *res, sluice_rule_outcome *o)
+{
+    return sluice_rules_acquire_at(rs, req, n, p, now, h, res, o);
+}
+
+/* The file: a concurrency spec in a rule; what it refuses, by its token. */
+static void test_conc_parse(void **state)
+{
+    (void)state;
+    char err[256];
+    size_t nr = 0;
+    const char *good = "rule c global \"concurrency 10 lease=30s\"\n"
+                       "rule k key \"concurrency 2\" max_keys=5 policy=refuse shadow\n";
+    assert_int_equal(sluice_rules_check(good, strlen(good), &nr, NULL, err, sizeof err), 0);
+    assert_int_equal(nr, 2);
+    sluice_rules *rs = mk(good);
+    sluice_rule_info in;
+    assert_int_equal(sluice_rules_info(rs, 0, &in), 0);
+    assert_string_equal(in.spec, "concurrency 10 lease=30s");
+    sluice_rules_free(rs);
+    static const struct { const char *text, *needle; } bad[] = {
+        {"rule c global \"concurrency 0\"\n", "line 1: bad spec \"concurrency 0\""},
+        {"rule c global \"concurrency 5 lease=5\"\n", "\"lease=5\""},
+        {"rule k key \"concurrency 5\" policy=evict-lru\n", "\"policy=evict-lru\""},
+        {"rule k key \"concurrency 5\"\noverride k a \"concurrency 6\"\n",
+         "line 2: override of a concurrency rule"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sluice_rules_check(bad[i].text, strlen(bad[i].text), NULL, NULL, err, sizeof err),
+                         SLUICE_EINVAL);
+        if (!strstr(err, bad[i].needle)) fail_msg("%s: %s", bad[i].text, err);
+        assert_null(sluice_rules_new(bad[i].text, strlen(bad[i].text), 0, err, sizeof err));
+    }
+}
+
+/* Acquire and release, a key rule with a lease, shadow, with a rate rule,
+ * and the bad calls -- each decision against the rule's count kept here. */
+static void test_conc_rules(void **state)
+{
+    (void)state;
+    sluice_rules *rs = mk("rule c global \"concurrency 2\"\n"
+                          "rule r global \"fixed-window 3/s\"\n"
+                          "rule k key \"concurrency 1 lease=10s\" max_keys=2\n"
+                          "rule s global \"concurrency 1\" shadow\n");
+    int32_t c = id_of(rs, "c"), r = id_of(rs, "r"), k = id_of(rs, "k"), sh = id_of(rs, "s");
+    sluice_rules_permit h[4];
+    sluice_result res;
+    sluice_rule_outcome o[2];
+    sluice_rule_key rc1 = {c, NULL, 0};
+    assert_true(cacq(rs, &rc1, 1, 1, 0, &h[0], &res, o));
+    assert_int_equal(res.remaining, 1);
+    assert_int_equal(h[0].conc_rule, c);
+    assert_int_equal(h[0].pm.permits, 1);
+    assert_true(cacq(rs, &rc1, 1, 1, 0, &h[1], &res, o));
+    assert_false(cacq(rs, &rc1, 1, 1, 0, &h[2], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED);
+    assert_int_equal(res.retry_after_ns, INT64_MAX); /* only a release helps */
+    assert_int_equal(h[2].pm.permits, 0);
+    assert_int_equal(sluice_rules_release_at(&h[2], 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_release_at(&h[0], 1), 0);
+    assert_int_equal(sluice_rules_release_at(&h[0], 1), SLUICE_ENOENT); /* once */
+    /* with the rate rule: c admits, r refuses -> c's permit goes back */
+    sluice_rule_key both[2] = {{c, NULL, 0}, {r, NULL, 0}};
+    for (int i = 0; i < 3; i++) {
+        sluice_rule_key only_r = {r, NULL, 0};
+        assert_true(sluice_rules_decide_at(rs, &only_r, 1, 1, 2, &res, NULL));
+    }
+    assert_false(cacq(rs, both, 2, 1, 2, &h[2], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED_ELSEWHERE);
+    assert_int_equal(o[1].decision, SLUICE_RULE_DENIED);
+    assert_int_equal(h[2].pm.permits, 0);
+    assert_true(cacq(rs, &rc1, 1, 1, 3, &h[2], &res, o)); /* the permit came back */
+    /* c refuses: r is not asked (nothing charged) */
+    assert_false(cacq(rs, both, 2, 1, SEC, &h[3], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED);
+    assert_int_equal(o[1].decision, SLUICE_RULE_DENIED_ELSEWHERE);
+    assert_int_equal(sluice_rules_release_at(&h[1], SEC), 0);
+    assert_true(cacq(rs, both, 2, 1, SEC, &h[3], &res, o));
+    assert_int_equal(res.remaining, 0); /* c's 0 under r's 2 */
+    assert_int_equal(sluice_rules_release_at(&h[2], SEC), 0);
+    assert_int_equal(sluice_rules_release_at(&h[3], SEC), 0);
+    /* the key rule: one per key, a lease of 10 s, two keys */
+    sluice_rule_key ka = {k, "a", 1}, kb = {k, "b", 1}, kc = {k, "c", 1};
+    assert_true(cacq(rs, &ka, 1, 1, 0, &h[0], &res, o));
+    assert_false(cacq(rs, &ka, 1, 1, 4 * SEC, &h[1], &res, o));
+    assert_int_equal(res.retry_after_ns, (int64_t)(6 * SEC));
+    assert_true(cacq(rs, &kb, 1, 1, 4 * SEC, &h[1], &res, o));
+    assert_false(cacq(rs, &kc, 1, 1, 5 * SEC, &h[2], &res, o));
+    assert_int_equal(res.error, SLUICE_EFULL);
+    assert_true(cacq(rs, &ka, 1, 1, 10 * SEC, &h[2], &res, o)); /* a's lease ended */
+    assert_int_equal(sluice_rules_release_at(&h[0], 10 * SEC), SLUICE_ENOENT); /* by itself */
+    assert_int_equal(sluice_rules_release_at(&h[2], 10 * SEC), 0);
+    assert_int_equal(sluice_rules_release_at(&h[1], 10 * SEC), 0);
+    /* shadow: counts, never refuses */
+    sluice_rule_key rs1 = {sh, NULL, 0};
+    assert_true(cacq(rs, &rs1, 1, 1, 0, &h[0], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_ALLOWED);
+    assert_int_equal(h[0].pm.permits, 1);
+    assert_true(cacq(rs, &rs1, 1, 1, 0, &h[1], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_DENIED_SHADOW);
+    assert_true(o[0].shadow);
+    assert_int_equal(h[1].pm.permits, 0);
+    assert_int_equal(sluice_rules_release_at(&h[1], 0), SLUICE_ENOENT);
+    assert_int_equal(sluice_rules_release_at(&h[0], 0), 0);
+    sluice_rule_stats st;
+    assert_int_equal(sluice_rules_stats(rs, sh, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 1);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED_SHADOW], 1);
+    assert_int_equal(sluice_rules_stats(rs, c, &st), 0);
+    assert_int_equal(st.requests[SLUICE_RULE_ALLOWED], 4);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED], 2);
+    assert_int_equal(st.requests[SLUICE_RULE_DENIED_ELSEWHERE], 1);
+    /* bad calls: take nothing */
+    assert_false(sluice_rules_decide_at(rs, &rc1, 1, 1, 0, &res, NULL)); /* needs a release */
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    sluice_rule_key two[2] = {{c, NULL, 0}, {sh, NULL, 0}};
+    assert_false(cacq(rs, two, 2, 1, 0, &h[0], &res, o));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_false(cacq(rs, &rc1, 1, 1, 0, NULL, &res, o));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    /* a bad rate part: nothing taken, nothing counted, even where c refuses */
+    sluice_rule_stats before, after;
+    assert_int_equal(sluice_rules_stats(rs, c, &before), 0);
+    sluice_rule_key dup[3] = {{c, NULL, 0}, {r, NULL, 0}, {r, "x", 1}};
+    sluice_rules_permit full[2];
+    assert_true(cacq(rs, &rc1, 1, 2, 0, &full[0], &res, o));
+    assert_false(cacq(rs, dup, 3, 1, 0, &h[0], &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_rules_release_at(&full[0], 0), 0);
+    assert_false(cacq(rs, dup, 3, 1, 0, &h[0], &res, NULL));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(h[0].pm.permits, 0);
+    assert_int_equal(sluice_rules_stats(rs, c, &after), 0);
+    assert_int_equal(after.requests[SLUICE_RULE_ALLOWED], before.requests[SLUICE_RULE_ALLOWED] + 1);
+    assert_int_equal(after.requests[SLUICE_RULE_DENIED], before.requests[SLUICE_RULE_DENIED]);
+    sluice_rule_key badk = {k, NULL, 3};
+    assert_false(cacq(rs, &badk, 1, 1, 0, &h[0], &res, o));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_true(cacq(rs, &rc1, 1, 2, 0, &h[0], &res, o)); /* both permits were free */
+    assert_int_equal(sluice_rules_release_at(&h[0], 0), 0);
+    sluice_rules_free(rs);
+}
+
+typedef struct {
+    int what[4];
+    size_t n;
+    char why[160];
+} cdiff;
+
+static void cdiff_fn(void *arg, const char *name, int what, const char *why)
+{
+    cdiff *d = arg;
+    if (strcmp(name, "c") != 0) return;
+    d->what[0] = what;
+    snprintf(d->why, sizeof d->why, "%s", why);
+}
+
+/* Reloads: a kept spec keeps the limit (held permits count after); a
+ * changed N is a fresh limit, and permits taken before are released on the
+ * old one, once; a removed rule is absent and its permits still release. */
+static void test_conc_reload(void **state)
+{
+    (void)state;
+    static const char A[] = "rule c global \"concurrency 2\"\n";
+    static const char B[] = "rule c global \"concurrency 2\"\nrule r global \"fixed-window 5/s\"\n";
+    static const char C[] = "rule c global \"concurrency 3\"\n";
+    static const char D[] = "rule r global \"fixed-window 5/s\"\n";
+    sluice_rules *rs = mk(A);
+    char err[256];
+    int32_t c = id_of(rs, "c");
+    sluice_rule_key rc1 = {c, NULL, 0};
+    sluice_rules_permit h[8];
+    sluice_result res;
+    sluice_rule_outcome o[1];
+    assert_true(cacq(rs, &rc1, 1, 1, 0, &h[0], &res, o));
+    assert_true(cacq(rs, &rc1, 1, 1, 0, &h[1], &res, o));
+    assert_int_equal(h[0].generation, 1);
+    assert_int_equal(sluice_rules_reload_at(rs, B, strlen(B), 1, err, sizeof err), 0); /* kept */
+    assert_false(cacq(rs, &rc1, 1, 1, 1, &h[2], &res, o)); /* still full */
+    assert_int_equal(sluice_rules_release_at(&h[0], 2), 0);
+    assert_true(cacq(rs, &rc1, 1, 1, 2, &h[2], &res, o));
+    assert_int_equal(h[2].generation, 2);
+    assert_int_equal(sluice_rules_reload_at(rs, C, strlen(C), 3, err, sizeof err), 0); /* fresh */
+    for (int i = 3; i < 6; i++) assert_true(cacq(rs, &rc1, 1, 1, 3, &h[i], &res, o));
+    assert_false(cacq(rs, &rc1, 1, 1, 3, &h[6], &res, o));
+    /* the old permits release on the old limit, once; the new limit is
+     * untouched by them */
+    assert_int_equal(sluice_rules_release_at(&h[1], 4), 0);
+    assert_int_equal(sluice_rules_release_at(&h[2], 4), 0);
+    assert_int_equal(sluice_rules_release_at(&h[2], 4), SLUICE_ENOENT);
+    assert_false(cacq(rs, &rc1, 1, 1, 4, &h[6], &res, o));
+    assert_int_equal(sluice_rules_release_at(&h[3], 5), 0);
+    /* removed: absent, allowed, nothing held; held permits still release */
+    assert_int_equal(sluice_rules_reload_at(rs, D, strlen(D), 6, err, sizeof err), 0);
+    assert_true(cacq(rs, &rc1, 1, 1, 6, &h[6], &res, o));
+    assert_int_equal(o[0].decision, SLUICE_RULE_ABSENT);
+    assert_int_equal(h[6].pm.permits, 0);
+    assert_int_equal(sluice_rules_release_at(&h[4], 7), 0);
+    assert_int_equal(sluice_rules_release_at(&h[5], 7), 0);
+    sluice_rules_free(rs);
+    /* what sluice check --against says of it: the same plans */
+    cdiff d = {0};
+    assert_int_equal(sluice_rules_diff(B, strlen(B), C, strlen(C), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_int_equal(d.what[0], SLUICE_RULE_FRESH);
+    assert_non_null(strstr(d.why, "concurrency rule's spec changes"));
+    assert_int_equal(sluice_rules_diff(A, strlen(A), B, strlen(B), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_int_equal(d.what[0], SLUICE_RULE_KEPT);
+}
+
+/* Threads taking and releasing permits of a concurrency rule while reloads
+ * keep it, change its N and remove it: every permit taken releases once,
+ * with 0 (none lost, none released twice), and the limit in use at the end
+ * holds nothing (TSan checks the rest). */
+typedef struct {
+    sluice_rules *rs;
+    int32_t c, r;
+    _Atomic int *stop;
+    _Atomic uint64_t taken;
+    uint64_t bad;
+} cworker;
+
+static void *cwork(void *p)
+{
+    cworker *w = p;
+    sluice_rules_permit h[3];
+    size_t nh = 0;
+    for (long i = 0; i < 2000000 && !atomic_load(w->stop); i++) {
+        sluice_rule_key req[2] = {{w->c, NULL, 0}, {w->r, "k", 1}};
+        sluice_result res;
+        if (nh < 3 && sluice_rules_acquire_at(w->rs, req, 2, 1, 0, &h[nh], &res, NULL) &&
+            h[nh].pm.permits) {
+            atomic_fetch_add(&w->taken, 1);
+            nh++;
+        } else if (nh) {
+            if (sluice_rules_release_at(&h[--nh], 0) != 0) w->bad++;
+        }
+    }
+    while (nh)
+        if (sluice_rules_release_at(&h[--nh], 0) != 0) w->bad++;
+    return NULL;
+}
+
+static void test_conc_reload_threads(void **state)
+{
+    (void)state;
+    static const char *T[] = {
+        "rule c global \"concurrency 4\"\nrule r key \"fixed-window 1000000000/d\"\n",
+        "rule c global \"concurrency 4\"\nrule r key \"fixed-window 1000000000/d\"\nrule x global \"fixed-window 1/s\"\n",
+        "rule c global \"concurrency 5\"\nrule r key \"fixed-window 1000000000/d\"\n",
+        "rule r key \"fixed-window 1000000000/d\"\n",
+    };
+    sluice_rules *rs = mk(T[0]);
+    _Atomic int stop = 0;
+    cworker wk[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        wk[i] = (cworker){rs, id_of(rs, "c"), id_of(rs, "r"), &stop, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, cwork, &wk[i]), 0);
+    }
+    /* the reloads start once every thread is deciding (bounded: 60 s of a
+     * loaded machine) */
+    uint64_t t0 = sluice_now_ns();
+    for (int i = 0; i < 3; i++)
+        while (atomic_load(&wk[i].taken) == 0 && sluice_now_ns() - t0 < 60 * SEC) sched_yield();
+    char err[256];
+    size_t reloads = tu_scaled(200, tu_env_scale(1));
+    for (size_t i = 0; i < reloads; i++) {
+        const char *t = T[i % 4];
+        assert_int_equal(sluice_rules_reload_at(rs, t, strlen(t), 0, err, sizeof err), 0);
+    }
+    assert_int_equal(sluice_rules_reload_at(rs, T[0], strlen(T[0]), 0, err, sizeof err), 0);
+    atomic_store(&stop, 1);
+    uint64_t taken = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(wk[i].bad, 0);
+        taken += atomic_load(&wk[i].taken);
+    }
+    assert_true(taken > 0);
+    /* the limit in use holds nothing: all 4 permits are free */
+    sluice_rule_key rc1 = {id_of(rs, "c"), NULL, 0};
+    sluice_rules_permit h;
+    sluice_result res;
+    assert_true(sluice_rules_acquire_at(rs, &rc1, 1, 4, 0, &h, &res, NULL));
+    assert_int_equal(h.pm.permits, 4);
+    assert_int_equal(sluice_rules_release_at(&h, 0), 0);
+    sluice_rules_free(rs);
+}
+
+
+/* A global and a key concurrency rule with a lease, decided through the
+ * rule set, against the model (ref_model.c, ref_conc): each acquire's
+ * answer and each release's, at random times, permits and releases, with
+ * reloads that keep the rules (another rule comes and goes) on the way --
+ * a kept rule keeps its permits, so the model runs on undisturbed. */
+static void test_conc_model(void **state)
+{
+    (void)state;
+    static const char A[] = "rule g global \"concurrency 5 lease=2s\"\n"
+                            "rule k key \"concurrency 3 lease=500ms\" max_keys=4\n";
+    static const char B[] = "rule x global \"fixed-window 1/s\"\n"
+                            "rule k key \"concurrency 3 lease=500ms\" max_keys=4\n"
+                            "rule g global \"concurrency 5 lease=2s\"\n";
+    sluice_rules *rs = mk(A);
+    char err[256];
+    ref_conc *mg = ref_conc_new(5, 2 * SEC), *mk_[2] = {ref_conc_new(3, SEC / 2), ref_conc_new(3, SEC / 2)};
+    assert_non_null(mg);
+    assert_non_null(mk_[0]);
+    assert_non_null(mk_[1]);
+    struct held { sluice_rules_permit h; uint64_t mid; int which; } held[64];
+    size_t nh = 0;
+    uint64_t seed = 0x5eed, t = (uint64_t)INT64_MAX - 3600 * SEC; /* near 2^63 */
+    int32_t g = id_of(rs, "g"), k = id_of(rs, "k");
+    for (int step = 0; step < 20000; step++) {
+        t += tu_splitmix64_below(&seed, 200 * MS);
+        uint64_t op = tu_splitmix64_below(&seed, 10);
+        if (op == 0) {
+            const char *txt = step % 2 ? A : B;
+            assert_int_equal(sluice_rules_reload_at(rs, txt, strlen(txt), t, err, sizeof err), 0);
+        } else if (op < 5 && nh) {
+            size_t i = tu_splitmix64_below(&seed, nh);
+            ref_conc *m = held[i].which < 0 ? mg : mk_[held[i].which];
+            bool want = ref_conc_release(m, held[i].mid, t);
+            int got = sluice_rules_release_at(&held[i].h, t);
+            if (got != (want ? 0 : SLUICE_ENOENT))
+                fail_msg("step %d: release got %d, the model says %d", step, got, want);
+            held[i] = held[--nh];
+        } else if (nh < 64) {
+            int which = (int)tu_splitmix64_below(&seed, 3) - 1; /* -1 global, 0/1 keys */
+            uint64_t p = 1 + tu_splitmix64_below(&seed, which < 0 ? 3 : 2);
+            ref_conc *m = which < 0 ? mg : mk_[which];
+            ref_result want;
+            uint64_t mid = 0;
+            bool wok = ref_conc_acquire(m, p, t, &want, &mid);
+            sluice_rule_key rk = {which < 0 ? g : k, which == 1 ? "b" : "a", 1};
+            sluice_result res;
+            bool ok = sluice_rules_acquire_at(rs, &rk, 1, p, t, &held[nh].h, &res, NULL);
+            if (ok != wok || res.remaining != want.remaining ||
+                (!ok && res.retry_after_ns != want.retry_after_ns))
+                fail_msg("step %d (%d, %llu permits): got %d rem %llu retry %lld, the model %d rem %llu retry %lld",
+                         step, which, ULL(p), ok, ULL(res.remaining), (long long)res.retry_after_ns, wok,
+                         ULL(want.remaining), (long long)want.retry_after_ns);
+            if (ok) {
+                held[nh].mid = mid;
+                held[nh].which = which;
+                nh++;
+            }
+        }
+    }
+    while (nh) {
+        nh--;
+        sluice_rules_release_at(&held[nh].h, t);
+    }
+    ref_conc_free(mg);
+    ref_conc_free(mk_[0]);
+    ref_conc_free(mk_[1]);
+    sluice_rules_free(rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1490,6 +1853,11 @@ int main(void)
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_reload_memory_keys),
         cmocka_unit_test(test_shadow_refs),
+        cmocka_unit_test(test_conc_parse),
+        cmocka_unit_test(test_conc_rules),
+        cmocka_unit_test(test_conc_reload),
+        cmocka_unit_test(test_conc_reload_threads),
+        cmocka_unit_test(test_conc_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
