@@ -340,7 +340,11 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
                             uint64_t permits, uint64_t now_ns, sluice_result *res,
                             sluice_rule_outcome *per_rule);
 
-/* sluice_rules_decide_at() at sluice_now_ns() (CLOCK_MONOTONIC).  Thread-safe. */
+/* sluice_rules_decide_at() now, on the clock of the set's rules:
+ * sluice_now_ns() (CLOCK_MONOTONIC), or CLOCK_REALTIME (ns since the Unix
+ * epoch) for a set of calendar quotas (`tz=`).  One time serves every rule
+ * of a request, so a rule text that mixes calendar quotas with other rules
+ * is refused when loaded.  Thread-safe. */
 bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n,
                          uint64_t permits, sluice_result *res, sluice_rule_outcome *per_rule);
 

@@ -83,6 +83,7 @@
  */
 #define _GNU_SOURCE
 #include "base/internal.h"
+#include "base/clock.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"
 #include "rules/rules.h"
@@ -166,6 +167,7 @@ typedef struct version {
     rule **by_id;     /* nids: the rule, or NULL */
     rctr **ctr;       /* nids: counters (owned by the handle) */
     name_id *names;   /* nids, sorted by name */
+    bool wall_clock;  /* the rules are calendar quotas: now is CLOCK_REALTIME */
 } version;
 
 typedef struct reader_stripe {
@@ -1014,8 +1016,30 @@ static int make_limit(const pdef *d, unsigned flags, limit *l, char *err, size_t
  * state needs more than the table's 16-byte entries is refused here, with
  * the load's message, not first at the load.  0, SLUICE_EINVAL (err names
  * the override) or SLUICE_ENOMEM. */
+/* Whether rule d reads the wall clock (a calendar quota, tz=): its times
+ * are ns since the Unix epoch, every other rule's the monotonic clock's. */
+static bool on_wall_clock(const pdef *d)
+{
+    sluice_spec_info info;
+    return !d->conc && sluice_spec_parse(d->spec, &info, NULL, 0) == 0 &&
+           info.clock == SLUICE_CLOCK_REALTIME;
+}
+
 static int vet(const parsed *p, char *err, size_t errlen)
 {
+    /* One time serves every rule of a request (sluice_rules_decide_at): a
+     * set mixing calendar quotas with rules on the monotonic clock would
+     * decide one of them on the wrong axis. */
+    for (size_t i = 1; i < p->n; i++)
+        if (on_wall_clock(&p->r[i]) != on_wall_clock(&p->r[0])) {
+            const pdef *w = on_wall_clock(&p->r[i]) ? &p->r[i] : &p->r[0];
+            const pdef *m = w == &p->r[i] ? &p->r[0] : &p->r[i];
+            sluice__errf(err, errlen,
+                         "line %zu: rule %s is a calendar quota (tz=, the wall clock) and rule %s "
+                         "(line %zu) is not: rules on different clocks cannot share a set",
+                         w->line, w->name, m->name, m->line);
+            return SLUICE_EINVAL;
+        }
     for (size_t i = 0; i < p->n; i++) {
         const pdef *d = &p->r[i];
         if (d->global || d->nov == 0) continue;
@@ -1074,6 +1098,7 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
     if (rc == 0) rc = assign_ids(rs, old, p, ids, err, errlen);
     if (rc == 0) {
         v->generation = old ? old->generation + 1 : 1;
+        v->wall_clock = p->n && on_wall_clock(&p->r[0]); /* vet: all or none */
         v->nids = rs->nids;
         v->r = p->n ? sluice__calloc(p->n, sizeof *v->r) : NULL;
         v->by_id = sluice__calloc(v->nids, sizeof *v->by_id);
@@ -1782,7 +1807,13 @@ bool sluice_rules_decide_at(sluice_rules *rs, const sluice_rule_key *req, size_t
 bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n, uint64_t permits,
                          sluice_result *res, sluice_rule_outcome *per_rule)
 {
-    return sluice_rules_decide_at(rs, req, n, permits, sluice_now_ns(), res, per_rule);
+    if (!rs || !req || n == 0 || n > SLUICE_COMPOSITE_MAX) return bad_call(res, per_rule, n);
+    unsigned tok;
+    const version *v = enter(rs, &tok); /* the clock its rules read */
+    const uint64_t now_ns = v->wall_clock ? sluice__clock_now(SLUICE__CLOCK_REALTIME) : sluice_now_ns();
+    int rc = decide_in(rs, v, tok, req, n, permits, now_ns, res, per_rule);
+    leave(rs, tok);
+    return rc < 0 ? bad_call(res, per_rule, n) : rc == 1;
 }
 
 /* ---- concurrency rules: a permit held, then released ------------------- */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -1830,6 +1831,46 @@ static void test_conc_model(void **state)
     sluice_rules_free(rs);
 }
 
+/* A calendar quota (tz=) counts on the wall clock: a set of them is
+ * decided live at CLOCK_REALTIME, and a set that mixes them with rules on
+ * the monotonic clock is refused, naming both rules (one time serves every
+ * rule of a request). */
+static void test_calendar_rules_clock(void **state)
+{
+    (void)state;
+    char err[512];
+    const char *mixed = "rule day global \"fixed-window 2/d tz=UTC\"\n"
+                        "rule burst global \"token-bucket 10/s\"\n";
+    assert_null(sluice_rules_new(mixed, strlen(mixed), 0, err, sizeof err));
+    assert_non_null(strstr(err, "line 1: rule day is a calendar quota"));
+    assert_non_null(strstr(err, "rule burst (line 2)"));
+
+    sluice_rules *rs = mk("rule day global \"fixed-window 2/d tz=UTC\"\n");
+    const char *mono = "rule burst global \"token-bucket 10/s\"\n";
+    assert_int_equal(sluice_rules_reload_at(rs, mono, strlen(mono), sluice_now_ns(), err, sizeof err), 0);
+    const char *cal = "rule day global \"fixed-window 2/d tz=UTC\"\n";
+    struct timespec w;
+    clock_gettime(CLOCK_REALTIME, &w);
+    assert_int_equal(sluice_rules_reload_at(rs, cal, strlen(cal), (uint64_t)w.tv_sec * SEC + (uint64_t)w.tv_nsec,
+                                            err, sizeof err), 0);
+    sluice_rule_key k = {id_of(rs, "day"), NULL, 0};
+    sluice_result res;
+    for (int i = 0; i < 2; i++) assert_true(sluice_rules_decide(rs, &k, 1, 1, &res, NULL));
+    struct timespec a, b;
+    clock_gettime(CLOCK_REALTIME, &a);
+    assert_false(sluice_rules_decide(rs, &k, 1, 1, &res, NULL));
+    clock_gettime(CLOCK_REALTIME, &b);
+    /* the wait is to the next UTC midnight, from the wall clock around the call */
+    const int64_t day = 86400;
+    const int64_t hi = (day - a.tv_sec % day) * (int64_t)SEC - a.tv_nsec;
+    const int64_t lo = (day - b.tv_sec % day) * (int64_t)SEC - b.tv_nsec;
+    if (b.tv_sec / day != a.tv_sec / day) skip(); /* midnight passed during the call */
+    if (res.retry_after_ns < lo || res.retry_after_ns > hi)
+        fail_msg("retry_after %lld ns, want [%lld, %lld]", (long long)res.retry_after_ns,
+                 (long long)lo, (long long)hi);
+    sluice_rules_free(rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1858,6 +1899,7 @@ int main(void)
         cmocka_unit_test(test_conc_reload),
         cmocka_unit_test(test_conc_reload_threads),
         cmocka_unit_test(test_conc_model),
+        cmocka_unit_test(test_calendar_rules_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
