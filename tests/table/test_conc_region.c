@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -295,9 +296,12 @@ static void test_room(void **state)
 static pid_t holder_child(region *g, const char *k, unsigned handles, uint64_t each, int fd,
                           bool exit_now)
 {
+    const pid_t parent = getpid();
     pid_t c = fork();
     assert_true(c >= 0);
     if (c) return c;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check leaves no sleeper */
+    if (getppid() != parent) _exit(9);
     sluice_region_permit pm;
     for (unsigned i = 0; i < handles; i++)
         if (!acq(g, k, each, 1, &pm, NULL)) _exit(3);
@@ -417,6 +421,7 @@ typedef struct board {
     cell cells[KIDS];
     _Atomic int stop;
     _Atomic uint64_t checks, over, region_over, admitted;
+    _Atomic uint64_t lost; /* releases of a live holder's permit refused */
     _Atomic uint64_t worst; /* the most live permits the checker saw */
 } board;
 
@@ -428,12 +433,42 @@ static bool alive(pid_t pid)
     return s != 'Z' && s != 'X';
 }
 
+/* The loop's processes, killed and reaped by the test's teardown when a
+ * check fails midway (and by the kernel if the test process dies:
+ * PR_SET_PDEATHSIG). */
+static pid_t loop_pids[KIDS + 1];
+
+static int reap_loop(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < KIDS + 1; i++) {
+        if (loop_pids[i] <= 0) continue;
+        kill(loop_pids[i], SIGKILL);
+        waitpid(loop_pids[i], NULL, 0);
+        loop_pids[i] = 0;
+    }
+    return 0;
+}
+
+/* fork() for the loop: the child dies with the test process. */
+static pid_t loop_fork(unsigned slot)
+{
+    const pid_t parent = getpid();
+    pid_t c = fork();
+    if (c == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(9); /* it died before the prctl */
+    }
+    if (c > 0) loop_pids[slot] = c;
+    return c;
+}
+
 static void kid(region *g, board *b, unsigned i, uint64_t seed)
 {
     cell *me = &b->cells[i];
     atomic_store(&me->pid, (int32_t)getpid());
     uint64_t rng = seed | 1;
-    for (;;) {
+    while (!atomic_load(&b->stop)) {
         const uint64_t p = 1 + tu_xorshift64(&rng) % 2;
         sluice_region_permit pm;
         if (acq(g, "shared", p, mono_ns(), &pm, NULL)) {
@@ -443,9 +478,11 @@ static void kid(region *g, board *b, unsigned i, uint64_t seed)
             for (volatile unsigned k = 0; k < spin; k++) {
             }
             atomic_store(&me->permits, 0); /* before the release: never late */
-            if (sluice_region_permit_release_at(&pm, mono_ns()) != 0) _exit(7);
+            if (sluice_region_permit_release_at(&pm, mono_ns()) != 0)
+                atomic_fetch_add(&b->lost, 1); /* swept from a live holder */
         }
     }
+    _exit(0);
 }
 
 static void checker(region *g, board *b)
@@ -478,11 +515,11 @@ static void test_fork_kill(void **state)
     board *b = shared_map(sizeof(board));
     pid_t kids[KIDS], chk;
     for (unsigned i = 0; i < KIDS; i++) {
-        kids[i] = fork();
+        kids[i] = loop_fork(i);
         assert_true(kids[i] >= 0);
         if (kids[i] == 0) kid(&g, b, i, tu_splitmix64(&seed));
     }
-    chk = fork();
+    chk = loop_fork(KIDS);
     assert_true(chk >= 0);
     if (chk == 0) checker(&g, b);
     /* kill holders at random for a while; each is reaped, its cell
@@ -499,7 +536,8 @@ static void test_fork_kill(void **state)
         assert_true(WIFSIGNALED(st)); /* a kid exits by SIGKILL only */
         atomic_store(&b->cells[i].permits, 0);
         atomic_store(&b->cells[i].pid, 0);
-        kids[i] = fork();
+        loop_pids[i] = 0;
+        kids[i] = loop_fork(i);
         assert_true(kids[i] >= 0);
         if (kids[i] == 0) kid(&g, b, i, tu_splitmix64(&seed));
     }
@@ -508,11 +546,13 @@ static void test_fork_kill(void **state)
         kill(kids[i], SIGKILL);
         int st;
         assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+        loop_pids[i] = 0;
         assert_true(WIFSIGNALED(st));
     }
     atomic_store(&b->stop, 1);
     int st;
     assert_int_equal(waitpid(chk, &st, 0), chk);
+    loop_pids[KIDS] = 0;
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     print_message("fork-kill: %u kills, %llu admissions, %llu checks, worst %llu live permits\n",
                   done, (unsigned long long)atomic_load(&b->admitted),
@@ -520,6 +560,7 @@ static void test_fork_kill(void **state)
                   (unsigned long long)atomic_load(&b->worst));
     assert_int_equal(atomic_load(&b->over), 0);
     assert_int_equal(atomic_load(&b->region_over), 0);
+    assert_int_equal(atomic_load(&b->lost), 0);
     assert_true(atomic_load(&b->checks) > 0);
     assert_true(atomic_load(&b->admitted) > done);
     /* all N back, at the first acquire (at most KIDS <= SWEEP handles) */
@@ -676,7 +717,7 @@ int main(void)
         cmocka_unit_test(test_room),
         cmocka_unit_test(test_dead_holder),
         cmocka_unit_test(test_sweep_bound),
-        cmocka_unit_test(test_fork_kill),
+        cmocka_unit_test_teardown(test_fork_kill, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_damage_random),
