@@ -31,12 +31,14 @@
  *
  * Keys are held by their digest under the region's seed and never move:
  * linear probing from the digest's home slot in its shard, at most cap
- * slots.  A slot once used is never emptied; a key that holds nothing
- * (slot_idle: every lease ended, no holder) may be given to a new key met
- * on its probe run, so a key holding permits is never at rest and never
- * dropped.  A new key that meets neither an idle slot nor an empty one
- * within its shard's share (ecap) and the region's max_keys is refused
- * (SLUICE_EFULL).
+ * slots, a run ending at an empty slot.  A slot once used is never
+ * emptied (runs stay whole): a key that holds nothing (slot_idle: every
+ * lease ended, no holder) is given to a new key met on its run, or, when
+ * the shard's share (ecap) or the region's max_keys leaves no room for a
+ * new key, becomes a tombstone (skipped by lookups, reused by new keys) so
+ * that the new key takes its room.  A key holding permits is thus never
+ * at rest and never dropped.  A new key is refused (SLUICE_EFULL) when
+ * there is no room and no idle key in its shard.
  *
  * Holders.  A handle's entry records `who` (pid | low 31 bits of the start
  * time << 32, as a lock word: region_who.c) and the pid namespace's inode.
@@ -82,7 +84,7 @@
 #define CVERSION 1u
 #define CHEAD 512
 #define CONC_REGION_MAX_N 65536u /* holder entries per key */
-enum { S_EMPTY = 0, S_LIVE = 1 };
+enum { S_EMPTY = 0, S_LIVE = 1, S_TOMB = 2 }; /* a slot's state */
 
 typedef struct chead {
     _Atomic uint64_t init; /* 0 zeroed, BUSY | maker's identity, INIT_READY */
@@ -109,7 +111,7 @@ typedef struct cshard {
 _Static_assert(sizeof(cshard) == 64, "a line a shard");
 
 typedef struct cslot {
-    _Atomic uint64_t state; /* S_EMPTY, S_LIVE */
+    _Atomic uint64_t state; /* S_EMPTY, S_LIVE, S_TOMB */
     uint64_t held;          /* permits held: the sum of its counting entries */
     uint64_t t_last;        /* the latest time of a call on the key */
     uint64_t next_exp;      /* <= the earliest lease end; UINT64_MAX: none */
@@ -306,13 +308,46 @@ static bool keys_take(sluice_concurrency_region *r)
     return false; /* contended beyond reason: refuse this once */
 }
 
+/* Make slot s (empty or a tombstone) live for key dig, if the shard's
+ * share and the region's max_keys allow one more key.  Shard k locked. */
+static bool slot_make(sluice_concurrency_region *r, uint32_t k, cslot *s,
+                      const unsigned char *dig)
+{
+    cshard *sh = &r->sh[k];
+    if (sh->count >= r->L.ecap || !keys_take(r)) return false;
+    slot_claim(s, dig);
+    atomic_store_explicit(&s->state, S_LIVE, memory_order_relaxed);
+    sh->count++;
+    return true;
+}
+
+/* Turn an idle key of shard k (locked) into a tombstone, giving back its
+ * room: true if one was found (at most cap slots visited). */
+static bool slot_retire_idle(sluice_concurrency_region *r, uint32_t k, uint64_t now_ns)
+{
+    for (uint32_t i = 0; i < r->L.cap; i++) {
+        cslot *s = cslot_at(r, k, i);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE ||
+            !slot_idle(r, s, now_ns))
+            continue;
+        atomic_store_explicit(&s->state, S_TOMB, memory_order_relaxed);
+        if (r->sh[k].count) r->sh[k].count--;
+        if (atomic_load_explicit(&r->h->keys, memory_order_relaxed))
+            atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
+        return true;
+    }
+    return false;
+}
+
 /* The slot of key dig in shard k (locked), from `home`: found, or (make)
- * an idle one met on the run given to it, or an empty one made live;
- * NONE when there is none.  At most cap slots visited. */
+ * a new one -- the first tombstone or idle key met on the run, else the
+ * empty slot that ends it; when the shard or the region has no room for
+ * one more key, an idle key elsewhere in the shard becomes a tombstone to
+ * make it.  NONE when there is none.  At most 2 cap slots visited. */
 static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
                      const unsigned char *dig, bool make, uint64_t now_ns)
 {
-    uint32_t i = home, idle = NONE, empty = NONE;
+    uint32_t i = home, reuse = NONE, empty = NONE;
     for (uint32_t n = 0; n < r->L.cap; n++, i = i + 1 == r->L.cap ? 0 : i + 1) {
         cslot *s = cslot_at(r, k, i);
         const uint64_t st = atomic_load_explicit(&s->state, memory_order_relaxed);
@@ -320,22 +355,26 @@ static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
             empty = i;
             break;
         }
-        if (st != S_LIVE) continue; /* damage: not a key */
+        if (st == S_TOMB) {
+            if (reuse == NONE) reuse = i;
+            continue;
+        }
+        if (st != S_LIVE) continue; /* damage: not a key, not reused */
         if (memcmp(s->dig, dig, sizeof s->dig) == 0) return i;
-        if (make && idle == NONE && slot_idle(r, s, now_ns)) idle = i;
+        if (make && reuse == NONE && slot_idle(r, s, now_ns)) reuse = i;
     }
     if (!make) return NONE;
-    if (idle != NONE) {
-        slot_claim(cslot_at(r, k, idle), dig);
-        return idle;
+    const uint32_t at = reuse != NONE ? reuse : empty;
+    if (at == NONE) return NONE;
+    cslot *s = cslot_at(r, k, at);
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) { /* idle: re-tag */
+        slot_claim(s, dig);
+        return at;
     }
-    cshard *sh = &r->sh[k];
-    if (empty == NONE || sh->count >= r->L.ecap || !keys_take(r)) return NONE;
-    cslot *s = cslot_at(r, k, empty);
-    slot_claim(s, dig);
-    atomic_store_explicit(&s->state, S_LIVE, memory_order_relaxed);
-    sh->count++;
-    return empty;
+    if (slot_make(r, k, s, dig)) return at;
+    /* no room: an idle key off the run gives its room up */
+    if (slot_retire_idle(r, k, now_ns) && slot_make(r, k, s, dig)) return at;
+    return NONE;
 }
 
 /* ---- holders ---------------------------------------------------------------- */
@@ -406,9 +445,9 @@ static void shard_lock(sluice_concurrency_region *r, uint32_t k)
     for (uint32_t i = 0; i < r->L.cap; i++) {
         cslot *s = cslot_at(r, k, i);
         const uint64_t st = atomic_load_explicit(&s->state, memory_order_relaxed);
-        if (st == S_EMPTY) continue;
+        if (st != S_LIVE) continue;
         live++;
-        if (st == S_LIVE) recount(r, s);
+        recount(r, s);
     }
     r->sh[k].count = live;
 }

@@ -286,6 +286,38 @@ static void test_room(void **state)
     assert_false(acq(&g, "b", 1, 5, &b, &res)); /* a and c hold: b waits */
     assert_int_equal(res.error, SLUICE_EFULL);
     drop(&g);
+
+    /* keys churning through a region of 8 (and one of 300, two shards): a
+     * new key always finds room while fewer than max_keys keys hold, on
+     * its run or not (idle keys become tombstones); never when all hold */
+    static const size_t sizes[] = {8, 300};
+    for (unsigned z = 0; z < 2; z++) {
+        const size_t mk_keys = sizes[z];
+        for (unsigned rep = 0; rep < 20; rep++) {
+            g = mk("concurrency 1", mk_keys);
+            sluice_region_permit hold[300];
+            char key[32];
+            for (unsigned k = 0; k < 500; k++) {
+                snprintf(key, sizeof key, "churn-%u-%u", rep, k);
+                if (!acq(&g, key, 1, k, &hold[0], &res))
+                    fail_msg("key %u of a %zu-key region: error %d", k, mk_keys, res.error);
+                assert_int_equal(sluice_region_permit_release_at(&hold[0], k), 0);
+            }
+            /* max_keys keys that hold, then one more is refused */
+            size_t held_keys = 0;
+            for (unsigned k = 0; k < mk_keys + 64 && held_keys < mk_keys; k++) {
+                snprintf(key, sizeof key, "full-%u-%u", rep, k);
+                if (acq(&g, key, 1, 1000, &hold[held_keys], &res)) held_keys++;
+                else assert_int_equal(res.error, SLUICE_EFULL); /* its shard's share */
+            }
+            if (mk_keys == 8) {
+                assert_int_equal(held_keys, 8);
+                assert_false(acq(&g, "one-more", 1, 1000, &a, &res));
+                assert_int_equal(res.error, SLUICE_EFULL);
+            }
+            drop(&g);
+        }
+    }
 }
 
 /* ---- dead holders -------------------------------------------------------------- */
