@@ -218,6 +218,9 @@ size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
  * back after at most ceil(H / SLUICE_CONC_REGION_SWEEP) acquires on its key
  * that find the key full, H the key's holder entries (= N) -- at the first
  * one when the key has at most SLUICE_CONC_REGION_SWEEP handles held.  A
+ * new key refused for want of room first sweeps so up to 4 held keys of
+ * its shard, so a key held only by dead processes, that nobody asks for
+ * again, gives its room up too.  A
  * holder killed while it held a shard's lock is recovered as the rate
  * tables' are: the next process to lock the shard takes the lock and
  * recounts the shard's keys from their holder entries.  With `lease=D` a

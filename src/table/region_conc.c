@@ -50,7 +50,11 @@
  * So a dead holder's permits are back within ceil(H / SWEEP) acquires that
  * find the key full after its death.  A live holder's entry is never freed
  * but by its release or its lease: the permits held by live processes
- * never exceed N.
+ * never exceed N.  A new key that
+ * finds no room also sweeps the holders of up to ROOM_SWEEP_KEYS held keys
+ * of its shard (sweep_for_room, from a rotating slot cursor), so that a key
+ * held only by dead processes, which nobody asks for again, gives its room
+ * up: within ceil(cap / 4) * ceil(H / SWEEP) such refusals.
  *
  * Crash safety of the updates.  Every change is under the shard's lock
  * word, taken from a dead holder as the rate region's are.  An admission
@@ -107,6 +111,7 @@ _Static_assert(offsetof(chead, magic) == 8 && offsetof(chead, version) == 16 &&
 typedef struct cshard {
     _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
     uint64_t count;                     /* slots made live */
+    uint32_t swept;                     /* the next slot a search for room sweeps */
 } cshard;
 _Static_assert(sizeof(cshard) == 64, "a line a shard");
 
@@ -341,6 +346,32 @@ static bool slot_retire_idle(sluice_concurrency_region *r, uint32_t k, uint64_t 
     return false;
 }
 
+static void sweep(const sluice_concurrency_region *r, cslot *s);
+
+/* Sweep the holders of shard k's keys (locked) for dead ones, from the
+ * shard's slot cursor, SLUICE_CONC_REGION_SWEEP entries of at most
+ * ROOM_SWEEP_KEYS keys per call: so that a key held only by processes
+ * that died, which nobody asks for again, becomes idle and gives its room
+ * up.  True when one did. */
+#define ROOM_SWEEP_KEYS 4
+static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t now_ns)
+{
+    cshard *sh = &r->sh[k];
+    uint32_t i = sh->swept % r->L.cap;
+    bool freed = false;
+    for (uint32_t n = 0, swept = 0; n < r->L.cap && swept < ROOM_SWEEP_KEYS;
+         n++, i = i + 1 == r->L.cap ? 0 : i + 1) {
+        cslot *s = cslot_at(r, k, i);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE || s->held == 0)
+            continue;
+        sweep(r, s);
+        swept++;
+        if (slot_idle(r, s, now_ns)) freed = true;
+    }
+    sh->swept = i;
+    return freed;
+}
+
 /* The slot of key dig in shard k (locked), from `home`: found, or (make)
  * a new one -- the first tombstone or idle key met on the run, else the
  * empty slot that ends it; when the shard or the region has no room for
@@ -376,6 +407,10 @@ static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
     if (slot_make(r, k, s, dig)) return at;
     /* no room: an idle key off the run gives its room up */
     if (slot_retire_idle(r, k, now_ns) && slot_make(r, k, s, dig)) return at;
+    /* none idle: dead holders of other keys may have left one so */
+    if (sweep_for_room(r, k, now_ns) && slot_retire_idle(r, k, now_ns) &&
+        slot_make(r, k, s, dig))
+        return at;
     return NONE;
 }
 
@@ -394,6 +429,7 @@ static bool holder_gone(const sluice_concurrency_region *r, const cholder *e, ui
  * SLUICE_CONC_REGION_SWEEP of slot s from its cursor.  Shard locked. */
 static void sweep(const sluice_concurrency_region *r, cslot *s)
 {
+    if (r->L.holders == 0) return;
     const uint32_t H = r->L.holders;
     uint32_t j = s->cursor % H;
     for (uint32_t n = 0; n < SLUICE_CONC_REGION_SWEEP && n < H; n++, j = j + 1 == H ? 0 : j + 1) {

@@ -405,6 +405,20 @@ static void test_dead_holder(void **state)
     assert_int_equal(sluice_region_permit_release_at(&pm, 6), 0);
     assert_int_equal(sluice_region_permit_release_at(&one, 6), 0);
     assert_int_equal(held(&g, "k", 6), 0);
+    drop(&g);
+
+    /* keys held only by dead processes give their room to a new key */
+    g = mk("concurrency 1", 2);
+    for (unsigned k = 0; k < 2; k++) {
+        c = holder_child(&g, k ? "b" : "a", 1, 1, fds[1], true);
+        wait_byte(fds[0]);
+        assert_int_equal(waitpid(c, &st, 0), c);
+    }
+    assert_int_equal(held(&g, "a", 7) + held(&g, "b", 7), 2);
+    assert_true(acq(&g, "c", 1, 7, &pm, &res));
+    assert_true(acq(&g, "d", 1, 7, &one, &res));
+    assert_false(acq(&g, "e", 1, 7, &one, &res)); /* c and d live */
+    assert_int_equal(res.error, SLUICE_EFULL);
     close(fds[0]);
     close(fds[1]);
     drop(&g);
