@@ -272,8 +272,21 @@ sluice_concurrency_region *sluice_concurrency_region_attach(void *region, size_t
                                                             const char *spec, size_t max_keys,
                                                             char *err, size_t errlen);
 
-/* Free a handle (the region stays, and so do its permits); NULL is a
- * no-op.  No call on it may be running or follow. */
+/* The same in a named region that unrelated processes create or attach,
+ * by sluice_table_open's rules (sluice.h): "/name" a POSIX shared memory
+ * object, any other path a file; made exclusively (mode 0600), never
+ * through a symbolic link, refused when owned by another user or writable
+ * by others; sized by the first process under its flock.  Refusals name
+ * the path.  The handle owns its mapping (sluice_concurrency_region_free
+ * unmaps it); the name stays until sluice_table_unlink(path).
+ * Thread-safe. */
+sluice_concurrency_region *sluice_concurrency_region_open(const char *path, const char *spec,
+                                                          size_t max_keys, char *err,
+                                                          size_t errlen);
+
+/* Free a handle (the region stays, and so do its permits; an opened one's
+ * mapping is unmapped); NULL is a no-op.  No call on it may be running or
+ * follow. */
 void sluice_concurrency_region_free(sluice_concurrency_region *r);
 
 /* Take `permits` of key[0..keylen) at now_ns (ns on CLOCK_MONOTONIC's axis:

@@ -6,7 +6,8 @@
  * Map:  the layout (chead, cshard, cslot, cholder; make_layout,
  *       sluice_concurrency_region_size); a key's slot (find, slot_idle,
  *       expire, recount); holders (holder_gone, sweep, take); the shard's
- *       lock and repair; attach and free; acquire, release, held.
+ *       lock and repair; attach, open (region_attach.c maps the name) and
+ *       free; acquire, release, held.
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -81,6 +82,7 @@
 #include <sluice/concurrency.h>
 
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- the layout ----------------------------------------------------------- */
 
@@ -149,6 +151,8 @@ struct sluice_concurrency_region {
     unsigned char *slots;
     uint64_t dseed[2];
     uint64_t pidns;
+    void *map; /* sluice_concurrency_region_open's mapping, unmapped on free */
+    size_t map_len;
 };
 
 static int make_layout(const char *spec, size_t max_keys, clayout *L, char *err, size_t errlen)
@@ -664,9 +668,36 @@ sluice_concurrency_region *sluice_concurrency_region_attach(void *region, size_t
     return r;
 }
 
+sluice_concurrency_region *sluice_concurrency_region_open(const char *path, const char *spec,
+                                                          size_t max_keys, char *err,
+                                                          size_t errlen)
+{
+    if (!path || !*path) {
+        sluice__errf(err, errlen, "no path");
+        return NULL;
+    }
+    clayout L;
+    if (make_layout(spec, max_keys, &L, err, errlen) != 0) return NULL;
+    void *map;
+    size_t len;
+    if (sluice__rt_map_named(path, L.need, &map, &len, err, errlen) != 0) return NULL;
+    sluice_concurrency_region *r =
+        sluice_concurrency_region_attach(map, len, spec, max_keys, err, errlen);
+    if (!r) {
+        munmap(map, len);
+        sluice__rt_name_error(path, err, errlen);
+        return NULL;
+    }
+    r->map = map;
+    r->map_len = len;
+    return r;
+}
+
 void sluice_concurrency_region_free(sluice_concurrency_region *r)
 {
-    if (r) sluice__free64(r);
+    if (!r) return;
+    if (r->map) munmap(r->map, r->map_len);
+    sluice__free64(r);
 }
 
 /* ---- acquire, release, held --------------------------------------------------------- */

@@ -154,6 +154,45 @@ static void test_spec_and_attach(void **state)
     munmap(mem, n + 64);
 }
 
+/* A named region: made by the first open, joined by a forked child's own
+ * open; refusals name the path. */
+static void test_open(void **state)
+{
+    (void)state;
+    char name[64], err[256] = "";
+    snprintf(name, sizeof name, "/sluice-conc-test-%d", (int)getpid());
+    (void)sluice_table_unlink(name);
+    sluice_concurrency_region *r = sluice_concurrency_region_open(name, "concurrency 2", 10, err,
+                                                                  sizeof err);
+    if (!r) fail_msg("open: %s", err);
+    sluice_region_permit pm;
+    sluice_result res;
+    assert_true(sluice_concurrency_region_acquire_at(r, "k", 1, 2, 1, &pm, &res));
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) { /* another open of the name: one region */
+        sluice_concurrency_region *q =
+            sluice_concurrency_region_open(name, "concurrency 2", 10, NULL, 0);
+        sluice_region_permit x;
+        const bool ok = q && sluice_concurrency_region_held_at(q, "k", 1, 1) == 2 &&
+                        !sluice_concurrency_region_acquire_at(q, "k", 1, 1, 1, &x, NULL);
+        sluice_concurrency_region_free(q);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_null(sluice_concurrency_region_open(name, "concurrency 3", 10, err, sizeof err));
+    assert_non_null(strstr(err, name));
+    assert_non_null(strstr(err, "not \"concurrency 3\""));
+    assert_null(sluice_concurrency_region_open("", "concurrency 3", 10, err, sizeof err));
+    assert_non_null(strstr(err, "no path"));
+    assert_null(sluice_concurrency_region_open(name, "concurrency 0", 10, err, sizeof err));
+    assert_int_equal(sluice_region_permit_release_at(&pm, 2), 0);
+    sluice_concurrency_region_free(r);
+    assert_int_equal(sluice_table_unlink(name), 0);
+}
+
 /* ---- admissions and releases ------------------------------------------------- */
 
 static void test_basic(void **state)
@@ -758,6 +797,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_and_attach),
+        cmocka_unit_test(test_open),
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_room),
