@@ -210,14 +210,20 @@ size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
  * the process's pid, its start time and its pid namespace (the shard locks
  * name their holders so too).  A process that dies holding permits -- a
  * SIGKILL, a crash -- cannot release them; the region gives them back:
- * when an acquire finds its key without room, it checks up to
- * SLUICE_CONC_REGION_SWEEP of the key's holders (a rotating cursor) and
- * returns the permits of each that is gone (no such pid, a zombie, or the
- * pid now another process's).  The bound: once the holder has died (the
- * kernel shows it a zombie, or its parent has reaped it), its permits are
- * back after at most ceil(H / SLUICE_CONC_REGION_SWEEP) acquires on its key
- * that find the key full, H the key's holder entries (= N) -- at the first
- * one when the key has at most SLUICE_CONC_REGION_SWEEP handles held.  A
+ * an acquire that finds its key without room sweeps the key: it checks
+ * up to SLUICE_CONC_REGION_SWEEP of the key's holder entries (a rotating
+ * cursor; each holder process asked once: a kill() and a read of /proc)
+ * and returns the permits of each whose holder is gone (no such pid, a
+ * zombie, or the pid now another process's) -- unless the key's previous
+ * sweep freed nothing less than SLUICE_CONC_REGION_SWEEP_GAP_NS (1 ms, on
+ * the callers' clock) before, so that a key full of live holders pays for
+ * a sweep once a millisecond, not at every refusal.  The bound: once the
+ * holder has died (the kernel shows it a zombie, or its parent has reaped
+ * it), its permits are back within ceil(H / SLUICE_CONC_REGION_SWEEP)
+ * sweeps of its key, H the key's holder entries (= N): for a key with at
+ * most SLUICE_CONC_REGION_SWEEP handles held, at the first acquire that
+ * finds the key full 1 ms or more after the death (or sooner); for more,
+ * at most one such acquire per 1 ms per 16 handles later.  A
  * new key refused for want of room first sweeps so up to 4 held keys of
  * its shard, so a key held only by dead processes, that nobody asks for
  * again, gives its room up too.  A
@@ -238,8 +244,10 @@ size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
  * never loops without bound nor writes outside itself). */
 typedef struct sluice_concurrency_region sluice_concurrency_region; /* opaque */
 
-/* Holders a refused acquire checks, at most, per call. */
+/* Holder entries a sweep of a key checks, at most; and the least time
+ * between two sweeps of a key when the first freed nothing (1 ms). */
 #define SLUICE_CONC_REGION_SWEEP 16
+#define SLUICE_CONC_REGION_SWEEP_GAP_NS 1000000u
 
 /* A permit held in a region: filled by an admission; the caller owns it,
  * and may hand it to another process that has the region attached (a

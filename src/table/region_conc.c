@@ -43,15 +43,17 @@
  *
  * Holders.  A handle's entry records `who` (pid | low 31 bits of the start
  * time << 32, as a lock word: region_who.c) and the pid namespace's inode.
- * An acquire that finds its key full looks at up to
- * SLUICE_CONC_REGION_SWEEP entries from the key's cursor and frees each
- * whose holder is gone (sluice__rt_gone with the /proc look: no such pid,
- * a zombie, or a pid reused) or whose namespace is not the region's (a
- * process of another namespace cannot attach: such an entry is damage).
- * So a dead holder's permits are back within ceil(H / SWEEP) acquires that
- * find the key full after its death.  A live holder's entry is never freed
- * but by its release or its lease: the permits held by live processes
- * never exceed N.  A new key that
+ * An acquire that finds its key full sweeps it (sweep): up to
+ * SLUICE_CONC_REGION_SWEEP entries from the key's cursor, each holder
+ * process asked once (sluice__rt_gone with the /proc look: no such pid, a
+ * zombie, a pid reused), entries of another namespace than the region's
+ * taken as damage (no process of one can attach) -- and the sweep after
+ * one that freed nothing waits SLUICE_CONC_REGION_SWEEP_GAP_NS on the
+ * key's clock (a sweep of 16 live holder processes costs about 240 us
+ * under the shard's lock: once a millisecond, not at every refusal).  So
+ * a dead holder's permits are back within ceil(H / SWEEP) sweeps of its
+ * key.  A live holder's entry is never freed but by its release or its
+ * lease: the permits held by live processes never exceed N.  A new key that
  * finds no room also sweeps the holders of up to ROOM_SWEEP_KEYS held keys
  * of its shard (sweep_for_room, from a rotating slot cursor), so that a key
  * held only by dead processes, which nobody asks for again, gives its room
@@ -123,7 +125,7 @@ typedef struct cslot {
     uint64_t t_last;        /* the latest time of a call on the key */
     uint64_t next_exp;      /* <= the earliest lease end; UINT64_MAX: none */
     uint32_t cursor, hint;  /* the sweep's next entry; the free search's */
-    uint64_t pad_;
+    uint64_t sweep_next;    /* the earliest time of the key's next sweep */
     unsigned char dig[SLUICE__DIGEST_BYTES];
 } cslot;
 _Static_assert(sizeof(cslot) == 64, "a line a slot's head");
@@ -304,6 +306,7 @@ static void slot_claim(cslot *s, const unsigned char *dig)
     s->t_last = 0;
     s->next_exp = UINT64_MAX;
     s->cursor = s->hint = 0;
+    s->sweep_next = 0;
 }
 
 /* Whether the region may make one more key: its count below max_keys. */
@@ -350,7 +353,7 @@ static bool slot_retire_idle(sluice_concurrency_region *r, uint32_t k, uint64_t 
     return false;
 }
 
-static void sweep(const sluice_concurrency_region *r, cslot *s);
+static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t);
 
 /* Sweep the holders of shard k's keys (locked) for dead ones, from the
  * shard's slot cursor, SLUICE_CONC_REGION_SWEEP entries of at most
@@ -368,7 +371,8 @@ static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t no
         cslot *s = cslot_at(r, k, i);
         if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE || s->held == 0)
             continue;
-        sweep(r, s);
+        const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+        (void)sweep(r, s, t < s->t_last && s->t_last <= (uint64_t)INT64_MAX ? s->t_last : t);
         swept++;
         if (slot_idle(r, s, now_ns)) freed = true;
     }
@@ -420,21 +424,22 @@ static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
 
 /* ---- holders ---------------------------------------------------------------- */
 
-/* Whether entry e's holder is gone: another namespace than the region's
- * (damage: no process of one can attach), or no such process, a zombie,
- * a pid reused (region_who.c). */
-static bool holder_gone(const sluice_concurrency_region *r, const cholder *e, uint64_t who)
-{
-    if (e->ns != r->pidns) return true;
-    return sluice__rt_gone(who, true);
-}
-
 /* Free the entries of dead holders (and damaged ones) among the next
- * SLUICE_CONC_REGION_SWEEP of slot s from its cursor.  Shard locked. */
-static void sweep(const sluice_concurrency_region *r, cslot *s)
+ * SLUICE_CONC_REGION_SWEEP of slot s from its cursor, at the key's time t
+ * -- unless the key's previous sweep freed nothing less than
+ * SLUICE_CONC_REGION_SWEEP_GAP_NS before t: a key full of live holders
+ * pays for a sweep (a kill() and a read of /proc per holder process)
+ * once per gap, not at every refusal.  Each holder process is asked about
+ * once per sweep, however many of the entries are its.  Returns whether
+ * an entry was freed.  Shard locked. */
+static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t)
 {
-    if (r->L.holders == 0) return;
     const uint32_t H = r->L.holders;
+    if (H == 0 || t < s->sweep_next) return false;
+    uint64_t asked[SLUICE_CONC_REGION_SWEEP];
+    bool dead[SLUICE_CONC_REGION_SWEEP];
+    unsigned nasked = 0;
+    bool freed = false, damaged = false;
     uint32_t j = s->cursor % H;
     for (uint32_t n = 0; n < SLUICE_CONC_REGION_SWEEP && n < H; n++, j = j + 1 == H ? 0 : j + 1) {
         cholder *e = holder_at(s, j);
@@ -442,11 +447,30 @@ static void sweep(const sluice_concurrency_region *r, cslot *s)
         if (!who) continue;
         if (holder_bad(r, e)) {
             atomic_store_explicit(&e->who, 0, memory_order_relaxed);
-            continue; /* it never counted right: recounted below */
+            damaged = freed = true;
+            continue;
         }
-        if (holder_gone(r, e, who)) holder_free(s, e);
+        bool gone;
+        if (e->ns != r->pidns) {
+            gone = true; /* damage: no process of another namespace attaches */
+        } else {
+            unsigned q = 0;
+            while (q < nasked && asked[q] != who) q++;
+            if (q == nasked) { /* not asked yet in this sweep */
+                asked[nasked] = who;
+                dead[nasked++] = sluice__rt_gone(who, true);
+            }
+            gone = dead[q];
+        }
+        if (gone) {
+            holder_free(s, e);
+            freed = true;
+        }
     }
     s->cursor = j;
+    if (damaged) recount(r, s);
+    s->sweep_next = freed ? t : sluice__sat_add(t, SLUICE_CONC_REGION_SWEEP_GAP_NS);
+    return freed;
 }
 
 /* Record `permits` held by this process in a free entry of slot s from t:
@@ -728,7 +752,7 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
     const uint64_t t = key_time(s, now_ns);
     expire(r, s, t);
     if (make && (s->held > N || permits > N - s->held)) {
-        sweep(r, s);
+        sweep(r, s, t);
         expire(r, s, t);
         if (s->held > N) recount(r, s); /* only damage makes it so */
     }

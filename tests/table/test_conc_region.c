@@ -427,10 +427,13 @@ static void test_dead_holder(void **state)
     while (proc_state(c) != 'Z' && mono_ns() - t0 < 60 * SEC) tu_sleep_ns(1000000);
     assert_int_equal(proc_state(c), 'Z');
     assert_int_equal(held(&g, "k", 3), 4); /* a read sweeps nothing */
-    assert_true(acq(&g, "k", 4, 3, &pm, &res));
-    assert_int_equal(held(&g, "k", 3), 4);
+    /* the last sweep (at 2) freed nothing: the next waits until 2 + 1 ms */
+    const uint64_t next = 2 + SLUICE_CONC_REGION_SWEEP_GAP_NS;
+    assert_false(acq(&g, "k", 4, next - 1, &pm, &res));
+    assert_true(acq(&g, "k", 4, next, &pm, &res));
+    assert_int_equal(held(&g, "k", next), 4);
     assert_int_equal(waitpid(c, &st, 0), c);
-    assert_int_equal(sluice_region_permit_release_at(&pm, 4), 0);
+    assert_int_equal(sluice_region_permit_release_at(&pm, next), 0);
 
     /* a holder that exited without releasing, reaped */
     c = holder_child(&g, "k", 1, 3, fds[1], true);
@@ -649,10 +652,11 @@ static void test_fork_kill(void **state)
     assert_int_equal(atomic_load(&b->lost), 0);
     assert_true(atomic_load(&b->checks) > 0);
     assert_true(atomic_load(&b->admitted) > done);
-    /* all N back, at the first acquire (at most KIDS <= SWEEP handles) */
+    /* all N back, at the first acquire 1 ms after the deaths (at most
+     * KIDS <= SWEEP handles) */
     sluice_region_permit pm;
     sluice_result res;
-    assert_true(acq(&g, "shared", LOOP_N, mono_ns(), &pm, &res));
+    assert_true(acq(&g, "shared", LOOP_N, mono_ns() + SLUICE_CONC_REGION_SWEEP_GAP_NS, &pm, &res));
     assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
     assert_int_equal(held(&g, "shared", mono_ns()), 0);
     munmap(b, sizeof(board));
