@@ -251,8 +251,9 @@ typedef struct sluice_concurrency_region sluice_concurrency_region; /* opaque */
 
 /* A permit held in a region: filled by an admission; the caller owns it,
  * and may hand it to another process that has the region attached (a
- * forked child).  `permits` is 0 once it holds nothing.  The other fields
- * are private. */
+ * forked child) to release.  Its holder stays the process that acquired
+ * it: when that one dies, the permit goes back, whoever has the handle.
+ * `permits` is 0 once it holds nothing.  The other fields are private. */
 typedef struct sluice_region_permit {
     uint64_t permits;                 /* permits held by this handle */
     sluice_concurrency_region *owner; /* private: the region's handle */

@@ -309,17 +309,19 @@ static void slot_claim(cslot *s, const unsigned char *dig)
     s->sweep_next = 0;
 }
 
-/* Whether the region may make one more key: its count below max_keys. */
+/* Whether the region may make one more key: its count below max_keys.
+ * A failed compare-and-swap means another shard made or gave up a key;
+ * bounded all the same (a million tries: never met). */
 static bool keys_take(sluice_concurrency_region *r)
 {
     uint64_t n = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
-    for (unsigned k = 0; k < 64; k++) {
+    for (unsigned k = 0; k < (1u << 20); k++) {
         if (n >= r->L.max_keys) return false;
         if (atomic_compare_exchange_weak_explicit(&r->h->keys, &n, n + 1, memory_order_relaxed,
                                                   memory_order_relaxed))
             return true;
     }
-    return false; /* contended beyond reason: refuse this once */
+    return false;
 }
 
 /* Make slot s (empty or a tombstone) live for key dig, if the shard's
