@@ -66,7 +66,10 @@
  * killed between the two leaves `held` off by its permits: whoever takes
  * its lock recounts every slot of the shard from its entries (repair), so
  * `held` is always the sum of the entries that count once the lock is
- * free.
+ * free.  What a repair does not make exact: the region's count of keys
+ * (taken before a slot is made live, across shards): a process killed
+ * between the two leaves it one high, one key of room lost until the
+ * region is made again.
  *
  * Damage.  Every field read from the region is bounded before use: a
  * state that is neither empty nor live is skipped; `held` above N admits
