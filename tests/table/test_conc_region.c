@@ -756,6 +756,61 @@ static void test_damage_lock_and_count(void **state)
     drop(&g);
 }
 
+/* The holder's identity is pid, start time and pid namespace: an entry
+ * naming a live pid with another start time (the pid reused) is a dead
+ * holder's, and so is one of another namespace; one naming a live process
+ * exactly is kept. */
+static void test_identity(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    for (unsigned change = 0; change < 4; change++) {
+        region g = mk("concurrency 2", 1);
+        /* the holder: a live child (change 2: this process itself) */
+        pid_t c = 0;
+        sluice_region_permit mine;
+        if (change == 2) {
+            assert_true(acq(&g, "k", 2, 1, &mine, NULL));
+        } else {
+            c = holder_child(&g, "k", 1, 2, fds[1], false);
+            wait_byte(fds[0]);
+        }
+        unsigned char *m = g.mem, *e = NULL;
+        const size_t slots = CHEAD + 64, stride = 64 + 2 * 32;
+        for (unsigned i = 0; i < 2 && !e; i++)
+            for (unsigned j = 0; j < 2 && !e; j++) {
+                uint64_t who;
+                memcpy(&who, m + slots + i * stride + 64 + j * 32, 8);
+                if (who) e = m + slots + i * stride + 64 + j * 32;
+            }
+        assert_non_null(e);
+        uint64_t who, ns;
+        memcpy(&who, e, 8);
+        memcpy(&ns, e + 8, 8);
+        assert_int_equal((uint32_t)who, change == 2 ? (uint32_t)getpid() : (uint32_t)c);
+        if (change == 1 || change == 2) who ^= (uint64_t)1 << 40; /* another start time */
+        if (change == 3) ns ^= 1;                                  /* another namespace */
+        memcpy(e, &who, 8);
+        memcpy(e + 8, &ns, 8);
+        sluice_region_permit pm;
+        sluice_result res;
+        const bool back = acq(&g, "k", 1, 2, &pm, &res);
+        if (change == 0)
+            assert_false(back); /* the live holder, exactly: kept */
+        else
+            assert_true(back);
+        if (c) {
+            kill(c, SIGKILL);
+            int st;
+            assert_int_equal(waitpid(c, &st, 0), c);
+        }
+        drop(&g);
+    }
+    close(fds[0]);
+    close(fds[1]);
+}
+
 /* Random bytes anywhere but the lock words (a lock word naming a live
  * process at its start time stalls its shard, as documented): every call
  * returns, nothing is written outside the region (ASan), and an admission
@@ -871,6 +926,7 @@ int main(void)
         cmocka_unit_test_teardown(test_fork_kill, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
+        cmocka_unit_test(test_identity),
         cmocka_unit_test(test_damage_random),
         cmocka_unit_test_teardown(test_damage_cotenant, reap_loop),
     };
