@@ -501,13 +501,18 @@ static void test_sweep_bound(void **state)
 #define KIDS 6
 #define LOOP_N 4
 
+#define LOOP_KEYS_MAX 3
+
 typedef struct cell {
     _Atomic int32_t pid;
-    _Atomic uint64_t permits; /* what that child holds, by its own account */
+    _Atomic uint64_t permits; /* what that child holds, by its own account:
+                               * permits | its key's index << 32 (one word,
+                               * so the two are read together) */
 } cell;
 
 typedef struct board {
     cell cells[KIDS];
+    unsigned nkeys;
     _Atomic int stop;
     _Atomic uint64_t checks, over, region_over, admitted;
     _Atomic uint64_t lost; /* releases of a live holder's permit refused */
@@ -558,10 +563,12 @@ static void kid(region *g, board *b, unsigned i, uint64_t seed)
     atomic_store(&me->pid, (int32_t)getpid());
     uint64_t rng = seed | 1;
     while (!atomic_load(&b->stop)) {
-        const uint64_t p = 1 + tu_xorshift64(&rng) % 2;
+        const uint64_t p = 1 + tu_xorshift64(&rng) % 2, ki = tu_xorshift64(&rng) % b->nkeys;
+        char key[24];
+        snprintf(key, sizeof key, "shared%u", (unsigned)ki);
         sluice_region_permit pm;
-        if (acq(g, "shared", p, mono_ns(), &pm, NULL)) {
-            atomic_store(&me->permits, p); /* after the admission: never early */
+        if (acq(g, key, p, mono_ns(), &pm, NULL)) {
+            atomic_store(&me->permits, p | ki << 32); /* after the admission: never early */
             atomic_fetch_add(&b->admitted, 1);
             const unsigned spin = (unsigned)(tu_xorshift64(&rng) % 20000);
             for (volatile unsigned k = 0; k < spin; k++) {
@@ -577,7 +584,7 @@ static void kid(region *g, board *b, unsigned i, uint64_t seed)
 static void checker(region *g, board *b)
 {
     while (!atomic_load(&b->stop)) {
-        uint64_t sum = 0;
+        uint64_t sum[LOOP_KEYS_MAX] = {0};
         int32_t pids[KIDS];
         uint64_t perm[KIDS];
         for (unsigned i = 0; i < KIDS; i++) {
@@ -585,23 +592,28 @@ static void checker(region *g, board *b)
             perm[i] = atomic_load(&b->cells[i].permits);
         }
         for (unsigned i = 0; i < KIDS; i++) /* alive after the read: alive during it */
-            if (perm[i] && alive(pids[i]) && atomic_load(&b->cells[i].pid) == pids[i])
-                sum += perm[i];
-        if (sum > LOOP_N) atomic_fetch_add(&b->over, 1);
-        if (sum > atomic_load(&b->worst)) atomic_store(&b->worst, sum);
-        if (held(g, "shared", mono_ns()) > LOOP_N) atomic_fetch_add(&b->region_over, 1);
+            if ((uint32_t)perm[i] && alive(pids[i]) && atomic_load(&b->cells[i].pid) == pids[i])
+                sum[(perm[i] >> 32) % LOOP_KEYS_MAX] += (uint32_t)perm[i];
+        for (unsigned k = 0; k < b->nkeys; k++) {
+            char key[24];
+            snprintf(key, sizeof key, "shared%u", k);
+            if (sum[k] > LOOP_N) atomic_fetch_add(&b->over, 1);
+            if (sum[k] > atomic_load(&b->worst)) atomic_store(&b->worst, sum[k]);
+            if (held(g, key, mono_ns()) > LOOP_N) atomic_fetch_add(&b->region_over, 1);
+        }
         atomic_fetch_add(&b->checks, 1);
     }
     _exit(0);
 }
 
-static void test_fork_kill(void **state)
+/* The loop on `nkeys` keys of `spec` (N = LOOP_N). */
+static void fork_kill(const char *spec, unsigned nkeys)
 {
-    (void)state;
     const double scale = tu_env_scale(1.0);
     uint64_t seed = tu_env_seed();
-    region g = mk("concurrency 4", 64);
+    region g = mk(spec, 64);
     board *b = shared_map(sizeof(board));
+    b->nkeys = nkeys;
     pid_t kids[KIDS], chk;
     for (unsigned i = 0; i < KIDS; i++) {
         kids[i] = loop_fork(i);
@@ -643,8 +655,8 @@ static void test_fork_kill(void **state)
     assert_int_equal(waitpid(chk, &st, 0), chk);
     loop_pids[KIDS] = 0;
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    print_message("fork-kill: %u kills, %llu admissions, %llu checks, worst %llu live permits\n",
-                  done, (unsigned long long)atomic_load(&b->admitted),
+    print_message("fork-kill (%s, %u keys): %u kills, %llu admissions, %llu checks, worst %llu live permits\n",
+                  spec, nkeys, done, (unsigned long long)atomic_load(&b->admitted),
                   (unsigned long long)atomic_load(&b->checks),
                   (unsigned long long)atomic_load(&b->worst));
     assert_int_equal(atomic_load(&b->over), 0);
@@ -652,15 +664,34 @@ static void test_fork_kill(void **state)
     assert_int_equal(atomic_load(&b->lost), 0);
     assert_true(atomic_load(&b->checks) > 0);
     assert_true(atomic_load(&b->admitted) > done);
-    /* all N back, at the first acquire 1 ms after the deaths (at most
-     * KIDS <= SWEEP handles) */
-    sluice_region_permit pm;
-    sluice_result res;
-    assert_true(acq(&g, "shared", LOOP_N, mono_ns() + SLUICE_CONC_REGION_SWEEP_GAP_NS, &pm, &res));
-    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
-    assert_int_equal(held(&g, "shared", mono_ns()), 0);
+    /* all N back on every key, at the first acquire 1 ms after the deaths
+     * (at most KIDS <= SWEEP handles a key) */
+    const uint64_t after = mono_ns() + SLUICE_CONC_REGION_SWEEP_GAP_NS;
+    for (unsigned k = 0; k < nkeys; k++) {
+        char key[24];
+        snprintf(key, sizeof key, "shared%u", k);
+        sluice_region_permit pm;
+        sluice_result res;
+        assert_true(acq(&g, key, LOOP_N, after, &pm, &res));
+        assert_int_equal(sluice_region_permit_release_at(&pm, after), 0);
+        assert_int_equal(held(&g, key, after), 0);
+    }
     munmap(b, sizeof(board));
     drop(&g);
+}
+
+static void test_fork_kill(void **state)
+{
+    (void)state;
+    fork_kill("concurrency 4", 1);
+}
+
+/* Three keys of one shard, and leases (longer than the run: a lease never
+ * ends under a holder, which would make its own account wrong). */
+static void test_fork_kill_keys_lease(void **state)
+{
+    (void)state;
+    fork_kill("concurrency 4 lease=1min", 3);
 }
 
 /* ---- damage ------------------------------------------------------------------------ */
@@ -924,6 +955,7 @@ int main(void)
         cmocka_unit_test(test_dead_holder),
         cmocka_unit_test(test_sweep_bound),
         cmocka_unit_test_teardown(test_fork_kill, reap_loop),
+        cmocka_unit_test_teardown(test_fork_kill_keys_lease, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),
