@@ -389,7 +389,8 @@ static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t no
  * a new one -- the first tombstone or idle key met on the run, else the
  * empty slot that ends it; when the shard or the region has no room for
  * one more key, an idle key elsewhere in the shard becomes a tombstone to
- * make it.  NONE when there is none.  At most 2 cap slots visited. */
+ * make it.  NONE when there is none.  At most 4 passes over the cap
+ * slots (the run, the idle search, the sweep for room, the idle search). */
 static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
                      const unsigned char *dig, bool make, uint64_t now_ns)
 {
