@@ -306,11 +306,15 @@ void sluice_concurrency_region_free(sluice_concurrency_region *r);
  * until the earliest lease ends -- a lower bound, retry then -- and
  * without one INT64_MAX: only a release can help), or res->error =
  * SLUICE_EFULL (a new key, and no slot of its shard is free or idle),
- * SLUICE_EINVAL (NULL r or pm, or key with keylen > 0).  A refusal for
- * want of room first gives back the permits of up to
- * SLUICE_CONC_REGION_SWEEP dead holders of the key (above).  `permits` = 0
- * is a probe: allowed, nothing taken.  Thread-safe, and safe across
- * processes: a short lock on the key's shard. */
+ * SLUICE_EINVAL (NULL r or pm, or a NULL key with keylen > 0).  Before a
+ * refusal for want of room the key is swept (above: up to
+ * SLUICE_CONC_REGION_SWEEP holder entries, dead holders' permits back; at
+ * most once a millisecond while sweeps free nothing).  Keys are any bytes,
+ * held by a 16-byte keyed digest.  Each key has its own clock, moved by
+ * every call on it (docs/decisions.md 3.9): an earlier now_ns counts as the
+ * key's latest.  `permits` = 0 is a probe: allowed, nothing taken.
+ * Thread-safe, and safe across processes: a short lock on the key's
+ * shard. */
 bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const void *key,
                                           size_t keylen, uint64_t permits, uint64_t now_ns,
                                           sluice_region_permit *pm, sluice_result *res);
