@@ -5,7 +5,8 @@
  *
  * Map:  the layout (chead, cshard, cslot, cholder; make_layout,
  *       sluice_concurrency_region_size); a key's slot (find, slot_idle,
- *       expire, recount); holders (holder_gone, sweep, take); the shard's
+ *       slot_retire_idle, sweep_for_room, expire, recount); holders
+ *       (sweep, take); the shard's
  *       lock and repair; attach, open (region_attach.c maps the name) and
  *       free; acquire, release, held.
  *
