@@ -29,7 +29,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_tzif fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_conc_region fuzz_tzif fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json)
 
 case ${1:-} in
 -h | --help)

@@ -243,6 +243,143 @@ uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const voi
  * Thread-safe. */
 size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
 
+/* ---- a table of concurrency limits in a shared region -------------------
+ *
+ * The per-key table above, placed in memory that processes share (nginx's
+ * shared zone, an anonymous MAP_SHARED mapping made before fork), so that
+ * at most N permits of a key are held across every process.  Its own
+ * object, not a sluice_table: a permit must be given back, and the rate
+ * tables' calls return nothing to give back (docs/tables.md, "Concurrency
+ * limits in a shared region").  Its permits are sluice_region_permit
+ * handles, released by sluice_region_permit_release_at (a distinct type:
+ * sluice_permit_release_at cannot be given one by mistake).
+ *
+ * Crash safety.  Each held permit handle records its holder in the region:
+ * the process's pid, its start time and its pid namespace (the shard locks
+ * name their holders so too).  A process that dies holding permits -- a
+ * SIGKILL, a crash -- cannot release them; the region gives them back:
+ * an acquire that finds its key without room sweeps the key: it checks
+ * up to SLUICE_CONC_REGION_SWEEP of the key's holder entries (a rotating
+ * cursor; each holder process asked once: a kill() and a read of /proc)
+ * and returns the permits of each whose holder is gone (no such pid, a
+ * zombie, or the pid now another process's) -- unless the key's previous
+ * sweep freed nothing less than SLUICE_CONC_REGION_SWEEP_GAP_NS (1 ms, on
+ * the callers' clock) before, so that a key full of live holders pays for
+ * a sweep once a millisecond, not at every refusal.  The bound: once the
+ * holder has died (the kernel shows it a zombie, or its parent has reaped
+ * it), its permits are back within ceil(H / SLUICE_CONC_REGION_SWEEP)
+ * sweeps of its key, H the key's holder entries (= N): for a key with at
+ * most SLUICE_CONC_REGION_SWEEP handles held, at the first acquire that
+ * finds the key full 1 ms or more after the death (or sooner); for more,
+ * at most one such acquire per 1 ms per 16 handles later.  A
+ * new key refused for want of room first sweeps so up to 4 held keys of
+ * its shard, so a key held only by dead processes, that nobody asks for
+ * again, gives its room up too.  A
+ * holder killed while it held a shard's lock is recovered as the rate
+ * tables' are: the next process to lock the shard takes the lock and
+ * recounts the shard's keys from their holder entries.  With `lease=D` a
+ * permit also comes back by itself D after its admission, at the next call
+ * on its key, whoever holds it.  A key holding permits is never given to
+ * another key (it is not at rest); one that holds none may be.
+ *
+ * The region: sluice_concurrency_region_size() bytes (N <= 65536 in a
+ * region: 32 bytes per N per key, as a leased limit's book), zeroed before
+ * the first attach.  Every process must share one pid namespace (a region
+ * made in another is refused at attach) and see /proc, as for the shared
+ * rate tables (sluice_table_attach in sluice.h; the same damage rules:
+ * every count, index and holder read from the region is checked before
+ * use, and a region damaged by a faulty writer gives wrong answers but
+ * never loops without bound nor writes outside itself). */
+typedef struct sluice_concurrency_region sluice_concurrency_region; /* opaque */
+
+/* Holder entries a sweep of a key checks, at most; and the least time
+ * between two sweeps of a key when the first freed nothing (1 ms). */
+#define SLUICE_CONC_REGION_SWEEP 16
+#define SLUICE_CONC_REGION_SWEEP_GAP_NS 1000000u
+
+/* A permit held in a region: filled by an admission; the caller owns it,
+ * and may hand it to another process that has the region attached (a
+ * forked child) to release.  Its holder stays the process that acquired
+ * it: when that one dies, the permit goes back, whoever has the handle.
+ * `permits` is 0 once it holds nothing.  The other fields are private. */
+typedef struct sluice_region_permit {
+    uint64_t permits;                 /* permits held by this handle */
+    sluice_concurrency_region *owner; /* private: the region's handle */
+    uint32_t shard, slot, holder;     /* private: where its holder entry is */
+    uint32_t gen;                     /* private: the entry's generation */
+} sluice_region_permit;
+
+/* The bytes a region for `concurrency N [lease=D]` (N at most 65536) and
+ * max_keys keys (1 .. 2^24) needs, or 0 with a one-line reason in err.
+ * Thread-safe. */
+size_t sluice_concurrency_region_size(const char *spec, size_t max_keys, char *err,
+                                      size_t errlen);
+
+/* Place the table in caller memory of `size` bytes at `region` (64-byte
+ * aligned, shared by the processes).  A zeroed region is initialised once,
+ * however many processes race to attach; an initialised one is attached.
+ * Refused (NULL, the reason in err): a bad spec or max_keys, a size below
+ * sluice_concurrency_region_size(), a region that is neither zeroed nor
+ * such a table (a rate table's included), one of another spec, max_keys
+ * or layout version, or made in another boot or pid namespace.  The handle
+ * is process local (a child forked after attaching may use it): free it
+ * with sluice_concurrency_region_free(), which leaves the region alone.
+ * Thread-safe. */
+sluice_concurrency_region *sluice_concurrency_region_attach(void *region, size_t size,
+                                                            const char *spec, size_t max_keys,
+                                                            char *err, size_t errlen);
+
+/* The same in a named region that unrelated processes create or attach,
+ * by sluice_table_open's rules (sluice.h): "/name" a POSIX shared memory
+ * object, any other path a file; made exclusively (mode 0600), never
+ * through a symbolic link, refused when owned by another user or writable
+ * by others; sized by the first process under its flock.  Refusals name
+ * the path.  The handle owns its mapping (sluice_concurrency_region_free
+ * unmaps it); the name stays until sluice_table_unlink(path).
+ * Thread-safe. */
+sluice_concurrency_region *sluice_concurrency_region_open(const char *path, const char *spec,
+                                                          size_t max_keys, char *err,
+                                                          size_t errlen);
+
+/* Free a handle (the region stays, and so do its permits; an opened one's
+ * mapping is unmapped); NULL is a no-op.  No call on it may be running or
+ * follow. */
+void sluice_concurrency_region_free(sluice_concurrency_region *r);
+
+/* Take `permits` of key[0..keylen) at now_ns (ns on CLOCK_MONOTONIC's axis:
+ * every process of a region passes times of one clock).  True: *pm holds
+ * them, recorded as this process's.  False: nothing taken, pm->permits = 0,
+ * and res (may be NULL) says why: room (remaining = N minus the permits
+ * held; retry_after_ns -1 when permits > N, else with a lease the wait
+ * until the earliest lease ends -- a lower bound, retry then -- and
+ * without one INT64_MAX: only a release can help), or res->error =
+ * SLUICE_EFULL (a new key, and no slot of its shard is free or idle),
+ * SLUICE_EINVAL (NULL r or pm, or a NULL key with keylen > 0).  Before a
+ * refusal for want of room the key is swept (above: up to
+ * SLUICE_CONC_REGION_SWEEP holder entries, dead holders' permits back; at
+ * most once a millisecond while sweeps free nothing).  Keys are any bytes,
+ * held by a 16-byte keyed digest.  Each key has its own clock, moved by
+ * every call on it (docs/decisions.md 3.9): an earlier now_ns counts as the
+ * key's latest.  `permits` = 0 is a probe: allowed, nothing taken.
+ * Thread-safe, and safe across processes: a short lock on the key's
+ * shard. */
+bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const void *key,
+                                          size_t keylen, uint64_t permits, uint64_t now_ns,
+                                          sluice_region_permit *pm, sluice_result *res);
+
+/* Give back what *pm holds, at now_ns: 0 (pm->permits = 0), or
+ * SLUICE_ENOENT changing nothing else: pm holds nothing, its permits were
+ * released through a copy, or they went back (its lease ended by now_ns,
+ * or its holder was found dead).  SLUICE_EINVAL for a NULL pm or one whose
+ * fields are not the region's.  Thread-safe, across processes. */
+int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns);
+
+/* The permits key[0..keylen) holds at now_ns (leases ended by then given
+ * back; dead holders' permits still count until a sweep returns them): 0
+ * for a key the region does not hold.  Thread-safe, across processes. */
+uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const void *key,
+                                           size_t keylen, uint64_t now_ns);
+
 #ifdef __cplusplus
 }
 #endif

@@ -396,6 +396,16 @@ static inline uint64_t sluice__rt_state_commit(const sluice__rtable *r, const sl
     return h ^ (1u << 2);
 }
 
+/* region_attach.c: a named region (sluice_table_open's rules: "/name" a
+ * POSIX shared memory object, else a file; made exclusively, never through
+ * a link, owned by this uid, writable by no one else; sized to `need` by
+ * the first, under its flock) mapped whole: 0 with the mapping in *map and
+ * its length in *len, or a negative code with the reason naming the path
+ * in err.  And an attach's reason prefixed with the path (in place). */
+SLUICE__INTERNAL int sluice__rt_map_named(const char *path, size_t need, void **map, size_t *len,
+                                          char *err, size_t errlen);
+SLUICE__INTERNAL void sluice__rt_name_error(const char *path, char *err, size_t errlen);
+
 /* region_read.c: a snapshot of a key's slot read without the lock (false:
  * READ_TRIES reads met holders), the profile and state it decides under
  * (NULL: the lock must), a window log's answer from its summary (false:

@@ -7,7 +7,8 @@
  * Map:  layout (make_layout, sluice_table_region_size); attaching
  *       (initialise, check_header, the ops table, attach,
  *       sluice_table_attach, sluice__rtable_close); named regions
- *       (sluice_table_open, sluice_table_unlink).
+ *       (sluice__rt_map_named, which region_conc.c's open shares;
+ *       sluice_table_open, sluice_table_unlink).
  *
  * Initialisation: the header's init word goes 0 (a zeroed region) -> busy
  * (holder's identity; a compare-and-swap, so one process wins) -> ready,
@@ -490,15 +491,13 @@ static int lock_object(int fd)
     }
 }
 
-sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_keys,
-                                size_t max_key_bytes, unsigned flags, char *err, size_t errlen)
+int sluice__rt_map_named(const char *path, size_t need, void **mapp, size_t *lenp, char *err,
+                         size_t errlen)
 {
     if (!path || !*path) {
         sluice__errf(err, errlen, "no path");
-        return NULL;
+        return SLUICE_EINVAL;
     }
-    layout L;
-    if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return NULL;
     const bool shm = is_shm_name(path);
     const char *what = shm ? "shared memory" : "file";
     int fd = open_object(path, shm);
@@ -508,7 +507,7 @@ sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_k
                          what, path);
         else
             sluice__errf(err, errlen, "cannot open %s \"%s\": %s", what, path, strerror(errno));
-        return NULL;
+        return SLUICE_EINVAL;
     }
     /* the size is set once, by whoever finds the object empty; the lock
      * (released by the kernel if its holder dies) keeps two from racing */
@@ -520,47 +519,68 @@ sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_k
         e = errno;
         sluice__errf(err, errlen, "cannot stat %s \"%s\": %s", what, path, strerror(e));
         close(fd);
-        return NULL;
+        return SLUICE_EINVAL;
     }
     if (!object_ok(&sb, path, what, err, errlen)) {
         close(fd);
-        return NULL;
+        return SLUICE_EINVAL;
     }
     e = lock_object(fd);
     if (!e && fstat(fd, &sb) != 0) e = errno;
-    if (!e && sb.st_size == 0 && ftruncate(fd, (off_t)L.need) != 0) e = errno;
-    if (!e && sb.st_size == 0) sb.st_size = (off_t)L.need;
+    if (!e && sb.st_size == 0 && ftruncate(fd, (off_t)need) != 0) e = errno;
+    if (!e && sb.st_size == 0) sb.st_size = (off_t)need;
     if (e != ETIMEDOUT) (void)flock(fd, LOCK_UN);
     if (e) {
         sluice__errf(err, errlen, "cannot size \"%s\": %s", path,
                      e == ETIMEDOUT ? "another process held its lock (flock) for more than 10 s"
                                     : strerror(e));
         close(fd);
-        return NULL;
+        return SLUICE_EINVAL;
     }
     len = (size_t)sb.st_size;
     if ((off_t)len != sb.st_size || len < HEAD_BYTES) {
         sluice__errf(err, errlen, "\"%s\" has %lld bytes; this table needs %zu", path,
-                     (long long)sb.st_size, L.need);
+                     (long long)sb.st_size, need);
         close(fd);
-        return NULL;
+        return SLUICE_EINVAL;
     }
     map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     e = errno;
     close(fd);
     if (map == MAP_FAILED) {
         sluice__errf(err, errlen, "cannot map \"%s\": %s", path, strerror(e));
+        return SLUICE_EINVAL;
+    }
+    *mapp = map;
+    *lenp = len;
+    return 0;
+}
+
+void sluice__rt_name_error(const char *path, char *err, size_t errlen)
+{
+    if (err && errlen) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", err);
+        sluice__errf(err, errlen, "\"%s\": %s", path, why);
+    }
+}
+
+sluice_table *sluice_table_open(const char *path, const char *spec, size_t max_keys,
+                                size_t max_key_bytes, unsigned flags, char *err, size_t errlen)
+{
+    if (!path || !*path) {
+        sluice__errf(err, errlen, "no path");
         return NULL;
     }
+    layout L;
+    if (make_layout(spec, max_keys, max_key_bytes, &L, err, errlen) != 0) return NULL;
+    void *map;
+    size_t len;
+    if (sluice__rt_map_named(path, L.need, &map, &len, err, errlen) != 0) return NULL;
     sluice_table *t = attach(map, len, spec, max_keys, max_key_bytes, flags, map, len, err, errlen);
     if (!t) {
         munmap(map, len);
-        /* name the object in the reason */
-        if (err && errlen) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", err);
-            sluice__errf(err, errlen, "\"%s\": %s", path, why);
-        }
+        sluice__rt_name_error(path, err, errlen); /* name the object in the reason */
     }
     return t;
 }

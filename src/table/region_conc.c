@@ -1,0 +1,829 @@
+/* region_conc.c -- concurrency limits in a shared region, crash-safe
+ * (sluice_concurrency_region, sluice/concurrency.h): per key at most N
+ * permits held across every process attached, each held handle recorded
+ * with its holder, so that a holder that dies gives its permits back.
+ *
+ * Map:  the layout (chead, cshard, cslot, cholder; make_layout,
+ *       sluice_concurrency_region_size); a key's slot (find, slot_idle,
+ *       slot_retire_idle, sweep_for_room, expire, recount); holders
+ *       (sweep, take); the shard's
+ *       lock and repair; attach, open (region_attach.c maps the name) and
+ *       free; acquire, release, held.
+ *
+ * Why its own region and not the rate table's (region_table.c).  The
+ * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
+ * that spends permits and returns nothing.  A concurrency permit is held
+ * and given back, and a shared one must say who holds it; that is a
+ * different slot (a holder list, not an algorithm state and two copies)
+ * and a different call set.  What it shares with the rate region it calls:
+ * the identities and the dead-holder test of the lock words (region_who.c),
+ * the sizing of shards (skeleton.h), the long-key digest (base/siphash.h).
+ *
+ * Layout (all offsets from the region's start; every process computes them
+ * alike from spec and max_keys, and attach compares them with the header):
+ *
+ *     0            chead, CHEAD bytes: magic, version, sizes, seed, boot
+ *                  id, pid namespace, spec, the count of keys made
+ *     CHEAD        nshards cshard lines: the lock word and slots in use
+ *     slots_off    nshards * cap slots of `stride` bytes: a cslot (64
+ *                  bytes: state, held, clock, next lease end, cursors, the
+ *                  key's 16-byte digest), then H = N cholder entries of 32
+ *                  bytes (holder identity, pid namespace, lease end,
+ *                  permits, generation)
+ *
+ * Keys are held by their digest under the region's seed and never move:
+ * linear probing from the digest's home slot in its shard, at most cap
+ * slots, a run ending at an empty slot.  A slot once used is never
+ * emptied (runs stay whole): a key that holds nothing (slot_idle: every
+ * lease ended, no holder) is given to a new key met on its run, or, when
+ * the shard's share (ecap) or the region's max_keys leaves no room for a
+ * new key, becomes a tombstone (skipped by lookups, reused by new keys) so
+ * that the new key takes its room.  A key holding permits is thus never
+ * at rest and never dropped.  A new key is refused (SLUICE_EFULL) when
+ * there is no room and no idle key in its shard.
+ *
+ * Holders.  A handle's entry records `who` (pid | low 31 bits of the start
+ * time << 32, as a lock word: region_who.c) and the pid namespace's inode.
+ * An acquire that finds its key full sweeps it (sweep): up to
+ * SLUICE_CONC_REGION_SWEEP entries from the key's cursor, each holder
+ * process asked once (sluice__rt_gone with the /proc look: no such pid, a
+ * zombie, a pid reused), entries of another namespace than the region's
+ * taken as damage (no process of one can attach) -- and the sweep after
+ * one that freed nothing waits SLUICE_CONC_REGION_SWEEP_GAP_NS on the
+ * key's clock (a sweep of 16 live holder processes costs about 240 us
+ * under the shard's lock: once a millisecond, not at every refusal).  So
+ * a dead holder's permits are back within ceil(H / SWEEP) sweeps of its
+ * key.  A live holder's entry is never freed but by its release or its
+ * lease: the permits held by live processes never exceed N.  A new key that
+ * finds no room also sweeps the holders of up to ROOM_SWEEP_KEYS held keys
+ * of its shard (sweep_for_room, from a rotating slot cursor), so that a key
+ * held only by dead processes, which nobody asks for again, gives its room
+ * up: within ceil(cap / 4) * ceil(H / SWEEP) such refusals.
+ *
+ * Crash safety of the updates.  Every change is under the shard's lock
+ * word, taken from a dead holder as the rate region's are.  An admission
+ * writes the entry's fields, then `who` (the entry now counts), then adds
+ * to `held`; a release or a sweep clears `who`, then subtracts.  A process
+ * killed between the two leaves `held` off by its permits: whoever takes
+ * its lock recounts every slot of the shard from its entries (repair), so
+ * `held` is always the sum of the entries that count once the lock is
+ * free.  What a repair does not make exact: the region's count of keys
+ * (taken before a slot is made live, across shards): a process killed
+ * between the two leaves it one high, one key of room lost until the
+ * region is made again.
+ *
+ * Damage.  Every field read from the region is bounded before use: a
+ * state that is neither empty nor live is skipped; `held` above N admits
+ * nothing (no subtraction wraps); an entry whose permits are 0 or above N
+ * is freed by a sweep or a repair; the cursors are taken modulo H; a shard
+ * count above its share refuses new keys; a probe run stops at cap slots,
+ * a scan of entries at H.  A handle's indexes (a permit handle is the
+ * caller's memory) are checked against the handle's own layout.
+ */
+#define _GNU_SOURCE
+#include "table/region.h"
+#include "alg/concurrency.h"
+#include "base/siphash.h"
+
+#include <sluice/concurrency.h>
+
+#include <string.h>
+#include <sys/mman.h>
+
+/* ---- the layout ----------------------------------------------------------- */
+
+#define CMAGIC 0x636e6f636563756cULL /* "lucecono": a concurrency region */
+#define CVERSION 1u
+#define CHEAD 512
+#define CONC_REGION_MAX_N 65536u /* holder entries per key */
+enum { S_EMPTY = 0, S_LIVE = 1, S_TOMB = 2 }; /* a slot's state */
+
+typedef struct chead {
+    _Atomic uint64_t init; /* 0 zeroed, BUSY | maker's identity, INIT_READY */
+    uint64_t magic;
+    uint32_t version, holders; /* H */
+    uint32_t nshards, cap;
+    uint64_t need, max_keys, limit, lease_ns, ecap, stride;
+    uint64_t seed[2];
+    uint64_t pidns; /* the maker's pid namespace, 0 if unknown */
+    char boot[40];
+    char spec[SLUICE_SPEC_MAX];
+    _Alignas(64) _Atomic uint64_t keys; /* slots ever made live, <= max_keys */
+} chead;
+_Static_assert(sizeof(chead) <= CHEAD, "the header fits its bytes");
+_Static_assert(offsetof(chead, magic) == 8 && offsetof(chead, version) == 16 &&
+                   offsetof(chead, limit) == 48 && offsetof(chead, pidns) == 96 &&
+                   offsetof(chead, keys) == 320,
+               "where tests/table/test_conc_region.c finds them");
+
+typedef struct cshard {
+    _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
+    uint64_t count;                     /* slots made live */
+    uint32_t swept;                     /* the next slot a search for room sweeps */
+} cshard;
+_Static_assert(sizeof(cshard) == 64, "a line a shard");
+
+typedef struct cslot {
+    _Atomic uint64_t state; /* S_EMPTY, S_LIVE, S_TOMB */
+    uint64_t held;          /* permits held: the sum of its counting entries */
+    uint64_t t_last;        /* the latest time of a call on the key */
+    uint64_t next_exp;      /* <= the earliest lease end; UINT64_MAX: none */
+    uint32_t cursor, hint;  /* the sweep's next entry; the free search's */
+    uint64_t sweep_next;    /* the earliest time of the key's next sweep */
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+} cslot;
+_Static_assert(sizeof(cslot) == 64, "a line a slot's head");
+
+typedef struct cholder {
+    _Atomic uint64_t who; /* 0 free, else the holder's identity */
+    uint64_t ns;          /* its pid namespace */
+    uint64_t expiry;      /* its lease's end; 0 without a lease */
+    uint32_t permits, gen;
+} cholder;
+_Static_assert(sizeof(cholder) == 32, "32 bytes an entry");
+
+typedef struct clayout {
+    sluice__conc_profile cp;
+    uint64_t max_keys, ecap;
+    uint32_t nshards, shard_bits, cap, holders;
+    size_t stride, slots_off, need;
+    char spec[SLUICE_SPEC_MAX];
+} clayout;
+
+struct sluice_concurrency_region {
+    clayout L; /* the handle's own copy: bounds never re-read from the region */
+    chead *h;
+    cshard *sh;
+    unsigned char *slots;
+    uint64_t dseed[2];
+    uint64_t pidns;
+    void *map; /* sluice_concurrency_region_open's mapping, unmapped on free */
+    size_t map_len;
+};
+
+static int make_layout(const char *spec, size_t max_keys, clayout *L, char *err, size_t errlen)
+{
+    memset(L, 0, sizeof *L);
+    if (!spec) {
+        sluice__errf(err, errlen, "no spec");
+        return SLUICE_EINVAL;
+    }
+    if (sluice__conc_parse(spec, &L->cp, err, errlen) != 0) return SLUICE_EINVAL;
+    if (L->cp.limit > CONC_REGION_MAX_N) {
+        sluice__errf(err, errlen,
+                     "concurrency %llu in a shared region: N is at most %u there (each held "
+                     "handle records its holder, 32 bytes per N per key)",
+                     (unsigned long long)L->cp.limit, CONC_REGION_MAX_N);
+        return SLUICE_ERANGE;
+    }
+    if (max_keys < 1 || max_keys > ((size_t)1 << 24)) {
+        sluice__errf(err, errlen, "bad max_keys %zu: expected 1 .. 2^24", max_keys);
+        return SLUICE_EINVAL;
+    }
+    if (sluice__conc_format(&L->cp, L->spec, sizeof L->spec) < 0) {
+        sluice__errf(err, errlen, "spec too long");
+        return SLUICE_EINVAL;
+    }
+    unsigned bits;
+    uint64_t ecap;
+    sluice__table_sizing(max_keys, &bits, &ecap);
+    L->max_keys = max_keys;
+    L->ecap = ecap;
+    L->shard_bits = bits;
+    L->nshards = 1u << bits;
+    L->cap = sluice__table_cap(ecap, 4);
+    L->holders = (uint32_t)L->cp.limit;
+    L->stride = sizeof(cslot) + (size_t)L->holders * sizeof(cholder);
+    L->slots_off = CHEAD + (size_t)L->nshards * sizeof(cshard);
+    /* <= 2^24 * 1.25 + 64 shards' slots of at most 2 MiB + 64: below 2^47 */
+    const unsigned __int128 need =
+        (unsigned __int128)L->slots_off + (unsigned __int128)L->nshards * L->cap * L->stride;
+    if (need > SIZE_MAX) {
+        sluice__errf(err, errlen, "a region of %zu keys for \"%s\" exceeds the address space",
+                     max_keys, L->spec);
+        return SLUICE_ERANGE;
+    }
+    L->need = (size_t)need;
+    return 0;
+}
+
+size_t sluice_concurrency_region_size(const char *spec, size_t max_keys, char *err,
+                                      size_t errlen)
+{
+    clayout L;
+    return make_layout(spec, max_keys, &L, err, errlen) == 0 ? L.need : 0;
+}
+
+/* ---- a key's slot ---------------------------------------------------------- */
+
+static inline cslot *cslot_at(const sluice_concurrency_region *r, uint32_t k, uint32_t i)
+{
+    return (cslot *)(void *)(r->slots + ((size_t)k * r->L.cap + i) * r->L.stride);
+}
+static inline cholder *holder_at(cslot *s, uint32_t j)
+{
+    return (cholder *)(void *)((unsigned char *)s + sizeof(cslot)) + j;
+}
+static inline uint64_t who_of(cholder *e)
+{
+    return atomic_load_explicit(&e->who, memory_order_relaxed);
+}
+
+/* Free entry e of slot s: it stops counting, then leaves `held`. */
+static void holder_free(cslot *s, cholder *e)
+{
+    const uint64_t p = e->permits;
+    atomic_store_explicit(&e->who, 0, memory_order_relaxed);
+    s->held = s->held >= p ? s->held - p : 0;
+}
+
+/* Whether entry e (counting) is damage: permits outside 1 .. N. */
+static inline bool holder_bad(const sluice_concurrency_region *r, const cholder *e)
+{
+    return e->permits == 0 || e->permits > r->L.cp.limit;
+}
+
+/* Recount slot s from its entries: `held` and the next lease end, freeing
+ * damaged entries.  O(H).  Shard locked. */
+static void recount(const sluice_concurrency_region *r, cslot *s)
+{
+    uint64_t held = 0, next = UINT64_MAX;
+    for (uint32_t j = 0; j < r->L.holders; j++) {
+        cholder *e = holder_at(s, j);
+        if (!who_of(e)) continue;
+        if (holder_bad(r, e)) {
+            atomic_store_explicit(&e->who, 0, memory_order_relaxed);
+            continue;
+        }
+        held += e->permits; /* <= H * N <= 2^32 */
+        if (e->expiry && e->expiry < next) next = e->expiry;
+    }
+    s->held = held;
+    s->next_exp = next;
+}
+
+/* Give back the leases of slot s ended by t (expiry <= t).  O(H) when one
+ * may have ended, O(1) otherwise.  Shard locked. */
+static void expire(const sluice_concurrency_region *r, cslot *s, uint64_t t)
+{
+    if (!r->L.cp.lease_ns || s->next_exp > t) return;
+    uint64_t next = UINT64_MAX;
+    for (uint32_t j = 0; j < r->L.holders; j++) {
+        cholder *e = holder_at(s, j);
+        if (!who_of(e) || !e->expiry) continue;
+        if (e->expiry <= t)
+            holder_free(s, e);
+        else if (e->expiry < next)
+            next = e->expiry;
+    }
+    s->next_exp = next;
+}
+
+/* The key's clock: now clamped to 2^63-1 and never before the key's
+ * latest call; moved there.  Shard locked. */
+static uint64_t key_time(cslot *s, uint64_t now_ns)
+{
+    uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+    if (s->t_last <= (uint64_t)INT64_MAX && t < s->t_last) t = s->t_last;
+    s->t_last = t;
+    return t;
+}
+
+/* Whether slot s holds nothing at now_ns (its leases ended by then given
+ * back: O(H) once after a lease ended, else O(1)).  `held` is trusted
+ * here (a damaged 0 over counting entries loses that key's permits, as
+ * damage may: the head comment); a recount per idle slot would make a
+ * new key's search O(cap * H). */
+static bool slot_idle(const sluice_concurrency_region *r, cslot *s, uint64_t now_ns)
+{
+    uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+    if (s->t_last <= (uint64_t)INT64_MAX && t < s->t_last) t = s->t_last;
+    expire(r, s, t);
+    return s->held == 0;
+}
+
+/* Make slot s key dig's, fresh.  Shard locked. */
+static void slot_claim(cslot *s, const unsigned char *dig)
+{
+    memcpy(s->dig, dig, sizeof s->dig);
+    s->held = 0;
+    s->t_last = 0;
+    s->next_exp = UINT64_MAX;
+    s->cursor = s->hint = 0;
+    s->sweep_next = 0;
+}
+
+/* Whether the region may make one more key: its count below max_keys.
+ * A failed compare-and-swap means another shard made or gave up a key;
+ * bounded all the same (a million tries: never met). */
+static bool keys_take(sluice_concurrency_region *r)
+{
+    uint64_t n = atomic_load_explicit(&r->h->keys, memory_order_relaxed);
+    for (unsigned k = 0; k < (1u << 20); k++) {
+        if (n >= r->L.max_keys) return false;
+        if (atomic_compare_exchange_weak_explicit(&r->h->keys, &n, n + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
+/* Make slot s (empty or a tombstone) live for key dig, if the shard's
+ * share and the region's max_keys allow one more key.  Shard k locked. */
+static bool slot_make(sluice_concurrency_region *r, uint32_t k, cslot *s,
+                      const unsigned char *dig)
+{
+    cshard *sh = &r->sh[k];
+    if (sh->count >= r->L.ecap || !keys_take(r)) return false;
+    slot_claim(s, dig);
+    atomic_store_explicit(&s->state, S_LIVE, memory_order_relaxed);
+    sh->count++;
+    return true;
+}
+
+/* Turn an idle key of shard k (locked) into a tombstone, giving back its
+ * room: true if one was found (at most cap slots visited). */
+static bool slot_retire_idle(sluice_concurrency_region *r, uint32_t k, uint64_t now_ns)
+{
+    for (uint32_t i = 0; i < r->L.cap; i++) {
+        cslot *s = cslot_at(r, k, i);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE ||
+            !slot_idle(r, s, now_ns))
+            continue;
+        atomic_store_explicit(&s->state, S_TOMB, memory_order_relaxed);
+        if (r->sh[k].count) r->sh[k].count--;
+        if (atomic_load_explicit(&r->h->keys, memory_order_relaxed))
+            atomic_fetch_sub_explicit(&r->h->keys, 1, memory_order_relaxed);
+        return true;
+    }
+    return false;
+}
+
+static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t);
+
+/* Sweep the holders of shard k's keys (locked) for dead ones, from the
+ * shard's slot cursor, SLUICE_CONC_REGION_SWEEP entries of at most
+ * ROOM_SWEEP_KEYS keys per call: so that a key held only by processes
+ * that died, which nobody asks for again, becomes idle and gives its room
+ * up.  True when one did. */
+#define ROOM_SWEEP_KEYS 4
+static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t now_ns)
+{
+    cshard *sh = &r->sh[k];
+    uint32_t i = sh->swept % r->L.cap;
+    bool freed = false;
+    for (uint32_t n = 0, swept = 0; n < r->L.cap && swept < ROOM_SWEEP_KEYS;
+         n++, i = i + 1 == r->L.cap ? 0 : i + 1) {
+        cslot *s = cslot_at(r, k, i);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE || s->held == 0)
+            continue;
+        const uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
+        (void)sweep(r, s, t < s->t_last && s->t_last <= (uint64_t)INT64_MAX ? s->t_last : t);
+        swept++;
+        if (slot_idle(r, s, now_ns)) freed = true;
+    }
+    sh->swept = i;
+    return freed;
+}
+
+/* The slot of key dig in shard k (locked), from `home`: found, or (make)
+ * a new one -- the first tombstone or idle key met on the run, else the
+ * empty slot that ends it; when the shard or the region has no room for
+ * one more key, an idle key elsewhere in the shard becomes a tombstone to
+ * make it.  NONE when there is none.  At most 4 passes over the cap
+ * slots (the run, the idle search, the sweep for room, the idle search). */
+static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
+                     const unsigned char *dig, bool make, uint64_t now_ns)
+{
+    uint32_t i = home, reuse = NONE, empty = NONE;
+    for (uint32_t n = 0; n < r->L.cap; n++, i = i + 1 == r->L.cap ? 0 : i + 1) {
+        cslot *s = cslot_at(r, k, i);
+        const uint64_t st = atomic_load_explicit(&s->state, memory_order_relaxed);
+        if (st == S_EMPTY) {
+            empty = i;
+            break;
+        }
+        if (st == S_TOMB) {
+            if (reuse == NONE) reuse = i;
+            continue;
+        }
+        if (st != S_LIVE) continue; /* damage: not a key, not reused */
+        if (memcmp(s->dig, dig, sizeof s->dig) == 0) return i;
+        if (make && reuse == NONE && slot_idle(r, s, now_ns)) reuse = i;
+    }
+    if (!make) return NONE;
+    const uint32_t at = reuse != NONE ? reuse : empty;
+    if (at == NONE) return NONE;
+    cslot *s = cslot_at(r, k, at);
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) { /* idle: re-tag */
+        slot_claim(s, dig);
+        return at;
+    }
+    if (slot_make(r, k, s, dig)) return at;
+    /* no room: an idle key off the run gives its room up */
+    if (slot_retire_idle(r, k, now_ns) && slot_make(r, k, s, dig)) return at;
+    /* none idle: dead holders of other keys may have left one so */
+    if (sweep_for_room(r, k, now_ns) && slot_retire_idle(r, k, now_ns) &&
+        slot_make(r, k, s, dig))
+        return at;
+    return NONE;
+}
+
+/* ---- holders ---------------------------------------------------------------- */
+
+/* Free the entries of dead holders (and damaged ones) among the next
+ * SLUICE_CONC_REGION_SWEEP of slot s from its cursor, at the key's time t
+ * -- unless the key's previous sweep freed nothing less than
+ * SLUICE_CONC_REGION_SWEEP_GAP_NS before t: a key full of live holders
+ * pays for a sweep (a kill() and a read of /proc per holder process)
+ * once per gap, not at every refusal.  Each holder process is asked about
+ * once per sweep, however many of the entries are its.  Returns whether
+ * an entry was freed.  Shard locked. */
+static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t)
+{
+    const uint32_t H = r->L.holders;
+    if (H == 0 || t < s->sweep_next) return false;
+    uint64_t asked[SLUICE_CONC_REGION_SWEEP];
+    bool dead[SLUICE_CONC_REGION_SWEEP];
+    unsigned nasked = 0;
+    bool freed = false, damaged = false;
+    uint32_t j = s->cursor % H;
+    for (uint32_t n = 0; n < SLUICE_CONC_REGION_SWEEP && n < H; n++, j = j + 1 == H ? 0 : j + 1) {
+        cholder *e = holder_at(s, j);
+        const uint64_t who = who_of(e);
+        if (!who) continue;
+        if (holder_bad(r, e)) {
+            atomic_store_explicit(&e->who, 0, memory_order_relaxed);
+            damaged = freed = true;
+            continue;
+        }
+        bool gone;
+        if (e->ns != r->pidns) {
+            gone = true; /* damage: no process of another namespace attaches */
+        } else {
+            unsigned q = 0;
+            while (q < nasked && asked[q] != who) q++;
+            if (q == nasked) { /* not asked yet in this sweep */
+                asked[nasked] = who;
+                dead[nasked++] = sluice__rt_gone(who, true);
+            }
+            gone = dead[q];
+        }
+        if (gone) {
+            holder_free(s, e);
+            freed = true;
+        }
+    }
+    s->cursor = j;
+    if (damaged) recount(r, s);
+    s->sweep_next = freed ? t : sluice__sat_add(t, SLUICE_CONC_REGION_SWEEP_GAP_NS);
+    return freed;
+}
+
+/* Record `permits` held by this process in a free entry of slot s from t:
+ * its index (and generation in *gen), or NONE when every entry is taken
+ * (only damage does that: each entry holds >= 1 and held < N).  Shard
+ * locked. */
+static uint32_t take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_t permits,
+                     uint32_t *gen)
+{
+    const uint32_t H = r->L.holders;
+    uint32_t j = s->hint % H;
+    for (uint32_t n = 0; n < H; n++, j = j + 1 == H ? 0 : j + 1) {
+        cholder *e = holder_at(s, j);
+        if (who_of(e)) continue;
+        e->ns = r->pidns;
+        e->expiry = r->L.cp.lease_ns ? t + r->L.cp.lease_ns : 0; /* < 2^64 */
+        e->permits = (uint32_t)permits;
+        e->gen++;
+        *gen = e->gen;
+        atomic_store_explicit(&e->who, sluice__rt_self(), memory_order_relaxed);
+        s->held += permits; /* the entry counts first: a crash here is recounted */
+        if (e->expiry && e->expiry < s->next_exp) s->next_exp = e->expiry;
+        s->hint = j + 1 == H ? 0 : j + 1;
+        return j;
+    }
+    return NONE;
+}
+
+/* ---- the shard's lock ---------------------------------------------------------- */
+
+/* Lock shard k; a lock taken from a dead holder (killed mid-update) has
+ * every slot of the shard recounted from its entries.  Bound: region_who.c
+ * (sluice__rt_lock_word); the repair O(cap * H). */
+static void shard_lock(sluice_concurrency_region *r, uint32_t k)
+{
+    if (!sluice__rt_lock_word(&r->sh[k].lock, sluice__rt_self())) return;
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < r->L.cap; i++) {
+        cslot *s = cslot_at(r, k, i);
+        const uint64_t st = atomic_load_explicit(&s->state, memory_order_relaxed);
+        if (st != S_LIVE) continue;
+        live++;
+        recount(r, s);
+    }
+    r->sh[k].count = live;
+}
+
+static void shard_unlock(sluice_concurrency_region *r, uint32_t k)
+{
+    atomic_store_explicit(&r->sh[k].lock, 0, memory_order_release);
+}
+
+/* The digest of a key, its shard and its home slot. */
+static uint32_t place(const sluice_concurrency_region *r, const void *key, size_t keylen,
+                      unsigned char dig[SLUICE__DIGEST_BYTES], uint32_t *home)
+{
+    sluice__key_digest(r->dseed, key ? key : "", keylen, dig);
+    uint64_t a, b;
+    memcpy(&a, dig, sizeof a);
+    memcpy(&b, dig + 8, sizeof b);
+    *home = (uint32_t)(b % r->L.cap);
+    return r->L.shard_bits ? (uint32_t)(a >> (64 - r->L.shard_bits)) : 0;
+}
+
+/* ---- attach ------------------------------------------------------------------------ */
+
+static bool zeroed_head(const void *region)
+{
+    const unsigned char *p = region;
+    for (size_t i = 8; i < CHEAD + sizeof(cshard); i++)
+        if (p[i]) return false;
+    return true;
+}
+
+static void initialise(void *region, const clayout *L)
+{
+    chead *h = region;
+    h->magic = CMAGIC;
+    h->version = CVERSION;
+    h->holders = L->holders;
+    h->nshards = L->nshards;
+    h->cap = L->cap;
+    h->need = L->need;
+    h->max_keys = L->max_keys;
+    h->limit = L->cp.limit;
+    h->lease_ns = L->cp.lease_ns;
+    h->ecap = L->ecap;
+    h->stride = L->stride;
+    sluice__random_seed(h->seed);
+    h->pidns = sluice__rt_pid_ns();
+    sluice__rt_boot_id(h->boot);
+    memcpy(h->spec, L->spec, sizeof h->spec);
+    atomic_store_explicit(&h->keys, 0, memory_order_relaxed);
+    /* shards and slots: zero already (a zeroed region) */
+}
+
+/* The difference between an initialised header and the layout, as a
+ * one-line message; 0 when they agree. */
+static int check_header(const chead *h, const clayout *L, size_t size, char *err, size_t errlen)
+{
+    if (h->magic != CMAGIC) {
+        sluice__errf(err, errlen, "%s",
+                     h->magic == MAGIC ? "the region holds a rate table, not concurrency limits"
+                                       : "the region does not hold sluice concurrency limits "
+                                         "(bad magic)");
+        return SLUICE_EINVAL;
+    }
+    if (h->version != CVERSION) {
+        sluice__errf(err, errlen,
+                     "the region holds concurrency limits of layout version %u; this library "
+                     "reads version %u",
+                     h->version, CVERSION);
+        return SLUICE_EINVAL;
+    }
+    char boot[40], now[40];
+    memcpy(boot, h->boot, sizeof boot);
+    boot[sizeof boot - 1] = 0;
+    sluice__rt_boot_id(now);
+    if (boot[0] && now[0] && strcmp(boot, now) != 0) {
+        sluice__errf(err, errlen, "the region was made in another boot (%s): unlink it and "
+                     "start afresh", boot);
+        return SLUICE_EINVAL;
+    }
+    const uint64_t ns = sluice__rt_pid_ns();
+    if (h->pidns != ns) {
+        sluice__errf(err, errlen,
+                     "the region was made in another pid namespace (pid:[%llu], this process's "
+                     "pid:[%llu]): its holders' pids would name processes this one cannot see",
+                     (unsigned long long)h->pidns, (unsigned long long)ns);
+        return SLUICE_EINVAL;
+    }
+    char spec[SLUICE_SPEC_MAX];
+    memcpy(spec, h->spec, sizeof spec);
+    spec[sizeof spec - 1] = 0;
+    if (strcmp(spec, L->spec) != 0) {
+        sluice__errf(err, errlen, "the region holds concurrency limits of spec \"%s\", not \"%s\"",
+                     spec, L->spec);
+        return SLUICE_EINVAL;
+    }
+    if (h->max_keys != L->max_keys) {
+        sluice__errf(err, errlen, "the region holds %llu keys at most, not %llu",
+                     (unsigned long long)h->max_keys, (unsigned long long)L->max_keys);
+        return SLUICE_EINVAL;
+    }
+    if (h->limit != L->cp.limit || h->lease_ns != L->cp.lease_ns || h->need != L->need ||
+        h->nshards != L->nshards || h->cap != L->cap || h->holders != L->holders ||
+        h->stride != L->stride || h->ecap != L->ecap) {
+        sluice__errf(err, errlen, "the region's layout (%llu bytes) differs from this one's (%zu)",
+                     (unsigned long long)h->need, L->need);
+        return SLUICE_EINVAL;
+    }
+    if (size < L->need) {
+        sluice__errf(err, errlen, "a region of %zu bytes is too small: these limits need %zu",
+                     size, L->need);
+        return SLUICE_EINVAL;
+    }
+    return 0;
+}
+
+sluice_concurrency_region *sluice_concurrency_region_attach(void *region, size_t size,
+                                                            const char *spec, size_t max_keys,
+                                                            char *err, size_t errlen)
+{
+    clayout L;
+    if (make_layout(spec, max_keys, &L, err, errlen) != 0) return NULL;
+    if (!region || ((uintptr_t)region & 63) != 0) {
+        sluice__errf(err, errlen, "the region must be 64-byte aligned (a mapping is)");
+        return NULL;
+    }
+    if (size < CHEAD + sizeof(cshard)) {
+        sluice__errf(err, errlen, "a region of %zu bytes is too small: these limits need %zu",
+                     size, L.need);
+        return NULL;
+    }
+    chead *h = region;
+    const uint64_t me = sluice__rt_self();
+    for (unsigned n = 0;; n++) { /* bounded: region_attach.c's protocol */
+        uint64_t v = atomic_load_explicit(&h->init, memory_order_acquire);
+        if (v == INIT_READY) break;
+        if (v != 0 && !(v & BUSY)) {
+            sluice__errf(err, errlen, "the region is neither zeroed nor sluice concurrency limits");
+            return NULL;
+        }
+        if (size < L.need) { /* ours to make, and too small for it */
+            sluice__errf(err, errlen, "a region of %zu bytes is too small: these limits need %zu",
+                         size, L.need);
+            return NULL;
+        }
+        bool mine = false;
+        if (v == 0 || (n >= 64 && sluice__rt_gone(v & ~BUSY, (n & 3) == 3)))
+            mine = atomic_compare_exchange_strong_explicit(&h->init, &v, BUSY | me,
+                                                           memory_order_acquire,
+                                                           memory_order_relaxed);
+        if (mine && v == 0 && !zeroed_head(region)) {
+            atomic_store_explicit(&h->init, 0, memory_order_release);
+            sluice__errf(err, errlen, "the region is not zeroed: its init word is 0 but its "
+                         "header is not (a region must be all zero bytes before its first attach)");
+            return NULL;
+        }
+        if (mine) {
+            initialise(region, &L);
+            atomic_store_explicit(&h->init, INIT_READY, memory_order_release);
+            break;
+        }
+        sluice__backoff(n);
+    }
+    if (check_header(h, &L, size, err, errlen) != 0) return NULL;
+    sluice_concurrency_region *r = sluice__calloc64(sizeof *r);
+    if (!r) {
+        sluice__errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->L = L;
+    r->h = h;
+    r->sh = (cshard *)(void *)((unsigned char *)region + CHEAD);
+    r->slots = (unsigned char *)region + L.slots_off;
+    r->pidns = h->pidns;
+    sluice__digest_seed(h->seed, r->dseed);
+    return r;
+}
+
+sluice_concurrency_region *sluice_concurrency_region_open(const char *path, const char *spec,
+                                                          size_t max_keys, char *err,
+                                                          size_t errlen)
+{
+    if (!path || !*path) {
+        sluice__errf(err, errlen, "no path");
+        return NULL;
+    }
+    clayout L;
+    if (make_layout(spec, max_keys, &L, err, errlen) != 0) return NULL;
+    void *map;
+    size_t len;
+    if (sluice__rt_map_named(path, L.need, &map, &len, err, errlen) != 0) return NULL;
+    sluice_concurrency_region *r =
+        sluice_concurrency_region_attach(map, len, spec, max_keys, err, errlen);
+    if (!r) {
+        munmap(map, len);
+        sluice__rt_name_error(path, err, errlen);
+        return NULL;
+    }
+    r->map = map;
+    r->map_len = len;
+    return r;
+}
+
+void sluice_concurrency_region_free(sluice_concurrency_region *r)
+{
+    if (!r) return;
+    if (r->map) munmap(r->map, r->map_len);
+    sluice__free64(r);
+}
+
+/* ---- acquire, release, held --------------------------------------------------------- */
+
+bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const void *key,
+                                          size_t keylen, uint64_t permits, uint64_t now_ns,
+                                          sluice_region_permit *pm, sluice_result *res)
+{
+    sluice_result scratch;
+    if (!res) res = &scratch;
+    if (pm) *pm = (sluice_region_permit){0};
+    if (!r || !pm || (!key && keylen)) return sluice__fail(res, SLUICE_EINVAL);
+    const uint64_t N = r->L.cp.limit;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    uint32_t home;
+    const uint32_t k = place(r, key, keylen, dig, &home);
+    shard_lock(r, k);
+    /* a probe, or a request no wait can help, makes no key */
+    const bool make = permits > 0 && permits <= N;
+    const uint32_t i = find(r, k, home, dig, make, now_ns);
+    if (i == NONE) {
+        shard_unlock(r, k);
+        if (permits == 0) return sluice__allow(res, N, 0); /* a key not held holds nothing */
+        if (permits > N) return sluice__deny(res, N, -1);
+        return sluice__fail(res, SLUICE_EFULL);
+    }
+    cslot *s = cslot_at(r, k, i);
+    const uint64_t t = key_time(s, now_ns);
+    expire(r, s, t);
+    if (make && (s->held > N || permits > N - s->held)) {
+        sweep(r, s, t);
+        expire(r, s, t);
+        if (s->held > N) recount(r, s); /* only damage makes it so */
+    }
+    const uint64_t held = s->held > N ? N : s->held;
+    if (!make) {
+        shard_unlock(r, k);
+        return permits == 0 ? sluice__allow(res, N - held, 0) : sluice__deny(res, N - held, -1);
+    }
+    if (permits > N - held) {
+        int64_t retry = INT64_MAX;
+        if (r->L.cp.lease_ns && s->next_exp != UINT64_MAX)
+            retry = s->next_exp - t > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(s->next_exp - t);
+        shard_unlock(r, k);
+        return sluice__deny(res, N - held, retry);
+    }
+    uint32_t gen = 0;
+    const uint32_t j = take(r, s, t, permits, &gen);
+    const uint64_t after = s->held > N ? N : s->held;
+    shard_unlock(r, k);
+    if (j == NONE) return sluice__deny(res, 0, INT64_MAX); /* damage: every entry taken */
+    *pm = (sluice_region_permit){
+        .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
+    return sluice__allow(res, N - after, 0);
+}
+
+int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
+{
+    if (!pm) return SLUICE_EINVAL;
+    if (pm->permits == 0) return SLUICE_ENOENT;
+    sluice_concurrency_region *r = pm->owner;
+    if (!r || pm->shard >= r->L.nshards || pm->slot >= r->L.cap || pm->holder >= r->L.holders ||
+        pm->permits > r->L.cp.limit)
+        return SLUICE_EINVAL;
+    shard_lock(r, pm->shard);
+    cslot *s = cslot_at(r, pm->shard, pm->slot);
+    int rc = SLUICE_ENOENT;
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) {
+        expire(r, s, key_time(s, now_ns));
+        cholder *e = holder_at(s, pm->holder);
+        if (who_of(e) && e->gen == pm->gen && e->permits == pm->permits) {
+            holder_free(s, e);
+            rc = 0;
+        }
+    }
+    shard_unlock(r, pm->shard);
+    if (rc == 0) pm->permits = 0;
+    return rc;
+}
+
+uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const void *key,
+                                           size_t keylen, uint64_t now_ns)
+{
+    if (!r || (!key && keylen)) return 0;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    uint32_t home;
+    const uint32_t k = place(r, key, keylen, dig, &home);
+    shard_lock(r, k);
+    const uint32_t i = find(r, k, home, dig, false, now_ns);
+    uint64_t held = 0;
+    if (i != NONE) {
+        cslot *s = cslot_at(r, k, i);
+        expire(r, s, key_time(s, now_ns));
+        held = s->held;
+    }
+    shard_unlock(r, k);
+    return held;
+}

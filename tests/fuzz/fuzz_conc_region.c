@@ -1,0 +1,155 @@
+/* fuzz_conc_region.c -- fuzz the concurrency limits in a shared region
+ * (src/table/region_conc.c) over a damaged region.
+ *
+ * As fuzz_region.c is for the rate tables: a damaged region must not make
+ * the processes attached crash, hang, grow or write outside it
+ * (sluice/concurrency.h, "a table of concurrency limits in a shared
+ * region").  The input is a small program over one region made here (an
+ * anonymous mapping):
+ *
+ *   byte 0      the spec (one of SPECS: with and without a lease, N from 1
+ *               to 16) and max_keys (8, or 300: two shards)
+ *   traffic     commands on the valid region until a 0xff byte (at most 64)
+ *   damage      patches until a 0xfe byte (at most 64): an offset anywhere
+ *               in the region, a width (1, 2, 4, 8 bytes) and a value
+ *   calls       commands again, through the handle made before the damage
+ *               and through one attached after it (when attach accepts the
+ *               damaged header)
+ *
+ * A command: acquire (a key of ten, 0 .. N + 1 permits), release one of
+ * eight handles (as given, or with a field changed), held, a probe; times
+ * move on by up to 65 s, jump years, or stand near 2^63.
+ *
+ * Checked: sanitizers (no read or write outside the region or a buffer, no
+ * undefined behaviour), libFuzzer's -timeout and -rss_limit_mb, and
+ * FUZZ_CHECK: an acquire's return is res.allowed, an admission fills the
+ * handle with the permits asked and reports remaining <= N, errors are the
+ * documented codes.  Wrong answers are not checked: a damaged region may
+ * give them.
+ *
+ * What the damage never writes: the init word and the shards' lock words.
+ * A word naming a live process at its true start time is a live holder by
+ * every test the library can make -- a forged one stalls its shard, as a
+ * co-tenant holding a lock for ever does (documented) -- and this process
+ * is live.
+ */
+#define _GNU_SOURCE
+#include <sluice.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fuzz.h"
+
+static const char *const SPECS[] = {
+    "concurrency 1", "concurrency 4", "concurrency 3 lease=1s", "concurrency 16 lease=250ms",
+};
+#define NSPECS (sizeof SPECS / sizeof SPECS[0])
+#define CHEAD 512 /* region_conc.c's header bytes; a shard is a 64-byte line */
+
+typedef struct world {
+    sluice_concurrency_region *r;
+    uint64_t n;
+    uint64_t t;
+    sluice_region_permit pm[8];
+} world;
+
+static void command(world *w, fuzz_in *in)
+{
+    const uint8_t op = fuzz_u8(in);
+    const uint8_t a = fuzz_u8(in);
+    char key[10];
+    const size_t keylen = (size_t)(a % 10);
+    memset(key, 'k', sizeof key);
+    key[0] = (char)('0' + a % 10);
+    switch (op >> 6) { /* the time */
+    case 0: w->t += fuzz_u16(in) * (uint64_t)1000000; break;
+    case 1: w->t += fuzz_u8(in) * (uint64_t)365 * 86400 * 1000000000; break;
+    case 2: w->t = (uint64_t)INT64_MAX - fuzz_u16(in); break;
+    default: break;
+    }
+    sluice_result res;
+    switch (op & 3) {
+    case 0: { /* acquire */
+        const uint64_t p = fuzz_u8(in) % (w->n + 2);
+        sluice_region_permit *pm = &w->pm[fuzz_u8(in) % 8];
+        if (pm->permits) break; /* keep held handles to release */
+        const bool ok = sluice_concurrency_region_acquire_at(w->r, key, keylen, p, w->t, pm, &res);
+        FUZZ_CHECK(ok == res.allowed, "acquire returned %d, res.allowed %d", ok, res.allowed);
+        FUZZ_CHECK(!ok || pm->permits == p, "admitted %llu, handle holds %llu",
+                   (unsigned long long)p, (unsigned long long)pm->permits);
+        FUZZ_CHECK(!ok || res.remaining <= w->n, "remaining %llu > N %llu",
+                   (unsigned long long)res.remaining, (unsigned long long)w->n);
+        FUZZ_CHECK(ok || pm->permits == 0, "refused, and the handle holds %llu",
+                   (unsigned long long)pm->permits);
+        FUZZ_CHECK(res.error == 0 || res.error == SLUICE_EFULL, "acquire error %d", res.error);
+        break;
+    }
+    case 1: { /* release, the handle as given or changed */
+        const unsigned i = fuzz_u8(in) % 8;
+        sluice_region_permit pm = w->pm[i];
+        const uint8_t how = fuzz_u8(in);
+        if (how == 1) pm.slot = fuzz_u32(in);
+        if (how == 2) pm.holder = fuzz_u32(in);
+        if (how == 3) pm.gen = fuzz_u32(in);
+        if (how == 4) pm.shard = fuzz_u32(in);
+        if (how == 5) pm.permits = fuzz_u64(in);
+        const int rc = sluice_region_permit_release_at(&pm, w->t);
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT || rc == SLUICE_EINVAL, "release %d", rc);
+        if (how == 0 && rc == 0) w->pm[i].permits = 0;
+        break;
+    }
+    case 2: (void)sluice_concurrency_region_held_at(w->r, key, keylen, w->t); break;
+    default: { /* a probe */
+        sluice_region_permit pm;
+        const bool ok = sluice_concurrency_region_acquire_at(w->r, key, keylen, 0, w->t, &pm, &res);
+        FUZZ_CHECK(ok && pm.permits == 0, "a probe: %d, %llu held", ok,
+                   (unsigned long long)pm.permits);
+        break;
+    }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_in in = {data, size};
+    const uint8_t b0 = fuzz_u8(&in);
+    const char *spec = SPECS[b0 % NSPECS];
+    const size_t max_keys = (b0 >> 4) & 1 ? 300 : 8;
+    const size_t n = sluice_concurrency_region_size(spec, max_keys, NULL, 0);
+    FUZZ_CHECK(n > CHEAD, "size %zu", n);
+    unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 0;
+    world w = {.n = 0, .t = 1};
+    w.r = sluice_concurrency_region_attach(m, n, spec, max_keys, NULL, 0);
+    FUZZ_CHECK(w.r != NULL, "attach %s", spec);
+    w.n = strtoull(spec + strlen("concurrency "), NULL, 10);
+    for (unsigned c = 0; c < 64 && in.n && in.p[0] != 0xff; c++) command(&w, &in);
+    (void)fuzz_u8(&in); /* the 0xff */
+    const size_t nshards = max_keys == 300 ? 2 : 1;
+    for (unsigned d = 0; d < 64 && in.n && in.p[0] != 0xfe; d++) {
+        const size_t at = fuzz_u32(&in) % n;
+        const unsigned width = 1u << (fuzz_u8(&in) & 3);
+        const uint64_t v = fuzz_u64(&in);
+        if (at < 8 || at + width > n) continue; /* the init word */
+        bool lock = false;
+        for (size_t k = 0; k < nshards; k++) /* a shard's lock word */
+            lock |= at < CHEAD + k * 64 + 8 && at + width > CHEAD + k * 64;
+        if (!lock) memcpy(m + at, &v, width);
+    }
+    (void)fuzz_u8(&in); /* the 0xfe */
+    sluice_concurrency_region *again = sluice_concurrency_region_attach(m, n, spec, max_keys, NULL, 0);
+    for (unsigned c = 0; c < 64 && in.n; c++) {
+        if (again && (c & 1)) {
+            sluice_concurrency_region *first = w.r;
+            w.r = again;
+            command(&w, &in);
+            w.r = first;
+        } else {
+            command(&w, &in);
+        }
+    }
+    sluice_concurrency_region_free(again);
+    sluice_concurrency_region_free(w.r);
+    munmap(m, n);
+    return 0;
+}

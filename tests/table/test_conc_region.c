@@ -1,0 +1,966 @@
+/* test_conc_region.c -- concurrency limits in a shared region
+ * (src/table/region_conc.c; sluice/concurrency.h, "a table of concurrency
+ * limits in a shared region").
+ *
+ * Map: the spec, sizes and attach refusals; admissions and releases across
+ * two handles and a forked child; leases; keys at rest and the region's
+ * room; dead holders (exited, killed, zombies) and the stated bound of
+ * the sweep; the fork-and-kill loop (holders SIGKILLed at random, a
+ * checker process asserting that live processes never hold more than N,
+ * and all N back once every holder is gone); damage (the header's fields,
+ * a lock word naming a dead process over a wrong count, random bytes, a
+ * co-tenant writing garbage while two processes decide).
+ *
+ * The reference for "held" is independent of the region: every child
+ * writes what it holds into its own cell of a second shared mapping, and
+ * the checker sums the cells of the children that are alive -- by its own
+ * test (kill and /proc's state), after reading the cells, so that a child
+ * that died meanwhile is not counted. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sluice.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define SEC 1000000000ULL
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* A zeroed shared mapping of at least n bytes. */
+static void *shared_map(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+typedef struct region {
+    void *mem;
+    size_t size;
+    sluice_concurrency_region *r;
+} region;
+
+static region mk(const char *spec, size_t max_keys)
+{
+    char err[256] = "";
+    region g;
+    g.size = sluice_concurrency_region_size(spec, max_keys, err, sizeof err);
+    if (!g.size) fail_msg("%s: %s", spec, err);
+    g.mem = shared_map(g.size);
+    g.r = sluice_concurrency_region_attach(g.mem, g.size, spec, max_keys, err, sizeof err);
+    if (!g.r) fail_msg("attach %s: %s", spec, err);
+    return g;
+}
+
+static void drop(region *g)
+{
+    sluice_concurrency_region_free(g->r);
+    munmap(g->mem, g->size);
+}
+
+static bool acq(region *g, const char *key, uint64_t p, uint64_t now, sluice_region_permit *pm,
+                sluice_result *res)
+{
+    return sluice_concurrency_region_acquire_at(g->r, key, strlen(key), p, now, pm, res);
+}
+
+static uint64_t held(region *g, const char *key, uint64_t now)
+{
+    return sluice_concurrency_region_held_at(g->r, key, strlen(key), now);
+}
+
+/* ---- spec, size, attach ---------------------------------------------------- */
+
+static void expect_size_error(const char *spec, size_t max_keys, const char *want)
+{
+    char err[256] = "";
+    assert_int_equal(sluice_concurrency_region_size(spec, max_keys, err, sizeof err), 0);
+    if (!strstr(err, want)) fail_msg("%s: \"%s\" lacks \"%s\"", spec ? spec : "NULL", err, want);
+}
+
+static void test_spec_and_attach(void **state)
+{
+    (void)state;
+    expect_size_error("concurrency 65537", 10, "65537");
+    expect_size_error("concurrency 0", 10, "0");
+    expect_size_error("token-bucket 10/s", 10, "token-bucket");
+    expect_size_error("concurrency 4", 0, "max_keys 0");
+    expect_size_error("concurrency 4", ((size_t)1 << 24) + 1, "max_keys");
+    expect_size_error(NULL, 1, "no spec");
+    assert_true(sluice_concurrency_region_size("concurrency 65536", 1, NULL, 0) > 65536u * 32);
+    const size_t a = sluice_concurrency_region_size("concurrency 4", 1000, NULL, 0);
+    const size_t b = sluice_concurrency_region_size("concurrency 8", 1000, NULL, 0);
+    assert_true(a > 0 && b > a); /* 32 bytes per N per slot */
+
+    char err[256];
+    const size_t n = sluice_concurrency_region_size("concurrency 4 lease=10s", 16, NULL, 0);
+    unsigned char *mem = shared_map(n + 64);
+    assert_null(sluice_concurrency_region_attach(mem, n - 1, "concurrency 4 lease=10s", 16, err,
+                                                 sizeof err));
+    assert_non_null(strstr(err, "too small"));
+    assert_null(sluice_concurrency_region_attach(mem + 8, n, "concurrency 4 lease=10s", 16, err,
+                                                 sizeof err));
+    assert_non_null(strstr(err, "aligned"));
+    assert_null(sluice_concurrency_region_attach(NULL, n, "concurrency 4", 16, err, sizeof err));
+    mem[100] = 1; /* not zeroed */
+    assert_null(sluice_concurrency_region_attach(mem, n, "concurrency 4 lease=10s", 16, err,
+                                                 sizeof err));
+    assert_non_null(strstr(err, "not zeroed"));
+    mem[100] = 0;
+    sluice_concurrency_region *r =
+        sluice_concurrency_region_attach(mem, n, "concurrency 4 lease=10000ms", 16, err, sizeof err);
+    assert_non_null(r); /* canonical forms compare */
+    assert_null(sluice_concurrency_region_attach(mem, n, "concurrency 5 lease=10s", 16, err,
+                                                 sizeof err));
+    assert_non_null(strstr(err, "\"concurrency 4 lease=10s\", not \"concurrency 5 lease=10s\""));
+    assert_null(sluice_concurrency_region_attach(mem, n, "concurrency 4 lease=10s", 17, err,
+                                                 sizeof err));
+    assert_non_null(strstr(err, "16 keys at most, not 17"));
+    /* a rate table is refused over it, and it over a rate table */
+    assert_null(sluice_table_attach(mem, n, "token-bucket 10/s", 16, 32, 0, err, sizeof err));
+    assert_non_null(strstr(err, "magic"));
+    sluice_concurrency_region_free(r);
+    sluice_concurrency_region_free(NULL);
+    const size_t tn = sluice_table_region_size("token-bucket 10/s", 16, 32, NULL, 0);
+    void *tm = shared_map(tn > n ? tn : n);
+    sluice_table *t = sluice_table_attach(tm, tn, "token-bucket 10/s", 16, 32, 0, err, sizeof err);
+    assert_non_null(t);
+    assert_null(sluice_concurrency_region_attach(tm, tn > n ? tn : n, "concurrency 4 lease=10s",
+                                                 16, err, sizeof err));
+    assert_non_null(strstr(err, "rate table"));
+    sluice_table_free(t);
+    munmap(tm, tn > n ? tn : n);
+    munmap(mem, n + 64);
+}
+
+/* A named region: made by the first open, joined by a forked child's own
+ * open; refusals name the path. */
+static void test_open(void **state)
+{
+    (void)state;
+    char name[64], err[256] = "";
+    snprintf(name, sizeof name, "/sluice-conc-test-%d", (int)getpid());
+    (void)sluice_table_unlink(name);
+    sluice_concurrency_region *r = sluice_concurrency_region_open(name, "concurrency 2", 10, err,
+                                                                  sizeof err);
+    if (!r) fail_msg("open: %s", err);
+    sluice_region_permit pm;
+    sluice_result res;
+    assert_true(sluice_concurrency_region_acquire_at(r, "k", 1, 2, 1, &pm, &res));
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) { /* another open of the name: one region */
+        sluice_concurrency_region *q =
+            sluice_concurrency_region_open(name, "concurrency 2", 10, NULL, 0);
+        sluice_region_permit x;
+        const bool ok = q && sluice_concurrency_region_held_at(q, "k", 1, 1) == 2 &&
+                        !sluice_concurrency_region_acquire_at(q, "k", 1, 1, 1, &x, NULL);
+        sluice_concurrency_region_free(q);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_null(sluice_concurrency_region_open(name, "concurrency 3", 10, err, sizeof err));
+    assert_non_null(strstr(err, name));
+    assert_non_null(strstr(err, "not \"concurrency 3\""));
+    assert_null(sluice_concurrency_region_open("", "concurrency 3", 10, err, sizeof err));
+    assert_non_null(strstr(err, "no path"));
+    assert_null(sluice_concurrency_region_open(name, "concurrency 0", 10, err, sizeof err));
+    assert_int_equal(sluice_region_permit_release_at(&pm, 2), 0);
+    sluice_concurrency_region_free(r);
+    assert_int_equal(sluice_table_unlink(name), 0);
+}
+
+/* ---- admissions and releases ------------------------------------------------- */
+
+static void test_basic(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 3", 100);
+    sluice_region_permit pm[4];
+    sluice_result res;
+    const uint64_t t = 1000;
+    assert_true(acq(&g, "a", 2, t, &pm[0], &res));
+    assert_int_equal(res.remaining, 1);
+    assert_int_equal(pm[0].permits, 2);
+    assert_false(acq(&g, "a", 2, t, &pm[1], &res)); /* 2 + 2 > 3 */
+    assert_int_equal(pm[1].permits, 0);
+    assert_int_equal(res.remaining, 1);
+    assert_int_equal(res.retry_after_ns, INT64_MAX);
+    assert_int_equal(res.error, 0);
+    assert_true(acq(&g, "a", 1, t, &pm[1], &res));
+    assert_int_equal(res.remaining, 0);
+    assert_false(acq(&g, "a", 4, t, &pm[2], &res)); /* never */
+    assert_int_equal(res.retry_after_ns, -1);
+    assert_true(acq(&g, "a", 0, t, &pm[2], &res)); /* a probe */
+    assert_int_equal(pm[2].permits, 0);
+    assert_int_equal(res.remaining, 0);
+    assert_true(acq(&g, "b", 3, t, &pm[3], &res)); /* keys apart */
+    assert_int_equal(held(&g, "a", t), 3);
+    assert_int_equal(held(&g, "b", t), 3);
+    assert_int_equal(held(&g, "c", t), 0);
+
+    /* another handle of the region sees and releases the same permits */
+    char err[256];
+    sluice_concurrency_region *r2 =
+        sluice_concurrency_region_attach(g.mem, g.size, "concurrency 3", 100, err, sizeof err);
+    assert_non_null(r2);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "a", 1, t), 3);
+    sluice_region_permit copy = pm[0];
+    assert_int_equal(sluice_region_permit_release_at(&pm[0], t), 0);
+    assert_int_equal(pm[0].permits, 0);
+    assert_int_equal(sluice_region_permit_release_at(&pm[0], t), SLUICE_ENOENT);
+    assert_int_equal(sluice_region_permit_release_at(&copy, t), SLUICE_ENOENT); /* a copy */
+    assert_int_equal(held(&g, "a", t), 1);
+    sluice_region_permit q;
+    assert_true(sluice_concurrency_region_acquire_at(r2, "a", 1, 2, t, &q, &res));
+    assert_int_equal(res.remaining, 0);
+    /* a child forked with the handle releases a permit the parent took */
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) _exit(sluice_region_permit_release_at(&q, t) == 0 ? 0 : 1);
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(held(&g, "a", t), 1);
+
+    /* bad arguments */
+    assert_false(sluice_concurrency_region_acquire_at(NULL, "a", 1, 1, t, &q, &res));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_false(sluice_concurrency_region_acquire_at(g.r, NULL, 3, 1, t, &q, &res));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_false(sluice_concurrency_region_acquire_at(g.r, "a", 1, 1, t, NULL, &res));
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_region_permit_release_at(NULL, t), SLUICE_EINVAL);
+    sluice_region_permit bad = pm[1];
+    bad.slot = UINT32_MAX;
+    assert_int_equal(sluice_region_permit_release_at(&bad, t), SLUICE_EINVAL);
+    bad = pm[1];
+    bad.holder = 3;
+    assert_int_equal(sluice_region_permit_release_at(&bad, t), SLUICE_EINVAL);
+    bad = pm[1];
+    bad.gen++;
+    assert_int_equal(sluice_region_permit_release_at(&bad, t), SLUICE_ENOENT);
+    assert_int_equal(held(&g, "a", t), 1);
+    /* the empty key and a NULL one with length 0 are one key */
+    assert_true(sluice_concurrency_region_acquire_at(g.r, NULL, 0, 3, t, &q, &res));
+    assert_false(sluice_concurrency_region_acquire_at(g.r, "", 0, 1, t, &pm[2], &res));
+    sluice_concurrency_region_free(r2);
+    drop(&g);
+}
+
+/* Leases: a permit comes back by itself at admission + D, exactly; times
+ * near 2^63. */
+static void test_lease(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2 lease=1s", 10);
+    sluice_region_permit a, b, c;
+    sluice_result res;
+    const uint64_t t0 = (uint64_t)INT64_MAX - 10 * SEC;
+    assert_true(acq(&g, "k", 1, t0, &a, &res));
+    assert_true(acq(&g, "k", 1, t0 + SEC / 2, &b, &res));
+    assert_false(acq(&g, "k", 1, t0 + SEC - 1, &c, &res));
+    assert_int_equal(res.retry_after_ns, 1); /* a's lease ends at t0 + 1s */
+    assert_true(acq(&g, "k", 1, t0 + SEC, &c, &res)); /* exactly on time */
+    assert_int_equal(sluice_region_permit_release_at(&a, t0 + SEC), SLUICE_ENOENT);
+    assert_int_equal(held(&g, "k", t0 + SEC), 2);
+    assert_int_equal(held(&g, "k", t0 + 3 * SEC / 2), 1); /* b's ended */
+    assert_int_equal(sluice_region_permit_release_at(&c, t0 + 3 * SEC / 2), 0);
+    /* a time before the key's clock counts as its clock */
+    assert_true(acq(&g, "k", 2, t0, &a, &res));
+    assert_int_equal(held(&g, "k", t0 + 5 * SEC / 2 - 1), 2);
+    assert_int_equal(held(&g, "k", t0 + 5 * SEC / 2), 0);
+    /* the end of time: leases past 2^63 - 1 never end, nothing wraps */
+    assert_true(acq(&g, "k", 2, UINT64_MAX, &a, &res));
+    assert_false(acq(&g, "k", 1, UINT64_MAX, &b, &res));
+    assert_int_equal(res.retry_after_ns, (int64_t)SEC);
+    assert_int_equal(sluice_region_permit_release_at(&a, UINT64_MAX), 0);
+    drop(&g);
+}
+
+/* A key holding permits is never at rest: a new key takes an idle key's
+ * slot, never a holding one's; a stale handle of the idle key stays
+ * stale. */
+static void test_room(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 2); /* one shard of 3 slots, 2 keys */
+    sluice_region_permit a, b, c, old;
+    sluice_result res;
+    assert_true(acq(&g, "a", 1, 1, &a, &res));
+    assert_true(acq(&g, "b", 1, 1, &b, &res));
+    old = b;
+    assert_false(acq(&g, "c", 1, 1, &c, &res));
+    assert_int_equal(res.error, SLUICE_EFULL);
+    assert_true(acq(&g, "c", 0, 1, &c, &res)); /* a probe makes no key */
+    assert_int_equal(sluice_region_permit_release_at(&b, 2), 0);
+    assert_true(acq(&g, "c", 2, 3, &c, &res)); /* b's slot, b being idle */
+    assert_int_equal(held(&g, "b", 3), 0);
+    assert_int_equal(held(&g, "a", 3), 1);
+    assert_int_equal(sluice_region_permit_release_at(&old, 4), SLUICE_ENOENT);
+    assert_int_equal(held(&g, "c", 4), 2);
+    assert_false(acq(&g, "b", 1, 5, &b, &res)); /* a and c hold: b waits */
+    assert_int_equal(res.error, SLUICE_EFULL);
+    drop(&g);
+
+    /* keys churning through a region of 8 (and one of 300, two shards): a
+     * new key always finds room while fewer than max_keys keys hold, on
+     * its run or not (idle keys become tombstones); never when all hold */
+    static const size_t sizes[] = {8, 300};
+    for (unsigned z = 0; z < 2; z++) {
+        const size_t mk_keys = sizes[z];
+        for (unsigned rep = 0; rep < 20; rep++) {
+            g = mk("concurrency 1", mk_keys);
+            sluice_region_permit hold[300];
+            char key[32];
+            for (unsigned k = 0; k < 500; k++) {
+                snprintf(key, sizeof key, "churn-%u-%u", rep, k);
+                if (!acq(&g, key, 1, k, &hold[0], &res))
+                    fail_msg("key %u of a %zu-key region: error %d", k, mk_keys, res.error);
+                assert_int_equal(sluice_region_permit_release_at(&hold[0], k), 0);
+            }
+            /* max_keys keys that hold, then one more is refused */
+            size_t held_keys = 0;
+            for (unsigned k = 0; k < mk_keys + 64 && held_keys < mk_keys; k++) {
+                snprintf(key, sizeof key, "full-%u-%u", rep, k);
+                if (acq(&g, key, 1, 1000, &hold[held_keys], &res)) held_keys++;
+                else assert_int_equal(res.error, SLUICE_EFULL); /* its shard's share */
+            }
+            if (mk_keys == 8) {
+                assert_int_equal(held_keys, 8);
+                assert_false(acq(&g, "one-more", 1, 1000, &a, &res));
+                assert_int_equal(res.error, SLUICE_EFULL);
+            }
+            drop(&g);
+        }
+    }
+}
+
+/* ---- dead holders -------------------------------------------------------------- */
+
+/* A child that takes `handles` handles of `each` permits of key k, then
+ * tells the parent (a byte on fd) and waits to be killed (or exits without
+ * releasing when `exit_now`). */
+static pid_t holder_child(region *g, const char *k, unsigned handles, uint64_t each, int fd,
+                          bool exit_now)
+{
+    const pid_t parent = getpid();
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c) return c;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check leaves no sleeper */
+    if (getppid() != parent) _exit(9);
+    sluice_region_permit pm;
+    for (unsigned i = 0; i < handles; i++)
+        if (!acq(g, k, each, 1, &pm, NULL)) _exit(3);
+    char x = 'h';
+    if (write(fd, &x, 1) != 1) _exit(4);
+    if (exit_now) _exit(0);
+    for (unsigned i = 0; i < 600; i++) sleep(1); /* killed long before */
+    _exit(5);
+}
+
+static void wait_byte(int fd)
+{
+    char x;
+    assert_int_equal(read(fd, &x, 1), 1);
+}
+
+/* /proc/PID/stat's state letter, or 0. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
+static void test_dead_holder(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 4", 10);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    sluice_region_permit pm;
+    sluice_result res;
+    int st;
+
+    /* a live holder's permits stay its own, however often the key is full */
+    pid_t c = holder_child(&g, "k", 2, 2, fds[1], false);
+    wait_byte(fds[0]);
+    for (int i = 0; i < 100; i++) assert_false(acq(&g, "k", 1, 2, &pm, &res));
+    assert_int_equal(held(&g, "k", 2), 4);
+    /* killed, and still a zombie: the first acquire that finds the key
+     * full returns its permits */
+    assert_int_equal(kill(c, SIGKILL), 0);
+    const uint64_t t0 = mono_ns();
+    while (proc_state(c) != 'Z' && mono_ns() - t0 < 60 * SEC) tu_sleep_ns(1000000);
+    assert_int_equal(proc_state(c), 'Z');
+    assert_int_equal(held(&g, "k", 3), 4); /* a read sweeps nothing */
+    /* the last sweep (at 2) freed nothing: the next waits until 2 + 1 ms */
+    const uint64_t next = 2 + SLUICE_CONC_REGION_SWEEP_GAP_NS;
+    assert_false(acq(&g, "k", 4, next - 1, &pm, &res));
+    assert_true(acq(&g, "k", 4, next, &pm, &res));
+    assert_int_equal(held(&g, "k", next), 4);
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_int_equal(sluice_region_permit_release_at(&pm, next), 0);
+
+    /* a holder that exited without releasing, reaped */
+    c = holder_child(&g, "k", 1, 3, fds[1], true);
+    wait_byte(fds[0]);
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    sluice_region_permit one;
+    assert_true(acq(&g, "k", 1, 5, &one, &res)); /* room: no sweep needed */
+    assert_int_equal(held(&g, "k", 5), 4);
+    assert_true(acq(&g, "k", 3, 5, &pm, &res)); /* full: the sweep returns the dead 3 */
+    assert_int_equal(res.remaining, 0);
+    assert_int_equal(sluice_region_permit_release_at(&pm, 6), 0);
+    assert_int_equal(sluice_region_permit_release_at(&one, 6), 0);
+    assert_int_equal(held(&g, "k", 6), 0);
+    drop(&g);
+
+    /* keys held only by dead processes give their room to a new key */
+    g = mk("concurrency 1", 2);
+    for (unsigned k = 0; k < 2; k++) {
+        c = holder_child(&g, k ? "b" : "a", 1, 1, fds[1], true);
+        wait_byte(fds[0]);
+        assert_int_equal(waitpid(c, &st, 0), c);
+    }
+    assert_int_equal(held(&g, "a", 7) + held(&g, "b", 7), 2);
+    assert_true(acq(&g, "c", 1, 7, &pm, &res));
+    assert_true(acq(&g, "d", 1, 7, &one, &res));
+    assert_false(acq(&g, "e", 1, 7, &one, &res)); /* c and d live */
+    assert_int_equal(res.error, SLUICE_EFULL);
+    close(fds[0]);
+    close(fds[1]);
+    drop(&g);
+}
+
+/* The stated bound: H dead handles are back within ceil(H / SWEEP)
+ * acquires that find the key full -- exactly, for 40 handles of 1. */
+static void test_sweep_bound(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 40", 4);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t c = holder_child(&g, "k", 40, 1, fds[1], true);
+    wait_byte(fds[0]);
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    sluice_region_permit pm;
+    sluice_result res;
+    const unsigned bound = (40 + SLUICE_CONC_REGION_SWEEP - 1) / SLUICE_CONC_REGION_SWEEP;
+    unsigned calls = 0;
+    while (calls < 10 && !acq(&g, "k", 40, 9, &pm, &res)) {
+        calls++;
+        assert_int_equal(res.remaining, 16 * calls > 40 ? 40 : 16 * calls);
+    }
+    assert_int_equal(calls + 1, bound); /* refused bound - 1 times, then all 40 */
+    assert_int_equal(pm.permits, 40);
+    assert_int_equal(sluice_region_permit_release_at(&pm, 10), 0);
+    close(fds[0]);
+    close(fds[1]);
+    drop(&g);
+}
+
+/* ---- the fork-and-kill loop ------------------------------------------------------ */
+
+#define KIDS 6
+#define LOOP_N 4
+
+#define LOOP_KEYS_MAX 3
+
+typedef struct cell {
+    _Atomic int32_t pid;
+    _Atomic uint64_t permits; /* what that child holds, by its own account:
+                               * permits | its key's index << 32 (one word,
+                               * so the two are read together) */
+} cell;
+
+typedef struct board {
+    cell cells[KIDS];
+    unsigned nkeys;
+    _Atomic int stop;
+    _Atomic uint64_t checks, over, region_over, admitted;
+    _Atomic uint64_t lost; /* releases of a live holder's permit refused */
+    _Atomic uint64_t worst; /* the most live permits the checker saw */
+} board;
+
+/* Whether pid lives: kill finds it and /proc does not call it a zombie. */
+static bool alive(pid_t pid)
+{
+    if (pid <= 0 || kill(pid, 0) != 0) return false;
+    const char s = proc_state(pid);
+    return s != 'Z' && s != 'X';
+}
+
+/* The loop's processes, killed and reaped by the test's teardown when a
+ * check fails midway (and by the kernel if the test process dies:
+ * PR_SET_PDEATHSIG). */
+static pid_t loop_pids[KIDS + 1];
+
+static int reap_loop(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < KIDS + 1; i++) {
+        if (loop_pids[i] <= 0) continue;
+        kill(loop_pids[i], SIGKILL);
+        waitpid(loop_pids[i], NULL, 0);
+        loop_pids[i] = 0;
+    }
+    return 0;
+}
+
+/* fork() for the loop: the child dies with the test process. */
+static pid_t loop_fork(unsigned slot)
+{
+    const pid_t parent = getpid();
+    pid_t c = fork();
+    if (c == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(9); /* it died before the prctl */
+    }
+    if (c > 0) loop_pids[slot] = c;
+    return c;
+}
+
+static void kid(region *g, board *b, unsigned i, uint64_t seed)
+{
+    cell *me = &b->cells[i];
+    atomic_store(&me->pid, (int32_t)getpid());
+    uint64_t rng = seed | 1;
+    while (!atomic_load(&b->stop)) {
+        const uint64_t p = 1 + tu_xorshift64(&rng) % 2, ki = tu_xorshift64(&rng) % b->nkeys;
+        char key[24];
+        snprintf(key, sizeof key, "shared%u", (unsigned)ki);
+        sluice_region_permit pm;
+        if (acq(g, key, p, mono_ns(), &pm, NULL)) {
+            atomic_store(&me->permits, p | ki << 32); /* after the admission: never early */
+            atomic_fetch_add(&b->admitted, 1);
+            const unsigned spin = (unsigned)(tu_xorshift64(&rng) % 20000);
+            for (volatile unsigned k = 0; k < spin; k++) {
+            }
+            atomic_store(&me->permits, 0); /* before the release: never late */
+            if (sluice_region_permit_release_at(&pm, mono_ns()) != 0)
+                atomic_fetch_add(&b->lost, 1); /* swept from a live holder */
+        }
+    }
+    _exit(0);
+}
+
+static void checker(region *g, board *b)
+{
+    while (!atomic_load(&b->stop)) {
+        uint64_t sum[LOOP_KEYS_MAX] = {0};
+        int32_t pids[KIDS];
+        uint64_t perm[KIDS];
+        for (unsigned i = 0; i < KIDS; i++) {
+            pids[i] = atomic_load(&b->cells[i].pid);
+            perm[i] = atomic_load(&b->cells[i].permits);
+        }
+        for (unsigned i = 0; i < KIDS; i++) /* alive after the read: alive during it */
+            if ((uint32_t)perm[i] && alive(pids[i]) && atomic_load(&b->cells[i].pid) == pids[i])
+                sum[(perm[i] >> 32) % LOOP_KEYS_MAX] += (uint32_t)perm[i];
+        for (unsigned k = 0; k < b->nkeys; k++) {
+            char key[24];
+            snprintf(key, sizeof key, "shared%u", k);
+            if (sum[k] > LOOP_N) atomic_fetch_add(&b->over, 1);
+            if (sum[k] > atomic_load(&b->worst)) atomic_store(&b->worst, sum[k]);
+            if (held(g, key, mono_ns()) > LOOP_N) atomic_fetch_add(&b->region_over, 1);
+        }
+        atomic_fetch_add(&b->checks, 1);
+    }
+    _exit(0);
+}
+
+/* The loop on `nkeys` keys of `spec` (N = LOOP_N). */
+static void fork_kill(const char *spec, unsigned nkeys)
+{
+    const double scale = tu_env_scale(1.0);
+    uint64_t seed = tu_env_seed();
+    region g = mk(spec, 64);
+    board *b = shared_map(sizeof(board));
+    b->nkeys = nkeys;
+    pid_t kids[KIDS], chk;
+    for (unsigned i = 0; i < KIDS; i++) {
+        kids[i] = loop_fork(i);
+        assert_true(kids[i] >= 0);
+        if (kids[i] == 0) kid(&g, b, i, tu_splitmix64(&seed));
+    }
+    chk = loop_fork(KIDS);
+    assert_true(chk >= 0);
+    if (chk == 0) checker(&g, b);
+    /* kill holders at random for a while; each is reaped, its cell
+     * cleared, and another started in its place */
+    const unsigned kills = (unsigned)tu_scaled(300, scale);
+    const uint64_t t0 = mono_ns();
+    unsigned done = 0;
+    for (; done < kills && mono_ns() - t0 < 60 * SEC; done++) {
+        tu_sleep_ns(1000000 + tu_splitmix64_below(&seed, 2000000));
+        const unsigned i = (unsigned)tu_splitmix64_below(&seed, KIDS);
+        assert_int_equal(kill(kids[i], SIGKILL), 0);
+        int st;
+        assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+        assert_true(WIFSIGNALED(st)); /* a kid exits by SIGKILL only */
+        atomic_store(&b->cells[i].permits, 0);
+        atomic_store(&b->cells[i].pid, 0);
+        loop_pids[i] = 0;
+        kids[i] = loop_fork(i);
+        assert_true(kids[i] >= 0);
+        if (kids[i] == 0) kid(&g, b, i, tu_splitmix64(&seed));
+    }
+    /* every holder gone */
+    for (unsigned i = 0; i < KIDS; i++) {
+        kill(kids[i], SIGKILL);
+        int st;
+        assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+        loop_pids[i] = 0;
+        assert_true(WIFSIGNALED(st));
+    }
+    atomic_store(&b->stop, 1);
+    int st;
+    assert_int_equal(waitpid(chk, &st, 0), chk);
+    loop_pids[KIDS] = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    print_message("fork-kill (%s, %u keys): %u kills, %llu admissions, %llu checks, worst %llu live permits\n",
+                  spec, nkeys, done, (unsigned long long)atomic_load(&b->admitted),
+                  (unsigned long long)atomic_load(&b->checks),
+                  (unsigned long long)atomic_load(&b->worst));
+    assert_int_equal(atomic_load(&b->over), 0);
+    assert_int_equal(atomic_load(&b->region_over), 0);
+    assert_int_equal(atomic_load(&b->lost), 0);
+    assert_true(atomic_load(&b->checks) > 0);
+    assert_true(atomic_load(&b->admitted) > done);
+    /* all N back on every key, at the first acquire 1 ms after the deaths
+     * (at most KIDS <= SWEEP handles a key) */
+    const uint64_t after = mono_ns() + SLUICE_CONC_REGION_SWEEP_GAP_NS;
+    for (unsigned k = 0; k < nkeys; k++) {
+        char key[24];
+        snprintf(key, sizeof key, "shared%u", k);
+        sluice_region_permit pm;
+        sluice_result res;
+        assert_true(acq(&g, key, LOOP_N, after, &pm, &res));
+        assert_int_equal(sluice_region_permit_release_at(&pm, after), 0);
+        assert_int_equal(held(&g, key, after), 0);
+    }
+    munmap(b, sizeof(board));
+    drop(&g);
+}
+
+static void test_fork_kill(void **state)
+{
+    (void)state;
+    fork_kill("concurrency 4", 1);
+}
+
+/* Three keys of one shard, and leases (longer than the run: a lease never
+ * ends under a holder, which would make its own account wrong). */
+static void test_fork_kill_keys_lease(void **state)
+{
+    (void)state;
+    fork_kill("concurrency 4 lease=1min", 3);
+}
+
+/* ---- damage ------------------------------------------------------------------------ */
+
+/* Header fields as region_conc.c lays them (its _Static_assert). */
+#define OFF_MAGIC 8
+#define OFF_VERSION 16
+#define OFF_LIMIT 48
+#define OFF_PIDNS 96
+#define OFF_KEYS 320
+#define CHEAD 512
+
+static void expect_refused(void *mem, size_t n, const char *spec, size_t keys, const char *want)
+{
+    char err[256] = "";
+    assert_null(sluice_concurrency_region_attach(mem, n, spec, keys, err, sizeof err));
+    if (!strstr(err, want)) fail_msg("\"%s\" lacks \"%s\"", err, want);
+}
+
+static void test_damage_header(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 4", 1);
+    unsigned char *m = g.mem;
+    uint32_t v;
+    memcpy(&v, m + OFF_VERSION, 4);
+    assert_int_equal(v, 1);
+    v = 2;
+    memcpy(m + OFF_VERSION, &v, 4);
+    expect_refused(m, g.size, "concurrency 4", 1, "layout version 2; this library reads version 1");
+    v = 1;
+    memcpy(m + OFF_VERSION, &v, 4);
+    uint64_t w = 5;
+    memcpy(m + OFF_LIMIT, &w, 8);
+    expect_refused(m, g.size, "concurrency 4", 1, "layout");
+    w = 4;
+    memcpy(m + OFF_LIMIT, &w, 8);
+    uint64_t ns;
+    memcpy(&ns, m + OFF_PIDNS, 8);
+    w = ns + 1;
+    memcpy(m + OFF_PIDNS, &w, 8);
+    expect_refused(m, g.size, "concurrency 4", 1, "another pid namespace");
+    memcpy(m + OFF_PIDNS, &ns, 8);
+    m[OFF_MAGIC] ^= 1;
+    expect_refused(m, g.size, "concurrency 4", 1, "bad magic");
+    m[OFF_MAGIC] ^= 1;
+    uint64_t init = 12345;
+    memcpy(m, &init, 8);
+    expect_refused(m, g.size, "concurrency 4", 1, "neither zeroed");
+    drop(&g);
+}
+
+/* A holder killed mid-update leaves `held` wrong and its lock word set:
+ * the next locker takes the lock and recounts the shard from the holder
+ * entries. */
+static void test_damage_lock_and_count(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 4", 1); /* one shard at CHEAD, 2 slots after it */
+    sluice_region_permit pm, q;
+    sluice_result res;
+    assert_true(acq(&g, "k", 2, 1, &pm, &res));
+    unsigned char *m = g.mem;
+    const size_t slots = CHEAD + 64, stride = 64 + 4 * 32;
+    unsigned char *s = NULL;
+    for (unsigned i = 0; i < 2; i++) {
+        uint64_t st;
+        memcpy(&st, m + slots + i * stride, 8);
+        if (st == 1) s = m + slots + i * stride;
+    }
+    assert_non_null(s);
+    pid_t c = fork(); /* a pid that is gone */
+    assert_true(c >= 0);
+    if (c == 0) _exit(0);
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    const uint64_t dead = (uint32_t)c, four = 4;
+    memcpy(m + CHEAD, &dead, 8); /* the shard's lock word */
+    memcpy(s + 8, &four, 8);     /* held: 4, where the entries say 2 */
+    assert_true(acq(&g, "k", 2, 2, &q, &res)); /* recounted: 2 + 2 */
+    assert_int_equal(res.remaining, 0);
+    assert_int_equal(held(&g, "k", 2), 4);
+    uint64_t lock;
+    memcpy(&lock, m + CHEAD, 8);
+    assert_int_equal(lock, 0);
+    /* held above N over no entry admits nothing until a sweep or repair */
+    assert_int_equal(sluice_region_permit_release_at(&pm, 3), 0);
+    assert_int_equal(sluice_region_permit_release_at(&q, 3), 0);
+    const uint64_t huge = UINT64_MAX;
+    memcpy(s + 8, &huge, 8);
+    assert_true(acq(&g, "k", 3, 4, &q, &res)); /* held > N: recounted */
+    assert_int_equal(held(&g, "k", 4), 3);
+    drop(&g);
+}
+
+/* The holder's identity is pid, start time and pid namespace: an entry
+ * naming a live pid with another start time (the pid reused) is a dead
+ * holder's, and so is one of another namespace; one naming a live process
+ * exactly is kept. */
+static void test_identity(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    for (unsigned change = 0; change < 4; change++) {
+        region g = mk("concurrency 2", 1);
+        /* the holder: a live child (change 2: this process itself) */
+        pid_t c = 0;
+        sluice_region_permit mine;
+        if (change == 2) {
+            assert_true(acq(&g, "k", 2, 1, &mine, NULL));
+        } else {
+            c = holder_child(&g, "k", 1, 2, fds[1], false);
+            wait_byte(fds[0]);
+        }
+        unsigned char *m = g.mem, *e = NULL;
+        const size_t slots = CHEAD + 64, stride = 64 + 2 * 32;
+        for (unsigned i = 0; i < 2 && !e; i++)
+            for (unsigned j = 0; j < 2 && !e; j++) {
+                uint64_t who;
+                memcpy(&who, m + slots + i * stride + 64 + j * 32, 8);
+                if (who) e = m + slots + i * stride + 64 + j * 32;
+            }
+        assert_non_null(e);
+        uint64_t who, ns;
+        memcpy(&who, e, 8);
+        memcpy(&ns, e + 8, 8);
+        assert_int_equal((uint32_t)who, change == 2 ? (uint32_t)getpid() : (uint32_t)c);
+        if (change == 1 || change == 2) who ^= (uint64_t)1 << 40; /* another start time */
+        if (change == 3) ns ^= 1;                                  /* another namespace */
+        memcpy(e, &who, 8);
+        memcpy(e + 8, &ns, 8);
+        sluice_region_permit pm;
+        sluice_result res;
+        const bool back = acq(&g, "k", 1, 2, &pm, &res);
+        if (change == 0)
+            assert_false(back); /* the live holder, exactly: kept */
+        else
+            assert_true(back);
+        if (c) {
+            kill(c, SIGKILL);
+            int st;
+            assert_int_equal(waitpid(c, &st, 0), c);
+        }
+        drop(&g);
+    }
+    close(fds[0]);
+    close(fds[1]);
+}
+
+/* Random bytes anywhere but the lock words (a lock word naming a live
+ * process at its start time stalls its shard, as documented): every call
+ * returns, nothing is written outside the region (ASan), and an admission
+ * never reports more than N held. */
+static void test_damage_random(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_env_seed();
+    region g = mk("concurrency 8 lease=1s", 300); /* two shards */
+    unsigned char *m = g.mem;
+    char key[16];
+    sluice_region_permit pm[32];
+    memset(pm, 0, sizeof pm);
+    sluice_result res;
+    uint64_t t = 1;
+    const size_t nshards = 2;
+    for (unsigned round = 0; round < 2000; round++) {
+        for (unsigned w = 0; w < 4; w++) {
+            size_t at = CHEAD + (size_t)tu_splitmix64_below(&seed, g.size - CHEAD);
+            if (at < CHEAD + nshards * 64 && (at - CHEAD) % 64 < 8) continue; /* a lock word */
+            m[at] = (unsigned char)tu_splitmix64(&seed);
+        }
+        if (round % 100 == 0) { /* the header's counters too */
+            uint64_t keys = tu_splitmix64(&seed);
+            memcpy(m + OFF_KEYS, &keys, 8);
+        }
+        for (unsigned k = 0; k < 8; k++) {
+            snprintf(key, sizeof key, "k%u", (unsigned)tu_splitmix64_below(&seed, 400));
+            const unsigned j = (unsigned)tu_splitmix64_below(&seed, 32);
+            t += tu_splitmix64_below(&seed, SEC / 10);
+            if (pm[j].permits) {
+                const int rc = sluice_region_permit_release_at(&pm[j], t);
+                assert_true(rc == 0 || rc == SLUICE_ENOENT);
+            } else if (acq(&g, key, 1 + tu_splitmix64_below(&seed, 3), t, &pm[j], &res)) {
+                assert_true(res.remaining <= 8);
+            }
+            (void)held(&g, key, t);
+        }
+    }
+    drop(&g);
+}
+
+/* A co-tenant writing garbage (anywhere but the lock words) while two
+ * processes acquire, release and read: neither crashes (ASan, UBSan: each
+ * exits 0) nor hangs (each makes 20000 calls after the garbage stops, and
+ * the parent kills and fails one still running after 120 s). */
+static void test_damage_cotenant(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_env_seed();
+    region g = mk("concurrency 6 lease=50ms", 500); /* two shards */
+    _Atomic int *stop = shared_map(sizeof *stop);
+    pid_t kids[3];
+    for (unsigned d = 0; d < 3; d++) {
+        const uint64_t s0 = tu_splitmix64(&seed);
+        kids[d] = loop_fork(d);
+        assert_true(kids[d] >= 0);
+        if (kids[d] != 0) continue;
+        uint64_t rng = s0 | 1;
+        if (d == 2) { /* the co-tenant */
+            unsigned char *m = g.mem;
+            const uint64_t t0 = mono_ns();
+            for (unsigned w = 0; w < 3000000 && mono_ns() - t0 < SEC; w++) {
+                const size_t at = CHEAD + (size_t)(tu_xorshift64(&rng) % (g.size - CHEAD));
+                if (at < CHEAD + 2 * 64 && (at - CHEAD) % 64 < 8) continue; /* a lock word */
+                m[at] = (unsigned char)tu_xorshift64(&rng);
+            }
+            atomic_store(stop, 1);
+            _exit(0);
+        }
+        sluice_region_permit pm[16];
+        memset(pm, 0, sizeof pm);
+        char key[16];
+        uint64_t t = 1;
+        for (unsigned after = 0; after < 20000;) {
+            snprintf(key, sizeof key, "k%u", (unsigned)(tu_xorshift64(&rng) % 700));
+            sluice_region_permit *h = &pm[tu_xorshift64(&rng) % 16];
+            t += tu_xorshift64(&rng) % 10000000;
+            if (h->permits)
+                (void)sluice_region_permit_release_at(h, t);
+            else
+                (void)acq(&g, key, 1 + tu_xorshift64(&rng) % 3, t, h, NULL);
+            (void)held(&g, key, t);
+            if (atomic_load(stop)) after++;
+        }
+        _exit(0);
+    }
+    const uint64_t t0 = mono_ns();
+    for (unsigned d = 0; d < 3; d++) {
+        int st = 0;
+        pid_t w = 0;
+        while ((w = waitpid(kids[d], &st, WNOHANG)) == 0 && mono_ns() - t0 < 120 * SEC)
+            tu_sleep_ns(10000000);
+        if (w == 0) fail_msg("process %u still running after 120 s (a hang)", d);
+        loop_pids[d] = 0;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("process %u ended with status 0x%x", d, (unsigned)st);
+    }
+    munmap(stop, sizeof *stop);
+    drop(&g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_and_attach),
+        cmocka_unit_test(test_open),
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_room),
+        cmocka_unit_test(test_dead_holder),
+        cmocka_unit_test(test_sweep_bound),
+        cmocka_unit_test_teardown(test_fork_kill, reap_loop),
+        cmocka_unit_test_teardown(test_fork_kill_keys_lease, reap_loop),
+        cmocka_unit_test(test_damage_header),
+        cmocka_unit_test(test_damage_lock_and_count),
+        cmocka_unit_test(test_identity),
+        cmocka_unit_test(test_damage_random),
+        cmocka_unit_test_teardown(test_damage_cotenant, reap_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
