@@ -652,7 +652,10 @@ bool ref_model_settle(ref_model *m, const ref_resv *rv, uint64_t actual, uint64_
         for (size_t j = i; j < m->n; j++)
             m->ev[j].cum = cum_before(m, j) + m->ev[j].permits;
         m->seen = true;
-        m->latest = t;
+        /* a give-back is no admission: the two-window estimate's clock
+         * stays (its weights depend on the instant); a fixed window's may
+         * move within the window, where no decision tells the difference */
+        if (m->p.alg == REF_FIXED_WINDOW) m->latest = t;
         return true;
     }
     case REF_TOKEN_BUCKET:

@@ -97,7 +97,7 @@ static int64_t start_of(const sluice__profile *pf, int64_t i)
 static uint64_t to_ns(int64_t s)
 {
     if (s <= 0) return 0;
-    if ((uint64_t)s >= (1ULL << 63) / NS) return 1ULL << 63;
+    if ((uint64_t)s > (uint64_t)INT64_MAX / NS) return 1ULL << 63; /* past the axis */
     return (uint64_t)s * NS;
 }
 

@@ -218,16 +218,20 @@ static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
                   const sluice__settle_req *q)
 {
     const uint64_t k = sluice__div_q(&pf->div_w, t), k0 = sluice__div_q(&pf->div_w, q->t0);
-    sluice__state v = *st;
-    roll(&v, k);
     if (q->a < q->p) {
-        uint64_t *c = k == k0 ? &v.u.sa.cur : k == k0 + 1 ? &v.u.sa.prev : NULL;
-        if (!c) return 0;
-        *c = *c > q->p - q->a ? *c - (q->p - q->a) : 0;
-    } else {
-        const uint64_t cap = pf->packed ? UINT32_MAX : UINT64_MAX, cur = v.u.sa.cur;
-        v.u.sa.cur = cur >= cap || q->a - q->p > cap - cur ? cap : cur + (q->a - q->p);
+        /* a give-back is no admission: the state keeps its time and its
+         * window w (packed, the window is the time's), and the count of
+         * window k0 is cur when k0 = w, prev when k0 = w - 1 */
+        const uint64_t w = st->u.sa.window;
+        if (k > k0 + 1) return 0; /* k0's permits no longer count from t */
+        uint64_t *c = k0 == w ? &st->u.sa.cur : k0 + 1 == w ? &st->u.sa.prev : NULL;
+        if (c) *c = *c > q->p - q->a ? *c - (q->p - q->a) : 0;
+        return 0;
     }
+    sluice__state v = *st;
+    roll(&v, k); /* the extra joins cur at t, an admission past L */
+    const uint64_t cap = pf->packed ? UINT32_MAX : UINT64_MAX, cur = v.u.sa.cur;
+    v.u.sa.cur = cur >= cap || q->a - q->p > cap - cur ? cap : cur + (q->a - q->p);
     v.t_last = t;
     *st = v;
     return 0;

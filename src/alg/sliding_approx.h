@@ -26,12 +26,13 @@ __extension__ typedef unsigned __int128 sluice__approx_u128;
 
 /* The least offset r' in [0, W] into a window with previous count `prev`
  * and current count `cur` at which p more permits fit; W if none fits
- * before the window ends.  Needs cur, prev <= L <= 10^12 and W < 2^62 (the
- * spec's ranges): (L - cur - p) * W fits 128 bits. */
+ * before the window ends.  Needs L <= 10^12 and W < 2^62 (the spec's
+ * ranges): (L - cur - p) * W fits 128 bits.  cur and prev may exceed L
+ * (an overdraft a settle forced, docs/decisions.md 3.10), up to 2^64-1. */
 static inline uint64_t sluice__approx_first_fit(uint64_t W, uint64_t L, uint64_t prev,
                                                 uint64_t cur, uint64_t p)
 {
-    if (cur + p > L) return W; /* cur never shrinks in a window */
+    if (cur > L || p > L - cur) return W; /* cur never shrinks in a window */
     if (prev == 0) return 0;
     /* prev*(W - r') <= (L-cur-p)*W  <=>  r' >= W - floor((L-cur-p)*W / prev) */
     sluice__approx_u128 q = (sluice__approx_u128)(L - cur - p) * W / prev;

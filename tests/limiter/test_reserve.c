@@ -707,6 +707,40 @@ static void test_settle_extremes(void **state)
     sluice_limiter_free(l);
 }
 
+/* An overdraft past what the state holds (settled at 2^64-1) on a two-
+ * window estimate: a refusal inside the window still says when to come
+ * back, and that instant is the first allowed one.  (The wait's helper
+ * assumed cur <= L: cur + p wrapped and the refusal said 0; fuzz_api.) */
+static void test_settle_overdraft_wait(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"sliding-approx 10/s", "sliding-approx 1000000000000/1d",
+                                        "sliding-approx 5000000000/s"};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        for (uint64_t p = 1; p <= 3; p++) {
+            sluice_limiter *l = mk(specs[k]);
+            sluice_spec_info info;
+            assert_int_equal(sluice_spec_parse(specs[k], &info, NULL, 0), 0);
+            const uint64_t W = info.period_ns, t = 5 * W + W / 3, r0 = t % W;
+            sluice_reservation rv;
+            sluice_result r;
+            assert_true(sluice_reserve_at(l, 1, t, 0, &rv, NULL));
+            assert_int_equal(sluice_reservation_settle_at(&rv, UINT64_MAX, t), 0);
+            assert_false(sluice_try_acquire_at(l, p, t, &r));
+            /* nothing fits in this window; in the next, once the previous
+             * window's weight has fallen enough, before its end */
+            if (r.retry_after_ns <= (int64_t)(W - r0) || r.retry_after_ns > (int64_t)(2 * W - r0))
+                fail_msg("%s p=%llu: retry_after %lld outside (%llu, %llu]", specs[k],
+                         (unsigned long long)p, (long long)r.retry_after_ns,
+                         (unsigned long long)(W - r0), (unsigned long long)(2 * W - r0));
+            const uint64_t at = t + (uint64_t)r.retry_after_ns;
+            assert_false(sluice_try_acquire_at(l, p, at - 1, NULL));
+            assert_true(sluice_try_acquire_at(l, p, at, NULL));
+            sluice_limiter_free(l);
+        }
+    }
+}
+
 /* Random reservations, settles (0, below, equal, above, far above),
  * decisions and stale times, on every algorithm, decision by decision
  * against the reference model's settle; and the bound: in every window,
@@ -963,6 +997,7 @@ int main(void)
         cmocka_unit_test(test_settle_codes),
         cmocka_unit_test(test_settle_rules),
         cmocka_unit_test(test_settle_extremes),
+        cmocka_unit_test(test_settle_overdraft_wait),
         cmocka_unit_test(test_settle_model),
         cmocka_unit_test(test_settle_threads),
     };
