@@ -401,7 +401,8 @@ bool sluice_reserve_at(sluice_limiter *lim, uint64_t permits, uint64_t now_ns,
  * that later request keeps its longer wait, so cancelling never lets more
  * through than the contract would.  Returns 0 when the permits were given
  * back; SLUICE_ENOENT, with nothing given back, when the reservation was
- * already cancelled or its time has come (the permits count as used);
+ * already cancelled or its time has come (the permits count as used), or
+ * holds no permits (one of 0, which stays open to a settle);
  * SLUICE_EINVAL for another algorithm or a reservation never made.
  * Thread-safe. */
 int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns);

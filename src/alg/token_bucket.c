@@ -136,7 +136,7 @@ bool sluice__bucket_give_back(const sluice__profile *pf, sluice__state *st, uint
 {
     /* the permits' time has come (t is the clamped time, so a stale call
      * cannot give back permits that later admissions already counted on) */
-    if (t >= at_ns) return false;
+    if (p == 0 || t >= at_ns) return false; /* nothing to give back: no write */
     u128 d = drain(pf, st, t);
     st->t_last = t;
     st->u.bk.deficit = sluice__sub_sat(d, (u128)p * pf->rw);

@@ -585,7 +585,9 @@ int sluice_reservation_cancel_at(sluice_reservation *rv, uint64_t now_ns)
     if (!rv || rv->state == RV_NONE || !rv->limiter) return SLUICE_EINVAL;
     sluice_limiter *lim = rv->limiter;
     if (!is_bucket(lim)) return SLUICE_EINVAL;
-    if (rv->state != RV_ACTIVE && rv->state != RV_OPEN) return SLUICE_ENOENT;
+    /* a bucket's RV_OPEN is a reservation of 0 permits: nothing to give
+     * back, and nothing written (it stays open to a settle) */
+    if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
     rv->state = RV_FINAL;
     /* whether the permits go back is decided inside the update, at the
      * clamped time: a stale now_ns cannot give back what a later admission

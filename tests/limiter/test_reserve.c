@@ -245,6 +245,28 @@ static void test_cancel_rules(void **state)
     assert_int_equal(sluice_reservation_cancel_at(&rv, 2 * SEC), SLUICE_ENOENT); /* its time */
     sluice_limiter_free(l);
 
+    /* a reservation of 0 permits gives nothing back and writes nothing: a
+     * cancel before its time must not move the limiter's time (found by
+     * fuzz_api: a later request at t=0 was decided at the cancel's t, so a
+     * bucket a day's drip from empty still held that request 2^63 ns on) */
+    for (int k = 0; k < 2; k++) {
+        const char *spec = k ? "leaky-bucket 1/d capacity=16 nodelay" : "token-bucket 1/d burst=16";
+        const uint64_t END = (uint64_t)INT64_MAX;
+        l = mk(spec);
+        sluice_result r;
+        assert_true(sluice_reserve_at(l, 0, END, 0, &rv, NULL));
+        assert_int_equal(sluice_reservation_cancel_at(&rv, END - 1), SLUICE_ENOENT);
+        assert_true(sluice_try_acquire_at(l, 1, 0, &r));
+        assert_int_equal(r.remaining, 15); /* admitted at 0, not at END - 1 */
+        assert_true(sluice_try_acquire_at(l, 1, END, &r));
+        assert_int_equal(r.remaining, 15); /* the first drained long ago */
+        /* still open to a settle: a probe's overdraft is charged */
+        assert_int_equal(sluice_reservation_settle_at(&rv, 2, END), 0);
+        assert_true(sluice_try_acquire_at(l, 0, END, &r));
+        assert_int_equal(r.remaining, 13);
+        sluice_limiter_free(l);
+    }
+
     /* the windows cannot book the future: reserve is try, cancel refused */
     l = mk("sliding-log 2/s");
     sluice_result r;
