@@ -29,8 +29,7 @@
  *
  * Instruction counts, which a busy machine does not move (callgrind):
  * --table local or --table region (without --procs) decides on that table
- * only, and prints
- * its ns; br_run is never inlined, so that
+ * only, and prints its ns; br_run is never inlined, so that
  *   valgrind --tool=callgrind --toggle-collect=br_run \
  *       build/bench/bench_region --table region --keys 100000 --runs 1 \
  *       --decisions 100000
@@ -88,8 +87,9 @@ static int br_cmp(const void *a, const void *b)
 /* ns per decision over the sequence, wall and CPU. */
 static uint64_t br_step = 1; /* caller time per decision, ns (--step) */
 
-static __attribute__((noinline)) void br_run(sluice_table *t, const key16 *keys, const uint32_t *seq, size_t d,
-                   uint64_t *now, double *wall, double *cpu)
+static __attribute__((noinline)) void br_run(sluice_table *t, const key16 *keys,
+                                             const uint32_t *seq, size_t d, uint64_t *now,
+                                             double *wall, double *cpu)
 {
     uint64_t ok = 0;
     const uint64_t w0 = br_clock(CLOCK_MONOTONIC), c0 = br_clock(CLOCK_THREAD_CPUTIME_ID);
