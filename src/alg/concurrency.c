@@ -26,26 +26,15 @@
  * sluice__leases_init, _fini, _expire, _take, _give, _retry_after.
  */
 #include "alg/concurrency.h"
+#include "base/text.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define TOK(s, n) (int)((n) > 48 ? 48 : (n)), (s)
-
-static bool is_space(char c) { return c == ' ' || c == '\t'; }
-
-static bool tok_eq(const char *s, size_t n, const char *lit)
-{
-    return strlen(lit) == n && memcmp(s, lit, n) == 0;
-}
-
 bool sluice__is_conc_spec(const char *spec)
 {
-    if (!spec) return false;
-    while (is_space(*spec)) spec++;
-    size_t n = 0;
-    while (spec[n] && !is_space(spec[n])) n++;
-    return tok_eq(spec, n, "concurrency");
+    sluice__word w;
+    return spec && sluice__next_word(&spec, &w) && sluice__word_is(w.p, w.n, "concurrency");
 }
 
 int sluice__conc_parse(const char *spec, sluice__conc_profile *cp, char *err, size_t errlen)
@@ -59,49 +48,44 @@ int sluice__conc_parse(const char *spec, sluice__conc_profile *cp, char *err, si
     const char *s = spec;
     int ntok = 0;
     bool seen_lease = false;
-    for (;;) {
-        while (is_space(*s)) s++;
-        if (!*s) break;
-        const char *tok = s;
-        while (*s && !is_space(*s)) s++;
-        size_t n = (size_t)(s - tok);
+    sluice__word w;
+    for (; sluice__next_word(&s, &w); ntok++) {
+        const char *tok = w.p;
+        const size_t n = w.n;
         if (ntok == 0) {
-            if (!tok_eq(tok, n, "concurrency")) {
-                sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected concurrency", TOK(tok, n));
+            if (!sluice__word_is(tok, n, "concurrency")) {
+                sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected concurrency", SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
         } else if (ntok == 1) {
             int rc = sluice_parse_u64(tok, n, SLUICE_MAX_LIMIT, &cp->limit);
             if (rc != 0 || cp->limit < 1) {
                 sluice__errf(err, errlen, "bad limit \"%.*s\": expected concurrency N with N a whole number from 1 to 10^12",
-                             TOK(tok, n));
+                             SLUICE__TOK(tok, n));
                 return rc == SLUICE_ERANGE ? SLUICE_ERANGE : SLUICE_EINVAL;
             }
         } else {
-            const char *eq = memchr(tok, '=', n);
-            size_t nn = eq ? (size_t)(eq - tok) : n;
-            if (!tok_eq(tok, nn, "lease")) {
+            if (!sluice__word_is(tok, w.nname, "lease")) {
                 sluice__errf(err, errlen, "unknown option \"%.*s\": concurrency takes only lease=DURATION",
-                             TOK(tok, n));
+                             SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             if (seen_lease) {
-                sluice__errf(err, errlen, "duplicate option \"%.*s\"", TOK(tok, n));
+                sluice__errf(err, errlen, "duplicate option \"%.*s\"", SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             seen_lease = true;
-            int rc = eq ? sluice__parse_duration(eq + 1, n - nn - 1, &cp->lease_ns) : SLUICE_EINVAL;
+            int rc = w.val ? sluice__parse_duration(w.val, w.nval, &cp->lease_ns) : SLUICE_EINVAL;
             if (rc == SLUICE_ERANGE) {
-                sluice__errf(err, errlen, "bad option \"%.*s\": a lease longer than 36500d", TOK(tok, n));
+                sluice__errf(err, errlen, "bad option \"%.*s\": a lease longer than 36500d", SLUICE__TOK(tok, n));
                 return SLUICE_ERANGE;
             }
             if (rc != 0) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected lease=[N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d",
-                             TOK(tok, n));
+                             SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
         }
-        ntok++;
     }
     if (ntok == 0) {
         sluice__errf(err, errlen, "empty spec: expected concurrency N [lease=DURATION]");

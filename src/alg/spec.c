@@ -31,6 +31,7 @@
  *   the view      sluice__spec_info, sluice_spec_parse, sluice_algorithm_name
  */
 #include "base/internal.h"
+#include "base/text.h"
 #include "base/tzif.h"
 #include "alg/concurrency.h"
 
@@ -58,16 +59,8 @@ static const struct unit {
 #define N_UNITS (sizeof units / sizeof units[0])
 #define N_FORMAT_UNITS 7
 
-static bool is_space(char c) { return c == ' ' || c == '\t'; }
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-static bool tok_eq(const char *s, size_t n, const char *lit)
-{
-    return strlen(lit) == n && memcmp(s, lit, n) == 0;
-}
-
-/* Token display: at most 48 bytes of it, so a message stays one short line. */
-#define TOK(s, n) (int)((n) > 48 ? 48 : (n)), (s)
 
 /* A DURATION, [N]UNIT as a PERIOD (the concurrency limit's lease=,
  * alg/concurrency.c): 0 and *ns, SLUICE_EINVAL (malformed, or N = 0) or
@@ -80,7 +73,7 @@ int sluice__parse_duration(const char *p, size_t pn, uint64_t *ns)
     if (dn && sluice_parse_u64(p, dn, UINT64_MAX, &count) != 0) count = UINT64_MAX;
     const struct unit *u = NULL;
     for (size_t i = 0; i < N_UNITS; i++)
-        if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
+        if (sluice__word_is(p + dn, pn - dn, units[i].name)) u = &units[i];
     if (!u || (dn && count == 0)) return SLUICE_EINVAL;
     if (count > SLUICE_MAX_PERIOD_NS / u->ns) return SLUICE_ERANGE;
     *ns = count * u->ns;
@@ -106,7 +99,7 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
 {
     const char *slash = memchr(s, '/', n);
     if (!slash) {
-        sluice__errf(err, errlen, "bad rate \"%.*s\": expected LIMIT/PERIOD, e.g. 100/s", TOK(s, n));
+        sluice__errf(err, errlen, "bad rate \"%.*s\": expected LIMIT/PERIOD, e.g. 100/s", SLUICE__TOK(s, n));
         return SLUICE_EINVAL;
     }
     size_t ln = (size_t)(slash - s);
@@ -114,7 +107,7 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     int prc = sluice_parse_u64(s, ln, SLUICE_MAX_LIMIT, &limit);
     if (prc != 0 || limit < 1) {
         sluice__errf(err, errlen, "bad limit \"%.*s\" in \"%.*s\": expected a whole number from 1 to 10^12",
-                     TOK(s, ln), TOK(s, n));
+                     SLUICE__TOK(s, ln), SLUICE__TOK(s, n));
         return prc == SLUICE_EINVAL ? SLUICE_EINVAL : SLUICE_ERANGE;
     }
     const char *p = slash + 1;
@@ -124,20 +117,20 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     if (dn && sluice_parse_u64(p, dn, UINT64_MAX, &count) != 0) count = UINT64_MAX; /* too long */
     const struct unit *u = NULL;
     for (size_t i = 0; i < N_UNITS; i++)
-        if (tok_eq(p + dn, pn - dn, units[i].name)) u = &units[i];
+        if (sluice__word_is(p + dn, pn - dn, units[i].name)) u = &units[i];
     /* the calendar units (valid with tz= only: checked after the options);
      * period_ns is then the longest such window, nominally */
     static const struct unit cal[] = {{"w", 7 * 86400000000000ULL},
                                       {"month", 31 * 86400000000000ULL},
                                       {"y", 366 * 86400000000000ULL}};
     for (size_t i = 0; !u && i < 3; i++)
-        if (tok_eq(p + dn, pn - dn, cal[i].name)) {
+        if (sluice__word_is(p + dn, pn - dn, cal[i].name)) {
             u = &cal[i];
             pf->cal_unit = (uint8_t)(SLUICE__CAL_WEEK + i);
             if (i == 1 ? count == 0 || 12 % count != 0 : count != 1) {
                 sluice__errf(err, errlen, i == 1 ? "bad period \"%.*s\" in \"%.*s\": N in Nmonth must divide 12 (1 2 3 4 6 12)"
                                                  : "bad period \"%.*s\" in \"%.*s\": a calendar week or year takes no count",
-                             TOK(p, pn), TOK(s, n));
+                             SLUICE__TOK(p, pn), SLUICE__TOK(s, n));
                 return SLUICE_EINVAL;
             }
             pf->cal_n = (uint8_t)count;
@@ -145,11 +138,11 @@ static int parse_rate(const char *s, size_t n, sluice__profile *pf, char *err,
     if (u && u->ns == 86400000000000ULL && count == 1 && !pf->cal_unit) pf->cal_unit = SLUICE__CAL_DAY;
     if (!u || (dn && count == 0)) {
         sluice__errf(err, errlen, "bad period \"%.*s\" in \"%.*s\": expected [N]UNIT with N >= 1 and UNIT one of ns us ms s m min h d",
-                     TOK(p, pn), TOK(s, n));
+                     SLUICE__TOK(p, pn), SLUICE__TOK(s, n));
         return SLUICE_EINVAL;
     }
     if (count > SLUICE_MAX_PERIOD_NS / u->ns) {
-        sluice__errf(err, errlen, "bad period \"%.*s\": longer than 36500d", TOK(p, pn));
+        sluice__errf(err, errlen, "bad period \"%.*s\": longer than 36500d", SLUICE__TOK(p, pn));
         return SLUICE_ERANGE;
     }
     pf->limit = limit;
@@ -214,23 +207,21 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
     sluice__opts opts = {{false}, {0}};
     bool *const seen = opts.seen;
     uint64_t *const optval = opts.val;
-    for (;;) {
-        while (is_space(*s)) s++;
-        if (!*s) break;
-        const char *tok = s;
-        while (*s && !is_space(*s)) s++;
-        size_t n = (size_t)(s - tok);
+    sluice__word w;
+    for (; sluice__next_word(&s, &w); ntok++) {
+        const char *tok = w.p;
+        const size_t n = w.n;
         if (ntok == 0) {
             int a = -1;
             for (int i = 0; i < SLUICE__ALG_COUNT; i++)
-                if (tok_eq(tok, n, algs[i]->name)) a = i;
-            if (a < 0 && tok_eq(tok, n, "concurrency")) {
+                if (sluice__word_is(tok, n, algs[i]->name)) a = i;
+            if (a < 0 && sluice__word_is(tok, n, "concurrency")) {
                 sluice__errf(err, errlen, "\"concurrency\" is not a rate limit: make it with sluice_concurrency_new (docs/spec.md)");
                 return SLUICE_EINVAL;
             }
             if (a < 0) {
                 sluice__errf(err, errlen, "unknown algorithm \"%.*s\": expected fixed-window, sliding-log, sliding-wheel, sliding-approx, token-bucket or leaky-bucket",
-                             TOK(tok, n));
+                             SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             pf->alg = (sluice__alg)a;
@@ -238,59 +229,58 @@ int sluice__spec_parse(const char *spec, sluice__profile *pf, char *err,
         } else if (ntok == 1) {
             if ((rc = parse_rate(tok, n, pf, err, errlen)) != 0) return rc;
         } else {
-            const char *eq = memchr(tok, '=', n);
-            size_t nn = eq ? (size_t)(eq - tok) : n;
+            const char *eq = w.val ? w.val - 1 : NULL;
+            const size_t nn = w.nname;
             int o = -1;
             for (int i = 0; i < SLUICE__OPT_COUNT; i++)
-                if (tok_eq(tok, nn, opt_names[i])) o = i;
+                if (sluice__word_is(tok, nn, opt_names[i])) o = i;
             if (o < 0) {
-                sluice__errf(err, errlen, "unknown option \"%.*s\"", TOK(tok, n));
+                sluice__errf(err, errlen, "unknown option \"%.*s\"", SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             if (!(pf->ops->options & SLUICE__OPT(o))) {
-                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s%s", TOK(tok, n), pf->ops->name,
+                sluice__errf(err, errlen, "option \"%.*s\" does not belong to %s%s", SLUICE__TOK(tok, n), pf->ops->name,
                              o == SLUICE__OPT_TZ || o == SLUICE__OPT_ANCHOR ? ": tz= and anchor= apply to fixed-window only" : "");
                 return SLUICE_EINVAL;
             }
             if (seen[o]) {
-                sluice__errf(err, errlen, "duplicate option \"%.*s\"", TOK(tok, n));
+                sluice__errf(err, errlen, "duplicate option \"%.*s\"", SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             }
             seen[o] = true;
             if (o == SLUICE__OPT_NODELAY) {
                 if (eq) {
-                    sluice__errf(err, errlen, "option \"%.*s\" takes no value: write nodelay", TOK(tok, n));
+                    sluice__errf(err, errlen, "option \"%.*s\" takes no value: write nodelay", SLUICE__TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
             } else if (o == SLUICE__OPT_CLOCK) {
                 size_t vn = eq ? n - nn - 1 : 0;
-                if (eq && tok_eq(eq + 1, vn, "coarse")) {
+                if (eq && sluice__word_is(eq + 1, vn, "coarse")) {
                     pf->clock = SLUICE__CLOCK_COARSE;
-                } else if (!eq || !tok_eq(eq + 1, vn, "monotonic")) {
+                } else if (!eq || !sluice__word_is(eq + 1, vn, "monotonic")) {
                     sluice__errf(err, errlen, "bad option \"%.*s\": expected clock=monotonic or clock=coarse",
-                                 TOK(tok, n));
+                                 SLUICE__TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
             } else if (o == SLUICE__OPT_TZ) {
                 if (!eq || n - nn - 1 == 0) {
-                    sluice__errf(err, errlen, "bad option \"%.*s\": expected tz=ZONE, e.g. tz=Europe/Paris", TOK(tok, n));
+                    sluice__errf(err, errlen, "bad option \"%.*s\": expected tz=ZONE, e.g. tz=Europe/Paris", SLUICE__TOK(tok, n));
                     return SLUICE_EINVAL;
                 }
                 if (!(pf->tz = sluice__tz_load(eq + 1, n - nn - 1, err, errlen))) return SLUICE_EINVAL;
             } else if (o == SLUICE__OPT_ANCHOR &&
                        (!eq || sluice_parse_u64(eq + 1, n - nn - 1, 31, &optval[o]) != 0 || optval[o] == 0)) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected anchor=D with D a day of the month, 1 to 31",
-                             TOK(tok, n));
+                             SLUICE__TOK(tok, n));
                 return SLUICE_EINVAL;
             } else if (o == SLUICE__OPT_ANCHOR) {
                 pf->anchor = (uint8_t)optval[o];
             } else if (!eq || sluice_parse_u64(eq + 1, n - nn - 1, UINT64_MAX, &optval[o]) != 0 || optval[o] == 0) {
                 sluice__errf(err, errlen, "bad option \"%.*s\": expected %s=N with N a whole number >= 1",
-                             TOK(tok, n), opt_names[o]);
+                             SLUICE__TOK(tok, n), opt_names[o]);
                 return SLUICE_EINVAL;
             }
         }
-        ntok++;
     }
     if (ntok == 0) {
         sluice__errf(err, errlen, "empty spec: expected ALGORITHM LIMIT/PERIOD [OPTION ...]");

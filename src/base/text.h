@@ -1,7 +1,9 @@
 /* text.h -- text in and out: the one decimal reader (sluice_parse_u64,
  * declared in sluice.h: the spec grammar, the rule files and the CLI's
- * traces all read numbers with it) and the one bounded output cursor (the
- * Prometheus exposition in metrics.c and the RateLimit fields in http.c).
+ * traces all read numbers with it), the one reader of a spec's words (the
+ * rate specs in alg/spec.c and the concurrency spec in alg/concurrency.c)
+ * and the one bounded output cursor (the Prometheus exposition in
+ * metrics.c and the RateLimit fields in http.c).
  *
  * The cursor writes into a caller's buffer of `cap` bytes.  It counts every
  * byte asked for (saturating at SIZE_MAX: the length the whole output
@@ -19,6 +21,50 @@
 #define SLUICE_TEXT_H
 
 #include "base/internal.h"
+
+#include <string.h>
+
+/* ---- a spec's words ------------------------------------------------------ */
+
+/* A word of a spec: the bytes between spaces and tabs.  Its name is the
+ * part before its first '=' (all of it when it has none), its value the
+ * part after (val NULL when it has no '='). */
+typedef struct sluice__word {
+    const char *p;   /* the word */
+    size_t n;        /* its bytes */
+    size_t nname;    /* the bytes of its name */
+    const char *val; /* its value, after the '=', or NULL */
+    size_t nval;     /* the bytes of its value (0 without '=') */
+} sluice__word;
+
+/* The next word at *s, and *s moved past it; false, *w unset, when only
+ * spaces and tabs are left. */
+static inline bool sluice__next_word(const char **s, sluice__word *w)
+{
+    const char *q = *s;
+    while (*q == ' ' || *q == '\t') q++;
+    const char *b = q;
+    while (*q && *q != ' ' && *q != '\t') q++;
+    *s = q;
+    if (q == b) return false;
+    const char *eq = memchr(b, '=', (size_t)(q - b));
+    w->p = b;
+    w->n = (size_t)(q - b);
+    w->nname = eq ? (size_t)(eq - b) : w->n;
+    w->val = eq ? eq + 1 : NULL;
+    w->nval = eq ? w->n - w->nname - 1 : 0;
+    return true;
+}
+
+/* Whether the n bytes at s are the string lit. */
+static inline bool sluice__word_is(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* A word in a message, for "%.*s": at most 48 bytes of it, so that the
+ * message stays one short line. */
+#define SLUICE__TOK(s, n) (int)((n) > 48 ? 48 : (n)), (s)
 
 typedef struct sluice__out {
     char *buf;   /* the caller's buffer (NULL when cap is 0) */
