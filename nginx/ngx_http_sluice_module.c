@@ -6,7 +6,8 @@
  *               [max_key_bytes=N] [policy=evict-lru|refuse]
  *               [path=PATH];                                      http
  *   sluice NAME [shadow];                          http, server, location
- *   sluice_status CODE;                            (default 429)
+ *   sluice_status CODE;                            (default 429; 503 for
+ *                                                  a concurrency zone)
  *   sluice_headers on|off;                         (default off)
  *   sluice_log_level info|notice|warn|error;       (default error)
  *   sluice_metrics;                                location: the exposition
@@ -49,6 +50,17 @@
  * Every key goes to its table whatever its length (a long one is held by
  * its keyed digest); a request the table cannot decide is a 500 with an
  * error line, never a refusal and never "not limited".
+ *
+ * A zone whose spec is `concurrency N [lease=D]` limits the requests in
+ * flight per key (docs/nginx.md, "Concurrency zones"): its memory holds a
+ * sluice_concurrency_region instead of a table, kept across reloads when
+ * the canonical spec and max_keys are.  The preaccess phase takes one
+ * permit of each such zone for the main request (a subrequest takes none),
+ * before the rate zones, and a refusal by any zone gives them back; the
+ * permits are held in the same decision mark, whose cleanup gives them
+ * back when the main request's pool is destroyed: once, whatever the end.
+ * A worker killed holding permits is the region's dead holder: its
+ * permits come back at the key's next sweep (sluice/concurrency.h).
  *
  * Time: every call reads the zone's own clock (sluice_table_now_ns): the
  * monotonic clock, or CLOCK_REALTIME for a calendar quota (tz=), whose

@@ -20,7 +20,8 @@
 #             bound), and exactly those.
 #   reload    nginx -s reload with permits held: the new workers count the
 #             old workers' requests, and those give their permits back as
-#             they end: none lost, none doubled.
+#             they end: none lost, none doubled.  A reload that changes N,
+#             or turns the zone into a rate zone, makes a new zone.
 #   config    nginx -t refuses N=0, a bad lease, a rate option, a rate
 #             zone's parameter, N over a region's 65536, a shadow.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
@@ -266,6 +267,41 @@ if start; then
     [ -n "$still" ] && [ "$c" = "503 200 200 200 503" ] &&
         pass "reload with 2 held: the new worker admits 1 more then refuses; after the old worker's requests end, exactly 3 again ($c)" ||
         fail "reload: want the old worker alive and 503 200 200 200 503, got '$still' $c"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- reload that changes a spec: a new zone -------------------------------------
+# concurrency 3 -> 4 with 2 held by the old worker: a new zone, logged; the
+# new worker's key starts with nothing held, so 4 more are admitted.  Zone
+# "two" turns into a rate zone of the same name: a new zone too.
+conc_conf 1
+if start; then
+    bg "s1" -H "X-Key: s" "$base/slow/s1"
+    bg "s2" -H "X-Key: s" "$base/slow/s2"
+    wait_held 2
+    old=$(workers)
+    conc_conf 1
+    sed -i -e 's/spec="concurrency 3"/spec="concurrency 4"/' \
+        -e 's/spec="concurrency 2"/spec="token-bucket 1\/h burst=1"/' "$dir/nginx.conf"
+    : >"$dir/logs/error.log"
+    ngx -s reload
+    for _ in $(seq 200); do
+        [ -n "$(comm -13 <(echo "$old") <(workers))" ] && break
+        sleep 0.05
+    done
+    sleep 0.2 # the old worker stops accepting when the master tells it to
+    for i in 3 4 5 6; do bg "s$i" -H "X-Key: s" "$base/slow/s$i"; done
+    wait_held 6 && c=$(code -H "X-Key: s" "$base/fast/index.html") || c="not held: $(held)"
+    c="$c $(codes 2 -H "X-Key: t" "$base/2/fast/index.html")"
+    settle
+    for i in 1 2 3 4 5 6; do c="$c $(ended "s$i")"; done
+    grep -q 'sluice_zone "c": spec or max_keys changed: a new zone' "$dir/logs/error.log" &&
+        grep -q 'sluice_zone "two": the kind of limit (rate or concurrency) changed' "$dir/logs/error.log" &&
+        [ "$c" = "503 200 429 200 200 200 200 200 200" ] &&
+        pass "reload concurrency 3 -> 4 and concurrency -> token-bucket: new zones, logged ($c)" ||
+        fail "reload with changed specs: want 503 200 429 and 200 x6 and two notices, got $c; $(grep -a notice "$dir/logs/error.log" | tail -2)"
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
