@@ -22,6 +22,8 @@
 #             old workers' requests, and those give their permits back as
 #             they end: none lost, none doubled.  A reload that changes N,
 #             or turns the zone into a rate zone, makes a new zone.
+#   lease     lease=1s: a permit held past its lease comes back then, not
+#             before, and its late release gives nothing back twice.
 #   config    nginx -t refuses N=0, a bad lease, a rate option, a rate
 #             zone's parameter, N over a region's 65536, a shadow.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
@@ -302,6 +304,47 @@ if start; then
         [ "$c" = "503 200 429 200 200 200 200 200 200" ] &&
         pass "reload concurrency 3 -> 4 and concurrency -> token-bucket: new zones, logged ($c)" ||
         fail "reload with changed specs: want 503 200 429 and 200 x6 and two notices, got $c; $(grep -a notice "$dir/logs/error.log" | tail -2)"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- lease: a permit held past its lease comes back by itself --------------------
+# concurrency 2 lease=1s, two requests held: refused until the leases end,
+# 1 s after the admissions (never before: the test's clock is read before
+# the requests are sent), then admitted; the late releases give nothing
+# back twice (2 held again, a third refused).
+conf_http 1 <<CONF
+  sluice_zone l key=\$http_x_key spec="concurrency 2 lease=1s" max_keys=10;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location /slow/ { sluice l; proxy_pass $up; }
+    location /fast/ { alias $dir/html/; sluice l; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    t0=$(date +%s%N)
+    bg "l1" -H "X-Key: l" "$base/slow/l1"
+    bg "l2" -H "X-Key: l" "$base/slow/l2"
+    wait_held 2 && c=$(code -H "X-Key: l" "$base/fast/index.html") || c="not held: $(held)"
+    r=""
+    for _ in $(seq 200); do
+        r=$(code -H "X-Key: l" "$base/fast/index.html")
+        [ "$r" = 200 ] && break
+        sleep 0.05
+    done
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    settle
+    c="$c $r $(ended l1) $(ended l2)"
+    bg "l3" -H "X-Key: l" "$base/slow/l3"
+    bg "l4" -H "X-Key: l" "$base/slow/l4"
+    wait_held 2 && c="$c $(code -H "X-Key: l" "$base/fast/index.html")" || c="$c after: $(held)"
+    settle
+    [ "$c" = "503 200 200 200 503" ] && [ "$ms" -ge 1000 ] && [ "$ms" -lt 10000 ] &&
+        pass "lease=1s: admitted again $ms ms after the admissions (>= 1000), late releases change nothing ($c)" ||
+        fail "lease=1s: want 503 200 200 200 503 after 1000 .. 10000 ms, got $c after $ms ms"
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
