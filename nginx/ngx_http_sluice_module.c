@@ -6,7 +6,8 @@
  *               [max_key_bytes=N] [policy=evict-lru|refuse]
  *               [path=PATH];                                      http
  *   sluice NAME [shadow];                          http, server, location
- *   sluice_status CODE;                            (default 429)
+ *   sluice_status CODE;                            (default 429; 503 for
+ *                                                  a concurrency zone)
  *   sluice_headers on|off;                         (default off)
  *   sluice_log_level info|notice|warn|error;       (default error)
  *   sluice_metrics;                                location: the exposition
@@ -50,6 +51,17 @@
  * its keyed digest); a request the table cannot decide is a 500 with an
  * error line, never a refusal and never "not limited".
  *
+ * A zone whose spec is `concurrency N [lease=D]` limits the requests in
+ * flight per key (docs/nginx.md, "Concurrency zones"): its memory holds a
+ * sluice_concurrency_region instead of a table, kept across reloads when
+ * the canonical spec and max_keys are.  The preaccess phase takes one
+ * permit of each such zone for the main request (a subrequest takes none),
+ * before the rate zones, and a refusal by any zone gives them back; the
+ * permits are held in the same decision mark, whose cleanup gives them
+ * back when the main request's pool is destroyed: once, whatever the end.
+ * A worker killed holding permits is the region's dead holder: its
+ * permits come back at the key's next sweep (sluice/concurrency.h).
+ *
  * Time: every call reads the zone's own clock (sluice_table_now_ns): the
  * monotonic clock, or CLOCK_REALTIME for a calendar quota (tz=), whose
  * windows end at local midnights.  The zones of one place share one time,
@@ -64,6 +76,7 @@
 #include <ngx_http.h>
 
 #include <sluice.h>
+#include <sluice/concurrency.h>
 #include <sluice/http.h>
 #include <sluice/metrics.h>
 #include <sluice/rules.h>
@@ -88,6 +101,10 @@ typedef struct ngx_http_sluice_zone_s {
     ngx_shm_zone_t           *shm_zone;
     sluice_table             *table;         /* this process's handle */
     sluice_http_policy        policy;
+    ngx_uint_t                conc;          /* spec="concurrency N ...": a
+                                              * sluice_concurrency_region */
+    char                     *canon;         /* conc: the canonical spec */
+    sluice_concurrency_region *region;       /* conc: this process's handle */
     size_t                    shm_size;      /* of shm_zone */
     char                     *path;          /* path=: a named table, or NULL */
     ngx_uint_t                declared;      /* its sluice_zone was read */
@@ -143,6 +160,9 @@ static ngx_str_t ngx_http_sluice_status_names[] = {
  * does; the module context only caches it. */
 typedef struct {
     ngx_uint_t                status;        /* NGX_HTTP_SLUICE_*, 0: none */
+    ngx_uint_t                nheld;         /* permits of concurrency zones
+                                              * held, released by the mark */
+    sluice_region_permit      held[];        /* [nheld]: the record's tail */
 } ngx_http_sluice_ctx_t;
 
 static ngx_int_t ngx_http_sluice_init(ngx_conf_t *cf);
@@ -282,7 +302,9 @@ ngx_http_sluice_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     (void) cf;
     /* the limits are inherited as a whole, as limit_req's are */
     ngx_conf_merge_ptr_value(conf->limits, prev->limits, NULL);
-    ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
+    /* 0: the kind's default, 429 for a rate, 503 for a concurrency zone
+     * (limit_conn's) -- ngx_http_sluice_status */
+    ngx_conf_merge_uint_value(conf->status, prev->status, 0);
     ngx_conf_merge_value(conf->headers, prev->headers, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     return NGX_CONF_OK;
@@ -317,10 +339,14 @@ ngx_http_sluice_old_zone(ngx_str_t *name)
     return NULL;
 }
 
-/* The first of max_keys, max_key_bytes, policy that differs, or NULL. */
+/* The first of the kind of limit, max_keys, max_key_bytes, policy that
+ * differs, or NULL. */
 static const char *
 ngx_http_sluice_changed(const ngx_http_sluice_zone_t *oz, const ngx_http_sluice_zone_t *z)
 {
+    if (oz->conc != z->conc) {
+        return "the kind of limit (rate or concurrency)";
+    }
     if (oz->max_keys != z->max_keys) {
         return "max_keys";
     }
@@ -397,6 +423,48 @@ ngx_http_sluice_open_zone(ngx_http_sluice_zone_t *z, ngx_http_sluice_zone_t *oz,
     return NGX_OK;
 }
 
+/* The region of a concurrency zone: made once, kept across reloads that
+ * keep the zone (same name, same size: the size is kept exactly when the
+ * canonical spec and max_keys are), so the permits held by the old workers'
+ * requests stay counted, and their releases (by the old workers, as those
+ * requests end) land in the region the new workers decide on.  Another
+ * spec or max_keys is a new zone: its keys start with nothing held, while
+ * the old workers' requests go on holding theirs in the old one. */
+static ngx_int_t
+ngx_http_sluice_init_conc_zone(ngx_shm_zone_t *shm_zone, ngx_http_sluice_zone_t *oz)
+{
+    ngx_http_sluice_zone_t *z = shm_zone->data;
+    ngx_slab_pool_t *shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    char err[SLUICE_NGX_ERRLEN];
+    void *region;
+
+    if (oz != NULL || shm_zone->shm.exists) {
+        region = shpool->data;
+    } else {
+        region = ngx_slab_alloc(shpool, z->region_alloc); /* zero already, as above */
+        if (region == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "sluice_zone \"%V\": no room for %uz bytes in its shared memory",
+                          &z->name, z->region_alloc);
+            return NGX_ERROR;
+        }
+        shpool->data = region;
+        if (z->old != NULL) {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "sluice_zone \"%V\": spec or max_keys changed: a new zone, its"
+                          " keys start with no permit held", &z->name);
+        }
+    }
+    z->region = sluice_concurrency_region_attach(region, z->region_alloc, z->spec, z->max_keys,
+                                                 err, sizeof err);
+    if (z->region == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "sluice_zone \"%V\": %s", &z->name,
+                      err);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
 /* The region of a zone: made once, kept across reloads that keep the zone
  * (same name, same size: the size is chosen at parse time so that it is
  * kept exactly when max_keys, max_key_bytes and policy are, and the region
@@ -417,6 +485,9 @@ ngx_http_sluice_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     if (z->path != NULL) {
         return ngx_http_sluice_open_zone(z, oz, shm_zone->shm.log);
+    }
+    if (z->conc) {
+        return ngx_http_sluice_init_conc_zone(shm_zone, oz);
     }
     if (oz != NULL || shm_zone->shm.exists) {
         region = shpool->data;
@@ -465,6 +536,8 @@ ngx_http_sluice_free_zone(void *data)
 {
     ngx_http_sluice_zone_t *z = data;
 
+    sluice_concurrency_region_free(z->region); /* NULL for a rate zone */
+    z->region = NULL;
     sluice_table_free(z->table); /* the handle; the region stays */
     z->table = NULL;
 }
@@ -562,6 +635,7 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_sluice_zone_t *z;
     ngx_http_compile_complex_value_t ccv;
     ngx_str_t *value = cf->args->elts, spec = ngx_null_string, key = ngx_null_string;
+    ngx_str_t *rate_only = NULL; /* a parameter a concurrency zone refuses */
     ngx_uint_t i, n = cf->args->nelts, seen = 0;
     ngx_int_t num;
     long phys_pages, page_bytes;
@@ -627,6 +701,7 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
             z->max_key_bytes = (size_t) num;
+            rate_only = &value[i];
         } else if (ngx_strncmp(value[i].data, "path=", 5) == 0) {
             if (ngx_http_sluice_once(cf, &seen, 32, &value[i]) != NGX_OK) {
                 return NGX_CONF_ERROR;
@@ -642,16 +717,19 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
             ngx_memcpy(z->path, value[i].data + 5, value[i].len - 5);
             z->path[value[i].len - 5] = '\0';
+            rate_only = &value[i];
         } else if (value[i].len == 13 && ngx_strncmp(value[i].data, "policy=refuse", 13) == 0) {
             if (ngx_http_sluice_once(cf, &seen, 16, &value[i]) != NGX_OK) {
                 return NGX_CONF_ERROR;
             }
             z->flags &= ~SLUICE_TABLE_EVICT_LRU;
+            rate_only = &value[i];
         } else if (value[i].len == 16 && ngx_strncmp(value[i].data, "policy=evict-lru", 16) == 0) {
             if (ngx_http_sluice_once(cf, &seen, 16, &value[i]) != NGX_OK) {
                 return NGX_CONF_ERROR;
             }
             z->flags |= SLUICE_TABLE_EVICT_LRU;
+            rate_only = &value[i];
         } else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &value[i]);
             return NGX_CONF_ERROR;
@@ -681,13 +759,39 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     /* nginx -t names the token: the spec, then the region it needs. */
     ngx_memcpy(name, z->name.data, z->name.len);
     name[z->name.len] = '\0';
-    if (sluice_http_policy_init(&z->policy, name, z->spec, err, sizeof err) != 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": spec \"%s\": %s",
-                           &z->name, z->spec, err);
-        return NGX_CONF_ERROR;
+    z->conc = spec.len >= 11 && ngx_strncmp(spec.data, "concurrency", 11) == 0
+              && (spec.len == 11 || spec.data[11] == ' ');
+    if (z->conc) {
+        /* a concurrency zone is a sluice_concurrency_region: a key's
+         * digest, no eviction (a key holding permits is never dropped),
+         * in nginx's memory only */
+        if (rate_only != NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "sluice_zone \"%V\": \"%V\" is not a parameter of a concurrency"
+                               " zone (key=, spec=, max_keys= only)", &z->name, rate_only);
+            return NGX_CONF_ERROR;
+        }
+        z->canon = ngx_pnalloc(cf->pool, SLUICE_NGX_ERRLEN);
+        if (z->canon == NULL) {
+            return NGX_CONF_ERROR;
+        }
+        if (sluice_concurrency_spec_check(z->spec, z->canon, SLUICE_NGX_ERRLEN, err, sizeof err)
+            != 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": spec \"%s\": %s",
+                               &z->name, z->spec, err);
+            return NGX_CONF_ERROR;
+        }
+        z->region_size = sluice_concurrency_region_size(z->spec, z->max_keys, err, sizeof err);
+    } else {
+        if (sluice_http_policy_init(&z->policy, name, z->spec, err, sizeof err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": spec \"%s\": %s",
+                               &z->name, z->spec, err);
+            return NGX_CONF_ERROR;
+        }
+        z->region_size = sluice_table_region_size(z->spec, z->max_keys, z->max_key_bytes,
+                                                  err, sizeof err);
     }
-    z->region_size = sluice_table_region_size(z->spec, z->max_keys, z->max_key_bytes,
-                                              err, sizeof err);
     if (z->region_size == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "sluice_zone \"%V\": %s", &z->name, err);
         return NGX_CONF_ERROR;
@@ -720,7 +824,8 @@ ngx_http_sluice_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
          * zone from one configuration to the next (the same size always) */
         size = 8 * ngx_pagesize;
     } else if (z->old != NULL && ngx_http_sluice_changed(z->old, z) == NULL
-               && z->region_size <= z->old->region_alloc)
+               && z->region_size <= z->old->region_alloc
+               && (!z->conc || ngx_strcmp(z->old->canon, z->canon) == 0))
     {
         z->region_alloc = z->old->region_alloc;
         size = z->old->shm_size;
@@ -904,11 +1009,34 @@ ngx_http_sluice_delay(ngx_http_request_t *r)
     ngx_http_core_run_phases(r);
 }
 
-/* The cleanup handler that marks a request decided: it frees nothing. */
+/* The status of a refusal: sluice_status, or the kind's default. */
+static ngx_int_t
+ngx_http_sluice_status(ngx_http_sluice_loc_conf_t *lcf, ngx_uint_t dflt)
+{
+    return (ngx_int_t) (lcf->status != 0 ? lcf->status : dflt);
+}
+
+/* Give back the concurrency permits the request holds, last taken first.
+ * Each is released once: nheld drops before the release. */
+static void
+ngx_http_sluice_release(ngx_http_sluice_ctx_t *ctx)
+{
+    uint64_t now = sluice_now_ns();
+
+    while (ctx->nheld > 0) {
+        ctx->nheld--;
+        (void) sluice_region_permit_release_at(&ctx->held[ctx->nheld], now);
+    }
+}
+
+/* The cleanup handler that marks a request decided.  It runs once, when
+ * the main request's pool is destroyed -- whatever the request's end: a
+ * response sent, a client gone, a timeout, an error page -- and gives back
+ * the concurrency permits the request holds. */
 static void
 ngx_http_sluice_ctx_mark(void *data)
 {
-    (void) data;
+    ngx_http_sluice_release(data);
 }
 
 /* The main request's decision, or NULL when none was made yet.  The
@@ -941,12 +1069,14 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     ngx_http_sluice_ctx_t *ctx;
     ngx_pool_cleanup_t *cln;
     ngx_http_sluice_zone_t *zs[SLUICE_COMPOSITE_MAX], *ez[SLUICE_COMPOSITE_MAX];
+    ngx_http_sluice_zone_t *cz[SLUICE_COMPOSITE_MAX];
+    ngx_str_t ckey[SLUICE_COMPOSITE_MAX];
     sluice_limit_ref refs[SLUICE_COMPOSITE_MAX];
     bool shadow[SLUICE_COMPOSITE_MAX];
     sluice_rule_outcome out[SLUICE_COMPOSITE_MAX];
     ngx_str_t key;
     sluice_result res, per[SLUICE_COMPOSITE_MAX];
-    ngx_uint_t i, n = 0, ne = 0, at[SLUICE_COMPOSITE_MAX], dry = 0, delay_level;
+    ngx_uint_t i, n = 0, ne = 0, at[SLUICE_COMPOSITE_MAX], dry = 0, delay_level, nc = 0;
     uint64_t now;
     ngx_msec_t delay;
 
@@ -956,7 +1086,14 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     if (ngx_http_sluice_get_ctx(r) != NULL) {
         return NGX_DECLINED; /* decided already (a delay ended, a redirect) */
     }
-    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(*ctx));
+    /* Concurrency zones are the main request's: a subrequest (SSI,
+     * auth_request, mirror) takes no permit of its own -- the request it
+     * serves holds one (limit_conn's rule). */
+    limits = lcf->limits->elts;
+    for (i = 0; i < lcf->limits->nelts; i++) {
+        nc += limits[i].zone->conc && r == r->main;
+    }
+    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(*ctx) + nc * sizeof(sluice_region_permit));
     if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -968,21 +1105,56 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     /* Every key goes to its table, whatever its length: the table holds a
      * key longer than max_key_bytes by its keyed digest (an error below is
      * a 500, never "not limited"). */
-    limits = lcf->limits->elts;
+    nc = 0;
     for (i = 0; i < lcf->limits->nelts; i++) {
         ngx_http_sluice_zone_t *z = limits[i].zone;
 
+        if (z->conc && r != r->main) {
+            continue;
+        }
         if (ngx_http_complex_value(r, &z->key, &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
         if (key.len == 0) {
             continue; /* an empty key is not limited, as limit_req's */
         }
+        if (z->conc) {
+            cz[nc] = z;
+            ckey[nc++] = key;
+            continue;
+        }
         zs[n] = z;
         shadow[n] = limits[i].shadow ? true : false;
         refs[n++] = sluice_ref_key(z->table, key.data, key.len);
     }
+    if (n == 0 && nc == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* The concurrency zones first, one permit each, held in the mark
+     * (released when the main request ends); then the rate zones.  All or
+     * nothing: a refusal by any zone gives back the permits taken. */
+    for (i = 0; i < nc; i++) {
+        if (!sluice_concurrency_region_acquire_at(cz[i]->region, ckey[i].data, ckey[i].len, 1,
+                                                  sluice_now_ns(), &ctx->held[i], &res))
+        {
+            ngx_http_sluice_release(ctx);
+            if (res.error != 0 && res.error != SLUICE_EFULL) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                              "sluice zone \"%V\": cannot decide (%s), key of %uz bytes",
+                              &cz[i]->name, sluice_strerror(res.error), ckey[i].len);
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+            ngx_log_error(lcf->log_level, r->connection->log, 0,
+                          "sluice: limiting requests in flight by zone \"%V\"%s", &cz[i]->name,
+                          res.error == SLUICE_EFULL ? " (zone full of keys in use)" : "");
+            ctx->status = NGX_HTTP_SLUICE_REJECTED;
+            return ngx_http_sluice_status(lcf, NGX_HTTP_SERVICE_UNAVAILABLE);
+        }
+        ctx->nheld = i + 1;
+    }
     if (n == 0) {
+        ctx->status = NGX_HTTP_SLUICE_PASSED;
         return NGX_DECLINED;
     }
     delay_level = lcf->log_level == NGX_LOG_INFO ? NGX_LOG_INFO : lcf->log_level + 1;
@@ -1008,6 +1180,7 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "sluice zone \"%V\": cannot decide (%s), key of %uz bytes",
                       &zs[i]->name, sluice_strerror(res.error), refs[i].keylen);
+        ngx_http_sluice_release(ctx);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -1034,6 +1207,7 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
     }
 
     if (lcf->headers && ngx_http_sluice_headers(r, ez, per, ne, &res, now) != NGX_OK) {
+        ngx_http_sluice_release(ctx);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     if (!res.allowed) {
@@ -1044,7 +1218,8 @@ ngx_http_sluice_handler(ngx_http_request_t *r)
                       &ez[i < ne ? i : 0]->name,
                       res.error == SLUICE_EFULL ? " (zone full of keys in use)" : "");
         ctx->status = NGX_HTTP_SLUICE_REJECTED;
-        return (ngx_int_t) lcf->status;
+        ngx_http_sluice_release(ctx);
+        return ngx_http_sluice_status(lcf, NGX_HTTP_TOO_MANY_REQUESTS);
     }
     if (res.wait_ns == 0) {
         ctx->status = dry ? dry : NGX_HTTP_SLUICE_PASSED;
@@ -1148,6 +1323,9 @@ ngx_http_sluice_metrics_handler(ngx_http_request_t *r)
     r->headers_out.content_length_n = (off_t) need;
     ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
     r->headers_out.content_type_len = sizeof("text/plain") - 1;
+    if (need == 0) {
+        r->header_only = 1; /* nothing to expose (concurrency zones only): no empty buffer */
+    }
     rc = ngx_http_send_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
@@ -1191,26 +1369,40 @@ ngx_http_sluice_check_clocks(ngx_conf_t *cf, ngx_http_sluice_main_conf_t *mcf)
     ngx_http_sluice_limit_t *limits;
     sluice_spec_info info;
     char err[SLUICE_NGX_ERRLEN];
-    ngx_uint_t i, j;
+    ngx_uint_t i, j, seen;
     int epoch, first = 0;
 
     for (i = 0; i < mcf->places.nelts; i++) {
         limits = places[i].limits->elts;
+        seen = 0; /* 1 + the place's first rate limit, 0: none yet */
         for (j = 0; j < places[i].limits->nelts; j++) {
+            if (limits[j].zone->conc) {
+                /* no clock to agree on; and no dry run of one: a permit
+                 * it took would have to be held, one it refused logged */
+                if (limits[j].shadow) {
+                    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                                  "sluice \"%V\" shadow in %s:%ui: a concurrency zone cannot"
+                                  " be a shadow", &limits[j].zone->name, places[i].file,
+                                  places[i].line);
+                    return NGX_ERROR;
+                }
+                continue;
+            }
             if (sluice_spec_parse(limits[j].zone->spec, &info, err, sizeof err) != 0) {
                 ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "sluice_zone \"%V\": %s",
                               &limits[j].zone->name, err);
                 return NGX_ERROR;
             }
             epoch = info.clock == SLUICE_CLOCK_REALTIME;
-            if (j == 0) {
+            if (seen == 0) {
                 first = epoch;
+                seen = j + 1;
             } else if (epoch != first) {
                 ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                               "sluice \"%V\" and \"%V\" in %s:%ui: limits on different clocks"
                               " (a calendar quota, tz=, counts from the Unix epoch; the other"
                               " specs on the monotonic clock): put them in different places",
-                              &limits[0].zone->name, &limits[j].zone->name, places[i].file,
+                              &limits[seen - 1].zone->name, &limits[j].zone->name, places[i].file,
                               places[i].line);
                 return NGX_ERROR;
             }
@@ -1270,6 +1462,9 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
     }
     zones = mcf->zones.elts;
     for (i = 0; i < mcf->zones.nelts; i++) {
+        if (zones[i]->conc) {
+            continue; /* no spec to apply; the metrics take no region yet */
+        }
         /* A change of spec of a kept zone, now that the configuration is
          * committed (init_zone tried it).  Every new worker applies it; the
          * region keeps one current spec, so the second finds it done. */

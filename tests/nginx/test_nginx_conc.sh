@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# test_nginx_conc.sh -- concurrency zones (spec="concurrency N") in Debian's
+# real nginx: requests in flight, held by a slow upstream the test starts.
+#
+#   tests/nginx/test_nginx_conc.sh PATH/TO/ngx_http_sluice_module.so
+#
+# tests/nginx/hold_upstream.py holds every proxied request until the test
+# releases it, and says how many it holds, so "N in flight" is a fact the
+# test waits for (bounded), not a guess.  Checks:
+#   inflight  N held -> the N+1th refused (503, or sluice_status), another
+#             key admitted; released -> admitted again, exactly N.
+#   once      a request through try_files to a named location, error_page,
+#             an SSI include or auth_request (subrequests) takes one
+#             permit, not two and not none, and gives it back once.
+#   ends      a client that gives up, an upstream timeout (504): the
+#             permit comes back when the request ends.
+#   kill      a worker SIGKILLed with requests in flight: once the master
+#             has respawned it, the first request frees the dead worker's
+#             permits (the region's dead-holder sweep, docs/nginx.md's
+#             bound), and exactly those.
+#   reload    nginx -s reload with permits held: the new workers count the
+#             old workers' requests, and those give their permits back as
+#             they end: none lost, none doubled.  A reload that changes N,
+#             or turns the zone into a rate zone, makes a new zone.
+#   lease     lease=1s: a permit held past its lease comes back then, not
+#             before, and its late release gives nothing back twice.
+#   config    nginx -t refuses N=0, a bad lease, a rate option, a rate
+#             zone's parameter, N over a region's 65536, a shadow.
+# Exit 77 (skipped) when nginx or python3 cannot be found.
+set -u
+
+so=${1:?usage: test_nginx_conc.sh MODULE.so}
+# shellcheck source=tests/nginx/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# ---- the slow upstream ----------------------------------------------------------
+python3 "$here/hold_upstream.py" "$dir/up.port" &
+up_pid=$!
+trap 'stop; kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 200); do [ -s "$dir/up.port" ] && break; sleep 0.05; done
+[ -s "$dir/up.port" ] || { echo "FAIL the upstream did not start"; exit 1; }
+upport=$(cat "$dir/up.port")
+up="http://127.0.0.1:$upport"
+
+held() { curl -s --max-time 5 "$up/_count"; }
+release() { curl -s -o /dev/null --max-time 5 "$up/_release"; }
+# wait_held N: until the upstream holds N requests (10 s at most)
+wait_held() {
+    for _ in $(seq 200); do [ "$(held)" = "$1" ] && return 0; sleep 0.05; done
+    return 1
+}
+# bg NAME CURL_ARGS...: a request in the background (30 s at most), its
+# status into $dir/c.NAME when it ends
+pids=()
+bg() {
+    local n=$1
+    shift
+    rm -f "$dir/c.$n"
+    (curl -s -o /dev/null -w '%{http_code}' --max-time 30 "$@" >"$dir/c.$n.tmp" 2>/dev/null
+     mv "$dir/c.$n.tmp" "$dir/c.$n") &
+    pids+=($!)
+}
+# ended NAME: the status of a background request, or nothing while it runs
+ended() { cat "$dir/c.$1" 2>/dev/null; }
+# wait_ended NAME: until it has ended (10 s at most); prints its status
+wait_ended() {
+    for _ in $(seq 200); do [ -f "$dir/c.$1" ] && { cat "$dir/c.$1"; return 0; }; sleep 0.05; done
+    echo timeout
+}
+# settle: release everything held, wait for the background requests
+settle() {
+    release
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    pids=()
+    wait_held 0
+}
+
+echo '<!--# include virtual="/slow/ssi" -->' >"$dir/html/page.html"
+chmod a+r "$dir/html/page.html"
+
+conc_conf() { # WORKERS
+    conf_http "$1" <<CONF
+  sluice_zone c key=\$http_x_key spec="concurrency 3" max_keys=100;
+  sluice_zone two key=\$http_x_key spec="concurrency 2" max_keys=100;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    proxy_read_timeout 60s;
+    location /slow/ { sluice c; proxy_pass $up; }
+    location /fast/ { alias $dir/html/; sluice c; }
+    location /fast429/ { alias $dir/html/; sluice c; sluice_status 429; }
+    location /short/ { sluice c; proxy_pass $up; proxy_read_timeout 1s; }
+    location /2/slow/ { sluice two; proxy_pass $up; }
+    location /2/fast/ { alias $dir/html/; sluice two; }
+    location /2/tf/ { sluice two; try_files /nonexistent @two; }
+    location @two { sluice two; proxy_pass $up; }
+    location /2/ep/ { sluice two; error_page 404 = /2/slow/ep; }
+    location /2/ssi/ { alias $dir/html/; sluice two; ssi on; }
+    location /slow/ssi { sluice two; proxy_pass $up; }
+    location /2/auth/ { alias $dir/html/; sluice two; auth_request /2/slow/auth; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+}
+
+# ---- inflight: N held, the N+1th refused ---------------------------------------
+conc_conf 2
+if start; then
+    for i in 1 2 3; do bg "a$i" -H "X-Key: a" "$base/slow/$i"; done
+    if wait_held 3; then
+        c="$(code -H "X-Key: a" "$base/fast/index.html") $(code -H "X-Key: a" "$base/fast429/index.html")"
+        c="$c $(code -H "X-Key: b" "$base/fast/index.html")"
+        [ "$c" = "503 429 200" ] &&
+            pass "3 in flight: the 4th refused (503; 429 with sluice_status 429), another key admitted" ||
+            fail "3 in flight: want 503 429 200, got $c"
+        grep -q 'sluice: limiting requests in flight by zone "c"' "$dir/logs/error.log" &&
+            pass "the refusal is logged, naming the zone" || fail "no refusal line in the error log"
+    else
+        fail "3 requests not held: the upstream holds $(held)"
+    fi
+    settle
+    c="$(ended a1) $(ended a2) $(ended a3)"
+    [ "$c" = "200 200 200" ] && pass "the held requests end with 200" || fail "held requests: $c"
+    # exactly N again: the permits came back, each once
+    for i in 1 2 3; do bg "b$i" -H "X-Key: a" "$base/slow/again$i"; done
+    wait_held 3 && c=$(code -H "X-Key: a" "$base/fast/index.html") || c="not held: $(held)"
+    [ "$c" = 503 ] && pass "released: exactly 3 admitted again, the 4th refused" ||
+        fail "after the release: want 3 held and 503, got $c"
+    settle
+
+    # ---- once: redirects and subrequests take one permit and give it back ------
+    # zone "two" (N = 2): the request under test is held upstream; one plain
+    # request beside it is admitted (it took no more than one) and a third
+    # is refused (it took one).  Released: two are held again, a third refused.
+    for t in "try_files+named:/2/tf/x" "error_page:/2/ep/missing" "ssi:/2/ssi/page.html" \
+        "auth_request:/2/auth/index.html"; do
+        name=${t%%:*} path=${t#*:} k="once-${t%%:*}"
+        bg "o1" -H "X-Key: $k" "$base$path"
+        if wait_held 1; then
+            bg "o2" -H "X-Key: $k" "$base/2/slow/beside"
+            wait_held 2 && c=$(code -H "X-Key: $k" "$base/2/fast/index.html") ||
+                c="the one beside got $(wait_ended o2)"
+        else
+            c="not held: $(held)"
+        fi
+        settle
+        c="$c $(ended o1) $(ended o2)"
+        bg "o3" -H "X-Key: $k" "$base/2/slow/after1"
+        bg "o4" -H "X-Key: $k" "$base/2/slow/after2"
+        wait_held 2 && c="$c $(code -H "X-Key: $k" "$base/2/fast/index.html")" || c="$c after: $(held)"
+        settle
+        [ "$c" = "503 200 200 503" ] &&
+            pass "$name: one permit, not two, given back once ($c)" ||
+            fail "$name: want 503 200 200 503 (refused beside it, both served, then 2 again), got $c"
+    done
+
+    # ---- ends: a client abort, an upstream timeout ------------------------------
+    bg "g1" -H "X-Key: e" "$base/slow/g1"
+    bg "g2" -H "X-Key: e" "$base/slow/g2"
+    wait_held 2
+    rm -f "$dir/c.g3"
+    (curl -s -o /dev/null -w '%{http_code}' --max-time 1 -H "X-Key: e" "$base/slow/gone" \
+        >"$dir/c.g3.tmp" 2>/dev/null; mv "$dir/c.g3.tmp" "$dir/c.g3") &
+    pids+=($!)
+    wait_held 3 && c=$(code -H "X-Key: e" "$base/fast/index.html") || c="not held: $(held)"
+    c="$c $(wait_ended g3)"
+    for _ in $(seq 100); do
+        r=$(code -H "X-Key: e" "$base/fast/index.html")
+        [ "$r" = 200 ] && break
+        sleep 0.05
+    done
+    c="$c $r"
+    bg "g4" -H "X-Key: e" "$base/short/g4"
+    wait_held 4 # the aborted one may still be held by the upstream: 2 + it + g4, or 3
+    c="$c $(code -H "X-Key: e" "$base/fast/index.html") $(wait_ended g4)"
+    c="$c $(code -H "X-Key: e" "$base/fast/index.html")"
+    settle
+    [ "$c" = "503 000 200 503 504 200" ] &&
+        pass "a client that gives up (curl --max-time 1) and an upstream timeout (504) give the permit back ($c)" ||
+        fail "ends: want 503 000 200 503 504 200, got $c"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- kill: a worker SIGKILLed with requests in flight -------------------------
+# Two workers, three requests held on one key, a probe refused; then a worker
+# is killed (the first, or both, until one that held a request is gone).
+# The requests it served end at once (curl: 000); their permits are the
+# dead worker's, and the region's sweep gives them back at the first
+# acquire that finds the key full 1 ms or more after the death
+# (docs/nginx.md, "Workers killed"): the master respawns the worker, and
+# then exactly that many requests are admitted, and one more is refused.
+conc_conf 2
+if start; then
+    for i in 1 2 3; do bg "k$i" -H "X-Key: k" "$base/slow/k$i"; done
+    wait_held 3
+    c=$(code -H "X-Key: k" "$base/fast/index.html")
+    [ "$c" = 503 ] || fail "kill: 3 in flight, want the 4th refused, got $c"
+    dead=0 tries=0
+    before=$(workers)
+    t0=$(date +%s%N)
+    for w in $before; do
+        kill -9 "$w"
+        tries=$((tries + 1))
+        for _ in $(seq 100); do
+            n=0
+            for i in 1 2 3; do [ "$(ended "k$i")" = 000 ] && n=$((n + 1)); done
+            [ "$n" -gt "$dead" ] && break
+            sleep 0.05
+        done
+        dead=$n
+        [ "$dead" -gt 0 ] && break
+    done
+    # the master respawns: as many workers as before, none of the killed
+    for _ in $(seq 200); do
+        now=$(workers)
+        [ "$(wc -l <<<"$now")" = 2 ] && [ -z "$(comm -12 <(echo "$before" | head -n "$tries") <(echo "$now"))" ] && break
+        sleep 0.05
+    done
+    t1=$(date +%s%N)
+    c=$(code -H "X-Key: k" "$base/fast/index.html")
+    t2=$(date +%s%N)
+    got="$c"
+    # the dead worker's permits, all back: dead - 1 more fit beside the
+    # probe's (which ended), then a refusal
+    for i in $(seq $((dead))); do bg "kk$i" -H "X-Key: k" "$base/slow/kk$i"; done
+    wait_held $((3 + dead)) # the upstream still holds the dead worker's, until released
+    got="$got $(code -H "X-Key: k" "$base/fast/index.html")"
+    settle
+    echo "     kill: $tries worker(s) killed, $dead request(s) lost; respawned after $(((t1 - t0) / 1000000)) ms;" \
+        "the first request after it took $(((t2 - t1) / 1000000)) ms"
+    [ "$dead" -ge 1 ] && [ "$got" = "200 503" ] &&
+        pass "kill -9 of a worker holding $dead permit(s): the first request after the respawn is admitted, exactly $dead came back ($got)" ||
+        fail "kill: $dead request(s) lost; want the first request admitted and, $dead held again, a refusal: got $got"
+    [ $(((t2 - t1) / 1000000)) -lt 5000 ] && pass "the first request after the respawn answered within 5 s" ||
+        fail "the first request after the respawn took $(((t2 - t1) / 1000000)) ms"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- reload: permits held across nginx -s reload ----------------------------------
+conc_conf 1
+if start; then
+    bg "r1" -H "X-Key: r" "$base/slow/r1"
+    bg "r2" -H "X-Key: r" "$base/slow/r2"
+    wait_held 2
+    old=$(workers)
+    conc_conf 1
+    ngx -s reload
+    # the new worker serves while the old one waits for its two requests
+    for _ in $(seq 200); do
+        new=$(comm -13 <(echo "$old") <(workers))
+        [ -n "$new" ] && break
+        sleep 0.05
+    done
+    sleep 0.2 # the old worker stops accepting when the master tells it to
+    bg "r3" -H "X-Key: r" "$base/slow/r3"
+    wait_held 3 && c=$(code -H "X-Key: r" "$base/fast/index.html") || c="not held: $(held)"
+    still=$(comm -12 <(echo "$old") <(workers))
+    settle
+    c="$c $(ended r1) $(ended r2) $(ended r3)"
+    # the old worker is gone once its requests end; then exactly 3 again
+    for _ in $(seq 200); do [ -z "$(comm -12 <(echo "$old") <(workers))" ] && break; sleep 0.05; done
+    for i in 1 2 3; do bg "rr$i" -H "X-Key: r" "$base/slow/rr$i"; done
+    wait_held 3 && c="$c $(code -H "X-Key: r" "$base/fast/index.html")" || c="$c after: $(held)"
+    settle
+    [ -n "$still" ] && [ "$c" = "503 200 200 200 503" ] &&
+        pass "reload with 2 held: the new worker admits 1 more then refuses; after the old worker's requests end, exactly 3 again ($c)" ||
+        fail "reload: want the old worker alive and 503 200 200 200 503, got '$still' $c"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- reload that changes a spec: a new zone -------------------------------------
+# concurrency 3 -> 4 with 2 held by the old worker: a new zone, logged; the
+# new worker's key starts with nothing held, so 4 more are admitted.  Zone
+# "two" turns into a rate zone of the same name: a new zone too.
+conc_conf 1
+if start; then
+    bg "s1" -H "X-Key: s" "$base/slow/s1"
+    bg "s2" -H "X-Key: s" "$base/slow/s2"
+    wait_held 2
+    old=$(workers)
+    conc_conf 1
+    sed -i -e 's/spec="concurrency 3"/spec="concurrency 4"/' \
+        -e 's/spec="concurrency 2"/spec="token-bucket 1\/h burst=1"/' "$dir/nginx.conf"
+    : >"$dir/logs/error.log"
+    ngx -s reload
+    for _ in $(seq 200); do
+        [ -n "$(comm -13 <(echo "$old") <(workers))" ] && break
+        sleep 0.05
+    done
+    sleep 0.2 # the old worker stops accepting when the master tells it to
+    for i in 3 4 5 6; do bg "s$i" -H "X-Key: s" "$base/slow/s$i"; done
+    wait_held 6 && c=$(code -H "X-Key: s" "$base/fast/index.html") || c="not held: $(held)"
+    c="$c $(codes 2 -H "X-Key: t" "$base/2/fast/index.html")"
+    settle
+    for i in 1 2 3 4 5 6; do c="$c $(ended "s$i")"; done
+    grep -q 'sluice_zone "c": spec or max_keys changed: a new zone' "$dir/logs/error.log" &&
+        grep -q 'sluice_zone "two": the kind of limit (rate or concurrency) changed' "$dir/logs/error.log" &&
+        [ "$c" = "503 200 429 200 200 200 200 200 200" ] &&
+        pass "reload concurrency 3 -> 4 and concurrency -> token-bucket: new zones, logged ($c)" ||
+        fail "reload with changed specs: want 503 200 429 and 200 x6 and two notices, got $c; $(grep -a notice "$dir/logs/error.log" | tail -2)"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- lease: a permit held past its lease comes back by itself --------------------
+# concurrency 2 lease=1s, two requests held: refused until the leases end,
+# 1 s after the admissions (never before: the test's clock is read before
+# the requests are sent), then admitted; the late releases give nothing
+# back twice (2 held again, a third refused).
+conf_http 1 <<CONF
+  sluice_zone l key=\$http_x_key spec="concurrency 2 lease=1s" max_keys=10;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    location /slow/ { sluice l; proxy_pass $up; }
+    location /fast/ { alias $dir/html/; sluice l; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+if start; then
+    t0=$(date +%s%N)
+    bg "l1" -H "X-Key: l" "$base/slow/l1"
+    bg "l2" -H "X-Key: l" "$base/slow/l2"
+    wait_held 2 && c=$(code -H "X-Key: l" "$base/fast/index.html") || c="not held: $(held)"
+    r=""
+    for _ in $(seq 200); do
+        r=$(code -H "X-Key: l" "$base/fast/index.html")
+        [ "$r" = 200 ] && break
+        sleep 0.05
+    done
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    settle
+    c="$c $r $(ended l1) $(ended l2)"
+    bg "l3" -H "X-Key: l" "$base/slow/l3"
+    bg "l4" -H "X-Key: l" "$base/slow/l4"
+    wait_held 2 && c="$c $(code -H "X-Key: l" "$base/fast/index.html")" || c="$c after: $(held)"
+    settle
+    [ "$c" = "503 200 200 200 503" ] && [ "$ms" -ge 1000 ] && [ "$ms" -lt 10000 ] &&
+        pass "lease=1s: admitted again $ms ms after the admissions (>= 1000), late releases change nothing ($c)" ||
+        fail "lease=1s: want 503 200 200 200 503 after 1000 .. 10000 ms, got $c after $ms ms"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
+# ---- config: nginx -t ---------------------------------------------------------
+check_t() { # ZONE_LINE LOCATION_LINE EXPECTED_TEXT
+    conf_http 1 <<CONF
+  $1
+  server { listen 127.0.0.1:$port; location / { $2 } }
+CONF
+    local out
+    out=$(ngx -t 2>&1)
+    if [ $? -ne 0 ] && grep -qF -- "$3" <<<"$out"; then
+        pass "nginx -t refuses: $3"
+    else
+        fail "nginx -t on '$1' '$2': want failure naming '$3', got: $out"
+    fi
+}
+check_t 'sluice_zone c key=$uri spec="concurrency 0" max_keys=10;' 'sluice c;' \
+    'sluice_zone "c": spec "concurrency 0": '
+check_t 'sluice_zone c key=$uri spec="concurrency 3 lease=soon" max_keys=10;' 'sluice c;' 'lease=soon'
+check_t 'sluice_zone c key=$uri spec="concurrency 3 burst=2" max_keys=10;' 'sluice c;' 'burst=2'
+check_t 'sluice_zone c key=$uri spec="concurrency 3" max_keys=10 policy=refuse;' 'sluice c;' \
+    '"policy=refuse" is not a parameter of a concurrency zone'
+check_t 'sluice_zone c key=$uri spec="concurrency 3" max_keys=10 max_key_bytes=8;' 'sluice c;' \
+    '"max_key_bytes=8" is not a parameter of a concurrency zone'
+check_t 'sluice_zone c key=$uri spec="concurrency 3" max_keys=10 path=/x;' 'sluice c;' \
+    '"path=/x" is not a parameter of a concurrency zone'
+check_t 'sluice_zone c key=$uri spec="concurrency 100000" max_keys=10;' 'sluice c;' 'sluice_zone "c": '
+check_t 'sluice_zone c key=$uri spec="concurrency 3" max_keys=10;' 'sluice c shadow;' \
+    'a concurrency zone cannot be a shadow'
+
+[ "$fails" -eq 0 ] && echo "all nginx concurrency checks passed" || echo "$fails nginx concurrency check(s) failed"
+[ "$fails" -eq 0 ]
