@@ -1630,15 +1630,19 @@ static void cdiff_fn(void *arg, const char *name, int what, const char *why)
 }
 
 /* Reloads: a kept spec keeps the limit (held permits count after); a
- * changed N is a fresh limit, and permits taken before are released on the
- * old one, once; a removed rule is absent and its permits still release. */
+ * changed N changes the limit in place: the permits held before count
+ * against the new N (never more than the new N admitted while they are
+ * held), and each releases once; a removed rule is absent and its permits
+ * still release, on the limit it retired (freed by the last: ASan). */
 static void test_conc_reload(void **state)
 {
     (void)state;
     static const char A[] = "rule c global \"concurrency 2\"\n";
     static const char B[] = "rule c global \"concurrency 2\"\nrule r global \"fixed-window 5/s\"\n";
     static const char C[] = "rule c global \"concurrency 3\"\n";
+    static const char E[] = "rule c global \"concurrency 1\"\n";
     static const char D[] = "rule r global \"fixed-window 5/s\"\n";
+    static const char L[] = "rule c global \"concurrency 2 lease=1s\"\n";
     sluice_rules *rs = mk(A);
     char err[256];
     int32_t c = id_of(rs, "c");
@@ -1654,31 +1658,43 @@ static void test_conc_reload(void **state)
     assert_int_equal(sluice_rules_release_at(&h[0], 2), 0);
     assert_true(cacq(rs, &rc1, 1, 1, 2, &h[2], &res, o));
     assert_int_equal(h[2].generation, 2);
-    assert_int_equal(sluice_rules_reload_at(rs, C, strlen(C), 3, err, sizeof err), 0); /* fresh */
-    for (int i = 3; i < 6; i++) assert_true(cacq(rs, &rc1, 1, 1, 3, &h[i], &res, o));
-    assert_false(cacq(rs, &rc1, 1, 1, 3, &h[6], &res, o));
-    /* the old permits release on the old limit, once; the new limit is
-     * untouched by them */
+    /* N 2 -> 3 with 2 held (h1, h2): one more, not three */
+    assert_int_equal(sluice_rules_reload_at(rs, C, strlen(C), 3, err, sizeof err), 0);
+    assert_true(cacq(rs, &rc1, 1, 1, 3, &h[3], &res, o));
+    assert_int_equal(res.remaining, 0);
+    assert_false(cacq(rs, &rc1, 1, 1, 3, &h[4], &res, o));
+    assert_int_equal(res.remaining, 0);
+    /* N 3 -> 1 with 3 held: refused until all 3 are back, each once */
+    assert_int_equal(sluice_rules_reload_at(rs, E, strlen(E), 4, err, sizeof err), 0);
+    assert_false(cacq(rs, &rc1, 1, 1, 4, &h[4], &res, o));
+    assert_int_equal(res.remaining, 0);
     assert_int_equal(sluice_rules_release_at(&h[1], 4), 0);
+    assert_false(cacq(rs, &rc1, 1, 1, 4, &h[4], &res, o));
     assert_int_equal(sluice_rules_release_at(&h[2], 4), 0);
     assert_int_equal(sluice_rules_release_at(&h[2], 4), SLUICE_ENOENT);
-    assert_false(cacq(rs, &rc1, 1, 1, 4, &h[6], &res, o));
+    assert_false(cacq(rs, &rc1, 1, 1, 4, &h[4], &res, o)); /* h3 still held: 1 >= 1 */
     assert_int_equal(sluice_rules_release_at(&h[3], 5), 0);
+    assert_true(cacq(rs, &rc1, 1, 1, 5, &h[4], &res, o));
+    assert_false(cacq(rs, &rc1, 1, 1, 5, &h[5], &res, o));
     /* removed: absent, allowed, nothing held; held permits still release */
     assert_int_equal(sluice_rules_reload_at(rs, D, strlen(D), 6, err, sizeof err), 0);
     assert_true(cacq(rs, &rc1, 1, 1, 6, &h[6], &res, o));
     assert_int_equal(o[0].decision, SLUICE_RULE_ABSENT);
     assert_int_equal(h[6].pm.permits, 0);
-    assert_int_equal(sluice_rules_release_at(&h[4], 7), 0);
-    assert_int_equal(sluice_rules_release_at(&h[5], 7), 0);
+    assert_int_equal(sluice_rules_release_at(&h[4], 7), 0); /* the retired limit's last */
+    assert_int_equal(sluice_rules_release_at(&h[4], 7), SLUICE_ENOENT);
     sluice_rules_free(rs);
     /* what sluice check --against says of it: the same plans */
     cdiff d = {0};
     assert_int_equal(sluice_rules_diff(B, strlen(B), C, strlen(C), 0, cdiff_fn, &d, err, sizeof err), 0);
-    assert_int_equal(d.what[0], SLUICE_RULE_FRESH);
-    assert_non_null(strstr(d.why, "concurrency rule's spec changes"));
+    assert_int_equal(d.what[0], SLUICE_RULE_CARRIED);
     assert_int_equal(sluice_rules_diff(A, strlen(A), B, strlen(B), 0, cdiff_fn, &d, err, sizeof err), 0);
     assert_int_equal(d.what[0], SLUICE_RULE_KEPT);
+    assert_int_equal(sluice_rules_diff(A, strlen(A), L, strlen(L), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_int_equal(d.what[0], SLUICE_RULE_FRESH);
+    assert_non_null(strstr(d.why, "a lease is added"));
+    assert_int_equal(sluice_rules_diff(L, strlen(L), A, strlen(A), 0, cdiff_fn, &d, err, sizeof err), 0);
+    assert_non_null(strstr(d.why, "a lease is removed"));
 }
 
 /* Threads taking and releasing permits of a concurrency rule while reloads
