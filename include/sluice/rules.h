@@ -448,7 +448,13 @@ bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shad
 typedef struct sluice_rule_stats {
     uint64_t requests[4];
     uint64_t permits[4];
-    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
+    /* A concurrency rule of the current set (0 and 0 for any other rule):
+     * the permits it holds now, each key's as of its latest call (a key
+     * rule: over all its keys; a gauge, not a counter), and its N (a key
+     * rule's: per key). */
+    uint64_t held;
+    uint64_t limit;
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_rule_stats;
 
 /* What the current set says of one rule.

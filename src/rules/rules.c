@@ -1497,6 +1497,19 @@ uint64_t sluice_rules_generation(const sluice_rules *rs)
     return g;
 }
 
+/* A concurrency rule's gauges in *st (r NULL: absent; other rules: 0). */
+static void conc_gauge(const rule *r, sluice_rule_stats *st)
+{
+    st->held = st->limit = 0;
+    if (r && r->conc) {
+        st->held = sluice_concurrency_held(r->conc);
+        st->limit = sluice_concurrency_limit(r->conc);
+    } else if (r && r->ctab) {
+        st->held = sluice_concurrency_table_held(r->ctab);
+        st->limit = sluice_concurrency_table_limit(r->ctab);
+    }
+}
+
 int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *out)
 {
     if (!rs || !out) return SLUICE_EINVAL;
@@ -1517,6 +1530,7 @@ int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *ou
         out->overrides = r->d.nov;
         out->line = r->d.line;
         rctr_read(r->ctr, &out->stats);
+        conc_gauge(r, &out->stats);
         rc = 0;
     }
     leave(w, tok);
@@ -1532,6 +1546,7 @@ int sluice_rules_stats(const sluice_rules *rs, int32_t id, sluice_rule_stats *ou
     int rc = SLUICE_ENOENT;
     if (id >= 0 && (size_t)id < v->nids) {
         rctr_read(v->ctr[id], out);
+        conc_gauge(v->by_id[id], out);
         rc = 0;
     }
     leave(w, tok);
@@ -1546,6 +1561,7 @@ void sluice__rules_each(const sluice_rules *rs, sluice__rules_fn fn, void *arg)
     for (size_t i = 0; i < v->n; i++) {
         sluice_rule_stats st;
         rctr_read(v->r[i].ctr, &st);
+        conc_gauge(&v->r[i], &st);
         fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st, v->r[i].tab);
     }
     leave(w, tok);
