@@ -895,6 +895,85 @@ static void test_reconfigure_table(void **state)
     sluice_concurrency_table_free(t);
 }
 
+/* Changes in place while threads take and release: the permits in flight
+ * (counted by the threads: raised after an admission, lowered before its
+ * release) never exceed the largest N configured (6: the threads ask for
+ * up to 18 at once; with a lease the book also grows to 45 now and then),
+ * every release returns 0, and at the end nothing is held; TSan checks the
+ * book growing under releases and the atomic N. */
+typedef struct rc_arg {
+    sluice_concurrency *c;
+    _Atomic int *stop;
+    _Atomic uint64_t *inflight;
+    uint64_t bound, over, bad, taken;
+} rc_arg;
+
+static void *rc_main(void *p)
+{
+    rc_arg *a = p;
+    sluice_permit pm[3];
+    size_t n = 0;
+    uint64_t seed = (uint64_t)(uintptr_t)a;
+    for (long i = 0; i < 2000000 && !atomic_load(a->stop); i++) {
+        uint64_t want = 1 + tu_splitmix64_below(&seed, 2);
+        if (n < 3 && tu_splitmix64_below(&seed, 2) && sluice_acquire_permit_at(a->c, want, 0, &pm[n], NULL)) {
+            a->taken++;
+            if (atomic_fetch_add(a->inflight, want) + want > a->bound) a->over++;
+            n++;
+        } else if (n) {
+            n--;
+            atomic_fetch_sub(a->inflight, pm[n].permits);
+            if (sluice_permit_release_at(&pm[n], 0) != 0) a->bad++;
+        }
+    }
+    while (n) {
+        n--;
+        atomic_fetch_sub(a->inflight, pm[n].permits);
+        if (sluice_permit_release_at(&pm[n], 0) != 0) a->bad++;
+    }
+    return NULL;
+}
+
+static void reconf_threads(bool lease)
+{
+    char err[256], spec[64];
+    sluice_concurrency *c = mk(lease ? "concurrency 2 lease=36500d" : "concurrency 2");
+    _Atomic int stop = 0;
+    _Atomic uint64_t inflight = 0;
+    rc_arg a[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (rc_arg){c, &stop, &inflight, lease ? 45 : 6, 0, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, rc_main, &a[i]), 0);
+    }
+    size_t changes = tu_scaled(400, tu_env_scale(1));
+    for (size_t k = 0; k < changes; k++) {
+        uint64_t n = 1 + (k * 7) % 6 + (lease && k % 50 == 49 ? 39 : 0);
+        snprintf(spec, sizeof spec, lease ? "concurrency %llu lease=36500d" : "concurrency %llu",
+                 (unsigned long long)n);
+        assert_int_equal(sluice_concurrency_reconfigure_at(c, spec, 0, err, sizeof err), 0);
+        sched_yield();
+    }
+    atomic_store(&stop, 1);
+    uint64_t taken = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(a[i].bad, 0);
+        assert_int_equal(a[i].over, 0);
+        taken += a[i].taken;
+    }
+    assert_true(taken > 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
+    sluice_concurrency_free(c);
+}
+
+static void test_reconfigure_threads(void **state)
+{
+    (void)state;
+    reconf_threads(false);
+    reconf_threads(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -914,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_reconfigure_errors),
         cmocka_unit_test(test_reconfigure_model),
         cmocka_unit_test(test_reconfigure_table),
+        cmocka_unit_test(test_reconfigure_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
