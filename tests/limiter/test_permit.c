@@ -905,7 +905,8 @@ typedef struct rc_arg {
     sluice_concurrency *c;
     _Atomic int *stop;
     _Atomic uint64_t *inflight;
-    uint64_t bound, over, bad, taken;
+    uint64_t bound, over, bad;
+    _Atomic uint64_t taken;
 } rc_arg;
 
 static void *rc_main(void *p)
@@ -917,7 +918,7 @@ static void *rc_main(void *p)
     for (long i = 0; i < 2000000 && !atomic_load(a->stop); i++) {
         uint64_t want = 1 + tu_splitmix64_below(&seed, 2);
         if (n < 3 && tu_splitmix64_below(&seed, 2) && sluice_acquire_permit_at(a->c, want, 0, &pm[n], NULL)) {
-            a->taken++;
+            atomic_fetch_add(&a->taken, 1);
             if (atomic_fetch_add(a->inflight, want) + want > a->bound) a->over++;
             n++;
         } else if (n) {
@@ -946,6 +947,11 @@ static void reconf_threads(bool lease)
         a[i] = (rc_arg){c, &stop, &inflight, lease ? 45 : 6, 0, 0, 0};
         assert_int_equal(pthread_create(&th[i], NULL, rc_main, &a[i]), 0);
     }
+    /* the changes start once every thread is taking (bounded: 60 s of a
+     * loaded machine) */
+    uint64_t t0 = sluice_now_ns();
+    for (int i = 0; i < 3; i++)
+        while (atomic_load(&a[i].taken) == 0 && sluice_now_ns() - t0 < 60 * SEC) sched_yield();
     size_t changes = tu_scaled(400, tu_env_scale(1));
     for (size_t k = 0; k < changes; k++) {
         uint64_t n = 1 + (k * 7) % 6 + (lease && k % 50 == 49 ? 39 : 0);
@@ -960,7 +966,7 @@ static void reconf_threads(bool lease)
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_int_equal(a[i].bad, 0);
         assert_int_equal(a[i].over, 0);
-        taken += a[i].taken;
+        taken += atomic_load(&a[i].taken);
     }
     assert_true(taken > 0);
     assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
