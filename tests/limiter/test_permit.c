@@ -10,7 +10,9 @@
  * exactness (TSan); the blocking acquires for FIFO order and for waking
  * one waiter per release; the queued acquires (called back from a timing
  * wheel, time injected by its advances) for FIFO order, cancel, deadlines
- * and leases, and under threads. */
+ * and leases, and under threads; changes in place
+ * (sluice_concurrency_reconfigure_at, the table's) against the model's
+ * ref_conc_reconfigure, and under threads. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>

@@ -3,7 +3,10 @@
  * rules, reloads (state carried, bad texts changing nothing, 4 threads
  * deciding meanwhile with no mix of versions), counters, metrics, bad
  * calls and allocation failures; sluice_shadow_try_acquire_at, the shadow
- * rule on the caller's own limits (against counts kept by hand).
+ * rule on the caller's own limits (against counts kept by hand);
+ * concurrency rules: reloads that change N or the lease in place (against
+ * ref_conc_reconfigure), the limits a reload retires freed by their last
+ * release (counted by the test allocator, under threads), their gauges.
  *
  * The oracle is the reference model (ref_model.h): one model per rule and
  * key, the composite rule and the shadow rule applied to the models here
