@@ -775,7 +775,7 @@ bool ref_conc_acquire(ref_conc *m, uint64_t permits, uint64_t now_ns, ref_result
             if (id) *id = m->n;
         }
         r.allowed = true;
-        r.remaining = m->limit - held - permits;
+        r.remaining = (held >= m->limit ? 0 : m->limit - held) - permits; /* a probe over a smaller N: 0 */
     } else {
         r.remaining = held >= m->limit ? 0 : m->limit - held; /* a smaller N after a change */
         if (permits > m->limit) r.retry_after_ns = -1;
