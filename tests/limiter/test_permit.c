@@ -779,6 +779,33 @@ static void test_reconfigure_errors(void **state)
     assert_int_equal(sluice_concurrency_reconfigure_at(m, "concurrency 9 lease=1s", 0, err, sizeof err), 0);
     assert_int_equal(sluice_permit_release_at(&pm, 1), 0); /* a handle from the smaller book */
     sluice_concurrency_free(m);
+    /* a table: every key or none -- each allocation failing in turn leaves
+     * every key at N 2, then the change takes */
+    sluice_concurrency_table *t = sluice_concurrency_table_new("concurrency 2 lease=1s", 4, err, sizeof err);
+    assert_non_null(t);
+    sluice_permit k[3];
+    for (int i = 0; i < 3; i++)
+        assert_true(sluice_concurrency_table_acquire_at(t, &"abc"[i], 1, 2, 0, &k[i], NULL));
+    int rc;
+    for (long n = 0;; n++) {
+        tu_alloc_arm(n, false);
+        rc = sluice_concurrency_table_reconfigure_at(t, "concurrency 9 lease=1s", 1, err, sizeof err);
+        tu_alloc_disarm();
+        if (rc == 0) break;
+        assert_int_equal(rc, SLUICE_ENOMEM);
+        assert_non_null(strstr(err, "out of memory"));
+        assert_int_equal(sluice_concurrency_table_limit(t), 2);
+        sluice_result r;
+        sluice_permit x;
+        for (int i = 0; i < 3; i++) {
+            assert_false(sluice_concurrency_table_acquire_at(t, &"abc"[i], 1, 1, 1, &x, &r));
+            assert_int_equal(r.remaining, 0);
+        }
+        assert_true(n < 16);
+    }
+    assert_int_equal(sluice_concurrency_table_limit(t), 9);
+    for (int i = 0; i < 3; i++) assert_int_equal(sluice_permit_release_at(&k[i], 2), 0);
+    sluice_concurrency_table_free(t);
     assert_int_equal(tu_alloc_live(), 0);
     assert_int_equal(tu_alloc_uninstall(), 0);
     sluice_concurrency_free(c);
