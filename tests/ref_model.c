@@ -775,9 +775,9 @@ bool ref_conc_acquire(ref_conc *m, uint64_t permits, uint64_t now_ns, ref_result
             if (id) *id = m->n;
         }
         r.allowed = true;
-        r.remaining = m->limit - held - permits;
+        r.remaining = (held >= m->limit ? 0 : m->limit - held) - permits; /* a probe over a smaller N: 0 */
     } else {
-        r.remaining = m->limit - held;
+        r.remaining = held >= m->limit ? 0 : m->limit - held; /* a smaller N after a change */
         if (permits > m->limit) r.retry_after_ns = -1;
         else if (!m->lease) r.retry_after_ns = INT64_MAX;
         else {
@@ -813,4 +813,13 @@ bool ref_conc_release(ref_conc *m, uint64_t id, uint64_t now_ns)
 uint64_t ref_conc_held(ref_conc *m, uint64_t now_ns)
 {
     return conc_held(m, conc_time(m, now_ns));
+}
+
+void ref_conc_reconfigure(ref_conc *m, uint64_t limit, uint64_t lease_ns, uint64_t now_ns)
+{
+    uint64_t t = conc_time(m, now_ns);
+    for (size_t i = 0; m->lease && i < m->n; i++)
+        if (!m->h[i].released && !((u128)t < (u128)m->h[i].at + m->lease)) m->h[i].released = true;
+    m->limit = limit;
+    m->lease = lease_ns;
 }

@@ -176,5 +176,10 @@ bool ref_conc_acquire(ref_conc *m, uint64_t permits, uint64_t now_ns, ref_result
 bool ref_conc_release(ref_conc *m, uint64_t id, uint64_t now_ns);
 /* The permits held at now_ns (moves the clock, as every call). */
 uint64_t ref_conc_held(ref_conc *m, uint64_t now_ns);
+/* Change N and the lease at now_ns (docs/decisions.md 3.9): the leases
+ * ended by then under the old lease are over for good; the others end at
+ * their admission plus the new lease; held permits stay, counted against
+ * the new N. */
+void ref_conc_reconfigure(ref_conc *m, uint64_t limit, uint64_t lease_ns, uint64_t now_ns);
 
 #endif /* SLUICE_REF_MODEL_H */

@@ -175,8 +175,31 @@ uint64_t sluice_concurrency_held(const sluice_concurrency *c);
  * queued acquires not yet granted.  Thread-safe. */
 uint32_t sluice_concurrency_waiting(const sluice_concurrency *c);
 
-/* N, as the spec says. */
+/* N, as the spec says (the latest, after sluice_concurrency_reconfigure_at). */
 uint64_t sluice_concurrency_limit(const sluice_concurrency *c);
+
+/* Change the limit's spec at now_ns, keeping the permits held
+ * (docs/decisions.md 3.9): from then on N is the new spec's -- with more
+ * held than the new N, every acquire is refused until releases bring the
+ * permits held below it, so at most max(held at the change, new N) are
+ * ever held, and new N once those drain -- and every handle releases as
+ * before, exactly once.  A new lease applies to the permits held too:
+ * each lease ends at its admission plus the new lease (a permit whose new
+ * end is at or before now_ns is back at once).  Waiters keep their place
+ * (one that asks for more than the new N waits until its deadline).
+ * Returns 0, or a negative code with a one-line reason in err (always
+ * NUL-terminated when errlen > 0): a bad spec (naming its token),
+ * SLUICE_EINVAL for a NULL c or a change that adds or removes the lease
+ * (the limit keeps a book of its handles only with one: make a new
+ * limit), SLUICE_ENOMEM (a larger leased N needs 32 bytes per permit;
+ * nothing changed).  Thread-safe: decisions and releases may run at the
+ * same time (each sees the old N or the new); changes of one limit are
+ * serialised by the caller. */
+int sluice_concurrency_reconfigure_at(sluice_concurrency *c, const char *spec, uint64_t now_ns,
+                                      char *err, size_t errlen);
+/* The same at the time of CLOCK_MONOTONIC. */
+int sluice_concurrency_reconfigure(sluice_concurrency *c, const char *spec, char *err,
+                                   size_t errlen);
 
 /* Check a concurrency spec without making a limit; with canon not NULL,
  * write its canonical form there (`concurrency N` and ` lease=D`, D in its
@@ -242,6 +265,20 @@ uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const voi
 /* The keys held now (some may hold nothing, until their entry is needed).
  * Thread-safe. */
 size_t sluice_concurrency_table_keys(sluice_concurrency_table *t);
+/* Change every key's spec at now_ns, as sluice_concurrency_reconfigure_at
+ * does for one limit (permits held stay, at most max(held, new N) per
+ * key); keys that arrive later get the new spec.  Every key or none: 0, or
+ * a negative code with a one-line reason in err (a bad spec, SLUICE_EINVAL
+ * for a NULL t or a lease added or removed, SLUICE_ENOMEM).  max_keys
+ * cannot change (make a new table).  Thread-safe (acquires on the table
+ * wait for it; releases do not). */
+int sluice_concurrency_table_reconfigure_at(sluice_concurrency_table *t, const char *spec,
+                                            uint64_t now_ns, char *err, size_t errlen);
+/* Every key's N (the latest spec's).  Thread-safe. */
+uint64_t sluice_concurrency_table_limit(sluice_concurrency_table *t);
+/* The permits held by all keys, each as of its latest call (leases ended
+ * since still count): the metrics' gauge.  O(max_keys).  Thread-safe. */
+uint64_t sluice_concurrency_table_held(sluice_concurrency_table *t);
 
 /* ---- a table of concurrency limits in a shared region -------------------
  *

@@ -119,8 +119,16 @@ int sluice_metrics_add_queue(sluice_metrics *m, const char *name,
  * call), sluice_concurrency_limit and sluice_concurrency_waiting.  Returns
  * and thread-safety as sluice_metrics_add_limiter. */
 typedef struct sluice_concurrency sluice_concurrency; /* sluice/concurrency.h */
+typedef struct sluice_concurrency_table sluice_concurrency_table;
 int sluice_metrics_add_concurrency(sluice_metrics *m, const char *name,
                                    const sluice_concurrency *c);
+/* Add a table of concurrency limits (sluice_concurrency_table) under
+ * `name`, in the same `limit` label's names: sluice_concurrency_held (the
+ * permits all its keys hold, each as of its latest call),
+ * sluice_concurrency_limit (its N, per key) and sluice_table_keys.  Returns
+ * and thread-safety as sluice_metrics_add_limiter. */
+int sluice_metrics_add_concurrency_table(sluice_metrics *m, const char *name,
+                                         const sluice_concurrency_table *t);
 
 /* Add a rule set (sluice/rules.h) under `name`, the value of its series'
  * `ruleset` label; rule sets have their own set of names.  Each rule of the

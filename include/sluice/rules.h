@@ -363,16 +363,22 @@ bool sluice_rules_decide(sluice_rules *rs, const sluice_rule_key *req, size_t n,
  * whatever reloads happened since: never lost, never released twice, never
  * released on another limit.  A reload that keeps the rule's spec (and
  * scope and max_keys) keeps its limit: permits held before count after.  A
- * reload that changes the spec (N, the lease), the scope or max_keys, or
- * removes the rule, gives the rule a fresh limit (or none): the permits
- * held on the old limit no longer count against the new one (for as long
- * as they are held, up to N_old + N_new may be in flight), and are
- * released on the old one, which the set keeps until sluice_rules_free
- * (about 200 bytes, plus 32 per N with a lease, per such change). */
+ * reload that changes N or the lease changes the limit in place
+ * (sluice_concurrency_reconfigure_at): the permits held count against the
+ * new N, so at most max(held, new N) are in flight (docs/decisions.md
+ * 3.9).  A reload that adds or removes the lease, changes the scope or
+ * max_keys, or removes the rule, gives the rule a fresh limit (or none):
+ * then the new N on the new limit plus the permits still held on the old
+ * one, which only fall.  A limit taken out of use -- by a reload or by
+ * sluice_rules_free -- is freed by the release of its last permit (each
+ * permit holding permits keeps it), or at once when none is held. */
 
 /* A permit of a rule set: filled by sluice_rules_acquire_at, owned by the
- * caller, given back by sluice_rules_release_at.  `pm.permits` is 0 when
- * it holds nothing.  Valid until sluice_rules_free. */
+ * caller, given back by sluice_rules_release_at -- once, through this
+ * handle, not a copy (while it holds permits it keeps its limit alive, and
+ * its release lets go of that; a copy released again would let go twice).
+ * `pm.permits` is 0 when it holds nothing.  Valid after sluice_rules_free
+ * (its limit lives until it is released). */
 typedef struct sluice_rules_permit {
     sluice_permit pm;    /* the concurrency limit's permit (its owner) */
     int32_t conc_rule;   /* the concurrency rule's id, or -1 */
@@ -403,7 +409,9 @@ bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_
 /* Give back what *hold holds, at now_ns, on the limit it was taken on:
  * sluice_permit_release_at(&hold->pm, now_ns) -- 0, or SLUICE_ENOENT when
  * it holds nothing (refused, released, a lease that ended); SLUICE_EINVAL
- * for NULL.  Thread-safe. */
+ * for NULL.  A handle that held permits lets go of its limit here (the
+ * last one of a limit a reload or sluice_rules_free took out of use frees
+ * it).  Thread-safe, also during reloads and sluice_rules_free. */
 int sluice_rules_release_at(sluice_rules_permit *hold, uint64_t now_ns);
 
 /* The shadow rule of sluice_rules_decide_at() on limits of the caller's
@@ -440,7 +448,13 @@ bool sluice_shadow_try_acquire_at(const sluice_limit_ref *refs, const bool *shad
 typedef struct sluice_rule_stats {
     uint64_t requests[4];
     uint64_t permits[4];
-    uint64_t reserved_[4]; /* zero: room to grow in a minor version */
+    /* A concurrency rule of the current set (0 and 0 for any other rule):
+     * the permits it holds now, each key's as of its latest call (a key
+     * rule: over all its keys; a gauge, not a counter), and its N (a key
+     * rule's: per key). */
+    uint64_t held;
+    uint64_t limit;
+    uint64_t reserved_[2]; /* zero: room to grow in a minor version */
 } sluice_rule_stats;
 
 /* What the current set says of one rule.

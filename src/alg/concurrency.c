@@ -23,7 +23,8 @@
  * n entries, and only on a refusal.
  *
  * Entry points: sluice__conc_parse, _format, sluice__is_conc_spec;
- * sluice__leases_init, _fini, _expire, _take, _give, _retry_after.
+ * sluice__leases_init, _fini, _expire, _take, _give, _retry_after; _grow and
+ * _relet for a limit changed in place (a larger N, another lease).
  */
 #include "alg/concurrency.h"
 #include "base/text.h"
@@ -189,6 +190,33 @@ bool sluice__leases_give(sluice__leases *b, uint32_t i, uint32_t gen, uint64_t p
     if (x->permits == 0 || x->gen != gen || x->permits != permits) return false;
     unlink_entry(b, i);
     return true;
+}
+
+void sluice__leases_grow(sluice__leases *b, sluice__leases *bigger)
+{
+    uint32_t n = b->n, m = bigger->n;
+    memcpy(bigger->e, b->e, (size_t)n * sizeof *b->e);
+    /* the free stack: b's free entries, then the new ones */
+    memcpy(bigger->free, b->free, (size_t)b->nfree * sizeof *b->free);
+    bigger->nfree = b->nfree;
+    for (uint32_t i = m; i > n; i--) bigger->free[bigger->nfree++] = i - 1;
+    bigger->head = b->head;
+    bigger->tail = b->tail;
+    bigger->held = b->held;
+    bigger->t_last = b->t_last;
+    sluice__leases_fini(b);
+    *b = *bigger;
+    memset(bigger, 0, sizeof *bigger);
+}
+
+void sluice__leases_relet(sluice__leases *b, uint64_t old_ns, uint64_t new_ns)
+{
+    uint32_t i = b->head;
+    for (uint32_t k = 0; k < b->n && i != SLUICE__LEASE_NIL; k++, i = b->e[i].next) {
+        /* expiry = admission + old_ns, the admission below 2^63 and each
+         * lease at most SLUICE_MAX_PERIOD_NS: no wrap either way */
+        b->e[i].expiry_ns = b->e[i].expiry_ns - old_ns + new_ns;
+    }
 }
 
 int64_t sluice__leases_retry_after(const sluice__leases *b, uint64_t t, uint64_t limit,

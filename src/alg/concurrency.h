@@ -79,6 +79,16 @@ SLUICE__INTERNAL uint32_t sluice__leases_take(sluice__leases *b, uint64_t t, uin
  * out of range). */
 SLUICE__INTERNAL bool sluice__leases_give(sluice__leases *b, uint32_t i, uint32_t gen,
                                           uint64_t permits);
+/* Move b's entries into `bigger` (a book just made by _init with more
+ * entries than b): every entry keeps its index, generation and place in
+ * the held list, the new ones are free; b is left empty (its arrays
+ * freed).  Cannot fail: the memory was taken by _init. */
+SLUICE__INTERNAL void sluice__leases_grow(sluice__leases *b, sluice__leases *bigger);
+/* Every held lease's end moves from admission + old_ns to admission +
+ * new_ns (a lease change applies to the permits held): the list's order is
+ * kept, since all move alike.  Ends at or before the book's clock are
+ * given back by the next _expire.  At most n entries are visited. */
+SLUICE__INTERNAL void sluice__leases_relet(sluice__leases *b, uint64_t old_ns, uint64_t new_ns);
 /* For a refusal of `permits` at t (after _expire) with N = limit: the least
  * wait after which, with no other call, enough leases have ended. */
 SLUICE__INTERNAL int64_t sluice__leases_retry_after(const sluice__leases *b, uint64_t t,

@@ -54,7 +54,7 @@
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES, K_CONC } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES, K_CONC, K_CTAB } kind;
 
 typedef struct entry {
     kind k;
@@ -165,8 +165,8 @@ static bool same_space(const entry *e, kind b, const sluice_metrics_source *src)
 {
     kind a = e->k;
     if (a == K_SOURCE || b == K_SOURCE) return a == b && e->src == src;
-    bool la = a == K_LIMITER || a == K_TABLE || a == K_CONC;
-    bool lb = b == K_LIMITER || b == K_TABLE || b == K_CONC;
+    bool la = a == K_LIMITER || a == K_TABLE || a == K_CONC || a == K_CTAB;
+    bool lb = b == K_LIMITER || b == K_TABLE || b == K_CONC || b == K_CTAB;
     return a == b || (la && lb); /* one `limit` label */
 }
 
@@ -240,6 +240,12 @@ int sluice_metrics_add_limiter(sluice_metrics *m, const char *name, const sluice
 int sluice_metrics_add_concurrency(sluice_metrics *m, const char *name, const sluice_concurrency *c)
 {
     return add(m, name, c, K_CONC, NULL);
+}
+
+int sluice_metrics_add_concurrency_table(sluice_metrics *m, const char *name,
+                                         const sluice_concurrency_table *t)
+{
+    return add(m, name, t, K_CTAB, NULL);
 }
 
 int sluice_metrics_add_table(sluice_metrics *m, const char *name, const sluice_table *t)
@@ -448,7 +454,8 @@ static const family families[] = {
      KB(K_QUEUE)},
     {F_ASYNC_FAILED, "sluice_async_failed_total", "counter",
      "Asynchronous acquires that ended without their permits, by reason.", KB(K_QUEUE)},
-    {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.", KB(K_TABLE) | KB(K_RULES)},
+    {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.",
+     KB(K_TABLE) | KB(K_RULES) | KB(K_CTAB)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
      KB(K_TABLE) | KB(K_RULES)},
@@ -470,9 +477,13 @@ static const family families[] = {
     {F_WHEEL_PENDING, "sluice_wheel_timers_pending", "gauge",
      "Timers scheduled and not yet fired or cancelled.", KB(K_WHEEL)},
     {F_CONC_HELD, "sluice_concurrency_held", "gauge",
-     "Permits a concurrency limit holds, as of its latest call.", KB(K_CONC)},
+     "Permits a concurrency limit holds, as of its latest call (a table or a key rule: "
+     "over all its keys).",
+     KB(K_CONC) | KB(K_CTAB) | KB(K_RULES)},
     {F_CONC_LIMIT, "sluice_concurrency_limit", "gauge",
-     "The most permits a concurrency limit holds at once (its N).", KB(K_CONC)},
+     "The most permits a concurrency limit holds at once (its N; a table's or a key "
+     "rule's: per key).",
+     KB(K_CONC) | KB(K_CTAB) | KB(K_RULES)},
     {F_CONC_WAITING, "sluice_concurrency_waiting", "gauge",
      "Blocking acquires waiting for a concurrency limit's permits.", KB(K_CONC)},
     {F_RULE_REQUESTS, "sluice_rule_requests_total", "counter",
@@ -530,6 +541,13 @@ static void read_object(const entry *e, family_id f, snapshot *s)
         s->limit = sluice_concurrency_limit((const sluice_concurrency *)e->obj);
         s->waiting = sluice_concurrency_waiting((const sluice_concurrency *)e->obj);
         break;
+    case K_CTAB: { /* the getters take the table's lock: a cast, not a write */
+        sluice_concurrency_table *t = (sluice_concurrency_table *)(uintptr_t)e->obj;
+        if (f == F_TABLE_KEYS) s->t.keys = sluice_concurrency_table_keys(t);
+        else if (f == F_CONC_HELD) s->held = sluice_concurrency_table_held(t);
+        else if (f == F_CONC_LIMIT) s->limit = sluice_concurrency_table_limit(t);
+        break;
+    }
     case K_SOURCE:
     case K_RULES: /* written rule by rule (write_rules) */
     case K_NONE:
@@ -739,6 +757,12 @@ static void write_rule(void *arg, const char *name, bool shadow, const sluice_ru
         for (int d = 0; d < 4; d++) rule_series(o, name, decisions[d], st->permits[d]);
         break;
     case F_RULE_SHADOW: rule_series(o, name, NULL, shadow ? 1 : 0); break;
+    case F_CONC_HELD: /* concurrency rules only (their limit is not 0) */
+        if (st->limit) rule_series(o, name, NULL, st->held);
+        break;
+    case F_CONC_LIMIT:
+        if (st->limit) rule_series(o, name, NULL, st->limit);
+        break;
     case F_TABLE_KEYS:
     case F_TABLE_RECLAIMED:
     case F_TABLE_EVICTED:

@@ -18,8 +18,13 @@
  * nothing there.  With none idle the new key is refused (res->error =
  * SLUICE_EFULL): never more than max_keys keys, never a key's permits lost.
  *
+ * A change in place (sluice_concurrency_table_reconfigure_at) changes every
+ * key's limit made so far, under the mutex (so no acquire runs), after the
+ * memory each needs was taken for all: every key or none; keys made later
+ * get the new spec.
+ *
  * Entry points: sluice_concurrency_table_new, _free, _acquire_at,
- * _held_at, _keys.
+ * _held_at, _keys, _reconfigure_at, _limit, _held.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
@@ -27,6 +32,7 @@
 #include "limiter/concurrency.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define NIL UINT32_MAX
@@ -40,7 +46,8 @@ typedef struct centry {
 
 struct sluice_concurrency_table {
     pthread_mutex_t mu;
-    sluice__conc_profile cp;
+    sluice__conc_profile cp;   /* under mu */
+    _Atomic uint64_t refs;     /* a rule set's references (sluice__ctab_ref) */
     uint64_t dseed[2];
     uint32_t max_keys, made, nkeys, cursor;
     uint32_t nb;      /* buckets, a power of two >= max_keys */
@@ -75,6 +82,7 @@ sluice_concurrency_table *sluice_concurrency_table_new(const char *spec, size_t 
     }
     memset(t->bucket, 0xff, (size_t)nb * sizeof *t->bucket); /* NIL */
     t->cp = cp;
+    atomic_init(&t->refs, 1);
     t->max_keys = (uint32_t)max_keys;
     t->nb = nb;
     uint64_t seed[2];
@@ -126,7 +134,10 @@ static uint32_t take_entry(sluice_concurrency_table *t, uint64_t now_ns)
 {
     if (t->made < t->max_keys) {
         centry *x = &t->e[t->made];
-        if (!x->c && !(x->c = sluice__conc_make(&t->cp))) return NIL - 1; /* no memory */
+        if (!x->c) {
+            if (!(x->c = sluice__conc_make(&t->cp))) return NIL - 1; /* no memory */
+            sluice__conc_set_home(x->c, t);
+        }
         return t->made++;
     }
     for (uint32_t k = 0; k < t->max_keys; k++) {
@@ -196,4 +207,69 @@ size_t sluice_concurrency_table_keys(sluice_concurrency_table *t)
     size_t n = t->nkeys;
     pthread_mutex_unlock(&t->mu);
     return n;
+}
+
+int sluice_concurrency_table_reconfigure_at(sluice_concurrency_table *t, const char *spec,
+                                            uint64_t now_ns, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    if (!t) {
+        sluice__errf(err, errlen, "no table");
+        return SLUICE_EINVAL;
+    }
+    sluice__conc_profile cp;
+    int rc = sluice__conc_parse(spec, &cp, err, errlen);
+    if (rc != 0) return rc;
+    pthread_mutex_lock(&t->mu);
+    if ((cp.lease_ns != 0) != (t->cp.lease_ns != 0)) {
+        pthread_mutex_unlock(&t->mu);
+        sluice__errf(err, errlen, "a lease cannot be %s in place (a leased limit keeps a book of "
+                     "its handles): make a new table", cp.lease_ns ? "added" : "removed");
+        return SLUICE_EINVAL;
+    }
+    /* every key's limit or none: what can fail (memory for larger books)
+     * is done for all first */
+    sluice__leases one, *spare = &one;
+    if (cp.lease_ns && t->made > 1 && !(spare = sluice__calloc(t->made, sizeof *spare))) rc = SLUICE_ENOMEM;
+    uint32_t k = 0;
+    for (; rc == 0 && k < t->made; k++)
+        rc = sluice__conc_prepare(t->e[k].c, &cp, cp.lease_ns ? &spare[k] : &one, err, errlen);
+    if (rc == 0) {
+        for (uint32_t i = 0; i < t->made; i++)
+            sluice__conc_apply(t->e[i].c, &cp, cp.lease_ns ? &spare[i] : &one, now_ns);
+        t->cp = cp;
+    } else {
+        for (uint32_t i = 0; cp.lease_ns && spare && i + 1 < k; i++) sluice__leases_fini(&spare[i]);
+        sluice__errf(err, errlen, "out of memory");
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (spare != &one) sluice__free(spare);
+    return rc;
+}
+
+uint64_t sluice_concurrency_table_limit(sluice_concurrency_table *t)
+{
+    if (!t) return 0;
+    pthread_mutex_lock(&t->mu);
+    uint64_t n = t->cp.limit;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+uint64_t sluice_concurrency_table_held(sluice_concurrency_table *t)
+{
+    if (!t) return 0;
+    pthread_mutex_lock(&t->mu);
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < t->made; i++)
+        if (t->e[i].used) h += sluice_concurrency_held(t->e[i].c);
+    pthread_mutex_unlock(&t->mu);
+    return h;
+}
+
+void sluice__ctab_ref(sluice_concurrency_table *t) { atomic_fetch_add(&t->refs, 1); }
+
+void sluice__ctab_unref(sluice_concurrency_table *t)
+{
+    if (atomic_fetch_sub(&t->refs, 1) == 1) sluice_concurrency_table_free(t);
 }

@@ -47,7 +47,21 @@
  * fires equal deadlines in schedule order).  The callback runs outside mu.
  * Lock order: mu, sl, the wheel's.
  *
- * Entry points: sluice_concurrency_new, _free; sluice_acquire_permit_at,
+ * Changed in place (sluice_concurrency_reconfigure_at): N is an atomic word
+ * that every decision reads once, so a smaller N refuses while the permits
+ * held reach it (room() is 0 then, never a wrapped difference); a leased
+ * limit's book grows under its lock into entries allocated before (the
+ * handles' indices stay), and a new lease moves every held lease's end to
+ * its admission plus the new lease (all alike: the list stays in order).
+ * The lease itself (on or off) is fixed: a book or a word for life.
+ *
+ * A rule set's references (sluice__conc_ref, rules/rules.c): the set holds
+ * one and each of its permit handles one, so a limit a reload took out of
+ * use is freed by the release of its last handle; a table's limits count
+ * on their table (conc_table.c).
+ *
+ * Entry points: sluice_concurrency_new, _free, _reconfigure_at;
+ * sluice_acquire_permit_at,
  * sluice_acquire_permit, sluice_permit_release_at (and live forms);
  * sluice_concurrency_held_at, _limit, _spec_check, _spec_format;
  * sluice_acquire_permit_async_at, sluice_permit_async_cancel_at.
@@ -94,7 +108,11 @@ struct anode {
 struct sluice_concurrency {
     _Alignas(64) _Atomic uint64_t count; /* no lease: permits held | epoch << 40 */
     _Atomic uint32_t nwait;              /* waiters queued, or about to */
-    sluice__conc_profile cp;
+    _Atomic uint64_t limit;              /* N (_reconfigure_at changes it) */
+    sluice__conc_profile cp;             /* cp.lease_ns under sl; cp.limit unused */
+    bool has_lease;                      /* fixed at make: the book or the word */
+    _Atomic uint64_t refs;               /* a rule set's references (sluice__conc_ref) */
+    sluice_concurrency_table *home;      /* the table whose key it is, or NULL */
     pthread_mutex_t mu;   /* the queue */
     sluice__spin sl;      /* the book */
     sluice__leases book;  /* with a lease, under sl */
@@ -107,13 +125,25 @@ struct sluice_concurrency {
 #define FROZEN ((uint64_t)1 << 63)          /* held by a decision with other limits */
 #define EPOCH(w) ((uint32_t)((w) >> 40) & 0x7fffffu) /* 23 bits */
 
-static bool leased(const sluice_concurrency *c) { return c->cp.lease_ns != 0; }
+static bool leased(const sluice_concurrency *c) { return c->has_lease; }
+
+/* N, read once per decision (a reconfigure may change it at any time). */
+static uint64_t nlim(const sluice_concurrency *c)
+{
+    return atomic_load_explicit(&((sluice_concurrency *)c)->limit, memory_order_relaxed);
+}
+
+/* Room for new permits: N - held, 0 when a smaller N left more held. */
+static uint64_t room(uint64_t N, uint64_t held) { return held >= N ? 0 : N - held; }
 
 sluice_concurrency *sluice__conc_make(const sluice__conc_profile *cp)
 {
     sluice_concurrency *c = sluice__calloc64(sizeof *c);
     if (!c) return NULL;
     c->cp = *cp;
+    c->has_lease = cp->lease_ns != 0;
+    atomic_init(&c->limit, cp->limit);
+    atomic_init(&c->refs, 1);
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         sluice__free64(c);
         return NULL;
@@ -177,7 +207,8 @@ void sluice_concurrency_free(sluice_concurrency *c)
 
 /* The lock-free count: add p if it fits (the count before in *was, the
  * word's epoch in *epoch). */
-static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was, uint32_t *epoch)
+static bool count_take(sluice_concurrency *c, uint64_t N, uint64_t p, uint64_t *was,
+                       uint32_t *epoch)
 {
     uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
     for (unsigned k = 0;; k++) {
@@ -186,7 +217,7 @@ static bool count_take(sluice_concurrency *c, uint64_t p, uint64_t *was, uint32_
             n = atomic_load_explicit(&c->count, memory_order_relaxed);
             continue;
         }
-        if (p > c->cp.limit - (n & CMASK)) {
+        if (p > room(N, n & CMASK)) {
             *was = n & CMASK;
             return false;
         }
@@ -229,15 +260,16 @@ static void grant(sluice_concurrency *c, uint64_t t)
 {
     waiter *w;
     bool served = false;
+    const uint64_t N = nlim(c);
     while ((w = c->qhead) != NULL) {
         if (leased(c)) {
-            if (w->permits > c->cp.limit - c->book.held) break;
+            if (w->permits > room(N, c->book.held)) break;
             uint32_t gen, slot = sluice__leases_take(&c->book, t, w->permits, c->cp.lease_ns, &gen);
             fill(w->pm, c, w->permits, slot, gen);
         } else {
             uint64_t was;
             uint32_t ep;
-            if (!count_take(c, w->permits, &was, &ep)) break;
+            if (!count_take(c, N, w->permits, &was, &ep)) break;
             fill(w->pm, c, w->permits, UINT32_MAX, ep);
         }
         w->granted = true;
@@ -271,13 +303,13 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
     if (!res) res = &tmp;
     if (pm) *pm = (sluice_permit){0};
     if (!c || !pm) return sluice__fail(res, SLUICE_EINVAL);
-    const uint64_t N = c->cp.limit;
     if (!leased(c)) {
+        const uint64_t N = nlim(c);
         uint64_t was;
         uint32_t ep;
-        if (permits == 0) return sluice__allow(res, N - (atomic_load(&c->count) & CMASK), 0);
+        if (permits == 0) return sluice__allow(res, room(N, atomic_load(&c->count) & CMASK), 0);
         if (atomic_load_explicit(&c->nwait, memory_order_acquire) == 0 &&
-            count_take(c, permits, &was, &ep)) {
+            count_take(c, N, permits, &was, &ep)) {
             fill(pm, c, permits, UINT32_MAX, ep);
             return sluice__allow(res, N - was - permits, 0);
         }
@@ -285,17 +317,18 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
         return sluice__deny(res, N - (n < N ? n : N), permits > N ? -1 : INT64_MAX);
     }
     sluice__spin_lock(&c->sl);
+    const uint64_t N = nlim(c); /* under sl: a reconfigure changes it there */
     uint64_t t = sluice__leases_expire(&c->book, now_ns);
     bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
-    bool ok = permits == 0 || (!queue && permits <= N - c->book.held);
+    bool ok = permits == 0 || (!queue && permits <= room(N, c->book.held));
     if (ok && permits) {
         uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
         fill(pm, c, permits, slot, gen);
     }
-    if (ok) sluice__allow(res, N - c->book.held, 0);
+    if (ok) sluice__allow(res, room(N, c->book.held), 0);
     else
-        sluice__deny(res, N - c->book.held,
-                     queue && permits <= N - c->book.held
+        sluice__deny(res, room(N, c->book.held),
+                     queue && permits <= room(N, c->book.held)
                          ? INT64_MAX /* room, but waiters first */
                          : sluice__leases_retry_after(&c->book, t, N, permits));
     sluice__spin_unlock(&c->sl);
@@ -372,7 +405,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
                           sluice_permit *pm)
 {
     if (pm) *pm = (sluice_permit){0};
-    if (!c || !pm || permits == 0 || permits > c->cp.limit) return SLUICE_EINVAL;
+    if (!c || !pm || permits == 0 || permits > nlim(c)) return SLUICE_EINVAL;
     uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
     uint64_t deadline = now + timeout_ns < now || now + timeout_ns > (uint64_t)INT64_MAX
                             ? (uint64_t)INT64_MAX
@@ -384,7 +417,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
         if (leased(c)) {
             sluice__spin_lock(&c->sl);
             uint64_t t = sluice__leases_expire(&c->book, now);
-            if (permits <= c->cp.limit - c->book.held) {
+            if (permits <= room(nlim(c), c->book.held)) {
                 uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
                 fill(pm, c, permits, slot, gen);
                 w.granted = true;
@@ -393,7 +426,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
         } else {
             uint64_t was;
             uint32_t ep;
-            if (count_take(c, permits, &was, &ep)) {
+            if (count_take(c, nlim(c), permits, &was, &ep)) {
                 fill(pm, c, permits, UINT32_MAX, ep);
                 w.granted = true;
             }
@@ -490,7 +523,7 @@ uint32_t sluice_concurrency_waiting(const sluice_concurrency *c)
     return c ? atomic_load(&((sluice_concurrency *)c)->nwait) : 0;
 }
 
-uint64_t sluice_concurrency_limit(const sluice_concurrency *c) { return c ? c->cp.limit : 0; }
+uint64_t sluice_concurrency_limit(const sluice_concurrency *c) { return c ? nlim(c) : 0; }
 
 int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen, char *err,
                                   size_t errlen)
@@ -508,7 +541,104 @@ int sluice_concurrency_spec_check(const char *spec, char *canon, size_t canonlen
 int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_t buflen)
 {
     if (!c) return SLUICE_EINVAL;
-    return sluice__conc_format(&c->cp, buf, buflen);
+    sluice__conc_profile cp = {.limit = nlim(c)};
+    if (leased(c)) {
+        sluice_concurrency *cc = (sluice_concurrency *)c; /* the lock only */
+        sluice__spin_lock(&cc->sl);
+        cp.lease_ns = cc->cp.lease_ns;
+        sluice__spin_unlock(&cc->sl);
+    }
+    return sluice__conc_format(&cp, buf, buflen);
+}
+
+/* ---- changed in place --------------------------------------------------- */
+
+int sluice__conc_prepare(sluice_concurrency *c, const sluice__conc_profile *cp,
+                         sluice__leases *spare, char *err, size_t errlen)
+{
+    memset(spare, 0, sizeof *spare);
+    if ((cp->lease_ns != 0) != leased(c)) {
+        sluice__errf(err, errlen,
+                     leased(c) ? "the lease cannot be removed in place (a leased limit keeps "
+                                 "a book of its handles): make a new limit"
+                               : "a lease cannot be added in place (a leased limit keeps a "
+                                 "book of its handles): make a new limit");
+        return SLUICE_EINVAL;
+    }
+    if (!leased(c)) return 0;
+    sluice__spin_lock(&c->sl);
+    uint32_t n = c->book.n;
+    sluice__spin_unlock(&c->sl);
+    if (cp->limit <= n) return 0;
+    if (sluice__leases_init(spare, (uint32_t)cp->limit) != 0) {
+        sluice__errf(err, errlen, "out of memory");
+        return SLUICE_ENOMEM;
+    }
+    return 0;
+}
+
+void sluice__conc_apply(sluice_concurrency *c, const sluice__conc_profile *cp,
+                        sluice__leases *spare, uint64_t now_ns)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!leased(c)) {
+        atomic_store(&c->limit, cp->limit);
+        grant(c, 0); /* a larger N may let waiters through */
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    sluice__spin_lock(&c->sl);
+    uint64_t t = sluice__leases_expire(&c->book, now_ns);
+    if (spare->e && spare->n > c->book.n) sluice__leases_grow(&c->book, spare);
+    sluice__leases_relet(&c->book, c->cp.lease_ns, cp->lease_ns);
+    c->cp.lease_ns = cp->lease_ns;
+    atomic_store(&c->limit, cp->limit);
+    sluice__leases_expire(&c->book, t); /* leases a shorter one ended */
+    grant(c, t);
+    wake_head(c); /* the head's timer: the next lease's end moved */
+    sluice__spin_unlock(&c->sl);
+    pthread_mutex_unlock(&c->mu);
+    if (spare->e) sluice__leases_fini(spare); /* not needed after all */
+}
+
+int sluice_concurrency_reconfigure_at(sluice_concurrency *c, const char *spec, uint64_t now_ns,
+                                      char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    if (!c) {
+        sluice__errf(err, errlen, "no limit");
+        return SLUICE_EINVAL;
+    }
+    sluice__conc_profile cp;
+    int rc = sluice__conc_parse(spec, &cp, err, errlen);
+    if (rc != 0) return rc;
+    sluice__leases spare;
+    rc = sluice__conc_prepare(c, &cp, &spare, err, errlen);
+    if (rc == 0) sluice__conc_apply(c, &cp, &spare, now_ns);
+    return rc;
+}
+
+int sluice_concurrency_reconfigure(sluice_concurrency *c, const char *spec, char *err,
+                                   size_t errlen)
+{
+    return sluice_concurrency_reconfigure_at(c, spec, sluice__clock_read(CLOCK_MONOTONIC), err,
+                                             errlen);
+}
+
+/* ---- references of a rule set -------------------------------------------- */
+
+void sluice__conc_set_home(sluice_concurrency *c, sluice_concurrency_table *t) { c->home = t; }
+
+void sluice__conc_ref(sluice_concurrency *c)
+{
+    if (c->home) sluice__ctab_ref(c->home);
+    else atomic_fetch_add(&c->refs, 1);
+}
+
+void sluice__conc_unref(sluice_concurrency *c)
+{
+    if (c->home) sluice__ctab_unref(c->home);
+    else if (atomic_fetch_sub(&c->refs, 1) == 1) sluice_concurrency_free(c);
 }
 
 /* ---- held by a decision with rate limits (composite/conc_with.c) -------- */
@@ -516,23 +646,24 @@ int sluice_concurrency_spec_format(const sluice_concurrency *c, char *buf, size_
 bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns, uint64_t *snap,
                        sluice_result *res)
 {
-    const uint64_t N = c->cp.limit;
     if (leased(c)) {
         sluice__spin_lock(&c->sl);
+        const uint64_t N = nlim(c);
         uint64_t t = sluice__leases_expire(&c->book, now_ns);
         bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
-        if (permits == 0 || (!queue && permits <= N - c->book.held)) {
+        if (permits == 0 || (!queue && permits <= room(N, c->book.held))) {
             *snap = t;
-            sluice__allow(res, N - c->book.held - permits, 0);
+            sluice__allow(res, room(N, c->book.held) - permits, 0);
             return true; /* the lock stays held */
         }
-        sluice__deny(res, N - c->book.held,
-                     queue && permits <= N - c->book.held
+        sluice__deny(res, room(N, c->book.held),
+                     queue && permits <= room(N, c->book.held)
                          ? INT64_MAX
                          : sluice__leases_retry_after(&c->book, t, N, permits));
         sluice__spin_unlock(&c->sl);
         return false;
     }
+    const uint64_t N = nlim(c);
     uint64_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
     for (unsigned k = 0;; k++) {
         if (n & FROZEN) {
@@ -541,14 +672,14 @@ bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
             continue;
         }
         uint64_t held = n & CMASK;
-        if (atomic_load_explicit(&c->nwait, memory_order_acquire) != 0 || permits > N - held) {
-            sluice__deny(res, N - held, permits > N ? -1 : INT64_MAX);
+        if (atomic_load_explicit(&c->nwait, memory_order_acquire) != 0 || permits > room(N, held)) {
+            sluice__deny(res, room(N, held), permits > N ? -1 : INT64_MAX);
             return false;
         }
         if (atomic_compare_exchange_weak_explicit(&c->count, &n, n | FROZEN, memory_order_acq_rel,
                                                   memory_order_relaxed)) {
             *snap = n;
-            sluice__allow(res, N - held - permits, 0);
+            sluice__allow(res, room(N, held) - permits, 0);
             return true;
         }
     }
@@ -645,7 +776,7 @@ int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint
                                    void *arg, uint64_t *id)
 {
     if (!c || !wh || !fn || permits == 0) return SLUICE_EINVAL;
-    if (permits > c->cp.limit) return SLUICE_ERANGE;
+    if (permits > nlim(c)) return SLUICE_ERANGE;
     anode *an = sluice__calloc(1, sizeof *an);
     if (!an) return SLUICE_ENOMEM;
     an->wh = wh;
@@ -663,7 +794,7 @@ int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint
         if (leased(c)) {
             sluice__spin_lock(&c->sl);
             uint64_t t = sluice__leases_expire(&c->book, now_ns);
-            if (permits <= c->cp.limit - c->book.held) {
+            if (permits <= room(nlim(c), c->book.held)) {
                 uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
                 fill(&an->pm, c, permits, slot, gen);
                 an->w.granted = true;
@@ -674,7 +805,7 @@ int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint
         } else {
             uint64_t was;
             uint32_t ep;
-            if (count_take(c, permits, &was, &ep)) {
+            if (count_take(c, nlim(c), permits, &was, &ep)) {
                 fill(&an->pm, c, permits, UINT32_MAX, ep);
                 an->w.granted = true;
             }

@@ -3,7 +3,9 @@
  *
  *   sluice__conc_make    a limit from a parsed spec
  *   sluice__conc_reuse   give an idle limit to another key
- *   sluice__conc_hold, _unhold   a decision together with rate limits */
+ *   sluice__conc_hold, _unhold   a decision together with rate limits
+ *   sluice__conc_prepare, _apply   a change in place (a table's keys)
+ *   sluice__conc_ref, _unref, sluice__ctab_ref, _unref   a rule set's references */
 #ifndef SLUICE_LIMITER_CONCURRENCY_H
 #define SLUICE_LIMITER_CONCURRENCY_H
 
@@ -33,5 +35,27 @@ SLUICE__INTERNAL bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits,
                                         uint64_t *snap, sluice_result *res);
 SLUICE__INTERNAL void sluice__conc_unhold(sluice_concurrency *c, uint64_t snap, bool commit,
                                           uint64_t permits, sluice_permit *pm);
+
+/* A change in place to profile cp (docs/decisions.md 3.9), in two steps so
+ * that a table can change all its keys or none: _prepare checks it (the
+ * lease on or off cannot change: SLUICE_EINVAL, err says so) and allocates
+ * what a larger leased N needs into *spare (SLUICE_ENOMEM); _apply, which
+ * cannot fail, makes the change at now_ns.  No other change of c may run
+ * between or during the two; decisions and releases may. */
+SLUICE__INTERNAL int sluice__conc_prepare(sluice_concurrency *c, const sluice__conc_profile *cp,
+                                          sluice__leases *spare, char *err, size_t errlen);
+SLUICE__INTERNAL void sluice__conc_apply(sluice_concurrency *c, const sluice__conc_profile *cp,
+                                         sluice__leases *spare, uint64_t now_ns);
+
+/* References of a rule set (rules/rules.c): the maker holds one; _ref adds
+ * one (for a permit handle), _unref drops one and frees the limit -- a
+ * table's limit: its table, whose references its limits share -- when it
+ * was the last.  After the first _unref by the maker no call but releases
+ * and _unref may reach the limit. */
+SLUICE__INTERNAL void sluice__conc_set_home(sluice_concurrency *c, sluice_concurrency_table *t);
+SLUICE__INTERNAL void sluice__conc_ref(sluice_concurrency *c);
+SLUICE__INTERNAL void sluice__conc_unref(sluice_concurrency *c);
+SLUICE__INTERNAL void sluice__ctab_ref(sluice_concurrency_table *t);
+SLUICE__INTERNAL void sluice__ctab_unref(sluice_concurrency_table *t);
 
 #endif /* SLUICE_LIMITER_CONCURRENCY_H */

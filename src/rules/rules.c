@@ -61,6 +61,10 @@
  * inside, so the reload frees the retired ones there
  * (sluice__limiter_reclaim): a set reloaded forever keeps one per rule.
  * A key rule's table keeps its own configurations (table.c bounds those).
+ * A concurrency rule whose N or lease changes is changed in place too (its
+ * permits held count against the new N); a concurrency limit the set stops
+ * using is not kept: the set drops its reference after the grace period
+ * and the limit goes with its last permit handle's release (retire()).
  *
  * Shadow rules are decided after the composite of the enforcing rules, and
  * only when it admitted the request: each on its own, charged when it
@@ -86,6 +90,7 @@
 #include "base/clock.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"
+#include "limiter/concurrency.h"
 #include "rules/rules.h"
 #include "base/spin.h"
 
@@ -186,16 +191,7 @@ struct sluice_rules {
     char **names;
     rctr **ctrs;
     size_t nids, capids;
-    /* concurrency limits a reload took out of use, kept for the permits
-     * still held on them (a handle names its limit): freed with the handle */
-    struct retired *retired;
 };
-
-typedef struct retired {
-    struct retired *next;
-    sluice_concurrency *conc;
-    sluice_concurrency_table *ctab;
-} retired;
 
 /* ---- the reader's side --------------------------------------------------- */
 
@@ -908,19 +904,15 @@ static void limit_free(limit *l)
     *l = (limit){0};
 }
 
-/* A concurrency limit that was in use leaves the set: kept on the handle
- * (permits held on it are released on it) until sluice_rules_free.  When
- * memory for the list runs out, it is kept anyway: leaked, never freed
- * under a holder. */
-static void retire(sluice_rules *rs, sluice_concurrency *c, sluice_concurrency_table *t)
+/* A concurrency limit that was in use leaves the set (a reload, or
+ * sluice_rules_free): the set drops its reference, and the limit goes with
+ * the release of its last permit handle (each holds one:
+ * sluice_rules_acquire_at), at once when none is held.  Called after the
+ * grace period, when no decision can reach it through a version. */
+static void retire(sluice_concurrency *c, sluice_concurrency_table *t)
 {
-    if (!c && !t) return;
-    retired *r = sluice__calloc(1, sizeof *r);
-    if (!r) return;
-    r->conc = c;
-    r->ctab = t;
-    r->next = rs->retired;
-    rs->retired = r;
+    if (c) sluice__conc_unref(c);
+    if (t) sluice__ctab_unref(t);
 }
 
 static bool same_overrides(const pdef *a, const pdef *b)
@@ -955,6 +947,9 @@ static int set_overrides(sluice_table *t, const pdef *d, uint64_t now_ns, char *
  * change cannot carry the state; SLUICE_ENOMEM). */
 static int change(const pdef *from, const pdef *to, limit *l, uint64_t now_ns)
 {
+    /* a concurrency rule keeps its permits held (docs/decisions.md 3.9) */
+    if (to->conc && to->global) return sluice_concurrency_reconfigure_at(l->conc, to->spec, now_ns, NULL, 0);
+    if (to->conc) return sluice_concurrency_table_reconfigure_at(l->ctab, to->spec, now_ns, NULL, 0);
     if (to->global) return sluice_limiter_reconfigure_at(l->lim, to->spec, now_ns, NULL, 0);
     int rc = 0;
     if (strcmp(from->spec, to->spec) != 0)
@@ -1063,7 +1058,7 @@ static plan plan_for(const pdef *from, const pdef *to)
     if (!from || from->global != to->global) return P_NEW;
     if (!to->global && (from->max_keys != to->max_keys || from->evict != to->evict)) return P_NEW;
     if (strcmp(from->spec, to->spec) == 0 && same_overrides(from, to)) return P_CARRY;
-    if (from->conc || to->conc) return P_NEW; /* held permits stay on the old limit */
+    if (from->conc != to->conc) return P_NEW; /* rate <-> concurrency */
     pdef small = *from;
     small.max_keys = 1; /* a scratch table need not hold keys */
     small.evict = false;
@@ -1179,10 +1174,8 @@ static int build(sluice_rules *rs, const version *old, parsed *p, version **out,
 static void fresh_why(const pdef *from, const pdef *to, char *why, size_t n)
 {
     sluice_spec_info a, b;
-    if (from->conc || to->conc) {
-        snprintf(why, n, from->conc && to->conc
-                             ? "a concurrency rule's spec changes (held permits stay on the old limit)"
-                             : "the kind of limit changes (rate <-> concurrency)");
+    if (from->conc != to->conc) {
+        snprintf(why, n, "the kind of limit changes (rate <-> concurrency)");
         return;
     }
     if (from->global != to->global)
@@ -1194,6 +1187,9 @@ static void fresh_why(const pdef *from, const pdef *to, char *why, size_t n)
     else if (!to->global && from->evict != to->evict)
         snprintf(why, n, "the policy changes (%s -> %s)", from->evict ? "evict-lru" : "refuse",
                  to->evict ? "evict-lru" : "refuse");
+    else if (to->conc)
+        snprintf(why, n, "a lease is %s (a leased limit keeps a book of its handles)",
+                 strstr(to->spec, "lease=") ? "added" : "removed");
     else if (sluice_spec_parse(from->spec, &a, NULL, 0) == 0 &&
              sluice_spec_parse(to->spec, &b, NULL, 0) == 0 && a.algorithm != b.algorithm)
         snprintf(why, n, "the algorithm changes (%s -> %s)", sluice_algorithm_name(a.algorithm),
@@ -1356,14 +1352,7 @@ void sluice_rules_free(sluice_rules *rs)
     for (size_t i = 0; v && i < v->n; i++) {
         sluice_limiter_free(v->r[i].lim);
         sluice_table_free(v->r[i].tab);
-        sluice_concurrency_free(v->r[i].conc);
-        sluice_concurrency_table_free(v->r[i].ctab);
-    }
-    for (retired *r = rs->retired, *n; r; r = n) {
-        n = r->next;
-        sluice_concurrency_free(r->conc);
-        sluice_concurrency_table_free(r->ctab);
-        sluice__free(r);
+        retire(v->r[i].conc, v->r[i].ctab); /* freed now, or by their last release */
     }
     version_free(v);
     free_handle(rs);
@@ -1405,7 +1394,7 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
             for (size_t i = 0; i < v->n; i++) {
                 if (plans[i] != P_RECONF) continue;
                 rule *r = &v->r[i];
-                limit l = {.lim = r->lim, .tab = r->tab};
+                limit l = {.lim = r->lim, .tab = r->tab, .conc = r->conc, .ctab = r->ctab};
                 if (change(&old->by_id[r->id]->d, &r->d, &l, now_ns) == 0) {
                     /* no decision is inside (the gate): the configurations
                      * the change retired can go now, not with the limiter */
@@ -1416,6 +1405,8 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
                      * goes below */
                     r->lim = fb[i].lim;
                     r->tab = fb[i].tab;
+                    r->conc = fb[i].conc;
+                    r->ctab = fb[i].ctab;
                     fb[i] = (limit){0};
                     plans[i] = P_NEW;
                 }
@@ -1432,8 +1423,8 @@ int sluice_rules_reload_flags_at(sluice_rules *rs, const char *text, size_t len,
             const rule *nr = (size_t)o->id < v->nids ? v->by_id[o->id] : NULL;
             if (!nr || nr->lim != o->lim) sluice_limiter_free(o->lim);
             if (!nr || nr->tab != o->tab) sluice_table_free(o->tab);
-            if (!nr || nr->conc != o->conc) retire(rs, o->conc, NULL);
-            if (!nr || nr->ctab != o->ctab) retire(rs, NULL, o->ctab);
+            if (!nr || nr->conc != o->conc) retire(o->conc, NULL);
+            if (!nr || nr->ctab != o->ctab) retire(NULL, o->ctab);
         }
         for (size_t i = 0; i < v->n; i++) limit_free(&fb[i]);
         version_free(old);
@@ -1506,6 +1497,19 @@ uint64_t sluice_rules_generation(const sluice_rules *rs)
     return g;
 }
 
+/* A concurrency rule's gauges in *st (r NULL: absent; other rules: 0). */
+static void conc_gauge(const rule *r, sluice_rule_stats *st)
+{
+    st->held = st->limit = 0;
+    if (r && r->conc) {
+        st->held = sluice_concurrency_held(r->conc);
+        st->limit = sluice_concurrency_limit(r->conc);
+    } else if (r && r->ctab) {
+        st->held = sluice_concurrency_table_held(r->ctab);
+        st->limit = sluice_concurrency_table_limit(r->ctab);
+    }
+}
+
 int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *out)
 {
     if (!rs || !out) return SLUICE_EINVAL;
@@ -1526,6 +1530,7 @@ int sluice_rules_info(const sluice_rules *rs, size_t index, sluice_rule_info *ou
         out->overrides = r->d.nov;
         out->line = r->d.line;
         rctr_read(r->ctr, &out->stats);
+        conc_gauge(r, &out->stats);
         rc = 0;
     }
     leave(w, tok);
@@ -1541,6 +1546,7 @@ int sluice_rules_stats(const sluice_rules *rs, int32_t id, sluice_rule_stats *ou
     int rc = SLUICE_ENOENT;
     if (id >= 0 && (size_t)id < v->nids) {
         rctr_read(v->ctr[id], out);
+        conc_gauge(v->by_id[id], out);
         rc = 0;
     }
     leave(w, tok);
@@ -1555,6 +1561,7 @@ void sluice__rules_each(const sluice_rules *rs, sluice__rules_fn fn, void *arg)
     for (size_t i = 0; i < v->n; i++) {
         sluice_rule_stats st;
         rctr_read(v->r[i].ctr, &st);
+        conc_gauge(&v->r[i], &st);
         fn(arg, v->r[i].d.name, v->r[i].d.shadow, &st, v->r[i].tab);
     }
     leave(w, tok);
@@ -1917,6 +1924,10 @@ bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_
         hold->pm = pm;
         hold->conc_rule = req[ci].rule;
         hold->generation = v->generation;
+        /* the handle's reference: the limit outlives the set's use of it
+         * until this permit is released (v is current or in its grace
+         * period, so the set's reference is still held) */
+        sluice__conc_ref(pm.owner);
     }
     leave(rs, tok);
     if (per_rule) {
@@ -1936,5 +1947,12 @@ bool sluice_rules_acquire_at(sluice_rules *rs, const sluice_rule_key *req, size_
 int sluice_rules_release_at(sluice_rules_permit *hold, uint64_t now_ns)
 {
     if (!hold) return SLUICE_EINVAL;
-    return sluice_permit_release_at(&hold->pm, now_ns);
+    sluice_concurrency *c = hold->pm.owner;
+    if (!c || hold->pm.permits == 0) return sluice_permit_release_at(&hold->pm, now_ns);
+    /* a live handle: released (or found ended, with a lease) exactly once
+     * here -- the limit's call sets pm.permits to 0 either way -- then its
+     * reference goes, perhaps the last of a limit a reload retired */
+    int rc = sluice_permit_release_at(&hold->pm, now_ns);
+    sluice__conc_unref(c);
+    return rc;
 }

@@ -1674,6 +1674,44 @@ static void test_concurrent(void **state)
     sluice_limiter_free(s.lim);
 }
 
+/* A table of concurrency limits' gauges: the permits all its keys hold,
+ * its N (after a change in place too) and its keys; valid for the tools. */
+static void test_concurrency_table_gauges(void **state)
+{
+    (void)state;
+    char err[128];
+    sluice_concurrency_table *t = sluice_concurrency_table_new("concurrency 3", 8, err, sizeof err);
+    sluice_limiter *l = sluice_limiter_new("token-bucket 1/s", err, sizeof err);
+    assert_non_null(t);
+    assert_non_null(l);
+    sluice_metrics *m = sluice_metrics_new();
+    assert_int_equal(sluice_metrics_add_limiter(m, "api", l), 0);
+    assert_int_equal(sluice_metrics_add_concurrency_table(m, "api", t), SLUICE_EINVAL); /* name taken */
+    assert_int_equal(sluice_metrics_add_concurrency_table(m, "perclient", t), 0);
+    sluice_permit a, b;
+    assert_true(sluice_concurrency_table_acquire_at(t, "x", 1, 2, 0, &a, NULL));
+    assert_true(sluice_concurrency_table_acquire_at(t, "y", 1, 3, 0, &b, NULL));
+    char buf[8192];
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_non_null(strstr(buf, "sluice_concurrency_held{limit=\"perclient\"} 5\n"));
+    assert_non_null(strstr(buf, "sluice_concurrency_limit{limit=\"perclient\"} 3\n"));
+    assert_non_null(strstr(buf, "sluice_table_keys{limit=\"perclient\"} 2\n"));
+    assert_null(strstr(buf, "sluice_concurrency_waiting{limit=\"perclient\"}"));
+    check_tools(buf);
+    assert_int_equal(sluice_concurrency_table_reconfigure_at(t, "concurrency 1", 1, err, sizeof err), 0);
+    assert_int_equal(sluice_permit_release_at(&b, 2), 0);
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_non_null(strstr(buf, "sluice_concurrency_held{limit=\"perclient\"} 2\n"));
+    assert_non_null(strstr(buf, "sluice_concurrency_limit{limit=\"perclient\"} 1\n"));
+    assert_int_equal(sluice_metrics_remove(m, t), 0);
+    assert_int_equal(sluice_metrics_write(m, buf, sizeof buf, NULL), 0);
+    assert_null(strstr(buf, "perclient"));
+    assert_int_equal(sluice_permit_release_at(&a, 3), 0);
+    sluice_metrics_free(m);
+    sluice_concurrency_table_free(t);
+    sluice_limiter_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1695,6 +1733,7 @@ int main(void)
         cmocka_unit_test(test_blocking_wait_threads),
         cmocka_unit_test(test_sources),
         cmocka_unit_test(test_concurrency_gauges),
+        cmocka_unit_test(test_concurrency_table_gauges),
         cmocka_unit_test(test_which_limit_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

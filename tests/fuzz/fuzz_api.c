@@ -36,6 +36,7 @@
  *
  * Then the same input again as a program for a concurrency limit
  * (conc_program): `concurrency N` with or without a lease, acquires,
+ * changes in place (sluice_concurrency_reconfigure_at: N and the lease),
  * releases through the handle and through stale copies of it, gauges;
  * every decision, remaining, retry_after_ns and release result against the
  * model's ref_conc, with times from the input up to 2^63-1 and beyond;
@@ -950,7 +951,7 @@ static void conc_program(const uint8_t *data, size_t size)
     uint64_t id[H] = {0};
     memset(pm, 0, sizeof pm);
     memset(copy, 0, sizeof copy);
-    uint64_t t = h & 4 ? TMAX - fuzz_u32(&in) : fuzz_u32(&in);
+    uint64_t t = h & 4 ? TMAX - fuzz_u32(&in) : fuzz_u32(&in), maxN = N;
     for (int op = 0; op < MAXOPS && in.n > 0; op++) {
         uint8_t x = fuzz_u8(&in);
         unsigned k = (x >> 3) % H;
@@ -998,8 +999,19 @@ static void conc_program(const uint8_t *data, size_t size)
             break;
         }
         default: {
+            if (x & 4) { /* a change in place: another N, another lease (ns) */
+                N = 1 + fuzz_u8(&in) % 8;
+                if (lease) lease = 1 + fuzz_u16(&in);
+                maxN = N > maxN ? N : maxN;
+                snprintf(spec, sizeof spec, lease ? "concurrency %llu lease=%lluns" : "concurrency %llu",
+                         (unsigned long long)N, (unsigned long long)lease);
+                int rc = sluice_concurrency_reconfigure_at(c, spec, t, err, sizeof err);
+                FUZZ_CHECK(rc == 0, "reconfigure to \"%s\" at %llu: %s", spec, (unsigned long long)t, err);
+                ref_conc_reconfigure(m, N, lease, t);
+                trace("conc reconfigure %s at %llu\n", spec, (unsigned long long)t);
+            }
             uint64_t a = sluice_concurrency_held_at(c, t), b = ref_conc_held(m, t);
-            FUZZ_CHECK(a == b && a <= N, "%s: held at %llu: %llu, model %llu", spec, (unsigned long long)t,
+            FUZZ_CHECK(a == b && a <= maxN, "%s: held at %llu: %llu, model %llu", spec, (unsigned long long)t,
                        (unsigned long long)a, (unsigned long long)b);
             break;
         }

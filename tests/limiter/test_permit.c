@@ -10,7 +10,9 @@
  * exactness (TSan); the blocking acquires for FIFO order and for waking
  * one waiter per release; the queued acquires (called back from a timing
  * wheel, time injected by its advances) for FIFO order, cancel, deadlines
- * and leases, and under threads. */
+ * and leases, and under threads; changes in place
+ * (sluice_concurrency_reconfigure_at, the table's) against the model's
+ * ref_conc_reconfigure, and under threads. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
@@ -727,6 +729,286 @@ static void test_async_threads(void **state)
     sluice_wheel_free(w);
 }
 
+/* Changing a limit in place (sluice_concurrency_reconfigure_at): the
+ * errors, each named; then random acquires, releases and changes of N
+ * (and of the lease, with one) against the model (ref_conc_reconfigure):
+ * each answer, the permits held, and each release's 0 or ENOENT -- so
+ * held permits count against the new N and every handle releases once. */
+static void test_reconfigure_errors(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_concurrency *c = mk("concurrency 2");
+    sluice_concurrency *l = mk("concurrency 2 lease=1s");
+    assert_int_equal(sluice_concurrency_reconfigure_at(c, "concurrency 2 lease=1s", 0, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "a lease cannot be added in place"));
+    assert_int_equal(sluice_concurrency_reconfigure_at(l, "concurrency 2", 0, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "the lease cannot be removed in place"));
+    assert_true(sluice_concurrency_reconfigure_at(c, "concurrency 0", 0, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "0"));
+    assert_true(sluice_concurrency_reconfigure_at(c, "token-bucket 5/s", 0, err, sizeof err) < 0);
+    assert_true(err[0] != '\0');
+    assert_true(sluice_concurrency_reconfigure_at(l, "concurrency 65537 lease=1s", 0, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "65537"));
+    assert_int_equal(sluice_concurrency_reconfigure_at(NULL, "concurrency 2", 0, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "no limit"));
+    /* nothing changed by a refusal */
+    assert_int_equal(sluice_concurrency_limit(c), 2);
+    char canon[64];
+    assert_true(sluice_concurrency_spec_format(l, canon, sizeof canon) > 0);
+    assert_string_equal(canon, "concurrency 2 lease=s");
+    /* a change shows in the spec and N */
+    assert_int_equal(sluice_concurrency_reconfigure_at(l, "concurrency 7 lease=3s", 0, err, sizeof err), 0);
+    assert_true(sluice_concurrency_spec_format(l, canon, sizeof canon) > 0);
+    assert_string_equal(canon, "concurrency 7 lease=3s");
+    assert_int_equal(sluice_concurrency_limit(l), 7);
+    /* out of memory growing a leased book: refused, nothing changed */
+    assert_int_equal(tu_alloc_install(), 0);
+    sluice_concurrency *m = mk("concurrency 2 lease=1s");
+    sluice_permit pm;
+    assert_true(sluice_acquire_permit_at(m, 2, 0, &pm, NULL));
+    tu_alloc_arm(0, false);
+    assert_int_equal(sluice_concurrency_reconfigure_at(m, "concurrency 9 lease=1s", 0, err, sizeof err),
+                     SLUICE_ENOMEM);
+    assert_non_null(strstr(err, "out of memory"));
+    tu_alloc_disarm();
+    assert_int_equal(sluice_concurrency_limit(m), 2);
+    assert_int_equal(sluice_concurrency_reconfigure_at(m, "concurrency 9 lease=1s", 0, err, sizeof err), 0);
+    assert_int_equal(sluice_permit_release_at(&pm, 1), 0); /* a handle from the smaller book */
+    sluice_concurrency_free(m);
+    /* a table: every key or none -- each allocation failing in turn leaves
+     * every key at N 2, then the change takes */
+    sluice_concurrency_table *t = sluice_concurrency_table_new("concurrency 2 lease=1s", 4, err, sizeof err);
+    assert_non_null(t);
+    sluice_permit k[3];
+    for (int i = 0; i < 3; i++)
+        assert_true(sluice_concurrency_table_acquire_at(t, &"abc"[i], 1, 2, 0, &k[i], NULL));
+    int rc;
+    for (long n = 0;; n++) {
+        tu_alloc_arm(n, false);
+        rc = sluice_concurrency_table_reconfigure_at(t, "concurrency 9 lease=1s", 1, err, sizeof err);
+        tu_alloc_disarm();
+        if (rc == 0) break;
+        assert_int_equal(rc, SLUICE_ENOMEM);
+        assert_non_null(strstr(err, "out of memory"));
+        assert_int_equal(sluice_concurrency_table_limit(t), 2);
+        sluice_result r;
+        sluice_permit x;
+        for (int i = 0; i < 3; i++) {
+            assert_false(sluice_concurrency_table_acquire_at(t, &"abc"[i], 1, 1, 1, &x, &r));
+            assert_int_equal(r.remaining, 0);
+        }
+        assert_true(n < 16);
+    }
+    assert_int_equal(sluice_concurrency_table_limit(t), 9);
+    for (int i = 0; i < 3; i++) assert_int_equal(sluice_permit_release_at(&k[i], 2), 0);
+    sluice_concurrency_table_free(t);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+    sluice_concurrency_free(c);
+    sluice_concurrency_free(l);
+}
+
+static void reconf_model(uint64_t lease_ns, uint64_t seed)
+{
+    char spec[96], err[256];
+    uint64_t N = 3, lease = lease_ns;
+    snprintf(spec, sizeof spec, "concurrency %llu", (unsigned long long)N);
+    if (lease) snprintf(spec, sizeof spec, "concurrency %llu lease=%llums", (unsigned long long)N,
+                        (unsigned long long)(lease / 1000000));
+    sluice_concurrency *c = mk(spec);
+    ref_conc *m = ref_conc_new(N, lease);
+    assert_non_null(m);
+    struct { sluice_permit pm; uint64_t id; } h[64];
+    size_t nh = 0;
+    uint64_t t = T_END - 7200 * SEC, maxN = N; /* near 2^63 */
+    for (int step = 0; step < 20000; step++) {
+        t += tu_splitmix64_below(&seed, lease ? lease / 4 : SEC);
+        uint64_t op = tu_splitmix64_below(&seed, 16);
+        if (op == 0) { /* a change: N 1 .. 12, and the lease 100 ms .. 3 s */
+            N = 1 + tu_splitmix64_below(&seed, 12);
+            if (lease) lease = (1 + tu_splitmix64_below(&seed, 30)) * 100000000ull;
+            if (lease) snprintf(spec, sizeof spec, "concurrency %llu lease=%llums",
+                                (unsigned long long)N, (unsigned long long)(lease / 1000000));
+            else snprintf(spec, sizeof spec, "concurrency %llu", (unsigned long long)N);
+            assert_int_equal(sluice_concurrency_reconfigure_at(c, spec, t, err, sizeof err), 0);
+            ref_conc_reconfigure(m, N, lease, t);
+            if (N > maxN) maxN = N;
+        } else if (op < 7 && nh) {
+            size_t i = tu_splitmix64_below(&seed, nh);
+            bool want = ref_conc_release(m, h[i].id, t);
+            int got = sluice_permit_release_at(&h[i].pm, t);
+            if (got != (want ? 0 : SLUICE_ENOENT))
+                fail_msg("step %d: release got %d, the model says %d", step, got, want);
+            assert_int_equal(sluice_permit_release_at(&h[i].pm, t), SLUICE_ENOENT); /* once */
+            h[i] = h[--nh];
+        } else if (nh < 64) {
+            uint64_t p = 1 + tu_splitmix64_below(&seed, 3);
+            ref_result want;
+            uint64_t id = 0;
+            bool wok = ref_conc_acquire(m, p, t, &want, &id);
+            sluice_result res;
+            bool ok = sluice_acquire_permit_at(c, p, t, &h[nh].pm, &res);
+            if (ok != wok || res.remaining != want.remaining ||
+                (!ok && res.retry_after_ns != want.retry_after_ns))
+                fail_msg("step %d (N %llu, %llu permits): got %d rem %llu retry %lld, the model %d rem %llu retry %lld",
+                         step, (unsigned long long)N, (unsigned long long)p, ok,
+                         (unsigned long long)res.remaining, (long long)res.retry_after_ns, wok,
+                         (unsigned long long)want.remaining, (long long)want.retry_after_ns);
+            if (ok) h[nh++].id = id;
+        }
+        uint64_t held = sluice_concurrency_held_at(c, t), want = ref_conc_held(m, t);
+        if (held != want) fail_msg("step %d: held %llu, the model %llu", step,
+                                   (unsigned long long)held, (unsigned long long)want);
+        assert_true(held <= maxN);
+    }
+    while (nh) {
+        nh--;
+        sluice_permit_release_at(&h[nh].pm, t);
+    }
+    ref_conc_free(m);
+    sluice_concurrency_free(c);
+}
+
+static void test_reconfigure_model(void **state)
+{
+    (void)state;
+    reconf_model(0, 0xc0ffee);
+    reconf_model(SEC, 0xbead);
+}
+
+/* A table changes every key in place: each key keeps its permits and gets
+ * the new N; keys made later too; a lease cannot come or go. */
+static void test_reconfigure_table(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_concurrency_table *t = sluice_concurrency_table_new("concurrency 2 lease=10s", 4, err, sizeof err);
+    assert_non_null(t);
+    sluice_permit a[2], b[2], x;
+    sluice_result r;
+    for (int i = 0; i < 2; i++) {
+        assert_true(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 0, &a[i], &r));
+        assert_true(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 0, &b[i], &r));
+    }
+    assert_int_equal(sluice_concurrency_table_held(t), 4);
+    assert_int_equal(sluice_concurrency_table_reconfigure_at(t, "concurrency 2", 1, err, sizeof err),
+                     SLUICE_EINVAL);
+    assert_non_null(strstr(err, "lease cannot be removed"));
+    assert_int_equal(sluice_concurrency_table_reconfigure_at(t, "concurrency 1 lease=10s", 1, err, sizeof err), 0);
+    assert_int_equal(sluice_concurrency_table_limit(t), 1);
+    assert_false(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 1, &x, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sluice_permit_release_at(&a[0], 2), 0);
+    assert_false(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 2, &x, &r)); /* 1 held >= 1 */
+    assert_int_equal(sluice_permit_release_at(&a[1], 2), 0);
+    assert_true(sluice_concurrency_table_acquire_at(t, "a", 1, 1, 2, &x, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_true(sluice_concurrency_table_acquire_at(t, "c", 1, 1, 2, &a[0], &r)); /* a new key: N 1 */
+    assert_int_equal(r.remaining, 0);
+    /* larger: the books grow, old handles release once */
+    assert_int_equal(sluice_concurrency_table_reconfigure_at(t, "concurrency 40 lease=10s", 3, err, sizeof err), 0);
+    for (int i = 0; i < 38; i++) assert_true(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 3, &a[1], &r));
+    assert_false(sluice_concurrency_table_acquire_at(t, "b", 1, 1, 3, &a[1], &r));
+    assert_int_equal(sluice_permit_release_at(&b[0], 4), 0);
+    assert_int_equal(sluice_permit_release_at(&b[0], 4), SLUICE_ENOENT);
+    /* a shorter lease ends the old permits at their admission plus it */
+    assert_int_equal(sluice_concurrency_table_held_at(t, "b", 1, 4), 39);
+    assert_int_equal(sluice_concurrency_table_reconfigure_at(t, "concurrency 40 lease=2s", 4, err, sizeof err), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "b", 1, 2 * SEC), 38); /* b[1], admitted at 0, ended */
+    assert_int_equal(sluice_permit_release_at(&b[1], 2 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "b", 1, 2 * SEC + 3), 0);
+    sluice_concurrency_table_free(t);
+}
+
+/* Changes in place while threads take and release: the permits in flight
+ * (counted by the threads: raised after an admission, lowered before its
+ * release) never exceed the largest N configured (6: the threads ask for
+ * up to 18 at once; with a lease the book also grows to 45 now and then),
+ * every release returns 0, and at the end nothing is held; TSan checks the
+ * book growing under releases and the atomic N. */
+typedef struct rc_arg {
+    sluice_concurrency *c;
+    _Atomic int *stop;
+    _Atomic uint64_t *inflight;
+    uint64_t bound, over, bad;
+    _Atomic uint64_t taken;
+} rc_arg;
+
+static void *rc_main(void *p)
+{
+    rc_arg *a = p;
+    sluice_permit pm[3];
+    size_t n = 0;
+    uint64_t seed = (uint64_t)(uintptr_t)a;
+    for (long i = 0; i < 2000000 && !atomic_load(a->stop); i++) {
+        uint64_t want = 1 + tu_splitmix64_below(&seed, 2);
+        if (n < 3 && tu_splitmix64_below(&seed, 2) && sluice_acquire_permit_at(a->c, want, 0, &pm[n], NULL)) {
+            atomic_fetch_add(&a->taken, 1);
+            if (atomic_fetch_add(a->inflight, want) + want > a->bound) a->over++;
+            n++;
+        } else if (n) {
+            n--;
+            atomic_fetch_sub(a->inflight, pm[n].permits);
+            if (sluice_permit_release_at(&pm[n], 0) != 0) a->bad++;
+        }
+    }
+    while (n) {
+        n--;
+        atomic_fetch_sub(a->inflight, pm[n].permits);
+        if (sluice_permit_release_at(&pm[n], 0) != 0) a->bad++;
+    }
+    return NULL;
+}
+
+static void reconf_threads(bool lease)
+{
+    char err[256], spec[64];
+    sluice_concurrency *c = mk(lease ? "concurrency 2 lease=36500d" : "concurrency 2");
+    _Atomic int stop = 0;
+    _Atomic uint64_t inflight = 0;
+    rc_arg a[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (rc_arg){c, &stop, &inflight, lease ? 45 : 6, 0, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, rc_main, &a[i]), 0);
+    }
+    /* the changes start once every thread is taking (bounded: 60 s of a
+     * loaded machine) */
+    uint64_t t0 = sluice_now_ns();
+    for (int i = 0; i < 3; i++)
+        while (atomic_load(&a[i].taken) == 0 && sluice_now_ns() - t0 < 60 * SEC) sched_yield();
+    size_t changes = tu_scaled(400, tu_env_scale(1));
+    for (size_t k = 0; k < changes; k++) {
+        uint64_t n = 1 + (k * 7) % 6 + (lease && k % 50 == 49 ? 39 : 0);
+        snprintf(spec, sizeof spec, lease ? "concurrency %llu lease=36500d" : "concurrency %llu",
+                 (unsigned long long)n);
+        assert_int_equal(sluice_concurrency_reconfigure_at(c, spec, 0, err, sizeof err), 0);
+        sched_yield();
+    }
+    atomic_store(&stop, 1);
+    uint64_t taken = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(a[i].bad, 0);
+        assert_int_equal(a[i].over, 0);
+        taken += atomic_load(&a[i].taken);
+    }
+    assert_true(taken > 0);
+    assert_int_equal(sluice_concurrency_held_at(c, 0), 0);
+    sluice_concurrency_free(c);
+}
+
+static void test_reconfigure_threads(void **state)
+{
+    (void)state;
+    reconf_threads(false);
+    reconf_threads(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -743,6 +1025,10 @@ int main(void)
         cmocka_unit_test(test_async_cancel_deadline),
         cmocka_unit_test(test_async_lease),
         cmocka_unit_test(test_async_threads),
+        cmocka_unit_test(test_reconfigure_errors),
+        cmocka_unit_test(test_reconfigure_model),
+        cmocka_unit_test(test_reconfigure_table),
+        cmocka_unit_test(test_reconfigure_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
