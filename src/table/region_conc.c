@@ -340,7 +340,8 @@ static void futex_wake(_Atomic uint32_t *w, int n)
  * moved already), false at the time-out or on a signal. */
 static bool futex_sleep(_Atomic uint32_t *w, uint32_t seen, uint64_t ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
     const long rc = syscall(SYS_futex, (void *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
     return rc == 0 || errno == EAGAIN;
 }
@@ -916,7 +917,8 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
 
 /* Leave slot i's wait line (counted there by an earlier round), unless the
  * slot went to another key since (its line was reset).  Shard k locked. */
-static void wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i, const unsigned char *dig)
+static void wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
+                       const unsigned char *dig)
 {
     cslot *s = cslot_at(r, k, i);
     if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE ||
@@ -1011,7 +1013,8 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         }
         const uint32_t seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
         uint64_t nap = deadline - now;
-        const uint64_t poll = sweeper ? SLUICE_CONC_REGION_SWEEP_GAP_NS : SLUICE_CONC_REGION_WAIT_POLL_NS;
+        const uint64_t poll =
+            sweeper ? SLUICE_CONC_REGION_SWEEP_GAP_NS : SLUICE_CONC_REGION_WAIT_POLL_NS;
         if (nap > poll) nap = poll;
         shard_unlock(r, k);
         if (nwake) futex_wake(&w->seq, nwake);
