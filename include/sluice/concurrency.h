@@ -297,8 +297,10 @@ typedef struct sluice_concurrency_region sluice_concurrency_region; /* opaque */
 #define SLUICE_CONC_REGION_SWEEP 16
 #define SLUICE_CONC_REGION_SWEEP_GAP_NS 1000000u
 /* How often a blocked acquirer that is not its key's sweeper re-checks
- * (sluice_concurrency_region_acquire): 100 ms. */
+ * (sluice_concurrency_region_acquire): 100 ms; the sweeper's longest nap
+ * between sweeps while they find nothing: 16 ms. */
 #define SLUICE_CONC_REGION_WAIT_POLL_NS 100000000u
+#define SLUICE_CONC_REGION_SWEEPER_NAP_NS 16000000u
 
 /* A permit held in a region: filled by an admission; the caller owns it,
  * and may hand it to another process that has the region attached (a
@@ -380,16 +382,20 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
  * NULL) receives the last decision (res->error the code of a failure).
  *
  * Waking, across processes: waiters sleep on a futex word of their key in
- * the region.  A release that leaves room wakes one waiter, not all (no
- * thundering herd); that one takes its permits and wakes the next while
+ * the region.  A release that leaves room wakes one sleeping waiter, not
+ * all (no thundering herd; a waiter caught between its check and its
+ * sleep sees the word moved and re-checks too); that one takes its permits and wakes the next while
  * room is left, or, when its permits do not fit, passes the wake on (each
  * waiter at most once per release).  One waiter of the key (the sweeper)
- * re-checks every SLUICE_CONC_REGION_SWEEP_GAP_NS, so that permits freed
- * by no release -- a dead holder's, swept as in the acquire above, or an
- * ended lease -- reach a waiter within that gap plus the sweep's bound;
- * the others re-check every SLUICE_CONC_REGION_WAIT_POLL_NS, and take the
- * sweeper's role over when its process has died or it left (so for up to
- * that long after the sweeper got its permits, nobody sweeps).  A waiter killed while
+ * re-checks and sweeps 1 ms (SLUICE_CONC_REGION_SWEEP_GAP_NS) after it
+ * sleeps, then after naps that double while it finds nothing, up to
+ * SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms), so that permits freed by no
+ * release -- a dead holder's, swept as in the acquire above, or an ended
+ * lease -- reach a waiter within 16 ms (times the sweep's bound, ceil(H /
+ * SLUICE_CONC_REGION_SWEEP), for more handles); the others look every
+ * SLUICE_CONC_REGION_WAIT_POLL_NS (100 ms), and take the sweeper's role
+ * over when its process has died or it left (so for up to that long after
+ * the sweeper got its permits, nobody sweeps).  A waiter killed while
  * it waits blocks nobody: at worst the wake it was given is lost, and the
  * room is found at the next re-check.
  *

@@ -156,7 +156,7 @@ typedef struct cwait {
     _Atomic uint32_t seq;     /* the futex word */
     uint32_t waiters;         /* blocked acquirers (a hint: one killed asleep stays counted) */
     uint32_t passes;          /* wakes passed on by waiters since the last release */
-    uint32_t woken;           /* rounds begun by a wake, wrapping (the tests count them) */
+    uint32_t woken;           /* waiters the kernel woke, wrapping (the tests count them) */
     _Atomic uint64_t sweeper; /* the waiter that polls for dead holders and leases, 0 none */
     uint64_t unused2;
 } cwait;
@@ -336,14 +336,16 @@ static void futex_wake(_Atomic uint32_t *w, int n)
     (void)syscall(SYS_futex, (void *)w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
-/* Sleep on w while it holds `seen`, at most ns: true when woken (or w had
- * moved already), false at the time-out or on a signal. */
-static bool futex_sleep(_Atomic uint32_t *w, uint32_t seen, uint64_t ns)
+/* Sleep on w while it holds `seen`, at most ns: WOKEN by a wake, MOVED
+ * when w had moved already (a wake between the check and the sleep), or
+ * 0 at the time-out or on a signal. */
+enum { WOKEN = 1, MOVED = 2 };
+static int futex_sleep(_Atomic uint32_t *w, uint32_t seen, uint64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
                           .tv_nsec = (long)(ns % 1000000000u)};
     const long rc = syscall(SYS_futex, (void *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
-    return rc == 0 || errno == EAGAIN;
+    return rc == 0 ? WOKEN : errno == EAGAIN ? MOVED : 0;
 }
 
 /* Bump s's word for one more wake; the caller wakes after unlocking.
@@ -900,10 +902,14 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
  * release, `passes`, so mixed sizes cannot wake in a circle).
  *
  * Dead holders and leases free permits that no release announces.  One
- * waiter of the key, the sweeper, wakes each SLUICE_CONC_REGION_SWEEP_GAP_NS
- * and re-checks (its acquire sweeps, the other waiters sleep); the others
- * wake each SLUICE_CONC_REGION_WAIT_POLL_NS, and take the role over when
- * the sweeper's process is gone (or it left).  A waiter killed asleep leaves the kernel's
+ * waiter of the key, the sweeper, wakes and re-checks (its acquire
+ * sweeps, the other waiters sleep) after SLUICE_CONC_REGION_SWEEP_GAP_NS,
+ * then after naps that double while it finds nothing, up to
+ * SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms: a sweep of 16 live holder
+ * processes costs about 150 us; once a millisecond that was 16% of a CPU
+ * for a waiter, once per 16 ms it is 1%); the others wake each
+ * SLUICE_CONC_REGION_WAIT_POLL_NS to look (no sweep), and take the role
+ * over when the sweeper's process is gone (or it left).  A waiter killed asleep leaves the kernel's
  * queue; its count in `waiters` stays (a hint: it costs a wake syscall per
  * release) until the slot is given to another key.  One killed after a
  * wake took it loses that wake: the others find the room at their next
@@ -955,7 +961,9 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
                                   ? (uint64_t)INT64_MAX
                                   : sluice__sat_add(now, timeout_ns);
     uint32_t mine = NONE; /* the slot whose wait line counts this caller */
-    bool woke = false, polled = false;
+    bool woke = false, polled = false, first = true, sweeper = false;
+    int how = 0; /* how the last sleep ended */
+    uint64_t gap = SLUICE_CONC_REGION_SWEEP_GAP_NS; /* the sweeper's next nap */
     for (;;) { /* each round ends, or sleeps until a wake, a poll or the deadline */
         shard_lock(r, k);
         now = sluice__clock_read(CLOCK_MONOTONIC);
@@ -968,14 +976,17 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         }
         cslot *s = cslot_at(r, k, i);
         cwait *w = wait_of(r, s);
-        if (woke) w->woken++;
+        if (how == WOKEN) w->woken++; /* the kernel's wakes: the tests count them */
         const uint64_t t = key_time(s, now);
-        const bool freed = expire_sweep(r, s, t, permits);
+        /* the arrival and the sweeper sweep; the others' polls only look */
+        const bool freed = expire_sweep(r, s, t, first || sweeper ? permits : 0);
+        first = false;
         const uint64_t held = s->held > N ? N : s->held;
-        int nwake = 0;
-        if (freed && wake_freed(r, s)) nwake = 1;
         uint32_t gen = 0, j = NONE;
         if (permits <= N - held) j = take(r, s, t, permits, &gen); /* NONE: damage */
+        /* what this call freed (a dead holder, a lease), beyond what it
+         * took, goes to a waiter: a release's rule */
+        int nwake = freed && wake_freed(r, s) ? 1 : 0;
         if (j != NONE) {
             /* a woken waiter wakes the next while room is left */
             if (!nwake && woke && w->waiters && s->held < N) nwake = (wake_one(w), 1);
@@ -1006,19 +1017,26 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         if (w->waiters < UINT32_MAX) w->waiters++;
         mine = i;
         const uint64_t sw = atomic_load_explicit(&w->sweeper, memory_order_relaxed);
-        bool sweeper = sw == me;
+        sweeper = sw == me;
         if (!sweeper && (sw == 0 || (polled && sluice__rt_gone(sw, true)))) {
             atomic_store_explicit(&w->sweeper, me, memory_order_relaxed);
             sweeper = true;
         }
+        /* the sweeper's naps double while its sweeps find nothing (1, 2,
+         * 4, 8, 16 ms): a key full of live holders costs a sweep per
+         * 16 ms, not per ms, and a death is seen within 16 ms */
+        if (woke || freed) gap = SLUICE_CONC_REGION_SWEEP_GAP_NS;
+        else if (polled && gap < SLUICE_CONC_REGION_SWEEPER_NAP_NS) gap *= 2;
         const uint32_t seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
         uint64_t nap = deadline - now;
-        const uint64_t poll =
-            sweeper ? SLUICE_CONC_REGION_SWEEP_GAP_NS : SLUICE_CONC_REGION_WAIT_POLL_NS;
+        uint64_t poll = sweeper ? gap : SLUICE_CONC_REGION_WAIT_POLL_NS;
+        if (sweeper && s->next_exp > t && s->next_exp - t < poll)
+            poll = s->next_exp - t; /* and at the earliest lease's end, on the key's clock */
         if (nap > poll) nap = poll;
         shard_unlock(r, k);
         if (nwake) futex_wake(&w->seq, nwake);
-        woke = futex_sleep(&w->seq, seen, nap);
+        how = futex_sleep(&w->seq, seen, nap);
+        woke = how != 0;
         polled = !woke;
     }
 }

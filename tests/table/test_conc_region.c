@@ -723,7 +723,8 @@ static uint32_t waiting(region *g, const char *key)
     return sluice_concurrency_region_waiting(g->r, key, strlen(key));
 }
 
-/* The count of waiters' rounds begun by a wake, in the wait line of the one
+/* The count of waiters the kernel woke (FUTEX_WAIT returned 0: not a
+ * time-out, nor a word that moved before the sleep), in the wait line of the one
  * live key of a one-shard region of N: as region_conc.c lays a slot (a
  * 64-byte head, N entries of 32 bytes, then the line: seq, waiters,
  * passes, woken). */
@@ -855,8 +856,9 @@ static void test_block_basic(void **state)
 
 /* No thundering herd: KIDS processes block on a full key of 1; each
  * release lets exactly one in, and wakes one waiter -- the waiters' own
- * count of rounds begun by a wake is at most one per release that left a
- * waiter, in all.  Never more than 1 inside, by the children's own
+ * count of wakes the kernel gave them is at most one per release that left
+ * a waiter, in all.  (A waiter between its check and its sleep when a
+ * release comes sees the word moved and re-checks without a wake.)  Never more than 1 inside, by the children's own
  * count; everyone gets in. */
 static void test_block_wake_one(void **state)
 {
@@ -890,9 +892,9 @@ static void test_block_wake_one(void **state)
     assert_int_equal(atomic_load(&b->worst), 1);
     assert_int_equal(held(&g, "k", mono_ns()), 0);
     /* at most one per release (the last left none waiting); a herd would
-     * count KIDS + (KIDS - 1) + ... .  Fewer when a wake met the sweeper's
-     * poll time-out (the sweeper then found the room itself); but most
-     * entries come by a release's wake, not by polls */
+     * count KIDS + (KIDS - 1) + ... .  Fewer when a wake found no sleeper
+     * (the waiters re-checking at that moment, their word moved) or met
+     * the sweeper's nap's end; but most entries come by a release's wake */
     const uint32_t wakes = woken_of(&g, 1) - w0;
     print_message("%u waiters through a key of 1: %u wakes in all, %.2f ms\n", KIDS,
                   (unsigned)wakes, (double)took / 1e6);
