@@ -3,12 +3,14 @@
  * permits held across every process attached, each held handle recorded
  * with its holder, so that a holder that dies gives its permits back.
  *
- * Map:  the layout (chead, cshard, cslot, cholder; make_layout,
- *       sluice_concurrency_region_size); a key's slot (find, slot_idle,
- *       slot_retire_idle, sweep_for_room, expire, recount); holders
- *       (sweep, take); the shard's
- *       lock and repair; attach, open (region_attach.c maps the name) and
- *       free; acquire, release, held.
+ * Map:  the layout (chead, cshard, cslot, cholder, cwait; make_layout,
+ *       sluice_concurrency_region_size); a key's waiters (futex_wake,
+ *       futex_sleep, wake_freed, wait_reset); a key's slot (find,
+ *       slot_idle, slot_retire_idle, sweep_for_room, expire, recount);
+ *       holders (sweep, take); the shard's lock and repair; attach, open
+ *       (region_attach.c maps the name) and free; acquire, release, held;
+ *       the blocking acquire (its design note above wait_leave) and
+ *       waiting.
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -29,7 +31,9 @@
  *                  bytes: state, held, clock, next lease end, cursors, the
  *                  key's 16-byte digest), then H = N cholder entries of 32
  *                  bytes (holder identity, pid namespace, lease end,
- *                  permits, generation)
+ *                  permits, generation), then a cwait of 32 bytes (the
+ *                  key's waiters: futex word, count, passes, wakes, the
+ *                  sweeper's identity)
  *
  * Keys are held by their digest under the region's seed and never move:
  * linear probing from the digest's home slot in its shard, at most cap
