@@ -81,7 +81,10 @@
  * nothing (no subtraction wraps); an entry whose permits are 0 or above N
  * is freed by a sweep or a repair; the cursors are taken modulo H; a shard
  * count above its share refuses new keys; a probe run stops at cap slots,
- * a scan of entries at H.  A handle's indexes (a permit handle is the
+ * a scan of entries at H.  The wait line's fields are hints: a wrong count
+ * costs wake syscalls or a pass (bounded by passes < waiters), a wrong
+ * sweeper naming a live process is replaced by a waiter whose poll finds
+ * the key unswept for 100 ms, a wrong word only ends a sleep early.  A handle's indexes (a permit handle is the
  * caller's memory) are checked against the handle's own layout.
  */
 #define _GNU_SOURCE
@@ -913,7 +916,9 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
  * processes costs about 150 us; once a millisecond that was 16% of a CPU
  * for a waiter, once per 16 ms it is 1%); the others wake each
  * SLUICE_CONC_REGION_WAIT_POLL_NS to look (no sweep), and take the role
- * over when the sweeper's process is gone (or it left).  A waiter killed asleep leaves the kernel's
+ * over when the sweeper's process is gone (or it left), or when the key
+ * has not been swept for that long (a sweeper that does not sweep: a
+ * damaged identity, a process that exec'd).  A waiter killed asleep leaves the kernel's
  * queue; its count in `waiters` stays (a hint: it costs a wake syscall per
  * release) until the slot is given to another key.  One killed after a
  * wake took it loses that wake: the others find the room at their next
@@ -982,8 +987,13 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         cwait *w = wait_of(r, s);
         if (how == WOKEN) w->woken++; /* the kernel's wakes: the tests count them */
         const uint64_t t = key_time(s, now);
-        /* the arrival and the sweeper sweep; the others' polls only look */
-        const bool freed = expire_sweep(r, s, t, first || sweeper ? permits : 0);
+        /* the arrival and the sweeper sweep; the others' polls only look,
+         * unless the key has not been swept for a poll's time (a sweeper
+         * that does not sweep: then this one takes the role) */
+        const bool stale =
+            polled && !sweeper &&
+            t >= sluice__sat_add(s->sweep_next, SLUICE_CONC_REGION_WAIT_POLL_NS);
+        const bool freed = expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
         first = false;
         const uint64_t held = s->held > N ? N : s->held;
         uint32_t gen = 0, j = NONE;
@@ -1022,7 +1032,7 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         mine = i;
         const uint64_t sw = atomic_load_explicit(&w->sweeper, memory_order_relaxed);
         sweeper = sw == me;
-        if (!sweeper && (sw == 0 || (polled && sluice__rt_gone(sw, true)))) {
+        if (!sweeper && (sw == 0 || stale || (polled && sluice__rt_gone(sw, true)))) {
             atomic_store_explicit(&w->sweeper, me, memory_order_relaxed);
             sweeper = true;
         }

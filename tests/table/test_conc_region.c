@@ -973,6 +973,65 @@ static void test_block_holder_killed(void **state)
     drop(&g);
 }
 
+/* The one live slot of a one-shard region of N (see woken_of). */
+static unsigned char *live_slot(region *g, uint64_t N)
+{
+    unsigned char *m = g->mem;
+    const size_t stride = 64 + N * 32 + 32;
+    for (size_t off = CHEAD + 64; off + stride <= g->size; off += stride) {
+        uint64_t st;
+        memcpy(&st, m + off, 8);
+        if (st == 1) return m + off;
+    }
+    fail_msg("no live key");
+    return NULL;
+}
+
+/* A sweeper that does not sweep (its identity damaged to name a live
+ * process that does not wait: this one): a waiter whose poll finds the key
+ * unswept for 100 ms sweeps and takes the role, so a dead holder's permit
+ * still reaches it. */
+static void test_block_stale_sweeper(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    blk_board *b = shared_map(sizeof *b);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    sluice_region_permit mine;
+    assert_true(acq(&g, "k", 1, mono_ns(), &mine, NULL)); /* this process holds one */
+    const pid_t h = holder_child(&g, "k", 1, 1, fds[1], false);
+    wait_byte(fds[0]);
+    const pid_t c = block_child(&g, b, 0, "k", 1);
+    UNTIL(waiting(&g, "k") == 1);
+    unsigned char *s = live_slot(&g, 2);
+    uint64_t me = 0;
+    for (unsigned j = 0; j < 2; j++) {
+        uint64_t who;
+        memcpy(&who, s + 64 + j * 32, 8);
+        if ((uint32_t)who == (uint32_t)getpid()) me = who;
+    }
+    assert_true(me != 0);
+    /* the line's sweeper (at 16 in the line, after seq, waiters, passes,
+     * woken): this live process, which sweeps nothing */
+    memcpy(s + 64 + 2 * 32 + 16, &me, 8);
+    const uint64_t t0 = mono_ns();
+    reap_killed(h);
+    UNTIL(atomic_load(&b->entered) == 1);
+    const uint64_t took = mono_ns() - t0;
+    print_message("a sweeper that does not sweep: the waiter had a dead holder's permit "
+                  "%.2f ms after the death\n", (double)took / 1e6);
+    assert_true(took < 30 * SEC);
+    atomic_store(&b->go[0], 1);
+    reap_ok(c);
+    assert_int_equal(sluice_region_permit_release_at(&mine, mono_ns()), 0);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    close(fds[0]);
+    close(fds[1]);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
 /* Threads of one process blocking on a key of 2 (the sanitizers' view:
  * TSan sees every access to the line under the shard's lock): never more
  * than 2 inside, by the threads' own count; every round gets in. */
@@ -1297,6 +1356,7 @@ int main(void)
         cmocka_unit_test_teardown(test_block_waiter_killed, reap_loop),
         cmocka_unit_test_teardown(test_block_holder_killed, reap_loop),
         cmocka_unit_test(test_block_threads),
+        cmocka_unit_test_teardown(test_block_stale_sweeper, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),
