@@ -84,8 +84,9 @@
  * a scan of entries at H.  The wait line's fields are hints: a wrong count
  * costs wake syscalls or a pass (bounded by passes < waiters), a wrong
  * sweeper naming a live process is replaced by a waiter whose poll finds
- * the key unswept for 100 ms, a wrong word only ends a sleep early.  A handle's indexes (a permit handle is the
- * caller's memory) are checked against the handle's own layout.
+ * the key unswept for 100 ms, a wrong word only ends a sleep early.  A
+ * handle's indexes (a permit handle is the caller's memory) are checked
+ * against the handle's own layout.
  */
 #define _GNU_SOURCE
 #include "table/region.h"
