@@ -1002,8 +1002,6 @@ static void test_block_stale_sweeper(void **state)
     assert_true(acq(&g, "k", 1, mono_ns(), &mine, NULL)); /* this process holds one */
     const pid_t h = holder_child(&g, "k", 1, 1, fds[1], false);
     wait_byte(fds[0]);
-    const pid_t c = block_child(&g, b, 0, "k", 1);
-    UNTIL(waiting(&g, "k") == 1);
     unsigned char *s = live_slot(&g, 2);
     uint64_t me = 0;
     for (unsigned j = 0; j < 2; j++) {
@@ -1013,8 +1011,11 @@ static void test_block_stale_sweeper(void **state)
     }
     assert_true(me != 0);
     /* the line's sweeper (at 16 in the line, after seq, waiters, passes,
-     * woken): this live process, which sweeps nothing */
+     * woken), before anyone waits: this live process, which sweeps
+     * nothing; the waiter, finding it there, only looks at its polls */
     memcpy(s + 64 + 2 * 32 + 16, &me, 8);
+    const pid_t c = block_child(&g, b, 0, "k", 1);
+    UNTIL(waiting(&g, "k") == 1);
     const uint64_t t0 = mono_ns();
     reap_killed(h);
     UNTIL(atomic_load(&b->entered) == 1);
