@@ -333,6 +333,11 @@ typedef struct sluice_concurrency_region sluice_concurrency_region; /* opaque */
  * between two sweeps of a key when the first freed nothing (1 ms). */
 #define SLUICE_CONC_REGION_SWEEP 16
 #define SLUICE_CONC_REGION_SWEEP_GAP_NS 1000000u
+/* How often a blocked acquirer that is not its key's sweeper re-checks
+ * (sluice_concurrency_region_acquire): 100 ms; the sweeper's longest nap
+ * between sweeps while they find nothing: 16 ms. */
+#define SLUICE_CONC_REGION_WAIT_POLL_NS 100000000u
+#define SLUICE_CONC_REGION_SWEEPER_NAP_NS 16000000u
 
 /* A permit held in a region: filled by an admission; the caller owns it,
  * and may hand it to another process that has the region attached (a
@@ -404,11 +409,53 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
                                           size_t keylen, uint64_t permits, uint64_t now_ns,
                                           sluice_region_permit *pm, sluice_result *res);
 
+/* Block until `permits` of key[0..keylen) are held -- released by any
+ * process, a lease's end, or a dead holder swept -- or timeout_ns has
+ * passed, on CLOCK_MONOTONIC (the axis the region's callers pass).
+ * Returns 0 with *pm filled (as sluice_concurrency_region_acquire_at), or,
+ * nothing taken and pm->permits = 0: SLUICE_ETIMEDOUT; SLUICE_EFULL (a new
+ * key, and no room for it: not waited for); SLUICE_EINVAL for a NULL r or
+ * pm, a NULL key with keylen > 0, or permits 0 or above N.  res (may be
+ * NULL) receives the last decision (res->error the code of a failure).
+ *
+ * Waking, across processes: waiters sleep on a futex word of their key in
+ * the region.  A release that leaves room wakes one sleeping waiter, not
+ * all (no thundering herd; a waiter caught between its check and its
+ * sleep sees the word moved and re-checks too); that one takes its permits and wakes the next while
+ * room is left, or, when its permits do not fit, passes the wake on (each
+ * waiter at most once per release).  One waiter of the key (the sweeper)
+ * re-checks and sweeps 1 ms (SLUICE_CONC_REGION_SWEEP_GAP_NS) after it
+ * sleeps, then after naps that double while it finds nothing, up to
+ * SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms), so that permits freed by no
+ * release -- a dead holder's, swept as in the acquire above, or an ended
+ * lease -- reach a waiter within 16 ms (times the sweep's bound, ceil(H /
+ * SLUICE_CONC_REGION_SWEEP), for more handles); the others look every
+ * SLUICE_CONC_REGION_WAIT_POLL_NS (100 ms), and take the sweeper's role
+ * over when its process has died or it left (so for up to that long after
+ * the sweeper got its permits, nobody sweeps).  A waiter killed while
+ * it waits blocks nobody: at worst the wake it was given is lost, and the
+ * room is found at the next re-check.
+ *
+ * Order: the kernel wakes the sleepers of one word in the order they went
+ * to sleep (tasks of normal priority), so waiters are served roughly in
+ * arrival order, within a process and across processes; but it is not a
+ * strict queue: a non-blocking acquire, or an arriving blocking one, takes
+ * free permits before a woken waiter gets to them (it then sleeps again,
+ * behind those that slept meanwhile), and a waiter whose permits do not
+ * fit lets smaller ones behind it through.  (The in-process
+ * sluice_acquire_permit is a strict queue.)  Thread-safe, and safe across
+ * processes. */
+int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *key,
+                                      size_t keylen, uint64_t permits, uint64_t timeout_ns,
+                                      sluice_region_permit *pm, sluice_result *res);
+
 /* Give back what *pm holds, at now_ns: 0 (pm->permits = 0), or
  * SLUICE_ENOENT changing nothing else: pm holds nothing, its permits were
  * released through a copy, or they went back (its lease ended by now_ns,
  * or its holder was found dead).  SLUICE_EINVAL for a NULL pm or one whose
- * fields are not the region's.  Thread-safe, across processes. */
+ * fields are not the region's.  A release that leaves room while
+ * acquirers block on the key wakes one of them
+ * (sluice_concurrency_region_acquire).  Thread-safe, across processes. */
 int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns);
 
 /* The permits key[0..keylen) holds at now_ns (leases ended by then given
@@ -416,6 +463,14 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns);
  * for a key the region does not hold.  Thread-safe, across processes. */
 uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const void *key,
                                            size_t keylen, uint64_t now_ns);
+
+/* The acquirers blocked on key[0..keylen) now, in every process
+ * (sluice_concurrency_region_acquire): 0 for a key the region does not
+ * hold.  A waiter killed while it waited still counts until the key's slot
+ * goes to another key, so this is an upper bound.  Thread-safe, across
+ * processes. */
+uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const void *key,
+                                           size_t keylen);
 
 #ifdef __cplusplus
 }

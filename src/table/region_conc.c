@@ -3,12 +3,14 @@
  * permits held across every process attached, each held handle recorded
  * with its holder, so that a holder that dies gives its permits back.
  *
- * Map:  the layout (chead, cshard, cslot, cholder; make_layout,
- *       sluice_concurrency_region_size); a key's slot (find, slot_idle,
- *       slot_retire_idle, sweep_for_room, expire, recount); holders
- *       (sweep, take); the shard's
- *       lock and repair; attach, open (region_attach.c maps the name) and
- *       free; acquire, release, held.
+ * Map:  the layout (chead, cshard, cslot, cholder, cwait; make_layout,
+ *       sluice_concurrency_region_size); a key's waiters (futex_wake,
+ *       futex_sleep, wake_freed, wait_reset); a key's slot (find,
+ *       slot_idle, slot_retire_idle, sweep_for_room, expire, recount);
+ *       holders (sweep, take); the shard's lock and repair; attach, open
+ *       (region_attach.c maps the name) and free; acquire, release, held;
+ *       the blocking acquire (its design note above wait_leave) and
+ *       waiting.
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -29,7 +31,9 @@
  *                  bytes: state, held, clock, next lease end, cursors, the
  *                  key's 16-byte digest), then H = N cholder entries of 32
  *                  bytes (holder identity, pid namespace, lease end,
- *                  permits, generation)
+ *                  permits, generation), then a cwait of 32 bytes (the
+ *                  key's waiters: futex word, count, passes, wakes, the
+ *                  sweeper's identity)
  *
  * Keys are held by their digest under the region's seed and never move:
  * linear probing from the digest's home slot in its shard, at most cap
@@ -77,23 +81,33 @@
  * nothing (no subtraction wraps); an entry whose permits are 0 or above N
  * is freed by a sweep or a repair; the cursors are taken modulo H; a shard
  * count above its share refuses new keys; a probe run stops at cap slots,
- * a scan of entries at H.  A handle's indexes (a permit handle is the
- * caller's memory) are checked against the handle's own layout.
+ * a scan of entries at H.  The wait line's fields are hints: a wrong count
+ * costs wake syscalls or a pass (bounded by passes < waiters), a wrong
+ * sweeper naming a live process is replaced by a waiter whose poll finds
+ * the key unswept for 100 ms, a wrong word only ends a sleep early.  A
+ * handle's indexes (a permit handle is the caller's memory) are checked
+ * against the handle's own layout.
  */
 #define _GNU_SOURCE
 #include "table/region.h"
 #include "alg/concurrency.h"
+#include "base/clock.h"
 #include "base/siphash.h"
 
 #include <sluice/concurrency.h>
 
+#include <errno.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- the layout ----------------------------------------------------------- */
 
 #define CMAGIC 0x636e6f636563756cULL /* "lucecono": a concurrency region */
-#define CVERSION 1u
+#define CVERSION 2u /* 2: a key's wait line (cwait) after its holder entries */
 #define CHEAD 512
 #define CONC_REGION_MAX_N 65536u /* holder entries per key */
 enum { S_EMPTY = 0, S_LIVE = 1, S_TOMB = 2 }; /* a slot's state */
@@ -141,6 +155,20 @@ typedef struct cholder {
     uint32_t permits, gen;
 } cholder;
 _Static_assert(sizeof(cholder) == 32, "32 bytes an entry");
+
+/* A key's waiters (sluice_concurrency_region_acquire): after its H holder
+ * entries.  `seq` is the futex word they sleep on: bumped, under the
+ * shard's lock, by each wake; the kernel wakes the sleepers of one word
+ * in the order they slept. */
+typedef struct cwait {
+    _Atomic uint32_t seq;     /* the futex word */
+    uint32_t waiters;         /* blocked acquirers (a hint: one killed asleep stays counted) */
+    uint32_t passes;          /* wakes passed on by waiters since the last release */
+    uint32_t woken;           /* waiters the kernel woke, wrapping (the tests count them) */
+    _Atomic uint64_t sweeper; /* the waiter that polls for dead holders and leases, 0 none */
+    uint64_t unused2;
+} cwait;
+_Static_assert(sizeof(cwait) == 32, "32 bytes a key's wait line");
 
 typedef struct clayout {
     sluice__conc_profile cp;
@@ -193,7 +221,7 @@ static int make_layout(const char *spec, size_t max_keys, clayout *L, char *err,
     L->nshards = 1u << bits;
     L->cap = sluice__table_cap(ecap, 4);
     L->holders = (uint32_t)L->cp.limit;
-    L->stride = sizeof(cslot) + (size_t)L->holders * sizeof(cholder);
+    L->stride = sizeof(cslot) + (size_t)L->holders * sizeof(cholder) + sizeof(cwait);
     L->slots_off = CHEAD + (size_t)L->nshards * sizeof(cshard);
     /* <= 2^24 * 1.25 + 64 shards' slots of at most 2 MiB + 64: below 2^47 */
     const unsigned __int128 need =
@@ -223,6 +251,11 @@ static inline cslot *cslot_at(const sluice_concurrency_region *r, uint32_t k, ui
 static inline cholder *holder_at(cslot *s, uint32_t j)
 {
     return (cholder *)(void *)((unsigned char *)s + sizeof(cslot)) + j;
+}
+static inline cwait *wait_of(const sluice_concurrency_region *r, cslot *s)
+{
+    return (cwait *)(void *)((unsigned char *)s + sizeof(cslot) +
+                             (size_t)r->L.holders * sizeof(cholder));
 }
 static inline uint64_t who_of(cholder *e)
 {
@@ -302,9 +335,63 @@ static bool slot_idle(const sluice_concurrency_region *r, cslot *s, uint64_t now
     return s->held == 0;
 }
 
-/* Make slot s key dig's, fresh.  Shard locked. */
-static void slot_claim(cslot *s, const unsigned char *dig)
+/* ---- waiters: the futex word of a key ------------------------------------ */
+
+/* Wake up to n sleepers of word w (a shared futex: no FUTEX_PRIVATE_FLAG,
+ * so processes mapping the region at any address meet on it). */
+static void futex_wake(_Atomic uint32_t *w, int n)
 {
+    (void)syscall(SYS_futex, (void *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/* Sleep on w while it holds `seen`, at most ns: WOKEN by a wake, MOVED
+ * when w had moved already (a wake between the check and the sleep), or
+ * 0 at the time-out or on a signal. */
+enum { WOKEN = 1, MOVED = 2 };
+static int futex_sleep(_Atomic uint32_t *w, uint32_t seen, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
+    const long rc = syscall(SYS_futex, (void *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+    return rc == 0 ? WOKEN : errno == EAGAIN ? MOVED : 0;
+}
+
+/* Bump s's word for one more wake; the caller wakes after unlocking.
+ * Shard locked. */
+static _Atomic uint32_t *wake_one(cwait *w)
+{
+    atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed);
+    return &w->seq;
+}
+
+/* After a call on slot s that freed permits (a release, a lease's end, a
+ * dead holder swept): one waiter to wake, if any waits and room is left
+ * (NULL: none); the round of passed wakes starts again.  Shard locked. */
+static _Atomic uint32_t *wake_freed(const sluice_concurrency_region *r, cslot *s)
+{
+    cwait *w = wait_of(r, s);
+    if (w->waiters == 0 || s->held >= r->L.cp.limit) return NULL;
+    w->passes = 0;
+    return wake_one(w);
+}
+
+/* A slot given to another key, or made a tombstone: its waiters (a key
+ * that held nothing, so they were about to pass) are all woken to find
+ * their key again, and its wait line starts afresh (the word keeps
+ * counting: a sleeper's old value never matches again).  Shard locked;
+ * rare, so the wake is made here. */
+static void wait_reset(const sluice_concurrency_region *r, cslot *s)
+{
+    cwait *w = wait_of(r, s);
+    if (w->waiters) futex_wake(wake_one(w), INT32_MAX);
+    w->waiters = w->passes = 0;
+    atomic_store_explicit(&w->sweeper, 0, memory_order_relaxed);
+}
+
+/* Make slot s key dig's, fresh.  Shard locked. */
+static void slot_claim(const sluice_concurrency_region *r, cslot *s, const unsigned char *dig)
+{
+    wait_reset(r, s);
     memcpy(s->dig, dig, sizeof s->dig);
     s->held = 0;
     s->t_last = 0;
@@ -335,7 +422,7 @@ static bool slot_make(sluice_concurrency_region *r, uint32_t k, cslot *s,
 {
     cshard *sh = &r->sh[k];
     if (sh->count >= r->L.ecap || !keys_take(r)) return false;
-    slot_claim(s, dig);
+    slot_claim(r, s, dig);
     atomic_store_explicit(&s->state, S_LIVE, memory_order_relaxed);
     sh->count++;
     return true;
@@ -350,6 +437,7 @@ static bool slot_retire_idle(sluice_concurrency_region *r, uint32_t k, uint64_t 
         if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE ||
             !slot_idle(r, s, now_ns))
             continue;
+        wait_reset(r, s);
         atomic_store_explicit(&s->state, S_TOMB, memory_order_relaxed);
         if (r->sh[k].count) r->sh[k].count--;
         if (atomic_load_explicit(&r->h->keys, memory_order_relaxed))
@@ -416,7 +504,7 @@ static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
     if (at == NONE) return NONE;
     cslot *s = cslot_at(r, k, at);
     if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) { /* idle: re-tag */
-        slot_claim(s, dig);
+        slot_claim(r, s, dig);
         return at;
     }
     if (slot_make(r, k, s, dig)) return at;
@@ -733,6 +821,30 @@ void sluice_concurrency_region_free(sluice_concurrency_region *r)
 
 /* ---- acquire, release, held --------------------------------------------------------- */
 
+/* Give back slot s's leases ended by t and, when `permits` (> 0) do not
+ * fit, sweep it for dead holders: whether permits were freed.  Shard
+ * locked. */
+static bool expire_sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t,
+                         uint64_t permits)
+{
+    const uint64_t N = r->L.cp.limit, held0 = s->held;
+    expire(r, s, t);
+    if (permits && (s->held > N || permits > N - s->held)) {
+        sweep(r, s, t);
+        expire(r, s, t);
+        if (s->held > N) recount(r, s); /* only damage makes it so */
+    }
+    return s->held < held0;
+}
+
+/* A refusal's retry_after_ns on slot s at t: the wait until its earliest
+ * lease ends, else INT64_MAX.  Shard locked. */
+static int64_t lease_retry(const sluice_concurrency_region *r, const cslot *s, uint64_t t)
+{
+    if (!r->L.cp.lease_ns || s->next_exp == UINT64_MAX || s->next_exp <= t) return INT64_MAX;
+    return s->next_exp - t > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(s->next_exp - t);
+}
+
 bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const void *key,
                                           size_t keylen, uint64_t permits, uint64_t now_ns,
                                           sluice_region_permit *pm, sluice_result *res)
@@ -757,32 +869,191 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
     }
     cslot *s = cslot_at(r, k, i);
     const uint64_t t = key_time(s, now_ns);
-    expire(r, s, t);
-    if (make && (s->held > N || permits > N - s->held)) {
-        sweep(r, s, t);
-        expire(r, s, t);
-        if (s->held > N) recount(r, s); /* only damage makes it so */
-    }
+    const bool freed = expire_sweep(r, s, t, make ? permits : 0);
     const uint64_t held = s->held > N ? N : s->held;
     if (!make) {
+        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
         shard_unlock(r, k);
+        if (wake) futex_wake(wake, 1);
         return permits == 0 ? sluice__allow(res, N - held, 0) : sluice__deny(res, N - held, -1);
     }
     if (permits > N - held) {
-        int64_t retry = INT64_MAX;
-        if (r->L.cp.lease_ns && s->next_exp != UINT64_MAX)
-            retry = s->next_exp - t > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(s->next_exp - t);
+        const int64_t retry = lease_retry(r, s, t);
+        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
         shard_unlock(r, k);
+        if (wake) futex_wake(wake, 1);
         return sluice__deny(res, N - held, retry);
     }
     uint32_t gen = 0;
     const uint32_t j = take(r, s, t, permits, &gen);
     const uint64_t after = s->held > N ? N : s->held;
+    _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
     shard_unlock(r, k);
+    if (wake) futex_wake(wake, 1);
     if (j == NONE) return sluice__deny(res, 0, INT64_MAX); /* damage: every entry taken */
     *pm = (sluice_region_permit){
         .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
     return sluice__allow(res, N - after, 0);
+}
+
+/* The blocking acquire's wait (sluice_concurrency_region_acquire).
+ *
+ * A waiter that finds no room counts itself in the key's wait line, reads
+ * the line's futex word under the shard's lock, unlocks and sleeps on the
+ * word: a release (or a lease's end, or a swept dead holder) seen by any
+ * call bumps the word under the lock and wakes one sleeper, after
+ * unlocking -- so a wake cannot fall between a waiter's check and its
+ * sleep (the word moved: FUTEX_WAIT returns at once), and a release wakes
+ * one process, not all.  The woken waiter takes its permits and, when room
+ * is left and others wait, wakes the next (a chain, one at a time); one
+ * whose permits do not fit passes its wake on (at most once per waiter per
+ * release, `passes`, so mixed sizes cannot wake in a circle).
+ *
+ * Dead holders and leases free permits that no release announces.  One
+ * waiter of the key, the sweeper, wakes and re-checks (its acquire
+ * sweeps, the other waiters sleep) after SLUICE_CONC_REGION_SWEEP_GAP_NS,
+ * then after naps that double while it finds nothing, up to
+ * SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms: a sweep of 16 live holder
+ * processes costs about 150 us; once a millisecond that was 16% of a CPU
+ * for a waiter, once per 16 ms it is 1%); the others wake each
+ * SLUICE_CONC_REGION_WAIT_POLL_NS to look (no sweep), and take the role
+ * over when the sweeper's process is gone (or it left), or when the key
+ * has not been swept for that long (a sweeper that does not sweep: a
+ * damaged identity, a process that exec'd).  A waiter killed asleep leaves the kernel's
+ * queue; its count in `waiters` stays (a hint: it costs a wake syscall per
+ * release) until the slot is given to another key.  One killed after a
+ * wake took it loses that wake: the others find the room at their next
+ * poll.  A sweeper that leaves frees the role for the next waiter that
+ * sleeps (a release's waiter, or a poll). */
+#define BLOCK_FAIL(code)                                                                  \
+    do {                                                                                  \
+        sluice__fail(res, (code));                                                        \
+        return (code);                                                                    \
+    } while (0)
+
+/* Leave slot i's wait line (counted there by an earlier round), unless the
+ * slot went to another key since (its line was reset).  Shard k locked. */
+static void wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
+                       const unsigned char *dig)
+{
+    cslot *s = cslot_at(r, k, i);
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE ||
+        memcmp(s->dig, dig, sizeof s->dig) != 0)
+        return;
+    cwait *w = wait_of(r, s);
+    if (w->waiters) w->waiters--;
+}
+
+/* The waiter leaves for good: if it was the sweeper, the role is free for
+ * the next waiter that sleeps (woken by a release, or at its poll: not
+ * woken for it, so that a release stays one wake).  Shard locked. */
+static void wait_quit(cwait *w, uint64_t me)
+{
+    if (atomic_load_explicit(&w->sweeper, memory_order_relaxed) == me)
+        atomic_store_explicit(&w->sweeper, 0, memory_order_relaxed);
+}
+
+int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *key,
+                                      size_t keylen, uint64_t permits, uint64_t timeout_ns,
+                                      sluice_region_permit *pm, sluice_result *res)
+{
+    sluice_result scratch;
+    if (!res) res = &scratch;
+    if (pm) *pm = (sluice_region_permit){0};
+    if (!r || !pm || (!key && keylen) || permits == 0 || permits > r->L.cp.limit)
+        BLOCK_FAIL(SLUICE_EINVAL);
+    const uint64_t N = r->L.cp.limit, me = sluice__rt_self();
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    uint32_t home;
+    const uint32_t k = place(r, key, keylen, dig, &home);
+    uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
+    const uint64_t deadline = sluice__sat_add(now, timeout_ns) > (uint64_t)INT64_MAX
+                                  ? (uint64_t)INT64_MAX
+                                  : sluice__sat_add(now, timeout_ns);
+    uint32_t mine = NONE; /* the slot whose wait line counts this caller */
+    bool woke = false, polled = false, first = true, sweeper = false;
+    int how = 0; /* how the last sleep ended */
+    uint64_t gap = SLUICE_CONC_REGION_SWEEP_GAP_NS; /* the sweeper's next nap */
+    for (;;) { /* each round ends, or sleeps until a wake, a poll or the deadline */
+        shard_lock(r, k);
+        now = sluice__clock_read(CLOCK_MONOTONIC);
+        if (mine != NONE) wait_leave(r, k, mine, dig);
+        mine = NONE;
+        const uint32_t i = find(r, k, home, dig, true, now);
+        if (i == NONE) {
+            shard_unlock(r, k);
+            BLOCK_FAIL(SLUICE_EFULL);
+        }
+        cslot *s = cslot_at(r, k, i);
+        cwait *w = wait_of(r, s);
+        if (how == WOKEN) w->woken++; /* the kernel's wakes: the tests count them */
+        const uint64_t t = key_time(s, now);
+        /* the arrival and the sweeper sweep; the others' polls only look,
+         * unless the key has not been swept for a poll's time (a sweeper
+         * that does not sweep: then this one takes the role) */
+        const bool stale =
+            polled && !sweeper &&
+            t >= sluice__sat_add(s->sweep_next, SLUICE_CONC_REGION_WAIT_POLL_NS);
+        const bool freed = expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
+        first = false;
+        const uint64_t held = s->held > N ? N : s->held;
+        uint32_t gen = 0, j = NONE;
+        if (permits <= N - held) j = take(r, s, t, permits, &gen); /* NONE: damage */
+        /* what this call freed (a dead holder, a lease), beyond what it
+         * took, goes to a waiter: a release's rule */
+        int nwake = freed && wake_freed(r, s) ? 1 : 0;
+        if (j != NONE) {
+            /* a woken waiter wakes the next while room is left */
+            if (!nwake && woke && w->waiters && s->held < N) nwake = (wake_one(w), 1);
+            wait_quit(w, me);
+            const uint64_t after = s->held > N ? N : s->held;
+            shard_unlock(r, k);
+            if (nwake) futex_wake(&w->seq, nwake);
+            *pm = (sluice_region_permit){
+                .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
+            sluice__allow(res, N - after, 0);
+            return 0;
+        }
+        /* no room: a wake this waiter cannot use goes on to the next */
+        if (!nwake && woke && held < N && w->waiters && w->passes < w->waiters) {
+            w->passes++;
+            nwake = (wake_one(w), 1);
+        }
+        if (now >= deadline) {
+            wait_quit(w, me);
+            const int64_t retry = lease_retry(r, s, t);
+            shard_unlock(r, k);
+            if (nwake) futex_wake(&w->seq, nwake);
+            sluice__deny(res, N - held, retry);
+            res->error = SLUICE_ETIMEDOUT;
+            return SLUICE_ETIMEDOUT;
+        }
+        /* sleep: counted in the line, on the word as it is now */
+        if (w->waiters < UINT32_MAX) w->waiters++;
+        mine = i;
+        const uint64_t sw = atomic_load_explicit(&w->sweeper, memory_order_relaxed);
+        sweeper = sw == me;
+        if (!sweeper && (sw == 0 || stale || (polled && sluice__rt_gone(sw, true)))) {
+            atomic_store_explicit(&w->sweeper, me, memory_order_relaxed);
+            sweeper = true;
+        }
+        /* the sweeper's naps double while its sweeps find nothing (1, 2,
+         * 4, 8, 16 ms): a key full of live holders costs a sweep per
+         * 16 ms, not per ms, and a death is seen within 16 ms */
+        if (woke || freed) gap = SLUICE_CONC_REGION_SWEEP_GAP_NS;
+        else if (polled && gap < SLUICE_CONC_REGION_SWEEPER_NAP_NS) gap *= 2;
+        const uint32_t seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
+        uint64_t nap = deadline - now;
+        uint64_t poll = sweeper ? gap : SLUICE_CONC_REGION_WAIT_POLL_NS;
+        if (sweeper && s->next_exp > t && s->next_exp - t < poll)
+            poll = s->next_exp - t; /* and at the earliest lease's end, on the key's clock */
+        if (nap > poll) nap = poll;
+        shard_unlock(r, k);
+        if (nwake) futex_wake(&w->seq, nwake);
+        how = futex_sleep(&w->seq, seen, nap);
+        woke = how != 0;
+        polled = !woke;
+    }
 }
 
 int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
@@ -796,15 +1067,19 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
     shard_lock(r, pm->shard);
     cslot *s = cslot_at(r, pm->shard, pm->slot);
     int rc = SLUICE_ENOENT;
+    _Atomic uint32_t *wake = NULL;
     if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) {
+        const uint64_t held0 = s->held;
         expire(r, s, key_time(s, now_ns));
         cholder *e = holder_at(s, pm->holder);
         if (who_of(e) && e->gen == pm->gen && e->permits == pm->permits) {
             holder_free(s, e);
             rc = 0;
         }
+        if (s->held < held0) wake = wake_freed(r, s);
     }
     shard_unlock(r, pm->shard);
+    if (wake) futex_wake(wake, 1); /* one waiter: it passes on what it cannot use */
     if (rc == 0) pm->permits = 0;
     return rc;
 }
@@ -819,11 +1094,29 @@ uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const v
     shard_lock(r, k);
     const uint32_t i = find(r, k, home, dig, false, now_ns);
     uint64_t held = 0;
+    _Atomic uint32_t *wake = NULL;
     if (i != NONE) {
         cslot *s = cslot_at(r, k, i);
+        const uint64_t held0 = s->held;
         expire(r, s, key_time(s, now_ns));
         held = s->held;
+        if (held < held0) wake = wake_freed(r, s);
     }
     shard_unlock(r, k);
+    if (wake) futex_wake(wake, 1);
     return held;
+}
+
+uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const void *key,
+                                           size_t keylen)
+{
+    if (!r || (!key && keylen)) return 0;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    uint32_t home;
+    const uint32_t k = place(r, key, keylen, dig, &home);
+    shard_lock(r, k);
+    const uint32_t i = find(r, k, home, dig, false, 0);
+    const uint32_t n = i == NONE ? 0 : wait_of(r, cslot_at(r, k, i))->waiters;
+    shard_unlock(r, k);
+    return n;
 }

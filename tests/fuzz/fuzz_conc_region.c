@@ -17,7 +17,9 @@
  *               damaged header)
  *
  * A command: acquire (a key of ten, 0 .. N + 1 permits), release one of
- * eight handles (as given, or with a field changed), held, a probe; times
+ * eight handles (as given, or with a field changed), held, a blocking
+ * acquire with a time-out of 0 (it never sleeps) and the waiters' count,
+ * a probe; times
  * move on by up to 65 s, jump years, or stand near 2^63.
  *
  * Checked: sanitizers (no read or write outside the region or a buffer, no
@@ -98,7 +100,22 @@ static void command(world *w, fuzz_in *in)
         if (how == 0 && rc == 0) w->pm[i].permits = 0;
         break;
     }
-    case 2: (void)sluice_concurrency_region_held_at(w->r, key, keylen, w->t); break;
+    case 2:
+        if (a & 0x80) { /* a blocking acquire that does not wait (time-out 0), the line's count */
+            sluice_region_permit pm;
+            const uint64_t p = 1 + fuzz_u8(in) % w->n;
+            const int rc = sluice_concurrency_region_acquire(w->r, key, keylen, p, 0, &pm, &res);
+            FUZZ_CHECK(rc == 0 || rc == SLUICE_ETIMEDOUT || rc == SLUICE_EFULL,
+                       "blocking acquire %d", rc);
+            FUZZ_CHECK(rc == res.error, "returned %d, res.error %d", rc, res.error);
+            FUZZ_CHECK((rc == 0 ? p : 0) == pm.permits, "returned %d, the handle holds %llu", rc,
+                       (unsigned long long)pm.permits);
+            if (rc == 0) (void)sluice_region_permit_release_at(&pm, w->t);
+            (void)sluice_concurrency_region_waiting(w->r, key, keylen);
+            break;
+        }
+        (void)sluice_concurrency_region_held_at(w->r, key, keylen, w->t);
+        break;
     default: { /* a probe */
         sluice_region_permit pm;
         const bool ok = sluice_concurrency_region_acquire_at(w->r, key, keylen, 0, w->t, &pm, &res);

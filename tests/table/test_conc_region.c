@@ -7,7 +7,9 @@
  * room; dead holders (exited, killed, zombies) and the stated bound of
  * the sweep; the fork-and-kill loop (holders SIGKILLed at random, a
  * checker process asserting that live processes never hold more than N,
- * and all N back once every holder is gone); damage (the header's fields,
+ * and all N back once every holder is gone); blocking acquires across
+ * processes (time-outs, a lease's end, one wake per release -- no herd --,
+ * a waiter killed while waiting, a holder killed while others wait); damage (the header's fields,
  * a lock word naming a dead process over a wrong count, random bytes, a
  * co-tenant writing garbage while two processes decide).
  *
@@ -25,6 +27,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sluice.h>
 #include <stdatomic.h>
@@ -694,6 +697,390 @@ static void test_fork_kill_keys_lease(void **state)
     fork_kill("concurrency 4 lease=1min", 3);
 }
 
+/* ---- blocking acquires ------------------------------------------------------------- */
+
+#define CHEAD 512 /* region_conc.c's header bytes */
+
+/* Poll a condition the children make true (real processes: the test waits
+ * for them, it makes no time pass by sleeping); a minute at most. */
+#define UNTIL(cond)                                                                       \
+    do {                                                                                  \
+        const uint64_t until0_ = mono_ns();                                               \
+        while (!(cond)) {                                                                 \
+            if (mono_ns() - until0_ > 60 * SEC) fail_msg("a minute without: %s", #cond); \
+            tu_sleep_ns(200000);                                                          \
+        }                                                                                 \
+    } while (0)
+
+static int blk(region *g, const char *key, uint64_t p, uint64_t timeout_ns,
+               sluice_region_permit *pm, sluice_result *res)
+{
+    return sluice_concurrency_region_acquire(g->r, key, strlen(key), p, timeout_ns, pm, res);
+}
+
+static uint32_t waiting(region *g, const char *key)
+{
+    return sluice_concurrency_region_waiting(g->r, key, strlen(key));
+}
+
+/* The count of waiters the kernel woke (FUTEX_WAIT returned 0: not a
+ * time-out, nor a word that moved before the sleep), in the wait line of the one
+ * live key of a one-shard region of N: as region_conc.c lays a slot (a
+ * 64-byte head, N entries of 32 bytes, then the line: seq, waiters,
+ * passes, woken). */
+static uint32_t woken_of(region *g, uint64_t N)
+{
+    const unsigned char *m = g->mem;
+    const size_t stride = 64 + N * 32 + 32;
+    for (size_t off = CHEAD + 64; off + stride <= g->size; off += stride) {
+        uint64_t st;
+        memcpy(&st, m + off, 8);
+        if (st != 1) continue;
+        uint32_t w;
+        memcpy(&w, m + off + 64 + N * 32 + 12, 4);
+        return w;
+    }
+    fail_msg("no live key");
+    return 0;
+}
+
+/* What the blocked children report: the permits inside the block now (the
+ * reference for "held", kept by the children), the most ever, who entered
+ * last, how many entered, and each child's leave. */
+typedef struct blk_board {
+    _Atomic uint64_t inside, worst;
+    _Atomic unsigned entered, who;
+    _Atomic unsigned go[KIDS];
+} blk_board;
+
+/* A child (loop slot idx) that blocks for `p` permits of key, a minute at
+ * most, reports its entry, waits for its go, and releases. */
+static pid_t block_child(region *g, blk_board *b, unsigned idx, const char *key, uint64_t p)
+{
+    const pid_t c = loop_fork(idx);
+    assert_true(c >= 0);
+    if (c) return c;
+    sluice_region_permit pm;
+    sluice_result res;
+    if (blk(g, key, p, 60 * SEC, &pm, &res) != 0 || pm.permits != p) _exit(2);
+    const uint64_t in = atomic_fetch_add(&b->inside, p) + p;
+    uint64_t w = atomic_load(&b->worst);
+    while (in > w && !atomic_compare_exchange_weak(&b->worst, &w, in))
+        ;
+    atomic_store(&b->who, idx);
+    atomic_fetch_add(&b->entered, 1);
+    const uint64_t t0 = mono_ns();
+    while (!atomic_load(&b->go[idx]) && mono_ns() - t0 < 60 * SEC) tu_sleep_ns(100000);
+    atomic_fetch_sub(&b->inside, p);
+    if (sluice_region_permit_release_at(&pm, mono_ns()) != 0) _exit(3);
+    _exit(0);
+}
+
+static void reap_ok(pid_t c)
+{
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    for (unsigned i = 0; i < KIDS + 1; i++)
+        if (loop_pids[i] == c) loop_pids[i] = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("child %d: status 0x%x", (int)c, (unsigned)st);
+}
+
+static void reap_killed(pid_t c)
+{
+    assert_int_equal(kill(c, SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    for (unsigned i = 0; i < KIDS + 1; i++)
+        if (loop_pids[i] == c) loop_pids[i] = 0;
+}
+
+/* Arguments, a time-out with nothing taken, a new key without room, and a
+ * lease's end waking a waiter, in one process. */
+static void test_block_basic(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    sluice_region_permit pm, q;
+    sluice_result res;
+    assert_int_equal(sluice_concurrency_region_acquire(NULL, "k", 1, 1, 0, &pm, &res),
+                     SLUICE_EINVAL);
+    assert_int_equal(res.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_acquire(g.r, "k", 1, 1, 0, NULL, &res),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_acquire(g.r, NULL, 1, 1, 0, &pm, &res),
+                     SLUICE_EINVAL);
+    assert_int_equal(blk(&g, "k", 0, 0, &pm, &res), SLUICE_EINVAL);
+    assert_int_equal(blk(&g, "k", 3, 0, &pm, &res), SLUICE_EINVAL);
+    assert_int_equal(pm.permits, 0);
+    /* room: at once */
+    assert_int_equal(blk(&g, "k", 2, 0, &pm, &res), 0);
+    assert_int_equal(pm.permits, 2);
+    assert_int_equal(res.remaining, 0);
+    /* full: a time-out of 0 returns at once, one of 30 ms after it */
+    assert_int_equal(blk(&g, "k", 1, 0, &q, &res), SLUICE_ETIMEDOUT);
+    assert_int_equal(res.error, SLUICE_ETIMEDOUT);
+    assert_int_equal(q.permits, 0);
+    const uint64_t t0 = mono_ns();
+    assert_int_equal(blk(&g, "k", 1, 30000000, &q, NULL), SLUICE_ETIMEDOUT);
+    const uint64_t took = mono_ns() - t0;
+    assert_true(took >= 30000000);
+    assert_true(took < 30 * SEC);
+    assert_int_equal(q.permits, 0);
+    assert_int_equal(held(&g, "k", mono_ns()), 2);
+    assert_int_equal(waiting(&g, "k"), 0); /* the timed-out waiter left the line */
+    /* a new key with no room is not waited for */
+    assert_int_equal(blk(&g, "other", 1, 60 * SEC, &q, &res), SLUICE_EFULL);
+    assert_int_equal(res.error, SLUICE_EFULL);
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    assert_int_equal(blk(&g, "k", 1, 0, &pm, &res), 0);
+    assert_int_equal(res.remaining, 1);
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    drop(&g);
+
+    /* a lease's end, announced by no release, reaches the waiter (the
+     * key's sweeper re-checks once a millisecond) */
+    g = mk("concurrency 1 lease=50ms", 1);
+    const uint64_t a = mono_ns();
+    assert_true(acq(&g, "k", 1, a, &pm, &res));
+    assert_int_equal(blk(&g, "k", 1, 60 * SEC, &q, &res), 0);
+    const uint64_t b = mono_ns();
+    assert_true(b - a >= 50000000);
+    print_message("a lease of 50 ms: the waiter had it %.2f ms after the lease ended\n",
+                  (double)(b - a - 50000000) / 1e6);
+    assert_true(b - a < 30 * SEC);
+    assert_int_equal(q.permits, 1);
+    drop(&g);
+}
+
+/* No thundering herd: KIDS processes block on a full key of 1; each
+ * release lets exactly one in, and wakes one waiter -- the waiters' own
+ * count of wakes the kernel gave them is at most one per release that left
+ * a waiter, in all.  (A waiter between its check and its sleep when a
+ * release comes sees the word moved and re-checks without a wake.)  Never more than 1 inside, by the children's own
+ * count; everyone gets in. */
+static void test_block_wake_one(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1", 1);
+    blk_board *b = shared_map(sizeof *b);
+    sluice_region_permit pm;
+    sluice_result res;
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, &res));
+    pid_t kids[KIDS];
+    for (unsigned i = 0; i < KIDS; i++) kids[i] = block_child(&g, b, i, "k", 1);
+    UNTIL(waiting(&g, "k") == KIDS);
+    const uint32_t w0 = woken_of(&g, 1);
+    bool done[KIDS] = {false};
+    const uint64_t t0 = mono_ns();
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    for (unsigned step = 0; step < KIDS; step++) {
+        UNTIL(atomic_load(&b->entered) == step + 1);
+        const unsigned who = atomic_load(&b->who);
+        assert_true(who < KIDS && !done[who]);
+        done[who] = true;
+        /* one wake per release so far (the waiter it woke may count a
+         * moment after a sweeper's poll let another in) */
+        assert_true((uint32_t)(woken_of(&g, 1) - w0) <= step + 1);
+        assert_int_equal(waiting(&g, "k"), KIDS - step - 1);
+        assert_int_equal(atomic_load(&b->inside), 1);
+        atomic_store(&b->go[who], 1);
+        reap_ok(kids[who]);
+    }
+    const uint64_t took = mono_ns() - t0;
+    assert_int_equal(atomic_load(&b->worst), 1);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    /* at most one per release (the last left none waiting); a herd would
+     * count KIDS + (KIDS - 1) + ... .  Fewer when a wake found no sleeper
+     * (the waiters re-checking at that moment, their word moved) or met
+     * the sweeper's nap's end; but most entries come by a release's wake */
+    const uint32_t wakes = woken_of(&g, 1) - w0;
+    print_message("%u waiters through a key of 1: %u wakes in all, %.2f ms\n", KIDS,
+                  (unsigned)wakes, (double)took / 1e6);
+    assert_true(wakes <= KIDS);
+    assert_true(wakes >= KIDS / 2);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* A waiter killed while it waits blocks nobody: the release goes to a
+ * live waiter (the killed ones left the kernel's queue; the first to block
+ * was the key's sweeper), and the line's count keeps the dead (an upper
+ * bound, as documented). */
+static void test_block_waiter_killed(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1", 1);
+    blk_board *b = shared_map(sizeof *b);
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, NULL));
+    pid_t kids[3];
+    for (unsigned i = 0; i < 3; i++) {
+        kids[i] = block_child(&g, b, i, "k", 1);
+        UNTIL(waiting(&g, "k") == i + 1); /* in order: the first is the sweeper */
+    }
+    reap_killed(kids[0]);
+    reap_killed(kids[1]);
+    const uint64_t t0 = mono_ns();
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    UNTIL(atomic_load(&b->entered) == 1);
+    const uint64_t took = mono_ns() - t0;
+    assert_int_equal(atomic_load(&b->who), 2);
+    assert_int_equal(waiting(&g, "k"), 2); /* the dead two, still counted */
+    print_message("two waiters killed: the third had the release's permit in %.2f ms\n",
+                  (double)took / 1e6);
+    assert_true(took < 30 * SEC);
+    atomic_store(&b->go[2], 1);
+    reap_ok(kids[2]);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* A holder killed while others wait: its permits reach them by the
+ * sweeper's re-check (1 ms) and the sweep's bound, with no release. */
+static void test_block_holder_killed(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    blk_board *b = shared_map(sizeof *b);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    const pid_t h = holder_child(&g, "k", 1, 2, fds[1], false);
+    wait_byte(fds[0]);
+    pid_t kids[2];
+    for (unsigned i = 0; i < 2; i++) kids[i] = block_child(&g, b, i, "k", 1);
+    UNTIL(waiting(&g, "k") == 2);
+    assert_int_equal(atomic_load(&b->entered), 0);
+    const uint64_t t0 = mono_ns();
+    reap_killed(h);
+    UNTIL(atomic_load(&b->entered) == 2);
+    const uint64_t took = mono_ns() - t0;
+    print_message("a holder of 2 killed: both waiters had its permits %.2f ms after the kill\n",
+                  (double)took / 1e6);
+    assert_true(took < 30 * SEC);
+    assert_int_equal(atomic_load(&b->worst), 2);
+    assert_int_equal(held(&g, "k", mono_ns()), 2);
+    for (unsigned i = 0; i < 2; i++) {
+        atomic_store(&b->go[i], 1);
+        reap_ok(kids[i]);
+    }
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    close(fds[0]);
+    close(fds[1]);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* The one live slot of a one-shard region of N (see woken_of). */
+static unsigned char *live_slot(region *g, uint64_t N)
+{
+    unsigned char *m = g->mem;
+    const size_t stride = 64 + N * 32 + 32;
+    for (size_t off = CHEAD + 64; off + stride <= g->size; off += stride) {
+        uint64_t st;
+        memcpy(&st, m + off, 8);
+        if (st == 1) return m + off;
+    }
+    fail_msg("no live key");
+    return NULL;
+}
+
+/* A sweeper that does not sweep (its identity damaged to name a live
+ * process that does not wait: this one): a waiter whose poll finds the key
+ * unswept for 100 ms sweeps and takes the role, so a dead holder's permit
+ * still reaches it. */
+static void test_block_stale_sweeper(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    blk_board *b = shared_map(sizeof *b);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    sluice_region_permit mine;
+    assert_true(acq(&g, "k", 1, mono_ns(), &mine, NULL)); /* this process holds one */
+    const pid_t h = holder_child(&g, "k", 1, 1, fds[1], false);
+    wait_byte(fds[0]);
+    unsigned char *s = live_slot(&g, 2);
+    uint64_t me = 0;
+    for (unsigned j = 0; j < 2; j++) {
+        uint64_t who;
+        memcpy(&who, s + 64 + j * 32, 8);
+        if ((uint32_t)who == (uint32_t)getpid()) me = who;
+    }
+    assert_true(me != 0);
+    /* the line's sweeper (at 16 in the line, after seq, waiters, passes,
+     * woken), before anyone waits: this live process, which sweeps
+     * nothing; the waiter, finding it there, only looks at its polls */
+    memcpy(s + 64 + 2 * 32 + 16, &me, 8);
+    const pid_t c = block_child(&g, b, 0, "k", 1);
+    UNTIL(waiting(&g, "k") == 1);
+    const uint64_t t0 = mono_ns();
+    reap_killed(h);
+    UNTIL(atomic_load(&b->entered) == 1);
+    const uint64_t took = mono_ns() - t0;
+    print_message("a sweeper that does not sweep: the waiter had a dead holder's permit "
+                  "%.2f ms after the death\n", (double)took / 1e6);
+    assert_true(took < 30 * SEC);
+    atomic_store(&b->go[0], 1);
+    reap_ok(c);
+    assert_int_equal(sluice_region_permit_release_at(&mine, mono_ns()), 0);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    close(fds[0]);
+    close(fds[1]);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* Threads of one process blocking on a key of 2 (the sanitizers' view:
+ * TSan sees every access to the line under the shard's lock): never more
+ * than 2 inside, by the threads' own count; every round gets in. */
+#define BT_THREADS 4
+#define BT_ROUNDS 200
+typedef struct bt_arg {
+    region *g;
+    _Atomic unsigned *inside, *worst, *entered;
+} bt_arg;
+
+static void *bt_thread(void *p)
+{
+    bt_arg *a = p;
+    for (unsigned i = 0; i < BT_ROUNDS; i++) {
+        sluice_region_permit pm;
+        if (blk(a->g, "k", 1, 60 * SEC, &pm, NULL) != 0) return (void *)1;
+        const unsigned in = atomic_fetch_add(a->inside, 1) + 1;
+        unsigned w = atomic_load(a->worst);
+        while (in > w && !atomic_compare_exchange_weak(a->worst, &w, in))
+            ;
+        atomic_fetch_add(a->entered, 1);
+        atomic_fetch_sub(a->inside, 1);
+        if (sluice_region_permit_release_at(&pm, mono_ns()) != 0) return (void *)2;
+    }
+    return NULL;
+}
+
+static void test_block_threads(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    _Atomic unsigned inside = 0, worst = 0, entered = 0;
+    bt_arg a = {&g, &inside, &worst, &entered};
+    pthread_t th[BT_THREADS];
+    for (unsigned i = 0; i < BT_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, bt_thread, &a), 0);
+    for (unsigned i = 0; i < BT_THREADS; i++) {
+        void *rv;
+        assert_int_equal(pthread_join(th[i], &rv), 0);
+        assert_null(rv);
+    }
+    assert_int_equal(atomic_load(&entered), BT_THREADS * BT_ROUNDS);
+    assert_true(atomic_load(&worst) <= 2);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    drop(&g);
+}
+
 /* ---- damage ------------------------------------------------------------------------ */
 
 /* Header fields as region_conc.c lays them (its _Static_assert). */
@@ -702,7 +1089,6 @@ static void test_fork_kill_keys_lease(void **state)
 #define OFF_LIMIT 48
 #define OFF_PIDNS 96
 #define OFF_KEYS 320
-#define CHEAD 512
 
 static void expect_refused(void *mem, size_t n, const char *spec, size_t keys, const char *want)
 {
@@ -718,11 +1104,11 @@ static void test_damage_header(void **state)
     unsigned char *m = g.mem;
     uint32_t v;
     memcpy(&v, m + OFF_VERSION, 4);
-    assert_int_equal(v, 1);
-    v = 2;
+    assert_int_equal(v, 2);
+    v = 1; /* before the wait line */
     memcpy(m + OFF_VERSION, &v, 4);
-    expect_refused(m, g.size, "concurrency 4", 1, "layout version 2; this library reads version 1");
-    v = 1;
+    expect_refused(m, g.size, "concurrency 4", 1, "layout version 1; this library reads version 2");
+    v = 2;
     memcpy(m + OFF_VERSION, &v, 4);
     uint64_t w = 5;
     memcpy(m + OFF_LIMIT, &w, 8);
@@ -755,7 +1141,7 @@ static void test_damage_lock_and_count(void **state)
     sluice_result res;
     assert_true(acq(&g, "k", 2, 1, &pm, &res));
     unsigned char *m = g.mem;
-    const size_t slots = CHEAD + 64, stride = 64 + 4 * 32;
+    const size_t slots = CHEAD + 64, stride = 64 + 4 * 32 + 32; /* head, entries, wait line */
     unsigned char *s = NULL;
     for (unsigned i = 0; i < 2; i++) {
         uint64_t st;
@@ -808,7 +1194,7 @@ static void test_identity(void **state)
             wait_byte(fds[0]);
         }
         unsigned char *m = g.mem, *e = NULL;
-        const size_t slots = CHEAD + 64, stride = 64 + 2 * 32;
+        const size_t slots = CHEAD + 64, stride = 64 + 2 * 32 + 32;
         for (unsigned i = 0; i < 2 && !e; i++)
             for (unsigned j = 0; j < 2 && !e; j++) {
                 uint64_t who;
@@ -880,6 +1266,16 @@ static void test_damage_random(void **state)
             }
             (void)held(&g, key, t);
         }
+        /* a blocking acquire that does not wait, over the damaged wait lines */
+        sluice_region_permit b;
+        const int rc = blk(&g, key, 1 + tu_splitmix64_below(&seed, 8), 0, &b, &res);
+        assert_true(rc == 0 || rc == SLUICE_ETIMEDOUT || rc == SLUICE_EFULL);
+        assert_int_equal(rc, res.error);
+        if (rc == 0) {
+            assert_true(res.remaining <= 8);
+            (void)sluice_region_permit_release_at(&b, t);
+        }
+        (void)waiting(&g, key);
     }
     drop(&g);
 }
@@ -956,6 +1352,12 @@ int main(void)
         cmocka_unit_test(test_sweep_bound),
         cmocka_unit_test_teardown(test_fork_kill, reap_loop),
         cmocka_unit_test_teardown(test_fork_kill_keys_lease, reap_loop),
+        cmocka_unit_test_teardown(test_block_basic, reap_loop),
+        cmocka_unit_test_teardown(test_block_wake_one, reap_loop),
+        cmocka_unit_test_teardown(test_block_waiter_killed, reap_loop),
+        cmocka_unit_test_teardown(test_block_holder_killed, reap_loop),
+        cmocka_unit_test(test_block_threads),
+        cmocka_unit_test_teardown(test_block_stale_sweeper, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),

@@ -64,6 +64,8 @@ __all__ = [
     "Permit",
     "Table",
     "SharedTable",
+    "SharedConcurrency",
+    "SharedPermit",
     "check_spec",
     "parse_spec",
     "now_ns",
@@ -1434,6 +1436,173 @@ class Concurrency(_Handle):
         if pm is None:
             raise RateLimited(f"sluice: {self.spec}: no permit within {timeout} s", None)
         return pm
+
+
+# ---------------------------------------------------------------------------
+# Concurrency limits shared between processes (a named region)
+
+
+class _RegionPermitStruct(ctypes.Structure):
+    _fields_ = [("permits", _u64), ("owner", _void_p), ("shard", ctypes.c_uint32),
+                ("slot", ctypes.c_uint32), ("holder", ctypes.c_uint32), ("gen", ctypes.c_uint32)]
+
+
+_RPP = ctypes.POINTER(_RegionPermitStruct)
+_creg_check = _fn("sluice_concurrency_spec_check", ctypes.c_int, _char_p, _char_p, _size, _char_p,
+                  _size)
+_creg_open = _fn("sluice_concurrency_region_open", _void_p, _char_p, _char_p, _size, _char_p, _size)
+_creg_free = _fn("sluice_concurrency_region_free", None, _void_p)
+_creg_try = _fn("sluice_concurrency_region_acquire_at", ctypes.c_bool, _void_p, _char_p, _size,
+                _u64, _u64, _RPP, _R)
+_creg_acquire = _fn("sluice_concurrency_region_acquire", ctypes.c_int, _void_p, _char_p, _size,
+                    _u64, _u64, _RPP, _R)
+_creg_release = _fn("sluice_region_permit_release_at", ctypes.c_int, _RPP, _u64)
+_creg_held = _fn("sluice_concurrency_region_held_at", _u64, _void_p, _char_p, _size, _u64)
+_creg_waiting = _fn("sluice_concurrency_region_waiting", ctypes.c_uint32, _void_p, _char_p, _size)
+
+
+class SharedPermit(Permit):
+    """Permits of one key held from a :class:`SharedConcurrency`, until
+    :meth:`release` (or the end of a ``with`` block, or the lease, or the
+    death of the process that took them: the region gives a dead holder's
+    permits back).  As :class:`Permit`."""
+
+    __slots__ = ()
+
+    def release(self, now_ns: Optional[int] = None) -> bool:
+        """Give the permits back: True, or False when this permit holds
+        nothing any more (released already, or they went back by
+        themselves).  Raises :class:`ClosedError` when the region's handle
+        is closed."""
+        now = _now() if now_ns is None else _u64_arg("now_ns", now_ns)
+        p = self._p
+        rc = self._conc._call(lambda _h: _creg_release(ctypes.byref(p), now))
+        if rc not in (0, ENOENT):
+            raise _error(rc)
+        return rc == 0
+
+    def __repr__(self) -> str:
+        return f"<sluice.SharedPermit permits={self._p.permits}>"
+
+
+class SharedConcurrency(_Handle):
+    """Concurrency limits per key that several processes share (gunicorn
+    workers, a ``multiprocessing`` pool): at most N permits of a key held by
+    all the processes that open ``path`` with the same spec
+    (``"concurrency N [lease=D]"``, N at most 65536) and ``max_keys``.
+    ``path`` as :class:`SharedTable`'s ("/name": POSIX shared memory, else
+    a file; the first process makes it).  ``with c.hold(key): ...`` holds a
+    permit of ``key`` for the block, waiting for a release by any process.
+    A process that dies holding permits gives them back (docs/tables.md,
+    "Concurrency limits in a shared region").  A bad spec raises
+    :class:`SpecError`; another spec or size on the same path, or N above
+    65536, :class:`SluiceError`.  Each process opens its own: a handle does
+    not cross a pickle.  Times are CLOCK_MONOTONIC's (every process of a
+    region must pass the same clock's)."""
+
+    _free = _creg_free
+
+    def __init__(self, path, spec: str, max_keys: int) -> None:
+        p = _path_bytes(path)
+        canon = ctypes.create_string_buffer(128)
+        err = ctypes.create_string_buffer(_ERRLEN)
+        rc = _creg_check(_spec_bytes(spec), canon, len(canon), err, len(err))
+        if rc != 0:
+            raise _error(rc, err, spec=True)
+        _max_keys_arg(max_keys)
+        h = _creg_open(p, _spec_bytes(spec), max_keys, err, len(err))
+        if not h:
+            raise _error(EINVAL if err.value else ENOMEM, err)
+        super().__init__(h)
+        self._spec = canon.value.decode()
+        self._limit = int(self._spec.split()[1])
+        self._max_keys = max_keys
+        self.path = os.fsdecode(p)
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec."""
+        return self._spec
+
+    @property
+    def limit(self) -> int:
+        """N, per key."""
+        return self._limit
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<sluice.SharedConcurrency {self.path!r} closed>"
+        return f"<sluice.SharedConcurrency {self.path!r} {self._spec!r} max_keys={self._max_keys}>"
+
+    unlink = staticmethod(SharedTable.unlink)
+
+    def decide(self, key: Key, permits: int = 1,
+               now_ns: Optional[int] = None) -> Tuple[Result, Optional[SharedPermit]]:
+        """Take ``permits`` of ``key`` now, without waiting: the decision and
+        a :class:`SharedPermit` (None when refused, or for 0 permits).  A
+        new key refused for want of room is a refusal with ``error ==
+        sluice.EFULL``; other errors raise."""
+        k = _key(key)
+        permits = _u64_arg("permits", permits)
+        now = _now() if now_ns is None else _u64_arg("now_ns", now_ns)
+        p = _RegionPermitStruct()
+        r = _Result()
+        ok = self._call(_creg_try, k, len(k), permits, now, ctypes.byref(p), ctypes.byref(r))
+        if r.error and r.error != EFULL:
+            raise _key_error(r.error, k)
+        return _result(r), (SharedPermit(self, p) if ok and permits else None)
+
+    def try_acquire(self, key: Key, permits: int = 1,
+                    now_ns: Optional[int] = None) -> Optional[SharedPermit]:
+        """As :meth:`decide`: the permit, or None when refused."""
+        return self.decide(key, permits, now_ns)[1]
+
+    def acquire(self, key: Key, permits: int = 1,
+                timeout: Optional[float] = None) -> Optional[SharedPermit]:
+        """Wait until ``permits`` of ``key`` are held (a
+        :class:`SharedPermit`) or ``timeout`` seconds have passed (None;
+        None: no timeout), without the GIL.  A release by any process wakes
+        one waiter; roughly arrival order, not a strict queue
+        (docs/decisions.md 3.9).  Raises :class:`SluiceError` for permits
+        above N, or a new key with no room in the region (not waited
+        for)."""
+        k = _key(key)
+        permits = _u64_arg("permits", permits, 1)
+        if timeout is None:
+            t = _NEVER
+        else:
+            _deadline(timeout)  # type check
+            t = int(max(0.0, min(float(timeout), 1e10)) * 1e9)
+        p = _RegionPermitStruct()
+        rc = self._call(_creg_acquire, k, len(k), permits, t, ctypes.byref(p), None)
+        if rc == 0:
+            return SharedPermit(self, p)
+        if rc == ETIMEDOUT:
+            return None
+        raise _key_error(rc, k)
+
+    def hold(self, key: Key, permits: int = 1, timeout: Optional[float] = None) -> SharedPermit:
+        """``with c.hold(key): ...``: wait for ``permits`` of ``key`` (as
+        :meth:`acquire`) and hold them for the block.  Raises
+        :class:`RateLimited` when they cannot be had within ``timeout``."""
+        pm = self.acquire(key, permits, timeout)
+        if pm is None:
+            raise RateLimited(f"sluice: {self._spec}: no permit of key {_key(key)[:40]!r} "
+                              f"within {timeout} s", None)
+        return pm
+
+    def held(self, key: Key, now_ns: Optional[int] = None) -> int:
+        """The permits ``key`` holds, in every process (dead holders'
+        count until a sweep gives them back)."""
+        k = _key(key)
+        now = _now() if now_ns is None else _u64_arg("now_ns", now_ns)
+        return self._call(_creg_held, k, len(k), now)
+
+    def waiting(self, key: Key) -> int:
+        """The acquirers blocked on ``key`` in every process (an upper
+        bound: one killed while waiting still counts for a while)."""
+        k = _key(key)
+        return self._call(_creg_waiting, k, len(k))
 
 
 def _limited(name: str, r: Result) -> RateLimited:
