@@ -233,6 +233,14 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
      * gives them (alloc.c): a random lookup then misses the TLB rarely */
     t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
     if (!t->slabs) goto oom;
+    /* the keys' generations (table_settle.c): a power of two >= max_keys,
+     * 64 .. 2^16 counters */
+    uint32_t ng = 64;
+    while (ng < max_keys && ng < (1u << 16)) ng <<= 1;
+    t->kgen = sluice__calloc(ng, sizeof *t->kgen);
+    if (!t->kgen) goto oom;
+    t->kgen_mask = ng - 1;
+    atomic_init(&t->refs, 1);
     sluice__advise_huge(t->slabs, (size_t)cap * t->nshards * t->stride);
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *s = &t->shards[k];
@@ -247,6 +255,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     return t;
 oom:
     if (t) {
+        sluice__free((void *)t->kgen);
         free_shards(t); /* what was made of it */
         sluice__inproc_cfg_free(t);
         pthread_mutex_destroy(&t->cfg_mu);
@@ -333,6 +342,7 @@ sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__pro
     t->region = r;
     t->ops = ops;
     t->place = r;
+    atomic_init(&t->refs, 1); /* no reservations in a region: kgen stays NULL */
     return t;
 }
 
@@ -340,8 +350,16 @@ sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; 
 
 void sluice_table_free(sluice_table *t)
 {
-    if (!t) return;
+    if (t) sluice__inproc_release(t);
+}
+
+/* Let go of one hold on t (its creator's, or an open reservation's,
+ * table_settle.c); the last frees it. */
+void sluice__inproc_release(sluice_table *t)
+{
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
     if (t->ops->close) t->ops->close(t->place);
+    sluice__free((void *)t->kgen);
     sluice__inproc_ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));
