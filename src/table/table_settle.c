@@ -137,25 +137,33 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
     sluice__key_hold kh = {.t = t, .key = key, .keylen = keylen};
     sluice__table_key_view(&kh);
     void *sh = sluice__table_shard_of(t, kh.skey, kh.skeylen, &kh.hash);
-    sluice__table_lock(t, sh, now_ns);
-    sluice__table_find(&kh);
     shard *s = sh;
-    const sluice__profile *pf = kh.h.pf;
+    const sluice__profile *pf;
     bool ok = false, full = false;
-    if (kh.entry == UINT32_MAX && permits >= 1 && permits <= pf->capacity) {
-        /* a fresh limiter grants this: make the key first */
+    for (int attempt = 0;; attempt++) {
+        sluice__table_lock(t, sh, now_ns);
+        sluice__table_find(&kh);
+        pf = kh.h.pf;
+        if (kh.entry != UINT32_MAX || permits == 0 || permits > pf->capacity) break;
+        /* a fresh limiter grants this: make the key first (its shard's keys
+         * at rest, the policy; then, as a composite does, keys at rest in
+         * every shard with nothing held, and once more) */
         int64_t retry = -1;
         const int rc = sluice__table_make(&kh, true, &retry);
-        if (rc != 0) {
-            if (rc == SLUICE_EFULL) {
-                sluice__deny(&r, 0, retry);
-                r.error = SLUICE_EFULL;
-                full = true;
-            } else {
-                sluice__fail(&r, rc);
-            }
-            goto out;
+        if (rc == 0) break;
+        if (rc == SLUICE_EFULL && attempt == 0) {
+            sluice__table_unlock(t, sh);
+            sluice__table_reclaim(t, now_ns);
+            continue;
         }
+        if (rc == SLUICE_EFULL) {
+            sluice__deny(&r, 0, retry);
+            r.error = SLUICE_EFULL;
+            full = true;
+        } else {
+            sluice__fail(&r, rc);
+        }
+        goto out;
     }
     sluice__state *st = kh.h.st; /* the key's (in place, or a copy), or a fresh one */
     const uint64_t tt = sluice__clamp_time(st, now_ns);

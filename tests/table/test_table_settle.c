@@ -115,6 +115,42 @@ static void test_stats(void **state)
     sluice_table_free(t);
 }
 
+/* A full table refuses a new key's reservation as it refuses its request
+ * (SLUICE_EFULL, nothing taken, no hold), and makes room from keys at
+ * rest, in any shard. */
+static void test_full(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("fixed-window 10/s", 1, 0);
+    sluice_table_reservation rv, x;
+    sluice_result r;
+    assert_true(sluice_table_reserve_at(t, "a", 1, 2, SEC, 0, &rv, NULL));
+    assert_false(sluice_table_reserve_at(t, "b", 1, 1, SEC, 0, &x, &r));
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_null(x.table);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 2, SEC), 0);
+    assert_true(sluice_table_reserve_at(t, "b", 1, 1, 2 * SEC, 0, &x, &r)); /* a at rest */
+    assert_int_equal(sluice_table_reservation_settle_at(&x, 1, 2 * SEC), 0);
+    sluice_table_free(t);
+    /* many shards: the room is in another shard */
+    enum { N = 4096 };
+    t = mkt("fixed-window 10/s", N, 0);
+    char k[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        assert_true(sluice_table_try_acquire_at(t, k, strlen(k), 1, SEC, NULL));
+    }
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.keys, N);
+    for (int i = 0; i < 64; i++) { /* every one a new key, all others at rest */
+        snprintf(k, sizeof k, "n%d", i);
+        assert_true(sluice_table_reserve_at(t, k, strlen(k), 3, 3 * SEC, 0, &rv, &r));
+        assert_int_equal(sluice_table_reservation_settle_at(&rv, 3, 3 * SEC), 0);
+    }
+    sluice_table_free(t);
+}
+
 /* ---- against the reference model ---------------------------------------- */
 
 typedef struct settle_case {
@@ -558,6 +594,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codes),
         cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_full),
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_cancel_twin),
         cmocka_unit_test(test_after_reset),
