@@ -18,6 +18,7 @@
  *         table_hold.c   composite decisions: a key's kind ops
  *         table_keys.c   remove, reset, peek, scan
  *         table_spec.c   reader sections, configurations, overrides
+ *         table_settle.c reservations on keys (the generations, t->refs)
  *
  * The helpers are static inline here, so that the decision paths inline
  * them as they did when the placement was one file. */

@@ -16,6 +16,7 @@
  *         table_keys.c   remove, reset, peek, scan
  *         table_spec.c   reader sections, configurations (changing the spec
  *                        of every key), per-key overrides
+ *         table_settle.c reservations on keys: reserve, cancel, settle
  *
  * Layout.  The profile (parsed spec) is shared; each key costs one entry in
  * the probe array of one of S shards (S a power of two up to 64, one short
