@@ -292,6 +292,7 @@ void sluice__table_seed(const sluice_table *t, uint64_t seed[2])
 size_t sluice__table_bytes(const sluice_table *t)
 {
     size_t n = sizeof *t + t->nshards * sizeof(shard);
+    if (t->kgen) n += ((size_t)t->kgen_mask + 1) * sizeof *t->kgen; /* the keys' generations */
     for (unsigned k = 0; k < t->nshards; k++)
         n += (size_t)t->shards[k].cap * t->stride;
     return n;
