@@ -774,6 +774,9 @@ static int key_busy(const table *tb, int k, uint64_t t)
 {
     const subject *s = &tb->ks[k];
     if (!s->synced) return t >= s->rest ? 0 : -1;
+    /* a fresh model from a time later than t on (a peek past the rest
+     * bound, which moves no time of the table): the key at t is unknown */
+    if (s->floor > t) return -1;
     return s->m && !ref_model_at_rest(s->m, t);
 }
 
@@ -940,13 +943,15 @@ typedef struct held_trv {
 
 static void table_reserve(table *tb, held_trv *trv, fuzz_in *in)
 {
+    held_trv *v = &trv[fuzz_u8(in) % NRV];
+    /* the slot holds one: settle or cancel it first (before any time is
+     * given to a key: the harness counts every time given as seen) */
+    if (v->key >= 0) return;
     int k = tb->alias[fuzz_u8(in) % NKEYS];
     subject *s = &tb->ks[k];
     uint64_t t = subject_time(s, key_time(tb, k, pick_time(in, s)));
     uint64_t p = pick_permits(in, s);
     uint64_t mw = pick_max_wait(in, s);
-    held_trv *v = &trv[fuzz_u8(in) % NRV];
-    if (v->key >= 0) return; /* the slot holds one: settle or cancel it first */
     sluice_result r;
     memset(&r, 0x5a, sizeof r);
     bool ok = sluice_table_reserve_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k], p,
