@@ -646,7 +646,9 @@ sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
                                   unsigned flags, char *err, size_t errlen);
 
 /* Free a table and every limiter in it.  NULL is a no-op.  No other call may
- * be using `t` at the same time. */
+ * be using `t` at the same time.  With table reservations open
+ * (sluice_table_reserve_at), the table lives on for them only, and is
+ * freed when the last is settled or cancelled. */
 void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
@@ -844,6 +846,83 @@ int sluice_table_remove(sluice_table *t, const void *key, size_t keylen);
  * already), so a reset is idempotent.  SLUICE_EINVAL for the bad arguments
  * of sluice_table_remove() (nothing changes).  Thread-safe. */
 int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
+
+/* A reservation on a key of a table: sluice_reservation's counterpart
+ * (docs/decisions.md, section 3.10; docs/tables.md, "Reservations").
+ * Filled by sluice_table_reserve_at(); the caller owns it.  It carries its
+ * table and its key: the key's hash, its bytes when it has at most 16
+ * (longer ones by hash and length alone), and the key's generation, a
+ * counter the table moves each time an entry is made for a key of the
+ * same generation bucket (docs/tables.md).  A granted reservation holds
+ * its table: sluice_table_free() with reservations open leaves the table
+ * to the last of them, freed when it is settled or cancelled; so either
+ * order of freeing is safe, and every granted reservation must be settled
+ * or cancelled (a window's, which cannot be cancelled, is closed by a
+ * settle at its own `permits`).  `table`, `state` and the fields after
+ * them are private. */
+typedef struct sluice_table_reservation {
+    uint64_t permits; /* permits taken (0 if refused) */
+    uint64_t wait_ns; /* how long to wait before using them */
+    uint64_t at_ns;   /* the reserving time + wait_ns, never past 2^63-1 */
+    sluice_table *table; /* private: the table that made it (held) */
+    uint32_t state;      /* private */
+    uint32_t kgen_;      /* private: the key's generation */
+    uint64_t hash_;      /* private: the key's hash, as the table stores it */
+    uint32_t keylen_;    /* private: its length code, as stored */
+    uint32_t cfg_;       /* private: the key's configuration then */
+    uint64_t key_[2];    /* private: its bytes (at most 16), zero-padded */
+    uint64_t t_ns_;      /* private: the time it was decided at */
+    uint64_t d1_[2];     /* private: a bucket's state after it */
+    uint64_t serial_;    /* private: the table's configurations then */
+} sluice_table_reservation;
+
+/* sluice_reserve_at() on the limiter of `key` (keylen bytes, as for
+ * sluice_table_try_acquire_at(); key may be NULL when keylen is 0), with
+ * the same rules: a bucket may go into debt up to max_wait_ns, the window
+ * algorithms decide as sluice_table_try_acquire_at().  A key seen for the
+ * first time is made (a probe, or a request no fresh limiter could admit,
+ * is decided without making it).  Returns false and takes nothing, with
+ * res->error telling why, for the errors of sluice_table_try_acquire_at()
+ * (SLUICE_EINVAL, SLUICE_ENOMEM, SLUICE_EFULL), and with SLUICE_EINVAL
+ * for a table in a shared region (sluice_region_table_*: not served,
+ * docs/tables.md).  rv and res may be NULL (rv NULL: the permits are
+ * simply taken).  Counts as a request in the table's statistics.
+ * Thread-safe: under the lock of the key's shard. */
+bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
+                             uint64_t permits, uint64_t now_ns, uint64_t max_wait_ns,
+                             sluice_table_reservation *rv, sluice_result *res);
+
+/* sluice_reservation_cancel_at() on the key the reservation was made on:
+ * token-bucket and leaky-bucket only, the same rule.  Returns 0 when the
+ * permits went back; SLUICE_ENOENT with nothing given back when it was
+ * already cancelled, settled or refused, when its time has come, or when
+ * the key's entry is no longer the one reserved on (the key was removed,
+ * reset, evicted, or reclaimed at rest and perhaps made again since); a
+ * reservation of 0 permits stays open to a settle; SLUICE_EINVAL for NULL,
+ * a reservation never made, or another algorithm.  Every answer but
+ * SLUICE_EINVAL and the open probe closes the reservation (and releases
+ * its table).  Thread-safe; one reservation must not be cancelled or
+ * settled by two threads at once. */
+int sluice_table_reservation_cancel_at(sluice_table_reservation *rv, uint64_t now_ns);
+
+/* sluice_reservation_settle_at() on the key the reservation was made on:
+ * the same rules, exactly (docs/decisions.md, section 3.10), on the key's
+ * state.  When the key's entry is no longer the one reserved on (removed,
+ * reset, evicted by SLUICE_TABLE_EVICT_LRU, or reclaimed at rest to make
+ * room in a full table, and perhaps made again since), the settle changes
+ * nothing -- no give-back, no overdraft -- and returns SLUICE_ENOENT: the
+ * key's history, the reservation with it, was dropped.  After a change of
+ * the table's spec or of an override (sluice_table_reconfigure*,
+ * sluice_table_override*) nothing goes back; an excess is still charged.
+ * Returns 0 when settled; SLUICE_ENOENT, nothing changed, when already
+ * settled, cancelled or refused, or the key's entry is gone; SLUICE_EINVAL
+ * for NULL or a reservation never made; SLUICE_ENOMEM, nothing changed,
+ * the reservation still open, when a window log cannot grow for the
+ * overdraft.  Every other answer closes the reservation (and releases its
+ * table).  Does not count as a request.  Thread-safe; one reservation must
+ * not be settled or cancelled by two threads at once. */
+int sluice_table_reservation_settle_at(sluice_table_reservation *rv, uint64_t actual_permits,
+                                       uint64_t now_ns);
 
 /* Look at `key` without making it or writing anything (a pure read: the
  * key's state, the table's clock, its wheel and its counters are left as

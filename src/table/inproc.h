@@ -18,6 +18,7 @@
  *         table_hold.c   composite decisions: a key's kind ops
  *         table_keys.c   remove, reset, peek, scan
  *         table_spec.c   reader sections, configurations, overrides
+ *         table_settle.c reservations on keys (the generations, t->refs)
  *
  * The helpers are static inline here, so that the decision paths inline
  * them as they did when the placement was one file. */
@@ -168,7 +169,21 @@ struct sluice_table {
     pthread_mutex_t cfg_mu; /* serialises changes of spec and of overrides */
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
+    /* reservations (table_settle.c): the holders of the table (its creator,
+     * and each reservation open), the keys' generations (a counter per
+     * bucket of hashes, moved each time an entry is made for a key of the
+     * bucket: put_entry), and the configurations made or retired so far */
+    _Atomic size_t refs;
+    _Atomic uint32_t *kgen;
+    uint32_t kgen_mask;
+    _Atomic uint64_t cfg_serial;
 };
+
+/* The generation counter of the keys of hash h (table_settle.c). */
+static inline _Atomic uint32_t *kgen_of(const sluice_table *t, uint64_t h)
+{
+    return &t->kgen[h & t->kgen_mask];
+}
 
 /* ---- slots and keys ------------------------------------------------------------ */
 
@@ -237,6 +252,8 @@ SLUICE__INTERNAL uint32_t sluice__inproc_reuse_at_rest(sluice_table *t, shard *s
 SLUICE__INTERNAL bool sluice__inproc_evict_one(sluice_table *t, shard *s);
 /* table.c */
 SLUICE__INTERNAL extern const sluice__table_ops sluice__inproc_ops; /* this placement's (skeleton.h) */
+/* table.c: the table's end, when its last holder lets go (refs) */
+SLUICE__INTERNAL void sluice__inproc_release(sluice_table *t);
 /* table_keys.c */
 SLUICE__INTERNAL int sluice__inproc_local_remove(void *place, const void *key, size_t keylen);
 SLUICE__INTERNAL int sluice__inproc_peek_at(sluice_table *t, const void *key, size_t keylen, uint64_t permits, uint64_t now_ns, sluice_result *res, sluice_key_state *state);

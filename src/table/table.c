@@ -16,6 +16,7 @@
  *         table_keys.c   remove, reset, peek, scan
  *         table_spec.c   reader sections, configurations (changing the spec
  *                        of every key), per-key overrides
+ *         table_settle.c reservations on keys: reserve, cancel, settle
  *
  * Layout.  The profile (parsed spec) is shared; each key costs one entry in
  * the probe array of one of S shards (S a power of two up to 64, one short
@@ -233,6 +234,14 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
      * gives them (alloc.c): a random lookup then misses the TLB rarely */
     t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
     if (!t->slabs) goto oom;
+    /* the keys' generations (table_settle.c): a power of two >= max_keys,
+     * 64 .. 2^16 counters */
+    uint32_t ng = 64;
+    while (ng < max_keys && ng < (1u << 16)) ng <<= 1;
+    t->kgen = sluice__calloc(ng, sizeof *t->kgen);
+    if (!t->kgen) goto oom;
+    t->kgen_mask = ng - 1;
+    atomic_init(&t->refs, 1);
     sluice__advise_huge(t->slabs, (size_t)cap * t->nshards * t->stride);
     for (unsigned k = 0; k < t->nshards; k++) {
         shard *s = &t->shards[k];
@@ -247,6 +256,7 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     return t;
 oom:
     if (t) {
+        sluice__free((void *)t->kgen);
         free_shards(t); /* what was made of it */
         sluice__inproc_cfg_free(t);
         pthread_mutex_destroy(&t->cfg_mu);
@@ -282,6 +292,7 @@ void sluice__table_seed(const sluice_table *t, uint64_t seed[2])
 size_t sluice__table_bytes(const sluice_table *t)
 {
     size_t n = sizeof *t + t->nshards * sizeof(shard);
+    if (t->kgen) n += ((size_t)t->kgen_mask + 1) * sizeof *t->kgen; /* the keys' generations */
     for (unsigned k = 0; k < t->nshards; k++)
         n += (size_t)t->shards[k].cap * t->stride;
     return n;
@@ -333,6 +344,7 @@ sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__pro
     t->region = r;
     t->ops = ops;
     t->place = r;
+    atomic_init(&t->refs, 1); /* no reservations in a region: kgen stays NULL */
     return t;
 }
 
@@ -340,8 +352,16 @@ sluice__rtable *sluice__table_region(const sluice_table *t) { return t->region; 
 
 void sluice_table_free(sluice_table *t)
 {
-    if (!t) return;
+    if (t) sluice__inproc_release(t);
+}
+
+/* Let go of one hold on t (its creator's, or an open reservation's,
+ * table_settle.c); the last frees it. */
+void sluice__inproc_release(sluice_table *t)
+{
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
     if (t->ops->close) t->ops->close(t->place);
+    sluice__free((void *)t->kgen);
     sluice__inproc_ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));

@@ -445,6 +445,9 @@ static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
     PUT(&e->meta, (uint32_t)keylen | dist_code(d) << 27);
+    /* a new entry: a reservation made on an older one of this key (or of
+     * its generation bucket) no longer settles here (table_settle.c) */
+    if (t->kgen) atomic_fetch_add_explicit(kgen_of(t, h), 1, memory_order_relaxed);
 }
 
 /* Room wanted for a new key (hash h) in shard s, and its place in Robin

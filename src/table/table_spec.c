@@ -179,6 +179,8 @@ static bool cfg_add(sluice_table *t, tcfg *c)
     if (reuse) t->nfree--;
     else t->ncfg++;
     c->id = id;
+    /* before c is published: a settle that finds it finds the serial moved */
+    atomic_fetch_add_explicit(&t->cfg_serial, 1, memory_order_relaxed);
     atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], c, memory_order_release);
     return true;
 }
@@ -192,6 +194,7 @@ static void cfg_unmap(sluice_table *t, tcfg *c)
     const unsigned j = 63u - (unsigned)__builtin_clzll(v);
     _Atomic(tcfg *) *seg = atomic_load_explicit(&t->cfgs[j], memory_order_relaxed);
     atomic_store_explicit(&seg[v - ((uint64_t)1 << j)], NULL, memory_order_release);
+    atomic_fetch_add_explicit(&t->cfg_serial, 1, memory_order_relaxed); /* its id may return */
     if (t->nfree == t->free_cap) { /* at most every id ever made: bounded by the most live */
         const uint32_t cap = t->free_cap ? 2 * t->free_cap : 16;
         uint32_t *a = sluice__malloc((size_t)cap * sizeof *a);

@@ -5,7 +5,8 @@
  * rates from 1/ns to 10^12 per century, burst/capacity/slots options, a
  * table of 1 .. 8 keys with or without SLUICE_TABLE_EVICT_LRU, keys from 0
  * bytes to one byte over SLUICE_MAX_KEY_BYTES), then a stream of commands:
- * try_acquire, reserve, cancel or settle a reservation, table requests, probes, statistics checks.  Times come from the
+ * try_acquire, reserve, cancel or settle a reservation, table requests and
+ * table reservations (reserve, cancel, settle on a key), probes, statistics checks.  Times come from the
  * input: bursts at one instant, window and slot edges, exactly a refusal's
  * retry_after_ns and one ns before, idle gaps of years, times earlier than
  * the last, 2^63-1 and beyond.
@@ -774,6 +775,9 @@ static int key_busy(const table *tb, int k, uint64_t t)
 {
     const subject *s = &tb->ks[k];
     if (!s->synced) return t >= s->rest ? 0 : -1;
+    /* a fresh model from a time later than t on (a peek past the rest
+     * bound, which moves no time of the table): the key at t is unknown */
+    if (s->floor > t) return -1;
     return s->m && !ref_model_at_rest(s->m, t);
 }
 
@@ -921,6 +925,140 @@ static void table_peek(table *tb, fuzz_in *in)
                    "%s: key #%d rest_ns %llu is not the model's first instant at rest", tb->c.spec, k,
                    (unsigned long long)ks.rest_ns);
     }
+}
+
+/* Reservations on table keys (sluice_table_reserve_at, _cancel_at,
+ * _settle_at): a reservation is a request (counted), taking its key out of
+ * sync when it takes permits (a booking, then a settle or cancel the model
+ * does not follow; tests/table/test_table_settle.c follows them), with the
+ * key's bound of rest moved as for an admission.  A settle or cancel
+ * answers 0 or SLUICE_ENOENT (the key's entry may be gone: removed, reset,
+ * evicted, reclaimed at rest), a window's cancel SLUICE_EINVAL; the second
+ * answer is SLUICE_ENOENT and changes nothing (peeked before and after).
+ * Those still open when the table is freed are settled after its free (the
+ * reservations hold it). */
+typedef struct held_trv {
+    sluice_table_reservation r;
+    int key; /* -1: free slot */
+} held_trv;
+
+static void table_reserve(table *tb, held_trv *trv, fuzz_in *in)
+{
+    held_trv *v = &trv[fuzz_u8(in) % NRV];
+    /* the slot holds one: settle or cancel it first (before any time is
+     * given to a key: the harness counts every time given as seen) */
+    if (v->key >= 0) return;
+    int k = tb->alias[fuzz_u8(in) % NKEYS];
+    subject *s = &tb->ks[k];
+    uint64_t t = subject_time(s, key_time(tb, k, pick_time(in, s)));
+    uint64_t p = pick_permits(in, s);
+    uint64_t mw = pick_max_wait(in, s);
+    sluice_result r;
+    memset(&r, 0x5a, sizeof r);
+    bool ok = sluice_table_reserve_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k], p,
+                                      t, mw, &v->r, &r);
+    trace("table key #%d reserve (max_wait %llu) error=%d ", k, (unsigned long long)mw, r.error);
+    trace_result("table_reserve_at", tb->c.spec, p, t, ok, &r);
+    FUZZ_CHECK(r.error == 0 || r.error == SLUICE_EFULL, "%s: table reserve error %d", tb->c.spec,
+               r.error);
+    FUZZ_CHECK(ok == r.allowed, "%s: reserve returned %d, allowed %d", tb->c.spec, ok, r.allowed);
+    FUZZ_CHECK(v->r.permits == (ok ? p : 0), "%s: reservation holds %llu of %llu", tb->c.spec,
+               (unsigned long long)v->r.permits, (unsigned long long)p);
+    FUZZ_CHECK(!ok || v->r.at_ns <= TMAX, "%s: reservation at %llu", tb->c.spec,
+               (unsigned long long)v->r.at_ns);
+    FUZZ_CHECK(ok || !v->r.table, "%s: a refused reservation holds its table", tb->c.spec);
+    FUZZ_CHECK(!ok || v->r.wait_ns <= mw || p == 0, "%s: reservation waits %llu past %llu",
+               tb->c.spec, (unsigned long long)v->r.wait_ns, (unsigned long long)mw);
+    stats_add(&tb->st, p, ok);
+    stats_add(&s->st, p, ok);
+    uint64_t tc = min64(t, TMAX);
+    tb->now = max64(tb->now, tc);
+    if (ok && p) {
+        unsync(s);
+        track_admission(s, tc, p);
+        s->max_adm = max64(s->max_adm, tc);
+        s->remaining = tb->c.max_grant;
+    }
+    if (ok) v->key = k;
+    sluice_table_stats ts;
+    sluice_table_stats_get(tb->t, &ts);
+    if (ts.evicted != tb->evicted) { /* some key lost its state */
+        tb->evicted = ts.evicted;
+        for (int j = 0; j < NKEYS; j++)
+            if (j != k && key_busy(tb, j, tb->now) != 0) unsync(&tb->ks[j]);
+    }
+}
+
+static bool peek_same(table *tb, int k, uint64_t t, const sluice_result *before)
+{
+    sluice_result r;
+    sluice_table_peek_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k], 1, t, &r, NULL);
+    return before == NULL || same_result(before, &r);
+}
+
+static void table_close(table *tb, held_trv *trv, fuzz_in *in)
+{
+    held_trv *v = &trv[fuzz_u8(in) % NRV];
+    if (v->key < 0) return;
+    const int k = v->key;
+    subject *s = &tb->ks[k];
+    const uint64_t p = v->r.permits;
+    uint64_t t = subject_time(s, key_time(tb, k, pick_time(in, s)));
+    uint8_t b = fuzz_u8(in);
+    int rc;
+    if (b & 1) { /* a cancel */
+        rc = sluice_table_reservation_cancel_at(&v->r, t);
+        trace("table cancel key #%d reservation of %llu at %llu, t=%llu -> %d\n", k,
+              (unsigned long long)p, (unsigned long long)v->r.at_ns, (unsigned long long)t, rc);
+        if (!tb->c.bucket) {
+            FUZZ_CHECK(rc == SLUICE_EINVAL, "%s: a window's table cancel returned %d", tb->c.spec, rc);
+            return; /* still open */
+        }
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "%s: table cancel returned %d", tb->c.spec, rc);
+        if (p == 0) {
+            FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a probe's cancel returned %d", tb->c.spec, rc);
+            return; /* open to a settle */
+        }
+        if (rc == 0) {
+            FUZZ_CHECK(min64(t, TMAX) < v->r.at_ns, "%s: table cancel at %llu, due %llu", tb->c.spec,
+                       (unsigned long long)t, (unsigned long long)v->r.at_ns);
+            unsync(s);
+        }
+    } else {
+        uint64_t a;
+        switch (fuzz_u8(in) % 5) {
+        case 0: a = 0; break;
+        case 1: a = p ? fuzz_u64(in) % p : 0; break;
+        case 2: a = p; break;
+        case 3: a = sat_add(p, 1 + fuzz_u64(in) % sat_add(tb->c.max_grant, 1)); break;
+        default: a = fuzz_u64(in); break;
+        }
+        if (a != p) unsync(s);
+        rc = sluice_table_reservation_settle_at(&v->r, a, t);
+        trace("table settle key #%d reservation of %llu at %llu, actual=%llu, t=%llu -> %d\n", k,
+              (unsigned long long)p, (unsigned long long)v->r.at_ns, (unsigned long long)a,
+              (unsigned long long)t, rc);
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "%s: table settle returned %d", tb->c.spec, rc);
+        FUZZ_CHECK(a == p ? rc == 0 : 1, "%s: a settle at the estimate returned %d", tb->c.spec, rc);
+        if (a > p && rc == 0) {
+            track_admission(s, min64(t, TMAX), a - p);
+            s->max_adm = max64(s->max_adm, min64(t, TMAX));
+            tb->now = max64(tb->now, min64(t, TMAX));
+        }
+    }
+    s->remaining = tb->c.max_grant;
+    FUZZ_CHECK(v->r.table == NULL, "%s: a closed reservation holds its table", tb->c.spec);
+    /* closed: a second settle or cancel is refused and changes nothing */
+    sluice_result before;
+    sluice_table_peek_at(tb->t, tb->keylen[k] ? tb->key[k] : NULL, tb->keylen[k], 1, t, &before,
+                         NULL);
+    rc = sluice_table_reservation_settle_at(&v->r, p + 1, t);
+    FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a second table settle returned %d", tb->c.spec, rc);
+    rc = sluice_table_reservation_cancel_at(&v->r, t);
+    FUZZ_CHECK(rc == SLUICE_ENOENT, "%s: a table cancel after closing returned %d", tb->c.spec, rc);
+    FUZZ_CHECK(peek_same(tb, k, t, &before), "%s: a refused table settle changed key #%d",
+               tb->c.spec, k);
+    v->key = -1;
 }
 
 static void table_check_stats(table *tb)
@@ -1090,6 +1228,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     table_make(&tb, &in);
     held_rv rvs[NRV];
     for (int i = 0; i < NRV; i++) rvs[i].owner = -1;
+    held_trv trv[NRV];
+    for (int i = 0; i < NRV; i++) trv[i].key = -1;
 
     for (int op = 0; op < MAXOPS && in.n > 0; op++) {
         uint8_t c = fuzz_u8(&in);
@@ -1106,7 +1246,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             switch (c >> 3 & 3) {
             case 0: table_drop(&tb, &in); break;
             case 1: table_peek(&tb, &in); break;
-            default: table_req(&tb, &in); break;
+            case 2: table_req(&tb, &in); break;
+            default:
+                if (c >> 5 & 1) table_close(&tb, trv, &in);
+                else table_reserve(&tb, trv, &in);
+                break;
             }
             break;
         case 6: lim_probe(&ls[i]); break;
@@ -1123,6 +1267,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     table_check_stats(&tb);
     table_free(&tb);
+    /* the reservations still open hold the table: the last one frees it */
+    for (int i = 0; i < NRV; i++) {
+        if (trv[i].key < 0) continue;
+        int rc = sluice_table_reservation_settle_at(&trv[i].r, trv[i].r.permits, 0);
+        FUZZ_CHECK(rc == 0, "settle after the table's free returned %d", rc);
+        FUZZ_CHECK(trv[i].r.table == NULL, "a settled reservation holds its table");
+    }
     conc_program(data, size);
     conc_table_program(data, size);
     return 0;

@@ -60,6 +60,7 @@ __all__ = [
     "SpecInfo",
     "Limiter",
     "Reservation",
+    "TableReservation",
     "Concurrency",
     "Permit",
     "Table",
@@ -146,6 +147,25 @@ class _Reservation(ctypes.Structure):
         ("t_ns_", _u64),
         ("d1_", _u64 * 2),
         ("cfg_", _void_p),
+    ]
+
+
+class _TableReservation(ctypes.Structure):
+    # include/sluice.h's sluice_table_reservation, mirrored as above
+    _fields_ = [
+        ("permits", _u64),
+        ("wait_ns", _u64),
+        ("at_ns", _u64),
+        ("table", _void_p),
+        ("state", ctypes.c_uint32),
+        ("kgen_", ctypes.c_uint32),
+        ("hash_", _u64),
+        ("keylen_", ctypes.c_uint32),
+        ("cfg_", ctypes.c_uint32),
+        ("key_", _u64 * 2),
+        ("t_ns_", _u64),
+        ("d1_", _u64 * 2),
+        ("serial_", _u64),
     ]
 
 
@@ -236,6 +256,12 @@ _tab_try = _fn("sluice_table_try_acquire_at", ctypes.c_bool, _void_p, _char_p, _
 _tab_stats = _fn("sluice_table_stats_get", None, _void_p, ctypes.POINTER(_TableStats))
 _tab_remove = _fn("sluice_table_remove", ctypes.c_int, _void_p, _char_p, _size)
 _tab_reset = _fn("sluice_table_reset", ctypes.c_int, _void_p, _char_p, _size)
+_tab_reserve = _fn("sluice_table_reserve_at", ctypes.c_bool, _void_p, _char_p, _size, _u64, _u64,
+                   _u64, ctypes.POINTER(_TableReservation), _R)
+_trv_cancel = _fn("sluice_table_reservation_cancel_at", ctypes.c_int,
+                  ctypes.POINTER(_TableReservation), _u64)
+_trv_settle = _fn("sluice_table_reservation_settle_at", ctypes.c_int,
+                  ctypes.POINTER(_TableReservation), _u64, _u64)
 _tab_peek = _fn("sluice_table_peek_at", ctypes.c_int, _void_p, _char_p, _size, _u64, _u64, _R,
                 ctypes.POINTER(_KeyState))
 
@@ -912,7 +938,7 @@ class Reservation:
         actual = _u64_arg("actual", actual)
         now = _time(now_ns)
         self._check_open("settle")
-        rc = self._lim._call(lambda h: _rv_settle(ctypes.byref(self._rv), actual, now))
+        rc = self._settle_c(actual, now)
         if rc != 0:
             raise _error(rc)
         self._final = True
@@ -925,7 +951,7 @@ class Reservation:
         window algorithm (which cannot give back; settle it instead)."""
         now = _time(now_ns)
         self._check_open("cancel")
-        rc = self._lim._call(lambda h: _rv_cancel(ctypes.byref(self._rv), now))
+        rc = self._cancel_c(now)
         if rc == EINVAL:
             raise SluiceError(EINVAL, "sluice: a window algorithm's reservation cannot be "
                                       "cancelled; settle it")
@@ -939,12 +965,40 @@ class Reservation:
         """True once settled, cancelled, or refused."""
         return self._final
 
+    def _settle_c(self, actual: int, now: int) -> int:
+        return self._lim._call(lambda h: _rv_settle(ctypes.byref(self._rv), actual, now))
+
+    def _cancel_c(self, now: int) -> int:
+        return self._lim._call(lambda h: _rv_cancel(ctypes.byref(self._rv), now))
+
     def __enter__(self) -> "Reservation":
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
         if not self._final:
             self.settle(0 if exc_type is not None else self.permits)
+
+
+class TableReservation(Reservation):
+    """Permits taken for a key by :meth:`Table.reserve`: a
+    :class:`Reservation` (the same methods and rules) on the key's limiter
+    (docs/tables.md of the sluice repository, "Reservations").  A settle or
+    a cancel on a key removed, reset or evicted since changes nothing and
+    raises :class:`SluiceError` (ENOENT).  The C reservation holds its
+    table, so it may be settled after the table's close(); one collected
+    while open is settled at its estimate (nothing changes) to let go of
+    the table."""
+
+    def _settle_c(self, actual: int, now: int) -> int:
+        return _trv_settle(ctypes.byref(self._rv), actual, now)
+
+    def _cancel_c(self, now: int) -> int:
+        return _trv_cancel(ctypes.byref(self._rv), now)
+
+    def __del__(self) -> None:
+        rv = getattr(self, "_rv", None)
+        if rv is not None and rv.table:  # still open in C (a probe's cancel keeps it)
+            _trv_settle(ctypes.byref(rv), rv.permits, 0)
 
 
 class Table(_Handle):
@@ -1116,6 +1170,32 @@ class Table(_Handle):
         if rc != 0:
             raise _key_error(rc, k)
         return _result(r), KeyState(st.last_ns, st.rest_ns)
+
+    def reserve(self, key: Key, permits: int = 1, max_wait: Optional[float] = 0.0,
+                now_ns: Optional[int] = None) -> "TableReservation":
+        """:meth:`Limiter.reserve` on the limiter of ``key``: returns the
+        :class:`TableReservation` (``granted`` False, nothing taken, when
+        refused -- a full table's refusal included, ``result.error ==
+        sluice.EFULL``); settle it with the real cost once known::
+
+            with table.reserve(user, 2000) as rv:   # an estimate
+                rv.settle(call_the_model())          # the real cost
+
+        Raises for the errors of :meth:`decide` but EFULL, and EINVAL for a
+        table in a shared region (not served)."""
+        k = _key(key)
+        permits = _u64_arg("permits", permits)
+        if max_wait is None:
+            mw = _NEVER
+        else:
+            _deadline(max_wait)  # type check
+            mw = int(max(0.0, min(float(max_wait), 1e10)) * 1e9)
+        now = self._time(now_ns)
+        rv, r = _TableReservation(), _Result()
+        self._call(_tab_reserve, k, len(k), permits, now, mw, ctypes.byref(rv), ctypes.byref(r))
+        if r.error and r.error != EFULL:
+            raise _error(r.error)
+        return TableReservation(self, rv, _result(r))
 
     def remove(self, key: Key) -> bool:
         """Drop the key's state: True if it was held."""

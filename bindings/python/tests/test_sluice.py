@@ -400,6 +400,37 @@ class Settle(unittest.TestCase):
             lim.reserve(1, max_wait="1")
         rv.settle(3, now_ns=0)
 
+    def test_table_keys(self):
+        # Table.reserve(key, n).settle(actual), on the key's own limiter
+        t = sluice.Table("fixed-window 10/s", 16)
+        rv = t.reserve("a", 8, now_ns=S // 10)
+        self.assertIsInstance(rv, sluice.TableReservation)
+        rv.settle(3, now_ns=S // 5)  # same window: 5 back
+        self.assertEqual(t.decide("a", 0, now_ns=S // 5).remaining, 7)
+        self.assertEqual(t.decide("b", 0, now_ns=S // 5).remaining, 10)
+        with self.assertRaises(sluice.SluiceError) as cm:
+            rv.settle(1, now_ns=S // 5)
+        self.assertEqual(cm.exception.code, sluice.ENOENT)
+        # a key reset since: nothing settles on its new entry
+        rv = t.reserve("a", 4, now_ns=S // 5)
+        t.reset("a")
+        self.assertTrue(t.try_acquire("a", 10, now_ns=S // 5))
+        with self.assertRaises(sluice.SluiceError) as cm:
+            rv.settle(0, now_ns=S // 5)
+        self.assertEqual(cm.exception.code, sluice.ENOENT)
+        self.assertFalse(t.try_acquire("a", 1, now_ns=S // 5))
+        # the C reservation holds the table: settled after its close
+        b = sluice.Table("token-bucket 10/s", 16)
+        rv = b.reserve(b"k", 10, now_ns=0)
+        b.close()
+        rv.settle(4, now_ns=0)
+        self.assertTrue(rv.done)
+        # collected open: let go of the table
+        b = sluice.Table("token-bucket 10/s", 16)
+        b.reserve("k", 2, now_ns=0)
+        b.close()
+        t.close()
+
     def test_context_manager(self):
         # on the live clock (as __exit__ settles): at 10/h the refill in
         # the test's few microseconds stays far below one permit

@@ -1,0 +1,291 @@
+/* table_settle.c -- reservations on keys of the in-process table: reserve,
+ * cancel, settle (docs/decisions.md, section 3.10; docs/tables.md,
+ * "Reservations").
+ *
+ * Map:  the key a reservation names (rv_find, rv_same); its hold on the
+ *       table (rv_close); sluice_table_reserve_at,
+ *       sluice_table_reservation_cancel_at,
+ *       sluice_table_reservation_settle_at.
+ *
+ * The rules are the limiter's, on the key's state, through the same
+ * functions: the buckets' sluice__bucket_reserve and _give_back, every
+ * algorithm's ops->settle (src/alg/).  Each operation holds the lock of the
+ * key's shard for its lookup and its update, as the locked path of a
+ * decision does (table.c); the state words are read and stored as a holder
+ * reads and stores them (held_words, put_words), so admissions made without
+ * the lock never cross them.
+ *
+ * Which key.  The reservation is the caller's and outlives no table (its
+ * hold, below), but the key's entry may go: removed, reset, evicted by the
+ * LRU policy, or reclaimed at rest when a new key wants room -- and the key
+ * may be made again.  A settle on the new entry would give back permits the
+ * new entry never took.  So the reservation keeps the key (its bytes when
+ * at most INLINE_KEY, else its stored length and 64-bit keyed hash) and the
+ * key's generation: t->kgen holds one counter per bucket of hashes (a power
+ * of two >= max_keys, 64 .. 2^16 of them), which put_entry moves each time
+ * it makes an entry for a key of the bucket.  Every drop of the reserved
+ * entry followed by a new entry of the key moves the counter; a drop
+ * without one leaves the key absent.  So a settle that finds the key and
+ * the counter as reserved acts on the very entry reserved on; else it
+ * changes nothing and says so (SLUICE_ENOENT).  A counter may also move
+ * because another key of its bucket was made meanwhile: the settle then
+ * gives nothing back either -- never more than the limiter would, and rare
+ * while the table has room for its keys (keys are made only when new).
+ *
+ * Which units.  After a change of spec (or of an override) nothing goes
+ * back (3.10).  Configurations are numbered and their numbers reused, so
+ * the reservation keeps the key's configuration number and t->cfg_serial,
+ * which cfg_add and cfg_unmap move (table_spec.c): both as reserved, and
+ * the key is under the configuration it was reserved under.
+ *
+ * The table's life.  A granted reservation holds the table (t->refs): its
+ * creator's sluice_table_free() only lets go of its own hold, and the last
+ * reservation closed frees it.  Either order of freeing is then safe.
+ */
+#include "table/inproc.h"
+#include "alg/bucket.h"
+
+/* A reservation's state, as the limiter's (limiter.c): RV_ACTIVE may be
+ * cancelled (a bucket's, p >= 1) and settled; RV_OPEN only settled (a
+ * window's, or a bucket's probe); RV_FINAL is done (refused, cancelled or
+ * settled) and holds no table. */
+enum { RV_NONE, RV_ACTIVE, RV_FINAL, RV_OPEN };
+
+/* The slot of the key rv names in its locked shard s, or UINT32_MAX: the
+ * probe run from the key's home, in Robin Hood order (as find()), matching
+ * the stored length and the bytes (a short key) or the kept hash (a long
+ * one). */
+static uint32_t rv_find(const sluice_table *t, const shard *s,
+                        const sluice_table_reservation *rv)
+{
+    const uint64_t h = rv->hash_;
+    uint32_t i = home_of(s, (uint32_t)h);
+    for (uint32_t d = 0; d < s->cap; d++) {
+        const entry *e = ent(t, s, i);
+        const uint32_t code = META_CODE(e->meta);
+        if (code == 0 || dist_lt(t, s, i, code, d)) break;
+        if (META_LEN(e->meta) == rv->keylen_ &&
+            (rv->keylen_ > INLINE_KEY ? e->key.far.hash == h
+                                      : e->key.w[0] == rv->key_[0] && e->key.w[1] == rv->key_[1]))
+            return i;
+        if (++i == s->cap) i = 0;
+    }
+    return UINT32_MAX;
+}
+
+/* Whether slot i (UINT32_MAX: absent) of locked shard s is the entry rv was
+ * made on (head comment, "Which key"). */
+static bool rv_same(const sluice_table *t, uint32_t i, const sluice_table_reservation *rv)
+{
+    return i != UINT32_MAX &&
+           atomic_load_explicit(kgen_of(t, rv->hash_), memory_order_relaxed) == rv->kgen_;
+}
+
+/* Close rv: done for good, and its hold on the table let go (the table
+ * may be freed here). */
+static void rv_close(sluice_table_reservation *rv)
+{
+    sluice_table *t = rv->table;
+    rv->state = RV_FINAL;
+    rv->table = NULL;
+    sluice__inproc_release(t);
+}
+
+/* The key's state, in place or as a copy (packed), and its profile, after
+ * carrying it over the changes of spec it missed; NULL when memory for a
+ * ring runs out. */
+static const tcfg *state_of(sluice_table *t, shard *s, uint32_t i, sluice__state *copy,
+                            sluice__state **st)
+{
+    const tcfg *c = sluice__inproc_ent_cfg(t, s, i);
+    if (!c) return NULL;
+    if (t->pf.packed) {
+        load_state(t, &c->pf, ent(t, s, i), copy);
+        *st = copy;
+    } else {
+        *st = ent_state(ent(t, s, i));
+    }
+    return c;
+}
+
+/* Store a state changed by a cancel or a settle, and file the key at its
+ * new rest time (a give-back may bring it nearer: the shard's `due` must
+ * stay a lower bound). */
+static void state_put(sluice_table *t, shard *s, uint32_t i, const tcfg *c,
+                      const sluice__state *st)
+{
+    if (t->pf.packed) store_state(t, &c->pf, ent(t, s, i), st);
+    sluice__inproc_wheel_unlink(t, s, i);
+    sluice__inproc_wheel_file(t, s, i, ent_rest_at(t, s, i));
+    sluice__inproc_publish_due(s);
+}
+
+bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
+                             uint64_t permits, uint64_t now_ns, uint64_t max_wait_ns,
+                             sluice_table_reservation *rv, sluice_result *res)
+{
+    sluice_result r = {0};
+    if (rv) memset(rv, 0, sizeof *rv);
+    if (rv) rv->state = RV_FINAL; /* refused, until granted */
+    if (!t || !key_ok(key, keylen) || t->ops != &sluice__inproc_ops) {
+        sluice__fail(&r, SLUICE_EINVAL);
+        if (t) sluice__count(&t->counters, permits, false);
+        if (res) *res = r;
+        return false;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    sluice__key_hold kh = {.t = t, .key = key, .keylen = keylen};
+    sluice__table_key_view(&kh);
+    void *sh = sluice__table_shard_of(t, kh.skey, kh.skeylen, &kh.hash);
+    shard *s = sh;
+    const sluice__profile *pf;
+    bool ok = false, full = false;
+    for (int attempt = 0;; attempt++) {
+        sluice__table_lock(t, sh, now_ns);
+        sluice__table_find(&kh);
+        pf = kh.h.pf;
+        if (kh.entry != UINT32_MAX || permits == 0 || permits > pf->capacity) break;
+        /* a fresh limiter grants this: make the key first (its shard's keys
+         * at rest, the policy; then, as a composite does, keys at rest in
+         * every shard with nothing held, and once more) */
+        int64_t retry = -1;
+        const int rc = sluice__table_make(&kh, true, &retry);
+        if (rc == 0) break;
+        if (rc == SLUICE_EFULL && attempt == 0) {
+            sluice__table_unlock(t, sh);
+            sluice__table_reclaim(t, now_ns);
+            continue;
+        }
+        if (rc == SLUICE_EFULL) {
+            sluice__deny(&r, 0, retry);
+            r.error = SLUICE_EFULL;
+            full = true;
+        } else {
+            sluice__fail(&r, rc);
+        }
+        goto out;
+    }
+    sluice__state *st = kh.h.st; /* the key's (in place, or a copy), or a fresh one */
+    const uint64_t tt = sluice__clamp_time(st, now_ns);
+    ok = pf->ops->bucket ? sluice__bucket_reserve(pf, st, tt, permits, max_wait_ns, &r)
+                         : sluice__decide(pf, st, tt, permits, UINT64_MAX, &r);
+    if (kh.entry != UINT32_MAX) {
+        if (ok && permits) {
+            if (t->pf.packed) store_state(t, pf, ent(t, s, kh.entry), st);
+            if (kh.created) {
+                sluice__inproc_wheel_file(t, s, kh.entry, ent_rest_at(t, s, kh.entry));
+                sluice__inproc_publish_due(s);
+            }
+        } else if (kh.created) { /* a window log that could not grow */
+            sluice__table_unmake(&kh);
+        }
+    }
+    if (ok && rv) {
+        rv->permits = permits;
+        rv->wait_ns = r.wait_ns;
+        rv->at_ns = tt + r.wait_ns; /* <= 2^63-1: the reserve bounds it */
+        rv->t_ns_ = tt;
+        if (pf->ops->bucket) {
+            rv->d1_[0] = (uint64_t)st->u.bk.deficit;
+            rv->d1_[1] = (uint64_t)(st->u.bk.deficit >> 64);
+        }
+        rv->hash_ = kh.hash;
+        rv->keylen_ = (uint32_t)kh.skeylen;
+        if (kh.skeylen <= INLINE_KEY) {
+            ekey k;
+            pad_key(&k, kh.skey, kh.skeylen);
+            rv->key_[0] = k.w[0];
+            rv->key_[1] = k.w[1];
+        }
+        /* the key's generation and configuration now; a probe of a key
+         * not held has neither: its settle can only find it gone */
+        rv->kgen_ = atomic_load_explicit(kgen_of(t, kh.hash), memory_order_relaxed) -
+                    (kh.entry == UINT32_MAX);
+        rv->cfg_ = kh.entry == UINT32_MAX ? 0 : ent(t, s, kh.entry)->cfg;
+        rv->serial_ = atomic_load_explicit(&t->cfg_serial, memory_order_relaxed);
+        rv->state = pf->ops->bucket && permits ? RV_ACTIVE : RV_OPEN;
+        rv->table = t;
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* its hold */
+    }
+out:
+    sluice__table_unlock(t, sh);
+    sluice__table_count(t, permits, ok, full);
+    if (!ok) sluice__table_note(t, kh.key ? kh.key : "", keylen, 0);
+    if (res) *res = r;
+    return ok;
+}
+
+/* Validate rv for a cancel or a settle: 0, or the answer. */
+static int rv_check(const sluice_table_reservation *rv)
+{
+    if (!rv || rv->state == RV_NONE) return SLUICE_EINVAL;
+    if (rv->state != RV_ACTIVE && rv->state != RV_OPEN) return SLUICE_ENOENT;
+    return rv->table ? 0 : SLUICE_EINVAL;
+}
+
+int sluice_table_reservation_cancel_at(sluice_table_reservation *rv, uint64_t now_ns)
+{
+    const int bad = rv_check(rv);
+    if (bad) return bad;
+    sluice_table *t = rv->table;
+    if (!t->pf.ops->bucket) return SLUICE_EINVAL; /* every configuration has its algorithm */
+    /* a bucket's RV_OPEN holds no permits: nothing to give back, and it
+     * stays open to a settle, as a limiter's */
+    if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    shard *s = shard_for(t, rv->hash_);
+    sluice__table_lock(t, s, now_ns);
+    int rc = SLUICE_ENOENT;
+    const uint32_t i = rv_find(t, s, rv);
+    if (rv_same(t, i, rv)) {
+        sluice__state copy, *st;
+        const tcfg *c = state_of(t, s, i, &copy, &st);
+        /* decided at the clamped time, inside the hold: a stale now_ns
+         * cannot give back what a later admission counted on */
+        if (c && sluice__bucket_give_back(&c->pf, st, sluice__clamp_time(st, now_ns),
+                                          rv->permits, rv->at_ns)) {
+            state_put(t, s, i, c, st);
+            rc = 0;
+        }
+    }
+    sluice__table_unlock(t, s);
+    rv_close(rv);
+    return rc;
+}
+
+int sluice_table_reservation_settle_at(sluice_table_reservation *rv, uint64_t actual_permits,
+                                       uint64_t now_ns)
+{
+    const int bad = rv_check(rv);
+    if (bad) return bad;
+    sluice_table *t = rv->table;
+    if (actual_permits == rv->permits) {
+        rv_close(rv);
+        return 0;
+    }
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    shard *s = shard_for(t, rv->hash_);
+    sluice__table_lock(t, s, now_ns);
+    int rc = SLUICE_ENOENT;
+    const uint32_t i = rv_find(t, s, rv);
+    if (rv_same(t, i, rv)) {
+        sluice__state copy, *st;
+        const tcfg *c = state_of(t, s, i, &copy, &st);
+        if (!c) {
+            rc = SLUICE_ENOMEM;
+        } else if (actual_permits < rv->permits &&
+                   (c->id != rv->cfg_ ||
+                    atomic_load_explicit(&t->cfg_serial, memory_order_relaxed) != rv->serial_)) {
+            rc = 0; /* the units changed: the permits count as used */
+        } else {
+            const sluice__settle_req q = {
+                .t0 = rv->t_ns_, .at_ns = rv->at_ns, .p = rv->permits, .a = actual_permits,
+                .d1 = (u128)rv->d1_[1] << 64 | rv->d1_[0]};
+            rc = c->pf.ops->settle(&c->pf, st, sluice__clamp_time(st, now_ns), &q);
+            if (rc == 0) state_put(t, s, i, c, st);
+        }
+    }
+    sluice__table_unlock(t, s);
+    if (rc != SLUICE_ENOMEM) rv_close(rv);
+    return rc;
+}

@@ -1,0 +1,610 @@
+/* test_table_settle.c -- reservations and settles on keys of a table
+ * (sluice_table_reserve_at, sluice_table_reservation_cancel_at,
+ * sluice_table_reservation_settle_at; docs/decisions.md 3.10).
+ *
+ * The reference for settles is tests/ref_model.c's ref_model_settle, one
+ * model per key, decision by decision on every algorithm; for cancels a
+ * twin limiter (the limiter's own cancel is tested against its twin in
+ * tests/limiter/test_reserve.c).  Then what only a table has: a key
+ * removed, reset, evicted or made again between the reservation and its
+ * settle (nothing settles on the new entry), a change of spec, a table
+ * freed before its reservations (run under ASan), and threads on distinct
+ * and shared keys (run under TSan). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <sluice.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "ref_model.h"
+
+#define SEC 1000000000ULL
+
+static sluice_table *mkt(const char *spec, size_t max_keys, unsigned flags)
+{
+    char err[256];
+    sluice_table *t = sluice_table_new_flags(spec, max_keys, flags, err, sizeof err);
+    if (!t) fail_msg("%s: %s", spec, err);
+    return t;
+}
+
+/* What a request for 0 permits on key k reports remaining at t. */
+static uint64_t remaining(sluice_table *t, const char *k, uint64_t at)
+{
+    sluice_result r;
+    assert_true(sluice_table_try_acquire_at(t, k, strlen(k), 0, at, &r));
+    return r.remaining;
+}
+
+/* ---- the answers -------------------------------------------------------- */
+
+static void test_codes(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("fixed-window 10/s", 64, 0);
+    sluice_table_reservation rv;
+    sluice_result r;
+    /* a settle: once; then ENOENT for a settle or a cancel */
+    assert_true(sluice_table_reserve_at(t, "a", 1, 4, SEC, 0, &rv, &r));
+    assert_int_equal(rv.permits, 4);
+    assert_int_equal(rv.at_ns, SEC);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 2, SEC), 0);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 2, SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "a", SEC), 8);
+    /* a window cannot be cancelled (and stays open) */
+    assert_true(sluice_table_reserve_at(t, "a", 1, 3, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 3, SEC), 0);
+    /* refused: nothing taken, nothing to settle */
+    assert_false(sluice_table_reserve_at(t, "a", 1, 11, SEC, 0, &rv, &r));
+    assert_int_equal(r.retry_after_ns, -1);
+    assert_int_equal(rv.permits, 0);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), SLUICE_ENOENT);
+    /* bad arguments */
+    assert_false(sluice_table_reserve_at(t, NULL, 3, 1, SEC, 0, &rv, &r));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_false(sluice_table_reserve_at(NULL, "a", 1, 1, SEC, 0, &rv, &r));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_table_reservation_settle_at(NULL, 1, SEC), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_reservation_cancel_at(NULL, SEC), SLUICE_EINVAL);
+    sluice_table_reservation zero;
+    memset(&zero, 0, sizeof zero);
+    assert_int_equal(sluice_table_reservation_settle_at(&zero, 1, SEC), SLUICE_EINVAL);
+    assert_int_equal(sluice_table_reservation_cancel_at(&zero, SEC), SLUICE_EINVAL);
+    assert_int_equal(remaining(t, "a", SEC), 5); /* none of them took anything */
+    /* a bucket: cancel once, then a settle is refused */
+    sluice_table *b = mkt("token-bucket 10/s", 64, 0);
+    assert_true(sluice_table_reserve_at(b, "k", 1, 10, SEC, 0, NULL, NULL)); /* no rv: no hold */
+    assert_true(sluice_table_reserve_at(b, "k", 1, 5, SEC, SEC, &rv, NULL));
+    assert_int_equal(rv.wait_ns, SEC / 2);
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), 0);
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 9, SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(b, "k", SEC), 0);
+    assert_int_equal(remaining(b, "k", SEC + SEC / 10), 1); /* as before it: no debt */
+    /* a probe reserves nothing; on a key not held it settles nothing */
+    assert_true(sluice_table_reserve_at(b, "new", 3, 0, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 4, SEC), SLUICE_ENOENT);
+    sluice_table_free(b);
+    sluice_table_free(t);
+}
+
+/* A reservation is counted as a request; a settle is not. */
+static void test_stats(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("sliding-log 5/s", 8, 0);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "x", 1, 2, SEC, 0, &rv, NULL));
+    assert_false(sluice_table_reserve_at(t, "x", 1, 4, SEC, 0, NULL, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 9, SEC), 0);
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.decisions.requests_allowed, 1);
+    assert_int_equal(st.decisions.requests_denied, 1);
+    sluice_table_free(t);
+}
+
+/* A full table refuses a new key's reservation as it refuses its request
+ * (SLUICE_EFULL, nothing taken, no hold), and makes room from keys at
+ * rest, in any shard. */
+static void test_full(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("fixed-window 10/s", 1, 0);
+    sluice_table_reservation rv, x;
+    sluice_result r;
+    assert_true(sluice_table_reserve_at(t, "a", 1, 2, SEC, 0, &rv, NULL));
+    assert_false(sluice_table_reserve_at(t, "b", 1, 1, SEC, 0, &x, &r));
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_null(x.table);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 2, SEC), 0);
+    assert_true(sluice_table_reserve_at(t, "b", 1, 1, 2 * SEC, 0, &x, &r)); /* a at rest */
+    assert_int_equal(sluice_table_reservation_settle_at(&x, 1, 2 * SEC), 0);
+    sluice_table_free(t);
+    /* many shards: the room is in another shard */
+    enum { N = 4096 };
+    t = mkt("fixed-window 10/s", N, 0);
+    char k[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        assert_true(sluice_table_try_acquire_at(t, k, strlen(k), 1, SEC, NULL));
+    }
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.keys, N);
+    for (int i = 0; i < 64; i++) { /* every one a new key, all others at rest */
+        snprintf(k, sizeof k, "n%d", i);
+        assert_true(sluice_table_reserve_at(t, k, strlen(k), 3, 3 * SEC, 0, &rv, &r));
+        assert_int_equal(sluice_table_reservation_settle_at(&rv, 3, 3 * SEC), 0);
+    }
+    sluice_table_free(t);
+}
+
+/* ---- against the reference model ---------------------------------------- */
+
+typedef struct settle_case {
+    const char *spec;
+    ref_params rp;
+} settle_case;
+
+static const settle_case cases[] = {
+    {"fixed-window 10/s", {.alg = REF_FIXED_WINDOW, .limit = 10, .period_ns = SEC}},
+    {"sliding-approx 10/s", {.alg = REF_SLIDING_APPROX, .limit = 10, .period_ns = SEC}},
+    {"sliding-log 10/s", {.alg = REF_SLIDING_LOG, .limit = 10, .period_ns = SEC}},
+    {"sliding-wheel 10/s slots=4",
+     {.alg = REF_SLIDING_WHEEL, .limit = 10, .period_ns = SEC, .slots = 4}},
+    {"token-bucket 10/s burst=8",
+     {.alg = REF_TOKEN_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 8}},
+    {"token-bucket 3/7s burst=5",
+     {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 5}},
+    {"token-bucket 3/7s burst=3000000000", /* burst*rw >= 2^64: not packed */
+     {.alg = REF_TOKEN_BUCKET, .limit = 3, .period_ns = 7 * SEC, .capacity = 3000000000}},
+    {"leaky-bucket 10/s capacity=6 nodelay",
+     {.alg = REF_LEAKY_BUCKET, .limit = 10, .period_ns = SEC, .capacity = 6, .nodelay = true}},
+};
+
+/* Random decisions, reservations (due at once, or a bucket's booked
+ * ahead) and settles (0, below, equal, above, far above) at current and
+ * stale times, on three keys of one table (long enough for one to be held
+ * by its copy), each against its own model: every answer, every
+ * reservation's due time, and after every step the remaining permits of
+ * the key. */
+static void test_model(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_env_seed();
+    print_message("seed %llu (SLUICE_TEST_SEED)\n", (unsigned long long)seed);
+    enum { STEPS = 3000, OPEN = 8, KEYS = 3 };
+    static const char *const keys[KEYS] = {"k0", "", "a key longer than sixteen bytes"};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const settle_case *c = &cases[ci];
+        sluice_table *t = mkt(c->spec, 64, 0);
+        ref_model *m[KEYS];
+        sluice_table_reservation rv[OPEN];
+        ref_resv mv[OPEN];
+        size_t key_of[OPEN];
+        bool open[OPEN] = {false};
+        const uint64_t W = c->rp.period_ns;
+        const bool bucket = c->rp.alg == REF_TOKEN_BUCKET || c->rp.alg == REF_LEAKY_BUCKET;
+        uint64_t now = 5 * W;
+        /* every key made first: no entry is made during the run (a table
+         * with room reclaims none), so no generation moves */
+        for (size_t k = 0; k < KEYS; k++) {
+            m[k] = ref_model_new(&c->rp);
+            assert_non_null(m[k]);
+            assert_true(sluice_table_try_acquire_at(t, keys[k], strlen(keys[k]), 1, now, NULL));
+            assert_true(ref_model_decide(m[k], 1, now, NULL));
+        }
+        const uint64_t cap = ref_model_max_grant(m[0]);
+        for (int i = 0; i < STEPS; i++) {
+            uint64_t dice = tu_splitmix64_below(&seed, 100);
+            if (dice < 30) now += tu_splitmix64_below(&seed, W / 4 + 1);
+            uint64_t at = dice % 10 == 0 ? now - tu_splitmix64_below(&seed, W) : now;
+            const size_t slot = (size_t)tu_splitmix64_below(&seed, OPEN);
+            size_t k = (size_t)tu_splitmix64_below(&seed, KEYS);
+            uint64_t p = tu_splitmix64_below(&seed, cap + 2);
+            sluice_result r;
+            ref_result mr;
+            if (dice < 45) {
+                bool ok = sluice_table_try_acquire_at(t, keys[k], strlen(keys[k]), p, at, &r);
+                bool mok = ref_model_decide(m[k], p, at, &mr);
+                if (ok != mok || r.remaining != mr.remaining ||
+                    r.retry_after_ns != mr.retry_after_ns)
+                    fail_msg("%s step %d: try %llu at %llu: %d/%llu/%lld, model %d/%llu/%lld",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)at, ok,
+                             (unsigned long long)r.remaining, (long long)r.retry_after_ns, mok,
+                             (unsigned long long)mr.remaining, (long long)mr.retry_after_ns);
+            } else if (dice < 75 && !open[slot]) {
+                const bool ahead = bucket && dice % 2;
+                const uint64_t mw = ahead ? tu_splitmix64_below(&seed, 2 * W) : 0;
+                bool ok = sluice_table_reserve_at(t, keys[k], strlen(keys[k]), p, at, mw,
+                                                  &rv[slot], &r);
+                bool mok = ref_model_reserve(m[k], p, at, mw, &mr, &mv[slot]);
+                if (ok != mok || (ahead ? r.wait_ns != mr.wait_ns : r.remaining != mr.remaining))
+                    fail_msg("%s step %d: reserve %llu at %llu: %d/%llu/%llu, model %d/%llu/%llu",
+                             c->spec, i, (unsigned long long)p, (unsigned long long)at, ok,
+                             (unsigned long long)r.remaining, (unsigned long long)r.wait_ns,
+                             mok, (unsigned long long)mr.remaining,
+                             (unsigned long long)mr.wait_ns);
+                if (ok) {
+                    if (rv[slot].at_ns != mv[slot].at)
+                        fail_msg("%s step %d: due at %llu, model at %llu", c->spec, i,
+                                 (unsigned long long)rv[slot].at_ns,
+                                 (unsigned long long)mv[slot].at);
+                    open[slot] = true;
+                    key_of[slot] = k;
+                }
+            } else if (open[slot]) {
+                k = key_of[slot];
+                const uint64_t rp = rv[slot].permits;
+                uint64_t a;
+                switch (tu_splitmix64_below(&seed, 5)) {
+                case 0: a = 0; break;
+                case 1: a = rp ? tu_splitmix64_below(&seed, rp) : 0; break;
+                case 2: a = rp; break;
+                case 3: a = rp + 1 + tu_splitmix64_below(&seed, cap < 100 ? cap : 100); break;
+                default: a = rp + tu_splitmix64_below(&seed, cap < 100 ? 4 * cap : 400); break;
+                }
+                assert_int_equal(sluice_table_reservation_settle_at(&rv[slot], a, at), 0);
+                ref_model_settle(m[k], &mv[slot], a, at);
+                assert_int_equal(sluice_table_reservation_settle_at(&rv[slot], a, at),
+                                 SLUICE_ENOENT);
+                open[slot] = false;
+            }
+            bool ok = sluice_table_try_acquire_at(t, keys[k], strlen(keys[k]), 0, at, &r);
+            bool mok = ref_model_decide(m[k], 0, at, &mr);
+            if (!ok || !mok || r.remaining != mr.remaining)
+                fail_msg("%s step %d: key %zu remaining %llu at %llu, model %llu", c->spec, i,
+                         k, (unsigned long long)r.remaining, (unsigned long long)at,
+                         (unsigned long long)mr.remaining);
+        }
+        for (size_t s = 0; s < OPEN; s++) /* close the rest: the table's holds */
+            if (open[s]) assert_int_equal(sluice_table_reservation_settle_at(&rv[s], rv[s].permits, now), 0);
+        for (size_t k = 0; k < KEYS; k++) ref_model_free(m[k]);
+        sluice_table_free(t);
+    }
+}
+
+/* A bucket's cancel on a table key is the limiter's: checked against a
+ * twin limiter given the same calls, before and after the due time, with
+ * a later booking between. */
+static void test_cancel_twin(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"token-bucket 10/s burst=4", "leaky-bucket 10/s capacity=4",
+                                        "token-bucket 3/7s burst=3000000000"};
+    for (size_t si = 0; si < 3; si++) {
+        char err[256];
+        sluice_table *t = mkt(specs[si], 16, 0);
+        sluice_limiter *l = sluice_limiter_new(specs[si], err, sizeof err);
+        assert_non_null(l);
+        uint64_t now = SEC;
+        for (int round = 0; round < 40; round++) {
+            sluice_table_reservation a, b;
+            sluice_reservation la, lb;
+            sluice_result r1, r2;
+            const uint64_t p = 1 + (uint64_t)round % 4;
+            bool o1 = sluice_table_reserve_at(t, "k", 1, p, now, 2 * SEC, &a, &r1);
+            bool o2 = sluice_reserve_at(l, p, now, 2 * SEC, &la, &r2);
+            assert_int_equal(o1, o2);
+            assert_int_equal(r1.wait_ns, r2.wait_ns);
+            if (round % 3 == 0) { /* a later booking between */
+                assert_int_equal(sluice_table_reserve_at(t, "k", 1, 1, now, 2 * SEC, &b, NULL),
+                                 sluice_reserve_at(l, 1, now, 2 * SEC, &lb, NULL));
+            }
+            const uint64_t when = now + (uint64_t)(round % 5) * SEC / 10;
+            if (o1)
+                assert_int_equal(sluice_table_reservation_cancel_at(&a, when),
+                                 sluice_reservation_cancel_at(&la, when));
+            if (round % 3 == 0 && b.state != 0 && b.table)
+                assert_int_equal(sluice_table_reservation_settle_at(&b, b.permits, when), 0);
+            for (uint64_t q = 0; q <= 4; q++) {
+                bool x = sluice_table_try_acquire_at(t, "k", 1, q, when, &r1);
+                bool y = sluice_try_acquire_at(l, q, when, &r2);
+                assert_int_equal(x, y);
+                assert_int_equal(r1.retry_after_ns, r2.retry_after_ns);
+                if (x) break;
+            }
+            now += SEC / 7;
+        }
+        sluice_limiter_free(l);
+        sluice_table_free(t);
+    }
+}
+
+/* ---- what only a table has ---------------------------------------------- */
+
+/* A key dropped (removed, reset) between the reservation and its settle,
+ * and made again: the settle finds another entry and changes nothing --
+ * no give-back to the new entry (which would let through permits it never
+ * took), no overdraft. */
+static void test_after_reset(void **state)
+{
+    (void)state;
+    for (int how = 0; how < 3; how++) {
+        sluice_table *t = mkt("fixed-window 10/s", 64, 0);
+        sluice_table_reservation rv, up;
+        assert_true(sluice_table_reserve_at(t, "u", 1, 6, SEC, 0, &rv, NULL));
+        assert_true(sluice_table_reserve_at(t, "u", 1, 1, SEC, 0, &up, NULL));
+        if (how == 0) assert_int_equal(sluice_table_reset(t, "u", 1), 0);
+        else if (how == 1) assert_int_equal(sluice_table_remove(t, "u", 1), 0);
+        if (how < 2) {
+            /* made again, and filled */
+            assert_true(sluice_table_try_acquire_at(t, "u", 1, 10, SEC, NULL));
+            assert_int_equal(sluice_table_reservation_settle_at(&rv, 0, SEC), SLUICE_ENOENT);
+            assert_int_equal(remaining(t, "u", SEC), 0);
+            assert_int_equal(sluice_table_reservation_settle_at(&up, 5, SEC), SLUICE_ENOENT);
+            assert_false(sluice_table_try_acquire_at(t, "u", 1, 0 + 1, SEC, NULL));
+            assert_int_equal(remaining(t, "u", 2 * SEC), 10); /* no overdraft either */
+        } else { /* removed and not made again */
+            assert_int_equal(sluice_table_remove(t, "u", 1), 0);
+            assert_int_equal(sluice_table_reservation_settle_at(&rv, 9, SEC), SLUICE_ENOENT);
+            assert_int_equal(sluice_table_reservation_cancel_at(&up, SEC), SLUICE_EINVAL);
+            assert_int_equal(sluice_table_reservation_settle_at(&up, 0, SEC), SLUICE_ENOENT);
+            assert_int_equal(remaining(t, "u", SEC), 10);
+        }
+        sluice_table_free(t);
+    }
+    /* a bucket's cancel too */
+    sluice_table *t = mkt("token-bucket 10/s", 64, 0);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "b", 1, 8, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reset(t, "b", 1), 0);
+    assert_true(sluice_table_try_acquire_at(t, "b", 1, 10, SEC, NULL));
+    assert_int_equal(sluice_table_reservation_cancel_at(&rv, SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "b", SEC), 0);
+    sluice_table_free(t);
+}
+
+/* A key evicted (SLUICE_TABLE_EVICT_LRU) while its reservation is open,
+ * then made again: the same.  And a key reclaimed at rest to make room. */
+static void test_after_eviction(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("sliding-approx 10/s", 1, SLUICE_TABLE_EVICT_LRU);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "a", 1, 7, SEC, 0, &rv, NULL));
+    assert_true(sluice_table_try_acquire_at(t, "b", 1, 1, SEC, NULL)); /* evicts a */
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 10, SEC, NULL)); /* evicts b: a anew */
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "a", SEC), 0);
+    sluice_table_stats st;
+    sluice_table_stats_get(t, &st);
+    assert_int_equal(st.evicted, 2);
+    sluice_table_free(t);
+
+    /* reclaimed at rest: the reservation's window has passed */
+    t = mkt("fixed-window 10/s", 1, 0);
+    assert_true(sluice_table_reserve_at(t, "a", 1, 4, SEC, 0, &rv, NULL));
+    assert_true(sluice_table_try_acquire_at(t, "b", 1, 1, 3 * SEC, NULL)); /* a at rest: reclaimed */
+    assert_true(sluice_table_try_acquire_at(t, "a", 1, 1, 5 * SEC, NULL)); /* b likewise: a anew */
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 30, 5 * SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "a", 5 * SEC), 9);
+    sluice_table_free(t);
+}
+
+/* The same key, held all along: a settle after other keys came and went
+ * (the table has room) still acts, as the limiter's. */
+static void test_other_keys(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("fixed-window 10/s", 4096, 0);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "mine", 4, 8, SEC, 0, &rv, NULL));
+    char k[16];
+    for (int i = 0; i < 100; i++) { /* made and removed, other keys */
+        snprintf(k, sizeof k, "o%d", i);
+        assert_true(sluice_table_try_acquire_at(t, k, strlen(k), 1, SEC, NULL));
+        if (i % 2) assert_int_equal(sluice_table_remove(t, k, strlen(k)), 0);
+    }
+    /* 100 new keys in 4096 buckets: at most a few share mine's */
+    int rc = sluice_table_reservation_settle_at(&rv, 2, SEC);
+    if (rc == 0) assert_int_equal(remaining(t, "mine", SEC), 8);
+    else assert_int_equal(rc, SLUICE_ENOENT); /* a shared bucket: nothing back, safe */
+    sluice_table_free(t);
+}
+
+/* A change of spec between the reservation and its settle: nothing goes
+ * back (the units changed); an excess is still charged, under the new
+ * spec. */
+static void test_after_reconfigure(void **state)
+{
+    (void)state;
+    char err[256];
+    sluice_table *t = mkt("fixed-window 10/s", 16, 0);
+    sluice_table_reservation a, b;
+    assert_true(sluice_table_reserve_at(t, "k", 1, 6, SEC, 0, &a, NULL));
+    assert_true(sluice_table_reserve_at(t, "k", 1, 1, SEC, 0, &b, NULL));
+    assert_int_equal(sluice_table_reconfigure_at(t, "fixed-window 20/s", SEC, err, sizeof err), 0);
+    assert_int_equal(sluice_table_reservation_settle_at(&a, 0, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 13);
+    assert_int_equal(sluice_table_reservation_settle_at(&b, 4, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 10);
+    sluice_table_free(t);
+    /* an override set on the key, the same */
+    t = mkt("token-bucket 10/s", 16, 0);
+    assert_true(sluice_table_reserve_at(t, "k", 1, 6, SEC, 0, &a, NULL));
+    assert_int_equal(sluice_table_override_set_at(t, "k", 1, "token-bucket 10/s burst=20", SEC,
+                                                  err, sizeof err), 0);
+    assert_int_equal(sluice_table_reservation_settle_at(&a, 0, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 4);
+    sluice_table_free(t);
+}
+
+/* The overdraft: charged at once past the limit, as the limiter's; and
+ * at the end of the time axis. */
+static void test_overdraft(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("token-bucket 10/s", 16, 0);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "k", 1, 2, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 25, SEC), 0);
+    sluice_result r;
+    assert_false(sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r));
+    /* 15 in debt: 16 to earn for one permit, 1.6 s */
+    assert_int_equal(r.retry_after_ns, 16 * SEC / 10);
+    assert_true(sluice_table_try_acquire_at(t, "k", 1, 1, SEC + 16 * SEC / 10, NULL));
+    /* near 2^63: times clamp, a huge overdraft saturates */
+    const uint64_t end = (uint64_t)INT64_MAX - 5;
+    assert_true(sluice_table_reserve_at(t, "e", 1, 1, end, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, UINT64_MAX, UINT64_MAX), 0);
+    assert_false(sluice_table_try_acquire_at(t, "e", 1, 1, UINT64_MAX, &r));
+    sluice_table_free(t);
+}
+
+/* The table freed with reservations open: it lives on for them, and the
+ * last one closed frees it (ASan and LeakSanitizer watch). */
+static void test_free_first(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"token-bucket 10/s", "sliding-log 20/s"};
+    for (int si = 0; si < 2; si++) {
+        sluice_table *t = mkt(specs[si], 16, 0);
+        sluice_table_reservation a, b, c;
+        assert_true(sluice_table_reserve_at(t, "a", 1, 10, SEC, SEC, &a, NULL));
+        assert_true(sluice_table_reserve_at(t, "a", 1, 3, SEC, SEC, &b, NULL)); /* booked ahead */
+        assert_true(sluice_table_reserve_at(t, "zzzzzzzzzzzzzzzzzzzzzz", 22, 1, SEC, SEC, &c, NULL));
+        sluice_table_free(t);
+        assert_int_equal(sluice_table_reservation_settle_at(&a, 5, SEC), 0);
+        assert_int_equal(sluice_table_reservation_settle_at(&a, 5, SEC), SLUICE_ENOENT);
+        if (si == 0) assert_int_equal(sluice_table_reservation_cancel_at(&b, SEC), 0);
+        else assert_int_equal(sluice_table_reservation_settle_at(&b, 0, SEC), 0);
+        assert_int_equal(sluice_table_reservation_settle_at(&c, 1, SEC), 0); /* the last: frees */
+        assert_null(c.table);
+        assert_int_equal(sluice_table_reservation_settle_at(&c, 1, SEC), SLUICE_ENOENT);
+    }
+}
+
+/* A region's table does not serve reservations (docs/tables.md). */
+static void test_region_refused(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *spec = "token-bucket 10/s";
+    const size_t size = sluice_table_region_size(spec, 64, 16, err, sizeof err);
+    assert_true(size > 0);
+    void *reg = aligned_alloc(64, (size + 63) / 64 * 64);
+    assert_non_null(reg);
+    memset(reg, 0, size);
+    sluice_table *t = sluice_table_attach(reg, size, spec, 64, 16, 0, err, sizeof err);
+    if (!t) fail_msg("%s", err);
+    sluice_table_reservation rv;
+    sluice_result r;
+    assert_false(sluice_table_reserve_at(t, "k", 1, 1, SEC, 0, &rv, &r));
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), SLUICE_ENOENT);
+    sluice_table_free(t);
+    free(reg);
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+/* Threads reserving and settling within one window, with room for it all,
+ * on keys of their own and on one key they share: each settle moves the
+ * key's count by exactly a - p (sliding-log: max(0, a - p)), so each key
+ * ends holding the sum of its settled costs.  Run under TSan in CI. */
+enum { TH = 4, ITERS = 1500 };
+
+typedef struct worker {
+    sluice_table *t;
+    int id;
+    uint64_t seed, mine, shared;
+    bool log;
+    tu_errs errs;
+} worker;
+
+static void *run(void *arg)
+{
+    worker *w = arg;
+    char own[8];
+    snprintf(own, sizeof own, "own%d", w->id);
+    for (int i = 0; i < ITERS; i++) {
+        const bool sh = i % 2;
+        const char *k = sh ? "shared" : own;
+        const uint64_t p = 1 + tu_splitmix64_below(&w->seed, 50);
+        const uint64_t a = tu_splitmix64_below(&w->seed, 100);
+        const uint64_t at = SEC + tu_splitmix64_below(&w->seed, SEC / 2);
+        sluice_table_reservation rv;
+        if (!sluice_table_reserve_at(w->t, k, strlen(k), p, at, 0, &rv, NULL)) {
+            tu_errs_add(&w->errs, "reservation of %llu refused", (unsigned long long)p);
+            continue;
+        }
+        int rc = sluice_table_reservation_settle_at(&rv, a, at);
+        if (rc != 0) tu_errs_add(&w->errs, "settle returned %d", rc);
+        if (sluice_table_reservation_settle_at(&rv, a, at) != SLUICE_ENOENT)
+            tu_errs_add(&w->errs, "second settle accepted");
+        const uint64_t cost = w->log && a < p ? p : a;
+        if (sh) w->shared += cost;
+        else w->mine += cost;
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"fixed-window 1000000000/2s",
+                                        "sliding-approx 1000000000/2s",
+                                        "sliding-log 1000000000/2s", "token-bucket 1000000/2000s"};
+    for (size_t si = 0; si < 4; si++) {
+        sluice_table *t = mkt(specs[si], 64, 0);
+        worker w[TH];
+        pthread_t th[TH];
+        memset(w, 0, sizeof w);
+        for (int i = 0; i < TH; i++) {
+            w[i].t = t;
+            w[i].id = i;
+            w[i].log = si == 2;
+            w[i].seed = tu_env_seed() + (uint64_t)i;
+            assert_int_equal(pthread_create(&th[i], NULL, run, &w[i]), 0);
+        }
+        uint64_t shared = 0;
+        for (int i = 0; i < TH; i++) {
+            pthread_join(th[i], NULL);
+            if (w[i].errs.n) fail_msg("%s: %s", specs[si], w[i].errs.msg);
+            shared += w[i].shared;
+        }
+        if (si != 3) { /* the bucket refills meanwhile: run for TSan only */
+            const uint64_t full = 1000000000, at = SEC + SEC / 2;
+            assert_int_equal(remaining(t, "shared", at), full - shared);
+            for (int i = 0; i < TH; i++) {
+                char own[8];
+                snprintf(own, sizeof own, "own%d", i);
+                assert_int_equal(remaining(t, own, at), full - w[i].mine);
+            }
+        }
+        sluice_table_free(t);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codes),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_model),
+        cmocka_unit_test(test_cancel_twin),
+        cmocka_unit_test(test_after_reset),
+        cmocka_unit_test(test_after_eviction),
+        cmocka_unit_test(test_other_keys),
+        cmocka_unit_test(test_after_reconfigure),
+        cmocka_unit_test(test_overdraft),
+        cmocka_unit_test(test_free_first),
+        cmocka_unit_test(test_region_refused),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
