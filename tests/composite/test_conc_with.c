@@ -122,8 +122,8 @@ static void test_threads(void **state)
             a[i] = (warg){.c = c, .rate = rate, .with = i % 2 == 0, .inside = &inside, .most = &most};
             assert_int_equal(pthread_create(&th[i], NULL, wmain, &a[i]), 0);
         }
+        for (int i = 0; i < 4; i++) pthread_join(th[i], NULL); /* all, before a failure */
         for (int i = 0; i < 4; i++) {
-            pthread_join(th[i], NULL);
             if (a[i].errs.n) fail_msg("thread %d: %s", i, a[i].errs.msg);
         }
         assert_true(atomic_load(&most) <= 2);

@@ -186,8 +186,8 @@ static void test_threads(void **state)
         a[i] = (targ){.t = t, .inside = inside, .most = most, .seed = 5u + (uint64_t)i};
         assert_int_equal(pthread_create(&th[i], NULL, tmain, &a[i]), 0);
     }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL); /* all, before a failure */
     for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
         if (a[i].errs.n) fail_msg("thread %d: %s", i, a[i].errs.msg);
     }
     for (int k = 0; k < 3; k++) {

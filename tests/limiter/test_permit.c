@@ -331,8 +331,8 @@ static void run_threads(const char *spec, uint64_t N, bool blocking)
                         .iters = iters, .blocking = blocking};
         assert_int_equal(pthread_create(&th[i], NULL, th_main, &a[i]), 0);
     }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL); /* all, before a failure */
     for (int i = 0; i < T; i++) {
-        pthread_join(th[i], NULL);
         if (a[i].errs.n) fail_msg("%s thread %d: %s", spec, i, a[i].errs.msg);
     }
     assert_true(atomic_load(&mx) <= N);

@@ -986,8 +986,8 @@ static void test_settle_threads(void **state)
             assert_int_equal(pthread_create(&th[i], NULL, settle_run, &w[i]), 0);
         }
         uint64_t total = 0;
+        for (int i = 0; i < ST_THREADS; i++) pthread_join(th[i], NULL); /* all, before a failure */
         for (int i = 0; i < ST_THREADS; i++) {
-            pthread_join(th[i], NULL);
             if (w[i].errs.n) fail_msg("%s: %s", specs[k], w[i].errs.msg);
             total += k == 2 ? w[i].total_log : w[i].total;
         }
