@@ -415,13 +415,9 @@ static bool good_name(const char *s, size_t n)
     return true;
 }
 
-/* A concurrency spec: its first word is `concurrency`. */
-static bool is_conc(const char *spec)
-{
-    while (*spec == ' ' || *spec == '\t') spec++;
-    return strncmp(spec, "concurrency", 11) == 0 &&
-           (spec[11] == '\0' || spec[11] == ' ' || spec[11] == '\t');
-}
+/* A concurrency spec: its first word is `concurrency` (the spec's own
+ * reader of words, alg/concurrency.c). */
+static bool is_conc(const char *spec) { return sluice__is_conc_spec(spec); }
 
 /* The spec of token k (quoted) into canon; 0 or an error. */
 static int take_spec(const word *k, size_t line, char *canon, char *err, size_t errlen)
