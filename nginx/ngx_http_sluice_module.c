@@ -68,8 +68,16 @@
  * so a place that mixes the two axes is refused at configuration.
  *
  * sluice_headers on adds the RateLimit-Policy and RateLimit fields of the
- * IETF draft, one item per enforced limit, and Retry-After on a refusal
- * (include/sluice/http.h formats them).
+ * IETF draft, one item per enforced rate limit, and Retry-After on a
+ * refusal (include/sluice/http.h formats them).  A concurrency zone adds
+ * none (docs/nginx.md, "Concurrency zones": the draft's fields are a quota
+ * over a window, with a reset; requests in flight have neither).
+ *
+ * sluice_metrics serves every zone: a rate zone's table
+ * (sluice_metrics_add_table) and a concurrency zone's region
+ * (sluice_metrics_add_concurrency_region: held, N, keys, waiters and the
+ * permits recovered from dead workers).  The counts live in the zones, so
+ * every worker serves the same numbers.
  */
 #include <ngx_config.h>
 #include <ngx_core.h>
@@ -1324,7 +1332,7 @@ ngx_http_sluice_metrics_handler(ngx_http_request_t *r)
     ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
     r->headers_out.content_type_len = sizeof("text/plain") - 1;
     if (need == 0) {
-        r->header_only = 1; /* nothing to expose (concurrency zones only): no empty buffer */
+        r->header_only = 1; /* nothing to expose: no empty buffer */
     }
     rc = ngx_http_send_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
@@ -1462,8 +1470,16 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
     }
     zones = mcf->zones.elts;
     for (i = 0; i < mcf->zones.nelts; i++) {
+        ngx_memcpy(name, zones[i]->name.data, zones[i]->name.len);
+        name[zones[i]->name.len] = '\0';
         if (zones[i]->conc) {
-            continue; /* no spec to apply; the metrics take no region yet */
+            /* no spec to apply; the region's held permits, N, keys and
+             * permits recovered from dead workers, the same in every worker */
+            if (sluice_metrics_add_concurrency_region(mcf->metrics, name, zones[i]->region) != 0) {
+                ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                              "sluice: cannot expose zone \"%V\" in the metrics", &zones[i]->name);
+            }
+            continue;
         }
         /* A change of spec of a kept zone, now that the configuration is
          * committed (init_zone tried it).  Every new worker applies it; the
@@ -1476,8 +1492,6 @@ ngx_http_sluice_init_process(ngx_cycle_t *cycle)
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "sluice_zone \"%V\": spec \"%s\": %s",
                           &zones[i]->name, zones[i]->spec, err);
         }
-        ngx_memcpy(name, zones[i]->name.data, zones[i]->name.len);
-        name[zones[i]->name.len] = '\0';
         if (sluice_metrics_add_table(mcf->metrics, name, zones[i]->table) != 0) {
             ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                           "sluice: cannot expose zone \"%V\" in the metrics", &zones[i]->name);

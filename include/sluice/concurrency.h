@@ -472,6 +472,42 @@ uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const v
 uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const void *key,
                                            size_t keylen);
 
+/* The region as a whole, for the metrics (sluice_metrics_add_concurrency_region
+ * in sluice/metrics.h), read by sluice_concurrency_region_stats_get. */
+typedef struct sluice_concurrency_region_stats {
+    uint64_t held;      /* permits held, over every key, each key's as of its
+                         * latest call (a lease ended since still counts; a
+                         * dead holder's counts until a sweep frees it) */
+    uint64_t keys;      /* keys the region holds (some may hold nothing, until
+                         * their slot is needed): at most max_keys */
+    uint64_t waiting;   /* blocked acquirers, over every key: an upper bound,
+                         * as sluice_concurrency_region_waiting */
+    uint64_t limit;     /* N, per key */
+    uint64_t max_keys;
+    uint64_t recovered; /* permits given back because their holder process
+                         * died (found by a sweep), since the region was
+                         * made: a counter, in every process alike */
+} sluice_concurrency_region_stats;
+
+/* Fill *st from the region, every process's keys: one pass over every
+ * key's slot head, a shard at a time under the shard's lock (a lock whose
+ * holder died is taken over, as by every call), so O(max_keys), bounded
+ * by the region's own layout whatever its counts say (a count damaged by
+ * a faulty writer gives a wrong number, clamped: held <= keys * N, keys <=
+ * max_keys).  Changes nothing (no lease is expired, no clock moved).
+ * Returns 0, or SLUICE_EINVAL for a NULL r or st.  Thread-safe, across
+ * processes. */
+int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
+                                        sluice_concurrency_region_stats *st);
+
+/* N, as the region's spec says (0 for a NULL r).  O(1).  Thread-safe. */
+uint64_t sluice_concurrency_region_limit(const sluice_concurrency_region *r);
+
+/* The permits given back because their holder died, since the region was
+ * made (stats' `recovered`, without the pass over the keys: O(shards), no
+ * lock).  0 for a NULL r.  Thread-safe, across processes. */
+uint64_t sluice_concurrency_region_recovered(const sluice_concurrency_region *r);
+
 #ifdef __cplusplus
 }
 #endif

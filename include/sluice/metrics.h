@@ -33,6 +33,9 @@
  *                                           limits, sluice/concurrency.h)
  *   sluice_concurrency_limit{limit}         gauge: N
  *   sluice_concurrency_waiting{limit}       gauge: blocking acquirers
+ *   sluice_concurrency_recovered_permits_total{limit}  counter: permits of
+ *                                           dead holders given back (shared
+ *                                           regions)
  *   sluice_rule_requests_total{ruleset,rule,decision}, sluice_rule_permits_total,
  *   sluice_rule_shadow, sluice_rules_loads_total  (rule sets:
  *                                           sluice_metrics_add_rules)
@@ -129,6 +132,21 @@ int sluice_metrics_add_concurrency(sluice_metrics *m, const char *name,
  * and thread-safety as sluice_metrics_add_limiter. */
 int sluice_metrics_add_concurrency_table(sluice_metrics *m, const char *name,
                                          const sluice_concurrency_table *t);
+/* Add a table of concurrency limits in a shared region
+ * (sluice_concurrency_region) under `name`, in the same `limit` label's
+ * names: sluice_concurrency_held (the permits every process holds, over
+ * all its keys, each as of its latest call), sluice_concurrency_limit (N,
+ * per key), sluice_table_keys, sluice_concurrency_waiting (blocked
+ * acquirers of every process, over all keys) and the counter
+ * sluice_concurrency_recovered_permits_total (permits given back because
+ * their holder process died).  Each handle of one region shows the same
+ * numbers.  A write reads the region with sluice_concurrency_region_stats_get
+ * (O(max_keys), a shard's lock at a time) for each of the three families
+ * that need the keys.  Returns and thread-safety as
+ * sluice_metrics_add_limiter. */
+typedef struct sluice_concurrency_region sluice_concurrency_region;
+int sluice_metrics_add_concurrency_region(sluice_metrics *m, const char *name,
+                                          const sluice_concurrency_region *r);
 
 /* Add a rule set (sluice/rules.h) under `name`, the value of its series'
  * `ruleset` label; rule sets have their own set of names.  Each rule of the

@@ -40,7 +40,8 @@
  *
  * Sections and entry points:
  *   the registry  sluice_metrics_new, _free, _add_limiter, _add_table,
- *                 _add_wheel, _add_queue, _add_concurrency, _add_source, _add_rules,
+ *                 _add_wheel, _add_queue, _add_concurrency (and _table, _region),
+ *                 _add_source, _add_rules,
  *                 _remove, _count; names validated (UTF-8) and escaped
  *   output        the series, histograms and top keys of each family
  *                 (the table `families`), and the rule sets' lines
@@ -54,7 +55,7 @@
 #include <pthread.h>
 #include <string.h>
 
-typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES, K_CONC, K_CTAB } kind;
+typedef enum kind { K_NONE, K_LIMITER, K_TABLE, K_WHEEL, K_QUEUE, K_SOURCE, K_RULES, K_CONC, K_CTAB, K_CREG } kind;
 
 typedef struct entry {
     kind k;
@@ -165,8 +166,8 @@ static bool same_space(const entry *e, kind b, const sluice_metrics_source *src)
 {
     kind a = e->k;
     if (a == K_SOURCE || b == K_SOURCE) return a == b && e->src == src;
-    bool la = a == K_LIMITER || a == K_TABLE || a == K_CONC || a == K_CTAB;
-    bool lb = b == K_LIMITER || b == K_TABLE || b == K_CONC || b == K_CTAB;
+    bool la = a == K_LIMITER || a == K_TABLE || a == K_CONC || a == K_CTAB || a == K_CREG;
+    bool lb = b == K_LIMITER || b == K_TABLE || b == K_CONC || b == K_CTAB || b == K_CREG;
     return a == b || (la && lb); /* one `limit` label */
 }
 
@@ -246,6 +247,12 @@ int sluice_metrics_add_concurrency_table(sluice_metrics *m, const char *name,
                                          const sluice_concurrency_table *t)
 {
     return add(m, name, t, K_CTAB, NULL);
+}
+
+int sluice_metrics_add_concurrency_region(sluice_metrics *m, const char *name,
+                                          const sluice_concurrency_region *r)
+{
+    return add(m, name, r, K_CREG, NULL);
 }
 
 int sluice_metrics_add_table(sluice_metrics *m, const char *name, const sluice_table *t)
@@ -395,6 +402,7 @@ typedef struct snapshot {
     sluice_table_stats t;    /* tables */
     uint64_t pending;        /* wheels */
     uint64_t held, limit, waiting; /* concurrency limits */
+    uint64_t recovered;      /* concurrency regions */
     sluice_wait_stats w;     /* limiters (blocking), queues (asynchronous) */
     size_t ntop;             /* tables with a sketch: the keys refused most */
     sluice_top_entry top[SLUICE_METRICS_TOP_KEYS];
@@ -419,6 +427,7 @@ typedef enum family_id {
     F_CONC_HELD,
     F_CONC_LIMIT,
     F_CONC_WAITING,
+    F_CONC_RECOVERED,
     F_RULE_REQUESTS,
     F_RULE_PERMITS,
     F_RULE_SHADOW,
@@ -455,7 +464,7 @@ static const family families[] = {
     {F_ASYNC_FAILED, "sluice_async_failed_total", "counter",
      "Asynchronous acquires that ended without their permits, by reason.", KB(K_QUEUE)},
     {F_TABLE_KEYS, "sluice_table_keys", "gauge", "Keys the table holds now.",
-     KB(K_TABLE) | KB(K_RULES) | KB(K_CTAB)},
+     KB(K_TABLE) | KB(K_RULES) | KB(K_CTAB) | KB(K_CREG)},
     {F_TABLE_RECLAIMED, "sluice_table_keys_reclaimed_total", "counter",
      "Keys dropped because their limiter was back at rest (no decision changes).",
      KB(K_TABLE) | KB(K_RULES)},
@@ -479,13 +488,19 @@ static const family families[] = {
     {F_CONC_HELD, "sluice_concurrency_held", "gauge",
      "Permits a concurrency limit holds, as of its latest call (a table or a key rule: "
      "over all its keys).",
-     KB(K_CONC) | KB(K_CTAB) | KB(K_RULES)},
+     KB(K_CONC) | KB(K_CTAB) | KB(K_CREG) | KB(K_RULES)},
     {F_CONC_LIMIT, "sluice_concurrency_limit", "gauge",
      "The most permits a concurrency limit holds at once (its N; a table's or a key "
      "rule's: per key).",
-     KB(K_CONC) | KB(K_CTAB) | KB(K_RULES)},
+     KB(K_CONC) | KB(K_CTAB) | KB(K_CREG) | KB(K_RULES)},
     {F_CONC_WAITING, "sluice_concurrency_waiting", "gauge",
-     "Blocking acquires waiting for a concurrency limit's permits.", KB(K_CONC)},
+     "Blocking acquires waiting for a concurrency limit's permits (a shared region: over "
+     "all its keys, every process's).",
+     KB(K_CONC) | KB(K_CREG)},
+    {F_CONC_RECOVERED, "sluice_concurrency_recovered_permits_total", "counter",
+     "Permits of a shared region's concurrency limits given back because the process "
+     "holding them died (found by a sweep).",
+     KB(K_CREG)},
     {F_RULE_REQUESTS, "sluice_rule_requests_total", "counter",
      "Requests decided by a rule set, per rule and outcome: allowed, denied (by this rule), "
      "denied_shadow (a shadow rule would have refused; let through), denied_elsewhere "
@@ -546,6 +561,20 @@ static void read_object(const entry *e, family_id f, snapshot *s)
         if (f == F_TABLE_KEYS) s->t.keys = sluice_concurrency_table_keys(t);
         else if (f == F_CONC_HELD) s->held = sluice_concurrency_table_held(t);
         else if (f == F_CONC_LIMIT) s->limit = sluice_concurrency_table_limit(t);
+        break;
+    }
+    case K_CREG: { /* the pass over the keys only where it is needed */
+        sluice_concurrency_region *r = (sluice_concurrency_region *)(uintptr_t)e->obj;
+        sluice_concurrency_region_stats st;
+        if (f == F_CONC_LIMIT) {
+            s->limit = sluice_concurrency_region_limit(r);
+        } else if (f == F_CONC_RECOVERED) {
+            s->recovered = sluice_concurrency_region_recovered(r);
+        } else if (sluice_concurrency_region_stats_get(r, &st) == 0) {
+            s->t.keys = st.keys;
+            s->held = st.held;
+            s->waiting = st.waiting;
+        }
         break;
     }
     case K_SOURCE:
@@ -829,6 +858,7 @@ static void write_object(sluice__out *c, const family *f, const entry *e, const 
     case F_CONC_HELD: series(c, f->name, label, e, NULL, s->held); break;
     case F_CONC_LIMIT: series(c, f->name, label, e, NULL, s->limit); break;
     case F_CONC_WAITING: series(c, f->name, label, e, NULL, s->waiting); break;
+    case F_CONC_RECOVERED: series(c, f->name, label, e, NULL, s->recovered); break;
     case F_RULE_REQUESTS:
     case F_RULE_PERMITS:
     case F_RULE_SHADOW:

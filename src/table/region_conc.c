@@ -10,7 +10,8 @@
  *       holders (sweep, take); the shard's lock and repair; attach, open
  *       (region_attach.c maps the name) and free; acquire, release, held;
  *       the blocking acquire (its design note above wait_leave) and
- *       waiting.
+ *       waiting; the region-wide reads of the metrics (limit, recovered,
+ *       stats).
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -26,7 +27,8 @@
  *
  *     0            chead, CHEAD bytes: magic, version, sizes, seed, boot
  *                  id, pid namespace, spec, the count of keys made
- *     CHEAD        nshards cshard lines: the lock word and slots in use
+ *     CHEAD        nshards cshard lines: the lock word, slots in use, the
+ *                  permits recovered from dead holders (a counter)
  *     slots_off    nshards * cap slots of `stride` bytes: a cslot (64
  *                  bytes: state, held, clock, next lease end, cursors, the
  *                  key's 16-byte digest), then H = N cholder entries of 32
@@ -87,6 +89,13 @@
  * the key unswept for 100 ms, a wrong word only ends a sleep early.  A
  * handle's indexes (a permit handle is the caller's memory) are checked
  * against the handle's own layout.
+ *
+ * Metrics.  sluice_concurrency_region_stats_get reads every slot head once, a
+ * shard at a time under its lock (so a dead locker's lock is recovered as
+ * at any call): O(nshards * cap) whatever the counts say, each slot's
+ * `held` clamped to N.  The permits a sweep frees because their holder
+ * died are added to the shard's `recovered` (an atomic counter, read
+ * without the lock; entries freed as damage are not counted).
  */
 #define _GNU_SOURCE
 #include "table/region.h"
@@ -107,7 +116,8 @@
 /* ---- the layout ----------------------------------------------------------- */
 
 #define CMAGIC 0x636e6f636563756cULL /* "lucecono": a concurrency region */
-#define CVERSION 2u /* 2: a key's wait line (cwait) after its holder entries */
+#define CVERSION 3u /* 2: a key's wait line (cwait) after its holder entries; 3: the
+                     * shard's count of permits recovered from dead holders */
 #define CHEAD 512
 #define CONC_REGION_MAX_N 65536u /* holder entries per key */
 enum { S_EMPTY = 0, S_LIVE = 1, S_TOMB = 2 }; /* a slot's state */
@@ -134,6 +144,8 @@ typedef struct cshard {
     _Alignas(64) _Atomic uint64_t lock; /* 0, or the holder's identity */
     uint64_t count;                     /* slots made live */
     uint32_t swept;                     /* the next slot a search for room sweeps */
+    _Atomic uint64_t recovered;         /* permits swept from dead holders, ever (a
+                                         * counter: added to under the lock, read without) */
 } cshard;
 _Static_assert(sizeof(cshard) == 64, "a line a shard");
 
@@ -256,6 +268,11 @@ static inline cwait *wait_of(const sluice_concurrency_region *r, cslot *s)
 {
     return (cwait *)(void *)((unsigned char *)s + sizeof(cslot) +
                              (size_t)r->L.holders * sizeof(cholder));
+}
+/* The shard of slot s (a slot of this region). */
+static inline uint32_t cshard_of(const sluice_concurrency_region *r, const cslot *s)
+{
+    return (uint32_t)((size_t)((const unsigned char *)s - r->slots) / r->L.stride / r->L.cap);
 }
 static inline uint64_t who_of(cholder *e)
 {
@@ -558,6 +575,9 @@ static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t)
             gone = dead[q];
         }
         if (gone) {
+            if (e->ns == r->pidns) /* a dead process's, not damage: counted */
+                atomic_fetch_add_explicit(&r->sh[cshard_of(r, s)].recovered, e->permits,
+                                          memory_order_relaxed);
             holder_free(s, e);
             freed = true;
         }
@@ -1119,4 +1139,57 @@ uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const v
     const uint32_t n = i == NONE ? 0 : wait_of(r, cslot_at(r, k, i))->waiters;
     shard_unlock(r, k);
     return n;
+}
+
+/* ---- region-wide reads: the metrics ------------------------------------------------ */
+
+uint64_t sluice_concurrency_region_limit(const sluice_concurrency_region *r)
+{
+    return r ? r->L.cp.limit : 0;
+}
+
+/* The shards' counters, summed (saturating: a damaged one may be anything),
+ * without their locks: each is one atomic word. */
+uint64_t sluice_concurrency_region_recovered(const sluice_concurrency_region *r)
+{
+    if (!r) return 0;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        const uint64_t v = atomic_load_explicit(&r->sh[k].recovered, memory_order_relaxed);
+        sum = sum > UINT64_MAX - v ? UINT64_MAX : sum + v;
+    }
+    return sum;
+}
+
+/* One pass over every slot head, a shard at a time under its lock (taken
+ * from a dead holder as every call takes it): nshards * cap slots at most,
+ * whatever the region holds.  Each count is read as the slot has it (no
+ * lease is expired, no clock moved: a read changes nothing) and clamped:
+ * a slot's `held` to N, the keys to max_keys. */
+int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
+                                        sluice_concurrency_region_stats *st)
+{
+    if (!r || !st) return SLUICE_EINVAL;
+    const uint64_t N = r->L.cp.limit;
+    uint64_t keys = 0, held = 0, waiting = 0;
+    for (uint32_t k = 0; k < r->L.nshards; k++) {
+        shard_lock(r, k);
+        for (uint32_t i = 0; i < r->L.cap; i++) {
+            cslot *s = cslot_at(r, k, i);
+            if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE) continue;
+            keys++;                              /* <= 2^24 * 2 slots */
+            held += s->held > N ? N : s->held;   /* <= 2^25 * 2^16 */
+            waiting += wait_of(r, s)->waiters;   /* <= 2^25 * 2^32 */
+        }
+        shard_unlock(r, k);
+    }
+    if (keys > r->L.max_keys) keys = r->L.max_keys; /* damage: stray live states */
+    if (held > keys * N) held = keys * N;
+    *st = (sluice_concurrency_region_stats){.held = held,
+                                            .keys = keys,
+                                            .waiting = waiting,
+                                            .limit = N,
+                                            .max_keys = r->L.max_keys,
+                                            .recovered = sluice_concurrency_region_recovered(r)};
+    return 0;
 }

@@ -15,6 +15,8 @@
  *   calls       commands again, through the handle made before the damage
  *               and through one attached after it (when attach accepts the
  *               damaged header)
+ *   stats       the region-wide read of the metrics through both handles
+ *               (sluice_concurrency_region_stats_get: bounded, clamped)
  *
  * A command: acquire (a key of ten, 0 .. N + 1 permits), release one of
  * eight handles (as given, or with a field changed), held, a blocking
@@ -164,6 +166,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             command(&w, &in);
         }
+    }
+    for (unsigned h = 0; h < 2; h++) { /* the metrics' read: clamped whatever the damage */
+        sluice_concurrency_region *r = h ? again : w.r;
+        sluice_concurrency_region_stats st;
+        if (!r) continue;
+        FUZZ_CHECK(sluice_concurrency_region_stats_get(r, &st) == 0, "stats");
+        FUZZ_CHECK(st.keys <= max_keys && st.held <= st.keys * w.n && st.limit == w.n &&
+                       st.max_keys == max_keys,
+                   "stats: %llu keys, %llu held", (unsigned long long)st.keys,
+                   (unsigned long long)st.held);
     }
     sluice_concurrency_region_free(again);
     sluice_concurrency_region_free(w.r);

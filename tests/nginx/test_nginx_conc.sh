@@ -26,6 +26,12 @@
 #             before, and its late release gives nothing back twice.
 #   config    nginx -t refuses N=0, a bad lease, a rate option, a rate
 #             zone's parameter, N over a region's 65536, a shadow.
+#   metrics   sluice_metrics with requests held: every scrape (whichever
+#             worker answers) gives each concurrency zone's held permits,
+#             N, keys, waiters and recovered permits, exactly, and
+#             promtool accepts it; after a kill -9, the recovered counter
+#             is the dead worker's permits.  sluice_headers on: no
+#             RateLimit field for a concurrency zone.
 # Exit 77 (skipped) when nginx or python3 cannot be found.
 set -u
 
@@ -183,6 +189,84 @@ else
 fi
 stop
 
+# ---- metrics: the concurrency zones in sluice_metrics; no RateLimit fields --------
+# Two workers; 4 requests held on zone c (3 of key m, 1 of key n) and 1 on
+# zone two: every scrape says held 4 and 1, N 3 and 2, keys 2 and 1, no
+# waiter, nothing recovered -- the numbers of the requests the upstream
+# holds, not of the module's counters -- and promtool accepts the text;
+# released: held 0, the keys stay.  sluice_headers on: a place with a
+# concurrency zone only sends no RateLimit field, neither admitted nor
+# refused (no Retry-After), and one beside a rate zone names the rate zone
+# alone (docs/nginx.md, "Concurrency zones").
+conf_http 2 <<CONF
+  sluice_zone c key=\$http_x_key spec="concurrency 3" max_keys=100;
+  sluice_zone two key=\$http_x_key spec="concurrency 2" max_keys=100;
+  sluice_zone r key=\$http_x_key spec="token-bucket 100/s" max_keys=100;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/html;
+    proxy_read_timeout 60s;
+    location /slow/ { sluice c; proxy_pass $up; }
+    location /2/slow/ { sluice two; proxy_pass $up; }
+    location /hdr/ { alias $dir/html/; sluice c; sluice_headers on; }
+    location /hdrmix/ { alias $dir/html/; sluice c; sluice r; sluice_headers on; }
+    location = /metrics { sluice_metrics; }
+  }
+CONF
+# series NAME ZONE FILE: the value of NAME{limit="ZONE"} in FILE
+series() { sed -n "s/^$1{limit=\"$2\"} //p" "$3"; }
+if start; then
+    for i in 1 2 3; do bg "m$i" -H "X-Key: m" "$base/slow/m$i"; done
+    bg "m4" -H "X-Key: n" "$base/slow/m4"
+    bg "m5" -H "X-Key: m" "$base/2/slow/m5"
+    if wait_held 5; then
+        got="" want=""
+        for i in 1 2 3 4; do # several scrapes: either worker may answer
+            curl -s --max-time 5 "$base/metrics" >"$dir/m$i.prom"
+            got="$got|$(series sluice_concurrency_held c "$dir/m$i.prom") $(series sluice_concurrency_held two "$dir/m$i.prom")"
+            got="$got $(series sluice_concurrency_limit c "$dir/m$i.prom") $(series sluice_concurrency_limit two "$dir/m$i.prom")"
+            got="$got $(series sluice_table_keys c "$dir/m$i.prom") $(series sluice_table_keys two "$dir/m$i.prom")"
+            got="$got $(series sluice_concurrency_waiting c "$dir/m$i.prom")"
+            got="$got $(series sluice_concurrency_recovered_permits_total c "$dir/m$i.prom")"
+            want="$want|4 1 3 2 2 1 0 0"
+        done
+        [ "$got" = "$want" ] &&
+            pass "5 requests held: every scrape says held 4 and 1, N 3 and 2, keys 2 and 1, 0 waiting, 0 recovered" ||
+            fail "metrics with 5 held: want '$want', got '$got': $(grep -v '^#' "$dir/m4.prom" | grep concurrency)"
+        if [ -n "$promtool" ]; then
+            if perr=$("$promtool" check metrics <"$dir/m1.prom" 2>&1); then pass "promtool check metrics (concurrency zones)"; else
+                fail "promtool check metrics: $perr"; fi
+        else
+            echo "skip promtool check metrics (promtool not installed)"
+        fi
+        # key m holds 3 of c's 3: refused, and no field names c
+        curl -s -D "$dir/h1" -o /dev/null -H "X-Key: m" "$base/hdr/index.html"
+        curl -s -D "$dir/h2" -o /dev/null -H "X-Key: h" "$base/hdr/index.html"
+        curl -s -D "$dir/h3" -o /dev/null -H "X-Key: h" "$base/hdrmix/index.html"
+        c="$(head -1 "$dir/h1" | cut -d' ' -f2) $(grep -ci '^\(RateLimit\|Retry-After\)' "$dir/h1")"
+        c="$c $(head -1 "$dir/h2" | cut -d' ' -f2) $(grep -ci '^RateLimit' "$dir/h2")"
+        c="$c $(head -1 "$dir/h3" | cut -d' ' -f2) $(grep -i '^RateLimit-Policy:' "$dir/h3" | grep -c '"r"') $(grep -i '^RateLimit' "$dir/h3" | grep -c '"c"')"
+        [ "$c" = "503 0 200 0 200 1 0" ] &&
+            pass "sluice_headers on: no RateLimit field for a concurrency zone, refused or admitted; beside a rate zone, the rate zone's only ($c)" ||
+            fail "headers: want 503 0 200 0 200 1 0, got $c: $(tr -d '\r' <"$dir/h3" | grep -i ratelimit)"
+    else
+        fail "5 requests not held: the upstream holds $(held)"
+    fi
+    settle
+    for _ in $(seq 100); do # a request's permit goes back as nginx frees it, after its response
+        curl -s --max-time 5 "$base/metrics" >"$dir/m5.prom"
+        c="$(series sluice_concurrency_held c "$dir/m5.prom") $(series sluice_concurrency_held two "$dir/m5.prom")"
+        c="$c $(series sluice_table_keys c "$dir/m5.prom")"
+        [ "$c" = "0 0 3" ] && break
+        sleep 0.05
+    done
+    [ "$c" = "0 0 3" ] && pass "released: held 0 and 0, c's keys stay (m, n and the header checks' h)" ||
+        fail "metrics after the release: want 0 0 3, got $c"
+else
+    fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
+fi
+stop
+
 # ---- kill: a worker SIGKILLed with requests in flight -------------------------
 # Two workers, three requests held on one key, a probe refused; then a worker
 # is killed (the first, or both, until one that held a request is gone).
@@ -227,12 +311,17 @@ if start; then
     for i in $(seq $((dead))); do bg "kk$i" -H "X-Key: k" "$base/slow/kk$i"; done
     wait_held $((3 + dead)) # the upstream still holds the dead worker's, until released
     got="$got $(code -H "X-Key: k" "$base/fast/index.html")"
+    rec=$(curl -s --max-time 5 "$base/metrics" |
+        sed -n 's/^sluice_concurrency_recovered_permits_total{limit="c"} //p')
     settle
     echo "     kill: $tries worker(s) killed, $dead request(s) lost; respawned after $(((t1 - t0) / 1000000)) ms;" \
         "the first request after it took $(((t2 - t1) / 1000000)) ms"
     [ "$dead" -ge 1 ] && [ "$got" = "200 503" ] &&
         pass "kill -9 of a worker holding $dead permit(s): the first request after the respawn is admitted, exactly $dead came back ($got)" ||
         fail "kill: $dead request(s) lost; want the first request admitted and, $dead held again, a refusal: got $got"
+    [ "$dead" -ge 1 ] && [ "$rec" = "$dead" ] &&
+        pass "metrics: sluice_concurrency_recovered_permits_total{limit=\"c\"} is the dead worker's $dead" ||
+        fail "metrics: recovered permits '$rec', want the dead worker's $dead"
     [ $(((t2 - t1) / 1000000)) -lt 5000 ] && pass "the first request after the respawn answered within 5 s" ||
         fail "the first request after the respawn took $(((t2 - t1) / 1000000)) ms"
 else

@@ -1104,11 +1104,11 @@ static void test_damage_header(void **state)
     unsigned char *m = g.mem;
     uint32_t v;
     memcpy(&v, m + OFF_VERSION, 4);
-    assert_int_equal(v, 2);
-    v = 1; /* before the wait line */
+    assert_int_equal(v, 3);
+    v = 2; /* before the count of permits recovered */
     memcpy(m + OFF_VERSION, &v, 4);
-    expect_refused(m, g.size, "concurrency 4", 1, "layout version 1; this library reads version 2");
-    v = 2;
+    expect_refused(m, g.size, "concurrency 4", 1, "layout version 2; this library reads version 3");
+    v = 3;
     memcpy(m + OFF_VERSION, &v, 4);
     uint64_t w = 5;
     memcpy(m + OFF_LIMIT, &w, 8);
@@ -1340,6 +1340,200 @@ static void test_damage_cotenant(void **state)
     drop(&g);
 }
 
+/* ---- the region-wide read (the metrics) ----------------------------------------------- */
+
+typedef struct blk_arg {
+    region *g;
+    const char *key;
+    uint64_t permits;
+    int rc;
+    sluice_region_permit pm;
+} blk_arg;
+
+static void *blk_thread(void *p)
+{
+    blk_arg *a = p;
+    a->rc = blk(a->g, a->key, a->permits, 60 * SEC, &a->pm, NULL);
+    return NULL;
+}
+
+static sluice_concurrency_region_stats stats_of(sluice_concurrency_region *r)
+{
+    sluice_concurrency_region_stats st;
+    memset(&st, 0xa5, sizeof st);
+    assert_int_equal(sluice_concurrency_region_stats_get(r, &st), 0);
+    return st;
+}
+
+/* sluice_concurrency_region_stats_get against the test's own tally: the
+ * permits held over every key and process (a child's too), the keys, the
+ * acquirers blocked, and the permits recovered from a dead holder -- read
+ * through a second handle, as another process would. */
+static void test_stats(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 4", 8);
+    char err[256] = "";
+    sluice_concurrency_region *h =
+        sluice_concurrency_region_attach(g.mem, g.size, "concurrency 4", 8, err, sizeof err);
+    if (!h) fail_msg("%s", err);
+    sluice_concurrency_region_stats st;
+    assert_int_equal(sluice_concurrency_region_stats_get(NULL, &st), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_stats_get(h, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_limit(NULL), 0);
+    assert_int_equal(sluice_concurrency_region_recovered(NULL), 0);
+    assert_int_equal(sluice_concurrency_region_limit(h), 4);
+    st = stats_of(h);
+    assert_int_equal(st.held, 0);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.limit, 4);
+    assert_int_equal(st.max_keys, 8);
+    assert_int_equal(st.recovered, 0);
+
+    sluice_region_permit a, b, c, d;
+    sluice_result res;
+    assert_true(acq(&g, "a", 2, 1, &a, &res));
+    assert_true(acq(&g, "b", 3, 1, &b, &res));
+    int fds[2], ws;
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = holder_child(&g, "c", 2, 1, fds[1], true); /* 2 x 1, then exits */
+    wait_byte(fds[0]);
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    st = stats_of(h); /* the dead child's 2 count until a sweep */
+    assert_int_equal(st.held, 2 + 3 + 2);
+    assert_int_equal(st.keys, 3);
+    assert_int_equal(st.recovered, 0);
+    assert_true(acq(&g, "d", 4, 1, &d, &res));
+    assert_int_equal(stats_of(h).held, 2 + 3 + 2 + 4);
+    /* c is full for 3 more: the sweep gives the dead child's 2 back */
+    assert_true(acq(&g, "c", 3, 2, &c, &res));
+    st = stats_of(h);
+    assert_int_equal(st.held, 2 + 3 + 3 + 4);
+    assert_int_equal(st.keys, 4);
+    assert_int_equal(st.recovered, 2);
+    assert_int_equal(sluice_concurrency_region_recovered(g.r), 2);
+    /* a refusal sweeps a live holder's key: nothing recovered */
+    child = holder_child(&g, "e", 4, 1, fds[1], false);
+    wait_byte(fds[0]);
+    sluice_region_permit x;
+    for (uint64_t t = 3; t < 3 + 5 * SLUICE_CONC_REGION_SWEEP_GAP_NS; t += SLUICE_CONC_REGION_SWEEP_GAP_NS)
+        assert_false(acq(&g, "e", 1, t, &x, &res));
+    assert_int_equal(stats_of(h).recovered, 2);
+    assert_int_equal(kill(child, SIGKILL), 0);
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    assert_true(acq(&g, "e", 1, 10 * SLUICE_CONC_REGION_SWEEP_GAP_NS, &x, &res));
+    st = stats_of(h);
+    assert_int_equal(st.recovered, 2 + 4);
+    assert_int_equal(st.held, 2 + 3 + 3 + 4 + 1);
+    assert_int_equal(st.keys, 5);
+    assert_int_equal(sluice_region_permit_release_at(&x, 11 * SLUICE_CONC_REGION_SWEEP_GAP_NS), 0);
+    /* a released key stays held, holding nothing */
+    assert_int_equal(sluice_region_permit_release_at(&a, 3), 0);
+    st = stats_of(h);
+    assert_int_equal(st.held, 3 + 3 + 4);
+    assert_int_equal(st.keys, 5);
+    /* a blocked acquirer of b (3 of 4 held, it asks for 2): counted while
+     * it waits, through either handle */
+    blk_arg w = {.g = &g, .key = "b", .permits = 2};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, blk_thread, &w), 0);
+    const uint64_t t0 = mono_ns();
+    while (waiting(&g, "b") != 1 && mono_ns() - t0 < 30 * SEC) tu_sleep_ns(1000000);
+    assert_int_equal(stats_of(h).waiting, 1);
+    assert_int_equal(stats_of(g.r).waiting, 1);
+    assert_int_equal(sluice_region_permit_release_at(&b, mono_ns()), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    st = stats_of(h);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.held, 2 + 3 + 4);
+    assert_int_equal(sluice_region_permit_release_at(&w.pm, mono_ns()), 0);
+    assert_int_equal(sluice_region_permit_release_at(&c, mono_ns()), 0);
+    assert_int_equal(sluice_region_permit_release_at(&d, mono_ns()), 0);
+    st = stats_of(h);
+    assert_int_equal(st.held, 0);
+    assert_int_equal(st.recovered, 6);
+    close(fds[0]);
+    close(fds[1]);
+    sluice_concurrency_region_free(h);
+    drop(&g);
+}
+
+/* The region-wide read over a damaged region: random bytes anywhere but
+ * the lock words (states, counts, wait lines, the shards' counters), every
+ * slot made to look live and full, the counters at 2^64-1, and a lock
+ * word naming a dead process: each read returns, bounded by the layout,
+ * with keys <= max_keys, held <= keys * N and the counter saturated, not
+ * wrapped. */
+static void test_stats_damage(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_env_seed();
+    region g = mk("concurrency 8 lease=1s", 300); /* two shards */
+    unsigned char *m = g.mem;
+    const size_t nshards = 2, stride = 64 + 8 * 32 + 32;
+    sluice_region_permit pm[16];
+    memset(pm, 0, sizeof pm);
+    char key[16];
+    uint64_t t = 1;
+    for (unsigned round = 0; round < 300; round++) {
+        for (unsigned w = 0; w < 8; w++) {
+            size_t at = CHEAD + (size_t)tu_splitmix64_below(&seed, g.size - CHEAD);
+            if (at < CHEAD + nshards * 64 && (at - CHEAD) % 64 < 8) continue; /* a lock word */
+            m[at] = (unsigned char)tu_splitmix64(&seed);
+        }
+        for (unsigned k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "k%u", (unsigned)tu_splitmix64_below(&seed, 400));
+            const unsigned j = (unsigned)tu_splitmix64_below(&seed, 16);
+            t += tu_splitmix64_below(&seed, SEC / 10);
+            if (pm[j].permits)
+                (void)sluice_region_permit_release_at(&pm[j], t);
+            else
+                (void)acq(&g, key, 1 + tu_splitmix64_below(&seed, 3), t, &pm[j], NULL);
+        }
+        const sluice_concurrency_region_stats rs = stats_of(g.r);
+        assert_true(rs.keys <= 300);
+        assert_true(rs.held <= rs.keys * 8);
+        assert_int_equal(rs.limit, 8);
+        assert_int_equal(rs.max_keys, 300);
+    }
+    /* every slot live and full beyond N: clamped */
+    size_t slots = 0;
+    for (size_t off = CHEAD + nshards * 64; off + stride <= g.size; off += stride, slots++) {
+        const uint64_t live = 1, huge = UINT64_MAX;
+        memcpy(m + off, &live, 8);
+        memcpy(m + off + 8, &huge, 8);
+    }
+    assert_true(slots > 300);
+    for (size_t k = 0; k < nshards; k++) { /* the shards' counters, after the lock and counts */
+        const uint64_t huge = UINT64_MAX;
+        memcpy(m + CHEAD + k * 64 + 24, &huge, 8);
+    }
+    sluice_concurrency_region_stats st = stats_of(g.r);
+    assert_int_equal(st.keys, 300);
+    assert_int_equal(st.held, 300 * 8);
+    assert_true(st.recovered == UINT64_MAX);
+    /* shard 0's lock held by a process that is gone: taken over (and the
+     * shard recounted from its entries) */
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) _exit(0);
+    int ws;
+    assert_int_equal(waitpid(c, &ws, 0), c);
+    const uint64_t dead = (uint32_t)c;
+    memcpy(m + CHEAD, &dead, 8);
+    const uint64_t t0 = mono_ns();
+    st = stats_of(g.r);
+    assert_true(mono_ns() - t0 < 60 * SEC);
+    assert_int_equal(st.keys, 300);
+    assert_true(st.held <= 300 * 8);
+    uint64_t lock;
+    memcpy(&lock, m + CHEAD, 8);
+    assert_int_equal(lock, 0);
+    drop(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1363,6 +1557,8 @@ int main(void)
         cmocka_unit_test(test_identity),
         cmocka_unit_test(test_damage_random),
         cmocka_unit_test_teardown(test_damage_cotenant, reap_loop),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_stats_damage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
