@@ -853,7 +853,8 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
  * table and its key: the key's hash, its bytes when it has at most 16
  * (longer ones by hash and length alone), and the key's generation, a
  * counter the table moves each time an entry is made for a key of the
- * same generation bucket (docs/tables.md).  A granted reservation holds
+ * same generation bucket (docs/tables.md; in a shared region, of the
+ * same slot).  A granted reservation holds
  * its table: sluice_table_free() with reservations open leaves the table
  * to the last of them, freed when it is settled or cancelled; so either
  * order of freeing is safe, and every granted reservation must be settled
@@ -869,7 +870,7 @@ typedef struct sluice_table_reservation {
     uint32_t kgen_;      /* private: the key's generation */
     uint64_t hash_;      /* private: the key's hash, as the table stores it */
     uint32_t keylen_;    /* private: its length code, as stored */
-    uint32_t cfg_;       /* private: the key's configuration then */
+    uint32_t cfg_;       /* private: the key's configuration then (a region: its slot) */
     uint64_t key_[2];    /* private: its bytes (at most 16), zero-padded */
     uint64_t t_ns_;      /* private: the time it was decided at */
     uint64_t d1_[2];     /* private: a bucket's state after it */
