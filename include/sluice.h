@@ -648,7 +648,10 @@ sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
 /* Free a table and every limiter in it.  NULL is a no-op.  No other call may
  * be using `t` at the same time.  With table reservations open
  * (sluice_table_reserve_at), the table lives on for them only, and is
- * freed when the last is settled or cancelled. */
+ * freed when the last is settled or cancelled; a handle of a shared region
+ * then still uses the region: memory given to sluice_table_attach must
+ * stay mapped until then (sluice_table_open's mapping is the handle's, and
+ * is unmapped with it). */
 void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
