@@ -17,7 +17,8 @@
  * region_who.c (identities, lock words, the counter stripes: Locking and
  * Statistics), region_read.c (refusals and probes read without the lock,
  * and their proof; sluice__rtable_try_acquire_at), region_keys.c (remove,
- * stats, scan), region_attach.c (layout, initialisation, attach, open; the
+ * stats, scan), region_settle.c (reservations: reserve, cancel, settle),
+ * region_attach.c (layout, initialisation, attach, open; the
  * ops table the public functions call through), region.h (the layout's
  * types and what the files share).  What both placements share --
  * sizing, the seqlock read and its proof, the dispatch -- is skeleton.h's
