@@ -80,8 +80,8 @@
  *                        (Statistics, region_who.c), the last one shared
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
- * about 100 bytes a key all-in; a sliding-log 10/s key about 1 KiB, a
- * sliding-log 100/s key 3 KiB.
+ * about 108 bytes a key all-in (sluice_table_region_size at 10^5 keys); a
+ * sliding-log 10/s key about 1 KiB, a sliding-log 100/s key 3 KiB.
  *
  * Crash argument (a process killed by SIGKILL at any instruction).  What a
  * process writes into the region, and why every prefix of it is a valid
