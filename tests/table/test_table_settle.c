@@ -654,6 +654,47 @@ static void test_processes(void **state)
     munmap(x.reg, x.size);
 }
 
+/* The slots' generations are region memory, and so hostile input: after
+ * every one of them is overwritten (a co-tenant's stray writes), an open
+ * reservation no longer finds its entry -- it changes nothing, says
+ * SLUICE_ENOENT and lets its hold go -- and the table and its new
+ * reservations go on as before (whatever the words hold, they are only
+ * compared).  Offsets as src/table/region_attach.c lays them out: the
+ * header's shard count, slots per shard and stride at 64, 68 and 76; the
+ * generations after the slots and the 8 configurations of 144 bytes. */
+static void test_region_damaged_generation(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *spec = "fixed-window 10/s";
+    const size_t size = sluice_table_region_size(spec, 300, REGION_KEY_BYTES, err, sizeof err);
+    assert_true(size > 0);
+    unsigned char *reg = aligned_alloc(64, (size + 63) / 64 * 64);
+    assert_non_null(reg);
+    memset(reg, 0, size);
+    sluice_table *t = sluice_table_attach(reg, size, spec, 300, REGION_KEY_BYTES, 0, err,
+                                          sizeof err);
+    if (!t) fail_msg("%s", err);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    uint32_t nshards, cap, stride;
+    memcpy(&nshards, reg + 64, 4);
+    memcpy(&cap, reg + 68, 4);
+    memcpy(&stride, reg + 76, 4);
+    assert_true(nshards == 2 && cap > 0 && stride >= 64);
+    const size_t gens = 512 + (size_t)nshards * 128 + (size_t)nshards * cap * stride + 8 * 144;
+    assert_true(gens + (size_t)nshards * cap * 4 <= size);
+    memset(reg + gens, 0xa5, (size_t)nshards * cap * 4);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 0, SEC), SLUICE_ENOENT);
+    assert_null(rv.table);
+    assert_int_equal(remaining(t, "k", SEC), 6); /* nothing given back */
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0); /* 3 back */
+    assert_int_equal(remaining(t, "k", SEC), 5);
+    sluice_table_free(t);
+    free(reg);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 /* Threads reserving and settling within one window, with room for it all,
@@ -778,6 +819,7 @@ int main(void)
         IN_REGION(test_free_first),
         IN_REGION(test_threads),
         cmocka_unit_test(test_processes),
+        cmocka_unit_test(test_region_damaged_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
