@@ -1,11 +1,19 @@
-/* table_settle.c -- reservations on keys of the in-process table: reserve,
- * cancel, settle (docs/decisions.md, section 3.10; docs/tables.md,
+/* table_settle.c -- reservations on keys of a table: reserve, cancel,
+ * settle (docs/decisions.md, section 3.10; docs/tables.md,
  * "Reservations").
  *
  * Map:  the key a reservation names (rv_find, rv_same); its hold on the
- *       table (rv_close); sluice_table_reserve_at,
- *       sluice_table_reservation_cancel_at,
+ *       table (rv_close, rv_open); the rules on a state, which both
+ *       placements use (sluice__rv_decide, _give_back, _settle: skeleton.h);
+ *       sluice_table_reserve_at, sluice_table_reservation_cancel_at,
  *       sluice_table_reservation_settle_at.
+ *
+ * The public functions keep the reservation's states and its hold on the
+ * handle for both placements; the in-process table's lookup and commit
+ * are here, inline, and a table in a shared region is reached through its
+ * ops (skeleton.h: reserve_at, cancel_at, settle_at; region_settle.c has
+ * its locking and how it names the entry).  What follows is the
+ * in-process placement's.
  *
  * The rules are the limiter's, on the key's state, through the same
  * functions: the buckets' sluice__bucket_reserve and _give_back, every
