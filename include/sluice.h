@@ -648,7 +648,10 @@ sluice_table *sluice_table_new_flags(const char *spec, size_t max_keys,
 /* Free a table and every limiter in it.  NULL is a no-op.  No other call may
  * be using `t` at the same time.  With table reservations open
  * (sluice_table_reserve_at), the table lives on for them only, and is
- * freed when the last is settled or cancelled. */
+ * freed when the last is settled or cancelled; a handle of a shared region
+ * then still uses the region: memory given to sluice_table_attach must
+ * stay mapped until then (sluice_table_open's mapping is the handle's, and
+ * is unmapped with it). */
 void sluice_table_free(sluice_table *t);
 
 /* sluice_try_acquire_at() on the limiter of `key` (keylen bytes, any bytes,
@@ -853,7 +856,8 @@ int sluice_table_reset(sluice_table *t, const void *key, size_t keylen);
  * table and its key: the key's hash, its bytes when it has at most 16
  * (longer ones by hash and length alone), and the key's generation, a
  * counter the table moves each time an entry is made for a key of the
- * same generation bucket (docs/tables.md).  A granted reservation holds
+ * same generation bucket (docs/tables.md; in a shared region, of the
+ * same slot).  A granted reservation holds
  * its table: sluice_table_free() with reservations open leaves the table
  * to the last of them, freed when it is settled or cancelled; so either
  * order of freeing is safe, and every granted reservation must be settled
@@ -869,7 +873,7 @@ typedef struct sluice_table_reservation {
     uint32_t kgen_;      /* private: the key's generation */
     uint64_t hash_;      /* private: the key's hash, as the table stores it */
     uint32_t keylen_;    /* private: its length code, as stored */
-    uint32_t cfg_;       /* private: the key's configuration then */
+    uint32_t cfg_;       /* private: the key's configuration then (a region: its slot) */
     uint64_t key_[2];    /* private: its bytes (at most 16), zero-padded */
     uint64_t t_ns_;      /* private: the time it was decided at */
     uint64_t d1_[2];     /* private: a bucket's state after it */

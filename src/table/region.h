@@ -15,6 +15,7 @@
  *         region_who.c     identities, lock words, the counter stripes
  *         region_read.c    the read without the lock, and decisions
  *         region_keys.c    remove, stats, scan
+ *         region_settle.c  reservations (reserve, cancel, settle)
  *         region_attach.c  layout, initialisation, attach and open, the
  *                          placement's ops table */
 #ifndef SLUICE_TABLE_REGION_H
@@ -33,8 +34,9 @@
 #include <string.h>
 
 #define MAGIC 0x656c626174756c73ULL /* "slutable" */
-#define VERSION 5u /* 3: the shards' sequence words; 4: the counter stripes; 5: digested
-                    * long keys (their length code; a key field of 16 bytes at least) */
+#define VERSION 6u /* 3: the shards' sequence words; 4: the counter stripes; 5: digested
+                    * long keys (their length code; a key field of 16 bytes at least);
+                    * 6: the slots' generations (reservations) */
 #define CFG_K 8u /* configurations the region remembers (a power of two) */
 #define EPOCH_MAX 0xfffffffeu /* changes of spec a region takes */
 #define HEAD_BYTES 512
@@ -151,7 +153,7 @@ typedef struct layout {
     bool ring;
     uint64_t max_keys, max_key_bytes;
     uint32_t nshards, shard_bits, cap, ecap, cb, ring_cap;
-    size_t stride, key_off, copy_off, ring_off, slots_off, cfg_off, stripes_off, need;
+    size_t stride, key_off, copy_off, ring_off, slots_off, cfg_off, gens_off, stripes_off, need;
     char spec[SLUICE_SPEC_MAX];
 } layout;
 
@@ -260,6 +262,24 @@ static inline uint32_t key_place(const sluice__rtable *r, const void **key, size
     key_view(r, key, keylen, dig);
     *hash = key_hash(r, *key, *keylen);
     return shard_of(r, *hash);
+}
+
+/* Slot i of shard k's generation: a 32-bit word, in an array after the
+ * configurations, moved each time a key is made in the slot (shard locked:
+ * region_table.c), so that a reservation names the entry it was made on
+ * (region_settle.c).  Any value is valid: it is only compared. */
+static inline _Atomic uint32_t *gen_of(const sluice__rtable *r, uint32_t k, uint32_t i)
+{
+    return (_Atomic uint32_t *)(void *)((unsigned char *)r->h + r->L.gens_off) +
+           ((size_t)k * r->L.cap + i);
+}
+/* A key is made in slot i of shard k (locked): its generation moves, before
+ * the header publishes it. */
+static inline void gen_bump(const sluice__rtable *r, uint32_t k, uint32_t i)
+{
+    _Atomic uint32_t *g = gen_of(r, k, i);
+    atomic_store_explicit(g, atomic_load_explicit(g, memory_order_relaxed) + 1u,
+                          memory_order_relaxed);
 }
 
 static inline rstripe *stripes_of(const sluice__rtable *r)
@@ -435,6 +455,18 @@ SLUICE__INTERNAL void sluice__rtable_stats_get(const sluice__rtable *r, sluice_t
 SLUICE__INTERNAL int sluice__rtable_scan(sluice__rtable *r, uint64_t cursor, size_t count,
                                          sluice_table_scan_fn fn, void *arg,
                                          uint64_t *next_cursor, size_t *visited);
+
+/* region_settle.c: reservations on the region's keys (skeleton.h's
+ * reserve_at, cancel_at, settle_at; table_settle.c keeps the reservation's
+ * states and its hold on the handle). */
+SLUICE__INTERNAL bool sluice__rtable_reserve_at(sluice__rtable *r, const void *key, size_t keylen,
+                                                uint64_t permits, uint64_t now_ns,
+                                                uint64_t max_wait_ns,
+                                                sluice_table_reservation *rv, sluice_result *res);
+SLUICE__INTERNAL int sluice__rtable_cancel_at(sluice__rtable *r, const sluice_table_reservation *rv,
+                                              uint64_t now_ns);
+SLUICE__INTERNAL int sluice__rtable_settle_at(sluice__rtable *r, const sluice_table_reservation *rv,
+                                              uint64_t actual_permits, uint64_t now_ns);
 
 /* region_table.c: change the region's spec at now_ns to `spec`, or (spec
  * NULL) to its current one with one knob changed (sluice__reconfigure_knob:

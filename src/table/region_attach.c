@@ -97,7 +97,8 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
     L->slots_off = HEAD_BYTES + (size_t)L->nshards * sizeof(rshard);
     const u128 cfg_end = (u128)L->slots_off + (u128)L->nshards * L->cap * L->stride +
                          (u128)CFG_K * sizeof(rcfg);
-    const u128 need = ((cfg_end + 63) & ~(u128)63) + (u128)(NSTRIPES + 1) * sizeof(rstripe);
+    const u128 gens_end = cfg_end + (u128)L->nshards * L->cap * sizeof(uint32_t);
+    const u128 need = ((gens_end + 63) & ~(u128)63) + (u128)(NSTRIPES + 1) * sizeof(rstripe);
     if (need > ((u128)1 << 46)) {
         sluice__errf(err, errlen,
                      "a region for %zu keys of %zu bytes under \"%s\" would take more than 64 TiB",
@@ -107,6 +108,7 @@ static int make_layout(const char *spec, size_t max_keys, size_t max_key_bytes, 
     L->need = (size_t)need;
     L->stripes_off = L->need - (size_t)(NSTRIPES + 1) * sizeof(rstripe);
     L->cfg_off = (size_t)cfg_end - (size_t)CFG_K * sizeof(rcfg);
+    L->gens_off = (size_t)cfg_end;
     if (sluice__spec_format(pf, L->spec, sizeof L->spec) < 0) {
         sluice__errf(err, errlen, "cannot format the spec \"%s\"", spec);
         return SLUICE_EINVAL;
@@ -297,6 +299,21 @@ static int ops_reconfigure(void *r, const char *spec, int knob, uint64_t a, uint
 {
     return sluice__rtable_reconfigure_at(r, spec, knob, a, b, now_ns, err, errlen);
 }
+static bool ops_reserve(void *r, const void *key, size_t keylen, uint64_t permits,
+                        uint64_t now_ns, uint64_t max_wait_ns, sluice_table_reservation *rv,
+                        sluice_result *res)
+{
+    return sluice__rtable_reserve_at(r, key, keylen, permits, now_ns, max_wait_ns, rv, res);
+}
+static int ops_cancel(void *r, const sluice_table_reservation *rv, uint64_t now_ns)
+{
+    return sluice__rtable_cancel_at(r, rv, now_ns);
+}
+static int ops_settle(void *r, const sluice_table_reservation *rv, uint64_t actual_permits,
+                      uint64_t now_ns)
+{
+    return sluice__rtable_settle_at(r, rv, actual_permits, now_ns);
+}
 static void ops_close(void *r) { sluice__rtable_close(r); }
 
 /* Overrides and the refused-keys sketch live in one process's heap: a
@@ -312,6 +329,9 @@ static const sluice__table_ops region_ops = {
     .stats_get = ops_stats,
     .scan = ops_scan,
     .reconfigure_at = ops_reconfigure,
+    .reserve_at = ops_reserve,
+    .cancel_at = ops_cancel,
+    .settle_at = ops_settle,
     .close = ops_close,
     .lacks = "a table in a shared region has no overrides",
 };

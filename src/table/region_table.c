@@ -17,7 +17,8 @@
  * region_who.c (identities, lock words, the counter stripes: Locking and
  * Statistics), region_read.c (refusals and probes read without the lock,
  * and their proof; sluice__rtable_try_acquire_at), region_keys.c (remove,
- * stats, scan), region_attach.c (layout, initialisation, attach, open; the
+ * stats, scan), region_settle.c (reservations: reserve, cancel, settle),
+ * region_attach.c (layout, initialisation, attach, open; the
  * ops table the public functions call through), region.h (the layout's
  * types and what the files share).  What both placements share --
  * sizing, the seqlock read and its proof, the dispatch -- is skeleton.h's
@@ -26,7 +27,7 @@
  * Layout: no pointers, only offsets from the region's start (each process
  * maps it at its own address); nothing is allocated after creation.
  *
- *   header   512 bytes   init word, magic, layout version (5), the
+ *   header   512 bytes   init word, magic, layout version (6), the
  *                        canonical spec it was made with (its origin:
  *                        the layout's), max_keys, max_key_bytes, flags,
  *                        the sizes below, the SipHash seed, the boot id,
@@ -68,14 +69,19 @@
  *   configs  144 bytes   CFG_K = 8 of them, after the slots: the last
  *                        configurations (epoch, time of the change, the
  *                        canonical spec), epoch e at e % CFG_K
+ *   gens       4 bytes   S x cap of them, after the configurations: each
+ *                        slot's generation, moved when a key is made in it
+ *                        (before the header publishes it: crash argument
+ *                        2), so that a reservation's settle finds the very
+ *                        entry it was made on (region_settle.c)
  *   stripes   64 bytes   NSTRIPES = 128 + 1 of them, last (from the next
  *                        multiple of 64): the counts of refusals, probes
  *                        and refusals for want of room, a line per thread
  *                        (Statistics, region_who.c), the last one shared
  *
  * So a token-bucket key with keys of up to 16 bytes costs a 64-byte slot,
- * about 100 bytes a key all-in; a sliding-log 10/s key about 1 KiB, a
- * sliding-log 100/s key 3 KiB.
+ * about 108 bytes a key all-in (sluice_table_region_size at 10^5 keys); a
+ * sliding-log 10/s key about 1 KiB, a sliding-log 100/s key 3 KiB.
  *
  * Crash argument (a process killed by SIGKILL at any instruction).  What a
  * process writes into the region, and why every prefix of it is a valid
@@ -754,6 +760,7 @@ bool sluice__rt_decide_locked(sluice__rtable *r, uint32_t k, uint32_t tag, const
     }
     key_write(r, s, key, keylen);
     sluice__rt_state_write(r, pf, s, 0, &st, (uint32_t)epoch);
+    gen_bump(r, k, fr);
     hdr_set(s, H_LIVE(tag, keylen, 0)); /* published: crash argument 2 */
     bump(&sh->count, 1);
     const uint64_t rest = sluice__rest_at(pf, &st);
@@ -845,6 +852,7 @@ int sluice__rtable_make(sluice__key_hold *pt, bool alone, bool evict, int64_t *r
     state_fresh(r, pt->h.pf, s, &pt->h.base);
     key_write(r, s, key, pt->skeylen);
     sluice__rt_state_write(r, pt->h.pf, s, 0, &pt->h.base, (uint32_t)pt->repoch);
+    gen_bump(r, k, fr);
     hdr_set(s, H_LIVE(tag, pt->skeylen, 0));
     bump(&sh->count, 1);
     pt->entry = fr;

@@ -149,9 +149,41 @@ typedef struct sluice__table_ops {
                 uint64_t *next_cursor, size_t *visited);
     int (*reconfigure_at)(void *place, const char *spec, int knob, uint64_t a, uint64_t b,
                           uint64_t now_ns, char *err, size_t errlen);
+    /* Reservations (table_settle.c has the rules and the reservation's
+     * states; the in-process table's are there, inline, and these NULL):
+     * reserve on key, counted as a request, filling rv's memo
+     * (sluice__rv_decide) and the placement's private fields that name the
+     * entry; cancel and settle on the entry rv names, if it is still the
+     * one: 0, or the answer (SLUICE_ENOENT: it is not, nothing changed). */
+    bool (*reserve_at)(void *place, const void *key, size_t keylen, uint64_t permits,
+                       uint64_t now_ns, uint64_t max_wait_ns, sluice_table_reservation *rv,
+                       sluice_result *res);
+    int (*cancel_at)(void *place, const sluice_table_reservation *rv, uint64_t now_ns);
+    int (*settle_at)(void *place, const sluice_table_reservation *rv, uint64_t actual_permits,
+                     uint64_t now_ns);
     void (*close)(void *place); /* what the placement holds; NULL: nothing */
     const char *lacks;          /* NULL, or why overrides and the sketch are not offered */
 } sluice__table_ops;
+
+/* ---- reservations: the rules on a key's state, for both placements -------- */
+
+/* (table_settle.c.)  Reserve `permits` on the state st of profile pf at
+ * now_ns (clamped to the state's time here): a bucket's reserve, a window's
+ * decision.  When granted and rv is not NULL, rv's public fields and its
+ * memo (the time, a bucket's state after it) are filled; the caller fills
+ * what names the entry.  Give back a bucket reservation's permits (the
+ * cancel's rule): true when they went back.  Settle rv at actual_permits
+ * (the units unchanged since: the caller checks): 0, or SLUICE_ENOMEM with
+ * nothing changed (a fixed ring cannot take the overdraft).  Each changes
+ * st only; the caller stores it. */
+SLUICE__INTERNAL bool sluice__rv_decide(const sluice__profile *pf, sluice__state *st,
+                                        uint64_t now_ns, uint64_t permits, uint64_t max_wait_ns,
+                                        sluice_result *res, sluice_table_reservation *rv);
+SLUICE__INTERNAL bool sluice__rv_give_back(const sluice__profile *pf, sluice__state *st,
+                                           uint64_t now_ns, const sluice_table_reservation *rv);
+SLUICE__INTERNAL int sluice__rv_settle(const sluice__profile *pf, sluice__state *st,
+                                       uint64_t now_ns, const sluice_table_reservation *rv,
+                                       uint64_t actual_permits);
 
 /* A burst decided one request at a time through `one` (a placement's
  * try_acquire_at), for a placement with no burst of its own: the same

@@ -344,7 +344,7 @@ sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__pro
     t->region = r;
     t->ops = ops;
     t->place = r;
-    atomic_init(&t->refs, 1); /* no reservations in a region: kgen stays NULL */
+    atomic_init(&t->refs, 1); /* its reservations' generations are the region's: kgen stays NULL */
     return t;
 }
 

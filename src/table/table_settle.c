@@ -1,11 +1,19 @@
-/* table_settle.c -- reservations on keys of the in-process table: reserve,
- * cancel, settle (docs/decisions.md, section 3.10; docs/tables.md,
+/* table_settle.c -- reservations on keys of a table: reserve, cancel,
+ * settle (docs/decisions.md, section 3.10; docs/tables.md,
  * "Reservations").
  *
  * Map:  the key a reservation names (rv_find, rv_same); its hold on the
- *       table (rv_close); sluice_table_reserve_at,
- *       sluice_table_reservation_cancel_at,
+ *       table (rv_close, rv_open); the rules on a state, which both
+ *       placements use (sluice__rv_decide, _give_back, _settle: skeleton.h);
+ *       sluice_table_reserve_at, sluice_table_reservation_cancel_at,
  *       sluice_table_reservation_settle_at.
+ *
+ * The public functions keep the reservation's states and its hold on the
+ * handle for both placements; the in-process table's lookup and commit
+ * are here, inline, and a table in a shared region is reached through its
+ * ops (skeleton.h: reserve_at, cancel_at, settle_at; region_settle.c has
+ * its locking and how it names the entry).  What follows is the
+ * in-process placement's.
  *
  * The rules are the limiter's, on the key's state, through the same
  * functions: the buckets' sluice__bucket_reserve and _give_back, every
@@ -120,6 +128,57 @@ static void state_put(sluice_table *t, shard *s, uint32_t i, const tcfg *c,
     sluice__inproc_publish_due(s);
 }
 
+/* ---- the rules on a state (skeleton.h: both placements) ---------------- */
+
+bool sluice__rv_decide(const sluice__profile *pf, sluice__state *st, uint64_t now_ns,
+                       uint64_t permits, uint64_t max_wait_ns, sluice_result *res,
+                       sluice_table_reservation *rv)
+{
+    const uint64_t tt = sluice__clamp_time(st, now_ns);
+    const bool ok = pf->ops->bucket ? sluice__bucket_reserve(pf, st, tt, permits, max_wait_ns, res)
+                                    : sluice__decide(pf, st, tt, permits, UINT64_MAX, res);
+    if (ok && rv) {
+        rv->permits = permits;
+        rv->wait_ns = res->wait_ns;
+        rv->at_ns = tt + res->wait_ns; /* <= 2^63-1: the reserve bounds it */
+        rv->t_ns_ = tt;
+        if (pf->ops->bucket) {
+            rv->d1_[0] = (uint64_t)st->u.bk.deficit;
+            rv->d1_[1] = (uint64_t)(st->u.bk.deficit >> 64);
+        }
+    }
+    return ok;
+}
+
+bool sluice__rv_give_back(const sluice__profile *pf, sluice__state *st, uint64_t now_ns,
+                          const sluice_table_reservation *rv)
+{
+    /* decided at the clamped time, inside the hold: a stale now_ns cannot
+     * give back what a later admission counted on */
+    return sluice__bucket_give_back(pf, st, sluice__clamp_time(st, now_ns), rv->permits,
+                                    rv->at_ns);
+}
+
+int sluice__rv_settle(const sluice__profile *pf, sluice__state *st, uint64_t now_ns,
+                      const sluice_table_reservation *rv, uint64_t actual_permits)
+{
+    const sluice__settle_req q = {.t0 = rv->t_ns_, .at_ns = rv->at_ns, .p = rv->permits,
+                                  .a = actual_permits,
+                                  .d1 = (u128)rv->d1_[1] << 64 | rv->d1_[0]};
+    return pf->ops->settle(pf, st, sluice__clamp_time(st, now_ns), &q);
+}
+
+/* ---- the public functions ------------------------------------------------ */
+
+/* A granted reservation: open (a bucket's, p >= 1: ACTIVE, else OPEN),
+ * holding its table. */
+static void rv_open(sluice_table *t, sluice_table_reservation *rv, uint64_t permits)
+{
+    rv->state = t->pf.ops->bucket && permits ? RV_ACTIVE : RV_OPEN;
+    rv->table = t;
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* its hold */
+}
+
 bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
                              uint64_t permits, uint64_t now_ns, uint64_t max_wait_ns,
                              sluice_table_reservation *rv, sluice_result *res)
@@ -127,6 +186,14 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
     sluice_result r = {0};
     if (rv) memset(rv, 0, sizeof *rv);
     if (rv) rv->state = RV_FINAL; /* refused, until granted */
+    if (t && t->ops != &sluice__inproc_ops && t->ops->reserve_at) { /* another placement */
+        sluice_table_reservation mine;
+        memset(&mine, 0, sizeof mine);
+        const bool ok = t->ops->reserve_at(t->place, key, keylen, permits, now_ns, max_wait_ns,
+                                           rv ? rv : &mine, res);
+        if (ok && rv) rv_open(t, rv, permits);
+        return ok;
+    }
     if (!t || !key_ok(key, keylen) || t->ops != &sluice__inproc_ops) {
         sluice__fail(&r, SLUICE_EINVAL);
         if (t) sluice__count(&t->counters, permits, false);
@@ -166,9 +233,7 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
         goto out;
     }
     sluice__state *st = kh.h.st; /* the key's (in place, or a copy), or a fresh one */
-    const uint64_t tt = sluice__clamp_time(st, now_ns);
-    ok = pf->ops->bucket ? sluice__bucket_reserve(pf, st, tt, permits, max_wait_ns, &r)
-                         : sluice__decide(pf, st, tt, permits, UINT64_MAX, &r);
+    ok = sluice__rv_decide(pf, st, now_ns, permits, max_wait_ns, &r, rv);
     if (kh.entry != UINT32_MAX) {
         if (ok && permits) {
             if (t->pf.packed) store_state(t, pf, ent(t, s, kh.entry), st);
@@ -181,14 +246,6 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
         }
     }
     if (ok && rv) {
-        rv->permits = permits;
-        rv->wait_ns = r.wait_ns;
-        rv->at_ns = tt + r.wait_ns; /* <= 2^63-1: the reserve bounds it */
-        rv->t_ns_ = tt;
-        if (pf->ops->bucket) {
-            rv->d1_[0] = (uint64_t)st->u.bk.deficit;
-            rv->d1_[1] = (uint64_t)(st->u.bk.deficit >> 64);
-        }
         rv->hash_ = kh.hash;
         rv->keylen_ = (uint32_t)kh.skeylen;
         if (kh.skeylen <= INLINE_KEY) {
@@ -203,9 +260,7 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
                     (kh.entry == UINT32_MAX);
         rv->cfg_ = kh.entry == UINT32_MAX ? 0 : ent(t, s, kh.entry)->cfg;
         rv->serial_ = atomic_load_explicit(&t->cfg_serial, memory_order_relaxed);
-        rv->state = pf->ops->bucket && permits ? RV_ACTIVE : RV_OPEN;
-        rv->table = t;
-        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); /* its hold */
+        rv_open(t, rv, permits);
     }
 out:
     sluice__table_unlock(t, sh);
@@ -233,6 +288,11 @@ int sluice_table_reservation_cancel_at(sluice_table_reservation *rv, uint64_t no
      * stays open to a settle, as a limiter's */
     if (rv->state != RV_ACTIVE) return SLUICE_ENOENT;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (t->ops != &sluice__inproc_ops) { /* another placement: it served the reserve */
+        const int rc = t->ops->cancel_at(t->place, rv, now_ns);
+        rv_close(rv);
+        return rc;
+    }
     shard *s = shard_for(t, rv->hash_);
     sluice__table_lock(t, s, now_ns);
     int rc = SLUICE_ENOENT;
@@ -240,10 +300,7 @@ int sluice_table_reservation_cancel_at(sluice_table_reservation *rv, uint64_t no
     if (rv_same(t, i, rv)) {
         sluice__state copy, *st;
         const tcfg *c = state_of(t, s, i, &copy, &st);
-        /* decided at the clamped time, inside the hold: a stale now_ns
-         * cannot give back what a later admission counted on */
-        if (c && sluice__bucket_give_back(&c->pf, st, sluice__clamp_time(st, now_ns),
-                                          rv->permits, rv->at_ns)) {
+        if (c && sluice__rv_give_back(&c->pf, st, now_ns, rv)) {
             state_put(t, s, i, c, st);
             rc = 0;
         }
@@ -264,6 +321,11 @@ int sluice_table_reservation_settle_at(sluice_table_reservation *rv, uint64_t ac
         return 0;
     }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (t->ops != &sluice__inproc_ops) { /* another placement: it served the reserve */
+        const int rc = t->ops->settle_at(t->place, rv, actual_permits, now_ns);
+        if (rc != SLUICE_ENOMEM) rv_close(rv);
+        return rc;
+    }
     shard *s = shard_for(t, rv->hash_);
     sluice__table_lock(t, s, now_ns);
     int rc = SLUICE_ENOENT;
@@ -278,10 +340,7 @@ int sluice_table_reservation_settle_at(sluice_table_reservation *rv, uint64_t ac
                     atomic_load_explicit(&t->cfg_serial, memory_order_relaxed) != rv->serial_)) {
             rc = 0; /* the units changed: the permits count as used */
         } else {
-            const sluice__settle_req q = {
-                .t0 = rv->t_ns_, .at_ns = rv->at_ns, .p = rv->permits, .a = actual_permits,
-                .d1 = (u128)rv->d1_[1] << 64 | rv->d1_[0]};
-            rc = c->pf.ops->settle(&c->pf, st, sluice__clamp_time(st, now_ns), &q);
+            rc = sluice__rv_settle(&c->pf, st, now_ns, rv, actual_permits);
             if (rc == 0) state_put(t, s, i, c, st);
         }
     }

@@ -22,7 +22,10 @@
  * A command: try_acquire, a burst of four keys, peek, remove, reset, a
  * scan to its end, statistics, a change of spec (to one of the same
  * algorithm, or one that must be refused), a composite of two keys and an
- * in-process limiter; keys from a set of twelve (lengths 0 .. max_key_bytes,
+ * in-process limiter, a reservation (up to four open at once, across the
+ * damage: the slots' generations are patched with the rest) and its
+ * settle or cancel, the open ones closed after both handles are freed;
+ * keys from a set of twelve (lengths 0 .. max_key_bytes,
  * and one too long), times that move on by up to 65 s, jump years, or
  * stand near 2^63.
  *
@@ -83,6 +86,7 @@ typedef struct ctx {
     sluice_limiter *lim;
     uint64_t now;
     uint32_t nshards, cap, stride; /* the layout, read before any damage */
+    sluice_table_reservation rv[4]; /* reservations, open across the damage */
 } ctx;
 
 static void key_of(unsigned i, char *buf, size_t *len)
@@ -133,7 +137,7 @@ static void command(ctx *c, sluice_table *t, fuzz_in *in)
     const uint64_t now = next_time(c, in);
     sluice_result r;
     memset(&r, 0, sizeof r);
-    switch (op % 10) {
+    switch (op % 12) {
     case 0:
     case 1: check_result(sluice_table_try_acquire_at(t, key, len, permits, now, &r), &r); break;
     case 2: {
@@ -190,6 +194,24 @@ static void command(ctx *c, sluice_table *t, fuzz_in *in)
         FUZZ_CHECK(rc <= 0, "reconfigure: %d", rc);
         break;
     }
+    case 10: { /* a reservation, left open */
+        sluice_table_reservation *rv = &c->rv[fuzz_u8(in) & 3];
+        if (rv->table) break;
+        const uint64_t wait = (uint64_t)fuzz_u16(in) * 1000000;
+        check_result(sluice_table_reserve_at(t, key, len, permits, now, wait, rv, &r), &r);
+        FUZZ_CHECK(r.allowed || rv->table == NULL, "a refused reservation holds its table");
+        break;
+    }
+    case 11: { /* one settled or cancelled, perhaps after the damage */
+        sluice_table_reservation *rv = &c->rv[fuzz_u8(in) & 3];
+        const uint8_t a = fuzz_u8(in);
+        if (!rv->table) break;
+        const int rc = a & 1 ? sluice_table_reservation_cancel_at(rv, now)
+                             : sluice_table_reservation_settle_at(rv, a >> 1, now);
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT || rc == SLUICE_EINVAL || rc == SLUICE_ENOMEM,
+                   "settle or cancel: %d", rc);
+        break;
+    }
     default: {
         char k2[32];
         size_t len2;
@@ -235,7 +257,9 @@ static void patch(ctx *c, fuzz_in *in)
         at = slots + (size_t)(off >> 8) % ((size_t)nshards * cap) * stride + (off & 0xff) % stride;
         break;
     case 3: at = slots + off % (cfgs - slots); break;
-    case 4: at = cfgs + off % (stripes - cfgs); break;
+    case 4: /* the configurations, the slots' generations */
+        at = cfgs + off % (stripes - cfgs);
+        break;
     case 5: at = stripes + off % (129 * 64); break;
     default: at = off % c->size; break;
     }
@@ -289,6 +313,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     sluice_table_free(t2);
     sluice_table_free(c.t);
+    /* the open reservations outlive their handles' frees, not the region:
+     * each closed at its own permits, which always settles */
+    for (int i = 0; i < 4; i++) {
+        if (!c.rv[i].table) continue;
+        const int rc = sluice_table_reservation_settle_at(&c.rv[i], c.rv[i].permits, c.now);
+        FUZZ_CHECK(rc == 0 && c.rv[i].table == NULL, "closing a reservation: %d", rc);
+    }
     sluice_limiter_free(c.lim);
     munmap(m, body + 2 * page);
     return 0;

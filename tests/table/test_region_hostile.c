@@ -3,10 +3,11 @@
  * do").
  *
  * Forked processes attach one region and decide on it -- try_acquire,
- * bursts, peeks, removes, scans, statistics, composites, changes of spec
- * -- while another forked process, the co-tenant, writes garbage into it:
- * random words anywhere, and aimed ones (slot header words with the
- * longest key length, epochs far ahead, counts of zero or 2^64 - 1, odd
+ * bursts, peeks, removes, scans, statistics, composites, changes of spec,
+ * reservations settled or cancelled -- while another forked process, the
+ * co-tenant, writes garbage into it: random words anywhere, and aimed ones
+ * (slot header words with the longest key length, epochs far ahead, the
+ * slots' generations, counts of zero or 2^64 - 1, odd
  * sequence words, lock words naming dead processes or start time 0).  The
  * region has a PROT_NONE page on each side.
  *
@@ -93,6 +94,22 @@ static void one_call(sluice_table *t, sluice_limiter *lim, const char *change, u
     default: {
         const bool ok = sluice_table_try_acquire_at(t, key, len, p, *now, &r);
         CHILD_CHECK(ok == r.allowed);
+        break;
+    }
+    case 7: { /* a reservation, settled or cancelled; every one closed */
+        sluice_table_reservation rv;
+        if (!sluice_table_reserve_at(t, key, len, p, *now, (x >> 8) % SEC, &rv, &r)) {
+            CHILD_CHECK(!r.allowed && rv.table == NULL);
+            break;
+        }
+        const int rc = (x >> 4) & 1 ? sluice_table_reservation_cancel_at(&rv, *now)
+                                    : sluice_table_reservation_settle_at(&rv, (x >> 12) % 8, *now);
+        CHILD_CHECK(rc == 0 || rc == SLUICE_ENOENT || rc == SLUICE_EINVAL || rc == SLUICE_ENOMEM);
+        /* still open (a window's cancel, a probe's, a ring that could not
+         * take the overdraft): closed at its own permits, which changes
+         * nothing */
+        if (rv.table) CHILD_CHECK(sluice_table_reservation_settle_at(&rv, rv.permits, *now) == 0);
+        CHILD_CHECK(rv.table == NULL);
         break;
     }
     case 8:
@@ -202,6 +219,11 @@ static void cotenant(unsigned char *reg, size_t n, shared *sh)
             break;
         case 3: /* the epoch, the count of keys */
             at = (x >> 8) & 1 ? 320 : 256;
+            break;
+        case 5: /* slots' generations: the array after the configurations
+                 * (8 of 144 bytes) */
+            at = slots + (size_t)nshards * cap * stride + 8 * 144 +
+                 4 * (size_t)((x >> 8) % ((uint64_t)nshards * cap));
             break;
         case 4: /* within a slot, anywhere */
             at = slots + (size_t)((x >> 8) % ((uint64_t)nshards * cap)) * stride +

@@ -9,8 +9,11 @@
  * removed, reset, evicted or made again between the reservation and its
  * settle (nothing settles on the new entry), a change of spec, a table
  * freed before its reservations (run under ASan), and threads on distinct
- * and shared keys (run under TSan). */
-#define _POSIX_C_SOURCE 200809L
+ * and shared keys (run under TSan).  Every test but test_processes runs
+ * twice: on an in-process table, and ("... (region)") on a table in a
+ * shared region; test_processes forks processes that decide on the key a
+ * reservation of the parent's is open on (src/table/region_settle.c). */
+#define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,18 +25,59 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "ref_model.h"
 
 #define SEC 1000000000ULL
 
+/* The placement the tests run on: in process, or (the tests named "...
+ * (region)") a table in a shared region, attached in this process's
+ * memory; the regions are freed after the test (region_off), once every
+ * reservation holding their handles is closed. */
+static bool in_region;
+enum { REGIONS_MAX = 16, REGION_KEY_BYTES = 16 };
+static void *regions[REGIONS_MAX];
+static size_t nregions;
+
 static sluice_table *mkt(const char *spec, size_t max_keys, unsigned flags)
 {
     char err[256];
-    sluice_table *t = sluice_table_new_flags(spec, max_keys, flags, err, sizeof err);
+    sluice_table *t;
+    if (in_region) {
+        const size_t size = sluice_table_region_size(spec, max_keys, REGION_KEY_BYTES, err,
+                                                     sizeof err);
+        if (!size) fail_msg("%s: %s", spec, err);
+        assert_true(nregions < REGIONS_MAX);
+        void *reg = aligned_alloc(64, (size + 63) / 64 * 64);
+        assert_non_null(reg);
+        memset(reg, 0, size);
+        regions[nregions++] = reg;
+        t = sluice_table_attach(reg, size, spec, max_keys, REGION_KEY_BYTES, flags, err,
+                                sizeof err);
+    } else {
+        t = sluice_table_new_flags(spec, max_keys, flags, err, sizeof err);
+    }
     if (!t) fail_msg("%s: %s", spec, err);
     return t;
+}
+
+static int region_on(void **state)
+{
+    (void)state;
+    in_region = true;
+    return 0;
+}
+
+static int region_off(void **state)
+{
+    (void)state;
+    in_region = false;
+    while (nregions) free(regions[--nregions]);
+    return 0;
 }
 
 /* What a request for 0 permits on key k reports remaining at t. */
@@ -410,6 +454,7 @@ static void test_other_keys(void **state)
     }
     /* 100 new keys in 4096 buckets: at most a few share mine's */
     int rc = sluice_table_reservation_settle_at(&rv, 2, SEC);
+    if (in_region) assert_int_equal(rc, 0); /* a region's generation is the slot's */
     if (rc == 0) assert_int_equal(remaining(t, "mine", SEC), 8);
     else assert_int_equal(rc, SLUICE_ENOENT); /* a shared bucket: nothing back, safe */
     sluice_table_free(t);
@@ -432,6 +477,7 @@ static void test_after_reconfigure(void **state)
     assert_int_equal(sluice_table_reservation_settle_at(&b, 4, SEC), 0);
     assert_int_equal(remaining(t, "k", SEC), 10);
     sluice_table_free(t);
+    if (in_region) return; /* a region has no overrides */
     /* an override set on the key, the same */
     t = mkt("token-bucket 10/s", 16, 0);
     assert_true(sluice_table_reserve_at(t, "k", 1, 6, SEC, 0, &a, NULL));
@@ -490,24 +536,164 @@ static void test_free_first(void **state)
     }
 }
 
-/* A region's table does not serve reservations (docs/tables.md). */
-static void test_region_refused(void **state)
+/* ---- across processes (a table in a shared region) ----------------------- */
+
+#define CHILD_CHECK(c)                                                  \
+    do {                                                                \
+        if (!(c)) {                                                     \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c);     \
+            _exit(1);                                                   \
+        }                                                               \
+    } while (0)
+
+typedef struct xproc {
+    void *reg;
+    size_t size;
+    const char *spec;
+} xproc;
+
+/* Run `step` in a forked process on its own handle of the region (attached
+ * there, as an unrelated process would), and wait for it: it exits 0 when
+ * every check held. */
+static void in_child(const xproc *x, int step, void (*fn)(sluice_table *, int))
+{
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char err[256];
+        sluice_table *t = sluice_table_attach(x->reg, x->size, x->spec, 64, REGION_KEY_BYTES, 0,
+                                              err, sizeof err);
+        CHILD_CHECK(t);
+        fn(t, step);
+        sluice_table_free(t);
+        _exit(0);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) fail_msg("step %d: the child failed", step);
+}
+
+static void other_process(sluice_table *t, int step)
+{
+    sluice_result r;
+    sluice_table_reservation rv;
+    switch (step) {
+    case 0: /* admits on the key the parent reserved on */
+        CHILD_CHECK(sluice_table_try_acquire_at(t, "k", 1, 3, SEC, &r) && r.remaining == 3);
+        break;
+    case 1: /* sees the parent's settle below, then its overdraft */
+        CHILD_CHECK(sluice_table_try_acquire_at(t, "k", 1, 0, SEC, &r) && r.remaining == 6);
+        break;
+    case 2:
+        CHILD_CHECK(!sluice_table_try_acquire_at(t, "k", 1, 1, SEC, &r));
+        CHILD_CHECK(sluice_table_try_acquire_at(t, "k", 1, 10, 2 * SEC, &r));
+        break;
+    case 3: /* removes the key and makes it again */
+        CHILD_CHECK(sluice_table_remove(t, "r", 1) == 0);
+        CHILD_CHECK(sluice_table_try_acquire_at(t, "r", 1, 10, 3 * SEC, &r));
+        break;
+    case 4: /* reserves and dies without settling */
+        CHILD_CHECK(sluice_table_reserve_at(t, "d", 1, 7, 3 * SEC, 0, &rv, &r));
+        _exit(0);
+    default: break;
+    }
+}
+
+/* One process reserves, another admits on the same key, the first
+ * settles: 3.10's rules hold across processes (the window's give-back,
+ * the overdraft every process sees); a key removed and made again by
+ * another process settles nothing; a process that dies with a reservation
+ * open leaves its permits taken and nothing else. */
+static void test_processes(void **state)
 {
     (void)state;
     char err[256];
-    const char *spec = "token-bucket 10/s";
-    const size_t size = sluice_table_region_size(spec, 64, 16, err, sizeof err);
-    assert_true(size > 0);
-    void *reg = aligned_alloc(64, (size + 63) / 64 * 64);
-    assert_non_null(reg);
-    memset(reg, 0, size);
-    sluice_table *t = sluice_table_attach(reg, size, spec, 64, 16, 0, err, sizeof err);
+    xproc x = {.spec = "fixed-window 10/s"};
+    x.size = sluice_table_region_size(x.spec, 64, REGION_KEY_BYTES, err, sizeof err);
+    assert_true(x.size > 0);
+    x.reg = mmap(NULL, x.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(x.reg != MAP_FAILED);
+    sluice_table *t = sluice_table_attach(x.reg, x.size, x.spec, 64, REGION_KEY_BYTES, 0, err,
+                                          sizeof err);
     if (!t) fail_msg("%s", err);
     sluice_table_reservation rv;
-    sluice_result r;
-    assert_false(sluice_table_reserve_at(t, "k", 1, 1, SEC, 0, &rv, &r));
-    assert_int_equal(r.error, SLUICE_EINVAL);
-    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), SLUICE_ENOENT);
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    in_child(&x, 0, other_process);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0); /* 3 back */
+    in_child(&x, 1, other_process);
+    assert_true(sluice_table_reserve_at(t, "k", 1, 2, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 8, SEC), 0); /* 12 of 10 */
+    assert_int_equal(remaining(t, "k", SEC), 0);
+    in_child(&x, 2, other_process);
+    /* made again by another process: nothing settles on the new entry */
+    assert_true(sluice_table_reserve_at(t, "r", 1, 6, 3 * SEC, 0, &rv, NULL));
+    in_child(&x, 3, other_process);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 0, 3 * SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "r", 3 * SEC), 0);
+    /* died with a reservation open: its permits stay taken */
+    in_child(&x, 4, other_process);
+    assert_int_equal(remaining(t, "d", 3 * SEC), 3);
+    assert_true(sluice_table_reserve_at(t, "d", 1, 3, 3 * SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 3, 3 * SEC), 0);
+    /* a bucket: admitted on by another process after the reservation, so
+     * a settle below gives nothing back (3.10) */
+    sluice_table_free(t);
+    munmap(x.reg, x.size);
+
+    x.spec = "token-bucket 10/s";
+    x.size = sluice_table_region_size(x.spec, 64, REGION_KEY_BYTES, err, sizeof err);
+    x.reg = mmap(NULL, x.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(x.reg != MAP_FAILED);
+    t = sluice_table_attach(x.reg, x.size, x.spec, 64, REGION_KEY_BYTES, 0, err, sizeof err);
+    if (!t) fail_msg("%s", err);
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    in_child(&x, 0, other_process);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 3); /* nothing back */
+    assert_true(sluice_table_reserve_at(t, "k", 1, 3, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 2); /* nothing since: 2 back */
+    sluice_table_free(t);
+    munmap(x.reg, x.size);
+}
+
+/* The slots' generations are region memory, and so hostile input: after
+ * every one of them is overwritten (a co-tenant's stray writes), an open
+ * reservation no longer finds its entry -- it changes nothing, says
+ * SLUICE_ENOENT and lets its hold go -- and the table and its new
+ * reservations go on as before (whatever the words hold, they are only
+ * compared).  Offsets as src/table/region_attach.c lays them out: the
+ * header's shard count, slots per shard and stride at 64, 68 and 76; the
+ * generations after the slots and the 8 configurations of 144 bytes. */
+static void test_region_damaged_generation(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *spec = "fixed-window 10/s";
+    const size_t size = sluice_table_region_size(spec, 300, REGION_KEY_BYTES, err, sizeof err);
+    assert_true(size > 0);
+    unsigned char *reg = aligned_alloc(64, (size + 63) / 64 * 64);
+    assert_non_null(reg);
+    memset(reg, 0, size);
+    sluice_table *t = sluice_table_attach(reg, size, spec, 300, REGION_KEY_BYTES, 0, err,
+                                          sizeof err);
+    if (!t) fail_msg("%s", err);
+    sluice_table_reservation rv;
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    uint32_t nshards, cap, stride;
+    memcpy(&nshards, reg + 64, 4);
+    memcpy(&cap, reg + 68, 4);
+    memcpy(&stride, reg + 76, 4);
+    assert_true(nshards == 2 && cap > 0 && stride >= 64);
+    const size_t gens = 512 + (size_t)nshards * 128 + (size_t)nshards * cap * stride + 8 * 144;
+    assert_true(gens + (size_t)nshards * cap * 4 <= size);
+    memset(reg + gens, 0xa5, (size_t)nshards * cap * 4);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 0, SEC), SLUICE_ENOENT);
+    assert_null(rv.table);
+    assert_int_equal(remaining(t, "k", SEC), 6); /* nothing given back */
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, NULL));
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0); /* 3 back */
+    assert_int_equal(remaining(t, "k", SEC), 5);
     sluice_table_free(t);
     free(reg);
 }
@@ -562,7 +748,11 @@ static void test_threads(void **state)
                                         "sliding-approx 1000000000/2s",
                                         "sliding-log 1000000000/2s", "token-bucket 1000000/2000s"};
     for (size_t si = 0; si < 4; si++) {
-        sluice_table *t = mkt(specs[si], 64, 0);
+        /* a region's rings hold at most 65535 entries: a wheel, whose
+         * settles below give nothing back either */
+        const char *spec = in_region && si == 2 ? "sliding-wheel 1000000000/2s slots=1000"
+                                                : specs[si];
+        sluice_table *t = mkt(spec, 64, 0);
         worker w[TH];
         pthread_t th[TH];
         memset(w, 0, sizeof w);
@@ -587,7 +777,7 @@ static void test_threads(void **state)
         /* every thread joined before any failure leaves (w is theirs) */
         for (int i = 0; i < TH; i++) pthread_join(th[i], NULL);
         for (int i = 0; i < TH; i++) {
-            if (w[i].errs.n) fail_msg("%s: %s", specs[si], w[i].errs.msg);
+            if (w[i].errs.n) fail_msg("%s: %s", spec, w[i].errs.msg);
             shared += w[i].shared;
         }
         if (si != 3) { /* the bucket refills meanwhile: run for TSan only */
@@ -617,8 +807,23 @@ int main(void)
         cmocka_unit_test(test_after_reconfigure),
         cmocka_unit_test(test_overdraft),
         cmocka_unit_test(test_free_first),
-        cmocka_unit_test(test_region_refused),
         cmocka_unit_test(test_threads),
+        /* the same on a table in a shared region */
+#define IN_REGION(f) {#f " (region)", f, region_on, region_off, NULL}
+        IN_REGION(test_codes),
+        IN_REGION(test_stats),
+        IN_REGION(test_full),
+        IN_REGION(test_model),
+        IN_REGION(test_cancel_twin),
+        IN_REGION(test_after_reset),
+        IN_REGION(test_after_eviction),
+        IN_REGION(test_other_keys),
+        IN_REGION(test_after_reconfigure),
+        IN_REGION(test_overdraft),
+        IN_REGION(test_free_first),
+        IN_REGION(test_threads),
+        cmocka_unit_test(test_processes),
+        cmocka_unit_test(test_region_damaged_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1181,8 +1181,9 @@ class Table(_Handle):
             with table.reserve(user, 2000) as rv:   # an estimate
                 rv.settle(call_the_model())          # the real cost
 
-        Raises for the errors of :meth:`decide` but EFULL, and EINVAL for a
-        table in a shared region (not served)."""
+        Raises for the errors of :meth:`decide` but EFULL.  On a
+        :class:`SharedTable` the key is every process's (docs/tables.md,
+        "Reservations"): settle or cancel it in the process that made it."""
         k = _key(key)
         permits = _u64_arg("permits", permits)
         if max_wait is None:

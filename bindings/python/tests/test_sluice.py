@@ -274,6 +274,25 @@ class SharedTableTest(unittest.TestCase):
             self.assertEqual(t.stats().decisions.requests_allowed, 1000)
             self.assertEqual(t.stats().decisions.requests_denied, 200)
 
+    def test_reserve_across_processes(self):
+        """A reservation here, admissions on its key in another process,
+        the settle here: the window gives back what went unused (docs/
+        decisions.md 3.10), and every process sees it."""
+        import multiprocessing
+        spec = "fixed-window 10/1h"
+        ctx = multiprocessing.get_context("fork")
+        with sluice.SharedTable(self.path, spec, 16) as t:
+            rv = t.reserve("k", 4, now_ns=7 * S)
+            self.assertTrue(rv.granted)
+            out = ctx.Queue()
+            p = ctx.Process(target=_shared_worker, args=(self.path, spec, 3, out))
+            p.start()
+            self.assertEqual(out.get(timeout=60), 3)
+            p.join(60)
+            self.assertEqual(p.exitcode, 0)
+            rv.settle(1, now_ns=7 * S)  # 3 back
+            self.assertEqual(t.decide("k", 0, now_ns=7 * S).remaining, 6)
+
     def test_refusals(self):
         """Another spec is refused naming both; a key longer than
         max_key_bytes is held by its digest: limited, not refused."""
