@@ -1,0 +1,122 @@
+'use strict';
+// index.js -- sluice for Node.js: the addon's classes (src/sluice_node.c)
+// with their options, the error classes, and the adapters for
+// rate-limiter-flexible users (lib/flexible.js) and express-rate-limit
+// (lib/express.js).  docs/node.md is the reference.
+//
+// Every decision is one synchronous call into the C library: no promise,
+// no worker thread, nothing that waits.  Times are nanoseconds on
+// CLOCK_MONOTONIC (now(), the axis of process.hrtime.bigint()); every
+// deciding method takes an optional nowNs (BigInt, or a safe-integer
+// Number), the C library's `_at` functions, so tests inject time.
+
+const path = require('path');
+
+function load() {
+  const tried = [];
+  for (const dir of ['Release', 'Debug']) {
+    const file = path.join(__dirname, 'build', dir, 'sluice.node');
+    try {
+      return require(file);
+    } catch (e) {
+      if (e.code !== 'MODULE_NOT_FOUND') throw e;
+      tried.push(file);
+    }
+  }
+  throw new Error('sluice: the addon is not built (npm install, or npm run build in ' +
+                  __dirname + '); looked for ' + tried.join(', '));
+}
+
+const native = load();
+
+const CODES = {
+  [native.EINVAL]: 'SLUICE_EINVAL',
+  [native.ENOMEM]: 'SLUICE_ENOMEM',
+  [native.ERANGE]: 'SLUICE_ERANGE',
+  [native.EFULL]: 'SLUICE_EFULL',
+  [native.ENOENT]: 'SLUICE_ENOENT',
+  [native.EBUSY]: 'SLUICE_EBUSY',
+};
+
+/** A call the library refused: `errno` is its negative code, `code` its
+ * name ('SLUICE_EINVAL' ...), the message the library's one-line reason. */
+class SluiceError extends Error {
+  constructor(message, errno) {
+    super(message);
+    this.name = 'SluiceError';
+    this.errno = errno === undefined ? native.EINVAL : errno;
+    this.code = CODES[this.errno] || 'SLUICE_E' + String(-this.errno);
+  }
+}
+
+/** A spec the grammar refuses; the message names the offending token. */
+class SpecError extends SluiceError {
+  constructor(message, errno) {
+    super(message, errno);
+    this.name = 'SpecError';
+  }
+}
+
+native._init(SluiceError, SpecError);
+
+function tableFlags(options, cls) {
+  if (options === undefined || options === null) return 0;
+  if (typeof options !== 'object') {
+    throw new TypeError(`sluice: ${cls} options must be an object, not ${typeof options}`);
+  }
+  for (const k of Object.keys(options)) {
+    if (k !== 'evictLru' && k !== 'maxKeyBytes') {
+      throw new TypeError(`sluice: unknown ${cls} option "${k}"`);
+    }
+  }
+  return options.evictLru ? native.EVICT_LRU : 0;
+}
+
+/** One limiter: `new Limiter('token-bucket 100/s burst=20')`. */
+class Limiter extends native.Limiter {}
+
+/** One limiter per key, for up to maxKeys keys, in this process:
+ * `new Table('sliding-wheel 10/s', 100000, { evictLru: false })`. */
+class Table extends native.Table {
+  constructor(spec, maxKeys, options) {
+    if (options !== undefined && options !== null && 'maxKeyBytes' in Object(options)) {
+      throw new TypeError('sluice: maxKeyBytes is a SharedTable option');
+    }
+    super(spec, maxKeys, tableFlags(options, 'Table'));
+  }
+}
+
+/** A table every process that opens `path` shares ("/name": POSIX shared
+ * memory; anything else a file): cluster and PM2 workers share one limit
+ * per key.  options: { maxKeyBytes = 64, evictLru = false }. */
+class SharedTable extends native.SharedTable {
+  constructor(path, spec, maxKeys, options) {
+    const flags = tableFlags(options, 'SharedTable');
+    const mkb = options && options.maxKeyBytes !== undefined ? options.maxKeyBytes : 64;
+    super(path, spec, maxKeys, mkb, flags);
+  }
+
+  /** Remove the name (processes that have it open keep using it): true if
+   * it was there. */
+  static unlink(path) {
+    return native.unlink(path);
+  }
+}
+
+module.exports = {
+  Limiter,
+  Table,
+  SharedTable,
+  SluiceError,
+  SpecError,
+  now: native.now,
+  version: native.version,
+  checkSpec: native.checkSpec,
+  strerror: native.strerror,
+  EINVAL: native.EINVAL,
+  ENOMEM: native.ENOMEM,
+  ERANGE: native.ERANGE,
+  EFULL: native.EFULL,
+  ENOENT: native.ENOENT,
+  MAX_KEY_BYTES: native.MAX_KEY_BYTES,
+};

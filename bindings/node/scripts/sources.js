@@ -1,0 +1,78 @@
+'use strict';
+// sources.js -- the library's sources, for binding.gyp.
+//
+// The addon compiles the C library from its own sources, the list CMake
+// builds (SLUICE_SOURCES in the top CMakeLists.txt), so that list stays the
+// one place that names them.  In the repository the library is two
+// directories up; in a package made by `npm pack` it is under deps/sluice/
+// (scripts/prepack.js copies it there, with the CMakeLists.txt).  Prints, one per line, the paths
+// relative to this package's folder (where node-gyp runs):
+//   node scripts/sources.js            the .c files
+//   node scripts/sources.js --include  the include directories
+const fs = require('fs');
+const path = require('path');
+
+const pkg = path.resolve(__dirname, '..');
+
+// The repository this folder sits in (it wins, so a stale deps/ copy left
+// by an interrupted `npm pack` is never built), else deps/sluice.
+function libraryRoot() {
+  const repo = path.resolve(pkg, '..', '..');
+  const ours = path.join(repo, 'bindings', 'node', 'binding.gyp');
+  const cands = [];
+  if (fs.existsSync(ours) && fs.realpathSync(ours) === fs.realpathSync(path.join(pkg, 'binding.gyp'))) {
+    cands.push(repo);
+  }
+  cands.push(path.join(pkg, 'deps', 'sluice'));
+  for (const dir of cands) {
+    if (fs.existsSync(path.join(dir, 'CMakeLists.txt')) &&
+        fs.existsSync(path.join(dir, 'include', 'sluice.h'))) {
+      return dir;
+    }
+  }
+  throw new Error('sluice: the library sources are neither in deps/sluice nor two folders up');
+}
+
+// The paths of set(SLUICE_SOURCES ...), comments skipped (they may hold
+// parentheses), up to the line whose code closes the set.
+function sources(root) {
+  const file = path.join(root, 'CMakeLists.txt');
+  const lines = fs.readFileSync(file, 'utf8').split('\n');
+  const start = lines.findIndex((l) => /^\s*set\(SLUICE_SOURCES\b/.test(l));
+  if (start < 0) throw new Error('sluice: no set(SLUICE_SOURCES ...) in ' + file);
+  const out = [];
+  let closed = false;
+  for (let i = start; i < lines.length && !closed; i++) {
+    let code = lines[i].replace(/#.*/, '');
+    if (i === start) code = code.replace(/^\s*set\(SLUICE_SOURCES/, '');
+    if (code.includes(')')) {
+      closed = true;
+      code = code.slice(0, code.indexOf(')'));
+    }
+    for (const word of code.trim().split(/\s+/)) {
+      if (!word) continue;
+      if (!/^src\/[A-Za-z0-9_/]+\.c$/.test(word)) {
+        throw new Error(`sluice: unexpected entry "${word}" in SLUICE_SOURCES`);
+      }
+      if (!fs.existsSync(path.join(root, word))) throw new Error(`sluice: ${word} is missing`);
+      out.push(word);
+    }
+  }
+  if (!closed || out.length === 0) throw new Error('sluice: cannot read SLUICE_SOURCES in ' + file);
+  return out;
+}
+
+function rel(p) {
+  return path.relative(pkg, p).split(path.sep).join('/');
+}
+
+if (require.main === module) {
+  const root = libraryRoot();
+  if (process.argv[2] === '--include') {
+    console.log([rel(path.join(root, 'include')), rel(path.join(root, 'src'))].join('\n'));
+  } else {
+    console.log(sources(root).map((s) => rel(path.join(root, s))).join('\n'));
+  }
+}
+
+module.exports = { libraryRoot, sources };
