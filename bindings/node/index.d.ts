@@ -112,3 +112,90 @@ export const ERANGE: number;
 export const EFULL: number;
 export const ENOENT: number;
 export const MAX_KEY_BYTES: number;
+
+/** A spec's values, defaults filled in. */
+export interface SpecInfo {
+  algorithm: string;
+  clock: 'monotonic' | 'coarse' | 'realtime';
+  limit: number;
+  periodNs: bigint;
+  /** The most permits one request can get (burst=, capacity=, or LIMIT). */
+  capacity: number;
+  slots: number;
+  nodelay: boolean;
+}
+/** Parse a spec, or throw SpecError. */
+export function parseSpec(spec: string): SpecInfo;
+
+// ---- rate-limiter-flexible's verbs (docs/node.md) ----
+
+export class RateLimiterRes {
+  constructor(remainingPoints?: number, msBeforeNext?: number, consumedPoints?: number,
+              isFirstInDuration?: boolean);
+  remainingPoints: number;
+  msBeforeNext: number;
+  consumedPoints: number;
+  isFirstInDuration: boolean;
+  toJSON(): { remainingPoints: number; msBeforeNext: number; consumedPoints: number;
+              isFirstInDuration: boolean };
+}
+
+export interface RateLimiterSluiceOptions {
+  /** Points per duration (default 4). */
+  points?: number;
+  /** Seconds (default 1), a whole number of ms. */
+  duration?: number;
+  keyPrefix?: string;
+  /** Default 'fixed-window'. */
+  algorithm?: string;
+  /** A SharedTable path: every process with this limiter shares the limit. */
+  shared?: string;
+  maxKeys?: number;
+  maxKeyBytes?: number;
+  evictLru?: boolean;
+}
+
+export class RateLimiterSluice {
+  constructor(opts?: RateLimiterSluiceOptions);
+  readonly points: number;
+  readonly duration: number;
+  readonly keyPrefix: string;
+  readonly spec: string;
+  /** Resolves when granted; rejects with a RateLimiterRes when not (an
+   * Error for a bad call). */
+  consume(key: string | number, points?: number): Promise<RateLimiterRes>;
+  get(key: string | number): Promise<RateLimiterRes | null>;
+  delete(key: string | number): Promise<boolean>;
+  penalty(key: string | number, points?: number): Promise<RateLimiterRes>;
+  reward(key: string | number, points?: number): Promise<RateLimiterRes>;
+  close(): void;
+}
+
+// ---- express-rate-limit's Store (docs/node.md) ----
+
+export interface SluiceStoreOptions {
+  /** A SharedTable path: every worker with this store shares one limit. */
+  shared?: string;
+  /** Default 'fixed-window'. */
+  algorithm?: string;
+  maxKeys?: number;
+  maxKeyBytes?: number;
+  prefix?: string;
+}
+
+export interface ClientRateLimitInfo {
+  totalHits: number;
+  resetTime: Date | undefined;
+}
+
+export class SluiceStore {
+  constructor(opts?: SluiceStoreOptions);
+  readonly localKeys: boolean;
+  init(options: { windowMs: number; limit?: unknown; max?: unknown;
+                  skipFailedRequests?: boolean; skipSuccessfulRequests?: boolean }): void;
+  increment(key: string): ClientRateLimitInfo;
+  decrement(key: string): void;
+  resetKey(key: string): void;
+  get(key: string): ClientRateLimitInfo | undefined;
+  shutdown(): void;
+}

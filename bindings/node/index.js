@@ -103,7 +103,7 @@ class SharedTable extends native.SharedTable {
   }
 }
 
-module.exports = {
+const api = {
   Limiter,
   Table,
   SharedTable,
@@ -112,6 +112,7 @@ module.exports = {
   now: native.now,
   version: native.version,
   checkSpec: native.checkSpec,
+  parseSpec: native.parseSpec,
   strerror: native.strerror,
   EINVAL: native.EINVAL,
   ENOMEM: native.ENOMEM,
@@ -120,3 +121,11 @@ module.exports = {
   ENOENT: native.ENOENT,
   MAX_KEY_BYTES: native.MAX_KEY_BYTES,
 };
+
+const { makeFlexible } = require('./lib/flexible');
+const { makeStore } = require('./lib/express');
+
+Object.assign(api, makeFlexible(api));
+api.SluiceStore = makeStore(api);
+
+module.exports = api;

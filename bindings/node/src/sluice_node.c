@@ -870,6 +870,45 @@ static napi_value fn_check_spec(napi_env env, napi_callback_info info)
     return v;
 }
 
+/* parseSpec(spec) -> { algorithm, clock, limit, periodNs, capacity, slots,
+ * nodelay }: the spec's values, defaults filled in (sluice_spec_parse);
+ * throws SpecError.  limit, capacity and slots are Numbers (exact below
+ * 2^53), periodNs a BigInt. */
+static napi_value fn_parse_spec(napi_env env, napi_callback_info info)
+{
+    static const char *const clocks[] = {"monotonic", "coarse", "realtime"};
+    size_t argc = 1;
+    napi_value argv[1], o, v;
+    sluice_spec_info si;
+    napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+    if (argc < 1)
+        napi_get_undefined(env, &argv[0]);
+    char *spec = get_text(env, argv[0], "spec", true);
+    if (spec == NULL)
+        return NULL;
+    char err[ERRLEN] = "";
+    int rc = sluice_spec_parse(spec, &si, err, sizeof err);
+    free(spec);
+    if (rc != 0) {
+        throw_sluice(env, rc, err[0] ? err : sluice_strerror(rc), true);
+        return NULL;
+    }
+    const char *alg = sluice_algorithm_name(si.algorithm);
+    const char *clock = si.clock >= 0 && si.clock <= 2 ? clocks[si.clock] : "unknown";
+    napi_create_object(env, &o);
+    napi_create_string_utf8(env, alg != NULL ? alg : "unknown", NAPI_AUTO_LENGTH, &v);
+    napi_set_named_property(env, o, "algorithm", v);
+    napi_create_string_utf8(env, clock, NAPI_AUTO_LENGTH, &v);
+    napi_set_named_property(env, o, "clock", v);
+    napi_set_named_property(env, o, "limit", make_int(env, (double)si.limit));
+    napi_create_bigint_uint64(env, si.period_ns, &v);
+    napi_set_named_property(env, o, "periodNs", v);
+    napi_set_named_property(env, o, "capacity", make_int(env, (double)si.capacity));
+    napi_set_named_property(env, o, "slots", make_int(env, (double)si.slots));
+    napi_set_named_property(env, o, "nodelay", boolean(env, si.nodelay));
+    return o;
+}
+
 /* unlink(path) -> boolean: removes a SharedTable's name (true if it was
  * there); processes that have it open keep using it. */
 static napi_value fn_unlink(napi_env env, napi_callback_info info)
@@ -987,6 +1026,7 @@ NAPI_MODULE_INIT()
         METHOD("now", fn_now),
         METHOD("version", fn_version),
         METHOD("checkSpec", fn_check_spec),
+        METHOD("parseSpec", fn_parse_spec),
         METHOD("unlink", fn_unlink),
         METHOD("strerror", fn_strerror),
         METHOD("_init", fn_init),

@@ -16,7 +16,7 @@ test('10^6 calls leave no garbage behind (heap and RSS)', { timeout: 300000 }, (
   const r = JSON.parse(out.trim().split('\n').pop());
   const heap = r.after.heap - r.before.heap;
   const rss = r.after.rss - r.before.rss;
-  console.log(`# memory: heap ${heap} B, rss ${rss} B, external ${r.after.external - r.before.external} B after ${r.n} calls`);
+  console.log(`memory: heap ${heap} B, rss ${rss} B, external ${r.after.external - r.before.external} B after ${r.n} calls`);
   assert.ok(r.allowed > 0);
   assert.ok(heap < 1 << 20, `heap grew by ${heap} B`);
   assert.ok(rss < 8 << 20, `rss grew by ${rss} B`);
