@@ -14,9 +14,17 @@ const path = require('path');
 
 const pkg = path.resolve(__dirname, '..');
 
-// The repository this folder sits in (it wins, so a stale deps/ copy left
-// by an interrupted `npm pack` is never built), else deps/sluice.
+// SLUICE_SOURCE_DIR when set (the tests pack a copy of this folder);
+// else the repository this folder sits in (it wins, so a stale deps/ copy
+// left by an interrupted `npm pack` is never built); else deps/sluice.
 function libraryRoot() {
+  const env = process.env.SLUICE_SOURCE_DIR;
+  if (env) {
+    if (!fs.existsSync(path.join(env, 'CMakeLists.txt')) || !fs.existsSync(path.join(env, 'include', 'sluice.h'))) {
+      throw new Error(`sluice: SLUICE_SOURCE_DIR=${env} holds no CMakeLists.txt and include/sluice.h`);
+    }
+    return fs.realpathSync(env);
+  }
   const repo = path.resolve(pkg, '..', '..');
   const ours = path.join(repo, 'bindings', 'node', 'binding.gyp');
   const cands = [];
