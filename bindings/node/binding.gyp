@@ -18,7 +18,7 @@
       "cflags": ["-Wall", "-Wextra"],
       "libraries": ["-lpthread", "-lm"],
       "conditions": [
-        ["target_arch=='x64'", {"cflags_c": ["-mcx16"]}]
+        ["target_arch=='x64'", {"cflags_c": ["-mcx16", "-mtls-dialect=gnu2"]}]
       ]
     }
   ]

@@ -59,13 +59,36 @@ class SpecError extends SluiceError {
 
 native._init(SluiceError, SpecError);
 
+const {
+  limiterNew, limiterTry, limiterTryNow, limiterDecide, limiterPeek, limiterSpec, limiterClose,
+  tableNew, sharedNew, tableTry, tableDecide, tableDecideReset, tablePeek, tableRemove, tableReset, tableSize,
+  tableClose,
+} = native;
+
+// A decide() or peek() returns `allowed` and leaves its details in the
+// addon's scratch (src/sluice_node.c): read them into a Result here.
+const F = new Float64Array(native._scratch, 0, 5);
+const B = new BigInt64Array(native._scratch, 48, 2);
+
+function result(allowed) {
+  return {
+    allowed,
+    remaining: F[0],
+    retryAfterMs: F[1],
+    waitMs: F[2],
+    retryAfterNs: B[0],
+    waitNs: B[1],
+    error: F[3],
+  };
+}
+
 function tableFlags(options, cls) {
   if (options === undefined || options === null) return 0;
   if (typeof options !== 'object') {
     throw new TypeError(`sluice: ${cls} options must be an object, not ${typeof options}`);
   }
   for (const k of Object.keys(options)) {
-    if (k !== 'evictLru' && k !== 'maxKeyBytes') {
+    if (k !== 'evictLru' && (k !== 'maxKeyBytes' || cls !== 'SharedTable')) {
       throw new TypeError(`sluice: unknown ${cls} option "${k}"`);
     }
   }
@@ -73,27 +96,104 @@ function tableFlags(options, cls) {
 }
 
 /** One limiter: `new Limiter('token-bucket 100/s burst=20')`. */
-class Limiter extends native.Limiter {}
+class Limiter {
+  #h;
+
+  constructor(spec) {
+    this.#h = limiterNew(spec);
+  }
+
+  /** Ask for `permits` (default 1) at nowNs (default now()): true if granted. */
+  tryAcquire(permits, nowNs) {
+    if (permits === undefined && nowNs === undefined) return limiterTryNow(this.#h);
+    return limiterTry(this.#h, permits, nowNs);
+  }
+
+  /** tryAcquire with the decision's details (a Result). */
+  decide(permits, nowNs) {
+    return result(limiterDecide(this.#h, permits, nowNs));
+  }
+
+  /** The state at nowNs: a probe, which changes nothing. */
+  peek(nowNs) {
+    return result(limiterPeek(this.#h, nowNs));
+  }
+
+  /** The canonical spec. */
+  get spec() {
+    return limiterSpec(this.#h);
+  }
+
+  /** Free the C limiter now (idempotent); later calls throw SluiceError. */
+  close() {
+    limiterClose(this.#h);
+  }
+}
+
+const kHandle = Symbol('sluice handle');
 
 /** One limiter per key, for up to maxKeys keys, in this process:
  * `new Table('sliding-wheel 10/s', 100000, { evictLru: false })`. */
-class Table extends native.Table {
+class Table {
+  #h;
+
   constructor(spec, maxKeys, options) {
-    if (options !== undefined && options !== null && 'maxKeyBytes' in Object(options)) {
-      throw new TypeError('sluice: maxKeyBytes is a SharedTable option');
-    }
-    super(spec, maxKeys, tableFlags(options, 'Table'));
+    // SharedTable passes its handle, made by sharedNew
+    this.#h = spec === kHandle ? maxKeys : tableNew(spec, maxKeys, tableFlags(options, 'Table'));
+  }
+
+  /** Ask for `permits` (default 1) for `key` at nowNs: true if granted. */
+  tryAcquire(key, permits, nowNs) {
+    return tableTry(this.#h, key, permits, nowNs);
+  }
+
+  /** tryAcquire with the decision's details (a Result). */
+  decide(key, permits, nowNs) {
+    return result(tableDecide(this.#h, key, permits, nowNs));
+  }
+
+  /** decide() at the table's clock, with `resetMs`: the ms until the key
+   * holds no permit (a fixed window's end).  For lib/flexible.js. */
+  _decideReset(key, permits) {
+    const r = result(tableDecideReset(this.#h, key, permits));
+    r.resetMs = F[4];
+    return r;
+  }
+
+  /** What a request for `permits` (default 0) would get, changing nothing. */
+  peek(key, permits, nowNs) {
+    return result(tablePeek(this.#h, key, permits, nowNs));
+  }
+
+  /** Drop the key's state: true if it was held. */
+  remove(key) {
+    return tableRemove(this.#h, key);
+  }
+
+  /** Put the key back at rest (as remove; idempotent). */
+  reset(key) {
+    tableReset(this.#h, key);
+  }
+
+  /** Keys held now (in use or at rest). */
+  get size() {
+    return tableSize(this.#h);
+  }
+
+  /** Free the handle now (idempotent); later calls throw SluiceError. */
+  close() {
+    tableClose(this.#h);
   }
 }
 
 /** A table every process that opens `path` shares ("/name": POSIX shared
  * memory; anything else a file): cluster and PM2 workers share one limit
  * per key.  options: { maxKeyBytes = 64, evictLru = false }. */
-class SharedTable extends native.SharedTable {
+class SharedTable extends Table {
   constructor(path, spec, maxKeys, options) {
     const flags = tableFlags(options, 'SharedTable');
     const mkb = options && options.maxKeyBytes !== undefined ? options.maxKeyBytes : 64;
-    super(path, spec, maxKeys, mkb, flags);
+    super(kHandle, sharedNew(path, spec, maxKeys, mkb, flags));
   }
 
   /** Remove the name (processes that have it open keep using it): true if

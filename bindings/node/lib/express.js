@@ -93,19 +93,14 @@ function makeStore(sluice) {
       this.spec = spec;
     }
 
-    _info(k, r) {
-      const consumed = this.capacity - r.remaining;
-      const back = this.table.peek(k, this.capacity).retryAfterMs;
-      return {
-        totalHits: r.allowed ? consumed : this.limit + 1,
-        resetTime: new Date(Date.now() + (back > 0 ? back : 0)),
-      };
-    }
-
     increment(key) {
       if (this.error) throw this.error;
-      const k = this.prefix + key;
-      return this._info(k, this.table.decide(k));
+      // one call: the decision and the ms until the key holds no permit
+      const r = this.table._decideReset(this.prefix + key);
+      return {
+        totalHits: r.allowed ? this.capacity - r.remaining : this.limit + 1,
+        resetTime: new Date(Date.now() + r.resetMs),
+      };
     }
 
     decrement() {
@@ -123,7 +118,8 @@ function makeStore(sluice) {
       const k = this.prefix + key;
       const r = this.table.peek(k, 0);
       if (r.remaining === this.capacity) return undefined;
-      return this._info(k, { allowed: true, remaining: r.remaining });
+      const back = this.table.peek(k, this.capacity).retryAfterMs;
+      return { totalHits: this.capacity - r.remaining, resetTime: new Date(Date.now() + Math.max(back, 0)) };
     }
 
     shutdown() {

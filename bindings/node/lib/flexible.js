@@ -98,16 +98,18 @@ function makeFlexible(sluice) {
       return r.retryAfterMs < 0 ? 0 : r.retryAfterMs;
     }
 
-    _res(k, r, points) {
+    // a decision (Table._decideReset: with resetMs, the ms until the key
+    // holds no permit) as rate-limiter-flexible answers it
+    _res(r, points) {
       const consumed = this.info.capacity - r.remaining;
       if (r.allowed) {
-        return new RateLimiterRes(r.remaining, this._msToReset(k), consumed, consumed === points);
+        return new RateLimiterRes(r.remaining, r.resetMs, consumed, consumed === points);
       }
       // refused: nothing taken, but the answer reads as
       // rate-limiter-flexible's, which counts the refused points:
       // consumedPoints includes them (so consumedPoints > points holds) and
       // remainingPoints is 0 (isFirstInDuration: the key held nothing)
-      const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : this._msToReset(k);
+      const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : r.resetMs;
       return new RateLimiterRes(0, ms, consumed + points, consumed === 0);
     }
 
@@ -122,9 +124,8 @@ function makeFlexible(sluice) {
      * with one when the key has not got them (an Error for a bad call). */
     consume(key, points = 1) {
       try {
-        const k = this.getKey(key);
-        const r = this.table.decide(k, this._points(points));
-        const res = this._res(k, r, points);
+        const r = this.table._decideReset(this.getKey(key), this._points(points));
+        const res = this._res(r, points);
         return r.allowed ? Promise.resolve(res) : Promise.reject(res);
       } catch (e) {
         return Promise.reject(e);

@@ -1,11 +1,12 @@
 /* sluice_node.c -- the Node-API addon: sluice's limiters and tables in
  * JavaScript (bindings/node, docs/node.md).
  *
- * Sections: arguments (keys, permits, times, specs), errors, results, the
- * Limiter class, the Table and SharedTable classes (one handle type, two
- * constructors), the module's functions, init.  index.js wraps the classes
- * (options objects, the rate-limiter-flexible verbs, the express-rate-limit
- * store) and gives this file its two error classes (_init).
+ * Sections: errors, arguments (keys, permits, times, specs), results and
+ * handles, limiters, tables (in process and shared: one handle type, two
+ * constructors), the module's functions, init.  index.js makes the classes
+ * on these functions (Limiter, Table, SharedTable, their options, the
+ * rate-limiter-flexible verbs, the express-rate-limit store) and gives this
+ * file its two error classes (_init).
  *
  * Every call is synchronous: a decision is one call into the C library,
  * which never blocks (docs/decisions.md), so there is no worker thread and
@@ -24,9 +25,11 @@
  * table (SLUICE_EFULL) is the table's documented policy: a refusal, with
  * result.error set, never an exception.
  *
- * Handles carry a kind word, checked on every call, so a Table method
- * applied to a Limiter (Table.prototype.decide.call(limiter, ...)) throws
- * instead of reading the wrong struct.
+ * Handles are Node-API externals (a pointer with a finalizer), kept by
+ * index.js in a private field of each object and passed as the first
+ * argument: napi_unwrap costs a property lookup per call, several times
+ * the rest of a tryAcquire.  A handle carries a kind word, checked on
+ * every call, so a table's handle is never read as a limiter's.
  */
 #include <node_api.h>
 
@@ -44,21 +47,47 @@
 
 enum { KIND_LIMITER = 0x4c494d31u, KIND_TABLE = 0x54414231u };
 
+/* The addon's state in one JavaScript environment (a thread or worker
+ * has its own), passed to every function as its data.  The scratch is an
+ * ArrayBuffer index.js reads as Float64Array [remaining, retryAfterMs,
+ * waitMs, error, resetMs] and BigInt64Array [retryAfterNs, waitNs] (at byte
+ * 48): a decide()
+ * writes its details there and returns only `allowed`, and index.js makes
+ * the result object (a JavaScript object literal costs far less than
+ * properties set one by one through Node-API). */
 typedef struct {
     napi_ref sluice_error; /* SluiceError (index.js), set by _init */
     napi_ref spec_error;   /* SpecError */
+    napi_ref scratch;      /* the ArrayBuffer, kept alive */
+    double *f;             /* its first 40 bytes */
+    int64_t *b;            /* 16 bytes at 48 */
 } addon;
 
+/* may_fail: a decision may end in an error instead of deciding (sliding-log
+ * and sliding-wheel grow their rings: SLUICE_ENOMEM), so tryAcquire asks
+ * for the details to tell an error from a refusal; the other algorithms
+ * cannot fail, and tryAcquire passes no result struct (the library then
+ * skips computing remaining and the wait). */
 typedef struct {
     uint32_t kind;
+    bool may_fail;
     sluice_limiter *lim; /* NULL once closed */
 } limiter_h;
 
 typedef struct {
     uint32_t kind;
-    sluice_table *t; /* NULL once closed */
+    bool may_fail; /* also for keys longer than 16 bytes (a copy) */
     bool shared;
+    sluice_table *t; /* NULL once closed */
 } table_h;
+
+static bool alg_may_fail(const char *spec)
+{
+    sluice_spec_info si;
+    if (sluice_spec_parse(spec, &si, NULL, 0) != 0)
+        return true;
+    return si.algorithm == SLUICE_ALG_SLIDING_LOG || si.algorithm == SLUICE_ALG_SLIDING_WHEEL;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -264,62 +293,13 @@ static char *get_text(napi_env env, napi_value v, const char *name, bool spec)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Results                                                                   */
+/* Results and handles                                                       */
 
 static napi_value make_int(napi_env env, double d)
 {
     napi_value v;
     napi_create_double(env, d, &v);
     return v;
-}
-
-/* ns as whole milliseconds, rounded up (a client never retries early);
- * -1 stays -1 (never). */
-static double ms_up(int64_t ns)
-{
-    if (ns < 0)
-        return -1;
-    uint64_t u = (uint64_t)ns;
-    return (double)(u / 1000000u + (u % 1000000u != 0));
-}
-
-/* { allowed, remaining, retryAfterMs, waitMs, retryAfterNs, waitNs, error }:
- * remaining as a Number (exact below 2^53: every capacity the grammar
- * takes as LIMIT; a larger burst= reads rounded), the ns as BigInts. */
-static napi_value make_result(napi_env env, const sluice_result *r)
-{
-    napi_value o, v;
-    napi_create_object(env, &o);
-    napi_get_boolean(env, r->allowed, &v);
-    napi_set_named_property(env, o, "allowed", v);
-    napi_set_named_property(env, o, "remaining", make_int(env, (double)r->remaining));
-    napi_set_named_property(env, o, "retryAfterMs", make_int(env, ms_up(r->retry_after_ns)));
-    napi_set_named_property(env, o, "waitMs", make_int(env, ms_up((int64_t)r->wait_ns)));
-    napi_create_bigint_int64(env, r->retry_after_ns, &v);
-    napi_set_named_property(env, o, "retryAfterNs", v);
-    napi_create_bigint_uint64(env, r->wait_ns, &v);
-    napi_set_named_property(env, o, "waitNs", v);
-    napi_create_int32(env, r->error, &v);
-    napi_set_named_property(env, o, "error", v);
-    return o;
-}
-
-/* After a decision: a request the library could not decide (res.error
- * other than EFULL: no memory, a bad key) throws, naming the key's length;
- * EFULL is a refusal.  Returns false after throwing. */
-static bool decided(napi_env env, const sluice_result *r, size_t keylen, bool keyed)
-{
-    if (r->error == 0 || r->error == SLUICE_EFULL)
-        return true;
-    char msg[ERRLEN];
-    if (keyed)
-        snprintf(msg, sizeof msg, "sluice: a key of %zu bytes was not decided: %s", keylen,
-                 sluice_strerror(r->error));
-    else
-        snprintf(msg, sizeof msg, "sluice: the request was not decided: %s",
-                 sluice_strerror(r->error));
-    throw_sluice(env, r->error, msg, false);
-    return false;
 }
 
 static napi_value boolean(napi_env env, bool b)
@@ -336,219 +316,94 @@ static napi_value undefined(napi_env env)
     return v;
 }
 
-/* The object a method was called on, unwrapped and checked to be of
- * `kind` and open.  NULL after throwing. */
-static void *this_handle(napi_env env, napi_value self, uint32_t kind, const char *cls)
+/* ns as whole milliseconds, rounded up (a client never retries early);
+ * -1 stays -1 (never). */
+static double ms_up(int64_t ns)
 {
-    void *h = NULL;
-    char msg[96];
-    if (napi_unwrap(env, self, &h) != napi_ok || h == NULL || *(uint32_t *)h != kind) {
-        snprintf(msg, sizeof msg, "sluice: the method needs a %s as `this`", cls);
-        napi_throw_type_error(env, "ERR_INVALID_THIS", msg);
+    if (ns < 0)
+        return -1;
+    uint64_t u = (uint64_t)ns;
+    return (double)(u / 1000000u + (u % 1000000u != 0));
+}
+
+/* A decision's details into the scratch: remaining as a double (exact
+ * below 2^53: every capacity the grammar takes as LIMIT; a larger burst=
+ * reads rounded), the waits in ms rounded up and in exact ns. */
+static void put_result(addon *a, const sluice_result *r)
+{
+    int64_t wait = r->wait_ns > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)r->wait_ns;
+    a->f[0] = (double)r->remaining;
+    a->f[1] = ms_up(r->retry_after_ns);
+    a->f[2] = ms_up(wait);
+    a->f[3] = r->error;
+    a->b[0] = r->retry_after_ns;
+    a->b[1] = wait;
+}
+
+/* After a decision: a request the library could not decide (res.error
+ * other than EFULL: no memory) throws, naming the key's length; EFULL is a
+ * refusal.  Returns false after throwing. */
+static bool decided(napi_env env, const sluice_result *r, size_t keylen, bool keyed)
+{
+    if (r->error == 0 || r->error == SLUICE_EFULL)
+        return true;
+    char msg[ERRLEN];
+    if (keyed)
+        snprintf(msg, sizeof msg, "sluice: a key of %zu bytes was not decided: %s", keylen,
+                 sluice_strerror(r->error));
+    else
+        snprintf(msg, sizeof msg, "sluice: the request was not decided: %s",
+                 sluice_strerror(r->error));
+    throw_sluice(env, r->error, msg, false);
+    return false;
+}
+
+/* The handle in `v`, checked to be of `kind` and open; NULL after
+ * throwing. */
+static void *get_handle(napi_env env, napi_value v, uint32_t kind)
+{
+    void *p = NULL;
+    if (napi_get_value_external(env, v, &p) != napi_ok || p == NULL || *(uint32_t *)p != kind) {
+        napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "sluice: not a handle of this kind");
         return NULL;
     }
-    bool open = kind == KIND_LIMITER ? ((limiter_h *)h)->lim != NULL : ((table_h *)h)->t != NULL;
-    if (!open) {
+    const char *cls = NULL;
+    if (kind == KIND_LIMITER && ((limiter_h *)p)->lim == NULL)
+        cls = "Limiter";
+    else if (kind == KIND_TABLE && ((table_h *)p)->t == NULL)
+        cls = ((table_h *)p)->shared ? "SharedTable" : "Table";
+    if (cls != NULL) {
+        char msg[64];
         snprintf(msg, sizeof msg, "sluice: the %s is closed", cls);
         throw_sluice(env, SLUICE_EINVAL, msg, false);
         return NULL;
     }
-    return h;
+    return p;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Limiter                                                                   */
+/* The arguments of a call: up to 5, missing ones undefined, the addon. */
+typedef struct {
+    napi_value v[5];
+    addon *a;
+} call_args;
 
-static void limiter_finalize(napi_env env, void *data, void *hint)
+static void args(napi_env env, napi_callback_info info, call_args *c)
 {
-    (void)env;
-    (void)hint;
-    limiter_h *h = data;
-    sluice_limiter_free(h->lim);
-    free(h);
+    size_t argc = 5;
+    void *data = NULL;
+    napi_get_cb_info(env, info, &argc, c->v, NULL, &data);
+    c->a = data;
 }
 
-static bool need_new(napi_env env, napi_callback_info info, const char *cls)
+static napi_value external(napi_env env, void *h, napi_finalize fin)
 {
-    napi_value nt = NULL;
-    napi_get_new_target(env, info, &nt);
-    if (nt == NULL) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "sluice: %s is a class: call it with new", cls);
-        napi_throw_type_error(env, "ERR_CONSTRUCT_CALL_REQUIRED", msg);
-        return false;
-    }
-    return true;
-}
-
-/* new Limiter(spec) */
-static napi_value limiter_new(napi_env env, napi_callback_info info)
-{
-    size_t argc = 1;
-    napi_value argv[1], self;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    if (!need_new(env, info, "Limiter"))
-        return NULL;
-    char *spec = get_text(env, argv[0], "spec", true);
-    if (spec == NULL)
-        return NULL;
-    char err[ERRLEN] = "";
-    sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
-    free(spec);
-    if (lim == NULL) {
-        if (err[0] != '\0')
-            throw_sluice(env, SLUICE_EINVAL, err, true);
-        else
-            throw_code(env, SLUICE_ENOMEM, "a new Limiter");
+    napi_value v;
+    if (napi_create_external(env, h, fin, NULL, &v) != napi_ok) {
+        fin(env, h, NULL);
+        napi_throw_error(env, NULL, "sluice: cannot make a handle");
         return NULL;
     }
-    limiter_h *h = malloc(sizeof *h);
-    if (h == NULL) {
-        sluice_limiter_free(lim);
-        throw_code(env, SLUICE_ENOMEM, "a new Limiter");
-        return NULL;
-    }
-    h->kind = KIND_LIMITER;
-    h->lim = lim;
-    if (napi_wrap(env, self, h, limiter_finalize, NULL, NULL) != napi_ok) {
-        limiter_finalize(env, h, NULL);
-        napi_throw_error(env, NULL, "sluice: cannot wrap the Limiter");
-        return NULL;
-    }
-    return self;
-}
-
-/* The decision of tryAcquire(permits, nowNs) and decide(permits, nowNs). */
-static limiter_h *limiter_decide(napi_env env, napi_callback_info info, sluice_result *r,
-                                 bool *ok)
-{
-    size_t argc = 2;
-    napi_value argv[2], self;
-    uint64_t permits, now;
-    bool given;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    limiter_h *h = this_handle(env, self, KIND_LIMITER, "Limiter");
-    if (h == NULL)
-        return NULL;
-    if (argc < 2)
-        napi_get_undefined(env, &argv[1]);
-    if (argc < 1)
-        napi_get_undefined(env, &argv[0]);
-    if (!get_u64(env, argv[0], "permits", false, 1, &permits, NULL) ||
-        !get_u64(env, argv[1], "nowNs", true, 0, &now, &given))
-        return NULL;
-    if (!given)
-        now = sluice_limiter_now_ns(h->lim);
-    *ok = sluice_try_acquire_at(h->lim, permits, now, r);
-    if (!decided(env, r, 0, false))
-        return NULL;
-    return h;
-}
-
-/* limiter.tryAcquire(permits = 1, nowNs?) -> boolean */
-static napi_value limiter_try(napi_env env, napi_callback_info info)
-{
-    sluice_result r;
-    bool ok = false;
-    if (limiter_decide(env, info, &r, &ok) == NULL)
-        return NULL;
-    return boolean(env, ok);
-}
-
-/* limiter.decide(permits = 1, nowNs?) -> Result */
-static napi_value limiter_decide_js(napi_env env, napi_callback_info info)
-{
-    sluice_result r;
-    bool ok = false;
-    if (limiter_decide(env, info, &r, &ok) == NULL)
-        return NULL;
-    return make_result(env, &r);
-}
-
-/* limiter.peek(nowNs?) -> Result: a probe (permits 0), changes nothing. */
-static napi_value limiter_peek(napi_env env, napi_callback_info info)
-{
-    size_t argc = 1;
-    napi_value argv[1], self;
-    uint64_t now;
-    bool given;
-    sluice_result r;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    limiter_h *h = this_handle(env, self, KIND_LIMITER, "Limiter");
-    if (h == NULL)
-        return NULL;
-    if (argc < 1)
-        napi_get_undefined(env, &argv[0]);
-    if (!get_u64(env, argv[0], "nowNs", true, 0, &now, &given))
-        return NULL;
-    if (!given)
-        now = sluice_limiter_now_ns(h->lim);
-    sluice_try_acquire_at(h->lim, 0, now, &r);
-    if (!decided(env, &r, 0, false))
-        return NULL;
-    return make_result(env, &r);
-}
-
-/* limiter.spec -> the canonical spec */
-static napi_value limiter_spec(napi_env env, napi_callback_info info)
-{
-    napi_value self, v;
-    char buf[SLUICE_SPEC_MAX];
-    napi_get_cb_info(env, info, NULL, NULL, &self, NULL);
-    limiter_h *h = this_handle(env, self, KIND_LIMITER, "Limiter");
-    if (h == NULL)
-        return NULL;
-    if (sluice_limiter_spec_format(h->lim, buf, sizeof buf) < 0)
-        buf[0] = '\0';
-    napi_create_string_utf8(env, buf, NAPI_AUTO_LENGTH, &v);
     return v;
-}
-
-/* limiter.close(): frees the C limiter; idempotent. */
-static napi_value limiter_close(napi_env env, napi_callback_info info)
-{
-    napi_value self;
-    void *p = NULL;
-    napi_get_cb_info(env, info, NULL, NULL, &self, NULL);
-    if (napi_unwrap(env, self, &p) != napi_ok || p == NULL || *(uint32_t *)p != KIND_LIMITER) {
-        napi_throw_type_error(env, "ERR_INVALID_THIS", "sluice: the method needs a Limiter as `this`");
-        return NULL;
-    }
-    limiter_h *h = p;
-    sluice_limiter_free(h->lim);
-    h->lim = NULL;
-    return undefined(env);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Table and SharedTable                                                     */
-
-static void table_finalize(napi_env env, void *data, void *hint)
-{
-    (void)env;
-    (void)hint;
-    table_h *h = data;
-    sluice_table_free(h->t);
-    free(h);
-}
-
-static bool wrap_table(napi_env env, napi_value self, sluice_table *t, bool shared)
-{
-    table_h *h = malloc(sizeof *h);
-    if (h == NULL) {
-        sluice_table_free(t);
-        throw_code(env, SLUICE_ENOMEM, "a new table");
-        return false;
-    }
-    h->kind = KIND_TABLE;
-    h->t = t;
-    h->shared = shared;
-    if (napi_wrap(env, self, h, table_finalize, NULL, NULL) != napi_ok) {
-        table_finalize(env, h, NULL);
-        napi_throw_error(env, NULL, "sluice: cannot wrap the table");
-        return false;
-    }
-    return true;
 }
 
 /* A size argument: an integer Number in lo .. hi. */
@@ -575,6 +430,191 @@ static bool get_size(napi_env env, napi_value v, const char *name, uint64_t lo, 
     return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Limiters                                                                  */
+
+static void limiter_finalize(napi_env env, void *data, void *hint)
+{
+    (void)env;
+    (void)hint;
+    limiter_h *h = data;
+    sluice_limiter_free(h->lim);
+    free(h);
+}
+
+/* limiterNew(spec) -> handle */
+static napi_value limiter_new(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    args(env, info, &c);
+    char *spec = get_text(env, c.v[0], "spec", true);
+    if (spec == NULL)
+        return NULL;
+    char err[ERRLEN] = "";
+    sluice_limiter *lim = sluice_limiter_new(spec, err, sizeof err);
+    bool may_fail = alg_may_fail(spec);
+    free(spec);
+    if (lim == NULL) {
+        if (err[0] != '\0')
+            throw_sluice(env, SLUICE_EINVAL, err, true);
+        else
+            throw_code(env, SLUICE_ENOMEM, "a new Limiter");
+        return NULL;
+    }
+    limiter_h *h = malloc(sizeof *h);
+    if (h == NULL) {
+        sluice_limiter_free(lim);
+        throw_code(env, SLUICE_ENOMEM, "a new Limiter");
+        return NULL;
+    }
+    h->kind = KIND_LIMITER;
+    h->may_fail = may_fail;
+    h->lim = lim;
+    return external(env, h, limiter_finalize);
+}
+
+/* The decision of (handle, permits = 1, nowNs?); NULL after throwing.  r
+ * NULL: no details wanted (tryAcquire). */
+static limiter_h *limiter_decide(napi_env env, call_args *c, uint64_t dflt_permits, int first,
+                                 sluice_result *r, bool *ok)
+{
+    uint64_t permits = 0, now;
+    bool given;
+    limiter_h *h = get_handle(env, c->v[0], KIND_LIMITER);
+    if (h == NULL)
+        return NULL;
+    if ((first == 1 && !get_u64(env, c->v[1], "permits", false, dflt_permits, &permits, NULL)) ||
+        !get_u64(env, c->v[first + 1], "nowNs", true, 0, &now, &given))
+        return NULL;
+    if (first == 0)
+        permits = dflt_permits;
+    if (!given)
+        now = sluice_limiter_now_ns(h->lim);
+    if (r == NULL && !h->may_fail) {
+        *ok = sluice_try_acquire_at(h->lim, permits, now, NULL);
+        return h;
+    }
+    sluice_result own;
+    if (r == NULL)
+        r = &own;
+    *ok = sluice_try_acquire_at(h->lim, permits, now, r);
+    return decided(env, r, 0, false) ? h : NULL;
+}
+
+/* limiterTry(h, permits = 1, nowNs?) -> boolean */
+static napi_value limiter_try(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    bool ok = false;
+    args(env, info, &c);
+    if (limiter_decide(env, &c, 1, 1, NULL, &ok) == NULL)
+        return NULL;
+    return boolean(env, ok);
+}
+
+/* limiterTryNow(h) -> boolean: tryAcquire() without arguments (one permit,
+ * the limiter's clock), the common call, with no argument to check. */
+static napi_value limiter_try_now(napi_env env, napi_callback_info info)
+{
+    size_t argc = 1;
+    napi_value v;
+    napi_get_cb_info(env, info, &argc, &v, NULL, NULL);
+    limiter_h *h = get_handle(env, v, KIND_LIMITER);
+    if (h == NULL)
+        return NULL;
+    uint64_t now = sluice_limiter_now_ns(h->lim);
+    if (!h->may_fail)
+        return boolean(env, sluice_try_acquire_at(h->lim, 1, now, NULL));
+    sluice_result r;
+    bool ok = sluice_try_acquire_at(h->lim, 1, now, &r);
+    return decided(env, &r, 0, false) ? boolean(env, ok) : NULL;
+}
+
+/* limiterDecide(h, permits = 1, nowNs?) -> allowed, details in the scratch */
+static napi_value limiter_decide_js(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    sluice_result r;
+    bool ok = false;
+    args(env, info, &c);
+    if (limiter_decide(env, &c, 1, 1, &r, &ok) == NULL)
+        return NULL;
+    put_result(c.a, &r);
+    return boolean(env, ok);
+}
+
+/* limiterPeek(h, nowNs?) -> a probe (permits 0, changes nothing), details
+ * in the scratch */
+static napi_value limiter_peek(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    sluice_result r;
+    bool ok = false;
+    args(env, info, &c);
+    if (limiter_decide(env, &c, 0, 0, &r, &ok) == NULL)
+        return NULL;
+    put_result(c.a, &r);
+    return boolean(env, ok);
+}
+
+/* limiterSpec(h) -> the canonical spec */
+static napi_value limiter_spec(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    napi_value v;
+    char buf[SLUICE_SPEC_MAX];
+    args(env, info, &c);
+    limiter_h *h = get_handle(env, c.v[0], KIND_LIMITER);
+    if (h == NULL)
+        return NULL;
+    if (sluice_limiter_spec_format(h->lim, buf, sizeof buf) < 0)
+        buf[0] = '\0';
+    napi_create_string_utf8(env, buf, NAPI_AUTO_LENGTH, &v);
+    return v;
+}
+
+/* limiterClose(h): frees the C limiter now; idempotent. */
+static napi_value limiter_close(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    void *p = NULL;
+    args(env, info, &c);
+    if (napi_get_value_external(env, c.v[0], &p) == napi_ok && p != NULL &&
+        *(uint32_t *)p == KIND_LIMITER) {
+        limiter_h *h = p;
+        sluice_limiter_free(h->lim);
+        h->lim = NULL;
+    }
+    return undefined(env);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tables                                                                    */
+
+static void table_finalize(napi_env env, void *data, void *hint)
+{
+    (void)env;
+    (void)hint;
+    table_h *h = data;
+    sluice_table_free(h->t);
+    free(h);
+}
+
+static napi_value table_handle(napi_env env, sluice_table *t, bool shared, bool may_fail)
+{
+    table_h *h = malloc(sizeof *h);
+    if (h == NULL) {
+        sluice_table_free(t);
+        throw_code(env, SLUICE_ENOMEM, "a new table");
+        return NULL;
+    }
+    h->kind = KIND_TABLE;
+    h->t = t;
+    h->shared = shared;
+    h->may_fail = may_fail;
+    return external(env, h, table_finalize);
+}
+
 static bool get_flags(napi_env env, napi_value v, unsigned *flags)
 {
     uint64_t f;
@@ -588,28 +628,24 @@ static bool get_flags(napi_env env, napi_value v, unsigned *flags)
     return true;
 }
 
-/* new Table(spec, maxKeys, flags = 0) */
+/* tableNew(spec, maxKeys, flags = 0) -> handle */
 static napi_value table_new(napi_env env, napi_callback_info info)
 {
-    size_t argc = 3;
-    napi_value argv[3], self;
+    call_args c;
     uint64_t max_keys;
     unsigned flags;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    if (!need_new(env, info, "Table"))
-        return NULL;
-    for (size_t i = argc; i < 3; i++)
-        napi_get_undefined(env, &argv[i]);
-    char *spec = get_text(env, argv[0], "spec", true);
+    args(env, info, &c);
+    char *spec = get_text(env, c.v[0], "spec", true);
     if (spec == NULL)
         return NULL;
-    if (!get_size(env, argv[1], "maxKeys", 1, (uint64_t)1 << 32, &max_keys) ||
-        !get_flags(env, argv[2], &flags)) {
+    if (!get_size(env, c.v[1], "maxKeys", 1, (uint64_t)1 << 32, &max_keys) ||
+        !get_flags(env, c.v[2], &flags)) {
         free(spec);
         return NULL;
     }
     char err[ERRLEN] = "";
     sluice_table *t = sluice_table_new_flags(spec, (size_t)max_keys, flags, err, sizeof err);
+    bool may_fail = alg_may_fail(spec);
     free(spec);
     if (t == NULL) {
         if (err[0] != '\0')
@@ -618,66 +654,58 @@ static napi_value table_new(napi_env env, napi_callback_info info)
             throw_code(env, SLUICE_ENOMEM, "a new Table");
         return NULL;
     }
-    return wrap_table(env, self, t, false) ? self : NULL;
+    return table_handle(env, t, false, may_fail);
 }
 
-/* new SharedTable(path, spec, maxKeys, maxKeyBytes = 64, flags = 0):
+/* sharedNew(path, spec, maxKeys, maxKeyBytes = 64, flags = 0) -> handle:
  * sluice_table_open.  A spec the grammar refuses is a SpecError; any other
  * refusal (another spec or size in the region, a path that is not ours)
  * a SluiceError with the library's reason. */
 static napi_value shared_new(napi_env env, napi_callback_info info)
 {
-    size_t argc = 5;
-    napi_value argv[5], self;
+    call_args c;
     uint64_t max_keys, max_key_bytes = 64;
     unsigned flags;
-    napi_valuetype t5;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    if (!need_new(env, info, "SharedTable"))
-        return NULL;
-    for (size_t i = argc; i < 5; i++)
-        napi_get_undefined(env, &argv[i]);
-    char *path = get_text(env, argv[0], "path", false);
+    napi_valuetype t4;
+    sluice_table *t = NULL;
+    char err[ERRLEN] = "";
+    args(env, info, &c);
+    char *path = get_text(env, c.v[0], "path", false);
     if (path == NULL)
         return NULL;
-    char *spec = get_text(env, argv[1], "spec", true);
+    char *spec = get_text(env, c.v[1], "spec", true);
     if (spec == NULL) {
         free(path);
         return NULL;
     }
-    char err[ERRLEN] = "";
     int rc = sluice_spec_check(spec, NULL, 0, err, sizeof err);
     if (rc != 0) {
         throw_sluice(env, rc, err[0] ? err : sluice_strerror(rc), true);
-        goto fail;
+        goto out;
     }
-    if (!get_size(env, argv[2], "maxKeys", 1, (uint64_t)1 << 32, &max_keys))
-        goto fail;
-    napi_typeof(env, argv[3], &t5);
-    if (t5 != napi_undefined && t5 != napi_null &&
-        !get_size(env, argv[3], "maxKeyBytes", 0, SLUICE_MAX_KEY_BYTES, &max_key_bytes))
-        goto fail;
-    if (!get_flags(env, argv[4], &flags))
-        goto fail;
-    sluice_table *t = sluice_table_open(path, spec, (size_t)max_keys, (size_t)max_key_bytes,
-                                        flags, err, sizeof err);
-    free(path);
-    free(spec);
+    if (!get_size(env, c.v[2], "maxKeys", 1, (uint64_t)1 << 32, &max_keys))
+        goto out;
+    napi_typeof(env, c.v[3], &t4);
+    if (t4 != napi_undefined && t4 != napi_null &&
+        !get_size(env, c.v[3], "maxKeyBytes", 0, SLUICE_MAX_KEY_BYTES, &max_key_bytes))
+        goto out;
+    if (!get_flags(env, c.v[4], &flags))
+        goto out;
+    t = sluice_table_open(path, spec, (size_t)max_keys, (size_t)max_key_bytes, flags, err,
+                          sizeof err);
     if (t == NULL) {
         if (err[0] != '\0')
             throw_sluice(env, SLUICE_EINVAL, err, false);
         else
             throw_code(env, SLUICE_ENOMEM, "a new SharedTable");
-        return NULL;
     }
-    return wrap_table(env, self, t, true) ? self : NULL;
-fail:
+out:
     free(path);
     free(spec);
-    return NULL;
+    return t != NULL ? table_handle(env, t, true, false) : NULL;
 }
 
-/* The arguments (key, permits, nowNs) of a table's decision. */
+/* The arguments (h, key, permits, nowNs) of a table's decision. */
 typedef struct {
     table_h *h;
     key_arg key;
@@ -686,32 +714,39 @@ typedef struct {
     bool now_given;
 } table_args;
 
-static bool table_args_get(napi_env env, napi_callback_info info, uint64_t dflt_permits,
-                           table_args *a)
+static bool table_args_get(napi_env env, call_args *c, uint64_t dflt_permits, table_args *a)
 {
-    size_t argc = 3;
-    napi_value argv[3], self;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    a->h = this_handle(env, self, KIND_TABLE, "Table");
+    a->h = get_handle(env, c->v[0], KIND_TABLE);
     if (a->h == NULL)
         return false;
-    for (size_t i = argc; i < 3; i++)
-        napi_get_undefined(env, &argv[i]);
-    if (!get_key(env, argv[0], &a->key))
+    if (!get_key(env, c->v[1], &a->key))
         return false;
-    if (!get_u64(env, argv[1], "permits", false, dflt_permits, &a->permits, NULL) ||
-        !get_u64(env, argv[2], "nowNs", true, 0, &a->now, &a->now_given)) {
+    if (!get_u64(env, c->v[2], "permits", false, dflt_permits, &a->permits, NULL) ||
+        !get_u64(env, c->v[3], "nowNs", true, 0, &a->now, &a->now_given)) {
         key_done(&a->key);
         return false;
     }
     return true;
 }
 
-static bool table_decide(napi_env env, napi_callback_info info, sluice_result *r, bool *ok)
+/* r NULL: no details wanted (tryAcquire); asked for all the same where
+ * the decision may fail (a shared table never allocates). */
+static bool table_decide(napi_env env, call_args *c, sluice_result *r, bool *ok)
 {
     table_args a;
-    if (!table_args_get(env, info, 1, &a))
+    sluice_result own;
+    if (!table_args_get(env, c, 1, &a))
         return false;
+    if (r == NULL && (a.h->shared || (!a.h->may_fail && a.key.n <= 16))) {
+        if (a.now_given)
+            *ok = sluice_table_try_acquire_at(a.h->t, a.key.p, a.key.n, a.permits, a.now, NULL);
+        else
+            *ok = sluice_table_try_acquire(a.h->t, a.key.p, a.key.n, a.permits, NULL);
+        key_done(&a.key);
+        return true;
+    }
+    if (r == NULL)
+        r = &own;
     if (a.now_given)
         *ok = sluice_table_try_acquire_at(a.h->t, a.key.p, a.key.n, a.permits, a.now, r);
     else
@@ -720,33 +755,66 @@ static bool table_decide(napi_env env, napi_callback_info info, sluice_result *r
     return decided(env, r, a.key.n, true);
 }
 
-/* table.tryAcquire(key, permits = 1, nowNs?) -> boolean */
+/* tableTry(h, key, permits = 1, nowNs?) -> boolean */
 static napi_value table_try(napi_env env, napi_callback_info info)
 {
-    sluice_result r;
+    call_args c;
     bool ok = false;
-    if (!table_decide(env, info, &r, &ok))
+    args(env, info, &c);
+    if (!table_decide(env, &c, NULL, &ok))
         return NULL;
     return boolean(env, ok);
 }
 
-/* table.decide(key, permits = 1, nowNs?) -> Result */
+/* tableDecide(h, key, permits = 1, nowNs?) -> allowed, details in the
+ * scratch */
 static napi_value table_decide_js(napi_env env, napi_callback_info info)
 {
+    call_args c;
     sluice_result r;
     bool ok = false;
-    if (!table_decide(env, info, &r, &ok))
+    args(env, info, &c);
+    if (!table_decide(env, &c, &r, &ok))
         return NULL;
-    return make_result(env, &r);
+    put_result(c.a, &r);
+    return boolean(env, ok);
 }
 
-/* table.peek(key, permits = 0, nowNs?) -> Result: what a request would
- * get, without making the key or changing anything. */
-static napi_value table_peek(napi_env env, napi_callback_info info)
+/* tableDecideReset(h, key, permits = 1) -> allowed: decide at the table's
+ * clock, then read the key's rest time at that instant: the details in
+ * the scratch, and in f[4] the ms (rounded up) until the key is back at
+ * rest, every permit it holds returned (a fixed window's end; 0 for a key
+ * that holds none).  The rate-limiter-flexible verbs' msBeforeNext, in
+ * one call. */
+static napi_value table_decide_reset(napi_env env, napi_callback_info info)
 {
+    call_args c;
     table_args a;
     sluice_result r;
-    if (!table_args_get(env, info, 0, &a))
+    sluice_key_state st;
+    args(env, info, &c);
+    if (!table_args_get(env, &c, 1, &a))
+        return NULL;
+    uint64_t now = sluice_table_now_ns(a.h->t);
+    bool ok = sluice_table_try_acquire_at(a.h->t, a.key.p, a.key.n, a.permits, now, &r);
+    int rc = sluice_table_peek_at(a.h->t, a.key.p, a.key.n, 0, now, NULL, &st);
+    key_done(&a.key);
+    if (!decided(env, &r, a.key.n, true))
+        return NULL;
+    put_result(c.a, &r);
+    c.a->f[4] = rc == 0 && st.rest_ns > now ? ms_up((int64_t)(st.rest_ns - now)) : 0;
+    return boolean(env, ok);
+}
+
+/* tablePeek(h, key, permits = 0, nowNs?) -> what a request would get,
+ * without making the key or changing anything (details in the scratch). */
+static napi_value table_peek(napi_env env, napi_callback_info info)
+{
+    call_args c;
+    table_args a;
+    sluice_result r;
+    args(env, info, &c);
+    if (!table_args_get(env, &c, 0, &a))
         return NULL;
     if (!a.now_given)
         a.now = sluice_table_now_ns(a.h->t);
@@ -758,23 +826,19 @@ static napi_value table_peek(napi_env env, napi_callback_info info)
         decided(env, &r, a.key.n, true);
         return NULL;
     }
-    return make_result(env, &r);
+    put_result(c.a, &r);
+    return boolean(env, r.allowed);
 }
 
-/* table.remove(key) -> boolean (true when the key was held);
- * table.reset(key) -> undefined (idempotent). */
+/* tableRemove(h, key) -> boolean (true when the key was held);
+ * tableReset(h, key) -> undefined (idempotent). */
 static napi_value table_key_op(napi_env env, napi_callback_info info, bool reset)
 {
-    size_t argc = 1;
-    napi_value argv[1], self;
+    call_args c;
     key_arg k;
-    napi_get_cb_info(env, info, &argc, argv, &self, NULL);
-    table_h *h = this_handle(env, self, KIND_TABLE, "Table");
-    if (h == NULL)
-        return NULL;
-    if (argc < 1)
-        napi_get_undefined(env, &argv[0]);
-    if (!get_key(env, argv[0], &k))
+    args(env, info, &c);
+    table_h *h = get_handle(env, c.v[0], KIND_TABLE);
+    if (h == NULL || !get_key(env, c.v[1], &k))
         return NULL;
     int rc = reset ? sluice_table_reset(h->t, k.p, k.n) : sluice_table_remove(h->t, k.p, k.n);
     key_done(&k);
@@ -797,33 +861,32 @@ static napi_value table_reset(napi_env env, napi_callback_info info)
     return table_key_op(env, info, true);
 }
 
-/* table.size -> the keys held now (in use or at rest). */
+/* tableSize(h) -> the keys held now (in use or at rest). */
 static napi_value table_size(napi_env env, napi_callback_info info)
 {
-    napi_value self;
+    call_args c;
     sluice_table_stats st;
-    napi_get_cb_info(env, info, NULL, NULL, &self, NULL);
-    table_h *h = this_handle(env, self, KIND_TABLE, "Table");
+    args(env, info, &c);
+    table_h *h = get_handle(env, c.v[0], KIND_TABLE);
     if (h == NULL)
         return NULL;
     sluice_table_stats_get(h->t, &st);
     return make_int(env, (double)st.keys);
 }
 
-/* table.close(): frees the handle (a SharedTable's region stays, for the
+/* tableClose(h): frees the handle (a SharedTable's region stays, for the
  * other processes); idempotent. */
 static napi_value table_close(napi_env env, napi_callback_info info)
 {
-    napi_value self;
+    call_args c;
     void *p = NULL;
-    napi_get_cb_info(env, info, NULL, NULL, &self, NULL);
-    if (napi_unwrap(env, self, &p) != napi_ok || p == NULL || *(uint32_t *)p != KIND_TABLE) {
-        napi_throw_type_error(env, "ERR_INVALID_THIS", "sluice: the method needs a Table as `this`");
-        return NULL;
+    args(env, info, &c);
+    if (napi_get_value_external(env, c.v[0], &p) == napi_ok && p != NULL &&
+        *(uint32_t *)p == KIND_TABLE) {
+        table_h *h = p;
+        sluice_table_free(h->t);
+        h->t = NULL;
     }
-    table_h *h = p;
-    sluice_table_free(h->t);
-    h->t = NULL;
     return undefined(env);
 }
 
@@ -974,22 +1037,13 @@ static void addon_finalize(napi_env env, void *data, void *hint)
         napi_delete_reference(env, a->sluice_error);
     if (a->spec_error != NULL)
         napi_delete_reference(env, a->spec_error);
+    if (a->scratch != NULL)
+        napi_delete_reference(env, a->scratch);
     free(a);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Init                                                                      */
-
-#define METHOD(name, fn) {name, NULL, fn, NULL, NULL, NULL, napi_default_method, NULL}
-#define GETTER(name, fn) {name, NULL, NULL, fn, NULL, NULL, napi_default_jsproperty, NULL}
-
-static bool export_class(napi_env env, napi_value exports, const char *name, napi_callback ctor,
-                         const napi_property_descriptor *props, size_t n)
-{
-    napi_value cls;
-    return napi_define_class(env, name, NAPI_AUTO_LENGTH, ctor, NULL, n, props, &cls) == napi_ok &&
-           napi_set_named_property(env, exports, name, cls) == napi_ok;
-}
 
 static void export_int(napi_env env, napi_value exports, const char *name, int value)
 {
@@ -1001,42 +1055,48 @@ static void export_int(napi_env env, napi_value exports, const char *name, int v
 NAPI_MODULE_INIT()
 {
     addon *a = calloc(1, sizeof *a);
+    napi_value ab;
+    void *mem = NULL;
     if (a == NULL || napi_set_instance_data(env, a, addon_finalize, NULL) != napi_ok) {
         free(a);
         napi_throw_error(env, NULL, "sluice: out of memory loading the addon");
         return NULL;
     }
-    static const napi_property_descriptor lim_props[] = {
-        METHOD("tryAcquire", limiter_try),
-        METHOD("decide", limiter_decide_js),
-        METHOD("peek", limiter_peek),
-        METHOD("close", limiter_close),
-        GETTER("spec", limiter_spec),
+    if (napi_create_arraybuffer(env, 64, &mem, &ab) != napi_ok ||
+        napi_create_reference(env, ab, 1, &a->scratch) != napi_ok ||
+        napi_set_named_property(env, exports, "_scratch", ab) != napi_ok)
+        return NULL;
+    a->f = mem;
+    a->b = (int64_t *)((char *)mem + 48);
+#define FN(name, fn) {name, NULL, fn, NULL, NULL, NULL, napi_default_method, a}
+    const napi_property_descriptor fns[] = {
+        FN("limiterNew", limiter_new),
+        FN("limiterTry", limiter_try),
+        FN("limiterTryNow", limiter_try_now),
+        FN("limiterDecide", limiter_decide_js),
+        FN("limiterPeek", limiter_peek),
+        FN("limiterSpec", limiter_spec),
+        FN("limiterClose", limiter_close),
+        FN("tableNew", table_new),
+        FN("sharedNew", shared_new),
+        FN("tableTry", table_try),
+        FN("tableDecide", table_decide_js),
+        FN("tablePeek", table_peek),
+        FN("tableDecideReset", table_decide_reset),
+        FN("tableRemove", table_remove),
+        FN("tableReset", table_reset),
+        FN("tableSize", table_size),
+        FN("tableClose", table_close),
+        FN("now", fn_now),
+        FN("version", fn_version),
+        FN("checkSpec", fn_check_spec),
+        FN("parseSpec", fn_parse_spec),
+        FN("unlink", fn_unlink),
+        FN("strerror", fn_strerror),
+        FN("_init", fn_init),
     };
-    static const napi_property_descriptor tab_props[] = {
-        METHOD("tryAcquire", table_try),
-        METHOD("decide", table_decide_js),
-        METHOD("peek", table_peek),
-        METHOD("remove", table_remove),
-        METHOD("reset", table_reset),
-        METHOD("close", table_close),
-        GETTER("size", table_size),
-    };
-    static const napi_property_descriptor fns[] = {
-        METHOD("now", fn_now),
-        METHOD("version", fn_version),
-        METHOD("checkSpec", fn_check_spec),
-        METHOD("parseSpec", fn_parse_spec),
-        METHOD("unlink", fn_unlink),
-        METHOD("strerror", fn_strerror),
-        METHOD("_init", fn_init),
-    };
-    size_t nl = sizeof lim_props / sizeof lim_props[0];
-    size_t nt = sizeof tab_props / sizeof tab_props[0];
-    if (!export_class(env, exports, "Limiter", limiter_new, lim_props, nl) ||
-        !export_class(env, exports, "Table", table_new, tab_props, nt) ||
-        !export_class(env, exports, "SharedTable", shared_new, tab_props, nt) ||
-        napi_define_properties(env, exports, sizeof fns / sizeof fns[0], fns) != napi_ok)
+#undef FN
+    if (napi_define_properties(env, exports, sizeof fns / sizeof fns[0], fns) != napi_ok)
         return NULL;
     export_int(env, exports, "EINVAL", SLUICE_EINVAL);
     export_int(env, exports, "ENOMEM", SLUICE_ENOMEM);
