@@ -3,7 +3,8 @@
 # CMake's SLUICE_SOURCES, read by scripts/sources.js (from the repository,
 # or from deps/sluice in a package made by `npm pack`): it is kept in one
 # place.  Flags as CMake's: C11 without extensions, hidden visibility (the
-# public header exports the API), a 16-byte compare-and-swap on x86-64.
+# public header exports the API), and on x86-64 the 16-byte
+# compare-and-swap and TLS descriptors (scripts/sources.js --cflags).
 {
   "targets": [
     {
@@ -14,12 +15,9 @@
       ],
       "include_dirs": ["<!@(node scripts/sources.js --include)"],
       "defines": ["SLUICE_BUILDING=1", "NAPI_VERSION=8"],
-      "cflags_c": ["-std=c11", "-fvisibility=hidden"],
+      "cflags_c": ["-std=c11", "-fvisibility=hidden", "<!@(node scripts/sources.js --cflags)"],
       "cflags": ["-Wall", "-Wextra"],
-      "libraries": ["-lpthread", "-lm"],
-      "conditions": [
-        ["target_arch=='x64'", {"cflags_c": ["-mcx16", "-mtls-dialect=gnu2"]}]
-      ]
+      "libraries": ["-lpthread", "-lm"]
     }
   ]
 }

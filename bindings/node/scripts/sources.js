@@ -9,8 +9,13 @@
 // relative to this package's folder (where node-gyp runs):
 //   node scripts/sources.js            the .c files
 //   node scripts/sources.js --include  the include directories
+//   node scripts/sources.js --cflags   the machine's C flags, as CMake's:
+//     on x86-64 -mcx16 (the 16-byte compare-and-swap of the lock-free
+//     limiters) and -mtls-dialect=gnu2 when the compiler takes it (TLS
+//     descriptors: the counters' thread slot without __tls_get_addr)
 const fs = require('fs');
 const path = require('path');
+const { spawnSync } = require('child_process');
 
 const pkg = path.resolve(__dirname, '..');
 
@@ -74,7 +79,23 @@ function rel(p) {
   return path.relative(pkg, p).split(path.sep).join('/');
 }
 
+function accepts(flag) {
+  const cc = process.env.CC || 'cc';
+  const r = spawnSync(cc, [flag, '-x', 'c', '-c', '-o', '/dev/null', '-'],
+    { input: 'int sluice_probe;\n', stdio: ['pipe', 'ignore', 'ignore'], shell: false });
+  return r.status === 0;
+}
+
+function cflags() {
+  if (process.arch !== 'x64') return [];
+  return ['-mcx16', ...(accepts('-mtls-dialect=gnu2') ? ['-mtls-dialect=gnu2'] : [])];
+}
+
 if (require.main === module) {
+  if (process.argv[2] === '--cflags') {
+    console.log(cflags().join('\n'));
+    process.exit(0);
+  }
   const root = libraryRoot();
   if (process.argv[2] === '--include') {
     console.log([rel(path.join(root, 'include')), rel(path.join(root, 'src'))].join('\n'));
