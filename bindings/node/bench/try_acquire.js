@@ -4,8 +4,9 @@
 //
 //   node bench/try_acquire.js [--rounds 15] [--number 500000]
 //
-// In this process: sluice's Limiter.tryAcquire and Table.tryAcquire (one
-// synchronous call each), sluice's RateLimiterSluice.consume (the same
+// In this process: sluice's Limiter.tryAcquire (also with clock=coarse,
+// to show the clock read's share) and Table.tryAcquire (one synchronous
+// call each), sluice's RateLimiterSluice.consume (the same
 // decision behind rate-limiter-flexible's promise API), and
 // rate-limiter-flexible's RateLimiterMemory.consume, awaited.  In a cluster
 // worker: sluice's SharedTable.tryAcquire (a limit shared by every worker)
@@ -51,12 +52,16 @@ async function measure(cands) {
 
 function inProcess() {
   const lim = new sluice.Limiter(`token-bucket ${BIG}/s`);
+  const coarse = new sluice.Limiter(`token-bucket ${BIG}/s clock=coarse`);
   const table = new sluice.Table(`token-bucket ${BIG}/s`, 1024);
   const flex = new sluice.RateLimiterSluice({ points: BIG, duration: 1, algorithm: 'token-bucket' });
   const rlf = new RateLimiterMemory({ points: BIG, duration: 1 });
   return measure([
     ['sluice Limiter.tryAcquire()', NUMBER, (n) => {
       for (let i = 0; i < n; i++) lim.tryAcquire();
+    }],
+    ['sluice Limiter.tryAcquire(), clock=coarse', NUMBER, (n) => {
+      for (let i = 0; i < n; i++) coarse.tryAcquire();
     }],
     ['sluice Table.tryAcquire(key)', NUMBER, (n) => {
       for (let i = 0; i < n; i++) table.tryAcquire('client-42');
