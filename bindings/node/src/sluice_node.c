@@ -1052,6 +1052,11 @@ static void export_int(napi_env env, napi_value exports, const char *name, int v
     napi_set_named_property(env, exports, name, v);
 }
 
+/* The two entry points NAPI_MODULE_INIT defines, declared first, so the
+ * project's -Wmissing-prototypes holds for this file too. */
+NAPI_MODULE_EXPORT int32_t node_api_module_get_api_version_v1(void);
+NAPI_MODULE_EXPORT napi_value napi_register_module_v1(napi_env env, napi_value exports);
+
 NAPI_MODULE_INIT()
 {
     addon *a = calloc(1, sizeof *a);

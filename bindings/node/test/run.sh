@@ -3,7 +3,8 @@
 #
 #   sh bindings/node/test/run.sh WORKDIR
 #
-# Makes a copy of the package in WORKDIR (a build tree's folder), with
+# Checks the addon's C with the project's warnings as errors; makes a copy
+# of the package in WORKDIR (a build tree's folder), with
 # deps/sluice a link to this checkout, so the source tree stays clean and
 # each build tree has its own addon; `npm ci` there installs the
 # devDependencies from the registry (express, express-rate-limit,
@@ -25,6 +26,15 @@ major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" -lt 18 ]; then
     echo "node: skipped: Node.js $(node --version) is older than 18" >&2
     exit 77
+fi
+
+# The addon's C under the project's warnings, as errors (node-gyp's build
+# does not stop on a warning), with the installed Node's headers.
+nodeinc=$(node -p 'require("path").resolve(process.execPath, "../../include/node")')
+if [ -f "$nodeinc/node_api.h" ]; then
+    ${CC:-cc} -fsyntax-only -std=c11 -DNAPI_VERSION=8 -DSLUICE_BUILDING=1 -I"$nodeinc" \
+        -I"$root/include" -I"$root/src" -Wall -Wextra -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla -Werror "$pkg/src/sluice_node.c"
 fi
 
 rm -rf "$work"
