@@ -18,7 +18,8 @@
 // other tenants left at that moment.  The figure per round is each app's
 // requests/s and their ratio; the result is the median ratio of the rounds.
 // `--stores memory,memory` (or sluice,sluice) runs the same store twice:
-// the spread of that ratio is what the machine's noise alone gives.
+// the spread of that ratio is what the machine's noise alone gives;
+// `local` is SluiceStore on a Table of each worker's own (not shared).
 const cluster = require('cluster');
 const net = require('net');
 const path = require('path');
@@ -38,8 +39,8 @@ const WORKER = path.join(__dirname, '..', 'test', 'fixtures', 'express_worker.js
 const CLIENT = path.join(__dirname, 'load_client.js');
 const si = process.argv.indexOf('--stores');
 const STORES = si > 0 ? process.argv[si + 1].split(',') : ['sluice', 'memory'];
-if (STORES.length !== 2 || !STORES.every((k) => k === 'sluice' || k === 'memory')) {
-  throw new Error('--stores takes two of sluice, memory: e.g. sluice,memory');
+if (STORES.length !== 2 || !STORES.every((k) => ['sluice', 'local', 'memory'].includes(k))) {
+  throw new Error('--stores takes two of sluice, local, memory: e.g. sluice,memory');
 }
 
 function median(xs) {
@@ -99,6 +100,7 @@ async function main() {
   console.log('| store | requests/s |');
   console.log('| --- | ---: |');
   const name = { sluice: 'SluiceStore (SharedTable, one limit for the 4 workers)',
+                 local: 'SluiceStore (a Table per worker)',
                  memory: 'MemoryStore (one limit per worker)' };
   console.log(`| ${name[STORES[0]]} | ${median(rows.map((x) => x.s)).toFixed(0)} |`);
   console.log(`| ${name[STORES[1]]} | ${median(rows.map((x) => x.m)).toFixed(0)} |`);
