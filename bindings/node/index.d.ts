@@ -1,9 +1,10 @@
 // index.d.ts -- the TypeScript declarations of sluice for Node.js
 // (docs/node.md is the reference).
 
-/** A key: a string (its UTF-8 bytes) or bytes. Any length is limited: a
- * key longer than the table's cap is held by its 128-bit keyed digest. */
-export type Key = string | Buffer | Uint8Array | ArrayBufferView;
+/** A key: a string (its UTF-8 bytes) or bytes (a Buffer, any TypedArray,
+ * a DataView). Any length is limited: a key longer than the table's cap is
+ * held by its 128-bit keyed digest. */
+export type Key = string | ArrayBufferView;
 
 /** A count or a time in ns: a safe non-negative integer Number, or a BigInt
  * up to 2n**64n-1n. */
