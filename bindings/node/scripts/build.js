@@ -6,7 +6,9 @@
 // or its download).  node-gyp: the one npm passes to install scripts
 // (npm_config_node_gyp), else a node-gyp installed beside this package,
 // else the one bundled with npm.  SLUICE_BUILD_JOBS: parallel compiles
-// (default 2).
+// (default 2).  The addon is C only, so it links with the C compiler
+// (node-gyp's default linker is the C++ one): no g++ needed, unless LINK
+// says otherwise.
 const { spawnSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
@@ -33,7 +35,9 @@ function main() {
       fs.existsSync(path.join(prefix, 'include', 'node', 'common.gypi'))) {
     args.push('--nodedir=' + prefix);
   }
-  const r = spawnSync(process.execPath, args, { cwd: path.resolve(__dirname, '..'), stdio: 'inherit' });
+  const env = { ...process.env };
+  if (!env.LINK) env.LINK = env.CC || 'cc';
+  const r = spawnSync(process.execPath, args, { cwd: path.resolve(__dirname, '..'), stdio: 'inherit', env });
   if (r.error) throw r.error;
   process.exitCode = r.status === null ? 1 : r.status;
 }
