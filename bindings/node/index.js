@@ -152,12 +152,13 @@ class Table {
     return result(tableDecide(this.#h, key, permits, nowNs));
   }
 
-  /** decide() at the table's clock, with `resetMs`: the ms until the key
-   * holds no permit (a fixed window's end).  For lib/flexible.js. */
+  /** decide() at the table's clock, for lib/flexible.js and
+   * lib/express.js: returns `allowed` and leaves the details in the
+   * scratch (`scratch` below: [remaining, retryAfterMs, waitMs, error,
+   * resetMs], resetMs the ms until the key holds no permit), so the
+   * adapters make their own answer and no Result. */
   _decideReset(key, permits) {
-    const r = result(tableDecideReset(this.#h, key, permits));
-    r.resetMs = F[4];
-    return r;
+    return tableDecideReset(this.#h, key, permits);
   }
 
   /** What a request for `permits` (default 0) would get, changing nothing. */
@@ -225,7 +226,8 @@ const api = {
 const { makeFlexible } = require('./lib/flexible');
 const { makeStore } = require('./lib/express');
 
-Object.assign(api, makeFlexible(api));
-api.SluiceStore = makeStore(api);
+// the adapters read a decision's details from the scratch (F)
+Object.assign(api, makeFlexible(api, F));
+api.SluiceStore = makeStore(api, F);
 
 module.exports = api;

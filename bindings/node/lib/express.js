@@ -28,7 +28,7 @@
 // an init error and goes on) and every increment() throws it, so the
 // misconfiguration cannot pass unnoticed.
 
-function makeStore(sluice) {
+function makeStore(sluice, scratch) {
   class SluiceStore {
     /**
      * @param {object} [opts]
@@ -95,11 +95,13 @@ function makeStore(sluice) {
 
     increment(key) {
       if (this.error) throw this.error;
-      // one call: the decision and the ms until the key holds no permit
-      const r = this.table._decideReset(this.prefix + key);
+      // one call: the decision, and in the scratch [remaining,
+      // retryAfterMs, waitMs, error, resetMs] the ms until the key holds
+      // no permit
+      const allowed = this.table._decideReset(this.prefix + key);
       return {
-        totalHits: r.allowed ? this.capacity - r.remaining : this.limit + 1,
-        resetTime: new Date(Date.now() + r.resetMs),
+        totalHits: allowed ? this.capacity - scratch[0] : this.limit + 1,
+        resetTime: new Date(Date.now() + scratch[4]),
       };
     }
 

@@ -45,7 +45,7 @@ class RateLimiterRes {
   }
 }
 
-function makeFlexible(sluice) {
+function makeFlexible(sluice, scratch) {
   class RateLimiterSluice {
     constructor(opts = {}) {
       if (opts === null || typeof opts !== 'object') {
@@ -98,18 +98,20 @@ function makeFlexible(sluice) {
       return r.retryAfterMs < 0 ? 0 : r.retryAfterMs;
     }
 
-    // a decision (Table._decideReset: with resetMs, the ms until the key
-    // holds no permit) as rate-limiter-flexible answers it
-    _res(r, points) {
-      const consumed = this.info.capacity - r.remaining;
-      if (r.allowed) {
-        return new RateLimiterRes(r.remaining, r.resetMs, consumed, consumed === points);
+    // The decision Table._decideReset just made, from the scratch
+    // ([remaining, retryAfterMs, waitMs, error, resetMs]), as
+    // rate-limiter-flexible answers it.
+    _res(allowed, points) {
+      const remaining = scratch[0];
+      const consumed = this.info.capacity - remaining;
+      if (allowed) {
+        return new RateLimiterRes(remaining, scratch[4], consumed, consumed === points);
       }
       // refused: nothing taken, but the answer reads as
       // rate-limiter-flexible's, which counts the refused points:
       // consumedPoints includes them (so consumedPoints > points holds) and
       // remainingPoints is 0 (isFirstInDuration: the key held nothing)
-      const ms = r.retryAfterMs >= 0 ? r.retryAfterMs : r.resetMs;
+      const ms = scratch[1] >= 0 ? scratch[1] : scratch[4];
       return new RateLimiterRes(0, ms, consumed + points, consumed === 0);
     }
 
@@ -124,9 +126,9 @@ function makeFlexible(sluice) {
      * with one when the key has not got them (an Error for a bad call). */
     consume(key, points = 1) {
       try {
-        const r = this.table._decideReset(this.getKey(key), this._points(points));
-        const res = this._res(r, points);
-        return r.allowed ? Promise.resolve(res) : Promise.reject(res);
+        const allowed = this.table._decideReset(this.getKey(key), this._points(points));
+        const res = this._res(allowed, points);
+        return allowed ? Promise.resolve(res) : Promise.reject(res);
       } catch (e) {
         return Promise.reject(e);
       }
