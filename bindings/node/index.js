@@ -61,8 +61,8 @@ native._init(SluiceError, SpecError);
 
 const {
   limiterNew, limiterTry, limiterTryNow, limiterDecide, limiterPeek, limiterSpec, limiterClose,
-  tableNew, sharedNew, tableTry, tableDecide, tableDecideReset, tablePeek, tableRemove, tableReset, tableSize,
-  tableClose,
+  tableNew, sharedNew, tableTry, tableDecide, tableDecideReset, tablePeek, tableRemove,
+  tableReset, tableSize, tableClose,
 } = native;
 
 // A decide() or peek() returns `allowed` and leaves its details in the

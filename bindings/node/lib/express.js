@@ -66,14 +66,14 @@ function makeStore(sluice, scratch) {
       }
       const limit = options.limit !== undefined ? options.limit : options.max;
       if (!Number.isSafeInteger(limit) || limit < 1) {
+        const what = typeof limit === 'function' ? 'a function' : limit;
         this.error = new sluice.SluiceError(
-          `sluice: SluiceStore needs a fixed limit >= 1 (a number), not ${typeof limit === 'function' ? 'a function' : limit}`,
-          sluice.EINVAL);
+          `sluice: SluiceStore needs a fixed limit >= 1 (a number), not ${what}`, sluice.EINVAL);
         throw this.error;
       }
       if (!Number.isSafeInteger(options.windowMs) || options.windowMs < 1) {
-        this.error = new sluice.SluiceError(`sluice: windowMs must be a whole number of ms >= 1, not ${options.windowMs}`,
-          sluice.EINVAL);
+        this.error = new sluice.SluiceError(
+          `sluice: windowMs must be a whole number of ms >= 1, not ${options.windowMs}`, sluice.EINVAL);
         throw this.error;
       }
       this.limit = limit;
