@@ -5,10 +5,10 @@
 // tarballs have them), so nothing is downloaded; else node-gyp's own way
 // (npm_config_nodedir, or its download).  node-gyp: the one npm passes to
 // install scripts (npm_config_node_gyp), else a node-gyp installed beside
-// this package, else the one bundled with npm.  SLUICE_BUILD_JOBS: parallel compiles
-// (default 2).  The addon is C only, so it links with the C compiler
-// (node-gyp's default linker is the C++ one): no g++ needed, unless LINK
-// says otherwise.
+// this package, else the one bundled with npm.  SLUICE_BUILD_JOBS:
+// parallel compiles (default 2).  The addon is C only, so it links with
+// the C compiler (node-gyp's default linker is the C++ one): no g++
+// needed, unless LINK says otherwise.
 const { spawnSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
