@@ -72,6 +72,10 @@ extra+=(libssl-dev openssl)
 # The Python binding's packaging and limits/Flask-Limiter tests (bindings/python/tests).
 extra+=(python3-venv python3-pip python3-setuptools python3-build python3-wheel
     python3-limits python3-flask python3-flask-limiter gunicorn)
+# The Node.js binding's tests (bindings/node/test/run.sh): node with its npm.
+# Only nodejs is named: Debian's npm package conflicts with a nodejs that
+# bundles npm (NodeSource's); without npm the test says so and is skipped.
+extra+=(nodejs)
 bash scripts/deps.sh "${extra[@]}"
 
 # ------------------------------------------------------------- sanitizers --
