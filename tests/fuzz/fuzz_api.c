@@ -1008,6 +1008,10 @@ static void table_close(table *tb, held_trv *trv, fuzz_in *in)
     int rc;
     if (b & 1) { /* a cancel */
         rc = sluice_table_reservation_cancel_at(&v->r, t);
+        /* the call took its key's shard at t, which steps the table's
+         * clock there (keys at rest by t may be reclaimed), whatever it
+         * answered: t is the table's latest, as for a decision */
+        tb->now = max64(tb->now, min64(t, TMAX));
         trace("table cancel key #%d reservation of %llu at %llu, t=%llu -> %d\n", k,
               (unsigned long long)p, (unsigned long long)v->r.at_ns, (unsigned long long)t, rc);
         if (!tb->c.bucket) {
@@ -1035,6 +1039,7 @@ static void table_close(table *tb, held_trv *trv, fuzz_in *in)
         }
         if (a != p) unsync(s);
         rc = sluice_table_reservation_settle_at(&v->r, a, t);
+        tb->now = max64(tb->now, min64(t, TMAX)); /* as the cancel's, above */
         trace("table settle key #%d reservation of %llu at %llu, actual=%llu, t=%llu -> %d\n", k,
               (unsigned long long)p, (unsigned long long)v->r.at_ns, (unsigned long long)a,
               (unsigned long long)t, rc);
@@ -1043,7 +1048,6 @@ static void table_close(table *tb, held_trv *trv, fuzz_in *in)
         if (a > p && rc == 0) {
             track_admission(s, min64(t, TMAX), a - p);
             s->max_adm = max64(s->max_adm, min64(t, TMAX));
-            tb->now = max64(tb->now, min64(t, TMAX));
         }
     }
     s->remaining = tb->c.max_grant;
