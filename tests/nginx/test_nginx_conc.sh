@@ -184,6 +184,24 @@ if start; then
     [ "$c" = "503 000 200 503 504 200" ] &&
         pass "a client that gives up (curl --max-time 1) and an upstream timeout (504) give the permit back ($c)" ||
         fail "ends: want 503 000 200 503 504 200, got $c"
+
+    # ---- a flood of new keys: each released, none left holding a slot ------------
+    # zone c has max_keys=100: 400 requests, each with a key of its own (of
+    # every printable byte, up to 200 bytes long), each ending at
+    # once, are all admitted -- a key that holds nothing leaves room -- and
+    # the zone still counts per key afterwards (3 held, the 4th refused).
+    bad=0
+    for i in $(seq 400); do
+        k="flood-$i-$(printf '%*s' $((i % 200)) '' | tr ' ' "$(printf "\\$(printf '%03o' $((33 + i % 94)))")")"
+        r=$(code -H "X-Key: $k" "$base/fast/index.html")
+        [ "$r" = 200 ] || bad=$((bad + 1))
+    done
+    for i in 1 2 3; do bg "f$i" -H "X-Key: after-flood" "$base/slow/f$i"; done
+    wait_held 3 && c=$(code -H "X-Key: after-flood" "$base/fast/index.html") || c="not held: $(held)"
+    settle
+    [ $bad -eq 0 ] && [ "$c" = 503 ] &&
+        pass "a flood of 400 new keys, each released, all admitted in a zone of 100 keys; then 3 held, the 4th refused" ||
+        fail "flood: $bad of 400 not admitted, then $c (want 0 and 503)"
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
