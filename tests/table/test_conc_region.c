@@ -508,10 +508,22 @@ static void test_sweep_bound(void **state)
 
 typedef struct cell {
     _Atomic int32_t pid;
-    _Atomic uint64_t permits; /* what that child holds, by its own account:
-                               * permits | its key's index << 32 (one word,
-                               * so the two are read together) */
+    _Atomic uint64_t permits; /* what that child holds, by its own account,
+                               * in one word so that all is read together:
+                               * permits (bits 0-7) | its key's index << 8
+                               * | a count of its stores << 16 */
 } cell;
+
+#define CELL_PERMITS(w) ((w) & 0xff)
+#define CELL_KEY(w) (((w) >> 8) & 0xff)
+
+/* Sets a child's cell: a new word every time (the count), so that the
+ * checker's two reads of it differ if anything was stored between them. */
+static void cell_set(cell *c, uint64_t permits, uint64_t key)
+{
+    const uint64_t stores = (atomic_load(&c->permits) >> 16) + 1;
+    atomic_store(&c->permits, permits | key << 8 | stores << 16);
+}
 
 typedef struct board {
     cell cells[KIDS];
@@ -571,12 +583,12 @@ static void kid(region *g, board *b, unsigned i, uint64_t seed)
         snprintf(key, sizeof key, "shared%u", (unsigned)ki);
         sluice_region_permit pm;
         if (acq(g, key, p, mono_ns(), &pm, NULL)) {
-            atomic_store(&me->permits, p | ki << 32); /* after the admission: never early */
+            cell_set(me, p, ki); /* after the admission: never early */
             atomic_fetch_add(&b->admitted, 1);
             const unsigned spin = (unsigned)(tu_xorshift64(&rng) % 20000);
             for (volatile unsigned k = 0; k < spin; k++) {
             }
-            atomic_store(&me->permits, 0); /* before the release: never late */
+            cell_set(me, 0, 0); /* before the release: never late */
             if (sluice_region_permit_release_at(&pm, mono_ns()) != 0)
                 atomic_fetch_add(&b->lost, 1); /* swept from a live holder */
         }
@@ -587,16 +599,25 @@ static void kid(region *g, board *b, unsigned i, uint64_t seed)
 static void checker(region *g, board *b)
 {
     while (!atomic_load(&b->stop)) {
+        /* A snapshot of the cells at one instant: two reads of them all,
+         * the same twice (each store makes a new word), held together at
+         * the instant between the two. One read alone sums a holder that
+         * has just released with the one that took its permits after. */
         uint64_t sum[LOOP_KEYS_MAX] = {0};
         int32_t pids[KIDS];
         uint64_t perm[KIDS];
+        bool same = true;
         for (unsigned i = 0; i < KIDS; i++) {
             pids[i] = atomic_load(&b->cells[i].pid);
             perm[i] = atomic_load(&b->cells[i].permits);
         }
+        for (unsigned i = 0; i < KIDS; i++)
+            same = same && atomic_load(&b->cells[i].permits) == perm[i] &&
+                   atomic_load(&b->cells[i].pid) == pids[i];
+        if (!same) continue;
         for (unsigned i = 0; i < KIDS; i++) /* alive after the read: alive during it */
-            if ((uint32_t)perm[i] && alive(pids[i]) && atomic_load(&b->cells[i].pid) == pids[i])
-                sum[(perm[i] >> 32) % LOOP_KEYS_MAX] += (uint32_t)perm[i];
+            if (CELL_PERMITS(perm[i]) && alive(pids[i]) && atomic_load(&b->cells[i].pid) == pids[i])
+                sum[CELL_KEY(perm[i]) % LOOP_KEYS_MAX] += CELL_PERMITS(perm[i]);
         for (unsigned k = 0; k < b->nkeys; k++) {
             char key[24];
             snprintf(key, sizeof key, "shared%u", k);
@@ -638,7 +659,7 @@ static void fork_kill(const char *spec, unsigned nkeys)
         int st;
         assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
         assert_true(WIFSIGNALED(st)); /* a kid exits by SIGKILL only */
-        atomic_store(&b->cells[i].permits, 0);
+        cell_set(&b->cells[i], 0, 0);
         atomic_store(&b->cells[i].pid, 0);
         loop_pids[i] = 0;
         kids[i] = loop_fork(i);
