@@ -24,6 +24,9 @@
 #             or turns the zone into a rate zone, makes a new zone.
 #   lease     lease=1s: a permit held past its lease comes back then, not
 #             before, and its late release gives nothing back twice.
+#   full      a zone whose every key holds a permit: a new key refused
+#             (503, logged as a full zone), nobody waits; released, new
+#             keys admitted again.
 #   config    nginx -t refuses N=0, a bad lease, a rate option, a rate
 #             zone's parameter, N over a region's 65536, a shadow.
 #   metrics   sluice_metrics with requests held: every scrape (whichever
@@ -88,11 +91,14 @@ conc_conf() { # WORKERS
     conf_http "$1" <<CONF
   sluice_zone c key=\$http_x_key spec="concurrency 3" max_keys=100;
   sluice_zone two key=\$http_x_key spec="concurrency 2" max_keys=100;
+  sluice_zone full key=\$http_x_key spec="concurrency 1" max_keys=8;
   server {
     listen 127.0.0.1:$port;
     root $dir/html;
     proxy_read_timeout 60s;
     location /slow/ { sluice c; proxy_pass $up; }
+    location /full/slow/ { sluice full; proxy_pass $up; }
+    location /full/fast/ { alias $dir/html/; sluice full; }
     location /fast/ { alias $dir/html/; sluice c; }
     location /fast429/ { alias $dir/html/; sluice c; sluice_status 429; }
     location /short/ { sluice c; proxy_pass $up; proxy_read_timeout 1s; }
@@ -192,7 +198,9 @@ if start; then
     # the zone still counts per key afterwards (3 held, the 4th refused).
     bad=0
     for i in $(seq 400); do
-        k="flood-$i-$(printf '%*s' $((i % 200)) '' | tr ' ' "$(printf "\\$(printf '%03o' $((33 + i % 94)))")")"
+        printf -v ch "\\$(printf '%03o' $((33 + i % 94)))"
+        printf -v pad '%*s' $((i % 200)) ''
+        k="flood-$i-${pad// /"$ch"}"
         r=$(code -H "X-Key: $k" "$base/fast/index.html")
         [ "$r" = 200 ] || bad=$((bad + 1))
     done
@@ -202,6 +210,38 @@ if start; then
     [ $bad -eq 0 ] && [ "$c" = 503 ] &&
         pass "a flood of 400 new keys, each released, all admitted in a zone of 100 keys; then 3 held, the 4th refused" ||
         fail "flood: $bad of 400 not admitted, then $c (want 0 and 503)"
+    # ---- a zone full of keys in use: new keys refused, held keys counted ------
+    # zone full has max_keys=8 (one shard: every slot is the zone's): 8
+    # keys each holding their one permit fill it; a 9th key is refused at
+    # once (503, logged "zone full of keys in use"), a held key is refused
+    # by its own limit, nobody waits; once they are released, new keys
+    # are admitted again and the zone counts each key (1 held, the 2nd
+    # request of that key refused).
+    for i in $(seq 8); do bg "full$i" -H "X-Key: full-$i" "$base/full/slow/full$i"; done
+    if wait_held 8; then
+        c="$(code -H "X-Key: full-new" "$base/full/fast/index.html") $(code -H "X-Key: full-3" "$base/full/fast/index.html")"
+        c="$c $(code -H "X-Key: full-other$RANDOM" "$base/full/fast/index.html")"
+        [ "$c" = "503 503 503" ] &&
+            pass "a zone of 8 keys, each holding its permit: a new key refused (503), a held key refused" ||
+            fail "full zone: want 503 503 503, got $c"
+        grep -q 'sluice: limiting requests in flight by zone "full" (zone full of keys in use)' "$dir/logs/error.log" &&
+            pass "the full zone's refusal is logged as such" || fail "no 'zone full of keys in use' line for zone full"
+    else
+        fail "8 requests not held on zone full: the upstream holds $(held)"
+    fi
+    settle
+    c="$(ended full1) $(ended full8)"
+    bad=0
+    for i in $(seq 16); do
+        r=$(code -H "X-Key: full-after-$i" "$base/full/fast/index.html")
+        [ "$r" = 200 ] || bad=$((bad + 1))
+    done
+    bg "fa" -H "X-Key: full-after" "$base/full/slow/fa"
+    wait_held 1 && c="$c $bad $(code -H "X-Key: full-after" "$base/full/fast/index.html")" || c="$c $bad not held: $(held)"
+    settle
+    [ "$c" = "200 200 0 503" ] &&
+        pass "released: the held requests end with 200, 16 new keys admitted, the zone counts per key again" ||
+        fail "after the full zone: want '200 200 0 503', got '$c'"
 else
     fail "nginx did not start: $(tail -3 "$dir/logs/error.log")"
 fi
