@@ -10,7 +10,7 @@
 #ifndef SLUICE_ALG_BUCKET_H
 #define SLUICE_ALG_BUCKET_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 SLUICE__INTERNAL bool sluice__bucket_decide(const sluice__profile *pf, sluice__state *st,
                                             uint64_t t, uint64_t p, uint64_t max_wait,

@@ -7,7 +7,7 @@
 #ifndef SLUICE_ALG_CALENDAR_H
 #define SLUICE_ALG_CALENDAR_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 /* The calendar window of profile pf that holds t (ns since the Unix epoch,
  * UTC): *start <= t < *end, in ns; a start before the epoch reads 0, an

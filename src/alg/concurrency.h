@@ -12,7 +12,7 @@
 #ifndef SLUICE_ALG_CONCURRENCY_H
 #define SLUICE_ALG_CONCURRENCY_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 /* The most permits a leased concurrency limit may hold: its book has one
  * entry per permit handle, and a handle holds at least one permit. */

@@ -25,7 +25,7 @@
  * Entry point: sluice__fixed_window_ops, its row (setup, decide, rest_at,
  * pack/unpack, decide_packed, refused_until, carry).
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 
 #include "alg/calendar.h"
 

@@ -16,7 +16,7 @@
 #ifndef SLUICE_ALG_HELD_H
 #define SLUICE_ALG_HELD_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 typedef struct sluice__held {
     const sluice__profile *pf; /* the profile the limit decides under */

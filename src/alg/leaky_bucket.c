@@ -17,7 +17,7 @@
  * Entry point: sluice__leaky_bucket_ops, its row: token_bucket.c's bucket
  * functions with the shaper's wait, and its own format and carry.
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/bucket.h"
 
 #include <stdio.h>

@@ -48,7 +48,7 @@
  * sluice__reconfigure_state (carry a state), sluice__state_packable,
  * sluice__reconfigure_knob (one option changed), sluice__reconfigure_fit.
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/reconfigure.h"
 
 int sluice__reconfigure_check(const sluice__profile *from, const sluice__profile *to,

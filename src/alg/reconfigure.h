@@ -10,7 +10,7 @@
 #ifndef SLUICE_ALG_RECONFIGURE_H
 #define SLUICE_ALG_RECONFIGURE_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 /* Whether `to` may replace `from` on a running limiter (0, or a negative
  * code with the reason in err); the state of a limiter of profile `from`,

@@ -24,7 +24,7 @@
  * Entry point: sluice__sliding_approx_ops, its row (setup, decide, rest_at,
  * pack/unpack, decide_packed, refused_until, carry, fits).
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/sliding_approx.h"
 
 /* Move the state to window k. */

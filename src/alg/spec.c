@@ -30,7 +30,7 @@
  *                 sluice__format_no_options
  *   the view      sluice__spec_info, sluice_spec_parse, sluice_algorithm_name
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/text.h"
 #include "base/tzif.h"
 #include "alg/concurrency.h"

@@ -45,7 +45,7 @@
  * _reserve, _give_back, _rest_at, _setup, _pack, _unpack, _decide_packed,
  * _refused_until, _carry, _fits) and sluice__token_bucket_ops, its row.
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/bucket.h"
 
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #ifndef SLUICE_WINDOW_LOG_H
 #define SLUICE_WINDOW_LOG_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 #include <pthread.h>
 

@@ -84,7 +84,7 @@
  * shard; keys at rest in other shards are reclaimed with nothing held, and
  * the call is then tried once more.
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/held.h"
 #include "limiter/hold.h"
 #include "table/hold.h"

@@ -39,7 +39,7 @@
  *   header block   sluice_http_headers (RateLimit-Policy, RateLimit,
  *                  Retry-After, the legacy X-RateLimit-* lines)
  */
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/text.h"
 #include "alg/calendar.h"
 

@@ -18,7 +18,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/clock.h"
 #include "base/counters.h"
 #include "limiter/limiter.h"

@@ -99,7 +99,7 @@
  * the cache and the serialisation buffer need no lock.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "alg/bucket.h"      /* sluice__bucket_reserve, _give_back */
 #include "alg/reconfigure.h" /* sluice__reconfigure_check, _state */
 #include "base/shared.h"     /* sluice__random_seed */

@@ -30,7 +30,7 @@
 #endif
 
 #include "base/clock.h"
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/counters.h"
 #include "base/spin.h"
 #include "table/table.h"

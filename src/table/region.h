@@ -23,7 +23,7 @@
 
 #include "alg/window_log.h"
 #include "base/counters.h"
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/spin.h"
 #include "table/region_table.h"
 #include "table/skeleton.h"

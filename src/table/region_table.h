@@ -6,7 +6,7 @@
 #ifndef SLUICE_REGION_TABLE_H
 #define SLUICE_REGION_TABLE_H
 
-#include "base/internal.h"
+#include "alg/alg.h"
 
 typedef struct sluice__rtable sluice__rtable;
 

@@ -18,7 +18,7 @@
 
 #include <math.h>
 
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/seqlock.h"
 #include "table/table.h"
 
