@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "base/internal.h"
+#include "alg/alg.h"
 #include "base/tzif.h"
 #include "alg/calendar.h"
 
