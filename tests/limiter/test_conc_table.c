@@ -145,6 +145,352 @@ static void test_stale_after_drop(void **state)
     sluice_concurrency_table_free(t);
 }
 
+/* ---- acquires that wait (sluice_concurrency_table_acquire, _async_at) --- */
+
+#define T_END ((uint64_t)INT64_MAX)
+
+typedef struct wt_arg {
+    sluice_concurrency_table *t;
+    const char *key;
+    uint64_t permits, timeout_ns;
+    int rc;
+    sluice_result res;
+    sluice_permit pm;
+    _Atomic unsigned *order; /* the next position */
+    unsigned pos;            /* where this waiter was served */
+} wt_arg;
+
+static void *wt_main(void *p)
+{
+    wt_arg *a = p;
+    a->rc = sluice_concurrency_table_acquire(a->t, a->key, strlen(a->key), a->permits, a->timeout_ns,
+                                             &a->pm, &a->res);
+    if (a->rc == 0) a->pos = atomic_fetch_add(a->order, 1);
+    return NULL;
+}
+
+/* Poll (bounded: 60 s of real time, for a loaded machine) until `n`
+ * acquirers wait on `key`. */
+static void wait_for_waiting(sluice_concurrency_table *t, const char *key, uint32_t n)
+{
+    for (int i = 0; i < 60000 && sluice_concurrency_table_waiting(t, key, strlen(key)) != n; i++)
+        tu_sleep_ns(1000000);
+    assert_int_equal(sluice_concurrency_table_waiting(t, key, strlen(key)), n);
+}
+
+/* Blocked threads on one key are served in the order they queued, one
+ * release waking exactly the waiter it lets through; another key's line is
+ * its own; a newcomer does not pass the line. */
+static void test_blocking_fifo(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 2", 4);
+    sluice_permit h1, h2, x;
+    sluice_result r;
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h1, &r));
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h2, &r));
+    enum { W = 4 };
+    pthread_t th[W];
+    wt_arg a[W];
+    _Atomic unsigned order = 0;
+    for (unsigned i = 0; i < W; i++) {
+        a[i] = (wt_arg){.t = t, .key = "k", .permits = 1, .timeout_ns = 60 * SEC, .order = &order};
+        assert_int_equal(pthread_create(&th[i], NULL, wt_main, &a[i]), 0);
+        wait_for_waiting(t, "k", i + 1); /* queued in this order */
+    }
+    /* another key does not wait behind k */
+    assert_int_equal(sluice_concurrency_table_acquire(t, "j", 1, 2, 60 * SEC, &x, &r), 0);
+    assert_true(r.allowed);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sluice_permit_release_at(&x, 0), 0);
+    assert_int_equal(sluice_permit_release_at(&h1, 0), 0);
+    wait_for_waiting(t, "k", W - 1); /* exactly one woken */
+    /* the first: were it another, the first would wait out its 60 s */
+    pthread_join(th[0], NULL);
+    assert_int_equal(a[0].rc, 0);
+    assert_int_equal(a[0].pos, 0);
+    assert_int_equal(a[0].pm.permits, 1);
+    assert_false(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &x, &r)); /* full */
+    /* each release lets the next through, in order */
+    assert_int_equal(sluice_permit_release_at(&h2, 0), 0);
+    for (unsigned i = 1; i < W; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].rc, 0);
+        assert_int_equal(a[i].pos, i);
+        assert_int_equal(sluice_permit_release_at(&a[i - 1].pm, 0), 0);
+    }
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 0);
+    assert_int_equal(sluice_permit_release_at(&a[W - 1].pm, 0), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "k", 1, 0), 0);
+    sluice_concurrency_table_free(t);
+}
+
+/* A timeout, a full table (refused at once, not waited for) and every bad
+ * argument of the blocking acquire. */
+static void test_blocking_errors(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 2", 1);
+    sluice_permit h, x;
+    sluice_result r;
+    assert_true(sluice_concurrency_table_acquire_at(t, "a", 1, 2, 0, &h, &r));
+    uint64_t t0 = sluice_now_ns();
+    assert_int_equal(sluice_concurrency_table_acquire(t, "a", 1, 1, 2000000, &x, &r), SLUICE_ETIMEDOUT);
+    assert_true(sluice_now_ns() - t0 >= 2000000); /* it did wait its 2 ms */
+    assert_false(r.allowed);
+    assert_int_equal(r.error, SLUICE_ETIMEDOUT);
+    assert_int_equal(x.permits, 0);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "a", 1), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "a", 1, 0), 2);
+    /* a new key, every entry held: at once (a wait would last 600 s) */
+    t0 = sluice_now_ns();
+    assert_int_equal(sluice_concurrency_table_acquire(t, "b", 1, 1, 600 * SEC, &x, &r), SLUICE_EFULL);
+    assert_true(sluice_now_ns() - t0 < 300 * SEC);
+    assert_int_equal(r.error, SLUICE_EFULL);
+    assert_int_equal(sluice_concurrency_table_keys(t), 1);
+    assert_int_equal(sluice_concurrency_table_acquire(NULL, "a", 1, 1, 0, &x, &r), SLUICE_EINVAL);
+    assert_int_equal(r.error, SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire(t, NULL, 1, 1, 0, &x, &r), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire(t, "a", 1, 1, 0, NULL, &r), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire(t, "a", 1, 0, 0, &x, &r), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire(t, "a", 1, 3, 0, &x, NULL), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_waiting(NULL, "a", 1), 0);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "zz", 2), 0);
+    assert_int_equal(sluice_permit_release_at(&h, 0), 0);
+    /* the key is free: through at once, and a new key may take its entry */
+    assert_int_equal(sluice_concurrency_table_acquire(t, "b", 1, 2, 0, &x, &r), 0);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sluice_permit_release_at(&x, 0), 0);
+    sluice_concurrency_table_free(t);
+}
+
+/* With a lease, a blocked waiter is let through when the holder's lease
+ * ends, though it never releases (the live clock: a 50-ms lease). */
+static void test_blocking_lease(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 1 lease=50ms", 2);
+    sluice_permit h, x;
+    sluice_result r;
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, sluice_now_ns(), &h, &r));
+    assert_int_equal(sluice_concurrency_table_acquire(t, "k", 1, 1, 60 * SEC, &x, &r), 0);
+    assert_int_equal(sluice_permit_release(&h), SLUICE_ENOENT); /* ended */
+    assert_int_equal(sluice_permit_release(&x), 0);
+    sluice_concurrency_table_free(t);
+}
+
+typedef struct {
+    uint64_t id[64];
+    int status[64];
+    sluice_permit pm[64];
+    uint64_t at[64];
+    size_t n;
+} alog;
+
+static void alog_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    alog *l = arg;
+    assert_true(l->n < 64);
+    l->id[l->n] = id;
+    l->status[l->n] = status;
+    l->pm[l->n] = pm ? *pm : (sluice_permit){0};
+    if (status == 0) assert_non_null(pm);
+    else assert_null(pm);
+    l->at[l->n] = now;
+    l->n++;
+}
+
+static sluice_wheel *mkwheel(void)
+{
+    char err[256];
+    sluice_wheel *w = sluice_wheel_new(1000, 1024, 0, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    return w;
+}
+
+/* Queued acquires on keys, time injected: each key's line is served from
+ * its head while the head fits (the model: a FIFO per key), a newcomer
+ * does not pass it, ids are unique over the table. */
+static void test_async_fifo(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 2", 4);
+    sluice_wheel *w = mkwheel();
+    alog l = {0};
+    sluice_permit h1, h2, x;
+    sluice_result r;
+    uint64_t a, b, d, e;
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h1, &r));
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h2, &r));
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 0, T_END, alog_fn, &l, &a), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 2, 0, T_END, alog_fn, &l, &b), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 0, T_END, alog_fn, &l, &d), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "j", 1, 2, 0, T_END, alog_fn, &l, &e), 0);
+    /* ids: distinct over the table, k's and j's alike */
+    assert_true(a >= 1 && a != b && a != d && a != e && b != d && b != e && d != e);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 3);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "j", 1), 0); /* granted, not called back */
+    sluice_wheel_advance(w, 1 * SEC);
+    assert_int_equal(l.n, 1); /* j's at once, k's line waits */
+    assert_true(l.id[0] == e && l.status[0] == 0 && l.pm[0].permits == 2);
+    assert_int_equal(sluice_permit_release_at(&h1, 2 * SEC), 0); /* a through */
+    sluice_wheel_advance(w, 3 * SEC);
+    assert_int_equal(l.n, 2);
+    assert_true(l.id[1] == a && l.status[1] == 0 && l.pm[1].permits == 1);
+    assert_int_equal(sluice_permit_release_at(&h2, 4 * SEC), 0); /* 1 free: b needs 2, d waits behind */
+    sluice_wheel_advance(w, 5 * SEC);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 2);
+    assert_false(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 5 * SEC, &x, &r)); /* no passing */
+    assert_int_equal(r.error, 0);
+    assert_int_equal(r.remaining, 1);
+    assert_int_equal(sluice_permit_release_at(&l.pm[1], 6 * SEC), 0); /* b through, d not */
+    sluice_wheel_advance(w, 7 * SEC);
+    assert_int_equal(l.n, 3);
+    assert_true(l.id[2] == b && l.status[2] == 0 && l.pm[2].permits == 2);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 1);
+    assert_int_equal(sluice_permit_release_at(&l.pm[2], 8 * SEC), 0);
+    sluice_wheel_advance(w, 9 * SEC);
+    assert_int_equal(l.n, 4);
+    assert_true(l.id[3] == d && l.status[3] == 0);
+    assert_int_equal(sluice_permit_release_at(&l.pm[3], 10 * SEC), 0);
+    assert_int_equal(sluice_permit_release_at(&l.pm[0], 10 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "k", 1, 10 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "j", 1, 10 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 0);
+    sluice_concurrency_table_free(t);
+    sluice_wheel_free(w);
+}
+
+/* A deadline, a cancel (waiting: those behind move up; granted and not
+ * called back: its permits go back), a cancel naming the wrong key, and
+ * every bad argument. */
+static void test_async_cancel_deadline(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 2", 2);
+    sluice_wheel *w = mkwheel();
+    alog l = {0};
+    sluice_permit h, x;
+    sluice_result r;
+    uint64_t a, b, d, e;
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h, &r));
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 2, 0, T_END, alog_fn, &l, &a), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 0, 5 * SEC, alog_fn, &l, &b), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 0, T_END, alog_fn, &l, &d), 0);
+    sluice_wheel_advance(w, 5 * SEC - 1000);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(w, 5 * SEC); /* b's deadline */
+    assert_int_equal(l.n, 1);
+    assert_true(l.id[0] == b && l.status[0] == SLUICE_ETIMEDOUT && l.at[0] == 5 * SEC);
+    /* a cancel naming another key reaches nothing: a stays */
+    assert_true(sluice_concurrency_table_acquire_at(t, "j", 1, 1, 5 * SEC, &x, &r));
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "j", 1, a, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "zz", 2, a, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 2);
+    /* a leaves the line: d, behind it, fits and is granted */
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "k", 1, a, 6 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "k", 1, a, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "k", 1, b, 6 * SEC), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "k", 1, 6 * SEC), 2);
+    /* d granted, not yet called back: a cancel gives its permit back */
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, "k", 1, d, 6 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_held_at(t, "k", 1, 6 * SEC), 1);
+    sluice_wheel_advance(w, 7 * SEC);
+    assert_int_equal(l.n, 1); /* neither a nor d ever calls back */
+    /* errors, nothing queued */
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 3, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_ERANGE);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 0, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(NULL, w, "k", 1, 1, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, NULL, "k", 1, 1, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 8 * SEC, T_END, NULL, &l, &e), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, NULL, 1, 1, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(NULL, "k", 1, 1, 8 * SEC), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_table_async_cancel_at(t, NULL, 1, 1, 8 * SEC), SLUICE_EINVAL);
+    /* a new key, both entries held (k, j): refused at once */
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "n", 1, 1, 8 * SEC, T_END, alog_fn, &l, &e), SLUICE_EFULL);
+    assert_int_equal(sluice_concurrency_table_keys(t), 2);
+    sluice_wheel_advance(w, 9 * SEC);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(sluice_permit_release_at(&h, 10 * SEC), 0);
+    assert_int_equal(sluice_permit_release_at(&x, 10 * SEC), 0);
+    sluice_concurrency_table_free(t);
+    sluice_wheel_free(w);
+}
+
+/* A lease's end lets a queued waiter through (injected time), and a key
+ * whose only claim is a request granted but not yet called back (its
+ * lease ended meanwhile) is still not given to another key until then. */
+static void test_async_lease(void **state)
+{
+    (void)state;
+    sluice_concurrency_table *t = mk("concurrency 1 lease=10s", 2);
+    sluice_wheel *w = mkwheel();
+    alog l = {0};
+    sluice_permit h, x, y;
+    sluice_result r;
+    uint64_t a, b;
+    assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h, &r));
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 1 * SEC, T_END, alog_fn, &l, &a), 0);
+    sluice_wheel_advance(w, 10 * SEC - 1000);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(w, 10 * SEC + 1000); /* h's lease ends at 10 s */
+    assert_int_equal(l.n, 1);
+    assert_true(l.id[0] == a && l.status[0] == 0 && l.pm[0].permits == 1);
+    assert_int_equal(sluice_permit_release_at(&h, 11 * SEC), SLUICE_ENOENT); /* ended */
+    /* b waits behind a's permit (lease to 20 s); a releases at 12 s: b is
+     * granted, its callback due at the next advance -- which comes only
+     * after b's own lease (12 s + 10 s) has ended */
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 11 * SEC, T_END, alog_fn, &l, &b), 0);
+    assert_int_equal(sluice_permit_release_at(&l.pm[0], 12 * SEC), 0);
+    assert_int_equal(sluice_concurrency_table_waiting(t, "k", 1), 0);
+    /* the table is full: "j" holds its entry, "k" has b pending */
+    assert_true(sluice_concurrency_table_acquire_at(t, "j", 1, 1, 30 * SEC, &y, &r));
+    for (int i = 0; i < 20; i++) { /* a flood of new keys: k is never taken */
+        char key[8];
+        snprintf(key, sizeof key, "n%d", i);
+        assert_false(sluice_concurrency_table_acquire_at(t, key, strlen(key), 1, 30 * SEC, &x, &r));
+        assert_int_equal(r.error, SLUICE_EFULL);
+    }
+    sluice_wheel_advance(w, 30 * SEC);
+    assert_int_equal(l.n, 2);
+    assert_true(l.id[1] == b && l.status[1] == 0 && l.pm[1].permits == 1);
+    /* b's handle is k's: its lease ended at 22 s, so it releases nothing,
+     * and no other key's permit either */
+    assert_int_equal(sluice_permit_release_at(&l.pm[1], 30 * SEC), SLUICE_ENOENT);
+    /* now k is at rest, and a new key may have its entry */
+    assert_true(sluice_concurrency_table_acquire_at(t, "n0", 2, 1, 31 * SEC, &x, &r));
+    assert_int_equal(sluice_concurrency_table_held_at(t, "k", 1, 31 * SEC), 0);
+    assert_int_equal(sluice_permit_release_at(&x, 31 * SEC), 0);
+    assert_int_equal(sluice_permit_release_at(&y, 31 * SEC), 0);
+    sluice_concurrency_table_free(t);
+    sluice_wheel_free(w);
+}
+
+/* Freeing the table with queued acquires pending (waiting, and granted but
+ * not called back): none is ever called back, and nothing leaks (ASan). */
+static void test_async_free_pending(void **state)
+{
+    (void)state;
+    const char *specs[2] = {"concurrency 1", "concurrency 1 lease=5s"};
+    for (int s = 0; s < 2; s++) {
+        sluice_concurrency_table *t = mk(specs[s], 4);
+        sluice_wheel *w = mkwheel();
+        alog l = {0};
+        sluice_permit h;
+        sluice_result r;
+        assert_true(sluice_concurrency_table_acquire_at(t, "k", 1, 1, 0, &h, &r));
+        assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "k", 1, 1, 0, 9 * SEC, alog_fn, &l, NULL), 0);
+        assert_int_equal(sluice_concurrency_table_acquire_async_at(t, w, "j", 1, 1, 0, 9 * SEC, alog_fn, &l, NULL), 0);
+        sluice_concurrency_table_free(t);
+        sluice_wheel_advance(w, 10 * SEC);
+        assert_int_equal(l.n, 0);
+        assert_int_equal(sluice_wheel_pending(w), 0);
+        sluice_wheel_free(w);
+    }
+}
+
 /* Threads on three keys: never more than N inside per key. */
 typedef struct targ {
     sluice_concurrency_table *t;
@@ -205,6 +551,13 @@ int main(void)
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_stale_after_drop),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_blocking_fifo),
+        cmocka_unit_test(test_blocking_errors),
+        cmocka_unit_test(test_blocking_lease),
+        cmocka_unit_test(test_async_fifo),
+        cmocka_unit_test(test_async_cancel_deadline),
+        cmocka_unit_test(test_async_lease),
+        cmocka_unit_test(test_async_free_pending),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
