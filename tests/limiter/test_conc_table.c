@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <sluice.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -544,6 +545,147 @@ static void test_threads(void **state)
     sluice_concurrency_table_free(t);
 }
 
+/* Threads blocking on keys that churn through a table too small for them
+ * all (6 keys, room for 3, N = 1), while another thread queues requests on
+ * them called back from a wheel this thread drives: never more than N
+ * inside per key (an independent count), every wait ends, nothing left
+ * held or waiting.  A key's entry given to another key while an acquirer
+ * was between its lookup and its wait would let a second holder of that
+ * key in.  TSan checks the locking. */
+#define CW_KEYS 6
+typedef struct cw_shared {
+    sluice_concurrency_table *t;
+    sluice_wheel *w;
+    _Atomic uint64_t inside[CW_KEYS], most[CW_KEYS];
+    _Atomic uint64_t queued, called, granted, blocked_ok, full, timedout;
+    _Atomic bool asking_done;
+    tu_errs errs; /* under mu */
+    pthread_mutex_t mu;
+} cw_shared;
+
+typedef struct cw_arg {
+    cw_shared *s;
+    uint64_t seed;
+    unsigned k; /* a queued request's key */
+} cw_arg;
+
+static void cw_err(cw_shared *s, const char *what, int rc)
+{
+    pthread_mutex_lock(&s->mu);
+    tu_errs_add(&s->errs, "%s: %d", what, rc);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void cw_inside(cw_shared *s, unsigned k, sluice_permit *pm, uint64_t now)
+{
+    uint64_t in = atomic_fetch_add(&s->inside[k], 1) + 1, mx = atomic_load(&s->most[k]);
+    while (in > mx && !atomic_compare_exchange_weak(&s->most[k], &mx, in)) {
+    }
+    sched_yield(); /* hold it a moment: others come to wait */
+    atomic_fetch_sub(&s->inside[k], 1);
+    int rc = sluice_permit_release_at(pm, now);
+    if (rc != 0) cw_err(s, "release", rc);
+}
+
+static void cw_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    (void)id;
+    cw_arg *a = arg;
+    if (status != 0) cw_err(a->s, "queued acquire", status);
+    else {
+        sluice_permit mine = *pm;
+        atomic_fetch_add(&a->s->granted, 1);
+        cw_inside(a->s, a->k, &mine, now);
+    }
+    atomic_fetch_add(&a->s->called, 1);
+}
+
+static void *cw_blocker(void *p)
+{
+    cw_arg *a = p;
+    unsigned iters = TU_UNDER_TSAN ? 1000 : 20000;
+    for (unsigned i = 0; i < iters; i++) {
+        unsigned k = (unsigned)tu_splitmix64_below(&a->seed, CW_KEYS);
+        char key[3] = {'k', (char)('0' + k), 0};
+        sluice_permit pm;
+        sluice_result r;
+        int rc = sluice_concurrency_table_acquire(a->s->t, key, 2, 1, 5000000, &pm, &r);
+        if (rc == SLUICE_EFULL) atomic_fetch_add(&a->s->full, 1);
+        else if (rc == SLUICE_ETIMEDOUT) atomic_fetch_add(&a->s->timedout, 1);
+        else if (rc != 0) cw_err(a->s, "blocking acquire", rc);
+        else {
+            atomic_fetch_add(&a->s->blocked_ok, 1);
+            cw_inside(a->s, k, &pm, 0);
+        }
+    }
+    return NULL;
+}
+
+#define CW_ASKS 300
+static void *cw_asker(void *p)
+{
+    cw_arg *a = p; /* a[0 .. CW_ASKS): one per request */
+    for (unsigned i = 0; i < CW_ASKS; i++) {
+        cw_arg *q = &a[i];
+        q->k = (unsigned)tu_splitmix64_below(&a[0].seed, CW_KEYS);
+        char key[3] = {'k', (char)('0' + q->k), 0};
+        int rc = sluice_concurrency_table_acquire_async_at(a->s->t, a->s->w, key, 2, 1, 0, T_END, cw_fn, q, NULL);
+        if (rc == SLUICE_EFULL) atomic_fetch_add(&a->s->full, 1);
+        else if (rc != 0) cw_err(a->s, "queue", rc);
+        else atomic_fetch_add(&a->s->queued, 1);
+    }
+    atomic_store(&a->s->asking_done, true);
+    return NULL;
+}
+
+static void test_threads_waiting(void **state)
+{
+    (void)state;
+    static cw_shared s; /* big: not on the stack */
+    static cw_arg asks[CW_ASKS];
+    memset(&s, 0, sizeof s);
+    s.t = mk("concurrency 1", CW_KEYS / 2);
+    s.w = mkwheel();
+    assert_int_equal(pthread_mutex_init(&s.mu, NULL), 0);
+    enum { B = 3 };
+    pthread_t tb[B], ta;
+    cw_arg ab[B];
+    for (int i = 0; i < B; i++) {
+        ab[i] = (cw_arg){.s = &s, .seed = 11u + (uint64_t)i};
+        assert_int_equal(pthread_create(&tb[i], NULL, cw_blocker, &ab[i]), 0);
+    }
+    for (int i = 0; i < CW_ASKS; i++) asks[i] = (cw_arg){.s = &s, .seed = 99};
+    assert_int_equal(pthread_create(&ta, NULL, cw_asker, asks), 0);
+    /* drive the wheel until every request has called back: bounded in
+     * rounds and in real time (a loaded machine: 120 s) */
+    uint64_t t = 1, t0 = sluice_now_ns();
+    for (long n = 0; n < 100000000 && sluice_now_ns() - t0 < 120 * SEC; n++) {
+        sluice_wheel_advance(s.w, t += 1000);
+        if (atomic_load(&s.asking_done) && atomic_load(&s.called) == atomic_load(&s.queued)) break;
+        if ((n & 63) == 63) sched_yield(); /* let the others run */
+    }
+    pthread_join(ta, NULL);
+    for (int i = 0; i < B; i++) pthread_join(tb[i], NULL); /* all, before a failure */
+    for (long n = 0; n < 1000000 && atomic_load(&s.called) < atomic_load(&s.queued); n++)
+        sluice_wheel_advance(s.w, t += 1000);
+    if (s.errs.n) fail_msg("%s", s.errs.msg);
+    assert_int_equal(atomic_load(&s.called), atomic_load(&s.queued));
+    assert_int_equal(atomic_load(&s.granted), atomic_load(&s.queued));
+    assert_true(atomic_load(&s.queued) > 0 && atomic_load(&s.blocked_ok) > 0);
+    for (unsigned k = 0; k < CW_KEYS; k++) {
+        char key[3] = {'k', (char)('0' + k), 0};
+        if (atomic_load(&s.most[k]) > 1) fail_msg("key %u: %llu inside at once", k, (unsigned long long)atomic_load(&s.most[k]));
+        assert_int_equal(sluice_concurrency_table_held_at(s.t, key, 2, 0), 0);
+        assert_int_equal(sluice_concurrency_table_waiting(s.t, key, 2), 0);
+    }
+    print_message("queued %llu, blocking ok %llu, full %llu, timed out %llu\n",
+                  (unsigned long long)atomic_load(&s.queued), (unsigned long long)atomic_load(&s.blocked_ok),
+                  (unsigned long long)atomic_load(&s.full), (unsigned long long)atomic_load(&s.timedout));
+    sluice_concurrency_table_free(s.t);
+    sluice_wheel_free(s.w);
+    pthread_mutex_destroy(&s.mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -558,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_async_cancel_deadline),
         cmocka_unit_test(test_async_lease),
         cmocka_unit_test(test_async_free_pending),
+        cmocka_unit_test(test_threads_waiting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
