@@ -45,7 +45,12 @@
  * queue as a blocked head would); grant() moves a granted one's timer to 0,
  * so the wheel's next advance calls it back, in grant order (the wheel
  * fires equal deadlines in schedule order).  The callback runs outside mu.
- * Lock order: mu, sl, the wheel's.
+ * Lock order: mu, sl, the wheel's.  `napend` counts the requests not yet
+ * called back (granted or not), so that a table does not give the limit
+ * to another key while one is pending (sluice__conc_reuse): a granted
+ * one's lease may end before its callback, leaving the limit idle.  A
+ * table's requests carry ids the table chose (sluice__conc_async_id_at),
+ * unique within the table, so that an id names its key.
  *
  * Changed in place (sluice_concurrency_reconfigure_at): N is an atomic word
  * that every decision reads once, so a smaller N refuses while the permits
