@@ -469,6 +469,50 @@ static void test_async_lease(void **state)
     sluice_wheel_free(w);
 }
 
+/* A callback may queue, cancel and release on the table (no lock of it is
+ * held while callbacks run). */
+typedef struct reent {
+    sluice_concurrency_table *t;
+    sluice_wheel *w;
+    alog l;
+    uint64_t next_id, cancel_id;
+    int rc_q, rc_c, rc_r;
+} reent;
+
+static void reent_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    reent *x = arg;
+    alog_fn(&x->l, id, status, pm, now);
+    if (x->l.n != 1) return;
+    sluice_permit mine = *pm;
+    x->rc_q = sluice_concurrency_table_acquire_async_at(x->t, x->w, "k", 1, 1, now, T_END, reent_fn, x, &x->next_id);
+    x->rc_c = sluice_concurrency_table_async_cancel_at(x->t, "j", 1, x->cancel_id, now);
+    x->rc_r = sluice_permit_release_at(&mine, now); /* lets the new request through */
+}
+
+static void test_async_from_callback(void **state)
+{
+    (void)state;
+    reent x = {.t = mk("concurrency 1", 2), .w = mkwheel(), .rc_q = 1, .rc_c = 1, .rc_r = 1};
+    sluice_permit h;
+    sluice_result r;
+    uint64_t a;
+    assert_true(sluice_concurrency_table_acquire_at(x.t, "j", 1, 1, 0, &h, &r));
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(x.t, x.w, "j", 1, 1, 0, T_END, reent_fn, &x, &x.cancel_id), 0);
+    assert_int_equal(sluice_concurrency_table_acquire_async_at(x.t, x.w, "k", 1, 1, 0, T_END, reent_fn, &x, &a), 0);
+    sluice_wheel_advance(x.w, 1 * SEC);
+    assert_int_equal(x.l.n, 1);
+    assert_true(x.l.id[0] == a && x.rc_q == 0 && x.rc_c == 0 && x.rc_r == 0);
+    assert_int_equal(sluice_concurrency_table_waiting(x.t, "j", 1), 0);
+    sluice_wheel_advance(x.w, 2 * SEC);
+    assert_int_equal(x.l.n, 2);
+    assert_true(x.l.id[1] == x.next_id && x.l.status[1] == 0);
+    assert_int_equal(sluice_permit_release_at(&x.l.pm[1], 3 * SEC), 0);
+    assert_int_equal(sluice_permit_release_at(&h, 3 * SEC), 0);
+    sluice_concurrency_table_free(x.t);
+    sluice_wheel_free(x.w);
+}
+
 /* Freeing the table with queued acquires pending (waiting, and granted but
  * not called back): none is ever called back, and nothing leaks (ASan). */
 static void test_async_free_pending(void **state)
@@ -699,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_async_fifo),
         cmocka_unit_test(test_async_cancel_deadline),
         cmocka_unit_test(test_async_lease),
+        cmocka_unit_test(test_async_from_callback),
         cmocka_unit_test(test_async_free_pending),
         cmocka_unit_test(test_threads_waiting),
     };
