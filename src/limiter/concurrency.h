@@ -22,8 +22,10 @@ SLUICE__INTERNAL sluice_concurrency *sluice__conc_make(const sluice__conc_profil
  * key -- bump its epoch (a handle of the earlier key can then never release
  * here) and reset its clock -- and return true.  Else change nothing and
  * return false.  Called under the table's lock, with no acquire
- * on c running (acquires on a table's keys take that lock); releases may
- * run at once. */
+ * on c running (non-blocking and queued acquires on a table's keys run
+ * under that lock; a blocking one pins its key's entry, which the table
+ * then never passes here); releases, and callbacks of queued acquires,
+ * may run at once. */
 SLUICE__INTERNAL bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns);
 
 /* sluice_acquire_permit_async_at with the request's id chosen by the
