@@ -239,7 +239,17 @@ bool sluice_acquire_permit_with_at(sluice_concurrency *c, const sluice_limit_ref
  * that holds nothing is dropped to make room: its limit starts fresh, and a
  * stale handle of it changes nothing).  Memory: max_keys limits at most
  * (each about 200 bytes, plus 32 bytes per N with a lease), made as keys
- * first arrive.  Non-blocking acquires only. */
+ * first arrive.
+ *
+ * Acquires that wait -- blocking (sluice_concurrency_table_acquire) and
+ * queued (sluice_concurrency_table_acquire_async_at) -- wait in the key's
+ * own line, as on a single limit: strict first-come-first-served per key,
+ * blocked threads and queued requests alike, and a release wakes only the
+ * waiters it lets through.  A key with a waiter is not at rest: it is never
+ * dropped for another key while a blocked call on it has not returned, or
+ * a queued request on it has not been called back (or cancelled).  A new
+ * key is refused with SLUICE_EFULL at once when every entry is held or
+ * waited on: waits are for permits of a key, never for room in the table. */
 typedef struct sluice_concurrency_table sluice_concurrency_table; /* opaque */
 
 /* A table for spec `concurrency N [lease=D]` and 1 .. 2^24 keys.  NULL
@@ -248,7 +258,10 @@ typedef struct sluice_concurrency_table sluice_concurrency_table; /* opaque */
 sluice_concurrency_table *sluice_concurrency_table_new(const char *spec, size_t max_keys, char *err,
                                                        size_t errlen);
 /* Free the table and every key's limit (their handles become invalid);
- * NULL is a no-op.  No other call on it may be running or follow. */
+ * NULL is a no-op.  No other call on it may be running or follow (a
+ * blocking acquire included).  Queued acquires still pending are dropped
+ * without being called back (their timers taken off their wheels, which
+ * must still exist; a granted one's permits go with the table). */
 void sluice_concurrency_table_free(sluice_concurrency_table *t);
 /* sluice_acquire_permit_at on the limit of key[0..keylen).  Refused with
  * res->error = SLUICE_EFULL when the key is new and every one of max_keys
@@ -258,6 +271,63 @@ void sluice_concurrency_table_free(sluice_concurrency_table *t);
 bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
                                          uint64_t permits, uint64_t now_ns, sluice_permit *pm,
                                          sluice_result *res);
+/* Block until `permits` of key[0..keylen) are held (0: *pm filled) or
+ * timeout_ns has passed, on CLOCK_MONOTONIC: sluice_acquire_permit on the
+ * key's limit (the same line as the queued acquires below, strict
+ * first-come-first-served per key; with a lease a waiter is also let
+ * through when a lease ends).  Returns, with nothing taken and pm->permits
+ * = 0 on failure: SLUICE_ETIMEDOUT; SLUICE_EFULL when the key is new and
+ * all max_keys keys hold permits or have waiters (not waited for);
+ * SLUICE_EINVAL for a NULL t or pm, a NULL key with keylen > 0, or permits
+ * 0 or above N; SLUICE_ENOMEM when a new key's limit cannot be made.  res
+ * (may be NULL) receives: on success, allowed with remaining = N minus the
+ * permits the key held just after (a snapshot: others may move it); on
+ * failure, res->error = the code.  The key is held (never dropped for
+ * another) from the call until it returns.  Thread-safe; the table must
+ * not be freed while a call blocks on it. */
+int sluice_concurrency_table_acquire(sluice_concurrency_table *t, const void *key, size_t keylen,
+                                     uint64_t permits, uint64_t timeout_ns, sluice_permit *pm,
+                                     sluice_result *res);
+
+/* sluice_acquire_permit_async_at on the limit of key[0..keylen): called
+ * back by fn from the wheel wh with the permits (status 0, a handle of the
+ * key's limit, released by sluice_permit_release_at) once they are granted
+ * in the key's line, or with SLUICE_ETIMEDOUT at the first advance at or
+ * past deadline_ns (INT64_MAX or more: none).  Returns 0 and the request's
+ * id in *id (may be NULL): >= 1, unique within the table (never given to
+ * another request of any key), or, nothing queued and nothing taken:
+ * SLUICE_ERANGE for permits > N; SLUICE_EINVAL for a NULL t, wh or fn, a
+ * NULL key with keylen > 0, or permits 0; SLUICE_EFULL when the key is new
+ * and all max_keys keys hold permits or have waiters (the table: not
+ * waited for), or when the wheel is full; SLUICE_ENOMEM.  The key is held
+ * (never dropped for another) until the request is called back or
+ * cancelled.  The wheel must outlive the table's pending requests (cancel
+ * them first); sluice_concurrency_table_free drops those still pending
+ * without calling them back, and must not run while wh advances.
+ * Thread-safe. */
+int sluice_concurrency_table_acquire_async_at(sluice_concurrency_table *t, sluice_wheel *wh,
+                                              const void *key, size_t keylen, uint64_t permits,
+                                              uint64_t now_ns, uint64_t deadline_ns,
+                                              sluice_permit_fn fn, void *arg, uint64_t *id);
+
+/* Cancel the queued acquire `id` of key[0..keylen) at now_ns, as
+ * sluice_permit_async_cancel_at: 0 when it will never call back (if it was
+ * granted and not yet called back, its permits are given back at now_ns);
+ * SLUICE_EBUSY when its callback is running or about to; SLUICE_ENOENT
+ * when it has called back, was cancelled, never existed, or is another
+ * key's (the key is named so that a cancel can only reach its own key's
+ * requests: an id given with the wrong key cancels nothing);
+ * SLUICE_EINVAL for a NULL t, or a NULL key with keylen > 0.  May be
+ * called from any callback.  Thread-safe. */
+int sluice_concurrency_table_async_cancel_at(sluice_concurrency_table *t, const void *key,
+                                             size_t keylen, uint64_t id, uint64_t now_ns);
+
+/* The acquirers waiting on key[0..keylen) now: blocked threads and queued
+ * acquires not yet granted (0 for a key the table does not hold).
+ * Thread-safe. */
+uint32_t sluice_concurrency_table_waiting(sluice_concurrency_table *t, const void *key,
+                                          size_t keylen);
+
 /* The permits the key holds at now_ns (0 for a key the table does not
  * hold).  Thread-safe. */
 uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,

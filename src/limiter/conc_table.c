@@ -10,13 +10,29 @@
  * max_keys entries, all under one mutex (an acquire is a lookup and one
  * compare-and-swap; releases never take it).  An entry's limit is made on
  * its first use and kept until the table is freed, so a handle always
- * points at live memory.  A key holding permits (or with waiters) is never
- * dropped.  When all max_keys entries are in use, a new key takes the
+ * points at live memory.  A key holding permits (or with waiters, below)
+ * is never dropped.  When all max_keys entries are in use, a new key takes the
  * entry of a key that holds nothing -- found by a scan from a rotating
  * cursor, at most max_keys entries -- and that limit's epoch moves on
  * (sluice__conc_reuse), so a stale handle of the earlier key changes
  * nothing there.  With none idle the new key is refused (res->error =
  * SLUICE_EFULL): never more than max_keys keys, never a key's permits lost.
+ *
+ * Waiting on a key (sluice_concurrency_table_acquire, blocking, and
+ * _acquire_async_at, called back from a wheel) is waiting on the key's own
+ * limit, in its one first-come-first-served queue (concurrency.c): the
+ * table adds no queue of its own.  What it adds is the key's life: a key
+ * with a waiter is not at rest, so its entry must not go to another key,
+ * from the lookup under mu until the waiter leaves.  A blocking acquire
+ * pins the entry under mu (`pins`, which the reuse scan skips) and unpins
+ * it, under mu again, when it returns -- which covers the moment between
+ * the lookup and its queueing on the limit, when the limit alone would
+ * look idle.  A queued acquire is queued under mu, and the limit counts it
+ * (`napend`, seen by sluice__conc_reuse) until its callback has been
+ * called or it is cancelled.  A new key finding every entry held, pinned
+ * or waited on is refused (SLUICE_EFULL) at once: room is not waited for.
+ * Queued acquires get ids from one table-wide counter, so an id names its
+ * key: a cancel with another key's name finds nothing.
  *
  * A change in place (sluice_concurrency_table_reconfigure_at) changes every
  * key's limit made so far, under the mutex (so no acquire runs), after the
@@ -24,16 +40,19 @@
  * get the new spec.
  *
  * Entry points: sluice_concurrency_table_new, _free, _acquire_at,
+ * _acquire, _acquire_async_at, _async_cancel_at, _waiting,
  * _held_at, _keys, _reconfigure_at, _limit, _held.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "base/internal.h"
+#include "base/clock.h"
 #include "base/siphash.h"
 #include "limiter/concurrency.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #define NIL UINT32_MAX
 
@@ -41,6 +60,7 @@ typedef struct centry {
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t next; /* the hash chain */
     bool used;     /* holds a key now */
+    uint32_t pins; /* blocking acquires in progress (sluice_concurrency_table_acquire) */
     sluice_concurrency *c; /* NULL until first used; kept */
 } centry;
 
@@ -51,6 +71,7 @@ struct sluice_concurrency_table {
     uint64_t dseed[2];
     uint32_t max_keys, made, nkeys, cursor;
     uint32_t nb;      /* buckets, a power of two >= max_keys */
+    uint64_t next_id; /* the last queued acquire's id */
     uint32_t *bucket; /* chain heads */
     centry *e;        /* max_keys */
 };
@@ -144,12 +165,30 @@ static uint32_t take_entry(sluice_concurrency_table *t, uint64_t now_ns)
         uint32_t i = t->cursor;
         t->cursor = (t->cursor + 1) % t->max_keys;
         if (!t->e[i].used) return i; /* dropped before: fresh already */
-        if (sluice__conc_reuse(t->e[i].c, now_ns)) {
+        if (t->e[i].pins == 0 && sluice__conc_reuse(t->e[i].c, now_ns)) {
             unlink_key(t, i);
             return i;
         }
     }
     return NIL;
+}
+
+/* The entry of key `dig`, made for it if new: its index, or NIL (the
+ * table is full of keys not at rest) or NIL - 1 (no memory).  Under mu. */
+static uint32_t lookup(sluice_concurrency_table *t, const unsigned char *dig, uint64_t now_ns)
+{
+    uint32_t i = find(t, dig);
+    if (i != NIL) return i;
+    i = take_entry(t, now_ns);
+    if (i >= NIL - 1) return i;
+    centry *x = &t->e[i];
+    memcpy(x->dig, dig, sizeof x->dig);
+    x->used = true;
+    uint32_t b = bucket_of(t, dig);
+    x->next = t->bucket[b];
+    t->bucket[b] = i;
+    t->nkeys++;
+    return i;
 }
 
 bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
@@ -163,28 +202,114 @@ bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void
     unsigned char dig[SLUICE__DIGEST_BYTES];
     sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
     pthread_mutex_lock(&t->mu);
-    uint32_t i = find(t, dig);
-    if (i == NIL) {
-        if (permits == 0) { /* a probe of a key not held: a fresh limit */
-            pthread_mutex_unlock(&t->mu);
-            return sluice__allow(res, t->cp.limit, 0);
-        }
-        i = take_entry(t, now_ns);
-        if (i >= NIL - 1) {
-            pthread_mutex_unlock(&t->mu);
-            return sluice__fail(res, i == NIL ? SLUICE_EFULL : SLUICE_ENOMEM);
-        }
-        centry *x = &t->e[i];
-        memcpy(x->dig, dig, sizeof dig);
-        x->used = true;
-        uint32_t b = bucket_of(t, dig);
-        x->next = t->bucket[b];
-        t->bucket[b] = i;
-        t->nkeys++;
+    if (permits == 0 && find(t, dig) == NIL) { /* a probe of a key not held: a fresh limit */
+        pthread_mutex_unlock(&t->mu);
+        return sluice__allow(res, t->cp.limit, 0);
+    }
+    uint32_t i = lookup(t, dig, now_ns);
+    if (i >= NIL - 1) {
+        pthread_mutex_unlock(&t->mu);
+        return sluice__fail(res, i == NIL ? SLUICE_EFULL : SLUICE_ENOMEM);
     }
     bool ok = sluice_acquire_permit_at(t->e[i].c, permits, now_ns, pm, res);
     pthread_mutex_unlock(&t->mu);
     return ok;
+}
+
+int sluice_concurrency_table_acquire(sluice_concurrency_table *t, const void *key, size_t keylen,
+                                     uint64_t permits, uint64_t timeout_ns, sluice_permit *pm,
+                                     sluice_result *res)
+{
+    sluice_result tmp;
+    if (!res) res = &tmp;
+    if (pm) *pm = (sluice_permit){0};
+    if (!t || !pm || (!key && keylen) || permits == 0) {
+        sluice__fail(res, SLUICE_EINVAL);
+        return SLUICE_EINVAL;
+    }
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
+    pthread_mutex_lock(&t->mu);
+    int rc = permits > t->cp.limit ? SLUICE_EINVAL : 0;
+    uint32_t i = rc ? NIL : lookup(t, dig, now);
+    if (rc == 0 && i >= NIL - 1) rc = i == NIL ? SLUICE_EFULL : SLUICE_ENOMEM;
+    if (rc) {
+        pthread_mutex_unlock(&t->mu);
+        sluice__fail(res, rc);
+        return rc;
+    }
+    /* pinned: the key keeps its entry until this call returns, also in the
+     * moment before it queues on the limit (sluice__conc_reuse sees its
+     * waiter only once it has) */
+    t->e[i].pins++;
+    sluice_concurrency *c = t->e[i].c;
+    pthread_mutex_unlock(&t->mu);
+    rc = sluice_acquire_permit(c, permits, timeout_ns, pm);
+    pthread_mutex_lock(&t->mu);
+    t->e[i].pins--;
+    pthread_mutex_unlock(&t->mu);
+    if (rc != 0) {
+        sluice__fail(res, rc);
+        return rc;
+    }
+    uint64_t N = sluice_concurrency_limit(c), h = sluice_concurrency_held(c);
+    sluice__allow(res, h >= N ? 0 : N - h, 0);
+    return 0;
+}
+
+int sluice_concurrency_table_acquire_async_at(sluice_concurrency_table *t, sluice_wheel *wh,
+                                              const void *key, size_t keylen, uint64_t permits,
+                                              uint64_t now_ns, uint64_t deadline_ns,
+                                              sluice_permit_fn fn, void *arg, uint64_t *id)
+{
+    if (!t || !wh || !fn || permits == 0 || (!key && keylen)) return SLUICE_EINVAL;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    pthread_mutex_lock(&t->mu);
+    int rc = permits > t->cp.limit ? SLUICE_ERANGE : 0;
+    uint32_t i = rc ? NIL : lookup(t, dig, now_ns);
+    if (rc == 0 && i >= NIL - 1) rc = i == NIL ? SLUICE_EFULL : SLUICE_ENOMEM;
+    if (rc == 0) {
+        /* queued under mu: no reuse scan runs before the limit counts the
+         * request (sluice__conc_reuse), and it counts it until called back */
+        uint64_t rid = t->next_id + 1;
+        rc = sluice__conc_async_id_at(t->e[i].c, wh, permits, now_ns, deadline_ns, fn, arg, rid);
+        if (rc == 0) {
+            t->next_id = rid;
+            if (id) *id = rid;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int sluice_concurrency_table_async_cancel_at(sluice_concurrency_table *t, const void *key,
+                                             size_t keylen, uint64_t id, uint64_t now_ns)
+{
+    if (!t || (!key && keylen)) return SLUICE_EINVAL;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    pthread_mutex_lock(&t->mu);
+    uint32_t i = find(t, dig);
+    /* ids are unique within the table: another key's id matches nothing here */
+    int rc = i == NIL || id == 0 ? SLUICE_ENOENT
+                                 : sluice_permit_async_cancel_at(t->e[i].c, id, now_ns);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+uint32_t sluice_concurrency_table_waiting(sluice_concurrency_table *t, const void *key,
+                                          size_t keylen)
+{
+    if (!t || (!key && keylen)) return 0;
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    pthread_mutex_lock(&t->mu);
+    uint32_t i = find(t, dig);
+    uint32_t n = i == NIL ? 0 : sluice_concurrency_waiting(t->e[i].c);
+    pthread_mutex_unlock(&t->mu);
+    return n;
 }
 
 uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,

@@ -45,7 +45,12 @@
  * queue as a blocked head would); grant() moves a granted one's timer to 0,
  * so the wheel's next advance calls it back, in grant order (the wheel
  * fires equal deadlines in schedule order).  The callback runs outside mu.
- * Lock order: mu, sl, the wheel's.
+ * Lock order: mu, sl, the wheel's.  `napend` counts the requests not yet
+ * called back (granted or not), so that a table does not give the limit
+ * to another key while one is pending (sluice__conc_reuse): a granted
+ * one's lease may end before its callback, leaving the limit idle.  A
+ * table's requests carry ids the table chose (sluice__conc_async_id_at),
+ * unique within the table, so that an id names its key.
  *
  * Changed in place (sluice_concurrency_reconfigure_at): N is an atomic word
  * that every decision reads once, so a smaller N refuses while the permits
@@ -118,6 +123,7 @@ struct sluice_concurrency {
     sluice__leases book;  /* with a lease, under sl */
     waiter *qhead, *qtail;
     anode *ahead;         /* queued acquires not yet called back, under mu */
+    _Atomic uint32_t napend; /* their count: a table's key with one is not at rest */
     uint64_t next_id;     /* under mu */
 };
 
@@ -167,7 +173,9 @@ sluice_concurrency *sluice_concurrency_new(const char *spec, char *err, size_t e
 
 bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
 {
-    if (atomic_load(&c->nwait) != 0) return false;
+    /* a queued acquire not yet called back keeps its key, granted or not
+     * (a granted one's lease may end before its callback) */
+    if (atomic_load(&c->nwait) != 0 || atomic_load(&c->napend) != 0) return false;
     if (!leased(c)) {
         /* count 0 -> 0 with the next epoch; a release in between (count
          * above 0) makes the compare-and-swap fail */
@@ -709,6 +717,7 @@ static void alink(sluice_concurrency *c, anode *an)
     an->next = c->ahead;
     if (c->ahead) c->ahead->prev = an;
     c->ahead = an;
+    atomic_fetch_add(&c->napend, 1);
 }
 
 static void aunlink(sluice_concurrency *c, anode *an)
@@ -716,6 +725,7 @@ static void aunlink(sluice_concurrency *c, anode *an)
     if (an->prev) an->prev->next = an->next;
     else c->ahead = an->next;
     if (an->next) an->next->prev = an->prev;
+    atomic_fetch_sub(&c->napend, 1);
 }
 
 /* Take a waiter out of the queue (it is in it).  Under mu. */
@@ -771,9 +781,10 @@ static void on_fire(void *arg, sluice_timer_id id, uint64_t now)
     sluice__free(an);
 }
 
-int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits,
-                                   uint64_t now_ns, uint64_t deadline_ns, sluice_permit_fn fn,
-                                   void *arg, uint64_t *id)
+/* A queued acquire with the id `given`, or (0) the limit's next. */
+static int async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits, uint64_t now_ns,
+                    uint64_t deadline_ns, sluice_permit_fn fn, void *arg, uint64_t given,
+                    uint64_t *id)
 {
     if (!c || !wh || !fn || permits == 0) return SLUICE_EINVAL;
     if (permits > nlim(c)) return SLUICE_ERANGE;
@@ -831,11 +842,25 @@ int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint
         else c->qhead = &an->w;
         c->qtail = &an->w;
     }
-    an->id = ++c->next_id;
+    an->id = given ? given : ++c->next_id;
     alink(c, an);
     if (id) *id = an->id;
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+int sluice_acquire_permit_async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits,
+                                   uint64_t now_ns, uint64_t deadline_ns, sluice_permit_fn fn,
+                                   void *arg, uint64_t *id)
+{
+    return async_at(c, wh, permits, now_ns, deadline_ns, fn, arg, 0, id);
+}
+
+int sluice__conc_async_id_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits,
+                             uint64_t now_ns, uint64_t deadline_ns, sluice_permit_fn fn,
+                             void *arg, uint64_t id)
+{
+    return async_at(c, wh, permits, now_ns, deadline_ns, fn, arg, id, NULL);
 }
 
 int sluice_permit_async_cancel_at(sluice_concurrency *c, uint64_t id, uint64_t now_ns)

@@ -3,6 +3,7 @@
  *
  *   sluice__conc_make    a limit from a parsed spec
  *   sluice__conc_reuse   give an idle limit to another key
+ *   sluice__conc_async_id_at   a queued acquire with the table's id
  *   sluice__conc_hold, _unhold   a decision together with rate limits
  *   sluice__conc_prepare, _apply   a change in place (a table's keys)
  *   sluice__conc_ref, _unref, sluice__ctab_ref, _unref   a rule set's references */
@@ -16,13 +17,24 @@
 SLUICE__INTERNAL sluice_concurrency *sluice__conc_make(const sluice__conc_profile *cp);
 
 /* If the limit holds nothing at now_ns (with a lease: every lease has
- * ended by then) and nobody waits on it: make it a fresh limit for another
+ * ended by then), nobody waits on it and no queued acquire of it is still
+ * to be called back: make it a fresh limit for another
  * key -- bump its epoch (a handle of the earlier key can then never release
  * here) and reset its clock -- and return true.  Else change nothing and
  * return false.  Called under the table's lock, with no acquire
- * on c running (acquires on a table's keys take that lock); releases may
- * run at once. */
+ * on c running (non-blocking and queued acquires on a table's keys run
+ * under that lock; a blocking one pins its key's entry, which the table
+ * then never passes here); releases, and callbacks of queued acquires,
+ * may run at once. */
 SLUICE__INTERNAL bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns);
+
+/* sluice_acquire_permit_async_at with the request's id chosen by the
+ * caller (>= 1, unique within c for its life: a table's ids are unique
+ * within the table, conc_table.c), so that the id names the key too. */
+SLUICE__INTERNAL int sluice__conc_async_id_at(sluice_concurrency *c, sluice_wheel *wh,
+                                              uint64_t permits, uint64_t now_ns,
+                                              uint64_t deadline_ns, sluice_permit_fn fn,
+                                              void *arg, uint64_t id);
 
 /* A decision of c together with other limits (composite/conc_with.c).
  * _hold: at now_ns, if c would admit `permits`, hold it -- no other call

@@ -43,7 +43,10 @@
  * model's ref_conc, with times from the input up to 2^63-1 and beyond;
  * and a table of concurrency limits (conc_table_program: 2 keys' room for
  * 4 keys, no lease), each key against its own model, refused as full
- * exactly when the key holds nothing and two others hold permits.
+ * exactly when the key holds nothing and two others hold permits; and the
+ * same table's acquires that wait (conc_table_wait_program: queued
+ * requests through a wheel the input advances, cancels, freeing with
+ * requests pending).
  *
  * Where the model cannot follow.  The model has no reservations: a
  * reservation that books permits the bucket does not hold yet (debt), a
@@ -1222,6 +1225,215 @@ static void conc_table_program(const uint8_t *data, size_t size)
     sluice_concurrency_table_free(t);
 }
 
+/* Acquires that wait, on a table of concurrency limits (3 keys, room for
+ * 2, no lease): queued requests called back from a wheel the input
+ * advances, non-blocking acquires, releases and cancels (with the right
+ * key and with another's), then either every request drained or the table
+ * freed with requests pending.  Checked: each request is called back at
+ * most once, never after a cancel that returned 0 nor after the table's
+ * free; a cancel of a request not yet called back returns 0 (one thread,
+ * not in a callback), one naming another key SLUICE_ENOENT; a grant holds
+ * its permits, and a key's grants come in the order its requests were
+ * made (ids rise); a timeout comes at or after its deadline; at most N
+ * permits per key are held (an independent count of the handles); and
+ * "full" exactly when the key is at rest (no handle held, no request
+ * pending) and two other keys are not. */
+enum { QK = 3, QMAXK = 2, QR = 12, QH = 2 };
+typedef struct qreq {
+    struct qstate *st;
+    int key; /* -1: free */
+    uint64_t id, permits, deadline;
+    bool called, cancelled, holding;
+    sluice_permit pm; /* a grant's handle, while holding */
+} qreq;
+typedef struct qstate {
+    qreq r[QR];
+    sluice_permit nb[QK][QH]; /* non-blocking handles */
+    uint64_t N, held[QK], last_granted[QK], calls_after_free;
+    bool freed;
+} qstate;
+
+static void q_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
+{
+    qreq *r = arg;
+    qstate *st = r->st;
+    FUZZ_CHECK(!st->freed, "a request called back after its table was freed");
+    FUZZ_CHECK(r->key >= 0 && id == r->id && !r->called && !r->cancelled,
+               "request %llu called back twice, after a cancel, or with id %llu",
+               (unsigned long long)r->id, (unsigned long long)id);
+    r->called = true;
+    if (status == 0) {
+        FUZZ_CHECK(pm && pm->permits == r->permits, "granted with %llu permits of %llu",
+                   pm ? (unsigned long long)pm->permits : 0ULL, (unsigned long long)r->permits);
+        FUZZ_CHECK(id > st->last_granted[r->key], "key %d: request %llu granted after %llu",
+                   r->key, (unsigned long long)id, (unsigned long long)st->last_granted[r->key]);
+        st->last_granted[r->key] = id;
+        st->held[r->key] += r->permits;
+        FUZZ_CHECK(st->held[r->key] <= st->N, "key %d: %llu held, N %llu", r->key,
+                   (unsigned long long)st->held[r->key], (unsigned long long)st->N);
+        r->pm = *pm;
+        r->holding = true;
+    } else {
+        FUZZ_CHECK(status == SLUICE_ETIMEDOUT && pm == NULL && now >= r->deadline,
+                   "request %llu: status %d at %llu, deadline %llu", (unsigned long long)id, status,
+                   (unsigned long long)now, (unsigned long long)r->deadline);
+    }
+}
+
+/* Not at rest: a handle held, or a request neither called back nor
+ * cancelled. */
+static bool q_busy(const qstate *st, int k)
+{
+    if (st->held[k]) return true;
+    for (int i = 0; i < QR; i++)
+        if (st->r[i].key == k && !st->r[i].called && !st->r[i].cancelled) return true;
+    return false;
+}
+
+static bool q_full(const qstate *st, int k)
+{
+    int others = 0;
+    for (int j = 0; j < QK; j++) others += j != k && q_busy(st, j);
+    return !q_busy(st, k) && others == QMAXK;
+}
+
+static void conc_table_wait_program(const uint8_t *data, size_t size)
+{
+    fuzz_in in = {data, size};
+    static qstate st; /* big: not on the stack */
+    memset(&st, 0, sizeof st);
+    st.N = 1 + fuzz_u8(&in) % 3;
+    for (int i = 0; i < QR; i++) st.r[i] = (qreq){.st = &st, .key = -1};
+    char spec[40], err[256];
+    snprintf(spec, sizeof spec, "concurrency %llu", (unsigned long long)st.N);
+    sluice_concurrency_table *t = sluice_concurrency_table_new(spec, QMAXK, err, sizeof err);
+    FUZZ_CHECK(t != NULL, "\"%s\": %s", spec, err);
+    sluice_wheel *w = sluice_wheel_new(1000, 64, 0, err, sizeof err);
+    FUZZ_CHECK(w != NULL, "wheel: %s", err);
+    uint64_t now = 0;
+    for (int op = 0; op < MAXOPS && in.n > 0; op++) {
+        uint8_t x = fuzz_u8(&in);
+        int k = (x >> 3) % QK;
+        char key[2] = {(char)('a' + k), 0};
+        switch (x & 7) {
+        case 0:
+        case 1: { /* queue a request */
+            uint64_t p = fuzz_u8(&in) % (st.N + 2), b = fuzz_u8(&in);
+            qreq *r = NULL;
+            for (int i = 0; i < QR && !r; i++)
+                if (st.r[i].key < 0 || ((st.r[i].called || st.r[i].cancelled) && !st.r[i].holding))
+                    r = &st.r[i];
+            if (!r) break;
+            uint64_t dl = b == 255 ? (uint64_t)INT64_MAX : now + b * 1000, id = 0;
+            bool full = p > 0 && p <= st.N && q_full(&st, k);
+            int rc = sluice_concurrency_table_acquire_async_at(t, w, key, 1, p, now, dl, q_fn, r, &id);
+            int want = p == 0 ? SLUICE_EINVAL : p > st.N ? SLUICE_ERANGE : full ? SLUICE_EFULL : 0;
+            FUZZ_CHECK(rc == want, "key %d queue %llu: %d, want %d", k, (unsigned long long)p, rc, want);
+            if (rc == 0) {
+                FUZZ_CHECK(id >= 1, "id 0");
+                *r = (qreq){.st = &st, .key = k, .id = id, .permits = p, .deadline = dl};
+            }
+            break;
+        }
+        case 2: { /* a non-blocking acquire */
+            int h = (x >> 6) & 1;
+            if (st.nb[k][h].permits) break;
+            uint64_t p = 1 + fuzz_u8(&in) % st.N;
+            bool full = q_full(&st, k);
+            sluice_result res;
+            bool got = sluice_concurrency_table_acquire_at(t, key, 1, p, now, &st.nb[k][h], &res);
+            FUZZ_CHECK(full ? !got && res.error == SLUICE_EFULL : res.error == 0,
+                       "key %d acquire: %d error %d, full %d", k, got, res.error, full);
+            if (got) {
+                st.held[k] += p;
+                FUZZ_CHECK(st.held[k] <= st.N, "key %d: %llu held", k, (unsigned long long)st.held[k]);
+            }
+            break;
+        }
+        case 3: { /* release a handle */
+            int h = (x >> 6) & 1;
+            if (st.nb[k][h].permits) {
+                uint64_t p = st.nb[k][h].permits;
+                FUZZ_CHECK(sluice_permit_release_at(&st.nb[k][h], now) == 0, "release failed");
+                st.held[k] -= p;
+            } else {
+                for (int i = 0; i < QR; i++)
+                    if (st.r[i].key == k && st.r[i].holding) {
+                        FUZZ_CHECK(sluice_permit_release_at(&st.r[i].pm, now) == 0, "release failed");
+                        st.held[k] -= st.r[i].permits;
+                        st.r[i].holding = false;
+                        break;
+                    }
+            }
+            break;
+        }
+        case 4: { /* cancel */
+            qreq *r = &st.r[fuzz_u8(&in) % QR];
+            if (r->key < 0) break;
+            char rk[2] = {(char)('a' + r->key), 0};
+            if (x >> 7) { /* named with another key: nothing */
+                rk[0] = (char)('a' + (r->key + 1) % QK);
+                int rc = sluice_concurrency_table_async_cancel_at(t, rk, 1, r->id, now);
+                FUZZ_CHECK(rc == SLUICE_ENOENT, "cancel with another key: %d", rc);
+                break;
+            }
+            int rc = sluice_concurrency_table_async_cancel_at(t, rk, 1, r->id, now);
+            bool live = !r->called && !r->cancelled;
+            FUZZ_CHECK(rc == (live ? 0 : SLUICE_ENOENT), "cancel of request %llu (live %d): %d",
+                       (unsigned long long)r->id, live, rc);
+            if (rc == 0) r->cancelled = true;
+            break;
+        }
+        default: /* the wheel moves */
+            now += (uint64_t)fuzz_u8(&in) * 1000 * (x & 1 ? 1000 : 1);
+            sluice_wheel_advance(w, now);
+            break;
+        }
+        FUZZ_CHECK(sluice_concurrency_table_keys(t) <= QMAXK, "more than %d keys", QMAXK);
+        for (int j = 0; j < QK; j++) {
+            char kj[2] = {(char)('a' + j), 0};
+            FUZZ_CHECK(sluice_concurrency_table_held_at(t, kj, 1, now) >= st.held[j],
+                       "key %d: the table holds less than its handles", j);
+        }
+    }
+    if (size & 1) { /* freed with requests pending: none ever called back */
+        sluice_concurrency_table_free(t);
+        st.freed = true;
+        sluice_wheel_advance(w, now + (uint64_t)INT64_MAX / 2);
+        FUZZ_CHECK(sluice_wheel_pending(w) == 0, "timers left on the wheel");
+        sluice_wheel_free(w);
+        return;
+    }
+    /* drain: release every handle and advance, until no request waits; each
+     * round lets at least each key's head through (its permits <= N) */
+    for (int round = 0; round < QR + 2; round++) {
+        for (int k = 0; k < QK; k++)
+            for (int h = 0; h < QH; h++)
+                if (st.nb[k][h].permits) {
+                    st.held[k] -= st.nb[k][h].permits;
+                    FUZZ_CHECK(sluice_permit_release_at(&st.nb[k][h], now) == 0, "release failed");
+                }
+        for (int i = 0; i < QR; i++)
+            if (st.r[i].holding) {
+                FUZZ_CHECK(sluice_permit_release_at(&st.r[i].pm, now) == 0, "release failed");
+                st.held[st.r[i].key] -= st.r[i].permits;
+                st.r[i].holding = false;
+            }
+        sluice_wheel_advance(w, now += 1000);
+    }
+    for (int i = 0; i < QR; i++)
+        FUZZ_CHECK(st.r[i].key < 0 || st.r[i].called || st.r[i].cancelled,
+                   "request %llu never called back", (unsigned long long)st.r[i].id);
+    for (int i = 0; i < QR; i++)
+        if (st.r[i].holding) FUZZ_CHECK(sluice_permit_release_at(&st.r[i].pm, now) == 0, "release");
+    for (int k = 0; k < QK; k++) {
+        char kk[2] = {(char)('a' + k), 0};
+        FUZZ_CHECK(sluice_concurrency_table_waiting(t, kk, 1) == 0, "key %d: waiters left", k);
+    }
+    sluice_concurrency_table_free(t);
+    sluice_wheel_free(w);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_in in = {data, size};
@@ -1280,5 +1492,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     conc_program(data, size);
     conc_table_program(data, size);
+    conc_table_wait_program(data, size);
     return 0;
 }
