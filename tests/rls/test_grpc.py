@@ -1711,6 +1711,122 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(cur[0].stop(), 0)
             r.stop()
 
+    def test_kill_mid_run_with_leases(self):
+        """SLUICE_RLS_REDIS_LEASE_MAX > 0: three sluice-rls processes take
+        leases on one limit of 3000 a year in Redis (P = 3, so lease_cap =
+        min(1000, 3000 / (100 * 3)) = 10; lease_ttl 100 ms), two client
+        threads on each; SIGKILL one under load and start another in its
+        place.  Counted by the clients:
+
+        - never over: admitted <= 3000.  Every permit a client gets was
+          granted by Redis, and Redis grants at most the limit in the year's
+          window, whoever dies;
+        - the under-admission is what the processes dropped plus what the
+          kill lost.  Each process counts the lease permits it drops unspent
+          (expired: routine when a lease outlives its clients' pace);
+          /metrics gives them for the processes alive at the end, and for
+          the killed one as read just before the kill.  What remains, X =
+          3000 - admitted - dropped, is what the kill took: the lease it
+          held (<= lease_cap), a lease that expired between that read and
+          the kill (<= lease_cap for each lease_ttl of that window, plus
+          one), and the calls in flight, charged and never answered (<= one
+          per client thread of the killed server).  So 0 <= X <= lease_cap
+          * (2 + window / lease_ttl) + 2, and Redis is left dry (a fresh
+          exact server probes 0 remaining): nothing else was lost."""
+        import threading
+        L, cap, ttl_s, per = 3000, 10, 0.1, 2
+        config = REDIS_CONFIG + "  - key: big\n    rate_limit: {unit: year, requests_per_unit: %d}\n" % L
+        r = RedisServer()
+        env = dict(config=config, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_LEASE_MAX=1000,
+                   SLUICE_RLS_REDIS_PROCESSES=3, **SLOW_OK)
+        cur, old = [], None
+        ok, failed, lock, stop = [0], [0], threading.Lock(), [False]
+        req = request(desc(("big", "kill")))
+
+        def client(slot):
+            t0, refused_since = time.monotonic(), None
+            for _ in range(50000):  # bounded in count and time
+                if stop[0] or time.monotonic() - t0 > 240:
+                    return
+                try:
+                    got = cur[slot].call(req, timeout=10).overall_code == OK
+                except grpc.RpcError:  # the killed server, or its successor not up yet
+                    with lock:
+                        failed[0] += 1
+                    time.sleep(0.02)
+                    continue
+                now = time.monotonic()
+                if got:
+                    with lock:
+                        ok[0] += 1
+                    refused_since = None
+                elif refused_since is None:
+                    refused_since = now
+                elif now - refused_since > 2.0:
+                    # refused for 20 lease lifetimes: this server holds no
+                    # lease (any it had was spent by these calls, or expired
+                    # and was dropped at one of them) and Redis is dry
+                    return
+
+        def dropped(sv):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % sv.http_port, timeout=10) as h:
+                text = h.read().decode()
+            m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+            return int(m["sluice_rls_redis_lease_dropped_total"]), int(m["sluice_rls_redis_lease_permits_total"])
+
+        th = []
+        try:
+            for _ in range(3):
+                cur.append(Server(**env))
+            th = [threading.Thread(target=client, args=(i // per,)) for i in range(3 * per)]
+            for t in th:
+                t.start()
+            t0 = time.monotonic()
+            while ok[0] < L // 3:
+                self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                time.sleep(0.005)
+            old = cur[0]
+            w0 = time.monotonic()
+            dropped_old, leased_old = dropped(old)
+            old.proc.kill()  # SIGKILL: no drain, no goodbye
+            window = time.monotonic() - w0
+            self.assertEqual(old.proc.wait(timeout=20), -signal.SIGKILL)
+            self.assertGreater(leased_old, 0, "the killed server held no lease: nothing tested")
+            cur[0] = Server(**env)
+            for t in th:
+                t.join(timeout=300)
+            self.assertFalse(any(t.is_alive() for t in th))
+            drops = [dropped(sv)[0] for sv in cur]
+            admitted = ok[0]
+            self.assertLessEqual(admitted, L, "over-admitted")
+            x = L - admitted - dropped_old - sum(drops)
+            bound = cap * (2 + int(window / ttl_s)) + per
+            detail = "admitted %d, dropped %d before the kill + %r after, the kill took %d (bound %d, window %.3f s)" % (
+                admitted, dropped_old, drops, x, bound, window)
+            self.assertGreaterEqual(x, 0, detail)
+            self.assertLessEqual(x, bound, detail)
+            # Redis is dry: an exact server (one round trip) sees 0 left.
+            exact = Server(**dict(env, SLUICE_RLS_REDIS_LEASE_MAX=0))
+            cur.append(exact)
+            got = exact.call(request(desc(("big", "kill"), hits=0)), timeout=10)
+            self.assertEqual(got.statuses[0].limit_remaining, 0, detail)
+            self.assertEqual(exact.call(req, timeout=10).overall_code, OVER)
+            print("test_kill_mid_run_with_leases:", detail, file=sys.stderr)
+        finally:
+            stop[0] = True
+            for t in th:
+                if t.is_alive():
+                    t.join(timeout=60)
+            if old:
+                old.channel.close()
+                old.proc.stdout.close()
+                old.err.close()
+                shutil.rmtree(old.root, ignore_errors=True)
+            for sv in cur:
+                if sv is not old:
+                    self.assertEqual(sv.stop(), 0)
+            r.stop()
+
     def test_redis_killed_under_the_server(self):
         """SIGKILL redis-server while sluice-rls serves: each call is still
         answered, within the deadline, as docs/rls.md says (default
