@@ -1254,14 +1254,27 @@ class MtlsTest(unittest.TestCase):
                 self.assertIsInstance(self.handshake12(s, srv[0], other_ca), Exception)
             finally:
                 self.assertEqual(s.stop(), 0)
-            # An IP address as the SAN matches the IP SANs only.
-            s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=srv[0], GRPC_SERVER_TLS_KEY=srv[1],
-                       GRPC_CLIENT_TLS_CACERT=ca1, GRPC_CLIENT_TLS_SAN="127.0.0.1")
-            try:
-                self.assertEqual(self.handshake12(s, srv[0], wrong_san), "h2")
-                self.assertIsInstance(self.handshake12(s, srv[0], good), Exception)
-            finally:
-                self.assertEqual(s.stop(), 0)
+            # The name as Go's VerifyHostname matches it: an IP address
+            # (bare or in [ ]) against the IP SANs only; a DNS name
+            # case-insensitively, `*` as one whole left-most label; never
+            # the CN.
+            wild = pki.leaf("wild", "ca1", "DNS:*.Clients.Example")
+            cn_only = pki.leaf("client.example", "ca1", "DNS:x.example")  # CN=client.example
+            ip_in_dns = pki.leaf("ipdns", "ca1", "DNS:127.0.0.1")
+            for san, served, refused in (("127.0.0.1", [wrong_san], [good, ip_in_dns]),
+                                         ("[127.0.0.1]", [wrong_san], [good]),
+                                         ("CLIENT.example", [good], [wrong_san, cn_only]),
+                                         ("a.clients.example", [wild], [good]),
+                                         ("b.a.clients.example", [], [wild])):
+                s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=srv[0], GRPC_SERVER_TLS_KEY=srv[1],
+                           GRPC_CLIENT_TLS_CACERT=ca1, GRPC_CLIENT_TLS_SAN=san)
+                try:
+                    for c in served:
+                        self.assertEqual(self.handshake12(s, srv[0], c), "h2", (san, c))
+                    for c in refused:
+                        self.assertIsInstance(self.handshake12(s, srv[0], c), Exception, (san, c))
+                finally:
+                    self.assertEqual(s.stop(), 0)
         finally:
             shutil.rmtree(pki.d, ignore_errors=True)
 
