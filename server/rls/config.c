@@ -557,7 +557,9 @@ size_t rls_config_write_metrics(const rls_config *cfg, char *buf, size_t cap)
             {"sluice_rls_redis_fallbacks_total", "Decisions made by the failure policy because Redis could not."},
             {"sluice_rls_redis_errors_total", "Redis calls that failed (connect, timeout, I/O, reply, pool, circuit)."},
             {"sluice_rls_redis_local_decisions_total", "Decisions answered without a round trip (a lease, or a "
-                                                       "remembered refusal)."}};
+                                                       "remembered refusal)."},
+            {"sluice_rls_redis_lease_permits_total", "Permits Redis granted beyond the call's, kept as leases."},
+            {"sluice_rls_redis_lease_dropped_total", "Lease permits dropped unspent (expired, replaced or evicted)."}};
         for (int k = 0; k < RLS_REDIS_SUMS && off < cap; k++) {
             int w = snprintf(buf + off, cap - off, "# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n", fam[k][0],
                              fam[k][1], fam[k][0], fam[k][0], sums[k]);

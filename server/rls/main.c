@@ -14,7 +14,9 @@
  *   RUNTIME_SUBDIRECTORY/config;  SHADOW_MODE (false); QUOTA_MODE (false);
  *   RESPONSE_DYNAMIC_METADATA (false); GRPC_SERVER_USE_TLS (false) with
  *   GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (PEM files: TLS with ALPN h2
- *   on the gRPC port);
+ *   on the gRPC port), GRPC_CLIENT_TLS_CACERT (PEM CAs: every client must
+ *   present a certificate they issued, mTLS) and GRPC_CLIENT_TLS_SAN (a SAN
+ *   the client certificate must carry; needs the CA file);
  * and sluice-rls's own: SLUICE_RLS_WORKERS (one per CPU),
  * SLUICE_RLS_MAX_KEYS (65536 keys per limit), SLUICE_RLS_MAX_CONNS (4096),
  * SLUICE_RLS_MAX_MSG_BYTES (1048576), SLUICE_RLS_IDLE_SECONDS (60),
@@ -310,6 +312,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "sluice-rls: GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY\n");
             return 2;
         }
+    }
+    /* client certificates (mTLS): only on a TLS port, the SAN only with a CA */
+    const char *ca = getenv("GRPC_CLIENT_TLS_CACERT"), *san = getenv("GRPC_CLIENT_TLS_SAN");
+    o.tls_client_ca = ca && *ca ? ca : NULL;
+    o.tls_client_san = san && *san ? san : NULL;
+    if ((o.tls_client_ca || o.tls_client_san) && !tls) {
+        fprintf(stderr, "sluice-rls: %s is set but GRPC_SERVER_USE_TLS is not true (client certificates need TLS)\n",
+                o.tls_client_ca ? "GRPC_CLIENT_TLS_CACERT" : "GRPC_CLIENT_TLS_SAN");
+        return 2;
+    }
+    if (o.tls_client_san && !o.tls_client_ca) {
+        fprintf(stderr, "sluice-rls: GRPC_CLIENT_TLS_SAN='%s' needs GRPC_CLIENT_TLS_CACERT (no client certificate is "
+                        "asked without it)\n", o.tls_client_san);
+        return 2;
     }
     const char *root = getenv("RUNTIME_ROOT");
     const char *sub = getenv("RUNTIME_SUBDIRECTORY");

@@ -245,6 +245,8 @@ void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_S
     sums[2] += st.err_connect + st.err_timeout + st.err_io + st.err_protocol + st.err_reply + st.err_pool +
                st.err_circuit;
     sums[3] += st.by_lease + st.by_cache;
+    sums[4] += st.lease_permits;
+    sums[5] += st.lease_dropped;
 }
 
 #else /* built without the Redis tier: never called (rls_redis_enabled() is false) */

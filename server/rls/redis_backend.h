@@ -83,9 +83,10 @@ bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, ui
 
 /* Add r's counters to sums[RLS_REDIS_SUMS]: script calls sent
  * (round trips), decisions the failure policy made, failed calls,
- * decisions answered locally (from a lease or a remembered refusal).
- * Thread-safe. */
-#define RLS_REDIS_SUMS 4
+ * decisions answered locally (from a lease or a remembered refusal),
+ * permits kept as leases, lease permits dropped unspent (expired,
+ * replaced or evicted).  Thread-safe. */
+#define RLS_REDIS_SUMS 6
 void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_SUMS]);
 
 #endif

@@ -44,7 +44,9 @@
  * DEADLINE_EXCEEDED without being decided (nothing spent).
  *
  * TLS (opts.tls_cert, OpenSSL when built with it): the gRPC port's bytes go
- * through io_recv/io_send, which drive the handshake (ALPN must pick h2)
+ * through io_recv/io_send, which drive the handshake (ALPN must pick h2;
+ * with opts.tls_client_ca the client's certificate is verified in it,
+ * tls_client_auth)
  * and SSL_read/SSL_write on the non-blocking socket; a write OpenSSL could
  * not finish is retried with the same bytes (conn_flush appends nothing
  * while some wait), and bytes OpenSSL holds already are read before epoll
@@ -73,6 +75,7 @@
 #ifdef SLUICE_RLS_TLS
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #endif
 #include <nghttp2/nghttp2.h>
 
@@ -1370,15 +1373,68 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 }
 #endif
 
+#ifdef SLUICE_RLS_TLS
+/* Client certificates (mTLS; envoyproxy/ratelimit's GRPC_CLIENT_TLS_CACERT
+ * and GRPC_CLIENT_TLS_SAN).  Every client must present a certificate that
+ * OpenSSL's verify chains to a CA of o->tls_client_ca (those only, not the
+ * system's: the Go server also trusts its system pool), valid now, for
+ * client use (the ssl_client purpose: an extendedKeyUsage, when present,
+ * holds clientAuth, as Go requires); the CertificateRequest names those CAs.
+ * With o->tls_client_san the verify also checks the name, as Go's
+ * VerifyHostname does: an IP address (optionally in [ ]) against the IP
+ * SANs only, anything else against the DNS SANs, case-insensitively, a `*`
+ * only as a whole left-most label matching one label, never the subject's
+ * CN.  A failure is an alert in the handshake: no HTTP/2 byte is read.
+ * Returns NULL, or what failed (OpenSSL's reason is on its error queue). */
+static const char *tls_client_auth(SSL_CTX *ctx, const rls_server_opts *o)
+{
+    static const unsigned char sid[] = "sluice-rls";
+    if (SSL_CTX_load_verify_locations(ctx, o->tls_client_ca, NULL) != 1)
+        return "cannot load the client CA certificates";
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(o->tls_client_ca);
+    if (!names)
+        return "no CA certificate in the client CA file";
+    SSL_CTX_set_client_CA_list(ctx, names); /* the context owns them */
+    /* a resumed session keeps its verified client; the id context is
+     * what OpenSSL needs to resume one with verification on */
+    if (SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1) != 1 ||
+        SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_CLIENT) != 1)
+        return "cannot set up client verification";
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    const char *san = o->tls_client_san;
+    if (!san)
+        return NULL;
+    X509_VERIFY_PARAM *vp = SSL_CTX_get0_param(ctx);
+    char ip[64];
+    size_t n = strlen(san);
+    if (n >= 3 && san[0] == '[' && san[n - 1] == ']' && n - 2 < sizeof ip) {
+        memcpy(ip, san + 1, n - 2);
+        ip[n - 2] = '\0';
+    } else if (n < sizeof ip) {
+        memcpy(ip, san, n + 1);
+    } else {
+        ip[0] = '\0';
+    }
+    unsigned char bin[16];
+    if (inet_pton(AF_INET, ip, bin) == 1 || inet_pton(AF_INET6, ip, bin) == 1)
+        return X509_VERIFY_PARAM_set1_ip_asc(vp, ip) == 1 ? NULL : "cannot set the client SAN";
+    X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NEVER_CHECK_SUBJECT | X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    return X509_VERIFY_PARAM_set1_host(vp, san, n) == 1 ? NULL : "cannot set the client SAN";
+}
+#endif
+
 /* The gRPC port's TLS context: TLS 1.2 or later, the certificate chain
- * and key from PEM files, ALPN h2.  -1 with the reason (file and
- * OpenSSL's words) in err. */
+ * and key from PEM files, ALPN h2; client certificates when asked
+ * (tls_client_auth).  -1 with the reason (file and OpenSSL's words) in
+ * err. */
 static int tls_setup(rls_server *s, const rls_server_opts *o, char *err, size_t errlen)
 {
 #ifdef SLUICE_RLS_TLS
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     const char *what = "out of memory", *file = "";
-    if (ctx && !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+    if (ctx && o->tls_client_san && !o->tls_client_ca)
+        what = "a client SAN needs the client CA file";
+    else if (ctx && !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
         what = "TLS 1.2";
     else if (ctx && SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert) != 1)
         what = "cannot load the certificate chain", file = o->tls_cert;
@@ -1386,6 +1442,8 @@ static int tls_setup(rls_server *s, const rls_server_opts *o, char *err, size_t 
         what = "cannot load the private key", file = o->tls_key ? o->tls_key : "";
     else if (ctx && SSL_CTX_check_private_key(ctx) != 1)
         what = "the private key does not match the certificate", file = o->tls_key;
+    else if (ctx && o->tls_client_ca && (what = tls_client_auth(ctx, o)) != NULL)
+        file = o->tls_client_ca;
     else if (ctx) {
         SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
         SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
@@ -1394,9 +1452,11 @@ static int tls_setup(rls_server *s, const rls_server_opts *o, char *err, size_t 
         return 0;
     }
     char why[160] = "";
-    ERR_error_string_n(ERR_get_error(), why, sizeof why);
+    unsigned long e = ERR_get_error();
+    if (e)
+        ERR_error_string_n(e, why, sizeof why);
     ERR_clear_error();
-    snprintf(err, errlen, "TLS: %s %.200s (%s)", what, file, why);
+    snprintf(err, errlen, "TLS: %s %.200s%s%s%s", what, file, e ? " (" : "", why, e ? ")" : "");
     SSL_CTX_free(ctx);
     return -1;
 #else

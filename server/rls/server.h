@@ -27,6 +27,14 @@ typedef struct rls_server_opts {
     const char *tls_cert;    /* PEM certificate chain: the gRPC port speaks TLS
                               * (ALPN h2); NULL: cleartext HTTP/2 */
     const char *tls_key;     /* PEM private key, with tls_cert */
+    const char *tls_client_ca;  /* with tls_cert: PEM file of the CAs that
+                                 * client certificates must chain to; every
+                                 * client must present one (mTLS), refused in
+                                 * the handshake otherwise.  NULL: none asked */
+    const char *tls_client_san; /* with tls_client_ca: the client certificate
+                                 * must carry this subject alternative name, a
+                                 * DNS name (wildcards as Go matches them) or an
+                                 * IP address (IP SANs only); NULL: any */
     const char *http_host;   /* HTTP/1.1 endpoints (HOST), numeric */
     int http_port;           /* PORT: 0 = any free port, -1 = none */
 } rls_server_opts;

@@ -1117,6 +1117,209 @@ class TlsAttackTest(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+class Certs:
+    """A test PKI made with the openssl command in a temp dir: CAs, and
+    certificates they sign (EC P-256: quick to make on a loaded machine)."""
+
+    def __init__(self):
+        self.d = tempfile.mkdtemp(prefix="rls-pki-")
+        os.makedirs(os.path.join(self.d, "db"))
+        open(os.path.join(self.d, "db", "index.txt"), "w").close()
+        with open(os.path.join(self.d, "db", "serial"), "w") as f:
+            f.write("10\n")
+        with open(os.path.join(self.d, "ca.cnf"), "w") as f:  # `openssl ca`, for dates in the past
+            f.write("[ca]\ndefault_ca = c\n[c]\ndatabase = db/index.txt\nnew_certs_dir = db\nserial = db/serial\n"
+                    "default_md = sha256\npolicy = p\nunique_subject = no\ncopy_extensions = none\n"
+                    "[p]\ncommonName = supplied\n")
+
+    def path(self, name):
+        return os.path.join(self.d, name)
+
+    def run(self, *args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=60, cwd=self.d)
+
+    def ca(self, name):
+        """A self-signed CA (the req defaults: basicConstraints CA:TRUE)."""
+        self.run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                 "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".pem")
+        return self.path(name + ".pem")
+
+    def leaf(self, name, ca, san, eku="clientAuth", dates=None):
+        """A certificate signed by `ca` with subjectAltName `san`; dates:
+        (start, end) as YYYYMMDDHHMMSSZ, else valid for 2 days from now.
+        Returns (certificate, key) paths."""
+        self.run("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-subj", "/CN=" + name, "-keyout", name + ".key", "-out", name + ".csr")
+        with open(self.path(name + ".ext"), "w") as f:
+            f.write("basicConstraints=CA:FALSE\nsubjectAltName=%s\nextendedKeyUsage=%s\n" % (san, eku))
+        when = ["-startdate", dates[0], "-enddate", dates[1]] if dates else ["-days", "2"]
+        self.run("ca", "-batch", "-config", "ca.cnf", "-cert", ca + ".pem", "-keyfile", ca + ".key", "-notext",
+                 "-in", name + ".csr", "-out", name + ".pem", "-extfile", name + ".ext", *when)
+        return self.path(name + ".pem"), self.path(name + ".key")
+
+    def server(self):
+        """The server's own certificate: self-signed, for localhost."""
+        self.run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                 "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                 "-keyout", "srv.key", "-out", "srv.pem")
+        return self.path("srv.pem"), self.path("srv.key")
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl (the command) makes the test's certificates")
+class MtlsTest(unittest.TestCase):
+    def tls_channel(self, s, srv_crt, client=None):
+        """A grpcio channel to s over TLS, with client = (cert, key) or none."""
+        def read(p):
+            with open(p, "rb") as f:
+                return f.read()
+        creds = grpc.ssl_channel_credentials(root_certificates=read(srv_crt),
+                                             private_key=read(client[1]) if client else None,
+                                             certificate_chain=read(client[0]) if client else None)
+        ch = grpc.secure_channel("127.0.0.1:%d" % s.port, creds,
+                                 options=[("grpc.ssl_target_name_override", "localhost")])
+        return ch, ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                  response_deserializer=rls_pb2.RateLimitResponse.FromString)
+
+    def handshake12(self, s, srv_crt, client=None):
+        """A TLS 1.2 handshake from python's ssl (where the server's verdict
+        on the client is part of the handshake): the ALPN protocol chosen,
+        or the SSLError."""
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(srv_crt)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["h2"])
+        if client:
+            ctx.load_cert_chain(client[0], client[1])
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as so:
+            try:
+                with ctx.wrap_socket(so, server_hostname="localhost") as t:
+                    return t.selected_alpn_protocol()
+            except ssl.SSLError as e:
+                return e
+
+    def test_client_certificates(self):
+        """GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN (envoyproxy/
+        ratelimit's mTLS): a client certificate from the CA with the SAN is
+        served; no certificate, one from another CA, an expired one, one with
+        another SAN, one for servers only (extendedKeyUsage serverAuth) are
+        refused in the handshake (a TLS 1.2 handshake fails with the alert
+        that names the reason; grpcio's calls fail) and spend nothing, while
+        the server goes on serving the good client, on its one worker."""
+        pki = Certs()
+        try:
+            srv = pki.server()
+            ca1, ca2 = pki.ca("ca1"), pki.ca("ca2")
+            good = pki.leaf("good", "ca1", "DNS:client.example")
+            other_ca = pki.leaf("other", "ca2", "DNS:client.example")
+            expired = pki.leaf("expired", "ca1", "DNS:client.example", dates=("20200101000000Z", "20200102000000Z"))
+            wrong_san = pki.leaf("wrongsan", "ca1", "DNS:other.example,IP:127.0.0.1")
+            server_only = pki.leaf("serveronly", "ca1", "DNS:client.example", eku="serverAuth")
+            s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=srv[0], GRPC_SERVER_TLS_KEY=srv[1],
+                       GRPC_CLIENT_TLS_CACERT=ca1, GRPC_CLIENT_TLS_SAN="client.example", SLUICE_RLS_WORKERS=1)
+            try:
+                self.assertEqual(self.handshake12(s, srv[0], good), "h2")
+                ch, call = self.tls_channel(s, srv[0], good)
+                self.assertEqual(call(request(desc(("two", "m"))), timeout=10).overall_code, OK)
+                refused = {"no certificate": (None, "HANDSHAKE_FAILURE"), "another CA": (other_ca, "UNKNOWN_CA"),
+                           "expired": (expired, "CERTIFICATE_EXPIRED"), "another SAN": (wrong_san, None),
+                           "serverAuth only": (server_only, "UNSUPPORTED_CERTIFICATE")}
+                for what, (cert, alert) in refused.items():
+                    e = self.handshake12(s, srv[0], cert)
+                    self.assertIsInstance(e, Exception, what)
+                    if alert:
+                        self.assertIn(alert, str(e), what)
+                    bad_ch, bad_call = self.tls_channel(s, srv[0], cert)  # TLS 1.3, grpcio
+                    with self.assertRaises(grpc.RpcError, msg=what) as cm:
+                        bad_call(request(desc(("two", "m"))), timeout=10)
+                    self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, what)
+                    bad_ch.close()
+                    # the good client is still served (one worker: the same
+                    # thread that refused the handshake)
+                    self.assertEqual(call(request(desc(("five", "m"))), timeout=10).overall_code, OK, what)
+                # the refused calls spent nothing: the second of two is the last
+                self.assertEqual([call(request(desc(("two", "m"))), timeout=10).overall_code for _ in range(2)],
+                                 [OK, OVER])
+                ch.close()
+            finally:
+                self.assertEqual(s.stop(), 0)
+            # Without a SAN any certificate from the CA is served; another
+            # CA's is still refused.
+            s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=srv[0], GRPC_SERVER_TLS_KEY=srv[1],
+                       GRPC_CLIENT_TLS_CACERT=ca1)
+            try:
+                ch, call = self.tls_channel(s, srv[0], wrong_san)
+                self.assertEqual(call(request(desc(("two", "m"))), timeout=10).overall_code, OK)
+                ch.close()
+                self.assertIsInstance(self.handshake12(s, srv[0], other_ca), Exception)
+            finally:
+                self.assertEqual(s.stop(), 0)
+            # The name as Go's VerifyHostname matches it: an IP address
+            # (bare or in [ ]) against the IP SANs only; a DNS name
+            # case-insensitively, `*` as one whole left-most label; never
+            # the CN.
+            wild = pki.leaf("wild", "ca1", "DNS:*.Clients.Example")
+            cn_only = pki.leaf("client.example", "ca1", "DNS:x.example")  # CN=client.example
+            ip_in_dns = pki.leaf("ipdns", "ca1", "DNS:127.0.0.1")
+            for san, served, refused in (("127.0.0.1", [wrong_san], [good, ip_in_dns]),
+                                         ("[127.0.0.1]", [wrong_san], [good]),
+                                         ("CLIENT.example", [good], [wrong_san, cn_only]),
+                                         ("a.clients.example", [wild], [good]),
+                                         ("b.a.clients.example", [], [wild])):
+                s = Server(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=srv[0], GRPC_SERVER_TLS_KEY=srv[1],
+                           GRPC_CLIENT_TLS_CACERT=ca1, GRPC_CLIENT_TLS_SAN=san)
+                try:
+                    for c in served:
+                        self.assertEqual(self.handshake12(s, srv[0], c), "h2", (san, c))
+                    for c in refused:
+                        self.assertIsInstance(self.handshake12(s, srv[0], c), Exception, (san, c))
+                finally:
+                    self.assertEqual(s.stop(), 0)
+        finally:
+            shutil.rmtree(pki.d, ignore_errors=True)
+
+    def test_bad_client_tls_config(self):
+        """Refused at start (exit 2) with a line that names the variable or
+        the file and OpenSSL's reason."""
+        pki = Certs()
+        try:
+            crt, key = pki.server()
+            ca1 = pki.ca("ca1")
+            tls = {"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": crt, "GRPC_SERVER_TLS_KEY": key}
+            junk = pki.path("junk.pem")
+            with open(junk, "w") as f:
+                f.write("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+            empty = pki.path("empty.pem")
+            open(empty, "w").close()
+            cases = [({"GRPC_CLIENT_TLS_CACERT": ca1},
+                      "GRPC_CLIENT_TLS_CACERT is set but GRPC_SERVER_USE_TLS is not true"),
+                     ({"GRPC_CLIENT_TLS_SAN": "client.example"},
+                      "GRPC_CLIENT_TLS_SAN is set but GRPC_SERVER_USE_TLS is not true"),
+                     (dict(tls, GRPC_CLIENT_TLS_SAN="client.example"),
+                      "GRPC_CLIENT_TLS_SAN='client.example' needs GRPC_CLIENT_TLS_CACERT"),
+                     (dict(tls, GRPC_CLIENT_TLS_CACERT=pki.path("none.pem")),
+                      "TLS: cannot load the client CA certificates " + pki.path("none.pem") + " (error:"),
+                     (dict(tls, GRPC_CLIENT_TLS_CACERT=junk),
+                      "TLS: cannot load the client CA certificates " + junk + " (error:"),
+                     (dict(tls, GRPC_CLIENT_TLS_CACERT=empty),
+                      "TLS: cannot load the client CA certificates " + empty + " (error:"),
+                     (dict(tls, GRPC_CLIENT_TLS_CACERT=pki.path("ca1.key")),
+                      "TLS: cannot load the client CA certificates " + pki.path("ca1.key") + " (error:")]
+            root = tempfile.mkdtemp(prefix="rls-rt-")
+            os.makedirs(os.path.join(root, "ratelimit", "config"))
+            try:
+                for env, msg in cases:
+                    r = subprocess.run([BIN], env=dict(os.environ, RUNTIME_ROOT=root, GRPC_PORT="0", PORT="0", **env),
+                                       capture_output=True, text=True, timeout=30)
+                    self.assertEqual(r.returncode, 2, env)
+                    self.assertIn(msg, r.stderr, env)
+                    self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        finally:
+            shutil.rmtree(pki.d, ignore_errors=True)
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
@@ -1519,6 +1722,122 @@ class RedisTest(unittest.TestCase):
                 if t.is_alive():
                     t.join(timeout=60)
             self.assertEqual(cur[0].stop(), 0)
+            r.stop()
+
+    def test_kill_mid_run_with_leases(self):
+        """SLUICE_RLS_REDIS_LEASE_MAX > 0: three sluice-rls processes take
+        leases on one limit of 3000 a year in Redis (P = 3, so lease_cap =
+        min(1000, 3000 / (100 * 3)) = 10; lease_ttl 100 ms), two client
+        threads on each; SIGKILL one under load and start another in its
+        place.  Counted by the clients:
+
+        - never over: admitted <= 3000.  Every permit a client gets was
+          granted by Redis, and Redis grants at most the limit in the year's
+          window, whoever dies;
+        - the under-admission is what the processes dropped plus what the
+          kill lost.  Each process counts the lease permits it drops unspent
+          (expired: routine when a lease outlives its clients' pace);
+          /metrics gives them for the processes alive at the end, and for
+          the killed one as read just before the kill.  What remains, X =
+          3000 - admitted - dropped, is what the kill took: the lease it
+          held (<= lease_cap), a lease that expired between that read and
+          the kill (<= lease_cap for each lease_ttl of that window, plus
+          one), and the calls in flight, charged and never answered (<= one
+          per client thread of the killed server).  So 0 <= X <= lease_cap
+          * (2 + window / lease_ttl) + 2, and Redis is left dry (a fresh
+          exact server probes 0 remaining): nothing else was lost."""
+        import threading
+        L, cap, ttl_s, per = 3000, 10, 0.1, 2
+        config = REDIS_CONFIG + "  - key: big\n    rate_limit: {unit: year, requests_per_unit: %d}\n" % L
+        r = RedisServer()
+        env = dict(config=config, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_LEASE_MAX=1000,
+                   SLUICE_RLS_REDIS_PROCESSES=3, **SLOW_OK)
+        cur, old = [], None
+        ok, failed, lock, stop = [0], [0], threading.Lock(), [False]
+        req = request(desc(("big", "kill")))
+
+        def client(slot):
+            t0, refused_since = time.monotonic(), None
+            for _ in range(50000):  # bounded in count and time
+                if stop[0] or time.monotonic() - t0 > 240:
+                    return
+                try:
+                    got = cur[slot].call(req, timeout=10).overall_code == OK
+                except grpc.RpcError:  # the killed server, or its successor not up yet
+                    with lock:
+                        failed[0] += 1
+                    time.sleep(0.02)
+                    continue
+                now = time.monotonic()
+                if got:
+                    with lock:
+                        ok[0] += 1
+                    refused_since = None
+                elif refused_since is None:
+                    refused_since = now
+                elif now - refused_since > 2.0:
+                    # refused for 20 lease lifetimes: this server holds no
+                    # lease (any it had was spent by these calls, or expired
+                    # and was dropped at one of them) and Redis is dry
+                    return
+
+        def dropped(sv):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % sv.http_port, timeout=10) as h:
+                text = h.read().decode()
+            m = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l and l[0] != "#"}
+            return int(m["sluice_rls_redis_lease_dropped_total"]), int(m["sluice_rls_redis_lease_permits_total"])
+
+        th = []
+        try:
+            for _ in range(3):
+                cur.append(Server(**env))
+            th = [threading.Thread(target=client, args=(i // per,)) for i in range(3 * per)]
+            for t in th:
+                t.start()
+            t0 = time.monotonic()
+            while ok[0] < L // 3:
+                self.assertLess(time.monotonic() - t0, 120, "the clients make no progress")
+                time.sleep(0.005)
+            old = cur[0]
+            w0 = time.monotonic()
+            dropped_old, leased_old = dropped(old)
+            old.proc.kill()  # SIGKILL: no drain, no goodbye
+            window = time.monotonic() - w0
+            self.assertEqual(old.proc.wait(timeout=20), -signal.SIGKILL)
+            self.assertGreater(leased_old, 0, "the killed server held no lease: nothing tested")
+            cur[0] = Server(**env)
+            for t in th:
+                t.join(timeout=300)
+            self.assertFalse(any(t.is_alive() for t in th))
+            drops = [dropped(sv)[0] for sv in cur]
+            admitted = ok[0]
+            self.assertLessEqual(admitted, L, "over-admitted")
+            x = L - admitted - dropped_old - sum(drops)
+            bound = cap * (2 + int(window / ttl_s)) + per
+            detail = "admitted %d, dropped %d before the kill + %r after, the kill took %d (bound %d, window %.3f s)" % (
+                admitted, dropped_old, drops, x, bound, window)
+            self.assertGreaterEqual(x, 0, detail)
+            self.assertLessEqual(x, bound, detail)
+            # Redis is dry: an exact server (one round trip) sees 0 left.
+            exact = Server(**dict(env, SLUICE_RLS_REDIS_LEASE_MAX=0))
+            cur.append(exact)
+            got = exact.call(request(desc(("big", "kill"), hits=0)), timeout=10)
+            self.assertEqual(got.statuses[0].limit_remaining, 0, detail)
+            self.assertEqual(exact.call(req, timeout=10).overall_code, OVER)
+            print("test_kill_mid_run_with_leases:", detail, file=sys.stderr)
+        finally:
+            stop[0] = True
+            for t in th:
+                if t.is_alive():
+                    t.join(timeout=60)
+            if old:
+                old.channel.close()
+                old.proc.stdout.close()
+                old.err.close()
+                shutil.rmtree(old.root, ignore_errors=True)
+            for sv in cur:
+                if sv is not old:
+                    self.assertEqual(sv.stop(), 0)
             r.stop()
 
     def test_redis_killed_under_the_server(self):
