@@ -870,7 +870,7 @@ typedef struct sluice_table_reservation {
     uint64_t at_ns;   /* the reserving time + wait_ns, never past 2^63-1 */
     sluice_table *table; /* private: the table that made it (held) */
     uint32_t state;      /* private */
-    uint32_t kgen_;      /* private: the key's generation */
+    uint64_t kgen_;      /* private: the key's entry: its stamp (a region: the slot's generation) */
     uint64_t hash_;      /* private: the key's hash, as the table stores it */
     uint32_t keylen_;    /* private: its length code, as stored */
     uint32_t cfg_;       /* private: the key's configuration then (a region: its slot) */

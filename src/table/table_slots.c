@@ -24,8 +24,9 @@
  * so a miss stops at the first slot closer to its home than the probe is.
  * An insertion opens its place by moving the rest of the run one slot on;
  * a removal moves it one slot back (no tombstones, no rehash); each entry
- * moved takes its wheel links along (its neighbours are told its new slot),
- * and the shard's `gen` counts the moves.  The probe distance is kept in 5
+ * moved takes its wheel links along (its neighbours are told its new slot)
+ * and its reservation stamp, once the table has made a reservation
+ * (table_settle.c, "Which key"), and the shard's `gen` counts the moves.  The probe distance is kept in 5
  * bits of meta, exact below DIST_SAT; a distance of DIST_SAT or more (a run
  * that long is rare at a load of 0.8, and hash flooding cannot aim at it:
  * the seed is secret) is found again from the key's hash when needed.  Load
@@ -118,11 +119,14 @@ uint64_t sluice__inproc_ent_t_last(const sluice_table *t, entry *e)
 
 
 /* Move the entry of slot `from` to empty slot `to`, at probe distance d;
- * its wheel list follows it (links are slot numbers).  Field by field, with
- * PUT for what the optimistic read reads. */
+ * its wheel list follows it (links are slot numbers), and its stamp too
+ * once the table has them (table_settle.c).  Field by field, with PUT for
+ * what the optimistic read reads. */
 static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t to, uint32_t d)
 {
     entry *a = ent(t, s, from), *b = ent(t, s, to);
+    uint64_t *st = stamps_of(t);
+    if (st) *stamp_at(t, st, s, to) = *stamp_at(t, st, s, from);
     const uint32_t m = a->meta;
     b->next = a->next;
     b->prev = a->prev;
@@ -445,9 +449,10 @@ static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
     PUT(&e->meta, (uint32_t)keylen | dist_code(d) << 27);
-    /* a new entry: a reservation made on an older one of this key (or of
-     * its generation bucket) no longer settles here (table_settle.c) */
-    if (t->kgen) atomic_fetch_add_explicit(kgen_of(t, h), 1, memory_order_relaxed);
+    /* a new entry, with no stamp yet: no reservation made on an older one
+     * settles here (table_settle.c) */
+    uint64_t *sp = stamps_of(t);
+    if (sp) *stamp_at(t, sp, s, i) = 0;
 }
 
 /* Room wanted for a new key (hash h) in shard s, and its place in Robin
