@@ -119,14 +119,12 @@ uint64_t sluice__inproc_ent_t_last(const sluice_table *t, entry *e)
 
 
 /* Move the entry of slot `from` to empty slot `to`, at probe distance d;
- * its wheel list follows it (links are slot numbers), and its stamp too
- * once the table has them (table_settle.c).  Field by field, with PUT for
+ * its wheel list follows it (links are slot numbers; its stamp follows in
+ * slot_open and slot_close, once a shift).  Field by field, with PUT for
  * what the optimistic read reads. */
 static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t to, uint32_t d)
 {
     entry *a = ent(t, s, from), *b = ent(t, s, to);
-    uint64_t *st = stamps_of(t);
-    if (st) *stamp_at(t, st, s, to) = *stamp_at(t, st, s, from);
     const uint32_t m = a->meta;
     b->next = a->next;
     b->prev = a->prev;
@@ -173,11 +171,19 @@ static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32
     uint32_t q = p;
     while (META_CODE(ent(t, s, q)->meta))
         if (++q == s->cap) q = 0;
+    const uint32_t end = q;
     while (q != p) { /* from the run's end back to p: each moves one on */
         const uint32_t f = q ? q - 1 : s->cap - 1;
         slot_move(t, s, f, q, slot_dist(t, s, f) + 1);
         q = f;
     }
+    uint64_t *sp = stamps_of(t);
+    if (sp) /* the entries' stamps follow them (table_settle.c): one test a shift */
+        for (q = end; q != p;) {
+            const uint32_t f = q ? q - 1 : s->cap - 1;
+            *stamp_at(t, sp, s, q) = *stamp_at(t, sp, s, f);
+            q = f;
+        }
     s->gen++;
     *dist = d;
     return p;
@@ -189,6 +195,7 @@ static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32
  * slots i + 1 .. it (cyclically) are now one slot back. */
 static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
 {
+    const uint32_t first = i;
     for (;;) {
         const uint32_t j = i + 1 == s->cap ? 0 : i + 1;
         const uint32_t code = META_CODE(ent(t, s, j)->meta);
@@ -196,6 +203,13 @@ static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
         slot_move(t, s, j, i, slot_dist(t, s, j) - 1);
         i = j;
     }
+    uint64_t *sp = stamps_of(t);
+    if (sp) /* the stamps follow their entries, as in slot_open */
+        for (uint32_t x = first; x != i;) {
+            const uint32_t j = x + 1 == s->cap ? 0 : x + 1;
+            *stamp_at(t, sp, s, x) = *stamp_at(t, sp, s, j);
+            x = j;
+        }
     PUT(&ent(t, s, i)->meta, 0);
     s->gen++;
     return i;

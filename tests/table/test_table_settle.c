@@ -550,6 +550,40 @@ static void test_remade_stamp(void **state)
     }
 }
 
+/* The entries' stamps come with the table's first reservation: when that
+ * allocation fails, the reservation is refused with SLUICE_ENOMEM and takes
+ * nothing; a reservation with no rv needs none; the next one allocates
+ * them.  (In process only: a region's generations are in the region.) */
+static void test_stamps_oom(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0); /* tests/testutil.h */
+    sluice_table *t = mkt("token-bucket 10/s", 1000, 0);
+    sluice_table_reservation rv;
+    sluice_result r;
+    tu_alloc_arm(0, true); /* every allocation from now on fails */
+    assert_false(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, &r));
+    assert_int_equal(r.error, SLUICE_ENOMEM);
+    assert_int_equal(rv.permits, 0);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 0, SEC), SLUICE_ENOENT);
+    assert_int_equal(remaining(t, "k", SEC), 10); /* nothing taken, the key not made */
+    assert_true(sluice_table_reserve_at(t, "k", 1, 3, SEC, 0, NULL, &r)); /* no rv: no stamps */
+    assert_int_equal(remaining(t, "k", SEC), 7);
+    tu_alloc_disarm();
+    const long calls = tu_alloc_calls();
+    assert_true(sluice_table_reserve_at(t, "k", 1, 4, SEC, 0, &rv, &r));
+    assert_int_equal(tu_alloc_calls(), calls + 1); /* the stamps, once */
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 2, SEC), 0); /* 2 back */
+    assert_int_equal(remaining(t, "k", SEC), 5);
+    assert_true(sluice_table_reserve_at(t, "k", 1, 1, SEC, 0, &rv, NULL));
+    assert_int_equal(tu_alloc_calls(), calls + 1);
+    assert_int_equal(sluice_table_reservation_settle_at(&rv, 1, SEC), 0);
+    assert_int_equal(remaining(t, "k", SEC), 4);
+    sluice_table_free(t);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 /* A change of spec between the reservation and its settle: nothing goes
  * back (the units changed); an excess is still charged, under the new
  * spec. */
@@ -892,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_other_keys),
         cmocka_unit_test(test_churn),
         cmocka_unit_test(test_remade_stamp),
+        cmocka_unit_test(test_stamps_oom),
         cmocka_unit_test(test_after_reconfigure),
         cmocka_unit_test(test_overdraft),
         cmocka_unit_test(test_free_first),
