@@ -180,9 +180,8 @@ struct sluice_table {
 };
 
 /* The entries' stamps (table_settle.c, "Which key"), or NULL while the
- * table has made no reservation: what the shard's holder reads (the
- * pointer is set once, and a holder that sees it NULL meets no stamp but
- * 0 in its shard: same place). */
+ * table has made no reservation.  Set once; read and written under the
+ * lock of the shard whose stamps they are. */
 static inline uint64_t *stamps_of(const sluice_table *t)
 {
     return atomic_load_explicit(&((sluice_table *)t)->stamps, memory_order_acquire);

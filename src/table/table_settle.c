@@ -30,26 +30,29 @@
  * new entry never took.  So the reservation keeps the key (its bytes when
  * at most INLINE_KEY, else its stored length and 64-bit keyed hash) and the
  * entry's stamp: a 64-bit number per slot (t->stamps, beside the probe
- * arrays, laid out as they are), which moves with its entry when the Robin
- * Hood shifts move it (slot_move), and which put_entry clears to 0 when it
- * makes an entry -- the making of a new key pays one predictable branch,
- * nothing else, and a table that never reserves has no stamps at all (they
- * are allocated at its first reservation: 8 bytes a slot, 10 a key at the
- * load of 0.8).  The first reservation on an entry gives it the next number
- * of its shard (shard.stamped, under the lock: 1, 2, ...); later ones on
- * the same entry find it.  A settle acts iff it finds the key and its
- * entry's stamp is the reservation's: an entry made since, for this key in
- * any slot, has 0 or a later number, and an entry of another key never
- * changes this one's -- so churn of other keys (a million keys coming and
- * going) loses neither a give-back nor an overdraft.  Numbers are never
- * reused: 2^64 first reservations in one shard, at a billion a second,
- * take 584 years.  Else the cancel or settle changes nothing and says so
- * (SLUICE_ENOENT).  The stamps are read and written under the shard's lock
- * only; the pointer is published once (compare-and-swap, release), and a
- * holder that still sees it NULL meets only stamps of 0 in its shard (a
- * number is given under the same lock, after a load of the pointer that
- * saw it: every later holder of the lock sees it too), so the moves and
- * makings done without it lose nothing.
+ * arrays, laid out as they are), which follows its entry when a Robin Hood
+ * shift moves it (slot_open, slot_close: stamps_shift), and which
+ * put_entry clears to 0 when it makes an entry.  A table that never
+ * reserves has no stamps at all: they are allocated at its first
+ * reservation (8 bytes a slot, 10.5 a key at 10^6 keys), and until then a
+ * shift or a new entry pays one predictable test of the pointer -- no
+ * store, no locked instruction (docs/benchmarks.md, "Reservation
+ * stamps").  The first reservation on an entry gives it the next number of
+ * its shard (shard.stamped, under the lock: 1, 2, ...); later ones on the
+ * same entry find it.  A settle acts iff it finds the key and its entry's
+ * stamp is the reservation's: an entry made since, for this key in any
+ * slot, has 0 or a later number, and the making, moving or dropping of
+ * another key never changes this entry's stamp -- so churn of other keys
+ * (a million keys coming and going) loses neither a give-back nor an
+ * overdraft.  Else the cancel or settle changes nothing and says so
+ * (SLUICE_ENOENT).  Numbers are never reused, so no wrap can make an old
+ * reservation match a new entry: 2^64 first reservations in one shard, at
+ * a billion a second, take 584 years.  The stamps are read and written
+ * under the shard's lock only; the pointer is published once
+ * (compare-and-swap, release), and a holder that still sees it NULL meets
+ * only stamps of 0 in its shard (a number is given under the same lock,
+ * after a load of the pointer that saw it: every later holder of the lock
+ * sees it too), so the shifts and makings done without it lose nothing.
  *
  * Which units.  After a change of spec (or of an override) nothing goes
  * back (3.10).  Configurations are numbered and their numbers reused, so

@@ -164,6 +164,39 @@ static uint32_t slot_place(const sluice_table *t, const shard *s, uint32_t home,
     return p;
 }
 
+/* The entries' stamps (table_settle.c, "Which key") follow a shift of
+ * the run a .. b (cyclically): with `on` (slot_open), the entries of a ..
+ * b - 1 went one slot on; else (slot_close) those of a + 1 .. b one slot
+ * back.  Only in a table that has made a reservation: out of line, so
+ * that the others' shifts pay one test. */
+static __attribute__((noinline, cold)) void stamps_shift(const sluice_table *t, uint64_t *sp,
+                                                        const shard *s, uint32_t a, uint32_t b,
+                                                        bool on)
+{
+    uint64_t *st = stamp_at(t, sp, s, 0);
+    if (on) {
+        for (uint32_t x = b; x != a;) {
+            const uint32_t f = x ? x - 1 : s->cap - 1;
+            st[x] = st[f];
+            x = f;
+        }
+    } else {
+        for (uint32_t x = a; x != b;) {
+            const uint32_t j = x + 1 == s->cap ? 0 : x + 1;
+            st[x] = st[j];
+            x = j;
+        }
+    }
+}
+
+/* A new entry's stamp: none yet (0), so no reservation made on an older
+ * entry of its slot or of its key settles on it. */
+static __attribute__((noinline, cold)) void stamp_clear(const sluice_table *t, uint64_t *sp,
+                                                       const shard *s, uint32_t i)
+{
+    *stamp_at(t, sp, s, i) = 0;
+}
+
 static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
 {
     uint32_t d;
@@ -171,19 +204,13 @@ static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32
     uint32_t q = p;
     while (META_CODE(ent(t, s, q)->meta))
         if (++q == s->cap) q = 0;
-    const uint32_t end = q;
+    uint64_t *sp = stamps_of(t);
+    if (__builtin_expect(sp != NULL, 0)) stamps_shift(t, sp, s, p, q, true);
     while (q != p) { /* from the run's end back to p: each moves one on */
         const uint32_t f = q ? q - 1 : s->cap - 1;
         slot_move(t, s, f, q, slot_dist(t, s, f) + 1);
         q = f;
     }
-    uint64_t *sp = stamps_of(t);
-    if (sp) /* the entries' stamps follow them (table_settle.c): one test a shift */
-        for (q = end; q != p;) {
-            const uint32_t f = q ? q - 1 : s->cap - 1;
-            *stamp_at(t, sp, s, q) = *stamp_at(t, sp, s, f);
-            q = f;
-        }
     s->gen++;
     *dist = d;
     return p;
@@ -204,12 +231,7 @@ static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
         i = j;
     }
     uint64_t *sp = stamps_of(t);
-    if (sp) /* the stamps follow their entries, as in slot_open */
-        for (uint32_t x = first; x != i;) {
-            const uint32_t j = x + 1 == s->cap ? 0 : x + 1;
-            *stamp_at(t, sp, s, x) = *stamp_at(t, sp, s, j);
-            x = j;
-        }
+    if (__builtin_expect(sp != NULL, 0)) stamps_shift(t, sp, s, first, i, false);
     PUT(&ent(t, s, i)->meta, 0);
     s->gen++;
     return i;
@@ -466,7 +488,7 @@ static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_
     /* a new entry, with no stamp yet: no reservation made on an older one
      * settles here (table_settle.c) */
     uint64_t *sp = stamps_of(t);
-    if (sp) *stamp_at(t, sp, s, i) = 0;
+    if (__builtin_expect(sp != NULL, 0)) stamp_clear(t, sp, s, i);
 }
 
 /* Room wanted for a new key (hash h) in shard s, and its place in Robin
