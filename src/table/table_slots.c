@@ -26,15 +26,17 @@
  * a removal moves it one slot back (no tombstones, no rehash); each entry
  * moved takes its wheel links along (its neighbours are told its new slot)
  * and its reservation stamp, once the table has made a reservation
- * (table_settle.c, "Which key"), and the shard's `gen` counts the moves.  The probe distance is kept in 5
- * bits of meta, exact below DIST_SAT; a distance of DIST_SAT or more (a run
- * that long is rare at a load of 0.8, and hash flooding cannot aim at it:
- * the seed is secret) is found again from the key's hash when needed.  Load
- * factor at most 0.8: a token-bucket key with a 16-byte key costs 48 / 0.8
- * = 60 bytes.  The arrays are sized for max_keys when the table is made
- * (with a margin per shard for an uneven spread: 6 standard deviations)
- * and come from calloc, so pages are touched only as keys arrive; the table
- * never allocates more, whatever keys arrive.
+ * (table_settle.c, "Which key"), and the shard's `gen` counts the moves.
+ * The probe distance is kept in 5 bits of meta, exact below DIST_SAT; a
+ * distance of DIST_SAT or more (a run that long is rare at a load of 0.8,
+ * and hash flooding cannot aim at it: the seed is secret) is found again
+ * from the key's hash when needed.  Load factor at most 0.8: a token-bucket
+ * key with a 16-byte key costs 48 / 0.8 = 60 bytes (8 / 0.8 = 10 more for
+ * its stamp once the table has made a reservation).  The arrays are sized
+ * for max_keys when the table is made (with a margin per shard for an
+ * uneven spread: 6 standard deviations) and come from calloc, so pages
+ * are touched only as keys arrive; the table never allocates more,
+ * whatever keys arrive (but the stamps, once).
  *
  * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table
  * (a burst hashes eight keys at once, in vectors: siphash.c).  A key longer
