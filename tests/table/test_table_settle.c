@@ -554,6 +554,13 @@ static void test_remade_stamp(void **state)
  * allocation fails, the reservation is refused with SLUICE_ENOMEM and takes
  * nothing; a reservation with no rv needs none; the next one allocates
  * them.  (In process only: a region's generations are in the region.) */
+static int alloc_off(void **state)
+{
+    (void)state;
+    tu_alloc_disarm(); /* a failed check leaves nothing armed for the next test */
+    return 0;
+}
+
 static void test_stamps_oom(void **state)
 {
     (void)state;
@@ -913,6 +920,56 @@ static void test_threads(void **state)
     }
 }
 
+/* Threads reserving and settling on their keys while two others make and
+ * remove thousands of other keys in the same shards (shifting the reserved
+ * entries and their stamps under the shard locks): every settle acts, and
+ * each key ends holding exactly the sum of its settled costs.  Run under
+ * TSan in CI. */
+static void *churn_run(void *arg)
+{
+    worker *w = arg;
+    char k[24];
+    for (int i = 0; i < 2 * ITERS; i++) {
+        snprintf(k, sizeof k, "churn%d-%d", w->id, i);
+        if (!sluice_table_try_acquire_at(w->t, k, strlen(k), 1, SEC, NULL))
+            tu_errs_add(&w->errs, "churn key %s refused", k);
+        else if (sluice_table_remove(w->t, k, strlen(k)) != 0)
+            tu_errs_add(&w->errs, "churn key %s not removed", k);
+    }
+    return NULL;
+}
+
+static void test_threads_churn(void **state)
+{
+    (void)state;
+    sluice_table *t = mkt("fixed-window 1000000000/2s", 64, 0);
+    enum { CH = 2 };
+    worker w[TH + CH];
+    pthread_t th[TH + CH];
+    memset(w, 0, sizeof w);
+    assert_true(sluice_table_try_acquire_at(t, "shared", 6, 1, SEC, NULL));
+    for (int i = 0; i < TH + CH; i++) {
+        w[i].t = t;
+        w[i].id = i;
+        w[i].seed = tu_env_seed() + (uint64_t)i;
+        assert_int_equal(pthread_create(&th[i], NULL, i < TH ? run : churn_run, &w[i]), 0);
+    }
+    for (int i = 0; i < TH + CH; i++) pthread_join(th[i], NULL);
+    uint64_t shared = 1;
+    for (int i = 0; i < TH + CH; i++) {
+        if (w[i].errs.n) fail_msg("%s", w[i].errs.msg);
+        shared += w[i].shared;
+    }
+    const uint64_t full = 1000000000, at = SEC + SEC / 2;
+    assert_int_equal(remaining(t, "shared", at), full - shared);
+    for (int i = 0; i < TH; i++) {
+        char own[8];
+        snprintf(own, sizeof own, "own%d", i);
+        assert_int_equal(remaining(t, own, at), full - w[i].mine);
+    }
+    sluice_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -926,11 +983,12 @@ int main(void)
         cmocka_unit_test(test_other_keys),
         cmocka_unit_test(test_churn),
         cmocka_unit_test(test_remade_stamp),
-        cmocka_unit_test(test_stamps_oom),
+        cmocka_unit_test_teardown(test_stamps_oom, alloc_off),
         cmocka_unit_test(test_after_reconfigure),
         cmocka_unit_test(test_overdraft),
         cmocka_unit_test(test_free_first),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_churn),
         /* the same on a table in a shared region */
 #define IN_REGION(f) {#f " (region)", f, region_on, region_off, NULL}
         IN_REGION(test_codes),
@@ -947,6 +1005,7 @@ int main(void)
         IN_REGION(test_overdraft),
         IN_REGION(test_free_first),
         IN_REGION(test_threads),
+        IN_REGION(test_threads_churn),
         cmocka_unit_test(test_processes),
         cmocka_unit_test(test_region_damaged_generation),
     };
