@@ -1556,25 +1556,43 @@ __attribute__((noinline)) uint64_t bt_churn_epoch(sluice_table *t, uint64_t keys
     return calls;
 }
 
-/* --churn [owned|evict-lru]: that case or both at each --keys count (default 250000, 500000,
- * 1000000): decisions, thread CPU ns a decision, keys reclaimed and
- * evicted. */
+/* --churn [owned|evict-lru|stamped]: that case (owned and evict-lru by
+ * default) at each --keys count (default 250000, 500000, 1000000):
+ * decisions, thread CPU ns a decision, keys reclaimed and evicted.
+ * stamped: evict-lru on a table that has made a reservation first, so
+ * that its entries' stamps follow every shift (src/table/table_settle.c). */
 static int bt_churn(const bt_opts *o, const char *only)
 {
     printf("%-10s %-9s %9s %10s %10s %10s\n", "keys", "case", "decisions", "cpu ns/dec",
            "reclaimed", "evicted");
     for (size_t z = 0; z < o->nsizes; z++) {
         const uint64_t keys = o->sizes[z] / BT_CHURN_OWNERS * BT_CHURN_OWNERS;
-        for (int evict = 0; evict < 2; evict++) {
-            if (only && strcmp(only, evict ? "evict-lru" : "owned") != 0) continue;
+        static const char *const names[] = {"owned", "evict-lru", "stamped"};
+        for (int c = 0; c < 3; c++) {
+            if (only ? strcmp(only, names[c]) != 0 : c == 2) continue;
+            const int evict = c >= 1;
             char err[256];
             const uint64_t max_keys = evict ? keys / 4 : keys;
-            sluice_table *t = sluice_table_new_flags(
+            /* a fixed hash key: the same slots, moves and evictions in every
+             * run, so that callgrind's counts compare across builds */
+            const uint64_t seed[2] = {0x5eed0c4u, 0x5eed0c5u};
+            sluice_table *t = sluice__table_new_seeded(
                 evict ? "token-bucket 1/s burst=2" : "token-bucket 2/s burst=2", (size_t)max_keys,
-                evict ? SLUICE_TABLE_EVICT_LRU : 0, err, sizeof err);
+                evict ? SLUICE_TABLE_EVICT_LRU : 0, seed, err, sizeof err);
             if (!t) {
                 fprintf(stderr, "bench_table: --churn at %llu keys: %s\n", (unsigned long long)keys, err);
                 return 1;
+            }
+            if (c == 2) { /* one reservation, settled, its key removed: the same
+                           * table as evict-lru's, but that the stamps exist */
+                sluice_table_reservation rv;
+                if (!sluice_table_reserve_at(t, "r", 1, 1, 1000 * BT_T0_NS, 0, &rv, NULL) ||
+                    sluice_table_reservation_settle_at(&rv, 1, 1000 * BT_T0_NS) != 0 ||
+                    sluice_table_remove(t, "r", 1) != 0) {
+                    fprintf(stderr, "bench_table: --churn stamped: the reservation failed\n");
+                    sluice_table_free(t);
+                    return 1;
+                }
             }
             uint64_t rs[BT_CHURN_OWNERS], calls = 0;
             for (unsigned w = 0; w < BT_CHURN_OWNERS; w++) rs[w] = 42 + 7919 * w;
@@ -1585,7 +1603,7 @@ static int bt_churn(const bt_opts *o, const char *only)
             sluice_table_stats st;
             sluice_table_stats_get(t, &st);
             printf("%-10llu %-9s %9llu %10.1f %10llu %10llu\n", (unsigned long long)keys,
-                   evict ? "evict-lru" : "owned", (unsigned long long)calls, ns,
+                   names[c], (unsigned long long)calls, ns,
                    (unsigned long long)st.reclaimed, (unsigned long long)st.evicted);
             sluice_table_free(t);
         }
@@ -1602,7 +1620,7 @@ static void bt_usage(FILE *out)
             "       bench_table --burst [--burst-keys N] [--runs N] [--iters N] [--spec SPEC]\n"
             "       bench_table --overload [--top] [--runs N] [--iters N] [--flood-keys N]\n"
             "       bench_table --sparse [--runs N] [--iters N] [--flood-keys N]\n"
-            "       bench_table --churn [owned|evict-lru] [--keys N,N,...]\n"
+            "       bench_table --churn [owned|evict-lru|stamped] [--keys N,N,...]\n"
             "  --runs N     repetitions of each measurement (default 7)\n"
             "  --iters N    decisions per repetition and thread (default 2000000)\n"
             "  --flood N    unique keys of the flood (default 100000000; 0: no flood)\n"
@@ -1627,6 +1645,8 @@ static void bt_usage(FILE *out)
             "  --churn      only test_table_scale's owned keys and evict-lru (max_keys\n"
             "               keys / 4) in one thread: CPU ns a decision at each --keys\n"
             "               (default 250000,500000,1000000); callgrind counts them\n"
+            "               (stamped: evict-lru after one reservation, so with the\n"
+            "               entries' stamps)\n"
             "               with --toggle-collect=bt_churn_epoch\n"
             "  --top        with --overload: both tables keep the sketch of the keys\n"
             "               refused most (sluice_table_set_top(t, 64, 16)); with\n"
@@ -1671,7 +1691,8 @@ int main(int argc, char **argv)
             sparse = true;
         } else if (strcmp(a, "--churn") == 0) {
             churn = true;
-            if (v && (strcmp(v, "owned") == 0 || strcmp(v, "evict-lru") == 0)) {
+            if (v && (strcmp(v, "owned") == 0 || strcmp(v, "evict-lru") == 0 ||
+                      strcmp(v, "stamped") == 0)) {
                 churn_only = v;
                 i++;
             }

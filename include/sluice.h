@@ -870,7 +870,7 @@ typedef struct sluice_table_reservation {
     uint64_t at_ns;   /* the reserving time + wait_ns, never past 2^63-1 */
     sluice_table *table; /* private: the table that made it (held) */
     uint32_t state;      /* private */
-    uint32_t kgen_;      /* private: the key's generation */
+    uint64_t kgen_;      /* private: the entry's stamp (a region: its slot's generation) */
     uint64_t hash_;      /* private: the key's hash, as the table stores it */
     uint32_t keylen_;    /* private: its length code, as stored */
     uint32_t cfg_;       /* private: the key's configuration then (a region: its slot) */
@@ -887,10 +887,13 @@ typedef struct sluice_table_reservation {
  * first time is made (a probe, or a request no fresh limiter could admit,
  * is decided without making it).  Returns false and takes nothing, with
  * res->error telling why, for the errors of sluice_table_try_acquire_at()
- * (SLUICE_EINVAL, SLUICE_ENOMEM, SLUICE_EFULL), and with SLUICE_EINVAL
- * for a table in a shared region (sluice_region_table_*: not served,
- * docs/tables.md).  rv and res may be NULL (rv NULL: the permits are
- * simply taken).  Counts as a request in the table's statistics.
+ * (SLUICE_EINVAL, SLUICE_ENOMEM, SLUICE_EFULL); a table in a shared
+ * region serves it too (docs/tables.md, "Reservations").  rv and res may
+ * be NULL (rv NULL: the permits are simply taken).  The table's first
+ * reservation with rv not NULL allocates its entries' stamps (8 bytes a
+ * slot, docs/tables.md, "Reservations"), and returns false with
+ * SLUICE_ENOMEM if that fails.  Counts as a request in the table's
+ * statistics.
  * Thread-safe: under the lock of the key's shard. */
 bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
                              uint64_t permits, uint64_t now_ns, uint64_t max_wait_ns,

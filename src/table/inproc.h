@@ -18,7 +18,7 @@
  *         table_hold.c   composite decisions: a key's kind ops
  *         table_keys.c   remove, reset, peek, scan
  *         table_spec.c   reader sections, configurations, overrides
- *         table_settle.c reservations on keys (the generations, t->refs)
+ *         table_settle.c reservations on keys (the entries' stamps, t->refs)
  *
  * The helpers are static inline here, so that the decision paths inline
  * them as they did when the placement was one file. */
@@ -117,6 +117,7 @@ typedef struct shard {
      * tag: read under the lock, changed under it and the table's cfg_mu. */
     struct ovr *ovr;
     uint32_t novr, ovrcap;
+    uint64_t stamped; /* stamps given so far (table_settle.c, under the lock) */
 } shard;
 _Static_assert(offsetof(shard, wheel) + sizeof(uint64_t) <= 64,
                "the lock, cap, slab, now and the wheel's tick share the shard's first line");
@@ -170,19 +171,27 @@ struct sluice_table {
     _Atomic size_t novr;    /* overrides held */
     size_t max_ovr;         /* at most (cfg_mu) */
     /* reservations (table_settle.c): the holders of the table (its creator,
-     * and each reservation open), the keys' generations (a counter per
-     * bucket of hashes, moved each time an entry is made for a key of the
-     * bucket: put_entry), and the configurations made or retired so far */
+     * and each reservation open), the entries' stamps (one per slot of
+     * every shard, laid out as `slabs`; NULL until the table's first
+     * reservation), and the configurations made or retired so far */
     _Atomic size_t refs;
-    _Atomic uint32_t *kgen;
-    uint32_t kgen_mask;
+    _Atomic(uint64_t *) stamps;
     _Atomic uint64_t cfg_serial;
 };
 
-/* The generation counter of the keys of hash h (table_settle.c). */
-static inline _Atomic uint32_t *kgen_of(const sluice_table *t, uint64_t h)
+/* The entries' stamps (table_settle.c, "Which key"), or NULL while the
+ * table has made no reservation.  Set once; read and written under the
+ * lock of the shard whose stamps they are. */
+static inline uint64_t *stamps_of(const sluice_table *t)
 {
-    return &t->kgen[h & t->kgen_mask];
+    return atomic_load_explicit(&((sluice_table *)t)->stamps, memory_order_acquire);
+}
+
+/* The stamp of slot i of shard s in the stamps st. */
+static inline uint64_t *stamp_at(const sluice_table *t, uint64_t *st, const shard *s,
+                                 uint32_t i)
+{
+    return &st[(size_t)(s - t->shards) * s->cap + i];
 }
 
 /* ---- slots and keys ------------------------------------------------------------ */

@@ -234,13 +234,8 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
      * gives them (alloc.c): a random lookup then misses the TLB rarely */
     t->slabs = sluice__calloc((size_t)cap * t->nshards, t->stride);
     if (!t->slabs) goto oom;
-    /* the keys' generations (table_settle.c): a power of two >= max_keys,
-     * 64 .. 2^16 counters */
-    uint32_t ng = 64;
-    while (ng < max_keys && ng < (1u << 16)) ng <<= 1;
-    t->kgen = sluice__calloc(ng, sizeof *t->kgen);
-    if (!t->kgen) goto oom;
-    t->kgen_mask = ng - 1;
+    /* the entries' stamps come with the first reservation (table_settle.c):
+     * a table that never reserves pays nothing for them */
     atomic_init(&t->refs, 1);
     sluice__advise_huge(t->slabs, (size_t)cap * t->nshards * t->stride);
     for (unsigned k = 0; k < t->nshards; k++) {
@@ -256,7 +251,6 @@ static sluice_table *table_new(const char *spec, size_t max_keys, unsigned flags
     return t;
 oom:
     if (t) {
-        sluice__free((void *)t->kgen);
         free_shards(t); /* what was made of it */
         sluice__inproc_cfg_free(t);
         pthread_mutex_destroy(&t->cfg_mu);
@@ -292,9 +286,9 @@ void sluice__table_seed(const sluice_table *t, uint64_t seed[2])
 size_t sluice__table_bytes(const sluice_table *t)
 {
     size_t n = sizeof *t + t->nshards * sizeof(shard);
-    if (t->kgen) n += ((size_t)t->kgen_mask + 1) * sizeof *t->kgen; /* the keys' generations */
+    const bool stamped = stamps_of(t) != NULL; /* since the first reservation */
     for (unsigned k = 0; k < t->nshards; k++)
-        n += (size_t)t->shards[k].cap * t->stride;
+        n += (size_t)t->shards[k].cap * (t->stride + (stamped ? sizeof(uint64_t) : 0));
     return n;
 }
 
@@ -344,7 +338,7 @@ sluice_table *sluice__table_wrap(const sluice__table_ops *ops, const sluice__pro
     t->region = r;
     t->ops = ops;
     t->place = r;
-    atomic_init(&t->refs, 1); /* its reservations' generations are the region's: kgen stays NULL */
+    atomic_init(&t->refs, 1); /* its reservations' generations are the region's: no stamps */
     return t;
 }
 
@@ -361,7 +355,7 @@ void sluice__inproc_release(sluice_table *t)
 {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
     if (t->ops->close) t->ops->close(t->place);
-    sluice__free((void *)t->kgen);
+    sluice__free(atomic_load_explicit(&t->stamps, memory_order_relaxed));
     sluice__inproc_ovr_free_all(t);
     free_shards(t);
     sluice__topk_free(atomic_load_explicit(&t->top, memory_order_relaxed));

@@ -29,16 +29,30 @@
  * may be made again.  A settle on the new entry would give back permits the
  * new entry never took.  So the reservation keeps the key (its bytes when
  * at most INLINE_KEY, else its stored length and 64-bit keyed hash) and the
- * key's generation: t->kgen holds one counter per bucket of hashes (a power
- * of two >= max_keys, 64 .. 2^16 of them), which put_entry moves each time
- * it makes an entry for a key of the bucket.  Every drop of the reserved
- * entry followed by a new entry of the key moves the counter; a drop
- * without one leaves the key absent.  So a settle that finds the key and
- * the counter as reserved acts on the very entry reserved on; else it
- * changes nothing and says so (SLUICE_ENOENT).  A counter may also move
- * because another key of its bucket was made meanwhile: the settle then
- * gives nothing back either -- never more than the limiter would, and rare
- * while the table has room for its keys (keys are made only when new).
+ * entry's stamp: a 64-bit number per slot (t->stamps, beside the probe
+ * arrays, laid out as they are), which follows its entry when a Robin Hood
+ * shift moves it (slot_open, slot_close: stamps_shift), and which
+ * put_entry clears to 0 when it makes an entry.  A table that never
+ * reserves has no stamps at all: they are allocated at its first
+ * reservation (8 bytes a slot, 10.5 a key at 10^6 keys), and until then a
+ * shift or a new entry pays one predictable test of the pointer -- no
+ * store, no locked instruction (docs/benchmarks.md, "Reservation
+ * stamps").  The first reservation on an entry gives it the next number of
+ * its shard (shard.stamped, under the lock: 1, 2, ...); later ones on the
+ * same entry find it.  A settle acts iff it finds the key and its entry's
+ * stamp is the reservation's: an entry made since, for this key in any
+ * slot, has 0 or a later number, and the making, moving or dropping of
+ * another key never changes this entry's stamp -- so churn of other keys
+ * (a million keys coming and going) loses neither a give-back nor an
+ * overdraft.  Else the cancel or settle changes nothing and says so
+ * (SLUICE_ENOENT).  Numbers are never reused, so no wrap can make an old
+ * reservation match a new entry: 2^64 first reservations in one shard, at
+ * a billion a second, take 584 years.  The stamps are read and written
+ * under the shard's lock only; the pointer is published once
+ * (compare-and-swap, release), and a holder that still sees it NULL meets
+ * only stamps of 0 in its shard (a number is given under the same lock,
+ * after a load of the pointer that saw it: every later holder of the lock
+ * sees it too), so the shifts and makings done without it lose nothing.
  *
  * Which units.  After a change of spec (or of an override) nothing goes
  * back (3.10).  Configurations are numbered and their numbers reused, so
@@ -82,11 +96,34 @@ static uint32_t rv_find(const sluice_table *t, const shard *s,
 }
 
 /* Whether slot i (UINT32_MAX: absent) of locked shard s is the entry rv was
- * made on (head comment, "Which key"). */
-static bool rv_same(const sluice_table *t, uint32_t i, const sluice_table_reservation *rv)
+ * made on (head comment, "Which key"): its stamp is rv's, which is not 0. */
+static bool rv_same(const sluice_table *t, const shard *s, uint32_t i,
+                    const sluice_table_reservation *rv)
 {
-    return i != UINT32_MAX &&
-           atomic_load_explicit(kgen_of(t, rv->hash_), memory_order_relaxed) == rv->kgen_;
+    uint64_t *st = stamps_of(t);
+    return i != UINT32_MAX && rv->kgen_ && st && *stamp_at(t, st, s, i) == rv->kgen_;
+}
+
+/* The table's stamps, made at its first reservation (outside any lock; a
+ * thread that loses the race frees its own): 0, or SLUICE_ENOMEM. */
+static int stamps_make(sluice_table *t)
+{
+    if (stamps_of(t)) return 0;
+    uint64_t *st = sluice__calloc((size_t)t->shards[0].cap * t->nshards, sizeof *st);
+    if (!st) return SLUICE_ENOMEM;
+    uint64_t *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&t->stamps, &none, st, memory_order_acq_rel,
+                                                 memory_order_acquire))
+        sluice__free(st);
+    return 0;
+}
+
+/* The stamp of entry i of locked shard s, given now if it has none. */
+static uint64_t stamp_take(sluice_table *t, shard *s, uint32_t i)
+{
+    uint64_t *p = stamp_at(t, stamps_of(t), s, i);
+    if (!*p) *p = ++s->stamped; /* 1, 2, ...: never 0 again within 2^64 */
+    return *p;
 }
 
 /* Close rv: done for good, and its hold on the table let go (the table
@@ -200,6 +237,12 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
         if (res) *res = r;
         return false;
     }
+    if (rv && stamps_make(t) != 0) { /* a reservation to settle needs its entry's stamp */
+        sluice__fail(&r, SLUICE_ENOMEM);
+        sluice__count(&t->counters, permits, false);
+        if (res) *res = r;
+        return false;
+    }
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
     sluice__key_hold kh = {.t = t, .key = key, .keylen = keylen};
     sluice__table_key_view(&kh);
@@ -254,10 +297,9 @@ bool sluice_table_reserve_at(sluice_table *t, const void *key, size_t keylen,
             rv->key_[0] = k.w[0];
             rv->key_[1] = k.w[1];
         }
-        /* the key's generation and configuration now; a probe of a key
-         * not held has neither: its settle can only find it gone */
-        rv->kgen_ = atomic_load_explicit(kgen_of(t, kh.hash), memory_order_relaxed) -
-                    (kh.entry == UINT32_MAX);
+        /* the key's entry (its stamp) and configuration now; a probe of a
+         * key not held has neither: its settle can only find it gone */
+        rv->kgen_ = kh.entry == UINT32_MAX ? 0 : stamp_take(t, s, kh.entry);
         rv->cfg_ = kh.entry == UINT32_MAX ? 0 : ent(t, s, kh.entry)->cfg;
         rv->serial_ = atomic_load_explicit(&t->cfg_serial, memory_order_relaxed);
         rv_open(t, rv, permits);
@@ -297,7 +339,7 @@ int sluice_table_reservation_cancel_at(sluice_table_reservation *rv, uint64_t no
     sluice__table_lock(t, s, now_ns);
     int rc = SLUICE_ENOENT;
     const uint32_t i = rv_find(t, s, rv);
-    if (rv_same(t, i, rv)) {
+    if (rv_same(t, s, i, rv)) {
         sluice__state copy, *st;
         const tcfg *c = state_of(t, s, i, &copy, &st);
         if (c && sluice__rv_give_back(&c->pf, st, now_ns, rv)) {
@@ -330,7 +372,7 @@ int sluice_table_reservation_settle_at(sluice_table_reservation *rv, uint64_t ac
     sluice__table_lock(t, s, now_ns);
     int rc = SLUICE_ENOENT;
     const uint32_t i = rv_find(t, s, rv);
-    if (rv_same(t, i, rv)) {
+    if (rv_same(t, s, i, rv)) {
         sluice__state copy, *st;
         const tcfg *c = state_of(t, s, i, &copy, &st);
         if (!c) {

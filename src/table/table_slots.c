@@ -24,16 +24,19 @@
  * so a miss stops at the first slot closer to its home than the probe is.
  * An insertion opens its place by moving the rest of the run one slot on;
  * a removal moves it one slot back (no tombstones, no rehash); each entry
- * moved takes its wheel links along (its neighbours are told its new slot),
- * and the shard's `gen` counts the moves.  The probe distance is kept in 5
- * bits of meta, exact below DIST_SAT; a distance of DIST_SAT or more (a run
- * that long is rare at a load of 0.8, and hash flooding cannot aim at it:
- * the seed is secret) is found again from the key's hash when needed.  Load
- * factor at most 0.8: a token-bucket key with a 16-byte key costs 48 / 0.8
- * = 60 bytes.  The arrays are sized for max_keys when the table is made
- * (with a margin per shard for an uneven spread: 6 standard deviations)
- * and come from calloc, so pages are touched only as keys arrive; the table
- * never allocates more, whatever keys arrive.
+ * moved takes its wheel links along (its neighbours are told its new slot)
+ * and its reservation stamp, once the table has made a reservation
+ * (table_settle.c, "Which key"), and the shard's `gen` counts the moves.
+ * The probe distance is kept in 5 bits of meta, exact below DIST_SAT; a
+ * distance of DIST_SAT or more (a run that long is rare at a load of 0.8,
+ * and hash flooding cannot aim at it: the seed is secret) is found again
+ * from the key's hash when needed.  Load factor at most 0.8: a token-bucket
+ * key with a 16-byte key costs 48 / 0.8 = 60 bytes (8 / 0.8 = 10 more for
+ * its stamp once the table has made a reservation).  The arrays are sized
+ * for max_keys when the table is made (with a margin per shard for an
+ * uneven spread: 6 standard deviations) and come from calloc, so pages
+ * are touched only as keys arrive; the table never allocates more,
+ * whatever keys arrive (but the stamps, once).
  *
  * Hashing: SipHash-1-3 under a 128-bit seed from getrandom(), per table
  * (a burst hashes eight keys at once, in vectors: siphash.c).  A key longer
@@ -118,8 +121,9 @@ uint64_t sluice__inproc_ent_t_last(const sluice_table *t, entry *e)
 
 
 /* Move the entry of slot `from` to empty slot `to`, at probe distance d;
- * its wheel list follows it (links are slot numbers).  Field by field, with
- * PUT for what the optimistic read reads. */
+ * its wheel list follows it (links are slot numbers; its stamp follows in
+ * slot_open and slot_close, once a shift).  Field by field, with PUT for
+ * what the optimistic read reads. */
 static void slot_move(const sluice_table *t, shard *s, uint32_t from, uint32_t to, uint32_t d)
 {
     entry *a = ent(t, s, from), *b = ent(t, s, to);
@@ -162,6 +166,39 @@ static uint32_t slot_place(const sluice_table *t, const shard *s, uint32_t home,
     return p;
 }
 
+/* The entries' stamps (table_settle.c, "Which key") follow a shift of
+ * the run a .. b (cyclically): with `on` (slot_open), the entries of a ..
+ * b - 1 went one slot on; else (slot_close) those of a + 1 .. b one slot
+ * back.  Only in a table that has made a reservation: out of line, so
+ * that the others' shifts pay one test. */
+static __attribute__((noinline, cold)) void stamps_shift(const sluice_table *t, uint64_t *sp,
+                                                        const shard *s, uint32_t a, uint32_t b,
+                                                        bool on)
+{
+    uint64_t *st = stamp_at(t, sp, s, 0);
+    if (on) {
+        for (uint32_t x = b; x != a;) {
+            const uint32_t f = x ? x - 1 : s->cap - 1;
+            st[x] = st[f];
+            x = f;
+        }
+    } else {
+        for (uint32_t x = a; x != b;) {
+            const uint32_t j = x + 1 == s->cap ? 0 : x + 1;
+            st[x] = st[j];
+            x = j;
+        }
+    }
+}
+
+/* A new entry's stamp: none yet (0), so no reservation made on an older
+ * entry of its slot or of its key settles on it. */
+static __attribute__((noinline, cold)) void stamp_clear(const sluice_table *t, uint64_t *sp,
+                                                       const shard *s, uint32_t i)
+{
+    *stamp_at(t, sp, s, i) = 0;
+}
+
 static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
 {
     uint32_t d;
@@ -169,6 +206,8 @@ static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32
     uint32_t q = p;
     while (META_CODE(ent(t, s, q)->meta))
         if (++q == s->cap) q = 0;
+    uint64_t *sp = stamps_of(t);
+    if (__builtin_expect(sp != NULL, 0)) stamps_shift(t, sp, s, p, q, true);
     while (q != p) { /* from the run's end back to p: each moves one on */
         const uint32_t f = q ? q - 1 : s->cap - 1;
         slot_move(t, s, f, q, slot_dist(t, s, f) + 1);
@@ -185,6 +224,7 @@ static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32
  * slots i + 1 .. it (cyclically) are now one slot back. */
 static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
 {
+    const uint32_t first = i;
     for (;;) {
         const uint32_t j = i + 1 == s->cap ? 0 : i + 1;
         const uint32_t code = META_CODE(ent(t, s, j)->meta);
@@ -192,6 +232,8 @@ static uint32_t slot_close(const sluice_table *t, shard *s, uint32_t i)
         slot_move(t, s, j, i, slot_dist(t, s, j) - 1);
         i = j;
     }
+    uint64_t *sp = stamps_of(t);
+    if (__builtin_expect(sp != NULL, 0)) stamps_shift(t, sp, s, first, i, false);
     PUT(&ent(t, s, i)->meta, 0);
     s->gen++;
     return i;
@@ -445,9 +487,10 @@ static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_
     sluice__state_init(&c->pf, &st);
     store_state(t, &c->pf, e, &st);
     PUT(&e->meta, (uint32_t)keylen | dist_code(d) << 27);
-    /* a new entry: a reservation made on an older one of this key (or of
-     * its generation bucket) no longer settles here (table_settle.c) */
-    if (t->kgen) atomic_fetch_add_explicit(kgen_of(t, h), 1, memory_order_relaxed);
+    /* a new entry, with no stamp yet: no reservation made on an older one
+     * settles here (table_settle.c) */
+    uint64_t *sp = stamps_of(t);
+    if (__builtin_expect(sp != NULL, 0)) stamp_clear(t, sp, s, i);
 }
 
 /* Room wanted for a new key (hash h) in shard s, and its place in Robin

@@ -158,7 +158,7 @@ class _TableReservation(ctypes.Structure):
         ("at_ns", _u64),
         ("table", _void_p),
         ("state", ctypes.c_uint32),
-        ("kgen_", ctypes.c_uint32),
+        ("kgen_", _u64),
         ("hash_", _u64),
         ("keylen_", ctypes.c_uint32),
         ("cfg_", ctypes.c_uint32),
