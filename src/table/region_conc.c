@@ -1119,7 +1119,8 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
  * the first not yet granted is the key's head: only the head re-checks the
  * key on a timer, at the blocked sweeper's cadence -- 1 ms after it became
  * head, then naps that double (to SLUICE_CONC_REGION_SWEEPER_NAP_NS) while
- * it finds no room, no freed permit and an unmoved word -- sweeping as the
+ * it finds no room, no freed permit and an unmoved word, and at the key's
+ * earliest lease end -- sweeping as the
  * sweeper does (expire_sweep: the same sweep, gated by the key's
  * sweep_next); the others' timers are their deadlines.  A re-check, a
  * release through the handle, a time-out or a cancel serves the key's
@@ -1146,6 +1147,7 @@ typedef struct rqnode {
     void *arg;
     uint64_t id, permits, deadline;
     uint64_t gap;          /* as head: the next nap */
+    uint64_t lease_end;    /* as head: the key's earliest lease end at its last look */
     sluice_timer_id timer; /* 0 once fired: its callback is due or running */
     uint32_t k, home;      /* its key's shard and home slot */
     uint32_t line;         /* the slot whose wait line counts it, or NONE */
@@ -1206,7 +1208,9 @@ static rqnode *rq_first(const sluice_concurrency_region *r, const unsigned char 
 /* When a waiting request's timer should fire: as head, at its next look. */
 static uint64_t rq_when(const rqnode *n, uint64_t now)
 {
-    return n->head ? rq_min(n->deadline, sluice__sat_add(now, n->gap)) : n->deadline;
+    if (!n->head) return n->deadline;
+    const uint64_t at = rq_min(n->deadline, sluice__sat_add(now, n->gap));
+    return n->lease_end > now ? rq_min(at, n->lease_end) : at;
 }
 
 /* Leave the wait line that counts n.  Shard n->k locked. */
@@ -1267,7 +1271,10 @@ static void rq_serve(sluice_concurrency_region *r, const unsigned char *dig, uin
     }
     /* what the sweep freed beyond what was taken goes to a blocked waiter */
     _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-    if (head) head->seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
+    if (head) {
+        head->seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
+        head->lease_end = s->next_exp; /* and at the earliest lease's end */
+    }
     shard_unlock(r, k);
     if (wake) futex_wake(wake, 1);
     if (fresh) *fresh = moved || freed || took;
@@ -1368,6 +1375,7 @@ int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, slu
     n->permits = permits;
     n->deadline = deadline_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : deadline_ns;
     n->gap = RQ_GAP_NS;
+    n->lease_end = UINT64_MAX;
     n->line = NONE;
     n->k = place(r, key, keylen, n->dig, &n->home);
     rq_lock(r);
@@ -1399,6 +1407,7 @@ int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, slu
         n->line = i;
         n->head = first;
         n->seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
+        n->lease_end = s->next_exp;
     }
     _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
     shard_unlock(r, n->k);

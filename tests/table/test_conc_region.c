@@ -1405,6 +1405,33 @@ static void test_async_other_process(void **state)
     }
 }
 
+/* A lease's end, announced by no release, reaches the queued head at the
+ * wheel's first advance at or past it (its timer is set there too), and
+ * a probe's key clock never moves it early. */
+static void test_async_lease(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1 lease=50ms", 1);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    const uint64_t T = 1000 * MS;
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 1, T, &pm, NULL));
+    assert_int_equal(qacq(&g, wh, "k", 1, T + 3 * MS, T + 60 * SEC, &l, NULL), 0);
+    assert_int_equal(drive(wh, &l, T + 3 * MS, 45 * MS), 0); /* to T + 48 ms: nothing */
+    sluice_wheel_advance(wh, T + 50 * MS - 1);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(wh, T + 50 * MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.at[0], T + 50 * MS);
+    assert_int_equal(sluice_region_permit_release_at(&pm, T + 50 * MS), SLUICE_ENOENT);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + 51 * MS), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+}
+
 /* N never exceeded: KIDS processes, each queuing requests of 1 or 2 of
  * N = 3 on its own wheel (driven on CLOCK_MONOTONIC by hand) and taking
  * non-blocking ones between, count what they hold in a shared counter
@@ -1483,10 +1510,12 @@ static void test_async_never_over(void **state)
     drop(&g);
 }
 
-/* A wheel on its own thread, calling back while the handle is freed. */
+/* A wheel on its own thread, calling back while the handle is freed: the
+ * 20th callback holds the wheel's thread until the test frees the handle,
+ * then lingers; free must wait for it. */
 typedef struct qf_arg {
     _Atomic unsigned calls, late;
-    _Atomic bool freed;
+    _Atomic bool freed, in_cb, freeing, cb_done;
 } qf_arg;
 
 static void qf_cb(void *arg, uint64_t id, int status, sluice_region_permit *pm, uint64_t now)
@@ -1495,7 +1524,13 @@ static void qf_cb(void *arg, uint64_t id, int status, sluice_region_permit *pm, 
     qf_arg *a = arg;
     if (atomic_load(&a->freed)) atomic_fetch_add(&a->late, 1);
     if (status == 0) (void)sluice_region_permit_release_at(pm, now);
-    atomic_fetch_add(&a->calls, 1);
+    if (atomic_fetch_add(&a->calls, 1) + 1 == 20) {
+        atomic_store(&a->in_cb, true);
+        const uint64_t t0 = mono_ns();
+        while (!atomic_load(&a->freeing) && mono_ns() - t0 < 60 * SEC) tu_sleep_ns(100000);
+        tu_sleep_ns(20 * MS); /* free is running: it must wait for this call */
+        atomic_store(&a->cb_done, true);
+    }
 }
 
 /* Freeing orders: the handle first drops its requests without calling
@@ -1543,8 +1578,10 @@ static void test_async_free_orders(void **state)
                              g.r, wh, "k", 1, 1 + i % 2, now, now + 60 * SEC, qf_cb, &a, NULL),
                          0);
     }
-    UNTIL(atomic_load(&a.calls) >= 20);
+    UNTIL(atomic_load(&a.in_cb));
+    atomic_store(&a.freeing, true);
     sluice_concurrency_region_free(g.r);
+    assert_true(atomic_load(&a.cb_done));
     atomic_store(&a.freed, true);
     sluice_wheel_stop(wh);
     assert_int_equal(atomic_load(&a.late), 0);
@@ -2059,6 +2096,7 @@ int main(void)
         cmocka_unit_test(test_async_basic),
         cmocka_unit_test(test_async_fifo_cancel),
         cmocka_unit_test_teardown(test_async_other_process, reap_loop),
+        cmocka_unit_test(test_async_lease),
         cmocka_unit_test_teardown(test_async_never_over, reap_loop),
         cmocka_unit_test_teardown(test_async_free_orders, reap_loop),
         cmocka_unit_test(test_damage_header),
