@@ -1510,6 +1510,52 @@ static void test_async_never_over(void **state)
     drop(&g);
 }
 
+/* A process killed with a queued request blocks nobody: a release wakes
+ * a blocked waiter of another process (the dead request never took a
+ * wake: it sleeps on no word), and a non-blocking acquire is not refused
+ * for it; its count in the line stays, the documented upper bound. */
+static void test_async_killed(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1", 1);
+    blk_board *b = shared_map(sizeof *b);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, NULL));
+    const pid_t q = loop_fork(KIDS);
+    assert_true(q >= 0);
+    if (q == 0) {
+        sluice_wheel *wh = mkwheel(mono_ns());
+        qlog l = {0};
+        if (qacq(&g, wh, "k", 1, mono_ns(), mono_ns() + 600 * SEC, &l, NULL) != 0) _exit(2);
+        char x = 'q';
+        if (write(fds[1], &x, 1) != 1) _exit(3);
+        for (unsigned i = 0; i < 600; i++) sleep(1); /* killed long before */
+        _exit(4);
+    }
+    wait_byte(fds[0]);
+    assert_int_equal(waiting(&g, "k"), 1);
+    reap_killed(q);
+    const pid_t c = block_child(&g, b, 0, "k", 1);
+    UNTIL(waiting(&g, "k") == 2);
+    const uint64_t t0 = mono_ns();
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    UNTIL(atomic_load(&b->entered) == 1);
+    print_message("a queued request's process killed: the blocked waiter had the release's "
+                  "permit %.2f ms later\n",
+                  (double)(mono_ns() - t0) / 1e6);
+    assert_int_equal(waiting(&g, "k"), 1); /* the dead request, still counted */
+    atomic_store(&b->go[0], 1);
+    reap_ok(c);
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, NULL)); /* not refused for it */
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    close(fds[0]);
+    close(fds[1]);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
 /* A wheel on its own thread, calling back while the handle is freed: the
  * 20th callback holds the wheel's thread until the test frees the handle,
  * then lingers; free must wait for it. */
@@ -2099,6 +2145,7 @@ int main(void)
         cmocka_unit_test(test_async_lease),
         cmocka_unit_test_teardown(test_async_never_over, reap_loop),
         cmocka_unit_test_teardown(test_async_free_orders, reap_loop),
+        cmocka_unit_test_teardown(test_async_killed, reap_loop),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),
