@@ -289,7 +289,10 @@ uint64_t sluice_concurrency_table_held(sluice_concurrency_table *t);
  * tables' calls return nothing to give back (docs/tables.md, "Concurrency
  * limits in a shared region").  Its permits are sluice_region_permit
  * handles, released by sluice_region_permit_release_at (a distinct type:
- * sluice_permit_release_at cannot be given one by mistake).
+ * sluice_permit_release_at cannot be given one by mistake).  Acquires do
+ * not wait (sluice_concurrency_region_acquire_at), block a thread
+ * (sluice_concurrency_region_acquire), or queue and are called back from a
+ * timing wheel (sluice_concurrency_region_acquire_async_at).
  *
  * Crash safety.  Each held permit handle records its holder in the region:
  * the process's pid, its start time and its pid namespace (the shard locks
@@ -549,10 +552,12 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns);
 uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const void *key,
                                            size_t keylen, uint64_t now_ns);
 
-/* The acquirers blocked on key[0..keylen) now, in every process
- * (sluice_concurrency_region_acquire): 0 for a key the region does not
- * hold.  A waiter killed while it waited still counts until the key's slot
- * goes to another key, so this is an upper bound.  Thread-safe, across
+/* The acquirers waiting on key[0..keylen) now, in every process: blocked
+ * (sluice_concurrency_region_acquire) and queued and not yet granted
+ * (sluice_concurrency_region_acquire_async_at); 0 for a key the region
+ * does not hold.  A waiter killed while it waited (or whose process died
+ * with it queued) still counts until the key's slot goes to another key,
+ * so this is an upper bound.  Thread-safe, across
  * processes. */
 uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const void *key,
                                            size_t keylen);
@@ -565,7 +570,7 @@ typedef struct sluice_concurrency_region_stats {
                          * dead holder's counts until a sweep frees it) */
     uint64_t keys;      /* keys the region holds (some may hold nothing, until
                          * their slot is needed): at most max_keys */
-    uint64_t waiting;   /* blocked acquirers, over every key: an upper bound,
+    uint64_t waiting;   /* blocked and queued acquirers, over every key: an upper bound,
                          * as sluice_concurrency_region_waiting */
     uint64_t limit;     /* N, per key */
     uint64_t max_keys;

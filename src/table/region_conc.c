@@ -8,10 +8,11 @@
  *       futex_sleep, wake_freed, wait_reset); a key's slot (find,
  *       slot_idle, slot_retire_idle, sweep_for_room, expire, recount);
  *       holders (sweep, take); the shard's lock and repair; attach, open
- *       (region_attach.c maps the name) and free; acquire, release, held;
- *       the blocking acquire (its design note above wait_leave) and
- *       waiting; the region-wide reads of the metrics (limit, recovered,
- *       stats).
+ *       (region_attach.c maps the name) and free; acquire; the blocking
+ *       acquire (its design note above wait_leave); the
+ *       queued acquires, called back from a timing wheel (their design
+ *       note above rqnode); release, held, waiting; the region-wide
+ *       reads of the metrics (limit, recovered, stats).
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
