@@ -9,10 +9,13 @@
  *       slot_idle, slot_retire_idle, sweep_for_room, expire, recount);
  *       holders (sweep, take); the shard's lock and repair; attach, open
  *       (region_attach.c maps the name) and free; acquire; the blocking
- *       acquire (its design note above wait_leave); the
- *       queued acquires, called back from a timing wheel (their design
- *       note above rqnode); release, held, waiting; the region-wide
- *       reads of the metrics (limit, recovered, stats).
+ *       acquire (its design note above sluice__cr_wait_leave); release
+ *       (a release through a handle with queued acquires serves them
+ *       first: region_conc_async.c), held, waiting; the region-wide reads
+ *       of the metrics (limit, recovered, stats).  The layout of a slot
+ *       and the handle are in region_conc.h, shared with
+ *       region_conc_async.c (the queued acquires, called back from a
+ *       timing wheel), which builds on the sluice__cr_ calls here.
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -99,14 +102,8 @@
  * without the lock; entries freed as damage are not counted).
  */
 #define _GNU_SOURCE
-#include "table/region.h"
-#include "alg/concurrency.h"
+#include "table/region_conc.h"
 #include "base/clock.h"
-#include "base/siphash.h"
-
-#include <sluice/concurrency.h>
-
-#include "timer/wheel.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -153,67 +150,6 @@ typedef struct cshard {
 } cshard;
 _Static_assert(sizeof(cshard) == 64, "a line a shard");
 
-typedef struct cslot {
-    _Atomic uint64_t state; /* S_EMPTY, S_LIVE, S_TOMB */
-    uint64_t held;          /* permits held: the sum of its counting entries */
-    uint64_t t_last;        /* the latest time of a call on the key */
-    uint64_t next_exp;      /* <= the earliest lease end; UINT64_MAX: none */
-    uint32_t cursor, hint;  /* the sweep's next entry; the free search's */
-    uint64_t sweep_next;    /* the earliest time of the key's next sweep */
-    unsigned char dig[SLUICE__DIGEST_BYTES];
-} cslot;
-_Static_assert(sizeof(cslot) == 64, "a line a slot's head");
-
-typedef struct cholder {
-    _Atomic uint64_t who; /* 0 free, else the holder's identity */
-    uint64_t ns;          /* its pid namespace */
-    uint64_t expiry;      /* its lease's end; 0 without a lease */
-    uint32_t permits, gen;
-} cholder;
-_Static_assert(sizeof(cholder) == 32, "32 bytes an entry");
-
-/* A key's waiters (sluice_concurrency_region_acquire): after its H holder
- * entries.  `seq` is the futex word they sleep on: bumped, under the
- * shard's lock, by each wake; the kernel wakes the sleepers of one word
- * in the order they slept. */
-typedef struct cwait {
-    _Atomic uint32_t seq;     /* the futex word */
-    uint32_t waiters;         /* blocked acquirers (a hint: one killed asleep stays counted) */
-    uint32_t passes;          /* wakes passed on by waiters since the last release */
-    uint32_t woken;           /* waiters the kernel woke, wrapping (the tests count them) */
-    _Atomic uint64_t sweeper; /* the waiter that polls for dead holders and leases, 0 none */
-    uint64_t unused2;
-} cwait;
-_Static_assert(sizeof(cwait) == 32, "32 bytes a key's wait line");
-
-typedef struct clayout {
-    sluice__conc_profile cp;
-    uint64_t max_keys, ecap;
-    uint32_t nshards, shard_bits, cap, holders;
-    size_t stride, slots_off, need;
-    char spec[SLUICE_SPEC_MAX];
-} clayout;
-
-struct sluice_concurrency_region {
-    clayout L; /* the handle's own copy: bounds never re-read from the region */
-    chead *h;
-    cshard *sh;
-    unsigned char *slots;
-    uint64_t dseed[2];
-    uint64_t pidns;
-    void *map; /* sluice_concurrency_region_open's mapping, unmapped on free */
-    size_t map_len;
-    /* queued acquires (sluice_concurrency_region_acquire_async_at): this
-     * process's, in arrival order, under qmu */
-    pthread_mutex_t qmu;
-    pthread_cond_t qcv;      /* a dropped request's callback finished (free waits) */
-    struct rqnode *qhead, *qtail;
-    uint64_t next_id;
-    unsigned inflight;       /* callbacks running, outside qmu */
-    bool closing;            /* the handle is being freed */
-    pid_t qpid;              /* the process whose queue it is */
-    _Atomic uint32_t nqueued; /* requests in the queue (a release looks without qmu) */
-};
 
 static int make_layout(const char *spec, size_t max_keys, clayout *L, char *err, size_t errlen)
 {
@@ -270,19 +206,6 @@ size_t sluice_concurrency_region_size(const char *spec, size_t max_keys, char *e
 
 /* ---- a key's slot ---------------------------------------------------------- */
 
-static inline cslot *cslot_at(const sluice_concurrency_region *r, uint32_t k, uint32_t i)
-{
-    return (cslot *)(void *)(r->slots + ((size_t)k * r->L.cap + i) * r->L.stride);
-}
-static inline cholder *holder_at(cslot *s, uint32_t j)
-{
-    return (cholder *)(void *)((unsigned char *)s + sizeof(cslot)) + j;
-}
-static inline cwait *wait_of(const sluice_concurrency_region *r, cslot *s)
-{
-    return (cwait *)(void *)((unsigned char *)s + sizeof(cslot) +
-                             (size_t)r->L.holders * sizeof(cholder));
-}
 /* The shard of slot s (a slot of this region). */
 static inline uint32_t cshard_of(const sluice_concurrency_region *r, const cslot *s)
 {
@@ -345,7 +268,7 @@ static void expire(const sluice_concurrency_region *r, cslot *s, uint64_t t)
 
 /* The key's clock: now clamped to 2^63-1 and never before the key's
  * latest call; moved there.  Shard locked. */
-static uint64_t key_time(cslot *s, uint64_t now_ns)
+uint64_t sluice__cr_key_time(cslot *s, uint64_t now_ns)
 {
     uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
     if (s->t_last <= (uint64_t)INT64_MAX && t < s->t_last) t = s->t_last;
@@ -370,7 +293,7 @@ static bool slot_idle(const sluice_concurrency_region *r, cslot *s, uint64_t now
 
 /* Wake up to n sleepers of word w (a shared futex: no FUTEX_PRIVATE_FLAG,
  * so processes mapping the region at any address meet on it). */
-static void futex_wake(_Atomic uint32_t *w, int n)
+void sluice__cr_futex_wake(_Atomic uint32_t *w, int n)
 {
     (void)syscall(SYS_futex, (void *)w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
@@ -398,7 +321,7 @@ static _Atomic uint32_t *wake_one(cwait *w)
 /* After a call on slot s that freed permits (a release, a lease's end, a
  * dead holder swept): one waiter to wake, if any waits and room is left
  * (NULL: none); the round of passed wakes starts again.  Shard locked. */
-static _Atomic uint32_t *wake_freed(const sluice_concurrency_region *r, cslot *s)
+_Atomic uint32_t *sluice__cr_wake_freed(const sluice_concurrency_region *r, cslot *s)
 {
     cwait *w = wait_of(r, s);
     if (w->waiters == 0 || s->held >= r->L.cp.limit) return NULL;
@@ -414,7 +337,7 @@ static _Atomic uint32_t *wake_freed(const sluice_concurrency_region *r, cslot *s
 static void wait_reset(const sluice_concurrency_region *r, cslot *s)
 {
     cwait *w = wait_of(r, s);
-    if (w->waiters) futex_wake(wake_one(w), INT32_MAX);
+    if (w->waiters) sluice__cr_futex_wake(wake_one(w), INT32_MAX);
     w->waiters = w->passes = 0;
     atomic_store_explicit(&w->sweeper, 0, memory_order_relaxed);
 }
@@ -511,7 +434,7 @@ static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t no
  * one more key, an idle key elsewhere in the shard becomes a tombstone to
  * make it.  NONE when there is none.  At most 4 passes over the cap
  * slots (the run, the idle search, the sweep for room, the idle search). */
-static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
+uint32_t sluice__cr_find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
                      const unsigned char *dig, bool make, uint64_t now_ns)
 {
     uint32_t i = home, reuse = NONE, empty = NONE;
@@ -606,7 +529,7 @@ static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t)
  * its index (and generation in *gen), or NONE when every entry is taken
  * (only damage does that: each entry holds >= 1 and held < N).  Shard
  * locked. */
-static uint32_t take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_t permits,
+uint32_t sluice__cr_take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_t permits,
                      uint32_t *gen)
 {
     const uint32_t H = r->L.holders;
@@ -633,7 +556,7 @@ static uint32_t take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_
 /* Lock shard k; a lock taken from a dead holder (killed mid-update) has
  * every slot of the shard recounted from its entries.  Bound: region_who.c
  * (sluice__rt_lock_word); the repair O(cap * H). */
-static void shard_lock(sluice_concurrency_region *r, uint32_t k)
+void sluice__cr_lock(sluice_concurrency_region *r, uint32_t k)
 {
     if (!sluice__rt_lock_word(&r->sh[k].lock, sluice__rt_self())) return;
     uint64_t live = 0;
@@ -647,13 +570,13 @@ static void shard_lock(sluice_concurrency_region *r, uint32_t k)
     r->sh[k].count = live;
 }
 
-static void shard_unlock(sluice_concurrency_region *r, uint32_t k)
+void sluice__cr_unlock(sluice_concurrency_region *r, uint32_t k)
 {
     atomic_store_explicit(&r->sh[k].lock, 0, memory_order_release);
 }
 
 /* The digest of a key, its shard and its home slot. */
-static uint32_t place(const sluice_concurrency_region *r, const void *key, size_t keylen,
+uint32_t sluice__cr_place(const sluice_concurrency_region *r, const void *key, size_t keylen,
                       unsigned char dig[SLUICE__DIGEST_BYTES], uint32_t *home)
 {
     sluice__key_digest(r->dseed, key ? key : "", keylen, dig);
@@ -858,13 +781,12 @@ sluice_concurrency_region *sluice_concurrency_region_open(const char *path, cons
     return r;
 }
 
-static void rq_drop_all(sluice_concurrency_region *r);
 
 void sluice_concurrency_region_free(sluice_concurrency_region *r)
 {
     if (!r) return;
     if (r->qpid == getpid()) { /* a forked child's copy: the queue is the parent's */
-        rq_drop_all(r);
+        sluice__cr_queue_drop(r);
         pthread_cond_destroy(&r->qcv);
         pthread_mutex_destroy(&r->qmu);
     }
@@ -877,7 +799,7 @@ void sluice_concurrency_region_free(sluice_concurrency_region *r)
 /* Give back slot s's leases ended by t and, when `permits` (> 0) do not
  * fit, sweep it for dead holders: whether permits were freed.  Shard
  * locked. */
-static bool expire_sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t,
+bool sluice__cr_expire_sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t,
                          uint64_t permits)
 {
     const uint64_t N = r->L.cp.limit, held0 = s->held;
@@ -909,40 +831,40 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
     const uint64_t N = r->L.cp.limit;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
     /* a probe, or a request no wait can help, makes no key */
     const bool make = permits > 0 && permits <= N;
-    const uint32_t i = find(r, k, home, dig, make, now_ns);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, make, now_ns);
     if (i == NONE) {
-        shard_unlock(r, k);
+        sluice__cr_unlock(r, k);
         if (permits == 0) return sluice__allow(res, N, 0); /* a key not held holds nothing */
         if (permits > N) return sluice__deny(res, N, -1);
         return sluice__fail(res, SLUICE_EFULL);
     }
     cslot *s = cslot_at(r, k, i);
-    const uint64_t t = key_time(s, now_ns);
-    const bool freed = expire_sweep(r, s, t, make ? permits : 0);
+    const uint64_t t = sluice__cr_key_time(s, now_ns);
+    const bool freed = sluice__cr_expire_sweep(r, s, t, make ? permits : 0);
     const uint64_t held = s->held > N ? N : s->held;
     if (!make) {
-        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-        shard_unlock(r, k);
-        if (wake) futex_wake(wake, 1);
+        _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+        sluice__cr_unlock(r, k);
+        if (wake) sluice__cr_futex_wake(wake, 1);
         return permits == 0 ? sluice__allow(res, N - held, 0) : sluice__deny(res, N - held, -1);
     }
     if (permits > N - held) {
         const int64_t retry = lease_retry(r, s, t);
-        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-        shard_unlock(r, k);
-        if (wake) futex_wake(wake, 1);
+        _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+        sluice__cr_unlock(r, k);
+        if (wake) sluice__cr_futex_wake(wake, 1);
         return sluice__deny(res, N - held, retry);
     }
     uint32_t gen = 0;
-    const uint32_t j = take(r, s, t, permits, &gen);
+    const uint32_t j = sluice__cr_take(r, s, t, permits, &gen);
     const uint64_t after = s->held > N ? N : s->held;
-    _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-    shard_unlock(r, k);
-    if (wake) futex_wake(wake, 1);
+    _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+    sluice__cr_unlock(r, k);
+    if (wake) sluice__cr_futex_wake(wake, 1);
     if (j == NONE) return sluice__deny(res, 0, INT64_MAX); /* damage: every entry taken */
     *pm = (sluice_region_permit){
         .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
@@ -986,7 +908,7 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
 
 /* Leave slot i's wait line (counted there by an earlier round), unless the
  * slot went to another key since (its line was reset).  Shard k locked. */
-static void wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
+void sluice__cr_wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
                        const unsigned char *dig)
 {
     cslot *s = cslot_at(r, k, i);
@@ -1018,7 +940,7 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
     const uint64_t N = r->L.cp.limit, me = sluice__rt_self();
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
     uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
     const uint64_t deadline = sluice__sat_add(now, timeout_ns) > (uint64_t)INT64_MAX
                                   ? (uint64_t)INT64_MAX
@@ -1028,40 +950,40 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
     int how = 0; /* how the last sleep ended */
     uint64_t gap = SLUICE_CONC_REGION_SWEEP_GAP_NS; /* the sweeper's next nap */
     for (;;) { /* each round ends, or sleeps until a wake, a poll or the deadline */
-        shard_lock(r, k);
+        sluice__cr_lock(r, k);
         now = sluice__clock_read(CLOCK_MONOTONIC);
-        if (mine != NONE) wait_leave(r, k, mine, dig);
+        if (mine != NONE) sluice__cr_wait_leave(r, k, mine, dig);
         mine = NONE;
-        const uint32_t i = find(r, k, home, dig, true, now);
+        const uint32_t i = sluice__cr_find(r, k, home, dig, true, now);
         if (i == NONE) {
-            shard_unlock(r, k);
+            sluice__cr_unlock(r, k);
             BLOCK_FAIL(SLUICE_EFULL);
         }
         cslot *s = cslot_at(r, k, i);
         cwait *w = wait_of(r, s);
         if (how == WOKEN) w->woken++; /* the kernel's wakes: the tests count them */
-        const uint64_t t = key_time(s, now);
+        const uint64_t t = sluice__cr_key_time(s, now);
         /* the arrival and the sweeper sweep; the others' polls only look,
          * unless the key has not been swept for a poll's time (a sweeper
          * that does not sweep: then this one takes the role) */
         const bool stale =
             polled && !sweeper &&
             t >= sluice__sat_add(s->sweep_next, SLUICE_CONC_REGION_WAIT_POLL_NS);
-        const bool freed = expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
+        const bool freed = sluice__cr_expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
         first = false;
         const uint64_t held = s->held > N ? N : s->held;
         uint32_t gen = 0, j = NONE;
-        if (permits <= N - held) j = take(r, s, t, permits, &gen); /* NONE: damage */
+        if (permits <= N - held) j = sluice__cr_take(r, s, t, permits, &gen); /* NONE: damage */
         /* what this call freed (a dead holder, a lease), beyond what it
          * took, goes to a waiter: a release's rule */
-        int nwake = freed && wake_freed(r, s) ? 1 : 0;
+        int nwake = freed && sluice__cr_wake_freed(r, s) ? 1 : 0;
         if (j != NONE) {
             /* a woken waiter wakes the next while room is left */
             if (!nwake && woke && w->waiters && s->held < N) nwake = (wake_one(w), 1);
             wait_quit(w, me);
             const uint64_t after = s->held > N ? N : s->held;
-            shard_unlock(r, k);
-            if (nwake) futex_wake(&w->seq, nwake);
+            sluice__cr_unlock(r, k);
+            if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
             *pm = (sluice_region_permit){
                 .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
             sluice__allow(res, N - after, 0);
@@ -1075,8 +997,8 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         if (now >= deadline) {
             wait_quit(w, me);
             const int64_t retry = lease_retry(r, s, t);
-            shard_unlock(r, k);
-            if (nwake) futex_wake(&w->seq, nwake);
+            sluice__cr_unlock(r, k);
+            if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
             sluice__deny(res, N - held, retry);
             res->error = SLUICE_ETIMEDOUT;
             return SLUICE_ETIMEDOUT;
@@ -1101,406 +1023,11 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         if (sweeper && s->next_exp > t && s->next_exp - t < poll)
             poll = s->next_exp - t; /* and at the earliest lease's end, on the key's clock */
         if (nap > poll) nap = poll;
-        shard_unlock(r, k);
-        if (nwake) futex_wake(&w->seq, nwake);
+        sluice__cr_unlock(r, k);
+        if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
         how = futex_sleep(&w->seq, seen, nap);
         woke = how != 0;
         polled = !woke;
-    }
-}
-
-/* ---- queued acquires, called back from a timing wheel ------------------------------
- *
- * A queued request (sluice_concurrency_region_acquire_async_at) is a node
- * of the handle's queue, in this process, with one timer on its wheel; no
- * thread blocks.  In the region it is one of its key's waiters (counted in
- * the key's wait line, as a blocked acquirer is), so that a release in any
- * process moves the key's futex word (wake_freed); it never sleeps on the
- * word.  The handle's queue is in arrival order; of a key's requests in it,
- * the first not yet granted is the key's head: only the head re-checks the
- * key on a timer, at the blocked sweeper's cadence -- 1 ms after it became
- * head, then naps that double (to SLUICE_CONC_REGION_SWEEPER_NAP_NS) while
- * it finds no room, no freed permit and an unmoved word, and at the key's
- * earliest lease end -- sweeping as the
- * sweeper does (expire_sweep: the same sweep, gated by the key's
- * sweep_next); the others' timers are their deadlines.  A re-check, a
- * release through the handle, a time-out or a cancel serves the key's
- * requests from the head in order (rq_serve): each that fits takes its
- * permits under the shard's lock, leaves the line, and has its timer moved
- * to 0, so that the wheel's next advance calls it back (in grant order: the
- * wheel fires equal deadlines in schedule order); the first that does not
- * fit stops the round, and becomes the head.
- *
- * Lock order: the handle's qmu, then a shard's lock; the wheel's calls
- * under qmu only (the wheel holds no lock while a callback runs, and a
- * callback takes qmu).  Callbacks run outside qmu, counted in `inflight`.
- * Freeing the handle (rq_drop_all) cancels every timer it can; a request
- * whose timer has fired already is the callback's to drop (it sees
- * `closing`), and free waits for those and for running callbacks. */
-#define RQ_GAP_NS ((uint64_t)SLUICE_CONC_REGION_SWEEP_GAP_NS)
-#define RQ_NAP_NS ((uint64_t)SLUICE_CONC_REGION_SWEEPER_NAP_NS)
-
-typedef struct rqnode {
-    struct rqnode *next, *prev; /* the handle's queue, in arrival order */
-    sluice_concurrency_region *r;
-    sluice_wheel *wh;
-    sluice_region_permit_fn fn;
-    void *arg;
-    uint64_t id, permits, deadline;
-    uint64_t gap;          /* as head: the next nap */
-    uint64_t lease_end;    /* as head: the key's earliest lease end at its last look */
-    sluice_timer_id timer; /* 0 once fired: its callback is due or running */
-    uint32_t k, home;      /* its key's shard and home slot */
-    uint32_t line;         /* the slot whose wait line counts it, or NONE */
-    uint32_t seen;         /* as head: the key's word at its last look */
-    bool granted, head;
-    bool done; /* its callback is due: no longer in the key's line */
-    bool just; /* granted by the running rq_serve */
-    unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice_region_permit pm; /* filled when granted */
-} rqnode;
-
-static uint64_t rq_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
-
-/* The queue is the process's: a child forked after requests queued starts
- * with none (the parent's stay the parent's; its copy of the mutex, held
- * or not at the fork, is made afresh). */
-static void rq_lock(sluice_concurrency_region *r)
-{
-    const pid_t me = getpid();
-    if (r->qpid != me) {
-        (void)pthread_mutex_init(&r->qmu, NULL);
-        (void)pthread_cond_init(&r->qcv, NULL);
-        r->qhead = r->qtail = NULL;
-        r->inflight = 0;
-        r->closing = false;
-        atomic_store_explicit(&r->nqueued, 0, memory_order_relaxed);
-        r->qpid = me;
-    }
-    pthread_mutex_lock(&r->qmu);
-}
-
-static void rq_link(sluice_concurrency_region *r, rqnode *n)
-{
-    n->next = NULL;
-    n->prev = r->qtail;
-    if (r->qtail) r->qtail->next = n;
-    else r->qhead = n;
-    r->qtail = n;
-}
-
-static void rq_unlink(sluice_concurrency_region *r, rqnode *n)
-{
-    if (n->prev) n->prev->next = n->next;
-    else r->qhead = n->next;
-    if (n->next) n->next->prev = n->prev;
-    else r->qtail = n->prev;
-    n->next = n->prev = NULL;
-}
-
-/* The key's head: its first request not yet granted.  Under qmu. */
-static rqnode *rq_first(const sluice_concurrency_region *r, const unsigned char *dig)
-{
-    for (rqnode *n = r->qhead; n; n = n->next)
-        if (!n->granted && !n->done && memcmp(n->dig, dig, SLUICE__DIGEST_BYTES) == 0) return n;
-    return NULL;
-}
-
-/* When a waiting request's timer should fire: as head, at its next look. */
-static uint64_t rq_when(const rqnode *n, uint64_t now)
-{
-    if (!n->head) return n->deadline;
-    const uint64_t at = rq_min(n->deadline, sluice__sat_add(now, n->gap));
-    return n->lease_end > now ? rq_min(at, n->lease_end) : at;
-}
-
-/* Leave the wait line that counts n.  Shard n->k locked. */
-static void rq_line_leave(sluice_concurrency_region *r, rqnode *n)
-{
-    if (n->line != NONE) wait_leave(r, n->k, n->line, n->dig);
-    n->line = NONE;
-}
-
-/* Serve the key's requests from its head at `now`, in order, each that
- * fits taking its permits (the head's look sweeps as a blocked sweeper's).
- * *fresh (may be NULL): whether the head's look found room, freed permits
- * or the word moved since its last.  Under qmu; takes the shard's lock. */
-static void rq_serve(sluice_concurrency_region *r, const unsigned char *dig, uint32_t k,
-                     uint32_t home, uint64_t now, bool *fresh)
-{
-    if (fresh) *fresh = false;
-    rqnode *first = rq_first(r, dig);
-    if (!first || r->closing) return;
-    const uint64_t N = r->L.cp.limit;
-    shard_lock(r, k);
-    const uint32_t i = find(r, k, home, dig, true, now);
-    if (i == NONE) { /* the key has no slot and no room for one: the next look */
-        shard_unlock(r, k);
-        return;
-    }
-    cslot *s = cslot_at(r, k, i);
-    cwait *w = wait_of(r, s);
-    const uint64_t t = key_time(s, now);
-    const bool moved = atomic_load_explicit(&w->seq, memory_order_relaxed) != first->seen;
-    const bool freed = expire_sweep(r, s, t, first->permits);
-    bool took = false, stop = false;
-    rqnode *head = NULL;
-    for (rqnode *n = first; n; n = n->next) {
-        if (n->granted || n->done || memcmp(n->dig, dig, SLUICE__DIGEST_BYTES) != 0) continue;
-        /* a line reset since (the slot went to another key and back) no
-         * longer counts it */
-        if (n->line != NONE && n->line != i) rq_line_leave(r, n);
-        uint32_t gen = 0, j = NONE;
-        const uint64_t held = s->held > N ? N : s->held;
-        if (!stop && n->permits <= N - held) j = take(r, s, t, n->permits, &gen);
-        if (j == NONE) { /* waits on: counted in the line, the first is the head */
-            stop = true;
-            if (n->line == NONE) {
-                if (w->waiters < UINT32_MAX) w->waiters++;
-                n->line = i;
-            }
-            if (!head) head = n;
-            continue;
-        }
-        rq_line_leave(r, n);
-        n->granted = n->just = true;
-        n->head = false;
-        n->pm = (sluice_region_permit){
-            .permits = n->permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
-        atomic_fetch_sub_explicit(&r->nqueued, 1, memory_order_relaxed);
-        took = true;
-    }
-    /* what the sweep freed beyond what was taken goes to a blocked waiter */
-    _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-    if (head) {
-        head->seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
-        head->lease_end = s->next_exp; /* and at the earliest lease's end */
-    }
-    shard_unlock(r, k);
-    if (wake) futex_wake(wake, 1);
-    if (fresh) *fresh = moved || freed || took;
-    /* the granted are called back at the next advance; a new head looks
-     * 1 ms from now */
-    for (rqnode *n = first; n; n = n->next) {
-        if (memcmp(n->dig, dig, SLUICE__DIGEST_BYTES) != 0) continue;
-        if (n->just && n->timer) (void)sluice_wheel_reschedule(n->wh, n->timer, 0);
-        n->just = false;
-        if (n == head && !n->head) {
-            n->head = true;
-            n->gap = RQ_GAP_NS;
-            if (n->timer) (void)sluice_wheel_reschedule(n->wh, n->timer, rq_when(n, now));
-        }
-    }
-}
-
-/* Drop a request that will not be called back: its permits released, or
- * its count in the line removed.  Not under qmu (a release serves the
- * queue). */
-static void rq_discard(sluice_concurrency_region *r, rqnode *n, uint64_t now)
-{
-    if (n->granted) {
-        (void)sluice_region_permit_release_at(&n->pm, now);
-    } else {
-        shard_lock(r, n->k);
-        rq_line_leave(r, n);
-        shard_unlock(r, n->k);
-    }
-}
-
-static void rq_fire(void *arg, sluice_timer_id id, uint64_t now)
-{
-    (void)id;
-    rqnode *n = arg;
-    sluice_concurrency_region *r = n->r;
-    rq_lock(r);
-    n->timer = 0;
-    if (r->closing) { /* the handle is being freed: dropped, not called back */
-        pthread_mutex_unlock(&r->qmu);
-        rq_discard(r, n, 0);
-        rq_lock(r);
-        rq_unlink(r, n);
-        pthread_cond_broadcast(&r->qcv);
-        pthread_mutex_unlock(&r->qmu);
-        sluice__free(n);
-        return;
-    }
-    int status = 0;
-    if (!n->granted) {
-        bool fresh = false;
-        rq_serve(r, n->dig, n->k, n->home, now, &fresh);
-        if (!n->granted && now < n->deadline) { /* look again later */
-            if (n->head) n->gap = fresh ? RQ_GAP_NS : rq_min(n->gap * 2, RQ_NAP_NS);
-            /* its own node was just freed by the firing: no full wheel */
-            if (sluice_wheel_schedule(n->wh, rq_when(n, now), rq_fire, n, &n->timer) != 0)
-                (void)sluice_wheel_schedule(n->wh, now, rq_fire, n, &n->timer);
-            pthread_mutex_unlock(&r->qmu);
-            return;
-        }
-        if (!n->granted) { /* its deadline */
-            shard_lock(r, n->k);
-            rq_line_leave(r, n);
-            shard_unlock(r, n->k);
-            n->done = true;
-            atomic_fetch_sub_explicit(&r->nqueued, 1, memory_order_relaxed);
-            rq_serve(r, n->dig, n->k, n->home, now, NULL);
-            status = SLUICE_ETIMEDOUT;
-        }
-    }
-    n->done = true; /* in the queue while it runs: a cancel says SLUICE_EBUSY */
-    r->inflight++;
-    pthread_mutex_unlock(&r->qmu);
-    n->fn(n->arg, n->id, status, status == 0 ? &n->pm : NULL, now);
-    pthread_mutex_lock(&r->qmu);
-    r->inflight--;
-    rq_unlink(r, n);
-    if (r->closing) pthread_cond_broadcast(&r->qcv);
-    pthread_mutex_unlock(&r->qmu);
-    sluice__free(n);
-}
-
-int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, sluice_wheel *wh,
-                                               const void *key, size_t keylen, uint64_t permits,
-                                               uint64_t now_ns, uint64_t deadline_ns,
-                                               sluice_region_permit_fn fn, void *arg,
-                                               uint64_t *id)
-{
-    if (!r || !wh || !fn || (!key && keylen) || permits == 0) return SLUICE_EINVAL;
-    const uint64_t N = r->L.cp.limit;
-    if (permits > N) return SLUICE_ERANGE;
-    rqnode *n = sluice__calloc(1, sizeof *n);
-    if (!n) return SLUICE_ENOMEM;
-    n->r = r;
-    n->wh = wh;
-    n->fn = fn;
-    n->arg = arg;
-    n->permits = permits;
-    n->deadline = deadline_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : deadline_ns;
-    n->gap = RQ_GAP_NS;
-    n->lease_end = UINT64_MAX;
-    n->line = NONE;
-    n->k = place(r, key, keylen, n->dig, &n->home);
-    rq_lock(r);
-    const bool first = rq_first(r, n->dig) == NULL; /* else it queues behind them */
-    shard_lock(r, n->k);
-    const uint32_t i = find(r, n->k, n->home, n->dig, true, now_ns);
-    if (i == NONE) {
-        shard_unlock(r, n->k);
-        pthread_mutex_unlock(&r->qmu);
-        sluice__free(n);
-        return SLUICE_EFULL;
-    }
-    cslot *s = cslot_at(r, n->k, i);
-    cwait *w = wait_of(r, s);
-    const uint64_t t = key_time(s, now_ns);
-    bool freed = false;
-    uint32_t gen = 0, j = NONE;
-    if (first) {
-        freed = expire_sweep(r, s, t, permits);
-        const uint64_t held = s->held > N ? N : s->held;
-        if (permits <= N - held) j = take(r, s, t, permits, &gen);
-    }
-    if (j != NONE) {
-        n->granted = true;
-        n->pm = (sluice_region_permit){
-            .permits = permits, .owner = r, .shard = n->k, .slot = i, .holder = j, .gen = gen};
-    } else {
-        if (w->waiters < UINT32_MAX) w->waiters++;
-        n->line = i;
-        n->head = first;
-        n->seen = atomic_load_explicit(&w->seq, memory_order_relaxed);
-        n->lease_end = s->next_exp;
-    }
-    _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-    shard_unlock(r, n->k);
-    if (wake) futex_wake(wake, 1);
-    const int rc =
-        sluice_wheel_schedule(wh, n->granted ? 0 : rq_when(n, now_ns), rq_fire, n, &n->timer);
-    if (rc != 0) { /* nothing queued, nothing taken */
-        pthread_mutex_unlock(&r->qmu);
-        rq_discard(r, n, now_ns);
-        sluice__free(n);
-        return rc;
-    }
-    rq_link(r, n);
-    if (!n->granted) atomic_fetch_add_explicit(&r->nqueued, 1, memory_order_relaxed);
-    n->id = ++r->next_id;
-    if (id) *id = n->id;
-    pthread_mutex_unlock(&r->qmu);
-    return 0;
-}
-
-int sluice_concurrency_region_async_cancel_at(sluice_concurrency_region *r, uint64_t id,
-                                              uint64_t now_ns)
-{
-    if (!r) return SLUICE_EINVAL;
-    rq_lock(r);
-    rqnode *n = r->qhead;
-    while (n && n->id != id) n = n->next;
-    if (!n || id == 0) {
-        pthread_mutex_unlock(&r->qmu);
-        return SLUICE_ENOENT;
-    }
-    /* timer 0: fired, its callback has the node (or waits for qmu) */
-    if (n->timer == 0 || sluice_wheel_cancel(n->wh, n->timer) != 0) {
-        pthread_mutex_unlock(&r->qmu);
-        return SLUICE_EBUSY;
-    }
-    rq_unlink(r, n);
-    if (!n->granted) {
-        shard_lock(r, n->k);
-        rq_line_leave(r, n);
-        shard_unlock(r, n->k);
-        atomic_fetch_sub_explicit(&r->nqueued, 1, memory_order_relaxed);
-        rq_serve(r, n->dig, n->k, n->home, now_ns, NULL);
-    }
-    pthread_mutex_unlock(&r->qmu);
-    if (n->granted) (void)sluice_region_permit_release_at(&n->pm, now_ns); /* taken, never given */
-    sluice__free(n);
-    return 0;
-}
-
-/* Whether requests wait in this process's queue of the handle (a read
- * without qmu: a request queued meanwhile looks at its first timer). */
-static bool rq_mine(const sluice_concurrency_region *r)
-{
-    return atomic_load_explicit(&((sluice_concurrency_region *)r)->nqueued,
-                                memory_order_relaxed) != 0 &&
-           r->qpid == getpid();
-}
-
-/* A release through the handle of permits of key dig (shard k): its queued
- * requests first. */
-static void rq_released(sluice_concurrency_region *r, const unsigned char *dig, uint32_t k,
-                        uint64_t now)
-{
-    uint64_t b;
-    memcpy(&b, dig + 8, sizeof b);
-    rq_lock(r);
-    rq_serve(r, dig, k, (uint32_t)(b % r->L.cap), now, NULL);
-    pthread_mutex_unlock(&r->qmu);
-}
-
-/* sluice_concurrency_region_free: drop every request (see the section's
- * head), and wait for the callbacks that have them or run. */
-static void rq_drop_all(sluice_concurrency_region *r)
-{
-    rq_lock(r);
-    r->closing = true;
-    rqnode *drop = NULL;
-    for (rqnode *n = r->qhead, *next; n; n = next) {
-        next = n->next;
-        if (n->timer && sluice_wheel_cancel(n->wh, n->timer) == 0) {
-            rq_unlink(r, n);
-            n->next = drop;
-            drop = n;
-        }
-    }
-    while (r->qhead || r->inflight) pthread_cond_wait(&r->qcv, &r->qmu);
-    pthread_mutex_unlock(&r->qmu);
-    for (rqnode *n = drop, *next; n; n = next) {
-        next = n->next;
-        rq_discard(r, n, 0); /* 0: the key's own latest time */
-        sluice__free(n);
     }
 }
 
@@ -1512,16 +1039,16 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
     if (!r || pm->shard >= r->L.nshards || pm->slot >= r->L.cap || pm->holder >= r->L.holders ||
         pm->permits > r->L.cp.limit)
         return SLUICE_EINVAL;
-    shard_lock(r, pm->shard);
+    sluice__cr_lock(r, pm->shard);
     cslot *s = cslot_at(r, pm->shard, pm->slot);
     int rc = SLUICE_ENOENT;
     _Atomic uint32_t *wake = NULL;
     bool freed = false;
-    const bool mine = rq_mine(r);
+    const bool mine = sluice__cr_queue_mine(r);
     unsigned char dig[SLUICE__DIGEST_BYTES];
     if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) {
         const uint64_t held0 = s->held;
-        expire(r, s, key_time(s, now_ns));
+        expire(r, s, sluice__cr_key_time(s, now_ns));
         cholder *e = holder_at(s, pm->holder);
         if (who_of(e) && e->gen == pm->gen && e->permits == pm->permits) {
             holder_free(s, e);
@@ -1529,20 +1056,20 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
         }
         freed = s->held < held0;
         memcpy(dig, s->dig, sizeof dig);
-        if (freed && !mine) wake = wake_freed(r, s);
+        if (freed && !mine) wake = sluice__cr_wake_freed(r, s);
     }
-    shard_unlock(r, pm->shard);
+    sluice__cr_unlock(r, pm->shard);
     /* with requests queued in this process: those of the key first
      * (rq_serve), then one blocked waiter for what is left */
     if (freed && mine) {
-        rq_released(r, dig, pm->shard, now_ns);
-        shard_lock(r, pm->shard);
+        sluice__cr_queue_released(r, dig, pm->shard, now_ns);
+        sluice__cr_lock(r, pm->shard);
         if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE &&
             memcmp(s->dig, dig, sizeof dig) == 0)
-            wake = wake_freed(r, s);
-        shard_unlock(r, pm->shard);
+            wake = sluice__cr_wake_freed(r, s);
+        sluice__cr_unlock(r, pm->shard);
     }
-    if (wake) futex_wake(wake, 1); /* one waiter: it passes on what it cannot use */
+    if (wake) sluice__cr_futex_wake(wake, 1); /* one waiter: it passes on what it cannot use */
     if (rc == 0) pm->permits = 0;
     return rc;
 }
@@ -1553,20 +1080,20 @@ uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const v
     if (!r || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
-    const uint32_t i = find(r, k, home, dig, false, now_ns);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, false, now_ns);
     uint64_t held = 0;
     _Atomic uint32_t *wake = NULL;
     if (i != NONE) {
         cslot *s = cslot_at(r, k, i);
         const uint64_t held0 = s->held;
-        expire(r, s, key_time(s, now_ns));
+        expire(r, s, sluice__cr_key_time(s, now_ns));
         held = s->held;
-        if (held < held0) wake = wake_freed(r, s);
+        if (held < held0) wake = sluice__cr_wake_freed(r, s);
     }
-    shard_unlock(r, k);
-    if (wake) futex_wake(wake, 1);
+    sluice__cr_unlock(r, k);
+    if (wake) sluice__cr_futex_wake(wake, 1);
     return held;
 }
 
@@ -1576,11 +1103,11 @@ uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const v
     if (!r || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
-    const uint32_t i = find(r, k, home, dig, false, 0);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, false, 0);
     const uint32_t n = i == NONE ? 0 : wait_of(r, cslot_at(r, k, i))->waiters;
-    shard_unlock(r, k);
+    sluice__cr_unlock(r, k);
     return n;
 }
 
@@ -1616,7 +1143,7 @@ int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
     const uint64_t N = r->L.cp.limit;
     uint64_t keys = 0, held = 0, waiting = 0;
     for (uint32_t k = 0; k < r->L.nshards; k++) {
-        shard_lock(r, k);
+        sluice__cr_lock(r, k);
         for (uint32_t i = 0; i < r->L.cap; i++) {
             cslot *s = cslot_at(r, k, i);
             if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE) continue;
@@ -1624,7 +1151,7 @@ int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
             held += s->held > N ? N : s->held;   /* <= 2^25 * 2^16 */
             waiting += wait_of(r, s)->waiters;   /* <= 2^25 * 2^32 */
         }
-        shard_unlock(r, k);
+        sluice__cr_unlock(r, k);
     }
     if (keys > r->L.max_keys) keys = r->L.max_keys; /* damage: stray live states */
     if (held > keys * N) held = keys * N;
