@@ -65,6 +65,7 @@ typedef struct rqnode {
     uint32_t k, home;      /* its key's shard and home slot */
     uint32_t line;         /* the slot whose wait line counts it, or NONE */
     uint32_t seen;         /* as head: the key's word at its last look */
+    pid_t pid;             /* the process that queued it */
     bool granted, head;
     bool done; /* its callback is due: no longer in the key's line */
     bool just; /* granted by the running rq_serve */
@@ -146,8 +147,14 @@ static void rq_serve(sluice_concurrency_region *r, const unsigned char *dig, uin
     const uint64_t N = r->L.cp.limit;
     sluice__cr_lock(r, k);
     const uint32_t i = sluice__cr_find(r, k, home, dig, true, now);
-    if (i == NONE) { /* the key has no slot and no room for one: the next look */
+    if (i == NONE) { /* the key has no slot and no room for one: the head's next look */
         sluice__cr_unlock(r, k);
+        if (!first->head) {
+            first->head = true;
+            first->gap = RQ_GAP_NS;
+            if (first->timer)
+                (void)sluice_wheel_reschedule(first->wh, first->timer, rq_when(first, now));
+        }
         return;
     }
     cslot *s = cslot_at(r, k, i);
@@ -224,6 +231,10 @@ static void rq_fire(void *arg, sluice_timer_id id, uint64_t now)
     (void)id;
     rqnode *n = arg;
     sluice_concurrency_region *r = n->r;
+    if (n->pid != getpid()) { /* a forked child's copy of the wheel: the parent's request */
+        sluice__free(n);
+        return;
+    }
     rq_lock(r);
     n->timer = 0;
     if (r->closing) { /* the handle is being freed: dropped, not called back */
@@ -291,6 +302,7 @@ int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, slu
     n->lease_end = UINT64_MAX;
     n->line = NONE;
     n->k = sluice__cr_place(r, key, keylen, n->dig, &n->home);
+    n->pid = getpid();
     rq_lock(r);
     const bool first = rq_first(r, n->dig) == NULL; /* else it queues behind them */
     sluice__cr_lock(r, n->k);
