@@ -1556,6 +1556,67 @@ static void test_async_killed(void **state)
     drop(&g);
 }
 
+/* Every allocation failure of a queued acquire (its node) returns
+ * SLUICE_ENOMEM with nothing queued, taken or counted; near 2^63 the
+ * wheel's and the key's clocks still grant, time out and call back. */
+static void test_async_oom_and_far(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    region g = mk("concurrency 2", 1);
+    const uint64_t far = (uint64_t)INT64_MAX - 10 * SEC;
+    sluice_wheel *wh = mkwheel(far);
+    qlog l = {0};
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 2, far, &pm, NULL));
+    const long live0 = tu_alloc_live();
+    unsigned failures = 0;
+    int rc = SLUICE_ENOMEM;
+    for (long n = 0; n < 16 && rc == SLUICE_ENOMEM; n++) {
+        tu_alloc_arm(n, true);
+        rc = qacq(&g, wh, "k", 1, far, far + 5 * SEC, &l, NULL);
+        tu_alloc_disarm();
+        if (rc == SLUICE_ENOMEM) {
+            failures++;
+            assert_int_equal(waiting(&g, "k"), 0);
+            assert_int_equal(held(&g, "k", far), 2);
+            assert_int_equal(sluice_wheel_pending(wh), 0);
+            assert_int_equal(tu_alloc_live(), live0);
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_true(failures >= 1);
+    assert_int_equal(waiting(&g, "k"), 1);
+    /* near 2^63: a release grants it, called back at the next advance */
+    assert_int_equal(sluice_region_permit_release_at(&pm, far + SEC), 0);
+    sluice_wheel_advance(wh, far + SEC);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.at[0], far + SEC);
+    /* a deadline 1 ms before 2^63 - 1, and one past it (none) */
+    sluice_region_permit more;
+    assert_true(acq(&g, "k", 1, far + SEC, &more, NULL));
+    uint64_t none;
+    assert_int_equal(qacq(&g, wh, "k", 1, far + SEC, (uint64_t)INT64_MAX - MS, &l, NULL), 0);
+    assert_int_equal(qacq(&g, wh, "k", 1, far + SEC, UINT64_MAX, &l, &none), 0);
+    sluice_wheel_advance(wh, (uint64_t)INT64_MAX - MS - 1);
+    assert_int_equal(l.n, 1);
+    sluice_wheel_advance(wh, (uint64_t)INT64_MAX);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.status[1], SLUICE_ETIMEDOUT);
+    assert_int_equal(waiting(&g, "k"), 1);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, none, INT64_MAX), 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], INT64_MAX), 0);
+    assert_int_equal(sluice_region_permit_release_at(&more, INT64_MAX), 0);
+    assert_int_equal(held(&g, "k", INT64_MAX), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
 /* A wheel on its own thread, calling back while the handle is freed: the
  * 20th callback holds the wheel's thread until the test frees the handle,
  * then lingers; free must wait for it. */
@@ -2146,6 +2207,7 @@ int main(void)
         cmocka_unit_test_teardown(test_async_never_over, reap_loop),
         cmocka_unit_test_teardown(test_async_free_orders, reap_loop),
         cmocka_unit_test_teardown(test_async_killed, reap_loop),
+        cmocka_unit_test(test_async_oom_and_far),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),
