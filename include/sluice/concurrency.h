@@ -467,10 +467,11 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
  * a release in another process, a lease's end or a dead holder is found by
  * the key's first queued request in this process, which re-checks on its
  * wheel timer -- and sweeps the key as a blocked key's sweeper does -- 1 ms
- * (SLUICE_CONC_REGION_SWEEP_GAP_NS) after it queued, then after naps that
- * double while it finds nothing and the futex word has not moved, up to
- * SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms); room found, or the word
- * moved, starts the naps at 1 ms again.  Bound: room made by another
+ * (SLUICE_CONC_REGION_SWEEP_GAP_NS) after it became the first, then after
+ * naps that double while it finds nothing and the futex word has not
+ * moved, up to SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms), and at the key's
+ * earliest lease end; room found, or the word moved, starts the naps at
+ * 1 ms again.  Bound: room made by another
  * process's release, or a lease's end, is taken within 16 ms plus one tick
  * of the wheel plus however late its driver advances it; a dead holder's
  * permits within ceil(H / SLUICE_CONC_REGION_SWEEP) such re-checks (16 ms
@@ -505,8 +506,8 @@ typedef void (*sluice_region_permit_fn)(void *arg, uint64_t id, int status,
  * key with keylen > 0, or permits 0; SLUICE_ERANGE for permits > N;
  * SLUICE_EFULL for a new key with no room in the region (not queued: as
  * the acquires, a key is made when it is asked for); SLUICE_EFULL from the
- * wheel (max_timers pending) or SLUICE_ENOMEM.  Memory: one node of about
- * 160 bytes per request (the library's allocator) and one timer of wh.
+ * wheel (max_timers pending) or SLUICE_ENOMEM.  Memory: one node (168
+ * bytes on x86-64) per request (the library's allocator) and one timer of wh.
  * Lifetimes: the request belongs to the handle and to this process.
  * sluice_concurrency_region_free(r) drops its pending requests without
  * calling them back -- a request's permits taken and not yet called back
