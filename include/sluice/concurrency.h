@@ -507,7 +507,9 @@ typedef void (*sluice_region_permit_fn)(void *arg, uint64_t id, int status,
  * SLUICE_EFULL for a new key with no room in the region (not queued: as
  * the acquires, a key is made when it is asked for); SLUICE_EFULL from the
  * wheel (max_timers pending) or SLUICE_ENOMEM.  Memory: one node (168
- * bytes on x86-64) per request (the library's allocator) and one timer of wh.
+ * bytes on x86-64) per request (the library's allocator), one timer of wh,
+ * and per wheel the handle queued on, a binding of 48 bytes kept until
+ * either is freed.
  * Lifetimes: the request belongs to the handle and to this process.
  * sluice_concurrency_region_free(r) drops its pending requests without
  * calling them back -- a request's permits taken and not yet called back
@@ -515,10 +517,10 @@ typedef void (*sluice_region_permit_fn)(void *arg, uint64_t id, int status,
  * callback of r running on another thread to return (so it must not be
  * called from one); a child forked after a request queued sees the
  * handle's queue empty, and its free leaves the parent's requests alone.
- * The wheel must outlive the requests queued on it: free the handle (or
- * cancel them) before the wheel (sluice_wheel_free drops timers without
- * calling them back, and the handle would then cancel them on freed
- * memory).  If the process dies, its queued requests block nobody (a
+ * Either may go first: sluice_wheel_free(wh) drops the requests queued
+ * on wh the same way (none called back; permits taken released, counts
+ * removed) and the handle lives on; the two frees must not run at the
+ * same time.  If the process dies, its queued requests block nobody (a
  * release's wake goes to blocked sleepers only; the region's non-blocking
  * acquires never defer to waiters); their count in the key's waiters stays
  * until the key's slot goes to another key, as a killed blocked waiter's.

@@ -78,6 +78,7 @@ struct sluice_concurrency_region {
     pthread_mutex_t qmu;
     pthread_cond_t qcv;      /* a dropped request's callback finished (free waits) */
     struct rqnode *qhead, *qtail;
+    struct rqbind *binds;    /* one per wheel used: told of the wheel's free */
     uint64_t next_id;
     unsigned inflight;       /* callbacks running, outside qmu */
     bool closing;            /* the handle is being freed */

@@ -33,7 +33,10 @@
  * callback takes qmu).  Callbacks run outside qmu, counted in `inflight`.
  * Freeing the handle (sluice__cr_queue_drop) cancels every timer it can; a request
  * whose timer has fired already is the callback's to drop (it sees
- * `closing`), and free waits for those and for running callbacks.
+ * `closing`), and free waits for those and for running callbacks, then
+ * unbinds from the wheels.  The handle binds itself to each wheel it
+ * queues on (timer/wheel.h): a wheel freed first drops the requests queued
+ * on it, without calling back (rq_wheel_gone), so either order is safe.
  *
  * A process that dies with requests queued: they sleep on no word, so no
  * wake is lost on them, and the region's non-blocking acquires never defer
@@ -46,6 +49,7 @@
 #include "base/clock.h"
 #include "timer/wheel.h"
 
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -73,6 +77,16 @@ typedef struct rqnode {
     sluice_region_permit pm; /* filled when granted */
 } rqnode;
 
+/* The handle's binding to one wheel it queued on (timer/wheel.h): the
+ * wheel's free drops the requests on it (rq_wheel_gone). */
+typedef struct rqbind {
+    sluice__wheel_binding b;
+    struct rqbind *next; /* the handle's, under qmu */
+    sluice_concurrency_region *r;
+    sluice_wheel *wh;
+    pid_t pid; /* the process that bound it */
+} rqbind;
+
 static uint64_t rq_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* The queue is the process's: a child forked after requests queued starts
@@ -85,6 +99,7 @@ static void rq_lock(sluice_concurrency_region *r)
         (void)pthread_mutex_init(&r->qmu, NULL);
         (void)pthread_cond_init(&r->qcv, NULL);
         r->qhead = r->qtail = NULL;
+        r->binds = NULL; /* the parent's (rq_wheel_gone ignores them here) */
         r->inflight = 0;
         r->closing = false;
         atomic_store_explicit(&r->nqueued, 0, memory_order_relaxed);
@@ -226,6 +241,64 @@ static void rq_discard(sluice_concurrency_region *r, rqnode *n, uint64_t now)
     }
 }
 
+/* The handle's binding to wh, made on its first request there (NULL: out
+ * of memory).  Under qmu. */
+static void rq_wheel_gone(sluice__wheel_binding *b);
+static rqbind *rq_bind(sluice_concurrency_region *r, sluice_wheel *wh)
+{
+    for (rqbind *x = r->binds; x; x = x->next)
+        if (x->wh == wh) return x;
+    rqbind *x = sluice__calloc(1, sizeof *x);
+    if (!x) return NULL;
+    x->b.on_free = rq_wheel_gone;
+    x->r = r;
+    x->wh = wh;
+    x->pid = getpid();
+    sluice__wheel_bind(wh, &x->b);
+    x->next = r->binds;
+    r->binds = x;
+    return x;
+}
+
+/* A wheel the handle queued on is being freed (its thread stopped, no
+ * advance running, so none of its callbacks): its requests are dropped
+ * without a callback -- permits taken released, counts in the line
+ * removed -- and the handle lets the wheel go. */
+static void rq_wheel_gone(sluice__wheel_binding *b)
+{
+    rqbind *x = (rqbind *)(void *)((char *)b - offsetof(rqbind, b));
+    if (x->pid != getpid()) return; /* a forked child's copy: the parent's binding */
+    sluice_concurrency_region *r = x->r;
+    rq_lock(r);
+    rqnode *drop = NULL;
+    for (rqnode *n = r->qhead, *next; n; n = next) {
+        next = n->next;
+        if (n->wh != x->wh) continue;
+        rq_unlink(r, n);
+        if (!n->granted && !n->done)
+            atomic_fetch_sub_explicit(&r->nqueued, 1, memory_order_relaxed);
+        n->next = drop;
+        drop = n;
+    }
+    for (rqbind **pp = &r->binds; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
+    pthread_mutex_unlock(&r->qmu);
+    for (rqnode *n = drop, *next; n; n = next) {
+        next = n->next;
+        rq_discard(r, n, 0);
+        sluice__free(n);
+    }
+    /* those of the keys behind the dropped, on other wheels, may fit now */
+    rq_lock(r);
+    for (rqnode *n = r->qhead; n; n = n->next)
+        if (!n->granted && !n->done) rq_serve(r, n->dig, n->k, n->home, 0, NULL);
+    pthread_mutex_unlock(&r->qmu);
+    sluice__free(x);
+}
+
 static void rq_fire(void *arg, sluice_timer_id id, uint64_t now)
 {
     (void)id;
@@ -304,6 +377,11 @@ int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, slu
     n->k = sluice__cr_place(r, key, keylen, n->dig, &n->home);
     n->pid = getpid();
     rq_lock(r);
+    if (!rq_bind(r, wh)) { /* first, so that nothing is undone for it */
+        pthread_mutex_unlock(&r->qmu);
+        sluice__free(n);
+        return SLUICE_ENOMEM;
+    }
     const bool first = rq_first(r, n->dig) == NULL; /* else it queues behind them */
     sluice__cr_lock(r, n->k);
     const uint32_t i = sluice__cr_find(r, n->k, n->home, n->dig, true, now_ns);
@@ -420,10 +498,17 @@ void sluice__cr_queue_drop(sluice_concurrency_region *r)
         }
     }
     while (r->qhead || r->inflight) pthread_cond_wait(&r->qcv, &r->qmu);
+    rqbind *binds = r->binds;
+    r->binds = NULL;
     pthread_mutex_unlock(&r->qmu);
     for (rqnode *n = drop, *next; n; n = next) {
         next = n->next;
         rq_discard(r, n, 0); /* 0: the key's own latest time */
         sluice__free(n);
+    }
+    for (rqbind *x = binds, *next; x; x = next) { /* the wheels hear no more of it */
+        next = x->next;
+        sluice__wheel_unbind(x->wh, &x->b);
+        sluice__free(x);
     }
 }

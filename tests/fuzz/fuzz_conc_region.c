@@ -8,7 +8,8 @@
  * anonymous mapping):
  *
  *   byte 0      the spec (one of SPECS: with and without a lease, N from 1
- *               to 16) and max_keys (8, or 300: two shards)
+ *               to 16) and max_keys (8, or 300: two shards); bit 5: the
+ *               wheel of the queued acquires is freed before the handles
  *   traffic     commands on the valid region until a 0xff byte (at most 64)
  *   damage      patches until a 0xfe byte (at most 64): an offset anywhere
  *               in the region, a width (1, 2, 4, 8 bytes) and a value
@@ -243,15 +244,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    "stats: %llu keys, %llu held", (unsigned long long)st.keys,
                    (unsigned long long)st.held);
     }
-    /* the handles first: they drop their queued acquires (never called
-     * back after), then the wheel they were queued on */
+    /* either order: the handles drop their queued acquires (never called
+     * back after), or the wheel does */
     const unsigned calls = w.calls;
-    sluice_concurrency_region_free(again);
-    sluice_concurrency_region_free(w.r);
-    FUZZ_CHECK(sluice_wheel_pending(w.wh) == 0, "timers left after the handles' free");
-    (void)sluice_wheel_advance(w.wh, UINT64_MAX);
-    FUZZ_CHECK(w.calls == calls, "called back after the handle's free");
-    sluice_wheel_free(w.wh);
+    if (b0 & 0x20) {
+        sluice_wheel_free(w.wh);
+        FUZZ_CHECK(w.calls == calls, "called back by the wheel's free");
+        sluice_concurrency_region_free(again);
+        sluice_concurrency_region_free(w.r);
+    } else {
+        sluice_concurrency_region_free(again);
+        sluice_concurrency_region_free(w.r);
+        FUZZ_CHECK(sluice_wheel_pending(w.wh) == 0, "timers left after the handles' free");
+        (void)sluice_wheel_advance(w.wh, UINT64_MAX);
+        FUZZ_CHECK(w.calls == calls, "called back after the handle's free");
+        sluice_wheel_free(w.wh);
+    }
     munmap(m, n);
     return 0;
 }

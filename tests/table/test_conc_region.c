@@ -1644,7 +1644,8 @@ static void qf_cb(void *arg, uint64_t id, int status, sluice_region_permit *pm, 
  * them back (permits taken given back, waiters' counts gone), then the
  * wheel; the handle freed while the wheel's thread calls back (free waits
  * for a running callback, none after it returns); a forked child's free
- * leaves the parent's requests alone. */
+ * leaves the parent's requests alone; the wheel first drops the requests
+ * queued on it the same way, and the handle lives on. */
 static void test_async_free_orders(void **state)
 {
     (void)state;
@@ -1723,8 +1724,35 @@ static void test_async_free_orders(void **state)
     assert_int_equal(l.id[0], W);
     assert_int_equal(l.status[0], 0);
     assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + MS), 0);
-    sluice_concurrency_region_free(g.r);
+
+    /* the wheel first: its requests dropped, none called back (permits
+     * taken released, counts gone); the handle lives on with another
+     * wheel, and its free after is clean */
+    sluice_wheel *w2 = mkwheel(0);
+    memset(&l, 0, sizeof l);
+    assert_true(acq(&g, "k", 1, T, &y, NULL));
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0);  /* granted, not called */
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0);  /* waits */
+    assert_int_equal(qacq(&g, w2, "k", 1, T, T + SEC, &l, &W), 0);    /* waits, on w2 */
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 2);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 2);
     sluice_wheel_free(wh);
+    assert_int_equal(l.n, 0);
+    /* the granted one's permit went back, and w2's request, next in line,
+     * took it */
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 0);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 2);
+    sluice_wheel_advance(w2, T + MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], W);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + MS), 0);
+    assert_int_equal(qacq(&g, w2, "k", 1, T, T + SEC, &l, NULL), 0); /* granted at once */
+    assert_int_equal(sluice_region_permit_release_at(&y, T + MS), 0);
+    sluice_concurrency_region_free(g.r);
+    assert_int_equal(sluice_wheel_pending(w2), 0);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 0);
+    sluice_wheel_free(w2);
     sluice_concurrency_region_free(r2);
     munmap(g.mem, g.size);
 }
