@@ -359,7 +359,10 @@ uint64_t sluice_concurrency_table_held(sluice_concurrency_table *t);
  * tables' calls return nothing to give back (docs/tables.md, "Concurrency
  * limits in a shared region").  Its permits are sluice_region_permit
  * handles, released by sluice_region_permit_release_at (a distinct type:
- * sluice_permit_release_at cannot be given one by mistake).
+ * sluice_permit_release_at cannot be given one by mistake).  Acquires do
+ * not wait (sluice_concurrency_region_acquire_at), block a thread
+ * (sluice_concurrency_region_acquire), or queue and are called back from a
+ * timing wheel (sluice_concurrency_region_acquire_async_at).
  *
  * Crash safety.  Each held permit handle records its holder in the region:
  * the process's pid, its start time and its pid namespace (the shard locks
@@ -519,6 +522,94 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
                                       size_t keylen, uint64_t permits, uint64_t timeout_ns,
                                       sluice_region_permit *pm, sluice_result *res);
 
+/* ---- queued acquires on a region, called back from a timing wheel -------
+ *
+ * A request that blocks no thread: it waits in this process's queue of the
+ * handle and is called back from the wheel `wh` (sluice/wheel.h, driven on
+ * CLOCK_MONOTONIC's axis, as the region's callers pass) once its permits
+ * are held, or at its deadline with nothing taken.  Its node lives in this
+ * process; the region sees it as one of the key's waiters (counted in
+ * sluice_concurrency_region_waiting and the stats' `waiting`, so that a
+ * release in any process moves the key's futex word).
+ *
+ * How it learns of room: a release through the same handle serves the
+ * handle's queue of that key at once (before it wakes a blocked waiter);
+ * a release in another process, a lease's end or a dead holder is found by
+ * the key's first queued request in this process, which re-checks on its
+ * wheel timer -- and sweeps the key as a blocked key's sweeper does -- 1 ms
+ * (SLUICE_CONC_REGION_SWEEP_GAP_NS) after it became the first, then after
+ * naps that double while it finds nothing and the futex word has not
+ * moved, up to SLUICE_CONC_REGION_SWEEPER_NAP_NS (16 ms), and at the key's
+ * earliest lease end; room found, or the word moved, starts the naps at
+ * 1 ms again.  Bound: room made by another
+ * process's release, or a lease's end, is taken within 16 ms plus one tick
+ * of the wheel plus however late its driver advances it; a dead holder's
+ * permits within ceil(H / SLUICE_CONC_REGION_SWEEP) such re-checks (16 ms
+ * each; for a key with at most 16 handles held, one).
+ *
+ * Order: first come first served among the handle's queued requests of one
+ * key -- one whose permits do not fit keeps those behind it waiting.
+ * Across processes, and against this process's blocking and non-blocking
+ * acquires, it is not a queue: whoever looks first while there is room
+ * takes it (a non-blocking acquire does not defer to waiters in a region),
+ * so, as for the blocking acquire, roughly arrival order, not strictly. */
+
+/* The callback of a region's queued acquire: `arg` as given, the request's
+ * id, and `status`: 0 with `pm` holding the permits (copy *pm: it lives for
+ * the call only; the caller then owns the permits and releases them with
+ * sluice_region_permit_release_at), or SLUICE_ETIMEDOUT at the deadline,
+ * nothing taken, pm NULL.  `now_ns` is the wheel's time.  It runs on the
+ * thread that advances the wheel, with no lock of the region or the
+ * handle held, and may acquire, release and cancel on any region -- but
+ * not free the handle. */
+typedef void (*sluice_region_permit_fn)(void *arg, uint64_t id, int status,
+                                        sluice_region_permit *pm, uint64_t now_ns);
+
+/* Ask for `permits` of key[0..keylen) at now_ns, called back by fn from
+ * wh: with the permits at the wheel's first advance after they are taken
+ * (when they are free and no earlier request of this handle waits for the
+ * key, they are taken here and called back at the next advance), or with
+ * SLUICE_ETIMEDOUT at the first advance at or past deadline_ns (the axis
+ * of now_ns; INT64_MAX or more: none).  Returns 0 and the request's id
+ * (>= 1, unique within the handle) in *id (may be NULL), or, nothing
+ * queued and nothing taken: SLUICE_EINVAL for a NULL r, wh or fn, a NULL
+ * key with keylen > 0, or permits 0; SLUICE_ERANGE for permits > N;
+ * SLUICE_EFULL for a new key with no room in the region (not queued: as
+ * the acquires, a key is made when it is asked for); SLUICE_EFULL from the
+ * wheel (max_timers pending) or SLUICE_ENOMEM.  Memory: one node (168
+ * bytes on x86-64) per request (the library's allocator), one timer of wh,
+ * and per wheel the handle queued on, a binding of 48 bytes kept until
+ * either is freed.
+ * Lifetimes: the request belongs to the handle and to this process.
+ * sluice_concurrency_region_free(r) drops its pending requests without
+ * calling them back -- a request's permits taken and not yet called back
+ * are released, its count in the key's waiters removed -- and waits for a
+ * callback of r running on another thread to return (so it must not be
+ * called from one); a child forked after a request queued sees the
+ * handle's queue empty, and its free leaves the parent's requests alone.
+ * Either may go first: sluice_wheel_free(wh) drops the requests queued
+ * on wh the same way (none called back; permits taken released, counts
+ * removed) and the handle lives on; the two frees must not run at the
+ * same time.  If the process dies, its queued requests block nobody (a
+ * release's wake goes to blocked sleepers only; the region's non-blocking
+ * acquires never defer to waiters); their count in the key's waiters stays
+ * until the key's slot goes to another key, as a killed blocked waiter's.
+ * Thread-safe (a short mutex of the handle, then the key's shard lock). */
+int sluice_concurrency_region_acquire_async_at(sluice_concurrency_region *r, sluice_wheel *wh,
+                                               const void *key, size_t keylen, uint64_t permits,
+                                               uint64_t now_ns, uint64_t deadline_ns,
+                                               sluice_region_permit_fn fn, void *arg,
+                                               uint64_t *id);
+
+/* Cancel the queued acquire `id` of r at now_ns: 0 when it will never call
+ * back (taken and not yet called back: its permits are released at now_ns,
+ * letting others through); SLUICE_EBUSY when its callback is running or
+ * about to; SLUICE_ENOENT when it has called back, was cancelled, or never
+ * existed; SLUICE_EINVAL for a NULL r.  May be called from any callback.
+ * Thread-safe. */
+int sluice_concurrency_region_async_cancel_at(sluice_concurrency_region *r, uint64_t id,
+                                              uint64_t now_ns);
+
 /* Give back what *pm holds, at now_ns: 0 (pm->permits = 0), or
  * SLUICE_ENOENT changing nothing else: pm holds nothing, its permits were
  * released through a copy, or they went back (its lease ended by now_ns,
@@ -534,10 +625,12 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns);
 uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const void *key,
                                            size_t keylen, uint64_t now_ns);
 
-/* The acquirers blocked on key[0..keylen) now, in every process
- * (sluice_concurrency_region_acquire): 0 for a key the region does not
- * hold.  A waiter killed while it waited still counts until the key's slot
- * goes to another key, so this is an upper bound.  Thread-safe, across
+/* The acquirers waiting on key[0..keylen) now, in every process: blocked
+ * (sluice_concurrency_region_acquire) and queued and not yet granted
+ * (sluice_concurrency_region_acquire_async_at); 0 for a key the region
+ * does not hold.  A waiter killed while it waited (or whose process died
+ * with it queued) still counts until the key's slot goes to another key,
+ * so this is an upper bound.  Thread-safe, across
  * processes. */
 uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const void *key,
                                            size_t keylen);
@@ -550,7 +643,7 @@ typedef struct sluice_concurrency_region_stats {
                          * dead holder's counts until a sweep frees it) */
     uint64_t keys;      /* keys the region holds (some may hold nothing, until
                          * their slot is needed): at most max_keys */
-    uint64_t waiting;   /* blocked acquirers, over every key: an upper bound,
+    uint64_t waiting;   /* blocked and queued acquirers, over every key: an upper bound,
                          * as sluice_concurrency_region_waiting */
     uint64_t limit;     /* N, per key */
     uint64_t max_keys;

@@ -8,10 +8,14 @@
  *       futex_sleep, wake_freed, wait_reset); a key's slot (find,
  *       slot_idle, slot_retire_idle, sweep_for_room, expire, recount);
  *       holders (sweep, take); the shard's lock and repair; attach, open
- *       (region_attach.c maps the name) and free; acquire, release, held;
- *       the blocking acquire (its design note above wait_leave) and
- *       waiting; the region-wide reads of the metrics (limit, recovered,
- *       stats).
+ *       (region_attach.c maps the name) and free; acquire; the blocking
+ *       acquire (its design note above sluice__cr_wait_leave); release
+ *       (a release through a handle with queued acquires serves them
+ *       first: region_conc_async.c), held, waiting; the region-wide reads
+ *       of the metrics (limit, recovered, stats).  The layout of a slot
+ *       and the handle are in region_conc.h, shared with
+ *       region_conc_async.c (the queued acquires, called back from a
+ *       timing wheel), which builds on the sluice__cr_ calls here.
  *
  * Why its own region and not the rate table's (region_table.c).  The
  * skeleton's ops table (skeleton.h) is the rate tables' calls: a decision
@@ -98,15 +102,12 @@
  * without the lock; entries freed as damage are not counted).
  */
 #define _GNU_SOURCE
-#include "table/region.h"
-#include "alg/concurrency.h"
+#include "table/region_conc.h"
 #include "base/clock.h"
-#include "base/siphash.h"
-
-#include <sluice/concurrency.h>
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -149,57 +150,6 @@ typedef struct cshard {
 } cshard;
 _Static_assert(sizeof(cshard) == 64, "a line a shard");
 
-typedef struct cslot {
-    _Atomic uint64_t state; /* S_EMPTY, S_LIVE, S_TOMB */
-    uint64_t held;          /* permits held: the sum of its counting entries */
-    uint64_t t_last;        /* the latest time of a call on the key */
-    uint64_t next_exp;      /* <= the earliest lease end; UINT64_MAX: none */
-    uint32_t cursor, hint;  /* the sweep's next entry; the free search's */
-    uint64_t sweep_next;    /* the earliest time of the key's next sweep */
-    unsigned char dig[SLUICE__DIGEST_BYTES];
-} cslot;
-_Static_assert(sizeof(cslot) == 64, "a line a slot's head");
-
-typedef struct cholder {
-    _Atomic uint64_t who; /* 0 free, else the holder's identity */
-    uint64_t ns;          /* its pid namespace */
-    uint64_t expiry;      /* its lease's end; 0 without a lease */
-    uint32_t permits, gen;
-} cholder;
-_Static_assert(sizeof(cholder) == 32, "32 bytes an entry");
-
-/* A key's waiters (sluice_concurrency_region_acquire): after its H holder
- * entries.  `seq` is the futex word they sleep on: bumped, under the
- * shard's lock, by each wake; the kernel wakes the sleepers of one word
- * in the order they slept. */
-typedef struct cwait {
-    _Atomic uint32_t seq;     /* the futex word */
-    uint32_t waiters;         /* blocked acquirers (a hint: one killed asleep stays counted) */
-    uint32_t passes;          /* wakes passed on by waiters since the last release */
-    uint32_t woken;           /* waiters the kernel woke, wrapping (the tests count them) */
-    _Atomic uint64_t sweeper; /* the waiter that polls for dead holders and leases, 0 none */
-    uint64_t unused2;
-} cwait;
-_Static_assert(sizeof(cwait) == 32, "32 bytes a key's wait line");
-
-typedef struct clayout {
-    sluice__conc_profile cp;
-    uint64_t max_keys, ecap;
-    uint32_t nshards, shard_bits, cap, holders;
-    size_t stride, slots_off, need;
-    char spec[SLUICE_SPEC_MAX];
-} clayout;
-
-struct sluice_concurrency_region {
-    clayout L; /* the handle's own copy: bounds never re-read from the region */
-    chead *h;
-    cshard *sh;
-    unsigned char *slots;
-    uint64_t dseed[2];
-    uint64_t pidns;
-    void *map; /* sluice_concurrency_region_open's mapping, unmapped on free */
-    size_t map_len;
-};
 
 static int make_layout(const char *spec, size_t max_keys, clayout *L, char *err, size_t errlen)
 {
@@ -256,19 +206,6 @@ size_t sluice_concurrency_region_size(const char *spec, size_t max_keys, char *e
 
 /* ---- a key's slot ---------------------------------------------------------- */
 
-static inline cslot *cslot_at(const sluice_concurrency_region *r, uint32_t k, uint32_t i)
-{
-    return (cslot *)(void *)(r->slots + ((size_t)k * r->L.cap + i) * r->L.stride);
-}
-static inline cholder *holder_at(cslot *s, uint32_t j)
-{
-    return (cholder *)(void *)((unsigned char *)s + sizeof(cslot)) + j;
-}
-static inline cwait *wait_of(const sluice_concurrency_region *r, cslot *s)
-{
-    return (cwait *)(void *)((unsigned char *)s + sizeof(cslot) +
-                             (size_t)r->L.holders * sizeof(cholder));
-}
 /* The shard of slot s (a slot of this region). */
 static inline uint32_t cshard_of(const sluice_concurrency_region *r, const cslot *s)
 {
@@ -331,7 +268,7 @@ static void expire(const sluice_concurrency_region *r, cslot *s, uint64_t t)
 
 /* The key's clock: now clamped to 2^63-1 and never before the key's
  * latest call; moved there.  Shard locked. */
-static uint64_t key_time(cslot *s, uint64_t now_ns)
+uint64_t sluice__cr_key_time(cslot *s, uint64_t now_ns)
 {
     uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
     if (s->t_last <= (uint64_t)INT64_MAX && t < s->t_last) t = s->t_last;
@@ -356,7 +293,7 @@ static bool slot_idle(const sluice_concurrency_region *r, cslot *s, uint64_t now
 
 /* Wake up to n sleepers of word w (a shared futex: no FUTEX_PRIVATE_FLAG,
  * so processes mapping the region at any address meet on it). */
-static void futex_wake(_Atomic uint32_t *w, int n)
+void sluice__cr_futex_wake(_Atomic uint32_t *w, int n)
 {
     (void)syscall(SYS_futex, (void *)w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
@@ -384,7 +321,7 @@ static _Atomic uint32_t *wake_one(cwait *w)
 /* After a call on slot s that freed permits (a release, a lease's end, a
  * dead holder swept): one waiter to wake, if any waits and room is left
  * (NULL: none); the round of passed wakes starts again.  Shard locked. */
-static _Atomic uint32_t *wake_freed(const sluice_concurrency_region *r, cslot *s)
+_Atomic uint32_t *sluice__cr_wake_freed(const sluice_concurrency_region *r, cslot *s)
 {
     cwait *w = wait_of(r, s);
     if (w->waiters == 0 || s->held >= r->L.cp.limit) return NULL;
@@ -400,7 +337,7 @@ static _Atomic uint32_t *wake_freed(const sluice_concurrency_region *r, cslot *s
 static void wait_reset(const sluice_concurrency_region *r, cslot *s)
 {
     cwait *w = wait_of(r, s);
-    if (w->waiters) futex_wake(wake_one(w), INT32_MAX);
+    if (w->waiters) sluice__cr_futex_wake(wake_one(w), INT32_MAX);
     w->waiters = w->passes = 0;
     atomic_store_explicit(&w->sweeper, 0, memory_order_relaxed);
 }
@@ -497,7 +434,7 @@ static bool sweep_for_room(sluice_concurrency_region *r, uint32_t k, uint64_t no
  * one more key, an idle key elsewhere in the shard becomes a tombstone to
  * make it.  NONE when there is none.  At most 4 passes over the cap
  * slots (the run, the idle search, the sweep for room, the idle search). */
-static uint32_t find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
+uint32_t sluice__cr_find(sluice_concurrency_region *r, uint32_t k, uint32_t home,
                      const unsigned char *dig, bool make, uint64_t now_ns)
 {
     uint32_t i = home, reuse = NONE, empty = NONE;
@@ -592,7 +529,7 @@ static bool sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t)
  * its index (and generation in *gen), or NONE when every entry is taken
  * (only damage does that: each entry holds >= 1 and held < N).  Shard
  * locked. */
-static uint32_t take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_t permits,
+uint32_t sluice__cr_take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_t permits,
                      uint32_t *gen)
 {
     const uint32_t H = r->L.holders;
@@ -619,7 +556,7 @@ static uint32_t take(sluice_concurrency_region *r, cslot *s, uint64_t t, uint64_
 /* Lock shard k; a lock taken from a dead holder (killed mid-update) has
  * every slot of the shard recounted from its entries.  Bound: region_who.c
  * (sluice__rt_lock_word); the repair O(cap * H). */
-static void shard_lock(sluice_concurrency_region *r, uint32_t k)
+void sluice__cr_lock(sluice_concurrency_region *r, uint32_t k)
 {
     if (!sluice__rt_lock_word(&r->sh[k].lock, sluice__rt_self())) return;
     uint64_t live = 0;
@@ -633,13 +570,13 @@ static void shard_lock(sluice_concurrency_region *r, uint32_t k)
     r->sh[k].count = live;
 }
 
-static void shard_unlock(sluice_concurrency_region *r, uint32_t k)
+void sluice__cr_unlock(sluice_concurrency_region *r, uint32_t k)
 {
     atomic_store_explicit(&r->sh[k].lock, 0, memory_order_release);
 }
 
 /* The digest of a key, its shard and its home slot. */
-static uint32_t place(const sluice_concurrency_region *r, const void *key, size_t keylen,
+uint32_t sluice__cr_place(const sluice_concurrency_region *r, const void *key, size_t keylen,
                       unsigned char dig[SLUICE__DIGEST_BYTES], uint32_t *home)
 {
     sluice__key_digest(r->dseed, key ? key : "", keylen, dig);
@@ -804,6 +741,18 @@ sluice_concurrency_region *sluice_concurrency_region_attach(void *region, size_t
     r->slots = (unsigned char *)region + L.slots_off;
     r->pidns = h->pidns;
     sluice__digest_seed(h->seed, r->dseed);
+    if (pthread_mutex_init(&r->qmu, NULL) != 0) {
+        sluice__free64(r);
+        sluice__errf(err, errlen, "out of memory (a mutex)");
+        return NULL;
+    }
+    if (pthread_cond_init(&r->qcv, NULL) != 0) {
+        pthread_mutex_destroy(&r->qmu);
+        sluice__free64(r);
+        sluice__errf(err, errlen, "out of memory (a condition variable)");
+        return NULL;
+    }
+    r->qpid = getpid();
     return r;
 }
 
@@ -832,9 +781,15 @@ sluice_concurrency_region *sluice_concurrency_region_open(const char *path, cons
     return r;
 }
 
+
 void sluice_concurrency_region_free(sluice_concurrency_region *r)
 {
     if (!r) return;
+    if (r->qpid == getpid()) { /* a forked child's copy: the queue is the parent's */
+        sluice__cr_queue_drop(r);
+        pthread_cond_destroy(&r->qcv);
+        pthread_mutex_destroy(&r->qmu);
+    }
     if (r->map) munmap(r->map, r->map_len);
     sluice__free64(r);
 }
@@ -844,7 +799,7 @@ void sluice_concurrency_region_free(sluice_concurrency_region *r)
 /* Give back slot s's leases ended by t and, when `permits` (> 0) do not
  * fit, sweep it for dead holders: whether permits were freed.  Shard
  * locked. */
-static bool expire_sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t,
+bool sluice__cr_expire_sweep(const sluice_concurrency_region *r, cslot *s, uint64_t t,
                          uint64_t permits)
 {
     const uint64_t N = r->L.cp.limit, held0 = s->held;
@@ -876,40 +831,40 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
     const uint64_t N = r->L.cp.limit;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
     /* a probe, or a request no wait can help, makes no key */
     const bool make = permits > 0 && permits <= N;
-    const uint32_t i = find(r, k, home, dig, make, now_ns);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, make, now_ns);
     if (i == NONE) {
-        shard_unlock(r, k);
+        sluice__cr_unlock(r, k);
         if (permits == 0) return sluice__allow(res, N, 0); /* a key not held holds nothing */
         if (permits > N) return sluice__deny(res, N, -1);
         return sluice__fail(res, SLUICE_EFULL);
     }
     cslot *s = cslot_at(r, k, i);
-    const uint64_t t = key_time(s, now_ns);
-    const bool freed = expire_sweep(r, s, t, make ? permits : 0);
+    const uint64_t t = sluice__cr_key_time(s, now_ns);
+    const bool freed = sluice__cr_expire_sweep(r, s, t, make ? permits : 0);
     const uint64_t held = s->held > N ? N : s->held;
     if (!make) {
-        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-        shard_unlock(r, k);
-        if (wake) futex_wake(wake, 1);
+        _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+        sluice__cr_unlock(r, k);
+        if (wake) sluice__cr_futex_wake(wake, 1);
         return permits == 0 ? sluice__allow(res, N - held, 0) : sluice__deny(res, N - held, -1);
     }
     if (permits > N - held) {
         const int64_t retry = lease_retry(r, s, t);
-        _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-        shard_unlock(r, k);
-        if (wake) futex_wake(wake, 1);
+        _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+        sluice__cr_unlock(r, k);
+        if (wake) sluice__cr_futex_wake(wake, 1);
         return sluice__deny(res, N - held, retry);
     }
     uint32_t gen = 0;
-    const uint32_t j = take(r, s, t, permits, &gen);
+    const uint32_t j = sluice__cr_take(r, s, t, permits, &gen);
     const uint64_t after = s->held > N ? N : s->held;
-    _Atomic uint32_t *wake = freed ? wake_freed(r, s) : NULL;
-    shard_unlock(r, k);
-    if (wake) futex_wake(wake, 1);
+    _Atomic uint32_t *wake = freed ? sluice__cr_wake_freed(r, s) : NULL;
+    sluice__cr_unlock(r, k);
+    if (wake) sluice__cr_futex_wake(wake, 1);
     if (j == NONE) return sluice__deny(res, 0, INT64_MAX); /* damage: every entry taken */
     *pm = (sluice_region_permit){
         .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
@@ -953,7 +908,7 @@ bool sluice_concurrency_region_acquire_at(sluice_concurrency_region *r, const vo
 
 /* Leave slot i's wait line (counted there by an earlier round), unless the
  * slot went to another key since (its line was reset).  Shard k locked. */
-static void wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
+void sluice__cr_wait_leave(sluice_concurrency_region *r, uint32_t k, uint32_t i,
                        const unsigned char *dig)
 {
     cslot *s = cslot_at(r, k, i);
@@ -985,7 +940,7 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
     const uint64_t N = r->L.cp.limit, me = sluice__rt_self();
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
     uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
     const uint64_t deadline = sluice__sat_add(now, timeout_ns) > (uint64_t)INT64_MAX
                                   ? (uint64_t)INT64_MAX
@@ -995,40 +950,40 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
     int how = 0; /* how the last sleep ended */
     uint64_t gap = SLUICE_CONC_REGION_SWEEP_GAP_NS; /* the sweeper's next nap */
     for (;;) { /* each round ends, or sleeps until a wake, a poll or the deadline */
-        shard_lock(r, k);
+        sluice__cr_lock(r, k);
         now = sluice__clock_read(CLOCK_MONOTONIC);
-        if (mine != NONE) wait_leave(r, k, mine, dig);
+        if (mine != NONE) sluice__cr_wait_leave(r, k, mine, dig);
         mine = NONE;
-        const uint32_t i = find(r, k, home, dig, true, now);
+        const uint32_t i = sluice__cr_find(r, k, home, dig, true, now);
         if (i == NONE) {
-            shard_unlock(r, k);
+            sluice__cr_unlock(r, k);
             BLOCK_FAIL(SLUICE_EFULL);
         }
         cslot *s = cslot_at(r, k, i);
         cwait *w = wait_of(r, s);
         if (how == WOKEN) w->woken++; /* the kernel's wakes: the tests count them */
-        const uint64_t t = key_time(s, now);
+        const uint64_t t = sluice__cr_key_time(s, now);
         /* the arrival and the sweeper sweep; the others' polls only look,
          * unless the key has not been swept for a poll's time (a sweeper
          * that does not sweep: then this one takes the role) */
         const bool stale =
             polled && !sweeper &&
             t >= sluice__sat_add(s->sweep_next, SLUICE_CONC_REGION_WAIT_POLL_NS);
-        const bool freed = expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
+        const bool freed = sluice__cr_expire_sweep(r, s, t, first || sweeper || stale ? permits : 0);
         first = false;
         const uint64_t held = s->held > N ? N : s->held;
         uint32_t gen = 0, j = NONE;
-        if (permits <= N - held) j = take(r, s, t, permits, &gen); /* NONE: damage */
+        if (permits <= N - held) j = sluice__cr_take(r, s, t, permits, &gen); /* NONE: damage */
         /* what this call freed (a dead holder, a lease), beyond what it
          * took, goes to a waiter: a release's rule */
-        int nwake = freed && wake_freed(r, s) ? 1 : 0;
+        int nwake = freed && sluice__cr_wake_freed(r, s) ? 1 : 0;
         if (j != NONE) {
             /* a woken waiter wakes the next while room is left */
             if (!nwake && woke && w->waiters && s->held < N) nwake = (wake_one(w), 1);
             wait_quit(w, me);
             const uint64_t after = s->held > N ? N : s->held;
-            shard_unlock(r, k);
-            if (nwake) futex_wake(&w->seq, nwake);
+            sluice__cr_unlock(r, k);
+            if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
             *pm = (sluice_region_permit){
                 .permits = permits, .owner = r, .shard = k, .slot = i, .holder = j, .gen = gen};
             sluice__allow(res, N - after, 0);
@@ -1042,8 +997,8 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         if (now >= deadline) {
             wait_quit(w, me);
             const int64_t retry = lease_retry(r, s, t);
-            shard_unlock(r, k);
-            if (nwake) futex_wake(&w->seq, nwake);
+            sluice__cr_unlock(r, k);
+            if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
             sluice__deny(res, N - held, retry);
             res->error = SLUICE_ETIMEDOUT;
             return SLUICE_ETIMEDOUT;
@@ -1068,8 +1023,8 @@ int sluice_concurrency_region_acquire(sluice_concurrency_region *r, const void *
         if (sweeper && s->next_exp > t && s->next_exp - t < poll)
             poll = s->next_exp - t; /* and at the earliest lease's end, on the key's clock */
         if (nap > poll) nap = poll;
-        shard_unlock(r, k);
-        if (nwake) futex_wake(&w->seq, nwake);
+        sluice__cr_unlock(r, k);
+        if (nwake) sluice__cr_futex_wake(&w->seq, nwake);
         how = futex_sleep(&w->seq, seen, nap);
         woke = how != 0;
         polled = !woke;
@@ -1084,22 +1039,37 @@ int sluice_region_permit_release_at(sluice_region_permit *pm, uint64_t now_ns)
     if (!r || pm->shard >= r->L.nshards || pm->slot >= r->L.cap || pm->holder >= r->L.holders ||
         pm->permits > r->L.cp.limit)
         return SLUICE_EINVAL;
-    shard_lock(r, pm->shard);
+    sluice__cr_lock(r, pm->shard);
     cslot *s = cslot_at(r, pm->shard, pm->slot);
     int rc = SLUICE_ENOENT;
     _Atomic uint32_t *wake = NULL;
+    bool freed = false;
+    const bool mine = sluice__cr_queue_mine(r);
+    unsigned char dig[SLUICE__DIGEST_BYTES];
     if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE) {
         const uint64_t held0 = s->held;
-        expire(r, s, key_time(s, now_ns));
+        expire(r, s, sluice__cr_key_time(s, now_ns));
         cholder *e = holder_at(s, pm->holder);
         if (who_of(e) && e->gen == pm->gen && e->permits == pm->permits) {
             holder_free(s, e);
             rc = 0;
         }
-        if (s->held < held0) wake = wake_freed(r, s);
+        freed = s->held < held0;
+        memcpy(dig, s->dig, sizeof dig);
+        if (freed && !mine) wake = sluice__cr_wake_freed(r, s);
     }
-    shard_unlock(r, pm->shard);
-    if (wake) futex_wake(wake, 1); /* one waiter: it passes on what it cannot use */
+    sluice__cr_unlock(r, pm->shard);
+    /* with requests queued in this process: those of the key first
+     * (rq_serve), then one blocked waiter for what is left */
+    if (freed && mine) {
+        sluice__cr_queue_released(r, dig, pm->shard, now_ns);
+        sluice__cr_lock(r, pm->shard);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) == S_LIVE &&
+            memcmp(s->dig, dig, sizeof dig) == 0)
+            wake = sluice__cr_wake_freed(r, s);
+        sluice__cr_unlock(r, pm->shard);
+    }
+    if (wake) sluice__cr_futex_wake(wake, 1); /* one waiter: it passes on what it cannot use */
     if (rc == 0) pm->permits = 0;
     return rc;
 }
@@ -1110,20 +1080,20 @@ uint64_t sluice_concurrency_region_held_at(sluice_concurrency_region *r, const v
     if (!r || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
-    const uint32_t i = find(r, k, home, dig, false, now_ns);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, false, now_ns);
     uint64_t held = 0;
     _Atomic uint32_t *wake = NULL;
     if (i != NONE) {
         cslot *s = cslot_at(r, k, i);
         const uint64_t held0 = s->held;
-        expire(r, s, key_time(s, now_ns));
+        expire(r, s, sluice__cr_key_time(s, now_ns));
         held = s->held;
-        if (held < held0) wake = wake_freed(r, s);
+        if (held < held0) wake = sluice__cr_wake_freed(r, s);
     }
-    shard_unlock(r, k);
-    if (wake) futex_wake(wake, 1);
+    sluice__cr_unlock(r, k);
+    if (wake) sluice__cr_futex_wake(wake, 1);
     return held;
 }
 
@@ -1133,11 +1103,11 @@ uint32_t sluice_concurrency_region_waiting(sluice_concurrency_region *r, const v
     if (!r || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
     uint32_t home;
-    const uint32_t k = place(r, key, keylen, dig, &home);
-    shard_lock(r, k);
-    const uint32_t i = find(r, k, home, dig, false, 0);
+    const uint32_t k = sluice__cr_place(r, key, keylen, dig, &home);
+    sluice__cr_lock(r, k);
+    const uint32_t i = sluice__cr_find(r, k, home, dig, false, 0);
     const uint32_t n = i == NONE ? 0 : wait_of(r, cslot_at(r, k, i))->waiters;
-    shard_unlock(r, k);
+    sluice__cr_unlock(r, k);
     return n;
 }
 
@@ -1173,7 +1143,7 @@ int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
     const uint64_t N = r->L.cp.limit;
     uint64_t keys = 0, held = 0, waiting = 0;
     for (uint32_t k = 0; k < r->L.nshards; k++) {
-        shard_lock(r, k);
+        sluice__cr_lock(r, k);
         for (uint32_t i = 0; i < r->L.cap; i++) {
             cslot *s = cslot_at(r, k, i);
             if (atomic_load_explicit(&s->state, memory_order_relaxed) != S_LIVE) continue;
@@ -1181,7 +1151,7 @@ int sluice_concurrency_region_stats_get(sluice_concurrency_region *r,
             held += s->held > N ? N : s->held;   /* <= 2^25 * 2^16 */
             waiting += wait_of(r, s)->waiters;   /* <= 2^25 * 2^32 */
         }
-        shard_unlock(r, k);
+        sluice__cr_unlock(r, k);
     }
     if (keys > r->L.max_keys) keys = r->L.max_keys; /* damage: stray live states */
     if (held > keys * N) held = keys * N;

@@ -8,7 +8,8 @@
  * anonymous mapping):
  *
  *   byte 0      the spec (one of SPECS: with and without a lease, N from 1
- *               to 16) and max_keys (8, or 300: two shards)
+ *               to 16) and max_keys (8, or 300: two shards); bit 5: the
+ *               wheel of the queued acquires is freed before the handles
  *   traffic     commands on the valid region until a 0xff byte (at most 64)
  *   damage      patches until a 0xfe byte (at most 64): an offset anywhere
  *               in the region, a width (1, 2, 4, 8 bytes) and a value
@@ -21,14 +22,17 @@
  * A command: acquire (a key of ten, 0 .. N + 1 permits), release one of
  * eight handles (as given, or with a field changed), held, a blocking
  * acquire with a time-out of 0 (it never sleeps) and the waiters' count,
- * a probe; times
+ * a probe, a queued acquire's command (queue 0 .. N + 1 permits with a
+ * deadline up to 65 s on, cancel a known id or any, advance the wheel to
+ * the world's time: callbacks keep or release what they are given); times
  * move on by up to 65 s, jump years, or stand near 2^63.
  *
  * Checked: sanitizers (no read or write outside the region or a buffer, no
  * undefined behaviour), libFuzzer's -timeout and -rss_limit_mb, and
  * FUZZ_CHECK: an acquire's return is res.allowed, an admission fills the
  * handle with the permits asked and reports remaining <= N, errors are the
- * documented codes.  Wrong answers are not checked: a damaged region may
+ * documented codes; a queued acquire is called back with 0 and 1 .. N
+ * permits or SLUICE_ETIMEDOUT, and never after its handle is freed.  Wrong answers are not checked: a damaged region may
  * give them.
  *
  * What the damage never writes: the init word and the shards' lock words.
@@ -55,7 +59,64 @@ typedef struct world {
     uint64_t n;
     uint64_t t;
     sluice_region_permit pm[8];
+    sluice_wheel *wh;  /* the queued acquires' wheel, advanced to t by hand */
+    uint64_t ids[8];   /* ids of queued acquires (a cancel picks one, or any) */
+    unsigned calls;    /* callbacks run */
 } world;
+
+/* A queued acquire's callback: the documented statuses, a grant within
+ * 1 .. N, kept in a free handle slot (released later by the traffic) or
+ * released at once. */
+static void on_permit(void *arg, uint64_t id, int status, sluice_region_permit *pm,
+                      uint64_t now_ns)
+{
+    world *w = arg;
+    w->calls++;
+    FUZZ_CHECK(id >= 1, "callback id %llu", (unsigned long long)id);
+    FUZZ_CHECK(status == 0 || status == SLUICE_ETIMEDOUT, "callback status %d", status);
+    FUZZ_CHECK((status == 0) == (pm != NULL), "status %d with pm %p", status, (void *)pm);
+    if (status != 0) return;
+    FUZZ_CHECK(pm->permits >= 1 && pm->permits <= w->n, "granted %llu of N %llu",
+               (unsigned long long)pm->permits, (unsigned long long)w->n);
+    for (unsigned i = 0; i < 8; i++)
+        if (w->pm[i].permits == 0) {
+            w->pm[i] = *pm;
+            return;
+        }
+    (void)sluice_region_permit_release_at(pm, now_ns);
+}
+
+/* Queue, cancel, or advance the wheel (to the world's time). */
+static void async_command(world *w, fuzz_in *in, const char *key, size_t keylen)
+{
+    const uint8_t how = fuzz_u8(in);
+    switch (how % 3) {
+    case 0: { /* queue: 0 .. N + 1 permits, a deadline up to 65 s on */
+        const uint64_t p = fuzz_u8(in) % (w->n + 2);
+        const uint64_t d = fuzz_u16(in) * (uint64_t)1000000;
+        const uint64_t deadline = w->t > UINT64_MAX - d ? UINT64_MAX : w->t + d;
+        uint64_t id = 0;
+        const int rc = sluice_concurrency_region_acquire_async_at(w->r, w->wh, key, keylen, p,
+                                                                  w->t, deadline, on_permit, w,
+                                                                  &id);
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_EFULL || rc == SLUICE_ENOMEM ||
+                       (p == 0 && rc == SLUICE_EINVAL) || (p > w->n && rc == SLUICE_ERANGE),
+                   "queued acquire of %llu: %d", (unsigned long long)p, rc);
+        FUZZ_CHECK(rc != 0 || id >= 1, "queued with id %llu", (unsigned long long)id);
+        if (rc == 0) w->ids[how / 3 % 8] = id;
+        break;
+    }
+    case 1: { /* cancel a known id, or any */
+        const uint64_t id = how & 0x80 ? fuzz_u64(in) : w->ids[fuzz_u8(in) % 8];
+        const int rc = sluice_concurrency_region_async_cancel_at(w->r, id, w->t);
+        FUZZ_CHECK(rc == 0 || rc == SLUICE_ENOENT, "cancel %d", rc);
+        break;
+    }
+    default:
+        (void)sluice_wheel_advance(w->wh, w->t);
+        break;
+    }
+}
 
 static void command(world *w, fuzz_in *in)
 {
@@ -118,7 +179,11 @@ static void command(world *w, fuzz_in *in)
         }
         (void)sluice_concurrency_region_held_at(w->r, key, keylen, w->t);
         break;
-    default: { /* a probe */
+    default: { /* a queued acquire's command, or a probe */
+        if (a & 0x40) {
+            async_command(w, in, key, keylen);
+            break;
+        }
         sluice_region_permit pm;
         const bool ok = sluice_concurrency_region_acquire_at(w->r, key, keylen, 0, w->t, &pm, &res);
         FUZZ_CHECK(ok && pm.permits == 0, "a probe: %d, %llu held", ok,
@@ -139,6 +204,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return 0;
     world w = {.n = 0, .t = 1};
+    w.wh = sluice_wheel_new(0, 64, 0, NULL, 0);
+    FUZZ_CHECK(w.wh != NULL, "wheel");
     w.r = sluice_concurrency_region_attach(m, n, spec, max_keys, NULL, 0);
     FUZZ_CHECK(w.r != NULL, "attach %s", spec);
     w.n = strtoull(spec + strlen("concurrency "), NULL, 10);
@@ -177,8 +244,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    "stats: %llu keys, %llu held", (unsigned long long)st.keys,
                    (unsigned long long)st.held);
     }
-    sluice_concurrency_region_free(again);
-    sluice_concurrency_region_free(w.r);
+    /* either order: the handles drop their queued acquires (never called
+     * back after), or the wheel does */
+    const unsigned calls = w.calls;
+    if (b0 & 0x20) {
+        sluice_wheel_free(w.wh);
+        FUZZ_CHECK(w.calls == calls, "called back by the wheel's free");
+        sluice_concurrency_region_free(again);
+        sluice_concurrency_region_free(w.r);
+    } else {
+        sluice_concurrency_region_free(again);
+        sluice_concurrency_region_free(w.r);
+        FUZZ_CHECK(sluice_wheel_pending(w.wh) == 0, "timers left after the handles' free");
+        (void)sluice_wheel_advance(w.wh, UINT64_MAX);
+        FUZZ_CHECK(w.calls == calls, "called back after the handle's free");
+        sluice_wheel_free(w.wh);
+    }
     munmap(m, n);
     return 0;
 }

@@ -1102,6 +1102,661 @@ static void test_block_threads(void **state)
     drop(&g);
 }
 
+/* ---- queued acquires, called back from a timing wheel ------------------------------ */
+
+#define MS 1000000ULL
+
+/* What the callbacks saw, in order. */
+typedef struct qlog {
+    unsigned n;
+    uint64_t id[16], at[16];
+    int status[16];
+    sluice_region_permit pm[16];
+    sluice_concurrency_region *cancel; /* cancel its own id from the callback */
+    int cancel_rc;
+} qlog;
+
+static void q_cb(void *arg, uint64_t id, int status, sluice_region_permit *pm, uint64_t now)
+{
+    qlog *l = arg;
+    if (l->n < 16) {
+        l->id[l->n] = id;
+        l->status[l->n] = status;
+        l->at[l->n] = now;
+        l->pm[l->n] = pm ? *pm : (sluice_region_permit){0};
+    }
+    if ((status == 0) != (pm != NULL)) l->status[l->n < 16 ? l->n : 15] = 99;
+    if (l->cancel) l->cancel_rc = sluice_concurrency_region_async_cancel_at(l->cancel, id, now);
+    l->n++;
+}
+
+static int qacq(region *g, sluice_wheel *wh, const char *key, uint64_t p, uint64_t now,
+                uint64_t deadline, qlog *l, uint64_t *id)
+{
+    return sluice_concurrency_region_acquire_async_at(g->r, wh, key, strlen(key), p, now,
+                                                      deadline, q_cb, l, id);
+}
+
+static sluice_wheel *mkwheel(uint64_t start)
+{
+    char err[128] = "";
+    sluice_wheel *w = sluice_wheel_new(0, 1024, start, err, sizeof err);
+    if (!w) fail_msg("wheel: %s", err);
+    return w;
+}
+
+/* Arguments, a grant at once, a new key without room, a release in this
+ * process granting a queued request, and the waiters' counts. */
+static void test_async_basic(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    uint64_t id = 0, id2 = 0;
+    const uint64_t T = 1000 * MS;
+    assert_int_equal(sluice_concurrency_region_acquire_async_at(NULL, wh, "k", 1, 1, T, T, q_cb,
+                                                                &l, &id),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_acquire_async_at(g.r, NULL, "k", 1, 1, T, T, q_cb,
+                                                                &l, &id),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_acquire_async_at(g.r, wh, "k", 1, 1, T, T, NULL,
+                                                                &l, &id),
+                     SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_acquire_async_at(g.r, wh, NULL, 1, 1, T, T, q_cb,
+                                                                &l, &id),
+                     SLUICE_EINVAL);
+    assert_int_equal(qacq(&g, wh, "k", 0, T, T + SEC, &l, &id), SLUICE_EINVAL);
+    assert_int_equal(qacq(&g, wh, "k", 3, T, T + SEC, &l, &id), SLUICE_ERANGE);
+    assert_int_equal(id, 0);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    assert_int_equal(held(&g, "k", T), 0);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(NULL, 1, T), SLUICE_EINVAL);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, 0, T), SLUICE_ENOENT);
+
+    /* room: taken at once, called back at the next advance */
+    assert_int_equal(qacq(&g, wh, "k", 2, T, T + SEC, &l, &id), 0);
+    assert_true(id >= 1);
+    assert_int_equal(held(&g, "k", T), 2);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(wh, T);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.id[0], id);
+    assert_int_equal(l.pm[0].permits, 2);
+    sluice_region_permit a = l.pm[0];
+    /* a new key in a full region (one key): refused, not queued */
+    assert_int_equal(qacq(&g, wh, "other", 1, T, T + SEC, &l, &id2), SLUICE_EFULL);
+    assert_int_equal(waiting(&g, "other"), 0);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    /* full: it waits, a waiter of the key */
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, &id2), 0);
+    assert_true(id2 > id);
+    assert_int_equal(waiting(&g, "k"), 1);
+    sluice_concurrency_region_stats st;
+    assert_int_equal(sluice_concurrency_region_stats_get(g.r, &st), 0);
+    assert_int_equal(st.waiting, 1);
+    for (uint64_t t = T; t <= T + 50 * MS; t += MS) sluice_wheel_advance(wh, t);
+    assert_int_equal(l.n, 1);
+    /* a release through the handle serves it at once: taken at the release */
+    assert_int_equal(sluice_region_permit_release_at(&a, T + 50 * MS), 0);
+    assert_int_equal(held(&g, "k", T + 50 * MS), 1);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(l.n, 1);
+    sluice_wheel_advance(wh, T + 50 * MS);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.status[1], 0);
+    assert_int_equal(l.id[1], id2);
+    assert_int_equal(l.pm[1].permits, 1);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[1], T + 51 * MS), 0);
+    assert_int_equal(held(&g, "k", T + 51 * MS), 0);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+}
+
+/* First come first served within the handle (a request that does not fit
+ * keeps those behind it waiting), a deadline, and cancels before and
+ * after the grant, after the callback, and from the callback. */
+static void test_async_fifo_cancel(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    const uint64_t T = 1000 * MS;
+    sluice_region_permit h1, h2;
+    assert_true(acq(&g, "k", 1, T, &h1, NULL));
+    assert_true(acq(&g, "k", 1, T, &h2, NULL));
+    uint64_t A, B, C;
+    assert_int_equal(qacq(&g, wh, "k", 2, T, T + SEC, &l, &A), 0);
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, &B), 0);
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, &C), 0);
+    assert_int_equal(waiting(&g, "k"), 3);
+    /* one free: A needs 2, and B and C wait behind it */
+    assert_int_equal(sluice_region_permit_release_at(&h1, T + MS), 0);
+    for (uint64_t t = T; t <= T + 40 * MS; t += MS) sluice_wheel_advance(wh, t);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(held(&g, "k", T + 40 * MS), 1);
+    assert_int_equal(waiting(&g, "k"), 3);
+    assert_int_equal(sluice_region_permit_release_at(&h2, T + 40 * MS), 0);
+    sluice_wheel_advance(wh, T + 40 * MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], A);
+    assert_int_equal(l.pm[0].permits, 2);
+    assert_int_equal(waiting(&g, "k"), 2);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + 41 * MS), 0);
+    sluice_wheel_advance(wh, T + 41 * MS);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.id[1], B); /* in order */
+    assert_int_equal(l.id[2], C);
+    assert_int_equal(l.status[1] | l.status[2], 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(held(&g, "k", T + 41 * MS), 2);
+
+    /* a deadline: ETIMEDOUT at the first advance at or past it, nothing
+     * taken; not a nanosecond of the wheel before */
+    uint64_t D;
+    const uint64_t T2 = 2000 * MS;
+    assert_int_equal(qacq(&g, wh, "k", 1, T2, T2 + 5 * MS, &l, &D), 0);
+    for (uint64_t t = T2; t < T2 + 5 * MS; t += MS / 4) sluice_wheel_advance(wh, t);
+    assert_int_equal(l.n, 3);
+    sluice_wheel_advance(wh, T2 + 5 * MS);
+    assert_int_equal(l.n, 4);
+    assert_int_equal(l.id[3], D);
+    assert_int_equal(l.status[3], SLUICE_ETIMEDOUT);
+    assert_int_equal(l.pm[3].permits, 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(held(&g, "k", T2 + 5 * MS), 2);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, D, T2), SLUICE_ENOENT);
+
+    /* cancel before the grant: never called back, out of the line */
+    uint64_t E;
+    assert_int_equal(qacq(&g, wh, "k", 1, T2, T2 + SEC, &l, &E), 0);
+    assert_int_equal(waiting(&g, "k"), 1);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, E, T2 + 6 * MS), 0);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, E, T2 + 6 * MS),
+                     SLUICE_ENOENT);
+    assert_int_equal(waiting(&g, "k"), 0);
+    /* cancel after the grant, before the callback: its permits come back */
+    uint64_t F;
+    assert_int_equal(qacq(&g, wh, "k", 1, T2, T2 + SEC, &l, &F), 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[1], T2 + 7 * MS), 0); /* B's */
+    assert_int_equal(held(&g, "k", T2 + 7 * MS), 2); /* F took it */
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, F, T2 + 7 * MS), 0);
+    assert_int_equal(held(&g, "k", T2 + 7 * MS), 1);
+    for (uint64_t t = T2 + 7 * MS; t <= T2 + 2 * SEC; t += 10 * MS) sluice_wheel_advance(wh, t);
+    assert_int_equal(l.n, 4);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    /* after the callback: ENOENT; from its own callback: EBUSY */
+    const uint64_t T3 = 3000 * MS;
+    uint64_t G;
+    l.cancel = g.r;
+    assert_int_equal(qacq(&g, wh, "k", 1, T3, T3 + SEC, &l, &G), 0);
+    sluice_wheel_advance(wh, T3);
+    assert_int_equal(l.n, 5);
+    assert_int_equal(l.status[4], 0);
+    assert_int_equal(l.cancel_rc, SLUICE_EBUSY);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, G, T3), SLUICE_ENOENT);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[4], T3), 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[2], T3), 0); /* C's */
+    assert_int_equal(held(&g, "k", T3), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+}
+
+/* A child that takes `p` of key k, tells the parent (a byte on out), and
+ * on a byte from `in` releases at time `at` and tells again. */
+static pid_t release_child(region *g, const char *k, uint64_t p, uint64_t at, int in, int out)
+{
+    const pid_t c = loop_fork(0);
+    assert_true(c >= 0);
+    if (c) return c;
+    sluice_region_permit pm;
+    if (!acq(g, k, p, 1, &pm, NULL)) _exit(3);
+    char x = 'h';
+    if (write(out, &x, 1) != 1) _exit(4);
+    if (read(in, &x, 1) != 1) _exit(5);
+    if (sluice_region_permit_release_at(&pm, at) != 0) _exit(6);
+    if (write(out, &x, 1) != 1) _exit(7);
+    _exit(0);
+}
+
+/* Drive the wheel by hand from `from` in steps of 1 ms until a callback,
+ * for `span` at most: the wheel's time of that callback (0: none). */
+static uint64_t drive(sluice_wheel *wh, qlog *l, uint64_t from, uint64_t span)
+{
+    const unsigned n0 = l->n;
+    for (uint64_t t = from; t <= from + span; t += MS) {
+        sluice_wheel_advance(wh, t);
+        if (l->n != n0) return l->at[n0];
+    }
+    return 0;
+}
+
+/* The stated bound, on the wheel's time: room made by another process
+ * (a release, or a holder killed) reaches a queued request within
+ * SLUICE_CONC_REGION_SWEEPER_NAP_NS plus a tick of the wheel, after a
+ * second of naps that found nothing (the naps at their longest). */
+static void test_async_other_process(void **state)
+{
+    (void)state;
+    const uint64_t bound = SLUICE_CONC_REGION_SWEEPER_NAP_NS + MS;
+    const uint64_t T = 1000 * MS, T1 = T + SEC;
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    /* a release in another process */
+    region g = mk("concurrency 1", 1);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    const pid_t c = release_child(&g, "k", 1, T1, down[0], up[1]);
+    wait_byte(up[0]);
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + 60 * SEC, &l, NULL), 0);
+    assert_int_equal(drive(wh, &l, T, SEC - MS), 0); /* a second: nothing, the naps grow */
+    char x = 'r';
+    assert_int_equal(write(down[1], &x, 1), 1);
+    wait_byte(up[0]);
+    reap_ok(c);
+    const uint64_t got = drive(wh, &l, T1, 100 * MS);
+    assert_true(got >= T1);
+    print_message("a release in another process reached the queued request %.1f ms later "
+                  "(wheel time; bound %.1f ms)\n",
+                  (double)(got - T1) / 1e6, (double)bound / 1e6);
+    assert_true(got - T1 <= bound);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], got), 0);
+    sluice_concurrency_region_free(g.r);
+    munmap(g.mem, g.size);
+
+    /* a holder of every permit SIGKILLed: its permits reach the queued
+     * request by the head's sweep, within the same bound (H <= 16: one
+     * sweep) */
+    g = mk("concurrency 3", 1);
+    const pid_t h = holder_child(&g, "k", 1, 3, up[1], false);
+    wait_byte(up[0]);
+    assert_int_equal(qacq(&g, wh, "k", 2, T1 + SEC, T1 + 60 * SEC, &l, NULL), 0);
+    assert_int_equal(drive(wh, &l, T1 + SEC, SEC - MS), 0);
+    assert_int_equal(kill(h, SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(h, &st, 0), h);
+    const uint64_t T2 = T1 + 2 * SEC;
+    const uint64_t got2 = drive(wh, &l, T2, 100 * MS);
+    assert_true(got2 >= T2);
+    print_message("a holder SIGKILLed: its permits reached the queued request %.1f ms later "
+                  "(wheel time; bound %.1f ms)\n",
+                  (double)(got2 - T2) / 1e6, (double)bound / 1e6);
+    assert_true(got2 - T2 <= bound);
+    assert_int_equal(l.status[1], 0);
+    assert_int_equal(l.pm[1].permits, 2);
+    assert_int_equal(sluice_concurrency_region_recovered(g.r), 3);
+    assert_int_equal(held(&g, "k", got2), 2);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[1], got2), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+    for (unsigned i = 0; i < 2; i++) {
+        close(up[i]);
+        close(down[i]);
+    }
+}
+
+/* A lease's end, announced by no release, reaches the queued head at the
+ * wheel's first advance at or past it (its timer is set there too), and
+ * a probe's key clock never moves it early. */
+static void test_async_lease(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1 lease=50ms", 1);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    const uint64_t T = 1000 * MS;
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 1, T, &pm, NULL));
+    assert_int_equal(qacq(&g, wh, "k", 1, T + 3 * MS, T + 60 * SEC, &l, NULL), 0);
+    assert_int_equal(drive(wh, &l, T + 3 * MS, 45 * MS), 0); /* to T + 48 ms: nothing */
+    sluice_wheel_advance(wh, T + 50 * MS - 1);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_advance(wh, T + 50 * MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.at[0], T + 50 * MS);
+    assert_int_equal(sluice_region_permit_release_at(&pm, T + 50 * MS), SLUICE_ENOENT);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + 51 * MS), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+}
+
+/* N never exceeded: KIDS processes, each queuing requests of 1 or 2 of
+ * N = 3 on its own wheel (driven on CLOCK_MONOTONIC by hand) and taking
+ * non-blocking ones between, count what they hold in a shared counter
+ * (the reference: added after a grant, taken off before the release);
+ * the most ever counted stays <= N, and every request is called back. */
+#define QN_ROUNDS 60
+typedef struct qn_board {
+    _Atomic uint64_t inside, worst, granted, timedout;
+} qn_board;
+
+static void qn_count(qn_board *b, uint64_t p)
+{
+    const uint64_t in = atomic_fetch_add(&b->inside, p) + p;
+    uint64_t w = atomic_load(&b->worst);
+    while (in > w && !atomic_compare_exchange_weak(&b->worst, &w, in))
+        ;
+}
+
+static void qn_kid(region *g, qn_board *b, unsigned i)
+{
+    sluice_wheel *wh = mkwheel(mono_ns());
+    uint64_t rng = 0x9e3779b97f4a7c15ULL * (i + 1);
+    for (unsigned round = 0; round < QN_ROUNDS; round++) {
+        qlog l = {0};
+        const uint64_t p = 1 + tu_xorshift64(&rng) % 2, now = mono_ns();
+        if (qacq(g, wh, "k", p, now, now + 60 * SEC, &l, NULL) != 0) _exit(2);
+        while (l.n == 0 && mono_ns() - now < 60 * SEC) {
+            sluice_wheel_advance(wh, mono_ns());
+            if (l.n == 0) tu_sleep_ns(200000);
+        }
+        if (l.n != 1) _exit(3);
+        if (l.status[0] != 0) {
+            atomic_fetch_add(&b->timedout, 1);
+            continue;
+        }
+        qn_count(b, p);
+        atomic_fetch_add(&b->granted, 1);
+        for (volatile unsigned k = 0; k < 20000; k++) {
+        }
+        atomic_fetch_sub(&b->inside, p);
+        if (sluice_region_permit_release_at(&l.pm[0], mono_ns()) != 0) _exit(4);
+        sluice_region_permit pm; /* a non-blocking one, between */
+        if (acq(g, "k", 1, mono_ns(), &pm, NULL)) {
+            qn_count(b, 1);
+            atomic_fetch_sub(&b->inside, 1);
+            if (sluice_region_permit_release_at(&pm, mono_ns()) != 0) _exit(5);
+        }
+    }
+    sluice_wheel_free(wh);
+    _exit(0);
+}
+
+static void test_async_never_over(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 3", 1);
+    qn_board *b = shared_map(sizeof *b);
+    pid_t kids[4];
+    for (unsigned i = 0; i < 4; i++) {
+        kids[i] = loop_fork(i);
+        assert_true(kids[i] >= 0);
+        if (!kids[i]) qn_kid(&g, b, i);
+    }
+    for (unsigned i = 0; i < 4; i++) reap_ok(kids[i]);
+    print_message("4 processes, %u queued requests each on a key of 3: %llu granted, worst "
+                  "%llu held\n",
+                  QN_ROUNDS, (unsigned long long)atomic_load(&b->granted),
+                  (unsigned long long)atomic_load(&b->worst));
+    assert_int_equal(atomic_load(&b->granted), 4 * QN_ROUNDS);
+    assert_int_equal(atomic_load(&b->timedout), 0);
+    assert_true(atomic_load(&b->worst) <= 3);
+    assert_true(atomic_load(&b->worst) >= 1);
+    assert_int_equal(held(&g, "k", mono_ns()), 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* A process killed with a queued request blocks nobody: a release wakes
+ * a blocked waiter of another process (the dead request never took a
+ * wake: it sleeps on no word), and a non-blocking acquire is not refused
+ * for it; its count in the line stays, the documented upper bound. */
+static void test_async_killed(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 1", 1);
+    blk_board *b = shared_map(sizeof *b);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, NULL));
+    const pid_t q = loop_fork(KIDS);
+    assert_true(q >= 0);
+    if (q == 0) {
+        sluice_wheel *wh = mkwheel(mono_ns());
+        qlog l = {0};
+        if (qacq(&g, wh, "k", 1, mono_ns(), mono_ns() + 600 * SEC, &l, NULL) != 0) _exit(2);
+        char x = 'q';
+        if (write(fds[1], &x, 1) != 1) _exit(3);
+        for (unsigned i = 0; i < 600; i++) sleep(1); /* killed long before */
+        _exit(4);
+    }
+    wait_byte(fds[0]);
+    assert_int_equal(waiting(&g, "k"), 1);
+    reap_killed(q);
+    const pid_t c = block_child(&g, b, 0, "k", 1);
+    UNTIL(waiting(&g, "k") == 2);
+    const uint64_t t0 = mono_ns();
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    UNTIL(atomic_load(&b->entered) == 1);
+    print_message("a queued request's process killed: the blocked waiter had the release's "
+                  "permit %.2f ms later\n",
+                  (double)(mono_ns() - t0) / 1e6);
+    assert_int_equal(waiting(&g, "k"), 1); /* the dead request, still counted */
+    atomic_store(&b->go[0], 1);
+    reap_ok(c);
+    assert_true(acq(&g, "k", 1, mono_ns(), &pm, NULL)); /* not refused for it */
+    assert_int_equal(sluice_region_permit_release_at(&pm, mono_ns()), 0);
+    close(fds[0]);
+    close(fds[1]);
+    munmap(b, sizeof *b);
+    drop(&g);
+}
+
+/* Every allocation failure of a queued acquire (its node) returns
+ * SLUICE_ENOMEM with nothing queued, taken or counted; near 2^63 the
+ * wheel's and the key's clocks still grant, time out and call back. */
+static void test_async_oom_and_far(void **state)
+{
+    (void)state;
+    assert_int_equal(tu_alloc_install(), 0);
+    region g = mk("concurrency 2", 1);
+    const uint64_t far = (uint64_t)INT64_MAX - 10 * SEC;
+    sluice_wheel *wh = mkwheel(far);
+    qlog l = {0};
+    sluice_region_permit pm;
+    assert_true(acq(&g, "k", 2, far, &pm, NULL));
+    const long live0 = tu_alloc_live();
+    unsigned failures = 0;
+    int rc = SLUICE_ENOMEM;
+    for (long n = 0; n < 16 && rc == SLUICE_ENOMEM; n++) {
+        tu_alloc_arm(n, true);
+        rc = qacq(&g, wh, "k", 1, far, far + 5 * SEC, &l, NULL);
+        tu_alloc_disarm();
+        if (rc == SLUICE_ENOMEM) {
+            failures++;
+            assert_int_equal(waiting(&g, "k"), 0);
+            assert_int_equal(held(&g, "k", far), 2);
+            assert_int_equal(sluice_wheel_pending(wh), 0);
+            assert_int_equal(tu_alloc_live(), live0);
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_true(failures >= 1);
+    assert_int_equal(waiting(&g, "k"), 1);
+    /* near 2^63: a release grants it, called back at the next advance */
+    assert_int_equal(sluice_region_permit_release_at(&pm, far + SEC), 0);
+    sluice_wheel_advance(wh, far + SEC);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(l.at[0], far + SEC);
+    /* a deadline 1 ms before 2^63 - 1, and one past it (none) */
+    sluice_region_permit more;
+    assert_true(acq(&g, "k", 1, far + SEC, &more, NULL));
+    uint64_t none;
+    assert_int_equal(qacq(&g, wh, "k", 1, far + SEC, (uint64_t)INT64_MAX - MS, &l, NULL), 0);
+    assert_int_equal(qacq(&g, wh, "k", 1, far + SEC, UINT64_MAX, &l, &none), 0);
+    sluice_wheel_advance(wh, (uint64_t)INT64_MAX - MS - 1);
+    assert_int_equal(l.n, 1);
+    sluice_wheel_advance(wh, (uint64_t)INT64_MAX);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.status[1], SLUICE_ETIMEDOUT);
+    assert_int_equal(waiting(&g, "k"), 1);
+    assert_int_equal(sluice_concurrency_region_async_cancel_at(g.r, none, INT64_MAX), 0);
+    assert_int_equal(waiting(&g, "k"), 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], INT64_MAX), 0);
+    assert_int_equal(sluice_region_permit_release_at(&more, INT64_MAX), 0);
+    assert_int_equal(held(&g, "k", INT64_MAX), 0);
+    sluice_concurrency_region_free(g.r);
+    sluice_wheel_free(wh);
+    munmap(g.mem, g.size);
+    assert_int_equal(tu_alloc_live(), 0);
+    assert_int_equal(tu_alloc_uninstall(), 0);
+}
+
+/* A wheel on its own thread, calling back while the handle is freed: the
+ * 20th callback holds the wheel's thread until the test frees the handle,
+ * then lingers; free must wait for it. */
+typedef struct qf_arg {
+    _Atomic unsigned calls, late;
+    _Atomic bool freed, in_cb, freeing, cb_done;
+} qf_arg;
+
+static void qf_cb(void *arg, uint64_t id, int status, sluice_region_permit *pm, uint64_t now)
+{
+    (void)id;
+    qf_arg *a = arg;
+    if (atomic_load(&a->freed)) atomic_fetch_add(&a->late, 1);
+    if (status == 0) (void)sluice_region_permit_release_at(pm, now);
+    if (atomic_fetch_add(&a->calls, 1) + 1 == 20) {
+        atomic_store(&a->in_cb, true);
+        const uint64_t t0 = mono_ns();
+        while (!atomic_load(&a->freeing) && mono_ns() - t0 < 60 * SEC) tu_sleep_ns(100000);
+        tu_sleep_ns(20 * MS); /* free is running: it must wait for this call */
+        atomic_store(&a->cb_done, true);
+    }
+}
+
+/* Freeing orders: the handle first drops its requests without calling
+ * them back (permits taken given back, waiters' counts gone), then the
+ * wheel; the handle freed while the wheel's thread calls back (free waits
+ * for a running callback, none after it returns); a forked child's free
+ * leaves the parent's requests alone; the wheel first drops the requests
+ * queued on it the same way, and the handle lives on. */
+static void test_async_free_orders(void **state)
+{
+    (void)state;
+    region g = mk("concurrency 2", 1);
+    char err[256] = "";
+    sluice_concurrency_region *r2 =
+        sluice_concurrency_region_attach(g.mem, g.size, "concurrency 2", 1, err, sizeof err);
+    assert_non_null(r2);
+    sluice_wheel *wh = mkwheel(0);
+    qlog l = {0};
+    const uint64_t T = 1000 * MS;
+    sluice_region_permit x;
+    assert_true(sluice_concurrency_region_acquire_at(r2, "k", 1, 1, T, &x, NULL));
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0); /* granted, not called */
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0); /* waits */
+    assert_int_equal(qacq(&g, wh, "k", 2, T, T + SEC, &l, NULL), 0); /* waits */
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T), 2);
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 2);
+    assert_int_equal(sluice_wheel_pending(wh), 3);
+    sluice_concurrency_region_free(g.r);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T), 1);
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 0);
+    for (uint64_t t = T; t <= T + 2 * SEC; t += 10 * MS) sluice_wheel_advance(wh, t);
+    assert_int_equal(l.n, 0);
+    sluice_wheel_free(wh);
+    assert_int_equal(sluice_region_permit_release_at(&x, T), 0);
+
+    /* freed while the wheel's own thread calls back */
+    g.r = sluice_concurrency_region_attach(g.mem, g.size, "concurrency 2", 1, err, sizeof err);
+    assert_non_null(g.r);
+    wh = mkwheel(mono_ns());
+    assert_int_equal(sluice_wheel_start(wh), 0);
+    qf_arg a = {0};
+    for (unsigned i = 0; i < 200; i++) {
+        const uint64_t now = mono_ns();
+        assert_int_equal(sluice_concurrency_region_acquire_async_at(
+                             g.r, wh, "k", 1, 1 + i % 2, now, now + 60 * SEC, qf_cb, &a, NULL),
+                         0);
+    }
+    UNTIL(atomic_load(&a.in_cb));
+    atomic_store(&a.freeing, true);
+    sluice_concurrency_region_free(g.r);
+    assert_true(atomic_load(&a.cb_done));
+    atomic_store(&a.freed, true);
+    sluice_wheel_stop(wh);
+    assert_int_equal(atomic_load(&a.late), 0);
+    assert_int_equal(sluice_wheel_pending(wh), 0);
+    sluice_wheel_free(wh);
+    print_message("freed with the wheel's thread calling back: %u of 200 called back before\n",
+                  (unsigned)atomic_load(&a.calls));
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, mono_ns()), 0);
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 0);
+
+    /* a forked child's copy: its queue is empty, its free leaves ours */
+    g.r = sluice_concurrency_region_attach(g.mem, g.size, "concurrency 2", 1, err, sizeof err);
+    assert_non_null(g.r);
+    wh = mkwheel(0);
+    memset(&l, 0, sizeof l);
+    sluice_region_permit y;
+    assert_true(acq(&g, "k", 2, T, &y, NULL));
+    uint64_t W;
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, &W), 0);
+    const pid_t c = loop_fork(0);
+    assert_true(c >= 0);
+    if (c == 0) {
+        if (sluice_concurrency_region_async_cancel_at(g.r, W, T) != SLUICE_ENOENT) _exit(2);
+        sluice_concurrency_region_free(g.r);
+        _exit(sluice_concurrency_region_waiting(r2, "k", 1) == 1 ? 0 : 3);
+    }
+    reap_ok(c);
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 1);
+    assert_int_equal(sluice_region_permit_release_at(&y, T + MS), 0);
+    sluice_wheel_advance(wh, T + MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], W);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + MS), 0);
+
+    /* the wheel first: its requests dropped, none called back (permits
+     * taken released, counts gone); the handle lives on with another
+     * wheel, and its free after is clean */
+    sluice_wheel *w2 = mkwheel(0);
+    memset(&l, 0, sizeof l);
+    assert_true(acq(&g, "k", 1, T, &y, NULL));
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0);  /* granted, not called */
+    assert_int_equal(qacq(&g, wh, "k", 1, T, T + SEC, &l, NULL), 0);  /* waits */
+    assert_int_equal(qacq(&g, w2, "k", 1, T, T + SEC, &l, &W), 0);    /* waits, on w2 */
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 2);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 2);
+    sluice_wheel_free(wh);
+    assert_int_equal(l.n, 0);
+    /* the granted one's permit went back, and w2's request, next in line,
+     * took it */
+    assert_int_equal(sluice_concurrency_region_waiting(r2, "k", 1), 0);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 2);
+    sluice_wheel_advance(w2, T + MS);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.id[0], W);
+    assert_int_equal(l.status[0], 0);
+    assert_int_equal(sluice_region_permit_release_at(&l.pm[0], T + MS), 0);
+    assert_int_equal(qacq(&g, w2, "k", 1, T, T + SEC, &l, NULL), 0); /* granted at once */
+    assert_int_equal(sluice_region_permit_release_at(&y, T + MS), 0);
+    sluice_concurrency_region_free(g.r);
+    assert_int_equal(sluice_wheel_pending(w2), 0);
+    assert_int_equal(sluice_concurrency_region_held_at(r2, "k", 1, T + MS), 0);
+    sluice_wheel_free(w2);
+    sluice_concurrency_region_free(r2);
+    munmap(g.mem, g.size);
+}
+
 /* ---- damage ------------------------------------------------------------------------ */
 
 /* Header fields as region_conc.c lays them (its _Static_assert). */
@@ -1573,6 +2228,14 @@ int main(void)
         cmocka_unit_test_teardown(test_block_holder_killed, reap_loop),
         cmocka_unit_test(test_block_threads),
         cmocka_unit_test_teardown(test_block_stale_sweeper, reap_loop),
+        cmocka_unit_test(test_async_basic),
+        cmocka_unit_test(test_async_fifo_cancel),
+        cmocka_unit_test_teardown(test_async_other_process, reap_loop),
+        cmocka_unit_test(test_async_lease),
+        cmocka_unit_test_teardown(test_async_never_over, reap_loop),
+        cmocka_unit_test_teardown(test_async_free_orders, reap_loop),
+        cmocka_unit_test_teardown(test_async_killed, reap_loop),
+        cmocka_unit_test(test_async_oom_and_far),
         cmocka_unit_test(test_damage_header),
         cmocka_unit_test(test_damage_lock_and_count),
         cmocka_unit_test(test_identity),
