@@ -206,7 +206,7 @@ static uint32_t nentries(const sluice__leases *b)
 }
 
 /* Take entry i out of the list onto the free list.  Its word is not held. */
-static void unlink_entry(sluice__leases *b, uint32_t i)
+static inline void unlink_entry(sluice__leases *b, uint32_t i)
 {
     sluice__lease *x = sluice__leases_at(b, i);
     if (x->prev != SLUICE__LEASE_NIL) sluice__leases_at(b, x->prev)->next = x->next;

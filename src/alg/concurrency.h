@@ -67,29 +67,35 @@ typedef struct sluice__lease {
 #define SLUICE__LEASE_SEGS 18
 
 typedef struct sluice__leases {
-    sluice__lease *seg[SLUICE__LEASE_SEGS]; /* entries [end[k-1], end[k]) */
-    uint32_t end[SLUICE__LEASE_SEGS];
-    uint32_t nseg;
-    _Atomic uint32_t n;  /* entries (end[nseg-1]); published after a segment */
+    /* written under the lock (and read by releases: t_book) */
     uint32_t freehead;   /* the free entries, linked by next; under the lock */
     uint32_t head, tail; /* the list: head = oldest = ends first; under the lock */
     /* Permits held = taken - given (mod 2^64: both only grow).  `taken`
      * is written under the lock only (a plain store); `given` is added to
      * by whoever ends a hold (a release without the lock, an expiry under
      * it).  Read `given` first: then the difference never wraps. */
-    _Atomic uint64_t taken, given;
+    _Atomic uint64_t taken;
     /* The book's clock, the latest time of a call (docs/decisions.md 3.9),
      * is max(t_book, t_rel): t_book is moved under the lock, t_rel raised
      * (only upward) by releases. */
-    _Atomic uint64_t t_book, t_rel;
+    _Atomic uint64_t t_book;
+    char pad0[64]; /* the releases' words on other cache lines */
+    _Atomic uint64_t given, t_rel;
+    char pad1[64];
+    /* written only as the book grows */
+    _Atomic uint32_t n;  /* entries (end[nseg-1]); published after a segment */
+    uint32_t nseg;
+    uint32_t end[SLUICE__LEASE_SEGS];
+    sluice__lease *seg[SLUICE__LEASE_SEGS]; /* entries [end[k-1], end[k]) */
 } sluice__leases;
 
 /* Entry i (< n, which the caller has read). */
 static inline sluice__lease *sluice__leases_at(const sluice__leases *b, uint32_t i)
 {
-    uint32_t k = 0, lo = 0;
-    while (i >= b->end[k]) lo = b->end[k++]; /* i < n = the last end: k < nseg */
-    return &b->seg[k][i - lo];
+    if (i < b->end[0]) return &b->seg[0][i]; /* a book never grown */
+    uint32_t k = 1;
+    while (i >= b->end[k]) k++; /* i < n = the last end: k < nseg */
+    return &b->seg[k][i - b->end[k - 1]];
 }
 
 /* The permits held (a snapshot when called without the lock). */
