@@ -15,10 +15,7 @@
  * With a lease the state is the lease book (alg/concurrency.c), under a
  * short spin lock (base/spin.h; a pthread mutex pair costs about three
  * times as much, and the book's work is a few dozen instructions): every
- * call gives back the leases ended by its time, then decides -- every call
- * but a release, which is lock-free: a compare-and-swap on its entry's
- * word and an add to the book's count of permits given (the book's head
- * comment has the protocol and its proof).
+ * call gives back the leases ended by its time, then decides.
  *
  * Waiters (sluice_acquire_permit) queue in arrival order under the mutex,
  * each with its own condition variable.  Whoever frees permits -- a
@@ -31,10 +28,9 @@
  * count before it reads `nwait` (both sequentially consistent: of the two,
  * at least one sees the other), and a releaser that sees a waiter takes the
  * mutex, which the waiter holds from its try until it sleeps.  With a
- * lease the pair is the same: the releaser adds to the book's `given`,
- * then reads `nwait`; the waiter raises `nwait`, then reads the count
- * (given, taken) under the book's lock in its try (all sequentially
- * consistent).  Lock order: mu, then the book's lock.  While
+ * lease the same pair is the book's lock: the waiter raises `nwait`, then
+ * takes the lock to try; a releaser reads `nwait` inside the lock, after
+ * its release.  Lock order: mu, then the book's lock.  While
  * anybody waits, non-blocking admissions are refused, so newcomers cannot
  * overtake the queue.
  *
@@ -193,14 +189,11 @@ bool sluice__conc_reuse(sluice_concurrency *c, uint64_t now_ns)
      * calls move */
     sluice__spin_lock(&c->sl);
     uint64_t t = now_ns > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : now_ns;
-    if (t < sluice__leases_clock(&c->book)) t = sluice__leases_clock(&c->book);
-    bool idle = sluice__leases_last_end(&c->book) <= t;
+    if (t < c->book.t_last) t = c->book.t_last;
+    bool idle = c->book.tail == SLUICE__LEASE_NIL || c->book.e[c->book.tail].expiry_ns <= t;
     if (idle) {
         sluice__leases_expire(&c->book, t); /* empties the list */
-        /* a fresh key's clock; entries keep their generations.  (A release
-         * of the last lease that ended by t, still running, may raise it
-         * again to its own time: a time of the same table's axis.) */
-        sluice__leases_reset_clock(&c->book);
+        c->book.t_last = 0; /* a fresh key's clock; entries keep their generations */
     }
     sluice__spin_unlock(&c->sl);
     return idle;
@@ -254,12 +247,8 @@ static void fill(sluice_permit *pm, sluice_concurrency *c, uint64_t p, uint32_t 
  * or the next lease's end.  Under sl. */
 static uint64_t head_wake(const sluice_concurrency *c, uint64_t deadline)
 {
-    /* the head ends first (a released head: a wake that finds it gone) */
-    if (c->book.head != SLUICE__LEASE_NIL) {
-        uint64_t e = atomic_load_explicit(&sluice__leases_at(&c->book, c->book.head)->expiry_ns,
-                                          memory_order_relaxed);
-        if (e < deadline) return e;
-    }
+    if (c->book.head != SLUICE__LEASE_NIL && c->book.e[c->book.head].expiry_ns < deadline)
+        return c->book.e[c->book.head].expiry_ns;
     return deadline;
 }
 
@@ -282,7 +271,7 @@ static void grant(sluice_concurrency *c, uint64_t t)
     const uint64_t N = nlim(c);
     while ((w = c->qhead) != NULL) {
         if (leased(c)) {
-            if (w->permits > room(N, sluice__leases_held(&c->book))) break;
+            if (w->permits > room(N, c->book.held)) break;
             uint32_t gen, slot = sluice__leases_take(&c->book, t, w->permits, c->cp.lease_ns, &gen);
             fill(w->pm, c, w->permits, slot, gen);
         } else {
@@ -310,7 +299,7 @@ static void serve(sluice_concurrency *c)
 {
     pthread_mutex_lock(&c->mu);
     sluice__spin_lock(&c->sl);
-    grant(c, sluice__leases_expire(&c->book, 0)); /* at the book's clock */
+    grant(c, c->book.t_last);
     sluice__spin_unlock(&c->sl);
     pthread_mutex_unlock(&c->mu);
 }
@@ -339,15 +328,15 @@ bool sluice_acquire_permit_at(sluice_concurrency *c, uint64_t permits, uint64_t 
     const uint64_t N = nlim(c); /* under sl: a reconfigure changes it there */
     uint64_t t = sluice__leases_expire(&c->book, now_ns);
     bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
-    bool ok = permits == 0 || (!queue && permits <= room(N, sluice__leases_held(&c->book)));
+    bool ok = permits == 0 || (!queue && permits <= room(N, c->book.held));
     if (ok && permits) {
         uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
         fill(pm, c, permits, slot, gen);
     }
-    if (ok) sluice__allow(res, room(N, sluice__leases_held(&c->book)), 0);
+    if (ok) sluice__allow(res, room(N, c->book.held), 0);
     else
-        sluice__deny(res, room(N, sluice__leases_held(&c->book)),
-                     queue && permits <= room(N, sluice__leases_held(&c->book))
+        sluice__deny(res, room(N, c->book.held),
+                     queue && permits <= room(N, c->book.held)
                          ? INT64_MAX /* room, but waiters first */
                          : sluice__leases_retry_after(&c->book, t, N, permits));
     sluice__spin_unlock(&c->sl);
@@ -390,12 +379,13 @@ int sluice_permit_release_at(sluice_permit *pm, uint64_t now_ns)
         }
         return 0;
     }
-    /* without the lock: the entry's word, the clock, the count (alg/
-     * concurrency.c); then, as without a lease, the count's change before
-     * the read of nwait (both sequentially consistent: the head comment) */
-    rc = sluice__leases_give(&c->book, pm->slot, pm->gen, p, now_ns);
+    sluice__spin_lock(&c->sl);
+    sluice__leases_expire(&c->book, now_ns);
+    if (!sluice__leases_give(&c->book, pm->slot, pm->gen, p)) rc = SLUICE_ENOENT;
+    bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
+    sluice__spin_unlock(&c->sl);
     pm->permits = 0;
-    if (atomic_load(&c->nwait) != 0) serve(c); /* leases ended by the clock, too */
+    if (queue) serve(c);
     return rc;
 }
 
@@ -409,7 +399,7 @@ int sluice_permit_release(sluice_permit *pm)
 static void regrant(sluice_concurrency *c, bool signal)
 {
     if (leased(c)) sluice__spin_lock(&c->sl);
-    grant(c, leased(c) ? sluice__leases_expire(&c->book, 0) : 0);
+    grant(c, leased(c) ? c->book.t_last : 0);
     if (signal) wake_head(c);
     if (leased(c)) sluice__spin_unlock(&c->sl);
 }
@@ -435,7 +425,7 @@ int sluice_acquire_permit(sluice_concurrency *c, uint64_t permits, uint64_t time
         if (leased(c)) {
             sluice__spin_lock(&c->sl);
             uint64_t t = sluice__leases_expire(&c->book, now);
-            if (permits <= room(nlim(c), sluice__leases_held(&c->book))) {
+            if (permits <= room(nlim(c), c->book.held)) {
                 uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
                 fill(pm, c, permits, slot, gen);
                 w.granted = true;
@@ -520,7 +510,7 @@ uint64_t sluice_concurrency_held_at(sluice_concurrency *c, uint64_t now_ns)
     sluice__spin_unlock(&c->sl);
     if (queue) serve(c); /* ended leases may let waiters through */
     sluice__spin_lock(&c->sl);
-    uint64_t h = sluice__leases_held(&c->book);
+    uint64_t h = c->book.held;
     sluice__spin_unlock(&c->sl);
     return h;
 }
@@ -531,8 +521,7 @@ uint64_t sluice_concurrency_held(const sluice_concurrency *c)
     sluice_concurrency *cc = (sluice_concurrency *)c; /* the lock only */
     if (!leased(c)) return atomic_load(&cc->count) & CMASK;
     sluice__spin_lock(&cc->sl);
-    sluice__leases_expire(&cc->book, 0); /* at its clock, which a release may have moved */
-    uint64_t h = sluice__leases_held(&cc->book);
+    uint64_t h = cc->book.held;
     sluice__spin_unlock(&cc->sl);
     return h;
 }
@@ -586,7 +575,7 @@ int sluice__conc_prepare(sluice_concurrency *c, const sluice__conc_profile *cp,
     }
     if (!leased(c)) return 0;
     sluice__spin_lock(&c->sl);
-    uint32_t n = atomic_load(&c->book.n);
+    uint32_t n = c->book.n;
     sluice__spin_unlock(&c->sl);
     if (cp->limit <= n) return 0;
     if (sluice__leases_init(spare, (uint32_t)cp->limit) != 0) {
@@ -608,7 +597,7 @@ void sluice__conc_apply(sluice_concurrency *c, const sluice__conc_profile *cp,
     }
     sluice__spin_lock(&c->sl);
     uint64_t t = sluice__leases_expire(&c->book, now_ns);
-    if (spare->nseg && cp->limit > atomic_load(&c->book.n)) sluice__leases_grow(&c->book, spare);
+    if (spare->e && spare->n > c->book.n) sluice__leases_grow(&c->book, spare);
     sluice__leases_relet(&c->book, c->cp.lease_ns, cp->lease_ns);
     c->cp.lease_ns = cp->lease_ns;
     atomic_store(&c->limit, cp->limit);
@@ -617,7 +606,7 @@ void sluice__conc_apply(sluice_concurrency *c, const sluice__conc_profile *cp,
     wake_head(c); /* the head's timer: the next lease's end moved */
     sluice__spin_unlock(&c->sl);
     pthread_mutex_unlock(&c->mu);
-    if (spare->nseg) sluice__leases_fini(spare); /* not needed after all */
+    if (spare->e) sluice__leases_fini(spare); /* not needed after all */
 }
 
 int sluice_concurrency_reconfigure_at(sluice_concurrency *c, const char *spec, uint64_t now_ns,
@@ -670,13 +659,13 @@ bool sluice__conc_hold(sluice_concurrency *c, uint64_t permits, uint64_t now_ns,
         const uint64_t N = nlim(c);
         uint64_t t = sluice__leases_expire(&c->book, now_ns);
         bool queue = atomic_load_explicit(&c->nwait, memory_order_relaxed) != 0;
-        if (permits == 0 || (!queue && permits <= room(N, sluice__leases_held(&c->book)))) {
+        if (permits == 0 || (!queue && permits <= room(N, c->book.held))) {
             *snap = t;
-            sluice__allow(res, room(N, sluice__leases_held(&c->book)) - permits, 0);
+            sluice__allow(res, room(N, c->book.held) - permits, 0);
             return true; /* the lock stays held */
         }
-        sluice__deny(res, room(N, sluice__leases_held(&c->book)),
-                     queue && permits <= room(N, sluice__leases_held(&c->book))
+        sluice__deny(res, room(N, c->book.held),
+                     queue && permits <= room(N, c->book.held)
                          ? INT64_MAX
                          : sluice__leases_retry_after(&c->book, t, N, permits));
         sluice__spin_unlock(&c->sl);
@@ -816,7 +805,7 @@ static int async_at(sluice_concurrency *c, sluice_wheel *wh, uint64_t permits, u
         if (leased(c)) {
             sluice__spin_lock(&c->sl);
             uint64_t t = sluice__leases_expire(&c->book, now_ns);
-            if (permits <= room(nlim(c), sluice__leases_held(&c->book))) {
+            if (permits <= room(nlim(c), c->book.held)) {
                 uint32_t gen, slot = sluice__leases_take(&c->book, t, permits, c->cp.lease_ns, &gen);
                 fill(&an->pm, c, permits, slot, gen);
                 an->w.granted = true;

@@ -206,6 +206,51 @@ static void test_lease(void **state)
     sluice_concurrency_free(c);
 }
 
+/* The book's entries given back out of order: a release in the middle
+ * and at the tail of the admission order, then acquires that need those
+ * entries again (a book that unlinks released entries lazily must find
+ * them), each new handle released once, the stale ones refused; and a
+ * book grown after such releases. */
+static void test_lease_released_entries(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 3 lease=10s");
+    sluice_permit a, b, d, x, y, bcopy, dcopy;
+    sluice_result r;
+    const uint64_t t0 = 5 * SEC;
+    assert_true(sluice_acquire_permit_at(c, 1, t0, &a, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, t0 + 1, &b, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, t0 + 2, &d, &r));
+    bcopy = b;
+    dcopy = d;
+    assert_int_equal(sluice_permit_release_at(&b, t0 + 3), 0); /* the middle */
+    assert_int_equal(sluice_permit_release_at(&d, t0 + 3), 0); /* the tail */
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 3), 1);
+    /* every entry is listed (a, and b and d released): the sweep frees them */
+    assert_true(sluice_acquire_permit_at(c, 2, t0 + 4, &x, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + 4, &y, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(10 * SEC - 4)); /* a's end, then x's */
+    assert_int_equal(sluice_permit_release_at(&bcopy, t0 + 5), SLUICE_ENOENT);
+    assert_int_equal(sluice_permit_release_at(&dcopy, t0 + 5), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 5), 3);
+    /* a grown book keeps the listed entries and their handles */
+    assert_int_equal(sluice_permit_release_at(&x, t0 + 6), 0);
+    char err[128];
+    assert_int_equal(sluice_concurrency_reconfigure_at(c, "concurrency 6 lease=10s", t0 + 6, err, sizeof err), 0);
+    assert_int_equal(sluice_permit_release_at(&x, t0 + 6), SLUICE_ENOENT); /* released already */
+    sluice_permit m[5];
+    for (int i = 0; i < 5; i++) assert_true(sluice_acquire_permit_at(c, 1, t0 + 7, &m[i], &r));
+    assert_int_equal(r.remaining, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + 7, &y, &r));
+    /* a's lease ends at t0 + 10s: its late release changes nothing */
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 10 * SEC), 5);
+    assert_int_equal(sluice_permit_release_at(&a, t0 + 10 * SEC), SLUICE_ENOENT);
+    for (int i = 0; i < 5; i++) assert_int_equal(sluice_permit_release_at(&m[i], t0 + 10 * SEC), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 10 * SEC), 0);
+    sluice_concurrency_free(c);
+}
+
 /* Random calls, decision by decision against the model. */
 static void run_model(const char *spec, uint64_t N, uint64_t lease, uint64_t t_base, uint64_t *seed,
                       int steps)
@@ -1146,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_spec),
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_lease_released_entries),
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_release_races_expiry),
