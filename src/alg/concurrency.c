@@ -23,8 +23,9 @@
  * n entries, and only on a refusal.
  *
  * Entry points: sluice__conc_parse, _format, sluice__is_conc_spec;
- * sluice__leases_init, _fini, _expire, _take, _give, _retry_after; _grow and
- * _relet for a limit changed in place (a larger N, another lease).
+ * sluice__leases_init, _fini, _pop (under _expire, inline in the header),
+ * _take, _give, _retry_after; _grow and _relet for a limit changed in place
+ * (a larger N, another lease).
  */
 #include "alg/concurrency.h"
 #include "base/text.h"
@@ -154,16 +155,12 @@ static void unlink_entry(sluice__leases *b, uint32_t i)
     b->free[b->nfree++] = i;
 }
 
-uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns)
+void sluice__leases_pop(sluice__leases *b, uint64_t t)
 {
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    if (now_ns > b->t_last) b->t_last = now_ns;
-    uint64_t t = b->t_last;
     for (uint32_t k = 0; k < b->n && b->head != SLUICE__LEASE_NIL; k++) {
         if (b->e[b->head].expiry_ns > t) break;
         unlink_entry(b, b->head);
     }
-    return t;
 }
 
 uint32_t sluice__leases_take(sluice__leases *b, uint64_t t, uint64_t permits, uint64_t lease_ns,

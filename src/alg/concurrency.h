@@ -5,7 +5,7 @@
  *   sluice__conc_profile  N and the lease, parsed once
  *   sluice__conc_parse, _format
  *   sluice__leases        the permits held under a lease, oldest first
- *   sluice__leases_init, _fini, _expire, _take, _give, _retry_after
+ *   sluice__leases_init, _fini, _expire (inline; _pop), _take, _give, _retry_after
  *
  * The lease book is a plain single-threaded structure; the limiter
  * (limiter/concurrency.c) holds it under its mutex. */
@@ -65,10 +65,21 @@ typedef struct sluice__leases {
 /* A book of n entries (1 .. SLUICE__CONC_MAX_LEASED): 0 or SLUICE_ENOMEM. */
 SLUICE__INTERNAL int sluice__leases_init(sluice__leases *b, uint32_t n);
 SLUICE__INTERNAL void sluice__leases_fini(sluice__leases *b);
+/* Give back every lease that has ended by t (the book's clock): pop the
+ * list's head while its expiry <= t.  At most n entries are visited. */
+SLUICE__INTERNAL void sluice__leases_pop(sluice__leases *b, uint64_t t);
 /* Clamp now_ns to the book's clock (and to 2^63-1), move the clock there
  * and give back every lease that has ended by then (expiry <= t).  Returns
- * the clamped time.  At most n entries are visited. */
-SLUICE__INTERNAL uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns);
+ * the clamped time.  Inline: every call on a leased limit runs it, and
+ * mostly no lease has ended (the head's end is later). */
+static inline uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns)
+{
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (now_ns > b->t_last) b->t_last = now_ns;
+    if (b->head != SLUICE__LEASE_NIL && b->e[b->head].expiry_ns <= b->t_last)
+        sluice__leases_pop(b, b->t_last);
+    return b->t_last;
+}
 /* Hold `permits` (>= 1, room checked by the caller) from t with lease
  * lease_ns: the entry's index, its generation in *gen.  A free entry
  * always exists while held < n. */
