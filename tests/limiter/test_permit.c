@@ -7,7 +7,9 @@
  * list of every admission, summed literally, retry_after searched by
  * bisection), with and without a lease, at times near 2^63; the spec's
  * errors each by its message; threads for the lock-free count's
- * exactness (TSan); the blocking acquires for FIFO order and for waking
+ * exactness (TSan); releases racing their leases' ends and their stale
+ * copies, each permit given back once; the book's entries given back out
+ * of order and taken again; the blocking acquires for FIFO order and for waking
  * one waiter per release; the queued acquires (called back from a timing
  * wheel, time injected by its advances) for FIFO order, cancel, deadlines
  * and leases, and under threads; changes in place
