@@ -23,8 +23,9 @@
  * n entries, and only on a refusal.
  *
  * Entry points: sluice__conc_parse, _format, sluice__is_conc_spec;
- * sluice__leases_init, _fini, _expire, _take, _give, _retry_after; _grow and
- * _relet for a limit changed in place (a larger N, another lease).
+ * sluice__leases_init, _fini, _pop (under _expire), _retry_after; _grow and
+ * _relet for a limit changed in place (a larger N, another lease).  The
+ * calls of every decision (_expire, _take, _give) are inline in the header.
  */
 #include "alg/concurrency.h"
 #include "base/text.h"
@@ -141,55 +142,12 @@ void sluice__leases_fini(sluice__leases *b)
     memset(b, 0, sizeof *b);
 }
 
-static void unlink_entry(sluice__leases *b, uint32_t i)
+void sluice__leases_pop(sluice__leases *b, uint64_t t)
 {
-    sluice__lease *x = &b->e[i];
-    if (x->prev != SLUICE__LEASE_NIL) b->e[x->prev].next = x->next;
-    else b->head = x->next;
-    if (x->next != SLUICE__LEASE_NIL) b->e[x->next].prev = x->prev;
-    else b->tail = x->prev;
-    b->held -= x->permits;
-    x->permits = 0;
-    x->gen++;
-    b->free[b->nfree++] = i;
-}
-
-uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns)
-{
-    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    if (now_ns > b->t_last) b->t_last = now_ns;
-    uint64_t t = b->t_last;
     for (uint32_t k = 0; k < b->n && b->head != SLUICE__LEASE_NIL; k++) {
         if (b->e[b->head].expiry_ns > t) break;
-        unlink_entry(b, b->head);
+        sluice__leases_unlink(b, b->head);
     }
-    return t;
-}
-
-uint32_t sluice__leases_take(sluice__leases *b, uint64_t t, uint64_t permits, uint64_t lease_ns,
-                             uint32_t *gen)
-{
-    uint32_t i = b->free[--b->nfree];
-    sluice__lease *x = &b->e[i];
-    x->expiry_ns = t + lease_ns; /* both < 2^63: no wrap */
-    x->permits = permits;
-    x->next = SLUICE__LEASE_NIL;
-    x->prev = b->tail;
-    if (b->tail != SLUICE__LEASE_NIL) b->e[b->tail].next = i;
-    else b->head = i;
-    b->tail = i;
-    b->held += permits;
-    *gen = x->gen;
-    return i;
-}
-
-bool sluice__leases_give(sluice__leases *b, uint32_t i, uint32_t gen, uint64_t permits)
-{
-    if (i >= b->n) return false;
-    sluice__lease *x = &b->e[i];
-    if (x->permits == 0 || x->gen != gen || x->permits != permits) return false;
-    unlink_entry(b, i);
-    return true;
 }
 
 void sluice__leases_grow(sluice__leases *b, sluice__leases *bigger)

@@ -5,10 +5,11 @@
  *   sluice__conc_profile  N and the lease, parsed once
  *   sluice__conc_parse, _format
  *   sluice__leases        the permits held under a lease, oldest first
- *   sluice__leases_init, _fini, _expire, _take, _give, _retry_after
+ *   sluice__leases_init, _fini, _retry_after; inline (every decision runs
+ *   them): _expire (its loop: _pop), _take, _give, _unlink
  *
  * The lease book is a plain single-threaded structure; the limiter
- * (limiter/concurrency.c) holds it under its mutex. */
+ * (limiter/concurrency.c) holds it under its lock. */
 #ifndef SLUICE_ALG_CONCURRENCY_H
 #define SLUICE_ALG_CONCURRENCY_H
 
@@ -65,20 +66,66 @@ typedef struct sluice__leases {
 /* A book of n entries (1 .. SLUICE__CONC_MAX_LEASED): 0 or SLUICE_ENOMEM. */
 SLUICE__INTERNAL int sluice__leases_init(sluice__leases *b, uint32_t n);
 SLUICE__INTERNAL void sluice__leases_fini(sluice__leases *b);
+/* Give back every lease that has ended by t (the book's clock): pop the
+ * list's head while its expiry <= t.  At most n entries are visited. */
+SLUICE__INTERNAL void sluice__leases_pop(sluice__leases *b, uint64_t t);
 /* Clamp now_ns to the book's clock (and to 2^63-1), move the clock there
  * and give back every lease that has ended by then (expiry <= t).  Returns
- * the clamped time.  At most n entries are visited. */
-SLUICE__INTERNAL uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns);
+ * the clamped time.  Inline: every call on a leased limit runs it, and
+ * mostly no lease has ended (the head's end is later). */
+static inline uint64_t sluice__leases_expire(sluice__leases *b, uint64_t now_ns)
+{
+    if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
+    if (now_ns > b->t_last) b->t_last = now_ns;
+    if (b->head != SLUICE__LEASE_NIL && b->e[b->head].expiry_ns <= b->t_last)
+        sluice__leases_pop(b, b->t_last);
+    return b->t_last;
+}
+/* Take entry i out of the held list onto the free stack: its permits are
+ * no longer held and its generation moves on.  Under the lock. */
+static inline void sluice__leases_unlink(sluice__leases *b, uint32_t i)
+{
+    sluice__lease *x = &b->e[i];
+    if (x->prev != SLUICE__LEASE_NIL) b->e[x->prev].next = x->next;
+    else b->head = x->next;
+    if (x->next != SLUICE__LEASE_NIL) b->e[x->next].prev = x->prev;
+    else b->tail = x->prev;
+    b->held -= x->permits;
+    x->permits = 0;
+    x->gen++;
+    b->free[b->nfree++] = i;
+}
 /* Hold `permits` (>= 1, room checked by the caller) from t with lease
  * lease_ns: the entry's index, its generation in *gen.  A free entry
  * always exists while held < n. */
-SLUICE__INTERNAL uint32_t sluice__leases_take(sluice__leases *b, uint64_t t, uint64_t permits,
-                                              uint64_t lease_ns, uint32_t *gen);
+static inline uint32_t sluice__leases_take(sluice__leases *b, uint64_t t, uint64_t permits,
+                                           uint64_t lease_ns, uint32_t *gen)
+{
+    uint32_t i = b->free[--b->nfree];
+    sluice__lease *x = &b->e[i];
+    x->expiry_ns = t + lease_ns; /* both < 2^63: no wrap */
+    x->permits = permits;
+    x->next = SLUICE__LEASE_NIL;
+    x->prev = b->tail;
+    if (b->tail != SLUICE__LEASE_NIL) b->e[b->tail].next = i;
+    else b->head = i;
+    b->tail = i;
+    b->held += permits;
+    *gen = x->gen;
+    return i;
+}
 /* Give back entry `i` of generation `gen` holding `permits`: true, or false
  * (changing nothing) when the handle is not held (released, expired, or
  * out of range). */
-SLUICE__INTERNAL bool sluice__leases_give(sluice__leases *b, uint32_t i, uint32_t gen,
-                                          uint64_t permits);
+static inline bool sluice__leases_give(sluice__leases *b, uint32_t i, uint32_t gen,
+                                       uint64_t permits)
+{
+    if (i >= b->n) return false;
+    const sluice__lease *x = &b->e[i];
+    if (x->permits == 0 || x->gen != gen || x->permits != permits) return false;
+    sluice__leases_unlink(b, i);
+    return true;
+}
 /* Move b's entries into `bigger` (a book just made by _init with more
  * entries than b): every entry keeps its index, generation and place in
  * the held list, the new ones are free; b is left empty (its arrays

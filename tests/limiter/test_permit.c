@@ -7,7 +7,9 @@
  * list of every admission, summed literally, retry_after searched by
  * bisection), with and without a lease, at times near 2^63; the spec's
  * errors each by its message; threads for the lock-free count's
- * exactness (TSan); the blocking acquires for FIFO order and for waking
+ * exactness (TSan); releases racing their leases' ends and their stale
+ * copies, each permit given back once; the book's entries given back out
+ * of order and taken again; the blocking acquires for FIFO order and for waking
  * one waiter per release; the queued acquires (called back from a timing
  * wheel, time injected by its advances) for FIFO order, cancel, deadlines
  * and leases, and under threads; changes in place
@@ -206,6 +208,51 @@ static void test_lease(void **state)
     sluice_concurrency_free(c);
 }
 
+/* The book's entries given back out of order: a release in the middle
+ * and at the tail of the admission order, then acquires that need those
+ * entries again (a book that unlinks released entries lazily must find
+ * them), each new handle released once, the stale ones refused; and a
+ * book grown after such releases. */
+static void test_lease_released_entries(void **state)
+{
+    (void)state;
+    sluice_concurrency *c = mk("concurrency 3 lease=10s");
+    sluice_permit a, b, d, x, y, bcopy, dcopy;
+    sluice_result r;
+    const uint64_t t0 = 5 * SEC;
+    assert_true(sluice_acquire_permit_at(c, 1, t0, &a, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, t0 + 1, &b, &r));
+    assert_true(sluice_acquire_permit_at(c, 1, t0 + 2, &d, &r));
+    bcopy = b;
+    dcopy = d;
+    assert_int_equal(sluice_permit_release_at(&b, t0 + 3), 0); /* the middle */
+    assert_int_equal(sluice_permit_release_at(&d, t0 + 3), 0); /* the tail */
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 3), 1);
+    /* every entry is listed (a, and b and d released): the sweep frees them */
+    assert_true(sluice_acquire_permit_at(c, 2, t0 + 4, &x, &r));
+    assert_int_equal(r.remaining, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + 4, &y, &r));
+    assert_int_equal(r.retry_after_ns, (int64_t)(10 * SEC - 4)); /* a's end, then x's */
+    assert_int_equal(sluice_permit_release_at(&bcopy, t0 + 5), SLUICE_ENOENT);
+    assert_int_equal(sluice_permit_release_at(&dcopy, t0 + 5), SLUICE_ENOENT);
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 5), 3);
+    /* a grown book keeps the listed entries and their handles */
+    assert_int_equal(sluice_permit_release_at(&x, t0 + 6), 0);
+    char err[128];
+    assert_int_equal(sluice_concurrency_reconfigure_at(c, "concurrency 6 lease=10s", t0 + 6, err, sizeof err), 0);
+    assert_int_equal(sluice_permit_release_at(&x, t0 + 6), SLUICE_ENOENT); /* released already */
+    sluice_permit m[5];
+    for (int i = 0; i < 5; i++) assert_true(sluice_acquire_permit_at(c, 1, t0 + 7, &m[i], &r));
+    assert_int_equal(r.remaining, 0);
+    assert_false(sluice_acquire_permit_at(c, 1, t0 + 7, &y, &r));
+    /* a's lease ends at t0 + 10s: its late release changes nothing */
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 10 * SEC), 5);
+    assert_int_equal(sluice_permit_release_at(&a, t0 + 10 * SEC), SLUICE_ENOENT);
+    for (int i = 0; i < 5; i++) assert_int_equal(sluice_permit_release_at(&m[i], t0 + 10 * SEC), 0);
+    assert_int_equal(sluice_concurrency_held_at(c, t0 + 10 * SEC), 0);
+    sluice_concurrency_free(c);
+}
+
 /* Random calls, decision by decision against the model. */
 static void run_model(const char *spec, uint64_t N, uint64_t lease, uint64_t t_base, uint64_t *seed,
                       int steps)
@@ -348,6 +395,137 @@ static void test_threads(void **state)
     run_threads("concurrency 3 lease=36500d", 3, false);
     run_threads("concurrency 2", 2, true);
     run_threads("concurrency 3 lease=36500d", 3, true);
+}
+
+/* A release races the end of its lease, and a stale copy races both: two
+ * releasers (one through each handle, one through its copy, in opposite
+ * orders) and one thread whose gauge calls end the leases, over many
+ * rounds (the threads stay; barriers start and end each round).  The
+ * model is the list of handles with their permits and lease ends: a
+ * handle whose lease has ended by the releases' time is never released
+ * (both get SLUICE_ENOENT); one whose lease has not is released through
+ * exactly one of the two copies (or, when the gauge's time passes its end
+ * first, through none); the gauge, with no acquire running, only falls;
+ * at the end of each round nothing is held, and all N permits can be taken
+ * again and not one more (a permit given back twice or never would show
+ * as a wrapped count, or room beyond N or short of it). */
+enum { RACE_K = 48, RACE_D = 100 };
+
+typedef struct race_round_t {
+    sluice_permit pm[RACE_K], copy[RACE_K];
+    int rc[2][RACE_K];
+    uint64_t t_rel, t0, t1, total;
+    bool stop;
+} race_round_t;
+
+typedef struct race_arg {
+    sluice_concurrency *c;
+    race_round_t *r;
+    int role; /* 0, 1: the releasers (handles, copies); 2: the gauge */
+    pthread_barrier_t *bar;
+    tu_errs errs;
+} race_arg;
+
+static void *race_main(void *p)
+{
+    race_arg *a = p;
+    for (;;) {
+        pthread_barrier_wait(a->bar); /* the round is set up */
+        race_round_t *r = a->r;
+        if (r->stop) return NULL;
+        if (a->role < 2) {
+            for (unsigned j = 0; j < RACE_K; j++) {
+                unsigned i = a->role ? RACE_K - 1 - j : j;
+                r->rc[a->role][i] = sluice_permit_release_at(a->role ? &r->copy[i] : &r->pm[i], r->t_rel);
+            }
+        } else {
+            uint64_t last = r->total;
+            for (uint64_t t = r->t0;; t += 2) { /* about two leases end per call */
+                uint64_t h = sluice_concurrency_held_at(a->c, t < r->t1 ? t : r->t1);
+                if (h > last)
+                    tu_errs_add(&a->errs, "held %llu after %llu", (unsigned long long)h,
+                                (unsigned long long)last);
+                last = h;
+                if (t >= r->t1) break;
+            }
+        }
+        pthread_barrier_wait(a->bar); /* the round is done */
+    }
+}
+
+static void test_release_races_expiry(void **state)
+{
+    (void)state;
+    const uint64_t N = 3 * RACE_K;
+    char spec[64];
+    snprintf(spec, sizeof spec, "concurrency %llu lease=%dns", (unsigned long long)N, RACE_D);
+    sluice_concurrency *c = mk(spec);
+    static race_round_t r;
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 4);
+    race_arg a[3];
+    pthread_t th[3];
+    for (int k = 0; k < 3; k++) {
+        a[k] = (race_arg){.c = c, .r = &r, .role = k, .bar = &bar};
+        assert_int_equal(pthread_create(&th[k], NULL, race_main, &a[k]), 0);
+    }
+    uint64_t seed = 0x5eed1ea5e, base = 1000;
+    const int rounds = TU_UNDER_TSAN ? 200 : 3000;
+    int bad = 0;
+    for (int round = 0; round < rounds && !bad; round++) {
+        const bool late = round % 2 == 0;
+        uint64_t end[RACE_K];
+        r.total = 0;
+        for (unsigned i = 0; i < RACE_K; i++) {
+            uint64_t p = 1 + tu_splitmix64_below(&seed, 3), at = base + i;
+            if (!sluice_acquire_permit_at(c, p, at, &r.pm[i], NULL)) fail_msg("round %d: acquire %u", round, i);
+            r.copy[i] = r.pm[i];
+            end[i] = at + RACE_D;
+            r.total += p;
+        }
+        /* late: the releases at a time that splits the handles, the gauge
+         * at or below it (each outcome is known); else at the first
+         * admission's time, the gauge running past every lease's end (which
+         * of the two ends a handle is the race) */
+        const uint64_t split = base + RACE_D + tu_splitmix64_below(&seed, RACE_K);
+        r.t_rel = late ? split : base;
+        r.t0 = base + RACE_D; /* the first lease's end: the race from the start */
+        r.t1 = late ? split : base + RACE_K + RACE_D;
+        pthread_barrier_wait(&bar); /* go */
+        pthread_barrier_wait(&bar); /* done */
+        for (unsigned i = 0; i < RACE_K && !bad; i++) {
+            int rc0 = r.rc[0][i], rc1 = r.rc[1][i];
+            unsigned ok = (rc0 == 0) + (rc1 == 0);
+            bool ended = end[i] <= r.t_rel;
+            if ((rc0 != 0 && rc0 != SLUICE_ENOENT) || (rc1 != 0 && rc1 != SLUICE_ENOENT) ||
+                (ended ? ok != 0 : (late ? ok != 1 : ok > 1))) {
+                print_error("round %d late=%d: handle %u (end %llu, releases at %llu): rc %d %d\n",
+                            round, late, i, (unsigned long long)end[i], (unsigned long long)r.t_rel,
+                            rc0, rc1);
+                bad = 1;
+            }
+        }
+        const uint64_t t_end = base + RACE_K + RACE_D;
+        sluice_permit all, one;
+        uint64_t h = sluice_concurrency_held_at(c, t_end);
+        bool got_all = sluice_acquire_permit_at(c, N, t_end, &all, NULL);
+        bool got_one = sluice_acquire_permit_at(c, 1, t_end, &one, NULL);
+        if (h != 0 || !got_all || got_one) {
+            print_error("round %d: held %llu at the end, all %d, one more %d\n", round,
+                        (unsigned long long)h, got_all, got_one);
+            bad = 1;
+        }
+        if (got_all) sluice_permit_release_at(&all, t_end);
+        if (got_one) sluice_permit_release_at(&one, t_end);
+        base = t_end + 1;
+    }
+    r.stop = true;
+    pthread_barrier_wait(&bar);
+    for (int k = 0; k < 3; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&bar);
+    if (a[2].errs.n) fail_msg("%s: gauge: %s", spec, a[2].errs.msg);
+    assert_int_equal(bad, 0);
+    sluice_concurrency_free(c);
 }
 
 /* Blocking acquires: served in arrival order, one waiter woken per
@@ -1015,8 +1193,10 @@ int main(void)
         cmocka_unit_test(test_spec),
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_lease_released_entries),
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_release_races_expiry),
         cmocka_unit_test(test_blocking_fifo),
         cmocka_unit_test(test_blocking_head_timeout),
         cmocka_unit_test(test_blocking_lease),
