@@ -328,7 +328,8 @@ stop
 # ---- kill: a worker SIGKILLed with requests in flight -------------------------
 # Two workers, three requests held on one key, a probe refused; then a worker
 # is killed (the first, or both, until one that held a request is gone).
-# The requests it served end at once (curl: 000); their permits are the
+# The requests it served end at once (curl: 000; counted once the count
+# has stayed the same for a second); their permits are the
 # dead worker's, and the region's sweep gives them back at the first
 # acquire that finds the key full 1 ms or more after the death
 # (docs/nginx.md, "Workers killed"): the master respawns the worker, and
@@ -353,6 +354,18 @@ if start; then
         done
         dead=$n
         [ "$dead" -gt 0 ] && break
+    done
+    # every request of the dead worker, not the first to end: the others
+    # stay held by the upstream, so the count only grows while the dead
+    # worker's curls report; recount until it is the same for 1 s (10 s
+    # at most)
+    same=0
+    for _ in $(seq 50); do
+        sleep 0.2
+        n=0
+        for i in 1 2 3; do [ "$(ended "k$i")" = 000 ] && n=$((n + 1)); done
+        if [ "$n" -eq "$dead" ]; then same=$((same + 1)); else same=0 dead=$n; fi
+        [ "$same" -ge 5 ] && break
     done
     # the master respawns: as many workers as before, none of the killed
     for _ in $(seq 200); do
