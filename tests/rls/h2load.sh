@@ -11,6 +11,13 @@
 # RATE: calls per second in all (h2load --rps, split over the 4
 # connections); default as fast as it goes.  Not a ctest: a measurement
 # (docs/rls.md).
+#
+# The floor, in the same run: when nghttpd (nghttp2-server) is installed,
+# the same h2load command against nghttpd, nghttp2's own HTTP/2 server,
+# pinned to CPU 0 the same way and answering every call with a 60-byte
+# file -- a server that decides nothing.  Its rate and latencies are what
+# this machine, the loopback and h2load give before any work of sluice-rls;
+# SLUICE_H2LOAD_FLOOR=off skips it.
 set -euo pipefail
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 ndesc=${2:-1}
@@ -62,18 +69,42 @@ echo "sluice-rls on CPU 0, port $port; $ndesc descriptor(s), $n calls, h2load -c
 # The server's CPU time (utime + stime, in clock ticks) around the run: on a
 # shared machine, calls per CPU-second of the server is the figure that
 # other processes' load does not change much.
-cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
-c0=$(cpu)
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rps=()
 [ -n "$rate" ] && rps=(--rps=$((rate / 4)))
-taskset -c 1 h2load -n "$n" -c 4 -m 50 "${rps[@]}" --log-file="$tmp/log" -d "$tmp/req.bin" -H 'content-type: application/grpc' \
-    -H 'te: trailers' "http://127.0.0.1:$port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
-    grep -E "finished in|requests:|status codes|time for request|req/s"
-c1=$(cpu)
-# The log: start (us since the epoch), status, duration (us).
-sort -n -k3,3 "$tmp/log" | awk '{ d[NR] = $3 } END {
-    printf "latency: p50 %d us, p99 %d us, p99.9 %d us, max %d us (%d calls)\n",
-        d[int(NR * 0.5)], d[int(NR * 0.99)], d[int(NR * 0.999)], d[NR], NR }'
-hz=$(getconf CLK_TCK)
-awk -v n="$n" -v t=$((c1 - c0)) -v hz="$hz" \
-    'BEGIN { printf "server CPU: %.2f s for %d calls = %.0f calls per CPU-second\n", t / hz, n, n * hz / (t ? t : 1) }'
+# load PID URL LOG: h2load's summary, the latency percentiles from its
+# per-request log (start in us since the epoch, status, duration in us),
+# and PID's CPU time over the run.
+load() {
+    local c0 c1 hz
+    c0=$(cpu "$1")
+    taskset -c 1 h2load -n "$n" -c 4 -m 50 "${rps[@]}" --log-file="$3" -d "$tmp/req.bin" \
+        -H 'content-type: application/grpc' -H 'te: trailers' "$2" |
+        grep -E "finished in|requests:|status codes|time for request|req/s"
+    c1=$(cpu "$1")
+    sort -n -k3,3 "$3" | awk '{ d[NR] = $3 } END {
+        printf "latency: p50 %d us, p99 %d us, p99.9 %d us, max %d us (%d calls)\n",
+            d[int(NR * 0.5)], d[int(NR * 0.99)], d[int(NR * 0.999)], d[NR], NR }'
+    hz=$(getconf CLK_TCK)
+    awk -v n="$n" -v t=$((c1 - c0)) -v hz="$hz" \
+        'BEGIN { printf "server CPU: %.2f s for %d calls = %.0f calls per CPU-second\n", t / hz, n, n * hz / (t ? t : 1) }'
+}
+load "$pid" "http://127.0.0.1:$port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" "$tmp/log"
+kill -TERM "$pid" && wait "$pid" 2>/dev/null || true
+pid=
+
+if [ "${SLUICE_H2LOAD_FLOOR:-on}" != off ] && command -v nghttpd >/dev/null 2>&1; then
+    mkdir -p "$tmp/www"
+    head -c 60 /dev/zero | tr '\0' x > "$tmp/www/r"
+    fport=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    taskset -c 0 nghttpd --no-tls -a 127.0.0.1 -d "$tmp/www" "$fport" > "$tmp/nghttpd.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$fport") 2>/dev/null && break
+        sleep 0.1
+    done
+    echo "floor: nghttpd on CPU 0, port $fport, a 60-byte file per call; the same h2load on CPU 1"
+    load "$pid" "http://127.0.0.1:$fport/r" "$tmp/floor.log"
+elif [ "${SLUICE_H2LOAD_FLOOR:-on}" != off ]; then
+    echo "floor: skipped (no nghttpd: apt-get install nghttp2-server)"
+fi

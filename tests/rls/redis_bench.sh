@@ -12,8 +12,10 @@
 # the calls past it are refused).  Prints per mode the calls per second,
 # the server's CPU time, the admitted count (the server's
 # sluice_rls_rule_decisions_total{decision="allowed"}) against LIMIT, and
-# the Redis round trips (INFO commandstats).  Not a ctest: a measurement
-# (docs/rls.md, "Redis").
+# the Redis round trips (INFO commandstats).  Then the floor, in the same
+# run: the same server and load with no Redis at all (the in-process table,
+# "local"), which no mode that asks Redis can pass -- leases at their best
+# decide as it does.  Not a ctest: a measurement (docs/rls.md, "Redis").
 set -euo pipefail
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 n=${2:-200000}
@@ -60,14 +62,15 @@ m = req.SerializeToString()
 open(sys.argv[2], "wb").write(b"\0" + len(m).to_bytes(4, "big") + m)
 EOF
 hz=$(getconf CLK_TCK)
-for mode in roundtrip lease; do
+for mode in roundtrip lease local; do
     lm=0
     [ "$mode" = lease ] && lm=$lease
+    redis=(REDIS_URL=127.0.0.1:$rport SLUICE_RLS_REDIS_LEASE_MAX=$lm SLUICE_RLS_REDIS_TIMEOUT_MS=1000)
+    [ "$mode" = local ] && redis=()
     redis-cli -p "$rport" flushall > /dev/null
     redis-cli -p "$rport" config resetstat > /dev/null
-    RUNTIME_ROOT=$tmp/rt GRPC_HOST=127.0.0.1 GRPC_PORT=0 HOST=127.0.0.1 PORT=0 SLUICE_RLS_WORKERS=$workers \
-        SLUICE_RLS_HEADERS=off REDIS_URL=127.0.0.1:$rport SLUICE_RLS_REDIS_LEASE_MAX=$lm \
-        SLUICE_RLS_REDIS_TIMEOUT_MS=1000 taskset -c 0 "$bin" > "$tmp/out" 2>&1 &
+    env RUNTIME_ROOT=$tmp/rt GRPC_HOST=127.0.0.1 GRPC_PORT=0 HOST=127.0.0.1 PORT=0 SLUICE_RLS_WORKERS=$workers \
+        SLUICE_RLS_HEADERS=off "${redis[@]}" taskset -c 0 "$bin" > "$tmp/out" 2>&1 &
     pid=$!
     for _ in $(seq 100); do
         grep -q "listening on" "$tmp/out" && break
@@ -77,7 +80,9 @@ for mode in roundtrip lease; do
     hport=$(sed -n 's/.*, http \([0-9]*\)$/\1/p' "$tmp/out")
     [ -n "$port" ] || { cat "$tmp/out"; exit 1; }
     c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    echo "== $mode (SLUICE_RLS_REDIS_LEASE_MAX=$lm): $n calls, limit $limit a year, $workers worker(s) on CPU 0"
+    what="SLUICE_RLS_REDIS_LEASE_MAX=$lm"
+    [ "$mode" = local ] && what="no Redis: the floor"
+    echo "== $mode ($what): $n calls, limit $limit a year, $workers worker(s) on CPU 0"
     taskset -c 1 h2load -n "$n" -c 4 -m 50 -d "$tmp/req.bin" -H 'content-type: application/grpc' \
         -H 'te: trailers' "http://127.0.0.1:$port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
         grep -E "finished in|requests:|status codes"
