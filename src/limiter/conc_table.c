@@ -191,6 +191,17 @@ static uint32_t lookup(sluice_concurrency_table *t, const unsigned char *dig, ui
     return i;
 }
 
+/* The key's digest into dig; false, with nothing done, when the table or
+ * the key is not one (NULL, or NULL bytes of a non-zero length).  Every
+ * call on a key starts here. */
+static bool key_digest(const sluice_concurrency_table *t, const void *key, size_t keylen,
+                       unsigned char dig[SLUICE__DIGEST_BYTES])
+{
+    if (!t || (!key && keylen)) return false;
+    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    return true;
+}
+
 bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void *key, size_t keylen,
                                          uint64_t permits, uint64_t now_ns, sluice_permit *pm,
                                          sluice_result *res)
@@ -198,9 +209,8 @@ bool sluice_concurrency_table_acquire_at(sluice_concurrency_table *t, const void
     sluice_result tmp;
     if (!res) res = &tmp;
     if (pm) *pm = (sluice_permit){0};
-    if (!t || !pm || (!key && keylen)) return sluice__fail(res, SLUICE_EINVAL);
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    if (!pm || !key_digest(t, key, keylen, dig)) return sluice__fail(res, SLUICE_EINVAL);
     pthread_mutex_lock(&t->mu);
     if (permits == 0 && find(t, dig) == NIL) { /* a probe of a key not held: a fresh limit */
         pthread_mutex_unlock(&t->mu);
@@ -223,12 +233,11 @@ int sluice_concurrency_table_acquire(sluice_concurrency_table *t, const void *ke
     sluice_result tmp;
     if (!res) res = &tmp;
     if (pm) *pm = (sluice_permit){0};
-    if (!t || !pm || (!key && keylen) || permits == 0) {
+    unsigned char dig[SLUICE__DIGEST_BYTES];
+    if (!pm || permits == 0 || !key_digest(t, key, keylen, dig)) {
         sluice__fail(res, SLUICE_EINVAL);
         return SLUICE_EINVAL;
     }
-    unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
     uint64_t now = sluice__clock_read(CLOCK_MONOTONIC);
     pthread_mutex_lock(&t->mu);
     int rc = permits > t->cp.limit ? SLUICE_EINVAL : 0;
@@ -263,9 +272,8 @@ int sluice_concurrency_table_acquire_async_at(sluice_concurrency_table *t, sluic
                                               uint64_t now_ns, uint64_t deadline_ns,
                                               sluice_permit_fn fn, void *arg, uint64_t *id)
 {
-    if (!t || !wh || !fn || permits == 0 || (!key && keylen)) return SLUICE_EINVAL;
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    if (!wh || !fn || permits == 0 || !key_digest(t, key, keylen, dig)) return SLUICE_EINVAL;
     pthread_mutex_lock(&t->mu);
     int rc = permits > t->cp.limit ? SLUICE_ERANGE : 0;
     uint32_t i = rc ? NIL : lookup(t, dig, now_ns);
@@ -287,9 +295,8 @@ int sluice_concurrency_table_acquire_async_at(sluice_concurrency_table *t, sluic
 int sluice_concurrency_table_async_cancel_at(sluice_concurrency_table *t, const void *key,
                                              size_t keylen, uint64_t id, uint64_t now_ns)
 {
-    if (!t || (!key && keylen)) return SLUICE_EINVAL;
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    if (!key_digest(t, key, keylen, dig)) return SLUICE_EINVAL;
     pthread_mutex_lock(&t->mu);
     uint32_t i = find(t, dig);
     /* ids are unique within the table: another key's id matches nothing here */
@@ -302,9 +309,8 @@ int sluice_concurrency_table_async_cancel_at(sluice_concurrency_table *t, const 
 uint32_t sluice_concurrency_table_waiting(sluice_concurrency_table *t, const void *key,
                                           size_t keylen)
 {
-    if (!t || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    if (!key_digest(t, key, keylen, dig)) return 0;
     pthread_mutex_lock(&t->mu);
     uint32_t i = find(t, dig);
     uint32_t n = i == NIL ? 0 : sluice_concurrency_waiting(t->e[i].c);
@@ -315,9 +321,8 @@ uint32_t sluice_concurrency_table_waiting(sluice_concurrency_table *t, const voi
 uint64_t sluice_concurrency_table_held_at(sluice_concurrency_table *t, const void *key,
                                           size_t keylen, uint64_t now_ns)
 {
-    if (!t || (!key && keylen)) return 0;
     unsigned char dig[SLUICE__DIGEST_BYTES];
-    sluice__key_digest(t->dseed, key ? key : "", keylen, dig);
+    if (!key_digest(t, key, keylen, dig)) return 0;
     pthread_mutex_lock(&t->mu);
     uint32_t i = find(t, dig);
     uint64_t h = i == NIL ? 0 : sluice_concurrency_held_at(t->e[i].c, now_ns);

@@ -191,14 +191,6 @@ static __attribute__((noinline, cold)) void stamps_shift(const sluice_table *t, 
     }
 }
 
-/* A new entry's stamp: none yet (0), so no reservation made on an older
- * entry of its slot or of its key settles on it. */
-static __attribute__((noinline, cold)) void stamp_clear(const sluice_table *t, uint64_t *sp,
-                                                       const shard *s, uint32_t i)
-{
-    *stamp_at(t, sp, s, i) = 0;
-}
-
 static uint32_t slot_open(const sluice_table *t, shard *s, uint32_t home, uint32_t *dist)
 {
     uint32_t d;
@@ -490,7 +482,7 @@ static void put_entry(sluice_table *t, shard *s, uint32_t i, uint32_t d, uint64_
     /* a new entry, with no stamp yet: no reservation made on an older one
      * settles here (table_settle.c) */
     uint64_t *sp = stamps_of(t);
-    if (__builtin_expect(sp != NULL, 0)) stamp_clear(t, sp, s, i);
+    if (__builtin_expect(sp != NULL, 0)) *stamp_at(t, sp, s, i) = 0;
 }
 
 /* Room wanted for a new key (hash h) in shard s, and its place in Robin
