@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ref_model.h"
+#include "permit_log.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -278,35 +279,6 @@ static void test_blocking_lease(void **state)
     assert_int_equal(sluice_permit_release(&h), SLUICE_ENOENT); /* ended */
     assert_int_equal(sluice_permit_release(&x), 0);
     sluice_concurrency_table_free(t);
-}
-
-typedef struct {
-    uint64_t id[64];
-    int status[64];
-    sluice_permit pm[64];
-    uint64_t at[64];
-    size_t n;
-} alog;
-
-static void alog_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
-{
-    alog *l = arg;
-    assert_true(l->n < 64);
-    l->id[l->n] = id;
-    l->status[l->n] = status;
-    l->pm[l->n] = pm ? *pm : (sluice_permit){0};
-    if (status == 0) assert_non_null(pm);
-    else assert_null(pm);
-    l->at[l->n] = now;
-    l->n++;
-}
-
-static sluice_wheel *mkwheel(void)
-{
-    char err[256];
-    sluice_wheel *w = sluice_wheel_new(1000, 1024, 0, err, sizeof err);
-    if (!w) fail_msg("%s", err);
-    return w;
 }
 
 /* Queued acquires on keys, time injected: each key's line is served from

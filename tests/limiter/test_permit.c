@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "ref_model.h"
+#include "permit_log.h"
 #include "testutil.h"
 
 #define SEC 1000000000ULL
@@ -656,35 +657,6 @@ static void test_oom(void **state)
 
 
 /* ---- queued acquires (sluice_acquire_permit_async_at) ------------------ */
-
-typedef struct {
-    uint64_t id[64];
-    int status[64];
-    sluice_permit pm[64];
-    uint64_t at[64];
-    size_t n;
-} alog;
-
-static void alog_fn(void *arg, uint64_t id, int status, sluice_permit *pm, uint64_t now)
-{
-    alog *l = arg;
-    assert_true(l->n < 64);
-    l->id[l->n] = id;
-    l->status[l->n] = status;
-    l->pm[l->n] = pm ? *pm : (sluice_permit){0};
-    if (status == 0) assert_non_null(pm);
-    else assert_null(pm);
-    l->at[l->n] = now;
-    l->n++;
-}
-
-static sluice_wheel *mkwheel(void)
-{
-    char err[256];
-    sluice_wheel *w = sluice_wheel_new(1000, 1024, 0, err, sizeof err);
-    if (!w) fail_msg("%s", err);
-    return w;
-}
 
 /* Without a lease: each release lets through the head of the line, and only
  * as many as fit, in the order they asked; a head that needs more than is
