@@ -23,7 +23,11 @@
  * retry_after_ns is the exact time to the window's end.
  *
  * Entry point: sluice__fixed_window_ops, its row (setup, decide, rest_at,
- * pack/unpack, decide_packed, refused_until, carry).
+ * pack/unpack, decide_packed, refused_until, carry, settle).  A calendar
+ * quota gets a row of its own at setup, calendar_ops, the same but for
+ * decide, decide_packed and refused_until, which find the calendar's
+ * windows: so the plain row's decisions never test for a zone (a
+ * refusal with its details cost 10 instructions more while they did).
  */
 #include "alg/alg.h"
 
@@ -35,10 +39,11 @@ typedef struct fw_win {
     uint64_t k, start, end;
 } fw_win;
 
-static inline __attribute__((always_inline)) fw_win window_of(const sluice__profile *pf, uint64_t t)
+static inline __attribute__((always_inline)) fw_win window_in(const sluice__profile *pf, uint64_t t,
+                                                             const bool cal)
 {
     fw_win w;
-    if (__builtin_expect(pf->tz != NULL, 0)) {
+    if (cal) {
         sluice__cal_window(pf, t, &w.start, &w.end);
         w.k = w.start;
         return w;
@@ -47,6 +52,12 @@ static inline __attribute__((always_inline)) fw_win window_of(const sluice__prof
     w.start = w.k * pf->period_ns; /* <= t: no overflow */
     w.end = w.start + pf->period_ns; /* as before: (k+1)W */
     return w;
+}
+
+/* For the calls that serve both rows. */
+static inline __attribute__((always_inline)) fw_win window_of(const sluice__profile *pf, uint64_t t)
+{
+    return pf->tz ? window_in(pf, t, true) : window_in(pf, t, false);
 }
 
 /* Decide at t, whose window is wn. */
@@ -74,7 +85,15 @@ static bool decide(const sluice__profile *pf, sluice__state *st, uint64_t t, uin
                    uint64_t max_wait, sluice_result *res)
 {
     (void)max_wait;
-    const fw_win wn = window_of(pf, t);
+    const fw_win wn = window_in(pf, t, false);
+    return decide_k(pf, st, t, &wn, p, res);
+}
+
+static bool decide_cal(const sluice__profile *pf, sluice__state *st, uint64_t t, uint64_t p,
+                       uint64_t max_wait, sluice_result *res)
+{
+    (void)max_wait;
+    const fw_win wn = window_in(pf, t, true);
     return decide_k(pf, st, t, &wn, p, res);
 }
 
@@ -84,10 +103,16 @@ static uint64_t rest_at(const sluice__profile *pf, const sluice__state *st)
     return window_of(pf, st->t_last).end; /* <= t_last + W: no overflow */
 }
 
+static const sluice__alg_ops calendar_ops;
+
+/* A calendar quota (tz=, parsed before this runs) gets the row whose
+ * decisions find the calendar's windows; the plain row's never test for
+ * one. */
 static int setup(sluice__profile *pf, const sluice__opts *o, char *err, size_t errlen)
 {
     (void)o, (void)err, (void)errlen;
     pf->packed = true; /* count <= L < 2^64 */
+    if (pf->tz) pf->ops = &calendar_ops;
     return 0;
 }
 
@@ -109,19 +134,30 @@ static void unpack(const sluice__profile *pf, const uint64_t in[2], sluice__stat
 /* unpack, clamp, decide, pack, with one division instead of two: the
  * latest admission (<= t) is in t's window k iff it is not before the
  * window's start kW.  A refusal or a probe leaves out as the caller set it: w. */
-static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+static inline __attribute__((always_inline)) bool
+decide_packed_in(const sluice__profile *pf, sluice__packed_req *q, const bool cal)
 {
     const uint64_t *w = q->w, now_ns = q->now_ns, p = q->p;
     uint64_t *out = q->out;
     sluice__state st;
     st.t_last = w[0];
     const uint64_t t = sluice__clamp_time(&st, now_ns);
-    const fw_win wn = window_of(pf, t);
+    const fw_win wn = window_in(pf, t, cal);
     st.u.fw.window = wn.k;
     st.u.fw.count = w[0] >= wn.start ? w[1] : 0;
     const bool ok = decide_k(pf, &st, t, &wn, p, q->res);
     if (ok && p) pack(pf, &st, out); /* else out is w already */
     return ok;
+}
+
+static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
+{
+    return decide_packed_in(pf, q, false);
+}
+
+static bool decide_packed_cal(const sluice__profile *pf, sluice__packed_req *q)
+{
+    return decide_packed_in(pf, q, true);
 }
 
 /* The refusals' hint (internal.h): a full window, count >= L, refuses
@@ -130,7 +166,13 @@ static bool decide_packed(const sluice__profile *pf, sluice__packed_req *q)
 static uint64_t refused_until(const sluice__profile *pf, const uint64_t w[2])
 {
     if (w[1] < pf->limit) return 0;
-    return window_of(pf, w[0]).end; /* <= w[0] + W */
+    return window_in(pf, w[0], false).end; /* <= w[0] + W */
+}
+
+static uint64_t refused_until_cal(const sluice__profile *pf, const uint64_t w[2])
+{
+    if (w[1] < pf->limit) return 0;
+    return window_in(pf, w[0], true).end;
 }
 
 /* A change of spec at t: the permits admitted in the old window of t count
@@ -153,11 +195,11 @@ static void carry(const sluice__profile *from, const sluice__profile *to, sluice
 static int settle(const sluice__profile *pf, sluice__state *st, uint64_t t,
                   const sluice__settle_req *q)
 {
-    const uint64_t k = sluice__div_q(&pf->div_w, t);
+    const uint64_t k = window_of(pf, t).k; /* a calendar window's start, as everywhere */
     const uint64_t count = k == st->u.fw.window ? st->u.fw.count : 0;
     uint64_t n;
     if (q->a < q->p) {
-        if (k != sluice__div_q(&pf->div_w, q->t0) || k != st->u.fw.window) return 0;
+        if (k != window_of(pf, q->t0).k || k != st->u.fw.window) return 0;
         n = count > q->p - q->a ? count - (q->p - q->a) : 0;
     } else {
         n = q->a - q->p > UINT64_MAX - count ? UINT64_MAX : count + (q->a - q->p);
@@ -179,6 +221,23 @@ const sluice__alg_ops sluice__fixed_window_ops = {
     .unpack = unpack,
     .decide_packed = decide_packed,
     .refused_until = refused_until,
+    .carry = carry,
+    .settle = settle,
+};
+
+/* Calendar quotas (tz=): the same row but for the three calls every
+ * decision makes.  Not in spec.c's table of names: setup() picks it. */
+static const sluice__alg_ops calendar_ops = {
+    .name = "fixed-window",
+    .options = SLUICE__OPT(SLUICE__OPT_CLOCK) | SLUICE__OPT(SLUICE__OPT_TZ) | SLUICE__OPT(SLUICE__OPT_ANCHOR),
+    .setup = setup,
+    .format = sluice__format_no_options,
+    .decide = decide_cal,
+    .rest_at = rest_at,
+    .pack = pack,
+    .unpack = unpack,
+    .decide_packed = decide_packed_cal,
+    .refused_until = refused_until_cal,
     .carry = carry,
     .settle = settle,
 };

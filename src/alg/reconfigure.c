@@ -54,7 +54,7 @@
 int sluice__reconfigure_check(const sluice__profile *from, const sluice__profile *to,
                               char *err, size_t errlen)
 {
-    if (from->ops != to->ops) {
+    if (from->alg != to->alg) {
         sluice__errf(err, errlen,
                      "cannot change the algorithm \"%s\" of a running limiter to \"%s\": make a new limiter",
                      from->ops->name, to->ops->name);

@@ -17,6 +17,8 @@
  *    of instants spread over many days of three calendars sharing a zone
  *    (so the cache's slots are taken over and over) and each answer equals
  *    the one computed before, alone (run under TSan too: label concurrency);
+ *  - settling reservations on the quota's windows (an overdraft, a
+ *    give-back, a settle after the window's end), limiter and table key;
  *  - tables: an in-process table, and a shared region that a forked child
  *    attaches (parsing the spec, and reading the zone, on attach): the
  *    child's admissions count in the parent's window, whose end is exact;
@@ -285,6 +287,73 @@ static void test_reconfigure(void **state)
     sluice_limiter_free(l);
 }
 
+/* Settling a reservation on a calendar quota (docs/decisions.md 3.10), on
+ * the quota's own windows: an overdraft counts in the day of the settle,
+ * so nothing more passes in it; a give-back in the same day frees exactly
+ * that many permits; a settle in the next day gives nothing back (the
+ * permits were used in a day that has ended) and an excess then counts in
+ * the new day.  Counted by hand against the day's limit: before the fix,
+ * settle numbered windows by t / W while the calendar rows number them by
+ * their start, so a settle dropped the day's count and a 3/d quota
+ * admitted 5 in a day.  For a limiter and for a table key; a 1-month
+ * quota too (its window is no multiple of a fixed period). */
+static void test_settle(void **state)
+{
+    (void)state;
+    char err[256];
+    const uint64_t day = DAY_OF(JAN1_2024 + 10), t = day + H, next = day + D;
+    const char *specs[] = {"fixed-window 3/d tz=UTC", "fixed-window 3/1month tz=UTC"};
+    for (size_t si = 0; si < 2; si++) {
+        /* the ends of t's window and of the three after it: UTC midnights,
+         * or the firsts of February, March, April and May 2024 */
+        const uint64_t w[4] = {
+            si == 0 ? next : DAY_OF(JAN1_2024 + 31), si == 0 ? next + D : DAY_OF(JAN1_2024 + 60),
+            si == 0 ? next + 2 * D : DAY_OF(JAN1_2024 + 91), si == 0 ? next + 3 * D : DAY_OF(JAN1_2024 + 121)};
+        sluice_limiter *l = sluice_limiter_new(specs[si], err, sizeof err);
+        sluice_table *tb = sluice_table_new(specs[si], 16, err, sizeof err);
+        assert_non_null(l);
+        assert_non_null(tb);
+        for (int use_table = 0; use_table < 2; use_table++) {
+            sluice_reservation rv;
+            sluice_table_reservation tv;
+            sluice_result r;
+#define RESERVE(p, at) (use_table ? sluice_table_reserve_at(tb, "k", 1, (p), (at), 0, &tv, &r) \
+                                  : sluice_reserve_at(l, (p), (at), 0, &rv, &r))
+#define SETTLE(a, at) (use_table ? sluice_table_reservation_settle_at(&tv, (a), (at)) \
+                                 : sluice_reservation_settle_at(&rv, (a), (at)))
+#define TRY(p, at) (use_table ? sluice_table_try_acquire_at(tb, "k", 1, (p), (at), &r) \
+                              : sluice_try_acquire_at(l, (p), (at), &r))
+            /* overdraft: 2 reserved, 3 used: the window is full */
+            assert_true(RESERVE(2, t));
+            assert_int_equal(SETTLE(3, t + 1), 0);
+            assert_false(TRY(1, t + 2));
+            assert_int_equal(r.retry_after_ns, (int64_t)(w[0] - t - 2));
+            /* the next window: the whole limit again */
+            assert_true(TRY(3, w[0]));
+            assert_false(TRY(1, w[0] + 1));
+            /* give-back in the same window: 3 reserved, 1 used: 2 pass */
+            const uint64_t t2 = w[1] + H;
+            assert_true(RESERVE(3, t2));
+            assert_false(TRY(1, t2 + 1));
+            assert_int_equal(SETTLE(1, t2 + 2), 0);
+            assert_true(TRY(2, t2 + 3));
+            assert_false(TRY(1, t2 + 4));
+            assert_int_equal(r.retry_after_ns, (int64_t)(w[2] - t2 - 4));
+            /* a settle after the window's end gives nothing back; its
+             * excess counts in the new window */
+            assert_true(RESERVE(1, w[2] + H));
+            assert_int_equal(SETTLE(3, w[3] + H), 0);
+            assert_true(TRY(1, w[3] + H + 1));
+            assert_false(TRY(1, w[3] + H + 2));
+#undef RESERVE
+#undef TRY
+#undef SETTLE
+        }
+        sluice_table_free(tb);
+        sluice_limiter_free(l);
+    }
+}
+
 /* Europe/Paris, 2024-10-27 (25 hours: 10-26 22:00 UTC to 10-27 23:00 UTC). */
 static void test_tables(void **state)
 {
@@ -437,6 +506,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cache_threads),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_reconfigure),
+        cmocka_unit_test(test_settle),
         cmocka_unit_test(test_now_ns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
