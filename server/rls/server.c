@@ -41,7 +41,9 @@
  * kernel.  What waits for it is bounded: the buffer (OUT_BATCH plus one
  * frame) and, in nghttp2, the answers of the calls that the read which
  * filled the socket decided -- at most max_streams, since a stream stays
- * open until its answer is written out.  If the socket takes nothing for
+ * open until its answer is written out.  A client that reads, however
+ * slowly, makes progress (the socket takes bytes, or the sweep sees the
+ * kernel's queue for it shrink: TIOCOUTQ).  If neither happens for
  * idle_ns the sweep resets the connection (SO_LINGER 0, as nginx's
  * reset_timedout_connection: the kernel frees what it holds for the
  * client, and the client learns without reading), counted as "stalled".
@@ -81,6 +83,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -197,6 +200,7 @@ struct conn {
     size_t buffered;     /* request bytes buffered over all streams */
     unsigned char *out;  /* frames to write: out[outoff .. outlen) */
     size_t outlen, outoff, outcap;
+    size_t outq;         /* held: the kernel's unsent bytes at the last sweep */
     uint32_t events;     /* the epoll events armed: EPOLLIN unless held,
                           * EPOLLOUT while bytes wait (conn_flush) */
     bool closing;
@@ -1351,6 +1355,15 @@ static void *worker_main(void *arg)
             next_sweep = now + 1000000000u;
             for (conn *c = w->head, *nx; c; c = nx) {
                 nx = c->next;
+                int q;
+                if (conn_held(c) && ioctl(c->fd, TIOCOUTQ, &q) == 0 && q >= 0) {
+                    /* Progress the socket made by itself: the kernel's
+                     * queue for a client that reads slowly shrank (EPOLLOUT
+                     * waits until much of a large send buffer is free). */
+                    if ((size_t)q < c->outq)
+                        c->last_ns = now;
+                    c->outq = (size_t)q;
+                }
                 if (now - c->last_ns > s->o.idle_ns) {
                     if (conn_held(c)) {
                         /* Stalled: answers the client has not read for

@@ -1022,6 +1022,35 @@ class SlowReadTest(unittest.TestCase):
     def test_grpc_slow_reader_tls(self):
         self.grpc_case(True)
 
+    def test_grpc_reader_slow_but_reading(self):
+        """A client that reads its answers, slowly (8 KiB of a send buffer
+        of megabytes every 0.1 s: the socket reports no room for many
+        seconds), makes progress: it is not closed in 5 idle bounds."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=2)
+        try:
+            so, chunks = self.h2_slow_reader(s)
+            try:
+                _, stuck = self.push(so, chunks, 50 << 20)
+                self.assertTrue(stuck)
+                got, t0 = 0, time.monotonic()
+                while time.monotonic() - t0 < 10:
+                    try:
+                        data = so.recv(8192)
+                    except BlockingIOError:
+                        data = None
+                    except ConnectionResetError:
+                        self.fail("reset after %.1f s, having read %d bytes" % (time.monotonic() - t0, got))
+                    self.assertNotEqual(data, b"", "closed after %.1f s" % (time.monotonic() - t0))
+                    got += len(data or b"")
+                    time.sleep(0.1)
+                self.assertGreater(got, 0)
+                self.assertEqual(self.metric(s, 'sluice_rls_connections_closed_total{reason="stalled"}'), 0)
+                print("slow but reading: read %d bytes in 10 s, not closed" % got, file=sys.stderr)
+            finally:
+                so.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
     def test_http1_slow_reader(self):
         """Pipelined POST /json on one connection, never read: the port
         serves one request per connection, so one is decided and the
