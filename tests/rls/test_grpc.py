@@ -1029,12 +1029,14 @@ class SlowReadTest(unittest.TestCase):
     def test_grpc_reader_slow_but_reading(self):
         """A client that reads its answers, slowly (8 KiB of a send buffer
         of megabytes every 0.1 s: the socket reports no room for many
-        seconds), makes progress: it is not closed in 5 idle bounds."""
-        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=2)
+        seconds), makes progress: it is not closed in 3 idle bounds."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=3, **self.ENV)
         try:
             so, chunks = self.h2_slow_reader(s)
             try:
-                _, stuck = self.push(so, chunks, 50 << 20)
+                # Stalled for 0.5 s: it begins to read well within the
+                # idle bound (3 s), which starts at the server's last send.
+                _, stuck = self.push(so, chunks, 50 << 20, stall_s=0.5)
                 self.assertTrue(stuck)
                 got, t0 = 0, time.monotonic()
                 while time.monotonic() - t0 < 10:
