@@ -1059,8 +1059,9 @@ class SlowReadTest(unittest.TestCase):
 
     def test_http1_slow_reader(self):
         """Pipelined POST /json on one connection, never read: the port
-        serves one request per connection, so one is decided and the
-        rest are dropped; the connection goes after the idle bound."""
+        serves one request per connection, so one is decided, answered and
+        followed by the server's half-close (seen without reading); the
+        rest is read and dropped until the idle bound."""
         s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=self.IDLE_S, **self.ENV)
         try:
             body = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "slow", "value": "r"}]}]})
@@ -1087,7 +1088,7 @@ class SlowReadTest(unittest.TestCase):
                 self.assertEqual(self.decided(s), 1)
                 rss1, _ = proc_usage(s.proc.pid)
                 self.assertLess(rss1 - rss0, 32 << 20, "RSS grew by %d bytes" % (rss1 - rss0))
-                self.assertIsNotNone(self.wait_reset(so, 30), "a connection that read nothing outlived the idle bound")
+                self.assertIsNotNone(self.wait_reset(so, 30), "no half-close after the answer")
                 print("slow reader (http/1.1): sent %d bytes, RSS +%d" % (sent, rss1 - rss0), file=sys.stderr)
             finally:
                 so.close()
