@@ -1364,7 +1364,8 @@ static void *worker_main(void *arg)
                         c->last_ns = now;
                     c->outq = (size_t)q;
                 }
-                if (now - c->last_ns > s->o.idle_ns) {
+                /* last_ns may be after now: a flush of the drain, above */
+                if (now > c->last_ns && now - c->last_ns > s->o.idle_ns) {
                     if (conn_held(c)) {
                         /* Stalled: answers the client has not read for
                          * the idle bound.  A reset (SO_LINGER 0, as
