@@ -1057,6 +1057,20 @@ class SlowReadTest(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0)
 
+    def test_stop_with_a_slow_reader(self):
+        """SIGTERM while a slow reader's answers wait: the drain bound (5 s)
+        ends it, and the server exits 0."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, **self.ENV)
+        so, chunks = self.h2_slow_reader(s)
+        try:
+            _, stuck = self.push(so, chunks, 50 << 20, stall_s=0.5)
+            self.assertTrue(stuck)
+            t0 = time.monotonic()
+            self.assertEqual(s.stop(), 0)
+            self.assertLess(time.monotonic() - t0, 15)
+        finally:
+            so.close()
+
     def test_http1_slow_reader(self):
         """Pipelined POST /json on one connection, never read: the port
         serves one request per connection, so one is decided, answered and
