@@ -30,8 +30,23 @@
  * max_streams concurrent streams per connection (nghttp2 refuses more);
  * buffered request bytes per connection at most 4 x max_msg_bytes (more:
  * RESOURCE_EXHAUSTED for the stream that went over); a connection that has
- * answered no call for idle_ns is closed (so a client trickling bytes, or
- * never finishing its preface, cannot hold a slot), checked once a second.
+ * answered no call and written no byte for idle_ns is closed (so a client
+ * trickling bytes, or never finishing its preface, cannot hold a slot),
+ * checked once a second.
+ *
+ * Slow readers.  A connection whose socket refuses bytes (the client does
+ * not read its answers) holds them in its buffer, and is not read again
+ * until the socket has taken them all (conn_held: EPOLLIN disarmed), so
+ * no more of its requests are decided and its sends block in its own
+ * kernel.  What waits for it is bounded: the buffer (OUT_BATCH plus one
+ * frame) and, in nghttp2, the answers of the calls that the read which
+ * filled the socket decided -- at most max_streams, since a stream stays
+ * open until its answer is written out.  A client that reads, however
+ * slowly, makes progress (the socket takes bytes, or the sweep sees the
+ * kernel's queue for it shrink: TIOCOUTQ).  If neither happens for
+ * idle_ns the sweep resets the connection (SO_LINGER 0, as nginx's
+ * reset_timedout_connection: the kernel frees what it holds for the
+ * client, and the client learns without reading), counted as "stalled".
  * Bytes that are not the HTTP/2 preface get a plain HTTP/1.1 400 naming
  * the protocol, then the connection is closed (our SETTINGS wait for the
  * client's first bytes, so that reply is all such a client sees).
@@ -68,6 +83,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,6 +171,9 @@ struct rls_server {
      * beyond), and its sum in nanoseconds. */
     atomic_uint_least64_t lat_bucket[LAT_BUCKETS + 1], lat_sum_ns;
     atomic_size_t conns;
+    /* Connections the idle sweep closed: idle (nothing waiting for the
+     * client), stalled (answers waiting that the client did not read). */
+    atomic_uint_least64_t n_closed_idle, n_closed_stalled;
     atomic_bool stopping;
     worker *workers;
 };
@@ -175,12 +194,15 @@ struct conn {
     int fd;
     nghttp2_session *h2;
     conn *prev, *next;
-    uint64_t last_ns;    /* monotonic: accept, or the last call answered */
+    uint64_t last_ns;    /* monotonic: accept, the last call answered, or
+                          * the last bytes the socket took */
     size_t preface_seen; /* bytes of the preface matched so far */
     size_t buffered;     /* request bytes buffered over all streams */
     unsigned char *out;  /* frames to write: out[outoff .. outlen) */
     size_t outlen, outoff, outcap;
-    bool writing;        /* EPOLLOUT is armed (out holds bytes) */
+    size_t outq;         /* held: the kernel's unsent bytes at the last sweep */
+    uint32_t events;     /* the epoll events armed: EPOLLIN unless held,
+                          * EPOLLOUT while bytes wait (conn_flush) */
     bool closing;
     struct stream *streams; /* open streams (nghttp2_session_del does not
                              * close them: conn_close frees what is left) */
@@ -752,6 +774,11 @@ static void conn_close(conn *c)
     free(c);
 }
 
+/* Does the connection hold bytes its socket refused (the client is not
+ * reading as fast as it is answered)?  Then it is not read (conn_flush
+ * disarms EPOLLIN) until they have gone. */
+static bool conn_held(const conn *c) { return c->outoff < c->outlen; }
+
 /* Flush what nghttp2 has to send: its frames are gathered in the
  * connection's buffer (up to OUT_BATCH bytes, so one send(2) carries many
  * answers), then written; what the socket does not take waits for
@@ -790,6 +817,8 @@ static int conn_flush(conn *c)
             break;
         if (w < 0)
             return -1;
+        if (w > 0)
+            c->last_ns = mono_ns(); /* progress: the idle bound starts again */
         c->outoff += (size_t)w;
         if (c->outoff < c->outlen)
             break; /* the socket is full */
@@ -799,7 +828,8 @@ static int conn_flush(conn *c)
     if (c->ssl && !c->tls_ready && tls_handshake(c) == -2)
         return -1;
 #endif
-    bool pending = c->outoff < c->outlen || c->tls_want_write;
+    bool held = conn_held(c);
+    bool pending = held || c->tls_want_write;
     if (!pending && c->http1 && c->closing && !c->shut) {
         /* Answered: half-close, and read the client's end until it closes
          * (closing at once, with its bytes unread, would reset the
@@ -809,10 +839,13 @@ static int conn_flush(conn *c)
     }
     if (!pending && !c->http1 && !nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
         return -1;
-    if (pending != c->writing) {
-        struct epoll_event ev = {.events = EPOLLIN | (pending ? EPOLLOUT : 0), .data.ptr = c};
+    /* Held bytes: the client is not reading its answers, so nothing more
+     * is read from it (no call decided) until the socket takes them. */
+    uint32_t events = (held ? 0 : EPOLLIN) | (pending ? EPOLLOUT : 0);
+    if (events != c->events) {
+        struct epoll_event ev = {.events = events, .data.ptr = c};
         epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
-        c->writing = pending;
+        c->events = events;
     }
     return 0;
 }
@@ -1039,13 +1072,19 @@ static int http1_request(conn *c)
             "sluice_rls_shadow_refusals_total %llu\n"
             "# HELP sluice_rls_connections Open connections.\n"
             "# TYPE sluice_rls_connections gauge\n"
-            "sluice_rls_connections %zu\n",
+            "sluice_rls_connections %zu\n"
+            "# HELP sluice_rls_connections_closed_total Connections closed by the idle bound, by reason.\n"
+            "# TYPE sluice_rls_connections_closed_total counter\n"
+            "sluice_rls_connections_closed_total{reason=\"idle\"} %llu\n"
+            "sluice_rls_connections_closed_total{reason=\"stalled\"} %llu\n",
             (unsigned long long)atomic_load_explicit(&s->n_calls, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_errors, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_within, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_over, memory_order_relaxed),
             (unsigned long long)atomic_load_explicit(&s->n_shadow, memory_order_relaxed),
-            atomic_load(&s->conns));
+            atomic_load(&s->conns),
+            (unsigned long long)atomic_load_explicit(&s->n_closed_idle, memory_order_relaxed),
+            (unsigned long long)atomic_load_explicit(&s->n_closed_stalled, memory_order_relaxed));
         size_t off = n < 0 || (size_t)n >= cap ? cap : (size_t)n;
         /* The histogram: cumulative buckets, then _sum and _count. */
         static const char hh[] = "# HELP sluice_rls_decision_seconds ShouldRateLimit's decision time (not the network).\n"
@@ -1181,6 +1220,7 @@ static void conn_accept(worker *w, bool http1)
         conn *c = calloc(1, sizeof *c);
         if (c && http1) {
             struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+            c->events = EPOLLIN;
             c->w = w;
             c->fd = fd;
             c->http1 = true;
@@ -1206,6 +1246,7 @@ static void conn_accept(worker *w, bool http1)
         }
         c->w = w;
         c->fd = fd;
+        c->events = EPOLLIN;
         c->last_ns = mono_ns();
 #ifdef SLUICE_RLS_TLS
         if (s->tls && (!(c->ssl = SSL_new(s->tls)) || SSL_set_fd(c->ssl, fd) != 1)) {
@@ -1271,11 +1312,22 @@ static void *worker_main(void *arg)
             if (p == &s->stopfd)
                 continue;
             conn *c = p;
+            uint32_t e = evs[i].events;
             int rc = 0;
-            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+            bool held = conn_held(c);
+            if (held && (e & (EPOLLHUP | EPOLLERR)))
+                rc = -1; /* gone, with whoever would read the answers */
+            else if (!held && (e & (EPOLLIN | EPOLLHUP | EPOLLERR)))
                 rc = conn_read(c);
-            if (rc == 0 && (evs[i].events & EPOLLOUT))
+            if (rc == 0 && (e & EPOLLOUT)) {
+                bool want = c->tls_want_write;
                 rc = conn_flush(c);
+                /* Read again once the held bytes have gone (what TLS read
+                 * already, epoll will not report), or for an SSL_read that
+                 * waited for the socket to take bytes. */
+                if (rc == 0 && (held || want) && !conn_held(c))
+                    rc = conn_read(c);
+            }
             if (rc < 0)
                 conn_close(c);
         }
@@ -1303,13 +1355,35 @@ static void *worker_main(void *arg)
             next_sweep = now + 1000000000u;
             for (conn *c = w->head, *nx; c; c = nx) {
                 nx = c->next;
-                if (now - c->last_ns > s->o.idle_ns) {
-                    /* A GOAWAY first, so a client that was about to send
-                     * knows the calls past it were not processed. */
-                    if (c->h2 && nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                                                       nghttp2_session_get_last_proc_stream_id(c->h2),
-                                                       NGHTTP2_NO_ERROR, NULL, 0) == 0)
-                        (void)conn_flush(c);
+                int q;
+                if (conn_held(c) && ioctl(c->fd, TIOCOUTQ, &q) == 0 && q >= 0) {
+                    /* Progress the socket made by itself: the kernel's
+                     * queue for a client that reads slowly shrank (EPOLLOUT
+                     * waits until much of a large send buffer is free). */
+                    if ((size_t)q < c->outq)
+                        c->last_ns = now;
+                    c->outq = (size_t)q;
+                }
+                /* last_ns may be after now: a flush of the drain, above */
+                if (now > c->last_ns && now - c->last_ns > s->o.idle_ns) {
+                    if (conn_held(c)) {
+                        /* Stalled: answers the client has not read for
+                         * the idle bound.  A reset (SO_LINGER 0, as
+                         * nginx's reset_timedout_connection): the kernel
+                         * drops what it holds for the client at once,
+                         * and the client learns without reading. */
+                        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+                        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+                        atomic_fetch_add_explicit(&s->n_closed_stalled, 1, memory_order_relaxed);
+                    } else {
+                        /* A GOAWAY first, so a client that was about to
+                         * send knows the calls past it were not processed. */
+                        if (c->h2 && nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                                                           nghttp2_session_get_last_proc_stream_id(c->h2),
+                                                           NGHTTP2_NO_ERROR, NULL, 0) == 0)
+                            (void)conn_flush(c);
+                        atomic_fetch_add_explicit(&s->n_closed_idle, 1, memory_order_relaxed);
+                    }
                     conn_close(c);
                 }
             }

@@ -834,6 +834,282 @@ class FloodTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
 
 
+SLOW_CONFIG = """
+domain: test
+descriptors:
+  - key: slow
+    rate_limit: {unit: year, requests_per_unit: 1000000000}
+  - key: fast
+    rate_limit: {unit: year, requests_per_unit: 1000000000}
+"""
+
+
+def proc_usage(pid):
+    """(VmRSS in bytes, utime + stime in seconds) of process pid, from /proc."""
+    with open("/proc/%d/status" % pid) as f:
+        rss = [int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:")][0]
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class SlowReadTest(unittest.TestCase):
+    """Slow readers: a client that sends requests as fast as it can and
+    never reads an answer (its receive buffer fills, then the server's send
+    buffer).  The server stops reading that connection while the socket
+    takes none of its answers, so it decides no more of its requests, holds
+    a bounded amount for it, spends no CPU on it, and closes it (a reset)
+    after the idle bound; a client beside it on the same worker is served
+    throughout."""
+
+    IDLE_S = 6
+    # Under AddressSanitizer freed blocks wait in its quarantine (256 MB by
+    # default), so RSS would measure that: a small one here.
+    ENV = dict(ASAN_OPTIONS=":".join(x for x in (os.environ.get("ASAN_OPTIONS"), "quarantine_size_mb=1",
+                                                  "thread_local_quarantine_size_kb=64") if x))
+
+    def slow_call(self, sid):
+        """One ShouldRateLimit call on stream sid, HPACK literals (no
+        index: every call the same size), the message in one DATA frame."""
+        body = frame(raw_request(b"test", [[(b"slow", b"reader")]]))
+        return h2_frame(1, 4, sid, FloodTest.HEADERS) + h2_frame(0, 1, sid, body)
+
+    def push(self, so, chunks, total, stall_s=2, limit_s=120):
+        """Send chunks() until total bytes went, or the socket took nothing
+        for stall_s (the server stopped reading), or limit_s passed.
+        Returns (bytes sent, stuck)."""
+        import select
+        import ssl
+        so.setblocking(False)
+        sent, t0 = 0, time.monotonic()
+        pending = b""
+        while sent < total and time.monotonic() - t0 < limit_s:
+            if not pending:
+                pending = next(chunks)
+            try:
+                n = so.send(pending)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                n = 0
+            except (ConnectionResetError, BrokenPipeError):
+                return sent, False
+            sent += n
+            pending = pending[n:]
+            if n == 0 and not select.select([], [so], [], stall_s)[1]:
+                return sent, True
+        return sent, False
+
+    def wait_reset(self, so, limit_s):
+        """Does the server close so (a reset, or EOF) within limit_s,
+        without so reading a byte?  Returns the seconds it took, or None."""
+        import select
+        p = select.poll()
+        p.register(so.fileno(), select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit_s:
+            if p.poll(200):
+                return time.monotonic() - t0
+        return None
+
+    def metric(self, s, key):
+        """One series of /metrics (0 when absent)."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.http_port, timeout=30) as h:
+            body = h.read().decode()
+        got = [int(l[len(key) + 1:]) for l in body.splitlines() if l.startswith(key + " ")]
+        return got[0] if got else 0
+
+    def decided(self, s):
+        return self.metric(s, 'sluice_rls_rule_decisions_total{rule="test.slow",name="",decision="allowed"}')
+
+    def check_slow_reader(self, s, so, chunks, per_call, served):
+        """Push 50 MB from so and never read; then check (a)-(d)."""
+        rss0, _ = proc_usage(s.proc.pid)
+        sent, stuck = self.push(so, chunks, 50 << 20)
+        rss1, cpu1 = proc_usage(s.proc.pid)
+        # (a) a client on the same (only) worker is served, promptly.
+        for i in range(20):
+            t0 = time.monotonic()
+            served(i)
+            self.assertLess(time.monotonic() - t0, 5, "a call beside the slow reader took over 5 s")
+        # (c) the calls decided for it: what the kernel buffers (the
+        # server's send buffer grows to tcp_wmem's maximum), the server's
+        # bound (256 KiB) and one read (100 streams) hold, in answers of
+        # at least per_call bytes -- not what the client sent.
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            wmem = int(f.read().split()[2])
+        n = self.decided(s)
+        bound = (wmem + (1 << 20)) // per_call + 100
+        self.assertLessEqual(n, bound, "decided %d calls for a client that read nothing (sent %d bytes)" % (n, sent))
+        self.assertLess(n * 2, sent // len(self.slow_call(1)), "the test sent too few calls to tell")
+        # (b) memory: under 32 MB more than before it came.
+        self.assertLess(rss1 - rss0, 32 << 20, "RSS grew by %d bytes" % (rss1 - rss0))
+        # (d) closed after the idle bound (6 s, swept each second; 30 s for
+        # a loaded machine), with a reset: the client needs not read; no
+        # CPU spent on it meanwhile (a spinning worker would take seconds).
+        took = self.wait_reset(so, 30)
+        self.assertIsNotNone(took, "a connection that read nothing outlived the idle bound")
+        _, cpu2 = proc_usage(s.proc.pid)
+        self.assertLess(cpu2 - cpu1, 0.5, "%.2f s of CPU while the slow reader was stuck" % (cpu2 - cpu1))
+        self.assertEqual(self.decided(s), n, "calls decided after the client stopped being read")
+        self.assertEqual(self.metric(s, 'sluice_rls_connections_closed_total{reason="stalled"}'), 1)
+        # The client's sends stopped: the server read no more of it.
+        self.assertTrue(stuck, "the server read all %d bytes of a client that reads nothing" % sent)
+        return n, sent, rss1 - rss0, cpu2 - cpu1, took
+
+    def h2_slow_reader(self, s, tls_ctx=None):
+        so = socket.socket()
+        so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        so.settimeout(10)
+        so.connect(("127.0.0.1", s.port))
+        if tls_ctx:
+            so = tls_ctx.wrap_socket(so, server_hostname="localhost")
+        # The largest windows (a flow-controlled client would not get its
+        # answers sent either), then calls, never a read.
+        so.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+                   h2_frame(4, 0, 0, (4).to_bytes(2, "big") + (2**31 - 1).to_bytes(4, "big")) +
+                   h2_frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big")))
+
+        def chunks():
+            sid = 1
+            while True:
+                yield b"".join(self.slow_call(sid + 2 * i) for i in range(200))
+                sid += 400
+        return so, chunks()
+
+    def grpc_case(self, tls):
+        import ssl
+        env = dict(self.ENV, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=self.IDLE_S)
+        ctx = None
+        if tls:
+            d = tempfile.mkdtemp(prefix="rls-tls-")
+            crt, key = os.path.join(d, "c.pem"), os.path.join(d, "k.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                            "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext",
+                            "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", crt],
+                           check=True, capture_output=True, timeout=60)
+            env.update(GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT=crt, GRPC_SERVER_TLS_KEY=key)
+            ctx = ssl.create_default_context(cafile=crt)
+            ctx.set_alpn_protocols(["h2"])
+        s = Server(config=SLOW_CONFIG, **env)
+        try:
+            if tls:
+                with open(crt, "rb") as f:
+                    creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+                ch = grpc.secure_channel("127.0.0.1:%d" % s.port, creds,
+                                         options=[("grpc.ssl_target_name_override", "localhost")])
+            else:
+                ch = grpc.insecure_channel("127.0.0.1:%d" % s.port)
+            call = ch.unary_unary(RLS, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                  response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            self.assertEqual(call(request(desc(("fast", "warm"))), timeout=10).overall_code, OK)
+            so, chunks = self.h2_slow_reader(s, ctx)
+            try:
+                def served(i):
+                    r = call(request(desc(("fast", "beside"))), timeout=10)
+                    self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 10**9 - 1 - i))
+                # An answer is over 100 bytes on the wire (HEADERS, DATA
+                # with the message, trailers).
+                got = self.check_slow_reader(s, so, chunks, 100, served)
+                print("slow reader (%s): decided %d, sent %d bytes, RSS +%d, CPU %.2f s stuck, reset after %.1f s" %
+                      ((("tls" if tls else "cleartext"),) + got), file=sys.stderr)
+            finally:
+                so.close()
+            ch.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+            if tls:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def test_grpc_slow_reader(self):
+        self.grpc_case(False)
+
+    @unittest.skipUnless(shutil.which("openssl"), "openssl (the command) makes the test's certificate")
+    def test_grpc_slow_reader_tls(self):
+        self.grpc_case(True)
+
+    def test_grpc_reader_slow_but_reading(self):
+        """A client that reads its answers, slowly (8 KiB of a send buffer
+        of megabytes every 0.1 s: the socket reports no room for many
+        seconds), makes progress: it is not closed in 3 idle bounds."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=3, **self.ENV)
+        try:
+            so, chunks = self.h2_slow_reader(s)
+            try:
+                # Stalled for 0.5 s: it begins to read well within the
+                # idle bound (3 s), which starts at the server's last send.
+                _, stuck = self.push(so, chunks, 50 << 20, stall_s=0.5)
+                self.assertTrue(stuck)
+                got, t0 = 0, time.monotonic()
+                while time.monotonic() - t0 < 10:
+                    try:
+                        data = so.recv(8192)
+                    except BlockingIOError:
+                        data = None
+                    except ConnectionResetError:
+                        self.fail("reset after %.1f s, having read %d bytes" % (time.monotonic() - t0, got))
+                    self.assertNotEqual(data, b"", "closed after %.1f s" % (time.monotonic() - t0))
+                    got += len(data or b"")
+                    time.sleep(0.1)
+                self.assertGreater(got, 0)
+                self.assertEqual(self.metric(s, 'sluice_rls_connections_closed_total{reason="stalled"}'), 0)
+                print("slow but reading: read %d bytes in 10 s, not closed" % got, file=sys.stderr)
+            finally:
+                so.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+    def test_stop_with_a_slow_reader(self):
+        """SIGTERM while a slow reader's answers wait: the drain bound (5 s)
+        ends it, and the server exits 0."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, **self.ENV)
+        so, chunks = self.h2_slow_reader(s)
+        try:
+            _, stuck = self.push(so, chunks, 50 << 20, stall_s=0.5)
+            self.assertTrue(stuck)
+            t0 = time.monotonic()
+            self.assertEqual(s.stop(), 0)
+            self.assertLess(time.monotonic() - t0, 15)
+        finally:
+            so.close()
+
+    def test_http1_slow_reader(self):
+        """Pipelined POST /json on one connection, never read: the port
+        serves one request per connection, so one is decided, answered and
+        followed by the server's half-close (seen without reading); the
+        rest is read and dropped until the idle bound."""
+        s = Server(config=SLOW_CONFIG, SLUICE_RLS_WORKERS=1, SLUICE_RLS_IDLE_SECONDS=self.IDLE_S, **self.ENV)
+        try:
+            body = json.dumps({"domain": "test", "descriptors": [{"entries": [{"key": "slow", "value": "r"}]}]})
+            one = ("POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode()
+            so = socket.socket()
+            so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            so.settimeout(10)
+            so.connect(("127.0.0.1", s.http_port))
+
+            def chunks():
+                while True:
+                    yield one * 200
+
+            def served(i):
+                r = s.call(request(desc(("fast", "beside"))), timeout=10)
+                self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 10**9 - 1 - i))
+            try:
+                rss0, cpu0 = proc_usage(s.proc.pid)
+                sent, _ = self.push(so, chunks(), 50 << 20, limit_s=60)
+                for i in range(20):
+                    t0 = time.monotonic()
+                    served(i)
+                    self.assertLess(time.monotonic() - t0, 5, "a call beside the slow reader took over 5 s")
+                self.assertEqual(self.decided(s), 1)
+                rss1, _ = proc_usage(s.proc.pid)
+                self.assertLess(rss1 - rss0, 32 << 20, "RSS grew by %d bytes" % (rss1 - rss0))
+                self.assertIsNotNone(self.wait_reset(so, 30), "no half-close after the answer")
+                print("slow reader (http/1.1): sent %d bytes, RSS +%d" % (sent, rss1 - rss0), file=sys.stderr)
+            finally:
+                so.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class SharedTest(unittest.TestCase):
     def test_two_servers_one_limit(self):
         """SLUICE_RLS_SHARED_DIR: two sluice-rls processes, 2 client
