@@ -8,12 +8,16 @@
  * measurements are in docs/redis.md; this header is the reference.
  *
  * The global tier
- *   Two algorithms run as Lua scripts, atomically, with EVALSHA (answered by
- *   EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
+ *   Three algorithms run as Lua scripts, atomically, with EVALSHA (answered
+ *   by EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
  *   or a failover to a server that never saw the script costs no error):
  *
  *     token-bucket LIMIT/PERIOD [burst=B]     docs/decisions.md 3.5 (GCRA)
  *     sliding-approx LIMIT/PERIOD             docs/decisions.md 3.4
+ *     fixed-window LIMIT/PERIOD               docs/decisions.md 3.1 (windows
+ *                                             aligned to 0 on Redis's clock;
+ *                                             a key expires at its window's
+ *                                             end)
  *
  *   Each decides exactly as the contract says for the requests in the order
  *   Redis ran them, at the time of Redis's clock (the TIME command, never a
@@ -215,14 +219,14 @@ typedef struct sluice_redis_config {
 /* Fill `cfg` with the defaults above.  Thread-safe. */
 void sluice_redis_config_init(sluice_redis_config *cfg);
 
-/* Make a Redis-backed limiter from a spec (token-bucket or sliding-approx,
- * any options of the core's grammar; clock=coarse applies to the local
+/* Make a Redis-backed limiter from a spec (token-bucket, sliding-approx or
+ * fixed-window, any options of the core's grammar; clock=coarse applies to the local
  * limiters only) and a configuration (NULL: the defaults).  Does not
  * connect: the first call that needs Redis does (see sluice_redis_ping).
  * Returns NULL when the spec or the configuration is refused, or memory
  * runs out, with a one-line reason in `err` (NUL-terminated when
  * errlen > 0), e.g. `algorithm "sliding-log" has no Redis script (use
- * token-bucket or sliding-approx)`.  The caller frees it with
+ * token-bucket, sliding-approx or fixed-window)`.  The caller frees it with
  * sluice_redis_free().  Thread-safe. */
 sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
                                char *err, size_t errlen);
@@ -269,7 +273,7 @@ typedef struct sluice_redis_info {
  *   - SRC_REDIS: exactly the contract's, at info.server_time_ns: remaining
  *     (permits a request at that instant could still get, the lease just
  *     granted included) and retry_after_ns (-1: permits exceed the burst,
- *     or LIMIT for sliding-approx);
+ *     or LIMIT for sliding-approx and fixed-window);
  *   - SRC_LEASE: remaining = the permits left in this process's lease;
  *   - SRC_CACHE: retry_after_ns = the time left until this process asks
  *     Redis again (-1: the request exceeds the burst, or LIMIT), remaining
@@ -425,8 +429,8 @@ int sluice_metrics_add_redis(sluice_metrics *m, const char *name, const sluice_r
  * Thread-safe. */
 unsigned sluice_redis_key_slot(const void *key, size_t len);
 
-/* The Lua source of a script: 0 token-bucket, 1 sliding-approx; NULL for
- * another index.  Static storage.  Thread-safe. */
+/* The Lua source of a script: 0 token-bucket, 1 sliding-approx,
+ * 2 fixed-window; NULL for another index.  Static storage.  Thread-safe. */
 const char *sluice_redis_script_source(int which);
 
 /* The SHA1 of that script as 40 lowercase hex digits (what SCRIPT LOAD

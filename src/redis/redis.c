@@ -415,7 +415,9 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     args[n] = nbuf[0], lens[n++] = strlen(nbuf[0]);
     args[n] = nbuf[1], lens[n++] = strlen(nbuf[1]);
     long long v[SR_SA_FIELDS];
-    int nout = pp->script == SR_SCRIPT_TB ? SR_TB_FIELDS : SR_SA_FIELDS;
+    int nout = pp->script == SR_SCRIPT_TB   ? SR_TB_FIELDS
+               : pp->script == SR_SCRIPT_FW ? SR_FW_FIELDS
+                                            : SR_SA_FIELDS;
     uint64_t t0 = sluice_now_ns();
     int rc = sluice__cluster_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n,
                                   deadline, v, nout, retry_at);
@@ -442,6 +444,17 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
             sr_u128 d = ((sr_u128)p * pp->b - x) * q;
             o->retry_after_ns = (int64_t)((d + pp->a - 1) / pp->a);
         }
+    } else if (pp->script == SR_SCRIPT_FW) {
+        uint64_t rt = (uint64_t)v[2], c = (uint64_t)v[3];
+        if (rt >= pp->wt || c > pp->limit || (o->ok && c < o->granted)) goto bad_reply;
+        o->server_ns = (uint64_t)v[4] * q;
+        o->remaining = pp->limit - c;
+        /* the window ends (wt - rt) ticks later: at most W ns */
+        uint64_t to_end = (pp->wt - rt) * q;
+        o->retry1_ns = o->remaining ? 0 : to_end;
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > pp->limit) o->retry_after_ns = -1;
+        else o->retry_after_ns = (int64_t)to_end;
     } else {
         uint64_t rt = (uint64_t)v[2], cur = (uint64_t)v[3], prev = (uint64_t)v[4];
         uint64_t wt = pp->wt, L = pp->limit;

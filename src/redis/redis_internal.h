@@ -1,6 +1,6 @@
 /* redis_internal.h -- what the Redis tier's source files share.
  *
- *   scripts.c   the two Lua scripts, their SHA1 (computed here: EVALSHA
+ *   scripts.c   the three Lua scripts, their SHA1 (computed here: EVALSHA
  *               needs it before any SCRIPT LOAD) and the spec -> script
  *               parameters arithmetic that keeps every number in the
  *               scripts below 2^53
@@ -37,18 +37,19 @@ __extension__ typedef unsigned __int128 sr_u128;
 #define SR_TWO53 ((uint64_t)1 << 53) /* every number in a script stays below */
 #define SR_SCRIPT_TB 0
 #define SR_SCRIPT_SA 1
+#define SR_SCRIPT_FW 2
 
 /* The script parameters of a spec (sluice__redis_params()). */
 typedef struct sr_params {
-    int script;          /* SR_SCRIPT_TB or SR_SCRIPT_SA */
+    int script;          /* SR_SCRIPT_TB, _SA or _FW */
     uint64_t limit;      /* L */
     uint64_t period_ns;  /* W */
-    uint64_t capacity;   /* B (token-bucket), L (sliding-approx) */
+    uint64_t capacity;   /* B (token-bucket), L (sliding-approx, fixed-window) */
     uint64_t quantum_ns; /* the tick: Redis's TIME is floor(us / q_us) ticks */
     /* token-bucket: the rate is a/b permits per tick in lowest terms; the
      * level is kept as x = tokens * b, 0 .. cap = B * b */
     uint64_t a, b, cap;
-    /* sliding-approx: the window in ticks */
+    /* sliding-approx, fixed-window: the window in ticks */
     uint64_t wt;
     bool coarse;         /* the spec says clock=coarse (for the local tier) */
     char canon[SLUICE_SPEC_MAX]; /* canonical spec, without clock=coarse: it
@@ -71,6 +72,7 @@ SR_INTERNAL int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t 
 /* Reply fields of the scripts. */
 #define SR_TB_FIELDS 4 /* ok, granted, x, now */
 #define SR_SA_FIELDS 6 /* ok, granted, r, cur, prev, now */
+#define SR_FW_FIELDS 5 /* ok, granted, r, count, now */
 
 /* SHA1 of `len` bytes as 40 hex digits and a NUL in out[41]. */
 SR_INTERNAL void sluice__sha1_hex(const void *data, size_t len, char out[41]);

@@ -1,7 +1,7 @@
 /* scripts.c -- the global tier's algorithms as Lua scripts, and the
  * arithmetic that keeps them exact.
  *
- * Both scripts run atomically in Redis (EVALSHA), read the server's clock
+ * The scripts run atomically in Redis (EVALSHA), read the server's clock
  * with TIME and never a client's, and decide exactly as docs/decisions.md section
  * 3 says at that time.  Lua 5.1 numbers are IEEE doubles, exact for integers
  * below 2^53; the parameters below are chosen (and specs refused) so that
@@ -32,11 +32,17 @@
  * estimate times wt and a request is allowed iff E + p*wt <= L*wt.  E <= L*wt
  * always, p <= L+1 (clamped), so (2L+1)*wt < 2^53 suffices.
  *
+ * fixed-window (3.1).  q must divide W; wt = W / q ticks; the window of
+ * now is k = floor(now / wt) and a request is allowed iff the window's
+ * count c plus p is at most L.  Needs wt < 2^53 and L + 1 < 2^53 (p is
+ * clamped to L+1).  Only an admission writes; the key expires at its
+ * window's end (plus 1 ms: PEXPIRE counts from Redis's millisecond clock).
+ *
  * Divisions: floor(n / d) in doubles can be off by one near an integer; the
  * scripts' divmod() corrects the quotient with the exact remainder.
  *
- * Storage: one hash per key, fields x,t (token-bucket) or k,c,p,t
- * (sliding-approx), t the latest tick the key has seen (an earlier TIME
+ * Storage: one hash per key, fields x,t (token-bucket), k,c,p,t
+ * (sliding-approx) or k,c,t (fixed-window), t the latest tick the key has seen (an earlier TIME
  * counts as t: the contract's "time never goes backwards").  Values are
  * written with %.0f (no exponent, no lost digit).  A key at rest (full
  * bucket; empty windows) is deleted; otherwise its TTL is the time until
@@ -142,23 +148,57 @@ static const char sa_lua[] =
     "end\n"
     "return {ok, g, r, cur, prev, now}\n";
 
-static const char *const sources[2] = {tb_lua, sa_lua};
-static char shas[2][41];
+/* KEYS[1]; ARGV: q_us, wt, L, need, want.
+ * Reply: {ok, granted, r, count, now}: count is the window's after the
+ * decision.  A refusal or a probe writes nothing (docs/decisions.md: only an
+ * admission changes a limiter). */
+static const char fw_lua[] =
+    "-- sluice fixed-window (docs/decisions.md 3.1) on Redis's clock\n"
+    SR_LUA_DIVMOD
+    "local q_us, wt, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "local tm = redis.call('TIME')\n"
+    "local real = divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us)\n"
+    "local st = redis.call('HMGET', KEYS[1], 'k', 'c', 't')\n"
+    "local k0, c, t = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])\n"
+    "if k0 == nil or c == nil or t == nil or c < 0 or c > L then k0 = -1; c = 0; t = real end\n"
+    "local now = real\n"
+    "if now < t then now = t end\n"
+    "local k, r = divmod(now, wt)\n"
+    "if k ~= k0 then c = 0 end\n"
+    "local ok, g = 0, 0\n"
+    "if c + need <= L then\n"
+    "  ok = 1; g = need\n"
+    "  if want > need then\n"
+    "    if L - c < want then g = L - c else g = want end\n"
+    "  end\n"
+    "end\n"
+    "if g > 0 then\n"
+    "  c = c + g\n"
+    "  redis.call('HSET', KEYS[1], 'k', string.format('%.0f', k), 'c', string.format('%.0f', c),\n"
+    "             't', string.format('%.0f', now))\n"
+    "  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.ceil(((k + 1) * wt - real) * q_us / 1000) + 1))\n"
+    "end\n"
+    "return {ok, g, r, c, now}\n";
+
+#define SR_NSCRIPTS 3
+static const char *const sources[SR_NSCRIPTS] = {tb_lua, sa_lua, fw_lua};
+static char shas[SR_NSCRIPTS][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 
 static void compute_shas(void)
 {
-    for (int i = 0; i < 2; i++) sluice__sha1_hex(sources[i], strlen(sources[i]), shas[i]);
+    for (int i = 0; i < SR_NSCRIPTS; i++) sluice__sha1_hex(sources[i], strlen(sources[i]), shas[i]);
 }
 
 const char *sluice_redis_script_source(int which)
 {
-    return which == 0 || which == 1 ? sources[which] : NULL;
+    return which >= 0 && which < SR_NSCRIPTS ? sources[which] : NULL;
 }
 
 const char *sluice_redis_script_sha(int which)
 {
-    if (which != 0 && which != 1) return NULL;
+    if (which < 0 || which >= SR_NSCRIPTS) return NULL;
     pthread_once(&sha_once, compute_shas);
     return shas[which];
 }
@@ -224,7 +264,8 @@ int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t B, bool coar
         snprintf(text, sizeof text, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)L,
                  (unsigned long long)W, (unsigned long long)B, coarse ? " clock=coarse" : "");
     else
-        snprintf(text, sizeof text, "sliding-approx %llu/%lluns%s", (unsigned long long)L,
+        snprintf(text, sizeof text, "%s %llu/%lluns%s",
+                 script == SR_SCRIPT_FW ? "fixed-window" : "sliding-approx", (unsigned long long)L,
                  (unsigned long long)W, coarse ? " clock=coarse" : "");
     char canon[SLUICE_SPEC_MAX];
     int rc = sluice_spec_check(text, canon, sizeof canon, NULL, 0);
@@ -244,10 +285,13 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
         out->script = SR_SCRIPT_TB;
     } else if (in.algorithm == SLUICE_ALG_SLIDING_APPROX) {
         out->script = SR_SCRIPT_SA;
+    } else if (in.algorithm == SLUICE_ALG_FIXED_WINDOW) {
+        out->script = SR_SCRIPT_FW;
     } else {
         if (errlen)
             snprintf(err, errlen,
-                     "algorithm \"%s\" has no Redis script (use token-bucket or sliding-approx)",
+                     "algorithm \"%s\" has no Redis script (use token-bucket, sliding-approx "
+                     "or fixed-window)",
                      sluice_algorithm_name(in.algorithm));
         return SLUICE_EINVAL;
     }
@@ -276,13 +320,20 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
         }
         if (W % q != 0) break; /* a larger q cannot divide W either */
         uint64_t wt = W / q;
-        if ((sr_u128)(2 * L + 1) * wt >= SR_TWO53) continue;
+        if (out->script == SR_SCRIPT_FW ? wt >= SR_TWO53 || L + 1 >= SR_TWO53
+                                        : (sr_u128)(2 * L + 1) * wt >= SR_TWO53)
+            continue;
         out->quantum_ns = q;
         out->wt = wt;
         return 0;
     }
     if (errlen) {
-        if (out->script == SR_SCRIPT_TB)
+        if (out->script == SR_SCRIPT_FW)
+            snprintf(err, errlen,
+                     "spec \"%s\" is out of the Redis tier's exact range: PERIOD must be a "
+                     "whole number of microseconds (docs/redis.md)",
+                     out->canon);
+        else if (out->script == SR_SCRIPT_TB)
             snprintf(err, errlen,
                      "spec \"%s\" is out of the Redis tier's exact range: (burst+1) * PERIOD / "
                      "gcd(LIMIT * q, PERIOD) must stay below 2^53 for some clock quantum q "
