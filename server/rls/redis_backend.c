@@ -8,10 +8,9 @@
  * value, `PREFIX rls:DIGEST: {KEY}:SPECID`, where DIGEST (FNV-1a of the
  * limit's full key, 16 hex digits) keeps the same values under two rules
  * apart and KEY is the table key rls.c builds.  The tier's scripts are
- * token-bucket and sliding-approx, so a limit without `algorithm` is a
- * sliding-approx one (config_yaml.c): its estimate never counts less than the
- * current aligned window, so it never admits more in a window than
- * envoyproxy/ratelimit's fixed window would.  Redis's clock decides
+ * token-bucket, sliding-approx and fixed-window, so a limit without
+ * `algorithm` is a fixed-window one on Redis too (config_yaml.c), windows
+ * aligned to 0 as envoyproxy/ratelimit's are.  Redis's clock decides
  * (TIME, in the script), never this host's.
  *
  * With SLUICE_RLS_REDIS_LEASE_MAX = 0 (the default) every decision is one

@@ -64,7 +64,8 @@ void rls_redis_use(const rls_redis_settings *s);
 /* Is the Redis backend in use? */
 bool rls_redis_enabled(void);
 
-/* The Redis limiter of a limit: spec (token-bucket or sliding-approx; the
+/* The Redis limiter of a limit: spec (token-bucket, sliding-approx or
+ * fixed-window; the
  * Redis tier's grammar), its Redis keys prefixed with CACHE_KEY_PREFIX and
  * a digest of the limit's full key, so two limits never share a key.  NULL
  * with the tier's one-line reason in err.  Not connected yet. */

@@ -1480,6 +1480,34 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             r.stop()
 
+    def test_default_fixed_window(self):
+        """On Redis a limit without `algorithm` is fixed-window, as in
+        process (envoyproxy/ratelimit's aligned window): the key holds the
+        fixed-window script's fields, and a refusal waits until the end of
+        the UTC day (docs/decisions.md 3.1: windows aligned to 0)."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)
+        try:
+            for left in (1, 0):
+                got = s.call(request(desc(("two", "fw"))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+                self.assertEqual(got.statuses[0].limit_remaining, left)
+            # (the key name holds binary lengths: read it inside Redis)
+            self.assertEqual(r.cli("DBSIZE").strip(), "1")
+            one = "local k = redis.call('KEYS', '*')[1]; return redis.call(ARGV[1], k)"
+            self.assertEqual(sorted(r.cli("EVAL", one, "0", "HKEYS").split()), ["c", "k", "t"])
+            got = s.call(request(desc(("two", "fw"))), timeout=10)
+            now = time.time()
+            self.assertEqual(got.overall_code, OVER)
+            reset = got.statuses[0].duration_until_reset.seconds
+            self.assertLessEqual(abs(reset - (86400 - now % 86400)), 3)
+            # The key expires at the window's end (plus at most 1 ms).
+            ttl = int(r.cli("EVAL", one, "0", "PTTL"))
+            self.assertLessEqual(abs(ttl / 1000 - (86400 - now % 86400)), 3)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
+
     def test_redis_down(self):
         """Redis unreachable: by default UNAVAILABLE (Envoy's failure_mode_deny
         decides), /json 503, /healthcheck still 200; back when Redis is;
