@@ -38,6 +38,7 @@ __extension__ typedef unsigned __int128 sr_u128;
 #define SR_SCRIPT_TB 0
 #define SR_SCRIPT_SA 1
 #define SR_SCRIPT_FW 2
+#define SR_SCRIPT_ALL 3 /* the all-or-nothing script over several keys */
 
 /* The script parameters of a spec (sluice__redis_params()). */
 typedef struct sr_params {
@@ -146,7 +147,9 @@ typedef struct sr_redirect {
     char host[SR_HOST_MAX]; /* "" (or "?"): the host of the node asked */
 } sr_redirect;
 
-/* Run script `which` on one key with `nargs` arguments, by EVALSHA (EVAL
+/* Run script `which` on `nkeys` keys (1 .. SLUICE_COMPOSITE_MAX) with
+ * `nargs` arguments (3 + nkeys + nargs <= SR_EVAL_ARGS, else SLUICE_EINVAL
+ * and nothing sent), by EVALSHA (EVAL
  * after NOSCRIPT), before `deadline` (CLOCK_MONOTONIC ns); with `asking`,
  * each command is preceded by ASKING in the same write.  On success
  * returns 0 with the reply's integers in out[0 .. nout-1].  When `rd` is
@@ -155,8 +158,10 @@ typedef struct sr_redirect {
  * circuit, nothing counted).  Else returns SLUICE_ETIMEDOUT or
  * SLUICE_EBACKEND, having counted the error, and sets *retry_at to the
  * earliest time the circuit lets a call try again (0 when it is closed). */
-SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *key,
-                                  size_t keylen, const char *const *args,
+#define SR_EVAL_ARGS (3 + SLUICE_COMPOSITE_MAX * 7)
+SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *const *keys,
+                                  const size_t *keylens, int nkeys,
+                                  const char *const *args,
                                   const size_t *arglens, int nargs,
                                   uint64_t deadline, long long *out, int nout,
                                   uint64_t *retry_at, bool asking,
@@ -236,10 +241,13 @@ SR_INTERNAL int sluice__cluster_init(sr_cluster *cl, const char *host, int port,
                                      const sr_conn_cfg *cfg, int want);
 SR_INTERNAL void sluice__cluster_fini(sr_cluster *cl);
 
-/* sluice__conn_eval on the node that serves `key`, following the cluster's
- * answers within `deadline`: 0 or SLUICE_ETIMEDOUT / SLUICE_EBACKEND. */
-SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *key,
-                                     size_t keylen, const char *const *args,
+/* sluice__conn_eval on the node that serves keys[0], following the
+ * cluster's answers within `deadline`: 0 or SLUICE_ETIMEDOUT /
+ * SLUICE_EBACKEND; SLUICE_ERANGE, nothing sent, when the server is a
+ * cluster and the keys are not all in keys[0]'s slot. */
+SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *const *keys,
+                                     const size_t *keylens, int nkeys,
+                                     const char *const *args,
                                      const size_t *arglens, int nargs,
                                      uint64_t deadline, long long *out, int nout,
                                      uint64_t *retry_at);

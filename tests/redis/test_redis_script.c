@@ -242,15 +242,15 @@ static void test_refused_specs(void **state)
 static void test_script_sha(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", sluice_redis_script_source(i)};
         char sha[64];
         assert_int_equal(test_redis_cmd(&test_redis_shared, NULL, sha, sizeof sha, 3, argv), 0);
         assert_string_equal(sha, sluice_redis_script_sha(i));
     }
     assert_non_null(strstr(sluice_redis_script_source(2), "fixed-window"));
-    assert_null(sluice_redis_script_source(3));
-    assert_null(sluice_redis_script_sha(3));
+    assert_null(sluice_redis_script_source(4));
+    assert_null(sluice_redis_script_sha(4));
     assert_null(sluice_redis_script_sha(-1));
 }
 
