@@ -422,7 +422,8 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
     o->server_ns = now * q;
     if (pp->script == SR_SCRIPT_TB) {
         uint64_t x = (uint64_t)v[2];
-        if (x > pp->cap) return false;
+        /* a refusal of p <= burst means fewer than p tokens */
+        if (x > pp->cap || (!o->ok && p <= pp->capacity && (sr_u128)p * pp->b <= x)) return false;
         o->remaining = x / pp->b;
         o->retry1_ns = x >= pp->b ? 0
                                   : (uint64_t)((((sr_u128)(pp->b - x)) * q + pp->a - 1) / pp->a);
@@ -434,7 +435,8 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
         }
     } else if (pp->script == SR_SCRIPT_FW) {
         uint64_t rt = (uint64_t)v[2], c = (uint64_t)v[3];
-        if (rt >= pp->wt || c > pp->limit || c < o->granted) return false;
+        if (rt >= pp->wt || c > pp->limit || c < o->granted || (!o->ok && p <= pp->limit && c + p <= pp->limit))
+            return false;
         o->remaining = pp->limit - c;
         /* the window ends (wt - rt) ticks later: at most W ns */
         uint64_t to_end = (pp->wt - rt) * q;
@@ -447,6 +449,7 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
         uint64_t wt = pp->wt, L = pp->limit;
         if (rt >= wt || cur > L || prev > L) return false;
         sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
+        if (!o->ok && p <= L && e + (sr_u128)p * wt <= lw) return false; /* it had room */
         o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
         uint64_t W = pp->period_ns, rr = rt * q;
         /* the core's rule (sliding_approx.h), at Redis's offset rr; each
@@ -457,6 +460,31 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
         else o->retry_after_ns = (int64_t)sluice__approx_wait_ns(W, L, prev, cur, rr, p);
     }
     return true;
+}
+
+int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
+                            const long long *v, size_t nv, sluice__answer *a)
+{
+    if (n < 1 || n > SLUICE_COMPOSITE_MAX || nv < 1 || (v[0] != 0 && v[0] != 1)) return SLUICE_EBACKEND;
+    const bool all = v[0] == 1;
+    bool ok_all = true;
+    size_t at = 1;
+    for (size_t i = 0; i < n; i++) {
+        const sr_params *pp = pps[i];
+        const size_t f = (size_t)fields_of(pp->script);
+        if (f > nv - at) return SLUICE_EBACKEND;
+        const uint64_t need = permits[i] > pp->capacity ? pp->capacity + 1 : permits[i];
+        sr_outcome o;
+        if (!outcome(pp, permits[i], need, need, all, v + at, &o)) return SLUICE_EBACKEND;
+        at += f;
+        ok_all = ok_all && o.ok;
+        a[i].ok = o.ok;
+        a[i].r = (sluice_result){.allowed = o.ok, .remaining = o.remaining,
+                                 .retry_after_ns = o.retry_after_ns};
+    }
+    /* every field used, and the verdict is every key's */
+    if (at != nv || ok_all != all) return SLUICE_EBACKEND;
+    return all ? 1 : 0;
 }
 
 static void note_rtt(sluice_redis *r, uint64_t t0)
@@ -850,28 +878,15 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
     if (names != kbuf) sluice__free(names);
     if (rc != 0) return all_refuse(n, rc, res, per_limit);
     note_rtt(r0, t0);
-    /* bounds-check every key's fields before using any */
     sluice__answer a[SLUICE_COMPOSITE_MAX];
-    bool all = v[0] == 1, ok_all = true;
-    if (v[0] != 0 && v[0] != 1) rc = SLUICE_EBACKEND;
-    for (size_t i = 0, at = 1; i < n && rc == 0; i++) {
-        const sluice_redis *r = rs[i];
-        sr_outcome o;
-        if (!outcome(&r->pp, permits[i], need[i], need[i], all, v + at, &o)) {
-            rc = SLUICE_EBACKEND;
-            break;
-        }
-        at += (size_t)fields_of(r->pp.script);
-        ok_all = ok_all && o.ok;
-        a[i].ok = o.ok;
-        a[i].r = (sluice_result){.allowed = o.ok, .remaining = o.remaining,
-                                 .retry_after_ns = o.retry_after_ns};
-    }
-    if (rc == 0 && ok_all != all) rc = SLUICE_EBACKEND; /* the verdict must be every key's */
-    if (rc != 0) {
+    const sr_params *pps[SLUICE_COMPOSITE_MAX];
+    for (size_t i = 0; i < n; i++) pps[i] = &rs[i]->pp;
+    rc = sluice__redis_all_reply(pps, permits, n, v, (size_t)nout, a);
+    if (rc < 0) {
         atomic_fetch_add_explicit(&r0->conn.ct.err_protocol, 1, memory_order_relaxed);
         return all_refuse(n, rc, res, per_limit);
     }
+    const bool all = rc == 1;
     for (size_t i = 0; i < n; i++) {
         add(&rs[i]->by_redis);
         add(all ? &rs[i]->allowed : &rs[i]->denied);

@@ -75,6 +75,21 @@ SR_INTERNAL int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t 
 #define SR_SA_FIELDS 6 /* ok, granted, r, cur, prev, now */
 #define SR_FW_FIELDS 5 /* ok, granted, r, count, now */
 
+/* The all-or-nothing script's reply v[0 .. nv-1] (nv = 1 + each key's
+ * script's fields; every element an integer, as conn.c checks) for n
+ * limits (1 .. SLUICE_COMPOSITE_MAX) with parameters pps[i], asked for
+ * permits[i]: bounds-checks every field of every key before any is used
+ * and fills a[i] (each limit's verdict and answer; a limit not charged
+ * reports its state without the permits).  Returns 1 (all admitted), 0
+ * (refused), or SLUICE_EBACKEND for a reply no script of ours writes (a
+ * value out of range, a verdict that is not every key's, a length that does
+ * not match).  Reads nothing beyond v[nv-1].  Fuzzed by
+ * tests/redis/fuzz_redis_reply.c. */
+struct sluice__answer;
+SR_INTERNAL int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits,
+                                        size_t n, const long long *v, size_t nv,
+                                        struct sluice__answer *a);
+
 /* SHA1 of `len` bytes as 40 hex digits and a NUL in out[41]. */
 SR_INTERNAL void sluice__sha1_hex(const void *data, size_t len, char out[41]);
 
