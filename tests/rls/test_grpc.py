@@ -2018,6 +2018,25 @@ class RedisClusterTest(unittest.TestCase):
             for sv in servers:
                 self.assertEqual(sv.stop(), 0)
 
+    def test_descriptors_across_slots(self):
+        """On a Cluster two descriptors' keys are in different slots (each
+        key's hash tag is its own descriptor): no script may span them, so
+        they are decided one after the other, as docs/rls.md says: the
+        earlier one stays charged when the later one refuses."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[0], REDIS_TYPE="cluster", **SLOW_OK)
+        try:
+            for _ in range(2):
+                self.assertEqual(s.call(request(desc(("two", "slots"))), timeout=10).overall_code, OK)
+            got = s.call(request(desc(("five", "slots")), desc(("two", "slots"))), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+            self.assertEqual([x.code for x in got.statuses], [OK, OVER])
+            self.assertEqual(got.statuses[0].limit_remaining, 4)  # charged before two refused
+        finally:
+            self.assertEqual(s.stop(), 0)
+            for p in ports:  # the other tests count the keys
+                subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
+
 
 if __name__ == "__main__":
     try:
