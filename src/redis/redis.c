@@ -857,6 +857,10 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
     for (size_t i = 0; i < n; i++) {
         const sluice_redis *r = rs[i];
         int kl = sluice_redis_key_name(r, keys[i], keylens[i], names + off, total - off);
+        if (kl < 0) { /* cannot happen: sized above */
+            rc = kl;
+            break;
+        }
         kn[i] = names + off;
         knl[i] = (size_t)kl;
         off += (size_t)kl + 1;
