@@ -10,7 +10,8 @@
 # for each target: replays its corpus (tests/fuzz/corpus/NAME; for
 # fuzz_module, the Redis module's reading of stored values, its own
 # tests/redis_module/corpus/fuzz_module; for fuzz_rls_request, fuzz_rls_json and
-# fuzz_rls_yaml, sluice-rls's, tests/rls/corpus/NAME: every input once, must
+# fuzz_rls_yaml, sluice-rls's, tests/rls/corpus/NAME; for fuzz_redis_reply,
+# the Redis tier's, tests/redis/corpus/NAME: every input once, must
 # pass), then fuzzes for FUZZ_SECONDS (-max_total_time) with its dictionary
 # (none for fuzz_module and the rls targets).  New inputs go to the
 # scratch corpus build-fuzz/corpus/NAME
@@ -29,7 +30,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
-all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_conc_region fuzz_tzif fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json)
+all=(fuzz_spec fuzz_replay fuzz_api fuzz_rules fuzz_region fuzz_conc_region fuzz_tzif fuzz_module fuzz_rls_request fuzz_rls_yaml fuzz_rls_json fuzz_redis_reply)
 
 case ${1:-} in
 -h | --help)
@@ -101,6 +102,12 @@ for t in "${targets[@]}"; do
         dict=()
     fi
     case $t in
+    fuzz_redis_reply)
+        # the Redis tier (src/redis/): built when hiredis is found
+        bin=$build/tests/fuzz/$t
+        seeds=$root/tests/redis/corpus/$t
+        dict=()
+        ;;
     fuzz_rls_*)
         # sluice-rls (server/rls/): built when its libraries are found
         bin=$build/tests/rls/$t

@@ -8,12 +8,16 @@
  * measurements are in docs/redis.md; this header is the reference.
  *
  * The global tier
- *   Two algorithms run as Lua scripts, atomically, with EVALSHA (answered by
- *   EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
+ *   Three algorithms run as Lua scripts, atomically, with EVALSHA (answered
+ *   by EVAL with the script's body after NOSCRIPT: a SCRIPT FLUSH, a restart
  *   or a failover to a server that never saw the script costs no error):
  *
  *     token-bucket LIMIT/PERIOD [burst=B]     docs/decisions.md 3.5 (GCRA)
  *     sliding-approx LIMIT/PERIOD             docs/decisions.md 3.4
+ *     fixed-window LIMIT/PERIOD               docs/decisions.md 3.1 (windows
+ *                                             aligned to 0 on Redis's clock;
+ *                                             a key expires at its window's
+ *                                             end)
  *
  *   Each decides exactly as the contract says for the requests in the order
  *   Redis ran them, at the time of Redis's clock (the TIME command, never a
@@ -84,7 +88,8 @@
  *   follow the map: a refresh drops those it does not name (the configured
  *   one is kept), at most 512 at once.  At most 5 MOVED/ASK per call
  *   (SLUICE_REDIS_MAX_REDIRECTS); more fail the call (err_reply).  Each
- *   script touches one key, so every call is a one-slot call.
+ *   single-key script touches one key, so every call is a one-slot call;
+ *   sluice_redis_try_acquire_all needs its keys in one slot.
  *   docs/redis.md has the failover costs (CLUSTERDOWN everywhere for about
  *   the node timeout) and bound.
  *
@@ -215,14 +220,14 @@ typedef struct sluice_redis_config {
 /* Fill `cfg` with the defaults above.  Thread-safe. */
 void sluice_redis_config_init(sluice_redis_config *cfg);
 
-/* Make a Redis-backed limiter from a spec (token-bucket or sliding-approx,
- * any options of the core's grammar; clock=coarse applies to the local
+/* Make a Redis-backed limiter from a spec (token-bucket, sliding-approx or
+ * fixed-window, any options of the core's grammar; clock=coarse applies to the local
  * limiters only) and a configuration (NULL: the defaults).  Does not
  * connect: the first call that needs Redis does (see sluice_redis_ping).
  * Returns NULL when the spec or the configuration is refused, or memory
  * runs out, with a one-line reason in `err` (NUL-terminated when
  * errlen > 0), e.g. `algorithm "sliding-log" has no Redis script (use
- * token-bucket or sliding-approx)`.  The caller frees it with
+ * token-bucket, sliding-approx or fixed-window)`.  The caller frees it with
  * sluice_redis_free().  Thread-safe. */
 sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
                                char *err, size_t errlen);
@@ -269,7 +274,7 @@ typedef struct sluice_redis_info {
  *   - SRC_REDIS: exactly the contract's, at info.server_time_ns: remaining
  *     (permits a request at that instant could still get, the lease just
  *     granted included) and retry_after_ns (-1: permits exceed the burst,
- *     or LIMIT for sliding-approx);
+ *     or LIMIT for sliding-approx and fixed-window);
  *   - SRC_LEASE: remaining = the permits left in this process's lease;
  *   - SRC_CACHE: retry_after_ns = the time left until this process asks
  *     Redis again (-1: the request exceeds the burst, or LIMIT), remaining
@@ -288,6 +293,45 @@ bool sluice_redis_try_acquire(sluice_redis *r, const void *key, size_t keylen,
 bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
                                  size_t keylen, uint64_t permits,
                                  sluice_result *res, sluice_redis_info *info);
+
+/* Ask n limits at once, all or nothing (docs/decisions.md 3.7): limit
+ * rs[i] for permits[i] on keys[i] (keylens[i] bytes, as
+ * sluice_redis_try_acquire).  One script run (EVALSHA of script 3, EVAL
+ * after NOSCRIPT) with the n Redis keys judges every key at Redis's time and
+ * charges them all only when every one allows: a request refused by one
+ * limit charges none, atomically (no other call sees a part charged).
+ * Returns 1 when admitted, 0 when refused, or a negative code with nothing
+ * decided:
+ *   SLUICE_EINVAL  a bad call, nothing sent: NULL arrays, n outside
+ *                  1 .. SLUICE_COMPOSITE_MAX, a NULL limit, a key too long,
+ *                  two limits whose configurations name different Redis
+ *                  servers (host, port, cluster mode and user must be the
+ *                  same), a limit with leases (lease_max > 0) or a
+ *                  local_spec (those decide in the process first: ask each
+ *                  with sluice_redis_try_acquire_ex), or one Redis key twice;
+ *   SLUICE_ERANGE  the server is a Redis Cluster and the keys are not all in
+ *                  one hash slot (nothing sent: the caller may decide them
+ *                  one at a time instead);
+ *   SLUICE_ETIMEDOUT, SLUICE_EBACKEND, SLUICE_ENOMEM  as for one decision
+ *                  (no failure policy is applied: the caller chooses; after
+ *                  a timeout Redis may have run the script), and
+ *                  SLUICE_EBACKEND for a reply with a value out of range
+ *                  (a damaged key: counted as err_protocol).
+ * `res` (may be NULL) gets the combined answer, the composite's rule: the
+ * smallest remaining, the largest retry_after_ns of the refusing limits
+ * (-1 if one is -1: permits[i] exceeds its burst or LIMIT); on an error,
+ * allowed false, retry_after_ns -1 and `error` the code.  `per_limit` (may
+ * be NULL; n entries) gets each limit's own answer; when refused, a limit
+ * that would have allowed reports allowed = true and its remaining without
+ * the request's permits.  Each limit's counters count the request as
+ * allowed or denied; round trips and errors count on rs[0], whose
+ * connections and command_timeout_ms serve the call.  Never blocks longer
+ * than that timeout.  Thread-safe, as every decision: Redis runs the script
+ * atomically, so every limit's decisions are the contract's for Redis's
+ * order of all calls. */
+int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *keys,
+                                 const size_t *keylens, const uint64_t *permits, size_t n,
+                                 sluice_result *res, sluice_result *per_limit);
 
 /* Connect if needed and send PING, within command_timeout_ms: 0 when Redis
  * answered, else SLUICE_ETIMEDOUT or SLUICE_EBACKEND (counted like any
@@ -425,8 +469,9 @@ int sluice_metrics_add_redis(sluice_metrics *m, const char *name, const sluice_r
  * Thread-safe. */
 unsigned sluice_redis_key_slot(const void *key, size_t len);
 
-/* The Lua source of a script: 0 token-bucket, 1 sliding-approx; NULL for
- * another index.  Static storage.  Thread-safe. */
+/* The Lua source of a script: 0 token-bucket, 1 sliding-approx,
+ * 2 fixed-window, 3 all or nothing across keys (sluice_redis_try_acquire_all:
+ * the three algorithms' same Lua functions); NULL for another index.  Static storage.  Thread-safe. */
 const char *sluice_redis_script_source(int which);
 
 /* The SHA1 of that script as 40 lowercase hex digits (what SCRIPT LOAD

@@ -18,8 +18,8 @@
  * limit, named by its full key): several processes enforce one limit.
  *
  * With REDIS_URL (redis_backend.c) each limit is a limiter of the Redis
- * tier instead of a table; the default algorithm is then sliding-approx
- * (the tier has no fixed-window script) and the algorithms the tier has no
+ * tier instead of a table; the default algorithm is fixed-window there
+ * too (the tier's fixed-window script), and the algorithms the tier has no
  * script for are refused at load.
  *
  * Each rate_limit gets one sluice table ("fixed-window RPU/WINDOW"), one
@@ -218,8 +218,7 @@ const rls_limit *rls_config_override(const rls_config *cfg, uint32_t requests_pe
             lim->requests_per_unit = requests_per_unit;
             lim->unit = unit;
             lim->window_ns = rls_unit_ns(unit);
-            /* On Redis: its default algorithm (config.c's head). */
-            lim->algorithm = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
+            lim->algorithm = SLUICE_ALG_FIXED_WINDOW; /* on Redis too */
             snprintf(spec, sizeof spec, "%s %" PRIu32 "/%" PRIu64 "s", sluice_algorithm_name(lim->algorithm),
                      requests_per_unit, (uint64_t)(lim->window_ns / 1000000000u));
             snprintf(lim->spec, sizeof lim->spec, "%s", spec);

@@ -439,9 +439,8 @@ static int load_limit(loader *ld, yaml_node_t *desc, yaml_node_t *rl, rls_node *
     if (!unlimited && unit == RLS_UNIT_UNKNOWN && !period_len)
         return fail(ld, get(ld, rl, "unit") ? get(ld, rl, "unit") : rl, "invalid rate limit unit '%s'", unit_s);
     /* sluice's extensions: algorithm (default fixed-window), burst, period. */
-    /* On Redis the default is sliding-approx: the tier has no fixed-window
-     * script, and sliding-approx never admits more in an aligned window. */
-    int algo = rls_redis_enabled() ? SLUICE_ALG_SLIDING_APPROX : SLUICE_ALG_FIXED_WINDOW;
+    /* On Redis too: the tier has a fixed-window script. */
+    int algo = SLUICE_ALG_FIXED_WINDOW;
     if (alg_len) {
         algo = -1;
         for (int a = 0; a <= SLUICE_ALG_LEAKY_BUCKET; a++) {

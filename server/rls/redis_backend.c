@@ -8,14 +8,16 @@
  * value, `PREFIX rls:DIGEST: {KEY}:SPECID`, where DIGEST (FNV-1a of the
  * limit's full key, 16 hex digits) keeps the same values under two rules
  * apart and KEY is the table key rls.c builds.  The tier's scripts are
- * token-bucket and sliding-approx, so a limit without `algorithm` is a
- * sliding-approx one (config_yaml.c): its estimate never counts less than the
- * current aligned window, so it never admits more in a window than
- * envoyproxy/ratelimit's fixed window would.  Redis's clock decides
+ * token-bucket, sliding-approx and fixed-window, so a limit without
+ * `algorithm` is a fixed-window one on Redis too (config_yaml.c), windows
+ * aligned to 0 as envoyproxy/ratelimit's are.  Redis's clock decides
  * (TIME, in the script), never this host's.
  *
  * With SLUICE_RLS_REDIS_LEASE_MAX = 0 (the default) every decision is one
- * round trip and exact in Redis's order.  Above 0 the tier's two-tier mode:
+ * round trip and exact in Redis's order, and a call's enforced descriptors
+ * are decided together, all or nothing, by one script
+ * (rls_redis_decide_all: sluice_redis_try_acquire_all) when they can be:
+ * on a Redis Cluster only when their keys share a hash slot.  Above 0 the tier's two-tier mode:
  * a process takes leases of permits and spends them locally, and the
  * processes together exceed a limit by at most P * lease_cap per key
  * (docs/redis.md derives it; P = SLUICE_RLS_REDIS_PROCESSES).
@@ -236,6 +238,18 @@ bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, ui
     return ok;
 }
 
+int rls_redis_decide_all(struct sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                         const uint64_t *hits, size_t n, sluice_result *per, bool *allowed)
+{
+    if (g_redis.lease_max > 0 || n < 2 || n > SLUICE_COMPOSITE_MAX)
+        return -1; /* leases decide in the process first: one at a time */
+    int rc = sluice_redis_try_acquire_all(rs, keys, keylens, hits, n, NULL, per);
+    if (rc < 0)
+        return -1;
+    *allowed = rc == 1;
+    return 0;
+}
+
 void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_SUMS])
 {
     sluice_redis_stats st;
@@ -265,6 +279,19 @@ void rls_redis_stats_add(const struct sluice_redis *r, uint64_t sums[RLS_REDIS_S
 {
     (void)r;
     (void)sums;
+}
+
+int rls_redis_decide_all(struct sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                         const uint64_t *hits, size_t n, sluice_result *per, bool *allowed)
+{
+    (void)rs;
+    (void)keys;
+    (void)keylens;
+    (void)hits;
+    (void)n;
+    (void)per;
+    (void)allowed;
+    return -1;
 }
 
 bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, uint64_t hits, sluice_result *res,

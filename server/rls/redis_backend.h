@@ -64,7 +64,8 @@ void rls_redis_use(const rls_redis_settings *s);
 /* Is the Redis backend in use? */
 bool rls_redis_enabled(void);
 
-/* The Redis limiter of a limit: spec (token-bucket or sliding-approx; the
+/* The Redis limiter of a limit: spec (token-bucket, sliding-approx or
+ * fixed-window; the
  * Redis tier's grammar), its Redis keys prefixed with CACHE_KEY_PREFIX and
  * a digest of the limit's full key, so two limits never share a key.  NULL
  * with the tier's one-line reason in err.  Not connected yet. */
@@ -80,6 +81,17 @@ void rls_redis_free(struct sluice_redis *r);
  * at most the call's deadline.  Thread-safe. */
 bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, uint64_t hits, sluice_result *res,
                       bool *failed);
+
+/* Decide n (2 .. SLUICE_COMPOSITE_MAX) limits at once, all or nothing, in
+ * one script run (sluice_redis_try_acquire_all): limit rs[i] for hits[i] on
+ * keys[i] (distinct Redis keys).  Returns 0 with per[i] (each limit's own
+ * answer: when refused, one that would have allowed says allowed with its
+ * remaining untouched) and *allowed; or -1, nothing decided, when it cannot
+ * be done so: leases (SLUICE_RLS_REDIS_LEASE_MAX > 0), keys in several
+ * slots of a Redis Cluster, or Redis failed (the caller then decides them
+ * one at a time, under the failure policy).  Thread-safe. */
+int rls_redis_decide_all(struct sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                         const uint64_t *hits, size_t n, sluice_result *per, bool *allowed);
 
 /* Add r's counters to sums[RLS_REDIS_SUMS]: script calls sent
  * (round trips), decisions the failure policy made, failed calls,

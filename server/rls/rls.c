@@ -45,11 +45,14 @@
  * dynamic_metadata is built last, as envoyproxy/ratelimit's
  * ratelimitToMetadata (metadata.c), a tree that rls_answer_release() frees.
  *
- * Limits in Redis (REDIS_URL, redis_backend.c) are not in the composite:
- * no script spans keys that may live on different cluster nodes.  Their
- * enforced descriptors are decided one after the other in request order;
- * after a refusal the later ones are probed (reported, not charged), the
- * earlier ones stay charged.  Their hits may differ.  When Redis cannot
+ * Limits in Redis (REDIS_URL, redis_backend.c) are not in the in-process
+ * composite.  With SLUICE_RLS_REDIS_LEASE_MAX = 0 their enforced
+ * descriptors are decided as one composite by one Redis script, all or
+ * nothing (rls_redis_decide_all; each key once, with its largest hits).
+ * When that cannot be (leases, keys in several slots of a Redis Cluster, or
+ * Redis failed), one after the other in request order: after a refusal the
+ * later ones are probed (reported, not charged), the earlier ones stay
+ * charged.  Their hits may differ.  When Redis cannot
  * decide and SLUICE_RLS_REDIS_FAILURE is `error`, the call is answered
  * UNAVAILABLE (Envoy's failure_mode_deny then decides).
  */
@@ -621,19 +624,65 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                              own ? 0 : 1);
         }
     }
-    /* On Redis: one call per limit, in request order; after a refusal the
-     * rest are probed, not charged (docs/rls.md, "Redis"). */
+    /* On Redis, several descriptors: one all-or-nothing script when the
+     * tier can (no leases; on a Cluster, keys in one slot), each key once
+     * with its largest hits; else one call per limit, in request order,
+     * after a refusal the rest probed, not charged (docs/rls.md, "Redis"). */
+    sluice_result rall[RLS_MAX_DESCRIPTORS];
+    bool have_all = false;
+    if (nr > 1 && allowed) {
+        struct sluice_redis *ul[RLS_MAX_DESCRIPTORS];
+        const void *uk[RLS_MAX_DESCRIPTORS];
+        size_t ukl[RLS_MAX_DESCRIPTORS], ui[RLS_MAX_DESCRIPTORS], nu = 0;
+        uint64_t uh[RLS_MAX_DESCRIPTORS];
+        for (size_t j = 0; j < nr; j++) {
+            size_t u = nu;
+            for (size_t v = 0; v < nu; v++) {
+                if (ul[v] == renf[j].lim->redis && ukl[v] == renf[j].keylen &&
+                    memcmp(uk[v], renf[j].key, renf[j].keylen) == 0)
+                    u = v;
+            }
+            if (u == nu) {
+                ul[nu] = renf[j].lim->redis;
+                uk[nu] = renf[j].key;
+                ukl[nu] = renf[j].keylen;
+                uh[nu++] = 0;
+            }
+            if (renf[j].hits > uh[u])
+                uh[u] = renf[j].hits;
+            ui[j] = u;
+        }
+        sluice_result per[RLS_MAX_DESCRIPTORS];
+        bool all_ok = false;
+        if (nu == 1) { /* one key: one decision */
+            bool failed = false;
+            all_ok = rls_redis_decide(ul[0], uk[0], ukl[0], uh[0], &per[0], &failed);
+            if (failed)
+                return redis_failed(msg, msglen, renf[0].lim);
+        }
+        if (nu == 1 || rls_redis_decide_all(ul, uk, ukl, uh, nu, per, &all_ok) == 0) {
+            for (size_t j = 0; j < nr; j++)
+                rall[j] = per[ui[j]];
+            allowed = all_ok;
+            have_all = true;
+        }
+    }
     for (size_t j = 0; j < nr; j++) {
         sluice_result r;
-        bool failed;
-        bool ok = rls_redis_decide(renf[j].lim->redis, renf[j].key, renf[j].keylen, allowed ? renf[j].hits : 0, &r,
-                                   &failed);
-        if (failed)
-            return redis_failed(msg, msglen, renf[j].lim);
-        if (allowed && !ok)
-            allowed = false;
-        else if (ok && r.remaining < renf[j].hits && !allowed)
-            ok = false; /* a probe: would it have passed? */
+        bool ok, failed = false;
+        if (have_all) {
+            r = rall[j];
+            ok = r.allowed; /* its own verdict; charged only if all allowed */
+        } else {
+            ok = rls_redis_decide(renf[j].lim->redis, renf[j].key, renf[j].keylen, allowed ? renf[j].hits : 0, &r,
+                                  &failed);
+            if (failed)
+                return redis_failed(msg, msglen, renf[j].lim);
+            if (allowed && !ok)
+                allowed = false;
+            else if (ok && r.remaining < renf[j].hits && !allowed)
+                ok = false; /* a probe: would it have passed? */
+        }
         Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus *st = &ans->st[renf[j].desc];
         st->code = ok ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                       : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;

@@ -484,7 +484,8 @@ static void pause_until(uint64_t ns, uint64_t deadline)
 /* The cluster path of one call, starting at node `n` (a reference the
  * call owns), `asking` for an ASK already received. */
 static int cluster_call(sr_cluster *cl, sr_node *n, bool asking, unsigned slot, int which,
-                        const char *key, size_t keylen, const char *const *args,
+                        const char *const *keys, const size_t *keylens, int nkeys,
+                        const char *const *args,
                         const size_t *arglens, int nargs, uint64_t deadline, long long *out,
                         int nout, uint64_t *retry_at, int redirects)
 {
@@ -495,7 +496,7 @@ static int cluster_call(sr_cluster *cl, sr_node *n, bool asking, unsigned slot, 
      * node retried elsewhere (at most 2), or a pause (the deadline; and the
      * count: 4096 pauses of at most 16 ms outlast a 60-s deadline) */
     for (int turn = 0; turn < 4096; turn++) {
-        rc = sluice__conn_eval(&n->conn, which, key, keylen, args, arglens, nargs, deadline, out,
+        rc = sluice__conn_eval(&n->conn, which, keys, keylens, nkeys, args, arglens, nargs, deadline, out,
                                nout, retry_at, asking, &rd);
         if (rc == 0) {
             atomic_store_explicit(&n->last_ok, sluice_now_ns(), memory_order_relaxed);
@@ -552,8 +553,8 @@ static int cluster_call(sr_cluster *cl, sr_node *n, bool asking, unsigned slot, 
     return rc;
 }
 
-int sluice__cluster_eval(sr_cluster *cl, int which, const char *key, size_t keylen,
-                         const char *const *args, const size_t *arglens, int nargs,
+int sluice__cluster_eval(sr_cluster *cl, int which, const char *const *keys,
+                         const size_t *keylens, int nkeys, const char *const *args, const size_t *arglens, int nargs,
                          uint64_t deadline, long long *out, int nout, uint64_t *retry_at)
 {
     *retry_at = 0;
@@ -563,14 +564,17 @@ int sluice__cluster_eval(sr_cluster *cl, int which, const char *key, size_t keyl
         if (rc != 0) return rc;
         mode = atomic_load_explicit(&cl->mode, memory_order_relaxed);
     }
-    const unsigned slot = key_slot(key, keylen);
+    const unsigned slot = key_slot(keys[0], keylens[0]);
+    if (mode == SR_MODE_CLUSTER)
+        for (int i = 1; i < nkeys; i++)
+            if (key_slot(keys[i], keylens[i]) != slot) return SLUICE_ERANGE; /* nothing sent */
     if (mode == SR_MODE_SINGLE) { /* exactly one EVALSHA, as to any server */
         sr_node *seed = cl->nodes[0]; /* never dropped */
         if (cl->want == SLUICE_REDIS_CLUSTER_OFF)
-            return sluice__conn_eval(&seed->conn, which, key, keylen, args, arglens, nargs,
+            return sluice__conn_eval(&seed->conn, which, keys, keylens, nkeys, args, arglens, nargs,
                                      deadline, out, nout, retry_at, false, NULL);
         sr_redirect rd;
-        int rc = sluice__conn_eval(&seed->conn, which, key, keylen, args, arglens, nargs,
+        int rc = sluice__conn_eval(&seed->conn, which, keys, keylens, nkeys, args, arglens, nargs,
                                    deadline, out, nout, retry_at, false, &rd);
         if (rc <= 0) return rc;
         if (rd.kind != SR_RD_MOVED && rd.kind != SR_RD_ASK) {
@@ -587,12 +591,12 @@ int sluice__cluster_eval(sr_cluster *cl, int which, const char *key, size_t keyl
             add(&cl->ct.err_reply);
             return SLUICE_EBACKEND;
         }
-        return cluster_call(cl, nn, rd.kind == SR_RD_ASK, slot, which, key, keylen, args,
+        return cluster_call(cl, nn, rd.kind == SR_RD_ASK, slot, which, keys, keylens, nkeys, args,
                             arglens, nargs, deadline, out, nout, retry_at, 1);
     }
     refresh(cl, deadline); /* when stale: a share of the time left */
     sr_node *n = node_get(cl, index_of_slot(cl, slot));
-    return cluster_call(cl, n, false, slot, which, key, keylen, args, arglens, nargs, deadline,
+    return cluster_call(cl, n, false, slot, which, keys, keylens, nkeys, args, arglens, nargs, deadline,
                         out, nout, retry_at, 0);
 }
 

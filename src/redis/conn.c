@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -489,30 +490,34 @@ static bool parse_redirect(const redisReply *rep, sr_redirect *rd)
     return true;
 }
 
-int sluice__conn_eval(sr_conn *c, int which, const char *key, size_t keylen,
-                      const char *const *args, const size_t *arglens, int nargs,
+int sluice__conn_eval(sr_conn *c, int which, const char *const *keys, const size_t *keylens,
+                      int nkeys, const char *const *args, const size_t *arglens, int nargs,
                       uint64_t deadline, long long *out, int nout, uint64_t *retry_at,
                       bool asking, sr_redirect *rd)
 {
+    *retry_at = 0;
+    if (nkeys < 1 || nkeys > SLUICE_COMPOSITE_MAX || nargs < 0 || 3 + nkeys + nargs > SR_EVAL_ARGS)
+        return SLUICE_EINVAL; /* the callers' bounds: cannot happen */
     sr_slot *s;
     int g;
     int rc = begin(c, deadline, &s, &g, retry_at);
     if (rc != 0) return rc;
 
-    enum { MAXARGS = 16 };
-    const char *argv[MAXARGS];
-    size_t lens[MAXARGS];
-    if (nargs + 3 > MAXARGS) nargs = MAXARGS - 3;
+    const char *argv[SR_EVAL_ARGS];
+    size_t lens[SR_EVAL_ARGS];
     const char *sha = sluice_redis_script_sha(which);
+    char nk[4];
+    snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = "EVALSHA", lens[0] = 7;
     argv[1] = sha, lens[1] = 40;
-    argv[2] = "1", lens[2] = 1;
-    argv[3] = key, lens[3] = keylen;
-    for (int i = 0; i < nargs; i++) argv[4 + i] = args[i], lens[4 + i] = arglens[i];
+    argv[2] = nk, lens[2] = strlen(nk);
+    for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i], lens[3 + i] = keylens[i];
+    for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i], lens[3 + nkeys + i] = arglens[i];
+    const int argc = 3 + nkeys + nargs;
 
     redisReply *rep = NULL;
     add(&c->ct->round_trips);
-    int io = roundtrip2(s->ctx, nargs + 4, argv, lens, deadline, &rep, asking);
+    int io = roundtrip2(s->ctx, argc, argv, lens, deadline, &rep, asking);
     if (io == IO_OK && starts(rep, "NOSCRIPT")) {
         freeReplyObject(rep);
         rep = NULL;
@@ -521,7 +526,7 @@ int sluice__conn_eval(sr_conn *c, int which, const char *key, size_t keylen,
         argv[0] = "EVAL", lens[0] = 4;
         argv[1] = src, lens[1] = strlen(src);
         add(&c->ct->round_trips);
-        io = roundtrip2(s->ctx, nargs + 4, argv, lens, deadline, &rep, asking);
+        io = roundtrip2(s->ctx, argc, argv, lens, deadline, &rep, asking);
     }
     if (io != IO_OK) return fail_io(c, s, io, g, retry_at);
 

@@ -55,6 +55,7 @@
 #define _GNU_SOURCE
 #include "redis_internal.h"
 #include "../alg/sliding_approx.h"
+#include "../alg/held.h" /* sluice__combine: the composite's rule */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,6 +89,8 @@ struct sluice_redis {
     char *prefix;
     size_t prefixlen;
     char specid[9];
+    char target[SR_HOST_MAX + 1100]; /* the Redis it asks: host, port, cluster
+                                        mode, user (try_acquire_all) */
     uint64_t cmd_timeout_ns;
     uint64_t lease_cap, lease_ttl_ns;
     uint64_t refresh_ns; /* least time between asking a dry Redis again */
@@ -254,6 +257,8 @@ sluice_redis *sluice_redis_new(const char *spec, const sluice_redis_config *cfg,
     r->clock_fn = cfg->clock_fn;
     r->clock_arg = cfg->clock_arg;
     snprintf(r->specid, sizeof r->specid, "%08x", (unsigned)fnv32(r->pp.canon));
+    snprintf(r->target, sizeof r->target, "%.255s %d %d %.1024s", cfg->host, cfg->port, cfg->cluster,
+             cfg->username ? cfg->username : "");
     r->prefixlen = strlen(cfg->key_prefix);
     r->prefix = sluice__malloc(r->prefixlen + 1);
     sluice__random_seed(r->hash_seed);
@@ -390,6 +395,104 @@ typedef struct sr_outcome {
     uint64_t server_ns;
 } sr_outcome;
 
+/* The reply fields of a key's script: ok, granted, then its state. */
+static int fields_of(int script)
+{
+    return script == SR_SCRIPT_TB ? SR_TB_FIELDS : script == SR_SCRIPT_FW ? SR_FW_FIELDS : SR_SA_FIELDS;
+}
+
+/* One key's outcome from its script's reply v[0 .. fields_of() - 1] (ok,
+ * granted, then the script's state), for a request of p permits (need, as
+ * sent: p clamped to capacity + 1; want >= need).  `chargeable`: a key the
+ * script may have charged (the single-key scripts; the all-or-nothing one
+ * when every key allowed); else its granted must be 0 and its state is
+ * without the request's permits.  Returns false for a value out of range: a
+ * reply no script of ours writes (someone else's key, a damaged value). */
+static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t want, bool chargeable,
+                    const long long *v, sr_outcome *o)
+{
+    const int nv = fields_of(pp->script);
+    for (int i = 0; i < nv; i++)
+        if (v[i] < 0) return false;
+    const uint64_t q = pp->quantum_ns, now = (uint64_t)v[nv - 1];
+    if (v[0] > 1 || now >= SR_TWO53 || now > (uint64_t)INT64_MAX / q) return false;
+    o->ok = v[0] == 1;
+    o->granted = (uint64_t)v[1];
+    if (o->ok && chargeable ? (o->granted < need || o->granted > want) : o->granted != 0) return false;
+    o->server_ns = now * q;
+    if (pp->script == SR_SCRIPT_TB) {
+        uint64_t x = (uint64_t)v[2];
+        /* a refusal of p <= burst means fewer than p tokens */
+        if (x > pp->cap || (!o->ok && p <= pp->capacity && (sr_u128)p * pp->b <= x)) return false;
+        o->remaining = x / pp->b;
+        o->retry1_ns = x >= pp->b ? 0
+                                  : (uint64_t)((((sr_u128)(pp->b - x)) * q + pp->a - 1) / pp->a);
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > pp->capacity) o->retry_after_ns = -1;
+        else {
+            sr_u128 d = ((sr_u128)p * pp->b - x) * q;
+            o->retry_after_ns = (int64_t)((d + pp->a - 1) / pp->a);
+        }
+    } else if (pp->script == SR_SCRIPT_FW) {
+        uint64_t rt = (uint64_t)v[2], c = (uint64_t)v[3];
+        if (rt >= pp->wt || c > pp->limit || c < o->granted || (!o->ok && p <= pp->limit && c + p <= pp->limit))
+            return false;
+        o->remaining = pp->limit - c;
+        /* the window ends (wt - rt) ticks later: at most W ns */
+        uint64_t to_end = (pp->wt - rt) * q;
+        o->retry1_ns = o->remaining ? 0 : to_end;
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > pp->limit) o->retry_after_ns = -1;
+        else o->retry_after_ns = (int64_t)to_end;
+    } else {
+        uint64_t rt = (uint64_t)v[2], cur = (uint64_t)v[3], prev = (uint64_t)v[4];
+        uint64_t wt = pp->wt, L = pp->limit;
+        if (rt >= wt || cur > L || prev > L) return false;
+        sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
+        if (!o->ok && p <= L && e + (sr_u128)p * wt <= lw) return false; /* it had room */
+        o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
+        uint64_t W = pp->period_ns, rr = rt * q;
+        /* the core's rule (sliding_approx.h), at Redis's offset rr; each
+         * wait is at most 2W - rr < 2^63 */
+        o->retry1_ns = o->remaining ? 0 : sluice__approx_wait_ns(W, L, prev, cur, rr, 1);
+        if (o->ok) o->retry_after_ns = 0;
+        else if (p > L) o->retry_after_ns = -1;
+        else o->retry_after_ns = (int64_t)sluice__approx_wait_ns(W, L, prev, cur, rr, p);
+    }
+    return true;
+}
+
+int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
+                            const long long *v, size_t nv, sluice__answer *a)
+{
+    if (n < 1 || n > SLUICE_COMPOSITE_MAX || nv < 1 || (v[0] != 0 && v[0] != 1)) return SLUICE_EBACKEND;
+    const bool all = v[0] == 1;
+    bool ok_all = true;
+    size_t at = 1;
+    for (size_t i = 0; i < n; i++) {
+        const sr_params *pp = pps[i];
+        const size_t f = (size_t)fields_of(pp->script);
+        if (f > nv - at) return SLUICE_EBACKEND;
+        const uint64_t need = permits[i] > pp->capacity ? pp->capacity + 1 : permits[i];
+        sr_outcome o;
+        if (!outcome(pp, permits[i], need, need, all, v + at, &o)) return SLUICE_EBACKEND;
+        at += f;
+        ok_all = ok_all && o.ok;
+        a[i].ok = o.ok;
+        a[i].r = (sluice_result){.allowed = o.ok, .remaining = o.remaining,
+                                 .retry_after_ns = o.retry_after_ns};
+    }
+    /* every field used, and the verdict is every key's */
+    if (at != nv || ok_all != all) return SLUICE_EBACKEND;
+    return all ? 1 : 0;
+}
+
+static void note_rtt(sluice_redis *r, uint64_t t0)
+{
+    uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
+    atomic_store_explicit(&r->rtt_ns, avg ? avg - avg / 8 + el / 8 : el, memory_order_relaxed);
+}
+
 /* Ask Redis for p permits (and up to `want` >= p when leasing).  Returns 0
  * with *o filled, or a negative code (the error was counted). */
 static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_t p,
@@ -415,52 +518,21 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     args[n] = nbuf[0], lens[n++] = strlen(nbuf[0]);
     args[n] = nbuf[1], lens[n++] = strlen(nbuf[1]);
     long long v[SR_SA_FIELDS];
-    int nout = pp->script == SR_SCRIPT_TB ? SR_TB_FIELDS : SR_SA_FIELDS;
+    int nout = fields_of(pp->script);
     uint64_t t0 = sluice_now_ns();
-    int rc = sluice__cluster_eval(&r->conn, pp->script, kname, (size_t)kl, args, lens, n,
-                                  deadline, v, nout, retry_at);
+    const char *kn = kname;
+    size_t knl = (size_t)kl;
+    int rc = sluice__cluster_eval(&r->conn, pp->script, &kn, &knl, 1, args, lens, n, deadline, v,
+                                  nout, retry_at);
     if (kname != kbuf) sluice__free(kname);
     if (rc != 0) return rc;
-    uint64_t el = sluice_now_ns() - t0, avg = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
-    atomic_store_explicit(&r->rtt_ns, avg ? avg - avg / 8 + el / 8 : el, memory_order_relaxed);
-    for (int i = 0; i < nout; i++)
-        if (v[i] < 0) goto bad_reply;
-    const uint64_t q = pp->quantum_ns;
-    o->ok = v[0] == 1;
-    o->granted = (uint64_t)v[1];
-    if (o->ok ? (o->granted < need || o->granted > want) : o->granted != 0) goto bad_reply;
-    if (pp->script == SR_SCRIPT_TB) {
-        uint64_t x = (uint64_t)v[2];
-        if (x > pp->cap) goto bad_reply;
-        o->server_ns = (uint64_t)v[3] * q;
-        o->remaining = x / pp->b;
-        o->retry1_ns = x >= pp->b ? 0
-                                  : (uint64_t)((((sr_u128)(pp->b - x)) * q + pp->a - 1) / pp->a);
-        if (o->ok) o->retry_after_ns = 0;
-        else if (p > pp->capacity) o->retry_after_ns = -1;
-        else {
-            sr_u128 d = ((sr_u128)p * pp->b - x) * q;
-            o->retry_after_ns = (int64_t)((d + pp->a - 1) / pp->a);
-        }
-    } else {
-        uint64_t rt = (uint64_t)v[2], cur = (uint64_t)v[3], prev = (uint64_t)v[4];
-        uint64_t wt = pp->wt, L = pp->limit;
-        if (rt >= wt || cur > L || prev > L) goto bad_reply;
-        o->server_ns = (uint64_t)v[5] * q;
-        sr_u128 e = (sr_u128)prev * (wt - rt) + (sr_u128)cur * wt, lw = (sr_u128)L * wt;
-        o->remaining = e >= lw ? 0 : (uint64_t)((lw - e) / wt);
-        uint64_t W = pp->period_ns, rr = rt * q;
-        /* the core's rule (sliding_approx.h), at Redis's offset rr; each
-         * wait is at most 2W - rr < 2^63 */
-        o->retry1_ns = o->remaining ? 0 : sluice__approx_wait_ns(W, L, prev, cur, rr, 1);
-        if (o->ok) o->retry_after_ns = 0;
-        else if (p > L) o->retry_after_ns = -1;
-        else o->retry_after_ns = (int64_t)sluice__approx_wait_ns(W, L, prev, cur, rr, p);
+    note_rtt(r, t0);
+    if (!outcome(pp, p, need, want, true, v, o)) {
+        /* a reply no script of ours writes: someone else's key? */
+        atomic_fetch_add_explicit(&r->conn.ct.err_protocol, 1, memory_order_relaxed);
+        return SLUICE_EBACKEND;
     }
     return 0;
-bad_reply: /* a reply no script of ours writes: someone else's key? */
-    atomic_fetch_add_explicit(&r->conn.ct.err_protocol, 1, memory_order_relaxed);
-    return SLUICE_EBACKEND;
 }
 
 /* ---- the failure policy ------------------------------------------------------ */
@@ -599,6 +671,7 @@ static void fill_redis(sluice_result *res, sluice_redis_info *info, const sr_out
     res->wait_ns = 0;
     res->remaining = o->remaining + keep;
     res->retry_after_ns = o->retry_after_ns;
+    res->error = 0;
 }
 
 bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen,
@@ -740,6 +813,90 @@ bool sluice_redis_try_acquire(sluice_redis *r, const void *key, size_t keylen, u
                               sluice_result *res)
 {
     return sluice_redis_try_acquire_ex(r, key, keylen, permits, res, NULL);
+}
+
+/* ---- all or nothing across limits ----------------------------------------- */
+
+static int all_refuse(size_t n, int rc, sluice_result *res, sluice_result *per_limit)
+{
+    sluice_result e = {.allowed = false, .retry_after_ns = -1, .error = rc};
+    if (res) *res = e;
+    for (size_t i = 0; per_limit && i < n; i++) per_limit[i] = e;
+    return rc;
+}
+
+int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *keys,
+                                 const size_t *keylens, const uint64_t *permits, size_t n,
+                                 sluice_result *res, sluice_result *per_limit)
+{
+    if (!rs || !keys || !keylens || !permits || n < 1 || n > SLUICE_COMPOSITE_MAX)
+        return all_refuse(n <= SLUICE_COMPOSITE_MAX ? n : 0, SLUICE_EINVAL, res, per_limit);
+    for (size_t i = 0; i < n; i++) {
+        const sluice_redis *r = rs[i];
+        if (!r || r->lease_cap || r->front || keylens[i] > SLUICE_MAX_KEY_BYTES ||
+            (!keys[i] && keylens[i]) || strcmp(r->target, rs[0]->target) != 0)
+            return all_refuse(n, SLUICE_EINVAL, res, per_limit);
+    }
+    sluice_redis *r0 = rs[0];
+    const uint64_t deadline = sluice_now_ns() + r0->cmd_timeout_ns;
+    /* the key names, in one buffer */
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += rs[i]->prefixlen + keylens[i] + 16;
+    char kbuf[2048];
+    char *names = total <= sizeof kbuf ? kbuf : sluice__malloc(total);
+    if (!names) return all_refuse(n, SLUICE_ENOMEM, res, per_limit);
+    const char *kn[SLUICE_COMPOSITE_MAX];
+    size_t knl[SLUICE_COMPOSITE_MAX];
+    /* the arguments: per key script, q_us, its static ones (q_us first), need */
+    const char *args[SLUICE_COMPOSITE_MAX * 6];
+    size_t lens[SLUICE_COMPOSITE_MAX * 6];
+    char nums[SLUICE_COMPOSITE_MAX][2][24];
+    uint64_t need[SLUICE_COMPOSITE_MAX];
+    int na = 0, nout = 1, rc = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sluice_redis *r = rs[i];
+        int kl = sluice_redis_key_name(r, keys[i], keylens[i], names + off, total - off);
+        if (kl < 0) { /* cannot happen: sized above */
+            rc = kl;
+            break;
+        }
+        kn[i] = names + off;
+        knl[i] = (size_t)kl;
+        off += (size_t)kl + 1;
+        for (size_t j = 0; j < i; j++)
+            if (knl[j] == knl[i] && memcmp(kn[j], kn[i], knl[i]) == 0) rc = SLUICE_EINVAL; /* twice */
+        need[i] = permits[i] > r->pp.capacity ? r->pp.capacity + 1 : permits[i];
+        snprintf(nums[i][0], sizeof nums[i][0], "%d", r->pp.script);
+        snprintf(nums[i][1], sizeof nums[i][1], "%llu", (unsigned long long)need[i]);
+        args[na] = nums[i][0], lens[na++] = strlen(nums[i][0]);
+        for (int j = 0; j < r->nsarg; j++) args[na] = r->sarg[j], lens[na++] = r->sarglen[j];
+        args[na] = nums[i][1], lens[na++] = strlen(nums[i][1]);
+        nout += fields_of(r->pp.script);
+    }
+    long long v[1 + SLUICE_COMPOSITE_MAX * SR_SA_FIELDS];
+    uint64_t retry_at = 0, t0 = sluice_now_ns();
+    if (rc == 0)
+        rc = sluice__cluster_eval(&r0->conn, SR_SCRIPT_ALL, kn, knl, (int)n, args, lens, na, deadline, v,
+                                  nout, &retry_at);
+    if (names != kbuf) sluice__free(names);
+    if (rc != 0) return all_refuse(n, rc, res, per_limit);
+    note_rtt(r0, t0);
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    const sr_params *pps[SLUICE_COMPOSITE_MAX];
+    for (size_t i = 0; i < n; i++) pps[i] = &rs[i]->pp;
+    rc = sluice__redis_all_reply(pps, permits, n, v, (size_t)nout, a);
+    if (rc < 0) {
+        atomic_fetch_add_explicit(&r0->conn.ct.err_protocol, 1, memory_order_relaxed);
+        return all_refuse(n, rc, res, per_limit);
+    }
+    const bool all = rc == 1;
+    for (size_t i = 0; i < n; i++) {
+        add(&rs[i]->by_redis);
+        add(all ? &rs[i]->allowed : &rs[i]->denied);
+    }
+    sluice__combine(a, n, all, 0, res, per_limit);
+    return all ? 1 : 0;
 }
 
 int sluice_redis_ping(sluice_redis *r)

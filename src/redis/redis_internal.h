@@ -1,6 +1,6 @@
 /* redis_internal.h -- what the Redis tier's source files share.
  *
- *   scripts.c   the two Lua scripts, their SHA1 (computed here: EVALSHA
+ *   scripts.c   the three Lua scripts, their SHA1 (computed here: EVALSHA
  *               needs it before any SCRIPT LOAD) and the spec -> script
  *               parameters arithmetic that keeps every number in the
  *               scripts below 2^53
@@ -37,18 +37,20 @@ __extension__ typedef unsigned __int128 sr_u128;
 #define SR_TWO53 ((uint64_t)1 << 53) /* every number in a script stays below */
 #define SR_SCRIPT_TB 0
 #define SR_SCRIPT_SA 1
+#define SR_SCRIPT_FW 2
+#define SR_SCRIPT_ALL 3 /* the all-or-nothing script over several keys */
 
 /* The script parameters of a spec (sluice__redis_params()). */
 typedef struct sr_params {
-    int script;          /* SR_SCRIPT_TB or SR_SCRIPT_SA */
+    int script;          /* SR_SCRIPT_TB, _SA or _FW */
     uint64_t limit;      /* L */
     uint64_t period_ns;  /* W */
-    uint64_t capacity;   /* B (token-bucket), L (sliding-approx) */
+    uint64_t capacity;   /* B (token-bucket), L (sliding-approx, fixed-window) */
     uint64_t quantum_ns; /* the tick: Redis's TIME is floor(us / q_us) ticks */
     /* token-bucket: the rate is a/b permits per tick in lowest terms; the
      * level is kept as x = tokens * b, 0 .. cap = B * b */
     uint64_t a, b, cap;
-    /* sliding-approx: the window in ticks */
+    /* sliding-approx, fixed-window: the window in ticks */
     uint64_t wt;
     bool coarse;         /* the spec says clock=coarse (for the local tier) */
     char canon[SLUICE_SPEC_MAX]; /* canonical spec, without clock=coarse: it
@@ -71,6 +73,22 @@ SR_INTERNAL int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t 
 /* Reply fields of the scripts. */
 #define SR_TB_FIELDS 4 /* ok, granted, x, now */
 #define SR_SA_FIELDS 6 /* ok, granted, r, cur, prev, now */
+#define SR_FW_FIELDS 5 /* ok, granted, r, count, now */
+
+/* The all-or-nothing script's reply v[0 .. nv-1] (nv = 1 + each key's
+ * script's fields; every element an integer, as conn.c checks) for n
+ * limits (1 .. SLUICE_COMPOSITE_MAX) with parameters pps[i], asked for
+ * permits[i]: bounds-checks every field of every key before any is used
+ * and fills a[i] (each limit's verdict and answer; a limit not charged
+ * reports its state without the permits).  Returns 1 (all admitted), 0
+ * (refused), or SLUICE_EBACKEND for a reply no script of ours writes (a
+ * value out of range, a verdict that is not every key's, a length that does
+ * not match).  Reads nothing beyond v[nv-1].  Fuzzed by
+ * tests/redis/fuzz_redis_reply.c. */
+struct sluice__answer;
+SR_INTERNAL int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits,
+                                        size_t n, const long long *v, size_t nv,
+                                        struct sluice__answer *a);
 
 /* SHA1 of `len` bytes as 40 hex digits and a NUL in out[41]. */
 SR_INTERNAL void sluice__sha1_hex(const void *data, size_t len, char out[41]);
@@ -144,7 +162,9 @@ typedef struct sr_redirect {
     char host[SR_HOST_MAX]; /* "" (or "?"): the host of the node asked */
 } sr_redirect;
 
-/* Run script `which` on one key with `nargs` arguments, by EVALSHA (EVAL
+/* Run script `which` on `nkeys` keys (1 .. SLUICE_COMPOSITE_MAX) with
+ * `nargs` arguments (3 + nkeys + nargs <= SR_EVAL_ARGS, else SLUICE_EINVAL
+ * and nothing sent), by EVALSHA (EVAL
  * after NOSCRIPT), before `deadline` (CLOCK_MONOTONIC ns); with `asking`,
  * each command is preceded by ASKING in the same write.  On success
  * returns 0 with the reply's integers in out[0 .. nout-1].  When `rd` is
@@ -153,8 +173,10 @@ typedef struct sr_redirect {
  * circuit, nothing counted).  Else returns SLUICE_ETIMEDOUT or
  * SLUICE_EBACKEND, having counted the error, and sets *retry_at to the
  * earliest time the circuit lets a call try again (0 when it is closed). */
-SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *key,
-                                  size_t keylen, const char *const *args,
+#define SR_EVAL_ARGS (3 + SLUICE_COMPOSITE_MAX * 7)
+SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *const *keys,
+                                  const size_t *keylens, int nkeys,
+                                  const char *const *args,
                                   const size_t *arglens, int nargs,
                                   uint64_t deadline, long long *out, int nout,
                                   uint64_t *retry_at, bool asking,
@@ -234,10 +256,13 @@ SR_INTERNAL int sluice__cluster_init(sr_cluster *cl, const char *host, int port,
                                      const sr_conn_cfg *cfg, int want);
 SR_INTERNAL void sluice__cluster_fini(sr_cluster *cl);
 
-/* sluice__conn_eval on the node that serves `key`, following the cluster's
- * answers within `deadline`: 0 or SLUICE_ETIMEDOUT / SLUICE_EBACKEND. */
-SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *key,
-                                     size_t keylen, const char *const *args,
+/* sluice__conn_eval on the node that serves keys[0], following the
+ * cluster's answers within `deadline`: 0 or SLUICE_ETIMEDOUT /
+ * SLUICE_EBACKEND; SLUICE_ERANGE, nothing sent, when the server is a
+ * cluster and the keys are not all in keys[0]'s slot. */
+SR_INTERNAL int sluice__cluster_eval(sr_cluster *cl, int which, const char *const *keys,
+                                     const size_t *keylens, int nkeys,
+                                     const char *const *args,
                                      const size_t *arglens, int nargs,
                                      uint64_t deadline, long long *out, int nout,
                                      uint64_t *retry_at);

@@ -1,7 +1,7 @@
 /* scripts.c -- the global tier's algorithms as Lua scripts, and the
  * arithmetic that keeps them exact.
  *
- * Both scripts run atomically in Redis (EVALSHA), read the server's clock
+ * The scripts run atomically in Redis (EVALSHA), read the server's clock
  * with TIME and never a client's, and decide exactly as docs/decisions.md section
  * 3 says at that time.  Lua 5.1 numbers are IEEE doubles, exact for integers
  * below 2^53; the parameters below are chosen (and specs refused) so that
@@ -32,11 +32,17 @@
  * estimate times wt and a request is allowed iff E + p*wt <= L*wt.  E <= L*wt
  * always, p <= L+1 (clamped), so (2L+1)*wt < 2^53 suffices.
  *
+ * fixed-window (3.1).  q must divide W; wt = W / q ticks; the window of
+ * now is k = floor(now / wt) and a request is allowed iff the window's
+ * count c plus p is at most L.  Needs wt < 2^53 and L + 1 < 2^53 (p is
+ * clamped to L+1).  Only an admission writes; the key expires at its
+ * window's end (plus 1 ms: PEXPIRE counts from Redis's millisecond clock).
+ *
  * Divisions: floor(n / d) in doubles can be off by one near an integer; the
  * scripts' divmod() corrects the quotient with the exact remainder.
  *
- * Storage: one hash per key, fields x,t (token-bucket) or k,c,p,t
- * (sliding-approx), t the latest tick the key has seen (an earlier TIME
+ * Storage: one hash per key, fields x,t (token-bucket), k,c,p,t
+ * (sliding-approx) or k,c,t (fixed-window), t the latest tick the key has seen (an earlier TIME
  * counts as t: the contract's "time never goes backwards").  Values are
  * written with %.0f (no exponent, no lost digit).  A key at rest (full
  * bucket; empty windows) is deleted; otherwise its TTL is the time until
@@ -44,9 +50,12 @@
  * base of PEXPIRE), so a key never vanishes before it carries no
  * information.
  *
- * Keys: each script reads and writes KEYS[1] and nothing else, so on a
- * Redis Cluster every call is a one-slot call (the key name's hash tag
- * picks the slot; cluster.c) and needs no multi-key hash tags.
+ * Keys: each single-key script reads and writes KEYS[1] and nothing else,
+ * so on a Redis Cluster every call is a one-slot call (the key name's hash
+ * tag picks the slot; cluster.c) and needs no multi-key hash tags.  The
+ * all-or-nothing script (docs/decisions.md 3.7) reads every one of its
+ * KEYS, then writes all of them or none: on a cluster its keys must share
+ * a slot (cluster.c refuses the call otherwise, before sending it).
  *
  * Lease: ARGV `want` >= `need`: when need permits are allowed, the script
  * grants min(want, what is available) >= need, all in the same atomic step;
@@ -59,6 +68,18 @@
 
 /* ---- the scripts ------------------------------------------------------ */
 
+/* Each algorithm is three Lua functions, written once and shared by its
+ * single-key script and by the all-or-nothing script:
+ *   X_judge(key, real, ...params, need, want) reads the key's state at
+ *       Redis's tick `real` and returns it with the verdict (s.ok) and the
+ *       permits it would grant (s.g); it writes nothing;
+ *   X_commit(key, s, ...) takes s.g and writes the state (or deletes a key
+ *       at rest), with its TTL;
+ *   X_reply(s) appends the state's fields to a reply.
+ * A single-key script judges, commits (token-bucket and sliding-approx
+ * also after a refusal: the refilled bucket, the rolled windows, as before)
+ * and answers {ok, granted, fields...}; the all-or-nothing script judges
+ * every key and commits them only when every one allowed. */
 #define SR_LUA_DIVMOD                                                          \
     "local function divmod(n, d)\n"                                            \
     "  local q = math.floor(n / d)\n"                                          \
@@ -66,99 +87,210 @@
     "  if r < 0 then q = q - 1; r = r + d\n"                                   \
     "  elseif r >= d then q = q + 1; r = r - d end\n"                          \
     "  return q, r\n"                                                          \
+    "end\n"                                                                    \
+    "local function f0(v) return string.format('%.0f', v) end\n"               \
+    "local function ticks(q_us)\n"                                             \
+    "  local tm = redis.call('TIME')\n"                                        \
+    "  return (divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us))\n"    \
     "end\n"
+
+/* token-bucket: params a, b, cap; reply fields x, now. */
+#define SR_LUA_TB                                                              \
+    "local function tb_judge(key, real, a, b, cap, need, want)\n"              \
+    "  local st = redis.call('HMGET', key, 'x', 't')\n"                        \
+    "  local x, t = tonumber(st[1]), tonumber(st[2])\n"                        \
+    "  local now = real\n"                                                     \
+    "  if x == nil or t == nil or x > cap or x < 0 then x = cap; t = now end\n" \
+    "  if now < t then now = t end\n"                                          \
+    "  if (now - t) * a >= cap - x then x = cap else x = x + (now - t) * a end\n" \
+    "  local s = {ok = 0, g = 0, x = x, now = now, real = real}\n"             \
+    "  if need * b <= x then\n"                                                \
+    "    s.ok = 1; s.g = need\n"                                               \
+    "    if want > need then\n"                                                \
+    "      local avail = divmod(x, b)\n"                                       \
+    "      if avail < want then s.g = avail else s.g = want end\n"             \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
+    "  return s\n"                                                             \
+    "end\n"                                                                    \
+    "local function tb_commit(key, s, q_us, a, b, cap)\n"                      \
+    "  s.x = s.x - s.g * b\n"                                                  \
+    "  if s.x >= cap then\n"                                                   \
+    "    redis.call('DEL', key)\n"                                             \
+    "  else\n"                                                                 \
+    "    redis.call('HSET', key, 'x', f0(s.x), 't', f0(s.now))\n"              \
+    "    local full = math.ceil((cap - s.x) / a) + (s.now - s.real)\n"          \
+    "    redis.call('PEXPIRE', key, f0(math.ceil(full * q_us / 1000) + 1))\n"   \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "local function tb_reply(out, s) out[#out + 1] = s.x; out[#out + 1] = s.now end\n"
+
+/* sliding-approx: params wt, L; reply fields r, cur, prev, now. */
+#define SR_LUA_SA                                                              \
+    "local function sa_judge(key, real, wt, L, need, want)\n"                  \
+    "  local st = redis.call('HMGET', key, 'k', 'c', 'p', 't')\n"              \
+    "  local k0, cur, prev, t = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])\n" \
+    "  local now = real\n"                                                     \
+    "  if k0 == nil or cur == nil or prev == nil or t == nil then k0 = -2; cur = 0; prev = 0; t = now end\n" \
+    "  if now < t then now = t end\n"                                          \
+    "  local k, r = divmod(now, wt)\n"                                         \
+    "  if k ~= k0 then\n"                                                      \
+    "    if k == k0 + 1 then prev = cur else prev = 0 end\n"                   \
+    "    cur = 0\n"                                                            \
+    "  end\n"                                                                  \
+    "  local lw = L * wt\n"                                                    \
+    "  local e = prev * (wt - r) + cur * wt\n"                                 \
+    "  local s = {ok = 0, g = 0, k = k, r = r, cur = cur, prev = prev, now = now, real = real}\n" \
+    "  if need <= L and e + need * wt <= lw then\n"                            \
+    "    s.ok = 1; s.g = need\n"                                               \
+    "    if want > need then\n"                                                \
+    "      local avail = divmod(lw - e, wt)\n"                                 \
+    "      if avail < want then s.g = avail else s.g = want end\n"             \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
+    "  return s\n"                                                             \
+    "end\n"                                                                    \
+    "local function sa_commit(key, s, q_us, wt)\n"                             \
+    "  s.cur = s.cur + s.g\n"                                                  \
+    "  if s.cur == 0 and s.prev == 0 then\n"                                   \
+    "    redis.call('DEL', key)\n"                                             \
+    "  else\n"                                                                 \
+    "    redis.call('HSET', key, 'k', f0(s.k), 'c', f0(s.cur), 'p', f0(s.prev), 't', f0(s.now))\n" \
+    "    local rest = wt - s.r\n"                                              \
+    "    if s.cur > 0 then rest = rest + wt end\n"                             \
+    "    redis.call('PEXPIRE', key, f0(math.ceil((rest + s.now - s.real) * q_us / 1000) + 1))\n" \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "local function sa_reply(out, s)\n"                                        \
+    "  out[#out + 1] = s.r; out[#out + 1] = s.cur; out[#out + 1] = s.prev; out[#out + 1] = s.now\n" \
+    "end\n"
+
+/* fixed-window: params wt, L; reply fields r, count, now.  Only an
+ * admission writes (docs/decisions.md: a refusal changes nothing). */
+#define SR_LUA_FW                                                              \
+    "local function fw_judge(key, real, wt, L, need, want)\n"                  \
+    "  local st = redis.call('HMGET', key, 'k', 'c', 't')\n"                   \
+    "  local k0, c, t = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])\n"   \
+    "  if k0 == nil or c == nil or t == nil or c < 0 or c > L then k0 = -1; c = 0; t = real end\n" \
+    "  local now = real\n"                                                     \
+    "  if now < t then now = t end\n"                                          \
+    "  local k, r = divmod(now, wt)\n"                                         \
+    "  if k ~= k0 then c = 0 end\n"                                            \
+    "  local s = {ok = 0, g = 0, k = k, r = r, c = c, now = now, real = real}\n" \
+    "  if c + need <= L then\n"                                                \
+    "    s.ok = 1; s.g = need\n"                                               \
+    "    if want > need then\n"                                                \
+    "      if L - c < want then s.g = L - c else s.g = want end\n"             \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
+    "  return s\n"                                                             \
+    "end\n"                                                                    \
+    "local function fw_commit(key, s, q_us, wt)\n"                             \
+    "  if s.g > 0 then\n"                                                      \
+    "    s.c = s.c + s.g\n"                                                    \
+    "    redis.call('HSET', key, 'k', f0(s.k), 'c', f0(s.c), 't', f0(s.now))\n" \
+    "    redis.call('PEXPIRE', key, f0(math.ceil(((s.k + 1) * wt - s.real) * q_us / 1000) + 1))\n" \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "local function fw_reply(out, s) out[#out + 1] = s.r; out[#out + 1] = s.c; out[#out + 1] = s.now end\n"
 
 /* KEYS[1]; ARGV: q_us, a, b, cap, need, want.
  * Reply: {ok, granted, x, now}. */
 static const char tb_lua[] =
     "-- sluice token-bucket (docs/decisions.md 3.5) on Redis's clock\n"
-    SR_LUA_DIVMOD
+    SR_LUA_DIVMOD SR_LUA_TB
     "local q_us, a, b, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
-    "local need, want = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
-    "local tm = redis.call('TIME')\n"
-    "local real = divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us)\n"
-    "local st = redis.call('HMGET', KEYS[1], 'x', 't')\n"
-    "local x, t = tonumber(st[1]), tonumber(st[2])\n"
-    "local now = real\n"
-    "if x == nil or t == nil or x > cap or x < 0 then x = cap; t = now end\n"
-    "if now < t then now = t end\n"
-    "if (now - t) * a >= cap - x then x = cap else x = x + (now - t) * a end\n"
-    "local ok, g = 0, 0\n"
-    "if need * b <= x then\n"
-    "  ok = 1; g = need\n"
-    "  if want > need then\n"
-    "    local avail = divmod(x, b)\n"
-    "    if avail < want then g = avail else g = want end\n"
-    "  end\n"
-    "  x = x - g * b\n"
-    "end\n"
-    "if x >= cap then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x), 't', string.format('%.0f', now))\n"
-    "  local full = math.ceil((cap - x) / a) + (now - real)\n"
-    "  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.ceil(full * q_us / 1000) + 1))\n"
-    "end\n"
-    "return {ok, g, x, now}\n";
+    "local s = tb_judge(KEYS[1], ticks(q_us), a, b, cap, tonumber(ARGV[5]), tonumber(ARGV[6]))\n"
+    "tb_commit(KEYS[1], s, q_us, a, b, cap)\n"
+    "local out = {s.ok, s.g}\n"
+    "tb_reply(out, s)\n"
+    "return out\n";
 
 /* KEYS[1]; ARGV: q_us, wt, L, need, want.
  * Reply: {ok, granted, r, cur, prev, now}. */
 static const char sa_lua[] =
     "-- sluice sliding-approx (docs/decisions.md 3.4) on Redis's clock\n"
-    SR_LUA_DIVMOD
+    SR_LUA_DIVMOD SR_LUA_SA
     "local q_us, wt, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-    "local need, want = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-    "local tm = redis.call('TIME')\n"
-    "local real = divmod(tonumber(tm[1]) * 1000000 + tonumber(tm[2]), q_us)\n"
-    "local st = redis.call('HMGET', KEYS[1], 'k', 'c', 'p', 't')\n"
-    "local k0, cur, prev, t = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])\n"
-    "local now = real\n"
-    "if k0 == nil or cur == nil or prev == nil or t == nil then k0 = -2; cur = 0; prev = 0; t = now end\n"
-    "if now < t then now = t end\n"
-    "local k, r = divmod(now, wt)\n"
-    "if k ~= k0 then\n"
-    "  if k == k0 + 1 then prev = cur else prev = 0 end\n"
-    "  cur = 0\n"
-    "end\n"
-    "local lw = L * wt\n"
-    "local e = prev * (wt - r) + cur * wt\n"
-    "local ok, g = 0, 0\n"
-    "if need <= L and e + need * wt <= lw then\n"
-    "  ok = 1; g = need\n"
-    "  if want > need then\n"
-    "    local avail = divmod(lw - e, wt)\n"
-    "    if avail < want then g = avail else g = want end\n"
-    "  end\n"
-    "  cur = cur + g\n"
-    "end\n"
-    "if cur == 0 and prev == 0 then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'k', string.format('%.0f', k), 'c', string.format('%.0f', cur),\n"
-    "             'p', string.format('%.0f', prev), 't', string.format('%.0f', now))\n"
-    "  local rest = wt - r\n"
-    "  if cur > 0 then rest = rest + wt end\n"
-    "  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.ceil((rest + now - real) * q_us / 1000) + 1))\n"
-    "end\n"
-    "return {ok, g, r, cur, prev, now}\n";
+    "local s = sa_judge(KEYS[1], ticks(q_us), wt, L, tonumber(ARGV[4]), tonumber(ARGV[5]))\n"
+    "sa_commit(KEYS[1], s, q_us, wt)\n"
+    "local out = {s.ok, s.g}\n"
+    "sa_reply(out, s)\n"
+    "return out\n";
 
-static const char *const sources[2] = {tb_lua, sa_lua};
-static char shas[2][41];
+/* KEYS[1]; ARGV: q_us, wt, L, need, want.
+ * Reply: {ok, granted, r, count, now}: count is the window's after the
+ * decision. */
+static const char fw_lua[] =
+    "-- sluice fixed-window (docs/decisions.md 3.1) on Redis's clock\n"
+    SR_LUA_DIVMOD SR_LUA_FW
+    "local q_us, wt, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local s = fw_judge(KEYS[1], ticks(q_us), wt, L, tonumber(ARGV[4]), tonumber(ARGV[5]))\n"
+    "fw_commit(KEYS[1], s, q_us, wt)\n"
+    "local out = {s.ok, s.g}\n"
+    "fw_reply(out, s)\n"
+    "return out\n";
+
+/* KEYS[1..n]; ARGV per key, in order: script (0 tb, 1 sa, 2 fw), q_us, the
+ * script's parameters (a b cap, or wt L), need.  Judges every key, then
+ * commits all (each granted need) or none.
+ * Reply: {ok, then per key: its verdict, granted, its script's fields}:
+ * a key not committed reports its state without the request's permits. */
+static const char all_lua[] =
+    "-- sluice all-or-nothing across keys (docs/decisions.md 3.7) on Redis's clock\n"
+    SR_LUA_DIVMOD SR_LUA_TB SR_LUA_SA SR_LUA_FW
+    "local n, i, ss, all = #KEYS, 1, {}, 1\n"
+    "for j = 1, n do\n"
+    "  local w, q_us = tonumber(ARGV[i]), tonumber(ARGV[i + 1])\n"
+    "  local s\n"
+    "  if w == 0 then\n"
+    "    s = tb_judge(KEYS[j], ticks(q_us), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),\n"
+    "                 tonumber(ARGV[i + 5]), tonumber(ARGV[i + 5]))\n"
+    "    s.p = {q_us, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])}; i = i + 6\n"
+    "  else\n"
+    "    local jf = sa_judge\n"
+    "    if w == 2 then jf = fw_judge end\n"
+    "    s = jf(KEYS[j], ticks(q_us), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),\n"
+    "           tonumber(ARGV[i + 4]))\n"
+    "    s.p = {q_us, tonumber(ARGV[i + 2])}; i = i + 5\n"
+    "  end\n"
+    "  s.w = w\n"
+    "  if s.ok == 0 then all = 0 end\n"
+    "  ss[j] = s\n"
+    "end\n"
+    "local out = {all}\n"
+    "for j = 1, n do\n"
+    "  local s = ss[j]\n"
+    "  if all == 1 then\n"
+    "    if s.w == 0 then tb_commit(KEYS[j], s, s.p[1], s.p[2], s.p[3], s.p[4])\n"
+    "    elseif s.w == 1 then sa_commit(KEYS[j], s, s.p[1], s.p[2])\n"
+    "    else fw_commit(KEYS[j], s, s.p[1], s.p[2]) end\n"
+    "  else\n"
+    "    s.g = 0\n"
+    "  end\n"
+    "  out[#out + 1] = s.ok; out[#out + 1] = s.g\n"
+    "  if s.w == 0 then tb_reply(out, s) elseif s.w == 1 then sa_reply(out, s) else fw_reply(out, s) end\n"
+    "end\n"
+    "return out\n";
+
+#define SR_NSCRIPTS 4
+static const char *const sources[SR_NSCRIPTS] = {tb_lua, sa_lua, fw_lua, all_lua};
+static char shas[SR_NSCRIPTS][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 
 static void compute_shas(void)
 {
-    for (int i = 0; i < 2; i++) sluice__sha1_hex(sources[i], strlen(sources[i]), shas[i]);
+    for (int i = 0; i < SR_NSCRIPTS; i++) sluice__sha1_hex(sources[i], strlen(sources[i]), shas[i]);
 }
 
 const char *sluice_redis_script_source(int which)
 {
-    return which == 0 || which == 1 ? sources[which] : NULL;
+    return which >= 0 && which < SR_NSCRIPTS ? sources[which] : NULL;
 }
 
 const char *sluice_redis_script_sha(int which)
 {
-    if (which != 0 && which != 1) return NULL;
+    if (which < 0 || which >= SR_NSCRIPTS) return NULL;
     pthread_once(&sha_once, compute_shas);
     return shas[which];
 }
@@ -224,7 +356,8 @@ int sluice__redis_spec(int script, uint64_t L, uint64_t W, uint64_t B, bool coar
         snprintf(text, sizeof text, "token-bucket %llu/%lluns burst=%llu%s", (unsigned long long)L,
                  (unsigned long long)W, (unsigned long long)B, coarse ? " clock=coarse" : "");
     else
-        snprintf(text, sizeof text, "sliding-approx %llu/%lluns%s", (unsigned long long)L,
+        snprintf(text, sizeof text, "%s %llu/%lluns%s",
+                 script == SR_SCRIPT_FW ? "fixed-window" : "sliding-approx", (unsigned long long)L,
                  (unsigned long long)W, coarse ? " clock=coarse" : "");
     char canon[SLUICE_SPEC_MAX];
     int rc = sluice_spec_check(text, canon, sizeof canon, NULL, 0);
@@ -244,10 +377,13 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
         out->script = SR_SCRIPT_TB;
     } else if (in.algorithm == SLUICE_ALG_SLIDING_APPROX) {
         out->script = SR_SCRIPT_SA;
+    } else if (in.algorithm == SLUICE_ALG_FIXED_WINDOW) {
+        out->script = SR_SCRIPT_FW;
     } else {
         if (errlen)
             snprintf(err, errlen,
-                     "algorithm \"%s\" has no Redis script (use token-bucket or sliding-approx)",
+                     "algorithm \"%s\" has no Redis script (use token-bucket, sliding-approx "
+                     "or fixed-window)",
                      sluice_algorithm_name(in.algorithm));
         return SLUICE_EINVAL;
     }
@@ -276,13 +412,20 @@ int sluice__redis_params(const char *spec, sr_params *out, char *err, size_t err
         }
         if (W % q != 0) break; /* a larger q cannot divide W either */
         uint64_t wt = W / q;
-        if ((sr_u128)(2 * L + 1) * wt >= SR_TWO53) continue;
+        if (out->script == SR_SCRIPT_FW ? wt >= SR_TWO53 || L + 1 >= SR_TWO53
+                                        : (sr_u128)(2 * L + 1) * wt >= SR_TWO53)
+            continue;
         out->quantum_ns = q;
         out->wt = wt;
         return 0;
     }
     if (errlen) {
-        if (out->script == SR_SCRIPT_TB)
+        if (out->script == SR_SCRIPT_FW)
+            snprintf(err, errlen,
+                     "spec \"%s\" is out of the Redis tier's exact range: PERIOD must be a "
+                     "whole number of microseconds (docs/redis.md)",
+                     out->canon);
+        else if (out->script == SR_SCRIPT_TB)
             snprintf(err, errlen,
                      "spec \"%s\" is out of the Redis tier's exact range: (burst+1) * PERIOD / "
                      "gcd(LIMIT * q, PERIOD) must stay below 2^53 for some clock quantum q "

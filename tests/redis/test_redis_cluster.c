@@ -917,6 +917,45 @@ static void test_spread(void **state)
     sluice_redis_free(r);
 }
 
+/* sluice_redis_try_acquire_all on a cluster: keys in one slot (limits on
+ * the same KEY share its hash tag) are decided together on the node that
+ * serves it, whichever node the limiters were pointed at; keys in several
+ * slots are SLUICE_ERANGE with nothing sent. */
+static void test_all_slots(void **state)
+{
+    (void)state;
+    if (!have_cluster()) skip();
+    sluice_redis *a = mk("token-bucket 3/1h", g_port[1], NULL, NULL, 0, 1000);
+    sluice_redis *b = mk("fixed-window 5/1h", g_port[1], NULL, NULL, 0, 1000);
+    sluice_redis *rs[2] = {a, b};
+    const void *same[2] = {"all-same", "all-same"};
+    size_t l8[2] = {8, 8};
+    uint64_t p[2] = {2, 2};
+    sluice_result res, per[2];
+    assert_int_equal(sluice_redis_try_acquire_all(rs, same, l8, p, 2, &res, per), 1);
+    assert_int_equal(res.remaining, 1);
+    p[1] = 1; /* a refuses (2 > 1 left): b not charged */
+    assert_int_equal(sluice_redis_try_acquire_all(rs, same, l8, p, 2, &res, per), 0);
+    assert_true(per[1].allowed);
+    assert_int_equal(per[1].remaining, 3);
+    /* two keys in different slots */
+    const void *two[2] = {"all-x", "all-y"};
+    size_t l5[2] = {5, 5};
+    char n0[128], n1[128];
+    int k0 = sluice_redis_key_name(a, "all-x", 5, n0, sizeof n0);
+    int k1 = sluice_redis_key_name(b, "all-y", 5, n1, sizeof n1);
+    assert_true(sluice_redis_key_slot(n0, (size_t)k0) != sluice_redis_key_slot(n1, (size_t)k1));
+    sluice_redis_stats st0, st1;
+    sluice_redis_stats_get(a, &st0);
+    assert_int_equal(sluice_redis_try_acquire_all(rs, two, l5, p, 2, &res, per), SLUICE_ERANGE);
+    assert_int_equal(res.error, SLUICE_ERANGE);
+    sluice_redis_stats_get(a, &st1);
+    assert_int_equal(st1.round_trips, st0.round_trips);
+    assert_int_equal(st1.err_reply + st1.err_protocol, 0);
+    sluice_redis_free(a);
+    sluice_redis_free(b);
+}
+
 static void myid(int port, char id[64])
 {
     redisReply *r = cmd(port, "CLUSTER MYID");
@@ -1458,6 +1497,7 @@ int main(void)
         cmocka_unit_test(test_slots_hostile),
         cmocka_unit_test(test_keyslot_live),
         cmocka_unit_test(test_spread),
+        cmocka_unit_test(test_all_slots),
         cmocka_unit_test(test_migrate_ask_moved),
         cmocka_unit_test(test_moved_silent_seed),
         cmocka_unit_test(test_failover),

@@ -253,6 +253,23 @@ static void test_four_procs_sliding(void **state)
     assert_true(o.allowed >= 50000 / 2);
 }
 
+/* fixed-window with leases: one window of 36500 days (aligned to 0: it
+ * does not end during the run), so Redis grants at most L in all, and the
+ * processes, admitting only what Redis granted them, at most L together;
+ * leases expire unspent only while a process is not asking. */
+static void test_four_procs_fixed_window(void **state)
+{
+    (void)state;
+    scenario sc = {"fixed-window 3000/36500d", "p4fw:", 10000, 1 * SEC, false};
+    outcome o;
+    run(&sc, &o, 3000, 36500ULL * 86400 * SEC, 0);
+    assert_int_equal(o.errors, 0);
+    assert_int_equal(o.bound, 28); /* 4 * lease_cap, lease_cap = 3000 / (100 * 4) */
+    assert_true(o.allowed <= 3000);
+    assert_true(o.allowed >= 3000 - o.bound);
+    assert_true(o.round_trips * 2 < o.allowed + o.denied);
+}
+
 /* ---- one process, threads ------------------------------------------------- */
 
 typedef struct tharg {
@@ -449,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_four_procs_exact),
         cmocka_unit_test(test_skewed_clocks),
         cmocka_unit_test(test_four_procs_sliding),
+        cmocka_unit_test(test_four_procs_fixed_window),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -98,6 +98,11 @@ static ref_params sa(uint64_t L, uint64_t W)
     return (ref_params){.alg = REF_SLIDING_APPROX, .limit = L, .period_ns = W};
 }
 
+static ref_params fw(uint64_t L, uint64_t W)
+{
+    return (ref_params){.alg = REF_FIXED_WINDOW, .limit = L, .period_ns = W};
+}
+
 #define MSEC 1000000ULL
 #define SEC 1000000000ULL
 
@@ -194,8 +199,9 @@ static void test_refused_specs(void **state)
 {
     (void)state;
     const char *bad[] = {
-        "sliding-log 10/s", "leaky-bucket 10/s", "fixed-window 10/s", "sliding-wheel 10/s",
+        "sliding-log 10/s", "leaky-bucket 10/s", "sliding-wheel 10/s",
         "sliding-approx 7/1500ns",           /* not a whole number of us */
+        "fixed-window 7/1500ns",             /* not a whole number of us */
         "sliding-approx 1000000000000/d",    /* (2L+1)*W/q >= 2^53 for every q dividing W */
         "token-bucket 10/s burts=5",         /* the core's grammar */
         "token-bucket 1/36500d burst=1000000000000",
@@ -209,6 +215,9 @@ static void test_refused_specs(void **state)
     char err[256];
     assert_null(sluice_redis_new("sliding-log 10/s", NULL, err, sizeof err));
     assert_non_null(strstr(err, "sliding-log"));
+    assert_non_null(strstr(err, "fixed-window")); /* among the algorithms that have one */
+    assert_null(sluice_redis_new("fixed-window 7/1500ns", NULL, err, sizeof err));
+    assert_non_null(strstr(err, "microseconds"));
     assert_null(sluice_redis_new("token-bucket 10/s burts=5", NULL, err, sizeof err));
     assert_non_null(strstr(err, "burts=5"));
     /* configuration */
@@ -233,13 +242,15 @@ static void test_refused_specs(void **state)
 static void test_script_sha(void **state)
 {
     (void)state;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", sluice_redis_script_source(i)};
         char sha[64];
         assert_int_equal(test_redis_cmd(&test_redis_shared, NULL, sha, sizeof sha, 3, argv), 0);
         assert_string_equal(sha, sluice_redis_script_sha(i));
     }
-    assert_null(sluice_redis_script_source(2));
+    assert_non_null(strstr(sluice_redis_script_source(2), "fixed-window"));
+    assert_null(sluice_redis_script_source(4));
+    assert_null(sluice_redis_script_sha(4));
     assert_null(sluice_redis_script_sha(-1));
 }
 
@@ -281,6 +292,69 @@ static void test_ttl_and_rest(void **state)
     t = pttl(name, (size_t)n);
     assert_true(t > 200 && t <= 401); /* until the end of the next window */
     sluice_redis_free(r);
+}
+
+static void test_fixed_window(void **state)
+{
+    (void)state;
+    against_model("fixed-window 10/100ms", fw(10, 100 * MSEC), 400, 3, 20 * MSEC);
+    against_model("fixed-window 5/3ms", fw(5, 3 * MSEC), 400, 2, 2 * MSEC);
+    against_model("fixed-window 1000/s", fw(1000, SEC), 300, 400, 50 * MSEC); /* p > L too */
+    against_model("fixed-window 7/1500us", fw(7, 1500000), 400, 3, 1 * MSEC);
+    against_model("fixed-window 1/d", fw(1, 86400 * SEC), 30, 2, 0);
+    against_model("fixed-window 1000000000000/d", fw(1000000000000ULL, 86400 * SEC), 30,
+                  1000000000001ULL, 0);
+}
+
+/* fixed-window's edges, read at Redis's time: a refusal waits exactly for
+ * the end of the window (aligned to 0), p > L is refused for ever (-1) and
+ * charges nothing, a refusal or a probe writes no key, and an admitted
+ * key expires at its window's end. */
+static void test_fixed_window_edges(void **state)
+{
+    (void)state;
+    const uint64_t W = 200 * MSEC;
+    sluice_redis *r = mk("fixed-window 3/200ms", "fwe:");
+    char name[128];
+    int n = sluice_redis_key_name(r, "e", 1, name, sizeof name);
+    assert_true(n > 0);
+    sluice_result res;
+    sluice_redis_info info;
+    /* p > L on a fresh key: -1, and no key */
+    assert_false(sluice_redis_try_acquire_ex(r, "e", 1, 4, &res, &info));
+    assert_int_equal(info.source, SLUICE_REDIS_SRC_REDIS);
+    assert_int_equal(res.retry_after_ns, -1);
+    assert_int_equal(res.remaining, 3);
+    assert_true(sluice_redis_try_acquire(r, "e", 1, 0, &res));
+    assert_int_equal(pttl(name, (size_t)n), -2);
+    /* fill the window: every refusal in it waits for its end, exactly */
+    for (int tries = 0; tries < 20; tries++) {
+        assert_true(sluice_redis_try_acquire_ex(r, "e", 1, 3, &res, &info));
+        uint64_t t0 = info.server_time_ns;
+        assert_int_equal(res.remaining, 0);
+        assert_false(sluice_redis_try_acquire_ex(r, "e", 1, 1, &res, &info));
+        if (info.server_time_ns / W != t0 / W) { /* crossed an edge: again */
+            tu_sleep_ns(W / 4);
+            continue;
+        }
+        assert_int_equal(res.retry_after_ns, (int64_t)(W - info.server_time_ns % W));
+        assert_int_equal(res.remaining, 0);
+        /* p > L: never, even with the window full */
+        assert_false(sluice_redis_try_acquire(r, "e", 1, 4, &res));
+        assert_int_equal(res.retry_after_ns, -1);
+        /* the key lives until the window's end (+1 ms), no longer */
+        long long t = pttl(name, (size_t)n);
+        long long left_ms = (long long)((W - t0 % W) / MSEC);
+        if (t < left_ms - 100 || t > left_ms + 2)
+            fail_msg("PTTL %lld ms, the window ends in %lld ms", t, left_ms);
+        tu_sleep_ns(W - info.server_time_ns % W + 5 * MSEC);
+        assert_int_equal(pttl(name, (size_t)n), -2); /* expired at the edge */
+        assert_true(sluice_redis_try_acquire_ex(r, "e", 1, 3, &res, &info));
+        assert_int_equal(res.remaining, 0);
+        sluice_redis_free(r);
+        return;
+    }
+    fail_msg("every try crossed a window edge");
 }
 
 /* The server's clock steps back (as after a failover to a server whose
@@ -534,6 +608,8 @@ int main(void)
         cmocka_unit_test(test_refused_specs),
         cmocka_unit_test(test_token_bucket),
         cmocka_unit_test(test_sliding_approx),
+        cmocka_unit_test(test_fixed_window),
+        cmocka_unit_test(test_fixed_window_edges),
         cmocka_unit_test(test_edges_2_53),
         cmocka_unit_test(test_ttl_and_rest),
         cmocka_unit_test(test_clock_back),

@@ -1730,10 +1730,12 @@ class RedisTest(unittest.TestCase):
                 self.assertEqual(sv.stop(), 0)
             r.stop()
 
-    def test_descriptors_in_order(self):
-        """On Redis the descriptors are decided one after the other: after a
-        refusal the later ones are probed, not charged; the earlier ones
-        stay charged (docs/rls.md, "Redis")."""
+    def test_descriptors_all_or_nothing(self):
+        """On Redis (no leases) the enforced descriptors of a call are one
+        composite, decided by one script: a request refused by one limit
+        charges no other, before or after it (envoyproxy/ratelimit#1060);
+        each says its own verdict, and one that would have allowed keeps its
+        remaining (docs/rls.md, "Redis")."""
         r = RedisServer()
         s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)
         try:
@@ -1741,17 +1743,77 @@ class RedisTest(unittest.TestCase):
                 self.assertEqual(s.call(request(desc(("two", "o"))), timeout=10).overall_code, OK)
             got = s.call(request(desc(("two", "o")), desc(("five", "o"))), timeout=10)
             self.assertEqual([x.code for x in got.statuses], [OVER, OK])
-            self.assertEqual(got.statuses[1].limit_remaining, 5)  # probed: nothing spent
+            self.assertEqual(got.statuses[1].limit_remaining, 5)  # nothing spent
+            # The second refuses: the first is not charged either.
             got = s.call(request(desc(("five", "o")), desc(("two", "o"))), timeout=10)
             self.assertEqual(got.overall_code, OVER)
-            self.assertEqual(got.statuses[0].limit_remaining, 4)  # charged before two refused
-            # hits_addend per descriptor: no composite, so they may differ.
+            self.assertEqual([x.code for x in got.statuses], [OK, OVER])
+            self.assertEqual(got.statuses[0].limit_remaining, 5)
+            probe = s.call(request(desc(("five", "o"), hits=0)), timeout=10)
+            self.assertEqual(probe.statuses[0].limit_remaining, 5)  # read back: unchanged
+            # One round trip for the two (and the EVAL after the first NOSCRIPT).
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % s.http_port, timeout=10) as h:
+                m = {l.split()[0]: float(l.split()[1]) for l in h.read().decode().splitlines() if l and l[0] != "#"}
+            self.assertEqual(m["sluice_rls_redis_round_trips_total"], 2 + 1 + 1 + 1 + 2)
+            # hits_addend per descriptor: each limit charged its own, both.
             got = s.call(request(desc(("five", "h"), hits=3), desc(("tb", "h"), hits=2)), timeout=10)
             self.assertEqual(got.overall_code, OK)
             self.assertEqual([x.limit_remaining for x in got.statuses], [2, 1])
-            # token-bucket in Redis: 3 a day, so 1 left, then refused.
-            got = s.call(request(desc(("tb", "h"), hits=2)), timeout=10)
+            # token-bucket in Redis: 3 a day, so 1 left: refused, and five
+            # keeps its 2.
+            got = s.call(request(desc(("five", "h"), hits=1), desc(("tb", "h"), hits=2)), timeout=10)
             self.assertEqual(got.overall_code, OVER)
+            self.assertEqual(s.call(request(desc(("five", "h"), hits=0)), timeout=10).statuses[0].limit_remaining, 2)
+            # One key twice in a call: charged once, the larger hits.
+            got = s.call(request(desc(("five", "d"), hits=1), desc(("five", "d"), hits=2)), timeout=10)
+            self.assertEqual(got.overall_code, OK)
+            self.assertEqual(s.call(request(desc(("five", "d"), hits=0)), timeout=10).statuses[0].limit_remaining, 3)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
+
+    def test_descriptors_in_order_with_leases(self):
+        """With leases (SLUICE_RLS_REDIS_LEASE_MAX > 0) each process decides
+        locally first: the descriptors are decided one after the other, as
+        before: after a refusal the later ones are probed, not charged; the
+        earlier ones stay charged (docs/rls.md, "Redis")."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_LEASE_MAX=1, **SLOW_OK)
+        try:
+            for _ in range(2):
+                self.assertEqual(s.call(request(desc(("two", "o"))), timeout=10).overall_code, OK)
+            got = s.call(request(desc(("five", "o")), desc(("two", "o"))), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+            self.assertEqual(got.statuses[0].code, OK)  # charged before two refused
+            self.assertEqual(s.call(request(desc(("two", "o")), desc(("five", "o"))), timeout=10).overall_code, OVER)
+        finally:
+            self.assertEqual(s.stop(), 0)
+            r.stop()
+
+    def test_default_fixed_window(self):
+        """On Redis a limit without `algorithm` is fixed-window, as in
+        process (envoyproxy/ratelimit's aligned window): the key holds the
+        fixed-window script's fields, and a refusal waits until the end of
+        the UTC day (docs/decisions.md 3.1: windows aligned to 0)."""
+        r = RedisServer()
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, **SLOW_OK)
+        try:
+            for left in (1, 0):
+                got = s.call(request(desc(("two", "fw"))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+                self.assertEqual(got.statuses[0].limit_remaining, left)
+            # (the key name holds binary lengths: read it inside Redis)
+            self.assertEqual(r.cli("DBSIZE").strip(), "1")
+            one = "local k = redis.call('KEYS', '*')[1]; return redis.call(ARGV[1], k)"
+            self.assertEqual(sorted(r.cli("EVAL", one, "0", "HKEYS").split()), ["c", "k", "t"])
+            got = s.call(request(desc(("two", "fw"))), timeout=10)
+            now = time.time()
+            self.assertEqual(got.overall_code, OVER)
+            reset = got.statuses[0].duration_until_reset.seconds
+            self.assertLessEqual(abs(reset - (86400 - now % 86400)), 3)
+            # The key expires at the window's end (plus at most 1 ms).
+            ttl = int(r.cli("EVAL", one, "0", "PTTL"))
+            self.assertLessEqual(abs(ttl / 1000 - (86400 - now % 86400)), 3)
         finally:
             self.assertEqual(s.stop(), 0)
             r.stop()
@@ -2231,6 +2293,25 @@ class RedisClusterTest(unittest.TestCase):
         finally:
             for sv in servers:
                 self.assertEqual(sv.stop(), 0)
+
+    def test_descriptors_across_slots(self):
+        """On a Cluster two descriptors' keys are in different slots (each
+        key's hash tag is its own descriptor): no script may span them, so
+        they are decided one after the other, as docs/rls.md says: the
+        earlier one stays charged when the later one refuses."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[0], REDIS_TYPE="cluster", **SLOW_OK)
+        try:
+            for _ in range(2):
+                self.assertEqual(s.call(request(desc(("two", "slots"))), timeout=10).overall_code, OK)
+            got = s.call(request(desc(("five", "slots")), desc(("two", "slots"))), timeout=10)
+            self.assertEqual(got.overall_code, OVER)
+            self.assertEqual([x.code for x in got.statuses], [OK, OVER])
+            self.assertEqual(got.statuses[0].limit_remaining, 4)  # charged before two refused
+        finally:
+            self.assertEqual(s.stop(), 0)
+            for p in ports:  # the other tests count the keys
+                subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
 
 
 if __name__ == "__main__":
