@@ -44,7 +44,7 @@ static const char hammer_usage[] =
     "Several processes pointed at one Redis (same --limit, same --prefix) share one\n"
     "global limit: run a few at once to check a deployment by hand.\n"
     "\n"
-    "  --limit SPEC          the limit (global tiers: token-bucket or sliding-approx)\n"
+    "  --limit SPEC          the limit (global tiers: token-bucket, sliding-approx or fixed-window)\n"
     "  --redis URL           redis://HOST:PORT (default redis://127.0.0.1:6379)\n"
     "  --tier T              local: a sluice table in this process only;\n"
     "                        global: one Redis round trip per decision (exact);\n"
