@@ -54,8 +54,8 @@
  */
 #define _GNU_SOURCE
 #include "redis_internal.h"
-#include "../alg/sliding_approx.h"
-#include "../alg/held.h" /* sluice__combine: the composite's rule */
+#include "alg/sliding_approx.h"
+#include "alg/held.h" /* sluice__combine: the composite's rule */
 
 #include <stdarg.h>
 #include <stdio.h>
