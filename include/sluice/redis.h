@@ -89,7 +89,7 @@
  *   one is kept), at most 512 at once.  At most 5 MOVED/ASK per call
  *   (SLUICE_REDIS_MAX_REDIRECTS); more fail the call (err_reply).  Each
  *   single-key script touches one key, so every call is a one-slot call;
- *   sluice_redis_try_acquire_all needs its exact limits' keys in one slot.
+ *   sluice_redis_try_acquire_all needs the keys it sends in one slot.
  *   docs/redis.md has the failover costs (CLUSTERDOWN everywhere for about
  *   the node timeout) and bound.
  *
@@ -301,15 +301,15 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
  * charges them all only when every one allows: a request refused by one
  * limit charges none, atomically (no other call sees a part charged).
  * Limits with leases (lease_max > 0; all, or some beside exact ones) decide
- * in this process first: each takes its permits from its lease (fetching
- * one, one round trip each, when it lacks them), the exact ones then run
- * the script; on a refusal every permit taken goes back into its lease if
- * that lease is still the same and alive (else it is dropped, counted as
- * lease_dropped): a refused request spends no permit of any limit, and the
- * leases' bound (P * lease_cap per key) holds as for single decisions.
+ * in this process first: each takes its permits from its lease; those
+ * whose lease lacks them and the exact ones then go to Redis in one script
+ * run (the short leased keys asking for a lease's surplus too): all or
+ * none charged.  On a refusal every permit taken goes back into its lease
+ * if that lease is still the same and alive (else it is dropped, counted
+ * as lease_dropped): a refused request spends no permit of any limit, and
+ * the leases' bound (P * lease_cap per key) holds as for single decisions.
  * Their answers are single decisions' with leases (a limit not reached
- * before the refusal: allowed, remaining 0); their keys may be in several
- * slots of a Redis Cluster (the exact limits' may not).
+ * before a remembered refusal: allowed, remaining 0).
  * Returns 1 when admitted, 0 when refused, or a negative code with nothing
  * decided:
  *   SLUICE_EINVAL  a bad call, nothing sent: NULL arrays, n outside
@@ -319,7 +319,8 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
  *                  same), a limit with a local_spec (it decides in the
  *                  process first: ask each with sluice_redis_try_acquire_ex),
  *                  or one Redis key twice;
- *   SLUICE_ERANGE  the server is a Redis Cluster and the exact limits' keys
+ *   SLUICE_ERANGE  the server is a Redis Cluster and the keys sent to it
+ *                  (the exact limits', the leased ones short of permits)
  *                  are not all in one hash slot (nothing sent: the caller may decide them
  *                  one at a time instead);
  *   SLUICE_ETIMEDOUT, SLUICE_EBACKEND, SLUICE_ENOMEM  as for one decision

@@ -466,8 +466,10 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
     return true;
 }
 
-int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
-                            const long long *v, size_t nv, sluice__answer *a)
+/* sluice__redis_all_reply, for keys asked for up to wants[i] (NULL: no
+ * surplus); os (NULL, or n entries) gets each key's outcome. */
+static int all_reply(const sr_params *const *pps, const uint64_t *permits, const uint64_t *wants,
+                     size_t n, const long long *v, size_t nv, sluice__answer *a, sr_outcome *os)
 {
     if (n < 1 || n > SLUICE_COMPOSITE_MAX || nv < 1 || (v[0] != 0 && v[0] != 1)) return SLUICE_EBACKEND;
     const bool all = v[0] == 1;
@@ -478,8 +480,10 @@ int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits
         const size_t f = (size_t)fields_of(pp->script);
         if (f > nv - at) return SLUICE_EBACKEND;
         const uint64_t need = permits[i] > pp->capacity ? pp->capacity + 1 : permits[i];
+        const uint64_t want = wants && wants[i] > need ? wants[i] : need;
         sr_outcome o;
-        if (!outcome(pp, permits[i], need, need, all, v + at, &o)) return SLUICE_EBACKEND;
+        if (!outcome(pp, permits[i], need, want, all, v + at, &o)) return SLUICE_EBACKEND;
+        if (os) os[i] = o;
         at += f;
         ok_all = ok_all && o.ok;
         a[i].ok = o.ok;
@@ -489,6 +493,12 @@ int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits
     /* every field used, and the verdict is every key's */
     if (at != nv || ok_all != all) return SLUICE_EBACKEND;
     return all ? 1 : 0;
+}
+
+int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
+                            const long long *v, size_t nv, sluice__answer *a)
+{
+    return all_reply(pps, permits, NULL, n, v, nv, a, NULL);
 }
 
 static void note_rtt(sluice_redis *r, uint64_t t0)
@@ -684,17 +694,16 @@ static void spend(const sluice_redis *r, sr_entry *e, uint64_t p, uint64_t now)
  * room for the key) neither fetching nor holding enough: marks it fetching,
  * drops what is left of its lease, unlocks, asks Redis for `permits` and a
  * surplus of e->want, locks again, makes the surplus the entry's new lease
- * (or remembers Redis's refusal), and unlocks.  Returns 0 with *o, *keep
- * (the permits of the new lease, 0 if none) and *gen (its generation, 0 if
- * none), or the round trip's error (nothing granted). */
+ * (or remembers Redis's refusal), and unlocks.  Returns 0 with *o and
+ * *keep (the permits of the new lease, 0 if none), or the round trip's
+ * error (nothing granted). */
 static int fetch_unlock(sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t h, const void *key,
                         size_t keylen, uint64_t permits, uint64_t now, uint64_t deadline, sr_outcome *o,
-                        uint64_t *keep, uint64_t *gen, uint64_t *retry_at)
+                        uint64_t *keep, uint64_t *retry_at)
 {
     uint64_t want = permits;
     const bool fetching = e != NULL;
     *keep = 0;
-    *gen = 0;
     if (e) {
         e->fetching = true;
         if (e->lease_left) drop_lease(s, e); /* too small for this request: replaced */
@@ -720,7 +729,7 @@ static int fetch_unlock(sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t h, 
                 e->lease_size = k;
                 e->lease_t0 = now;
                 e->lease_exp = now + r->lease_ttl_ns;
-                e->lease_gen = *gen = ++s->gen;
+                e->lease_gen = ++s->gen;
                 s->leases++;
                 s->lease_permits += k;
                 *keep = k;
@@ -841,8 +850,8 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen
             return false;
         }
     }
-    uint64_t keep, gen;
-    int rc = fetch_unlock(r, s, e, h, key, keylen, permits, now, deadline, &o, &keep, &gen, &retry_at);
+    uint64_t keep;
+    int rc = fetch_unlock(r, s, e, h, key, keylen, permits, now, deadline, &o, &keep, &retry_at);
     if (rc != 0) return by_policy(r, key, keylen, permits, now, rc, retry_at, res, info);
     fill_redis(res, info, &o, keep);
     add(&r->by_redis);
@@ -876,11 +885,15 @@ static bool same_key(const sluice_redis *a, const void *ka, size_t la, const slu
            memcmp(a->specid, b->specid, 8) == 0 && la == lb && (la == 0 || memcmp(ka, kb, la) == 0);
 }
 
-/* Exact limits (no leases) in one run of the all-or-nothing script: 1
- * admitted, 0 refused (a[] gets each limit's answer; each limit counts the
- * request), or a negative code with nothing counted but the error. */
-static int all_exact(sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
-                     const uint64_t *permits, size_t n, sluice__answer *a)
+/* Limits in one run of the all-or-nothing script, key i asked for
+ * permits[i] and up to wants[i] (NULL: no surplus; the surplus is a lease,
+ * for the leased limits of try_acquire_all): 1 admitted, 0 refused (a[]
+ * gets each limit's answer, os[] (may be NULL) each key's outcome; each
+ * limit counts the request), or a negative code with nothing counted but
+ * the error.  rs[0]'s connections and deadline serve the call. */
+static int all_script(sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                      const uint64_t *permits, const uint64_t *wants, size_t n, sluice__answer *a,
+                      sr_outcome *os)
 {
     sluice_redis *r0 = rs[0];
     const uint64_t deadline = sluice_now_ns() + r0->cmd_timeout_ns;
@@ -892,11 +905,12 @@ static int all_exact(sluice_redis *const *rs, const void *const *keys, const siz
     if (!names) return SLUICE_ENOMEM;
     const char *kn[SLUICE_COMPOSITE_MAX];
     size_t knl[SLUICE_COMPOSITE_MAX];
-    /* the arguments: per key script, q_us, its static ones (q_us first), need */
-    const char *args[SLUICE_COMPOSITE_MAX * 6];
-    size_t lens[SLUICE_COMPOSITE_MAX * 6];
-    char nums[SLUICE_COMPOSITE_MAX][2][24];
-    uint64_t need[SLUICE_COMPOSITE_MAX];
+    /* the arguments: per key script, q_us, its static ones (q_us first),
+     * need, want */
+    const char *args[SLUICE_COMPOSITE_MAX * 7];
+    size_t lens[SLUICE_COMPOSITE_MAX * 7];
+    char nums[SLUICE_COMPOSITE_MAX][3][24];
+    uint64_t need[SLUICE_COMPOSITE_MAX], want[SLUICE_COMPOSITE_MAX];
     int na = 0, nout = 1, rc = 0;
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -910,11 +924,15 @@ static int all_exact(sluice_redis *const *rs, const void *const *keys, const siz
         knl[i] = (size_t)kl;
         off += (size_t)kl + 1;
         need[i] = permits[i] > r->pp.capacity ? r->pp.capacity + 1 : permits[i];
+        want[i] = wants && wants[i] > need[i] ? wants[i] : need[i]; /* as redis_decide */
+        if (want[i] > r->pp.capacity) want[i] = need[i] > r->pp.capacity ? need[i] : r->pp.capacity;
         snprintf(nums[i][0], sizeof nums[i][0], "%d", r->pp.script);
         snprintf(nums[i][1], sizeof nums[i][1], "%llu", (unsigned long long)need[i]);
+        snprintf(nums[i][2], sizeof nums[i][2], "%llu", (unsigned long long)want[i]);
         args[na] = nums[i][0], lens[na++] = strlen(nums[i][0]);
         for (int j = 0; j < r->nsarg; j++) args[na] = r->sarg[j], lens[na++] = r->sarglen[j];
         args[na] = nums[i][1], lens[na++] = strlen(nums[i][1]);
+        args[na] = nums[i][2], lens[na++] = strlen(nums[i][2]);
         nout += fields_of(r->pp.script);
     }
     long long v[1 + SLUICE_COMPOSITE_MAX * SR_SA_FIELDS];
@@ -927,7 +945,7 @@ static int all_exact(sluice_redis *const *rs, const void *const *keys, const siz
     note_rtt(r0, t0);
     const sr_params *pps[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) pps[i] = &rs[i]->pp;
-    rc = sluice__redis_all_reply(pps, permits, n, v, (size_t)nout, a);
+    rc = all_reply(pps, permits, want, n, v, (size_t)nout, a, os);
     if (rc < 0) {
         atomic_fetch_add_explicit(&r0->conn.ct.err_protocol, 1, memory_order_relaxed);
         return rc;
@@ -945,41 +963,43 @@ static int all_exact(sluice_redis *const *rs, const void *const *keys, const siz
  * Leased permits are already counted in Redis: Redis charged them when it
  * granted the lease.  So spending them here, or putting back into the same
  * live lease permits taken from it a moment ago, moves nothing in Redis;
- * only a round trip does.  The call runs:
+ * only a script run does.  The call runs:
  *
  *   (a) take p_i from each leased limit's live lease for its key, in one
  *       order (limiter address, then key), each under its stripe's mutex
- *       alone (never two mutexes at once: no lock order to keep);
- *       a remembered refusal, or another thread fetching, refuses the call
+ *       alone (never two mutexes at once: no lock order to keep); a
+ *       remembered refusal, or another thread fetching, refuses the call
  *       there (SRC_CACHE, as one decision would);
- *   (b) for each limit whose lease lacked permits, in the same order: the
- *       tier's own fetch (fetch_unlock) for p_i; Redis's grant of p_i is
- *       held by the call, its surplus becomes the entry's lease; a refusal
- *       is remembered as one decision's is, and refuses the call;
- *   (c) the exact limits, if any, in one all-or-nothing script, only once
- *       every leased limit's permits are in hand;
+ *   (b) the leased limits whose lease lacked permits (marked fetching, what
+ *       was left of their lease dropped, as the tier's fetch does) and the
+ *       exact limits go to Redis in ONE run of the all-or-nothing script:
+ *       each short leased key asks for p_i and a lease's surplus (want),
+ *       each exact one for p_i.  Redis charges all of them or none,
+ *       atomically; the surpluses become the entries' new leases, a
+ *       refusal is remembered as one decision's is;
  *   admitted: the permits in hand are spent; refused (or an error): every
- *   take goes back into its entry's lease, but only into the same lease
- *   (its generation, lease_gen, which a new lease, a drop or an expiry
- *   changes) while it lives, and only up to lease_cap; the rest is dropped
- *   and counted as lease_dropped, as an unspent lease is.
+ *   take of (a) goes back into its entry's lease, but only into the same
+ *   lease (its generation, lease_gen, which a new lease, a drop or an
+ *   expiry changes) while it lives, and only up to lease_cap; the rest is
+ *   dropped and counted as lease_dropped, as an unspent lease is.
  *
- * Why it never over-admits: every permit spent was granted by Redis (in a
- * lease, or by (b)'s round trip), and each granted permit is spent at most
- * once: it is in exactly one place at a time (the lease, or one call's
- * hand), moved under the stripe's mutex.  A refused call spends nothing:
- * each permit it held is back in the lease it came from, where the tier's
- * own decisions spend it later exactly as if never taken, or dropped
- * (fewer admissions, never more).  Permits back in a lease keep that
- * lease's expiry, and a lease never holds more than lease_cap, so the
- * tier's bound (P * lease_cap per key over any interval, docs/redis.md)
- * is unchanged: a call holding permits is one holding them in flight.
- * While the call holds them (across (b)'s and (c)'s round trips), other
- * calls of the process see a smaller lease and may be refused or fetch
- * anew; then the put back finds a new generation and drops them.  Nothing
- * waits for another thread: a fetch in progress refuses; every round trip
- * has the call's deadline.  Loops: at most 2n entry visits, n round trips
- * plus one script. */
+ * Why a refused call charges nothing and none over-admits: every permit
+ * spent was granted by Redis (in a lease, or by (b)'s run, which grants
+ * only when every key allows), and each is spent at most once: it is in
+ * exactly one place at a time (a lease, or one call's hand), moved under
+ * the stripe's mutex.  A refused call's (b) wrote nothing in Redis, and
+ * each permit it held from (a) is back in the lease it came from, where
+ * later decisions spend it exactly as if never taken, or dropped (fewer
+ * admissions, never more).  Permits back in a lease keep that lease's
+ * expiry, no lease exceeds lease_cap, and a call holding permits is one
+ * holding them in flight, so the tier's bound (P * lease_cap per key over
+ * any interval, docs/redis.md) is unchanged.  While the call holds them
+ * (across (b)'s round trip) other calls of the process see a smaller
+ * lease and may be refused or fetch anew; then the put back finds a new
+ * generation and drops them.  Nothing waits for another thread (a fetch in
+ * progress refuses); the one round trip has the call's deadline; on a
+ * Redis Cluster (b)'s keys must share a slot (SLUICE_ERANGE, after the
+ * takes went back).  Loops: at most 3n entry visits and one script. */
 typedef struct sr_hand {
     uint64_t h;    /* the key's hash in its limiter */
     uint64_t took; /* permits held by the call */
@@ -1049,7 +1069,6 @@ static int all_leased(sluice_redis *const *rs, const void *const *keys, const si
     memset(t, 0, sizeof t);
     for (size_t i = 0; i < n; i++) /* a limit the call never reached: no answer of its own */
         a[i] = (sluice__answer){.ok = true, .r = {.allowed = true}};
-    const uint64_t deadline = sluice_now_ns() + rs[0]->cmd_timeout_ns;
     int verdict = 1; /* 1 admitted, 0 refused, < 0 an error */
     bool shortage[SLUICE_COMPOSITE_MAX] = {false};
     /* (a) */
@@ -1072,7 +1091,12 @@ static int all_leased(sluice_redis *const *rs, const void *const *keys, const si
         }
         pthread_mutex_unlock(&s->mu);
     }
-    /* (b) */
+    /* (b) the leased limits that lacked permits, and the exact ones, in one
+     * script run: each short one asks for its permits and a lease's
+     * surplus, marked fetching as the tier's fetch is */
+    size_t sub[SLUICE_COMPOSITE_MAX], ns = 0;
+    uint64_t want[SLUICE_COMPOSITE_MAX];
+    bool marked[SLUICE_COMPOSITE_MAX] = {false};
     for (size_t k = 0; k < nl && verdict == 1; k++) {
         const size_t i = ord[k];
         if (!shortage[i]) continue;
@@ -1081,52 +1105,87 @@ static int all_leased(sluice_redis *const *rs, const void *const *keys, const si
         sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
         pthread_mutex_lock(&s->mu);
         sr_entry *e = find_or_add(r, s, t[i].h, keys[i], keylens[i], now);
+        want[i] = permits[i];
         if (e && take(r, s, e, permits[i], now, &t[i], &a[i])) { /* another call brought a lease */
-            pthread_mutex_unlock(&s->mu);
-            continue;
-        }
-        if (e && cached_refusal(r, s, e, permits[i], now, &a[i].r)) {
-            pthread_mutex_unlock(&s->mu);
+            shortage[i] = false;
+        } else if (e && cached_refusal(r, s, e, permits[i], now, &a[i].r)) {
             a[i].ok = false;
             t[i].counted = true;
             verdict = 0;
-            break;
+        } else if (e) {
+            marked[i] = e->fetching = true;
+            if (e->lease_left) drop_lease(s, e); /* too small for this request: replaced */
+            want[i] = permits[i] + e->want;
         }
-        sr_outcome o;
-        uint64_t keep, gen, retry_at = 0;
-        int rc = fetch_unlock(r, s, e, t[i].h, keys[i], keylens[i], permits[i], now, deadline, &o, &keep,
-                              &gen, &retry_at);
-        if (rc != 0) {
-            verdict = rc;
-            break;
-        }
-        t[i].fetched = true;
-        a[i] = (sluice__answer){.ok = o.ok,
-                                .r = {.allowed = o.ok,
-                                      .remaining = o.remaining + keep,
-                                      .retry_after_ns = o.retry_after_ns}};
-        if (!o.ok) {
-            verdict = 0;
-            break;
-        }
-        t[i].took = permits[i];
-        t[i].gen = gen;
+        pthread_mutex_unlock(&s->mu);
+        if (shortage[i] && verdict == 1) sub[ns++] = i;
     }
-    /* (c) */
-    bool exact_counted = false;
-    if (verdict == 1 && ne > 0) {
-        sluice_redis *ers[SLUICE_COMPOSITE_MAX];
-        const void *ek[SLUICE_COMPOSITE_MAX];
-        size_t el[SLUICE_COMPOSITE_MAX];
-        uint64_t ep[SLUICE_COMPOSITE_MAX];
-        sluice__answer ea[SLUICE_COMPOSITE_MAX];
-        for (size_t k = 0; k < ne; k++)
-            ers[k] = rs[ex[k]], ek[k] = keys[ex[k]], el[k] = keylens[ex[k]], ep[k] = permits[ex[k]];
-        verdict = all_exact(ers, ek, el, ep, ne, ea);
-        if (verdict >= 0) {
-            exact_counted = true;
-            for (size_t k = 0; k < ne; k++) a[ex[k]] = ea[k];
+    for (size_t k = 0; k < ne; k++) sub[ns++] = ex[k];
+    sr_outcome os[SLUICE_COMPOSITE_MAX];
+    if (verdict == 1 && ns > 0) {
+        sluice_redis *srs[SLUICE_COMPOSITE_MAX];
+        const void *sk[SLUICE_COMPOSITE_MAX];
+        size_t sl[SLUICE_COMPOSITE_MAX];
+        uint64_t sp[SLUICE_COMPOSITE_MAX], sw[SLUICE_COMPOSITE_MAX];
+        sluice__answer sa[SLUICE_COMPOSITE_MAX];
+        sr_outcome so[SLUICE_COMPOSITE_MAX];
+        for (size_t k = 0; k < ns; k++) {
+            const size_t i = sub[k];
+            srs[k] = rs[i], sk[k] = keys[i], sl[k] = keylens[i], sp[k] = permits[i];
+            sw[k] = rs[i]->lease_cap ? want[i] : permits[i];
         }
+        verdict = all_script(srs, sk, sl, sp, sw, ns, sa, so);
+        for (size_t k = 0; k < ns && verdict >= 0; k++) {
+            a[sub[k]] = sa[k];
+            os[sub[k]] = so[k];
+            t[sub[k]].fetched = true;
+            t[sub[k]].counted = true; /* all_script counted it */
+        }
+    }
+    /* the short leased limits' entries: the surplus becomes the lease, a
+     * refusal by Redis is remembered, as after the tier's fetch */
+    for (size_t k = 0; k < nl; k++) {
+        const size_t i = ord[k];
+        if (!shortage[i]) continue;
+        sluice_redis *r = rs[i];
+        const uint64_t now = local_now(r);
+        sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
+        pthread_mutex_lock(&s->mu);
+        sr_entry *e = find(s, t[i].h, keys[i], keylens[i]);
+        if (e && marked[i]) e->fetching = false;
+        else e = NULL; /* evicted meanwhile, or never held */
+        if (t[i].fetched && verdict == 1) {
+            const sr_outcome *o = &os[i];
+            uint64_t keep = o->granted - permits[i];
+            if (keep > r->lease_cap) keep = r->lease_cap;
+            if (e && keep) {
+                e->lease_left = keep;
+                e->lease_size = keep;
+                e->lease_t0 = now;
+                e->lease_exp = now + r->lease_ttl_ns;
+                e->lease_gen = ++s->gen;
+                s->leases++;
+                s->lease_permits += keep;
+            } else {
+                s->lease_dropped += keep;
+                keep = 0;
+            }
+            if (e) {
+                e->deny_p = 0;
+                if (o->retry1_ns > 0) { /* Redis ran dry: let it refill */
+                    e->deny_p = 1;
+                    e->deny_until = now + (o->retry1_ns > r->refresh_ns ? o->retry1_ns : r->refresh_ns);
+                }
+            }
+            a[i].r.remaining += keep;
+        } else if (t[i].fetched && e && !a[i].ok) {
+            const sr_outcome *o = &os[i];
+            uint64_t wait = (uint64_t)o->retry_after_ns;
+            if (wait < r->refresh_ns) wait = r->refresh_ns;
+            e->deny_p = permits[i];
+            e->deny_until = o->retry_after_ns < 0 ? UINT64_MAX : now + wait;
+        }
+        pthread_mutex_unlock(&s->mu);
     }
     const bool all = verdict == 1;
     for (size_t k = 0; k < nl; k++) {
@@ -1137,19 +1196,19 @@ static int all_leased(sluice_redis *const *rs, const void *const *keys, const si
             put_back(r, keys[i], keylens[i], &t[i]);
         }
         if (verdict < 0 || t[i].counted) continue;
-        if (all && !t[i].fetched) {
+        if (all) {
             sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
             pthread_mutex_lock(&s->mu);
             s->by_lease++;
             s->allowed++;
             pthread_mutex_unlock(&s->mu);
         } else {
-            if (t[i].fetched) add(&r->by_redis);
-            add(all ? &r->allowed : &r->denied);
+            add(&r->denied);
         }
     }
     if (verdict < 0) return all_refuse(n, verdict, res, per_limit);
-    for (size_t k = 0; k < ne && !exact_counted; k++) add(&rs[ex[k]]->denied);
+    for (size_t k = 0; k < ne; k++)
+        if (!t[ex[k]].counted) add(&rs[ex[k]]->denied);
     sluice__combine(a, n, all, 0, res, per_limit);
     return all ? 1 : 0;
 }
@@ -1173,7 +1232,7 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
     }
     if (leased) return all_leased(rs, keys, keylens, permits, n, res, per_limit);
     sluice__answer a[SLUICE_COMPOSITE_MAX];
-    int rc = all_exact(rs, keys, keylens, permits, n, a);
+    int rc = all_script(rs, keys, keylens, permits, NULL, n, a, NULL);
     if (rc < 0) return all_refuse(n, rc, res, per_limit);
     sluice__combine(a, n, rc == 1, 0, res, per_limit);
     return rc;
