@@ -14,13 +14,14 @@
  * (TIME, in the script), never this host's.
  *
  * With SLUICE_RLS_REDIS_LEASE_MAX = 0 (the default) every decision is one
- * round trip and exact in Redis's order, and a call's enforced descriptors
- * are decided together, all or nothing, by one script
- * (rls_redis_decide_all: sluice_redis_try_acquire_all) when they can be:
- * on a Redis Cluster only when their keys share a hash slot.  Above 0 the tier's two-tier mode:
+ * round trip and exact in Redis's order.  Above 0 the tier's two-tier mode:
  * a process takes leases of permits and spends them locally, and the
  * processes together exceed a limit by at most P * lease_cap per key
- * (docs/redis.md derives it; P = SLUICE_RLS_REDIS_PROCESSES).
+ * (docs/redis.md derives it; P = SLUICE_RLS_REDIS_PROCESSES).  Either way
+ * a call's enforced descriptors are decided together, all or nothing
+ * (rls_redis_decide_all: sluice_redis_try_acquire_all; with leases the
+ * permits in hand go back on a refusal) when they can be: on a Redis
+ * Cluster only when the keys sent to Redis share a hash slot.
  *
  * A call blocks its worker thread for the round trip (at most
  * SLUICE_RLS_REDIS_TIMEOUT_MS): with Redis, the workers are the calls in
@@ -241,8 +242,8 @@ bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, ui
 int rls_redis_decide_all(struct sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
                          const uint64_t *hits, size_t n, sluice_result *per, bool *allowed)
 {
-    if (g_redis.lease_max > 0 || n < 2 || n > SLUICE_COMPOSITE_MAX)
-        return -1; /* leases decide in the process first: one at a time */
+    if (n < 2 || n > SLUICE_COMPOSITE_MAX)
+        return -1;
     int rc = sluice_redis_try_acquire_all(rs, keys, keylens, hits, n, NULL, per);
     if (rc < 0)
         return -1;

@@ -46,10 +46,10 @@
  * ratelimitToMetadata (metadata.c), a tree that rls_answer_release() frees.
  *
  * Limits in Redis (REDIS_URL, redis_backend.c) are not in the in-process
- * composite.  With SLUICE_RLS_REDIS_LEASE_MAX = 0 their enforced
- * descriptors are decided as one composite by one Redis script, all or
- * nothing (rls_redis_decide_all; each key once, with its largest hits).
- * When that cannot be (leases, keys in several slots of a Redis Cluster, or
+ * composite.  Their enforced descriptors are decided as one composite, all
+ * or nothing (rls_redis_decide_all: one Redis script, or with leases the
+ * process's leases first; each key once, with its largest hits).
+ * When that cannot be (keys in several slots of a Redis Cluster, or
  * Redis failed), one after the other in request order: after a refusal the
  * later ones are probed (reported, not charged), the earlier ones stay
  * charged.  Their hits may differ.  When Redis cannot

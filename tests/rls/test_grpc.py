@@ -1772,20 +1772,30 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             r.stop()
 
-    def test_descriptors_in_order_with_leases(self):
-        """With leases (SLUICE_RLS_REDIS_LEASE_MAX > 0) each process decides
-        locally first: the descriptors are decided one after the other, as
-        before: after a refusal the later ones are probed, not charged; the
-        earlier ones stay charged (docs/rls.md, "Redis")."""
+    def test_descriptors_all_or_nothing_with_leases(self):
+        """With leases (SLUICE_RLS_REDIS_LEASE_MAX > 0) too the descriptors
+        are one composite (docs/rls.md, "Several descriptors"): a call
+        refused by the second charges the first nowhere, neither in the
+        process's lease nor in Redis (its key is never written), and the
+        first keeps its whole limit."""
         r = RedisServer()
         s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_LEASE_MAX=1, **SLOW_OK)
         try:
             for _ in range(2):
                 self.assertEqual(s.call(request(desc(("two", "o"))), timeout=10).overall_code, OK)
-            got = s.call(request(desc(("five", "o")), desc(("two", "o"))), timeout=10)
-            self.assertEqual(got.overall_code, OVER)
-            self.assertEqual(got.statuses[0].code, OK)  # charged before two refused
-            self.assertEqual(s.call(request(desc(("two", "o")), desc(("five", "o"))), timeout=10).overall_code, OVER)
+            self.assertEqual(r.cli("DBSIZE").strip(), "1")  # two's key
+            for order in ((("five", "o"), ("two", "o")), (("two", "o"), ("five", "o"))):
+                got = s.call(request(desc(order[0]), desc(order[1])), timeout=10)
+                self.assertEqual(got.overall_code, OVER)
+                five = 0 if order[0][0] == "five" else 1
+                self.assertEqual(got.statuses[five].code, OK)  # would have allowed
+                self.assertEqual(got.statuses[1 - five].code, OVER)
+                self.assertEqual(r.cli("DBSIZE").strip(), "1")  # five: nothing written
+            # five alone: fresh, its lease fetched now (1 + a surplus of 1 of 5)
+            got = s.call(request(desc(("five", "o"))), timeout=10)
+            self.assertEqual(got.overall_code, OK)
+            self.assertEqual(got.statuses[0].limit_remaining, 4)
+            self.assertEqual(r.cli("DBSIZE").strip(), "2")
         finally:
             self.assertEqual(s.stop(), 0)
             r.stop()
