@@ -2245,6 +2245,8 @@ class RedisTest(unittest.TestCase):
                   "REDIS_TYPE='sentinel' is not single or cluster"),
                  ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_FAILURE": "maybe"},
                   "SLUICE_RLS_REDIS_FAILURE='maybe' is not error, closed, open or local"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_HASH_TAG": "key"},
+                  "SLUICE_RLS_REDIS_HASH_TAG='key' is not descriptor or domain"),
                  ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_PROCESSES": "0"},
                   "SLUICE_RLS_REDIS_PROCESSES='0' is not an integer from 1 to 1000000"),
                  ({"REDIS_URL": "127.0.0.1:6379", "CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX='a{b}'"),
@@ -2322,6 +2324,36 @@ class RedisClusterTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             for p in ports:  # the other tests count the keys
                 subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
+
+    def test_descriptors_one_slot_by_domain(self):
+        """SLUICE_RLS_REDIS_HASH_TAG=domain: the hash tag of every key is
+        the domain's, so the two descriptors above (different slots by
+        default) share one slot, on one master, and are one composite on the
+        Cluster too: a refusal by the second charges the first nothing.
+        Then the same with leases."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        for extra in ({}, {"SLUICE_RLS_REDIS_LEASE_MAX": "1"}):
+            s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[0], REDIS_TYPE="cluster",
+                       SLUICE_RLS_REDIS_HASH_TAG="domain", **SLOW_OK, **extra)
+            try:
+                for _ in range(2):
+                    self.assertEqual(s.call(request(desc(("two", "slots"))), timeout=10).overall_code, OK)
+                got = s.call(request(desc(("five", "slots")), desc(("two", "slots"))), timeout=10)
+                self.assertEqual(got.overall_code, OVER)
+                self.assertEqual([x.code for x in got.statuses], [OK, OVER])
+                sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                            timeout=30).stdout) for p in ports]
+                self.assertEqual(sorted(sizes), [0, 0, 1], sizes)  # two's key only: five's never written
+                got = s.call(request(desc(("five", "slots"))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+                self.assertEqual(got.statuses[0].limit_remaining, 4, extra)  # its whole limit was left
+                sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                            timeout=30).stdout) for p in ports]
+                self.assertEqual(sorted(sizes), [0, 0, 2], sizes)  # one slot, one master
+            finally:
+                self.assertEqual(s.stop(), 0)
+                for p in ports:  # the other tests count the keys
+                    subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
 
 
 if __name__ == "__main__":
