@@ -89,7 +89,7 @@
  *   one is kept), at most 512 at once.  At most 5 MOVED/ASK per call
  *   (SLUICE_REDIS_MAX_REDIRECTS); more fail the call (err_reply).  Each
  *   single-key script touches one key, so every call is a one-slot call;
- *   sluice_redis_try_acquire_all needs its keys in one slot.
+ *   sluice_redis_try_acquire_all needs the keys it sends in one slot.
  *   docs/redis.md has the failover costs (CLUSTERDOWN everywhere for about
  *   the node timeout) and bound.
  *
@@ -300,17 +300,28 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
  * after NOSCRIPT) with the n Redis keys judges every key at Redis's time and
  * charges them all only when every one allows: a request refused by one
  * limit charges none, atomically (no other call sees a part charged).
+ * Limits with leases (lease_max > 0; all, or some beside exact ones) decide
+ * in this process first: each takes its permits from its lease; those
+ * whose lease lacks them and the exact ones then go to Redis in one script
+ * run (the short leased keys asking for a lease's surplus too): all or
+ * none charged.  On a refusal every permit taken goes back into its lease
+ * if that lease is still the same and alive (else it is dropped, counted
+ * as lease_dropped): a refused request spends no permit of any limit, and
+ * the leases' bound (P * lease_cap per key) holds as for single decisions.
+ * Their answers are single decisions' with leases (a limit not reached
+ * before a remembered refusal: allowed, remaining 0).
  * Returns 1 when admitted, 0 when refused, or a negative code with nothing
  * decided:
  *   SLUICE_EINVAL  a bad call, nothing sent: NULL arrays, n outside
  *                  1 .. SLUICE_COMPOSITE_MAX, a NULL limit, a key too long,
  *                  two limits whose configurations name different Redis
  *                  servers (host, port, cluster mode and user must be the
- *                  same), a limit with leases (lease_max > 0) or a
- *                  local_spec (those decide in the process first: ask each
- *                  with sluice_redis_try_acquire_ex), or one Redis key twice;
- *   SLUICE_ERANGE  the server is a Redis Cluster and the keys are not all in
- *                  one hash slot (nothing sent: the caller may decide them
+ *                  same), a limit with a local_spec (it decides in the
+ *                  process first: ask each with sluice_redis_try_acquire_ex),
+ *                  or one Redis key twice;
+ *   SLUICE_ERANGE  the server is a Redis Cluster and the keys sent to it
+ *                  (the exact limits', the leased ones short of permits)
+ *                  are not all in one hash slot (nothing sent: the caller may decide them
  *                  one at a time instead);
  *   SLUICE_ETIMEDOUT, SLUICE_EBACKEND, SLUICE_ENOMEM  as for one decision
  *                  (no failure policy is applied: the caller chooses; after
@@ -320,7 +331,8 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key,
  * `res` (may be NULL) gets the combined answer, the composite's rule: the
  * smallest remaining, the largest retry_after_ns of the refusing limits
  * (-1 if one is -1: permits[i] exceeds its burst or LIMIT); on an error,
- * allowed false, retry_after_ns -1 and `error` the code.  `per_limit` (may
+ * allowed false, retry_after_ns -1 and `error` the code (with leases,
+ * every permit taken went back first).  `per_limit` (may
  * be NULL; n entries) gets each limit's own answer; when refused, a limit
  * that would have allowed reports allowed = true and its remaining without
  * the request's permits.  Each limit's counters count the request as

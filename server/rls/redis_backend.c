@@ -14,13 +14,17 @@
  * (TIME, in the script), never this host's.
  *
  * With SLUICE_RLS_REDIS_LEASE_MAX = 0 (the default) every decision is one
- * round trip and exact in Redis's order, and a call's enforced descriptors
- * are decided together, all or nothing, by one script
- * (rls_redis_decide_all: sluice_redis_try_acquire_all) when they can be:
- * on a Redis Cluster only when their keys share a hash slot.  Above 0 the tier's two-tier mode:
+ * round trip and exact in Redis's order.  Above 0 the tier's two-tier mode:
  * a process takes leases of permits and spends them locally, and the
  * processes together exceed a limit by at most P * lease_cap per key
- * (docs/redis.md derives it; P = SLUICE_RLS_REDIS_PROCESSES).
+ * (docs/redis.md derives it; P = SLUICE_RLS_REDIS_PROCESSES).  Either way
+ * a call's enforced descriptors are decided together, all or nothing
+ * (rls_redis_decide_all: sluice_redis_try_acquire_all; with leases the
+ * permits in hand go back on a refusal) when they can be: on a Redis
+ * Cluster only when the keys sent to Redis share a hash slot: with
+ * SLUICE_RLS_REDIS_HASH_TAG=domain they do (rls_redis_tag: the hash tag is
+ * the domain's digest; the default, descriptor, keeps each key its own
+ * tag and the names they always had).
  *
  * A call blocks its worker thread for the round trip (at most
  * SLUICE_RLS_REDIS_TIMEOUT_MS): with Redis, the workers are the calls in
@@ -179,6 +183,14 @@ int rls_redis_from_env(rls_redis_settings *s, char *err, size_t errlen)
         env_u32("SLUICE_RLS_REDIS_TIMEOUT_MS", 1, 600000u, &s->timeout_ms, err, errlen) < 0 ||
         env_u32("REDIS_POOL_SIZE", 1, 1024, &s->pool_size, err, errlen) < 0)
         return -1;
+    v = getenv("SLUICE_RLS_REDIS_HASH_TAG");
+    s->hash_tag = 0;
+    if (v && *v) {
+        if (!strcmp(v, "domain"))
+            s->hash_tag = 1;
+        else if (strcmp(v, "descriptor") != 0)
+            return bad(err, errlen, "SLUICE_RLS_REDIS_HASH_TAG", v, "is not descriptor or domain");
+    }
     v = getenv("CACHE_KEY_PREFIX");
     if (v && *v) {
         if (strlen(v) > 100 || strpbrk(v, "{}"))
@@ -198,6 +210,19 @@ void rls_redis_use(const rls_redis_settings *s)
 }
 
 bool rls_redis_enabled(void) { return g_redis.on; }
+
+size_t rls_redis_tag_len(void) { return g_redis.on && g_redis.hash_tag ? RLS_REDIS_TAG_BYTES : 0; }
+
+void rls_redis_tag(const char *domain, size_t domainlen, unsigned char *out)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < domainlen; i++)
+        h = (h ^ (unsigned char)domain[i]) * 1099511628211ull;
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++)
+        out[i] = (unsigned char)hex[(h >> (60 - 4 * i)) & 15];
+    out[16] = '}';
+}
 
 #ifdef SLUICE_RLS_REDIS
 
@@ -241,8 +266,8 @@ bool rls_redis_decide(struct sluice_redis *r, const void *key, size_t keylen, ui
 int rls_redis_decide_all(struct sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
                          const uint64_t *hits, size_t n, sluice_result *per, bool *allowed)
 {
-    if (g_redis.lease_max > 0 || n < 2 || n > SLUICE_COMPOSITE_MAX)
-        return -1; /* leases decide in the process first: one at a time */
+    if (n < 2 || n > SLUICE_COMPOSITE_MAX)
+        return -1;
     int rc = sluice_redis_try_acquire_all(rs, keys, keylens, hits, n, NULL, per);
     if (rc < 0)
         return -1;

@@ -43,6 +43,9 @@ typedef struct rls_redis_settings {
     uint32_t timeout_ms;      /* one call's deadline */
     uint32_t pool_size;       /* connections per limit */
     char prefix[128];         /* CACHE_KEY_PREFIX */
+    int hash_tag;             /* SLUICE_RLS_REDIS_HASH_TAG: 0 descriptor
+                                 (each key its own hash tag), 1 domain (the
+                                 call's domain: one slot per domain) */
 } rls_redis_settings;
 
 /* Read REDIS_URL (host:port, as envoyproxy/ratelimit takes it, the first of
@@ -50,8 +53,8 @@ typedef struct rls_redis_settings {
  * REDIS_SOCKET_TYPE (tcp only), REDIS_TYPE (single, cluster), REDIS_AUTH
  * (password or user:password), REDIS_TLS (false only), REDIS_POOL_SIZE,
  * CACHE_KEY_PREFIX, and sluice-rls's SLUICE_RLS_REDIS_FAILURE,
- * SLUICE_RLS_REDIS_LEASE_MAX, SLUICE_RLS_REDIS_PROCESSES and
- * SLUICE_RLS_REDIS_TIMEOUT_MS into `s`.  REDIS_URL unset: s->on is false.
+ * SLUICE_RLS_REDIS_LEASE_MAX, SLUICE_RLS_REDIS_PROCESSES,
+ * SLUICE_RLS_REDIS_TIMEOUT_MS and SLUICE_RLS_REDIS_HASH_TAG into `s`.  REDIS_URL unset: s->on is false.
  * Returns 0, or -1 with a one-line reason naming the variable and its value
  * in err.  Not thread-safe (getenv). */
 int rls_redis_from_env(rls_redis_settings *s, char *err, size_t errlen);
@@ -73,6 +76,18 @@ struct sluice_redis *rls_redis_make(const char *full_key, const char *spec, char
 
 /* Free it; NULL is a no-op. */
 void rls_redis_free(struct sluice_redis *r);
+
+/* The bytes that begin a Redis limit's key (rls.c builds the rest): none
+ * with SLUICE_RLS_REDIS_HASH_TAG=descriptor (the default: the tier's hash
+ * tag is the whole key, so the keys spread over a Cluster's nodes); with
+ * `domain`, RLS_REDIS_TAG_BYTES: 16 hex digits of the domain's FNV-1a and
+ * '}', which close the tier's '{' early (its names are PREFIX{KEY}:SPECID),
+ * so the hash tag is the domain's digest and every key of a call shares one
+ * slot.  rls_redis_tag_len() is 0 or RLS_REDIS_TAG_BYTES; rls_redis_tag()
+ * writes that many bytes into out.  Thread-safe after rls_redis_use(). */
+#define RLS_REDIS_TAG_BYTES 17
+size_t rls_redis_tag_len(void);
+void rls_redis_tag(const char *domain, size_t domainlen, unsigned char *out);
 
 /* Ask `r` for `hits` (0: a probe) on `key`.  Returns true when granted and
  * fills `res`.  *failed is set when Redis could not decide and the policy is

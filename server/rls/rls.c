@@ -46,11 +46,12 @@
  * ratelimitToMetadata (metadata.c), a tree that rls_answer_release() frees.
  *
  * Limits in Redis (REDIS_URL, redis_backend.c) are not in the in-process
- * composite.  With SLUICE_RLS_REDIS_LEASE_MAX = 0 their enforced
- * descriptors are decided as one composite by one Redis script, all or
- * nothing (rls_redis_decide_all; each key once, with its largest hits).
- * When that cannot be (leases, keys in several slots of a Redis Cluster, or
- * Redis failed), one after the other in request order: after a refusal the
+ * composite.  Their enforced descriptors are decided as one composite, all
+ * or nothing (rls_redis_decide_all: one Redis script, or with leases the
+ * process's leases first; each key once, with its largest hits).
+ * When that cannot be (keys in several slots of a Redis Cluster: with
+ * SLUICE_RLS_REDIS_HASH_TAG=domain every key begins with rls_redis_tag,
+ * so they share one; or Redis failed), one after the other in request order: after a refusal the
  * later ones are probed (reported, not charged), the earlier ones stay
  * charged.  Their hits may differ.  When Redis cannot
  * decide and SLUICE_RLS_REDIS_FAILURE is `error`, the call is answered
@@ -506,6 +507,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
             }
             continue;
         }
+        const size_t tag = lim->redis ? rls_redis_tag_len() : 0; /* SLUICE_RLS_REDIS_HASH_TAG=domain */
+        need += tag;
         size_t max_key = rls_config_shared() && !lim->redis ? RLS_SHARED_KEY_BYTES : SLUICE_MAX_KEY_BYTES;
         if (need > max_key) {
             snprintf(msg, msglen, "descriptor %zu is %zu bytes long; at most %zu", i, need, max_key);
@@ -518,10 +521,14 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
         }
         unsigned char *key = scratch + used;
         size_t off = 0;
+        if (tag) {
+            rls_redis_tag(req->domain, domainlen, key);
+            off = tag;
+        }
         if (override) {
-            put_u32(key, (uint32_t)domainlen);
-            memcpy(key + 4, req->domain, domainlen);
-            off = 4 + domainlen;
+            put_u32(key + off, (uint32_t)domainlen);
+            memcpy(key + off + 4, req->domain, domainlen);
+            off += 4 + domainlen;
         }
         for (size_t e = 0; e < ents; e++) {
             put_u32(key + off, (uint32_t)kl[e]);

@@ -70,6 +70,9 @@ typedef struct sr_entry {
     uint32_t keylen;
     bool fetching;
     uint64_t lease_left, lease_exp, lease_t0, lease_size;
+    uint64_t lease_gen; /* the stripe's count when this lease began or
+                           ended: permits taken from a lease go back only
+                           into the same one (try_acquire_all) */
     uint64_t want;
     uint64_t deny_p, deny_until; /* deny_p = 0: nothing remembered */
 } sr_entry;
@@ -78,6 +81,7 @@ typedef struct sr_stripe {
     _Alignas(64) pthread_mutex_t mu;
     sr_entry *e;
     uint32_t cap, count;
+    uint64_t gen; /* lease generations handed out */
     uint64_t allowed, denied, by_lease, by_cache, leases, lease_permits, lease_dropped;
 } sr_stripe;
 
@@ -462,8 +466,10 @@ static bool outcome(const sr_params *pp, uint64_t p, uint64_t need, uint64_t wan
     return true;
 }
 
-int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
-                            const long long *v, size_t nv, sluice__answer *a)
+/* sluice__redis_all_reply, for keys asked for up to wants[i] (NULL: no
+ * surplus); os (NULL, or n entries) gets each key's outcome. */
+static int all_reply(const sr_params *const *pps, const uint64_t *permits, const uint64_t *wants,
+                     size_t n, const long long *v, size_t nv, sluice__answer *a, sr_outcome *os)
 {
     if (n < 1 || n > SLUICE_COMPOSITE_MAX || nv < 1 || (v[0] != 0 && v[0] != 1)) return SLUICE_EBACKEND;
     const bool all = v[0] == 1;
@@ -474,8 +480,10 @@ int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits
         const size_t f = (size_t)fields_of(pp->script);
         if (f > nv - at) return SLUICE_EBACKEND;
         const uint64_t need = permits[i] > pp->capacity ? pp->capacity + 1 : permits[i];
+        const uint64_t want = wants && wants[i] > need ? wants[i] : need;
         sr_outcome o;
-        if (!outcome(pp, permits[i], need, need, all, v + at, &o)) return SLUICE_EBACKEND;
+        if (!outcome(pp, permits[i], need, want, all, v + at, &o)) return SLUICE_EBACKEND;
+        if (os) os[i] = o;
         at += f;
         ok_all = ok_all && o.ok;
         a[i].ok = o.ok;
@@ -485,6 +493,12 @@ int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits
     /* every field used, and the verdict is every key's */
     if (at != nv || ok_all != all) return SLUICE_EBACKEND;
     return all ? 1 : 0;
+}
+
+int sluice__redis_all_reply(const sr_params *const *pps, const uint64_t *permits, size_t n,
+                            const long long *v, size_t nv, sluice__answer *a)
+{
+    return all_reply(pps, permits, NULL, n, v, nv, a, NULL);
 }
 
 static void note_rtt(sluice_redis *r, uint64_t t0)
@@ -648,15 +662,118 @@ static sr_entry *find_or_add(sluice_redis *r, sr_stripe *s, uint64_t h, const vo
     return e;
 }
 
+/* Drop what is left of the entry's lease (counted), ending it: permits
+ * taken from it can no longer go back. */
+static void drop_lease(sr_stripe *s, sr_entry *e)
+{
+    s->lease_dropped += e->lease_left;
+    e->lease_left = 0;
+    e->lease_gen = ++s->gen;
+}
+
 /* Expire the entry's lease if its time is up, adapting `want`. */
 static void expire_lease(const sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t now)
 {
     (void)r;
     if (e->lease_left && now >= e->lease_exp) {
         if (e->lease_left * 2 > e->lease_size && e->want > 1) e->want /= 2;
-        s->lease_dropped += e->lease_left;
-        e->lease_left = 0;
+        drop_lease(s, e);
     }
+}
+
+/* Spend p permits of the entry's live lease (lease_left >= p); a lease used
+ * up within half its lifetime doubles the next one's size. */
+static void spend(const sluice_redis *r, sr_entry *e, uint64_t p, uint64_t now)
+{
+    e->lease_left -= p;
+    if (p && e->lease_left == 0 && now - e->lease_t0 < r->lease_ttl_ns / 2)
+        e->want = e->want * 2 > r->lease_cap ? r->lease_cap : e->want * 2;
+}
+
+/* The tier's fetch.  Called with s->mu held and e (NULL: the stripe had no
+ * room for the key) neither fetching nor holding enough: marks it fetching,
+ * drops what is left of its lease, unlocks, asks Redis for `permits` and a
+ * surplus of e->want, locks again, makes the surplus the entry's new lease
+ * (or remembers Redis's refusal), and unlocks.  Returns 0 with *o and
+ * *keep (the permits of the new lease, 0 if none), or the round trip's
+ * error (nothing granted). */
+static int fetch_unlock(sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t h, const void *key,
+                        size_t keylen, uint64_t permits, uint64_t now, uint64_t deadline, sr_outcome *o,
+                        uint64_t *keep, uint64_t *retry_at)
+{
+    uint64_t want = permits;
+    const bool fetching = e != NULL;
+    *keep = 0;
+    if (e) {
+        e->fetching = true;
+        if (e->lease_left) drop_lease(s, e); /* too small for this request: replaced */
+        want = permits + e->want;
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    int rc = redis_decide(r, key, keylen, permits, want, deadline, o, retry_at);
+
+    pthread_mutex_lock(&s->mu);
+    e = find(s, h, key, keylen);
+    if (e && fetching) e->fetching = false;
+    if (rc != 0) {
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    if (o->ok) {
+        uint64_t k = o->granted - permits;
+        if (k > r->lease_cap) k = r->lease_cap;
+        if (e && fetching) {
+            if (k) {
+                e->lease_left = k;
+                e->lease_size = k;
+                e->lease_t0 = now;
+                e->lease_exp = now + r->lease_ttl_ns;
+                e->lease_gen = ++s->gen;
+                s->leases++;
+                s->lease_permits += k;
+                *keep = k;
+            }
+            e->deny_p = 0;
+            if (o->retry1_ns > 0) { /* Redis ran dry: let it refill */
+                e->deny_p = 1;
+                e->deny_until = now + (o->retry1_ns > r->refresh_ns ? o->retry1_ns : r->refresh_ns);
+            }
+        } else if (k) {
+            s->lease_dropped += k;
+        }
+    } else if (e) {
+        uint64_t wait = (uint64_t)o->retry_after_ns;
+        if (wait < r->refresh_ns) wait = r->refresh_ns;
+        e->deny_p = permits;
+        e->deny_until = o->retry_after_ns < 0 ? UINT64_MAX : now + wait;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* With s->mu held: refuse from the entry without a round trip (counted as
+ * by_cache) when Redis refused a request at least as large and its retry
+ * time has not come, or another thread is fetching a lease for the key
+ * (refused rather than queueing a second round trip: the lease size adapts
+ * so that this is rare while Redis has permits). */
+static bool cached_refusal(const sluice_redis *r, sr_stripe *s, const sr_entry *e, uint64_t permits,
+                           uint64_t now, sluice_result *res)
+{
+    if (e->deny_p && permits >= e->deny_p && now < e->deny_until) {
+        *res = (sluice_result){
+            .allowed = false,
+            .remaining = 0,
+            .retry_after_ns = e->deny_until == UINT64_MAX ? -1 : (int64_t)(e->deny_until - now)};
+    } else if (e->fetching) {
+        uint64_t rtt = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
+        *res = (sluice_result){.allowed = false, .retry_after_ns = (int64_t)(rtt > 1000 ? rtt : 1000)};
+    } else {
+        return false;
+    }
+    s->by_cache++;
+    s->denied++;
+    return true;
 }
 
 /* ---- decisions ------------------------------------------------------------- */
@@ -716,15 +833,10 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen
     sr_stripe *s = &r->stripes[h & (SR_STRIPES - 1)];
     pthread_mutex_lock(&s->mu);
     sr_entry *e = find_or_add(r, s, h, key, keylen, now);
-    uint64_t want = permits;
-    bool fetching = false;
     if (e) {
         expire_lease(r, s, e, now);
         if (e->lease_left >= permits) {
-            e->lease_left -= permits;
-            if (permits && e->lease_left == 0 && now - e->lease_t0 < r->lease_ttl_ns / 2) {
-                e->want = e->want * 2 > r->lease_cap ? r->lease_cap : e->want * 2;
-            }
+            spend(r, e, permits, now);
             *res = (sluice_result){.allowed = true, .remaining = e->lease_left};
             info->source = SLUICE_REDIS_SRC_LEASE;
             s->by_lease++;
@@ -732,77 +844,15 @@ bool sluice_redis_try_acquire_ex(sluice_redis *r, const void *key, size_t keylen
             pthread_mutex_unlock(&s->mu);
             return true;
         }
-        if (e->deny_p && permits >= e->deny_p && now < e->deny_until) {
-            *res = (sluice_result){
-                .allowed = false,
-                .remaining = 0,
-                .retry_after_ns = e->deny_until == UINT64_MAX ? -1 : (int64_t)(e->deny_until - now)};
+        if (cached_refusal(r, s, e, permits, now, res)) {
             info->source = SLUICE_REDIS_SRC_CACHE;
-            s->by_cache++;
-            s->denied++;
             pthread_mutex_unlock(&s->mu);
             return false;
         }
-        if (e->fetching) {
-            /* another thread is bringing a lease: refuse rather than queue
-             * a second round trip (the lease size adapts so that this is
-             * rare while Redis has permits) */
-            uint64_t rtt = atomic_load_explicit(&r->rtt_ns, memory_order_relaxed);
-            *res = (sluice_result){.allowed = false,
-                                   .retry_after_ns = (int64_t)(rtt > 1000 ? rtt : 1000)};
-            info->source = SLUICE_REDIS_SRC_CACHE;
-            s->by_cache++;
-            s->denied++;
-            pthread_mutex_unlock(&s->mu);
-            return false;
-        }
-        fetching = e->fetching = true;
-        if (e->lease_left) { /* too small for this request: replaced */
-            s->lease_dropped += e->lease_left;
-            e->lease_left = 0;
-        }
-        want = permits + e->want;
     }
-    pthread_mutex_unlock(&s->mu);
-
-    int rc = redis_decide(r, key, keylen, permits, want, deadline, &o, &retry_at);
-
-    pthread_mutex_lock(&s->mu);
-    e = find(s, h, key, keylen);
-    if (e && fetching) e->fetching = false;
-    if (rc != 0) {
-        pthread_mutex_unlock(&s->mu);
-        return by_policy(r, key, keylen, permits, now, rc, retry_at, res, info);
-    }
-    uint64_t keep = 0;
-    if (o.ok) {
-        keep = o.granted - permits;
-        if (keep > r->lease_cap) keep = r->lease_cap;
-        if (e && fetching) {
-            if (keep) {
-                e->lease_left = keep;
-                e->lease_size = keep;
-                e->lease_t0 = now;
-                e->lease_exp = now + r->lease_ttl_ns;
-                s->leases++;
-                s->lease_permits += keep;
-            }
-            e->deny_p = 0;
-            if (o.retry1_ns > 0) { /* Redis ran dry: let it refill */
-                e->deny_p = 1;
-                e->deny_until = now + (o.retry1_ns > r->refresh_ns ? o.retry1_ns : r->refresh_ns);
-            }
-        } else if (keep) {
-            s->lease_dropped += keep;
-            keep = 0;
-        }
-    } else if (e) {
-        uint64_t wait = (uint64_t)o.retry_after_ns;
-        if (wait < r->refresh_ns) wait = r->refresh_ns;
-        e->deny_p = permits;
-        e->deny_until = o.retry_after_ns < 0 ? UINT64_MAX : now + wait;
-    }
-    pthread_mutex_unlock(&s->mu);
+    uint64_t keep;
+    int rc = fetch_unlock(r, s, e, h, key, keylen, permits, now, deadline, &o, &keep, &retry_at);
+    if (rc != 0) return by_policy(r, key, keylen, permits, now, rc, retry_at, res, info);
     fill_redis(res, info, &o, keep);
     add(&r->by_redis);
     add(o.ok ? &r->allowed : &r->denied);
@@ -825,18 +875,26 @@ static int all_refuse(size_t n, int rc, sluice_result *res, sluice_result *per_l
     return rc;
 }
 
-int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *keys,
-                                 const size_t *keylens, const uint64_t *permits, size_t n,
-                                 sluice_result *res, sluice_result *per_limit)
+/* Whether two limits' keys are one Redis key.  The names PREFIX{KEY}:SPECID
+ * are equal iff the prefixes, keys and SPECIDs are: a prefix holds no '{',
+ * and SPECID is the last 8 bytes. */
+static bool same_key(const sluice_redis *a, const void *ka, size_t la, const sluice_redis *b,
+                     const void *kb, size_t lb)
 {
-    if (!rs || !keys || !keylens || !permits || n < 1 || n > SLUICE_COMPOSITE_MAX)
-        return all_refuse(n <= SLUICE_COMPOSITE_MAX ? n : 0, SLUICE_EINVAL, res, per_limit);
-    for (size_t i = 0; i < n; i++) {
-        const sluice_redis *r = rs[i];
-        if (!r || r->lease_cap || r->front || keylens[i] > SLUICE_MAX_KEY_BYTES ||
-            (!keys[i] && keylens[i]) || strcmp(r->target, rs[0]->target) != 0)
-            return all_refuse(n, SLUICE_EINVAL, res, per_limit);
-    }
+    return a->prefixlen == b->prefixlen && memcmp(a->prefix, b->prefix, a->prefixlen) == 0 &&
+           memcmp(a->specid, b->specid, 8) == 0 && la == lb && (la == 0 || memcmp(ka, kb, la) == 0);
+}
+
+/* Limits in one run of the all-or-nothing script, key i asked for
+ * permits[i] and up to wants[i] (NULL: no surplus; the surplus is a lease,
+ * for the leased limits of try_acquire_all): 1 admitted, 0 refused (a[]
+ * gets each limit's answer, os[] (may be NULL) each key's outcome; each
+ * limit counts the request), or a negative code with nothing counted but
+ * the error.  rs[0]'s connections and deadline serve the call. */
+static int all_script(sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                      const uint64_t *permits, const uint64_t *wants, size_t n, sluice__answer *a,
+                      sr_outcome *os)
+{
     sluice_redis *r0 = rs[0];
     const uint64_t deadline = sluice_now_ns() + r0->cmd_timeout_ns;
     /* the key names, in one buffer */
@@ -844,14 +902,15 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
     for (size_t i = 0; i < n; i++) total += rs[i]->prefixlen + keylens[i] + 16;
     char kbuf[2048];
     char *names = total <= sizeof kbuf ? kbuf : sluice__malloc(total);
-    if (!names) return all_refuse(n, SLUICE_ENOMEM, res, per_limit);
+    if (!names) return SLUICE_ENOMEM;
     const char *kn[SLUICE_COMPOSITE_MAX];
     size_t knl[SLUICE_COMPOSITE_MAX];
-    /* the arguments: per key script, q_us, its static ones (q_us first), need */
-    const char *args[SLUICE_COMPOSITE_MAX * 6];
-    size_t lens[SLUICE_COMPOSITE_MAX * 6];
-    char nums[SLUICE_COMPOSITE_MAX][2][24];
-    uint64_t need[SLUICE_COMPOSITE_MAX];
+    /* the arguments: per key script, q_us, its static ones (q_us first),
+     * need, want */
+    const char *args[SLUICE_COMPOSITE_MAX * 7];
+    size_t lens[SLUICE_COMPOSITE_MAX * 7];
+    char nums[SLUICE_COMPOSITE_MAX][3][24];
+    uint64_t need[SLUICE_COMPOSITE_MAX], want[SLUICE_COMPOSITE_MAX];
     int na = 0, nout = 1, rc = 0;
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
@@ -864,14 +923,16 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
         kn[i] = names + off;
         knl[i] = (size_t)kl;
         off += (size_t)kl + 1;
-        for (size_t j = 0; j < i; j++)
-            if (knl[j] == knl[i] && memcmp(kn[j], kn[i], knl[i]) == 0) rc = SLUICE_EINVAL; /* twice */
         need[i] = permits[i] > r->pp.capacity ? r->pp.capacity + 1 : permits[i];
+        want[i] = wants && wants[i] > need[i] ? wants[i] : need[i]; /* as redis_decide */
+        if (want[i] > r->pp.capacity) want[i] = need[i] > r->pp.capacity ? need[i] : r->pp.capacity;
         snprintf(nums[i][0], sizeof nums[i][0], "%d", r->pp.script);
         snprintf(nums[i][1], sizeof nums[i][1], "%llu", (unsigned long long)need[i]);
+        snprintf(nums[i][2], sizeof nums[i][2], "%llu", (unsigned long long)want[i]);
         args[na] = nums[i][0], lens[na++] = strlen(nums[i][0]);
         for (int j = 0; j < r->nsarg; j++) args[na] = r->sarg[j], lens[na++] = r->sarglen[j];
         args[na] = nums[i][1], lens[na++] = strlen(nums[i][1]);
+        args[na] = nums[i][2], lens[na++] = strlen(nums[i][2]);
         nout += fields_of(r->pp.script);
     }
     long long v[1 + SLUICE_COMPOSITE_MAX * SR_SA_FIELDS];
@@ -880,23 +941,301 @@ int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *key
         rc = sluice__cluster_eval(&r0->conn, SR_SCRIPT_ALL, kn, knl, (int)n, args, lens, na, deadline, v,
                                   nout, &retry_at);
     if (names != kbuf) sluice__free(names);
-    if (rc != 0) return all_refuse(n, rc, res, per_limit);
+    if (rc != 0) return rc;
     note_rtt(r0, t0);
-    sluice__answer a[SLUICE_COMPOSITE_MAX];
     const sr_params *pps[SLUICE_COMPOSITE_MAX];
     for (size_t i = 0; i < n; i++) pps[i] = &rs[i]->pp;
-    rc = sluice__redis_all_reply(pps, permits, n, v, (size_t)nout, a);
+    rc = all_reply(pps, permits, want, n, v, (size_t)nout, a, os);
     if (rc < 0) {
         atomic_fetch_add_explicit(&r0->conn.ct.err_protocol, 1, memory_order_relaxed);
-        return all_refuse(n, rc, res, per_limit);
+        return rc;
     }
     const bool all = rc == 1;
     for (size_t i = 0; i < n; i++) {
         add(&rs[i]->by_redis);
         add(all ? &rs[i]->allowed : &rs[i]->denied);
     }
+    return all ? 1 : 0;
+}
+
+/* Limits with leases (some, or all, of the call's).
+ *
+ * Leased permits are already counted in Redis: Redis charged them when it
+ * granted the lease.  So spending them here, or putting back into the same
+ * live lease permits taken from it a moment ago, moves nothing in Redis;
+ * only a script run does.  The call runs:
+ *
+ *   (a) take p_i from each leased limit's live lease for its key, in one
+ *       order (limiter address, then key), each under its stripe's mutex
+ *       alone (never two mutexes at once: no lock order to keep); a
+ *       remembered refusal, or another thread fetching, refuses the call
+ *       there (SRC_CACHE, as one decision would);
+ *   (b) the leased limits whose lease lacked permits (marked fetching, what
+ *       was left of their lease dropped, as the tier's fetch does) and the
+ *       exact limits go to Redis in ONE run of the all-or-nothing script:
+ *       each short leased key asks for p_i and a lease's surplus (want),
+ *       each exact one for p_i.  Redis charges all of them or none,
+ *       atomically; the surpluses become the entries' new leases, a
+ *       refusal is remembered as one decision's is;
+ *   admitted: the permits in hand are spent; refused (or an error): every
+ *   take of (a) goes back into its entry's lease, but only into the same
+ *   lease (its generation, lease_gen, which a new lease, a drop or an
+ *   expiry changes) while it lives, and only up to lease_cap; the rest is
+ *   dropped and counted as lease_dropped, as an unspent lease is.
+ *
+ * Why a refused call charges nothing and none over-admits: every permit
+ * spent was granted by Redis (in a lease, or by (b)'s run, which grants
+ * only when every key allows), and each is spent at most once: it is in
+ * exactly one place at a time (a lease, or one call's hand), moved under
+ * the stripe's mutex.  A refused call's (b) wrote nothing in Redis, and
+ * each permit it held from (a) is back in the lease it came from, where
+ * later decisions spend it exactly as if never taken, or dropped (fewer
+ * admissions, never more).  Permits back in a lease keep that lease's
+ * expiry, no lease exceeds lease_cap, and a call holding permits is one
+ * holding them in flight, so the tier's bound (P * lease_cap per key over
+ * any interval, docs/redis.md) is unchanged.  While the call holds them
+ * (across (b)'s round trip) other calls of the process see a smaller
+ * lease and may be refused or fetch anew; then the put back finds a new
+ * generation and drops them.  Nothing waits for another thread (a fetch in
+ * progress refuses); the one round trip has the call's deadline; on a
+ * Redis Cluster (b)'s keys must share a slot (SLUICE_ERANGE, after the
+ * takes went back).  Loops: at most 3n entry visits and one script. */
+typedef struct sr_hand {
+    uint64_t h;    /* the key's hash in its limiter */
+    uint64_t took; /* permits held by the call */
+    uint64_t gen;  /* the lease they go back to (0: none: dropped) */
+    bool fetched;  /* decided by a round trip of this call */
+    bool counted;  /* refused from the entry (counted there) */
+} sr_hand;
+
+/* The leased limits' order: limiter address, then key. */
+static bool before(sluice_redis *const *rs, const void *const *keys, const size_t *keylens, size_t x,
+                   size_t y)
+{
+    if (rs[x] != rs[y]) return (uintptr_t)rs[x] < (uintptr_t)rs[y];
+    size_t m = keylens[x] < keylens[y] ? keylens[x] : keylens[y];
+    int c = m ? memcmp(keys[x], keys[y], m) : 0;
+    return c < 0 || (c == 0 && keylens[x] < keylens[y]);
+}
+
+/* With s->mu held: take p from the entry's live lease if it holds enough. */
+static bool take(sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t p, uint64_t now, sr_hand *t,
+                 sluice__answer *a)
+{
+    expire_lease(r, s, e, now);
+    if (e->lease_left < p) return false;
+    spend(r, e, p, now);
+    t->took = p;
+    t->gen = e->lease_gen;
+    *a = (sluice__answer){.ok = true, .r = {.allowed = true, .remaining = e->lease_left}};
+    return true;
+}
+
+/* Put the call's permits back into the lease they came from if it is the
+ * same one and alive, up to lease_cap; drop the rest (counted). */
+static void put_back(sluice_redis *r, const void *key, size_t keylen, sr_hand *t)
+{
+    if (!t->took) return;
+    sr_stripe *s = &r->stripes[t->h & (SR_STRIPES - 1)];
+    pthread_mutex_lock(&s->mu);
+    const uint64_t now = local_now(r);
+    sr_entry *e = find(s, t->h, key, keylen);
+    uint64_t back = 0;
+    if (e && t->gen && e->lease_gen == t->gen && now < e->lease_exp) {
+        back = r->lease_cap > e->lease_left ? r->lease_cap - e->lease_left : 0;
+        if (back > t->took) back = t->took;
+        e->lease_left += back;
+    }
+    s->lease_dropped += t->took - back;
+    pthread_mutex_unlock(&s->mu);
+    t->took = 0;
+}
+
+static int all_leased(sluice_redis *const *rs, const void *const *keys, const size_t *keylens,
+                      const uint64_t *permits, size_t n, sluice_result *res, sluice_result *per_limit)
+{
+    size_t ord[SLUICE_COMPOSITE_MAX], ex[SLUICE_COMPOSITE_MAX], nl = 0, ne = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i]->lease_cap) ord[nl++] = i;
+        else ex[ne++] = i;
+    }
+    for (size_t i = 1; i < nl; i++) { /* insertion sort: n is small */
+        size_t x = ord[i], j = i;
+        for (; j > 0 && before(rs, keys, keylens, x, ord[j - 1]); j--) ord[j] = ord[j - 1];
+        ord[j] = x;
+    }
+    sr_hand t[SLUICE_COMPOSITE_MAX];
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    memset(t, 0, sizeof t);
+    for (size_t i = 0; i < n; i++) /* a limit the call never reached: no answer of its own */
+        a[i] = (sluice__answer){.ok = true, .r = {.allowed = true}};
+    int verdict = 1; /* 1 admitted, 0 refused, < 0 an error */
+    bool shortage[SLUICE_COMPOSITE_MAX] = {false};
+    /* (a) */
+    for (size_t k = 0; k < nl && verdict == 1; k++) {
+        const size_t i = ord[k];
+        sluice_redis *r = rs[i];
+        const uint64_t now = local_now(r);
+        t[i].h = hash_key(r, keys[i], keylens[i]);
+        sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
+        pthread_mutex_lock(&s->mu);
+        sr_entry *e = find_or_add(r, s, t[i].h, keys[i], keylens[i], now);
+        if (e && take(r, s, e, permits[i], now, &t[i], &a[i])) {
+            /* in hand */
+        } else if (e && cached_refusal(r, s, e, permits[i], now, &a[i].r)) {
+            a[i].ok = false;
+            t[i].counted = true;
+            verdict = 0;
+        } else {
+            shortage[i] = true;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* (b) the leased limits that lacked permits, and the exact ones, in one
+     * script run: each short one asks for its permits and a lease's
+     * surplus, marked fetching as the tier's fetch is */
+    size_t sub[SLUICE_COMPOSITE_MAX], ns = 0;
+    uint64_t want[SLUICE_COMPOSITE_MAX];
+    bool marked[SLUICE_COMPOSITE_MAX] = {false};
+    for (size_t k = 0; k < nl && verdict == 1; k++) {
+        const size_t i = ord[k];
+        if (!shortage[i]) continue;
+        sluice_redis *r = rs[i];
+        const uint64_t now = local_now(r);
+        sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
+        pthread_mutex_lock(&s->mu);
+        sr_entry *e = find_or_add(r, s, t[i].h, keys[i], keylens[i], now);
+        want[i] = permits[i];
+        if (e && take(r, s, e, permits[i], now, &t[i], &a[i])) { /* another call brought a lease */
+            shortage[i] = false;
+        } else if (e && cached_refusal(r, s, e, permits[i], now, &a[i].r)) {
+            a[i].ok = false;
+            t[i].counted = true;
+            verdict = 0;
+        } else if (e) {
+            marked[i] = e->fetching = true;
+            if (e->lease_left) drop_lease(s, e); /* too small for this request: replaced */
+            want[i] = permits[i] + e->want;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (shortage[i] && verdict == 1) sub[ns++] = i;
+    }
+    for (size_t k = 0; k < ne; k++) sub[ns++] = ex[k];
+    sr_outcome os[SLUICE_COMPOSITE_MAX];
+    if (verdict == 1 && ns > 0) {
+        sluice_redis *srs[SLUICE_COMPOSITE_MAX];
+        const void *sk[SLUICE_COMPOSITE_MAX];
+        size_t sl[SLUICE_COMPOSITE_MAX];
+        uint64_t sp[SLUICE_COMPOSITE_MAX], sw[SLUICE_COMPOSITE_MAX];
+        sluice__answer sa[SLUICE_COMPOSITE_MAX];
+        sr_outcome so[SLUICE_COMPOSITE_MAX];
+        for (size_t k = 0; k < ns; k++) {
+            const size_t i = sub[k];
+            srs[k] = rs[i], sk[k] = keys[i], sl[k] = keylens[i], sp[k] = permits[i];
+            sw[k] = rs[i]->lease_cap ? want[i] : permits[i];
+        }
+        verdict = all_script(srs, sk, sl, sp, sw, ns, sa, so);
+        for (size_t k = 0; k < ns && verdict >= 0; k++) {
+            a[sub[k]] = sa[k];
+            os[sub[k]] = so[k];
+            t[sub[k]].fetched = true;
+            t[sub[k]].counted = true; /* all_script counted it */
+        }
+    }
+    /* the short leased limits' entries: the surplus becomes the lease, a
+     * refusal by Redis is remembered, as after the tier's fetch */
+    for (size_t k = 0; k < nl; k++) {
+        const size_t i = ord[k];
+        if (!shortage[i]) continue;
+        sluice_redis *r = rs[i];
+        const uint64_t now = local_now(r);
+        sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
+        pthread_mutex_lock(&s->mu);
+        sr_entry *e = find(s, t[i].h, keys[i], keylens[i]);
+        if (e && marked[i]) e->fetching = false;
+        else e = NULL; /* evicted meanwhile, or never held */
+        if (t[i].fetched && verdict == 1) {
+            const sr_outcome *o = &os[i];
+            uint64_t keep = o->granted - permits[i];
+            if (keep > r->lease_cap) keep = r->lease_cap;
+            if (e && keep) {
+                e->lease_left = keep;
+                e->lease_size = keep;
+                e->lease_t0 = now;
+                e->lease_exp = now + r->lease_ttl_ns;
+                e->lease_gen = ++s->gen;
+                s->leases++;
+                s->lease_permits += keep;
+            } else {
+                s->lease_dropped += keep;
+                keep = 0;
+            }
+            if (e) {
+                e->deny_p = 0;
+                if (o->retry1_ns > 0) { /* Redis ran dry: let it refill */
+                    e->deny_p = 1;
+                    e->deny_until = now + (o->retry1_ns > r->refresh_ns ? o->retry1_ns : r->refresh_ns);
+                }
+            }
+            a[i].r.remaining += keep;
+        } else if (t[i].fetched && e && !a[i].ok) {
+            const sr_outcome *o = &os[i];
+            uint64_t wait = (uint64_t)o->retry_after_ns;
+            if (wait < r->refresh_ns) wait = r->refresh_ns;
+            e->deny_p = permits[i];
+            e->deny_until = o->retry_after_ns < 0 ? UINT64_MAX : now + wait;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    const bool all = verdict == 1;
+    for (size_t k = 0; k < nl; k++) {
+        const size_t i = ord[k];
+        sluice_redis *r = rs[i];
+        if (!all) {
+            if (a[i].ok) a[i].r.remaining += t[i].took; /* its answer without the request */
+            put_back(r, keys[i], keylens[i], &t[i]);
+        }
+        if (verdict < 0 || t[i].counted) continue;
+        if (all) {
+            sr_stripe *s = &r->stripes[t[i].h & (SR_STRIPES - 1)];
+            pthread_mutex_lock(&s->mu);
+            s->by_lease++;
+            s->allowed++;
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            add(&r->denied);
+        }
+    }
+    if (verdict < 0) return all_refuse(n, verdict, res, per_limit);
+    for (size_t k = 0; k < ne; k++)
+        if (!t[ex[k]].counted) add(&rs[ex[k]]->denied);
     sluice__combine(a, n, all, 0, res, per_limit);
     return all ? 1 : 0;
+}
+
+int sluice_redis_try_acquire_all(sluice_redis *const *rs, const void *const *keys,
+                                 const size_t *keylens, const uint64_t *permits, size_t n,
+                                 sluice_result *res, sluice_result *per_limit)
+{
+    if (!rs || !keys || !keylens || !permits || n < 1 || n > SLUICE_COMPOSITE_MAX)
+        return all_refuse(n <= SLUICE_COMPOSITE_MAX ? n : 0, SLUICE_EINVAL, res, per_limit);
+    bool leased = false;
+    for (size_t i = 0; i < n; i++) {
+        const sluice_redis *r = rs[i];
+        if (!r || r->front || keylens[i] > SLUICE_MAX_KEY_BYTES || (!keys[i] && keylens[i]) ||
+            strcmp(r->target, rs[0]->target) != 0)
+            return all_refuse(n, SLUICE_EINVAL, res, per_limit);
+        for (size_t j = 0; j < i; j++) /* one Redis key twice */
+            if (same_key(rs[j], keys[j], keylens[j], r, keys[i], keylens[i]))
+                return all_refuse(n, SLUICE_EINVAL, res, per_limit);
+        leased = leased || r->lease_cap;
+    }
+    if (leased) return all_leased(rs, keys, keylens, permits, n, res, per_limit);
+    sluice__answer a[SLUICE_COMPOSITE_MAX];
+    int rc = all_script(rs, keys, keylens, permits, NULL, n, a, NULL);
+    if (rc < 0) return all_refuse(n, rc, res, per_limit);
+    sluice__combine(a, n, rc == 1, 0, res, per_limit);
+    return rc;
 }
 
 int sluice_redis_ping(sluice_redis *r)

@@ -173,7 +173,7 @@ typedef struct sr_redirect {
  * circuit, nothing counted).  Else returns SLUICE_ETIMEDOUT or
  * SLUICE_EBACKEND, having counted the error, and sets *retry_at to the
  * earliest time the circuit lets a call try again (0 when it is closed). */
-#define SR_EVAL_ARGS (3 + SLUICE_COMPOSITE_MAX * 7)
+#define SR_EVAL_ARGS (3 + SLUICE_COMPOSITE_MAX * 8) /* EVALSHA sha n, n keys, <= 7 arguments a key */
 SR_INTERNAL int sluice__conn_eval(sr_conn *c, int which, const char *const *keys,
                                   const size_t *keylens, int nkeys,
                                   const char *const *args,

@@ -232,8 +232,9 @@ static const char fw_lua[] =
     "return out\n";
 
 /* KEYS[1..n]; ARGV per key, in order: script (0 tb, 1 sa, 2 fw), q_us, the
- * script's parameters (a b cap, or wt L), need.  Judges every key, then
- * commits all (each granted need) or none.
+ * script's parameters (a b cap, or wt L), need, want (>= need: a lease's
+ * surplus, as the single-key scripts grant it).  Judges every key, then
+ * commits all (each granted between need and want) or none.
  * Reply: {ok, then per key: its verdict, granted, its script's fields}:
  * a key not committed reports its state without the request's permits. */
 static const char all_lua[] =
@@ -245,14 +246,14 @@ static const char all_lua[] =
     "  local s\n"
     "  if w == 0 then\n"
     "    s = tb_judge(KEYS[j], ticks(q_us), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),\n"
-    "                 tonumber(ARGV[i + 5]), tonumber(ARGV[i + 5]))\n"
-    "    s.p = {q_us, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])}; i = i + 6\n"
+    "                 tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))\n"
+    "    s.p = {q_us, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])}; i = i + 7\n"
     "  else\n"
     "    local jf = sa_judge\n"
     "    if w == 2 then jf = fw_judge end\n"
     "    s = jf(KEYS[j], ticks(q_us), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),\n"
-    "           tonumber(ARGV[i + 4]))\n"
-    "    s.p = {q_us, tonumber(ARGV[i + 2])}; i = i + 5\n"
+    "           tonumber(ARGV[i + 5]))\n"
+    "    s.p = {q_us, tonumber(ARGV[i + 2])}; i = i + 6\n"
     "  end\n"
     "  s.w = w\n"
     "  if s.ok == 0 then all = 0 end\n"

@@ -920,7 +920,8 @@ static void test_spread(void **state)
 /* sluice_redis_try_acquire_all on a cluster: keys in one slot (limits on
  * the same KEY share its hash tag) are decided together on the node that
  * serves it, whichever node the limiters were pointed at; keys in several
- * slots are SLUICE_ERANGE with nothing sent. */
+ * slots are SLUICE_ERANGE with nothing sent; with leases, a key served
+ * from its lease needs no slot in common with the one sent. */
 static void test_all_slots(void **state)
 {
     (void)state;
@@ -952,6 +953,40 @@ static void test_all_slots(void **state)
     sluice_redis_stats_get(a, &st1);
     assert_int_equal(st1.round_trips, st0.round_trips);
     assert_int_equal(st1.err_reply + st1.err_protocol, 0);
+
+    /* with leases only the keys short of permits go to Redis: a leased
+     * limit spending from its lease beside b's key in another slot is one
+     * call, all or nothing (a refusal by b leaves the lease as it was) */
+    sluice_redis_config cfg;
+    sluice_redis_config_init(&cfg);
+    cfg.port = g_port[1];
+    cfg.command_timeout_ms = cfg.connect_timeout_ms = 1000;
+    cfg.key_prefix = "sluice:test:";
+    cfg.lease_max = 10;
+    cfg.lease_ttl_ms = 600000; /* no lease ends while the test runs */
+    sluice_redis *la = sluice_redis_new("fixed-window 10000/1h", &cfg, NULL, 0);
+    assert_non_null(la);
+    sluice_redis_info info;
+    uint64_t held = 0;
+    for (int i = 0; i < 40 && held < 4; i++) {
+        assert_true(sluice_redis_try_acquire(la, "all-x", 5, 1, &res));
+        assert_true(sluice_redis_try_acquire_ex(la, "all-x", 5, 0, &res, &info));
+        assert_int_equal(info.source, SLUICE_REDIS_SRC_LEASE);
+        held = res.remaining;
+    }
+    assert_true(held >= 4);
+    sluice_redis *rl[2] = {la, b};
+    uint64_t q[2] = {1, 1};
+    assert_int_equal(sluice_redis_try_acquire_all(rl, two, l5, q, 2, &res, per), 1);
+    assert_int_equal(per[0].remaining, held - 1);
+    assert_int_equal(per[1].remaining, 4);
+    q[1] = 5; /* b refuses (4 left) */
+    assert_int_equal(sluice_redis_try_acquire_all(rl, two, l5, q, 2, &res, per), 0);
+    assert_true(per[0].allowed);
+    assert_false(per[1].allowed);
+    assert_true(sluice_redis_try_acquire_ex(la, "all-x", 5, 0, &res, &info));
+    assert_int_equal(res.remaining, held - 1);
+    sluice_redis_free(la);
     sluice_redis_free(a);
     sluice_redis_free(b);
 }

@@ -1772,20 +1772,30 @@ class RedisTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             r.stop()
 
-    def test_descriptors_in_order_with_leases(self):
-        """With leases (SLUICE_RLS_REDIS_LEASE_MAX > 0) each process decides
-        locally first: the descriptors are decided one after the other, as
-        before: after a refusal the later ones are probed, not charged; the
-        earlier ones stay charged (docs/rls.md, "Redis")."""
+    def test_descriptors_all_or_nothing_with_leases(self):
+        """With leases (SLUICE_RLS_REDIS_LEASE_MAX > 0) too the descriptors
+        are one composite (docs/rls.md, "Several descriptors"): a call
+        refused by the second charges the first nowhere, neither in the
+        process's lease nor in Redis (its key is never written), and the
+        first keeps its whole limit."""
         r = RedisServer()
         s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % r.port, SLUICE_RLS_REDIS_LEASE_MAX=1, **SLOW_OK)
         try:
             for _ in range(2):
                 self.assertEqual(s.call(request(desc(("two", "o"))), timeout=10).overall_code, OK)
-            got = s.call(request(desc(("five", "o")), desc(("two", "o"))), timeout=10)
-            self.assertEqual(got.overall_code, OVER)
-            self.assertEqual(got.statuses[0].code, OK)  # charged before two refused
-            self.assertEqual(s.call(request(desc(("two", "o")), desc(("five", "o"))), timeout=10).overall_code, OVER)
+            self.assertEqual(r.cli("DBSIZE").strip(), "1")  # two's key
+            for order in ((("five", "o"), ("two", "o")), (("two", "o"), ("five", "o"))):
+                got = s.call(request(desc(order[0]), desc(order[1])), timeout=10)
+                self.assertEqual(got.overall_code, OVER)
+                five = 0 if order[0][0] == "five" else 1
+                self.assertEqual(got.statuses[five].code, OK)  # would have allowed
+                self.assertEqual(got.statuses[1 - five].code, OVER)
+                self.assertEqual(r.cli("DBSIZE").strip(), "1")  # five: nothing written
+            # five alone: fresh, its lease fetched now (1 + a surplus of 1 of 5)
+            got = s.call(request(desc(("five", "o"))), timeout=10)
+            self.assertEqual(got.overall_code, OK)
+            self.assertEqual(got.statuses[0].limit_remaining, 4)
+            self.assertEqual(r.cli("DBSIZE").strip(), "2")
         finally:
             self.assertEqual(s.stop(), 0)
             r.stop()
@@ -2235,6 +2245,8 @@ class RedisTest(unittest.TestCase):
                   "REDIS_TYPE='sentinel' is not single or cluster"),
                  ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_FAILURE": "maybe"},
                   "SLUICE_RLS_REDIS_FAILURE='maybe' is not error, closed, open or local"),
+                 ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_HASH_TAG": "key"},
+                  "SLUICE_RLS_REDIS_HASH_TAG='key' is not descriptor or domain"),
                  ({"REDIS_URL": "127.0.0.1:6379", "SLUICE_RLS_REDIS_PROCESSES": "0"},
                   "SLUICE_RLS_REDIS_PROCESSES='0' is not an integer from 1 to 1000000"),
                  ({"REDIS_URL": "127.0.0.1:6379", "CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX='a{b}'"),
@@ -2312,6 +2324,36 @@ class RedisClusterTest(unittest.TestCase):
             self.assertEqual(s.stop(), 0)
             for p in ports:  # the other tests count the keys
                 subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
+
+    def test_descriptors_one_slot_by_domain(self):
+        """SLUICE_RLS_REDIS_HASH_TAG=domain: the hash tag of every key is
+        the domain's, so the two descriptors above (different slots by
+        default) share one slot, on one master, and are one composite on the
+        Cluster too: a refusal by the second charges the first nothing.
+        Then the same with leases."""
+        ports = [int(p) for p in os.environ["SLUICE_RLS_TEST_CLUSTER"].split()]
+        for extra in ({}, {"SLUICE_RLS_REDIS_LEASE_MAX": "1"}):
+            s = Server(config=REDIS_CONFIG, REDIS_URL="127.0.0.1:%d" % ports[0], REDIS_TYPE="cluster",
+                       SLUICE_RLS_REDIS_HASH_TAG="domain", **SLOW_OK, **extra)
+            try:
+                for _ in range(2):
+                    self.assertEqual(s.call(request(desc(("two", "slots"))), timeout=10).overall_code, OK)
+                got = s.call(request(desc(("five", "slots")), desc(("two", "slots"))), timeout=10)
+                self.assertEqual(got.overall_code, OVER)
+                self.assertEqual([x.code for x in got.statuses], [OK, OVER])
+                sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                            timeout=30).stdout) for p in ports]
+                self.assertEqual(sorted(sizes), [0, 0, 1], sizes)  # two's key only: five's never written
+                got = s.call(request(desc(("five", "slots"))), timeout=10)
+                self.assertEqual(got.overall_code, OK)
+                self.assertEqual(got.statuses[0].limit_remaining, 4, extra)  # its whole limit was left
+                sizes = [int(subprocess.run(["redis-cli", "-p", str(p), "DBSIZE"], capture_output=True, text=True,
+                                            timeout=30).stdout) for p in ports]
+                self.assertEqual(sorted(sizes), [0, 0, 2], sizes)  # one slot, one master
+            finally:
+                self.assertEqual(s.stop(), 0)
+                for p in ports:  # the other tests count the keys
+                    subprocess.run(["redis-cli", "-p", str(p), "FLUSHALL"], capture_output=True, timeout=30)
 
 
 if __name__ == "__main__":
