@@ -671,6 +671,20 @@ static void drop_lease(sr_stripe *s, sr_entry *e)
     e->lease_gen = ++s->gen;
 }
 
+/* Make k permits, granted by Redis at `now` beyond what the call spent,
+ * the entry's new lease (a new generation: nothing taken from an older one
+ * goes back into it). */
+static void lease_install(const sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t k, uint64_t now)
+{
+    e->lease_left = k;
+    e->lease_size = k;
+    e->lease_t0 = now;
+    e->lease_exp = now + r->lease_ttl_ns;
+    e->lease_gen = ++s->gen;
+    s->leases++;
+    s->lease_permits += k;
+}
+
 /* Expire the entry's lease if its time is up, adapting `want`. */
 static void expire_lease(const sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t now)
 {
@@ -725,13 +739,7 @@ static int fetch_unlock(sluice_redis *r, sr_stripe *s, sr_entry *e, uint64_t h, 
         if (k > r->lease_cap) k = r->lease_cap;
         if (e && fetching) {
             if (k) {
-                e->lease_left = k;
-                e->lease_size = k;
-                e->lease_t0 = now;
-                e->lease_exp = now + r->lease_ttl_ns;
-                e->lease_gen = ++s->gen;
-                s->leases++;
-                s->lease_permits += k;
+                lease_install(r, s, e, k, now);
                 *keep = k;
             }
             e->deny_p = 0;
@@ -1159,13 +1167,7 @@ static int all_leased(sluice_redis *const *rs, const void *const *keys, const si
             uint64_t keep = o->granted - permits[i];
             if (keep > r->lease_cap) keep = r->lease_cap;
             if (e && keep) {
-                e->lease_left = keep;
-                e->lease_size = keep;
-                e->lease_t0 = now;
-                e->lease_exp = now + r->lease_ttl_ns;
-                e->lease_gen = ++s->gen;
-                s->leases++;
-                s->lease_permits += keep;
+                lease_install(r, s, e, keep, now);
             } else {
                 s->lease_dropped += keep;
                 keep = 0;
