@@ -399,6 +399,20 @@ typedef struct sr_outcome {
     uint64_t server_ns;
 } sr_outcome;
 
+/* What a script is asked for a request of p permits: need, p clamped to
+ * capacity + 1 (refused alike, and exact in doubles), and want, the most it
+ * may grant (a lease's surplus): at least need, at most capacity unless
+ * need is above it. */
+static void need_want(const sr_params *pp, uint64_t p, uint64_t want, uint64_t *need_out,
+                      uint64_t *want_out)
+{
+    const uint64_t need = p > pp->capacity ? pp->capacity + 1 : p;
+    if (want < need) want = need;
+    if (want > pp->capacity) want = need > pp->capacity ? need : pp->capacity;
+    *need_out = need;
+    *want_out = want;
+}
+
 /* The reply fields of a key's script: ok, granted, then its state. */
 static int fields_of(int script)
 {
@@ -479,8 +493,8 @@ static int all_reply(const sr_params *const *pps, const uint64_t *permits, const
         const sr_params *pp = pps[i];
         const size_t f = (size_t)fields_of(pp->script);
         if (f > nv - at) return SLUICE_EBACKEND;
-        const uint64_t need = permits[i] > pp->capacity ? pp->capacity + 1 : permits[i];
-        const uint64_t want = wants && wants[i] > need ? wants[i] : need;
+        uint64_t need, want;
+        need_want(pp, permits[i], wants ? wants[i] : 0, &need, &want);
         sr_outcome o;
         if (!outcome(pp, permits[i], need, want, all, v + at, &o)) return SLUICE_EBACKEND;
         if (os) os[i] = o;
@@ -519,9 +533,8 @@ static int redis_decide(sluice_redis *r, const void *key, size_t keylen, uint64_
     int kl = sluice_redis_key_name(r, key, keylen, kname, kcap);
 
     const sr_params *pp = &r->pp;
-    uint64_t need = p > pp->capacity ? pp->capacity + 1 : p;
-    if (want < need) want = need;
-    if (want > pp->capacity) want = need > pp->capacity ? need : pp->capacity;
+    uint64_t need;
+    need_want(pp, p, want, &need, &want);
     char nbuf[2][24];
     snprintf(nbuf[0], sizeof nbuf[0], "%llu", (unsigned long long)need);
     snprintf(nbuf[1], sizeof nbuf[1], "%llu", (unsigned long long)want);
@@ -931,9 +944,7 @@ static int all_script(sluice_redis *const *rs, const void *const *keys, const si
         kn[i] = names + off;
         knl[i] = (size_t)kl;
         off += (size_t)kl + 1;
-        need[i] = permits[i] > r->pp.capacity ? r->pp.capacity + 1 : permits[i];
-        want[i] = wants && wants[i] > need[i] ? wants[i] : need[i]; /* as redis_decide */
-        if (want[i] > r->pp.capacity) want[i] = need[i] > r->pp.capacity ? need[i] : r->pp.capacity;
+        need_want(&r->pp, permits[i], wants ? wants[i] : 0, &need[i], &want[i]);
         snprintf(nums[i][0], sizeof nums[i][0], "%d", r->pp.script);
         snprintf(nums[i][1], sizeof nums[i][1], "%llu", (unsigned long long)need[i]);
         snprintf(nums[i][2], sizeof nums[i][2], "%llu", (unsigned long long)want[i]);
