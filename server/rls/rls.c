@@ -631,8 +631,8 @@ int rls_should_rate_limit(const rls_config *cfg, const Envoy__Service__Ratelimit
                              own ? 0 : 1);
         }
     }
-    /* On Redis, several descriptors: one all-or-nothing script when the
-     * tier can (no leases; on a Cluster, keys in one slot), each key once
+    /* On Redis, several descriptors: one all-or-nothing call when the
+     * tier can (on a Cluster, the keys it sends in one slot), each key once
      * with its largest hits; else one call per limit, in request order,
      * after a refusal the rest probed, not charged (docs/rls.md, "Redis"). */
     sluice_result rall[RLS_MAX_DESCRIPTORS];
