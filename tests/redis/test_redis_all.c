@@ -201,6 +201,44 @@ static void test_threads(void **state)
 
 /* ---- preconditions ----------------------------------------------------------- */
 
+/* Keys of every length (0 to SLUICE_MAX_KEY_BYTES) and every byte (NUL,
+ * '{' and '}', which shape a key's hash tag, 0xff), through one call on two
+ * limits: each key is its own limit of 3 -- three calls admitted, the
+ * fourth refused by both and charging neither -- and a key that differs
+ * in its last byte alone is untouched (its probe still says 3). */
+static void test_key_bytes(void **state)
+{
+    (void)state;
+    sluice_redis *a = mk("fixed-window 3/" YEARS, "allk1:");
+    sluice_redis *b = mk("token-bucket 3/" YEARS " burst=3", "allk2:");
+    static const size_t lens[] = {0, 1, 2, 17, 255, 256, 1000, SLUICE_MAX_KEY_BYTES};
+    static unsigned char k[SLUICE_MAX_KEY_BYTES], k2[SLUICE_MAX_KEY_BYTES];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const size_t n = lens[li];
+        for (size_t i = 0; i < n; i++) k[i] = (unsigned char)(i * 37 + li); /* every byte value */
+        if (n > 2) k[0] = '{', k[1] = '}', k[2] = 0;
+        memcpy(k2, k, n);
+        if (n) k2[n - 1] ^= 0x80;
+        sluice_redis *rs[2] = {a, b};
+        const void *keys[2] = {k, k};
+        size_t kl[2] = {n, n};
+        uint64_t p[2] = {1, 1};
+        sluice_result res, per[2];
+        for (int i = 0; i < 3; i++) assert_int_equal(sluice_redis_try_acquire_all(rs, keys, kl, p, 2, &res, per), 1);
+        assert_int_equal(sluice_redis_try_acquire_all(rs, keys, kl, p, 2, &res, per), 0);
+        assert_int_equal(res.error, 0);
+        assert_int_equal(res.remaining, 0);
+        if (n) { /* the neighbour key: a fresh limit on both */
+            assert_true(sluice_redis_try_acquire(a, k2, n, 0, &res));
+            assert_int_equal(res.remaining, 3);
+            assert_true(sluice_redis_try_acquire(b, k2, n, 0, &res));
+            assert_int_equal(res.remaining, 3);
+        }
+    }
+    sluice_redis_free(a);
+    sluice_redis_free(b);
+}
+
 static void test_preconditions(void **state)
 {
     (void)state;
@@ -616,6 +654,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusal_charges_none),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_key_bytes),
         cmocka_unit_test(test_preconditions),
         cmocka_unit_test(test_damaged_and_noscript),
         cmocka_unit_test(test_leased_refusal_charges_none),
