@@ -6,16 +6,18 @@
  *                      release, count) of a limiter (limiter/hold.h), an
  *                      in-process table key and a shared-table key
  *                      (table/hold.h): the protocol below names no kind
- *   the general path   lock_cmp, same_key, attempt (hold, judge, prepare,
- *                      commit, release), general_in/general (set up, retry
- *                      once for room, count; one reader section)
+ *   the general path   lock_cmp, same_key, the protocol's steps over the
+ *                      kinds (g_hold, g_prepare, g_store, g_settle,
+ *                      g_release: alg/attempt.h runs them), attempt,
+ *                      general_in/general (set up, retry once for room,
+ *                      count; one reader section)
  *   the result         sluice__combine (alg/held.h: the rule below)
  *   entry point        sluice_composite_try_acquire_at: the fast paths
  *                      (all lock-free limiters: sluice__limiters_try and
- *                      _each, limiter.c; all in-process keys:
- *                      sluice__tables_decide, table.c), each of which hands
- *                      back, with nothing decided, any call it cannot
- *                      decide; then the general path.
+ *                      _each, limiter/hold.c; all in-process keys:
+ *                      sluice__tables_decide, table/table_hold.c), each of
+ *                      which hands back, with nothing decided, any call it
+ *                      cannot decide; then the general path.
  *
  * Rule (docs/decisions.md, 3.7): allowed iff every
  * limit allows; then, and only then, charged to every limit.  The result
@@ -24,33 +26,28 @@
  * remaining without the permits), the largest retry_after_ns of the
  * refusing limits (-1 if any is -1).
  *
- * Limiters only, all lock-free: sluice__limiters_try (limiter/hold.c), the
- * public call's first try when per_limit is NULL, which holds nothing while
- * it decides and hands any other call, undecided, to the general path (a
- * callback: limiter/ names nothing above it).  Each limit is read and
- * decided once, as a single decision is, on a snapshot of its word, and
- * counted there; an admission freezes every word but the last in one order
- * and swaps the last.  The proof is beside it (limiter.c, above
- * sluice__limiters_try).
+ * The protocol -- hold and judge every limit, commit all or none, let go
+ * in reverse -- is written once, sluice__attempt (alg/attempt.h), and each
+ * path is that function over steps of its own:
  *
- * Keys of in-process tables only, every one held already:
- * sluice__tables_decide (table.c) reads them as single decisions do, each
- * shard between two loads of its sequence, and commits an admission by
- * taking each shard with a compare-and-swap from the sequence its read
- * began with -- the proof is beside it.  Anything it cannot do so (a key to
- * make, a change of spec to carry over, a wheel due a step) goes to the
- * general path with nothing decided.
+ *   limiters only, all lock-free: sluice__limiters_try (limiter/hold.c),
+ *        the public call's first try when per_limit is NULL.  A hold is a
+ *        snapshot of the limiter's word, decided on as a single decision
+ *        is; take freezes every word but the last in one order and swaps
+ *        the last; confirm reads the words again.  It hands any other call,
+ *        undecided, to the general path (a callback: limiter/ names nothing
+ *        above it).  The proof is beside it.
+ *   keys of in-process tables only, every one held already:
+ *        sluice__tables_decide (table/table_hold.c).  A hold is a read
+ *        under the shard's sequence; take upgrades each sequence to the
+ *        shard's lock from the value its read began with; confirm reads
+ *        the words and sequences again.  Anything it cannot do so (a key to
+ *        make, a change of spec to carry over) goes to the general path
+ *        with nothing decided.  The proof is beside it.
+ *   the general path, below: every kind of limit, held by locks.
  *
- * Both fast paths are the protocol of the general path below (decide
- * every limit, commit all or none, give back in reverse) with optimistic
- * holds: a snapshot stands for the hold, the commit takes every limit from
- * its snapshot or none (a frozen word, an upgraded sequence), and a take
- * that fails gives back, unchanged, what was taken and starts over.  They
- * stay beside the words and sequences they read (limiter.c, table.c), as
- * their proofs do, and are reached only from here.
- *
- * Otherwise, two-phase locking in one global order.  Every limit is held
- * before anything is decided, in the order of the address of what holds it
+ * The general path: two-phase locking in one global order.  Every limit
+ * is held before anything is written, in the order of the address of what holds it
  * (the limiter, or the table's shard; two keys of one shard share its
  * lock), so two composites can never wait for each other in a cycle.  Keys
  * of tables shared between processes come first, ordered by (region
@@ -63,9 +60,9 @@
  *            for it); a limiter in the locked path: its mutex; a table
  *            key: its shard's spin lock; a region key: its shard's lock word
  *            (taken over from a dead holder and repaired; the region's count
- *            of keys resynchronised once nothing is held).
- *   judge    decide every limit on its held state, writing nothing
- *            (sluice__judge: on a copy; the window logs measure their ring).
+ *            of keys resynchronised once nothing is held).  Then judge it:
+ *            decide on its held state, writing nothing (sluice__judge: on a
+ *            copy; the window logs measure their ring).
  *   prepare  if all allow: make the entries of new table keys and room in
  *            the window logs' rings -- the only steps that can fail; a
  *            failure undoes the entries made (nobody saw them) and refuses.
@@ -85,6 +82,7 @@
  * the call is then tried once more.
  */
 #include "alg/alg.h"
+#include "alg/attempt.h"
 #include "alg/held.h"
 #include "limiter/hold.h"
 #include "table/hold.h"
@@ -232,92 +230,116 @@ static bool bad_call(size_t n, sluice_result *res, sluice_result *per_limit)
     return false;
 }
 
-/* One attempt: hold, judge, prepare, commit, release; each part asks for
- * its own permits (pt->p; `permits` is the largest of them: 0 makes the
- * call a probe).  Returns whether the permits were taken; *efull when a
- * new key found its table full (keys at rest in other shards may make
- * room); -1 on a duplicate key (nothing decided). */
-static int attempt(part *parts, const size_t *ord, size_t n, uint64_t permits, uint64_t now,
-                   bool details, bool last, bool *efull, bool *any_ok)
+/* The general path's steps of the protocol (alg/attempt.h), over the
+ * parts of one call: each part's kind does what the step asks of it. */
+typedef struct general_call {
+    part *parts;
+    const size_t *ord; /* the global lock order: the protocol's order */
+    size_t n;
+    uint64_t now;
+    bool details;
+    bool last;  /* the call's last attempt: a full table refuses for good */
+    bool efull; /* a new key found its table full (keys at rest in other
+                 * shards may make room) */
+} general_call;
+
+/* Hold the k-th part in the lock order (its lock when the first part of
+ * it), find its state, and judge the request on it.  A key named twice
+ * (two parts of one lock, so next to each other in the order): not a call
+ * to decide. */
+static inline __attribute__((always_inline)) int g_hold(void *c, size_t k)
 {
-    for (size_t k = 0; k < n; k++) { /* hold, in the global order */
-        part *pt = &parts[ord[k]];
-        if (pt->first_of_lock) pt->kind->hold(pt, now);
-    }
-    for (size_t i = 0; i < n; i++)
-        if (parts[i].kind->find) parts[i].kind->find(&parts[i]);
+    general_call *g = c;
+    part *pt = &g->parts[g->ord[k]];
+    if (pt->first_of_lock) pt->kind->hold(pt, g->now);
+    if (pt->kind->find) pt->kind->find(pt);
+    for (size_t j = k; pt->kind->key && j > 0 && lock_cmp(&g->parts[g->ord[j - 1]], pt) == 0; j--)
+        if (same_key(&g->parts[g->ord[j - 1]], pt)) return SLUICE__HANDOVER;
+    sluice__held *h = pt->h;
+    h->ok = sluice__judge(h->pf, h->st, &h->tmp, g->now, pt->p, g->details ? &h->r : NULL);
+    return h->ok;
+}
 
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        for (size_t j = i + 1; j < n; j++)
-            if (parts[i].kind->key && same_key(&parts[i], &parts[j])) rc = -1;
-
-    bool all = rc == 0;
-    for (size_t i = 0; i < n && rc == 0; i++) { /* judge: nothing written */
-        sluice__held *h = parts[i].h;
-        h->ok = sluice__judge(h->pf, h->st, &h->tmp, now, parts[i].p, details ? &h->r : NULL);
-        all &= h->ok;
-    }
-    bool commit = all && permits > 0;
-    *efull = false;
-    *any_ok = all;
-    if (commit) { /* prepare: the steps that can fail */
-        for (size_t i = 0; i < n && commit; i++) {
-            part *pt = &parts[i];
-            sluice__held *h = pt->h;
-            if (pt->p == 0) continue; /* a probe (permits per limit): no key made */
-            if (pt->kind->refind) pt->kind->refind(pt); /* an earlier make moved it? */
-            if (pt->kind->make && pt->u.k.entry == UINT32_MAX) {
-                bool alone = true;
-                for (size_t j = 0; j < n; j++)
-                    if (j != i && lock_cmp(&parts[j], pt) == 0) alone = false;
-                int64_t retry = -1;
-                int e = pt->kind->make(pt, alone, last, &retry);
-                if (e != 0) {
-                    sluice__deny(&h->r, 0, retry);
-                    h->r.error = e;
-                    h->ok = false;
-                    commit = false;
-                    *efull = e == SLUICE_EFULL;
-                    break;
-                }
-            }
-            if (h->pf->ops->reserve && !h->pf->ops->reserve(h->st)) {
-                sluice__judge(h->pf, h->st, &h->tmp, now, 0, &h->r);
-                sluice__deny(&h->r, h->r.remaining, -1);
-                h->r.error = SLUICE_ENOMEM;
+/* New keys' entries and room in the window logs' rings, the steps that can
+ * fail; a failure undoes the entries made (nobody saw them). */
+static inline __attribute__((always_inline)) bool g_prepare(void *c)
+{
+    general_call *g = c;
+    part *parts = g->parts;
+    const size_t n = g->n;
+    bool commit = true;
+    for (size_t i = 0; i < n && commit; i++) {
+        part *pt = &parts[i];
+        sluice__held *h = pt->h;
+        if (pt->p == 0) continue; /* a probe (permits per limit): no key made */
+        if (pt->kind->refind) pt->kind->refind(pt); /* an earlier make moved it? */
+        if (pt->kind->make && pt->u.k.entry == UINT32_MAX) {
+            bool alone = true;
+            for (size_t j = 0; j < n; j++)
+                if (j != i && lock_cmp(&parts[j], pt) == 0) alone = false;
+            int64_t retry = -1;
+            int e = pt->kind->make(pt, alone, g->last, &retry);
+            if (e != 0) {
+                sluice__deny(&h->r, 0, retry);
+                h->r.error = e;
                 h->ok = false;
                 commit = false;
+                g->efull = e == SLUICE_EFULL;
+                break;
             }
         }
-        if (!commit)
-            for (size_t i = 0; i < n; i++)
-                if (parts[i].kind->key && parts[i].u.k.created) parts[i].kind->unmake(&parts[i]);
-    }
-    if (commit) {
-        for (size_t i = 0; i < n; i++) {
-            part *pt = &parts[i];
-            sluice__held *h = pt->h;
-            if (pt->p == 0) continue; /* a probe changes nothing */
-            if (pt->kind->refind) pt->kind->refind(pt); /* a later make moved it? */
-            if (h->pf->ops->judge) /* judged in place: now take the permits */
-                sluice__decide(h->pf, h->st, now, pt->p, UINT64_MAX, details ? &h->r : NULL);
-            if (pt->kind->store) pt->kind->store(pt);
+        if (h->pf->ops->reserve && !h->pf->ops->reserve(h->st)) {
+            sluice__judge(h->pf, h->st, &h->tmp, g->now, 0, &h->r);
+            sluice__deny(&h->r, h->r.remaining, -1);
+            h->r.error = SLUICE_ENOMEM;
+            h->ok = false;
+            commit = false;
         }
     }
-    if (rc == 0 && (last || commit || !*efull)) { /* the final answer, counted
-                                                  * under the hold by the kinds
-                                                  * that do */
-        const bool ok = commit || (all && permits == 0);
+    if (!commit)
         for (size_t i = 0; i < n; i++)
-            if (parts[i].kind->count_held) parts[i].kind->count_held(&parts[i], parts[i].p, ok);
-    }
-    for (size_t k = n; k-- > 0;) { /* release, in reverse order */
-        part *pt = &parts[ord[k]];
-        if (pt->first_of_lock) pt->kind->release(pt, commit && pt->p > 0); /* a probe: nothing */
-    }
-    if (rc) return rc;
+            if (parts[i].kind->key && parts[i].u.k.created) parts[i].kind->unmake(&parts[i]);
     return commit;
+}
+
+/* Commit the k-th part's new state (a window log decides on its real
+ * state, which cannot fail any more). */
+static inline __attribute__((always_inline)) void g_store(void *c, size_t k)
+{
+    general_call *g = c;
+    part *pt = &g->parts[g->ord[k]];
+    sluice__held *h = pt->h;
+    if (pt->p == 0) return; /* a probe changes nothing */
+    if (pt->kind->refind) pt->kind->refind(pt); /* a later make moved it? */
+    if (h->pf->ops->judge) /* judged in place: now take the permits */
+        sluice__decide(h->pf, h->st, g->now, pt->p, UINT64_MAX, g->details ? &h->r : NULL);
+    if (pt->kind->store) pt->kind->store(pt);
+}
+
+/* The final answer, counted under the hold by the kinds that do -- unless
+ * the call is tried again for room. */
+static inline __attribute__((always_inline)) void g_settle(void *c, bool ok)
+{
+    general_call *g = c;
+    if (!g->last && !ok && g->efull) return;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->parts[i].kind->count_held) g->parts[i].kind->count_held(&g->parts[i], g->parts[i].p, ok);
+}
+
+static inline __attribute__((always_inline)) void g_release(void *c, size_t k, bool stored)
+{
+    general_call *g = c;
+    part *pt = &g->parts[g->ord[k]];
+    if (pt->first_of_lock) pt->kind->release(pt, stored && pt->p > 0); /* a probe: nothing */
+}
+
+static const sluice__steps GENERAL = {.hold = g_hold, .prepare = g_prepare, .store = g_store,
+                                      .settle = g_settle, .release = g_release};
+
+/* One attempt of the general path: the protocol with its steps inlined. */
+static __attribute__((noinline)) int attempt(general_call *g, uint64_t permits)
+{
+    return sluice__attempt(&GENERAL, g, g->n, permits);
 }
 
 /* After a dead holder's shard was taken over (and repaired) by this call:
@@ -414,17 +436,19 @@ static int general_in(const sluice_limit_ref *refs, size_t n, uint64_t permits, 
         if (!pt->first_of_lock && !pt->kind->key) return -1; /* a limiter twice */
     }
 
-    bool efull = false, all = false;
-    int got = attempt(parts, ord, n, permits, now_ns, details, false, &efull, &all);
-    if (got == 0 && efull) { /* keys at rest elsewhere may make room: once more */
+    general_call g = {.parts = parts, .ord = ord, .n = n, .now = now_ns, .details = details};
+    int got = attempt(&g, permits);
+    if (got == 0 && g.efull) { /* keys at rest elsewhere may make room: once more */
         resync_stolen(parts, n);
         for (size_t i = 0; i < n; i++)
             if (parts[i].kind->reclaim) parts[i].kind->reclaim(&parts[i], now_ns);
-        got = attempt(parts, ord, n, permits, now_ns, details, true, &efull, &all);
+        g.last = true;
+        g.efull = false;
+        got = attempt(&g, permits);
     }
     resync_stolen(parts, n);
-    if (got < 0) return -1;
-    const bool ok = got == 1 || (all && permits == 0);
+    if (got < 0) return -1; /* a key twice */
+    const bool ok = got == 1;
 
     for (size_t i = 0; i < n; i++) /* those counted under the hold were */
         if (parts[i].kind->count) parts[i].kind->count(&parts[i], parts[i].p, ok);

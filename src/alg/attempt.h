@@ -1,0 +1,127 @@
+/* attempt.h -- the all-or-nothing protocol of a decision of several limits
+ * (a composite), written once.
+ *
+ *   sluice__steps    what one way of holding limits gives the protocol
+ *   sluice__attempt  the protocol: hold and judge every limit, then commit
+ *                    all or none, then let go in reverse
+ *
+ * Rule (docs/decisions.md, 3.7): a request is allowed iff every limit
+ * allows it; then, and only then, it is charged to every limit.  Every path
+ * that decides a composite is this function over steps of its own, inlined
+ * into it (the steps are a constant table; each path's copy calls them
+ * directly):
+ *
+ *   composite.c, the general path   a hold is a lock, taken in one global
+ *        order (limiters, keys of in-process tables, keys of shared tables:
+ *        the kinds' ops); prepare makes new keys' entries; take is nothing.
+ *   limiter/hold.c, lock-free limiters only   a hold is a snapshot of the
+ *        limiter's 16-byte word; take freezes every word but the last from
+ *        its snapshot and swaps the last (a compare-and-swap each); confirm
+ *        reads the words again.
+ *   table/table_hold.c, keys of in-process tables only   a hold is a read
+ *        of the key's state words between two loads of its shard's
+ *        sequence; take upgrades each shard's sequence to its lock from the
+ *        value the read began with; confirm reads the words and sequences
+ *        again.
+ *
+ * The two last are the first with optimistic holds: a snapshot stands for
+ * the lock, and the take makes it one, or fails having taken nothing, and
+ * the call starts over.  Each proof of what a snapshot stands for stays
+ * beside its words (limiter/hold.c, table/table_hold.c).
+ *
+ * The steps, each given the path's own context c:
+ *   hold(c, k)   hold the k-th limit in the path's order and judge the
+ *                request on it, writing nothing: 1 allows, 0 refuses;
+ *                SLUICE__STOP refuses and decides the call alone (the
+ *                others need not be held: asked only when no answer but
+ *                the verdict is wanted); SLUICE__AGAIN a hold not to be had
+ *                as things stand (start over); SLUICE__HANDOVER not a call
+ *                for this path (nothing decided).  A hold that fails leaves
+ *                nothing of its own held.
+ *   prepare(c)   all allow and permits are asked: the steps that can fail
+ *                before anything is written; false refuses (and undoes
+ *                them).  NULL: none.
+ *   take(c)      make every hold exclusive, all or none; false: none
+ *                taken, start over.  NULL: the holds are.
+ *   store(c, k)  write the k-th limit's new state.
+ *   confirm(c)   a refusal or a probe: whether the answers hold together
+ *                (every snapshot still as read); false: start over.  NULL:
+ *                they do.
+ *   settle(c, ok) the final answer, every limit still held.  NULL: nothing.
+ *   release(c, k, stored)  let the k-th limit go, in reverse order.  NULL:
+ *                nothing to let go.
+ *
+ * Returns 1 (admitted, or a probe -- permits 0 -- that every limit
+ * allows), 0 (refused), SLUICE__AGAIN (nothing written: start over) or
+ * SLUICE__HANDOVER (nothing decided). */
+#ifndef SLUICE_ALG_ATTEMPT_H
+#define SLUICE_ALG_ATTEMPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { SLUICE__HANDOVER = -1, SLUICE__AGAIN = -2, SLUICE__STOP = -3 };
+
+typedef struct sluice__steps {
+    int (*hold)(void *c, size_t k);
+    bool (*prepare)(void *c);
+    bool (*take)(void *c);
+    void (*store)(void *c, size_t k);
+    bool (*confirm)(void *c);
+    void (*settle)(void *c, bool ok);
+    void (*release)(void *c, size_t k, bool stored);
+} sluice__steps;
+
+/* Loops over the limits of a composite, unrolled: fully in the copies for
+ * a given n, where the loop counters become constants. */
+#define SLUICE__UNROLL _Pragma("GCC unroll 4")
+
+/* Let go of limits [0, k), in reverse. */
+static inline __attribute__((always_inline)) void
+sluice__let_go(const sluice__steps *s, void *c, size_t k, bool stored)
+{
+    if (s->release)
+        while (k-- > 0) s->release(c, k, stored);
+}
+
+static inline __attribute__((always_inline)) int
+sluice__attempt(const sluice__steps *s, void *c, size_t n, uint64_t permits)
+{
+    bool all = true;
+    size_t k = 0;
+    int v = 1;
+    SLUICE__UNROLL
+    for (; k < n; k++) { /* hold and judge */
+        v = s->hold(c, k);
+        if (v < 0) break;
+        all &= v == 1;
+    }
+    if (v < 0) {
+        sluice__let_go(s, c, k, false);
+        return v == SLUICE__STOP ? 0 : v;
+    }
+    bool stored = false;
+    if (all && permits > 0) {
+        if (s->prepare && !s->prepare(c)) {
+            all = false; /* refused: nothing was written */
+        } else {
+            if (s->take && !s->take(c)) {
+                sluice__let_go(s, c, n, false);
+                return SLUICE__AGAIN;
+            }
+            SLUICE__UNROLL
+            for (k = 0; k < n; k++) s->store(c, k);
+            stored = true;
+        }
+    }
+    if (!stored && s->confirm && !s->confirm(c)) {
+        sluice__let_go(s, c, n, false);
+        return SLUICE__AGAIN;
+    }
+    if (s->settle) s->settle(c, all);
+    sluice__let_go(s, c, n, stored);
+    return all;
+}
+
+#endif
