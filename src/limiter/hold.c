@@ -1,11 +1,13 @@
 /* hold.c -- a limiter as one limit of a composite decision (hold.h):
- * composite.c runs the all-or-nothing protocol over the kind ops here, and
- * the fast path for composites of lock-free limiters only
- * (sluice__limiters_try) is its specialisation, proved below.
+ * composite.c's general path runs the all-or-nothing protocol
+ * (alg/attempt.h) over the kind ops here, and the fast path for composites
+ * of lock-free limiters only (sluice__limiters_try) runs the same protocol
+ * over steps on snapshots of the words, proved below.
  *
  * Map:  the kind ops (sluice__limiter_hold, _release, _count,
  *       _count_elsewhere); the fast path: count_all, count_elsewhere_rest,
- *       rest_ok, holds, limiters_decide (and its proof, above it),
+ *       rest_ok, holds, its steps (lim_call: l_hold, l_take, l_store,
+ *       l_confirm), limiters_decide (the proof above it),
  *       sluice__limiters_try, sluice__limiters_each.
  *
  * A file apart from limiter.c costs the fast path nothing: what it inlines
@@ -14,6 +16,8 @@
  * calls).
  */
 #include "limiter/lim.h"
+
+#include "alg/attempt.h"
 
 /* ---- composite decisions: a limiter's kind ops (limiter/hold.h) -------- */
 
@@ -85,8 +89,10 @@ void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits)
 }
 
 /* The composite fast path, when every limit is a lock-free limiter
- * (sluice__limiters_try; composite.c runs it first), and its proof.  Each
- * limit is read and decided once, as a single decision is -- one snapshot
+ * (sluice__limiters_try; composite.c runs it first), and its proof: the
+ * protocol (sluice__attempt) with a snapshot of each word for its hold
+ * (l_hold), a freeze and a swap for its take (l_take, l_store), a second
+ * read for its confirm (l_confirm).  Each limit is read and decided once, as a single decision is -- one snapshot
  * of its 16-byte word (load_word: a value the word held at one instant),
  * one decide_packed, which gives its answer too when details are asked --
  * and counted inline in each limiter; the combination (sluice__combine)
@@ -140,11 +146,6 @@ void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits)
  * the snapshots the call is linearised at: with res, their combination;
  * with ans, each limit's. */
 #if HAVE_CAS128
-/* Loops over the limits of a composite, unrolled: fully in the copies of
- * sluice__limiters_try for a given n, where the loop counters become
- * constants and nothing but the limits' calls stays. */
-#define UNROLL _Pragma("GCC unroll 4")
-
 /* Count one composite call in each of its limiters, as sluice__count
  * (counters.h) does, the thread's stripe looked up once and the two
  * counters the call adds to chosen once: at the same offsets in every
@@ -164,12 +165,12 @@ count_all(const sluice_limit_ref *refs, size_t n, uint64_t permits, bool ok)
     const size_t per = ok ? offsetof(sluice__stripe, permits_allowed)
                           : offsetof(sluice__stripe, permits_denied);
     if (permits == 0) {
-        UNROLL
+        SLUICE__UNROLL
         for (size_t j = 0; j < n; j++)
             sluice__own_inc((_Atomic uint64_t *)((char *)refs[j].limiter + at + req));
         return;
     }
-    UNROLL
+    SLUICE__UNROLL
     for (size_t j = 0; j < n; j++) {
         char *s = (char *)refs[j].limiter + at;
         sluice__own_inc((_Atomic uint64_t *)(s + req));
@@ -231,104 +232,155 @@ static inline bool holds(const cfg *c, const uint64_t w[2])
  * the answers (into res), or every limit's answer (into ans). */
 enum { DETAILS_NONE, DETAILS_SUM, DETAILS_EACH };
 
+/* One call of the fast path: the protocol's steps (alg/attempt.h) over
+ * snapshots of the limiters' words.  Inlined into limiters_decide, where n
+ * and details are constants of each copy: they stay so only while the
+ * call's own record never escapes, so the arrays that the decisions are
+ * handed (q, as, ans) are the caller's, reached through pointers. */
+typedef struct lim_call {
+    const sluice_limit_ref *refs;
+    size_t n;
+    uint64_t permits, now_ns;
+    int details;
+    cfg **cs;
+    sluice__packed_req *q; /* snapshot w, the admission's word out */
+    sluice__answer *as;    /* DETAILS_SUM: each limit's answer */
+    sluice__answer *ans;   /* DETAILS_EACH: each limit's answer */
+    bool *oks;
+    size_t stop; /* the limit that refused alone */
+    size_t last; /* the word the take swapped */
+} lim_call;
+
+/* Hold limit i: a snapshot of its word, decided on as a single decision
+ * is.  Without details, a refusal decides the call (the first refusing
+ * limit: the proof's first case). */
+static inline __attribute__((always_inline)) int l_hold(void *x, size_t i)
+{
+    lim_call *lc = x;
+    const sluice_limit_ref *refs = lc->refs;
+    sluice_limiter *lim = refs[i].limiter;
+    if (!lim || refs[i].table) return SLUICE__HANDOVER;
+    SLUICE__UNROLL
+    for (size_t j = 0; j < i; j++)
+        if (refs[j].limiter == lim) return SLUICE__HANDOVER; /* a limiter twice */
+    cfg *c = cur_cfg(lim);
+    if (!c->lockfree) return SLUICE__HANDOVER;
+    u128 v;
+    if (!load_word(&c->packed, &v)) { /* held: wait, start over */
+        wait_frozen(lim, c);
+        return SLUICE__AGAIN;
+    }
+    lc->cs[i] = c;
+    const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+    lc->q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = lc->now_ns, .p = lc->permits,
+                                    .max_wait = UINT64_MAX,
+                                    .res = lc->details == DETAILS_SUM    ? &lc->as[i].r
+                                           : lc->details == DETAILS_EACH ? &lc->ans[i].r
+                                                                         : NULL,
+                                    .out = {lo, hi}};
+    const bool ok = c->pf.ops->decide_packed(&c->pf, &lc->q[i]);
+    if (lc->details == DETAILS_NONE) {
+        if (ok) return 1;
+        /* this limit alone refuses the call -- a good one */
+        if (i + 1 < lc->n && !rest_ok(refs, i + 1, lc->n)) return SLUICE__HANDOVER;
+        lc->stop = i;
+        return SLUICE__STOP;
+    }
+    lc->oks[i] = ok;
+    return ok;
+}
+
+/* Every word but the last, in one order for all calls (by limiter
+ * address), frozen from its snapshot; the last swapped from its snapshot
+ * to its new value.  A failed CAS unfreezes, unchanged, what was frozen. */
+static inline __attribute__((always_inline)) bool l_take(void *x)
+{
+    lim_call *lc = x;
+    const size_t n = lc->n;
+    unsigned char o[SLUICE_COMPOSITE_MAX]; /* by address (insertion, n is small) */
+    for (size_t j = 0; j < n; j++) {
+        size_t k = j;
+        for (; k > 0 && (uintptr_t)lc->refs[o[k - 1]].limiter > (uintptr_t)lc->refs[j].limiter; k--)
+            o[k] = o[k - 1];
+        o[k] = (unsigned char)j;
+    }
+    size_t k = 0; /* freeze all but the last */
+    for (; k + 1 < n; k++) {
+        const sluice__packed_req *q = &lc->q[o[k]];
+        if (!__sync_bool_compare_and_swap(&lc->cs[o[k]]->packed.w, mkword(q->w[0], q->w[1]),
+                                          mkword(q->w[0] | FROZEN, q->w[1])))
+            break;
+    }
+    const sluice__packed_req *q = &lc->q[o[k]];
+    if (k + 1 < n ||
+        !__sync_bool_compare_and_swap(&lc->cs[o[k]]->packed.w, mkword(q->w[0], q->w[1]),
+                                      mkword(q->out[0], q->out[1]))) {
+        for (size_t j = 0; j < k; j++) /* unfreeze, unchanged */
+            __atomic_store_n(&lc->cs[o[j]]->packed.h[0], lc->q[o[j]].w[0], __ATOMIC_RELEASE);
+        return false;
+    }
+    lc->last = o[k];
+    return true;
+}
+
+/* A frozen word gets its new value: the count half, then the time half
+ * without the bit (release).  The last was swapped already. */
+static inline __attribute__((always_inline)) void l_store(void *x, size_t i)
+{
+    lim_call *lc = x;
+    if (i == lc->last) return;
+    word *pw = &lc->cs[i]->packed;
+    __atomic_store_n(&pw->h[1], lc->q[i].out[1], __ATOMIC_RELEASE);
+    __atomic_store_n(&pw->h[0], lc->q[i].out[0], __ATOMIC_RELEASE);
+}
+
+/* A refusal with details, or a probe: every word but the last one read
+ * still at its snapshot (the last snapshot's instant: no need to read it
+ * again). */
+static inline __attribute__((always_inline)) bool l_confirm(void *x)
+{
+    lim_call *lc = x;
+    SLUICE__UNROLL
+    for (size_t j = 0; j + 1 < lc->n; j++)
+        if (!holds(lc->cs[j], lc->q[j].w)) return false;
+    return true;
+}
+
+static const sluice__steps LIMITERS = {.hold = l_hold, .take = l_take, .store = l_store,
+                                       .confirm = l_confirm};
+
 static inline __attribute__((always_inline)) int
 limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
                 sluice_result *res, sluice__answer *ans, const int details)
 {
     cfg *cs[SLUICE_COMPOSITE_MAX];
-    sluice__packed_req q[SLUICE_COMPOSITE_MAX]; /* snapshot w, the admission's word out */
-    sluice__answer as[SLUICE_COMPOSITE_MAX];    /* DETAILS_SUM: each limit's answer */
+    sluice__packed_req q[SLUICE_COMPOSITE_MAX];
+    sluice__answer as[SLUICE_COMPOSITE_MAX];
     bool oks[SLUICE_COMPOSITE_MAX];
-    for (;;) {
-        bool all = true;
-        size_t i = 0;
-        UNROLL
-        for (; i < n; i++) {
-            sluice_limiter *lim = refs[i].limiter;
-            if (!lim || refs[i].table) return -1;
-            UNROLL
-            for (size_t j = 0; j < i; j++)
-                if (refs[j].limiter == lim) return -1; /* a limiter twice */
-            cfg *c = cur_cfg(lim);
-            if (!c->lockfree) return -1;
-            u128 v;
-            if (!load_word(&c->packed, &v)) { /* held: wait, start over */
-                wait_frozen(lim, c);
-                break;
-            }
-            cs[i] = c;
-            const uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
-            q[i] = (sluice__packed_req){.w = {lo, hi}, .now_ns = now_ns, .p = permits,
-                                        .max_wait = UINT64_MAX,
-                                        .res = details == DETAILS_SUM    ? &as[i].r
-                                               : details == DETAILS_EACH ? &ans[i].r
-                                                                         : NULL,
-                                        .out = {lo, hi}};
-            const bool ok = c->pf.ops->decide_packed(&c->pf, &q[i]);
-            if (details == DETAILS_NONE) {
-                if (ok) continue;
-                /* this limit alone refuses the call -- a good one */
-                if (i + 1 < n && !rest_ok(refs, i + 1, n)) return -1;
-                count_all(refs, n, permits, false);
-                count_elsewhere_rest(refs, i, n, permits, now_ns);
-                return 0;
-            }
-            oks[i] = ok;
-            all &= ok;
-        }
-        if (i < n) continue;
-        int got;
-        if (!all || permits == 0) { /* validate: every word still at its snapshot */
-            size_t j = 0; /* the last snapshot's instant: no need to read it again */
-            UNROLL
-            for (; j + 1 < n; j++)
-                if (!holds(cs[j], q[j].w)) break;
-            if (j + 1 < n) continue;
-            got = all;
-        } else {
-            /* the order of the words: by limiter address (insertion, n is small) */
-            unsigned char o[SLUICE_COMPOSITE_MAX];
-            for (size_t j = 0; j < n; j++) {
-                size_t k = j;
-                for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
-                    o[k] = o[k - 1];
-                o[k] = (unsigned char)j;
-            }
-            size_t k = 0; /* freeze all but the last */
-            for (; k + 1 < n; k++) {
-                const sluice__packed_req *x = &q[o[k]];
-                if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
-                                                  mkword(x->w[0] | FROZEN, x->w[1])))
-                    break;
-            }
-            const sluice__packed_req *x = &q[o[k]];
-            if (k + 1 < n ||
-                !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
-                                              mkword(x->out[0], x->out[1]))) {
-                for (size_t j = 0; j < k; j++) /* unfreeze, unchanged, and start over */
-                    __atomic_store_n(&cs[o[j]]->packed.h[0], q[o[j]].w[0], __ATOMIC_RELEASE);
-                continue;
-            }
-            for (size_t j = 0; j < k; j++) { /* publish the held ones */
-                word *pw = &cs[o[j]]->packed;
-                __atomic_store_n(&pw->h[1], q[o[j]].out[1], __ATOMIC_RELEASE);
-                __atomic_store_n(&pw->h[0], q[o[j]].out[0], __ATOMIC_RELEASE);
-            }
-            got = 1;
-        }
-        count_all(refs, n, permits, got);
-        if (!got && permits && details != DETAILS_NONE) /* who would have admitted */
-            for (size_t j = 0; j < n; j++)
-                if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
-        if (details == DETAILS_EACH)
-            for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
-        if (details == DETAILS_SUM) { /* the combination (alg/held.h) */
-            UNROLL
-            for (size_t j = 0; j < n; j++) as[j].ok = oks[j];
-            sluice__combine(as, n, got, permits, res, NULL);
-        }
-        return got;
+    lim_call lc = {.refs = refs, .n = n, .permits = permits, .now_ns = now_ns,
+                   .details = details, .cs = cs, .q = q, .as = as, .ans = ans, .oks = oks};
+    int got;
+    while ((got = sluice__attempt(&LIMITERS, &lc, n, permits)) == SLUICE__AGAIN) {
     }
+    if (got < 0) return -1;
+    if (got) { /* each branch counts with its own constant */
+        count_all(refs, n, permits, true);
+    } else {
+        count_all(refs, n, permits, false);
+        if (details == DETAILS_NONE) count_elsewhere_rest(refs, lc.stop, n, permits, now_ns);
+    }
+    if (details == DETAILS_NONE) return got;
+    if (!got && permits) /* who would have admitted */
+        for (size_t j = 0; j < n; j++)
+            if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
+    if (details == DETAILS_EACH)
+        for (size_t j = 0; j < n; j++) ans[j].ok = oks[j];
+    if (details == DETAILS_SUM) { /* the combination (alg/held.h) */
+        SLUICE__UNROLL
+        for (size_t j = 0; j < n; j++) as[j].ok = oks[j];
+        sluice__combine(as, n, got, permits, res, NULL);
+    }
+    return got;
 }
 
 /* Two copies: without details, the refusal's path is short.  Each hands an
