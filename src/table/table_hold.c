@@ -1,14 +1,18 @@
 /* table_hold.c -- composite decisions on keys of an in-process table: the
- * table key's kind ops (table/hold.h; composite.c holds the all-or-nothing
- * rule they serve), and the fast path of a composite made of table keys.
+ * table key's kind ops (table/hold.h; composite.c runs the all-or-nothing
+ * protocol over them), and the fast path of a composite made of table keys.
  *
  * Map:  the kind ops (sluice__table_key_view, _shard_of, _lock, _unlock,
  *       _find, _make, _refind, _store, _unmake, _reclaim, _count,
- *       _count_elsewhere); the fast path of table keys (tables_decide,
- *       sluice__tables_decide).  The section's own comments below say how
+ *       _count_elsewhere); the fast path of table keys: the all-or-nothing
+ *       protocol (alg/attempt.h) over reads (key_call: k_hold, k_take,
+ *       k_store, k_confirm, k_release), tables_decide,
+ *       sluice__tables_decide.  The section's own comments below say how
  *       the parts are held and why an answer given is all or nothing.
  */
 #include "table/inproc.h"
+
+#include "alg/attempt.h"
 
 /* ---- composite decisions: a key's kind ops (table/hold.h) -------------- */
 
@@ -170,28 +174,36 @@ void sluice__table_count_elsewhere(sluice_table *t, uint64_t permits)
     sluice__count_elsewhere(&t->counters, permits);
 }
 
-/* A composite of table keys only (hold.h): every key read as a single
- * decision reads it (decide_read), and, when all admit, every shard taken
- * with sluice__spin_try_upgrade and the words stored (put_words, as a
- * holder stores them) -- no lock held while reading and deciding, no lock waited for.  The
- * snapshot is one instant of every limit: each shard's sequence is read
- * before its keys and checked unchanged after the last key of all, and each
- * key's state words (which admissions without the lock change, the
- * sequence not) are read again after the last key of all and found as
- * first read -- an admission only adds to a state, so a state found twice
- * was held in between -- so every key held its state from its read to
- * those checks; the upgrades, each from the sequence the read began with,
- * succeed only if no holder ran since, and each state is checked once more
+/* A composite of table keys only (hold.h): the protocol's steps
+ * (alg/attempt.h) over reads.  Every key is read as a single decision
+ * reads it (decide_read), and, when all admit, every shard taken with
+ * sluice__spin_try_upgrade and the words stored (put_words, as a holder
+ * stores them) -- no lock held while reading and deciding, no lock waited
+ * for.
+ *
+ * Why an answer is one instant of every limit.  A refusal or a probe
+ * (confirm): each shard's sequence is read before its keys and checked
+ * unchanged after the last key of all, and each key's state words (which
+ * admissions without the lock change, the sequence not) are read again
+ * after the last key of all and found as first read -- an admission only
+ * adds to a state, so a state found twice was held in between -- so every
+ * key held its state from its read to those checks; it writes nothing, as
+ * a single one.  An admission (take): the upgrades, each from the sequence
+ * its read began with, succeed only if no holder ran since (so what was
+ * read under the sequence was whole), and each state is checked once more
  * under them (an admission without the lock may have come before), so the
- * admission is linearised at the last check, with every state as read.  A refusal or a probe writes nothing, as a single one.  Anything
- * else -- a key not held yet (its entry must be made), a key that is not
- * read (long, or of a table whose states do not pack), a table in a shared
- * region, a change of spec to carry over, a shard whose wheel is due a
- * step, a key twice, holders met READ_TRIES times -- returns -1 with
- * nothing decided, stored or counted: the general path decides it. */
-static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
-                          uint64_t now_ns, sluice__answer *ans)
-{
+ * admission is linearised at the last check, with every state as read.
+ *
+ * Anything else -- a key not held yet (its entry must be made), a key
+ * that is not read (long, or of a table whose states do not pack), a table
+ * in a shared region, a change of spec to carry over, a key twice, holders
+ * met READ_TRIES times -- returns -1 with nothing decided, stored or
+ * counted: the general path decides it. */
+typedef struct key_call {
+    const sluice_limit_ref *refs;
+    size_t n;
+    uint64_t permits, now_ns;
+    sluice__answer *ans;
     struct {
         sluice_table *t;
         shard *s;
@@ -202,100 +214,135 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
         bool first; /* the first part of its shard: reads and takes its sequence */
         bool ok;
     } p[SLUICE_COMPOSITE_MAX];
+} key_call;
+
+/* Hold key i: its state's words, read under its shard's sequence, and the
+ * request decided on them. */
+static int k_hold(void *x, size_t i)
+{
+    key_call *kc = x;
+    __typeof__(kc->p[0]) *p = &kc->p[i];
+    if (p->first) {
+        p->v = sluice__spin_read_begin(&p->s->mu);
+        if (p->v & 1) return SLUICE__AGAIN;
+    } else {
+        for (size_t j = 0; j < i; j++)
+            if (kc->p[j].s == p->s) p->v = kc->p[j].v;
+    }
+    sluice_table *t = p->t;
+    const uint32_t at = read_find(t, p->s, p->h, &p->k, kc->refs[i].keylen);
+    if (at == RUN_TORN) return SLUICE__AGAIN;
+    if (at == UINT32_MAX) return SLUICE__HANDOVER; /* a key to make: the general path */
+    const tcfg *c = read_cfg(t, p->s, at);
+    if (!c) return SLUICE__HANDOVER;
+    if (!read_words(ent(t, p->s, at), p->w)) return SLUICE__AGAIN;
+    sluice__answer *a = kc->ans ? &kc->ans[i] : NULL;
+    if (a) *a = (sluice__answer){.ok = false};
+    p->ok = decide_words(&c->pf, p->w, kc->now_ns, kc->permits, a ? &a->r : NULL, p->out);
+    p->at = at;
+    return p->ok;
+}
+
+/* Every shard taken from the sequence its read began with, and every
+ * state found as read under them; or none taken. */
+static bool k_take(void *x)
+{
+    key_call *kc = x;
+    const size_t n = kc->n;
+    size_t got = 0;
+    for (; got < n; got++)
+        if (kc->p[got].first && !sluice__spin_try_upgrade(&kc->p[got].s->mu, kc->p[got].v)) break;
+    bool moved = false;
+    for (size_t i = 0; got == n && !moved && i < n; i++) {
+        uint64_t w[2]; /* an admission without the lock may have come between */
+        held_words(ent(kc->p[i].t, kc->p[i].s, kc->p[i].at), w);
+        moved = w[0] != kc->p[i].w[0] || w[1] != kc->p[i].w[1];
+    }
+    if (got == n && !moved) return true;
+    for (size_t i = 0; i < got; i++) /* nothing stored: let them go */
+        if (kc->p[i].first) sluice__spin_unlock(&kc->p[i].s->mu);
+    return false;
+}
+
+static void k_store(void *x, size_t i)
+{
+    key_call *kc = x;
+    if (kc->p[i].first && kc->now_ns > kc->p[i].s->now) PUT(&kc->p[i].s->now, kc->now_ns);
+    put_words(ent(kc->p[i].t, kc->p[i].s, kc->p[i].at), kc->p[i].out);
+}
+
+/* A refusal or a probe: every state still as read, every shard's sequence
+ * unchanged. */
+static bool k_confirm(void *x)
+{
+    key_call *kc = x;
+    for (size_t i = 0; i < kc->n; i++) {
+        uint64_t w[2];
+        if (!read_words(ent(kc->p[i].t, kc->p[i].s, kc->p[i].at), w) || w[0] != kc->p[i].w[0] ||
+            w[1] != kc->p[i].w[1])
+            return false;
+    }
+    for (size_t i = 0; i < kc->n; i++)
+        if (kc->p[i].first && !sluice__spin_read_valid(&kc->p[i].s->mu, kc->p[i].v)) return false;
+    return true;
+}
+
+/* Only what the take took: a shard, after an admission. */
+static void k_release(void *x, size_t i, bool stored)
+{
+    key_call *kc = x;
+    if (stored && kc->p[i].first) sluice__spin_unlock(&kc->p[i].s->mu);
+}
+
+static const sluice__steps KEYS = {.hold = k_hold, .take = k_take, .store = k_store,
+                                   .confirm = k_confirm, .release = k_release};
+
+static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
+                         uint64_t now_ns, sluice__answer *ans)
+{
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    for (size_t i = 0; i < n; i++) {
+    key_call kc; /* not zeroed: each field is written before it is read */
+    kc.refs = refs;
+    kc.n = n;
+    kc.permits = permits;
+    kc.now_ns = now_ns;
+    kc.ans = ans;
+    for (size_t i = 0; i < n; i++) { /* who each key is, and where */
         const sluice_limit_ref *r = &refs[i];
         sluice_table *t = r->table;
         if (r->limiter || !t || t->region || !readable(t, r->keylen) || (!r->key && r->keylen))
             return -1;
         const void *key = r->key ? r->key : "";
-        p[i].t = t;
-        p[i].h = sluice__siphash13(t->seed, key, r->keylen);
-        p[i].s = shard_for(t, p[i].h);
-        pad_key(&p[i].k, key, r->keylen);
-        prefetch_run(t, p[i].s, p[i].h);
-        p[i].first = true;
+        __typeof__(kc.p[0]) *p = &kc.p[i];
+        p->t = t;
+        p->h = sluice__siphash13(t->seed, key, r->keylen);
+        p->s = shard_for(t, p->h);
+        pad_key(&p->k, key, r->keylen);
+        prefetch_run(t, p->s, p->h);
+        p->first = true;
         for (size_t j = 0; j < i; j++) {
-            if (p[j].s != p[i].s) continue;
-            p[i].first = false;
-            if (refs[j].keylen == r->keylen && p[j].k.w[0] == p[i].k.w[0] &&
-                p[j].k.w[1] == p[i].k.w[1])
+            if (kc.p[j].s != p->s) continue;
+            p->first = false;
+            if (refs[j].keylen == r->keylen && kc.p[j].k.w[0] == p->k.w[0] &&
+                kc.p[j].k.w[1] == p->k.w[1])
                 return -1; /* a key twice */
         }
     }
     for (unsigned tries = 0; tries < READ_TRIES; tries++) {
-        bool torn = false, all = true;
-        for (size_t i = 0; i < n && !torn; i++) {
-            if (p[i].first) {
-                p[i].v = sluice__spin_read_begin(&p[i].s->mu);
-                torn = p[i].v & 1;
-            } else {
-                for (size_t j = 0; j < i; j++)
-                    if (p[j].s == p[i].s) p[i].v = p[j].v;
-            }
-            if (torn) break;
-            sluice_table *t = p[i].t;
-            const uint32_t at = read_find(t, p[i].s, p[i].h, &p[i].k, refs[i].keylen);
-            if (at == RUN_TORN) {
-                torn = true;
-                break;
-            }
-            if (at == UINT32_MAX) return -1; /* a key to make: the general path */
-            const tcfg *c = read_cfg(t, p[i].s, at);
-            if (!c) return -1;
-            if (!read_words(ent(t, p[i].s, at), p[i].w)) {
-                torn = true;
-                break;
-            }
-            if (ans) ans[i] = (sluice__answer){.ok = false};
-            p[i].ok = decide_words(&c->pf, p[i].w, now_ns, permits, ans ? &ans[i].r : NULL,
-                                   p[i].out);
-            p[i].at = at;
-            all &= p[i].ok;
-        }
-        for (size_t i = 0; i < n && !torn; i++) { /* every state still as read */
-            uint64_t w[2];
-            torn = !read_words(ent(p[i].t, p[i].s, p[i].at), w) || w[0] != p[i].w[0] ||
-                   w[1] != p[i].w[1];
-        }
-        for (size_t i = 0; i < n && !torn; i++)
-            if (p[i].first && !sluice__spin_read_valid(&p[i].s->mu, p[i].v)) torn = true;
-        if (torn) {
+        const int got = sluice__attempt(&KEYS, &kc, n, permits);
+        if (got == SLUICE__AGAIN) {
             sluice__backoff(tries);
             continue;
         }
-        if (all && permits > 0) { /* take every shard as read, or none */
-            size_t got = 0;
-            for (; got < n; got++)
-                if (p[got].first && !sluice__spin_try_upgrade(&p[got].s->mu, p[got].v)) break;
-            bool moved = false;
-            for (size_t i = 0; got == n && !moved && i < n; i++) {
-                uint64_t w[2]; /* an admission without the lock may have come between */
-                held_words(ent(p[i].t, p[i].s, p[i].at), w);
-                moved = w[0] != p[i].w[0] || w[1] != p[i].w[1];
-            }
-            if (got < n || moved) { /* nothing stored: let them go */
-                for (size_t i = 0; i < got; i++)
-                    if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
-                sluice__backoff(tries);
-                continue;
-            }
-            for (size_t i = 0; i < n; i++) {
-                if (p[i].first && now_ns > p[i].s->now) PUT(&p[i].s->now, now_ns);
-                put_words(ent(p[i].t, p[i].s, p[i].at), p[i].out);
-            }
-            for (size_t i = 0; i < n; i++)
-                if (p[i].first) sluice__spin_unlock(&p[i].s->mu);
-        }
-        const bool ok = all; /* an admission, or a probe all allow */
+        if (got < 0) return -1;
         for (size_t i = 0; i < n; i++) {
-            if (ans) ans[i].ok = p[i].ok;
-            sluice__count(&p[i].t->counters, permits, ok);
-            if (!ok && permits && p[i].ok) sluice__count_elsewhere(&p[i].t->counters, permits);
-            if (!ok) sluice__table_note(p[i].t, refs[i].key, refs[i].keylen, p[i].h);
+            if (ans) ans[i].ok = kc.p[i].ok;
+            sluice__count(&kc.p[i].t->counters, permits, got);
+            if (!got && permits && kc.p[i].ok) sluice__count_elsewhere(&kc.p[i].t->counters, permits);
+            if (!got) sluice__table_note(kc.p[i].t, refs[i].key, refs[i].keylen, kc.p[i].h);
         }
-        return ok;
+        return got;
     }
     return -1;
 }
