@@ -94,7 +94,7 @@ sluice__attempt(const sluice__steps *s, void *c, size_t n, uint64_t permits)
     SLUICE__UNROLL
     for (; k < n; k++) { /* hold and judge */
         v = s->hold(c, k);
-        if (v < 0) break;
+        if (__builtin_expect(v < 0, 0)) break;
         all &= v == 1;
     }
     if (v < 0) {

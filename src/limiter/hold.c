@@ -247,7 +247,6 @@ typedef struct lim_call {
     sluice__answer *as;    /* DETAILS_SUM: each limit's answer */
     sluice__answer *ans;   /* DETAILS_EACH: each limit's answer */
     bool *oks;
-    size_t stop; /* the limit that refused alone */
     size_t last; /* the word the take swapped */
 } lim_call;
 
@@ -281,9 +280,11 @@ static inline __attribute__((always_inline)) int l_hold(void *x, size_t i)
     const bool ok = c->pf.ops->decide_packed(&c->pf, &lc->q[i]);
     if (lc->details == DETAILS_NONE) {
         if (ok) return 1;
-        /* this limit alone refuses the call -- a good one */
+        /* this limit alone refuses the call -- a good one -- counted here,
+         * where the verdict is a constant */
         if (i + 1 < lc->n && !rest_ok(refs, i + 1, lc->n)) return SLUICE__HANDOVER;
-        lc->stop = i;
+        count_all(refs, lc->n, lc->permits, false);
+        count_elsewhere_rest(refs, i, lc->n, lc->permits, lc->now_ns);
         return SLUICE__STOP;
     }
     lc->oks[i] = ok;
@@ -292,35 +293,43 @@ static inline __attribute__((always_inline)) int l_hold(void *x, size_t i)
 
 /* Every word but the last, in one order for all calls (by limiter
  * address), frozen from its snapshot; the last swapped from its snapshot
- * to its new value.  A failed CAS unfreezes, unchanged, what was frozen. */
-static inline __attribute__((always_inline)) bool l_take(void *x)
+ * to its new value.  A failed CAS unfreezes, unchanged, what was frozen.
+ * Returns the index of the word swapped, or n when none was taken.  Out of
+ * line: inlined, gcc -O3 keeps the frozen bit in a register across every
+ * retry of the call, and a register short, keeps permits and the time on
+ * the stack on the refusals' path too. */
+static __attribute__((noinline)) size_t take_words(const sluice_limit_ref *refs, cfg *const *cs,
+                                                   const sluice__packed_req *q, size_t n)
 {
-    lim_call *lc = x;
-    const size_t n = lc->n;
     unsigned char o[SLUICE_COMPOSITE_MAX]; /* by address (insertion, n is small) */
     for (size_t j = 0; j < n; j++) {
         size_t k = j;
-        for (; k > 0 && (uintptr_t)lc->refs[o[k - 1]].limiter > (uintptr_t)lc->refs[j].limiter; k--)
+        for (; k > 0 && (uintptr_t)refs[o[k - 1]].limiter > (uintptr_t)refs[j].limiter; k--)
             o[k] = o[k - 1];
         o[k] = (unsigned char)j;
     }
     size_t k = 0; /* freeze all but the last */
     for (; k + 1 < n; k++) {
-        const sluice__packed_req *q = &lc->q[o[k]];
-        if (!__sync_bool_compare_and_swap(&lc->cs[o[k]]->packed.w, mkword(q->w[0], q->w[1]),
-                                          mkword(q->w[0] | FROZEN, q->w[1])))
+        const sluice__packed_req *x = &q[o[k]];
+        if (!__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
+                                          mkword(x->w[0] | FROZEN, x->w[1])))
             break;
     }
-    const sluice__packed_req *q = &lc->q[o[k]];
-    if (k + 1 < n ||
-        !__sync_bool_compare_and_swap(&lc->cs[o[k]]->packed.w, mkword(q->w[0], q->w[1]),
-                                      mkword(q->out[0], q->out[1]))) {
+    const sluice__packed_req *x = &q[o[k]];
+    if (k + 1 < n || !__sync_bool_compare_and_swap(&cs[o[k]]->packed.w, mkword(x->w[0], x->w[1]),
+                                                   mkword(x->out[0], x->out[1]))) {
         for (size_t j = 0; j < k; j++) /* unfreeze, unchanged */
-            __atomic_store_n(&lc->cs[o[j]]->packed.h[0], lc->q[o[j]].w[0], __ATOMIC_RELEASE);
-        return false;
+            __atomic_store_n(&cs[o[j]]->packed.h[0], q[o[j]].w[0], __ATOMIC_RELEASE);
+        return n;
     }
-    lc->last = o[k];
-    return true;
+    return o[k];
+}
+
+static inline __attribute__((always_inline)) bool l_take(void *x)
+{
+    lim_call *lc = x;
+    lc->last = take_words(lc->refs, lc->cs, lc->q, lc->n);
+    return lc->last < lc->n;
 }
 
 /* A frozen word gets its new value: the count half, then the time half
@@ -363,13 +372,14 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
     while ((got = sluice__attempt(&LIMITERS, &lc, n, permits)) == SLUICE__AGAIN) {
     }
     if (got < 0) return -1;
-    if (got) { /* each branch counts with its own constant */
-        count_all(refs, n, permits, true);
-    } else {
-        count_all(refs, n, permits, false);
-        if (details == DETAILS_NONE) count_elsewhere_rest(refs, lc.stop, n, permits, now_ns);
+    if (details == DETAILS_NONE) { /* a refusal was counted by l_hold */
+        if (got) count_all(refs, n, permits, true);
+        return got;
     }
-    if (details == DETAILS_NONE) return got;
+    if (got) /* each branch counts with its own constant */
+        count_all(refs, n, permits, true);
+    else
+        count_all(refs, n, permits, false);
     if (!got && permits) /* who would have admitted */
         for (size_t j = 0; j < n; j++)
             if (oks[j]) sluice__count_elsewhere(&refs[j].limiter->counters, permits);
