@@ -101,26 +101,26 @@ sluice__attempt(const sluice__steps *s, void *c, size_t n, uint64_t permits)
         sluice__let_go(s, c, k, false);
         return v == SLUICE__STOP ? 0 : v;
     }
-    bool stored = false;
     if (all && permits > 0) {
-        if (s->prepare && !s->prepare(c)) {
-            all = false; /* refused: nothing was written */
-        } else {
+        if (!s->prepare || s->prepare(c)) {
             if (s->take && !s->take(c)) {
                 sluice__let_go(s, c, n, false);
                 return SLUICE__AGAIN;
             }
             SLUICE__UNROLL
             for (k = 0; k < n; k++) s->store(c, k);
-            stored = true;
+            if (s->settle) s->settle(c, true);
+            sluice__let_go(s, c, n, true);
+            return 1;
         }
+        all = false; /* refused: nothing was written */
     }
-    if (!stored && s->confirm && !s->confirm(c)) {
+    if (s->confirm && !s->confirm(c)) {
         sluice__let_go(s, c, n, false);
         return SLUICE__AGAIN;
     }
     if (s->settle) s->settle(c, all);
-    sluice__let_go(s, c, n, stored);
+    sluice__let_go(s, c, n, false);
     return all;
 }
 

@@ -199,21 +199,25 @@ void sluice__table_count_elsewhere(sluice_table *t, uint64_t permits)
  * in a shared region, a change of spec to carry over, a key twice, holders
  * met READ_TRIES times -- returns -1 with nothing decided, stored or
  * counted: the general path decides it. */
+typedef struct key_part {
+    sluice_table *t;
+    shard *s;
+    uint64_t h, v;
+    uint64_t w[2], out[2];
+    ekey k;
+    uint32_t at;
+    bool first; /* the first part of its shard: reads and takes its sequence */
+    bool ok;
+} key_part;
+
+/* The call's record: scalars and a pointer to the parts, so that it stays
+ * in registers (the parts, indexed by a variable, cannot). */
 typedef struct key_call {
+    key_part *p;
     const sluice_limit_ref *refs;
     size_t n;
     uint64_t permits, now_ns;
     sluice__answer *ans;
-    struct {
-        sluice_table *t;
-        shard *s;
-        uint64_t h, v;
-        uint64_t w[2], out[2];
-        ekey k;
-        uint32_t at;
-        bool first; /* the first part of its shard: reads and takes its sequence */
-        bool ok;
-    } p[SLUICE_COMPOSITE_MAX];
 } key_call;
 
 /* Hold key i: its state's words, read under its shard's sequence, and the
@@ -221,7 +225,7 @@ typedef struct key_call {
 static int k_hold(void *x, size_t i)
 {
     key_call *kc = x;
-    __typeof__(kc->p[0]) *p = &kc->p[i];
+    key_part *p = &kc->p[i];
     if (p->first) {
         p->v = sluice__spin_read_begin(&p->s->mu);
         if (p->v & 1) return SLUICE__AGAIN;
@@ -302,19 +306,16 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
 {
     if (!refs || n - 1 >= SLUICE_COMPOSITE_MAX) return -1;
     if (now_ns > (uint64_t)INT64_MAX) now_ns = (uint64_t)INT64_MAX;
-    key_call kc; /* not zeroed: each field is written before it is read */
-    kc.refs = refs;
-    kc.n = n;
-    kc.permits = permits;
-    kc.now_ns = now_ns;
-    kc.ans = ans;
+    key_part parts[SLUICE_COMPOSITE_MAX]; /* not zeroed: each field is written before it is read */
+    key_call kc = {.p = parts, .refs = refs, .n = n, .permits = permits, .now_ns = now_ns,
+                   .ans = ans};
     for (size_t i = 0; i < n; i++) { /* who each key is, and where */
         const sluice_limit_ref *r = &refs[i];
         sluice_table *t = r->table;
         if (r->limiter || !t || t->region || !readable(t, r->keylen) || (!r->key && r->keylen))
             return -1;
         const void *key = r->key ? r->key : "";
-        __typeof__(kc.p[0]) *p = &kc.p[i];
+        key_part *p = &kc.p[i];
         p->t = t;
         p->h = sluice__siphash13(t->seed, key, r->keylen);
         p->s = shard_for(t, p->h);
