@@ -27,7 +27,7 @@
  * refusing limits (-1 if any is -1).
  *
  * The protocol -- hold and judge every limit, commit all or none, let go
- * in reverse -- is written once, sluice__attempt (alg/attempt.h), and each
+ * in reverse -- is written once, SLUICE__ATTEMPT (alg/attempt.h), and each
  * path is that function over steps of its own:
  *
  *   limiters only, all lock-free: sluice__limiters_try (limiter/hold.c),
@@ -247,9 +247,8 @@ typedef struct general_call {
  * it), find its state, and judge the request on it.  A key named twice
  * (two parts of one lock, so next to each other in the order): not a call
  * to decide. */
-static inline __attribute__((always_inline)) int g_hold(void *c, size_t k)
+static inline __attribute__((always_inline)) int g_hold(general_call *g, size_t k)
 {
-    general_call *g = c;
     part *pt = &g->parts[g->ord[k]];
     if (pt->first_of_lock) pt->kind->hold(pt, g->now);
     if (pt->kind->find) pt->kind->find(pt);
@@ -262,9 +261,8 @@ static inline __attribute__((always_inline)) int g_hold(void *c, size_t k)
 
 /* New keys' entries and room in the window logs' rings, the steps that can
  * fail; a failure undoes the entries made (nobody saw them). */
-static inline __attribute__((always_inline)) bool g_prepare(void *c)
+static inline __attribute__((always_inline)) bool g_prepare(general_call *g)
 {
-    general_call *g = c;
     part *parts = g->parts;
     const size_t n = g->n;
     bool commit = true;
@@ -304,9 +302,8 @@ static inline __attribute__((always_inline)) bool g_prepare(void *c)
 
 /* Commit the k-th part's new state (a window log decides on its real
  * state, which cannot fail any more). */
-static inline __attribute__((always_inline)) void g_store(void *c, size_t k)
+static inline __attribute__((always_inline)) void g_store(general_call *g, size_t k)
 {
-    general_call *g = c;
     part *pt = &g->parts[g->ord[k]];
     sluice__held *h = pt->h;
     if (pt->p == 0) return; /* a probe changes nothing */
@@ -318,28 +315,38 @@ static inline __attribute__((always_inline)) void g_store(void *c, size_t k)
 
 /* The final answer, counted under the hold by the kinds that do -- unless
  * the call is tried again for room. */
-static inline __attribute__((always_inline)) void g_settle(void *c, bool ok)
+static inline __attribute__((always_inline)) void g_settle(general_call *g, bool ok)
 {
-    general_call *g = c;
     if (!g->last && !ok && g->efull) return;
     for (size_t i = 0; i < g->n; i++)
-        if (g->parts[i].kind->count_held) g->parts[i].kind->count_held(&g->parts[i], g->parts[i].p, ok);
+        if (g->parts[i].kind->count_held)
+            g->parts[i].kind->count_held(&g->parts[i], g->parts[i].p, ok);
 }
 
-static inline __attribute__((always_inline)) void g_release(void *c, size_t k, bool stored)
+static inline __attribute__((always_inline)) void g_release(general_call *g, size_t k, bool stored)
 {
-    general_call *g = c;
     part *pt = &g->parts[g->ord[k]];
     if (pt->first_of_lock) pt->kind->release(pt, stored && pt->p > 0); /* a probe: nothing */
 }
 
-static const sluice__steps GENERAL = {.hold = g_hold, .prepare = g_prepare, .store = g_store,
-                                      .settle = g_settle, .release = g_release};
+/* The holds are locks: taken already, and nothing to confirm. */
+static inline bool g_take(general_call *g)
+{
+    (void)g;
+    return true;
+}
+static inline bool g_confirm(general_call *g)
+{
+    (void)g;
+    return true;
+}
+
+SLUICE__ATTEMPT(general_attempt, general_call, g)
 
 /* One attempt of the general path: the protocol with its steps inlined. */
 static __attribute__((noinline)) int attempt(general_call *g, uint64_t permits)
 {
-    return sluice__attempt(&GENERAL, g, g->n, permits);
+    return general_attempt(g, g->n, permits);
 }
 
 /* After a dead holder's shard was taken over (and repaired) by this call:

@@ -90,7 +90,7 @@ void sluice__limiter_count_elsewhere(sluice_limiter *lim, uint64_t permits)
 
 /* The composite fast path, when every limit is a lock-free limiter
  * (sluice__limiters_try; composite.c runs it first), and its proof: the
- * protocol (sluice__attempt) with a snapshot of each word for its hold
+ * protocol (SLUICE__ATTEMPT) with a snapshot of each word for its hold
  * (l_hold), a freeze and a swap for its take (l_take, l_store), a second
  * read for its confirm (l_confirm).  Each limit is read and decided once, as a single decision is -- one snapshot
  * of its 16-byte word (load_word: a value the word held at one instant),
@@ -253,9 +253,8 @@ typedef struct lim_call {
 /* Hold limit i: a snapshot of its word, decided on as a single decision
  * is.  Without details, a refusal decides the call (the first refusing
  * limit: the proof's first case). */
-static inline __attribute__((always_inline)) int l_hold(void *x, size_t i)
+static inline __attribute__((always_inline)) int l_hold(lim_call *lc, size_t i)
 {
-    lim_call *lc = x;
     const sluice_limit_ref *refs = lc->refs;
     sluice_limiter *lim = refs[i].limiter;
     if (!lim || refs[i].table) return SLUICE__HANDOVER;
@@ -294,12 +293,9 @@ static inline __attribute__((always_inline)) int l_hold(void *x, size_t i)
 /* Every word but the last, in one order for all calls (by limiter
  * address), frozen from its snapshot; the last swapped from its snapshot
  * to its new value.  A failed CAS unfreezes, unchanged, what was frozen.
- * Returns the index of the word swapped, or n when none was taken.  Out of
- * line: inlined, gcc -O3 keeps the frozen bit in a register across every
- * retry of the call, and a register short, keeps permits and the time on
- * the stack on the refusals' path too. */
-static __attribute__((noinline)) size_t take_words(const sluice_limit_ref *refs, cfg *const *cs,
-                                                   const sluice__packed_req *q, size_t n)
+ * Returns the index of the word swapped, or n when none was taken. */
+static inline __attribute__((always_inline)) size_t
+take_words(const sluice_limit_ref *refs, cfg *const *cs, const sluice__packed_req *q, size_t n)
 {
     unsigned char o[SLUICE_COMPOSITE_MAX]; /* by address (insertion, n is small) */
     for (size_t j = 0; j < n; j++) {
@@ -325,18 +321,16 @@ static __attribute__((noinline)) size_t take_words(const sluice_limit_ref *refs,
     return o[k];
 }
 
-static inline __attribute__((always_inline)) bool l_take(void *x)
+static inline __attribute__((always_inline)) bool l_take(lim_call *lc)
 {
-    lim_call *lc = x;
     lc->last = take_words(lc->refs, lc->cs, lc->q, lc->n);
     return lc->last < lc->n;
 }
 
 /* A frozen word gets its new value: the count half, then the time half
  * without the bit (release).  The last was swapped already. */
-static inline __attribute__((always_inline)) void l_store(void *x, size_t i)
+static inline __attribute__((always_inline)) void l_store(lim_call *lc, size_t i)
 {
-    lim_call *lc = x;
     if (i == lc->last) return;
     word *pw = &lc->cs[i]->packed;
     __atomic_store_n(&pw->h[1], lc->q[i].out[1], __ATOMIC_RELEASE);
@@ -346,17 +340,28 @@ static inline __attribute__((always_inline)) void l_store(void *x, size_t i)
 /* A refusal with details, or a probe: every word but the last one read
  * still at its snapshot (the last snapshot's instant: no need to read it
  * again). */
-static inline __attribute__((always_inline)) bool l_confirm(void *x)
+static inline __attribute__((always_inline)) bool l_confirm(lim_call *lc)
 {
-    lim_call *lc = x;
     SLUICE__UNROLL
     for (size_t j = 0; j + 1 < lc->n; j++)
         if (!holds(lc->cs[j], lc->q[j].w)) return false;
     return true;
 }
 
-static const sluice__steps LIMITERS = {.hold = l_hold, .take = l_take, .store = l_store,
-                                       .confirm = l_confirm};
+/* Nothing to prepare, settle or let go: an admission's take is its
+ * commit, and a snapshot holds nothing. */
+static inline bool l_prepare(lim_call *lc)
+{
+    (void)lc;
+    return true;
+}
+static inline void l_settle(lim_call *lc, bool ok) { (void)lc, (void)ok; }
+static inline void l_release(lim_call *lc, size_t i, bool stored)
+{
+    (void)lc, (void)i, (void)stored;
+}
+
+SLUICE__ATTEMPT(lim_attempt, lim_call, l)
 
 static inline __attribute__((always_inline)) int
 limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64_t now_ns,
@@ -369,7 +374,7 @@ limiters_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits, uint64
     lim_call lc = {.refs = refs, .n = n, .permits = permits, .now_ns = now_ns,
                    .details = details, .cs = cs, .q = q, .as = as, .ans = ans, .oks = oks};
     int got;
-    while ((got = sluice__attempt(&LIMITERS, &lc, n, permits)) == SLUICE__AGAIN) {
+    while ((got = lim_attempt(&lc, n, permits)) == SLUICE__AGAIN) {
     }
     if (got < 0) return -1;
     if (details == DETAILS_NONE) { /* a refusal was counted by l_hold */

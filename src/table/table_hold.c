@@ -222,9 +222,8 @@ typedef struct key_call {
 
 /* Hold key i: its state's words, read under its shard's sequence, and the
  * request decided on them. */
-static int k_hold(void *x, size_t i)
+static inline int k_hold(key_call *kc, size_t i)
 {
-    key_call *kc = x;
     key_part *p = &kc->p[i];
     if (p->first) {
         p->v = sluice__spin_read_begin(&p->s->mu);
@@ -249,9 +248,8 @@ static int k_hold(void *x, size_t i)
 
 /* Every shard taken from the sequence its read began with, and every
  * state found as read under them; or none taken. */
-static bool k_take(void *x)
+static inline bool k_take(key_call *kc)
 {
-    key_call *kc = x;
     const size_t n = kc->n;
     size_t got = 0;
     for (; got < n; got++)
@@ -268,18 +266,16 @@ static bool k_take(void *x)
     return false;
 }
 
-static void k_store(void *x, size_t i)
+static inline void k_store(key_call *kc, size_t i)
 {
-    key_call *kc = x;
     if (kc->p[i].first && kc->now_ns > kc->p[i].s->now) PUT(&kc->p[i].s->now, kc->now_ns);
     put_words(ent(kc->p[i].t, kc->p[i].s, kc->p[i].at), kc->p[i].out);
 }
 
 /* A refusal or a probe: every state still as read, every shard's sequence
  * unchanged. */
-static bool k_confirm(void *x)
+static inline bool k_confirm(key_call *kc)
 {
-    key_call *kc = x;
     for (size_t i = 0; i < kc->n; i++) {
         uint64_t w[2];
         if (!read_words(ent(kc->p[i].t, kc->p[i].s, kc->p[i].at), w) || w[0] != kc->p[i].w[0] ||
@@ -292,14 +288,21 @@ static bool k_confirm(void *x)
 }
 
 /* Only what the take took: a shard, after an admission. */
-static void k_release(void *x, size_t i, bool stored)
+static inline void k_release(key_call *kc, size_t i, bool stored)
 {
-    key_call *kc = x;
     if (stored && kc->p[i].first) sluice__spin_unlock(&kc->p[i].s->mu);
 }
 
-static const sluice__steps KEYS = {.hold = k_hold, .take = k_take, .store = k_store,
-                                   .confirm = k_confirm, .release = k_release};
+/* Nothing to prepare (a key to make goes to the general path) or settle
+ * (counted after). */
+static inline bool k_prepare(key_call *kc)
+{
+    (void)kc;
+    return true;
+}
+static inline void k_settle(key_call *kc, bool ok) { (void)kc, (void)ok; }
+
+SLUICE__ATTEMPT(keys_attempt, key_call, k)
 
 static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permits,
                          uint64_t now_ns, sluice__answer *ans)
@@ -331,7 +334,7 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
         }
     }
     for (unsigned tries = 0; tries < READ_TRIES; tries++) {
-        const int got = sluice__attempt(&KEYS, &kc, n, permits);
+        const int got = keys_attempt(&kc, n, permits);
         if (got == SLUICE__AGAIN) {
             sluice__backoff(tries);
             continue;
@@ -340,7 +343,8 @@ static int tables_decide(const sluice_limit_ref *refs, size_t n, uint64_t permit
         for (size_t i = 0; i < n; i++) {
             if (ans) ans[i].ok = kc.p[i].ok;
             sluice__count(&kc.p[i].t->counters, permits, got);
-            if (!got && permits && kc.p[i].ok) sluice__count_elsewhere(&kc.p[i].t->counters, permits);
+            if (!got && permits && kc.p[i].ok)
+                sluice__count_elsewhere(&kc.p[i].t->counters, permits);
             if (!got) sluice__table_note(kc.p[i].t, refs[i].key, refs[i].keylen, kc.p[i].h);
         }
         return got;

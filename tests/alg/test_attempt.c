@@ -1,12 +1,11 @@
 /* test_attempt.c -- the composite's all-or-nothing protocol, written once
- * (src/alg/attempt.h, sluice__attempt), driven by a scripted path whose
+ * (src/alg/attempt.h, SLUICE__ATTEMPT), driven by a scripted path whose
  * steps write what they were asked into a log.
  *
  *   test_cases       each outcome of each step, the log and the result
  *                    worked out by hand from the protocol's text (the
  *                    header's comment): who is held, in what order, what
  *                    is stored, confirmed, settled and let go.
- *   test_null_steps  the steps a path may leave out (NULL) are skipped.
  *   test_random      10^5 random scripts against the rule, stated apart
  *                    from the code: each limit held is let go once, in
  *                    reverse order, after the settle; nothing is stored
@@ -52,42 +51,36 @@ static void say(script *s, const char *fmt, ...)
     strncat(s->log, w, sizeof s->log - strlen(s->log) - 1);
 }
 
-static int t_hold(void *c, size_t k)
+static int t_hold(script *s, size_t k)
 {
-    script *s = c;
     say(s, "h%zu", k);
     return s->hold[k];
 }
-static bool t_prepare(void *c)
+static bool t_prepare(script *s)
 {
-    script *s = c;
     say(s, "p");
     return s->prepare;
 }
-static bool t_take(void *c)
+static bool t_take(script *s)
 {
-    script *s = c;
     say(s, "t");
     return s->take;
 }
-static void t_store(void *c, size_t k) { say(c, "s%zu", k); }
-static bool t_confirm(void *c)
+static void t_store(script *s, size_t k) { say(s, "s%zu", k); }
+static bool t_confirm(script *s)
 {
-    script *s = c;
     say(s, "c");
     return s->confirm;
 }
-static void t_settle(void *c, bool ok) { say(c, "S%d", ok); }
-static void t_release(void *c, size_t k, bool stored) { say(c, "r%zu%s", k, stored ? "*" : ""); }
+static void t_settle(script *s, bool ok) { say(s, "S%d", ok); }
+static void t_release(script *s, size_t k, bool stored) { say(s, "r%zu%s", k, stored ? "*" : ""); }
 
-static const sluice__steps ALL = {.hold = t_hold, .prepare = t_prepare, .take = t_take,
-                                  .store = t_store, .confirm = t_confirm, .settle = t_settle,
-                                  .release = t_release};
+SLUICE__ATTEMPT(scripted, script, t)
 
-static int run(const sluice__steps *st, script *s, uint64_t permits)
+static int run(script *s, uint64_t permits)
 {
     s->log[0] = 0;
-    return sluice__attempt(st, s, s->n, permits);
+    return scripted(s, s->n, permits);
 }
 
 static void test_cases(void **state)
@@ -137,35 +130,11 @@ static void test_cases(void **state)
         script s = {.n = C[i].n, .prepare = C[i].prepare, .take = C[i].take,
                     .confirm = C[i].confirm};
         memcpy(s.hold, C[i].hold, sizeof C[i].hold);
-        const int rc = run(&ALL, &s, C[i].permits);
+        const int rc = run(&s, C[i].permits);
         if (rc != C[i].rc || strcmp(s.log, C[i].log) != 0)
             fail_msg("%s: got %d \"%s\", want %d \"%s\"", C[i].what, rc, s.log, C[i].rc,
                      C[i].log);
     }
-}
-
-static void test_null_steps(void **state)
-{
-    (void)state;
-    static const sluice__steps BARE = {.hold = t_hold, .store = t_store};
-    script s = {.n = 2, .hold = {1, 1}};
-    assert_int_equal(run(&BARE, &s, 1), 1);
-    assert_string_equal(s.log, "h0 h1 s0 s1");
-    s.hold[1] = 0;
-    assert_int_equal(run(&BARE, &s, 1), 0);
-    assert_string_equal(s.log, "h0 h1");
-    s.hold[1] = SLUICE__HANDOVER;
-    assert_int_equal(run(&BARE, &s, 1), SLUICE__HANDOVER);
-    assert_string_equal(s.log, "h0 h1");
-    static const sluice__steps LOCKS = {.hold = t_hold, .prepare = t_prepare, .store = t_store,
-                                        .settle = t_settle, .release = t_release};
-    s.hold[1] = 1;
-    s.prepare = true;
-    assert_int_equal(run(&LOCKS, &s, 1), 1);
-    assert_string_equal(s.log, "h0 h1 p s0 s1 S1 r1* r0*");
-    s.prepare = false;
-    assert_int_equal(run(&LOCKS, &s, 1), 0);
-    assert_string_equal(s.log, "h0 h1 p S0 r1 r0");
 }
 
 /* The rule, checked over the log of a random script. */
@@ -267,7 +236,7 @@ static void test_random(void **state)
         s.take = tu_splitmix64_below(&seed, 4) != 0;
         s.confirm = tu_splitmix64_below(&seed, 4) != 0;
         const uint64_t permits = tu_splitmix64_below(&seed, 3);
-        const int rc = run(&ALL, &s, permits);
+        const int rc = run(&s, permits);
         check_log(&s, permits, rc);
     }
 }
@@ -276,7 +245,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
-        cmocka_unit_test(test_null_steps),
         cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
