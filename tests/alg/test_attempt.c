@@ -40,6 +40,7 @@ typedef struct script {
     char log[512];
 } script;
 
+static void say(script *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(script *s, const char *fmt, ...)
 {
     char w[32];
