@@ -6,8 +6,9 @@
  *
  * Map:  the kind ops (sluice__limiter_hold, _release, _count,
  *       _count_elsewhere); the fast path: count_all, count_elsewhere_rest,
- *       rest_ok, holds, its steps (lim_call: l_hold, l_take, l_store,
- *       l_confirm), limiters_decide (the proof above it),
+ *       rest_ok, holds, its steps (lim_call: l_hold, l_take with
+ *       take_words, l_store, l_confirm), limiters_decide (the proof above
+ *       it),
  *       sluice__limiters_try, sluice__limiters_each.
  *
  * A file apart from limiter.c costs the fast path nothing: what it inlines
